@@ -1,0 +1,45 @@
+#pragma once
+// tessera-cli subcommands register themselves here (one file per command), so adding a
+// command touches no central table.
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tessera::cli {
+
+struct Command {
+  std::string name;
+  std::string usage;    // one line: "inspect PATH [--json]"
+  std::string summary;  // one line: what it does
+  std::function<int(const std::vector<std::string>& args)> run;  // args after the name
+};
+
+std::vector<Command>& command_registry();
+
+struct RegisterCommand {
+  explicit RegisterCommand(Command command) { command_registry().push_back(std::move(command)); }
+};
+
+// Raised for bad command-line usage; main prints the message and the command's usage,
+// and exits 2.
+struct UsageError {
+  std::string message;
+};
+
+// Simple argument scanner shared by commands: flags (--name), options (--name VALUE)
+// and positionals, in any order. Unknown flags are a UsageError.
+class Args {
+ public:
+  Args(const std::vector<std::string>& args, const std::vector<std::string>& flags,
+       const std::vector<std::string>& options);
+  bool flag(const std::string& name) const;
+  const std::string* option(const std::string& name) const;
+  const std::vector<std::string>& positionals() const { return positionals_; }
+
+ private:
+  std::vector<std::string> set_flags_;
+  std::vector<std::pair<std::string, std::string>> options_;
+  std::vector<std::string> positionals_;
+};
+
+}  // namespace tessera::cli

@@ -1,0 +1,111 @@
+// tessera-cli: the whole product without a window. Exit codes: 0 success, 2 bad usage or
+// bad input (the message names what and where), 1 any other failure; never a signal.
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <new>
+
+#include "command.h"
+#include "core/error.h"
+
+namespace tessera::cli {
+
+std::vector<Command>& command_registry() {
+  static std::vector<Command> commands;
+  return commands;
+}
+
+Args::Args(const std::vector<std::string>& args, const std::vector<std::string>& flags,
+           const std::vector<std::string>& options) {
+  auto is = [](const std::vector<std::string>& v, const std::string& s) {
+    return std::find(v.begin(), v.end(), s) != v.end();
+  };
+  bool only_positionals = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (only_positionals || a.size() < 2 || a[0] != '-' || a == "-") {
+      positionals_.push_back(a);
+    } else if (a == "--") {
+      only_positionals = true;
+    } else if (is(flags, a)) {
+      set_flags_.push_back(a);
+    } else if (is(options, a)) {
+      if (i + 1 >= args.size()) throw UsageError{a + " needs a value"};
+      options_.emplace_back(a, args[++i]);
+    } else {
+      throw UsageError{"unknown option " + a};
+    }
+  }
+}
+
+bool Args::flag(const std::string& name) const {
+  return std::find(set_flags_.begin(), set_flags_.end(), name) != set_flags_.end();
+}
+
+const std::string* Args::option(const std::string& name) const {
+  for (auto it = options_.rbegin(); it != options_.rend(); ++it)
+    if (it->first == name) return &it->second;
+  return nullptr;
+}
+
+}  // namespace tessera::cli
+
+namespace {
+
+void print_help() {
+  auto& commands = tessera::cli::command_registry();
+  std::sort(commands.begin(), commands.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
+  std::cout << "usage: tessera-cli COMMAND [ARGS]\n\ncommands:\n";
+  for (const auto& c : commands) std::printf("  %-12s %s\n", c.name.c_str(), c.summary.c_str());
+  std::cout << "\nRun 'tessera-cli COMMAND --help' for a command's arguments.\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tessera;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    print_help();
+    return args.empty() ? 2 : 0;
+  }
+  const auto& commands = cli::command_registry();
+  auto it = std::find_if(commands.begin(), commands.end(),
+                         [&](const cli::Command& c) { return c.name == args[0]; });
+  if (it == commands.end()) {
+    std::cerr << "tessera-cli: unknown command '" << args[0] << "'\n";
+    print_help();
+    return 2;
+  }
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (std::find(rest.begin(), rest.end(), "--help") != rest.end()) {
+    std::cout << "usage: tessera-cli " << it->usage << "\n" << it->summary << "\n";
+    return 0;
+  }
+  try {
+    return it->run(rest);
+  } catch (const cli::UsageError& e) {
+    std::cerr << "tessera-cli " << it->name << ": " << e.message << "\nusage: tessera-cli "
+              << it->usage << "\n";
+    return 2;
+  } catch (const Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    if (!e.hint().empty()) std::cerr << "hint: " << e.hint() << "\n";
+    switch (e.kind()) {
+      case ErrorKind::InvalidInput:
+      case ErrorKind::Usage:
+      case ErrorKind::Unsupported:
+        return 2;
+      default:
+        return 1;
+    }
+  } catch (const std::bad_alloc&) {
+    std::cerr << "error: out of memory\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+}

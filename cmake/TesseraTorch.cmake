@@ -1,0 +1,57 @@
+# Finds LibTorch: either an official LibTorch distribution (pass -DCMAKE_PREFIX_PATH=/path/to/libtorch
+# or -DTorch_DIR=...), or the one inside the PyPI `torch` wheel of the Python given by
+# TESSERA_PYTHON (the bootstrap's venv by default).
+if(DEFINED ENV{TESSERA_VENV})
+  set(_default_python "$ENV{TESSERA_VENV}/bin/python")
+else()
+  set(_default_python "$ENV{HOME}/.cache/tessera/venv/bin/python")
+endif()
+set(TESSERA_PYTHON "${_default_python}" CACHE FILEPATH
+    "Python whose torch wheel provides LibTorch (ignored when Torch_DIR is set); also runs the parity tests")
+
+if(NOT Torch_DIR)
+  if(EXISTS "${TESSERA_PYTHON}")
+    execute_process(
+      COMMAND "${TESSERA_PYTHON}" -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
+      OUTPUT_VARIABLE _torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _rc)
+    if(_rc EQUAL 0)
+      list(APPEND CMAKE_PREFIX_PATH "${_torch_prefix}")
+    endif()
+  endif()
+endif()
+
+# The wheel is a CUDA build; its CMake config needs the toolkit even with no GPU present.
+set(TESSERA_TORCH_CUDA OFF)
+if(EXISTS /usr/local/cuda/bin/nvcc AND NOT CMAKE_CUDA_COMPILER)
+  set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+endif()
+# No GPU here, so torch's arch auto-detection would fall back to archs nvcc 13 rejects.
+if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  set(ENV{TORCH_CUDA_ARCH_LIST} "7.5;8.0;8.6;9.0")
+endif()
+if(NOT CMAKE_CUDA_ARCHITECTURES)
+  set(CMAKE_CUDA_ARCHITECTURES 75 80 86 90)
+endif()
+set(CMAKE_CUDA_STANDARD 20)
+find_package(CUDAToolkit QUIET)
+if(CUDAToolkit_FOUND AND NOT TARGET CUDA::nvToolsExt AND TARGET CUDA::nvtx3)
+  # CUDA >= 12.9 ships only nvtx3; older Torch CMake still asks for nvToolsExt.
+  add_library(CUDA::nvToolsExt INTERFACE IMPORTED)
+  target_link_libraries(CUDA::nvToolsExt INTERFACE CUDA::nvtx3)
+endif()
+
+find_package(Torch REQUIRED)
+if(TORCH_CXX_FLAGS)
+  string(APPEND CMAKE_CXX_FLAGS " ${TORCH_CXX_FLAGS}")
+endif()
+get_filename_component(TESSERA_TORCH_LIB_DIR "${TORCH_LIBRARY}" DIRECTORY)
+
+if(TESSERA_WITH_CUDA AND CUDAToolkit_FOUND AND CMAKE_CUDA_COMPILER)
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    enable_language(CUDA)
+    set(TESSERA_TORCH_CUDA ON)
+  endif()
+endif()
+message(STATUS "Tessera: LibTorch ${Torch_VERSION} at ${TESSERA_TORCH_LIB_DIR}, CUDA sources: ${TESSERA_TORCH_CUDA}")

@@ -1,0 +1,147 @@
+#include "core/files.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "core/error.h"
+
+namespace tessera::core {
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw_io(path.string() + ": cannot open: " + errno_text());
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw_io(path.string() + ": cannot stat: " + errno_text());
+  if (!S_ISREG(st.st_mode)) throw_invalid(path.string() + ": not a regular file");
+  size_ = static_cast<std::size_t>(st.st_size);
+  if (size_ == 0) return;  // mmap of length 0 is invalid; an empty span is fine
+  void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  if (p == MAP_FAILED) throw_io(path.string() + ": cannot map: " + errno_text());
+  data_ = static_cast<const std::uint8_t*>(p);
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<std::uint8_t*>(data_), size_);
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : path_(std::move(other.path_)), data_(other.data_), size_(other.size_) {
+  other.data_ = nullptr;
+  other.size_ = 0;
+}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) ::munmap(const_cast<std::uint8_t*>(data_), size_);
+    path_ = std::move(other.path_);
+    data_ = other.data_;
+    size_ = other.size_;
+    other.data_ = nullptr;
+    other.size_ = 0;
+  }
+  return *this;
+}
+
+std::string read_text_file(const std::filesystem::path& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw_io(path.string() + ": cannot open: " + errno_text());
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_io(path.string() + ": read failed: " + errno_text());
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+void fsync_directory(const std::filesystem::path& dir) {
+  Fd fd(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) throw_io(dir.string() + ": cannot open directory: " + errno_text());
+  if (::fsync(fd.get()) != 0) throw_io(dir.string() + ": fsync failed: " + errno_text());
+}
+
+void write_file_atomic(const std::filesystem::path& path, std::string_view contents) {
+  std::random_device rd;
+  auto tmp = path;
+  tmp += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(rd());
+  {
+    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (fd.get() < 0) throw_io(tmp.string() + ": cannot create: " + errno_text());
+    const char* p = contents.data();
+    std::size_t left = contents.size();
+    while (left > 0) {
+      ssize_t n = ::write(fd.get(), p, left);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        std::string why = errno_text();
+        ::unlink(tmp.c_str());
+        throw_io(path.string() + ": write failed: " + why,
+                 "check free disk space; the previous file (if any) is untouched");
+      }
+      p += n;
+      left -= static_cast<std::size_t>(n);
+    }
+    if (::fsync(fd.get()) != 0) {
+      std::string why = errno_text();
+      ::unlink(tmp.c_str());
+      throw_io(path.string() + ": fsync failed: " + why);
+    }
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::string why = errno_text();
+    ::unlink(tmp.c_str());
+    throw_io(path.string() + ": rename failed: " + why);
+  }
+  fsync_directory(path.parent_path());
+}
+
+std::string human_bytes(std::uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+}  // namespace tessera::core

@@ -1,0 +1,45 @@
+#pragma once
+// File access: read-only memory maps, whole-file reads, and atomic writes
+// (temporary file, fsync, rename, directory fsync) so a crash never leaves a torn file.
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace tessera::core {
+
+class MappedFile {
+ public:
+  MappedFile() = default;
+  explicit MappedFile(const std::filesystem::path& path);  // throws tessera::Error
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const std::uint8_t* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  std::span<const std::uint8_t> bytes() const { return {data_, size_}; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  const std::uint8_t* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+std::string read_text_file(const std::filesystem::path& path);  // throws tessera::Error
+
+// Writes `contents` to `path` atomically: nothing is visible at `path` until the whole
+// file is on disk.
+void write_file_atomic(const std::filesystem::path& path, std::string_view contents);
+
+// fsync a directory so a rename inside it is durable.
+void fsync_directory(const std::filesystem::path& dir);
+
+std::string human_bytes(std::uint64_t bytes);
+
+}  // namespace tessera::core

@@ -1,0 +1,70 @@
+#pragma once
+// config.json → a typed configuration. Field names follow the llama family; other
+// families' names (gpt2's n_embd, n_layer, …) are mapped onto them, and `raw` keeps the
+// whole document for export.
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::hf {
+
+enum class ModelFamily { Llama, Mistral, Qwen2, Gpt2, Bert };
+
+struct RopeScaling {
+  std::string rope_type = "default";  // default | linear | llama3
+  double factor = 1.0;
+  double low_freq_factor = 1.0;                      // llama3
+  double high_freq_factor = 4.0;                     // llama3
+  std::int64_t original_max_position_embeddings = 8192;  // llama3
+};
+
+struct ModelConfig {
+  std::string model_type;  // as written in config.json
+  ModelFamily family = ModelFamily::Llama;
+  std::vector<std::string> architectures;
+
+  std::int64_t vocab_size = 0;
+  std::int64_t hidden_size = 0;
+  std::int64_t intermediate_size = 0;
+  std::int64_t num_hidden_layers = 0;
+  std::int64_t num_attention_heads = 0;
+  std::int64_t num_key_value_heads = 0;
+  std::int64_t head_dim = 0;
+  std::int64_t max_position_embeddings = 0;
+  std::string hidden_act = "silu";
+  double norm_eps = 1e-6;  // rms_norm_eps / layer_norm_eps / layer_norm_epsilon
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // llama's attention_bias; always true for qwen2 q/k/v
+  bool mlp_bias = false;
+  std::optional<std::int64_t> sliding_window;
+  std::string torch_dtype;  // "float32", "bfloat16", … (may be empty)
+
+  std::optional<std::int64_t> bos_token_id;
+  std::vector<std::int64_t> eos_token_ids;
+  std::optional<std::int64_t> pad_token_id;
+
+  // bert
+  std::int64_t type_vocab_size = 0;
+  std::int64_t num_labels = 0;  // from id2label when present
+  std::map<std::int64_t, std::string> id2label;
+  std::string position_embedding_type = "absolute";
+
+  nlohmann::json raw;
+};
+
+// Parses and validates `path` (a config.json). Missing or ill-typed fields and an
+// unsupported model_type raise tessera::Error naming the file and the field.
+ModelConfig load_model_config(const std::filesystem::path& path);
+ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& source_name);
+
+const std::vector<std::string>& supported_model_types();
+const char* family_name(ModelFamily family);
+
+}  // namespace tessera::hf

@@ -1,0 +1,159 @@
+// config.json → typed ModelConfig: every family maps, and every fault names file and field.
+#include <QtTest>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "hf/config.h"
+
+using nlohmann::json;
+using tessera::Error;
+using tessera::ErrorKind;
+using namespace tessera::hf;
+
+namespace {
+
+json llama_base() {
+  return json{{"model_type", "llama"},       {"vocab_size", 100},
+              {"hidden_size", 64},           {"intermediate_size", 128},
+              {"num_hidden_layers", 2},      {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},    {"rms_norm_eps", 1e-5},
+              {"max_position_embeddings", 256}};
+}
+
+// Runs `parse` expecting a tessera::Error whose message contains every needle.
+template <typename F>
+void expect_error(F&& parse, ErrorKind kind, std::initializer_list<const char*> needles) {
+  try {
+    parse();
+    QFAIL("expected an error");
+  } catch (const Error& e) {
+    QCOMPARE(static_cast<int>(e.kind()), static_cast<int>(kind));
+    std::string text = std::string(e.what()) + " " + e.hint();
+    for (const char* n : needles)
+      QVERIFY2(text.find(n) != std::string::npos, (text + " lacks: " + n).c_str());
+  }
+}
+
+}  // namespace
+
+class TestConfig : public QObject {
+  Q_OBJECT
+ private Q_SLOTS:
+  void llamaDefaultsAndGqa() {
+    auto c = parse_model_config(llama_base(), "cfg.json");
+    QCOMPARE(c.family, ModelFamily::Llama);
+    QCOMPARE(c.head_dim, 16);
+    QCOMPARE(c.num_key_value_heads, 2);
+    QCOMPARE(c.norm_eps, 1e-5);
+    QCOMPARE(c.rope_theta, 10000.0);
+    QCOMPARE(QString::fromStdString(c.rope_scaling.rope_type), QString("default"));
+    QVERIFY(!c.tie_word_embeddings);
+  }
+
+  void ropeFromTransformers5Parameters() {
+    auto doc = llama_base();
+    doc["rope_parameters"] = {{"rope_type", "llama3"},     {"rope_theta", 500000.0},
+                              {"factor", 8.0},             {"low_freq_factor", 1.0},
+                              {"high_freq_factor", 4.0},   {"original_max_position_embeddings", 64}};
+    auto c = parse_model_config(doc, "cfg.json");
+    QCOMPARE(c.rope_theta, 500000.0);
+    QCOMPARE(QString::fromStdString(c.rope_scaling.rope_type), QString("llama3"));
+    QCOMPARE(c.rope_scaling.factor, 8.0);
+    QCOMPARE(c.rope_scaling.original_max_position_embeddings, 64);
+  }
+
+  void ropeFromLegacyScaling() {
+    auto doc = llama_base();
+    doc["rope_theta"] = 1e6;
+    doc["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+    auto c = parse_model_config(doc, "cfg.json");
+    QCOMPARE(c.rope_theta, 1e6);
+    QCOMPARE(QString::fromStdString(c.rope_scaling.rope_type), QString("linear"));
+    QCOMPARE(c.rope_scaling.factor, 2.0);
+  }
+
+  void unknownRopeTypeIsUnsupported() {
+    auto doc = llama_base();
+    doc["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2.0}};
+    expect_error([&] { parse_model_config(doc, "cfg.json"); }, ErrorKind::Unsupported,
+                 {"cfg.json", "yarn", "linear"});
+  }
+
+  void qwen2AlwaysHasQkvBias() {
+    auto doc = llama_base();
+    doc["model_type"] = "qwen2";
+    doc["sliding_window"] = 4096;  // ignored unless use_sliding_window
+    auto c = parse_model_config(doc, "cfg.json");
+    QCOMPARE(c.family, ModelFamily::Qwen2);
+    QVERIFY(c.attention_bias);
+    QVERIFY(!c.sliding_window.has_value());
+  }
+
+  void gpt2NamesAreMapped() {
+    json doc{{"model_type", "gpt2"}, {"vocab_size", 50}, {"n_embd", 32}, {"n_layer", 3},
+             {"n_head", 4},          {"n_positions", 64}, {"n_inner", nullptr}};
+    auto c = parse_model_config(doc, "cfg.json");
+    QCOMPARE(c.hidden_size, 32);
+    QCOMPARE(c.num_hidden_layers, 3);
+    QCOMPARE(c.intermediate_size, 128);
+    QCOMPARE(c.max_position_embeddings, 64);
+    QVERIFY(c.tie_word_embeddings);
+    QCOMPARE(QString::fromStdString(c.hidden_act), QString("gelu_new"));
+  }
+
+  void bertLabels() {
+    json doc{{"model_type", "bert"},        {"vocab_size", 50},
+             {"hidden_size", 32},           {"intermediate_size", 64},
+             {"num_hidden_layers", 2},      {"num_attention_heads", 4},
+             {"id2label", {{"0", "neg"}, {"1", "neu"}, {"2", "pos"}}}};
+    auto c = parse_model_config(doc, "cfg.json");
+    QCOMPARE(c.num_labels, 3);
+    QCOMPARE(QString::fromStdString(c.id2label.at(2)), QString("pos"));
+    QCOMPARE(c.norm_eps, 1e-12);
+    QCOMPARE(c.type_vocab_size, 2);
+  }
+
+  void unsupportedModelTypeListsSupported() {
+    auto doc = llama_base();
+    doc["model_type"] = "t5";
+    expect_error([&] { parse_model_config(doc, "/m/config.json"); }, ErrorKind::Unsupported,
+                 {"/m/config.json", "t5", "llama", "gpt2", "bert", "qwen2", "mistral"});
+  }
+
+  void missingFieldIsNamed() {
+    auto doc = llama_base();
+    doc.erase("hidden_size");
+    expect_error([&] { parse_model_config(doc, "cfg.json"); }, ErrorKind::InvalidInput,
+                 {"cfg.json", "hidden_size", "missing"});
+  }
+
+  void wrongTypeIsNamed() {
+    auto doc = llama_base();
+    doc["num_hidden_layers"] = "two";
+    expect_error([&] { parse_model_config(doc, "cfg.json"); }, ErrorKind::InvalidInput,
+                 {"num_hidden_layers", "integer", "string"});
+    doc = llama_base();
+    doc["num_key_value_heads"] = 3;
+    expect_error([&] { parse_model_config(doc, "cfg.json"); }, ErrorKind::InvalidInput,
+                 {"num_key_value_heads", "divide"});
+    doc = llama_base();
+    doc["vocab_size"] = -5;
+    expect_error([&] { parse_model_config(doc, "cfg.json"); }, ErrorKind::InvalidInput,
+                 {"vocab_size", "at least"});
+  }
+
+  void malformedFileNamesFile() {
+    std::filesystem::create_directories(TESSERA_TEST_TMP_DIR);
+    auto path = std::filesystem::path(TESSERA_TEST_TMP_DIR) / "bad_config.json";
+    std::ofstream(path) << "{\"model_type\": \"llama\", ";
+    expect_error([&] { load_model_config(path); }, ErrorKind::InvalidInput,
+                 {"bad_config.json", "not valid JSON"});
+    expect_error([&] { load_model_config(path.parent_path() / "absent.json"); }, ErrorKind::Io,
+                 {"absent.json"});
+  }
+};
+
+QTEST_APPLESS_MAIN(TestConfig)
+#include "test_config.moc"
