@@ -29,10 +29,7 @@ endif()
 if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
   set(ENV{TORCH_CUDA_ARCH_LIST} "7.5;8.0;8.6;9.0")
 endif()
-if(NOT CMAKE_CUDA_ARCHITECTURES)
-  set(CMAKE_CUDA_ARCHITECTURES 75 80 86 90)
-endif()
-set(CMAKE_CUDA_STANDARD 20)
+# Torch turns TORCH_CUDA_ARCH_LIST into -gencode flags for every CUDA target.
 find_package(CUDAToolkit QUIET)
 if(CUDAToolkit_FOUND AND NOT TARGET CUDA::nvToolsExt AND TARGET CUDA::nvtx3)
   # CUDA >= 12.9 ships only nvtx3; older Torch CMake still asks for nvToolsExt.
@@ -41,6 +38,10 @@ if(CUDAToolkit_FOUND AND NOT TARGET CUDA::nvToolsExt AND TARGET CUDA::nvtx3)
 endif()
 
 find_package(Torch REQUIRED)
+# Torch's CMake copies CMAKE_CXX_STANDARD (20) into CMAKE_CUDA_STANDARD, which CMake 3.25
+# cannot map to an nvcc flag; our CUDA targets set their own CUDA_STANDARD.
+unset(CMAKE_CUDA_STANDARD)
+unset(CMAKE_CUDA_STANDARD_REQUIRED)
 if(TORCH_CXX_FLAGS)
   string(APPEND CMAKE_CXX_FLAGS " ${TORCH_CXX_FLAGS}")
 endif()
