@@ -1,0 +1,46 @@
+#pragma once
+// The event stream: versioned JSON lines, one object per line with a "type". The GUI, the
+// CLI progress bar and the tests all read this one stream. Schema: docs/events.md.
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::job {
+
+inline constexpr int kEventVersion = 1;
+
+// Writes events as JSON lines to a file or stdout, and/or hands them to a listener (the
+// terminal progress bar). Thread-safe; every line is flushed so a reader never sees half
+// an event, and a crash loses at most the event being written.
+class EventSink {
+ public:
+  EventSink() = default;
+  ~EventSink();
+  EventSink(const EventSink&) = delete;
+  EventSink& operator=(const EventSink&) = delete;
+
+  // "-" is standard output; anything else is a file, created or truncated.
+  void open(const std::string& target);
+  void set_listener(std::function<void(const nlohmann::json&)> listener);
+
+  // Adds "v" and "t" (seconds since the Unix epoch) and writes the event.
+  void emit(const std::string& type, nlohmann::json fields);
+
+  void log(const std::string& level, const std::string& message);
+  void progress(const std::string& phase, std::int64_t done, std::int64_t total,
+                std::optional<double> eta_seconds = std::nullopt);
+  void error(const std::string& code, const std::string& message, const std::string& hint);
+
+ private:
+  std::mutex mutex_;
+  std::FILE* file_ = nullptr;
+  bool owns_file_ = false;
+  std::function<void(const nlohmann::json&)> listener_;
+};
+
+}  // namespace tessera::job

@@ -1,0 +1,322 @@
+#include "job/job_spec.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/error.h"
+#include "core/files.h"
+
+namespace tessera::job {
+namespace {
+
+using nlohmann::json;
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// Reads one JSON object of the spec; remembers which keys were read so that anything left
+// over is reported as an unknown field (with the closest known name as a suggestion).
+class ObjectReader {
+ public:
+  ObjectReader(const json& obj, std::string path, const std::string& source)
+      : obj_(obj), path_(std::move(path)), source_(source) {
+    if (!obj_.is_object()) fail(path_.empty() ? "the document" : path_, "must be a JSON object");
+  }
+
+  const json* get(const std::string& key) {
+    known_.insert(key);
+    auto it = obj_.find(key);
+    if (it == obj_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  std::string field(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+  std::string string(const std::string& key, std::string fallback,
+                     std::initializer_list<const char*> allowed = {}) {
+    const json* v = get(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_string()) fail(field(key), "must be a string");
+    std::string s = v->get<std::string>();
+    if (allowed.size() > 0 &&
+        std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return s == a; })) {
+      std::string list;
+      for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+      fail(field(key), "is \"" + s + "\"; expected one of: " + list);
+    }
+    return s;
+  }
+
+  std::int64_t integer(const std::string& key, std::int64_t fallback, std::int64_t min_value) {
+    const json* v = get(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_number_integer()) fail(field(key), "must be an integer");
+    auto x = v->get<std::int64_t>();
+    if (x < min_value) fail(field(key), "must be at least " + std::to_string(min_value));
+    return x;
+  }
+
+  double number(const std::string& key, double fallback, double min_value, double max_value) {
+    const json* v = get(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_number()) fail(field(key), "must be a number");
+    double x = v->get<double>();
+    if (!(x >= min_value && x <= max_value))
+      fail(field(key), "must be between " + json(min_value).dump() + " and " +
+                           json(max_value).dump() + ", got " + json(x).dump());
+    return x;
+  }
+
+  bool boolean(const std::string& key, bool fallback) {
+    const json* v = get(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) fail(field(key), "must be true or false");
+    return v->get<bool>();
+  }
+
+  std::vector<std::string> strings(const std::string& key) {
+    const json* v = get(key);
+    std::vector<std::string> out;
+    if (v == nullptr) return out;
+    if (v->is_string()) return {v->get<std::string>()};
+    if (!v->is_array()) fail(field(key), "must be a string or a list of strings");
+    for (const auto& e : *v) {
+      if (!e.is_string()) fail(field(key), "must be a string or a list of strings");
+      out.push_back(e.get<std::string>());
+    }
+    return out;
+  }
+
+  void finish() const {
+    for (const auto& [key, value] : obj_.items()) {
+      if (known_.count(key)) continue;
+      std::string best;
+      std::size_t best_distance = 3;  // suggest only near misses
+      for (const auto& k : known_) {
+        std::size_t d = edit_distance(key, k);
+        if (d < best_distance) {
+          best_distance = d;
+          best = k;
+        }
+      }
+      fail(field(key), "is not a known field",
+           best.empty() ? "remove it; see docs/job-spec.md for the fields"
+                        : "did you mean \"" + field(best) + "\"?");
+    }
+  }
+
+  [[noreturn]] void fail(const std::string& field_name, const std::string& what,
+                         std::string hint = {}) const {
+    throw_invalid(source_ + ": " + field_name + " " + what, std::move(hint));
+  }
+
+ private:
+  const json& obj_;
+  std::string path_;
+  const std::string& source_;
+  std::set<std::string> known_;
+};
+
+}  // namespace
+
+JobSpec parse_job_spec(const json& doc, const std::string& source) {
+  JobSpec spec;
+  ObjectReader top(doc, "", source);
+  const json* version = top.get("version");
+  if (version == nullptr)
+    top.fail("version", "is missing", "add \"version\": 1 at the top of the job spec");
+  if (!version->is_number_integer() || version->get<int>() != kJobSpecVersion)
+    top.fail("version", "is " + version->dump() + "; this Tessera reads version " +
+                            std::to_string(kJobSpecVersion));
+  spec.name = top.string("name", "");
+  spec.precision = top.string("precision", "fp32", {"fp32", "bf16", "fp16"});
+
+  const json* model = top.get("model");
+  if (model == nullptr) top.fail("model", "is missing", "give \"model\": {\"path\": FOLDER}");
+  {
+    ObjectReader r(*model, "model", source);
+    spec.model.path = r.string("path", "");
+    spec.model.hub_id = r.string("hub_id", "");
+    spec.model.revision = r.string("revision", "main");
+    if (spec.model.path.empty() && spec.model.hub_id.empty())
+      r.fail("model", "needs \"path\" (a local folder) or \"hub_id\"");
+    r.finish();
+  }
+
+  const json* dataset = top.get("dataset");
+  if (dataset == nullptr)
+    top.fail("dataset", "is missing", "give \"dataset\": {\"train\": [FILE]}");
+  {
+    ObjectReader r(*dataset, "dataset", source);
+    spec.dataset.train_files = r.strings("train");
+    if (spec.dataset.train_files.empty()) r.fail("dataset.train", "must name at least one file");
+    spec.dataset.validation_files = r.strings("validation");
+    spec.dataset.format =
+        r.string("format", "auto", {"auto", "text", "instruction", "chat", "classification"});
+    if (const json* cols = r.get("columns")) {
+      if (!cols->is_object()) r.fail("dataset.columns", "must be an object of role → column");
+      for (const auto& [role, column] : cols->items()) {
+        if (!column.is_string()) r.fail("dataset.columns." + role, "must be a column name");
+        spec.dataset.columns[role] = column.get<std::string>();
+      }
+    }
+    spec.dataset.validation_split = r.number("validation_split", 0.0, 0.0, 0.9);
+    spec.dataset.max_length = r.integer("max_length", 512, 2);
+    spec.dataset.packing = r.boolean("packing", true);
+    spec.dataset.skip_bad_rows = r.boolean("skip_bad_rows", false);
+    r.finish();
+  }
+
+  if (const json* method = top.get("method")) {
+    ObjectReader r(*method, "method", source);
+    spec.method.type = r.string("type", "full", {"full", "lora"});
+    spec.method.lora_rank = r.integer("rank", 8, 1);
+    spec.method.lora_alpha = r.number("alpha", 16.0, 1e-6, 1e6);
+    spec.method.lora_dropout = r.number("dropout", 0.0, 0.0, 0.99);
+    spec.method.lora_targets = r.strings("targets");
+    r.finish();
+  }
+
+  if (const json* training = top.get("training")) {
+    ObjectReader r(*training, "training", source);
+    auto& t = spec.training;
+    if (r.get("steps")) t.steps = r.integer("steps", 0, 1);
+    if (r.get("epochs")) t.epochs = r.number("epochs", 0, 1e-6, 1e6);
+    if (t.steps && t.epochs) r.fail("training.steps", "and training.epochs are both set; keep one");
+    t.batch_size = r.integer("batch_size", t.batch_size, 1);
+    t.gradient_accumulation = r.integer("gradient_accumulation", t.gradient_accumulation, 1);
+    t.learning_rate = r.number("learning_rate", t.learning_rate, 0.0, 10.0);
+    t.weight_decay = r.number("weight_decay", t.weight_decay, 0.0, 10.0);
+    t.adam_beta1 = r.number("adam_beta1", t.adam_beta1, 0.0, 0.999999);
+    t.adam_beta2 = r.number("adam_beta2", t.adam_beta2, 0.0, 0.999999);
+    t.adam_eps = r.number("adam_eps", t.adam_eps, 0.0, 1.0);
+    t.schedule = r.string("schedule", t.schedule, {"constant", "linear", "cosine"});
+    t.warmup_steps = r.integer("warmup_steps", t.warmup_steps, 0);
+    t.max_grad_norm = r.number("max_grad_norm", t.max_grad_norm, 0.0, 1e9);
+    t.seed = static_cast<std::uint64_t>(r.integer("seed", static_cast<std::int64_t>(t.seed), 0));
+    t.eval_every = r.integer("eval_every", t.eval_every, 0);
+    t.save_every = r.integer("save_every", t.save_every, 0);
+    t.keep_last = r.integer("keep_last", t.keep_last, 1);
+    t.log_every = r.integer("log_every", t.log_every, 1);
+    t.activation_checkpointing = r.boolean("activation_checkpointing", false);
+    r.finish();
+  }
+  if (!spec.training.steps && !spec.training.epochs) spec.training.epochs = 1.0;
+
+  if (const json* strategy = top.get("strategy")) {
+    ObjectReader r(*strategy, "strategy", source);
+    spec.strategy.name = r.string("name", "auto", {"auto", "single"});
+    if (const json* opts = r.get("options")) {
+      if (!opts->is_object()) r.fail("strategy.options", "must be an object");
+      spec.strategy.options = *opts;
+    }
+    r.finish();
+  }
+
+  const json* output = top.get("output");
+  if (output == nullptr) top.fail("output", "is missing", "give \"output\": {\"dir\": FOLDER}");
+  {
+    ObjectReader r(*output, "output", source);
+    spec.output.dir = r.string("dir", "");
+    if (spec.output.dir.empty()) r.fail("output.dir", "is missing");
+    std::string resume = r.string("resume", "");
+    if (!resume.empty()) spec.output.resume = resume;
+    r.finish();
+  }
+  top.finish();
+  return spec;
+}
+
+JobSpec load_job_spec(const std::filesystem::path& path) {
+  std::string text = core::read_text_file(path);
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    // Report a line number: people edit these files by hand.
+    std::size_t line = 1;
+    for (std::size_t i = 0; i < std::min<std::size_t>(e.byte, text.size()); ++i)
+      if (text[i] == '\n') ++line;
+    throw_invalid(path.string() + ":" + std::to_string(line) + ": not valid JSON",
+                  "a job spec is a JSON document; see docs/job-spec.md");
+  }
+  return parse_job_spec(doc, path.string());
+}
+
+json to_json(const JobSpec& s) {
+  json model = json::object();
+  if (!s.model.path.empty()) model["path"] = s.model.path;
+  if (!s.model.hub_id.empty()) {
+    model["hub_id"] = s.model.hub_id;
+    model["revision"] = s.model.revision;
+  }
+  json columns = json::object();
+  for (const auto& [role, col] : s.dataset.columns) columns[role] = col;
+  json training = {
+      {"batch_size", s.training.batch_size},
+      {"gradient_accumulation", s.training.gradient_accumulation},
+      {"learning_rate", s.training.learning_rate},
+      {"weight_decay", s.training.weight_decay},
+      {"adam_beta1", s.training.adam_beta1},
+      {"adam_beta2", s.training.adam_beta2},
+      {"adam_eps", s.training.adam_eps},
+      {"schedule", s.training.schedule},
+      {"warmup_steps", s.training.warmup_steps},
+      {"max_grad_norm", s.training.max_grad_norm},
+      {"seed", s.training.seed},
+      {"eval_every", s.training.eval_every},
+      {"save_every", s.training.save_every},
+      {"keep_last", s.training.keep_last},
+      {"log_every", s.training.log_every},
+      {"activation_checkpointing", s.training.activation_checkpointing},
+  };
+  if (s.training.steps) training["steps"] = *s.training.steps;
+  if (s.training.epochs) training["epochs"] = *s.training.epochs;
+  json method = {{"type", s.method.type}};
+  if (s.method.type == "lora") {
+    method["rank"] = s.method.lora_rank;
+    method["alpha"] = s.method.lora_alpha;
+    method["dropout"] = s.method.lora_dropout;
+    method["targets"] = s.method.lora_targets;
+  }
+  json output = {{"dir", s.output.dir}};
+  if (s.output.resume) output["resume"] = *s.output.resume;
+  json doc = {
+      {"version", s.version},
+      {"model", model},
+      {"dataset",
+       {{"train", s.dataset.train_files},
+        {"validation", s.dataset.validation_files},
+        {"format", s.dataset.format},
+        {"columns", columns},
+        {"validation_split", s.dataset.validation_split},
+        {"max_length", s.dataset.max_length},
+        {"packing", s.dataset.packing},
+        {"skip_bad_rows", s.dataset.skip_bad_rows}}},
+      {"method", method},
+      {"training", training},
+      {"precision", s.precision},
+      {"strategy", {{"name", s.strategy.name}, {"options", s.strategy.options}}},
+      {"output", output},
+  };
+  if (!s.name.empty()) doc["name"] = s.name;
+  return doc;
+}
+
+void save_job_spec(const JobSpec& spec, const std::filesystem::path& path) {
+  core::write_file_atomic(path, to_json(spec).dump(2) + "\n");
+}
+
+}  // namespace tessera::job

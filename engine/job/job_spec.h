@@ -1,0 +1,97 @@
+#pragma once
+// The job spec: one versioned JSON document that holds every choice of a fine-tuning run.
+// The GUI writes it, `tessera-cli run JOB.json` executes it, and `finetune` builds it from
+// flags. Unknown or invalid fields are an error naming the field (with a suggestion for a
+// likely typo), never ignored. Schema: docs/job-spec.md.
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::job {
+
+inline constexpr int kJobSpecVersion = 1;
+
+struct ModelSource {
+  std::string path;         // a local folder (set for local models and after a hub download)
+  std::string hub_id;       // "org/name" when the model comes from the Hub
+  std::string revision = "main";
+};
+
+struct DatasetSpec {
+  std::vector<std::string> train_files;
+  std::vector<std::string> validation_files;  // empty: split off train by validation_split
+  std::string format = "auto";                // auto | text | instruction | chat | classification
+  std::map<std::string, std::string> columns; // role → column name, e.g. {"text": "body"}
+  double validation_split = 0.0;              // fraction of train rows held out
+  std::int64_t max_length = 512;
+  bool packing = true;                        // text format: pack documents into blocks
+  bool skip_bad_rows = false;
+};
+
+struct MethodSpec {
+  std::string type = "full";  // full | lora
+  std::int64_t lora_rank = 8;
+  double lora_alpha = 16.0;
+  double lora_dropout = 0.0;
+  std::vector<std::string> lora_targets;  // empty: the family's default (attention projections)
+};
+
+struct TrainingSpec {
+  std::optional<std::int64_t> steps;   // exactly one of steps / epochs
+  std::optional<double> epochs;
+  std::int64_t batch_size = 8;
+  std::int64_t gradient_accumulation = 1;
+  double learning_rate = 2e-5;
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_eps = 1e-8;
+  std::string schedule = "linear";  // constant | linear | cosine
+  std::int64_t warmup_steps = 0;
+  double max_grad_norm = 1.0;       // 0: no clipping
+  std::uint64_t seed = 42;
+  std::int64_t eval_every = 0;      // 0: only at the end when a validation set exists
+  std::int64_t save_every = 0;      // 0: only at the end
+  std::int64_t keep_last = 2;
+  std::int64_t log_every = 1;
+  bool activation_checkpointing = false;
+};
+
+struct StrategySpec {
+  std::string name = "auto";          // auto | single (more plugins later)
+  nlohmann::json options = nlohmann::json::object();
+};
+
+struct OutputSpec {
+  std::string dir;                    // the run folder: checkpoints, logs, final model
+  std::optional<std::string> resume;  // a checkpoint folder to continue from
+};
+
+struct JobSpec {
+  int version = kJobSpecVersion;
+  std::string name;
+  ModelSource model;
+  DatasetSpec dataset;
+  MethodSpec method;
+  TrainingSpec training;
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (fp16 only with CUDA)
+  StrategySpec strategy;
+  OutputSpec output;
+};
+
+// Parses and validates; `source` names the document in error messages (a file path).
+JobSpec parse_job_spec(const nlohmann::json& doc, const std::string& source);
+JobSpec load_job_spec(const std::filesystem::path& path);
+
+// The canonical JSON form: every field written out, so a saved spec documents its defaults.
+nlohmann::json to_json(const JobSpec& spec);
+
+// Writes the spec atomically (temporary file, fsync, rename).
+void save_job_spec(const JobSpec& spec, const std::filesystem::path& path);
+
+}  // namespace tessera::job

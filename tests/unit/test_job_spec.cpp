@@ -1,0 +1,148 @@
+// The job spec contract: defaults that work, every invalid or unknown field named, and a
+// saved spec that reads back to the same choices.
+#include <QtTest>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/files.h"
+#include "job/events.h"
+#include "job/job_spec.h"
+
+using nlohmann::json;
+using namespace tessera;
+
+namespace {
+
+json minimal() {
+  return json{{"version", 1},
+              {"model", {{"path", "/models/tiny"}}},
+              {"dataset", {{"train", {"data.jsonl"}}}},
+              {"output", {{"dir", "runs/a"}}}};
+}
+
+std::string error_text(const json& doc) {
+  try {
+    job::parse_job_spec(doc, "job.json");
+  } catch (const Error& e) {
+    return std::string(e.what()) + " | " + e.hint();
+  }
+  return "";
+}
+
+}  // namespace
+
+class TestJobSpec : public QObject {
+  Q_OBJECT
+ private Q_SLOTS:
+  void minimalSpecGetsWorkingDefaults() {
+    auto spec = job::parse_job_spec(minimal(), "job.json");
+    QCOMPARE(QString::fromStdString(spec.method.type), QString("full"));
+    QCOMPARE(QString::fromStdString(spec.strategy.name), QString("auto"));
+    QCOMPARE(QString::fromStdString(spec.precision), QString("fp32"));
+    QVERIFY(spec.training.epochs.has_value());
+    QCOMPARE(*spec.training.epochs, 1.0);
+    QCOMPARE(QString::fromStdString(spec.dataset.format), QString("auto"));
+  }
+
+  void roundTripKeepsEveryChoice() {
+    auto doc = minimal();
+    doc["method"] = {{"type", "lora"}, {"rank", 4}, {"alpha", 8}, {"targets", {"q_proj"}}};
+    doc["training"] = {{"steps", 20}, {"learning_rate", 1e-3}, {"schedule", "cosine"}};
+    doc["precision"] = "bf16";
+    auto spec = job::parse_job_spec(doc, "job.json");
+    auto again = job::parse_job_spec(job::to_json(spec), "again.json");
+    QCOMPARE(job::to_json(again), job::to_json(spec));
+    QCOMPARE(*again.training.steps, 20);
+    QCOMPARE(again.method.lora_rank, 4);
+    QCOMPARE(QString::fromStdString(again.precision), QString("bf16"));
+  }
+
+  void unknownFieldIsNamedWithSuggestion() {
+    auto doc = minimal();
+    doc["training"] = {{"lerning_rate", 0.1}};
+    auto text = error_text(doc);
+    QVERIFY2(text.find("job.json: training.lerning_rate is not a known field") != std::string::npos,
+             text.c_str());
+    QVERIFY2(text.find("did you mean \"training.learning_rate\"") != std::string::npos,
+             text.c_str());
+    doc = minimal();
+    doc["colour"] = "red";
+    QVERIFY(error_text(doc).find("colour is not a known field") != std::string::npos);
+  }
+
+  void invalidValuesAreNamed() {
+    auto doc = minimal();
+    doc["method"] = {{"type", "qlora"}};
+    QVERIFY(error_text(doc).find("method.type is \"qlora\"; expected one of: full, lora") !=
+            std::string::npos);
+    doc = minimal();
+    doc["training"] = {{"batch_size", 0}};
+    QVERIFY(error_text(doc).find("training.batch_size must be at least 1") != std::string::npos);
+    doc = minimal();
+    doc["training"] = {{"steps", 5}, {"epochs", 1}};
+    QVERIFY(error_text(doc).find("both set") != std::string::npos);
+    doc = minimal();
+    doc["version"] = 2;
+    QVERIFY(error_text(doc).find("version is 2") != std::string::npos);
+    doc = minimal();
+    doc.erase("output");
+    QVERIFY(error_text(doc).find("output is missing") != std::string::npos);
+    doc = minimal();
+    doc["dataset"]["train"] = json::array();
+    QVERIFY(error_text(doc).find("dataset.train must name at least one file") !=
+            std::string::npos);
+  }
+
+  void brokenFileReportsLine() {
+    std::filesystem::create_directories(TESSERA_TEST_TMP_DIR);
+    auto path = std::filesystem::path(TESSERA_TEST_TMP_DIR) / "broken_job.json";
+    std::ofstream(path) << "{\n  \"version\": 1,\n  \"model\": {,\n}\n";
+    try {
+      job::load_job_spec(path);
+      QFAIL("expected an error");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find("broken_job.json:3: not valid JSON") != std::string::npos,
+               e.what());
+    }
+  }
+
+  void savedSpecLoadsBack() {
+    std::filesystem::create_directories(TESSERA_TEST_TMP_DIR);
+    auto path = std::filesystem::path(TESSERA_TEST_TMP_DIR) / "saved_job.json";
+    auto spec = job::parse_job_spec(minimal(), "job.json");
+    job::save_job_spec(spec, path);
+    QCOMPARE(job::to_json(job::load_job_spec(path)), job::to_json(spec));
+  }
+
+  void eventsAreVersionedJsonLines() {
+    std::filesystem::create_directories(TESSERA_TEST_TMP_DIR);
+    auto path = std::filesystem::path(TESSERA_TEST_TMP_DIR) / "events.jsonl";
+    int heard = 0;
+    {
+      job::EventSink sink;
+      sink.open(path.string());
+      sink.set_listener([&](const json&) { ++heard; });
+      sink.log("info", "hello");
+      sink.progress("train", 3, 10, 12.5);
+      sink.emit("metric", {{"step", 3}, {"loss", 2.5}, {"note", std::string("bad \xff byte")}});
+    }
+    QCOMPARE(heard, 3);
+    std::ifstream in(path);
+    std::string line;
+    std::vector<json> events;
+    while (std::getline(in, line)) events.push_back(json::parse(line));
+    QCOMPARE(events.size(), std::size_t(3));
+    for (const auto& e : events) {
+      QCOMPARE(e["v"].get<int>(), job::kEventVersion);
+      QVERIFY(e["t"].is_number());
+    }
+    QCOMPARE(QString::fromStdString(events[1]["type"].get<std::string>()), QString("progress"));
+    QCOMPARE(events[1]["eta_s"].get<double>(), 12.5);
+    QCOMPARE(events[2]["loss"].get<double>(), 2.5);
+  }
+};
+
+QTEST_APPLESS_MAIN(TestJobSpec)
+#include "test_job_spec.moc"
