@@ -1,0 +1,85 @@
+// tessera-cli tokenize: the token ids that transformers' tokenizer(text)["input_ids"] gives.
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "core/error.h"
+#include "core/files.h"
+#include "hf/tokenizer/tokenizer.h"
+
+namespace tessera::cli {
+namespace {
+
+// Tokens shown to a person: byte-level symbols stay as they are in the vocabulary, since that
+// is what a user will search for in tokenizer.json.
+void print_readable(const hf::Tokenizer& tok, std::size_t index,
+                    const std::vector<std::int32_t>& ids) {
+  std::cout << "text " << index + 1 << ": " << ids.size() << " tokens\n  ids:    [";
+  for (std::size_t i = 0; i < ids.size(); ++i) std::cout << (i ? ", " : "") << ids[i];
+  std::cout << "]\n  tokens: [";
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    auto token = tok.id_to_token(ids[i]);
+    std::cout << (i ? ", " : "")
+              << nlohmann::json(token.value_or("?"))
+                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  std::cout << "]\n";
+}
+
+int run_tokenize(const std::vector<std::string>& raw) {
+  Args args(raw, {"--json", "--no-special"}, {"--model", "--file"});
+  const std::string* model = args.option("--model");
+  if (model == nullptr) throw UsageError{"--model PATH is required"};
+  const std::string* file = args.option("--file");
+  if (file != nullptr && !args.positionals().empty())
+    throw UsageError{"give either TEXT arguments or --file, not both"};
+  if (file == nullptr && args.positionals().empty())
+    throw UsageError{"nothing to tokenize: give TEXT arguments or --file F"};
+
+  std::vector<std::string> texts;
+  if (file != nullptr) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(*file, ec))
+      throw_invalid(*file + ": no such file", "--file takes a text file, one input per line");
+    const std::string contents = core::read_text_file(*file);
+    std::size_t start = 0;
+    while (start < contents.size()) {
+      std::size_t end = contents.find('\n', start);
+      if (end == std::string::npos) end = contents.size();
+      std::string line = contents.substr(start, end - start);
+      if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files
+      texts.push_back(std::move(line));
+      start = end + 1;
+    }
+  } else {
+    texts = args.positionals();
+  }
+
+  const hf::Tokenizer tok = hf::Tokenizer::from_folder(*model);
+  const bool add_special = !args.flag("--no-special");
+  const bool json = args.flag("--json");
+  if (!json)
+    std::cout << "tokenizer: " << tok.model_kind() << ", " << tok.vocab_size() << " tokens\n";
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    const auto ids = tok.encode(texts[i], add_special);
+    if (json) {
+      std::cout << nlohmann::json(ids).dump() << "\n";
+    } else {
+      print_readable(tok, i, ids);
+    }
+  }
+  std::cout.flush();
+  if (!std::cout) throw_io("cannot write to standard output");
+  return 0;
+}
+
+const RegisterCommand kRegister{{
+    "tokenize",
+    "tokenize --model PATH [--json] [--no-special] (TEXT... | --file F)",
+    "print the token ids of texts (model folder or tokenizer.json), as transformers gives them",
+    run_tokenize,
+}};
+
+}  // namespace
+}  // namespace tessera::cli
