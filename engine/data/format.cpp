@@ -1,0 +1,583 @@
+// Format detection, column mapping and row -> TokenizedExample (see format.h for layouts).
+#include "data/format.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <set>
+
+#include "core/error.h"
+
+namespace tessera::data {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string join_columns(const std::vector<std::string>& columns) {
+  std::string out;
+  for (const auto& c : columns) out += (out.empty() ? "'" : ", '") + c + "'";
+  return out.empty() ? "none" : out;
+}
+
+// The first column whose lower-cased name is one of `aliases` (in alias order).
+std::optional<std::string> find_column(const std::vector<std::string>& columns,
+                                       std::initializer_list<const char*> aliases) {
+  for (const char* alias : aliases)
+    for (const auto& c : columns)
+      if (lower(c) == alias) return c;
+  return std::nullopt;
+}
+
+std::map<std::string, std::string> roles_by_name(FormatKind kind,
+                                                 const std::vector<std::string>& columns) {
+  std::map<std::string, std::string> roles;
+  auto put = [&](const char* role, std::optional<std::string> column) {
+    if (column) roles[role] = *column;
+  };
+  switch (kind) {
+    case FormatKind::Chat:
+      put("messages", find_column(columns, {"messages", "conversations", "conversation", "chat",
+                                            "dialog", "dialogue"}));
+      break;
+    case FormatKind::Instruction:
+      if (auto instruction = find_column(columns, {"instruction"})) {
+        roles["instruction"] = *instruction;
+        put("input", find_column(columns, {"input", "context"}));
+        put("output", find_column(columns, {"output", "response", "answer"}));
+      } else {
+        put("prompt", find_column(columns, {"prompt", "question", "query"}));
+        put("completion", find_column(columns, {"completion", "response", "answer"}));
+      }
+      break;
+    case FormatKind::Classification:
+      put("text", find_column(columns, {"text", "sentence", "content"}));
+      put("label", find_column(columns, {"label", "labels"}));
+      break;
+    case FormatKind::Text:
+      put("text", find_column(columns, {"text", "content", "document"}));
+      if (!roles.count("text") && columns.size() == 1) roles["text"] = columns.front();
+      break;
+  }
+  return roles;
+}
+
+// Missing required roles, e.g. {"output"}.
+std::vector<std::string> missing_roles(const DatasetFormat& f) {
+  std::vector<std::string> missing;
+  auto need = [&](const char* role) {
+    if (!f.columns.count(role)) missing.push_back(role);
+  };
+  switch (f.kind) {
+    case FormatKind::Chat:
+      need("messages");
+      break;
+    case FormatKind::Instruction:
+      if (f.columns.count("prompt") || f.columns.count("completion")) {
+        need("prompt");
+        need("completion");
+      } else {
+        need("instruction");
+        need("output");
+      }
+      break;
+    case FormatKind::Classification:
+      need("text");
+      need("label");
+      break;
+    case FormatKind::Text:
+      need("text");
+      break;
+  }
+  return missing;
+}
+
+const char* kMappingHint =
+    "name the format and map its columns, e.g. --format instruction --column "
+    "instruction=question --column output=answer";
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
+}
+
+// An integer written as a JSON number or as decimal digits in a string ("3", "-1").
+std::optional<std::int64_t> integer_value(const Json& v) {
+  if (v.is_number_integer()) return v.get<std::int64_t>();
+  if (v.is_string()) {
+    const auto& s = v.get_ref<const std::string&>();
+    std::int64_t out = 0;
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    if (ec == std::errc() && ptr == s.data() + s.size() && !s.empty()) return out;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+const char* format_kind_name(FormatKind kind) {
+  switch (kind) {
+    case FormatKind::Text:
+      return "text";
+    case FormatKind::Instruction:
+      return "instruction";
+    case FormatKind::Chat:
+      return "chat";
+    case FormatKind::Classification:
+      return "classification";
+  }
+  return "?";
+}
+
+FormatKind parse_format_kind(const std::string& name) {
+  const std::string n = lower(name);
+  if (n == "text") return FormatKind::Text;
+  if (n == "instruction") return FormatKind::Instruction;
+  if (n == "chat") return FormatKind::Chat;
+  if (n == "classification") return FormatKind::Classification;
+  throw_invalid("unknown dataset format '" + name + "'",
+                "use text, instruction, chat or classification");
+}
+
+std::string DatasetFormat::describe() const {
+  std::string out = format_kind_name(kind);
+  out += " (";
+  bool first = true;
+  for (const auto& [role, column] : columns) {
+    out += (first ? "" : ", ") + role + "='" + column + "'";
+    first = false;
+  }
+  return out + ")";
+}
+
+DatasetFormat detect_format(const std::vector<std::string>& columns, const std::string& source) {
+  for (FormatKind kind :
+       {FormatKind::Chat, FormatKind::Instruction, FormatKind::Classification, FormatKind::Text}) {
+    DatasetFormat f{kind, roles_by_name(kind, columns)};
+    if (missing_roles(f).empty()) return f;
+  }
+  throw_invalid(
+      source + ": cannot tell the dataset format from its columns (" + join_columns(columns) + ")",
+      std::string("expected messages (chat), instruction+output or prompt+completion "
+                  "(instruction), text+label (classification) or text; otherwise ") +
+          kMappingHint);
+}
+
+DatasetFormat resolve_format(const std::vector<std::string>& columns, const std::string& source,
+                             std::optional<FormatKind> kind,
+                             const std::map<std::string, std::string>& overrides) {
+  if (!kind && overrides.empty()) return detect_format(columns, source);
+  if (!kind) {  // the roles named say which format is meant
+    auto has = [&](const char* role) { return overrides.count(role) > 0; };
+    if (has("messages"))
+      kind = FormatKind::Chat;
+    else if (has("instruction") || has("output") || has("prompt") || has("completion") ||
+             has("input"))
+      kind = FormatKind::Instruction;
+    else if (has("label"))
+      kind = FormatKind::Classification;
+    else
+      kind = detect_format(columns, source).kind;
+  }
+  DatasetFormat f{*kind, roles_by_name(*kind, columns)};
+  static const std::map<FormatKind, std::set<std::string>> known_roles = {
+      {FormatKind::Text, {"text"}},
+      {FormatKind::Instruction, {"instruction", "input", "output", "prompt", "completion"}},
+      {FormatKind::Chat, {"messages"}},
+      {FormatKind::Classification, {"text", "label"}}};
+  const bool wants_prompt = overrides.count("prompt") || overrides.count("completion");
+  const bool wants_instruction = overrides.count("instruction") || overrides.count("output");
+  if (wants_prompt && !wants_instruction) {
+    f.columns.erase("instruction");
+    f.columns.erase("input");
+    f.columns.erase("output");
+  } else if (wants_instruction) {
+    f.columns.erase("prompt");
+    f.columns.erase("completion");
+  }
+  for (const auto& [role, column] : overrides) {
+    if (!known_roles.at(*kind).count(role))
+      throw_invalid("column mapping: '" + role + "' is not a role of the " +
+                        format_kind_name(*kind) + " format",
+                    *kind == FormatKind::Instruction
+                        ? "roles: instruction, input, output (or prompt, completion)"
+                        : "see the format's roles in the documentation");
+    if (std::find(columns.begin(), columns.end(), column) == columns.end())
+      throw_invalid(source + ": column '" + column + "' (mapped to " + role +
+                        ") does not exist; columns: " + join_columns(columns),
+                    "check the column name (case matters)");
+    f.columns[role] = column;
+  }
+  if (auto missing = missing_roles(f); !missing.empty())
+    throw_invalid(source + ": the " + std::string(format_kind_name(*kind)) +
+                      " format needs a column for '" + missing.front() +
+                      "', and none was found among " + join_columns(columns),
+                  kMappingHint);
+  return f;
+}
+
+std::string LabelSet::describe() const {
+  if (integer && names.empty()) return "integer class ids";
+  std::string out = std::to_string(names.size()) + " labels: ";
+  for (std::size_t i = 0; i < names.size(); ++i)
+    out += (i ? ", " : "") + std::to_string(i) + "=" + names[i];
+  return out;
+}
+
+LabelSet derive_labels(const DatasetReader& reader, const std::string& column,
+                       const std::vector<std::string>& id2label) {
+  std::set<std::string> strings;
+  bool all_integers = true;
+  for (std::size_t i = 0; i < reader.num_rows(); ++i) {
+    const Row row = reader.row(i);
+    auto it = row.find(column);
+    if (it == row.end() || it->is_null())
+      throw_invalid(reader.row_location(i) + ": the label column '" + column + "' is missing",
+                    "give every row a label");
+    if (!it->is_string() && !it->is_number_integer())
+      throw_invalid(reader.row_location(i) + ": label '" + column + "' is a " + it->type_name() +
+                    "; expected a class name or an integer id");
+    const auto as_int = integer_value(*it);
+    if (as_int && *as_int < 0)
+      throw_invalid(reader.row_location(i) + ": label " + std::to_string(*as_int) +
+                    " is negative; class ids start at 0");
+    if (!as_int) all_integers = false;
+    strings.insert(value_to_text(*it));
+  }
+  LabelSet set;
+  if (!id2label.empty()) {
+    set.names = id2label;
+    set.integer = all_integers;
+    if (!all_integers)
+      for (const auto& s : strings)
+        if (std::find(id2label.begin(), id2label.end(), s) == id2label.end())
+          throw_invalid(reader.path().string() + ": label '" + s +
+                            "' is not one of the model's labels (" + join_columns(id2label) + ")",
+                        "map the labels to the model's id2label names, or use integer ids");
+    return set;
+  }
+  set.integer = all_integers;
+  if (!all_integers) set.names.assign(strings.begin(), strings.end());
+  return set;
+}
+
+nlohmann::ordered_json normalize_messages(const nlohmann::ordered_json& value,
+                                          const std::string& location) {
+  const char* hint = "write messages as [{\"role\": \"user\", \"content\": \"...\"}, ...]";
+  if (value.is_string()) {
+    // Some exports store the list as a JSON string.
+    try {
+      return normalize_messages(Json::parse(value.get<std::string>()), location);
+    } catch (const nlohmann::json::parse_error&) {
+      throw_invalid(location + ": messages is a string, not a list of messages", hint);
+    }
+  }
+  if (!value.is_array() || value.empty())
+    throw_invalid(location + ": messages must be a non-empty list, found " +
+                      (value.is_array() ? std::string("an empty list") : value.type_name()),
+                  hint);
+  Json out = Json::array();
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const Json& m = value[i];
+    const std::string where = location + ": message " + std::to_string(i + 1);
+    if (!m.is_object()) throw_invalid(where + " is a " + m.type_name() + ", not an object", hint);
+    const Json* role = m.contains("role") ? &m["role"] : m.contains("from") ? &m["from"] : nullptr;
+    const Json* content = m.contains("content") ? &m["content"]
+                          : m.contains("value") ? &m["value"]
+                                                : nullptr;
+    if (!role || !role->is_string()) throw_invalid(where + " has no 'role' text", hint);
+    if (!content) throw_invalid(where + " has no 'content'", hint);
+    std::string r = lower(role->get<std::string>());
+    if (r == "human") r = "user";
+    if (r == "gpt" || r == "bot") r = "assistant";
+    Json msg = Json::object();
+    msg["role"] = r;
+    msg["content"] = *content;
+    for (auto it = m.begin(); it != m.end(); ++it)
+      if (it.key() != "role" && it.key() != "content" && it.key() != "from" && it.key() != "value")
+        msg[it.key()] = it.value();
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- ExampleBuilder
+
+ExampleBuilder::ExampleBuilder(DatasetFormat format, const hf::Tokenizer& tokenizer,
+                               hf::TokenizerConfig config, TokenizeOptions options, LabelSet labels)
+    : format_(std::move(format)),
+      tokenizer_(&tokenizer),
+      config_(std::move(config)),
+      options_(options),
+      labels_(std::move(labels)) {
+  // What the post-processor adds around a text: the part before it is the BOS prefix
+  // (<s> for Llama, [CLS] for BERT, nothing for GPT-2); the part after is the EOS fallback.
+  const auto plain = tokenizer.encode("a", false);
+  const auto with = tokenizer.encode("a", true);
+  std::vector<std::int32_t> suffix;
+  if (!plain.empty()) {
+    auto at = std::search(with.begin(), with.end(), plain.begin(), plain.end());
+    if (at != with.end()) {
+      bos_prefix_.assign(with.begin(), at);
+      suffix.assign(at + static_cast<std::ptrdiff_t>(plain.size()), with.end());
+    }
+  }
+  if (config_.eos_token) eos_id_ = tokenizer.token_to_id(*config_.eos_token);
+  if (!eos_id_ && suffix.size() == 1) eos_id_ = suffix.front();
+  if (config_.chat_template)
+    template_ = hf::ChatTemplate::parse(*config_.chat_template, "chat_template");
+  if (format_.kind == FormatKind::Chat && !template_)
+    throw_invalid("the chat format needs the model's chat template, and its tokenizer has none",
+                  "use a model whose tokenizer_config.json (or chat_template.jinja) has a "
+                  "chat_template, or the instruction format");
+  if (packs() && options_.max_length < 2)
+    throw_invalid("packing needs a block size (max_length) of at least 2 tokens");
+}
+
+bool ExampleBuilder::packs() const {
+  return format_.kind == FormatKind::Text && options_.pack && options_.max_length > 0;
+}
+
+bool ExampleBuilder::uses_chat_template() const {
+  return format_.kind == FormatKind::Chat ||
+         (format_.kind == FormatKind::Instruction && options_.use_chat_template && template_);
+}
+
+std::vector<std::int32_t> ExampleBuilder::encode(const std::string& text) const {
+  return tokenizer_->encode(text, false);
+}
+
+void ExampleBuilder::truncate(TokenizedExample& ex) const {
+  if (options_.max_length == 0 || ex.input_ids.size() <= options_.max_length) return;
+  ex.input_ids.resize(options_.max_length);
+  if (!ex.labels.empty()) ex.labels.resize(options_.max_length);
+}
+
+TokenizedExample ExampleBuilder::causal(std::vector<std::int32_t> prompt,
+                                        std::vector<std::int32_t> response,
+                                        const std::string& location) const {
+  TokenizedExample ex;
+  ex.input_ids = std::move(prompt);
+  ex.labels.assign(ex.input_ids.size(), kIgnoreIndex);
+  ex.input_ids.insert(ex.input_ids.end(), response.begin(), response.end());
+  ex.labels.insert(ex.labels.end(), response.begin(), response.end());
+  truncate(ex);
+  if (std::all_of(ex.labels.begin(), ex.labels.end(), [](auto l) { return l == kIgnoreIndex; }))
+    throw_invalid(location + ": no response token is left within max_length " +
+                      std::to_string(options_.max_length) + " (the prompt takes it all)",
+                  "raise max_length, shorten the prompt, or skip such rows");
+  return ex;
+}
+
+TokenizedExample ExampleBuilder::build_chat(const nlohmann::ordered_json& messages,
+                                            const std::string& location) const {
+  if (!template_)
+    throw_invalid(location + ": the chat format needs a chat template, and there is none");
+  const Json no_extra;
+  const std::string full = template_->render(messages, false, config_, no_extra);
+  std::vector<std::pair<std::string, bool>> pieces;  // text, learned
+  std::size_t pos = 0;
+  for (std::size_t k = 0; k < messages.size(); ++k) {
+    if (messages[k].value("role", "") != "assistant") continue;
+    Json before = Json::array(), through = Json::array();
+    for (std::size_t i = 0; i < k; ++i) before.push_back(messages[i]);
+    through = before;
+    through.push_back(messages[k]);
+    const std::string prompt = template_->render(before, true, config_, no_extra);
+    const std::string turn = template_->render(through, false, config_, no_extra);
+    if (!starts_with(turn, prompt) || !starts_with(full, turn) || prompt.size() < pos)
+      throw_invalid(location + ": the chat template does not render assistant message " +
+                        std::to_string(k + 1) +
+                        " as a continuation of the conversation before it, so its tokens "
+                        "cannot be located",
+                    "use a template that renders a conversation prefix by prefix (most do), or "
+                    "the instruction format");
+    pieces.emplace_back(full.substr(pos, prompt.size() - pos), false);
+    pieces.emplace_back(turn.substr(prompt.size()), true);
+    pos = turn.size();
+  }
+  if (pieces.empty())
+    throw_invalid(location + ": the conversation has no assistant message, so nothing to learn",
+                  "add an assistant reply, or skip such rows");
+  pieces.emplace_back(full.substr(pos), false);
+  TokenizedExample ex;
+  for (const auto& [text, learned] : pieces) {
+    if (text.empty()) continue;
+    const auto ids = encode(text);
+    ex.input_ids.insert(ex.input_ids.end(), ids.begin(), ids.end());
+    if (learned)
+      ex.labels.insert(ex.labels.end(), ids.begin(), ids.end());
+    else
+      ex.labels.insert(ex.labels.end(), ids.size(), kIgnoreIndex);
+  }
+  truncate(ex);
+  if (std::all_of(ex.labels.begin(), ex.labels.end(), [](auto l) { return l == kIgnoreIndex; }))
+    throw_invalid(location + ": no assistant token is left within max_length " +
+                      std::to_string(options_.max_length),
+                  "raise max_length, or skip such rows");
+  return ex;
+}
+
+TokenizedExample ExampleBuilder::build(const Row& row, const std::string& location) const {
+  auto value_of = [&](const char* role, bool required) -> const Json* {
+    auto col = format_.columns.find(role);
+    if (col == format_.columns.end()) return nullptr;
+    auto it = row.find(col->second);
+    if (it == row.end() || it->is_null()) {
+      if (!required) return nullptr;
+      throw_invalid(location + ": column '" + col->second + "' (" + role + ") is missing",
+                    "give every row this column, or skip such rows");
+    }
+    return &*it;
+  };
+  auto text_of = [&](const char* role, bool required) -> std::string {
+    const Json* v = value_of(role, required);
+    if (!v) return {};
+    if (!v->is_string())
+      throw_invalid(location + ": column '" + format_.columns.at(role) + "' (" + role + ") is a " +
+                        v->type_name() + "; expected text",
+                    "check the column mapping");
+    return v->get<std::string>();
+  };
+  auto with_eos = [&](std::vector<std::int32_t> ids) {
+    if (eos_id_) ids.push_back(*eos_id_);
+    return ids;
+  };
+  auto with_bos = [&](const std::vector<std::int32_t>& ids) {
+    std::vector<std::int32_t> out = bos_prefix_;
+    out.insert(out.end(), ids.begin(), ids.end());
+    return out;
+  };
+
+  switch (format_.kind) {
+    case FormatKind::Text: {
+      TokenizedExample ex;
+      ex.input_ids = with_eos(with_bos(encode(text_of("text", true))));
+      ex.labels = ex.input_ids;
+      if (!packs()) truncate(ex);
+      return ex;
+    }
+    case FormatKind::Instruction: {
+      const bool prompt_style = format_.columns.count("prompt") > 0;
+      std::string prompt, response;
+      if (prompt_style) {
+        prompt = text_of("prompt", true);
+        response = text_of("completion", true);
+      } else {
+        prompt = text_of("instruction", true);
+        response = text_of("output", true);
+      }
+      const std::string input = prompt_style ? std::string() : text_of("input", false);
+      if (uses_chat_template()) {
+        Json messages = Json::array();
+        messages.push_back(
+            {{"role", "user"}, {"content", input.empty() ? prompt : prompt + "\n\n" + input}});
+        messages.push_back({{"role", "assistant"}, {"content", response}});
+        return build_chat(messages, location);
+      }
+      if (!prompt_style) {
+        std::string layout = "### Instruction:\n" + prompt + "\n\n";
+        if (!input.empty()) layout += "### Input:\n" + input + "\n\n";
+        prompt = layout + "### Response:\n";
+      }
+      return causal(with_bos(encode(prompt)), with_eos(encode(response)), location);
+    }
+    case FormatKind::Chat:
+      return build_chat(normalize_messages(*value_of("messages", true), location), location);
+    case FormatKind::Classification: {
+      TokenizedExample ex;
+      ex.input_ids = tokenizer_->encode(text_of("text", true), true);
+      truncate(ex);
+      const Json& v = *value_of("label", true);
+      const auto as_int = integer_value(v);
+      if (labels_.integer) {
+        if (!as_int || *as_int < 0)
+          throw_invalid(location + ": label " + value_to_text(v) + " is not a class id (0, 1, …)",
+                        "use integer ids, or class names throughout");
+        if (!labels_.names.empty() && static_cast<std::uint64_t>(*as_int) >= labels_.names.size())
+          throw_invalid(location + ": label " + std::to_string(*as_int) + " is out of range; " +
+                        labels_.describe());
+        ex.label = *as_int;
+      } else {
+        const std::string name = value_to_text(v);
+        auto it = std::find(labels_.names.begin(), labels_.names.end(), name);
+        if (it == labels_.names.end())
+          throw_invalid(location + ": label '" + name + "' is not in the label list (" +
+                            labels_.describe() + ")",
+                        "derive the labels from this dataset (derive_labels)");
+        ex.label = it - labels_.names.begin();
+      }
+      return ex;
+    }
+  }
+  throw_invalid(location + ": unknown format");
+}
+
+// ---------------------------------------------------------------- packing
+
+Packer::Packer(std::size_t block_size) : block_size_(block_size) {
+  if (block_size_ == 0) throw_invalid("packing needs a block size above 0");
+}
+
+void Packer::add(const std::vector<std::int32_t>& document) {
+  pending_.insert(pending_.end(), document.begin(), document.end());
+  std::size_t start = 0;
+  while (pending_.size() - start >= block_size_) {
+    TokenizedExample block;
+    block.input_ids.assign(pending_.begin() + static_cast<std::ptrdiff_t>(start),
+                           pending_.begin() + static_cast<std::ptrdiff_t>(start + block_size_));
+    block.labels = block.input_ids;
+    ready_.push_back(std::move(block));
+    start += block_size_;
+  }
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(start));
+}
+
+std::vector<TokenizedExample> Packer::take_blocks() {
+  std::vector<TokenizedExample> out;
+  out.swap(ready_);
+  return out;
+}
+
+TokenizedDataset tokenize_rows(const DatasetReader& reader, const std::vector<std::size_t>& indices,
+                               const ExampleBuilder& builder, bool skip_bad_rows) {
+  TokenizedDataset out;
+  std::optional<Packer> packer;
+  if (builder.packs()) packer.emplace(builder.options().max_length);
+  for (std::size_t index : indices) {
+    if (index >= reader.num_rows())
+      throw_invalid(reader.path().string() + ": row index " + std::to_string(index) +
+                    " is out of range (" + std::to_string(reader.num_rows()) + " rows)");
+    TokenizedExample ex;
+    try {
+      ex = builder.build(reader.row(index), reader.row_location(index));
+    } catch (const Error& e) {
+      if (!skip_bad_rows || e.kind() != ErrorKind::InvalidInput) throw;
+      out.skipped.add(e.what());
+      continue;
+    }
+    if (packer) {
+      packer->add(ex.input_ids);
+      for (auto& block : packer->take_blocks()) out.examples.push_back(std::move(block));
+    } else {
+      out.examples.push_back(std::move(ex));
+    }
+  }
+  if (packer) out.dropped_tail_tokens = packer->pending_tokens();
+  if (out.examples.empty()) {
+    std::string why = packer ? "fewer tokens (" + std::to_string(out.dropped_tail_tokens) +
+                                   ") than one block of " +
+                                   std::to_string(builder.options().max_length)
+                             : std::string("no rows");
+    if (out.skipped.count) why += "; " + out.skipped.summary();
+    throw_invalid(reader.path().string() + ": no training examples: " + why,
+                  packer ? "lower max_length, turn packing off, or add data" : "check the data");
+  }
+  return out;
+}
+
+}  // namespace tessera::data
