@@ -47,6 +47,14 @@ if(TORCH_CXX_FLAGS)
 endif()
 get_filename_component(TESSERA_TORCH_LIB_DIR "${TORCH_LIBRARY}" DIRECTORY)
 
+# Torch's CMake puts /usr/local/cuda/lib on the link path, so ld would resolve
+# libtorch_cuda's libnccl.so.2 against the toolkit's older NCCL (undefined ncclCommGrow…).
+# Point ld at the wheel's NCCL: the one libtorch_cuda loads at run time through its RPATH.
+set(_tessera_wheel_nccl "${TESSERA_TORCH_LIB_DIR}/../../nvidia/nccl/lib")
+if(EXISTS "${_tessera_wheel_nccl}")
+  add_link_options("LINKER:-rpath-link,${_tessera_wheel_nccl}")
+endif()
+
 if(TESSERA_WITH_CUDA AND CUDAToolkit_FOUND AND CMAKE_CUDA_COMPILER)
   include(CheckLanguage)
   check_language(CUDA)

@@ -1,0 +1,179 @@
+#include "model/layers.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "core/error.h"
+
+namespace tessera::model {
+
+LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool has_bias,
+                       const torch::TensorOptions& options, Layout layout_)
+    : in_features(in), out_features(out), layout(layout_) {
+  weight = register_parameter("weight", layout == Layout::OutIn ? torch::empty({out, in}, options)
+                                                                : torch::empty({in, out}, options));
+  if (has_bias) bias = register_parameter("bias", torch::empty({out}, options));
+}
+
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  // at::linear, not torch::nn::functional::linear: the latter adds the bias in a separate
+  // step for 3-D inputs, which rounds twice in bf16 where transformers rounds once.
+  if (layout == Layout::OutIn) return torch::linear(x, weight, bias);
+  // Conv1D as transformers computes it: one addmm over the flattened rows.
+  std::vector<std::int64_t> out_shape = x.sizes().vec();
+  out_shape.back() = out_features;
+  torch::Tensor rows = x.reshape({-1, in_features});
+  torch::Tensor y = bias.defined() ? torch::addmm(bias, rows, weight) : torch::mm(rows, weight);
+  return y.view(out_shape);
+}
+
+EmbeddingImpl::EmbeddingImpl(std::int64_t n, std::int64_t dim, const torch::TensorOptions& options)
+    : num_embeddings(n) {
+  weight = register_parameter("weight", torch::empty({n, dim}, options));
+}
+
+torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) {
+  return torch::embedding(weight, ids);
+}
+
+RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, const torch::TensorOptions& options)
+    : eps(eps_) {
+  weight = register_parameter("weight", torch::empty({dim}, options));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  torch::Tensor h = x.to(torch::kFloat32);
+  torch::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
+  h = h * torch::rsqrt(variance + eps);
+  return weight * h.to(x.scalar_type());
+}
+
+LayerNormImpl::LayerNormImpl(std::int64_t dim_, double eps_, const torch::TensorOptions& options)
+    : dim(dim_), eps(eps_) {
+  weight = register_parameter("weight", torch::empty({dim}, options));
+  bias = register_parameter("bias", torch::empty({dim}, options));
+}
+
+torch::Tensor LayerNormImpl::forward(const torch::Tensor& x) {
+  return torch::layer_norm(x, {dim}, weight, bias, eps);
+}
+
+Activation activation_from_name(const std::string& name) {
+  if (name == "silu" || name == "swish") return Activation::Silu;
+  if (name == "gelu") return Activation::Gelu;
+  if (name == "gelu_pytorch_tanh") return Activation::GeluTanh;
+  if (name == "gelu_new") return Activation::GeluNew;
+  if (name == "relu") return Activation::Relu;
+  throw_unsupported("activation \"" + name + "\" is not supported",
+                    "supported: silu, gelu, gelu_new, gelu_pytorch_tanh, relu");
+}
+
+torch::Tensor activate(const torch::Tensor& x, Activation activation) {
+  switch (activation) {
+    case Activation::Silu:
+      return torch::silu(x);
+    case Activation::Gelu:
+      return torch::gelu(x);
+    case Activation::GeluTanh:
+      return torch::gelu(x, "tanh");
+    case Activation::GeluNew:
+      return 0.5 * x *
+             (1.0 + torch::tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x.pow(3.0))));
+    case Activation::Relu:
+      return torch::relu(x);
+  }
+  return x;
+}
+
+RotaryEmbedding::RotaryEmbedding(const RopeOptions& o) {
+  if (o.head_dim <= 0 || o.head_dim % 2 != 0)
+    throw_invalid("rotary embedding: head_dim " + std::to_string(o.head_dim) +
+                  " must be positive and even");
+  // Same float32 arithmetic as transformers' default rope so fp32 logits agree to ~1e-6.
+  torch::Tensor exponents = torch::arange(0, o.head_dim, 2, torch::kInt64).to(torch::kFloat32) /
+                            static_cast<float>(o.head_dim);
+  torch::Tensor inv_freq = 1.0 / torch::pow(static_cast<float>(o.theta), exponents);
+  if (o.rope_type == "linear") {
+    inv_freq = inv_freq / o.factor;
+  } else if (o.rope_type == "llama3") {
+    // Llama 3.1: long wavelengths are slowed by `factor`, short ones kept, the band between
+    // interpolated smoothly.
+    const double old_context = static_cast<double>(o.original_max_position_embeddings);
+    const double low_freq_wavelen = old_context / o.low_freq_factor;
+    const double high_freq_wavelen = old_context / o.high_freq_factor;
+    torch::Tensor wavelen = 2 * std::numbers::pi / inv_freq;
+    torch::Tensor scaled = torch::where(wavelen > low_freq_wavelen, inv_freq / o.factor, inv_freq);
+    torch::Tensor smooth =
+        (old_context / wavelen - o.low_freq_factor) / (o.high_freq_factor - o.low_freq_factor);
+    torch::Tensor smoothed = (1 - smooth) * scaled / o.factor + smooth * scaled;
+    torch::Tensor medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen);
+    inv_freq = torch::where(medium, smoothed, scaled);
+  } else if (o.rope_type != "default") {
+    throw_unsupported("rope_type \"" + o.rope_type + "\" is not supported",
+                      "supported rope types: default, linear, llama3");
+  }
+  inv_freq_ = inv_freq.to(torch::kFloat32);
+}
+
+std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::cos_sin(const torch::Tensor& positions,
+                                                                 torch::Dtype dtype) const {
+  torch::Tensor inv = inv_freq_.to(positions.device());
+  torch::Tensor freqs = positions.unsqueeze(-1).to(torch::kFloat32) * inv;
+  torch::Tensor emb = torch::cat({freqs, freqs}, -1);
+  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+}
+
+namespace {
+torch::Tensor rotate_half(const torch::Tensor& x) {
+  const std::int64_t half = x.size(-1) / 2;
+  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+}  // namespace
+
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos,
+                           const torch::Tensor& sin) {
+  torch::Tensor c = cos.unsqueeze(1);
+  torch::Tensor s = sin.unsqueeze(1);
+  return x * c + rotate_half(x) * s;
+}
+
+torch::Tensor build_attention_mask(const torch::Tensor& attention_mask, bool causal,
+                                   std::optional<std::int64_t> sliding_window) {
+  const std::int64_t t = attention_mask.size(1);
+  auto device = attention_mask.device();
+  torch::Tensor keys = attention_mask.to(torch::kBool).unsqueeze(1).unsqueeze(1);  // [B,1,1,T]
+  torch::Tensor mask = keys.expand({attention_mask.size(0), 1, t, t});
+  torch::Tensor q = torch::arange(t, torch::TensorOptions().dtype(torch::kInt64).device(device));
+  torch::Tensor qi = q.unsqueeze(1);  // query index, [T,1]
+  torch::Tensor kj = q.unsqueeze(0);  // key index, [1,T]
+  if (causal) {
+    torch::Tensor allowed = kj <= qi;
+    if (sliding_window) allowed = allowed & (kj > qi - *sliding_window);
+    mask = mask & allowed;
+  }
+  return mask;
+}
+
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& mask, double dropout, bool training,
+                        std::optional<double> scale) {
+  torch::Tensor key = k;
+  torch::Tensor value = v;
+  const std::int64_t groups = q.size(1) / k.size(1);
+  if (groups > 1) {
+    key = k.repeat_interleave(groups, 1);
+    value = v.repeat_interleave(groups, 1);
+  }
+  return at::scaled_dot_product_attention(q, key, value, mask, training ? dropout : 0.0,
+                                          /*is_causal=*/false, scale);
+}
+
+torch::Tensor split_heads(const torch::Tensor& x, std::int64_t heads, std::int64_t head_dim) {
+  return x.view({x.size(0), x.size(1), heads, head_dim}).transpose(1, 2);
+}
+
+torch::Tensor merge_heads(const torch::Tensor& x) {
+  return x.transpose(1, 2).contiguous().view({x.size(0), x.size(2), x.size(1) * x.size(3)});
+}
+
+}  // namespace tessera::model

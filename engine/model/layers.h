@@ -1,0 +1,121 @@
+#pragma once
+// The engine's own building blocks. Every model family is written with these (never with
+// torch::nn::Linear & co. directly), so that LoRA, tensor parallelism, activation
+// checkpointing and chunked parameters can wrap or swap one block type without touching the
+// families. Parameters are registered under the names HuggingFace uses ("weight", "bias").
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace tessera::model {
+
+// y = x·Wᵀ + b. `InOut` stores W as [in, out] (GPT-2's Conv1D) and computes y = x·W + b, so a
+// checkpoint's tensor loads as is under the same name.
+class LinearImpl : public torch::nn::Module {
+ public:
+  enum class Layout { OutIn, InOut };
+  LinearImpl(std::int64_t in_features, std::int64_t out_features, bool bias,
+             const torch::TensorOptions& options, Layout layout = Layout::OutIn);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  std::int64_t in_features;
+  std::int64_t out_features;
+  Layout layout;
+  torch::Tensor weight;
+  torch::Tensor bias;  // undefined when the layer has none
+};
+TORCH_MODULE(Linear);
+
+class EmbeddingImpl : public torch::nn::Module {
+ public:
+  EmbeddingImpl(std::int64_t num_embeddings, std::int64_t dim, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& ids);  // ids must be in range (checked by callers)
+
+  std::int64_t num_embeddings;
+  torch::Tensor weight;  // [num_embeddings, dim]
+};
+TORCH_MODULE(Embedding);
+
+// Llama-style RMSNorm: normalises in float32 and casts back before the weight, like
+// transformers, so bf16 results match it.
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(std::int64_t dim, double eps, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  double eps;
+  torch::Tensor weight;
+};
+TORCH_MODULE(RMSNorm);
+
+class LayerNormImpl : public torch::nn::Module {
+ public:
+  LayerNormImpl(std::int64_t dim, double eps, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  std::int64_t dim;
+  double eps;
+  torch::Tensor weight;
+  torch::Tensor bias;
+};
+TORCH_MODULE(LayerNorm);
+
+// Activation by its HuggingFace name: silu, gelu (erf), gelu_pytorch_tanh (torch's tanh
+// approximation), gelu_new (the same approximation written out as transformers does, which
+// rounds differently in bf16), relu. Unknown names raise tessera::Error (Unsupported).
+enum class Activation { Silu, Gelu, GeluTanh, GeluNew, Relu };
+Activation activation_from_name(const std::string& name);
+torch::Tensor activate(const torch::Tensor& x, Activation activation);
+
+// Rotary position embedding (rotate-half convention) with rope_scaling default, linear
+// (positions divided by `factor`) or llama3 (frequency-dependent scaling of Llama 3.1).
+struct RopeOptions {
+  std::int64_t head_dim = 0;
+  double theta = 10000.0;
+  std::string rope_type = "default";
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  std::int64_t original_max_position_embeddings = 8192;
+};
+
+class RotaryEmbedding {
+ public:
+  explicit RotaryEmbedding(const RopeOptions& options);
+  // cos and sin for `positions` [B or 1, T], computed in float32 and cast to `dtype`:
+  // [B or 1, T, head_dim] each.
+  std::pair<torch::Tensor, torch::Tensor> cos_sin(const torch::Tensor& positions,
+                                                  torch::Dtype dtype) const;
+  const torch::Tensor& inv_freq() const { return inv_freq_; }
+
+ private:
+  torch::Tensor inv_freq_;  // float32 [head_dim / 2], on the CPU; moved on use
+};
+
+// x [B, heads, T, D], cos/sin [B or 1, T, D].
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos,
+                           const torch::Tensor& sin);
+
+// Boolean attention mask [B, 1, T, T], true = may attend. Keys at padding (attention_mask 0)
+// are masked; `causal` masks future keys; `sliding_window` (causal only) keeps key j for query
+// i only when i - j < window, as transformers does. A query left with no key at all (a
+// left-padding position under a causal mask) keeps an empty row: scaled_dot_product_attention
+// (torch >= 2.5) returns zeros for it, with finite gradients, which is exactly what transformers
+// 5 computes there — so even the loss term a left-padded row's last padding position
+// contributes (it predicts the first real token) matches.
+torch::Tensor build_attention_mask(const torch::Tensor& attention_mask, bool causal,
+                                   std::optional<std::int64_t> sliding_window = std::nullopt);
+
+// Scaled dot-product attention with grouped-query heads: q [B, H, T, D], k/v [B, Hkv, T, D]
+// with H a multiple of Hkv. `mask` as from build_attention_mask.
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& mask, double dropout, bool training,
+                        std::optional<double> scale = std::nullopt);
+
+// [B, T, heads*D] → [B, heads, T, D] and back.
+torch::Tensor split_heads(const torch::Tensor& x, std::int64_t heads, std::int64_t head_dim);
+torch::Tensor merge_heads(const torch::Tensor& x);
+
+}  // namespace tessera::model

@@ -1,0 +1,302 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace tessera::model {
+namespace {
+
+std::string shape_string(c10::IntArrayRef shape) {
+  std::ostringstream s;
+  s << '[';
+  for (std::size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << ']';
+  return s.str();
+}
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+
+// "a, b, c and 12 more" — error messages stay readable for a checkpoint with thousands of names.
+std::string name_list(const std::vector<std::string>& names, std::size_t shown = 12) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size() && i < shown; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > shown) out += " and " + std::to_string(names.size() - shown) + " more";
+  return out;
+}
+
+torch::Tensor integer_tensor(const torch::Tensor& t, const char* field) {
+  if (t.scalar_type() != torch::kInt64 && t.scalar_type() != torch::kInt32 &&
+      t.scalar_type() != torch::kInt16 && t.scalar_type() != torch::kInt8 &&
+      t.scalar_type() != torch::kUInt8 && t.scalar_type() != torch::kBool)
+    throw_invalid(std::string(field) + ": expected an integer tensor, got " +
+                  std::string(c10::toString(t.scalar_type())));
+  return t.to(torch::kInt64);
+}
+
+std::optional<torch::Dtype> torch_dtype_of(hf::DType d) {
+  switch (d) {
+    case hf::DType::F64:
+      return torch::kFloat64;
+    case hf::DType::F32:
+      return torch::kFloat32;
+    case hf::DType::F16:
+      return torch::kFloat16;
+    case hf::DType::BF16:
+      return torch::kBFloat16;
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace
+
+const char* task_head_name(TaskHead head) {
+  switch (head) {
+    case TaskHead::Base:
+      return "base model";
+    case TaskHead::CausalLM:
+      return "causal LM";
+    case TaskHead::SequenceClassification:
+      return "sequence classification";
+  }
+  return "unknown";
+}
+
+ForwardOutput PretrainedModel::forward(const ForwardInput& input) {
+  if (!input.input_ids.defined()) throw_invalid("input_ids: missing");
+  if (input.input_ids.dim() != 2 || input.input_ids.size(0) < 1 || input.input_ids.size(1) < 1)
+    throw_invalid("input_ids: expected shape [batch, length] with both at least 1, got " +
+                  shape_string(input.input_ids.sizes()));
+  torch::Device device = torch::kCPU;
+  for (const auto& p : parameters()) {
+    device = p.device();
+    break;
+  }
+  ForwardInput in;
+  in.input_ids = integer_tensor(input.input_ids, "input_ids");
+  const std::int64_t lo = in.input_ids.min().item<std::int64_t>();
+  const std::int64_t hi = in.input_ids.max().item<std::int64_t>();
+  if (lo < 0 || hi >= config_.vocab_size)
+    throw_invalid("input_ids: token id " + std::to_string(lo < 0 ? lo : hi) +
+                      " is outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")",
+                  "the tokenizer and the model's config.json (vocab_size) must belong together");
+  if (input.attention_mask.defined()) {
+    if (input.attention_mask.sizes() != input.input_ids.sizes())
+      throw_invalid("attention_mask: shape " + shape_string(input.attention_mask.sizes()) +
+                    " differs from input_ids' " + shape_string(input.input_ids.sizes()));
+    in.attention_mask = integer_tensor(input.attention_mask, "attention_mask");
+    if ((in.attention_mask.ne(0) & in.attention_mask.ne(1)).any().item<bool>())
+      throw_invalid("attention_mask: values must be 0 (padding) or 1 (token)");
+  } else {
+    in.attention_mask = torch::ones_like(in.input_ids);
+  }
+  if (input.labels.defined()) {
+    if (head_ == TaskHead::Base)
+      throw_invalid("labels: a base model (" + std::string(task_head_name(head_)) +
+                    ") computes no loss; load a model with a head");
+    if (head_ == TaskHead::CausalLM) {
+      if (input.labels.sizes() != input.input_ids.sizes())
+        throw_invalid("labels: shape " + shape_string(input.labels.sizes()) +
+                      " differs from input_ids' " + shape_string(input.input_ids.sizes()));
+      in.labels = integer_tensor(input.labels, "labels");
+      torch::Tensor bad = in.labels.ne(-100) & (in.labels.lt(0) | in.labels.ge(config_.vocab_size));
+      if (bad.any().item<bool>())
+        throw_invalid("labels: values must be token ids in [0, " +
+                      std::to_string(config_.vocab_size) + ") or -100 (ignored)");
+    } else {
+      in.labels = input.labels;
+    }
+    in.labels = in.labels.to(device);
+  }
+  if (input.token_type_ids.defined()) in.token_type_ids = input.token_type_ids.to(device);
+  in.input_ids = in.input_ids.to(device);
+  in.attention_mask = in.attention_mask.to(device);
+  return run(in);
+}
+
+bool PretrainedModel::is_ignorable_tensor(const std::string& name) const {
+  if (ends_with(name, "position_ids") || ends_with(name, "rotary_emb.inv_freq") ||
+      ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias"))
+    return true;
+  // Some writers store a tied lm_head anyway; it equals the input embedding.
+  return head_ == TaskHead::CausalLM && config_.tie_word_embeddings && name == "lm_head.weight";
+}
+
+TaskHead head_from_config(const hf::ModelConfig& config) {
+  for (const auto& arch : config.architectures) {
+    if (ends_with(arch, "ForCausalLM") || ends_with(arch, "LMHeadModel")) return TaskHead::CausalLM;
+    if (ends_with(arch, "ForSequenceClassification")) return TaskHead::SequenceClassification;
+    if (ends_with(arch, "Model")) return TaskHead::Base;
+  }
+  if (!config.architectures.empty() && config.family != hf::ModelFamily::Bert)
+    throw_unsupported(
+        "config.json: architecture \"" + config.architectures.front() + "\" is not supported",
+        "supported heads: *Model (hidden states), *ForCausalLM / *LMHeadModel, "
+        "BertForSequenceClassification");
+  // BertForMaskedLM / BertForPreTraining & co.: their encoder is a BertModel.
+  return config.family == hf::ModelFamily::Bert ? TaskHead::Base : TaskHead::CausalLM;
+}
+
+std::shared_ptr<PretrainedModel> create_model(const hf::ModelConfig& config, TaskHead head,
+                                              const torch::TensorOptions& options) {
+  switch (config.family) {
+    case hf::ModelFamily::Llama:
+    case hf::ModelFamily::Mistral:
+    case hf::ModelFamily::Qwen2:
+      return create_decoder(config, head, options);
+    case hf::ModelFamily::Gpt2:
+      return create_gpt2(config, head, options);
+    case hf::ModelFamily::Bert:
+      return create_bert(config, head, options);
+  }
+  throw_unsupported("model_type \"" + config.model_type + "\" is not supported");
+}
+
+void init_weights(PretrainedModel& model, std::uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  for (auto& item : model.named_parameters()) {
+    torch::Tensor& p = item.value();
+    torch::Tensor values;
+    if (ends_with(item.key(), ".bias"))
+      values = torch::zeros(p.sizes(), torch::kFloat32);
+    else if (p.dim() == 1)  // the only 1-D weights are norm scales
+      values = torch::ones(p.sizes(), torch::kFloat32);
+    else
+      values = at::normal(0.0, 0.02, p.sizes(), generator, torch::kFloat32);
+    p.copy_(values);
+  }
+}
+
+LoadReport load_weights(PretrainedModel& model, const hf::SafetensorsCheckpoint& checkpoint) {
+  torch::NoGradGuard no_grad;
+  std::map<std::string, torch::Tensor> expected;
+  for (auto& item : model.named_parameters()) expected.emplace(item.key(), item.value());
+  const bool has_head = model.head() != TaskHead::Base;
+  const std::string prefix = model.base_prefix() + ".";
+  const std::vector<std::string> names = checkpoint.names();
+  const bool checkpoint_prefixed = std::any_of(
+      names.begin(), names.end(), [&](const std::string& n) { return starts_with(n, prefix); });
+  const std::string source = checkpoint.files().empty()
+                                 ? std::string("checkpoint")
+                                 : checkpoint.files().front()->path().parent_path().string();
+
+  LoadReport report;
+  std::vector<std::string> unexpected;
+  std::map<std::string, std::string> loaded;  // parameter name → checkpoint name
+  std::vector<std::pair<std::string, std::string>> assignments;
+  for (const std::string& name : names) {
+    std::string target;
+    if (expected.count(name))
+      target = name;
+    else if (has_head && expected.count(prefix + name))
+      target = prefix + name;  // a bare base-model checkpoint loaded under a head
+    else if (!has_head && starts_with(name, prefix) && expected.count(name.substr(prefix.size())))
+      target = name.substr(prefix.size());  // a checkpoint with a head loaded as the base model
+    if (target.empty()) {
+      if (model.is_ignorable_tensor(name) ||
+          (!has_head && checkpoint_prefixed && !starts_with(name, prefix)))
+        report.skipped.push_back(name);  // a buffer, or another task's head
+      else
+        unexpected.push_back(name);
+      continue;
+    }
+    if (auto [it, inserted] = loaded.emplace(target, name); !inserted)
+      throw_invalid(
+          source + ": tensors \"" + it->second + "\" and \"" + name +
+              "\" both map to parameter \"" + target + "\"",
+          "the checkpoint mixes names with and without the \"" + prefix + "\" prefix; keep one");
+    assignments.emplace_back(target, name);
+  }
+  std::vector<std::string> missing;
+  for (const auto& [name, tensor] : expected)
+    if (!loaded.count(name)) missing.push_back(name);
+  const std::string what = model.config().model_type + " " + task_head_name(model.head());
+  if (!missing.empty() || !unexpected.empty()) {
+    std::string message = source + ": the checkpoint does not match the " + what + ":";
+    if (!missing.empty())
+      message += " " + std::to_string(missing.size()) +
+                 " parameter(s) are missing from the checkpoint: " + name_list(missing) + ".";
+    if (!unexpected.empty())
+      message +=
+          " " + std::to_string(unexpected.size()) +
+          " tensor(s) in the checkpoint are not parameters of the model: " + name_list(unexpected) +
+          ".";
+    throw_invalid(message,
+                  "config.json (model_type, architectures, layer count, tie_word_embeddings) "
+                  "must describe the checkpoint; re-export it or fix the config");
+  }
+
+  for (const auto& [target, name] : assignments) {
+    const hf::TensorInfo& info = checkpoint.info(name);
+    torch::Tensor& param = expected.at(target);
+    if (c10::IntArrayRef(info.shape) != param.sizes())
+      throw_invalid(source + ": tensor \"" + name + "\" has shape " + shape_string(info.shape) +
+                        " but the model expects " + shape_string(param.sizes()),
+                    "the checkpoint does not match config.json (hidden_size, vocab_size, heads)");
+    std::optional<torch::Dtype> dtype = torch_dtype_of(info.dtype);
+    if (!dtype)
+      throw_invalid(source + ": tensor \"" + name + "\" has dtype " + hf::dtype_name(info.dtype) +
+                        "; a parameter must be F32, F16, BF16 or F64",
+                    "re-export the checkpoint with floating-point weights");
+    hf::TensorView view = checkpoint.view(name);
+    // The mapping outlives this copy; from_blob only reads.
+    torch::Tensor src = torch::from_blob(const_cast<std::uint8_t*>(view.bytes.data()), info.shape,
+                                         torch::TensorOptions().dtype(*dtype));
+    param.copy_(src);
+  }
+  return report;
+}
+
+std::shared_ptr<PretrainedModel> load_pretrained(const std::filesystem::path& dir,
+                                                 torch::Dtype dtype, torch::Device device,
+                                                 LoadReport* report) {
+  hf::ModelConfig config = hf::load_model_config(dir / "config.json");
+  std::shared_ptr<PretrainedModel> model = create_model(
+      config, head_from_config(config), torch::TensorOptions().dtype(dtype).device(device));
+  hf::SafetensorsCheckpoint checkpoint = hf::SafetensorsCheckpoint::open(dir);
+  LoadReport r = load_weights(*model, checkpoint);
+  if (report) *report = std::move(r);
+  model->eval();
+  return model;
+}
+
+torch::Dtype dtype_from_string(const std::string& name) {
+  if (name == "float32" || name == "fp32" || name == "f32") return torch::kFloat32;
+  if (name == "bfloat16" || name == "bf16") return torch::kBFloat16;
+  if (name == "float16" || name == "fp16" || name == "f16") return torch::kFloat16;
+  throw_invalid("dtype \"" + name + "\" is not supported", "use float32, bfloat16 or float16");
+}
+
+torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels) {
+  // Predict token t+1 from position t: shift labels left, the last position predicts nothing.
+  torch::Tensor shifted =
+      torch::nn::functional::pad(labels, torch::nn::functional::PadFuncOptions({0, 1}).value(-100))
+          .narrow(1, 1, labels.size(1));
+  return torch::nn::functional::cross_entropy(
+      logits.to(torch::kFloat32).reshape({-1, logits.size(-1)}), shifted.reshape({-1}),
+      torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+}
+
+double config_dropout(const hf::ModelConfig& config, const char* key, double fallback) {
+  if (!config.raw.is_object() || !config.raw.contains(key) || !config.raw[key].is_number())
+    return fallback;
+  const double p = config.raw[key].get<double>();
+  if (!(p >= 0.0 && p < 1.0))
+    throw_invalid(std::string("config.json: ") + key + " must be in [0, 1), got " +
+                  std::to_string(p));
+  return p;
+}
+
+}  // namespace tessera::model

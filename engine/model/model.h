@@ -1,0 +1,134 @@
+#pragma once
+// Model families keyed by HuggingFace model_type, built from engine/model/layers.h:
+//   llama / mistral / qwen2  one decoder (RMSNorm, RoPE none/linear/llama3, GQA, gated SiLU MLP;
+//                            qwen2 adds q/k/v bias; mistral's sliding_window is honoured)
+//   gpt2                     learned positions, Conv1D ([in, out]) weights, tied lm_head
+//   bert                     BertModel (last hidden state + pooler) and
+//                            BertForSequenceClassification (pooler → classifier)
+//
+// Parameter names: `named_parameters()` of the returned module yields exactly the names of the
+// matching transformers class, e.g. `model.layers.0.self_attn.q_proj.weight` (LlamaForCausalLM),
+// `transformer.h.0.attn.c_attn.weight` (GPT2LMHeadModel), `bert.encoder.layer.0.attention.self.
+// query.weight` and `classifier.weight` (BertForSequenceClassification), or
+// `encoder.layer.0…` for a bare BertModel. A tied lm_head is not a parameter of its own (as in
+// transformers): the logits use the input embedding's weight.
+//
+// Numerics (checked by tests/parity/test_model_parity.py against transformers 5):
+//   float32: logits, hidden states and loss within 1e-4 (max abs) of transformers (measured:
+//   identical for llama/mistral/qwen2/bert, <= 2e-6 for gpt2).
+//   bfloat16: every op runs in the order and precision transformers uses (bias fused into the
+//   matmul, RMSNorm and rotary tables in float32, gelu_new written out), so on the CPU the
+//   logits are bit-identical to transformers in bf16. The test bound is max abs logits
+//   difference <= 0.0625, mean <= 0.01, loss <= 0.01, leaving room for other kernels' rounding;
+//   against float32 the bf16 logits drift by up to ~0.11 (bound 0.25) for logits of std ~1.2.
+//
+// Positions: like transformers 5 when only attention_mask is given, position ids are 0..T-1
+// for every row, whatever the padding (left padding therefore shifts positions; that is what
+// transformers computes and what a fine-tuned model saw).
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hf/config.h"
+#include "hf/safetensors.h"
+
+namespace tessera::model {
+
+// Which transformers class a model mirrors.
+enum class TaskHead {
+  Base,                    // LlamaModel / GPT2Model / BertModel: hidden states only
+  CausalLM,                // *ForCausalLM, GPT2LMHeadModel
+  SequenceClassification,  // BertForSequenceClassification
+};
+const char* task_head_name(TaskHead head);
+
+struct ForwardInput {
+  torch::Tensor input_ids;       // [B, T] int64, required
+  torch::Tensor attention_mask;  // [B, T], 1 = token, 0 = padding; all ones when undefined
+  torch::Tensor labels;          // optional: [B, T] for CausalLM (-100 ignored, shifted inside),
+                                 // [B] for SequenceClassification
+  torch::Tensor token_type_ids;  // optional, bert only: [B, T], zeros when undefined
+};
+
+struct ForwardOutput {
+  torch::Tensor logits;         // CausalLM: [B, T, vocab]; SequenceClassification: [B, labels]
+  torch::Tensor loss;           // scalar float32, defined when labels were given
+  torch::Tensor hidden_states;  // last hidden state [B, T, hidden] (after the final norm)
+};
+
+class PretrainedModel : public torch::nn::Module {
+ public:
+  PretrainedModel(hf::ModelConfig config, TaskHead head)
+      : config_(std::move(config)), head_(head) {}
+  // Validates the input (shapes, dtypes, token ids within the vocabulary) and runs the model.
+  ForwardOutput forward(const ForwardInput& input);
+
+  const hf::ModelConfig& config() const { return config_; }
+  TaskHead head() const { return head_; }
+  // The transformers `base_model_prefix` ("model", "transformer", "bert"): the name under which
+  // a model with a head holds its base model. Checkpoints of a bare base model lack it.
+  virtual std::string base_prefix() const = 0;
+  // Checkpoint names that are not parameters and may be skipped (buffers such as
+  // `position_ids` or rotary `inv_freq`, GPT-2's `attn.bias`, a tied `lm_head.weight`).
+  virtual bool is_ignorable_tensor(const std::string& name) const;
+
+ protected:
+  virtual ForwardOutput run(const ForwardInput& input) = 0;
+
+ private:
+  hf::ModelConfig config_;
+  TaskHead head_;
+};
+
+// The head a config asks for (from `architectures`), e.g. LlamaForCausalLM → CausalLM,
+// BertModel → Base. Without `architectures`: CausalLM for decoders, Base for bert.
+TaskHead head_from_config(const hf::ModelConfig& config);
+
+// Builds an uninitialised model (parameters allocated, contents undefined) with the given
+// dtype/device. Throws tessera::Error (Unsupported) for a family/head pair we do not have.
+std::shared_ptr<PretrainedModel> create_model(const hf::ModelConfig& config, TaskHead head,
+                                              const torch::TensorOptions& options = {});
+
+// Fills parameters with transformers-like random init (normal(0, 0.02) matrices, unit norm
+// weights, zero biases), for tests and training from scratch.
+void init_weights(PretrainedModel& model, std::uint64_t seed);
+
+struct LoadReport {
+  std::vector<std::string> skipped;  // checkpoint tensors deliberately not loaded
+};
+
+// Copies every checkpoint tensor into the parameter with the same HF name, converting
+// F32/F16/BF16 (and F64) to the parameter's dtype. Adds or strips the base prefix when the
+// checkpoint is of a bare base model or of a model with a head. Missing parameters,
+// unexpected tensors, shape or dtype mismatches raise tessera::Error (InvalidInput) listing the
+// names and shapes.
+LoadReport load_weights(PretrainedModel& model, const hf::SafetensorsCheckpoint& checkpoint);
+
+// config.json + safetensors of `dir` → a loaded model in eval mode.
+std::shared_ptr<PretrainedModel> load_pretrained(const std::filesystem::path& dir,
+                                                 torch::Dtype dtype = torch::kFloat32,
+                                                 torch::Device device = torch::kCPU,
+                                                 LoadReport* report = nullptr);
+
+// Parses a dtype name as users write it: float32/fp32/f32, bfloat16/bf16, float16/fp16/f16.
+torch::Dtype dtype_from_string(const std::string& name);
+
+// Family constructors (defined in decoder.cpp, gpt2.cpp, bert.cpp).
+std::shared_ptr<PretrainedModel> create_decoder(const hf::ModelConfig& config, TaskHead head,
+                                                const torch::TensorOptions& options);
+std::shared_ptr<PretrainedModel> create_gpt2(const hf::ModelConfig& config, TaskHead head,
+                                             const torch::TensorOptions& options);
+std::shared_ptr<PretrainedModel> create_bert(const hf::ModelConfig& config, TaskHead head,
+                                             const torch::TensorOptions& options);
+
+// Shared by the families: causal-LM loss as transformers computes it (labels shifted left by
+// one, -100 ignored, mean over the remaining tokens, logits upcast to float32).
+torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels);
+
+// A dropout probability from the raw config (`key`), `fallback` when absent.
+double config_dropout(const hf::ModelConfig& config, const char* key, double fallback);
+
+}  // namespace tessera::model

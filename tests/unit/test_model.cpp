@@ -1,0 +1,325 @@
+// Model families: parameter names equal transformers' names, checkpoints load (with or without
+// the base-model prefix), and bad checkpoints or inputs give errors naming the tensor or field.
+#include <torch/torch.h>
+
+#include <QtTest>
+#include <filesystem>
+#include <functional>
+#include <set>
+
+#include "core/error.h"
+#include "core/files.h"
+#include "hf/config.h"
+#include "hf/safetensors.h"
+#include "model/model.h"
+
+using nlohmann::json;
+using tessera::Error;
+using tessera::ErrorKind;
+using namespace tessera::model;
+namespace fs = std::filesystem;
+
+namespace {
+
+json llama_config() {
+  return json{{"model_type", "llama"},
+              {"architectures", {"LlamaForCausalLM"}},
+              {"vocab_size", 50},
+              {"hidden_size", 16},
+              {"intermediate_size", 24},
+              {"num_hidden_layers", 1},
+              {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},
+              {"rms_norm_eps", 1e-5},
+              {"max_position_embeddings", 64},
+              {"tie_word_embeddings", false}};
+}
+
+json gpt2_config() {
+  return json{{"model_type", "gpt2"}, {"architectures", {"GPT2LMHeadModel"}},
+              {"vocab_size", 50},     {"n_embd", 16},
+              {"n_layer", 1},         {"n_head", 2},
+              {"n_positions", 32}};
+}
+
+json bert_config(const char* architecture) {
+  return json{{"model_type", "bert"},     {"architectures", {architecture}},
+              {"vocab_size", 50},         {"hidden_size", 16},
+              {"intermediate_size", 32},  {"num_hidden_layers", 1},
+              {"num_attention_heads", 2}, {"max_position_embeddings", 32},
+              {"type_vocab_size", 2},     {"num_labels", 3}};
+}
+
+std::shared_ptr<PretrainedModel> make(const json& config) {
+  auto c = tessera::hf::parse_model_config(config, "config.json");
+  auto model = create_model(c, head_from_config(c));
+  init_weights(*model, 7);
+  model->eval();
+  return model;
+}
+
+std::set<std::string> parameter_names(PretrainedModel& model) {
+  std::set<std::string> names;
+  for (const auto& item : model.named_parameters()) names.insert(item.key());
+  return names;
+}
+
+// Writes `model`'s parameters as a HF model folder; `rename` maps a name to the checkpoint name
+// (empty = leave the tensor out), `reshape` may replace a tensor.
+fs::path save(PretrainedModel& model, const json& config, const std::string& folder,
+              std::function<std::string(const std::string&)> rename = {},
+              std::function<torch::Tensor(const std::string&, torch::Tensor)> replace = {}) {
+  fs::path dir = fs::path(TESSERA_TEST_TMP_DIR) / "model" / folder;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  tessera::core::write_file_atomic(dir / "config.json", config.dump());
+  std::vector<torch::Tensor> keep;
+  std::vector<tessera::hf::TensorToWrite> tensors;
+  for (const auto& item : model.named_parameters()) {
+    std::string name = rename ? rename(item.key()) : item.key();
+    if (name.empty()) continue;
+    torch::Tensor t = item.value().detach().to(torch::kFloat32).contiguous();
+    if (replace) t = replace(item.key(), t).contiguous();
+    keep.push_back(t);
+    tessera::hf::TensorToWrite w;
+    w.name = name;
+    w.dtype =
+        t.scalar_type() == torch::kBFloat16 ? tessera::hf::DType::BF16 : tessera::hf::DType::F32;
+    w.shape.assign(t.sizes().begin(), t.sizes().end());
+    w.bytes = {reinterpret_cast<const std::uint8_t*>(t.data_ptr()),
+               static_cast<std::size_t>(t.numel() * t.element_size())};
+    tensors.push_back(w);
+  }
+  tessera::hf::write_safetensors(dir / "model.safetensors", tensors);
+  return dir;
+}
+
+template <typename F>
+void expect_error(F&& f, ErrorKind kind, std::initializer_list<std::string> needles) {
+  try {
+    f();
+    QFAIL("expected an error");
+  } catch (const Error& e) {
+    std::string text = std::string(e.what()) + " | " + e.hint();
+    QVERIFY2(e.kind() == kind, text.c_str());
+    for (const auto& n : needles)
+      QVERIFY2(text.find(n) != std::string::npos, (text + " lacks: " + n).c_str());
+  }
+}
+
+ForwardInput batch(std::vector<std::vector<std::int64_t>> rows, std::int64_t pad_to) {
+  ForwardInput in;
+  in.input_ids = torch::zeros({static_cast<std::int64_t>(rows.size()), pad_to}, torch::kInt64);
+  in.attention_mask = torch::zeros_like(in.input_ids);
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    for (std::size_t i = 0; i < rows[r].size(); ++i) {
+      in.input_ids[r][i] = rows[r][i];
+      in.attention_mask[r][i] = 1;
+    }
+  return in;
+}
+
+}  // namespace
+
+class TestModel : public QObject {
+  Q_OBJECT
+ private Q_SLOTS:
+  void llamaNamesAreHfNames() {
+    auto model = make(llama_config());
+    std::set<std::string> expected = {"model.embed_tokens.weight",
+                                      "model.layers.0.self_attn.q_proj.weight",
+                                      "model.layers.0.self_attn.k_proj.weight",
+                                      "model.layers.0.self_attn.v_proj.weight",
+                                      "model.layers.0.self_attn.o_proj.weight",
+                                      "model.layers.0.mlp.gate_proj.weight",
+                                      "model.layers.0.mlp.up_proj.weight",
+                                      "model.layers.0.mlp.down_proj.weight",
+                                      "model.layers.0.input_layernorm.weight",
+                                      "model.layers.0.post_attention_layernorm.weight",
+                                      "model.norm.weight",
+                                      "lm_head.weight"};
+    QCOMPARE(parameter_names(*model), expected);
+    QCOMPARE(model->named_parameters()["model.layers.0.self_attn.k_proj.weight"].sizes().vec(),
+             (std::vector<std::int64_t>{8, 16}));  // 2 kv heads × head_dim 4
+
+    json tied = llama_config();
+    tied["tie_word_embeddings"] = true;
+    expected.erase("lm_head.weight");  // tied: lm_head is the embedding, as in transformers
+    QCOMPARE(parameter_names(*make(tied)), expected);
+
+    json qwen = llama_config();
+    qwen["model_type"] = "qwen2";
+    auto names = parameter_names(*make(qwen));
+    QVERIFY(names.count("model.layers.0.self_attn.q_proj.bias"));
+    QVERIFY(names.count("model.layers.0.self_attn.v_proj.bias"));
+    QVERIFY(!names.count("model.layers.0.self_attn.o_proj.bias"));
+
+    json base = llama_config();
+    base["architectures"] = {"LlamaModel"};
+    names = parameter_names(*make(base));
+    QVERIFY(names.count("layers.0.self_attn.q_proj.weight"));
+    QVERIFY(!names.count("lm_head.weight"));
+  }
+
+  void gpt2AndBertNamesAreHfNames() {
+    auto gpt2 = make(gpt2_config());
+    auto names = parameter_names(*gpt2);
+    QVERIFY(names.count("transformer.h.0.attn.c_attn.weight"));
+    QVERIFY(names.count("transformer.wpe.weight"));
+    QVERIFY(!names.count("lm_head.weight"));  // tied by default
+    // Conv1D keeps HF's [in, out] layout.
+    QCOMPARE(gpt2->named_parameters()["transformer.h.0.attn.c_attn.weight"].sizes().vec(),
+             (std::vector<std::int64_t>{16, 48}));
+
+    names = parameter_names(*make(bert_config("BertForSequenceClassification")));
+    QVERIFY(names.count("bert.encoder.layer.0.attention.self.query.weight"));
+    QVERIFY(names.count("bert.encoder.layer.0.attention.output.LayerNorm.weight"));
+    QVERIFY(names.count("bert.pooler.dense.weight"));
+    QVERIFY(names.count("classifier.weight"));
+    names = parameter_names(*make(bert_config("BertModel")));
+    QVERIFY(names.count("encoder.layer.0.attention.self.query.weight"));
+    QVERIFY(names.count("embeddings.token_type_embeddings.weight"));
+  }
+
+  void roundTripGivesSameLogits() {
+    json config = llama_config();
+    auto model = make(config);
+    fs::path dir = save(*model, config, "roundtrip");
+    auto loaded = load_pretrained(dir);
+    torch::NoGradGuard no_grad;
+    ForwardInput in = batch({{1, 2, 3, 4}, {5, 6}}, 4);
+    auto a = model->forward(in);
+    auto b = loaded->forward(in);
+    QVERIFY(torch::equal(a.logits, b.logits));
+    QCOMPARE(a.logits.sizes().vec(), (std::vector<std::int64_t>{2, 4, 50}));
+  }
+
+  void rightPaddingDoesNotChangeValidLogits() {
+    auto model = make(llama_config());
+    torch::NoGradGuard no_grad;
+    auto padded = model->forward(batch({{1, 2, 3, 4, 5}, {6, 7}}, 5));
+    auto alone = model->forward(batch({{6, 7}}, 2));
+    QVERIFY(torch::allclose(padded.logits[1].narrow(0, 0, 2), alone.logits[0], 1e-5, 1e-5));
+    QVERIFY(!padded.logits.isnan().any().item<bool>());
+  }
+
+  void oldGpt2CheckpointWithoutPrefixLoads() {
+    json config = gpt2_config();
+    auto model = make(config);
+    // Original GPT-2 checkpoints: no "transformer." prefix and an attn.bias buffer per block.
+    fs::path dir = save(*model, config, "gpt2_old", [](const std::string& n) {
+      return n.substr(std::string("transformer.").size());
+    });
+    auto loaded = load_pretrained(dir);
+    torch::NoGradGuard no_grad;
+    ForwardInput in = batch({{1, 2, 3}}, 3);
+    QVERIFY(torch::equal(model->forward(in).logits, loaded->forward(in).logits));
+  }
+
+  void bf16CheckpointLoadsIntoFloat32() {
+    json config = llama_config();
+    auto model = make(config);
+    fs::path dir = save(*model, config, "bf16", {},
+                        [](const std::string&, torch::Tensor t) { return t.to(torch::kBFloat16); });
+    auto loaded = load_pretrained(dir, torch::kFloat32);
+    auto original = model->named_parameters();
+    for (const auto& item : loaded->named_parameters()) {
+      QCOMPARE(item.value().scalar_type(), torch::kFloat32);
+      QVERIFY(torch::equal(item.value(),
+                           original[item.key()].to(torch::kBFloat16).to(torch::kFloat32)));
+    }
+  }
+
+  void bertModelLoadsFromClassifierCheckpoint() {
+    // A BertForSequenceClassification checkpoint ("bert." prefix + classifier) loaded as a
+    // BertModel: the prefix is stripped and the classifier skipped, as transformers does.
+    json cls_config = bert_config("BertForSequenceClassification");
+    auto classifier = make(cls_config);
+    json base_config = bert_config("BertModel");
+    fs::path dir = save(*classifier, base_config, "bert_cls_as_base");
+    LoadReport report;
+    auto base = load_pretrained(dir, torch::kFloat32, torch::kCPU, &report);
+    QCOMPARE(report.skipped, (std::vector<std::string>{"classifier.bias", "classifier.weight"}));
+    torch::NoGradGuard no_grad;
+    ForwardInput in = batch({{1, 2, 3}, {4, 5}}, 3);
+    QVERIFY(torch::equal(base->forward(in).hidden_states, classifier->forward(in).hidden_states));
+  }
+
+  void missingTensorIsNamed() {
+    json config = llama_config();
+    auto model = make(config);
+    fs::path dir = save(*model, config, "missing", [](const std::string& n) {
+      return n == "model.norm.weight" ? std::string() : n;
+    });
+    expect_error([&] { load_pretrained(dir); }, ErrorKind::InvalidInput,
+                 {"model.norm.weight", "missing", dir.string()});
+  }
+
+  void unexpectedTensorIsNamed() {
+    json config = llama_config();
+    auto model = make(config);
+    fs::path dir = save(*model, config, "unexpected", [](const std::string& n) {
+      return n == "model.norm.weight" ? std::string("model.final_norm.weight") : n;
+    });
+    expect_error([&] { load_pretrained(dir); }, ErrorKind::InvalidInput,
+                 {"model.final_norm.weight", "model.norm.weight"});
+  }
+
+  void shapeMismatchNamesTensorAndShapes() {
+    json config = llama_config();
+    auto model = make(config);
+    fs::path dir = save(*model, config, "shape", {}, [](const std::string& n, torch::Tensor t) {
+      return n == "model.layers.0.self_attn.k_proj.weight" ? torch::zeros({16, 16}) : t;
+    });
+    expect_error([&] { load_pretrained(dir); }, ErrorKind::InvalidInput,
+                 {"model.layers.0.self_attn.k_proj.weight", "[16, 16]", "[8, 16]"});
+  }
+
+  void unsupportedModelTypeIsNamed() {
+    json config = llama_config();
+    config["model_type"] = "t5";
+    fs::path dir = fs::path(TESSERA_TEST_TMP_DIR) / "model" / "t5";
+    fs::create_directories(dir);
+    tessera::core::write_file_atomic(dir / "config.json", config.dump());
+    expect_error([&] { load_pretrained(dir); }, ErrorKind::Unsupported, {"t5"});
+
+    auto c = tessera::hf::parse_model_config(gpt2_config(), "config.json");
+    expect_error([&] { create_model(c, TaskHead::SequenceClassification); }, ErrorKind::Unsupported,
+                 {"gpt2", "sequence classification"});
+  }
+
+  void badInputsAreNamed() {
+    auto model = make(llama_config());
+    torch::NoGradGuard no_grad;
+    ForwardInput in = batch({{1, 2, 3}}, 3);
+    in.input_ids[0][1] = 50;
+    expect_error([&] { model->forward(in); }, ErrorKind::InvalidInput, {"input_ids", "50"});
+    in = batch({{1, 2, 3}}, 3);
+    in.attention_mask = torch::ones({1, 4}, torch::kInt64);
+    expect_error([&] { model->forward(in); }, ErrorKind::InvalidInput, {"attention_mask"});
+    in = batch({{1, 2, 3}}, 3);
+    in.labels = torch::full({1, 3}, 77, torch::kInt64);
+    expect_error([&] { model->forward(in); }, ErrorKind::InvalidInput, {"labels"});
+  }
+
+  void causalLossIgnoresMaskedLabels() {
+    auto model = make(llama_config());
+    torch::NoGradGuard no_grad;
+    ForwardInput in = batch({{1, 2, 3, 4}}, 4);
+    in.labels = in.input_ids.clone();
+    auto full = model->forward(in);
+    // Loss by hand: position t predicts token t+1.
+    auto logp = torch::log_softmax(full.logits[0].narrow(0, 0, 3), -1);
+    double expected = 0;
+    for (int t = 0; t < 3; ++t)
+      expected -= logp[t][in.input_ids[0][t + 1].item<std::int64_t>()].item<double>();
+    QVERIFY(std::abs(full.loss.item<double>() - expected / 3) < 1e-5);
+    in.labels[0][3] = -100;  // the last target no longer counts
+    auto partial = model->forward(in);
+    double expected2 = -(logp[0][2].item<double>() + logp[1][3].item<double>()) / 2;
+    QVERIFY(std::abs(partial.loss.item<double>() - expected2) < 1e-5);
+  }
+};
+
+QTEST_APPLESS_MAIN(TestModel)
+#include "test_model.moc"
