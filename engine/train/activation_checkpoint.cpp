@@ -1,0 +1,65 @@
+#include "train/activation_checkpoint.h"
+
+namespace tessera::train {
+namespace {
+
+struct SavedLayer : torch::CustomClassHolder {
+  LayerFunction fn;
+  torch::Tensor cpu_rng_state;
+};
+
+torch::Tensor get_cpu_rng_state() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void set_cpu_rng_state(const torch::Tensor& state) {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
+ public:
+  // `anchor` is an empty tensor that requires grad, so backward runs even when `x` needs no
+  // gradient (e.g. LoRA with frozen embeddings) but the layer's parameters do.
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& anchor, const LayerFunction& fn) {
+    auto saved = c10::make_intrusive<SavedLayer>();
+    saved->fn = fn;
+    saved->cpu_rng_state = get_cpu_rng_state();
+    ctx->saved_data["layer"] = c10::IValue::make_capsule(saved);
+    ctx->save_for_backward({x});
+    (void)anchor;
+    return fn(x);  // grad mode is off inside Function::forward: no activations kept
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const torch::Tensor x = ctx->get_saved_variables().at(0);
+    auto saved =
+        c10::static_intrusive_pointer_cast<SavedLayer>(ctx->saved_data["layer"].toCapsule());
+    torch::Tensor input = x.detach().set_requires_grad(x.requires_grad());
+    const torch::Tensor rng_now = get_cpu_rng_state();
+    set_cpu_rng_state(saved->cpu_rng_state);
+    torch::Tensor output;
+    {
+      torch::AutoGradMode grad_on(true);
+      output = saved->fn(input);
+    }
+    set_cpu_rng_state(rng_now);
+    if (output.requires_grad()) torch::autograd::backward({output}, {grad_outputs.at(0)});
+    return {x.requires_grad() ? input.grad() : torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor checkpointed(const LayerFunction& fn, const torch::Tensor& x) {
+  if (!torch::GradMode::is_enabled()) return fn(x);  // nothing to save memory on
+  torch::Tensor anchor = torch::empty({0}, x.options()).set_requires_grad(true);
+  return CheckpointFunction::apply(x, anchor, fn);
+}
+
+}  // namespace tessera::train

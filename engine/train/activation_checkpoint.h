@@ -1,0 +1,24 @@
+#pragma once
+// Activation checkpointing for one layer: run it without keeping its activations, and in
+// backward re-run it under grad mode and backpropagate through the recomputation (the
+// "reentrant" scheme of torch.utils.checkpoint, written as a custom autograd::Function since
+// LibTorch has no checkpoint). Gradients of the tensors the layer captures (its parameters)
+// accumulate into their .grad exactly as in a plain backward. torch's CPU generator state is
+// replayed, so dropout draws the same masks in the recomputation. (CUDA generator state is not
+// replayed yet: dropout > 0 under checkpointing on CUDA would differ.)
+//
+// Not wired into the models yet: the families loop over their layers inside engine/model, which
+// has no per-layer hook; see the trainer's report for the hook this needs.
+#include <torch/torch.h>
+
+#include <functional>
+
+namespace tessera::train {
+
+using LayerFunction = std::function<torch::Tensor(const torch::Tensor&)>;
+
+// fn(x), recomputed in backward. `fn` is copied and must stay valid to call until backward
+// (capture tensors by value).
+torch::Tensor checkpointed(const LayerFunction& fn, const torch::Tensor& x);
+
+}  // namespace tessera::train

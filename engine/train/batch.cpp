@@ -1,0 +1,58 @@
+#include "train/batch.h"
+
+#include <numeric>
+#include <random>
+
+#include "core/error.h"
+
+namespace tessera::train {
+
+FixedBatchSource::FixedBatchSource(std::vector<Batch> batches, bool shuffle, std::uint64_t seed)
+    : batches_(std::move(batches)), shuffle_(shuffle), seed_(seed) {
+  if (batches_.empty()) throw_invalid("training data: no batches", "the dataset is empty");
+  build_order();
+}
+
+std::int64_t FixedBatchSource::batches_per_epoch() const {
+  return static_cast<std::int64_t>(batches_.size());
+}
+
+std::vector<std::size_t> epoch_order(std::size_t count, bool shuffle, std::uint64_t seed,
+                                     std::int64_t epoch) {
+  std::vector<std::size_t> order(count);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  if (!shuffle) return order;
+  // Our own draw: std::shuffle's algorithm is implementation-defined.
+  std::mt19937_64 rng(seed ^ (0x9E3779B97F4A7C15ULL * static_cast<std::uint64_t>(epoch + 1)));
+  for (std::size_t i = order.size(); i > 1; --i) {
+    const std::size_t j = static_cast<std::size_t>(rng() % i);
+    std::swap(order[i - 1], order[j]);
+  }
+  return order;
+}
+
+void FixedBatchSource::build_order() {
+  order_ = epoch_order(batches_.size(), shuffle_, seed_, position_.epoch);
+}
+
+Batch FixedBatchSource::next() {
+  Batch batch = batches_[order_[static_cast<std::size_t>(position_.index)]];
+  if (++position_.index >= batches_per_epoch()) {
+    position_.index = 0;
+    ++position_.epoch;
+    build_order();
+  }
+  return batch;
+}
+
+void FixedBatchSource::seek(const DataPosition& position) {
+  if (position.epoch < 0 || position.index < 0 || position.index >= batches_per_epoch())
+    throw_invalid("data position (epoch " + std::to_string(position.epoch) + ", batch " +
+                      std::to_string(position.index) + ") is outside the data (" +
+                      std::to_string(batches_per_epoch()) + " batches per epoch)",
+                  "resume with the same dataset, batch size and max length");
+  position_ = position;
+  build_order();
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,208 @@
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "core/files.h"
+
+namespace tessera::train {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kPrefix = "checkpoint-";
+
+// The step of "checkpoint-<digits>" or nullopt (temporary and other folders).
+std::optional<std::int64_t> checkpoint_step(const std::string& name) {
+  if (name.rfind(kPrefix, 0) != 0) return std::nullopt;
+  const std::string digits = name.substr(std::char_traits<char>::length(kPrefix));
+  if (digits.empty() || digits.size() > 18) return std::nullopt;
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  return std::stoll(digits);
+}
+
+bool is_temporary(const std::string& name) {
+  return name.rfind(kPrefix, 0) == 0 &&
+         (name.find(".tmp-") != std::string::npos || name.find(".old-") != std::string::npos);
+}
+
+std::string random_suffix() {
+  std::random_device rd;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%08x%08x", rd(), static_cast<unsigned>(::getpid()));
+  return buf;
+}
+
+void remove_quietly(const fs::path& p) {
+  std::error_code ec;
+  fs::remove_all(p, ec);
+}
+
+}  // namespace
+
+std::string file_checksum(const fs::path& file) {
+  std::uint64_t h = 1469598103934665603ULL;
+  if (fs::file_size(file) > 0) {
+    core::MappedFile mapped(file);
+    for (std::uint8_t b : mapped.bytes()) {
+      h ^= b;
+      h *= 1099511628211ULL;
+    }
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+fs::path write_checkpoint(const fs::path& run_dir, std::int64_t step,
+                          const std::function<void(const fs::path&)>& write_files,
+                          const nlohmann::json& extra) {
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  if (ec) throw_io(run_dir.string() + ": cannot create the run folder: " + ec.message());
+  const std::string name = kPrefix + std::to_string(step);
+  const fs::path tmp = run_dir / (name + ".tmp-" + random_suffix());
+  if (!fs::create_directory(tmp, ec) || ec)
+    throw_io(tmp.string() + ": cannot create a temporary checkpoint folder: " + ec.message(),
+             "check free space and permissions of " + run_dir.string());
+  try {
+    write_files(tmp);
+    nlohmann::json manifest = extra;
+    manifest["format"] = kCheckpointFormat;
+    manifest["step"] = step;
+    nlohmann::json files = nlohmann::json::array();
+    std::vector<fs::path> entries;
+    for (const auto& e : fs::directory_iterator(tmp)) entries.push_back(e.path());
+    std::sort(entries.begin(), entries.end());
+    for (const fs::path& p : entries) {
+      if (!fs::is_regular_file(p))
+        throw Error(ErrorKind::Internal, p.string() + ": checkpoints hold only files");
+      files.push_back({{"name", p.filename().string()},
+                       {"size", static_cast<std::uint64_t>(fs::file_size(p))},
+                       {"fnv1a64", file_checksum(p)}});
+    }
+    manifest["files"] = files;
+    core::write_file_atomic(tmp / kManifest, manifest.dump(2) + "\n");
+    core::fsync_directory(tmp);
+  } catch (...) {
+    remove_quietly(tmp);
+    throw;
+  }
+  const fs::path final_path = run_dir / name;
+  fs::path displaced;
+  if (fs::exists(final_path)) {  // re-saving a step (e.g. after a resume): swap atomically-ish
+    displaced = run_dir / (name + ".old-" + random_suffix());
+    fs::rename(final_path, displaced, ec);
+    if (ec)
+      throw_io(final_path.string() + ": cannot move the old checkpoint away: " + ec.message());
+  }
+  fs::rename(tmp, final_path, ec);
+  if (ec)
+    throw_io(tmp.string() + ": cannot rename to " + final_path.string() + ": " + ec.message());
+  core::fsync_directory(run_dir);
+  if (!displaced.empty()) remove_quietly(displaced);
+  return final_path;
+}
+
+void prune_checkpoints(const fs::path& run_dir, std::int64_t keep_last, const fs::path& keep) {
+  std::vector<std::pair<std::int64_t, fs::path>> complete;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(run_dir, ec)) {
+    if (!e.is_directory()) continue;
+    const std::string name = e.path().filename().string();
+    if (is_temporary(name)) {
+      remove_quietly(e.path());
+    } else if (auto step = checkpoint_step(name)) {
+      if (fs::exists(e.path() / kManifest)) complete.emplace_back(*step, e.path());
+    }
+  }
+  if (keep_last <= 0) return;
+  std::sort(complete.rbegin(), complete.rend());
+  for (std::size_t i = static_cast<std::size_t>(keep_last); i < complete.size(); ++i)
+    if (fs::weakly_canonical(complete[i].second) != fs::weakly_canonical(keep))
+      remove_quietly(complete[i].second);
+  core::fsync_directory(run_dir);
+}
+
+std::string validate_checkpoint(const fs::path& dir, nlohmann::json* manifest_out) {
+  const fs::path manifest_path = dir / kManifest;
+  if (!fs::is_regular_file(manifest_path)) return "no manifest.json (incomplete save)";
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(core::read_text_file(manifest_path));
+    if (manifest.at("format").get<int>() != kCheckpointFormat)
+      return "manifest.json: unknown format " + manifest.at("format").dump();
+    for (const auto& f : manifest.at("files")) {
+      const std::string name = f.at("name").get<std::string>();
+      if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+        return "manifest.json: invalid file name \"" + name + "\"";
+      const fs::path p = dir / name;
+      if (!fs::is_regular_file(p)) return name + " is missing";
+      if (fs::file_size(p) != f.at("size").get<std::uint64_t>())
+        return name + " has " + std::to_string(fs::file_size(p)) + " bytes, the manifest says " +
+               f.at("size").dump();
+      if (file_checksum(p) != f.at("fnv1a64").get<std::string>())
+        return name + " does not match its checksum";
+    }
+    manifest.at("step").get<std::int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    return std::string("manifest.json is invalid: ") + e.what();
+  } catch (const Error& e) {
+    return e.what();
+  } catch (const fs::filesystem_error& e) {
+    return e.what();
+  }
+  if (manifest_out) *manifest_out = std::move(manifest);
+  return {};
+}
+
+FoundCheckpoint find_resume_checkpoint(const fs::path& dir,
+                                       const std::function<void(const std::string&)>& log) {
+  if (!fs::is_directory(dir))
+    throw_invalid("resume: " + dir.string() + " is not a folder",
+                  "give a run folder (holding checkpoint-<step> folders) or one checkpoint folder");
+  FoundCheckpoint found;
+  if (fs::exists(dir / kManifest)) {
+    std::string why = validate_checkpoint(dir, &found.manifest);
+    if (!why.empty())
+      throw_invalid("resume: " + dir.string() + " is not a valid checkpoint: " + why,
+                    "resume from the run folder to use the newest complete checkpoint");
+    found.path = dir;
+    found.step = found.manifest.at("step").get<std::int64_t>();
+    return found;
+  }
+  std::vector<std::pair<std::int64_t, fs::path>> candidates;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (!e.is_directory()) continue;
+    const std::string name = e.path().filename().string();
+    if (is_temporary(name)) {
+      if (log) log("resume: ignoring " + e.path().string() + " (interrupted save)");
+    } else if (auto step = checkpoint_step(name)) {
+      candidates.emplace_back(*step, e.path());
+    }
+  }
+  std::sort(candidates.rbegin(), candidates.rend());
+  for (const auto& [step, path] : candidates) {
+    std::string why = validate_checkpoint(path, &found.manifest);
+    if (why.empty()) {
+      found.path = path;
+      found.step = found.manifest.at("step").get<std::int64_t>();
+      return found;
+    }
+    if (log) log("resume: ignoring " + path.string() + ": " + why);
+  }
+  throw_invalid("resume: " + dir.string() + " holds no valid checkpoint (" +
+                    std::to_string(candidates.size()) + " checkpoint folder(s) checked)",
+                "resume from the run folder of a previous run (its --out), or start without "
+                "--resume");
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,248 @@
+#include "train/lora.h"
+
+#include <cmath>
+#include <set>
+
+#include "core/error.h"
+#include "core/files.h"
+#include "hf/safetensors.h"
+
+namespace tessera::train {
+
+std::vector<std::string> default_lora_targets(hf::ModelFamily family) {
+  switch (family) {
+    case hf::ModelFamily::Gpt2:
+      return {"c_attn"};
+    case hf::ModelFamily::Bert:
+      return {"query", "value"};
+    default:
+      return {"q_proj", "v_proj"};
+  }
+}
+
+namespace {
+std::string last_component(const std::string& name) {
+  const auto dot = name.rfind('.');
+  return dot == std::string::npos ? name : name.substr(dot + 1);
+}
+const std::string kPeftPrefix = "base_model.model.";
+}  // namespace
+
+LoraModel::LoraModel(std::shared_ptr<model::PretrainedModel> model, LoraOptions options)
+    : model_(std::move(model)), options_(std::move(options)) {
+  if (options_.rank < 1 || options_.rank > 65536)
+    throw_invalid("method.lora_rank: " + std::to_string(options_.rank) + " must be in [1, 65536]");
+  if (!(options_.alpha > 0.0) || !std::isfinite(options_.alpha))
+    throw_invalid("method.lora_alpha: must be a positive number");
+  if (!(options_.dropout >= 0.0 && options_.dropout < 1.0))
+    throw_invalid("method.lora_dropout: must be in [0, 1)");
+  if (options_.dropout > 0.0)
+    throw_unsupported("method.lora_dropout > 0 is not supported yet",
+                      "set lora_dropout to 0 (dropout on the adapter input needs an adapter hook "
+                      "in the engine's Linear block)");
+  if (options_.targets.empty()) options_.targets = default_lora_targets(model_->config().family);
+  fan_in_fan_out_ = model_->config().family == hf::ModelFamily::Gpt2;
+  std::set<std::string> wanted(options_.targets.begin(), options_.targets.end());
+  std::set<std::string> matched;
+  torch::NoGradGuard no_grad;
+  for (const auto& item : model_->named_modules("", /*include_self=*/false)) {
+    auto linear = std::dynamic_pointer_cast<model::LinearImpl>(item.value());
+    if (!linear) continue;
+    const std::string leaf = last_component(item.key());
+    if (!wanted.count(leaf)) continue;
+    matched.insert(leaf);
+    Layer layer;
+    layer.module_name = item.key();
+    layer.linear = linear;
+    layer.base_weight = linear->weight;
+    auto options = torch::TensorOptions().dtype(torch::kFloat32).device(linear->weight.device());
+    layer.lora_a = torch::empty({options_.rank, linear->in_features}, options);
+    // kaiming_uniform_(a=√5) on [r, in]: bound = √(6 / ((1 + a²)·fan_in)) = 1/√fan_in.
+    const double bound = 1.0 / std::sqrt(static_cast<double>(linear->in_features));
+    layer.lora_a.uniform_(-bound, bound);
+    layer.lora_b = torch::zeros({linear->out_features, options_.rank}, options);
+    layers_.push_back(std::move(layer));
+  }
+  for (const std::string& t : options_.targets)
+    if (!matched.count(t))
+      throw_invalid(
+          "method.lora_targets: \"" + t + "\" matches no linear layer of this " +
+              model_->config().model_type + " model",
+          "default targets for this family: " + [&] {
+            std::string s;
+            for (const auto& d : default_lora_targets(model_->config().family))
+              s += (s.empty() ? "" : ", ") + d;
+            return s;
+          }());
+  for (const auto& p : model_->parameters()) p.set_requires_grad(false);
+}
+
+LoraModel::~LoraModel() = default;
+
+std::vector<optim::NamedTensor> LoraModel::adapters() const {
+  std::vector<optim::NamedTensor> out;
+  for (const Layer& l : layers_) {
+    out.push_back({kPeftPrefix + l.module_name + ".lora_A.weight", l.lora_a});
+    out.push_back({kPeftPrefix + l.module_name + ".lora_B.weight", l.lora_b});
+  }
+  return out;
+}
+
+torch::Tensor LoraModel::delta(const Layer& l) const {
+  torch::Tensor d = torch::mm(l.lora_b, l.lora_a).mul(scaling());  // [out, in]
+  return fan_in_fan_out_ || l.linear->layout == model::LinearImpl::Layout::InOut ? d.t() : d;
+}
+
+void LoraModel::refresh() {
+  for (Layer& l : layers_) l.linear->weight = l.base_weight + delta(l).to(l.base_weight.dtype());
+}
+
+void LoraModel::detach() {
+  for (Layer& l : layers_) l.linear->weight = l.base_weight;
+}
+
+void LoraModel::merge() {
+  torch::NoGradGuard no_grad;
+  for (Layer& l : layers_) {
+    torch::Tensor merged = l.base_weight.to(torch::kFloat32) + delta(l).to(torch::kFloat32);
+    l.base_weight.copy_(merged);
+    l.linear->weight = l.base_weight;
+  }
+  layers_.clear();
+}
+
+void LoraModel::load_adapters(const std::map<std::string, torch::Tensor>& tensors,
+                              const std::string& source) {
+  torch::NoGradGuard no_grad;
+  std::set<std::string> used;
+  for (const optim::NamedTensor& t : adapters()) {
+    auto it = tensors.find(t.name);
+    if (it == tensors.end())
+      throw_invalid(source + ": adapter tensor \"" + t.name + "\" is missing",
+                    "the adapter must have the same targets and rank as this run");
+    if (it->second.sizes() != t.tensor.sizes())
+      throw_invalid(source + ": adapter tensor \"" + t.name + "\" has shape " +
+                    c10::str(it->second.sizes()) + ", expected " + c10::str(t.tensor.sizes()));
+    torch::Tensor dst = t.tensor;
+    dst.detach().copy_(it->second);
+    used.insert(t.name);
+  }
+  for (const auto& [name, tensor] : tensors)
+    if (!used.count(name))
+      throw_invalid(source + ": unexpected adapter tensor \"" + name + "\"",
+                    "the adapter must have the same targets and rank as this run");
+}
+
+nlohmann::json LoraModel::adapter_config(const std::string& base_model_name) const {
+  const auto& family = model_->config().family;
+  std::string task = model_->head() == model::TaskHead::CausalLM ? "CAUSAL_LM"
+                     : model_->head() == model::TaskHead::SequenceClassification
+                         ? "SEQ_CLS"
+                         : "FEATURE_EXTRACTION";
+  return {{"peft_type", "LORA"},
+          {"task_type", task},
+          {"r", options_.rank},
+          {"lora_alpha", options_.alpha},
+          {"lora_dropout", options_.dropout},
+          {"target_modules", options_.targets},
+          {"base_model_name_or_path", base_model_name},
+          {"bias", "none"},
+          {"fan_in_fan_out", family == hf::ModelFamily::Gpt2},
+          {"inference_mode", true},
+          {"init_lora_weights", true},
+          {"modules_to_save", nullptr},
+          {"use_rslora", false},
+          {"use_dora", false},
+          {"revision", nullptr}};
+}
+
+void LoraModel::save_adapter(const std::filesystem::path& dir, const std::string& base_model_name,
+                             const std::vector<optim::NamedTensor>* weights) const {
+  std::filesystem::create_directories(dir);
+  write_safetensors_tensors(dir / "adapter_model.safetensors", weights ? *weights : adapters(),
+                            true, {{"format", "pt"}});
+  core::write_file_atomic(dir / "adapter_config.json",
+                          adapter_config(base_model_name).dump(2) + "\n");
+}
+
+std::map<std::string, torch::Tensor> read_safetensors_tensors(const std::filesystem::path& file) {
+  auto st = hf::SafetensorsFile::open(file);
+  std::map<std::string, torch::Tensor> out;
+  for (const hf::TensorInfo& info : st->tensors()) {
+    torch::Dtype dtype;
+    switch (info.dtype) {
+      case hf::DType::F32:
+        dtype = torch::kFloat32;
+        break;
+      case hf::DType::F16:
+        dtype = torch::kFloat16;
+        break;
+      case hf::DType::BF16:
+        dtype = torch::kBFloat16;
+        break;
+      case hf::DType::F64:
+        dtype = torch::kFloat64;
+        break;
+      case hf::DType::I64:
+        dtype = torch::kInt64;
+        break;
+      case hf::DType::I32:
+        dtype = torch::kInt32;
+        break;
+      case hf::DType::U8:
+        dtype = torch::kUInt8;
+        break;
+      default:
+        throw_invalid(file.string() + ": tensor \"" + info.name + "\" has unsupported dtype " +
+                      hf::dtype_name(info.dtype));
+    }
+    hf::TensorView view = st->view(info);
+    torch::Tensor t = torch::from_blob(const_cast<std::uint8_t*>(view.bytes.data()), info.shape,
+                                       torch::TensorOptions().dtype(dtype))
+                          .clone();
+    out.emplace(info.name, t.is_floating_point() ? t.to(torch::kFloat32) : t);
+  }
+  return out;
+}
+
+void write_safetensors_tensors(const std::filesystem::path& file,
+                               const std::vector<optim::NamedTensor>& tensors, bool as_float32,
+                               const std::map<std::string, std::string>& metadata) {
+  std::vector<torch::Tensor> keep;
+  std::vector<hf::TensorToWrite> out;
+  keep.reserve(tensors.size());
+  for (const optim::NamedTensor& t : tensors) {
+    torch::Tensor c = t.tensor.detach().to(torch::kCPU);
+    if (as_float32 && c.is_floating_point()) c = c.to(torch::kFloat32);
+    c = c.contiguous();
+    hf::DType dtype;
+    switch (c.scalar_type()) {
+      case torch::kFloat32:
+        dtype = hf::DType::F32;
+        break;
+      case torch::kBFloat16:
+        dtype = hf::DType::BF16;
+        break;
+      case torch::kFloat16:
+        dtype = hf::DType::F16;
+        break;
+      case torch::kInt64:
+        dtype = hf::DType::I64;
+        break;
+      case torch::kUInt8:
+        dtype = hf::DType::U8;
+        break;
+      default:
+        throw Error(ErrorKind::Internal, "cannot write tensor \"" + t.name + "\" of dtype " +
+                                             std::string(c10::toString(c.scalar_type())));
+    }
+    keep.push_back(c);
+    out.push_back({t.name,
+                   dtype,
+                   c.sizes().vec(),
+                   {static_cast<const std::uint8_t*>(c.data_ptr()), c.nbytes()}});
+  }
+  hf::write_safetensors(file, out, metadata);
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,94 @@
+#pragma once
+// LoRA on the engine's Linear blocks, saved and loaded in the PEFT format.
+//
+// How it wraps Linear without touching the families: engine/model's LinearImpl has no adapter
+// hook yet, so each targeted Linear's `weight` member (what its forward reads) is pointed at
+// W + (α/r)·B·A, recomputed by refresh() before every forward; the registered (frozen) base
+// parameter keeps its HF name and storage. The result equals PEFT's base(x) + B(A(x))·α/r up to
+// float rounding, and gradients reach A and B through autograd. Limitation of this approach:
+// lora_dropout > 0 cannot be expressed on the weight, so it is refused until Linear gains an
+// adapter hook (the change needed is described in the trainer's report / README of this
+// folder: an optional `std::shared_ptr<LinearAdapter>` that LinearImpl::forward adds).
+//
+// Names: `base_model.model.<module path>.lora_A.weight` ([r, in]) and `.lora_B.weight`
+// ([out, r]), as PeftModel saves them. GPT-2's Conv1D ([in, out]) is PEFT's fan_in_fan_out.
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/layers.h"
+#include "model/model.h"
+#include "optim/adamw.h"
+
+namespace tessera::train {
+
+struct LoraOptions {
+  std::int64_t rank = 8;
+  double alpha = 16.0;
+  double dropout = 0.0;
+  std::vector<std::string> targets;  // module names' last component; empty = family default
+};
+
+// q_proj, v_proj (llama/mistral/qwen2); c_attn (gpt2); query, value (bert).
+std::vector<std::string> default_lora_targets(hf::ModelFamily family);
+
+class LoraModel {
+ public:
+  // Adds adapters to every Linear whose last name component is a target: A ~ kaiming-uniform
+  // (a = √5, as PEFT), B = 0, drawn from torch's default generator. Throws tessera::Error when
+  // a target matches no Linear, or for invalid rank/alpha/dropout.
+  LoraModel(std::shared_ptr<model::PretrainedModel> model, LoraOptions options);
+  ~LoraModel();
+
+  // The adapter tensors in PEFT names (lora_A then lora_B per module, in module order).
+  std::vector<optim::NamedTensor> adapters() const;
+  // Points every targeted Linear at its effective weight (call before each forward; gradients
+  // flow to the adapters when grad mode is on).
+  void refresh();
+  // Puts the plain base weights back (the model then runs without adapters).
+  void detach();
+  // W += (α/r)·B·A into the base weights (in their dtype) and detaches; the model is then a
+  // plain model with the adapter merged (for export). The adapters are unusable afterwards.
+  void merge();
+
+  // Copies adapter tensors by PEFT name; `source` names the file in errors. Every adapter must be
+  // present with its shape.
+  void load_adapters(const std::map<std::string, torch::Tensor>& tensors,
+                     const std::string& source);
+  // adapter_config.json (PEFT LoraConfig) and adapter_model.safetensors (float32) into `dir`,
+  // each written atomically. `weights` overrides the tensors written (e.g. float32 masters).
+  void save_adapter(const std::filesystem::path& dir, const std::string& base_model_name,
+                    const std::vector<optim::NamedTensor>* weights = nullptr) const;
+  nlohmann::json adapter_config(const std::string& base_model_name) const;
+
+  double scaling() const { return options_.alpha / static_cast<double>(options_.rank); }
+  const LoraOptions& options() const { return options_; }
+
+ private:
+  struct Layer {
+    std::string module_name;  // e.g. model.layers.0.self_attn.q_proj
+    std::shared_ptr<model::LinearImpl> linear;
+    torch::Tensor base_weight;  // the registered parameter
+    torch::Tensor lora_a;       // [r, in]
+    torch::Tensor lora_b;       // [out, r]
+  };
+  torch::Tensor delta(const Layer& layer) const;  // in the base weight's layout
+  std::shared_ptr<model::PretrainedModel> model_;
+  LoraOptions options_;
+  std::vector<Layer> layers_;
+  bool fan_in_fan_out_ = false;
+};
+
+// Reads an adapter_model.safetensors (or any safetensors file) into float32 CPU tensors.
+std::map<std::string, torch::Tensor> read_safetensors_tensors(const std::filesystem::path& file);
+// Writes named tensors (any float dtype; converted to float32 when `as_float32`) atomically.
+void write_safetensors_tensors(const std::filesystem::path& file,
+                               const std::vector<optim::NamedTensor>& tensors,
+                               bool as_float32 = true,
+                               const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace tessera::train

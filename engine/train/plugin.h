@@ -1,0 +1,82 @@
+#pragma once
+// A Plugin decides where parameters, gradients and optimizer state live and how a step runs;
+// the trainer owns no parameter storage (shared/DESIGN.md). The trainer calls, per step:
+// backward() once per micro-batch, then step(); it reads memory() for the `memory` event and
+// trainable_weights() / optimizer_state() / load_state() for checkpoints.
+//
+// Plugins: `single` (one process; CPU, or CUDA device 0 when present). `auto` picks `single`.
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "optim/adamw.h"
+
+namespace tessera::train {
+
+using optim::NamedTensor;
+
+// fp32: everything in float32. bf16: parameters (and so activations) in bfloat16, float32
+// master copies of the trainable parameters, float32 gradients for the update and float32
+// optimizer state. fp16: like bf16 with dynamic loss scaling; CUDA only.
+enum class Precision { Fp32, Bf16, Fp16 };
+Precision precision_from_name(const std::string& name);  // fp32|bf16|fp16 (and long forms)
+const char* precision_name(Precision precision);
+
+struct PluginOptions {
+  Precision precision = Precision::Fp32;
+  optim::AdamWOptions adamw;
+  std::string device = "auto";  // auto | cpu | cuda
+};
+
+struct MemoryByCategory {
+  std::uint64_t weights = 0;    // every parameter, plus master copies
+  std::uint64_t gradients = 0;  // gradient buffers of the trainable parameters during a step
+  std::uint64_t optimizer = 0;  // AdamW m and v
+};
+
+struct StepStats {
+  double grad_norm = 0.0;  // global L2 norm before clipping (unscaled)
+  bool applied = true;     // false when fp16 loss scaling skipped the step
+};
+
+class Plugin {
+ public:
+  virtual ~Plugin() = default;
+  virtual std::string name() const = 0;
+
+  // Places `model` and the trainable tensors (named as they are saved: HF names for full
+  // fine-tuning, PEFT names for LoRA adapters; owned by the model or by adapters) on the
+  // plugin's device in the compute precision, in place (Tensor::set_data), and creates the
+  // optimizer. Every other parameter of the model is frozen.
+  virtual void prepare(model::PretrainedModel& model, std::vector<NamedTensor> trainable,
+                       const PluginOptions& options) = 0;
+  virtual torch::Device device() const = 0;
+  virtual torch::Dtype compute_dtype() const = 0;
+
+  // Backward of `loss` × multiplier (1 / accumulation steps), times the loss scale for fp16.
+  virtual void backward(const torch::Tensor& loss, double multiplier) = 0;
+  // Clips (max_grad_norm > 0), updates with AdamW at `lr`, and clears the gradients.
+  virtual StepStats step(double lr, double max_grad_norm) = 0;
+
+  virtual MemoryByCategory memory() const = 0;
+
+  // Checkpoint state. Trainable weights are the float32 masters.
+  virtual std::vector<NamedTensor> trainable_weights() const = 0;
+  virtual std::vector<NamedTensor> optimizer_state() const = 0;
+  virtual nlohmann::json state_json() const = 0;  // optimizer step count, loss scale
+  // Restores all three; `source` names the checkpoint folder in errors.
+  virtual void load_state(const std::map<std::string, torch::Tensor>& weights,
+                          const std::map<std::string, torch::Tensor>& optimizer,
+                          const nlohmann::json& state, const std::string& source) = 0;
+};
+
+// "single" or "auto"; anything else is tessera::Error (Unsupported) listing the plugins.
+std::unique_ptr<Plugin> make_plugin(const std::string& name);
+
+}  // namespace tessera::train

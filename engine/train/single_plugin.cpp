@@ -1,0 +1,197 @@
+// The `single` plugin: one process, one device (CUDA device 0 when present, else the CPU).
+#include <cmath>
+#include <set>
+
+#include "core/error.h"
+#include "optim/clip.h"
+#include "optim/loss_scaler.h"
+#include "train/plugin.h"
+
+namespace tessera::train {
+
+Precision precision_from_name(const std::string& name) {
+  if (name == "fp32" || name == "float32") return Precision::Fp32;
+  if (name == "bf16" || name == "bfloat16") return Precision::Bf16;
+  if (name == "fp16" || name == "float16") return Precision::Fp16;
+  throw_invalid("precision: \"" + name + "\" is not a precision", "use fp32, bf16 or fp16");
+}
+
+const char* precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::Fp32:
+      return "fp32";
+    case Precision::Bf16:
+      return "bf16";
+    case Precision::Fp16:
+      return "fp16";
+  }
+  return "unknown";
+}
+
+namespace {
+
+class SinglePlugin : public Plugin {
+ public:
+  std::string name() const override { return "single"; }
+
+  void prepare(model::PretrainedModel& model, std::vector<NamedTensor> trainable,
+               const PluginOptions& options) override {
+    precision_ = options.precision;
+    if (options.device == "cuda" || (options.device == "auto" && torch::cuda::is_available())) {
+      if (!torch::cuda::is_available())
+        throw_unsupported("strategy.options.device: \"cuda\" but no CUDA device is present",
+                          "use device \"cpu\" or \"auto\"");
+      device_ = torch::Device(torch::kCUDA, 0);
+    } else if (options.device != "auto" && options.device != "cpu") {
+      throw_invalid("strategy.options.device: \"" + options.device + "\" is not a device",
+                    "use auto, cpu or cuda");
+    }
+    if (precision_ == Precision::Fp16 && device_.is_cpu())
+      throw_unsupported("precision fp16 is not supported on the CPU yet",
+                        "use bf16 (or fp32) on the CPU; fp16 with loss scaling needs CUDA");
+    dtype_ = precision_ == Precision::Fp32   ? torch::kFloat32
+             : precision_ == Precision::Bf16 ? torch::kBFloat16
+                                             : torch::kFloat16;
+    torch::NoGradGuard no_grad;
+    // Masters first, from the loaded float32 (or wider) values, before anything is rounded.
+    if (dtype_ != torch::kFloat32)
+      for (const NamedTensor& t : trainable)
+        masters_.push_back(
+            {t.name, t.tensor.detach().to(device_, torch::kFloat32, false, /*copy=*/true)});
+    std::set<const void*> trainable_impls;
+    for (const NamedTensor& t : trainable) trainable_impls.insert(t.tensor.unsafeGetTensorImpl());
+    for (auto& p : model.parameters())
+      if (!trainable_impls.count(p.unsafeGetTensorImpl())) p.set_requires_grad(false);
+    model.to(device_, dtype_);
+    for (NamedTensor& t : trainable) {
+      if (t.tensor.device() != device_ || t.tensor.scalar_type() != dtype_)
+        t.tensor.set_data(t.tensor.to(device_, dtype_));
+      t.tensor.set_requires_grad(true);
+    }
+    params_ = std::move(trainable);
+    if (dtype_ == torch::kFloat32) masters_ = params_;
+    optimizer_ = std::make_unique<optim::AdamW>(masters_, options.adamw);
+    model_weight_bytes_ = 0;
+    for (const auto& p : model.parameters())
+      model_weight_bytes_ += static_cast<std::uint64_t>(p.nbytes());
+    for (const NamedTensor& t : params_)  // adapters live outside the model's parameters
+      if (!is_model_parameter(model, t.tensor))
+        model_weight_bytes_ += static_cast<std::uint64_t>(t.tensor.nbytes());
+  }
+
+  torch::Device device() const override { return device_; }
+  torch::Dtype compute_dtype() const override { return dtype_; }
+
+  void backward(const torch::Tensor& loss, double multiplier) override {
+    const double scale = precision_ == Precision::Fp16 ? scaler_.scale() : 1.0;
+    (loss * (multiplier * scale)).backward();
+  }
+
+  StepStats step(double lr, double max_grad_norm) override {
+    torch::NoGradGuard no_grad;
+    if (dtype_ != torch::kFloat32) {
+      for (std::size_t i = 0; i < params_.size(); ++i) {
+        const torch::Tensor& g = params_[i].tensor.grad();
+        masters_[i].tensor.mutable_grad() = g.defined() ? g.to(torch::kFloat32) : torch::Tensor();
+      }
+    }
+    std::vector<torch::Tensor> masters;
+    for (const NamedTensor& m : masters_) masters.push_back(m.tensor);
+    StepStats stats;
+    if (precision_ == Precision::Fp16) {
+      for (torch::Tensor& m : masters)
+        if (m.grad().defined()) m.mutable_grad().div_(scaler_.scale());
+    }
+    stats.grad_norm = optim::clip_grad_norm(masters, max_grad_norm);
+    if (precision_ == Precision::Fp16)
+      stats.applied = scaler_.update(std::isfinite(stats.grad_norm));
+    if (stats.applied) {
+      optimizer_->step(lr);
+      if (dtype_ != torch::kFloat32)
+        for (std::size_t i = 0; i < params_.size(); ++i)
+          params_[i].tensor.detach().copy_(masters_[i].tensor);
+    }
+    for (NamedTensor& p : params_) p.tensor.mutable_grad() = torch::Tensor();
+    for (NamedTensor& m : masters_) m.tensor.mutable_grad() = torch::Tensor();
+    return stats;
+  }
+
+  MemoryByCategory memory() const override {
+    MemoryByCategory m;
+    m.weights = model_weight_bytes_;
+    for (const NamedTensor& p : params_) {
+      // A step holds the gradient in compute precision and, with masters, in float32 too.
+      m.gradients += static_cast<std::uint64_t>(p.tensor.nbytes());
+      if (dtype_ != torch::kFloat32)
+        m.gradients += static_cast<std::uint64_t>(p.tensor.numel()) * 4;
+    }
+    if (dtype_ != torch::kFloat32)
+      for (const NamedTensor& t : masters_)
+        m.weights += static_cast<std::uint64_t>(t.tensor.nbytes());
+    m.optimizer = optimizer_ ? optimizer_->state_bytes() : 0;
+    return m;
+  }
+
+  std::vector<NamedTensor> trainable_weights() const override { return masters_; }
+  std::vector<NamedTensor> optimizer_state() const override { return optimizer_->state_tensors(); }
+  nlohmann::json state_json() const override {
+    return {{"optimizer_steps", optimizer_->steps_taken()},
+            {"loss_scale", scaler_.scale()},
+            {"loss_scale_good_steps", scaler_.good_steps()}};
+  }
+
+  void load_state(const std::map<std::string, torch::Tensor>& weights,
+                  const std::map<std::string, torch::Tensor>& optimizer,
+                  const nlohmann::json& state, const std::string& source) override {
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < masters_.size(); ++i) {
+      auto it = weights.find(masters_[i].name);
+      if (it == weights.end())
+        throw_invalid(source + ": the checkpoint has no weight \"" + masters_[i].name + "\"",
+                      "resume with the same model and method (full / LoRA and its targets)");
+      if (it->second.sizes() != masters_[i].tensor.sizes())
+        throw_invalid(source + ": weight \"" + masters_[i].name + "\" has shape " +
+                      c10::str(it->second.sizes()) + ", the model has " +
+                      c10::str(masters_[i].tensor.sizes()));
+      masters_[i].tensor.detach().copy_(it->second);
+      if (dtype_ != torch::kFloat32) params_[i].tensor.detach().copy_(masters_[i].tensor);
+    }
+    if (weights.size() != masters_.size())
+      throw_invalid(source + ": the checkpoint holds " + std::to_string(weights.size()) +
+                        " weights but this run trains " + std::to_string(masters_.size()),
+                    "resume with the same model and method (full / LoRA and its targets)");
+    try {
+      optimizer_->load_state(optimizer, state.at("optimizer_steps").get<std::int64_t>(), source);
+      scaler_.restore(state.at("loss_scale").get<double>(),
+                      state.at("loss_scale_good_steps").get<std::int64_t>());
+    } catch (const nlohmann::json::exception& e) {
+      throw_invalid(source + ": trainer_state.json: plugin state is invalid (" + e.what() + ")");
+    }
+  }
+
+ private:
+  static bool is_model_parameter(model::PretrainedModel& model, const torch::Tensor& t) {
+    for (const auto& p : model.parameters())
+      if (p.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return true;
+    return false;
+  }
+
+  Precision precision_ = Precision::Fp32;
+  torch::Device device_ = torch::kCPU;
+  torch::Dtype dtype_ = torch::kFloat32;
+  std::vector<NamedTensor> params_;   // compute copies (what the model uses)
+  std::vector<NamedTensor> masters_;  // float32 values the optimizer updates (= params_ in fp32)
+  std::unique_ptr<optim::AdamW> optimizer_;
+  optim::DynamicLossScaler scaler_;
+  std::uint64_t model_weight_bytes_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Plugin> make_plugin(const std::string& name) {
+  if (name == "single" || name == "auto") return std::make_unique<SinglePlugin>();
+  throw_unsupported("strategy.name: plugin \"" + name + "\" is not available",
+                    "available plugins: single (and auto, which picks single)");
+}
+
+}  // namespace tessera::train

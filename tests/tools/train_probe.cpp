@@ -1,0 +1,187 @@
+// tessera-train-probe: runs the engine's trainer on a model folder and fixed token batches, for
+// tests/parity/test_train_parity.py (comparison with transformers + torch.optim.AdamW and peft).
+//
+//   tessera-train-probe --model DIR --batches B.safetensors --steps N --report OUT.json
+//       [--lr X] [--schedule constant|linear|cosine] [--warmup N] [--weight-decay X]
+//       [--max-grad-norm X] [--grad-accum N] [--precision fp32|bf16] [--seed N]
+//       [--method full|lora] [--lora-rank R] [--lora-alpha A] [--lora-targets a,b]
+//       [--lora-init adapter_model.safetensors] [--out-dir DIR] [--save-every N]
+//       [--keep-last K] [--resume DIR] [--stop-after N] [--events FILE]
+//       [--final-weights W.safetensors] [--save-adapter DIR] [--logits L.safetensors]
+//
+// B holds `input_ids` [N, B, T] (I64) and optionally `attention_mask` and `labels` of the same
+// shape: N batches, used in order. The report holds per-step losses, grad norms and lrs.
+#include <torch/torch.h>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include "core/error.h"
+#include "job/events.h"
+#include "model/model.h"
+#include "train/lora.h"
+#include "train/trainer.h"
+
+namespace {
+
+using namespace tessera;
+
+[[noreturn]] void usage(const std::string& why) {
+  throw Error(ErrorKind::Usage, why,
+              "usage: tessera-train-probe --model DIR --batches B.safetensors --steps N "
+              "--report OUT.json [options; see tests/tools/train_probe.cpp]");
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::vector<train::Batch> read_batches(const std::string& path) {
+  auto tensors = train::read_safetensors_tensors(path);
+  if (!tensors.count("input_ids")) throw_invalid(path + ": no input_ids tensor");
+  torch::Tensor ids = tensors.at("input_ids").to(torch::kInt64);
+  if (ids.dim() != 3) throw_invalid(path + ": input_ids must be [N, B, T]");
+  std::vector<train::Batch> batches;
+  for (std::int64_t i = 0; i < ids.size(0); ++i) {
+    train::Batch b;
+    b.input_ids = ids[i].clone();
+    b.attention_mask = tensors.count("attention_mask")
+                           ? tensors.at("attention_mask").to(torch::kInt64)[i].clone()
+                           : torch::ones_like(b.input_ids);
+    b.labels = tensors.count("labels") ? tensors.at("labels").to(torch::kInt64)[i].clone()
+                                       : b.input_ids.clone();
+    batches.push_back(b);
+  }
+  return batches;
+}
+
+int run(int argc, char** argv) {
+  std::string model_dir, batches_path, report_path, events_path, final_weights, save_adapter,
+      logits_path;
+  train::TrainerOptions options;
+  options.training.learning_rate = 1e-3;
+  options.training.max_grad_norm = 1.0;
+  options.training.schedule = "linear";
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--model")
+      model_dir = value();
+    else if (arg == "--batches")
+      batches_path = value();
+    else if (arg == "--report")
+      report_path = value();
+    else if (arg == "--events")
+      events_path = value();
+    else if (arg == "--steps")
+      options.training.steps = std::stoll(value());
+    else if (arg == "--lr")
+      options.training.learning_rate = std::stod(value());
+    else if (arg == "--schedule")
+      options.training.schedule = value();
+    else if (arg == "--warmup")
+      options.training.warmup_steps = std::stoll(value());
+    else if (arg == "--weight-decay")
+      options.training.weight_decay = std::stod(value());
+    else if (arg == "--max-grad-norm")
+      options.training.max_grad_norm = std::stod(value());
+    else if (arg == "--grad-accum")
+      options.training.gradient_accumulation = std::stoll(value());
+    else if (arg == "--precision")
+      options.precision = value();
+    else if (arg == "--seed")
+      options.training.seed = std::stoull(value());
+    else if (arg == "--method")
+      options.method.type = value();
+    else if (arg == "--lora-rank")
+      options.method.lora_rank = std::stoll(value());
+    else if (arg == "--lora-alpha")
+      options.method.lora_alpha = std::stod(value());
+    else if (arg == "--lora-targets")
+      options.method.lora_targets = split_commas(value());
+    else if (arg == "--lora-init")
+      options.lora_init = value();
+    else if (arg == "--out-dir")
+      options.output_dir = value();
+    else if (arg == "--save-every")
+      options.training.save_every = std::stoll(value());
+    else if (arg == "--keep-last")
+      options.training.keep_last = std::stoll(value());
+    else if (arg == "--resume")
+      options.resume = value();
+    else if (arg == "--stop-after")
+      options.stop_after_steps = std::stoll(value());
+    else if (arg == "--final-weights")
+      final_weights = value();
+    else if (arg == "--save-adapter")
+      save_adapter = value();
+    else if (arg == "--logits")
+      logits_path = value();
+    else
+      usage("unknown argument \"" + arg + "\"");
+  }
+  if (model_dir.empty() || batches_path.empty() || report_path.empty() || !options.training.steps)
+    usage("--model, --batches, --steps and --report are required");
+  options.base_model_name = model_dir;
+
+  job::EventSink events;
+  if (!events_path.empty()) events.open(events_path);
+  auto model = model::load_pretrained(model_dir);
+  std::vector<train::Batch> batches = read_batches(batches_path);
+  train::FixedBatchSource source(batches, /*shuffle=*/false, options.training.seed);
+  train::Trainer trainer(model, options, events_path.empty() ? nullptr : &events);
+  train::TrainResult result = trainer.train(source);
+
+  nlohmann::json report = {{"losses", result.losses},
+                           {"grad_norms", result.grad_norms},
+                           {"lrs", result.lrs},
+                           {"start_step", result.start_step},
+                           {"steps_done", result.steps_done},
+                           {"status", result.status}};
+  if (result.last_checkpoint) report["last_checkpoint"] = result.last_checkpoint->string();
+  std::ofstream(report_path) << report.dump(2) << "\n";
+
+  if (!final_weights.empty())
+    train::write_safetensors_tensors(final_weights, trainer.plugin().trainable_weights());
+  if (!save_adapter.empty()) {
+    if (!trainer.lora()) usage("--save-adapter needs --method lora");
+    auto weights = trainer.plugin().trainable_weights();
+    trainer.lora()->save_adapter(save_adapter, model_dir, &weights);
+  }
+  if (!logits_path.empty()) {
+    torch::NoGradGuard no_grad;
+    model->eval();
+    if (trainer.lora()) trainer.lora()->refresh();
+    model::ForwardInput in;
+    in.input_ids = batches[0].input_ids;
+    in.attention_mask = batches[0].attention_mask;
+    torch::Tensor logits = model->forward(in).logits.to(torch::kFloat32).contiguous();
+    train::write_safetensors_tensors(logits_path, {{"logits", logits}});
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const tessera::Error& e) {
+    std::cerr << "tessera-train-probe: " << e.what() << "\n";
+    if (!e.hint().empty()) std::cerr << "hint: " << e.hint() << "\n";
+    return e.kind() == tessera::ErrorKind::Io || e.kind() == tessera::ErrorKind::Internal ? 1 : 2;
+  } catch (const std::exception& e) {
+    std::cerr << "tessera-train-probe: " << e.what() << "\n";
+    return 1;
+  }
+}

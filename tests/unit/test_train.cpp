@@ -1,0 +1,479 @@
+// Trainer: LR schedules and AdamW against hand-computed values, clipping, crash-safe
+// checkpoints (torn saves ignored, old checkpoints deleted only after the new one is whole),
+// exact resume, LoRA merge, and the errors a user meets.
+#include <torch/torch.h>
+
+#include <QtTest>
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "core/error.h"
+#include "core/files.h"
+#include "hf/config.h"
+#include "model/model.h"
+#include "optim/adamw.h"
+#include "optim/clip.h"
+#include "optim/loss_scaler.h"
+#include "optim/schedule.h"
+#include "train/activation_checkpoint.h"
+#include "train/checkpoint.h"
+#include "train/example_batches.h"
+#include "train/lora.h"
+#include "train/trainer.h"
+
+using nlohmann::json;
+using tessera::Error;
+using tessera::ErrorKind;
+namespace fs = std::filesystem;
+namespace optim = tessera::optim;
+namespace train = tessera::train;
+namespace model = tessera::model;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path dir = fs::path(TESSERA_TEST_TMP_DIR) / ("train-" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void expect_error(const std::function<void()>& f, ErrorKind kind, const std::string& needle) {
+  try {
+    f();
+  } catch (const Error& e) {
+    QCOMPARE(static_cast<int>(e.kind()), static_cast<int>(kind));
+    const std::string text = std::string(e.what()) + " " + e.hint();
+    if (text.find(needle) == std::string::npos)
+      QFAIL(("message lacks \"" + needle + "\": " + text).c_str());
+    return;
+  }
+  QFAIL(("no error; expected one mentioning " + needle).c_str());
+}
+
+std::shared_ptr<model::PretrainedModel> tiny_llama() {
+  json config{{"model_type", "llama"},
+              {"architectures", {"LlamaForCausalLM"}},
+              {"vocab_size", 40},
+              {"hidden_size", 16},
+              {"intermediate_size", 24},
+              {"num_hidden_layers", 2},
+              {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},
+              {"rms_norm_eps", 1e-5},
+              {"max_position_embeddings", 64},
+              {"tie_word_embeddings", false}};
+  auto c = tessera::hf::parse_model_config(config, "config.json");
+  auto m = model::create_model(c, model::head_from_config(c));
+  model::init_weights(*m, 11);
+  return m;
+}
+
+std::vector<train::Batch> tiny_batches(int n) {
+  torch::manual_seed(3);
+  std::vector<train::Batch> out;
+  for (int i = 0; i < n; ++i) {
+    train::Batch b;
+    b.input_ids = torch::randint(0, 40, {2, 8}, torch::kInt64);
+    b.attention_mask = torch::ones_like(b.input_ids);
+    b.labels = b.input_ids.clone();
+    out.push_back(b);
+  }
+  return out;
+}
+
+void write_file(const fs::path& p, const std::string& s) {
+  std::ofstream(p) << s;
+}
+
+}  // namespace
+
+class TestTrain : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void schedules_match_transformers_values() {
+    // base lr 1, warmup 2, 10 steps: transformers' lambdas evaluated by hand.
+    optim::LrSchedule constant(optim::ScheduleKind::Constant, 1.0, 2, 10);
+    QCOMPARE(constant.factor(0), 0.0);
+    QCOMPARE(constant.factor(1), 0.5);
+    QCOMPARE(constant.factor(7), 1.0);
+    optim::LrSchedule linear(optim::ScheduleKind::Linear, 2.0, 2, 10);
+    QCOMPARE(linear.lr(1), 1.0);
+    QCOMPARE(linear.factor(2), 1.0);
+    QCOMPARE(linear.factor(6), 0.5);  // (10 - 6) / (10 - 2)
+    QCOMPARE(linear.factor(10), 0.0);
+    QCOMPARE(linear.factor(12), 0.0);  // clamped, never negative
+    optim::LrSchedule cosine(optim::ScheduleKind::Cosine, 1.0, 2, 10);
+    QCOMPARE(cosine.factor(2), 1.0);
+    QVERIFY(std::abs(cosine.factor(4) - 0.5 * (1 + std::cos(M_PI * 0.25))) < 1e-15);
+    QVERIFY(std::abs(cosine.factor(6) - 0.5) < 1e-15);
+    QVERIFY(std::abs(cosine.factor(10)) < 1e-15);
+    optim::LrSchedule no_warmup(optim::ScheduleKind::Linear, 1.0, 0, 4);
+    QCOMPARE(no_warmup.factor(0), 1.0);
+    QCOMPARE(no_warmup.factor(1), 0.75);
+    expect_error([] { optim::schedule_from_name("cosin"); }, ErrorKind::InvalidInput, "cosin");
+  }
+
+  void adamw_matches_closed_form() {
+    // Two steps on float64 tensors, against the formulas of torch.optim.AdamW written out.
+    const double lr = 0.1, b1 = 0.9, b2 = 0.99, eps = 1e-3, wd = 0.5;
+    torch::Tensor p = torch::tensor({1.0, -2.0}, torch::kFloat64).set_requires_grad(true);
+    optim::AdamW adam({{"p", p}}, {b1, b2, eps, wd});
+    const double g1[2] = {0.5, -0.25}, g2[2] = {-1.0, 0.75};
+    double expected[2] = {1.0, -2.0};
+    double m[2] = {0, 0}, v[2] = {0, 0};
+    for (int step = 1; step <= 2; ++step) {
+      const double* g = step == 1 ? g1 : g2;
+      p.mutable_grad() = torch::tensor({g[0], g[1]}, torch::kFloat64);
+      adam.step(lr);
+      for (int i = 0; i < 2; ++i) {
+        expected[i] *= 1 - lr * wd;
+        m[i] = b1 * m[i] + (1 - b1) * g[i];
+        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+        const double mhat = m[i] / (1 - std::pow(b1, step));
+        const double denom = std::sqrt(v[i]) / std::sqrt(1 - std::pow(b2, step)) + eps;
+        expected[i] -= lr * mhat / denom;
+      }
+      for (int i = 0; i < 2; ++i)
+        QVERIFY2(std::abs(p[i].item<double>() - expected[i]) < 1e-12,
+                 qPrintable(QString("step %1 elem %2: %3 vs %4")
+                                .arg(step)
+                                .arg(i)
+                                .arg(p[i].item<double>())
+                                .arg(expected[i])));
+    }
+    QCOMPARE(adam.steps_taken(), std::int64_t{2});
+    QCOMPARE(adam.state_tensors().size(), std::size_t{2});
+  }
+
+  void clipping_scales_to_max_norm() {
+    torch::Tensor a = torch::zeros({1}).set_requires_grad(true);
+    torch::Tensor b = torch::zeros({1}).set_requires_grad(true);
+    a.mutable_grad() = torch::tensor({3.0f});
+    b.mutable_grad() = torch::tensor({4.0f});
+    const double norm = optim::clip_grad_norm({a, b}, 1.0);
+    QVERIFY(std::abs(norm - 5.0) < 1e-6);
+    QVERIFY(std::abs(a.grad().item<double>() - 3.0 / (5.0 + 1e-6)) < 1e-6);
+    QVERIFY(std::abs(b.grad().item<double>() - 4.0 / (5.0 + 1e-6)) < 1e-6);
+    // Below the limit nothing changes.
+    a.mutable_grad() = torch::tensor({0.3f});
+    b.mutable_grad() = torch::tensor({0.4f});
+    QVERIFY(std::abs(optim::clip_grad_norm({a, b}, 1.0) - 0.5) < 1e-6);
+    QVERIFY(std::abs(a.grad().item<double>() - 0.3) < 1e-6);
+  }
+
+  void loss_scaler_backs_off_and_grows() {
+    optim::DynamicLossScaler s(1024.0, 2.0, 0.5, 2);
+    QVERIFY(!s.update(false));
+    QCOMPARE(s.scale(), 512.0);
+    QVERIFY(s.update(true));
+    QVERIFY(s.update(true));
+    QCOMPARE(s.scale(), 1024.0);
+  }
+
+  void resume_ignores_torn_checkpoints() {
+    const fs::path run = fresh_dir("torn");
+    auto write_one = [](const fs::path& dir) {
+      tessera::core::write_file_atomic(dir / "a.bin", "hello");
+    };
+    train::write_checkpoint(run, 2, write_one);
+    // A save killed before its manifest: the temporary folder, and a renamed folder without one.
+    fs::create_directories(run / "checkpoint-4.tmp-deadbeef");
+    write_file(run / "checkpoint-4.tmp-deadbeef" / "a.bin", "hel");
+    fs::create_directories(run / "checkpoint-3");
+    write_file(run / "checkpoint-3" / "a.bin", "hello");
+    // A complete-looking checkpoint whose file was truncated afterwards.
+    fs::path five = train::write_checkpoint(run, 5, write_one);
+    write_file(five / "a.bin", "hell");
+    // And one whose bytes changed but not its size.
+    fs::path six = train::write_checkpoint(run, 6, write_one);
+    write_file(six / "a.bin", "jello");
+    std::vector<std::string> logs;
+    auto found =
+        train::find_resume_checkpoint(run, [&](const std::string& m) { logs.push_back(m); });
+    QCOMPARE(found.step, std::int64_t{2});
+    QCOMPARE(found.path, run / "checkpoint-2");
+    QCOMPARE(logs.size(), std::size_t{4});  // tmp, 6 (checksum), 5 (size), 3 (no manifest)
+    bool named_three = false;
+    for (const auto& m : logs)
+      named_three |=
+          m.find("checkpoint-3") != std::string::npos && m.find("manifest") != std::string::npos;
+    QVERIFY(named_three);
+    // Pointing at a torn checkpoint directly is an error naming it.
+    expect_error([&] { train::find_resume_checkpoint(five, {}); }, ErrorKind::InvalidInput,
+                 five.string());
+  }
+
+  void resume_without_checkpoint_names_the_folder() {
+    const fs::path run = fresh_dir("empty");
+    fs::create_directories(run / "checkpoint-1.tmp-x");
+    expect_error([&] { train::find_resume_checkpoint(run, {}); }, ErrorKind::InvalidInput,
+                 run.string());
+    expect_error([&] { train::find_resume_checkpoint(run / "missing", {}); },
+                 ErrorKind::InvalidInput, (run / "missing").string());
+  }
+
+  void keep_last_deletes_only_after_the_new_one_is_complete() {
+    const fs::path run = fresh_dir("keep");
+    auto write_one = [](const fs::path& dir) {
+      tessera::core::write_file_atomic(dir / "a.bin", "x");
+    };
+    for (int step = 1; step <= 2; ++step) {
+      auto p = train::write_checkpoint(run, step, write_one);
+      train::prune_checkpoints(run, 2, p);
+    }
+    // While checkpoint-3 is being written, both older ones are still there.
+    bool old_present_during_write = false;
+    auto p3 = train::write_checkpoint(run, 3, [&](const fs::path& dir) {
+      old_present_during_write =
+          fs::exists(run / "checkpoint-1" / "manifest.json") && fs::exists(run / "checkpoint-2");
+      write_one(dir);
+    });
+    QVERIFY(old_present_during_write);
+    train::prune_checkpoints(run, 2, p3);
+    QVERIFY(!fs::exists(run / "checkpoint-1"));
+    QVERIFY(fs::exists(run / "checkpoint-2"));
+    QVERIFY(fs::exists(run / "checkpoint-3"));
+    // A save that fails halfway leaves the complete ones alone and no temporary folder.
+    try {
+      train::write_checkpoint(run, 4, [](const fs::path& dir) {
+        tessera::core::write_file_atomic(dir / "a.bin", "partial");
+        throw Error(ErrorKind::Io, "disk full (simulated)");
+      });
+      QFAIL("expected the simulated failure");
+    } catch (const Error&) {
+    }
+    std::size_t entries = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(run)) ++entries;
+    QCOMPARE(entries, std::size_t{2});
+    QCOMPARE(train::find_resume_checkpoint(run, {}).step, std::int64_t{3});
+  }
+
+  void resume_continues_exactly() {
+    // fp32: 6 steps in one go equal 3 steps, a stop with a checkpoint, a resume and 3 more.
+    auto options = [](const fs::path& out) {
+      train::TrainerOptions o;
+      o.training.steps = 6;
+      o.training.learning_rate = 5e-3;
+      o.training.warmup_steps = 2;
+      o.training.schedule = "cosine";
+      o.training.gradient_accumulation = 2;
+      o.training.weight_decay = 0.01;
+      o.output_dir = out;
+      o.device = "cpu";
+      return o;
+    };
+    const fs::path a = fresh_dir("exact-a"), b = fresh_dir("exact-b");
+    auto batches = tiny_batches(5);  // odd count: the resume lands mid-epoch
+    train::FixedBatchSource src_a(batches, true, 42);
+    train::Trainer ta(tiny_llama(), options(a));
+    auto full = ta.train(src_a);
+    QCOMPARE(full.losses.size(), std::size_t{6});
+    QVERIFY(full.losses.back() < full.losses.front());
+
+    auto first = options(b);
+    first.stop_after_steps = 3;
+    train::FixedBatchSource src_b1(batches, true, 42);
+    auto part1 = train::Trainer(tiny_llama(), first).train(src_b1);
+    QCOMPARE(part1.status, std::string("stopped"));
+    QVERIFY(fs::exists(b / "checkpoint-3" / "manifest.json"));
+    auto second = options(b);
+    second.resume = b;
+    train::FixedBatchSource src_b2(batches, true, 42);
+    auto part2 = train::Trainer(tiny_llama(), second).train(src_b2);
+    QCOMPARE(part2.start_step, std::int64_t{3});
+    QCOMPARE(part2.status, std::string("completed"));
+    std::vector<double> joined = part1.losses;
+    joined.insert(joined.end(), part2.losses.begin(), part2.losses.end());
+    QCOMPARE(joined.size(), full.losses.size());
+    for (std::size_t i = 0; i < joined.size(); ++i) QCOMPARE(joined[i], full.losses[i]);
+  }
+
+  void lora_trains_adapters_only_and_merges() {
+    auto m = tiny_llama();
+    const torch::Tensor q_before =
+        m->named_parameters()["model.layers.0.self_attn.q_proj.weight"].clone();
+    train::TrainerOptions o;
+    o.training.steps = 3;
+    o.training.learning_rate = 1e-2;
+    o.method.type = "lora";
+    o.method.lora_rank = 4;
+    o.method.lora_alpha = 8;
+    o.device = "cpu";
+    train::Trainer t(m, o);
+    QCOMPARE(t.lora()->adapters().size(), std::size_t{8});  // q and v, 2 layers, A and B
+    QCOMPARE(t.lora()->adapters()[0].name,
+             std::string("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"));
+    auto batches = tiny_batches(2);
+    train::FixedBatchSource src(batches, false, 1);
+    t.train(src);
+    torch::NoGradGuard no_grad;
+    QVERIFY(
+        torch::equal(m->named_parameters()["model.layers.0.self_attn.q_proj.weight"], q_before));
+    m->eval();
+    model::ForwardInput in;
+    in.input_ids = batches[0].input_ids;
+    in.attention_mask = batches[0].attention_mask;
+    t.lora()->refresh();
+    torch::Tensor with_adapter = m->forward(in).logits;
+    t.lora()->detach();
+    torch::Tensor without = m->forward(in).logits;
+    QVERIFY((with_adapter - without).abs().max().item<double>() > 1e-5);  // adapter trained
+    t.lora()->merge();
+    torch::Tensor merged = m->forward(in).logits;
+    QVERIFY((merged - with_adapter).abs().max().item<double>() < 1e-5);
+    QVERIFY(
+        !torch::equal(m->named_parameters()["model.layers.0.self_attn.q_proj.weight"], q_before));
+  }
+
+  void clear_errors_for_unsupported_choices() {
+    train::TrainerOptions o;
+    o.training.steps = 1;
+    o.device = "cpu";
+    o.precision = "fp16";
+    expect_error([&] { train::Trainer(tiny_llama(), o); }, ErrorKind::Unsupported, "fp16");
+    o.precision = "fp32";
+    o.training.activation_checkpointing = true;
+    expect_error([&] { train::Trainer(tiny_llama(), o); }, ErrorKind::Unsupported,
+                 "activation_checkpointing");
+    o.training.activation_checkpointing = false;
+    o.method.type = "lora";
+    o.method.lora_targets = {"q_projj"};
+    expect_error([&] { train::Trainer(tiny_llama(), o); }, ErrorKind::InvalidInput, "q_projj");
+    o.method.type = "full";
+    o.training.schedule = "cosin";
+    expect_error([&] { train::Trainer(tiny_llama(), o); }, ErrorKind::InvalidInput, "cosin");
+  }
+
+  void activation_checkpoint_gives_the_same_gradients() {
+    // Two layers with dropout: checkpointed (recomputed in backward, dropout replayed) and plain
+    // give identical gradients for the input and both layers' weights.
+    torch::manual_seed(0);
+    const torch::Tensor w1_init = torch::randn({6, 6}), w2_init = torch::randn({6, 6});
+    const torch::Tensor x_init = torch::randn({3, 6});
+    auto run = [&](bool checkpoint) {
+      torch::Tensor w1 = w1_init.clone().set_requires_grad(true);
+      torch::Tensor w2 = w2_init.clone().set_requires_grad(true);
+      torch::Tensor x = x_init.clone().set_requires_grad(true);
+      auto layer = [](torch::Tensor w) {
+        return [w](const torch::Tensor& h) {
+          return torch::dropout(torch::tanh(torch::mm(h, w)), 0.3, /*train=*/true);
+        };
+      };
+      torch::manual_seed(5);
+      torch::Tensor h = checkpoint ? train::checkpointed(layer(w1), x) : layer(w1)(x);
+      h = checkpoint ? train::checkpointed(layer(w2), h) : layer(w2)(h);
+      (h * h).sum().backward();
+      return std::vector<torch::Tensor>{x.grad(), w1.grad(), w2.grad(), h.detach()};
+    };
+    auto plain = run(false), recomputed = run(true);
+    for (std::size_t i = 0; i < plain.size(); ++i) {
+      QVERIFY(plain[i].defined() && recomputed[i].defined());
+      QVERIFY(torch::equal(plain[i], recomputed[i]));
+    }
+    QVERIFY(plain[0].abs().sum().item<double>() > 0);
+    // A frozen input with trainable weights (LoRA's case) still gets weight gradients.
+    torch::Tensor w = w1_init.clone().set_requires_grad(true);
+    torch::Tensor y =
+        train::checkpointed([w](const torch::Tensor& h) { return torch::mm(h, w); }, x_init);
+    y.sum().backward();
+    QVERIFY(w.grad().defined());
+    QVERIFY(torch::allclose(w.grad(), x_init.sum(0).unsqueeze(1).expand({6, 6})));
+  }
+
+  void collate_pads_right_with_ignored_labels() {
+    tessera::data::TokenizedExample a{{5, 6, 7}, {-100, 6, 7}, std::nullopt};
+    tessera::data::TokenizedExample b{{8}, {8}, std::nullopt};
+    train::Batch batch = train::collate({&a, &b}, 0);
+    QVERIFY(torch::equal(batch.input_ids,
+                         torch::tensor({5, 6, 7, 8, 0, 0}, torch::kInt64).view({2, 3})));
+    QVERIFY(torch::equal(batch.attention_mask,
+                         torch::tensor({1, 1, 1, 1, 0, 0}, torch::kInt64).view({2, 3})));
+    QVERIFY(torch::equal(batch.labels,
+                         torch::tensor({-100, 6, 7, 8, -100, -100}, torch::kInt64).view({2, 3})));
+    tessera::data::TokenizedExample bad{{1, 2}, {1}, std::nullopt};
+    expect_error([&] { train::collate({&bad}, 0); }, ErrorKind::InvalidInput,
+                 "1 labels for 2 tokens");
+  }
+
+  void example_source_restores_its_order_from_a_position() {
+    std::vector<tessera::data::TokenizedExample> examples;
+    for (int i = 0; i < 7; ++i) examples.push_back({{i + 1}, {i + 1}, std::nullopt});
+    train::ExampleBatchSource a(examples, 2, true, 9, 0);
+    QCOMPARE(a.batches_per_epoch(), std::int64_t{4});  // the last batch holds one example
+    std::vector<torch::Tensor> seen;
+    for (int i = 0; i < 10; ++i) seen.push_back(a.next().input_ids);
+    // Every example exactly once per epoch.
+    std::vector<std::int64_t> epoch0;
+    for (int i = 0; i < 4; ++i)
+      for (std::int64_t j = 0; j < seen[i].size(0); ++j)
+        epoch0.push_back(seen[i][j][0].item<std::int64_t>());
+    std::sort(epoch0.begin(), epoch0.end());
+    QCOMPARE(epoch0, (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6, 7}));
+    train::ExampleBatchSource b(examples, 2, true, 9, 0);
+    b.seek({1, 2});  // epoch 1, batch 2 = the 7th batch drawn
+    for (int i = 6; i < 10; ++i) QVERIFY(torch::equal(b.next().input_ids, seen[i]));
+    expect_error([&] { b.seek({0, 4}); }, ErrorKind::InvalidInput, "outside the data");
+  }
+
+  void evaluation_reports_mean_loss_and_perplexity() {
+    train::TrainerOptions o;
+    o.training.steps = 4;
+    o.training.eval_every = 2;
+    o.training.learning_rate = 1e-2;
+    o.device = "cpu";
+    auto m = tiny_llama();
+    train::Trainer t(m, o);
+    auto batches = tiny_batches(3);
+    train::FixedBatchSource src(batches, false, 1);
+    std::vector<train::Batch> held_out(batches.begin(), batches.begin() + 2);
+    train::FixedBatchSource eval(held_out, false, 1);
+    eval.next();  // evaluation always covers the whole set and restores the position
+    auto r = t.train(src, &eval);
+    QCOMPARE(r.evals.size(), std::size_t{2});
+    QCOMPARE(r.evals[0].step, std::int64_t{2});
+    QCOMPARE(r.evals[1].step, std::int64_t{4});
+    QCOMPARE(eval.position().index, std::int64_t{1});
+    torch::NoGradGuard no_grad;
+    m->eval();
+    double sum = 0;
+    for (const auto& b : held_out) {
+      model::ForwardInput in;
+      in.input_ids = b.input_ids;
+      in.attention_mask = b.attention_mask;
+      in.labels = b.labels;
+      sum += m->forward(in).loss.item<double>();
+    }
+    QVERIFY(std::abs(r.evals[1].loss - sum / 2) < 1e-6);
+    QVERIFY(std::abs(r.evals[1].perplexity - std::exp(r.evals[1].loss)) < 1e-9);
+    QVERIFY(r.evals[1].loss < r.evals[0].loss);  // the held-out batches were trained on
+  }
+
+  void bf16_keeps_float32_masters() {
+    train::TrainerOptions o;
+    o.training.steps = 2;
+    o.training.learning_rate = 1e-3;
+    o.precision = "bf16";
+    o.device = "cpu";
+    auto m = tiny_llama();
+    train::Trainer t(m, o);
+    for (const auto& p : m->parameters()) QCOMPARE(p.scalar_type(), torch::kBFloat16);
+    for (const auto& w : t.plugin().trainable_weights())
+      QCOMPARE(w.tensor.scalar_type(), torch::kFloat32);
+    auto batches = tiny_batches(2);
+    train::FixedBatchSource src(batches, false, 1);
+    auto r = t.train(src);
+    QCOMPARE(r.losses.size(), std::size_t{2});
+    QVERIFY(std::isfinite(r.losses[1]));
+    const auto mem = t.plugin().memory();
+    QVERIFY(mem.optimizer > 0);
+    QVERIFY(mem.weights > 0);
+  }
+};
+
+QTEST_APPLESS_MAIN(TestTrain)
+#include "test_train.moc"
