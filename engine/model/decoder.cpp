@@ -48,11 +48,21 @@ class AttentionImpl : public torch::nn::Module {
     v_proj = register_module("v_proj", Linear(o.hidden, o.kv_heads * o.head_dim, o.qkv_bias, t));
     o_proj = register_module("o_proj", Linear(o.heads * o.head_dim, o.hidden, o.o_bias, t));
   }
+  // `past` (optional): this layer's cache entry; its keys/values are attended to and this
+  // call's are appended.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask) {
+                        const torch::Tensor& mask, KVCache::Layer* past = nullptr) {
     torch::Tensor q = apply_rotary(split_heads(q_proj(x), o_.heads, o_.head_dim), cos, sin);
     torch::Tensor k = apply_rotary(split_heads(k_proj(x), o_.kv_heads, o_.head_dim), cos, sin);
     torch::Tensor v = split_heads(v_proj(x), o_.kv_heads, o_.head_dim);
+    if (past != nullptr) {
+      if (past->key.defined()) {
+        k = torch::cat({past->key, k}, 2);
+        v = torch::cat({past->value, v}, 2);
+      }
+      past->key = k;
+      past->value = v;
+    }
     torch::Tensor out = attention(q, k, v, mask, o_.attention_dropout, is_training());
     return o_proj(merge_heads(out));
   }
@@ -90,8 +100,8 @@ class DecoderLayerImpl : public torch::nn::Module {
         register_module("post_attention_layernorm", RMSNorm(o.hidden, o.eps, t));
   }
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask) {
-    torch::Tensor h = x + self_attn(input_layernorm(x), cos, sin, mask);
+                        const torch::Tensor& mask, KVCache::Layer* past = nullptr) {
+    torch::Tensor h = x + self_attn->forward(input_layernorm(x), cos, sin, mask, past);
     return h + mlp(post_attention_layernorm(h));
   }
   Attention self_attn{nullptr};
@@ -156,19 +166,30 @@ class DecoderStackImpl : public torch::nn::Module {
     sliding_layers_ = sliding_layers(c);
   }
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& attention_mask) {
-    torch::Tensor h = embed_tokens(ids);
     // transformers 5 uses positions 0..T-1 for every row when only a mask is given.
     torch::Tensor positions =
         torch::arange(ids.size(1), torch::TensorOptions().dtype(torch::kInt64).device(ids.device()))
             .unsqueeze(0);
+    return forward(ids, attention_mask, positions, nullptr);
+  }
+  // `attention_mask` covers the cached and the new positions ([B, S + T]); `positions` is
+  // [B or 1, T]. The sliding window is applied through the mask, so the cache keeps every
+  // position (the same attention as transformers' sliding-window cache layers).
+  torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& attention_mask,
+                        const torch::Tensor& positions, KVCache* cache) {
+    torch::Tensor h = embed_tokens(ids);
     auto [cos, sin] = rotary_.cos_sin(positions, h.scalar_type());
-    torch::Tensor full_mask = build_attention_mask(attention_mask, /*causal=*/true);
+    const std::int64_t length = ids.size(1);
+    torch::Tensor full_mask = build_causal_mask(attention_mask, length);
     torch::Tensor sliding_mask;
     if (options_.sliding_window)
-      sliding_mask = build_attention_mask(attention_mask, /*causal=*/true, options_.sliding_window);
+      sliding_mask = build_causal_mask(attention_mask, length, options_.sliding_window);
+    if (cache != nullptr && cache->layers.size() != layers->size())
+      cache->layers.resize(layers->size());
     for (std::size_t i = 0; i < layers->size(); ++i) {
       const torch::Tensor& mask = sliding_layers_[i] ? sliding_mask : full_mask;
-      h = layers[i]->as<DecoderLayerImpl>()->forward(h, cos, sin, mask);
+      h = layers[i]->as<DecoderLayerImpl>()->forward(h, cos, sin, mask,
+                                                     cache ? &cache->layers[i] : nullptr);
     }
     return norm(h);
   }
@@ -194,11 +215,12 @@ class DecoderBase : public PretrainedModel {
     register_module("norm", stack_->norm);
   }
   std::string base_prefix() const override { return "model"; }
+  bool supports_cache() const override { return true; }
 
  protected:
   ForwardOutput run(const ForwardInput& in) override {
     ForwardOutput out;
-    out.hidden_states = stack_->forward(in.input_ids, in.attention_mask);
+    out.hidden_states = stack_->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache);
     return out;
   }
 
@@ -215,6 +237,7 @@ class DecoderCausalLM : public PretrainedModel {
       lm_head = register_module("lm_head", Linear(c.hidden_size, c.vocab_size, false, t));
   }
   std::string base_prefix() const override { return "model"; }
+  bool supports_cache() const override { return true; }
 
   DecoderStack model{nullptr};
   Linear lm_head{nullptr};  // null when tied: the logits use model.embed_tokens.weight
@@ -222,9 +245,9 @@ class DecoderCausalLM : public PretrainedModel {
  protected:
   ForwardOutput run(const ForwardInput& in) override {
     ForwardOutput out;
-    out.hidden_states = model(in.input_ids, in.attention_mask);
-    out.logits = lm_head ? lm_head(out.hidden_states)
-                         : torch::linear(out.hidden_states, model->embed_tokens->weight);
+    out.hidden_states = model->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache);
+    torch::Tensor kept = keep_last_positions(out.hidden_states, in.logits_to_keep);
+    out.logits = lm_head ? lm_head(kept) : torch::linear(kept, model->embed_tokens->weight);
     if (in.labels.defined()) out.loss = causal_lm_loss(out.logits, in.labels);
     return out;
   }

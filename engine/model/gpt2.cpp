@@ -25,12 +25,22 @@ class Gpt2AttentionImpl : public torch::nn::Module {
     c_attn = register_module("c_attn", Linear(o.hidden, 3 * o.hidden, true, t, kConv1D));
     c_proj = register_module("c_proj", Linear(o.hidden, o.hidden, true, t, kConv1D));
   }
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask) {
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask,
+                        KVCache::Layer* past = nullptr) {
     auto qkv = c_attn(x).split(o_.hidden, -1);
     const std::int64_t head_dim = o_.hidden / o_.heads;
-    torch::Tensor out =
-        attention(split_heads(qkv[0], o_.heads, head_dim), split_heads(qkv[1], o_.heads, head_dim),
-                  split_heads(qkv[2], o_.heads, head_dim), mask, o_.attn_dropout, is_training());
+    torch::Tensor k = split_heads(qkv[1], o_.heads, head_dim);
+    torch::Tensor v = split_heads(qkv[2], o_.heads, head_dim);
+    if (past != nullptr) {
+      if (past->key.defined()) {
+        k = torch::cat({past->key, k}, 2);
+        v = torch::cat({past->value, v}, 2);
+      }
+      past->key = k;
+      past->value = v;
+    }
+    torch::Tensor out = attention(split_heads(qkv[0], o_.heads, head_dim), k, v, mask,
+                                  o_.attn_dropout, is_training());
     return torch::dropout(c_proj(merge_heads(out)), o_.resid_dropout, is_training());
   }
   Linear c_attn{nullptr}, c_proj{nullptr};
@@ -64,8 +74,9 @@ class Gpt2BlockImpl : public torch::nn::Module {
     ln_2 = register_module("ln_2", LayerNorm(o.hidden, o.eps, t));
     mlp = register_module("mlp", Gpt2Mlp(o, t));
   }
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask) {
-    torch::Tensor h = x + attn(ln_1(x), mask);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask,
+                        KVCache::Layer* past = nullptr) {
+    torch::Tensor h = x + attn->forward(ln_1(x), mask, past);
     return h + mlp(ln_2(h));
   }
   LayerNorm ln_1{nullptr}, ln_2{nullptr};
@@ -95,12 +106,20 @@ class Gpt2StackImpl : public torch::nn::Module {
   }
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& attention_mask) {
     // Positions 0..T-1 for every row, as transformers 5 does when given only a mask.
-    torch::Tensor positions = torch::arange(
-        ids.size(1), torch::TensorOptions().dtype(torch::kInt64).device(ids.device()));
-    torch::Tensor x = wte(ids) + wpe(positions).unsqueeze(0);
+    torch::Tensor positions =
+        torch::arange(ids.size(1), torch::TensorOptions().dtype(torch::kInt64).device(ids.device()))
+            .unsqueeze(0);
+    return forward(ids, attention_mask, positions, nullptr);
+  }
+  // `attention_mask` [B, S + T] covers cached and new positions; `positions` is [B or 1, T].
+  torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& attention_mask,
+                        const torch::Tensor& positions, KVCache* cache) {
+    torch::Tensor x = wte(ids) + wpe(positions);
     x = torch::dropout(x, embd_dropout_, is_training());
-    torch::Tensor mask = build_attention_mask(attention_mask, /*causal=*/true);
-    for (const auto& block : *h) x = block->as<Gpt2BlockImpl>()->forward(x, mask);
+    torch::Tensor mask = build_causal_mask(attention_mask, ids.size(1));
+    if (cache != nullptr && cache->layers.size() != h->size()) cache->layers.resize(h->size());
+    for (std::size_t i = 0; i < h->size(); ++i)
+      x = h[i]->as<Gpt2BlockImpl>()->forward(x, mask, cache ? &cache->layers[i] : nullptr);
     return ln_f(x);
   }
   Embedding wte{nullptr}, wpe{nullptr};
@@ -113,10 +132,16 @@ class Gpt2StackImpl : public torch::nn::Module {
 TORCH_MODULE(Gpt2Stack);
 
 void check_positions(const hf::ModelConfig& c, const ForwardInput& in) {
-  if (in.input_ids.size(1) > c.max_position_embeddings)
-    throw_invalid("gpt2: sequence length " + std::to_string(in.input_ids.size(1)) +
-                      " exceeds n_positions " + std::to_string(c.max_position_embeddings),
+  const std::int64_t total = in.attention_mask.size(1);  // cached + new positions
+  if (total > c.max_position_embeddings)
+    throw_invalid("gpt2: sequence length " + std::to_string(total) + " exceeds n_positions " +
+                      std::to_string(c.max_position_embeddings),
                   "truncate or split the input to at most n_positions tokens");
+  if (in.position_ids.max().item<std::int64_t>() >= c.max_position_embeddings)
+    throw_invalid("gpt2: position_ids reach " +
+                      std::to_string(in.position_ids.max().item<std::int64_t>()) +
+                      ", beyond n_positions " + std::to_string(c.max_position_embeddings),
+                  "positions must be below n_positions");
 }
 
 class Gpt2Base : public PretrainedModel {
@@ -130,13 +155,14 @@ class Gpt2Base : public PretrainedModel {
     register_module("ln_f", stack_->ln_f);
   }
   std::string base_prefix() const override { return "transformer"; }
+  bool supports_cache() const override { return true; }
 
  protected:
   ForwardOutput run(const ForwardInput& in) override {
     check_positions(config(), in);
     stack_->train(is_training());
     ForwardOutput out;
-    out.hidden_states = stack_->forward(in.input_ids, in.attention_mask);
+    out.hidden_states = stack_->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache);
     return out;
   }
 
@@ -153,6 +179,7 @@ class Gpt2LMHead : public PretrainedModel {
       lm_head = register_module("lm_head", Linear(c.hidden_size, c.vocab_size, false, t));
   }
   std::string base_prefix() const override { return "transformer"; }
+  bool supports_cache() const override { return true; }
 
   Gpt2Stack transformer{nullptr};
   Linear lm_head{nullptr};  // null when tied to transformer.wte
@@ -161,9 +188,10 @@ class Gpt2LMHead : public PretrainedModel {
   ForwardOutput run(const ForwardInput& in) override {
     check_positions(config(), in);
     ForwardOutput out;
-    out.hidden_states = transformer(in.input_ids, in.attention_mask);
-    out.logits = lm_head ? lm_head(out.hidden_states)
-                         : torch::linear(out.hidden_states, transformer->wte->weight);
+    out.hidden_states =
+        transformer->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache);
+    torch::Tensor kept = keep_last_positions(out.hidden_states, in.logits_to_keep);
+    out.logits = lm_head ? lm_head(kept) : torch::linear(kept, transformer->wte->weight);
     if (in.labels.defined()) out.loss = causal_lm_loss(out.logits, in.labels);
     return out;
   }

@@ -59,8 +59,8 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
     int status = tessera::cuda::rms_norm_forward_f32(
         input.data_ptr<float>(), weight.contiguous().data_ptr<float>(), out.data_ptr<float>(),
         input.numel() / cols, cols, static_cast<float>(eps), nullptr);
-    if (status != 0) throw_io("CUDA RMSNorm kernel failed to launch (CUDA error " +
-                              std::to_string(status) + ")");
+    if (status != 0)
+      throw_io("CUDA RMSNorm kernel failed to launch (CUDA error " + std::to_string(status) + ")");
     return out;
   }
 #endif
@@ -174,6 +174,18 @@ torch::Tensor build_attention_mask(const torch::Tensor& attention_mask, bool cau
     mask = mask & allowed;
   }
   return mask;
+}
+
+torch::Tensor build_causal_mask(const torch::Tensor& key_mask, std::int64_t query_length,
+                                std::optional<std::int64_t> sliding_window) {
+  const std::int64_t s = key_mask.size(1);
+  auto options = torch::TensorOptions().dtype(torch::kInt64).device(key_mask.device());
+  torch::Tensor keys = key_mask.to(torch::kBool).unsqueeze(1).unsqueeze(1);     // [B,1,1,S]
+  torch::Tensor qi = torch::arange(s - query_length, s, options).unsqueeze(1);  // [Q,1]
+  torch::Tensor kj = torch::arange(s, options).unsqueeze(0);                    // [1,S]
+  torch::Tensor allowed = kj <= qi;
+  if (sliding_window) allowed = allowed & (kj > qi - *sliding_window);
+  return keys.expand({key_mask.size(0), 1, query_length, s}) & allowed;
 }
 
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

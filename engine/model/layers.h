@@ -108,6 +108,13 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos,
 torch::Tensor build_attention_mask(const torch::Tensor& attention_mask, bool causal,
                                    std::optional<std::int64_t> sliding_window = std::nullopt);
 
+// The causal mask of incremental decoding: the queries are the last `query_length` of the
+// `key_mask` [B, S] positions (the earlier ones come from a KV cache), so query i sits at key
+// index S - query_length + i. [B, 1, query_length, S], true = may attend; equal to
+// build_attention_mask(key_mask, true, sliding_window) when query_length == S.
+torch::Tensor build_causal_mask(const torch::Tensor& key_mask, std::int64_t query_length,
+                                std::optional<std::int64_t> sliding_window = std::nullopt);
+
 // Scaled dot-product attention with grouped-query heads: q [B, H, T, D], k/v [B, Hkv, T, D]
 // with H a multiple of Hkv. `mask` as from build_attention_mask.
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

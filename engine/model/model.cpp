@@ -91,16 +91,51 @@ ForwardOutput PretrainedModel::forward(const ForwardInput& input) {
     throw_invalid("input_ids: token id " + std::to_string(lo < 0 ? lo : hi) +
                       " is outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")",
                   "the tokenizer and the model's config.json (vocab_size) must belong together");
+  const std::int64_t batch = in.input_ids.size(0);
+  const std::int64_t length = in.input_ids.size(1);
+  std::int64_t past = 0;
+  if (input.cache != nullptr || input.position_ids.defined()) {
+    if (!supports_cache())
+      throw_unsupported(config_.model_type + " " + task_head_name(head_) +
+                        ": a KV cache and position_ids are supported by the decoder families only");
+  }
+  if (input.cache != nullptr) {
+    past = input.cache->length();
+    if (past > 0 && input.cache->batch_size() != batch)
+      throw_invalid("cache: it holds " + std::to_string(input.cache->batch_size()) +
+                        " sequences but input_ids has " + std::to_string(batch),
+                    "use one cache per batch of sequences (clear() it to start over)");
+    in.cache = input.cache;
+  }
+  const std::vector<std::int64_t> mask_shape{batch, past + length};
   if (input.attention_mask.defined()) {
-    if (input.attention_mask.sizes() != input.input_ids.sizes())
+    if (input.attention_mask.sizes() != c10::IntArrayRef(mask_shape))
       throw_invalid("attention_mask: shape " + shape_string(input.attention_mask.sizes()) +
-                    " differs from input_ids' " + shape_string(input.input_ids.sizes()));
+                    " differs from " + shape_string(mask_shape) +
+                    (past > 0 ? " ([batch, cached + new positions])" : " (input_ids' shape)"));
     in.attention_mask = integer_tensor(input.attention_mask, "attention_mask");
     if ((in.attention_mask.ne(0) & in.attention_mask.ne(1)).any().item<bool>())
       throw_invalid("attention_mask: values must be 0 (padding) or 1 (token)");
   } else {
-    in.attention_mask = torch::ones_like(in.input_ids);
+    in.attention_mask = torch::ones(mask_shape, torch::kInt64);
   }
+  if (input.position_ids.defined()) {
+    if (input.position_ids.dim() != 2 ||
+        (input.position_ids.size(0) != batch && input.position_ids.size(0) != 1) ||
+        input.position_ids.size(1) != length)
+      throw_invalid("position_ids: expected shape [batch or 1, " + std::to_string(length) +
+                    "], got " + shape_string(input.position_ids.sizes()));
+    in.position_ids = integer_tensor(input.position_ids, "position_ids");
+    if (in.position_ids.lt(0).any().item<bool>())
+      throw_invalid("position_ids: positions must not be negative");
+  } else if (supports_cache()) {
+    in.position_ids = torch::arange(past, past + length, torch::kInt64).unsqueeze(0);
+  }
+  if (input.logits_to_keep < 0)
+    throw_invalid("logits_to_keep: must be 0 (all positions) or positive");
+  if (input.logits_to_keep > 0 && input.labels.defined())
+    throw_invalid("logits_to_keep: the loss needs every position's logits; give no labels");
+  in.logits_to_keep = input.logits_to_keep;
   if (input.labels.defined()) {
     if (head_ == TaskHead::Base)
       throw_invalid("labels: a base model (" + std::string(task_head_name(head_)) +
@@ -122,6 +157,7 @@ ForwardOutput PretrainedModel::forward(const ForwardInput& input) {
   if (input.token_type_ids.defined()) in.token_type_ids = input.token_type_ids.to(device);
   in.input_ids = in.input_ids.to(device);
   in.attention_mask = in.attention_mask.to(device);
+  if (in.position_ids.defined()) in.position_ids = in.position_ids.to(device);
   return run(in);
 }
 
@@ -277,6 +313,19 @@ torch::Dtype dtype_from_string(const std::string& name) {
   if (name == "bfloat16" || name == "bf16") return torch::kBFloat16;
   if (name == "float16" || name == "fp16" || name == "f16") return torch::kFloat16;
   throw_invalid("dtype \"" + name + "\" is not supported", "use float32, bfloat16 or float16");
+}
+
+std::int64_t KVCache::length() const {
+  return layers.empty() || !layers.front().key.defined() ? 0 : layers.front().key.size(2);
+}
+
+std::int64_t KVCache::batch_size() const {
+  return layers.empty() || !layers.front().key.defined() ? 0 : layers.front().key.size(0);
+}
+
+torch::Tensor keep_last_positions(const torch::Tensor& hidden, std::int64_t keep) {
+  if (keep <= 0 || keep >= hidden.size(1)) return hidden;
+  return hidden.narrow(1, hidden.size(1) - keep, keep);
 }
 
 torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels) {

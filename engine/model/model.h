@@ -45,12 +45,36 @@ enum class TaskHead {
 };
 const char* task_head_name(TaskHead head);
 
+// Keys and values of the positions seen so far, one entry per decoder layer, for incremental
+// decoding: a forward with a cache attends to the cached positions and appends its own.
+// Keys are stored after the rotary embedding, as transformers' DynamicCache holds them.
+struct KVCache {
+  struct Layer {
+    torch::Tensor key;    // [B, kv_heads, S, head_dim]; undefined until the first forward
+    torch::Tensor value;  // [B, kv_heads, S, head_dim]
+  };
+  std::vector<Layer> layers;
+  std::int64_t length() const;      // S, the number of cached positions (0 when empty)
+  std::int64_t batch_size() const;  // 0 when empty
+  void clear() { layers.clear(); }
+};
+
 struct ForwardInput {
   torch::Tensor input_ids;       // [B, T] int64, required
-  torch::Tensor attention_mask;  // [B, T], 1 = token, 0 = padding; all ones when undefined
+  torch::Tensor attention_mask;  // [B, T], 1 = token, 0 = padding; all ones when undefined.
+                                 // With a non-empty cache: [B, S + T], past and new positions.
   torch::Tensor labels;          // optional: [B, T] for CausalLM (-100 ignored, shifted inside),
                                  // [B] for SequenceClassification
   torch::Tensor token_type_ids;  // optional, bert only: [B, T], zeros when undefined
+  // Optional, decoders only: [B or 1, T] position of each token. Default: S + 0..T-1 for every
+  // row, S = the cache length (0 without a cache), as transformers 5 does given only a mask.
+  torch::Tensor position_ids;
+  // Optional, decoders only (supports_cache()): read the past keys/values from it and append
+  // this call's. The caller owns it; one cache belongs to one sequence batch.
+  KVCache* cache = nullptr;
+  // CausalLM: compute logits for the last `logits_to_keep` positions only (0 = all), as
+  // transformers' logits_to_keep; generation needs just the last one.
+  std::int64_t logits_to_keep = 0;
 };
 
 struct ForwardOutput {
@@ -74,6 +98,8 @@ class PretrainedModel : public torch::nn::Module {
   // Checkpoint names that are not parameters and may be skipped (buffers such as
   // `position_ids` or rotary `inv_freq`, GPT-2's `attn.bias`, a tied `lm_head.weight`).
   virtual bool is_ignorable_tensor(const std::string& name) const;
+  // Whether forward accepts ForwardInput::cache and position_ids (the decoder families).
+  virtual bool supports_cache() const { return false; }
 
  protected:
   virtual ForwardOutput run(const ForwardInput& input) = 0;
@@ -123,6 +149,9 @@ std::shared_ptr<PretrainedModel> create_gpt2(const hf::ModelConfig& config, Task
                                              const torch::TensorOptions& options);
 std::shared_ptr<PretrainedModel> create_bert(const hf::ModelConfig& config, TaskHead head,
                                              const torch::TensorOptions& options);
+
+// Shared by the families: the logits of the last `keep` positions (all when 0 or >= T).
+torch::Tensor keep_last_positions(const torch::Tensor& hidden, std::int64_t keep);
 
 // Shared by the families: causal-LM loss as transformers computes it (labels shifted left by
 // one, -100 ignored, mean over the remaining tokens, logits upcast to float32).

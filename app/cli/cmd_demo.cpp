@@ -1,0 +1,147 @@
+// tessera-cli demo: the embedded default, offline. Builds a small Llama-architecture model and a
+// byte-level tokenizer, generates a string-transformation dataset, fine-tunes, measures held-out
+// accuracy by greedy generation before and after, exports, and prints sample generations.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "command.h"
+#include "core/error.h"
+#include "data/format.h"
+#include "export/export.h"
+#include "hf/chat/tokenizer_config.h"
+#include "hf/tokenizer/tokenizer.h"
+#include "job/job_spec.h"
+#include "model/generate.h"
+#include "model/model.h"
+#include "run_job.h"
+#include "runner/demo.h"
+
+namespace tessera::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Answered {
+  std::string instruction, expected, got;
+};
+
+// Greedy answers of the model in `model_dir` to `tasks`, prompted exactly as training renders
+// an instruction row (the prompt is the part of the example that carries no loss).
+std::vector<Answered> answer(const fs::path& model_dir, const std::vector<runner::DemoTask>& tasks) {
+  auto model = model::load_pretrained(model_dir, torch::kFloat32);
+  auto tokenizer = hf::Tokenizer::from_folder(model_dir);
+  auto config = hf::load_tokenizer_config_from_folder(model_dir);
+  data::DatasetFormat format{data::FormatKind::Instruction,
+                             {{"instruction", "instruction"}, {"output", "output"}}};
+  data::ExampleBuilder builder(format, tokenizer, config);
+  model::GenerateOptions options;
+  options.max_new_tokens = 12;
+  options.eos_token_ids = model::eos_token_ids(model->config(), model_dir);
+  std::vector<Answered> out;
+  torch::NoGradGuard no_grad;
+  for (const auto& task : tasks) {
+    data::Row row = {{"instruction", task.instruction}, {"output", task.answer}};
+    data::TokenizedExample ex = builder.build(row, "demo");
+    std::vector<std::int64_t> prompt;
+    for (std::size_t i = 0; i < ex.input_ids.size() && ex.labels[i] == data::kIgnoreIndex; ++i)
+      prompt.push_back(ex.input_ids[i]);
+    auto result = model::generate(*model, {prompt}, options);
+    std::vector<std::int32_t> ids;
+    for (auto t : result.tokens[0]) ids.push_back(static_cast<std::int32_t>(t));
+    out.push_back({task.instruction, task.answer, tokenizer.decode(ids, /*skip_special=*/true)});
+  }
+  return out;
+}
+
+double accuracy(const std::vector<Answered>& answers) {
+  std::size_t right = 0;
+  for (const auto& a : answers) right += a.got == a.expected ? 1 : 0;
+  return answers.empty() ? 0.0 : static_cast<double>(right) / static_cast<double>(answers.size());
+}
+
+int run_demo(const std::vector<std::string>& raw) {
+  Args args(raw, {}, {"--out", "--steps", "--seed"});
+  if (!args.positionals().empty()) throw UsageError{"unexpected argument"};
+  const fs::path out = args.option("--out") ? fs::path(*args.option("--out")) : "tessera-demo";
+  const std::int64_t steps = args.option("--steps") ? std::stoll(*args.option("--steps")) : 500;
+  const std::uint64_t seed = args.option("--seed") ? std::stoull(*args.option("--seed")) : 7;
+  if (steps < 1) throw UsageError{"--steps must be at least 1"};
+  const auto started = std::chrono::steady_clock::now();
+
+  std::fprintf(stderr, "== building the demo model, tokenizer and dataset in %s\n", out.c_str());
+  fs::create_directories(out);
+  const fs::path tokenizer_dir = out / "tokenizer";
+  hf::ModelConfig config = runner::write_demo_model_files(tokenizer_dir);
+  {
+    torch::manual_seed(seed);
+    auto model = model::create_model(config, model::TaskHead::CausalLM);
+    model::init_weights(*model, seed);
+    exporter::ExportOptions options;
+    options.tokenizer_dir = tokenizer_dir;
+    options.force = true;
+    exporter::export_pretrained(*model, out / "base", options);
+  }
+  runner::DemoData data = runner::make_demo_data(4000, 100, seed);
+  runner::write_demo_jsonl(out / "train.jsonl", data.train);
+  runner::write_demo_jsonl(out / "validation.jsonl", data.validation);
+  runner::write_demo_jsonl(out / "test.jsonl", data.test);
+  std::fprintf(stderr,
+               "model: llama, 4 layers × hidden 128, byte-level vocabulary of 259\n"
+               "task: \"Uppercase: word\" / \"Reverse: word\"; %zu training, %zu held-out rows\n",
+               data.train.size(), data.test.size());
+
+  double before = accuracy(answer(out / "base", data.test));
+  std::fprintf(stderr, "held-out exact-match accuracy before fine-tuning: %.1f%%\n", 100 * before);
+
+  nlohmann::json doc = {
+      {"version", job::kJobSpecVersion},
+      {"name", "demo"},
+      {"model", {{"path", (out / "base").string()}}},
+      {"dataset",
+       {{"train", {(out / "train.jsonl").string()}},
+        {"validation", {(out / "validation.jsonl").string()}},
+        {"format", "instruction"},
+        {"max_length", 64}}},
+      {"method", {{"type", "full"}}},
+      {"training",
+       {{"steps", steps},
+        {"batch_size", 32},
+        {"learning_rate", 3e-3},
+        {"schedule", "cosine"},
+        {"warmup_steps", 20},
+        {"weight_decay", 0.01},
+        {"eval_every", std::max<std::int64_t>(1, steps / 5)},
+        {"save_every", std::max<std::int64_t>(1, steps / 2)},
+        {"seed", seed}}},
+      {"output", {{"dir", (out / "run").string()}}}};
+  job::JobSpec spec = job::parse_job_spec(doc, "demo");
+  job::save_job_spec(spec, out / "job.json");
+  std::fprintf(stderr, "== fine-tuning (job spec: %s)\n", (out / "job.json").c_str());
+  int code = execute_job(spec, "", (out / "job.json").string());
+  if (code != 0) return code;
+
+  auto answers = answer(out / "run" / "model", data.test);
+  double after = accuracy(answers);
+  auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::printf("\nheld-out exact-match accuracy: %.1f%% before, %.1f%% after fine-tuning (%zu tasks)\n",
+              100 * before, 100 * after, answers.size());
+  std::printf("exported model: %s (loads with transformers' AutoModelForCausalLM)\n",
+              (out / "run" / "model").c_str());
+  std::printf("sample generations:\n");
+  for (std::size_t i = 0; i < std::min<std::size_t>(6, answers.size()); ++i)
+    std::printf("  %-22s -> %-10s %s\n", answers[i].instruction.c_str(), answers[i].got.c_str(),
+                answers[i].got == answers[i].expected ? "✓" : ("✗ (want " + answers[i].expected + ")").c_str());
+  std::printf("total time: %.0f s\n", seconds);
+  return 0;
+}
+
+const RegisterCommand kRegister{{
+    "demo",
+    "demo [--out DIR] [--steps N] [--seed N]",
+    "Offline demo: build a small Llama, fine-tune it on a generated task, show accuracy and samples",
+    run_demo,
+}};
+
+}  // namespace
+}  // namespace tessera::cli

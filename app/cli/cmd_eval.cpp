@@ -1,0 +1,127 @@
+// tessera-cli eval: mean token cross-entropy and perplexity of a causal LM on a dataset, equal
+// to transformers' shifted-label loss summed over the whole dataset (see model/evaluate.h).
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "command.h"
+#include "core/error.h"
+#include "data/dataset.h"
+#include "data/format.h"
+#include "hf/chat/tokenizer_config.h"
+#include "hf/tokenizer/tokenizer.h"
+#include "model/evaluate.h"
+#include "model/model.h"
+
+namespace tessera::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::int64_t positive_option(const Args& args, const std::string& name, std::int64_t fallback) {
+  const std::string* v = args.option(name);
+  if (v == nullptr) return fallback;
+  try {
+    std::size_t used = 0;
+    const long long n = std::stoll(*v, &used);
+    if (used == v->size() && n > 0) return n;
+  } catch (const std::exception&) {
+  }
+  throw UsageError{name + " needs a positive integer, got \"" + *v + "\""};
+}
+
+int run_eval(const std::vector<std::string>& raw) {
+  Args args(raw, {"--json"},
+            {"--model", "--data", "--format", "--max-length", "--batch-tokens", "--dtype"});
+  const std::string* model_arg = args.option("--model");
+  if (model_arg == nullptr) throw UsageError{"--model PATH is required"};
+  const std::string* data_arg = args.option("--data");
+  if (data_arg == nullptr) throw UsageError{"--data FILE is required"};
+  if (!args.positionals().empty())
+    throw UsageError{"unexpected argument \"" + args.positionals().front() + "\""};
+  const std::string format_name = args.option("--format") ? *args.option("--format") : "text";
+  if (format_name != "text")
+    throw_unsupported("eval: format \"" + format_name + "\" is not supported yet",
+                      "use --format text (one record per sequence)");
+  const fs::path model_dir = *model_arg;
+  std::error_code ec;
+  if (!fs::is_directory(model_dir, ec))
+    throw_invalid(model_dir.string() + ": no such model folder",
+                  "--model takes a folder with config.json, *.safetensors and tokenizer.json");
+
+  const torch::Dtype dtype =
+      model::dtype_from_string(args.option("--dtype") ? *args.option("--dtype") : "float32");
+  std::shared_ptr<model::PretrainedModel> model = model::load_pretrained(model_dir, dtype);
+  const std::int64_t positions = model->config().max_position_embeddings;
+  const std::int64_t max_length = positive_option(
+      args, "--max-length", positions > 0 ? std::min<std::int64_t>(positions, 1024) : 1024);
+  if (positions > 0 && max_length > positions && model->config().family == hf::ModelFamily::Gpt2)
+    throw UsageError{"--max-length " + std::to_string(max_length) + " exceeds the model's " +
+                     std::to_string(positions) + " positions"};
+
+  const hf::Tokenizer tokenizer = hf::Tokenizer::from_folder(model_dir);
+  hf::TokenizerConfig tokenizer_config = hf::load_tokenizer_config_from_folder(model_dir);
+  std::unique_ptr<data::DatasetReader> reader = data::open_dataset(*data_arg);
+  const data::DatasetFormat format =
+      data::resolve_format(reader->columns(), *data_arg, data::FormatKind::Text);
+  data::TokenizeOptions tokenize;
+  tokenize.max_length = static_cast<std::size_t>(max_length);
+  tokenize.pack = false;  // one record per sequence
+  const data::ExampleBuilder builder(format, tokenizer, tokenizer_config, tokenize);
+  std::vector<std::size_t> indices(reader->num_rows());
+  std::iota(indices.begin(), indices.end(), std::size_t{0});
+  data::TokenizedDataset tokenized = data::tokenize_rows(*reader, indices, builder, false);
+  std::vector<std::vector<std::int32_t>> sequences;
+  sequences.reserve(tokenized.examples.size());
+  for (auto& ex : tokenized.examples) sequences.push_back(std::move(ex.input_ids));
+
+  model::EvalOptions options;
+  options.batch_tokens = positive_option(args, "--batch-tokens", 8192);
+  const auto start = std::chrono::steady_clock::now();
+  auto last = start;
+  options.progress = [&](std::size_t done, std::size_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last < std::chrono::seconds(2) && done < total) return;
+    if (now - start < std::chrono::seconds(2)) return;  // short evals stay quiet
+    last = now;
+    std::cerr << "eval: " << done << "/" << total << " sequences\n";
+  };
+  const model::EvalResult result = model::evaluate_causal_lm(*model, sequences, options);
+
+  if (args.flag("--json")) {
+    nlohmann::json out;
+    out["mean_loss"] = result.mean_loss();
+    out["perplexity"] = result.perplexity();
+    out["total_loss"] = result.total_loss;
+    out["predicted_tokens"] = result.predicted_tokens;
+    out["sequences"] = result.sequences;
+    out["max_length"] = max_length;
+    out["format"] = format.describe();
+    std::cout << out.dump() << "\n";
+  } else {
+    std::cout << "data: " << *data_arg << " (" << format.describe() << ", " << result.sequences
+              << " sequences of at most " << max_length << " tokens)\n"
+              << "mean loss: " << result.mean_loss() << " nats/token over "
+              << result.predicted_tokens << " predicted tokens\n"
+              << "perplexity: " << result.perplexity() << "\n";
+  }
+  std::cout.flush();
+  if (!std::cout) throw_io("cannot write to standard output");
+  return 0;
+}
+
+const RegisterCommand kRegister{{
+    "eval",
+    "eval --model PATH --data FILE [--format text] [--max-length N] [--batch-tokens N] "
+    "[--dtype float32|bfloat16] [--json]",
+    "mean token cross-entropy and perplexity of a causal LM: each record is one sequence (BOS + "
+    "text + EOS, first N tokens); loss = sum of -log p(token | prefix) over every predicted "
+    "token of the dataset / their number; perplexity = exp(loss)",
+    run_eval,
+}};
+
+}  // namespace
+}  // namespace tessera::cli

@@ -1,0 +1,104 @@
+// tessera-cli finetune: builds a job spec from flags and runs it (or prints it).
+#include <iostream>
+
+#include "command.h"
+#include "core/error.h"
+#include "job/job_spec.h"
+#include "run_job.h"
+
+namespace tessera::cli {
+namespace {
+
+std::int64_t to_int(const std::string& flag, const std::string& value, std::int64_t min_value) {
+  try {
+    std::size_t used = 0;
+    long long v = std::stoll(value, &used);
+    if (used == value.size() && v >= min_value) return v;
+  } catch (const std::exception&) {
+  }
+  throw UsageError{flag + " expects an integer ≥ " + std::to_string(min_value) + ", got '" +
+                   value + "'"};
+}
+
+double to_double(const std::string& flag, const std::string& value) {
+  try {
+    std::size_t used = 0;
+    double v = std::stod(value, &used);
+    if (used == value.size() && v >= 0) return v;
+  } catch (const std::exception&) {
+  }
+  throw UsageError{flag + " expects a non-negative number, got '" + value + "'"};
+}
+
+int run_finetune(const std::vector<std::string>& raw) {
+  Args args(raw, {"--print-job"},
+            {"--model", "--data", "--validation", "--format", "--method", "--steps", "--epochs",
+             "--batch-size", "--grad-accum", "--lr", "--seed", "--save-every", "--eval-every",
+             "--resume", "--precision", "--out", "--events", "--max-length", "--lora-rank",
+             "--lora-alpha", "--schedule", "--warmup-steps", "--validation-split"});
+  if (!args.positionals().empty())
+    throw UsageError{"unexpected argument '" + args.positionals()[0] + "'"};
+  const std::string* model = args.option("--model");
+  const std::string* data = args.option("--data");
+  if (model == nullptr) throw UsageError{"--model PATH is required"};
+  if (data == nullptr) throw UsageError{"--data FILE is required"};
+
+  // Build the spec as JSON and let the job-spec parser validate it, so flags and files obey
+  // exactly the same rules.
+  nlohmann::json training = nlohmann::json::object();
+  if (auto v = args.option("--steps")) training["steps"] = to_int("--steps", *v, 1);
+  if (auto v = args.option("--epochs")) training["epochs"] = to_double("--epochs", *v);
+  if (auto v = args.option("--batch-size")) training["batch_size"] = to_int("--batch-size", *v, 1);
+  if (auto v = args.option("--grad-accum"))
+    training["gradient_accumulation"] = to_int("--grad-accum", *v, 1);
+  if (auto v = args.option("--seed")) training["seed"] = to_int("--seed", *v, 0);
+  if (auto v = args.option("--save-every")) training["save_every"] = to_int("--save-every", *v, 0);
+  if (auto v = args.option("--eval-every")) training["eval_every"] = to_int("--eval-every", *v, 0);
+  if (auto v = args.option("--schedule")) training["schedule"] = *v;
+  if (auto v = args.option("--warmup-steps"))
+    training["warmup_steps"] = to_int("--warmup-steps", *v, 0);
+  std::string method = args.option("--method") ? *args.option("--method") : "full";
+  // The learning rate follows the method unless given: LoRA trains far fewer weights.
+  training["learning_rate"] = args.option("--lr") ? to_double("--lr", *args.option("--lr"))
+                                                  : (method == "lora" ? 2e-4 : 2e-5);
+  nlohmann::json method_json = {{"type", method}};
+  if (auto v = args.option("--lora-rank")) method_json["rank"] = to_int("--lora-rank", *v, 1);
+  if (auto v = args.option("--lora-alpha")) method_json["alpha"] = to_double("--lora-alpha", *v);
+  nlohmann::json dataset = {{"train", {*data}}};
+  if (auto v = args.option("--validation")) dataset["validation"] = {*v};
+  if (auto v = args.option("--format")) dataset["format"] = *v;
+  if (auto v = args.option("--max-length")) dataset["max_length"] = to_int("--max-length", *v, 2);
+  if (auto v = args.option("--validation-split"))
+    dataset["validation_split"] = to_double("--validation-split", *v);
+  nlohmann::json output = {{"dir", args.option("--out") ? *args.option("--out") : "runs/latest"}};
+  if (auto v = args.option("--resume")) output["resume"] = *v;
+  nlohmann::json doc = {{"version", job::kJobSpecVersion},
+                        {"model", {{"path", *model}}},
+                        {"dataset", dataset},
+                        {"method", method_json},
+                        {"training", training},
+                        {"output", output}};
+  if (auto v = args.option("--precision")) doc["precision"] = *v;
+  job::JobSpec spec = job::parse_job_spec(doc, "finetune flags");
+
+  if (args.flag("--print-job")) {
+    std::cout << job::to_json(spec).dump(2) << "\n";
+    return 0;
+  }
+  const std::string* events = args.option("--events");
+  return execute_job(spec, events ? *events : "", "");
+}
+
+const RegisterCommand kRegister{{
+    "finetune",
+    "finetune --model PATH --data FILE [--validation FILE] [--format F] [--method full|lora] "
+    "[--steps N | --epochs N] [--batch-size N] [--grad-accum N] [--lr X] [--schedule S] "
+    "[--warmup-steps N] [--seed N] [--save-every N] [--eval-every N] [--max-length N] "
+    "[--validation-split X] [--lora-rank R] [--lora-alpha A] [--resume DIR] "
+    "[--precision fp32|bf16] [--out DIR] [--events FILE|-] [--print-job]",
+    "Fine-tune a model on a dataset (builds a job spec from the flags and runs it)",
+    run_finetune,
+}};
+
+}  // namespace
+}  // namespace tessera::cli

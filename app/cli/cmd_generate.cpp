@@ -1,0 +1,193 @@
+// tessera-cli generate: text generation with a KV cache (greedy or sampled), as transformers'
+// generate() computes it.
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "command.h"
+#include "core/error.h"
+#include "core/files.h"
+#include "hf/chat/chat_template.h"
+#include "hf/chat/tokenizer_config.h"
+#include "hf/tokenizer/tokenizer.h"
+#include "model/generate.h"
+#include "model/model.h"
+
+namespace tessera::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::int64_t int_option(const Args& args, const std::string& name, std::int64_t fallback) {
+  const std::string* v = args.option(name);
+  if (v == nullptr) return fallback;
+  try {
+    std::size_t used = 0;
+    const long long n = std::stoll(*v, &used);
+    if (used == v->size()) return n;
+  } catch (const std::exception&) {
+  }
+  throw UsageError{name + " needs an integer, got \"" + *v + "\""};
+}
+
+double real_option(const Args& args, const std::string& name, double fallback) {
+  const std::string* v = args.option(name);
+  if (v == nullptr) return fallback;
+  try {
+    std::size_t used = 0;
+    const double x = std::stod(*v, &used);
+    if (used == v->size()) return x;
+  } catch (const std::exception&) {
+  }
+  throw UsageError{name + " needs a number, got \"" + *v + "\""};
+}
+
+// Sampling defaults as transformers takes them: generation_config.json, else its own defaults
+// (temperature 1, top_k 50, top_p 1).
+model::SamplingOptions sampling_defaults(const fs::path& model_dir) {
+  model::SamplingOptions s;
+  s.top_k = 50;
+  const fs::path path = model_dir / "generation_config.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return s;
+  const nlohmann::json doc = nlohmann::json::parse(core::read_text_file(path), nullptr, false);
+  if (!doc.is_object()) return s;  // model::eos_token_ids reports a broken file
+  if (doc.contains("temperature") && doc["temperature"].is_number())
+    s.temperature = doc["temperature"].get<double>();
+  if (doc.contains("top_k") && doc["top_k"].is_number_integer())
+    s.top_k = doc["top_k"].get<std::int64_t>();
+  if (doc.contains("top_p") && doc["top_p"].is_number()) s.top_p = doc["top_p"].get<double>();
+  return s;
+}
+
+// Prints the completion as it grows. Decoding the whole completion each time and printing the
+// new suffix keeps multi-token characters and tokenizer spacing rules right; a trailing U+FFFD
+// (an incomplete UTF-8 sequence so far) is held back until the next token completes it.
+class Streamer {
+ public:
+  explicit Streamer(const hf::Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  void add(std::int64_t token) {
+    ids_.push_back(static_cast<std::int32_t>(token));
+    const std::string text = tokenizer_.decode(ids_, /*skip_special_tokens=*/true);
+    if (text.size() >= 3 && text.compare(text.size() - 3, 3, "\xEF\xBF\xBD") == 0) return;
+    print_rest(text);
+  }
+  void finish() {
+    print_rest(tokenizer_.decode(ids_, /*skip_special_tokens=*/true));
+    std::cout << "\n" << std::flush;
+  }
+
+ private:
+  // Prints what `text` adds to what is already on the terminal. Should a decoder rewrite
+  // earlier text (it does not for the supported decoders), nothing more is printed.
+  void print_rest(const std::string& text) {
+    if (text.size() <= printed_.size() || text.compare(0, printed_.size(), printed_) != 0) return;
+    std::cout << text.substr(printed_.size()) << std::flush;
+    printed_ = text;
+  }
+
+  const hf::Tokenizer& tokenizer_;
+  std::vector<std::int32_t> ids_;
+  std::string printed_;
+};
+
+int run_generate(const std::vector<std::string>& raw) {
+  Args args(raw, {"--chat", "--greedy", "--json"},
+            {"--model", "--prompt", "--max-new-tokens", "--temperature", "--top-k", "--top-p",
+             "--seed", "--dtype"});
+  const std::string* model_arg = args.option("--model");
+  if (model_arg == nullptr) throw UsageError{"--model PATH is required"};
+  const std::string* prompt = args.option("--prompt");
+  if (prompt == nullptr) throw UsageError{"--prompt TEXT is required"};
+  if (!args.positionals().empty())
+    throw UsageError{"unexpected argument \"" + args.positionals().front() + "\""};
+  const fs::path model_dir = *model_arg;
+  std::error_code ec;
+  if (!fs::is_directory(model_dir, ec))
+    throw_invalid(model_dir.string() + ": no such model folder",
+                  "--model takes a folder with config.json, *.safetensors and tokenizer.json");
+
+  model::GenerateOptions options;
+  options.max_new_tokens = int_option(args, "--max-new-tokens", 64);
+  options.sampling = sampling_defaults(model_dir);
+  options.sampling.greedy = args.flag("--greedy");
+  options.sampling.temperature = real_option(args, "--temperature", options.sampling.temperature);
+  options.sampling.top_k = int_option(args, "--top-k", options.sampling.top_k);
+  options.sampling.top_p = real_option(args, "--top-p", options.sampling.top_p);
+  if (args.flag("--greedy") && (args.option("--temperature") || args.option("--top-k") ||
+                                args.option("--top-p") || args.option("--seed")))
+    throw UsageError{
+        "--greedy takes no sampling options (--temperature, --top-k, --top-p, --seed)"};
+  const std::int64_t seed = int_option(args, "--seed", -1);
+  options.sampling.seed = seed >= 0 ? static_cast<std::uint64_t>(seed)
+                                    : static_cast<std::uint64_t>(std::random_device{}());
+  try {
+    model::validate(options);
+  } catch (const Error& e) {
+    throw UsageError{e.what()};
+  }
+
+  const hf::Tokenizer tokenizer = hf::Tokenizer::from_folder(model_dir);
+  std::vector<std::int32_t> prompt_ids;
+  if (args.flag("--chat")) {
+    const hf::TokenizerConfig config = hf::load_tokenizer_config_from_folder(model_dir);
+    if (!config.chat_template)
+      throw_invalid(model_dir.string() + ": the tokenizer has no chat template",
+                    "drop --chat, or use a model whose tokenizer_config.json or "
+                    "chat_template.jinja has one");
+    const hf::ChatTemplate chat = hf::ChatTemplate::parse(*config.chat_template, "chat_template");
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    messages.push_back({{"role", "user"}, {"content", *prompt}});
+    // As apply_chat_template: the template writes any BOS itself, so no special tokens are added.
+    prompt_ids = tokenizer.encode(chat.render(messages, /*add_generation_prompt=*/true, config),
+                                  /*add_special_tokens=*/false);
+  } else {
+    prompt_ids = tokenizer.encode(*prompt, /*add_special_tokens=*/true);
+  }
+  if (prompt_ids.empty())
+    throw_invalid("the prompt has no tokens", "give a non-empty --prompt (or use --chat)");
+
+  const torch::Dtype dtype =
+      model::dtype_from_string(args.option("--dtype") ? *args.option("--dtype") : "float32");
+  std::shared_ptr<model::PretrainedModel> model = model::load_pretrained(model_dir, dtype);
+  options.eos_token_ids = model::eos_token_ids(model->config(), model_dir);
+  options.pad_token_id = model->config().pad_token_id;
+
+  const bool json = args.flag("--json");
+  Streamer streamer(tokenizer);
+  model::GenerateResult result =
+      model::generate(*model, {std::vector<std::int64_t>(prompt_ids.begin(), prompt_ids.end())},
+                      options, [&](std::size_t, std::int64_t token) {
+                        if (!json) streamer.add(token);
+                        return true;
+                      });
+  const std::vector<std::int64_t>& generated = result.tokens.front();
+  if (json) {
+    std::vector<std::int32_t> ids(generated.begin(), generated.end());
+    nlohmann::json out;
+    out["prompt_ids"] = prompt_ids;
+    out["generated_ids"] = generated;
+    out["text"] = tokenizer.decode(ids, /*skip_special_tokens=*/true);
+    out["stopped_at_eos"] = static_cast<bool>(result.stopped_at_eos.front());
+    out["greedy"] = options.sampling.greedy;
+    if (!options.sampling.greedy) out["seed"] = options.sampling.seed;
+    std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  } else {
+    streamer.finish();
+  }
+  std::cout.flush();
+  if (!std::cout) throw_io("cannot write to standard output");
+  return 0;
+}
+
+const RegisterCommand kRegister{{
+    "generate",
+    "generate --model PATH --prompt TEXT [--chat] [--max-new-tokens N] [--greedy] "
+    "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--dtype float32|bfloat16] [--json]",
+    "continue a prompt with a causal LM (KV cache; greedy or sampled as transformers' generate)",
+    run_generate,
+}};
+
+}  // namespace
+}  // namespace tessera::cli

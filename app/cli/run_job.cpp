@@ -1,0 +1,170 @@
+#include "run_job.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "core/error.h"
+#include "job/events.h"
+#include "runner/runner.h"
+
+namespace tessera::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+std::atomic<int> g_interrupts{0};
+
+void on_interrupt(int) {
+  // First Ctrl-C: finish the step, checkpoint, stop. Second: leave at once (the newest
+  // complete checkpoint is still intact: checkpoints are written crash-safe).
+  if (g_interrupts.fetch_add(1) >= 1) std::_Exit(130);
+  g_stop.store(true);
+  const char msg[] = "\nstopping after this step (Ctrl-C again to quit at once)\n";
+  [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+}
+
+std::string format_eta(double seconds) {
+  if (seconds < 0 || seconds > 1e7) return "--:--";
+  auto s = static_cast<long>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%02ld:%02ld", s / 60, s % 60);
+  return buf;
+}
+
+// Renders metric/progress events as one updating line on a terminal (stderr), and plain
+// lines when stderr is not a terminal.
+class ProgressBar {
+ public:
+  ProgressBar() : tty_(::isatty(STDERR_FILENO) == 1) {}
+
+  void on_event(const nlohmann::json& e) {
+    const std::string type = e.value("type", "");
+    if (type == "progress" && e.value("phase", "") == "train") {
+      done_ = e.value("done", 0);
+      total_ = e.value("total", 0);
+      if (e.contains("eta_s") && e["eta_s"].is_number()) eta_ = e["eta_s"].get<double>();
+      draw();
+    } else if (type == "metric") {
+      if (e.contains("loss") && e["loss"].is_number()) loss_ = e["loss"].get<double>();
+      if (e.contains("tokens_per_s") && e["tokens_per_s"].is_number())
+        tokens_per_s_ = e["tokens_per_s"].get<double>();
+      if (e.contains("eval_loss") && e["eval_loss"].is_number()) {
+        clear();
+        std::fprintf(stderr, "eval at step %lld: loss %.4f, perplexity %.2f\n",
+                     static_cast<long long>(e.value("step", 0)), e["eval_loss"].get<double>(),
+                     e.value("perplexity", 0.0));
+      }
+      draw();
+    } else if (type == "log" && e.value("level", "") != "debug") {
+      clear();
+      std::fprintf(stderr, "%s\n", e.value("message", "").c_str());
+      draw();
+    } else if (type == "checkpoint") {
+      clear();
+      std::fprintf(stderr, "saved %s\n", e.value("path", "").c_str());
+      draw();
+    }
+  }
+
+  void finish() {
+    if (drawn_ && tty_) std::fputc('\n', stderr);
+    drawn_ = false;
+  }
+
+ private:
+  void clear() {
+    if (drawn_ && tty_) std::fputs("\r\033[K", stderr);
+  }
+  void draw() {
+    if (total_ <= 0) return;
+    char line[256];
+    const int width = 24;
+    int filled = static_cast<int>(width * static_cast<double>(done_) / static_cast<double>(total_));
+    std::string bar(static_cast<std::size_t>(filled), '#');
+    bar.append(static_cast<std::size_t>(width - filled), '.');
+    std::snprintf(line, sizeof line, "step %lld/%lld [%s] loss %.4f  %.0f tok/s  ETA %s",
+                  static_cast<long long>(done_), static_cast<long long>(total_), bar.c_str(),
+                  loss_, tokens_per_s_, format_eta(eta_).c_str());
+    if (tty_) {
+      std::fprintf(stderr, "\r\033[K%s", line);
+      drawn_ = true;
+    } else if (done_ != last_printed_ && (done_ % 10 == 0 || done_ == total_)) {
+      std::fprintf(stderr, "%s\n", line);
+      last_printed_ = done_;
+    }
+    std::fflush(stderr);
+  }
+
+  bool tty_;
+  bool drawn_ = false;
+  std::int64_t done_ = 0, total_ = 0, last_printed_ = -1;
+  double loss_ = 0, tokens_per_s_ = 0, eta_ = -1;
+};
+
+}  // namespace
+
+int execute_job(const job::JobSpec& spec, const std::string& events_target,
+                const std::string& spec_path) {
+  namespace fs = std::filesystem;
+  fs::create_directories(spec.output.dir);
+  job::EventSink events;
+  events.open(events_target.empty() ? (fs::path(spec.output.dir) / "events.jsonl").string()
+                                    : events_target);
+  ProgressBar bar;
+  events.set_listener([&](const nlohmann::json& e) { bar.on_event(e); });
+
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
+
+  try {
+    runner::RunOutcome outcome = runner::run_job(spec, events, &g_stop);
+    bar.finish();
+    nlohmann::json done = {{"status", outcome.status},
+                           {"steps", outcome.steps_done},
+                           {"total_steps", outcome.total_steps}};
+    if (outcome.final_loss) done["final_loss"] = *outcome.final_loss;
+    if (outcome.final_eval_loss) done["final_eval_loss"] = *outcome.final_eval_loss;
+    if (outcome.model_dir) done["output"] = outcome.model_dir->string();
+    if (outcome.adapter_dir) done["adapter"] = outcome.adapter_dir->string();
+    events.emit("done", done);
+    if (outcome.status == "stopped") {
+      std::fprintf(stderr, "stopped at step %lld of %lld; checkpoint: %s\n",
+                   static_cast<long long>(outcome.steps_done),
+                   static_cast<long long>(outcome.total_steps),
+                   outcome.last_checkpoint ? outcome.last_checkpoint->c_str() : "(none)");
+      std::fprintf(stderr, "resume with: tessera-cli run %s --resume %s\n",
+                   spec_path.empty() ? (fs::path(spec.output.dir) / "job.json").c_str()
+                                     : spec_path.c_str(),
+                   spec.output.dir.c_str());
+      return 130;
+    }
+    std::fprintf(stderr, "done: %lld steps", static_cast<long long>(outcome.steps_done));
+    if (outcome.final_loss) std::fprintf(stderr, ", final loss %.4f", *outcome.final_loss);
+    if (outcome.final_eval_loss) std::fprintf(stderr, ", eval loss %.4f", *outcome.final_eval_loss);
+    std::fprintf(stderr, "\nmodel: %s\n", outcome.model_dir ? outcome.model_dir->c_str() : "-");
+    if (outcome.adapter_dir) std::fprintf(stderr, "adapter: %s\n", outcome.adapter_dir->c_str());
+    return 0;
+  } catch (const Error& e) {
+    bar.finish();
+    events.error(error_kind_name(e.kind()), e.what(), e.hint());
+    events.emit("done", {{"status", "failed"}});
+    throw;
+  } catch (const std::exception& e) {
+    bar.finish();
+    events.error("internal", e.what(), "");
+    events.emit("done", {{"status", "failed"}});
+    throw;
+  }
+}
+
+}  // namespace tessera::cli

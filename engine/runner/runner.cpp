@@ -1,0 +1,261 @@
+#include "runner/runner.h"
+
+#include <chrono>
+#include <map>
+
+#include "core/error.h"
+#include "data/dataset.h"
+#include "data/format.h"
+#include "data/split.h"
+#include "export/export.h"
+#include "export/merge_check.h"
+#include "hf/chat/tokenizer_config.h"
+#include "hf/config.h"
+#include "hf/tokenizer/tokenizer.h"
+#include "model/model.h"
+#include "train/example_batches.h"
+#include "train/lora.h"
+#include "train/trainer.h"
+
+namespace tessera::runner {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::int32_t pick_pad_id(const hf::Tokenizer& tokenizer, const hf::TokenizerConfig& config,
+                         const hf::ModelConfig& model_config) {
+  for (const auto& token : {config.pad_token, config.eos_token})
+    if (token)
+      if (auto id = tokenizer.token_to_id(*token)) return *id;
+  if (model_config.pad_token_id) return static_cast<std::int32_t>(*model_config.pad_token_id);
+  if (!model_config.eos_token_ids.empty())
+    return static_cast<std::int32_t>(model_config.eos_token_ids.front());
+  return 0;  // padding positions are masked out of attention and loss, so any id works
+}
+
+struct PreparedData {
+  std::vector<data::TokenizedExample> train;
+  std::vector<data::TokenizedExample> validation;
+};
+
+std::unique_ptr<data::DatasetReader> open_one(const std::vector<std::string>& files,
+                                              const char* field, bool skip_bad_rows) {
+  if (files.size() > 1)
+    throw_unsupported(std::string("dataset.") + field + " names " +
+                          std::to_string(files.size()) + " files; reading several files as one "
+                          "dataset is not supported yet",
+                      "concatenate them into one file (e.g. cat a.jsonl b.jsonl > all.jsonl)");
+  data::ReadOptions options;
+  options.skip_bad_rows = skip_bad_rows;
+  return data::open_dataset(files.front(), options);
+}
+
+PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokenizer,
+                          const hf::TokenizerConfig& tokenizer_config,
+                          const hf::ModelConfig& model_config, job::EventSink& events) {
+  const auto& ds = spec.dataset;
+  events.progress("read", 0, 1);
+  auto train_reader = open_one(ds.train_files, "train", ds.skip_bad_rows);
+  std::optional<data::FormatKind> kind;
+  if (ds.format != "auto") kind = data::parse_format_kind(ds.format);
+  data::DatasetFormat format = data::resolve_format(
+      train_reader->columns(), train_reader->path().string(), kind, ds.columns);
+  events.log("info", "dataset " + train_reader->path().string() + ": " +
+                         std::to_string(train_reader->num_rows()) + " rows, format " +
+                         format.describe());
+  if (!train_reader->skipped().summary().empty())
+    events.log("warning", train_reader->skipped().summary());
+
+  data::LabelSet labels;
+  if (format.kind == data::FormatKind::Classification)
+    throw_unsupported(
+        "classification fine-tuning is not supported yet (the trainer handles causal "
+        "language models)",
+        "use a text, instruction or chat dataset");
+
+  data::TokenizeOptions options;
+  options.max_length = static_cast<std::size_t>(ds.max_length);
+  options.pack = ds.packing;
+  data::ExampleBuilder builder(format, tokenizer, tokenizer_config, options, labels);
+
+  PreparedData out;
+  std::vector<std::size_t> train_rows;
+  std::unique_ptr<data::DatasetReader> validation_reader;
+  std::vector<std::size_t> validation_rows;
+  if (!ds.validation_files.empty()) {
+    validation_reader = open_one(ds.validation_files, "validation", ds.skip_bad_rows);
+    for (std::size_t i = 0; i < train_reader->num_rows(); ++i) train_rows.push_back(i);
+    for (std::size_t i = 0; i < validation_reader->num_rows(); ++i) validation_rows.push_back(i);
+  } else {
+    data::SplitOptions split_options;
+    if (ds.validation_split > 0) split_options.validation_fraction = ds.validation_split;
+    split_options.shuffle = true;
+    split_options.seed = spec.training.seed;
+    data::Split split = data::split_rows(train_reader->num_rows(), split_options);
+    train_rows = std::move(split.train);
+    validation_rows = std::move(split.validation);
+  }
+  events.progress("read", 1, 1);
+
+  auto total_rows = static_cast<std::int64_t>(train_rows.size() + validation_rows.size());
+  events.progress("tokenize", 0, total_rows);
+  auto train = data::tokenize_rows(*train_reader, train_rows, builder, ds.skip_bad_rows);
+  events.progress("tokenize", static_cast<std::int64_t>(train_rows.size()), total_rows);
+  if (!train.skipped.summary().empty()) events.log("warning", train.skipped.summary());
+  if (train.dropped_tail_tokens > 0)
+    events.log("info", "packing: the last " + std::to_string(train.dropped_tail_tokens) +
+                           " tokens did not fill a block of " + std::to_string(ds.max_length) +
+                           " and were left out");
+  out.train = std::move(train.examples);
+  if (!validation_rows.empty()) {
+    const data::DatasetReader& reader = validation_reader ? *validation_reader : *train_reader;
+    auto validation = data::tokenize_rows(reader, validation_rows, builder, ds.skip_bad_rows);
+    out.validation = std::move(validation.examples);
+  }
+  events.progress("tokenize", total_rows, total_rows);
+  if (out.train.empty())
+    throw_invalid(train_reader->path().string() + ": no training example left after tokenization",
+                  ds.packing ? "the text is shorter than one block of dataset.max_length tokens; "
+                               "lower max_length or set dataset.packing to false"
+                             : "check the dataset's columns and format");
+  (void)model_config;
+  return out;
+}
+
+// The expected LoRA delta of every adapted weight, in the weight's own layout, from the
+// adapter tensors themselves (not from the merged weights), so the merge check is independent.
+std::map<std::string, torch::Tensor> lora_deltas(const train::LoraModel& lora,
+                                                 const model::PretrainedModel& model) {
+  std::map<std::string, torch::Tensor> a, b;
+  const std::string prefix = "base_model.model.";
+  for (const auto& [name, tensor] : lora.adapters()) {
+    std::string module = name.substr(prefix.size());
+    if (module.size() > 14 && module.ends_with(".lora_A.weight"))
+      a[module.substr(0, module.size() - 14)] = tensor.detach().to(torch::kFloat64);
+    else if (module.size() > 14 && module.ends_with(".lora_B.weight"))
+      b[module.substr(0, module.size() - 14)] = tensor.detach().to(torch::kFloat64);
+  }
+  std::map<std::string, torch::Tensor> params;
+  for (const auto& p : model.named_parameters()) params[p.key()] = p.value();
+  std::map<std::string, torch::Tensor> deltas;
+  for (const auto& [module, lora_a] : a) {
+    torch::Tensor delta = torch::matmul(b.at(module), lora_a) * lora.scaling();  // [out, in]
+    const std::string weight = module + ".weight";
+    auto it = params.find(weight);
+    if (it == params.end()) throw Error(ErrorKind::Internal, "LoRA module " + module + " has no weight");
+    // GPT-2's Conv1D stores [in, out] (PEFT's fan_in_fan_out).
+    if (model.config().family == hf::ModelFamily::Gpt2) delta = delta.t();
+    deltas[weight] = delta.contiguous();
+  }
+  return deltas;
+}
+
+std::map<std::string, torch::Tensor> weights_of(const model::PretrainedModel& model) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : model.named_parameters())
+    out[p.key()] = p.value().detach().to(torch::kCPU).clone();
+  return out;
+}
+
+}  // namespace
+
+RunOutcome run_job(const job::JobSpec& spec, job::EventSink& events,
+                   const std::atomic<bool>* stop) {
+  using clock = std::chrono::steady_clock;
+  const auto started = clock::now();
+  if (spec.model.path.empty())
+    throw_unsupported("model.hub_id \"" + spec.model.hub_id +
+                          "\": downloading from the Hub is not supported yet",
+                      "download the model folder and give its path in model.path");
+  const fs::path model_dir = spec.model.path;
+  const fs::path out_dir = spec.output.dir;
+  fs::create_directories(out_dir);
+  job::save_job_spec(spec, out_dir / "job.json");
+
+  events.progress("load", 0, 1);
+  const hf::ModelConfig model_config = hf::load_model_config(model_dir / "config.json");
+  const hf::Tokenizer tokenizer = hf::Tokenizer::from_folder(model_dir);
+  const hf::TokenizerConfig tokenizer_config = hf::load_tokenizer_config_from_folder(model_dir);
+  if (model::head_from_config(model_config) != model::TaskHead::CausalLM)
+    throw_unsupported(model_dir.string() + ": " + model_config.model_type +
+                          " is not a causal language model; fine-tuning other heads is not "
+                          "supported yet",
+                      "choose a llama, mistral, qwen2 or gpt2 model");
+  PreparedData prepared = prepare_data(spec, tokenizer, tokenizer_config, model_config, events);
+  const std::int32_t pad_id = pick_pad_id(tokenizer, tokenizer_config, model_config);
+  events.log("info", std::to_string(prepared.train.size()) + " training and " +
+                         std::to_string(prepared.validation.size()) + " validation sequences");
+
+  auto model = model::load_pretrained(model_dir, torch::kFloat32);
+  events.progress("load", 1, 1);
+
+  train::TrainerOptions options;
+  options.training = spec.training;
+  options.method = spec.method;
+  options.precision = spec.precision;
+  options.plugin = spec.strategy.name == "auto" ? "single" : spec.strategy.name;
+  options.output_dir = out_dir;
+  if (spec.output.resume) options.resume = fs::path(*spec.output.resume);
+  options.base_model_name = fs::absolute(model_dir).string();
+  events.emit("plan", {{"strategy", options.plugin},
+                       {"reasons",
+                        {"one process on this machine: the only strategy this build has",
+                         "precision " + spec.precision + ", method " + spec.method.type}}});
+
+  train::Trainer trainer(model, options, &events);
+  train::ExampleBatchSource train_source(std::move(prepared.train), spec.training.batch_size,
+                                         /*shuffle=*/true, spec.training.seed, pad_id);
+  std::optional<train::ExampleBatchSource> eval_source;
+  if (!prepared.validation.empty())
+    eval_source.emplace(std::move(prepared.validation), spec.training.batch_size,
+                        /*shuffle=*/false, spec.training.seed, pad_id);
+  train::TrainResult result =
+      trainer.train(train_source, eval_source ? &*eval_source : nullptr, stop);
+
+  RunOutcome outcome;
+  outcome.status = result.status;
+  outcome.steps_done = result.steps_done;
+  outcome.total_steps = result.total_steps;
+  outcome.last_checkpoint = result.last_checkpoint;
+  if (!result.losses.empty()) outcome.final_loss = result.losses.back();
+  if (!result.evals.empty()) outcome.final_eval_loss = result.evals.back().loss;
+  if (result.status != "completed") return outcome;
+
+  exporter::ExportOptions export_options;
+  export_options.tokenizer_dir = model_dir;
+  export_options.source_dir = model_dir;
+  export_options.force = true;  // the run folder is ours; a rerun of the same job replaces it
+  int stage = 0;
+  export_options.progress = [&](const std::string& what) {
+    events.log("info", "export: " + what);
+    events.progress("export", ++stage, 0);
+  };
+  if (train::LoraModel* lora = trainer.lora()) {
+    const fs::path adapter_dir = out_dir / "adapter";
+    fs::create_directories(adapter_dir);
+    lora->save_adapter(adapter_dir, options.base_model_name);
+    outcome.adapter_dir = adapter_dir;
+    events.emit("checkpoint", {{"step", result.steps_done}, {"path", adapter_dir.string()},
+                               {"kind", "adapter"}});
+    auto deltas = lora_deltas(*lora, *model);
+    lora->detach();
+    auto base = weights_of(*model);
+    lora->merge();
+    exporter::export_pretrained(*model, out_dir / "model", export_options);
+    auto exported = weights_of(*model::load_pretrained(out_dir / "model", torch::kFloat32));
+    auto check = exporter::check_merged_deltas(base, exported, deltas);
+    if (!check.passed)
+      throw Error(ErrorKind::Internal, "merged export failed its check: " + check.summary(),
+                  "the adapter in " + adapter_dir.string() + " is intact");
+    events.log("info", "merged export verified: " + check.summary());
+  } else {
+    exporter::export_pretrained(*model, out_dir / "model", export_options);
+  }
+  outcome.model_dir = out_dir / "model";
+  events.emit("checkpoint",
+              {{"step", result.steps_done}, {"path", (out_dir / "model").string()}, {"kind", "model"}});
+  (void)started;
+  return outcome;
+}
+
+}  // namespace tessera::runner

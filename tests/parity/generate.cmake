@@ -1,0 +1,7 @@
+# Generation, eval and export against transformers (tests/parity/test_generate_parity.py).
+if(TESSERA_WITH_TORCH)
+  tessera_add_pytest(NAME parity_generate FILE parity/test_generate_parity.py LABELS parity
+                     TIMEOUT 1200)
+  # Uses tessera-model-probe (declared in tests/unit/model.cmake) for our logits.
+  set_property(TEST parity_generate APPEND PROPERTY DEPENDS tessera-model-probe)
+endif()

@@ -1,0 +1,142 @@
+// The runs database: schema migrations from an old version, WAL, batched writes from the
+// writer thread, interrupted runs, delete, and refusal of a newer schema.
+#include <QDir>
+#include <QSqlQuery>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include "core/error.h"
+#include "ui/runs_db.h"
+
+using namespace tessera::ui;
+
+class RunsDbTest : public QObject {
+  Q_OBJECT
+
+ private:
+  QTemporaryDir tmp_;
+  QString path(const char* name) { return QDir(tmp_.path()).filePath(name); }
+
+  static int count(QSqlDatabase& db, const QString& sql) {
+    QSqlQuery q(db);
+    if (!q.exec(sql) || !q.next()) return -1;
+    return q.value(0).toInt();
+  }
+
+ private Q_SLOTS:
+  void initTestCase() { QVERIFY(tmp_.isValid()); }
+
+  void new_database_has_the_latest_schema_in_wal_mode() {
+    RunsStore store(path("new.sqlite"));
+    DbConnection c(store.path());
+    QCOMPARE(schema_version(c.db()), kRunsSchemaVersion);
+    for (const char* table : {"runs", "metrics", "events", "memory", "checkpoints", "nodes"})
+      QVERIFY2(c.db().tables().contains(table), table);
+    QSqlQuery q(c.db());
+    QVERIFY(q.exec("PRAGMA journal_mode") && q.next());
+    QCOMPARE(q.value(0).toString(), QString("wal"));
+  }
+
+  void old_version_is_migrated_keeping_its_runs() {
+    const QString file = path("old.sqlite");
+    {
+      DbConnection c(file);
+      migrate(c.db(), 1);  // the schema as version 1 shipped it
+      QCOMPARE(schema_version(c.db()), 1);
+      QVERIFY(!c.db().tables().contains("memory"));
+      QSqlQuery q(c.db());
+      QVERIFY(
+          q.exec("INSERT INTO runs (id, name, status, started_at) VALUES "
+                 "('r1', 'old run', 'completed', 1000), ('r2', 'live', 'running', 2000)"));
+      QVERIFY(
+          q.exec("INSERT INTO metrics (run_id, step, loss, eval_loss) VALUES "
+                 "('r1', 1, 2.5, NULL), ('r1', 2, 2.0, 2.2), ('r1', 3, 1.5, NULL)"));
+    }
+    RunsStore store(file);
+    QCOMPARE(store.interrupted_on_open(), 1);
+    DbConnection c(file);
+    QCOMPARE(schema_version(c.db()), kRunsSchemaVersion);
+    auto runs = list_runs(c.db());
+    QCOMPARE(runs.size(), 2);
+    auto r1 = find_run(c.db(), "r1");
+    QVERIFY(r1);
+    QCOMPARE(r1->name, QString("old run"));
+    QCOMPARE(r1->final_loss, 1.5);  // backfilled by the migration
+    QCOMPARE(r1->final_eval_loss, 2.2);
+    auto r2 = find_run(c.db(), "r2");
+    QCOMPARE(r2->status, QString("interrupted"));
+    QVERIFY(r2->failure.contains("quit"));
+    QCOMPARE(load_run_series(c.db(), "r1").metrics.size(), 3);
+  }
+
+  void newer_schema_is_refused_with_a_clear_error() {
+    const QString file = path("future.sqlite");
+    {
+      DbConnection c(file);
+      migrate(c.db());
+      QSqlQuery q(c.db());
+      QVERIFY(q.exec("UPDATE schema_version SET version = 99"));
+    }
+    try {
+      RunsStore store(file);
+      QFAIL("a newer schema was accepted");
+    } catch (const tessera::Error& e) {
+      QVERIFY2(QString(e.what()).contains("schema version 99"), e.what());
+      QVERIFY(QString(e.what()).contains(file));
+    }
+  }
+
+  void batches_are_written_by_the_writer_thread() {
+    RunsStore store(path("batches.sqlite"));
+    RunRecord run;
+    run.id = "b1";
+    run.status = "running";
+    run.started_at = 1.0;
+    RunBatch first;
+    first.run_id = "b1";
+    first.upsert = run;
+    store.submit(first);
+    for (int b = 0; b < 10; ++b) {
+      RunBatch batch;
+      batch.run_id = "b1";
+      for (int i = 0; i < 100; ++i) {
+        MetricPoint p;
+        p.step = b * 100 + i + 1;
+        p.loss = 3.0 - p.step * 0.001;
+        batch.metrics.push_back(p);
+      }
+      MemorySample m;
+      m.tier = "host";
+      m.used = 1e9;
+      m.by_category[0] = 4e8;
+      batch.memory.push_back(m);
+      batch.events.push_back({b, 1.0, "log", R"({"type":"log","level":"info","message":"hi"})"});
+      store.submit(batch);
+    }
+    RunBatch last;
+    last.run_id = "b1";
+    last.status = "completed";
+    last.ended_at = 9.0;
+    store.submit(last);
+    store.flush();
+    DbConnection c(store.path());
+    QCOMPARE(count(c.db(), "SELECT COUNT(*) FROM metrics WHERE run_id = 'b1'"), 1000);
+    QCOMPARE(count(c.db(), "SELECT COUNT(*) FROM memory WHERE run_id = 'b1'"), 10);
+    auto r = find_run(c.db(), "b1");
+    QCOMPARE(r->status, QString("completed"));
+    QCOMPARE(r->ended_at, 9.0);
+    QCOMPARE(r->final_loss, 3.0 - 1000 * 0.001);
+    RunSeries s = load_run_series(c.db(), "b1");
+    QCOMPARE(s.memory.size(), 10);
+    QCOMPARE(s.memory[0].by_category[0], 4e8);
+    QCOMPARE(s.log.size(), 10);
+    QVERIFY(s.log[0].contains("hi"));
+
+    delete_run(c.db(), "b1");
+    QCOMPARE(count(c.db(), "SELECT COUNT(*) FROM metrics"), 0);
+    QVERIFY(!find_run(c.db(), "b1"));
+  }
+};
+
+QTEST_GUILESS_MAIN(RunsDbTest)
+#include "test_runs_db.moc"

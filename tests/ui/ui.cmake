@@ -1,0 +1,17 @@
+# The studio (Qt widgets, offscreen): wizard, runs database, run dashboard with a streaming
+# child process. Screenshots of every page land in ${CMAKE_BINARY_DIR}/screenshots.
+if(TARGET tessera_ui)
+  add_executable(event_replay tools/event_replay.cpp)
+  tessera_warnings(event_replay)
+
+  tessera_add_qt_test(NAME test_runs_db SOURCES ui/test_runs_db.cpp LIBS tessera_ui LABELS ui)
+  tessera_add_qt_test(NAME test_studio SOURCES ui/test_studio.cpp LIBS tessera_ui LABELS ui)
+  add_dependencies(test_studio event_replay)
+  target_compile_definitions(test_studio PRIVATE
+    TESSERA_EVENT_REPLAY="$<TARGET_FILE:event_replay>"
+    TESSERA_PYTHON="${TESSERA_PYTHON}"
+    TESSERA_SCREENSHOT_DIR="${CMAKE_BINARY_DIR}/screenshots"
+    TESSERA_CLI_PATH="$<TARGET_FILE:tessera-cli>")
+  add_dependencies(test_studio tessera-cli)
+  set_tests_properties(test_studio PROPERTIES TIMEOUT 300)
+endif()

@@ -1,0 +1,269 @@
+#include "ui/charts.h"
+
+#include <QAreaSeries>
+#include <QChart>
+#include <QEvent>
+#include <QLineSeries>
+#include <QPen>
+#include <QValueAxis>
+#include <algorithm>
+#include <cmath>
+
+#include "ui/run_data.h"
+
+namespace tessera::ui {
+
+QColor series_color(int index) {
+  static const QColor kColors[] = {QColor(0x1f, 0x77, 0xb4), QColor(0xff, 0x7f, 0x0e),
+                                   QColor(0x2c, 0xa0, 0x2c), QColor(0xd6, 0x27, 0x28),
+                                   QColor(0x94, 0x67, 0xbd), QColor(0x8c, 0x56, 0x4b)};
+  return kColors[index % 6];
+}
+
+void apply_palette(QChart* chart, const QPalette& palette) {
+  chart->setBackgroundBrush(palette.base());
+  chart->setBackgroundPen(QPen(palette.mid().color()));
+  chart->setTitleBrush(palette.text());
+  chart->legend()->setLabelColor(palette.text().color());
+  for (QAbstractAxis* axis : chart->axes()) {
+    axis->setLabelsColor(palette.text().color());
+    axis->setTitleBrush(palette.text());
+    QColor grid = palette.mid().color();
+    grid.setAlpha(90);
+    axis->setGridLineColor(grid);
+    axis->setLinePenColor(palette.mid().color());
+  }
+}
+
+namespace {
+
+QChart* make_chart() {
+  auto* chart = new QChart;
+  chart->setMargins(QMargins(4, 4, 4, 4));
+  chart->legend()->setAlignment(Qt::AlignBottom);
+  chart->setAnimationOptions(QChart::NoAnimation);
+  return chart;
+}
+
+QValueAxis* make_axis(const QString& title) {
+  auto* axis = new QValueAxis;
+  axis->setTitleText(title);
+  axis->setLabelFormat("%.4g");
+  axis->setTickCount(5);
+  return axis;
+}
+
+// Round tick values ("0, 250, 500") rather than the data's own extremes; a flat line gets a
+// little room above and below.
+void set_range(QValueAxis* axis, double lo, double hi) {
+  if (hi <= lo) {
+    const double pad = std::max(std::abs(lo) * 0.1, 1e-9);
+    lo -= pad;
+    hi += pad;
+  }
+  axis->setRange(lo, hi);
+  axis->applyNiceNumbers();
+}
+
+// A range change lays the whole chart out again (axis labels are measured): grow the range
+// only when the data leaves it. Nice numbers leave room, so this is rare.
+void cover_range(QValueAxis* axis, double lo, double hi, bool reset) {
+  if (!reset && lo >= axis->min() && hi <= axis->max()) return;
+  set_range(axis, lo, hi);
+}
+
+// QXYSeries::append(QList) adds the points one at a time, and the chart recomputes its
+// geometry after each: quadratic in the series length. One replace() of the whole list is
+// a single update.
+// Qt Charts rebuilds a series' geometry on every replace(), in time linear in its points, so
+// a long run would slow every update: past kMaxShownPoints every other point is dropped (the
+// database keeps them all).
+constexpr qsizetype kMaxShownPoints = 1200;
+
+void append_points(QXYSeries* series, const QList<QPointF>& points) {
+  if (points.isEmpty()) return;
+  QList<QPointF> all = series->points();
+  all.append(points);
+  while (all.size() > kMaxShownPoints) {
+    QList<QPointF> halved;
+    halved.reserve(all.size() / 2 + 1);
+    for (qsizetype i = 0; i < all.size(); i += 2) halved.push_back(all[i]);
+    if (halved.back() != all.back()) halved.push_back(all.back());  // keep the latest point
+    all = std::move(halved);
+  }
+  series->replace(all);
+}
+
+}  // namespace
+
+LineChart::LineChart(const QString& title, const QString& x_label, const QString& y_label,
+                     QWidget* parent)
+    : QChartView(make_chart(), parent), title_(title) {
+  setRenderHint(QPainter::Antialiasing);
+  setMinimumHeight(fontMetrics().height() * 12);
+  x_axis_ = make_axis(x_label);
+  y_axis_ = make_axis(y_label);
+  chart()->addAxis(x_axis_, Qt::AlignBottom);
+  chart()->addAxis(y_axis_, Qt::AlignLeft);
+  x_axis_->setRange(0, 1);
+  y_axis_->setRange(0, 1);
+  apply_palette(chart(), palette());
+  update_title();
+}
+
+void LineChart::set_empty_text(const QString& text) {
+  empty_text_ = text;
+  update_title();
+}
+
+void LineChart::update_title() {
+  chart()->setTitle(!has_points_ && !empty_text_.isEmpty() ? title_ + " — " + empty_text_ : title_);
+}
+
+void LineChart::append(const QString& name, const QList<QPointF>& points) {
+  QList<QPointF> finite;
+  finite.reserve(points.size());
+  for (const QPointF& p : points)
+    if (std::isfinite(p.x()) && std::isfinite(p.y())) finite.push_back(p);
+  if (finite.isEmpty()) return;
+  QLineSeries* s = series_.value(name);
+  if (!s) {
+    s = new QLineSeries;
+    s->setName(name);
+    QPen pen(series_color(int(series_.size())));
+    pen.setWidthF(1.5);
+    s->setPen(pen);
+    chart()->addSeries(s);
+    s->attachAxis(x_axis_);
+    s->attachAxis(y_axis_);
+    series_.insert(name, s);
+    chart()->legend()->setVisible(series_.size() > 1);
+  }
+  const bool first = !has_points_;
+  for (const QPointF& p : finite) {
+    if (!has_points_) {
+      x_min_ = x_max_ = p.x();
+      y_min_ = y_max_ = p.y();
+      has_points_ = true;
+      update_title();
+    }
+    x_min_ = std::min(x_min_, p.x());
+    x_max_ = std::max(x_max_, p.x());
+    y_min_ = std::min(y_min_, p.y());
+    y_max_ = std::max(y_max_, p.y());
+  }
+  append_points(s, finite);
+  // Sparse series (evaluations, short runs) show their points: one point draws no line.
+  s->setPointsVisible(s->count() <= 50);
+  cover_range(x_axis_, std::min(x_min_, 0.0), x_max_, first);
+  cover_range(y_axis_, y_min_, y_max_, first);
+}
+
+void LineChart::clear() {
+  chart()->removeAllSeries();
+  series_.clear();
+  has_points_ = false;
+  x_axis_->setRange(0, 1);
+  y_axis_->setRange(0, 1);
+  update_title();
+}
+
+int LineChart::point_count(const QString& name) const {
+  QLineSeries* s = series_.value(name);
+  return s ? int(s->count()) : 0;
+}
+
+void LineChart::changeEvent(QEvent* event) {
+  if (event->type() == QEvent::PaletteChange) apply_palette(chart(), palette());
+  QChartView::changeEvent(event);
+}
+
+namespace {
+const char* kCategoryLabels[] = {"weights", "gradients", "optimizer state", "activations & other"};
+constexpr double kMiB = 1024.0 * 1024.0;
+}  // namespace
+
+MemoryChart::MemoryChart(const QString& tier, QWidget* parent)
+    : QChartView(make_chart(), parent), tier_(tier) {
+  setRenderHint(QPainter::Antialiasing);
+  setMinimumHeight(fontMetrics().height() * 12);
+  chart()->setTitle("Memory — " + tier);
+  x_axis_ = make_axis("seconds");
+  y_axis_ = make_axis("MiB");
+  chart()->addAxis(x_axis_, Qt::AlignBottom);
+  chart()->addAxis(y_axis_, Qt::AlignLeft);
+  QLineSeries* lower = nullptr;
+  for (int i = 0; i < 4; ++i) {
+    auto* upper = new QLineSeries(this);
+    auto* area = new QAreaSeries(upper, lower);
+    area->setName(kCategoryLabels[i]);
+    QColor c = series_color(i);
+    area->setPen(QPen(c, 1));
+    c.setAlpha(150);
+    area->setBrush(c);
+    chart()->addSeries(area);
+    area->attachAxis(x_axis_);
+    area->attachAxis(y_axis_);
+    uppers_ << upper;
+    areas_ << area;
+    lower = upper;
+  }
+  budget_ = new QLineSeries;
+  budget_->setName("budget");
+  QPen pen(series_color(5), 1.5, Qt::DashLine);
+  budget_->setPen(pen);
+  chart()->addSeries(budget_);
+  budget_->attachAxis(x_axis_);
+  budget_->attachAxis(y_axis_);
+  x_axis_->setRange(0, 1);
+  y_axis_->setRange(0, 1);
+  apply_palette(chart(), palette());
+}
+
+void MemoryChart::append(const QList<MemorySample>& samples, double t0) {
+  QList<QList<QPointF>> points(4);
+  QList<QPointF> budget;
+  for (const MemorySample& m : samples) {
+    if (m.tier != tier_) continue;
+    const double x = m.t - t0;
+    bool any = false;
+    for (double v : m.by_category) any = any || present(v);
+    double sum = 0;
+    for (int i = 0; i < 4; ++i) {
+      // Without a breakdown everything used counts as "other".
+      double v = any ? (present(m.by_category[i]) ? m.by_category[i] : 0) : (i == 3 ? m.used : 0);
+      sum += v / kMiB;
+      points[i].push_back({x, sum});
+    }
+    x_max_ = std::max(x_max_, x);
+    y_max_ = std::max(y_max_, sum);
+    if (present(m.budget)) {
+      budget.push_back({x, m.budget / kMiB});
+      y_max_ = std::max(y_max_, m.budget / kMiB);
+    }
+  }
+  if (points[0].isEmpty()) return;
+  for (int i = 0; i < 4; ++i) append_points(uppers_[i], points[i]);
+  if (!budget.isEmpty()) append_points(budget_, budget);
+  cover_range(x_axis_, 0, std::max(x_max_, 1.0), false);
+  cover_range(y_axis_, 0, std::max(y_max_ * 1.05, 1.0), false);
+}
+
+int MemoryChart::point_count() const {
+  return int(uppers_[0]->count());
+}
+
+void MemoryChart::clear() {
+  for (auto* s : uppers_) s->clear();
+  budget_->clear();
+  x_max_ = y_max_ = 0;
+  x_axis_->setRange(0, 1);
+  y_axis_->setRange(0, 1);
+}
+
+void MemoryChart::changeEvent(QEvent* event) {
+  if (event->type() == QEvent::PaletteChange) apply_palette(chart(), palette());
+  QChartView::changeEvent(event);
+}
+
+}  // namespace tessera::ui

@@ -1,0 +1,55 @@
+#pragma once
+// The wizard's Dataset page analysis: the engine's reader, format detection and preview
+// (first rows, token-length statistics through the chosen model's tokenizer and template).
+// Runs in a worker thread; the result is plain data the page shows.
+#include <QList>
+#include <QMap>
+#include <QString>
+#include <QStringList>
+#include <cstdint>
+#include <vector>
+
+namespace tessera::ui {
+
+struct DatasetRequest {
+  QString file;
+  QString model_folder;            // empty: no token statistics
+  QString format = "auto";         // auto | text | instruction | chat | classification
+  QMap<QString, QString> columns;  // role → column chosen by the user
+  std::int64_t max_length = 512;
+  bool packing = true;
+};
+
+struct DatasetAnalysis {
+  QString file;
+  QString error;  // non-empty: the dataset (or the mapping) cannot be used; message + hint
+  QString file_type;
+  std::uint64_t num_rows = 0;
+  QStringList columns;
+  QList<QStringList> rows;          // the first rows, as text
+  QString format;                   // resolved kind
+  QMap<QString, QString> mapping;   // resolved role → column
+  QMap<QString, QString> detected;  // what detection alone gives for that kind
+  QString detected_format;          // what detection gives with format "auto" ("" if none)
+  QString description;
+  QString skipped;  // skipped-rows summary
+  // Token lengths over a sample (empty when no model was given or tokenizing failed).
+  QString token_error;
+  std::uint64_t measured = 0;
+  bool all_rows = false;
+  std::uint64_t min_len = 0, max_len = 0, p50 = 0, p95 = 0;
+  double mean_len = 0;
+  std::uint64_t truncated = 0;
+  std::vector<std::uint64_t> bin_edges;
+  std::vector<std::uint64_t> bin_counts;
+  double truncated_share() const { return measured ? double(truncated) / double(measured) : 0; }
+};
+
+// The roles a format has, in display order (instruction: with prompt/completion when
+// `mapping` uses them).
+QStringList roles_of(const QString& format, const QMap<QString, QString>& mapping);
+
+// Never throws; reads and tokenizes: call it off the GUI thread.
+DatasetAnalysis analyze_dataset(const DatasetRequest& request);
+
+}  // namespace tessera::ui

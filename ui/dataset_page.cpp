@@ -1,0 +1,340 @@
+#include <QBarCategoryAxis>
+#include <QBarSeries>
+#include <QBarSet>
+#include <QChart>
+#include <QChartView>
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QTableWidget>
+#include <QTimer>
+#include <QVBoxLayout>
+#include <QValueAxis>
+#include <QtConcurrent/QtConcurrentRun>
+
+#include "ui/charts.h"
+#include "ui/studio_settings.h"
+#include "ui/wizard.h"
+
+namespace tessera::ui {
+
+DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
+  auto* layout = new QVBoxLayout(this);
+  auto* row = new QHBoxLayout;
+  path_ = new QLineEdit;
+  path_->setPlaceholderText(tr("A dataset file: .jsonl, .json, .csv, .tsv, .txt or .parquet"));
+  path_->setClearButtonEnabled(true);
+  auto* file_label = new QLabel(tr("&File:"));
+  file_label->setBuddy(path_);
+  auto* browse = new QPushButton(tr("Choose f&ile…"));
+  row->addWidget(file_label);
+  row->addWidget(path_, 1);
+  row->addWidget(browse);
+  layout->addLayout(row);
+
+  auto* top = new QHBoxLayout;
+  auto* mapping_box = new QGroupBox(tr("Format and columns"));
+  auto* mapping_layout = new QVBoxLayout(mapping_box);
+  auto* form = new QFormLayout;
+  format_ = new QComboBox;
+  format_->addItem(tr("Detect automatically"), "auto");
+  for (const char* f : {"text", "instruction", "chat", "classification"}) format_->addItem(f, f);
+  format_->setToolTip(
+      tr("How rows become training examples: plain text (loss on every token), "
+         "instruction/response pairs and chats (loss on the answers), or "
+         "text classification"));
+  form->addRow(tr("F&ormat:"), format_);
+  max_length_ = new QSpinBox;
+  max_length_->setRange(8, 1 << 20);
+  max_length_->setValue(512);
+  max_length_->setToolTip(tr("Tokens per training sequence; longer examples are truncated"));
+  form->addRow(tr("Sequence &length:"), max_length_);
+  packing_ = new QCheckBox(tr("Pack text documents into full sequences"));
+  packing_->setChecked(true);
+  packing_->setToolTip(
+      tr("Text format only: concatenate documents and cut them into blocks of "
+         "exactly the sequence length, so no compute is spent on padding"));
+  form->addRow(QString(), packing_);
+  split_ = new QDoubleSpinBox;
+  split_->setRange(0, 90);
+  split_->setDecimals(1);
+  split_->setSingleStep(1);
+  split_->setSuffix(" %");
+  split_->setValue(5);
+  split_->setToolTip(tr("Share of the rows held out for evaluation (validation loss)"));
+  form->addRow(tr("&Validation split:"), split_);
+  mapping_layout->addLayout(form);
+  auto* roles_label = new QLabel(tr("Column for each role (✔ = detected from the column names):"));
+  roles_label->setWordWrap(true);
+  mapping_layout->addWidget(roles_label);
+  roles_form_ = new QFormLayout;
+  mapping_layout->addLayout(roles_form_);
+  mapping_layout->addStretch(1);
+  top->addWidget(mapping_box, 2);
+
+  auto* stats_box = new QGroupBox(tr("Token lengths"));
+  auto* stats_layout = new QVBoxLayout(stats_box);
+  auto* chart = new QChart;
+  chart->setAnimationOptions(QChart::NoAnimation);
+  chart->legend()->setVisible(false);
+  chart->setMargins(QMargins(2, 2, 2, 2));
+  histogram_ = new QBarSeries;
+  histogram_->setBarWidth(0.9);
+  chart->addSeries(histogram_);
+  histogram_x_ = new QBarCategoryAxis;
+  histogram_x_->setTitleText(tr("tokens per example (bin start)"));
+  histogram_x_->setLabelsAngle(-90);
+  histogram_y_ = new QValueAxis;
+  histogram_y_->setTitleText(tr("examples"));
+  histogram_y_->setLabelFormat("%d");
+  chart->addAxis(histogram_x_, Qt::AlignBottom);
+  chart->addAxis(histogram_y_, Qt::AlignLeft);
+  histogram_->attachAxis(histogram_x_);
+  histogram_->attachAxis(histogram_y_);
+  apply_palette(chart, palette());
+  histogram_view_ = new QChartView(chart);
+  histogram_view_->setRenderHint(QPainter::Antialiasing);
+  histogram_view_->setMinimumHeight(fontMetrics().height() * 12);
+  stats_layout->addWidget(histogram_view_, 1);
+  truncation_ = new QLabel(tr("Choose a model and a dataset to see token lengths."));
+  truncation_->setWordWrap(true);
+  stats_layout->addWidget(truncation_);
+  top->addWidget(stats_box, 3);
+
+  status_ = new QLabel;
+  status_->setWordWrap(true);
+  status_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  description_ = new QLabel;
+  description_->setWordWrap(true);
+  table_ = new QTableWidget;
+  table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  table_->setWordWrap(false);
+  table_->horizontalHeader()->setStretchLastSection(true);
+  table_->setAccessibleName(tr("Dataset preview"));
+
+  auto* upper = new QWidget;
+  upper->setLayout(top);
+  top->setContentsMargins(0, 0, 0, 0);
+  auto* lower = new QWidget;
+  auto* lower_layout = new QVBoxLayout(lower);
+  lower_layout->setContentsMargins(0, 0, 0, 0);
+  lower_layout->addWidget(status_);
+  lower_layout->addWidget(description_);
+  lower_layout->addWidget(table_, 1);
+  auto* split = new QSplitter(Qt::Vertical);
+  split->addWidget(upper);
+  split->addWidget(lower);
+  layout->addWidget(split, 1);
+
+  auto* debounce = new QTimer(this);
+  debounce->setSingleShot(true);
+  debounce->setInterval(300);
+  connect(debounce, &QTimer::timeout, this, &DatasetPage::analyze);
+  connect(browse, &QPushButton::clicked, this, [this] {
+    QString file = QFileDialog::getOpenFileName(
+        this, tr("Dataset file"), settings::last_folder("dataset"),
+        tr("Datasets (*.jsonl *.ndjson *.json *.csv *.tsv *.txt *.parquet);;All files (*)"));
+    if (file.isEmpty()) return;
+    settings::set_last_folder("dataset", QFileInfo(file).absolutePath());
+    choose_file(file);
+  });
+  connect(path_, &QLineEdit::returnPressed, this, [this] { choose_file(path_->text()); });
+  connect(format_, &QComboBox::currentIndexChanged, this, [this] {
+    if (updating_) return;
+    user_columns_.clear();
+    analyze();
+  });
+  connect(max_length_, &QSpinBox::valueChanged, debounce, qOverload<>(&QTimer::start));
+  connect(packing_, &QCheckBox::toggled, debounce, qOverload<>(&QTimer::start));
+  connect(split_, &QDoubleSpinBox::valueChanged, this, [this] { Q_EMIT datasetChanged(); });
+  connect(&watcher_, &QFutureWatcher<DatasetAnalysis>::finished, this, [this] {
+    if (rerun_) {  // the choices changed while this one ran
+      rerun_ = false;
+      analyze();
+      return;
+    }
+    analysis_ = watcher_.result();
+    show_analysis();
+    Q_EMIT datasetChanged();
+  });
+}
+
+bool DatasetPage::busy() const {
+  return watcher_.isRunning() || rerun_;
+}
+
+void DatasetPage::set_model_folder(const QString& folder) {
+  if (folder == model_folder_) return;
+  model_folder_ = folder;
+  if (!path_->text().isEmpty()) analyze();
+}
+
+void DatasetPage::choose_file(const QString& file) {
+  path_->setText(file);
+  user_columns_.clear();
+  analyze();
+}
+
+void DatasetPage::set_format(const QString& format) {
+  format_->setCurrentIndex(std::max(0, format_->findData(format)));
+}
+
+void DatasetPage::set_column(const QString& role, const QString& column) {
+  user_columns_[role] = column;
+  analyze();
+}
+
+void DatasetPage::analyze() {
+  if (path_->text().isEmpty()) return;
+  if (watcher_.isRunning()) {
+    rerun_ = true;
+    return;
+  }
+  DatasetRequest request;
+  request.file = path_->text();
+  request.model_folder = model_folder_;
+  request.format = format_->currentData().toString();
+  request.columns = user_columns_;
+  request.max_length = max_length_->value();
+  request.packing = packing_->isChecked();
+  status_->setText(tr("Reading %1…").arg(request.file));
+  Q_EMIT datasetChanged();
+  watcher_.setFuture(QtConcurrent::run([request] { return analyze_dataset(request); }));
+}
+
+void DatasetPage::rebuild_role_combos() {
+  while (roles_form_->rowCount() > 0) roles_form_->removeRow(0);
+  role_combos_.clear();
+  if (analysis_.format.isEmpty()) return;
+  for (const QString& role : roles_of(analysis_.format, analysis_.mapping)) {
+    auto* combo = new QComboBox;
+    const bool optional = role == "input";
+    if (optional) combo->addItem(tr("(none)"), QString());
+    for (const QString& column : analysis_.columns) {
+      const bool detected = analysis_.detected.value(role) == column;
+      combo->addItem(detected ? column + "  ✔" : column, column);
+    }
+    combo->setCurrentIndex(std::max(0, combo->findData(analysis_.mapping.value(role))));
+    combo->setToolTip(tr("The column that holds the %1").arg(role));
+    connect(combo, &QComboBox::currentIndexChanged, this, [this, role, combo] {
+      if (updating_) return;
+      set_column(role, combo->currentData().toString());
+    });
+    roles_form_->addRow(role + ":", combo);
+    role_combos_.insert(role, combo);
+  }
+}
+
+void DatasetPage::show_analysis() {
+  updating_ = true;
+  const DatasetAnalysis& a = analysis_;
+  if (!a.error.isEmpty()) {
+    status_->setText(tr("✘ %1").arg(a.error));
+  } else {
+    QString text = tr("✔ %1 rows, %2").arg(a.num_rows).arg(a.file_type);
+    if (!a.detected_format.isEmpty()) text += tr("; detected format: %1").arg(a.detected_format);
+    if (!a.skipped.isEmpty()) text += "\n" + a.skipped;
+    status_->setText(text);
+  }
+  description_->setText(a.description);
+  packing_->setEnabled(a.format.isEmpty() || a.format == "text");
+  rebuild_role_combos();
+
+  table_->clear();
+  table_->setColumnCount(int(a.columns.size()));
+  table_->setRowCount(int(a.rows.size()));
+  QStringList headers;
+  for (const QString& column : a.columns) {
+    QString role;
+    for (auto it = a.mapping.begin(); it != a.mapping.end(); ++it)
+      if (it.value() == column) role = it.key();
+    headers << (role.isEmpty() ? column : column + " → " + role);
+  }
+  table_->setHorizontalHeaderLabels(headers);
+  for (int r = 0; r < a.rows.size(); ++r)
+    for (int c = 0; c < a.rows[r].size() && c < a.columns.size(); ++c) {
+      auto* item = new QTableWidgetItem(QString(a.rows[r][c]).replace('\n', " ⏎ "));
+      item->setToolTip(a.rows[r][c].left(2000));
+      table_->setItem(r, c, item);
+    }
+  table_->resizeColumnsToContents();
+  for (int c = 0; c < table_->columnCount(); ++c)
+    table_->setColumnWidth(c,
+                           std::min(table_->columnWidth(c), fontMetrics().averageCharWidth() * 60));
+
+  histogram_->clear();
+  histogram_x_->clear();
+  if (!a.bin_counts.empty()) {
+    auto* set = new QBarSet(tr("examples"));
+    set->setColor(series_color(0));
+    QStringList categories;
+    std::uint64_t most = 0;
+    for (std::size_t i = 0; i < a.bin_counts.size(); ++i) {
+      *set << double(a.bin_counts[i]);
+      most = std::max(most, a.bin_counts[i]);
+      categories << QString::number(a.bin_edges[i]);
+    }
+    histogram_->append(set);
+    histogram_x_->append(categories);
+    histogram_y_->setRange(0, double(most));
+    histogram_y_->applyNiceNumbers();
+    const double share = a.truncated_share() * 100.0;
+    const bool packed = a.format == "text" && packing_->isChecked();
+    if (packed)
+      truncation_->setText(
+          tr("%1 documents %2: median %3, 95th percentile %4, longest %5 tokens.\n"
+             "Packed into blocks of %6 tokens: nothing is truncated; %7 % of the documents "
+             "span more than one block.")
+              .arg(a.measured)
+              .arg(a.all_rows ? tr("(all rows)") : tr("(a sample)"))
+              .arg(a.p50)
+              .arg(a.p95)
+              .arg(a.max_len)
+              .arg(max_length_->value())
+              .arg(share, 0, 'f', 1));
+    else
+      truncation_->setText(tr("%1 examples %2: median %3, 95th percentile %4, longest %5 tokens.\n"
+                              "%6 % (%7) are longer than %8 tokens and will be truncated.")
+                               .arg(a.measured)
+                               .arg(a.all_rows ? tr("(all rows)") : tr("(a sample)"))
+                               .arg(a.p50)
+                               .arg(a.p95)
+                               .arg(a.max_len)
+                               .arg(share, 0, 'f', 1)
+                               .arg(a.truncated)
+                               .arg(max_length_->value()));
+  } else if (!a.token_error.isEmpty()) {
+    truncation_->setText(tr("Token lengths unavailable: %1").arg(a.token_error));
+  } else if (model_folder_.isEmpty()) {
+    truncation_->setText(tr("Choose a model first to measure token lengths."));
+  } else {
+    truncation_->setText(QString());
+  }
+  updating_ = false;
+}
+
+job::DatasetSpec DatasetPage::dataset_spec() const {
+  job::DatasetSpec d;
+  if (!path_->text().isEmpty()) d.train_files.push_back(path_->text().toStdString());
+  d.format = analysis_.format.isEmpty() ? format_->currentData().toString().toStdString()
+                                        : analysis_.format.toStdString();
+  for (auto it = analysis_.mapping.begin(); it != analysis_.mapping.end(); ++it)
+    d.columns[it.key().toStdString()] = it.value().toStdString();
+  d.validation_split = split_->value() / 100.0;
+  d.max_length = max_length_->value();
+  d.packing = packing_->isChecked();
+  return d;
+}
+
+}  // namespace tessera::ui

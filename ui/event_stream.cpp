@@ -1,0 +1,138 @@
+#include "ui/event_stream.h"
+
+#include <QDateTime>
+
+namespace tessera::ui {
+
+using nlohmann::json;
+
+bool LineSplitter::next(QByteArray& line) {
+  const qsizetype end = buffer_.indexOf('\n', std::max(consumed_, scan_from_));
+  if (end < 0) {
+    scan_from_ = buffer_.size();
+    return false;
+  }
+  line = buffer_.mid(consumed_, end - consumed_);
+  if (line.endsWith('\r')) line.chop(1);
+  consumed_ = end + 1;
+  scan_from_ = consumed_;
+  // Compact now and then so the buffer does not grow with the whole stream.
+  if (consumed_ > (1 << 16) && consumed_ * 2 > buffer_.size()) {
+    buffer_.remove(0, consumed_);
+    scan_from_ -= consumed_;
+    consumed_ = 0;
+  }
+  return true;
+}
+
+QByteArray LineSplitter::take_rest() {
+  QByteArray rest = buffer_.mid(consumed_);
+  buffer_.clear();
+  consumed_ = scan_from_ = 0;
+  return rest;
+}
+
+namespace {
+
+double number(const json& e, const char* key) {
+  auto it = e.find(key);
+  return it != e.end() && it->is_number() ? it->get<double>() : kMissing;
+}
+
+QString text(const json& e, const char* key) {
+  auto it = e.find(key);
+  return it != e.end() && it->is_string() ? QString::fromStdString(it->get<std::string>())
+                                          : QString();
+}
+
+}  // namespace
+
+QString describe_event(const json& e) {
+  if (!e.is_object()) return {};
+  const QString type = text(e, "type");
+  if (type == "log") return "[" + text(e, "level") + "] " + text(e, "message");
+  if (type == "error") {
+    QString s = "[error] " + text(e, "message");
+    if (!text(e, "hint").isEmpty()) s += " — " + text(e, "hint");
+    return s;
+  }
+  if (type == "checkpoint")
+    return QString("[checkpoint] step %1: %2").arg(number(e, "step")).arg(text(e, "path"));
+  if (type == "done") {
+    QString s = "[done] " + text(e, "status");
+    if (!text(e, "output").isEmpty()) s += ": " + text(e, "output");
+    return s;
+  }
+  if (type == "plan") {
+    QString s = "[plan] " + text(e, "strategy");
+    if (auto it = e.find("reasons"); it != e.end() && it->is_array())
+      for (const auto& r : *it)
+        if (r.is_string()) s += "; " + QString::fromStdString(r.get<std::string>());
+    return s;
+  }
+  return {};
+}
+
+void apply_event(const json& e, const QByteArray& line, StreamState& state, RunSeries& delta,
+                 RunBatch& batch) {
+  if (!e.is_object()) return;
+  const QString type = text(e, "type");
+  double t = number(e, "t");
+  if (!present(t)) t = double(QDateTime::currentMSecsSinceEpoch()) / 1000.0;
+  if (type == "metric") {
+    MetricPoint p;
+    const double step = number(e, "step");
+    p.step = present(step) ? static_cast<std::int64_t>(step) : 0;
+    p.t = t;
+    p.loss = number(e, "loss");
+    p.lr = number(e, "lr");
+    p.grad_norm = number(e, "grad_norm");
+    p.tokens_per_s = number(e, "tokens_per_s");
+    p.eval_loss = number(e, "eval_loss");
+    delta.metrics.push_back(p);
+    batch.metrics.push_back(p);
+    return;
+  }
+  if (type == "memory") {
+    MemorySample m;
+    m.t = t;
+    m.tier = text(e, "tier");
+    if (m.tier.isEmpty()) m.tier = "host";
+    m.device = text(e, "device");
+    m.used = number(e, "used");
+    if (!present(m.used)) m.used = 0;
+    m.reserved = number(e, "reserved");
+    m.budget = number(e, "budget");
+    if (auto it = e.find("by_category"); it != e.end() && it->is_object())
+      for (int i = 0; i < 4; ++i)
+        m.by_category[i] = number(*it, memory_categories()[i].toUtf8().constData());
+    delta.memory.push_back(m);
+    batch.memory.push_back(m);
+    return;
+  }
+  if (type == "progress") {
+    delta.has_progress = true;
+    delta.phase = text(e, "phase");
+    const double done = number(e, "done"), total = number(e, "total");
+    delta.done = present(done) ? static_cast<std::int64_t>(done) : 0;
+    delta.total = present(total) ? static_cast<std::int64_t>(total) : 0;
+    delta.eta_s = number(e, "eta_s");
+    return;  // progress is transient: not stored row by row
+  }
+  if (type == "error") {
+    state.last_error = text(e, "message");
+    if (!text(e, "hint").isEmpty()) state.last_error += "\n" + text(e, "hint");
+    delta.last_error = state.last_error;
+  } else if (type == "done") {
+    state.done_status = text(e, "status");
+  } else if (type == "checkpoint") {
+    const double step = number(e, "step");
+    batch.checkpoints.push_back(
+        {present(step) ? static_cast<std::int64_t>(step) : 0, text(e, "path"), t});
+  }
+  const QString shown = describe_event(e);
+  if (!shown.isEmpty()) delta.log << shown;
+  batch.events.push_back({state.seq++, t, type, QString::fromUtf8(line)});
+}
+
+}  // namespace tessera::ui

@@ -1,0 +1,246 @@
+#include "ui/main_window.h"
+
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDir>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QListWidget>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QSettings>
+#include <QStackedWidget>
+#include <QStatusBar>
+#include <QStyle>
+#include <QVBoxLayout>
+
+#include "core/error.h"
+#include "ui/cli_probe.h"
+#include "ui/model_info.h"
+#include "ui/run_monitor.h"
+#include "ui/runs_page.h"
+#include "ui/studio_settings.h"
+#include "ui/wizard.h"
+
+namespace tessera::ui {
+
+namespace {
+
+QWidget* with_heading(const QString& heading, const QString& text, QWidget* body,
+                      QPushButton* action = nullptr) {
+  auto* page = new QWidget;
+  auto* layout = new QVBoxLayout(page);
+  auto* title = new QLabel(heading);
+  QFont f = title->font();
+  f.setPointSizeF(f.pointSizeF() * 1.4);
+  f.setBold(true);
+  title->setFont(f);
+  layout->addWidget(title);
+  if (!text.isEmpty()) {
+    auto* intro = new QLabel(text);
+    intro->setWordWrap(true);
+    layout->addWidget(intro);
+  }
+  layout->addWidget(body, 1);
+  if (action) layout->addWidget(action, 0, Qt::AlignRight);
+  return page;
+}
+
+}  // namespace
+
+MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent), store_(store) {
+  setWindowTitle(tr("Tessera Studio"));
+  probe_ = new CliProbe(this);
+
+  auto* central = new QWidget;
+  auto* layout = new QHBoxLayout(central);
+  sidebar_ = new QListWidget;
+  sidebar_->setAccessibleName(tr("Navigation"));
+  sidebar_->setFrameShape(QFrame::NoFrame);
+  sidebar_->setIconSize(QSize(fontMetrics().height() * 3 / 2, fontMetrics().height() * 3 / 2));
+  const struct {
+    QString label;
+    QStyle::StandardPixmap icon;
+  } items[] = {{tr("New fine-tune"), QStyle::SP_FileDialogNewFolder},
+               {tr("Runs"), QStyle::SP_FileDialogDetailedView},
+               {tr("Models"), QStyle::SP_DriveHDIcon},
+               {tr("Datasets"), QStyle::SP_FileDialogContentsView},
+               {tr("Settings"), QStyle::SP_FileDialogInfoView}};
+  int widest = 0;
+  for (const auto& item : items) {
+    sidebar_->addItem(new QListWidgetItem(style()->standardIcon(item.icon), item.label));
+    widest = std::max(widest, fontMetrics().horizontalAdvance(item.label));
+  }
+  sidebar_->setFixedWidth(widest + sidebar_->iconSize().width() + fontMetrics().height() * 3);
+  layout->addWidget(sidebar_);
+
+  stack_ = new QStackedWidget;
+  wizard_ = new FineTuneWizard(probe_);
+  runs_ = new RunsPage(store_);
+  models_ = new ModelPage;
+  datasets_ = new DatasetPage;
+  stack_->addWidget(with_heading(tr("New fine-tune"), {}, wizard_));
+  stack_->addWidget(with_heading(tr("Runs"), {}, runs_));
+  auto* use_model = new QPushButton(tr("&Fine-tune this model"));
+  auto* use_dataset = new QPushButton(tr("&Fine-tune on this dataset"));
+  stack_->addWidget(with_heading(tr("Models"),
+                                 tr("Models on this machine: the HuggingFace cache, or any folder. "
+                                    "Each is checked by the engine."),
+                                 models_, use_model));
+  stack_->addWidget(with_heading(
+      tr("Datasets"), tr("Look at a dataset file: its rows, detected format and columns."),
+      datasets_, use_dataset));
+  use_model->setEnabled(false);
+  use_dataset->setEnabled(false);
+  connect(models_, &ModelPage::modelChanged, use_model,
+          [this, use_model] { use_model->setEnabled(models_->ready()); });
+  connect(datasets_, &DatasetPage::datasetChanged, use_dataset,
+          [this, use_dataset] { use_dataset->setEnabled(datasets_->ready()); });
+  connect(use_model, &QPushButton::clicked, this, [this] {
+    wizard_->model_page()->choose_folder(models_->summary().folder);
+    wizard_->go_to(0);
+    show_page(NewFineTune);
+  });
+  connect(use_dataset, &QPushButton::clicked, this, [this] {
+    wizard_->dataset_page()->choose_file(datasets_->analysis().file);
+    wizard_->go_to(1);
+    show_page(NewFineTune);
+  });
+  stack_->addWidget(make_settings_page());
+  layout->addWidget(stack_, 1);
+  setCentralWidget(central);
+
+  connect(sidebar_, &QListWidget::currentRowChanged, stack_, &QStackedWidget::setCurrentIndex);
+  connect(wizard_, &FineTuneWizard::launchRequested, this, [this](const job::JobSpec& spec) {
+    QString error = launch(spec);
+    if (!error.isEmpty()) QMessageBox::warning(this, tr("Launch"), error);
+  });
+  connect(probe_, &CliProbe::probed, this, [this] {
+    cli_status_->setText(probe_->ok() ? tr("Commands: %1").arg(probe_->commands().join(", "))
+                                      : probe_->problem());
+  });
+  connect(store_, &RunsStore::writeFailed, this, [this](const QString& message) {
+    statusBar()->showMessage(tr("Could not record the run: %1").arg(message));
+  });
+  if (const int n = store_->interrupted_on_open(); n > 0)
+    statusBar()->showMessage(
+        (n == 1 ? tr("1 run was in progress when the studio last quit; it is marked interrupted.")
+                : tr("%1 runs were in progress when the studio last quit; they are marked "
+                     "interrupted.")
+                      .arg(n)));
+
+  QSettings s;
+  if (!restoreGeometry(s.value("window/geometry").toByteArray()))
+    resize(fontMetrics().averageCharWidth() * 160, fontMetrics().height() * 48);
+  show_page(Page(std::clamp(s.value("window/page", 0).toInt(), 0, int(Settings))));
+  probe_->probe(settings::cli_program());
+}
+
+MainWindow::~MainWindow() = default;
+
+QWidget* MainWindow::make_settings_page() {
+  auto* body = new QWidget;
+  auto* form = new QFormLayout(body);
+  cli_path_ = new QLineEdit(settings::cli_program());
+  cli_path_->setToolTip(tr("The tessera-cli program that runs training jobs"));
+  auto* cli_row = new QHBoxLayout;
+  auto* browse = new QPushButton(tr("Choose…"));
+  cli_row->addWidget(cli_path_, 1);
+  cli_row->addWidget(browse);
+  auto* cli_label = new QLabel(tr("tessera-&cli:"));
+  cli_label->setBuddy(cli_path_);
+  form->addRow(cli_label, cli_row);
+  cli_status_ = new QLabel(tr("Checking…"));
+  cli_status_->setWordWrap(true);
+  form->addRow(QString(), cli_status_);
+  runs_root_ = new QLineEdit(settings::runs_root());
+  runs_root_->setToolTip(tr("Every run gets its own new folder inside this one"));
+  form->addRow(tr("&Runs folder:"), runs_root_);
+  auto* db = new QLabel(settings::database_path());
+  db->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  form->addRow(tr("Runs database:"), db);
+  auto* hub = new QLabel(hf_hub_cache_dir());
+  hub->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  form->addRow(tr("HuggingFace cache:"), hub);
+
+  connect(browse, &QPushButton::clicked, this, [this] {
+    QString file = QFileDialog::getOpenFileName(this, tr("tessera-cli"), cli_path_->text());
+    if (!file.isEmpty()) {
+      cli_path_->setText(file);
+      Q_EMIT cli_path_->editingFinished();
+    }
+  });
+  connect(cli_path_, &QLineEdit::editingFinished, this, [this] {
+    settings::set_cli_program(cli_path_->text());
+    cli_status_->setText(tr("Checking…"));
+    probe_->probe(cli_path_->text());
+  });
+  connect(runs_root_, &QLineEdit::editingFinished, this,
+          [this] { settings::set_runs_root(runs_root_->text()); });
+  return with_heading(tr("Settings"), {}, body);
+}
+
+void MainWindow::show_page(Page page) {
+  sidebar_->setCurrentRow(int(page));
+  stack_->setCurrentIndex(int(page));
+}
+
+MainWindow::Page MainWindow::current_page() const {
+  return Page(stack_->currentIndex());
+}
+
+QWidget* MainWindow::page_widget(Page page) const {
+  return stack_->widget(int(page));
+}
+
+QString MainWindow::launch(const job::JobSpec& spec) {
+  if (live_ && live_->running())
+    return tr("A run is in progress; wait for it to finish or stop it first.");
+  const QString dir = QString::fromStdString(spec.output.dir);
+  if (QFileInfo::exists(dir)) return tr("%1 already exists; every run needs a new folder").arg(dir);
+  if (!QDir().mkpath(dir)) return tr("Cannot create the run folder %1").arg(dir);
+  const QString job_file = QDir(dir).filePath("job.json");
+  try {
+    job::save_job_spec(spec, job_file.toStdString());
+  } catch (const Error& e) {
+    return QString::fromStdString(e.what());
+  }
+  RunRecord run;
+  run.id = QFileInfo(dir).fileName();
+  run.name = QString::fromStdString(spec.name);
+  run.model = model_display_name(QString::fromStdString(spec.model.path));
+  if (!spec.dataset.train_files.empty())
+    run.dataset = QFileInfo(QString::fromStdString(spec.dataset.train_files.front())).fileName();
+  run.method = QString::fromStdString(spec.method.type);
+  run.output_dir = dir;
+  run.spec_json = QString::fromStdString(job::to_json(spec).dump());
+  if (live_) live_->deleteLater();
+  live_ = new RunMonitor(store_, this);
+  live_->start(run, settings::cli_program(), {"run", job_file, "--events", "-"}, dir);
+  runs_->show_live(live_);
+  show_page(Runs);
+  return {};
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  if (live_ && live_->running()) {
+    auto answer = QMessageBox::question(
+        this, tr("Quit"),
+        tr("A run is in progress. Quitting stops it (it will be marked interrupted). Quit?"));
+    if (answer != QMessageBox::Yes) {
+      event->ignore();
+      return;
+    }
+    live_->stop();
+  }
+  QSettings s;
+  s.setValue("window/geometry", saveGeometry());
+  s.setValue("window/page", int(current_page()));
+  QMainWindow::closeEvent(event);
+}
+
+}  // namespace tessera::ui

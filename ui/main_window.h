@@ -1,0 +1,59 @@
+#pragma once
+// The studio's main window: a sidebar (New fine-tune, Runs, Models, Datasets, Settings) over
+// a stack of pages. Remembers its size, position and the last folders (QSettings).
+#include <QMainWindow>
+
+#include "job/job_spec.h"
+
+class QLabel;
+class QLineEdit;
+class QListWidget;
+class QStackedWidget;
+
+namespace tessera::ui {
+
+class CliProbe;
+class DatasetPage;
+class FineTuneWizard;
+class ModelPage;
+class RunMonitor;
+class RunsPage;
+class RunsStore;
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+ public:
+  enum Page { NewFineTune, Runs, Models, Datasets, Settings };
+  explicit MainWindow(RunsStore* store, QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  void show_page(Page page);
+  Page current_page() const;
+  FineTuneWizard* wizard() const { return wizard_; }
+  RunsPage* runs_page() const { return runs_; }
+  CliProbe* cli_probe() const { return probe_; }
+  QListWidget* sidebar() const { return sidebar_; }
+  QWidget* page_widget(Page page) const;
+  // Starts `tessera-cli run` on `spec` (written to its output folder). Returns "" or why not.
+  QString launch(const job::JobSpec& spec);
+
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+
+ private:
+  QWidget* make_settings_page();
+  RunsStore* store_;
+  CliProbe* probe_;
+  QListWidget* sidebar_;
+  QStackedWidget* stack_;
+  FineTuneWizard* wizard_;
+  RunsPage* runs_;
+  ModelPage* models_;
+  DatasetPage* datasets_;
+  QLineEdit* cli_path_;
+  QLabel* cli_status_;
+  QLineEdit* runs_root_;
+  RunMonitor* live_ = nullptr;
+};
+
+}  // namespace tessera::ui

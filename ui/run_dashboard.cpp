@@ -1,0 +1,254 @@
+#include "ui/run_dashboard.h"
+
+#include <QApplication>
+#include <QDateTime>
+#include <QElapsedTimer>
+#include <QFontDatabase>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QPlainTextEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSplitter>
+#include <QStyle>
+#include <QTabWidget>
+#include <QVBoxLayout>
+
+#include "ui/charts.h"
+#include "ui/run_monitor.h"
+
+namespace tessera::ui {
+
+namespace {
+constexpr int kRepaintIntervalMs = 40;  // at most 25 repaints a second
+}
+
+QString format_duration(double seconds) {
+  if (!present(seconds) || seconds < 0) return "—";
+  const auto s = static_cast<long long>(seconds + 0.5);
+  if (s < 60) return QString("%1 s").arg(s);
+  if (s < 3600) return QString("%1 min %2 s").arg(s / 60).arg(s % 60);
+  return QString("%1 h %2 min").arg(s / 3600).arg((s % 3600) / 60);
+}
+
+RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
+  auto* layout = new QVBoxLayout(this);
+  title_ = new QLabel(tr("No run selected"));
+  QFont big = title_->font();
+  big.setPointSizeF(big.pointSizeF() * 1.3);
+  big.setBold(true);
+  title_->setFont(big);
+  status_ = new QLabel;
+  status_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  auto* header = new QHBoxLayout;
+  header->addWidget(title_);
+  header->addWidget(status_, 1);
+  stop_ = new QPushButton(tr("&Stop"));
+  stop_->setToolTip(
+      tr("Ask the training process to stop (it is killed if it does not stop "
+         "within 10 seconds)"));
+  stop_->setEnabled(false);
+  header->addWidget(stop_);
+  layout->addLayout(header);
+
+  auto* progress_row = new QHBoxLayout;
+  progress_ = new QProgressBar;
+  progress_->setRange(0, 1);
+  progress_->setValue(0);
+  progress_->setFormat(tr("waiting for the first event"));
+  eta_ = new QLabel;
+  progress_row->addWidget(progress_, 1);
+  progress_row->addWidget(eta_);
+  layout->addLayout(progress_row);
+
+  error_ = new QLabel;
+  error_->setWordWrap(true);
+  error_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  error_->setFrameShape(QFrame::StyledPanel);
+  error_->setVisible(false);
+  layout->addWidget(error_);
+
+  auto* charts = new QWidget;
+  auto* grid = new QGridLayout(charts);
+  grid->setContentsMargins(0, 0, 0, 0);
+  loss_ = new LineChart(tr("Loss"), tr("step"), tr("loss"));
+  loss_->set_empty_text(tr("no step yet"));
+  lr_ = new LineChart(tr("Learning rate"), tr("step"), tr("lr"));
+  throughput_ = new LineChart(tr("Throughput"), tr("step"), tr("tokens/s"));
+  memory_tabs_ = new QTabWidget;
+  memory_tabs_->setDocumentMode(true);
+  auto* no_memory = new QLabel(tr("No memory report yet"));
+  no_memory->setAlignment(Qt::AlignCenter);
+  memory_tabs_->addTab(no_memory, tr("Memory"));
+  grid->addWidget(loss_, 0, 0);
+  grid->addWidget(lr_, 0, 1);
+  grid->addWidget(throughput_, 1, 0);
+  grid->addWidget(memory_tabs_, 1, 1);
+
+  log_ = new QPlainTextEdit;
+  log_->setReadOnly(true);
+  log_->setMaximumBlockCount(5000);
+  log_->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+  log_->setPlaceholderText(tr("The run's log appears here."));
+
+  auto* split = new QSplitter(Qt::Vertical);
+  split->addWidget(charts);
+  split->addWidget(log_);
+  split->setStretchFactor(0, 6);
+  split->setStretchFactor(1, 1);
+  split->setSizes({fontMetrics().height() * 30, fontMetrics().height() * 5});
+  layout->addWidget(split, 1);
+
+  repaint_timer_.setSingleShot(true);
+  repaint_timer_.setInterval(kRepaintIntervalMs);
+  connect(&repaint_timer_, &QTimer::timeout, this, &RunDashboard::draw_pending);
+  connect(stop_, &QPushButton::clicked, this, [this] {
+    if (monitor_) monitor_->stop();
+    stop_->setEnabled(false);
+  });
+}
+
+void RunDashboard::clear() {
+  if (monitor_) monitor_->disconnect(this);
+  monitor_ = nullptr;
+  loss_->clear();
+  lr_->clear();
+  throughput_->clear();
+  for (MemoryChart* chart : memory_) chart->deleteLater();
+  memory_.clear();
+  while (memory_tabs_->count() > 1) memory_tabs_->removeTab(1);
+  memory_tabs_->setTabVisible(0, true);
+  log_->clear();
+  error_->clear();
+  error_->setVisible(false);
+  progress_->setRange(0, 1);
+  progress_->setValue(0);
+  progress_->setFormat(tr("waiting for the first event"));
+  eta_->clear();
+  stop_->setEnabled(false);
+  t0_ = kMissing;
+  title_->setText(tr("No run selected"));
+  status_->clear();
+}
+
+void RunDashboard::set_status(const RunRecord& run) {
+  title_->setText(run.name.isEmpty() ? run.id : run.name);
+  QString text = run.status;
+  if (present(run.started_at)) {
+    text += " · " + tr("started %1")
+                        .arg(QDateTime::fromMSecsSinceEpoch(qint64(run.started_at * 1000))
+                                 .toString("yyyy-MM-dd hh:mm"));
+    const double end =
+        present(run.ended_at) ? run.ended_at : double(QDateTime::currentMSecsSinceEpoch()) / 1000;
+    text += " · " + format_duration(end - run.started_at);
+  }
+  if (!run.model.isEmpty()) text += " · " + run.model;
+  status_->setText(text);
+  if (!run.failure.isEmpty()) {
+    error_->setText(tr("%1: %2").arg(run.status, run.failure));
+    error_->setVisible(true);
+  }
+}
+
+void RunDashboard::attach(RunMonitor* monitor) {
+  clear();
+  monitor_ = monitor;
+  set_status(monitor->run());
+  stop_->setEnabled(monitor->running());
+  connect(monitor, &RunMonitor::pendingAvailable, this, [this] {
+    if (!repaint_timer_.isActive()) repaint_timer_.start();
+  });
+  connect(monitor, &RunMonitor::finished, this, &RunDashboard::on_finished);
+  if (monitor->has_pending()) repaint_timer_.start();
+}
+
+void RunDashboard::on_finished(const QString& status, const QString& failure) {
+  draw_pending();
+  stop_->setEnabled(false);
+  if (monitor_) set_status(monitor_->run());
+  if (status == "completed") {
+    progress_->setRange(0, 1);
+    progress_->setValue(1);
+    progress_->setFormat(tr("completed"));
+    eta_->clear();
+  } else {
+    progress_->setFormat(status);
+  }
+  eta_->clear();
+  (void)failure;
+}
+
+void RunDashboard::draw_pending() {
+  if (!monitor_) return;
+  QElapsedTimer clock;
+  clock.start();
+  RunSeries delta = monitor_->take_pending();
+  if (!delta.empty() || !delta.last_error.isEmpty()) append(delta);
+  repaint();  // paint now, so the time measured includes the charts' painting
+  max_draw_ms_ = std::max(max_draw_ms_, clock.elapsed());
+  set_status(monitor_->run());
+  stop_->setEnabled(monitor_->running());
+}
+
+void RunDashboard::show_replay(const RunRecord& run, const RunSeries& series) {
+  clear();
+  set_status(run);
+  append(series);
+  if (run.status == "completed") {
+    progress_->setRange(0, 1);
+    progress_->setValue(1);
+    progress_->setFormat(tr("completed"));
+  } else if (run.status != "running") {
+    progress_->setFormat(run.status);
+  }
+  eta_->clear();
+}
+
+void RunDashboard::append(const RunSeries& s) {
+  ++repaints_;
+  QList<QPointF> loss, eval_loss, lr, tps;
+  for (const MetricPoint& p : s.metrics) {
+    const double x = double(p.step);
+    if (present(p.loss)) loss.push_back({x, p.loss});
+    if (present(p.eval_loss)) eval_loss.push_back({x, p.eval_loss});
+    if (present(p.lr)) lr.push_back({x, p.lr});
+    if (present(p.tokens_per_s)) tps.push_back({x, p.tokens_per_s});
+  }
+  if (!loss.isEmpty()) loss_->append(tr("training loss"), loss);
+  if (!eval_loss.isEmpty()) loss_->append(tr("evaluation loss"), eval_loss);
+  if (!lr.isEmpty()) lr_->append(tr("learning rate"), lr);
+  if (!tps.isEmpty()) throughput_->append(tr("tokens/s"), tps);
+
+  if (!s.memory.isEmpty()) {
+    if (!present(t0_)) t0_ = s.memory.front().t;
+    for (const MemorySample& m : s.memory) {
+      if (memory_.contains(m.tier)) continue;
+      auto* chart = new MemoryChart(m.tier);
+      memory_.insert(m.tier, chart);
+      memory_tabs_->addTab(chart, m.tier);
+      memory_tabs_->setTabVisible(0, false);
+      if (memory_tabs_->currentIndex() == 0) memory_tabs_->setCurrentWidget(chart);
+    }
+    for (MemoryChart* chart : memory_) chart->append(s.memory, t0_);
+  }
+
+  if (s.has_progress) {
+    if (s.total > 0) {
+      progress_->setRange(0, 1000);
+      progress_->setValue(int(std::clamp(double(s.done) / double(s.total), 0.0, 1.0) * 1000));
+      progress_->setFormat(QString("%1: %2 / %3").arg(s.phase).arg(s.done).arg(s.total));
+    } else {
+      progress_->setRange(0, 0);  // busy: the phase has no known length
+      progress_->setFormat(s.phase);
+    }
+    eta_->setText(present(s.eta_s) ? tr("ETA %1").arg(format_duration(s.eta_s)) : QString());
+  }
+  if (!s.last_error.isEmpty()) {
+    error_->setText(s.last_error);
+    error_->setVisible(true);
+  }
+  for (const QString& line : s.log) log_->appendPlainText(line);
+}
+
+}  // namespace tessera::ui

@@ -1,0 +1,73 @@
+#pragma once
+// The run dashboard: live (from a RunMonitor) or replayed (from the runs database) charts of
+// training and evaluation loss, learning rate, tokens/s and memory per tier, a progress bar
+// with ETA, the last error and the log. Live data is drawn at most ~25 times a second.
+#include <QMap>
+#include <QPointer>
+#include <QTimer>
+#include <QWidget>
+
+#include "ui/run_data.h"
+#include "ui/runs_db.h"
+
+class QLabel;
+class QPlainTextEdit;
+class QProgressBar;
+class QPushButton;
+class QTabWidget;
+
+namespace tessera::ui {
+
+class LineChart;
+class MemoryChart;
+class RunMonitor;
+
+class RunDashboard : public QWidget {
+  Q_OBJECT
+ public:
+  explicit RunDashboard(QWidget* parent = nullptr);
+
+  void attach(RunMonitor* monitor);                                 // follows a live run
+  void show_replay(const RunRecord& run, const RunSeries& series);  // a past run
+  void clear();
+
+  LineChart* loss_chart() const { return loss_; }
+  LineChart* lr_chart() const { return lr_; }
+  LineChart* throughput_chart() const { return throughput_; }
+  MemoryChart* memory_chart(const QString& tier) const { return memory_.value(tier); }
+  QProgressBar* progress_bar() const { return progress_; }
+  QLabel* status_label() const { return status_; }
+  QLabel* error_label() const { return error_; }
+  QPlainTextEdit* log_view() const { return log_; }
+  int repaints() const { return repaints_; }
+  // Longest time one batch of new points took to draw into the charts (and paint), in ms.
+  qint64 max_draw_ms() const { return max_draw_ms_; }
+
+ private:
+  void draw_pending();
+  void append(const RunSeries& series);
+  void set_status(const RunRecord& run);
+  void on_finished(const QString& status, const QString& failure);
+
+  QPointer<RunMonitor> monitor_;
+  QTimer repaint_timer_;
+  QLabel* title_;
+  QLabel* status_;
+  QLabel* error_;
+  QProgressBar* progress_;
+  QLabel* eta_;
+  QPushButton* stop_;
+  LineChart* loss_;
+  LineChart* lr_;
+  LineChart* throughput_;
+  QTabWidget* memory_tabs_;
+  QMap<QString, MemoryChart*> memory_;
+  QPlainTextEdit* log_;
+  double t0_ = kMissing;
+  int repaints_ = 0;
+  qint64 max_draw_ms_ = 0;
+};
+
+QString format_duration(double seconds);
+
+}  // namespace tessera::ui

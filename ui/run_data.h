@@ -1,0 +1,67 @@
+#pragma once
+// A run's time series as the dashboard draws them and the runs database stores them.
+#include <QList>
+#include <QMetaType>
+#include <QString>
+#include <QStringList>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+namespace tessera::ui {
+
+inline constexpr double kMissing = std::numeric_limits<double>::quiet_NaN();
+inline bool present(double v) {
+  return !std::isnan(v);
+}
+
+struct MetricPoint {
+  std::int64_t step = 0;
+  double t = 0;  // seconds since the Unix epoch
+  double loss = kMissing, lr = kMissing, grad_norm = kMissing, tokens_per_s = kMissing,
+         eval_loss = kMissing;
+};
+
+inline const QStringList& memory_categories() {
+  static const QStringList kCategories = {"weights", "gradients", "optimizer", "activations_other"};
+  return kCategories;
+}
+
+struct MemorySample {
+  double t = 0;
+  QString tier;                                             // device | host | disk
+  QString device;                                           // "cuda:0", "cpu", a disk path, …
+  double used = 0, reserved = kMissing, budget = kMissing;  // bytes
+  double by_category[4] = {kMissing, kMissing, kMissing, kMissing};  // memory_categories()
+};
+
+struct CheckpointRecord {
+  std::int64_t step = 0;
+  QString path;
+  double t = 0;
+};
+
+struct RawEvent {  // every event that is not a metric or memory sample, kept for the log
+  std::int64_t seq = 0;
+  double t = 0;
+  QString type;
+  QString json;
+};
+
+// New data since the last take (live) or a whole run (replay).
+struct RunSeries {
+  QList<MetricPoint> metrics;
+  QList<MemorySample> memory;
+  QStringList log;
+  bool has_progress = false;
+  QString phase;
+  std::int64_t done = 0, total = 0;
+  double eta_s = kMissing;
+  QString last_error;  // message and hint of the last `error` event
+  bool empty() const {
+    return metrics.isEmpty() && memory.isEmpty() && log.isEmpty() && !has_progress;
+  }
+  void append(const RunSeries& more);
+};
+
+}  // namespace tessera::ui

@@ -1,0 +1,204 @@
+#include "ui/run_monitor.h"
+
+#include <QDateTime>
+
+namespace tessera::ui {
+
+namespace {
+double now_s() {
+  return double(QDateTime::currentMSecsSinceEpoch()) / 1000.0;
+}
+constexpr int kSliceBudgetMs = 4;      // parse for at most this long per event-loop turn
+constexpr int kFlushIntervalMs = 250;  // database batches
+constexpr int kStderrTailLines = 20;
+}  // namespace
+
+RunMonitor::RunMonitor(RunsStore* store, QObject* parent) : QObject(parent), store_(store) {
+  flush_timer_.setInterval(kFlushIntervalMs);
+  connect(&flush_timer_, &QTimer::timeout, this, &RunMonitor::flush_batch);
+}
+
+RunMonitor::~RunMonitor() {
+  if (process_) {
+    process_->disconnect(this);
+    if (process_->state() != QProcess::NotRunning) {
+      process_->kill();
+      process_->waitForFinished(2000);
+    }
+  }
+  flush_batch();
+}
+
+void RunMonitor::start(RunRecord run, const QString& program, const QStringList& args,
+                       const QString& working_dir) {
+  run_ = std::move(run);
+  run_.status = "running";
+  if (!present(run_.started_at)) run_.started_at = now_s();
+  batch_ = {};
+  batch_.run_id = run_.id;
+  batch_.upsert = run_;
+  flush_batch();
+
+  process_ = new QProcess(this);
+  if (!working_dir.isEmpty()) process_->setWorkingDirectory(working_dir);
+  connect(process_, &QProcess::readyReadStandardOutput, this, &RunMonitor::on_stdout);
+  connect(process_, &QProcess::readyReadStandardError, this, &RunMonitor::on_stderr);
+  connect(process_, &QProcess::finished, this, &RunMonitor::on_finished);
+  connect(process_, &QProcess::errorOccurred, this, &RunMonitor::on_error);
+  flush_timer_.start();
+  pending_.log << "$ " + program + " " + args.join(' ');
+  process_->start(program, args);
+}
+
+void RunMonitor::stop() {
+  if (!running()) return;
+  process_->terminate();
+  QTimer::singleShot(10000, process_, [p = process_] {
+    if (p->state() != QProcess::NotRunning) p->kill();
+  });
+}
+
+RunSeries RunMonitor::take_pending() {
+  RunSeries out = std::move(pending_);
+  pending_ = {};
+  pending_signalled_ = false;
+  return out;
+}
+
+void RunMonitor::on_stdout() {
+  splitter_.feed(process_->readAllStandardOutput());
+  schedule_slice();
+}
+
+void RunMonitor::on_stderr() {
+  stderr_partial_ += process_->readAllStandardError();
+  qsizetype nl;
+  while ((nl = stderr_partial_.indexOf('\n')) >= 0) {
+    QString line = QString::fromUtf8(stderr_partial_.left(nl)).trimmed();
+    stderr_partial_.remove(0, nl + 1);
+    if (line.isEmpty()) continue;
+    stderr_tail_ << line;
+    if (stderr_tail_.size() > kStderrTailLines) stderr_tail_.removeFirst();
+    pending_.log << "[stderr] " + line;
+  }
+}
+
+void RunMonitor::schedule_slice() {
+  if (slice_scheduled_) return;
+  slice_scheduled_ = true;
+  QTimer::singleShot(0, this, &RunMonitor::process_slice);
+}
+
+void RunMonitor::process_slice() {
+  slice_scheduled_ = false;
+  QElapsedTimer clock;
+  clock.start();
+  QByteArray line;
+  while (splitter_.next(line)) {
+    handle_line(line);
+    if (clock.elapsed() >= kSliceBudgetMs) break;
+  }
+  if (splitter_.has_complete_line()) {
+    schedule_slice();  // more to do: yield to the event loop first
+  } else if (exited_) {
+    finish();
+  }
+  if (!pending_.empty() && !pending_signalled_) {
+    pending_signalled_ = true;
+    Q_EMIT pendingAvailable();
+  }
+}
+
+void RunMonitor::handle_line(const QByteArray& line) {
+  if (line.trimmed().isEmpty()) return;
+  auto event = nlohmann::json::parse(line.constBegin(), line.constEnd(), nullptr, false);
+  if (event.is_discarded() || !event.is_object()) {
+    pending_.log << "[output] " + QString::fromUtf8(line);
+    return;
+  }
+  const auto before = batch_.metrics.size();
+  apply_event(event, line, state_, pending_, batch_);
+  metrics_seen_ += batch_.metrics.size() - before;
+}
+
+void RunMonitor::on_error(QProcess::ProcessError error) {
+  if (error == QProcess::FailedToStart) {
+    start_error_ = "could not start " + process_->program() + ": " + process_->errorString();
+    exited_ = true;
+    crashed_ = true;
+    schedule_slice();
+  }
+}
+
+void RunMonitor::on_finished(int exit_code, QProcess::ExitStatus exit_status) {
+  // Whatever is still in the pipe belongs to the stream.
+  splitter_.feed(process_->readAllStandardOutput());
+  on_stderr();
+  exited_ = true;
+  exit_code_ = exit_code;
+  crashed_ = exit_status == QProcess::CrashExit;
+  schedule_slice();
+}
+
+void RunMonitor::finish() {
+  if (run_.status != "running") return;  // already finished
+  QByteArray rest = splitter_.take_rest();
+  if (!rest.trimmed().isEmpty()) handle_line(rest);
+  QString status, failure;
+  if (!start_error_.isEmpty()) {
+    status = "failed";
+    failure = start_error_;
+  } else if (crashed_ || exit_code_ != 0) {
+    status = state_.done_status == "stopped" ? "stopped" : "failed";
+    if (!state_.last_error.isEmpty())
+      failure = state_.last_error;
+    else if (crashed_)
+      failure = "the training process crashed";
+    else
+      failure = QString("the training process exited with code %1").arg(exit_code_);
+    if (state_.last_error.isEmpty() && !stderr_tail_.isEmpty())
+      failure += ": " + stderr_tail_.last();
+  } else if (state_.done_status == "stopped") {
+    status = "stopped";
+  } else if (state_.done_status == "failed") {
+    status = "failed";
+    failure = state_.last_error.isEmpty() ? "the run reported failure" : state_.last_error;
+  } else if (state_.done_status.isEmpty()) {
+    status = "failed";
+    failure = "the training process ended without a `done` event";
+  } else {
+    status = "completed";
+  }
+  run_.status = status;
+  run_.failure = failure;
+  run_.ended_at = now_s();
+  batch_.status = status;
+  batch_.failure = failure;
+  batch_.ended_at = run_.ended_at;
+  flush_timer_.stop();
+  flush_batch();
+  if (!failure.isEmpty()) {
+    pending_.last_error = failure;
+    pending_.log << "[" + status + "] " + failure;
+  } else {
+    pending_.log << "[" + status + "]";
+  }
+  if (!pending_signalled_) {
+    pending_signalled_ = true;
+    Q_EMIT pendingAvailable();
+  }
+  Q_EMIT finished(status, failure);
+}
+
+void RunMonitor::flush_batch() {
+  if (!store_ || batch_.run_id.isEmpty()) return;
+  if (!batch_.upsert && batch_.metrics.isEmpty() && batch_.memory.isEmpty() &&
+      batch_.events.isEmpty() && batch_.checkpoints.isEmpty() && !batch_.status)
+    return;
+  RunBatch out = std::move(batch_);
+  batch_ = {};
+  batch_.run_id = out.run_id;
+  store_->submit(std::move(out));
+}
+
+}  // namespace tessera::ui

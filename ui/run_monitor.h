@@ -1,0 +1,74 @@
+#pragma once
+// Runs a training child process (`tessera-cli run JOB.json --events -`, or any program that
+// writes the event stream to stdout), reads its events incrementally without blocking the
+// event loop, records them in the runs database in batches, and keeps what the dashboard
+// has not drawn yet. The child's exit decides the run's final status.
+#include <QElapsedTimer>
+#include <QObject>
+#include <QProcess>
+#include <QStringList>
+#include <QTimer>
+
+#include "ui/event_stream.h"
+#include "ui/run_data.h"
+#include "ui/runs_db.h"
+
+namespace tessera::ui {
+
+class RunMonitor : public QObject {
+  Q_OBJECT
+ public:
+  RunMonitor(RunsStore* store, QObject* parent = nullptr);
+  ~RunMonitor() override;
+
+  // Records `run` (status "running") and starts `program args`. The child's stdout is the
+  // event stream; its stderr goes to the log.
+  void start(RunRecord run, const QString& program, const QStringList& args,
+             const QString& working_dir = {});
+  void stop();  // asks the child to stop (SIGTERM), then kills it after a grace period
+
+  bool running() const { return process_ && process_->state() != QProcess::NotRunning; }
+  const RunRecord& run() const { return run_; }
+  const QString& status() const { return run_.status; }
+  const QString& failure() const { return run_.failure; }
+  std::int64_t events_seen() const { return state_.seq + metrics_seen_; }
+
+  // What arrived since the last call (the dashboard calls this at most ~25 times a second).
+  RunSeries take_pending();
+  bool has_pending() const { return !pending_.empty() || !pending_.last_error.isEmpty(); }
+
+ Q_SIGNALS:
+  void pendingAvailable();  // new data; emitted at most once until take_pending()
+  void finished(const QString& status, const QString& failure);
+
+ private:
+  void on_stdout();
+  void on_stderr();
+  void on_finished(int exit_code, QProcess::ExitStatus exit_status);
+  void on_error(QProcess::ProcessError error);
+  void process_slice();  // parses buffered lines for a few milliseconds, then yields
+  void schedule_slice();
+  void handle_line(const QByteArray& line);
+  void flush_batch();
+  void finish();
+
+  RunsStore* store_;
+  QProcess* process_ = nullptr;
+  RunRecord run_;
+  LineSplitter splitter_;
+  StreamState state_;
+  RunSeries pending_;
+  bool pending_signalled_ = false;
+  RunBatch batch_;
+  QTimer flush_timer_;
+  bool slice_scheduled_ = false;
+  bool exited_ = false;
+  int exit_code_ = 0;
+  bool crashed_ = false;
+  QString start_error_;
+  QStringList stderr_tail_;
+  QByteArray stderr_partial_;
+  std::int64_t metrics_seen_ = 0;
+};
+
+}  // namespace tessera::ui

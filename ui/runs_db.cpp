@@ -1,0 +1,448 @@
+#include "ui/runs_db.h"
+
+#include <QAtomicInteger>
+#include <QDateTime>
+#include <QSqlError>
+#include <QSqlQuery>
+#include <QSqlRecord>
+#include <QVariant>
+#include <QtConcurrent/QtConcurrentRun>
+
+#include "core/error.h"
+#include "ui/event_stream.h"
+
+namespace tessera::ui {
+
+void RunSeries::append(const RunSeries& more) {
+  metrics += more.metrics;
+  memory += more.memory;
+  log += more.log;
+  if (more.has_progress) {
+    has_progress = true;
+    phase = more.phase;
+    done = more.done;
+    total = more.total;
+    eta_s = more.eta_s;
+  }
+  if (!more.last_error.isEmpty()) last_error = more.last_error;
+}
+
+namespace {
+
+QAtomicInteger<quint64> g_connection_counter;
+
+[[noreturn]] void fail(QSqlDatabase& db, const QString& what, const QSqlError& error) {
+  throw_io(("runs database " + db.databaseName() + ": " + what + ": " + error.text()).toStdString(),
+           "check that the folder is writable and the disk is not full; a damaged database "
+           "file can be moved away to start a new history");
+}
+
+void exec(QSqlDatabase& db, const QString& sql) {
+  QSqlQuery q(db);
+  if (!q.exec(sql)) fail(db, sql.simplified().left(80), q.lastError());
+}
+
+QVariant opt(double v) {
+  return present(v) ? QVariant(v) : QVariant(QMetaType(QMetaType::Double));
+}
+double num(const QVariant& v) {
+  return v.isNull() ? kMissing : v.toDouble();
+}
+
+// Migration i takes the schema from version i to i + 1. Never edit a released entry: add one.
+const QList<QStringList>& migrations() {
+  static const QList<QStringList> kMigrations = {
+      // 0 → 1: runs, metrics, events
+      {"CREATE TABLE runs (id TEXT PRIMARY KEY, name TEXT, model TEXT, dataset TEXT, "
+       "method TEXT, status TEXT NOT NULL, failure TEXT, started_at REAL, ended_at REAL, "
+       "output_dir TEXT, spec TEXT)",
+       "CREATE TABLE metrics (run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE, "
+       "step INTEGER NOT NULL, t REAL, loss REAL, lr REAL, grad_norm REAL, tokens_per_s REAL, "
+       "eval_loss REAL)",
+       "CREATE TABLE events (run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE, "
+       "seq INTEGER NOT NULL, t REAL, type TEXT NOT NULL, json TEXT NOT NULL)"},
+      // 1 → 2: memory samples, checkpoints, nodes, final losses on the run row, indexes
+      {"CREATE TABLE memory (run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE, "
+       "t REAL NOT NULL, tier TEXT NOT NULL, device TEXT, used REAL, reserved REAL, "
+       "budget REAL, weights REAL, gradients REAL, optimizer REAL, activations_other REAL)",
+       "CREATE TABLE checkpoints (run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE, "
+       "step INTEGER NOT NULL, path TEXT NOT NULL, t REAL)",
+       "CREATE TABLE nodes (id INTEGER PRIMARY KEY, host TEXT NOT NULL, port INTEGER, "
+       "name TEXT, added_at REAL)",
+       "ALTER TABLE runs ADD COLUMN final_loss REAL",
+       "ALTER TABLE runs ADD COLUMN final_eval_loss REAL",
+       "UPDATE runs SET final_loss = (SELECT loss FROM metrics m WHERE m.run_id = runs.id AND "
+       "m.loss IS NOT NULL ORDER BY step DESC LIMIT 1), final_eval_loss = (SELECT eval_loss "
+       "FROM metrics m WHERE m.run_id = runs.id AND m.eval_loss IS NOT NULL ORDER BY step DESC "
+       "LIMIT 1)",
+       "CREATE INDEX metrics_run_step ON metrics(run_id, step)",
+       "CREATE INDEX events_run_seq ON events(run_id, seq)",
+       "CREATE INDEX memory_run_t ON memory(run_id, t)"},
+  };
+  return kMigrations;
+}
+
+RunRecord record_from(const QSqlQuery& q) {
+  RunRecord r;
+  r.id = q.value("id").toString();
+  r.name = q.value("name").toString();
+  r.model = q.value("model").toString();
+  r.dataset = q.value("dataset").toString();
+  r.method = q.value("method").toString();
+  r.status = q.value("status").toString();
+  r.failure = q.value("failure").toString();
+  r.started_at = num(q.value("started_at"));
+  r.ended_at = num(q.value("ended_at"));
+  r.output_dir = q.value("output_dir").toString();
+  r.spec_json = q.value("spec").toString();
+  r.final_loss = num(q.value("final_loss"));
+  r.final_eval_loss = num(q.value("final_eval_loss"));
+  return r;
+}
+
+}  // namespace
+
+DbConnection::DbConnection(const QString& path)
+    : name_(QString("tessera-runs-%1").arg(g_connection_counter.fetchAndAddRelaxed(1))) {
+  db_ = QSqlDatabase::addDatabase("QSQLITE", name_);
+  db_.setDatabaseName(path);
+  db_.setConnectOptions("QSQLITE_BUSY_TIMEOUT=5000");
+  if (!db_.open()) fail(db_, "cannot open", db_.lastError());
+  exec(db_, "PRAGMA foreign_keys = ON");
+  QSqlQuery q(db_);
+  // WAL: readers on worker threads never block the writer thread, and a crash loses at
+  // most the last uncommitted batch.
+  if (!q.exec("PRAGMA journal_mode = WAL") || !q.next())
+    fail(db_, "PRAGMA journal_mode = WAL", q.lastError());
+  exec(db_, "PRAGMA synchronous = NORMAL");
+}
+
+DbConnection::~DbConnection() {
+  db_.close();
+  db_ = QSqlDatabase();
+  QSqlDatabase::removeDatabase(name_);
+}
+
+int schema_version(QSqlDatabase& db) {
+  if (!db.tables().contains("schema_version")) return 0;
+  QSqlQuery q(db);
+  if (!q.exec("SELECT version FROM schema_version") || !q.next()) return 0;
+  return q.value(0).toInt();
+}
+
+void migrate(QSqlDatabase& db, int target) {
+  int version = schema_version(db);
+  if (version > kRunsSchemaVersion)
+    throw_unsupported(
+        ("runs database " + db.databaseName() + " has schema version " + QString::number(version) +
+         ", newer than this studio's " + QString::number(kRunsSchemaVersion))
+            .toStdString(),
+        "use a newer tessera, or choose another runs database in Settings");
+  while (version < target) {
+    if (!db.transaction()) fail(db, "begin migration", db.lastError());
+    try {
+      if (version == 0) exec(db, "CREATE TABLE schema_version (version INTEGER NOT NULL)");
+      for (const QString& sql : migrations().at(version)) exec(db, sql);
+      exec(db, "DELETE FROM schema_version");
+      exec(db, QString("INSERT INTO schema_version (version) VALUES (%1)").arg(version + 1));
+    } catch (...) {
+      db.rollback();
+      throw;
+    }
+    if (!db.commit()) fail(db, "commit migration", db.lastError());
+    ++version;
+  }
+}
+
+int mark_interrupted_runs(QSqlDatabase& db) {
+  QSqlQuery q(db);
+  q.prepare(
+      "UPDATE runs SET status = 'interrupted', failure = 'the studio quit while this run was "
+      "in progress', ended_at = COALESCE(ended_at, ?) WHERE status IN ('starting', 'running')");
+  q.addBindValue(double(QDateTime::currentMSecsSinceEpoch()) / 1000.0);
+  if (!q.exec()) fail(db, "mark interrupted runs", q.lastError());
+  return q.numRowsAffected();
+}
+
+QList<RunRecord> list_runs(QSqlDatabase& db) {
+  QList<RunRecord> runs;
+  QSqlQuery q(db);
+  if (!q.exec("SELECT * FROM runs ORDER BY started_at DESC")) fail(db, "list runs", q.lastError());
+  while (q.next()) runs.push_back(record_from(q));
+  return runs;
+}
+
+std::optional<RunRecord> find_run(QSqlDatabase& db, const QString& id) {
+  QSqlQuery q(db);
+  q.prepare("SELECT * FROM runs WHERE id = ?");
+  q.addBindValue(id);
+  if (!q.exec()) fail(db, "find run", q.lastError());
+  if (!q.next()) return std::nullopt;
+  return record_from(q);
+}
+
+RunSeries load_run_series(QSqlDatabase& db, const QString& id) {
+  RunSeries s;
+  QSqlQuery q(db);
+  q.prepare(
+      "SELECT step, t, loss, lr, grad_norm, tokens_per_s, eval_loss FROM metrics "
+      "WHERE run_id = ? ORDER BY rowid");
+  q.addBindValue(id);
+  if (!q.exec()) fail(db, "load metrics", q.lastError());
+  while (q.next()) {
+    MetricPoint p;
+    p.step = q.value(0).toLongLong();
+    p.t = q.value(1).toDouble();
+    p.loss = num(q.value(2));
+    p.lr = num(q.value(3));
+    p.grad_norm = num(q.value(4));
+    p.tokens_per_s = num(q.value(5));
+    p.eval_loss = num(q.value(6));
+    s.metrics.push_back(p);
+  }
+  q.prepare(
+      "SELECT t, tier, device, used, reserved, budget, weights, gradients, optimizer, "
+      "activations_other FROM memory WHERE run_id = ? ORDER BY rowid");
+  q.addBindValue(id);
+  if (!q.exec()) fail(db, "load memory", q.lastError());
+  while (q.next()) {
+    MemorySample m;
+    m.t = q.value(0).toDouble();
+    m.tier = q.value(1).toString();
+    m.device = q.value(2).toString();
+    m.used = q.value(3).toDouble();
+    m.reserved = num(q.value(4));
+    m.budget = num(q.value(5));
+    for (int i = 0; i < 4; ++i) m.by_category[i] = num(q.value(6 + i));
+    s.memory.push_back(m);
+  }
+  q.prepare("SELECT type, json FROM events WHERE run_id = ? ORDER BY seq");
+  q.addBindValue(id);
+  if (!q.exec()) fail(db, "load events", q.lastError());
+  while (q.next()) {
+    auto event = nlohmann::json::parse(q.value(1).toString().toStdString(), nullptr, false);
+    QString shown = describe_event(event);
+    if (!shown.isEmpty()) s.log << shown;
+    if (event.is_object() && q.value(0).toString() == "error") {
+      s.last_error = QString::fromStdString(event.value("message", std::string()));
+      if (!event.value("hint", std::string()).empty())
+        s.last_error += "\n" + QString::fromStdString(event.value("hint", std::string()));
+    }
+  }
+  return s;
+}
+
+QList<CheckpointRecord> load_checkpoints(QSqlDatabase& db, const QString& id) {
+  QList<CheckpointRecord> out;
+  QSqlQuery q(db);
+  q.prepare("SELECT step, path, t FROM checkpoints WHERE run_id = ? ORDER BY step");
+  q.addBindValue(id);
+  if (!q.exec()) fail(db, "load checkpoints", q.lastError());
+  while (q.next()) out.push_back({q.value(0).toLongLong(), q.value(1).toString(), num(q.value(2))});
+  return out;
+}
+
+void delete_run(QSqlDatabase& db, const QString& id) {
+  if (!db.transaction()) fail(db, "begin delete", db.lastError());
+  for (const char* table : {"metrics", "memory", "events", "checkpoints", "runs"}) {
+    QSqlQuery q(db);
+    q.prepare(QString("DELETE FROM %1 WHERE %2 = ?")
+                  .arg(table, table == QString("runs") ? "id" : "run_id"));
+    q.addBindValue(id);
+    if (!q.exec()) {
+      db.rollback();
+      fail(db, "delete run", q.lastError());
+    }
+  }
+  if (!db.commit()) fail(db, "commit delete", db.lastError());
+}
+
+namespace {
+
+void write_batch(QSqlDatabase& db, const RunBatch& b) {
+  if (!db.transaction()) fail(db, "begin batch", db.lastError());
+  try {
+    QSqlQuery q(db);
+    if (b.upsert) {
+      const RunRecord& r = *b.upsert;
+      q.prepare(
+          "INSERT OR REPLACE INTO runs (id, name, model, dataset, method, status, failure, "
+          "started_at, ended_at, output_dir, spec, final_loss, final_eval_loss) VALUES "
+          "(?,?,?,?,?,?,?,?,?,?,?,?,?)");
+      for (const QVariant& v :
+           {QVariant(r.id), QVariant(r.name), QVariant(r.model), QVariant(r.dataset),
+            QVariant(r.method), QVariant(r.status), QVariant(r.failure), opt(r.started_at),
+            opt(r.ended_at), QVariant(r.output_dir), QVariant(r.spec_json), opt(r.final_loss),
+            opt(r.final_eval_loss)})
+        q.addBindValue(v);
+      if (!q.exec()) fail(db, "insert run", q.lastError());
+    }
+    if (!b.metrics.isEmpty()) {
+      q.prepare(
+          "INSERT INTO metrics (run_id, step, t, loss, lr, grad_norm, tokens_per_s, "
+          "eval_loss) VALUES (?,?,?,?,?,?,?,?)");
+      double last_loss = kMissing, last_eval = kMissing;
+      for (const MetricPoint& p : b.metrics) {
+        q.bindValue(0, b.run_id);
+        q.bindValue(1, QVariant::fromValue<qlonglong>(p.step));
+        q.bindValue(2, p.t);
+        q.bindValue(3, opt(p.loss));
+        q.bindValue(4, opt(p.lr));
+        q.bindValue(5, opt(p.grad_norm));
+        q.bindValue(6, opt(p.tokens_per_s));
+        q.bindValue(7, opt(p.eval_loss));
+        if (!q.exec()) fail(db, "insert metrics", q.lastError());
+        if (present(p.loss)) last_loss = p.loss;
+        if (present(p.eval_loss)) last_eval = p.eval_loss;
+      }
+      QSqlQuery u(db);
+      u.prepare(
+          "UPDATE runs SET final_loss = COALESCE(?, final_loss), final_eval_loss = "
+          "COALESCE(?, final_eval_loss) WHERE id = ?");
+      u.addBindValue(opt(last_loss));
+      u.addBindValue(opt(last_eval));
+      u.addBindValue(b.run_id);
+      if (!u.exec()) fail(db, "update final losses", u.lastError());
+    }
+    if (!b.memory.isEmpty()) {
+      q.prepare(
+          "INSERT INTO memory (run_id, t, tier, device, used, reserved, budget, weights, "
+          "gradients, optimizer, activations_other) VALUES (?,?,?,?,?,?,?,?,?,?,?)");
+      for (const MemorySample& m : b.memory) {
+        q.bindValue(0, b.run_id);
+        q.bindValue(1, m.t);
+        q.bindValue(2, m.tier);
+        q.bindValue(3, m.device);
+        q.bindValue(4, m.used);
+        q.bindValue(5, opt(m.reserved));
+        q.bindValue(6, opt(m.budget));
+        for (int i = 0; i < 4; ++i) q.bindValue(7 + i, opt(m.by_category[i]));
+        if (!q.exec()) fail(db, "insert memory", q.lastError());
+      }
+    }
+    if (!b.events.isEmpty()) {
+      q.prepare("INSERT INTO events (run_id, seq, t, type, json) VALUES (?,?,?,?,?)");
+      for (const RawEvent& e : b.events) {
+        q.bindValue(0, b.run_id);
+        q.bindValue(1, QVariant::fromValue<qlonglong>(e.seq));
+        q.bindValue(2, e.t);
+        q.bindValue(3, e.type);
+        q.bindValue(4, e.json);
+        if (!q.exec()) fail(db, "insert events", q.lastError());
+      }
+    }
+    if (!b.checkpoints.isEmpty()) {
+      q.prepare("INSERT INTO checkpoints (run_id, step, path, t) VALUES (?,?,?,?)");
+      for (const CheckpointRecord& c : b.checkpoints) {
+        q.bindValue(0, b.run_id);
+        q.bindValue(1, QVariant::fromValue<qlonglong>(c.step));
+        q.bindValue(2, c.path);
+        q.bindValue(3, c.t);
+        if (!q.exec()) fail(db, "insert checkpoints", q.lastError());
+      }
+    }
+    if (b.status) {
+      q.prepare(
+          "UPDATE runs SET status = ?, failure = ?, ended_at = COALESCE(?, ended_at) "
+          "WHERE id = ?");
+      q.addBindValue(*b.status);
+      q.addBindValue(b.failure);
+      q.addBindValue(opt(b.ended_at));
+      q.addBindValue(b.run_id);
+      if (!q.exec()) fail(db, "update status", q.lastError());
+    }
+  } catch (...) {
+    db.rollback();
+    throw;
+  }
+  if (!db.commit()) fail(db, "commit batch", db.lastError());
+}
+
+}  // namespace
+
+// Lives on the writer thread with the thread's own connection.
+class DbWriterWorker : public QObject {
+ public:
+  explicit DbWriterWorker(QString path) : path_(std::move(path)) {}
+  ~DbWriterWorker() override = default;
+
+  // Returns "" or an error message.
+  QString write(const RunBatch& batch) {
+    try {
+      if (!connection_) connection_ = std::make_unique<DbConnection>(path_);
+      write_batch(connection_->db(), batch);
+    } catch (const Error& e) {
+      return QString::fromStdString(e.what());
+    }
+    return {};
+  }
+  void close() { connection_.reset(); }
+
+ private:
+  QString path_;
+  std::unique_ptr<DbConnection> connection_;
+};
+
+RunsStore::RunsStore(const QString& path, QObject* parent) : QObject(parent), path_(path) {
+  qRegisterMetaType<RunBatch>();
+  {
+    DbConnection c(path_);
+    migrate(c.db());
+    interrupted_on_open_ = mark_interrupted_runs(c.db());
+  }
+  worker_ = new DbWriterWorker(path_);
+  worker_->moveToThread(&thread_);
+  thread_.setObjectName("tessera-db-writer");
+  thread_.start();
+}
+
+RunsStore::~RunsStore() {
+  flush();
+  QMetaObject::invokeMethod(
+      worker_, [w = worker_] { w->close(); }, Qt::BlockingQueuedConnection);
+  thread_.quit();
+  thread_.wait();
+  delete worker_;
+}
+
+void RunsStore::submit(RunBatch batch) {
+  QMetaObject::invokeMethod(
+      worker_,
+      [this, w = worker_, batch = std::move(batch)] {
+        QString error = w->write(batch);
+        // Signals cross back to the store's thread through queued connections.
+        if (error.isEmpty())
+          Q_EMIT written(batch.run_id);
+        else
+          Q_EMIT writeFailed(error);
+      },
+      Qt::QueuedConnection);
+}
+
+void RunsStore::flush() {
+  QMetaObject::invokeMethod(
+      worker_, [] {}, Qt::BlockingQueuedConnection);
+}
+
+QFuture<QList<RunRecord>> RunsStore::list_runs_async() const {
+  return QtConcurrent::run([path = path_] {
+    DbConnection c(path);
+    return list_runs(c.db());
+  });
+}
+
+QFuture<RunSeries> RunsStore::load_series_async(const QString& id) const {
+  return QtConcurrent::run([path = path_, id] {
+    DbConnection c(path);
+    return load_run_series(c.db(), id);
+  });
+}
+
+QFuture<void> RunsStore::delete_run_async(const QString& id) {
+  return QtConcurrent::run([path = path_, id] {
+    DbConnection c(path);
+    delete_run(c.db(), id);
+  });
+}
+
+}  // namespace tessera::ui

@@ -1,0 +1,242 @@
+#include "ui/runs_page.h"
+
+#include <QCheckBox>
+#include <QDateTime>
+#include <QDir>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QSplitter>
+#include <QTabWidget>
+#include <QTableWidget>
+#include <QVBoxLayout>
+#include <QtConcurrent/QtConcurrentRun>
+
+#include "ui/charts.h"
+#include "ui/run_dashboard.h"
+#include "ui/run_monitor.h"
+
+namespace tessera::ui {
+
+namespace {
+QString loss_text(double v) {
+  return present(v) ? QString::number(v, 'f', 4) : QString("—");
+}
+}  // namespace
+
+RunsPage::RunsPage(RunsStore* store, QWidget* parent) : QWidget(parent), store_(store) {
+  auto* layout = new QVBoxLayout(this);
+  auto* split = new QSplitter(Qt::Vertical);
+  auto* top = new QWidget;
+  auto* top_layout = new QVBoxLayout(top);
+  top_layout->setContentsMargins(0, 0, 0, 0);
+  table_ = new QTableWidget;
+  table_->setColumnCount(9);
+  table_->setHorizontalHeaderLabels({tr("Name"), tr("Model"), tr("Dataset"), tr("Method"),
+                                     tr("Status"), tr("Started"), tr("Duration"), tr("Final loss"),
+                                     tr("Final eval loss")});
+  table_->setSelectionBehavior(QAbstractItemView::SelectRows);
+  table_->setSelectionMode(QAbstractItemView::ExtendedSelection);
+  table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  table_->verticalHeader()->setVisible(false);
+  table_->horizontalHeader()->setStretchLastSection(true);
+  table_->setAccessibleName(tr("Runs"));
+  top_layout->addWidget(table_, 1);
+  auto* buttons = new QHBoxLayout;
+  open_ = new QPushButton(tr("&Open"));
+  compare_button_ = new QPushButton(tr("&Compare"));
+  compare_button_->setToolTip(tr("Overlay the loss curves of the selected runs"));
+  delete_ = new QPushButton(tr("&Delete…"));
+  auto* refresh_button = new QPushButton(tr("&Refresh"));
+  buttons->addWidget(open_);
+  buttons->addWidget(compare_button_);
+  buttons->addWidget(delete_);
+  buttons->addStretch(1);
+  buttons->addWidget(refresh_button);
+  top_layout->addLayout(buttons);
+  split->addWidget(top);
+
+  tabs_ = new QTabWidget;
+  dashboard_ = new RunDashboard;
+  compare_ = new LineChart(tr("Loss comparison"), tr("step"), tr("training loss"));
+  compare_->set_empty_text(tr("select two runs and press Compare"));
+  tabs_->addTab(dashboard_, tr("Run"));
+  tabs_->addTab(compare_, tr("Compare"));
+  split->addWidget(tabs_);
+  split->setStretchFactor(0, 1);
+  split->setStretchFactor(1, 3);
+  split->setSizes({fontMetrics().height() * 9, fontMetrics().height() * 40});
+  layout->addWidget(split);
+
+  connect(refresh_button, &QPushButton::clicked, this, &RunsPage::refresh);
+  connect(open_, &QPushButton::clicked, this, [this] {
+    const auto ids = selected_ids();
+    if (!ids.isEmpty()) open_run(ids.first());
+  });
+  connect(table_, &QTableWidget::cellActivated, this, [this](int row, int) {
+    if (row >= 0 && row < runs_.size()) open_run(runs_[row].id);
+  });
+  connect(compare_button_, &QPushButton::clicked, this, [this] { compare(selected_ids()); });
+  connect(delete_, &QPushButton::clicked, this, &RunsPage::ask_delete);
+  connect(table_, &QTableWidget::itemSelectionChanged, this, [this] {
+    const auto n = selected_ids().size();
+    open_->setEnabled(n == 1);
+    compare_button_->setEnabled(n >= 2);
+    delete_->setEnabled(n == 1);
+  });
+  connect(&list_watcher_, &QFutureWatcher<QList<RunRecord>>::finished, this, [this] {
+    try {
+      runs_ = list_watcher_.result();
+    } catch (...) {
+      runs_.clear();
+    }
+    fill_table();
+    Q_EMIT refreshed();
+  });
+  connect(&replay_watcher_, &QFutureWatcher<RunSeries>::finished, this, [this] {
+    RunSeries series;
+    try {
+      series = replay_watcher_.result();
+    } catch (...) {
+    }
+    for (const RunRecord& r : runs_)
+      if (r.id == replay_id_) dashboard_->show_replay(r, series);
+    tabs_->setCurrentWidget(dashboard_);
+    Q_EMIT replayed(replay_id_);
+  });
+  connect(store_, &RunsStore::written, this, [this](const QString& id) {
+    // A finished live run changes its row: refresh (cheap, asynchronous) at most then.
+    if (id == live_id_ && !list_watcher_.isRunning()) refresh();
+  });
+  open_->setEnabled(false);
+  compare_button_->setEnabled(false);
+  delete_->setEnabled(false);
+  refresh();
+}
+
+void RunsPage::refresh() {
+  if (list_watcher_.isRunning()) return;
+  list_watcher_.setFuture(store_->list_runs_async());
+}
+
+void RunsPage::fill_table() {
+  const QStringList selected = selected_ids();
+  table_->setRowCount(int(runs_.size()));
+  const double now = double(QDateTime::currentMSecsSinceEpoch()) / 1000;
+  for (int row = 0; row < runs_.size(); ++row) {
+    const RunRecord& r = runs_[row];
+    QString status = r.status;
+    if (!r.failure.isEmpty()) status += ": " + r.failure.section('\n', 0, 0);
+    const double end = present(r.ended_at) ? r.ended_at : now;
+    const QStringList cells = {
+        r.name.isEmpty() ? r.id : r.name,
+        r.model,
+        r.dataset,
+        r.method,
+        status,
+        present(r.started_at) ? QDateTime::fromMSecsSinceEpoch(qint64(r.started_at * 1000))
+                                    .toString("yyyy-MM-dd hh:mm")
+                              : QString("—"),
+        present(r.started_at) ? format_duration(end - r.started_at) : QString("—"),
+        loss_text(r.final_loss),
+        loss_text(r.final_eval_loss)};
+    for (int c = 0; c < cells.size(); ++c) {
+      auto* item = new QTableWidgetItem(cells[c]);
+      item->setData(Qt::UserRole, r.id);
+      if (c == 4 && !r.failure.isEmpty()) item->setToolTip(r.failure);
+      table_->setItem(row, c, item);
+    }
+    if (selected.contains(r.id)) table_->selectRow(row);
+  }
+  table_->resizeColumnsToContents();
+  // A long failure reason stays readable in the tooltip without pushing the losses away.
+  table_->setColumnWidth(4,
+                         std::min(table_->columnWidth(4), fontMetrics().averageCharWidth() * 50));
+}
+
+QStringList RunsPage::selected_ids() const {
+  QStringList ids;
+  for (const QModelIndex& index : table_->selectionModel()->selectedRows())
+    if (index.row() < runs_.size()) ids << runs_[index.row()].id;
+  return ids;
+}
+
+void RunsPage::open_run(const QString& id) {
+  if (id == live_id_) {
+    tabs_->setCurrentWidget(dashboard_);
+    return;
+  }
+  replay_id_ = id;
+  replay_watcher_.setFuture(store_->load_series_async(id));
+}
+
+void RunsPage::show_live(RunMonitor* monitor) {
+  live_id_ = monitor->run().id;
+  dashboard_->attach(monitor);
+  tabs_->setCurrentWidget(dashboard_);
+  refresh();
+}
+
+void RunsPage::compare(const QStringList& ids) {
+  compare_->clear();
+  tabs_->setCurrentWidget(compare_);
+  compare_pending_ = int(ids.size());
+  for (const QString& id : ids) {
+    QString label = id;
+    for (const RunRecord& r : runs_)
+      if (r.id == id && !r.name.isEmpty()) label = r.name;
+    auto* watcher = new QFutureWatcher<RunSeries>(this);
+    connect(watcher, &QFutureWatcher<RunSeries>::finished, this, [this, watcher, label] {
+      QList<QPointF> points;
+      try {
+        for (const MetricPoint& p : watcher->result().metrics)
+          if (present(p.loss)) points.push_back({double(p.step), p.loss});
+      } catch (...) {
+      }
+      compare_->append(label, points);
+      watcher->deleteLater();
+      if (--compare_pending_ == 0) Q_EMIT compared();
+    });
+    watcher->setFuture(store_->load_series_async(id));
+  }
+}
+
+void RunsPage::ask_delete() {
+  const auto ids = selected_ids();
+  if (ids.size() != 1) return;
+  RunRecord run;
+  for (const RunRecord& r : runs_)
+    if (r.id == ids.first()) run = r;
+  QMessageBox box(
+      QMessageBox::Question, tr("Delete run"),
+      tr("Delete the run “%1” from the history?").arg(run.name.isEmpty() ? run.id : run.name),
+      QMessageBox::Cancel, this);
+  auto* del = box.addButton(tr("Delete"), QMessageBox::DestructiveRole);
+  QCheckBox files(tr("Also delete its folder %1").arg(run.output_dir));
+  files.setEnabled(!run.output_dir.isEmpty() && QDir(run.output_dir).exists());
+  box.setCheckBox(&files);
+  box.setDefaultButton(QMessageBox::Cancel);
+  box.exec();
+  if (box.clickedButton() != del) return;
+  delete_run(run.id, files.isChecked());
+}
+
+void RunsPage::delete_run(const QString& id, bool delete_files) {
+  QString folder;
+  for (const RunRecord& r : runs_)
+    if (r.id == id) folder = r.output_dir;
+  auto* watcher = new QFutureWatcher<void>(this);
+  connect(watcher, &QFutureWatcher<void>::finished, this, [this, watcher] {
+    watcher->deleteLater();
+    refresh();
+  });
+  auto db_done = store_->delete_run_async(id);
+  watcher->setFuture(QtConcurrent::run([db_done, folder, delete_files]() mutable {
+    db_done.waitForFinished();
+    if (delete_files && !folder.isEmpty()) QDir(folder).removeRecursively();
+  }));
+}
+
+}  // namespace tessera::ui

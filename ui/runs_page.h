@@ -1,0 +1,65 @@
+#pragma once
+// The Runs page: the history from the runs database (name, model, dataset, method, status
+// with the reason for a failure, start, duration, final losses), a dashboard for the open
+// run (live or replayed), comparing two runs' loss curves, and delete.
+#include <QFutureWatcher>
+#include <QWidget>
+
+#include "ui/runs_db.h"
+
+class QLabel;
+class QPushButton;
+class QTableWidget;
+class QTabWidget;
+
+namespace tessera::ui {
+
+class LineChart;
+class RunDashboard;
+class RunMonitor;
+
+class RunsPage : public QWidget {
+  Q_OBJECT
+ public:
+  RunsPage(RunsStore* store, QWidget* parent = nullptr);
+  void refresh();                    // reloads the list (asynchronously)
+  void open_run(const QString& id);  // replays it from the database
+  void show_live(RunMonitor* monitor);
+  void compare(const QStringList& ids);  // overlays the loss curves
+  // Deletes the run's rows (and its folder when `delete_files`) without asking.
+  void delete_run(const QString& id, bool delete_files);
+
+  const QList<RunRecord>& runs() const { return runs_; }
+  bool loading() const {
+    return list_watcher_.isRunning() || replay_watcher_.isRunning() || compare_pending_ > 0;
+  }
+  QTableWidget* table() const { return table_; }
+  RunDashboard* dashboard() const { return dashboard_; }
+  LineChart* compare_chart() const { return compare_; }
+
+ Q_SIGNALS:
+  void refreshed();
+  void replayed(const QString& id);
+  void compared();
+
+ private:
+  void fill_table();
+  QStringList selected_ids() const;
+  void ask_delete();
+  RunsStore* store_;
+  QTableWidget* table_;
+  QPushButton* open_;
+  QPushButton* compare_button_;
+  QPushButton* delete_;
+  QTabWidget* tabs_;
+  RunDashboard* dashboard_;
+  LineChart* compare_;
+  QList<RunRecord> runs_;
+  QFutureWatcher<QList<RunRecord>> list_watcher_;
+  QFutureWatcher<RunSeries> replay_watcher_;
+  QString replay_id_;
+  int compare_pending_ = 0;
+  QString live_id_;
+};
+
+}  // namespace tessera::ui

@@ -1,0 +1,125 @@
+#include "ui/wizard.h"
+
+#include <QDateTime>
+#include <QDir>
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QListWidget>
+#include <QPushButton>
+#include <QRandomGenerator>
+#include <QStackedWidget>
+#include <QVBoxLayout>
+
+#include "ui/studio_settings.h"
+
+namespace tessera::ui {
+
+QString make_run_id() {
+  return QDateTime::currentDateTime().toString("yyyyMMdd-hhmmss") + "-" +
+         QString::number(QRandomGenerator::global()->bounded(0x10000), 16).rightJustified(4, '0');
+}
+
+FineTuneWizard::FineTuneWizard(CliProbe* probe, QWidget* parent) : QWidget(parent) {
+  auto* layout = new QHBoxLayout(this);
+  steps_ = new QListWidget;
+  steps_->setAccessibleName(tr("Wizard steps"));
+  for (const QString& s : {tr("1. Model"), tr("2. Dataset"), tr("3. Method"), tr("4. Review")})
+    steps_->addItem(s);
+  steps_->setMaximumWidth(steps_->sizeHintForColumn(0) + 4 * fontMetrics().averageCharWidth());
+  steps_->setFrameShape(QFrame::NoFrame);
+  steps_->setSizeAdjustPolicy(QAbstractScrollArea::AdjustToContents);
+  layout->addWidget(steps_);
+
+  auto* right = new QVBoxLayout;
+  stack_ = new QStackedWidget;
+  model_ = new ModelPage;
+  dataset_ = new DatasetPage;
+  method_ = new MethodPage;
+  review_ = new ReviewPage(probe);
+  for (QWidget* page : {static_cast<QWidget*>(model_), static_cast<QWidget*>(dataset_),
+                        static_cast<QWidget*>(method_), static_cast<QWidget*>(review_)})
+    stack_->addWidget(page);
+  right->addWidget(stack_, 1);
+  auto* buttons = new QHBoxLayout;
+  back_ = new QPushButton(tr("< &Back"));
+  next_ = new QPushButton(tr("&Next >"));
+  buttons->addStretch(1);
+  buttons->addWidget(back_);
+  buttons->addWidget(next_);
+  right->addLayout(buttons);
+  layout->addLayout(right, 1);
+
+  connect(steps_, &QListWidget::currentRowChanged, this, [this](int row) {
+    if (row >= 0) go_to(row);
+  });
+  connect(back_, &QPushButton::clicked, this, [this] { go_to(current_page() - 1); });
+  connect(next_, &QPushButton::clicked, this, [this] { go_to(current_page() + 1); });
+  connect(model_, &ModelPage::modelChanged, this, [this] {
+    dataset_->set_model_folder(model_->ready() ? model_->summary().folder : QString());
+    update_buttons();
+  });
+  connect(dataset_, &DatasetPage::datasetChanged, this, &FineTuneWizard::update_buttons);
+  connect(method_, &MethodPage::methodChanged, this, &FineTuneWizard::update_buttons);
+  connect(review_, &ReviewPage::launchRequested, this, [this](const job::JobSpec& spec) {
+    Q_EMIT launchRequested(spec);
+    new_run_id();  // a relaunch is a new run with its own folder, never a reuse
+  });
+  new_run_id();
+  go_to(0);
+}
+
+void FineTuneWizard::new_run_id() {
+  run_id_ = make_run_id();
+  update_buttons();
+}
+
+int FineTuneWizard::current_page() const {
+  return stack_->currentIndex();
+}
+
+void FineTuneWizard::go_to(int page) {
+  page = std::clamp(page, 0, stack_->count() - 1);
+  stack_->setCurrentIndex(page);
+  if (steps_->currentRow() != page) steps_->setCurrentRow(page);
+  update_buttons();
+}
+
+QStringList FineTuneWizard::missing() const {
+  QStringList m;
+  if (model_->busy())
+    m << tr("Wait for the model check");
+  else if (!model_->ready())
+    m << (model_->summary().folder.isEmpty() ? tr("Choose a model")
+                                             : tr("Choose a model the engine can train"));
+  if (dataset_->busy())
+    m << tr("Wait for the dataset check");
+  else if (!dataset_->ready())
+    m << (dataset_->analysis().file.isEmpty() ? tr("Choose a dataset")
+                                              : tr("Fix the dataset's format or columns"));
+  return m;
+}
+
+job::JobSpec FineTuneWizard::build_spec() const {
+  job::JobSpec spec;
+  spec.name = run_id_.toStdString();
+  if (!model_->summary().folder.isEmpty()) {
+    spec.model.path = model_->summary().folder.toStdString();
+    spec.name = model_display_name(model_->summary().folder).section('/', -1).toStdString() + "-" +
+                method_->method().toStdString() + "-" + run_id_.toStdString();
+  }
+  spec.dataset = dataset_->dataset_spec();
+  spec.method = method_->method_spec();
+  spec.training = method_->training_spec();
+  spec.precision = method_->precision().toStdString();
+  spec.output.dir = QDir(settings::runs_root()).filePath(run_id_).toStdString();
+  return spec;
+}
+
+void FineTuneWizard::update_buttons() {
+  const int page = current_page();
+  back_->setEnabled(page > 0);
+  next_->setEnabled(page < stack_->count() - 1);
+  if (page == stack_->count() - 1) review_->show_spec(build_spec(), missing());
+}
+
+}  // namespace tessera::ui

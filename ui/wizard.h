@@ -1,0 +1,251 @@
+#pragma once
+// The New fine-tune wizard: Model → Dataset → Method → Review. (Hardware & strategy comes
+// with `tessera-cli profile` / `plan`.) Each page validates in worker threads and the
+// wizard turns the choices into a job spec (engine/job/job_spec.h).
+#include <QFutureWatcher>
+#include <QMap>
+#include <QWidget>
+
+#include "job/job_spec.h"
+#include "ui/dataset_analysis.h"
+#include "ui/model_info.h"
+
+class QBarSeries;
+class QBarCategoryAxis;
+class QValueAxis;
+class QChartView;
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QFormLayout;
+class QGroupBox;
+class QLabel;
+class QLineEdit;
+class QListWidget;
+class QPlainTextEdit;
+class QPushButton;
+class QRadioButton;
+class QSpinBox;
+class QStackedWidget;
+class QTableWidget;
+class QToolButton;
+
+namespace tessera::ui {
+
+class CliProbe;
+
+// ---- 1. Model ---------------------------------------------------------------------------
+class ModelPage : public QWidget {
+  Q_OBJECT
+ public:
+  explicit ModelPage(QWidget* parent = nullptr);
+  void choose_folder(const QString& folder);  // validates in a worker thread
+  void rescan_cache();                        // the HF cache list, in a worker thread
+  bool busy() const;
+  const ModelSummary& summary() const { return summary_; }
+  bool ready() const { return summary_.trainable && !busy(); }
+  QListWidget* cache_list() const { return cache_list_; }
+  QLabel* verdict_label() const { return verdict_; }
+  QString summary_text() const;  // every row of the summary, for tests and copying
+
+ Q_SIGNALS:
+  void modelChanged();
+
+ private:
+  void show_summary();
+  QLineEdit* path_;
+  QListWidget* cache_list_;
+  QLabel* cache_status_;
+  QLabel* verdict_;
+  QMap<QString, QLabel*> fields_;
+  QFutureWatcher<ModelSummary> watcher_;
+  QFutureWatcher<QList<CachedModel>> cache_watcher_;
+  ModelSummary summary_;
+  QString requested_;
+};
+
+// ---- 2. Dataset -------------------------------------------------------------------------
+class DatasetPage : public QWidget {
+  Q_OBJECT
+ public:
+  explicit DatasetPage(QWidget* parent = nullptr);
+  void set_model_folder(const QString& folder);  // the tokenizer for the token statistics
+  void choose_file(const QString& file);
+  void set_format(const QString& format);  // "auto", "text", …
+  void set_column(const QString& role, const QString& column);
+  bool busy() const;
+  bool ready() const { return !analysis_.file.isEmpty() && analysis_.error.isEmpty() && !busy(); }
+  const DatasetAnalysis& analysis() const { return analysis_; }
+  // The spec's dataset part (files, format, mapping, split, max length, packing).
+  job::DatasetSpec dataset_spec() const;
+
+  QTableWidget* preview_table() const { return table_; }
+  QBarSeries* histogram() const { return histogram_; }
+  QLabel* truncation_label() const { return truncation_; }
+  QComboBox* format_combo() const { return format_; }
+  QComboBox* role_combo(const QString& role) const { return role_combos_.value(role); }
+  QDoubleSpinBox* validation_split() const { return split_; }
+  QSpinBox* max_length() const { return max_length_; }
+
+ Q_SIGNALS:
+  void datasetChanged();
+
+ private:
+  void analyze();
+  void show_analysis();
+  void rebuild_role_combos();
+  QLineEdit* path_;
+  QComboBox* format_;
+  QFormLayout* roles_form_;
+  QMap<QString, QComboBox*> role_combos_;
+  QSpinBox* max_length_;
+  QCheckBox* packing_;
+  QDoubleSpinBox* split_;
+  QLabel* status_;
+  QLabel* description_;
+  QTableWidget* table_;
+  QChartView* histogram_view_;
+  QBarSeries* histogram_;
+  QBarCategoryAxis* histogram_x_;
+  QValueAxis* histogram_y_;
+  QLabel* truncation_;
+  QFutureWatcher<DatasetAnalysis> watcher_;
+  DatasetAnalysis analysis_;
+  QString model_folder_;
+  bool rerun_ = false;
+  bool updating_ = false;
+  QMap<QString, QString> user_columns_;
+};
+
+// ---- 3. Method --------------------------------------------------------------------------
+class MethodPage : public QWidget {
+  Q_OBJECT
+ public:
+  explicit MethodPage(QWidget* parent = nullptr);
+  void set_method(const QString& type);      // "full" | "lora"
+  void set_steps(int steps);                 // train for a number of steps (not epochs)
+  void apply_preset(const QString& preset);  // "quick" | "balanced" | "thorough"
+  QString method() const;
+  QString preset() const { return preset_; }
+  job::MethodSpec method_spec() const;
+  job::TrainingSpec training_spec() const;
+  QString precision() const;
+  int changed_from_defaults() const;  // settings that differ from the preset's values
+  bool learning_rate_user_set() const { return lr_user_set_; }
+  QLineEdit* learning_rate_edit() const { return lr_; }
+  QLabel* changed_label() const { return changed_; }
+  void set_advanced_visible(bool visible);
+
+ Q_SIGNALS:
+  void methodChanged();
+
+ private:
+  struct Preset {
+    job::TrainingSpec training;
+    job::MethodSpec method;
+  };
+  Preset preset_values(const QString& preset, const QString& method) const;
+  void load(const Preset& p, bool keep_user_lr);
+  void update_changed();
+  QRadioButton* full_;
+  QRadioButton* lora_;
+  QMap<QString, QPushButton*> preset_buttons_;
+  QString preset_ = "balanced";
+  QLabel* changed_;
+  QToolButton* advanced_toggle_;
+  QWidget* advanced_;
+  // training
+  QComboBox* length_mode_;
+  QSpinBox* steps_;
+  QDoubleSpinBox* epochs_;
+  QSpinBox* batch_;
+  QSpinBox* accumulation_;
+  QLineEdit* lr_;
+  QLineEdit* weight_decay_;
+  QLineEdit* beta1_;
+  QLineEdit* beta2_;
+  QLineEdit* eps_;
+  QComboBox* schedule_;
+  QSpinBox* warmup_;
+  QLineEdit* grad_norm_;
+  QSpinBox* seed_;
+  QSpinBox* eval_every_;
+  QSpinBox* save_every_;
+  QSpinBox* keep_last_;
+  QSpinBox* log_every_;
+  QCheckBox* checkpointing_;
+  QComboBox* precision_;
+  // LoRA
+  QGroupBox* lora_box_;
+  QSpinBox* rank_;
+  QLineEdit* alpha_;
+  QLineEdit* dropout_;
+  QLineEdit* targets_;
+  bool lr_user_set_ = false;
+  bool loading_ = false;
+};
+
+// ---- 4. Review --------------------------------------------------------------------------
+class ReviewPage : public QWidget {
+  Q_OBJECT
+ public:
+  ReviewPage(CliProbe* probe, QWidget* parent = nullptr);
+  // Shows `spec` (or what is missing when `missing` is not empty).
+  void show_spec(const job::JobSpec& spec, const QStringList& missing);
+  QString spec_text() const;
+  QPushButton* launch_button() const { return launch_; }
+  QLabel* output_label() const { return output_; }
+  // Writes the spec atomically; returns "" or the error message.
+  QString save_spec(const QString& path) const;
+  void update_launch();
+
+ Q_SIGNALS:
+  void launchRequested(const tessera::job::JobSpec& spec);
+
+ private:
+  CliProbe* probe_;
+  job::JobSpec spec_;
+  QStringList missing_;
+  QLabel* readiness_;
+  QLabel* output_;
+  QPlainTextEdit* json_;
+  QPushButton* save_;
+  QPushButton* launch_;
+};
+
+// ---- the wizard ---------------------------------------------------------------------------
+class FineTuneWizard : public QWidget {
+  Q_OBJECT
+ public:
+  FineTuneWizard(CliProbe* probe, QWidget* parent = nullptr);
+  ModelPage* model_page() const { return model_; }
+  DatasetPage* dataset_page() const { return dataset_; }
+  MethodPage* method_page() const { return method_; }
+  ReviewPage* review_page() const { return review_; }
+  int current_page() const;
+  void go_to(int page);
+  // The job spec for the current choices; `run_id` names the run and its output folder.
+  job::JobSpec build_spec() const;
+  QStringList missing() const;  // what stops a launch: "Choose a model", …
+  const QString& run_id() const { return run_id_; }
+  void new_run_id();
+
+ Q_SIGNALS:
+  void launchRequested(const tessera::job::JobSpec& spec);
+
+ private:
+  void update_buttons();
+  QListWidget* steps_;
+  QStackedWidget* stack_;
+  ModelPage* model_;
+  DatasetPage* dataset_;
+  MethodPage* method_;
+  ReviewPage* review_;
+  QPushButton* back_;
+  QPushButton* next_;
+  QString run_id_;
+};
+
+QString make_run_id();  // "20261122-143001-3f9a": sortable and unique
+
+}  // namespace tessera::ui
