@@ -88,7 +88,8 @@ int run_demo(const std::vector<std::string>& raw) {
   runner::write_demo_jsonl(out / "test.jsonl", data.test);
   std::fprintf(stderr,
                "model: llama, 4 layers × hidden 128, byte-level vocabulary of 259\n"
-               "task: \"Uppercase: word\" / \"Reverse: word\"; %zu training, %zu held-out rows\n",
+               "tasks: \"first kiwo\" -> k, \"last kiwo\" -> o, \"upper kiwo\" -> KIWO; "
+               "%zu training, %zu held-out rows\n",
                data.train.size(), data.test.size());
 
   double before = accuracy(answer(out / "base", data.test));
@@ -102,11 +103,11 @@ int run_demo(const std::vector<std::string>& raw) {
        {{"train", {(out / "train.jsonl").string()}},
         {"validation", {(out / "validation.jsonl").string()}},
         {"format", "instruction"},
-        {"max_length", 64}}},
+        {"max_length", 32}}},
       {"method", {{"type", "full"}}},
       {"training",
        {{"steps", steps},
-        {"batch_size", 32},
+        {"batch_size", 64},
         {"learning_rate", 3e-3},
         {"schedule", "cosine"},
         {"warmup_steps", 20},
@@ -126,6 +127,14 @@ int run_demo(const std::vector<std::string>& raw) {
   auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf("\nheld-out exact-match accuracy: %.1f%% before, %.1f%% after fine-tuning (%zu tasks)\n",
               100 * before, 100 * after, answers.size());
+  // Per task, against guessing: a random letter is right 1 time in 26.
+  for (const char* kind : {"first", "last", "upper"}) {
+    std::vector<Answered> of_kind;
+    for (const auto& a : answers)
+      if (a.instruction.rfind(std::string(kind) + " ", 0) == 0) of_kind.push_back(a);
+    std::printf("  %-6s %5.1f%% of %zu  (guessing: %s)\n", kind, 100 * accuracy(of_kind),
+                of_kind.size(), std::string(kind) == "upper" ? "~0%" : "3.8%");
+  }
   std::printf("exported model: %s (loads with transformers' AutoModelForCausalLM)\n",
               (out / "run" / "model").c_str());
   std::printf("sample generations:\n");

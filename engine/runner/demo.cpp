@@ -46,17 +46,23 @@ std::uint64_t bounded(std::mt19937_64& rng, std::uint64_t n) {
 DemoTask task_for(const std::string& word, std::size_t kind) {
   switch (kind % 3) {
     case 0:
-      return {"First letter of " + word, std::string(1, word.front())};
+      return {"first " + word, std::string(1, word.front())};
     case 1:
-      return {"Last letter of " + word, std::string(1, word.back())};
+      return {"last " + word, std::string(1, word.back())};
     default: {
       std::string upper = word;
       std::transform(upper.begin(), upper.end(), upper.begin(),
                      [](char c) { return static_cast<char>(c - 'a' + 'A'); });
-      return {"Uppercase " + word, upper};
+      return {"upper " + word, upper};
     }
   }
 }
+
+// A terse template keeps sequences short (every character is a token): "<|bos|>first kiwo = k<|eos|>".
+// It renders a conversation prefix by prefix, so the loss falls on the assistant's tokens only.
+constexpr const char* kDemoChatTemplate =
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}{{ m['content'] + ' = ' }}"
+    "{% elif m['role'] == 'assistant' %}{{ m['content'] + eos_token }}{% endif %}{% endfor %}";
 
 }  // namespace
 
@@ -125,7 +131,8 @@ hf::ModelConfig write_demo_model_files(const std::filesystem::path& dir) {
                            {"bos_token", "<|bos|>"},
                            {"eos_token", "<|eos|>"},
                            {"pad_token", "<|pad|>"},
-                           {"model_max_length", 256}};
+                           {"model_max_length", 256},
+                           {"chat_template", kDemoChatTemplate}};
   core::write_file_atomic(dir / "tokenizer_config.json", tokenizer_config.dump(2) + "\n");
   json config = {{"architectures", {"LlamaForCausalLM"}},
                  {"model_type", "llama"},

@@ -3,8 +3,7 @@
 // network. A byte-level tokenizer (256 byte tokens, no merges, so every character is a token),
 // a small Llama-architecture model with random weights, and a synthetic instruction dataset
 // of string transformations whose answers can be checked exactly:
-//   "Uppercase: kiwo"  -> "KIWO"
-//   "Reverse: kiwo"    -> "owik"
+//   "first kiwo" -> "k",  "last kiwo" -> "o",  "upper kiwo" -> "KIWO"
 // Words are 3-6 random lowercase letters; held-out words never appear in training.
 #include <cstdint>
 #include <filesystem>

@@ -8,6 +8,7 @@
 //       [--lora-init adapter_model.safetensors] [--out-dir DIR] [--save-every N]
 //       [--keep-last K] [--resume DIR] [--stop-after N] [--events FILE]
 //       [--final-weights W.safetensors] [--save-adapter DIR] [--logits L.safetensors]
+//       [--threads N]
 //
 // B holds `input_ids` [N, B, T] (I64) and optionally `attention_mask` and `labels` of the same
 // shape: N batches, used in order. The report holds per-step losses, grad norms and lrs.
@@ -127,6 +128,8 @@ int run(int argc, char** argv) {
       save_adapter = value();
     else if (arg == "--logits")
       logits_path = value();
+    else if (arg == "--threads")  // intra-op threads, for tests/bench/bench_train.py
+      at::set_num_threads(static_cast<int>(std::stoll(value())));
     else
       usage("unknown argument \"" + arg + "\"");
   }

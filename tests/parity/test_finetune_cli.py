@@ -1,0 +1,157 @@
+"""`tessera-cli finetune` / `run` end to end: the event stream, the exported model loading in
+transformers (and evaluating to the same loss as ours), the LoRA adapter loading in peft,
+Ctrl-C stopping with a checkpoint that `run --resume` continues from, and bad input."""
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
+
+
+def run(*args, **kw):
+    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=600, **kw)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ft")
+    corpus = [f"What is {a} plus {b}? {a + b}" for a in range(30) for b in range(30)]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<s>", "</s>", "<pad>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    fast.save_pretrained(d / "model")
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, bos_token_id=0, eos_token_id=1,
+                                 pad_token_id=2)).save_pretrained(d / "model")
+    with open(d / "data.jsonl", "w") as f:
+        for a in range(20):
+            for b in range(20):
+                f.write(json.dumps({"instruction": f"What is {a} plus {b}?", "output": str(a + b)}) + "\n")
+    with open(d / "text.jsonl", "w") as f:
+        for line in corpus[:60]:
+            f.write(json.dumps({"text": line}) + "\n")
+    return d
+
+
+def events_of(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def test_full_finetune_events_and_export(workdir):
+    out = workdir / "full"
+    r = run("finetune", "--model", workdir / "model", "--data", workdir / "data.jsonl", "--steps", 8,
+            "--batch-size", 8, "--lr", "1e-3", "--validation-split", "0.1", "--eval-every", 4, "--out", out)
+    assert r.returncode == 0, r.stderr
+    events = events_of(out / "events.jsonl")
+    assert all(e["v"] == 1 and "type" in e and "t" in e for e in events)
+    metrics = [e for e in events if e["type"] == "metric" and "loss" in e]
+    assert [m["step"] for m in metrics] == list(range(1, 9))
+    assert all(m["tokens_per_s"] > 0 and m["lr"] > 0 for m in metrics)
+    assert any("eval_loss" in e for e in events if e["type"] == "metric")
+    assert any(e["type"] == "memory" for e in events)
+    assert events[-1]["type"] == "done" and events[-1]["status"] == "completed"
+    assert metrics[-1]["loss"] < metrics[0]["loss"], "the loss falls"
+
+    # The export loads in transformers, and our eval of it equals transformers' loss.
+    model = AutoModelForCausalLM.from_pretrained(out / "model").eval()
+    tok = PreTrainedTokenizerFast.from_pretrained(out / "model")
+    r = run("eval", "--model", out / "model", "--data", workdir / "text.jsonl", "--json")
+    assert r.returncode == 0, r.stderr
+    ours = json.loads(r.stdout)
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for line in (workdir / "text.jsonl").read_text().splitlines():
+            ids = torch.tensor([tok(json.loads(line)["text"])["input_ids"]])
+            logits = model(ids).logits[0, :-1]
+            total += torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum").item()
+            count += ids.shape[1] - 1
+    assert abs(ours["loss"] - total / count) <= 1e-5 * total / count
+
+
+def test_lora_adapter_loads_in_peft(workdir):
+    peft = pytest.importorskip("peft")
+    out = workdir / "lora"
+    r = run("finetune", "--model", workdir / "model", "--data", workdir / "data.jsonl", "--method", "lora",
+            "--steps", 6, "--batch-size", 8, "--lr", "1e-2", "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert (out / "adapter" / "adapter_config.json").exists()
+    base = AutoModelForCausalLM.from_pretrained(workdir / "model").eval()
+    with_adapter = peft.PeftModel.from_pretrained(base, out / "adapter").eval()
+    merged_ours = AutoModelForCausalLM.from_pretrained(out / "model").eval()
+    ids = torch.tensor([[0, 5, 17, 42, 99, 7, 3]])
+    with torch.no_grad():
+        a = with_adapter(ids).logits
+        b = merged_ours(ids).logits
+        plain = AutoModelForCausalLM.from_pretrained(workdir / "model")(ids).logits
+    assert torch.allclose(a, b, atol=1e-4), (a - b).abs().max()
+    assert (b - plain).abs().max() > 1e-3, "the merged export carries the adapter's delta"
+
+
+def test_ctrl_c_checkpoints_and_resume_continues(workdir):
+    out = workdir / "interrupted"
+    proc = subprocess.Popen([CLI, "finetune", "--model", workdir / "model", "--data", workdir / "data.jsonl",
+                             "--steps", 100000, "--batch-size", 4, "--out", out],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        ev = out / "events.jsonl"
+        if ev.exists() and sum(1 for e in events_of(ev) if e["type"] == "metric") >= 3:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "resume with: tessera-cli run" in err
+    stopped = events_of(out / "events.jsonl")
+    assert stopped[-1]["type"] == "done" and stopped[-1]["status"] == "stopped"
+    step = stopped[-1]["steps"]
+    assert (out / f"checkpoint-{step}" / "manifest.json").exists()
+
+    # Resume, then stop again right away: the run continues from the saved step.
+    proc = subprocess.Popen([CLI, "run", out / "job.json", "--resume", out, "--events", out / "resumed.jsonl"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        ev = out / "resumed.jsonl"
+        if ev.exists() and any(e["type"] == "metric" for e in events_of(ev)):
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    first = next(e for e in events_of(out / "resumed.jsonl") if e["type"] == "metric")
+    assert first["step"] == step + 1
+
+
+def test_print_job_and_bad_input(workdir, tmp_path):
+    r = run("finetune", "--model", workdir / "model", "--data", workdir / "data.jsonl", "--steps", 3,
+            "--out", tmp_path / "x", "--print-job")
+    assert r.returncode == 0
+    spec = json.loads(r.stdout)
+    assert spec["version"] == 1 and spec["training"]["steps"] == 3
+
+    spec["training"]["lerning_rate"] = 0.1
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(spec))
+    r = run("run", bad)
+    assert r.returncode == 2 and "training.lerning_rate" in r.stderr and "learning_rate" in r.stderr
+
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"instruction": "a", "output": "b"}\n{"instruction": \n')
+    r = run("finetune", "--model", workdir / "model", "--data", broken, "--steps", 2, "--out", tmp_path / "y")
+    assert r.returncode == 2 and "broken.jsonl:2" in r.stderr
+
+    r = run("finetune", "--model", tmp_path / "nowhere", "--data", workdir / "data.jsonl", "--out", tmp_path / "z")
+    assert r.returncode == 2 and "nowhere" in r.stderr
+    assert run("finetune", "--data", workdir / "data.jsonl").returncode == 2
