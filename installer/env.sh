@@ -5,6 +5,8 @@ BUILD_DIR="${TESSERA_BUILD_DIR:-$ROOT/build}"
 # The compiler cache lives outside the checkout so fresh clones (CI) rebuild quickly.
 export CCACHE_DIR="${CCACHE_DIR:-$TESSERA_HOME/ccache}"
 export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-8G}"
+# Paths under the checkout are hashed relative to it, so a fresh clone elsewhere hits the cache.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
 # Needed for ccache to cache translation units that use CMake's precompiled headers.
 export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 

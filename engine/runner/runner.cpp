@@ -168,6 +168,10 @@ RunOutcome run_job(const job::JobSpec& spec, job::EventSink& events,
                           "\": downloading from the Hub is not supported yet",
                       "download the model folder and give its path in model.path");
   const fs::path model_dir = spec.model.path;
+  if (!fs::is_directory(model_dir))
+    throw_invalid("model.path \"" + model_dir.string() + "\" is not a folder",
+                  "give the folder of a HuggingFace model (config.json, *.safetensors, "
+                  "tokenizer.json)");
   const fs::path out_dir = spec.output.dir;
   fs::create_directories(out_dir);
   job::save_job_spec(spec, out_dir / "job.json");
