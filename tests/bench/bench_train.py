@@ -153,6 +153,7 @@ def main():
               "our model code + torch::optim::AdamW plain loop (isolates the trainer)")
 
         failures = []
+        mm_by_threads = {}
         for threads in thread_counts:
             results = {}
             sides = {
@@ -188,6 +189,7 @@ def main():
                 elif losses[-1] > 1.5 * losses[0]:
                     failures.append(f"{side} ({threads} threads): diverged {losses}")
             flops = matmul_flops(threads)
+            mm_by_threads[threads] = flops
             # Other processes on this machine skew the figures (most at 2 threads on 2 cores):
             # the load average says how busy it was.
             print(f"\n[{threads} thread{'s' if threads > 1 else ''}]  fp32 mm 2048x2048: "
@@ -205,6 +207,10 @@ def main():
                 p = results[peer]
                 print(f"  ours/{peer:8s} throughput {ours['tps'] / p['tps']:.3f}   "
                       f"peak RSS {ours['rss'] / p['rss']:.3f}")
+            if 1 in mm_by_threads and threads > 1 and flops < 1.3 * mm_by_threads[1]:
+                print(f"  note: the matmul is only {flops / mm_by_threads[1]:.2f}x faster than on 1 "
+                      "thread: other processes hold the cores, so these figures are "
+                      "contention-bound and noisy")
             first = ours["losses"][0]
             for peer in ("hf", "libtorch"):
                 other = results[peer]["losses"][0]
