@@ -6,6 +6,7 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
+#include <QFutureWatcher>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLineEdit>
@@ -119,6 +120,10 @@ MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent),
     QString error = launch(spec);
     if (!error.isEmpty()) QMessageBox::warning(this, tr("Launch"), error);
   });
+  connect(runs_, &RunsPage::resumeRequested, this, [this](const RunRecord& run) {
+    QString error = resume(run);
+    if (!error.isEmpty()) QMessageBox::warning(this, tr("Resume"), error);
+  });
   connect(probe_, &CliProbe::probed, this, [this] {
     cli_status_->setText(probe_->ok() ? tr("Commands: %1").arg(probe_->commands().join(", "))
                                       : probe_->problem());
@@ -197,8 +202,37 @@ QWidget* MainWindow::page_widget(Page page) const {
   return stack_->widget(int(page));
 }
 
+QString MainWindow::resume(const RunRecord& run) {
+  if ((live_ && live_->running()) || resume_pending_)
+    return tr("A run is in progress; wait for it to finish or stop it first.");
+  if (QString why_not = resume_blocker(run); !why_not.isEmpty())
+    return tr("Cannot resume %1: %2").arg(run.name.isEmpty() ? run.id : run.name, why_not);
+  resume_pending_ = true;
+  auto* watcher = new QFutureWatcher<RunSeries>(this);
+  connect(watcher, &QFutureWatcher<RunSeries>::finished, this, [this, watcher, run] {
+    watcher->deleteLater();
+    resume_pending_ = false;
+    RunSeries recorded;
+    try {
+      recorded = watcher->result();
+    } catch (const std::exception& e) {
+      QMessageBox::warning(this, tr("Resume"),
+                           tr("Cannot read the run's history: %1").arg(e.what()));
+      return;
+    }
+    if (live_) live_->deleteLater();
+    live_ = new RunMonitor(store_, this);
+    live_->resume(run, settings::cli_program(), resume_arguments(run), recorded.next_event_seq,
+                  run.output_dir);
+    runs_->show_live(live_, &recorded);
+    show_page(Runs);
+  });
+  watcher->setFuture(store_->load_series_async(run.id));
+  return {};
+}
+
 QString MainWindow::launch(const job::JobSpec& spec) {
-  if (live_ && live_->running())
+  if ((live_ && live_->running()) || resume_pending_)
     return tr("A run is in progress; wait for it to finish or stop it first.");
   const QString dir = QString::fromStdString(spec.output.dir);
   if (QFileInfo::exists(dir)) return tr("%1 already exists; every run needs a new folder").arg(dir);

@@ -4,6 +4,7 @@
 #include <QMainWindow>
 
 #include "job/job_spec.h"
+#include "ui/runs_db.h"
 
 class QLabel;
 class QLineEdit;
@@ -18,7 +19,6 @@ class FineTuneWizard;
 class ModelPage;
 class RunMonitor;
 class RunsPage;
-class RunsStore;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -36,6 +36,11 @@ class MainWindow : public QMainWindow {
   QWidget* page_widget(Page page) const;
   // Starts `tessera-cli run` on `spec` (written to its output folder). Returns "" or why not.
   QString launch(const job::JobSpec& spec);
+  // Continues a stopped, failed or interrupted run from its last checkpoint, in its own
+  // folder and database row (its recorded events are read first, off the GUI thread).
+  // Returns "" or why not; the child starts when the recorded events are loaded.
+  QString resume(const RunRecord& run);
+  RunMonitor* live_run() const { return live_; }
 
  protected:
   void closeEvent(QCloseEvent* event) override;
@@ -54,6 +59,7 @@ class MainWindow : public QMainWindow {
   QLabel* cli_status_;
   QLineEdit* runs_root_;
   RunMonitor* live_ = nullptr;
+  bool resume_pending_ = false;
 };
 
 }  // namespace tessera::ui

@@ -391,6 +391,13 @@ job::MethodSpec MethodPage::method_spec() const {
   return m;
 }
 
+void MethodPage::set_overrides(int batch_size, bool activation_checkpointing,
+                               const QString& precision) {
+  batch_->setValue(batch_size);
+  checkpointing_->setChecked(activation_checkpointing);
+  if (const int i = precision_->findData(precision); i >= 0) precision_->setCurrentIndex(i);
+}
+
 QString MethodPage::precision() const {
   return precision_->currentData().toString();
 }

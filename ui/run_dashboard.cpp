@@ -3,6 +3,7 @@
 #include <QApplication>
 #include <QDateTime>
 #include <QElapsedTimer>
+#include <QFileInfo>
 #include <QFontDatabase>
 #include <QGridLayout>
 #include <QHBoxLayout>
@@ -46,10 +47,20 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   header->addWidget(status_, 1);
   stop_ = new QPushButton(tr("&Stop"));
   stop_->setToolTip(
-      tr("Ask the training process to stop (it is killed if it does not stop "
-         "within 10 seconds)"));
+      tr("Stop after the current step: the run writes a checkpoint and can be resumed later"));
   stop_->setEnabled(false);
+  resume_ = new QPushButton(tr("&Resume"));
+  resume_->setEnabled(false);
+  export_ = new QPushButton(tr("E&xport…"));
+  export_->setToolTip(tr("Write the fine-tuned model (or its LoRA adapter) to a folder"));
+  export_->setEnabled(false);
+  try_ = new QPushButton(tr("&Try it"));
+  try_->setToolTip(tr("Chat with the fine-tuned model"));
+  try_->setEnabled(false);
   header->addWidget(stop_);
+  header->addWidget(resume_);
+  header->addWidget(export_);
+  header->addWidget(try_);
   layout->addLayout(header);
 
   auto* progress_row = new QHBoxLayout;
@@ -106,7 +117,14 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   connect(stop_, &QPushButton::clicked, this, [this] {
     if (monitor_) monitor_->stop();
     stop_->setEnabled(false);
+    progress_->setFormat(tr("stopping after the current step…"));
   });
+  connect(resume_, &QPushButton::clicked, this, [this] {
+    resume_->setEnabled(false);
+    Q_EMIT resumeRequested(run_);
+  });
+  connect(export_, &QPushButton::clicked, this, [this] { Q_EMIT exportRequested(run_); });
+  connect(try_, &QPushButton::clicked, this, [this] { Q_EMIT tryRequested(run_); });
 }
 
 void RunDashboard::clear() {
@@ -126,13 +144,31 @@ void RunDashboard::clear() {
   progress_->setValue(0);
   progress_->setFormat(tr("waiting for the first event"));
   eta_->clear();
-  stop_->setEnabled(false);
+  run_ = {};
+  update_actions();
   t0_ = kMissing;
   title_->setText(tr("No run selected"));
   status_->clear();
 }
 
+void RunDashboard::update_actions() {
+  const bool live = monitor_ && monitor_->running();
+  stop_->setEnabled(live && !monitor_->stop_requested());
+  const QString why_not = live                ? tr("the run is in progress")
+                          : run_.id.isEmpty() ? tr("no run")
+                                              : resume_blocker(run_);
+  resume_->setEnabled(!live && why_not.isEmpty());
+  resume_->setToolTip(why_not.isEmpty()
+                          ? tr("Continue this run from its last checkpoint, in the same folder")
+                          : tr("Cannot resume: %1").arg(why_not));
+  const bool finished_model =
+      !live && run_.status == "completed" && QFileInfo::exists(run_.output_dir + "/model");
+  export_->setEnabled(finished_model);
+  try_->setEnabled(finished_model);
+}
+
 void RunDashboard::set_status(const RunRecord& run) {
+  run_ = run;
   title_->setText(run.name.isEmpty() ? run.id : run.name);
   QString text = run.status;
   if (present(run.started_at)) {
@@ -151,11 +187,20 @@ void RunDashboard::set_status(const RunRecord& run) {
   }
 }
 
-void RunDashboard::attach(RunMonitor* monitor) {
-  clear();
+void RunDashboard::attach(RunMonitor* monitor, bool keep_shown) {
+  if (keep_shown) {
+    if (monitor_) monitor_->disconnect(this);
+    error_->clear();
+    error_->setVisible(false);
+    progress_->setRange(0, 1);
+    progress_->setValue(0);
+    progress_->setFormat(tr("resuming: waiting for the first event"));
+  } else {
+    clear();
+  }
   monitor_ = monitor;
   set_status(monitor->run());
-  stop_->setEnabled(monitor->running());
+  update_actions();
   connect(monitor, &RunMonitor::pendingAvailable, this, [this] {
     if (!repaint_timer_.isActive()) repaint_timer_.start();
   });
@@ -165,8 +210,8 @@ void RunDashboard::attach(RunMonitor* monitor) {
 
 void RunDashboard::on_finished(const QString& status, const QString& failure) {
   draw_pending();
-  stop_->setEnabled(false);
   if (monitor_) set_status(monitor_->run());
+  update_actions();
   if (status == "completed") {
     progress_->setRange(0, 1);
     progress_->setValue(1);
@@ -188,12 +233,13 @@ void RunDashboard::draw_pending() {
   repaint();  // paint now, so the time measured includes the charts' painting
   max_draw_ms_ = std::max(max_draw_ms_, clock.elapsed());
   set_status(monitor_->run());
-  stop_->setEnabled(monitor_->running());
+  update_actions();
 }
 
 void RunDashboard::show_replay(const RunRecord& run, const RunSeries& series) {
   clear();
   set_status(run);
+  update_actions();
   append(series);
   if (run.status == "completed") {
     progress_->setRange(0, 1);

@@ -27,7 +27,8 @@ class RunDashboard : public QWidget {
  public:
   explicit RunDashboard(QWidget* parent = nullptr);
 
-  void attach(RunMonitor* monitor);                                 // follows a live run
+  // Follows a live run; `keep_shown` keeps what is drawn (a resumed run continues its charts).
+  void attach(RunMonitor* monitor, bool keep_shown = false);
   void show_replay(const RunRecord& run, const RunSeries& series);  // a past run
   void clear();
 
@@ -37,17 +38,28 @@ class RunDashboard : public QWidget {
   MemoryChart* memory_chart(const QString& tier) const { return memory_.value(tier); }
   QProgressBar* progress_bar() const { return progress_; }
   QLabel* status_label() const { return status_; }
+  QPushButton* stop_button() const { return stop_; }
+  QPushButton* resume_button() const { return resume_; }
+  QPushButton* export_button() const { return export_; }
+  QPushButton* try_button() const { return try_; }
+  const RunRecord& run() const { return run_; }
   QLabel* error_label() const { return error_; }
   QPlainTextEdit* log_view() const { return log_; }
   int repaints() const { return repaints_; }
   // Longest time one batch of new points took to draw into the charts (and paint), in ms.
   qint64 max_draw_ms() const { return max_draw_ms_; }
 
+ Q_SIGNALS:
+  void resumeRequested(const tessera::ui::RunRecord& run);
+  void exportRequested(const tessera::ui::RunRecord& run);
+  void tryRequested(const tessera::ui::RunRecord& run);
+
  private:
   void draw_pending();
   void append(const RunSeries& series);
   void set_status(const RunRecord& run);
   void on_finished(const QString& status, const QString& failure);
+  void update_actions();
 
   QPointer<RunMonitor> monitor_;
   QTimer repaint_timer_;
@@ -57,6 +69,10 @@ class RunDashboard : public QWidget {
   QProgressBar* progress_;
   QLabel* eta_;
   QPushButton* stop_;
+  QPushButton* resume_;
+  QPushButton* export_;
+  QPushButton* try_;
+  RunRecord run_;
   LineChart* loss_;
   LineChart* lr_;
   LineChart* throughput_;

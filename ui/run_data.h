@@ -57,7 +57,8 @@ struct RunSeries {
   QString phase;
   std::int64_t done = 0, total = 0;
   double eta_s = kMissing;
-  QString last_error;  // message and hint of the last `error` event
+  QString last_error;               // message and hint of the last `error` event
+  std::int64_t next_event_seq = 0;  // replay only: after the run's last recorded event
   bool empty() const {
     return metrics.isEmpty() && memory.isEmpty() && log.isEmpty() && !has_progress;
   }

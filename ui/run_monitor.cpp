@@ -1,6 +1,9 @@
 #include "ui/run_monitor.h"
 
 #include <QDateTime>
+#include <QDir>
+#include <QFileInfo>
+#include <csignal>
 
 namespace tessera::ui {
 
@@ -38,7 +41,27 @@ void RunMonitor::start(RunRecord run, const QString& program, const QStringList&
   batch_.run_id = run_.id;
   batch_.upsert = run_;
   flush_batch();
+  start_process(program, args, working_dir);
+}
 
+void RunMonitor::resume(RunRecord run, const QString& program, const QStringList& args,
+                        std::int64_t next_event_seq, const QString& working_dir) {
+  run_ = std::move(run);
+  run_.status = "running";
+  run_.failure.clear();
+  run_.ended_at = kMissing;
+  state_.seq = std::max<std::int64_t>(0, next_event_seq);
+  batch_ = {};
+  batch_.run_id = run_.id;
+  // A status update, not a replacement of the row: the run keeps its metrics and events.
+  batch_.status = QString("running");
+  flush_batch();
+  pending_.log << "[resume] continuing " + run_.id + " from its last checkpoint";
+  start_process(program, args, working_dir);
+}
+
+void RunMonitor::start_process(const QString& program, const QStringList& args,
+                               const QString& working_dir) {
   process_ = new QProcess(this);
   if (!working_dir.isEmpty()) process_->setWorkingDirectory(working_dir);
   connect(process_, &QProcess::readyReadStandardOutput, this, &RunMonitor::on_stdout);
@@ -50,11 +73,14 @@ void RunMonitor::start(RunRecord run, const QString& program, const QStringList&
   process_->start(program, args);
 }
 
-void RunMonitor::stop() {
-  if (!running()) return;
-  process_->terminate();
-  QTimer::singleShot(10000, process_, [p = process_] {
-    if (p->state() != QProcess::NotRunning) p->kill();
+void RunMonitor::stop(int kill_after_ms) {
+  if (!running() || stop_requested_) return;
+  stop_requested_ = true;
+  const qint64 pid = process_->processId();
+  if (pid > 0) ::kill(pid_t(pid), SIGINT);
+  pending_.log << "[stop] asked the run to stop after the current step (with a checkpoint)";
+  QTimer::singleShot(kill_after_ms, process_, [p = process_] {
+    if (p->state() != QProcess::NotRunning) p->terminate();
   });
 }
 
@@ -148,6 +174,8 @@ void RunMonitor::finish() {
   if (!start_error_.isEmpty()) {
     status = "failed";
     failure = start_error_;
+  } else if (state_.done_status == "stopped" && !crashed_) {
+    status = "stopped";  // exit 130 is how `run` says it stopped at the user's request
   } else if (crashed_ || exit_code_ != 0) {
     status = state_.done_status == "stopped" ? "stopped" : "failed";
     if (!state_.last_error.isEmpty())
@@ -199,6 +227,22 @@ void RunMonitor::flush_batch() {
   batch_ = {};
   batch_.run_id = out.run_id;
   store_->submit(std::move(out));
+}
+
+QString resume_blocker(const RunRecord& run) {
+  if (run.status != "stopped" && run.status != "failed" && run.status != "interrupted")
+    return QObject::tr("only a stopped, failed or interrupted run can be resumed (this one is %1)")
+        .arg(run.status);
+  if (run.output_dir.isEmpty() || !QFileInfo::exists(QDir(run.output_dir).filePath("job.json")))
+    return QObject::tr("its folder %1 has no job.json").arg(run.output_dir);
+  if (QDir(run.output_dir).entryList({"checkpoint-*"}, QDir::Dirs | QDir::NoDotAndDotDot).isEmpty())
+    return QObject::tr("its folder %1 has no checkpoint to resume from").arg(run.output_dir);
+  return {};
+}
+
+QStringList resume_arguments(const RunRecord& run) {
+  return {"run", QDir(run.output_dir).filePath("job.json"), "--resume", run.output_dir, "--events",
+          "-"};
 }
 
 }  // namespace tessera::ui

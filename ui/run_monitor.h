@@ -25,7 +25,14 @@ class RunMonitor : public QObject {
   // event stream; its stderr goes to the log.
   void start(RunRecord run, const QString& program, const QStringList& args,
              const QString& working_dir = {});
-  void stop();  // asks the child to stop (SIGTERM), then kills it after a grace period
+  // Continues a run already in the database: its row keeps its data, the status goes back
+  // to "running", and new events are numbered after `next_event_seq`.
+  void resume(RunRecord run, const QString& program, const QStringList& args,
+              std::int64_t next_event_seq, const QString& working_dir = {});
+  // Stop after the current step: SIGINT makes `tessera-cli run` write a checkpoint and end
+  // "stopped". If it has not ended after `kill_after_ms`, it is terminated.
+  void stop(int kill_after_ms = 120000);
+  bool stop_requested() const { return stop_requested_; }
 
   bool running() const { return process_ && process_->state() != QProcess::NotRunning; }
   const RunRecord& run() const { return run_; }
@@ -42,6 +49,7 @@ class RunMonitor : public QObject {
   void finished(const QString& status, const QString& failure);
 
  private:
+  void start_process(const QString& program, const QStringList& args, const QString& working_dir);
   void on_stdout();
   void on_stderr();
   void on_finished(int exit_code, QProcess::ExitStatus exit_status);
@@ -69,6 +77,13 @@ class RunMonitor : public QObject {
   QStringList stderr_tail_;
   QByteArray stderr_partial_;
   std::int64_t metrics_seen_ = 0;
+  bool stop_requested_ = false;
 };
+
+// Whether `run` can be resumed: "" when it can, else why not (the status is not stopped,
+// failed or interrupted, or its folder has no job.json or no checkpoint-<step>/).
+QString resume_blocker(const RunRecord& run);
+// The arguments of `tessera-cli run` that resume `run` in its own folder.
+QStringList resume_arguments(const RunRecord& run);
 
 }  // namespace tessera::ui

@@ -216,10 +216,11 @@ RunSeries load_run_series(QSqlDatabase& db, const QString& id) {
     for (int i = 0; i < 4; ++i) m.by_category[i] = num(q.value(6 + i));
     s.memory.push_back(m);
   }
-  q.prepare("SELECT type, json FROM events WHERE run_id = ? ORDER BY seq");
+  q.prepare("SELECT type, json, seq FROM events WHERE run_id = ? ORDER BY seq");
   q.addBindValue(id);
   if (!q.exec()) fail(db, "load events", q.lastError());
   while (q.next()) {
+    s.next_event_seq = std::max<std::int64_t>(s.next_event_seq, q.value(2).toLongLong() + 1);
     auto event = nlohmann::json::parse(q.value(1).toString().toStdString(), nullptr, false);
     QString shown = describe_event(event);
     if (!shown.isEmpty()) s.log << shown;

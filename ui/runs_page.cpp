@@ -15,8 +15,11 @@
 #include <QtConcurrent/QtConcurrentRun>
 
 #include "ui/charts.h"
+#include "ui/chat_pane.h"
+#include "ui/export_dialog.h"
 #include "ui/run_dashboard.h"
 #include "ui/run_monitor.h"
+#include "ui/studio_settings.h"
 
 namespace tessera::ui {
 
@@ -64,6 +67,8 @@ RunsPage::RunsPage(RunsStore* store, QWidget* parent) : QWidget(parent), store_(
   compare_->set_empty_text(tr("select two runs and press Compare"));
   tabs_->addTab(dashboard_, tr("Run"));
   tabs_->addTab(compare_, tr("Compare"));
+  chat_ = new ChatPane;
+  tabs_->addTab(chat_, tr("Try it"));
   split->addWidget(tabs_);
   split->setStretchFactor(0, 1);
   split->setStretchFactor(1, 3);
@@ -71,6 +76,10 @@ RunsPage::RunsPage(RunsStore* store, QWidget* parent) : QWidget(parent), store_(
   layout->addWidget(split);
 
   connect(refresh_button, &QPushButton::clicked, this, &RunsPage::refresh);
+  connect(dashboard_, &RunDashboard::resumeRequested, this, &RunsPage::resumeRequested);
+  connect(dashboard_, &RunDashboard::exportRequested, this,
+          [this](const RunRecord& run) { export_run(run); });
+  connect(dashboard_, &RunDashboard::tryRequested, this, &RunsPage::try_run);
   connect(open_, &QPushButton::clicked, this, [this] {
     const auto ids = selected_ids();
     if (!ids.isEmpty()) open_run(ids.first());
@@ -94,6 +103,10 @@ RunsPage::RunsPage(RunsStore* store, QWidget* parent) : QWidget(parent), store_(
     }
     fill_table();
     Q_EMIT refreshed();
+    if (refresh_again_) {
+      refresh_again_ = false;
+      refresh();
+    }
   });
   connect(&replay_watcher_, &QFutureWatcher<RunSeries>::finished, this, [this] {
     RunSeries series;
@@ -108,7 +121,11 @@ RunsPage::RunsPage(RunsStore* store, QWidget* parent) : QWidget(parent), store_(
   });
   connect(store_, &RunsStore::written, this, [this](const QString& id) {
     // A finished live run changes its row: refresh (cheap, asynchronous) at most then.
-    if (id == live_id_ && !list_watcher_.isRunning()) refresh();
+    if (id != live_id_) return;
+    if (list_watcher_.isRunning())
+      refresh_again_ = true;
+    else
+      refresh();
   });
   open_->setEnabled(false);
   compare_button_->setEnabled(false);
@@ -172,11 +189,24 @@ void RunsPage::open_run(const QString& id) {
   replay_watcher_.setFuture(store_->load_series_async(id));
 }
 
-void RunsPage::show_live(RunMonitor* monitor) {
+void RunsPage::show_live(RunMonitor* monitor, const RunSeries* recorded) {
   live_id_ = monitor->run().id;
-  dashboard_->attach(monitor);
   tabs_->setCurrentWidget(dashboard_);
+  if (recorded) dashboard_->show_replay(monitor->run(), *recorded);
+  dashboard_->attach(monitor, /*keep_shown=*/recorded != nullptr);
   refresh();
+}
+
+void RunsPage::try_run(const RunRecord& run) {
+  chat_->set_run(run, settings::cli_program());
+  tabs_->setCurrentWidget(chat_);
+}
+
+ExportDialog* RunsPage::export_run(const RunRecord& run) {
+  auto* dialog = new ExportDialog(run, settings::cli_program(), this);
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  dialog->show();
+  return dialog;
 }
 
 void RunsPage::compare(const QStringList& ids) {

@@ -14,6 +14,8 @@ class QTabWidget;
 
 namespace tessera::ui {
 
+class ChatPane;
+class ExportDialog;
 class LineChart;
 class RunDashboard;
 class RunMonitor;
@@ -24,8 +26,11 @@ class RunsPage : public QWidget {
   RunsPage(RunsStore* store, QWidget* parent = nullptr);
   void refresh();                    // reloads the list (asynchronously)
   void open_run(const QString& id);  // replays it from the database
-  void show_live(RunMonitor* monitor);
-  void compare(const QStringList& ids);  // overlays the loss curves
+  // Follows a live run; a resumed run passes what it recorded before, drawn first.
+  void show_live(RunMonitor* monitor, const RunSeries* recorded = nullptr);
+  void try_run(const RunRecord& run);              // opens the chat pane on its model
+  ExportDialog* export_run(const RunRecord& run);  // opens the export dialog (non-modal)
+  void compare(const QStringList& ids);            // overlays the loss curves
   // Deletes the run's rows (and its folder when `delete_files`) without asking.
   void delete_run(const QString& id, bool delete_files);
 
@@ -36,11 +41,13 @@ class RunsPage : public QWidget {
   QTableWidget* table() const { return table_; }
   RunDashboard* dashboard() const { return dashboard_; }
   LineChart* compare_chart() const { return compare_; }
+  ChatPane* chat_pane() const { return chat_; }
 
  Q_SIGNALS:
   void refreshed();
   void replayed(const QString& id);
   void compared();
+  void resumeRequested(const tessera::ui::RunRecord& run);
 
  private:
   void fill_table();
@@ -54,11 +61,13 @@ class RunsPage : public QWidget {
   QTabWidget* tabs_;
   RunDashboard* dashboard_;
   LineChart* compare_;
+  ChatPane* chat_;
   QList<RunRecord> runs_;
   QFutureWatcher<QList<RunRecord>> list_watcher_;
   QFutureWatcher<RunSeries> replay_watcher_;
   QString replay_id_;
   int compare_pending_ = 0;
+  bool refresh_again_ = false;  // a change arrived while the list was loading
   QString live_id_;
 };
 

@@ -10,6 +10,8 @@
 #include <QStackedWidget>
 #include <QVBoxLayout>
 
+#include "ui/cli_probe.h"
+#include "ui/hardware_page.h"
 #include "ui/studio_settings.h"
 
 namespace tessera::ui {
@@ -19,11 +21,12 @@ QString make_run_id() {
          QString::number(QRandomGenerator::global()->bounded(0x10000), 16).rightJustified(4, '0');
 }
 
-FineTuneWizard::FineTuneWizard(CliProbe* probe, QWidget* parent) : QWidget(parent) {
+FineTuneWizard::FineTuneWizard(CliProbe* probe, QWidget* parent) : QWidget(parent), probe_(probe) {
   auto* layout = new QHBoxLayout(this);
   steps_ = new QListWidget;
   steps_->setAccessibleName(tr("Wizard steps"));
-  for (const QString& s : {tr("1. Model"), tr("2. Dataset"), tr("3. Method"), tr("4. Review")})
+  for (const QString& s : {tr("1. Model"), tr("2. Dataset"), tr("3. Method"),
+                           tr("4. Hardware & strategy"), tr("5. Review")})
     steps_->addItem(s);
   steps_->setMaximumWidth(steps_->sizeHintForColumn(0) + 4 * fontMetrics().averageCharWidth());
   steps_->setFrameShape(QFrame::NoFrame);
@@ -35,9 +38,11 @@ FineTuneWizard::FineTuneWizard(CliProbe* probe, QWidget* parent) : QWidget(paren
   model_ = new ModelPage;
   dataset_ = new DatasetPage;
   method_ = new MethodPage;
+  hardware_ = new HardwarePage;
   review_ = new ReviewPage(probe);
   for (QWidget* page : {static_cast<QWidget*>(model_), static_cast<QWidget*>(dataset_),
-                        static_cast<QWidget*>(method_), static_cast<QWidget*>(review_)})
+                        static_cast<QWidget*>(method_), static_cast<QWidget*>(hardware_),
+                        static_cast<QWidget*>(review_)})
     stack_->addWidget(page);
   right->addWidget(stack_, 1);
   auto* buttons = new QHBoxLayout;
@@ -52,8 +57,26 @@ FineTuneWizard::FineTuneWizard(CliProbe* probe, QWidget* parent) : QWidget(paren
   connect(steps_, &QListWidget::currentRowChanged, this, [this](int row) {
     if (row >= 0) go_to(row);
   });
-  connect(back_, &QPushButton::clicked, this, [this] { go_to(current_page() - 1); });
-  connect(next_, &QPushButton::clicked, this, [this] { go_to(current_page() + 1); });
+  connect(back_, &QPushButton::clicked, this, [this] { go_to(neighbour(current_page(), -1)); });
+  connect(next_, &QPushButton::clicked, this, [this] { go_to(neighbour(current_page(), +1)); });
+  connect(hardware_, &HardwarePage::overridesChanged, this,
+          [this](int batch, bool checkpointing, const QString& precision) {
+            method_->set_overrides(batch, checkpointing, precision);
+          });
+  // Hidden until tessera-cli says it has `profile` and `plan`.
+  steps_->item(HardwareStep)->setHidden(true);
+  if (probe_) {
+    connect(probe_, &CliProbe::probed, this, [this] {
+      const bool available = hardware_step_available();
+      steps_->item(HardwareStep)->setHidden(!available);
+      if (available)
+        hardware_->set_cli(probe_->program());
+      else
+        hardware_->set_unavailable(tr("This tessera-cli (%1) has no `profile` and `plan` commands.")
+                                       .arg(probe_->program()));
+      update_buttons();
+    });
+  }
   connect(model_, &ModelPage::modelChanged, this, [this] {
     dataset_->set_model_folder(model_->ready() ? model_->summary().folder : QString());
     update_buttons();
@@ -71,6 +94,17 @@ FineTuneWizard::FineTuneWizard(CliProbe* probe, QWidget* parent) : QWidget(paren
 void FineTuneWizard::new_run_id() {
   run_id_ = make_run_id();
   update_buttons();
+}
+
+bool FineTuneWizard::hardware_step_available() const {
+  return probe_ && probe_->ok() && probe_->supports("profile") && probe_->supports("plan");
+}
+
+int FineTuneWizard::neighbour(int page, int direction) const {
+  int next = page + direction;
+  while (next > 0 && next < stack_->count() - 1 && steps_->item(next)->isHidden())
+    next += direction;
+  return std::clamp(next, 0, stack_->count() - 1);
 }
 
 int FineTuneWizard::current_page() const {
@@ -119,7 +153,14 @@ void FineTuneWizard::update_buttons() {
   const int page = current_page();
   back_->setEnabled(page > 0);
   next_->setEnabled(page < stack_->count() - 1);
-  if (page == stack_->count() - 1) review_->show_spec(build_spec(), missing());
+  if (page == ReviewStep) review_->show_spec(build_spec(), missing());
+  if (page == HardwareStep && hardware_step_available()) {
+    const QStringList m = missing();
+    if (m.isEmpty())
+      hardware_->plan(build_spec());  // debounced: a burst of edits plans once
+    else
+      hardware_->set_waiting(tr("To plan the job: %1.").arg(m.join(", ")));
+  }
 }
 
 }  // namespace tessera::ui

@@ -33,6 +33,7 @@ class QToolButton;
 namespace tessera::ui {
 
 class CliProbe;
+class HardwarePage;
 
 // ---- 1. Model ---------------------------------------------------------------------------
 class ModelPage : public QWidget {
@@ -130,6 +131,8 @@ class MethodPage : public QWidget {
   job::MethodSpec method_spec() const;
   job::TrainingSpec training_spec() const;
   QString precision() const;
+  // The Hardware & strategy page's overrides, written into the advanced settings.
+  void set_overrides(int batch_size, bool activation_checkpointing, const QString& precision);
   int changed_from_defaults() const;  // settings that differ from the preset's values
   bool learning_rate_user_set() const { return lr_user_set_; }
   QLineEdit* learning_rate_edit() const { return lr_; }
@@ -217,7 +220,11 @@ class ReviewPage : public QWidget {
 class FineTuneWizard : public QWidget {
   Q_OBJECT
  public:
+  enum Step { ModelStep, DatasetStep, MethodStep, HardwareStep, ReviewStep };
   FineTuneWizard(CliProbe* probe, QWidget* parent = nullptr);
+  HardwarePage* hardware_page() const { return hardware_; }
+  // The Hardware & strategy step is offered when tessera-cli has `profile` and `plan`.
+  bool hardware_step_available() const;
   ModelPage* model_page() const { return model_; }
   DatasetPage* dataset_page() const { return dataset_; }
   MethodPage* method_page() const { return method_; }
@@ -235,11 +242,14 @@ class FineTuneWizard : public QWidget {
 
  private:
   void update_buttons();
+  int neighbour(int page, int direction) const;  // the next step shown, skipping hidden ones
+  CliProbe* probe_;
   QListWidget* steps_;
   QStackedWidget* stack_;
   ModelPage* model_;
   DatasetPage* dataset_;
   MethodPage* method_;
+  HardwarePage* hardware_;
   ReviewPage* review_;
   QPushButton* back_;
   QPushButton* next_;

@@ -8,11 +8,14 @@
 #include <QBarSeries>
 #include <QBarSet>
 #include <QChart>
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
 #include <QDoubleSpinBox>
 #include <QElapsedTimer>
 #include <QFile>
+#include <QHorizontalStackedBarSeries>
+#include <QJsonArray>
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
@@ -32,7 +35,10 @@
 
 #include "job/job_spec.h"
 #include "ui/charts.h"
+#include "ui/chat_pane.h"
 #include "ui/cli_probe.h"
+#include "ui/export_dialog.h"
+#include "ui/hardware_page.h"
 #include "ui/main_window.h"
 #include "ui/run_dashboard.h"
 #include "ui/run_monitor.h"
@@ -164,6 +170,40 @@ class StudioTest : public QObject {
   quint64 tiny_parameters_ = 0;
   QString dataset_;
   std::unique_ptr<RunsStore> store_;
+  RunRecord finished_run_;  // the real LoRA run that completed (for export and chat)
+  QString real_cli_;        // a tessera-cli that can `run`, or "" (found once)
+
+  // The tessera-cli that trains (LibTorch builds; TESSERA_STUDIO_CLI may name another one),
+  // or "" when this build's has no `run`.
+  QString real_cli() {
+    if (!real_cli_.isNull()) return real_cli_;
+    const QString cli = qEnvironmentVariable("TESSERA_STUDIO_CLI", TESSERA_CLI_PATH);
+    CliProbe probe;
+    probe.probe(cli);
+    QElapsedTimer clock;
+    clock.start();
+    while (!probe.finished() && clock.elapsed() < 20000) QTest::qWait(20);
+    real_cli_ = probe.ok() && probe.supports("run") ? cli : QString("");
+    return real_cli_;
+  }
+
+  // Launches a real LoRA run of `steps` steps through the wizard of `window`.
+  QString launch_real_run(MainWindow& window, int steps) {
+    FineTuneWizard* wizard = window.wizard();
+    wizard->model_page()->choose_folder(model_);
+    wizard->dataset_page()->max_length()->setValue(32);
+    wizard->dataset_page()->choose_file(dataset_);
+    wizard->method_page()->set_method("lora");
+    wizard->method_page()->set_steps(steps);
+    wizard->go_to(FineTuneWizard::ReviewStep);
+    if (!QTest::qWaitFor([&] { return wizard->missing().isEmpty(); }, 30000)) return {};
+    wizard->go_to(FineTuneWizard::ReviewStep);
+    QPushButton* launch = wizard->review_page()->launch_button();
+    if (!QTest::qWaitFor([&] { return launch->isEnabled(); }, 20000)) return {};
+    const QString run_id = wizard->run_id();
+    QTest::mouseClick(launch, Qt::LeftButton);
+    return run_id;
+  }
 
   QString path(const QString& name) const { return QDir(tmp_.path()).filePath(name); }
 
@@ -385,7 +425,7 @@ class StudioTest : public QObject {
     method->set_advanced_visible(true);
     screenshot(&window, "3-method");
 
-    wizard->go_to(3);
+    wizard->go_to(FineTuneWizard::ReviewStep);
     ReviewPage* review = wizard->review_page();
     const json doc = json::parse(review->spec_text().toStdString());
     const tessera::job::JobSpec spec = tessera::job::parse_job_spec(doc, "review page");
@@ -629,7 +669,7 @@ class StudioTest : public QObject {
     wizard->dataset_page()->choose_file(dataset_);
     QTRY_VERIFY_WITH_TIMEOUT(wizard->missing().isEmpty(), 30000);
     QVERIFY(wizard->model_page()->summary().folder.contains("snapshots/0123456789abcdef"));
-    wizard->go_to(3);
+    wizard->go_to(FineTuneWizard::ReviewStep);
     QPushButton* launch = wizard->review_page()->launch_button();
     QTRY_VERIFY_WITH_TIMEOUT(launch->isEnabled(), 20000);
     const QString run_id = wizard->run_id();
@@ -680,9 +720,9 @@ class StudioTest : public QObject {
     wizard->dataset_page()->choose_file(dataset_);
     wizard->method_page()->set_method("lora");
     wizard->method_page()->set_steps(4);
-    wizard->go_to(3);
+    wizard->go_to(FineTuneWizard::ReviewStep);
     QTRY_VERIFY_WITH_TIMEOUT(wizard->missing().isEmpty(), 30000);
-    wizard->go_to(3);
+    wizard->go_to(FineTuneWizard::ReviewStep);
     QPushButton* launch = wizard->review_page()->launch_button();
     QTRY_VERIFY_WITH_TIMEOUT(launch->isEnabled(), 20000);
     const QString run_id = wizard->run_id();
@@ -710,6 +750,284 @@ class StudioTest : public QObject {
     // The default 5 % validation split gives an evaluation at the end.
     QVERIFY(present(run->final_eval_loss));
     QCOMPARE(dashboard->loss_chart()->point_count("evaluation loss"), 1);
+    QSettings().remove("paths/cli");
+    finished_run_ = *run;
+  }
+
+  // Stop = SIGINT to the child: the run ends "stopped" after a step with its checkpoint.
+  // Resume (an explicit action) continues it in the same folder and database row, and the
+  // steps carry on from the checkpoint.
+  void stop_and_resume_a_real_run() {
+    const QString cli = real_cli();
+    if (cli.isEmpty()) QSKIP("this build's tessera-cli has no `run` (built without LibTorch)");
+    QSettings().setValue("paths/cli", cli);
+    MainWindow window(store_.get());
+    window.resize(1280, 860);
+    window.show();
+    const QString run_id = launch_real_run(window, 5000);
+    QVERIFY(!run_id.isEmpty());
+    RunDashboard* dashboard = window.runs_page()->dashboard();
+    QTRY_VERIFY_WITH_TIMEOUT(dashboard->loss_chart()->point_count("training loss") >= 3 ||
+                                 dashboard->error_label()->isVisible(),
+                             240000);
+    QVERIFY2(!dashboard->error_label()->isVisible(), qPrintable(dashboard->error_label()->text()));
+    QVERIFY(dashboard->stop_button()->isEnabled());
+    QVERIFY(!dashboard->resume_button()->isEnabled());  // not while it runs
+    QTest::mouseClick(dashboard->stop_button(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(!window.live_run()->running(), 120000);
+    QTRY_COMPARE_WITH_TIMEOUT(dashboard->progress_bar()->format(), QString("stopped"), 10000);
+    QVERIFY2(!dashboard->error_label()->isVisible(), qPrintable(dashboard->error_label()->text()));
+    store_->flush();
+    std::int64_t stopped_at = 0;
+    {
+      DbConnection c(store_->path());
+      auto run = find_run(c.db(), run_id);
+      QVERIFY(run);
+      QCOMPARE(run->status, QString("stopped"));
+      QVERIFY2(run->failure.isEmpty(), qPrintable(run->failure));
+      const auto checkpoints = load_checkpoints(c.db(), run_id);
+      QVERIFY(!checkpoints.isEmpty());
+      QVERIFY2(QFileInfo(checkpoints.last().path).isDir(), qPrintable(checkpoints.last().path));
+      stopped_at = checkpoints.last().step;
+      std::int64_t last_step = 0;
+      for (const MetricPoint& p : load_run_series(c.db(), run_id).metrics)
+        if (present(p.loss)) last_step = std::max(last_step, p.step);
+      QCOMPARE(stopped_at, last_step);  // the checkpoint holds the last step charted
+      QVERIFY(stopped_at < 5000);
+    }
+    QTRY_VERIFY_WITH_TIMEOUT(dashboard->resume_button()->isEnabled(), 5000);
+    QVERIFY(!dashboard->export_button()->isEnabled());  // no model/ yet
+    screenshot(&window, "8-stopped-run");
+
+    const int charted = dashboard->loss_chart()->point_count("training loss");
+    QTest::mouseClick(dashboard->resume_button(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(window.live_run() && window.live_run()->running(), 20000);
+    QCOMPARE(window.live_run()->run().id, run_id);  // the same run, not a new one
+    QTRY_VERIFY_WITH_TIMEOUT(dashboard->loss_chart()->point_count("training loss") >= charted + 3 ||
+                                 !window.live_run()->running(),
+                             240000);
+    screenshot(&window, "9-resumed-run");
+    QTest::mouseClick(dashboard->stop_button(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(!window.live_run()->running(), 120000);
+    QTRY_COMPARE_WITH_TIMEOUT(dashboard->progress_bar()->format(), QString("stopped"), 10000);
+    // The recorded steps, then the resumed ones, on one chart.
+    QVERIFY(dashboard->loss_chart()->point_count("training loss") >= charted + 3);
+    store_->flush();
+    DbConnection c(store_->path());
+    auto run = find_run(c.db(), run_id);
+    QVERIFY(run);
+    QCOMPARE(run->status, QString("stopped"));
+    QList<std::int64_t> steps;
+    for (const MetricPoint& p : load_run_series(c.db(), run_id).metrics)
+      if (present(p.loss)) steps << p.step;
+    QVERIFY(steps.size() >= charted + 3);
+    for (qsizetype i = 1; i < steps.size(); ++i)
+      QVERIFY2(steps[i] == steps[i - 1] + 1,
+               qPrintable(QString("step %1 follows step %2").arg(steps[i]).arg(steps[i - 1])));
+    QVERIFY(steps.contains(stopped_at + 1));  // the resumed run went on after the checkpoint
+    QVERIFY(load_checkpoints(c.db(), run_id).last().step > stopped_at);
+    QSettings().remove("paths/cli");
+  }
+
+  // Export: the merged model of the finished LoRA run in bfloat16 (it loads in transformers)
+  // and its LoRA adapter (copied as is).
+  void export_a_finished_run() {
+    if (finished_run_.id.isEmpty()) QSKIP("no finished real run (tessera-cli without `run`)");
+    const QString cli = real_cli();
+    // Reached from the dashboard of the replayed run.
+    RunsPage page(store_.get());
+    page.resize(1280, 860);
+    page.show();
+    QSignalSpy replayed(&page, &RunsPage::replayed);
+    QTRY_VERIFY_WITH_TIMEOUT(!page.loading(), 10000);
+    page.open_run(finished_run_.id);
+    QVERIFY(replayed.wait(10000));
+    QVERIFY(page.dashboard()->export_button()->isEnabled());
+    QVERIFY(!page.dashboard()->resume_button()->isEnabled());  // completed: nothing to resume
+
+    ExportDialog dialog(finished_run_, cli);
+    QCOMPARE(dialog.kinds(),
+             (QList<ExportDialog::Kind>{ExportDialog::MergedModel, ExportDialog::LoraAdapter}));
+    dialog.show();
+    QTRY_VERIFY_WITH_TIMEOUT(dialog.measured(), 10000);
+    dialog.set_kind(ExportDialog::MergedModel);
+    dialog.set_dtype("float32");
+    const quint64 f32 = dialog.estimated_bytes();
+    dialog.set_dtype("bfloat16");
+    QVERIFY(f32 > tiny_parameters_ * 4);
+    QVERIFY(dialog.estimated_bytes() < f32 * 6 / 10);  // half the weights' bytes
+    const QString merged = path("export-merged");
+    dialog.set_destination(merged);
+    QSignalSpy done(&dialog, &ExportDialog::exportFinished);
+    QCOMPARE(dialog.start(), QString());
+    QVERIFY(dialog.busy());
+    QVERIFY(done.wait(240000));
+    QVERIFY2(dialog.succeeded(),
+             qPrintable(dialog.message() + "\n" + dialog.log_view()->toPlainText()));
+    QCOMPARE(dialog.progress_bar()->format(), QString("done"));
+    QVERIFY(dialog.log_view()->toPlainText().contains("export: "));  // stages from stderr
+    screenshot(&dialog, "export-dialog");
+    // A second export into the now non-empty folder is refused before anything starts.
+    QVERIFY(dialog.start().contains("not empty"));
+    QVERIFY(!dialog.busy());
+
+    if (!QFileInfo::exists(TESSERA_PYTHON)) {
+      qWarning("%s is missing: not loading the export in transformers", TESSERA_PYTHON);
+    } else {
+      QProcess python;
+      python.start(TESSERA_PYTHON, {"-c",
+                                    "import sys; from transformers import AutoModelForCausalLM; "
+                                    "m = AutoModelForCausalLM.from_pretrained(sys.argv[1]); "
+                                    "print(next(m.parameters()).dtype, m.num_parameters())",
+                                    merged});
+      QVERIFY(python.waitForFinished(180000));
+      QVERIFY2(python.exitCode() == 0, python.readAllStandardError().constData());
+      const QString out = QString::fromUtf8(python.readAllStandardOutput()).trimmed();
+      QCOMPARE(out, QString("torch.bfloat16 %1").arg(tiny_parameters_));
+    }
+
+    const QString adapter = path("export-adapter");
+    dialog.set_kind(ExportDialog::LoraAdapter);
+    dialog.set_destination(adapter);
+    QCOMPARE(dialog.start(), QString());
+    QVERIFY(done.wait(60000));
+    QVERIFY2(dialog.succeeded(), qPrintable(dialog.message()));
+    const QDir source(finished_run_.output_dir + "/adapter");
+    QVERIFY(QFileInfo::exists(adapter + "/adapter_config.json"));
+    QCOMPARE(QDir(adapter).entryList(QDir::Files), source.entryList(QDir::Files));
+    for (const QString& f : source.entryList(QDir::Files)) {
+      QFile a(source.filePath(f)), b(QDir(adapter).filePath(f));
+      QVERIFY(a.open(QIODevice::ReadOnly) && b.open(QIODevice::ReadOnly));
+      QVERIFY2(a.readAll() == b.readAll(), qPrintable(f));
+    }
+    QVERIFY(!QFileInfo::exists(adapter + ".partial"));
+  }
+
+  // Try it: the reply streams into the pane, which names the loaded folder; it is what
+  // `tessera-cli generate` gives for the same prompt.
+  void chat_with_a_finished_run() {
+    if (finished_run_.id.isEmpty()) QSKIP("no finished real run (tessera-cli without `run`)");
+    const QString cli = real_cli();
+    QSettings().setValue("paths/cli", cli);
+    RunsPage page(store_.get());
+    page.resize(1280, 860);
+    page.show();
+    QSignalSpy replayed(&page, &RunsPage::replayed);
+    QTRY_VERIFY_WITH_TIMEOUT(!page.loading(), 10000);
+    page.open_run(finished_run_.id);
+    QVERIFY(replayed.wait(10000));
+    QVERIFY(page.dashboard()->try_button()->isEnabled());
+    QTest::mouseClick(page.dashboard()->try_button(), Qt::LeftButton);
+    ChatPane* chat = page.chat_pane();
+    QVERIFY(chat->isVisible());
+    const QString model_dir = QDir(finished_run_.output_dir).filePath("model");
+    QCOMPARE(chat->model_folder(), model_dir);
+    QVERIFY2(chat->model_label()->text().contains(model_dir),
+             qPrintable(chat->model_label()->text()));
+    QVERIFY(!chat->chat_mode());  // the tiny model has no chat template
+    chat->greedy()->setChecked(true);
+    chat->max_new_tokens()->setValue(12);
+    QSignalSpy replied(chat, &ChatPane::replyFinished);
+    QTest::keyClicks(chat->prompt_edit(), "Count to 3.");
+    QTest::keyClick(chat->prompt_edit(), Qt::Key_Return);
+    QVERIFY(chat->busy());
+    QVERIFY(replied.wait(120000));
+    QVERIFY2(replied.first().first().toBool(), qPrintable(chat->last_error()));
+    screenshot(&page, "try-it-chat");
+
+    QProcess reference;
+    reference.start(cli, {"generate", "--model", model_dir, "--prompt", "Count to 3.",
+                          "--max-new-tokens", "12", "--greedy", "--json"});
+    QVERIFY(reference.waitForFinished(120000));
+    QCOMPARE(reference.exitCode(), 0);
+    const json out = json::parse(reference.readAllStandardOutput().toStdString());
+    const QString expected = QString::fromStdString(out["text"].get<std::string>()).trimmed();
+    QVERIFY(!expected.isEmpty());
+    QCOMPARE(chat->last_reply(), expected);
+    const QString transcript = chat->transcript()->toPlainText();
+    QVERIFY(transcript.contains("You: Count to 3."));
+    QVERIFY2(transcript.contains("Model: " + expected), qPrintable(transcript));
+    QSettings().remove("paths/cli");
+  }
+
+  // Wizard step 4 with a tessera-cli that has `profile` and `plan`: the machine, the strategy
+  // and why, memory per tier and category against capacity, time; an override that does not
+  // fit at once is written into the method's settings and warned about.
+  void hardware_page_plans_the_job() {
+    QString cli = qEnvironmentVariable("TESSERA_STUDIO_CLI", TESSERA_CLI_PATH);
+    {
+      CliProbe probe;
+      probe.probe(cli);
+      QTRY_VERIFY_WITH_TIMEOUT(probe.finished(), 20000);
+      if (!probe.supports("plan") || !probe.supports("profile")) {
+        // This build's own (torch-free) tessera-cli may have them when the other does not.
+        CliProbe own;
+        own.probe(TESSERA_CLI_PATH);
+        QTRY_VERIFY_WITH_TIMEOUT(own.finished(), 20000);
+        if (!own.supports("plan") || !own.supports("profile"))
+          QSKIP("no tessera-cli here has `profile` and `plan`");
+        cli = TESSERA_CLI_PATH;
+      }
+    }
+    QSettings().setValue("paths/cli", cli);
+    MainWindow window(store_.get());
+    window.resize(1280, 900);
+    window.show();
+    FineTuneWizard* wizard = window.wizard();
+    QTRY_VERIFY_WITH_TIMEOUT(window.cli_probe()->finished(), 20000);
+    QVERIFY(wizard->hardware_step_available());
+    wizard->model_page()->choose_folder(model_);
+    wizard->dataset_page()->max_length()->setValue(32);
+    wizard->dataset_page()->choose_file(dataset_);
+    wizard->method_page()->set_method("lora");
+    wizard->method_page()->set_steps(20);
+    QTRY_VERIFY_WITH_TIMEOUT(wizard->missing().isEmpty(), 30000);
+    // Next from Method goes to Hardware & strategy.
+    wizard->go_to(FineTuneWizard::MethodStep);
+    QPushButton* next = nullptr;
+    for (auto* b : wizard->findChildren<QPushButton*>())
+      if (b->text() == "&Next >") next = b;
+    QVERIFY(next);
+    QTest::mouseClick(next, Qt::LeftButton);
+    QCOMPARE(wizard->current_page(), int(FineTuneWizard::HardwareStep));
+    HardwarePage* hw = wizard->hardware_page();
+    QTRY_VERIFY_WITH_TIMEOUT(hw->has_plan() && !hw->busy(), 120000);
+    QTRY_VERIFY_WITH_TIMEOUT(hw->machine_label()->text().contains("RAM:"), 120000);
+    QVERIFY2(hw->machine_label()->text().contains("CPU:"), qPrintable(hw->machine_label()->text()));
+    QVERIFY(hw->fits());
+    QVERIFY(!hw->explanation().isEmpty());
+    QCOMPARE(hw->strategy_label()->text(), hw->explanation());
+    QVERIFY(hw->explanation().contains("LoRA"));
+    QVERIFY(!hw->warning_label()->isVisible());
+    QVERIFY2(hw->time_label()->text().contains("per step") &&
+                 hw->time_label()->text().contains("20 steps"),
+             qPrintable(hw->time_label()->text()));
+    // Weights, gradients, optimizer, activations, runtime, free, headroom; one bar per tier.
+    QCOMPARE(hw->memory_series()->count(), 7);
+    const int tiers = int(hw->plan_json().value("memory").toArray().size());
+    QVERIFY(tiers >= 1);
+    double weights = 0, total = 0;
+    for (QBarSet* set : hw->memory_series()->barSets()) {
+      QCOMPARE(set->count(), tiers);
+      total += set->at(0);
+    }
+    weights = hw->memory_series()->barSets().first()->at(0);
+    QVERIFY(weights > 0);
+    const double budget_gib =
+        hw->plan_json().value("memory").toArray().first().toObject().value("budget").toDouble() /
+        double(1ull << 30);
+    QVERIFY2(std::abs(total - budget_gib) < 1e-6 * std::max(1.0, budget_gib),
+             qPrintable(QString("bar %1 GiB, budget %2 GiB").arg(total).arg(budget_gib)));
+    screenshot(&window, "4-hardware");
+
+    // An override that does not fit at once: the method's batch follows it, the plan splits it.
+    hw->batch_size()->setValue(65536);
+    QCOMPARE(wizard->method_page()->training_spec().batch_size, 65536);
+    QTRY_VERIFY_WITH_TIMEOUT(hw->warning_label()->isVisible() && !hw->busy(), 120000);
+    QVERIFY2(hw->warning_label()->text().contains("micro-batch"),
+             qPrintable(hw->warning_label()->text()));
+    QCOMPARE(wizard->build_spec().training.batch_size, 65536);
+    screenshot(&window, "4-hardware-override");
     QSettings().remove("paths/cli");
   }
 

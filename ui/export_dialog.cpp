@@ -1,0 +1,361 @@
+#include "ui/export_dialog.h"
+
+#include <QComboBox>
+#include <QDialogButtonBox>
+#include <QDir>
+#include <QDirIterator>
+#include <QFile>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFontDatabase>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QProgressBar>
+#include <QPromise>
+#include <QPushButton>
+#include <QStorageInfo>
+#include <QVBoxLayout>
+#include <QtConcurrent/QtConcurrentRun>
+
+#include "core/files.h"
+
+namespace tessera::ui {
+
+namespace {
+
+constexpr quint64 kHeadroomBytes = 16ull << 20;  // tokenizer, configs, and some slack
+
+QString human(quint64 bytes) {
+  return QString::fromStdString(core::human_bytes(bytes));
+}
+
+quint64 folder_bytes(const QString& dir, const QStringList& filters = {}) {
+  quint64 total = 0;
+  QDirIterator it(dir, filters, QDir::Files, QDirIterator::Subdirectories);
+  while (it.hasNext()) total += quint64(std::max<qint64>(0, it.nextFileInfo().size()));
+  return total;
+}
+
+// The nearest existing folder at or above `path` (where the new folder's bytes will land).
+QString existing_ancestor(QString path) {
+  QFileInfo info(path);
+  while (!info.exists()) {
+    const QString parent = info.absolutePath();
+    if (parent == info.absoluteFilePath()) break;
+    info = QFileInfo(parent);
+  }
+  return info.absoluteFilePath();
+}
+
+// Copies `from` into a new folder `to` (through `to`.partial, renamed at the end, so a
+// half-copied adapter never looks finished). Its result is "" or what went wrong.
+void copy_folder(QPromise<QString>& promise, const QString& from, const QString& to) {
+  QStringList files;
+  QDirIterator it(from, QDir::Files, QDirIterator::Subdirectories);
+  while (it.hasNext()) files << it.next();
+  promise.setProgressRange(0, int(files.size()));
+  const QString partial = to + ".partial";
+  QDir(partial).removeRecursively();
+  QString error;
+  for (int i = 0; i < files.size() && error.isEmpty(); ++i) {
+    const QString rel = QDir(from).relativeFilePath(files[i]);
+    const QString target = QDir(partial).filePath(rel);
+    if (!QDir().mkpath(QFileInfo(target).absolutePath()))
+      error = QObject::tr("cannot create %1").arg(QFileInfo(target).absolutePath());
+    else if (!QFile::copy(files[i], target))
+      error = QObject::tr("cannot copy %1 to %2").arg(files[i], target);
+    promise.setProgressValue(i + 1);
+  }
+  if (error.isEmpty()) {
+    if (QFileInfo::exists(to)) QDir(to).removeRecursively();  // an empty folder was chosen
+    if (!QDir().rename(partial, to)) error = QObject::tr("cannot rename %1 to %2").arg(partial, to);
+  }
+  if (!error.isEmpty()) QDir(partial).removeRecursively();
+  promise.addResult(error);
+}
+
+}  // namespace
+
+ExportDialog::ExportDialog(RunRecord run, QString cli, QWidget* parent)
+    : QDialog(parent), run_(std::move(run)), cli_(std::move(cli)) {
+  setWindowTitle(tr("Export %1").arg(run_.name.isEmpty() ? run_.id : run_.name));
+  auto* layout = new QVBoxLayout(this);
+  auto* form = new QFormLayout;
+  kind_ = new QComboBox;
+  const QDir dir(run_.output_dir);
+  const bool lora = run_.method == "lora";
+  if (QFileInfo::exists(dir.filePath("model"))) {
+    if (lora)
+      kind_->addItem(tr("Merged model (HuggingFace folder)"), MergedModel);
+    else
+      kind_->addItem(tr("Full model (HuggingFace folder)"), FullModel);
+  }
+  if (lora && QFileInfo::exists(dir.filePath("adapter")))
+    kind_->addItem(tr("LoRA adapter (PEFT folder)"), LoraAdapter);
+  kind_->setToolTip(
+      tr("A HuggingFace folder loads with AutoModelForCausalLM.from_pretrained; a LoRA adapter "
+         "loads with peft on top of the base model"));
+  form->addRow(tr("&What:"), kind_);
+  dtype_ = new QComboBox;
+  dtype_->addItem(tr("float32 (as trained)"), "float32");
+  dtype_->addItem(tr("bfloat16 (half the size)"), "bfloat16");
+  dtype_->setToolTip(tr("The precision of the exported weights"));
+  form->addRow(tr("&Precision:"), dtype_);
+  destination_ = new QLineEdit(dir.filePath("export"));
+  destination_->setToolTip(tr("A new or empty folder"));
+  auto* browse = new QPushButton(tr("Choose…"));
+  auto* row = new QHBoxLayout;
+  row->addWidget(destination_, 1);
+  row->addWidget(browse);
+  auto* folder_label = new QLabel(tr("&Folder:"));
+  folder_label->setBuddy(destination_);
+  form->addRow(folder_label, row);
+  estimate_ = new QLabel(tr("measuring…"));
+  form->addRow(tr("Size:"), estimate_);
+  auto* source = new QLabel(run_.output_dir);
+  source->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  form->addRow(tr("From run folder:"), source);
+  layout->addLayout(form);
+  progress_ = new QProgressBar;
+  progress_->setRange(0, 1);
+  progress_->setValue(0);
+  progress_->setFormat(tr("not started"));
+  layout->addWidget(progress_);
+  status_ = new QLabel;
+  status_->setWordWrap(true);
+  status_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  layout->addWidget(status_);
+  log_ = new QPlainTextEdit;
+  log_->setReadOnly(true);
+  log_->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+  log_->setMaximumBlockCount(2000);
+  log_->setPlaceholderText(tr("The export's progress appears here."));
+  layout->addWidget(log_, 1);
+  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close);
+  export_ = buttons->addButton(tr("&Export"), QDialogButtonBox::AcceptRole);
+  export_->setEnabled(false);
+  layout->addWidget(buttons);
+  resize(fontMetrics().averageCharWidth() * 100, fontMetrics().height() * 26);
+
+  connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
+  connect(export_, &QPushButton::clicked, this, [this] { start(); });
+  connect(browse, &QPushButton::clicked, this, [this] {
+    const QString d =
+        QFileDialog::getExistingDirectory(this, tr("Export to"), destination_->text());
+    if (!d.isEmpty()) destination_->setText(d);
+  });
+  connect(kind_, &QComboBox::currentIndexChanged, this, &ExportDialog::update_estimate);
+  connect(dtype_, &QComboBox::currentIndexChanged, this, &ExportDialog::update_estimate);
+  connect(&size_watcher_, &QFutureWatcher<Sizes>::finished, this, [this] {
+    sizes_ = size_watcher_.result();
+    measured_ = true;
+    update_estimate();
+  });
+  connect(&copy_watcher_, &QFutureWatcher<QString>::progressValueChanged, this, [this](int v) {
+    progress_->setRange(copy_watcher_.progressMinimum(), copy_watcher_.progressMaximum());
+    progress_->setValue(v);
+  });
+  connect(&copy_watcher_, &QFutureWatcher<QString>::finished, this, [this] {
+    const QString error = copy_watcher_.result();
+    finish(error.isEmpty(),
+           error.isEmpty() ? tr("LoRA adapter copied to %1").arg(destination()) : error);
+  });
+  if (kind_->count() == 0) {
+    estimate_->setText(tr("—"));
+    status_->setText(tr("This run has nothing to export: %1 has no model/ or adapter/ folder.")
+                         .arg(run_.output_dir));
+    return;
+  }
+  // Sizes are read on a pool thread (a model folder can hold many shards).
+  const QString model_dir = dir.filePath("model"), adapter_dir = dir.filePath("adapter");
+  size_watcher_.setFuture(QtConcurrent::run([model_dir, adapter_dir] {
+    Sizes s;
+    s.model_weights = folder_bytes(model_dir, {"*.safetensors"});
+    s.model_other = folder_bytes(model_dir) - s.model_weights;
+    s.adapter = folder_bytes(adapter_dir);
+    QFile config(QDir(model_dir).filePath("config.json"));
+    if (config.open(QIODevice::ReadOnly)) {
+      const QJsonObject o = QJsonDocument::fromJson(config.read(1 << 20)).object();
+      const QString dtype = o.value("torch_dtype").toString(o.value("dtype").toString());
+      if (dtype == "bfloat16" || dtype == "float16") s.model_dtype_bytes = 2;
+    }
+    return s;
+  }));
+}
+
+ExportDialog::~ExportDialog() {
+  if (process_ && process_->state() != QProcess::NotRunning) {
+    process_->disconnect(this);
+    process_->kill();
+    process_->waitForFinished(2000);
+  }
+  copy_watcher_.waitForFinished();
+  size_watcher_.waitForFinished();
+}
+
+QList<ExportDialog::Kind> ExportDialog::kinds() const {
+  QList<Kind> out;
+  for (int i = 0; i < kind_->count(); ++i) out << Kind(kind_->itemData(i).toInt());
+  return out;
+}
+
+void ExportDialog::set_kind(Kind kind) {
+  kind_->setCurrentIndex(kind_->findData(int(kind)));
+}
+
+ExportDialog::Kind ExportDialog::kind() const {
+  return Kind(kind_->currentData().toInt());
+}
+
+void ExportDialog::set_dtype(const QString& dtype) {
+  dtype_->setCurrentIndex(dtype_->findData(dtype));
+}
+
+void ExportDialog::set_destination(const QString& dir) {
+  destination_->setText(dir);
+}
+
+QString ExportDialog::destination() const {
+  return QDir::cleanPath(destination_->text().trimmed());
+}
+
+bool ExportDialog::busy() const {
+  return (process_ && process_->state() != QProcess::NotRunning) || copy_watcher_.isRunning();
+}
+
+quint64 ExportDialog::estimated_bytes() const {
+  if (kind() == LoraAdapter) return sizes_.adapter;
+  const int target = dtype_->currentData().toString() == "bfloat16" ? 2 : 4;
+  return sizes_.model_weights / quint64(sizes_.model_dtype_bytes) * quint64(target) +
+         sizes_.model_other;
+}
+
+void ExportDialog::update_estimate() {
+  dtype_->setEnabled(kind() != LoraAdapter);
+  if (!measured_) return;
+  const quint64 bytes = estimated_bytes();
+  const QStorageInfo storage(existing_ancestor(destination()));
+  estimate_->setText(tr("about %1; %2 free on %3")
+                         .arg(human(bytes),
+                              human(quint64(std::max<qint64>(0, storage.bytesAvailable()))),
+                              storage.rootPath()));
+  export_->setEnabled(!busy() && kind_->count() > 0);
+}
+
+QString ExportDialog::start() {
+  auto refuse = [this](const QString& why) {
+    status_->setText(why);
+    return why;
+  };
+  if (busy()) return refuse(tr("An export is already running."));
+  if (kind_->count() == 0) return refuse(tr("This run has nothing to export."));
+  if (!measured_) return refuse(tr("Still measuring the run's files; try again in a moment."));
+  const QString dest = destination();
+  if (dest.isEmpty()) return refuse(tr("Choose the folder to export to."));
+  const QFileInfo dest_info(dest);
+  if (dest_info.exists() && !dest_info.isDir())
+    return refuse(tr("%1 is a file; choose a new or empty folder.").arg(dest));
+  if (dest_info.isDir() && !QDir(dest).isEmpty())
+    return refuse(tr("%1 is not empty; choose a new or empty folder.").arg(dest));
+  const QString source =
+      QDir(run_.output_dir).filePath(kind() == LoraAdapter ? "adapter" : "model");
+  if (QDir(source).canonicalPath() == QDir(dest).canonicalPath() && dest_info.exists())
+    return refuse(tr("The destination is the run's own %1 folder.").arg(source));
+  // Free space first: the export writes the whole folder before anything is swapped in.
+  const quint64 needed = estimated_bytes() + kHeadroomBytes;
+  const QStorageInfo storage(existing_ancestor(dest));
+  if (storage.isValid() && storage.bytesAvailable() >= 0 &&
+      quint64(storage.bytesAvailable()) < needed)
+    return refuse(
+        tr("Not enough free space on %1: the export needs about %2, %3 is free. "
+           "Free some space or choose a folder on another disk.")
+            .arg(storage.rootPath(), human(needed), human(quint64(storage.bytesAvailable()))));
+
+  succeeded_ = false;
+  message_.clear();
+  status_->clear();
+  log_->clear();
+  export_->setEnabled(false);
+  kind_->setEnabled(false);
+  dtype_->setEnabled(false);
+  destination_->setEnabled(false);
+  if (kind() == LoraAdapter) {
+    progress_->setFormat(tr("copying the adapter: %v / %m files"));
+    log_->appendPlainText(tr("copying %1 to %2").arg(source, dest));
+    copy_watcher_.setFuture(QtConcurrent::run(copy_folder, source, dest));
+    return {};
+  }
+  progress_->setRange(0, 0);
+  progress_->setFormat(tr("starting"));
+  stderr_partial_.clear();
+  stderr_tail_.clear();
+  process_ = new QProcess(this);
+  const QStringList args = {
+      "export", "--model", source, "--out", dest, "--dtype", dtype_->currentData().toString()};
+  log_->appendPlainText("$ " + cli_ + " " + args.join(' '));
+  connect(process_, &QProcess::readyReadStandardError, this, &ExportDialog::on_stderr);
+  connect(process_, &QProcess::readyReadStandardOutput, this, [this] {
+    for (const QByteArray& line : process_->readAllStandardOutput().split('\n'))
+      if (!line.trimmed().isEmpty()) log_->appendPlainText(QString::fromUtf8(line));
+  });
+  connect(process_, &QProcess::errorOccurred, this, [this](QProcess::ProcessError e) {
+    if (e == QProcess::FailedToStart)
+      finish(false, tr("Could not start %1: %2").arg(cli_, process_->errorString()));
+  });
+  connect(process_, &QProcess::finished, this, [this](int code, QProcess::ExitStatus status) {
+    on_stderr();
+    const QByteArray out = process_->readAllStandardOutput();
+    if (!out.trimmed().isEmpty()) log_->appendPlainText(QString::fromUtf8(out).trimmed());
+    if (status == QProcess::NormalExit && code == 0) {
+      finish(true, tr("Exported to %1").arg(destination()));
+    } else {
+      QString why = stderr_tail_.isEmpty() ? tr("exit code %1").arg(code) : stderr_tail_.last();
+      if (status == QProcess::CrashExit) why = tr("the export process crashed");
+      finish(false, tr("The export failed: %1").arg(why));
+    }
+  });
+  process_->start(cli_, args);
+  return {};
+}
+
+void ExportDialog::on_stderr() {
+  if (!process_) return;
+  stderr_partial_ += process_->readAllStandardError();
+  qsizetype nl;
+  while ((nl = stderr_partial_.indexOf('\n')) >= 0) {
+    const QString line = QString::fromUtf8(stderr_partial_.left(nl)).trimmed();
+    stderr_partial_.remove(0, nl + 1);
+    if (line.isEmpty()) continue;
+    log_->appendPlainText(line);
+    stderr_tail_ << line;
+    if (stderr_tail_.size() > 20) stderr_tail_.removeFirst();
+    // "export: <stage>" lines name the stage in progress.
+    if (line.startsWith("export: ")) progress_->setFormat(line.mid(8));
+  }
+}
+
+void ExportDialog::finish(bool ok, const QString& message) {
+  if (process_ && process_->state() == QProcess::NotRunning) {
+    process_->deleteLater();
+    process_ = nullptr;
+  }
+  succeeded_ = ok;
+  message_ = message;
+  progress_->setRange(0, 1);
+  progress_->setValue(ok ? 1 : 0);
+  progress_->setFormat(ok ? tr("done") : tr("failed"));
+  status_->setText(message);
+  log_->appendPlainText(message);
+  kind_->setEnabled(true);
+  dtype_->setEnabled(kind() != LoraAdapter);
+  destination_->setEnabled(true);
+  export_->setEnabled(true);
+  Q_EMIT exportFinished(ok, message);
+}
+
+}  // namespace tessera::ui

@@ -1,0 +1,82 @@
+#pragma once
+// Exporting a finished run: the full model as a HuggingFace folder (the run's model/ written
+// again in a chosen dtype by `tessera-cli export`), or for LoRA runs the merged model or the
+// LoRA adapter (adapter/ copied, PEFT format). It measures the size and checks the free space
+// first, then works in a child process or a pool thread with progress; the GUI never waits.
+#include <QDialog>
+#include <QFutureWatcher>
+#include <QProcess>
+#include <QStringList>
+
+#include "ui/runs_db.h"
+
+class QComboBox;
+class QLabel;
+class QLineEdit;
+class QPlainTextEdit;
+class QProgressBar;
+class QPushButton;
+
+namespace tessera::ui {
+
+class ExportDialog : public QDialog {
+  Q_OBJECT
+ public:
+  enum Kind { FullModel, MergedModel, LoraAdapter };
+  ExportDialog(RunRecord run, QString cli, QWidget* parent = nullptr);
+  ~ExportDialog() override;
+
+  QList<Kind> kinds() const;  // what this run offers
+  void set_kind(Kind kind);
+  Kind kind() const;
+  void set_dtype(const QString& dtype);  // float32 | bfloat16
+  void set_destination(const QString& dir);
+  // Starts the export; "" when started, else why not (also shown in the dialog).
+  QString start();
+  bool measured() const { return measured_; }  // the size estimate is ready
+  bool busy() const;
+  bool succeeded() const { return succeeded_; }
+  const QString& message() const { return message_; }
+  QString destination() const;
+  quint64 estimated_bytes() const;  // for the current kind and dtype
+
+  QComboBox* kind_combo() const { return kind_; }
+  QProgressBar* progress_bar() const { return progress_; }
+  QLabel* status_label() const { return status_; }
+  QPushButton* export_button() const { return export_; }
+  QPlainTextEdit* log_view() const { return log_; }
+
+ Q_SIGNALS:
+  void exportFinished(bool ok, const QString& message);
+
+ private:
+  void update_estimate();
+  void finish(bool ok, const QString& message);
+  void on_stderr();
+
+  RunRecord run_;
+  QString cli_;
+  QComboBox* kind_;
+  QComboBox* dtype_;
+  QLineEdit* destination_;
+  QLabel* estimate_;
+  QLabel* status_;
+  QProgressBar* progress_;
+  QPlainTextEdit* log_;
+  QPushButton* export_;
+  QProcess* process_ = nullptr;
+  QByteArray stderr_partial_;
+  QStringList stderr_tail_;
+  QFutureWatcher<QString> copy_watcher_;
+  struct Sizes {
+    quint64 model_weights = 0, model_other = 0, adapter = 0;
+    int model_dtype_bytes = 4;  // from config.json: 2 for bf16/fp16, else 4
+  };
+  QFutureWatcher<Sizes> size_watcher_;
+  Sizes sizes_;
+  bool measured_ = false;
+  bool succeeded_ = false;
+  QString message_;
+};
+
+}  // namespace tessera::ui
