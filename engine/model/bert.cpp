@@ -133,8 +133,13 @@ class BertEncoderImpl : public torch::nn::Module {
     layer = register_module("layer", torch::nn::ModuleList());
     for (std::int64_t i = 0; i < layers; ++i) layer->push_back(BertLayer(o, t));
   }
-  torch::Tensor forward(torch::Tensor x, const torch::Tensor& mask) {
-    for (const auto& l : *layer) x = l->as<BertLayerImpl>()->forward(x, mask);
+  torch::Tensor forward(torch::Tensor x, const torch::Tensor& mask,
+                        const LayerWrapper& wrapper = {}) {
+    for (std::size_t i = 0; i < layer->size(); ++i) {
+      std::shared_ptr<BertLayerImpl> l = layer->ptr<BertLayerImpl>(i);
+      x = wrapper ? wrapper([l, mask](const torch::Tensor& in) { return l->forward(in, mask); }, x)
+                  : l->forward(x, mask);
+    }
     return x;
   }
   torch::nn::ModuleList layer{nullptr};
@@ -176,9 +181,9 @@ class BertStackImpl : public torch::nn::Module {
     pooler = register_module("pooler", BertPooler(o, t));
   }
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& token_types,
-                        const torch::Tensor& attention_mask) {
+                        const torch::Tensor& attention_mask, const LayerWrapper& wrapper = {}) {
     torch::Tensor mask = build_attention_mask(attention_mask, /*causal=*/false);
-    return encoder(embeddings(ids, token_types), mask);
+    return encoder->forward(embeddings(ids, token_types), mask, wrapper);
   }
   BertEmbeddings embeddings{nullptr};
   BertEncoder encoder{nullptr};
@@ -221,8 +226,8 @@ class BertBase : public PretrainedModel {
   ForwardOutput run(const ForwardInput& in) override {
     check_positions(config(), in);
     ForwardOutput out;
-    out.hidden_states =
-        stack_->forward(in.input_ids, token_types_or_zeros(config(), in), in.attention_mask);
+    out.hidden_states = stack_->forward(in.input_ids, token_types_or_zeros(config(), in),
+                                        in.attention_mask, layer_wrapper);
     return out;
   }
 
@@ -252,7 +257,8 @@ class BertSequenceClassifier : public PretrainedModel {
   ForwardOutput run(const ForwardInput& in) override {
     check_positions(config(), in);
     ForwardOutput out;
-    out.hidden_states = bert(in.input_ids, token_types_or_zeros(config(), in), in.attention_mask);
+    out.hidden_states = bert->forward(in.input_ids, token_types_or_zeros(config(), in),
+                                      in.attention_mask, layer_wrapper);
     torch::Tensor pooled = bert->pooler(out.hidden_states);
     out.logits = classifier(torch::dropout(pooled, classifier_dropout_, is_training()));
     if (in.labels.defined()) out.loss = loss(out.logits, in.labels);

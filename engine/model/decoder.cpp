@@ -176,7 +176,8 @@ class DecoderStackImpl : public torch::nn::Module {
   // [B or 1, T]. The sliding window is applied through the mask, so the cache keeps every
   // position (the same attention as transformers' sliding-window cache layers).
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& attention_mask,
-                        const torch::Tensor& positions, KVCache* cache) {
+                        const torch::Tensor& positions, KVCache* cache,
+                        const LayerWrapper& wrapper = {}) {
     torch::Tensor h = embed_tokens(ids);
     auto [cos, sin] = rotary_.cos_sin(positions, h.scalar_type());
     const std::int64_t length = ids.size(1);
@@ -188,8 +189,15 @@ class DecoderStackImpl : public torch::nn::Module {
       cache->layers.resize(layers->size());
     for (std::size_t i = 0; i < layers->size(); ++i) {
       const torch::Tensor& mask = sliding_layers_[i] ? sliding_mask : full_mask;
-      h = layers[i]->as<DecoderLayerImpl>()->forward(h, cos, sin, mask,
-                                                     cache ? &cache->layers[i] : nullptr);
+      if (wrapper && cache == nullptr) {
+        std::shared_ptr<DecoderLayerImpl> layer = layers->ptr<DecoderLayerImpl>(i);
+        h = wrapper([layer, cos = cos, sin = sin,
+                     mask](const torch::Tensor& in) { return layer->forward(in, cos, sin, mask); },
+                    h);
+      } else {
+        h = layers[i]->as<DecoderLayerImpl>()->forward(h, cos, sin, mask,
+                                                       cache ? &cache->layers[i] : nullptr);
+      }
     }
     return norm(h);
   }
@@ -220,7 +228,8 @@ class DecoderBase : public PretrainedModel {
  protected:
   ForwardOutput run(const ForwardInput& in) override {
     ForwardOutput out;
-    out.hidden_states = stack_->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache);
+    out.hidden_states =
+        stack_->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache, layer_wrapper);
     return out;
   }
 
@@ -245,7 +254,8 @@ class DecoderCausalLM : public PretrainedModel {
  protected:
   ForwardOutput run(const ForwardInput& in) override {
     ForwardOutput out;
-    out.hidden_states = model->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache);
+    out.hidden_states =
+        model->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache, layer_wrapper);
     torch::Tensor kept = keep_last_positions(out.hidden_states, in.logits_to_keep);
     out.logits = lm_head ? lm_head(kept) : torch::linear(kept, model->embed_tokens->weight);
     if (in.labels.defined()) out.loss = causal_lm_loss(out.logits, in.labels);

@@ -113,13 +113,20 @@ class Gpt2StackImpl : public torch::nn::Module {
   }
   // `attention_mask` [B, S + T] covers cached and new positions; `positions` is [B or 1, T].
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& attention_mask,
-                        const torch::Tensor& positions, KVCache* cache) {
+                        const torch::Tensor& positions, KVCache* cache,
+                        const LayerWrapper& wrapper = {}) {
     torch::Tensor x = wte(ids) + wpe(positions);
     x = torch::dropout(x, embd_dropout_, is_training());
     torch::Tensor mask = build_causal_mask(attention_mask, ids.size(1));
     if (cache != nullptr && cache->layers.size() != h->size()) cache->layers.resize(h->size());
-    for (std::size_t i = 0; i < h->size(); ++i)
-      x = h[i]->as<Gpt2BlockImpl>()->forward(x, mask, cache ? &cache->layers[i] : nullptr);
+    for (std::size_t i = 0; i < h->size(); ++i) {
+      if (wrapper && cache == nullptr) {
+        std::shared_ptr<Gpt2BlockImpl> block = h->ptr<Gpt2BlockImpl>(i);
+        x = wrapper([block, mask](const torch::Tensor& in) { return block->forward(in, mask); }, x);
+      } else {
+        x = h[i]->as<Gpt2BlockImpl>()->forward(x, mask, cache ? &cache->layers[i] : nullptr);
+      }
+    }
     return ln_f(x);
   }
   Embedding wte{nullptr}, wpe{nullptr};
@@ -162,7 +169,8 @@ class Gpt2Base : public PretrainedModel {
     check_positions(config(), in);
     stack_->train(is_training());
     ForwardOutput out;
-    out.hidden_states = stack_->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache);
+    out.hidden_states =
+        stack_->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache, layer_wrapper);
     return out;
   }
 
@@ -188,8 +196,8 @@ class Gpt2LMHead : public PretrainedModel {
   ForwardOutput run(const ForwardInput& in) override {
     check_positions(config(), in);
     ForwardOutput out;
-    out.hidden_states =
-        transformer->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache);
+    out.hidden_states = transformer->forward(in.input_ids, in.attention_mask, in.position_ids,
+                                             in.cache, layer_wrapper);
     torch::Tensor kept = keep_last_positions(out.hidden_states, in.logits_to_keep);
     out.logits = lm_head ? lm_head(kept) : torch::linear(kept, transformer->wte->weight);
     if (in.labels.defined()) out.loss = causal_lm_loss(out.logits, in.labels);

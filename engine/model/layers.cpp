@@ -20,15 +20,20 @@ LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool has_bias,
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
-  // at::linear, not torch::nn::functional::linear: the latter adds the bias in a separate
-  // step for 3-D inputs, which rounds twice in bf16 where transformers rounds once.
-  if (layout == Layout::OutIn) return torch::linear(x, weight, bias);
-  // Conv1D as transformers computes it: one addmm over the flattened rows.
-  std::vector<std::int64_t> out_shape = x.sizes().vec();
-  out_shape.back() = out_features;
-  torch::Tensor rows = x.reshape({-1, in_features});
-  torch::Tensor y = bias.defined() ? torch::addmm(bias, rows, weight) : torch::mm(rows, weight);
-  return y.view(out_shape);
+  torch::Tensor y;
+  if (layout == Layout::OutIn) {
+    // at::linear, not torch::nn::functional::linear: the latter adds the bias in a separate
+    // step for 3-D inputs, which rounds twice in bf16 where transformers rounds once.
+    y = torch::linear(x, weight, bias);
+  } else {
+    // Conv1D as transformers computes it: one addmm over the flattened rows.
+    std::vector<std::int64_t> out_shape = x.sizes().vec();
+    out_shape.back() = out_features;
+    torch::Tensor rows = x.reshape({-1, in_features});
+    y = (bias.defined() ? torch::addmm(bias, rows, weight) : torch::mm(rows, weight))
+            .view(out_shape);
+  }
+  return adapter ? adapter->forward(x, y, is_training()) : y;
 }
 
 EmbeddingImpl::EmbeddingImpl(std::int64_t n, std::int64_t dim, const torch::TensorOptions& options)

@@ -6,13 +6,24 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
 namespace tessera::model {
 
+// An addition to a Linear's output computed from its input (LoRA's B·A·x), so that adapters wrap
+// a layer without touching its parameters or the family that owns it.
+struct LinearAdapter {
+  virtual ~LinearAdapter() = default;
+  // `y` = the base output for `x`; returns y plus the adapter's contribution. `training` is the
+  // Linear's mode (dropout and the like apply only when true).
+  virtual torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& y, bool training) = 0;
+};
+
 // y = x·Wᵀ + b. `InOut` stores W as [in, out] (GPT-2's Conv1D) and computes y = x·W + b, so a
-// checkpoint's tensor loads as is under the same name.
+// checkpoint's tensor loads as is under the same name. With an `adapter`, its forward(x, y) is
+// the output.
 class LinearImpl : public torch::nn::Module {
  public:
   enum class Layout { OutIn, InOut };
@@ -24,7 +35,8 @@ class LinearImpl : public torch::nn::Module {
   std::int64_t out_features;
   Layout layout;
   torch::Tensor weight;
-  torch::Tensor bias;  // undefined when the layer has none
+  torch::Tensor bias;                      // undefined when the layer has none
+  std::shared_ptr<LinearAdapter> adapter;  // null: a plain linear layer
 };
 TORCH_MODULE(Linear);
 

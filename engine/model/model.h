@@ -28,6 +28,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -83,6 +84,12 @@ struct ForwardOutput {
   torch::Tensor hidden_states;  // last hidden state [B, T, hidden] (after the final norm)
 };
 
+// One layer of a family's stack as a function of its input hidden states (the layer's other
+// inputs — rotary tables, mask — captured by value), and a wrapper that runs it: the hook for
+// activation checkpointing (train::checkpointed), which calls the function again in backward.
+using LayerFunction = std::function<torch::Tensor(const torch::Tensor&)>;
+using LayerWrapper = std::function<torch::Tensor(const LayerFunction&, const torch::Tensor&)>;
+
 class PretrainedModel : public torch::nn::Module {
  public:
   PretrainedModel(hf::ModelConfig config, TaskHead head)
@@ -100,6 +107,11 @@ class PretrainedModel : public torch::nn::Module {
   virtual bool is_ignorable_tensor(const std::string& name) const;
   // Whether forward accepts ForwardInput::cache and position_ids (the decoder families).
   virtual bool supports_cache() const { return false; }
+
+  // When set, every family's layer loop runs each layer as layer_wrapper(layer, h) instead of
+  // layer(h) — except with a KV cache (generation), where layers run directly since a
+  // recomputation would append to the cache twice.
+  LayerWrapper layer_wrapper;
 
  protected:
   virtual ForwardOutput run(const ForwardInput& input) = 0;

@@ -7,8 +7,8 @@
 // replayed, so dropout draws the same masks in the recomputation. (CUDA generator state is not
 // replayed yet: dropout > 0 under checkpointing on CUDA would differ.)
 //
-// Not wired into the models yet: the families loop over their layers inside engine/model, which
-// has no per-layer hook; see the trainer's report for the hook this needs.
+// Wired into the models through PretrainedModel::layer_wrapper (the trainer sets it when
+// training.activation_checkpointing is on).
 #include <torch/torch.h>
 
 #include <functional>

@@ -28,6 +28,29 @@ std::string last_component(const std::string& name) {
 const std::string kPeftPrefix = "base_model.model.";
 }  // namespace
 
+// PEFT's LoRA forward: y + B(A(dropout(x)))·scaling, with A [r, in] and B [out, r] as linear
+// weights whatever the base layout (fan_in_fan_out only concerns the base weight). Only
+// rank-sized intermediates are built, never a weight-sized delta.
+class LoraModel::Adapter : public model::LinearAdapter {
+ public:
+  Adapter(torch::Tensor a, torch::Tensor b, double scaling, double dropout)
+      : lora_a(std::move(a)), lora_b(std::move(b)), scaling_(scaling), dropout_(dropout) {}
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& y, bool training) override {
+    torch::Tensor in = x.scalar_type() == lora_a.scalar_type() ? x : x.to(lora_a.scalar_type());
+    if (training && dropout_ > 0.0) in = torch::dropout(in, dropout_, /*train=*/true);
+    torch::Tensor update = torch::linear(torch::linear(in, lora_a), lora_b) * scaling_;
+    return y + (update.scalar_type() == y.scalar_type() ? update : update.to(y.scalar_type()));
+  }
+  // Shared with adapters() and the plugin (which may move them to another device/dtype in
+  // place), so the forward always reads the current values.
+  torch::Tensor lora_a;  // [r, in]
+  torch::Tensor lora_b;  // [out, r]
+
+ private:
+  double scaling_;
+  double dropout_;
+};
+
 LoraModel::LoraModel(std::shared_ptr<model::PretrainedModel> model, LoraOptions options)
     : model_(std::move(model)), options_(std::move(options)) {
   if (options_.rank < 1 || options_.rank > 65536)
@@ -36,10 +59,6 @@ LoraModel::LoraModel(std::shared_ptr<model::PretrainedModel> model, LoraOptions 
     throw_invalid("method.lora_alpha: must be a positive number");
   if (!(options_.dropout >= 0.0 && options_.dropout < 1.0))
     throw_invalid("method.lora_dropout: must be in [0, 1)");
-  if (options_.dropout > 0.0)
-    throw_unsupported("method.lora_dropout > 0 is not supported yet",
-                      "set lora_dropout to 0 (dropout on the adapter input needs an adapter hook "
-                      "in the engine's Linear block)");
   if (options_.targets.empty()) options_.targets = default_lora_targets(model_->config().family);
   fan_in_fan_out_ = model_->config().family == hf::ModelFamily::Gpt2;
   std::set<std::string> wanted(options_.targets.begin(), options_.targets.end());
@@ -51,16 +70,19 @@ LoraModel::LoraModel(std::shared_ptr<model::PretrainedModel> model, LoraOptions 
     const std::string leaf = last_component(item.key());
     if (!wanted.count(leaf)) continue;
     matched.insert(leaf);
+    if (linear->adapter)
+      throw_invalid("method.lora_targets: " + item.key() + " already has an adapter",
+                    "apply LoRA to a model once");
+    auto options = torch::TensorOptions().dtype(torch::kFloat32).device(linear->weight.device());
+    torch::Tensor lora_a = torch::empty({options_.rank, linear->in_features}, options);
+    // kaiming_uniform_(a=√5) on [r, in]: bound = √(6 / ((1 + a²)·fan_in)) = 1/√fan_in.
+    const double bound = 1.0 / std::sqrt(static_cast<double>(linear->in_features));
+    lora_a.uniform_(-bound, bound);
+    torch::Tensor lora_b = torch::zeros({linear->out_features, options_.rank}, options);
     Layer layer;
     layer.module_name = item.key();
     layer.linear = linear;
-    layer.base_weight = linear->weight;
-    auto options = torch::TensorOptions().dtype(torch::kFloat32).device(linear->weight.device());
-    layer.lora_a = torch::empty({options_.rank, linear->in_features}, options);
-    // kaiming_uniform_(a=√5) on [r, in]: bound = √(6 / ((1 + a²)·fan_in)) = 1/√fan_in.
-    const double bound = 1.0 / std::sqrt(static_cast<double>(linear->in_features));
-    layer.lora_a.uniform_(-bound, bound);
-    layer.lora_b = torch::zeros({linear->out_features, options_.rank}, options);
+    layer.adapter = std::make_shared<Adapter>(lora_a, lora_b, scaling(), options_.dropout);
     layers_.push_back(std::move(layer));
   }
   for (const std::string& t : options_.targets)
@@ -75,6 +97,7 @@ LoraModel::LoraModel(std::shared_ptr<model::PretrainedModel> model, LoraOptions 
             return s;
           }());
   for (const auto& p : model_->parameters()) p.set_requires_grad(false);
+  refresh();
 }
 
 LoraModel::~LoraModel() = default;
@@ -82,31 +105,33 @@ LoraModel::~LoraModel() = default;
 std::vector<optim::NamedTensor> LoraModel::adapters() const {
   std::vector<optim::NamedTensor> out;
   for (const Layer& l : layers_) {
-    out.push_back({kPeftPrefix + l.module_name + ".lora_A.weight", l.lora_a});
-    out.push_back({kPeftPrefix + l.module_name + ".lora_B.weight", l.lora_b});
+    out.push_back({kPeftPrefix + l.module_name + ".lora_A.weight", l.adapter->lora_a});
+    out.push_back({kPeftPrefix + l.module_name + ".lora_B.weight", l.adapter->lora_b});
   }
   return out;
 }
 
 torch::Tensor LoraModel::delta(const Layer& l) const {
-  torch::Tensor d = torch::mm(l.lora_b, l.lora_a).mul(scaling());  // [out, in]
+  torch::Tensor d = torch::mm(l.adapter->lora_b.to(torch::kFloat32),
+                              l.adapter->lora_a.to(torch::kFloat32))
+                        .mul(scaling());  // [out, in]
   return fan_in_fan_out_ || l.linear->layout == model::LinearImpl::Layout::InOut ? d.t() : d;
 }
 
 void LoraModel::refresh() {
-  for (Layer& l : layers_) l.linear->weight = l.base_weight + delta(l).to(l.base_weight.dtype());
+  for (Layer& l : layers_) l.linear->adapter = l.adapter;
 }
 
 void LoraModel::detach() {
-  for (Layer& l : layers_) l.linear->weight = l.base_weight;
+  for (Layer& l : layers_) l.linear->adapter.reset();
 }
 
 void LoraModel::merge() {
   torch::NoGradGuard no_grad;
   for (Layer& l : layers_) {
-    torch::Tensor merged = l.base_weight.to(torch::kFloat32) + delta(l).to(torch::kFloat32);
-    l.base_weight.copy_(merged);
-    l.linear->weight = l.base_weight;
+    torch::Tensor& weight = l.linear->weight;
+    weight.copy_(weight.to(torch::kFloat32) + delta(l));
+    l.linear->adapter.reset();
   }
   layers_.clear();
 }

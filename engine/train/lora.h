@@ -1,14 +1,10 @@
 #pragma once
 // LoRA on the engine's Linear blocks, saved and loaded in the PEFT format.
 //
-// How it wraps Linear without touching the families: engine/model's LinearImpl has no adapter
-// hook yet, so each targeted Linear's `weight` member (what its forward reads) is pointed at
-// W + (α/r)·B·A, recomputed by refresh() before every forward; the registered (frozen) base
-// parameter keeps its HF name and storage. The result equals PEFT's base(x) + B(A(x))·α/r up to
-// float rounding, and gradients reach A and B through autograd. Limitation of this approach:
-// lora_dropout > 0 cannot be expressed on the weight, so it is refused until Linear gains an
-// adapter hook (the change needed is described in the trainer's report / README of this
-// folder: an optional `std::shared_ptr<LinearAdapter>` that LinearImpl::forward adds).
+// How it wraps Linear without touching the families: each targeted LinearImpl gets an adapter
+// (model::LinearAdapter) that adds PEFT's B(A(dropout(x)))·α/r to the base output. The base
+// weight stays a frozen parameter under its HF name; only rank-sized tensors are built per
+// forward; dropout (lora_dropout) applies in training mode only, like PEFT's nn.Dropout.
 //
 // Names: `base_model.model.<module path>.lora_A.weight` ([r, in]) and `.lora_B.weight`
 // ([out, r]), as PeftModel saves them. GPT-2's Conv1D ([in, out]) is PEFT's fan_in_fan_out.
@@ -46,10 +42,10 @@ class LoraModel {
 
   // The adapter tensors in PEFT names (lora_A then lora_B per module, in module order).
   std::vector<optim::NamedTensor> adapters() const;
-  // Points every targeted Linear at its effective weight (call before each forward; gradients
-  // flow to the adapters when grad mode is on).
+  // Attaches the adapters to their Linears (done by the constructor; needed again only after
+  // detach()). Gradients flow to the adapters when grad mode is on.
   void refresh();
-  // Puts the plain base weights back (the model then runs without adapters).
+  // Removes the adapters from the Linears (the model then runs as the plain base model).
   void detach();
   // W += (α/r)·B·A into the base weights (in their dtype) and detaches; the model is then a
   // plain model with the adapter merged (for export). The adapters are unusable afterwards.
@@ -69,14 +65,13 @@ class LoraModel {
   const LoraOptions& options() const { return options_; }
 
  private:
+  class Adapter;
   struct Layer {
     std::string module_name;  // e.g. model.layers.0.self_attn.q_proj
     std::shared_ptr<model::LinearImpl> linear;
-    torch::Tensor base_weight;  // the registered parameter
-    torch::Tensor lora_a;       // [r, in]
-    torch::Tensor lora_b;       // [out, r]
+    std::shared_ptr<Adapter> adapter;  // holds lora_A [r, in] and lora_B [out, r]
   };
-  torch::Tensor delta(const Layer& layer) const;  // in the base weight's layout
+  torch::Tensor delta(const Layer& layer) const;  // float32, in the base weight's layout
   std::shared_ptr<model::PretrainedModel> model_;
   LoraOptions options_;
   std::vector<Layer> layers_;

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "optim/schedule.h"
+#include "train/activation_checkpoint.h"
 #include "train/checkpoint.h"
 
 namespace tessera::train {
@@ -42,10 +43,6 @@ Trainer::Trainer(std::shared_ptr<model::PretrainedModel> model, TrainerOptions o
                  job::EventSink* events)
     : model_(std::move(model)), options_(std::move(options)), events_(events) {
   const job::TrainingSpec& t = options_.training;
-  if (t.activation_checkpointing)
-    throw_unsupported("training.activation_checkpointing is not supported yet",
-                      "set activation_checkpointing to false (the model's layer stack has no "
-                      "per-layer hook for recomputation yet)");
   if (t.gradient_accumulation < 1) throw_invalid("training.gradient_accumulation: must be >= 1");
   if (!(t.learning_rate >= 0.0) || !std::isfinite(t.learning_rate))
     throw_invalid("training.learning_rate: must be a finite number >= 0");
@@ -80,10 +77,15 @@ Trainer::Trainer(std::shared_ptr<model::PretrainedModel> model, TrainerOptions o
   plugin_options.device = options_.device;
   plugin_options.adamw = {t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay};
   plugin_->prepare(*model_, std::move(trainable), plugin_options);
+  // Each layer's activations are recomputed in backward instead of kept (grad mode only; the
+  // model bypasses the wrapper when it runs with a KV cache).
+  if (t.activation_checkpointing) model_->layer_wrapper = &checkpointed;
   model_->train();
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  if (options_.training.activation_checkpointing) model_->layer_wrapper = nullptr;
+}
 
 std::int64_t Trainer::total_steps_for(const BatchSource& train) const {
   const job::TrainingSpec& t = options_.training;
@@ -103,7 +105,6 @@ double Trainer::micro_batch_loss(const Batch& batch, bool backward) {
   in.attention_mask =
       batch.attention_mask.defined() ? batch.attention_mask.to(device) : torch::Tensor();
   in.labels = batch.labels.defined() ? batch.labels.to(device) : batch.input_ids.to(device);
-  if (lora_) lora_->refresh();
   model::ForwardOutput out = model_->forward(in);
   if (!out.loss.defined())
     throw_invalid("training: the model computed no loss for a batch",

@@ -8,7 +8,7 @@
 //       [--lora-init adapter_model.safetensors] [--out-dir DIR] [--save-every N]
 //       [--keep-last K] [--resume DIR] [--stop-after N] [--events FILE]
 //       [--final-weights W.safetensors] [--save-adapter DIR] [--logits L.safetensors]
-//       [--threads N]
+//       [--threads N] [--lora-dropout P] [--activation-checkpointing]
 //
 // B holds `input_ids` [N, B, T] (I64) and optionally `attention_mask` and `labels` of the same
 // shape: N batches, used in order. The report holds per-step losses, grad norms and lrs.
@@ -63,6 +63,15 @@ std::vector<train::Batch> read_batches(const std::string& path) {
   return batches;
 }
 
+// The process's peak resident set size (VmHWM), 0 when unavailable.
+std::uint64_t peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;  // kB
+  return 0;
+}
+
 int run(int argc, char** argv) {
   std::string model_dir, batches_path, report_path, events_path, final_weights, save_adapter,
       logits_path;
@@ -110,6 +119,10 @@ int run(int argc, char** argv) {
       options.method.lora_alpha = std::stod(value());
     else if (arg == "--lora-targets")
       options.method.lora_targets = split_commas(value());
+    else if (arg == "--lora-dropout")
+      options.method.lora_dropout = std::stod(value());
+    else if (arg == "--activation-checkpointing")
+      options.training.activation_checkpointing = true;
     else if (arg == "--lora-init")
       options.lora_init = value();
     else if (arg == "--out-dir")
@@ -152,6 +165,7 @@ int run(int argc, char** argv) {
                            {"steps_done", result.steps_done},
                            {"status", result.status}};
   if (result.last_checkpoint) report["last_checkpoint"] = result.last_checkpoint->string();
+  report["peak_rss_bytes"] = peak_rss_bytes();
   std::ofstream(report_path) << report.dump(2) << "\n";
 
   if (!final_weights.empty())

@@ -1,11 +1,14 @@
 // Trainer: LR schedules and AdamW against hand-computed values, clipping, crash-safe
 // checkpoints (torn saves ignored, old checkpoints deleted only after the new one is whole),
 // exact resume, LoRA merge, and the errors a user meets.
+#include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
 
 #include <QtTest>
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -84,6 +87,100 @@ std::vector<train::Batch> tiny_batches(int n) {
   }
   return out;
 }
+
+std::shared_ptr<model::PretrainedModel> make_model(const json& config, std::uint64_t seed = 11) {
+  auto c = tessera::hf::parse_model_config(config, "config.json");
+  auto m = model::create_model(c, model::head_from_config(c));
+  model::init_weights(*m, seed);
+  return m;
+}
+
+json llama_config(int layers, int hidden, int positions) {
+  return json{{"model_type", "llama"},
+              {"architectures", {"LlamaForCausalLM"}},
+              {"vocab_size", 40},
+              {"hidden_size", hidden},
+              {"intermediate_size", hidden * 2},
+              {"num_hidden_layers", layers},
+              {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},
+              {"rms_norm_eps", 1e-5},
+              {"max_position_embeddings", positions},
+              {"tie_word_embeddings", false}};
+}
+
+// GPT-2 without dropout, so runs with and without recomputation are comparable bit for bit.
+json gpt2_config() {
+  return json{{"model_type", "gpt2"}, {"architectures", {"GPT2LMHeadModel"}},
+              {"vocab_size", 40},     {"n_embd", 16},
+              {"n_layer", 2},         {"n_head", 4},
+              {"n_positions", 64},    {"attn_pdrop", 0.0},
+              {"resid_pdrop", 0.0},   {"embd_pdrop", 0.0}};
+}
+
+std::vector<train::Batch> random_batches(int n, std::int64_t batch, std::int64_t length) {
+  torch::manual_seed(3);
+  std::vector<train::Batch> out;
+  for (int i = 0; i < n; ++i) {
+    train::Batch b;
+    b.input_ids = torch::randint(0, 40, {batch, length}, torch::kInt64);
+    b.attention_mask = torch::ones_like(b.input_ids);
+    b.labels = b.input_ids.clone();
+    out.push_back(b);
+  }
+  return out;
+}
+
+double relative_difference(double a, double b) {
+  return std::abs(a - b) / std::max(std::abs(b), 1e-30);
+}
+
+// Counts live and peak bytes of CPU tensor storage while installed (wraps torch's CPU
+// allocator): the measure of what a training step keeps alive, activations included.
+class CountingCpuAllocator : public c10::Allocator {
+ public:
+  static CountingCpuAllocator& instance() {
+    static auto* a = new CountingCpuAllocator();  // never destroyed: storages may outlive a test
+    return *a;
+  }
+  void install() {
+    if (!base_) base_ = c10::GetCPUAllocator();
+    c10::SetCPUAllocator(this, /*priority=*/100);
+  }
+  void uninstall() { c10::SetCPUAllocator(base_, /*priority=*/100); }
+  void reset_peak() { peak_ = live_.load(); }
+  std::int64_t live() const { return live_; }
+  std::int64_t peak() const { return peak_; }
+
+  c10::DataPtr allocate(std::size_t n) override {
+    c10::DataPtr inner = base_->allocate(n);
+    void* data = inner.get();
+    auto* context = new Context{std::move(inner), static_cast<std::int64_t>(n), this};
+    const std::int64_t now = live_ += context->bytes;
+    std::int64_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+    return {data, context, &Context::release, c10::Device(c10::DeviceType::CPU)};
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+
+ private:
+  struct Context {
+    c10::DataPtr inner;
+    std::int64_t bytes;
+    CountingCpuAllocator* owner;
+    static void release(void* p) {
+      auto* c = static_cast<Context*>(p);
+      c->owner->live_ -= c->bytes;
+      delete c;
+    }
+  };
+  c10::Allocator* base_ = nullptr;
+  std::atomic<std::int64_t> live_{0};
+  std::atomic<std::int64_t> peak_{0};
+};
 
 void write_file(const fs::path& p, const std::string& s) {
   std::ofstream(p) << s;
@@ -337,11 +434,10 @@ class TestTrain : public QObject {
     o.precision = "fp16";
     expect_error([&] { train::Trainer(tiny_llama(), o); }, ErrorKind::Unsupported, "fp16");
     o.precision = "fp32";
-    o.training.activation_checkpointing = true;
-    expect_error([&] { train::Trainer(tiny_llama(), o); }, ErrorKind::Unsupported,
-                 "activation_checkpointing");
-    o.training.activation_checkpointing = false;
     o.method.type = "lora";
+    o.method.lora_dropout = 1.0;
+    expect_error([&] { train::Trainer(tiny_llama(), o); }, ErrorKind::InvalidInput, "lora_dropout");
+    o.method.lora_dropout = 0.0;
     o.method.lora_targets = {"q_projj"};
     expect_error([&] { train::Trainer(tiny_llama(), o); }, ErrorKind::InvalidInput, "q_projj");
     o.method.type = "full";
@@ -383,6 +479,140 @@ class TestTrain : public QObject {
     y.sum().backward();
     QVERIFY(w.grad().defined());
     QVERIFY(torch::allclose(w.grad(), x_init.sum(0).unsqueeze(1).expand({6, 6})));
+  }
+
+  void lora_with_dropout_trains() {
+    // lora_dropout > 0: training runs with finite losses and moves both adapter matrices;
+    // dropout is active in training mode only, so eval-mode logits are deterministic.
+    for (const json& config : {llama_config(2, 16, 64), gpt2_config()}) {
+      auto m = make_model(config);
+      train::TrainerOptions o;
+      o.training.steps = 4;
+      o.training.learning_rate = 1e-2;
+      o.method.type = "lora";
+      o.method.lora_rank = 4;
+      o.method.lora_alpha = 8;
+      o.method.lora_dropout = 0.3;
+      o.device = "cpu";
+      train::Trainer t(m, o);
+      std::vector<torch::Tensor> before;
+      for (const auto& a : t.lora()->adapters()) before.push_back(a.tensor.detach().clone());
+      auto batches = random_batches(2, 2, 8);
+      train::FixedBatchSource src(batches, false, 1);
+      auto r = t.train(src);
+      QCOMPARE(r.losses.size(), std::size_t{4});
+      for (double loss : r.losses) QVERIFY(std::isfinite(loss));
+      const auto after = t.lora()->adapters();
+      for (std::size_t i = 0; i < after.size(); ++i)
+        QVERIFY2(!torch::equal(after[i].tensor, before[i]), after[i].name.c_str());
+      QCOMPARE(t.lora()->adapter_config("base")["lora_dropout"].get<double>(), 0.3);
+      torch::NoGradGuard no_grad;
+      model::ForwardInput in;
+      in.input_ids = batches[0].input_ids;
+      in.attention_mask = batches[0].attention_mask;
+      m->train();
+      torch::Tensor train1 = m->forward(in).logits, train2 = m->forward(in).logits;
+      QVERIFY(!torch::equal(train1, train2));  // dropout draws differ between forwards
+      m->eval();
+      torch::Tensor eval1 = m->forward(in).logits, eval2 = m->forward(in).logits;
+      QVERIFY(torch::equal(eval1, eval2));
+      // The adapter in eval mode is exactly the merged delta.
+      t.lora()->merge();
+      QVERIFY((m->forward(in).logits - eval1).abs().max().item<double>() < 1e-5);
+    }
+  }
+
+  void activation_checkpointing_gives_the_same_training() {
+    // fp32, dropout 0: 5 steps with per-layer recomputation equal 5 steps without (losses,
+    // gradient norms, final weights), for llama and gpt2, full fine-tuning and LoRA.
+    struct Case {
+      json config;
+      std::string method;
+    };
+    for (const Case& c : {Case{llama_config(2, 16, 64), "full"}, Case{gpt2_config(), "full"},
+                          Case{llama_config(2, 16, 64), "lora"}, Case{gpt2_config(), "lora"}}) {
+      auto run = [&](bool checkpointing) {
+        auto m = make_model(c.config);
+        train::TrainerOptions o;
+        o.training.steps = 5;
+        o.training.learning_rate = 1e-2;
+        o.training.gradient_accumulation = 2;
+        o.training.activation_checkpointing = checkpointing;
+        o.method.type = c.method;
+        o.device = "cpu";
+        train::Trainer t(m, o);
+        auto batches = random_batches(3, 2, 12);
+        train::FixedBatchSource src(batches, true, 5);
+        auto r = t.train(src);
+        std::vector<torch::Tensor> weights;
+        for (const auto& w : t.plugin().trainable_weights())
+          weights.push_back(w.tensor.detach().clone());
+        return std::make_pair(r, weights);
+      };
+      auto [plain, plain_weights] = run(false);
+      auto [recomputed, recomputed_weights] = run(true);
+      QCOMPARE(recomputed.losses.size(), std::size_t{5});
+      for (std::size_t i = 0; i < plain.losses.size(); ++i) {
+        QVERIFY(relative_difference(recomputed.losses[i], plain.losses[i]) < 1e-6);
+        QVERIFY(relative_difference(recomputed.grad_norms[i], plain.grad_norms[i]) < 1e-6);
+      }
+      QVERIFY(plain.losses.back() < plain.losses.front());
+      for (std::size_t i = 0; i < plain_weights.size(); ++i)
+        QVERIFY(torch::allclose(recomputed_weights[i], plain_weights[i], 1e-5, 1e-7));
+    }
+  }
+
+  void activation_checkpointing_keeps_generation_and_eval_correct() {
+    // With the wrapper set, a forward with a KV cache (grad mode on or off) runs the layers
+    // directly: the cache holds each position once and the logits equal a plain forward.
+    auto m = make_model(llama_config(2, 16, 64));
+    m->eval();
+    auto batches = random_batches(1, 1, 6);
+    model::ForwardInput in;
+    in.input_ids = batches[0].input_ids;
+    in.attention_mask = batches[0].attention_mask;
+    torch::Tensor plain = m->forward(in).logits.detach();
+    m->layer_wrapper = &train::checkpointed;
+    model::KVCache cache;
+    in.cache = &cache;
+    torch::Tensor cached = m->forward(in).logits;
+    QCOMPARE(cache.length(), std::int64_t{6});
+    QVERIFY(torch::allclose(cached, plain, 1e-6, 1e-7));
+    in.cache = nullptr;
+    QVERIFY(torch::allclose(m->forward(in).logits, plain, 1e-6, 1e-7));
+  }
+
+  void activation_checkpointing_lowers_peak_memory() {
+    // A deeper, longer config: peak live tensor bytes of one training step (forward + backward)
+    // with per-layer recomputation against without. Weights, gradients and optimizer state are
+    // the same in both; the saved activations of all but one layer are not kept.
+    auto measure = [](bool checkpointing) {
+      auto m = make_model(llama_config(8, 64, 512));
+      train::TrainerOptions o;
+      o.training.steps = 1;
+      o.training.learning_rate = 1e-3;
+      o.training.activation_checkpointing = checkpointing;
+      o.device = "cpu";
+      train::Trainer t(m, o);
+      auto batches = random_batches(1, 4, 256);
+      train::FixedBatchSource src(batches, false, 1);
+      auto& counter = CountingCpuAllocator::instance();
+      counter.install();
+      counter.reset_peak();
+      const std::int64_t start = counter.live();
+      t.train(src);
+      const std::int64_t peak = counter.peak() - start;
+      counter.uninstall();
+      return peak;
+    };
+    const std::int64_t plain = measure(false), recomputed = measure(true);
+    qInfo(
+        "peak live tensor bytes of a step (llama 8 layers, hidden 64, batch 4 x 256): "
+        "%lld without activation checkpointing, %lld with (%.2fx)",
+        static_cast<long long>(plain), static_cast<long long>(recomputed),
+        static_cast<double>(plain) / static_cast<double>(recomputed));
+    QVERIFY(plain > 0 && recomputed > 0);
+    QVERIFY(recomputed * 2 < plain);
   }
 
   void collate_pads_right_with_ignored_labels() {
