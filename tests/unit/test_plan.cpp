@@ -1,0 +1,249 @@
+// The planner's cost model and search: parameter counts by formula against published
+// checkpoints, LoRA counts, and the choices under a simulated (deliberately small) host budget.
+#include <QtTest/QtTest>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "hf/config.h"
+#include "plan/planner.h"
+#include "plan/profile.h"
+
+using nlohmann::json;
+using namespace tessera;
+
+namespace {
+
+hf::ModelConfig config(const json& doc) {
+  return hf::parse_model_config(doc, "config.json");
+}
+
+// A small llama whose peak is above the runtime floor, with activations and weights visible.
+json small_llama() {
+  return {{"model_type", "llama"},
+          {"architectures", {"LlamaForCausalLM"}},
+          {"vocab_size", 8000},
+          {"hidden_size", 512},
+          {"intermediate_size", 1376},
+          {"num_hidden_layers", 4},
+          {"num_attention_heads", 8},
+          {"num_key_value_heads", 8},
+          {"max_position_embeddings", 512},
+          {"tie_word_embeddings", false}};
+}
+
+plan::PlanInputs inputs(std::uint64_t simulated_budget, const std::string& method = "full") {
+  plan::PlanInputs in;
+  in.model = config(small_llama());
+  in.spec.method.type = method;
+  in.spec.training.batch_size = 8;
+  in.spec.training.steps = 10;
+  in.spec.dataset.max_length = 128;
+  in.profile.cpu.physical_cores = 2;
+  in.profile.cpu_flops = 1e11;
+  in.profile.memory.total = 64ull << 30;
+  in.profile.memory.available = 64ull << 30;
+  in.profile.memory.simulated = simulated_budget;
+  return in;
+}
+
+plan::Settings settings(std::int64_t micro_batch, bool checkpointing, const std::string& method) {
+  plan::Settings s;
+  s.method = method;
+  s.micro_batch = micro_batch;
+  s.sequence_length = 128;
+  s.activation_checkpointing = checkpointing;
+  return s;
+}
+
+// The simulated budget at which `s` just fits (the planner keeps kHeadroom free).
+std::uint64_t budget_for(const plan::Settings& s) {
+  const auto peak = plan::estimate_memory(config(small_llama()), s, 0).peak();
+  return static_cast<std::uint64_t>(static_cast<double>(peak) / (1.0 - plan::kHeadroom)) + 4096;
+}
+
+}  // namespace
+
+class TestPlan : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  // Published parameter counts of real checkpoints (transformers' num_parameters()).
+  void parameterCountsMatchPublishedModels_data() {
+    QTest::addColumn<QString>("doc");
+    QTest::addColumn<qint64>("expected");
+    QTest::newRow("Llama-2-7b") << QString::fromStdString(json{
+                                       {"model_type", "llama"},
+                                       {"vocab_size", 32000},
+                                       {"hidden_size", 4096},
+                                       {"intermediate_size", 11008},
+                                       {"num_hidden_layers", 32},
+                                       {"num_attention_heads", 32},
+                                       {"num_key_value_heads", 32},
+                                       {"max_position_embeddings",
+                                        4096}}.dump())
+                                << qint64(6738415616);
+    QTest::newRow("Mistral-7B-v0.1") << QString::fromStdString(json{
+                                            {"model_type", "mistral"},
+                                            {"vocab_size", 32000},
+                                            {"hidden_size", 4096},
+                                            {"intermediate_size", 14336},
+                                            {"num_hidden_layers", 32},
+                                            {"num_attention_heads", 32},
+                                            {"num_key_value_heads", 8},
+                                            {"max_position_embeddings", 32768},
+                                            {"sliding_window",
+                                             4096}}.dump())
+                                     << qint64(7241732096);
+    QTest::newRow("Qwen2-0.5B") << QString::fromStdString(json{
+                                       {"model_type", "qwen2"},
+                                       {"vocab_size", 151936},
+                                       {"hidden_size", 896},
+                                       {"intermediate_size", 4864},
+                                       {"num_hidden_layers", 24},
+                                       {"num_attention_heads", 14},
+                                       {"num_key_value_heads", 2},
+                                       {"max_position_embeddings", 32768},
+                                       {"tie_word_embeddings",
+                                        true}}.dump())
+                                << qint64(494032768);
+    QTest::newRow("gpt2") << QString::fromStdString(json{
+                                 {"model_type", "gpt2"},
+                                 {"vocab_size", 50257},
+                                 {"n_embd", 768},
+                                 {"n_layer", 12},
+                                 {"n_head", 12},
+                                 {"n_positions", 1024}}.dump())
+                          << qint64(124439808);
+    QTest::newRow("bert-base-uncased") << QString::fromStdString(json{
+                                              {"model_type", "bert"},
+                                              {"vocab_size", 30522},
+                                              {"hidden_size", 768},
+                                              {"intermediate_size", 3072},
+                                              {"num_hidden_layers", 12},
+                                              {"num_attention_heads", 12},
+                                              {"max_position_embeddings", 512},
+                                              {"type_vocab_size", 2}}.dump())
+                                       << qint64(109482240);
+  }
+  void parameterCountsMatchPublishedModels() {
+    QFETCH(QString, doc);
+    QFETCH(qint64, expected);
+    QCOMPARE(qint64(plan::count_parameters(config(json::parse(doc.toStdString())))), expected);
+  }
+
+  void loraCountsRankTimesInPlusOut() {
+    const auto llama = config(small_llama());
+    // q_proj (512→512) and v_proj (512→512), 4 layers, rank 8.
+    QCOMPARE(plan::count_lora_parameters(llama, 8, {}), std::int64_t(8 * (1024 + 1024) * 4));
+    QCOMPARE(plan::count_lora_parameters(llama, 4, {"down_proj"}),
+             std::int64_t(4 * (1376 + 512) * 4));
+    const auto gpt2 = config({{"model_type", "gpt2"},
+                              {"vocab_size", 100},
+                              {"n_embd", 64},
+                              {"n_layer", 2},
+                              {"n_head", 4},
+                              {"n_positions", 32}});
+    QCOMPARE(plan::count_lora_parameters(gpt2, 8, {}), std::int64_t(8 * (64 + 192) * 2));
+    QVERIFY_THROWS_EXCEPTION(tessera::Error, plan::count_lora_parameters(llama, 8, {"c_attn"}));
+  }
+
+  void estimateHasEachCategory() {
+    const auto c = config(small_llama());
+    const std::int64_t n = plan::count_parameters(c);
+    const auto full = plan::estimate_memory(c, settings(8, false, "full"), 0);
+    QCOMPARE(full.weights, std::uint64_t(4 * n));
+    QCOMPARE(full.gradients, std::uint64_t(4 * n));
+    QCOMPARE(full.optimizer, std::uint64_t(8 * n));
+    // The loss head alone holds at least logits and log-softmax, [B·S, V] fp32.
+    QVERIFY(full.activations > std::uint64_t(2) * 8 * 128 * 8000 * 4);
+    const auto half = plan::estimate_memory(c, settings(4, false, "full"), 0);
+    QVERIFY(half.activations * 2 >= full.activations - 1024 &&
+            half.activations * 2 <= full.activations + 1024);
+    const auto ckpt = plan::estimate_memory(c, settings(8, true, "full"), 0);
+    QVERIFY(ckpt.activations < full.activations);
+    const auto lora = plan::estimate_memory(c, settings(8, false, "lora"), 0);
+    QVERIFY(lora.optimizer == std::uint64_t(8 * plan::count_lora_parameters(c, 8, {})));
+    QVERIFY(lora.peak() < full.peak());
+  }
+
+  void planKeepsTheSpecWhenItFits() {
+    const auto p = plan::make_plan(inputs(64ull << 30));
+    QVERIFY(p.fits);
+    QCOMPARE(p.settings.micro_batch, std::int64_t(8));
+    QCOMPARE(p.settings.gradient_accumulation, std::int64_t(1));
+    QVERIFY(!p.settings.activation_checkpointing);
+    QCOMPARE(p.settings.method, std::string("full"));
+    QVERIFY(p.explanation.find("(simulated)") != std::string::npos);
+    QVERIFY(p.seconds_per_step > 0);
+    QVERIFY(p.total_steps && *p.total_steps == 10);
+  }
+
+  void planPicksSmallerMicroBatch() {
+    const auto p = plan::make_plan(inputs(budget_for(settings(4, false, "full"))));
+    QVERIFY(p.fits);
+    QCOMPARE(p.settings.micro_batch, std::int64_t(4));
+    QCOMPARE(p.settings.gradient_accumulation, std::int64_t(2));
+    QVERIFY(!p.settings.activation_checkpointing);
+    QVERIFY(p.tiers.at(0).estimate.peak() <= p.tiers.at(0).budget);
+  }
+
+  void planTurnsOnCheckpointingOnlyWhenNeeded() {
+    const auto p = plan::make_plan(inputs(budget_for(settings(8, true, "full"))));
+    QVERIFY(p.fits);
+    // Batch 8 with checkpointing fits but micro-batch 1 without might too: the planner
+    // prefers no checkpointing when any micro-batch fits without it.
+    const bool mb1_fits =
+        plan::estimate_memory(config(small_llama()), settings(1, false, "full"), 0).peak() <=
+        budget_for(settings(8, true, "full")) * 0.9;
+    QCOMPARE(p.settings.activation_checkpointing, !mb1_fits);
+    const auto tight = plan::make_plan(inputs(budget_for(settings(1, true, "full"))));
+    QVERIFY(tight.fits);
+    QVERIFY(tight.settings.activation_checkpointing);
+  }
+
+  void planSwitchesToLoraWhenFullCannotFit() {
+    const auto p = plan::make_plan(inputs(budget_for(settings(1, true, "lora"))));
+    QVERIFY(p.fits);
+    QCOMPARE(p.settings.method, std::string("lora"));
+    QVERIFY(!p.reasons.empty());
+  }
+
+  void planReportsOutOfMemory() {
+    const auto p = plan::make_plan(inputs(16ull << 20));
+    QVERIFY(!p.fits);
+    QVERIFY(p.explanation.find("out of memory") != std::string::npos);
+    QVERIFY(p.explanation.find("(simulated)") != std::string::npos);
+    QVERIFY(!p.what_would_fit.empty());
+    QVERIFY(plan::to_json(p)["memory"][0]["simulated"].get<bool>());
+  }
+
+  void bf16OnlyWithNativeSupport() {
+    auto in = inputs(64ull << 30);
+    in.spec.precision = "bf16";
+    auto p = plan::make_plan(in);
+    QCOMPARE(p.settings.precision, std::string("fp32"));  // profile has no bf16 ISA
+    in.profile.cpu.amx_bf16 = true;
+    p = plan::make_plan(in);
+    QCOMPARE(p.settings.precision, std::string("bf16"));
+  }
+
+  void parsesByteSizes() {
+    QCOMPARE(plan::parse_byte_size("2GiB", "x"), std::uint64_t(2) << 30);
+    QCOMPARE(plan::parse_byte_size("512MiB", "x"), std::uint64_t(512) << 20);
+    QCOMPARE(plan::parse_byte_size("1.5GB", "x"), std::uint64_t(1500000000));
+    QVERIFY_THROWS_EXCEPTION(tessera::Error, plan::parse_byte_size("lots", "x"));
+    QVERIFY_THROWS_EXCEPTION(tessera::Error, plan::parse_byte_size("-1GiB", "x"));
+  }
+
+  void profileSeesThisMachine() {
+    plan::ProfileOptions options;
+    const auto p = plan::probe_hardware(options);
+    QVERIFY(p.cpu.logical_cores >= 1);
+    QVERIFY(p.memory.total > 0);
+    QVERIFY(p.memory.available <= p.memory.total);
+    QVERIFY(!p.os.empty());
+  }
+};
+
+QTEST_APPLESS_MAIN(TestPlan)
+#include "test_plan.moc"
