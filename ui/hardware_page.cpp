@@ -63,7 +63,7 @@ constexpr Category kCategories[] = {{"weights", "weights"},
                                     {"gradients", "gradients"},
                                     {"optimizer", "optimizer state"},
                                     {"activations", "activations"},
-                                    {"runtime", "runtime"}};
+                                    {"runtime", "runtime and load peak"}};
 
 QString first_line_of(const QByteArray& text) {
   for (const QByteArray& line : text.split('\n'))
@@ -433,8 +433,14 @@ void HardwarePage::show_plan(const QJsonObject& plan) {
       used += bytes;
       *sets_[i] << gib(bytes);
     }
-    // The peak may be the load peak (weights + the mapped checkpoint) rather than the sum.
+    // The peak may exceed the sum of the categories: the load peak (weights + the mapped
+    // checkpoint) or the runtime's measured floor. That part is drawn with the runtime, so
+    // the bar still ends at the tier's capacity.
     const double peak = std::max(used, t.value("peak").toDouble());
+    QBarSet* runtime_set = sets_[int(std::size(kCategories)) - 1];
+    if (peak > used)
+      runtime_set->replace(runtime_set->count() - 1,
+                           runtime_set->at(runtime_set->count() - 1) + gib(peak - used));
     const double budget = t.value("budget").toDouble();
     const double usable = t.value("usable_after_headroom").toDouble(budget);
     *free_set << gib(std::max(0.0, usable - peak));
