@@ -28,7 +28,8 @@ struct Answered {
 
 // Greedy answers of the model in `model_dir` to `tasks`, prompted exactly as training renders
 // an instruction row (the prompt is the part of the example that carries no loss).
-std::vector<Answered> answer(const fs::path& model_dir, const std::vector<runner::DemoTask>& tasks) {
+std::vector<Answered> answer(const fs::path& model_dir,
+                             const std::vector<runner::DemoTask>& tasks) {
   auto model = model::load_pretrained(model_dir, torch::kFloat32);
   auto tokenizer = hf::Tokenizer::from_folder(model_dir);
   auto config = hf::load_tokenizer_config_from_folder(model_dir);
@@ -95,27 +96,26 @@ int run_demo(const std::vector<std::string>& raw) {
   double before = accuracy(answer(out / "base", data.test));
   std::fprintf(stderr, "held-out exact-match accuracy before fine-tuning: %.1f%%\n", 100 * before);
 
-  nlohmann::json doc = {
-      {"version", job::kJobSpecVersion},
-      {"name", "demo"},
-      {"model", {{"path", (out / "base").string()}}},
-      {"dataset",
-       {{"train", {(out / "train.jsonl").string()}},
-        {"validation", {(out / "validation.jsonl").string()}},
-        {"format", "instruction"},
-        {"max_length", 32}}},
-      {"method", {{"type", "full"}}},
-      {"training",
-       {{"steps", steps},
-        {"batch_size", 64},
-        {"learning_rate", 3e-3},
-        {"schedule", "cosine"},
-        {"warmup_steps", 20},
-        {"weight_decay", 0.01},
-        {"eval_every", std::max<std::int64_t>(1, steps / 5)},
-        {"save_every", std::max<std::int64_t>(1, steps / 2)},
-        {"seed", seed}}},
-      {"output", {{"dir", (out / "run").string()}}}};
+  nlohmann::json doc = {{"version", job::kJobSpecVersion},
+                        {"name", "demo"},
+                        {"model", {{"path", (out / "base").string()}}},
+                        {"dataset",
+                         {{"train", {(out / "train.jsonl").string()}},
+                          {"validation", {(out / "validation.jsonl").string()}},
+                          {"format", "instruction"},
+                          {"max_length", 32}}},
+                        {"method", {{"type", "full"}}},
+                        {"training",
+                         {{"steps", steps},
+                          {"batch_size", 64},
+                          {"learning_rate", 3e-3},
+                          {"schedule", "cosine"},
+                          {"warmup_steps", 20},
+                          {"weight_decay", 0.01},
+                          {"eval_every", std::max<std::int64_t>(1, steps / 5)},
+                          {"save_every", std::max<std::int64_t>(1, steps / 2)},
+                          {"seed", seed}}},
+                        {"output", {{"dir", (out / "run").string()}}}};
   job::JobSpec spec = job::parse_job_spec(doc, "demo");
   job::save_job_spec(spec, out / "job.json");
   std::fprintf(stderr, "== fine-tuning (job spec: %s)\n", (out / "job.json").c_str());
@@ -125,8 +125,9 @@ int run_demo(const std::vector<std::string>& raw) {
   auto answers = answer(out / "run" / "model", data.test);
   double after = accuracy(answers);
   auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  std::printf("\nheld-out exact-match accuracy: %.1f%% before, %.1f%% after fine-tuning (%zu tasks)\n",
-              100 * before, 100 * after, answers.size());
+  std::printf(
+      "\nheld-out exact-match accuracy: %.1f%% before, %.1f%% after fine-tuning (%zu tasks)\n",
+      100 * before, 100 * after, answers.size());
   // Per task, against guessing: a random letter is right 1 time in 26.
   for (const char* kind : {"first", "last", "upper"}) {
     std::vector<Answered> of_kind;
@@ -140,7 +141,9 @@ int run_demo(const std::vector<std::string>& raw) {
   std::printf("sample generations:\n");
   for (std::size_t i = 0; i < std::min<std::size_t>(6, answers.size()); ++i)
     std::printf("  %-22s -> %-10s %s\n", answers[i].instruction.c_str(), answers[i].got.c_str(),
-                answers[i].got == answers[i].expected ? "✓" : ("✗ (want " + answers[i].expected + ")").c_str());
+                answers[i].got == answers[i].expected
+                    ? "✓"
+                    : ("✗ (want " + answers[i].expected + ")").c_str());
   std::printf("total time: %.0f s\n", seconds);
   return 0;
 }
@@ -148,7 +151,8 @@ int run_demo(const std::vector<std::string>& raw) {
 const RegisterCommand kRegister{{
     "demo",
     "demo [--out DIR] [--steps N] [--seed N]",
-    "Offline demo: build a small Llama, fine-tune it on a generated task, show accuracy and samples",
+    "Offline demo: build a small Llama, fine-tune it on a generated task, show accuracy and "
+    "samples",
     run_demo,
 }};
 

@@ -16,8 +16,8 @@ std::int64_t to_int(const std::string& flag, const std::string& value, std::int6
     if (used == value.size() && v >= min_value) return v;
   } catch (const std::exception&) {
   }
-  throw UsageError{flag + " expects an integer ≥ " + std::to_string(min_value) + ", got '" +
-                   value + "'"};
+  throw UsageError{flag + " expects an integer ≥ " + std::to_string(min_value) + ", got '" + value +
+                   "'"};
 }
 
 double to_double(const std::string& flag, const std::string& value) {
@@ -32,10 +32,11 @@ double to_double(const std::string& flag, const std::string& value) {
 
 int run_finetune(const std::vector<std::string>& raw) {
   Args args(raw, {"--print-job"},
-            {"--model", "--data", "--validation", "--format", "--method", "--steps", "--epochs",
-             "--batch-size", "--grad-accum", "--lr", "--seed", "--save-every", "--eval-every",
-             "--resume", "--precision", "--out", "--events", "--max-length", "--lora-rank",
-             "--lora-alpha", "--schedule", "--warmup-steps", "--validation-split"});
+            {"--model",    "--data",         "--validation",      "--format",     "--method",
+             "--steps",    "--epochs",       "--batch-size",      "--grad-accum", "--lr",
+             "--seed",     "--save-every",   "--eval-every",      "--resume",     "--precision",
+             "--out",      "--events",       "--max-length",      "--lora-rank",  "--lora-alpha",
+             "--schedule", "--warmup-steps", "--validation-split"});
   if (!args.positionals().empty())
     throw UsageError{"unexpected argument '" + args.positionals()[0] + "'"};
   const std::string* model = args.option("--model");
@@ -72,12 +73,9 @@ int run_finetune(const std::vector<std::string>& raw) {
     dataset["validation_split"] = to_double("--validation-split", *v);
   nlohmann::json output = {{"dir", args.option("--out") ? *args.option("--out") : "runs/latest"}};
   if (auto v = args.option("--resume")) output["resume"] = *v;
-  nlohmann::json doc = {{"version", job::kJobSpecVersion},
-                        {"model", {{"path", *model}}},
-                        {"dataset", dataset},
-                        {"method", method_json},
-                        {"training", training},
-                        {"output", output}};
+  nlohmann::json doc = {
+      {"version", job::kJobSpecVersion}, {"model", {{"path", *model}}}, {"dataset", dataset},
+      {"method", method_json},           {"training", training},        {"output", output}};
   if (auto v = args.option("--precision")) doc["precision"] = *v;
   job::JobSpec spec = job::parse_job_spec(doc, "finetune flags");
 

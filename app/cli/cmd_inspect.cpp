@@ -4,9 +4,8 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "command.h"
 #include "core/error.h"
@@ -92,8 +91,8 @@ json inspect_folder(const fs::path& path) {
     if (tc.unk_token) special["unk"] = *tc.unk_token;
     if (tc.pad_token) special["pad"] = *tc.pad_token;
     out["special_tokens"] = special;
-    out["chat_template"] = tc.chat_template ? json(hf::chat_template_name(*tc.chat_template))
-                                            : json(nullptr);
+    out["chat_template"] =
+        tc.chat_template ? json(hf::chat_template_name(*tc.chat_template)) : json(nullptr);
   } else {
     out["chat_template"] = nullptr;
   }

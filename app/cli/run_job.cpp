@@ -90,8 +90,8 @@ class ProgressBar {
     std::string bar(static_cast<std::size_t>(filled), '#');
     bar.append(static_cast<std::size_t>(width - filled), '.');
     std::snprintf(line, sizeof line, "step %lld/%lld [%s] loss %.4f  %.0f tok/s  ETA %s",
-                  static_cast<long long>(done_), static_cast<long long>(total_), bar.c_str(),
-                  loss_, tokens_per_s_, format_eta(eta_).c_str());
+                  static_cast<long long>(done_), static_cast<long long>(total_), bar.c_str(), loss_,
+                  tokens_per_s_, format_eta(eta_).c_str());
     if (tty_) {
       std::fprintf(stderr, "\r\033[K%s", line);
       drawn_ = true;
@@ -142,10 +142,10 @@ int execute_job(const job::JobSpec& spec, const std::string& events_target,
                    static_cast<long long>(outcome.steps_done),
                    static_cast<long long>(outcome.total_steps),
                    outcome.last_checkpoint ? outcome.last_checkpoint->c_str() : "(none)");
-      std::fprintf(stderr, "resume with: tessera-cli run %s --resume %s\n",
-                   spec_path.empty() ? (fs::path(spec.output.dir) / "job.json").c_str()
-                                     : spec_path.c_str(),
-                   spec.output.dir.c_str());
+      std::fprintf(
+          stderr, "resume with: tessera-cli run %s --resume %s\n",
+          spec_path.empty() ? (fs::path(spec.output.dir) / "job.json").c_str() : spec_path.c_str(),
+          spec.output.dir.c_str());
       return 130;
     }
     std::fprintf(stderr, "done: %lld steps", static_cast<long long>(outcome.steps_done));

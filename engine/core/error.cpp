@@ -4,11 +4,16 @@ namespace tessera {
 
 const char* error_kind_name(ErrorKind kind) {
   switch (kind) {
-    case ErrorKind::InvalidInput: return "invalid_input";
-    case ErrorKind::Usage: return "usage";
-    case ErrorKind::Unsupported: return "unsupported";
-    case ErrorKind::Io: return "io";
-    case ErrorKind::Internal: return "internal";
+    case ErrorKind::InvalidInput:
+      return "invalid_input";
+    case ErrorKind::Usage:
+      return "usage";
+    case ErrorKind::Unsupported:
+      return "unsupported";
+    case ErrorKind::Io:
+      return "io";
+    case ErrorKind::Internal:
+      return "internal";
   }
   return "internal";
 }

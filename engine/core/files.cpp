@@ -15,7 +15,9 @@
 namespace tessera::core {
 namespace {
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 class Fd {
  public:

@@ -24,8 +24,8 @@ class FieldReader {
       fail(key, "is missing", "add it to config.json");
     }
     const json& v = doc_.at(key);
-    if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == static_cast<double>(
-                                                                                  v.get<std::int64_t>())))
+    if (!v.is_number_integer() &&
+        !(v.is_number_float() && v.get<double>() == static_cast<double>(v.get<std::int64_t>())))
       fail(key, "must be an integer, got " + std::string(v.type_name()));
     auto value = v.get<std::int64_t>();
     if (value < min_value)
@@ -91,8 +91,10 @@ class FieldReader {
 
 const std::vector<std::pair<std::string, ModelFamily>>& family_table() {
   static const std::vector<std::pair<std::string, ModelFamily>> table = {
-      {"llama", ModelFamily::Llama}, {"mistral", ModelFamily::Mistral},
-      {"qwen2", ModelFamily::Qwen2}, {"gpt2", ModelFamily::Gpt2},
+      {"llama", ModelFamily::Llama},
+      {"mistral", ModelFamily::Mistral},
+      {"qwen2", ModelFamily::Qwen2},
+      {"gpt2", ModelFamily::Gpt2},
       {"bert", ModelFamily::Bert}};
   return table;
 }
@@ -131,8 +133,7 @@ void read_rope(const json& doc, const std::string& source, ModelConfig& config) 
   config.rope_scaling.high_freq_factor = rope.number_field("high_freq_factor", 4.0);
   config.rope_scaling.original_max_position_embeddings =
       rope.int_field("original_max_position_embeddings", 8192);
-  if (type != "default" && config.rope_scaling.factor <= 0)
-    rope.fail("factor", "must be positive");
+  if (type != "default" && config.rope_scaling.factor <= 0) rope.fail("factor", "must be positive");
 }
 
 }  // namespace
@@ -198,12 +199,12 @@ ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& sou
                      (c.family == ModelFamily::Qwen2 && f.bool_field("use_sliding_window", false));
       if (sliding && f.has("sliding_window")) c.sliding_window = f.int_field("sliding_window");
       if (c.num_attention_heads % c.num_key_value_heads != 0)
-        f.fail("num_key_value_heads", "must divide num_attention_heads (" +
-                                          std::to_string(c.num_attention_heads) + ")");
+        f.fail("num_key_value_heads",
+               "must divide num_attention_heads (" + std::to_string(c.num_attention_heads) + ")");
       if (c.hidden_act != "silu")
-        throw_unsupported(source + ": hidden_act \"" + c.hidden_act + "\" is not supported for " +
-                              c.model_type,
-                          "supported: silu");
+        throw_unsupported(
+            source + ": hidden_act \"" + c.hidden_act + "\" is not supported for " + c.model_type,
+            "supported: silu");
       if (f.has("pretraining_tp") && f.int_field("pretraining_tp") != 1)
         throw_unsupported(source + ": pretraining_tp other than 1 is not supported");
       break;
@@ -230,9 +231,9 @@ ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& sou
         throw_unsupported(source + ": scale_attn_weights=false is not supported");
       if (c.hidden_act != "gelu_new" && c.hidden_act != "gelu" && c.hidden_act != "relu" &&
           c.hidden_act != "gelu_pytorch_tanh")
-        throw_unsupported(source + ": activation_function \"" + c.hidden_act +
-                              "\" is not supported",
-                          "supported: gelu_new, gelu_pytorch_tanh, gelu, relu");
+        throw_unsupported(
+            source + ": activation_function \"" + c.hidden_act + "\" is not supported",
+            "supported: gelu_new, gelu_pytorch_tanh, gelu, relu");
       break;
     }
     case ModelFamily::Bert: {

@@ -5,11 +5,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace tessera::hf {
 
@@ -18,8 +17,8 @@ enum class ModelFamily { Llama, Mistral, Qwen2, Gpt2, Bert };
 struct RopeScaling {
   std::string rope_type = "default";  // default | linear | llama3
   double factor = 1.0;
-  double low_freq_factor = 1.0;                      // llama3
-  double high_freq_factor = 4.0;                     // llama3
+  double low_freq_factor = 1.0;                          // llama3
+  double high_freq_factor = 4.0;                         // llama3
   std::int64_t original_max_position_embeddings = 8192;  // llama3
 };
 

@@ -19,9 +19,9 @@ namespace tessera::hf {
 
 enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL };
 
-const char* dtype_name(DType dtype);            // "F32", ...
+const char* dtype_name(DType dtype);  // "F32", ...
 std::optional<DType> dtype_from_name(std::string_view name);
-std::size_t dtype_size(DType dtype);           // bytes per element
+std::size_t dtype_size(DType dtype);  // bytes per element
 
 struct TensorInfo {
   std::string name;
@@ -69,10 +69,10 @@ class SafetensorsCheckpoint {
   std::vector<std::string> names() const;  // sorted
   bool contains(const std::string& name) const;
   const TensorInfo& info(const std::string& name) const;  // throws if missing
-  TensorView view(const std::string& name) const;          // throws if missing
+  TensorView view(const std::string& name) const;         // throws if missing
   const std::vector<std::shared_ptr<SafetensorsFile>>& files() const { return files_; }
-  std::uint64_t total_bytes() const;       // sum of tensor byte lengths
-  std::uint64_t parameter_count() const;   // sum of numel
+  std::uint64_t total_bytes() const;      // sum of tensor byte lengths
+  std::uint64_t parameter_count() const;  // sum of numel
 
  private:
   std::vector<std::shared_ptr<SafetensorsFile>> files_;

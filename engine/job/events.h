@@ -5,10 +5,9 @@
 #include <cstdio>
 #include <functional>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 namespace tessera::job {
 

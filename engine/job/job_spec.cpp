@@ -42,7 +42,9 @@ class ObjectReader {
     return &*it;
   }
 
-  std::string field(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  std::string field(const std::string& key) const {
+    return path_.empty() ? key : path_ + "." + key;
+  }
 
   std::string string(const std::string& key, std::string fallback,
                      std::initializer_list<const char*> allowed = {}) {

@@ -6,30 +6,29 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace tessera::job {
 
 inline constexpr int kJobSpecVersion = 1;
 
 struct ModelSource {
-  std::string path;         // a local folder (set for local models and after a hub download)
-  std::string hub_id;       // "org/name" when the model comes from the Hub
+  std::string path;    // a local folder (set for local models and after a hub download)
+  std::string hub_id;  // "org/name" when the model comes from the Hub
   std::string revision = "main";
 };
 
 struct DatasetSpec {
   std::vector<std::string> train_files;
-  std::vector<std::string> validation_files;  // empty: split off train by validation_split
-  std::string format = "auto";                // auto | text | instruction | chat | classification
-  std::map<std::string, std::string> columns; // role → column name, e.g. {"text": "body"}
-  double validation_split = 0.0;              // fraction of train rows held out
+  std::vector<std::string> validation_files;   // empty: split off train by validation_split
+  std::string format = "auto";                 // auto | text | instruction | chat | classification
+  std::map<std::string, std::string> columns;  // role → column name, e.g. {"text": "body"}
+  double validation_split = 0.0;               // fraction of train rows held out
   std::int64_t max_length = 512;
-  bool packing = true;                        // text format: pack documents into blocks
+  bool packing = true;  // text format: pack documents into blocks
   bool skip_bad_rows = false;
 };
 
@@ -42,7 +41,7 @@ struct MethodSpec {
 };
 
 struct TrainingSpec {
-  std::optional<std::int64_t> steps;   // exactly one of steps / epochs
+  std::optional<std::int64_t> steps;  // exactly one of steps / epochs
   std::optional<double> epochs;
   std::int64_t batch_size = 8;
   std::int64_t gradient_accumulation = 1;
@@ -53,17 +52,17 @@ struct TrainingSpec {
   double adam_eps = 1e-8;
   std::string schedule = "linear";  // constant | linear | cosine
   std::int64_t warmup_steps = 0;
-  double max_grad_norm = 1.0;       // 0: no clipping
+  double max_grad_norm = 1.0;  // 0: no clipping
   std::uint64_t seed = 42;
-  std::int64_t eval_every = 0;      // 0: only at the end when a validation set exists
-  std::int64_t save_every = 0;      // 0: only at the end
+  std::int64_t eval_every = 0;  // 0: only at the end when a validation set exists
+  std::int64_t save_every = 0;  // 0: only at the end
   std::int64_t keep_last = 2;
   std::int64_t log_every = 1;
   bool activation_checkpointing = false;
 };
 
 struct StrategySpec {
-  std::string name = "auto";          // auto | single (more plugins later)
+  std::string name = "auto";  // auto | single (more plugins later)
   nlohmann::json options = nlohmann::json::object();
 };
 

@@ -1,10 +1,9 @@
 #include "runner/demo.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
-
-#include <nlohmann/json.hpp>
 
 #include "core/files.h"
 
@@ -58,8 +57,9 @@ DemoTask task_for(const std::string& word, std::size_t kind) {
   }
 }
 
-// A terse template keeps sequences short (every character is a token): "<|bos|>first kiwo = k<|eos|>".
-// It renders a conversation prefix by prefix, so the loss falls on the assistant's tokens only.
+// A terse template keeps sequences short (every character is a token): "<|bos|>first kiwo =
+// k<|eos|>". It renders a conversation prefix by prefix, so the loss falls on the assistant's
+// tokens only.
 constexpr const char* kDemoChatTemplate =
     "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}{{ m['content'] + ' = ' }}"
     "{% elif m['role'] == 'assistant' %}{{ m['content'] + eos_token }}{% endif %}{% endfor %}";
@@ -114,17 +114,27 @@ hf::ModelConfig write_demo_model_files(const std::filesystem::path& dir) {
       {"added_tokens", added},
       {"normalizer", nullptr},
       {"pre_tokenizer",
-       {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+       {{"type", "ByteLevel"},
+        {"add_prefix_space", false},
+        {"trim_offsets", true},
         {"use_regex", true}}},
       {"post_processor", nullptr},
       {"decoder",
-       {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true},
+       {{"type", "ByteLevel"},
+        {"add_prefix_space", true},
+        {"trim_offsets", true},
         {"use_regex", true}}},
       {"model",
-       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-        {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-        {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
-        {"vocab", vocab}, {"merges", json::array()}}},
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr},
+        {"fuse_unk", false},
+        {"byte_fallback", false},
+        {"ignore_merges", false},
+        {"vocab", vocab},
+        {"merges", json::array()}}},
   };
   core::write_file_atomic(dir / "tokenizer.json", tokenizer.dump(1) + "\n");
   json tokenizer_config = {{"tokenizer_class", "PreTrainedTokenizerFast"},

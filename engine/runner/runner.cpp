@@ -61,8 +61,8 @@ std::vector<std::string> head_labels(const hf::ModelConfig& config) {
 std::unique_ptr<data::DatasetReader> open_one(const std::vector<std::string>& files,
                                               const char* field, bool skip_bad_rows) {
   if (files.size() > 1)
-    throw_unsupported(std::string("dataset.") + field + " names " +
-                          std::to_string(files.size()) + " files; reading several files as one "
+    throw_unsupported(std::string("dataset.") + field + " names " + std::to_string(files.size()) +
+                          " files; reading several files as one "
                           "dataset is not supported yet",
                       "concatenate them into one file (e.g. cat a.jsonl b.jsonl > all.jsonl)");
   data::ReadOptions options;
@@ -88,8 +88,8 @@ PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokeniz
 
   data::LabelSet labels;
   if (format.kind == data::FormatKind::Classification) {
-    labels = data::derive_labels(*train_reader, format.columns.at("label"),
-                                 head_labels(model_config));
+    labels =
+        data::derive_labels(*train_reader, format.columns.at("label"), head_labels(model_config));
     events.log("info", "labels: " + labels.describe());
   }
 
@@ -164,7 +164,8 @@ std::map<std::string, torch::Tensor> lora_deltas(const train::LoraModel& lora,
     torch::Tensor delta = torch::matmul(b.at(module), lora_a) * lora.scaling();  // [out, in]
     const std::string weight = module + ".weight";
     auto it = params.find(weight);
-    if (it == params.end()) throw Error(ErrorKind::Internal, "LoRA module " + module + " has no weight");
+    if (it == params.end())
+      throw Error(ErrorKind::Internal, "LoRA module " + module + " has no weight");
     // GPT-2's Conv1D stores [in, out] (PEFT's fan_in_fan_out).
     if (model.config().family == hf::ModelFamily::Gpt2) delta = delta.t();
     deltas[weight] = delta.contiguous();
@@ -182,18 +183,24 @@ std::map<std::string, torch::Tensor> weights_of(const model::PretrainedModel& mo
 // A sequence classifier on `model_dir`: the checkpoint's weights, and a classification head
 // (pooler and classifier when the checkpoint has none) initialised as transformers does, sized
 // to the dataset's labels. The exported config names the labels.
-std::shared_ptr<model::PretrainedModel> load_for_classification(
-    const fs::path& model_dir, hf::ModelConfig config, const PreparedData& prepared,
-    const job::JobSpec& spec, job::EventSink& events) {
+std::shared_ptr<model::PretrainedModel> load_for_classification(const fs::path& model_dir,
+                                                                hf::ModelConfig config,
+                                                                const PreparedData& prepared,
+                                                                const job::JobSpec& spec,
+                                                                job::EventSink& events) {
   if (config.family != hf::ModelFamily::Bert)
-    throw_unsupported(model_dir.string() + ": sequence classification is available for bert "
-                                           "models only (" + config.model_type + " has no "
-                                           "classification head in this build)",
+    throw_unsupported(model_dir.string() +
+                          ": sequence classification is available for bert "
+                          "models only (" +
+                          config.model_type +
+                          " has no "
+                          "classification head in this build)",
                       "use a bert model, or an instruction dataset that answers with the label");
   if (spec.method.type == "lora")
-    throw_unsupported("LoRA for sequence classification is not supported yet (the new "
-                      "classification head would stay untrained)",
-                      "use method full");
+    throw_unsupported(
+        "LoRA for sequence classification is not supported yet (the new "
+        "classification head would stay untrained)",
+        "use method full");
   std::vector<std::string> names = prepared.labels.names;
   if (names.empty()) {  // integer labels: 0 … max
     std::int64_t max_label = 1;
@@ -216,8 +223,8 @@ std::shared_ptr<model::PretrainedModel> load_for_classification(
   config.raw["label2id"] = label2id;
   auto model = model::create_model(config, model::TaskHead::SequenceClassification);
   model::init_weights(*model, spec.training.seed);
-  model::LoadReport report = model::load_weights(
-      *model, hf::SafetensorsCheckpoint::open(model_dir), {"classifier.", "bert.pooler."});
+  model::LoadReport report = model::load_weights(*model, hf::SafetensorsCheckpoint::open(model_dir),
+                                                 {"classifier.", "bert.pooler."});
   if (!report.initialized.empty()) {
     std::string list;
     for (const auto& n : report.initialized) list += (list.empty() ? "" : ", ") + n;
@@ -234,9 +241,9 @@ RunOutcome run_job(const job::JobSpec& spec, job::EventSink& events,
   using clock = std::chrono::steady_clock;
   const auto started = clock::now();
   if (spec.model.path.empty())
-    throw_unsupported("model.hub_id \"" + spec.model.hub_id +
-                          "\": downloading from the Hub is not supported yet",
-                      "download the model folder and give its path in model.path");
+    throw_unsupported(
+        "model.hub_id \"" + spec.model.hub_id + "\": downloading from the Hub is not supported yet",
+        "download the model folder and give its path in model.path");
   const fs::path model_dir = spec.model.path;
   if (!fs::is_directory(model_dir))
     throw_invalid("model.path \"" + model_dir.string() + "\" is not a folder",
@@ -318,8 +325,8 @@ RunOutcome run_job(const job::JobSpec& spec, job::EventSink& events,
     fs::create_directories(adapter_dir);
     lora->save_adapter(adapter_dir, options.base_model_name);
     outcome.adapter_dir = adapter_dir;
-    events.emit("checkpoint", {{"step", result.steps_done}, {"path", adapter_dir.string()},
-                               {"kind", "adapter"}});
+    events.emit("checkpoint",
+                {{"step", result.steps_done}, {"path", adapter_dir.string()}, {"kind", "adapter"}});
     auto deltas = lora_deltas(*lora, *model);
     lora->detach();
     auto base = weights_of(*model);
@@ -335,8 +342,9 @@ RunOutcome run_job(const job::JobSpec& spec, job::EventSink& events,
     exporter::export_pretrained(*model, out_dir / "model", export_options);
   }
   outcome.model_dir = out_dir / "model";
-  events.emit("checkpoint",
-              {{"step", result.steps_done}, {"path", (out_dir / "model").string()}, {"kind", "model"}});
+  events.emit(
+      "checkpoint",
+      {{"step", result.steps_done}, {"path", (out_dir / "model").string()}, {"kind", "model"}});
   (void)started;
   return outcome;
 }

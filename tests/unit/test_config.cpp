@@ -1,6 +1,5 @@
 // config.json → typed ModelConfig: every family maps, and every fault names file and field.
 #include <QtTest>
-
 #include <filesystem>
 #include <fstream>
 
@@ -15,11 +14,10 @@ using namespace tessera::hf;
 namespace {
 
 json llama_base() {
-  return json{{"model_type", "llama"},       {"vocab_size", 100},
-              {"hidden_size", 64},           {"intermediate_size", 128},
-              {"num_hidden_layers", 2},      {"num_attention_heads", 4},
-              {"num_key_value_heads", 2},    {"rms_norm_eps", 1e-5},
-              {"max_position_embeddings", 256}};
+  return json{
+      {"model_type", "llama"},    {"vocab_size", 100},      {"hidden_size", 64},
+      {"intermediate_size", 128}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+      {"num_key_value_heads", 2}, {"rms_norm_eps", 1e-5},   {"max_position_embeddings", 256}};
 }
 
 // Runs `parse` expecting a tessera::Error whose message contains every needle.
@@ -54,9 +52,9 @@ class TestConfig : public QObject {
 
   void ropeFromTransformers5Parameters() {
     auto doc = llama_base();
-    doc["rope_parameters"] = {{"rope_type", "llama3"},     {"rope_theta", 500000.0},
-                              {"factor", 8.0},             {"low_freq_factor", 1.0},
-                              {"high_freq_factor", 4.0},   {"original_max_position_embeddings", 64}};
+    doc["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
+                              {"factor", 8.0},           {"low_freq_factor", 1.0},
+                              {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}};
     auto c = parse_model_config(doc, "cfg.json");
     QCOMPARE(c.rope_theta, 500000.0);
     QCOMPARE(QString::fromStdString(c.rope_scaling.rope_type), QString("llama3"));
@@ -92,7 +90,7 @@ class TestConfig : public QObject {
   }
 
   void gpt2NamesAreMapped() {
-    json doc{{"model_type", "gpt2"}, {"vocab_size", 50}, {"n_embd", 32}, {"n_layer", 3},
+    json doc{{"model_type", "gpt2"}, {"vocab_size", 50},  {"n_embd", 32},      {"n_layer", 3},
              {"n_head", 4},          {"n_positions", 64}, {"n_inner", nullptr}};
     auto c = parse_model_config(doc, "cfg.json");
     QCOMPARE(c.hidden_size, 32);
@@ -104,9 +102,12 @@ class TestConfig : public QObject {
   }
 
   void bertLabels() {
-    json doc{{"model_type", "bert"},        {"vocab_size", 50},
-             {"hidden_size", 32},           {"intermediate_size", 64},
-             {"num_hidden_layers", 2},      {"num_attention_heads", 4},
+    json doc{{"model_type", "bert"},
+             {"vocab_size", 50},
+             {"hidden_size", 32},
+             {"intermediate_size", 64},
+             {"num_hidden_layers", 2},
+             {"num_attention_heads", 4},
              {"id2label", {{"0", "neg"}, {"1", "neu"}, {"2", "pos"}}}};
     auto c = parse_model_config(doc, "cfg.json");
     QCOMPARE(c.num_labels, 3);

@@ -1,7 +1,6 @@
 // The job spec contract: defaults that work, every invalid or unknown field named, and a
 // saved spec that reads back to the same choices.
 #include <QtTest>
-
 #include <filesystem>
 #include <fstream>
 
@@ -91,8 +90,7 @@ class TestJobSpec : public QObject {
     QVERIFY(error_text(doc).find("output is missing") != std::string::npos);
     doc = minimal();
     doc["dataset"]["train"] = json::array();
-    QVERIFY(error_text(doc).find("dataset.train must name at least one file") !=
-            std::string::npos);
+    QVERIFY(error_text(doc).find("dataset.train must name at least one file") != std::string::npos);
   }
 
   void brokenFileReportsLine() {
