@@ -8,18 +8,6 @@ struct SavedLayer : torch::CustomClassHolder {
   torch::Tensor cpu_rng_state;
 };
 
-torch::Tensor get_cpu_rng_state() {
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-void set_cpu_rng_state(const torch::Tensor& state) {
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
-}
-
 class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
  public:
   // `anchor` is an empty tensor that requires grad, so backward runs even when `x` needs no
@@ -28,7 +16,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
                                const torch::Tensor& anchor, const LayerFunction& fn) {
     auto saved = c10::make_intrusive<SavedLayer>();
     saved->fn = fn;
-    saved->cpu_rng_state = get_cpu_rng_state();
+    saved->cpu_rng_state = cpu_rng_state();
     ctx->saved_data["layer"] = c10::IValue::make_capsule(saved);
     ctx->save_for_backward({x});
     (void)anchor;
@@ -41,7 +29,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     auto saved =
         c10::static_intrusive_pointer_cast<SavedLayer>(ctx->saved_data["layer"].toCapsule());
     torch::Tensor input = x.detach().set_requires_grad(x.requires_grad());
-    const torch::Tensor rng_now = get_cpu_rng_state();
+    const torch::Tensor rng_now = cpu_rng_state();
     set_cpu_rng_state(saved->cpu_rng_state);
     torch::Tensor output;
     {
@@ -60,6 +48,18 @@ torch::Tensor checkpointed(const LayerFunction& fn, const torch::Tensor& x) {
   if (!torch::GradMode::is_enabled()) return fn(x);  // nothing to save memory on
   torch::Tensor anchor = torch::empty({0}, x.options()).set_requires_grad(true);
   return CheckpointFunction::apply(x, anchor, fn);
+}
+
+torch::Tensor cpu_rng_state() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void set_cpu_rng_state(const torch::Tensor& state) {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
 }
 
 }  // namespace tessera::train

@@ -21,4 +21,9 @@ using LayerFunction = std::function<torch::Tensor(const torch::Tensor&)>;
 // (capture tensors by value).
 torch::Tensor checkpointed(const LayerFunction& fn, const torch::Tensor& x);
 
+// The default CPU generator's state (saved by checkpoints, replayed by recomputed layers so
+// that dropout masks repeat).
+torch::Tensor cpu_rng_state();
+void set_cpu_rng_state(const torch::Tensor& state);
+
 }  // namespace tessera::train

@@ -18,17 +18,6 @@ namespace fs = std::filesystem;
 namespace {
 constexpr const char* kTrainerState = "trainer_state.json";
 
-torch::Tensor cpu_rng_state() {
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-void set_cpu_rng_state(const torch::Tensor& state) {
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
-}
 }  // namespace
 
 std::uint64_t process_rss_bytes() {
