@@ -34,6 +34,8 @@ bool get_bool(const Json& object, const std::string& key, bool fallback, const W
 std::int64_t get_int(const Json& object, const std::string& key, std::int64_t fallback,
                      const Where& where);
 std::string type_of(const Json& object, const Where& where);
+// A field that must hold exactly one character (Metaspace replacement, a delimiter, …).
+char32_t one_char(const std::string& s, const Where& where);
 [[noreturn]] void unknown_type(const std::string& type, const Where& where, const char* known);
 
 struct StringHash {

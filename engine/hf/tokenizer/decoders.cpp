@@ -242,15 +242,6 @@ class BpeSuffixDecoder final : public Decoder {
   std::string suffix_;
 };
 
-char32_t one_char(const std::string& s, const Where& where) {
-  std::size_t i = 0;
-  if (s.empty() || !unicode::is_valid_utf8(s))
-    throw_invalid(where.str() + " must be one character");
-  char32_t c = next_char(s, i);
-  if (i != s.size()) throw_invalid(where.str() + " must be one character, got '" + s + "'");
-  return c;
-}
-
 }  // namespace
 
 std::unique_ptr<Decoder> make_decoder(const Json& j, const Where& where) {

@@ -370,15 +370,6 @@ class CharDelimiterPreTokenizer final : public PreTokenizer {
   char32_t delimiter_;
 };
 
-char32_t single_char(const std::string& s, const Where& where) {
-  std::size_t i = 0;
-  if (s.empty() || !unicode::is_valid_utf8(s))
-    throw_invalid(where.str() + " must be one character");
-  char32_t c = next_char(s, i);
-  if (i != s.size()) throw_invalid(where.str() + " must be one character, got '" + s + "'");
-  return c;
-}
-
 }  // namespace
 
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j, const Where& where) {
@@ -411,7 +402,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j, const Where& whe
   if (type == "Metaspace") {
     std::string replacement = j.contains("replacement") ? require_string(j, "replacement", where)
                                                         : std::string("\xE2\x96\x81");
-    single_char(replacement, where / "replacement");
+    one_char(replacement, where / "replacement");
     PrependScheme scheme = PrependScheme::Always;
     if (j.contains("prepend_scheme")) {
       const std::string s = require_string(j, "prepend_scheme", where);
@@ -445,7 +436,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j, const Where& whe
   }
   if (type == "CharDelimiterSplit")
     return std::make_unique<CharDelimiterPreTokenizer>(
-        single_char(require_string(j, "delimiter", where), where / "delimiter"));
+        one_char(require_string(j, "delimiter", where), where / "delimiter"));
   unknown_type(type, where,
                "Sequence, Split, ByteLevel, Metaspace, BertPreTokenizer, Whitespace, "
                "WhitespaceSplit, Punctuation, Digits, CharDelimiterSplit");

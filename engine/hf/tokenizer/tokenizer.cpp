@@ -48,6 +48,15 @@ std::string type_of(const Json& object, const Where& where) {
   return require_string(object, "type", where);
 }
 
+char32_t one_char(const std::string& s, const Where& where) {
+  std::size_t i = 0;
+  if (s.empty() || !unicode::is_valid_utf8(s))
+    throw_invalid(where.str() + " must be one character");
+  const char32_t c = unicode::next_char(s, i);
+  if (i != s.size()) throw_invalid(where.str() + " must be one character, got '" + s + "'");
+  return c;
+}
+
 void unknown_type(const std::string& type, const Where& where, const char* known) {
   throw_invalid((where / "type").str() + ": unknown type '" + type + "'",
                 std::string("supported: ") + known);
