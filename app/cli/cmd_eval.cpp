@@ -36,17 +36,14 @@ std::int64_t positive_option(const Args& args, const std::string& name, std::int
 int run_eval(const std::vector<std::string>& raw) {
   Args args(raw, {"--json"},
             {"--model", "--data", "--format", "--max-length", "--batch-tokens", "--dtype"});
-  const std::string* model_arg = args.option("--model");
-  if (model_arg == nullptr) throw UsageError{"--model PATH is required"};
-  const std::string* data_arg = args.option("--data");
-  if (data_arg == nullptr) throw UsageError{"--data FILE is required"};
-  if (!args.positionals().empty())
-    throw UsageError{"unexpected argument \"" + args.positionals().front() + "\""};
+  const std::string& model_arg = args.required("--model", "PATH");
+  const std::string& data_arg = args.required("--data", "FILE");
+  args.expect_no_positionals();
   const std::string format_name = args.option("--format") ? *args.option("--format") : "text";
   if (format_name != "text")
     throw_unsupported("eval: format \"" + format_name + "\" is not supported yet",
                       "use --format text (one record per sequence)");
-  const fs::path model_dir = *model_arg;
+  const fs::path model_dir = model_arg;
   std::error_code ec;
   if (!fs::is_directory(model_dir, ec))
     throw_invalid(model_dir.string() + ": no such model folder",
@@ -64,9 +61,9 @@ int run_eval(const std::vector<std::string>& raw) {
 
   const hf::Tokenizer tokenizer = hf::Tokenizer::from_folder(model_dir);
   hf::TokenizerConfig tokenizer_config = hf::load_tokenizer_config_from_folder(model_dir);
-  std::unique_ptr<data::DatasetReader> reader = data::open_dataset(*data_arg);
+  std::unique_ptr<data::DatasetReader> reader = data::open_dataset(data_arg);
   const data::DatasetFormat format =
-      data::resolve_format(reader->columns(), *data_arg, data::FormatKind::Text);
+      data::resolve_format(reader->columns(), data_arg, data::FormatKind::Text);
   data::TokenizeOptions tokenize;
   tokenize.max_length = static_cast<std::size_t>(max_length);
   tokenize.pack = false;  // one record per sequence
@@ -102,7 +99,7 @@ int run_eval(const std::vector<std::string>& raw) {
     out["format"] = format.describe();
     std::cout << out.dump() << "\n";
   } else {
-    std::cout << "data: " << *data_arg << " (" << format.describe() << ", " << result.sequences
+    std::cout << "data: " << data_arg << " (" << format.describe() << ", " << result.sequences
               << " sequences of at most " << max_length << " tokens)\n"
               << "mean loss: " << result.mean_loss() << " nats/token over "
               << result.predicted_tokens << " predicted tokens\n"

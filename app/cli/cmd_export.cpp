@@ -17,23 +17,20 @@ namespace fs = std::filesystem;
 
 int run_export(const std::vector<std::string>& raw) {
   Args args(raw, {"--force", "--json"}, {"--model", "--out", "--dtype", "--max-shard-size"});
-  const std::string* model_arg = args.option("--model");
-  if (model_arg == nullptr) throw UsageError{"--model PATH is required"};
-  const std::string* out_arg = args.option("--out");
-  if (out_arg == nullptr) throw UsageError{"--out DIR is required"};
-  if (!args.positionals().empty())
-    throw UsageError{"unexpected argument \"" + args.positionals().front() + "\""};
-  const fs::path model_dir = *model_arg;
+  const std::string& model_arg = args.required("--model", "PATH");
+  const std::string& out_arg = args.required("--out", "DIR");
+  args.expect_no_positionals();
+  const fs::path model_dir = model_arg;
   std::error_code ec;
   if (!fs::is_directory(model_dir, ec))
     throw_invalid(model_dir.string() + ": no such model folder",
                   "--model takes a folder with config.json and *.safetensors");
-  if (fs::exists(*out_arg, ec) && fs::equivalent(model_dir, *out_arg, ec))
+  if (fs::exists(out_arg, ec) && fs::equivalent(model_dir, out_arg, ec))
     throw UsageError{"--out must differ from --model"};
 
   // Refused before loading anything (export_pretrained checks again before writing).
-  if (!args.flag("--force") && fs::is_directory(*out_arg, ec) && !fs::is_empty(*out_arg, ec))
-    throw_invalid(*out_arg + ": the folder exists and is not empty",
+  if (!args.flag("--force") && fs::is_directory(out_arg, ec) && !fs::is_empty(out_arg, ec))
+    throw_invalid(out_arg + ": the folder exists and is not empty",
                   "choose an empty or new --out, or pass --force to replace it (the new export is "
                   "written and checked first, then swapped in)");
 
@@ -65,7 +62,7 @@ int run_export(const std::vector<std::string>& raw) {
             << exporter::dtype_name(options.dtype) << "\n";
   std::shared_ptr<model::PretrainedModel> model = model::load_pretrained(model_dir, options.dtype);
 
-  const exporter::ExportReport report = exporter::export_pretrained(*model, *out_arg, options);
+  const exporter::ExportReport report = exporter::export_pretrained(*model, out_arg, options);
   if (args.flag("--json")) {
     nlohmann::json out;
     out["dir"] = report.dir.string();

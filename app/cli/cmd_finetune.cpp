@@ -37,12 +37,9 @@ int run_finetune(const std::vector<std::string>& raw) {
              "--seed",     "--save-every",   "--eval-every",      "--resume",     "--precision",
              "--out",      "--events",       "--max-length",      "--lora-rank",  "--lora-alpha",
              "--schedule", "--warmup-steps", "--validation-split"});
-  if (!args.positionals().empty())
-    throw UsageError{"unexpected argument '" + args.positionals()[0] + "'"};
-  const std::string* model = args.option("--model");
-  const std::string* data = args.option("--data");
-  if (model == nullptr) throw UsageError{"--model PATH is required"};
-  if (data == nullptr) throw UsageError{"--data FILE is required"};
+  args.expect_no_positionals();
+  const std::string& model = args.required("--model", "PATH");
+  const std::string& data = args.required("--data", "FILE");
 
   // Build the spec as JSON and let the job-spec parser validate it, so flags and files obey
   // exactly the same rules.
@@ -65,7 +62,7 @@ int run_finetune(const std::vector<std::string>& raw) {
   nlohmann::json method_json = {{"type", method}};
   if (auto v = args.option("--lora-rank")) method_json["rank"] = to_int("--lora-rank", *v, 1);
   if (auto v = args.option("--lora-alpha")) method_json["alpha"] = to_double("--lora-alpha", *v);
-  nlohmann::json dataset = {{"train", {*data}}};
+  nlohmann::json dataset = {{"train", {data}}};
   if (auto v = args.option("--validation")) dataset["validation"] = {*v};
   if (auto v = args.option("--format")) dataset["format"] = *v;
   if (auto v = args.option("--max-length")) dataset["max_length"] = to_int("--max-length", *v, 2);
@@ -74,8 +71,8 @@ int run_finetune(const std::vector<std::string>& raw) {
   nlohmann::json output = {{"dir", args.option("--out") ? *args.option("--out") : "runs/latest"}};
   if (auto v = args.option("--resume")) output["resume"] = *v;
   nlohmann::json doc = {
-      {"version", job::kJobSpecVersion}, {"model", {{"path", *model}}}, {"dataset", dataset},
-      {"method", method_json},           {"training", training},        {"output", output}};
+      {"version", job::kJobSpecVersion}, {"model", {{"path", model}}}, {"dataset", dataset},
+      {"method", method_json},           {"training", training},       {"output", output}};
   if (auto v = args.option("--precision")) doc["precision"] = *v;
   job::JobSpec spec = job::parse_job_spec(doc, "finetune flags");
 

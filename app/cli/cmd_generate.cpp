@@ -96,13 +96,10 @@ int run_generate(const std::vector<std::string>& raw) {
   Args args(raw, {"--chat", "--greedy", "--json"},
             {"--model", "--prompt", "--max-new-tokens", "--temperature", "--top-k", "--top-p",
              "--seed", "--dtype"});
-  const std::string* model_arg = args.option("--model");
-  if (model_arg == nullptr) throw UsageError{"--model PATH is required"};
-  const std::string* prompt = args.option("--prompt");
-  if (prompt == nullptr) throw UsageError{"--prompt TEXT is required"};
-  if (!args.positionals().empty())
-    throw UsageError{"unexpected argument \"" + args.positionals().front() + "\""};
-  const fs::path model_dir = *model_arg;
+  const std::string& model_arg = args.required("--model", "PATH");
+  const std::string& prompt = args.required("--prompt", "TEXT");
+  args.expect_no_positionals();
+  const fs::path model_dir = model_arg;
   std::error_code ec;
   if (!fs::is_directory(model_dir, ec))
     throw_invalid(model_dir.string() + ": no such model folder",
@@ -138,12 +135,12 @@ int run_generate(const std::vector<std::string>& raw) {
                     "chat_template.jinja has one");
     const hf::ChatTemplate chat = hf::ChatTemplate::parse(*config.chat_template, "chat_template");
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-    messages.push_back({{"role", "user"}, {"content", *prompt}});
+    messages.push_back({{"role", "user"}, {"content", prompt}});
     // As apply_chat_template: the template writes any BOS itself, so no special tokens are added.
     prompt_ids = tokenizer.encode(chat.render(messages, /*add_generation_prompt=*/true, config),
                                   /*add_special_tokens=*/false);
   } else {
-    prompt_ids = tokenizer.encode(*prompt, /*add_special_tokens=*/true);
+    prompt_ids = tokenizer.encode(prompt, /*add_special_tokens=*/true);
   }
   if (prompt_ids.empty())
     throw_invalid("the prompt has no tokens", "give a non-empty --prompt (or use --chat)");

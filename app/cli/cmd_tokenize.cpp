@@ -29,8 +29,7 @@ void print_readable(const hf::Tokenizer& tok, std::size_t index,
 
 int run_tokenize(const std::vector<std::string>& raw) {
   Args args(raw, {"--json", "--no-special"}, {"--model", "--file"});
-  const std::string* model = args.option("--model");
-  if (model == nullptr) throw UsageError{"--model PATH is required"};
+  const std::string& model = args.required("--model", "PATH");
   const std::string* file = args.option("--file");
   if (file != nullptr && !args.positionals().empty())
     throw UsageError{"give either TEXT arguments or --file, not both"};
@@ -56,7 +55,7 @@ int run_tokenize(const std::vector<std::string>& raw) {
     texts = args.positionals();
   }
 
-  const hf::Tokenizer tok = hf::Tokenizer::from_folder(*model);
+  const hf::Tokenizer tok = hf::Tokenizer::from_folder(model);
   const bool add_special = !args.flag("--no-special");
   const bool json = args.flag("--json");
   if (!json)

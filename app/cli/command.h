@@ -34,6 +34,10 @@ class Args {
        const std::vector<std::string>& options);
   bool flag(const std::string& name) const;
   const std::string* option(const std::string& name) const;
+  // The value of a mandatory option; a UsageError "NAME PLACEHOLDER is required" otherwise.
+  const std::string& required(const std::string& name, const char* placeholder) const;
+  // A UsageError naming the first positional argument, for commands that take none.
+  void expect_no_positionals() const;
   const std::vector<std::string>& positionals() const { return positionals_; }
 
  private:

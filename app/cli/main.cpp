@@ -49,6 +49,17 @@ const std::string* Args::option(const std::string& name) const {
   return nullptr;
 }
 
+const std::string& Args::required(const std::string& name, const char* placeholder) const {
+  const std::string* value = option(name);
+  if (value == nullptr) throw UsageError{name + " " + placeholder + " is required"};
+  return *value;
+}
+
+void Args::expect_no_positionals() const {
+  if (!positionals_.empty())
+    throw UsageError{"unexpected argument \"" + positionals_.front() + "\""};
+}
+
 }  // namespace tessera::cli
 
 namespace {
