@@ -67,9 +67,12 @@ void print_plan(const plan::Plan& p) {
     if (e.peak() == plan::kRuntimeFloorBytes && e.training_peak() < e.peak())
       std::printf("  (the peak is the runtime's measured floor, %s, whatever the model needs)\n",
                   human_bytes(plan::kRuntimeFloorBytes).c_str());
-    else if (e.load_peak > e.training_peak())
+    else if (e.load_peak > e.training_peak() && e.load_peak >= e.export_peak)
       std::printf("  (the peak is while loading: weights plus the mapped checkpoint, %s)\n",
                   human_bytes(e.load_peak).c_str());
+    else if (e.export_peak > e.training_peak())
+      std::printf("  (the peak is the export: the fp32 model and its reload check, %s)\n",
+                  human_bytes(e.export_peak).c_str());
   }
   std::printf("\ntime (rough):  %s per step", duration(p.seconds_per_step).c_str());
   if (p.total_steps)

@@ -2,6 +2,8 @@
 // Shared by `run` and `finetune`: executes a job spec with the terminal progress bar, the
 // event stream, and Ctrl-C handling (stop after the current step, checkpoint, say how to
 // resume).
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "job/job_spec.h"
@@ -10,7 +12,9 @@ namespace tessera::cli {
 
 // `events_target`: "-" (stdout), a file path, or empty (the run folder's events.jsonl).
 // Returns the process exit code.
+// `simulate_host_memory`: plan a strategy-"auto" job against this budget (what-if, tests).
 int execute_job(const job::JobSpec& spec, const std::string& events_target,
-                const std::string& spec_path);
+                const std::string& spec_path,
+                std::optional<std::uint64_t> simulate_host_memory = std::nullopt);
 
 }  // namespace tessera::cli

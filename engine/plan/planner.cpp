@@ -145,6 +145,11 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
   // The runner loads in fp32 from the memory-mapped checkpoint, then casts.
   e.load_peak = to_bytes(n * 4.0 + static_cast<double>(checkpoint_bytes) +
                          static_cast<double>(kRuntimeBaselineBytes));
+  // The export (engine/runner), after the optimizer state is freed: the trained model, an fp32
+  // copy below fp32 training (for LoRA: the checkpoint's base plus the delta), and the reload
+  // that verifies the written files.
+  e.export_peak = to_bytes(stored * param_bytes + (bf16 ? n * 4.0 : 0.0) + n * 4.0 +
+                           static_cast<double>(kRuntimeBaselineBytes));
 
   // Activations saved for backward, per our modules (engine/model/decoder.cpp, layers.cpp),
   // in elements of the compute dtype; T = B·S tokens.
@@ -337,6 +342,7 @@ json to_json(const Plan& p) {
                      {"peak", e.peak()},
                      {"training_peak", e.training_peak()},
                      {"load_peak", e.load_peak},
+                     {"export_peak", e.export_peak},
                      {"by_category",
                       {{"weights", e.weights},
                        {"gradients", e.gradients},
@@ -419,22 +425,59 @@ PlanInputs load_plan_inputs(const job::JobSpec& spec, const std::string& spec_so
 
 namespace tessera::plan {
 
-nlohmann::json plan_event(const job::JobSpec& spec, const std::filesystem::path& model_dir) {
-  job::JobSpec resolved = spec;
-  resolved.model.path = model_dir.string();
-  const Plan p = make_plan(load_plan_inputs(resolved, "job spec", probe_hardware({})));
-  nlohmann::json event = to_json(p);
-  nlohmann::json reasons = event["reasons"];
-  const Settings& s = p.settings;
-  // The runner trains with the spec's settings; say so when the planner would differ.
-  if (s.method != spec.method.type || s.micro_batch != spec.training.batch_size ||
-      s.activation_checkpointing != spec.training.activation_checkpointing ||
-      s.precision != spec.precision)
-    reasons.push_back("this run uses the spec's settings (" + spec.method.type + ", " +
-                      spec.precision + ", batch " + std::to_string(spec.training.batch_size) +
-                      "); set them as planned to follow the plan");
-  event["reasons"] = reasons;
-  return event;
+job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& s) {
+  job::JobSpec out = spec;
+  out.strategy.name = "single";
+  out.method.type = s.method;
+  out.method.lora_rank = s.lora_rank;
+  if (!s.lora_targets.empty()) out.method.lora_targets = s.lora_targets;
+  out.precision = s.precision;
+  out.training.batch_size = s.micro_batch;
+  out.training.gradient_accumulation = s.gradient_accumulation;
+  out.training.activation_checkpointing = s.activation_checkpointing;
+  return out;
+}
+
+Settings settings_from_json(const nlohmann::json& j, const std::string& source) {
+  Settings s;
+  try {
+    s.method = j.at("method").get<std::string>();
+    if (s.method != "full" && s.method != "lora")
+      throw_invalid(source + ": settings.method \"" + s.method + "\" is not full or lora");
+    if (j.contains("lora_rank") && !j["lora_rank"].is_null())
+      s.lora_rank = j["lora_rank"].get<std::int64_t>();
+    s.precision = j.at("precision").get<std::string>();
+    s.micro_batch = j.at("micro_batch").get<std::int64_t>();
+    s.gradient_accumulation = j.at("gradient_accumulation").get<std::int64_t>();
+    s.activation_checkpointing = j.at("activation_checkpointing").get<bool>();
+    s.sequence_length = j.at("sequence_length").get<std::int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw_invalid(source + ": the plan's settings are incomplete (" + e.what() + ")",
+                  "delete the file to plan again from the job spec");
+  }
+  if (s.micro_batch < 1 || s.gradient_accumulation < 1)
+    throw_invalid(source + ": settings.micro_batch and gradient_accumulation must be >= 1",
+                  "delete the file to plan again from the job spec");
+  return s;
+}
+
+std::vector<std::string> applied_changes(const job::JobSpec& spec, const Settings& s) {
+  std::vector<std::string> changes;
+  if (s.method != spec.method.type)
+    changes.push_back("method " + s.method + " instead of " + spec.method.type +
+                      (s.method == "lora" ? " (learning rate kept at the spec's value)" : ""));
+  if (s.precision != spec.precision)
+    changes.push_back("precision " + s.precision + " instead of " + spec.precision);
+  if (s.micro_batch != spec.training.batch_size)
+    changes.push_back(
+        "micro-batch " + std::to_string(s.micro_batch) + " with " +
+        std::to_string(s.gradient_accumulation) + " accumulation steps (the same " +
+        std::to_string(spec.training.batch_size * spec.training.gradient_accumulation) +
+        " sequences per optimizer step)");
+  if (s.activation_checkpointing != spec.training.activation_checkpointing)
+    changes.push_back(std::string("activation checkpointing ") +
+                      (s.activation_checkpointing ? "on" : "off"));
+  return changes;
 }
 
 }  // namespace tessera::plan

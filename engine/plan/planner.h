@@ -57,10 +57,13 @@ struct MemoryEstimate {
   std::uint64_t activations = 0;  // saved for backward at the peak (the loss head's backward)
   std::uint64_t runtime = 0;      // LibTorch process baseline
   std::uint64_t load_peak = 0;    // while loading: weights + the memory-mapped checkpoint
+  std::uint64_t export_peak = 0;  // at the end: the exported fp32 model and its reload check
   std::uint64_t training_peak() const {
     return weights + gradients + optimizer + activations + runtime;
   }
-  std::uint64_t peak() const { return std::max({training_peak(), load_peak, kRuntimeFloorBytes}); }
+  std::uint64_t peak() const {
+    return std::max({training_peak(), load_peak, export_peak, kRuntimeFloorBytes});
+  }
 };
 
 // `checkpoint_bytes`: size of the safetensors files (memory-mapped while loading).
@@ -113,9 +116,12 @@ PlanInputs load_plan_inputs(const job::JobSpec& spec, const std::string& spec_so
 
 namespace tessera::plan {
 
-// The runner's `plan` event for a spec whose strategy is "auto": the planner's strategy,
-// reasons, explanation, settings and per-tier estimates, from a profile without the disk
-// measurement. `model_dir` is the resolved model folder.
-nlohmann::json plan_event(const job::JobSpec& spec, const std::filesystem::path& model_dir);
+// The spec a run with strategy "auto" trains with: the planned method, precision, micro-batch
+// (as training.batch_size) with its gradient accumulation, and activation checkpointing.
+job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& settings);
+// `settings` of a plan's JSON (to_json), as recorded in a run folder's plan.json.
+Settings settings_from_json(const nlohmann::json& settings, const std::string& source);
+// What applying `settings` changes in `spec`, one phrase each (empty: the spec as written).
+std::vector<std::string> applied_changes(const job::JobSpec& spec, const Settings& settings);
 
 }  // namespace tessera::plan

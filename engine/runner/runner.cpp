@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "data/dataset.h"
 #include "data/format.h"
 #include "data/split.h"
@@ -173,10 +174,15 @@ std::map<std::string, torch::Tensor> lora_deltas(const train::LoraModel& lora,
   return deltas;
 }
 
-std::map<std::string, torch::Tensor> weights_of(const model::PretrainedModel& model) {
+// The model's weights by name, sharing storage, except the ones named in `copy` (cloned: the
+// merge changes them in place). Sharing the rest keeps the merge check from doubling memory.
+std::map<std::string, torch::Tensor> weights_of(const model::PretrainedModel& model,
+                                                const std::map<std::string, torch::Tensor>& copy) {
   std::map<std::string, torch::Tensor> out;
-  for (const auto& p : model.named_parameters())
-    out[p.key()] = p.value().detach().to(torch::kCPU).clone();
+  for (const auto& p : model.named_parameters()) {
+    torch::Tensor w = p.value().detach().to(torch::kCPU);
+    out[p.key()] = copy.count(p.key()) ? w.clone() : w;
+  }
   return out;
 }
 
@@ -234,24 +240,80 @@ std::shared_ptr<model::PretrainedModel> load_for_classification(const fs::path& 
   return model;
 }
 
+// Strategy "auto": the plan for this machine (or the one recorded when the run started, when
+// it resumes), written to plan.json and announced as the `plan` event; returns the spec the
+// run trains with. Other strategies: the spec as written.
+job::JobSpec plan_run(const job::JobSpec& spec, const fs::path& model_dir, const fs::path& out_dir,
+                      const RunOptions& run_options, job::EventSink& events) {
+  if (spec.strategy.name != "auto") {
+    events.emit("plan", {{"strategy", spec.strategy.name},
+                         {"applied", false},
+                         {"reasons",
+                          {"strategy \"" + spec.strategy.name + "\" as the spec names it",
+                           "precision " + spec.precision + ", method " + spec.method.type +
+                               ", batch " + std::to_string(spec.training.batch_size)}}});
+    return spec;
+  }
+  const fs::path recorded = out_dir / "plan.json";
+  nlohmann::json plan_json;
+  std::vector<std::string> reasons;
+  if (spec.output.resume && fs::exists(recorded)) {
+    try {
+      plan_json = nlohmann::json::parse(core::read_text_file(recorded));
+    } catch (const nlohmann::json::exception& e) {
+      throw_invalid(recorded.string() + ": not valid JSON (" + e.what() + ")",
+                    "delete it to plan again from the job spec");
+    }
+    reasons.push_back("resumed: the settings planned when this run started (" + recorded.string() +
+                      ")");
+  } else {
+    job::JobSpec resolved = spec;
+    resolved.model.path = model_dir.string();
+    plan::HardwareProfile hardware = plan::probe_hardware({});
+    if (run_options.simulate_host_memory)
+      hardware.memory.simulated = *run_options.simulate_host_memory;
+    const plan::Plan planned =
+        plan::make_plan(plan::load_plan_inputs(resolved, "job spec", std::move(hardware)));
+    plan_json = plan::to_json(planned);
+    if (!planned.fits)
+      throw_invalid(planned.explanation,
+                    "use a smaller model or sequence length, or a machine with more memory");
+    core::write_file_atomic(recorded, plan_json.dump(2) + "\n");
+  }
+  if (!plan_json.contains("settings"))
+    throw_invalid(recorded.string() + ": no settings", "delete it to plan again from the job spec");
+  const plan::Settings settings =
+      plan::settings_from_json(plan_json["settings"], recorded.string());
+  for (const auto& change : plan::applied_changes(spec, settings))
+    reasons.push_back("applied: " + change);
+  nlohmann::json all_reasons = plan_json.value("reasons", nlohmann::json::array());
+  for (const auto& r : reasons) all_reasons.push_back(r);
+  plan_json["reasons"] = all_reasons;
+  plan_json["applied"] = true;
+  events.emit("plan", plan_json);
+  return plan::apply_settings(spec, settings);
+}
+
 }  // namespace
 
-RunOutcome run_job(const job::JobSpec& spec, job::EventSink& events,
-                   const std::atomic<bool>* stop) {
+RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
+                   const RunOptions& run_options) {
   using clock = std::chrono::steady_clock;
   const auto started = clock::now();
-  if (spec.model.path.empty())
-    throw_unsupported(
-        "model.hub_id \"" + spec.model.hub_id + "\": downloading from the Hub is not supported yet",
-        "download the model folder and give its path in model.path");
-  const fs::path model_dir = spec.model.path;
+  if (requested.model.path.empty())
+    throw_unsupported("model.hub_id \"" + requested.model.hub_id +
+                          "\": downloading from the Hub is not supported yet",
+                      "download the model folder and give its path in model.path");
+  const fs::path model_dir = requested.model.path;
   if (!fs::is_directory(model_dir))
     throw_invalid("model.path \"" + model_dir.string() + "\" is not a folder",
                   "give the folder of a HuggingFace model (config.json, *.safetensors, "
                   "tokenizer.json)");
-  const fs::path out_dir = spec.output.dir;
+  const fs::path out_dir = requested.output.dir;
   fs::create_directories(out_dir);
-  job::save_job_spec(spec, out_dir / "job.json");
+  job::save_job_spec(requested, out_dir / "job.json");
+  // Planned before anything is loaded, so a job that cannot fit fails in a second.
+  const job::JobSpec spec = plan_run(requested, model_dir, out_dir, run_options, events);
 
   events.progress("load", 0, 1);
   const hf::ModelConfig model_config = hf::load_model_config(model_dir / "config.json");
@@ -280,17 +342,10 @@ RunOutcome run_job(const job::JobSpec& spec, job::EventSink& events,
   options.training = spec.training;
   options.method = spec.method;
   options.precision = spec.precision;
-  options.plugin = spec.strategy.name == "auto" ? "single" : spec.strategy.name;
+  options.plugin = spec.strategy.name;
   options.output_dir = out_dir;
   if (spec.output.resume) options.resume = fs::path(*spec.output.resume);
   options.base_model_name = fs::absolute(model_dir).string();
-  if (spec.strategy.name == "auto")
-    events.emit("plan", plan::plan_event(spec, model_dir));
-  else
-    events.emit("plan", {{"strategy", options.plugin},
-                         {"reasons",
-                          {"one process on this machine: the strategy the spec names",
-                           "precision " + spec.precision + ", method " + spec.method.type}}});
 
   train::Trainer trainer(model, options, &events);
   train::ExampleBatchSource train_source(std::move(prepared.train), spec.training.batch_size,
@@ -300,7 +355,7 @@ RunOutcome run_job(const job::JobSpec& spec, job::EventSink& events,
     eval_source.emplace(std::move(prepared.validation), spec.training.batch_size,
                         /*shuffle=*/false, spec.training.seed, pad_id);
   train::TrainResult result =
-      trainer.train(train_source, eval_source ? &*eval_source : nullptr, stop);
+      trainer.train(train_source, eval_source ? &*eval_source : nullptr, run_options.stop);
 
   RunOutcome outcome;
   outcome.status = result.status;
@@ -310,6 +365,8 @@ RunOutcome run_job(const job::JobSpec& spec, job::EventSink& events,
   if (!result.losses.empty()) outcome.final_loss = result.losses.back();
   if (!result.evals.empty()) outcome.final_eval_loss = result.evals.back().loss;
   if (result.status != "completed") return outcome;
+  trainer.plugin()
+      .release_training_state();  // the optimizer is done: its memory goes to the export
 
   exporter::ExportOptions export_options;
   export_options.tokenizer_dir = model_dir;
@@ -328,11 +385,27 @@ RunOutcome run_job(const job::JobSpec& spec, job::EventSink& events,
     events.emit("checkpoint",
                 {{"step", result.steps_done}, {"path", adapter_dir.string()}, {"kind", "adapter"}});
     auto deltas = lora_deltas(*lora, *model);
-    lora->detach();
-    auto base = weights_of(*model);
-    lora->merge();
-    exporter::export_pretrained(*model, out_dir / "model", export_options);
-    auto exported = weights_of(*model::load_pretrained(out_dir / "model", torch::kFloat32));
+    // Trained in fp32, the base in memory is the checkpoint's own: merge into it. Trained in a
+    // lower precision, it was rounded for training; the merged model is then the checkpoint's
+    // fp32 weights plus the adapter's delta, so the merge does not lose the delta to rounding.
+    std::shared_ptr<model::PretrainedModel> merged = model;
+    if (spec.precision == "fp32") {
+      lora->detach();
+    } else {
+      merged = model::load_pretrained(model_dir, torch::kFloat32);
+    }
+    auto base = weights_of(*merged, deltas);
+    if (merged == model) {
+      lora->merge();
+    } else {
+      torch::NoGradGuard no_grad;
+      std::map<std::string, torch::Tensor> params;
+      for (const auto& p : merged->named_parameters()) params[p.key()] = p.value();
+      for (const auto& [name, delta] : deltas) params.at(name).add_(delta.to(torch::kFloat32));
+    }
+    exporter::export_pretrained(*merged, out_dir / "model", export_options);
+    auto reloaded = model::load_pretrained(out_dir / "model", torch::kFloat32);
+    auto exported = weights_of(*reloaded, {});
     auto check = exporter::check_merged_deltas(base, exported, deltas);
     if (!check.passed)
       throw Error(ErrorKind::Internal, "merged export failed its check: " + check.summary(),

@@ -8,6 +8,8 @@
 //   checkpoint-<step>/   crash-safe checkpoints (see engine/train/checkpoint.h)
 //   model/               the final model, a HuggingFace folder (LoRA: merged into the base)
 //   adapter/             LoRA only: the adapter in PEFT format
+//   plan.json            strategy "auto" only: the plan the run follows (reused on resume, so a
+//                        resumed run keeps its method, precision and micro-batch)
 #include <atomic>
 #include <filesystem>
 #include <optional>
@@ -29,10 +31,19 @@ struct RunOutcome {
   std::optional<std::filesystem::path> last_checkpoint;
 };
 
+struct RunOptions {
+  // Polled after every step: when set, the run writes a checkpoint and returns "stopped".
+  const std::atomic<bool>* stop = nullptr;
+  // Strategy "auto": plan against this much host memory instead of what is free (what-if
+  // runs and tests; the plan event marks it simulated).
+  std::optional<std::uint64_t> simulate_host_memory;
+};
+
 // Throws tessera::Error for bad input (naming the file/field) and failures; the caller turns
-// that into an `error` event and an exit code. `stop` is polled after every step: when set,
-// the run writes a checkpoint and returns with status "stopped".
+// that into an `error` event and an exit code. With strategy "auto" the run trains with the
+// planner's settings (see plan/planner.h) and fails before loading anything when no setting
+// fits.
 RunOutcome run_job(const job::JobSpec& spec, job::EventSink& events,
-                   const std::atomic<bool>* stop = nullptr);
+                   const RunOptions& options = {});
 
 }  // namespace tessera::runner

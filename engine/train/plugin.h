@@ -65,6 +65,9 @@ class Plugin {
   virtual StepStats step(double lr, double max_grad_norm) = 0;
 
   virtual MemoryByCategory memory() const = 0;
+  // After the last step: frees the optimizer state and the float32 masters of lower-precision
+  // training, so the export has that memory. No step or checkpoint may follow.
+  virtual void release_training_state() = 0;
 
   // Checkpoint state. Trainable weights are the float32 masters.
   virtual std::vector<NamedTensor> trainable_weights() const = 0;

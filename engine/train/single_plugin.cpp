@@ -132,6 +132,11 @@ class SinglePlugin : public Plugin {
     return m;
   }
 
+  void release_training_state() override {
+    optimizer_.reset();
+    if (dtype_ != torch::kFloat32) masters_.clear();
+  }
+
   std::vector<NamedTensor> trainable_weights() const override { return masters_; }
   std::vector<NamedTensor> optimizer_state() const override { return optimizer_->state_tensors(); }
   nlohmann::json state_json() const override {
