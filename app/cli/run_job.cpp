@@ -57,9 +57,14 @@ class ProgressBar {
         tokens_per_s_ = e["tokens_per_s"].get<double>();
       if (e.contains("eval_loss") && e["eval_loss"].is_number()) {
         clear();
-        std::fprintf(stderr, "eval at step %lld: loss %.4f, perplexity %.2f\n",
-                     static_cast<long long>(e.value("step", 0)), e["eval_loss"].get<double>(),
-                     e.value("perplexity", 0.0));
+        if (e.contains("accuracy"))
+          std::fprintf(stderr, "eval at step %lld: loss %.4f, accuracy %.1f%%\n",
+                       static_cast<long long>(e.value("step", 0)), e["eval_loss"].get<double>(),
+                       100.0 * e.value("accuracy", 0.0));
+        else
+          std::fprintf(stderr, "eval at step %lld: loss %.4f, perplexity %.2f\n",
+                       static_cast<long long>(e.value("step", 0)), e["eval_loss"].get<double>(),
+                       e.value("perplexity", 0.0));
       }
       draw();
     } else if (type == "log" && e.value("level", "") != "debug") {
@@ -111,7 +116,7 @@ class ProgressBar {
 }  // namespace
 
 int execute_job(const job::JobSpec& spec, const std::string& events_target,
-                const std::string& spec_path) {
+                const std::string& spec_path, std::optional<std::uint64_t> simulate_host_memory) {
   namespace fs = std::filesystem;
   fs::create_directories(spec.output.dir);
   job::EventSink events;
@@ -127,7 +132,10 @@ int execute_job(const job::JobSpec& spec, const std::string& events_target,
   ::sigaction(SIGTERM, &action, nullptr);
 
   try {
-    runner::RunOutcome outcome = runner::run_job(spec, events, &g_stop);
+    runner::RunOptions options;
+    options.stop = &g_stop;
+    options.simulate_host_memory = simulate_host_memory;
+    runner::RunOutcome outcome = runner::run_job(spec, events, options);
     bar.finish();
     nlohmann::json done = {{"status", outcome.status},
                            {"steps", outcome.steps_done},

@@ -87,7 +87,7 @@ std::int64_t Trainer::total_steps_for(const BatchSource& train) const {
   return std::max<std::int64_t>(1, static_cast<std::int64_t>(steps));
 }
 
-double Trainer::micro_batch_loss(const Batch& batch, bool backward) {
+model::ForwardOutput Trainer::forward_batch(const Batch& batch) {
   model::ForwardInput in;
   const torch::Device device = plugin_->device();
   in.input_ids = batch.input_ids.to(device);
@@ -98,6 +98,11 @@ double Trainer::micro_batch_loss(const Batch& batch, bool backward) {
   if (!out.loss.defined())
     throw_invalid("training: the model computed no loss for a batch",
                   "the model needs a head with a loss (causal LM or classification)");
+  return out;
+}
+
+double Trainer::micro_batch_loss(const Batch& batch, bool backward) {
+  model::ForwardOutput out = forward_batch(batch);
   if (backward)
     plugin_->backward(out.loss, 1.0 / static_cast<double>(options_.training.gradient_accumulation));
   return out.loss.detach().to(torch::kFloat64).item<double>();
@@ -108,17 +113,39 @@ EvalResult Trainer::evaluate(BatchSource& source) {
   source.seek({0, 0});
   model_->eval();
   double sum = 0.0;
+  std::int64_t right = 0, labelled = 0;
+  const bool classification = model_->head() == model::TaskHead::SequenceClassification;
   const std::int64_t n = source.batches_per_epoch();
   {
     torch::NoGradGuard no_grad;
-    for (std::int64_t i = 0; i < n; ++i) sum += micro_batch_loss(source.next(), false);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const Batch batch = source.next();
+      model::ForwardOutput out = forward_batch(batch);
+      sum += out.loss.detach().to(torch::kFloat64).item<double>();
+      if (classification) {
+        const torch::Tensor predicted = out.logits.argmax(-1).to(torch::kCPU);
+        right += predicted.eq(batch.labels.to(torch::kCPU)).sum().item<std::int64_t>();
+        labelled += batch.labels.size(0);
+      }
+    }
   }
   model_->train();
   source.seek(saved);
   EvalResult r;
   r.loss = sum / static_cast<double>(n);
-  r.perplexity = std::exp(r.loss);
+  if (classification)
+    r.accuracy = labelled > 0 ? static_cast<double>(right) / static_cast<double>(labelled) : 0.0;
+  else
+    r.perplexity = std::exp(r.loss);
   return r;
+}
+
+void Trainer::emit_eval(const EvalResult& r) {
+  if (!events_) return;
+  nlohmann::json metric = {{"step", r.step}, {"eval_loss", r.loss}};
+  if (r.perplexity) metric["perplexity"] = *r.perplexity;
+  if (r.accuracy) metric["accuracy"] = *r.accuracy;
+  events_->emit("metric", metric);
 }
 
 void Trainer::emit_memory() {
@@ -269,9 +296,7 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
       EvalResult r = evaluate(*eval);
       r.step = step;
       result.evals.push_back(r);
-      if (events_)
-        events_->emit("metric",
-                      {{"step", step}, {"eval_loss", r.loss}, {"perplexity", r.perplexity}});
+      emit_eval(r);
     }
     const bool stopping =
         (stop && stop->load()) || (options_.stop_after_steps && step >= *options_.stop_after_steps);
@@ -288,9 +313,7 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
     EvalResult r = evaluate(*eval);
     r.step = step;
     result.evals.push_back(r);
-    if (events_)
-      events_->emit("metric",
-                    {{"step", step}, {"eval_loss", r.loss}, {"perplexity", r.perplexity}});
+    emit_eval(r);
   }
   return result;
 }

@@ -52,7 +52,8 @@ struct TrainerOptions {
 struct EvalResult {
   std::int64_t step = 0;
   double loss = 0.0;
-  double perplexity = 0.0;
+  std::optional<double> perplexity;  // causal LM: exp(loss)
+  std::optional<double> accuracy;    // classification: share of predicted labels that are right
 };
 
 struct TrainResult {
@@ -90,7 +91,9 @@ class Trainer {
   std::int64_t total_steps_for(const BatchSource& train) const;
 
  private:
+  model::ForwardOutput forward_batch(const Batch& batch);
   double micro_batch_loss(const Batch& batch, bool backward);
+  void emit_eval(const EvalResult& result);
   std::filesystem::path save_checkpoint(std::int64_t step, const BatchSource& train,
                                         std::int64_t total_steps);
   std::int64_t restore(BatchSource& train, std::int64_t total_steps);

@@ -172,28 +172,46 @@ def test_classification_finetune_of_the_real_minilm(tmp_path):
     rng = random.Random(0)
     words = {"positive": ["great", "excellent", "wonderful", "lovely", "superb"],
              "negative": ["terrible", "awful", "horrible", "dreadful", "boring"]}
-    rows = []
-    for _ in range(160):
-        label = rng.choice(["positive", "negative"])
-        rows.append((f"The {rng.choice(['film', 'meal', 'book', 'hotel'])} was {rng.choice(words[label])}.", label))
-    data = tmp_path / "sentiment.csv"
-    with open(data, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["text", "label"])
-        w.writerows(rows)
+    def sentences(n):
+        out = []
+        for _ in range(n):
+            label = rng.choice(["positive", "negative"])
+            out.append((f"The {rng.choice(['film', 'meal', 'book', 'hotel'])} was {rng.choice(words[label])}.",
+                        label))
+        return out
+
+    def write_csv(path, rows):
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["text", "label"])
+            w.writerows(rows)
+
+    rows, held_out = sentences(160), sentences(40)
+    data, validation = tmp_path / "sentiment.csv", tmp_path / "held-out.csv"
+    write_csv(data, rows)
+    write_csv(validation, held_out)
     out = tmp_path / "run"
-    r = run("finetune", "--model", base, "--data", data, "--steps", 30, "--batch-size", 16, "--lr", "1e-4",
-            "--out", out)
+    r = run("finetune", "--model", base, "--data", data, "--validation", validation, "--steps", 30,
+            "--batch-size", 16, "--lr", "1e-4", "--out", out)
     assert r.returncode == 0, r.stderr
     assert "new classification head (2 labels)" in r.stderr
     model = AutoModelForSequenceClassification.from_pretrained(out / "model").eval()
     assert model.config.id2label == {0: "negative", 1: "positive"}
     tok = AutoTokenizer.from_pretrained(out / "model")
-    with torch.no_grad():
-        logits = model(**tok([t for t, _ in rows], padding=True, return_tensors="pt")).logits
-    predicted = [model.config.id2label[i] for i in logits.argmax(-1).tolist()]
-    accuracy = sum(p == l for p, (_, l) in zip(predicted, rows)) / len(rows)
-    assert accuracy >= 0.9, accuracy
+
+    def accuracy_of(rows):
+        with torch.no_grad():
+            logits = model(**tok([t for t, _ in rows], padding=True, return_tensors="pt")).logits
+        predicted = [model.config.id2label[i] for i in logits.argmax(-1).tolist()]
+        return sum(p == l for p, (_, l) in zip(predicted, rows)) / len(rows)
+
+    assert accuracy_of(rows) >= 0.9, accuracy_of(rows)
+    # The run's own evaluation reports accuracy (no perplexity for a classifier), equal to what
+    # transformers measures on the same held-out rows with the exported model.
+    evals = [json.loads(l) for l in (out / "events.jsonl").read_text().splitlines()]
+    final = [e for e in evals if e["type"] == "metric" and "eval_loss" in e][-1]
+    assert "perplexity" not in final and final["step"] == 30, final
+    assert abs(final["accuracy"] - accuracy_of(held_out)) <= 1 / 40 + 1e-9, (final, accuracy_of(held_out))
 
     # LoRA would leave the new head untrained: refused with a reason, exit 2.
     r = run("finetune", "--model", base, "--data", data, "--method", "lora", "--steps", 2, "--out", tmp_path / "l")
