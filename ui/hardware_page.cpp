@@ -63,7 +63,7 @@ constexpr Category kCategories[] = {{"weights", "weights"},
                                     {"gradients", "gradients"},
                                     {"optimizer", "optimizer state"},
                                     {"activations", "activations"},
-                                    {"runtime", "runtime and load peak"}};
+                                    {"runtime", "runtime (and load or export peak)"}};
 
 QString first_line_of(const QByteArray& text) {
   for (const QByteArray& line : text.split('\n'))
@@ -434,8 +434,8 @@ void HardwarePage::show_plan(const QJsonObject& plan) {
       *sets_[i] << gib(bytes);
     }
     // The peak may exceed the sum of the categories: the load peak (weights + the mapped
-    // checkpoint) or the runtime's measured floor. That part is drawn with the runtime, so
-    // the bar still ends at the tier's capacity.
+    // checkpoint), the export peak, or the runtime's measured floor. That part is drawn with the
+    // runtime, so the bar still ends at the tier's capacity.
     const double peak = std::max(used, t.value("peak").toDouble());
     QBarSet* runtime_set = sets_[int(std::size(kCategories)) - 1];
     if (peak > used)

@@ -12,6 +12,7 @@
 #include <QLineEdit>
 #include <QListWidget>
 #include <QMessageBox>
+#include <QProgressDialog>
 #include <QPushButton>
 #include <QSettings>
 #include <QStackedWidget>
@@ -262,14 +263,35 @@ QString MainWindow::launch(const job::JobSpec& spec) {
 
 void MainWindow::closeEvent(QCloseEvent* event) {
   if (live_ && live_->running()) {
+    // Quitting saves the run first: stop after the current step with a checkpoint, then close
+    // (again) when the child has ended. The run is recorded "interrupted", resumable.
+    event->ignore();
+    if (quitting_) return;
     auto answer = QMessageBox::question(
         this, tr("Quit"),
-        tr("A run is in progress. Quitting stops it (it will be marked interrupted). Quit?"));
-    if (answer != QMessageBox::Yes) {
-      event->ignore();
-      return;
-    }
-    live_->stop();
+        tr("A run is in progress. Quitting saves a checkpoint after the current step and stops "
+           "the run; Resume on the Runs page continues it. Quit?"));
+    if (answer != QMessageBox::Yes) return;
+    quitting_ = true;
+    auto* wait = new QProgressDialog(tr("Saving a checkpoint before quitting…"), tr("&Quit now"), 0,
+                                     0, this);
+    wait->setWindowTitle(tr("Quit"));
+    wait->setWindowModality(Qt::WindowModal);
+    wait->setMinimumDuration(0);
+    wait->setAutoClose(false);
+    RunMonitor* run = live_;
+    connect(wait, &QProgressDialog::canceled, run, [run] { run->kill_now(); });
+    connect(
+        run, &RunMonitor::finished, this,
+        [this, wait] {
+          wait->reset();
+          wait->deleteLater();
+          close();
+        },
+        Qt::QueuedConnection);
+    run->interrupt();
+    wait->show();
+    return;
   }
   QSettings s;
   s.setValue("window/geometry", saveGeometry());

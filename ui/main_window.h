@@ -60,6 +60,7 @@ class MainWindow : public QMainWindow {
   QLineEdit* runs_root_;
   RunMonitor* live_ = nullptr;
   bool resume_pending_ = false;
+  bool quitting_ = false;  // waiting for the live run's checkpoint before closing
 };
 
 }  // namespace tessera::ui

@@ -84,6 +84,15 @@ void RunMonitor::stop(int kill_after_ms) {
   });
 }
 
+void RunMonitor::interrupt(int kill_after_ms) {
+  interrupting_ = true;
+  stop(kill_after_ms);
+}
+
+void RunMonitor::kill_now() {
+  if (running()) process_->kill();
+}
+
 RunSeries RunMonitor::take_pending() {
   RunSeries out = std::move(pending_);
   pending_ = {};
@@ -196,6 +205,10 @@ void RunMonitor::finish() {
     failure = "the training process ended without a `done` event";
   } else {
     status = "completed";
+  }
+  if (interrupting_ && status != "completed") {
+    status = "interrupted";
+    failure = "the studio quit during this run; Resume continues it from its last checkpoint";
   }
   run_.status = status;
   run_.failure = failure;

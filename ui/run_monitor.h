@@ -33,6 +33,11 @@ class RunMonitor : public QObject {
   // "stopped". If it has not ended after `kill_after_ms`, it is terminated.
   void stop(int kill_after_ms = 120000);
   bool stop_requested() const { return stop_requested_; }
+  // The studio is quitting: stop as above, and record the run as "interrupted" (resumable
+  // from its checkpoint) rather than "stopped".
+  void interrupt(int kill_after_ms = 120000);
+  // Ends the child at once (SIGKILL); the newest complete checkpoint stays usable.
+  void kill_now();
 
   bool running() const { return process_ && process_->state() != QProcess::NotRunning; }
   const RunRecord& run() const { return run_; }
@@ -78,6 +83,7 @@ class RunMonitor : public QObject {
   QByteArray stderr_partial_;
   std::int64_t metrics_seen_ = 0;
   bool stop_requested_ = false;
+  bool interrupting_ = false;
 };
 
 // Whether `run` can be resumed: "" when it can, else why not (the status is not stopped,

@@ -62,7 +62,7 @@ double accuracy(const std::vector<Answered>& answers) {
 }
 
 int run_demo(const std::vector<std::string>& raw) {
-  Args args(raw, {}, {"--out", "--steps", "--seed"});
+  Args args(raw, {"--no-train"}, {"--out", "--steps", "--seed"});
   if (!args.positionals().empty()) throw UsageError{"unexpected argument"};
   const fs::path out = args.option("--out") ? fs::path(*args.option("--out")) : "tessera-demo";
   const std::int64_t steps = args.option("--steps") ? std::stoll(*args.option("--steps")) : 500;
@@ -93,8 +93,12 @@ int run_demo(const std::vector<std::string>& raw) {
                "%zu training, %zu held-out rows\n",
                data.train.size(), data.test.size());
 
-  double before = accuracy(answer(out / "base", data.test));
-  std::fprintf(stderr, "held-out exact-match accuracy before fine-tuning: %.1f%%\n", 100 * before);
+  double before = 0;
+  if (!args.flag("--no-train")) {
+    before = accuracy(answer(out / "base", data.test));
+    std::fprintf(stderr, "held-out exact-match accuracy before fine-tuning: %.1f%%\n",
+                 100 * before);
+  }
 
   nlohmann::json doc = {{"version", job::kJobSpecVersion},
                         {"name", "demo"},
@@ -118,6 +122,14 @@ int run_demo(const std::vector<std::string>& raw) {
                         {"output", {{"dir", (out / "run").string()}}}};
   job::JobSpec spec = job::parse_job_spec(doc, "demo");
   job::save_job_spec(spec, out / "job.json");
+  if (args.flag("--no-train")) {
+    std::printf("demo model: %s\ndataset: %s (validation: %s)\njob spec: %s\n",
+                (out / "base").c_str(), (out / "train.jsonl").c_str(),
+                (out / "validation.jsonl").c_str(), (out / "job.json").c_str());
+    std::printf("train it with: tessera-cli run %s (or open the model and dataset in tessera)\n",
+                (out / "job.json").c_str());
+    return 0;
+  }
   std::fprintf(stderr, "== fine-tuning (job spec: %s)\n", (out / "job.json").c_str());
   int code = execute_job(spec, "", (out / "job.json").string());
   if (code != 0) return code;
@@ -150,9 +162,9 @@ int run_demo(const std::vector<std::string>& raw) {
 
 const RegisterCommand kRegister{{
     "demo",
-    "demo [--out DIR] [--steps N] [--seed N]",
+    "demo [--out DIR] [--steps N] [--seed N] [--no-train]",
     "Offline demo: build a small Llama, fine-tune it on a generated task, show accuracy and "
-    "samples",
+    "samples (--no-train: only write the model, datasets and job spec)",
     run_demo,
 }};
 

@@ -1,9 +1,10 @@
 // The studio driven with real widgets (offscreen): the wizard on a tiny Llama made here (and
 // the real all-MiniLM-L6-v2, which the engine reads but does not fine-tune yet) and a dataset
 // written here, the job spec it produces, the launch button's check of tessera-cli, a real
-// `tessera-cli run` when the build has it, the run dashboard fed by a real child process streaming
-// events (charts, database, failure, event-loop latency), the runs page (replay, compare, delete),
-// the main window's remembered geometry, and a PNG screenshot of every page.
+// `tessera-cli run` of the demo model when the build has it (stop/resume, quitting mid-run,
+// export, chat), the run dashboard fed by a real child process streaming events (charts,
+// database, failure, event-loop latency), the runs page (replay, compare, delete), the main
+// window's remembered geometry, and a PNG screenshot of every page.
 #include <QApplication>
 #include <QBarSeries>
 #include <QBarSet>
@@ -19,6 +20,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
+#include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QProcess>
 #include <QProgressBar>
@@ -170,8 +172,9 @@ class StudioTest : public QObject {
   quint64 tiny_parameters_ = 0;
   QString dataset_;
   std::unique_ptr<RunsStore> store_;
-  RunRecord finished_run_;  // the real LoRA run that completed (for export and chat)
-  QString real_cli_;        // a tessera-cli that can `run`, or "" (found once)
+  RunRecord finished_run_;       // the real LoRA run that completed (for export and chat)
+  quint64 demo_parameters_ = 0;  // of the demo model, as transformers counts them
+  QString real_cli_;             // a tessera-cli that can `run`, or "" (found once)
 
   // The tessera-cli that trains (LibTorch builds; TESSERA_STUDIO_CLI may name another one),
   // or "" when this build's has no `run`.
@@ -189,6 +192,7 @@ class StudioTest : public QObject {
 
   // Launches a real LoRA run of `steps` steps through the wizard of `window`.
   QString launch_real_run(MainWindow& window, int steps) {
+    window.show_page(MainWindow::NewFineTune);
     FineTuneWizard* wizard = window.wizard();
     wizard->model_page()->choose_folder(model_);
     wizard->dataset_page()->max_length()->setValue(32);
@@ -203,6 +207,21 @@ class StudioTest : public QObject {
     const QString run_id = wizard->run_id();
     QTest::mouseClick(launch, Qt::LeftButton);
     return run_id;
+  }
+
+  // Clicks `button` of the next modal QMessageBox as soon as it is shown (QMessageBox's own
+  // event loop runs the timer).
+  static void answer_next_message_box(QMessageBox::StandardButton button) {
+    auto* timer = new QTimer;
+    timer->setInterval(20);
+    QObject::connect(timer, &QTimer::timeout, timer, [timer, button] {
+      if (auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget())) {
+        timer->stop();
+        timer->deleteLater();
+        box->button(button)->click();
+      }
+    });
+    timer->start();
   }
 
   QString path(const QString& name) const { return QDir(tmp_.path()).filePath(name); }
@@ -699,9 +718,10 @@ class StudioTest : public QObject {
     QSettings().remove("paths/cli");
   }
 
-  // The end-to-end path: the wizard launches a real `tessera-cli run` (LibTorch
-  // builds; TESSERA_STUDIO_CLI may name another tessera-cli), charts receive its points and
-  // the run is recorded.
+  // The end-to-end path on the demo model and its dataset: the wizard launches a real
+  // `tessera-cli run` (LibTorch builds; TESSERA_STUDIO_CLI may name another tessera-cli),
+  // charts receive its points, the run is recorded, and export_a_finished_run loads its export
+  // in transformers.
   void launch_a_real_training_run() {
     const QString cli = qEnvironmentVariable("TESSERA_STUDIO_CLI", TESSERA_CLI_PATH);
     CliProbe probe;
@@ -711,13 +731,28 @@ class StudioTest : public QObject {
     if (!probe.supports("run"))
       QSKIP("this build's tessera-cli has no `run` (built without LibTorch)");
     QSettings().setValue("paths/cli", cli);
+    // The demo model and its task dataset, as `tessera-cli demo` builds them.
+    QProcess demo;
+    demo.start(cli, {"demo", "--out", path("demo"), "--no-train"});
+    QVERIFY(demo.waitForFinished(120000));
+    QVERIFY2(demo.exitCode() == 0, demo.readAllStandardError().constData());
+    QProcess count;
+    count.start(TESSERA_PYTHON, {"-c",
+                                 "import sys; from transformers import AutoModelForCausalLM; "
+                                 "print(AutoModelForCausalLM.from_pretrained(sys.argv[1])"
+                                 ".num_parameters())",
+                                 path("demo/base")});
+    QVERIFY(count.waitForFinished(180000));
+    QVERIFY2(count.exitCode() == 0, count.readAllStandardError().constData());
+    demo_parameters_ = count.readAllStandardOutput().trimmed().toULongLong();
+    QVERIFY(demo_parameters_ > 0);
     MainWindow window(store_.get());
     window.resize(1280, 860);
     window.show();
     FineTuneWizard* wizard = window.wizard();
-    wizard->model_page()->choose_folder(model_);
+    wizard->model_page()->choose_folder(path("demo/base"));
     wizard->dataset_page()->max_length()->setValue(32);
-    wizard->dataset_page()->choose_file(dataset_);
+    wizard->dataset_page()->choose_file(path("demo/train.jsonl"));
     wizard->method_page()->set_method("lora");
     wizard->method_page()->set_steps(4);
     wizard->go_to(FineTuneWizard::ReviewStep);
@@ -829,6 +864,71 @@ class StudioTest : public QObject {
     QSettings().remove("paths/cli");
   }
 
+  // Quitting the studio during a run: the child stops after its step with a checkpoint, the
+  // window closes once it has ended, and the run is "interrupted"; the next window resumes it
+  // from the runs page and its steps continue after the checkpoint.
+  void quitting_during_a_run_leaves_it_interrupted_and_resumable() {
+    const QString cli = real_cli();
+    if (cli.isEmpty()) QSKIP("this build's tessera-cli has no `run` (built without LibTorch)");
+    QSettings().setValue("paths/cli", cli);
+    QString run_id;
+    {
+      MainWindow window(store_.get());
+      window.resize(1280, 860);
+      window.show();
+      run_id = launch_real_run(window, 5000);
+      QVERIFY(!run_id.isEmpty());
+      RunDashboard* dashboard = window.runs_page()->dashboard();
+      QTRY_VERIFY_WITH_TIMEOUT(dashboard->loss_chart()->point_count("training loss") >= 2 ||
+                                   dashboard->error_label()->isVisible(),
+                               240000);
+      QVERIFY2(!dashboard->error_label()->isVisible(),
+               qPrintable(dashboard->error_label()->text()));
+      answer_next_message_box(QMessageBox::Yes);
+      window.close();
+      QVERIFY(window.isVisible());  // open until the checkpoint is written
+      QTRY_VERIFY_WITH_TIMEOUT(!window.isVisible(), 120000);
+      QVERIFY(!window.live_run()->running());
+    }
+    store_->flush();
+    std::int64_t saved_at = 0;
+    {
+      DbConnection c(store_->path());
+      auto run = find_run(c.db(), run_id);
+      QVERIFY(run);
+      QCOMPARE(run->status, QString("interrupted"));
+      QVERIFY2(run->failure.contains("Resume"), qPrintable(run->failure));
+      QVERIFY2(resume_blocker(*run).isEmpty(), qPrintable(resume_blocker(*run)));
+      const auto checkpoints = load_checkpoints(c.db(), run_id);
+      QVERIFY(!checkpoints.isEmpty());
+      saved_at = checkpoints.last().step;
+      QVERIFY(saved_at >= 2);
+    }
+    MainWindow window(store_.get());
+    window.resize(1280, 860);
+    window.show();
+    window.runs_page()->open_run(run_id);
+    RunDashboard* dashboard = window.runs_page()->dashboard();
+    QTRY_VERIFY_WITH_TIMEOUT(dashboard->resume_button()->isEnabled(), 10000);
+    QTest::mouseClick(dashboard->resume_button(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(window.live_run() && window.live_run()->running(), 20000);
+    QCOMPARE(window.live_run()->run().id, run_id);
+    QTRY_VERIFY_WITH_TIMEOUT(
+        dashboard->loss_chart()->point_count("training loss") >= int(saved_at) + 2 ||
+            !window.live_run()->running(),
+        240000);
+    QTest::mouseClick(dashboard->stop_button(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(!window.live_run()->running(), 120000);
+    store_->flush();
+    DbConnection c(store_->path());
+    QList<std::int64_t> steps;
+    for (const MetricPoint& p : load_run_series(c.db(), run_id).metrics)
+      if (present(p.loss)) steps << p.step;
+    QVERIFY2(steps.contains(saved_at + 1), "the resumed run goes on after the checkpoint");
+    QCOMPARE(find_run(c.db(), run_id)->status, QString("stopped"));
+    QSettings().remove("paths/cli");
+  }
+
   // Export: the merged model of the finished LoRA run in bfloat16 (it loads in transformers)
   // and its LoRA adapter (copied as is).
   void export_a_finished_run() {
@@ -854,7 +954,7 @@ class StudioTest : public QObject {
     dialog.set_dtype("float32");
     const quint64 f32 = dialog.estimated_bytes();
     dialog.set_dtype("bfloat16");
-    QVERIFY(f32 > tiny_parameters_ * 4);
+    QVERIFY(f32 > demo_parameters_ * 4);
     QVERIFY(dialog.estimated_bytes() < f32 * 6 / 10);  // half the weights' bytes
     const QString merged = path("export-merged");
     dialog.set_destination(merged);
@@ -883,7 +983,7 @@ class StudioTest : public QObject {
       QVERIFY(python.waitForFinished(180000));
       QVERIFY2(python.exitCode() == 0, python.readAllStandardError().constData());
       const QString out = QString::fromUtf8(python.readAllStandardOutput()).trimmed();
-      QCOMPARE(out, QString("torch.bfloat16 %1").arg(tiny_parameters_));
+      QCOMPARE(out, QString("torch.bfloat16 %1").arg(demo_parameters_));
     }
 
     const QString adapter = path("export-adapter");
@@ -924,11 +1024,11 @@ class StudioTest : public QObject {
     QCOMPARE(chat->model_folder(), model_dir);
     QVERIFY2(chat->model_label()->text().contains(model_dir),
              qPrintable(chat->model_label()->text()));
-    QVERIFY(!chat->chat_mode());  // the tiny model has no chat template
+    QVERIFY(chat->chat_mode());  // the demo model has a chat template
     chat->greedy()->setChecked(true);
     chat->max_new_tokens()->setValue(12);
     QSignalSpy replied(chat, &ChatPane::replyFinished);
-    QTest::keyClicks(chat->prompt_edit(), "Count to 3.");
+    QTest::keyClicks(chat->prompt_edit(), "first kiwo");
     QTest::keyClick(chat->prompt_edit(), Qt::Key_Return);
     QVERIFY(chat->busy());
     QVERIFY(replied.wait(120000));
@@ -936,7 +1036,7 @@ class StudioTest : public QObject {
     screenshot(&page, "try-it-chat");
 
     QProcess reference;
-    reference.start(cli, {"generate", "--model", model_dir, "--prompt", "Count to 3.",
+    reference.start(cli, {"generate", "--model", model_dir, "--prompt", "first kiwo", "--chat",
                           "--max-new-tokens", "12", "--greedy", "--json"});
     QVERIFY(reference.waitForFinished(120000));
     QCOMPARE(reference.exitCode(), 0);
@@ -945,7 +1045,7 @@ class StudioTest : public QObject {
     QVERIFY(!expected.isEmpty());
     QCOMPARE(chat->last_reply(), expected);
     const QString transcript = chat->transcript()->toPlainText();
-    QVERIFY(transcript.contains("You: Count to 3."));
+    QVERIFY(transcript.contains("You: first kiwo"));
     QVERIFY2(transcript.contains("Model: " + expected), qPrintable(transcript));
     QSettings().remove("paths/cli");
   }
@@ -973,6 +1073,7 @@ class StudioTest : public QObject {
     MainWindow window(store_.get());
     window.resize(1280, 900);
     window.show();
+    window.show_page(MainWindow::NewFineTune);  // whatever page an earlier window quit on
     FineTuneWizard* wizard = window.wizard();
     QTRY_VERIFY_WITH_TIMEOUT(window.cli_probe()->finished(), 20000);
     QVERIFY(wizard->hardware_step_available());
