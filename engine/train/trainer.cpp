@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <limits>
+#include <optional>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -19,6 +21,21 @@ namespace {
 constexpr const char* kTrainerState = "trainer_state.json";
 
 }  // namespace
+
+std::optional<std::uint64_t> system_memory_used_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::uint64_t total = 0, available = 0;
+  bool have_total = false, have_available = false;
+  for (std::string key; meminfo >> key;) {
+    std::uint64_t kib = 0;
+    meminfo >> kib;
+    if (key == "MemTotal:") total = kib, have_total = true;
+    if (key == "MemAvailable:") available = kib, have_available = true;
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  if (!have_total || !have_available || available > total) return std::nullopt;
+  return (total - available) * 1024;
+}
 
 std::uint64_t process_rss_bytes() {
   std::ifstream statm("/proc/self/statm");
@@ -154,16 +171,20 @@ void Trainer::emit_memory() {
   const std::uint64_t rss = process_rss_bytes();
   const std::uint64_t accounted = m.weights + m.gradients + m.optimizer;
   const bool on_device = plugin_->device().is_cuda();
-  events_->emit("memory", {{"tier", on_device ? "device" : "host"},
-                           {"device", plugin_->device().str()},
-                           {"used", on_device ? accounted : rss},
-                           {"reserved", on_device ? accounted : rss},
-                           {"budget", nullptr},
-                           {"by_category",
-                            {{"weights", m.weights},
-                             {"gradients", m.gradients},
-                             {"optimizer", m.optimizer},
-                             {"activations_other", rss > accounted ? rss - accounted : 0}}}});
+  nlohmann::json event = {{"tier", on_device ? "device" : "host"},
+                          {"device", plugin_->device().str()},
+                          {"used", on_device ? accounted : rss},
+                          {"reserved", on_device ? accounted : rss},
+                          {"budget", nullptr},
+                          {"by_category",
+                           {{"weights", m.weights},
+                            {"gradients", m.gradients},
+                            {"optimizer", m.optimizer},
+                            {"activations_other", rss > accounted ? rss - accounted : 0}}}};
+  // What the whole machine uses: other programs' memory pressure next to ours.
+  if (!on_device)
+    if (const auto used = system_memory_used_bytes()) event["system_used"] = *used;
+  events_->emit("memory", event);
 }
 
 fs::path Trainer::save_checkpoint(std::int64_t step, const BatchSource& train,

@@ -108,5 +108,7 @@ class Trainer {
 
 // Process resident set size in bytes, from /proc/self/statm (0 when unavailable).
 std::uint64_t process_rss_bytes();
+// Memory in use on the machine (MemTotal - MemAvailable of /proc/meminfo), if readable.
+std::optional<std::uint64_t> system_memory_used_bytes();
 
 }  // namespace tessera::train
