@@ -3,6 +3,8 @@
 #include <QAreaSeries>
 #include <QChart>
 #include <QEvent>
+#include <QLegend>
+#include <QLegendMarker>
 #include <QLineSeries>
 #include <QPen>
 #include <QValueAxis>
@@ -16,8 +18,9 @@ namespace tessera::ui {
 QColor series_color(int index) {
   static const QColor kColors[] = {QColor(0x1f, 0x77, 0xb4), QColor(0xff, 0x7f, 0x0e),
                                    QColor(0x2c, 0xa0, 0x2c), QColor(0xd6, 0x27, 0x28),
-                                   QColor(0x94, 0x67, 0xbd), QColor(0x8c, 0x56, 0x4b)};
-  return kColors[index % 6];
+                                   QColor(0x94, 0x67, 0xbd), QColor(0x8c, 0x56, 0x4b),
+                                   QColor(0x7f, 0x7f, 0x7f), QColor(0x17, 0xbe, 0xcf)};
+  return kColors[index % 8];
 }
 
 void apply_palette(QChart* chart, const QPalette& palette) {
@@ -53,6 +56,24 @@ QValueAxis* make_axis(const QString& title) {
   return axis;
 }
 
+// Axes over optimizer steps tick on whole numbers.
+constexpr char kIntegerAxis[] = "tesseraIntegerAxis";
+
+// As many decimals as the tick spacing needs: 10.334, 10.337, 10.340 rather than "10.34" three
+// times; very small or large values (learning rates) in exponent form.
+QString label_format(double lo, double hi, double interval) {
+  const double magnitude = std::max(std::abs(lo), std::abs(hi));
+  if (!(interval > 0) || !(magnitude > 0)) return "%.4g";
+  if (magnitude < 1e-3 || magnitude >= 1e6) {
+    const int significant = int(std::ceil(std::log10(magnitude / interval))) + 2;
+    return QString("%.%1g").arg(std::clamp(significant, 2, 10));
+  }
+  int decimals = std::max(0, int(std::ceil(-std::log10(interval) - 1e-9)));
+  const double scaled = interval * std::pow(10.0, decimals);
+  if (std::abs(scaled - std::round(scaled)) > 1e-6) ++decimals;
+  return QString("%.%1f").arg(std::min(decimals, 10));
+}
+
 // Round tick values ("0, 250, 500") rather than the data's own extremes; a flat line gets a
 // little room above and below.
 void set_range(QValueAxis* axis, double lo, double hi) {
@@ -61,8 +82,20 @@ void set_range(QValueAxis* axis, double lo, double hi) {
     lo -= pad;
     hi += pad;
   }
+  axis->setTickCount(5);
   axis->setRange(lo, hi);
   axis->applyNiceNumbers();
+  double interval = (axis->max() - axis->min()) / std::max(1, axis->tickCount() - 1);
+  if (axis->property(kIntegerAxis).toBool()) {
+    interval = std::max(1.0, std::ceil(interval - 1e-9));
+    const double first = std::floor(lo / interval) * interval;
+    const double last = std::max(first + interval, std::ceil(hi / interval) * interval);
+    axis->setRange(first, last);
+    axis->setTickCount(int(std::lround((last - first) / interval)) + 1);
+    axis->setLabelFormat("%.0f");
+    return;
+  }
+  axis->setLabelFormat(label_format(axis->min(), axis->max(), interval));
 }
 
 // A range change lays the whole chart out again (axis labels are measured): grow the range
@@ -102,10 +135,11 @@ LineChart::LineChart(const QString& title, const QString& x_label, const QString
   setRenderHint(QPainter::Antialiasing);
   setMinimumHeight(fontMetrics().height() * 12);
   x_axis_ = make_axis(x_label);
+  x_axis_->setProperty(kIntegerAxis, true);  // every line chart here is over optimizer steps
   y_axis_ = make_axis(y_label);
   chart()->addAxis(x_axis_, Qt::AlignBottom);
   chart()->addAxis(y_axis_, Qt::AlignLeft);
-  x_axis_->setRange(0, 1);
+  set_range(x_axis_, 0, 1);
   y_axis_->setRange(0, 1);
   apply_palette(chart(), palette());
   update_title();
@@ -188,6 +222,8 @@ MemoryChart::MemoryChart(const QString& tier, QWidget* parent)
   setRenderHint(QPainter::Antialiasing);
   setMinimumHeight(fontMetrics().height() * 12);
   chart()->setTitle("Memory — " + tier);
+  // Six entries do not fit in one row under a half-width chart: list them at the side.
+  chart()->legend()->setAlignment(Qt::AlignRight);
   x_axis_ = make_axis("seconds");
   y_axis_ = make_axis("MiB");
   chart()->addAxis(x_axis_, Qt::AlignBottom);
@@ -209,20 +245,50 @@ MemoryChart::MemoryChart(const QString& tier, QWidget* parent)
     lower = upper;
   }
   budget_ = new QLineSeries;
-  budget_->setName("budget");
-  QPen pen(series_color(5), 1.5, Qt::DashLine);
-  budget_->setPen(pen);
-  chart()->addSeries(budget_);
-  budget_->attachAxis(x_axis_);
-  budget_->attachAxis(y_axis_);
+  add_line(budget_, tr("budget"), 5, Qt::DashLine);
+  system_ = new QLineSeries;
+  add_line(system_, tr("system RAM in use"), 6, Qt::DotLine);
+  estimate_ = new QLineSeries;
+  add_line(estimate_, tr("plan estimate"), 7, Qt::DashDotLine);
   x_axis_->setRange(0, 1);
   y_axis_->setRange(0, 1);
   apply_palette(chart(), palette());
 }
 
+void MemoryChart::add_line(QLineSeries* series, const QString& name, int color,
+                           Qt::PenStyle style) {
+  series->setName(name);
+  series->setPen(QPen(series_color(color), 1.5, style));
+  chart()->addSeries(series);
+  series->attachAxis(x_axis_);
+  series->attachAxis(y_axis_);
+  // Listed in the legend once it has points.
+  for (QLegendMarker* marker : chart()->legend()->markers(series)) marker->setVisible(false);
+  connect(series, &QXYSeries::pointsReplaced, this, [this, series] {
+    for (QLegendMarker* marker : chart()->legend()->markers(series))
+      marker->setVisible(series->count() > 0);
+  });
+}
+
+void MemoryChart::set_estimate(double bytes) {
+  estimate_bytes_ = bytes > 0 ? bytes : 0;
+  draw_estimate();
+}
+
+void MemoryChart::draw_estimate() {
+  if (!(estimate_bytes_ > 0)) {
+    estimate_->clear();
+    return;
+  }
+  const double y = estimate_bytes_ / kMiB;
+  y_max_ = std::max(y_max_, y);
+  estimate_->replace(QList<QPointF>{{0, y}, {std::max(x_max_, 1.0), y}});
+  cover_range(y_axis_, 0, std::max(y_max_ * 1.05, 1.0), false);
+}
+
 void MemoryChart::append(const QList<MemorySample>& samples, double t0) {
   QList<QList<QPointF>> points(4);
-  QList<QPointF> budget;
+  QList<QPointF> budget, system;
   for (const MemorySample& m : samples) {
     if (m.tier != tier_) continue;
     const double x = m.t - t0;
@@ -241,10 +307,16 @@ void MemoryChart::append(const QList<MemorySample>& samples, double t0) {
       budget.push_back({x, m.budget / kMiB});
       y_max_ = std::max(y_max_, m.budget / kMiB);
     }
+    if (present(m.system_used)) {
+      system.push_back({x, m.system_used / kMiB});
+      y_max_ = std::max(y_max_, m.system_used / kMiB);
+    }
   }
   if (points[0].isEmpty()) return;
   for (int i = 0; i < 4; ++i) append_points(uppers_[i], points[i]);
   if (!budget.isEmpty()) append_points(budget_, budget);
+  if (!system.isEmpty()) append_points(system_, system);
+  if (estimate_bytes_ > 0) draw_estimate();
   cover_range(x_axis_, 0, std::max(x_max_, 1.0), false);
   cover_range(y_axis_, 0, std::max(y_max_ * 1.05, 1.0), false);
 }
@@ -253,9 +325,16 @@ int MemoryChart::point_count() const {
   return int(uppers_[0]->count());
 }
 
+int MemoryChart::system_point_count() const {
+  return int(system_->count());
+}
+
 void MemoryChart::clear() {
   for (auto* s : uppers_) s->clear();
   budget_->clear();
+  system_->clear();
+  estimate_->clear();
+  estimate_bytes_ = 0;
   x_max_ = y_max_ = 0;
   x_axis_->setRange(0, 1);
   y_axis_->setRange(0, 1);

@@ -49,13 +49,18 @@ class LineChart : public QChartView {
 };
 
 // One memory tier over time, stacked by category (weights, gradients, optimizer state,
-// activations and other), with the tier's budget as a dashed line when reported.
+// activations and other), with the tier's budget as a dashed line when reported, the machine's
+// memory in use (host) and the plan's estimated peak as lines.
 class MemoryChart : public QChartView {
   Q_OBJECT
  public:
   MemoryChart(const QString& tier, QWidget* parent = nullptr);
   void append(const QList<MemorySample>& samples, double t0);
   int point_count() const;
+  int system_point_count() const;
+  // The plan's estimated peak of this tier, drawn across the chart (0: none).
+  void set_estimate(double bytes);
+  double estimate() const { return estimate_bytes_; }
   void clear();
 
  protected:
@@ -66,9 +71,14 @@ class MemoryChart : public QChartView {
   QList<QLineSeries*> uppers_;  // cumulative, one per category
   QList<QAreaSeries*> areas_;
   QLineSeries* budget_;
+  QLineSeries* system_;
+  QLineSeries* estimate_;
   QValueAxis* x_axis_;
   QValueAxis* y_axis_;
   double x_max_ = 0, y_max_ = 0;
+  double estimate_bytes_ = 0;
+  void draw_estimate();
+  void add_line(QLineSeries* series, const QString& name, int color, Qt::PenStyle style);
 };
 
 }  // namespace tessera::ui

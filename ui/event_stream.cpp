@@ -103,6 +103,7 @@ void apply_event(const json& e, const QByteArray& line, StreamState& state, RunS
     if (!present(m.used)) m.used = 0;
     m.reserved = number(e, "reserved");
     m.budget = number(e, "budget");
+    m.system_used = number(e, "system_used");
     if (auto it = e.find("by_category"); it != e.end() && it->is_object())
       for (int i = 0; i < 4; ++i)
         m.by_category[i] = number(*it, memory_categories()[i].toUtf8().constData());

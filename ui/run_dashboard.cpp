@@ -2,11 +2,16 @@
 
 #include <QApplication>
 #include <QDateTime>
+#include <QDir>
 #include <QElapsedTimer>
+#include <QFile>
 #include <QFileInfo>
 #include <QFontDatabase>
 #include <QGridLayout>
 #include <QHBoxLayout>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QLabel>
 #include <QPlainTextEdit>
 #include <QProgressBar>
@@ -102,10 +107,25 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   log_->setMaximumBlockCount(5000);
   log_->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
   log_->setPlaceholderText(tr("The run's log appears here."));
+  auto make_file_view = [this](const QString& placeholder) {
+    auto* view = new QPlainTextEdit;
+    view->setReadOnly(true);
+    view->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+    view->setPlaceholderText(placeholder);
+    return view;
+  };
+  spec_view_ = make_file_view(tr("The run's job.json: the settings it was launched with."));
+  plan_view_ = make_file_view(
+      tr("The run's plan.json: with strategy auto, the settings the planner chose for it."));
+  auto* details = new QTabWidget;
+  details->setDocumentMode(true);
+  details->addTab(log_, tr("&Log"));
+  details->addTab(spec_view_, tr("&Job spec"));
+  details->addTab(plan_view_, tr("P&lan"));
 
   auto* split = new QSplitter(Qt::Vertical);
   split->addWidget(charts);
-  split->addWidget(log_);
+  split->addWidget(details);
   split->setStretchFactor(0, 6);
   split->setStretchFactor(1, 1);
   split->setSizes({fontMetrics().height() * 30, fontMetrics().height() * 5});
@@ -114,6 +134,16 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   repaint_timer_.setSingleShot(true);
   repaint_timer_.setInterval(kRepaintIntervalMs);
   connect(&repaint_timer_, &QTimer::timeout, this, &RunDashboard::draw_pending);
+  stall_timer_.setInterval(1000);
+  connect(&stall_timer_, &QTimer::timeout, this, [this] {
+    if (!monitor_ || !monitor_->running()) {
+      stall_timer_.stop();
+      return;
+    }
+    if (monitor_->stalled())
+      eta_->setText(tr("⚠ stalled: no event for %1")
+                        .arg(format_duration(double(monitor_->silent_ms()) / 1000.0)));
+  });
   connect(stop_, &QPushButton::clicked, this, [this] {
     if (monitor_) monitor_->stop();
     stop_->setEnabled(false);
@@ -138,6 +168,11 @@ void RunDashboard::clear() {
   while (memory_tabs_->count() > 1) memory_tabs_->removeTab(1);
   memory_tabs_->setTabVisible(0, true);
   log_->clear();
+  spec_view_->clear();
+  plan_view_->clear();
+  files_shown_for_.clear();
+  smoothed_loss_ = kMissing;
+  smoothed_count_ = 0;
   error_->clear();
   error_->setVisible(false);
   progress_->setRange(0, 1);
@@ -167,8 +202,34 @@ void RunDashboard::update_actions() {
   try_->setEnabled(finished_model);
 }
 
+void RunDashboard::show_run_files() {
+  // Small files (a few KiB); plan.json appears once the run has planned, so it is looked for
+  // again until found.
+  if (files_shown_for_ == run_.id && !plan_view_->toPlainText().isEmpty()) return;
+  const bool same_run = files_shown_for_ == run_.id;
+  files_shown_for_ = run_.id;
+  const QDir dir(run_.output_dir);
+  for (auto [view, name] :
+       {std::pair{spec_view_, "job.json"}, std::pair{plan_view_, "plan.json"}}) {
+    if (same_run && view == spec_view_ && !view->toPlainText().isEmpty()) continue;
+    QFile file(dir.filePath(name));
+    const bool readable =
+        !run_.output_dir.isEmpty() && file.open(QIODevice::ReadOnly) && file.size() < (1 << 20);
+    view->setPlainText(readable ? QString::fromUtf8(file.readAll()) : QString());
+  }
+  // The plan's estimated peak per tier, drawn on the memory charts next to what is measured.
+  planned_peaks_.clear();
+  const QJsonObject plan = QJsonDocument::fromJson(plan_view_->toPlainText().toUtf8()).object();
+  for (const QJsonValue& tier : plan.value("memory").toArray())
+    planned_peaks_.insert(tier.toObject().value("tier").toString(),
+                          tier.toObject().value("peak").toDouble());
+  for (auto it = memory_.begin(); it != memory_.end(); ++it)
+    it.value()->set_estimate(planned_peaks_.value(it.key()));
+}
+
 void RunDashboard::set_status(const RunRecord& run) {
   run_ = run;
+  show_run_files();
   title_->setText(run.name.isEmpty() ? run.id : run.name);
   QString text = run.status;
   if (present(run.started_at)) {
@@ -206,6 +267,7 @@ void RunDashboard::attach(RunMonitor* monitor, bool keep_shown) {
   });
   connect(monitor, &RunMonitor::finished, this, &RunDashboard::on_finished);
   if (monitor->has_pending()) repaint_timer_.start();
+  stall_timer_.start();
 }
 
 void RunDashboard::on_finished(const QString& status, const QString& failure) {
@@ -253,15 +315,24 @@ void RunDashboard::show_replay(const RunRecord& run, const RunSeries& series) {
 
 void RunDashboard::append(const RunSeries& s) {
   ++repaints_;
-  QList<QPointF> loss, eval_loss, lr, tps;
+  QList<QPointF> loss, smoothed, eval_loss, lr, tps;
   for (const MetricPoint& p : s.metrics) {
     const double x = double(p.step);
-    if (present(p.loss)) loss.push_back({x, p.loss});
+    if (present(p.loss)) {
+      loss.push_back({x, p.loss});
+      // Debiased EMA (as TensorBoard smooths): the trend through a noisy loss.
+      constexpr double kSmoothing = 0.9;
+      smoothed_loss_ =
+          (present(smoothed_loss_) ? smoothed_loss_ * kSmoothing : 0.0) + (1 - kSmoothing) * p.loss;
+      ++smoothed_count_;
+      smoothed.push_back({x, smoothed_loss_ / (1 - std::pow(kSmoothing, smoothed_count_))});
+    }
     if (present(p.eval_loss)) eval_loss.push_back({x, p.eval_loss});
     if (present(p.lr)) lr.push_back({x, p.lr});
     if (present(p.tokens_per_s)) tps.push_back({x, p.tokens_per_s});
   }
   if (!loss.isEmpty()) loss_->append(tr("training loss"), loss);
+  if (!smoothed.isEmpty()) loss_->append(tr("training loss (smoothed)"), smoothed);
   if (!eval_loss.isEmpty()) loss_->append(tr("evaluation loss"), eval_loss);
   if (!lr.isEmpty()) lr_->append(tr("learning rate"), lr);
   if (!tps.isEmpty()) throughput_->append(tr("tokens/s"), tps);
@@ -271,6 +342,7 @@ void RunDashboard::append(const RunSeries& s) {
     for (const MemorySample& m : s.memory) {
       if (memory_.contains(m.tier)) continue;
       auto* chart = new MemoryChart(m.tier);
+      chart->set_estimate(planned_peaks_.value(m.tier));
       memory_.insert(m.tier, chart);
       memory_tabs_->addTab(chart, m.tier);
       memory_tabs_->setTabVisible(0, false);

@@ -44,7 +44,11 @@ class RunDashboard : public QWidget {
   QPushButton* try_button() const { return try_; }
   const RunRecord& run() const { return run_; }
   QLabel* error_label() const { return error_; }
+  QLabel* eta_label() const { return eta_; }
   QPlainTextEdit* log_view() const { return log_; }
+  // The run's own job.json and plan.json (what it was launched with, not the wizard's values).
+  QPlainTextEdit* spec_view() const { return spec_view_; }
+  QPlainTextEdit* plan_view() const { return plan_view_; }
   int repaints() const { return repaints_; }
   // Longest time one batch of new points took to draw into the charts (and paint), in ms.
   qint64 max_draw_ms() const { return max_draw_ms_; }
@@ -60,9 +64,11 @@ class RunDashboard : public QWidget {
   void set_status(const RunRecord& run);
   void on_finished(const QString& status, const QString& failure);
   void update_actions();
+  void show_run_files();
 
   QPointer<RunMonitor> monitor_;
   QTimer repaint_timer_;
+  QTimer stall_timer_;  // checks a live run for silence once a second
   QLabel* title_;
   QLabel* status_;
   QLabel* error_;
@@ -79,7 +85,13 @@ class RunDashboard : public QWidget {
   QTabWidget* memory_tabs_;
   QMap<QString, MemoryChart*> memory_;
   QPlainTextEdit* log_;
+  QPlainTextEdit* spec_view_;
+  QPlainTextEdit* plan_view_;
+  QString files_shown_for_;              // run id whose job.json / plan.json the views show
+  QMap<QString, double> planned_peaks_;  // tier -> the plan's estimated peak (bytes)
   double t0_ = kMissing;
+  double smoothed_loss_ = kMissing;  // debiased exponential moving average of the training loss
+  int smoothed_count_ = 0;
   int repaints_ = 0;
   qint64 max_draw_ms_ = 0;
 };

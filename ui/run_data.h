@@ -32,6 +32,7 @@ struct MemorySample {
   QString tier;                                             // device | host | disk
   QString device;                                           // "cuda:0", "cpu", a disk path, …
   double used = 0, reserved = kMissing, budget = kMissing;  // bytes
+  double system_used = kMissing;  // host tier: memory in use on the whole machine
   double by_category[4] = {kMissing, kMissing, kMissing, kMissing};  // memory_categories()
 };
 

@@ -70,6 +70,8 @@ void RunMonitor::start_process(const QString& program, const QStringList& args,
   connect(process_, &QProcess::errorOccurred, this, &RunMonitor::on_error);
   flush_timer_.start();
   pending_.log << "$ " + program + " " + args.join(' ');
+  last_event_.start();
+  longest_gap_ms_ = 0;
   process_->start(program, args);
 }
 
@@ -82,6 +84,11 @@ void RunMonitor::stop(int kill_after_ms) {
   QTimer::singleShot(kill_after_ms, process_, [p = process_] {
     if (p->state() != QProcess::NotRunning) p->terminate();
   });
+}
+
+bool RunMonitor::stalled() const {
+  return running() && !stop_requested_ &&
+         silent_ms() > std::max(min_stall_ms_, 5 * longest_gap_ms_);
 }
 
 void RunMonitor::interrupt(int kill_after_ms) {
@@ -151,6 +158,7 @@ void RunMonitor::handle_line(const QByteArray& line) {
     pending_.log << "[output] " + QString::fromUtf8(line);
     return;
   }
+  longest_gap_ms_ = std::max(longest_gap_ms_, last_event_.restart());
   const auto before = batch_.metrics.size();
   apply_event(event, line, state_, pending_, batch_);
   metrics_seen_ += batch_.metrics.size() - before;

@@ -45,6 +45,13 @@ class RunMonitor : public QObject {
   const QString& failure() const { return run_.failure; }
   std::int64_t events_seen() const { return state_.seq + metrics_seen_; }
 
+  // "Stalled": the child runs but has sent no event for longer than both `min_stall_ms`
+  // (default 3 min) and 5 times the longest gap between its events so far (a slow step is not a
+  // stall). Shown by the dashboard; not a status of the run.
+  bool stalled() const;
+  qint64 silent_ms() const { return last_event_.isValid() ? last_event_.elapsed() : 0; }
+  void set_min_stall_ms(qint64 ms) { min_stall_ms_ = ms; }
+
   // What arrived since the last call (the dashboard calls this at most ~25 times a second).
   RunSeries take_pending();
   bool has_pending() const { return !pending_.empty() || !pending_.last_error.isEmpty(); }
@@ -84,6 +91,9 @@ class RunMonitor : public QObject {
   std::int64_t metrics_seen_ = 0;
   bool stop_requested_ = false;
   bool interrupting_ = false;
+  QElapsedTimer last_event_;  // since the last event (or the start)
+  qint64 longest_gap_ms_ = 0;
+  qint64 min_stall_ms_ = 3 * 60 * 1000;
 };
 
 // Whether `run` can be resumed: "" when it can, else why not (the status is not stopped,

@@ -78,6 +78,8 @@ const QList<QStringList>& migrations() {
        "CREATE INDEX metrics_run_step ON metrics(run_id, step)",
        "CREATE INDEX events_run_seq ON events(run_id, seq)",
        "CREATE INDEX memory_run_t ON memory(run_id, t)"},
+      // 2 → 3: the machine's memory in use next to the run's
+      {"ALTER TABLE memory ADD COLUMN system_used REAL"},
   };
   return kMigrations;
 }
@@ -202,7 +204,7 @@ RunSeries load_run_series(QSqlDatabase& db, const QString& id) {
   }
   q.prepare(
       "SELECT t, tier, device, used, reserved, budget, weights, gradients, optimizer, "
-      "activations_other FROM memory WHERE run_id = ? ORDER BY rowid");
+      "activations_other, system_used FROM memory WHERE run_id = ? ORDER BY rowid");
   q.addBindValue(id);
   if (!q.exec()) fail(db, "load memory", q.lastError());
   while (q.next()) {
@@ -214,6 +216,7 @@ RunSeries load_run_series(QSqlDatabase& db, const QString& id) {
     m.reserved = num(q.value(4));
     m.budget = num(q.value(5));
     for (int i = 0; i < 4; ++i) m.by_category[i] = num(q.value(6 + i));
+    m.system_used = num(q.value(10));
     s.memory.push_back(m);
   }
   q.prepare("SELECT type, json, seq FROM events WHERE run_id = ? ORDER BY seq");
@@ -308,7 +311,7 @@ void write_batch(QSqlDatabase& db, const RunBatch& b) {
     if (!b.memory.isEmpty()) {
       q.prepare(
           "INSERT INTO memory (run_id, t, tier, device, used, reserved, budget, weights, "
-          "gradients, optimizer, activations_other) VALUES (?,?,?,?,?,?,?,?,?,?,?)");
+          "gradients, optimizer, activations_other, system_used) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
       for (const MemorySample& m : b.memory) {
         q.bindValue(0, b.run_id);
         q.bindValue(1, m.t);
@@ -318,6 +321,7 @@ void write_batch(QSqlDatabase& db, const RunBatch& b) {
         q.bindValue(5, opt(m.reserved));
         q.bindValue(6, opt(m.budget));
         for (int i = 0; i < 4; ++i) q.bindValue(7 + i, opt(m.by_category[i]));
+        q.bindValue(11, opt(m.system_used));
         if (!q.exec()) fail(db, "insert memory", q.lastError());
       }
     }

@@ -16,7 +16,7 @@
 
 namespace tessera::ui {
 
-inline constexpr int kRunsSchemaVersion = 2;
+inline constexpr int kRunsSchemaVersion = 3;
 
 struct RunRecord {
   QString id;

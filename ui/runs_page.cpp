@@ -170,7 +170,7 @@ void RunsPage::fill_table() {
   table_->resizeColumnsToContents();
   // A long failure reason stays readable in the tooltip without pushing the losses away.
   table_->setColumnWidth(4,
-                         std::min(table_->columnWidth(4), fontMetrics().averageCharWidth() * 50));
+                         std::min(table_->columnWidth(4), fontMetrics().averageCharWidth() * 32));
 }
 
 QStringList RunsPage::selected_ids() const {

@@ -123,7 +123,9 @@ int execute_job(const job::JobSpec& spec, const std::string& events_target,
   events.open(events_target.empty() ? (fs::path(spec.output.dir) / "events.jsonl").string()
                                     : events_target);
   ProgressBar bar;
-  events.set_listener([&](const nlohmann::json& e) { bar.on_event(e); });
+  // With the events on stdout a program reads them (the studio); stderr then carries only
+  // what the stream does not, so the reader does not see every log line twice.
+  if (events_target != "-") events.set_listener([&](const nlohmann::json& e) { bar.on_event(e); });
 
   struct sigaction action {};
   action.sa_handler = on_interrupt;

@@ -109,6 +109,7 @@ class RunsDbTest : public QObject {
       m.tier = "host";
       m.used = 1e9;
       m.by_category[0] = 4e8;
+      m.system_used = 6e9;
       batch.memory.push_back(m);
       batch.events.push_back({b, 1.0, "log", R"({"type":"log","level":"info","message":"hi"})"});
       store.submit(batch);
@@ -129,6 +130,7 @@ class RunsDbTest : public QObject {
     RunSeries s = load_run_series(c.db(), "b1");
     QCOMPARE(s.memory.size(), 10);
     QCOMPARE(s.memory[0].by_category[0], 4e8);
+    QCOMPARE(s.memory[0].system_used, 6e9);
     QCOMPARE(s.log.size(), 10);
     QVERIFY(s.log[0].contains("hi"));
 

@@ -580,6 +580,26 @@ class StudioTest : public QObject {
     QVERIFY(monitor.failure().contains("event_replay: end of"));  // the stderr tail
   }
 
+  // A child that goes silent: past the stall threshold the dashboard says so, and the run
+  // stays running (a stall is shown, not recorded as a failure).
+  void silent_child_is_shown_as_stalled() {
+    RunsStore store(path("stall.sqlite"));
+    RunMonitor monitor(&store);
+    monitor.set_min_stall_ms(300);
+    RunDashboard dashboard;
+    dashboard.attach(&monitor);
+    const QString first =
+        R"({"v":1,"type":"progress","phase":"load","done":0,"total":1,"t":1700000000})";
+    monitor.start(make_run("run-stall"), "/bin/sh", {"-c", "echo '" + first + "'; sleep 30"});
+    QTRY_VERIFY_WITH_TIMEOUT(dashboard.progress_bar()->format().startsWith("load"), 10000);
+    QVERIFY(!dashboard.eta_label()->text().contains("stalled"));
+    QTRY_VERIFY_WITH_TIMEOUT(dashboard.eta_label()->text().contains("stalled"), 10000);
+    QVERIFY(monitor.running() && monitor.stalled());
+    QCOMPARE(monitor.status(), QString("running"));
+    monitor.kill_now();
+    QTRY_VERIFY_WITH_TIMEOUT(!monitor.running(), 5000);
+  }
+
   void missing_program_fails_the_run_cleanly() {
     RunMonitor monitor(store_.get());
     QSignalSpy finished(&monitor, &RunMonitor::finished);
@@ -771,6 +791,10 @@ class StudioTest : public QObject {
     QCOMPARE(dashboard->loss_chart()->point_count("training loss"), 4);
     QVERIFY(dashboard->memory_chart("host"));
     QVERIFY(dashboard->memory_chart("host")->point_count() > 0);
+    // The machine's memory in use and the plan's estimated peak beside the run's own.
+    QCOMPARE(dashboard->memory_chart("host")->system_point_count(),
+             dashboard->memory_chart("host")->point_count());
+    QVERIFY(dashboard->memory_chart("host")->estimate() > 0);
     screenshot(&window, "7-real-run");
     store_->flush();
     DbConnection c(store_->path());
@@ -782,6 +806,17 @@ class StudioTest : public QObject {
     for (const MetricPoint& p : load_run_series(c.db(), run_id).metrics)
       training_points += present(p.loss);
     QCOMPARE(training_points, 4);
+    QCOMPARE(dashboard->loss_chart()->point_count("training loss (smoothed)"), 4);
+    // The run's own job.json and the plan it followed (strategy auto), not the wizard's values.
+    const json shown =
+        json::parse(dashboard->spec_view()->toPlainText().toStdString(), nullptr, false);
+    QVERIFY2(shown.is_object(), qPrintable(dashboard->spec_view()->toPlainText()));
+    QCOMPARE(QString::fromStdString(shown["output"]["dir"].get<std::string>()), run->output_dir);
+    QCOMPARE(shown["training"]["steps"].get<int>(), 4);
+    const json plan =
+        json::parse(dashboard->plan_view()->toPlainText().toStdString(), nullptr, false);
+    QVERIFY2(plan.is_object() && plan.contains("settings"),
+             qPrintable(dashboard->plan_view()->toPlainText()));
     // The default 5 % validation split gives an evaluation at the end.
     QVERIFY(present(run->final_eval_loss));
     QCOMPARE(dashboard->loss_chart()->point_count("evaluation loss"), 1);
