@@ -14,6 +14,7 @@ bool LineSplitter::next(QByteArray& line) {
   }
   line = buffer_.mid(consumed_, end - consumed_);
   if (line.endsWith('\r')) line.chop(1);
+  consumed_total_ += end + 1 - consumed_;
   consumed_ = end + 1;
   scan_from_ = consumed_;
   // Compact now and then so the buffer does not grow with the whole stream.

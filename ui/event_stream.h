@@ -20,9 +20,12 @@ class LineSplitter {
   QByteArray take_rest();       // the unterminated tail (at end of stream)
   bool has_complete_line() const { return buffer_.indexOf('\n', scan_from_) >= 0; }
   qsizetype buffered() const { return buffer_.size() - consumed_; }
+  // Bytes of the stream handed out as complete lines (with their newlines) since the start.
+  qint64 consumed_total() const { return consumed_total_; }
 
  private:
   QByteArray buffer_;
+  qint64 consumed_total_ = 0;
   qsizetype consumed_ = 0;
   qsizetype scan_from_ = 0;
 };

@@ -19,6 +19,7 @@
 #include <QStatusBar>
 #include <QStyle>
 #include <QVBoxLayout>
+#include <algorithm>
 
 #include "core/error.h"
 #include "ui/cli_probe.h"
@@ -144,6 +145,17 @@ MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent),
     resize(fontMetrics().averageCharWidth() * 160, fontMetrics().height() * 48);
   show_page(Page(std::clamp(s.value("window/page", 0).toInt(), 0, int(Settings))));
   probe_->probe(settings::cli_program());
+
+  // A run that kept training after the studio last quit: follow it again (the newest, as only
+  // one run is live at a time).
+  QList<RunRecord> alive = store_->alive_on_open();
+  alive.removeIf([](const RunRecord& r) { return !run_process_alive(r.pid, r.output_dir); });
+  if (!alive.isEmpty()) {
+    const RunRecord newest = *std::max_element(
+        alive.begin(), alive.end(),
+        [](const RunRecord& a, const RunRecord& b) { return a.started_at < b.started_at; });
+    follow_recorded(newest, /*reattach=*/true);
+  }
 }
 
 MainWindow::~MainWindow() = default;
@@ -208,28 +220,39 @@ QString MainWindow::resume(const RunRecord& run) {
     return tr("A run is in progress; wait for it to finish or stop it first.");
   if (QString why_not = resume_blocker(run); !why_not.isEmpty())
     return tr("Cannot resume %1: %2").arg(run.name.isEmpty() ? run.id : run.name, why_not);
+  follow_recorded(run, /*reattach=*/false);
+  return {};
+}
+
+void MainWindow::follow_recorded(const RunRecord& run, bool reattach) {
   resume_pending_ = true;
   auto* watcher = new QFutureWatcher<RunSeries>(this);
-  connect(watcher, &QFutureWatcher<RunSeries>::finished, this, [this, watcher, run] {
+  connect(watcher, &QFutureWatcher<RunSeries>::finished, this, [this, watcher, run, reattach] {
     watcher->deleteLater();
     resume_pending_ = false;
     RunSeries recorded;
     try {
       recorded = watcher->result();
     } catch (const std::exception& e) {
-      QMessageBox::warning(this, tr("Resume"),
+      QMessageBox::warning(this, reattach ? tr("Reattach") : tr("Resume"),
                            tr("Cannot read the run's history: %1").arg(e.what()));
       return;
     }
     if (live_) live_->deleteLater();
     live_ = new RunMonitor(store_, this);
-    live_->resume(run, settings::cli_program(), resume_arguments(run), recorded.next_event_seq,
-                  run.output_dir);
+    if (reattach) {
+      live_->reattach(run, recorded.next_event_seq);
+      statusBar()->showMessage(
+          tr("%1 kept training while the studio was closed; following it again.")
+              .arg(run.name.isEmpty() ? run.id : run.name));
+    } else {
+      live_->resume_detached(run, settings::cli_program(), resume_arguments(run),
+                             recorded.next_event_seq);
+    }
     runs_->show_live(live_, &recorded);
     show_page(Runs);
   });
   watcher->setFuture(store_->load_series_async(run.id));
-  return {};
 }
 
 QString MainWindow::launch(const job::JobSpec& spec) {
@@ -255,43 +278,56 @@ QString MainWindow::launch(const job::JobSpec& spec) {
   run.spec_json = QString::fromStdString(job::to_json(spec).dump());
   if (live_) live_->deleteLater();
   live_ = new RunMonitor(store_, this);
-  live_->start(run, settings::cli_program(), {"run", job_file, "--events", "-"}, dir);
+  live_->start_detached(run, settings::cli_program(), {"run", job_file});
   runs_->show_live(live_);
   show_page(Runs);
   return {};
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {
-  if (live_ && live_->running()) {
-    // Quitting saves the run first: stop after the current step with a checkpoint, then close
-    // (again) when the child has ended. The run is recorded "interrupted", resumable.
+  if (live_ && live_->running() && !keep_run_on_quit_) {
+    // The run can keep training on its own (a detached child) and be followed again at the
+    // next start, or stop after the current step with a checkpoint ("interrupted", resumable).
     event->ignore();
-    if (quitting_) return;
-    auto answer = QMessageBox::question(
-        this, tr("Quit"),
-        tr("A run is in progress. Quitting saves a checkpoint after the current step and stops "
-           "the run; Resume on the Runs page continues it. Quit?"));
-    if (answer != QMessageBox::Yes) return;
-    quitting_ = true;
-    auto* wait = new QProgressDialog(tr("Saving a checkpoint before quitting…"), tr("&Quit now"), 0,
-                                     0, this);
-    wait->setWindowTitle(tr("Quit"));
-    wait->setWindowModality(Qt::WindowModal);
-    wait->setMinimumDuration(0);
-    wait->setAutoClose(false);
-    RunMonitor* run = live_;
-    connect(wait, &QProgressDialog::canceled, run, [run] { run->kill_now(); });
-    connect(
-        run, &RunMonitor::finished, this,
-        [this, wait] {
-          wait->reset();
-          wait->deleteLater();
-          close();
-        },
-        Qt::QueuedConnection);
-    run->interrupt();
-    wait->show();
-    return;
+    if (quitting_) return;  // already waiting for the checkpoint
+    QMessageBox box(QMessageBox::Question, tr("Quit"), tr("A run is in progress."),
+                    QMessageBox::NoButton, this);
+    box.setInformativeText(
+        tr("Keep training: the run goes on in the background, and tessera follows it again when "
+           "you reopen it.\nStop and save: the run stops after the current step with a "
+           "checkpoint; Resume on the Runs page continues it."));
+    QPushButton* keep =
+        live_->detached() ? box.addButton(tr("&Keep training"), QMessageBox::AcceptRole) : nullptr;
+    QPushButton* stop = box.addButton(tr("&Stop and save"), QMessageBox::DestructiveRole);
+    box.addButton(QMessageBox::Cancel);
+    box.setDefaultButton(keep ? keep : stop);
+    box.exec();
+    if (keep && box.clickedButton() == keep) {
+      keep_run_on_quit_ = true;  // and close now (below)
+    } else if (box.clickedButton() != stop) {
+      return;
+    } else {
+      quitting_ = true;
+      auto* wait = new QProgressDialog(tr("Saving a checkpoint before quitting…"), tr("&Quit now"),
+                                       0, 0, this);
+      wait->setWindowTitle(tr("Quit"));
+      wait->setWindowModality(Qt::WindowModal);
+      wait->setMinimumDuration(0);
+      wait->setAutoClose(false);
+      RunMonitor* run = live_;
+      connect(wait, &QProgressDialog::canceled, run, [run] { run->kill_now(); });
+      connect(
+          run, &RunMonitor::finished, this,
+          [this, wait] {
+            wait->reset();
+            wait->deleteLater();
+            close();
+          },
+          Qt::QueuedConnection);
+      run->interrupt();
+      wait->show();
+      return;
+    }
   }
   QSettings s;
   s.setValue("window/geometry", saveGeometry());

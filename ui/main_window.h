@@ -47,6 +47,9 @@ class MainWindow : public QMainWindow {
 
  private:
   QWidget* make_settings_page();
+  // Loads the run's recorded series (off the GUI thread), then resumes it in a new child, or
+  // reattaches to its still-running detached child.
+  void follow_recorded(const RunRecord& run, bool reattach);
   RunsStore* store_;
   CliProbe* probe_;
   QListWidget* sidebar_;
@@ -60,7 +63,8 @@ class MainWindow : public QMainWindow {
   QLineEdit* runs_root_;
   RunMonitor* live_ = nullptr;
   bool resume_pending_ = false;
-  bool quitting_ = false;  // waiting for the live run's checkpoint before closing
+  bool quitting_ = false;          // waiting for the live run's checkpoint before closing
+  bool keep_run_on_quit_ = false;  // the live run goes on after the studio closes
 };
 
 }  // namespace tessera::ui

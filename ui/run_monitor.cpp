@@ -60,6 +60,117 @@ void RunMonitor::resume(RunRecord run, const QString& program, const QStringList
   start_process(program, args, working_dir);
 }
 
+void RunMonitor::start_detached(RunRecord run, const QString& program, const QStringList& args) {
+  run_ = std::move(run);
+  run_.status = "running";
+  if (!present(run_.started_at)) run_.started_at = now_s();
+  batch_ = {};
+  batch_.run_id = run_.id;
+  batch_.upsert = run_;
+  start_offset_ = read_offset_ = 0;
+  launch_detached(program, args);
+}
+
+void RunMonitor::resume_detached(RunRecord run, const QString& program, const QStringList& args,
+                                 std::int64_t next_event_seq) {
+  run_ = std::move(run);
+  run_.status = "running";
+  run_.failure.clear();
+  run_.ended_at = kMissing;
+  state_.seq = std::max<std::int64_t>(0, next_event_seq);
+  batch_ = {};
+  batch_.run_id = run_.id;
+  batch_.status = QString("running");
+  // The resumed child appends to events.jsonl: follow it from the current end.
+  start_offset_ = read_offset_ = QFileInfo(QDir(run_.output_dir).filePath("events.jsonl")).size();
+  pending_.log << "[resume] continuing " + run_.id + " from its last checkpoint";
+  launch_detached(program, args);
+}
+
+void RunMonitor::reattach(RunRecord run, std::int64_t next_event_seq) {
+  run_ = std::move(run);
+  state_.seq = std::max<std::int64_t>(0, next_event_seq);
+  batch_ = {};
+  batch_.run_id = run_.id;
+  pid_ = run_.pid;
+  start_offset_ = read_offset_ = run_.events_offset;
+  pending_.log << QString("[reattached] %1 is still training (process %2)").arg(run_.id).arg(pid_);
+  follow_file();
+}
+
+void RunMonitor::launch_detached(const QString& program, const QStringList& args) {
+  const QDir dir(run_.output_dir);
+  QProcess child;
+  child.setProgram(program);
+  child.setArguments(args);
+  child.setWorkingDirectory(run_.output_dir);
+  child.setStandardInputFile(QProcess::nullDevice());
+  child.setStandardOutputFile(QProcess::nullDevice());
+  child.setStandardErrorFile(dir.filePath("stderr.log"), QIODevice::Append);
+  pending_.log << "$ " + program + " " + args.join(' ');
+  qint64 pid = 0;
+  if (!child.startDetached(&pid) || pid <= 0) {
+    start_error_ = "could not start " + program + ": " + child.errorString();
+    exited_ = true;
+    crashed_ = true;
+    flush_batch();
+    schedule_slice();
+    return;
+  }
+  pid_ = pid;
+  run_.pid = pid;
+  batch_.pid = pid;
+  flush_batch();
+  follow_file();
+}
+
+void RunMonitor::follow_file() {
+  last_event_.start();
+  longest_gap_ms_ = 0;
+  flush_timer_.start();
+  tail_timer_.setInterval(200);
+  connect(&tail_timer_, &QTimer::timeout, this, &RunMonitor::poll_detached, Qt::UniqueConnection);
+  tail_timer_.start();
+  poll_detached();
+}
+
+void RunMonitor::poll_detached() {
+  auto read_new = [this] {
+    if (!events_file_.isOpen()) {
+      events_file_.setFileName(QDir(run_.output_dir).filePath("events.jsonl"));
+      if (!events_file_.open(QIODevice::ReadOnly | QIODevice::Unbuffered)) return;
+    }
+    const qint64 size = events_file_.size();
+    if (size <= read_offset_ || !events_file_.seek(read_offset_)) return;
+    const QByteArray chunk = events_file_.read(size - read_offset_);
+    read_offset_ += chunk.size();
+    splitter_.feed(chunk);
+    schedule_slice();
+  };
+  read_new();
+  if (exited_ || run_process_alive(pid_, run_.output_dir)) return;
+  read_new();  // what it wrote just before it ended
+  QFile stderr_log(QDir(run_.output_dir).filePath("stderr.log"));
+  if (stderr_log.open(QIODevice::ReadOnly)) {
+    if (stderr_log.size() > 8192) stderr_log.seek(stderr_log.size() - 8192);
+    for (const QByteArray& line : stderr_log.readAll().split('\n'))
+      if (!line.trimmed().isEmpty()) stderr_tail_ << QString::fromUtf8(line.trimmed());
+    while (stderr_tail_.size() > kStderrTailLines) stderr_tail_.removeFirst();
+  }
+  tail_timer_.stop();
+  exited_ = true;
+  exit_code_ = 0;  // unknown for a detached child: its `done` event says how it ended
+  schedule_slice();
+}
+
+void RunMonitor::signal_child(int signal) {
+  if (detached()) {
+    if (running()) ::kill(pid_t(pid_), signal);
+    return;
+  }
+  if (process_ && process_->processId() > 0) ::kill(pid_t(process_->processId()), signal);
+}
+
 void RunMonitor::start_process(const QString& program, const QStringList& args,
                                const QString& working_dir) {
   process_ = new QProcess(this);
@@ -78,11 +189,10 @@ void RunMonitor::start_process(const QString& program, const QStringList& args,
 void RunMonitor::stop(int kill_after_ms) {
   if (!running() || stop_requested_) return;
   stop_requested_ = true;
-  const qint64 pid = process_->processId();
-  if (pid > 0) ::kill(pid_t(pid), SIGINT);
+  signal_child(SIGINT);
   pending_.log << "[stop] asked the run to stop after the current step (with a checkpoint)";
-  QTimer::singleShot(kill_after_ms, process_, [p = process_] {
-    if (p->state() != QProcess::NotRunning) p->terminate();
+  QTimer::singleShot(kill_after_ms, this, [this] {
+    if (running()) signal_child(SIGTERM);
   });
 }
 
@@ -97,7 +207,7 @@ void RunMonitor::interrupt(int kill_after_ms) {
 }
 
 void RunMonitor::kill_now() {
-  if (running()) process_->kill();
+  if (running()) signal_child(SIGKILL);
 }
 
 RunSeries RunMonitor::take_pending() {
@@ -211,6 +321,10 @@ void RunMonitor::finish() {
   } else if (state_.done_status.isEmpty()) {
     status = "failed";
     failure = "the training process ended without a `done` event";
+    if (detached() && !stderr_tail_.isEmpty()) {
+      failure += ": " + stderr_tail_.last();
+      for (const QString& line : stderr_tail_) pending_.log << "[stderr] " + line;
+    }
   } else {
     status = "completed";
   }
@@ -241,6 +355,10 @@ void RunMonitor::finish() {
 
 void RunMonitor::flush_batch() {
   if (!store_ || batch_.run_id.isEmpty()) return;
+  // With the rows parsed so far, how far into events.jsonl they go (a reattach starts there).
+  if (detached() && (!batch_.metrics.isEmpty() || !batch_.memory.isEmpty() ||
+                     !batch_.events.isEmpty() || !batch_.checkpoints.isEmpty() || batch_.status))
+    batch_.events_offset = start_offset_ + splitter_.consumed_total();
   if (!batch_.upsert && batch_.metrics.isEmpty() && batch_.memory.isEmpty() &&
       batch_.events.isEmpty() && batch_.checkpoints.isEmpty() && !batch_.status)
     return;
@@ -262,8 +380,7 @@ QString resume_blocker(const RunRecord& run) {
 }
 
 QStringList resume_arguments(const RunRecord& run) {
-  return {"run", QDir(run.output_dir).filePath("job.json"), "--resume", run.output_dir, "--events",
-          "-"};
+  return {"run", QDir(run.output_dir).filePath("job.json"), "--resume", run.output_dir};
 }
 
 }  // namespace tessera::ui

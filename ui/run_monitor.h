@@ -4,6 +4,7 @@
 // event loop, records them in the runs database in batches, and keeps what the dashboard
 // has not drawn yet. The child's exit decides the run's final status.
 #include <QElapsedTimer>
+#include <QFile>
 #include <QObject>
 #include <QProcess>
 #include <QStringList>
@@ -29,6 +30,17 @@ class RunMonitor : public QObject {
   // to "running", and new events are numbered after `next_event_seq`.
   void resume(RunRecord run, const QString& program, const QStringList& args,
               std::int64_t next_event_seq, const QString& working_dir = {});
+  // Detached: the child outlives the studio (quitting need not stop it). Its events go to the
+  // run folder's events.jsonl (`args` must not redirect them), which is followed from
+  // `run.events_offset`; its stderr to stderr.log there. The process id and how far the file
+  // is recorded go to the database, so a restarted studio can reattach().
+  void start_detached(RunRecord run, const QString& program, const QStringList& args);
+  void resume_detached(RunRecord run, const QString& program, const QStringList& args,
+                       std::int64_t next_event_seq);
+  // Follows a detached run that an earlier studio started and that still runs (run.pid).
+  void reattach(RunRecord run, std::int64_t next_event_seq);
+  bool detached() const { return pid_ > 0; }
+
   // Stop after the current step: SIGINT makes `tessera-cli run` write a checkpoint and end
   // "stopped". If it has not ended after `kill_after_ms`, it is terminated.
   void stop(int kill_after_ms = 120000);
@@ -39,7 +51,9 @@ class RunMonitor : public QObject {
   // Ends the child at once (SIGKILL); the newest complete checkpoint stays usable.
   void kill_now();
 
-  bool running() const { return process_ && process_->state() != QProcess::NotRunning; }
+  bool running() const {
+    return detached() ? !exited_ : process_ && process_->state() != QProcess::NotRunning;
+  }
   const RunRecord& run() const { return run_; }
   const QString& status() const { return run_.status; }
   const QString& failure() const { return run_.failure; }
@@ -62,6 +76,10 @@ class RunMonitor : public QObject {
 
  private:
   void start_process(const QString& program, const QStringList& args, const QString& working_dir);
+  void launch_detached(const QString& program, const QStringList& args);
+  void follow_file();  // tails events.jsonl from events_offset and watches the process
+  void poll_detached();
+  void signal_child(int signal);
   void on_stdout();
   void on_stderr();
   void on_finished(int exit_code, QProcess::ExitStatus exit_status);
@@ -94,12 +112,19 @@ class RunMonitor : public QObject {
   QElapsedTimer last_event_;  // since the last event (or the start)
   qint64 longest_gap_ms_ = 0;
   qint64 min_stall_ms_ = 3 * 60 * 1000;
+  // Detached mode.
+  qint64 pid_ = 0;
+  QFile events_file_;
+  qint64 read_offset_ = 0;   // bytes of events.jsonl read
+  qint64 start_offset_ = 0;  // where this monitor began reading
+  QTimer tail_timer_;
 };
 
 // Whether `run` can be resumed: "" when it can, else why not (the status is not stopped,
 // failed or interrupted, or its folder has no job.json or no checkpoint-<step>/).
 QString resume_blocker(const RunRecord& run);
-// The arguments of `tessera-cli run` that resume `run` in its own folder.
+// The arguments of `tessera-cli run` that resume `run` in its own folder (events to its
+// events.jsonl, appended).
 QStringList resume_arguments(const RunRecord& run);
 
 }  // namespace tessera::ui

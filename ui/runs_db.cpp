@@ -2,11 +2,14 @@
 
 #include <QAtomicInteger>
 #include <QDateTime>
+#include <QFile>
+#include <QFileInfo>
 #include <QSqlError>
 #include <QSqlQuery>
 #include <QSqlRecord>
 #include <QVariant>
 #include <QtConcurrent/QtConcurrentRun>
+#include <csignal>
 
 #include "core/error.h"
 #include "ui/event_stream.h"
@@ -79,7 +82,9 @@ const QList<QStringList>& migrations() {
        "CREATE INDEX events_run_seq ON events(run_id, seq)",
        "CREATE INDEX memory_run_t ON memory(run_id, t)"},
       // 2 → 3: the machine's memory in use next to the run's
-      {"ALTER TABLE memory ADD COLUMN system_used REAL"},
+      // and the process of a detached run with how much of its events.jsonl is recorded
+      {"ALTER TABLE memory ADD COLUMN system_used REAL", "ALTER TABLE runs ADD COLUMN pid INTEGER",
+       "ALTER TABLE runs ADD COLUMN events_offset INTEGER"},
   };
   return kMigrations;
 }
@@ -99,6 +104,8 @@ RunRecord record_from(const QSqlQuery& q) {
   r.spec_json = q.value("spec").toString();
   r.final_loss = num(q.value("final_loss"));
   r.final_eval_loss = num(q.value("final_eval_loss"));
+  r.pid = q.value("pid").toLongLong();
+  r.events_offset = q.value("events_offset").toLongLong();
   return r;
 }
 
@@ -156,14 +163,45 @@ void migrate(QSqlDatabase& db, int target) {
   }
 }
 
-int mark_interrupted_runs(QSqlDatabase& db) {
+int mark_interrupted_runs(QSqlDatabase& db, QList<RunRecord>* alive) {
   QSqlQuery q(db);
-  q.prepare(
-      "UPDATE runs SET status = 'interrupted', failure = 'the studio quit while this run was "
-      "in progress', ended_at = COALESCE(ended_at, ?) WHERE status IN ('starting', 'running')");
-  q.addBindValue(double(QDateTime::currentMSecsSinceEpoch()) / 1000.0);
-  if (!q.exec()) fail(db, "mark interrupted runs", q.lastError());
-  return q.numRowsAffected();
+  if (!q.exec("SELECT * FROM runs WHERE status IN ('starting', 'running')"))
+    fail(db, "list running runs", q.lastError());
+  QStringList gone;
+  while (q.next()) {
+    RunRecord r = record_from(q);
+    if (r.pid > 0 && run_process_alive(r.pid, r.output_dir))
+      alive->push_back(r);
+    else
+      gone << r.id;
+  }
+  int marked = 0;
+  for (const QString& id : gone) {
+    QSqlQuery u(db);
+    u.prepare(
+        "UPDATE runs SET status = 'interrupted', failure = 'the studio quit while this run was "
+        "in progress', ended_at = COALESCE(ended_at, ?) WHERE id = ?");
+    u.addBindValue(double(QDateTime::currentMSecsSinceEpoch()) / 1000.0);
+    u.addBindValue(id);
+    if (!u.exec()) fail(db, "mark interrupted runs", u.lastError());
+    marked += u.numRowsAffected();
+  }
+  return marked;
+}
+
+bool run_process_alive(qint64 pid, const QString& run_dir) {
+  if (pid <= 0 || ::kill(pid_t(pid), 0) != 0) return false;
+  // The pid may have been reused since: it must still work in the run's folder (the studio
+  // starts it there), and not be a zombie.
+  QFile stat(QString("/proc/%1/stat").arg(pid));
+  if (stat.open(QIODevice::ReadOnly)) {
+    const QByteArray text = stat.readAll();
+    const qsizetype close = text.lastIndexOf(')');
+    if (close > 0 && close + 2 < text.size() && text.at(close + 2) == 'Z') return false;
+  }
+  const QFileInfo cwd(QString("/proc/%1/cwd").arg(pid));
+  if (!cwd.isSymLink()) return true;  // no /proc: trust kill()
+  return cwd.symLinkTarget() == QFileInfo(run_dir).canonicalFilePath();
 }
 
 QList<RunRecord> list_runs(QSqlDatabase& db) {
@@ -346,6 +384,17 @@ void write_batch(QSqlDatabase& db, const RunBatch& b) {
         if (!q.exec()) fail(db, "insert checkpoints", q.lastError());
       }
     }
+    if (b.pid || b.events_offset) {
+      q.prepare(
+          "UPDATE runs SET pid = COALESCE(?, pid), events_offset = COALESCE(?, events_offset) "
+          "WHERE id = ?");
+      q.addBindValue(b.pid ? QVariant::fromValue<qlonglong>(*b.pid)
+                           : QVariant(QMetaType(QMetaType::LongLong)));
+      q.addBindValue(b.events_offset ? QVariant::fromValue<qlonglong>(*b.events_offset)
+                                     : QVariant(QMetaType(QMetaType::LongLong)));
+      q.addBindValue(b.run_id);
+      if (!q.exec()) fail(db, "update process", q.lastError());
+    }
     if (b.status) {
       q.prepare(
           "UPDATE runs SET status = ?, failure = ?, ended_at = COALESCE(?, ended_at) "
@@ -393,7 +442,7 @@ RunsStore::RunsStore(const QString& path, QObject* parent) : QObject(parent), pa
   {
     DbConnection c(path_);
     migrate(c.db());
-    interrupted_on_open_ = mark_interrupted_runs(c.db());
+    interrupted_on_open_ = mark_interrupted_runs(c.db(), &alive_on_open_);
   }
   worker_ = new DbWriterWorker(path_);
   worker_->moveToThread(&thread_);

@@ -27,6 +27,10 @@ struct RunRecord {
   QString output_dir;
   QString spec_json;
   double final_loss = kMissing, final_eval_loss = kMissing;
+  // A run launched detached (it outlives the studio): its process, and how many bytes of its
+  // events.jsonl the database holds, so a restarted studio reattaches where it left off.
+  qint64 pid = 0;
+  qint64 events_offset = 0;
 };
 
 // One open connection on the calling thread, removed again when this goes away.
@@ -47,8 +51,12 @@ class DbConnection {
 int schema_version(QSqlDatabase& db);  // 0: a new, empty database
 // Applies the migrations from the current version up to `target` in one transaction each.
 void migrate(QSqlDatabase& db, int target = kRunsSchemaVersion);
-// Runs left "running"/"starting" by an app that quit (or crashed) become "interrupted".
-int mark_interrupted_runs(QSqlDatabase& db);
+// Runs left "running"/"starting" by an app that quit (or crashed) become "interrupted", except
+// detached ones whose process still runs: those are added to `alive` (to reattach).
+int mark_interrupted_runs(QSqlDatabase& db, QList<RunRecord>* alive);
+// Whether `pid` is still a live (not zombie) process working in `run_dir` (a run the studio
+// started there).
+bool run_process_alive(qint64 pid, const QString& run_dir);
 QList<RunRecord> list_runs(QSqlDatabase& db);
 std::optional<RunRecord> find_run(QSqlDatabase& db, const QString& id);
 RunSeries load_run_series(QSqlDatabase& db, const QString& id);
@@ -63,6 +71,8 @@ struct RunBatch {
   QList<MemorySample> memory;
   QList<RawEvent> events;
   QList<CheckpointRecord> checkpoints;
+  std::optional<qint64> pid;            // set with the rows above
+  std::optional<qint64> events_offset;  // bytes of events.jsonl these rows complete
   // Status change (applied after the rows above): status, failure, ended_at.
   std::optional<QString> status;
   QString failure;
@@ -82,6 +92,8 @@ class RunsStore : public QObject {
 
   const QString& path() const { return path_; }
   int interrupted_on_open() const { return interrupted_on_open_; }
+  // Runs recorded "running" whose detached process was still alive when the store opened.
+  const QList<RunRecord>& alive_on_open() const { return alive_on_open_; }
 
   void submit(RunBatch batch);  // queued to the writer thread
   void flush();                 // waits until every submitted batch is written
@@ -97,6 +109,7 @@ class RunsStore : public QObject {
  private:
   QString path_;
   int interrupted_on_open_ = 0;
+  QList<RunRecord> alive_on_open_;
   QThread thread_;
   DbWriterWorker* worker_ = nullptr;
 };

@@ -120,8 +120,9 @@ int execute_job(const job::JobSpec& spec, const std::string& events_target,
   namespace fs = std::filesystem;
   fs::create_directories(spec.output.dir);
   job::EventSink events;
-  events.open(events_target.empty() ? (fs::path(spec.output.dir) / "events.jsonl").string()
-                                    : events_target);
+  events.open(
+      events_target.empty() ? (fs::path(spec.output.dir) / "events.jsonl").string() : events_target,
+      /*append=*/spec.output.resume.has_value());
   ProgressBar bar;
   // With the events on stdout a program reads them (the studio); stderr then carries only
   // what the stream does not, so the reader does not see every log line twice.

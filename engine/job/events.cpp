@@ -12,7 +12,7 @@ EventSink::~EventSink() {
   if (owns_file_ && file_ != nullptr) std::fclose(file_);
 }
 
-void EventSink::open(const std::string& target) {
+void EventSink::open(const std::string& target, bool append) {
   std::lock_guard lock(mutex_);
   if (owns_file_ && file_ != nullptr) std::fclose(file_);
   owns_file_ = false;
@@ -20,7 +20,7 @@ void EventSink::open(const std::string& target) {
     file_ = stdout;
     return;
   }
-  file_ = std::fopen(target.c_str(), "w");
+  file_ = std::fopen(target.c_str(), append ? "a" : "w");
   if (file_ == nullptr)
     throw_io(target + ": cannot write the event stream: " + std::strerror(errno));
   owns_file_ = true;

@@ -23,8 +23,9 @@ class EventSink {
   EventSink(const EventSink&) = delete;
   EventSink& operator=(const EventSink&) = delete;
 
-  // "-" is standard output; anything else is a file, created or truncated.
-  void open(const std::string& target);
+  // "-" is standard output; anything else is a file, created, or truncated unless `append`
+  // (a resumed run adds to its folder's stream).
+  void open(const std::string& target, bool append = false);
   void set_listener(std::function<void(const nlohmann::json&)> listener);
 
   // Adds "v" and "t" (seconds since the Unix epoch) and writes the event.

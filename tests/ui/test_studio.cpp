@@ -5,6 +5,7 @@
 // export, chat), the run dashboard fed by a real child process streaming events (charts,
 // database, failure, event-loop latency), the runs page (replay, compare, delete), the main
 // window's remembered geometry, and a PNG screenshot of every page.
+#include <QAbstractButton>
 #include <QApplication>
 #include <QBarSeries>
 #include <QBarSet>
@@ -32,6 +33,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 #include <QTimer>
+#include <csignal>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
@@ -211,15 +213,18 @@ class StudioTest : public QObject {
 
   // Clicks `button` of the next modal QMessageBox as soon as it is shown (QMessageBox's own
   // event loop runs the timer).
-  static void answer_next_message_box(QMessageBox::StandardButton button) {
+  static void answer_next_message_box(const QString& button_text) {
     auto* timer = new QTimer;
     timer->setInterval(20);
-    QObject::connect(timer, &QTimer::timeout, timer, [timer, button] {
-      if (auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget())) {
-        timer->stop();
-        timer->deleteLater();
-        box->button(button)->click();
-      }
+    QObject::connect(timer, &QTimer::timeout, timer, [timer, button_text] {
+      auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget());
+      if (!box) return;
+      timer->stop();
+      timer->deleteLater();
+      for (QAbstractButton* b : box->buttons())
+        if (b->text().remove('&') == button_text) return b->click();
+      qWarning("no button \"%s\" in the message box", qPrintable(button_text));
+      box->reject();
     });
     timer->start();
   }
@@ -310,7 +315,20 @@ class StudioTest : public QObject {
     store_ = std::make_unique<RunsStore>(path("runs.sqlite"));
   }
 
-  void cleanupTestCase() { store_.reset(); }
+  // After each test: no detached run outlives it (a failed test must not leave a run training
+  // in the background for the rest of the suite).
+  void cleanup() {
+    if (!store_) return;
+    store_->flush();
+    DbConnection c(store_->path());
+    for (const RunRecord& r : list_runs(c.db()))
+      if (r.pid > 0 && run_process_alive(r.pid, r.output_dir)) ::kill(pid_t(r.pid), SIGKILL);
+  }
+
+  void cleanupTestCase() {
+    cleanup();
+    store_.reset();
+  }
 
   void model_page_summarises_a_trainable_model() {
     ModelPage page;
@@ -674,15 +692,16 @@ class StudioTest : public QObject {
   }
 
   void launch_writes_the_job_and_follows_the_child_run() {
-    // A stand-in tessera-cli whose `run JOB --events -` streams a recorded run.
+    // A stand-in tessera-cli whose `run JOB` writes a recorded run into the run folder's
+    // events.jsonl, as the real one does.
     const QString events = path("launch.events.jsonl");
     write_file(events, make_events(200, false));
     const QString cli = path("fake-run-cli.sh");
     write_file(cli, QString("#!/bin/sh\n"
                             "if [ \"$1\" = --help ]; then printf 'usage: tessera-cli COMMAND\\n\\n"
                             "commands:\\n  run          Run a job spec\\n'; exit 0; fi\n"
-                            "[ \"$1\" = run ] && [ -f \"$2\" ] && [ \"$3\" = --events ] || exit 2\n"
-                            "exec '%1' '%2' --delay-ms 1\n")
+                            "[ \"$1\" = run ] && [ -f \"$2\" ] && [ $# = 2 ] || exit 2\n"
+                            "exec '%1' '%2' --delay-ms 1 > \"$(dirname \"$2\")/events.jsonl\"\n")
                         .arg(TESSERA_EVENT_REPLAY, events)
                         .toUtf8());
     QFile::setPermissions(cli, QFile::permissions(cli) | QFile::ExeOwner);
@@ -919,7 +938,7 @@ class StudioTest : public QObject {
                                240000);
       QVERIFY2(!dashboard->error_label()->isVisible(),
                qPrintable(dashboard->error_label()->text()));
-      answer_next_message_box(QMessageBox::Yes);
+      answer_next_message_box("Stop and save");
       window.close();
       QVERIFY(window.isVisible());  // open until the checkpoint is written
       QTRY_VERIFY_WITH_TIMEOUT(!window.isVisible(), 120000);
@@ -961,6 +980,72 @@ class StudioTest : public QObject {
       if (present(p.loss)) steps << p.step;
     QVERIFY2(steps.contains(saved_at + 1), "the resumed run goes on after the checkpoint");
     QCOMPARE(find_run(c.db(), run_id)->status, QString("stopped"));
+    QSettings().remove("paths/cli");
+  }
+
+  // Quitting with "Keep training": the window closes at once and the run's own process goes
+  // on; the next studio (a new store on the same database, as after a restart) follows it
+  // again, its charts continue, and the recorded steps have no gap and no repeat.
+  void a_run_keeps_training_after_quit_and_is_followed_again() {
+    const QString cli = real_cli();
+    if (cli.isEmpty()) QSKIP("this build's tessera-cli has no `run` (built without LibTorch)");
+    QSettings().setValue("paths/cli", cli);
+    QString run_id, run_dir;
+    qint64 pid = 0;
+    {
+      MainWindow window(store_.get());
+      window.resize(1280, 860);
+      window.show();
+      run_id = launch_real_run(window, 5000);
+      QVERIFY(!run_id.isEmpty());
+      RunDashboard* dashboard = window.runs_page()->dashboard();
+      QTRY_VERIFY_WITH_TIMEOUT(dashboard->loss_chart()->point_count("training loss") >= 2 ||
+                                   dashboard->error_label()->isVisible(),
+                               240000);
+      QVERIFY2(!dashboard->error_label()->isVisible(),
+               qPrintable(dashboard->error_label()->text()));
+      QVERIFY(window.live_run()->detached());
+      pid = window.live_run()->run().pid;
+      run_dir = window.live_run()->run().output_dir;
+      answer_next_message_box("Keep training");
+      window.close();
+      QTRY_VERIFY_WITH_TIMEOUT(!window.isVisible(), 10000);
+      QVERIFY(run_process_alive(pid, run_dir));
+    }
+    store_->flush();
+    QVERIFY2(run_process_alive(pid, run_dir), "the run outlives the window");
+    {
+      DbConnection c(store_->path());
+      QCOMPARE(find_run(c.db(), run_id)->status, QString("running"));
+    }
+    {
+      RunsStore reopened(store_->path());  // as a restarted studio opens it
+      QCOMPARE(reopened.alive_on_open().size(), 1);
+      MainWindow window(&reopened);
+      window.resize(1280, 860);
+      window.show();
+      QTRY_VERIFY_WITH_TIMEOUT(window.live_run() && window.live_run()->running(), 20000);
+      QCOMPARE(window.live_run()->run().id, run_id);
+      RunDashboard* dashboard = window.runs_page()->dashboard();
+      const int before = dashboard->loss_chart()->point_count("training loss");
+      QTRY_VERIFY_WITH_TIMEOUT(dashboard->loss_chart()->point_count("training loss") >= before + 3,
+                               240000);
+      screenshot(&window, "10-reattached-run");
+      QTest::mouseClick(dashboard->stop_button(), Qt::LeftButton);
+      QTRY_VERIFY_WITH_TIMEOUT(!window.live_run()->running(), 120000);
+      QTRY_COMPARE_WITH_TIMEOUT(dashboard->progress_bar()->format(), QString("stopped"), 10000);
+      reopened.flush();
+    }
+    QVERIFY(!run_process_alive(pid, run_dir));
+    DbConnection c(store_->path());
+    QCOMPARE(find_run(c.db(), run_id)->status, QString("stopped"));
+    QList<std::int64_t> steps;
+    for (const MetricPoint& p : load_run_series(c.db(), run_id).metrics)
+      if (present(p.loss)) steps << p.step;
+    QVERIFY(steps.size() >= 5);
+    for (qsizetype i = 0; i < steps.size(); ++i)
+      QVERIFY2(steps[i] == i + 1,
+               qPrintable(QString("step %1 recorded at %2").arg(steps[i]).arg(i)));
     QSettings().remove("paths/cli");
   }
 
