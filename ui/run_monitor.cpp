@@ -32,41 +32,24 @@ RunMonitor::~RunMonitor() {
   flush_batch();
 }
 
-void RunMonitor::start(RunRecord run, const QString& program, const QStringList& args,
-                       const QString& working_dir) {
+void RunMonitor::begin_run(RunRecord run) {
   run_ = std::move(run);
   run_.status = "running";
   if (!present(run_.started_at)) run_.started_at = now_s();
   batch_ = {};
   batch_.run_id = run_.id;
   batch_.upsert = run_;
-  flush_batch();
-  start_process(program, args, working_dir);
 }
 
-void RunMonitor::resume(RunRecord run, const QString& program, const QStringList& args,
-                        std::int64_t next_event_seq, const QString& working_dir) {
-  run_ = std::move(run);
-  run_.status = "running";
-  run_.failure.clear();
-  run_.ended_at = kMissing;
-  state_.seq = std::max<std::int64_t>(0, next_event_seq);
-  batch_ = {};
-  batch_.run_id = run_.id;
-  // A status update, not a replacement of the row: the run keeps its metrics and events.
-  batch_.status = QString("running");
+void RunMonitor::start(RunRecord run, const QString& program, const QStringList& args,
+                       const QString& working_dir) {
+  begin_run(std::move(run));
   flush_batch();
-  pending_.log << "[resume] continuing " + run_.id + " from its last checkpoint";
   start_process(program, args, working_dir);
 }
 
 void RunMonitor::start_detached(RunRecord run, const QString& program, const QStringList& args) {
-  run_ = std::move(run);
-  run_.status = "running";
-  if (!present(run_.started_at)) run_.started_at = now_s();
-  batch_ = {};
-  batch_.run_id = run_.id;
-  batch_.upsert = run_;
+  begin_run(std::move(run));
   start_offset_ = read_offset_ = 0;
   launch_detached(program, args);
 }
@@ -80,6 +63,7 @@ void RunMonitor::resume_detached(RunRecord run, const QString& program, const QS
   state_.seq = std::max<std::int64_t>(0, next_event_seq);
   batch_ = {};
   batch_.run_id = run_.id;
+  // A status update, not a replacement of the row: the run keeps its metrics and events.
   batch_.status = QString("running");
   // The resumed child appends to events.jsonl: follow it from the current end.
   start_offset_ = read_offset_ = QFileInfo(QDir(run_.output_dir).filePath("events.jsonl")).size();

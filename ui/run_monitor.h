@@ -26,15 +26,13 @@ class RunMonitor : public QObject {
   // event stream; its stderr goes to the log.
   void start(RunRecord run, const QString& program, const QStringList& args,
              const QString& working_dir = {});
-  // Continues a run already in the database: its row keeps its data, the status goes back
-  // to "running", and new events are numbered after `next_event_seq`.
-  void resume(RunRecord run, const QString& program, const QStringList& args,
-              std::int64_t next_event_seq, const QString& working_dir = {});
   // Detached: the child outlives the studio (quitting need not stop it). Its events go to the
   // run folder's events.jsonl (`args` must not redirect them), which is followed from
   // `run.events_offset`; its stderr to stderr.log there. The process id and how far the file
   // is recorded go to the database, so a restarted studio can reattach().
   void start_detached(RunRecord run, const QString& program, const QStringList& args);
+  // Continues a run already in the database: its row keeps its data, the status goes back
+  // to "running", and new events are numbered after `next_event_seq`.
   void resume_detached(RunRecord run, const QString& program, const QStringList& args,
                        std::int64_t next_event_seq);
   // Follows a detached run that an earlier studio started and that still runs (run.pid).
@@ -75,6 +73,7 @@ class RunMonitor : public QObject {
   void finished(const QString& status, const QString& failure);
 
  private:
+  void begin_run(RunRecord run);  // the run's row, "running", queued for the database
   void start_process(const QString& program, const QStringList& args, const QString& working_dir);
   void launch_detached(const QString& program, const QStringList& args);
   void follow_file();  // tails events.jsonl from events_offset and watches the process
