@@ -40,6 +40,10 @@ class HardwarePage : public QWidget {
   bool busy() const;
   bool has_plan() const { return !plan_.isEmpty(); }
   bool fits() const { return fits_; }
+  // Whether the plan shown was made for `spec` (not for earlier settings).
+  bool plan_is_for(const job::JobSpec& spec) const {
+    return have_spec_ && has_plan() && job::to_json(spec_) == job::to_json(spec);
+  }
   const QJsonObject& plan_json() const { return plan_; }
   const QJsonObject& profile_json() const { return profile_; }
   QString explanation() const;

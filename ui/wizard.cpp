@@ -130,6 +130,11 @@ QStringList FineTuneWizard::missing() const {
   else if (!dataset_->ready())
     m << (dataset_->analysis().file.isEmpty() ? tr("Choose a dataset")
                                               : tr("Fix the dataset's format or columns"));
+  // A job the planner says cannot fit would fail at its start: launching it is blocked (the
+  // Hardware & strategy page says by how much and what would fit).
+  if (m.isEmpty() && hardware_step_available() && !hardware_->busy() && !hardware_->fits() &&
+      hardware_->plan_is_for(build_spec()))
+    m << tr("Make the job fit in memory (see step 4, Hardware and strategy)");
   return m;
 }
 

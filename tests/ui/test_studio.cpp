@@ -95,6 +95,7 @@ void write_file(const QString& path, const QByteArray& data) {
 void screenshot(QWidget* w, const QString& name) {
   QDir().mkpath(TESSERA_SCREENSHOT_DIR);
   const QString file = QDir(TESSERA_SCREENSHOT_DIR).filePath(name + ".png");
+  QCoreApplication::sendPostedEvents(nullptr, QEvent::LayoutRequest);  // pending relayouts first
   QVERIFY2(w->grab().save(file), qPrintable(file));
 }
 
@@ -1253,6 +1254,23 @@ class StudioTest : public QObject {
              qPrintable(hw->warning_label()->text()));
     QCOMPARE(wizard->build_spec().training.batch_size, 65536);
     screenshot(&window, "4-hardware-override");
+
+    // A job that cannot fit at all (a million-token sequence): launching it is blocked, and the
+    // launch button says why.
+    hw->batch_size()->setValue(8);
+    wizard->dataset_page()->max_length()->setValue(1 << 20);
+    QTRY_VERIFY_WITH_TIMEOUT(!wizard->dataset_page()->busy(), 30000);
+    wizard->go_to(FineTuneWizard::HardwareStep);
+    QTRY_VERIFY_WITH_TIMEOUT(
+        hw->has_plan() && !hw->busy() && !hw->fits() && hw->plan_is_for(wizard->build_spec()),
+        120000);
+    QVERIFY2(hw->warning_label()->text().contains("out of memory"),
+             qPrintable(hw->warning_label()->text()));
+    wizard->go_to(FineTuneWizard::ReviewStep);
+    QVERIFY(wizard->missing().join(' ').contains("fit in memory"));
+    QVERIFY(!wizard->review_page()->launch_button()->isEnabled());
+    QVERIFY(wizard->review_page()->launch_button()->text().contains("fit in memory"));
+    screenshot(&window, "5-review-does-not-fit");
     QSettings().remove("paths/cli");
   }
 
