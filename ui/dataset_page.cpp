@@ -324,6 +324,17 @@ void DatasetPage::show_analysis() {
   updating_ = false;
 }
 
+void DatasetPage::load_spec(const job::DatasetSpec& spec) {
+  max_length_->setValue(int(std::clamp<std::int64_t>(spec.max_length, 8, 1 << 20)));
+  packing_->setChecked(spec.packing);
+  split_->setValue(spec.validation_split * 100.0);
+  set_format(QString::fromStdString(spec.format));
+  user_columns_.clear();
+  for (const auto& [role, column] : spec.columns)
+    user_columns_[QString::fromStdString(role)] = QString::fromStdString(column);
+  if (!spec.train_files.empty()) choose_file(QString::fromStdString(spec.train_files.front()));
+}
+
 job::DatasetSpec DatasetPage::dataset_spec() const {
   job::DatasetSpec d;
   if (!path_->text().isEmpty()) d.train_files.push_back(path_->text().toStdString());

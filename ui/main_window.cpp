@@ -22,6 +22,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "job/job_spec.h"
 #include "ui/cli_probe.h"
 #include "ui/model_info.h"
 #include "ui/run_monitor.h"
@@ -121,6 +122,17 @@ MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent),
   connect(wizard_, &FineTuneWizard::launchRequested, this, [this](const job::JobSpec& spec) {
     QString error = launch(spec);
     if (!error.isEmpty()) QMessageBox::warning(this, tr("Launch"), error);
+  });
+  connect(runs_, &RunsPage::cloneRequested, this, [this](const RunRecord& run) {
+    try {
+      wizard_->load_spec(job::parse_job_spec(nlohmann::json::parse(run.spec_json.toStdString()),
+                                             "run " + run.id.toStdString()));
+    } catch (const std::exception& e) {
+      QMessageBox::warning(this, tr("Clone"),
+                           tr("Cannot read the run's job spec: %1").arg(e.what()));
+      return;
+    }
+    show_page(NewFineTune);
   });
   connect(runs_, &RunsPage::resumeRequested, this, [this](const RunRecord& run) {
     QString error = resume(run);

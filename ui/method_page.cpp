@@ -398,6 +398,18 @@ void MethodPage::set_overrides(int batch_size, bool activation_checkpointing,
   if (const int i = precision_->findData(precision); i >= 0) precision_->setCurrentIndex(i);
 }
 
+void MethodPage::load_spec(const job::MethodSpec& method, const job::TrainingSpec& training,
+                           const QString& precision) {
+  set_method(QString::fromStdString(method.type));
+  load(Preset{training, method}, /*keep_user_lr=*/false);
+  lr_user_set_ = true;  // the run's learning rate, kept if the method is switched
+  QStringList targets;
+  for (const auto& t : method.lora_targets) targets << QString::fromStdString(t);
+  targets_->setText(targets.join(", "));
+  if (const int i = precision_->findData(precision); i >= 0) precision_->setCurrentIndex(i);
+  update_changed();
+}
+
 QString MethodPage::precision() const {
   return precision_->currentData().toString();
 }

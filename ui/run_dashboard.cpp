@@ -62,6 +62,10 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   try_ = new QPushButton(tr("&Try it"));
   try_->setToolTip(tr("Chat with the fine-tuned model"));
   try_->setEnabled(false);
+  clone_ = new QPushButton(tr("&Clone…"));
+  clone_->setToolTip(tr("A new run with this run's settings, opened in the wizard to change"));
+  clone_->setEnabled(false);
+  header->addWidget(clone_);
   header->addWidget(stop_);
   header->addWidget(resume_);
   header->addWidget(export_);
@@ -155,6 +159,7 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   });
   connect(export_, &QPushButton::clicked, this, [this] { Q_EMIT exportRequested(run_); });
   connect(try_, &QPushButton::clicked, this, [this] { Q_EMIT tryRequested(run_); });
+  connect(clone_, &QPushButton::clicked, this, [this] { Q_EMIT cloneRequested(run_); });
 }
 
 void RunDashboard::clear() {
@@ -200,6 +205,7 @@ void RunDashboard::update_actions() {
       !live && run_.status == "completed" && QFileInfo::exists(run_.output_dir + "/model");
   export_->setEnabled(finished_model);
   try_->setEnabled(finished_model);
+  clone_->setEnabled(!run_.spec_json.isEmpty());
 }
 
 void RunDashboard::show_run_files() {

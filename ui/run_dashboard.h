@@ -42,6 +42,7 @@ class RunDashboard : public QWidget {
   QPushButton* resume_button() const { return resume_; }
   QPushButton* export_button() const { return export_; }
   QPushButton* try_button() const { return try_; }
+  QPushButton* clone_button() const { return clone_; }
   const RunRecord& run() const { return run_; }
   QLabel* error_label() const { return error_; }
   QLabel* eta_label() const { return eta_; }
@@ -57,6 +58,7 @@ class RunDashboard : public QWidget {
   void resumeRequested(const tessera::ui::RunRecord& run);
   void exportRequested(const tessera::ui::RunRecord& run);
   void tryRequested(const tessera::ui::RunRecord& run);
+  void cloneRequested(const tessera::ui::RunRecord& run);
 
  private:
   void draw_pending();
@@ -78,6 +80,7 @@ class RunDashboard : public QWidget {
   QPushButton* resume_;
   QPushButton* export_;
   QPushButton* try_;
+  QPushButton* clone_;
   RunRecord run_;
   LineChart* loss_;
   LineChart* lr_;

@@ -77,6 +77,7 @@ RunsPage::RunsPage(RunsStore* store, QWidget* parent) : QWidget(parent), store_(
 
   connect(refresh_button, &QPushButton::clicked, this, &RunsPage::refresh);
   connect(dashboard_, &RunDashboard::resumeRequested, this, &RunsPage::resumeRequested);
+  connect(dashboard_, &RunDashboard::cloneRequested, this, &RunsPage::cloneRequested);
   connect(dashboard_, &RunDashboard::exportRequested, this,
           [this](const RunRecord& run) { export_run(run); });
   connect(dashboard_, &RunDashboard::tryRequested, this, &RunsPage::try_run);

@@ -48,6 +48,7 @@ class RunsPage : public QWidget {
   void replayed(const QString& id);
   void compared();
   void resumeRequested(const tessera::ui::RunRecord& run);
+  void cloneRequested(const tessera::ui::RunRecord& run);
 
  private:
   void fill_table();

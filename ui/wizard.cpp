@@ -154,6 +154,14 @@ job::JobSpec FineTuneWizard::build_spec() const {
   return spec;
 }
 
+void FineTuneWizard::load_spec(const job::JobSpec& spec) {
+  new_run_id();
+  if (!spec.model.path.empty()) model_->choose_folder(QString::fromStdString(spec.model.path));
+  dataset_->load_spec(spec.dataset);
+  method_->load_spec(spec.method, spec.training, QString::fromStdString(spec.precision));
+  go_to(ReviewStep);
+}
+
 void FineTuneWizard::update_buttons() {
   const int page = current_page();
   back_->setEnabled(page > 0);

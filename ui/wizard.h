@@ -72,6 +72,8 @@ class DatasetPage : public QWidget {
   explicit DatasetPage(QWidget* parent = nullptr);
   void set_model_folder(const QString& folder);  // the tokenizer for the token statistics
   void choose_file(const QString& file);
+  // Everything `spec` says of the dataset: file, format, columns, split, length, packing.
+  void load_spec(const job::DatasetSpec& spec);
   void set_format(const QString& format);  // "auto", "text", …
   void set_column(const QString& role, const QString& column);
   bool busy() const;
@@ -133,6 +135,9 @@ class MethodPage : public QWidget {
   QString precision() const;
   // The Hardware & strategy page's overrides, written into the advanced settings.
   void set_overrides(int batch_size, bool activation_checkpointing, const QString& precision);
+  // Every setting of `method` and `training`, and the precision (a cloned run's).
+  void load_spec(const job::MethodSpec& method, const job::TrainingSpec& training,
+                 const QString& precision);
   int changed_from_defaults() const;  // settings that differ from the preset's values
   bool learning_rate_user_set() const { return lr_user_set_; }
   QLineEdit* learning_rate_edit() const { return lr_; }
@@ -236,6 +241,8 @@ class FineTuneWizard : public QWidget {
   QStringList missing() const;  // what stops a launch: "Choose a model", …
   const QString& run_id() const { return run_id_; }
   void new_run_id();
+  // Fills every page from `spec` (a past run's) for a new run: new id and output folder.
+  void load_spec(const job::JobSpec& spec);
 
  Q_SIGNALS:
   void launchRequested(const tessera::job::JobSpec& spec);

@@ -1128,6 +1128,39 @@ class StudioTest : public QObject {
     QVERIFY(!QFileInfo::exists(adapter + ".partial"));
   }
 
+  // Clone: a finished run's settings fill the wizard for a new run (new id and folder); the
+  // spec it builds is the old one but for its name and output folder.
+  void clone_a_finished_run_into_the_wizard() {
+    if (finished_run_.id.isEmpty()) QSKIP("no finished real run (tessera-cli without `run`)");
+    QSettings().setValue("paths/cli", real_cli());
+    MainWindow window(store_.get());
+    window.resize(1280, 860);
+    window.show();
+    RunsPage* runs = window.runs_page();
+    QSignalSpy replayed(runs, &RunsPage::replayed);
+    QTRY_VERIFY_WITH_TIMEOUT(!runs->loading(), 10000);
+    runs->open_run(finished_run_.id);
+    QVERIFY(replayed.wait(10000));
+    QVERIFY(runs->dashboard()->clone_button()->isEnabled());
+    FineTuneWizard* wizard = window.wizard();
+    const QString old_id = wizard->run_id();
+    QTest::mouseClick(runs->dashboard()->clone_button(), Qt::LeftButton);
+    QCOMPARE(window.current_page(), MainWindow::NewFineTune);
+    QTRY_VERIFY_WITH_TIMEOUT(wizard->missing().isEmpty(), 30000);
+    QVERIFY(wizard->run_id() != old_id);
+    json cloned = tessera::job::to_json(wizard->build_spec());
+    json original = json::parse(finished_run_.spec_json.toStdString());
+    QVERIFY(cloned["output"]["dir"] != original["output"]["dir"]);
+    for (json* j : {&cloned, &original}) {
+      j->erase("name");
+      j->erase("output");
+    }
+    QVERIFY2(cloned == original, (cloned.dump(1) + "\nvs\n" + original.dump(1)).c_str());
+    QTRY_VERIFY_WITH_TIMEOUT(wizard->review_page()->launch_button()->isEnabled(), 20000);
+    screenshot(&window, "clone-into-wizard");
+    QSettings().remove("paths/cli");
+  }
+
   // Try it: the reply streams into the pane, which names the loaded folder; it is what
   // `tessera-cli generate` gives for the same prompt.
   void chat_with_a_finished_run() {
