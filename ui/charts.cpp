@@ -224,6 +224,9 @@ MemoryChart::MemoryChart(const QString& tier, QWidget* parent)
   chart()->setTitle("Memory — " + tier);
   // Six entries do not fit in one row under a half-width chart: list them at the side.
   chart()->legend()->setAlignment(Qt::AlignRight);
+  QFont small = chart()->legend()->font();
+  small.setPointSizeF(small.pointSizeF() * 0.85);
+  chart()->legend()->setFont(small);
   x_axis_ = make_axis("seconds");
   y_axis_ = make_axis("MiB");
   chart()->addAxis(x_axis_, Qt::AlignBottom);

@@ -47,6 +47,9 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   title_->setFont(big);
   status_ = new QLabel;
   status_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  // A long status is cut rather than widening the window past small screens (the full text is
+  // in the tooltip).
+  status_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   auto* header = new QHBoxLayout;
   header->addWidget(title_);
   header->addWidget(status_, 1);
@@ -237,6 +240,7 @@ void RunDashboard::set_status(const RunRecord& run) {
   run_ = run;
   show_run_files();
   title_->setText(run.name.isEmpty() ? run.id : run.name);
+  title_->setToolTip(title_->text());
   QString text = run.status;
   if (present(run.started_at)) {
     text += " · " + tr("started %1")
@@ -248,6 +252,7 @@ void RunDashboard::set_status(const RunRecord& run) {
   }
   if (!run.model.isEmpty()) text += " · " + run.model;
   status_->setText(text);
+  status_->setToolTip(text);
   if (!run.failure.isEmpty()) {
     error_->setText(tr("%1: %2").arg(run.status, run.failure));
     error_->setVisible(true);
