@@ -119,6 +119,8 @@ void apply_event(const json& e, const QByteArray& line, StreamState& state, RunS
     delta.done = present(done) ? static_cast<std::int64_t>(done) : 0;
     delta.total = present(total) ? static_cast<std::int64_t>(total) : 0;
     delta.eta_s = number(e, "eta_s");
+    // Only the training steps are kept, on the run's row (the runs list shows them).
+    if (delta.phase == "train" && delta.total > 0) batch.steps = {{delta.done, delta.total}};
     return;  // progress is transient: not stored row by row
   }
   if (type == "error") {

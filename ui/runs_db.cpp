@@ -83,8 +83,11 @@ const QList<QStringList>& migrations() {
        "CREATE INDEX memory_run_t ON memory(run_id, t)"},
       // 2 → 3: the machine's memory in use next to the run's
       // and the process of a detached run with how much of its events.jsonl is recorded
+      // and the training steps done of total
       {"ALTER TABLE memory ADD COLUMN system_used REAL", "ALTER TABLE runs ADD COLUMN pid INTEGER",
-       "ALTER TABLE runs ADD COLUMN events_offset INTEGER"},
+       "ALTER TABLE runs ADD COLUMN events_offset INTEGER",
+       "ALTER TABLE runs ADD COLUMN steps_done INTEGER",
+       "ALTER TABLE runs ADD COLUMN total_steps INTEGER"},
   };
   return kMigrations;
 }
@@ -106,6 +109,8 @@ RunRecord record_from(const QSqlQuery& q) {
   r.final_eval_loss = num(q.value("final_eval_loss"));
   r.pid = q.value("pid").toLongLong();
   r.events_offset = q.value("events_offset").toLongLong();
+  r.steps_done = q.value("steps_done").toLongLong();
+  r.total_steps = q.value("total_steps").toLongLong();
   return r;
 }
 
@@ -383,6 +388,13 @@ void write_batch(QSqlDatabase& db, const RunBatch& b) {
         q.bindValue(3, c.t);
         if (!q.exec()) fail(db, "insert checkpoints", q.lastError());
       }
+    }
+    if (b.steps) {
+      q.prepare("UPDATE runs SET steps_done = ?, total_steps = ? WHERE id = ?");
+      q.addBindValue(QVariant::fromValue<qlonglong>(b.steps->first));
+      q.addBindValue(QVariant::fromValue<qlonglong>(b.steps->second));
+      q.addBindValue(b.run_id);
+      if (!q.exec()) fail(db, "update steps", q.lastError());
     }
     if (b.pid || b.events_offset) {
       q.prepare(

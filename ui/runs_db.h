@@ -31,6 +31,7 @@ struct RunRecord {
   // events.jsonl the database holds, so a restarted studio reattaches where it left off.
   qint64 pid = 0;
   qint64 events_offset = 0;
+  std::int64_t steps_done = 0, total_steps = 0;  // from the last training progress (0: none)
 };
 
 // One open connection on the calling thread, removed again when this goes away.
@@ -73,6 +74,7 @@ struct RunBatch {
   QList<CheckpointRecord> checkpoints;
   std::optional<qint64> pid;            // set with the rows above
   std::optional<qint64> events_offset;  // bytes of events.jsonl these rows complete
+  std::optional<std::pair<std::int64_t, std::int64_t>> steps;  // training steps done, total
   // Status change (applied after the rows above): status, failure, ended_at.
   std::optional<QString> status;
   QString failure;

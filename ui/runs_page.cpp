@@ -36,10 +36,10 @@ RunsPage::RunsPage(RunsStore* store, QWidget* parent) : QWidget(parent), store_(
   auto* top_layout = new QVBoxLayout(top);
   top_layout->setContentsMargins(0, 0, 0, 0);
   table_ = new QTableWidget;
-  table_->setColumnCount(9);
+  table_->setColumnCount(10);
   table_->setHorizontalHeaderLabels({tr("Name"), tr("Model"), tr("Dataset"), tr("Method"),
-                                     tr("Status"), tr("Started"), tr("Duration"), tr("Final loss"),
-                                     tr("Final eval loss")});
+                                     tr("Status"), tr("Progress"), tr("Started"), tr("Duration"),
+                                     tr("Final loss"), tr("Final eval loss")});
   table_->setSelectionBehavior(QAbstractItemView::SelectRows);
   table_->setSelectionMode(QAbstractItemView::ExtendedSelection);
   table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -139,6 +139,16 @@ void RunsPage::refresh() {
   list_watcher_.setFuture(store_->list_runs_async());
 }
 
+namespace {
+// "120 / 5000 (2%)"; a running run never shows 100% (its last step still has to be saved).
+QString progress_text(const RunRecord& r) {
+  if (r.total_steps <= 0) return QString("—");
+  int percent = int(100 * r.steps_done / r.total_steps);
+  if (r.status == "running") percent = std::min(percent, 99);
+  return QString("%1 / %2 (%3%)").arg(r.steps_done).arg(r.total_steps).arg(percent);
+}
+}  // namespace
+
 void RunsPage::fill_table() {
   const QStringList selected = selected_ids();
   table_->setRowCount(int(runs_.size()));
@@ -154,6 +164,7 @@ void RunsPage::fill_table() {
         r.dataset,
         r.method,
         status,
+        progress_text(r),
         present(r.started_at) ? QDateTime::fromMSecsSinceEpoch(qint64(r.started_at * 1000))
                                     .toString("yyyy-MM-dd hh:mm")
                               : QString("—"),

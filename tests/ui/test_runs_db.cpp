@@ -116,6 +116,7 @@ class RunsDbTest : public QObject {
     }
     RunBatch last;
     last.run_id = "b1";
+    last.steps = {{1000, 1000}};
     last.status = "completed";
     last.ended_at = 9.0;
     store.submit(last);
@@ -127,6 +128,8 @@ class RunsDbTest : public QObject {
     QCOMPARE(r->status, QString("completed"));
     QCOMPARE(r->ended_at, 9.0);
     QCOMPARE(r->final_loss, 3.0 - 1000 * 0.001);
+    QCOMPARE(r->steps_done, 1000);
+    QCOMPARE(r->total_steps, 1000);
     RunSeries s = load_run_series(c.db(), "b1");
     QCOMPARE(s.memory.size(), 10);
     QCOMPARE(s.memory[0].by_category[0], 4e8);

@@ -842,6 +842,18 @@ class StudioTest : public QObject {
     QVERIFY(run);
     QCOMPARE(run->status, QString("completed"));
     QVERIFY(present(run->final_loss));
+    QCOMPARE(run->steps_done, 4);
+    QCOMPARE(run->total_steps, 4);
+    // The runs list shows them (and refreshes itself as the run is written).
+    QTRY_VERIFY_WITH_TIMEOUT(
+        [&] {
+          QTableWidget* table = window.runs_page()->table();
+          for (int row = 0; row < table->rowCount(); ++row)
+            if (table->item(row, 0)->data(Qt::UserRole).toString() == run_id)
+              return table->item(row, 5)->text() == "4 / 4 (100%)";
+          return false;
+        }(),
+        10000);
     int training_points = 0;
     for (const MetricPoint& p : load_run_series(c.db(), run_id).metrics)
       training_points += present(p.loss);
