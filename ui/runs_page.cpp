@@ -13,6 +13,9 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 
 #include "ui/charts.h"
 #include "ui/chat_pane.h"
@@ -65,8 +68,20 @@ RunsPage::RunsPage(RunsStore* store, QWidget* parent) : QWidget(parent), store_(
   dashboard_ = new RunDashboard;
   compare_ = new LineChart(tr("Loss comparison"), tr("step"), tr("training loss"));
   compare_->set_empty_text(tr("select two runs and press Compare"));
+  // Next to the curves, what the runs were launched with differently.
+  auto* compare_page = new QWidget;
+  auto* compare_layout = new QVBoxLayout(compare_page);
+  compare_layout->setContentsMargins(0, 0, 0, 0);
+  compare_differences_label_ = new QLabel;
+  compare_differences_ = new QTableWidget;
+  compare_differences_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  compare_differences_->setAccessibleName(tr("Settings that differ"));
+  compare_differences_->horizontalHeader()->setStretchLastSection(true);
+  compare_layout->addWidget(compare_, 3);
+  compare_layout->addWidget(compare_differences_label_);
+  compare_layout->addWidget(compare_differences_, 1);
   tabs_->addTab(dashboard_, tr("Run"));
-  tabs_->addTab(compare_, tr("Compare"));
+  tabs_->addTab(compare_page, tr("Compare"));
   chat_ = new ChatPane;
   tabs_->addTab(chat_, tr("Try it"));
   split->addWidget(tabs_);
@@ -221,9 +236,63 @@ ExportDialog* RunsPage::export_run(const RunRecord& run) {
   return dialog;
 }
 
+namespace {
+// "training.learning_rate" -> "0.0002": every leaf of a job spec, by its dotted path.
+void flatten(const nlohmann::json& j, const std::string& path,
+             std::map<std::string, std::string>& out) {
+  if (j.is_object() && !j.empty()) {
+    for (const auto& [key, value] : j.items())
+      flatten(value, path.empty() ? key : path + "." + key, out);
+    return;
+  }
+  out[path] = j.is_string() ? j.get<std::string>() : j.dump();
+}
+}  // namespace
+
+void RunsPage::show_spec_differences(const QStringList& ids) {
+  QStringList labels;
+  std::vector<std::map<std::string, std::string>> specs;
+  std::set<std::string> keys;
+  for (const QString& id : ids) {
+    RunRecord run;
+    for (const RunRecord& r : runs_)
+      if (r.id == id) run = r;
+    labels << (run.name.isEmpty() ? id : run.name);
+    std::map<std::string, std::string> flat;
+    const auto doc = nlohmann::json::parse(run.spec_json.toStdString(), nullptr, false);
+    if (!doc.is_discarded()) flatten(doc, "", flat);
+    for (const char* own : {"name", "output.dir", "output.resume"}) flat.erase(own);  // per run
+    for (const auto& [key, value] : flat) keys.insert(key);
+    specs.push_back(std::move(flat));
+  }
+  QStringList rows;
+  for (const std::string& key : keys) {
+    std::set<std::string> values;
+    for (const auto& spec : specs) values.insert(spec.count(key) ? spec.at(key) : "—");
+    if (values.size() > 1) rows << QString::fromStdString(key);
+  }
+  compare_differences_->clear();
+  compare_differences_->setColumnCount(int(labels.size()));
+  compare_differences_->setHorizontalHeaderLabels(labels);
+  compare_differences_->setRowCount(int(rows.size()));
+  compare_differences_->setVerticalHeaderLabels(rows);
+  for (int row = 0; row < rows.size(); ++row)
+    for (int col = 0; col < int(specs.size()); ++col) {
+      const auto it = specs[std::size_t(col)].find(rows[row].toStdString());
+      compare_differences_->setItem(row, col,
+                                    new QTableWidgetItem(it == specs[std::size_t(col)].end()
+                                                             ? QString("—")
+                                                             : QString::fromStdString(it->second)));
+    }
+  compare_differences_label_->setText(
+      rows.isEmpty() ? tr("The runs' job specs are the same (but for their names and folders).")
+                     : tr("Settings that differ (%1):").arg(rows.size()));
+}
+
 void RunsPage::compare(const QStringList& ids) {
   compare_->clear();
-  tabs_->setCurrentWidget(compare_);
+  tabs_->setCurrentWidget(compare_->parentWidget());
+  show_spec_differences(ids);
   compare_pending_ = int(ids.size());
   for (const QString& id : ids) {
     QString label = id;

@@ -41,6 +41,8 @@ class RunsPage : public QWidget {
   QTableWidget* table() const { return table_; }
   RunDashboard* dashboard() const { return dashboard_; }
   LineChart* compare_chart() const { return compare_; }
+  // The job-spec settings that differ between the compared runs: a row each, a column a run.
+  QTableWidget* compare_differences() const { return compare_differences_; }
   ChatPane* chat_pane() const { return chat_; }
 
  Q_SIGNALS:
@@ -52,6 +54,7 @@ class RunsPage : public QWidget {
 
  private:
   void fill_table();
+  void show_spec_differences(const QStringList& ids);
   QStringList selected_ids() const;
   void ask_delete();
   RunsStore* store_;
@@ -62,6 +65,8 @@ class RunsPage : public QWidget {
   QTabWidget* tabs_;
   RunDashboard* dashboard_;
   LineChart* compare_;
+  QLabel* compare_differences_label_;
+  QTableWidget* compare_differences_;
   ChatPane* chat_;
   QList<RunRecord> runs_;
   QFutureWatcher<QList<RunRecord>> list_watcher_;

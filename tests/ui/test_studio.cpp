@@ -160,6 +160,12 @@ RunRecord make_run(const QString& id) {
   r.model = "tiny-llama";
   r.dataset = "train.jsonl";
   r.method = "lora";
+  // Job specs that differ in the learning rate only (and in name and folder, per run).
+  r.spec_json = QString::fromStdString(
+      json{{"name", id.toStdString()},
+           {"output", {{"dir", "/runs/" + id.toStdString()}}},
+           {"training", {{"steps", 10}, {"learning_rate", id == "run-oom" ? 3e-4 : 1e-4}}}}
+          .dump());
   return r;
 }
 
@@ -678,6 +684,11 @@ class StudioTest : public QObject {
     page.compare({"run-ok", "run-oom"});
     QVERIFY(compared.wait(10000));
     QCOMPARE(page.compare_chart()->series_count(), 2);
+    QTableWidget* differences = page.compare_differences();
+    QCOMPARE(differences->rowCount(), 1);
+    QCOMPARE(differences->verticalHeaderItem(0)->text(), QString("training.learning_rate"));
+    QCOMPARE(differences->item(0, 0)->text(), QString("0.0001"));
+    QCOMPARE(differences->item(0, 1)->text(), QString("0.0003"));
     QCOMPARE(page.compare_chart()->point_count("run-ok"), kSteps);
     QCOMPARE(page.compare_chart()->point_count("run-oom"), 150);
     screenshot(&page, "runs-compare");
