@@ -88,10 +88,7 @@ std::uint64_t meminfo_field(const std::string& text, const std::string& key) {
 }
 
 MemoryInfo probe_memory() {
-  MemoryInfo m;
-  const std::string text = read_small_file("/proc/meminfo");
-  m.total = meminfo_field(text, "MemTotal");
-  m.available = meminfo_field(text, "MemAvailable");
+  MemoryInfo m = read_meminfo();
   // cgroup v2, then v1; "max" or a huge number means no limit.
   for (const char* path :
        {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
@@ -414,6 +411,14 @@ std::uint64_t parse_byte_size(const std::string& text, const std::string& what) 
   if (end == t.c_str() || scale == 0.0 || !(bytes > 0.0) || !(bytes < 1.8e19))
     throw_invalid(what + ": \"" + text + "\" is not a size", "write it like 2GiB, 512MiB or 1.5GB");
   return static_cast<std::uint64_t>(bytes);
+}
+
+MemoryInfo read_meminfo() {
+  MemoryInfo m;
+  const std::string text = read_small_file("/proc/meminfo");
+  m.total = meminfo_field(text, "MemTotal");
+  m.available = meminfo_field(text, "MemAvailable");
+  return m;
 }
 
 }  // namespace tessera::plan

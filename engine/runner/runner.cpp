@@ -243,7 +243,7 @@ std::shared_ptr<model::PretrainedModel> load_for_classification(const fs::path& 
 // Strategy "auto": the plan for this machine (or the one recorded when the run started, when
 // it resumes), written to plan.json and announced as the `plan` event; returns the spec the
 // run trains with. Other strategies: the spec as written.
-job::JobSpec plan_run(const job::JobSpec& spec, const fs::path& model_dir, const fs::path& out_dir,
+job::JobSpec plan_run(const job::JobSpec& spec, const fs::path& out_dir,
                       const RunOptions& run_options, job::EventSink& events) {
   if (spec.strategy.name != "auto") {
     events.emit("plan", {{"strategy", spec.strategy.name},
@@ -267,13 +267,11 @@ job::JobSpec plan_run(const job::JobSpec& spec, const fs::path& model_dir, const
     reasons.push_back("resumed: the settings planned when this run started (" + recorded.string() +
                       ")");
   } else {
-    job::JobSpec resolved = spec;
-    resolved.model.path = model_dir.string();
     plan::HardwareProfile hardware = plan::probe_hardware({});
     if (run_options.simulate_host_memory)
       hardware.memory.simulated = *run_options.simulate_host_memory;
     const plan::Plan planned =
-        plan::make_plan(plan::load_plan_inputs(resolved, "job spec", std::move(hardware)));
+        plan::make_plan(plan::load_plan_inputs(spec, "job spec", std::move(hardware)));
     plan_json = plan::to_json(planned);
     if (!planned.fits)
       throw_invalid(planned.explanation,
@@ -313,7 +311,7 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   fs::create_directories(out_dir);
   job::save_job_spec(requested, out_dir / "job.json");
   // Planned before anything is loaded, so a job that cannot fit fails in a second.
-  const job::JobSpec spec = plan_run(requested, model_dir, out_dir, run_options, events);
+  const job::JobSpec spec = plan_run(requested, out_dir, run_options, events);
 
   events.progress("load", 0, 1);
   const hf::ModelConfig model_config = hf::load_model_config(model_dir / "config.json");
@@ -397,11 +395,9 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
     auto base = weights_of(*merged, deltas);
     if (merged == model) {
       lora->merge();
-    } else {
-      torch::NoGradGuard no_grad;
-      std::map<std::string, torch::Tensor> params;
-      for (const auto& p : merged->named_parameters()) params[p.key()] = p.value();
-      for (const auto& [name, delta] : deltas) params.at(name).add_(delta.to(torch::kFloat32));
+    } else {  // loaded on the CPU, so weights_of shares its storage: adding in place merges
+      auto weights = weights_of(*merged, {});
+      for (const auto& [name, delta] : deltas) weights.at(name).add_(delta.to(torch::kFloat32));
     }
     exporter::export_pretrained(*merged, out_dir / "model", export_options);
     auto reloaded = model::load_pretrained(out_dir / "model", torch::kFloat32);

@@ -5,12 +5,12 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
-#include <limits>
 #include <optional>
 
 #include "core/error.h"
 #include "core/files.h"
 #include "optim/schedule.h"
+#include "plan/profile.h"
 #include "train/activation_checkpoint.h"
 #include "train/checkpoint.h"
 
@@ -23,18 +23,9 @@ constexpr const char* kTrainerState = "trainer_state.json";
 }  // namespace
 
 std::optional<std::uint64_t> system_memory_used_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::uint64_t total = 0, available = 0;
-  bool have_total = false, have_available = false;
-  for (std::string key; meminfo >> key;) {
-    std::uint64_t kib = 0;
-    meminfo >> kib;
-    if (key == "MemTotal:") total = kib, have_total = true;
-    if (key == "MemAvailable:") available = kib, have_available = true;
-    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
-  }
-  if (!have_total || !have_available || available > total) return std::nullopt;
-  return (total - available) * 1024;
+  const plan::MemoryInfo m = plan::read_meminfo();
+  if (m.total == 0 || m.available > m.total) return std::nullopt;
+  return m.total - m.available;
 }
 
 std::uint64_t process_rss_bytes() {
