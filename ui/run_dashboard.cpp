@@ -147,6 +147,8 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
       stall_timer_.stop();
       return;
     }
+    // plan.json appears once a live run has planned.
+    if (plan_view_->toPlainText().isEmpty()) load_run_files(/*plan_only=*/true);
     if (monitor_->stalled())
       eta_->setText(tr("⚠ stalled: no event for %1")
                         .arg(format_duration(double(monitor_->silent_ms()) / 1000.0)));
@@ -178,7 +180,6 @@ void RunDashboard::clear() {
   log_->clear();
   spec_view_->clear();
   plan_view_->clear();
-  files_shown_for_.clear();
   smoothed_loss_ = kMissing;
   smoothed_count_ = 0;
   error_->clear();
@@ -211,21 +212,16 @@ void RunDashboard::update_actions() {
   clone_->setEnabled(!run_.spec_json.isEmpty());
 }
 
-void RunDashboard::show_run_files() {
-  // Small files (a few KiB); plan.json appears once the run has planned, so it is looked for
-  // again until found.
-  if (files_shown_for_ == run_.id && !plan_view_->toPlainText().isEmpty()) return;
-  const bool same_run = files_shown_for_ == run_.id;
-  files_shown_for_ = run_.id;
-  const QDir dir(run_.output_dir);
-  for (auto [view, name] :
-       {std::pair{spec_view_, "job.json"}, std::pair{plan_view_, "plan.json"}}) {
-    if (same_run && view == spec_view_ && !view->toPlainText().isEmpty()) continue;
-    QFile file(dir.filePath(name));
+void RunDashboard::load_run_files(bool plan_only) {
+  // Small files (a few KiB).
+  auto read = [this](const char* name) {
+    QFile file(QDir(run_.output_dir).filePath(name));
     const bool readable =
         !run_.output_dir.isEmpty() && file.open(QIODevice::ReadOnly) && file.size() < (1 << 20);
-    view->setPlainText(readable ? QString::fromUtf8(file.readAll()) : QString());
-  }
+    return readable ? QString::fromUtf8(file.readAll()) : QString();
+  };
+  if (!plan_only) spec_view_->setPlainText(read("job.json"));
+  plan_view_->setPlainText(read("plan.json"));
   // The plan's estimated peak per tier, drawn on the memory charts next to what is measured.
   planned_peaks_.clear();
   const QJsonObject plan = QJsonDocument::fromJson(plan_view_->toPlainText().toUtf8()).object();
@@ -237,8 +233,9 @@ void RunDashboard::show_run_files() {
 }
 
 void RunDashboard::set_status(const RunRecord& run) {
+  const bool other_run = run.id != run_.id;
   run_ = run;
-  show_run_files();
+  if (other_run) load_run_files(/*plan_only=*/false);
   title_->setText(run.name.isEmpty() ? run.id : run.name);
   title_->setToolTip(title_->text());
   QString text = run.status;
@@ -284,6 +281,7 @@ void RunDashboard::attach(RunMonitor* monitor, bool keep_shown) {
 void RunDashboard::on_finished(const QString& status, const QString& failure) {
   draw_pending();
   if (monitor_) set_status(monitor_->run());
+  if (plan_view_->toPlainText().isEmpty()) load_run_files(/*plan_only=*/true);
   update_actions();
   if (status == "completed") {
     progress_->setRange(0, 1);

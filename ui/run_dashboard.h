@@ -66,7 +66,9 @@ class RunDashboard : public QWidget {
   void set_status(const RunRecord& run);
   void on_finished(const QString& status, const QString& failure);
   void update_actions();
-  void show_run_files();
+  // The run's job.json (unless `plan_only`) and plan.json into their views, and the plan's
+  // estimated peaks onto the memory charts.
+  void load_run_files(bool plan_only);
 
   QPointer<RunMonitor> monitor_;
   QTimer repaint_timer_;
@@ -90,7 +92,6 @@ class RunDashboard : public QWidget {
   QPlainTextEdit* log_;
   QPlainTextEdit* spec_view_;
   QPlainTextEdit* plan_view_;
-  QString files_shown_for_;              // run id whose job.json / plan.json the views show
   QMap<QString, double> planned_peaks_;  // tier -> the plan's estimated peak (bytes)
   double t0_ = kMissing;
   double smoothed_loss_ = kMissing;  // debiased exponential moving average of the training loss
