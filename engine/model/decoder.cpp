@@ -256,9 +256,7 @@ class DecoderCausalLM : public PretrainedModel {
     ForwardOutput out;
     out.hidden_states =
         model->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache, layer_wrapper);
-    torch::Tensor kept = keep_last_positions(out.hidden_states, in.logits_to_keep);
-    out.logits = lm_head ? lm_head(kept) : torch::linear(kept, model->embed_tokens->weight);
-    if (in.labels.defined()) out.loss = causal_lm_loss(out.logits, in.labels);
+    apply_causal_lm_head(out, in, lm_head ? lm_head.get() : nullptr, model->embed_tokens->weight);
     return out;
   }
 };

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/layers.h"
 
 namespace tessera::model {
 namespace {
@@ -331,6 +332,13 @@ std::int64_t KVCache::batch_size() const {
 torch::Tensor keep_last_positions(const torch::Tensor& hidden, std::int64_t keep) {
   if (keep <= 0 || keep >= hidden.size(1)) return hidden;
   return hidden.narrow(1, hidden.size(1) - keep, keep);
+}
+
+void apply_causal_lm_head(ForwardOutput& out, const ForwardInput& in, LinearImpl* lm_head,
+                          const torch::Tensor& tied_weight) {
+  const torch::Tensor kept = keep_last_positions(out.hidden_states, in.logits_to_keep);
+  out.logits = lm_head ? lm_head->forward(kept) : torch::linear(kept, tied_weight);
+  if (in.labels.defined()) out.loss = causal_lm_loss(out.logits, in.labels);
 }
 
 torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels) {
