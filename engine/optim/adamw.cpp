@@ -3,17 +3,55 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "optim/cpu_adam.h"
 
 namespace tessera::optim {
 
 AdamW::AdamW(std::vector<NamedTensor> params, AdamWOptions options)
-    : params_(std::move(params)), slots_(params_.size()), options_(options) {
+    : AdamW(std::vector<ParamGroup>{{std::move(params), options.weight_decay}}, options) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : options_(options) {
+  for (ParamGroup& group : groups) {
+    if (!(group.weight_decay >= 0.0)) throw_invalid("AdamW: weight_decay must be >= 0");
+    for (NamedTensor& p : group.params) {
+      params_.push_back(std::move(p));
+      decay_.push_back(group.weight_decay);
+    }
+  }
+  slots_.resize(params_.size());
+  copies_.resize(params_.size());
+  validate();
+}
+
+void AdamW::validate() const {
   if (!(options_.beta1 >= 0.0 && options_.beta1 < 1.0) ||
       !(options_.beta2 >= 0.0 && options_.beta2 < 1.0))
     throw_invalid("AdamW: betas must lie in [0, 1), got (" + std::to_string(options_.beta1) + ", " +
                   std::to_string(options_.beta2) + ")");
   if (!(options_.eps >= 0.0)) throw_invalid("AdamW: eps must be >= 0");
-  if (!(options_.weight_decay >= 0.0)) throw_invalid("AdamW: weight_decay must be >= 0");
+}
+
+void AdamW::set_compute_copies(std::vector<torch::Tensor> copies) {
+  if (copies.size() != params_.size())
+    throw Error(ErrorKind::Internal, "AdamW: " + std::to_string(copies.size()) +
+                                         " compute copies for " + std::to_string(params_.size()) +
+                                         " parameters");
+  for (std::size_t i = 0; i < copies.size(); ++i)
+    if (copies[i].defined() && copies[i].sizes() != params_[i].tensor.sizes())
+      throw Error(ErrorKind::Internal, "AdamW: the compute copy of " + params_[i].name +
+                                           " has another shape than the parameter");
+  copies_ = std::move(copies);
+}
+
+bool AdamW::fused_cpu_applies(const torch::Tensor& p, const torch::Tensor& grad,
+                              const torch::Tensor& copy) {
+  const auto is_cpu_float = [](const torch::Tensor& t) {
+    return t.device().is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous();
+  };
+  if (!is_cpu_float(p) || !is_cpu_float(grad)) return false;
+  if (!copy.defined()) return true;
+  return copy.device().is_cpu() && copy.is_contiguous() &&
+         (copy.scalar_type() == torch::kBFloat16 || copy.scalar_type() == torch::kFloat16);
 }
 
 void AdamW::step(double lr) {
@@ -29,14 +67,37 @@ void AdamW::step(double lr) {
     if (!grad.defined()) continue;
     Slot& slot = slots_[i];
     if (!slot.exp_avg.defined()) {
-      slot.exp_avg = torch::zeros_like(p, torch::MemoryFormat::Preserve);
-      slot.exp_avg_sq = torch::zeros_like(p, torch::MemoryFormat::Preserve);
+      slot.exp_avg = torch::zeros_like(p, torch::MemoryFormat::Contiguous);
+      slot.exp_avg_sq = torch::zeros_like(p, torch::MemoryFormat::Contiguous);
     }
-    if (options_.weight_decay != 0.0) p.mul_(1.0 - lr * options_.weight_decay);
+    const torch::Tensor& copy = copies_[i];
+    const double weight_decay = decay_[i];
+    if (fused_cpu_applies(p, grad, copy) && slot.exp_avg.is_contiguous() &&
+        slot.exp_avg_sq.is_contiguous()) {
+      AdamArrays arrays;
+      arrays.param = p.data_ptr<float>();
+      arrays.grad = grad.data_ptr<float>();
+      arrays.exp_avg = slot.exp_avg.data_ptr<float>();
+      arrays.exp_avg_sq = slot.exp_avg_sq.data_ptr<float>();
+      arrays.count = p.numel();
+      if (copy.defined()) {
+        arrays.copy = static_cast<std::uint16_t*>(copy.data_ptr());
+        arrays.copy_kind = copy.scalar_type() == torch::kBFloat16 ? LowPrecisionCopy::Bf16
+                                                                  : LowPrecisionCopy::Fp16;
+      }
+      cpu_adamw_step(arrays,
+                     {lr, options_.beta1, options_.beta2, options_.eps, weight_decay, step_});
+      // Written through raw pointers: tell autograd, as an in-place op would.
+      p.unsafeGetTensorImpl()->bump_version();
+      if (copy.defined()) copy.unsafeGetTensorImpl()->bump_version();
+      continue;
+    }
+    if (weight_decay != 0.0) p.mul_(1.0 - lr * weight_decay);
     slot.exp_avg.lerp_(grad, 1.0 - options_.beta1);
     slot.exp_avg_sq.mul_(options_.beta2).addcmul_(grad, grad, 1.0 - options_.beta2);
     torch::Tensor denom = (slot.exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(options_.eps);
     p.addcdiv_(slot.exp_avg, denom, -step_size);
+    if (copy.defined()) copy.copy_(p);
   }
 }
 
@@ -72,7 +133,7 @@ void AdamW::load_state(const std::map<std::string, torch::Tensor>& tensors, std:
     if (tensor.sizes() != p.sizes())
       throw_invalid(source + ": optimizer tensor \"" + name + "\" has shape " +
                     c10::str(tensor.sizes()) + " but the parameter has " + c10::str(p.sizes()));
-    torch::Tensor copy = tensor.to(p.options()).clone();
+    torch::Tensor copy = tensor.to(p.options()).contiguous().clone();
     (is_sq ? slots[it->second].exp_avg_sq : slots[it->second].exp_avg) = copy;
   }
   for (std::size_t i = 0; i < slots.size(); ++i)
