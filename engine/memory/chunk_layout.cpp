@@ -1,0 +1,87 @@
+#include "memory/chunk_layout.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace tessera::memory {
+
+namespace {
+
+constexpr std::int64_t kCapacityStep = 1024;  // elements: keeps chunk bytes 4 KiB-aligned
+
+std::int64_t round_up(std::int64_t value, std::int64_t step) {
+  return (value + step - 1) / step * step;
+}
+
+// Waste of packing `numels` with `capacity` (next fit, order kept), without building the layout.
+std::int64_t waste_of(const std::vector<std::int64_t>& numels, std::int64_t capacity) {
+  std::int64_t waste = 0;
+  std::int64_t used = 0;
+  bool open = false;
+  for (std::int64_t n : numels) {
+    if (open && used + n > capacity) {
+      waste += capacity - used;
+      used = 0;
+    }
+    used += n;
+    open = true;
+  }
+  if (open) waste += capacity - used;
+  return waste;
+}
+
+}  // namespace
+
+std::int64_t ChunkLayout::wasted_elements() const {
+  std::int64_t waste = 0;
+  for (const ChunkSpec& c : chunks) waste += c.capacity - c.used;
+  return waste;
+}
+
+ChunkLayout pack_chunks(const std::vector<std::int64_t>& numels,
+                        const std::vector<std::string>& names, std::int64_t capacity) {
+  ChunkLayout layout;
+  layout.capacity = capacity;
+  for (std::size_t i = 0; i < numels.size(); ++i) {
+    const std::int64_t n = numels[i];
+    if (n > capacity)
+      throw_invalid("strategy.options.chunk_size: tensor \"" +
+                        (i < names.size() ? names[i] : std::to_string(i)) + "\" has " +
+                        std::to_string(n) + " elements, more than a chunk of " +
+                        std::to_string(capacity),
+                    "use chunk_size \"auto\" or a size at least as large as the largest tensor");
+    if (layout.chunks.empty() || layout.chunks.back().used + n > capacity)
+      layout.chunks.push_back({capacity, 0, {}});
+    ChunkSpec& chunk = layout.chunks.back();
+    chunk.slots.push_back({i, chunk.used, n});
+    chunk.used += n;
+  }
+  return layout;
+}
+
+std::int64_t search_chunk_capacity(const std::vector<std::int64_t>& numels,
+                                   std::int64_t max_chunk_elements, int min_chunks) {
+  std::int64_t largest = 0;
+  std::int64_t total = 0;
+  for (std::int64_t n : numels) {
+    largest = std::max(largest, n);
+    total += n;
+  }
+  const std::int64_t low = round_up(std::max<std::int64_t>(largest, 1), kCapacityStep);
+  const std::int64_t streaming = total / std::max(min_chunks, 1);
+  const std::int64_t high =
+      std::max(low, round_up(std::min(max_chunk_elements, streaming), kCapacityStep));
+  std::int64_t best = low;
+  std::int64_t best_waste = waste_of(numels, low);
+  for (std::int64_t c = low + kCapacityStep; c <= high; c += kCapacityStep) {
+    const std::int64_t w = waste_of(numels, c);
+    if (w <= best_waste) {
+      best = c;
+      best_waste = w;
+    }
+  }
+  return best;
+}
+
+}  // namespace tessera::memory

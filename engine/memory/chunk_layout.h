@@ -1,0 +1,40 @@
+#pragma once
+// Packing tensors into fixed-size chunks (Gemini): tensors keep their order (the order the model
+// uses them), are never split, and a chunk closes when the next tensor does not fit. The chunk
+// size is searched to waste the fewest bytes while leaving enough chunks to stream.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessera::memory {
+
+struct ChunkSlot {
+  std::size_t tensor = 0;   // index into the packed tensor list
+  std::int64_t offset = 0;  // first element inside the chunk
+  std::int64_t numel = 0;
+};
+
+struct ChunkSpec {
+  std::int64_t capacity = 0;  // elements
+  std::int64_t used = 0;      // elements holding tensors
+  std::vector<ChunkSlot> slots;
+};
+
+struct ChunkLayout {
+  std::int64_t capacity = 0;  // elements per chunk
+  std::vector<ChunkSpec> chunks;
+  std::int64_t wasted_elements() const;
+};
+
+// Packs `numels` (in order) into chunks of `capacity` elements. Throws tessera::Error
+// (InvalidInput) naming the tensor from `names` when one is larger than a chunk.
+ChunkLayout pack_chunks(const std::vector<std::int64_t>& numels,
+                        const std::vector<std::string>& names, std::int64_t capacity);
+
+// The capacity (a multiple of 1024 elements, at least the largest tensor) that wastes the fewest
+// elements, searched up to max(largest tensor, min(`max_chunk_elements`, total / `min_chunks`)),
+// so that small models still get several chunks to stream; ties go to the larger chunk.
+std::int64_t search_chunk_capacity(const std::vector<std::int64_t>& numels,
+                                   std::int64_t max_chunk_elements, int min_chunks = 8);
+
+}  // namespace tessera::memory

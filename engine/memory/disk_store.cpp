@@ -1,0 +1,194 @@
+#include "memory/disk_store.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/files.h"
+
+namespace tessera::memory {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFolderPrefix = "tessera-offload-";
+
+// Removes the scratch folders of processes that are gone (kill -9 leaves them behind).
+void remove_dead_folders(const fs::path& offload_folder) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(offload_folder, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kFolderPrefix, 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + std::strlen(kFolderPrefix), nullptr, 10);
+    if (pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive
+    fs::remove_all(entry.path(), ec);
+  }
+}
+
+}  // namespace
+
+void AlignedBuffer::Free::operator()(void* p) const {
+  std::free(p);
+}
+
+AlignedBuffer::AlignedBuffer(std::size_t bytes) : bytes_(bytes) {
+  void* p = nullptr;
+  if (::posix_memalign(&p, kIoAlignment, std::max<std::size_t>(io_size(bytes), kIoAlignment)) != 0)
+    throw std::bad_alloc();
+  std::memset(p, 0, io_size(bytes));
+  data_.reset(p);
+}
+
+std::uint64_t io_size(std::uint64_t bytes) {
+  return (bytes + kIoAlignment - 1) / kIoAlignment * kIoAlignment;
+}
+
+DiskStore::DiskStore(const fs::path& offload_folder, int io_threads) {
+  std::error_code ec;
+  fs::create_directories(offload_folder, ec);
+  if (ec)
+    throw_io(
+        "offload folder " + offload_folder.string() + ": cannot create it (" + ec.message() + ")",
+        "choose another strategy.options.offload_dir");
+  remove_dead_folders(offload_folder);
+  folder_ = offload_folder / (kFolderPrefix + std::to_string(::getpid()));
+  fs::remove_all(folder_, ec);
+  fs::create_directory(folder_, ec);
+  if (ec)
+    throw_io("offload folder " + folder_.string() + ": cannot create it (" + ec.message() + ")",
+             "choose another strategy.options.offload_dir");
+  for (int i = 0; i < std::max(io_threads, 1); ++i)
+    workers_.emplace_back([this] { worker_loop(); });
+}
+
+DiskStore::~DiskStore() {
+  {
+    std::lock_guard lock(queue_mutex_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  for (std::thread& t : workers_) t.join();
+  for (Region& r : regions_)
+    if (r.fd >= 0) ::close(r.fd);
+  std::error_code ec;
+  fs::remove_all(folder_, ec);
+}
+
+std::size_t DiskStore::add_region(const std::string& name, std::uint64_t bytes) {
+  std::lock_guard lock(regions_mutex_);
+  const std::size_t id = regions_.size();
+  const fs::path path = folder_ / ("region-" + std::to_string(id) + ".bin");
+  int flags = O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
+  int fd = direct_io_ ? ::open(path.c_str(), flags | O_DIRECT, 0600) : -1;
+  if (fd < 0) {
+    // tmpfs and some other filesystems refuse O_DIRECT (EINVAL): go buffered from then on.
+    direct_io_ = false;
+    fd = ::open(path.c_str(), flags, 0600);
+  }
+  if (fd < 0)
+    throw_io("offload folder " + folder_.string() + ": cannot create " + path.filename().string() +
+                 " (" + std::strerror(errno) + ")",
+             "choose another strategy.options.offload_dir");
+  regions_.push_back({name, io_size(bytes), fd, false});
+  return id;
+}
+
+std::uint64_t DiskStore::region_bytes(std::size_t id) const {
+  std::lock_guard lock(regions_mutex_);
+  return regions_.at(id).bytes;
+}
+
+fs::path DiskStore::region_path(std::size_t id) const {
+  return folder_ / ("region-" + std::to_string(id) + ".bin");
+}
+
+std::uint64_t DiskStore::bytes_on_disk() const {
+  std::lock_guard lock(regions_mutex_);
+  std::uint64_t total = 0;
+  for (const Region& r : regions_)
+    if (r.written) total += r.bytes;
+  return total;
+}
+
+std::future<void> DiskStore::write(std::size_t id, const void* buffer) {
+  return submit([this, id, buffer] { transfer(id, const_cast<void*>(buffer), true); });
+}
+
+std::future<void> DiskStore::read(std::size_t id, void* buffer) {
+  return submit([this, id, buffer] { transfer(id, buffer, false); });
+}
+
+std::future<void> DiskStore::submit(std::function<void()> work) {
+  std::packaged_task<void()> task(std::move(work));
+  std::future<void> done = task.get_future();
+  {
+    std::lock_guard lock(queue_mutex_);
+    queue_.push_back(std::move(task));
+  }
+  queue_cv_.notify_one();
+  return done;
+}
+
+void DiskStore::worker_loop() {
+  for (;;) {
+    std::packaged_task<void()> task;
+    {
+      std::unique_lock lock(queue_mutex_);
+      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything submitted has run
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();  // exceptions are stored in the future
+  }
+}
+
+void DiskStore::transfer(std::size_t id, void* buffer, bool is_write) {
+  int fd = -1;
+  std::uint64_t bytes = 0;
+  std::string name;
+  bool written = false;
+  {
+    std::lock_guard lock(regions_mutex_);
+    const Region& r = regions_.at(id);
+    fd = r.fd;
+    bytes = r.bytes;
+    name = r.name;
+    written = r.written;
+  }
+  if (!is_write && !written)
+    throw Error(ErrorKind::Internal, "offload: region " + name + " read before it was written");
+  auto* bytes_ptr = static_cast<char*>(buffer);
+  std::uint64_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = is_write ? ::pwrite(fd, bytes_ptr + done, bytes - done, done)
+                               : ::pread(fd, bytes_ptr + done, bytes - done, done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      const std::string what = std::string(is_write ? "writing " : "reading ") + name + " (" +
+                               core::human_bytes(bytes) + ") in " + folder_.string() +
+                               " failed: " + std::strerror(err);
+      if (err == ENOSPC || err == EDQUOT)
+        throw_io("offload folder " + folder_.parent_path().string() + " is full: " + what,
+                 "free space there, or choose another strategy.options.offload_dir, or offload "
+                 "less (offload_optim_frac)");
+      throw_io("offload: " + what, "check the disk under strategy.options.offload_dir");
+    }
+    done += static_cast<std::uint64_t>(n);
+  }
+  (is_write ? bytes_written_ : bytes_read_) += bytes;
+  if (is_write) {
+    std::lock_guard lock(regions_mutex_);
+    regions_[id].written = true;
+  }
+}
+
+}  // namespace tessera::memory

@@ -1,0 +1,159 @@
+// Gemini's building blocks: the tensor-state table refuses what it does not list, chunk packing
+// keeps order and never splits a tensor, the size search wastes no more than any other size in
+// its range, and the disk tier returns what was written, accounts the files that are really on
+// disk, and clears what dead processes left.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <QtTest/QtTest>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+
+#include "core/error.h"
+#include "memory/chunk_layout.h"
+#include "memory/disk_store.h"
+#include "memory/tensor_state.h"
+
+using namespace tessera;
+using memory::TensorState;
+namespace fs = std::filesystem;
+
+class TestMemory : public QObject {
+  Q_OBJECT
+ private Q_SLOTS:
+  void state_table_walks_a_training_step() {
+    TensorState s = TensorState::Free;
+    const std::string name = "model.layers.0.mlp.up_proj.weight";
+    memory::transition(s, TensorState::Held, name);
+    memory::transition(s, TensorState::Computing, name);          // forward
+    memory::transition(s, TensorState::Held, name);               // forward done
+    memory::transition(s, TensorState::Computing, name);          // backward
+    memory::transition(s, TensorState::HeldAfterBackward, name);  // gradient produced
+    memory::transition(s, TensorState::ReadyForUpdate, name);     // gradient in its chunk
+    memory::transition(s, TensorState::Held, name);               // updated
+    memory::transition(s, TensorState::Free, name);               // offloaded
+    QCOMPARE(s, TensorState::Free);
+  }
+
+  void state_table_refuses_an_illegal_transition() {
+    TensorState s = TensorState::Free;
+    try {
+      memory::transition(s, TensorState::Computing, "lm_head.weight");
+      QFAIL("computing on a freed tensor was allowed");
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      QVERIFY2(what.find("lm_head.weight") != std::string::npos, e.what());
+      QVERIFY2(what.find("free") != std::string::npos, e.what());
+      QVERIFY2(what.find("computing") != std::string::npos, e.what());
+    }
+    QCOMPARE(s, TensorState::Free);  // unchanged by the refused move
+    // Updating a tensor whose gradient never reached its chunk is refused too.
+    s = TensorState::HeldAfterBackward;
+    QVERIFY(!memory::transition_allowed(s, TensorState::Held));
+    QVERIFY(!memory::transition_allowed(TensorState::Held, TensorState::ReadyForUpdate));
+    QVERIFY(!memory::transition_allowed(TensorState::ReadyForUpdate, TensorState::Free));
+  }
+
+  void packing_keeps_order_and_never_splits() {
+    const std::vector<std::int64_t> numels{300, 500, 200, 900, 100, 100};
+    const auto layout = memory::pack_chunks(numels, {}, 1000);
+    QCOMPARE(layout.chunks.size(), std::size_t{3});  // {300,500,200} {900,100} {100}
+    std::size_t next = 0;
+    for (const auto& chunk : layout.chunks) {
+      std::int64_t offset = 0;
+      for (const auto& slot : chunk.slots) {
+        QCOMPARE(slot.tensor, next++);
+        QCOMPARE(slot.offset, offset);
+        offset += slot.numel;
+      }
+      QVERIFY(offset <= chunk.capacity);
+    }
+    QCOMPARE(next, numels.size());
+    try {
+      memory::pack_chunks({10, 2000}, {"a", "model.embed_tokens.weight"}, 1024);
+      QFAIL("a tensor larger than a chunk was packed");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find("model.embed_tokens.weight") != std::string::npos,
+               e.what());
+      QVERIFY2(std::string(e.what()).find("chunk_size") != std::string::npos, e.what());
+    }
+  }
+
+  void size_search_wastes_least_in_its_range() {
+    std::mt19937 rng(7);
+    std::vector<std::int64_t> numels;
+    for (int i = 0; i < 60; ++i)
+      numels.push_back(std::uniform_int_distribution<std::int64_t>(1, 300000)(rng));
+    const std::int64_t total = std::accumulate(numels.begin(), numels.end(), std::int64_t{0});
+    const std::int64_t chosen = memory::search_chunk_capacity(numels, 1 << 22, 8);
+    const std::int64_t largest = *std::max_element(numels.begin(), numels.end());
+    QVERIFY(chosen >= largest);
+    QCOMPARE(chosen % 1024, std::int64_t{0});
+    const auto best = memory::pack_chunks(numels, {}, chosen);
+    QVERIFY2(best.chunks.size() >= 2, "a model this size should stream in several chunks");
+    // No other multiple of 1024 in the range does better.
+    const std::int64_t high =
+        std::max<std::int64_t>((largest + 1023) / 1024 * 1024, (total / 8 + 1023) / 1024 * 1024);
+    for (std::int64_t c = (largest + 1023) / 1024 * 1024; c <= high; c += 1024)
+      QVERIFY(memory::pack_chunks(numels, {}, c).wasted_elements() >= best.wasted_elements());
+  }
+
+  void disk_store_round_trips_and_accounts_real_files() {
+    const fs::path root = fs::path(TESSERA_TEST_TMP_DIR) / "disk_store";
+    fs::remove_all(root);
+    {
+      memory::DiskStore store(root);
+      const std::size_t a = store.add_region("chunk 0 optimizer", 10000);  // padded to 12288
+      const std::size_t b = store.add_region("chunk 1 optimizer", 4096);
+      QCOMPARE(store.region_bytes(a), std::uint64_t{12288});
+      memory::AlignedBuffer out(10000), in(10000), small(4096);
+      auto* bytes = static_cast<unsigned char*>(out.data());
+      for (int i = 0; i < 10000; ++i) bytes[i] = static_cast<unsigned char>(i * 31 + 7);
+      QCOMPARE(store.bytes_on_disk(), std::uint64_t{0});
+      store.write(a, out.data()).get();
+      store.write(b, small.data()).get();
+      store.read(a, in.data()).get();
+      QCOMPARE(std::memcmp(in.data(), out.data(), 10000), 0);
+      // The figure the tier reports is what the folder holds.
+      std::uint64_t on_disk = 0;
+      for (const auto& e : fs::directory_iterator(store.folder())) on_disk += fs::file_size(e);
+      QCOMPARE(store.bytes_on_disk(), on_disk);
+      QCOMPARE(store.bytes_written(), std::uint64_t{12288 + 4096});
+      QCOMPARE(store.bytes_read(), std::uint64_t{12288});
+      QVERIFY(fs::exists(store.folder()));
+    }
+    QVERIFY2(fs::is_empty(root), "the store's folder outlived it");
+  }
+
+  void disk_store_clears_folders_of_dead_processes() {
+    const fs::path root = fs::path(TESSERA_TEST_TMP_DIR) / "disk_store_dead";
+    fs::remove_all(root);
+    // A pid that is not running: the child of a fork that has exited and been reaped.
+    const pid_t child = ::fork();
+    if (child == 0) ::_exit(0);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    const fs::path dead = root / ("tessera-offload-" + std::to_string(child));
+    const fs::path live = root / ("tessera-offload-" + std::to_string(::getppid()));
+    fs::create_directories(dead);
+    fs::create_directories(live);
+    std::ofstream(dead / "region-0.bin") << "left by kill -9";
+    memory::DiskStore store(root);
+    QVERIFY2(!fs::exists(dead), "a dead process's offload folder was kept");
+    QVERIFY2(fs::exists(live), "a live process's offload folder was removed");
+    fs::remove_all(live);
+  }
+
+  void reading_a_region_never_written_is_an_error() {
+    const fs::path root = fs::path(TESSERA_TEST_TMP_DIR) / "disk_store_unwritten";
+    memory::DiskStore store(root);
+    const std::size_t a = store.add_region("chunk 3 optimizer", 4096);
+    memory::AlignedBuffer in(4096);
+    QVERIFY_THROWS_EXCEPTION(Error, store.read(a, in.data()).get());
+  }
+};
+
+QTEST_GUILESS_MAIN(TestMemory)
+#include "test_memory.moc"
