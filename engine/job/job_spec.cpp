@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "job/strategies.h"
 
 namespace tessera::job {
 namespace {
@@ -219,12 +220,13 @@ JobSpec parse_job_spec(const json& doc, const std::string& source) {
 
   if (const json* strategy = top.get("strategy")) {
     ObjectReader r(*strategy, "strategy", source);
-    spec.strategy.name = r.string("name", "auto", {"auto", "single"});
+    spec.strategy.name = r.string("name", kAutoStrategy);
     if (const json* opts = r.get("options")) {
       if (!opts->is_object()) r.fail("strategy.options", "must be an object");
       spec.strategy.options = *opts;
     }
     r.finish();
+    validate_strategy(spec.strategy.name, spec.strategy.options, source);
   }
 
   const json* output = top.get("output");

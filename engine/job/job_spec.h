@@ -61,9 +61,10 @@ struct TrainingSpec {
   bool activation_checkpointing = false;
 };
 
+// The plugin that runs the job, by name, and its options; job/strategies.h lists them.
 struct StrategySpec {
-  std::string name = "auto";  // auto | single (more plugins later)
-  nlohmann::json options = nlohmann::json::object();
+  std::string name = "auto";                          // auto (the planner chooses) | single
+  nlohmann::json options = nlohmann::json::object();  // the plugin's, e.g. {"device": "cpu"}
 };
 
 struct OutputSpec {

@@ -5,31 +5,49 @@
 namespace tessera::optim {
 namespace {
 
-torch::Tensor norm_tensor(const std::vector<torch::Tensor>& params) {
-  std::vector<torch::Tensor> norms;
+std::vector<torch::Tensor> grads_of(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> grads;
   for (const torch::Tensor& p : params)
-    if (p.grad().defined()) norms.push_back(p.grad().detach().norm(2.0).to(torch::kFloat32));
-  if (norms.empty()) return torch::zeros({}, torch::kFloat32);
-  return torch::stack(norms).norm(2.0);
+    if (p.grad().defined()) grads.push_back(p.grad());
+  return grads;
 }
 
 }  // namespace
 
-double global_grad_norm(const std::vector<torch::Tensor>& params) {
+torch::Tensor gradient_norms(const std::vector<torch::Tensor>& grads) {
   torch::NoGradGuard no_grad;
-  return norm_tensor(params).item<double>();
+  std::vector<torch::Tensor> norms;
+  for (const torch::Tensor& g : grads)
+    if (g.defined()) norms.push_back(g.detach().norm(2.0).to(torch::kFloat32));
+  if (norms.empty()) return torch::zeros({0}, torch::kFloat32);
+  return torch::stack(norms);
 }
 
-double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+torch::Tensor total_norm(const torch::Tensor& norms) {
   torch::NoGradGuard no_grad;
-  torch::Tensor total = norm_tensor(params);
+  if (norms.numel() == 0) return torch::zeros({}, torch::kFloat32);
+  return norms.norm(2.0);
+}
+
+double apply_clip_coefficient(const std::vector<torch::Tensor>& grads, const torch::Tensor& total,
+                              double max_norm) {
+  torch::NoGradGuard no_grad;
   const double norm = total.item<double>();
   if (max_norm <= 0.0 || !std::isfinite(norm)) return norm;
   // torch multiplies by the clamped coefficient even when it is 1, computed in float32.
   torch::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
-  for (const torch::Tensor& p : params)
-    if (p.grad().defined()) p.grad().mul_(coef.to(p.grad().scalar_type()));
+  for (const torch::Tensor& g : grads)
+    if (g.defined()) g.mul_(coef.to(g.scalar_type()));
   return norm;
+}
+
+double global_grad_norm(const std::vector<torch::Tensor>& params) {
+  return total_norm(gradient_norms(grads_of(params))).item<double>();
+}
+
+double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+  const std::vector<torch::Tensor> grads = grads_of(params);
+  return apply_clip_coefficient(grads, total_norm(gradient_norms(grads)), max_norm);
 }
 
 }  // namespace tessera::optim

@@ -2,6 +2,10 @@
 // Gradient clipping by global L2 norm, as torch.nn.utils.clip_grad_norm_ (norm_type 2):
 // total = ‖(‖g₁‖, ‖g₂‖, …)‖, coef = min(1, max_norm / (total + 1e-6)), every gradient × coef.
 // Tensors without a gradient are ignored.
+//
+// In two halves for plugins that hold gradients themselves or combine the norm across ranks in
+// between: gradient_norms() (the local per-tensor norms), then total_norm() over all of them
+// and apply_clip_coefficient().
 #include <torch/torch.h>
 
 #include <vector>
@@ -14,5 +18,14 @@ double global_grad_norm(const std::vector<torch::Tensor>& params);
 // Clips in place when max_norm > 0 and returns the norm before clipping. A non-finite norm
 // is returned as is and nothing is scaled (callers decide: skip the step or fail).
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+
+// The norm of each gradient (float32, one element per defined tensor of `grads`).
+torch::Tensor gradient_norms(const std::vector<torch::Tensor>& grads);
+// ‖norms‖ as a float32 scalar tensor (0 for no norms).
+torch::Tensor total_norm(const torch::Tensor& norms);
+// Multiplies every gradient by min(1, max_norm / (total + 1e-6)) when max_norm > 0 and the
+// total is finite; returns the total as a double.
+double apply_clip_coefficient(const std::vector<torch::Tensor>& grads, const torch::Tensor& total,
+                              double max_norm);
 
 }  // namespace tessera::optim

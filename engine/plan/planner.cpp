@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "hf/safetensors.h"
+#include "job/strategies.h"
 
 namespace tessera::plan {
 namespace {
@@ -192,12 +193,27 @@ Plan make_plan(const PlanInputs& in) {
   Plan plan;
   plan.total_parameters = count_parameters(c);
   plan.checkpoint_parameters = in.checkpoint_parameters;
-  if (spec.strategy.name != "auto" && spec.strategy.name != "single")
+  // The strategy from the table (job/strategies.h): the one the spec names, or for `auto` the
+  // one the cost model below describes.
+  const bool named = spec.strategy.name != job::kAutoStrategy;
+  const job::StrategyInfo* strategy =
+      named ? job::find_strategy(spec.strategy.name) : &job::auto_strategy();
+  if (strategy == nullptr)
     throw_unsupported(
         "strategy.name: \"" + spec.strategy.name + "\" is not a strategy this build has",
-        "use \"auto\" or \"single\"");
+        "available plugins: " + job::strategy_names() +
+            " (or auto, which lets the planner choose)");
+  if (!strategy->planned)
+    throw_unsupported(
+        "strategy.name: the planner has no cost model for \"" + strategy->name + "\" yet",
+        "run it as written, or use auto");
+  job::validate_strategy(spec.strategy.name, spec.strategy.options, "");
+  plan.strategy = strategy->name;
 
-  const bool gpu = !hw.gpus.empty();
+  // The plugin's device option: "cpu" plans for the host even when a GPU is present.
+  const bool gpu =
+      !hw.gpus.empty() &&
+      job::strategy_option(spec.strategy.name, spec.strategy.options, "device") != "cpu";
   PlanTier tier;
   tier.tier = gpu ? "device" : "host";
   tier.device = gpu ? "cuda:0 (" + hw.gpus[0].name + ")" : "cpu";
@@ -282,8 +298,11 @@ Plan make_plan(const PlanInputs& in) {
                                   : plan.total_parameters;
 
   if (plan.fits) {
-    plan.reasons.insert(plan.reasons.begin(), "strategy single: one process on " + tier.device +
-                                                  ", the only strategy this build has");
+    std::size_t planned = 0;
+    for (const auto& entry : job::strategies()) planned += entry.planned ? 1 : 0;
+    plan.reasons.insert(plan.reasons.begin(),
+                        "strategy " + plan.strategy + ": one process on " + tier.device +
+                            (planned == 1 ? ", the only strategy this build has" : ""));
     if (s.micro_batch < batch)
       plan.reasons.push_back("micro-batch " + std::to_string(s.micro_batch) + " × " +
                              std::to_string(batch / s.micro_batch) + " accumulation steps: batch " +
@@ -427,7 +446,7 @@ namespace tessera::plan {
 
 job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& s) {
   job::JobSpec out = spec;
-  out.strategy.name = "single";
+  if (out.strategy.name == job::kAutoStrategy) out.strategy.name = job::auto_strategy().name;
   out.method.type = s.method;
   out.method.lora_rank = s.lora_rank;
   if (!s.lora_targets.empty()) out.method.lora_targets = s.lora_targets;

@@ -80,7 +80,7 @@ struct PlanTier {
 
 struct Plan {
   bool fits = false;
-  std::string strategy = "single";
+  std::string strategy;  // a name from job/strategies.h: the spec's, or what `auto` picks
   Settings settings;
   std::int64_t total_parameters = 0;
   std::optional<std::int64_t> checkpoint_parameters;  // counted from the safetensors headers

@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/meminfo.h"
 
 namespace tessera::plan {
 namespace {
@@ -80,15 +81,11 @@ CpuInfo probe_cpu() {
   return cpu;
 }
 
-std::uint64_t meminfo_field(const std::string& text, const std::string& key) {
-  const auto at = text.find(key + ":");
-  if (at == std::string::npos) return 0;
-  const unsigned long long kib = std::strtoull(text.c_str() + at + key.size() + 1, nullptr, 10);
-  return static_cast<std::uint64_t>(kib) * 1024u;
-}
-
 MemoryInfo probe_memory() {
-  MemoryInfo m = read_meminfo();
+  MemoryInfo m;
+  const core::MemInfo meminfo = core::read_meminfo();
+  m.total = meminfo.total;
+  m.available = meminfo.available;
   // cgroup v2, then v1; "max" or a huge number means no limit.
   for (const char* path :
        {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
@@ -411,14 +408,6 @@ std::uint64_t parse_byte_size(const std::string& text, const std::string& what) 
   if (end == t.c_str() || scale == 0.0 || !(bytes > 0.0) || !(bytes < 1.8e19))
     throw_invalid(what + ": \"" + text + "\" is not a size", "write it like 2GiB, 512MiB or 1.5GB");
   return static_cast<std::uint64_t>(bytes);
-}
-
-MemoryInfo read_meminfo() {
-  MemoryInfo m;
-  const std::string text = read_small_file("/proc/meminfo");
-  m.total = meminfo_field(text, "MemTotal");
-  m.available = meminfo_field(text, "MemAvailable");
-  return m;
 }
 
 }  // namespace tessera::plan

@@ -70,8 +70,6 @@ struct ProfileOptions {
 };
 
 HardwareProfile probe_hardware(const ProfileOptions& options);
-// MemTotal and MemAvailable of /proc/meminfo (0 when unreadable); no cgroup or simulation.
-MemoryInfo read_meminfo();
 nlohmann::json to_json(const HardwareProfile& profile);
 
 // Measures sequential write (fsync) and read speed of a temporary file in `dir`.

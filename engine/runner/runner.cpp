@@ -14,8 +14,11 @@
 #include "hf/chat/tokenizer_config.h"
 #include "hf/config.h"
 #include "hf/tokenizer/tokenizer.h"
+#include "job/strategies.h"
 #include "model/model.h"
 #include "plan/planner.h"
+#include "plugins/builtin_plugins.h"
+#include "runner/trainer_event_writer.h"
 #include "train/example_batches.h"
 #include "train/lora.h"
 #include "train/trainer.h"
@@ -240,6 +243,42 @@ std::shared_ptr<model::PretrainedModel> load_for_classification(const fs::path& 
   return model;
 }
 
+// The trainer's options for `spec` (after planning: its strategy names a plugin).
+train::TrainerOptions trainer_options(const job::JobSpec& spec, const fs::path& out_dir,
+                                      const fs::path& model_dir) {
+  train::TrainerOptions options;
+  const job::TrainingSpec& t = spec.training;
+  options.training.steps = t.steps;
+  options.training.epochs = t.epochs;
+  options.training.gradient_accumulation = t.gradient_accumulation;
+  options.training.learning_rate = t.learning_rate;
+  options.training.weight_decay = t.weight_decay;
+  options.training.adam_beta1 = t.adam_beta1;
+  options.training.adam_beta2 = t.adam_beta2;
+  options.training.adam_eps = t.adam_eps;
+  options.training.schedule = t.schedule;
+  options.training.warmup_steps = t.warmup_steps;
+  options.training.max_grad_norm = t.max_grad_norm;
+  options.training.seed = t.seed;
+  options.training.eval_every = t.eval_every;
+  options.training.save_every = t.save_every;
+  options.training.keep_last = t.keep_last;
+  options.training.log_every = t.log_every;
+  options.training.activation_checkpointing = t.activation_checkpointing;
+  options.method.type = spec.method.type;
+  options.method.lora_rank = spec.method.lora_rank;
+  options.method.lora_alpha = spec.method.lora_alpha;
+  options.method.lora_dropout = spec.method.lora_dropout;
+  options.method.lora_targets = spec.method.lora_targets;
+  options.precision = spec.precision;
+  options.plugin = spec.strategy.name;
+  options.device = job::strategy_option(spec.strategy.name, spec.strategy.options, "device");
+  options.output_dir = out_dir;
+  if (spec.output.resume) options.resume = fs::path(*spec.output.resume);
+  options.base_model_name = fs::absolute(model_dir).string();
+  return options;
+}
+
 // Strategy "auto": the plan for this machine (or the one recorded when the run started, when
 // it resumes), written to plan.json and announced as the `plan` event; returns the spec the
 // run trains with. Other strategies: the spec as written.
@@ -307,6 +346,9 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
     throw_invalid("model.path \"" + model_dir.string() + "\" is not a folder",
                   "give the folder of a HuggingFace model (config.json, *.safetensors, "
                   "tokenizer.json)");
+  // Checked again here: a spec built in code has not been through parse_job_spec.
+  job::validate_strategy(requested.strategy.name, requested.strategy.options, "job spec");
+  plugins::register_builtin_plugins();
   const fs::path out_dir = requested.output.dir;
   fs::create_directories(out_dir);
   job::save_job_spec(requested, out_dir / "job.json");
@@ -336,16 +378,9 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   }
   events.progress("load", 1, 1);
 
-  train::TrainerOptions options;
-  options.training = spec.training;
-  options.method = spec.method;
-  options.precision = spec.precision;
-  options.plugin = spec.strategy.name;
-  options.output_dir = out_dir;
-  if (spec.output.resume) options.resume = fs::path(*spec.output.resume);
-  options.base_model_name = fs::absolute(model_dir).string();
-
-  train::Trainer trainer(model, options, &events);
+  const train::TrainerOptions options = trainer_options(spec, out_dir, model_dir);
+  TrainerEventWriter trainer_events(events);
+  train::Trainer trainer(model, options, &trainer_events);
   train::ExampleBatchSource train_source(std::move(prepared.train), spec.training.batch_size,
                                          /*shuffle=*/true, spec.training.seed, pad_id);
   std::optional<train::ExampleBatchSource> eval_source;

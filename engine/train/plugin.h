@@ -4,10 +4,12 @@
 // backward() once per micro-batch, then step(); it reads memory() for the `memory` event and
 // trainable_weights() / optimizer_state() / load_state() for checkpoints.
 //
-// Plugins: `single` (one process; CPU, or CUDA device 0 when present). `auto` picks `single`.
+// The plugins themselves live in plugins/ (one folder and target each: `single`, one process on
+// the CPU or CUDA device 0) and are built by name through train/plugin_registry.h.
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -31,7 +33,12 @@ const char* precision_name(Precision precision);
 struct PluginOptions {
   Precision precision = Precision::Fp32;
   optim::AdamWOptions adamw;
-  std::string device = "auto";  // auto | cpu | cuda
+  std::string device = "auto";  // auto | cpu | cuda (the job spec's strategy.options.device)
+  // The job spec's strategy.options as written (validated by job/strategies.h), for plugins
+  // with options of their own.
+  nlohmann::json strategy_options = nlohmann::json::object();
+  // The run folder, for plugins that keep files (gemini's default offload folder).
+  std::filesystem::path run_dir;
 };
 
 struct MemoryByCategory {
@@ -78,8 +85,5 @@ class Plugin {
                           const std::map<std::string, torch::Tensor>& optimizer,
                           const nlohmann::json& state, const std::string& source) = 0;
 };
-
-// "single" or "auto"; anything else is tessera::Error (Unsupported) listing the plugins.
-std::unique_ptr<Plugin> make_plugin(const std::string& name);
 
 }  // namespace tessera::train

@@ -9,10 +9,11 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/meminfo.h"
 #include "optim/schedule.h"
-#include "plan/profile.h"
 #include "train/activation_checkpoint.h"
 #include "train/checkpoint.h"
+#include "train/plugin_registry.h"
 
 namespace tessera::train {
 namespace fs = std::filesystem;
@@ -23,7 +24,7 @@ constexpr const char* kTrainerState = "trainer_state.json";
 }  // namespace
 
 std::optional<std::uint64_t> system_memory_used_bytes() {
-  const plan::MemoryInfo m = plan::read_meminfo();
+  const core::MemInfo m = core::read_meminfo();
   if (m.total == 0 || m.available > m.total) return std::nullopt;
   return m.total - m.available;
 }
@@ -37,9 +38,9 @@ std::uint64_t process_rss_bytes() {
 }
 
 Trainer::Trainer(std::shared_ptr<model::PretrainedModel> model, TrainerOptions options,
-                 job::EventSink* events)
+                 TrainerEvents* events)
     : model_(std::move(model)), options_(std::move(options)), events_(events) {
-  const job::TrainingSpec& t = options_.training;
+  const TrainingOptions& t = options_.training;
   if (t.gradient_accumulation < 1) throw_invalid("training.gradient_accumulation: must be >= 1");
   if (!(t.learning_rate >= 0.0) || !std::isfinite(t.learning_rate))
     throw_invalid("training.learning_rate: must be a finite number >= 0");
@@ -85,7 +86,7 @@ Trainer::~Trainer() {
 }
 
 std::int64_t Trainer::total_steps_for(const BatchSource& train) const {
-  const job::TrainingSpec& t = options_.training;
+  const TrainingOptions& t = options_.training;
   if (t.steps) return *t.steps;
   const std::int64_t per_epoch =
       std::max<std::int64_t>(1, train.batches_per_epoch() / t.gradient_accumulation);
@@ -149,11 +150,7 @@ EvalResult Trainer::evaluate(BatchSource& source) {
 }
 
 void Trainer::emit_eval(const EvalResult& r) {
-  if (!events_) return;
-  nlohmann::json metric = {{"step", r.step}, {"eval_loss", r.loss}};
-  if (r.perplexity) metric["perplexity"] = *r.perplexity;
-  if (r.accuracy) metric["accuracy"] = *r.accuracy;
-  events_->emit("metric", metric);
+  if (events_) events_->on_eval(r);
 }
 
 void Trainer::emit_memory() {
@@ -161,28 +158,23 @@ void Trainer::emit_memory() {
   const MemoryByCategory m = plugin_->memory();
   const std::uint64_t rss = process_rss_bytes();
   const std::uint64_t accounted = m.weights + m.gradients + m.optimizer;
-  const bool on_device = plugin_->device().is_cuda();
-  nlohmann::json event = {{"tier", on_device ? "device" : "host"},
-                          {"device", plugin_->device().str()},
-                          {"used", on_device ? accounted : rss},
-                          {"reserved", on_device ? accounted : rss},
-                          {"budget", nullptr},
-                          {"by_category",
-                           {{"weights", m.weights},
-                            {"gradients", m.gradients},
-                            {"optimizer", m.optimizer},
-                            {"activations_other", rss > accounted ? rss - accounted : 0}}}};
+  MemoryReport report;
+  report.on_device = plugin_->device().is_cuda();
+  report.device = plugin_->device().str();
+  report.used = report.on_device ? accounted : rss;
+  report.reserved = report.used;
+  report.by_category = m;
+  report.activations_other = rss > accounted ? rss - accounted : 0;
   // What the whole machine uses: other programs' memory pressure next to ours.
-  if (!on_device)
-    if (const auto used = system_memory_used_bytes()) event["system_used"] = *used;
-  events_->emit("memory", event);
+  if (!report.on_device) report.system_used = system_memory_used_bytes();
+  events_->on_memory(report);
 }
 
 fs::path Trainer::save_checkpoint(std::int64_t step, const BatchSource& train,
                                   std::int64_t total_steps) {
   if (options_.output_dir.empty())
     throw_invalid("output.dir: required to save checkpoints", "give an output folder");
-  if (events_) events_->progress("save", 0, 1);
+  if (events_) events_->on_progress("save", 0, 1, std::nullopt);
   nlohmann::json state = {
       {"step", step},
       {"total_steps", total_steps},
@@ -210,15 +202,15 @@ fs::path Trainer::save_checkpoint(std::int64_t step, const BatchSource& train,
   fs::path path = write_checkpoint(options_.output_dir, step, write, {{"kind", "tessera-train"}});
   prune_checkpoints(options_.output_dir, options_.training.keep_last, path);
   if (events_) {
-    events_->emit("checkpoint", {{"step", step}, {"path", path.string()}});
-    events_->progress("save", 1, 1);
+    events_->on_checkpoint(step, path);
+    events_->on_progress("save", 1, 1, std::nullopt);
   }
   return path;
 }
 
 std::int64_t Trainer::restore(BatchSource& train, std::int64_t total_steps) {
   auto log = [&](const std::string& message) {
-    if (events_) events_->log("warning", message);
+    if (events_) events_->on_log("warning", message);
   };
   FoundCheckpoint found = find_resume_checkpoint(*options_.resume, log);
   const std::string source = found.path.string();
@@ -234,9 +226,9 @@ std::int64_t Trainer::restore(BatchSource& train, std::int64_t total_steps) {
       throw_invalid(source + ": the checkpoint's data order seed differs from this run's",
                     "resume with the same seed");
     if (state.at("total_steps").get<std::int64_t>() != total_steps && events_)
-      events_->log("warning", "resume: the run length changed from " +
-                                  state.at("total_steps").dump() + " to " +
-                                  std::to_string(total_steps) + " steps; the schedule follows it");
+      events_->on_log("warning",
+                      "resume: the run length changed from " + state.at("total_steps").dump() +
+                          " to " + std::to_string(total_steps) + " steps; the schedule follows it");
     train.seek({state.at("data").at("epoch").get<std::int64_t>(),
                 state.at("data").at("index").get<std::int64_t>()});
     const fs::path weights_file =
@@ -251,12 +243,12 @@ std::int64_t Trainer::restore(BatchSource& train, std::int64_t total_steps) {
     throw_invalid(source + "/" + kTrainerState + ": invalid (" + e.what() + ")");
   }
   if (events_)
-    events_->log("info", "resumed from " + source + " at step " + std::to_string(found.step));
+    events_->on_log("info", "resumed from " + source + " at step " + std::to_string(found.step));
   return found.step;
 }
 
 TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::atomic<bool>* stop) {
-  const job::TrainingSpec& t = options_.training;
+  const TrainingOptions& t = options_.training;
   TrainResult result;
   result.total_steps = total_steps_for(train);
   optim::LrSchedule schedule(optim::schedule_from_name(t.schedule), t.learning_rate, t.warmup_steps,
@@ -291,17 +283,13 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (events_ && (t.log_every <= 1 || step % t.log_every == 0 || step == result.total_steps)) {
-      events_->emit("metric", {{"step", step},
-                               {"loss", loss},
-                               {"lr", lr},
-                               {"grad_norm", stats.grad_norm},
-                               {"tokens_per_s", seconds > 0 ? tokens / seconds : 0.0}});
+      events_->on_step({step, loss, lr, stats.grad_norm, seconds > 0 ? tokens / seconds : 0.0});
       const double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
       const std::int64_t done_here = step - result.start_step;
-      events_->progress("train", step, result.total_steps,
-                        elapsed / static_cast<double>(done_here) *
-                            static_cast<double>(result.total_steps - step));
+      events_->on_progress("train", step, result.total_steps,
+                           elapsed / static_cast<double>(done_here) *
+                               static_cast<double>(result.total_steps - step));
       emit_memory();
     }
     if (eval && t.eval_every > 0 && step % t.eval_every == 0 && step < result.total_steps) {

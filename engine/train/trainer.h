@@ -24,21 +24,51 @@
 #include <string>
 #include <vector>
 
-#include "job/events.h"
-#include "job/job_spec.h"
 #include "model/model.h"
 #include "train/batch.h"
 #include "train/lora.h"
 #include "train/plugin.h"
+#include "train/trainer_events.h"
 
 namespace tessera::train {
 
+// The loop's settings; the defaults and meanings are the job spec's `training` section
+// (docs/job-spec.md), which the runner copies here. The batch size is the BatchSource's.
+struct TrainingOptions {
+  std::optional<std::int64_t> steps;  // exactly one of steps / epochs (neither: one epoch)
+  std::optional<double> epochs;
+  std::int64_t gradient_accumulation = 1;
+  double learning_rate = 2e-5;
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_eps = 1e-8;
+  std::string schedule = "linear";  // constant | linear | cosine
+  std::int64_t warmup_steps = 0;
+  double max_grad_norm = 1.0;  // 0: no clipping
+  std::uint64_t seed = 42;
+  std::int64_t eval_every = 0;  // 0: only at the end when there is an eval source
+  std::int64_t save_every = 0;  // 0: only at the end
+  std::int64_t keep_last = 2;
+  std::int64_t log_every = 1;
+  bool activation_checkpointing = false;
+};
+
+// The job spec's `method` section.
+struct MethodOptions {
+  std::string type = "full";  // full | lora
+  std::int64_t lora_rank = 8;
+  double lora_alpha = 16.0;
+  double lora_dropout = 0.0;
+  std::vector<std::string> lora_targets;  // empty: the family's default (attention projections)
+};
+
 struct TrainerOptions {
-  job::TrainingSpec training;
-  job::MethodSpec method;
+  TrainingOptions training;
+  MethodOptions method;
   std::string precision = "fp32";
-  std::string plugin = "single";
-  std::string device = "auto";
+  std::string plugin = "single";                // a name in train/plugin_registry.h (never "auto")
+  std::string device = "auto";                  // PluginOptions::device
   std::filesystem::path output_dir;             // checkpoints go here (required to save)
   std::optional<std::filesystem::path> resume;  // run folder or checkpoint folder
   std::string base_model_name;                  // written into adapter_config.json
@@ -47,13 +77,6 @@ struct TrainerOptions {
   std::optional<std::int64_t> stop_after_steps;
   // Initial adapter weights (PEFT adapter_model.safetensors), e.g. to compare with peft.
   std::optional<std::filesystem::path> lora_init;
-};
-
-struct EvalResult {
-  std::int64_t step = 0;
-  double loss = 0.0;
-  std::optional<double> perplexity;  // causal LM: exp(loss)
-  std::optional<double> accuracy;    // classification: share of predicted labels that are right
 };
 
 struct TrainResult {
@@ -72,8 +95,10 @@ class Trainer {
  public:
   // `model` is loaded (float32) and not yet prepared; the trainer applies LoRA when asked,
   // hands the model to the plugin, and keeps no parameter storage of its own.
+  // The plugin comes from the registry (train/plugin_registry.h): register the plugins first.
+  // `events` (may be null) must outlive the trainer.
   Trainer(std::shared_ptr<model::PretrainedModel> model, TrainerOptions options,
-          job::EventSink* events = nullptr);
+          TrainerEvents* events = nullptr);
   ~Trainer();
 
   // Runs to the configured number of steps (or epochs over `train`), evaluating on `eval` when
@@ -101,7 +126,7 @@ class Trainer {
 
   std::shared_ptr<model::PretrainedModel> model_;
   TrainerOptions options_;
-  job::EventSink* events_;
+  TrainerEvents* events_;
   std::unique_ptr<Plugin> plugin_;
   std::unique_ptr<LoraModel> lora_;
 };

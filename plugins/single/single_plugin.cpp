@@ -1,33 +1,15 @@
 // The `single` plugin: one process, one device (CUDA device 0 when present, else the CPU).
+#include "plugins/single/single_plugin.h"
+
 #include <cmath>
 #include <set>
 
 #include "core/error.h"
 #include "optim/clip.h"
 #include "optim/loss_scaler.h"
-#include "train/plugin.h"
+#include "train/plugin_registry.h"
 
 namespace tessera::train {
-
-Precision precision_from_name(const std::string& name) {
-  if (name == "fp32" || name == "float32") return Precision::Fp32;
-  if (name == "bf16" || name == "bfloat16") return Precision::Bf16;
-  if (name == "fp16" || name == "float16") return Precision::Fp16;
-  throw_invalid("precision: \"" + name + "\" is not a precision", "use fp32, bf16 or fp16");
-}
-
-const char* precision_name(Precision precision) {
-  switch (precision) {
-    case Precision::Fp32:
-      return "fp32";
-    case Precision::Bf16:
-      return "bf16";
-    case Precision::Fp16:
-      return "fp16";
-  }
-  return "unknown";
-}
-
 namespace {
 
 class SinglePlugin : public Plugin {
@@ -192,11 +174,12 @@ class SinglePlugin : public Plugin {
 };
 
 }  // namespace
+}  // namespace tessera::train
 
-std::unique_ptr<Plugin> make_plugin(const std::string& name) {
-  if (name == "single" || name == "auto") return std::make_unique<SinglePlugin>();
-  throw_unsupported("strategy.name: plugin \"" + name + "\" is not available",
-                    "available plugins: single (and auto, which picks single)");
+namespace tessera::plugins {
+
+void register_single_plugin() {
+  train::register_plugin("single", [] { return std::make_unique<train::SinglePlugin>(); });
 }
 
-}  // namespace tessera::train
+}  // namespace tessera::plugins

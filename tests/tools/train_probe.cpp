@@ -22,6 +22,8 @@
 #include "core/error.h"
 #include "job/events.h"
 #include "model/model.h"
+#include "plugins/builtin_plugins.h"
+#include "runner/trainer_event_writer.h"
 #include "train/lora.h"
 #include "train/trainer.h"
 
@@ -152,10 +154,12 @@ int run(int argc, char** argv) {
 
   job::EventSink events;
   if (!events_path.empty()) events.open(events_path);
+  runner::TrainerEventWriter trainer_events(events);
+  plugins::register_builtin_plugins();
   auto model = model::load_pretrained(model_dir);
   std::vector<train::Batch> batches = read_batches(batches_path);
   train::FixedBatchSource source(batches, /*shuffle=*/false, options.training.seed);
-  train::Trainer trainer(model, options, events_path.empty() ? nullptr : &events);
+  train::Trainer trainer(model, options, events_path.empty() ? nullptr : &trainer_events);
   train::TrainResult result = trainer.train(source);
 
   nlohmann::json report = {{"losses", result.losses},

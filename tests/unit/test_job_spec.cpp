@@ -8,6 +8,7 @@
 #include "core/files.h"
 #include "job/events.h"
 #include "job/job_spec.h"
+#include "job/strategies.h"
 
 using nlohmann::json;
 using namespace tessera;
@@ -91,6 +92,60 @@ class TestJobSpec : public QObject {
     doc = minimal();
     doc["dataset"]["train"] = json::array();
     QVERIFY(error_text(doc).find("dataset.train must name at least one file") != std::string::npos);
+  }
+
+  void strategyTableListsSingle() {
+    QVERIFY(job::find_strategy("single") != nullptr);
+    QVERIFY(job::find_strategy("auto") == nullptr);  // the planner's, not a plugin
+    QVERIFY(job::find_strategy("zero") == nullptr);  // not in this build
+    QCOMPARE(QString::fromStdString(job::auto_strategy().name), QString("single"));
+    QCOMPARE(QString::fromStdString(job::strategy_names()), QString("single"));
+    QVERIFY(!job::find_strategy("single")->description.empty());
+  }
+
+  void unknownStrategyIsRefusedListingPlugins() {
+    auto doc = minimal();
+    doc["strategy"] = {{"name", "gemini"}};
+    auto text = error_text(doc);
+    QVERIFY2(text.find("job.json: strategy.name is \"gemini\"") != std::string::npos, text.c_str());
+    QVERIFY2(text.find("expected one of: auto, single") != std::string::npos, text.c_str());
+    QVERIFY2(text.find("available plugins: single") != std::string::npos, text.c_str());
+  }
+
+  void strategyOptionsAreValidated() {
+    auto doc = minimal();
+    doc["strategy"] = {{"name", "single"}, {"options", {{"device", "cpu"}}}};
+    auto spec = job::parse_job_spec(doc, "job.json");
+    QCOMPARE(QString::fromStdString(spec.strategy.options["device"].get<std::string>()),
+             QString("cpu"));
+    QCOMPARE(QString::fromStdString(
+                 job::strategy_option(spec.strategy.name, spec.strategy.options, "device")),
+             QString("cpu"));
+    QCOMPARE(QString::fromStdString(job::strategy_option("single", json::object(), "device")),
+             QString("auto"));
+    // Unknown keys are refused, naming the key; auto takes the options of what it resolves to.
+    for (const char* name : {"single", "auto"}) {
+      doc["strategy"] = {{"name", name}, {"options", {{"stage", 3}}}};
+      auto text = error_text(doc);
+      QVERIFY2(text.find("job.json: strategy.options.stage is not an option of strategy") !=
+                   std::string::npos,
+               text.c_str());
+      QVERIFY2(text.find("single takes: device (auto | cpu | cuda)") != std::string::npos,
+               text.c_str());
+    }
+    doc["strategy"] = {{"name", "single"}, {"options", {{"device", "gpu"}}}};
+    auto text = error_text(doc);
+    QVERIFY2(text.find("strategy.options.device is \"gpu\"; expected one of: auto, cpu, cuda") !=
+                 std::string::npos,
+             text.c_str());
+    doc["strategy"] = {{"name", "single"}, {"options", {{"device", 0}}}};
+    QVERIFY(error_text(doc).find("strategy.options.device is 0") != std::string::npos);
+    doc["strategy"] = {{"name", "single"}, {"options", "cpu"}};
+    QVERIFY(error_text(doc).find("strategy.options must be an object") != std::string::npos);
+    // The options survive a save and load.
+    doc["strategy"] = {{"name", "auto"}, {"options", {{"device", "cuda"}}}};
+    auto again = job::parse_job_spec(job::to_json(job::parse_job_spec(doc, "a.json")), "b.json");
+    QCOMPARE(again.strategy.options, json({{"device", "cuda"}}));
   }
 
   void brokenFileReportsLine() {

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "hf/config.h"
+#include "job/strategies.h"
 #include "plan/planner.h"
 #include "plan/profile.h"
 
@@ -225,6 +226,43 @@ class TestPlan : public QObject {
     in.profile.cpu.amx_bf16 = true;
     p = plan::make_plan(in);
     QCOMPARE(p.settings.precision, std::string("bf16"));
+  }
+
+  void planUsesTheStrategyTable() {
+    // auto resolves to the table's planned strategy; a named one is kept; others are refused.
+    auto in = inputs(64ull << 30);
+    auto p = plan::make_plan(in);
+    QCOMPARE(p.strategy, job::auto_strategy().name);
+    QCOMPARE(p.strategy, std::string("single"));
+    QVERIFY(plan::to_json(p)["strategy"] == "single");
+    QVERIFY(p.reasons.front().rfind("strategy single: one process on cpu", 0) == 0);
+    QCOMPARE(plan::apply_settings(in.spec, p.settings).strategy.name, std::string("single"));
+    in.spec.strategy.name = "single";
+    QCOMPARE(plan::make_plan(in).strategy, std::string("single"));
+    in.spec.strategy.name = "zero";
+    try {
+      plan::make_plan(in);
+      QFAIL("expected an error");
+    } catch (const Error& e) {
+      QCOMPARE(int(e.kind()), int(ErrorKind::Unsupported));
+      QVERIFY2(std::string(e.what()).find("strategy.name: \"zero\"") != std::string::npos,
+               e.what());
+      QVERIFY2(e.hint().find("available plugins: single") != std::string::npos, e.hint().c_str());
+    }
+    in.spec.strategy.name = "single";
+    in.spec.strategy.options = {{"placement", "cpu"}};
+    QVERIFY_THROWS_EXCEPTION(tessera::Error, plan::make_plan(in));
+  }
+
+  void planFollowsTheDeviceOption() {
+    // A GPU is present, but strategy.options.device "cpu" plans for the host.
+    auto in = inputs(64ull << 30);
+    in.profile.gpus.push_back({"Test GPU", 80ull << 30, true});
+    QCOMPARE(plan::make_plan(in).tiers.at(0).tier, std::string("device"));
+    in.spec.strategy.options = {{"device", "cpu"}};
+    const auto p = plan::make_plan(in);
+    QCOMPARE(p.tiers.at(0).tier, std::string("host"));
+    QCOMPARE(p.tiers.at(0).device, std::string("cpu"));
   }
 
   void parsesByteSizes() {

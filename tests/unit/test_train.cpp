@@ -16,15 +16,18 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "hf/config.h"
+#include "job/strategies.h"
 #include "model/model.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "optim/loss_scaler.h"
 #include "optim/schedule.h"
+#include "plugins/builtin_plugins.h"
 #include "train/activation_checkpoint.h"
 #include "train/checkpoint.h"
 #include "train/example_batches.h"
 #include "train/lora.h"
+#include "train/plugin_registry.h"
 #include "train/trainer.h"
 
 using nlohmann::json;
@@ -192,6 +195,41 @@ class TestTrain : public QObject {
   Q_OBJECT
 
  private Q_SLOTS:
+  void initTestCase() { tessera::plugins::register_builtin_plugins(); }
+
+  void registry_lists_every_strategy_of_the_job_layer() {
+    // One table, two sides: every strategy the job spec accepts has a factory, and back.
+    const std::vector<std::string> registered = train::registered_plugins();
+    QVERIFY(std::find(registered.begin(), registered.end(), "single") != registered.end());
+    QCOMPARE(registered.size(), tessera::job::strategies().size());
+    for (const auto& s : tessera::job::strategies()) {
+      auto plugin = train::make_plugin(s.name);
+      QCOMPARE(plugin->name(), s.name);
+    }
+    tessera::plugins::register_builtin_plugins();  // twice is harmless
+    QCOMPARE(train::registered_plugins(), registered);
+    expect_error([] { train::make_plugin("zero"); }, ErrorKind::Unsupported,
+                 "available plugins: single");
+    expect_error([] { train::make_plugin("zero"); }, ErrorKind::Unsupported, "strategy.name");
+    expect_error([] { train::make_plugin("auto"); }, ErrorKind::Unsupported, "planner");
+  }
+
+  void plugin_device_option_reaches_the_plugin() {
+    train::TrainerOptions o;
+    o.training.steps = 1;
+    o.device = "cpu";
+    train::Trainer t(tiny_llama(), o);
+    QCOMPARE(t.plugin().name(), std::string("single"));
+    QVERIFY(t.plugin().device().is_cpu());
+    o.device = "tpu";
+    expect_error([&] { train::Trainer(tiny_llama(), o); }, ErrorKind::InvalidInput,
+                 "strategy.options.device");
+    o.device = "cpu";
+    o.plugin = "gemini";
+    expect_error([&] { train::Trainer(tiny_llama(), o); }, ErrorKind::Unsupported,
+                 "available plugins: single");
+  }
+
   void schedules_match_transformers_values() {
     // base lr 1, warmup 2, 10 steps: transformers' lambdas evaluated by hand.
     optim::LrSchedule constant(optim::ScheduleKind::Constant, 1.0, 2, 10);

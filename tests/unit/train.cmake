@@ -1,11 +1,13 @@
 # Trainer (engine/optim, engine/train): unit tests and the test-only probe used by the parity
 # suite (tests/parity/train.cmake).
 if(TESSERA_WITH_TORCH)
-  tessera_add_qt_test(NAME test_train SOURCES unit/test_train.cpp LIBS tessera_train LABELS unit)
+  # Plugins come from the registry: the tests register them (plugins/builtin_plugins.h).
+  tessera_add_qt_test(NAME test_train SOURCES unit/test_train.cpp
+                      LIBS tessera_train tessera_plugins tessera_job LABELS unit)
 
   # Test-only: N training steps of our trainer on a model folder and fixed token batches.
   add_executable(tessera-train-probe tools/train_probe.cpp)
-  target_link_libraries(tessera-train-probe PRIVATE tessera_train)
+  target_link_libraries(tessera-train-probe PRIVATE tessera_runner)
   tessera_warnings(tessera-train-probe)
   set_target_properties(tessera-train-probe PROPERTIES BUILD_RPATH "${TESSERA_TORCH_LIB_DIR}")
 

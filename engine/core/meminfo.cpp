@@ -1,0 +1,32 @@
+#include "core/meminfo.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace tessera::core {
+namespace {
+
+std::uint64_t meminfo_field(const std::string& text, const std::string& key) {
+  const auto at = text.find(key + ":");
+  if (at == std::string::npos) return 0;
+  const unsigned long long kib = std::strtoull(text.c_str() + at + key.size() + 1, nullptr, 10);
+  return static_cast<std::uint64_t>(kib) * 1024u;
+}
+
+}  // namespace
+
+MemInfo read_meminfo() {
+  std::ifstream in("/proc/meminfo");
+  if (!in) return {};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  MemInfo m;
+  m.total = meminfo_field(text, "MemTotal");
+  m.available = meminfo_field(text, "MemAvailable");
+  return m;
+}
+
+}  // namespace tessera::core

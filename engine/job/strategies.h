@@ -1,0 +1,54 @@
+#pragma once
+// The strategy table: every strategy (plugin) a job spec may name in strategy.name, with a
+// one-line description and its options. Torch-free, so the job spec parser, the planner and the
+// GUI share it. The torch-side factories that build the plugins are registered under the same
+// names in engine/train/plugin_registry.h (by plugins/, see plugins/README.md); an entry here
+// without a factory there is a bug that tests/unit/test_train.cpp catches.
+//
+// `auto` is not in the table: it is the planner's pseudo-strategy, resolved to the table's
+// first entry the planner models (plan/planner.h). It takes that strategy's options.
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace tessera::job {
+
+inline constexpr const char* kAutoStrategy = "auto";
+
+// One option of a strategy: a string from a fixed list (the first is the default).
+struct StrategyOption {
+  std::string key;
+  std::string description;
+  std::vector<std::string> values;
+};
+
+struct StrategyInfo {
+  std::string name;
+  std::string description;  // one line
+  std::vector<StrategyOption> options;
+  // The planner's cost model covers it, so `auto` may resolve to it.
+  bool planned = false;
+};
+
+// Every strategy this build has, in the order the docs list them.
+const std::vector<StrategyInfo>& strategies();
+// nullptr when `name` is not in the table (also for "auto").
+const StrategyInfo* find_strategy(const std::string& name);
+// The strategy `auto` resolves to and validates its options against.
+const StrategyInfo& auto_strategy();
+// "single" (every plugin name, comma-separated) for messages.
+std::string strategy_names();
+
+// Checks strategy.name ("auto" or a table entry) and strategy.options (a JSON object). Throws
+// tessera::Error (InvalidInput) naming strategy.name or strategy.options.<key> after
+// `source` (the spec file), with the value and a hint: unknown names and unknown option keys
+// are refused, never ignored.
+void validate_strategy(const std::string& name, const nlohmann::json& options,
+                       const std::string& source);
+
+// The value of option `key` of strategy `name` in `options` (validated), or its default.
+// `key` must be one of the strategy's options (Internal error otherwise).
+std::string strategy_option(const std::string& name, const nlohmann::json& options,
+                            const std::string& key);
+
+}  // namespace tessera::job

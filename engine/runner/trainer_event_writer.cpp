@@ -1,0 +1,48 @@
+#include "runner/trainer_event_writer.h"
+
+namespace tessera::runner {
+
+void TrainerEventWriter::on_step(const train::StepReport& r) {
+  sink_.emit("metric", {{"step", r.step},
+                        {"loss", r.loss},
+                        {"lr", r.lr},
+                        {"grad_norm", r.grad_norm},
+                        {"tokens_per_s", r.tokens_per_s}});
+}
+
+void TrainerEventWriter::on_eval(const train::EvalResult& r) {
+  nlohmann::json metric = {{"step", r.step}, {"eval_loss", r.loss}};
+  if (r.perplexity) metric["perplexity"] = *r.perplexity;
+  if (r.accuracy) metric["accuracy"] = *r.accuracy;
+  sink_.emit("metric", metric);
+}
+
+void TrainerEventWriter::on_memory(const train::MemoryReport& r) {
+  nlohmann::json event = {{"tier", r.on_device ? "device" : "host"},
+                          {"device", r.device},
+                          {"used", r.used},
+                          {"reserved", r.reserved},
+                          {"budget", nullptr},
+                          {"by_category",
+                           {{"weights", r.by_category.weights},
+                            {"gradients", r.by_category.gradients},
+                            {"optimizer", r.by_category.optimizer},
+                            {"activations_other", r.activations_other}}}};
+  if (r.system_used) event["system_used"] = *r.system_used;
+  sink_.emit("memory", event);
+}
+
+void TrainerEventWriter::on_checkpoint(std::int64_t step, const std::filesystem::path& path) {
+  sink_.emit("checkpoint", {{"step", step}, {"path", path.string()}});
+}
+
+void TrainerEventWriter::on_progress(const std::string& phase, std::int64_t done,
+                                     std::int64_t total, std::optional<double> eta_seconds) {
+  sink_.progress(phase, done, total, eta_seconds);
+}
+
+void TrainerEventWriter::on_log(const std::string& level, const std::string& message) {
+  sink_.log(level, message);
+}
+
+}  // namespace tessera::runner

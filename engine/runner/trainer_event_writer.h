@@ -1,0 +1,25 @@
+#pragma once
+// The trainer's callbacks (train/trainer_events.h) as the job's event stream
+// (job/events.h, docs/events.md): `metric`, `memory`, `checkpoint`, `progress` and `log`.
+#include "job/events.h"
+#include "train/trainer_events.h"
+
+namespace tessera::runner {
+
+class TrainerEventWriter : public train::TrainerEvents {
+ public:
+  explicit TrainerEventWriter(job::EventSink& sink) : sink_(sink) {}
+
+  void on_step(const train::StepReport& report) override;
+  void on_eval(const train::EvalResult& result) override;
+  void on_memory(const train::MemoryReport& report) override;
+  void on_checkpoint(std::int64_t step, const std::filesystem::path& path) override;
+  void on_progress(const std::string& phase, std::int64_t done, std::int64_t total,
+                   std::optional<double> eta_seconds) override;
+  void on_log(const std::string& level, const std::string& message) override;
+
+ private:
+  job::EventSink& sink_;
+};
+
+}  // namespace tessera::runner

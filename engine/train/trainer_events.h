@@ -1,0 +1,57 @@
+#pragma once
+// What the trainer reports while it runs, as typed callbacks. The trainer knows nothing of the
+// job layer's event stream (shared/DESIGN.md: train does not include job); the runner turns
+// these into `metric`, `memory`, `checkpoint`, `progress` and `log` events
+// (runner/trainer_event_writer.h). Every method does nothing unless overridden.
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "train/plugin.h"
+
+namespace tessera::train {
+
+struct EvalResult {
+  std::int64_t step = 0;
+  double loss = 0.0;
+  std::optional<double> perplexity;  // causal LM: exp(loss)
+  std::optional<double> accuracy;    // classification: share of predicted labels that are right
+};
+
+// One optimizer step (reported every training.log_every steps and at the last one).
+struct StepReport {
+  std::int64_t step = 0;  // optimizer steps done in total
+  double loss = 0.0;      // mean of the micro-batch losses
+  double lr = 0.0;
+  double grad_norm = 0.0;  // before clipping
+  double tokens_per_s = 0.0;
+};
+
+// Memory of the training process: on the plugin's device when it is an accelerator, else the
+// process's resident set on the host.
+struct MemoryReport {
+  bool on_device = false;  // an accelerator's memory (else host memory)
+  std::string device;      // the plugin's device, e.g. "cpu", "cuda:0"
+  std::uint64_t used = 0;
+  std::uint64_t reserved = 0;
+  MemoryByCategory by_category;
+  std::uint64_t activations_other = 0;       // the rest of the resident set
+  std::optional<std::uint64_t> system_used;  // host only: the whole machine's use
+};
+
+class TrainerEvents {
+ public:
+  virtual ~TrainerEvents() = default;
+  virtual void on_step(const StepReport& /*report*/) {}
+  virtual void on_eval(const EvalResult& /*result*/) {}
+  virtual void on_memory(const MemoryReport& /*report*/) {}
+  virtual void on_checkpoint(std::int64_t /*step*/, const std::filesystem::path& /*path*/) {}
+  // phase: train | save; eta_seconds for train only.
+  virtual void on_progress(const std::string& /*phase*/, std::int64_t /*done*/,
+                           std::int64_t /*total*/, std::optional<double> /*eta_seconds*/) {}
+  // level: info | warning.
+  virtual void on_log(const std::string& /*level*/, const std::string& /*message*/) {}
+};
+
+}  // namespace tessera::train

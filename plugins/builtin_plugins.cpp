@@ -1,0 +1,14 @@
+#include "plugins/builtin_plugins.h"
+
+#include <mutex>
+
+#include "plugins/single/single_plugin.h"
+
+namespace tessera::plugins {
+
+void register_builtin_plugins() {
+  static std::once_flag once;
+  std::call_once(once, [] { register_single_plugin(); });
+}
+
+}  // namespace tessera::plugins

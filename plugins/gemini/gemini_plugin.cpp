@@ -1,0 +1,519 @@
+// The `gemini` plugin: chunked parameters and optimizer state across host and disk
+// (gemini_plugin.h). Shapes: P parameters, T trainable tensors; a chunk holds whole tensors.
+#include "plugins/gemini/gemini_plugin.h"
+
+#include <cmath>
+#include <deque>
+#include <filesystem>
+#include <future>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/error.h"
+#include "core/files.h"
+#include "core/units.h"
+#include "memory/chunk_layout.h"
+#include "memory/disk_store.h"
+#include "memory/tensor_state.h"
+#include "optim/clip.h"
+#include "optim/cpu_adam.h"
+#include "train/param_groups.h"
+#include "train/plugin_registry.h"
+
+namespace tessera::plugins {
+namespace {
+
+namespace fs = std::filesystem;
+using memory::TensorState;
+using train::MemoryByCategory;
+using train::NamedTensor;
+using train::Precision;
+using train::StepStats;
+
+// Chunks are searched up to this size: large enough for the biggest embedding matrices of the
+// models we train, small enough that several stream through the update at once.
+constexpr std::int64_t kMaxChunkBytes = 64ll << 20;
+
+struct GeminiOptions {
+  double offload_optim_frac = 0.0;
+  fs::path offload_dir;
+  std::optional<std::uint64_t> chunk_bytes;  // none: "auto"
+};
+
+GeminiOptions parse_options(const train::PluginOptions& options) {
+  GeminiOptions out;
+  const nlohmann::json& o = options.strategy_options;
+  if (!o.is_object()) return out;
+  if (o.contains("placement") && o["placement"] != "static")
+    throw_unsupported("strategy.options.placement: \"" + o["placement"].dump() +
+                          "\" is not supported yet",
+                      "use placement \"static\" with offload_optim_frac");
+  if (o.contains("offload_param_frac") && o["offload_param_frac"].get<double>() != 0.0)
+    throw_unsupported("strategy.options.offload_param_frac: parameter chunks on disk are not "
+                      "supported yet",
+                      "use offload_param_frac 0 and offload_optim_frac to move optimizer state");
+  if (o.contains("offload_optim_frac")) out.offload_optim_frac = o["offload_optim_frac"];
+  out.offload_dir = options.run_dir.empty() ? fs::path("offload") : options.run_dir / "offload";
+  if (o.contains("offload_dir")) out.offload_dir = o["offload_dir"].get<std::string>();
+  if (o.contains("chunk_size")) {
+    const nlohmann::json& c = o["chunk_size"];
+    if (c.is_number())
+      out.chunk_bytes = c.get<std::uint64_t>();
+    else if (c != "auto")
+      out.chunk_bytes =
+          core::parse_byte_size(c.get<std::string>(), "strategy.options.chunk_size");
+  }
+  return out;
+}
+
+// One tensor in the chunks. `tensor` is the model's (or an adapter's) parameter object, whose
+// data is a view into its parameter chunk.
+struct Entry {
+  std::string name;
+  torch::Tensor tensor;
+  std::size_t param_chunk = 0;
+  std::int64_t param_offset = 0;
+  bool trainable = false;
+  // Trainable only:
+  bool decays = true;
+  std::size_t optim_chunk = 0;
+  std::int64_t optim_offset = 0;  // element offset inside each of the chunk's arrays
+  TensorState state = TensorState::Free;
+};
+
+// The optimizer state of some trainable tensors: [master (bf16 only)] [exp_avg] [exp_avg_sq],
+// `elements` floats each, in one 4 KiB-aligned buffer on the host or one region on disk.
+struct OptimChunk {
+  std::vector<std::size_t> entries;  // indices into entries_
+  std::int64_t elements = 0;
+  bool on_disk = false;
+  std::size_t region = 0;
+  memory::AlignedBuffer host;  // resident buffer (host chunks; disk chunks while in use)
+};
+
+class GeminiPlugin : public train::Plugin {
+ public:
+  std::string name() const override { return "gemini"; }
+
+  void prepare(model::PretrainedModel& model, std::vector<NamedTensor> trainable,
+               const train::PluginOptions& options) override {
+    precision_ = options.precision;
+    adamw_ = options.adamw;
+    if (options.device == "cuda" || (options.device == "auto" && torch::cuda::is_available()))
+      throw_unsupported("strategy gemini: CUDA devices are not supported yet",
+                        "use strategy.options.device \"cpu\", or strategy single on the GPU");
+    if (precision_ == Precision::Fp16)
+      throw_unsupported("precision fp16 is not supported on the CPU yet",
+                        "use bf16 (or fp32) on the CPU; fp16 with loss scaling needs CUDA");
+    dtype_ = precision_ == Precision::Bf16 ? torch::kBFloat16 : torch::kFloat32;
+    gemini_ = parse_options(options);
+    torch::NoGradGuard no_grad;
+
+    const std::vector<bool> decays = train::decays_weight(model, trainable);
+    std::unordered_map<const void*, std::size_t> trainable_index;
+    for (std::size_t i = 0; i < trainable.size(); ++i)
+      trainable_index[trainable[i].tensor.unsafeGetTensorImpl()] = i;
+
+    // Every tensor in use order (the model's registration order, adapters after), trainable
+    // first recorded by their checkpoint names.
+    std::vector<std::size_t> entry_of_trainable(trainable.size());
+    for (auto& item : model.named_parameters()) {
+      Entry e;
+      e.name = item.key();
+      e.tensor = item.value();
+      auto it = trainable_index.find(e.tensor.unsafeGetTensorImpl());
+      if (it != trainable_index.end()) {
+        e.trainable = true;
+        e.name = trainable[it->second].name;
+        e.decays = decays[it->second];
+        entry_of_trainable[it->second] = entries_.size();
+        trainable_index.erase(it);
+      }
+      entries_.push_back(std::move(e));
+    }
+    for (std::size_t i = 0; i < trainable.size(); ++i) {  // adapters live outside the model
+      if (!trainable_index.count(trainable[i].tensor.unsafeGetTensorImpl())) continue;
+      Entry e;
+      e.name = trainable[i].name;
+      e.tensor = trainable[i].tensor;
+      e.trainable = true;
+      e.decays = decays[i];
+      entry_of_trainable[i] = entries_.size();
+      entries_.push_back(std::move(e));
+    }
+    trainable_order_ = entry_of_trainable;
+
+    build_optimizer_chunks();  // reads the float32 values before anything is rounded
+    model.to(torch::kCPU, dtype_);  // buffers too; parameters move into chunks next
+    build_parameter_chunks();
+    for (Entry& e : entries_) {
+      e.tensor.set_requires_grad(e.trainable);
+      memory::transition(e.state, TensorState::Held, e.name);
+    }
+  }
+
+  torch::Device device() const override { return torch::kCPU; }
+  torch::Dtype compute_dtype() const override { return dtype_; }
+
+  void backward(const torch::Tensor& loss, double multiplier) override {
+    for (std::size_t i : trainable_order_) memory::transition(entries_[i].state,
+                                                              TensorState::Computing,
+                                                              entries_[i].name);
+    (loss * multiplier).backward();
+    for (std::size_t i : trainable_order_)
+      memory::transition(entries_[i].state, TensorState::HeldAfterBackward, entries_[i].name);
+  }
+
+  StepStats step(double lr, double max_grad_norm) override {
+    torch::NoGradGuard no_grad;
+    // Float32 gradients in trainable order (bf16 ones widened, as `single` does for masters).
+    std::vector<torch::Tensor> grads;
+    for (std::size_t i : trainable_order_) {
+      Entry& e = entries_[i];
+      const torch::Tensor& g = e.tensor.grad();
+      grads.push_back(g.defined() ? g.to(torch::kFloat32).contiguous() : torch::Tensor());
+      memory::transition(e.state, TensorState::ReadyForUpdate, e.name);
+    }
+    StepStats stats;
+    stats.grad_norm = optim::apply_clip_coefficient(
+        grads, optim::total_norm(optim::gradient_norms(grads)), max_grad_norm);
+    ++steps_;
+    std::vector<const torch::Tensor*> grad_of_entry(entries_.size(), nullptr);
+    for (std::size_t k = 0; k < trainable_order_.size(); ++k)
+      if (grads[k].defined()) grad_of_entry[trainable_order_[k]] = &grads[k];
+
+    for_each_optimizer_chunk(/*write_back=*/true, [&](OptimChunk& chunk) {
+      float* base = static_cast<float*>(chunk.host.data());
+      for (std::size_t i : chunk.entries) {
+        Entry& e = entries_[i];
+        const torch::Tensor* g = grad_of_entry[i];
+        if (g == nullptr) continue;  // no gradient: no update, as torch does
+        optim::AdamArrays a;
+        a.count = e.tensor.numel();
+        a.grad = g->data_ptr<float>();
+        a.exp_avg = base + moments_offset(chunk) + e.optim_offset;
+        a.exp_avg_sq = a.exp_avg + chunk.elements;
+        if (dtype_ == torch::kFloat32) {
+          a.param = e.tensor.data_ptr<float>();  // the parameter chunk holds the masters
+        } else {
+          a.param = base + e.optim_offset;
+          a.copy = static_cast<std::uint16_t*>(e.tensor.data_ptr());
+          a.copy_kind = optim::LowPrecisionCopy::Bf16;
+        }
+        optim::cpu_adamw_step(a, {lr, adamw_.beta1, adamw_.beta2, adamw_.eps,
+                                  e.decays ? adamw_.weight_decay : 0.0, steps_});
+        e.tensor.unsafeGetTensorImpl()->bump_version();
+      }
+    });
+    for (std::size_t i : trainable_order_) {
+      entries_[i].tensor.mutable_grad() = torch::Tensor();
+      memory::transition(entries_[i].state, TensorState::Held, entries_[i].name);
+    }
+    return stats;
+  }
+
+  MemoryByCategory memory() const override {
+    MemoryByCategory m;
+    for (const torch::Tensor& c : param_chunks_) m.weights += static_cast<std::uint64_t>(c.nbytes());
+    for (std::size_t i : trainable_order_) {
+      const Entry& e = entries_[i];
+      // A step holds the gradient in compute precision and, in bf16, its float32 widening.
+      m.gradients += static_cast<std::uint64_t>(e.tensor.nbytes());
+      if (dtype_ != torch::kFloat32) m.gradients += static_cast<std::uint64_t>(e.tensor.numel()) * 4;
+    }
+    for (const OptimChunk& c : optim_chunks_) {
+      if (c.on_disk) continue;
+      const std::uint64_t floats = static_cast<std::uint64_t>(c.elements);
+      m.optimizer += floats * 8;
+      if (dtype_ != torch::kFloat32) m.weights += floats * 4;  // host masters
+    }
+    return m;
+  }
+
+  void release_training_state() override {
+    optim_chunks_.clear();
+    disk_.reset();
+  }
+
+  std::vector<NamedTensor> trainable_weights() const override {
+    std::vector<NamedTensor> out;
+    if (dtype_ == torch::kFloat32) {
+      for (std::size_t i : trainable_order_) out.push_back({entries_[i].name, entries_[i].tensor});
+      return out;
+    }
+    for (std::size_t i : trainable_order_) {
+      const Entry& e = entries_[i];
+      out.push_back({e.name, optimizer_view(e, 0)});
+    }
+    return out;
+  }
+
+  std::vector<NamedTensor> optimizer_state() const override {
+    std::vector<NamedTensor> out;
+    if (steps_ == 0) return out;  // as AdamW: no state before the first update
+    for (std::size_t i : trainable_order_) {
+      const Entry& e = entries_[i];
+      const std::int64_t moments = moments_offset(optim_chunks_[e.optim_chunk]);
+      out.push_back({"exp_avg." + e.name, optimizer_view(e, moments)});
+      out.push_back({"exp_avg_sq." + e.name,
+                     optimizer_view(e, moments + optim_chunks_[e.optim_chunk].elements)});
+    }
+    return out;
+  }
+
+  nlohmann::json state_json() const override {
+    // The keys of `single`, so checkpoints move between the two plugins.
+    return {{"optimizer_steps", steps_}, {"loss_scale", 1.0}, {"loss_scale_good_steps", 0}};
+  }
+
+  void load_state(const std::map<std::string, torch::Tensor>& weights,
+                  const std::map<std::string, torch::Tensor>& optimizer,
+                  const nlohmann::json& state, const std::string& source) override {
+    torch::NoGradGuard no_grad;
+    for (std::size_t i : trainable_order_) {
+      const Entry& e = entries_[i];
+      auto it = weights.find(e.name);
+      if (it == weights.end())
+        throw_invalid(source + ": the checkpoint has no weight \"" + e.name + "\"",
+                      "resume with the same model and method (full / LoRA and its targets)");
+      if (it->second.sizes() != e.tensor.sizes())
+        throw_invalid(source + ": weight \"" + e.name + "\" has shape " +
+                      c10::str(it->second.sizes()) + ", the model has " +
+                      c10::str(e.tensor.sizes()));
+    }
+    if (weights.size() != trainable_order_.size())
+      throw_invalid(source + ": the checkpoint holds " + std::to_string(weights.size()) +
+                        " weights but this run trains " + std::to_string(trainable_order_.size()),
+                    "resume with the same model and method (full / LoRA and its targets)");
+    std::size_t optimizer_used = 0;
+    for_each_optimizer_chunk(/*write_back=*/true, [&](OptimChunk& chunk) {
+      float* base = static_cast<float*>(chunk.host.data());
+      for (std::size_t i : chunk.entries) {
+        Entry& e = entries_[i];
+        const torch::Tensor& w = weights.at(e.name);
+        const auto view = [&](std::int64_t offset) {
+          return torch::from_blob(base + offset + e.optim_offset, e.tensor.sizes(),
+                                  torch::kFloat32);
+        };
+        if (dtype_ == torch::kFloat32) {
+          e.tensor.detach().copy_(w);
+        } else {
+          view(0).copy_(w);
+          e.tensor.detach().copy_(view(0));
+        }
+        const std::int64_t moments = moments_offset(chunk);
+        for (const auto& [prefix, offset] :
+             {std::pair<std::string, std::int64_t>{"exp_avg.", moments},
+              std::pair<std::string, std::int64_t>{"exp_avg_sq.", moments + chunk.elements}}) {
+          auto m = optimizer.find(prefix + e.name);
+          if (m == optimizer.end()) {
+            view(offset).zero_();  // never updated: torch keeps no state for it
+            continue;
+          }
+          if (m->second.sizes() != e.tensor.sizes())
+            throw_invalid(source + ": optimizer tensor \"" + m->first + "\" has shape " +
+                          c10::str(m->second.sizes()) + " but the parameter has " +
+                          c10::str(e.tensor.sizes()));
+          view(offset).copy_(m->second);
+          ++optimizer_used;
+        }
+      }
+    });
+    if (optimizer_used != optimizer.size())
+      throw_invalid(source + ": the optimizer state names tensors this run does not train",
+                    "resume with the same model and method (full / LoRA and its targets)");
+    try {
+      steps_ = state.at("optimizer_steps").get<std::int64_t>();
+    } catch (const nlohmann::json::exception& e) {
+      throw_invalid(source + ": trainer_state.json: plugin state is invalid (" + e.what() + ")");
+    }
+  }
+
+ private:
+  // Float offset of exp_avg inside an optimizer chunk's buffer (after the masters in bf16).
+  std::int64_t moments_offset(const OptimChunk& chunk) const {
+    return dtype_ == torch::kFloat32 ? 0 : chunk.elements;
+  }
+  int arrays_per_chunk() const { return dtype_ == torch::kFloat32 ? 2 : 3; }
+  std::uint64_t chunk_bytes(const OptimChunk& chunk) const {
+    return static_cast<std::uint64_t>(chunk.elements) * 4 * arrays_per_chunk();
+  }
+
+  std::int64_t max_chunk_elements(std::int64_t element_bytes) const {
+    const std::int64_t bytes = gemini_.chunk_bytes
+                                   ? static_cast<std::int64_t>(*gemini_.chunk_bytes)
+                                   : kMaxChunkBytes;
+    return std::max<std::int64_t>(bytes / element_bytes, 1);
+  }
+
+  memory::ChunkLayout layout_for(const std::vector<std::size_t>& which,
+                                 std::int64_t element_bytes) const {
+    std::vector<std::int64_t> numels;
+    std::vector<std::string> names;
+    for (std::size_t i : which) {
+      numels.push_back(entries_[i].tensor.numel());
+      names.push_back(entries_[i].name);
+    }
+    const std::int64_t capacity =
+        gemini_.chunk_bytes ? max_chunk_elements(element_bytes)
+                            : memory::search_chunk_capacity(numels, max_chunk_elements(element_bytes));
+    return memory::pack_chunks(numels, names, capacity);
+  }
+
+  void build_optimizer_chunks() {
+    const memory::ChunkLayout layout = layout_for(trainable_order_, 4);
+    std::uint64_t total = 0;
+    for (const auto& spec : layout.chunks) {
+      OptimChunk chunk;
+      chunk.elements = spec.used;
+      for (const memory::ChunkSlot& slot : spec.slots) {
+        const std::size_t entry = trainable_order_[slot.tensor];
+        entries_[entry].optim_chunk = optim_chunks_.size();
+        entries_[entry].optim_offset = slot.offset;
+        chunk.entries.push_back(entry);
+      }
+      total += chunk_bytes(chunk);
+      optim_chunks_.push_back(std::move(chunk));
+    }
+    // Static placement: the last chunks (by bytes) go to disk, as close to the fraction as
+    // whole chunks allow.
+    const double target = gemini_.offload_optim_frac * static_cast<double>(total);
+    double offloaded = 0.0;
+    for (auto it = optim_chunks_.rbegin(); it != optim_chunks_.rend(); ++it) {
+      const double bytes = static_cast<double>(chunk_bytes(*it));
+      if (offloaded + bytes / 2.0 > target) break;
+      it->on_disk = true;
+      offloaded += bytes;
+    }
+    if (offloaded > 0.0) disk_ = std::make_unique<memory::DiskStore>(gemini_.offload_dir);
+    // Fill each chunk (masters from the float32 values; zero moments), then park it.
+    for (std::size_t c = 0; c < optim_chunks_.size(); ++c) {
+      OptimChunk& chunk = optim_chunks_[c];
+      chunk.host = memory::AlignedBuffer(chunk_bytes(chunk));
+      if (dtype_ != torch::kFloat32) {
+        float* base = static_cast<float*>(chunk.host.data());
+        for (std::size_t i : chunk.entries) {
+          const Entry& e = entries_[i];
+          torch::from_blob(base + e.optim_offset, e.tensor.sizes(), torch::kFloat32)
+              .copy_(e.tensor.detach());
+        }
+      }
+      if (chunk.on_disk) {
+        chunk.region = disk_->add_region("optimizer chunk " + std::to_string(c),
+                                         chunk_bytes(chunk));
+        disk_->write(chunk.region, chunk.host.data()).get();
+        chunk.host = memory::AlignedBuffer();
+      }
+    }
+  }
+
+  void build_parameter_chunks() {
+    std::vector<std::size_t> all(entries_.size());
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+    const std::int64_t element_bytes = dtype_ == torch::kFloat32 ? 4 : 2;
+    const memory::ChunkLayout layout = layout_for(all, element_bytes);
+    for (const auto& spec : layout.chunks) {
+      torch::Tensor storage = torch::empty({spec.capacity}, torch::TensorOptions().dtype(dtype_));
+      for (const memory::ChunkSlot& slot : spec.slots) {
+        Entry& e = entries_[slot.tensor];
+        torch::Tensor view = storage.narrow(0, slot.offset, slot.numel).view(e.tensor.sizes());
+        view.copy_(e.tensor.detach());
+        e.tensor.set_data(view);
+        e.param_chunk = param_chunks_.size();
+        e.param_offset = slot.offset;
+      }
+      param_chunks_.push_back(storage);
+    }
+  }
+
+  // Runs `body` on every optimizer chunk in order with its buffer resident: on-disk chunks are
+  // read one ahead of use and written back behind it (at most three buffers in flight).
+  template <typename Body>
+  void for_each_optimizer_chunk(bool write_back, Body&& body) {
+    struct Pending {
+      OptimChunk* chunk;
+      std::future<void> io;
+    };
+    std::optional<Pending> next_read;
+    std::deque<Pending> writes;
+    const auto start_read = [&](std::size_t c) -> std::optional<Pending> {
+      for (; c < optim_chunks_.size(); ++c) {
+        OptimChunk& chunk = optim_chunks_[c];
+        if (!chunk.on_disk) continue;
+        chunk.host = memory::AlignedBuffer(chunk_bytes(chunk));
+        return Pending{&chunk, disk_->read(chunk.region, chunk.host.data())};
+      }
+      return std::nullopt;
+    };
+    const auto finish_write = [&](Pending& w) {
+      w.io.get();
+      w.chunk->host = memory::AlignedBuffer();
+    };
+    try {
+      next_read = start_read(0);
+      for (std::size_t c = 0; c < optim_chunks_.size(); ++c) {
+        OptimChunk& chunk = optim_chunks_[c];
+        if (chunk.on_disk) {
+          next_read->io.get();  // this chunk's read
+          next_read = start_read(c + 1);
+        }
+        body(chunk);
+        if (chunk.on_disk) {
+          if (write_back) {
+            writes.push_back({&chunk, disk_->write(chunk.region, chunk.host.data())});
+            while (writes.size() > 1) {
+              finish_write(writes.front());
+              writes.pop_front();
+            }
+          } else {
+            chunk.host = memory::AlignedBuffer();
+          }
+        }
+      }
+      while (!writes.empty()) {
+        finish_write(writes.front());
+        writes.pop_front();
+      }
+    } catch (...) {
+      // Nothing may outlive its buffer: wait for what is in flight, then report the first error.
+      if (next_read) next_read->io.wait();
+      for (Pending& w : writes) w.io.wait();
+      throw;
+    }
+  }
+
+  // A float32 tensor over the optimizer state of `e` at array offset `offset` (0: masters):
+  // host memory for host chunks, a read-only map of the region file for disk chunks.
+  torch::Tensor optimizer_view(const Entry& e, std::int64_t offset) const {
+    const OptimChunk& chunk = optim_chunks_[e.optim_chunk];
+    if (!chunk.on_disk) {
+      float* base = static_cast<float*>(chunk.host.data());
+      return torch::from_blob(base + offset + e.optim_offset, e.tensor.sizes(), torch::kFloat32);
+    }
+    auto mapped = std::make_shared<core::MappedFile>(disk_->region_path(chunk.region));
+    const float* base = reinterpret_cast<const float*>(mapped->data());
+    return torch::from_blob(const_cast<float*>(base) + offset + e.optim_offset, e.tensor.sizes(),
+                            [mapped](void*) {}, torch::kFloat32);
+  }
+
+  Precision precision_ = Precision::Fp32;
+  torch::Dtype dtype_ = torch::kFloat32;
+  optim::AdamWOptions adamw_;
+  GeminiOptions gemini_;
+  std::vector<Entry> entries_;
+  std::vector<std::size_t> trainable_order_;  // entries_ index of each trainable tensor, in the
+                                              // order prepare() was given them
+  std::vector<torch::Tensor> param_chunks_;
+  std::vector<OptimChunk> optim_chunks_;
+  std::unique_ptr<memory::DiskStore> disk_;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace
+
+void register_gemini_plugin() {
+  train::register_plugin("gemini", [] { return std::make_unique<GeminiPlugin>(); });
+}
+
+}  // namespace tessera::plugins
