@@ -6,6 +6,8 @@
 #   TESSERA_HOME   cache root (default ~/.cache/tessera); the venv lives in $TESSERA_HOME/venv
 #   TESSERA_VENV   the venv path itself (overrides the above)
 #   TESSERA_SKIP_APT=1   do not touch Debian packages (for users without root)
+#   TESSERA_BENCH=1      also install what only the benchmarks use (installer/test.sh sets it
+#                        when TESSERA_TEST_LABELS asks for bench)
 set -euo pipefail
 
 TESSERA_HOME="${TESSERA_HOME:-$HOME/.cache/tessera}"
@@ -68,6 +70,44 @@ install_python() {
   echo "$want" >"$stamp"
 }
 
+# Benchmarks only: DeepSpeed, whose DeepSpeedCPUAdam is a peer in tests/bench/bench_cpu_adam.py.
+# It goes into its own folder ($TESSERA_HOME/bench-site), never the venv: importing transformers
+# with DeepSpeed present prints accelerator warnings on stdout that the other tests would read.
+# The benchmark puts the folder on PYTHONPATH for the DeepSpeed side only. Nothing is compiled at
+# install time (DS_BUILD_OPS=0, no CUDA); its CPU Adam op is built with ninja on first use, so
+# we build it here once (cached under ~/.cache/torch_extensions). A failure only warns: the
+# benchmark then says DeepSpeed is unavailable and measures the others.
+BENCH_SITE="${TESSERA_BENCH_SITE:-$TESSERA_HOME/bench-site}"
+BENCH_PY_PACKAGES=("deepspeed==0.19.8")
+# DeepSpeed's own dependencies that the venv does not already have (torch, numpy, packaging,
+# tqdm come from the venv).
+BENCH_PY_DEPENDENCIES=(hjson py-cpuinfo msgpack einops pydantic ninja psutil)
+
+install_bench_python() {
+  [[ "${TESSERA_BENCH:-0}" == 1 ]] || return 0
+  local stamp="$BENCH_SITE/.tessera-bench-stamp"
+  local want
+  want=$(printf '%s\n' "${BENCH_PY_PACKAGES[@]}" "${BENCH_PY_DEPENDENCIES[@]}" | sha256sum | cut -c1-16)
+  if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    log "benchmark packages: up to date in $BENCH_SITE"
+  else
+    log "installing benchmark packages into $BENCH_SITE: ${BENCH_PY_PACKAGES[*]}"
+    rm -rf "$BENCH_SITE"
+    if ! DS_BUILD_OPS=0 "$VENV/bin/python" -m pip install -q --no-build-isolation --no-deps \
+      --target "$BENCH_SITE" "${BENCH_PY_PACKAGES[@]}" ||
+      ! "$VENV/bin/python" -m pip install -q --target "$BENCH_SITE" "${BENCH_PY_DEPENDENCIES[@]}"; then
+      log "warning: could not install ${BENCH_PY_PACKAGES[*]}; bench_cpu_adam will skip DeepSpeed"
+      return 0
+    fi
+    echo "$want" >"$stamp"
+  fi
+  log "building DeepSpeed's CPU Adam op (first time: a few minutes)"
+  PYTHONPATH="$BENCH_SITE" DS_ACCELERATOR=cpu "$VENV/bin/python" -c \
+    'from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()' >/dev/null ||
+    log "warning: DeepSpeed's CPU Adam op did not build; bench_cpu_adam will skip DeepSpeed"
+}
+
 install_debian
 install_python
+install_bench_python
 log "ready: venv=$VENV"

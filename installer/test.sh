@@ -6,6 +6,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/installer/env.sh"
 
+# Benchmark-only packages (DeepSpeed) are installed only when benchmarks are asked for.
+if [[ "${TESSERA_TEST_LABELS:-}" == *bench* ]]; then
+  export TESSERA_BENCH=1
+fi
 bash "$ROOT/installer/bootstrap.sh"
 tessera_configure_and_build
 

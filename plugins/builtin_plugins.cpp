@@ -2,13 +2,17 @@
 
 #include <mutex>
 
+#include "plugins/gemini/gemini_plugin.h"
 #include "plugins/single/single_plugin.h"
 
 namespace tessera::plugins {
 
 void register_builtin_plugins() {
   static std::once_flag once;
-  std::call_once(once, [] { register_single_plugin(); });
+  std::call_once(once, [] {
+    register_single_plugin();
+    register_gemini_plugin();
+  });
 }
 
 }  // namespace tessera::plugins

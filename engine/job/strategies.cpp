@@ -1,6 +1,7 @@
 #include "job/strategies.h"
 
 #include "core/error.h"
+#include "core/units.h"
 
 namespace tessera::job {
 namespace {
@@ -14,7 +15,22 @@ std::string join(const std::vector<std::string>& items, const std::string& separ
 std::string describe_options(const StrategyInfo& info) {
   if (info.options.empty()) return info.name + " takes no options";
   std::vector<std::string> parts;
-  for (const auto& o : info.options) parts.push_back(o.key + " (" + join(o.values, " | ") + ")");
+  for (const auto& o : info.options) {
+    switch (o.kind) {
+      case StrategyOption::Kind::Choice:
+        parts.push_back(o.key + " (" + join(o.values, " | ") + ")");
+        break;
+      case StrategyOption::Kind::Fraction:
+        parts.push_back(o.key + " (0 … 1)");
+        break;
+      case StrategyOption::Kind::Size:
+        parts.push_back(o.key + " (auto | a size such as 64MiB)");
+        break;
+      case StrategyOption::Kind::Path:
+        parts.push_back(o.key + " (a folder)");
+        break;
+    }
+  }
   return info.name + " takes: " + join(parts, ", ");
 }
 
@@ -26,16 +42,93 @@ const StrategyInfo& resolve(const std::string& name) {
   return *info;
 }
 
+StrategyOption choice(std::string key, std::string description, std::vector<std::string> values,
+                      std::vector<std::string> not_yet = {}) {
+  return {std::move(key),     std::move(description),
+          std::move(values),  StrategyOption::Kind::Choice,
+          std::move(not_yet), 1.0};
+}
+StrategyOption fraction(std::string key, std::string description, double supported_max = 1.0) {
+  return {std::move(key), std::move(description), {}, StrategyOption::Kind::Fraction, {},
+          supported_max};
+}
+StrategyOption size(std::string key, std::string description) {
+  return {std::move(key), std::move(description), {}, StrategyOption::Kind::Size, {}, 1.0};
+}
+StrategyOption path(std::string key, std::string description) {
+  return {std::move(key), std::move(description), {}, StrategyOption::Kind::Path, {}, 1.0};
+}
+
+void validate_option_value(const std::string& at, const std::string& key,
+                           const StrategyOption& option, const nlohmann::json& value) {
+  const std::string field = at + "strategy.options." + key;
+  switch (option.kind) {
+    case StrategyOption::Kind::Choice: {
+      const std::string text = value.is_string() ? value.get<std::string>() : "";
+      for (const auto& v : option.not_yet)
+        if (value.is_string() && text == v)
+          throw_unsupported(field + " is \"" + v + "\", which is not supported yet",
+                            key + ": " + option.description);
+      for (const auto& v : option.values)
+        if (value.is_string() && text == v) return;
+      throw_invalid(
+          field + " is " + value.dump() + "; expected one of: " + join(option.values, ", "),
+          key + ": " + option.description);
+    }
+    case StrategyOption::Kind::Fraction: {
+      if (!value.is_number() || !(value.get<double>() >= 0.0 && value.get<double>() <= 1.0))
+        throw_invalid(field + " is " + value.dump() + "; expected a number from 0 to 1",
+                      key + ": " + option.description);
+      if (value.get<double>() > option.supported_max)
+        throw_unsupported(field + " is " + value.dump() + ": above " +
+                              std::to_string(option.supported_max).substr(0, 3) +
+                              " is not supported yet",
+                          key + ": " + option.description);
+      return;
+    }
+    case StrategyOption::Kind::Size: {
+      if (value.is_number_unsigned() && value.get<std::uint64_t>() > 0) return;
+      if (value.is_string() && value.get<std::string>() == "auto") return;
+      if (value.is_string()) {
+        core::parse_byte_size(value.get<std::string>(), field);
+        return;
+      }
+      throw_invalid(field + " is " + value.dump() + "; expected \"auto\" or a size",
+                    "write it like 64MiB, or a number of bytes");
+    }
+    case StrategyOption::Kind::Path:
+      if (value.is_string() && !value.get<std::string>().empty()) return;
+      throw_invalid(field + " is " + value.dump() + "; expected a folder path",
+                    key + ": " + option.description);
+  }
+}
+
 }  // namespace
 
 const std::vector<StrategyInfo>& strategies() {
   static const std::vector<StrategyInfo> table = {
       {"single",
        "one process on one device: CUDA device 0 when present, else the CPU",
-       {{"device",
-         "where it trains: auto (CUDA device 0 when present, else the CPU), cpu or cuda",
-         {"auto", "cpu", "cuda"}}},
+       {choice("device",
+               "where it trains: auto (CUDA device 0 when present, else the CPU), cpu or cuda",
+               {"auto", "cpu", "cuda"})},
        /*planned=*/true},
+      {"gemini",
+       "one process, parameters and optimizer state in chunks placed on the host or on disk "
+       "(Colossal-AI's Gemini)",
+       {choice("device", "where it computes: the CPU (auto picks it; CUDA is not supported yet)",
+               {"auto", "cpu"}, {"cuda"}),
+        choice("placement",
+               "where chunks live: static (the offload fractions decide; auto is not supported "
+               "yet)",
+               {"static"}, {"auto"}),
+        fraction("offload_optim_frac", "the share of optimizer-state bytes kept on disk"),
+        fraction("offload_param_frac",
+                 "the share of parameter bytes kept on disk (above 0 is not supported yet)",
+                 /*supported_max=*/0.0),
+        path("offload_dir", "the folder for the disk tier (default: the run folder's offload/)"),
+        size("chunk_size", "bytes per chunk: auto (searched to waste the least) or a size")},
+       /*planned=*/false},
   };
   return table;
 }
@@ -77,13 +170,7 @@ void validate_strategy(const std::string& name, const nlohmann::json& options,
       throw_invalid(
           at + "strategy.options." + key + " is not an option of strategy \"" + name + "\"",
           "remove it; " + describe_options(*info));
-    bool allowed = false;
-    if (value.is_string())
-      for (const auto& v : option->values) allowed = allowed || value.get<std::string>() == v;
-    if (!allowed)
-      throw_invalid(at + "strategy.options." + key + " is " + value.dump() +
-                        "; expected one of: " + join(option->values, ", "),
-                    key + ": " + option->description);
+    validate_option_value(at, key, *option, value);
   }
 }
 
@@ -96,6 +183,8 @@ std::string strategy_option(const std::string& name, const nlohmann::json& optio
       auto it = options.find(key);
       if (it != options.end() && it->is_string()) return it->get<std::string>();
     }
+    if (o.values.empty())
+      throw Error(ErrorKind::Internal, "strategy option \"" + key + "\" has no default string");
     return o.values.front();
   }
   throw Error(ErrorKind::Internal, "strategy \"" + info.name + "\" has no option \"" + key + "\"");

@@ -15,11 +15,20 @@ namespace tessera::job {
 
 inline constexpr const char* kAutoStrategy = "auto";
 
-// One option of a strategy: a string from a fixed list (the first is the default).
+// One option of a strategy.
+//   Choice:   a string from `values` (the first is the default); `not_yet` lists values that are
+//             recognised but not supported yet, refused with that said.
+//   Fraction: a number in [0, 1], default 0; above `supported_max` it is "not supported yet".
+//   Size:     "auto" (the default) or a size, "64MiB" or a number of bytes.
+//   Path:     a non-empty string (a folder); the default is the plugin's.
 struct StrategyOption {
+  enum class Kind { Choice, Fraction, Size, Path };
   std::string key;
   std::string description;
   std::vector<std::string> values;
+  Kind kind = Kind::Choice;
+  std::vector<std::string> not_yet;
+  double supported_max = 1.0;
 };
 
 struct StrategyInfo {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "optim/cpu_adam_kernels.h"
 
 namespace tessera::optim {
@@ -87,16 +88,19 @@ void cpu_adamw_step(const AdamArrays& arrays, const AdamHyper& hyper, SimdLevel 
   auto body = level == SimdLevel::Avx512 ? &detail::adam_avx512
               : level == SimdLevel::Avx2 ? &detail::adam_avx2
                                          : &detail::adam_scalar;
-  at::parallel_for(0, arrays.count, kGrainElements, [&](std::int64_t begin, std::int64_t end) {
-    AdamArrays slice = arrays;
-    slice.param += begin;
-    slice.grad += begin;
-    slice.exp_avg += begin;
-    slice.exp_avg_sq += begin;
-    if (slice.copy != nullptr) slice.copy += begin;
-    slice.count = end - begin;
-    body(slice, scalars);
-  });
+  // torch's intra-op thread count (torch::set_num_threads), on our own pool (core/parallel.h).
+  const int threads = at::get_num_threads();
+  core::parallel_for(arrays.count, kGrainElements, threads,
+                     [&](std::int64_t begin, std::int64_t end) {
+                       AdamArrays slice = arrays;
+                       slice.param += begin;
+                       slice.grad += begin;
+                       slice.exp_avg += begin;
+                       slice.exp_avg_sq += begin;
+                       if (slice.copy != nullptr) slice.copy += begin;
+                       slice.count = end - begin;
+                       body(slice, scalars);
+                     });
 }
 
 namespace detail {

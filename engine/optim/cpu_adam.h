@@ -9,7 +9,8 @@
 //
 // Kernels: AVX-512 (F+BW), AVX2+FMA+F16C and scalar, chosen at run time from what the CPU and
 // the OS support (CPUID + XGETBV); TESSERA_CPU_ADAM_ISA=scalar|avx2|avx512 caps the choice.
-// Work is split over torch's intra-op threads (at::parallel_for, torch::set_num_threads).
+// Work is split over as many threads as torch's intra-op setting (torch::set_num_threads), on
+// core/parallel.h's pool.
 // This header is torch-free: the plugins call it on raw chunk memory.
 #include <cstdint>
 

@@ -273,6 +273,7 @@ train::TrainerOptions trainer_options(const job::JobSpec& spec, const fs::path& 
   options.precision = spec.precision;
   options.plugin = spec.strategy.name;
   options.device = job::strategy_option(spec.strategy.name, spec.strategy.options, "device");
+  options.strategy_options = spec.strategy.options;
   options.output_dir = out_dir;
   if (spec.output.resume) options.resume = fs::path(*spec.output.resume);
   options.base_model_name = fs::absolute(model_dir).string();

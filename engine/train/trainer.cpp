@@ -73,6 +73,8 @@ Trainer::Trainer(std::shared_ptr<model::PretrainedModel> model, TrainerOptions o
   PluginOptions plugin_options;
   plugin_options.precision = precision_from_name(options_.precision);
   plugin_options.device = options_.device;
+  plugin_options.strategy_options = options_.strategy_options;
+  plugin_options.run_dir = options_.output_dir;
   plugin_options.adamw = {t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay};
   plugin_->prepare(*model_, std::move(trainable), plugin_options);
   // Each layer's activations are recomputed in backward instead of kept (grad mode only; the

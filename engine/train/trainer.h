@@ -67,8 +67,9 @@ struct TrainerOptions {
   TrainingOptions training;
   MethodOptions method;
   std::string precision = "fp32";
-  std::string plugin = "single";                // a name in train/plugin_registry.h (never "auto")
-  std::string device = "auto";                  // PluginOptions::device
+  std::string plugin = "single";  // a name in train/plugin_registry.h (never "auto")
+  std::string device = "auto";    // PluginOptions::device
+  nlohmann::json strategy_options = nlohmann::json::object();  // PluginOptions::strategy_options
   std::filesystem::path output_dir;             // checkpoints go here (required to save)
   std::optional<std::filesystem::path> resume;  // run folder or checkpoint folder
   std::string base_model_name;                  // written into adapter_config.json

@@ -46,13 +46,14 @@ GeminiOptions parse_options(const train::PluginOptions& options) {
   const nlohmann::json& o = options.strategy_options;
   if (!o.is_object()) return out;
   if (o.contains("placement") && o["placement"] != "static")
-    throw_unsupported("strategy.options.placement: \"" + o["placement"].dump() +
-                          "\" is not supported yet",
-                      "use placement \"static\" with offload_optim_frac");
+    throw_unsupported(
+        "strategy.options.placement: \"" + o["placement"].dump() + "\" is not supported yet",
+        "use placement \"static\" with offload_optim_frac");
   if (o.contains("offload_param_frac") && o["offload_param_frac"].get<double>() != 0.0)
-    throw_unsupported("strategy.options.offload_param_frac: parameter chunks on disk are not "
-                      "supported yet",
-                      "use offload_param_frac 0 and offload_optim_frac to move optimizer state");
+    throw_unsupported(
+        "strategy.options.offload_param_frac: parameter chunks on disk are not "
+        "supported yet",
+        "use offload_param_frac 0 and offload_optim_frac to move optimizer state");
   if (o.contains("offload_optim_frac")) out.offload_optim_frac = o["offload_optim_frac"];
   out.offload_dir = options.run_dir.empty() ? fs::path("offload") : options.run_dir / "offload";
   if (o.contains("offload_dir")) out.offload_dir = o["offload_dir"].get<std::string>();
@@ -61,8 +62,7 @@ GeminiOptions parse_options(const train::PluginOptions& options) {
     if (c.is_number())
       out.chunk_bytes = c.get<std::uint64_t>();
     else if (c != "auto")
-      out.chunk_bytes =
-          core::parse_byte_size(c.get<std::string>(), "strategy.options.chunk_size");
+      out.chunk_bytes = core::parse_byte_size(c.get<std::string>(), "strategy.options.chunk_size");
   }
   return out;
 }
@@ -144,7 +144,7 @@ class GeminiPlugin : public train::Plugin {
     }
     trainable_order_ = entry_of_trainable;
 
-    build_optimizer_chunks();  // reads the float32 values before anything is rounded
+    build_optimizer_chunks();       // reads the float32 values before anything is rounded
     model.to(torch::kCPU, dtype_);  // buffers too; parameters move into chunks next
     build_parameter_chunks();
     for (Entry& e : entries_) {
@@ -157,9 +157,8 @@ class GeminiPlugin : public train::Plugin {
   torch::Dtype compute_dtype() const override { return dtype_; }
 
   void backward(const torch::Tensor& loss, double multiplier) override {
-    for (std::size_t i : trainable_order_) memory::transition(entries_[i].state,
-                                                              TensorState::Computing,
-                                                              entries_[i].name);
+    for (std::size_t i : trainable_order_)
+      memory::transition(entries_[i].state, TensorState::Computing, entries_[i].name);
     (loss * multiplier).backward();
     for (std::size_t i : trainable_order_)
       memory::transition(entries_[i].state, TensorState::HeldAfterBackward, entries_[i].name);
@@ -215,12 +214,14 @@ class GeminiPlugin : public train::Plugin {
 
   MemoryByCategory memory() const override {
     MemoryByCategory m;
-    for (const torch::Tensor& c : param_chunks_) m.weights += static_cast<std::uint64_t>(c.nbytes());
+    for (const torch::Tensor& c : param_chunks_)
+      m.weights += static_cast<std::uint64_t>(c.nbytes());
     for (std::size_t i : trainable_order_) {
       const Entry& e = entries_[i];
       // A step holds the gradient in compute precision and, in bf16, its float32 widening.
       m.gradients += static_cast<std::uint64_t>(e.tensor.nbytes());
-      if (dtype_ != torch::kFloat32) m.gradients += static_cast<std::uint64_t>(e.tensor.numel()) * 4;
+      if (dtype_ != torch::kFloat32)
+        m.gradients += static_cast<std::uint64_t>(e.tensor.numel()) * 4;
     }
     for (const OptimChunk& c : optim_chunks_) {
       if (c.on_disk) continue;
@@ -341,9 +342,8 @@ class GeminiPlugin : public train::Plugin {
   }
 
   std::int64_t max_chunk_elements(std::int64_t element_bytes) const {
-    const std::int64_t bytes = gemini_.chunk_bytes
-                                   ? static_cast<std::int64_t>(*gemini_.chunk_bytes)
-                                   : kMaxChunkBytes;
+    const std::int64_t bytes =
+        gemini_.chunk_bytes ? static_cast<std::int64_t>(*gemini_.chunk_bytes) : kMaxChunkBytes;
     return std::max<std::int64_t>(bytes / element_bytes, 1);
   }
 
@@ -356,8 +356,9 @@ class GeminiPlugin : public train::Plugin {
       names.push_back(entries_[i].name);
     }
     const std::int64_t capacity =
-        gemini_.chunk_bytes ? max_chunk_elements(element_bytes)
-                            : memory::search_chunk_capacity(numels, max_chunk_elements(element_bytes));
+        gemini_.chunk_bytes
+            ? max_chunk_elements(element_bytes)
+            : memory::search_chunk_capacity(numels, max_chunk_elements(element_bytes));
     return memory::pack_chunks(numels, names, capacity);
   }
 
@@ -400,8 +401,8 @@ class GeminiPlugin : public train::Plugin {
         }
       }
       if (chunk.on_disk) {
-        chunk.region = disk_->add_region("optimizer chunk " + std::to_string(c),
-                                         chunk_bytes(chunk));
+        chunk.region =
+            disk_->add_region("optimizer chunk " + std::to_string(c), chunk_bytes(chunk));
         disk_->write(chunk.region, chunk.host.data()).get();
         chunk.host = memory::AlignedBuffer();
       }
@@ -493,8 +494,9 @@ class GeminiPlugin : public train::Plugin {
     }
     auto mapped = std::make_shared<core::MappedFile>(disk_->region_path(chunk.region));
     const float* base = reinterpret_cast<const float*>(mapped->data());
-    return torch::from_blob(const_cast<float*>(base) + offset + e.optim_offset, e.tensor.sizes(),
-                            [mapped](void*) {}, torch::kFloat32);
+    return torch::from_blob(
+        const_cast<float*>(base) + offset + e.optim_offset, e.tensor.sizes(), [mapped](void*) {},
+        torch::kFloat32);
   }
 
   Precision precision_ = Precision::Fp32;

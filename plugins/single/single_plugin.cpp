@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "optim/clip.h"
 #include "optim/loss_scaler.h"
+#include "train/param_groups.h"
 #include "train/plugin_registry.h"
 
 namespace tessera::train {
@@ -52,7 +53,18 @@ class SinglePlugin : public Plugin {
     }
     params_ = std::move(trainable);
     if (dtype_ == torch::kFloat32) masters_ = params_;
-    optimizer_ = std::make_unique<optim::AdamW>(masters_, options.adamw);
+    // transformers' Trainer grouping: no weight decay for biases and norm weights.
+    const std::vector<bool> decays = train::decays_weight(model, params_);
+    optimizer_ = std::make_unique<optim::AdamW>(
+        train::split_by_decay(masters_, decays, options.adamw.weight_decay), options.adamw);
+    // In bf16 / fp16 the update writes the compute copy in the same pass (CPU) or right after.
+    if (dtype_ != torch::kFloat32) {
+      std::map<std::string, torch::Tensor> copy_of;
+      for (const NamedTensor& p : params_) copy_of[p.name] = p.tensor.detach();
+      std::vector<torch::Tensor> copies;
+      for (const NamedTensor& m : optimizer_->params()) copies.push_back(copy_of.at(m.name));
+      optimizer_->set_compute_copies(std::move(copies));
+    }
     model_weight_bytes_ = 0;
     for (const auto& p : model.parameters())
       model_weight_bytes_ += static_cast<std::uint64_t>(p.nbytes());
@@ -89,9 +101,6 @@ class SinglePlugin : public Plugin {
       stats.applied = scaler_.update(std::isfinite(stats.grad_norm));
     if (stats.applied) {
       optimizer_->step(lr);
-      if (dtype_ != torch::kFloat32)
-        for (std::size_t i = 0; i < params_.size(); ++i)
-          params_[i].tensor.detach().copy_(masters_[i].tensor);
     }
     for (NamedTensor& p : params_) p.tensor.mutable_grad() = torch::Tensor();
     for (NamedTensor& m : masters_) m.tensor.mutable_grad() = torch::Tensor();

@@ -17,6 +17,6 @@ if(TESSERA_WITH_TORCH)
 
   add_test(NAME bench_train
            COMMAND ${TESSERA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/bench/bench_train.py)
-  set_tests_properties(bench_train PROPERTIES LABELS bench TIMEOUT 1800
+  set_tests_properties(bench_train PROPERTIES LABELS bench TIMEOUT 1800 RUN_SERIAL TRUE
     ENVIRONMENT "TESSERA_TOOLS_DIR=${CMAKE_CURRENT_BINARY_DIR};HF_HUB_OFFLINE=1")
 endif()

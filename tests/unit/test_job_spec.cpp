@@ -99,17 +99,17 @@ class TestJobSpec : public QObject {
     QVERIFY(job::find_strategy("auto") == nullptr);  // the planner's, not a plugin
     QVERIFY(job::find_strategy("zero") == nullptr);  // not in this build
     QCOMPARE(QString::fromStdString(job::auto_strategy().name), QString("single"));
-    QCOMPARE(QString::fromStdString(job::strategy_names()), QString("single"));
+    QCOMPARE(QString::fromStdString(job::strategy_names()), QString("single, gemini"));
     QVERIFY(!job::find_strategy("single")->description.empty());
   }
 
   void unknownStrategyIsRefusedListingPlugins() {
     auto doc = minimal();
-    doc["strategy"] = {{"name", "gemini"}};
+    doc["strategy"] = {{"name", "zero"}};
     auto text = error_text(doc);
-    QVERIFY2(text.find("job.json: strategy.name is \"gemini\"") != std::string::npos, text.c_str());
-    QVERIFY2(text.find("expected one of: auto, single") != std::string::npos, text.c_str());
-    QVERIFY2(text.find("available plugins: single") != std::string::npos, text.c_str());
+    QVERIFY2(text.find("job.json: strategy.name is \"zero\"") != std::string::npos, text.c_str());
+    QVERIFY2(text.find("expected one of: auto, single, gemini") != std::string::npos, text.c_str());
+    QVERIFY2(text.find("available plugins: single, gemini") != std::string::npos, text.c_str());
   }
 
   void strategyOptionsAreValidated() {
@@ -146,6 +146,37 @@ class TestJobSpec : public QObject {
     doc["strategy"] = {{"name", "auto"}, {"options", {{"device", "cuda"}}}};
     auto again = job::parse_job_spec(job::to_json(job::parse_job_spec(doc, "a.json")), "b.json");
     QCOMPARE(again.strategy.options, json({{"device", "cuda"}}));
+  }
+
+  void geminiOptionsAreValidated() {
+    auto doc = minimal();
+    doc["strategy"] = {{"name", "gemini"},
+                       {"options",
+                        {{"placement", "static"},
+                         {"offload_optim_frac", 0.5},
+                         {"offload_param_frac", 0},
+                         {"offload_dir", "/tmp/offload"},
+                         {"chunk_size", "64MiB"}}}};
+    auto spec = job::parse_job_spec(doc, "job.json");
+    QCOMPARE(spec.strategy.options["offload_optim_frac"].get<double>(), 0.5);
+    const std::vector<std::pair<json, std::string>> refused = {
+        {{{"offload_optim_frac", 1.5}},
+         "strategy.options.offload_optim_frac is 1.5; expected a number from 0 to 1"},
+        {{{"offload_optim_frac", "half"}}, "strategy.options.offload_optim_frac is \"half\""},
+        {{{"offload_param_frac", 0.5}},
+         "strategy.options.offload_param_frac is 0.5: above 0.0 is not supported yet"},
+        {{{"placement", "auto"}},
+         "strategy.options.placement is \"auto\", which is not supported yet"},
+        {{{"device", "cuda"}}, "strategy.options.device is \"cuda\", which is not supported yet"},
+        {{{"chunk_size", "lots"}}, "strategy.options.chunk_size: \"lots\" is not a size"},
+        {{{"chunk_size", -5}}, "strategy.options.chunk_size is -5"},
+        {{{"offload_dir", ""}}, "strategy.options.offload_dir is \"\"; expected a folder path"},
+    };
+    for (const auto& [options, needle] : refused) {
+      doc["strategy"] = {{"name", "gemini"}, {"options", options}};
+      const auto text = error_text(doc);
+      QVERIFY2(text.find(needle) != std::string::npos, (needle + " not in: " + text).c_str());
+    }
   }
 
   void brokenFileReportsLine() {

@@ -209,7 +209,7 @@ class TestTrain : public QObject {
     tessera::plugins::register_builtin_plugins();  // twice is harmless
     QCOMPARE(train::registered_plugins(), registered);
     expect_error([] { train::make_plugin("zero"); }, ErrorKind::Unsupported,
-                 "available plugins: single");
+                 "available plugins: gemini, single");
     expect_error([] { train::make_plugin("zero"); }, ErrorKind::Unsupported, "strategy.name");
     expect_error([] { train::make_plugin("auto"); }, ErrorKind::Unsupported, "planner");
   }
@@ -225,9 +225,9 @@ class TestTrain : public QObject {
     expect_error([&] { train::Trainer(tiny_llama(), o); }, ErrorKind::InvalidInput,
                  "strategy.options.device");
     o.device = "cpu";
-    o.plugin = "gemini";
+    o.plugin = "zero";
     expect_error([&] { train::Trainer(tiny_llama(), o); }, ErrorKind::Unsupported,
-                 "available plugins: single");
+                 "available plugins: gemini, single");
   }
 
   void schedules_match_transformers_values() {
