@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -34,16 +35,17 @@ void remove_dead_folders(const fs::path& offload_folder) {
 
 }  // namespace
 
-void AlignedBuffer::Free::operator()(void* p) const {
-  std::free(p);
+void PageUnmap::operator()(void* p) const {
+  ::munmap(p, bytes);
 }
 
 AlignedBuffer::AlignedBuffer(std::size_t bytes) : bytes_(bytes) {
-  void* p = nullptr;
-  if (::posix_memalign(&p, kIoAlignment, std::max<std::size_t>(io_size(bytes), kIoAlignment)) != 0)
-    throw std::bad_alloc();
-  std::memset(p, 0, io_size(bytes));
-  data_.reset(p);
+  // Straight from the kernel: page-aligned, zero-filled, and returned to it on destruction (the
+  // heap would keep freed chunk buffers, and the memory a tier reports would not drop).
+  const std::size_t mapped = std::max<std::size_t>(io_size(bytes), kIoAlignment);
+  void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  data_ = std::unique_ptr<void, PageUnmap>(p, PageUnmap{mapped});
 }
 
 std::uint64_t io_size(std::uint64_t bytes) {

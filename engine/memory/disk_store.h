@@ -22,7 +22,13 @@ namespace tessera::memory {
 
 constexpr std::size_t kIoAlignment = 4096;
 
-// Memory aligned for O_DIRECT, freed on destruction.
+// Unmaps what AlignedBuffer mapped.
+struct PageUnmap {
+  std::size_t bytes = 0;
+  void operator()(void* p) const;
+};
+
+// Page-aligned memory (as O_DIRECT needs) mapped from the kernel and unmapped on destruction.
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
@@ -32,10 +38,7 @@ class AlignedBuffer {
   explicit operator bool() const { return data_ != nullptr; }
 
  private:
-  struct Free {
-    void operator()(void* p) const;
-  };
-  std::unique_ptr<void, Free> data_;
+  std::unique_ptr<void, PageUnmap> data_;
   std::size_t bytes_ = 0;
 };
 

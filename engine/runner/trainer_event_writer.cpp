@@ -18,7 +18,9 @@ void TrainerEventWriter::on_eval(const train::EvalResult& r) {
 }
 
 void TrainerEventWriter::on_memory(const train::MemoryReport& r) {
-  nlohmann::json event = {{"tier", r.on_device ? "device" : "host"},
+  nlohmann::json event = {{"tier", r.on_disk     ? "disk"
+                                   : r.on_device ? "device"
+                                                 : "host"},
                           {"device", r.device},
                           {"used", r.used},
                           {"reserved", r.reserved},
@@ -29,6 +31,11 @@ void TrainerEventWriter::on_memory(const train::MemoryReport& r) {
                             {"optimizer", r.by_category.optimizer},
                             {"activations_other", r.activations_other}}}};
   if (r.system_used) event["system_used"] = *r.system_used;
+  if (r.on_disk)
+    event["traffic"] = {{"read_bytes", r.bytes_read},
+                        {"written_bytes", r.bytes_written},
+                        {"read_bytes_per_s", r.read_bytes_per_s},
+                        {"written_bytes_per_s", r.written_bytes_per_s}};
   sink_.emit("memory", event);
 }
 

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,16 @@ struct MemoryByCategory {
   std::uint64_t optimizer = 0;  // AdamW m and v
 };
 
+// What a plugin keeps on disk (gemini's offload folder): the bytes of its files by category,
+// and the chunk traffic between disk and host since prepare().
+struct DiskTierMemory {
+  std::string folder;
+  std::uint64_t used = 0;  // bytes of the tier's files
+  MemoryByCategory by_category;
+  std::uint64_t bytes_read = 0;     // disk → host
+  std::uint64_t bytes_written = 0;  // host → disk
+};
+
 struct StepStats {
   double grad_norm = 0.0;  // global L2 norm before clipping (unscaled)
   bool applied = true;     // false when fp16 loss scaling skipped the step
@@ -72,6 +83,8 @@ class Plugin {
   virtual StepStats step(double lr, double max_grad_norm) = 0;
 
   virtual MemoryByCategory memory() const = 0;
+  // The disk tier, for plugins that have one.
+  virtual std::optional<DiskTierMemory> disk_memory() const { return std::nullopt; }
   // After the last step: frees the optimizer state and the float32 masters of lower-precision
   // training, so the export has that memory. No step or checkpoint may follow.
   virtual void release_training_state() = 0;

@@ -170,6 +170,28 @@ void Trainer::emit_memory() {
   // What the whole machine uses: other programs' memory pressure next to ours.
   if (!report.on_device) report.system_used = system_memory_used_bytes();
   events_->on_memory(report);
+  if (const std::optional<DiskTierMemory> disk = plugin_->disk_memory()) {
+    MemoryReport d;
+    d.on_disk = true;
+    d.device = disk->folder;
+    d.used = disk->used;
+    d.reserved = disk->used;
+    d.by_category = disk->by_category;
+    d.bytes_read = disk->bytes_read;
+    d.bytes_written = disk->bytes_written;
+    const auto now = std::chrono::steady_clock::now();
+    if (last_disk_report_) {
+      const double seconds = std::chrono::duration<double>(now - last_disk_report_->at).count();
+      if (seconds > 0.0) {
+        d.read_bytes_per_s =
+            static_cast<double>(disk->bytes_read - last_disk_report_->bytes_read) / seconds;
+        d.written_bytes_per_s =
+            static_cast<double>(disk->bytes_written - last_disk_report_->bytes_written) / seconds;
+      }
+    }
+    last_disk_report_ = DiskSample{now, disk->bytes_read, disk->bytes_written};
+    events_->on_memory(d);
+  }
 }
 
 fs::path Trainer::save_checkpoint(std::int64_t step, const BatchSource& train,

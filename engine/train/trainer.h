@@ -17,6 +17,7 @@
 // layer_wrapper to train::checkpointed, so each layer keeps only its input and is recomputed in
 // backward (same losses and gradients, less activation memory, about one more forward per step).
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -124,6 +125,13 @@ class Trainer {
                                         std::int64_t total_steps);
   std::int64_t restore(BatchSource& train, std::int64_t total_steps);
   void emit_memory();
+  // The disk tier's traffic counters at the last memory report (rates are deltas).
+  struct DiskSample {
+    std::chrono::steady_clock::time_point at;
+    std::uint64_t bytes_read = 0;
+    std::uint64_t bytes_written = 0;
+  };
+  std::optional<DiskSample> last_disk_report_;
 
   std::shared_ptr<model::PretrainedModel> model_;
   TrainerOptions options_;

@@ -32,12 +32,18 @@ struct StepReport {
 // process's resident set on the host.
 struct MemoryReport {
   bool on_device = false;  // an accelerator's memory (else host memory)
+  bool on_disk = false;    // the plugin's disk tier (then `device` is its folder)
   std::string device;      // the plugin's device, e.g. "cpu", "cuda:0"
   std::uint64_t used = 0;
   std::uint64_t reserved = 0;
   MemoryByCategory by_category;
   std::uint64_t activations_other = 0;       // the rest of the resident set
   std::optional<std::uint64_t> system_used;  // host only: the whole machine's use
+  // Disk only: chunk traffic since the run started, and its rate since the last report.
+  std::uint64_t bytes_read = 0;
+  std::uint64_t bytes_written = 0;
+  double read_bytes_per_s = 0.0;
+  double written_bytes_per_s = 0.0;
 };
 
 class TrainerEvents {

@@ -216,12 +216,10 @@ class GeminiPlugin : public train::Plugin {
     MemoryByCategory m;
     for (const torch::Tensor& c : param_chunks_)
       m.weights += static_cast<std::uint64_t>(c.nbytes());
+    // Gradients that exist now (between backward and the update; none after a step).
     for (std::size_t i : trainable_order_) {
-      const Entry& e = entries_[i];
-      // A step holds the gradient in compute precision and, in bf16, its float32 widening.
-      m.gradients += static_cast<std::uint64_t>(e.tensor.nbytes());
-      if (dtype_ != torch::kFloat32)
-        m.gradients += static_cast<std::uint64_t>(e.tensor.numel()) * 4;
+      const torch::Tensor& g = entries_[i].tensor.grad();
+      if (g.defined()) m.gradients += static_cast<std::uint64_t>(g.nbytes());
     }
     for (const OptimChunk& c : optim_chunks_) {
       if (c.on_disk) continue;
@@ -230,6 +228,20 @@ class GeminiPlugin : public train::Plugin {
       if (dtype_ != torch::kFloat32) m.weights += floats * 4;  // host masters
     }
     return m;
+  }
+
+  std::optional<train::DiskTierMemory> disk_memory() const override {
+    if (!disk_) return std::nullopt;
+    train::DiskTierMemory d;
+    d.folder = disk_->folder().string();
+    d.used = disk_->bytes_on_disk();
+    // Every file of the tier is an optimizer chunk: Adam moments, and float32 masters in bf16.
+    const std::uint64_t masters_share = dtype_ == torch::kFloat32 ? 0 : 1;
+    d.by_category.weights = d.used * masters_share / arrays_per_chunk();
+    d.by_category.optimizer = d.used - d.by_category.weights;
+    d.bytes_read = disk_->bytes_read();
+    d.bytes_written = disk_->bytes_written();
+    return d;
   }
 
   void release_training_state() override {

@@ -110,12 +110,13 @@ class SinglePlugin : public Plugin {
   MemoryByCategory memory() const override {
     MemoryByCategory m;
     m.weights = model_weight_bytes_;
-    for (const NamedTensor& p : params_) {
-      // A step holds the gradient in compute precision and, with masters, in float32 too.
-      m.gradients += static_cast<std::uint64_t>(p.tensor.nbytes());
-      if (dtype_ != torch::kFloat32)
-        m.gradients += static_cast<std::uint64_t>(p.tensor.numel()) * 4;
-    }
+    // Gradients that exist now (between backward and the update; none after a step).
+    for (const NamedTensor& p : params_)
+      if (p.tensor.grad().defined())
+        m.gradients += static_cast<std::uint64_t>(p.tensor.grad().nbytes());
+    for (const NamedTensor& t : masters_)
+      if (dtype_ != torch::kFloat32 && t.tensor.grad().defined())
+        m.gradients += static_cast<std::uint64_t>(t.tensor.grad().nbytes());
     if (dtype_ != torch::kFloat32)
       for (const NamedTensor& t : masters_)
         m.weights += static_cast<std::uint64_t>(t.tensor.nbytes());
