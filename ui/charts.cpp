@@ -38,6 +38,20 @@ void apply_palette(QChart* chart, const QPalette& palette) {
   }
 }
 
+QString format_bytes(double bytes) {
+  if (!present(bytes)) return QStringLiteral("—");
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  double v = bytes;
+  while (std::abs(v) >= 1024.0 && unit < 4) {
+    v /= 1024.0;
+    ++unit;
+  }
+  if (unit == 0) return QString("%1 B").arg(v, 0, 'f', 0);
+  const int decimals = std::abs(v) >= 100 ? 0 : std::abs(v) >= 10 ? 1 : 2;
+  return QString("%1 %2").arg(v, 0, 'f', decimals).arg(kUnits[unit]);
+}
+
 namespace {
 
 QChart* make_chart() {
@@ -246,6 +260,9 @@ MemoryChart::MemoryChart(const QString& tier, QWidget* parent)
     uppers_ << upper;
     areas_ << area;
     lower = upper;
+    // Drawn and listed once the category holds something (see append()).
+    area->setVisible(false);
+    for (QLegendMarker* marker : chart()->legend()->markers(area)) marker->setVisible(false);
   }
   budget_ = new QLineSeries;
   add_line(budget_, tr("budget"), 5, Qt::DashLine);
@@ -301,6 +318,7 @@ void MemoryChart::append(const QList<MemorySample>& samples, double t0) {
     for (int i = 0; i < 4; ++i) {
       // Without a breakdown everything used counts as "other".
       double v = any ? (present(m.by_category[i]) ? m.by_category[i] : 0) : (i == 3 ? m.used : 0);
+      if (v > 0) shown_[i] = true;
       sum += v / kMiB;
       points[i].push_back({x, sum});
     }
@@ -316,7 +334,13 @@ void MemoryChart::append(const QList<MemorySample>& samples, double t0) {
     }
   }
   if (points[0].isEmpty()) return;
-  for (int i = 0; i < 4; ++i) append_points(uppers_[i], points[i]);
+  for (int i = 0; i < 4; ++i) {
+    append_points(uppers_[i], points[i]);
+    if (shown_[i] && !areas_[i]->isVisible()) {
+      areas_[i]->setVisible(true);
+      for (QLegendMarker* marker : chart()->legend()->markers(areas_[i])) marker->setVisible(true);
+    }
+  }
   if (!budget.isEmpty()) append_points(budget_, budget);
   if (!system.isEmpty()) append_points(system_, system);
   if (estimate_bytes_ > 0) draw_estimate();
@@ -332,8 +356,26 @@ int MemoryChart::system_point_count() const {
   return int(system_->count());
 }
 
+double MemoryChart::last_bytes(int category) const {
+  const QLineSeries* upper = uppers_.value(category);
+  if (!upper || upper->count() == 0) return kMissing;
+  const qsizetype last = upper->count() - 1;
+  const double below = category > 0 ? uppers_[category - 1]->at(last).y() : 0.0;
+  return (upper->at(last).y() - below) * kMiB;
+}
+
+bool MemoryChart::category_shown(int category) const {
+  const QAreaSeries* area = areas_.value(category);
+  return area && area->isVisible();
+}
+
 void MemoryChart::clear() {
   for (auto* s : uppers_) s->clear();
+  for (int i = 0; i < 4; ++i) {
+    shown_[i] = false;
+    areas_[i]->setVisible(false);
+    for (QLegendMarker* marker : chart()->legend()->markers(areas_[i])) marker->setVisible(false);
+  }
   budget_->clear();
   system_->clear();
   estimate_->clear();
@@ -344,6 +386,104 @@ void MemoryChart::clear() {
 }
 
 void MemoryChart::changeEvent(QEvent* event) {
+  if (event->type() == QEvent::PaletteChange) apply_palette(chart(), palette());
+  QChartView::changeEvent(event);
+}
+
+TrafficChart::TrafficChart(QWidget* parent) : QChartView(make_chart(), parent) {
+  setRenderHint(QPainter::Antialiasing);
+  setMinimumHeight(fontMetrics().height() * 12);
+  chart()->setTitle(tr("Chunk traffic"));
+  QFont small = chart()->legend()->font();
+  small.setPointSizeF(small.pointSizeF() * 0.85);
+  chart()->legend()->setFont(small);
+  x_axis_ = make_axis(tr("seconds"));
+  y_axis_ = make_axis(QString());
+  chart()->addAxis(x_axis_, Qt::AlignBottom);
+  chart()->addAxis(y_axis_, Qt::AlignLeft);
+  read_ = new QLineSeries;
+  written_ = new QLineSeries;
+  read_->setName(tr("disk → host"));
+  written_->setName(tr("host → disk"));
+  read_->setPen(QPen(series_color(0), 1.5));
+  written_->setPen(QPen(series_color(1), 1.5));
+  for (QLineSeries* series : {read_, written_}) {
+    chart()->addSeries(series);
+    series->attachAxis(x_axis_);
+    series->attachAxis(y_axis_);
+  }
+  set_unit(1);
+  x_axis_->setRange(0, 1);
+  y_axis_->setRange(0, 1);
+  apply_palette(chart(), palette());
+}
+
+QString TrafficChart::unit() const {
+  return y_axis_->titleText();
+}
+
+void TrafficChart::set_unit(double bytes_per_unit) {
+  static const char* kUnits[] = {"B/s", "KiB/s", "MiB/s", "GiB/s", "TiB/s"};
+  int index = 0;
+  for (double b = bytes_per_unit; b >= 1024.0 && index < 4; b /= 1024.0) ++index;
+  // Points already drawn move to the new unit (a power of 1024: exact).
+  const double factor = bytes_per_unit_ / bytes_per_unit;
+  for (QLineSeries* series : {read_, written_}) {
+    if (factor == 1.0 || series->count() == 0) continue;
+    QList<QPointF> points = series->points();
+    for (QPointF& p : points) p.setY(p.y() * factor);
+    series->replace(points);
+  }
+  bytes_per_unit_ = bytes_per_unit;
+  y_axis_->setTitleText(kUnits[index]);
+}
+
+void TrafficChart::append(const QList<MemorySample>& samples, double t0) {
+  QList<QPointF> read, written;  // y in bytes/s until the unit is known
+  for (const MemorySample& m : samples) {
+    if (m.tier != "disk") continue;
+    const double x = m.t - t0;
+    const double in = m.traffic.read_bytes_per_s, out = m.traffic.written_bytes_per_s;
+    if (present(in)) read.push_back({x, in});
+    if (present(out)) written.push_back({x, out});
+    if (!present(in) && !present(out)) continue;
+    x_max_ = std::max(x_max_, x);
+    y_max_bytes_ = std::max({y_max_bytes_, present(in) ? in : 0.0, present(out) ? out : 0.0});
+  }
+  if (read.isEmpty() && written.isEmpty()) return;
+  double bytes_per_unit = 1;
+  while (y_max_bytes_ / bytes_per_unit >= 1024.0 && bytes_per_unit < std::pow(1024.0, 4))
+    bytes_per_unit *= 1024.0;
+  const bool new_unit = bytes_per_unit != bytes_per_unit_;
+  if (new_unit) set_unit(bytes_per_unit);
+  for (QPointF& p : read) p.setY(p.y() / bytes_per_unit_);
+  for (QPointF& p : written) p.setY(p.y() / bytes_per_unit_);
+  append_points(read_, read);
+  append_points(written_, written);
+  cover_range(x_axis_, 0, std::max(x_max_, 1.0), false);
+  cover_range(y_axis_, 0, std::max(y_max_bytes_ / bytes_per_unit_ * 1.05, 1.0), new_unit);
+}
+
+int TrafficChart::point_count() const {
+  return int(std::max(read_->count(), written_->count()));
+}
+
+double TrafficChart::last_rate(Direction direction) const {
+  const QLineSeries* series = direction == Direction::DiskToHost ? read_ : written_;
+  if (series->count() == 0) return kMissing;
+  return series->at(series->count() - 1).y() * bytes_per_unit_;
+}
+
+void TrafficChart::clear() {
+  read_->clear();
+  written_->clear();
+  set_unit(1);
+  x_max_ = y_max_bytes_ = 0;
+  x_axis_->setRange(0, 1);
+  y_axis_->setRange(0, 1);
+}
+
+void TrafficChart::changeEvent(QEvent* event) {
   if (event->type() == QEvent::PaletteChange) apply_palette(chart(), palette());
   QChartView::changeEvent(event);
 }

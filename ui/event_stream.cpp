@@ -108,6 +108,12 @@ void apply_event(const json& e, const QByteArray& line, StreamState& state, RunS
     if (auto it = e.find("by_category"); it != e.end() && it->is_object())
       for (int i = 0; i < 4; ++i)
         m.by_category[i] = number(*it, memory_categories()[i].toUtf8().constData());
+    if (auto it = e.find("traffic"); it != e.end() && it->is_object()) {
+      m.traffic.read_bytes = number(*it, "read_bytes");
+      m.traffic.written_bytes = number(*it, "written_bytes");
+      m.traffic.read_bytes_per_s = number(*it, "read_bytes_per_s");
+      m.traffic.written_bytes_per_s = number(*it, "written_bytes_per_s");
+    }
     delta.memory.push_back(m);
     batch.memory.push_back(m);
     return;

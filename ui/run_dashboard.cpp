@@ -22,13 +22,17 @@
 #include <QVBoxLayout>
 
 #include "ui/charts.h"
+#include "ui/elided_label.h"
 #include "ui/run_monitor.h"
 
 namespace tessera::ui {
 
 namespace {
 constexpr int kRepaintIntervalMs = 40;  // at most 25 repaints a second
-}
+// Below this dashboard width (in average characters) the memory tabs show the disk chart and
+// the chunk traffic chart in two tabs rather than side by side.
+constexpr int kSideBySideChars = 170;
+}  // namespace
 
 QString format_duration(double seconds) {
   if (!present(seconds) || seconds < 0) return "—";
@@ -108,6 +112,9 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   grid->addWidget(lr_, 0, 1);
   grid->addWidget(throughput_, 1, 0);
   grid->addWidget(memory_tabs_, 1, 1);
+  // Equal halves, whatever the memory tabs hold (the disk tier's two charts ask for more).
+  grid->setColumnStretch(0, 1);
+  grid->setColumnStretch(1, 1);
 
   log_ = new QPlainTextEdit;
   log_->setReadOnly(true);
@@ -173,9 +180,17 @@ void RunDashboard::clear() {
   loss_->clear();
   lr_->clear();
   throughput_->clear();
-  for (MemoryChart* chart : memory_) chart->deleteLater();
   memory_.clear();
-  while (memory_tabs_->count() > 1) memory_tabs_->removeTab(1);
+  traffic_ = nullptr;
+  disk_panel_ = nullptr;
+  disk_charts_ = nullptr;
+  disk_folder_ = nullptr;
+  disk_totals_ = nullptr;
+  while (memory_tabs_->count() > 1) {
+    QWidget* tab = memory_tabs_->widget(1);  // a chart, the disk tier's panel, its traffic
+    memory_tabs_->removeTab(1);
+    tab->deleteLater();
+  }
   memory_tabs_->setTabVisible(0, true);
   log_->clear();
   spec_view_->clear();
@@ -322,6 +337,64 @@ void RunDashboard::show_replay(const RunRecord& run, const RunSeries& series) {
   eta_->clear();
 }
 
+QWidget* RunDashboard::make_tier_tab(const QString& tier, MemoryChart* chart) {
+  if (tier != "disk") return chart;
+  auto* panel = disk_panel_ = new QWidget;
+  auto* layout = new QVBoxLayout(panel);
+  layout->setContentsMargins(0, 0, 0, 0);
+  layout->setSpacing(2);
+  auto* info = new QHBoxLayout;
+  info->setContentsMargins(4, 2, 4, 0);
+  auto* folder_caption = new QLabel(tr("Folder:"));
+  disk_folder_ = new ElidedLabel(Qt::ElideMiddle);
+  disk_folder_->setObjectName("diskFolder");
+  disk_totals_ = new QLabel;
+  disk_totals_->setObjectName("diskTraffic");
+  disk_totals_->setToolTip(
+      tr("Chunk traffic between the offload folder and host memory since the run started"));
+  info->addWidget(folder_caption);
+  info->addWidget(disk_folder_, 1);
+  info->addSpacing(fontMetrics().averageCharWidth() * 2);
+  info->addWidget(disk_totals_);
+  layout->addLayout(info);
+  disk_charts_ = new QHBoxLayout;
+  disk_charts_->setContentsMargins(0, 0, 0, 0);
+  traffic_ = new TrafficChart;
+  disk_charts_->addWidget(chart, 3);
+  disk_charts_->addWidget(traffic_, 2);
+  layout->addLayout(disk_charts_, 1);
+  return panel;
+}
+
+void RunDashboard::place_traffic_chart() {
+  if (!traffic_ || memory_tabs_->indexOf(disk_panel_) < 0) return;
+  const bool side_by_side = width() >= fontMetrics().averageCharWidth() * kSideBySideChars;
+  const int own_tab = memory_tabs_->indexOf(traffic_);
+  if (side_by_side && own_tab >= 0) {
+    const bool was_current = memory_tabs_->currentIndex() == own_tab;
+    memory_tabs_->removeTab(own_tab);
+    disk_charts_->addWidget(traffic_, 2);
+    traffic_->show();
+    if (was_current) memory_tabs_->setCurrentWidget(disk_panel_);
+  } else if (!side_by_side && own_tab < 0) {
+    disk_charts_->removeWidget(traffic_);
+    memory_tabs_->insertTab(memory_tabs_->indexOf(disk_panel_) + 1, traffic_, tr("disk traffic"));
+  }
+}
+
+void RunDashboard::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  place_traffic_chart();
+}
+
+void RunDashboard::update_disk_labels(const MemorySample& latest) {
+  disk_folder_->set_full_text(latest.device);
+  if (!present(latest.traffic.read_bytes) && !present(latest.traffic.written_bytes)) return;
+  disk_totals_->setText(tr("read %1 · written %2")
+                            .arg(format_bytes(latest.traffic.read_bytes),
+                                 format_bytes(latest.traffic.written_bytes)));
+}
+
 void RunDashboard::append(const RunSeries& s) {
   ++repaints_;
   QList<QPointF> loss, smoothed, eval_loss, lr, tps;
@@ -353,11 +426,21 @@ void RunDashboard::append(const RunSeries& s) {
       auto* chart = new MemoryChart(m.tier);
       chart->set_estimate(planned_peaks_.value(m.tier));
       memory_.insert(m.tier, chart);
-      memory_tabs_->addTab(chart, m.tier);
+      QWidget* tab = make_tier_tab(m.tier, chart);
+      memory_tabs_->addTab(tab, m.tier);
       memory_tabs_->setTabVisible(0, false);
-      if (memory_tabs_->currentIndex() == 0) memory_tabs_->setCurrentWidget(chart);
+      if (memory_tabs_->currentIndex() == 0) memory_tabs_->setCurrentWidget(tab);
     }
+    place_traffic_chart();
     for (MemoryChart* chart : memory_) chart->append(s.memory, t0_);
+    if (traffic_) {
+      traffic_->append(s.memory, t0_);
+      for (auto it = s.memory.crbegin(); it != s.memory.crend(); ++it)
+        if (it->tier == "disk") {
+          update_disk_labels(*it);
+          break;
+        }
+    }
   }
 
   if (s.has_progress) {

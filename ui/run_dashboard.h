@@ -1,7 +1,8 @@
 #pragma once
 // The run dashboard: live (from a RunMonitor) or replayed (from the runs database) charts of
-// training and evaluation loss, learning rate, tokens/s and memory per tier, a progress bar
-// with ETA, the last error and the log. Live data is drawn at most ~25 times a second.
+// training and evaluation loss, learning rate, tokens/s and memory per tier (with the disk
+// tier's folder and chunk traffic when the run offloads to disk), a progress bar with ETA, the
+// last error and the log. Live data is drawn at most ~25 times a second.
 #include <QMap>
 #include <QPointer>
 #include <QTimer>
@@ -10,6 +11,7 @@
 #include "ui/run_data.h"
 #include "ui/runs_db.h"
 
+class QHBoxLayout;
 class QLabel;
 class QPlainTextEdit;
 class QProgressBar;
@@ -18,9 +20,11 @@ class QTabWidget;
 
 namespace tessera::ui {
 
+class ElidedLabel;
 class LineChart;
 class MemoryChart;
 class RunMonitor;
+class TrafficChart;
 
 class RunDashboard : public QWidget {
   Q_OBJECT
@@ -36,6 +40,11 @@ class RunDashboard : public QWidget {
   LineChart* lr_chart() const { return lr_; }
   LineChart* throughput_chart() const { return throughput_; }
   MemoryChart* memory_chart(const QString& tier) const { return memory_.value(tier); }
+  QTabWidget* memory_tabs() const { return memory_tabs_; }
+  // The disk tier's chunk traffic and offload folder: nullptr until a disk-tier sample arrives.
+  TrafficChart* traffic_chart() const { return traffic_; }
+  ElidedLabel* disk_folder_label() const { return disk_folder_; }
+  QLabel* disk_traffic_label() const { return disk_totals_; }
   QProgressBar* progress_bar() const { return progress_; }
   QLabel* status_label() const { return status_; }
   QPushButton* stop_button() const { return stop_; }
@@ -69,7 +78,18 @@ class RunDashboard : public QWidget {
   // The run's job.json (unless `plan_only`) and plan.json into their views, and the plan's
   // estimated peaks onto the memory charts.
   void load_run_files(bool plan_only);
+  // The tab of a tier's chart; the disk tier's also holds its folder and chunk traffic.
+  QWidget* make_tier_tab(const QString& tier, MemoryChart* chart);
+  void update_disk_labels(const MemorySample& latest);
+  // The traffic chart beside the disk chart when the dashboard is wide enough for both to be
+  // readable, else in a tab of its own after the disk tier's. (The dashboard's width, not the
+  // tabs': theirs follows what they hold.)
+  void place_traffic_chart();
 
+ protected:
+  void resizeEvent(QResizeEvent* event) override;
+
+ private:
   QPointer<RunMonitor> monitor_;
   QTimer repaint_timer_;
   QTimer stall_timer_;  // checks a live run for silence once a second
@@ -89,6 +109,11 @@ class RunDashboard : public QWidget {
   LineChart* throughput_;
   QTabWidget* memory_tabs_;
   QMap<QString, MemoryChart*> memory_;
+  QWidget* disk_panel_ = nullptr;  // the disk tier's tab: folder, totals, charts
+  QHBoxLayout* disk_charts_ = nullptr;
+  TrafficChart* traffic_ = nullptr;
+  ElidedLabel* disk_folder_ = nullptr;
+  QLabel* disk_totals_ = nullptr;
   QPlainTextEdit* log_;
   QPlainTextEdit* spec_view_;
   QPlainTextEdit* plan_view_;

@@ -27,6 +27,17 @@ inline const QStringList& memory_categories() {
   return kCategories;
 }
 
+// Disk tier: chunk traffic between the disk and host memory, in bytes: totals since the run
+// started and rates since the previous report (kMissing: not reported).
+struct ChunkTraffic {
+  double read_bytes = kMissing, written_bytes = kMissing;  // disk → host, host → disk
+  double read_bytes_per_s = kMissing, written_bytes_per_s = kMissing;  // the same per second
+  bool reported() const {
+    return present(read_bytes) || present(written_bytes) || present(read_bytes_per_s) ||
+           present(written_bytes_per_s);
+  }
+};
+
 struct MemorySample {
   double t = 0;
   QString tier;                                             // device | host | disk
@@ -34,6 +45,7 @@ struct MemorySample {
   double used = 0, reserved = kMissing, budget = kMissing;  // bytes
   double system_used = kMissing;  // host tier: memory in use on the whole machine
   double by_category[4] = {kMissing, kMissing, kMissing, kMissing};  // memory_categories()
+  ChunkTraffic traffic;                                              // disk tier only
 };
 
 struct CheckpointRecord {

@@ -88,6 +88,11 @@ const QList<QStringList>& migrations() {
        "ALTER TABLE runs ADD COLUMN events_offset INTEGER",
        "ALTER TABLE runs ADD COLUMN steps_done INTEGER",
        "ALTER TABLE runs ADD COLUMN total_steps INTEGER"},
+      // 3 → 4: the disk tier's chunk traffic (totals and rates)
+      {"ALTER TABLE memory ADD COLUMN read_bytes REAL",
+       "ALTER TABLE memory ADD COLUMN written_bytes REAL",
+       "ALTER TABLE memory ADD COLUMN read_bytes_per_s REAL",
+       "ALTER TABLE memory ADD COLUMN written_bytes_per_s REAL"},
   };
   return kMigrations;
 }
@@ -247,7 +252,8 @@ RunSeries load_run_series(QSqlDatabase& db, const QString& id) {
   }
   q.prepare(
       "SELECT t, tier, device, used, reserved, budget, weights, gradients, optimizer, "
-      "activations_other, system_used FROM memory WHERE run_id = ? ORDER BY rowid");
+      "activations_other, system_used, read_bytes, written_bytes, read_bytes_per_s, "
+      "written_bytes_per_s FROM memory WHERE run_id = ? ORDER BY rowid");
   q.addBindValue(id);
   if (!q.exec()) fail(db, "load memory", q.lastError());
   while (q.next()) {
@@ -260,6 +266,10 @@ RunSeries load_run_series(QSqlDatabase& db, const QString& id) {
     m.budget = num(q.value(5));
     for (int i = 0; i < 4; ++i) m.by_category[i] = num(q.value(6 + i));
     m.system_used = num(q.value(10));
+    m.traffic.read_bytes = num(q.value(11));
+    m.traffic.written_bytes = num(q.value(12));
+    m.traffic.read_bytes_per_s = num(q.value(13));
+    m.traffic.written_bytes_per_s = num(q.value(14));
     s.memory.push_back(m);
   }
   q.prepare("SELECT type, json, seq FROM events WHERE run_id = ? ORDER BY seq");
@@ -354,7 +364,8 @@ void write_batch(QSqlDatabase& db, const RunBatch& b) {
     if (!b.memory.isEmpty()) {
       q.prepare(
           "INSERT INTO memory (run_id, t, tier, device, used, reserved, budget, weights, "
-          "gradients, optimizer, activations_other, system_used) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
+          "gradients, optimizer, activations_other, system_used, read_bytes, written_bytes, "
+          "read_bytes_per_s, written_bytes_per_s) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
       for (const MemorySample& m : b.memory) {
         q.bindValue(0, b.run_id);
         q.bindValue(1, m.t);
@@ -365,6 +376,10 @@ void write_batch(QSqlDatabase& db, const RunBatch& b) {
         q.bindValue(6, opt(m.budget));
         for (int i = 0; i < 4; ++i) q.bindValue(7 + i, opt(m.by_category[i]));
         q.bindValue(11, opt(m.system_used));
+        q.bindValue(12, opt(m.traffic.read_bytes));
+        q.bindValue(13, opt(m.traffic.written_bytes));
+        q.bindValue(14, opt(m.traffic.read_bytes_per_s));
+        q.bindValue(15, opt(m.traffic.written_bytes_per_s));
         if (!q.exec()) fail(db, "insert memory", q.lastError());
       }
     }

@@ -16,7 +16,7 @@
 
 namespace tessera::ui {
 
-inline constexpr int kRunsSchemaVersion = 3;
+inline constexpr int kRunsSchemaVersion = 4;
 
 struct RunRecord {
   QString id;

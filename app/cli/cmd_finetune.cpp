@@ -31,12 +31,13 @@ double to_double(const std::string& flag, const std::string& value) {
 }
 
 int run_finetune(const std::vector<std::string>& raw) {
-  Args args(raw, {"--print-job"},
-            {"--model",    "--data",         "--validation",      "--format",     "--method",
-             "--steps",    "--epochs",       "--batch-size",      "--grad-accum", "--lr",
-             "--seed",     "--save-every",   "--eval-every",      "--resume",     "--precision",
-             "--out",      "--events",       "--max-length",      "--lora-rank",  "--lora-alpha",
-             "--schedule", "--warmup-steps", "--validation-split"});
+  Args args(
+      raw, {"--print-job"},
+      {"--model",    "--data",         "--validation",       "--format",     "--method",
+       "--steps",    "--epochs",       "--batch-size",       "--grad-accum", "--lr",
+       "--seed",     "--save-every",   "--eval-every",       "--resume",     "--precision",
+       "--out",      "--events",       "--max-length",       "--lora-rank",  "--lora-alpha",
+       "--schedule", "--warmup-steps", "--validation-split", "--strategy",   "--strategy-options"});
   args.expect_no_positionals();
   const std::string& model = args.required("--model", "PATH");
   const std::string& data = args.required("--data", "FILE");
@@ -74,6 +75,20 @@ int run_finetune(const std::vector<std::string>& raw) {
       {"version", job::kJobSpecVersion}, {"model", {{"path", model}}}, {"dataset", dataset},
       {"method", method_json},           {"training", training},       {"output", output}};
   if (auto v = args.option("--precision")) doc["precision"] = *v;
+  if (args.option("--strategy") || args.option("--strategy-options")) {
+    nlohmann::json strategy = {
+        {"name", args.option("--strategy") ? *args.option("--strategy") : std::string("auto")}};
+    if (auto v = args.option("--strategy-options")) {
+      nlohmann::json options = nlohmann::json::parse(*v, nullptr, /*allow_exceptions=*/false);
+      if (!options.is_object())
+        throw UsageError{
+            "--strategy-options expects a JSON object, e.g. "
+            "'{\"offload_optim_frac\": 1}', got '" +
+            *v + "'"};
+      strategy["options"] = options;
+    }
+    doc["strategy"] = strategy;
+  }
   job::JobSpec spec = job::parse_job_spec(doc, "finetune flags");
 
   if (args.flag("--print-job")) {
@@ -90,7 +105,8 @@ const RegisterCommand kRegister{{
     "[--steps N | --epochs N] [--batch-size N] [--grad-accum N] [--lr X] [--schedule S] "
     "[--warmup-steps N] [--seed N] [--save-every N] [--eval-every N] [--max-length N] "
     "[--validation-split X] [--lora-rank R] [--lora-alpha A] [--resume DIR] "
-    "[--precision fp32|bf16] [--out DIR] [--events FILE|-] [--print-job]",
+    "[--precision fp32|bf16] [--strategy auto|single|gemini] [--strategy-options JSON] "
+    "[--out DIR] [--events FILE|-] [--print-job]",
     "Fine-tune a model on a dataset (builds a job spec from the flags and runs it)",
     run_finetune,
 }};

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -234,9 +235,11 @@ TensorInfo parse_tensor_entry(const std::string& file, const std::string& name, 
   return info;
 }
 
-// Writes a file atomically from several buffers without joining them in memory.
+// Writes a file atomically from several buffers without joining them in memory; calls
+// `after_part(i)` once part i is written (so a caller can release its memory).
 void write_buffers_atomic(const fs::path& path,
-                          const std::vector<std::span<const std::uint8_t>>& parts) {
+                          const std::vector<std::span<const std::uint8_t>>& parts,
+                          const std::function<void(std::size_t)>& after_part = {}) {
   std::random_device rd;
   fs::path tmp = path;
   tmp += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(rd());
@@ -252,7 +255,8 @@ void write_buffers_atomic(const fs::path& path,
     throw_io(path.string() + ": " + what + ": " + why,
              "check free disk space; the previous file (if any) is untouched");
   };
-  for (auto part : parts) {
+  for (std::size_t index = 0; index < parts.size(); ++index) {
+    const std::span<const std::uint8_t> part = parts[index];
     const std::uint8_t* p = part.data();
     std::size_t left = part.size();
     while (left > 0) {
@@ -265,6 +269,7 @@ void write_buffers_atomic(const fs::path& path,
       p += n;
       left -= static_cast<std::size_t>(n);
     }
+    if (after_part) after_part(index);
   }
   if (::fsync(fd) != 0) fail("fsync failed");
   if (::close(fd) != 0) {
@@ -729,7 +734,8 @@ std::uint64_t SafetensorsCheckpoint::parameter_count() const {
 // ---- writer -------------------------------------------------------------------------------
 
 void write_safetensors(const fs::path& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                       const std::map<std::string, std::string>& metadata,
+                       const std::function<void(std::size_t)>& written) {
   check_tensors_to_write(path, tensors);
   // Larger elements first, then by name, in the reference writer's order (so our files are
   // byte-identical to Python's save_file): with the data buffer 8-aligned, every tensor then
@@ -787,7 +793,11 @@ void write_safetensors(const fs::path& path, const std::vector<TensorToWrite>& t
   parts.emplace_back(length_bytes.data(), length_bytes.size());
   parts.emplace_back(reinterpret_cast<const std::uint8_t*>(header.data()), header.size());
   for (const auto* t : order) parts.push_back(t->bytes);
-  write_buffers_atomic(path, parts);
+  write_buffers_atomic(path, parts, [&](std::size_t part) {
+    // Parts 0 and 1 are the length and the header.
+    if (part >= 2 && written)
+      written(static_cast<std::size_t>(order[part - 2] - tensors.data()));
+  });
 }
 
 std::vector<fs::path> write_safetensors_sharded(const fs::path& dir,

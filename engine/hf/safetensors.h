@@ -6,6 +6,7 @@
 // and the fault, never crashes.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -87,9 +88,12 @@ struct TensorToWrite {
   std::span<const std::uint8_t> bytes;
 };
 
-// Writes one safetensors file atomically (temporary file, fsync, rename).
+// Writes one safetensors file atomically (temporary file, fsync, rename). `written(i)`, when
+// given, is called once tensors[i]'s bytes are in the file, so memory-mapped sources can be
+// released one by one instead of all staying resident until the end.
 void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                       const std::map<std::string, std::string>& metadata = {},
+                       const std::function<void(std::size_t)>& written = {});
 
 // Writes `tensors` into `dir` as HuggingFace does: `model.safetensors` when everything fits
 // in `max_shard_bytes`, else `model-0000i-of-0000n.safetensors` shards plus

@@ -128,7 +128,7 @@ const std::vector<StrategyInfo>& strategies() {
                  /*supported_max=*/0.0),
         path("offload_dir", "the folder for the disk tier (default: the run folder's offload/)"),
         size("chunk_size", "bytes per chunk: auto (searched to waste the least) or a size")},
-       /*planned=*/false},
+       /*planned=*/true},
   };
   return table;
 }

@@ -183,6 +183,30 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
   // gradients of both, all [T, V]; plus the final norm.
   const double head = t * v * (bf16 ? 2.0 + 4.0 * 3 : 4.0 * 4) + t * h * (act + 2 * norm_bytes);
   e.activations = to_bytes((stack + head) * kActivationOverhead);
+
+  if (s.strategy == "gemini") {
+    // Optimizer chunks (plugins/gemini): Adam moments, and in bf16 the fp32 masters, a share
+    // `f` of them on disk in whole chunks; the rest stays on the host as with `single`.
+    const double f = std::clamp(s.offload_optim_frac, 0.0, 1.0);
+    const double masters = bf16 ? trainable * 4.0 : 0.0;
+    e.optimizer = to_bytes((1.0 - f) * trainable * 8.0);
+    e.weights = to_bytes(stored * param_bytes + (1.0 - f) * masters);
+    e.disk_optimizer = to_bytes(f * trainable * 8.0);
+    e.disk_weights = to_bytes(f * masters);
+    if (f > 0.0) {
+      // Chunk size as the plugin searches it: at least the largest tensor, at most 16M floats,
+      // about an eighth of the trainable parameters; three such chunks in flight.
+      const double largest = lora ? trainable : std::max(v * h, h * m);
+      const double chunk = std::max(largest, std::min(16.0 * 1024 * 1024, trainable / 8.0));
+      const double arrays = bf16 ? 3.0 : 2.0;
+      e.offload_buffers =
+          to_bytes(std::min(3.0 * chunk * 4.0 * arrays, f * trainable * 4.0 * arrays));
+    }
+    // Before training the host holds the fp32 model and its host optimizer chunks.
+    e.load_peak = std::max(
+        e.load_peak, to_bytes(n * 4.0 + static_cast<double>(e.optimizer) + (1.0 - f) * masters +
+                              static_cast<double>(kRuntimeBaselineBytes)));
+  }
   return e;
 }
 
@@ -244,33 +268,84 @@ Plan make_plan(const PlanInputs& in) {
     }
   std::sort(micro_batches.rbegin(), micro_batches.rend());
 
+  // The disk tier gemini may fill: the free space of the run's filesystem, less the headroom.
+  const std::uint64_t disk_limit =
+      hw.disk ? static_cast<std::uint64_t>(static_cast<double>(hw.disk->free) * (1.0 - kHeadroom))
+              : 0;
   auto fits = [&](const Settings& s) {
-    return estimate_memory(c, s, in.checkpoint_bytes).peak() <= limit;
+    const MemoryEstimate e = estimate_memory(c, s, in.checkpoint_bytes);
+    return e.peak() <= limit && (e.disk() == 0 || e.disk() <= disk_limit);
   };
-  // Largest micro-batch without checkpointing, then with it; bf16 when native; LoRA last.
-  auto search = [&](Settings s) -> std::optional<Settings> {
-    std::vector<std::string> precisions = {s.precision};
-    if (s.precision == "fp32" && bf16_native) precisions.push_back("bf16");
-    for (const auto& p : precisions)
-      for (bool ckpt : {spec.training.activation_checkpointing, true})
-        for (std::int64_t mb : micro_batches) {
-          s.precision = p;
+  // Largest micro-batch without checkpointing, then with it; for each, the smallest share of
+  // the optimizer state on disk that fits (gemini; {0} for single).
+  auto search = [&](Settings s, const std::vector<double>& fractions,
+                    const std::string& precision) -> std::optional<Settings> {
+    for (bool ckpt : {spec.training.activation_checkpointing, true})
+      for (std::int64_t mb : micro_batches)
+        for (double f : fractions) {
+          s.precision = precision;
           s.activation_checkpointing = ckpt;
           s.micro_batch = mb;
           s.gradient_accumulation = saturating_mul(spec.training.gradient_accumulation, batch / mb);
+          s.offload_optim_frac = f;
           if (fits(s)) return s;
         }
     return std::nullopt;
   };
-  std::optional<Settings> chosen = search(base);
+  // The user's precision first, bf16 (when native) only if nothing fits in it.
+  std::vector<std::string> precisions = {base.precision};
+  if (base.precision == "fp32" && bf16_native) precisions.push_back("bf16");
+  const bool named_gemini = spec.strategy.name == "gemini";
+  if (named_gemini) {
+    base.strategy = "gemini";
+    const auto it = spec.strategy.options.find("offload_optim_frac");
+    base.offload_optim_frac =
+        it != spec.strategy.options.end() && it->is_number() ? it->get<double>() : 0.0;
+  }
+  // `auto` keeps the user's method: full fine-tuning that does not fit in RAM moves optimizer
+  // state to disk (gemini, CPU only) before it changes the precision or falls back to LoRA.
+  const bool may_offload = !named_gemini && spec.strategy.name == job::kAutoStrategy && !gpu &&
+                           base.method == "full" && disk_limit > 0;
+  std::optional<Settings> chosen;
+  for (const std::string& precision : precisions) {
+    chosen = search(base, {base.offload_optim_frac}, precision);
+    if (chosen || !may_offload) {
+      if (chosen) break;
+      continue;
+    }
+    Settings offloaded = base;
+    offloaded.strategy = "gemini";
+    chosen = search(offloaded, {0.25, 0.5, 0.75, 1.0}, precision);
+    if (!chosen) continue;
+    const auto e = estimate_memory(c, *chosen, in.checkpoint_bytes);
+    plan.reasons.push_back(
+        "full fine-tuning does not fit in " + gib(limit) + " with everything in RAM: gemini " +
+        "keeps " + std::to_string(static_cast<int>(chosen->offload_optim_frac * 100 + 0.5)) +
+        "% of the optimizer state (" + gib(e.disk()) + ") on disk in " + hw.disk->path + " (" +
+        gib(hw.disk->free) + " free)");
+    Settings lora = base;
+    lora.method = "lora";
+    for (const std::string& p : precisions)
+      if (auto alternative = search(lora, {0.0}, p)) {
+        Plan::Alternative a;
+        a.settings = *alternative;
+        a.peak = estimate_memory(c, *alternative, in.checkpoint_bytes).peak();
+        plan.alternatives.push_back(a);
+        break;
+      }
+    break;
+  }
   if (!chosen && base.method == "full") {
     Settings lora = base;
     lora.method = "lora";
-    chosen = search(lora);
+    lora.strategy = "single";
+    for (const std::string& p : precisions)
+      if ((chosen = search(lora, {0.0}, p))) break;
     if (chosen)
       plan.reasons.push_back("full fine-tuning does not fit in " + gib(limit) +
+                             (may_offload ? " even with the optimizer state on disk," : "") +
                              " even with micro-batch 1 and activation checkpointing: LoRA (rank " +
-                             std::to_string(lora.lora_rank) + ") instead");
+                             std::to_string(lora.lora_rank) + ") instead — the method changes");
   }
   plan.fits = chosen.has_value();
   if (!chosen) {
@@ -291,8 +366,18 @@ Plan make_plan(const PlanInputs& in) {
   }
   plan.settings = *chosen;
   const Settings& s = plan.settings;
+  plan.strategy = s.strategy == "gemini" ? "gemini" : plan.strategy;
   tier.estimate = estimate_memory(c, s, in.checkpoint_bytes);
   plan.tiers.push_back(tier);
+  if (tier.estimate.disk() > 0) {
+    PlanTier disk;
+    disk.tier = "disk";
+    disk.device = hw.disk ? hw.disk->path : "";
+    disk.budget = hw.disk ? hw.disk->free : 0;
+    disk.estimate.optimizer = tier.estimate.disk_optimizer;
+    disk.estimate.weights = tier.estimate.disk_weights;
+    plan.tiers.push_back(disk);
+  }
   plan.trainable_parameters = s.method == "lora"
                                   ? count_lora_parameters(c, s.lora_rank, s.lora_targets)
                                   : plan.total_parameters;
@@ -300,9 +385,12 @@ Plan make_plan(const PlanInputs& in) {
   if (plan.fits) {
     std::size_t planned = 0;
     for (const auto& entry : job::strategies()) planned += entry.planned ? 1 : 0;
-    plan.reasons.insert(plan.reasons.begin(),
-                        "strategy " + plan.strategy + ": one process on " + tier.device +
-                            (planned == 1 ? ", the only strategy this build has" : ""));
+    plan.reasons.insert(
+        plan.reasons.begin(),
+        "strategy " + plan.strategy + ": one process on " + tier.device +
+            (planned == 1 ? ", the only strategy this build has" : "") +
+            (s.strategy == "gemini" ? ", parameters in chunks, optimizer state partly on disk"
+                                    : ""));
     if (s.micro_batch < batch)
       plan.reasons.push_back("micro-batch " + std::to_string(s.micro_batch) + " × " +
                              std::to_string(batch / s.micro_batch) + " accumulation steps: batch " +
@@ -320,6 +408,42 @@ Plan make_plan(const PlanInputs& in) {
   plan.flops_per_step = per_token * d(plan.total_parameters) * tokens;
   const double flops = gpu ? 50e12 : hw.cpu_flops;
   plan.seconds_per_step = flops > 0 ? plan.flops_per_step / flops : 0.0;
+  // gemini: every step reads and writes the on-disk optimizer chunks once. The next chunk's read
+  // and the previous one's write overlap the update of the current one, but not the forward and
+  // backward, so the disk time adds to the compute time.
+  const std::uint64_t disk_bytes = tier.estimate.disk();
+  if (disk_bytes > 0) {
+    plan.disk_bytes_per_step = 2 * disk_bytes;
+    if (hw.disk && hw.disk->measured && hw.disk->read_bytes_per_s > 0 &&
+        hw.disk->write_bytes_per_s > 0) {
+      plan.disk_seconds_per_step =
+          d(static_cast<std::int64_t>(disk_bytes)) *
+          (1.0 / hw.disk->read_bytes_per_s + 1.0 / hw.disk->write_bytes_per_s);
+      plan.seconds_per_step += plan.disk_seconds_per_step;
+      plan.reasons.push_back("disk I/O per step: " + gib(plan.disk_bytes_per_step) + " (" +
+                             std::to_string(plan.disk_seconds_per_step).substr(0, 5) +
+                             " s at the measured speed), added to the compute time: it overlaps "
+                             "the optimizer update, not the forward and backward");
+    } else {
+      plan.reasons.push_back("disk I/O per step: " + gib(plan.disk_bytes_per_step) +
+                             "; the disk speed was not measured, so the time leaves it out");
+    }
+  }
+  for (Plan::Alternative& a : plan.alternatives) {
+    const double alt_tokens = tokens;
+    const double alt_per_token = (a.settings.method == "lora" ? 4.0 : 6.0) +
+                                 (a.settings.activation_checkpointing ? 2.0 : 0.0);
+    a.seconds_per_step =
+        flops > 0 ? alt_per_token * d(plan.total_parameters) * alt_tokens / flops : 0.0;
+    a.summary =
+        (a.settings.method == "lora" ? "LoRA (rank " + std::to_string(a.settings.lora_rank) + ")"
+                                     : std::string("full fine-tuning")) +
+        " with everything in RAM would fit too: " + gib(a.peak) + " peak, about " +
+        std::to_string(a.seconds_per_step).substr(0, 5) +
+        " s per step (this plan: " + std::to_string(plan.seconds_per_step).substr(0, 5) +
+        " s); it trains far fewer weights";
+    plan.reasons.push_back("alternative: " + a.summary);
+  }
   if (spec.training.steps) {
     plan.total_steps = *spec.training.steps;
     plan.steps_source = "training.steps";
@@ -335,11 +459,16 @@ Plan make_plan(const PlanInputs& in) {
   const std::string method =
       s.method == "lora" ? "LoRA (rank " + std::to_string(s.lora_rank) + ")" : "full fine-tuning";
   if (plan.fits)
-    plan.explanation = method + " in " + s.precision + " on the " +
-                       (gpu ? std::string("GPU") : std::string("CPU")) + ", micro-batch " +
-                       std::to_string(s.micro_batch) +
-                       (s.activation_checkpointing ? " with activation checkpointing" : "") + ": " +
-                       gib(peak) + " of " + budget + ".";
+    plan.explanation =
+        method + " in " + s.precision + " on the " +
+        (gpu ? std::string("GPU") : std::string("CPU")) + ", micro-batch " +
+        std::to_string(s.micro_batch) +
+        (s.activation_checkpointing ? " with activation checkpointing" : "") +
+        (disk_bytes > 0
+             ? ", " + std::to_string(static_cast<int>(s.offload_optim_frac * 100 + 0.5)) +
+                   "% of the optimizer state on disk (" + gib(disk_bytes) + ")"
+             : std::string()) +
+        ": " + gib(peak) + " of " + budget + ".";
   else
     plan.explanation = "out of memory: this job does not fit in " + budget + " even with " +
                        "micro-batch 1, activation checkpointing and LoRA; " + plan.what_would_fit +
@@ -380,7 +509,9 @@ json to_json(const Plan& p) {
         {"micro_batch", s.micro_batch},
         {"gradient_accumulation", s.gradient_accumulation},
         {"activation_checkpointing", s.activation_checkpointing},
-        {"sequence_length", s.sequence_length}}},
+        {"sequence_length", s.sequence_length},
+        {"strategy", s.strategy},
+        {"offload_optim_frac", s.offload_optim_frac}}},
       {"parameters",
        {{"total", p.total_parameters},
         {"checkpoint", p.checkpoint_parameters ? json(*p.checkpoint_parameters) : json(nullptr)},
@@ -393,10 +524,22 @@ json to_json(const Plan& p) {
         {"steps_source", p.steps_source},
         {"total_seconds",
          p.total_steps ? json(p.seconds_per_step * d(*p.total_steps)) : json(nullptr)},
+        {"disk_bytes_per_step", p.disk_bytes_per_step},
+        {"disk_seconds_per_step", p.disk_seconds_per_step},
         {"rough", true}}},
       {"reasons", p.reasons},
       {"explanation", p.explanation}};
   if (!p.what_would_fit.empty()) out["what_would_fit"] = p.what_would_fit;
+  json alternatives = json::array();
+  for (const auto& a : p.alternatives)
+    alternatives.push_back({{"method", a.settings.method},
+                            {"strategy", a.settings.strategy},
+                            {"precision", a.settings.precision},
+                            {"micro_batch", a.settings.micro_batch},
+                            {"peak", a.peak},
+                            {"seconds_per_step", a.seconds_per_step},
+                            {"summary", a.summary}});
+  out["alternatives"] = alternatives;
   return out;
 }
 
@@ -454,6 +597,8 @@ job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& s) {
   out.training.batch_size = s.micro_batch;
   out.training.gradient_accumulation = s.gradient_accumulation;
   out.training.activation_checkpointing = s.activation_checkpointing;
+  if (s.strategy == "gemini" && spec.strategy.name == job::kAutoStrategy)
+    out.strategy = {"gemini", {{"offload_optim_frac", s.offload_optim_frac}}};
   return out;
 }
 
@@ -470,12 +615,20 @@ Settings settings_from_json(const nlohmann::json& j, const std::string& source) 
     s.gradient_accumulation = j.at("gradient_accumulation").get<std::int64_t>();
     s.activation_checkpointing = j.at("activation_checkpointing").get<bool>();
     s.sequence_length = j.at("sequence_length").get<std::int64_t>();
+    // Plans recorded before gemini was planned have neither: single.
+    s.strategy = j.value("strategy", std::string("single"));
+    s.offload_optim_frac = j.value("offload_optim_frac", 0.0);
   } catch (const nlohmann::json::exception& e) {
     throw_invalid(source + ": the plan's settings are incomplete (" + e.what() + ")",
                   "delete the file to plan again from the job spec");
   }
   if (s.micro_batch < 1 || s.gradient_accumulation < 1)
     throw_invalid(source + ": settings.micro_batch and gradient_accumulation must be >= 1",
+                  "delete the file to plan again from the job spec");
+  if ((s.strategy != "single" && s.strategy != "gemini") ||
+      !(s.offload_optim_frac >= 0.0 && s.offload_optim_frac <= 1.0))
+    throw_invalid(source + ": settings.strategy must be single or gemini and " +
+                      "offload_optim_frac within 0 … 1",
                   "delete the file to plan again from the job spec");
   return s;
 }
@@ -496,6 +649,10 @@ std::vector<std::string> applied_changes(const job::JobSpec& spec, const Setting
   if (s.activation_checkpointing != spec.training.activation_checkpointing)
     changes.push_back(std::string("activation checkpointing ") +
                       (s.activation_checkpointing ? "on" : "off"));
+  if (s.strategy == "gemini" && spec.strategy.name != "gemini")
+    changes.push_back("strategy gemini with " +
+                      std::to_string(static_cast<int>(s.offload_optim_frac * 100 + 0.5)) +
+                      "% of the optimizer state on disk");
   return changes;
 }
 

@@ -48,6 +48,10 @@ struct Settings {
   std::int64_t gradient_accumulation = 1;
   std::int64_t sequence_length = 512;
   bool activation_checkpointing = false;
+  // The plugin: "single", or "gemini" with this share of the optimizer state (Adam moments and
+  // fp32 masters) on disk.
+  std::string strategy = "single";
+  double offload_optim_frac = 0.0;
 };
 
 struct MemoryEstimate {
@@ -58,9 +62,16 @@ struct MemoryEstimate {
   std::uint64_t runtime = 0;      // LibTorch process baseline
   std::uint64_t load_peak = 0;    // while loading: weights + the memory-mapped checkpoint
   std::uint64_t export_peak = 0;  // at the end: the exported fp32 model and its reload check
+  // gemini: optimizer chunks read from / written to disk during the update (at most three at
+  // once: the one being updated, the next being read, the previous being written).
+  std::uint64_t offload_buffers = 0;
+  // gemini: what the disk tier holds (optimizer chunks: moments, and fp32 masters in bf16).
+  std::uint64_t disk_optimizer = 0;
+  std::uint64_t disk_weights = 0;
   std::uint64_t training_peak() const {
-    return weights + gradients + optimizer + activations + runtime;
+    return weights + gradients + optimizer + activations + runtime + offload_buffers;
   }
+  std::uint64_t disk() const { return disk_optimizer + disk_weights; }
   std::uint64_t peak() const {
     return std::max({training_peak(), load_peak, export_peak, kRuntimeFloorBytes});
   }
@@ -71,7 +82,7 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& config, const Settings& se
                                std::uint64_t checkpoint_bytes);
 
 struct PlanTier {
-  std::string tier;  // host | device
+  std::string tier;  // host | device | disk
   std::string device;
   std::uint64_t budget = 0;  // usable memory
   bool simulated = false;
@@ -88,6 +99,18 @@ struct Plan {
   std::vector<PlanTier> tiers;
   double flops_per_step = 0.0;
   double seconds_per_step = 0.0;
+  // gemini: bytes read and written on disk per step, and the seconds that takes at the measured
+  // disk speed (0 when the disk was not measured); included in seconds_per_step.
+  std::uint64_t disk_bytes_per_step = 0;
+  double disk_seconds_per_step = 0.0;
+  // What else would fit, for the user to weigh (e.g. LoRA next to an offloaded full run).
+  struct Alternative {
+    Settings settings;
+    std::uint64_t peak = 0;
+    double seconds_per_step = 0.0;
+    std::string summary;
+  };
+  std::vector<Alternative> alternatives;
   std::optional<std::int64_t> total_steps;
   std::string steps_source;
   std::vector<std::string> reasons;

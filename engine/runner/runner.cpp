@@ -307,7 +307,11 @@ job::JobSpec plan_run(const job::JobSpec& spec, const fs::path& out_dir,
     reasons.push_back("resumed: the settings planned when this run started (" + recorded.string() +
                       ")");
   } else {
-    plan::HardwareProfile hardware = plan::probe_hardware({});
+    // The run folder's disk too: `auto` may put optimizer state there (gemini). Its speed is
+    // measured once a day and cached.
+    plan::ProfileOptions profile_options;
+    profile_options.disk_dir = out_dir;
+    plan::HardwareProfile hardware = plan::probe_hardware(profile_options);
     if (run_options.simulate_host_memory)
       hardware.memory.simulated = *run_options.simulate_host_memory;
     const plan::Plan planned =
@@ -324,6 +328,14 @@ job::JobSpec plan_run(const job::JobSpec& spec, const fs::path& out_dir,
       plan::settings_from_json(plan_json["settings"], recorded.string());
   for (const auto& change : plan::applied_changes(spec, settings))
     reasons.push_back("applied: " + change);
+  // Never change what the user chose silently: a different method is a warning in the log too.
+  if (settings.method != spec.method.type)
+    events.log("warning", "the plan trains with " + settings.method + " instead of " +
+                              spec.method.type + ": " + spec.method.type +
+                              " fine-tuning does not fit on this machine (see the plan)");
+  if (settings.precision != spec.precision)
+    events.log("warning", "the plan trains in " + settings.precision + " instead of " +
+                              spec.precision + " (see the plan for why)");
   nlohmann::json all_reasons = plan_json.value("reasons", nlohmann::json::array());
   for (const auto& r : reasons) all_reasons.push_back(r);
   plan_json["reasons"] = all_reasons;

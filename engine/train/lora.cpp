@@ -231,7 +231,7 @@ std::map<std::string, torch::Tensor> read_safetensors_tensors(const std::filesys
 }
 
 void write_safetensors_tensors(const std::filesystem::path& file,
-                               const std::vector<optim::NamedTensor>& tensors, bool as_float32,
+                               std::vector<optim::NamedTensor> tensors, bool as_float32,
                                const std::map<std::string, std::string>& metadata) {
   std::vector<torch::Tensor> keep;
   std::vector<hf::TensorToWrite> out;
@@ -267,7 +267,12 @@ void write_safetensors_tensors(const std::filesystem::path& file,
                    c.sizes().vec(),
                    {static_cast<const std::uint8_t*>(c.data_ptr()), c.nbytes()}});
   }
-  hf::write_safetensors(file, out, metadata);
+  // Each tensor is dropped once written: with the caller's references gone too (`tensors` is
+  // ours), memory-mapped sources (gemini's on-disk optimizer state) are unmapped one by one.
+  hf::write_safetensors(file, out, metadata, [&](std::size_t i) {
+    keep[i] = torch::Tensor();
+    tensors[i].tensor = torch::Tensor();
+  });
 }
 
 }  // namespace tessera::train

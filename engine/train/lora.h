@@ -81,8 +81,10 @@ class LoraModel {
 // Reads an adapter_model.safetensors (or any safetensors file) into float32 CPU tensors.
 std::map<std::string, torch::Tensor> read_safetensors_tensors(const std::filesystem::path& file);
 // Writes named tensors (any float dtype; converted to float32 when `as_float32`) atomically.
+// Takes the list by value and drops each tensor once it is written, so tensors over memory maps
+// (gemini's on-disk optimizer state) are released one at a time.
 void write_safetensors_tensors(const std::filesystem::path& file,
-                               const std::vector<optim::NamedTensor>& tensors,
+                               std::vector<optim::NamedTensor> tensors,
                                bool as_float32 = true,
                                const std::map<std::string, std::string>& metadata = {});
 

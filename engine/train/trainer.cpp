@@ -217,7 +217,8 @@ fs::path Trainer::save_checkpoint(std::int64_t step, const BatchSource& train,
     if (lora_)
       lora_->save_adapter(dir, options_.base_model_name, &weights);
     else
-      write_safetensors_tensors(dir / "model.safetensors", weights, true, {{"format", "pt"}});
+      write_safetensors_tensors(dir / "model.safetensors", std::move(weights), true,
+                                {{"format", "pt"}});
     write_safetensors_tensors(dir / "optimizer.safetensors", plugin_->optimizer_state());
     write_safetensors_tensors(dir / "rng_state.safetensors", {{"torch_cpu", cpu_rng_state()}},
                               false);

@@ -229,3 +229,49 @@ def test_memory_per_tier_is_what_the_chunks_hold(workdir):
     print(f"RSS during training: host-only {last_host['used'] >> 20} MiB, on disk "
           f"{last_host_disk_run['used'] >> 20} MiB; moved {moments >> 20} MiB, RSS lower by {saved >> 20} MiB")
     assert saved >= 0.7 * moments, "the resident set did not drop by the moved optimizer state"
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.011, 0.023, 0.037])
+def test_kill_during_write_back_or_checkpoint_then_resume(workdir, delay):
+    """gemini with every optimizer chunk on disk and a checkpoint every step: kill -9 at an
+    arbitrary moment (chunk write-back, checkpoint writing, compute) and resume from the newest
+    complete checkpoint: the losses equal an uninterrupted run, and the killed process's offload
+    folder is removed by the resumed run."""
+    import signal
+    import time
+
+    # Many small chunks (many writes), in one offload folder for the killed and the resumed run.
+    options = {"offload_optim_frac": 1.0, "chunk_size": "256KiB",
+               "offload_dir": str(workdir / f"kill-offload-{delay}")}
+
+    def job(name, resume=None):
+        path = spec_for(workdir, "llama", name, "gemini", options, steps=12, precision="bf16",
+                        extra=("--save-every", 1))
+        spec = json.loads(path.read_text())
+        spec["training"]["keep_last"] = 2
+        if resume:
+            spec["output"]["resume"] = str(resume)
+        path.write_text(json.dumps(spec))
+        return path
+
+    straight, _ = run(job(f"kill-straight-{delay}"))
+    name = f"kill-{delay}"
+    spec = job(name)
+    out = workdir / name
+    proc = subprocess.Popen([CLI, "run", str(spec), "--events", str(spec.with_suffix(".events.jsonl"))],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (out / "checkpoint-3").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.001)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it was killed"
+    stale = workdir / f"kill-offload-{delay}" / f"tessera-offload-{proc.pid}"
+    assert stale.exists(), "the killed run had no offload folder"
+    done = sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.name.split("-")[1].isdigit())
+    assert done, "no complete checkpoint survived"
+    resumed, _ = run(job(f"{name}-resumed", resume=out / f"checkpoint-{done[-1]}"))
+    assert min(resumed) == done[-1] + 1
+    assert_same_losses(resumed, {s: straight[s] for s in resumed}, f"resumed after kill -9 at +{delay}s")
+    assert not stale.exists(), "the killed run's offload folder was left behind"

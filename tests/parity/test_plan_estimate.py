@@ -5,6 +5,7 @@ strategy auto applying the plan (micro-batches with the same optimizer step, the
 resume, a job that cannot fit failing before it loads); the formula's parameter count against real checkpoints of each
 family; and an impossible job under a simulated budget exiting 2 with the numbers."""
 import json
+import math
 import os
 import random
 import subprocess
@@ -290,3 +291,69 @@ def test_auto_run_that_cannot_fit_fails_before_loading(workdir):
     assert not any(e["type"] == "metric" for e in events)
     assert not (workdir / "nofit" / "plan.json").exists()
     assert not list((workdir / "nofit").glob("checkpoint-*"))
+
+
+def test_auto_offloads_full_fine_tuning_to_disk_instead_of_switching_to_lora(workdir, larger_model):
+    """Strategy auto under a budget where full fp32 fine-tuning of the 57M model does not fit
+    with everything in RAM, at any micro-batch: the plan keeps full fine-tuning and fp32 and puts
+    optimizer state on disk (gemini), naming LoRA as the alternative. The run trains with it: the
+    disk tier it reports holds what the plan estimated, and its peak RSS is within the usual
+    bound of the plan's host estimate."""
+    spec = job_spec(workdir, "offload", model=larger_model)
+    path = write_spec(workdir, "offload", spec)
+    budget = int(plan_of(path)["memory"][0]["peak"] / 0.9)
+    plan = None
+    for _ in range(60):  # lower the simulated budget until RAM alone is not enough
+        budget = int(budget * 0.97)
+        candidate = plan_of(path, "--simulate-host-memory", str(budget))
+        if candidate["strategy"] == "gemini" or candidate["settings"]["method"] != "full":
+            plan = candidate
+            break
+    assert plan is not None, "no budget made the planner offload"
+    s = plan["settings"]
+    assert plan["strategy"] == "gemini" and s["method"] == "full" and s["precision"] == "fp32", plan
+    assert 0 < s["offload_optim_frac"] <= 1
+    disk_tier = next(t for t in plan["memory"] if t["tier"] == "disk")
+    assert any("alternative: LoRA" in r for r in plan["reasons"]), plan["reasons"]
+    assert plan["alternatives"] and plan["alternatives"][0]["method"] == "lora"
+
+    code, err, peak = peak_rss_of("run", path, "--simulate-host-memory", budget,
+                                  "--events", workdir / "offload.events.jsonl")
+    assert code == 0, err
+    events = events_of(workdir / "offload.events.jsonl")
+    applied = next(e for e in events if e["type"] == "plan")
+    assert applied["settings"] == s and any("applied: strategy gemini" in r for r in applied["reasons"])
+    assert not any(e["type"] == "log" and e.get("level") == "warning" for e in events), \
+        "nothing the user chose changed, so nothing to warn about"
+    disk = [e for e in events if e["type"] == "memory" and e["tier"] == "disk"]
+    assert disk, "the run reported no disk tier"
+    estimated = disk_tier["by_category"]["optimizer"] + disk_tier["by_category"]["weights"]
+    ratio = disk[-1]["used"] / estimated
+    host = next(t for t in plan["memory"] if t["tier"] == "host")
+    print(f"offload {s['offload_optim_frac']:.2f}: disk {disk[-1]['used'] >> 20} MiB vs plan {estimated >> 20} MiB "
+          f"(ratio {ratio:.3f}); peak RSS {peak >> 20} MiB vs plan {host['peak'] >> 20} MiB "
+          f"(ratio {peak / host['peak']:.2f})")
+    # Whole chunks go to disk, so the share is the fraction rounded to a chunk.
+    assert 0.75 <= ratio <= 1.25
+    assert abs(peak / host["peak"] - 1) <= TOLERANCE
+    assert losses_of(events) and all(math.isfinite(v) for v in losses_of(events).values())
+
+
+def test_auto_changes_the_method_only_with_a_warning(workdir):
+    """A budget where only LoRA fits: the plan says the method changes and the run logs a warning."""
+    spec = job_spec(workdir, "lora-only")
+    path = write_spec(workdir, "lora-only", spec)
+    budget = int(plan_of(path)["memory"][0]["peak"] / 0.9)
+    for _ in range(80):
+        budget = int(budget * 0.95)
+        plan = plan_of(path, "--simulate-host-memory", str(budget))
+        if plan["settings"]["method"] == "lora":
+            break
+    assert plan["settings"]["method"] == "lora", plan
+    assert any("the method changes" in r for r in plan["reasons"]), plan["reasons"]
+    code, err, _ = peak_rss_of("run", path, "--simulate-host-memory", budget,
+                               "--events", workdir / "lora-only.events.jsonl")
+    assert code == 0, err
+    events = events_of(workdir / "lora-only.events.jsonl")
+    warnings = [e["message"] for e in events if e["type"] == "log" and e.get("level") == "warning"]
+    assert any("lora instead of full" in w for w in warnings), warnings

@@ -69,6 +69,46 @@ class RunsDbTest : public QObject {
     QCOMPARE(load_run_series(c.db(), "r1").metrics.size(), 3);
   }
 
+  // Version 4 adds the disk tier's chunk traffic to the memory samples: older samples read
+  // back without it, new ones keep it.
+  void disk_tier_traffic_is_kept_and_older_samples_migrate() {
+    const QString file = path("traffic.sqlite");
+    {
+      DbConnection c(file);
+      migrate(c.db(), 3);
+      QSqlQuery q(c.db());
+      QVERIFY(q.exec("INSERT INTO runs (id, status) VALUES ('t1', 'completed')"));
+      QVERIFY(
+          q.exec("INSERT INTO memory (run_id, t, tier, device, used, optimizer) VALUES "
+                 "('t1', 1, 'disk', '/offload', 1000, 1000)"));
+    }
+    RunsStore store(file);
+    MemorySample m;
+    m.t = 2;
+    m.tier = "disk";
+    m.device = "/offload";
+    m.used = 2048;
+    m.by_category[2] = 2048;
+    m.traffic = {4096, 8192, 2.1e8, 1.9e8};
+    RunBatch batch;
+    batch.run_id = "t1";
+    batch.memory.push_back(m);
+    store.submit(batch);
+    store.flush();
+    DbConnection c(file);
+    QCOMPARE(schema_version(c.db()), kRunsSchemaVersion);
+    const RunSeries s = load_run_series(c.db(), "t1");
+    QCOMPARE(s.memory.size(), 2);
+    QVERIFY(!s.memory[0].traffic.reported());
+    QCOMPARE(s.memory[0].by_category[2], 1000.0);
+    QCOMPARE(s.memory[1].device, QString("/offload"));
+    QVERIFY(!present(s.memory[1].budget));
+    QCOMPARE(s.memory[1].traffic.read_bytes, 4096.0);
+    QCOMPARE(s.memory[1].traffic.written_bytes, 8192.0);
+    QCOMPARE(s.memory[1].traffic.read_bytes_per_s, 2.1e8);
+    QCOMPARE(s.memory[1].traffic.written_bytes_per_s, 1.9e8);
+  }
+
   void newer_schema_is_refused_with_a_clear_error() {
     const QString file = path("future.sqlite");
     {

@@ -29,6 +29,7 @@
 #include <QSettings>
 #include <QSignalSpy>
 #include <QSpinBox>
+#include <QTabWidget>
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QTest>
@@ -41,6 +42,7 @@
 #include "ui/charts.h"
 #include "ui/chat_pane.h"
 #include "ui/cli_probe.h"
+#include "ui/elided_label.h"
 #include "ui/export_dialog.h"
 #include "ui/hardware_page.h"
 #include "ui/main_window.h"
@@ -149,6 +151,63 @@ QByteArray make_events(int steps, bool fail) {
     }
   }
   add({{"type", "checkpoint"}, {"step", steps}, {"path", "/tmp/run/checkpoint-final"}});
+  add({{"type", "done"}, {"status", "completed"}, {"output", "/tmp/run"}});
+  return out;
+}
+
+// A run with strategy gemini: every 10 steps a memory report of the device, the host and (with
+// `disk`) the disk tier that holds the optimizer state in `folder`, with its chunk traffic.
+struct OffloadReport {
+  double used = 0, read_bytes = 0, written_bytes = 0, read_per_s = 0, written_per_s = 0;
+};
+
+QByteArray make_offload_events(int steps, bool disk, const QString& folder,
+                               OffloadReport* last = nullptr) {
+  QByteArray out;
+  double t = 1.7e9;
+  auto add = [&](json e) {
+    e["v"] = 1;
+    e["t"] = t;
+    out += QByteArray::fromStdString(e.dump()) + '\n';
+  };
+  add({{"type", "plan"}, {"strategy", disk ? "gemini" : "zero2"}, {"reasons", json::array()}});
+  double read = 0, written = 0;
+  for (int step = 1; step <= steps; ++step) {
+    t += 0.1;
+    add({{"type", "metric"}, {"step", step}, {"loss", 3.0 / step + 0.5}, {"lr", 1e-4}});
+    if (step % 10 != 0) continue;
+    auto memory = [&](const char* tier, const char* device, double weights, double optimizer) {
+      return json{{"type", "memory"},
+                  {"tier", tier},
+                  {"device", device},
+                  {"used", weights + optimizer},
+                  {"reserved", weights + optimizer},
+                  {"budget", 8e9},
+                  {"by_category",
+                   {{"weights", weights},
+                    {"gradients", 0},
+                    {"optimizer", optimizer},
+                    {"activations_other", 0}}}};
+    };
+    add(memory("device", "cuda:0", 4e8, 0));
+    json host = memory("host", "cpu", 1e8, 2e8);
+    host["system_used"] = 6e9;
+    add(host);
+    if (!disk) continue;
+    // The Adam moments of the chunks that left host memory; rates vary from report to report.
+    const double optimizer = 166772736.0 + step * 4096.0;
+    const double read_per_s = 2.1e8 + step * 1.5e5, written_per_s = 1.9e8 + (step % 30) * 2e6;
+    read += read_per_s * 1.0;
+    written += written_per_s * 1.0;
+    json e = memory("disk", folder.toUtf8().constData(), 0, optimizer);
+    e["budget"] = nullptr;
+    e["traffic"] = {{"read_bytes", read},
+                    {"written_bytes", written},
+                    {"read_bytes_per_s", read_per_s},
+                    {"written_bytes_per_s", written_per_s}};
+    add(e);
+    if (last) *last = {optimizer, read, written, read_per_s, written_per_s};
+  }
   add({{"type", "done"}, {"status", "completed"}, {"output", "/tmp/run"}});
   return out;
 }
@@ -579,6 +638,117 @@ class StudioTest : public QObject {
     QCOMPARE(series.metrics.size(), steps + steps / 50);
     QCOMPARE(series.memory.size(), 2 * steps / 10);
     QCOMPARE(load_checkpoints(c.db(), "run-ok").size(), 1);
+  }
+
+  // Strategy gemini offloads to disk: the dashboard adds the disk tier (stacked by category,
+  // its folder) and the chunk traffic next to it, live and replayed from the database alike.
+  void dashboard_streams_the_disk_tier_and_its_chunk_traffic() {
+    const QString folder = path("runs/run-gemini/offload/tessera-offload-4242");
+    OffloadReport last;
+    const QByteArray events = make_offload_events(300, true, folder, &last);
+    const int reports = 300 / 10;
+    auto check = [&](RunDashboard& dashboard, const char* where) {
+      qInfo("checking the disk tier %s", where);
+      MemoryChart* disk = dashboard.memory_chart("disk");
+      QVERIFY(disk);
+      QCOMPARE(disk->point_count(), reports);
+      QCOMPARE(disk->last_bytes(2), last.used);  // optimizer: all of `used`
+      for (int category : {0, 1, 3}) {
+        QCOMPARE(disk->last_bytes(category), 0.0);
+        QVERIFY(!disk->category_shown(category));  // empty: neither drawn nor listed
+      }
+      QVERIFY(disk->category_shown(2));
+      QCOMPARE(dashboard.memory_chart("host")->point_count(), reports);
+      TrafficChart* traffic = dashboard.traffic_chart();
+      QVERIFY(traffic);
+      QCOMPARE(traffic->point_count(), reports);
+      QCOMPARE(traffic->last_rate(TrafficChart::Direction::DiskToHost), last.read_per_s);
+      QCOMPARE(traffic->last_rate(TrafficChart::Direction::HostToDisk), last.written_per_s);
+      QCOMPARE(traffic->unit(), QString("MiB/s"));
+      QCOMPARE(dashboard.disk_folder_label()->full_text(), folder);
+      QCOMPARE(dashboard.disk_folder_label()->toolTip(), folder);
+      QVERIFY2(dashboard.disk_traffic_label()->text().contains(format_bytes(last.read_bytes)),
+               qPrintable(dashboard.disk_traffic_label()->text()));
+      QVERIFY(dashboard.disk_traffic_label()->text().contains(format_bytes(last.written_bytes)));
+    };
+
+    {
+      RunMonitor monitor(store_.get());
+      RunDashboard dashboard;
+      dashboard.resize(1200, 800);
+      dashboard.show();
+      stream_run(monitor, dashboard, "run-gemini", events, {});
+      QCOMPARE(monitor.status(), QString("completed"));
+      check(dashboard, "live");
+      if (QTest::currentTestFailed()) return;
+      // Drawn in batches like the other charts, never once per event.
+      QVERIFY(dashboard.repaints() < reports);
+      dashboard.memory_tabs()->setCurrentIndex(dashboard.memory_tabs()->count() - 1);
+      QTest::qWait(50);
+      screenshot(&dashboard, "5-dashboard-disk-tier");
+    }
+
+    // Replayed from the runs database: the same figures. In the main window at its default
+    // size (the screenshot shows whether the labels fit).
+    store_->flush();
+    {
+      DbConnection c(store_->path());
+      const RunSeries series = load_run_series(c.db(), "run-gemini");
+      QCOMPARE(series.memory.size(), 3 * reports);
+      QCOMPARE(series.memory.last().tier, QString("disk"));
+      QCOMPARE(series.memory.last().traffic.read_bytes, last.read_bytes);
+      QCOMPARE(series.memory.last().traffic.written_bytes_per_s, last.written_per_s);
+    }
+    QSettings().remove("window/geometry");
+    MainWindow window(store_.get());
+    window.show();
+    window.show_page(MainWindow::Runs);
+    RunsPage* page = window.runs_page();
+    QTRY_VERIFY_WITH_TIMEOUT(!page->loading(), 10000);
+    QSignalSpy replayed(page, &RunsPage::replayed);
+    page->open_run("run-gemini");
+    QVERIFY(replayed.wait(10000));
+    check(*page->dashboard(), "replayed");
+    if (QTest::currentTestFailed()) return;
+    // Too narrow for both charts side by side: the traffic gets a tab of its own, at a readable
+    // width.
+    QTabWidget* tabs = page->dashboard()->memory_tabs();
+    TrafficChart* traffic = page->dashboard()->traffic_chart();
+    const int readable = traffic->fontMetrics().averageCharWidth() * 30;
+    QCOMPARE(tabs->tabText(tabs->count() - 2), QString("disk"));
+    QCOMPARE(tabs->tabText(tabs->count() - 1), QString("disk traffic"));
+    tabs->setCurrentIndex(tabs->count() - 2);
+    QTest::qWait(100);
+    screenshot(&window, "5-dashboard-disk-tier-replay");
+    tabs->setCurrentIndex(tabs->count() - 1);
+    QTest::qWait(100);
+    QVERIFY2(traffic->width() >= readable, qPrintable(QString::number(traffic->width())));
+    screenshot(&window, "5-dashboard-disk-traffic-replay");
+    // Wider: back beside the disk chart (and the layout settles: no flipping back).
+    window.resize(1600, 1000);
+    QTRY_COMPARE(tabs->tabText(tabs->count() - 1), QString("disk"));
+    QTest::qWait(100);
+    QCOMPARE(tabs->tabText(tabs->count() - 1), QString("disk"));
+    QVERIFY(traffic->isVisible());
+    QVERIFY2(traffic->width() >= readable, qPrintable(QString::number(traffic->width())));
+    QCOMPARE(tabs->currentWidget(), traffic->parentWidget());
+    screenshot(&window, "5-dashboard-disk-tier-replay-wide");
+  }
+
+  void dashboard_without_a_disk_tier_shows_no_disk_chart() {
+    RunMonitor monitor(store_.get());
+    RunDashboard dashboard;
+    dashboard.resize(1200, 800);
+    stream_run(monitor, dashboard, "run-zero2", make_offload_events(100, false, {}), {});
+    QCOMPARE(monitor.status(), QString("completed"));
+    QVERIFY(dashboard.memory_chart("device"));
+    QCOMPARE(dashboard.memory_chart("host")->point_count(), 10);
+    QVERIFY(!dashboard.memory_chart("disk"));
+    QVERIFY(!dashboard.traffic_chart());
+    QVERIFY(!dashboard.disk_folder_label());
+    QVERIFY(!dashboard.findChild<TrafficChart*>());
+    for (int i = 0; i < dashboard.memory_tabs()->count(); ++i)
+      QVERIFY(dashboard.memory_tabs()->tabText(i) != "disk");
   }
 
   void long_series_are_thinned_for_display() {

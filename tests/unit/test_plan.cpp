@@ -1,6 +1,7 @@
 // The planner's cost model and search: parameter counts by formula against published
 // checkpoints, LoRA counts, and the choices under a simulated (deliberately small) host budget.
 #include <QtTest/QtTest>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -207,6 +208,58 @@ class TestPlan : public QObject {
     QVERIFY(p.fits);
     QCOMPARE(p.settings.method, std::string("lora"));
     QVERIFY(!p.reasons.empty());
+  }
+
+  void autoOffloadsToDiskBeforeChangingTheMethod() {
+    // Full fp32 at micro-batch 1 with checkpointing does not fit with everything in RAM, but
+    // does with the optimizer state on disk: gemini, the method kept, LoRA named as the
+    // alternative.
+    plan::Settings offloaded = settings(1, true, "full");
+    offloaded.strategy = "gemini";
+    offloaded.offload_optim_frac = 1.0;
+    const std::uint64_t budget = budget_for(offloaded);
+    QVERIFY(budget < budget_for(settings(1, true, "full")));
+    auto in = inputs(budget);
+    in.spec.strategy.name = "auto";
+    in.profile.disk = plan::DiskInfo{};
+    in.profile.disk->path = "/runs";
+    in.profile.disk->free = 100ull << 30;
+    in.profile.disk->measured = true;
+    in.profile.disk->read_bytes_per_s = 1e9;
+    in.profile.disk->write_bytes_per_s = 5e8;
+    const auto p = plan::make_plan(in);
+    QVERIFY(p.fits);
+    QCOMPARE(p.strategy, std::string("gemini"));
+    QCOMPARE(p.settings.method, std::string("full"));
+    QVERIFY(p.settings.offload_optim_frac > 0.0);
+    const double trainable = static_cast<double>(plan::count_parameters(in.model));
+    QCOMPARE(p.tiers.size(), std::size_t{2});
+    QCOMPARE(p.tiers[1].tier, std::string("disk"));
+    QCOMPARE(static_cast<double>(p.tiers[1].estimate.optimizer),
+             std::floor(p.settings.offload_optim_frac * trainable * 8.0));
+    // Disk time: the on-disk bytes read and written once per step at the measured speeds.
+    const double disk = static_cast<double>(p.tiers[1].estimate.optimizer);
+    QVERIFY(std::abs(p.disk_seconds_per_step - disk * (1 / 1e9 + 1 / 5e8)) < 1e-9);
+    QVERIFY(p.seconds_per_step > p.disk_seconds_per_step);
+    QVERIFY(!p.alternatives.empty());
+    QCOMPARE(p.alternatives[0].settings.method, std::string("lora"));
+    const json j = plan::to_json(p);
+    QCOMPARE(j["settings"]["strategy"].get<std::string>(), std::string("gemini"));
+    // The runner applies it as the gemini strategy with that fraction; the method is kept.
+    const auto applied = plan::apply_settings(in.spec, p.settings);
+    QCOMPARE(applied.strategy.name, std::string("gemini"));
+    QCOMPARE(applied.strategy.options["offload_optim_frac"].get<double>(),
+             p.settings.offload_optim_frac);
+    QCOMPARE(applied.method.type, std::string("full"));
+    // Without a disk to offload to, the same budget means LoRA, and the reason says the method
+    // changes.
+    in.profile.disk.reset();
+    const auto lora = plan::make_plan(in);
+    QCOMPARE(lora.settings.method, std::string("lora"));
+    bool said = false;
+    for (const auto& r : lora.reasons)
+      said = said || r.find("the method changes") != std::string::npos;
+    QVERIFY(said);
   }
 
   void planReportsOutOfMemory() {
