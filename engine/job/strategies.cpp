@@ -127,7 +127,10 @@ const std::vector<StrategyInfo>& strategies() {
                  "the share of parameter bytes kept on disk (above 0 is not supported yet)",
                  /*supported_max=*/0.0),
         path("offload_dir", "the folder for the disk tier (default: the run folder's offload/)"),
-        size("chunk_size", "bytes per chunk: auto (searched to waste the least) or a size")},
+        size("chunk_size", "bytes per chunk: auto (searched to waste the least) or a size"),
+        size("host_budget",
+             "the RAM the whole training process may use: auto (what the machine has) or a "
+             "size; a job that cannot run within it is refused before loading")},
        /*planned=*/true},
   };
   return table;

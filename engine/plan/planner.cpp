@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/units.h"
 #include "hf/safetensors.h"
 #include "job/strategies.h"
 
@@ -581,6 +582,73 @@ PlanInputs load_plan_inputs(const job::JobSpec& spec, const std::string& spec_so
   }
   if (counted) in.dataset_rows = rows;
   return in;
+}
+
+std::optional<BudgetRefusal> check_host_budget(const PlanInputs& in) {
+  const job::JobSpec& spec = in.spec;
+  if (spec.strategy.name != "gemini") return std::nullopt;
+  const auto it = spec.strategy.options.find("host_budget");
+  if (it == spec.strategy.options.end() || (it->is_string() && it->get<std::string>() == "auto"))
+    return std::nullopt;
+  const std::uint64_t budget =
+      it->is_number_unsigned()
+          ? it->get<std::uint64_t>()
+          : core::parse_byte_size(it->get<std::string>(), "strategy.options.host_budget");
+  const std::uint64_t usable =
+      static_cast<std::uint64_t>(static_cast<double>(budget) * (1.0 - kHeadroom));
+  Settings s;
+  s.method = spec.method.type;
+  s.lora_rank = spec.method.lora_rank;
+  s.lora_targets = spec.method.lora_targets;
+  s.precision = spec.precision == "bf16" ? "bf16" : "fp32";
+  s.micro_batch = std::max<std::int64_t>(1, spec.training.batch_size);
+  s.gradient_accumulation = std::max<std::int64_t>(1, spec.training.gradient_accumulation);
+  s.sequence_length = spec.dataset.max_length;
+  s.activation_checkpointing = spec.training.activation_checkpointing;
+  s.strategy = "gemini";
+  const auto f = spec.strategy.options.find("offload_optim_frac");
+  s.offload_optim_frac =
+      f != spec.strategy.options.end() && f->is_number() ? f->get<double>() : 0.0;
+  const MemoryEstimate e = estimate_memory(in.model, s, in.checkpoint_bytes);
+  if (e.peak() <= usable) return std::nullopt;
+  BudgetRefusal r;
+  r.message = "strategy.options.host_budget: " + gib(budget) + " leaves " + gib(usable) +
+              " after " + std::to_string(static_cast<int>(kHeadroom * 100)) +
+              "% headroom, but this job needs about " + gib(e.peak()) + " on the host" +
+              (e.peak() == e.load_peak ? " while loading" : "") + " (weights " + gib(e.weights) +
+              ", gradients " + gib(e.gradients) + ", optimizer state " + gib(e.optimizer) +
+              ", activations " + gib(e.activations) + ", runtime " + gib(e.runtime) + ")";
+  // The nearest setting that fits: more of the optimizer state on disk, then checkpointing,
+  // then smaller micro-batches with the same optimizer step.
+  const std::int64_t batch = s.micro_batch;
+  for (bool ckpt : {s.activation_checkpointing, true})
+    for (std::int64_t mb = batch; mb >= 1; --mb) {
+      if (batch % mb != 0) continue;
+      for (double frac : {s.offload_optim_frac, 0.25, 0.5, 0.75, 1.0}) {
+        if (frac < s.offload_optim_frac) continue;
+        Settings t = s;
+        t.activation_checkpointing = ckpt;
+        t.micro_batch = mb;
+        t.gradient_accumulation = s.gradient_accumulation * (batch / mb);
+        t.offload_optim_frac = frac;
+        const std::uint64_t need = estimate_memory(in.model, t, in.checkpoint_bytes).peak();
+        if (need > usable) continue;
+        r.hint =
+            "offload_optim_frac " + std::to_string(frac).substr(0, 4) +
+            (mb != batch ? ", batch_size " + std::to_string(mb) + " with gradient_accumulation " +
+                               std::to_string(t.gradient_accumulation)
+                         : std::string()) +
+            (ckpt && !s.activation_checkpointing ? ", activation checkpointing" : "") +
+            " would need about " + gib(need) + "; or give a larger host_budget";
+        return r;
+      }
+    }
+  r.hint =
+      "nothing fits in this budget with gemini today (parameter offload is not supported "
+      "yet); give at least " +
+      gib(to_bytes(static_cast<double>(e.peak()) / (1.0 - kHeadroom))) +
+      ", use LoRA, or a smaller model";
+  return r;
 }
 
 }  // namespace tessera::plan

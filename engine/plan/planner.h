@@ -135,6 +135,15 @@ nlohmann::json to_json(const Plan& plan);
 PlanInputs load_plan_inputs(const job::JobSpec& spec, const std::string& spec_source,
                             HardwareProfile profile);
 
+// For a spec naming gemini with strategy.options.host_budget: its host estimate as written
+// against the budget (less kHeadroom). Returns nothing when it fits, else the refusal: the
+// numbers by category and, as the hint, the nearest setting that would fit.
+struct BudgetRefusal {
+  std::string message;
+  std::string hint;
+};
+std::optional<BudgetRefusal> check_host_budget(const PlanInputs& inputs);
+
 }  // namespace tessera::plan
 
 namespace tessera::plan {

@@ -286,6 +286,11 @@ train::TrainerOptions trainer_options(const job::JobSpec& spec, const fs::path& 
 job::JobSpec plan_run(const job::JobSpec& spec, const fs::path& out_dir,
                       const RunOptions& run_options, job::EventSink& events) {
   if (spec.strategy.name != "auto") {
+    // A host budget is checked before anything is loaded.
+    if (spec.strategy.options.contains("host_budget"))
+      if (const auto refusal = plan::check_host_budget(
+              plan::load_plan_inputs(spec, "job spec", plan::HardwareProfile{})))
+        throw_invalid(refusal->message, refusal->hint);
     events.emit("plan", {{"strategy", spec.strategy.name},
                          {"applied", false},
                          {"reasons",

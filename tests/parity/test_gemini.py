@@ -170,25 +170,30 @@ def test_a_full_offload_disk_names_the_folder(workdir, tmp_path):
         shutil.rmtree(mount, ignore_errors=True)
 
 
-def test_memory_per_tier_is_what_the_chunks_hold(workdir):
-    """A 21M-parameter llama, fp32 full fine-tuning, 3 steps: with the optimizer state on the host
-    the host tier's `optimizer` is the Adam moments (8 bytes per parameter, the parameter count
-    from transformers); with all of it on disk the disk tier holds those bytes (up to one 4 KiB
-    page per chunk), the host's `optimizer` is 0, every step reads and writes the whole tier, and
-    the process's resident set during training (RSS, measured by the trainer) is lower by most of
-    the moved bytes."""
+@pytest.fixture(scope="module")
+def medium_llama(workdir):
+    """A 21M-parameter llama with the small tokenizer: (folder, parameters, tensors)."""
     d = workdir / "mem-model"
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=8000, hidden_size=512, intermediate_size=1376,
                                          num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8,
                                          max_position_embeddings=128, bos_token_id=0, eos_token_id=1,
                                          pad_token_id=2))
-    params = model.num_parameters()
-    tensors = len(list(model.parameters()))
     model.save_pretrained(d)
     for f in (workdir / "llama").iterdir():
         if f.name.startswith("tokenizer") or f.name == "special_tokens_map.json":
             (d / f.name).write_bytes(f.read_bytes())
+    return d, model.num_parameters(), len(list(model.parameters()))
+
+
+def test_memory_per_tier_is_what_the_chunks_hold(workdir, medium_llama):
+    """A 21M-parameter llama, fp32 full fine-tuning, 3 steps: with the optimizer state on the host
+    the host tier's `optimizer` is the Adam moments (8 bytes per parameter, the parameter count
+    from transformers); with all of it on disk the disk tier holds those bytes (up to one 4 KiB
+    page per chunk), the host's `optimizer` is 0, every step reads and writes the whole tier, and
+    the process's resident set during training (RSS, measured by the trainer) is lower by most of
+    the moved bytes."""
+    d, params, tensors = medium_llama
     moments = 8 * params
 
     def memory_events(name, frac):
@@ -275,3 +280,95 @@ def test_kill_during_write_back_or_checkpoint_then_resume(workdir, delay):
     assert min(resumed) == done[-1] + 1
     assert_same_losses(resumed, {s: straight[s] for s in resumed}, f"resumed after kill -9 at +{delay}s")
     assert not stale.exists(), "the killed run's offload folder was left behind"
+
+
+def medium_spec(workdir, medium_llama, name, options, steps=3):
+    d = medium_llama[0]
+    r = cli("finetune", "--model", d, "--data", workdir / "text.jsonl", "--format", "text", "--max-length", 32,
+            "--batch-size", 2, "--steps", steps, "--out", workdir / name, "--print-job")
+    assert r.returncode == 0, r.stderr
+    spec = json.loads(r.stdout)
+    spec["strategy"] = {"name": "gemini", "options": options}
+    path = workdir / f"{name}.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_a_host_budget_too_small_is_refused_before_loading(workdir, medium_llama):
+    path = medium_spec(workdir, medium_llama, "budget-small", {"host_budget": "300MiB"})
+    events = path.with_suffix(".events.jsonl")
+    r = cli("run", path, "--events", events)
+    assert r.returncode == 2, r.stderr
+    assert "strategy.options.host_budget" in r.stderr and "needs about" in r.stderr, r.stderr
+    assert "weights" in r.stderr and "optimizer state" in r.stderr, r.stderr
+    lines = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+    assert not any(e["type"] in ("metric", "memory") for e in lines), "it loaded before refusing"
+
+
+def make_memory_cgroup(name, limit_bytes):
+    """A memory cgroup limited to `limit_bytes` (v2 if mounted as the unified hierarchy with the
+    memory controller, else v1); returns (path, version) or raises pytest.skip saying why."""
+    v2 = Path("/sys/fs/cgroup")
+    if (v2 / "cgroup.controllers").exists() and "memory" in (v2 / "cgroup.controllers").read_text():
+        group = v2 / name
+        try:
+            group.mkdir(exist_ok=True)
+            (group / "memory.max").write_text(str(limit_bytes))
+            (group / "memory.swap.max").write_text("0") if (group / "memory.swap.max").exists() else None
+            return group, 2
+        except OSError as e:
+            pytest.skip(f"cannot create a cgroup v2 memory group here: {e}")
+    v1 = Path("/sys/fs/cgroup/memory")
+    if not (v1 / "memory.limit_in_bytes").exists():
+        pytest.skip("no memory cgroup controller is mounted (neither v2 nor v1)")
+    group = v1 / name
+    try:
+        group.mkdir(exist_ok=True)
+        (group / "memory.limit_in_bytes").write_text(str(limit_bytes))
+        return group, 1
+    except OSError as e:
+        pytest.skip(f"cannot create a cgroup v1 memory group here (needs root): {e}")
+
+
+def test_training_stays_inside_its_host_budget(workdir, medium_llama):
+    """host_budget is what the whole process may use: the job with all optimizer state on disk
+    runs inside a memory cgroup limited to exactly that budget without being killed, while the
+    same job with the state in RAM is refused before loading under the same budget."""
+    probe = medium_spec(workdir, medium_llama, "budget-probe", {"offload_optim_frac": 1.0})
+    r = cli("plan", probe, "--json")
+    assert r.returncode == 0, r.stderr
+    host = next(t for t in json.loads(r.stdout)["memory"] if t["tier"] == "host")
+    budget = int(host["peak"] / 0.9) + (32 << 20)
+    in_ram = medium_spec(workdir, medium_llama, "budget-in-ram", {"host_budget": budget})
+    r = cli("run", in_ram)
+    # The hint names the setting that fits: the optimizer state on disk.
+    assert r.returncode == 2 and "offload_optim_frac" in r.stderr, r.stderr
+
+    path = medium_spec(workdir, medium_llama, "budget-disk", {"offload_optim_frac": 1.0, "host_budget": budget})
+    group, version = make_memory_cgroup(f"tessera-test-{os.getpid()}", budget)
+    events = path.with_suffix(".events.jsonl")
+    try:
+        proc = subprocess.run(["sh", "-c", f'echo $$ > "{group}/cgroup.procs" && exec "$0" "$@"', CLI, "run",
+                               str(path), "--events", str(events)], capture_output=True, text=True, timeout=900)
+        if version == 2:
+            stats = dict(line.split() for line in (group / "memory.events").read_text().splitlines())
+            killed = int(stats.get("oom_kill", 0))
+            peak_file = group / "memory.peak"
+            peak = int(peak_file.read_text()) if peak_file.exists() else None
+        else:
+            oom = dict(line.split() for line in (group / "memory.oom_control").read_text().splitlines())
+            killed = int(oom.get("oom_kill", 0))
+            peak = int((group / "memory.max_usage_in_bytes").read_text())
+    finally:
+        for _ in range(50):
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                import time
+                time.sleep(0.1)
+    print(f"host_budget {budget >> 20} MiB (cgroup v{version}): exit {proc.returncode}, OOM kills {killed}, "
+          f"cgroup peak {'-' if peak is None else peak >> 20} MiB (page cache included)")
+    assert killed == 0 and proc.returncode == 0, proc.stderr[-2000:]
+    memory = [json.loads(line) for line in events.read_text().splitlines() if '"memory"' in line]
+    assert max(e["used"] for e in memory if e.get("tier") == "host") <= budget
