@@ -6,6 +6,7 @@
 #include <QChartView>
 #include <QCheckBox>
 #include <QComboBox>
+#include <QCursor>
 #include <QDir>
 #include <QFileInfo>
 #include <QFormLayout>
@@ -15,7 +16,10 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QLabel>
+#include <QPushButton>
+#include <QSlider>
 #include <QSpinBox>
+#include <QToolTip>
 #include <QVBoxLayout>
 #include <QValueAxis>
 #include <cmath>
@@ -29,6 +33,7 @@ namespace tessera::ui {
 namespace {
 
 constexpr int kDebounceMs = 300;
+constexpr int kOffloadStepPercent = 25;  // the slider's notches: 0, 25, 50, 75, 100%
 
 // The process-wide profile: the machine does not change while the studio runs, and the disk
 // measurement takes seconds.
@@ -63,7 +68,21 @@ constexpr Category kCategories[] = {{"weights", "weights"},
                                     {"gradients", "gradients"},
                                     {"optimizer", "optimizer state"},
                                     {"activations", "activations"},
-                                    {"runtime", "runtime (and load or export peak)"}};
+                                    {"runtime", "runtime and peaks"}};
+
+QString percent_text(double fraction) {
+  return QString("%1%").arg(std::lround(fraction * 100));
+}
+
+// The folder the planner measures for the disk tier: the output folder, or its nearest
+// existing parent before the first run (as `tessera-cli plan` does).
+QString existing_parent(const QString& path) {
+  QString dir = path;
+  for (QFileInfo info(dir); !info.exists() && info.absolutePath() != info.absoluteFilePath();
+       info = QFileInfo(info.absolutePath()))
+    dir = info.absolutePath();
+  return QFileInfo(dir).absoluteFilePath();
+}
 
 QString first_line_of(const QByteArray& text) {
   for (const QByteArray& line : text.split('\n'))
@@ -100,14 +119,20 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   warning_->setFrameShape(QFrame::StyledPanel);
   warning_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   warning_->setVisible(false);
+  alternatives_ = new QLabel;
+  alternatives_->setWordWrap(true);
+  alternatives_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  alternatives_->setVisible(false);
+  time_->setWordWrap(true);
   strategy_layout->addWidget(strategy_);
   strategy_layout->addWidget(reasons_);
   strategy_layout->addWidget(time_);
+  strategy_layout->addWidget(alternatives_);
   strategy_layout->addWidget(warning_);
   layout->addWidget(strategy_box);
 
   auto* chart = new QChart;
-  chart->setTitle(tr("Estimated peak memory against what is usable"));
+  chart->setTitle(tr("Estimated peak memory of each tier against its capacity"));
   chart->legend()->setAlignment(Qt::AlignBottom);
   chart->setBackgroundBrush(palette().color(QPalette::Base));
   chart->setTitleBrush(palette().color(QPalette::Text));
@@ -121,8 +146,9 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   chart->addSeries(series_);
   tiers_axis_ = new QBarCategoryAxis;
   bytes_axis_ = new QValueAxis;
-  bytes_axis_->setTitleText(tr("GiB"));
-  bytes_axis_->setLabelFormat("%.2f");
+  // Each bar is scaled to its own tier: the disk's free space dwarfs the RAM.
+  bytes_axis_->setTitleText(tr("% of the tier's capacity"));
+  bytes_axis_->setLabelFormat("%.0f");
   for (QAbstractAxis* axis :
        {static_cast<QAbstractAxis*>(tiers_axis_), static_cast<QAbstractAxis*>(bytes_axis_)}) {
     axis->setLabelsColor(palette().color(QPalette::Text));
@@ -136,9 +162,26 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   chart_view_->setRenderHint(QPainter::Antialiasing);
   chart_view_->setMinimumHeight(fontMetrics().height() * 12);
   layout->addWidget(chart_view_, 1);
+  for (int i = 0; i < sets_.size(); ++i)
+    connect(sets_[i], &QBarSet::hovered, this, [this, i](bool status, int index) {
+      if (!status || index < 0 || index >= shown_tiers_.size()) return QToolTip::hideText();
+      QToolTip::showText(
+          QCursor::pos(),
+          tr("%1: %2 %3 of %4")
+              .arg(shown_tiers_[index], sets_[i]->label(), bytes_text(shown_bytes(index, i)),
+                   bytes_text(shown_capacity(index))),
+          chart_view_);
+    });
+  disk_ = new QLabel;
+  disk_->setWordWrap(true);
+  disk_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  disk_->setVisible(false);
+  layout->addWidget(disk_);
 
   auto* override_box = new QGroupBox(tr("Override"));
-  auto* form = new QHBoxLayout(override_box);
+  auto* override_layout = new QVBoxLayout(override_box);
+  auto* form = new QHBoxLayout;
+  override_layout->addLayout(form);
   batch_ = new QSpinBox;
   batch_->setRange(1, 65536);
   batch_->setToolTip(
@@ -163,6 +206,41 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   form->addWidget(precision_label);
   form->addWidget(precision_);
   form->addStretch(1);
+
+  // Optimizer state on disk (full fine-tuning on the CPU): strategy gemini.
+  offload_row_ = new QWidget;
+  auto* offload_layout = new QHBoxLayout(offload_row_);
+  offload_layout->setContentsMargins(0, 0, 0, 0);
+  offload_ = new QSlider(Qt::Horizontal);
+  offload_->setRange(0, 100 / kOffloadStepPercent);
+  offload_->setSingleStep(1);
+  offload_->setPageStep(1);
+  offload_->setTickPosition(QSlider::TicksBelow);
+  offload_->setTickInterval(1);
+  offload_->setMinimumWidth(fontMetrics().averageCharWidth() * 24);
+  offload_->setToolTip(
+      tr("The share of the optimizer state (Adam moments) kept in files on disk instead of in RAM: "
+         "less memory, more disk traffic per step (strategy gemini)"));
+  auto* offload_label = new QLabel(tr("&Optimizer state on disk:"));
+  offload_label->setBuddy(offload_);
+  offload_value_ = new QLabel;
+  offload_value_->setMinimumWidth(fontMetrics().horizontalAdvance(tr("100% (auto)")));
+  offload_reset_ = new QPushButton(tr("Let the &planner choose"));
+  offload_reset_->setToolTip(
+      tr("Drop the override: the planner puts optimizer state on disk "
+         "only when the job does not fit in RAM otherwise"));
+  offload_layout->addWidget(offload_label);
+  offload_layout->addWidget(offload_);
+  offload_layout->addWidget(offload_value_);
+  offload_layout->addWidget(offload_reset_);
+  offload_layout->addStretch(1);
+  offload_note_ = new QLabel;
+  offload_note_->setWordWrap(true);
+  offload_note_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  override_layout->addWidget(offload_row_);
+  override_layout->addWidget(offload_note_);
+  offload_row_->setVisible(false);
+  offload_note_->setVisible(false);
   layout->addWidget(override_box);
 
   debounce_.setSingleShot(true);
@@ -176,6 +254,13 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   connect(batch_, &QSpinBox::valueChanged, this, changed);
   connect(checkpointing_, &QCheckBox::toggled, this, changed);
   connect(precision_, &QComboBox::currentIndexChanged, this, changed);
+  connect(offload_, &QSlider::valueChanged, this, [this](int notch) {
+    if (loading_overrides_) return;
+    offload_override_ = notch * kOffloadStepPercent;
+    update_offload();
+    Q_EMIT strategyChanged();
+  });
+  connect(offload_reset_, &QPushButton::clicked, this, &HardwarePage::clear_offload_override);
 }
 
 HardwarePage::~HardwarePage() {
@@ -215,6 +300,90 @@ QString HardwarePage::explanation() const {
   return plan_.value("explanation").toString();
 }
 
+job::StrategySpec HardwarePage::strategy_spec(const std::string& method) const {
+  if (offload_override_ < 0 || method != "full") return loaded_strategy_;
+  job::StrategySpec s;
+  if (loaded_strategy_.name == "gemini") s = loaded_strategy_;  // its other options kept
+  s.name = "gemini";
+  s.options["offload_optim_frac"] = offload_override_ / 100.0;
+  return s;
+}
+
+void HardwarePage::load_strategy(const job::StrategySpec& strategy) {
+  loaded_strategy_ = strategy;
+  offload_override_ = -1;
+  if (strategy.name == "gemini") {
+    const double frac = strategy.options.value("offload_optim_frac", 0.0);
+    offload_override_ = int(std::lround(frac * 100 / kOffloadStepPercent)) * kOffloadStepPercent;
+  }
+  update_offload();
+}
+
+void HardwarePage::clear_offload_override() {
+  if (offload_override_ < 0 && loaded_strategy_.name != "gemini") return;
+  offload_override_ = -1;
+  loaded_strategy_ = {};
+  update_offload();
+  Q_EMIT strategyChanged();
+}
+
+bool HardwarePage::trains_on_cpu() const {
+  if (!plan_.isEmpty()) {
+    bool host = false;
+    for (const QJsonValue& t : plan_.value("memory").toArray()) {
+      const QString tier = t.toObject().value("tier").toString();
+      if (tier == "device") return false;
+      host = host || tier == "host";
+    }
+    return host;
+  }
+  return !profile_.isEmpty() && profile_.value("gpus").toArray().isEmpty();
+}
+
+void HardwarePage::update_offload() {
+  const bool shown = have_spec_ && spec_.method.type == "full" && trains_on_cpu();
+  offload_row_->setVisible(shown);
+  offload_note_->setVisible(shown);
+  if (!shown) return;
+  const QJsonObject s = plan_.value("settings").toObject();
+  const double planned = s.value("offload_optim_frac").toDouble();
+  loading_overrides_ = true;  // the position shown, not the user's move
+  if (offload_override_ >= 0) {
+    offload_->setValue(offload_override_ / kOffloadStepPercent);
+    offload_value_->setText(QString("%1%").arg(offload_override_));
+  } else {
+    offload_->setValue(int(std::lround(planned * 100 / kOffloadStepPercent)));
+    offload_value_->setText(tr("%1 (auto)").arg(percent_text(planned)));
+  }
+  loading_overrides_ = false;
+  offload_reset_->setVisible(offload_override_ >= 0);
+  if (offload_override_ < 0) {
+    offload_note_->setText(
+        planned > 0 ? tr("The planner's choice: %1 of the optimizer state on disk, the least that "
+                         "lets this job fit in RAM.")
+                          .arg(percent_text(planned))
+                    : tr("The planner's choice: all of the optimizer state in RAM. Move the "
+                         "slider to keep part of it on disk instead."));
+    return;
+  }
+  QString note = tr("Override: strategy gemini with %1% of the optimizer state on disk.")
+                     .arg(offload_override_);
+  const QJsonObject time = plan_.value("time").toObject();
+  const bool current = plan_is_for([this] {
+    job::JobSpec spec = spec_;
+    spec.strategy = strategy_spec(spec_.method.type);
+    return spec;
+  }());
+  if (offload_override_ == 0)
+    note += tr(" Everything stays in RAM, even when it would not fit.");
+  else if (current && time.value("disk_bytes_per_step").toDouble() > 0)
+    note += tr(" Less RAM; each step reads and writes %1 on disk.")
+                .arg(bytes_text(time.value("disk_bytes_per_step").toDouble()));
+  else
+    note += tr(" Less RAM, more disk traffic per step.");
+  offload_note_->setText(note);
+}
+
 void HardwarePage::plan(const job::JobSpec& spec) {
   spec_ = spec;
   have_spec_ = true;
@@ -224,6 +393,7 @@ void HardwarePage::plan(const job::JobSpec& spec) {
   if (const int i = precision_->findData(QString::fromStdString(spec.precision)); i >= 0)
     precision_->setCurrentIndex(i);
   loading_overrides_ = false;
+  update_offload();
   if (cached_profile().isEmpty() && !profile_process_) start_profile();
   debounce_.start();
 }
@@ -312,6 +482,7 @@ void HardwarePage::show_profile() {
   }
   if (profile_.contains("os")) lines << tr("OS: %1").arg(profile_.value("os").toString());
   machine_->setText(lines.join('\n'));
+  update_offload();
   Q_EMIT profiled();
 }
 
@@ -322,6 +493,7 @@ void HardwarePage::start_plan() {
     return;
   }
   if (!tmp_.isValid()) return show_plan_error(tr("cannot create a temporary folder"));
+  planning_spec_ = spec_;
   const QString file = QDir(tmp_.path()).filePath("job.json");
   try {
     job::save_job_spec(spec_, file.toStdString());
@@ -334,6 +506,12 @@ void HardwarePage::start_plan() {
           [this, p = plan_process_](int code, QProcess::ExitStatus status) {
             p->deleteLater();
             plan_process_ = nullptr;
+            // A newer spec is waiting: this plan is stale, the latest one is shown.
+            if (replan_ || debounce_.isActive()) {
+              replan_ = false;
+              if (!debounce_.isActive()) start_plan();
+              return;
+            }
             // A job that does not fit exits 2 and still prints the plan.
             const auto doc = QJsonDocument::fromJson(p->readAllStandardOutput());
             if (status == QProcess::NormalExit && (code == 0 || code == 2) && doc.isObject() &&
@@ -343,10 +521,6 @@ void HardwarePage::start_plan() {
               const QString why = first_line_of(p->readAllStandardError());
               show_plan_error(why.isEmpty() ? tr("exit code %1").arg(code) : why);
             }
-            if (replan_) {
-              replan_ = false;
-              start_plan();
-            }
           });
   connect(plan_process_, &QProcess::errorOccurred, this,
           [this, p = plan_process_](QProcess::ProcessError e) {
@@ -355,21 +529,33 @@ void HardwarePage::start_plan() {
             plan_process_ = nullptr;
             show_plan_error(tr("could not start %1: %2").arg(cli_, p->errorString()));
           });
-  plan_process_->start(cli_, {"plan", file, "--json"});
+  QStringList args{"plan", file, "--json"};
+  // The disk tier's time needs the disk's speed: `profile` measured the runs folder and cached
+  // it, so when the plan's folder is that one the measurement is reused, not repeated.
+  const QJsonObject disk = profile_.value("disk").toObject();
+  if (disk.value("measured").toBool() &&
+      QFileInfo(disk.value("path").toString()).absoluteFilePath() ==
+          existing_parent(QString::fromStdString(spec_.output.dir)))
+    args << "--measure-disk";
+  plan_process_->start(cli_, args);
 }
 
 void HardwarePage::show_plan_error(const QString& message) {
   plan_ = {};
+  planned_spec_ = planning_spec_;
   fits_ = false;
   strategy_->setText(tr("No plan: %1").arg(message));
   reasons_->clear();
   time_->clear();
-  for (QBarSet* set : sets_) set->remove(0, set->count());
+  alternatives_->setVisible(false);
+  show_memory({});
+  update_offload();
   Q_EMIT planned();
 }
 
 void HardwarePage::show_plan(const QJsonObject& plan) {
   plan_ = plan;
+  planned_spec_ = planning_spec_;
   fits_ = plan.value("fits").toBool();
   strategy_->setText(plan.value("explanation").toString());
   QStringList reasons;
@@ -383,23 +569,42 @@ void HardwarePage::show_plan(const QJsonObject& plan) {
     time_text += tr(", %1 in total for %2 steps")
                      .arg(format_duration(time.value("total_seconds").toDouble()))
                      .arg(time.value("steps").toInteger());
+  if (time.value("disk_bytes_per_step").toDouble() > 0) {
+    if (time.value("disk_seconds_per_step").toDouble() > 0)
+      time_text += tr("; the disk's share: %1 per step for %2 read and written")
+                       .arg(step_time_text(time.value("disk_seconds_per_step").toDouble()),
+                            bytes_text(time.value("disk_bytes_per_step").toDouble()));
+    else
+      time_text += tr("; plus %1 read and written on disk per step (its speed was not measured)")
+                       .arg(bytes_text(time.value("disk_bytes_per_step").toDouble()));
+  }
   time_->setText(time_text);
+
+  QStringList alternatives;
+  for (const QJsonValue& a : plan.value("alternatives").toArray())
+    alternatives << "• " + a.toObject().value("summary").toString();
+  alternatives_->setText(tr("Alternatives:\n%1").arg(alternatives.join('\n')));
+  alternatives_->setVisible(!alternatives.isEmpty());
 
   // What the user asked for against what the plan had to do to fit.
   const QJsonObject s = plan.value("settings").toObject();
+  const job::JobSpec& asked = planned_spec_;  // the spec this plan is for
   QStringList changes;
-  if (s.value("micro_batch").toInteger() < spec_.training.batch_size)
+  if (s.value("micro_batch").toInteger() < asked.training.batch_size)
     changes << tr("micro-batch %1 with %2 accumulation steps")
                    .arg(s.value("micro_batch").toInteger())
                    .arg(s.value("gradient_accumulation").toInteger());
-  if (s.value("activation_checkpointing").toBool() && !spec_.training.activation_checkpointing)
+  if (s.value("activation_checkpointing").toBool() && !asked.training.activation_checkpointing)
     changes << tr("activation checkpointing");
-  if (s.value("method").toString().toStdString() != spec_.method.type)
+  if (s.value("method").toString().toStdString() != asked.method.type)
     changes << tr("%1 instead of %2")
-                   .arg(s.value("method").toString(), QString::fromStdString(spec_.method.type));
-  if (s.value("precision").toString().toStdString() != spec_.precision)
+                   .arg(s.value("method").toString(), QString::fromStdString(asked.method.type));
+  if (s.value("precision").toString().toStdString() != asked.precision)
     changes << tr("%1 instead of %2")
-                   .arg(s.value("precision").toString(), QString::fromStdString(spec_.precision));
+                   .arg(s.value("precision").toString(), QString::fromStdString(asked.precision));
+  if (asked.strategy.name == "auto" && s.value("strategy").toString() == "gemini")
+    changes << tr("%1 of the optimizer state on disk")
+                   .arg(percent_text(s.value("offload_optim_frac").toDouble()));
   if (!fits_) {
     QString text = tr("⚠ These settings will not fit on this machine: %1")
                        .arg(plan.value("explanation").toString());
@@ -413,44 +618,73 @@ void HardwarePage::show_plan(const QJsonObject& plan) {
     warning_->setVisible(false);
   }
 
+  show_memory(plan.value("memory").toArray());
+  update_offload();
+  Q_EMIT planned();
+}
+
+void HardwarePage::show_memory(const QJsonArray& memory) {
   // One bar per tier: what holds the memory, then what is left of the usable budget, then the
   // headroom the plan keeps free; the bar's end is the tier's capacity (or the peak beyond it).
+  // Each bar is in percent of its own tier's capacity, so the host and disk bars both read.
   for (QBarSet* set : sets_) set->remove(0, set->count());
-  QBarSet* free_set = sets_[sets_.size() - 2];
-  QBarSet* headroom_set = sets_.back();
-  QStringList tiers;
-  const QJsonArray memory = plan.value("memory").toArray();
-  double widest = 0;
-  for (const QJsonValue& v : memory) {
-    const QJsonObject t = v.toObject();
-    QString name = t.value("tier").toString() + " (" + t.value("device").toString() + ")";
+  shown_tiers_.clear();
+  shown_capacity_.clear();
+  shown_bytes_.clear();
+  const int categories = int(std::size(kCategories));
+  QStringList names;
+  QString disk_text;
+  double widest = 100;
+  // The first tier at the top: a horizontal bar chart draws its first category at the bottom.
+  for (auto v = memory.end(); v != memory.begin();) {
+    const QJsonObject t = (*--v).toObject();
+    const QString tier = t.value("tier").toString();
+    const double budget = t.value("budget").toDouble();
+    QString name =
+        tier == "disk"
+            ? tr("disk, %1 free").arg(bytes_text(budget))
+            : tr("%1 (%2), %3").arg(tier, t.value("device").toString(), bytes_text(budget));
     if (t.value("simulated").toBool()) name += tr(", simulated");
-    tiers << name;
+    names << name;
     const QJsonObject by = t.value("by_category").toObject();
+    QList<double> bytes;
     double used = 0;
-    for (int i = 0; i < int(std::size(kCategories)); ++i) {
-      const double bytes = by.value(kCategories[i].key).toDouble();
-      used += bytes;
-      *sets_[i] << gib(bytes);
+    for (int i = 0; i < categories; ++i) {
+      bytes << by.value(kCategories[i].key).toDouble();
+      used += bytes.back();
     }
     // The peak may exceed the sum of the categories: the load peak (weights + the mapped
     // checkpoint), the export peak, or the runtime's measured floor. That part is drawn with the
-    // runtime, so the bar still ends at the tier's capacity.
-    const double peak = std::max(used, t.value("peak").toDouble());
-    QBarSet* runtime_set = sets_[int(std::size(kCategories)) - 1];
-    if (peak > used)
-      runtime_set->replace(runtime_set->count() - 1,
-                           runtime_set->at(runtime_set->count() - 1) + gib(peak - used));
-    const double budget = t.value("budget").toDouble();
+    // runtime, so the bar still ends at the tier's capacity. The disk holds only what is
+    // offloaded: its training peak (its `peak` carries the RAM's runtime floor).
+    const double peak = std::max(used, tier == "disk" ? t.value("training_peak").toDouble(used)
+                                                      : t.value("peak").toDouble());
+    bytes[categories - 1] += peak - used;
     const double usable = t.value("usable_after_headroom").toDouble(budget);
-    *free_set << gib(std::max(0.0, usable - peak));
-    *headroom_set << gib(std::max(0.0, budget - std::max(usable, peak)));
-    widest = std::max({widest, peak, budget});
+    bytes << std::max(0.0, usable - peak) << std::max(0.0, budget - std::max(usable, peak));
+    const double scale = budget > 0 ? 100.0 / budget : 0.0;
+    for (int i = 0; i < int(bytes.size()); ++i) *sets_[i] << bytes[i] * scale;
+    widest = std::max(widest, peak * scale);
+    shown_tiers_ << tier;
+    shown_capacity_ << budget;
+    shown_bytes_ << bytes;
+    if (tier == "disk") {
+      QStringList held;
+      for (int i = 0; i < categories; ++i)
+        if (bytes[i] > 0)
+          held << tr("%1 of %2").arg(bytes_text(bytes[i]), tr(kCategories[i].label));
+      disk_text = tr("Disk tier: %1 (%2 free), holding %3.")
+                      .arg(t.value("device").toString(), bytes_text(budget),
+                           held.isEmpty() ? tr("nothing") : held.join(tr(" and ")));
+    }
   }
+  disk_->setText(disk_text);
+  disk_->setVisible(!disk_text.isEmpty());
   tiers_axis_->clear();
-  tiers_axis_->append(tiers);
-  bytes_axis_->setRange(0, std::max(gib(widest) * 1.05, 0.01));
-  Q_EMIT planned();
+  tiers_axis_->append(names);
+  bytes_axis_->setRange(0, widest);
+  bytes_axis_->setTickCount(5);  // 0, 25, 50, 75, 100
+  if (widest > 100) bytes_axis_->applyNiceNumbers();
 }
 
 }  // namespace tessera::ui

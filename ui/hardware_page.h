@@ -4,7 +4,11 @@
 // for the wizard's current job: the strategy and why in one sentence, a stacked bar of the
 // estimated memory per tier and category against capacity, the time per step and in total.
 // Batch size, activation checkpointing and precision can be overridden; the page warns when
-// the plan says the override does not fit. Both commands run in child processes.
+// the plan says the override does not fit. For full fine-tuning on the CPU a slider puts a share
+// of the optimizer state on disk (strategy gemini, options.offload_optim_frac): the job is planned
+// again with it. Each tier (device, host, disk) gets one bar, scaled to that tier's capacity
+// (the disk's: its free space). Both commands run in child processes, one plan at a time.
+#include <QJsonArray>
 #include <QJsonObject>
 #include <QProcess>
 #include <QTemporaryDir>
@@ -20,6 +24,8 @@ class QChartView;
 class QComboBox;
 class QHorizontalStackedBarSeries;
 class QLabel;
+class QPushButton;
+class QSlider;
 class QSpinBox;
 class QValueAxis;
 
@@ -42,16 +48,39 @@ class HardwarePage : public QWidget {
   bool fits() const { return fits_; }
   // Whether the plan shown was made for `spec` (not for earlier settings).
   bool plan_is_for(const job::JobSpec& spec) const {
-    return have_spec_ && has_plan() && job::to_json(spec_) == job::to_json(spec);
+    return have_spec_ && has_plan() && job::to_json(planned_spec_) == job::to_json(spec);
   }
   const QJsonObject& plan_json() const { return plan_; }
   const QJsonObject& profile_json() const { return profile_; }
   QString explanation() const;
 
+  // The strategy the wizard writes into the job spec for `method` ("full" | "lora"): gemini
+  // with the slider's share of the optimizer state on disk when the user moved it (full
+  // fine-tuning only), else the loaded spec's strategy (auto unless a cloned job named one).
+  job::StrategySpec strategy_spec(const std::string& method) const;
+  // A cloned job's strategy: gemini's offload_optim_frac sets the slider as an override.
+  void load_strategy(const job::StrategySpec& strategy);
+  // The slider's override in percent (0, 25, 50, 75, 100), or -1: the planner chooses.
+  int offload_override() const { return offload_override_; }
+  void clear_offload_override();  // back to the planner's choice
+
+  // What the bars show, per tier in the bars' order (bottom to top: the plan's last tier
+  // first, so its first is drawn on top): the tier ("device", "host",
+  // "disk"), its capacity in bytes and the bytes of each bar set (the categories, free,
+  // headroom). The bars themselves are percentages of the capacity.
+  QStringList shown_tiers() const { return shown_tiers_; }
+  double shown_capacity(int tier) const { return shown_capacity_.value(tier); }
+  double shown_bytes(int tier, int set) const { return shown_bytes_.value(tier).value(set); }
+
   QLabel* machine_label() const { return machine_; }
   QLabel* strategy_label() const { return strategy_; }
   QLabel* time_label() const { return time_; }
   QLabel* warning_label() const { return warning_; }
+  QLabel* alternatives_label() const { return alternatives_; }
+  QLabel* disk_label() const { return disk_; }
+  QSlider* offload_slider() const { return offload_; }
+  QLabel* offload_note() const { return offload_note_; }
+  QPushButton* offload_reset() const { return offload_reset_; }
   QHorizontalStackedBarSeries* memory_series() const { return series_; }
   QSpinBox* batch_size() const { return batch_; }
   QCheckBox* checkpointing() const { return checkpointing_; }
@@ -60,6 +89,8 @@ class HardwarePage : public QWidget {
  Q_SIGNALS:
   // The user changed an override: the wizard writes it into the method's settings.
   void overridesChanged(int batch_size, bool activation_checkpointing, const QString& precision);
+  // The user moved the optimizer-state slider or reset it: the wizard plans its spec again.
+  void strategyChanged();
   void planned();   // a plan (or its failure) is shown
   void profiled();  // the machine is shown
 
@@ -69,6 +100,9 @@ class HardwarePage : public QWidget {
   void show_profile();
   void show_plan(const QJsonObject& plan);
   void show_plan_error(const QString& message);
+  void show_memory(const QJsonArray& memory);
+  void update_offload();  // the slider's visibility, position and note
+  bool trains_on_cpu() const;
 
   QString cli_;
   QLabel* machine_;
@@ -76,6 +110,8 @@ class HardwarePage : public QWidget {
   QLabel* reasons_;
   QLabel* time_;
   QLabel* warning_;
+  QLabel* alternatives_;
+  QLabel* disk_;
   QChartView* chart_view_;
   QHorizontalStackedBarSeries* series_;
   QList<QBarSet*> sets_;  // the categories, then free and headroom (kept: a stable legend)
@@ -84,11 +120,23 @@ class HardwarePage : public QWidget {
   QSpinBox* batch_;
   QCheckBox* checkpointing_;
   QComboBox* precision_;
+  QWidget* offload_row_;
+  QSlider* offload_;
+  QLabel* offload_value_;
+  QLabel* offload_note_;
+  QPushButton* offload_reset_;
+  int offload_override_ = -1;          // percent, or -1: the planner's choice
+  job::StrategySpec loaded_strategy_;  // a cloned job's (non-gemini) strategy
+  QStringList shown_tiers_;
+  QList<double> shown_capacity_;
+  QList<QList<double>> shown_bytes_;
   QProcess* profile_process_ = nullptr;
   QProcess* plan_process_ = nullptr;
   QTimer debounce_;
   QTemporaryDir tmp_;
-  job::JobSpec spec_;
+  job::JobSpec spec_;           // the latest spec asked for
+  job::JobSpec planning_spec_;  // the spec of the running plan child
+  job::JobSpec planned_spec_;   // the spec of the plan shown
   bool have_spec_ = false;
   bool replan_ = false;  // a newer spec arrived while planning
   bool loading_overrides_ = false;

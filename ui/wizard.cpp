@@ -63,6 +63,8 @@ FineTuneWizard::FineTuneWizard(CliProbe* probe, QWidget* parent) : QWidget(paren
           [this](int batch, bool checkpointing, const QString& precision) {
             method_->set_overrides(batch, checkpointing, precision);
           });
+  // The optimizer-state slider changes the spec's strategy: plan it again.
+  connect(hardware_, &HardwarePage::strategyChanged, this, &FineTuneWizard::update_buttons);
   // Hidden until tessera-cli says it has `profile` and `plan`.
   steps_->item(HardwareStep)->setHidden(true);
   if (probe_) {
@@ -150,6 +152,7 @@ job::JobSpec FineTuneWizard::build_spec() const {
   spec.method = method_->method_spec();
   spec.training = method_->training_spec();
   spec.precision = method_->precision().toStdString();
+  spec.strategy = hardware_->strategy_spec(spec.method.type);
   spec.output.dir = QDir(settings::runs_root()).filePath(run_id_).toStdString();
   return spec;
 }
@@ -159,6 +162,7 @@ void FineTuneWizard::load_spec(const job::JobSpec& spec) {
   if (!spec.model.path.empty()) model_->choose_folder(QString::fromStdString(spec.model.path));
   dataset_->load_spec(spec.dataset);
   method_->load_spec(spec.method, spec.training, QString::fromStdString(spec.precision));
+  hardware_->load_strategy(spec.strategy);
   go_to(ReviewStep);
 }
 

@@ -29,16 +29,20 @@ torch::Tensor total_norm(const torch::Tensor& norms) {
   return norms.norm(2.0);
 }
 
+std::optional<torch::Tensor> clip_coefficient(const torch::Tensor& total, double max_norm) {
+  torch::NoGradGuard no_grad;
+  if (max_norm <= 0.0 || !std::isfinite(total.item<double>())) return std::nullopt;
+  // torch multiplies by the clamped coefficient even when it is 1, computed in float32.
+  return (max_norm / (total + 1e-6)).clamp_max(1.0);
+}
+
 double apply_clip_coefficient(const std::vector<torch::Tensor>& grads, const torch::Tensor& total,
                               double max_norm) {
   torch::NoGradGuard no_grad;
-  const double norm = total.item<double>();
-  if (max_norm <= 0.0 || !std::isfinite(norm)) return norm;
-  // torch multiplies by the clamped coefficient even when it is 1, computed in float32.
-  torch::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
-  for (const torch::Tensor& g : grads)
-    if (g.defined()) g.mul_(coef.to(g.scalar_type()));
-  return norm;
+  if (const std::optional<torch::Tensor> coef = clip_coefficient(total, max_norm))
+    for (const torch::Tensor& g : grads)
+      if (g.defined()) g.mul_(coef->to(g.scalar_type()));
+  return total.item<double>();
 }
 
 double global_grad_norm(const std::vector<torch::Tensor>& params) {

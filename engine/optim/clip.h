@@ -8,6 +8,7 @@
 // and apply_clip_coefficient().
 #include <torch/torch.h>
 
+#include <optional>
 #include <vector>
 
 namespace tessera::optim {
@@ -23,8 +24,11 @@ double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm)
 torch::Tensor gradient_norms(const std::vector<torch::Tensor>& grads);
 // ‖norms‖ as a float32 scalar tensor (0 for no norms).
 torch::Tensor total_norm(const torch::Tensor& norms);
-// Multiplies every gradient by min(1, max_norm / (total + 1e-6)) when max_norm > 0 and the
-// total is finite; returns the total as a double.
+// min(1, max_norm / (total + 1e-6)) as a float32 scalar tensor, as torch computes it; nothing
+// when max_norm <= 0 or the total is not finite (then no gradient is scaled).
+std::optional<torch::Tensor> clip_coefficient(const torch::Tensor& total, double max_norm);
+// Multiplies every gradient by clip_coefficient(total, max_norm) when there is one; returns the
+// total as a double.
 double apply_clip_coefficient(const std::vector<torch::Tensor>& grads, const torch::Tensor& total,
                               double max_norm);
 

@@ -194,6 +194,9 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
     e.weights = to_bytes(stored * param_bytes + (1.0 - f) * masters);
     e.disk_optimizer = to_bytes(f * trainable * 8.0);
     e.disk_weights = to_bytes(f * masters);
+    // Gradients in the compute dtype; bf16 ones are widened to float32 one tensor at a time.
+    const double largest_trainable = lora ? trainable : std::max(v * h, h * m);
+    e.gradients = to_bytes(trainable * param_bytes + (bf16 ? largest_trainable * 4.0 : 0.0));
     if (f > 0.0) {
       // Chunk size as the plugin searches it: at least the largest tensor, at most 16M floats,
       // about an eighth of the trainable parameters; three such chunks in flight.
@@ -488,7 +491,8 @@ json to_json(const Plan& p) {
                      {"usable_after_headroom",
                       static_cast<std::uint64_t>(static_cast<double>(t.budget) * (1 - kHeadroom))},
                      {"headroom_fraction", kHeadroom},
-                     {"peak", e.peak()},
+                     // The disk tier holds its files; the host's floors do not apply to it.
+                     {"peak", t.tier == "disk" ? e.training_peak() : e.peak()},
                      {"training_peak", e.training_peak()},
                      {"load_peak", e.load_peak},
                      {"export_peak", e.export_peak},

@@ -166,31 +166,34 @@ class GeminiPlugin : public train::Plugin {
 
   StepStats step(double lr, double max_grad_norm) override {
     torch::NoGradGuard no_grad;
-    // Float32 gradients in trainable order (bf16 ones widened, as `single` does for masters).
-    std::vector<torch::Tensor> grads;
+    // The global norm first, widening one bf16 gradient at a time (`single` widens them all
+    // into its float32 masters at once; the values are the same).
+    std::vector<torch::Tensor> norms;
     for (std::size_t i : trainable_order_) {
       Entry& e = entries_[i];
       const torch::Tensor& g = e.tensor.grad();
-      grads.push_back(g.defined() ? g.to(torch::kFloat32).contiguous() : torch::Tensor());
+      if (g.defined()) norms.push_back(g.to(torch::kFloat32).norm(2.0).to(torch::kFloat32));
       memory::transition(e.state, TensorState::ReadyForUpdate, e.name);
     }
+    const torch::Tensor total =
+        norms.empty() ? torch::zeros({}, torch::kFloat32) : torch::stack(norms).norm(2.0);
     StepStats stats;
-    stats.grad_norm = optim::apply_clip_coefficient(
-        grads, optim::total_norm(optim::gradient_norms(grads)), max_grad_norm);
+    stats.grad_norm = total.item<double>();
+    const std::optional<torch::Tensor> coef = optim::clip_coefficient(total, max_grad_norm);
     ++steps_;
-    std::vector<const torch::Tensor*> grad_of_entry(entries_.size(), nullptr);
-    for (std::size_t k = 0; k < trainable_order_.size(); ++k)
-      if (grads[k].defined()) grad_of_entry[trainable_order_[k]] = &grads[k];
 
+    // Then the update, chunk by chunk: each gradient is widened (bf16), clipped, used and
+    // freed in turn, so no more than one float32 copy exists at a time.
     for_each_optimizer_chunk(/*write_back=*/true, [&](OptimChunk& chunk) {
       float* base = static_cast<float*>(chunk.host.data());
       for (std::size_t i : chunk.entries) {
         Entry& e = entries_[i];
-        const torch::Tensor* g = grad_of_entry[i];
-        if (g == nullptr) continue;  // no gradient: no update, as torch does
+        if (!e.tensor.grad().defined()) continue;  // no gradient: no update, as torch does
+        torch::Tensor g = e.tensor.grad().to(torch::kFloat32).contiguous();
+        if (coef) g.mul_(*coef);
         optim::AdamArrays a;
         a.count = e.tensor.numel();
-        a.grad = g->data_ptr<float>();
+        a.grad = g.data_ptr<float>();
         a.exp_avg = base + moments_offset(chunk) + e.optim_offset;
         a.exp_avg_sq = a.exp_avg + chunk.elements;
         if (dtype_ == torch::kFloat32) {
@@ -203,6 +206,7 @@ class GeminiPlugin : public train::Plugin {
         optim::cpu_adamw_step(a, {lr, adamw_.beta1, adamw_.beta2, adamw_.eps,
                                   e.decays ? adamw_.weight_decay : 0.0, steps_});
         e.tensor.unsafeGetTensorImpl()->bump_version();
+        e.tensor.mutable_grad() = torch::Tensor();
       }
     });
     for (std::size_t i : trainable_order_) {

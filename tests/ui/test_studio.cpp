@@ -350,6 +350,24 @@ class StudioTest : public QObject {
     return worst;
   }
 
+  // A tessera-cli with `profile` and `plan` (TESSERA_STUDIO_CLI's, else this build's), or "".
+  void find_planning_cli(QString* cli) {
+    cli->clear();
+    QString candidate = qEnvironmentVariable("TESSERA_STUDIO_CLI", TESSERA_CLI_PATH);
+    CliProbe probe;
+    probe.probe(candidate);
+    QTRY_VERIFY_WITH_TIMEOUT(probe.finished(), 20000);
+    if (!probe.supports("plan") || !probe.supports("profile")) {
+      // This build's own (torch-free) tessera-cli may have them when the other does not.
+      CliProbe own;
+      own.probe(TESSERA_CLI_PATH);
+      QTRY_VERIFY_WITH_TIMEOUT(own.finished(), 20000);
+      if (!own.supports("plan") || !own.supports("profile")) return;
+      candidate = TESSERA_CLI_PATH;
+    }
+    *cli = candidate;
+  }
+
  private Q_SLOTS:
   void initTestCase() {
     QVERIFY(tmp_.isValid());
@@ -1405,21 +1423,9 @@ class StudioTest : public QObject {
   // and why, memory per tier and category against capacity, time; an override that does not
   // fit at once is written into the method's settings and warned about.
   void hardware_page_plans_the_job() {
-    QString cli = qEnvironmentVariable("TESSERA_STUDIO_CLI", TESSERA_CLI_PATH);
-    {
-      CliProbe probe;
-      probe.probe(cli);
-      QTRY_VERIFY_WITH_TIMEOUT(probe.finished(), 20000);
-      if (!probe.supports("plan") || !probe.supports("profile")) {
-        // This build's own (torch-free) tessera-cli may have them when the other does not.
-        CliProbe own;
-        own.probe(TESSERA_CLI_PATH);
-        QTRY_VERIFY_WITH_TIMEOUT(own.finished(), 20000);
-        if (!own.supports("plan") || !own.supports("profile"))
-          QSKIP("no tessera-cli here has `profile` and `plan`");
-        cli = TESSERA_CLI_PATH;
-      }
-    }
+    QString cli;
+    find_planning_cli(&cli);
+    if (cli.isEmpty()) QSKIP("no tessera-cli here has `profile` and `plan`");
     QSettings().setValue("paths/cli", cli);
     MainWindow window(store_.get());
     window.resize(1280, 900);
@@ -1454,22 +1460,29 @@ class StudioTest : public QObject {
     QVERIFY2(hw->time_label()->text().contains("per step") &&
                  hw->time_label()->text().contains("20 steps"),
              qPrintable(hw->time_label()->text()));
-    // Weights, gradients, optimizer, activations, runtime, free, headroom; one bar per tier.
+    // Weights, gradients, optimizer, activations, runtime, free, headroom; one bar per tier,
+    // in percent of that tier's capacity (the bytes behind it kept for its tooltip).
     QCOMPARE(hw->memory_series()->count(), 7);
     const int tiers = int(hw->plan_json().value("memory").toArray().size());
     QVERIFY(tiers >= 1);
-    double weights = 0, total = 0;
-    for (QBarSet* set : hw->memory_series()->barSets()) {
+    double weights = 0, total = 0, total_bytes = 0;
+    for (int i = 0; i < 7; ++i) {
+      QBarSet* set = hw->memory_series()->barSets()[i];
       QCOMPARE(set->count(), tiers);
       total += set->at(0);
+      total_bytes += hw->shown_bytes(0, i);
     }
     weights = hw->memory_series()->barSets().first()->at(0);
     QVERIFY(weights > 0);
-    const double budget_gib =
-        hw->plan_json().value("memory").toArray().first().toObject().value("budget").toDouble() /
-        double(1ull << 30);
-    QVERIFY2(std::abs(total - budget_gib) < 1e-6 * std::max(1.0, budget_gib),
-             qPrintable(QString("bar %1 GiB, budget %2 GiB").arg(total).arg(budget_gib)));
+    const double budget =
+        hw->plan_json().value("memory").toArray().first().toObject().value("budget").toDouble();
+    QCOMPARE(hw->shown_capacity(0), budget);
+    QVERIFY2(std::abs(total - 100) < 1e-6, qPrintable(QString("bar %1% of the budget").arg(total)));
+    QVERIFY2(std::abs(total_bytes - budget) < 1e-6 * budget,
+             qPrintable(QString("bar %1 bytes, budget %2").arg(total_bytes).arg(budget)));
+    // LoRA: no optimizer-state slider (it is for full fine-tuning), the planner's strategy.
+    QVERIFY(!hw->offload_slider()->isVisible());
+    QCOMPARE(wizard->build_spec().strategy.name, std::string("auto"));
     screenshot(&window, "4-hardware");
 
     // An override that does not fit at once: the method's batch follows it, the plan splits it.
@@ -1497,6 +1510,116 @@ class StudioTest : public QObject {
     QVERIFY(!wizard->review_page()->launch_button()->isEnabled());
     QVERIFY(wizard->review_page()->launch_button()->text().contains("fit in memory"));
     screenshot(&window, "5-review-does-not-fit");
+    QSettings().remove("paths/cli");
+  }
+
+  // Full fine-tuning on the CPU: the plan keeps everything in RAM (no disk bar); the
+  // optimizer-state slider re-plans the job as gemini with that share on disk, the disk tier's
+  // bar shows the plan's bytes, the step time follows the plan, and the spec names gemini.
+  void hardware_page_puts_optimizer_state_on_disk() {
+    QString cli;
+    find_planning_cli(&cli);
+    if (cli.isEmpty()) QSKIP("no tessera-cli here has `profile` and `plan`");
+    QSettings().setValue("paths/cli", cli);
+    MainWindow window(store_.get());
+    window.resize(1280, 900);
+    window.show();
+    window.show_page(MainWindow::NewFineTune);
+    FineTuneWizard* wizard = window.wizard();
+    QTRY_VERIFY_WITH_TIMEOUT(window.cli_probe()->finished(), 20000);
+    QVERIFY(wizard->hardware_step_available());
+    wizard->model_page()->choose_folder(model_);
+    wizard->dataset_page()->max_length()->setValue(32);
+    wizard->dataset_page()->choose_file(dataset_);
+    wizard->method_page()->set_method("full");
+    wizard->method_page()->set_steps(20);
+    QTRY_VERIFY_WITH_TIMEOUT(wizard->missing().isEmpty(), 30000);
+    wizard->go_to(FineTuneWizard::HardwareStep);
+    HardwarePage* hw = wizard->hardware_page();
+    QTRY_VERIFY_WITH_TIMEOUT(hw->has_plan() && !hw->busy() && hw->plan_is_for(wizard->build_spec()),
+                             120000);
+    QVERIFY(hw->fits());
+    if (!hw->shown_tiers().contains("host")) QSKIP("the plan is for a GPU here, not the CPU");
+
+    // The planner's own choice: nothing on disk, no disk bar, the slider at 0% (auto).
+    QCOMPARE(hw->plan_json().value("strategy").toString(), QString("single"));
+    QVERIFY2(!hw->shown_tiers().contains("disk"), qPrintable(hw->shown_tiers().join(", ")));
+    QCOMPARE(hw->memory_series()->barSets().first()->count(), int(hw->shown_tiers().size()));
+    QVERIFY(!hw->disk_label()->isVisible());
+    QVERIFY(hw->offload_slider()->isVisible());
+    QCOMPARE(hw->offload_slider()->value(), 0);
+    QCOMPARE(hw->offload_override(), -1);
+    QVERIFY(!hw->offload_reset()->isVisible());
+    QCOMPARE(wizard->build_spec().strategy.name, std::string("auto"));
+    QVERIFY2(hw->offload_note()->text().startsWith("The planner's choice"),
+             qPrintable(hw->offload_note()->text()));
+    screenshot(&window, "4-hardware-full");
+
+    // Two notches right: 50% of the optimizer state on disk, planned as gemini.
+    hw->offload_slider()->setFocus();
+    QTest::keyClick(hw->offload_slider(), Qt::Key_Right);
+    QTest::keyClick(hw->offload_slider(), Qt::Key_Right);
+    QCOMPARE(hw->offload_override(), 50);
+    const tessera::job::JobSpec spec = wizard->build_spec();
+    QCOMPARE(spec.strategy.name, std::string("gemini"));
+    QCOMPARE(spec.strategy.options.value("offload_optim_frac", -1.0), 0.5);
+    QCOMPARE(tessera::job::to_json(spec)["strategy"]["options"]["offload_optim_frac"].get<double>(),
+             0.5);
+    QTRY_VERIFY_WITH_TIMEOUT(hw->has_plan() && !hw->busy() && hw->plan_is_for(spec), 120000);
+    const QJsonObject plan = hw->plan_json();
+    QCOMPARE(plan.value("strategy").toString(), QString("gemini"));
+    QCOMPARE(plan.value("settings").toObject().value("offload_optim_frac").toDouble(), 0.5);
+    QVERIFY(hw->fits());
+
+    // The disk bar: the plan's disk bytes, against the disk's free space.
+    const int disk = int(hw->shown_tiers().indexOf("disk"));
+    QVERIFY2(disk >= 0, qPrintable(hw->shown_tiers().join(", ")));
+    QJsonObject disk_tier;
+    for (const QJsonValue& t : plan.value("memory").toArray())
+      if (t.toObject().value("tier").toString() == "disk") disk_tier = t.toObject();
+    const double on_disk = disk_tier.value("by_category").toObject().value("optimizer").toDouble();
+    QVERIFY(on_disk > 0);
+    QCOMPARE(hw->shown_bytes(disk, 2), on_disk);  // the optimizer-state set
+    QCOMPARE(hw->shown_capacity(disk), disk_tier.value("budget").toDouble());
+    QCOMPARE(hw->memory_series()->barSets()[2]->at(disk),
+             on_disk * 100 / disk_tier.value("budget").toDouble());
+    QVERIFY(hw->disk_label()->isVisible());
+    QVERIFY2(hw->disk_label()->text().contains(disk_tier.value("device").toString()),
+             qPrintable(hw->disk_label()->text()));
+
+    // The step time is the gemini plan's, disk time included.
+    const double seconds = plan.value("time").toObject().value("seconds_per_step").toDouble();
+    const QString step =
+        seconds < 1 ? QString("%1 ms").arg(seconds * 1000, 0, 'f', 0) : format_duration(seconds);
+    QVERIFY2(hw->time_label()->text().startsWith("Time (rough): " + step + " per step"),
+             qPrintable(hw->time_label()->text() + " / expected " + step));
+
+    // Shown as an override, without a warning.
+    QVERIFY2(hw->offload_note()->text().startsWith("Override: strategy gemini with 50%"),
+             qPrintable(hw->offload_note()->text()));
+    QVERIFY(!hw->offload_note()->text().contains("⚠"));
+    QVERIFY2(!hw->warning_label()->isVisible(), qPrintable(hw->warning_label()->text()));
+    QVERIFY(hw->offload_reset()->isVisible());
+    QCOMPARE(hw->offload_slider()->value(), 2);
+    screenshot(&window, "4-hardware-disk-tier");
+
+    // The review shows the spec with it; LoRA drops it (gemini's slider is for full).
+    wizard->go_to(FineTuneWizard::ReviewStep);
+    QCOMPARE(wizard->build_spec().strategy.name, std::string("gemini"));
+    wizard->method_page()->set_method("lora");
+    QCOMPARE(wizard->build_spec().strategy.name, std::string("auto"));
+    wizard->method_page()->set_method("full");
+    QCOMPARE(wizard->build_spec().strategy.name, std::string("gemini"));
+
+    // Back to the planner's choice: auto, and its plan has no disk tier again.
+    wizard->go_to(FineTuneWizard::HardwareStep);
+    QTest::mouseClick(hw->offload_reset(), Qt::LeftButton);
+    QCOMPARE(hw->offload_override(), -1);
+    QCOMPARE(wizard->build_spec().strategy.name, std::string("auto"));
+    QTRY_VERIFY_WITH_TIMEOUT(hw->has_plan() && !hw->busy() && hw->plan_is_for(wizard->build_spec()),
+                             120000);
+    QVERIFY(!hw->shown_tiers().contains("disk"));
+    QVERIFY(!hw->disk_label()->isVisible());
     QSettings().remove("paths/cli");
   }
 
