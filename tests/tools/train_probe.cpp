@@ -143,6 +143,10 @@ int run(int argc, char** argv) {
       save_adapter = value();
     else if (arg == "--logits")
       logits_path = value();
+    else if (arg == "--plugin")  // a registered plugin (single, gemini)
+      options.plugin = value();
+    else if (arg == "--strategy-options")  // the plugin's options as a JSON object
+      options.strategy_options = nlohmann::json::parse(value());
     else if (arg == "--threads")  // intra-op threads, for tests/bench/bench_train.py
       at::set_num_threads(static_cast<int>(std::stoll(value())));
     else
