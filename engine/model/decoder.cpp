@@ -256,7 +256,7 @@ class DecoderCausalLM : public PretrainedModel {
     ForwardOutput out;
     out.hidden_states =
         model->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache, layer_wrapper);
-    apply_causal_lm_head(out, in, lm_head ? lm_head.get() : nullptr, model->embed_tokens->weight);
+    apply_causal_lm_head(out, in, lm_head ? lm_head.get() : nullptr, *model->embed_tokens);
     return out;
   }
 };

@@ -198,7 +198,7 @@ class Gpt2LMHead : public PretrainedModel {
     ForwardOutput out;
     out.hidden_states = transformer->forward(in.input_ids, in.attention_mask, in.position_ids,
                                              in.cache, layer_wrapper);
-    apply_causal_lm_head(out, in, lm_head ? lm_head.get() : nullptr, transformer->wte->weight);
+    apply_causal_lm_head(out, in, lm_head ? lm_head.get() : nullptr, *transformer->wte);
     return out;
   }
 };

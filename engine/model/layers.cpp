@@ -45,6 +45,10 @@ torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) {
   return torch::embedding(weight, ids);
 }
 
+torch::Tensor EmbeddingImpl::attend(const torch::Tensor& hidden) {
+  return torch::linear(hidden, weight);
+}
+
 RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, const torch::TensorOptions& options)
     : eps(eps_) {
   weight = register_parameter("weight", torch::empty({dim}, options));

@@ -44,6 +44,9 @@ class EmbeddingImpl : public torch::nn::Module {
  public:
   EmbeddingImpl(std::int64_t num_embeddings, std::int64_t dim, const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& ids);  // ids must be in range (checked by callers)
+  // hidden · weightᵀ: a tied output head, through this block so that whatever wraps the
+  // embedding's weight (Gemini's chunks, tensor parallelism) sees that use too.
+  torch::Tensor attend(const torch::Tensor& hidden);
 
   std::int64_t num_embeddings;
   torch::Tensor weight;  // [num_embeddings, dim]

@@ -335,9 +335,9 @@ torch::Tensor keep_last_positions(const torch::Tensor& hidden, std::int64_t keep
 }
 
 void apply_causal_lm_head(ForwardOutput& out, const ForwardInput& in, LinearImpl* lm_head,
-                          const torch::Tensor& tied_weight) {
+                          EmbeddingImpl& tied) {
   const torch::Tensor kept = keep_last_positions(out.hidden_states, in.logits_to_keep);
-  out.logits = lm_head ? lm_head->forward(kept) : torch::linear(kept, tied_weight);
+  out.logits = lm_head ? lm_head->forward(kept) : tied.attend(kept);
   if (in.labels.defined()) out.loss = causal_lm_loss(out.logits, in.labels);
 }
 

@@ -176,11 +176,12 @@ torch::Tensor keep_last_positions(const torch::Tensor& hidden, std::int64_t keep
 torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels);
 
 class LinearImpl;
+class EmbeddingImpl;
 // Shared by the causal-LM families, after out.hidden_states: the logits of the kept positions
 // through `lm_head` (with its adapter, if any), or through the tied input embedding
-// `tied_weight` when `lm_head` is null; the loss when labels are given.
+// embedding `tied` (its attend()) when `lm_head` is null; the loss when labels are given.
 void apply_causal_lm_head(ForwardOutput& out, const ForwardInput& in, LinearImpl* lm_head,
-                          const torch::Tensor& tied_weight);
+                          EmbeddingImpl& tied);
 
 // A dropout probability from the raw config (`key`), `fallback` when absent.
 double config_dropout(const hf::ModelConfig& config, const char* key, double fallback);

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/meminfo.h"
+#include "core/units.h"
 
 namespace tessera::plan {
 namespace {
@@ -380,34 +381,7 @@ json to_json(const HardwareProfile& p) {
 }
 
 std::uint64_t parse_byte_size(const std::string& text, const std::string& what) {
-  const std::string t = trim(text);
-  char* end = nullptr;
-  const double value = std::strtod(t.c_str(), &end);
-  std::string unit = trim(std::string(end ? end : ""));
-  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  double scale = 0.0;
-  if (unit.empty() || unit == "b")
-    scale = 1.0;
-  else if (unit == "kib" || unit == "k")
-    scale = 1024.0;
-  else if (unit == "mib" || unit == "m")
-    scale = 1024.0 * 1024.0;
-  else if (unit == "gib" || unit == "g")
-    scale = 1024.0 * 1024.0 * 1024.0;
-  else if (unit == "tib" || unit == "t")
-    scale = 1024.0 * 1024.0 * 1024.0 * 1024.0;
-  else if (unit == "kb")
-    scale = 1e3;
-  else if (unit == "mb")
-    scale = 1e6;
-  else if (unit == "gb")
-    scale = 1e9;
-  else if (unit == "tb")
-    scale = 1e12;
-  const double bytes = value * scale;
-  if (end == t.c_str() || scale == 0.0 || !(bytes > 0.0) || !(bytes < 1.8e19))
-    throw_invalid(what + ": \"" + text + "\" is not a size", "write it like 2GiB, 512MiB or 1.5GB");
-  return static_cast<std::uint64_t>(bytes);
+  return core::parse_byte_size(text, what);
 }
 
 }  // namespace tessera::plan
