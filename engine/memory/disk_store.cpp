@@ -54,6 +54,7 @@ std::uint64_t io_size(std::uint64_t bytes) {
 
 DiskStore::DiskStore(const fs::path& offload_folder, int io_threads) {
   std::error_code ec;
+  created_parent_ = !fs::exists(offload_folder, ec);
   fs::create_directories(offload_folder, ec);
   if (ec)
     throw_io(
@@ -81,6 +82,9 @@ DiskStore::~DiskStore() {
     if (r.fd >= 0) ::close(r.fd);
   std::error_code ec;
   fs::remove_all(folder_, ec);
+  // The offload folder too when this store made it and nothing else is left in it (removing a
+  // non-empty folder fails, which is what we want).
+  if (created_parent_) fs::remove(folder_.parent_path(), ec);
 }
 
 std::size_t DiskStore::add_region(const std::string& name, std::uint64_t bytes) {

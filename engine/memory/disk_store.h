@@ -86,6 +86,7 @@ class DiskStore {
   void transfer(std::size_t id, void* buffer, bool is_write);
 
   std::filesystem::path folder_;
+  bool created_parent_ = false;  // the offload folder did not exist before this store
   bool direct_io_ = true;
   mutable std::mutex regions_mutex_;  // guards regions_ (the vector; a Region's fd is fixed)
   std::vector<Region> regions_;
