@@ -75,6 +75,35 @@ std::string gib(std::uint64_t bytes) {
   return buf;
 }
 
+// The spec's own choices as planner settings: method, precision (fp16 planned as bf16), batch
+// as one micro-batch, checkpointing, and gemini's offload share when the spec names gemini.
+Settings settings_as_written(const job::JobSpec& spec) {
+  Settings s;
+  s.method = spec.method.type;
+  s.lora_rank = spec.method.lora_rank;
+  s.lora_targets = spec.method.lora_targets;
+  s.precision = spec.precision == "fp16" ? "bf16" : spec.precision;
+  s.micro_batch = std::max<std::int64_t>(1, spec.training.batch_size);
+  s.gradient_accumulation = std::max<std::int64_t>(1, spec.training.gradient_accumulation);
+  s.sequence_length = spec.dataset.max_length;
+  s.activation_checkpointing = spec.training.activation_checkpointing;
+  if (spec.strategy.name == "gemini") {
+    s.strategy = "gemini";
+    const auto f = spec.strategy.options.find("offload_optim_frac");
+    s.offload_optim_frac =
+        f != spec.strategy.options.end() && f->is_number() ? f->get<double>() : 0.0;
+  }
+  return s;
+}
+
+// 2 FLOPs per parameter per token forward, 4 backward (2 without weight gradients, as for
+// LoRA's frozen base), plus a forward again under activation checkpointing.
+double step_flops(const Settings& s, double parameters, double tokens) {
+  const double per_token =
+      (s.method == "lora" ? 4.0 : 6.0) + (s.activation_checkpointing ? 2.0 : 0.0);
+  return per_token * parameters * tokens;
+}
+
 }  // namespace
 
 std::int64_t count_parameters(const hf::ModelConfig& c) {
@@ -251,12 +280,7 @@ Plan make_plan(const PlanInputs& in) {
       static_cast<std::uint64_t>(static_cast<double>(tier.budget) * (1.0 - kHeadroom));
   const bool bf16_native = gpu ? hw.gpus[0].bf16 : hw.cpu.native_bf16();
 
-  Settings base;
-  base.method = spec.method.type;
-  base.lora_rank = spec.method.lora_rank;
-  base.lora_targets = spec.method.lora_targets;
-  base.sequence_length = spec.dataset.max_length;
-  base.precision = spec.precision == "fp16" ? "bf16" : spec.precision;
+  Settings base = settings_as_written(spec);
   if (base.precision == "bf16" && !bf16_native) {
     base.precision = "fp32";
     plan.reasons.push_back(std::string("precision fp32 instead of ") + spec.precision + ": the " +
@@ -300,12 +324,6 @@ Plan make_plan(const PlanInputs& in) {
   std::vector<std::string> precisions = {base.precision};
   if (base.precision == "fp32" && bf16_native) precisions.push_back("bf16");
   const bool named_gemini = spec.strategy.name == "gemini";
-  if (named_gemini) {
-    base.strategy = "gemini";
-    const auto it = spec.strategy.options.find("offload_optim_frac");
-    base.offload_optim_frac =
-        it != spec.strategy.options.end() && it->is_number() ? it->get<double>() : 0.0;
-  }
   // `auto` keeps the user's method: full fine-tuning that does not fit in RAM moves optimizer
   // state to disk (gemini, CPU only) before it changes the precision or falls back to LoRA.
   const bool may_offload = !named_gemini && spec.strategy.name == job::kAutoStrategy && !gpu &&
@@ -404,12 +422,8 @@ Plan make_plan(const PlanInputs& in) {
     if (s.precision != base.precision)
       plan.reasons.push_back("bf16: fp32 does not fit and the hardware has native bf16");
   }
-  // 2 FLOPs per parameter per token forward, 4 backward (2 without weight gradients, as for
-  // LoRA's frozen base), plus a forward again under activation checkpointing.
   const double tokens = d(batch) * d(spec.training.gradient_accumulation) * d(s.sequence_length);
-  const double per_token =
-      (s.method == "lora" ? 4.0 : 6.0) + (s.activation_checkpointing ? 2.0 : 0.0);
-  plan.flops_per_step = per_token * d(plan.total_parameters) * tokens;
+  plan.flops_per_step = step_flops(s, d(plan.total_parameters), tokens);
   const double flops = gpu ? 50e12 : hw.cpu_flops;
   plan.seconds_per_step = flops > 0 ? plan.flops_per_step / flops : 0.0;
   // gemini: every step reads and writes the on-disk optimizer chunks once. The next chunk's read
@@ -434,11 +448,8 @@ Plan make_plan(const PlanInputs& in) {
     }
   }
   for (Plan::Alternative& a : plan.alternatives) {
-    const double alt_tokens = tokens;
-    const double alt_per_token = (a.settings.method == "lora" ? 4.0 : 6.0) +
-                                 (a.settings.activation_checkpointing ? 2.0 : 0.0);
     a.seconds_per_step =
-        flops > 0 ? alt_per_token * d(plan.total_parameters) * alt_tokens / flops : 0.0;
+        flops > 0 ? step_flops(a.settings, d(plan.total_parameters), tokens) / flops : 0.0;
     a.summary =
         (a.settings.method == "lora" ? "LoRA (rank " + std::to_string(a.settings.lora_rank) + ")"
                                      : std::string("full fine-tuning")) +
@@ -600,19 +611,7 @@ std::optional<BudgetRefusal> check_host_budget(const PlanInputs& in) {
           : core::parse_byte_size(it->get<std::string>(), "strategy.options.host_budget");
   const std::uint64_t usable =
       static_cast<std::uint64_t>(static_cast<double>(budget) * (1.0 - kHeadroom));
-  Settings s;
-  s.method = spec.method.type;
-  s.lora_rank = spec.method.lora_rank;
-  s.lora_targets = spec.method.lora_targets;
-  s.precision = spec.precision == "bf16" ? "bf16" : "fp32";
-  s.micro_batch = std::max<std::int64_t>(1, spec.training.batch_size);
-  s.gradient_accumulation = std::max<std::int64_t>(1, spec.training.gradient_accumulation);
-  s.sequence_length = spec.dataset.max_length;
-  s.activation_checkpointing = spec.training.activation_checkpointing;
-  s.strategy = "gemini";
-  const auto f = spec.strategy.options.find("offload_optim_frac");
-  s.offload_optim_frac =
-      f != spec.strategy.options.end() && f->is_number() ? f->get<double>() : 0.0;
+  const Settings s = settings_as_written(spec);
   const MemoryEstimate e = estimate_memory(in.model, s, in.checkpoint_bytes);
   if (e.peak() <= usable) return std::nullopt;
   BudgetRefusal r;

@@ -184,7 +184,7 @@ class GeminiPlugin : public train::Plugin {
 
     // Then the update, chunk by chunk: each gradient is widened (bf16), clipped, used and
     // freed in turn, so no more than one float32 copy exists at a time.
-    for_each_optimizer_chunk(/*write_back=*/true, [&](OptimChunk& chunk) {
+    for_each_optimizer_chunk([&](OptimChunk& chunk) {
       float* base = static_cast<float*>(chunk.host.data());
       for (std::size_t i : chunk.entries) {
         Entry& e = entries_[i];
@@ -304,7 +304,7 @@ class GeminiPlugin : public train::Plugin {
                         " weights but this run trains " + std::to_string(trainable_order_.size()),
                     "resume with the same model and method (full / LoRA and its targets)");
     std::size_t optimizer_used = 0;
-    for_each_optimizer_chunk(/*write_back=*/true, [&](OptimChunk& chunk) {
+    for_each_optimizer_chunk([&](OptimChunk& chunk) {
       float* base = static_cast<float*>(chunk.host.data());
       for (std::size_t i : chunk.entries) {
         Entry& e = entries_[i];
@@ -447,7 +447,7 @@ class GeminiPlugin : public train::Plugin {
   // Runs `body` on every optimizer chunk in order with its buffer resident: on-disk chunks are
   // read one ahead of use and written back behind it (at most three buffers in flight).
   template <typename Body>
-  void for_each_optimizer_chunk(bool write_back, Body&& body) {
+  void for_each_optimizer_chunk(Body&& body) {
     struct Pending {
       OptimChunk* chunk;
       std::future<void> io;
@@ -477,14 +477,10 @@ class GeminiPlugin : public train::Plugin {
         }
         body(chunk);
         if (chunk.on_disk) {
-          if (write_back) {
-            writes.push_back({&chunk, disk_->write(chunk.region, chunk.host.data())});
-            while (writes.size() > 1) {
-              finish_write(writes.front());
-              writes.pop_front();
-            }
-          } else {
-            chunk.host = memory::AlignedBuffer();
+          writes.push_back({&chunk, disk_->write(chunk.region, chunk.host.data())});
+          while (writes.size() > 1) {
+            finish_write(writes.front());
+            writes.pop_front();
           }
         }
       }

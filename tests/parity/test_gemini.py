@@ -193,17 +193,11 @@ def test_memory_per_tier_is_what_the_chunks_hold(workdir, medium_llama):
     page per chunk), the host's `optimizer` is 0, every step reads and writes the whole tier, and
     the process's resident set during training (RSS, measured by the trainer) is lower by most of
     the moved bytes."""
-    d, params, tensors = medium_llama
+    _, params, tensors = medium_llama
     moments = 8 * params
 
     def memory_events(name, frac):
-        path = workdir / f"{name}.json"
-        r = cli("finetune", "--model", d, "--data", workdir / "text.jsonl", "--format", "text", "--max-length", 32,
-                "--batch-size", 2, "--steps", 3, "--out", workdir / name, "--print-job")
-        assert r.returncode == 0, r.stderr
-        spec = json.loads(r.stdout)
-        spec["strategy"] = {"name": "gemini", "options": {"offload_optim_frac": frac}}
-        path.write_text(json.dumps(spec))
+        path = medium_spec(workdir, medium_llama, name, {"offload_optim_frac": frac})
         # A fixed mmap threshold: freed activation buffers go back to the kernel at once, so the
         # resident set at a step boundary is what is live (glibc otherwise keeps them cached,
         # tens of MB that differ from run to run).
