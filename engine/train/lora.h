@@ -84,8 +84,7 @@ std::map<std::string, torch::Tensor> read_safetensors_tensors(const std::filesys
 // Takes the list by value and drops each tensor once it is written, so tensors over memory maps
 // (gemini's on-disk optimizer state) are released one at a time.
 void write_safetensors_tensors(const std::filesystem::path& file,
-                               std::vector<optim::NamedTensor> tensors,
-                               bool as_float32 = true,
+                               std::vector<optim::NamedTensor> tensors, bool as_float32 = true,
                                const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace tessera::train

@@ -1,8 +1,8 @@
 #pragma once
 // A Plugin decides where parameters, gradients and optimizer state live and how a step runs;
 // the trainer owns no parameter storage (shared/DESIGN.md). The trainer calls, per step:
-// backward() once per micro-batch, then step(); it reads memory() for the `memory` event and
-// trainable_weights() / optimizer_state() / load_state() for checkpoints.
+// backward() once per micro-batch (the last one says so), then step(); it reads memory() for the
+// `memory` event and trainable_weights() / optimizer_state() / load_state() for checkpoints.
 //
 // The plugins themselves live in plugins/ (one folder and target each: `single`, one process on
 // the CPU or CUDA device 0) and are built by name through train/plugin_registry.h.
@@ -78,7 +78,9 @@ class Plugin {
   virtual torch::Dtype compute_dtype() const = 0;
 
   // Backward of `loss` × multiplier (1 / accumulation steps), times the loss scale for fp16.
-  virtual void backward(const torch::Tensor& loss, double multiplier) = 0;
+  // `last_micro_batch`: no other backward comes before step(), so the gradients are final
+  // (where data parallelism reduces them; gemini takes their norms as they arrive).
+  virtual void backward(const torch::Tensor& loss, double multiplier, bool last_micro_batch) = 0;
   // Clips (max_grad_norm > 0), updates with AdamW at `lr`, and clears the gradients.
   virtual StepStats step(double lr, double max_grad_norm) = 0;
 

@@ -112,10 +112,10 @@ model::ForwardOutput Trainer::forward_batch(const Batch& batch) {
   return out;
 }
 
-double Trainer::micro_batch_loss(const Batch& batch, bool backward) {
+double Trainer::train_micro_batch(const Batch& batch, bool last_micro_batch) {
   model::ForwardOutput out = forward_batch(batch);
-  if (backward)
-    plugin_->backward(out.loss, 1.0 / static_cast<double>(options_.training.gradient_accumulation));
+  plugin_->backward(out.loss, 1.0 / static_cast<double>(options_.training.gradient_accumulation),
+                    last_micro_batch);
   return out.loss.detach().to(torch::kFloat64).item<double>();
 }
 
@@ -292,7 +292,7 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
       Batch batch = train.next();
       tokens += batch.attention_mask.defined() ? batch.attention_mask.sum().item<std::int64_t>()
                                                : batch.input_ids.numel();
-      loss_sum += micro_batch_loss(batch, true);
+      loss_sum += train_micro_batch(batch, micro + 1 == t.gradient_accumulation);
     }
     const double lr = schedule.lr(step);
     const StepStats stats = plugin_->step(lr, t.max_grad_norm);

@@ -119,7 +119,8 @@ class Trainer {
 
  private:
   model::ForwardOutput forward_batch(const Batch& batch);
-  double micro_batch_loss(const Batch& batch, bool backward);
+  // Forward and backward of one micro-batch; returns its loss.
+  double train_micro_batch(const Batch& batch, bool last_micro_batch);
   void emit_eval(const EvalResult& result);
   std::filesystem::path save_checkpoint(std::int64_t step, const BatchSource& train,
                                         std::int64_t total_steps);

@@ -2,6 +2,9 @@
 // (gemini_plugin.h). Shapes: P parameters, T trainable tensors; a chunk holds whole tensors.
 #include "plugins/gemini/gemini_plugin.h"
 
+#include <torch/csrc/autograd/function_hook.h>
+
+#include <algorithm>
 #include <cmath>
 #include <deque>
 #include <filesystem>
@@ -80,20 +83,53 @@ struct Entry {
   std::size_t optim_chunk = 0;
   std::int64_t optim_offset = 0;  // element offset inside each of the chunk's arrays
   TensorState state = TensorState::Free;
+  bool has_grad = false;    // a gradient arrived since the last update (in its gradient chunk)
+  torch::Tensor grad_norm;  // float32 L2 norm of the final gradient (last micro-batch)
 };
 
 // The optimizer state of some trainable tensors: [master (bf16 only)] [exp_avg] [exp_avg_sq],
 // `elements` floats each, in one 4 KiB-aligned buffer on the host or one region on disk.
+//
+// Beside it, the gradient chunk of the same tensors (the compute dtype, laid out like one of the
+// arrays): gradients are accumulated into it as autograd produces them, and the parameters'
+// own .grad is dropped at once. For a chunk on disk, the gradient chunk is written back as soon
+// as all its tensors' gradients are in (during backward, behind the compute) and read again by
+// the update.
 struct OptimChunk {
   std::vector<std::size_t> entries;  // indices into entries_
   std::int64_t elements = 0;
   bool on_disk = false;
   std::size_t region = 0;
   memory::AlignedBuffer host;  // resident buffer (host chunks; disk chunks while in use)
+
+  memory::AlignedBuffer grads;       // resident gradients (from the first one to the update)
+  std::size_t grad_region = 0;       // disk chunks
+  bool grad_region_written = false;  // the region's file exists
+  bool grads_on_disk = false;        // this step's gradients are in the region, not resident
+  std::future<void> grad_write;      // a write-back of `grads` in flight
+  std::size_t grads_this_backward = 0;
 };
+
+class GeminiPlugin;
+
+// Called by autograd after a tensor's gradient is accumulated into its .grad.
+class GradientArrival : public torch::autograd::PostAccumulateGradHook {
+ public:
+  GradientArrival(GeminiPlugin* plugin, std::size_t entry) : plugin_(plugin), entry_(entry) {}
+  void operator()(const torch::autograd::Variable& tensor) override;
+
+ private:
+  GeminiPlugin* plugin_;
+  std::size_t entry_;
+};
+
+// Write-backs of gradient chunks allowed in flight before backward waits for the oldest: each
+// holds its buffer until written.
+constexpr std::size_t kGradientWritesInFlight = 2;
 
 class GeminiPlugin : public train::Plugin {
  public:
+  ~GeminiPlugin() override { remove_gradient_hooks(); }
   std::string name() const override { return "gemini"; }
 
   void prepare(model::PretrainedModel& model, std::vector<NamedTensor> trainable,
@@ -151,28 +187,61 @@ class GeminiPlugin : public train::Plugin {
       e.tensor.set_requires_grad(e.trainable);
       memory::transition(e.state, TensorState::Held, e.name);
     }
+    for (std::size_t i : trainable_order_)
+      torch::autograd::impl::set_post_acc_grad_hooks(entries_[i].tensor,
+                                                     std::make_unique<GradientArrival>(this, i));
   }
 
   torch::Device device() const override { return torch::kCPU; }
   torch::Dtype compute_dtype() const override { return dtype_; }
 
-  void backward(const torch::Tensor& loss, double multiplier) override {
+  void backward(const torch::Tensor& loss, double multiplier, bool last_micro_batch) override {
     for (std::size_t i : trainable_order_)
       memory::transition(entries_[i].state, TensorState::Computing, entries_[i].name);
+    last_micro_batch_ = last_micro_batch;
     (loss * multiplier).backward();
+    // Chunks on disk whose tensors did not all get a gradient go out now.
+    for (OptimChunk& c : optim_chunks_) {
+      if (c.on_disk && c.grads && !c.grads_on_disk) write_back_gradients(c);
+      c.grads_this_backward = 0;
+    }
     for (std::size_t i : trainable_order_)
       memory::transition(entries_[i].state, TensorState::HeldAfterBackward, entries_[i].name);
   }
 
+  // The gradient of entry `i` is in its .grad: accumulate it into the gradient chunk (as
+  // autograd would into .grad: copied the first time, added after) and drop the .grad.
+  void gradient_arrived(std::size_t i, const torch::Tensor& tensor) {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor g = tensor.grad();
+    if (!g.defined()) return;
+    Entry& e = entries_[i];
+    OptimChunk& c = optim_chunks_[e.optim_chunk];
+    make_gradients_resident(c);
+    torch::Tensor slot = gradient_view(c, e);
+    if (e.has_grad)
+      slot.add_(g);
+    else
+      slot.copy_(g);
+    e.has_grad = true;
+    tensor.mutable_grad() = torch::Tensor();
+    // The norm as `single` takes it from its float32 master gradient.
+    if (last_micro_batch_) e.grad_norm = slot.to(torch::kFloat32).norm(2.0).to(torch::kFloat32);
+    if (c.on_disk && ++c.grads_this_backward == c.entries.size()) write_back_gradients(c);
+  }
+
   StepStats step(double lr, double max_grad_norm) override {
     torch::NoGradGuard no_grad;
-    // The global norm first, widening one bf16 gradient at a time (`single` widens them all
-    // into its float32 masters at once; the values are the same).
+    // The global norm first, from the per-tensor norms the last backward took.
     std::vector<torch::Tensor> norms;
     for (std::size_t i : trainable_order_) {
       Entry& e = entries_[i];
-      const torch::Tensor& g = e.tensor.grad();
-      if (g.defined()) norms.push_back(g.to(torch::kFloat32).norm(2.0).to(torch::kFloat32));
+      if (e.has_grad) {
+        if (!e.grad_norm.defined())
+          throw Error(ErrorKind::Internal,
+                      "gemini: step() without a backward marked as the last micro-batch");
+        norms.push_back(e.grad_norm);
+      }
       memory::transition(e.state, TensorState::ReadyForUpdate, e.name);
     }
     const torch::Tensor total =
@@ -182,14 +251,14 @@ class GeminiPlugin : public train::Plugin {
     const std::optional<torch::Tensor> coef = optim::clip_coefficient(total, max_grad_norm);
     ++steps_;
 
-    // Then the update, chunk by chunk: each gradient is widened (bf16), clipped, used and
-    // freed in turn, so no more than one float32 copy exists at a time.
-    for_each_optimizer_chunk([&](OptimChunk& chunk) {
+    // Then the update, chunk by chunk with its gradient chunk: each gradient is widened (bf16)
+    // and clipped in turn, so no more than one float32 copy exists at a time.
+    for_each_optimizer_chunk(true, [&](OptimChunk& chunk) {
       float* base = static_cast<float*>(chunk.host.data());
       for (std::size_t i : chunk.entries) {
         Entry& e = entries_[i];
-        if (!e.tensor.grad().defined()) continue;  // no gradient: no update, as torch does
-        torch::Tensor g = e.tensor.grad().to(torch::kFloat32).contiguous();
+        if (!e.has_grad) continue;  // no gradient: no update, as torch does
+        torch::Tensor g = gradient_view(chunk, e).to(torch::kFloat32).contiguous();
         if (coef) g.mul_(*coef);
         optim::AdamArrays a;
         a.count = e.tensor.numel();
@@ -206,12 +275,15 @@ class GeminiPlugin : public train::Plugin {
         optim::cpu_adamw_step(a, {lr, adamw_.beta1, adamw_.beta2, adamw_.eps,
                                   e.decays ? adamw_.weight_decay : 0.0, steps_});
         e.tensor.unsafeGetTensorImpl()->bump_version();
-        e.tensor.mutable_grad() = torch::Tensor();
       }
+      chunk.grads = memory::AlignedBuffer();
+      chunk.grads_on_disk = false;
     });
     for (std::size_t i : trainable_order_) {
-      entries_[i].tensor.mutable_grad() = torch::Tensor();
-      memory::transition(entries_[i].state, TensorState::Held, entries_[i].name);
+      Entry& e = entries_[i];
+      e.has_grad = false;
+      e.grad_norm = torch::Tensor();
+      memory::transition(e.state, TensorState::Held, e.name);
     }
     return stats;
   }
@@ -220,11 +292,8 @@ class GeminiPlugin : public train::Plugin {
     MemoryByCategory m;
     for (const torch::Tensor& c : param_chunks_)
       m.weights += static_cast<std::uint64_t>(c.nbytes());
-    // Gradients that exist now (between backward and the update; none after a step).
-    for (std::size_t i : trainable_order_) {
-      const torch::Tensor& g = entries_[i].tensor.grad();
-      if (g.defined()) m.gradients += static_cast<std::uint64_t>(g.nbytes());
-    }
+    // Gradient chunks resident now (between backward and the update; none after a step).
+    for (const OptimChunk& c : optim_chunks_) m.gradients += c.grads.size();
     for (const OptimChunk& c : optim_chunks_) {
       if (c.on_disk) continue;
       const std::uint64_t floats = static_cast<std::uint64_t>(c.elements);
@@ -239,18 +308,24 @@ class GeminiPlugin : public train::Plugin {
     train::DiskTierMemory d;
     d.folder = disk_->folder().string();
     d.used = disk_->bytes_on_disk();
-    // Every file of the tier is an optimizer chunk: Adam moments, and float32 masters in bf16.
+    // The tier's files: gradient chunks, and optimizer chunks (Adam moments, and float32 masters
+    // in bf16).
+    for (const OptimChunk& c : optim_chunks_)
+      if (c.grad_region_written) d.by_category.gradients += disk_->region_bytes(c.grad_region);
+    const std::uint64_t optimizer_files = d.used - d.by_category.gradients;
     const std::uint64_t masters_share = dtype_ == torch::kFloat32 ? 0 : 1;
-    d.by_category.weights = d.used * masters_share / arrays_per_chunk();
-    d.by_category.optimizer = d.used - d.by_category.weights;
+    d.by_category.weights = optimizer_files * masters_share / arrays_per_chunk();
+    d.by_category.optimizer = optimizer_files - d.by_category.weights;
     d.bytes_read = disk_->bytes_read();
     d.bytes_written = disk_->bytes_written();
     return d;
   }
 
   void release_training_state() override {
+    remove_gradient_hooks();
+    disk_.reset();  // first: it waits for the transfers into the chunks' buffers
+    gradient_writes_.clear();
     optim_chunks_.clear();
-    disk_.reset();
   }
 
   std::vector<NamedTensor> trainable_weights() const override {
@@ -304,7 +379,7 @@ class GeminiPlugin : public train::Plugin {
                         " weights but this run trains " + std::to_string(trainable_order_.size()),
                     "resume with the same model and method (full / LoRA and its targets)");
     std::size_t optimizer_used = 0;
-    for_each_optimizer_chunk([&](OptimChunk& chunk) {
+    for_each_optimizer_chunk(false, [&](OptimChunk& chunk) {
       float* base = static_cast<float*>(chunk.host.data());
       for (std::size_t i : chunk.entries) {
         Entry& e = entries_[i];
@@ -355,6 +430,50 @@ class GeminiPlugin : public train::Plugin {
   int arrays_per_chunk() const { return dtype_ == torch::kFloat32 ? 2 : 3; }
   std::uint64_t chunk_bytes(const OptimChunk& chunk) const {
     return static_cast<std::uint64_t>(chunk.elements) * 4 * arrays_per_chunk();
+  }
+  std::uint64_t gradient_chunk_bytes(const OptimChunk& chunk) const {
+    return static_cast<std::uint64_t>(chunk.elements) * (dtype_ == torch::kFloat32 ? 4 : 2);
+  }
+  torch::Tensor gradient_view(const OptimChunk& chunk, const Entry& e) const {
+    const std::int64_t element_bytes = dtype_ == torch::kFloat32 ? 4 : 2;
+    return torch::from_blob(static_cast<char*>(chunk.grads.data()) + e.optim_offset * element_bytes,
+                            e.tensor.sizes(), torch::TensorOptions().dtype(dtype_));
+  }
+
+  // The chunk's gradients in memory, to add to: allocated (zero) on the first gradient of a
+  // step, read back when an earlier micro-batch wrote them out, kept when a write is in flight.
+  void make_gradients_resident(OptimChunk& c) {
+    if (c.grads) {
+      if (c.grad_write.valid()) finish_gradient_write(c, true);
+      c.grads_on_disk = false;
+      return;
+    }
+    c.grads = memory::AlignedBuffer(gradient_chunk_bytes(c));
+    if (c.grads_on_disk) {
+      disk_->read(c.grad_region, c.grads.data()).get();
+      c.grads_on_disk = false;
+    }
+  }
+
+  void write_back_gradients(OptimChunk& c) {
+    c.grad_write = disk_->write(c.grad_region, c.grads.data());
+    c.grad_region_written = true;
+    c.grads_on_disk = true;
+    gradient_writes_.push_back(&c);
+    while (gradient_writes_.size() > kGradientWritesInFlight)
+      finish_gradient_write(*gradient_writes_.front(), false);
+  }
+
+  // Waits for the chunk's gradient write; frees the buffer unless `keep`.
+  void finish_gradient_write(OptimChunk& c, bool keep) {
+    gradient_writes_.erase(std::find(gradient_writes_.begin(), gradient_writes_.end(), &c));
+    c.grad_write.get();
+    if (!keep) c.grads = memory::AlignedBuffer();
+  }
+
+  void remove_gradient_hooks() {
+    for (std::size_t i : trainable_order_)
+      torch::autograd::impl::set_post_acc_grad_hooks(entries_[i].tensor, nullptr);
   }
 
   std::int64_t max_chunk_elements(std::int64_t element_bytes) const {
@@ -417,6 +536,8 @@ class GeminiPlugin : public train::Plugin {
         }
       }
       if (chunk.on_disk) {
+        chunk.grad_region =
+            disk_->add_region("gradient chunk " + std::to_string(c), gradient_chunk_bytes(chunk));
         chunk.region =
             disk_->add_region("optimizer chunk " + std::to_string(c), chunk_bytes(chunk));
         disk_->write(chunk.region, chunk.host.data()).get();
@@ -444,13 +565,16 @@ class GeminiPlugin : public train::Plugin {
     }
   }
 
-  // Runs `body` on every optimizer chunk in order with its buffer resident: on-disk chunks are
-  // read one ahead of use and written back behind it (at most three buffers in flight).
+  // Runs `body` on every optimizer chunk in order with its buffer resident (and, `with_gradients`,
+  // its gradient chunk): on-disk chunks are read one ahead of use and written back behind it
+  // (at most three optimizer buffers in flight). Gradient chunks are read, never written back:
+  // the update consumes them.
   template <typename Body>
-  void for_each_optimizer_chunk(Body&& body) {
+  void for_each_optimizer_chunk(bool with_gradients, Body&& body) {
     struct Pending {
       OptimChunk* chunk;
       std::future<void> io;
+      std::future<void> gradient_io;
     };
     std::optional<Pending> next_read;
     std::deque<Pending> writes;
@@ -459,7 +583,12 @@ class GeminiPlugin : public train::Plugin {
         OptimChunk& chunk = optim_chunks_[c];
         if (!chunk.on_disk) continue;
         chunk.host = memory::AlignedBuffer(chunk_bytes(chunk));
-        return Pending{&chunk, disk_->read(chunk.region, chunk.host.data())};
+        Pending p{&chunk, disk_->read(chunk.region, chunk.host.data()), {}};
+        if (with_gradients && !chunk.grads && chunk.grads_on_disk) {
+          chunk.grads = memory::AlignedBuffer(gradient_chunk_bytes(chunk));
+          p.gradient_io = disk_->read(chunk.grad_region, chunk.grads.data());
+        }
+        return p;
       }
       return std::nullopt;
     };
@@ -473,11 +602,14 @@ class GeminiPlugin : public train::Plugin {
         OptimChunk& chunk = optim_chunks_[c];
         if (chunk.on_disk) {
           next_read->io.get();  // this chunk's read
+          if (next_read->gradient_io.valid()) next_read->gradient_io.get();
           next_read = start_read(c + 1);
+          // Gradients written back late in backward may still be in memory: use them there.
+          if (with_gradients && chunk.grad_write.valid()) finish_gradient_write(chunk, true);
         }
         body(chunk);
         if (chunk.on_disk) {
-          writes.push_back({&chunk, disk_->write(chunk.region, chunk.host.data())});
+          writes.push_back({&chunk, disk_->write(chunk.region, chunk.host.data()), {}});
           while (writes.size() > 1) {
             finish_write(writes.front());
             writes.pop_front();
@@ -490,7 +622,10 @@ class GeminiPlugin : public train::Plugin {
       }
     } catch (...) {
       // Nothing may outlive its buffer: wait for what is in flight, then report the first error.
-      if (next_read) next_read->io.wait();
+      if (next_read) {
+        next_read->io.wait();
+        if (next_read->gradient_io.valid()) next_read->gradient_io.wait();
+      }
       for (Pending& w : writes) w.io.wait();
       throw;
     }
@@ -521,8 +656,14 @@ class GeminiPlugin : public train::Plugin {
   std::vector<torch::Tensor> param_chunks_;
   std::vector<OptimChunk> optim_chunks_;
   std::unique_ptr<memory::DiskStore> disk_;
+  std::deque<OptimChunk*> gradient_writes_;  // gradient write-backs in flight, oldest first
+  bool last_micro_batch_ = false;
   std::int64_t steps_ = 0;
 };
+
+void GradientArrival::operator()(const torch::autograd::Variable& tensor) {
+  plugin_->gradient_arrived(entry_, tensor);
+}
 
 }  // namespace
 

@@ -76,7 +76,7 @@ class SinglePlugin : public Plugin {
   torch::Device device() const override { return device_; }
   torch::Dtype compute_dtype() const override { return dtype_; }
 
-  void backward(const torch::Tensor& loss, double multiplier) override {
+  void backward(const torch::Tensor& loss, double multiplier, bool /*last_micro_batch*/) override {
     const double scale = precision_ == Precision::Fp16 ? scaler_.scale() : 1.0;
     (loss * (multiplier * scale)).backward();
   }
