@@ -45,6 +45,11 @@ torch::Tensor integer_tensor(const torch::Tensor& t, const char* field) {
   return t.to(torch::kInt64);
 }
 
+std::string checkpoint_folder(const hf::SafetensorsCheckpoint& checkpoint) {
+  return checkpoint.files().empty() ? std::string("checkpoint")
+                                    : checkpoint.files().front()->path().parent_path().string();
+}
+
 std::optional<torch::Dtype> torch_dtype_of(hf::DType d) {
   switch (d) {
     case hf::DType::F64:
@@ -216,24 +221,28 @@ void init_weights(PretrainedModel& model, std::uint64_t seed) {
   }
 }
 
-LoadReport load_weights(PretrainedModel& model, const hf::SafetensorsCheckpoint& checkpoint,
-                        const std::vector<std::string>& new_head_prefixes) {
-  torch::NoGradGuard no_grad;
+namespace {
+
+// Which checkpoint tensor fills each parameter, checked (names, shapes, dtypes) before anything
+// is read.
+struct WeightMatch {
+  std::map<std::string, std::string> source;  // parameter name → checkpoint tensor name
+  LoadReport report;
+};
+
+WeightMatch match_weights(const PretrainedModel& model, const hf::SafetensorsCheckpoint& checkpoint,
+                          const std::vector<std::string>& new_head_prefixes) {
   std::map<std::string, torch::Tensor> expected;
-  for (auto& item : model.named_parameters()) expected.emplace(item.key(), item.value());
+  for (const auto& item : model.named_parameters()) expected.emplace(item.key(), item.value());
   const bool has_head = model.head() != TaskHead::Base;
   const std::string prefix = model.base_prefix() + ".";
   const std::vector<std::string> names = checkpoint.names();
   const bool checkpoint_prefixed = std::any_of(
       names.begin(), names.end(), [&](const std::string& n) { return starts_with(n, prefix); });
-  const std::string source = checkpoint.files().empty()
-                                 ? std::string("checkpoint")
-                                 : checkpoint.files().front()->path().parent_path().string();
+  const std::string source = checkpoint_folder(checkpoint);
 
-  LoadReport report;
+  WeightMatch match;
   std::vector<std::string> unexpected;
-  std::map<std::string, std::string> loaded;  // parameter name → checkpoint name
-  std::vector<std::pair<std::string, std::string>> assignments;
   for (const std::string& name : names) {
     std::string target;
     if (expected.count(name))
@@ -245,24 +254,23 @@ LoadReport load_weights(PretrainedModel& model, const hf::SafetensorsCheckpoint&
     if (target.empty()) {
       if (model.is_ignorable_tensor(name) ||
           (!has_head && checkpoint_prefixed && !starts_with(name, prefix)))
-        report.skipped.push_back(name);  // a buffer, or another task's head
+        match.report.skipped.push_back(name);  // a buffer, or another task's head
       else
         unexpected.push_back(name);
       continue;
     }
-    if (auto [it, inserted] = loaded.emplace(target, name); !inserted)
+    if (auto [it, inserted] = match.source.emplace(target, name); !inserted)
       throw_invalid(
           source + ": tensors \"" + it->second + "\" and \"" + name +
               "\" both map to parameter \"" + target + "\"",
           "the checkpoint mixes names with and without the \"" + prefix + "\" prefix; keep one");
-    assignments.emplace_back(target, name);
   }
   std::vector<std::string> missing;
   for (const auto& [name, tensor] : expected) {
-    if (loaded.count(name)) continue;
+    if (match.source.count(name)) continue;
     const bool new_head = std::any_of(new_head_prefixes.begin(), new_head_prefixes.end(),
                                       [&](const std::string& p) { return starts_with(name, p); });
-    (new_head ? report.initialized : missing).push_back(name);
+    (new_head ? match.report.initialized : missing).push_back(name);
   }
   const std::string what = model.config().model_type + " " + task_head_name(model.head());
   if (!missing.empty() || !unexpected.empty()) {
@@ -279,26 +287,60 @@ LoadReport load_weights(PretrainedModel& model, const hf::SafetensorsCheckpoint&
                   "config.json (model_type, architectures, layer count, tie_word_embeddings) "
                   "must describe the checkpoint; re-export it or fix the config");
   }
-
-  for (const auto& [target, name] : assignments) {
+  for (const auto& [target, name] : match.source) {
     const hf::TensorInfo& info = checkpoint.info(name);
-    torch::Tensor& param = expected.at(target);
+    const torch::Tensor& param = expected.at(target);
     if (c10::IntArrayRef(info.shape) != param.sizes())
       throw_invalid(source + ": tensor \"" + name + "\" has shape " + shape_string(info.shape) +
                         " but the model expects " + shape_string(param.sizes()),
                     "the checkpoint does not match config.json (hidden_size, vocab_size, heads)");
-    std::optional<torch::Dtype> dtype = torch_dtype_of(info.dtype);
-    if (!dtype)
+    if (!torch_dtype_of(info.dtype))
       throw_invalid(source + ": tensor \"" + name + "\" has dtype " + hf::dtype_name(info.dtype) +
                         "; a parameter must be F32, F16, BF16 or F64",
                     "re-export the checkpoint with floating-point weights");
-    hf::TensorView view = checkpoint.view(name);
-    // The mapping outlives this copy; from_blob only reads.
-    torch::Tensor src = torch::from_blob(const_cast<std::uint8_t*>(view.bytes.data()), info.shape,
-                                         torch::TensorOptions().dtype(*dtype));
-    param.copy_(src);
   }
-  return report;
+  return match;
+}
+
+// Copies checkpoint tensor `name` into `dest` (checked by match_weights), converting the dtype.
+void read_tensor(const hf::SafetensorsCheckpoint& checkpoint, const std::string& name,
+                 torch::Tensor dest) {
+  const hf::TensorInfo& info = checkpoint.info(name);
+  hf::TensorView view = checkpoint.view(name);
+  // The mapping outlives this copy; from_blob only reads.
+  torch::Tensor src = torch::from_blob(const_cast<std::uint8_t*>(view.bytes.data()), info.shape,
+                                       torch::TensorOptions().dtype(*torch_dtype_of(info.dtype)));
+  dest.copy_(src);
+}
+
+}  // namespace
+
+LoadReport load_weights(PretrainedModel& model, const hf::SafetensorsCheckpoint& checkpoint,
+                        const std::vector<std::string>& new_head_prefixes) {
+  torch::NoGradGuard no_grad;
+  WeightMatch match = match_weights(model, checkpoint, new_head_prefixes);
+  std::map<std::string, torch::Tensor> params;
+  for (auto& item : model.named_parameters()) params.emplace(item.key(), item.value());
+  for (const auto& [target, name] : match.source) read_tensor(checkpoint, name, params.at(target));
+  return std::move(match.report);
+}
+
+DeferredWeights::DeferredWeights(const PretrainedModel& model, hf::SafetensorsCheckpoint checkpoint)
+    : checkpoint_(std::move(checkpoint)),
+      source_(match_weights(model, checkpoint_, {}).source),
+      folder_(checkpoint_folder(checkpoint_)) {}
+
+void DeferredWeights::read_into(const std::string& name, torch::Tensor dest) const {
+  auto it = source_.find(name);
+  if (it == source_.end())
+    throw Error(ErrorKind::Internal, folder_ + ": no checkpoint tensor for parameter \"" + name +
+                                         "\" (not a parameter of the model it was matched to)");
+  torch::NoGradGuard no_grad;
+  read_tensor(checkpoint_, it->second, std::move(dest));
+}
+
+void DeferredWeights::load_into(PretrainedModel& model) const {
+  for (auto& item : model.named_parameters()) read_into(item.key(), item.value());
 }
 
 std::shared_ptr<PretrainedModel> load_pretrained(const std::filesystem::path& dir,
@@ -307,8 +349,7 @@ std::shared_ptr<PretrainedModel> load_pretrained(const std::filesystem::path& di
   hf::ModelConfig config = hf::load_model_config(dir / "config.json");
   std::shared_ptr<PretrainedModel> model = create_model(
       config, head_from_config(config), torch::TensorOptions().dtype(dtype).device(device));
-  hf::SafetensorsCheckpoint checkpoint = hf::SafetensorsCheckpoint::open(dir);
-  LoadReport r = load_weights(*model, checkpoint);
+  LoadReport r = load_weights(*model, hf::SafetensorsCheckpoint::open(dir));
   if (report) *report = std::move(r);
   model->eval();
   return model;

@@ -29,6 +29,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -150,6 +151,30 @@ struct LoadReport {
 // their current values and are listed in LoadReport::initialized.
 LoadReport load_weights(PretrainedModel& model, const hf::SafetensorsCheckpoint& checkpoint,
                         const std::vector<std::string>& new_head_prefixes = {});
+
+// The checkpoint tensor behind each parameter of a model whose parameters have no values yet,
+// matched and checked as load_weights does (names, shapes, dtypes) when made, read only when
+// asked: a plugin fills its own storage from it one tensor at a time (gemini straight into its
+// chunks), so the whole model is never in memory twice, or at all.
+//
+// Such a model is built with create_model on the CPU and never written: LibTorch's meta tensors
+// cannot become CPU tensors in place (set_data refuses another backend, and the blocks hold
+// their parameters' handles), but memory that is reserved and never touched is not resident
+// either — the kernel gives a page only when it is written.
+class DeferredWeights {
+ public:
+  DeferredWeights(const PretrainedModel& model, hf::SafetensorsCheckpoint checkpoint);
+  // Copies the checkpoint tensor of parameter `name` (a named_parameters() key of the model) into
+  // `dest`, converting the dtype.
+  void read_into(const std::string& name, torch::Tensor dest) const;
+  // Fills every parameter of `model` (the model it was made for) in place: load_weights.
+  void load_into(PretrainedModel& model) const;
+
+ private:
+  hf::SafetensorsCheckpoint checkpoint_;
+  std::map<std::string, std::string> source_;  // parameter name → checkpoint tensor name
+  std::string folder_;
+};
 
 // config.json + safetensors of `dir` → a loaded model in eval mode.
 std::shared_ptr<PretrainedModel> load_pretrained(const std::filesystem::path& dir,

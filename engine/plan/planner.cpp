@@ -216,29 +216,36 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
 
   if (s.strategy == "gemini") {
     // Optimizer chunks (plugins/gemini): Adam moments, and in bf16 the fp32 masters, a share
-    // `f` of them on disk in whole chunks; the rest stays on the host as with `single`.
+    // `f` of them on disk in whole chunks with their gradient chunks; the rest stays on the
+    // host as with `single`.
     const double f = std::clamp(s.offload_optim_frac, 0.0, 1.0);
     const double masters = bf16 ? trainable * 4.0 : 0.0;
     e.optimizer = to_bytes((1.0 - f) * trainable * 8.0);
     e.weights = to_bytes(stored * param_bytes + (1.0 - f) * masters);
     e.disk_optimizer = to_bytes(f * trainable * 8.0);
     e.disk_weights = to_bytes(f * masters);
-    // Gradients in the compute dtype; bf16 ones are widened to float32 one tensor at a time.
+    e.disk_gradients = to_bytes(f * trainable * param_bytes);
+    // Gradients in the compute dtype (the host chunks'); bf16 ones are widened to float32 one
+    // tensor at a time.
     const double largest_trainable = lora ? trainable : std::max(v * h, h * m);
-    e.gradients = to_bytes(trainable * param_bytes + (bf16 ? largest_trainable * 4.0 : 0.0));
+    e.gradients =
+        to_bytes((1.0 - f) * trainable * param_bytes + (bf16 ? largest_trainable * 4.0 : 0.0));
     if (f > 0.0) {
       // Chunk size as the plugin searches it: at least the largest tensor, at most 16M floats,
-      // about an eighth of the trainable parameters; three such chunks in flight.
+      // about an eighth of the trainable parameters. Three optimizer chunks in flight during
+      // the update, each with its gradient chunk; during backward, the gradient chunk being
+      // filled and two being written.
       const double largest = lora ? trainable : std::max(v * h, h * m);
       const double chunk = std::max(largest, std::min(16.0 * 1024 * 1024, trainable / 8.0));
       const double arrays = bf16 ? 3.0 : 2.0;
-      e.offload_buffers =
-          to_bytes(std::min(3.0 * chunk * 4.0 * arrays, f * trainable * 4.0 * arrays));
+      e.offload_buffers = to_bytes(std::min(3.0 * chunk * (4.0 * arrays + param_bytes),
+                                            f * trainable * (4.0 * arrays + param_bytes)));
     }
-    // Before training the host holds the fp32 model and its host optimizer chunks.
-    e.load_peak = std::max(
-        e.load_peak, to_bytes(n * 4.0 + static_cast<double>(e.optimizer) + (1.0 - f) * masters +
-                              static_cast<double>(kRuntimeBaselineBytes)));
+    // Loading: the plugin reads the checkpoint straight into its chunks (no fp32 model); the
+    // optimizer chunks are built first, one chunk at a time for those on disk.
+    e.load_peak = to_bytes(stored * param_bytes + static_cast<double>(e.optimizer) +
+                           (1.0 - f) * masters + static_cast<double>(e.offload_buffers) +
+                           static_cast<double>(kRuntimeBaselineBytes));
   }
   return e;
 }
@@ -398,6 +405,7 @@ Plan make_plan(const PlanInputs& in) {
     disk.budget = hw.disk ? hw.disk->free : 0;
     disk.estimate.optimizer = tier.estimate.disk_optimizer;
     disk.estimate.weights = tier.estimate.disk_weights;
+    disk.estimate.gradients = tier.estimate.disk_gradients;
     plan.tiers.push_back(disk);
   }
   plan.trainable_parameters = s.method == "lora"
@@ -426,16 +434,20 @@ Plan make_plan(const PlanInputs& in) {
   plan.flops_per_step = step_flops(s, d(plan.total_parameters), tokens);
   const double flops = gpu ? 50e12 : hw.cpu_flops;
   plan.seconds_per_step = flops > 0 ? plan.flops_per_step / flops : 0.0;
-  // gemini: every step reads and writes the on-disk optimizer chunks once. The next chunk's read
-  // and the previous one's write overlap the update of the current one, but not the forward and
-  // backward, so the disk time adds to the compute time.
+  // gemini: every step reads and writes the on-disk optimizer chunks once, and the gradient
+  // chunks once per micro-batch. The next chunk's read and the previous one's write overlap the
+  // update of the current one; the gradients' writes overlap backward, but the rule stays the
+  // sum: the disk time adds to the compute time.
   const std::uint64_t disk_bytes = tier.estimate.disk();
   if (disk_bytes > 0) {
-    plan.disk_bytes_per_step = 2 * disk_bytes;
+    const std::uint64_t micro_batches = static_cast<std::uint64_t>(
+        spec.training.gradient_accumulation * (batch / std::max<std::int64_t>(1, s.micro_batch)));
+    plan.disk_bytes_per_step = 2 * (disk_bytes - tier.estimate.disk_gradients) +
+                               2 * micro_batches * tier.estimate.disk_gradients;
     if (hw.disk && hw.disk->measured && hw.disk->read_bytes_per_s > 0 &&
         hw.disk->write_bytes_per_s > 0) {
       plan.disk_seconds_per_step =
-          d(static_cast<std::int64_t>(disk_bytes)) *
+          d(static_cast<std::int64_t>(plan.disk_bytes_per_step / 2)) *
           (1.0 / hw.disk->read_bytes_per_s + 1.0 / hw.disk->write_bytes_per_s);
       plan.seconds_per_step += plan.disk_seconds_per_step;
       plan.reasons.push_back("disk I/O per step: " + gib(plan.disk_bytes_per_step) + " (" +

@@ -63,15 +63,18 @@ struct MemoryEstimate {
   std::uint64_t load_peak = 0;    // while loading: weights + the memory-mapped checkpoint
   std::uint64_t export_peak = 0;  // at the end: the exported fp32 model and its reload check
   // gemini: optimizer chunks read from / written to disk during the update (at most three at
-  // once: the one being updated, the next being read, the previous being written).
+  // once: the one being updated, the next being read, the previous being written), with their
+  // gradient chunks.
   std::uint64_t offload_buffers = 0;
-  // gemini: what the disk tier holds (optimizer chunks: moments, and fp32 masters in bf16).
+  // gemini: what the disk tier holds (optimizer chunks: moments, and fp32 masters in bf16;
+  // gradient chunks in the compute dtype).
   std::uint64_t disk_optimizer = 0;
   std::uint64_t disk_weights = 0;
+  std::uint64_t disk_gradients = 0;
   std::uint64_t training_peak() const {
     return weights + gradients + optimizer + activations + runtime + offload_buffers;
   }
-  std::uint64_t disk() const { return disk_optimizer + disk_weights; }
+  std::uint64_t disk() const { return disk_optimizer + disk_weights + disk_gradients; }
   std::uint64_t peak() const {
     return std::max({training_peak(), load_peak, export_peak, kRuntimeFloorBytes});
   }

@@ -383,6 +383,7 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
                          std::to_string(prepared.validation.size()) + " validation sequences");
 
   std::shared_ptr<model::PretrainedModel> model;
+  std::shared_ptr<const model::DeferredWeights> deferred_weights;
   if (prepared.classification) {
     model = load_for_classification(model_dir, model_config, prepared, spec, events);
   } else {
@@ -392,13 +393,21 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
                             "train other heads",
                         "choose a llama, mistral, qwen2 or gpt2 model, or a classification "
                         "dataset (text, label) for a bert model");
-    model = model::load_pretrained(model_dir, torch::kFloat32);
+    // Built without values; the plugin reads the weights into its own storage (or the trainer
+    // loads them), so a model larger than memory can start under gemini.
+    model = model::create_model(model_config, model::TaskHead::CausalLM,
+                                torch::TensorOptions().dtype(torch::kFloat32));
+    model->eval();
+    deferred_weights = std::make_shared<const model::DeferredWeights>(
+        *model, hf::SafetensorsCheckpoint::open(model_dir));
   }
   events.progress("load", 1, 1);
 
-  const train::TrainerOptions options = trainer_options(spec, out_dir, model_dir);
+  train::TrainerOptions options = trainer_options(spec, out_dir, model_dir);
+  options.deferred_weights = std::move(deferred_weights);
   TrainerEventWriter trainer_events(events);
   train::Trainer trainer(model, options, &trainer_events);
+  options.deferred_weights.reset();  // read by now: the checkpoint's mapping can close
   train::ExampleBatchSource train_source(std::move(prepared.train), spec.training.batch_size,
                                          /*shuffle=*/true, spec.training.seed, pad_id);
   std::optional<train::ExampleBatchSource> eval_source;

@@ -40,6 +40,9 @@ struct PluginOptions {
   nlohmann::json strategy_options = nlohmann::json::object();
   // The run folder, for plugins that keep files (gemini's default offload folder).
   std::filesystem::path run_dir;
+  // Set for plugins that read_deferred_weights() when the model's parameters have no values
+  // yet: where to read them from, during prepare() only.
+  std::shared_ptr<const model::DeferredWeights> deferred_weights;
 };
 
 struct MemoryByCategory {
@@ -74,6 +77,9 @@ class Plugin {
   // optimizer. Every other parameter of the model is frozen.
   virtual void prepare(model::PretrainedModel& model, std::vector<NamedTensor> trainable,
                        const PluginOptions& options) = 0;
+  // Whether prepare() fills the model's parameters itself from PluginOptions::deferred_weights
+  // (into storage of its own, one tensor at a time); otherwise the trainer loads them first.
+  virtual bool reads_deferred_weights() const { return false; }
   virtual torch::Device device() const = 0;
   virtual torch::Dtype compute_dtype() const = 0;
 

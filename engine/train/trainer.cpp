@@ -71,6 +71,13 @@ Trainer::Trainer(std::shared_ptr<model::PretrainedModel> model, TrainerOptions o
   }
   plugin_ = make_plugin(options_.plugin);
   PluginOptions plugin_options;
+  if (options_.deferred_weights) {
+    if (plugin_->reads_deferred_weights())
+      plugin_options.deferred_weights = options_.deferred_weights;
+    else
+      options_.deferred_weights->load_into(*model_);
+    options_.deferred_weights.reset();  // the checkpoint's mapping closes after prepare()
+  }
   plugin_options.precision = precision_from_name(options_.precision);
   plugin_options.device = options_.device;
   plugin_options.strategy_options = options_.strategy_options;

@@ -79,6 +79,9 @@ struct TrainerOptions {
   std::optional<std::int64_t> stop_after_steps;
   // Initial adapter weights (PEFT adapter_model.safetensors), e.g. to compare with peft.
   std::optional<std::filesystem::path> lora_init;
+  // Set when the model's parameters have no values yet (model::DeferredWeights): the plugin
+  // reads them into its own storage, or the trainer loads them before preparing the plugin.
+  std::shared_ptr<const model::DeferredWeights> deferred_weights;
 };
 
 struct TrainResult {
@@ -95,7 +98,8 @@ struct TrainResult {
 
 class Trainer {
  public:
-  // `model` is loaded (float32) and not yet prepared; the trainer applies LoRA when asked,
+  // `model` is loaded (float32), or built with its weights in options.deferred_weights, and not
+  // yet prepared; the trainer applies LoRA when asked,
   // hands the model to the plugin, and keeps no parameter storage of its own.
   // The plugin comes from the registry (train/plugin_registry.h): register the plugins first.
   // `events` (may be null) must outlive the trainer.

@@ -74,6 +74,7 @@ GeminiOptions parse_options(const train::PluginOptions& options) {
 // data is a view into its parameter chunk.
 struct Entry {
   std::string name;
+  std::string model_name;  // its named_parameters() key; empty for adapters outside the model
   torch::Tensor tensor;
   std::size_t param_chunk = 0;
   std::int64_t param_offset = 0;
@@ -131,6 +132,7 @@ class GeminiPlugin : public train::Plugin {
  public:
   ~GeminiPlugin() override { remove_gradient_hooks(); }
   std::string name() const override { return "gemini"; }
+  bool reads_deferred_weights() const override { return true; }
 
   void prepare(model::PretrainedModel& model, std::vector<NamedTensor> trainable,
                const train::PluginOptions& options) override {
@@ -144,6 +146,7 @@ class GeminiPlugin : public train::Plugin {
                         "use bf16 (or fp32) on the CPU; fp16 with loss scaling needs CUDA");
     dtype_ = precision_ == Precision::Bf16 ? torch::kBFloat16 : torch::kFloat32;
     gemini_ = parse_options(options);
+    deferred_ = options.deferred_weights.get();
     torch::NoGradGuard no_grad;
 
     const std::vector<bool> decays = train::decays_weight(model, trainable);
@@ -157,6 +160,7 @@ class GeminiPlugin : public train::Plugin {
     for (auto& item : model.named_parameters()) {
       Entry e;
       e.name = item.key();
+      e.model_name = item.key();
       e.tensor = item.value();
       auto it = trainable_index.find(e.tensor.unsafeGetTensorImpl());
       if (it != trainable_index.end()) {
@@ -180,9 +184,12 @@ class GeminiPlugin : public train::Plugin {
     }
     trainable_order_ = entry_of_trainable;
 
-    build_optimizer_chunks();       // reads the float32 values before anything is rounded
-    model.to(torch::kCPU, dtype_);  // buffers too; parameters move into chunks next
+    // Each chunk is filled from the float32 values (or straight from the checkpoint) in turn;
+    // a parameter's own storage goes as soon as its chunk holds it.
+    build_optimizer_chunks();
     build_parameter_chunks();
+    model.to(torch::kCPU, dtype_);  // what is not in a chunk (buffers)
+    deferred_ = nullptr;
     for (Entry& e : entries_) {
       e.tensor.set_requires_grad(e.trainable);
       memory::transition(e.state, TensorState::Held, e.name);
@@ -497,6 +504,15 @@ class GeminiPlugin : public train::Plugin {
     return memory::pack_chunks(numels, names, capacity);
   }
 
+  // `dest` ← the values of entry `e`: from the checkpoint when the model's weights are
+  // deferred, else from the tensor itself.
+  void fill(const Entry& e, torch::Tensor dest) const {
+    if (deferred_ != nullptr && !e.model_name.empty())
+      deferred_->read_into(e.model_name, std::move(dest));
+    else
+      dest.copy_(e.tensor.detach());
+  }
+
   void build_optimizer_chunks() {
     const memory::ChunkLayout layout = layout_for(trainable_order_, 4);
     std::uint64_t total = 0;
@@ -531,8 +547,7 @@ class GeminiPlugin : public train::Plugin {
         float* base = static_cast<float*>(chunk.host.data());
         for (std::size_t i : chunk.entries) {
           const Entry& e = entries_[i];
-          torch::from_blob(base + e.optim_offset, e.tensor.sizes(), torch::kFloat32)
-              .copy_(e.tensor.detach());
+          fill(e, torch::from_blob(base + e.optim_offset, e.tensor.sizes(), torch::kFloat32));
         }
       }
       if (chunk.on_disk) {
@@ -556,7 +571,7 @@ class GeminiPlugin : public train::Plugin {
       for (const memory::ChunkSlot& slot : spec.slots) {
         Entry& e = entries_[slot.tensor];
         torch::Tensor view = storage.narrow(0, slot.offset, slot.numel).view(e.tensor.sizes());
-        view.copy_(e.tensor.detach());
+        fill(e, view);
         e.tensor.set_data(view);
         e.param_chunk = param_chunks_.size();
         e.param_offset = slot.offset;
@@ -650,6 +665,7 @@ class GeminiPlugin : public train::Plugin {
   torch::Dtype dtype_ = torch::kFloat32;
   optim::AdamWOptions adamw_;
   GeminiOptions gemini_;
+  const model::DeferredWeights* deferred_ = nullptr;  // during prepare() only
   std::vector<Entry> entries_;
   std::vector<std::size_t> trainable_order_;  // entries_ index of each trainable tensor, in the
                                               // order prepare() was given them

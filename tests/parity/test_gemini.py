@@ -11,6 +11,7 @@ import os
 import random
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,9 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast,
                           Qwen2Config, Qwen2ForCausalLM)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
+from memory_cgroup import CgroupUnavailable, MemoryCgroup  # noqa: E402
 
 CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
 STEPS = 20
@@ -327,31 +331,6 @@ def test_a_host_budget_too_small_is_refused_before_loading(workdir, medium_llama
     assert not any(e["type"] in ("metric", "memory") for e in lines), "it loaded before refusing"
 
 
-def make_memory_cgroup(name, limit_bytes):
-    """A memory cgroup limited to `limit_bytes` (v2 if mounted as the unified hierarchy with the
-    memory controller, else v1); returns (path, version) or raises pytest.skip saying why."""
-    v2 = Path("/sys/fs/cgroup")
-    if (v2 / "cgroup.controllers").exists() and "memory" in (v2 / "cgroup.controllers").read_text():
-        group = v2 / name
-        try:
-            group.mkdir(exist_ok=True)
-            (group / "memory.max").write_text(str(limit_bytes))
-            (group / "memory.swap.max").write_text("0") if (group / "memory.swap.max").exists() else None
-            return group, 2
-        except OSError as e:
-            pytest.skip(f"cannot create a cgroup v2 memory group here: {e}")
-    v1 = Path("/sys/fs/cgroup/memory")
-    if not (v1 / "memory.limit_in_bytes").exists():
-        pytest.skip("no memory cgroup controller is mounted (neither v2 nor v1)")
-    group = v1 / name
-    try:
-        group.mkdir(exist_ok=True)
-        (group / "memory.limit_in_bytes").write_text(str(limit_bytes))
-        return group, 1
-    except OSError as e:
-        pytest.skip(f"cannot create a cgroup v1 memory group here (needs root): {e}")
-
-
 def test_training_stays_inside_its_host_budget(workdir, medium_llama):
     """host_budget is what the whole process may use: the job with all optimizer state on disk
     runs inside a memory cgroup limited to exactly that budget without being killed, while the
@@ -367,29 +346,17 @@ def test_training_stays_inside_its_host_budget(workdir, medium_llama):
     assert r.returncode == 2 and "offload_optim_frac" in r.stderr, r.stderr
 
     path = medium_spec(workdir, medium_llama, "budget-disk", {"offload_optim_frac": 1.0, "host_budget": budget})
-    group, version = make_memory_cgroup(f"tessera-test-{os.getpid()}", budget)
+    try:
+        group = MemoryCgroup(f"tessera-test-{os.getpid()}", budget)
+    except CgroupUnavailable as e:
+        pytest.skip(str(e))
     events = path.with_suffix(".events.jsonl")
     try:
-        proc = subprocess.run(["sh", "-c", f'echo $$ > "{group}/cgroup.procs" && exec "$0" "$@"', CLI, "run",
-                               str(path), "--events", str(events)], capture_output=True, text=True, timeout=900)
-        if version == 2:
-            stats = dict(line.split() for line in (group / "memory.events").read_text().splitlines())
-            killed = int(stats.get("oom_kill", 0))
-            peak_file = group / "memory.peak"
-            peak = int(peak_file.read_text()) if peak_file.exists() else None
-        else:
-            oom = dict(line.split() for line in (group / "memory.oom_control").read_text().splitlines())
-            killed = int(oom.get("oom_kill", 0))
-            peak = int((group / "memory.max_usage_in_bytes").read_text())
+        proc = group.run([CLI, "run", path, "--events", events], timeout=900)
+        killed, peak = group.oom_kills(), group.peak_bytes()
     finally:
-        for _ in range(50):
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                import time
-                time.sleep(0.1)
-    print(f"host_budget {budget >> 20} MiB (cgroup v{version}): exit {proc.returncode}, OOM kills {killed}, "
+        group.remove()
+    print(f"host_budget {budget >> 20} MiB (cgroup v{group.version}): exit {proc.returncode}, OOM kills {killed}, "
           f"cgroup peak {'-' if peak is None else peak >> 20} MiB (page cache included)")
     assert killed == 0 and proc.returncode == 0, proc.stderr[-2000:]
     memory = [json.loads(line) for line in events.read_text().splitlines() if '"memory"' in line]

@@ -327,7 +327,8 @@ def test_auto_offloads_full_fine_tuning_to_disk_instead_of_switching_to_lora(wor
         "nothing the user chose changed, so nothing to warn about"
     disk = [e for e in events if e["type"] == "memory" and e["tier"] == "disk"]
     assert disk, "the run reported no disk tier"
-    estimated = disk_tier["by_category"]["optimizer"] + disk_tier["by_category"]["weights"]
+    estimated = sum(disk_tier["by_category"][k] for k in ("optimizer", "weights", "gradients"))
+    assert disk_tier["by_category"]["gradients"] > 0, "gradient chunks go to disk with their optimizer chunks"
     ratio = disk[-1]["used"] / estimated
     host = next(t for t in plan["memory"] if t["tier"] == "host")
     print(f"offload {s['offload_optim_frac']:.2f}: disk {disk[-1]['used'] >> 20} MiB vs plan {estimated >> 20} MiB "

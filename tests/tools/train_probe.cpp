@@ -160,10 +160,18 @@ int run(int argc, char** argv) {
   if (!events_path.empty()) events.open(events_path);
   runner::TrainerEventWriter trainer_events(events);
   plugins::register_builtin_plugins();
-  auto model = model::load_pretrained(model_dir);
+  // As the runner does: the weights are read by the plugin (gemini: into its chunks) or loaded
+  // by the trainer, so a model larger than memory starts under gemini.
+  const hf::ModelConfig config =
+      hf::load_model_config(std::filesystem::path(model_dir) / "config.json");
+  auto model = model::create_model(config, model::head_from_config(config),
+                                   torch::TensorOptions().dtype(torch::kFloat32));
+  options.deferred_weights = std::make_shared<const model::DeferredWeights>(
+      *model, hf::SafetensorsCheckpoint::open(model_dir));
   std::vector<train::Batch> batches = read_batches(batches_path);
   train::FixedBatchSource source(batches, /*shuffle=*/false, options.training.seed);
   train::Trainer trainer(model, options, events_path.empty() ? nullptr : &trainer_events);
+  options.deferred_weights.reset();
   train::TrainResult result = trainer.train(source);
 
   nlohmann::json report = {{"losses", result.losses},
