@@ -84,18 +84,20 @@ struct Entry {
   std::size_t optim_chunk = 0;
   std::int64_t optim_offset = 0;  // element offset inside each of the chunk's arrays
   TensorState state = TensorState::Free;
-  bool has_grad = false;    // a gradient arrived since the last update (in its gradient chunk)
+  bool has_grad = false;    // a gradient arrived since the last update
+  torch::Tensor grad;       // host chunks: the gradient, as autograd made it (disk chunks: in
+                            // the gradient chunk)
   torch::Tensor grad_norm;  // float32 L2 norm of the final gradient (last micro-batch)
 };
 
 // The optimizer state of some trainable tensors: [master (bf16 only)] [exp_avg] [exp_avg_sq],
 // `elements` floats each, in one 4 KiB-aligned buffer on the host or one region on disk.
 //
-// Beside it, the gradient chunk of the same tensors (the compute dtype, laid out like one of the
-// arrays): gradients are accumulated into it as autograd produces them, and the parameters'
-// own .grad is dropped at once. For a chunk on disk, the gradient chunk is written back as soon
-// as all its tensors' gradients are in (during backward, behind the compute) and read again by
-// the update.
+// A chunk on disk has a gradient chunk beside it (the compute dtype, laid out like one of the
+// arrays): gradients are accumulated into it as autograd produces them, the parameters' own
+// .grad is dropped at once, and it is written back as soon as all its tensors' gradients are in
+// (during backward, behind the compute) and read again by the update. A host chunk's gradients
+// stay the tensors autograd made (a copy would cost time and save nothing).
 struct OptimChunk {
   std::vector<std::size_t> entries;  // indices into entries_
   std::int64_t elements = 0;
@@ -216,20 +218,30 @@ class GeminiPlugin : public train::Plugin {
       memory::transition(entries_[i].state, TensorState::HeldAfterBackward, entries_[i].name);
   }
 
-  // The gradient of entry `i` is in its .grad: accumulate it into the gradient chunk (as
-  // autograd would into .grad: copied the first time, added after) and drop the .grad.
+  // The gradient of entry `i` is in its .grad: accumulate it as autograd would into .grad
+  // (taken the first time, added after), into the gradient chunk for a chunk on disk, and drop
+  // the .grad.
   void gradient_arrived(std::size_t i, const torch::Tensor& tensor) {
     torch::NoGradGuard no_grad;
     const torch::Tensor g = tensor.grad();
     if (!g.defined()) return;
     Entry& e = entries_[i];
     OptimChunk& c = optim_chunks_[e.optim_chunk];
-    make_gradients_resident(c);
-    torch::Tensor slot = gradient_view(c, e);
-    if (e.has_grad)
-      slot.add_(g);
-    else
-      slot.copy_(g);
+    torch::Tensor slot;
+    if (c.on_disk) {
+      make_gradients_resident(c);
+      slot = gradient_view(c, e);
+      if (e.has_grad)
+        slot.add_(g);
+      else
+        slot.copy_(g);
+    } else {
+      if (e.has_grad)
+        e.grad.add_(g);
+      else
+        e.grad = g;
+      slot = e.grad;
+    }
     e.has_grad = true;
     tensor.mutable_grad() = torch::Tensor();
     // The norm as `single` takes it from its float32 master gradient.
@@ -258,14 +270,15 @@ class GeminiPlugin : public train::Plugin {
     const std::optional<torch::Tensor> coef = optim::clip_coefficient(total, max_grad_norm);
     ++steps_;
 
-    // Then the update, chunk by chunk with its gradient chunk: each gradient is widened (bf16)
-    // and clipped in turn, so no more than one float32 copy exists at a time.
+    // Then the update, chunk by chunk (with its gradient chunk when on disk): each gradient is
+    // widened (bf16) and clipped in turn, so no more than one float32 copy exists at a time.
     for_each_optimizer_chunk(true, [&](OptimChunk& chunk) {
       float* base = static_cast<float*>(chunk.host.data());
       for (std::size_t i : chunk.entries) {
         Entry& e = entries_[i];
         if (!e.has_grad) continue;  // no gradient: no update, as torch does
-        torch::Tensor g = gradient_view(chunk, e).to(torch::kFloat32).contiguous();
+        torch::Tensor g =
+            (chunk.on_disk ? gradient_view(chunk, e) : e.grad).to(torch::kFloat32).contiguous();
         if (coef) g.mul_(*coef);
         optim::AdamArrays a;
         a.count = e.tensor.numel();
@@ -282,6 +295,7 @@ class GeminiPlugin : public train::Plugin {
         optim::cpu_adamw_step(a, {lr, adamw_.beta1, adamw_.beta2, adamw_.eps,
                                   e.decays ? adamw_.weight_decay : 0.0, steps_});
         e.tensor.unsafeGetTensorImpl()->bump_version();
+        e.grad = torch::Tensor();
       }
       chunk.grads = memory::AlignedBuffer();
       chunk.grads_on_disk = false;
@@ -289,6 +303,7 @@ class GeminiPlugin : public train::Plugin {
     for (std::size_t i : trainable_order_) {
       Entry& e = entries_[i];
       e.has_grad = false;
+      e.grad = torch::Tensor();
       e.grad_norm = torch::Tensor();
       memory::transition(e.state, TensorState::Held, e.name);
     }
@@ -299,8 +314,11 @@ class GeminiPlugin : public train::Plugin {
     MemoryByCategory m;
     for (const torch::Tensor& c : param_chunks_)
       m.weights += static_cast<std::uint64_t>(c.nbytes());
-    // Gradient chunks resident now (between backward and the update; none after a step).
+    // Gradients that exist now (between backward and the update; none after a step).
     for (const OptimChunk& c : optim_chunks_) m.gradients += c.grads.size();
+    for (std::size_t i : trainable_order_)
+      if (entries_[i].grad.defined())
+        m.gradients += static_cast<std::uint64_t>(entries_[i].grad.nbytes());
     for (const OptimChunk& c : optim_chunks_) {
       if (c.on_disk) continue;
       const std::uint64_t floats = static_cast<std::uint64_t>(c.elements);
