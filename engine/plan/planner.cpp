@@ -227,15 +227,13 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
     e.disk_gradients = to_bytes(f * trainable * param_bytes);
     // Gradients in the compute dtype (the host chunks'); bf16 ones are widened to float32 one
     // tensor at a time.
-    const double largest_trainable = lora ? trainable : std::max(v * h, h * m);
-    e.gradients =
-        to_bytes((1.0 - f) * trainable * param_bytes + (bf16 ? largest_trainable * 4.0 : 0.0));
+    const double largest = lora ? trainable : std::max(v * h, h * m);
+    e.gradients = to_bytes((1.0 - f) * trainable * param_bytes + (bf16 ? largest * 4.0 : 0.0));
     if (f > 0.0) {
       // Chunk size as the plugin searches it: at least the largest tensor, at most 16M floats,
       // about an eighth of the trainable parameters. Three optimizer chunks in flight during
       // the update, each with its gradient chunk; during backward, the gradient chunk being
       // filled and two being written.
-      const double largest = lora ? trainable : std::max(v * h, h * m);
       const double chunk = std::max(largest, std::min(16.0 * 1024 * 1024, trainable / 8.0));
       const double arrays = bf16 ? 3.0 : 2.0;
       e.offload_buffers = to_bytes(std::min(3.0 * chunk * (4.0 * arrays + param_bytes),

@@ -453,16 +453,18 @@ class GeminiPlugin : public train::Plugin {
     return dtype_ == torch::kFloat32 ? 0 : chunk.elements;
   }
   int arrays_per_chunk() const { return dtype_ == torch::kFloat32 ? 2 : 3; }
+  // Bytes of one element of the compute dtype (parameter and gradient chunks).
+  std::int64_t element_bytes() const { return static_cast<std::int64_t>(c10::elementSize(dtype_)); }
   std::uint64_t chunk_bytes(const OptimChunk& chunk) const {
     return static_cast<std::uint64_t>(chunk.elements) * 4 * arrays_per_chunk();
   }
   std::uint64_t gradient_chunk_bytes(const OptimChunk& chunk) const {
-    return static_cast<std::uint64_t>(chunk.elements) * (dtype_ == torch::kFloat32 ? 4 : 2);
+    return static_cast<std::uint64_t>(chunk.elements) * element_bytes();
   }
   torch::Tensor gradient_view(const OptimChunk& chunk, const Entry& e) const {
-    const std::int64_t element_bytes = dtype_ == torch::kFloat32 ? 4 : 2;
-    return torch::from_blob(static_cast<char*>(chunk.grads.data()) + e.optim_offset * element_bytes,
-                            e.tensor.sizes(), torch::TensorOptions().dtype(dtype_));
+    return torch::from_blob(
+        static_cast<char*>(chunk.grads.data()) + e.optim_offset * element_bytes(), e.tensor.sizes(),
+        torch::TensorOptions().dtype(dtype_));
   }
 
   // The chunk's gradients in memory, to add to: allocated (zero) on the first gradient of a
@@ -582,8 +584,7 @@ class GeminiPlugin : public train::Plugin {
   void build_parameter_chunks() {
     std::vector<std::size_t> all(entries_.size());
     for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-    const std::int64_t element_bytes = dtype_ == torch::kFloat32 ? 4 : 2;
-    const memory::ChunkLayout layout = layout_for(all, element_bytes);
+    const memory::ChunkLayout layout = layout_for(all, element_bytes());
     for (const auto& spec : layout.chunks) {
       torch::Tensor storage = torch::empty({spec.capacity}, torch::TensorOptions().dtype(dtype_));
       for (const memory::ChunkSlot& slot : spec.slots) {
