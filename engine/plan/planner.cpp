@@ -89,11 +89,28 @@ Settings settings_as_written(const job::JobSpec& spec) {
   s.activation_checkpointing = spec.training.activation_checkpointing;
   if (spec.strategy.name == "gemini") {
     s.strategy = "gemini";
-    const auto f = spec.strategy.options.find("offload_optim_frac");
-    s.offload_optim_frac =
-        f != spec.strategy.options.end() && f->is_number() ? f->get<double>() : 0.0;
+    auto fraction = [&](const char* key) {
+      const auto f = spec.strategy.options.find(key);
+      return f != spec.strategy.options.end() && f->is_number() ? f->get<double>() : 0.0;
+    };
+    s.offload_optim_frac = fraction("offload_optim_frac");
+    s.offload_param_frac = fraction("offload_param_frac");
   }
   return s;
+}
+
+std::string percent(double fraction) {
+  return std::to_string(static_cast<int>(fraction * 100 + 0.5)) + "%";
+}
+
+// What gemini keeps on disk, as a phrase: "100% of the optimizer state and 50% of the
+// parameters" (each part only when it is above 0, the optimizer state when neither is).
+std::string on_disk_phrase(const Settings& s) {
+  const std::string optim = percent(s.offload_optim_frac) + " of the optimizer state";
+  const std::string params = percent(s.offload_param_frac) + " of the parameters";
+  if (!(s.offload_param_frac > 0.0)) return optim;
+  if (!(s.offload_optim_frac > 0.0)) return params;
+  return optim + " and " + params;
 }
 
 // 2 FLOPs per parameter per token forward, 4 backward (2 without weight gradients, as for
@@ -220,15 +237,25 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
     // host as with `single`.
     const double f = std::clamp(s.offload_optim_frac, 0.0, 1.0);
     const double masters = bf16 ? trainable * 4.0 : 0.0;
+    // Parameter chunks hold every parameter (the frozen base too) in the compute dtype; a share
+    // `fp` of their bytes is on disk in whole chunks from the last one back. Chunks holding LoRA
+    // adapters (the last ones) never go to disk: at most the base does.
+    const double fp = std::clamp(s.offload_param_frac, 0.0, 1.0);
+    const double parameters = stored * param_bytes;
+    const double disk_parameters = std::min(fp * parameters, n * param_bytes);
     e.optimizer = to_bytes((1.0 - f) * trainable * 8.0);
-    e.weights = to_bytes(stored * param_bytes + (1.0 - f) * masters);
+    e.weights = to_bytes(parameters - disk_parameters + (1.0 - f) * masters);
     e.disk_optimizer = to_bytes(f * trainable * 8.0);
-    e.disk_weights = to_bytes(f * masters);
+    e.disk_parameters = to_bytes(disk_parameters);
+    e.disk_trainable_parameters = lora ? 0 : e.disk_parameters;
+    e.disk_weights = to_bytes(f * masters) + e.disk_parameters;
     e.disk_gradients = to_bytes(f * trainable * param_bytes);
     // Gradients in the compute dtype (the host chunks'); bf16 ones are widened to float32 one
     // tensor at a time.
-    const double largest = lora ? trainable : std::max(v * h, h * m);
+    const double largest_tensor = std::max(v * h, h * m);
+    const double largest = lora ? trainable : largest_tensor;
     e.gradients = to_bytes((1.0 - f) * trainable * param_bytes + (bf16 ? largest * 4.0 : 0.0));
+    double buffers = 0.0;
     if (f > 0.0) {
       // Chunk size as the plugin searches it: at least the largest tensor, at most 16M floats,
       // about an eighth of the trainable parameters. Three optimizer chunks in flight during
@@ -236,12 +263,23 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
       // filled and two being written.
       const double chunk = std::max(largest, std::min(16.0 * 1024 * 1024, trainable / 8.0));
       const double arrays = bf16 ? 3.0 : 2.0;
-      e.offload_buffers = to_bytes(std::min(3.0 * chunk * (4.0 * arrays + param_bytes),
-                                            f * trainable * (4.0 * arrays + param_bytes)));
+      buffers += std::min(3.0 * chunk * (4.0 * arrays + param_bytes),
+                          f * trainable * (4.0 * arrays + param_bytes));
     }
+    if (disk_parameters > 0.0) {
+      // Parameter chunks by the same search: at least the largest tensor, at most 64 MiB of the
+      // compute dtype, about an eighth of all parameters; at most four of those on disk are
+      // resident at once (the one in use, prefetched and recently used ones).
+      const double chunk =
+          std::max(largest_tensor, std::min(64.0 * 1024 * 1024 / param_bytes, stored / 8.0)) *
+          param_bytes;
+      buffers += std::min(4.0 * chunk, disk_parameters);
+    }
+    e.offload_buffers = to_bytes(buffers);
     // Loading: the plugin reads the checkpoint straight into its chunks (no fp32 model); the
-    // optimizer chunks are built first, one chunk at a time for those on disk.
-    e.load_peak = to_bytes(stored * param_bytes + static_cast<double>(e.optimizer) +
+    // optimizer chunks are built first, one chunk at a time for those on disk, then the
+    // parameter chunks, those on disk written one at a time through the buffers.
+    e.load_peak = to_bytes(parameters - disk_parameters + static_cast<double>(e.optimizer) +
                            (1.0 - f) * masters + static_cast<double>(e.offload_buffers) +
                            static_cast<double>(kRuntimeBaselineBytes));
   }
@@ -309,18 +347,24 @@ Plan make_plan(const PlanInputs& in) {
     const MemoryEstimate e = estimate_memory(c, s, in.checkpoint_bytes);
     return e.peak() <= limit && (e.disk() == 0 || e.disk() <= disk_limit);
   };
-  // Largest micro-batch without checkpointing, then with it; for each, the smallest share of
-  // the optimizer state on disk that fits (gemini; {0} for single).
-  auto search = [&](Settings s, const std::vector<double>& fractions,
+  // Largest micro-batch without checkpointing, then with it; for each, the first of
+  // `fractions` (gemini's shares on disk: optimizer state, parameters) that fits ({0, 0} for
+  // single).
+  struct Fractions {
+    double optim = 0.0;
+    double param = 0.0;
+  };
+  auto search = [&](Settings s, const std::vector<Fractions>& fractions,
                     const std::string& precision) -> std::optional<Settings> {
     for (bool ckpt : {spec.training.activation_checkpointing, true})
       for (std::int64_t mb : micro_batches)
-        for (double f : fractions) {
+        for (const Fractions& f : fractions) {
           s.precision = precision;
           s.activation_checkpointing = ckpt;
           s.micro_batch = mb;
           s.gradient_accumulation = saturating_mul(spec.training.gradient_accumulation, batch / mb);
-          s.offload_optim_frac = f;
+          s.offload_optim_frac = f.optim;
+          s.offload_param_frac = f.param;
           if (fits(s)) return s;
         }
     return std::nullopt;
@@ -330,30 +374,35 @@ Plan make_plan(const PlanInputs& in) {
   if (base.precision == "fp32" && bf16_native) precisions.push_back("bf16");
   const bool named_gemini = spec.strategy.name == "gemini";
   // `auto` keeps the user's method: full fine-tuning that does not fit in RAM moves optimizer
-  // state to disk (gemini, CPU only) before it changes the precision or falls back to LoRA.
+  // state to disk (gemini, CPU only), then parameter chunks too, before it changes the precision
+  // or falls back to LoRA.
   const bool may_offload = !named_gemini && spec.strategy.name == job::kAutoStrategy && !gpu &&
                            base.method == "full" && disk_limit > 0;
   std::optional<Settings> chosen;
   for (const std::string& precision : precisions) {
-    chosen = search(base, {base.offload_optim_frac}, precision);
+    chosen = search(base, {{base.offload_optim_frac, base.offload_param_frac}}, precision);
     if (chosen || !may_offload) {
       if (chosen) break;
       continue;
     }
     Settings offloaded = base;
     offloaded.strategy = "gemini";
-    chosen = search(offloaded, {0.25, 0.5, 0.75, 1.0}, precision);
+    // The optimizer state first (it costs disk traffic in the update only), at any micro-batch;
+    // the parameters (read again in every forward and backward) only when that is not enough.
+    chosen = search(offloaded, {{0.25, 0.0}, {0.5, 0.0}, {0.75, 0.0}, {1.0, 0.0}}, precision);
+    if (!chosen)
+      chosen = search(offloaded, {{1.0, 0.25}, {1.0, 0.5}, {1.0, 0.75}, {1.0, 1.0}}, precision);
     if (!chosen) continue;
     const auto e = estimate_memory(c, *chosen, in.checkpoint_bytes);
     plan.reasons.push_back(
-        "full fine-tuning does not fit in " + gib(limit) + " with everything in RAM: gemini " +
-        "keeps " + std::to_string(static_cast<int>(chosen->offload_optim_frac * 100 + 0.5)) +
-        "% of the optimizer state (" + gib(e.disk()) + ") on disk in " + hw.disk->path + " (" +
-        gib(hw.disk->free) + " free)");
+        "full fine-tuning does not fit in " + gib(limit) + " with everything in RAM" +
+        (chosen->offload_param_frac > 0.0 ? " or with only the optimizer state on disk" : "") +
+        ": gemini keeps " + on_disk_phrase(*chosen) + " (" + gib(e.disk()) + ") on disk in " +
+        hw.disk->path + " (" + gib(hw.disk->free) + " free)");
     Settings lora = base;
     lora.method = "lora";
     for (const std::string& p : precisions)
-      if (auto alternative = search(lora, {0.0}, p)) {
+      if (auto alternative = search(lora, {{0.0, 0.0}}, p)) {
         Plan::Alternative a;
         a.settings = *alternative;
         a.peak = estimate_memory(c, *alternative, in.checkpoint_bytes).peak();
@@ -367,12 +416,13 @@ Plan make_plan(const PlanInputs& in) {
     lora.method = "lora";
     lora.strategy = "single";
     for (const std::string& p : precisions)
-      if ((chosen = search(lora, {0.0}, p))) break;
+      if ((chosen = search(lora, {{0.0, 0.0}}, p))) break;
     if (chosen)
-      plan.reasons.push_back("full fine-tuning does not fit in " + gib(limit) +
-                             (may_offload ? " even with the optimizer state on disk," : "") +
-                             " even with micro-batch 1 and activation checkpointing: LoRA (rank " +
-                             std::to_string(lora.lora_rank) + ") instead — the method changes");
+      plan.reasons.push_back(
+          "full fine-tuning does not fit in " + gib(limit) +
+          (may_offload ? " even with the optimizer state and the parameters on disk," : "") +
+          " even with micro-batch 1 and activation checkpointing: LoRA (rank " +
+          std::to_string(lora.lora_rank) + ") instead — the method changes");
   }
   plan.fits = chosen.has_value();
   if (!chosen) {
@@ -417,8 +467,10 @@ Plan make_plan(const PlanInputs& in) {
         plan.reasons.begin(),
         "strategy " + plan.strategy + ": one process on " + tier.device +
             (planned == 1 ? ", the only strategy this build has" : "") +
-            (s.strategy == "gemini" ? ", parameters in chunks, optimizer state partly on disk"
-                                    : ""));
+            (s.strategy != "gemini" ? std::string()
+             : s.offload_param_frac > 0.0
+                 ? ", parameters in chunks, " + on_disk_phrase(s) + " on disk"
+                 : std::string(", parameters in chunks, optimizer state partly on disk")));
     if (s.micro_batch < batch)
       plan.reasons.push_back("micro-batch " + std::to_string(s.micro_batch) + " × " +
                              std::to_string(batch / s.micro_batch) + " accumulation steps: batch " +
@@ -433,27 +485,43 @@ Plan make_plan(const PlanInputs& in) {
   const double flops = gpu ? 50e12 : hw.cpu_flops;
   plan.seconds_per_step = flops > 0 ? plan.flops_per_step / flops : 0.0;
   // gemini: every step reads and writes the on-disk optimizer chunks once, and the gradient
-  // chunks once per micro-batch. The next chunk's read and the previous one's write overlap the
-  // update of the current one; the gradients' writes overlap backward, but the rule stays the
-  // sum: the disk time adds to the compute time.
+  // chunks once per micro-batch. Parameter chunks on disk are read in every micro-batch's
+  // forward and again in its backward; trainable ones (full fine-tuning; LoRA's adapters never
+  // go to disk) are read once more by the update and written back. The next chunk's read and
+  // the previous one's write overlap the current one's use, but the rule stays the sum: the
+  // disk time adds to the compute time.
   const std::uint64_t disk_bytes = tier.estimate.disk();
   if (disk_bytes > 0) {
-    const std::uint64_t micro_batches = static_cast<std::uint64_t>(
-        spec.training.gradient_accumulation * (batch / std::max<std::int64_t>(1, s.micro_batch)));
-    plan.disk_bytes_per_step = 2 * (disk_bytes - tier.estimate.disk_gradients) +
-                               2 * micro_batches * tier.estimate.disk_gradients;
+    const MemoryEstimate& e = tier.estimate;
+    const double micro_batches = d(saturating_mul(
+        spec.training.gradient_accumulation, batch / std::max<std::int64_t>(1, s.micro_batch)));
+    const double optimizer_chunks =
+        d(static_cast<std::int64_t>(disk_bytes - e.disk_gradients - e.disk_parameters)) +
+        micro_batches * d(static_cast<std::int64_t>(e.disk_gradients));
+    const double parameters = d(static_cast<std::int64_t>(e.disk_parameters));
+    const double trainable = d(static_cast<std::int64_t>(e.disk_trainable_parameters));
+    plan.disk_read_bytes_per_step =
+        to_bytes(optimizer_chunks + 2.0 * micro_batches * parameters + trainable);
+    plan.disk_write_bytes_per_step = to_bytes(optimizer_chunks + trainable);
+    plan.disk_bytes_per_step = plan.disk_read_bytes_per_step + plan.disk_write_bytes_per_step;
+    const std::string traffic = "disk I/O per step: " + gib(plan.disk_bytes_per_step) + " (" +
+                                gib(plan.disk_read_bytes_per_step) + " read, " +
+                                gib(plan.disk_write_bytes_per_step) + " written)";
     if (hw.disk && hw.disk->measured && hw.disk->read_bytes_per_s > 0 &&
         hw.disk->write_bytes_per_s > 0) {
       plan.disk_seconds_per_step =
-          d(static_cast<std::int64_t>(plan.disk_bytes_per_step / 2)) *
-          (1.0 / hw.disk->read_bytes_per_s + 1.0 / hw.disk->write_bytes_per_s);
+          d(static_cast<std::int64_t>(plan.disk_read_bytes_per_step)) / hw.disk->read_bytes_per_s +
+          d(static_cast<std::int64_t>(plan.disk_write_bytes_per_step)) / hw.disk->write_bytes_per_s;
       plan.seconds_per_step += plan.disk_seconds_per_step;
-      plan.reasons.push_back("disk I/O per step: " + gib(plan.disk_bytes_per_step) + " (" +
-                             std::to_string(plan.disk_seconds_per_step).substr(0, 5) +
-                             " s at the measured speed), added to the compute time: it overlaps "
-                             "the optimizer update, not the forward and backward");
+      plan.reasons.push_back(
+          traffic + ", " + std::to_string(plan.disk_seconds_per_step).substr(0, 5) +
+          " s at the measured speed, added to the compute time: " +
+          (e.disk_parameters > 0
+               ? "parameter chunks are read in every forward and backward, optimizer chunks in "
+                 "the update"
+               : "it overlaps the optimizer update, not the forward and backward"));
     } else {
-      plan.reasons.push_back("disk I/O per step: " + gib(plan.disk_bytes_per_step) +
+      plan.reasons.push_back(traffic +
                              "; the disk speed was not measured, so the time leaves it out");
     }
   }
@@ -489,10 +557,8 @@ Plan make_plan(const PlanInputs& in) {
         (gpu ? std::string("GPU") : std::string("CPU")) + ", micro-batch " +
         std::to_string(s.micro_batch) +
         (s.activation_checkpointing ? " with activation checkpointing" : "") +
-        (disk_bytes > 0
-             ? ", " + std::to_string(static_cast<int>(s.offload_optim_frac * 100 + 0.5)) +
-                   "% of the optimizer state on disk (" + gib(disk_bytes) + ")"
-             : std::string()) +
+        (disk_bytes > 0 ? ", " + on_disk_phrase(s) + " on disk (" + gib(disk_bytes) + ")"
+                        : std::string()) +
         ": " + gib(peak) + " of " + budget + ".";
   else
     plan.explanation = "out of memory: this job does not fit in " + budget + " even with " +
@@ -537,7 +603,8 @@ json to_json(const Plan& p) {
         {"activation_checkpointing", s.activation_checkpointing},
         {"sequence_length", s.sequence_length},
         {"strategy", s.strategy},
-        {"offload_optim_frac", s.offload_optim_frac}}},
+        {"offload_optim_frac", s.offload_optim_frac},
+        {"offload_param_frac", s.offload_param_frac}}},
       {"parameters",
        {{"total", p.total_parameters},
         {"checkpoint", p.checkpoint_parameters ? json(*p.checkpoint_parameters) : json(nullptr)},
@@ -551,6 +618,8 @@ json to_json(const Plan& p) {
         {"total_seconds",
          p.total_steps ? json(p.seconds_per_step * d(*p.total_steps)) : json(nullptr)},
         {"disk_bytes_per_step", p.disk_bytes_per_step},
+        {"disk_read_bytes_per_step", p.disk_read_bytes_per_step},
+        {"disk_write_bytes_per_step", p.disk_write_bytes_per_step},
         {"disk_seconds_per_step", p.disk_seconds_per_step},
         {"rough", true}}},
       {"reasons", p.reasons},
@@ -632,33 +701,50 @@ std::optional<BudgetRefusal> check_host_budget(const PlanInputs& in) {
               ", gradients " + gib(e.gradients) + ", optimizer state " + gib(e.optimizer) +
               ", activations " + gib(e.activations) + ", runtime " + gib(e.runtime) + ")";
   // The nearest setting that fits: more of the optimizer state on disk, then checkpointing,
-  // then smaller micro-batches with the same optimizer step.
+  // then smaller micro-batches with the same optimizer step; only when none of those does,
+  // parameter chunks on disk too (read again in every forward and backward), with all of the
+  // optimizer state there.
   const std::int64_t batch = s.micro_batch;
-  for (bool ckpt : {s.activation_checkpointing, true})
-    for (std::int64_t mb = batch; mb >= 1; --mb) {
-      if (batch % mb != 0) continue;
-      for (double frac : {s.offload_optim_frac, 0.25, 0.5, 0.75, 1.0}) {
-        if (frac < s.offload_optim_frac) continue;
-        Settings t = s;
-        t.activation_checkpointing = ckpt;
-        t.micro_batch = mb;
-        t.gradient_accumulation = s.gradient_accumulation * (batch / mb);
-        t.offload_optim_frac = frac;
-        const std::uint64_t need = estimate_memory(in.model, t, in.checkpoint_bytes).peak();
-        if (need > usable) continue;
-        r.hint =
-            "offload_optim_frac " + std::to_string(frac).substr(0, 4) +
-            (mb != batch ? ", batch_size " + std::to_string(mb) + " with gradient_accumulation " +
-                               std::to_string(t.gradient_accumulation)
-                         : std::string()) +
-            (ckpt && !s.activation_checkpointing ? ", activation checkpointing" : "") +
-            " would need about " + gib(need) + "; or give a larger host_budget";
-        return r;
+  auto nearest = [&](const std::vector<double>& optim_fracs,
+                     const std::vector<double>& param_fracs) -> std::optional<std::string> {
+    for (bool ckpt : {s.activation_checkpointing, true})
+      for (std::int64_t mb = batch; mb >= 1; --mb) {
+        if (batch % mb != 0) continue;
+        for (double param : param_fracs) {
+          if (param < s.offload_param_frac) continue;
+          for (double optim : optim_fracs) {
+            if (optim < s.offload_optim_frac) continue;
+            Settings t = s;
+            t.activation_checkpointing = ckpt;
+            t.micro_batch = mb;
+            t.gradient_accumulation = s.gradient_accumulation * (batch / mb);
+            t.offload_optim_frac = optim;
+            t.offload_param_frac = param;
+            const std::uint64_t need = estimate_memory(in.model, t, in.checkpoint_bytes).peak();
+            if (need > usable) continue;
+            return "offload_optim_frac " + std::to_string(optim).substr(0, 4) +
+                   (param > 0.0 ? ", offload_param_frac " + std::to_string(param).substr(0, 4)
+                                : std::string()) +
+                   (mb != batch
+                        ? ", batch_size " + std::to_string(mb) + " with gradient_accumulation " +
+                              std::to_string(t.gradient_accumulation)
+                        : std::string()) +
+                   (ckpt && !s.activation_checkpointing ? ", activation checkpointing" : "") +
+                   " would need about " + gib(need) + "; or give a larger host_budget";
+          }
+        }
       }
-    }
+    return std::nullopt;
+  };
+  auto hint = nearest({s.offload_optim_frac, 0.25, 0.5, 0.75, 1.0}, {s.offload_param_frac});
+  if (!hint) hint = nearest({1.0}, {0.25, 0.5, 0.75, 1.0});
+  if (hint) {
+    r.hint = *hint;
+    return r;
+  }
   r.hint =
-      "nothing fits in this budget with gemini today (parameter offload is not supported "
-      "yet); give at least " +
+      "nothing fits in this budget with gemini, even with all of the optimizer state and "
+      "the parameters on disk (offload_optim_frac 1, offload_param_frac 1); give at least " +
       gib(to_bytes(static_cast<double>(e.peak()) / (1.0 - kHeadroom))) +
       ", use LoRA, or a smaller model";
   return r;
@@ -678,8 +764,11 @@ job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& s) {
   out.training.batch_size = s.micro_batch;
   out.training.gradient_accumulation = s.gradient_accumulation;
   out.training.activation_checkpointing = s.activation_checkpointing;
-  if (s.strategy == "gemini" && spec.strategy.name == job::kAutoStrategy)
+  if (s.strategy == "gemini" && spec.strategy.name == job::kAutoStrategy) {
     out.strategy = {"gemini", {{"offload_optim_frac", s.offload_optim_frac}}};
+    if (s.offload_param_frac > 0.0)
+      out.strategy.options["offload_param_frac"] = s.offload_param_frac;
+  }
   return out;
 }
 
@@ -699,6 +788,7 @@ Settings settings_from_json(const nlohmann::json& j, const std::string& source) 
     // Plans recorded before gemini was planned have neither: single.
     s.strategy = j.value("strategy", std::string("single"));
     s.offload_optim_frac = j.value("offload_optim_frac", 0.0);
+    s.offload_param_frac = j.value("offload_param_frac", 0.0);
   } catch (const nlohmann::json::exception& e) {
     throw_invalid(source + ": the plan's settings are incomplete (" + e.what() + ")",
                   "delete the file to plan again from the job spec");
@@ -707,9 +797,10 @@ Settings settings_from_json(const nlohmann::json& j, const std::string& source) 
     throw_invalid(source + ": settings.micro_batch and gradient_accumulation must be >= 1",
                   "delete the file to plan again from the job spec");
   if ((s.strategy != "single" && s.strategy != "gemini") ||
-      !(s.offload_optim_frac >= 0.0 && s.offload_optim_frac <= 1.0))
+      !(s.offload_optim_frac >= 0.0 && s.offload_optim_frac <= 1.0) ||
+      !(s.offload_param_frac >= 0.0 && s.offload_param_frac <= 1.0))
     throw_invalid(source + ": settings.strategy must be single or gemini and " +
-                      "offload_optim_frac within 0 … 1",
+                      "offload_optim_frac and offload_param_frac within 0 … 1",
                   "delete the file to plan again from the job spec");
   return s;
 }
@@ -731,9 +822,7 @@ std::vector<std::string> applied_changes(const job::JobSpec& spec, const Setting
     changes.push_back(std::string("activation checkpointing ") +
                       (s.activation_checkpointing ? "on" : "off"));
   if (s.strategy == "gemini" && spec.strategy.name != "gemini")
-    changes.push_back("strategy gemini with " +
-                      std::to_string(static_cast<int>(s.offload_optim_frac * 100 + 0.5)) +
-                      "% of the optimizer state on disk");
+    changes.push_back("strategy gemini with " + on_disk_phrase(s) + " on disk");
   return changes;
 }
 

@@ -49,9 +49,11 @@ struct Settings {
   std::int64_t sequence_length = 512;
   bool activation_checkpointing = false;
   // The plugin: "single", or "gemini" with this share of the optimizer state (Adam moments and
-  // fp32 masters) on disk.
+  // fp32 masters) on disk, and this share of the parameter chunks' bytes (every parameter, in
+  // the compute dtype) on disk.
   std::string strategy = "single";
   double offload_optim_frac = 0.0;
+  double offload_param_frac = 0.0;
 };
 
 struct MemoryEstimate {
@@ -64,13 +66,15 @@ struct MemoryEstimate {
   std::uint64_t export_peak = 0;  // at the end: the exported fp32 model and its reload check
   // gemini: optimizer chunks read from / written to disk during the update (at most three at
   // once: the one being updated, the next being read, the previous being written), with their
-  // gradient chunks.
+  // gradient chunks; and the cache of parameter chunks fetched from disk (at most four resident).
   std::uint64_t offload_buffers = 0;
   // gemini: what the disk tier holds (optimizer chunks: moments, and fp32 masters in bf16;
-  // gradient chunks in the compute dtype).
+  // parameter chunks in the compute dtype; gradient chunks in the compute dtype).
   std::uint64_t disk_optimizer = 0;
-  std::uint64_t disk_weights = 0;
+  std::uint64_t disk_weights = 0;  // fp32 masters of on-disk optimizer chunks + disk_parameters
   std::uint64_t disk_gradients = 0;
+  std::uint64_t disk_parameters = 0;  // the parameter chunks on disk (part of disk_weights)
+  std::uint64_t disk_trainable_parameters = 0;  // of those, trainable ones (written back)
   std::uint64_t training_peak() const {
     return weights + gradients + optimizer + activations + runtime + offload_buffers;
   }
@@ -102,9 +106,12 @@ struct Plan {
   std::vector<PlanTier> tiers;
   double flops_per_step = 0.0;
   double seconds_per_step = 0.0;
-  // gemini: bytes read and written on disk per step, and the seconds that takes at the measured
-  // disk speed (0 when the disk was not measured); included in seconds_per_step.
+  // gemini: bytes read and written on disk per step (their sum, and each), and the seconds that
+  // takes at the measured disk speed (0 when the disk was not measured); included in
+  // seconds_per_step.
   std::uint64_t disk_bytes_per_step = 0;
+  std::uint64_t disk_read_bytes_per_step = 0;
+  std::uint64_t disk_write_bytes_per_step = 0;
   double disk_seconds_per_step = 0.0;
   // What else would fit, for the user to weigh (e.g. LoRA next to an offloaded full run).
   struct Alternative {

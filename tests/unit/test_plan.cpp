@@ -1,6 +1,7 @@
 // The planner's cost model and search: parameter counts by formula against published
 // checkpoints, LoRA counts, and the choices under a simulated (deliberately small) host budget.
 #include <QtTest/QtTest>
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -31,6 +32,38 @@ json small_llama() {
           {"num_key_value_heads", 8},
           {"max_position_embeddings", 512},
           {"tie_word_embeddings", false}};
+}
+
+// Wide enough that parameter and optimizer chunks (64 MiB at most) are a small part of it.
+json wide_llama() {
+  json doc = small_llama();
+  doc["hidden_size"] = 1024;
+  doc["intermediate_size"] = 2816;
+  doc["num_hidden_layers"] = 16;
+  doc["num_attention_heads"] = 16;
+  doc["num_key_value_heads"] = 16;
+  return doc;
+}
+
+// Byte counts from separately truncated products: equal within a few bytes.
+bool near(double a, double b) {
+  return std::abs(a - b) <= 4.0;
+}
+bool near(std::uint64_t a, double b) {
+  return near(static_cast<double>(a), b);
+}
+bool near(std::uint64_t a, std::uint64_t b) {
+  return near(static_cast<double>(a), static_cast<double>(b));
+}
+
+plan::DiskInfo measured_disk() {
+  plan::DiskInfo disk;
+  disk.path = "/runs";
+  disk.free = 100ull << 30;
+  disk.measured = true;
+  disk.read_bytes_per_s = 1e9;
+  disk.write_bytes_per_s = 5e8;
+  return disk;
 }
 
 plan::PlanInputs inputs(std::uint64_t simulated_budget, const std::string& method = "full") {
@@ -270,6 +303,206 @@ class TestPlan : public QObject {
     for (const auto& r : lora.reasons)
       said = said || r.find("the method changes") != std::string::npos;
     QVERIFY(said);
+  }
+
+  void parameterChunksOnDiskMoveParameterBytes() {
+    // offload_param_frac moves that share of the parameter chunks' bytes (every parameter, in
+    // the compute dtype) from the host's weights to the disk's, less a cache of at most four
+    // chunks; LoRA's adapters stay on the host; the optimizer state and the export are as before.
+    const auto c = config(wide_llama());
+    const double n = static_cast<double>(plan::count_parameters(c));
+    for (const std::string method : {"full", "lora"})
+      for (const std::string precision : {"fp32", "bf16"}) {
+        plan::Settings s = settings(1, true, method);
+        s.precision = precision;
+        s.strategy = "gemini";
+        s.offload_optim_frac = 0.5;
+        const auto in_ram = plan::estimate_memory(c, s, 0);
+        QCOMPARE(in_ram.disk_parameters, std::uint64_t(0));
+        const double element = precision == "bf16" ? 2.0 : 4.0;
+        const double adapters =
+            method == "lora" ? static_cast<double>(plan::count_lora_parameters(c, 8, {})) : 0.0;
+        std::uint64_t previous_weights = in_ram.weights;
+        for (double fp : {0.25, 0.5, 0.75, 1.0}) {
+          s.offload_param_frac = fp;
+          const auto e = plan::estimate_memory(c, s, 0);
+          const std::string row = method + " " + precision + " " + std::to_string(fp);
+          QVERIFY2(near(e.disk_parameters, std::min(fp * (n + adapters), n) * element),
+                   row.c_str());
+          QVERIFY2(near(e.weights + e.disk_parameters, in_ram.weights), row.c_str());
+          QVERIFY2(e.weights < previous_weights, row.c_str());
+          previous_weights = e.weights;
+          QVERIFY2(near(e.disk_weights, in_ram.disk_weights + e.disk_parameters), row.c_str());
+          QCOMPARE(e.disk(), in_ram.disk() + e.disk_parameters);
+          QCOMPARE(e.disk_trainable_parameters, method == "full" ? e.disk_parameters : 0);
+          QCOMPARE(e.optimizer, in_ram.optimizer);
+          QCOMPARE(e.disk_optimizer, in_ram.disk_optimizer);
+          QCOMPARE(e.gradients, in_ram.gradients);
+          QCOMPARE(e.disk_gradients, in_ram.disk_gradients);
+          QCOMPARE(e.activations, in_ram.activations);
+          QCOMPARE(e.export_peak, in_ram.export_peak);
+          // The cache: the chunks from disk resident at once, four of at most 64 MiB, never
+          // more than is on disk.
+          const std::uint64_t cache = e.offload_buffers - in_ram.offload_buffers;
+          QVERIFY2(cache > 0 && cache <= e.disk_parameters && cache <= 4 * (64ull << 20),
+                   row.c_str());
+          QVERIFY2(near(e.training_peak() + e.disk_parameters, in_ram.training_peak() + cache),
+                   row.c_str());
+          QVERIFY2(near(e.load_peak + e.disk_parameters, in_ram.load_peak + cache), row.c_str());
+        }
+        // At 1, all of the base is on disk; only the adapters (LoRA) and the fp32 masters of
+        // the optimizer chunks on the host (bf16) stay.
+        QVERIFY2(near(plan::estimate_memory(c, s, 0).weights, in_ram.weights - n * element),
+                 (method + " " + precision).c_str());
+      }
+    // Without gemini the option means nothing.
+    plan::Settings single = settings(1, true, "full");
+    single.offload_param_frac = 1.0;
+    QCOMPARE(plan::estimate_memory(c, single, 0).disk(), std::uint64_t(0));
+  }
+
+  void parameterChunksOnDiskAddDiskTraffic() {
+    // Per step: a micro-batch's forward and backward each read the parameter chunks on disk;
+    // full fine-tuning's update reads them once more and writes them back; LoRA's frozen base is
+    // never written. The disk time at the measured speeds adds to the step time.
+    for (const std::string method : {"full", "lora"}) {
+      auto in = inputs(64ull << 30, method);
+      in.spec.strategy.name = "gemini";
+      in.spec.training.gradient_accumulation = 2;
+      in.profile.disk = measured_disk();
+      in.spec.strategy.options = {{"offload_optim_frac", 0.5}};
+      const auto base = plan::make_plan(in);
+      in.spec.strategy.options["offload_param_frac"] = 0.5;
+      const auto p = plan::make_plan(in);
+      QVERIFY(base.fits && p.fits);
+      QCOMPARE(p.strategy, std::string("gemini"));
+      QCOMPARE(p.settings.offload_param_frac, 0.5);
+      QCOMPARE(base.settings.offload_param_frac, 0.0);
+      QCOMPARE(p.settings.micro_batch, base.settings.micro_batch);
+      const double micro_batches =
+          static_cast<double>(in.spec.training.gradient_accumulation *
+                              (in.spec.training.batch_size / p.settings.micro_batch));
+      QCOMPARE(micro_batches, 2.0);
+      const std::uint64_t on_disk = p.tiers.at(0).estimate.disk_parameters;
+      QVERIFY(on_disk > 0);
+      QCOMPARE(p.tiers.at(1).tier, std::string("disk"));
+      QCOMPARE(p.tiers.at(1).estimate.weights, base.tiers.at(1).estimate.weights + on_disk);
+      const double reads = (2.0 * micro_batches + (method == "full" ? 1.0 : 0.0)) * on_disk;
+      const double writes = method == "full" ? static_cast<double>(on_disk) : 0.0;
+      QVERIFY(near(p.disk_read_bytes_per_step, base.disk_read_bytes_per_step + reads));
+      QVERIFY(near(p.disk_write_bytes_per_step, base.disk_write_bytes_per_step + writes));
+      QCOMPARE(p.disk_bytes_per_step, p.disk_read_bytes_per_step + p.disk_write_bytes_per_step);
+      QVERIFY(std::abs(p.disk_seconds_per_step - base.disk_seconds_per_step -
+                       (reads / 1e9 + writes / 5e8)) < 1e-6);
+      QVERIFY(std::abs((p.seconds_per_step - base.seconds_per_step) -
+                       (p.disk_seconds_per_step - base.disk_seconds_per_step)) < 1e-9);
+      QVERIFY2(p.explanation.find("50% of the optimizer state and 50% of the parameters on disk") !=
+                   std::string::npos,
+               p.explanation.c_str());
+      const json j = plan::to_json(p);
+      QCOMPARE(j["settings"]["offload_param_frac"].get<double>(), 0.5);
+      QCOMPARE(j["time"]["disk_read_bytes_per_step"].get<std::uint64_t>(),
+               p.disk_read_bytes_per_step);
+      QCOMPARE(j["time"]["disk_write_bytes_per_step"].get<std::uint64_t>(),
+               p.disk_write_bytes_per_step);
+      // Recorded in plan.json and read back.
+      const auto read_back = plan::settings_from_json(j["settings"], "plan.json");
+      QCOMPARE(read_back.offload_param_frac, 0.5);
+      json bad = j["settings"];
+      bad["offload_param_frac"] = 1.5;
+      QVERIFY_THROWS_EXCEPTION(tessera::Error, plan::settings_from_json(bad, "plan.json"));
+    }
+  }
+
+  void autoPutsParametersOnDiskWhenOptimizerStateIsNotEnough() {
+    // A long sequence at micro-batch 1 with checkpointing: all of the optimizer state on disk is
+    // not enough, half of the parameter chunks too is.
+    auto in = inputs(0, "full");
+    in.model = config(wide_llama());
+    in.spec.training.batch_size = 1;
+    in.spec.dataset.max_length = 4096;
+    in.spec.strategy.name = "auto";
+    in.profile.disk = measured_disk();
+    plan::Settings s = settings(1, true, "full");
+    s.sequence_length = 4096;
+    s.strategy = "gemini";
+    s.offload_optim_frac = 1.0;
+    const auto optimizer_only = plan::estimate_memory(in.model, s, 0).peak();
+    s.offload_param_frac = 0.5;
+    const auto with_parameters = plan::estimate_memory(in.model, s, 0).peak();
+    QVERIFY(with_parameters < optimizer_only);
+    in.profile.memory.simulated =
+        static_cast<std::uint64_t>(static_cast<double>(with_parameters) / (1.0 - plan::kHeadroom)) +
+        4096;
+    const auto p = plan::make_plan(in);
+    QVERIFY(p.fits);
+    QCOMPARE(p.strategy, std::string("gemini"));
+    QCOMPARE(p.settings.method, std::string("full"));
+    QCOMPARE(p.settings.offload_optim_frac, 1.0);
+    QCOMPARE(p.settings.offload_param_frac, 0.5);
+    QVERIFY2(p.explanation.find("100% of the optimizer state and 50% of the parameters on disk") !=
+                 std::string::npos,
+             p.explanation.c_str());
+    bool said = false;
+    for (const auto& r : p.reasons)
+      said = said || r.find(
+                         "or with only the optimizer state on disk: gemini keeps 100% of the "
+                         "optimizer state and 50% of the parameters") != std::string::npos;
+    QVERIFY(said);
+    const auto applied = plan::apply_settings(in.spec, p.settings);
+    QCOMPARE(applied.strategy.name, std::string("gemini"));
+    QCOMPARE(applied.strategy.options["offload_optim_frac"].get<double>(), 1.0);
+    QCOMPARE(applied.strategy.options["offload_param_frac"].get<double>(), 0.5);
+    const auto changes = plan::applied_changes(in.spec, p.settings);
+    QVERIFY(std::find(changes.begin(), changes.end(),
+                      "strategy gemini with 100% of the optimizer state and 50% of the "
+                      "parameters on disk") != changes.end());
+    // Where the optimizer state alone is enough, the parameters stay on the host.
+    in.profile.memory.simulated =
+        static_cast<std::uint64_t>(static_cast<double>(optimizer_only) / (1.0 - plan::kHeadroom)) +
+        4096;
+    const auto q = plan::make_plan(in);
+    QCOMPARE(q.strategy, std::string("gemini"));
+    QCOMPARE(q.settings.offload_param_frac, 0.0);
+    QVERIFY(
+        !plan::apply_settings(in.spec, q.settings).strategy.options.contains("offload_param_frac"));
+  }
+
+  void hostBudgetHintNamesParameterOffload() {
+    // gemini with a host_budget the job as written exceeds: the hint is the nearest setting that
+    // fits, parameter chunks on disk once all of the optimizer state is.
+    auto in = inputs(64ull << 30, "full");
+    in.model = config(wide_llama());
+    in.spec.training.batch_size = 1;
+    in.spec.training.activation_checkpointing = true;
+    in.spec.dataset.max_length = 4096;
+    in.spec.strategy.name = "gemini";
+    plan::Settings s = settings(1, true, "full");
+    s.sequence_length = 4096;
+    s.strategy = "gemini";
+    s.offload_optim_frac = 1.0;
+    s.offload_param_frac = 0.5;
+    const auto need = plan::estimate_memory(in.model, s, 0).peak();
+    const std::uint64_t budget =
+        static_cast<std::uint64_t>(static_cast<double>(need) / (1.0 - plan::kHeadroom)) + 4096;
+    in.spec.strategy.options = {{"host_budget", budget}};
+    auto refusal = plan::check_host_budget(in);
+    QVERIFY(refusal.has_value());
+    QVERIFY2(
+        refusal->hint.rfind("offload_optim_frac 1.00, offload_param_frac 0.50 would need", 0) == 0,
+        refusal->hint.c_str());
+    // Written so, it fits.
+    in.spec.strategy.options["offload_optim_frac"] = 1.0;
+    in.spec.strategy.options["offload_param_frac"] = 0.5;
+    QVERIFY(!plan::check_host_budget(in).has_value());
+    // A budget nothing fits in names both options at their most, and no longer says parameter
+    // offload is missing.
+    in.spec.strategy.options = {{"host_budget", 64ull << 20}};
+    refusal = plan::check_host_budget(in);
+    QVERIFY(refusal.has_value());
+    QVERIFY2(refusal->hint.find("offload_param_frac 1") != std::string::npos,
+             refusal->hint.c_str());
+    QVERIFY(refusal->hint.find("not supported") == std::string::npos);
   }
 
   void planReportsOutOfMemory() {
