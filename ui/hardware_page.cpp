@@ -22,6 +22,7 @@
 #include <QToolTip>
 #include <QVBoxLayout>
 #include <QValueAxis>
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -207,39 +208,67 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   form->addWidget(precision_);
   form->addStretch(1);
 
-  // Optimizer state on disk (full fine-tuning on the CPU): strategy gemini.
+  // Optimizer state and parameters on disk (full fine-tuning on the CPU): strategy gemini.
+  const auto make_slider = [this](const QString& tip) {
+    auto* slider = new QSlider(Qt::Horizontal);
+    slider->setRange(0, 100 / kOffloadStepPercent);
+    slider->setSingleStep(1);
+    slider->setPageStep(1);
+    slider->setTickPosition(QSlider::TicksBelow);
+    slider->setTickInterval(1);
+    slider->setMinimumWidth(fontMetrics().averageCharWidth() * 24);
+    slider->setToolTip(tip);
+    return slider;
+  };
+  const int label_width = std::max(fontMetrics().horizontalAdvance(tr("&Optimizer state on disk:")),
+                                   fontMetrics().horizontalAdvance(tr("P&arameters on disk:")));
   offload_row_ = new QWidget;
   auto* offload_layout = new QHBoxLayout(offload_row_);
   offload_layout->setContentsMargins(0, 0, 0, 0);
-  offload_ = new QSlider(Qt::Horizontal);
-  offload_->setRange(0, 100 / kOffloadStepPercent);
-  offload_->setSingleStep(1);
-  offload_->setPageStep(1);
-  offload_->setTickPosition(QSlider::TicksBelow);
-  offload_->setTickInterval(1);
-  offload_->setMinimumWidth(fontMetrics().averageCharWidth() * 24);
-  offload_->setToolTip(
-      tr("The share of the optimizer state (Adam moments) kept in files on disk instead of in RAM: "
-         "less memory, more disk traffic per step (strategy gemini)"));
+  offload_ = make_slider(
+      tr("The share of the optimizer state (Adam moments, and float32 masters in bf16) kept in "
+         "files on disk instead of in RAM: less memory, more disk traffic in each optimizer "
+         "update (strategy gemini, offload_optim_frac)"));
   auto* offload_label = new QLabel(tr("&Optimizer state on disk:"));
   offload_label->setBuddy(offload_);
+  offload_label->setMinimumWidth(label_width);
   offload_value_ = new QLabel;
   offload_value_->setMinimumWidth(fontMetrics().horizontalAdvance(tr("100% (auto)")));
   offload_reset_ = new QPushButton(tr("Let the &planner choose"));
   offload_reset_->setToolTip(
-      tr("Drop the override: the planner puts optimizer state on disk "
-         "only when the job does not fit in RAM otherwise"));
+      tr("Drop the override: the planner puts optimizer state on disk only when the job does not "
+         "fit in RAM otherwise, and parameters only when the optimizer state on disk is not "
+         "enough"));
   offload_layout->addWidget(offload_label);
   offload_layout->addWidget(offload_);
   offload_layout->addWidget(offload_value_);
   offload_layout->addWidget(offload_reset_);
   offload_layout->addStretch(1);
+  param_row_ = new QWidget;
+  auto* param_layout = new QHBoxLayout(param_row_);
+  param_layout->setContentsMargins(0, 0, 0, 0);
+  param_offload_ = make_slider(
+      tr("The share of the parameters (every weight, in the training precision) kept in files "
+         "on disk instead of in RAM, read back block by block as the model uses them: less "
+         "memory, much more disk traffic in every forward and backward (strategy gemini, "
+         "offload_param_frac)"));
+  auto* param_label = new QLabel(tr("P&arameters on disk:"));
+  param_label->setBuddy(param_offload_);
+  param_label->setMinimumWidth(label_width);
+  param_offload_value_ = new QLabel;
+  param_offload_value_->setMinimumWidth(fontMetrics().horizontalAdvance(tr("100% (auto)")));
+  param_layout->addWidget(param_label);
+  param_layout->addWidget(param_offload_);
+  param_layout->addWidget(param_offload_value_);
+  param_layout->addStretch(1);
   offload_note_ = new QLabel;
   offload_note_->setWordWrap(true);
   offload_note_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   override_layout->addWidget(offload_row_);
+  override_layout->addWidget(param_row_);
   override_layout->addWidget(offload_note_);
   offload_row_->setVisible(false);
+  param_row_->setVisible(false);
   offload_note_->setVisible(false);
   layout->addWidget(override_box);
 
@@ -254,12 +283,10 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   connect(batch_, &QSpinBox::valueChanged, this, changed);
   connect(checkpointing_, &QCheckBox::toggled, this, changed);
   connect(precision_, &QComboBox::currentIndexChanged, this, changed);
-  connect(offload_, &QSlider::valueChanged, this, [this](int notch) {
-    if (loading_overrides_) return;
-    offload_override_ = notch * kOffloadStepPercent;
-    update_offload();
-    Q_EMIT strategyChanged();
-  });
+  connect(offload_, &QSlider::valueChanged, this,
+          [this](int notch) { offload_moved(/*parameters=*/false, notch); });
+  connect(param_offload_, &QSlider::valueChanged, this,
+          [this](int notch) { offload_moved(/*parameters=*/true, notch); });
   connect(offload_reset_, &QPushButton::clicked, this, &HardwarePage::clear_offload_override);
 }
 
@@ -306,15 +333,24 @@ job::StrategySpec HardwarePage::strategy_spec(const std::string& method) const {
   if (loaded_strategy_.name == "gemini") s = loaded_strategy_;  // its other options kept
   s.name = "gemini";
   s.options["offload_optim_frac"] = offload_override_ / 100.0;
+  if (param_override_ > 0)
+    s.options["offload_param_frac"] = param_override_ / 100.0;
+  else
+    s.options.erase("offload_param_frac");
   return s;
 }
 
 void HardwarePage::load_strategy(const job::StrategySpec& strategy) {
   loaded_strategy_ = strategy;
   offload_override_ = -1;
+  param_override_ = -1;
   if (strategy.name == "gemini") {
-    const double frac = strategy.options.value("offload_optim_frac", 0.0);
-    offload_override_ = int(std::lround(frac * 100 / kOffloadStepPercent)) * kOffloadStepPercent;
+    const auto notch = [&](const char* key) {
+      const double frac = strategy.options.value(key, 0.0);
+      return int(std::lround(frac * 100 / kOffloadStepPercent)) * kOffloadStepPercent;
+    };
+    offload_override_ = notch("offload_optim_frac");
+    param_override_ = notch("offload_param_frac");
   }
   update_offload();
 }
@@ -322,7 +358,17 @@ void HardwarePage::load_strategy(const job::StrategySpec& strategy) {
 void HardwarePage::clear_offload_override() {
   if (offload_override_ < 0 && loaded_strategy_.name != "gemini") return;
   offload_override_ = -1;
+  param_override_ = -1;
   loaded_strategy_ = {};
+  update_offload();
+  Q_EMIT strategyChanged();
+}
+
+void HardwarePage::offload_moved(bool parameters, int notch) {
+  if (loading_overrides_) return;
+  // The other slider stays where it stands (the planner's choice when it was auto).
+  offload_override_ = (parameters ? offload_->value() : notch) * kOffloadStepPercent;
+  param_override_ = (parameters ? notch : param_offload_->value()) * kOffloadStepPercent;
   update_offload();
   Q_EMIT strategyChanged();
 }
@@ -343,38 +389,54 @@ bool HardwarePage::trains_on_cpu() const {
 void HardwarePage::update_offload() {
   const bool shown = have_spec_ && spec_.method.type == "full" && trains_on_cpu();
   offload_row_->setVisible(shown);
+  param_row_->setVisible(shown);
   offload_note_->setVisible(shown);
   if (!shown) return;
   const QJsonObject s = plan_.value("settings").toObject();
   const double planned = s.value("offload_optim_frac").toDouble();
-  loading_overrides_ = true;  // the position shown, not the user's move
+  const double planned_params = s.value("offload_param_frac").toDouble();
+  loading_overrides_ = true;  // the positions shown, not the user's move
   if (offload_override_ >= 0) {
     offload_->setValue(offload_override_ / kOffloadStepPercent);
     offload_value_->setText(QString("%1%").arg(offload_override_));
+    param_offload_->setValue(std::max(param_override_, 0) / kOffloadStepPercent);
+    param_offload_value_->setText(QString("%1%").arg(std::max(param_override_, 0)));
   } else {
     offload_->setValue(int(std::lround(planned * 100 / kOffloadStepPercent)));
     offload_value_->setText(tr("%1 (auto)").arg(percent_text(planned)));
+    param_offload_->setValue(int(std::lround(planned_params * 100 / kOffloadStepPercent)));
+    param_offload_value_->setText(tr("%1 (auto)").arg(percent_text(planned_params)));
   }
   loading_overrides_ = false;
   offload_reset_->setVisible(offload_override_ >= 0);
   if (offload_override_ < 0) {
-    offload_note_->setText(
-        planned > 0 ? tr("The planner's choice: %1 of the optimizer state on disk, the least that "
-                         "lets this job fit in RAM.")
-                          .arg(percent_text(planned))
-                    : tr("The planner's choice: all of the optimizer state in RAM. Move the "
-                         "slider to keep part of it on disk instead."));
+    if (planned_params > 0)
+      offload_note_->setText(tr("The planner's choice: %1 of the optimizer state and %2 of the "
+                                "parameters on disk, the least that lets this job fit in RAM.")
+                                 .arg(percent_text(planned), percent_text(planned_params)));
+    else
+      offload_note_->setText(
+          planned > 0
+              ? tr("The planner's choice: %1 of the optimizer state on disk, the least that "
+                   "lets this job fit in RAM.")
+                    .arg(percent_text(planned))
+              : tr("The planner's choice: all of the optimizer state and the parameters in RAM. "
+                   "Move a slider to keep part of them on disk instead."));
     return;
   }
-  QString note = tr("Override: strategy gemini with %1% of the optimizer state on disk.")
-                     .arg(offload_override_);
+  const QString optim = tr("%1% of the optimizer state").arg(offload_override_);
+  const QString params = tr("%1% of the parameters").arg(param_override_);
+  QString note = tr("Override: strategy gemini with %1 on disk.")
+                     .arg(param_override_ <= 0     ? optim
+                          : offload_override_ == 0 ? params
+                                                   : tr("%1 and %2").arg(optim, params));
   const QJsonObject time = plan_.value("time").toObject();
   const bool current = plan_is_for([this] {
     job::JobSpec spec = spec_;
     spec.strategy = strategy_spec(spec_.method.type);
     return spec;
   }());
-  if (offload_override_ == 0)
+  if (offload_override_ == 0 && param_override_ <= 0)
     note += tr(" Everything stays in RAM, even when it would not fit.");
   else if (current && time.value("disk_bytes_per_step").toDouble() > 0)
     note += tr(" Less RAM; each step reads and writes %1 on disk.")
@@ -602,9 +664,13 @@ void HardwarePage::show_plan(const QJsonObject& plan) {
   if (s.value("precision").toString().toStdString() != asked.precision)
     changes << tr("%1 instead of %2")
                    .arg(s.value("precision").toString(), QString::fromStdString(asked.precision));
-  if (asked.strategy.name == "auto" && s.value("strategy").toString() == "gemini")
+  if (asked.strategy.name == "auto" && s.value("strategy").toString() == "gemini") {
     changes << tr("%1 of the optimizer state on disk")
                    .arg(percent_text(s.value("offload_optim_frac").toDouble()));
+    if (s.value("offload_param_frac").toDouble() > 0)
+      changes << tr("%1 of the parameters on disk")
+                     .arg(percent_text(s.value("offload_param_frac").toDouble()));
+  }
   if (!fits_) {
     QString text = tr("⚠ These settings will not fit on this machine: %1")
                        .arg(plan.value("explanation").toString());

@@ -4,10 +4,11 @@
 // for the wizard's current job: the strategy and why in one sentence, a stacked bar of the
 // estimated memory per tier and category against capacity, the time per step and in total.
 // Batch size, activation checkpointing and precision can be overridden; the page warns when
-// the plan says the override does not fit. For full fine-tuning on the CPU a slider puts a share
-// of the optimizer state on disk (strategy gemini, options.offload_optim_frac): the job is planned
-// again with it. Each tier (device, host, disk) gets one bar, scaled to that tier's capacity
-// (the disk's: its free space). Both commands run in child processes, one plan at a time.
+// the plan says the override does not fit. For full fine-tuning on the CPU two sliders put a share
+// of the optimizer state (strategy gemini, options.offload_optim_frac) and of the parameters
+// (options.offload_param_frac) on disk: the job is planned again with them. Each tier (device,
+// host, disk) gets one bar, scaled to that tier's capacity (the disk's: its free space). Both
+// commands run in child processes, one plan at a time.
 #include <QJsonArray>
 #include <QJsonObject>
 #include <QProcess>
@@ -55,13 +56,17 @@ class HardwarePage : public QWidget {
   QString explanation() const;
 
   // The strategy the wizard writes into the job spec for `method` ("full" | "lora"): gemini
-  // with the slider's share of the optimizer state on disk when the user moved it (full
-  // fine-tuning only), else the loaded spec's strategy (auto unless a cloned job named one).
+  // with the sliders' shares of the optimizer state and of the parameters on disk when the user
+  // moved either (full fine-tuning only), else the loaded spec's strategy (auto unless a cloned
+  // job named one).
   job::StrategySpec strategy_spec(const std::string& method) const;
-  // A cloned job's strategy: gemini's offload_optim_frac sets the slider as an override.
+  // A cloned job's strategy: gemini's offload_optim_frac and offload_param_frac set the sliders
+  // as an override.
   void load_strategy(const job::StrategySpec& strategy);
-  // The slider's override in percent (0, 25, 50, 75, 100), or -1: the planner chooses.
+  // The sliders' overrides in percent (0, 25, 50, 75, 100), or -1: the planner chooses. Moving
+  // either slider fixes both (the other where it stands); the reset button frees both.
   int offload_override() const { return offload_override_; }
+  int param_offload_override() const { return param_override_; }
   void clear_offload_override();  // back to the planner's choice
 
   // What the bars show, per tier in the bars' order (bottom to top: the plan's last tier
@@ -79,6 +84,7 @@ class HardwarePage : public QWidget {
   QLabel* alternatives_label() const { return alternatives_; }
   QLabel* disk_label() const { return disk_; }
   QSlider* offload_slider() const { return offload_; }
+  QSlider* param_offload_slider() const { return param_offload_; }
   QLabel* offload_note() const { return offload_note_; }
   QPushButton* offload_reset() const { return offload_reset_; }
   QHorizontalStackedBarSeries* memory_series() const { return series_; }
@@ -89,7 +95,8 @@ class HardwarePage : public QWidget {
  Q_SIGNALS:
   // The user changed an override: the wizard writes it into the method's settings.
   void overridesChanged(int batch_size, bool activation_checkpointing, const QString& precision);
-  // The user moved the optimizer-state slider or reset it: the wizard plans its spec again.
+  // The user moved the optimizer-state or the parameters slider, or reset them: the wizard plans
+  // its spec again.
   void strategyChanged();
   void planned();   // a plan (or its failure) is shown
   void profiled();  // the machine is shown
@@ -101,7 +108,9 @@ class HardwarePage : public QWidget {
   void show_plan(const QJsonObject& plan);
   void show_plan_error(const QString& message);
   void show_memory(const QJsonArray& memory);
-  void update_offload();  // the slider's visibility, position and note
+  void update_offload();  // the sliders' visibility, positions and note
+  // A slider moved by the user: both overrides fixed, the moved one at `notch`.
+  void offload_moved(bool parameters, int notch);
   bool trains_on_cpu() const;
 
   QString cli_;
@@ -123,9 +132,13 @@ class HardwarePage : public QWidget {
   QWidget* offload_row_;
   QSlider* offload_;
   QLabel* offload_value_;
+  QWidget* param_row_;
+  QSlider* param_offload_;
+  QLabel* param_offload_value_;
   QLabel* offload_note_;
   QPushButton* offload_reset_;
   int offload_override_ = -1;          // percent, or -1: the planner's choice
+  int param_override_ = -1;            // percent, or -1 (set and cleared with offload_override_)
   job::StrategySpec loaded_strategy_;  // a cloned job's (non-gemini) strategy
   QStringList shown_tiers_;
   QList<double> shown_capacity_;

@@ -1623,6 +1623,119 @@ class StudioTest : public QObject {
     QSettings().remove("paths/cli");
   }
 
+  // The parameters slider beside it: gemini with that share of the parameter chunks on disk
+  // (the optimizer-state slider stays where it stood), the disk tier's weights are the plan's,
+  // and the spec carries offload_param_frac; the reset frees both sliders.
+  void hardware_page_puts_parameters_on_disk() {
+    QString cli;
+    find_planning_cli(&cli);
+    if (cli.isEmpty()) QSKIP("no tessera-cli here has `profile` and `plan`");
+    QSettings().setValue("paths/cli", cli);
+    MainWindow window(store_.get());
+    window.resize(1280, 900);
+    window.show();
+    window.show_page(MainWindow::NewFineTune);
+    FineTuneWizard* wizard = window.wizard();
+    QTRY_VERIFY_WITH_TIMEOUT(window.cli_probe()->finished(), 20000);
+    QVERIFY(wizard->hardware_step_available());
+    wizard->model_page()->choose_folder(model_);
+    wizard->dataset_page()->max_length()->setValue(32);
+    wizard->dataset_page()->choose_file(dataset_);
+    wizard->method_page()->set_method("full");
+    wizard->method_page()->set_steps(20);
+    QTRY_VERIFY_WITH_TIMEOUT(wizard->missing().isEmpty(), 30000);
+    wizard->go_to(FineTuneWizard::HardwareStep);
+    HardwarePage* hw = wizard->hardware_page();
+    QTRY_VERIFY_WITH_TIMEOUT(hw->has_plan() && !hw->busy() && hw->plan_is_for(wizard->build_spec()),
+                             120000);
+    QVERIFY(hw->fits());
+    if (!hw->shown_tiers().contains("host")) QSKIP("the plan is for a GPU here, not the CPU");
+
+    // The planner's own choice: everything in RAM, both sliders at 0% (auto).
+    QVERIFY(hw->param_offload_slider()->isVisible());
+    QCOMPARE(hw->param_offload_slider()->value(), 0);
+    QCOMPARE(hw->param_offload_override(), -1);
+    QCOMPARE(wizard->build_spec().strategy.name, std::string("auto"));
+
+    // Two notches right: 50% of the parameters on disk, the optimizer state kept in RAM.
+    hw->param_offload_slider()->setFocus();
+    QTest::keyClick(hw->param_offload_slider(), Qt::Key_Right);
+    QTest::keyClick(hw->param_offload_slider(), Qt::Key_Right);
+    QCOMPARE(hw->param_offload_override(), 50);
+    QCOMPARE(hw->offload_override(), 0);
+    const tessera::job::JobSpec spec = wizard->build_spec();
+    QCOMPARE(spec.strategy.name, std::string("gemini"));
+    QCOMPARE(spec.strategy.options.value("offload_param_frac", -1.0), 0.5);
+    QCOMPARE(spec.strategy.options.value("offload_optim_frac", -1.0), 0.0);
+    QCOMPARE(tessera::job::to_json(spec)["strategy"]["options"]["offload_param_frac"].get<double>(),
+             0.5);
+    QTRY_VERIFY_WITH_TIMEOUT(hw->has_plan() && !hw->busy() && hw->plan_is_for(spec), 120000);
+    const QJsonObject plan = hw->plan_json();
+    QCOMPARE(plan.value("strategy").toString(), QString("gemini"));
+    QCOMPARE(plan.value("settings").toObject().value("offload_param_frac").toDouble(), 0.5);
+    QVERIFY2(hw->fits(), qPrintable(plan.value("explanation").toString()));
+
+    // The disk bar's weights: the parameter chunks on disk, as the plan has them.
+    const int disk = int(hw->shown_tiers().indexOf("disk"));
+    QVERIFY2(disk >= 0, qPrintable(hw->shown_tiers().join(", ")));
+    QJsonObject disk_tier;
+    for (const QJsonValue& t : plan.value("memory").toArray())
+      if (t.toObject().value("tier").toString() == "disk") disk_tier = t.toObject();
+    const double weights = disk_tier.value("by_category").toObject().value("weights").toDouble();
+    QVERIFY(weights > 0);
+    QCOMPARE(hw->shown_bytes(disk, 0), weights);  // the weights set
+    QVERIFY(plan.value("time").toObject().value("disk_read_bytes_per_step").toDouble() > 0);
+
+    // Shown as an override naming the parameters, without a warning.
+    QVERIFY2(hw->offload_note()->text().startsWith(
+                 "Override: strategy gemini with 50% of the parameters on disk."),
+             qPrintable(hw->offload_note()->text()));
+    QVERIFY2(!hw->warning_label()->isVisible(), qPrintable(hw->warning_label()->text()));
+    QVERIFY(hw->offload_reset()->isVisible());
+    QCOMPARE(hw->param_offload_slider()->value(), 2);
+    QCOMPARE(hw->offload_slider()->value(), 0);
+
+    // The optimizer-state slider moved too: both shares in the spec and the note.
+    hw->offload_slider()->setFocus();
+    QTest::keyClick(hw->offload_slider(), Qt::Key_Right);
+    QCOMPARE(hw->offload_override(), 25);
+    QCOMPARE(hw->param_offload_override(), 50);
+    const tessera::job::JobSpec both = wizard->build_spec();
+    QCOMPARE(both.strategy.options.value("offload_optim_frac", -1.0), 0.25);
+    QCOMPARE(both.strategy.options.value("offload_param_frac", -1.0), 0.5);
+    QVERIFY2(hw->offload_note()->text().startsWith("Override: strategy gemini with 25% of the "
+                                                   "optimizer state and 50% of the parameters"),
+             qPrintable(hw->offload_note()->text()));
+    QTRY_VERIFY_WITH_TIMEOUT(hw->has_plan() && !hw->busy() && hw->plan_is_for(both), 120000);
+    screenshot(&window, "4-hardware-parameters-on-disk");
+
+    // Back to 0: the option leaves the spec.
+    hw->param_offload_slider()->setFocus();
+    QTest::keyClick(hw->param_offload_slider(), Qt::Key_Home);
+    QCOMPARE(hw->param_offload_override(), 0);
+    QVERIFY(!wizard->build_spec().strategy.options.contains("offload_param_frac"));
+
+    // A cloned job's strategy sets both sliders as an override.
+    tessera::job::StrategySpec cloned;
+    cloned.name = "gemini";
+    cloned.options = {{"offload_optim_frac", 1.0}, {"offload_param_frac", 0.75}};
+    hw->load_strategy(cloned);
+    QCOMPARE(hw->offload_override(), 100);
+    QCOMPARE(hw->param_offload_override(), 75);
+    QCOMPARE(hw->strategy_spec("full").options.value("offload_param_frac", -1.0), 0.75);
+
+    // Back to the planner's choice: auto, both sliders free, no disk tier.
+    QTest::mouseClick(hw->offload_reset(), Qt::LeftButton);
+    QCOMPARE(hw->offload_override(), -1);
+    QCOMPARE(hw->param_offload_override(), -1);
+    QCOMPARE(wizard->build_spec().strategy.name, std::string("auto"));
+    QTRY_VERIFY_WITH_TIMEOUT(hw->has_plan() && !hw->busy() && hw->plan_is_for(wizard->build_spec()),
+                             120000);
+    QVERIFY(!hw->shown_tiers().contains("disk"));
+    QCOMPARE(hw->param_offload_slider()->value(), 0);
+    QSettings().remove("paths/cli");
+  }
+
   void main_window_remembers_geometry_and_page() {
     {
       MainWindow window(store_.get());
