@@ -44,19 +44,17 @@ const StrategyInfo& resolve(const std::string& name) {
 
 StrategyOption choice(std::string key, std::string description, std::vector<std::string> values,
                       std::vector<std::string> not_yet = {}) {
-  return {std::move(key),     std::move(description),
-          std::move(values),  StrategyOption::Kind::Choice,
-          std::move(not_yet), 1.0};
+  return {std::move(key), std::move(description), std::move(values), StrategyOption::Kind::Choice,
+          std::move(not_yet)};
 }
-StrategyOption fraction(std::string key, std::string description, double supported_max = 1.0) {
-  return {std::move(key), std::move(description), {}, StrategyOption::Kind::Fraction, {},
-          supported_max};
+StrategyOption fraction(std::string key, std::string description) {
+  return {std::move(key), std::move(description), {}, StrategyOption::Kind::Fraction, {}};
 }
 StrategyOption size(std::string key, std::string description) {
-  return {std::move(key), std::move(description), {}, StrategyOption::Kind::Size, {}, 1.0};
+  return {std::move(key), std::move(description), {}, StrategyOption::Kind::Size, {}};
 }
 StrategyOption path(std::string key, std::string description) {
-  return {std::move(key), std::move(description), {}, StrategyOption::Kind::Path, {}, 1.0};
+  return {std::move(key), std::move(description), {}, StrategyOption::Kind::Path, {}};
 }
 
 void validate_option_value(const std::string& at, const std::string& key,
@@ -79,11 +77,6 @@ void validate_option_value(const std::string& at, const std::string& key,
       if (!value.is_number() || !(value.get<double>() >= 0.0 && value.get<double>() <= 1.0))
         throw_invalid(field + " is " + value.dump() + "; expected a number from 0 to 1",
                       key + ": " + option.description);
-      if (value.get<double>() > option.supported_max)
-        throw_unsupported(field + " is " + value.dump() + ": above " +
-                              std::to_string(option.supported_max).substr(0, 3) +
-                              " is not supported yet",
-                          key + ": " + option.description);
       return;
     }
     case StrategyOption::Kind::Size: {
@@ -124,8 +117,8 @@ const std::vector<StrategyInfo>& strategies() {
                {"static"}, {"auto"}),
         fraction("offload_optim_frac", "the share of optimizer-state bytes kept on disk"),
         fraction("offload_param_frac",
-                 "the share of parameter bytes kept on disk (above 0 is not supported yet)",
-                 /*supported_max=*/0.0),
+                 "the share of parameter bytes kept on disk, fetched block by block as the "
+                 "model uses them"),
         path("offload_dir", "the folder for the disk tier (default: the run folder's offload/)"),
         size("chunk_size", "bytes per chunk: auto (searched to waste the least) or a size"),
         size("host_budget",

@@ -18,7 +18,7 @@ inline constexpr const char* kAutoStrategy = "auto";
 // One option of a strategy.
 //   Choice:   a string from `values` (the first is the default); `not_yet` lists values that are
 //             recognised but not supported yet, refused with that said.
-//   Fraction: a number in [0, 1], default 0; above `supported_max` it is "not supported yet".
+//   Fraction: a number in [0, 1], default 0.
 //   Size:     "auto" (the default) or a size, "64MiB" or a number of bytes.
 //   Path:     a non-empty string (a folder); the default is the plugin's.
 struct StrategyOption {
@@ -28,7 +28,6 @@ struct StrategyOption {
   std::vector<std::string> values;
   Kind kind = Kind::Choice;
   std::vector<std::string> not_yet;
-  double supported_max = 1.0;
 };
 
 struct StrategyInfo {

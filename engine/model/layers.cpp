@@ -10,6 +10,25 @@
 #include "core/error.h"
 
 namespace tessera::model {
+namespace {
+
+// The block's parameters are in memory from construction to leave().
+class BlockUse {
+ public:
+  BlockUse(ParameterUse* use, const torch::nn::Module& block) : use_(use), block_(block) {
+    if (use_ != nullptr) use_->enter(block_);
+  }
+  torch::Tensor leave(torch::Tensor output, bool needs_parameters_in_backward) {
+    if (use_ == nullptr) return output;
+    return use_->leave(block_, std::move(output), needs_parameters_in_backward);
+  }
+
+ private:
+  ParameterUse* use_;
+  const torch::nn::Module& block_;
+};
+
+}  // namespace
 
 LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool has_bias,
                        const torch::TensorOptions& options, Layout layout_)
@@ -20,6 +39,7 @@ LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool has_bias,
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  BlockUse use(parameter_use.get(), *this);
   torch::Tensor y;
   if (layout == Layout::OutIn) {
     // at::linear, not torch::nn::functional::linear: the latter adds the bias in a separate
@@ -33,7 +53,8 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
     y = (bias.defined() ? torch::addmm(bias, rows, weight) : torch::mm(rows, weight))
             .view(out_shape);
   }
-  return adapter ? adapter->forward(x, y, is_training()) : y;
+  // The weight is needed again in backward only for the input's gradient.
+  return use.leave(adapter ? adapter->forward(x, y, is_training()) : y, x.requires_grad());
 }
 
 EmbeddingImpl::EmbeddingImpl(std::int64_t n, std::int64_t dim, const torch::TensorOptions& options)
@@ -42,11 +63,13 @@ EmbeddingImpl::EmbeddingImpl(std::int64_t n, std::int64_t dim, const torch::Tens
 }
 
 torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) {
-  return torch::embedding(weight, ids);
+  BlockUse use(parameter_use.get(), *this);
+  return use.leave(torch::embedding(weight, ids), false);
 }
 
 torch::Tensor EmbeddingImpl::attend(const torch::Tensor& hidden) {
-  return torch::linear(hidden, weight);
+  BlockUse use(parameter_use.get(), *this);
+  return use.leave(torch::linear(hidden, weight), hidden.requires_grad());
 }
 
 RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, const torch::TensorOptions& options)
@@ -55,6 +78,7 @@ RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, const torch::TensorOptio
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  BlockUse use(parameter_use.get(), *this);
 #ifdef TESSERA_HAVE_CUDA_KERNELS
   // Inference on a GPU in fp32: one fused kernel instead of five elementwise launches.
   // Training keeps the torch ops below, which autograd differentiates.
@@ -70,13 +94,13 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
         input.numel() / cols, cols, static_cast<float>(eps), nullptr);
     if (status != 0)
       throw_io("CUDA RMSNorm kernel failed to launch (CUDA error " + std::to_string(status) + ")");
-    return out;
+    return use.leave(out, false);
   }
 #endif
   torch::Tensor h = x.to(torch::kFloat32);
   torch::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
   h = h * torch::rsqrt(variance + eps);
-  return weight * h.to(x.scalar_type());
+  return use.leave(weight * h.to(x.scalar_type()), x.requires_grad());
 }
 
 LayerNormImpl::LayerNormImpl(std::int64_t dim_, double eps_, const torch::TensorOptions& options)
@@ -86,7 +110,8 @@ LayerNormImpl::LayerNormImpl(std::int64_t dim_, double eps_, const torch::Tensor
 }
 
 torch::Tensor LayerNormImpl::forward(const torch::Tensor& x) {
-  return torch::layer_norm(x, {dim}, weight, bias, eps);
+  BlockUse use(parameter_use.get(), *this);
+  return use.leave(torch::layer_norm(x, {dim}, weight, bias, eps), x.requires_grad());
 }
 
 Activation activation_from_name(const std::string& name) {

@@ -12,6 +12,23 @@
 
 namespace tessera::model {
 
+// What a plugin puts around every use of a block's parameters, so that they need not stay in
+// memory between uses (Gemini's parameter chunks on disk; tensor parallelism will gather sharded
+// weights here). Installed per block by the plugin; null: the parameters are always there.
+class ParameterUse {
+ public:
+  virtual ~ParameterUse() = default;
+  // Before `block` computes with its parameters (in forward, or in its recomputation under
+  // activation checkpointing): they must be in memory when this returns.
+  virtual void enter(const torch::nn::Module& block) = 0;
+  // After it did; `output` is the block's result. `needs_parameters_in_backward`: the block's
+  // backward reads them (a layer's input gradient does; an embedding lookup's never does).
+  // Returns `output`, to which the plugin may attach what must run before the block's backward
+  // (fetching the parameters again).
+  virtual torch::Tensor leave(const torch::nn::Module& block, torch::Tensor output,
+                              bool needs_parameters_in_backward) = 0;
+};
+
 // An addition to a Linear's output computed from its input (LoRA's B·A·x), so that adapters wrap
 // a layer without touching its parameters or the family that owns it.
 struct LinearAdapter {
@@ -37,6 +54,7 @@ class LinearImpl : public torch::nn::Module {
   torch::Tensor weight;
   torch::Tensor bias;                      // undefined when the layer has none
   std::shared_ptr<LinearAdapter> adapter;  // null: a plain linear layer
+  std::shared_ptr<ParameterUse> parameter_use;
 };
 TORCH_MODULE(Linear);
 
@@ -50,6 +68,7 @@ class EmbeddingImpl : public torch::nn::Module {
 
   std::int64_t num_embeddings;
   torch::Tensor weight;  // [num_embeddings, dim]
+  std::shared_ptr<ParameterUse> parameter_use;
 };
 TORCH_MODULE(Embedding);
 
@@ -62,6 +81,7 @@ class RMSNormImpl : public torch::nn::Module {
 
   double eps;
   torch::Tensor weight;
+  std::shared_ptr<ParameterUse> parameter_use;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -74,6 +94,7 @@ class LayerNormImpl : public torch::nn::Module {
   double eps;
   torch::Tensor weight;
   torch::Tensor bias;
+  std::shared_ptr<ParameterUse> parameter_use;
 };
 TORCH_MODULE(LayerNorm);
 

@@ -19,6 +19,7 @@
 #include "memory/chunk_layout.h"
 #include "memory/disk_store.h"
 #include "memory/tensor_state.h"
+#include "model/layers.h"
 #include "optim/clip.h"
 #include "optim/cpu_adam.h"
 #include "train/param_groups.h"
@@ -40,6 +41,7 @@ constexpr std::int64_t kMaxChunkBytes = 64ll << 20;
 
 struct GeminiOptions {
   double offload_optim_frac = 0.0;
+  double offload_param_frac = 0.0;
   fs::path offload_dir;
   std::optional<std::uint64_t> chunk_bytes;  // none: "auto"
 };
@@ -51,12 +53,8 @@ GeminiOptions parse_options(const train::PluginOptions& options) {
   if (o.contains("placement") && o["placement"] != "static")
     throw_unsupported(
         "strategy.options.placement: \"" + o["placement"].dump() + "\" is not supported yet",
-        "use placement \"static\" with offload_optim_frac");
-  if (o.contains("offload_param_frac") && o["offload_param_frac"].get<double>() != 0.0)
-    throw_unsupported(
-        "strategy.options.offload_param_frac: parameter chunks on disk are not "
-        "supported yet",
-        "use offload_param_frac 0 and offload_optim_frac to move optimizer state");
+        "use placement \"static\" with offload_optim_frac and offload_param_frac");
+  if (o.contains("offload_param_frac")) out.offload_param_frac = o["offload_param_frac"];
   if (o.contains("offload_optim_frac")) out.offload_optim_frac = o["offload_optim_frac"];
   out.offload_dir = options.run_dir.empty() ? fs::path("offload") : options.run_dir / "offload";
   if (o.contains("offload_dir")) out.offload_dir = o["offload_dir"].get<std::string>();
@@ -113,7 +111,45 @@ struct OptimChunk {
   std::size_t grads_this_backward = 0;
 };
 
+// A parameter chunk: every parameter in it is a view of `storage` (compute dtype). A chunk on
+// disk is in memory only while a block uses it or while cached (at most
+// kCachedDiskParameterChunks). Eviction takes the memory out from under the storage (its data
+// pointer), so the views autograd saved for backward see the memory again when it comes back;
+// it is written back first when the update changed it.
+struct ParamChunk {
+  torch::Tensor storage;
+  bool on_disk = false;
+  bool stays_in_memory = false;  // holds adapters or tensors no block fetches: never on disk
+  std::size_t region = 0;
+  bool resident = true;
+  bool dirty = false;     // changed since it was last written to its region
+  c10::DataPtr incoming;  // a prefetch's buffer, while its read is in flight
+  std::future<void> read;
+  c10::DataPtr outgoing;  // an evicted buffer, while its write-back is in flight
+  std::future<void> write;
+  std::uint64_t last_use = 0;  // for least-recently-used eviction
+};
+
+// Parameter chunks on disk kept in memory at once (those in use, the prefetched next one, and
+// recently used ones): a block's weight and bias may sit in two chunks, and the tied output
+// head uses the embedding's chunk again at the end of forward.
+constexpr std::size_t kCachedDiskParameterChunks = 4;
+// Write-backs of evicted parameter chunks in flight before eviction waits for the oldest.
+constexpr std::size_t kParameterWritesInFlight = 2;
+
 class GeminiPlugin;
+
+// Installed on every block whose parameters sit in chunks on disk (model::ParameterUse).
+class ChunkFetch : public model::ParameterUse {
+ public:
+  explicit ChunkFetch(GeminiPlugin* plugin) : plugin_(plugin) {}
+  void enter(const torch::nn::Module& block) override;
+  torch::Tensor leave(const torch::nn::Module& block, torch::Tensor output,
+                      bool needs_parameters_in_backward) override;
+
+ private:
+  GeminiPlugin* plugin_;
+};
 
 // Called by autograd after a tensor's gradient is accumulated into its .grad.
 class GradientArrival : public torch::autograd::PostAccumulateGradHook {
@@ -132,7 +168,10 @@ constexpr std::size_t kGradientWritesInFlight = 2;
 
 class GeminiPlugin : public train::Plugin {
  public:
-  ~GeminiPlugin() override { remove_gradient_hooks(); }
+  ~GeminiPlugin() override {
+    remove_gradient_hooks();
+    remove_block_hooks();
+  }
   std::string name() const override { return "gemini"; }
   bool reads_deferred_weights() const override { return true; }
 
@@ -189,8 +228,11 @@ class GeminiPlugin : public train::Plugin {
     // Each chunk is filled from the float32 values (or straight from the checkpoint) in turn;
     // a parameter's own storage goes as soon as its chunk holds it.
     build_optimizer_chunks();
-    build_parameter_chunks();
-    model.to(torch::kCPU, dtype_);  // what is not in a chunk (buffers)
+    build_parameter_chunks(model);
+    // What is not in a chunk (buffers) in the compute dtype, as Module::to would (which would
+    // also touch the parameters, some of which are on disk now).
+    for (torch::Tensor& buffer : model.buffers())
+      if (buffer.is_floating_point()) buffer.set_data(buffer.to(dtype_));
     deferred_ = nullptr;
     for (Entry& e : entries_) {
       e.tensor.set_requires_grad(e.trainable);
@@ -249,6 +291,22 @@ class GeminiPlugin : public train::Plugin {
     if (c.on_disk && ++c.grads_this_backward == c.entries.size()) write_back_gradients(c);
   }
 
+  // A block whose parameters sit in chunks on disk is about to compute (ChunkFetch).
+  void enter_block(const torch::nn::Module& block) {
+    use_parameter_chunks(block_chunks_.at(&block));
+  }
+
+  torch::Tensor leave_block(const torch::nn::Module& block, torch::Tensor output,
+                            bool needs_parameters_in_backward) {
+    pinned_.clear();
+    if (needs_parameters_in_backward && output.requires_grad()) {
+      // Runs as the gradient reaches the block's output, just before its backward.
+      const std::vector<std::size_t>* chunks = &block_chunks_.at(&block);
+      output.register_hook([this, chunks](const torch::Tensor&) { use_parameter_chunks(*chunks); });
+    }
+    return output;
+  }
+
   StepStats step(double lr, double max_grad_norm) override {
     torch::NoGradGuard no_grad;
     // The global norm first, from the per-tensor norms the last backward took.
@@ -280,6 +338,8 @@ class GeminiPlugin : public train::Plugin {
         torch::Tensor g =
             (chunk.on_disk ? gradient_view(chunk, e) : e.grad).to(torch::kFloat32).contiguous();
         if (coef) g.mul_(*coef);
+        use_parameter_chunks({e.param_chunk});
+        param_chunks_[e.param_chunk].dirty = true;
         optim::AdamArrays a;
         a.count = e.tensor.numel();
         a.grad = g.data_ptr<float>();
@@ -307,13 +367,21 @@ class GeminiPlugin : public train::Plugin {
       e.grad_norm = torch::Tensor();
       memory::transition(e.state, TensorState::Held, e.name);
     }
+    pinned_.clear();
+    while (!parameter_writes_.empty()) finish_parameter_write(parameter_writes_.front());
+    tracing_ = false;  // the first step's order of chunk uses is the order of every later one
     return stats;
   }
 
   MemoryByCategory memory() const override {
     MemoryByCategory m;
-    for (const torch::Tensor& c : param_chunks_)
-      m.weights += static_cast<std::uint64_t>(c.nbytes());
+
+    for (const ParamChunk& c : param_chunks_) {
+      const auto bytes = static_cast<std::uint64_t>(c.storage.nbytes());
+      if (c.resident) m.weights += bytes;
+      if (c.incoming) m.weights += bytes;
+      if (c.outgoing) m.weights += bytes;
+    }
     // Gradients that exist now (between backward and the update; none after a step).
     for (const OptimChunk& c : optim_chunks_) m.gradients += c.grads.size();
     for (std::size_t i : trainable_order_)
@@ -337,10 +405,13 @@ class GeminiPlugin : public train::Plugin {
     // in bf16).
     for (const OptimChunk& c : optim_chunks_)
       if (c.grad_region_written) d.by_category.gradients += disk_->region_bytes(c.grad_region);
-    const std::uint64_t optimizer_files = d.used - d.by_category.gradients;
+    std::uint64_t parameter_files = 0;
+    for (const ParamChunk& c : param_chunks_)
+      if (c.on_disk) parameter_files += disk_->region_bytes(c.region);
+    const std::uint64_t optimizer_files = d.used - d.by_category.gradients - parameter_files;
     const std::uint64_t masters_share = dtype_ == torch::kFloat32 ? 0 : 1;
-    d.by_category.weights = optimizer_files * masters_share / arrays_per_chunk();
-    d.by_category.optimizer = optimizer_files - d.by_category.weights;
+    d.by_category.weights = parameter_files + optimizer_files * masters_share / arrays_per_chunk();
+    d.by_category.optimizer = optimizer_files - (d.by_category.weights - parameter_files);
     d.bytes_read = disk_->bytes_read();
     d.bytes_written = disk_->bytes_written();
     return d;
@@ -348,6 +419,15 @@ class GeminiPlugin : public train::Plugin {
 
   void release_training_state() override {
     remove_gradient_hooks();
+    // The export and the LoRA merge read the parameters directly: every chunk comes home.
+    cache_limit_ = param_chunks_.size();
+    for (std::size_t c = 0; c < param_chunks_.size(); ++c) {
+      if (!param_chunks_[c].on_disk) continue;
+      fetch_parameter_chunk(c);
+    }
+    while (!parameter_writes_.empty()) finish_parameter_write(parameter_writes_.front());
+    for (ParamChunk& c : param_chunks_) c.on_disk = false;
+    remove_block_hooks();
     disk_.reset();  // first: it waits for the transfers into the chunks' buffers
     gradient_writes_.clear();
     optim_chunks_.clear();
@@ -356,7 +436,16 @@ class GeminiPlugin : public train::Plugin {
   std::vector<NamedTensor> trainable_weights() const override {
     std::vector<NamedTensor> out;
     if (dtype_ == torch::kFloat32) {
-      for (std::size_t i : trainable_order_) out.push_back({entries_[i].name, entries_[i].tensor});
+      // The parameter chunks hold the masters; those on disk are read from their files, once
+      // every change has reached them.
+      const_cast<GeminiPlugin*>(this)->write_back_parameter_chunks();
+      for (std::size_t i : trainable_order_) {
+        const Entry& e = entries_[i];
+        const ParamChunk& chunk = param_chunks_[e.param_chunk];
+        out.push_back({e.name, chunk.on_disk
+                                   ? mapped_region_view(chunk.region, e.param_offset * 4, e)
+                                   : e.tensor});
+      }
       return out;
     }
     for (std::size_t i : trainable_order_) {
@@ -413,6 +502,8 @@ class GeminiPlugin : public train::Plugin {
           return torch::from_blob(base + offset + e.optim_offset, e.tensor.sizes(),
                                   torch::kFloat32);
         };
+        use_parameter_chunks({e.param_chunk});
+        param_chunks_[e.param_chunk].dirty = true;
         if (dtype_ == torch::kFloat32) {
           e.tensor.detach().copy_(w);
         } else {
@@ -437,6 +528,7 @@ class GeminiPlugin : public train::Plugin {
         }
       }
     });
+    pinned_.clear();
     if (optimizer_used != optimizer.size())
       throw_invalid(source + ": the optimizer state names tensors this run does not train",
                     "resume with the same model and method (full / LoRA and its targets)");
@@ -503,6 +595,167 @@ class GeminiPlugin : public train::Plugin {
       torch::autograd::impl::set_post_acc_grad_hooks(entries_[i].tensor, nullptr);
   }
 
+  // --- Parameter chunks on disk --------------------------------------------------------------
+
+  memory::DiskStore& disk() {
+    if (!disk_) disk_ = std::make_unique<memory::DiskStore>(gemini_.offload_dir);
+    return *disk_;
+  }
+
+  static c10::StorageImpl& storage_of(const ParamChunk& chunk) {
+    return *chunk.storage.storage().unsafeGetStorageImpl();
+  }
+
+  // Page-aligned memory for a chunk on disk (O_DIRECT), owned by the returned pointer.
+  static c10::DataPtr aligned_memory(std::size_t bytes) {
+    auto* buffer = new memory::AlignedBuffer(memory::io_size(bytes));
+    return {buffer->data(), buffer,
+            [](void* owner) { delete static_cast<memory::AlignedBuffer*>(owner); },
+            c10::Device(c10::kCPU)};
+  }
+
+  // A moved-from DataPtr keeps its raw pointer: this one is empty afterwards.
+  static c10::DataPtr take(c10::DataPtr& from) {
+    c10::DataPtr out = std::move(from);
+    from.clear();
+    return out;
+  }
+
+  // Makes `chunks` resident (waiting for what is in flight), pins them until the next use, and
+  // prefetches the chunk the traced order says comes next.
+  void use_parameter_chunks(const std::vector<std::size_t>& chunks) {
+    pinned_ = chunks;
+    for (std::size_t c : chunks) {
+      fetch_parameter_chunk(c);
+      if (!param_chunks_[c].on_disk) continue;
+      if (tracing_) {
+        if (trace_.empty() || trace_.back() != c) trace_.push_back(c);
+      } else {
+        prefetch_after(c);
+      }
+    }
+  }
+
+  void fetch_parameter_chunk(std::size_t c) {
+    ParamChunk& chunk = param_chunks_[c];
+    chunk.last_use = ++use_clock_;
+    if (!chunk.on_disk || chunk.resident) return;
+    if (!chunk.incoming) make_room();
+    if (chunk.outgoing) {  // evicted a moment ago: its buffer still holds the values
+      finish_parameter_write(c, /*keep=*/true);
+      storage_of(chunk).set_data_ptr_noswap(take(chunk.outgoing));
+    } else if (chunk.incoming) {
+      chunk.read.get();
+      storage_of(chunk).set_data_ptr_noswap(take(chunk.incoming));
+    } else {
+      c10::DataPtr memory = aligned_memory(chunk.storage.nbytes());
+      disk().read(chunk.region, memory.get()).get();
+      storage_of(chunk).set_data_ptr_noswap(std::move(memory));
+    }
+    chunk.resident = true;
+  }
+
+  // After a use of `c`: read ahead the next chunk of the traced order. The search starts where
+  // the last use was found, so a step that follows the trace costs one comparison per use.
+  void prefetch_after(std::size_t c) {
+    if (trace_.empty()) return;
+    std::size_t at = trace_cursor_;
+    for (std::size_t n = 0; n < trace_.size(); ++n, at = (at + 1) % trace_.size())
+      if (trace_[at] == c) break;
+    if (trace_[at] != c) return;  // a chunk the trace never used
+    trace_cursor_ = (at + 1) % trace_.size();
+    ParamChunk& next = param_chunks_[trace_[trace_cursor_]];
+    if (next.resident || next.incoming || next.outgoing || !make_room()) return;
+    next.last_use = ++use_clock_;
+    next.incoming = aligned_memory(next.storage.nbytes());
+    next.read = disk().read(next.region, next.incoming.get());
+  }
+
+  // Evicts chunks on disk that no block is using until one more fits under the cache limit:
+  // the one the traced order needs again last (Belady's choice; the least recently used while
+  // the first step is being traced, a prefetched one counting as used then). False when
+  // everything held is in use.
+  bool make_room() {
+    std::size_t held = 0;
+    for (const ParamChunk& c : param_chunks_)
+      if (c.on_disk && (c.resident || c.incoming)) ++held;
+    for (; held >= cache_limit_; --held) {
+      std::optional<std::size_t> victim;
+      for (std::size_t c = 0; c < param_chunks_.size(); ++c) {
+        const ParamChunk& chunk = param_chunks_[c];
+        if (!chunk.on_disk || !(chunk.resident || chunk.incoming) ||
+            std::find(pinned_.begin(), pinned_.end(), c) != pinned_.end())
+          continue;
+        if (!victim || (tracing_ ? chunk.last_use < param_chunks_[*victim].last_use
+                                 : uses_until_needed(c) > uses_until_needed(*victim)))
+          victim = c;
+      }
+      if (!victim) return false;
+      ParamChunk& chunk = param_chunks_[*victim];
+      if (chunk.incoming) {
+        chunk.read.get();
+        chunk.incoming.clear();
+      } else {
+        evict_parameter_chunk(*victim);
+      }
+    }
+    return true;
+  }
+
+  // How far along the traced order chunk `c` is used next (the trace's length: never).
+  std::size_t uses_until_needed(std::size_t c) const {
+    for (std::size_t n = 0; n < trace_.size(); ++n)
+      if (trace_[(trace_cursor_ + n) % trace_.size()] == c) return n;
+    return trace_.size();
+  }
+
+  void evict_parameter_chunk(std::size_t c) {
+    ParamChunk& chunk = param_chunks_[c];
+    c10::DataPtr memory = storage_of(chunk).set_data_ptr(c10::DataPtr(nullptr, c10::kCPU));
+    chunk.resident = false;
+    if (!chunk.dirty) return;  // the file has these values: the memory just goes
+    chunk.outgoing = std::move(memory);
+    chunk.write = disk().write(chunk.region, chunk.outgoing.get());
+    chunk.dirty = false;
+    parameter_writes_.push_back(c);
+    while (parameter_writes_.size() > kParameterWritesInFlight)
+      finish_parameter_write(parameter_writes_.front());
+  }
+
+  // Waits for the write-back of chunk `c`; frees its buffer unless `keep`.
+  void finish_parameter_write(std::size_t c, bool keep = false) {
+    parameter_writes_.erase(std::find(parameter_writes_.begin(), parameter_writes_.end(), c));
+    ParamChunk& chunk = param_chunks_[c];
+    chunk.write.get();
+    if (!keep) chunk.outgoing.clear();
+  }
+
+  // Every change to a parameter chunk on disk reaches its file (for checkpoints, which read
+  // the files).
+  void write_back_parameter_chunks() {
+    while (!parameter_writes_.empty()) finish_parameter_write(parameter_writes_.front());
+    for (ParamChunk& chunk : param_chunks_) {
+      if (!chunk.on_disk || !chunk.resident || !chunk.dirty) continue;
+      disk().write(chunk.region, chunk.storage.data_ptr()).get();
+      chunk.dirty = false;
+    }
+  }
+
+  void remove_block_hooks() {
+    for (const auto& block : hooked_blocks_)
+      if (auto* slot = parameter_use_slot(*block)) *slot = nullptr;
+    hooked_blocks_.clear();
+  }
+
+  // The hook member of the engine's building blocks; null for other modules.
+  static std::shared_ptr<model::ParameterUse>* parameter_use_slot(torch::nn::Module& module) {
+    if (auto* m = dynamic_cast<model::LinearImpl*>(&module)) return &m->parameter_use;
+    if (auto* m = dynamic_cast<model::EmbeddingImpl*>(&module)) return &m->parameter_use;
+    if (auto* m = dynamic_cast<model::RMSNormImpl*>(&module)) return &m->parameter_use;
+    if (auto* m = dynamic_cast<model::LayerNormImpl*>(&module)) return &m->parameter_use;
+    return nullptr;
+  }
+
   std::int64_t max_chunk_elements(std::int64_t element_bytes) const {
     const std::int64_t bytes =
         gemini_.chunk_bytes ? static_cast<std::int64_t>(*gemini_.chunk_bytes) : kMaxChunkBytes;
@@ -558,7 +811,7 @@ class GeminiPlugin : public train::Plugin {
       it->on_disk = true;
       offloaded += bytes;
     }
-    if (offloaded > 0.0) disk_ = std::make_unique<memory::DiskStore>(gemini_.offload_dir);
+
     // Fill each chunk (masters from the float32 values; zero moments), then park it.
     for (std::size_t c = 0; c < optim_chunks_.size(); ++c) {
       OptimChunk& chunk = optim_chunks_[c];
@@ -572,30 +825,95 @@ class GeminiPlugin : public train::Plugin {
       }
       if (chunk.on_disk) {
         chunk.grad_region =
-            disk_->add_region("gradient chunk " + std::to_string(c), gradient_chunk_bytes(chunk));
+            disk().add_region("gradient chunk " + std::to_string(c), gradient_chunk_bytes(chunk));
         chunk.region =
-            disk_->add_region("optimizer chunk " + std::to_string(c), chunk_bytes(chunk));
+            disk().add_region("optimizer chunk " + std::to_string(c), chunk_bytes(chunk));
         disk_->write(chunk.region, chunk.host.data()).get();
         chunk.host = memory::AlignedBuffer();
       }
     }
   }
 
-  void build_parameter_chunks() {
+  void build_parameter_chunks(model::PretrainedModel& model) {
+    // The blocks that fetch their parameters (model::ParameterUse), by parameter.
+    std::unordered_map<const void*, std::size_t> entry_of;
+    for (std::size_t i = 0; i < entries_.size(); ++i)
+      entry_of[entries_[i].tensor.unsafeGetTensorImpl()] = i;
+    std::vector<std::pair<std::shared_ptr<torch::nn::Module>, std::vector<std::size_t>>> blocks;
+    std::vector<bool> fetched(entries_.size(), false);
+    for (const auto& module : model.modules(/*include_self=*/false)) {
+      if (parameter_use_slot(*module) == nullptr) continue;
+      std::vector<std::size_t> mine;
+      for (const auto& p : module->named_parameters(/*recurse=*/false)) {
+        auto it = entry_of.find(p.value().unsafeGetTensorImpl());
+        if (it == entry_of.end()) continue;
+        mine.push_back(it->second);
+        fetched[it->second] = true;
+      }
+      if (!mine.empty()) blocks.emplace_back(module, std::move(mine));
+    }
+
     std::vector<std::size_t> all(entries_.size());
     for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
     const memory::ChunkLayout layout = layout_for(all, element_bytes());
-    for (const auto& spec : layout.chunks) {
-      torch::Tensor storage = torch::empty({spec.capacity}, torch::TensorOptions().dtype(dtype_));
+    param_chunks_.resize(layout.chunks.size());
+    for (std::size_t c = 0; c < layout.chunks.size(); ++c)
+      for (const memory::ChunkSlot& slot : layout.chunks[c].slots)
+        if (!fetched[slot.tensor]) param_chunks_[c].stays_in_memory = true;
+    // Static placement: the last chunks (by bytes) go to disk, as close to the fraction as whole
+    // chunks allow; they are the first ones backward needs, while still cached from forward.
+    double total = 0.0;
+    for (const auto& spec : layout.chunks) total += static_cast<double>(spec.capacity);
+    const double target = gemini_.offload_param_frac * total;
+    double offloaded = 0.0;
+    for (std::size_t c = layout.chunks.size(); c-- > 0;) {
+      const double elements = static_cast<double>(layout.chunks[c].capacity);
+      if (offloaded + elements / 2.0 > target) break;
+      if (param_chunks_[c].stays_in_memory) continue;
+      param_chunks_[c].on_disk = true;
+      offloaded += elements;
+    }
+
+    // Fill each chunk (from the checkpoint or the float32 values); one on disk is written to
+    // its file and leaves memory at once, so no more than one is in memory while loading.
+    for (std::size_t c = 0; c < layout.chunks.size(); ++c) {
+      const memory::ChunkSpec& spec = layout.chunks[c];
+      ParamChunk& chunk = param_chunks_[c];
+      chunk.storage = torch::empty({spec.capacity}, torch::TensorOptions().dtype(dtype_));
+      if (chunk.on_disk) {
+        storage_of(chunk).set_data_ptr_noswap(aligned_memory(chunk.storage.nbytes()));
+        chunk.region = disk().add_region("parameter chunk " + std::to_string(c),
+                                         static_cast<std::uint64_t>(chunk.storage.nbytes()));
+      }
       for (const memory::ChunkSlot& slot : spec.slots) {
         Entry& e = entries_[slot.tensor];
-        torch::Tensor view = storage.narrow(0, slot.offset, slot.numel).view(e.tensor.sizes());
+        torch::Tensor view =
+            chunk.storage.narrow(0, slot.offset, slot.numel).view(e.tensor.sizes());
         fill(e, view);
         e.tensor.set_data(view);
-        e.param_chunk = param_chunks_.size();
+        e.param_chunk = c;
         e.param_offset = slot.offset;
       }
-      param_chunks_.push_back(storage);
+      if (chunk.on_disk) {
+        disk().write(chunk.region, chunk.storage.data_ptr()).get();
+        storage_of(chunk).set_data_ptr_noswap(c10::DataPtr(nullptr, c10::kCPU));
+        chunk.resident = false;
+      }
+    }
+
+    // Blocks with a parameter on disk fetch their chunks when they compute.
+    chunk_fetch_ = std::make_shared<ChunkFetch>(this);
+    for (auto& [module, mine] : blocks) {
+      std::vector<std::size_t> chunks;
+      for (std::size_t i : mine) {
+        const std::size_t c = entries_[i].param_chunk;
+        if (param_chunks_[c].on_disk && std::find(chunks.begin(), chunks.end(), c) == chunks.end())
+          chunks.push_back(c);
+      }
+      if (chunks.empty()) continue;
+      block_chunks_[module.get()] = std::move(chunks);
+      *parameter_use_slot(*module) = chunk_fetch_;
+      hooked_blocks_.push_back(module);
     }
   }
 
@@ -673,11 +991,16 @@ class GeminiPlugin : public train::Plugin {
       float* base = static_cast<float*>(chunk.host.data());
       return torch::from_blob(base + offset + e.optim_offset, e.tensor.sizes(), torch::kFloat32);
     }
-    auto mapped = std::make_shared<core::MappedFile>(disk_->region_path(chunk.region));
-    const float* base = reinterpret_cast<const float*>(mapped->data());
+    return mapped_region_view(chunk.region, (offset + e.optim_offset) * 4, e);
+  }
+
+  // A float32 tensor shaped like `e` at `byte_offset` in a read-only map of a region's file.
+  torch::Tensor mapped_region_view(std::size_t region, std::int64_t byte_offset,
+                                   const Entry& e) const {
+    auto mapped = std::make_shared<core::MappedFile>(disk_->region_path(region));
+    auto* base = const_cast<std::uint8_t*>(mapped->data()) + byte_offset;
     return torch::from_blob(
-        const_cast<float*>(base) + offset + e.optim_offset, e.tensor.sizes(), [mapped](void*) {},
-        torch::kFloat32);
+        base, e.tensor.sizes(), [mapped](void*) {}, torch::kFloat32);
   }
 
   Precision precision_ = Precision::Fp32;
@@ -688,13 +1011,33 @@ class GeminiPlugin : public train::Plugin {
   std::vector<Entry> entries_;
   std::vector<std::size_t> trainable_order_;  // entries_ index of each trainable tensor, in the
                                               // order prepare() was given them
-  std::vector<torch::Tensor> param_chunks_;
+  std::vector<ParamChunk> param_chunks_;
   std::vector<OptimChunk> optim_chunks_;
   std::unique_ptr<memory::DiskStore> disk_;
-  std::deque<OptimChunk*> gradient_writes_;  // gradient write-backs in flight, oldest first
+  std::deque<OptimChunk*> gradient_writes_;   // gradient write-backs in flight, oldest first
+  std::deque<std::size_t> parameter_writes_;  // parameter chunk write-backs in flight
+  // Blocks with parameters on disk, and the chunks each one fetches.
+  std::shared_ptr<ChunkFetch> chunk_fetch_;
+  std::vector<std::shared_ptr<torch::nn::Module>> hooked_blocks_;
+  std::unordered_map<const torch::nn::Module*, std::vector<std::size_t>> block_chunks_;
+  std::vector<std::size_t> pinned_;  // chunks the block computing now uses: never evicted
+  std::vector<std::size_t> trace_;   // chunks on disk in the order the first step used them
+  std::size_t trace_cursor_ = 0;
+  bool tracing_ = true;
+  std::uint64_t use_clock_ = 0;
+  std::size_t cache_limit_ = kCachedDiskParameterChunks;
   bool last_micro_batch_ = false;
   std::int64_t steps_ = 0;
 };
+
+void ChunkFetch::enter(const torch::nn::Module& block) {
+  plugin_->enter_block(block);
+}
+
+torch::Tensor ChunkFetch::leave(const torch::nn::Module& block, torch::Tensor output,
+                                bool needs_parameters_in_backward) {
+  return plugin_->leave_block(block, std::move(output), needs_parameters_in_backward);
+}
 
 void GradientArrival::operator()(const torch::autograd::Variable& tensor) {
   plugin_->gradient_arrived(entry_, tensor);

@@ -154,17 +154,18 @@ class TestJobSpec : public QObject {
                        {"options",
                         {{"placement", "static"},
                          {"offload_optim_frac", 0.5},
-                         {"offload_param_frac", 0},
+                         {"offload_param_frac", 0.25},
                          {"offload_dir", "/tmp/offload"},
                          {"chunk_size", "64MiB"}}}};
     auto spec = job::parse_job_spec(doc, "job.json");
     QCOMPARE(spec.strategy.options["offload_optim_frac"].get<double>(), 0.5);
+    QCOMPARE(spec.strategy.options["offload_param_frac"].get<double>(), 0.25);
     const std::vector<std::pair<json, std::string>> refused = {
         {{{"offload_optim_frac", 1.5}},
          "strategy.options.offload_optim_frac is 1.5; expected a number from 0 to 1"},
         {{{"offload_optim_frac", "half"}}, "strategy.options.offload_optim_frac is \"half\""},
-        {{{"offload_param_frac", 0.5}},
-         "strategy.options.offload_param_frac is 0.5: above 0.0 is not supported yet"},
+        {{{"offload_param_frac", -0.25}},
+         "strategy.options.offload_param_frac is -0.25; expected a number from 0 to 1"},
         {{{"placement", "auto"}},
          "strategy.options.placement is \"auto\", which is not supported yet"},
         {{{"device", "cuda"}}, "strategy.options.device is \"cuda\", which is not supported yet"},
