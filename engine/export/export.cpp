@@ -233,9 +233,14 @@ VerifyReport verify_export(model::PretrainedModel& reference, const fs::path& di
   return r;
 }
 
-ExportReport export_pretrained(model::PretrainedModel& model, const fs::path& out_arg,
-                               const ExportOptions& options) {
-  const hf::DType st_dtype = safetensors_dtype(options.dtype);
+namespace {
+
+// The export's procedure around its two variable parts: writing the weights into the staged
+// folder, and checking the staged folder against the model.
+ExportReport export_with(
+    model::PretrainedModel& model, const fs::path& out_arg, const ExportOptions& options,
+    const std::function<void(const fs::path& staged, ExportReport& result)>& write_weights,
+    const std::function<VerifyReport(const fs::path& staged)>& verify) {
   if (options.max_shard_bytes == 0) throw_invalid("max shard size must be positive");
   if (out_arg.empty()) throw_invalid("export: no destination folder given");
   fs::path out = fs::absolute(out_arg).lexically_normal();
@@ -271,28 +276,7 @@ ExportReport export_pretrained(model::PretrainedModel& model, const fs::path& ou
   core::write_file_atomic(staged.path() / "config.json", cfg.dump(2) + "\n");
   result.files.push_back("config.json");
 
-  // Weights.
-  report(options, "converting " + std::to_string(model.named_parameters().size()) + " tensors to " +
-                      result.dtype);
-  auto tensors = export_tensors(model, options.dtype);
-  std::vector<hf::TensorToWrite> writes;
-  writes.reserve(tensors.size());
-  for (const auto& [name, t] : tensors) {
-    hf::TensorToWrite w;
-    w.name = name;
-    w.dtype = st_dtype;
-    w.shape.assign(t.sizes().begin(), t.sizes().end());
-    w.bytes = {static_cast<const std::uint8_t*>(t.data_ptr()), t.nbytes()};
-    writes.push_back(std::move(w));
-    result.weight_bytes += t.nbytes();
-    result.parameters += t.numel();
-  }
-  report(options, "writing " + core::human_bytes(result.weight_bytes) + " of weights");
-  const auto weight_files = hf::write_safetensors_sharded(
-      staged.path(), writes, options.max_shard_bytes, {{"format", "pt"}});
-  for (const auto& f : weight_files) result.files.push_back(f.filename().string());
-  tensors.clear();
-  writes.clear();
+  write_weights(staged.path(), result);
 
   // generation_config.json (causal LMs only: transformers writes none for encoders).
   if (model.head() == model::TaskHead::CausalLM) {
@@ -327,28 +311,7 @@ ExportReport export_pretrained(model::PretrainedModel& model, const fs::path& ou
   core::fsync_directory(staged.path());
 
   // Self-check against the model in memory, in the exported dtype.
-  report(options, "verifying: reloading the export and comparing outputs");
-  const torch::Dtype model_dtype =
-      model.parameters().empty() ? torch::kFloat32 : model.parameters().front().scalar_type();
-  const torch::Device model_device =
-      model.parameters().empty() ? torch::Device(torch::kCPU) : model.parameters().front().device();
-  if (model_dtype == options.dtype && model_device.is_cpu()) {
-    result.verify = verify_export(model, staged.path(), options.dtype, options.verify_sequences,
-                                  options.verify_length, options.verify_tolerance);
-  } else {
-    // The in-memory model converted to the exported dtype (on the CPU) is the reference.
-    std::shared_ptr<model::PretrainedModel> converted =
-        model::create_model(config, model.head(), torch::TensorOptions().dtype(options.dtype));
-    {
-      torch::NoGradGuard no_grad;
-      auto dst = converted->named_parameters();
-      for (const auto& item : model.named_parameters())
-        dst[item.key()].copy_(item.value().detach().to(torch::kCPU, options.dtype));
-    }
-    result.verify =
-        verify_export(*converted, staged.path(), options.dtype, options.verify_sequences,
-                      options.verify_length, options.verify_tolerance);
-  }
+  result.verify = verify(staged.path());
   if (!result.verify.passed) {
     char diff[64];
     std::snprintf(diff, sizeof diff, "%.3g", result.verify.max_abs_diff);
@@ -364,6 +327,116 @@ ExportReport export_pretrained(model::PretrainedModel& model, const fs::path& ou
   staged.release();
   result.dir = out;
   return result;
+}
+
+}  // namespace
+
+ExportReport export_pretrained(model::PretrainedModel& model, const fs::path& out,
+                               const ExportOptions& options) {
+  const hf::DType st_dtype = safetensors_dtype(options.dtype);
+  const auto write_weights = [&](const fs::path& staged, ExportReport& result) {
+    report(options, "converting " + std::to_string(model.named_parameters().size()) +
+                        " tensors to " + result.dtype);
+    auto tensors = export_tensors(model, options.dtype);
+    std::vector<hf::TensorToWrite> writes;
+    writes.reserve(tensors.size());
+    for (const auto& [name, t] : tensors) {
+      hf::TensorToWrite w;
+      w.name = name;
+      w.dtype = st_dtype;
+      w.shape.assign(t.sizes().begin(), t.sizes().end());
+      w.bytes = {static_cast<const std::uint8_t*>(t.data_ptr()), t.nbytes()};
+      writes.push_back(std::move(w));
+      result.weight_bytes += t.nbytes();
+      result.parameters += t.numel();
+    }
+    report(options, "writing " + core::human_bytes(result.weight_bytes) + " of weights");
+    const auto weight_files =
+        hf::write_safetensors_sharded(staged, writes, options.max_shard_bytes, {{"format", "pt"}});
+    for (const auto& f : weight_files) result.files.push_back(f.filename().string());
+  };
+  const auto verify = [&](const fs::path& staged) {
+    report(options, "verifying: reloading the export and comparing outputs");
+    const torch::Dtype model_dtype =
+        model.parameters().empty() ? torch::kFloat32 : model.parameters().front().scalar_type();
+    const torch::Device model_device = model.parameters().empty()
+                                           ? torch::Device(torch::kCPU)
+                                           : model.parameters().front().device();
+    if (model_dtype == options.dtype && model_device.is_cpu())
+      return verify_export(model, staged, options.dtype, options.verify_sequences,
+                           options.verify_length, options.verify_tolerance);
+    // The in-memory model converted to the exported dtype (on the CPU) is the reference.
+    std::shared_ptr<model::PretrainedModel> converted = model::create_model(
+        model.config(), model.head(), torch::TensorOptions().dtype(options.dtype));
+    {
+      torch::NoGradGuard no_grad;
+      auto dst = converted->named_parameters();
+      for (const auto& item : model.named_parameters())
+        dst[item.key()].copy_(item.value().detach().to(torch::kCPU, options.dtype));
+    }
+    return verify_export(*converted, staged, options.dtype, options.verify_sequences,
+                         options.verify_length, options.verify_tolerance);
+  };
+  return export_with(model, out, options, write_weights, verify);
+}
+
+ExportReport export_streamed(model::PretrainedModel& model, const WeightSource& weights,
+                             const fs::path& out, const ExportOptions& options) {
+  const hf::DType st_dtype = safetensors_dtype(options.dtype);
+  const auto write_weights = [&](const fs::path& staged, ExportReport& result) {
+    // The layout from the parameters' names and shapes (their values may not be in memory).
+    std::vector<hf::TensorToWrite> layout;
+    for (const auto& item : model.named_parameters()) {
+      hf::TensorToWrite w;
+      w.name = item.key();
+      w.dtype = st_dtype;
+      w.shape.assign(item.value().sizes().begin(), item.value().sizes().end());
+      layout.push_back(std::move(w));
+      result.parameters += item.value().numel();
+    }
+    const std::size_t count = layout.size();
+    hf::StreamingSafetensorsWriter writer(staged, std::move(layout), options.max_shard_bytes,
+                                          {{"format", "pt"}});
+    report(options, "converting and writing " + std::to_string(count) + " tensors as " +
+                        result.dtype + ", one at a time");
+    weights([&](const std::string& name, const torch::Tensor& value) {
+      const torch::Tensor t = value.detach().to(torch::kCPU, options.dtype).contiguous();
+      writer.write(name, {static_cast<const std::uint8_t*>(t.data_ptr()), t.nbytes()});
+      result.weight_bytes += t.nbytes();
+    });
+    for (const auto& f : writer.finish()) result.files.push_back(f.filename().string());
+  };
+  const auto verify = [&](const fs::path& staged) {
+    // Every tensor read back from the written files equals the model's, converted the same way
+    // (the whole model is never in memory, so there is no second copy to run for logits).
+    report(options, "verifying: reading every tensor back and comparing it with the model's");
+    const hf::SafetensorsCheckpoint written = hf::SafetensorsCheckpoint::open(staged);
+    VerifyReport r;
+    r.compared = "tensors";
+    r.tolerance = 0.0;
+    r.passed = true;
+    std::size_t seen = 0;
+    weights([&](const std::string& name, const torch::Tensor& value) {
+      const torch::Tensor expected = value.detach().to(torch::kCPU, options.dtype).contiguous();
+      ++seen;
+      if (!written.contains(name)) {
+        r.passed = false;
+        r.max_abs_diff = std::numeric_limits<double>::infinity();
+        return;
+      }
+      const hf::TensorView view = written.view(name);
+      const bool same = view.bytes.size() == expected.nbytes() &&
+                        std::memcmp(view.bytes.data(), expected.data_ptr(), expected.nbytes()) == 0;
+      if (!same) {
+        r.passed = false;
+        r.max_abs_diff = std::numeric_limits<double>::infinity();
+      }
+    });
+    r.sequences = static_cast<int>(seen);
+    if (seen != written.names().size()) r.passed = false;
+    return r;
+  };
+  return export_with(model, out, options, write_weights, verify);
 }
 
 }  // namespace tessera::exporter

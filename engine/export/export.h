@@ -65,6 +65,20 @@ struct ExportReport {
 ExportReport export_pretrained(model::PretrainedModel& model, const std::filesystem::path& out,
                                const ExportOptions& options);
 
+// Hands every parameter of a model, by its named_parameters() name, to the callback it is
+// given (train::Plugin::visit_weights), each value in memory for the call.
+using WeightSource = std::function<void(
+    const std::function<void(const std::string& name, const torch::Tensor& value)>&)>;
+
+// export_pretrained for a model whose weights are not all in memory: the layout comes from the
+// model's parameter names and shapes, the values from `weights`, each converted and written to
+// its place in its shard as it comes (hf::StreamingSafetensorsWriter), so no more than one
+// tensor is converted at a time. The check reads every tensor back from the staged files and
+// compares it byte for byte with a second pass of `weights` (VerifyReport::compared "tensors",
+// `sequences` = the number of tensors); the logits check would need the whole model twice.
+ExportReport export_streamed(model::PretrainedModel& model, const WeightSource& weights,
+                             const std::filesystem::path& out, const ExportOptions& options);
+
 // Reloads `dir` in `dtype` and compares its outputs with `reference` on seeded random
 // sequences (the check export_pretrained runs). `reference` must have the same dtype.
 VerifyReport verify_export(model::PretrainedModel& reference, const std::filesystem::path& dir,

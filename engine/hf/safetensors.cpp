@@ -4,11 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <functional>
 #include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -291,7 +291,8 @@ struct PreparedTensor {
   std::uint64_t end;
 };
 
-void check_tensors_to_write(const fs::path& path, const std::vector<TensorToWrite>& tensors) {
+void check_tensors_to_write(const fs::path& path, const std::vector<TensorToWrite>& tensors,
+                            bool check_bytes = true) {
   std::set<std::string_view> seen;
   for (const auto& t : tensors) {
     const std::string where = path.string() + ": tensor " + quote_name(t.name);
@@ -302,7 +303,7 @@ void check_tensors_to_write(const fs::path& path, const std::vector<TensorToWrit
       throw_invalid(where + ": shape " + shape_text(t.shape) +
                     " has a negative dim or overflows 64-bit byte size");
     }
-    if (*expected != t.bytes.size()) {
+    if (check_bytes && *expected != t.bytes.size()) {
       throw_invalid(where + ": " + dtype_name(t.dtype) + " x " + shape_text(t.shape) + " needs " +
                     std::to_string(*expected) + " bytes, got " + std::to_string(t.bytes.size()));
     }
@@ -733,10 +734,21 @@ std::uint64_t SafetensorsCheckpoint::parameter_count() const {
 
 // ---- writer -------------------------------------------------------------------------------
 
-void write_safetensors(const fs::path& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata,
-                       const std::function<void(std::size_t)>& written) {
-  check_tensors_to_write(path, tensors);
+namespace {
+
+// A file's layout as the reference writer makes it: the 8-byte length, the header, then the
+// tensors in `order`, tensor order[i] at data offset offsets[i].
+struct FileLayout {
+  std::array<std::uint8_t, 8> length_bytes{};
+  std::string header;
+  std::vector<std::size_t> order;      // indices into the tensors, in file order
+  std::vector<std::uint64_t> offsets;  // by tensor index, from the start of the data buffer
+};
+
+FileLayout lay_out_file(const fs::path& path, const std::vector<TensorToWrite>& tensors,
+                        const std::map<std::string, std::string>& metadata,
+                        bool check_bytes = true) {
+  check_tensors_to_write(path, tensors, check_bytes);
   // Larger elements first, then by name, in the reference writer's order (so our files are
   // byte-identical to Python's save_file): with the data buffer 8-aligned, every tensor then
   // starts aligned to its element size.
@@ -745,15 +757,17 @@ void write_safetensors(const fs::path& path, const std::vector<TensorToWrite>& t
                                      DType::F16, DType::I16, DType::I8,  DType::U8,  DType::BOOL};
     return std::find(std::begin(kWriteOrder), std::end(kWriteOrder), d) - std::begin(kWriteOrder);
   };
-  std::vector<const TensorToWrite*> order;
-  for (const auto& t : tensors) order.push_back(&t);
-  std::sort(order.begin(), order.end(), [&](const TensorToWrite* a, const TensorToWrite* b) {
-    if (rank(a->dtype) != rank(b->dtype)) return rank(a->dtype) < rank(b->dtype);
-    return a->name < b->name;
+  FileLayout layout;
+  for (std::size_t i = 0; i < tensors.size(); ++i) layout.order.push_back(i);
+  std::sort(layout.order.begin(), layout.order.end(), [&](std::size_t a, std::size_t b) {
+    if (rank(tensors[a].dtype) != rank(tensors[b].dtype))
+      return rank(tensors[a].dtype) < rank(tensors[b].dtype);
+    return tensors[a].name < tensors[b].name;
   });
 
   const std::string where = path.string();
-  std::string header = "{";
+  std::string& header = layout.header;
+  header = "{";
   if (!metadata.empty()) {
     header += "\"__metadata__\":{";
     bool first = true;
@@ -765,13 +779,16 @@ void write_safetensors(const fs::path& path, const std::vector<TensorToWrite>& t
     }
     header += "}";
   }
+  layout.offsets.assign(tensors.size(), 0);
   std::uint64_t offset = 0;
-  for (const auto* t : order) {
+  for (std::size_t i : layout.order) {
+    const TensorToWrite& t = tensors[i];
     if (header.size() > 1) header += ",";
-    const std::uint64_t end = offset + t->bytes.size();
-    header += json_string(t->name, where + ": tensor name") + ":{\"dtype\":\"" +
-              dtype_name(t->dtype) + "\",\"shape\":" + shape_text(t->shape, ",") +
+    const std::uint64_t end = offset + *byte_length(t.dtype, t.shape);
+    header += json_string(t.name, where + ": tensor name") + ":{\"dtype\":\"" +
+              dtype_name(t.dtype) + "\",\"shape\":" + shape_text(t.shape, ",") +
               ",\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(end) + "]}";
+    layout.offsets[i] = offset;
     offset = end;
   }
   header += "}";
@@ -782,21 +799,49 @@ void write_safetensors(const fs::path& path, const std::vector<TensorToWrite>& t
                   " bytes, above the format's limit of " + std::to_string(kMaxHeaderBytes) +
                   "; write fewer tensors per file");
   }
-
-  std::array<std::uint8_t, 8> length_bytes{};
   for (int i = 0; i < 8; ++i) {
-    length_bytes[static_cast<std::size_t>(i)] =
+    layout.length_bytes[static_cast<std::size_t>(i)] =
         static_cast<std::uint8_t>(static_cast<std::uint64_t>(header.size()) >> (8 * i));
   }
+  return layout;
+}
+
+// Tensors grouped into shards greedily in the caller's order, as HuggingFace does: a tensor
+// that does not fit in the current shard starts a new one; one larger than the limit gets a
+// shard of its own.
+std::vector<std::vector<std::size_t>> group_into_shards(const std::vector<TensorToWrite>& tensors,
+                                                        std::uint64_t max_shard_bytes) {
+  std::vector<std::vector<std::size_t>> groups;
+  std::uint64_t current = 0;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const std::uint64_t n = *byte_length(tensors[i].dtype, tensors[i].shape);
+    const bool fits = current <= max_shard_bytes && n <= max_shard_bytes - current;
+    if (groups.empty() || (current > 0 && !fits)) {
+      groups.emplace_back();
+      current = 0;
+    }
+    groups.back().push_back(i);
+    current += n;
+  }
+  if (groups.empty()) groups.emplace_back();
+  return groups;
+}
+
+}  // namespace
+
+void write_safetensors(const fs::path& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata,
+                       const std::function<void(std::size_t)>& written) {
+  const FileLayout layout = lay_out_file(path, tensors, metadata);
   std::vector<std::span<const std::uint8_t>> parts;
-  parts.reserve(order.size() + 2);
-  parts.emplace_back(length_bytes.data(), length_bytes.size());
-  parts.emplace_back(reinterpret_cast<const std::uint8_t*>(header.data()), header.size());
-  for (const auto* t : order) parts.push_back(t->bytes);
+  parts.reserve(tensors.size() + 2);
+  parts.emplace_back(layout.length_bytes.data(), layout.length_bytes.size());
+  parts.emplace_back(reinterpret_cast<const std::uint8_t*>(layout.header.data()),
+                     layout.header.size());
+  for (std::size_t i : layout.order) parts.push_back(tensors[i].bytes);
   write_buffers_atomic(path, parts, [&](std::size_t part) {
     // Parts 0 and 1 are the length and the header.
-    if (part >= 2 && written)
-      written(static_cast<std::size_t>(order[part - 2] - tensors.data()));
+    if (part >= 2 && written) written(layout.order[part - 2]);
   });
 }
 
@@ -814,25 +859,17 @@ std::vector<fs::path> write_safetensors_sharded(const fs::path& dir,
   fs::create_directories(dir, ec);
   if (ec) throw_io(dir.string() + ": cannot create folder: " + ec.message());
 
-  // Greedy in the caller's order, as HuggingFace does: a tensor that does not fit in the
-  // current shard starts a new one; a tensor larger than the limit gets a shard of its own.
   std::vector<std::vector<TensorToWrite>> groups;
-  std::uint64_t current = 0;
   std::uint64_t total = 0;
   std::uint64_t parameters = 0;
-  for (const auto& t : tensors) {
-    const std::uint64_t n = t.bytes.size();
-    const bool fits = current <= max_shard_bytes && n <= max_shard_bytes - current;
-    if (groups.empty() || (current > 0 && !fits)) {
-      groups.emplace_back();
-      current = 0;
+  for (const auto& shard : group_into_shards(tensors, max_shard_bytes)) {
+    groups.emplace_back();
+    for (std::size_t i : shard) {
+      groups.back().push_back(tensors[i]);
+      total += tensors[i].bytes.size();
+      parameters += tensors[i].bytes.size() / dtype_size(tensors[i].dtype);
     }
-    groups.back().push_back(t);
-    current += n;
-    total += n;
-    parameters += n / dtype_size(t.dtype);
   }
-  if (groups.empty()) groups.emplace_back();
 
   const fs::path single = dir / (base_name + kSafetensorsSuffix);
   const fs::path index_path = dir / (base_name + kIndexSuffix);
@@ -871,6 +908,151 @@ std::vector<fs::path> write_safetensors_sharded(const fs::path& dir,
   fs::remove(single, ec);
   remove_stale(std::set<fs::path>(written.begin(), written.end()));
   return written;
+}
+
+namespace {
+
+void write_at(int fd, const fs::path& path, std::uint64_t offset,
+              std::span<const std::uint8_t> bytes) {
+  const std::uint8_t* p = bytes.data();
+  std::size_t left = bytes.size();
+  while (left > 0) {
+    // Bounded chunks: some kernels refuse single writes above ~2 GiB.
+    const ssize_t n = ::pwrite(fd, p, std::min<std::size_t>(left, std::size_t{1} << 30),
+                               static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_io(path.string() + ": write failed: " + std::strerror(errno),
+               "check free disk space; the previous file (if any) is untouched");
+    }
+    p += n;
+    offset += static_cast<std::uint64_t>(n);
+    left -= static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace
+
+struct StreamingSafetensorsWriter::State {
+  struct Shard {
+    fs::path path;
+    fs::path tmp;
+    int fd = -1;
+    std::uint64_t data_start = 0;  // file offset of the data buffer
+    std::vector<TensorToWrite> tensors;
+    FileLayout layout;
+  };
+  fs::path dir;
+  std::string base_name;
+  std::vector<Shard> shards;
+  std::map<std::string, std::pair<std::size_t, std::size_t>> slot;  // name → shard, tensor
+  std::vector<bool> written;                                        // by shard-major tensor order
+  std::vector<std::size_t> first_of_shard;
+  std::uint64_t total = 0;
+  std::uint64_t parameters = 0;
+  bool finished = false;
+};
+
+StreamingSafetensorsWriter::StreamingSafetensorsWriter(
+    const fs::path& dir, std::vector<TensorToWrite> tensors, std::uint64_t max_shard_bytes,
+    const std::map<std::string, std::string>& metadata, const std::string& base_name)
+    : state_(std::make_unique<State>()) {
+  if (max_shard_bytes == 0) throw_invalid(dir.string() + ": maximum shard size must be > 0");
+  check_tensors_to_write(dir / (base_name + kSafetensorsSuffix), tensors, /*check_bytes=*/false);
+  State& st = *state_;
+  st.dir = dir;
+  st.base_name = base_name;
+  const auto groups = group_into_shards(tensors, max_shard_bytes);
+  std::random_device rd;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    State::Shard shard;
+    shard.path = dir / (groups.size() == 1 ? base_name + kSafetensorsSuffix
+                                           : shard_name(base_name, g + 1, groups.size()));
+    for (std::size_t i : groups[g]) {
+      st.slot[tensors[i].name] = {g, shard.tensors.size()};
+      const std::uint64_t n = *byte_length(tensors[i].dtype, tensors[i].shape);
+      st.total += n;
+      st.parameters += n / dtype_size(tensors[i].dtype);
+      shard.tensors.push_back(tensors[i]);
+    }
+    shard.layout = lay_out_file(shard.path, shard.tensors, metadata, /*check_bytes=*/false);
+    shard.data_start = 8 + shard.layout.header.size();
+    shard.tmp = shard.path;
+    shard.tmp += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(rd());
+    st.first_of_shard.push_back(st.written.size());
+    st.written.resize(st.written.size() + shard.tensors.size(), false);
+    st.shards.push_back(std::move(shard));
+  }
+  for (State::Shard& shard : st.shards) {
+    shard.fd = ::open(shard.tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (shard.fd < 0)
+      throw_io(shard.path.string() + ": cannot create temporary file: " + std::strerror(errno),
+               "check that the folder exists and is writable");
+    write_at(shard.fd, shard.path, 0,
+             {shard.layout.length_bytes.data(), shard.layout.length_bytes.size()});
+    write_at(shard.fd, shard.path, 8,
+             {reinterpret_cast<const std::uint8_t*>(shard.layout.header.data()),
+              shard.layout.header.size()});
+  }
+}
+
+StreamingSafetensorsWriter::~StreamingSafetensorsWriter() {
+  if (!state_ || state_->finished) return;
+  for (State::Shard& shard : state_->shards) {
+    if (shard.fd >= 0) ::close(shard.fd);
+    ::unlink(shard.tmp.c_str());
+  }
+}
+
+void StreamingSafetensorsWriter::write(const std::string& name,
+                                       std::span<const std::uint8_t> bytes) {
+  State& st = *state_;
+  auto it = st.slot.find(name);
+  if (it == st.slot.end())
+    throw_invalid(st.dir.string() + ": tensor " + quote_name(name) + " is not in the layout");
+  const auto [g, i] = it->second;
+  const State::Shard& shard = st.shards[g];
+  const TensorToWrite& t = shard.tensors[i];
+  const std::uint64_t expected = *byte_length(t.dtype, t.shape);
+  if (bytes.size() != expected)
+    throw_invalid(shard.path.string() + ": tensor " + quote_name(name) + ": " +
+                  dtype_name(t.dtype) + " x " + shape_text(t.shape) + " needs " +
+                  std::to_string(expected) + " bytes, got " + std::to_string(bytes.size()));
+  write_at(shard.fd, shard.path, shard.data_start + shard.layout.offsets[i], bytes);
+  st.written[st.first_of_shard[g] + i] = true;
+}
+
+std::vector<fs::path> StreamingSafetensorsWriter::finish() {
+  State& st = *state_;
+  for (std::size_t g = 0; g < st.shards.size(); ++g)
+    for (std::size_t i = 0; i < st.shards[g].tensors.size(); ++i)
+      if (!st.written[st.first_of_shard[g] + i])
+        throw_invalid(st.shards[g].path.string() + ": tensor " +
+                      quote_name(st.shards[g].tensors[i].name) + " was never written");
+  std::vector<fs::path> out;
+  json weight_map = json::object();
+  for (State::Shard& shard : st.shards) {
+    if (::fsync(shard.fd) != 0 || ::close(shard.fd) != 0) {
+      const std::string why = std::strerror(errno);
+      throw_io(shard.path.string() + ": fsync failed: " + why, "check free disk space");
+    }
+    shard.fd = -1;
+    if (::rename(shard.tmp.c_str(), shard.path.c_str()) != 0)
+      throw_io(shard.path.string() + ": rename failed: " + std::strerror(errno));
+    for (const auto& t : shard.tensors) weight_map[t.name] = shard.path.filename().string();
+    out.push_back(shard.path);
+  }
+  core::fsync_directory(st.dir);
+  if (st.shards.size() > 1) {
+    // The index last, so a reader never sees an index naming missing shards.
+    const fs::path index_path = st.dir / (st.base_name + kIndexSuffix);
+    json index = {{"metadata", {{"total_parameters", st.parameters}, {"total_size", st.total}}},
+                  {"weight_map", weight_map}};
+    core::write_file_atomic(index_path, index.dump(2) + "\n");
+    out.push_back(index_path);
+  }
+  st.finished = true;
+  return out;
 }
 
 }  // namespace tessera::hf

@@ -104,6 +104,30 @@ std::vector<std::filesystem::path> write_safetensors_sharded(
     std::uint64_t max_shard_bytes, const std::map<std::string, std::string>& metadata = {},
     const std::string& base_name = "model");
 
+// Writes the files write_safetensors_sharded would (byte for byte) when the tensors' bytes
+// arrive one at a time and in any order, so a model need never be in memory at once: the layout
+// is fixed up front from `tensors`' names, dtypes and shapes (their bytes are ignored); write()
+// puts a tensor's bytes straight at their place in its shard's temporary file; finish() checks
+// that every tensor came, fsyncs and renames the shards and writes the index last. Without
+// finish(), the temporaries are removed. For a folder of its own (stale shards are not swept).
+class StreamingSafetensorsWriter {
+ public:
+  StreamingSafetensorsWriter(const std::filesystem::path& dir, std::vector<TensorToWrite> tensors,
+                             std::uint64_t max_shard_bytes,
+                             const std::map<std::string, std::string>& metadata = {},
+                             const std::string& base_name = "model");
+  ~StreamingSafetensorsWriter();
+  StreamingSafetensorsWriter(const StreamingSafetensorsWriter&) = delete;
+  StreamingSafetensorsWriter& operator=(const StreamingSafetensorsWriter&) = delete;
+
+  void write(const std::string& name, std::span<const std::uint8_t> bytes);
+  std::vector<std::filesystem::path> finish();  // the files written, the index last
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 // Throws the "pickle is refused" error for `path`, explaining how to convert.
 [[noreturn]] void refuse_pickle_checkpoint(const std::filesystem::path& path);
 

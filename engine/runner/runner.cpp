@@ -437,7 +437,9 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
     events.log("info", "export: " + what);
     events.progress("export", ++stage, 0);
   };
+  train::Plugin& plugin = trainer.plugin();
   if (train::LoraModel* lora = trainer.lora()) {
+    plugin.gather_weights();  // the merge adds into the base weights in place
     const fs::path adapter_dir = out_dir / "adapter";
     fs::create_directories(adapter_dir);
     lora->save_adapter(adapter_dir, options.base_model_name);
@@ -469,6 +471,10 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
       throw Error(ErrorKind::Internal, "merged export failed its check: " + check.summary(),
                   "the adapter in " + adapter_dir.string() + " is intact");
     events.log("info", "merged export verified: " + check.summary());
+  } else if (!plugin.weights_in_memory()) {
+    exporter::export_streamed(
+        *model, [&](const auto& visit) { plugin.visit_weights(*model, visit); }, out_dir / "model",
+        export_options);
   } else {
     exporter::export_pretrained(*model, out_dir / "model", export_options);
   }

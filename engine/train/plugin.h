@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -96,6 +97,19 @@ class Plugin {
   // After the last step: frees the optimizer state and the float32 masters of lower-precision
   // training, so the export has that memory. No step or checkpoint may follow.
   virtual void release_training_state() = 0;
+
+  // Reading the trained weights (the export, the LoRA merge). A plugin may keep parameters out
+  // of memory (gemini's chunks on disk): then weights_in_memory() is false and they are read
+  // with visit_weights() — each in memory for the call, about a chunk at a time — or brought
+  // into the model's parameters with gather_weights() when they fit.
+  using WeightVisit = std::function<void(const std::string& name, const torch::Tensor& value)>;
+  virtual bool weights_in_memory() const { return true; }
+  // Every parameter of `model` by its named_parameters() name, in that order, with its value in
+  // the compute dtype.
+  virtual void visit_weights(model::PretrainedModel& model, const WeightVisit& visit) {
+    for (const auto& item : model.named_parameters()) visit(item.key(), item.value());
+  }
+  virtual void gather_weights() {}
 
   // Checkpoint state. Trainable weights are the float32 masters.
   virtual std::vector<NamedTensor> trainable_weights() const = 0;

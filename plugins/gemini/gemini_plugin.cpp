@@ -419,18 +419,42 @@ class GeminiPlugin : public train::Plugin {
 
   void release_training_state() override {
     remove_gradient_hooks();
-    // The export and the LoRA merge read the parameters directly: every chunk comes home.
-    cache_limit_ = param_chunks_.size();
-    for (std::size_t c = 0; c < param_chunks_.size(); ++c) {
-      if (!param_chunks_[c].on_disk) continue;
-      fetch_parameter_chunk(c);
+    // The optimizer chunks' files stay until the store goes with the plugin: the parameter
+    // chunks on disk share it, and are read from there for the export.
+    for (OptimChunk& c : optim_chunks_)
+      if (c.grad_write.valid()) c.grad_write.wait();
+    gradient_writes_.clear();
+    optim_chunks_.clear();
+    if (!weights_in_memory()) return;
+    remove_block_hooks();
+    disk_.reset();
+  }
+
+  bool weights_in_memory() const override {
+    return std::none_of(param_chunks_.begin(), param_chunks_.end(),
+                        [](const ParamChunk& c) { return c.on_disk; });
+  }
+
+  // In the model's order, each chunk fetched as its first tensor comes (through the cache, so
+  // about a chunk at a time is in memory).
+  void visit_weights(model::PretrainedModel& model, const WeightVisit& visit) override {
+    torch::NoGradGuard no_grad;
+    for (const Entry& e : entries_) {
+      if (e.model_name.empty()) continue;  // adapters are not the model's
+      use_parameter_chunks({e.param_chunk});
+      visit(e.model_name, e.tensor);
     }
+    pinned_.clear();
+  }
+
+  void gather_weights() override {
+    cache_limit_ = param_chunks_.size();
+    for (std::size_t c = 0; c < param_chunks_.size(); ++c)
+      if (param_chunks_[c].on_disk) fetch_parameter_chunk(c);
     while (!parameter_writes_.empty()) finish_parameter_write(parameter_writes_.front());
     for (ParamChunk& c : param_chunks_) c.on_disk = false;
     remove_block_hooks();
-    disk_.reset();  // first: it waits for the transfers into the chunks' buffers
-    gradient_writes_.clear();
-    optim_chunks_.clear();
+    disk_.reset();
   }
 
   std::vector<NamedTensor> trainable_weights() const override {

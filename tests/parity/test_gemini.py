@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast,
                           Qwen2Config, Qwen2ForCausalLM)
@@ -167,6 +168,17 @@ def test_parameters_on_disk_with_recomputation_and_accumulation(workdir, method)
     else:
         # The frozen base is never written back; the adapters' chunk stays in memory.
         assert written == 0, written
+    # The export: streamed from the chunks on disk for full fine-tuning (every tensor read back
+    # and compared), merged in memory for LoRA; either way the same tensors as `single`'s, and
+    # transformers loads it.
+    logs = " ".join(e.get("message", "") for e in events if e["type"] == "log")
+    assert ("reading every tensor back" in logs) == (method == "full"), logs
+    ours = load_file(workdir / f"params-{method}-gemini" / "model" / "model.safetensors")
+    theirs = load_file(workdir / f"params-{method}-single" / "model" / "model.safetensors")
+    assert sorted(ours) == sorted(theirs)
+    for name, tensor in theirs.items():
+        assert torch.equal(ours[name], tensor), name
+    LlamaForCausalLM.from_pretrained(workdir / f"params-{method}-gemini" / "model")
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

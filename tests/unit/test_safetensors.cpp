@@ -250,6 +250,65 @@ class TestSafetensors : public QObject {
     QCOMPARE(SafetensorsCheckpoint::open(model).names().size(), tensors.size());
   }
 
+  // Tensors arriving one at a time, in reverse order: the same files, byte for byte, as the
+  // one-call writer; a tensor of the wrong size or a missing one is refused; without finish()
+  // nothing is left behind.
+  void streamingWriterWritesTheSameFiles() {
+    std::mt19937 rng(3);
+    std::vector<std::vector<std::uint8_t>> storage;
+    std::vector<TensorToWrite> tensors;
+    for (int i = 0; i < 7; ++i) {
+      storage.push_back(random_bytes(100, rng));
+      tensors.push_back({"layer." + std::to_string(i) + ".weight", i % 2 ? DType::BF16 : DType::F32,
+                         i % 2 ? std::vector<std::int64_t>{50} : std::vector<std::int64_t>{25},
+                         storage.back()});
+    }
+    for (std::uint64_t shard_bytes : {std::uint64_t{250}, std::uint64_t{1} << 20}) {
+      const auto reference = dir() / ("stream-ref-" + std::to_string(shard_bytes));
+      const auto streamed = dir() / ("stream-" + std::to_string(shard_bytes));
+      fs::remove_all(reference);
+      fs::remove_all(streamed);
+      fs::create_directories(streamed);
+      const auto expected =
+          write_safetensors_sharded(reference, tensors, shard_bytes, {{"format", "pt"}});
+      std::vector<TensorToWrite> layout = tensors;
+      for (auto& t : layout) t.bytes = {};
+      StreamingSafetensorsWriter writer(streamed, layout, shard_bytes, {{"format", "pt"}});
+      for (auto it = tensors.rbegin(); it != tensors.rend(); ++it)
+        writer.write(it->name, it->bytes);
+      const auto written = writer.finish();
+      QCOMPARE(written.size(), expected.size());
+      for (std::size_t i = 0; i < written.size(); ++i) {
+        QCOMPARE(written[i].filename(), expected[i].filename());
+        QVERIFY2(read_raw(written[i]) == read_raw(expected[i]), written[i].c_str());
+      }
+    }
+
+    const auto broken = dir() / "stream-broken";
+    fs::remove_all(broken);
+    fs::create_directories(broken);
+    {
+      std::vector<TensorToWrite> layout = tensors;
+      for (auto& t : layout) t.bytes = {};
+      StreamingSafetensorsWriter writer(broken, layout, 1 << 20);
+      try {
+        writer.write("layer.0.weight", std::span<const std::uint8_t>(storage[0].data(), 10));
+        QFAIL("expected an error for a tensor of the wrong size");
+      } catch (const tessera::Error& e) {
+        QVERIFY2(std::string(e.what()).find("needs 100 bytes, got 10") != std::string::npos,
+                 e.what());
+      }
+      writer.write("layer.0.weight", tensors[0].bytes);
+      try {
+        writer.finish();
+        QFAIL("expected an error for the tensors never written");
+      } catch (const tessera::Error& e) {
+        QVERIFY2(std::string(e.what()).find("was never written") != std::string::npos, e.what());
+      }
+    }
+    QVERIFY(fs::is_empty(broken));
+  }
+
   void truncatedFiles() {
     const std::string good = valid_file_bytes();
     std::uint64_t header_len = 0;
