@@ -256,6 +256,7 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
     const double largest = lora ? trainable : largest_tensor;
     e.gradients = to_bytes((1.0 - f) * trainable * param_bytes + (bf16 ? largest * 4.0 : 0.0));
     double buffers = 0.0;
+    double parameter_cache = 0.0;
     if (f > 0.0) {
       // Chunk size as the plugin searches it: at least the largest tensor, at most 16M floats,
       // about an eighth of the trainable parameters. Three optimizer chunks in flight during
@@ -273,7 +274,8 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
       const double chunk =
           std::max(largest_tensor, std::min(64.0 * 1024 * 1024 / param_bytes, stored / 8.0)) *
           param_bytes;
-      buffers += std::min(4.0 * chunk, disk_parameters);
+      parameter_cache = std::min(4.0 * chunk, disk_parameters);
+      buffers += parameter_cache;
     }
     e.offload_buffers = to_bytes(buffers);
     // Loading: the plugin reads the checkpoint straight into its chunks (no fp32 model); the
@@ -282,6 +284,15 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
     e.load_peak = to_bytes(parameters - disk_parameters + static_cast<double>(e.optimizer) +
                            (1.0 - f) * masters + static_cast<double>(e.offload_buffers) +
                            static_cast<double>(kRuntimeBaselineBytes));
+    if (disk_parameters > 0.0 && !lora) {
+      // Full fine-tuning with parameters on disk exports streamed (exporter::export_streamed):
+      // the host chunks, the chunk cache, and one tensor at a time converted to float32 (twice:
+      // written, then compared with what was read back).
+      e.export_peak =
+          to_bytes(parameters - disk_parameters + parameter_cache + 2.0 * largest_tensor * 4.0 +
+                   static_cast<double>(kRuntimeBaselineBytes));
+    }
+    // LoRA brings the chunks home for the merge: the export peak stays the in-memory one.
   }
   return e;
 }

@@ -399,16 +399,25 @@ def test_training_stays_inside_its_host_budget(workdir, medium_llama):
     runs inside a memory cgroup limited to exactly that budget without being killed, while the
     same job with the state in RAM is refused before loading under the same budget."""
     probe = medium_spec(workdir, medium_llama, "budget-probe", {"offload_optim_frac": 1.0})
-    r = cli("plan", probe, "--json")
-    assert r.returncode == 0, r.stderr
-    host = next(t for t in json.loads(r.stdout)["memory"] if t["tier"] == "host")
-    budget = int(host["peak"] / 0.9) + (32 << 20)
+    budget = int(host_peak_planned(probe) / 0.9) + (32 << 20)
     in_ram = medium_spec(workdir, medium_llama, "budget-in-ram", {"host_budget": budget})
     r = cli("run", in_ram)
     # The hint names the setting that fits: the optimizer state on disk.
     assert r.returncode == 2 and "offload_optim_frac" in r.stderr, r.stderr
 
     path = medium_spec(workdir, medium_llama, "budget-disk", {"offload_optim_frac": 1.0, "host_budget": budget})
+    run_inside_budget(path, budget)
+
+
+def host_peak_planned(path):
+    r = cli("plan", path, "--json")
+    assert r.returncode == 0, r.stderr
+    return next(t for t in json.loads(r.stdout)["memory"] if t["tier"] == "host")["peak"]
+
+
+def run_inside_budget(path, budget):
+    """Runs the job in a memory cgroup of `budget` bytes: not killed, exit 0, and the host
+    memory it reported never above the budget. Returns its events."""
     try:
         group = MemoryCgroup(f"tessera-test-{os.getpid()}", budget)
     except CgroupUnavailable as e:
@@ -419,8 +428,43 @@ def test_training_stays_inside_its_host_budget(workdir, medium_llama):
         killed, peak = group.oom_kills(), group.peak_bytes()
     finally:
         group.remove()
-    print(f"host_budget {budget >> 20} MiB (cgroup v{group.version}): exit {proc.returncode}, OOM kills {killed}, "
-          f"cgroup peak {'-' if peak is None else peak >> 20} MiB (page cache included)")
+    print(f"{path.stem}: host_budget {budget >> 20} MiB (cgroup v{group.version}): exit {proc.returncode}, "
+          f"OOM kills {killed}, cgroup peak {'-' if peak is None else peak >> 20} MiB (page cache included)")
     assert killed == 0 and proc.returncode == 0, proc.stderr[-2000:]
-    memory = [json.loads(line) for line in events.read_text().splitlines() if '"memory"' in line]
-    assert max(e["used"] for e in memory if e.get("tier") == "host") <= budget
+    lines = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+    assert max(e["used"] for e in lines if e["type"] == "memory" and e.get("tier") == "host") <= budget
+    return lines
+
+
+@pytest.fixture(scope="module")
+def deep_llama(workdir):
+    """A 40M-parameter llama of twelve narrow layers (the largest tensor 2.8 MB): parameter chunks
+    of 4 MiB make the four cached ones a small share of the 160 MB of fp32 weights."""
+    d = workdir / "deep-model"
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=2000, hidden_size=512, intermediate_size=1376,
+                                         num_hidden_layers=12, num_attention_heads=8, num_key_value_heads=8,
+                                         max_position_embeddings=128, bos_token_id=0, eos_token_id=1,
+                                         pad_token_id=2))
+    model.save_pretrained(d)
+    for f in (workdir / "llama").iterdir():
+        if f.name.startswith("tokenizer") or f.name == "special_tokens_map.json":
+            (d / f.name).write_bytes(f.read_bytes())
+    return d, model.num_parameters(), len(list(model.parameters()))
+
+
+def test_parameters_on_disk_fit_a_budget_the_optimizer_offload_cannot(workdir, deep_llama):
+    """With the parameters on disk too, the whole run — loading, training and the export, which
+    then streams from the chunks — fits a budget under which the job with only the optimizer
+    state on disk is refused (and the refusal names offload_param_frac); inside a cgroup of that
+    budget it completes and exports the model transformers loads."""
+    options = {"offload_optim_frac": 1.0, "offload_param_frac": 1.0, "chunk_size": "4MiB"}
+    budget = int(host_peak_planned(medium_spec(workdir, deep_llama, "params-probe", options)) / 0.9) + (32 << 20)
+    optimizer_only = medium_spec(workdir, deep_llama, "params-refused",
+                                 {"offload_optim_frac": 1.0, "chunk_size": "4MiB", "host_budget": budget})
+    r = cli("run", optimizer_only)
+    assert r.returncode == 2 and "offload_param_frac" in r.stderr, r.stderr
+    path = medium_spec(workdir, deep_llama, "params-budget", {**options, "host_budget": budget})
+    events = run_inside_budget(path, budget)
+    assert any("reading every tensor back" in e.get("message", "") for e in events if e["type"] == "log")
+    LlamaForCausalLM.from_pretrained(workdir / "params-budget" / "model")
