@@ -29,4 +29,20 @@ MemInfo read_meminfo() {
   return m;
 }
 
+std::uint64_t process_peak_rss() {
+  std::ifstream in("/proc/self/status");
+  if (!in) return 0;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return meminfo_field(ss.str(), "VmHWM");
+}
+
+bool reset_process_peak_rss() {
+  std::ofstream out("/proc/self/clear_refs");
+  if (!out) return false;
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
 }  // namespace tessera::core

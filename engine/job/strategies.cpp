@@ -112,9 +112,10 @@ const std::vector<StrategyInfo>& strategies() {
        {choice("device", "where it computes: the CPU (auto picks it; CUDA is not supported yet)",
                {"auto", "cpu"}, {"cuda"}),
         choice("placement",
-               "where chunks live: static (the offload fractions decide; auto is not supported "
-               "yet)",
-               {"static"}, {"auto"}),
+               "where chunks live: static (the offload fractions decide) or auto (every "
+               "parameter chunk may stream from disk; after the first step as many stay in "
+               "memory as host_budget leaves room for)",
+               {"static", "auto"}),
         fraction("offload_optim_frac", "the share of optimizer-state bytes kept on disk"),
         fraction("offload_param_frac",
                  "the share of parameter bytes kept on disk, fetched block by block as the "

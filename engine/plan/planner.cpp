@@ -95,6 +95,9 @@ Settings settings_as_written(const job::JobSpec& spec) {
     };
     s.offload_optim_frac = fraction("offload_optim_frac");
     s.offload_param_frac = fraction("offload_param_frac");
+    // Placement auto streams every parameter chunk from disk when it must: planned as all of
+    // them there (what it needs at least; its cache then grows into what the budget leaves).
+    if (spec.strategy.options.value("placement", "static") == "auto") s.offload_param_frac = 1.0;
   }
   return s;
 }

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/meminfo.h"
 #include "core/units.h"
 #include "memory/chunk_layout.h"
 #include "memory/disk_store.h"
@@ -39,9 +40,16 @@ using train::StepStats;
 // models we train, small enough that several stream through the update at once.
 constexpr std::int64_t kMaxChunkBytes = 64ll << 20;
 
+// Placement auto keeps this share of host_budget free, as the planner does.
+constexpr double kAutoHeadroom = 0.1;
+
 struct GeminiOptions {
   double offload_optim_frac = 0.0;
   double offload_param_frac = 0.0;
+  // Placement auto: every parameter chunk has its place on disk, and after the first step the
+  // cache of them in memory grows to what `host_budget` leaves beside the rest of the process.
+  bool auto_placement = false;
+  std::uint64_t host_budget = 0;  // auto: bytes (0: the machine's memory)
   fs::path offload_dir;
   std::optional<std::uint64_t> chunk_bytes;  // none: "auto"
 };
@@ -50,11 +58,25 @@ GeminiOptions parse_options(const train::PluginOptions& options) {
   GeminiOptions out;
   const nlohmann::json& o = options.strategy_options;
   if (!o.is_object()) return out;
-  if (o.contains("placement") && o["placement"] != "static")
-    throw_unsupported(
-        "strategy.options.placement: \"" + o["placement"].dump() + "\" is not supported yet",
-        "use placement \"static\" with offload_optim_frac and offload_param_frac");
-  if (o.contains("offload_param_frac")) out.offload_param_frac = o["offload_param_frac"];
+  out.auto_placement = o.value("placement", "static") == "auto";
+  if (o.contains("offload_param_frac")) {
+    out.offload_param_frac = o["offload_param_frac"];
+    if (out.auto_placement)
+      throw_invalid(
+          "strategy.options.offload_param_frac: placement \"auto\" decides where parameter "
+          "chunks live",
+          "remove offload_param_frac, or use placement \"static\" to fix the share on disk");
+  }
+  if (out.auto_placement) {
+    out.offload_param_frac = 1.0;
+    const nlohmann::json budget = o.value("host_budget", nlohmann::json("auto"));
+    if (budget.is_number())
+      out.host_budget = budget.get<std::uint64_t>();
+    else if (budget != "auto")
+      out.host_budget =
+          core::parse_byte_size(budget.get<std::string>(), "strategy.options.host_budget");
+    if (out.host_budget == 0) out.host_budget = core::read_meminfo().total;
+  }
   if (o.contains("offload_optim_frac")) out.offload_optim_frac = o["offload_optim_frac"];
   out.offload_dir = options.run_dir.empty() ? fs::path("offload") : options.run_dir / "offload";
   if (o.contains("offload_dir")) out.offload_dir = o["offload_dir"].get<std::string>();
@@ -241,6 +263,8 @@ class GeminiPlugin : public train::Plugin {
     for (std::size_t i : trainable_order_)
       torch::autograd::impl::set_post_acc_grad_hooks(entries_[i].tensor,
                                                      std::make_unique<GradientArrival>(this, i));
+    // Placement auto measures the first step's peak from here.
+    if (gemini_.auto_placement) core::reset_process_peak_rss();
   }
 
   torch::Device device() const override { return torch::kCPU; }
@@ -369,6 +393,7 @@ class GeminiPlugin : public train::Plugin {
     }
     pinned_.clear();
     while (!parameter_writes_.empty()) finish_parameter_write(parameter_writes_.front());
+    if (tracing_ && gemini_.auto_placement) size_cache_to_budget();
     tracing_ = false;  // the first step's order of chunk uses is the order of every later one
     return stats;
   }
@@ -724,6 +749,28 @@ class GeminiPlugin : public train::Plugin {
       }
     }
     return true;
+  }
+
+  // Placement auto, after the first step: the process's peak during it, less the cache it held
+  // then (full by the peak, which comes in backward after forward filled it), is what the rest
+  // of training needs; the cache grows to what the budget leaves beside that, less the
+  // headroom and one chunk of margin.
+  void size_cache_to_budget() {
+    std::uint64_t chunk_bytes = 0;
+    std::size_t on_disk = 0;
+    for (const ParamChunk& c : param_chunks_) {
+      if (!c.on_disk) continue;
+      chunk_bytes = std::max<std::uint64_t>(chunk_bytes, c.storage.nbytes());
+      ++on_disk;
+    }
+    const std::uint64_t peak = core::process_peak_rss();
+    if (chunk_bytes == 0 || peak == 0) return;
+    const std::uint64_t cache = std::min(cache_limit_, on_disk) * chunk_bytes;
+    const double rest = static_cast<double>(peak > cache ? peak - cache : 0);
+    const double room = static_cast<double>(gemini_.host_budget) * (1.0 - kAutoHeadroom) - rest;
+    const double chunks = std::floor(room / static_cast<double>(chunk_bytes)) - 1.0;
+    cache_limit_ = std::max(kCachedDiskParameterChunks,
+                            static_cast<std::size_t>(std::clamp(chunks, 0.0, double(on_disk))));
   }
 
   // How far along the traced order chunk `c` is used next (the trace's length: never).
