@@ -11,7 +11,9 @@
 // the whole optimizer state is never in RAM at once.
 //
 // Options (job spec strategy.options; validated by job/strategies.h):
-//   placement           "static" (the fractions below decide where chunks live)
+//   placement           "static" (the fractions below decide where chunks live) or "auto"
+//                       (parameter chunks stream from disk; after the first step the cache of
+//                       them grows to what host_budget leaves)
 //   offload_optim_frac  0…1, the share of optimizer-chunk bytes kept on disk
 //   offload_param_frac  0…1, the share of parameter-chunk bytes kept on disk; the model's
 //                       blocks fetch them as they compute (model::ParameterUse) and at most
