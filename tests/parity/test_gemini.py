@@ -262,20 +262,25 @@ def test_a_full_offload_disk_names_the_folder(workdir, tmp_path):
         shutil.rmtree(mount, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def medium_llama(workdir):
-    """A 21M-parameter llama with the small tokenizer: (folder, parameters, tensors)."""
-    d = workdir / "mem-model"
+def random_llama(workdir, name, **config):
+    """A llama with random weights (seed 0), hidden 512, and the small tokenizer, saved as `name`:
+    (folder, parameters, tensors)."""
+    d = workdir / name
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=8000, hidden_size=512, intermediate_size=1376,
-                                         num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8,
-                                         max_position_embeddings=128, bos_token_id=0, eos_token_id=1,
-                                         pad_token_id=2))
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=512, intermediate_size=1376, num_attention_heads=8,
+                                         num_key_value_heads=8, max_position_embeddings=128, bos_token_id=0,
+                                         eos_token_id=1, pad_token_id=2, **config))
     model.save_pretrained(d)
     for f in (workdir / "llama").iterdir():
         if f.name.startswith("tokenizer") or f.name == "special_tokens_map.json":
             (d / f.name).write_bytes(f.read_bytes())
     return d, model.num_parameters(), len(list(model.parameters()))
+
+
+@pytest.fixture(scope="module")
+def medium_llama(workdir):
+    """A 21M-parameter llama with the small tokenizer: (folder, parameters, tensors)."""
+    return random_llama(workdir, "mem-model", vocab_size=8000, num_hidden_layers=4)
 
 
 def test_memory_per_tier_is_what_the_chunks_hold(workdir, medium_llama):
@@ -442,17 +447,7 @@ def run_inside_budget(path, budget):
 def deep_llama(workdir):
     """A 40M-parameter llama of twelve narrow layers (the largest tensor 2.8 MB): parameter chunks
     of 4 MiB make the four cached ones a small share of the 160 MB of fp32 weights."""
-    d = workdir / "deep-model"
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=2000, hidden_size=512, intermediate_size=1376,
-                                         num_hidden_layers=12, num_attention_heads=8, num_key_value_heads=8,
-                                         max_position_embeddings=128, bos_token_id=0, eos_token_id=1,
-                                         pad_token_id=2))
-    model.save_pretrained(d)
-    for f in (workdir / "llama").iterdir():
-        if f.name.startswith("tokenizer") or f.name == "special_tokens_map.json":
-            (d / f.name).write_bytes(f.read_bytes())
-    return d, model.num_parameters(), len(list(model.parameters()))
+    return random_llama(workdir, "deep-model", vocab_size=2000, num_hidden_layers=12)
 
 
 def test_parameters_on_disk_fit_a_budget_the_optimizer_offload_cannot(workdir, deep_llama):
