@@ -368,6 +368,28 @@ class StudioTest : public QObject {
     *cli = candidate;
   }
 
+  // `window`'s wizard at the hardware step for 20 steps of full fine-tuning of the tiny Llama
+  // (max length 32), once its plan is in; the caller checks QTest::currentTestFailed() after.
+  void open_full_fine_tuning_plan(MainWindow& window) {
+    window.resize(1280, 900);
+    window.show();
+    window.show_page(MainWindow::NewFineTune);
+    FineTuneWizard* wizard = window.wizard();
+    QTRY_VERIFY_WITH_TIMEOUT(window.cli_probe()->finished(), 20000);
+    QVERIFY(wizard->hardware_step_available());
+    wizard->model_page()->choose_folder(model_);
+    wizard->dataset_page()->max_length()->setValue(32);
+    wizard->dataset_page()->choose_file(dataset_);
+    wizard->method_page()->set_method("full");
+    wizard->method_page()->set_steps(20);
+    QTRY_VERIFY_WITH_TIMEOUT(wizard->missing().isEmpty(), 30000);
+    wizard->go_to(FineTuneWizard::HardwareStep);
+    HardwarePage* hw = wizard->hardware_page();
+    QTRY_VERIFY_WITH_TIMEOUT(hw->has_plan() && !hw->busy() && hw->plan_is_for(wizard->build_spec()),
+                             120000);
+    QVERIFY(hw->fits());
+  }
+
  private Q_SLOTS:
   void initTestCase() {
     QVERIFY(tmp_.isValid());
@@ -1522,23 +1544,10 @@ class StudioTest : public QObject {
     if (cli.isEmpty()) QSKIP("no tessera-cli here has `profile` and `plan`");
     QSettings().setValue("paths/cli", cli);
     MainWindow window(store_.get());
-    window.resize(1280, 900);
-    window.show();
-    window.show_page(MainWindow::NewFineTune);
+    open_full_fine_tuning_plan(window);
+    if (QTest::currentTestFailed()) return;
     FineTuneWizard* wizard = window.wizard();
-    QTRY_VERIFY_WITH_TIMEOUT(window.cli_probe()->finished(), 20000);
-    QVERIFY(wizard->hardware_step_available());
-    wizard->model_page()->choose_folder(model_);
-    wizard->dataset_page()->max_length()->setValue(32);
-    wizard->dataset_page()->choose_file(dataset_);
-    wizard->method_page()->set_method("full");
-    wizard->method_page()->set_steps(20);
-    QTRY_VERIFY_WITH_TIMEOUT(wizard->missing().isEmpty(), 30000);
-    wizard->go_to(FineTuneWizard::HardwareStep);
     HardwarePage* hw = wizard->hardware_page();
-    QTRY_VERIFY_WITH_TIMEOUT(hw->has_plan() && !hw->busy() && hw->plan_is_for(wizard->build_spec()),
-                             120000);
-    QVERIFY(hw->fits());
     if (!hw->shown_tiers().contains("host")) QSKIP("the plan is for a GPU here, not the CPU");
 
     // The planner's own choice: nothing on disk, no disk bar, the slider at 0% (auto).
@@ -1632,23 +1641,10 @@ class StudioTest : public QObject {
     if (cli.isEmpty()) QSKIP("no tessera-cli here has `profile` and `plan`");
     QSettings().setValue("paths/cli", cli);
     MainWindow window(store_.get());
-    window.resize(1280, 900);
-    window.show();
-    window.show_page(MainWindow::NewFineTune);
+    open_full_fine_tuning_plan(window);
+    if (QTest::currentTestFailed()) return;
     FineTuneWizard* wizard = window.wizard();
-    QTRY_VERIFY_WITH_TIMEOUT(window.cli_probe()->finished(), 20000);
-    QVERIFY(wizard->hardware_step_available());
-    wizard->model_page()->choose_folder(model_);
-    wizard->dataset_page()->max_length()->setValue(32);
-    wizard->dataset_page()->choose_file(dataset_);
-    wizard->method_page()->set_method("full");
-    wizard->method_page()->set_steps(20);
-    QTRY_VERIFY_WITH_TIMEOUT(wizard->missing().isEmpty(), 30000);
-    wizard->go_to(FineTuneWizard::HardwareStep);
     HardwarePage* hw = wizard->hardware_page();
-    QTRY_VERIFY_WITH_TIMEOUT(hw->has_plan() && !hw->busy() && hw->plan_is_for(wizard->build_spec()),
-                             120000);
-    QVERIFY(hw->fits());
     if (!hw->shown_tiers().contains("host")) QSKIP("the plan is for a GPU here, not the CPU");
 
     // The planner's own choice: everything in RAM, both sliders at 0% (auto).
