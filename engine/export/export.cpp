@@ -187,11 +187,20 @@ std::uint64_t parse_size(const std::string& text) {
   return static_cast<std::uint64_t>(bytes);
 }
 
+namespace {
+
+// A weight as the export writes it: contiguous, on the CPU, in `dtype`.
+torch::Tensor as_written(const torch::Tensor& value, torch::Dtype dtype) {
+  return value.detach().to(torch::kCPU, dtype).contiguous();
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, torch::Tensor>> export_tensors(model::PretrainedModel& model,
                                                                   torch::Dtype dtype) {
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto& item : model.named_parameters())
-    out.emplace_back(item.key(), item.value().detach().to(torch::kCPU, dtype).contiguous());
+    out.emplace_back(item.key(), as_written(item.value(), dtype));
   return out;
 }
 
@@ -400,7 +409,7 @@ ExportReport export_streamed(model::PretrainedModel& model, const WeightSource& 
     report(options, "converting and writing " + std::to_string(count) + " tensors as " +
                         result.dtype + ", one at a time");
     weights([&](const std::string& name, const torch::Tensor& value) {
-      const torch::Tensor t = value.detach().to(torch::kCPU, options.dtype).contiguous();
+      const torch::Tensor t = as_written(value, options.dtype);
       writer.write(name, {static_cast<const std::uint8_t*>(t.data_ptr()), t.nbytes()});
       result.weight_bytes += t.nbytes();
     });
@@ -417,7 +426,7 @@ ExportReport export_streamed(model::PretrainedModel& model, const WeightSource& 
     r.passed = true;
     std::size_t seen = 0;
     weights([&](const std::string& name, const torch::Tensor& value) {
-      const torch::Tensor expected = value.detach().to(torch::kCPU, options.dtype).contiguous();
+      const torch::Tensor expected = as_written(value, options.dtype);
       ++seen;
       if (!written.contains(name)) {
         r.passed = false;

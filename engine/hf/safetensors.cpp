@@ -235,14 +235,29 @@ TensorInfo parse_tensor_entry(const std::string& file, const std::string& name, 
   return info;
 }
 
+// A name beside `path` for the temporary file it is written through, unique to this process
+// and this call.
+fs::path temporary_path(const fs::path& path) {
+  std::random_device rd;
+  fs::path tmp = path;
+  tmp += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(rd());
+  return tmp;
+}
+
+// The index of a sharded save: every tensor's shard, and the totals transformers writes.
+void write_shard_index(const fs::path& index_path, const json& weight_map, std::uint64_t parameters,
+                       std::uint64_t total_bytes) {
+  json index = {{"metadata", {{"total_parameters", parameters}, {"total_size", total_bytes}}},
+                {"weight_map", weight_map}};
+  core::write_file_atomic(index_path, index.dump(2) + "\n");
+}
+
 // Writes a file atomically from several buffers without joining them in memory; calls
 // `after_part(i)` once part i is written (so a caller can release its memory).
 void write_buffers_atomic(const fs::path& path,
                           const std::vector<std::span<const std::uint8_t>>& parts,
                           const std::function<void(std::size_t)>& after_part = {}) {
-  std::random_device rd;
-  fs::path tmp = path;
-  tmp += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(rd());
+  const fs::path tmp = temporary_path(path);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     throw_io(path.string() + ": cannot create temporary file: " + std::strerror(errno),
@@ -901,9 +916,7 @@ std::vector<fs::path> write_safetensors_sharded(const fs::path& dir,
     for (const auto& t : groups[i]) weight_map[t.name] = fname;
     written.push_back(dir / fname);
   }
-  json index = {{"metadata", {{"total_parameters", parameters}, {"total_size", total}}},
-                {"weight_map", weight_map}};
-  core::write_file_atomic(index_path, index.dump(2) + "\n");
+  write_shard_index(index_path, weight_map, parameters, total);
   written.push_back(index_path);
   fs::remove(single, ec);
   remove_stale(std::set<fs::path>(written.begin(), written.end()));
@@ -942,12 +955,24 @@ struct StreamingSafetensorsWriter::State {
     std::vector<TensorToWrite> tensors;
     FileLayout layout;
   };
+  struct Slot {
+    std::size_t shard = 0;
+    std::size_t index = 0;  // in the shard's tensors
+    bool written = false;
+  };
+  // Until finish() renamed them, the temporaries go with the writer (or a constructor that
+  // failed half-way).
+  ~State() {
+    if (finished) return;
+    for (Shard& shard : shards) {
+      if (shard.fd >= 0) ::close(shard.fd);
+      ::unlink(shard.tmp.c_str());
+    }
+  }
   fs::path dir;
   std::string base_name;
   std::vector<Shard> shards;
-  std::map<std::string, std::pair<std::size_t, std::size_t>> slot;  // name → shard, tensor
-  std::vector<bool> written;                                        // by shard-major tensor order
-  std::vector<std::size_t> first_of_shard;
+  std::map<std::string, Slot> slot;  // by tensor name
   std::uint64_t total = 0;
   std::uint64_t parameters = 0;
   bool finished = false;
@@ -963,13 +988,12 @@ StreamingSafetensorsWriter::StreamingSafetensorsWriter(
   st.dir = dir;
   st.base_name = base_name;
   const auto groups = group_into_shards(tensors, max_shard_bytes);
-  std::random_device rd;
   for (std::size_t g = 0; g < groups.size(); ++g) {
     State::Shard shard;
     shard.path = dir / (groups.size() == 1 ? base_name + kSafetensorsSuffix
                                            : shard_name(base_name, g + 1, groups.size()));
     for (std::size_t i : groups[g]) {
-      st.slot[tensors[i].name] = {g, shard.tensors.size()};
+      st.slot[tensors[i].name] = {g, shard.tensors.size(), false};
       const std::uint64_t n = *byte_length(tensors[i].dtype, tensors[i].shape);
       st.total += n;
       st.parameters += n / dtype_size(tensors[i].dtype);
@@ -977,10 +1001,7 @@ StreamingSafetensorsWriter::StreamingSafetensorsWriter(
     }
     shard.layout = lay_out_file(shard.path, shard.tensors, metadata, /*check_bytes=*/false);
     shard.data_start = 8 + shard.layout.header.size();
-    shard.tmp = shard.path;
-    shard.tmp += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(rd());
-    st.first_of_shard.push_back(st.written.size());
-    st.written.resize(st.written.size() + shard.tensors.size(), false);
+    shard.tmp = temporary_path(shard.path);
     st.shards.push_back(std::move(shard));
   }
   for (State::Shard& shard : st.shards) {
@@ -996,13 +1017,7 @@ StreamingSafetensorsWriter::StreamingSafetensorsWriter(
   }
 }
 
-StreamingSafetensorsWriter::~StreamingSafetensorsWriter() {
-  if (!state_ || state_->finished) return;
-  for (State::Shard& shard : state_->shards) {
-    if (shard.fd >= 0) ::close(shard.fd);
-    ::unlink(shard.tmp.c_str());
-  }
-}
+StreamingSafetensorsWriter::~StreamingSafetensorsWriter() = default;
 
 void StreamingSafetensorsWriter::write(const std::string& name,
                                        std::span<const std::uint8_t> bytes) {
@@ -1010,25 +1025,24 @@ void StreamingSafetensorsWriter::write(const std::string& name,
   auto it = st.slot.find(name);
   if (it == st.slot.end())
     throw_invalid(st.dir.string() + ": tensor " + quote_name(name) + " is not in the layout");
-  const auto [g, i] = it->second;
-  const State::Shard& shard = st.shards[g];
-  const TensorToWrite& t = shard.tensors[i];
+  State::Slot& slot = it->second;
+  const State::Shard& shard = st.shards[slot.shard];
+  const TensorToWrite& t = shard.tensors[slot.index];
   const std::uint64_t expected = *byte_length(t.dtype, t.shape);
   if (bytes.size() != expected)
     throw_invalid(shard.path.string() + ": tensor " + quote_name(name) + ": " +
                   dtype_name(t.dtype) + " x " + shape_text(t.shape) + " needs " +
                   std::to_string(expected) + " bytes, got " + std::to_string(bytes.size()));
-  write_at(shard.fd, shard.path, shard.data_start + shard.layout.offsets[i], bytes);
-  st.written[st.first_of_shard[g] + i] = true;
+  write_at(shard.fd, shard.path, shard.data_start + shard.layout.offsets[slot.index], bytes);
+  slot.written = true;
 }
 
 std::vector<fs::path> StreamingSafetensorsWriter::finish() {
   State& st = *state_;
-  for (std::size_t g = 0; g < st.shards.size(); ++g)
-    for (std::size_t i = 0; i < st.shards[g].tensors.size(); ++i)
-      if (!st.written[st.first_of_shard[g] + i])
-        throw_invalid(st.shards[g].path.string() + ": tensor " +
-                      quote_name(st.shards[g].tensors[i].name) + " was never written");
+  for (const auto& [name, slot] : st.slot)
+    if (!slot.written)
+      throw_invalid(st.shards[slot.shard].path.string() + ": tensor " + quote_name(name) +
+                    " was never written");
   std::vector<fs::path> out;
   json weight_map = json::object();
   for (State::Shard& shard : st.shards) {
@@ -1046,9 +1060,7 @@ std::vector<fs::path> StreamingSafetensorsWriter::finish() {
   if (st.shards.size() > 1) {
     // The index last, so a reader never sees an index naming missing shards.
     const fs::path index_path = st.dir / (st.base_name + kIndexSuffix);
-    json index = {{"metadata", {{"total_parameters", st.parameters}, {"total_size", st.total}}},
-                  {"weight_map", weight_map}};
-    core::write_file_atomic(index_path, index.dump(2) + "\n");
+    write_shard_index(index_path, weight_map, st.parameters, st.total);
     out.push_back(index_path);
   }
   st.finished = true;

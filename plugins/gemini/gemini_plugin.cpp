@@ -141,7 +141,6 @@ struct OptimChunk {
 struct ParamChunk {
   torch::Tensor storage;
   bool on_disk = false;
-  bool stays_in_memory = false;  // holds adapters or tensors no block fetches: never on disk
   std::size_t region = 0;
   bool resident = true;
   bool dirty = false;     // changed since it was last written to its region
@@ -928,9 +927,12 @@ class GeminiPlugin : public train::Plugin {
     for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
     const memory::ChunkLayout layout = layout_for(all, element_bytes());
     param_chunks_.resize(layout.chunks.size());
-    for (std::size_t c = 0; c < layout.chunks.size(); ++c)
-      for (const memory::ChunkSlot& slot : layout.chunks[c].slots)
-        if (!fetched[slot.tensor]) param_chunks_[c].stays_in_memory = true;
+    // A chunk holding adapters, or a tensor no block fetches, never goes to disk.
+    const auto stays_in_memory = [&](std::size_t c) {
+      const auto& slots = layout.chunks[c].slots;
+      return std::any_of(slots.begin(), slots.end(),
+                         [&](const memory::ChunkSlot& slot) { return !fetched[slot.tensor]; });
+    };
     // Static placement: the last chunks (by bytes) go to disk, as close to the fraction as whole
     // chunks allow; they are the first ones backward needs, while still cached from forward.
     double total = 0.0;
@@ -940,7 +942,7 @@ class GeminiPlugin : public train::Plugin {
     for (std::size_t c = layout.chunks.size(); c-- > 0;) {
       const double elements = static_cast<double>(layout.chunks[c].capacity);
       if (offloaded + elements / 2.0 > target) break;
-      if (param_chunks_[c].stays_in_memory) continue;
+      if (stays_in_memory(c)) continue;
       param_chunks_[c].on_disk = true;
       offloaded += elements;
     }

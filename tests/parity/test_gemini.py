@@ -72,7 +72,9 @@ def workdir(tmp_path_factory):
 
 
 def spec_for(workdir, family, name, strategy, options=None, method="full", precision="fp32", steps=STEPS,
-             extra=()):
+             extra=(), training=None):
+    """The job `tessera-cli finetune` writes, with weight decay and warm-up on, the strategy and
+    `training` (a dict of job-spec training fields) over it; saved as `name`.json."""
     args = ["finetune", "--model", workdir / family, "--data", workdir / "text.jsonl", "--format", "text",
             "--max-length", 32, "--batch-size", 4, "--steps", steps, "--lr", 3e-3, "--method", method,
             "--precision", precision, "--out", workdir / name, *extra, "--print-job"]
@@ -81,6 +83,7 @@ def spec_for(workdir, family, name, strategy, options=None, method="full", preci
     spec = json.loads(r.stdout)
     spec["training"]["weight_decay"] = 0.1
     spec["training"]["warmup_steps"] = 2
+    spec["training"].update(training or {})
     spec["strategy"] = {"name": strategy, "options": options or {}}
     path = workdir / f"{name}.json"
     path.write_text(json.dumps(spec))
@@ -139,13 +142,8 @@ def test_parameters_on_disk_with_recomputation_and_accumulation(workdir, method)
     reads chunks back and writes the updated ones every step with at most the cache's four
     chunks in memory between steps; LoRA never writes its frozen base back."""
     def spec(name, strategy, options):
-        path = spec_for(workdir, "llama", name, strategy, options, method=method, steps=6)
-        s = json.loads(path.read_text())
-        s["training"]["gradient_accumulation"] = 2
-        s["training"]["batch_size"] = 2
-        s["training"]["activation_checkpointing"] = True
-        path.write_text(json.dumps(s))
-        return path
+        return spec_for(workdir, "llama", name, strategy, options, method=method, steps=6,
+                        training={"gradient_accumulation": 2, "batch_size": 2, "activation_checkpointing": True})
 
     reference, _ = run(spec(f"params-{method}-single", "single", {}))
     losses, events = run(spec(f"params-{method}-gemini", "gemini",
@@ -189,12 +187,8 @@ def test_gradient_accumulation_through_disk_gradient_chunks(workdir, precision):
     tensors get no gradient in a micro-batch is written back partly filled; the losses still equal
     `single`'s."""
     def spec(name, strategy, options):
-        path = spec_for(workdir, "llama", name, strategy, options, precision=precision, steps=6)
-        s = json.loads(path.read_text())
-        s["training"]["gradient_accumulation"] = 3
-        s["training"]["batch_size"] = 2
-        path.write_text(json.dumps(s))
-        return path
+        return spec_for(workdir, "llama", name, strategy, options, precision=precision, steps=6,
+                        training={"gradient_accumulation": 3, "batch_size": 2})
 
     reference, _ = run(spec(f"accum-{precision}-single", "single", {}))
     losses, events = run(spec(f"accum-{precision}-gemini", "gemini",
