@@ -1,0 +1,34 @@
+#pragma once
+// Where the Hub is and who we are, read from the environment the way huggingface_hub reads it,
+// so both tools share one cache and one token:
+//   cache folder  HF_HUB_CACHE, else HUGGINGFACE_HUB_CACHE, else $HF_HOME/hub
+//   HF_HOME       else $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface
+//   token         HF_TOKEN, else the file HF_TOKEN_PATH, else $HF_HOME/token
+//   endpoint      HF_ENDPOINT, else the public Hub
+//   offline       HF_HUB_OFFLINE (1/true/yes/on)
+#include <filesystem>
+#include <string>
+
+namespace tessera::hf::hub {
+
+struct Settings {
+  std::string endpoint;              // scheme://host[:port][/prefix], no trailing '/'
+  std::filesystem::path cache_dir;   // the hub cache (models--*, datasets--*, .locks)
+  std::filesystem::path token_path;  // the token file huggingface_hub's login writes
+  std::string token;                 // empty: anonymous. Never logged or printed.
+  bool offline = false;
+
+  static Settings from_environment();
+};
+
+// Writes `token` to `path` (mode 0600, temporary file + fsync + rename), creating the folder.
+void save_token(const std::filesystem::path& path, const std::string& token);
+
+// Removes the token file; false when there was none.
+bool remove_token(const std::filesystem::path& path);
+
+// The token with surrounding whitespace removed; throws InvalidInput when it is empty or holds
+// characters an HTTP header cannot carry (the token itself is never part of the message).
+std::string clean_token(const std::string& token);
+
+}  // namespace tessera::hf::hub
