@@ -20,7 +20,7 @@ log() { printf '[bootstrap] %s\n' "$*" >&2; }
 DEB_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   qt6-base-dev qt6-base-dev-tools qt6-charts-dev libqt6sql6-sqlite libqt6opengl6-dev
-  libgl-dev libsqlite3-dev libcurl4-openssl-dev nlohmann-json3-dev liburing-dev
+  libgl-dev libsqlite3-dev libcurl4-openssl-dev libssl-dev nlohmann-json3-dev liburing-dev
   qtkeychain-qt6-dev libpcre2-dev libicu-dev clang-format
 )
 
