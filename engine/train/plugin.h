@@ -25,6 +25,7 @@ namespace tessera::train {
 
 using optim::NamedTensor;
 
+// The float32 masters and loss scaling every plugin shares are train/mixed_precision.h.
 // fp32: everything in float32. bf16: parameters (and so activations) in bfloat16, float32
 // master copies of the trainable parameters, float32 gradients for the update and float32
 // optimizer state. fp16: like bf16 with dynamic loss scaling; CUDA only.
@@ -32,7 +33,19 @@ enum class Precision { Fp32, Bf16, Fp16 };
 Precision precision_from_name(const std::string& name);  // fp32|bf16|fp16 (and long forms)
 const char* precision_name(Precision precision);
 
+// Where this process stands among the job's processes: data parallelism gives each rank a share
+// of the batch (and ZeRO a share of the state); tensor and pipeline parallelism add their
+// groups here. One process today: rank 0 of 1, and every plugin refuses more.
+struct ProcessContext {
+  int rank = 0;
+  int world_size = 1;
+};
+
+// Throws Unsupported unless `process` is one process (plugins that do not distribute yet).
+void require_one_process(const ProcessContext& process, const std::string& plugin);
+
 struct PluginOptions {
+  ProcessContext process;
   Precision precision = Precision::Fp32;
   optim::AdamWOptions adamw;
   std::string device = "auto";  // auto | cpu | cuda (the job spec's strategy.options.device)
@@ -83,6 +96,8 @@ class Plugin {
   virtual bool reads_deferred_weights() const { return false; }
   virtual torch::Device device() const = 0;
   virtual torch::Dtype compute_dtype() const = 0;
+  // The context prepare() was given.
+  virtual const ProcessContext& process() const = 0;
 
   // Backward of `loss` × multiplier (1 / accumulation steps), times the loss scale for fp16.
   // `last_micro_batch`: no other backward comes before step(), so the gradients are final

@@ -1,4 +1,4 @@
-// Precision names of the job spec and checkpoints (train/plugin.h).
+// Precision names of the job spec and checkpoints, and the process check (train/plugin.h).
 #include "core/error.h"
 #include "train/plugin.h"
 
@@ -21,6 +21,16 @@ const char* precision_name(Precision precision) {
       return "fp16";
   }
   return "unknown";
+}
+
+void require_one_process(const ProcessContext& process, const std::string& plugin) {
+  if (process.world_size < 1 || process.rank < 0 || process.rank >= process.world_size)
+    throw_invalid("strategy " + plugin + ": rank " + std::to_string(process.rank) + " of " +
+                  std::to_string(process.world_size) + " processes is not a place in the job");
+  if (process.world_size != 1)
+    throw_unsupported("strategy " + plugin + " runs in one process; " +
+                          std::to_string(process.world_size) + " processes are not supported yet",
+                      "run one process, or a data-parallel strategy once it exists");
 }
 
 }  // namespace tessera::train

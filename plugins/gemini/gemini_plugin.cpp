@@ -23,6 +23,7 @@
 #include "model/layers.h"
 #include "optim/clip.h"
 #include "optim/cpu_adam.h"
+#include "train/mixed_precision.h"
 #include "train/param_groups.h"
 #include "train/plugin_registry.h"
 
@@ -198,15 +199,14 @@ class GeminiPlugin : public train::Plugin {
 
   void prepare(model::PretrainedModel& model, std::vector<NamedTensor> trainable,
                const train::PluginOptions& options) override {
-    precision_ = options.precision;
+    require_one_process(options.process, name());
+    process_ = options.process;
     adamw_ = options.adamw;
     if (options.device == "cuda" || (options.device == "auto" && torch::cuda::is_available()))
       throw_unsupported("strategy gemini: CUDA devices are not supported yet",
                         "use strategy.options.device \"cpu\", or strategy single on the GPU");
-    if (precision_ == Precision::Fp16)
-      throw_unsupported("precision fp16 is not supported on the CPU yet",
-                        "use bf16 (or fp32) on the CPU; fp16 with loss scaling needs CUDA");
-    dtype_ = precision_ == Precision::Bf16 ? torch::kBFloat16 : torch::kFloat32;
+    precision_.emplace(options.precision, torch::kCPU);
+    dtype_ = precision_->compute_dtype();
     gemini_ = parse_options(options);
     deferred_ = options.deferred_weights.get();
     torch::NoGradGuard no_grad;
@@ -268,12 +268,13 @@ class GeminiPlugin : public train::Plugin {
 
   torch::Device device() const override { return torch::kCPU; }
   torch::Dtype compute_dtype() const override { return dtype_; }
+  const train::ProcessContext& process() const override { return process_; }
 
   void backward(const torch::Tensor& loss, double multiplier, bool last_micro_batch) override {
     for (std::size_t i : trainable_order_)
       memory::transition(entries_[i].state, TensorState::Computing, entries_[i].name);
     last_micro_batch_ = last_micro_batch;
-    (loss * multiplier).backward();
+    (loss * precision_->backward_multiplier(multiplier)).backward();
     // Chunks on disk whose tensors did not all get a gradient go out now.
     for (OptimChunk& c : optim_chunks_) {
       if (c.on_disk && c.grads && !c.grads_on_disk) write_back_gradients(c);
@@ -310,7 +311,7 @@ class GeminiPlugin : public train::Plugin {
     e.has_grad = true;
     tensor.mutable_grad() = torch::Tensor();
     // The norm as `single` takes it from its float32 master gradient.
-    if (last_micro_batch_) e.grad_norm = slot.to(torch::kFloat32).norm(2.0).to(torch::kFloat32);
+    if (last_micro_batch_) e.grad_norm = precision_->master_gradient(slot).norm(2.0);
     if (c.on_disk && ++c.grads_this_backward == c.entries.size()) write_back_gradients(c);
   }
 
@@ -349,9 +350,32 @@ class GeminiPlugin : public train::Plugin {
     StepStats stats;
     stats.grad_norm = total.item<double>();
     const std::optional<torch::Tensor> coef = optim::clip_coefficient(total, max_grad_norm);
-    ++steps_;
+    stats.applied = precision_->accept_step(stats.grad_norm);
+    if (stats.applied) update(lr, coef);
+    for (OptimChunk& chunk : optim_chunks_) {  // a skipped step's gradients go unused
+      if (chunk.grad_write.valid()) finish_gradient_write(chunk, false);
+      chunk.grads = memory::AlignedBuffer();
+      chunk.grads_on_disk = false;
+    }
+    for (std::size_t i : trainable_order_) {
+      Entry& e = entries_[i];
+      e.has_grad = false;
+      e.grad = torch::Tensor();
+      e.grad_norm = torch::Tensor();
+      memory::transition(e.state, TensorState::Held, e.name);
+    }
+    pinned_.clear();
+    while (!parameter_writes_.empty()) finish_parameter_write(parameter_writes_.front());
+    if (tracing_ && gemini_.auto_placement) size_cache_to_budget();
+    tracing_ = false;  // the first step's order of chunk uses is the order of every later one
+    return stats;
+  }
 
-    // Then the update, chunk by chunk (with its gradient chunk when on disk): each gradient is
+  // AdamW at `lr` on every tensor that has a gradient, its gradient multiplied by `coef`
+  // (clipping).
+  void update(double lr, const std::optional<torch::Tensor>& coef) {
+    ++steps_;
+    // Chunk by chunk (with its gradient chunk when on disk): each gradient is
     // widened (bf16) and clipped in turn, so no more than one float32 copy exists at a time.
     for_each_optimizer_chunk(true, [&](OptimChunk& chunk) {
       float* base = static_cast<float*>(chunk.host.data());
@@ -359,7 +383,8 @@ class GeminiPlugin : public train::Plugin {
         Entry& e = entries_[i];
         if (!e.has_grad) continue;  // no gradient: no update, as torch does
         torch::Tensor g =
-            (chunk.on_disk ? gradient_view(chunk, e) : e.grad).to(torch::kFloat32).contiguous();
+            precision_->master_gradient(chunk.on_disk ? gradient_view(chunk, e) : e.grad)
+                .contiguous();
         if (coef) g.mul_(*coef);
         use_parameter_chunks({e.param_chunk});
         param_chunks_[e.param_chunk].dirty = true;
@@ -383,18 +408,6 @@ class GeminiPlugin : public train::Plugin {
       chunk.grads = memory::AlignedBuffer();
       chunk.grads_on_disk = false;
     });
-    for (std::size_t i : trainable_order_) {
-      Entry& e = entries_[i];
-      e.has_grad = false;
-      e.grad = torch::Tensor();
-      e.grad_norm = torch::Tensor();
-      memory::transition(e.state, TensorState::Held, e.name);
-    }
-    pinned_.clear();
-    while (!parameter_writes_.empty()) finish_parameter_write(parameter_writes_.front());
-    if (tracing_ && gemini_.auto_placement) size_cache_to_budget();
-    tracing_ = false;  // the first step's order of chunk uses is the order of every later one
-    return stats;
   }
 
   MemoryByCategory memory() const override {
@@ -517,8 +530,9 @@ class GeminiPlugin : public train::Plugin {
   }
 
   nlohmann::json state_json() const override {
-    // The keys of `single`, so checkpoints move between the two plugins.
-    return {{"optimizer_steps", steps_}, {"loss_scale", 1.0}, {"loss_scale_good_steps", 0}};
+    nlohmann::json state = {{"optimizer_steps", steps_}};
+    precision_->write_state(state);
+    return state;
   }
 
   void load_state(const std::map<std::string, torch::Tensor>& weights,
@@ -580,6 +594,7 @@ class GeminiPlugin : public train::Plugin {
     if (optimizer_used != optimizer.size())
       throw_invalid(source + ": the optimizer state names tensors this run does not train",
                     "resume with the same model and method (full / LoRA and its targets)");
+    precision_->restore_state(state, source);
     try {
       steps_ = state.at("optimizer_steps").get<std::int64_t>();
     } catch (const nlohmann::json::exception& e) {
@@ -1076,7 +1091,8 @@ class GeminiPlugin : public train::Plugin {
         base, e.tensor.sizes(), [mapped](void*) {}, torch::kFloat32);
   }
 
-  Precision precision_ = Precision::Fp32;
+  train::ProcessContext process_;
+  std::optional<train::MixedPrecision> precision_;  // set by prepare()
   torch::Dtype dtype_ = torch::kFloat32;
   optim::AdamWOptions adamw_;
   GeminiOptions gemini_;

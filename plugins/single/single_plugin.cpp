@@ -1,12 +1,12 @@
 // The `single` plugin: one process, one device (CUDA device 0 when present, else the CPU).
 #include "plugins/single/single_plugin.h"
 
-#include <cmath>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
 #include "optim/clip.h"
-#include "optim/loss_scaler.h"
+#include "train/mixed_precision.h"
 #include "train/param_groups.h"
 #include "train/plugin_registry.h"
 
@@ -19,7 +19,8 @@ class SinglePlugin : public Plugin {
 
   void prepare(model::PretrainedModel& model, std::vector<NamedTensor> trainable,
                const PluginOptions& options) override {
-    precision_ = options.precision;
+    require_one_process(options.process, name());
+    process_ = options.process;
     if (options.device == "cuda" || (options.device == "auto" && torch::cuda::is_available())) {
       if (!torch::cuda::is_available())
         throw_unsupported("strategy.options.device: \"cuda\" but no CUDA device is present",
@@ -29,18 +30,11 @@ class SinglePlugin : public Plugin {
       throw_invalid("strategy.options.device: \"" + options.device + "\" is not a device",
                     "use auto, cpu or cuda");
     }
-    if (precision_ == Precision::Fp16 && device_.is_cpu())
-      throw_unsupported("precision fp16 is not supported on the CPU yet",
-                        "use bf16 (or fp32) on the CPU; fp16 with loss scaling needs CUDA");
-    dtype_ = precision_ == Precision::Fp32   ? torch::kFloat32
-             : precision_ == Precision::Bf16 ? torch::kBFloat16
-                                             : torch::kFloat16;
+    precision_.emplace(options.precision, device_);
+    dtype_ = precision_->compute_dtype();
     torch::NoGradGuard no_grad;
     // Masters first, from the loaded float32 (or wider) values, before anything is rounded.
-    if (dtype_ != torch::kFloat32)
-      for (const NamedTensor& t : trainable)
-        masters_.push_back(
-            {t.name, t.tensor.detach().to(device_, torch::kFloat32, false, /*copy=*/true)});
+    if (precision_->keeps_masters()) masters_ = precision_->make_masters(trainable, device_);
     std::set<const void*> trainable_impls;
     for (const NamedTensor& t : trainable) trainable_impls.insert(t.tensor.unsafeGetTensorImpl());
     for (auto& p : model.parameters())
@@ -52,13 +46,13 @@ class SinglePlugin : public Plugin {
       t.tensor.set_requires_grad(true);
     }
     params_ = std::move(trainable);
-    if (dtype_ == torch::kFloat32) masters_ = params_;
+    if (!precision_->keeps_masters()) masters_ = params_;
     // transformers' Trainer grouping: no weight decay for biases and norm weights.
     const std::vector<bool> decays = train::decays_weight(model, params_);
     optimizer_ = std::make_unique<optim::AdamW>(
         train::split_by_decay(masters_, decays, options.adamw.weight_decay), options.adamw);
     // In bf16 / fp16 the update writes the compute copy in the same pass (CPU) or right after.
-    if (dtype_ != torch::kFloat32) {
+    if (precision_->keeps_masters()) {
       std::map<std::string, torch::Tensor> copy_of;
       for (const NamedTensor& p : params_) copy_of[p.name] = p.tensor.detach();
       std::vector<torch::Tensor> copies;
@@ -75,30 +69,26 @@ class SinglePlugin : public Plugin {
 
   torch::Device device() const override { return device_; }
   torch::Dtype compute_dtype() const override { return dtype_; }
+  const ProcessContext& process() const override { return process_; }
 
   void backward(const torch::Tensor& loss, double multiplier, bool /*last_micro_batch*/) override {
-    const double scale = precision_ == Precision::Fp16 ? scaler_.scale() : 1.0;
-    (loss * (multiplier * scale)).backward();
+    (loss * precision_->backward_multiplier(multiplier)).backward();
   }
 
   StepStats step(double lr, double max_grad_norm) override {
     torch::NoGradGuard no_grad;
-    if (dtype_ != torch::kFloat32) {
+    if (precision_->keeps_masters()) {
       for (std::size_t i = 0; i < params_.size(); ++i) {
         const torch::Tensor& g = params_[i].tensor.grad();
-        masters_[i].tensor.mutable_grad() = g.defined() ? g.to(torch::kFloat32) : torch::Tensor();
+        masters_[i].tensor.mutable_grad() =
+            g.defined() ? precision_->master_gradient(g) : torch::Tensor();
       }
     }
     std::vector<torch::Tensor> masters;
     for (const NamedTensor& m : masters_) masters.push_back(m.tensor);
     StepStats stats;
-    if (precision_ == Precision::Fp16) {
-      for (torch::Tensor& m : masters)
-        if (m.grad().defined()) m.mutable_grad().div_(scaler_.scale());
-    }
     stats.grad_norm = optim::clip_grad_norm(masters, max_grad_norm);
-    if (precision_ == Precision::Fp16)
-      stats.applied = scaler_.update(std::isfinite(stats.grad_norm));
+    stats.applied = precision_->accept_step(stats.grad_norm);
     if (stats.applied) {
       optimizer_->step(lr);
     }
@@ -115,9 +105,9 @@ class SinglePlugin : public Plugin {
       if (p.tensor.grad().defined())
         m.gradients += static_cast<std::uint64_t>(p.tensor.grad().nbytes());
     for (const NamedTensor& t : masters_)
-      if (dtype_ != torch::kFloat32 && t.tensor.grad().defined())
+      if (precision_->keeps_masters() && t.tensor.grad().defined())
         m.gradients += static_cast<std::uint64_t>(t.tensor.grad().nbytes());
-    if (dtype_ != torch::kFloat32)
+    if (precision_->keeps_masters())
       for (const NamedTensor& t : masters_)
         m.weights += static_cast<std::uint64_t>(t.tensor.nbytes());
     m.optimizer = optimizer_ ? optimizer_->state_bytes() : 0;
@@ -126,15 +116,15 @@ class SinglePlugin : public Plugin {
 
   void release_training_state() override {
     optimizer_.reset();
-    if (dtype_ != torch::kFloat32) masters_.clear();
+    if (precision_->keeps_masters()) masters_.clear();
   }
 
   std::vector<NamedTensor> trainable_weights() const override { return masters_; }
   std::vector<NamedTensor> optimizer_state() const override { return optimizer_->state_tensors(); }
   nlohmann::json state_json() const override {
-    return {{"optimizer_steps", optimizer_->steps_taken()},
-            {"loss_scale", scaler_.scale()},
-            {"loss_scale_good_steps", scaler_.good_steps()}};
+    nlohmann::json state = {{"optimizer_steps", optimizer_->steps_taken()}};
+    precision_->write_state(state);
+    return state;
   }
 
   void load_state(const std::map<std::string, torch::Tensor>& weights,
@@ -151,16 +141,15 @@ class SinglePlugin : public Plugin {
                       c10::str(it->second.sizes()) + ", the model has " +
                       c10::str(masters_[i].tensor.sizes()));
       masters_[i].tensor.detach().copy_(it->second);
-      if (dtype_ != torch::kFloat32) params_[i].tensor.detach().copy_(masters_[i].tensor);
+      if (precision_->keeps_masters()) params_[i].tensor.detach().copy_(masters_[i].tensor);
     }
     if (weights.size() != masters_.size())
       throw_invalid(source + ": the checkpoint holds " + std::to_string(weights.size()) +
                         " weights but this run trains " + std::to_string(masters_.size()),
                     "resume with the same model and method (full / LoRA and its targets)");
+    precision_->restore_state(state, source);
     try {
       optimizer_->load_state(optimizer, state.at("optimizer_steps").get<std::int64_t>(), source);
-      scaler_.restore(state.at("loss_scale").get<double>(),
-                      state.at("loss_scale_good_steps").get<std::int64_t>());
     } catch (const nlohmann::json::exception& e) {
       throw_invalid(source + ": trainer_state.json: plugin state is invalid (" + e.what() + ")");
     }
@@ -173,13 +162,13 @@ class SinglePlugin : public Plugin {
     return false;
   }
 
-  Precision precision_ = Precision::Fp32;
+  ProcessContext process_;
+  std::optional<MixedPrecision> precision_;  // set by prepare()
   torch::Device device_ = torch::kCPU;
   torch::Dtype dtype_ = torch::kFloat32;
   std::vector<NamedTensor> params_;   // compute copies (what the model uses)
   std::vector<NamedTensor> masters_;  // float32 values the optimizer updates (= params_ in fp32)
   std::unique_ptr<optim::AdamW> optimizer_;
-  optim::DynamicLossScaler scaler_;
   std::uint64_t model_weight_bytes_ = 0;
 };
 

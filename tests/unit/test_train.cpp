@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -27,6 +28,7 @@
 #include "train/checkpoint.h"
 #include "train/example_batches.h"
 #include "train/lora.h"
+#include "train/mixed_precision.h"
 #include "train/plugin_registry.h"
 #include "train/trainer.h"
 
@@ -228,6 +230,72 @@ class TestTrain : public QObject {
     o.plugin = "zero";
     expect_error([&] { train::Trainer(tiny_llama(), o); }, ErrorKind::Unsupported,
                  "available plugins: gemini, single");
+  }
+
+  void every_plugin_runs_in_one_process_until_it_distributes() {
+    // The process context reaches each plugin; none of today's may be one rank of several.
+    for (const std::string& name : train::registered_plugins()) {
+      auto model = tiny_llama();
+      std::vector<train::NamedTensor> trainable;
+      for (const auto& item : model->named_parameters())
+        trainable.push_back({item.key(), item.value()});
+      train::PluginOptions options;
+      options.device = "cpu";
+      options.run_dir = fresh_dir("process-" + name);
+      options.process = {1, 2};
+      expect_error([&] { train::make_plugin(name)->prepare(*model, trainable, options); },
+                   ErrorKind::Unsupported, "2 processes are not supported yet");
+      options.process = {3, 2};
+      expect_error([&] { train::make_plugin(name)->prepare(*model, trainable, options); },
+                   ErrorKind::InvalidInput, "rank 3 of 2");
+      options.process = {};
+      auto plugin = train::make_plugin(name);
+      plugin->prepare(*model, trainable, options);
+      QCOMPARE(plugin->process().rank, 0);
+      QCOMPARE(plugin->process().world_size, 1);
+    }
+  }
+
+  void mixed_precision_makes_masters_and_scales_the_loss() {
+    train::MixedPrecision fp32(train::Precision::Fp32, torch::kCPU);
+    const torch::Tensor w = torch::randn({3, 4});
+    QVERIFY(!fp32.keeps_masters());
+    QCOMPARE(fp32.make_masters({{"w", w}}, torch::kCPU)[0].tensor.unsafeGetTensorImpl(),
+             w.unsafeGetTensorImpl());  // in fp32 the trained tensor is the master
+    QCOMPARE(fp32.backward_multiplier(0.25), 0.25);
+
+    train::MixedPrecision bf16(train::Precision::Bf16, torch::kCPU);
+    QCOMPARE(bf16.compute_dtype(), torch::kBFloat16);
+    const auto masters = bf16.make_masters({{"w", w}}, torch::kCPU);
+    QCOMPARE(masters[0].tensor.scalar_type(), torch::kFloat32);
+    QVERIFY(torch::equal(masters[0].tensor, w));
+    const torch::Tensor before = w.clone();
+    masters[0].tensor.add_(1.0);  // a copy: rounding the model to bf16 later cannot reach it
+    QVERIFY(torch::equal(w, before));
+    const torch::Tensor g = torch::randn({3, 4}).to(torch::kBFloat16);
+    QVERIFY(torch::equal(bf16.master_gradient(g), g.to(torch::kFloat32)));
+    QVERIFY(bf16.accept_step(std::nan("")));  // only fp16 skips steps
+
+    expect_error([] { train::MixedPrecision(train::Precision::Fp16, torch::kCPU); },
+                 ErrorKind::Unsupported, "fp16");
+    // The loss-scaling arithmetic needs no GPU: tensors stay on the CPU, the device only allows it.
+    train::MixedPrecision fp16(train::Precision::Fp16, torch::Device(torch::kCUDA, 0));
+    QCOMPARE(fp16.backward_multiplier(0.5), 0.5 * 65536.0);
+    const torch::Tensor scaled = torch::full({2}, 0.25 * 65536.0).to(torch::kFloat16);
+    QVERIFY(torch::equal(fp16.master_gradient(scaled), torch::full({2}, 0.25)));
+    QCOMPARE(scaled.to(torch::kFloat32)[0].item<double>(),
+             0.25 * 65536.0);  // not unscaled in place
+    QVERIFY(!fp16.accept_step(std::numeric_limits<double>::infinity()));
+    QVERIFY(fp16.accept_step(1.0));
+    nlohmann::json state;
+    fp16.write_state(state);
+    QCOMPARE(state.at("loss_scale").get<double>(), 32768.0);
+    QCOMPARE(state.at("loss_scale_good_steps").get<int>(), 1);
+    train::MixedPrecision resumed(train::Precision::Fp16, torch::Device(torch::kCUDA, 0));
+    resumed.restore_state(state, "checkpoint-7");
+    QCOMPARE(resumed.backward_multiplier(1.0), 32768.0);
+    expect_error([&] { resumed.restore_state(nlohmann::json::object(), "checkpoint-7"); },
+                 ErrorKind::InvalidInput, "checkpoint-7");
   }
 
   void schedules_match_transformers_values() {
