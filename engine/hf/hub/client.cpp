@@ -698,39 +698,42 @@ DownloadResult Client::download(const std::string& repo_id, const DownloadParams
   check_free_space(cache.dir() / "blobs", missing);
 
   Progress progress(params, total, static_cast<int>(selection.files.size()));
-  // Workers stop at the caller's cancel or at the first failure of another worker.
+  // After a failure no new file is started; files in flight finish (or stop at the caller's
+  // cancel), so the cache keeps all that could be completed.
   std::atomic<bool> stop{false};
-  DownloadParams worker_params = params;
-  worker_params.cancel = &stop;
   std::atomic<std::size_t> next{0};
-  std::atomic<int> finished{0};
   std::atomic<std::int64_t> received{0};
   std::mutex error_mutex;
   std::exception_ptr first_error;  // guarded by error_mutex
   auto worker = [&] {
     try {
       HttpSession session;
-      Downloader downloader(settings_, cache, repo.sha, worker_params, progress);
-      while (!stop.load()) {
+      Downloader downloader(settings_, cache, repo.sha, params, progress);
+      while (!stop.load() && !cancelled(params.cancel)) {
         const std::size_t i = next++;
         if (i >= selection.files.size()) break;
         received += downloader.fetch(session, selection.files[i]);
       }
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mutex);
-      if (!first_error) first_error = std::current_exception();
+      // A cancel reported by one file does not hide another file's real failure.
+      bool replace = !first_error;
+      if (!replace) {
+        try {
+          std::rethrow_exception(first_error);
+        } catch (const DownloadCancelled&) {
+          replace = true;
+        } catch (...) {
+        }
+      }
+      if (replace) first_error = std::current_exception();
       stop = true;
     }
-    ++finished;
   };
   const int threads = std::clamp<int>(
       params.parallel_files, 1, static_cast<int>(std::max<std::size_t>(1, selection.files.size())));
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
-  while (finished.load() < threads) {  // forwards the caller's cancel to the workers
-    if (cancelled(params.cancel)) stop = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
   for (auto& t : pool) t.join();
   if (first_error) std::rethrow_exception(first_error);
   if (cancelled(params.cancel)) throw DownloadCancelled("download of " + repo_id + " cancelled");
