@@ -126,9 +126,10 @@ class Plugin {
   }
   virtual void gather_weights() {}
 
-  // Checkpoint state. Trainable weights are the float32 masters.
-  virtual std::vector<NamedTensor> trainable_weights() const = 0;
-  virtual std::vector<NamedTensor> optimizer_state() const = 0;
+  // Checkpoint state. Trainable weights are the float32 masters. Not const: a plugin may first
+  // bring what it holds elsewhere up to date (gemini writes changed chunks back to their files).
+  virtual std::vector<NamedTensor> trainable_weights() = 0;
+  virtual std::vector<NamedTensor> optimizer_state() = 0;
   virtual nlohmann::json state_json() const = 0;  // optimizer step count, loss scale
   // Restores all three; `source` names the checkpoint folder in errors.
   virtual void load_state(const std::map<std::string, torch::Tensor>& weights,

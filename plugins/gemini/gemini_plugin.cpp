@@ -367,6 +367,7 @@ class GeminiPlugin : public train::Plugin {
     pinned_.clear();
     while (!parameter_writes_.empty()) finish_parameter_write(parameter_writes_.front());
     if (tracing_ && gemini_.auto_placement) size_cache_to_budget();
+    if (tracing_) index_trace();
     tracing_ = false;  // the first step's order of chunk uses is the order of every later one
     return stats;
   }
@@ -494,12 +495,12 @@ class GeminiPlugin : public train::Plugin {
     disk_.reset();
   }
 
-  std::vector<NamedTensor> trainable_weights() const override {
+  std::vector<NamedTensor> trainable_weights() override {
     std::vector<NamedTensor> out;
     if (dtype_ == torch::kFloat32) {
       // The parameter chunks hold the masters; those on disk are read from their files, once
       // every change has reached them.
-      const_cast<GeminiPlugin*>(this)->write_back_parameter_chunks();
+      write_back_parameter_chunks();
       for (std::size_t i : trainable_order_) {
         const Entry& e = entries_[i];
         const ParamChunk& chunk = param_chunks_[e.param_chunk];
@@ -516,7 +517,7 @@ class GeminiPlugin : public train::Plugin {
     return out;
   }
 
-  std::vector<NamedTensor> optimizer_state() const override {
+  std::vector<NamedTensor> optimizer_state() override {
     std::vector<NamedTensor> out;
     if (steps_ == 0) return out;  // as AdamW: no state before the first update
     for (std::size_t i : trainable_order_) {
@@ -787,11 +788,20 @@ class GeminiPlugin : public train::Plugin {
                             static_cast<std::size_t>(std::clamp(chunks, 0.0, double(on_disk))));
   }
 
-  // How far along the traced order chunk `c` is used next (the trace's length: never).
+  // How far along the traced order chunk `c` is used next (the trace's length: never): a binary
+  // search of its positions in the trace, so an eviction costs O(chunks × log uses), not a scan
+  // of the trace per candidate (a 7B model has hundreds of chunks).
   std::size_t uses_until_needed(std::size_t c) const {
-    for (std::size_t n = 0; n < trace_.size(); ++n)
-      if (trace_[(trace_cursor_ + n) % trace_.size()] == c) return n;
-    return trace_.size();
+    const std::vector<std::size_t>& positions = trace_positions_[c];
+    if (positions.empty()) return trace_.size();
+    auto next = std::lower_bound(positions.begin(), positions.end(), trace_cursor_);
+    if (next != positions.end()) return *next - trace_cursor_;
+    return positions.front() + trace_.size() - trace_cursor_;  // next time round
+  }
+
+  void index_trace() {
+    trace_positions_.assign(param_chunks_.size(), {});
+    for (std::size_t at = 0; at < trace_.size(); ++at) trace_positions_[trace_[at]].push_back(at);
   }
 
   void evict_parameter_chunk(std::size_t c) {
@@ -1111,6 +1121,7 @@ class GeminiPlugin : public train::Plugin {
   std::unordered_map<const torch::nn::Module*, std::vector<std::size_t>> block_chunks_;
   std::vector<std::size_t> pinned_;  // chunks the block computing now uses: never evicted
   std::vector<std::size_t> trace_;   // chunks on disk in the order the first step used them
+  std::vector<std::vector<std::size_t>> trace_positions_;  // per chunk: where trace_ has it
   std::size_t trace_cursor_ = 0;
   bool tracing_ = true;
   std::uint64_t use_clock_ = 0;

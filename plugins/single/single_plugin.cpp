@@ -119,8 +119,8 @@ class SinglePlugin : public Plugin {
     if (precision_->keeps_masters()) masters_.clear();
   }
 
-  std::vector<NamedTensor> trainable_weights() const override { return masters_; }
-  std::vector<NamedTensor> optimizer_state() const override { return optimizer_->state_tensors(); }
+  std::vector<NamedTensor> trainable_weights() override { return masters_; }
+  std::vector<NamedTensor> optimizer_state() override { return optimizer_->state_tensors(); }
   nlohmann::json state_json() const override {
     nlohmann::json state = {{"optimizer_steps", optimizer_->steps_taken()}};
     precision_->write_state(state);
