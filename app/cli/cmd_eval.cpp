@@ -12,6 +12,7 @@
 #include "data/dataset.h"
 #include "data/format.h"
 #include "hf/chat/tokenizer_config.h"
+#include "hf/families.h"
 #include "hf/tokenizer/tokenizer.h"
 #include "model/evaluate.h"
 #include "model/model.h"
@@ -55,7 +56,7 @@ int run_eval(const std::vector<std::string>& raw) {
   const std::int64_t positions = model->config().max_position_embeddings;
   const std::int64_t max_length = positive_option(
       args, "--max-length", positions > 0 ? std::min<std::int64_t>(positions, 1024) : 1024);
-  if (positions > 0 && max_length > positions && model->config().family == hf::ModelFamily::Gpt2)
+  if (positions > 0 && max_length > positions && hf::family_of(model->config()).learned_positions)
     throw UsageError{"--max-length " + std::to_string(max_length) + " exceeds the model's " +
                      std::to_string(positions) + " positions"};
 

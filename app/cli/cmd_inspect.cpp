@@ -13,6 +13,7 @@
 #include "hf/chat/chat_template.h"
 #include "hf/chat/tokenizer_config.h"
 #include "hf/config.h"
+#include "hf/families.h"
 #include "hf/safetensors.h"
 #include "hf/tokenizer/tokenizer.h"
 
@@ -42,8 +43,7 @@ json inspect_folder(const fs::path& path) {
     out["context_length"] = config.max_position_embeddings;
     out["config_vocab_size"] = config.vocab_size;
     out["tie_word_embeddings"] = config.tie_word_embeddings;
-    if (config.rope_scaling.rope_type != "default" || config.family == hf::ModelFamily::Llama ||
-        config.family == hf::ModelFamily::Mistral || config.family == hf::ModelFamily::Qwen2) {
+    if (config.rope_scaling.rope_type != "default" || hf::family_of(config).rotary) {
       out["rope"] = {{"type", config.rope_scaling.rope_type}, {"theta", config.rope_theta}};
     }
     if (!config.id2label.empty()) {

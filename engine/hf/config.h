@@ -12,6 +12,8 @@
 
 namespace tessera::hf {
 
+// Names a family in code (engine/model picks the module builder by it); what a family is and
+// has is its registry entry, hf/families.h.
 enum class ModelFamily { Llama, Mistral, Qwen2, Gpt2, Bert };
 
 struct RopeScaling {
@@ -40,7 +42,8 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;  // llama's attention_bias; always true for qwen2 q/k/v
+  bool attention_bias = false;         // q/k/v biases (llama's attention_bias; qwen2: true)
+  bool attention_output_bias = false;  // the attention output's bias (o_proj; qwen2: none)
   bool mlp_bias = false;
   std::optional<std::int64_t> sliding_window;
   std::string torch_dtype;  // "float32", "bfloat16", … (may be empty)
@@ -62,8 +65,6 @@ struct ModelConfig {
 // unsupported model_type raise tessera::Error naming the file and the field.
 ModelConfig load_model_config(const std::filesystem::path& path);
 ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& source_name);
-
-const std::vector<std::string>& supported_model_types();
-const char* family_name(ModelFamily family);
+// The supported model types and each family's mapping: hf/families.h.
 
 }  // namespace tessera::hf

@@ -220,7 +220,6 @@ class BertBase : public PretrainedModel {
     register_module("encoder", stack_->encoder);
     register_module("pooler", stack_->pooler);
   }
-  std::string base_prefix() const override { return "bert"; }
 
  protected:
   ForwardOutput run(const ForwardInput& in) override {
@@ -248,7 +247,6 @@ class BertSequenceClassifier : public PretrainedModel {
     if (c.raw.contains("problem_type") && c.raw["problem_type"].is_string())
       problem_type_ = c.raw["problem_type"].get<std::string>();
   }
-  std::string base_prefix() const override { return "bert"; }
 
   BertStack bert{nullptr};
   Linear classifier{nullptr};

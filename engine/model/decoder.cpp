@@ -30,8 +30,7 @@ DecoderOptions decoder_options(const hf::ModelConfig& c) {
   o.head_dim = c.head_dim;
   o.intermediate = c.intermediate_size;
   o.qkv_bias = c.attention_bias;
-  // qwen2 biases q/k/v only; llama's attention_bias covers o_proj as well.
-  o.o_bias = c.family == hf::ModelFamily::Qwen2 ? false : c.attention_bias;
+  o.o_bias = c.attention_output_bias;
   o.mlp_bias = c.mlp_bias;
   o.eps = c.norm_eps;
   o.attention_dropout = config_dropout(c, "attention_dropout", 0.0);
@@ -222,7 +221,6 @@ class DecoderBase : public PretrainedModel {
     register_module("layers", stack_->layers);
     register_module("norm", stack_->norm);
   }
-  std::string base_prefix() const override { return "model"; }
   bool supports_cache() const override { return true; }
 
  protected:
@@ -245,7 +243,6 @@ class DecoderCausalLM : public PretrainedModel {
     if (!c.tie_word_embeddings)
       lm_head = register_module("lm_head", Linear(c.hidden_size, c.vocab_size, false, t));
   }
-  std::string base_prefix() const override { return "model"; }
   bool supports_cache() const override { return true; }
 
   DecoderStack model{nullptr};

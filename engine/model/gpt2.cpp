@@ -161,7 +161,6 @@ class Gpt2Base : public PretrainedModel {
     register_module("h", stack_->h);
     register_module("ln_f", stack_->ln_f);
   }
-  std::string base_prefix() const override { return "transformer"; }
   bool supports_cache() const override { return true; }
 
  protected:
@@ -186,7 +185,6 @@ class Gpt2LMHead : public PretrainedModel {
     if (!c.tie_word_embeddings)
       lm_head = register_module("lm_head", Linear(c.hidden_size, c.vocab_size, false, t));
   }
-  std::string base_prefix() const override { return "transformer"; }
   bool supports_cache() const override { return true; }
 
   Gpt2Stack transformer{nullptr};

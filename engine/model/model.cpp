@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "hf/families.h"
 #include "model/layers.h"
 
 namespace tessera::model {
@@ -167,10 +168,13 @@ ForwardOutput PretrainedModel::forward(const ForwardInput& input) {
   return run(in);
 }
 
+std::string PretrainedModel::base_prefix() const {
+  return hf::family_of(config_).base_prefix;
+}
+
 bool PretrainedModel::is_ignorable_tensor(const std::string& name) const {
-  if (ends_with(name, "position_ids") || ends_with(name, "rotary_emb.inv_freq") ||
-      ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias"))
-    return true;
+  for (const std::string& suffix : hf::family_of(config_).buffer_suffixes)
+    if (ends_with(name, suffix)) return true;
   // Some writers store a tied lm_head anyway; it equals the input embedding.
   return head_ == TaskHead::CausalLM && config_.tie_word_embeddings && name == "lm_head.weight";
 }
@@ -181,15 +185,17 @@ TaskHead head_from_config(const hf::ModelConfig& config) {
     if (ends_with(arch, "ForSequenceClassification")) return TaskHead::SequenceClassification;
     if (ends_with(arch, "Model")) return TaskHead::Base;
   }
-  if (!config.architectures.empty() && config.family != hf::ModelFamily::Bert)
+  const bool causal_lm = hf::family_of(config).causal_lm;
+  if (!config.architectures.empty() && causal_lm)
     throw_unsupported(
         "config.json: architecture \"" + config.architectures.front() + "\" is not supported",
         "supported heads: *Model (hidden states), *ForCausalLM / *LMHeadModel, "
         "BertForSequenceClassification");
-  // BertForMaskedLM / BertForPreTraining & co.: their encoder is a BertModel.
-  return config.family == hf::ModelFamily::Bert ? TaskHead::Base : TaskHead::CausalLM;
+  // A family without a causal LM (BertForMaskedLM / BertForPreTraining & co.): its base model.
+  return causal_lm ? TaskHead::CausalLM : TaskHead::Base;
 }
 
+// The torch half of the registry: each family's module builder.
 std::shared_ptr<PretrainedModel> create_model(const hf::ModelConfig& config, TaskHead head,
                                               const torch::TensorOptions& options) {
   switch (config.family) {
@@ -346,10 +352,17 @@ void DeferredWeights::load_into(PretrainedModel& model) const {
 std::shared_ptr<PretrainedModel> load_pretrained(const std::filesystem::path& dir,
                                                  torch::Dtype dtype, torch::Device device,
                                                  LoadReport* report) {
-  hf::ModelConfig config = hf::load_model_config(dir / "config.json");
+  return load_pretrained(hf::load_model_config(dir / "config.json"),
+                         hf::SafetensorsCheckpoint::open(dir), dtype, device, report);
+}
+
+std::shared_ptr<PretrainedModel> load_pretrained(const hf::ModelConfig& config,
+                                                 const hf::SafetensorsCheckpoint& checkpoint,
+                                                 torch::Dtype dtype, torch::Device device,
+                                                 LoadReport* report) {
   std::shared_ptr<PretrainedModel> model = create_model(
       config, head_from_config(config), torch::TensorOptions().dtype(dtype).device(device));
-  LoadReport r = load_weights(*model, hf::SafetensorsCheckpoint::open(dir));
+  LoadReport r = load_weights(*model, checkpoint);
   if (report) *report = std::move(r);
   model->eval();
   return model;

@@ -100,12 +100,13 @@ class PretrainedModel : public torch::nn::Module {
 
   const hf::ModelConfig& config() const { return config_; }
   TaskHead head() const { return head_; }
-  // The transformers `base_model_prefix` ("model", "transformer", "bert"): the name under which
-  // a model with a head holds its base model. Checkpoints of a bare base model lack it.
-  virtual std::string base_prefix() const = 0;
-  // Checkpoint names that are not parameters and may be skipped (buffers such as
+  // The transformers `base_model_prefix` ("model", "transformer", "bert"; the family's entry in
+  // hf/families.h): the name under which a model with a head holds its base model. Checkpoints
+  // of a bare base model lack it.
+  std::string base_prefix() const;
+  // Checkpoint names that are not parameters and may be skipped (the family's buffers such as
   // `position_ids` or rotary `inv_freq`, GPT-2's `attn.bias`, a tied `lm_head.weight`).
-  virtual bool is_ignorable_tensor(const std::string& name) const;
+  bool is_ignorable_tensor(const std::string& name) const;
   // Whether forward accepts ForwardInput::cache and position_ids (the decoder families).
   virtual bool supports_cache() const { return false; }
 
@@ -181,11 +182,18 @@ std::shared_ptr<PretrainedModel> load_pretrained(const std::filesystem::path& di
                                                  torch::Dtype dtype = torch::kFloat32,
                                                  torch::Device device = torch::kCPU,
                                                  LoadReport* report = nullptr);
+// The same from a config and a checkpoint already read (a run's hf::ModelFolder).
+std::shared_ptr<PretrainedModel> load_pretrained(const hf::ModelConfig& config,
+                                                 const hf::SafetensorsCheckpoint& checkpoint,
+                                                 torch::Dtype dtype = torch::kFloat32,
+                                                 torch::Device device = torch::kCPU,
+                                                 LoadReport* report = nullptr);
 
 // Parses a dtype name as users write it: float32/fp32/f32, bfloat16/bf16, float16/fp16/f16.
 torch::Dtype dtype_from_string(const std::string& name);
 
-// Family constructors (defined in decoder.cpp, gpt2.cpp, bert.cpp).
+// Family builders (decoder.cpp, gpt2.cpp, bert.cpp), chosen by create_model from the config's
+// family; everything else about a family is its entry in hf/families.h.
 std::shared_ptr<PretrainedModel> create_decoder(const hf::ModelConfig& config, TaskHead head,
                                                 const torch::TensorOptions& options);
 std::shared_ptr<PretrainedModel> create_gpt2(const hf::ModelConfig& config, TaskHead head,

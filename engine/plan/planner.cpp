@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/units.h"
+#include "hf/families.h"
 #include "hf/safetensors.h"
 #include "job/strategies.h"
 
@@ -26,11 +27,6 @@ std::uint64_t to_bytes(double v) {
   return static_cast<std::uint64_t>(v);
 }
 
-bool is_decoder(const hf::ModelConfig& c) {
-  return c.family == hf::ModelFamily::Llama || c.family == hf::ModelFamily::Mistral ||
-         c.family == hf::ModelFamily::Qwen2;
-}
-
 double d(std::int64_t v) {
   return static_cast<double>(v);
 }
@@ -40,26 +36,12 @@ std::int64_t saturating_mul(std::int64_t a, std::int64_t b) {
   return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
 }
 
-// (in, out) of a named linear in one layer; nullopt when the family has no such module.
+// (in, out) of a named linear in one layer (the first of that name); nullopt when the family
+// has no such module.
 std::optional<std::pair<double, double>> linear_shape(const hf::ModelConfig& c,
                                                       const std::string& name) {
-  const double h = d(c.hidden_size), m = d(c.intermediate_size);
-  if (is_decoder(c)) {
-    const double q = d(c.num_attention_heads) * d(c.head_dim);
-    const double kv = d(c.num_key_value_heads) * d(c.head_dim);
-    if (name == "q_proj") return std::pair{h, q};
-    if (name == "k_proj" || name == "v_proj") return std::pair{h, kv};
-    if (name == "o_proj") return std::pair{q, h};
-    if (name == "gate_proj" || name == "up_proj") return std::pair{h, m};
-    if (name == "down_proj") return std::pair{m, h};
-  } else if (c.family == hf::ModelFamily::Gpt2) {
-    if (name == "c_attn") return std::pair{h, 3 * h};
-    if (name == "c_proj") return std::pair{h, h};  // attention's; the MLP's is (m, h)
-    if (name == "c_fc") return std::pair{h, m};
-  } else {
-    if (name == "query" || name == "key" || name == "value") return std::pair{h, h};
-    if (name == "dense") return std::pair{h, h};
-  }
+  for (const hf::LinearModule& l : hf::family_of(c).parameter_shapes(c).layer_linears)
+    if (l.name == name) return std::pair{l.in_features, l.out_features};
   return std::nullopt;
 }
 
@@ -127,41 +109,17 @@ double step_flops(const Settings& s, double parameters, double tokens) {
 }  // namespace
 
 std::int64_t count_parameters(const hf::ModelConfig& c) {
-  const double v = d(c.vocab_size), h = d(c.hidden_size), m = d(c.intermediate_size);
-  const double layers = d(c.num_hidden_layers);
-  double n = 0;
-  if (is_decoder(c)) {
-    const double q = d(c.num_attention_heads) * d(c.head_dim);
-    const double kv = d(c.num_key_value_heads) * d(c.head_dim);
-    const bool qkv_bias = c.attention_bias;
-    const bool o_bias = c.family == hf::ModelFamily::Qwen2 ? false : c.attention_bias;
-    double layer = h * q + 2 * h * kv + q * h + 3 * h * m + 2 * h;
-    if (qkv_bias) layer += q + 2 * kv;
-    if (o_bias) layer += h;
-    if (c.mlp_bias) layer += 2 * m + h;
-    n = v * h + layers * layer + h + (c.tie_word_embeddings ? 0 : v * h);
-  } else if (c.family == hf::ModelFamily::Gpt2) {
-    const double layer =
-        2 * h + (h * 3 * h + 3 * h) + (h * h + h) + 2 * h + (h * m + m) + (m * h + h);
-    n = v * h + d(c.max_position_embeddings) * h + layers * layer + 2 * h;
-  } else {  // bert: embeddings, encoder, pooler (as BertModel and its heads carry it)
-    const double layer = 4 * (h * h + h) + 2 * h + (h * m + m) + (m * h + h) + 2 * h;
-    n = (v + d(c.max_position_embeddings) + d(c.type_vocab_size)) * h + 2 * h + layers * layer +
-        (h * h + h);
-    // id2label is in every bert config; only a classification head carries the classifier.
-    bool classifier = false;
-    for (const auto& a : c.architectures)
-      classifier = classifier || a.find("ForSequenceClassification") != std::string::npos;
-    if (classifier && c.num_labels > 0) n += h * d(c.num_labels) + d(c.num_labels);
-  }
+  const hf::ParameterShapes shapes = hf::family_of(c).parameter_shapes(c);
+  double layer = shapes.layer_other;
+  for (const hf::LinearModule& l : shapes.layer_linears)
+    layer += l.in_features * l.out_features + (l.bias ? l.out_features : 0.0);
+  const double n = shapes.outside_layers + d(c.num_hidden_layers) * layer;
   if (!(n < 9.0e18)) throw_invalid("config.json: the model's sizes give more than 9e18 parameters");
   return static_cast<std::int64_t>(n);
 }
 
 std::vector<std::string> default_lora_targets(const hf::ModelConfig& c) {
-  if (c.family == hf::ModelFamily::Gpt2) return {"c_attn"};
-  if (c.family == hf::ModelFamily::Bert) return {"query", "value"};
-  return {"q_proj", "v_proj"};
+  return hf::family_of(c).default_lora_targets;
 }
 
 std::int64_t count_lora_parameters(const hf::ModelConfig& c, std::int64_t rank,
@@ -210,19 +168,10 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
   // RMSNorm upcasts to fp32: with bf16 it keeps an fp32 copy, the fp32 normalised value and
   // the cast; in fp32 the normalised value (only saved when the weight trains) and the output.
   const double norm_bytes = bf16 ? (lora ? 4 + 2 + 2 : 4 + 4 + 2 + 2) : (lora ? 4 : 8);
-  double layer = 0;
-  if (is_decoder(c)) {
-    const double q = d(c.num_attention_heads) * d(c.head_dim);
-    const double kv = d(c.num_key_value_heads) * d(c.head_dim);
-    // input, residual h; rotated q, rotated k, v, attention output and its merged copy;
-    // gate, act(gate), up, act·up.
-    layer = t * (act * (2 * h + 3 * q + 2 * kv + 4 * m) + 2 * norm_bytes * h);
-    layer += t * d(c.num_attention_heads) * 4.0;  // softmax log-sum-exp, fp32
-  } else {
-    // gpt2-style: ln_1, qkv, attention output + merged, c_proj in, residual, ln_2, fc, gelu
-    layer = t * (act * (2 * h + 3 * h + 2 * h + 2 * m) + 2 * norm_bytes * h);
-    layer += t * d(c.num_attention_heads) * 4.0;
-  }
+  // Per family (hf/families.cpp: saved_per_token), plus softmax's fp32 log-sum-exp per head.
+  double layer =
+      t * (act * hf::family_of(c).parameter_shapes(c).saved_per_token + 2 * norm_bytes * h);
+  layer += t * d(c.num_attention_heads) * 4.0;
   if (lora) {
     const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
     layer += t * act * d(s.lora_rank) * d(static_cast<std::int64_t>(targets.size())) * 2;

@@ -13,6 +13,7 @@
 #include "export/merge_check.h"
 #include "hf/chat/tokenizer_config.h"
 #include "hf/config.h"
+#include "hf/families.h"
 #include "hf/tokenizer/tokenizer.h"
 #include "job/strategies.h"
 #include "model/model.h"
@@ -164,14 +165,15 @@ std::map<std::string, torch::Tensor> lora_deltas(const train::LoraModel& lora,
   std::map<std::string, torch::Tensor> params;
   for (const auto& p : model.named_parameters()) params[p.key()] = p.value();
   std::map<std::string, torch::Tensor> deltas;
+  const bool conv1d = hf::family_of(model.config()).conv1d_weights;
   for (const auto& [module, lora_a] : a) {
     torch::Tensor delta = torch::matmul(b.at(module), lora_a) * lora.scaling();  // [out, in]
     const std::string weight = module + ".weight";
     auto it = params.find(weight);
     if (it == params.end())
       throw Error(ErrorKind::Internal, "LoRA module " + module + " has no weight");
-    // GPT-2's Conv1D stores [in, out] (PEFT's fan_in_fan_out).
-    if (model.config().family == hf::ModelFamily::Gpt2) delta = delta.t();
+    // A Conv1D weight (GPT-2's) is stored [in, out] (PEFT's fan_in_fan_out).
+    if (conv1d) delta = delta.t();
     deltas[weight] = delta.contiguous();
   }
   return deltas;
@@ -197,14 +199,13 @@ std::shared_ptr<model::PretrainedModel> load_for_classification(const fs::path& 
                                                                 const PreparedData& prepared,
                                                                 const job::JobSpec& spec,
                                                                 job::EventSink& events) {
-  if (config.family != hf::ModelFamily::Bert)
-    throw_unsupported(model_dir.string() +
-                          ": sequence classification is available for bert "
-                          "models only (" +
-                          config.model_type +
-                          " has no "
-                          "classification head in this build)",
-                      "use a bert model, or an instruction dataset that answers with the label");
+  auto classifies = [](const hf::FamilyTraits& f) { return f.sequence_classification; };
+  if (!hf::family_of(config).sequence_classification)
+    throw_unsupported(model_dir.string() + ": sequence classification is available for " +
+                          hf::model_types_where(classifies) + " models only (" + config.model_type +
+                          " has no classification head in this build)",
+                      "use a " + hf::model_types_where(classifies) +
+                          " model, or an instruction dataset that answers with the label");
   if (spec.method.type == "lora")
     throw_unsupported(
         "LoRA for sequence classification is not supported yet (the new "
@@ -387,12 +388,15 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   if (prepared.classification) {
     model = load_for_classification(model_dir, model_config, prepared, spec, events);
   } else {
+    auto causal = [](const hf::FamilyTraits& f) { return f.causal_lm; };
+    auto classifies = [](const hf::FamilyTraits& f) { return f.sequence_classification; };
     if (model::head_from_config(model_config) != model::TaskHead::CausalLM)
       throw_unsupported(model_dir.string() + ": " + model_config.model_type +
                             " is not a causal language model, and only classification datasets "
                             "train other heads",
-                        "choose a llama, mistral, qwen2 or gpt2 model, or a classification "
-                        "dataset (text, label) for a bert model");
+                        "choose a " + hf::model_types_where(causal) +
+                            " model, or a classification dataset (text, label) for a " +
+                            hf::model_types_where(classifies) + " model");
     // Built without values; the plugin reads the weights into its own storage (or the trainer
     // loads them), so a model larger than memory can start under gemini.
     model = model::create_model(model_config, model::TaskHead::CausalLM,

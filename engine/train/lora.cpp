@@ -5,20 +5,10 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "hf/families.h"
 #include "hf/safetensors.h"
 
 namespace tessera::train {
-
-std::vector<std::string> default_lora_targets(hf::ModelFamily family) {
-  switch (family) {
-    case hf::ModelFamily::Gpt2:
-      return {"c_attn"};
-    case hf::ModelFamily::Bert:
-      return {"query", "value"};
-    default:
-      return {"q_proj", "v_proj"};
-  }
-}
 
 namespace {
 std::string last_component(const std::string& name) {
@@ -59,8 +49,9 @@ LoraModel::LoraModel(std::shared_ptr<model::PretrainedModel> model, LoraOptions 
     throw_invalid("method.lora_alpha: must be a positive number");
   if (!(options_.dropout >= 0.0 && options_.dropout < 1.0))
     throw_invalid("method.lora_dropout: must be in [0, 1)");
-  if (options_.targets.empty()) options_.targets = default_lora_targets(model_->config().family);
-  fan_in_fan_out_ = model_->config().family == hf::ModelFamily::Gpt2;
+  const hf::FamilyTraits& family = hf::family_of(model_->config());
+  if (options_.targets.empty()) options_.targets = family.default_lora_targets;
+  fan_in_fan_out_ = family.conv1d_weights;
   std::set<std::string> wanted(options_.targets.begin(), options_.targets.end());
   std::set<std::string> matched;
   torch::NoGradGuard no_grad;
@@ -92,8 +83,7 @@ LoraModel::LoraModel(std::shared_ptr<model::PretrainedModel> model, LoraOptions 
               model_->config().model_type + " model",
           "default targets for this family: " + [&] {
             std::string s;
-            for (const auto& d : default_lora_targets(model_->config().family))
-              s += (s.empty() ? "" : ", ") + d;
+            for (const auto& d : family.default_lora_targets) s += (s.empty() ? "" : ", ") + d;
             return s;
           }());
   for (const auto& p : model_->parameters()) p.set_requires_grad(false);
@@ -159,7 +149,6 @@ void LoraModel::load_adapters(const std::map<std::string, torch::Tensor>& tensor
 }
 
 nlohmann::json LoraModel::adapter_config(const std::string& base_model_name) const {
-  const auto& family = model_->config().family;
   std::string task = model_->head() == model::TaskHead::CausalLM ? "CAUSAL_LM"
                      : model_->head() == model::TaskHead::SequenceClassification
                          ? "SEQ_CLS"
@@ -172,7 +161,7 @@ nlohmann::json LoraModel::adapter_config(const std::string& base_model_name) con
           {"target_modules", options_.targets},
           {"base_model_name_or_path", base_model_name},
           {"bias", "none"},
-          {"fan_in_fan_out", family == hf::ModelFamily::Gpt2},
+          {"fan_in_fan_out", fan_in_fan_out_},
           {"inference_mode", true},
           {"init_lora_weights", true},
           {"modules_to_save", nullptr},

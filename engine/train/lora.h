@@ -26,11 +26,9 @@ struct LoraOptions {
   std::int64_t rank = 8;
   double alpha = 16.0;
   double dropout = 0.0;
-  std::vector<std::string> targets;  // module names' last component; empty = family default
+  // Module names' last component; empty = the family's default_lora_targets (hf/families.h).
+  std::vector<std::string> targets;
 };
-
-// q_proj, v_proj (llama/mistral/qwen2); c_attn (gpt2); query, value (bert).
-std::vector<std::string> default_lora_targets(hf::ModelFamily family);
 
 class LoraModel {
  public:

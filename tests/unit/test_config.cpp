@@ -86,7 +86,12 @@ class TestConfig : public QObject {
     auto c = parse_model_config(doc, "cfg.json");
     QCOMPARE(c.family, ModelFamily::Qwen2);
     QVERIFY(c.attention_bias);
+    QVERIFY(!c.attention_output_bias);  // qwen2's o_proj has none
     QVERIFY(!c.sliding_window.has_value());
+    // llama's attention_bias covers o_proj too.
+    doc["model_type"] = "llama";
+    doc["attention_bias"] = true;
+    QVERIFY(parse_model_config(doc, "cfg.json").attention_output_bias);
   }
 
   void gpt2NamesAreMapped() {

@@ -10,7 +10,9 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "hf/config.h"
+#include "hf/families.h"
 #include "hf/safetensors.h"
+#include "model/layers.h"
 #include "model/model.h"
 
 using nlohmann::json;
@@ -48,6 +50,20 @@ json bert_config(const char* architecture) {
               {"intermediate_size", 32},  {"num_hidden_layers", 1},
               {"num_attention_heads", 2}, {"max_position_embeddings", 32},
               {"type_vocab_size", 2},     {"num_labels", 3}};
+}
+
+// A small config of every family in the registry (hf/families.cpp), with a qkv bias where the
+// family has the option, so the registry's shapes are checked with their biases.
+json small_config(const std::string& model_type) {
+  if (model_type == "gpt2") return gpt2_config();
+  if (model_type == "bert") return bert_config("BertForSequenceClassification");
+  json c = llama_config();
+  c["model_type"] = model_type;
+  if (model_type == "llama") c["attention_bias"] = true;
+  if (model_type == "mistral") c["architectures"] = {"MistralForCausalLM"};
+  if (model_type == "qwen2") c["architectures"] = {"Qwen2ForCausalLM"};
+  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2") return json();
+  return c;
 }
 
 std::shared_ptr<PretrainedModel> make(const json& config) {
@@ -300,6 +316,54 @@ class TestModel : public QObject {
     in = batch({{1, 2, 3}}, 3);
     in.labels = torch::full({1, 3}, 77, torch::kInt64);
     expect_error([&] { model->forward(in); }, ErrorKind::InvalidInput, {"labels"});
+  }
+
+  // What the planner and LoRA read from a family's registry entry agrees with the modules its
+  // builder makes: the parameter count, one layer's linears (name, shape, bias, layout), the
+  // default LoRA targets and the base-model prefix of the weight names.
+  void registryEntriesDescribeTheirModules() {
+    for (const tessera::hf::FamilyTraits& family : tessera::hf::model_families()) {
+      const std::string what = family.model_type + ": ";
+      const json doc = small_config(family.model_type);
+      QVERIFY2(!doc.is_null(), (what + "add a small config to small_config()").c_str());
+      const auto config = tessera::hf::parse_model_config(doc, "config.json");
+      QVERIFY(&tessera::hf::family_of(config) == &family);
+      auto model = create_model(config, head_from_config(config));
+
+      const tessera::hf::ParameterShapes shapes = family.parameter_shapes(config);
+      double layer = shapes.layer_other;
+      for (const auto& l : shapes.layer_linears)
+        layer += l.in_features * l.out_features + (l.bias ? l.out_features : 0.0);
+      std::int64_t numel = 0;
+      for (const auto& p : model->parameters()) numel += p.numel();
+      QCOMPARE(static_cast<double>(numel),
+               shapes.outside_layers + static_cast<double>(config.num_hidden_layers) * layer);
+
+      std::multiset<std::string> built, listed;
+      for (const auto& item : model->named_modules("", /*include_self=*/false)) {
+        auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
+        if (!linear || item.key().find(".0.") == std::string::npos) continue;  // layer 0 only
+        const std::string leaf = item.key().substr(item.key().rfind('.') + 1);
+        built.insert(leaf + " " + std::to_string(linear->in_features) + "x" +
+                     std::to_string(linear->out_features) + (linear->bias.defined() ? " b" : ""));
+        QVERIFY2((linear->layout == LinearImpl::Layout::InOut) == family.conv1d_weights,
+                 (what + item.key()).c_str());
+      }
+      for (const auto& l : shapes.layer_linears)
+        listed.insert(l.name + " " + std::to_string(static_cast<std::int64_t>(l.in_features)) +
+                      "x" + std::to_string(static_cast<std::int64_t>(l.out_features)) +
+                      (l.bias ? " b" : ""));
+      QVERIFY2(built == listed, (what + "layer_linears differ from the built layer").c_str());
+      for (const auto& target : family.default_lora_targets)
+        QVERIFY2(std::any_of(shapes.layer_linears.begin(), shapes.layer_linears.end(),
+                             [&](const auto& l) { return l.name == target; }),
+                 (what + target).c_str());
+      if (model->head() != TaskHead::Base)
+        for (const auto& name : parameter_names(*model))
+          if (name.rfind(family.base_prefix + ".", 0) != 0)
+            QVERIFY2(name.rfind("lm_head.", 0) == 0 || name.rfind("classifier.", 0) == 0,
+                     (what + name).c_str());
+    }
   }
 
   void causalLossIgnoresMaskedLabels() {

@@ -1,0 +1,330 @@
+#include "hf/families.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "hf/config_fields.h"
+
+namespace tessera::hf {
+namespace {
+
+using nlohmann::json;
+
+double d(std::int64_t v) {
+  return static_cast<double>(v);
+}
+
+// transformers 5 writes `rope_parameters` (with rope_theta inside); older files write a
+// top-level rope_theta and an optional `rope_scaling`. Both are read.
+void read_rope(const ConfigFields& top, ModelConfig& config) {
+  const json& doc = top.doc();
+  const std::string& source = top.source();
+  config.rope_theta = top.number_field("rope_theta", 10000.0);
+  const json* params = nullptr;
+  std::string key;
+  for (const char* k : {"rope_parameters", "rope_scaling"}) {
+    if (top.has(k)) {
+      params = &doc.at(k);
+      key = k;
+      break;
+    }
+  }
+  if (params == nullptr) return;
+  if (!params->is_object()) top.fail(key, "must be an object or null");
+  ConfigFields rope(*params, source + " (" + key + ")");
+  config.rope_theta = rope.number_field("rope_theta", config.rope_theta);
+  std::string type = rope.string_field("rope_type", rope.string_field("type", "default"));
+  if (type != "default" && type != "linear" && type != "llama3")
+    throw_unsupported(source + ": " + key + ".rope_type \"" + type + "\" is not supported",
+                      "supported rope types: default, linear, llama3");
+  config.rope_scaling.rope_type = type;
+  config.rope_scaling.factor = rope.number_field("factor", 1.0);
+  config.rope_scaling.low_freq_factor = rope.number_field("low_freq_factor", 1.0);
+  config.rope_scaling.high_freq_factor = rope.number_field("high_freq_factor", 4.0);
+  config.rope_scaling.original_max_position_embeddings =
+      rope.int_field("original_max_position_embeddings", 8192);
+  if (type != "default" && config.rope_scaling.factor <= 0) rope.fail("factor", "must be positive");
+}
+
+// gpt2 and bert split the hidden size evenly over the heads; the decoders may set head_dim.
+void require_even_heads(const ConfigFields& f, const ModelConfig& c) {
+  if (c.hidden_size % c.num_attention_heads != 0)
+    f.fail("num_attention_heads", "must divide the hidden size");
+}
+
+// ---- llama / mistral / qwen2: one pre-norm decoder (engine/model/decoder.cpp) ----------------
+
+// How the three decoders' configs differ.
+struct DecoderVariant {
+  bool qkv_bias_always = false;       // qwen2: q/k/v always biased
+  bool output_bias_follows = true;    // llama: attention_bias covers o_proj too; qwen2: never
+  bool sliding_always = false;        // mistral: sliding_window applies whenever written
+  bool sliding_when_enabled = false;  // qwen2: only with use_sliding_window
+};
+
+void read_decoder(const ConfigFields& f, ModelConfig& c, const DecoderVariant& variant) {
+  c.hidden_size = f.int_field("hidden_size");
+  c.intermediate_size = f.int_field("intermediate_size");
+  c.num_hidden_layers = f.int_field("num_hidden_layers");
+  c.num_attention_heads = f.int_field("num_attention_heads");
+  c.num_key_value_heads = f.int_field("num_key_value_heads", c.num_attention_heads);
+  c.head_dim = f.int_field("head_dim", c.hidden_size / c.num_attention_heads);
+  c.max_position_embeddings = f.int_field("max_position_embeddings", 2048);
+  c.hidden_act = f.string_field("hidden_act", "silu");
+  c.norm_eps = f.number_field("rms_norm_eps", 1e-6);
+  c.tie_word_embeddings = f.bool_field("tie_word_embeddings", false);
+  c.attention_bias = variant.qkv_bias_always || f.bool_field("attention_bias", false);
+  c.attention_output_bias = variant.output_bias_follows && c.attention_bias;
+  c.mlp_bias = f.bool_field("mlp_bias", false);
+  read_rope(f, c);
+  const bool sliding = variant.sliding_always ||
+                       (variant.sliding_when_enabled && f.bool_field("use_sliding_window", false));
+  if (sliding && f.has("sliding_window")) c.sliding_window = f.int_field("sliding_window");
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    f.fail("num_key_value_heads",
+           "must divide num_attention_heads (" + std::to_string(c.num_attention_heads) + ")");
+  if (c.hidden_act != "silu")
+    throw_unsupported(
+        f.source() + ": hidden_act \"" + c.hidden_act + "\" is not supported for " + c.model_type,
+        "supported: silu");
+  if (f.has("pretraining_tp") && f.int_field("pretraining_tp") != 1)
+    throw_unsupported(f.source() + ": pretraining_tp other than 1 is not supported");
+}
+
+void read_llama(const ConfigFields& f, ModelConfig& c) {
+  read_decoder(f, c, {});
+}
+void read_mistral(const ConfigFields& f, ModelConfig& c) {
+  read_decoder(f, c, {.sliding_always = true});
+}
+void read_qwen2(const ConfigFields& f, ModelConfig& c) {
+  read_decoder(
+      f, c, {.qkv_bias_always = true, .output_bias_follows = false, .sliding_when_enabled = true});
+}
+
+ParameterShapes decoder_shapes(const ModelConfig& c) {
+  const double v = d(c.vocab_size), h = d(c.hidden_size), m = d(c.intermediate_size);
+  const double q = d(c.num_attention_heads) * d(c.head_dim);
+  const double kv = d(c.num_key_value_heads) * d(c.head_dim);
+  ParameterShapes s;
+  s.layer_linears = {{"q_proj", h, q, c.attention_bias},  {"k_proj", h, kv, c.attention_bias},
+                     {"v_proj", h, kv, c.attention_bias}, {"o_proj", q, h, c.attention_output_bias},
+                     {"gate_proj", h, m, c.mlp_bias},     {"up_proj", h, m, c.mlp_bias},
+                     {"down_proj", m, h, c.mlp_bias}};
+  s.layer_other = 2 * h;  // input and post-attention RMSNorm
+  s.outside_layers = v * h + h + (c.tie_word_embeddings ? 0 : v * h);
+  // input, residual h; rotated q, rotated k, v, attention output and its merged copy;
+  // gate, act(gate), up, act·up.
+  s.saved_per_token = 2 * h + 3 * q + 2 * kv + 4 * m;
+  return s;
+}
+
+// ---- gpt2 (engine/model/gpt2.cpp) ------------------------------------------------------------
+
+void read_gpt2(const ConfigFields& f, ModelConfig& c) {
+  c.hidden_size = f.int_field("n_embd");
+  c.num_hidden_layers = f.int_field("n_layer");
+  c.num_attention_heads = f.int_field("n_head");
+  c.num_key_value_heads = c.num_attention_heads;
+  c.head_dim = c.hidden_size / c.num_attention_heads;
+  c.intermediate_size = f.int_field("n_inner", 4 * c.hidden_size);
+  c.max_position_embeddings = f.int_field("n_positions", 1024);
+  c.hidden_act = f.string_field("activation_function", "gelu_new");
+  c.norm_eps = f.number_field("layer_norm_epsilon", 1e-5);
+  c.tie_word_embeddings = f.bool_field("tie_word_embeddings", true);
+  c.attention_bias = true;
+  c.attention_output_bias = true;
+  c.mlp_bias = true;
+  if (f.bool_field("scale_attn_by_inverse_layer_idx", false) ||
+      f.bool_field("reorder_and_upcast_attn", false))
+    throw_unsupported(f.source() +
+                      ": scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn are not "
+                      "supported");
+  if (!f.bool_field("scale_attn_weights", true))
+    throw_unsupported(f.source() + ": scale_attn_weights=false is not supported");
+  if (c.hidden_act != "gelu_new" && c.hidden_act != "gelu" && c.hidden_act != "relu" &&
+      c.hidden_act != "gelu_pytorch_tanh")
+    throw_unsupported(
+        f.source() + ": activation_function \"" + c.hidden_act + "\" is not supported",
+        "supported: gelu_new, gelu_pytorch_tanh, gelu, relu");
+  require_even_heads(f, c);
+}
+
+ParameterShapes gpt2_shapes(const ModelConfig& c) {
+  const double v = d(c.vocab_size), h = d(c.hidden_size), m = d(c.intermediate_size);
+  ParameterShapes s;
+  s.layer_linears = {{"c_attn", h, 3 * h, true},
+                     {"c_proj", h, h, true},  // attention's; the MLP's is (m, h)
+                     {"c_fc", h, m, true},
+                     {"c_proj", m, h, true}};
+  s.layer_other = 4 * h;  // ln_1, ln_2
+  // wte (lm_head tied to it), wpe, ln_f.
+  s.outside_layers = v * h + d(c.max_position_embeddings) * h + 2 * h;
+  // ln_1, qkv, attention output + merged, c_proj in, residual, ln_2, fc, gelu.
+  s.saved_per_token = 2 * h + 3 * h + 2 * h + 2 * m;
+  return s;
+}
+
+// ---- bert (engine/model/bert.cpp) ------------------------------------------------------------
+
+void read_bert(const ConfigFields& f, ModelConfig& c) {
+  c.hidden_size = f.int_field("hidden_size");
+  c.intermediate_size = f.int_field("intermediate_size");
+  c.num_hidden_layers = f.int_field("num_hidden_layers");
+  c.num_attention_heads = f.int_field("num_attention_heads");
+  c.num_key_value_heads = c.num_attention_heads;
+  c.head_dim = c.hidden_size / c.num_attention_heads;
+  c.max_position_embeddings = f.int_field("max_position_embeddings", 512);
+  c.type_vocab_size = f.int_field("type_vocab_size", 2);
+  c.hidden_act = f.string_field("hidden_act", "gelu");
+  c.norm_eps = f.number_field("layer_norm_eps", 1e-12);
+  c.position_embedding_type = f.string_field("position_embedding_type", "absolute");
+  c.attention_bias = true;
+  c.attention_output_bias = true;
+  c.mlp_bias = true;
+  if (c.position_embedding_type != "absolute")
+    throw_unsupported(f.source() + ": position_embedding_type \"" + c.position_embedding_type +
+                          "\" is not supported",
+                      "supported: absolute");
+  if (c.hidden_act != "gelu" && c.hidden_act != "gelu_new" && c.hidden_act != "relu")
+    throw_unsupported(f.source() + ": hidden_act \"" + c.hidden_act + "\" is not supported",
+                      "supported: gelu, gelu_new, relu");
+  if (f.has("id2label")) {
+    const json& labels = f.doc().at("id2label");
+    if (!labels.is_object()) f.fail("id2label", "must be an object");
+    for (const auto& [k, v] : labels.items()) {
+      std::int64_t id = -1;
+      try {
+        std::size_t used = 0;
+        id = std::stoll(k, &used);
+        if (used != k.size()) id = -1;
+      } catch (const std::exception&) {
+      }
+      if (id < 0 || !v.is_string())
+        f.fail("id2label", "must map label ids (\"0\", \"1\", …) to names");
+      c.id2label[id] = v.get<std::string>();
+    }
+  }
+  c.num_labels = f.int_field("num_labels",
+                             static_cast<std::int64_t>(c.id2label.empty() ? 2 : c.id2label.size()));
+  require_even_heads(f, c);
+}
+
+ParameterShapes bert_shapes(const ModelConfig& c) {
+  const double v = d(c.vocab_size), h = d(c.hidden_size), m = d(c.intermediate_size);
+  ParameterShapes s;
+  s.layer_linears = {{"query", h, h, true}, {"key", h, h, true},  {"value", h, h, true},
+                     {"dense", h, h, true},  // attention.output's; then intermediate's, output's
+                     {"dense", h, m, true}, {"dense", m, h, true}};
+  s.layer_other = 4 * h;  // attention.output.LayerNorm, output.LayerNorm
+  // Embeddings (word, position, token type) and their LayerNorm, and the pooler, as BertModel
+  // and its heads carry them.
+  s.outside_layers =
+      (v + d(c.max_position_embeddings) + d(c.type_vocab_size)) * h + 2 * h + (h * h + h);
+  // id2label is in every bert config; only a classification head carries the classifier.
+  bool classifier = false;
+  for (const auto& a : c.architectures)
+    classifier = classifier || a.find("ForSequenceClassification") != std::string::npos;
+  if (classifier && c.num_labels > 0) s.outside_layers += h * d(c.num_labels) + d(c.num_labels);
+  // Planned as gpt2's post-norm twin: inputs, qkv, attention output + merged, dense in,
+  // residual, intermediate, activation.
+  s.saved_per_token = 2 * h + 3 * h + 2 * h + 2 * m;
+  return s;
+}
+
+// ---- the registry ----------------------------------------------------------------------------
+
+std::vector<FamilyTraits> make_registry() {
+  const std::vector<std::string> decoder_buffers = {"rotary_emb.inv_freq", "position_ids"};
+  auto decoder = [&](std::string model_type, ModelFamily family,
+                     void (*read)(const ConfigFields&, ModelConfig&)) {
+    FamilyTraits t;
+    t.model_type = std::move(model_type);
+    t.family = family;
+    t.read_config = read;
+    t.base_prefix = "model";
+    t.buffer_suffixes = decoder_buffers;
+    t.causal_lm = true;
+    t.rotary = true;
+    t.default_lora_targets = {"q_proj", "v_proj"};
+    t.parameter_shapes = decoder_shapes;
+    return t;
+  };
+  std::vector<FamilyTraits> r;
+  r.push_back(decoder("llama", ModelFamily::Llama, read_llama));
+  r.push_back(decoder("mistral", ModelFamily::Mistral, read_mistral));
+  r.push_back(decoder("qwen2", ModelFamily::Qwen2, read_qwen2));
+
+  FamilyTraits gpt2;
+  gpt2.model_type = "gpt2";
+  gpt2.family = ModelFamily::Gpt2;
+  gpt2.read_config = read_gpt2;
+  gpt2.base_prefix = "transformer";
+  // attn.bias / attn.masked_bias: the causal-mask buffers older GPT-2 checkpoints carry.
+  gpt2.buffer_suffixes = {".attn.bias", ".attn.masked_bias", "position_ids"};
+  gpt2.causal_lm = true;
+  gpt2.learned_positions = true;
+  gpt2.conv1d_weights = true;
+  gpt2.default_lora_targets = {"c_attn"};
+  gpt2.parameter_shapes = gpt2_shapes;
+  r.push_back(std::move(gpt2));
+
+  FamilyTraits bert;
+  bert.model_type = "bert";
+  bert.family = ModelFamily::Bert;
+  bert.read_config = read_bert;
+  bert.base_prefix = "bert";
+  bert.buffer_suffixes = {"position_ids"};
+  bert.sequence_classification = true;
+  bert.learned_positions = true;
+  bert.default_lora_targets = {"query", "value"};
+  bert.parameter_shapes = bert_shapes;
+  r.push_back(std::move(bert));
+  return r;
+}
+
+}  // namespace
+
+const std::vector<FamilyTraits>& model_families() {
+  static const std::vector<FamilyTraits> registry = make_registry();
+  return registry;
+}
+
+const FamilyTraits* find_family(std::string_view model_type) {
+  for (const FamilyTraits& t : model_families())
+    if (t.model_type == model_type) return &t;
+  return nullptr;
+}
+
+const FamilyTraits& family_of(const ModelConfig& config) {
+  for (const FamilyTraits& t : model_families())
+    if (t.family == config.family) return t;
+  throw Error(ErrorKind::Internal, "model family of \"" + config.model_type + "\" has no entry");
+}
+
+const std::vector<std::string>& supported_model_types() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const FamilyTraits& t : model_families()) v.push_back(t.model_type);
+    return v;
+  }();
+  return names;
+}
+
+const char* family_name(ModelFamily family) {
+  for (const FamilyTraits& t : model_families())
+    if (t.family == family) return t.model_type.c_str();
+  return "unknown";
+}
+
+std::string model_types_where(bool (*pred)(const FamilyTraits&)) {
+  std::vector<std::string> names;
+  for (const FamilyTraits& t : model_families())
+    if (pred(t)) names.push_back(t.model_type);
+  std::string s;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return s;
+}
+
+}  // namespace tessera::hf

@@ -1,0 +1,76 @@
+#pragma once
+// The model families, one registry entry each, keyed by config.json's model_type: how the
+// family's config maps onto ModelConfig, its HuggingFace weight names (base_model_prefix,
+// checkpoint buffers that are not parameters), the heads it has, its default LoRA targets and
+// the parameter shapes the planner counts. Torch-free, so the planner and the GUI read the same
+// entry the engine builds from; the LibTorch modules of each family are built in engine/model
+// (create_model picks the builder by `family`). docs/adding-a-model-family.md says how to add one.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hf/config.h"
+
+namespace tessera::hf {
+
+class ConfigFields;
+
+// A linear module of one layer, as LoRA targets name it (the last component of its module path).
+struct LinearModule {
+  std::string name;
+  double in_features = 0;
+  double out_features = 0;
+  bool bias = false;
+};
+
+// Parameter shapes of a model, as transformers' num_parameters() counts them (tied weights once).
+// Sizes are doubles: those of a config.json can be absurd, and the planner clamps them.
+struct ParameterShapes {
+  // One layer's linears in module order; a name may repeat (gpt2's attention and MLP c_proj),
+  // and then the first is the one a LoRA target of that name is planned with.
+  std::vector<LinearModule> layer_linears;
+  double layer_other = 0;     // one layer's other parameters (its norms)
+  double outside_layers = 0;  // embeddings, final norm, untied lm_head, pooler, classifier
+  // Elements saved for backward per token in one layer, in the compute dtype, besides the two
+  // norms' (which the planner adds with their precision rules): the planner's activation figure.
+  double saved_per_token = 0;
+};
+
+struct FamilyTraits {
+  std::string model_type;  // as config.json writes it
+  ModelFamily family = ModelFamily::Llama;
+  // The family's own fields of config.json onto `config` (the common ones — model_type,
+  // architectures, dtype, token ids, vocab_size — are read before). Throws tessera::Error
+  // naming the file and the field.
+  void (*read_config)(const ConfigFields& fields, ModelConfig& config) = nullptr;
+  // transformers' base_model_prefix: the name under which a model with a head holds its base
+  // model ("model.layers.0…" in LlamaForCausalLM); checkpoints of a bare base model lack it.
+  std::string base_prefix;
+  // Checkpoint tensors that are buffers, not parameters, by name suffix (skipped when loading).
+  std::vector<std::string> buffer_suffixes;
+  bool causal_lm = false;                // has a causal-LM head (the default head without
+                                         // `architectures`; bert defaults to its base model)
+  bool sequence_classification = false;  // has a sequence-classification head
+  bool rotary = false;                   // rotary positions (rope_theta, rope_scaling apply)
+  bool learned_positions = false;        // positions beyond max_position_embeddings cannot run
+  // Linears stored [in, out] (transformers' Conv1D): PEFT's fan_in_fan_out, and a LoRA delta
+  // [out, in] is transposed before it is added to such a weight.
+  bool conv1d_weights = false;
+  std::vector<std::string> default_lora_targets;  // last module-name components
+  ParameterShapes (*parameter_shapes)(const ModelConfig& config) = nullptr;
+};
+
+// The entry for `model_type`, or nullptr when it is not supported.
+const FamilyTraits* find_family(std::string_view model_type);
+// The entry of a parsed config (its model_type is always supported).
+const FamilyTraits& family_of(const ModelConfig& config);
+// Every entry, in the order the registry lists them.
+const std::vector<FamilyTraits>& model_families();
+
+const std::vector<std::string>& supported_model_types();
+const char* family_name(ModelFamily family);
+// "llama, mistral, qwen2 or gpt2": the model types whose entry satisfies `pred`, for messages.
+std::string model_types_where(bool (*pred)(const FamilyTraits&));
+
+}  // namespace tessera::hf
