@@ -223,7 +223,8 @@ int run_download(std::vector<std::string> raw) {
                result.files.size(), result.commit.c_str(),
                core::human_bytes(static_cast<std::uint64_t>(result.downloaded_bytes)).c_str(),
                core::human_bytes(static_cast<std::uint64_t>(result.present_bytes)).c_str());
-  std::cout << result.snapshot.string() << "\n";
+  // The snapshot folder is the last line on stdout (with --events -, the log event says it).
+  if (events_path == nullptr || *events_path != "-") std::cout << result.snapshot.string() << "\n";
   flush_stdout();
   return 0;
 }

@@ -354,3 +354,15 @@ def test_huggingface_hub_cache_is_ours_and_ours_is_its(hub, tmp_path, llama_file
         assert Path(p).read_bytes() == wanted[f]
     run_python(hub, cache, f"from transformers import AutoModelForCausalLM as M; M.from_pretrained({ours!r})",
                HF_HUB_OFFLINE=1)
+
+
+def test_renamed_repository_follows_the_relative_redirect(hub, tmp_path, llama_files):
+    hub.renamed["org/old-llama"] = "org/llama"
+    cache = tmp_path / "cache"
+    r = cli(hub, cache, "download", "org/old-llama", "--events", "-")
+    assert r.returncode == 0, r.stderr
+    assert hub.requests("hub", "HEAD", "/org/old-llama/resolve/"), "asked under the old name"
+    snaps = walk_cache(cache)["models--org--old-llama"]
+    assert next(iter(snaps.values())) == expected_model_files(llama_files)
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert lines[-1]["type"] == "log" and "models--org--old-llama" in lines[-1]["message"]

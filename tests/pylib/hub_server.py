@@ -255,6 +255,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Longest match of 'org/name' or 'name' among the first parts; returns (repo, rest)."""
         for n in (2, 1):
             rid = "/".join(parts[:n])
+            rid = self.owner.renamed.get(rid, rid)
             repo = self.owner.repos.get((repo_type, rid))
             if repo is not None:
                 return repo, parts[n:]
