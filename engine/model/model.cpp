@@ -352,8 +352,9 @@ void DeferredWeights::load_into(PretrainedModel& model) const {
 std::shared_ptr<PretrainedModel> load_pretrained(const std::filesystem::path& dir,
                                                  torch::Dtype dtype, torch::Device device,
                                                  LoadReport* report) {
-  return load_pretrained(hf::load_model_config(dir / "config.json"),
-                         hf::SafetensorsCheckpoint::open(dir), dtype, device, report);
+  // config.json first: its errors come before the checkpoint's (arguments have no order).
+  const hf::ModelConfig config = hf::load_model_config(dir / "config.json");
+  return load_pretrained(config, hf::SafetensorsCheckpoint::open(dir), dtype, device, report);
 }
 
 std::shared_ptr<PretrainedModel> load_pretrained(const hf::ModelConfig& config,
