@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "hub_model.h"
 #include "job/events.h"
 #include "runner/runner.h"
 
@@ -138,7 +139,10 @@ int execute_job(const job::JobSpec& spec, const std::string& events_target,
     runner::RunOptions options;
     options.stop = &g_stop;
     options.simulate_host_memory = simulate_host_memory;
-    runner::RunOutcome outcome = runner::run_job(spec, events, options);
+    job::JobSpec local = spec;  // model.hub_id → the snapshot folder in the HF cache
+    if (local.model.path.empty() && !local.model.hub_id.empty())
+      local.model.path = fetch_hub_model(local, events, &g_stop).string();
+    runner::RunOutcome outcome = runner::run_job(local, events, options);
     bar.finish();
     nlohmann::json done = {{"status", outcome.status},
                            {"steps", outcome.steps_done},

@@ -1,0 +1,80 @@
+"""A job spec with model.hub_id: `tessera-cli run` fetches the model into the shared HF cache from a
+local Hub-speaking server (tests/pylib/hub_server.py) with `progress` events of phase `download`,
+then trains; offline it uses the cache, or fails naming what is missing."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
+from hub_server import HubServer, Repo, walk_cache  # noqa: E402
+
+CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    d = tmp_path_factory.mktemp("demo")
+    r = subprocess.run([CLI, "demo", "--out", d / "demo", "--no-train"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return d / "demo"
+
+
+def env_for(hub, cache, **extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
+    env.update({"HF_ENDPOINT": hub.endpoint, "HF_HUB_CACHE": str(cache), "HF_HOME": str(cache.parent / "hf-home")})
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def write_spec(demo, tmp_path, name):
+    spec = json.loads((demo / "job.json").read_text())
+    spec["model"] = {"hub_id": "org/demo"}
+    spec["dataset"]["train"] = [str(demo / "train.jsonl")]
+    spec["dataset"]["validation"] = []
+    spec["training"].update(steps=2, save_every=0, eval_every=0)
+    spec["output"] = {"dir": str(tmp_path / name)}
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def run(spec, env):
+    return subprocess.run([CLI, "run", spec], capture_output=True, text=True, timeout=600, env=env)
+
+
+def events_of(run_dir):
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def test_hub_id_downloads_then_trains_and_offline_uses_the_cache(demo, tmp_path):
+    files = {p.name: p.read_bytes() for p in (demo / "base").iterdir()}
+    with HubServer() as hub:
+        hub.add(Repo("org/demo", files))
+        cache = tmp_path / "cache"
+
+        offline = run(write_spec(demo, tmp_path, "offline-empty"), env_for(hub, cache, HF_HUB_OFFLINE=1))
+        assert offline.returncode == 2 and "org/demo" in offline.stderr and "not in the cache" in offline.stderr
+
+        r = run(write_spec(demo, tmp_path, "online"), env_for(hub, cache))
+        assert r.returncode == 0, r.stderr
+        events = events_of(tmp_path / "online")
+        download = [e for e in events if e["type"] == "progress" and e["phase"] == "download"]
+        assert download and download[-1]["done"] == download[-1]["total"] == sum(map(len, files.values()))
+        assert events[-1]["type"] == "done" and events[-1]["status"] == "completed"
+        snapshot = next(iter(walk_cache(cache)["models--org--demo"].values()))
+        assert snapshot == files
+
+        served = len(hub.log)
+        r = run(write_spec(demo, tmp_path, "offline"), env_for(hub, cache, HF_HUB_OFFLINE=1))
+        assert r.returncode == 0, r.stderr
+        assert len(hub.log) == served, "offline asked the server nothing"
+
+        # A cache missing the weights: the error names the file.
+        blob = (cache / "models--org--demo" / "snapshots").glob("*/model.safetensors")
+        next(blob).unlink()
+        r = run(write_spec(demo, tmp_path, "offline-missing"), env_for(hub, cache, HF_HUB_OFFLINE=1))
+        assert r.returncode == 2 and "model.safetensors" in r.stderr and "missing" in r.stderr, r.stderr
