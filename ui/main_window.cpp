@@ -23,12 +23,12 @@
 
 #include "core/error.h"
 #include "job/job_spec.h"
-#include "ui/cli_probe.h"
-#include "ui/model_info.h"
-#include "ui/run_monitor.h"
-#include "ui/runs_page.h"
-#include "ui/studio_settings.h"
-#include "ui/wizard.h"
+#include "ui/models/model_info.h"
+#include "ui/pages/runs_page.h"
+#include "ui/pages/wizard.h"
+#include "ui/utility/cli_probe.h"
+#include "ui/utility/run_monitor.h"
+#include "ui/utility/studio_settings.h"
 
 namespace tessera::ui {
 

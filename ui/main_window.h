@@ -4,7 +4,7 @@
 #include <QMainWindow>
 
 #include "job/job_spec.h"
-#include "ui/runs_db.h"
+#include "ui/models/runs_db.h"
 
 class QLabel;
 class QLineEdit;

@@ -7,8 +7,8 @@
 
 #include "core/error.h"
 #include "ui/main_window.h"
-#include "ui/runs_db.h"
-#include "ui/studio_settings.h"
+#include "ui/models/runs_db.h"
+#include "ui/utility/studio_settings.h"
 
 int main(int argc, char** argv) {
   QApplication app(argc, argv);

@@ -6,7 +6,7 @@
 #include <QTest>
 
 #include "core/error.h"
-#include "ui/runs_db.h"
+#include "ui/models/runs_db.h"
 
 using namespace tessera::ui;
 

@@ -29,6 +29,7 @@
 #include <QSettings>
 #include <QSignalSpy>
 #include <QSpinBox>
+#include <QSqlQuery>
 #include <QTabWidget>
 #include <QTableWidget>
 #include <QTemporaryDir>
@@ -39,18 +40,18 @@
 #include <nlohmann/json.hpp>
 
 #include "job/job_spec.h"
-#include "ui/charts.h"
-#include "ui/chat_pane.h"
-#include "ui/cli_probe.h"
-#include "ui/elided_label.h"
-#include "ui/export_dialog.h"
-#include "ui/hardware_page.h"
+#include "ui/dialogs/export_dialog.h"
 #include "ui/main_window.h"
-#include "ui/run_dashboard.h"
-#include "ui/run_monitor.h"
-#include "ui/runs_db.h"
-#include "ui/runs_page.h"
-#include "ui/wizard.h"
+#include "ui/models/runs_db.h"
+#include "ui/pages/hardware_page.h"
+#include "ui/pages/run_dashboard.h"
+#include "ui/pages/runs_page.h"
+#include "ui/pages/wizard.h"
+#include "ui/utility/cli_probe.h"
+#include "ui/utility/run_monitor.h"
+#include "ui/widgets/charts.h"
+#include "ui/widgets/chat_pane.h"
+#include "ui/widgets/elided_label.h"
 
 using namespace tessera::ui;
 using nlohmann::json;
@@ -864,6 +865,27 @@ class StudioTest : public QObject {
     QVERIFY(monitor.failure().contains("could not start"));
   }
 
+  void runs_page_says_when_the_history_cannot_be_read() {
+    // A database the list query fails on (here its runs table is gone) is an error on the page,
+    // not an empty history.
+    RunsStore store(path("runs-damaged.sqlite"));
+    RunsPage page(&store);
+    QSignalSpy refreshed(&page, &RunsPage::refreshed);
+    QVERIFY(refreshed.wait(10000));
+    QVERIFY(page.load_error().isEmpty());
+    {
+      DbConnection c(store.path());
+      QSqlQuery q(c.db());
+      QVERIFY(q.exec("PRAGMA foreign_keys = OFF"));
+      QVERIFY(q.exec("DROP TABLE runs"));
+    }
+    page.refresh();
+    QVERIFY(refreshed.wait(10000));
+    QVERIFY2(page.load_error().contains("runs database"), qPrintable(page.load_error()));
+    QVERIFY2(page.load_error().contains("runs-damaged.sqlite"), qPrintable(page.load_error()));
+    screenshot(&page, "runs-history-unreadable");
+  }
+
   void runs_page_replays_compares_and_deletes() {
     RunsPage page(store_.get());
     page.resize(1280, 900);
@@ -872,11 +894,15 @@ class StudioTest : public QObject {
     QStringList ids;
     for (const RunRecord& r : page.runs()) ids << r.id;
     QVERIFY(ids.contains("run-ok") && ids.contains("run-oom"));
-    bool found_failure = false;
-    for (int row = 0; row < page.table()->rowCount(); ++row)
-      if (page.table()->item(row, 4)->text().contains("failed: out of memory"))
-        found_failure = true;
-    QVERIFY(found_failure);
+    const RunsTableModel* model = page.runs_model();
+    const int oom = model->row_of("run-oom");
+    QVERIFY(oom >= 0);
+    const QModelIndex status = model->index_of(oom, RunsTableModel::Column::Status);
+    QVERIFY(status.data().toString().startsWith("failed: out of memory"));
+    QVERIFY(status.data(Qt::ToolTipRole).toString().contains("out of memory"));
+    QCOMPARE(model->headerData(int(RunsTableModel::Column::Status), Qt::Horizontal).toString(),
+             QString("Status"));
+    QVERIFY(page.load_error().isEmpty());
 
     QSignalSpy replayed(&page, &RunsPage::replayed);
     page.open_run("run-ok");
@@ -1068,11 +1094,11 @@ class StudioTest : public QObject {
     // The runs list shows them (and refreshes itself as the run is written).
     QTRY_VERIFY_WITH_TIMEOUT(
         [&] {
-          QTableWidget* table = window.runs_page()->table();
-          for (int row = 0; row < table->rowCount(); ++row)
-            if (table->item(row, 0)->data(Qt::UserRole).toString() == run_id)
-              return table->item(row, 5)->text() == "4 / 4 (100%)";
-          return false;
+          const RunsTableModel* model = window.runs_page()->runs_model();
+          const int row = model->row_of(run_id);
+          return row >= 0 &&
+                 model->index_of(row, RunsTableModel::Column::Progress).data().toString() ==
+                     "4 / 4 (100%)";
         }(),
         10000);
     int training_points = 0;

@@ -1,4 +1,4 @@
-#include "ui/hardware_page.h"
+#include "ui/pages/hardware_page.h"
 
 #include <QBarCategoryAxis>
 #include <QBarSet>
@@ -26,8 +26,8 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "ui/run_dashboard.h"
-#include "ui/studio_settings.h"
+#include "ui/pages/run_dashboard.h"
+#include "ui/utility/studio_settings.h"
 
 namespace tessera::ui {
 

@@ -1,4 +1,4 @@
-#include "ui/studio_settings.h"
+#include "ui/utility/studio_settings.h"
 
 #include <QCoreApplication>
 #include <QDir>

@@ -1,4 +1,4 @@
-#include "ui/run_monitor.h"
+#include "ui/utility/run_monitor.h"
 
 #include <QDateTime>
 #include <QDir>

@@ -5,10 +5,12 @@
 #include <QFutureWatcher>
 #include <QWidget>
 
-#include "ui/runs_db.h"
+#include "ui/models/runs_db.h"
+#include "ui/models/runs_table_model.h"
 
 class QLabel;
 class QPushButton;
+class QTableView;
 class QTableWidget;
 class QTabWidget;
 
@@ -34,11 +36,14 @@ class RunsPage : public QWidget {
   // Deletes the run's rows (and its folder when `delete_files`) without asking.
   void delete_run(const QString& id, bool delete_files);
 
-  const QList<RunRecord>& runs() const { return runs_; }
+  const QList<RunRecord>& runs() const { return model_->runs(); }
   bool loading() const {
     return list_watcher_.isRunning() || replay_watcher_.isRunning() || compare_pending_ > 0;
   }
-  QTableWidget* table() const { return table_; }
+  QTableView* table() const { return table_; }
+  RunsTableModel* runs_model() const { return model_; }
+  // Why the history could not be read (shown above the list); empty when it was.
+  QString load_error() const;
   RunDashboard* dashboard() const { return dashboard_; }
   LineChart* compare_chart() const { return compare_; }
   // The job-spec settings that differ between the compared runs: a row each, a column a run.
@@ -53,12 +58,15 @@ class RunsPage : public QWidget {
   void cloneRequested(const tessera::ui::RunRecord& run);
 
  private:
-  void fill_table();
+  void show_runs(QList<RunRecord> runs);
+  const RunRecord* find(const QString& id) const;
   void show_spec_differences(const QStringList& ids);
   QStringList selected_ids() const;
   void ask_delete();
   RunsStore* store_;
-  QTableWidget* table_;
+  RunsTableModel* model_;
+  QLabel* load_error_;
+  QTableView* table_;
   QPushButton* open_;
   QPushButton* compare_button_;
   QPushButton* delete_;
@@ -68,7 +76,6 @@ class RunsPage : public QWidget {
   QLabel* compare_differences_label_;
   QTableWidget* compare_differences_;
   ChatPane* chat_;
-  QList<RunRecord> runs_;
   QFutureWatcher<QList<RunRecord>> list_watcher_;
   QFutureWatcher<RunSeries> replay_watcher_;
   QString replay_id_;

@@ -11,9 +11,9 @@
 #include <QVBoxLayout>
 
 #include "core/error.h"
-#include "ui/cli_probe.h"
-#include "ui/studio_settings.h"
-#include "ui/wizard.h"
+#include "ui/pages/wizard.h"
+#include "ui/utility/cli_probe.h"
+#include "ui/utility/studio_settings.h"
 
 namespace tessera::ui {
 

@@ -15,6 +15,15 @@ inline bool present(double v) {
   return !std::isnan(v);
 }
 
+// "42 s", "3 min 5 s", "2 h 10 min"; "—" when unknown.
+inline QString format_duration(double seconds) {
+  if (!present(seconds) || seconds < 0) return "—";
+  const auto s = static_cast<long long>(seconds + 0.5);
+  if (s < 60) return QString("%1 s").arg(s);
+  if (s < 3600) return QString("%1 min %2 s").arg(s / 60).arg(s % 60);
+  return QString("%1 h %2 min").arg(s / 3600).arg((s % 3600) / 60);
+}
+
 struct MetricPoint {
   std::int64_t step = 0;
   double t = 0;  // seconds since the Unix epoch

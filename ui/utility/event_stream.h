@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
-#include "ui/run_data.h"
-#include "ui/runs_db.h"
+#include "ui/models/run_data.h"
+#include "ui/models/runs_db.h"
 
 namespace tessera::ui {
 

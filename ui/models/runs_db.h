@@ -12,7 +12,7 @@
 #include <functional>
 #include <optional>
 
-#include "ui/run_data.h"
+#include "ui/models/run_data.h"
 
 namespace tessera::ui {
 

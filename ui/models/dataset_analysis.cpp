@@ -1,4 +1,4 @@
-#include "ui/dataset_analysis.h"
+#include "ui/models/dataset_analysis.h"
 
 #include <filesystem>
 #include <optional>

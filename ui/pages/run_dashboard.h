@@ -8,8 +8,8 @@
 #include <QTimer>
 #include <QWidget>
 
-#include "ui/run_data.h"
-#include "ui/runs_db.h"
+#include "ui/models/run_data.h"
+#include "ui/models/runs_db.h"
 
 class QHBoxLayout;
 class QLabel;
@@ -124,7 +124,5 @@ class RunDashboard : public QWidget {
   int repaints_ = 0;
   qint64 max_draw_ms_ = 0;
 };
-
-QString format_duration(double seconds);
 
 }  // namespace tessera::ui

@@ -1,4 +1,4 @@
-#include "ui/event_stream.h"
+#include "ui/utility/event_stream.h"
 
 #include <QDateTime>
 

@@ -1,4 +1,4 @@
-#include "ui/runs_db.h"
+#include "ui/models/runs_db.h"
 
 #include <QAtomicInteger>
 #include <QDateTime>
@@ -12,7 +12,7 @@
 #include <csignal>
 
 #include "core/error.h"
-#include "ui/event_stream.h"
+#include "ui/utility/event_stream.h"
 
 namespace tessera::ui {
 

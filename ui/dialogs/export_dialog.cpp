@@ -1,4 +1,4 @@
-#include "ui/export_dialog.h"
+#include "ui/dialogs/export_dialog.h"
 
 #include <QComboBox>
 #include <QDialogButtonBox>

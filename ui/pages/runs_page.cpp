@@ -1,4 +1,4 @@
-#include "ui/runs_page.h"
+#include "ui/pages/runs_page.h"
 
 #include <QCheckBox>
 #include <QDateTime>
@@ -10,25 +10,48 @@
 #include <QPushButton>
 #include <QSplitter>
 #include <QTabWidget>
+#include <QTableView>
 #include <QTableWidget>
+#include <QUnhandledException>
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "ui/charts.h"
-#include "ui/chat_pane.h"
-#include "ui/export_dialog.h"
-#include "ui/run_dashboard.h"
-#include "ui/run_monitor.h"
-#include "ui/studio_settings.h"
+#include "core/error.h"
+#include "ui/dialogs/export_dialog.h"
+#include "ui/pages/run_dashboard.h"
+#include "ui/utility/run_monitor.h"
+#include "ui/utility/studio_settings.h"
+#include "ui/widgets/charts.h"
+#include "ui/widgets/chat_pane.h"
 
 namespace tessera::ui {
 
 namespace {
-QString loss_text(double v) {
-  return present(v) ? QString::number(v, 'f', 4) : QString("—");
+// The message of the exception being handled; a QtConcurrent task's own exception is inside
+// QUnhandledException.
+QString current_exception_text() {
+  try {
+    throw;
+  } catch (const QUnhandledException& e) {
+    try {
+      if (e.exception()) std::rethrow_exception(e.exception());
+    } catch (const tessera::Error& inner) {
+      return QString::fromStdString(std::string(inner.what()) + " (" + inner.hint() + ")");
+    } catch (const std::exception& inner) {
+      return QString::fromUtf8(inner.what());
+    } catch (...) {
+    }
+    return QObject::tr("an unknown error");
+  } catch (const tessera::Error& e) {
+    return QString::fromStdString(std::string(e.what()) + " (" + e.hint() + ")");
+  } catch (const std::exception& e) {
+    return QString::fromUtf8(e.what());
+  } catch (...) {
+    return QObject::tr("an unknown error");
+  }
 }
 }  // namespace
 
@@ -38,11 +61,17 @@ RunsPage::RunsPage(RunsStore* store, QWidget* parent) : QWidget(parent), store_(
   auto* top = new QWidget;
   auto* top_layout = new QVBoxLayout(top);
   top_layout->setContentsMargins(0, 0, 0, 0);
-  table_ = new QTableWidget;
-  table_->setColumnCount(10);
-  table_->setHorizontalHeaderLabels({tr("Name"), tr("Model"), tr("Dataset"), tr("Method"),
-                                     tr("Status"), tr("Progress"), tr("Started"), tr("Duration"),
-                                     tr("Final loss"), tr("Final eval loss")});
+  load_error_ = new QLabel;
+  load_error_->setWordWrap(true);
+  load_error_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  load_error_->setStyleSheet(
+      "QLabel { color: palette(bright-text); background: #b3261e; "
+      "padding: 6px; border-radius: 3px; }");
+  load_error_->setVisible(false);
+  top_layout->addWidget(load_error_);
+  model_ = new RunsTableModel(this);
+  table_ = new QTableView;
+  table_->setModel(model_);
   table_->setSelectionBehavior(QAbstractItemView::SelectRows);
   table_->setSelectionMode(QAbstractItemView::ExtendedSelection);
   table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -100,12 +129,12 @@ RunsPage::RunsPage(RunsStore* store, QWidget* parent) : QWidget(parent), store_(
     const auto ids = selected_ids();
     if (!ids.isEmpty()) open_run(ids.first());
   });
-  connect(table_, &QTableWidget::cellActivated, this, [this](int row, int) {
-    if (row >= 0 && row < runs_.size()) open_run(runs_[row].id);
+  connect(table_, &QTableView::activated, this, [this](const QModelIndex& index) {
+    open_run(index.data(RunsTableModel::RunIdRole).toString());
   });
   connect(compare_button_, &QPushButton::clicked, this, [this] { compare(selected_ids()); });
   connect(delete_, &QPushButton::clicked, this, &RunsPage::ask_delete);
-  connect(table_, &QTableWidget::itemSelectionChanged, this, [this] {
+  connect(table_->selectionModel(), &QItemSelectionModel::selectionChanged, this, [this] {
     const auto n = selected_ids().size();
     open_->setEnabled(n == 1);
     compare_button_->setEnabled(n >= 2);
@@ -113,11 +142,14 @@ RunsPage::RunsPage(RunsStore* store, QWidget* parent) : QWidget(parent), store_(
   });
   connect(&list_watcher_, &QFutureWatcher<QList<RunRecord>>::finished, this, [this] {
     try {
-      runs_ = list_watcher_.result();
+      show_runs(list_watcher_.result());
+      load_error_->setVisible(false);
     } catch (...) {
-      runs_.clear();
+      // The list shown stays (it is the last one read); the error says why it is not newer.
+      load_error_->setText(
+          tr("The run history could not be read: %1").arg(current_exception_text()));
+      load_error_->setVisible(true);
     }
-    fill_table();
     Q_EMIT refreshed();
     if (refresh_again_) {
       refresh_again_ = false;
@@ -130,8 +162,7 @@ RunsPage::RunsPage(RunsStore* store, QWidget* parent) : QWidget(parent), store_(
       series = replay_watcher_.result();
     } catch (...) {
     }
-    for (const RunRecord& r : runs_)
-      if (r.id == replay_id_) dashboard_->show_replay(r, series);
+    if (const RunRecord* r = find(replay_id_)) dashboard_->show_replay(*r, series);
     tabs_->setCurrentWidget(dashboard_);
     Q_EMIT replayed(replay_id_);
   });
@@ -154,56 +185,31 @@ void RunsPage::refresh() {
   list_watcher_.setFuture(store_->list_runs_async());
 }
 
-namespace {
-// "120 / 5000 (2%)"; a running run never shows 100% (its last step still has to be saved).
-QString progress_text(const RunRecord& r) {
-  if (r.total_steps <= 0) return QString("—");
-  int percent = int(100 * r.steps_done / r.total_steps);
-  if (r.status == "running") percent = std::min(percent, 99);
-  return QString("%1 / %2 (%3%)").arg(r.steps_done).arg(r.total_steps).arg(percent);
-}
-}  // namespace
-
-void RunsPage::fill_table() {
+void RunsPage::show_runs(QList<RunRecord> runs) {
   const QStringList selected = selected_ids();
-  table_->setRowCount(int(runs_.size()));
-  const double now = double(QDateTime::currentMSecsSinceEpoch()) / 1000;
-  for (int row = 0; row < runs_.size(); ++row) {
-    const RunRecord& r = runs_[row];
-    QString status = r.status;
-    if (!r.failure.isEmpty()) status += ": " + r.failure.section('\n', 0, 0);
-    const double end = present(r.ended_at) ? r.ended_at : now;
-    const QStringList cells = {
-        r.name.isEmpty() ? r.id : r.name,
-        r.model,
-        r.dataset,
-        r.method,
-        status,
-        progress_text(r),
-        present(r.started_at) ? QDateTime::fromMSecsSinceEpoch(qint64(r.started_at * 1000))
-                                    .toString("yyyy-MM-dd hh:mm")
-                              : QString("—"),
-        present(r.started_at) ? format_duration(end - r.started_at) : QString("—"),
-        loss_text(r.final_loss),
-        loss_text(r.final_eval_loss)};
-    for (int c = 0; c < cells.size(); ++c) {
-      auto* item = new QTableWidgetItem(cells[c]);
-      item->setData(Qt::UserRole, r.id);
-      if (c == 4 && !r.failure.isEmpty()) item->setToolTip(r.failure);
-      table_->setItem(row, c, item);
-    }
-    if (selected.contains(r.id)) table_->selectRow(row);
-  }
+  model_->set_runs(std::move(runs));
+  for (const QString& id : selected)
+    if (const int row = model_->row_of(id); row >= 0) table_->selectRow(row);
   table_->resizeColumnsToContents();
   // A long failure reason stays readable in the tooltip without pushing the losses away.
-  table_->setColumnWidth(4,
-                         std::min(table_->columnWidth(4), fontMetrics().averageCharWidth() * 32));
+  const int status = int(RunsTableModel::Column::Status);
+  table_->setColumnWidth(
+      status, std::min(table_->columnWidth(status), fontMetrics().averageCharWidth() * 32));
+}
+
+const RunRecord* RunsPage::find(const QString& id) const {
+  const int row = model_->row_of(id);
+  return row < 0 ? nullptr : &model_->runs()[row];
+}
+
+QString RunsPage::load_error() const {
+  return load_error_->isHidden() ? QString() : load_error_->text();
 }
 
 QStringList RunsPage::selected_ids() const {
   QStringList ids;
   for (const QModelIndex& index : table_->selectionModel()->selectedRows())
-    if (index.row() < runs_.size()) ids << runs_[index.row()].id;
+    ids << index.data(RunsTableModel::RunIdRole).toString();
   return ids;
 }
 
@@ -254,9 +260,8 @@ void RunsPage::show_spec_differences(const QStringList& ids) {
   std::vector<std::map<std::string, std::string>> specs;
   std::set<std::string> keys;
   for (const QString& id : ids) {
-    RunRecord run;
-    for (const RunRecord& r : runs_)
-      if (r.id == id) run = r;
+    const RunRecord* found = find(id);
+    const RunRecord run = found ? *found : RunRecord{};
     labels << (run.name.isEmpty() ? id : run.name);
     std::map<std::string, std::string> flat;
     const auto doc = nlohmann::json::parse(run.spec_json.toStdString(), nullptr, false);
@@ -295,9 +300,8 @@ void RunsPage::compare(const QStringList& ids) {
   show_spec_differences(ids);
   compare_pending_ = int(ids.size());
   for (const QString& id : ids) {
-    QString label = id;
-    for (const RunRecord& r : runs_)
-      if (r.id == id && !r.name.isEmpty()) label = r.name;
+    const RunRecord* run = find(id);
+    const QString label = run && !run->name.isEmpty() ? run->name : id;
     auto* watcher = new QFutureWatcher<RunSeries>(this);
     connect(watcher, &QFutureWatcher<RunSeries>::finished, this, [this, watcher, label] {
       QList<QPointF> points;
@@ -317,9 +321,9 @@ void RunsPage::compare(const QStringList& ids) {
 void RunsPage::ask_delete() {
   const auto ids = selected_ids();
   if (ids.size() != 1) return;
-  RunRecord run;
-  for (const RunRecord& r : runs_)
-    if (r.id == ids.first()) run = r;
+  const RunRecord* found = find(ids.first());
+  if (!found) return;
+  const RunRecord run = *found;
   QMessageBox box(
       QMessageBox::Question, tr("Delete run"),
       tr("Delete the run “%1” from the history?").arg(run.name.isEmpty() ? run.id : run.name),
@@ -335,9 +339,8 @@ void RunsPage::ask_delete() {
 }
 
 void RunsPage::delete_run(const QString& id, bool delete_files) {
-  QString folder;
-  for (const RunRecord& r : runs_)
-    if (r.id == id) folder = r.output_dir;
+  const RunRecord* run = find(id);
+  const QString folder = run ? run->output_dir : QString();
   auto* watcher = new QFutureWatcher<void>(this);
   connect(watcher, &QFutureWatcher<void>::finished, this, [this, watcher] {
     watcher->deleteLater();

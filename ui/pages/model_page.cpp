@@ -10,8 +10,8 @@
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
 
-#include "ui/studio_settings.h"
-#include "ui/wizard.h"
+#include "ui/pages/wizard.h"
+#include "ui/utility/studio_settings.h"
 
 namespace tessera::ui {
 

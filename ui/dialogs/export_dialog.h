@@ -8,7 +8,7 @@
 #include <QProcess>
 #include <QStringList>
 
-#include "ui/runs_db.h"
+#include "ui/models/runs_db.h"
 
 class QComboBox;
 class QLabel;

@@ -23,9 +23,9 @@
 #include <QValueAxis>
 #include <QtConcurrent/QtConcurrentRun>
 
-#include "ui/charts.h"
-#include "ui/studio_settings.h"
-#include "ui/wizard.h"
+#include "ui/pages/wizard.h"
+#include "ui/utility/studio_settings.h"
+#include "ui/widgets/charts.h"
 
 namespace tessera::ui {
 

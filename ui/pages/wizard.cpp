@@ -1,4 +1,4 @@
-#include "ui/wizard.h"
+#include "ui/pages/wizard.h"
 
 #include <QDateTime>
 #include <QDir>
@@ -10,9 +10,9 @@
 #include <QStackedWidget>
 #include <QVBoxLayout>
 
-#include "ui/cli_probe.h"
-#include "ui/hardware_page.h"
-#include "ui/studio_settings.h"
+#include "ui/pages/hardware_page.h"
+#include "ui/utility/cli_probe.h"
+#include "ui/utility/studio_settings.h"
 
 namespace tessera::ui {
 

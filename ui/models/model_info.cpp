@@ -1,4 +1,4 @@
-#include "ui/model_info.h"
+#include "ui/models/model_info.h"
 
 #include <QDir>
 #include <QDirIterator>
@@ -13,6 +13,7 @@
 #include "hf/chat/chat_template.h"
 #include "hf/chat/tokenizer_config.h"
 #include "hf/config.h"
+#include "hf/families.h"
 #include "hf/safetensors.h"
 #include "hf/tokenizer/tokenizer.h"
 
@@ -61,7 +62,7 @@ bool is_causal_lm(const hf::ModelConfig& config) {
     if (ends_with(arch, "ForCausalLM") || ends_with(arch, "LMHeadModel")) return true;
     if (ends_with(arch, "ForSequenceClassification") || ends_with(arch, "Model")) return false;
   }
-  return config.architectures.empty() && config.family != hf::ModelFamily::Bert;
+  return config.architectures.empty() && hf::family_of(config).causal_lm;
 }
 
 }  // namespace
@@ -116,7 +117,9 @@ ModelSummary inspect_model(const QString& folder) {
       throw_unsupported(dir.string() + ": " + config.model_type +
                             " is not a causal language model; fine-tuning other heads is not "
                             "supported yet",
-                        "choose a llama, mistral, qwen2 or gpt2 model");
+                        "choose a " + hf::model_types_where([](const hf::FamilyTraits& f) {
+                          return f.causal_lm;
+                        }) + " model");
     s.trainable = true;
   } catch (const Error& e) {
     s.problem = QString::fromStdString(e.what());

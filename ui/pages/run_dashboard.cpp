@@ -1,4 +1,4 @@
-#include "ui/run_dashboard.h"
+#include "ui/pages/run_dashboard.h"
 
 #include <QApplication>
 #include <QDateTime>
@@ -21,9 +21,9 @@
 #include <QTabWidget>
 #include <QVBoxLayout>
 
-#include "ui/charts.h"
-#include "ui/elided_label.h"
-#include "ui/run_monitor.h"
+#include "ui/utility/run_monitor.h"
+#include "ui/widgets/charts.h"
+#include "ui/widgets/elided_label.h"
 
 namespace tessera::ui {
 
@@ -33,14 +33,6 @@ constexpr int kRepaintIntervalMs = 40;  // at most 25 repaints a second
 // the chunk traffic chart in two tabs rather than side by side.
 constexpr int kSideBySideChars = 170;
 }  // namespace
-
-QString format_duration(double seconds) {
-  if (!present(seconds) || seconds < 0) return "—";
-  const auto s = static_cast<long long>(seconds + 0.5);
-  if (s < 60) return QString("%1 s").arg(s);
-  if (s < 3600) return QString("%1 min %2 s").arg(s / 60).arg(s % 60);
-  return QString("%1 h %2 min").arg(s / 3600).arg((s % 3600) / 60);
-}
 
 RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);

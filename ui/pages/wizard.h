@@ -7,8 +7,8 @@
 #include <QWidget>
 
 #include "job/job_spec.h"
-#include "ui/dataset_analysis.h"
-#include "ui/model_info.h"
+#include "ui/models/dataset_analysis.h"
+#include "ui/models/model_info.h"
 
 class QBarSeries;
 class QBarCategoryAxis;

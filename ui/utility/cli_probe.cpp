@@ -1,4 +1,4 @@
-#include "ui/cli_probe.h"
+#include "ui/utility/cli_probe.h"
 
 #include <QRegularExpression>
 #include <QTimer>

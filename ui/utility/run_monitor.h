@@ -10,9 +10,9 @@
 #include <QStringList>
 #include <QTimer>
 
-#include "ui/event_stream.h"
-#include "ui/run_data.h"
-#include "ui/runs_db.h"
+#include "ui/models/run_data.h"
+#include "ui/models/runs_db.h"
+#include "ui/utility/event_stream.h"
 
 namespace tessera::ui {
 

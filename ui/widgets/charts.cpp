@@ -1,4 +1,4 @@
-#include "ui/charts.h"
+#include "ui/widgets/charts.h"
 
 #include <QAreaSeries>
 #include <QChart>
@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ui/run_data.h"
+#include "ui/models/run_data.h"
 
 namespace tessera::ui {
 

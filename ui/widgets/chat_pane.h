@@ -6,7 +6,7 @@
 #include <QStringDecoder>
 #include <QWidget>
 
-#include "ui/runs_db.h"
+#include "ui/models/runs_db.h"
 
 class QCheckBox;
 class QLabel;

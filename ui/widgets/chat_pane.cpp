@@ -1,4 +1,4 @@
-#include "ui/chat_pane.h"
+#include "ui/widgets/chat_pane.h"
 
 #include <QCheckBox>
 #include <QDir>

@@ -17,7 +17,7 @@
 #include <QVBoxLayout>
 #include <limits>
 
-#include "ui/wizard.h"
+#include "ui/pages/wizard.h"
 
 namespace tessera::ui {
 

@@ -1,0 +1,127 @@
+#include "ui/models/runs_table_model.h"
+
+#include <QDateTime>
+#include <algorithm>
+
+namespace tessera::ui {
+
+namespace {
+
+QString loss_text(double v) {
+  return present(v) ? QString::number(v, 'f', 4) : QString("—");
+}
+
+// "120 / 5000 (2%)"; a running run never shows 100% (its last step still has to be saved).
+QString progress_text(const RunRecord& r) {
+  if (r.total_steps <= 0) return QString("—");
+  int percent = int(100 * r.steps_done / r.total_steps);
+  if (r.status == "running") percent = std::min(percent, 99);
+  return QString("%1 / %2 (%3%)").arg(r.steps_done).arg(r.total_steps).arg(percent);
+}
+
+}  // namespace
+
+void RunsTableModel::set_runs(QList<RunRecord> runs) {
+  beginResetModel();
+  runs_ = std::move(runs);
+  endResetModel();
+}
+
+int RunsTableModel::row_of(const QString& id) const {
+  for (int row = 0; row < runs_.size(); ++row)
+    if (runs_[row].id == id) return row;
+  return -1;
+}
+
+int RunsTableModel::rowCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : int(runs_.size());
+}
+
+int RunsTableModel::columnCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : kColumnCount;
+}
+
+QString RunsTableModel::text(const RunRecord& r, Column column) const {
+  switch (column) {
+    case Column::Name:
+      return r.name.isEmpty() ? r.id : r.name;
+    case Column::Model:
+      return r.model;
+    case Column::Dataset:
+      return r.dataset;
+    case Column::Method:
+      return r.method;
+    case Column::Status:
+      return r.failure.isEmpty() ? r.status : r.status + ": " + r.failure.section('\n', 0, 0);
+    case Column::Progress:
+      return progress_text(r);
+    case Column::Started:
+      return present(r.started_at) ? QDateTime::fromMSecsSinceEpoch(qint64(r.started_at * 1000))
+                                         .toString("yyyy-MM-dd hh:mm")
+                                   : QString("—");
+    case Column::Duration: {
+      if (!present(r.started_at)) return QString("—");
+      // A run still going counts up to now.
+      const double end =
+          present(r.ended_at) ? r.ended_at : double(QDateTime::currentMSecsSinceEpoch()) / 1000;
+      return format_duration(end - r.started_at);
+    }
+    case Column::FinalLoss:
+      return loss_text(r.final_loss);
+    case Column::FinalEvalLoss:
+      return loss_text(r.final_eval_loss);
+  }
+  return {};
+}
+
+QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
+  if (!index.isValid() || index.row() >= runs_.size() || index.column() >= kColumnCount) return {};
+  const RunRecord& r = runs_[index.row()];
+  const auto column = Column(index.column());
+  switch (role) {
+    case Qt::DisplayRole:
+      return text(r, column);
+    case Qt::ToolTipRole:
+      if (column == Column::Status && !r.failure.isEmpty()) return r.failure;
+      if (column == Column::Name) return r.output_dir;
+      return {};
+    case Qt::TextAlignmentRole:
+      if (column == Column::Progress || column == Column::Duration || column == Column::FinalLoss ||
+          column == Column::FinalEvalLoss)
+        return int(Qt::AlignRight | Qt::AlignVCenter);
+      return {};
+    case RunIdRole:
+      return r.id;
+    default:
+      return {};
+  }
+}
+
+QVariant RunsTableModel::headerData(int section, Qt::Orientation orientation, int role) const {
+  if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
+  switch (Column(section)) {
+    case Column::Name:
+      return tr("Name");
+    case Column::Model:
+      return tr("Model");
+    case Column::Dataset:
+      return tr("Dataset");
+    case Column::Method:
+      return tr("Method");
+    case Column::Status:
+      return tr("Status");
+    case Column::Progress:
+      return tr("Progress");
+    case Column::Started:
+      return tr("Started");
+    case Column::Duration:
+      return tr("Duration");
+    case Column::FinalLoss:
+      return tr("Final loss");
+    case Column::FinalEvalLoss:
+      return tr("Final eval loss");
+  }
+  return {};
+}
+
+}  // namespace tessera::ui
