@@ -53,6 +53,11 @@ MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
   data_ = static_cast<const std::uint8_t*>(p);
 }
 
+void MappedFile::release_resident_pages() const {
+  // Advice only: a failure leaves the pages resident, which is what happened without it.
+  if (data_ != nullptr) ::madvise(const_cast<std::uint8_t*>(data_), size_, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<std::uint8_t*>(data_), size_);
 }

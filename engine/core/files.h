@@ -24,6 +24,9 @@ class MappedFile {
   std::size_t size() const { return size_; }
   std::span<const std::uint8_t> bytes() const { return {data_, size_}; }
   const std::filesystem::path& path() const { return path_; }
+  // Drops the mapped pages from the process's resident set (madvise DONTNEED); the mapping stays
+  // valid, and a later read faults them in again from the page cache or the file.
+  void release_resident_pages() const;
 
  private:
   std::filesystem::path path_;

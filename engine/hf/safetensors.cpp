@@ -747,6 +747,10 @@ std::uint64_t SafetensorsCheckpoint::parameter_count() const {
   return total;
 }
 
+void SafetensorsCheckpoint::release_resident_pages() const {
+  for (const auto& file : files_) file->release_resident_pages();
+}
+
 // ---- writer -------------------------------------------------------------------------------
 
 namespace {

@@ -50,6 +50,7 @@ class SafetensorsFile {
   const TensorInfo* find(const std::string& name) const;
   TensorView view(const TensorInfo& info) const;
   std::uint64_t file_size() const { return file_.size(); }
+  void release_resident_pages() const { file_.release_resident_pages(); }
 
  private:
   core::MappedFile file_;
@@ -74,6 +75,8 @@ class SafetensorsCheckpoint {
   const std::vector<std::shared_ptr<SafetensorsFile>>& files() const { return files_; }
   std::uint64_t total_bytes() const;      // sum of tensor byte lengths
   std::uint64_t parameter_count() const;  // sum of numel
+  // Every file's MappedFile::release_resident_pages: once the weights are copied out.
+  void release_resident_pages() const;
 
  private:
   std::vector<std::shared_ptr<SafetensorsFile>> files_;

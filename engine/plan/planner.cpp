@@ -10,7 +10,7 @@
 #include "core/files.h"
 #include "core/units.h"
 #include "hf/families.h"
-#include "hf/safetensors.h"
+#include "hf/model_folder.h"
 #include "job/strategies.h"
 
 namespace tessera::plan {
@@ -603,9 +603,6 @@ json to_json(const Plan& p) {
 
 PlanInputs load_plan_inputs(const job::JobSpec& spec, const std::string& spec_source,
                             HardwareProfile profile) {
-  PlanInputs in;
-  in.spec = spec;
-  in.profile = std::move(profile);
   if (spec.model.path.empty())
     throw_invalid(spec_source + ": model.path is empty; the planner reads a local model folder",
                   "download the model first (tessera-cli hub) and set model.path");
@@ -613,21 +610,18 @@ PlanInputs load_plan_inputs(const job::JobSpec& spec, const std::string& spec_so
   if (!fs::exists(dir / "config.json"))
     throw_invalid(spec_source + ": model.path " + dir.string() + " has no config.json",
                   "point model.path at a HuggingFace model folder");
-  in.model = hf::load_model_config(dir / "config.json");
-  try {
-    auto checkpoint = hf::SafetensorsCheckpoint::open(dir);
-    in.checkpoint_bytes = checkpoint.total_bytes();
-    std::uint64_t params = 0;
-    for (const auto& name : checkpoint.names()) {
-      const auto& info = checkpoint.info(name);
-      if (info.dtype == hf::DType::F64 || info.dtype == hf::DType::F32 ||
-          info.dtype == hf::DType::F16 || info.dtype == hf::DType::BF16)
-        params += info.numel();
-    }
-    in.checkpoint_parameters = static_cast<std::int64_t>(params);
-  } catch (const Error&) {
-    // No weights yet (a config-only folder): the formula alone is used.
-  }
+  return plan_inputs(spec, hf::ModelFolder::open(dir), std::move(profile));
+}
+
+PlanInputs plan_inputs(const job::JobSpec& spec, const hf::ModelFolder& model,
+                       HardwareProfile profile) {
+  PlanInputs in;
+  in.spec = spec;
+  in.profile = std::move(profile);
+  in.model = model.config();
+  // Without weights (a config-only folder) the formula alone is used.
+  in.checkpoint_bytes = model.checkpoint_bytes();
+  in.checkpoint_parameters = model.checkpoint_parameters();
   std::int64_t rows = 0;
   bool counted = false;
   for (const auto& f : spec.dataset.train_files) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hf/config.h"
+#include "hf/model_folder.h"
 #include "job/job_spec.h"
 #include "plan/profile.h"
 
@@ -144,6 +145,9 @@ nlohmann::json to_json(const Plan& plan);
 // row counts (lines) into PlanInputs; `spec_source` names the spec file in errors.
 PlanInputs load_plan_inputs(const job::JobSpec& spec, const std::string& spec_source,
                             HardwareProfile profile);
+// The same from a model folder already open (the runner's, read once for the whole run).
+PlanInputs plan_inputs(const job::JobSpec& spec, const hf::ModelFolder& model,
+                       HardwareProfile profile);
 
 // For a spec naming gemini with strategy.options.host_budget: its host estimate as written
 // against the budget (less kHeadroom). Returns nothing when it fits, else the refusal: the

@@ -1,7 +1,6 @@
 #include "runner/runner.h"
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 
 #include "core/error.h"
@@ -14,6 +13,7 @@
 #include "hf/chat/tokenizer_config.h"
 #include "hf/config.h"
 #include "hf/families.h"
+#include "hf/model_folder.h"
 #include "hf/tokenizer/tokenizer.h"
 #include "job/strategies.h"
 #include "model/model.h"
@@ -194,11 +194,12 @@ std::map<std::string, torch::Tensor> weights_of(const model::PretrainedModel& mo
 // A sequence classifier on `model_dir`: the checkpoint's weights, and a classification head
 // (pooler and classifier when the checkpoint has none) initialised as transformers does, sized
 // to the dataset's labels. The exported config names the labels.
-std::shared_ptr<model::PretrainedModel> load_for_classification(const fs::path& model_dir,
-                                                                hf::ModelConfig config,
+std::shared_ptr<model::PretrainedModel> load_for_classification(const hf::ModelFolder& source,
                                                                 const PreparedData& prepared,
                                                                 const job::JobSpec& spec,
                                                                 job::EventSink& events) {
+  const fs::path& model_dir = source.dir();
+  hf::ModelConfig config = source.config();
   auto classifies = [](const hf::FamilyTraits& f) { return f.sequence_classification; };
   if (!hf::family_of(config).sequence_classification)
     throw_unsupported(model_dir.string() + ": sequence classification is available for " +
@@ -233,8 +234,8 @@ std::shared_ptr<model::PretrainedModel> load_for_classification(const fs::path& 
   config.raw["label2id"] = label2id;
   auto model = model::create_model(config, model::TaskHead::SequenceClassification);
   model::init_weights(*model, spec.training.seed);
-  model::LoadReport report = model::load_weights(*model, hf::SafetensorsCheckpoint::open(model_dir),
-                                                 {"classifier.", "bert.pooler."});
+  model::LoadReport report =
+      model::load_weights(*model, source.weights(), {"classifier.", "bert.pooler."});
   if (!report.initialized.empty()) {
     std::string list;
     for (const auto& n : report.initialized) list += (list.empty() ? "" : ", ") + n;
@@ -284,13 +285,14 @@ train::TrainerOptions trainer_options(const job::JobSpec& spec, const fs::path& 
 // Strategy "auto": the plan for this machine (or the one recorded when the run started, when
 // it resumes), written to plan.json and announced as the `plan` event; returns the spec the
 // run trains with. Other strategies: the spec as written.
-job::JobSpec plan_run(const job::JobSpec& spec, const fs::path& out_dir,
-                      const RunOptions& run_options, job::EventSink& events) {
+job::JobSpec plan_run(const job::JobSpec& spec, const hf::ModelFolder& source,
+                      const fs::path& out_dir, const RunOptions& run_options,
+                      job::EventSink& events) {
   if (spec.strategy.name != "auto") {
     // A host budget is checked before anything is loaded.
     if (spec.strategy.options.contains("host_budget"))
-      if (const auto refusal = plan::check_host_budget(
-              plan::load_plan_inputs(spec, "job spec", plan::HardwareProfile{})))
+      if (const auto refusal =
+              plan::check_host_budget(plan::plan_inputs(spec, source, plan::HardwareProfile{})))
         throw_invalid(refusal->message, refusal->hint);
     events.emit("plan", {{"strategy", spec.strategy.name},
                          {"applied", false},
@@ -321,7 +323,7 @@ job::JobSpec plan_run(const job::JobSpec& spec, const fs::path& out_dir,
     if (run_options.simulate_host_memory)
       hardware.memory.simulated = *run_options.simulate_host_memory;
     const plan::Plan planned =
-        plan::make_plan(plan::load_plan_inputs(spec, "job spec", std::move(hardware)));
+        plan::make_plan(plan::plan_inputs(spec, source, std::move(hardware)));
     plan_json = plan::to_json(planned);
     if (!planned.fits)
       throw_invalid(planned.explanation,
@@ -350,76 +352,182 @@ job::JobSpec plan_run(const job::JobSpec& spec, const fs::path& out_dir,
   return plan::apply_settings(spec, settings);
 }
 
-}  // namespace
-
-RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
-                   const RunOptions& run_options) {
-  using clock = std::chrono::steady_clock;
-  const auto started = clock::now();
-  if (requested.model.path.empty())
-    throw_unsupported("model.hub_id \"" + requested.model.hub_id +
-                          "\": downloading from the Hub is not supported yet",
-                      "download the model folder and give its path in model.path");
-  const fs::path model_dir = requested.model.path;
+// The spec's model folder, checked to be one.
+fs::path model_dir_of(const job::JobSpec& spec) {
+  if (spec.model.path.empty())
+    throw_unsupported(
+        "model.hub_id \"" + spec.model.hub_id + "\": downloading from the Hub is not supported yet",
+        "download the model folder and give its path in model.path");
+  const fs::path model_dir = spec.model.path;
   if (!fs::is_directory(model_dir))
     throw_invalid("model.path \"" + model_dir.string() + "\" is not a folder",
                   "give the folder of a HuggingFace model (config.json, *.safetensors, "
                   "tokenizer.json)");
+  return model_dir;
+}
+
+// The model folder the run trains from, read once (config.json, the checkpoint's headers) and
+// passed down to every stage.
+hf::ModelFolder open_model(const fs::path& model_dir) {
+  if (!fs::exists(model_dir / "config.json"))
+    throw_invalid("job spec: model.path " + model_dir.string() + " has no config.json",
+                  "point model.path at a HuggingFace model folder");
+  return hf::ModelFolder::open(model_dir);
+}
+
+// The dataset tokenized for the model, and the id that pads its batches.
+struct TrainingData {
+  PreparedData prepared;
+  std::int32_t pad_id = 0;
+};
+
+TrainingData prepare_training_data(const job::JobSpec& spec, const hf::ModelFolder& source,
+                                   job::EventSink& events) {
+  const hf::Tokenizer tokenizer = hf::Tokenizer::from_folder(source.dir());
+  const hf::TokenizerConfig tokenizer_config = hf::load_tokenizer_config_from_folder(source.dir());
+  TrainingData data;
+  data.prepared = prepare_data(spec, tokenizer, tokenizer_config, source.config(), events);
+  data.pad_id = pick_pad_id(tokenizer, tokenizer_config, source.config());
+  events.log("info", std::to_string(data.prepared.train.size()) + " training and " +
+                         std::to_string(data.prepared.validation.size()) + " validation sequences");
+  return data;
+}
+
+// The model to train: a classifier with its new head loaded now, or a causal LM built without
+// values whose weights the plugin reads from `weights` into its own storage (or the trainer
+// loads), so a model larger than memory can start under gemini.
+struct ModelToTrain {
+  std::shared_ptr<model::PretrainedModel> model;
+  std::shared_ptr<const model::DeferredWeights> weights;  // causal LMs
+};
+
+ModelToTrain load_model(const job::JobSpec& spec, const hf::ModelFolder& source,
+                        const PreparedData& prepared, job::EventSink& events) {
+  if (prepared.classification) return {load_for_classification(source, prepared, spec, events), {}};
+  const hf::ModelConfig& config = source.config();
+  if (model::head_from_config(config) != model::TaskHead::CausalLM) {
+    auto causal = [](const hf::FamilyTraits& f) { return f.causal_lm; };
+    auto classifies = [](const hf::FamilyTraits& f) { return f.sequence_classification; };
+    throw_unsupported(source.dir().string() + ": " + config.model_type +
+                          " is not a causal language model, and only classification datasets "
+                          "train other heads",
+                      "choose a " + hf::model_types_where(causal) +
+                          " model, or a classification dataset (text, label) for a " +
+                          hf::model_types_where(classifies) + " model");
+  }
+  ModelToTrain out;
+  out.model = model::create_model(config, model::TaskHead::CausalLM,
+                                  torch::TensorOptions().dtype(torch::kFloat32));
+  out.model->eval();
+  out.weights = std::make_shared<const model::DeferredWeights>(*out.model, source.weights());
+  return out;
+}
+
+train::TrainResult train_model(train::Trainer& trainer, const job::JobSpec& spec, TrainingData data,
+                               const std::atomic<bool>* stop) {
+  train::ExampleBatchSource train_source(std::move(data.prepared.train), spec.training.batch_size,
+                                         /*shuffle=*/true, spec.training.seed, data.pad_id);
+  std::optional<train::ExampleBatchSource> eval_source;
+  if (!data.prepared.validation.empty())
+    eval_source.emplace(std::move(data.prepared.validation), spec.training.batch_size,
+                        /*shuffle=*/false, spec.training.seed, data.pad_id);
+  return trainer.train(train_source, eval_source ? &*eval_source : nullptr, stop);
+}
+
+exporter::ExportOptions export_options_for(const hf::ModelFolder& source, job::EventSink& events) {
+  exporter::ExportOptions options;
+  options.tokenizer_dir = source.dir();
+  options.source_dir = source.dir();
+  options.force = true;  // the run folder is ours; a rerun of the same job replaces it
+  options.progress = [&events, stage = 0](const std::string& what) mutable {
+    events.log("info", "export: " + what);
+    events.progress("export", ++stage, 0);
+  };
+  return options;
+}
+
+// LoRA: the adapter in PEFT format to out_dir/adapter, and the model with the adapter merged to
+// out_dir/model, checked against the adapter's own deltas. Returns the adapter folder.
+fs::path export_merged_lora(const job::JobSpec& spec, const hf::ModelFolder& source,
+                            train::Trainer& trainer, model::PretrainedModel& model,
+                            std::int64_t step, const fs::path& out_dir, job::EventSink& events) {
+  train::LoraModel& lora = *trainer.lora();
+  trainer.plugin().gather_weights();  // the merge adds into the base weights in place
+  const fs::path adapter_dir = out_dir / "adapter";
+  fs::create_directories(adapter_dir);
+  lora.save_adapter(adapter_dir, fs::absolute(source.dir()).string());
+  events.emit("checkpoint", {{"step", step}, {"path", adapter_dir.string()}, {"kind", "adapter"}});
+  auto deltas = lora_deltas(lora, model);
+  // Trained in fp32, the base in memory is the checkpoint's own: merge into it. Trained in a
+  // lower precision, it was rounded for training; the merged model is then the checkpoint's
+  // fp32 weights plus the adapter's delta, so the merge does not lose the delta to rounding.
+  std::shared_ptr<model::PretrainedModel> merged;
+  if (spec.precision == "fp32") {
+    lora.detach();
+  } else {
+    merged = model::load_pretrained(source.config(), source.weights(), torch::kFloat32);
+    source.release_resident_pages();
+  }
+  model::PretrainedModel& target = merged ? *merged : model;
+  auto base = weights_of(target, deltas);
+  if (!merged) {
+    lora.merge();
+  } else {  // loaded on the CPU, so weights_of shares its storage: adding in place merges
+    auto weights = weights_of(target, {});
+    for (const auto& [name, delta] : deltas) weights.at(name).add_(delta.to(torch::kFloat32));
+  }
+  exporter::export_pretrained(target, out_dir / "model", export_options_for(source, events));
+  auto reloaded = model::load_pretrained(out_dir / "model", torch::kFloat32);
+  auto exported = weights_of(*reloaded, {});
+  auto check = exporter::check_merged_deltas(base, exported, deltas);
+  if (!check.passed)
+    throw Error(ErrorKind::Internal, "merged export failed its check: " + check.summary(),
+                "the adapter in " + adapter_dir.string() + " is intact");
+  events.log("info", "merged export verified: " + check.summary());
+  return adapter_dir;
+}
+
+// Full fine-tuning: the trained weights to out_dir/model, streamed from the plugin's storage
+// when they are not all in memory.
+void export_trained(const hf::ModelFolder& source, train::Plugin& plugin,
+                    model::PretrainedModel& model, const fs::path& out_dir,
+                    job::EventSink& events) {
+  if (!plugin.weights_in_memory())
+    exporter::export_streamed(
+        model, [&](const auto& visit) { plugin.visit_weights(model, visit); }, out_dir / "model",
+        export_options_for(source, events));
+  else
+    exporter::export_pretrained(model, out_dir / "model", export_options_for(source, events));
+}
+
+}  // namespace
+
+RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
+                   const RunOptions& run_options) {
+  const fs::path model_dir = model_dir_of(requested);
   // Checked again here: a spec built in code has not been through parse_job_spec.
   job::validate_strategy(requested.strategy.name, requested.strategy.options, "job spec");
   plugins::register_builtin_plugins();
   const fs::path out_dir = requested.output.dir;
   fs::create_directories(out_dir);
   job::save_job_spec(requested, out_dir / "job.json");
-  // Planned before anything is loaded, so a job that cannot fit fails in a second.
-  const job::JobSpec spec = plan_run(requested, out_dir, run_options, events);
+  const hf::ModelFolder source = open_model(model_dir);
+  // Planned before the data and the weights are read, so a job that cannot fit fails in a
+  // second.
+  const job::JobSpec spec = plan_run(requested, source, out_dir, run_options, events);
 
   events.progress("load", 0, 1);
-  const hf::ModelConfig model_config = hf::load_model_config(model_dir / "config.json");
-  const hf::Tokenizer tokenizer = hf::Tokenizer::from_folder(model_dir);
-  const hf::TokenizerConfig tokenizer_config = hf::load_tokenizer_config_from_folder(model_dir);
-  PreparedData prepared = prepare_data(spec, tokenizer, tokenizer_config, model_config, events);
-  const std::int32_t pad_id = pick_pad_id(tokenizer, tokenizer_config, model_config);
-  events.log("info", std::to_string(prepared.train.size()) + " training and " +
-                         std::to_string(prepared.validation.size()) + " validation sequences");
-
-  std::shared_ptr<model::PretrainedModel> model;
-  std::shared_ptr<const model::DeferredWeights> deferred_weights;
-  if (prepared.classification) {
-    model = load_for_classification(model_dir, model_config, prepared, spec, events);
-  } else {
-    auto causal = [](const hf::FamilyTraits& f) { return f.causal_lm; };
-    auto classifies = [](const hf::FamilyTraits& f) { return f.sequence_classification; };
-    if (model::head_from_config(model_config) != model::TaskHead::CausalLM)
-      throw_unsupported(model_dir.string() + ": " + model_config.model_type +
-                            " is not a causal language model, and only classification datasets "
-                            "train other heads",
-                        "choose a " + hf::model_types_where(causal) +
-                            " model, or a classification dataset (text, label) for a " +
-                            hf::model_types_where(classifies) + " model");
-    // Built without values; the plugin reads the weights into its own storage (or the trainer
-    // loads them), so a model larger than memory can start under gemini.
-    model = model::create_model(model_config, model::TaskHead::CausalLM,
-                                torch::TensorOptions().dtype(torch::kFloat32));
-    model->eval();
-    deferred_weights = std::make_shared<const model::DeferredWeights>(
-        *model, hf::SafetensorsCheckpoint::open(model_dir));
-  }
+  TrainingData data = prepare_training_data(spec, source, events);
+  ModelToTrain to_train = load_model(spec, source, data.prepared, events);
   events.progress("load", 1, 1);
 
-  train::TrainerOptions options = trainer_options(spec, out_dir, model_dir);
-  options.deferred_weights = std::move(deferred_weights);
+  train::TrainerOptions options = trainer_options(spec, out_dir, source.dir());
+  options.deferred_weights = std::move(to_train.weights);
   TrainerEventWriter trainer_events(events);
-  train::Trainer trainer(model, options, &trainer_events);
-  options.deferred_weights.reset();  // read by now: the checkpoint's mapping can close
-  train::ExampleBatchSource train_source(std::move(prepared.train), spec.training.batch_size,
-                                         /*shuffle=*/true, spec.training.seed, pad_id);
-  std::optional<train::ExampleBatchSource> eval_source;
-  if (!prepared.validation.empty())
-    eval_source.emplace(std::move(prepared.validation), spec.training.batch_size,
-                        /*shuffle=*/false, spec.training.seed, pad_id);
-  train::TrainResult result =
-      trainer.train(train_source, eval_source ? &*eval_source : nullptr, run_options.stop);
+  train::Trainer trainer(to_train.model, options, &trainer_events);
+  options.deferred_weights.reset();  // read by now: the checkpoint's pages can go
+  source.release_resident_pages();
+  const train::TrainResult result = train_model(trainer, spec, std::move(data), run_options.stop);
 
   RunOutcome outcome;
   outcome.status = result.status;
@@ -429,64 +537,17 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   if (!result.losses.empty()) outcome.final_loss = result.losses.back();
   if (!result.evals.empty()) outcome.final_eval_loss = result.evals.back().loss;
   if (result.status != "completed") return outcome;
-  trainer.plugin()
-      .release_training_state();  // the optimizer is done: its memory goes to the export
-
-  exporter::ExportOptions export_options;
-  export_options.tokenizer_dir = model_dir;
-  export_options.source_dir = model_dir;
-  export_options.force = true;  // the run folder is ours; a rerun of the same job replaces it
-  int stage = 0;
-  export_options.progress = [&](const std::string& what) {
-    events.log("info", "export: " + what);
-    events.progress("export", ++stage, 0);
-  };
-  train::Plugin& plugin = trainer.plugin();
-  if (train::LoraModel* lora = trainer.lora()) {
-    plugin.gather_weights();  // the merge adds into the base weights in place
-    const fs::path adapter_dir = out_dir / "adapter";
-    fs::create_directories(adapter_dir);
-    lora->save_adapter(adapter_dir, options.base_model_name);
-    outcome.adapter_dir = adapter_dir;
-    events.emit("checkpoint",
-                {{"step", result.steps_done}, {"path", adapter_dir.string()}, {"kind", "adapter"}});
-    auto deltas = lora_deltas(*lora, *model);
-    // Trained in fp32, the base in memory is the checkpoint's own: merge into it. Trained in a
-    // lower precision, it was rounded for training; the merged model is then the checkpoint's
-    // fp32 weights plus the adapter's delta, so the merge does not lose the delta to rounding.
-    std::shared_ptr<model::PretrainedModel> merged = model;
-    if (spec.precision == "fp32") {
-      lora->detach();
-    } else {
-      merged = model::load_pretrained(model_dir, torch::kFloat32);
-    }
-    auto base = weights_of(*merged, deltas);
-    if (merged == model) {
-      lora->merge();
-    } else {  // loaded on the CPU, so weights_of shares its storage: adding in place merges
-      auto weights = weights_of(*merged, {});
-      for (const auto& [name, delta] : deltas) weights.at(name).add_(delta.to(torch::kFloat32));
-    }
-    exporter::export_pretrained(*merged, out_dir / "model", export_options);
-    auto reloaded = model::load_pretrained(out_dir / "model", torch::kFloat32);
-    auto exported = weights_of(*reloaded, {});
-    auto check = exporter::check_merged_deltas(base, exported, deltas);
-    if (!check.passed)
-      throw Error(ErrorKind::Internal, "merged export failed its check: " + check.summary(),
-                  "the adapter in " + adapter_dir.string() + " is intact");
-    events.log("info", "merged export verified: " + check.summary());
-  } else if (!plugin.weights_in_memory()) {
-    exporter::export_streamed(
-        *model, [&](const auto& visit) { plugin.visit_weights(*model, visit); }, out_dir / "model",
-        export_options);
-  } else {
-    exporter::export_pretrained(*model, out_dir / "model", export_options);
-  }
+  // The optimizer is done: its memory goes to the export.
+  trainer.plugin().release_training_state();
+  if (trainer.lora())
+    outcome.adapter_dir = export_merged_lora(spec, source, trainer, *to_train.model,
+                                             result.steps_done, out_dir, events);
+  else
+    export_trained(source, trainer.plugin(), *to_train.model, out_dir, events);
   outcome.model_dir = out_dir / "model";
   events.emit(
       "checkpoint",
       {{"step", result.steps_done}, {"path", (out_dir / "model").string()}, {"kind", "model"}});
-  (void)started;
   return outcome;
 }
 
