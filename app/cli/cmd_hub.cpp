@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "command.h"
 #include "core/error.h"
@@ -22,7 +23,8 @@ namespace hub = hf::hub;
 
 const char* kUsage =
     "hub search QUERY [--dataset] [--json] [--limit N] [--sort downloads|likes|recent] "
-    "[--filter TAG]... | hub info REPO [--revision R] [--dataset] [--json] | hub download REPO "
+    "[--task T] [--library L] [--license L] [--filter TAG]... | hub info REPO [--revision R] "
+    "[--dataset] [--json] [--card] | hub download REPO "
     "[--revision R] [--include PATTERN]... [--dataset] [--events PATH] | hub login [--token T] "
     "| hub logout";
 
@@ -55,7 +57,14 @@ void flush_stdout() {
 int run_search(std::vector<std::string> raw) {
   hub::SearchQuery query;
   query.filters = take_repeated(raw, "--filter");
-  Args args(raw, {"--dataset", "--json"}, {"--limit", "--sort"});
+  Args args(raw, {"--dataset", "--json"},
+            {"--limit", "--sort", "--task", "--library", "--license"});
+  // The Hub filters by tags: a task is its pipeline tag, a library its name, a license
+  // "license:ID".
+  if (const std::string* task = args.option("--task")) query.filters.push_back(*task);
+  if (const std::string* library = args.option("--library")) query.filters.push_back(*library);
+  if (const std::string* license = args.option("--license"))
+    query.filters.push_back("license:" + *license);
   query.text = one_positional(args, "QUERY");
   query.type = args.flag("--dataset") ? hub::RepoType::Dataset : hub::RepoType::Model;
   if (const std::string* limit = args.option("--limit")) {
@@ -101,13 +110,15 @@ int run_search(std::vector<std::string> raw) {
 }
 
 int run_info(std::vector<std::string> raw) {
-  Args args(raw, {"--dataset", "--json"}, {"--revision"});
+  Args args(raw, {"--dataset", "--json", "--card"}, {"--revision"});
   const std::string& repo = one_positional(args, "REPO");
   const hub::RepoType type = args.flag("--dataset") ? hub::RepoType::Dataset : hub::RepoType::Model;
   const std::string revision = args.option("--revision") ? *args.option("--revision") : "main";
   hub::Client client(hub::Settings::from_environment());
   const hub::RepoInfo info = client.info(repo, type, revision);
   const hub::Selection selection = hub::select_files(repo, type, info.files, {});
+  std::optional<std::string> card;
+  if (args.flag("--card")) card = client.card(repo, type, info.sha);
   std::int64_t total = 0;
   std::int64_t selected = 0;
   for (const auto& f : info.files) total += std::max<std::int64_t>(0, f.size);
@@ -137,6 +148,7 @@ int run_info(std::vector<std::string> raw) {
                        {"total_bytes", total},
                        {"download_bytes", selected},
                        {"refusal", selection.refusal}};
+    if (args.flag("--card")) out["card"] = card ? nlohmann::json(*card) : nlohmann::json();
     std::cout << out.dump() << "\n";
   } else {
     std::cout << hub::repo_type_name(type) << " " << info.id << " at " << revision << " (commit "
@@ -159,6 +171,8 @@ int run_info(std::vector<std::string> raw) {
     else
       std::cout << "not downloadable: " << selection.refusal << "\nhint: " << selection.hint
                 << "\n";
+    if (args.flag("--card"))
+      std::cout << "\n" << (card ? *card : std::string("(the repository has no README.md card)\n"));
   }
   flush_stdout();
   return 0;

@@ -99,6 +99,13 @@ def test_search_pages_sorts_and_filters(hub, tmp_path):
     assert any("cursor=2" in req[2] for req in hub.requests("hub", "GET", "/api/models")), "the next page was followed"
     r = cli(hub, tmp_path / "c", "search", "", "--json", "--filter", "text-generation")
     assert [h["id"] for h in json.loads(r.stdout)] == ["org/llama"]
+    r = cli(hub, tmp_path / "c", "search", "", "--json", "--task", "text-generation", "--library", "transformers",
+            "--license", "apache-2.0")
+    assert [h["id"] for h in json.loads(r.stdout)] == ["org/llama"]
+    assert any("filter=license%3Aapache-2.0" in req[2] or "filter=license:apache-2.0" in req[2]
+               for req in hub.requests("hub", "GET", "/api/models")), "the license went as a tag filter"
+    r = cli(hub, tmp_path / "c", "search", "", "--json", "--license", "mit")
+    assert json.loads(r.stdout) == []
     r = cli(hub, tmp_path / "c", "search", "chat", "--dataset")
     assert r.returncode == 0 and "org/chat-data" in r.stdout
     r = cli(hub, tmp_path / "c", "search", "x", "--sort", "stars")
@@ -116,6 +123,20 @@ def test_info_lists_files_and_what_is_fetched(hub, tmp_path, llama_files):
     assert fetched == set(expected_model_files(llama_files))
     r = cli(hub, tmp_path / "c", "info", "org/pickle-only")
     assert r.returncode == 0 and "only pickle weights" in r.stdout
+
+
+def test_info_shows_the_model_card(hub, tmp_path, llama_files):
+    r = cli(hub, tmp_path / "c", "info", "org/llama", "--card")
+    assert r.returncode == 0, r.stderr
+    assert llama_files["README.md"].decode() in r.stdout
+    r = cli(hub, tmp_path / "c", "info", "org/llama", "--card", "--json")
+    assert json.loads(r.stdout)["card"] == llama_files["README.md"].decode()
+    # The card is read at the commit the revision resolved to, not at a moving branch.
+    sha = hub.repos[("model", "org/llama")].sha
+    assert hub.requests("hub", "GET", f"/org/llama/resolve/{sha}/README.md")
+    r = cli(hub, tmp_path / "c", "info", "org/pickle-only", "--card", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["card"] is None
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").rglob("README.md")), "cards are not cached"
 
 
 def test_download_fills_the_cache_as_huggingface_hub_does(hub, tmp_path, llama_files):

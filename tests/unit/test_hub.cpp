@@ -119,6 +119,14 @@ class TestHub : public QObject {
     s = Settings::from_environment();
     QCOMPARE(s.cache_dir.string(), std::string("/tmp/new"));
     QCOMPARE(s.endpoint, std::string("http://127.0.0.1:9"));
+    // huggingface_hub reads TRANSFORMERS_OFFLINE only when HF_HUB_OFFLINE is unset.
+    ::setenv("HF_HUB_OFFLINE", "0", 1);
+    ::setenv("TRANSFORMERS_OFFLINE", "1", 1);
+    QVERIFY(!Settings::from_environment().offline);
+    ::unsetenv("HF_HUB_OFFLINE");
+    QVERIFY(Settings::from_environment().offline);
+    ::unsetenv("TRANSFORMERS_OFFLINE");
+    QVERIFY(!Settings::from_environment().offline);
   }
 
   void selection() {

@@ -177,14 +177,16 @@ std::vector<std::string> auth_headers(const Settings& s, const std::string& url)
   return headers;
 }
 
-// A GET of an API document, retried on 5xx / 429 / a dropped connection; 4xx → throw_http.
-nlohmann::json get_json(HttpSession& session, const std::string& url, const Context& c,
-                        const DownloadParams& retry, std::string* next_link = nullptr) {
+// A GET retried on 5xx / 429 / a dropped connection; another non-2xx → throw_http, except a
+// 404 when `missing_ok` (then nullopt). `next_link` receives the Link header's rel="next".
+std::optional<std::string> get_body(HttpSession& session, const std::string& url, const Context& c,
+                                    const DownloadParams& retry, const std::string& accept,
+                                    std::string* next_link = nullptr, bool missing_ok = false) {
   for (int attempt = 1;; ++attempt) {
     HttpRequest request;
     request.url = url;
     request.headers = auth_headers(*c.settings, url);
-    request.headers.push_back("Accept: application/json");
+    request.headers.push_back("Accept: " + accept);
     request.follow_redirects = true;
     HttpResponse response;
     try {
@@ -198,6 +200,7 @@ nlohmann::json get_json(HttpSession& session, const std::string& url, const Cont
     if (is_retryable_status(response.status) && attempt < retry.max_attempts &&
         wait_before_retry(attempt, &response, retry))
       continue;
+    if (missing_ok && response.status == 404) return std::nullopt;
     if (response.status < 200 || response.status >= 300) throw_http(response, url, c);
     if (next_link != nullptr) {
       next_link->clear();
@@ -217,12 +220,19 @@ nlohmann::json get_json(HttpSession& session, const std::string& url, const Cont
         }
       }
     }
-    try {
-      return nlohmann::json::parse(response.body);
-    } catch (const nlohmann::json::exception& e) {
-      throw_invalid(url + ": the response is not JSON (" + std::string(e.what()) + ")",
-                    "is HF_ENDPOINT a Hub-compatible server?");
-    }
+    return std::move(response.body);
+  }
+}
+
+// An API document (get_body with JSON parsed).
+nlohmann::json get_json(HttpSession& session, const std::string& url, const Context& c,
+                        const DownloadParams& retry, std::string* next_link = nullptr) {
+  const std::string body = *get_body(session, url, c, retry, "application/json", next_link);
+  try {
+    return nlohmann::json::parse(body);
+  } catch (const nlohmann::json::exception& e) {
+    throw_invalid(url + ": the response is not JSON (" + std::string(e.what()) + ")",
+                  "is HF_ENDPOINT a Hub-compatible server?");
   }
 }
 
@@ -597,6 +607,21 @@ SearchPage Client::search(const SearchQuery& query) {
   if (static_cast<int>(page.hits.size()) > query.limit)
     page.hits.resize(static_cast<std::size_t>(query.limit));
   return page;
+}
+
+std::optional<std::string> Client::card(const std::string& repo_id, RepoType type,
+                                        const std::string& revision) {
+  validate_repo_id(repo_id);
+  validate_revision(revision);
+  require_online(settings_, "the repository card");
+  const std::string url = settings_.endpoint + (type == RepoType::Dataset ? "/datasets/" : "/") +
+                          repo_id + "/resolve/" + url_encode(revision, false) + "/README.md";
+  HttpSession session;
+  Context c{&settings_, repo_id, type, revision, "README.md"};
+  DownloadParams retry;
+  retry.max_attempts = 4;
+  return get_body(session, url, c, retry, "text/markdown, text/plain, */*", nullptr,
+                  /*missing_ok=*/true);
 }
 
 RepoInfo Client::info(const std::string& repo_id, RepoType type, const std::string& revision) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,10 @@ class Client {
 
   SearchPage search(const SearchQuery& query);
   RepoInfo info(const std::string& repo_id, RepoType type, const std::string& revision);
+  // The repository's card (README.md at `revision`, Markdown with its YAML header), not cached;
+  // nullopt when the repository has none.
+  std::optional<std::string> card(const std::string& repo_id, RepoType type,
+                                  const std::string& revision);
 
   // Makes the selected files of `repo_id` at params.revision present in the cache, fetching
   // what is missing; in offline mode (Settings::offline) this is from_cache().

@@ -61,7 +61,8 @@ Settings Settings::from_environment() {
   s.token_path = env("HF_TOKEN_PATH").empty() ? home / "token" : expand_home(env("HF_TOKEN_PATH"));
   s.endpoint = env("HF_ENDPOINT").empty() ? "https://huggingface.co" : env("HF_ENDPOINT");
   while (!s.endpoint.empty() && s.endpoint.back() == '/') s.endpoint.pop_back();
-  s.offline = env_true("HF_HUB_OFFLINE");
+  // As huggingface_hub: HF_HUB_OFFLINE when set, else TRANSFORMERS_OFFLINE.
+  s.offline = env_true(env("HF_HUB_OFFLINE").empty() ? "TRANSFORMERS_OFFLINE" : "HF_HUB_OFFLINE");
   s.token = trim(env("HF_TOKEN"));
   if (s.token.empty()) {
     std::ifstream in(s.token_path);

@@ -5,7 +5,7 @@
 //   HF_HOME       else $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface
 //   token         HF_TOKEN, else the file HF_TOKEN_PATH, else $HF_HOME/token
 //   endpoint      HF_ENDPOINT, else the public Hub
-//   offline       HF_HUB_OFFLINE (1/true/yes/on)
+//   offline       HF_HUB_OFFLINE (1/true/yes/on), else TRANSFORMERS_OFFLINE when it is unset
 #include <filesystem>
 #include <string>
 
