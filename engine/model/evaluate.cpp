@@ -58,8 +58,8 @@ EvalResult evaluate_causal_lm(PretrainedModel& model,
       mask[r].narrow(0, 0, n).fill_(1);
     }
     ForwardInput in;
-    in.input_ids = ids;
-    in.attention_mask = mask;  // right padding: real tokens never see it
+    in.input_ids = ids.to(options.device);
+    in.attention_mask = mask.to(options.device);  // right padding: real tokens never see it
     torch::Tensor logits = model.forward(in).logits.to(torch::kFloat32).cpu();
     torch::Tensor predicted = logits.narrow(1, 0, width - 1).reshape({-1, logits.size(-1)});
     torch::Tensor targets = ids.narrow(1, 1, width - 1).reshape({-1});

@@ -8,6 +8,8 @@
 //   perplexity = exp(mean_loss).
 // Each token counts once, so long sequences weigh more than short ones (this is not the mean of
 // per-sequence losses). A one-token sequence predicts nothing and adds nothing.
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -21,6 +23,7 @@ struct EvalOptions {
   std::int64_t batch_tokens = 8192;
   // Called after each batch with (sequences done, total sequences).
   std::function<void(std::size_t done, std::size_t total)> progress;
+  torch::Device device = torch::kCPU;  // where the caller placed the model
 };
 
 struct EvalResult {

@@ -93,9 +93,9 @@ GenerateResult generate(PretrainedModel& model,
   torch::Tensor step_positions = positions;
   for (std::int64_t step = 0; step < options.max_new_tokens; ++step) {
     ForwardInput in;
-    in.input_ids = step_ids;
-    in.attention_mask = mask;
-    in.position_ids = step_positions;
+    in.input_ids = step_ids.to(options.device);
+    in.attention_mask = mask.to(options.device);
+    in.position_ids = step_positions.to(options.device);
     in.cache = &cache;
     in.logits_to_keep = 1;
     torch::Tensor scores = model.forward(in).logits.select(1, -1).to(torch::kFloat32).cpu();

@@ -34,6 +34,7 @@ struct GenerateOptions {
   SamplingOptions sampling;
   std::vector<std::int64_t> eos_token_ids;   // empty = run to max_new_tokens
   std::optional<std::int64_t> pad_token_id;  // fills finished rows of a batch
+  torch::Device device = torch::kCPU;        // where the caller placed the model
 };
 
 // Throws tessera::Error (InvalidInput) naming the option for a value out of range.

@@ -85,11 +85,9 @@ ForwardOutput PretrainedModel::forward(const ForwardInput& input) {
   if (input.input_ids.dim() != 2 || input.input_ids.size(0) < 1 || input.input_ids.size(1) < 1)
     throw_invalid("input_ids: expected shape [batch, length] with both at least 1, got " +
                   shape_string(input.input_ids.sizes()));
-  torch::Device device = torch::kCPU;
-  for (const auto& p : parameters()) {
-    device = p.device();
-    break;
-  }
+  // The caller placed the inputs where the model computes (the plugin knows; a parameter need
+  // not: gemini's may be on disk). What forward makes itself goes there too.
+  const torch::Device device = input.input_ids.device();
   ForwardInput in;
   in.input_ids = integer_tensor(input.input_ids, "input_ids");
   const std::int64_t lo = in.input_ids.min().item<std::int64_t>();

@@ -61,8 +61,10 @@ struct KVCache {
   void clear() { layers.clear(); }
 };
 
+// Inputs on the device the model computes on: forward runs where input_ids is (the caller
+// placed the model and moves its inputs there; forward never asks a parameter).
 struct ForwardInput {
-  torch::Tensor input_ids;       // [B, T] int64, required
+  torch::Tensor input_ids;       // [B, T] int64, required; its device is the compute device
   torch::Tensor attention_mask;  // [B, T], 1 = token, 0 = padding; all ones when undefined.
                                  // With a non-empty cache: [B, S + T], past and new positions.
   torch::Tensor labels;          // optional: [B, T] for CausalLM (-100 ignored, shifted inside),
