@@ -142,6 +142,8 @@ int execute_job(const job::JobSpec& spec, const std::string& events_target,
     job::JobSpec local = spec;  // model.hub_id → the snapshot folder in the HF cache
     if (local.model.path.empty() && !local.model.hub_id.empty())
       local.model.path = fetch_hub_model(local, events, &g_stop).string();
+    if (!local.dataset.hub_id.empty())  // dataset.hub_id → its files in the HF cache
+      local.dataset = fetch_hub_dataset(local.dataset, events, &g_stop);
     runner::RunOutcome outcome = runner::run_job(local, events, options);
     bar.finish();
     nlohmann::json done = {{"status", outcome.status},

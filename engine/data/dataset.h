@@ -72,6 +72,11 @@ class DatasetReader {
 std::unique_ptr<DatasetReader> open_dataset(const std::filesystem::path& path,
                                             const ReadOptions& options = {});
 
+// Several files read as one dataset, rows in the order of `paths` (columns: the union, first
+// seen first); the files must be of one type. One path is open_dataset.
+std::unique_ptr<DatasetReader> open_datasets(const std::vector<std::filesystem::path>& paths,
+                                             const ReadOptions& options = {});
+
 // The file type open_dataset would use for `path` ("" when the extension is unknown).
 std::string file_type_from_extension(const std::filesystem::path& path);
 

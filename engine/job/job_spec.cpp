@@ -164,8 +164,11 @@ JobSpec parse_job_spec(const json& doc, const std::string& source) {
   {
     ObjectReader r(*dataset, "dataset", source);
     spec.dataset.train_files = r.strings("train");
-    if (spec.dataset.train_files.empty()) r.fail("dataset.train", "must name at least one file");
     spec.dataset.validation_files = r.strings("validation");
+    spec.dataset.hub_id = r.string("hub_id", "");
+    spec.dataset.revision = r.string("revision", "main");
+    if (spec.dataset.train_files.empty() && spec.dataset.hub_id.empty())
+      r.fail("dataset.train", "must name at least one file (or give dataset.hub_id)");
     spec.dataset.format =
         r.string("format", "auto", {"auto", "text", "instruction", "chat", "classification"});
     if (const json* cols = r.get("columns")) {
@@ -268,6 +271,9 @@ json to_json(const JobSpec& s) {
   }
   json columns = json::object();
   for (const auto& [role, col] : s.dataset.columns) columns[role] = col;
+  json hub_dataset = json::object();
+  if (!s.dataset.hub_id.empty())
+    hub_dataset = {{"hub_id", s.dataset.hub_id}, {"revision", s.dataset.revision}};
   json training = {
       {"batch_size", s.training.batch_size},
       {"gradient_accumulation", s.training.gradient_accumulation},
@@ -315,6 +321,7 @@ json to_json(const JobSpec& s) {
       {"strategy", {{"name", s.strategy.name}, {"options", s.strategy.options}}},
       {"output", output},
   };
+  for (const auto& [key, value] : hub_dataset.items()) doc["dataset"][key] = value;
   if (!s.name.empty()) doc["name"] = s.name;
   return doc;
 }

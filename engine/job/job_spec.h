@@ -22,8 +22,11 @@ struct ModelSource {
 };
 
 struct DatasetSpec {
+  // Files, or with hub_id the repository's files as patterns (empty: chosen by their split names).
   std::vector<std::string> train_files;
-  std::vector<std::string> validation_files;   // empty: split off train by validation_split
+  std::vector<std::string> validation_files;  // empty: split off train by validation_split
+  std::string hub_id;                         // "org/name" when the data comes from the Hub
+  std::string revision = "main";
   std::string format = "auto";                 // auto | text | instruction | chat | classification
   std::map<std::string, std::string> columns;  // role → column name, e.g. {"text": "body"}
   double validation_split = 0.0;               // fraction of train rows held out

@@ -63,16 +63,11 @@ std::vector<std::string> head_labels(const hf::ModelConfig& config) {
   return names;
 }
 
-std::unique_ptr<data::DatasetReader> open_one(const std::vector<std::string>& files,
-                                              const char* field, bool skip_bad_rows) {
-  if (files.size() > 1)
-    throw_unsupported(std::string("dataset.") + field + " names " + std::to_string(files.size()) +
-                          " files; reading several files as one "
-                          "dataset is not supported yet",
-                      "concatenate them into one file (e.g. cat a.jsonl b.jsonl > all.jsonl)");
+std::unique_ptr<data::DatasetReader> open_files(const std::vector<std::string>& files,
+                                                bool skip_bad_rows) {
   data::ReadOptions options;
   options.skip_bad_rows = skip_bad_rows;
-  return data::open_dataset(files.front(), options);
+  return data::open_datasets({files.begin(), files.end()}, options);
 }
 
 PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokenizer,
@@ -80,14 +75,17 @@ PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokeniz
                           const hf::ModelConfig& model_config, job::EventSink& events) {
   const auto& ds = spec.dataset;
   events.progress("read", 0, 1);
-  auto train_reader = open_one(ds.train_files, "train", ds.skip_bad_rows);
+  auto train_reader = open_files(ds.train_files, ds.skip_bad_rows);
   std::optional<data::FormatKind> kind;
   if (ds.format != "auto") kind = data::parse_format_kind(ds.format);
   data::DatasetFormat format = data::resolve_format(
       train_reader->columns(), train_reader->path().string(), kind, ds.columns);
-  events.log("info", "dataset " + train_reader->path().string() + ": " +
-                         std::to_string(train_reader->num_rows()) + " rows, format " +
-                         format.describe());
+  const std::size_t more_files = ds.train_files.size() - 1;
+  events.log(
+      "info",
+      "dataset " + train_reader->path().string() +
+          (more_files > 0 ? " and " + std::to_string(more_files) + " more files" : std::string()) +
+          ": " + std::to_string(train_reader->num_rows()) + " rows, format " + format.describe());
   if (!train_reader->skipped().summary().empty())
     events.log("warning", train_reader->skipped().summary());
 
@@ -110,7 +108,7 @@ PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokeniz
   std::unique_ptr<data::DatasetReader> validation_reader;
   std::vector<std::size_t> validation_rows;
   if (!ds.validation_files.empty()) {
-    validation_reader = open_one(ds.validation_files, "validation", ds.skip_bad_rows);
+    validation_reader = open_files(ds.validation_files, ds.skip_bad_rows);
     for (std::size_t i = 0; i < train_reader->num_rows(); ++i) train_rows.push_back(i);
     for (std::size_t i = 0; i < validation_reader->num_rows(); ++i) validation_rows.push_back(i);
   } else {

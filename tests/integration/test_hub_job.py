@@ -78,3 +78,53 @@ def test_hub_id_downloads_then_trains_and_offline_uses_the_cache(demo, tmp_path)
         next(blob).unlink()
         r = run(write_spec(demo, tmp_path, "offline-missing"), env_for(hub, cache, HF_HUB_OFFLINE=1))
         assert r.returncode == 2 and "model.safetensors" in r.stderr and "missing" in r.stderr, r.stderr
+
+
+def dataset_spec(demo, tmp_path, name, **dataset):
+    spec = json.loads((demo / "job.json").read_text())
+    spec["model"] = {"path": str(demo / "base")}
+    spec["dataset"] = {**{k: v for k, v in spec["dataset"].items() if k not in ("train", "validation")}, **dataset}
+    spec["training"].update(steps=2, save_every=0, eval_every=0)
+    spec["output"] = {"dir": str(tmp_path / name)}
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_dataset_hub_id_picks_splits_by_name_or_pattern(demo, tmp_path):
+    train = (demo / "train.jsonl").read_bytes()
+    lines = train.splitlines(keepends=True)
+    with HubServer() as hub:
+        hub.add(Repo("org/strings", {"data/train-00000.jsonl": b"".join(lines[: len(lines) // 2]),
+                                     "data/train-00001.jsonl": b"".join(lines[len(lines) // 2:]),
+                                     "data/validation.jsonl": b"".join(lines[:20]),
+                                     "data/test.jsonl": b"".join(lines[-20:]),
+                                     "README.md": b"# strings\n"}, repo_type="dataset"))
+        cache = tmp_path / "cache"
+
+        # By split names: both train shards for training, the validation file for validation.
+        r = run(dataset_spec(demo, tmp_path, "by-name", hub_id="org/strings"), env_for(hub, cache))
+        assert r.returncode == 0, r.stderr
+        events = events_of(tmp_path / "by-name")
+        assert any("2 training and 1 validation files" in e.get("message", "") for e in events), events[:5]
+        assert events[-1]["type"] == "done" and events[-1]["status"] == "completed"
+        fetched = next(iter(walk_cache(cache)["datasets--org--strings"].values()))
+        assert set(fetched) == {"data/train-00000.jsonl", "data/train-00001.jsonl", "data/validation.jsonl"}
+
+        # Patterns choose instead (the test split never trains unless asked for).
+        r = run(dataset_spec(demo, tmp_path, "by-pattern", hub_id="org/strings", train=["data/train-00001.*"],
+                             validation=["data/test.jsonl"]), env_for(hub, cache))
+        assert r.returncode == 0, r.stderr
+        assert any("1 training and 1 validation files" in e.get("message", "")
+                   for e in events_of(tmp_path / "by-pattern"))
+
+        r = run(dataset_spec(demo, tmp_path, "no-match", hub_id="org/strings", train=["*.parquet"]),
+                env_for(hub, cache))
+        assert r.returncode == 2 and "dataset.train matches none" in r.stderr and "data/test.jsonl" in r.stderr
+
+        # Offline, from what the cache holds.
+        served = len(hub.log)
+        r = run(dataset_spec(demo, tmp_path, "offline", hub_id="org/strings", train=["data/train-*"]),
+                env_for(hub, cache, HF_HUB_OFFLINE=1))
+        assert r.returncode == 0, r.stderr
+        assert len(hub.log) == served, "offline asked the server nothing"

@@ -116,6 +116,21 @@ struct Selection {
 Selection select_files(const std::string& repo_id, RepoType type,
                        const std::vector<RepoFile>& files, const std::vector<std::string>& include);
 
+// The paths that match any of `patterns` (fnmatch, '*' crosses '/'; "dir/" is "dir/*"); none
+// when `patterns` is empty.
+std::vector<std::string> matching(const std::vector<std::string>& paths,
+                                  const std::vector<std::string>& patterns);
+
+// A dataset repository's training and validation files by their names, as the Hub's viewer
+// reads them: a folder or file-name word "train" / "training" is training data, "validation" /
+// "valid" / "val" / "dev" / "eval" validation, "test" / "testing" neither; when no data file
+// names a split, every one is training data.
+struct DatasetSplits {
+  std::vector<std::string> train;
+  std::vector<std::string> validation;
+};
+DatasetSplits dataset_splits(const std::vector<std::string>& paths);
+
 class Client {
  public:
   explicit Client(Settings settings);

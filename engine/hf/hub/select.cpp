@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <string_view>
 
 #include "hf/hub/client.h"
@@ -105,6 +106,53 @@ Selection select_files(const std::string& repo_id, RepoType type,
     s.hint = "see the files with `tessera-cli hub info " + repo_id + "`";
   }
   return s;
+}
+
+std::vector<std::string> matching(const std::vector<std::string>& paths,
+                                  const std::vector<std::string>& patterns) {
+  std::vector<std::string> out;
+  for (const std::string& path : paths)
+    if (!patterns.empty() && matches(path, patterns)) out.push_back(path);
+  return out;
+}
+
+DatasetSplits dataset_splits(const std::vector<std::string>& paths) {
+  // The words of a path: its folders and its file name cut at '-', '_', '.' and ' '.
+  const auto words = [](const std::string& path) {
+    std::vector<std::string> out(1);
+    for (char c : path) {
+      if (c == '/' || c == '-' || c == '_' || c == '.' || c == ' ') {
+        if (!out.back().empty()) out.emplace_back();
+      } else {
+        out.back() += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      }
+    }
+    return out;
+  };
+  const auto names_one_of = [&](const std::string& path,
+                                std::initializer_list<std::string_view> w) {
+    for (const std::string& word : words(path))
+      if (std::find(w.begin(), w.end(), word) != w.end()) return true;
+    return false;
+  };
+  DatasetSplits splits;
+  bool any_split_named = false;
+  std::vector<std::string> data;
+  for (const std::string& path : paths) {
+    if (!is_dataset_file(path) || path == "README.md") continue;
+    data.push_back(path);
+    if (names_one_of(path, {"train", "training"})) {
+      splits.train.push_back(path);
+      any_split_named = true;
+    } else if (names_one_of(path, {"validation", "valid", "val", "dev", "eval"})) {
+      splits.validation.push_back(path);
+      any_split_named = true;
+    } else if (names_one_of(path, {"test", "testing"})) {
+      any_split_named = true;
+    }
+  }
+  if (!any_split_named) splits.train = data;  // no split named: all of it is training data
+  return splits;
 }
 
 }  // namespace tessera::hf::hub
