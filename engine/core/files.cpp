@@ -13,35 +13,21 @@
 #include "core/error.h"
 
 namespace tessera::core {
+
+FileDescriptor::~FileDescriptor() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
 namespace {
 
 std::string errno_text() {
   return std::strerror(errno);
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() {
-    int f = fd_;
-    fd_ = -1;
-    return f;
-  }
-
- private:
-  int fd_;
-};
-
 }  // namespace
 
 MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) throw_io(path.string() + ": cannot open: " + errno_text());
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) throw_io(path.string() + ": cannot stat: " + errno_text());
@@ -81,7 +67,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 }
 
 std::string read_text_file(const std::filesystem::path& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) throw_io(path.string() + ": cannot open: " + errno_text());
   std::string out;
   char buf[1 << 16];
@@ -98,7 +84,7 @@ std::string read_text_file(const std::filesystem::path& path) {
 }
 
 void fsync_directory(const std::filesystem::path& dir) {
-  Fd fd(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  FileDescriptor fd(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() < 0) throw_io(dir.string() + ": cannot open directory: " + errno_text());
   if (::fsync(fd.get()) != 0) throw_io(dir.string() + ": fsync failed: " + errno_text());
 }
@@ -108,7 +94,7 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view conte
   auto tmp = path;
   tmp += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(rd());
   {
-    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    FileDescriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
     if (fd.get() < 0) throw_io(tmp.string() + ": cannot create: " + errno_text());
     const char* p = contents.data();
     std::size_t left = contents.size();

@@ -29,24 +29,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
 from hub_server import HubServer, Repo  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_cpu_adam import cpu_description  # noqa: E402
+
 CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
 SHARDS = 4
 REPO = "bench/big"
 
 
-def cpu_description():
-    model, flags = "unknown CPU", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and model == "unknown CPU":
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and not flags:
-                    flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    have = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "sha_ni") if f in flags]
-    return f"{model}, {os.cpu_count()} CPUs, flags: {' '.join(have) or 'none of note'}"
+def cpu_model_and_flags():
+    model, flags = cpu_description()
+    return model, " ".join(flags) or "none of note"
 
 
 def make_files(total_mib):
@@ -106,7 +99,7 @@ def main():
     files, shards = make_files(total_mib)
     size = sum(len(d) for d in files.values())
     print(f"bench_hub: {size / (1 << 20):.0f} MiB repository ({SHARDS} LFS shards via a second host), "
-          f"local server on loopback; {cpu_description()}")
+          "local server on loopback; CPU: %s (%s), %d CPUs" % (*map(str, cpu_model_and_flags()), os.cpu_count()))
     with tempfile.TemporaryDirectory(prefix="tessera-bench-hub-", dir=os.environ.get("TMPDIR")) as tmp, \
             HubServer() as hub:
         tmp = Path(tmp)

@@ -52,21 +52,6 @@ class Sha256 {
   std::unique_ptr<EVP_MD_CTX, Free> ctx_;
 };
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
-
 bool cancelled(const std::atomic<bool>* cancel) {
   return cancel != nullptr && cancel->load();
 }
@@ -404,7 +389,7 @@ class Downloader {
                           const Context& c) {
     const std::filesystem::path incomplete = blob.string() + ".incomplete";
     const bool verify_sha = is_sha256_hex(meta.etag);
-    Fd fd(::open(incomplete.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+    core::FileDescriptor fd(::open(incomplete.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
     if (fd.get() < 0) throw_io(incomplete.string() + ": cannot open: " + errno_text());
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0)
