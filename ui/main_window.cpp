@@ -7,6 +7,7 @@
 #include <QFileInfo>
 #include <QFormLayout>
 #include <QFutureWatcher>
+#include <QGroupBox>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLineEdit>
@@ -15,20 +16,26 @@
 #include <QProgressDialog>
 #include <QPushButton>
 #include <QSettings>
+#include <QSplitter>
 #include <QStackedWidget>
 #include <QStatusBar>
 #include <QStyle>
 #include <QVBoxLayout>
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/error.h"
+#include "hf/hub/settings.h"
 #include "job/job_spec.h"
 #include "ui/models/model_info.h"
+#include "ui/pages/hub_panel.h"
 #include "ui/pages/runs_page.h"
 #include "ui/pages/wizard.h"
 #include "ui/utility/cli_probe.h"
+#include "ui/utility/hub_token.h"
 #include "ui/utility/run_monitor.h"
 #include "ui/utility/studio_settings.h"
+#include "ui/widgets/download_tray.h"
 
 namespace tessera::ui {
 
@@ -59,6 +66,8 @@ QWidget* with_heading(const QString& heading, const QString& text, QWidget* body
 MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent), store_(store) {
   setWindowTitle(tr("Tessera Studio"));
   probe_ = new CliProbe(this);
+  token_ = new HubToken(this);
+  token_->load();
 
   auto* central = new QWidget;
   auto* layout = new QHBoxLayout(central);
@@ -85,38 +94,39 @@ MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent),
   stack_ = new QStackedWidget;
   wizard_ = new FineTuneWizard(probe_);
   runs_ = new RunsPage(store_);
-  models_ = new ModelPage;
   datasets_ = new DatasetPage;
+  downloads_ = new DownloadTray(token_);
   stack_->addWidget(with_heading(tr("New fine-tune"), {}, wizard_));
   stack_->addWidget(with_heading(tr("Runs"), {}, runs_));
-  auto* use_model = new QPushButton(tr("&Fine-tune this model"));
+  stack_->addWidget(make_models_page());
   auto* use_dataset = new QPushButton(tr("&Fine-tune on this dataset"));
-  stack_->addWidget(with_heading(tr("Models"),
-                                 tr("Models on this machine: the HuggingFace cache, or any folder. "
-                                    "Each is checked by the engine."),
-                                 models_, use_model));
   stack_->addWidget(with_heading(
       tr("Datasets"), tr("Look at a dataset file: its rows, detected format and columns."),
       datasets_, use_dataset));
-  use_model->setEnabled(false);
   use_dataset->setEnabled(false);
-  connect(models_, &ModelPage::modelChanged, use_model,
-          [this, use_model] { use_model->setEnabled(models_->ready()); });
   connect(datasets_, &DatasetPage::datasetChanged, use_dataset,
           [this, use_dataset] { use_dataset->setEnabled(datasets_->ready()); });
-  connect(use_model, &QPushButton::clicked, this, [this] {
-    wizard_->model_page()->choose_folder(models_->summary().folder);
-    wizard_->go_to(0);
-    show_page(NewFineTune);
-  });
   connect(use_dataset, &QPushButton::clicked, this, [this] {
     wizard_->dataset_page()->choose_file(datasets_->analysis().file);
     wizard_->go_to(1);
     show_page(NewFineTune);
   });
   stack_->addWidget(make_settings_page());
-  layout->addWidget(stack_, 1);
+  // The download tray sits under every page, so downloads go on while the user moves around.
+  auto* right = new QVBoxLayout;
+  right->addWidget(stack_, 1);
+  right->addWidget(downloads_);
+  layout->addLayout(right, 1);
   setCentralWidget(central);
+  connect(downloads_, &DownloadTray::useModel, this, [this](const QString& snapshot) {
+    wizard_->model_page()->choose_folder(snapshot);
+    wizard_->go_to(FineTuneWizard::ModelStep);
+    show_page(NewFineTune);
+  });
+  connect(downloads_, &DownloadTray::modelReady, this, [this] {
+    models_->rescan_cache();
+    wizard_->model_page()->rescan_cache();
+  });
 
   connect(sidebar_, &QListWidget::currentRowChanged, stack_, &QStackedWidget::setCurrentIndex);
   connect(wizard_, &FineTuneWizard::launchRequested, this, [this](const job::JobSpec& spec) {
@@ -172,6 +182,89 @@ MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent),
 
 MainWindow::~MainWindow() = default;
 
+QWidget* MainWindow::make_models_page() {
+  models_ = new ModelPage;
+  auto* use_model = new QPushButton(tr("&Fine-tune this model"));
+  use_model->setEnabled(false);
+  connect(models_, &ModelPage::modelChanged, use_model,
+          [this, use_model] { use_model->setEnabled(models_->ready()); });
+  connect(use_model, &QPushButton::clicked, this, [this] {
+    wizard_->model_page()->choose_folder(models_->summary().folder);
+    wizard_->go_to(0);
+    show_page(NewFineTune);
+  });
+  auto* local = new QGroupBox(tr("This machine"));
+  auto* local_layout = new QVBoxLayout(local);
+  local_layout->addWidget(models_, 1);
+  local_layout->addWidget(use_model, 0, Qt::AlignRight);
+
+  hub_ = new HubPanel(token_, [this] { return wizard_->build_spec(); });
+  auto* remote = new QGroupBox(tr("Hugging Face Hub"));
+  auto* remote_layout = new QVBoxLayout(remote);
+  remote_layout->addWidget(hub_);
+  connect(hub_, &HubPanel::downloadRequested, downloads_, &DownloadTray::download);
+
+  auto* split = new QSplitter(Qt::Horizontal);
+  split->addWidget(local);
+  split->addWidget(remote);
+  split->setChildrenCollapsible(false);
+  split->setStretchFactor(0, 2);
+  split->setStretchFactor(1, 3);
+  return with_heading(tr("Models"),
+                      tr("On this machine: model folders and the HuggingFace cache, each checked "
+                         "by the engine. On the Hub: search, see what Tessera can train and what "
+                         "fits here, and download into the shared cache."),
+                      split);
+}
+
+QWidget* MainWindow::make_token_box() {
+  auto* box = new QWidget;
+  auto* layout = new QVBoxLayout(box);
+  layout->setContentsMargins(0, 0, 0, 0);
+  auto* row = new QHBoxLayout;
+  auto* edit = new QLineEdit;
+  edit->setObjectName("hubTokenEdit");
+  edit->setEchoMode(QLineEdit::Password);
+  edit->setPlaceholderText(tr("hf_… (from your Hugging Face account: Settings → Access Tokens)"));
+  edit->setAccessibleName(tr("Hugging Face token"));
+  auto* save = new QPushButton(tr("Sa&ve token"));
+  save->setObjectName("hubTokenSave");
+  auto* forget = new QPushButton(tr("F&orget token"));
+  forget->setObjectName("hubTokenForget");
+  row->addWidget(edit, 1);
+  row->addWidget(save);
+  row->addWidget(forget);
+  layout->addLayout(row);
+  auto* status = new QLabel(token_->describe());
+  status->setObjectName("hubTokenStatus");
+  status->setWordWrap(true);
+  layout->addWidget(status);
+  auto* result = new QLabel;
+  result->setObjectName("hubTokenResult");
+  result->setWordWrap(true);
+  layout->addWidget(result);
+  connect(token_, &HubToken::changed, status,
+          [this, status] { status->setText(token_->describe()); });
+  connect(save, &QPushButton::clicked, this, [this, edit, result, save] {
+    save->setEnabled(false);
+    result->setText(tr("Saving…"));
+    token_->save(edit->text());
+  });
+  connect(edit, &QLineEdit::returnPressed, save, &QPushButton::click);
+  connect(token_, &HubToken::saved, this, [edit, result, save](bool ok, const QString& message) {
+    save->setEnabled(true);
+    result->setText(message);
+    if (ok) edit->clear();  // the token is not kept in the widget
+  });
+  connect(forget, &QPushButton::clicked, this, [this, result] {
+    token_->forget();
+    result->setText(std::getenv("HF_TOKEN") != nullptr
+                        ? tr("Forgotten; HF_TOKEN is still set in the environment.")
+                        : tr("Forgotten."));
+  });
+  return box;
+}
+
 QWidget* MainWindow::make_settings_page() {
   auto* body = new QWidget;
   auto* form = new QFormLayout(body);
@@ -196,6 +289,13 @@ QWidget* MainWindow::make_settings_page() {
   auto* hub = new QLabel(hf_hub_cache_dir());
   hub->setTextInteractionFlags(Qt::TextSelectableByMouse);
   form->addRow(tr("HuggingFace cache:"), hub);
+  const hf::hub::Settings hub_env = hf::hub::Settings::from_environment();
+  auto* endpoint =
+      new QLabel(QString::fromStdString(hub_env.endpoint) +
+                 (hub_env.offline ? tr("  (offline: HF_HUB_OFFLINE is set)") : QString()));
+  endpoint->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  form->addRow(tr("Hub:"), endpoint);
+  form->addRow(tr("Hugging Face &token:"), make_token_box());
 
   connect(browse, &QPushButton::clicked, this, [this] {
     QString file = QFileDialog::getOpenFileName(this, tr("tessera-cli"), cli_path_->text());

@@ -15,7 +15,10 @@ namespace tessera::ui {
 
 class CliProbe;
 class DatasetPage;
+class DownloadTray;
 class FineTuneWizard;
+class HubPanel;
+class HubToken;
 class ModelPage;
 class RunMonitor;
 class RunsPage;
@@ -33,6 +36,10 @@ class MainWindow : public QMainWindow {
   RunsPage* runs_page() const { return runs_; }
   CliProbe* cli_probe() const { return probe_; }
   QListWidget* sidebar() const { return sidebar_; }
+  ModelPage* local_models() const { return models_; }
+  HubPanel* hub_panel() const { return hub_; }
+  DownloadTray* downloads() const { return downloads_; }
+  HubToken* hub_token() const { return token_; }
   QWidget* page_widget(Page page) const;
   // Starts `tessera-cli run` on `spec` (written to its output folder). Returns "" or why not.
   QString launch(const job::JobSpec& spec);
@@ -47,6 +54,8 @@ class MainWindow : public QMainWindow {
 
  private:
   QWidget* make_settings_page();
+  QWidget* make_models_page();
+  QWidget* make_token_box();
   // Loads the run's recorded series (off the GUI thread), then resumes it in a new child, or
   // reattaches to its still-running detached child.
   void follow_recorded(const RunRecord& run, bool reattach);
@@ -57,6 +66,9 @@ class MainWindow : public QMainWindow {
   FineTuneWizard* wizard_;
   RunsPage* runs_;
   ModelPage* models_;
+  HubToken* token_;
+  HubPanel* hub_;
+  DownloadTray* downloads_;
   DatasetPage* datasets_;
   QLineEdit* cli_path_;
   QLabel* cli_status_;

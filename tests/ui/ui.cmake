@@ -14,4 +14,12 @@ if(TARGET tessera_ui)
     TESSERA_CLI_PATH="$<TARGET_FILE:tessera-cli>")
   add_dependencies(test_studio tessera-cli)
   set_tests_properties(test_studio PROPERTIES TIMEOUT 300)
+
+  # The Hub pages against tests/pylib/hub_server.py (started by tests/ui/hub_fixture.py).
+  tessera_add_qt_test(NAME test_hub_pages SOURCES ui/test_hub_pages.cpp LIBS tessera_ui LABELS ui)
+  target_compile_definitions(test_hub_pages PRIVATE
+    TESSERA_PYTHON="${TESSERA_PYTHON}"
+    TESSERA_HUB_FIXTURE="${CMAKE_CURRENT_SOURCE_DIR}/ui/hub_fixture.py"
+    TESSERA_SCREENSHOT_DIR="${CMAKE_BINARY_DIR}/screenshots")
+  set_tests_properties(test_hub_pages PROPERTIES TIMEOUT 300)
 endif()

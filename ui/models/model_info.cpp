@@ -4,7 +4,6 @@
 #include <QDirIterator>
 #include <QFile>
 #include <QFileInfo>
-#include <QProcessEnvironment>
 #include <filesystem>
 #include <map>
 #include <system_error>
@@ -14,6 +13,7 @@
 #include "hf/chat/tokenizer_config.h"
 #include "hf/config.h"
 #include "hf/families.h"
+#include "hf/hub/settings.h"
 #include "hf/safetensors.h"
 #include "hf/tokenizer/tokenizer.h"
 
@@ -54,9 +54,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+}  // namespace
+
 // The runner fine-tunes causal language models only. This mirrors the head choice of
-// model::head_from_config (engine/model/model.cpp), which the GUI cannot link (LibTorch):
-// *ForCausalLM / *LMHeadModel, or no architectures for a decoder family.
+// model::head_from_config (engine/model/model.cpp), which the GUI cannot link (LibTorch).
 bool is_causal_lm(const hf::ModelConfig& config) {
   for (const auto& arch : config.architectures) {
     if (ends_with(arch, "ForCausalLM") || ends_with(arch, "LMHeadModel")) return true;
@@ -64,8 +65,6 @@ bool is_causal_lm(const hf::ModelConfig& config) {
   }
   return config.architectures.empty() && hf::family_of(config).causal_lm;
 }
-
-}  // namespace
 
 ModelSummary inspect_model(const QString& folder) {
   ModelSummary s;
@@ -140,10 +139,9 @@ QString model_display_name(const QString& folder) {
 }
 
 QString hf_hub_cache_dir() {
-  const auto env = QProcessEnvironment::systemEnvironment();
-  if (!env.value("HF_HUB_CACHE").isEmpty()) return env.value("HF_HUB_CACHE");
-  if (!env.value("HF_HOME").isEmpty()) return QDir(env.value("HF_HOME")).filePath("hub");
-  return QDir::home().filePath(".cache/huggingface/hub");
+  // The Hub client's resolution (HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, HF_HOME, XDG_CACHE_HOME),
+  // so the studio lists the cache its downloads fill.
+  return QString::fromStdString(hf::hub::Settings::from_environment().cache_dir.string());
 }
 
 QList<CachedModel> scan_hf_cache(const QString& hub_dir) {

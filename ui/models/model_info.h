@@ -6,6 +6,10 @@
 #include <QString>
 #include <cstdint>
 
+namespace tessera::hf {
+struct ModelConfig;
+}
+
 namespace tessera::ui {
 
 struct ModelSummary {
@@ -28,6 +32,10 @@ struct ModelSummary {
 // Reads files: call it off the GUI thread.
 ModelSummary inspect_model(const QString& folder);
 
+// Whether the runner can fine-tune a model of this config: a causal language model
+// (*ForCausalLM / *LMHeadModel, or no architectures for a decoder family).
+bool is_causal_lm(const hf::ModelConfig& config);
+
 // What to call the model in lists: "org/name" for a HuggingFace cache snapshot
 // (…/models--org--name/snapshots/<rev>), else the folder's name.
 QString model_display_name(const QString& folder);
@@ -43,8 +51,8 @@ struct CachedModel {
   bool is_main = false;  // refs/main points at this snapshot
 };
 
-// The HuggingFace hub cache folder: $HF_HUB_CACHE, else $HF_HOME/hub, else
-// ~/.cache/huggingface/hub (as huggingface_hub resolves it).
+// The HuggingFace hub cache folder: $HF_HUB_CACHE, else $HUGGINGFACE_HUB_CACHE, else
+// $HF_HOME/hub, else ~/.cache/huggingface/hub (as huggingface_hub resolves it).
 QString hf_hub_cache_dir();
 
 // Every snapshot under `hub_dir` (models--org--name/snapshots/<rev>/ with a config.json).

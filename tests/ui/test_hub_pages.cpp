@@ -1,0 +1,400 @@
+// The studio's Hub pages driven with real widgets (offscreen) against the local Hub server
+// (tests/ui/hub_fixture.py → tests/pylib/hub_server.py, a child process): search with support
+// flags and fit badges, paging, the distinct empty and error states (no results, offline, needs a
+// token, token rejected, gated, rate limited), a download paused and resumed (with Range) in the
+// main window's tray until "ready", picked for the wizard; cancel removing the partial files; the
+// token from Settings opening a gated model and never landing in QSettings or the runs database.
+// The keychain: this test runs without a D-Bus session (no secret service), so saving a token
+// takes the fallback, the token file huggingface_hub's login writes; the keychain path itself is
+// not exercised here. Screenshots of each state land in BUILD/screenshots/.
+#include <QAbstractButton>
+#include <QApplication>
+#include <QComboBox>
+#include <QDir>
+#include <QDirIterator>
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QLabel>
+#include <QLineEdit>
+#include <QListWidget>
+#include <QProcess>
+#include <QPushButton>
+#include <QSettings>
+#include <QTableView>
+#include <QTemporaryDir>
+#include <QTest>
+#include <memory>
+
+#include "ui/main_window.h"
+#include "ui/models/hub_results_model.h"
+#include "ui/models/runs_db.h"
+#include "ui/pages/hub_panel.h"
+#include "ui/pages/wizard.h"
+#include "ui/utility/hub_token.h"
+#include "ui/widgets/download_tray.h"
+
+using namespace tessera::ui;
+
+namespace {
+
+const char* kToken = "hf_studio_test_secret_token_9876543210";
+
+void screenshot(QWidget* w, const QString& name) {
+  QDir().mkpath(TESSERA_SCREENSHOT_DIR);
+  const QString file = QDir(TESSERA_SCREENSHOT_DIR).filePath(name + ".png");
+  QCoreApplication::sendPostedEvents(nullptr, QEvent::LayoutRequest);
+  QVERIFY2(w->grab().save(file), qPrintable(file));
+}
+
+QString cell(HubPanel* hub, const QString& repo, HubResultsModel::Column column) {
+  const int row = hub->results()->row_of(repo);
+  if (row < 0) return {};
+  return hub->results()->data(hub->results()->index_of(row, column)).toString();
+}
+
+QString tip(HubPanel* hub, const QString& repo, HubResultsModel::Column column) {
+  const int row = hub->results()->row_of(repo);
+  if (row < 0) return {};
+  return hub->results()->data(hub->results()->index_of(row, column), Qt::ToolTipRole).toString();
+}
+
+// Every file under `dir` whose contents hold `needle`.
+QStringList files_containing(const QString& dir, const QByteArray& needle) {
+  QStringList found;
+  QDirIterator it(dir, QDir::Files | QDir::Hidden, QDirIterator::Subdirectories);
+  while (it.hasNext()) {
+    const QString f = it.next();
+    QFile file(f);
+    if (file.open(QIODevice::ReadOnly) && file.readAll().contains(needle)) found << f;
+  }
+  return found;
+}
+
+}  // namespace
+
+class HubPagesTest : public QObject {
+  Q_OBJECT
+
+  QTemporaryDir tmp_;
+  QProcess server_;
+  QString endpoint_;
+  std::unique_ptr<RunsStore> store_;
+
+  QString path(const QString& name) const { return QDir(tmp_.path()).filePath(name); }
+
+  QJsonObject command(const QJsonObject& cmd) {
+    server_.write(QJsonDocument(cmd).toJson(QJsonDocument::Compact) + "\n");
+    while (!server_.canReadLine())
+      if (!server_.waitForReadyRead(30000)) return {};
+    return QJsonDocument::fromJson(server_.readLine()).object();
+  }
+
+  void set_faults(const QJsonObject& faults) {
+    QVERIFY(command({{"faults", faults}}).value("ok").toBool());
+  }
+
+  // Searches `text` and waits until every row is checked.
+  void search(HubPanel* hub, const QString& text) {
+    hub->search(text);
+    QTRY_VERIFY_WITH_TIMEOUT(!hub->busy(), 60000);
+  }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    QVERIFY(tmp_.isValid());
+    QCoreApplication::setOrganizationName("TesseraTest");
+    QCoreApplication::setApplicationName("tessera-hub-test");
+    QSettings::setDefaultFormat(QSettings::IniFormat);
+    QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, path("settings"));
+    QSettings().setValue("paths/runsRoot", path("runs"));
+    QSettings().setValue("paths/database", path("runs.sqlite"));
+    for (const char* v : {"HF_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE", "HUGGINGFACE_HUB_CACHE",
+                          "DBUS_SESSION_BUS_ADDRESS"})
+      qunsetenv(v);
+    qputenv("HF_HUB_CACHE", path("cache").toUtf8());
+    qputenv("HF_HOME", path("hf-home").toUtf8());
+
+    server_.setProcessChannelMode(QProcess::SeparateChannels);
+    server_.start(TESSERA_PYTHON, {TESSERA_HUB_FIXTURE, path("fixture")});
+    QVERIFY2(server_.waitForStarted(30000), qPrintable(server_.errorString()));
+    while (!server_.canReadLine())
+      QVERIFY2(server_.waitForReadyRead(180000), server_.readAllStandardError().constData());
+    endpoint_ = QJsonDocument::fromJson(server_.readLine()).object().value("endpoint").toString();
+    QVERIFY(endpoint_.startsWith("http://127.0.0.1:"));
+    qputenv("HF_ENDPOINT", endpoint_.toUtf8());
+    store_ = std::make_unique<RunsStore>(path("runs.sqlite"));
+  }
+
+  // After each test: no fault, token or offline switch leaks into the next one.
+  void cleanup() {
+    for (const char* v : {"HF_TOKEN", "HF_HUB_OFFLINE"}) qunsetenv(v);
+    set_faults({});
+  }
+
+  void cleanupTestCase() {
+    store_.reset();
+    server_.closeWriteChannel();
+    if (!server_.waitForFinished(10000)) server_.kill();
+  }
+
+  void search_shows_support_and_fit() {
+    MainWindow window(store_.get());
+    window.resize(1400, 860);
+    window.show();
+    window.show_page(MainWindow::Models);
+    HubPanel* hub = window.hub_panel();
+    QVERIFY(hub->state_text().contains("Search the Hugging Face Hub"));
+    screenshot(&window, "hub-0-before-search");
+    search(hub, "");
+    // Most downloaded first; every row checked from its info and config.json alone.
+    QCOMPARE(hub->results()->rowCount(), 4);
+    QCOMPARE(cell(hub, "org/tiny-llama", HubResultsModel::Column::Name), QString("org/tiny-llama"));
+    QCOMPARE(hub->results()->row_of("org/tiny-llama"), 0);
+    QCOMPARE(cell(hub, "org/tiny-llama", HubResultsModel::Column::Support), QString("✔ llama"));
+    QCOMPARE(cell(hub, "org/tiny-llama", HubResultsModel::Column::License), QString("apache-2.0"));
+    QCOMPARE(cell(hub, "org/tiny-llama", HubResultsModel::Column::Downloads), QString("1.5K"));
+    QVERIFY(cell(hub, "org/tiny-llama", HubResultsModel::Column::Size).contains("KiB"));
+    const QString fit = cell(hub, "org/tiny-llama", HubResultsModel::Column::Fit);
+    QVERIFY2(fit.startsWith("✔ ") && fit.contains("iB"), qPrintable(fit));
+    QVERIFY2(tip(hub, "org/tiny-llama", HubResultsModel::Column::Fit).startsWith("Fits: "),
+             qPrintable(tip(hub, "org/tiny-llama", HubResultsModel::Column::Fit)));
+    // Gated without a token; an architecture the engine lacks; pickle-only weights.
+    QVERIFY(cell(hub, "org/llama-gated", HubResultsModel::Column::Name).contains("(gated)"));
+    QVERIFY2(
+        cell(hub, "org/llama-gated", HubResultsModel::Column::Support).contains("needs a token"),
+        qPrintable(cell(hub, "org/llama-gated", HubResultsModel::Column::Support)));
+    QCOMPARE(cell(hub, "org/t5-small-ish", HubResultsModel::Column::Support), QString("✘ t5"));
+    QVERIFY(tip(hub, "org/t5-small-ish", HubResultsModel::Column::Support).contains("t5"));
+    QVERIFY(cell(hub, "org/pickle-only", HubResultsModel::Column::Support).startsWith("✘"));
+    QVERIFY2(tip(hub, "org/pickle-only", HubResultsModel::Column::Support).contains("pickle"),
+             qPrintable(tip(hub, "org/pickle-only", HubResultsModel::Column::Support)));
+    // Download only what Tessera can train.
+    hub->select_repo("org/t5-small-ish");
+    QVERIFY(!hub->download_button()->isEnabled());
+    hub->select_repo("org/tiny-llama");
+    QVERIFY(hub->download_button()->isEnabled());
+    // Nothing was downloaded to decide: the cache holds no model.
+    QVERIFY(!QDir(path("cache/models--org--tiny-llama/snapshots")).exists());
+    screenshot(&window, "hub-1-results");
+  }
+
+  void pages_and_sorts() {
+    MainWindow window(store_.get());
+    HubPanel* hub = window.hub_panel();
+    hub->set_page_size(2);
+    search(hub, "");
+    QCOMPARE(hub->results()->rowCount(), 2);
+    QVERIFY(hub->more_button()->isEnabled());
+    QTest::mouseClick(hub->more_button(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(!hub->busy() && hub->results()->rowCount() == 4, 60000);
+    QVERIFY(!hub->more_button()->isEnabled());  // the server has no third page
+    QCOMPARE(hub->results()->row_of("org/pickle-only"), 3);
+    hub->set_page_size(20);
+    hub->sort_combo()->setCurrentIndex(1);  // most liked: searches again
+    QTRY_VERIFY_WITH_TIMEOUT(!hub->busy() && hub->results()->rowCount() == 4, 60000);
+    QCOMPARE(hub->results()->row_of("org/tiny-llama"), 0);
+  }
+
+  void empty_and_error_states() {
+    MainWindow window(store_.get());
+    window.resize(1400, 860);
+    window.show();
+    window.show_page(MainWindow::Models);
+    HubPanel* hub = window.hub_panel();
+
+    search(hub, "no-such-model-anywhere");
+    QCOMPARE(hub->results()->rowCount(), 0);
+    QVERIFY2(hub->state_text().contains("No models match"), qPrintable(hub->state_text()));
+    screenshot(&window, "hub-2-no-results");
+
+    // 401 on the search with a token: the token was rejected.
+    qputenv("HF_TOKEN", "hf_revoked_token_123");
+    set_faults({{"status", QJsonObject{{"search", QJsonArray{401, 1}}}}});
+    search(hub, "llama");
+    QCOMPARE(hub->state_problem(), HubProblem::TokenRejected);
+    QVERIFY2(
+        hub->state_text().contains("rejected the token") && hub->state_text().contains("Settings"),
+        qPrintable(hub->state_text()));
+    screenshot(&window, "hub-3-token-rejected");
+
+    // 403 on a gated repository with a token not granted: the row says what to do.
+    search(hub, "gated");
+    QVERIFY2(cell(hub, "org/llama-gated", HubResultsModel::Column::Support).contains("gated"),
+             qPrintable(cell(hub, "org/llama-gated", HubResultsModel::Column::Support)));
+    QVERIFY(tip(hub, "org/llama-gated", HubResultsModel::Column::Support).contains("license"));
+    screenshot(&window, "hub-4-gated");
+    qunsetenv("HF_TOKEN");
+
+    // 429 after the client's retries (Retry-After: 0 keeps them quick).
+    set_faults({{"status",
+                 QJsonObject{{"search", QJsonArray{429, 20, QJsonObject{{"Retry-After", "0"}}}}}}});
+    search(hub, "llama");
+    QCOMPARE(hub->state_problem(), HubProblem::RateLimited);
+    QVERIFY2(hub->state_text().contains("rate-limiting"), qPrintable(hub->state_text()));
+    screenshot(&window, "hub-5-rate-limited");
+    set_faults({});
+
+    qputenv("HF_HUB_OFFLINE", "1");
+    search(hub, "llama");
+    QCOMPARE(hub->state_problem(), HubProblem::Offline);
+    QVERIFY2(hub->state_text().contains("HF_HUB_OFFLINE"), qPrintable(hub->state_text()));
+    screenshot(&window, "hub-6-offline");
+    qunsetenv("HF_HUB_OFFLINE");
+
+    // Back online: the results come back.
+    search(hub, "llama");
+    QCOMPARE(hub->state_problem(), HubProblem::None);
+    QVERIFY(hub->results()->rowCount() >= 1);
+  }
+
+  void download_pause_resume_ready_and_pick_for_the_wizard() {
+    MainWindow window(store_.get());
+    window.resize(1400, 860);
+    window.show();
+    window.show_page(MainWindow::Models);
+    HubPanel* hub = window.hub_panel();
+    search(hub, "tiny");
+    hub->select_repo("org/tiny-llama");
+    QVERIFY(hub->download_button()->isEnabled());
+
+    set_faults({{"slow_bytes_per_s", 40000}});  // ~10 s for the weights: time to pause
+    QTest::mouseClick(hub->download_button(), Qt::LeftButton);
+    DownloadRow* row = window.downloads()->row("org/tiny-llama");
+    QVERIFY(row);
+    QVERIFY(window.downloads()->isVisible());
+    QTRY_VERIFY_WITH_TIMEOUT(row->done_bytes() > 100000, 30000);
+    QCOMPARE(row->state(), DownloadRow::State::Downloading);
+    QVERIFY2(row->status_text().contains(" of ") && row->status_text().contains("/s"),
+             qPrintable(row->status_text()));
+    // The tray survives a page change.
+    window.show_page(MainWindow::Runs);
+    QVERIFY(window.downloads()->isVisible());
+    screenshot(&window, "hub-7-downloading-on-another-page");
+    window.show_page(MainWindow::Models);
+
+    QTest::mouseClick(row->pause_button(), Qt::LeftButton);
+    QTRY_COMPARE_WITH_TIMEOUT(row->state(), DownloadRow::State::Paused, 30000);
+    const QStringList partial =
+        QDir(path("cache/models--org--tiny-llama/blobs")).entryList({"*.incomplete"}, QDir::Files);
+    QVERIFY2(!partial.isEmpty(), "a pause keeps the partial files");
+    QVERIFY(row->status_text().startsWith("Paused at"));
+    QVERIFY(!row->use_button()->isVisible());
+    screenshot(&window, "hub-8-paused");
+
+    set_faults({});
+    QCOMPARE(row->pause_button()->text(), QString("Resume"));
+    QTest::mouseClick(row->pause_button(), Qt::LeftButton);
+    QTRY_COMPARE_WITH_TIMEOUT(row->state(), DownloadRow::State::Ready, 60000);
+    QVERIFY2(row->status_text().contains("verified"), qPrintable(row->status_text()));
+    const QJsonObject cdn = command({{"requests", "/blob/"}});
+    QVERIFY2(cdn.value("ranged").toInt() >= 1, "the resume asked for the rest with Range");
+    const QString snapshot = row->snapshot();
+    QVERIFY(snapshot.startsWith(path("cache/models--org--tiny-llama/snapshots/")));
+    QVERIFY(QFileInfo::exists(snapshot + "/config.json"));
+    QVERIFY(QFileInfo::exists(snapshot + "/model.safetensors.index.json"));
+    QVERIFY(QDir(path("cache/models--org--tiny-llama/blobs"))
+                .entryList({"*.incomplete"}, QDir::Files)
+                .isEmpty());
+    // This machine's list has it now.
+    QTRY_VERIFY_WITH_TIMEOUT(window.local_models()->cache_list()->count() == 1, 10000);
+    QVERIFY(row->use_button()->isVisible());
+    screenshot(&window, "hub-9-ready");
+
+    QTest::mouseClick(row->use_button(), Qt::LeftButton);
+    QCOMPARE(window.current_page(), MainWindow::NewFineTune);
+    QCOMPARE(window.wizard()->current_page(), int(FineTuneWizard::ModelStep));
+    ModelPage* model = window.wizard()->model_page();
+    QTRY_VERIFY_WITH_TIMEOUT(!model->busy() && model->summary().folder == snapshot, 20000);
+    QVERIFY2(model->ready(), qPrintable(model->summary().problem));
+    QCOMPARE(window.wizard()->build_spec().model.path, snapshot.toStdString());
+    screenshot(&window, "hub-10-in-the-wizard");
+  }
+
+  void cancel_removes_the_partial_files() {
+    MainWindow window(store_.get());
+    HubPanel* hub = window.hub_panel();
+    // org/llama-gated is the same weights behind a token: grant one through the environment.
+    qputenv("HF_TOKEN", kToken);
+    QVERIFY(command({{"grant", kToken}}).value("ok").toBool());
+    search(hub, "gated");
+    QCOMPARE(cell(hub, "org/llama-gated", HubResultsModel::Column::Support), QString("✔ llama"));
+    set_faults({{"slow_bytes_per_s", 40000}});
+    window.downloads()->download("org/llama-gated");
+    DownloadRow* row = window.downloads()->row("org/llama-gated");
+    // Its LFS blobs are already in the cache (same contents as org/tiny-llama's, other repo
+    // folder): the bytes come again, slowly.
+    QTRY_VERIFY_WITH_TIMEOUT(row->done_bytes() > 50000, 30000);
+    QTest::mouseClick(row->cancel_button(), Qt::LeftButton);
+    QTRY_COMPARE_WITH_TIMEOUT(row->state(), DownloadRow::State::Cancelled, 30000);
+    QVERIFY(QDir(path("cache/models--org--llama-gated/blobs"))
+                .entryList({"*.incomplete"}, QDir::Files)
+                .isEmpty());
+    set_faults({});
+    qunsetenv("HF_TOKEN");
+  }
+
+  void token_from_settings_is_used_and_never_stored() {
+    MainWindow window(store_.get());
+    window.resize(1400, 860);
+    window.show();
+    window.show_page(MainWindow::Settings);
+    auto* edit = window.findChild<QLineEdit*>("hubTokenEdit");
+    auto* save = window.findChild<QPushButton*>("hubTokenSave");
+    auto* result = window.findChild<QLabel*>("hubTokenResult");
+    auto* status = window.findChild<QLabel*>("hubTokenStatus");
+    QVERIFY(edit && save && result && status);
+    QCOMPARE(edit->echoMode(), QLineEdit::Password);
+    QTRY_VERIFY_WITH_TIMEOUT(!window.hub_token()->loading(), 30000);
+    QVERIFY2(status->text().startsWith("No token"), qPrintable(status->text()));
+
+    // A token a header cannot carry is refused with what to do.
+    edit->setText("hf_two words");
+    QTest::mouseClick(save, Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(result->text().contains("space"), 10000);
+
+    edit->setText(QString(kToken) + "\n");
+    QTest::mouseClick(save, Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(!result->text().isEmpty() && result->text() != "Saving…", 30000);
+    // No secret service here: the keychain fails and the token goes to the token file.
+    QVERIFY2(result->text().contains("keychain is not available") &&
+                 result->text().contains(path("hf-home/token")),
+             qPrintable(result->text()));
+    QVERIFY(edit->text().isEmpty());
+    QFile file(path("hf-home/token"));
+    QVERIFY(file.open(QIODevice::ReadOnly));
+    QCOMPARE(file.readAll().trimmed(), QByteArray(kToken));
+    QCOMPARE(file.permissions() & (QFile::ReadGroup | QFile::ReadOther), QFile::Permissions());
+    QTRY_VERIFY_WITH_TIMEOUT(status->text().contains(path("hf-home/token")), 5000);
+    screenshot(&window, "hub-11-settings-token");
+
+    // The gated model opens with it.
+    window.show_page(MainWindow::Models);
+    search(window.hub_panel(), "gated");
+    QCOMPARE(cell(window.hub_panel(), "org/llama-gated", HubResultsModel::Column::Support),
+             QString("✔ llama"));
+    // The wizard's spec, the settings file and the runs database never hold it.
+    QVERIFY(!QByteArray::fromStdString(tessera::job::to_json(window.wizard()->build_spec()).dump())
+                 .contains(kToken));
+    QSettings().sync();
+    store_->flush();
+    QVERIFY2(files_containing(path("settings"), kToken).isEmpty(),
+             qPrintable(files_containing(path("settings"), kToken).join(", ")));
+    for (const QString& db : QDir(tmp_.path()).entryList({"runs.sqlite*"}, QDir::Files))
+      QVERIFY2(files_containing(tmp_.path(), kToken).filter(db).isEmpty(), qPrintable(db));
+    QVERIFY(QFileInfo::exists(path("runs.sqlite")));
+
+    // HF_TOKEN in the environment is named as the source once the file is gone.
+    window.show_page(MainWindow::Settings);
+    QTest::mouseClick(window.findChild<QPushButton*>("hubTokenForget"), Qt::LeftButton);
+    QVERIFY(!QFileInfo::exists(path("hf-home/token")));
+    QVERIFY(status->text().startsWith("No token"));
+    qputenv("HF_TOKEN", kToken);
+    QVERIFY(window.hub_token()->describe().contains("HF_TOKEN"));
+    qunsetenv("HF_TOKEN");
+  }
+};
+
+QTEST_MAIN(HubPagesTest)
+#include "test_hub_pages.moc"
