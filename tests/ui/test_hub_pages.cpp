@@ -25,6 +25,7 @@
 #include <QTableView>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QTextBrowser>
 #include <memory>
 
 #include "ui/main_window.h"
@@ -175,9 +176,30 @@ class HubPagesTest : public QObject {
     QVERIFY(!hub->download_button()->isEnabled());
     hub->select_repo("org/tiny-llama");
     QVERIFY(hub->download_button()->isEnabled());
+    // The card, rendered without its YAML header.
+    QTRY_VERIFY_WITH_TIMEOUT(hub->card_view()->toPlainText().contains("a test model"), 20000);
+    QVERIFY(!hub->card_view()->toPlainText().contains("license: apache-2.0"));
     // Nothing was downloaded to decide: the cache holds no model.
     QVERIFY(!QDir(path("cache/models--org--tiny-llama/snapshots")).exists());
     screenshot(&window, "hub-1-results");
+
+    // Another method in the wizard: the badges are planned again when the page shows.
+    // (A model this small peaks at the runtime's floor either way: the plan's sentence differs.)
+    const QString first_plan = tip(hub, "org/tiny-llama", HubResultsModel::Column::Fit);
+    const QString other = window.wizard()->method_page()->method() == "lora" ? "full" : "lora";
+    window.wizard()->method_page()->set_method(other);
+    window.show_page(MainWindow::Runs);
+    window.show_page(MainWindow::Models);
+    QVERIFY(hub->busy());
+    QTRY_VERIFY_WITH_TIMEOUT(!hub->busy(), 60000);
+    QVERIFY(hub->results()
+                ->headerData(int(HubResultsModel::Column::Fit), Qt::Horizontal)
+                .toString()
+                .contains(other == "lora" ? "LoRA" : "full"));
+    const QString other_fit = cell(hub, "org/tiny-llama", HubResultsModel::Column::Fit);
+    const QString other_plan = tip(hub, "org/tiny-llama", HubResultsModel::Column::Fit);
+    QVERIFY2(other_fit.startsWith("✔ ") && other_plan != first_plan,
+             qPrintable(first_plan + " / " + other_plan));
   }
 
   void pages_and_sorts() {

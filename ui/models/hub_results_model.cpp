@@ -53,6 +53,16 @@ void HubResultsModel::set_check(const HubModelCheck& check) {
   Q_EMIT dataChanged(index(row, 0), index(row, kColumnCount - 1));
 }
 
+void HubResultsModel::set_fit_heading(const QString& method) {
+  fit_heading_ = method;
+  Q_EMIT headerDataChanged(Qt::Horizontal, int(Column::Fit), int(Column::Fit));
+}
+
+void HubResultsModel::reset_checks() {
+  for (Row& r : rows_) r.check.reset();
+  if (!rows_.isEmpty()) Q_EMIT dataChanged(index(0, 0), index(rowCount() - 1, kColumnCount - 1));
+}
+
 int HubResultsModel::row_of(const QString& repo_id) const {
   for (int row = 0; row < rows_.size(); ++row)
     if (QString::fromStdString(rows_[row].hit.id) == repo_id) return row;

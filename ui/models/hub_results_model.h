@@ -36,7 +36,8 @@ class HubResultsModel : public QAbstractTableModel {
   void append(const std::vector<hf::hub::SearchHit>& hits);
   // The check of `repo_id`'s row (ignored when the row is gone: a newer search replaced it).
   void set_check(const HubModelCheck& check);
-  void set_fit_heading(const QString& method) { fit_heading_ = method; }
+  void set_fit_heading(const QString& method);
+  void reset_checks();  // every row back to "checking…" (the checks run again)
   const QList<Row>& rows() const { return rows_; }
   int row_of(const QString& repo_id) const;  // -1 when absent
   int pending_checks() const;

@@ -7,8 +7,11 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
+#include <QRegularExpression>
+#include <QSplitter>
 #include <QStackedWidget>
 #include <QTableView>
+#include <QTextBrowser>
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
 
@@ -75,12 +78,26 @@ HubPanel::HubPanel(HubToken* token, std::function<job::JobSpec()> spec, QWidget*
   table_->horizontalHeader()->setSectionResizeMode(int(HubResultsModel::Column::Name),
                                                    QHeaderView::Stretch);
   stack_->addWidget(table_);
-  layout->addWidget(stack_, 1);
 
+  auto* lower = new QWidget;
+  auto* lower_layout = new QVBoxLayout(lower);
+  lower_layout->setContentsMargins(0, 0, 0, 0);
   detail_ = new QLabel;
   detail_->setWordWrap(true);
   detail_->setTextInteractionFlags(Qt::TextSelectableByMouse);
-  layout->addWidget(detail_);
+  lower_layout->addWidget(detail_);
+  card_ = new QTextBrowser;
+  card_->setAccessibleName(tr("Model card"));
+  card_->setOpenExternalLinks(true);
+  card_->setPlaceholderText(tr("The selected model's card (README.md) shows here."));
+  lower_layout->addWidget(card_, 1);
+  auto* split = new QSplitter(Qt::Vertical);
+  split->addWidget(stack_);
+  split->addWidget(lower);
+  split->setChildrenCollapsible(false);
+  split->setStretchFactor(0, 3);
+  split->setStretchFactor(1, 2);
+  layout->addWidget(split, 1);
 
   auto* bottom = new QHBoxLayout;
   status_ = new QLabel;
@@ -183,7 +200,8 @@ void HubPanel::start_search(const hub::SearchQuery& query, bool append) {
     next_page_url_.clear();
     detail_->clear();
   }
-  model_->set_fit_heading(spec_ ? QString::fromStdString(spec_().method.type) : QString());
+  checked_method_ = spec_ ? QString::fromStdString(spec_().method.type) : QString();
+  model_->set_fit_heading(checked_method_);
   searching_ = true;
   go_->setEnabled(false);
   more_->setEnabled(false);
@@ -191,6 +209,21 @@ void HubPanel::start_search(const hub::SearchQuery& query, bool append) {
   search_watcher_.setFuture(
       QtConcurrent::run([settings = hub_settings(token_ ? token_->keychain_token() : std::string()),
                          query] { return search_hub(settings, query); }));
+}
+
+void HubPanel::showEvent(QShowEvent* event) {
+  QWidget::showEvent(event);
+  // The wizard's method changed since the badges were planned: plan them again.
+  const QString method = spec_ ? QString::fromStdString(spec_().method.type) : QString();
+  if (method == checked_method_ || model_->rowCount() == 0 || searching_) return;
+  ++generation_;
+  running_checks_ = 0;
+  checked_method_ = method;
+  model_->set_fit_heading(method);
+  model_->reset_checks();
+  std::vector<hub::SearchHit> hits;
+  for (const auto& r : model_->rows()) hits.push_back(r.hit);
+  check_rows(hits);
 }
 
 void HubPanel::check_rows(const std::vector<hub::SearchHit>& hits) {
@@ -288,9 +321,11 @@ void HubPanel::update_selection() {
   if (row < 0) {
     download_->setEnabled(false);
     detail_->clear();
+    card_->clear();
     return;
   }
   const HubResultsModel::Row& r = model_->rows()[row];
+  show_card(QString::fromStdString(r.hit.id));
   QString text = "<b>" + QString::fromStdString(r.hit.id).toHtmlEscaped() + "</b>";
   if (!r.check) {
     download_->setEnabled(false);
@@ -317,6 +352,43 @@ void HubPanel::update_selection() {
   download_->setToolTip(
       ok ? tr("Download %1 into the HuggingFace cache").arg(QString::fromStdString(r.hit.id))
          : tr("Tessera cannot train this model (see above)"));
+}
+
+void HubPanel::show_card(const QString& repo_id) {
+  if (card_->property("repo").toString() == repo_id && cards_.contains(repo_id)) return;
+  card_->setProperty("repo", repo_id);
+  if (const auto it = cards_.constFind(repo_id); it != cards_.constEnd()) {
+    card_->setMarkdown(*it);
+    Q_EMIT cardShown();
+    return;
+  }
+  card_->setPlainText(tr("Loading the card of %1…").arg(repo_id));
+  QtConcurrent::run(
+      &checks_,
+      [settings = hub_settings(token_ ? token_->keychain_token() : std::string()),
+       id = repo_id.toStdString()]() -> std::pair<bool, QString> {
+        try {
+          hub::Client client(settings);
+          const std::optional<std::string> card = client.card(id, hub::RepoType::Model, "main");
+          if (!card) return {true, QObject::tr("*This repository has no model card.*")};
+          // The YAML header (license, tags) is metadata, not prose.
+          QString text = QString::fromStdString(*card);
+          static const QRegularExpression front(R"(\A---\r?\n.*?\r?\n---\r?\n)",
+                                                QRegularExpression::DotMatchesEverythingOption);
+          return {true, text.remove(front)};
+        } catch (const std::exception& e) {
+          // Not kept: the next selection asks again (offline, rate limited, …).
+          return {false, QObject::tr("*The card could not be read:* %1")
+                             .arg(QString::fromStdString(e.what()).toHtmlEscaped())};
+        }
+      })
+      .then(this, [this, repo_id](const std::pair<bool, QString>& result) {
+        const auto& [ok, markdown] = result;
+        if (ok) cards_.insert(repo_id, markdown);
+        if (card_->property("repo").toString() != repo_id) return;  // another row was chosen
+        card_->setMarkdown(markdown);
+        Q_EMIT cardShown();
+      });
 }
 
 }  // namespace tessera::ui

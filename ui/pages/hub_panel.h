@@ -2,10 +2,12 @@
 // The Models page's "Hugging Face Hub" side: a search (text, sort, paging) whose results are a
 // HubResultsModel; each result is then checked off the GUI thread (repository info and its
 // config.json: size, license, whether Tessera supports the architecture, and the planner's fit
-// badge for the wizard's method). Distinct states instead of an empty list: offline, token
-// rejected, needs a token, gated, rate limited, unreachable, no results. "Download" asks the
-// main window's download tray for the selected model.
+// badge for the wizard's method, checked again when the method changed), and the selected
+// model's card (README.md, rendered as Markdown, fetched off the GUI thread). Distinct states
+// instead of an empty list: offline, token rejected, needs a token, gated, rate limited,
+// unreachable, no results. "Download" asks the main window's download tray for the selected model.
 #include <QFutureWatcher>
+#include <QHash>
 #include <QThreadPool>
 #include <QWidget>
 #include <functional>
@@ -19,6 +21,7 @@ class QLineEdit;
 class QPushButton;
 class QStackedWidget;
 class QTableView;
+class QTextBrowser;
 
 namespace tessera::ui {
 
@@ -43,16 +46,21 @@ class HubPanel : public QWidget {
   QComboBox* sort_combo() const { return sort_; }
   QPushButton* more_button() const { return more_; }
   QPushButton* download_button() const { return download_; }
+  QTextBrowser* card_view() const { return card_; }
   // The state shown instead of the table ("" while the table shows), and its kind.
   QString state_text() const;
   HubProblem state_problem() const { return state_problem_; }
   QString selected_repo() const;
   void select_repo(const QString& repo_id);
 
+ protected:
+  void showEvent(QShowEvent* event) override;
+
  Q_SIGNALS:
   void downloadRequested(const QString& repo_id);
-  void searched();  // a search or page finished (its checks may still run)
-  void checked();   // a row's check finished
+  void searched();   // a search or page finished (its checks may still run)
+  void checked();    // a row's check finished
+  void cardShown();  // the selected model's card (or why there is none) is shown
 
  private:
   void start_search(const hf::hub::SearchQuery& query, bool append);
@@ -60,6 +68,7 @@ class HubPanel : public QWidget {
   void show_failure(const HubFailure& failure);
   void update_selection();
   void check_rows(const std::vector<hf::hub::SearchHit>& hits);
+  void show_card(const QString& repo_id);
 
   HubToken* token_;
   std::function<job::JobSpec()> spec_;
@@ -73,6 +82,8 @@ class HubPanel : public QWidget {
   QLabel* state_detail_;
   QLabel* status_;
   QLabel* detail_;
+  QTextBrowser* card_;
+  QHash<QString, QString> cards_;  // repository → its card's Markdown (or a note that it has none)
   QPushButton* more_;
   QPushButton* download_;
   QFutureWatcher<HubSearchResult> search_watcher_;
@@ -84,6 +95,7 @@ class HubPanel : public QWidget {
   int page_size_ = 20;
   std::string next_page_url_;
   QString last_text_;
+  QString checked_method_;  // the wizard's method the rows' fit badges were planned for
   HubProblem state_problem_ = HubProblem::None;
 };
 
