@@ -24,7 +24,9 @@ def demo(tmp_path_factory):
 
 
 def env_for(hub, cache, **extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
+    # CTest runs the suites offline (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE): the client reads both.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HF_", "HUGGINGFACE_")) and k != "TRANSFORMERS_OFFLINE"}
     env.update({"HF_ENDPOINT": hub.endpoint, "HF_HUB_CACHE": str(cache), "HF_HOME": str(cache.parent / "hf-home")})
     env.update({k: str(v) for k, v in extra.items()})
     return env
