@@ -10,6 +10,7 @@
 #include "hf/chat/tokenizer_config.h"
 #include "hf/config.h"
 #include "hf/tokenizer/tokenizer.h"
+#include "ui/utility/error_text.h"
 
 namespace tessera::ui {
 
@@ -19,12 +20,6 @@ namespace {
 
 QString q(const std::string& s) {
   return QString::fromStdString(s);
-}
-
-QString error_text(const Error& e) {
-  QString text = q(e.what());
-  if (!e.hint().empty()) text += "\n" + q(e.hint());
-  return text;
 }
 
 QMap<QString, QString> to_qmap(const std::map<std::string, std::string>& m) {

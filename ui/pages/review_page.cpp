@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "ui/pages/wizard.h"
 #include "ui/utility/cli_probe.h"
+#include "ui/utility/error_text.h"
 #include "ui/utility/studio_settings.h"
 
 namespace tessera::ui {
@@ -89,7 +90,7 @@ QString ReviewPage::save_spec(const QString& path) const {
   try {
     job::save_job_spec(spec_, path.toStdString());
   } catch (const Error& e) {
-    return QString::fromStdString(e.what()) + "\n" + QString::fromStdString(e.hint());
+    return error_text(e);
   } catch (const std::exception& e) {
     return QString::fromStdString(e.what());
   }

@@ -12,48 +12,21 @@
 #include <QTabWidget>
 #include <QTableView>
 #include <QTableWidget>
-#include <QUnhandledException>
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "core/error.h"
 #include "ui/dialogs/export_dialog.h"
 #include "ui/pages/run_dashboard.h"
+#include "ui/utility/error_text.h"
 #include "ui/utility/run_monitor.h"
 #include "ui/utility/studio_settings.h"
 #include "ui/widgets/charts.h"
 #include "ui/widgets/chat_pane.h"
 
 namespace tessera::ui {
-
-namespace {
-// The message of the exception being handled; a QtConcurrent task's own exception is inside
-// QUnhandledException.
-QString current_exception_text() {
-  try {
-    throw;
-  } catch (const QUnhandledException& e) {
-    try {
-      if (e.exception()) std::rethrow_exception(e.exception());
-    } catch (const tessera::Error& inner) {
-      return QString::fromStdString(std::string(inner.what()) + " (" + inner.hint() + ")");
-    } catch (const std::exception& inner) {
-      return QString::fromUtf8(inner.what());
-    } catch (...) {
-    }
-    return QObject::tr("an unknown error");
-  } catch (const tessera::Error& e) {
-    return QString::fromStdString(std::string(e.what()) + " (" + e.hint() + ")");
-  } catch (const std::exception& e) {
-    return QString::fromUtf8(e.what());
-  } catch (...) {
-    return QObject::tr("an unknown error");
-  }
-}
-}  // namespace
 
 RunsPage::RunsPage(RunsStore* store, QWidget* parent) : QWidget(parent), store_(store) {
   auto* layout = new QVBoxLayout(this);
