@@ -351,11 +351,14 @@ class GeminiPlugin : public train::Plugin {
     stats.grad_norm = total.item<double>();
     const std::optional<torch::Tensor> coef = optim::clip_coefficient(total, max_grad_norm);
     stats.applied = precision_->accept_step(stats.grad_norm);
-    if (stats.applied) update(lr, coef);
-    for (OptimChunk& chunk : optim_chunks_) {  // a skipped step's gradients go unused
-      if (chunk.grad_write.valid()) finish_gradient_write(chunk, false);
-      chunk.grads = memory::AlignedBuffer();
-      chunk.grads_on_disk = false;
+    if (stats.applied) {
+      update(lr, coef);  // consumes the gradient chunks as it goes
+    } else {
+      for (OptimChunk& chunk : optim_chunks_) {  // a skipped step's gradients go unused
+        if (chunk.grad_write.valid()) finish_gradient_write(chunk, false);
+        chunk.grads = memory::AlignedBuffer();
+        chunk.grads_on_disk = false;
+      }
     }
     for (std::size_t i : trainable_order_) {
       Entry& e = entries_[i];
