@@ -6,17 +6,31 @@
 #include "hf/hub/client.h"
 
 namespace tessera::cli {
+namespace {
+
+namespace hub = hf::hub;
+
+// How a job fetches its Hub inputs: at the spec's revision, stopped by Ctrl-C, with progress
+// events of phase "download".
+hub::DownloadParams job_download(hub::RepoType type, const std::string& revision,
+                                 job::EventSink& events, const std::atomic<bool>* stop) {
+  hub::DownloadParams params;
+  params.type = type;
+  params.revision = revision;
+  params.cancel = stop;
+  params.on_progress = [&events](const hub::DownloadProgress& p) {
+    events.progress("download", p.done_bytes, p.total_bytes);
+  };
+  return params;
+}
+
+}  // namespace
 
 std::filesystem::path fetch_hub_model(const job::JobSpec& spec, job::EventSink& events,
                                       const std::atomic<bool>* stop) {
-  namespace hub = hf::hub;
   hub::Client client(hub::Settings::from_environment());
-  hub::DownloadParams params;
-  params.revision = spec.model.revision;
-  params.cancel = stop;
-  params.on_progress = [&](const hub::DownloadProgress& p) {
-    events.progress("download", p.done_bytes, p.total_bytes);
-  };
+  const hub::DownloadParams params =
+      job_download(hub::RepoType::Model, spec.model.revision, events, stop);
   events.log("info", "model.hub_id " + spec.model.hub_id + " at " + spec.model.revision +
                          (client.settings().offline ? ": from the cache (HF_HUB_OFFLINE)"
                                                     : ": fetching what the cache lacks"));
@@ -32,16 +46,8 @@ std::filesystem::path fetch_hub_model(const job::JobSpec& spec, job::EventSink& 
 
 job::DatasetSpec fetch_hub_dataset(const job::DatasetSpec& dataset, job::EventSink& events,
                                    const std::atomic<bool>* stop) {
-  namespace hub = hf::hub;
-  const std::string field = "job spec: dataset.hub_id \"" + dataset.hub_id + "\"";
   hub::Client client(hub::Settings::from_environment());
-  hub::DownloadParams params;
-  params.type = hub::RepoType::Dataset;
-  params.revision = dataset.revision;
-  params.cancel = stop;
-  params.on_progress = [&](const hub::DownloadProgress& p) {
-    events.progress("download", p.done_bytes, p.total_bytes);
-  };
+  hub::DownloadParams params = job_download(hub::RepoType::Dataset, dataset.revision, events, stop);
   try {
     // The repository's data files: its file list online, what the cache holds offline.
     std::vector<hub::RepoFile> files;
@@ -52,7 +58,7 @@ job::DatasetSpec fetch_hub_dataset(const job::DatasetSpec& dataset, job::EventSi
       const std::optional<std::string> commit = cached.resolve(dataset.revision);
       if (commit) files = cached.read_tree(*commit).value_or(std::vector<hub::RepoFile>{});
       if (files.empty())
-        throw_invalid(field + ": the cache has no file list for revision " + dataset.revision,
+        throw_invalid("the cache has no file list for revision " + dataset.revision,
                       "run `tessera-cli hub download " + dataset.hub_id +
                           " --dataset` with network access (unset HF_HUB_OFFLINE)");
     } else {
@@ -69,20 +75,19 @@ job::DatasetSpec fetch_hub_dataset(const job::DatasetSpec& dataset, job::EventSi
       local.train_files = splits.train;
       if (dataset.validation_files.empty()) local.validation_files = splits.validation;
       if (local.train_files.empty())
-        throw_invalid(field + ": no file names a training split (" + listed + ")",
+        throw_invalid("no file names a training split (" + listed + ")",
                       "name its files in dataset.train, e.g. [\"data/*.jsonl\"]");
     } else {
       local.train_files = hub::matching(names, dataset.train_files);
       if (local.train_files.empty())
-        throw_invalid(field + ": dataset.train matches none of its data files (" + listed + ")",
+        throw_invalid("dataset.train matches none of its data files (" + listed + ")",
                       "dataset.train holds patterns over the repository's files, such as "
                       "\"data/train-*.parquet\"");
     }
     if (!dataset.validation_files.empty()) {
       local.validation_files = hub::matching(names, dataset.validation_files);
       if (local.validation_files.empty())
-        throw_invalid(field + ": dataset.validation matches none of its data files (" + listed +
-                      ")");
+        throw_invalid("dataset.validation matches none of its data files (" + listed + ")");
     }
     events.log("info", "dataset.hub_id " + dataset.hub_id + " at " + dataset.revision + ": " +
                            std::to_string(local.train_files.size()) + " training and " +
@@ -96,8 +101,8 @@ job::DatasetSpec fetch_hub_dataset(const job::DatasetSpec& dataset, job::EventSi
     events.log("info", "dataset " + dataset.hub_id + " is " + result.snapshot.string());
     return local;
   } catch (const Error& e) {
-    if (std::string_view(e.what()).starts_with(field)) throw;
-    throw Error(e.kind(), field + ": " + e.what(), e.hint());
+    throw Error(e.kind(), "job spec: dataset.hub_id \"" + dataset.hub_id + "\": " + e.what(),
+                e.hint());
   }
 }
 

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
-from hub_server import HubServer, Repo  # noqa: E402
+from hub_server import HubServer, Repo, client_env  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cpu_adam import cpu_description  # noqa: E402
@@ -56,12 +56,7 @@ def make_files(total_mib):
 
 
 def env_for(hub, cache):
-    env = dict(os.environ, HF_ENDPOINT=hub.endpoint, HF_HUB_CACHE=str(cache), HF_HOME=str(cache.parent / "home"))
-    for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HF_HUB_ENABLE_HF_TRANSFER"):
-        env.pop(key, None)
-    env["HF_HUB_DISABLE_TELEMETRY"] = "1"
-    env["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-    return env
+    return client_env(hub, cache, HF_HUB_DISABLE_PROGRESS_BARS=1)
 
 
 def ours(hub, cache):

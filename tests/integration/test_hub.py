@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
-from hub_server import HubServer, Repo, walk_cache  # noqa: E402
+from hub_server import HubServer, Repo, client_env, walk_cache  # noqa: E402
 
 CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
 PYTHON = sys.executable
@@ -63,18 +63,9 @@ def hub(llama_files):
         yield server
 
 
-def env_for(hub, cache, **extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
-    env.update({"HF_ENDPOINT": hub.endpoint, "HF_HUB_CACHE": str(cache), "HF_HOME": str(cache.parent / "hf-home"),
-                "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1", "TRANSFORMERS_OFFLINE": "0"})
-    env.pop("TRANSFORMERS_OFFLINE")
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
 def cli(hub, cache, *args, timeout=120, **extra):
     return subprocess.run([CLI, "hub", *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          env=env_for(hub, cache, **extra))
+                          env=client_env(hub, cache, **extra))
 
 
 def expected_model_files(files):
@@ -266,7 +257,7 @@ def test_token_is_sent_to_the_hub_only_and_never_shown(hub, tmp_path, llama_file
     cache = tmp_path / "cache"
     home = cache.parent / "hf-home"
     r = subprocess.run([CLI, "hub", "login"], input=TOKEN + "\n", capture_output=True, text=True,
-                       env=env_for(hub, cache), timeout=60)
+                       env=client_env(hub, cache), timeout=60)
     assert r.returncode == 0, r.stderr
     token_file = home / "token"
     assert token_file.read_text() == TOKEN
@@ -295,7 +286,7 @@ def test_cancel_keeps_the_partial_file_and_the_next_run_resumes(hub, tmp_path, l
     big = largest_lfs(llama_files)
     hub.faults["slow_bytes_per_s"] = 100_000
     cache = tmp_path / "cache"
-    proc = subprocess.Popen([CLI, "hub", "download", "org/llama"], env=env_for(hub, cache),
+    proc = subprocess.Popen([CLI, "hub", "download", "org/llama"], env=client_env(hub, cache),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sha = hashlib.sha256(llama_files[big]).hexdigest()
     partial = cache / "models--org--llama" / "blobs" / (sha + ".incomplete")
@@ -318,7 +309,7 @@ def test_cancel_keeps_the_partial_file_and_the_next_run_resumes(hub, tmp_path, l
 def test_two_processes_end_with_one_copy(hub, tmp_path, llama_files):
     hub.faults["slow_bytes_per_s"] = 2_000_000
     cache = tmp_path / "cache"
-    procs = [subprocess.Popen([CLI, "hub", "download", "org/llama"], env=env_for(hub, cache),
+    procs = [subprocess.Popen([CLI, "hub", "download", "org/llama"], env=client_env(hub, cache),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     results = [p.communicate(timeout=120) + (p.returncode,) for p in procs]
     for out, err, code in results:
@@ -343,7 +334,7 @@ def test_offline_names_what_is_missing(hub, tmp_path):
 
 def run_python(hub, cache, code, **extra):
     r = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=300,
-                       env=env_for(hub, cache, **extra))
+                       env=client_env(hub, cache, **extra))
     assert r.returncode == 0, r.stderr
     return r.stdout
 

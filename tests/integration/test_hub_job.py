@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
-from hub_server import HubServer, Repo, walk_cache  # noqa: E402
+from hub_server import HubServer, Repo, client_env, walk_cache  # noqa: E402
 
 CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
 
@@ -23,25 +23,22 @@ def demo(tmp_path_factory):
     return d / "demo"
 
 
-def env_for(hub, cache, **extra):
-    # CTest runs the suites offline (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE): the client reads both.
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HF_", "HUGGINGFACE_")) and k != "TRANSFORMERS_OFFLINE"}
-    env.update({"HF_ENDPOINT": hub.endpoint, "HF_HUB_CACHE": str(cache), "HF_HOME": str(cache.parent / "hf-home")})
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
-def write_spec(demo, tmp_path, name):
+def job_file(demo, tmp_path, name, model, dataset):
+    """The demo's job spec, 2 steps, with `model` and the dataset fields `dataset` (no train or
+    validation files but those given), written to tmp_path/name.json."""
     spec = json.loads((demo / "job.json").read_text())
-    spec["model"] = {"hub_id": "org/demo"}
-    spec["dataset"]["train"] = [str(demo / "train.jsonl")]
-    spec["dataset"]["validation"] = []
+    spec["model"] = model
+    kept = {k: v for k, v in spec["dataset"].items() if k not in ("train", "validation")}
+    spec["dataset"] = {**kept, **dataset}
     spec["training"].update(steps=2, save_every=0, eval_every=0)
     spec["output"] = {"dir": str(tmp_path / name)}
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(spec))
     return path
+
+
+def write_spec(demo, tmp_path, name):
+    return job_file(demo, tmp_path, name, {"hub_id": "org/demo"}, {"train": [str(demo / "train.jsonl")]})
 
 
 def run(spec, env):
@@ -58,10 +55,10 @@ def test_hub_id_downloads_then_trains_and_offline_uses_the_cache(demo, tmp_path)
         hub.add(Repo("org/demo", files))
         cache = tmp_path / "cache"
 
-        offline = run(write_spec(demo, tmp_path, "offline-empty"), env_for(hub, cache, HF_HUB_OFFLINE=1))
+        offline = run(write_spec(demo, tmp_path, "offline-empty"), client_env(hub, cache, HF_HUB_OFFLINE=1))
         assert offline.returncode == 2 and "org/demo" in offline.stderr and "not in the cache" in offline.stderr
 
-        r = run(write_spec(demo, tmp_path, "online"), env_for(hub, cache))
+        r = run(write_spec(demo, tmp_path, "online"), client_env(hub, cache))
         assert r.returncode == 0, r.stderr
         events = events_of(tmp_path / "online")
         download = [e for e in events if e["type"] == "progress" and e["phase"] == "download"]
@@ -71,26 +68,19 @@ def test_hub_id_downloads_then_trains_and_offline_uses_the_cache(demo, tmp_path)
         assert snapshot == files
 
         served = len(hub.log)
-        r = run(write_spec(demo, tmp_path, "offline"), env_for(hub, cache, HF_HUB_OFFLINE=1))
+        r = run(write_spec(demo, tmp_path, "offline"), client_env(hub, cache, HF_HUB_OFFLINE=1))
         assert r.returncode == 0, r.stderr
         assert len(hub.log) == served, "offline asked the server nothing"
 
         # A cache missing the weights: the error names the file.
         blob = (cache / "models--org--demo" / "snapshots").glob("*/model.safetensors")
         next(blob).unlink()
-        r = run(write_spec(demo, tmp_path, "offline-missing"), env_for(hub, cache, HF_HUB_OFFLINE=1))
+        r = run(write_spec(demo, tmp_path, "offline-missing"), client_env(hub, cache, HF_HUB_OFFLINE=1))
         assert r.returncode == 2 and "model.safetensors" in r.stderr and "missing" in r.stderr, r.stderr
 
 
 def dataset_spec(demo, tmp_path, name, **dataset):
-    spec = json.loads((demo / "job.json").read_text())
-    spec["model"] = {"path": str(demo / "base")}
-    spec["dataset"] = {**{k: v for k, v in spec["dataset"].items() if k not in ("train", "validation")}, **dataset}
-    spec["training"].update(steps=2, save_every=0, eval_every=0)
-    spec["output"] = {"dir": str(tmp_path / name)}
-    path = tmp_path / f"{name}.json"
-    path.write_text(json.dumps(spec))
-    return path
+    return job_file(demo, tmp_path, name, {"path": str(demo / "base")}, dataset)
 
 
 def test_dataset_hub_id_picks_splits_by_name_or_pattern(demo, tmp_path):
@@ -105,7 +95,7 @@ def test_dataset_hub_id_picks_splits_by_name_or_pattern(demo, tmp_path):
         cache = tmp_path / "cache"
 
         # By split names: both train shards for training, the validation file for validation.
-        r = run(dataset_spec(demo, tmp_path, "by-name", hub_id="org/strings"), env_for(hub, cache))
+        r = run(dataset_spec(demo, tmp_path, "by-name", hub_id="org/strings"), client_env(hub, cache))
         assert r.returncode == 0, r.stderr
         events = events_of(tmp_path / "by-name")
         assert any("2 training and 1 validation files" in e.get("message", "") for e in events), events[:5]
@@ -115,18 +105,18 @@ def test_dataset_hub_id_picks_splits_by_name_or_pattern(demo, tmp_path):
 
         # Patterns choose instead (the test split never trains unless asked for).
         r = run(dataset_spec(demo, tmp_path, "by-pattern", hub_id="org/strings", train=["data/train-00001.*"],
-                             validation=["data/test.jsonl"]), env_for(hub, cache))
+                             validation=["data/test.jsonl"]), client_env(hub, cache))
         assert r.returncode == 0, r.stderr
         assert any("1 training and 1 validation files" in e.get("message", "")
                    for e in events_of(tmp_path / "by-pattern"))
 
         r = run(dataset_spec(demo, tmp_path, "no-match", hub_id="org/strings", train=["*.parquet"]),
-                env_for(hub, cache))
+                client_env(hub, cache))
         assert r.returncode == 2 and "dataset.train matches none" in r.stderr and "data/test.jsonl" in r.stderr
 
         # Offline, from what the cache holds.
         served = len(hub.log)
         r = run(dataset_spec(demo, tmp_path, "offline", hub_id="org/strings", train=["data/train-*"]),
-                env_for(hub, cache, HF_HUB_OFFLINE=1))
+                client_env(hub, cache, HF_HUB_OFFLINE=1))
         assert r.returncode == 0, r.stderr
         assert len(hub.log) == served, "offline asked the server nothing"

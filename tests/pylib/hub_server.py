@@ -88,6 +88,19 @@ class Repo:
         return out
 
 
+def client_env(hub, cache, **extra):
+    """The environment of a Hub client (ours or huggingface_hub) pointed at `hub` with the cache
+    folder `cache`: the caller's HF_* / HUGGINGFACE_* settings and TRANSFORMERS_OFFLINE dropped
+    (CTest runs the suites offline, and both clients read that too), telemetry and Xet off,
+    then `extra`."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HF_", "HUGGINGFACE_")) and k != "TRANSFORMERS_OFFLINE"}
+    env.update({"HF_ENDPOINT": hub.endpoint, "HF_HUB_CACHE": str(cache), "HF_HOME": str(Path(cache).parent / "hf-home"),
+                "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1"})
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
 class HubServer:
     """Start with `with HubServer() as hub:`; hub.endpoint is HF_ENDPOINT."""
 

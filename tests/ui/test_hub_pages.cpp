@@ -111,8 +111,9 @@ class HubPagesTest : public QObject {
     QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, path("settings"));
     QSettings().setValue("paths/runsRoot", path("runs"));
     QSettings().setValue("paths/database", path("runs.sqlite"));
-    for (const char* v : {"HF_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE", "HUGGINGFACE_HUB_CACHE",
-                          "DBUS_SESSION_BUS_ADDRESS"})
+    // TRANSFORMERS_OFFLINE too: the hub client reads it when HF_HUB_OFFLINE is unset.
+    for (const char* v : {"HF_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+                          "HUGGINGFACE_HUB_CACHE", "DBUS_SESSION_BUS_ADDRESS"})
       qunsetenv(v);
     qputenv("HF_HUB_CACHE", path("cache").toUtf8());
     qputenv("HF_HOME", path("hf-home").toUtf8());
