@@ -5,13 +5,16 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
+from tiny_tokenizer import byte_level_bpe  # noqa: E402
 
 CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
 
@@ -24,12 +27,7 @@ def run(*args, **kw):
 def workdir(tmp_path_factory):
     d = tmp_path_factory.mktemp("ft")
     corpus = [f"What is {a} plus {b}? {a + b}" for a in range(30) for b in range(30)]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<s>", "</s>", "<pad>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    fast = byte_level_bpe(corpus, 400)
     fast.save_pretrained(d / "model")
     torch.manual_seed(0)
     LlamaForCausalLM(LlamaConfig(vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,

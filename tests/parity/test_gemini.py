@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast,
+from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
                           Qwen2Config, Qwen2ForCausalLM)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
 from memory_cgroup import CgroupUnavailable, MemoryCgroup  # noqa: E402
+from tiny_tokenizer import byte_level_bpe  # noqa: E402
 
 CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
 STEPS = 20
@@ -41,12 +41,7 @@ def workdir(tmp_path_factory):
     rng = random.Random(0)
     words = ["".join(rng.choice("abcdefghijklmnop") for _ in range(rng.randint(2, 7))) for _ in range(300)]
     lines = [" ".join(rng.choice(words) for _ in range(40)) for _ in range(200)]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(lines, trainers.BpeTrainer(
-        vocab_size=600, special_tokens=["<s>", "</s>", "<pad>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    fast = byte_level_bpe(lines, 600)
     ids = dict(bos_token_id=0, eos_token_id=1, pad_token_id=2)
     families = {
         "llama": LlamaForCausalLM(LlamaConfig(vocab_size=600, hidden_size=64, intermediate_size=160,

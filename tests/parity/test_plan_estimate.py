@@ -9,13 +9,16 @@ import math
 import os
 import random
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (BertConfig, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
-                          MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM)
+                          MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
+from tiny_tokenizer import byte_level_bpe  # noqa: E402
 
 CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
 TOLERANCE = 0.25
@@ -40,12 +43,7 @@ def workdir(tmp_path_factory):
     rng = random.Random(0)
     words = ["".join(rng.choice("abcdefghijklmnop") for _ in range(rng.randint(2, 7))) for _ in range(600)]
     lines = [" ".join(rng.choice(words) for _ in range(60)) for _ in range(300)]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(lines, trainers.BpeTrainer(
-        vocab_size=1000, special_tokens=["<s>", "</s>", "<pad>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    fast = byte_level_bpe(lines, 1000)
     fast.save_pretrained(d / "model")
     torch.manual_seed(0)
     # Sized so that weights (~21M parameters), optimizer state and activations (batch 8 × 128

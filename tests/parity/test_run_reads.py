@@ -8,13 +8,16 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, LlamaForCausalLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
+from tiny_tokenizer import byte_level_bpe  # noqa: E402
 
 CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
 
@@ -35,12 +38,7 @@ pytestmark = pytest.mark.skipif(strace_unavailable() is not None, reason=str(str
 def workdir(tmp_path_factory):
     d = tmp_path_factory.mktemp("reads")
     corpus = [f"What is {a} plus {b}? {a + b}" for a in range(20) for b in range(20)]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<s>", "</s>", "<pad>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    fast = byte_level_bpe(corpus, 300)
     model_dir = d / "model"
     fast.save_pretrained(model_dir)
     torch.manual_seed(0)
