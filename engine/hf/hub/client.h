@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "hf/hub/cache.h"
+#include "hf/hub/datasets.h"
 #include "hf/hub/names.h"
 #include "hf/hub/settings.h"
 
@@ -151,6 +152,20 @@ class Client {
   // The snapshot from the cache alone; throws naming the files that are missing (from the
   // cached file list when there is one), or the revision the cache does not know.
   DownloadResult from_cache(const std::string& repo_id, const DownloadParams& params) const;
+
+  // The configs and splits of dataset `repo_id` at `revision` (datasets.h says from where).
+  // README.md is fetched into the cache like any file, so that offline (Settings::offline) the
+  // layout comes from the cache alone; what the cache lacks is named in the error.
+  DatasetLayout dataset_layout(const std::string& repo_id, const std::string& revision);
+
+  // Up to `max_rows` first rows of one split before downloading it: the Hub's dataset viewer
+  // (Settings::viewer_endpoint) for the main branch; without it, the complete lines of the
+  // first 1 MiB of the split's first JSONL / JSON-lines / CSV / TSV file (a Range request, or
+  // the cached file offline). An empty `config` is the default config, an empty `split` is
+  // "train" when there is one, else the first. Throws when no preview is offered (Parquet
+  // without the viewer: download the dataset to see its rows).
+  RowPreview preview_rows(const std::string& repo_id, const std::string& revision,
+                          const std::string& config, const std::string& split, int max_rows);
 
  private:
   Settings settings_;
