@@ -22,6 +22,7 @@ DEB_PACKAGES=(
   qt6-base-dev qt6-base-dev-tools qt6-charts-dev libqt6sql6-sqlite libqt6opengl6-dev
   libgl-dev libsqlite3-dev libcurl4-openssl-dev libssl-dev nlohmann-json3-dev liburing-dev
   qtkeychain-qt6-dev libpcre2-dev libicu-dev clang-format
+  libyaml-dev  # dataset cards: the YAML header of README.md (engine/hf/hub/card.cpp)
   strace  # tests/parity/test_run_reads.py counts the files a run opens
 )
 

@@ -1,9 +1,11 @@
 #include "hub_model.h"
 
+#include <initializer_list>
 #include <optional>
 
 #include "hf/hub/cache.h"
 #include "hf/hub/client.h"
+#include "hf/hub/datasets.h"
 
 namespace tessera::cli {
 namespace {
@@ -44,57 +46,117 @@ std::filesystem::path fetch_hub_model(const job::JobSpec& spec, job::EventSink& 
   }
 }
 
+namespace {
+
+// The config a job names, else the layout's default one.
+const hub::DatasetConfig& chosen_config(const hub::DatasetLayout& layout, const std::string& name) {
+  std::string names;
+  for (const hub::DatasetConfig& c : layout.configs) names += (names.empty() ? "" : ", ") + c.name;
+  if (name.empty()) {
+    if (!layout.configs.front().is_default)
+      throw_invalid("it has several configs (" + names + ") and none is the default",
+                    "name one in dataset.config");
+    return layout.configs.front();
+  }
+  for (const hub::DatasetConfig& c : layout.configs)
+    if (c.name == name) return c;
+  throw_invalid("dataset.config \"" + name + "\" is not one of its configs (" + names + ")");
+}
+
+const hub::DatasetSplit* find_split(const hub::DatasetConfig& config,
+                                    std::initializer_list<const char*> names) {
+  for (const char* name : names)
+    for (const hub::DatasetSplit& s : config.splits)
+      if (s.name == name) return &s;
+  return nullptr;
+}
+
+// The data files of the repository at `revision` (patterns in dataset.train / .validation choose
+// among them): its file list online, the one the cache kept offline.
+std::vector<std::string> data_files_at(hub::Client& client, const std::string& repo_id,
+                                       const std::string& revision) {
+  std::vector<hub::RepoFile> files;
+  if (client.settings().offline) {
+    const hub::CacheRepo cached(client.settings().cache_dir, repo_id, hub::RepoType::Dataset);
+    const std::optional<std::string> commit = cached.resolve(revision);
+    if (commit) files = cached.read_tree(*commit).value_or(std::vector<hub::RepoFile>{});
+    if (files.empty())
+      throw_invalid("the cache has no file list for revision " + revision,
+                    "run `tessera-cli hub download " + repo_id +
+                        " --dataset` with network access (unset HF_HUB_OFFLINE)");
+  } else {
+    files = client.info(repo_id, hub::RepoType::Dataset, revision).files;
+  }
+  std::vector<std::string> names;
+  for (const hub::RepoFile& f : files)
+    if (hub::is_data_file(f.path)) names.push_back(f.path);
+  return names;
+}
+
+std::string listed(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+}  // namespace
+
 job::DatasetSpec fetch_hub_dataset(const job::DatasetSpec& dataset, job::EventSink& events,
                                    const std::atomic<bool>* stop) {
   hub::Client client(hub::Settings::from_environment());
-  hub::DownloadParams params = job_download(hub::RepoType::Dataset, dataset.revision, events, stop);
   try {
-    // The repository's data files: its file list online, what the cache holds offline.
-    std::vector<hub::RepoFile> files;
-    if (client.settings().offline) {
-      // The file list the cache kept for the commit the revision was at (files not downloaded
-      // included, so choosing splits works as online; the download then names what is missing).
-      const hub::CacheRepo cached(client.settings().cache_dir, dataset.hub_id, params.type);
-      const std::optional<std::string> commit = cached.resolve(dataset.revision);
-      if (commit) files = cached.read_tree(*commit).value_or(std::vector<hub::RepoFile>{});
-      if (files.empty())
-        throw_invalid("the cache has no file list for revision " + dataset.revision,
-                      "run `tessera-cli hub download " + dataset.hub_id +
-                          " --dataset` with network access (unset HF_HUB_OFFLINE)");
-    } else {
-      files = client.info(dataset.hub_id, params.type, dataset.revision).files;
-    }
-    std::vector<std::string> names;
-    for (const auto& f : hub::select_files(dataset.hub_id, params.type, files, {}).files)
-      names.push_back(f.path);
+    const hub::DatasetLayout layout = client.dataset_layout(dataset.hub_id, dataset.revision);
+    const hub::DatasetConfig& config = chosen_config(layout, dataset.config);
     job::DatasetSpec local = dataset;
-    std::string listed;
-    for (const std::string& n : names) listed += (listed.empty() ? "" : ", ") + n;
+    // The config's "train" split and its validation split, unless patterns choose instead.
+    const hub::DatasetSplit* train = find_split(config, {"train"});
+    const hub::DatasetSplit* validation = find_split(config, {"validation", "valid", "val", "dev"});
+    std::vector<std::string> names;
+    if (!dataset.train_files.empty() || !dataset.validation_files.empty())
+      names = data_files_at(client, dataset.hub_id, config.revision);
     if (dataset.train_files.empty()) {
-      const hub::DatasetSplits splits = hub::dataset_splits(names);
-      local.train_files = splits.train;
-      if (dataset.validation_files.empty()) local.validation_files = splits.validation;
-      if (local.train_files.empty())
-        throw_invalid("no file names a training split (" + listed + ")",
-                      "name its files in dataset.train, e.g. [\"data/*.jsonl\"]");
+      if (train == nullptr) {
+        std::string splits;
+        for (const hub::DatasetSplit& s : config.splits)
+          splits += (splits.empty() ? "" : ", ") + s.name;
+        throw_invalid(
+            "config \"" + config.name + "\" has no train split (its splits: " + splits + ")",
+            "name the training files in dataset.train, e.g. [\"data/*.jsonl\"]");
+      }
+      local.train_files = train->files;
     } else {
       local.train_files = hub::matching(names, dataset.train_files);
       if (local.train_files.empty())
-        throw_invalid("dataset.train matches none of its data files (" + listed + ")",
+        throw_invalid("dataset.train matches none of its data files (" + listed(names) + ")",
                       "dataset.train holds patterns over the repository's files, such as "
                       "\"data/train-*.parquet\"");
     }
     if (!dataset.validation_files.empty()) {
       local.validation_files = hub::matching(names, dataset.validation_files);
       if (local.validation_files.empty())
-        throw_invalid("dataset.validation matches none of its data files (" + listed + ")");
+        throw_invalid("dataset.validation matches none of its data files (" + listed(names) + ")");
+    } else if (dataset.train_files.empty() && validation != nullptr) {
+      local.validation_files = validation->files;
     }
-    events.log("info", "dataset.hub_id " + dataset.hub_id + " at " + dataset.revision + ": " +
-                           std::to_string(local.train_files.size()) + " training and " +
-                           std::to_string(local.validation_files.size()) + " validation files");
+    for (const auto* files : {&local.train_files, &local.validation_files})
+      for (const std::string& f : *files)
+        if (!hub::is_data_file(f))
+          throw_unsupported("config \"" + config.name + "\" names " + f +
+                                ", a file type Tessera's readers do not take",
+                            "Tessera reads JSON, JSONL, CSV, TSV, text and Parquet; choose other "
+                            "files with dataset.train / dataset.validation");
+    events.log("info", "dataset.hub_id " + dataset.hub_id + " at " + dataset.revision +
+                           ", config " + config.name + " (from its " + layout.source +
+                           "): " + std::to_string(local.train_files.size()) + " training and " +
+                           std::to_string(local.validation_files.size()) + " validation files" +
+                           (config.revision != dataset.revision ? " at " + config.revision : ""));
+    // Only the chosen files, and the card, at the revision that holds them.
+    hub::DownloadParams params =
+        job_download(hub::RepoType::Dataset, config.revision, events, stop);
     params.include = local.train_files;
     params.include.insert(params.include.end(), local.validation_files.begin(),
                           local.validation_files.end());
+    params.include.push_back("README.md");
     const hub::DownloadResult result = client.download(dataset.hub_id, params);
     for (auto* files : {&local.train_files, &local.validation_files})
       for (std::string& f : *files) f = (result.snapshot / f).string();

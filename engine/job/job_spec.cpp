@@ -167,6 +167,9 @@ JobSpec parse_job_spec(const json& doc, const std::string& source) {
     spec.dataset.validation_files = r.strings("validation");
     spec.dataset.hub_id = r.string("hub_id", "");
     spec.dataset.revision = r.string("revision", "main");
+    spec.dataset.config = r.string("config", "");
+    if (!spec.dataset.config.empty() && spec.dataset.hub_id.empty())
+      r.fail("dataset.config", "names a config of a Hub dataset: give dataset.hub_id too");
     if (spec.dataset.train_files.empty() && spec.dataset.hub_id.empty())
       r.fail("dataset.train", "must name at least one file (or give dataset.hub_id)");
     spec.dataset.format =
@@ -274,6 +277,7 @@ json to_json(const JobSpec& s) {
   json hub_dataset = json::object();
   if (!s.dataset.hub_id.empty())
     hub_dataset = {{"hub_id", s.dataset.hub_id}, {"revision", s.dataset.revision}};
+  if (!s.dataset.config.empty()) hub_dataset["config"] = s.dataset.config;
   json training = {
       {"batch_size", s.training.batch_size},
       {"gradient_accumulation", s.training.gradient_accumulation},

@@ -27,7 +27,8 @@ struct DatasetSpec {
   std::vector<std::string> validation_files;  // empty: split off train by validation_split
   std::string hub_id;                         // "org/name" when the data comes from the Hub
   std::string revision = "main";
-  std::string format = "auto";                 // auto | text | instruction | chat | classification
+  std::string config;           // with hub_id: the dataset's config ("": its default config)
+  std::string format = "auto";  // auto | text | instruction | chat | classification
   std::map<std::string, std::string> columns;  // role → column name, e.g. {"text": "body"}
   double validation_split = 0.0;               // fraction of train rows held out
   std::int64_t max_length = 512;

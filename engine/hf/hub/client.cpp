@@ -17,9 +17,12 @@
 
 #include "core/files.h"
 #include "hf/hub/http.h"
+#include "hf/hub/requests.h"
 
 namespace tessera::hf::hub {
 namespace {
+
+using namespace detail;  // the request helpers (requests.h)
 
 using Clock = std::chrono::steady_clock;
 
@@ -52,173 +55,8 @@ class Sha256 {
   std::unique_ptr<EVP_MD_CTX, Free> ctx_;
 };
 
-bool cancelled(const std::atomic<bool>* cancel) {
-  return cancel != nullptr && cancel->load();
-}
-
 std::string errno_text() {
   return std::strerror(errno);
-}
-
-// Waits before attempt `attempt` (1 = the first retry): Retry-After when the server sent one,
-// else exponential backoff. Returns early (false) when cancelled.
-bool wait_before_retry(int attempt, const HttpResponse* response, const DownloadParams& params) {
-  double delay_s = std::min(params.backoff_max_s,
-                            params.backoff_first_s * std::pow(2.0, std::max(0, attempt - 1)));
-  if (response != nullptr) {
-    if (const std::string* after = response->header("retry-after")) {
-      char* end = nullptr;
-      const double seconds = std::strtod(after->c_str(), &end);
-      if (end != after->c_str() && seconds >= 0) delay_s = std::min(seconds, 300.0);
-    }
-  }
-  const auto until = Clock::now() + std::chrono::duration<double>(delay_s);
-  while (Clock::now() < until) {
-    if (cancelled(params.cancel)) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
-}
-
-bool is_retryable_status(long status) {
-  return status == 429 || status == 500 || status == 502 || status == 503 || status == 504;
-}
-
-const char* kLoginHint = "run `tessera-cli hub login` (or set HF_TOKEN)";
-
-// The endpoint's page for a repository (where its license is accepted).
-std::string repo_page(const Settings& s, const std::string& repo, RepoType type) {
-  return s.endpoint + (type == RepoType::Dataset ? "/datasets/" : "/") + repo;
-}
-
-struct Context {
-  const Settings* settings = nullptr;
-  std::string repo;
-  RepoType type = RepoType::Model;
-  std::string revision;
-  std::string file;  // "" for repository-level requests
-};
-
-[[noreturn]] void throw_http(const HttpResponse& r, const std::string& url, const Context& c) {
-  const std::string code = r.header("x-error-code") ? *r.header("x-error-code") : "";
-  std::string detail = r.header("x-error-message") ? *r.header("x-error-message") : "";
-  if (detail.empty() && !r.body.empty() && r.body.size() < 300 && r.body.front() == '{') {
-    try {
-      detail = nlohmann::json::parse(r.body).value("error", std::string());
-    } catch (const nlohmann::json::exception&) {
-    }
-  }
-  const std::string status = "HTTP " + std::to_string(r.status);
-  const bool anonymous = c.settings->token.empty();
-  const std::string what = c.type == RepoType::Dataset ? "dataset " : "model ";
-  if (r.status == 401) {
-    if (anonymous)
-      throw_invalid(url + ": " + status + ": " + what + c.repo +
-                        " does not exist, or it is private or gated and needs a token",
-                    "check the id; for a private or gated repository " + std::string(kLoginHint) +
-                        " with a token of an account that can read it");
-    throw_invalid(url + ": " + status + ": the Hub rejected the token, or " + what + c.repo +
-                      " does not exist",
-                  "check the id; replace the token with `tessera-cli hub login` (or HF_TOKEN)");
-  }
-  if (r.status == 403) {
-    if (code == "GatedRepo" || anonymous || detail.find("gated") != std::string::npos)
-      throw_invalid(url + ": " + status + ": " + what + c.repo +
-                        " is gated: this account has not been granted access",
-                    "open " + repo_page(*c.settings, c.repo, c.type) +
-                        ", accept its license with the account the token belongs to, then run "
-                        "again" +
-                        (anonymous ? std::string("; give that account's token: ") + kLoginHint
-                                   : std::string()));
-    throw_invalid(url + ": " + status + ": access to " + what + c.repo + " is forbidden" +
-                      (detail.empty() ? "" : " (" + detail + ")"),
-                  "check that the token has read access (a fine-grained token needs the "
-                  "repository's read permission)");
-  }
-  if (r.status == 404) {
-    if (code == "RevisionNotFound")
-      throw_invalid(url + ": revision \"" + c.revision + "\" not found in " + what + c.repo,
-                    "see its branches on " + repo_page(*c.settings, c.repo, c.type));
-    if (code == "EntryNotFound" || !c.file.empty())
-      throw_invalid(
-          url + ": file \"" + c.file + "\" not found in " + what + c.repo + " at " + c.revision,
-          "list its files with `tessera-cli hub info " + c.repo + "`");
-    throw_invalid(url + ": " + what + c.repo + " not found",
-                  "check the id with `tessera-cli hub search`" +
-                      std::string(c.type == RepoType::Model ? "; a dataset needs --dataset" : ""));
-  }
-  if (r.status == 429)
-    throw_io(url + ": " + status + ": the Hub is rate-limiting these requests",
-             "wait a few minutes and run again (logged-in users get higher limits)");
-  throw_io(url + ": " + status + (detail.empty() ? "" : ": " + detail),
-           r.status >= 500 ? "the server failed; run again later (downloads resume)" : "");
-}
-
-std::vector<std::string> auth_headers(const Settings& s, const std::string& url) {
-  std::vector<std::string> headers;
-  // The token goes only to the endpoint's own host, never to a CDN it redirects to.
-  if (!s.token.empty() && url_origin(url) == url_origin(s.endpoint))
-    headers.push_back("Authorization: Bearer " + s.token);
-  return headers;
-}
-
-// A GET retried on 5xx / 429 / a dropped connection; another non-2xx → throw_http, except a
-// 404 when `missing_ok` (then nullopt). `next_link` receives the Link header's rel="next".
-std::optional<std::string> get_body(HttpSession& session, const std::string& url, const Context& c,
-                                    const DownloadParams& retry, const std::string& accept,
-                                    std::string* next_link = nullptr, bool missing_ok = false) {
-  for (int attempt = 1;; ++attempt) {
-    HttpRequest request;
-    request.url = url;
-    request.headers = auth_headers(*c.settings, url);
-    request.headers.push_back("Accept: " + accept);
-    request.follow_redirects = true;
-    HttpResponse response;
-    try {
-      response = session.perform(request);
-    } catch (const TransportError& e) {
-      if (e.retryable && attempt < retry.max_attempts && wait_before_retry(attempt, nullptr, retry))
-        continue;
-      throw_io(url + ": " + e.message,
-               "check the network (or HF_ENDPOINT); set HF_HUB_OFFLINE=1 to use the cache only");
-    }
-    if (is_retryable_status(response.status) && attempt < retry.max_attempts &&
-        wait_before_retry(attempt, &response, retry))
-      continue;
-    if (missing_ok && response.status == 404) return std::nullopt;
-    if (response.status < 200 || response.status >= 300) throw_http(response, url, c);
-    if (next_link != nullptr) {
-      next_link->clear();
-      if (const std::string* link = response.header("link")) {
-        // <URL>; rel="next", possibly among other links
-        std::size_t pos = 0;
-        while ((pos = link->find('<', pos)) != std::string::npos) {
-          const auto close = link->find('>', pos);
-          if (close == std::string::npos) break;
-          const auto next_lt = link->find('<', close);
-          const std::string params = link->substr(close, next_lt - close);
-          if (params.find("rel=\"next\"") != std::string::npos) {
-            *next_link = link->substr(pos + 1, close - pos - 1);
-            break;
-          }
-          pos = close;
-        }
-      }
-    }
-    return std::move(response.body);
-  }
-}
-
-// An API document (get_body with JSON parsed).
-nlohmann::json get_json(HttpSession& session, const std::string& url, const Context& c,
-                        const DownloadParams& retry, std::string* next_link = nullptr) {
-  const std::string body = *get_body(session, url, c, retry, "application/json", next_link);
-  try {
-    return nlohmann::json::parse(body);
-  } catch (const nlohmann::json::exception& e) {
-    throw_invalid(url + ": the response is not JSON (" + std::string(e.what()) + ")",
-                  "is HF_ENDPOINT a Hub-compatible server?");
-  }
 }
 
 std::string gated_of(const nlohmann::json& j) {
@@ -234,12 +72,6 @@ std::string str(const nlohmann::json& j, const char* key) {
 }
 std::int64_t num(const nlohmann::json& j, const char* key) {
   return j.contains(key) && j[key].is_number() ? j[key].get<std::int64_t>() : 0;
-}
-
-void require_online(const Settings& s, const std::string& what) {
-  if (s.offline)
-    throw_invalid(what + " needs the Hub, and HF_HUB_OFFLINE is set",
-                  "unset HF_HUB_OFFLINE to reach " + s.endpoint);
 }
 
 // Serializes and throttles progress reports from the worker threads.
@@ -559,7 +391,7 @@ SearchPage Client::search(const SearchQuery& query) {
   } else if (url_origin(url) != url_origin(settings_.endpoint)) {
     throw_invalid("the next-page URL " + url + " is not on " + settings_.endpoint);
   }
-  HttpSession session;
+  HttpSession session(settings_.download_timeout_s);
   Context c{&settings_, "", query.type, "", ""};
   DownloadParams retry;
   retry.max_attempts = 4;
@@ -601,7 +433,7 @@ std::optional<std::string> Client::card(const std::string& repo_id, RepoType typ
   require_online(settings_, "the repository card");
   const std::string url = settings_.endpoint + (type == RepoType::Dataset ? "/datasets/" : "/") +
                           repo_id + "/resolve/" + url_encode(revision, false) + "/README.md";
-  HttpSession session;
+  HttpSession session(settings_.download_timeout_s);
   Context c{&settings_, repo_id, type, revision, "README.md"};
   DownloadParams retry;
   retry.max_attempts = 4;
@@ -610,17 +442,31 @@ std::optional<std::string> Client::card(const std::string& repo_id, RepoType typ
 }
 
 RepoInfo Client::info(const std::string& repo_id, RepoType type, const std::string& revision) {
+  return *info_if_exists(repo_id, type, revision, /*missing_ok=*/false);
+}
+
+std::optional<RepoInfo> Client::info_if_exists(const std::string& repo_id, RepoType type,
+                                               const std::string& revision, bool missing_ok) {
   validate_repo_id(repo_id);
   validate_revision(revision);
   require_online(settings_, "repository info");
   const std::string url = settings_.endpoint +
                           (type == RepoType::Dataset ? "/api/datasets/" : "/api/models/") +
                           repo_id + "/revision/" + url_encode(revision, false) + "?blobs=true";
-  HttpSession session;
+  HttpSession session(settings_.download_timeout_s);
   Context c{&settings_, repo_id, type, revision, ""};
   DownloadParams retry;
   retry.max_attempts = 4;
-  const nlohmann::json j = get_json(session, url, c, retry);
+  const std::optional<std::string> body =
+      get_body(session, url, c, retry, "application/json", nullptr, missing_ok);
+  if (!body) return std::nullopt;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(*body);
+  } catch (const nlohmann::json::exception& e) {
+    throw_invalid(url + ": the response is not JSON (" + std::string(e.what()) + ")",
+                  "is HF_ENDPOINT a Hub-compatible server?");
+  }
   RepoInfo info;
   info.id = str(j, "id");
   if (info.id.empty()) info.id = repo_id;
@@ -671,7 +517,11 @@ DownloadResult Client::download(const std::string& repo_id, const DownloadParams
   validate_repo_id(repo_id);
   validate_revision(params.revision);
   if (settings_.offline) return from_cache(repo_id, params);
-  const RepoInfo repo = info(repo_id, params.type, params.revision);
+  return download_listed(repo_id, info(repo_id, params.type, params.revision), params);
+}
+
+DownloadResult Client::download_listed(const std::string& repo_id, const RepoInfo& repo,
+                                       const DownloadParams& params) {
   const Selection selection = select_files(repo_id, params.type, repo.files, params.include);
   if (!selection.refusal.empty()) throw_unsupported(selection.refusal, selection.hint);
 
@@ -717,7 +567,7 @@ DownloadResult Client::download(const std::string& repo_id, const DownloadParams
   std::exception_ptr first_error;  // guarded by error_mutex
   auto worker = [&] {
     try {
-      HttpSession session;
+      HttpSession session(settings_.download_timeout_s);
       Downloader downloader(settings_, cache, repo.sha, params, progress);
       while (!stop.load() && !cancelled(params.cancel)) {
         const std::size_t i = next++;

@@ -107,8 +107,8 @@ class DownloadCancelled : public Error {
 
 // What Tessera fetches of a repository, or why it refuses it. Models: top-level *.safetensors
 // (+ index), config.json, generation_config.json, tokenizer and chat-template files; refused
-// when its only weights are pickle (.bin/.pt/.pth/.ckpt). Datasets: JSON, JSONL, CSV, Parquet
-// and text files, and README.md (the card names configs and splits).
+// when its only weights are pickle (.bin/.pt/.pth/.ckpt). Datasets: the files is_data_file
+// names (datasets.h) and README.md (the card names configs and splits).
 struct Selection {
   std::vector<RepoFile> files;
   std::string refusal;  // non-empty: nothing may be downloaded, and this says why
@@ -121,16 +121,6 @@ Selection select_files(const std::string& repo_id, RepoType type,
 // when `patterns` is empty.
 std::vector<std::string> matching(const std::vector<std::string>& paths,
                                   const std::vector<std::string>& patterns);
-
-// A dataset repository's training and validation files by their names, as the Hub's viewer
-// reads them: a folder or file-name word "train" / "training" is training data, "validation" /
-// "valid" / "val" / "dev" / "eval" validation, "test" / "testing" neither; when no data file
-// names a split, every one is training data.
-struct DatasetSplits {
-  std::vector<std::string> train;
-  std::vector<std::string> validation;
-};
-DatasetSplits dataset_splits(const std::vector<std::string>& paths);
 
 class Client {
  public:
@@ -168,6 +158,13 @@ class Client {
                           const std::string& config, const std::string& split, int max_rows);
 
  private:
+  // info(); a revision (or repository) the Hub does not have is nullopt when `missing_ok`.
+  std::optional<RepoInfo> info_if_exists(const std::string& repo_id, RepoType type,
+                                         const std::string& revision, bool missing_ok);
+  // download() of the selected files of `repo`, the listing of params.revision.
+  DownloadResult download_listed(const std::string& repo_id, const RepoInfo& repo,
+                                 const DownloadParams& params);
+
   Settings settings_;
 };
 

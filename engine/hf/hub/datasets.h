@@ -63,11 +63,21 @@ std::vector<DatasetConfig> parquet_conversion_configs(const std::vector<std::str
 // path segment, '**' spans any number of segments, [...] as fnmatch.
 bool glob_match(const std::string& pattern, const std::string& path);
 
+// The paths among `repo_paths` that a card's data_files `pattern` names (glob_match), sorted.
+// As on the Hub, hidden files and folders ('.x'), "__x" folders and the metadata files
+// (README.md, dataset_info.json, …) count only when the pattern names them.
+std::vector<std::string> resolve_data_files(const std::string& pattern,
+                                            const std::vector<std::string>& repo_paths);
+
+// A file Tessera's dataset readers take, by its extension: JSON, JSONL (.ndjson), CSV, TSV
+// (.tab), text (.txt, .text) and Parquet (.pq); the Hub's metadata files are not data.
+bool is_data_file(const std::string& path);
+
 struct RowPreview {
   std::vector<std::string> columns;
   std::vector<std::vector<std::string>> rows;  // cells as display text (strings unquoted, other
                                                // values as JSON)
-  std::string source;  // "dataset viewer" or the file read ("data/train.jsonl, first 1 MiB")
+  std::string source;   // "dataset viewer" or the file read ("data/train.jsonl, first 1 MiB")
   bool partial = true;  // more rows exist than shown
 };
 

@@ -104,7 +104,8 @@ struct HttpSession::Handle {
   EasyPtr easy;
 };
 
-HttpSession::HttpSession() : handle_(std::make_unique<Handle>()) {
+HttpSession::HttpSession(long stall_timeout_s)
+    : handle_(std::make_unique<Handle>()), stall_timeout_s_(std::max(1L, stall_timeout_s)) {
   global_init();
   handle_->easy.reset(curl_easy_init());
   if (!handle_->easy) throw Error(ErrorKind::Internal, "libcurl could not create a handle");
@@ -130,9 +131,9 @@ HttpResponse HttpSession::perform(const HttpRequest& request) {
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_USERAGENT, "tessera/0.1");
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 15L);
-  // A connection that carries under 1 byte/s for 30 s counts as dropped (then resumed).
+  // A connection that carries under 1 byte/s for the stall limit counts as dropped (resumed).
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 30L);
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, stall_timeout_s_);
   curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, request.follow_redirects ? 1L : 0L);
   curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 10L);
   curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");

@@ -43,7 +43,9 @@ struct HttpRequest {
 
 class HttpSession {
  public:
-  HttpSession();
+  // A transfer that carries under 1 byte/s for `stall_timeout_s` counts as dropped
+  // (TransportError, retryable): Settings::download_timeout_s.
+  explicit HttpSession(long stall_timeout_s = 30);
   ~HttpSession();
   HttpSession(const HttpSession&) = delete;
   HttpSession& operator=(const HttpSession&) = delete;
@@ -54,6 +56,7 @@ class HttpSession {
  private:
   struct Handle;
   std::unique_ptr<Handle> handle_;
+  long stall_timeout_s_ = 30;
 };
 
 // "https://host:port" of a URL ("" when it has none), to compare hosts across redirects.

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "hf/hub/client.h"
+#include "hf/hub/datasets.h"
 
 namespace tessera::hf::hub {
 namespace {
@@ -53,10 +54,7 @@ bool is_pickle_weights(const std::string& path) {
 }
 
 bool is_dataset_file(const std::string& path) {
-  for (std::string_view ext :
-       {".json", ".jsonl", ".csv", ".parquet", ".txt", ".json.gz", ".jsonl.gz", ".csv.gz"})
-    if (ends_with(path, ext)) return true;
-  return path == "README.md";
+  return path == "README.md" || is_data_file(path);
 }
 
 }  // namespace
@@ -95,7 +93,7 @@ Selection select_files(const std::string& repo_id, RepoType type,
     if (std::none_of(s.files.begin(), s.files.end(),
                      [](const RepoFile& f) { return f.path != "README.md"; }) &&
         include.empty()) {
-      s.refusal = repo_id + " has no JSON, JSONL, CSV, Parquet or text files";
+      s.refusal = repo_id + " has no JSON, JSONL, CSV, TSV, Parquet or text files";
       s.hint = "the Hub converts many datasets to Parquet: try --revision refs/convert/parquet";
       s.files.clear();
       return s;
@@ -114,45 +112,6 @@ std::vector<std::string> matching(const std::vector<std::string>& paths,
   for (const std::string& path : paths)
     if (!patterns.empty() && matches(path, patterns)) out.push_back(path);
   return out;
-}
-
-DatasetSplits dataset_splits(const std::vector<std::string>& paths) {
-  // The words of a path: its folders and its file name cut at '-', '_', '.' and ' '.
-  const auto words = [](const std::string& path) {
-    std::vector<std::string> out(1);
-    for (char c : path) {
-      if (c == '/' || c == '-' || c == '_' || c == '.' || c == ' ') {
-        if (!out.back().empty()) out.emplace_back();
-      } else {
-        out.back() += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      }
-    }
-    return out;
-  };
-  const auto names_one_of = [&](const std::string& path,
-                                std::initializer_list<std::string_view> w) {
-    for (const std::string& word : words(path))
-      if (std::find(w.begin(), w.end(), word) != w.end()) return true;
-    return false;
-  };
-  DatasetSplits splits;
-  bool any_split_named = false;
-  std::vector<std::string> data;
-  for (const std::string& path : paths) {
-    if (!is_dataset_file(path) || path == "README.md") continue;
-    data.push_back(path);
-    if (names_one_of(path, {"train", "training"})) {
-      splits.train.push_back(path);
-      any_split_named = true;
-    } else if (names_one_of(path, {"validation", "valid", "val", "dev", "eval"})) {
-      splits.validation.push_back(path);
-      any_split_named = true;
-    } else if (names_one_of(path, {"test", "testing"})) {
-      any_split_named = true;
-    }
-  }
-  if (!any_split_named) splits.train = data;  // no split named: all of it is training data
-  return splits;
 }
 
 }  // namespace tessera::hf::hub

@@ -61,6 +61,22 @@ Settings Settings::from_environment() {
   s.token_path = env("HF_TOKEN_PATH").empty() ? home / "token" : expand_home(env("HF_TOKEN_PATH"));
   s.endpoint = env("HF_ENDPOINT").empty() ? "https://huggingface.co" : env("HF_ENDPOINT");
   while (!s.endpoint.empty() && s.endpoint.back() == '/') s.endpoint.pop_back();
+  if (!env("TESSERA_HUB_VIEWER_ENDPOINT").empty())
+    s.viewer_endpoint = env("TESSERA_HUB_VIEWER_ENDPOINT");
+  else if (s.endpoint == "https://huggingface.co")
+    s.viewer_endpoint = "https://datasets-server.huggingface.co";
+  else
+    s.viewer_endpoint = s.endpoint;
+  while (!s.viewer_endpoint.empty() && s.viewer_endpoint.back() == '/')
+    s.viewer_endpoint.pop_back();
+  // huggingface_hub reads it as whole seconds; a value that is not one keeps the default, since
+  // the studio reads the environment at start and must not fail on it.
+  const std::string timeout = trim(env("HF_HUB_DOWNLOAD_TIMEOUT"));
+  if (!timeout.empty()) {
+    char* end = nullptr;
+    const long seconds = std::strtol(timeout.c_str(), &end, 10);
+    if (end != timeout.c_str() && *end == '\0' && seconds > 0) s.download_timeout_s = seconds;
+  }
   // As huggingface_hub: HF_HUB_OFFLINE when set, else TRANSFORMERS_OFFLINE.
   s.offline = env_true(env("HF_HUB_OFFLINE").empty() ? "TRANSFORMERS_OFFLINE" : "HF_HUB_OFFLINE");
   s.token = trim(env("HF_TOKEN"));

@@ -6,6 +6,12 @@
 //   token         HF_TOKEN, else the file HF_TOKEN_PATH, else $HF_HOME/token
 //   endpoint      HF_ENDPOINT, else the public Hub
 //   offline       HF_HUB_OFFLINE (1/true/yes/on), else TRANSFORMERS_OFFLINE when it is unset
+//   stall limit   HF_HUB_DOWNLOAD_TIMEOUT (seconds); 30 when unset or not a positive number
+//                 (huggingface_hub's default is 10: ours is at least as tolerant)
+// and Tessera's own:
+//   viewer        TESSERA_HUB_VIEWER_ENDPOINT, else https://datasets-server.huggingface.co for
+//                 the public Hub, else the endpoint itself (mirrors and the test server serve
+//                 the dataset viewer's API at their root)
 #include <filesystem>
 #include <string>
 
@@ -17,6 +23,9 @@ struct Settings {
   std::filesystem::path token_path;  // the token file huggingface_hub's login writes
   std::string token;                 // empty: anonymous. Never logged or printed.
   bool offline = false;
+  std::string viewer_endpoint;  // the dataset viewer's API (/first-rows), no trailing '/'
+  // A transfer that receives nothing for this long counts as dropped (and is resumed).
+  long download_timeout_s = 30;
 
   static Settings from_environment();
 };
