@@ -11,10 +11,13 @@ object a line, and answers each with one JSON line:
   {"grant": TOKEN}    gives TOKEN access to the gated repository
   {"requests": TEXT}  answers {"count": n, "ranged": m}: requests whose path holds TEXT, and of
                       those, how many carried a Range header
+  {"searches": PATH}  answers {"filters": [[tag, ...], ...]}: the filter= tags of each search
+                      request to PATH ("/api/models" or "/api/datasets"), oldest first
 Exits when stdin closes.
 """
 import json
 import sys
+import urllib.parse
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
@@ -35,7 +38,10 @@ def make_llama_files(d: Path):
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
     LlamaForCausalLM(config).save_pretrained(d, max_shard_size="300KB")
     files = {p.relative_to(d).as_posix(): p.read_bytes() for p in d.rglob("*") if p.is_file()}
-    files["README.md"] = b"---\nlicense: apache-2.0\n---\n# a test model\n"
+    files["README.md"] = (b"---\nlicense: apache-2.0\ntags: [text-generation]\n---\n# a test model\n\n"
+                          b"A **tiny** Llama for the studio's tests: see [the license](LICENSE) and "
+                          b"[the Hub](https://huggingface.co/docs).\n\n"
+                          b"| layers | hidden |\n|---|---|\n| 2 | 64 |\n")
     return files
 
 
@@ -62,6 +68,10 @@ def main():
             if "requests" in cmd:
                 hits = [r for r in server.requests(contains=cmd["requests"])]
                 out = {"count": len(hits), "ranged": sum(1 for r in hits if "Range" in r[3])}
+            if "searches" in cmd:
+                searches = [urllib.parse.urlsplit(r[2]) for r in server.requests(server="hub")]
+                out = {"filters": [urllib.parse.parse_qs(u.query).get("filter", []) for u in searches
+                                   if u.path == cmd["searches"]]}
             print(json.dumps(out), flush=True)
 
 

@@ -21,8 +21,11 @@
 #include <QListWidget>
 #include <QProcess>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QSettings>
+#include <QTabWidget>
 #include <QTableView>
+#include <QTableWidget>
 #include <QTemporaryDir>
 #include <QTest>
 #include <QTextBrowser>
@@ -34,7 +37,10 @@
 #include "ui/pages/hub_panel.h"
 #include "ui/pages/wizard.h"
 #include "ui/utility/hub_token.h"
+#include "ui/widgets/card_view.h"
 #include "ui/widgets/download_tray.h"
+#include "ui/widgets/hub_model_detail.h"
+#include "ui/widgets/hub_search_view.h"
 
 using namespace tessera::ui;
 
@@ -94,6 +100,17 @@ class HubPagesTest : public QObject {
 
   void set_faults(const QJsonObject& faults) {
     QVERIFY(command({{"faults", faults}}).value("ok").toBool());
+  }
+
+  // The filter tags of each search the server received at `path`, oldest first.
+  QList<QStringList> searches(const QString& path) {
+    QList<QStringList> out;
+    for (const QJsonValue& search : command({{"searches", path}}).value("filters").toArray()) {
+      QStringList tags;
+      for (const QJsonValue& tag : search.toArray()) tags << tag.toString();
+      out << tags;
+    }
+    return out;
   }
 
   // Searches `text` and waits until every row is checked.
@@ -177,9 +194,6 @@ class HubPagesTest : public QObject {
     QVERIFY(!hub->download_button()->isEnabled());
     hub->select_repo("org/tiny-llama");
     QVERIFY(hub->download_button()->isEnabled());
-    // The card, rendered without its YAML header.
-    QTRY_VERIFY_WITH_TIMEOUT(hub->card_view()->toPlainText().contains("a test model"), 20000);
-    QVERIFY(!hub->card_view()->toPlainText().contains("license: apache-2.0"));
     // Nothing was downloaded to decide: the cache holds no model.
     QVERIFY(!QDir(path("cache/models--org--tiny-llama/snapshots")).exists());
     screenshot(&window, "hub-1-results");
@@ -201,6 +215,136 @@ class HubPagesTest : public QObject {
     const QString other_plan = tip(hub, "org/tiny-llama", HubResultsModel::Column::Fit);
     QVERIFY2(other_fit.startsWith("✔ ") && other_plan != first_plan,
              qPrintable(first_plan + " / " + other_plan));
+  }
+
+  void filters_search_with_hub_tags() {
+    MainWindow window(store_.get());
+    window.resize(1280, 720);
+    window.show();
+    window.show_page(MainWindow::Models);
+    HubPanel* hub = window.hub_panel();
+    QComboBox* task = hub->filter_combo("Task");
+    QComboBox* library = hub->filter_combo("Library");
+    QComboBox* license = hub->filter_combo("License");
+    QVERIFY(task && library && license);
+    QCOMPARE(task->currentText(), QString("Any task"));
+    search(hub, "");
+    QCOMPARE(hub->results()->rowCount(), 4);
+    QCOMPARE(searches("/api/models").last(), QStringList());
+
+    // A filter searches again at once, with its tag; only the tagged repository is left.
+    task->setCurrentIndex(task->findData("text-generation"));
+    QVERIFY(hub->busy());
+    QTRY_VERIFY_WITH_TIMEOUT(!hub->busy(), 60000);
+    QCOMPARE(searches("/api/models").last(), QStringList{"text-generation"});
+    QCOMPARE(hub->results()->rowCount(), 1);
+    QCOMPARE(hub->results()->row_of("org/tiny-llama"), 0);
+    screenshot(&window, "hub-12-filtered-by-task");
+
+    task->setCurrentIndex(0);
+    QTRY_VERIFY_WITH_TIMEOUT(!hub->busy(), 60000);
+    license->setCurrentIndex(license->findData("license:mit"));
+    QTRY_VERIFY_WITH_TIMEOUT(!hub->busy(), 60000);
+    QCOMPARE(searches("/api/models").last(), QStringList{"license:mit"});
+    QCOMPARE(hub->results()->rowCount(), 1);
+    QCOMPARE(hub->results()->row_of("org/t5-small-ish"), 0);
+    QCOMPARE(cell(hub, "org/t5-small-ish", HubResultsModel::Column::License), QString("mit"));
+
+    // Filters add up (the Hub wants every tag): mit and transformers match nothing here.
+    library->setCurrentIndex(library->findData("transformers"));
+    QTRY_VERIFY_WITH_TIMEOUT(!hub->busy(), 60000);
+    QCOMPARE(searches("/api/models").last(), (QStringList{"transformers", "license:mit"}));
+    QCOMPARE(hub->results()->rowCount(), 0);
+    QVERIFY2(hub->state_text().contains("No models match") && hub->state_text().contains("license"),
+             qPrintable(hub->state_text()));
+
+    // The text typed is searched with the filters.
+    license->setCurrentIndex(0);
+    QTRY_VERIFY_WITH_TIMEOUT(!hub->busy(), 60000);
+    QCOMPARE(hub->results()->rowCount(), 1);
+    hub->search_edit()->setText("t5");
+    QTest::keyClick(hub->search_edit(), Qt::Key_Return);
+    QTRY_VERIFY_WITH_TIMEOUT(!hub->busy(), 60000);
+    QCOMPARE(hub->results()->rowCount(), 0);
+    QCOMPARE(searches("/api/models").last(), QStringList{"transformers"});
+  }
+
+  void detail_view_shows_the_model_and_its_card() {
+    MainWindow window(store_.get());
+    window.resize(1280, 720);
+    window.show();
+    window.show_page(MainWindow::Models);
+    HubPanel* hub = window.hub_panel();
+    search(hub, "");
+    hub->select_repo("org/tiny-llama");
+    QVERIFY(!hub->details_shown());
+    QVERIFY(hub->details_button()->isEnabled());
+    QTest::mouseClick(hub->details_button(), Qt::LeftButton);
+    QVERIFY(hub->details_shown());
+    HubModelDetail* detail = hub->detail();
+    QCOMPARE(detail->repo_id(), QString("org/tiny-llama"));
+    // The card, rendered as Markdown without its YAML header: emphasis and tables are formatted,
+    // not shown as their marks.
+    QTRY_VERIFY_WITH_TIMEOUT(hub->card_view()->toPlainText().contains("a test model"), 20000);
+    const QString card = hub->card_view()->toPlainText();
+    QVERIFY2(!card.contains("license: apache-2.0") && !card.contains("---"), qPrintable(card));
+    QVERIFY2(card.contains("A tiny Llama") && !card.contains("**"), qPrintable(card));
+    QVERIFY2(!card.contains("|---|"), qPrintable(card));
+    QVERIFY(hub->card_view()->document()->toHtml().contains("<table"));
+    // Links leave the studio: a relative one goes to the repository's file on the Hub.
+    QCOMPARE(hub->card_view()->link_target(QUrl("LICENSE")).toString(),
+             endpoint_ + "/org/tiny-llama/blob/main/LICENSE");
+    QCOMPARE(hub->card_view()->link_target(QUrl("https://huggingface.co/docs")).toString(),
+             QString("https://huggingface.co/docs"));
+    QVERIFY(!hub->card_view()->openLinks());
+
+    // The facts: license, access, what Tessera would download, support, fit and why.
+    const QString facts = detail->facts_text();
+    QVERIFY2(facts.contains("License: apache-2.0") && facts.contains("Access: open"),
+             qPrintable(facts));
+    QVERIFY2(facts.contains("Tessera can train it: llama"), qPrintable(facts));
+    QVERIFY2(QRegularExpression(R"(Download: [\d.]+ KiB in \d+ files)").match(facts).hasMatch(),
+             qPrintable(facts));
+    QVERIFY2(facts.contains("Fits here: ✔ ") && facts.contains("Fits: "), qPrintable(facts));
+    // The files: weights, config and tokenizer, and nothing Tessera does not read (README.md).
+    QTableWidget* files = detail->files_table();
+    QStringList names;
+    for (int r = 0; r < files->rowCount(); ++r) names << files->item(r, 0)->text();
+    QVERIFY2(names.contains("config.json") && names.contains("model.safetensors.index.json") &&
+                 names.contains("tokenizer.json") && !names.contains("README.md"),
+             qPrintable(names.join(", ")));
+    QCOMPARE(names.filter(".safetensors").size(), 4);  // three shards and the index
+    QVERIFY(detail->download_button()->isEnabled());
+    screenshot(&window, "hub-13-detail-card");
+    qobject_cast<QTabWidget*>(files->parentWidget()->parentWidget())->setCurrentWidget(files);
+    screenshot(&window, "hub-14-detail-files");
+
+    // Back to the results, the selection kept; Esc comes back too.
+    QTest::mouseClick(detail->back_button(), Qt::LeftButton);
+    QVERIFY(!hub->details_shown());
+    QCOMPARE(hub->selected_repo(), QString("org/tiny-llama"));
+    // A model Tessera cannot train opens with the reason and no Download.
+    QVERIFY(hub->show_details("org/pickle-only"));
+    QVERIFY2(
+        detail->facts_text().contains("cannot train") && detail->facts_text().contains("pickle"),
+        qPrintable(detail->facts_text()));
+    QVERIFY(!detail->download_button()->isEnabled());
+    QTRY_VERIFY_WITH_TIMEOUT(!hub->card_view()->toPlainText().startsWith("Loading"), 20000);
+    QVERIFY2(hub->card_view()->toPlainText().contains("no card"),
+             qPrintable(hub->card_view()->toPlainText()));
+    QTest::keyClick(detail->back_button(), Qt::Key_Escape);
+    QVERIFY(!hub->details_shown());
+    // Double-click (activation) opens a row.
+    const QModelIndex t5 = hub->results()->index_of(hub->results()->row_of("org/t5-small-ish"),
+                                                    HubResultsModel::Column::Name);
+    Q_EMIT hub->table()->activated(t5);
+    QVERIFY(hub->details_shown());
+    QCOMPARE(detail->repo_id(), QString("org/t5-small-ish"));
+    QVERIFY2(detail->facts_text().contains("License: mit"), qPrintable(detail->facts_text()));
+    // A new search goes back to the results.
+    QTest::mouseClick(detail->back_button(), Qt::LeftButton);
+    search(hub, "tiny");
+    QVERIFY(!hub->details_shown());
   }
 
   void pages_and_sorts() {

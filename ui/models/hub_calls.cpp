@@ -1,6 +1,7 @@
 #include "ui/models/hub_calls.h"
 
 #include <QObject>
+#include <QRegularExpression>
 #include <QStringList>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -169,6 +170,7 @@ HubModelCheck check_hub_model(const hub::Settings& settings, const std::string& 
     check.support_hint = QString::fromStdString(selection.hint);
     return check;
   }
+  check.files = selection.files;
   check.download_bytes = 0;
   bool has_config = false;
   for (const hub::RepoFile& f : selection.files) {
@@ -226,6 +228,37 @@ HubModelCheck check_hub_model(const hub::Settings& settings, const std::string& 
     check.fit_detail = QObject::tr("The planner could not plan this model: %1").arg(e.what());
   }
   return check;
+}
+
+QString count_text(std::int64_t n, const QString& one, const QString& many) {
+  return n == 1 ? one : many.arg(n);
+}
+
+QString hub_page_url(const QString& repo_id, hub::RepoType type) {
+  return QString::fromStdString(hub::Settings::from_environment().endpoint) +
+         (type == hub::RepoType::Dataset ? "/datasets/" : "/") + repo_id;
+}
+
+QString strip_front_matter(QString markdown) {
+  static const QRegularExpression front(
+      R"(\A\x{feff}?---[ \t]*\r?\n(.*?\r?\n)?---[ \t]*(\r?\n|\z))",
+      QRegularExpression::DotMatchesEverythingOption);
+  return markdown.remove(front);
+}
+
+HubCard fetch_card(const hub::Settings& settings, const std::string& repo_id, hub::RepoType type) {
+  HubCard card;
+  try {
+    hub::Client client(settings);
+    const std::optional<std::string> text = client.card(repo_id, type, "main");
+    card.ok = true;
+    card.markdown = text ? strip_front_matter(QString::fromStdString(*text))
+                         : QObject::tr("*This repository has no card (README.md).*");
+  } catch (const std::exception& e) {
+    card.markdown = QObject::tr("*The card could not be read:* %1")
+                        .arg(QString::fromStdString(e.what()).toHtmlEscaped());
+  }
+  return card;
 }
 
 }  // namespace tessera::ui

@@ -54,9 +54,10 @@ struct HubModelCheck {
   HubFailure failure;  // the info or config.json request failed
   QString commit;
   QString license;
-  QString gated;                     // "", "auto" or "manual"
-  std::int64_t download_bytes = -1;  // what Tessera would fetch (weights, config, tokenizer)
-  std::int64_t weights_bytes = 0;    // of those, the safetensors files
+  QString gated;                         // "", "auto" or "manual"
+  std::int64_t download_bytes = -1;      // what Tessera would fetch (weights, config, tokenizer)
+  std::int64_t weights_bytes = 0;        // of those, the safetensors files
+  std::vector<hf::hub::RepoFile> files;  // what Tessera would fetch (empty when it refuses)
   enum class Support { Unknown, Supported, Unsupported };
   Support support = Support::Unknown;
   QString model_type;
@@ -75,5 +76,26 @@ struct HubModelCheck {
 // its model is ignored.
 HubModelCheck check_hub_model(const hf::hub::Settings& settings, const std::string& repo_id,
                               const job::JobSpec& spec);
+
+// A repository's card for a CardView: README.md (at main) as Markdown with its YAML header
+// (metadata: license, tags, configs) dropped, or a note that there is none. `ok` is false when it
+// could not be read (offline, rate limited, …): the markdown then says why, and it is not to be
+// kept (the next look asks again).
+struct HubCard {
+  bool ok = false;
+  QString markdown;
+};
+HubCard fetch_card(const hf::hub::Settings& settings, const std::string& repo_id,
+                   hf::hub::RepoType type);
+
+// "1 file" / "8 files": `one` when n is 1, else `many` with %1 = n (tr's %n plural says
+// "file(s)" unless a translation is loaded).
+QString count_text(std::int64_t n, const QString& one, const QString& many);
+
+// The repository's page on the Hub (HF_ENDPOINT/org/name, HF_ENDPOINT/datasets/org/name).
+QString hub_page_url(const QString& repo_id, hf::hub::RepoType type);
+
+// `markdown` without a leading YAML front matter block (--- … ---).
+QString strip_front_matter(QString markdown);
 
 }  // namespace tessera::ui

@@ -2,16 +2,16 @@
 // Hub search results as a Qt table model (the Models page's Hub list): one row a repository in
 // the order the Hub sorted them, a column per Column. The search fills name, downloads and
 // likes at once; size, license, support and fit arrive per row when its check (hub_calls.h)
-// finishes. The repository id is under RepoIdRole in every cell.
-#include <QAbstractTableModel>
+// finishes.
 #include <QList>
 #include <optional>
 
 #include "ui/models/hub_calls.h"
+#include "ui/models/hub_hits_model.h"
 
 namespace tessera::ui {
 
-class HubResultsModel : public QAbstractTableModel {
+class HubResultsModel : public HubHitsModel {
   Q_OBJECT
  public:
   enum class Column {
@@ -23,23 +23,22 @@ class HubResultsModel : public QAbstractTableModel {
     Fit,      // the planner's badge for the wizard's method (its explanation in the tooltip)
   };
   static constexpr int kColumnCount = int(Column::Fit) + 1;
-  static constexpr int RepoIdRole = Qt::UserRole;
 
   struct Row {
     hf::hub::SearchHit hit;
     std::optional<HubModelCheck> check;  // empty while it runs
   };
 
-  using QAbstractTableModel::QAbstractTableModel;
+  using HubHitsModel::HubHitsModel;
 
-  void clear();
-  void append(const std::vector<hf::hub::SearchHit>& hits);
+  void clear() override;
+  void append(const std::vector<hf::hub::SearchHit>& hits) override;
   // The check of `repo_id`'s row (ignored when the row is gone: a newer search replaced it).
   void set_check(const HubModelCheck& check);
   void set_fit_heading(const QString& method);
   void reset_checks();  // every row back to "checking…" (the checks run again)
   const QList<Row>& rows() const { return rows_; }
-  int row_of(const QString& repo_id) const;  // -1 when absent
+  int row_of(const QString& repo_id) const override;
   int pending_checks() const;
   QModelIndex index_of(int row, Column column) const { return index(row, int(column)); }
 
