@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "hf/hub/client.h"
+#include "hf/hub/datasets.h"
 #include "job/events.h"
 
 namespace tessera::cli {
@@ -24,7 +25,8 @@ namespace hub = hf::hub;
 const char* kUsage =
     "hub search QUERY [--dataset] [--json] [--limit N] [--sort downloads|likes|recent] "
     "[--task T] [--library L] [--license L] [--filter TAG]... | hub info REPO [--revision R] "
-    "[--dataset] [--json] [--card] | hub download REPO "
+    "[--dataset] [--json] [--card] | hub preview REPO [--config C] [--split S] [--rows N] "
+    "[--revision R] [--json] | hub download REPO "
     "[--revision R] [--include PATTERN]... [--dataset] [--events PATH] | hub login [--token T] "
     "| hub logout";
 
@@ -109,12 +111,74 @@ int run_search(std::vector<std::string> raw) {
   return 0;
 }
 
+std::string size_text(std::int64_t bytes) {
+  return bytes < 0 ? "?" : core::human_bytes(static_cast<std::uint64_t>(bytes));
+}
+
+// A dataset's configs and splits (hub info --dataset): JSON, or indented lines.
+nlohmann::json layout_json(const hub::DatasetLayout& layout) {
+  nlohmann::json configs = nlohmann::json::array();
+  for (const hub::DatasetConfig& c : layout.configs) {
+    nlohmann::json splits = nlohmann::json::array();
+    for (const hub::DatasetSplit& s : c.splits) {
+      nlohmann::json files = nlohmann::json::array();
+      for (std::size_t i = 0; i < s.files.size(); ++i)
+        files.push_back({{"path", s.files[i]}, {"size", s.sizes[i]}});
+      splits.push_back({{"name", s.name}, {"files", files}});
+    }
+    configs.push_back({{"name", c.name},
+                       {"default", c.is_default},
+                       {"revision", c.revision},
+                       {"splits", splits}});
+  }
+  return {{"source", layout.source}, {"commit", layout.commit}, {"configs", configs}};
+}
+
+void print_layout(const hub::DatasetLayout& layout) {
+  std::cout << "configs (from its " << layout.source << "):\n";
+  for (const hub::DatasetConfig& c : layout.configs) {
+    std::cout << "  " << c.name << (c.is_default ? " (default)" : "") << ", at " << c.revision
+              << "\n";
+    for (const hub::DatasetSplit& s : c.splits) {
+      std::int64_t total = 0;
+      for (std::int64_t size : s.sizes) total = size < 0 || total < 0 ? -1 : total + size;
+      std::cout << "    " << s.name << ": " << s.files.size()
+                << (s.files.size() == 1 ? " file, " : " files, ") << size_text(total) << "\n";
+      for (std::size_t i = 0; i < s.files.size(); ++i)
+        std::printf("      %-58s %12s\n", s.files[i].c_str(), size_text(s.sizes[i]).c_str());
+    }
+  }
+}
+
 int run_info(std::vector<std::string> raw) {
   Args args(raw, {"--dataset", "--json", "--card"}, {"--revision"});
   const std::string& repo = one_positional(args, "REPO");
   const hub::RepoType type = args.flag("--dataset") ? hub::RepoType::Dataset : hub::RepoType::Model;
   const std::string revision = args.option("--revision") ? *args.option("--revision") : "main";
   hub::Client client(hub::Settings::from_environment());
+  // A dataset's configs and splits; a card that cannot be read is shown as such, not fatal.
+  std::optional<hub::DatasetLayout> layout;
+  std::optional<Error> layout_error;
+  if (type == hub::RepoType::Dataset) {
+    try {
+      layout = client.dataset_layout(repo, revision);
+    } catch (const Error& e) {
+      if (client.settings().offline) throw;
+      layout_error = e;
+    }
+  }
+  if (client.settings().offline && layout) {  // offline: what the cache says
+    if (args.flag("--json"))
+      std::cout << nlohmann::json{{"id", repo},
+                                  {"revision", revision},
+                                  {"dataset", layout_json(*layout)}}
+                       .dump()
+                << "\n";
+    else
+      print_layout(*layout);
+    flush_stdout();
+    return 0;
+  }
   const hub::RepoInfo info = client.info(repo, type, revision);
   const hub::Selection selection = hub::select_files(repo, type, info.files, {});
   std::optional<std::string> card;
@@ -149,6 +213,9 @@ int run_info(std::vector<std::string> raw) {
                        {"download_bytes", selected},
                        {"refusal", selection.refusal}};
     if (args.flag("--card")) out["card"] = card ? nlohmann::json(*card) : nlohmann::json();
+    if (layout) out["dataset"] = layout_json(*layout);
+    if (layout_error)
+      out["dataset_error"] = {{"message", layout_error->what()}, {"hint", layout_error->hint()}};
     std::cout << out.dump() << "\n";
   } else {
     std::cout << hub::repo_type_name(type) << " " << info.id << " at " << revision << " (commit "
@@ -171,9 +238,96 @@ int run_info(std::vector<std::string> raw) {
     else
       std::cout << "not downloadable: " << selection.refusal << "\nhint: " << selection.hint
                 << "\n";
+    if (layout) print_layout(*layout);
+    if (layout_error)
+      std::cout << "configs: none readable: " << layout_error->what()
+                << (layout_error->hint().empty() ? "" : "\nhint: " + layout_error->hint()) << "\n";
     if (args.flag("--card"))
       std::cout << "\n" << (card ? *card : std::string("(the repository has no README.md card)\n"));
   }
+  flush_stdout();
+  return 0;
+}
+
+// A cell on one line, at most `width` characters (UTF-8 code points) with "…" when cut.
+std::string table_cell(const std::string& text, std::size_t width) {
+  std::string out;
+  std::size_t chars = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c & 0xC0) != 0x80) {  // a code point starts
+      if (chars == width) {
+        // Replace the last character by the ellipsis.
+        std::size_t back = out.size();
+        while (back > 0 && (static_cast<unsigned char>(out[back - 1]) & 0xC0) == 0x80) --back;
+        out.resize(back > 0 ? back - 1 : 0);
+        return out + "…";
+      }
+      ++chars;
+    }
+    out += c == '\n' || c == '\r' || c == '\t' ? ' ' : text[i];
+  }
+  return out;
+}
+
+std::size_t display_chars(const std::string& text) {
+  std::size_t n = 0;
+  for (char c : text) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80 ? 1 : 0;
+  return n;
+}
+
+int run_preview(std::vector<std::string> raw) {
+  Args args(raw, {"--json"}, {"--config", "--split", "--rows", "--revision"});
+  const std::string& repo = one_positional(args, "REPO");
+  const std::string revision = args.option("--revision") ? *args.option("--revision") : "main";
+  const std::string config = args.option("--config") ? *args.option("--config") : "";
+  const std::string split = args.option("--split") ? *args.option("--split") : "";
+  int rows = 10;
+  if (const std::string* n = args.option("--rows")) {
+    try {
+      rows = std::stoi(*n);
+    } catch (const std::exception&) {
+      throw UsageError{"--rows takes a number, not \"" + *n + "\""};
+    }
+    if (rows < 1) throw UsageError{"--rows must be at least 1"};
+  }
+  hub::Client client(hub::Settings::from_environment());
+  const hub::RowPreview preview = client.preview_rows(repo, revision, config, split, rows);
+  if (args.flag("--json")) {
+    std::cout << nlohmann::json{{"columns", preview.columns},
+                                {"rows", preview.rows},
+                                {"source", preview.source},
+                                {"partial", preview.partial}}
+                     .dump()
+              << "\n";
+    flush_stdout();
+    return 0;
+  }
+  constexpr std::size_t kMaxWidth = 40;
+  std::vector<std::size_t> widths;
+  for (std::size_t c = 0; c < preview.columns.size(); ++c) {
+    std::size_t w = display_chars(table_cell(preview.columns[c], kMaxWidth));
+    for (const auto& row : preview.rows)
+      w = std::max(w, display_chars(table_cell(row[c], kMaxWidth)));
+    widths.push_back(w);
+  }
+  const auto print_row = [&](const std::vector<std::string>& cells) {
+    std::string line;
+    for (std::size_t c = 0; c < cells.size(); ++c) {
+      const std::string cell = table_cell(cells[c], kMaxWidth);
+      line += (c ? " | " : "") + cell + std::string(widths[c] - display_chars(cell), ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::cout << line << "\n";
+  };
+  print_row(preview.columns);
+  std::string rule;
+  for (std::size_t c = 0; c < widths.size(); ++c)
+    rule += (c ? "-+-" : "") + std::string(widths[c], '-');
+  std::cout << rule << "\n";
+  for (const auto& row : preview.rows) print_row(row);
+  std::cout << preview.rows.size() << (preview.rows.size() == 1 ? " row" : " rows") << " from "
+            << preview.source << (preview.partial ? "; the split has more" : "") << "\n";
   flush_stdout();
   return 0;
 }
@@ -278,11 +432,13 @@ int run_logout(std::vector<std::string> raw) {
 }
 
 int run_hub(const std::vector<std::string>& raw) {
-  if (raw.empty()) throw UsageError{"give a subcommand: search, info, download, login, logout"};
+  if (raw.empty())
+    throw UsageError{"give a subcommand: search, info, preview, download, login, logout"};
   std::vector<std::string> rest(raw.begin() + 1, raw.end());
   const std::string& sub = raw.front();
   if (sub == "search") return run_search(rest);
   if (sub == "info") return run_info(rest);
+  if (sub == "preview") return run_preview(rest);
   if (sub == "download") return run_download(rest);
   if (sub == "login") return run_login(rest);
   if (sub == "logout") return run_logout(rest);
@@ -292,7 +448,8 @@ int run_hub(const std::vector<std::string>& raw) {
 const RegisterCommand kRegister{{
     "hub",
     kUsage,
-    "search the HuggingFace Hub, show a repository, download into the shared HF cache, login",
+    "search the HuggingFace Hub, show a repository (a dataset's configs and splits), preview a "
+    "dataset's rows, download into the shared HF cache, login",
     run_hub,
 }};
 

@@ -378,3 +378,262 @@ def test_renamed_repository_follows_the_relative_redirect(hub, tmp_path, llama_f
     assert next(iter(snaps.values())) == expected_model_files(llama_files)
     lines = [json.loads(line) for line in r.stdout.splitlines()]
     assert lines[-1]["type"] == "log" and "models--org--old-llama" in lines[-1]["message"]
+
+
+# -- Datasets: configs and splits, row previews, the Parquet conversion branch ------------------
+
+def jsonl(rows):
+    return b"".join(json.dumps(r).encode() + b"\n" for r in rows)
+
+
+def parquet(rows):
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    out = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), out)
+    return out.getvalue()
+
+
+def csv_text(header, rows):
+    return ("\n".join([",".join(header)] + [",".join(map(str, r)) for r in rows]) + "\n").encode()
+
+
+def cells(rows, columns):
+    """Rows as the client shows them: strings as they are, other values as compact JSON."""
+    return [[r[c] if isinstance(r[c], str) else json.dumps(r[c], separators=(",", ":")) for c in columns]
+            for r in rows]
+
+
+CHAT = [{"prompt": f"question {i}", "answer": f"answer {i}", "turn": i, "tags": ["x", i]} for i in range(40)]
+# Over 1 MiB, so that a preview without the viewer reads only a part of it.
+BIG = [{"text": f"row {i} " + "lorem ipsum " * 30, "id": i} for i in range(3500)]
+TABLE = [{"question": f"q{i}", "label": str(i % 3)} for i in range(30)]
+CONVERTED = [{"text": f"converted {i}", "n": i} for i in range(25)]
+
+CARD = """---
+license: mit
+configs:
+- config_name: chat
+  default: true
+  data_files:
+  - split: train
+    path: chat/train-*.jsonl
+  - split: validation
+    path: [chat/dev.jsonl]
+- config_name: plain
+  data_files: plain/*.csv
+- config_name: listed
+  data_files:
+  - plain/a.csv
+  - chat/dev.jsonl
+---
+# Three configs: split dicts, one glob, a list of globs
+"""
+
+
+@pytest.fixture
+def datasets(hub):
+    hub.add(Repo("org/cards", {"README.md": CARD.encode(), "chat/train-1.jsonl": jsonl(CHAT[:20]),
+                               "chat/train-2.jsonl": jsonl(CHAT[20:]), "chat/dev.jsonl": jsonl(CHAT[:5]),
+                               "plain/a.csv": csv_text(["question", "label"], [r.values() for r in TABLE]),
+                               "plain/b.csv": csv_text(["question", "label"], [("z", "1")])},
+                 repo_type="dataset",
+                 viewer_splits={("chat", "train"): ["chat/train-1.jsonl", "chat/train-2.jsonl"],
+                                ("chat", "validation"): ["chat/dev.jsonl"], ("plain", "train"): ["plain/a.csv", "plain/b.csv"]}))
+    hub.add(Repo("org/big", {"data/train.jsonl": jsonl(BIG), "README.md": b"# no header\n",
+                             "data/validation.csv": csv_text(["question", "label"], [r.values() for r in TABLE]),
+                             "data/test.parquet": parquet(CONVERTED)}, repo_type="dataset"))
+    hub.add(Repo("org/scripted", {"README.md": b"---\nlicense: mit\n---\n# a loading script\n", "scripted.py": b"pass\n"},
+                 repo_type="dataset",
+                 branches={"refs/convert/parquet": {"default/train/0000.parquet": parquet(CONVERTED[:10]),
+                                                    "default/train/0001.parquet": parquet(CONVERTED[10:]),
+                                                    "default/test/0000.parquet": parquet(CONVERTED[:3]),
+                                                    "extra/train/0000.parquet": parquet(CONVERTED[:1])}}))
+    hub.add(Repo("org/bad-card", {"README.md": b"---\nlicense: mit\nconfigs:\n- config_name: a\n  data_files:\n"
+                                                b"  - split: train\n    path: [x.csv\n---\n", "x.csv": b"a\n1\n"},
+                 repo_type="dataset"))
+    return hub
+
+
+def layout_of(out):
+    """(config, default, revision, [(split, [(path, size)])]) of `hub info --dataset --json`."""
+    return [(c["name"], c["default"], c["revision"], [(s["name"], [(f["path"], f["size"]) for f in s["files"]])
+                                                      for s in c["splits"]]) for c in out["dataset"]["configs"]]
+
+
+def sized(repo, *paths):
+    return [(p, len(repo.file_bytes(p))) for p in paths]
+
+
+def test_dataset_configs_from_the_card_the_file_names_and_the_conversion_branch(datasets, tmp_path):
+    hub, cache = datasets, tmp_path / "cache"
+    cards = hub.repos[("dataset", "org/cards")]
+    r = cli(hub, cache, "info", "org/cards", "--dataset", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["dataset"]["source"] == "card" and out["dataset"]["commit"] == cards.sha
+    assert layout_of(out) == [
+        ("chat", True, "main", [("train", sized(cards, "chat/train-1.jsonl", "chat/train-2.jsonl")),
+                                ("validation", sized(cards, "chat/dev.jsonl"))]),
+        ("plain", False, "main", [("train", sized(cards, "plain/a.csv", "plain/b.csv"))]),
+        ("listed", False, "main", [("train", sized(cards, "plain/a.csv", "chat/dev.jsonl"))])]
+    r = cli(hub, cache, "info", "org/cards", "--dataset")
+    assert "configs (from its card):" in r.stdout and "chat (default), at main" in r.stdout
+    assert "validation: 1 file" in r.stdout and "chat/dev.jsonl" in r.stdout
+    # The card went through the cache, so the layout is the same offline.
+    served = len(hub.log)
+    r = cli(hub, cache, "info", "org/cards", "--dataset", "--json", HF_HUB_OFFLINE=1)
+    assert r.returncode == 0, r.stderr
+    assert layout_of(json.loads(r.stdout)) == layout_of(out) and len(hub.log) == served
+    walk_cache(cache)
+
+    big = hub.repos[("dataset", "org/big")]
+    out = json.loads(cli(hub, cache, "info", "org/big", "--dataset", "--json").stdout)
+    assert out["dataset"]["source"] == "file names"
+    assert layout_of(out) == [("default", True, "main", [("train", sized(big, "data/train.jsonl")),
+                                                         ("validation", sized(big, "data/validation.csv")),
+                                                         ("test", sized(big, "data/test.parquet"))])]
+
+    # Only a loading script at main: the Hub's Parquet conversion, its folders the configs.
+    conv = hub.repos[("dataset", "org/scripted")].branches["refs/convert/parquet"]
+    out = json.loads(cli(hub, cache, "info", "org/scripted", "--dataset", "--json").stdout)
+    assert out["dataset"]["source"] == "parquet conversion"
+    assert layout_of(out) == [
+        ("default", True, "refs/convert/parquet", [
+            ("train", sized(conv, "default/train/0000.parquet", "default/train/0001.parquet")),
+            ("test", sized(conv, "default/test/0000.parquet"))]),
+        ("extra", False, "refs/convert/parquet", [("train", sized(conv, "extra/train/0000.parquet"))])]
+    assert hub.requests("hub", "GET", "/api/datasets/org/scripted/revision/refs%2Fconvert%2Fparquet")
+
+
+def test_a_malformed_card_names_the_repository_and_the_line(datasets, tmp_path):
+    r = cli(datasets, tmp_path / "cache", "preview", "org/bad-card")
+    assert r.returncode == 2, r.stderr
+    assert "org/bad-card" in r.stderr and "README.md line 8" in r.stderr and "malformed" in r.stderr, r.stderr
+    # hub info still shows the repository, with the card's fault in place of its configs.
+    r = cli(datasets, tmp_path / "cache", "info", "org/bad-card", "--dataset", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "README.md line 8" in json.loads(r.stdout)["dataset_error"]["message"]
+
+
+def preview(hub, cache, repo, *args, **env):
+    r = cli(hub, cache, "preview", repo, "--json", *args, **env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_preview_through_the_viewer_and_without_it(datasets, tmp_path):
+    hub, cache = datasets, tmp_path / "cache"
+    # The viewer: the default config's train split, then a named config, and Parquet.
+    p = preview(hub, cache, "org/cards", "--rows", "5")
+    assert p == {"columns": ["prompt", "answer", "turn", "tags"], "rows": cells(CHAT[:5], ["prompt", "answer", "turn", "tags"]),
+                 "source": "dataset viewer", "partial": True}
+    assert hub.requests("hub", "GET", "/first-rows?dataset=org/cards&config=chat&split=train")
+    p = preview(hub, cache, "org/cards", "--config", "plain", "--rows", "100")
+    assert p["rows"] == cells(TABLE, ["question", "label"]) + [["z", "1"]] and p["partial"] is False
+    p = preview(hub, cache, "org/big", "--split", "test", "--rows", "4")
+    assert p["source"] == "dataset viewer" and p["rows"] == cells(CONVERTED[:4], ["text", "n"])
+    r = cli(hub, cache, "preview", "org/big", "--rows", "3")
+    assert r.returncode == 0 and r.stdout.splitlines()[0].split() == ["text", "|", "id"], r.stdout
+    assert "3 rows from dataset viewer; the split has more" in r.stdout
+
+    # No viewer: the complete lines of the first 1 MiB (a Range request), equal to the file's rows.
+    hub.viewer = False
+    p = preview(hub, cache, "org/big", "--rows", "5")
+    assert p == {"columns": ["text", "id"], "rows": cells(BIG[:5], ["text", "id"]),
+                 "source": "data/train.jsonl, first 1 MiB", "partial": True}
+    gets = hub.requests("hub", "GET", "/datasets/org/big/resolve/")
+    assert gets[-1][3].get("Range") == "bytes=0-1048575"
+    p = preview(hub, cache, "org/cards", "--rows", "100")  # a split of two files: more rows
+    assert p["rows"] == cells(CHAT[:20], ["prompt", "answer", "turn", "tags"]) and p["partial"] is True
+    assert p["source"] == "chat/train-1.jsonl"
+    p = preview(hub, cache, "org/big", "--split", "validation", "--rows", "100")
+    assert p["rows"] == cells(TABLE, ["question", "label"]) and p["partial"] is False
+    # A server that ignores the Range: the client stops reading after 1 MiB.
+    hub.faults["ignore_range"] = True
+    assert preview(hub, cache, "org/big", "--rows", "5")["rows"] == cells(BIG[:5], ["text", "id"])
+    hub.faults.clear()
+    # An unreachable viewer is the same as none.
+    hub.viewer = True
+    p = preview(hub, cache, "org/big", "--rows", "2", TESSERA_HUB_VIEWER_ENDPOINT="http://127.0.0.1:9")
+    assert p["source"] == "data/train.jsonl, first 1 MiB" and p["rows"] == cells(BIG[:2], ["text", "id"])
+    hub.viewer = False
+    # Parquet has no preview without the viewer.
+    r = cli(hub, cache, "preview", "org/big", "--split", "test")
+    assert r.returncode == 2 and "preview needs the Hub's dataset viewer for Parquet files" in r.stderr, r.stderr
+    r = cli(hub, cache, "preview", "org/big", "--split", "nope")
+    assert r.returncode == 2 and 'no split "nope"' in r.stderr and "train, validation, test" in r.stderr
+
+    # Offline: from the cache, once the file is there; no request at all.
+    r = cli(hub, cache, "preview", "org/big", HF_HUB_OFFLINE=1)
+    assert r.returncode == 2 and "data/train.jsonl" in r.stderr and "not in the cache" in r.stderr, r.stderr
+    assert cli(hub, cache, "download", "org/big", "--dataset", "--include", "data/train.jsonl").returncode == 0
+    served = len(hub.log)
+    p = preview(hub, cache, "org/big", "--rows", "3", HF_HUB_OFFLINE=1)
+    assert p["rows"] == cells(BIG[:3], ["text", "id"]) and p["source"] == "data/train.jsonl, first 1 MiB"
+    assert len(hub.log) == served
+    walk_cache(cache)
+
+
+def test_parquet_conversion_branch_is_shared_with_huggingface_hub(datasets, tmp_path):
+    hub = datasets
+    conv = hub.repos[("dataset", "org/scripted")].branches["refs/convert/parquet"]
+    files = sorted(conv.files)
+    fetch = ("import json, sys; from huggingface_hub import hf_hub_download as d;"
+             f"print(json.dumps({{f: d('org/scripted', f, repo_type='dataset', revision='refs/convert/parquet')"
+             f" for f in {files!r}}}))")
+    # huggingface_hub downloads the branch; we read its cache offline.
+    cache = tmp_path / "py-cache"
+    paths = json.loads(run_python(hub, cache, fetch))
+    assert hub.requests("hub", "HEAD", "/datasets/org/scripted/resolve/refs%2Fconvert%2Fparquet/")
+    ref = cache / "datasets--org--scripted" / "refs" / "refs" / "convert" / "parquet"
+    assert ref.read_text() == conv.sha
+    served = len(hub.log)
+    r = cli(hub, cache, "download", "org/scripted", "--dataset", "--revision", "refs/convert/parquet", HF_HUB_OFFLINE=1)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(Path(paths[files[0]]).parents[2])
+    r = cli(hub, cache, "info", "org/scripted", "--dataset", "--revision", "refs/convert/parquet", "--json",
+            HF_HUB_OFFLINE=1)
+    assert r.returncode == 0, r.stderr
+    assert [(c[0], [s[0] for s in c[3]]) for c in layout_of(json.loads(r.stdout))] == [
+        ("default", ["train", "test"]), ("extra", ["train"])]
+    assert len(hub.log) == served, "offline asked the server nothing"
+    walk_cache(cache)
+
+    # We download the branch; huggingface_hub reads ours offline, file for file.
+    cache = tmp_path / "our-cache"
+    r = cli(hub, cache, "download", "org/scripted", "--dataset", "--revision", "refs/convert/parquet")
+    assert r.returncode == 0, r.stderr
+    ours = r.stdout.strip()
+    assert (cache / "datasets--org--scripted" / "refs" / "refs" / "convert" / "parquet").read_text() == conv.sha
+    snap = ("from huggingface_hub import snapshot_download as s;"
+            "print(s('org/scripted', repo_type='dataset', revision='refs/convert/parquet'))")
+    assert run_python(hub, cache, snap, HF_HUB_OFFLINE=1).strip() == ours
+    for f, p in json.loads(run_python(hub, cache, fetch, HF_HUB_OFFLINE=1)).items():
+        assert Path(p).read_bytes() == conv.files[f] and p.startswith(ours)
+    assert next(iter(walk_cache(cache)["datasets--org--scripted"].values())) == conv.files
+
+
+def test_a_stalled_transfer_resumes_and_a_slow_one_is_not_cut(hub, tmp_path, llama_files):
+    big = largest_lfs(llama_files)
+    sha = hashlib.sha256(llama_files[big]).hexdigest()
+    # Nothing for 4 s after 50 000 bytes, with a 1 s limit: cut, then resumed with a Range.
+    hub.faults["stall_after"] = {big: [50000, 4, 1]}
+    cache = tmp_path / "stalled"
+    r = cli(hub, cache, "download", "org/llama", HF_HUB_DOWNLOAD_TIMEOUT=1)
+    assert r.returncode == 0, r.stderr
+    assert snapshot_of(cache)[1][big] == llama_files[big]
+    ranges = [req[3].get("Range") for req in hub.requests("cdn", "GET") if sha in req[2]]
+    assert ranges[0] is None and ranges[1] is not None and int(ranges[1][6:-1]) >= 50000, ranges
+    # Slow but moving (about 3 s per file with the same 1 s limit): one request per file.
+    hub.faults.clear()
+    hub.faults["slow_bytes_per_s"] = 100_000
+    hub.log.clear()
+    cache = tmp_path / "slow"
+    r = cli(hub, cache, "download", "org/llama", HF_HUB_DOWNLOAD_TIMEOUT=1)
+    assert r.returncode == 0, r.stderr
+    assert snapshot_of(cache)[1] == expected_model_files(llama_files)
+    assert [req[3].get("Range") for req in hub.requests("cdn", "GET") if sha in req[2]] == [None]
+    assert len(llama_files[big]) > 100_000 * 2, "the transfer outlasts the limit"

@@ -11,6 +11,11 @@ Endpoints (models; datasets under /api/datasets and /datasets/...):
   HEAD/GET /{repo}/resolve/{rev}/{path}   X-Repo-Commit, ETag (git blob id) or, for LFS files,
            302 to the CDN with X-Linked-Etag (sha256) and X-Linked-Size
   HEAD/GET CDN /blob/{sha256}             Range supported unless told to ignore it
+  GET  /first-rows?dataset=&config=&split=   the dataset viewer (served at the Hub's root, as
+           mirrors do): {"features": [{"name"}], "rows": [{"row_idx", "row"}]}, the first 100 rows
+           read from the split's files; HubServer.viewer = False answers 501 (no viewer)
+A revision is "main", the repository's commit, or a branch given to Repo(branches=...) such as
+"refs/convert/parquet" (sent URL-encoded, refs%2Fconvert%2Fparquet, as huggingface_hub sends it).
 
 Faults (HubServer.faults, changed by tests between runs):
   cut_after   {path: (n_bytes, times)}  send the headers of the whole body, close after n bytes
@@ -18,11 +23,15 @@ Faults (HubServer.faults, changed by tests between runs):
   flip_byte   {path}                    one byte of the body flipped (the advertised sha256 kept)
   status      {key: [code, times, headers]}  key "api", "resolve:{path}", "cdn:{path}" or "search"
   slow_bytes_per_s  N                   throttle bodies (to overlap two downloads, or to cancel)
+  stall_after {path: (n_bytes, seconds, times)}  send n bytes, then nothing for `seconds`, then
+                                        the rest (a stalled connection)
 Auth: a repository made with gated=True answers 401 without a token and 403 (X-Error-Code:
 GatedRepo) to a token not in `tokens`.
 """
 
+import csv
 import hashlib
+import io
 import json
 import os
 import random
@@ -40,7 +49,8 @@ def git_blob_id(data: bytes) -> str:
 
 class Repo:
     def __init__(self, repo_id, files, repo_type="model", gated=False, lfs_suffixes=(".safetensors", ".parquet", ".bin"),
-                 extra_listing=(), license="apache-2.0", downloads=0, likes=0, tags=()):
+                 extra_listing=(), license="apache-2.0", downloads=0, likes=0, tags=(), branches=None,
+                 viewer_splits=None):
         self.id = repo_id
         self.type = repo_type
         self.files = dict(files)  # path -> bytes
@@ -53,6 +63,51 @@ class Repo:
         self.likes = likes
         self.tags = list(tags)
         self._sha256 = {}
+        # Other revisions ({"refs/convert/parquet": {path: bytes}}), each a repository of its own
+        # commit; the main branch is this one.
+        self.branches = {name: Repo(repo_id, branch_files, repo_type, gated, lfs_suffixes, license=license)
+                         for name, branch_files in (branches or {}).items()}
+        # What the dataset viewer serves: {(config, split): [paths at main or a branch]}; None:
+        # the conversion branch's {config}/{split}/ folders when there is one, else config
+        # "default" with splits by file name (test code, simpler than the Hub's rules).
+        self.viewer_splits = viewer_splits
+
+    def at(self, rev):
+        """The repository at revision `rev` (a branch, or a commit), or None."""
+        if rev in ("main", self.sha):
+            return self
+        for name, branch in self.branches.items():
+            if rev in (name, branch.sha):
+                return branch
+        return None
+
+    def all_revisions(self):
+        return [self] + list(self.branches.values())
+
+    def viewer_layout(self):
+        if self.viewer_splits is not None:
+            return {k: list(v) for k, v in self.viewer_splits.items()}
+        layout = {}
+        parquet = self.branches.get("refs/convert/parquet")
+        if parquet is not None:
+            for p in sorted(parquet.files):
+                parts = p.split("/")
+                if len(parts) == 3 and p.endswith(".parquet"):
+                    layout.setdefault((parts[0], parts[1].removeprefix("partial-")), []).append(p)
+            return layout
+        for p in sorted(self.files):
+            if not p.endswith((".jsonl", ".json", ".csv", ".tsv", ".parquet")):
+                continue
+            words = p.replace("/", "-").replace("_", "-").replace(".", "-").split("-")
+            split = next((w for w in ("train", "validation", "test") if w in words), "train")
+            layout.setdefault(("default", split), []).append(p)
+        return layout
+
+    def file_bytes(self, path):
+        for rev in self.all_revisions():
+            if path in rev.files:
+                return rev.files[path]
+        raise KeyError(path)
 
     def sha256(self, path):
         # Memoized: the CDN looks blobs up by hash on every request (a benchmark serves 1 GiB).
@@ -110,6 +165,7 @@ class HubServer:
         self.tokens = set()  # tokens granted access to gated repositories
         self.faults = {}
         self.page_size = page_size
+        self.viewer = True  # False: /first-rows answers 501, as for a dataset the viewer cannot show
         self.log = []  # (server, method, path, headers dict)
         self.body_bytes_sent = {}  # file path -> body bytes written to sockets (all requests)
         self.lock = threading.Lock()
@@ -237,11 +293,14 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if self.server_name == "cdn":
                 return self.cdn_blob(path, head)
+            if path == "/first-rows":
+                return self.first_rows(query)
             if path in ("/api/models", "/api/datasets"):
                 return self.search("dataset" if path == "/api/datasets" else "model", query, url)
             if path.startswith("/api/models/") or path.startswith("/api/datasets/"):
                 return self.api_repo(path, head)
-            return self.resolve(path, head)
+            # Segments unquoted one by one: a revision may carry an encoded '/'.
+            return self.resolve([urllib.parse.unquote(p) for p in url.path.strip("/").split("/")], head)
         except (BrokenPipeError, ConnectionResetError):
             pass
 
@@ -291,18 +350,51 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if rest and rest[0] in ("revision", "tree"):
             rev = "/".join(rest[1:]) if rest[0] == "revision" else rest[1] if len(rest) > 1 else "main"
-            if rev not in ("main", repo.sha):
+            if rest[0] == "tree":
+                rev = next((b for b in repo.branches if "/".join(rest[1:]).startswith(b + "/")
+                            or "/".join(rest[1:]) == b), rev)
+            target = repo.at(rev)
+            if target is None:
                 return self.error(404, "RevisionNotFound", f"Invalid rev id: {rev}", head=head)
             if rest[0] == "tree":
-                return self.send(200, repo.tree(), head=head)
+                return self.send(200, target.tree(), head=head)
+            return self.send(200, target.info(), head=head)
         self.send(200, repo.info(), head=head)
 
+    # -- dataset viewer ------------------------------------------------------------------------
+    def first_rows(self, query):
+        if not self.owner.viewer:
+            return self.error(501, message="The dataset viewer is not available for this dataset.")
+        rid = query.get("dataset", [""])[0]
+        repo = self.owner.repos.get(("dataset", rid))
+        if repo is None:
+            return self.error(404, "DatasetNotFoundError", "The dataset does not exist.")
+        if not self.check_access(repo):
+            return
+        files = repo.viewer_layout().get((query.get("config", [""])[0], query.get("split", [""])[0]))
+        if files is None:
+            return self.error(404, "SplitNotFoundError", "The config or the split does not exist.")
+        columns, rows = [], []
+        try:
+            for path in files:
+                for row in read_rows(path, repo.file_bytes(path)):
+                    if len(rows) == 100:
+                        break
+                    columns += [c for c in row if c not in columns]
+                    rows.append(row)
+        except Exception as e:  # the viewer's answer to a file it cannot read
+            return self.error(500, "RowsPostProcessingError", f"{type(e).__name__}: {e}")
+        self.send(200, {"dataset": rid, "config": query["config"][0], "split": query["split"][0],
+                        "features": [{"feature_idx": i, "name": c, "type": {"_type": "Value"}}
+                                     for i, c in enumerate(columns)],
+                        "rows": [{"row_idx": i, "row": r, "truncated_cells": []} for i, r in enumerate(rows)],
+                        "truncated": False})
+
     # -- files -------------------------------------------------------------------------------
-    def resolve(self, path, head):
+    def resolve(self, parts, head):
         repo_type = "model"
-        if path.startswith("/datasets/"):
-            repo_type, path = "dataset", path[len("/datasets"):]
-        parts = path.strip("/").split("/")
+        if parts and parts[0] == "datasets":
+            repo_type, parts = "dataset", parts[1:]
         if "resolve" not in parts:
             return self.error(404, message="not found")
         i = parts.index("resolve")
@@ -318,7 +410,11 @@ class _Handler(BaseHTTPRequestHandler):
         if not self.check_access(repo, head):
             return
         rev, file = parts[i + 1], "/".join(parts[i + 2:])
-        if rev not in ("main", repo.sha):
+        for branch in repo.branches:  # a branch name sent with its '/' unencoded
+            if "/".join(parts[i + 1:]).startswith(branch + "/"):
+                rev, file = branch, "/".join(parts[i + 1:])[len(branch) + 1:]
+        repo = repo.at(rev)
+        if repo is None:
             return self.error(404, "RevisionNotFound", "Invalid rev id", head=head)
         if file not in repo.files:
             return self.error(404, "EntryNotFound", f"{file} does not exist", head=head,
@@ -336,7 +432,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def cdn_blob(self, path, head):
         sha = path.rsplit("/", 1)[-1]
-        for repo in self.owner.repos.values():
+        for repo in (rev for r in self.owner.repos.values() for rev in r.all_revisions()):
             for file in repo.lfs:
                 if repo.sha256(file) == sha:
                     if self.status_fault(f"cdn:{file}", head):
@@ -368,19 +464,30 @@ class _Handler(BaseHTTPRequestHandler):
         if head:
             return
         cut = None
+        stall = None  # (after n bytes, seconds)
         with self.owner.lock:
             rule = faults.get("cut_after", {}).get(file)
             if rule and rule[1] > 0:
                 rule[1] -= 1
                 cut = rule[0]
+            rule = faults.get("stall_after", {}).get(file)
+            if rule and rule[2] > 0:
+                rule[2] -= 1
+                stall = (rule[0], rule[1])
         rate = faults.get("slow_bytes_per_s")
         # Small writes where a fault needs the granularity, large ones otherwise (throughput).
-        sent, step = 0, (16384 if rate or cut is not None else 1 << 20)
+        sent, step = 0, (16384 if rate or cut is not None or stall else 1 << 20)
         view = memoryview(chunk)
         while sent < len(chunk):
             n = step if cut is None else min(step, cut - sent)
+            if stall and sent < stall[0]:
+                n = min(n, stall[0] - sent)
             if n <= 0:
                 break
+            if stall and sent == stall[0]:
+                self.wfile.flush()
+                time.sleep(stall[1])
+                stall = None
             self.wfile.write(view[sent:sent + n])
             with self.owner.lock:
                 self.owner.body_bytes_sent[file] = self.owner.body_bytes_sent.get(file, 0) + n
@@ -395,6 +502,17 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+
+def read_rows(path, data):
+    """The rows of a data file as dicts (JSON lines, CSV, TSV or Parquet), in file order."""
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+        return pq.read_table(io.BytesIO(data)).to_pylist()
+    text = data.decode("utf-8")
+    if path.endswith((".csv", ".tsv")):
+        return list(csv.DictReader(io.StringIO(text), delimiter="\t" if path.endswith(".tsv") else ","))
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def walk_cache(cache_dir):

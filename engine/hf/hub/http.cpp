@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <mutex>
 
 #include "core/error.h"
@@ -40,7 +41,28 @@ struct Transfer {
   const HttpRequest* request = nullptr;
   HttpResponse response;
   bool aborted = false;
+  // The stall check: when bytes last arrived. (curl's low-speed limit averages over its last
+  // seconds, so a burst hides a stall for several seconds more than asked.)
+  long stall_timeout_s = 30;
+  curl_off_t last_received = -1;
+  std::chrono::steady_clock::time_point last_arrival;
+  bool stalled = false;
 };
+
+int on_progress(void* user, curl_off_t, curl_off_t received, curl_off_t, curl_off_t) {
+  auto* t = static_cast<Transfer*>(user);
+  const auto now = std::chrono::steady_clock::now();
+  if (received != t->last_received) {
+    t->last_received = received;
+    t->last_arrival = now;
+    return 0;
+  }
+  if (now - t->last_arrival >= std::chrono::seconds(t->stall_timeout_s)) {
+    t->stalled = true;
+    return 1;  // curl stops with CURLE_ABORTED_BY_CALLBACK
+  }
+  return 0;
+}
 
 std::size_t on_header(char* data, std::size_t size, std::size_t count, void* user) {
   auto* t = static_cast<Transfer*>(user);
@@ -131,9 +153,12 @@ HttpResponse HttpSession::perform(const HttpRequest& request) {
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_USERAGENT, "tessera/0.1");
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 15L);
-  // A connection that carries under 1 byte/s for the stall limit counts as dropped (resumed).
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, stall_timeout_s_);
+  // A connection that brings no byte for the stall limit counts as dropped (then resumed).
+  transfer.stall_timeout_s = stall_timeout_s_;
+  transfer.last_arrival = std::chrono::steady_clock::now();
+  curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
+  curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &transfer);
   curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, request.follow_redirects ? 1L : 0L);
   curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 10L);
   curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -152,8 +177,10 @@ HttpResponse HttpSession::perform(const HttpRequest& request) {
   if (code != CURLE_OK) {
     TransportError error;
     error.aborted = transfer.aborted;
-    error.retryable = !transfer.aborted && retryable(code);
-    error.message = std::string(curl_easy_strerror(code));
+    error.retryable = !transfer.aborted && (transfer.stalled || retryable(code));
+    error.message = transfer.stalled ? "no data for " + std::to_string(stall_timeout_s_) +
+                                           " s (HF_HUB_DOWNLOAD_TIMEOUT)"
+                                     : std::string(curl_easy_strerror(code));
     throw error;
   }
   return std::move(transfer.response);

@@ -43,8 +43,8 @@ struct HttpRequest {
 
 class HttpSession {
  public:
-  // A transfer that carries under 1 byte/s for `stall_timeout_s` counts as dropped
-  // (TransportError, retryable): Settings::download_timeout_s.
+  // A transfer that receives no byte for `stall_timeout_s` (waiting for the response included)
+  // counts as dropped: TransportError, retryable. Settings::download_timeout_s.
   explicit HttpSession(long stall_timeout_s = 30);
   ~HttpSession();
   HttpSession(const HttpSession&) = delete;
