@@ -119,6 +119,39 @@ ParameterShapes decoder_shapes(const ModelConfig& c) {
   return s;
 }
 
+// llama.cpp's names for the pre-norm decoder. `rotary_permute`: its "llama" architecture rotates
+// adjacent pairs, so q/k rows are regrouped (GgufLayout::RotaryQ/K); its "qwen2" rotates halves
+// as transformers does.
+GgufNaming decoder_gguf(std::string architecture, bool rotary_permute) {
+  GgufNaming n;
+  n.architecture = std::move(architecture);
+  n.activations = {"silu"};
+  n.llama3_rope_freqs = n.architecture == "llama";
+  n.tensors = {{"model.embed_tokens.weight", "token_embd.weight"},
+               {"model.norm.weight", "output_norm.weight"},
+               {"lm_head.weight", "output.weight"},
+               {"model.layers.{L}.input_layernorm.weight", "blk.{L}.attn_norm.weight"},
+               {"model.layers.{L}.post_attention_layernorm.weight", "blk.{L}.ffn_norm.weight"}};
+  const GgufLayout q = rotary_permute ? GgufLayout::RotaryQ : GgufLayout::AsIs;
+  const GgufLayout k = rotary_permute ? GgufLayout::RotaryK : GgufLayout::AsIs;
+  const struct {
+    const char* hf;
+    const char* gguf;
+    GgufLayout layout;
+  } linears[] = {{"self_attn.q_proj", "attn_q", q},
+                 {"self_attn.k_proj", "attn_k", k},
+                 {"self_attn.v_proj", "attn_v", GgufLayout::AsIs},
+                 {"self_attn.o_proj", "attn_output", GgufLayout::AsIs},
+                 {"mlp.gate_proj", "ffn_gate", GgufLayout::AsIs},
+                 {"mlp.up_proj", "ffn_up", GgufLayout::AsIs},
+                 {"mlp.down_proj", "ffn_down", GgufLayout::AsIs}};
+  for (const auto& l : linears)
+    for (const char* part : {".weight", ".bias"})
+      n.tensors.push_back({std::string("model.layers.{L}.") + l.hf + part,
+                           std::string("blk.{L}.") + l.gguf + part, l.layout});
+  return n;
+}
+
 // ---- gpt2 (engine/model/gpt2.cpp) ------------------------------------------------------------
 
 void read_gpt2(const ConfigFields& f, ModelConfig& c) {
@@ -163,6 +196,36 @@ ParameterShapes gpt2_shapes(const ModelConfig& c) {
   // ln_1, qkv, attention output + merged, c_proj in, residual, ln_2, fc, gelu.
   s.saved_per_token = 2 * h + 3 * h + 2 * h + 2 * m;
   return s;
+}
+
+GgufNaming gpt2_gguf() {
+  GgufNaming n;
+  n.architecture = "gpt2";
+  n.rms_norm = false;
+  // llama.cpp's gpt2 graph uses GELU's tanh approximation.
+  n.activations = {"gelu_new", "gelu_pytorch_tanh"};
+  n.tensors = {{"transformer.wte.weight", "token_embd.weight"},
+               {"transformer.wpe.weight", "position_embd.weight", GgufLayout::AsIs, true},
+               {"transformer.ln_f.weight", "output_norm.weight"},
+               {"transformer.ln_f.bias", "output_norm.bias"},
+               {"lm_head.weight", "output.weight"}};
+  const struct {
+    const char* hf;
+    const char* gguf;
+    GgufLayout layout;
+  } parts[] = {{"ln_1", "attn_norm", GgufLayout::AsIs},
+               {"attn.c_attn", "attn_qkv", GgufLayout::Transposed},
+               {"attn.c_proj", "attn_output", GgufLayout::Transposed},
+               {"ln_2", "ffn_norm", GgufLayout::AsIs},
+               {"mlp.c_fc", "ffn_up", GgufLayout::Transposed},
+               {"mlp.c_proj", "ffn_down", GgufLayout::Transposed}};
+  for (const auto& p : parts) {
+    n.tensors.push_back({std::string("transformer.h.{L}.") + p.hf + ".weight",
+                         std::string("blk.{L}.") + p.gguf + ".weight", p.layout});
+    n.tensors.push_back({std::string("transformer.h.{L}.") + p.hf + ".bias",
+                         std::string("blk.{L}.") + p.gguf + ".bias"});
+  }
+  return n;
 }
 
 // ---- bert (engine/model/bert.cpp) ------------------------------------------------------------
@@ -252,8 +315,12 @@ std::vector<FamilyTraits> make_registry() {
   };
   std::vector<FamilyTraits> r;
   r.push_back(decoder("llama", ModelFamily::Llama, read_llama));
+  r.back().gguf = decoder_gguf("llama", true);
+  // llama.cpp runs mistral as its "llama" architecture (no sliding window: see gguf.cpp).
   r.push_back(decoder("mistral", ModelFamily::Mistral, read_mistral));
+  r.back().gguf = decoder_gguf("llama", true);
   r.push_back(decoder("qwen2", ModelFamily::Qwen2, read_qwen2));
+  r.back().gguf = decoder_gguf("qwen2", false);
 
   FamilyTraits gpt2;
   gpt2.model_type = "gpt2";
@@ -267,6 +334,7 @@ std::vector<FamilyTraits> make_registry() {
   gpt2.conv1d_weights = true;
   gpt2.default_lora_targets = {"c_attn"};
   gpt2.parameter_shapes = gpt2_shapes;
+  gpt2.gguf = gpt2_gguf();
   r.push_back(std::move(gpt2));
 
   FamilyTraits bert;
@@ -315,6 +383,30 @@ const char* family_name(ModelFamily family) {
   for (const FamilyTraits& t : model_families())
     if (t.family == family) return t.model_type.c_str();
   return "unknown";
+}
+
+std::optional<GgufTensor> gguf_tensor(const GgufNaming& naming, std::string_view hf_name) {
+  constexpr std::string_view kLayer = "{L}";
+  for (const GgufTensorName& t : naming.tensors) {
+    const std::size_t at = t.hf.find(kLayer);
+    if (at == std::string::npos) {
+      if (hf_name == t.hf) return GgufTensor{t.gguf, t.layout, t.keep_f32};
+      continue;
+    }
+    const std::string_view prefix = std::string_view(t.hf).substr(0, at);
+    const std::string_view suffix = std::string_view(t.hf).substr(at + kLayer.size());
+    if (hf_name.size() <= prefix.size() + suffix.size() || !hf_name.starts_with(prefix) ||
+        !hf_name.ends_with(suffix))
+      continue;
+    const std::string_view layer =
+        hf_name.substr(prefix.size(), hf_name.size() - prefix.size() - suffix.size());
+    if (!std::all_of(layer.begin(), layer.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    std::string name = t.gguf;
+    name.replace(name.find(kLayer), kLayer.size(), layer);
+    return GgufTensor{std::move(name), t.layout, t.keep_f32};
+  }
+  return std::nullopt;
 }
 
 std::string model_types_where(bool (*pred)(const FamilyTraits&)) {

@@ -4,8 +4,10 @@
 // checkpoint buffers that are not parameters), the heads it has, its default LoRA targets and
 // the parameter shapes the planner counts. Torch-free, so the planner and the GUI read the same
 // entry the engine builds from; the LibTorch modules of each family are built in engine/model
-// (create_model picks the builder by `family`). docs/adding-a-model-family.md says how to add one.
+// (create_model picks the builder by `family`), its GGUF writer in engine/export/gguf.cpp.
+// docs/adding-a-model-family.md says how to add one.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +39,49 @@ struct ParameterShapes {
   double saved_per_token = 0;
 };
 
+// How a weight is rearranged on its way into a GGUF file.
+enum class GgufLayout {
+  AsIs,
+  // q_proj / k_proj rows regrouped from transformers' rotary layout (each head's first half
+  // rotates with its second half) to GGML's (adjacent pairs rotate together), as llama.cpp's
+  // "llama" architecture computes RoPE: per head, rows [0, d/2) and [d/2, d) are interleaved.
+  // RotaryQ regroups by num_attention_heads, RotaryK by num_key_value_heads.
+  RotaryQ,
+  RotaryK,
+  Transposed,  // a Conv1D weight stored [in, out], written [out, in] as a linear's
+};
+
+// One weight's GGUF name. "{L}" stands for the layer index in both names.
+struct GgufTensorName {
+  std::string hf;    // e.g. "model.layers.{L}.self_attn.q_proj.weight"
+  std::string gguf;  // e.g. "blk.{L}.attn_q.weight"
+  GgufLayout layout = GgufLayout::AsIs;
+  // Written in float32 whatever the file type (as llama.cpp's converter keeps position
+  // embeddings); 1-D tensors and norms always are.
+  bool keep_f32 = false;
+};
+
+// What llama.cpp calls a family in a GGUF file: its architecture, tensor names and the few
+// things that differ between architectures (engine/export/gguf.cpp writes the common keys).
+struct GgufNaming {
+  std::string architecture;  // general.architecture: "llama", "qwen2", "gpt2"
+  std::vector<GgufTensorName> tensors;
+  bool rms_norm = true;  // epsilon under attention.layer_norm_rms_epsilon, else layer_norm_epsilon
+  // config.json activations llama.cpp's graph for the architecture computes as transformers does.
+  std::vector<std::string> activations;
+  // llama3 rope scaling is written as the rope_freqs tensor (only llama.cpp's "llama" reads it).
+  bool llama3_rope_freqs = false;
+};
+
+// HF weight name → its GGUF name ("{L}" filled in), layout and float32 rule.
+struct GgufTensor {
+  std::string name;
+  GgufLayout layout = GgufLayout::AsIs;
+  bool keep_f32 = false;
+};
+// nullopt when `naming` has no entry for `hf_name`.
+std::optional<GgufTensor> gguf_tensor(const GgufNaming& naming, std::string_view hf_name);
+
 struct FamilyTraits {
   std::string model_type;  // as config.json writes it
   ModelFamily family = ModelFamily::Llama;
@@ -59,6 +104,8 @@ struct FamilyTraits {
   bool conv1d_weights = false;
   std::vector<std::string> default_lora_targets;  // last module-name components
   ParameterShapes (*parameter_shapes)(const ModelConfig& config) = nullptr;
+  // How llama.cpp names the family in GGUF; nullopt: no GGUF export.
+  std::optional<GgufNaming> gguf;
 };
 
 // The entry for `model_type`, or nullptr when it is not supported.
