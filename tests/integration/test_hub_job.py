@@ -101,7 +101,8 @@ def test_dataset_hub_id_picks_splits_by_name_or_pattern(demo, tmp_path):
         assert any("2 training and 1 validation files" in e.get("message", "") for e in events), events[:5]
         assert events[-1]["type"] == "done" and events[-1]["status"] == "completed"
         fetched = next(iter(walk_cache(cache)["datasets--org--strings"].values()))
-        assert set(fetched) == {"data/train-00000.jsonl", "data/train-00001.jsonl", "data/validation.jsonl"}
+        assert set(fetched) == {"data/train-00000.jsonl", "data/train-00001.jsonl", "data/validation.jsonl",
+                                "README.md"}
 
         # Patterns choose instead (the test split never trains unless asked for).
         r = run(dataset_spec(demo, tmp_path, "by-pattern", hub_id="org/strings", train=["data/train-00001.*"],
@@ -120,3 +121,84 @@ def test_dataset_hub_id_picks_splits_by_name_or_pattern(demo, tmp_path):
                 client_env(hub, cache, HF_HUB_OFFLINE=1))
         assert r.returncode == 0, r.stderr
         assert len(hub.log) == served, "offline asked the server nothing"
+
+
+def parquet(rows):
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    out = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), out)
+    return out.getvalue()
+
+
+CARD = b"""---
+configs:
+- config_name: small
+  default: true
+  data_files:
+  - split: train
+    path: small/train.jsonl
+  - split: validation
+    path: small/dev.jsonl
+- config_name: other
+  data_files: other/*.jsonl
+---
+# Two configs
+"""
+
+
+def test_dataset_config_from_the_card_or_the_conversion_branch_trains(demo, tmp_path):
+    lines = (demo / "train.jsonl").read_bytes().splitlines(keepends=True)
+    rows = [json.loads(line) for line in lines[:300]]
+    with HubServer() as hub:
+        hub.add(Repo("org/configs", {"README.md": CARD, "small/train.jsonl": b"".join(lines[:200]),
+                                     "small/dev.jsonl": b"".join(lines[200:220]),
+                                     "other/part-1.jsonl": b"".join(lines[300:500]),
+                                     "other/part-2.jsonl": b"".join(lines[500:700]),
+                                     "unused/train.jsonl": b"".join(lines[:10])}, repo_type="dataset"))
+        hub.add(Repo("org/scripted", {"README.md": b"# a loading script\n", "scripted.py": b"pass\n"}, repo_type="dataset",
+                     branches={"refs/convert/parquet": {"default/train/0000.parquet": parquet(rows[:150]),
+                                                        "default/train/0001.parquet": parquet(rows[150:280]),
+                                                        "default/validation/0000.parquet": parquet(rows[280:])}}))
+        cache = tmp_path / "cache"
+
+        # No dataset.config: the card's default config, its train and validation splits.
+        r = run(dataset_spec(demo, tmp_path, "default-config", hub_id="org/configs"), client_env(hub, cache))
+        assert r.returncode == 0, r.stderr
+        events = events_of(tmp_path / "default-config")
+        assert any("config small (from its card): 1 training and 1 validation files" in e.get("message", "")
+                   for e in events), events[:6]
+        assert events[-1]["type"] == "done" and events[-1]["status"] == "completed"
+        fetched = next(iter(walk_cache(cache)["datasets--org--configs"].values()))
+        assert set(fetched) == {"README.md", "small/train.jsonl", "small/dev.jsonl"}, "only the config's files"
+
+        # dataset.config names another one.
+        r = run(dataset_spec(demo, tmp_path, "other-config", hub_id="org/configs", config="other"),
+                client_env(hub, cache))
+        assert r.returncode == 0, r.stderr
+        events = events_of(tmp_path / "other-config")
+        assert any("config other (from its card): 2 training and 0 validation files" in e.get("message", "")
+                   for e in events)
+        assert events[-1]["type"] == "done" and events[-1]["status"] == "completed"
+        r = run(dataset_spec(demo, tmp_path, "no-config", hub_id="org/configs", config="nope"), client_env(hub, cache))
+        assert r.returncode == 2 and 'dataset.config "nope" is not one of its configs (small, other)' in r.stderr
+
+        # Offline, the same choice from the cache (the card was cached with the files).
+        served = len(hub.log)
+        r = run(dataset_spec(demo, tmp_path, "offline-config", hub_id="org/configs", config="other"),
+                client_env(hub, cache, HF_HUB_OFFLINE=1))
+        assert r.returncode == 0, r.stderr
+        assert len(hub.log) == served, "offline asked the server nothing"
+
+        # A dataset with only a loading script trains from the Hub's Parquet conversion.
+        r = run(dataset_spec(demo, tmp_path, "converted", hub_id="org/scripted"), client_env(hub, cache))
+        assert r.returncode == 0, r.stderr
+        events = events_of(tmp_path / "converted")
+        assert any("config default (from its parquet conversion): 2 training and 1 validation files at "
+                   "refs/convert/parquet" in e.get("message", "") for e in events), events[:6]
+        assert events[-1]["type"] == "done" and events[-1]["status"] == "completed"
+        branch = hub.repos[("dataset", "org/scripted")].branches["refs/convert/parquet"]
+        assert (cache / "datasets--org--scripted" / "refs" / "refs" / "convert" / "parquet").read_text() == branch.sha
+        assert walk_cache(cache)["datasets--org--scripted"][branch.sha] == branch.files

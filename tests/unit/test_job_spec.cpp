@@ -92,6 +92,23 @@ class TestJobSpec : public QObject {
     doc = minimal();
     doc["dataset"]["train"] = json::array();
     QVERIFY(error_text(doc).find("dataset.train must name at least one file") != std::string::npos);
+    doc = minimal();
+    doc["dataset"]["config"] = "en";  // a config belongs to a Hub dataset
+    QVERIFY2(error_text(doc).find("dataset.config") != std::string::npos &&
+                 error_text(doc).find("hub_id") != std::string::npos,
+             error_text(doc).c_str());
+  }
+
+  void hubDatasetConfigRoundTrips() {
+    auto doc = minimal();
+    doc["dataset"] = {{"hub_id", "org/data"}, {"revision", "v1"}, {"config", "en"}};
+    const auto spec = job::parse_job_spec(doc, "job.json");
+    QCOMPARE(QString::fromStdString(spec.dataset.config), QString("en"));
+    const json saved = job::to_json(spec);
+    QCOMPARE(saved["dataset"]["config"], json("en"));
+    QCOMPARE(job::parse_job_spec(saved, "again.json").dataset.config, std::string("en"));
+    doc["dataset"].erase("config");  // no config: the dataset's default, and none written
+    QVERIFY(!job::to_json(job::parse_job_spec(doc, "job.json"))["dataset"].contains("config"));
   }
 
   void strategyTableListsSingle() {
