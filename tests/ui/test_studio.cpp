@@ -1331,7 +1331,8 @@ class StudioTest : public QObject {
 
     ExportDialog dialog(finished_run_, cli);
     QCOMPARE(dialog.kinds(),
-             (QList<ExportDialog::Kind>{ExportDialog::MergedModel, ExportDialog::LoraAdapter}));
+             (QList<ExportDialog::Kind>{ExportDialog::MergedModel, ExportDialog::Gguf,
+                                        ExportDialog::LoraAdapter}));
     dialog.show();
     QTRY_VERIFY_WITH_TIMEOUT(dialog.measured(), 10000);
     dialog.set_kind(ExportDialog::MergedModel);
@@ -1385,6 +1386,66 @@ class StudioTest : public QObject {
       QVERIFY2(a.readAll() == b.readAll(), qPrintable(f));
     }
     QVERIFY(!QFileInfo::exists(adapter + ".partial"));
+  }
+
+  // Export as GGUF: the finished run's (llama) model as one q8_0 file for llama.cpp, Ollama and
+  // LM Studio, with per-tensor progress; the gguf package reads it back.
+  void export_a_finished_run_as_gguf() {
+    if (finished_run_.id.isEmpty()) QSKIP("no finished real run (tessera-cli without `run`)");
+    ExportDialog dialog(finished_run_, real_cli());
+    QVERIFY(dialog.kinds().contains(ExportDialog::Gguf));
+    dialog.show();
+    QTRY_VERIFY_WITH_TIMEOUT(dialog.measured(), 10000);
+    dialog.set_kind(ExportDialog::Gguf);
+    QVERIFY(dialog.gguf_type_combo()->isVisible());
+    QVERIFY(dialog.destination().endsWith(".gguf"));  // a file, not a folder
+    dialog.set_gguf_type("f32");
+    const quint64 f32 = dialog.estimated_bytes();
+    QVERIFY(f32 > demo_parameters_ * 4);
+    dialog.set_gguf_type("q8_0");
+    QVERIFY(dialog.destination().endsWith("model-q8_0.gguf"));  // the default follows the type
+    QVERIFY(dialog.estimated_bytes() < f32 * 4 / 10);           // 34 bytes per 32 weights
+    const QString file = path("export-q8_0.gguf");
+    QVERIFY(QDir().mkpath(path("gguf-folder")));
+    dialog.set_destination(path("gguf-folder"));
+    QVERIFY(dialog.start().contains("is a folder"));
+    dialog.set_destination(file);
+    QSignalSpy done(&dialog, &ExportDialog::exportFinished);
+    QCOMPARE(dialog.start(), QString());
+    QVERIFY(dialog.busy());
+    QVERIFY(done.wait(240000));
+    QVERIFY2(dialog.succeeded(),
+             qPrintable(dialog.message() + "\n" + dialog.log_view()->toPlainText()));
+    QCOMPARE(dialog.progress_bar()->format(), QString("done"));
+    QVERIFY(dialog.log_view()->toPlainText().contains("export: tensor 1/"));
+    QVERIFY(dialog.log_view()->toPlainText().contains("--format gguf --gguf-type q8_0"));
+    screenshot(&dialog, "export-dialog-gguf");
+    QFile gguf(file);
+    QVERIFY(gguf.open(QIODevice::ReadOnly));
+    const QByteArray header = gguf.read(8);
+    QCOMPARE(header.left(4), QByteArray("GGUF"));
+    QCOMPARE(header.mid(4), QByteArray("\x03\x00\x00\x00", 4));  // version 3, little-endian
+    QVERIFY(QFileInfo(file).size() < qint64(f32 * 4 / 10));
+    // A second export to the same file is refused before anything starts.
+    QVERIFY(dialog.start().contains("exists"));
+    QVERIFY(!dialog.busy());
+
+    if (!QFileInfo::exists(TESSERA_PYTHON)) {
+      qWarning("%s is missing: not reading the GGUF file back", TESSERA_PYTHON);
+      return;
+    }
+    QProcess python;
+    python.start(TESSERA_PYTHON, {"-c",
+                                  "import sys, gguf; r = gguf.GGUFReader(sys.argv[1]); "
+                                  "print(r.fields['general.architecture'].contents(), "
+                                  "r.fields['general.file_type'].contents(), len(r.tensors), "
+                                  "' '.join(sorted({t.tensor_type.name for t in r.tensors})))",
+                                  file});
+    QVERIFY(python.waitForFinished(120000));
+    QVERIFY2(python.exitCode() == 0, python.readAllStandardError().constData());
+    // The demo model: 4 layers of 9 tensors, the embeddings, the final norm and the output.
+    QCOMPARE(QString::fromUtf8(python.readAllStandardOutput()).trimmed(),
+             QString("llama 7 39 F32 Q8_0"));
   }
 
   // Clone: a finished run's settings fill the wizard for a new run (new id and folder); the

@@ -10,6 +10,7 @@
 #include <QFontDatabase>
 #include <QFormLayout>
 #include <QHBoxLayout>
+#include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
@@ -18,11 +19,13 @@
 #include <QProgressBar>
 #include <QPromise>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QStorageInfo>
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
 
 #include "core/files.h"
+#include "hf/families.h"
 
 namespace tessera::ui {
 
@@ -79,6 +82,21 @@ void copy_folder(QPromise<QString>& promise, const QString& from, const QString&
   promise.addResult(error);
 }
 
+// Whether the causal LM in `model_dir` is of a family llama.cpp reads as GGUF (its config.json's
+// model_type has a GgufNaming in the registry); the CLI checks the rest before writing.
+bool gguf_exportable(const QString& model_dir) {
+  QFile config(QDir(model_dir).filePath("config.json"));
+  if (!config.open(QIODevice::ReadOnly)) return false;
+  const QJsonObject o = QJsonDocument::fromJson(config.read(1 << 20)).object();
+  const hf::FamilyTraits* family = hf::find_family(o.value("model_type").toString().toStdString());
+  if (family == nullptr || !family->gguf || !family->causal_lm) return false;
+  const QJsonArray architectures = o.value("architectures").toArray();
+  if (architectures.isEmpty()) return true;  // a decoder without architectures is a causal LM
+  for (const QJsonValue& a : architectures)
+    if (a.toString().endsWith("ForCausalLM") || a.toString().endsWith("LMHeadModel")) return true;
+  return false;
+}
+
 }  // namespace
 
 ExportDialog::ExportDialog(RunRecord run, QString cli, QWidget* parent)
@@ -86,35 +104,48 @@ ExportDialog::ExportDialog(RunRecord run, QString cli, QWidget* parent)
   setWindowTitle(tr("Export %1").arg(run_.name.isEmpty() ? run_.id : run_.name));
   auto* layout = new QVBoxLayout(this);
   auto* form = new QFormLayout;
+  form_ = form;
   kind_ = new QComboBox;
   const QDir dir(run_.output_dir);
   const bool lora = run_.method == "lora";
-  if (QFileInfo::exists(dir.filePath("model"))) {
+  const bool has_model = QFileInfo::exists(dir.filePath("model"));
+  if (has_model) {
     if (lora)
       kind_->addItem(tr("Merged model (HuggingFace folder)"), MergedModel);
     else
       kind_->addItem(tr("Full model (HuggingFace folder)"), FullModel);
   }
+  if (has_model && gguf_exportable(dir.filePath("model")))
+    kind_->addItem(tr("GGUF (llama.cpp, Ollama, LM Studio)"), Gguf);
   if (lora && QFileInfo::exists(dir.filePath("adapter")))
     kind_->addItem(tr("LoRA adapter (PEFT folder)"), LoraAdapter);
   kind_->setToolTip(
-      tr("A HuggingFace folder loads with AutoModelForCausalLM.from_pretrained; a LoRA adapter "
-         "loads with peft on top of the base model"));
+      tr("A HuggingFace folder loads with AutoModelForCausalLM.from_pretrained; a GGUF file runs "
+         "in llama.cpp, Ollama and LM Studio; a LoRA adapter loads with peft on top of the base "
+         "model"));
   form->addRow(tr("&What:"), kind_);
   dtype_ = new QComboBox;
   dtype_->addItem(tr("float32 (as trained)"), "float32");
   dtype_->addItem(tr("bfloat16 (half the size)"), "bfloat16");
   dtype_->setToolTip(tr("The precision of the exported weights"));
   form->addRow(tr("&Precision:"), dtype_);
-  destination_ = new QLineEdit(dir.filePath("export"));
-  destination_->setToolTip(tr("A new or empty folder"));
+  gguf_type_ = new QComboBox;
+  gguf_type_->addItem(tr("f16 (half the size of float32)"), "f16");
+  gguf_type_->addItem(tr("q8_0 (8-bit, about a quarter of float32)"), "q8_0");
+  gguf_type_->addItem(tr("bf16 (half the size of float32)"), "bf16");
+  gguf_type_->addItem(tr("f32 (as trained)"), "f32");
+  gguf_type_->setToolTip(
+      tr("The GGUF tensor type of the weights; norms and biases stay f32. q8_0 stores each block "
+         "of 32 weights as 8-bit integers with one scale"));
+  form->addRow(tr("&Type:"), gguf_type_);
+  destination_ = new QLineEdit;
   auto* browse = new QPushButton(tr("Choose…"));
   auto* row = new QHBoxLayout;
   row->addWidget(destination_, 1);
   row->addWidget(browse);
-  auto* folder_label = new QLabel(tr("&Folder:"));
-  folder_label->setBuddy(destination_);
-  form->addRow(folder_label, row);
+  destination_label_ = new QLabel(tr("&Folder:"));
+  destination_label_->setBuddy(destination_);
+  form->addRow(destination_label_, row);
   estimate_ = new QLabel(tr("measuring…"));
   form->addRow(tr("Size:"), estimate_);
   auto* source = new QLabel(run_.output_dir);
@@ -146,11 +177,16 @@ ExportDialog::ExportDialog(RunRecord run, QString cli, QWidget* parent)
   connect(export_, &QPushButton::clicked, this, [this] { start(); });
   connect(browse, &QPushButton::clicked, this, [this] {
     const QString d =
-        QFileDialog::getExistingDirectory(this, tr("Export to"), destination_->text());
+        kind() == Gguf
+            ? QFileDialog::getSaveFileName(this, tr("Export to"), destination_->text(),
+                                           tr("GGUF files (*.gguf)"))
+            : QFileDialog::getExistingDirectory(this, tr("Export to"), destination_->text());
     if (!d.isEmpty()) destination_->setText(d);
   });
-  connect(kind_, &QComboBox::currentIndexChanged, this, &ExportDialog::update_estimate);
+  connect(kind_, &QComboBox::currentIndexChanged, this, &ExportDialog::update_kind);
+  connect(gguf_type_, &QComboBox::currentIndexChanged, this, &ExportDialog::update_kind);
   connect(dtype_, &QComboBox::currentIndexChanged, this, &ExportDialog::update_estimate);
+  update_kind();
   connect(&size_watcher_, &QFutureWatcher<Sizes>::finished, this, [this] {
     sizes_ = size_watcher_.result();
     measured_ = true;
@@ -216,8 +252,33 @@ void ExportDialog::set_dtype(const QString& dtype) {
   dtype_->setCurrentIndex(dtype_->findData(dtype));
 }
 
-void ExportDialog::set_destination(const QString& dir) {
-  destination_->setText(dir);
+void ExportDialog::set_gguf_type(const QString& type) {
+  gguf_type_->setCurrentIndex(gguf_type_->findData(type));
+}
+
+void ExportDialog::set_destination(const QString& path) {
+  destination_->setText(path);
+}
+
+QString ExportDialog::default_destination() const {
+  const QDir dir(run_.output_dir);
+  if (kind() == Gguf)
+    return dir.filePath(QString("model-%1.gguf").arg(gguf_type_->currentData().toString()));
+  return dir.filePath("export");
+}
+
+void ExportDialog::update_kind() {
+  const bool gguf = kind() == Gguf;
+  form_->setRowVisible(dtype_, !gguf);
+  form_->setRowVisible(gguf_type_, gguf);
+  destination_label_->setText(gguf ? tr("&File:") : tr("&Folder:"));
+  destination_->setToolTip(gguf ? tr("A new .gguf file") : tr("A new or empty folder"));
+  // A destination the user typed stays; the previous kind's default follows the kind.
+  if (destination_->text().isEmpty() || destination_->text() == last_default_destination_) {
+    last_default_destination_ = default_destination();
+    destination_->setText(last_default_destination_);
+  }
+  update_estimate();
 }
 
 QString ExportDialog::destination() const {
@@ -230,9 +291,17 @@ bool ExportDialog::busy() const {
 
 quint64 ExportDialog::estimated_bytes() const {
   if (kind() == LoraAdapter) return sizes_.adapter;
+  const quint64 elements = sizes_.model_weights / quint64(sizes_.model_dtype_bytes);
+  if (kind() == Gguf) {
+    // q8_0: 34 bytes per block of 32; the tokenizer travels in the file's metadata.
+    const QString type = gguf_type_->currentData().toString();
+    const quint64 weights = type == "f32"    ? elements * 4
+                            : type == "q8_0" ? elements * 34 / 32
+                                             : elements * 2;
+    return weights + sizes_.model_other;
+  }
   const int target = dtype_->currentData().toString() == "bfloat16" ? 2 : 4;
-  return sizes_.model_weights / quint64(sizes_.model_dtype_bytes) * quint64(target) +
-         sizes_.model_other;
+  return elements * quint64(target) + sizes_.model_other;
 }
 
 void ExportDialog::update_estimate() {
@@ -258,14 +327,21 @@ QString ExportDialog::start() {
   const QString dest = destination();
   if (dest.isEmpty()) return refuse(tr("Choose the folder to export to."));
   const QFileInfo dest_info(dest);
-  if (dest_info.exists() && !dest_info.isDir())
-    return refuse(tr("%1 is a file; choose a new or empty folder.").arg(dest));
-  if (dest_info.isDir() && !QDir(dest).isEmpty())
-    return refuse(tr("%1 is not empty; choose a new or empty folder.").arg(dest));
   const QString source =
       QDir(run_.output_dir).filePath(kind() == LoraAdapter ? "adapter" : "model");
-  if (QDir(source).canonicalPath() == QDir(dest).canonicalPath() && dest_info.exists())
-    return refuse(tr("The destination is the run's own %1 folder.").arg(source));
+  if (kind() == Gguf) {
+    if (dest_info.isDir())
+      return refuse(tr("%1 is a folder; a GGUF export is one file (for example %2).")
+                        .arg(dest, QDir(dest).filePath("model.gguf")));
+    if (dest_info.exists()) return refuse(tr("%1 exists; choose a new file name.").arg(dest));
+  } else {
+    if (dest_info.exists() && !dest_info.isDir())
+      return refuse(tr("%1 is a file; choose a new or empty folder.").arg(dest));
+    if (dest_info.isDir() && !QDir(dest).isEmpty())
+      return refuse(tr("%1 is not empty; choose a new or empty folder.").arg(dest));
+    if (QDir(source).canonicalPath() == QDir(dest).canonicalPath() && dest_info.exists())
+      return refuse(tr("The destination is the run's own %1 folder.").arg(source));
+  }
   // Free space first: the export writes the whole folder before anything is swapped in.
   const quint64 needed = estimated_bytes() + kHeadroomBytes;
   const QStorageInfo storage(existing_ancestor(dest));
@@ -283,6 +359,7 @@ QString ExportDialog::start() {
   export_->setEnabled(false);
   kind_->setEnabled(false);
   dtype_->setEnabled(false);
+  gguf_type_->setEnabled(false);
   destination_->setEnabled(false);
   if (kind() == LoraAdapter) {
     progress_->setFormat(tr("copying the adapter: %v / %m files"));
@@ -295,8 +372,17 @@ QString ExportDialog::start() {
   stderr_partial_.clear();
   stderr_tail_.clear();
   process_ = new QProcess(this);
-  const QStringList args = {
-      "export", "--model", source, "--out", dest, "--dtype", dtype_->currentData().toString()};
+  const QStringList args =
+      kind() == Gguf ? QStringList{"export", "--model",     source,
+                                   "--out",  dest,          "--format",
+                                   "gguf",   "--gguf-type", gguf_type_->currentData().toString()}
+                     : QStringList{"export",
+                                   "--model",
+                                   source,
+                                   "--out",
+                                   dest,
+                                   "--dtype",
+                                   dtype_->currentData().toString()};
   log_->appendPlainText("$ " + cli_ + " " + args.join(' '));
   connect(process_, &QProcess::readyReadStandardError, this, &ExportDialog::on_stderr);
   connect(process_, &QProcess::readyReadStandardOutput, this, [this] {
@@ -334,8 +420,14 @@ void ExportDialog::on_stderr() {
     log_->appendPlainText(line);
     stderr_tail_ << line;
     if (stderr_tail_.size() > 20) stderr_tail_.removeFirst();
-    // "export: <stage>" lines name the stage in progress.
-    if (line.startsWith("export: ")) progress_->setFormat(line.mid(8));
+    // "export: <stage>" lines name the stage in progress; GGUF's count its tensors.
+    if (!line.startsWith("export: ")) continue;
+    progress_->setFormat(line.mid(8));
+    static const QRegularExpression tensor("^export: tensor (\\d+)/(\\d+) ");
+    if (const QRegularExpressionMatch m = tensor.match(line); m.hasMatch()) {
+      progress_->setRange(0, m.captured(2).toInt());
+      progress_->setValue(m.captured(1).toInt());
+    }
   }
 }
 
@@ -353,6 +445,7 @@ void ExportDialog::finish(bool ok, const QString& message) {
   log_->appendPlainText(message);
   kind_->setEnabled(true);
   dtype_->setEnabled(kind() != LoraAdapter);
+  gguf_type_->setEnabled(true);
   destination_->setEnabled(true);
   export_->setEnabled(true);
   Q_EMIT exportFinished(ok, message);

@@ -1,8 +1,10 @@
 #pragma once
 // Exporting a finished run: the full model as a HuggingFace folder (the run's model/ written
 // again in a chosen dtype by `tessera-cli export`), or for LoRA runs the merged model or the
-// LoRA adapter (adapter/ copied, PEFT format). It measures the size and checks the free space
-// first, then works in a child process or a pool thread with progress; the GUI never waits.
+// LoRA adapter (adapter/ copied, PEFT format); or the model as one GGUF file for llama.cpp,
+// Ollama and LM Studio (`tessera-cli export --format gguf`, offered for the families that have a
+// GGUF naming). It measures the size and checks the free space first, then works in a child
+// process or a pool thread with progress; the GUI never waits.
 #include <QDialog>
 #include <QFutureWatcher>
 #include <QProcess>
@@ -11,6 +13,7 @@
 #include "ui/models/runs_db.h"
 
 class QComboBox;
+class QFormLayout;
 class QLabel;
 class QLineEdit;
 class QPlainTextEdit;
@@ -22,15 +25,16 @@ namespace tessera::ui {
 class ExportDialog : public QDialog {
   Q_OBJECT
  public:
-  enum Kind { FullModel, MergedModel, LoraAdapter };
+  enum Kind { FullModel, MergedModel, LoraAdapter, Gguf };
   ExportDialog(RunRecord run, QString cli, QWidget* parent = nullptr);
   ~ExportDialog() override;
 
   QList<Kind> kinds() const;  // what this run offers
   void set_kind(Kind kind);
   Kind kind() const;
-  void set_dtype(const QString& dtype);  // float32 | bfloat16
-  void set_destination(const QString& dir);
+  void set_dtype(const QString& dtype);       // float32 | bfloat16
+  void set_gguf_type(const QString& type);    // f16 | q8_0 | bf16 | f32
+  void set_destination(const QString& path);  // a folder, or for Gguf a file
   // Starts the export; "" when started, else why not (also shown in the dialog).
   QString start();
   bool measured() const { return measured_; }  // the size estimate is ready
@@ -41,6 +45,7 @@ class ExportDialog : public QDialog {
   quint64 estimated_bytes() const;  // for the current kind and dtype
 
   QComboBox* kind_combo() const { return kind_; }
+  QComboBox* gguf_type_combo() const { return gguf_type_; }
   QProgressBar* progress_bar() const { return progress_; }
   QLabel* status_label() const { return status_; }
   QPushButton* export_button() const { return export_; }
@@ -51,6 +56,8 @@ class ExportDialog : public QDialog {
 
  private:
   void update_estimate();
+  void update_kind();  // shows the options of the chosen kind, and its default destination
+  QString default_destination() const;
   void finish(bool ok, const QString& message);
   void on_stderr();
 
@@ -58,7 +65,11 @@ class ExportDialog : public QDialog {
   QString cli_;
   QComboBox* kind_;
   QComboBox* dtype_;
+  QComboBox* gguf_type_;
   QLineEdit* destination_;
+  QFormLayout* form_;
+  QLabel* destination_label_;
+  QString last_default_destination_;  // replaced on a kind change unless the user edited it
   QLabel* estimate_;
   QLabel* status_;
   QProgressBar* progress_;
