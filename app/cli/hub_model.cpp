@@ -105,22 +105,27 @@ job::DatasetSpec fetch_hub_dataset(const job::DatasetSpec& dataset, job::EventSi
                                    const std::atomic<bool>* stop) {
   hub::Client client(hub::Settings::from_environment());
   try {
-    const hub::DatasetLayout layout = client.dataset_layout(dataset.hub_id, dataset.revision);
-    const hub::DatasetConfig& config = chosen_config(layout, dataset.config);
     job::DatasetSpec local = dataset;
-    // The config's "train" split and its validation split, unless patterns choose instead.
-    const hub::DatasetSplit* train = find_split(config, {"train"});
-    const hub::DatasetSplit* validation = find_split(config, {"validation", "valid", "val", "dev"});
+    // Training patterns and no config: the files at dataset.revision, no layout needed (so a
+    // cache without the card still serves them offline). Otherwise the config's splits.
+    std::optional<hub::DatasetLayout> layout;
+    const hub::DatasetConfig* config = nullptr;
+    if (dataset.train_files.empty() || !dataset.config.empty()) {
+      layout = client.dataset_layout(dataset.hub_id, dataset.revision);
+      config = &chosen_config(*layout, dataset.config);
+    }
+    const std::string revision = config != nullptr ? config->revision : dataset.revision;
     std::vector<std::string> names;
     if (!dataset.train_files.empty() || !dataset.validation_files.empty())
-      names = data_files_at(client, dataset.hub_id, config.revision);
+      names = data_files_at(client, dataset.hub_id, revision);
     if (dataset.train_files.empty()) {
+      const hub::DatasetSplit* train = find_split(*config, {"train"});
       if (train == nullptr) {
         std::string splits;
-        for (const hub::DatasetSplit& s : config.splits)
+        for (const hub::DatasetSplit& s : config->splits)
           splits += (splits.empty() ? "" : ", ") + s.name;
         throw_invalid(
-            "config \"" + config.name + "\" has no train split (its splits: " + splits + ")",
+            "config \"" + config->name + "\" has no train split (its splits: " + splits + ")",
             "name the training files in dataset.train, e.g. [\"data/*.jsonl\"]");
       }
       local.train_files = train->files;
@@ -135,28 +140,32 @@ job::DatasetSpec fetch_hub_dataset(const job::DatasetSpec& dataset, job::EventSi
       local.validation_files = hub::matching(names, dataset.validation_files);
       if (local.validation_files.empty())
         throw_invalid("dataset.validation matches none of its data files (" + listed(names) + ")");
-    } else if (dataset.train_files.empty() && validation != nullptr) {
-      local.validation_files = validation->files;
+    } else if (dataset.train_files.empty()) {
+      if (const auto* v = find_split(*config, {"validation", "valid", "val", "dev"}))
+        local.validation_files = v->files;
     }
+    const std::string chosen_by =
+        config != nullptr ? "config " + config->name + " (from its " + layout->source + ")"
+                          : std::string("files by pattern");
     for (const auto* files : {&local.train_files, &local.validation_files})
       for (const std::string& f : *files)
         if (!hub::is_data_file(f))
-          throw_unsupported("config \"" + config.name + "\" names " + f +
-                                ", a file type Tessera's readers do not take",
-                            "Tessera reads JSON, JSONL, CSV, TSV, text and Parquet; choose other "
-                            "files with dataset.train / dataset.validation");
-    events.log("info", "dataset.hub_id " + dataset.hub_id + " at " + dataset.revision +
-                           ", config " + config.name + " (from its " + layout.source +
-                           "): " + std::to_string(local.train_files.size()) + " training and " +
-                           std::to_string(local.validation_files.size()) + " validation files" +
-                           (config.revision != dataset.revision ? " at " + config.revision : ""));
-    // Only the chosen files, and the card, at the revision that holds them.
-    hub::DownloadParams params =
-        job_download(hub::RepoType::Dataset, config.revision, events, stop);
+          throw_unsupported(
+              chosen_by + " names " + f + ", a file type Tessera's readers do not take",
+              "Tessera reads JSON, JSONL, CSV, TSV, text and Parquet; choose other "
+              "files with dataset.train / dataset.validation");
+    events.log("info", "dataset.hub_id " + dataset.hub_id + " at " + dataset.revision + ", " +
+                           chosen_by + ": " + std::to_string(local.train_files.size()) +
+                           " training and " + std::to_string(local.validation_files.size()) +
+                           " validation files" +
+                           (revision != dataset.revision ? " at " + revision : ""));
+    // Only the chosen files, and the card (online: offline a run needs it only for the layout,
+    // which had it), at the revision that holds them.
+    hub::DownloadParams params = job_download(hub::RepoType::Dataset, revision, events, stop);
     params.include = local.train_files;
     params.include.insert(params.include.end(), local.validation_files.begin(),
                           local.validation_files.end());
-    params.include.push_back("README.md");
+    if (!client.settings().offline) params.include.push_back("README.md");
     const hub::DownloadResult result = client.download(dataset.hub_id, params);
     for (auto* files : {&local.train_files, &local.validation_files})
       for (std::string& f : *files) f = (result.snapshot / f).string();

@@ -16,8 +16,9 @@ std::filesystem::path fetch_hub_model(const job::JobSpec& spec, job::EventSink& 
 // A job spec's dataset.hub_id made local: the config dataset.config names (else the dataset's
 // default config, hf/hub/datasets.h), its "train" split for training and its "validation"
 // ("valid", "val", "dev") split for validation, unless dataset.train / dataset.validation give
-// patterns over the repository's files at the config's revision; only those files and the card
-// are fetched into the shared HF cache, like a model. Returns `dataset` with train_files /
+// patterns over the repository's files at the config's revision (training patterns without a
+// config need no layout: the files at dataset.revision); only those files and the card are
+// fetched into the shared HF cache, like a model. Returns `dataset` with train_files /
 // validation_files set to the snapshot's files.
 job::DatasetSpec fetch_hub_dataset(const job::DatasetSpec& dataset, job::EventSink& events,
                                    const std::atomic<bool>* stop);

@@ -122,6 +122,20 @@ def test_dataset_hub_id_picks_splits_by_name_or_pattern(demo, tmp_path):
         assert r.returncode == 0, r.stderr
         assert len(hub.log) == served, "offline asked the server nothing"
 
+        # Patterns need no card: a cache holding only the training files serves them offline.
+        cache = tmp_path / "cache-no-card"
+        r = subprocess.run([CLI, "hub", "download", "org/strings", "--dataset", "--include", "data/train-*"],
+                           capture_output=True, text=True, timeout=120, env=client_env(hub, cache))
+        assert r.returncode == 0, r.stderr
+        assert "README.md" not in next(iter(walk_cache(cache)["datasets--org--strings"].values()))
+        r = run(dataset_spec(demo, tmp_path, "offline-no-card", hub_id="org/strings", train=["data/train-*"]),
+                client_env(hub, cache, HF_HUB_OFFLINE=1))
+        assert r.returncode == 0, r.stderr
+        # Without patterns the layout needs the card, and the error says so.
+        r = run(dataset_spec(demo, tmp_path, "offline-layout", hub_id="org/strings"),
+                client_env(hub, cache, HF_HUB_OFFLINE=1))
+        assert r.returncode == 2 and "README.md" in r.stderr and "not in the cache" in r.stderr, r.stderr
+
 
 def parquet(rows):
     import io

@@ -593,6 +593,9 @@ RowPreview Client::preview_rows(const std::string& repo_id, const std::string& r
     case LineFormat::None:
       break;
   }
+  if (out.rows.empty() && !whole)
+    throw_unsupported("the first row of " + file + " is longer than 1 MiB",
+                      "download the dataset to see its rows");
   out.source = file + (whole ? "" : ", first 1 MiB");
   if (split.files.size() > 1) out.partial = true;  // the split's other files hold more rows
   return out;
