@@ -358,8 +358,10 @@ GgufReport export_gguf(model::PretrainedModel& model, const fs::path& out,
   if (family.rotary && c.rope_scaling.rope_type == "llama3") {
     Planned p;
     p.source = llama3_rope_freqs(c);
-    p.info = {
-        "rope_freqs.weight", {static_cast<std::uint64_t>(p.source.numel())}, gguf::TensorType::F32};
+    p.info = {"rope_freqs.weight",
+              {static_cast<std::uint64_t>(p.source.numel())},
+              gguf::TensorType::F32,
+              0};
     planned.push_back(std::move(p));
   }
 

@@ -363,6 +363,16 @@ class TestModel : public QObject {
           if (name.rfind(family.base_prefix + ".", 0) != 0)
             QVERIFY2(name.rfind("lm_head.", 0) == 0 || name.rfind("classifier.", 0) == 0,
                      (what + name).c_str());
+      // GGUF (engine/export/gguf.cpp): every weight of a causal LM has a name llama.cpp reads,
+      // and no two weights share one.
+      if (family.gguf && model->head() == TaskHead::CausalLM) {
+        std::set<std::string> gguf_names;
+        for (const auto& name : parameter_names(*model)) {
+          const auto gguf = tessera::hf::gguf_tensor(*family.gguf, name);
+          QVERIFY2(gguf.has_value(), (what + name + " has no GGUF name").c_str());
+          QVERIFY2(gguf_names.insert(gguf->name).second, (what + gguf->name + " twice").c_str());
+        }
+      }
     }
   }
 
