@@ -151,9 +151,9 @@ class Client {
   // Up to `max_rows` first rows of one split before downloading it: the Hub's dataset viewer
   // (Settings::viewer_endpoint) for the main branch; without it, the complete lines of the
   // first 1 MiB of the split's first JSONL / JSON-lines / CSV / TSV file (a Range request, or
-  // the cached file offline). An empty `config` is the default config, an empty `split` is
-  // "train" when there is one, else the first. Throws when no preview is offered (Parquet
-  // without the viewer: download the dataset to see its rows).
+  // the cached file offline). An empty `config` is the default config (else the first
+  // listed), an empty `split` is "train" when there is one, else the first. Throws when no preview
+  // is offered (Parquet without the viewer: download the dataset to see its rows).
   RowPreview preview_rows(const std::string& repo_id, const std::string& revision,
                           const std::string& config, const std::string& split, int max_rows);
 
