@@ -10,12 +10,15 @@
 #include <QBarSeries>
 #include <QBarSet>
 #include <QChart>
+#include <QChartView>
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
 #include <QDoubleSpinBox>
 #include <QElapsedTimer>
 #include <QFile>
+#include <QGraphicsSimpleTextItem>
+#include <QGraphicsTextItem>
 #include <QHorizontalStackedBarSeries>
 #include <QJsonArray>
 #include <QLabel>
@@ -100,6 +103,27 @@ void screenshot(QWidget* w, const QString& name) {
   const QString file = QDir(TESSERA_SCREENSHOT_DIR).filePath(name + ".png");
   QCoreApplication::sendPostedEvents(nullptr, QEvent::LayoutRequest);  // pending relayouts first
   QVERIFY2(w->grab().save(file), qPrintable(file));
+}
+
+// Every text Qt Charts drew elided ("..." or "…") in the visible charts under `root`: an axis
+// label or title that did not fit.
+QStringList elided_chart_text(QWidget* root) {
+  QStringList elided;
+  for (QChartView* view : root->findChildren<QChartView*>()) {
+    if (!view->isVisible() || !view->scene()) continue;
+    for (QGraphicsItem* item : view->scene()->items()) {
+      if (!item->isVisible()) continue;
+      QString text;
+      if (auto* rich = dynamic_cast<QGraphicsTextItem*>(item)) text = rich->toPlainText();
+      if (auto* simple = dynamic_cast<QGraphicsSimpleTextItem*>(item)) text = simple->text();
+      if (text.contains(QChar(0x2026)) || text.contains("..."))
+        elided << QString("%1: \"%2\" at (%3, %4)")
+                      .arg(view->chart()->title(), text)
+                      .arg(item->scenePos().x())
+                      .arg(item->scenePos().y());
+    }
+  }
+  return elided;
 }
 
 // A recorded run: metrics every step with loss falling, an evaluation every 50 steps,
@@ -658,7 +682,19 @@ class StudioTest : public QObject {
     QCOMPARE(dashboard.loss_chart()->point_count("evaluation loss"), steps / 50);
     QCOMPARE(dashboard.lr_chart()->point_count("learning rate"), steps);
     QCOMPARE(dashboard.throughput_chart()->point_count("tokens/s"), steps);
+    QCOMPARE(dashboard.throughput_chart()->point_count("tokens/s (smoothed)"), steps);
     QVERIFY(dashboard.memory_chart("host"));
+    // The memory legend gives each category's latest figure, and lists only what held memory.
+    for (const char* tier : {"host", "disk"}) {
+      MemoryChart* chart = dashboard.memory_chart(tier);
+      for (int category = 0; category < 4; ++category) {
+        const QString figure = format_bytes(chart->last_bytes(category));
+        const char* names[] = {"weights", "gradients", "optimizer state", "activations & other"};
+        QCOMPARE(chart->legend_text().contains(QString(names[category]) + " " + figure),
+                 chart->category_shown(category));
+        QCOMPARE(chart->category_shown(category), chart->last_bytes(category) > 0);
+      }
+    }
     QCOMPARE(dashboard.memory_chart("host")->point_count(), steps / 10);
     QCOMPARE(dashboard.memory_chart("disk")->point_count(), steps / 10);
     QCOMPARE(dashboard.progress_bar()->value(), dashboard.progress_bar()->maximum());
@@ -761,6 +797,15 @@ class StudioTest : public QObject {
     tabs->setCurrentIndex(tabs->count() - 2);
     QTest::qWait(100);
     screenshot(&window, "5-dashboard-disk-tier-replay");
+    QVERIFY2(elided_chart_text(&window).isEmpty(),
+             qPrintable(elided_chart_text(&window).join("; ")));
+    // A 1366×768 laptop's usable window: every chart's axis labels and titles drawn whole.
+    window.resize(1280, 720);
+    QTRY_COMPARE(window.size(), QSize(1280, 720));
+    QTest::qWait(100);
+    screenshot(&window, "5-dashboard-disk-tier-replay-1280x720");
+    QVERIFY2(elided_chart_text(&window).isEmpty(),
+             qPrintable(elided_chart_text(&window).join("; ")));
     tabs->setCurrentIndex(tabs->count() - 1);
     QTest::qWait(100);
     QVERIFY2(traffic->width() >= readable, qPrintable(QString::number(traffic->width())));

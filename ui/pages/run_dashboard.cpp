@@ -16,6 +16,7 @@
 #include <QPlainTextEdit>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QSplitter>
 #include <QStyle>
 #include <QTabWidget>
@@ -93,8 +94,14 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   grid->setContentsMargins(0, 0, 0, 0);
   loss_ = new LineChart(tr("Loss"), tr("step"), tr("loss"));
   loss_->set_empty_text(tr("no step yet"));
+  // Raw values faint under their smoothed trend, so a noisy series still reads as a line.
+  loss_->define_series(tr("training loss"), 0, /*faint=*/true);
+  loss_->define_series(tr("training loss (smoothed)"), 0, false);
+  loss_->define_series(tr("evaluation loss"), 2, false);
   lr_ = new LineChart(tr("Learning rate"), tr("step"), tr("lr"));
-  throughput_ = new LineChart(tr("Throughput"), tr("step"), tr("tokens/s"));
+  throughput_ = new LineChart(tr("Throughput (tokens/s)"), tr("step"), tr("tokens/s"));
+  throughput_->define_series(tr("tokens/s"), 0, /*faint=*/true);
+  throughput_->define_series(tr("tokens/s (smoothed)"), 0, false);
   memory_tabs_ = new QTabWidget;
   memory_tabs_->setDocumentMode(true);
   auto* no_memory = new QLabel(tr("No memory report yet"));
@@ -129,8 +136,16 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   details->addTab(spec_view_, tr("&Job spec"));
   details->addTab(plan_view_, tr("P&lan"));
 
+  // Charts keep a readable size and scroll when the window is smaller than that, rather than
+  // squeezing their axes into "…" or holding the window at a large minimum size.
+  auto* charts_scroll = new QScrollArea;
+  charts_scroll->setWidget(charts);
+  charts_scroll->setWidgetResizable(true);
+  charts_scroll->setFrameShape(QFrame::NoFrame);
+  charts_scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  charts_scroll->setMinimumHeight(fontMetrics().height() * 8);
   auto* split = new QSplitter(Qt::Vertical);
-  split->addWidget(charts);
+  split->addWidget(charts_scroll);
   split->addWidget(details);
   split->setStretchFactor(0, 6);
   split->setStretchFactor(1, 1);
@@ -189,6 +204,7 @@ void RunDashboard::clear() {
   plan_view_->clear();
   smoothed_loss_ = kMissing;
   smoothed_count_ = 0;
+  recent_tokens_per_s_.clear();
   error_->clear();
   error_->setVisible(false);
   progress_->setRange(0, 1);
@@ -389,7 +405,7 @@ void RunDashboard::update_disk_labels(const MemorySample& latest) {
 
 void RunDashboard::append(const RunSeries& s) {
   ++repaints_;
-  QList<QPointF> loss, smoothed, eval_loss, lr, tps;
+  QList<QPointF> loss, smoothed, eval_loss, lr, tps, smoothed_tps;
   for (const MetricPoint& p : s.metrics) {
     const double x = double(p.step);
     if (present(p.loss)) {
@@ -403,13 +419,24 @@ void RunDashboard::append(const RunSeries& s) {
     }
     if (present(p.eval_loss)) eval_loss.push_back({x, p.eval_loss});
     if (present(p.lr)) lr.push_back({x, p.lr});
-    if (present(p.tokens_per_s)) tps.push_back({x, p.tokens_per_s});
+    if (present(p.tokens_per_s)) {
+      tps.push_back({x, p.tokens_per_s});
+      // Mean of the last kWindow steps: checkpoints and evaluations make single steps slow,
+      // and drawn raw a long run's throughput becomes a solid block of spikes.
+      constexpr qsizetype kWindow = 25;
+      recent_tokens_per_s_.push_back(p.tokens_per_s);
+      if (recent_tokens_per_s_.size() > kWindow) recent_tokens_per_s_.pop_front();
+      double sum = 0;
+      for (double v : recent_tokens_per_s_) sum += v;
+      smoothed_tps.push_back({x, sum / double(recent_tokens_per_s_.size())});
+    }
   }
   if (!loss.isEmpty()) loss_->append(tr("training loss"), loss);
   if (!smoothed.isEmpty()) loss_->append(tr("training loss (smoothed)"), smoothed);
   if (!eval_loss.isEmpty()) loss_->append(tr("evaluation loss"), eval_loss);
   if (!lr.isEmpty()) lr_->append(tr("learning rate"), lr);
   if (!tps.isEmpty()) throughput_->append(tr("tokens/s"), tps);
+  if (!smoothed_tps.isEmpty()) throughput_->append(tr("tokens/s (smoothed)"), smoothed_tps);
 
   if (!s.memory.isEmpty()) {
     if (!present(t0_)) t0_ = s.memory.front().t;

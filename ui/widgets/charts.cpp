@@ -1,12 +1,15 @@
 #include "ui/widgets/charts.h"
 
 #include <QAreaSeries>
+#include <QBoxLayout>
 #include <QChart>
 #include <QEvent>
+#include <QGraphicsLayout>
+#include <QLabel>
 #include <QLegend>
-#include <QLegendMarker>
 #include <QLineSeries>
 #include <QPen>
+#include <QResizeEvent>
 #include <QValueAxis>
 #include <algorithm>
 #include <cmath>
@@ -25,7 +28,7 @@ QColor series_color(int index) {
 
 void apply_palette(QChart* chart, const QPalette& palette) {
   chart->setBackgroundBrush(palette.base());
-  chart->setBackgroundPen(QPen(palette.mid().color()));
+  chart->setBackgroundPen(Qt::NoPen);  // the ChartView's frame draws the border
   chart->setTitleBrush(palette.text());
   chart->legend()->setLabelColor(palette.text().color());
   for (QAbstractAxis* axis : chart->axes()) {
@@ -56,10 +59,37 @@ namespace {
 
 QChart* make_chart() {
   auto* chart = new QChart;
-  chart->setMargins(QMargins(4, 4, 4, 4));
-  chart->legend()->setAlignment(Qt::AlignBottom);
+  chart->setMargins(QMargins(2, 2, 6, 2));
+  chart->layout()->setContentsMargins(0, 0, 0, 0);  // the frame is ChartView's: no inner padding
+  chart->setBackgroundRoundness(0);
+  chart->legend()->hide();  // ChartView draws its own, which wraps
   chart->setAnimationOptions(QChart::NoAnimation);
   return chart;
+}
+
+// QChartView raises its own minimum size to its chart's after every resize and never lowers
+// it, so a chart once shown large (more ticks, longer labels) would hold the window large, and
+// in a scroll area the two feed each other. ChartView sets the minimum instead, and re-ticks the
+// axes for the size they get.
+class PlotView final : public QChartView {
+ public:
+  using QChartView::QChartView;
+
+ protected:
+  // What QChartView's own resize does, less the minimum size: the chart fills the view.
+  void resizeEvent(QResizeEvent* event) override {
+    QGraphicsView::resizeEvent(event);
+    chart()->resize(size());
+    setSceneRect(chart()->geometry());
+  }
+};
+
+// The tick count ChartView chose for an axis (see fit_to_size).
+constexpr char kTickCount[] = "tesseraTickCount";
+
+int wanted_ticks(const QValueAxis* axis) {
+  const QVariant v = axis->property(kTickCount);
+  return v.isValid() ? v.toInt() : 5;
 }
 
 QValueAxis* make_axis(const QString& title) {
@@ -88,28 +118,40 @@ QString label_format(double lo, double hi, double interval) {
   return QString("%.%1f").arg(std::min(decimals, 10));
 }
 
-// Round tick values ("0, 250, 500") rather than the data's own extremes; a flat line gets a
-// little room above and below.
+// The smallest "nice" step (1, 2, 2.5 or 5 times a power of ten) at least `raw`.
+double nice_step(double raw) {
+  const double power = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
+    if (m * power >= raw * (1 - 1e-9)) return m * power;
+  return 10.0 * power;
+}
+
+// Round tick values ("0, 250, 500") rather than the data's own extremes, at most the tick count
+// ChartView chose for the size (QValueAxis::applyNiceNumbers may add ticks, which then do not
+// fit and are elided); a flat line gets a little room above and below.
 void set_range(QValueAxis* axis, double lo, double hi) {
   if (hi <= lo) {
     const double pad = std::max(std::abs(lo) * 0.1, 1e-9);
     lo -= pad;
     hi += pad;
   }
-  axis->setTickCount(5);
-  axis->setRange(lo, hi);
-  axis->applyNiceNumbers();
-  double interval = (axis->max() - axis->min()) / std::max(1, axis->tickCount() - 1);
-  if (axis->property(kIntegerAxis).toBool()) {
-    interval = std::max(1.0, std::ceil(interval - 1e-9));
-    const double first = std::floor(lo / interval) * interval;
-    const double last = std::max(first + interval, std::ceil(hi / interval) * interval);
-    axis->setRange(first, last);
-    axis->setTickCount(int(std::lround((last - first) / interval)) + 1);
-    axis->setLabelFormat("%.0f");
-    return;
+  const int ticks = std::max(2, wanted_ticks(axis));
+  double step = nice_step((hi - lo) / (ticks - 1));
+  if (axis->property(kIntegerAxis).toBool()) step = std::max(1.0, std::ceil(step - 1e-9));
+  double first = std::floor(lo / step + 1e-9) * step;
+  double last = std::ceil(hi / step - 1e-9) * step;
+  // Rounding both ends out can need one tick more than asked: take the next step instead.
+  while (std::lround((last - first) / step) + 1 > ticks) {
+    step = nice_step(step * 1.0001);
+    if (axis->property(kIntegerAxis).toBool()) step = std::max(1.0, std::ceil(step - 1e-9));
+    first = std::floor(lo / step + 1e-9) * step;
+    last = std::ceil(hi / step - 1e-9) * step;
   }
-  axis->setLabelFormat(label_format(axis->min(), axis->max(), interval));
+  if (last <= first) last = first + step;
+  axis->setRange(first, last);
+  axis->setTickCount(int(std::lround((last - first) / step)) + 1);
+  axis->setLabelFormat(axis->property(kIntegerAxis).toBool() ? QStringLiteral("%.0f")
+                                                             : label_format(first, last, step));
 }
 
 // A range change lays the whole chart out again (axis labels are measured): grow the range
@@ -143,16 +185,160 @@ void append_points(QXYSeries* series, const QList<QPointF>& points) {
 
 }  // namespace
 
+ChartView::ChartView(QWidget* parent) : QFrame(parent) {
+  setFrameShape(QFrame::StyledPanel);
+  setBackgroundRole(QPalette::Base);
+  setAutoFillBackground(true);
+  view_ = new PlotView(make_chart());
+  view_->setFrameShape(QFrame::NoFrame);
+  view_->setRenderHint(QPainter::Antialiasing);
+  legend_ = new QLabel;
+  legend_->setObjectName("chartLegend");
+  legend_->setTextFormat(Qt::RichText);
+  legend_->setWordWrap(true);
+  legend_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  QFont small = legend_->font();
+  small.setPointSizeF(small.pointSizeF() * 0.9);
+  legend_->setFont(small);
+  const int line = fontMetrics().height();
+  legend_->setContentsMargins(line / 2, 0, line / 2, line / 4);
+  legend_->hide();
+  layout_ = new QBoxLayout(QBoxLayout::TopToBottom, this);
+  layout_->setContentsMargins(1, 1, 1, 1);
+  layout_->setSpacing(0);
+  layout_->addWidget(view_, 1);
+  layout_->addWidget(legend_);
+  view_->setMinimumSize(0, 0);
+  // The plot keeps room for a title, two ticks and the x labels (Qt elides labels below
+  // that); the legend comes on top, and the dashboard scrolls when the window is smaller.
+  view_->setMinimumHeight(line * 7);
+  setMinimumWidth(fontMetrics().averageCharWidth() * 28);
+}
+
+QChart* ChartView::chart() const {
+  return view_->chart();
+}
+
+void ChartView::add_axes(QValueAxis* x, QValueAxis* y) {
+  x_axis_ = x;
+  y_axis_ = y;
+  chart()->addAxis(x, Qt::AlignBottom);
+  chart()->addAxis(y, Qt::AlignLeft);
+}
+
+QString ChartView::legend_text() const {
+  QStringList parts;
+  for (const LegendEntry& e : legend_entries_)
+    parts << (e.value.isEmpty() ? e.name : e.name + " " + e.value);
+  return parts.join(" · ");
+}
+
+void ChartView::set_legend(const QList<LegendEntry>& entries) {
+  const bool was_empty = legend_entries_.isEmpty();
+  legend_entries_ = entries;
+  legend_->setVisible(!entries.isEmpty());
+  render_legend();
+  if (was_empty != entries.isEmpty()) fit_to_size();
+}
+
+void ChartView::render_legend() {
+  // Each entry is kept whole (non-breaking spaces inside it); entries wrap between them.
+  QStringList parts;
+  const QColor base = palette().base().color();
+  for (const LegendEntry& e : legend_entries_) {
+    QColor color = e.color;
+    QString mark = QStringLiteral("━");
+    switch (e.mark) {
+      case LegendEntry::Mark::Area:
+        mark = QStringLiteral("■");
+        break;
+      case LegendEntry::Mark::Dashed:
+        mark = QStringLiteral("╍");
+        break;
+      case LegendEntry::Mark::Faint:  // blended with the background, as the series is drawn
+        color = QColor::fromRgbF(0.35 * color.redF() + 0.65 * base.redF(),
+                                 0.35 * color.greenF() + 0.65 * base.greenF(),
+                                 0.35 * color.blueF() + 0.65 * base.blueF());
+        break;
+      case LegendEntry::Mark::Line:
+        break;
+    }
+    QString html = QString("<span style=\"color:%1\">%2</span>&nbsp;%3")
+                       .arg(color.name(), mark, e.name.toHtmlEscaped().replace(' ', "&nbsp;"));
+    if (!e.value.isEmpty())
+      html += "&nbsp;<b>" + e.value.toHtmlEscaped().replace(' ', "&nbsp;") + "</b>";
+    parts << html;
+  }
+  legend_->setText(parts.join(legend_is_beside_ ? QStringLiteral("<br>")
+                                                : QStringLiteral("&nbsp;&nbsp;&nbsp; ")));
+}
+
+void ChartView::resizeEvent(QResizeEvent* event) {
+  QFrame::resizeEvent(event);
+  if (view_) fit_to_size();
+}
+
+void ChartView::fit_to_size() {
+  const QFontMetrics fm = fontMetrics();
+  const int line = fm.height();
+  const bool beside = legend_beside_ && !legend_entries_.isEmpty() &&
+                      width() >= fm.averageCharWidth() * 72 && height() >= line * 10;
+  if (beside != legend_is_beside_) {
+    legend_is_beside_ = beside;
+    layout_->setDirection(beside ? QBoxLayout::LeftToRight : QBoxLayout::TopToBottom);
+    legend_->setAlignment(beside ? Qt::AlignLeft | Qt::AlignVCenter : Qt::AlignCenter);
+    render_legend();
+  }
+  // The chart view asks for its chart's minimum size; the legend must not be squeezed away.
+  int plot_w = width(), plot_h = height();
+  const bool listed = !legend_entries_.isEmpty();
+  if (beside) {
+    const int legend_w = std::min(legend_->sizeHint().width(), width() * 2 / 5);
+    legend_->setFixedWidth(legend_w);
+    legend_->setMinimumHeight(0);
+    legend_->setMaximumHeight(QWIDGETSIZE_MAX);
+    plot_w -= legend_w;
+  } else {
+    const int legend_h = listed ? legend_->heightForWidth(width() - 2) : 0;
+    legend_->setMinimumWidth(0);
+    legend_->setMaximumWidth(QWIDGETSIZE_MAX);
+    legend_->setFixedHeight(legend_h);
+    plot_h -= legend_h;
+  }
+  // A short plot drops its axis titles (the chart's title names the quantity) before its ticks.
+  const bool titles = plot_h >= line * 13;
+  int rows = plot_h / line - 2 /* title */ - 1 /* x labels */ - (titles ? 1 : 0);
+  const int y_ticks = std::clamp(rows / 2, 2, 6);
+  const int label_w = fm.horizontalAdvance(QStringLiteral("0.0000e-00"));
+  const int x_ticks =
+      std::clamp((plot_w - label_w - (titles ? line : 0)) / (label_w * 3 / 2), 2, 7);
+  for (QValueAxis* axis : {x_axis_, y_axis_})
+    if (axis) axis->setTitleVisible(titles && !axis->titleText().isEmpty());
+  if (x_ticks == x_ticks_ && y_ticks == y_ticks_) return;
+  x_ticks_ = x_ticks;
+  y_ticks_ = y_ticks;
+  if (x_axis_) x_axis_->setProperty(kTickCount, x_ticks);
+  if (y_axis_) y_axis_->setProperty(kTickCount, y_ticks);
+  update_ranges();
+}
+
+void ChartView::changeEvent(QEvent* event) {
+  if (!view_) return QFrame::changeEvent(event);
+  if (event->type() == QEvent::PaletteChange) {
+    apply_palette(chart(), palette());
+    render_legend();
+  }
+  if (event->type() == QEvent::FontChange) fit_to_size();
+  QFrame::changeEvent(event);
+}
+
 LineChart::LineChart(const QString& title, const QString& x_label, const QString& y_label,
                      QWidget* parent)
-    : QChartView(make_chart(), parent), title_(title) {
-  setRenderHint(QPainter::Antialiasing);
-  setMinimumHeight(fontMetrics().height() * 12);
+    : ChartView(parent), title_(title) {
   x_axis_ = make_axis(x_label);
   x_axis_->setProperty(kIntegerAxis, true);  // every line chart here is over optimizer steps
   y_axis_ = make_axis(y_label);
-  chart()->addAxis(x_axis_, Qt::AlignBottom);
-  chart()->addAxis(y_axis_, Qt::AlignLeft);
+  add_axes(x_axis_, y_axis_);
   set_range(x_axis_, 0, 1);
   y_axis_->setRange(0, 1);
   apply_palette(chart(), palette());
@@ -168,25 +354,60 @@ void LineChart::update_title() {
   chart()->setTitle(!has_points_ && !empty_text_.isEmpty() ? title_ + " — " + empty_text_ : title_);
 }
 
+void LineChart::define_series(const QString& name, int color, bool faint) {
+  styles_.insert(name, Style{color, faint});
+}
+
+QLineSeries* LineChart::series_for(const QString& name) {
+  if (QLineSeries* s = series_.value(name)) return s;
+  if (!styles_.contains(name)) {
+    // The next colour not taken by a declared series.
+    int color = 0;
+    for (bool taken = true; taken; ++color) {
+      taken = false;
+      for (const Style& style : styles_) taken = taken || style.color == color;
+      if (!taken) break;
+    }
+    styles_.insert(name, Style{color, false});
+  }
+  const Style style = styles_.value(name);
+  auto* s = new QLineSeries;
+  s->setName(name);
+  QColor color = series_color(style.color);
+  if (style.faint) color.setAlphaF(0.35);
+  QPen pen(color);
+  pen.setWidthF(style.faint ? 1.0 : 1.6);
+  s->setPen(pen);
+  chart()->addSeries(s);
+  s->attachAxis(x_axis_);
+  s->attachAxis(y_axis_);
+  series_.insert(name, s);
+  order_ << name;
+  update_legend();
+  return s;
+}
+
+void LineChart::update_legend() {
+  // One series needs no legend: the title says what it is.
+  QList<LegendEntry> entries;
+  if (order_.size() > 1)
+    for (const QString& name : order_) {
+      const Style style = styles_.value(name);
+      entries << LegendEntry{name,
+                             series_color(style.color),
+                             style.faint ? LegendEntry::Mark::Faint : LegendEntry::Mark::Line,
+                             {}};
+    }
+  set_legend(entries);
+}
+
 void LineChart::append(const QString& name, const QList<QPointF>& points) {
   QList<QPointF> finite;
   finite.reserve(points.size());
   for (const QPointF& p : points)
     if (std::isfinite(p.x()) && std::isfinite(p.y())) finite.push_back(p);
   if (finite.isEmpty()) return;
-  QLineSeries* s = series_.value(name);
-  if (!s) {
-    s = new QLineSeries;
-    s->setName(name);
-    QPen pen(series_color(int(series_.size())));
-    pen.setWidthF(1.5);
-    s->setPen(pen);
-    chart()->addSeries(s);
-    s->attachAxis(x_axis_);
-    s->attachAxis(y_axis_);
-    series_.insert(name, s);
-    chart()->legend()->setVisible(series_.size() > 1);
-  }
+  QLineSeries* s = series_for(name);
   const bool first = !has_points_;
   for (const QPointF& p : finite) {
     if (!has_points_) {
@@ -207,12 +428,24 @@ void LineChart::append(const QString& name, const QList<QPointF>& points) {
   cover_range(y_axis_, y_min_, y_max_, first);
 }
 
+void LineChart::update_ranges() {
+  if (!has_points_) {
+    set_range(x_axis_, 0, 1);
+    set_range(y_axis_, 0, 1);
+    return;
+  }
+  set_range(x_axis_, std::min(x_min_, 0.0), x_max_);
+  set_range(y_axis_, y_min_, y_max_);
+}
+
 void LineChart::clear() {
   chart()->removeAllSeries();
   series_.clear();
+  order_.clear();
   has_points_ = false;
   x_axis_->setRange(0, 1);
   y_axis_->setRange(0, 1);
+  update_legend();
   update_title();
 }
 
@@ -221,30 +454,17 @@ int LineChart::point_count(const QString& name) const {
   return s ? int(s->count()) : 0;
 }
 
-void LineChart::changeEvent(QEvent* event) {
-  if (event->type() == QEvent::PaletteChange) apply_palette(chart(), palette());
-  QChartView::changeEvent(event);
-}
-
 namespace {
 const char* kCategoryLabels[] = {"weights", "gradients", "optimizer state", "activations & other"};
 constexpr double kMiB = 1024.0 * 1024.0;
 }  // namespace
 
-MemoryChart::MemoryChart(const QString& tier, QWidget* parent)
-    : QChartView(make_chart(), parent), tier_(tier) {
-  setRenderHint(QPainter::Antialiasing);
-  setMinimumHeight(fontMetrics().height() * 12);
-  chart()->setTitle("Memory — " + tier);
-  // Six entries do not fit in one row under a half-width chart: list them at the side.
-  chart()->legend()->setAlignment(Qt::AlignRight);
-  QFont small = chart()->legend()->font();
-  small.setPointSizeF(small.pointSizeF() * 0.85);
-  chart()->legend()->setFont(small);
-  x_axis_ = make_axis("seconds");
+MemoryChart::MemoryChart(const QString& tier, QWidget* parent) : ChartView(parent), tier_(tier) {
+  chart()->setTitle(tr("Memory — %1").arg(tier));
+  set_legend_beside_when_wide(true);
+  x_axis_ = make_axis(tr("seconds"));
   y_axis_ = make_axis("MiB");
-  chart()->addAxis(x_axis_, Qt::AlignBottom);
-  chart()->addAxis(y_axis_, Qt::AlignLeft);
+  add_axes(x_axis_, y_axis_);
   QLineSeries* lower = nullptr;
   for (int i = 0; i < 4; ++i) {
     auto* upper = new QLineSeries(this);
@@ -260,9 +480,7 @@ MemoryChart::MemoryChart(const QString& tier, QWidget* parent)
     uppers_ << upper;
     areas_ << area;
     lower = upper;
-    // Drawn and listed once the category holds something (see append()).
-    area->setVisible(false);
-    for (QLegendMarker* marker : chart()->legend()->markers(area)) marker->setVisible(false);
+    area->setVisible(false);  // drawn and listed once the category holds something
   }
   budget_ = new QLineSeries;
   add_line(budget_, tr("budget"), 5, Qt::DashLine);
@@ -282,17 +500,34 @@ void MemoryChart::add_line(QLineSeries* series, const QString& name, int color,
   chart()->addSeries(series);
   series->attachAxis(x_axis_);
   series->attachAxis(y_axis_);
-  // Listed in the legend once it has points.
-  for (QLegendMarker* marker : chart()->legend()->markers(series)) marker->setVisible(false);
-  connect(series, &QXYSeries::pointsReplaced, this, [this, series] {
-    for (QLegendMarker* marker : chart()->legend()->markers(series))
-      marker->setVisible(series->count() > 0);
-  });
+}
+
+void MemoryChart::update_legend() {
+  QList<LegendEntry> entries;
+  for (int i = 0; i < 4; ++i)
+    if (shown_[i])
+      entries << LegendEntry{tr(kCategoryLabels[i]), series_color(i), LegendEntry::Mark::Area,
+                             format_bytes(last_bytes(i))};
+  auto last_value = [](const QLineSeries* s) {
+    return s->count() > 0 ? format_bytes(s->at(s->count() - 1).y() * kMiB) : QString();
+  };
+  if (budget_->count() > 0)
+    entries << LegendEntry{tr("budget"), series_color(5), LegendEntry::Mark::Dashed,
+                           last_value(budget_)};
+  if (system_->count() > 0)
+    entries << LegendEntry{tr("system RAM in use"), series_color(6), LegendEntry::Mark::Dashed,
+                           last_value(system_)};
+  if (estimate_listed_)
+    entries << LegendEntry{tr("plan estimate"), series_color(7), LegendEntry::Mark::Dashed,
+                           estimate_bytes_ > 0 ? format_bytes(estimate_bytes_) : tr("none")};
+  set_legend(entries);
 }
 
 void MemoryChart::set_estimate(double bytes) {
   estimate_bytes_ = bytes > 0 ? bytes : 0;
+  if (estimate_bytes_ > 0) estimate_listed_ = true;
   draw_estimate();
+  update_legend();
 }
 
 void MemoryChart::draw_estimate() {
@@ -336,16 +571,19 @@ void MemoryChart::append(const QList<MemorySample>& samples, double t0) {
   if (points[0].isEmpty()) return;
   for (int i = 0; i < 4; ++i) {
     append_points(uppers_[i], points[i]);
-    if (shown_[i] && !areas_[i]->isVisible()) {
-      areas_[i]->setVisible(true);
-      for (QLegendMarker* marker : chart()->legend()->markers(areas_[i])) marker->setVisible(true);
-    }
+    if (shown_[i] && !areas_[i]->isVisible()) areas_[i]->setVisible(true);
   }
   if (!budget.isEmpty()) append_points(budget_, budget);
   if (!system.isEmpty()) append_points(system_, system);
   if (estimate_bytes_ > 0) draw_estimate();
   cover_range(x_axis_, 0, std::max(x_max_, 1.0), false);
   cover_range(y_axis_, 0, std::max(y_max_ * 1.05, 1.0), false);
+  update_legend();
+}
+
+void MemoryChart::update_ranges() {
+  set_range(x_axis_, 0, std::max(x_max_, 1.0));
+  set_range(y_axis_, 0, std::max(y_max_ * 1.05, 1.0));
 }
 
 int MemoryChart::point_count() const {
@@ -374,33 +612,23 @@ void MemoryChart::clear() {
   for (int i = 0; i < 4; ++i) {
     shown_[i] = false;
     areas_[i]->setVisible(false);
-    for (QLegendMarker* marker : chart()->legend()->markers(areas_[i])) marker->setVisible(false);
   }
   budget_->clear();
   system_->clear();
   estimate_->clear();
   estimate_bytes_ = 0;
+  estimate_listed_ = false;
   x_max_ = y_max_ = 0;
   x_axis_->setRange(0, 1);
   y_axis_->setRange(0, 1);
+  update_legend();
 }
 
-void MemoryChart::changeEvent(QEvent* event) {
-  if (event->type() == QEvent::PaletteChange) apply_palette(chart(), palette());
-  QChartView::changeEvent(event);
-}
-
-TrafficChart::TrafficChart(QWidget* parent) : QChartView(make_chart(), parent) {
-  setRenderHint(QPainter::Antialiasing);
-  setMinimumHeight(fontMetrics().height() * 12);
+TrafficChart::TrafficChart(QWidget* parent) : ChartView(parent) {
   chart()->setTitle(tr("Chunk traffic"));
-  QFont small = chart()->legend()->font();
-  small.setPointSizeF(small.pointSizeF() * 0.85);
-  chart()->legend()->setFont(small);
   x_axis_ = make_axis(tr("seconds"));
   y_axis_ = make_axis(QString());
-  chart()->addAxis(x_axis_, Qt::AlignBottom);
-  chart()->addAxis(y_axis_, Qt::AlignLeft);
+  add_axes(x_axis_, y_axis_);
   read_ = new QLineSeries;
   written_ = new QLineSeries;
   read_->setName(tr("disk → host"));
@@ -416,6 +644,18 @@ TrafficChart::TrafficChart(QWidget* parent) : QChartView(make_chart(), parent) {
   x_axis_->setRange(0, 1);
   y_axis_->setRange(0, 1);
   apply_palette(chart(), palette());
+  update_legend();
+}
+
+void TrafficChart::update_legend() {
+  auto rate = [this](Direction d) {
+    const double r = last_rate(d);
+    return present(r) ? format_bytes(r) + "/s" : QString();
+  };
+  set_legend({LegendEntry{tr("disk → host"), series_color(0), LegendEntry::Mark::Line,
+                          rate(Direction::DiskToHost)},
+              LegendEntry{tr("host → disk"), series_color(1), LegendEntry::Mark::Line,
+                          rate(Direction::HostToDisk)}});
 }
 
 QString TrafficChart::unit() const {
@@ -436,6 +676,7 @@ void TrafficChart::set_unit(double bytes_per_unit) {
   }
   bytes_per_unit_ = bytes_per_unit;
   y_axis_->setTitleText(kUnits[index]);
+  chart()->setTitle(tr("Chunk traffic (%1)").arg(kUnits[index]));
 }
 
 void TrafficChart::append(const QList<MemorySample>& samples, double t0) {
@@ -462,6 +703,12 @@ void TrafficChart::append(const QList<MemorySample>& samples, double t0) {
   append_points(written_, written);
   cover_range(x_axis_, 0, std::max(x_max_, 1.0), false);
   cover_range(y_axis_, 0, std::max(y_max_bytes_ / bytes_per_unit_ * 1.05, 1.0), new_unit);
+  update_legend();
+}
+
+void TrafficChart::update_ranges() {
+  set_range(x_axis_, 0, std::max(x_max_, 1.0));
+  set_range(y_axis_, 0, std::max(y_max_bytes_ / bytes_per_unit_ * 1.05, 1.0));
 }
 
 int TrafficChart::point_count() const {
@@ -481,11 +728,7 @@ void TrafficChart::clear() {
   x_max_ = y_max_bytes_ = 0;
   x_axis_->setRange(0, 1);
   y_axis_->setRange(0, 1);
-}
-
-void TrafficChart::changeEvent(QEvent* event) {
-  if (event->type() == QEvent::PaletteChange) apply_palette(chart(), palette());
-  QChartView::changeEvent(event);
+  update_legend();
 }
 
 }  // namespace tessera::ui

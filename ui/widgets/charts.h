@@ -1,17 +1,25 @@
 #pragma once
 // Chart widgets over Qt Charts: line charts that grow as points arrive (axes follow the
 // data), a per-tier memory chart stacked by what holds the memory, and the disk tier's chunk
-// traffic. Series colours are
-// fixed (so two runs compare the same way everywhere); everything else follows the palette.
+// traffic. Series colours are fixed (so two runs compare the same way everywhere); everything
+// else follows the palette.
+//
+// Qt Charts elides axis labels to "…" and cuts legend entries when a chart is small, so each
+// chart here draws its legend as wrapping text outside the plot (under it, or beside it when
+// there is room), picks its tick counts from the size it gets, and drops the axis titles when
+// the plot is short (the chart's title names the unit).
 #include <QChartView>
+#include <QColor>
+#include <QFrame>
 #include <QHash>
 #include <QList>
 #include <QPointF>
 #include <QString>
 
+class QBoxLayout;
+class QLabel;
 class QLineSeries;
 class QValueAxis;
-class QLogValueAxis;
 class QAreaSeries;
 
 namespace tessera::ui {
@@ -27,11 +35,57 @@ void apply_palette(QChart* chart, const QPalette& palette);
 // Bytes in binary units with three significant digits: "512 B", "1.50 KiB", "159 MiB".
 QString format_bytes(double bytes);
 
-class LineChart : public QChartView {
+// The frame every chart here shares: a QChartView with Qt's own legend hidden, the legend as
+// wrapping rich text, and axes re-ticked on resize.
+class ChartView : public QFrame {
+  Q_OBJECT
+ public:
+  struct LegendEntry {
+    QString name;
+    QColor color;
+    enum class Mark { Area, Line, Dashed, Faint } mark = Mark::Line;
+    QString value;  // the latest figure ("120 MiB"), shown after the name; may be empty
+  };
+  QChart* chart() const;
+  QChartView* view() const { return view_; }
+  QString legend_text() const;  // the legend as plain text ("weights 120 MiB · budget 1 GiB")
+  QLabel* legend_label() const { return legend_; }
+  int x_tick_count() const { return x_ticks_; }
+  int y_tick_count() const { return y_ticks_; }
+
+ protected:
+  explicit ChartView(QWidget* parent = nullptr);
+  void set_legend(const QList<LegendEntry>& entries);
+  // Legend beside the plot (right) when the chart is wide enough; under it otherwise.
+  void set_legend_beside_when_wide(bool beside) { legend_beside_ = beside; }
+  void add_axes(QValueAxis* x, QValueAxis* y);
+  // The axes' ranges are set again for the current tick counts (charts keep their data extents).
+  virtual void update_ranges() = 0;
+  void resizeEvent(QResizeEvent* event) override;
+  void changeEvent(QEvent* event) override;
+
+ private:
+  void fit_to_size();
+  void render_legend();
+  QChartView* view_ = nullptr;  // (palette and font events arrive while constructing)
+  QLabel* legend_ = nullptr;
+  QBoxLayout* layout_ = nullptr;
+  QValueAxis* x_axis_ = nullptr;
+  QValueAxis* y_axis_ = nullptr;
+  QList<LegendEntry> legend_entries_;
+  bool legend_beside_ = false;     // allowed
+  bool legend_is_beside_ = false;  // now
+  int x_ticks_ = 5, y_ticks_ = 5;
+};
+
+class LineChart : public ChartView {
   Q_OBJECT
  public:
   LineChart(const QString& title, const QString& x_label, const QString& y_label,
             QWidget* parent = nullptr);
+  // Declares a series before its first point: its colour index and whether it is drawn faint
+  // (the raw values under a smoothed line). Series not declared get the next colour.
+  void define_series(const QString& series, int color, bool faint);
   // Adds points to the named series (created on first use, in call order).
   void append(const QString& series, const QList<QPointF>& points);
   void clear();
@@ -40,12 +94,20 @@ class LineChart : public QChartView {
   void set_empty_text(const QString& text);  // shown in the title while there is no point
 
  protected:
-  void changeEvent(QEvent* event) override;
+  void update_ranges() override;
 
  private:
+  struct Style {
+    int color = 0;
+    bool faint = false;
+  };
+  QLineSeries* series_for(const QString& name);
   void update_title();
+  void update_legend();
   QString title_, empty_text_;
   QHash<QString, QLineSeries*> series_;
+  QList<QString> order_;          // series in creation order (the legend's order)
+  QHash<QString, Style> styles_;  // declared or assigned styles
   QValueAxis* x_axis_;
   QValueAxis* y_axis_;
   double x_min_ = 0, x_max_ = 0, y_min_ = 0, y_max_ = 0;
@@ -54,10 +116,11 @@ class LineChart : public QChartView {
 
 // One memory tier over time, stacked by category (weights, gradients, optimizer state,
 // activations and other), with the tier's budget as a dashed line when reported, the machine's
-// memory in use (host) and the plan's estimated peak as lines. A category or line is listed in
-// the legend (and drawn) once it has held something, and stays listed: the legend only grows,
-// in a fixed order.
-class MemoryChart : public QChartView {
+// memory in use (host) and the plan's estimated peak as lines. The legend lists each category
+// and line with its latest figure (a small model's weights are a sliver of the plot, not of the
+// numbers); a category or line is listed (and drawn) once it has held something and stays
+// listed: the legend only grows, in a fixed order.
+class MemoryChart : public ChartView {
   Q_OBJECT
  public:
   MemoryChart(const QString& tier, QWidget* parent = nullptr);
@@ -73,9 +136,10 @@ class MemoryChart : public QChartView {
   void clear();
 
  protected:
-  void changeEvent(QEvent* event) override;
+  void update_ranges() override;
 
  private:
+  void update_legend();
   QString tier_;
   QList<QLineSeries*> uppers_;  // cumulative, one per category
   QList<QAreaSeries*> areas_;
@@ -87,6 +151,7 @@ class MemoryChart : public QChartView {
   double x_max_ = 0, y_max_ = 0;
   double estimate_bytes_ = 0;
   bool shown_[4] = {false, false, false, false};  // categories that have held something
+  bool estimate_listed_ = false;                  // once listed, the estimate stays listed
   void draw_estimate();
   void add_line(QLineSeries* series, const QString& name, int color, Qt::PenStyle style);
 };
@@ -94,7 +159,7 @@ class MemoryChart : public QChartView {
 // The disk tier's chunk traffic over time: bytes per second read from disk into host memory
 // and written from host memory to disk, on an axis in binary units (B/s … GiB/s) that follows
 // the largest rate.
-class TrafficChart : public QChartView {
+class TrafficChart : public ChartView {
   Q_OBJECT
  public:
   enum class Direction { DiskToHost, HostToDisk };
@@ -107,10 +172,11 @@ class TrafficChart : public QChartView {
   void clear();
 
  protected:
-  void changeEvent(QEvent* event) override;
+  void update_ranges() override;
 
  private:
   void set_unit(double bytes_per_unit);
+  void update_legend();
   QLineSeries* read_;
   QLineSeries* written_;
   QValueAxis* x_axis_;
