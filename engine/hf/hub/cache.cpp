@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -135,6 +136,26 @@ void CacheRepo::write_tree(const std::string& commit, const std::vector<RepoFile
   }
   (void)snapshot_dir(commit);  // validates the commit
   write_small_file_atomic(path, nlohmann::json{{"format_version", 1}, {"files", listing}}.dump(2));
+}
+
+std::vector<RepoFile> CacheRepo::listed_files(const std::string& commit) const {
+  if (auto tree = read_tree(commit)) return std::move(*tree);
+  std::vector<RepoFile> files;
+  const std::filesystem::path snapshot = snapshot_dir(commit);
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(snapshot, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_directory()) continue;
+    RepoFile f;
+    f.path = it->path().lexically_relative(snapshot).generic_string();
+    std::error_code size_error;
+    f.size = static_cast<std::int64_t>(it->file_size(size_error));
+    if (size_error) f.size = -1;
+    files.push_back(std::move(f));
+  }
+  std::sort(files.begin(), files.end(),
+            [](const RepoFile& a, const RepoFile& b) { return a.path < b.path; });
+  return files;
 }
 
 std::optional<std::vector<RepoFile>> CacheRepo::read_tree(const std::string& commit) const {

@@ -47,6 +47,9 @@ class CacheRepo {
   // trees/<commit>.json in huggingface_hub's format (written once; a commit never changes).
   void write_tree(const std::string& commit, const std::vector<RepoFile>& files) const;
   std::optional<std::vector<RepoFile>> read_tree(const std::string& commit) const;
+  // The commit's files: its tree when cached, else what snapshots/<commit> holds (an older
+  // huggingface_hub writes no tree), with sizes from the files; sorted by path.
+  std::vector<RepoFile> listed_files(const std::string& commit) const;
 
  private:
   std::filesystem::path cache_dir_;

@@ -619,19 +619,7 @@ DownloadResult Client::from_cache(const std::string& repo_id, const DownloadPara
                   "download it first with `tessera-cli hub download " + repo_id + "`" +
                       std::string(settings_.offline ? " without HF_HUB_OFFLINE" : ""));
   const std::filesystem::path snapshot = cache.snapshot_dir(*commit);
-  std::vector<RepoFile> listed;
-  if (auto tree = cache.read_tree(*commit)) {
-    listed = *tree;
-  } else {  // no file list (an older huggingface_hub): what the snapshot holds
-    std::error_code ec;
-    for (auto it = std::filesystem::recursive_directory_iterator(snapshot, ec);
-         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-      if (it->is_directory()) continue;
-      RepoFile f;
-      f.path = it->path().lexically_relative(snapshot).generic_string();
-      listed.push_back(f);
-    }
-  }
+  const std::vector<RepoFile> listed = cache.listed_files(*commit);
   const Selection selection = select_files(repo_id, params.type, listed, params.include);
   if (!selection.refusal.empty()) throw_unsupported(selection.refusal, selection.hint);
   DownloadResult result;

@@ -59,25 +59,7 @@ bool reads_any(const std::vector<DatasetConfig>& configs) {
 std::optional<Listing> cached_listing(const CacheRepo& cache, const std::string& revision) {
   const std::optional<std::string> commit = cache.resolve(revision);
   if (!commit) return std::nullopt;
-  Listing listing{*commit, {}};
-  if (auto tree = cache.read_tree(*commit)) {
-    listing.files = std::move(*tree);
-    return listing;
-  }
-  const std::filesystem::path snapshot = cache.snapshot_dir(*commit);
-  std::error_code ec;
-  for (auto it = std::filesystem::recursive_directory_iterator(snapshot, ec);
-       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    if (it->is_directory()) continue;
-    RepoFile f;
-    f.path = it->path().lexically_relative(snapshot).generic_string();
-    f.size = static_cast<std::int64_t>(it->file_size(ec));
-    if (ec) f.size = -1;
-    listing.files.push_back(std::move(f));
-  }
-  std::sort(listing.files.begin(), listing.files.end(),
-            [](const RepoFile& a, const RepoFile& b) { return a.path < b.path; });
-  return listing;
+  return Listing{*commit, cache.listed_files(*commit)};
 }
 
 std::string read_file_prefix(const std::filesystem::path& path, std::size_t max_bytes,
