@@ -14,6 +14,8 @@
 #include "hf/model_folder.h"
 #include "job/job_spec.h"
 #include "plan/profile.h"
+#include "plan/settings.h"
+#include "plan/step_times.h"
 
 namespace tessera::plan {
 
@@ -39,23 +41,6 @@ std::vector<std::string> default_lora_targets(const hf::ModelConfig& config);
 // Σ r·(in+out) over every targeted linear of every layer; unknown target names are an error.
 std::int64_t count_lora_parameters(const hf::ModelConfig& config, std::int64_t rank,
                                    const std::vector<std::string>& targets);
-
-struct Settings {
-  std::string method = "full";  // full | lora
-  std::int64_t lora_rank = 8;
-  std::vector<std::string> lora_targets;  // empty: the family's default
-  std::string precision = "fp32";         // fp32 | bf16
-  std::int64_t micro_batch = 1;
-  std::int64_t gradient_accumulation = 1;
-  std::int64_t sequence_length = 512;
-  bool activation_checkpointing = false;
-  // The plugin: "single", or "gemini" with this share of the optimizer state (Adam moments and
-  // fp32 masters) on disk, and this share of the parameter chunks' bytes (every parameter, in
-  // the compute dtype) on disk.
-  std::string strategy = "single";
-  double offload_optim_frac = 0.0;
-  double offload_param_frac = 0.0;
-};
 
 struct MemoryEstimate {
   std::uint64_t weights = 0;      // parameters in their dtype (+ fp32 masters with bf16)
@@ -106,7 +91,13 @@ struct Plan {
   std::int64_t trainable_parameters = 0;
   std::vector<PlanTier> tiers;
   double flops_per_step = 0.0;
+  // The plan's step time: measured on this machine (calibration) when a run of the same or a
+  // similar job recorded one, else the cost model's; time_source says which, in words.
   double seconds_per_step = 0.0;
+  double modelled_seconds_per_step = 0.0;  // the cost model's (FLOPs, per-op overhead, disk)
+  double warmup_seconds = 0.0;             // measured: what the first step takes beyond the others
+  std::string time_source;
+  std::optional<StepTimeRecord> calibration;
   // gemini: bytes read and written on disk per step (their sum, and each), and the seconds that
   // takes at the measured disk speed (0 when the disk was not measured); included in
   // seconds_per_step.
@@ -123,6 +114,10 @@ struct Plan {
   };
   std::vector<Alternative> alternatives;
   std::optional<std::int64_t> total_steps;
+  std::optional<double> total_seconds() const {
+    if (!total_steps) return std::nullopt;
+    return seconds_per_step * static_cast<double>(*total_steps) + warmup_seconds;
+  }
   std::string steps_source;
   std::vector<std::string> reasons;
   std::string explanation;     // one sentence
@@ -136,6 +131,9 @@ struct PlanInputs {
   std::optional<std::int64_t> checkpoint_parameters;
   std::optional<std::int64_t> dataset_rows;  // for the total when the spec gives epochs
   HardwareProfile profile;
+  // Step times measured on this machine (plan/step_times.h), and why some could not be read.
+  std::vector<StepTimeRecord> step_times;
+  std::vector<std::string> step_time_warnings;
 };
 
 Plan make_plan(const PlanInputs& inputs);
@@ -165,6 +163,14 @@ namespace tessera::plan {
 // The spec a run with strategy "auto" trains with: the planned method, precision, micro-batch
 // (as training.batch_size) with its gradient accumulation, and activation checkpointing.
 job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& settings);
+// The spec's own choices as planner settings (what a run of a spec the plan applied trains
+// with): method, precision (fp16 as bf16), batch as one micro-batch, checkpointing, gemini's
+// shares on disk.
+Settings settings_as_written(const job::JobSpec& spec);
+// What a run of `spec` (as planned: apply_settings) records its measured step time under: this
+// machine's device for the spec's strategy, the model's shapes, the settings as written.
+StepTimeKey step_time_key(const job::JobSpec& spec, const hf::ModelConfig& model,
+                          const HardwareProfile& profile);
 // `settings` of a plan's JSON (to_json), as recorded in a run folder's plan.json.
 Settings settings_from_json(const nlohmann::json& settings, const std::string& source);
 // What applying `settings` changes in `spec`, one phrase each (empty: the spec as written).

@@ -522,10 +522,17 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   train::TrainerOptions options = trainer_options(spec, out_dir, source.dir());
   options.deferred_weights = std::move(to_train.weights);
   TrainerEventWriter trainer_events(events);
+  // This machine's step time for the job as planned, for later plans (plan/step_times.h).
+  StepTimeRecorder step_times(
+      plan::StepTimeStore(plan::StepTimeStore::default_path()),
+      plan::step_time_key(spec, source.config(), plan::probe_hardware(plan::ProfileOptions{})),
+      fs::absolute(out_dir).string(), events);
+  trainer_events.record_step_times(&step_times);
   train::Trainer trainer(to_train.model, options, &trainer_events);
   options.deferred_weights.reset();  // read by now: the checkpoint's pages can go
   source.release_resident_pages();
   const train::TrainResult result = train_model(trainer, spec, std::move(data), run_options.stop);
+  step_times.finish();
 
   RunOutcome outcome;
   outcome.status = result.status;

@@ -52,4 +52,8 @@ void TrainerEventWriter::on_log(const std::string& level, const std::string& mes
   sink_.log(level, message);
 }
 
+void TrainerEventWriter::on_step_time(std::int64_t /*step*/, double seconds) {
+  if (recorder_) recorder_->on_step_time(seconds);
+}
+
 }  // namespace tessera::runner

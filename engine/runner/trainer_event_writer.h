@@ -2,6 +2,7 @@
 // The trainer's callbacks (train/trainer_events.h) as the job's event stream
 // (job/events.h, docs/events.md): `metric`, `memory`, `checkpoint`, `progress` and `log`.
 #include "job/events.h"
+#include "runner/step_time_recorder.h"
 #include "train/trainer_events.h"
 
 namespace tessera::runner {
@@ -17,9 +18,14 @@ class TrainerEventWriter : public train::TrainerEvents {
   void on_progress(const std::string& phase, std::int64_t done, std::int64_t total,
                    std::optional<double> eta_seconds) override;
   void on_log(const std::string& level, const std::string& message) override;
+  void on_step_time(std::int64_t step, double seconds) override;
+
+  // Step times go to `recorder` too (nullptr: nowhere); it must outlive the training.
+  void record_step_times(StepTimeRecorder* recorder) { recorder_ = recorder; }
 
  private:
   job::EventSink& sink_;
+  StepTimeRecorder* recorder_ = nullptr;
 };
 
 }  // namespace tessera::runner

@@ -314,6 +314,7 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
     result.lrs.push_back(lr);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (events_) events_->on_step_time(step, seconds);
     if (events_ && (t.log_every <= 1 || step % t.log_every == 0 || step == result.total_steps)) {
       events_->on_step({step, loss, lr, stats.grad_norm, seconds > 0 ? tokens / seconds : 0.0});
       const double elapsed =

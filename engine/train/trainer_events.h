@@ -50,6 +50,9 @@ class TrainerEvents {
  public:
   virtual ~TrainerEvents() = default;
   virtual void on_step(const StepReport& /*report*/) {}
+  // Every optimizer step (whatever log_every says): its wall time, for the runner to record
+  // this machine's measured step time (plan/step_times.h).
+  virtual void on_step_time(std::int64_t /*step*/, double /*seconds*/) {}
   virtual void on_eval(const EvalResult& /*result*/) {}
   virtual void on_memory(const MemoryReport& /*report*/) {}
   virtual void on_checkpoint(std::int64_t /*step*/, const std::filesystem::path& /*path*/) {}

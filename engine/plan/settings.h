@@ -1,0 +1,26 @@
+#pragma once
+// The settings a plan chooses for a job (and a measured step time is recorded under).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessera::plan {
+
+struct Settings {
+  std::string method = "full";  // full | lora
+  std::int64_t lora_rank = 8;
+  std::vector<std::string> lora_targets;  // empty: the family's default
+  std::string precision = "fp32";         // fp32 | bf16
+  std::int64_t micro_batch = 1;
+  std::int64_t gradient_accumulation = 1;
+  std::int64_t sequence_length = 512;
+  bool activation_checkpointing = false;
+  // The plugin: "single", or "gemini" with this share of the optimizer state (Adam moments and
+  // fp32 masters) on disk, and this share of the parameter chunks' bytes (every parameter, in
+  // the compute dtype) on disk.
+  std::string strategy = "single";
+  double offload_optim_frac = 0.0;
+  double offload_param_frac = 0.0;
+};
+
+}  // namespace tessera::plan
