@@ -74,12 +74,12 @@ void print_plan(const plan::Plan& p) {
       std::printf("  (the peak is the export: the fp32 model and its reload check, %s)\n",
                   human_bytes(e.export_peak).c_str());
   }
-  std::printf("\ntime (rough):  %s per step", duration(p.seconds_per_step).c_str());
-  if (p.total_steps)
-    std::printf(", %s for %lld steps",
-                duration(p.seconds_per_step * static_cast<double>(*p.total_steps)).c_str(),
+  std::printf("\ntime%s  %s per step",
+              p.calibration ? ":        " : " (rough):", duration(p.seconds_per_step).c_str());
+  if (p.total_seconds())
+    std::printf(", %s for %lld steps", duration(*p.total_seconds()).c_str(),
                 static_cast<long long>(*p.total_steps));
-  std::printf("\n");
+  std::printf("\n               %s\n", p.time_source.c_str());
   if (!p.reasons.empty()) {
     std::printf("\nwhy:\n");
     for (const auto& r : p.reasons) std::printf("  - %s\n", r.c_str());

@@ -1,8 +1,11 @@
 // The planner's cost model and search: parameter counts by formula against published
 // checkpoints, LoRA counts, and the choices under a simulated (deliberately small) host budget.
+#include <QTemporaryDir>
 #include <QtTest/QtTest>
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -10,6 +13,7 @@
 #include "job/strategies.h"
 #include "plan/planner.h"
 #include "plan/profile.h"
+#include "plan/step_times.h"
 
 using nlohmann::json;
 using namespace tessera;
@@ -583,6 +587,117 @@ class TestPlan : public QObject {
     QCOMPARE(plan::parse_byte_size("1.5GB", "x"), std::uint64_t(1500000000));
     QVERIFY_THROWS_EXCEPTION(tessera::Error, plan::parse_byte_size("lots", "x"));
     QVERIFY_THROWS_EXCEPTION(tessera::Error, plan::parse_byte_size("-1GiB", "x"));
+  }
+
+  // The step-time store: a record round-trips, the same key is replaced, the file is rewritten
+  // whole (no temporary left beside it), and a corrupt file or record is skipped with a warning
+  // naming the file.
+  void stepTimeStoreRoundTripsAndReplaces() {
+    QTemporaryDir dir;
+    const std::filesystem::path file = dir.filePath("tessera/step_times.json").toStdString();
+    const plan::StepTimeStore store(file);
+    std::vector<std::string> warnings;
+    QVERIFY(store.load(&warnings).empty());  // no file yet: nothing, silently
+    QVERIFY(warnings.empty());
+    plan::StepTimeRecord r;
+    r.key = {"cpu: test × 2", "llama L4 H512", settings(8, false, "full")};
+    r.seconds_per_step = 0.5;
+    r.first_step_seconds = 2.0;
+    r.steps_measured = 20;
+    r.run = "/runs/a";
+    r.recorded_at = "2026-01-01T00:00:00Z";
+    store.record(r);
+    plan::StepTimeRecord other = r;
+    other.key.settings.micro_batch = 4;
+    other.seconds_per_step = 0.3;
+    store.record(other);
+    r.seconds_per_step = 0.7;  // measured again: replaces the first record
+    store.record(r);
+    const auto records = store.load(&warnings);
+    QVERIFY(warnings.empty());
+    QCOMPARE(records.size(), std::size_t{2});
+    QCOMPARE(records[0].key.settings.micro_batch, std::int64_t{4});
+    QCOMPARE(records[1].seconds_per_step, 0.7);
+    QCOMPARE(records[1].first_step_seconds, 2.0);
+    QCOMPARE(records[1].run, std::string("/runs/a"));
+    QVERIFY(plan::same(records[1].key, r.key));
+    std::size_t files = 0;
+    for ([[maybe_unused]] const auto& entry :
+         std::filesystem::directory_iterator(file.parent_path()))
+      ++files;
+    QCOMPARE(files, std::size_t{2});  // the store and its lock file, no temporary
+
+    // One absurd record among good ones: that one is skipped, named by its index.
+    json doc = json::parse(std::ifstream(file));
+    doc["records"][0]["seconds_per_step"] = -1;
+    std::ofstream(file) << doc.dump();
+    warnings.clear();
+    QCOMPARE(store.load(&warnings).size(), std::size_t{1});
+    QCOMPARE(warnings.size(), std::size_t{1});
+    QVERIFY(warnings[0].find("records[0]") != std::string::npos);
+
+    // A corrupt file: nothing, one warning naming the file; recording replaces it.
+    std::ofstream(file, std::ios::trunc) << "{\"records\": [ {\"device\": ";
+    warnings.clear();
+    QVERIFY(store.load(&warnings).empty());
+    QCOMPARE(warnings.size(), std::size_t{1});
+    QVERIFY(warnings[0].find(file.string()) != std::string::npos);
+    store.record(r);
+    warnings.clear();
+    QCOMPARE(store.load(&warnings).size(), std::size_t{1});
+    QVERIFY(warnings.empty());
+  }
+
+  // A plan uses a measurement of the same job as measured, scales one of a similar job by the
+  // cost model's ratio, ignores other models and devices, and says which it used.
+  void planUsesMeasuredStepTimes() {
+    plan::PlanInputs in = inputs(64ull << 30);
+    const plan::Plan modelled = plan::make_plan(in);
+    QVERIFY(!modelled.calibration);
+    QCOMPARE(modelled.seconds_per_step, modelled.modelled_seconds_per_step);
+    QVERIFY(modelled.time_source.find("estimated from") != std::string::npos);
+    // The per-op overhead is on top of FLOPs at the rate.
+    QVERIFY(modelled.seconds_per_step > modelled.flops_per_step / in.profile.cpu_flops);
+
+    plan::StepTimeRecord r;
+    r.key = plan::step_time_key(in.spec, in.model, in.profile);
+    QCOMPARE(r.key.settings.micro_batch, modelled.settings.micro_batch);
+    r.seconds_per_step = 3.0 * modelled.seconds_per_step;
+    r.first_step_seconds = 5.0 * modelled.seconds_per_step;
+    r.steps_measured = 20;
+    r.run = "/runs/first-run";
+    r.recorded_at = "2026-01-01T00:00:00Z";
+    plan::StepTimeRecord other_model = r;
+    other_model.key.model = "llama L2 H64";
+    other_model.seconds_per_step = 100.0;
+    in.step_times = {other_model};
+    QVERIFY(!plan::make_plan(in).calibration);
+
+    in.step_times = {other_model, r};
+    const plan::Plan same = plan::make_plan(in);
+    QVERIFY(same.calibration);
+    QCOMPARE(same.seconds_per_step, r.seconds_per_step);
+    QVERIFY(same.time_source.find("calibrated from run first-run's first 21 steps") !=
+            std::string::npos);
+    QVERIFY(std::abs(*same.total_seconds() -
+                     (10 * r.seconds_per_step + 2.0 * modelled.seconds_per_step)) < 1e-9);
+    QCOMPARE(plan::to_json(same)["time"]["calibrated"].get<bool>(), true);
+
+    // Half the batch: the measurement scaled by the cost model's ratio.
+    in.spec.training.batch_size = 4;
+    const plan::Plan half = plan::make_plan(in);
+    QVERIFY(half.calibration);
+    QVERIFY(half.time_source.find("scaled from a similar run") != std::string::npos);
+    QVERIFY(std::abs(half.seconds_per_step - r.seconds_per_step * half.modelled_seconds_per_step /
+                                                 modelled.modelled_seconds_per_step) < 1e-12);
+    QVERIFY(half.seconds_per_step < same.seconds_per_step);
+
+    // A warning from the store reaches the plan's reasons.
+    in.step_time_warnings = {"/cache/step_times.json: not a readable JSON file"};
+    const plan::Plan warned = plan::make_plan(in);
+    QVERIFY(std::any_of(warned.reasons.begin(), warned.reasons.end(), [](const std::string& w) {
+      return w.rfind("warning: /cache/step_times.json", 0) == 0;
+    }));
   }
 
   void profileSeesThisMachine() {
