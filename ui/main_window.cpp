@@ -100,17 +100,49 @@ MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent),
   stack_->addWidget(with_heading(tr("Runs"), {}, runs_));
   stack_->addWidget(make_models_page());
   auto* use_dataset = new QPushButton(tr("&Fine-tune on this dataset"));
-  stack_->addWidget(with_heading(
-      tr("Datasets"), tr("Look at a dataset file: its rows, detected format and columns."),
-      datasets_, use_dataset));
+  stack_->addWidget(with_heading(tr("Datasets"),
+                                 tr("A dataset file on this machine, or a dataset on the Hugging "
+                                    "Face Hub: its rows, detected format and columns."),
+                                 datasets_, use_dataset));
   use_dataset->setEnabled(false);
   connect(datasets_, &DatasetPage::datasetChanged, use_dataset,
           [this, use_dataset] { use_dataset->setEnabled(datasets_->ready()); });
   connect(use_dataset, &QPushButton::clicked, this, [this] {
-    wizard_->dataset_page()->choose_file(datasets_->analysis().file);
-    wizard_->go_to(1);
+    if (const auto& hub = datasets_->hub_dataset())
+      wizard_->dataset_page()->use_hub_dataset(hub->choice, hub->snapshot);
+    else
+      wizard_->dataset_page()->choose_file(datasets_->analysis().file);
+    wizard_->go_to(FineTuneWizard::DatasetStep);
     show_page(NewFineTune);
   });
+  // Hub datasets: both dataset pages (the wizard's step and the Datasets page) search the Hub and
+  // have the tray download; the page that asked reads the files once they are verified.
+  for (DatasetPage* page : {wizard_->dataset_page(), datasets_}) {
+    page->enable_hub(token_);
+    connect(page, &DatasetPage::hubDownloadRequested, this, [this](const HubDatasetChoice& c) {
+      dataset_downloads_.removeIf([&](const HubDatasetChoice& old) {
+        return old.download_request().same_files(c.download_request());
+      });
+      dataset_downloads_.push_back(c);
+      downloads_->download(c.download_request());
+    });
+  }
+  connect(downloads_, &DownloadTray::datasetReady, this,
+          [this](const HubDownloadRequest& request, const QString& snapshot) {
+            wizard_->dataset_page()->hub_download_ready(request, snapshot);
+            datasets_->hub_download_ready(request, snapshot);
+          });
+  // "Use this dataset" in the tray: the wizard's dataset, whichever page asked for it.
+  connect(downloads_, &DownloadTray::useDataset, this,
+          [this](const HubDownloadRequest& request, const QString& snapshot) {
+            for (const HubDatasetChoice& c : dataset_downloads_)
+              if (c.download_request().same_files(request)) {
+                wizard_->dataset_page()->use_hub_dataset(c, snapshot);
+                wizard_->go_to(FineTuneWizard::DatasetStep);
+                show_page(NewFineTune);
+                return;
+              }
+          });
   stack_->addWidget(make_settings_page());
   // The download tray sits under every page, so downloads go on while the user moves around.
   auto* right = new QVBoxLayout;
@@ -202,7 +234,8 @@ QWidget* MainWindow::make_models_page() {
   auto* remote = new QGroupBox(tr("Hugging Face Hub"));
   auto* remote_layout = new QVBoxLayout(remote);
   remote_layout->addWidget(hub_);
-  connect(hub_, &HubPanel::downloadRequested, downloads_, &DownloadTray::download);
+  connect(hub_, &HubPanel::downloadRequested, downloads_,
+          qOverload<const QString&>(&DownloadTray::download));
 
   auto* split = new QSplitter(Qt::Horizontal);
   split->addWidget(local);

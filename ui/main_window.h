@@ -4,6 +4,7 @@
 #include <QMainWindow>
 
 #include "job/job_spec.h"
+#include "ui/models/hub_dataset_calls.h"
 #include "ui/models/runs_db.h"
 
 class QLabel;
@@ -38,6 +39,7 @@ class MainWindow : public QMainWindow {
   QListWidget* sidebar() const { return sidebar_; }
   ModelPage* local_models() const { return models_; }
   HubPanel* hub_panel() const { return hub_; }
+  DatasetPage* datasets_page() const { return datasets_; }
   DownloadTray* downloads() const { return downloads_; }
   HubToken* hub_token() const { return token_; }
   QWidget* page_widget(Page page) const;
@@ -70,6 +72,7 @@ class MainWindow : public QMainWindow {
   HubPanel* hub_;
   DownloadTray* downloads_;
   DatasetPage* datasets_;
+  QList<HubDatasetChoice> dataset_downloads_;  // what the dataset pages had the tray download
   QLineEdit* cli_path_;
   QLabel* cli_status_;
   QLineEdit* runs_root_;

@@ -5,23 +5,33 @@ Serves, made here with transformers (random weights):
   org/llama-gated     the same files, gated: 401 without a token, 403 with one not granted
   org/t5-small-ish    a config with model_type t5 (not supported)
   org/pickle-only     pytorch_model.bin only (refused before any download)
+and datasets:
+  data/alpaca-mini    configs declared by its card: "instruct" (default; train in two JSONL files,
+                      50 rows, and a validation file, 10 rows) and "chat" (one JSONL file of
+                      messages, train only); the viewer serves both
+  data/parquet-only   one Parquet file, train split by its name (36 rows)
+  data/gated-set      a gated dataset (401 without a token)
 Prints one JSON line {"endpoint": ...} when ready, then reads commands from stdin, one JSON
 object a line, and answers each with one JSON line:
   {"faults": {...}}   replaces the server's faults (see hub_server.py; lists for "status")
   {"grant": TOKEN}    gives TOKEN access to the gated repository
   {"requests": TEXT}  answers {"count": n, "ranged": m}: requests whose path holds TEXT, and of
                       those, how many carried a Range header
+  {"viewer": BOOL}    the dataset viewer's /first-rows on or off (501)
+  {"rows": [REPO, PATH]}  answers {"rows": [{column: value}, ...]}: the rows of a dataset file,
+                      as the server's viewer reads them
   {"searches": PATH}  answers {"filters": [[tag, ...], ...]}: the filter= tags of each search
                       request to PATH ("/api/models" or "/api/datasets"), oldest first
 Exits when stdin closes.
 """
+import io
 import json
 import sys
 import urllib.parse
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
-from hub_server import HubServer, Repo  # noqa: E402
+from hub_server import HubServer, Repo, read_rows  # noqa: E402
 
 
 def make_llama_files(d: Path):
@@ -45,6 +55,49 @@ def make_llama_files(d: Path):
     return files
 
 
+def jsonl(rows):
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+def make_datasets():
+    """The dataset repositories (see the module's docstring), as Repo objects."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def instruct(i):
+        return {"instruction": f"Count to {i}.", "output": " ".join(f"word{k}" for k in range(i % 7 + 1))}
+
+    card = (b"---\nlicense: mit\nconfigs:\n"
+            b"- config_name: instruct\n  default: true\n  data_files:\n"
+            b"  - split: train\n    path: instruct/train-*.jsonl\n"
+            b"  - split: validation\n    path: instruct/valid.jsonl\n"
+            b"- config_name: chat\n  data_files: chat/*.jsonl\n---\n"
+            b"# Alpaca mini\n\nInstructions and **answers** for the studio's tests.\n")
+    chat = [{"messages": [{"role": "user", "content": f"Say {i}."}, {"role": "assistant", "content": str(i)}]}
+            for i in range(12)]
+    alpaca = Repo("data/alpaca-mini", {
+        "README.md": card,
+        "instruct/train-00000.jsonl": jsonl(instruct(i) for i in range(30)),
+        "instruct/train-00001.jsonl": jsonl(instruct(i) for i in range(30, 50)),
+        "instruct/valid.jsonl": jsonl(instruct(i) for i in range(100, 110)),
+        "chat/conversations.jsonl": jsonl(chat),
+    }, repo_type="dataset", license="mit", downloads=700, likes=5,
+        tags=["task_categories:text-generation", "format:json", "size_categories:n<1K"],
+        viewer_splits={("instruct", "train"): ["instruct/train-00000.jsonl", "instruct/train-00001.jsonl"],
+                       ("instruct", "validation"): ["instruct/valid.jsonl"],
+                       ("chat", "train"): ["chat/conversations.jsonl"]})
+    table = pa.table({"text": [f"document number {i} " + "lorem " * (i % 5) for i in range(36)],
+                      "source": [f"s{i % 3}" for i in range(36)]})
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    parquet = Repo("data/parquet-only", {"data/train-00000-of-00001.parquet": buffer.getvalue()},
+                   repo_type="dataset", license="apache-2.0", downloads=300,
+                   tags=["format:parquet", "size_categories:n<1K"])
+    gated = Repo("data/gated-set", {"train.jsonl": jsonl(instruct(i) for i in range(5))},
+                 repo_type="dataset", gated=True, license="other", downloads=20)
+    return [alpaca, parquet, gated]
+
+
 def main():
     work = Path(sys.argv[1])
     llama = make_llama_files(work / "llama-src")
@@ -57,6 +110,8 @@ def main():
         server.add(Repo("org/t5-small-ish", t5, downloads=40, license="mit"))
         server.add(Repo("org/pickle-only", {"config.json": b'{"model_type": "llama"}',
                                             "pytorch_model.bin": b"\x80" * 1000}, downloads=30))
+        for dataset in make_datasets():
+            server.add(dataset)
         print(json.dumps({"endpoint": server.endpoint}), flush=True)
         for line in sys.stdin:
             cmd = json.loads(line)
@@ -68,6 +123,12 @@ def main():
             if "requests" in cmd:
                 hits = [r for r in server.requests(contains=cmd["requests"])]
                 out = {"count": len(hits), "ranged": sum(1 for r in hits if "Range" in r[3])}
+            if "viewer" in cmd:
+                server.viewer = bool(cmd["viewer"])
+            if "rows" in cmd:
+                repo_id, file = cmd["rows"]
+                repo = server.repos[("dataset", repo_id)]
+                out = {"rows": read_rows(file, repo.file_bytes(file))}
             if "searches" in cmd:
                 searches = [urllib.parse.urlsplit(r[2]) for r in server.requests(server="hub")]
                 out = {"filters": [urllib.parse.parse_qs(u.query).get("filter", []) for u in searches

@@ -12,6 +12,7 @@
 #include <QComboBox>
 #include <QDir>
 #include <QDirIterator>
+#include <QDoubleSpinBox>
 #include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -31,9 +32,12 @@
 #include <QTextBrowser>
 #include <memory>
 
+#include "data/dataset.h"
 #include "ui/main_window.h"
+#include "ui/models/hub_dataset_results_model.h"
 #include "ui/models/hub_results_model.h"
 #include "ui/models/runs_db.h"
+#include "ui/pages/hub_dataset_panel.h"
 #include "ui/pages/hub_panel.h"
 #include "ui/pages/wizard.h"
 #include "ui/utility/hub_token.h"
@@ -51,6 +55,8 @@ const char* kToken = "hf_studio_test_secret_token_9876543210";
 void screenshot(QWidget* w, const QString& name) {
   QDir().mkpath(TESSERA_SCREENSHOT_DIR);
   const QString file = QDir(TESSERA_SCREENSHOT_DIR).filePath(name + ".png");
+  // Widgets added to a shown layout appear on a queued call: let it run first.
+  QCoreApplication::processEvents();
   QCoreApplication::sendPostedEvents(nullptr, QEvent::LayoutRequest);
   QVERIFY2(w->grab().save(file), qPrintable(file));
 }
@@ -113,6 +119,27 @@ class HubPagesTest : public QObject {
     return out;
   }
 
+  // The rows of a dataset file of the server, as its viewer reads them.
+  QJsonArray file_rows(const QString& repo, const QString& file) {
+    return command({{"rows", QJsonArray{repo, file}}}).value("rows").toArray();
+  }
+
+  // Every cell of the first rows of `table` equals `expected`'s (strings; by column name).
+  void compare_rows(QTableWidget* table, const QJsonArray& expected, int rows) {
+    QVERIFY2(table->rowCount() >= rows, qPrintable(QString::number(table->rowCount())));
+    for (int c = 0; c < table->columnCount(); ++c) {
+      const QString column = table->horizontalHeaderItem(c)->text().section(" → ", 0, 0);
+      for (int r = 0; r < rows; ++r)
+        QCOMPARE(table->item(r, c)->text(), expected[r].toObject().value(column).toString());
+    }
+  }
+
+  // Searches the Hub's datasets for `text`, waiting for the first result's layout and preview.
+  void search(HubDatasetPanel* hub, const QString& text) {
+    hub->search(text);
+    QTRY_VERIFY_WITH_TIMEOUT(!hub->busy(), 60000);
+  }
+
   // Searches `text` and waits until every row is checked.
   void search(HubPanel* hub, const QString& text) {
     hub->search(text);
@@ -146,10 +173,11 @@ class HubPagesTest : public QObject {
     store_ = std::make_unique<RunsStore>(path("runs.sqlite"));
   }
 
-  // After each test: no fault, token or offline switch leaks into the next one.
+  // After each test: no fault, token, offline switch or viewer switch leaks into the next one.
   void cleanup() {
     for (const char* v : {"HF_TOKEN", "HF_HUB_OFFLINE"}) qunsetenv(v);
     set_faults({});
+    QVERIFY(command({{"viewer", true}}).value("ok").toBool());
   }
 
   void cleanupTestCase() {
@@ -345,6 +373,269 @@ class HubPagesTest : public QObject {
     QTest::mouseClick(detail->back_button(), Qt::LeftButton);
     search(hub, "tiny");
     QVERIFY(!hub->details_shown());
+  }
+
+  void datasets_search_preview_download_and_use() {
+    MainWindow window(store_.get());
+    window.resize(1280, 720);
+    window.show();
+    window.show_page(MainWindow::Datasets);
+    DatasetPage* page = window.datasets_page();
+    HubDatasetPanel* hub = page->hub_panel();
+    QVERIFY(hub && page->hub_button()->isVisible());
+    QTest::mouseClick(page->hub_button(), Qt::LeftButton);
+    QVERIFY(page->hub_shown());
+    QVERIFY(hub->search_view()->state_text().contains("Search the Hub's datasets"));
+    search(hub, "");
+    // Datasets only, most downloaded first, what their tags say.
+    QCOMPARE(hub->results()->rowCount(), 3);
+    const auto dataset_cell = [hub](const QString& repo, HubDatasetResultsModel::Column column) {
+      return hub->results()
+          ->data(hub->results()->index_of(hub->results()->row_of(repo), column))
+          .toString();
+    };
+    QCOMPARE(hub->results()->row_of("data/alpaca-mini"), 0);
+    QCOMPARE(dataset_cell("data/alpaca-mini", HubDatasetResultsModel::Column::Rows),
+             QString("under 1K"));
+    QCOMPARE(dataset_cell("data/alpaca-mini", HubDatasetResultsModel::Column::Formats),
+             QString("json"));
+    QCOMPARE(dataset_cell("data/alpaca-mini", HubDatasetResultsModel::Column::License),
+             QString("mit"));
+    QVERIFY(dataset_cell("data/gated-set", HubDatasetResultsModel::Column::Name).contains("gated"));
+
+    // The first result is shown: its card's configs, their splits, the default's train rows.
+    QCOMPARE(hub->selected_repo(), QString("data/alpaca-mini"));
+    QVERIFY2(hub->facts_text().contains("license mit") &&
+                 hub->facts_text().contains("2 configs from configs declared by its card"),
+             qPrintable(hub->facts_text()));
+    QCOMPARE(hub->config_combo()->count(), 2);
+    QCOMPARE(hub->config_combo()->itemData(0).toString(), QString("instruct"));
+    QVERIFY(hub->config_combo()->itemText(0).contains("default"));
+    QCOMPARE(hub->config_combo()->itemData(1).toString(), QString("chat"));
+    QCOMPARE(hub->split_combo()->count(), 2);
+    QCOMPARE(hub->split_combo()->currentData().toString(), QString("train"));
+    QCOMPARE(hub->split_combo()->currentText(), QString("train (2 files)"));
+    QCOMPARE(hub->train_combo()->currentData().toString(), QString("train"));
+    QCOMPARE(hub->validation_combo()->currentData().toString(), QString("validation"));
+    // The rows before any download, from the viewer: the file's first rows.
+    QCOMPARE(hub->preview_message(), QString());
+    QCOMPARE(hub->preview_table()->rowCount(), 20);
+    compare_rows(hub->preview_table(), file_rows("data/alpaca-mini", "instruct/train-00000.jsonl"),
+                 20);
+    QVERIFY(!QFileInfo::exists(path("cache/datasets--data--alpaca-mini/snapshots")) ||
+            files_containing(path("cache/datasets--data--alpaca-mini/snapshots"), "Count to")
+                .isEmpty());
+    QVERIFY2(hub->download_label()->text().contains("in 3 files"),
+             qPrintable(hub->download_label()->text()));
+    screenshot(&window, "hub-datasets-1-preview");
+
+    // Another config: its own splits (train only: validation holds out training rows) and rows.
+    hub->config_combo()->setCurrentIndex(1);
+    QTRY_VERIFY_WITH_TIMEOUT(!hub->busy(), 30000);
+    QCOMPARE(hub->split_combo()->count(), 1);
+    QCOMPARE(hub->validation_combo()->currentData().toString(), QString());
+    QCOMPARE(hub->preview_table()->horizontalHeaderItem(0)->text(), QString("messages"));
+    QCOMPARE(hub->preview_table()->rowCount(), 12);
+    QVERIFY(hub->download_label()->text().contains("a share of the training rows"));
+    // The card, rendered, its YAML header (the configs) left out.
+    hub->tabs()->setCurrentWidget(hub->card_view());
+    QTRY_VERIFY_WITH_TIMEOUT(hub->card_view()->toPlainText().contains("Alpaca mini"), 20000);
+    QVERIFY(!hub->card_view()->toPlainText().contains("config_name"));
+    QVERIFY(!hub->card_view()->toPlainText().contains("**"));
+    screenshot(&window, "hub-datasets-2-card");
+    hub->tabs()->setCurrentIndex(0);
+    hub->config_combo()->setCurrentIndex(0);
+    QTRY_VERIFY_WITH_TIMEOUT(!hub->busy(), 30000);
+    const HubDatasetChoice choice = hub->choice();
+    QCOMPARE(choice.train_files,
+             (QStringList{"instruct/train-00000.jsonl", "instruct/train-00001.jsonl"}));
+    QCOMPARE(choice.validation_files, QStringList{"instruct/valid.jsonl"});
+    const QString commit = QString::fromStdString(hub->info()->layout.commit);
+    QCOMPARE(commit.size(), 40);
+
+    // Download and use: the tray fetches the two splits; once verified the page reads them.
+    QTest::mouseClick(hub->use_button(), Qt::LeftButton);
+    QVERIFY(!page->hub_shown());
+    QVERIFY(page->pending_hub_download().has_value());
+    QVERIFY2(page->hub_source_label()->text().contains("Downloading"),
+             qPrintable(page->hub_source_label()->text()));
+    DownloadRow* row = window.downloads()->row(choice.download_request());
+    QVERIFY(row);
+    QTRY_COMPARE_WITH_TIMEOUT(row->state(), DownloadRow::State::Ready, 60000);
+    QVERIFY(row->use_button()->text().contains("dataset"));
+    QTRY_VERIFY_WITH_TIMEOUT(page->hub_dataset().has_value() && !page->busy(), 30000);
+    const DatasetAnalysis& a = page->analysis();
+    QVERIFY2(a.error.isEmpty(), qPrintable(a.error));
+    QCOMPARE(a.files.size(), 2);
+    QCOMPARE(a.num_rows, std::uint64_t(50));  // both training files, not the validation one
+    QCOMPARE(a.columns, (QStringList{"instruction", "output"}));
+    QCOMPARE(a.file_type, QString("jsonl"));
+    QCOMPARE(a.format, QString("instruction"));
+    compare_rows(page->preview_table(), file_rows("data/alpaca-mini", "instruct/train-00000.jsonl"),
+                 30);
+    QVERIFY2(page->hub_source_label()->text().contains("data/alpaca-mini") &&
+                 page->hub_source_label()->text().contains("the validation split"),
+             qPrintable(page->hub_source_label()->text()));
+    QVERIFY(!page->validation_split()->isEnabled());
+    // Only the chosen splits (and the card) came: not the chat config's file.
+    const QString snapshot = path("cache/datasets--data--alpaca-mini/snapshots/") + commit;
+    QCOMPARE(page->hub_dataset()->snapshot, snapshot);
+    QVERIFY(QFileInfo::exists(snapshot + "/instruct/train-00001.jsonl"));
+    QVERIFY(QFileInfo::exists(snapshot + "/instruct/valid.jsonl"));
+    QVERIFY(!QFileInfo::exists(snapshot + "/chat/conversations.jsonl"));
+    // The job spec names the Hub dataset, pinned at the commit previewed.
+    const tessera::job::DatasetSpec d = page->dataset_spec();
+    QCOMPARE(QString::fromStdString(d.hub_id), QString("data/alpaca-mini"));
+    QCOMPARE(QString::fromStdString(d.revision), commit);
+    QCOMPARE(QString::fromStdString(d.config), QString("instruct"));
+    QCOMPARE(d.train_files, (std::vector<std::string>{"instruct/train-00000.jsonl",
+                                                      "instruct/train-00001.jsonl"}));
+    QCOMPARE(d.validation_files, std::vector<std::string>{"instruct/valid.jsonl"});
+    QCOMPARE(d.validation_split, 0.0);
+    screenshot(&window, "hub-datasets-3-in-use");
+
+    // On to the wizard: its dataset step reads the same files; its spec is valid as written.
+    QPushButton* to_wizard = nullptr;
+    for (QPushButton* b : window.findChildren<QPushButton*>())
+      if (b->text() == "&Fine-tune on this dataset") to_wizard = b;
+    QVERIFY(to_wizard && to_wizard->isEnabled());
+    QTest::mouseClick(to_wizard, Qt::LeftButton);
+    QCOMPARE(window.current_page(), MainWindow::NewFineTune);
+    DatasetPage* step = window.wizard()->dataset_page();
+    QTRY_VERIFY_WITH_TIMEOUT(step->hub_dataset().has_value() && !step->busy(), 30000);
+    QVERIFY2(step->analysis().error.isEmpty(), qPrintable(step->analysis().error));
+    QCOMPARE(step->analysis().num_rows, std::uint64_t(50));
+    tessera::job::JobSpec built = window.wizard()->build_spec();
+    built.model.path = path("some-model").toStdString();  // no model chosen in this test
+    tessera::job::JobSpec spec;
+    try {
+      spec = tessera::job::parse_job_spec(tessera::job::to_json(built), "the wizard's spec");
+    } catch (const std::exception& e) {
+      QFAIL(e.what());
+    }
+    QCOMPARE(spec.dataset.hub_id, std::string("data/alpaca-mini"));
+    QCOMPARE(spec.dataset.config, std::string("instruct"));
+    QCOMPARE(spec.dataset.validation_files, std::vector<std::string>{"instruct/valid.jsonl"});
+    screenshot(&window, "hub-datasets-4-wizard-step");
+  }
+
+  void datasets_preview_without_the_viewer() {
+    QVERIFY(command({{"viewer", false}}).value("ok").toBool());
+    MainWindow window(store_.get());
+    window.resize(1280, 720);
+    window.show();
+    window.show_page(MainWindow::NewFineTune);
+    window.wizard()->go_to(FineTuneWizard::DatasetStep);
+    DatasetPage* page = window.wizard()->dataset_page();
+    QTest::mouseClick(page->hub_button(), Qt::LeftButton);
+    HubDatasetPanel* hub = page->hub_panel();
+    search(hub, "");
+    // JSONL without the viewer: the complete lines of the file's first bytes.
+    QCOMPARE(hub->selected_repo(), QString("data/alpaca-mini"));
+    QCOMPARE(hub->preview_message(), QString());
+    compare_rows(hub->preview_table(), file_rows("data/alpaca-mini", "instruct/train-00000.jsonl"),
+                 20);
+    // Parquet without the viewer: no preview, and why, where the rows would be.
+    hub->select_repo("data/parquet-only");
+    QTRY_VERIFY_WITH_TIMEOUT(!hub->busy(), 30000);
+    QVERIFY2(hub->facts_text().contains("splits named by its files"),
+             qPrintable(hub->facts_text()));
+    QVERIFY2(
+        hub->preview_message().contains("viewer") && hub->preview_message().contains("download"),
+        qPrintable(hub->preview_message()));
+    QVERIFY(!hub->preview_table()->isVisible());
+    QVERIFY(hub->use_button()->isEnabled());
+    screenshot(&window, "hub-datasets-5-no-preview");
+
+    // Downloaded, the wizard's dataset is the Parquet file, read by the engine's reader.
+    if (!tessera::data::parquet_supported()) QSKIP("this build reads no Parquet");
+    QTest::mouseClick(hub->use_button(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(page->hub_dataset().has_value() && !page->busy(), 60000);
+    const DatasetAnalysis& a = page->analysis();
+    QVERIFY2(a.error.isEmpty(), qPrintable(a.error));
+    QCOMPARE(a.file_type, QString("parquet"));
+    QCOMPARE(a.num_rows, std::uint64_t(36));
+    QVERIFY(a.columns.contains("text") && a.columns.contains("source"));
+    compare_rows(page->preview_table(),
+                 file_rows("data/parquet-only", "data/train-00000-of-00001.parquet"), 36);
+    const tessera::job::DatasetSpec d = window.wizard()->build_spec().dataset;
+    QCOMPARE(d.train_files, std::vector<std::string>{"data/train-00000-of-00001.parquet"});
+    QVERIFY(d.validation_files.empty());
+    QCOMPARE(d.validation_split, page->validation_split()->value() / 100.0);
+    QVERIFY(page->validation_split()->isEnabled());
+    QVERIFY(window.wizard()->missing().filter("dataset").isEmpty());
+  }
+
+  void datasets_error_states() {
+    MainWindow window(store_.get());
+    window.resize(1280, 720);
+    window.show();
+    window.show_page(MainWindow::Datasets);
+    DatasetPage* page = window.datasets_page();
+    page->show_hub(true);
+    HubDatasetPanel* hub = page->hub_panel();
+
+    // A gated dataset without a token: what to do, and nothing to download.
+    search(hub, "gated");
+    QCOMPARE(hub->selected_repo(), QString("data/gated-set"));
+    QVERIFY2(hub->facts_text().contains("asks for a token"), qPrintable(hub->facts_text()));
+    QVERIFY(!hub->use_button()->isEnabled());
+    QVERIFY(hub->preview_message().contains("token"));
+    screenshot(&window, "hub-datasets-6-gated");
+
+    // 401 on the search with a token: rejected.
+    qputenv("HF_TOKEN", "hf_revoked_token_123");
+    set_faults({{"status", QJsonObject{{"search", QJsonArray{401, 1}}}}});
+    search(hub, "alpaca");
+    QCOMPARE(hub->search_view()->state_problem(), HubProblem::TokenRejected);
+    QVERIFY2(hub->search_view()->state_text().contains("rejected the token"),
+             qPrintable(hub->search_view()->state_text()));
+    QVERIFY(!hub->use_button()->isEnabled());
+    screenshot(&window, "hub-datasets-7-token-rejected");
+    qunsetenv("HF_TOKEN");
+
+    qputenv("HF_HUB_OFFLINE", "1");
+    search(hub, "alpaca");
+    QCOMPARE(hub->search_view()->state_problem(), HubProblem::Offline);
+    QVERIFY2(hub->search_view()->state_text().contains("Choose file"),
+             qPrintable(hub->search_view()->state_text()));
+    screenshot(&window, "hub-datasets-8-offline");
+    qunsetenv("HF_HUB_OFFLINE");
+
+    // A new choice while the last one's card is still read (slowly): only the newest shows, and
+    // a page change meanwhile is harmless. (Error bodies and API answers are not slowed, so
+    // data/parquet-only, which has no card, is read at full speed.)
+    set_faults({{"slow_bytes_per_s", 300}});  // alpaca-mini's card (≈300 bytes) takes a second
+    search(hub, "parquet");
+    QCOMPARE(hub->selected_repo(), QString("data/parquet-only"));
+    hub->search("");  // its first result, alpaca-mini, is read when the results arrive
+    QTRY_VERIFY_WITH_TIMEOUT(hub->selected_repo() == "data/alpaca-mini", 30000);
+    QVERIFY(hub->busy());
+    window.show_page(MainWindow::Runs);
+    hub->select_repo("data/parquet-only");  // read already: shown at once
+    QCOMPARE(hub->config_combo()->currentData().toString(), QString("default"));
+    window.show_page(MainWindow::Datasets);
+    QTRY_VERIFY_WITH_TIMEOUT(!hub->busy(), 30000);
+    QTest::qWait(50);  // the late answer's continuation runs
+    QCOMPARE(hub->selected_repo(), QString("data/parquet-only"));
+    QVERIFY2(hub->facts_text().startsWith("data/parquet-only"), qPrintable(hub->facts_text()));
+    QCOMPARE(hub->config_combo()->count(), 1);
+    QCOMPARE(hub->split_combo()->currentData().toString(), QString("train"));
+    // The late answer was kept for next time: alpaca-mini shows without asking again.
+    hub->select_repo("data/alpaca-mini");
+    QCOMPARE(hub->config_combo()->count(), 2);
+    QTRY_VERIFY_WITH_TIMEOUT(!hub->busy(), 30000);
+    set_faults({});
+    {
+      // A window closed while a call runs waits for it instead of crashing.
+      MainWindow closing(store_.get());
+      closing.datasets_page()->hub_panel()->search("");
+      QTRY_VERIFY_WITH_TIMEOUT(closing.datasets_page()->hub_panel()->results()->rowCount() > 0,
+                               30000);
+      set_faults({{"slow_bytes_per_s", 300}});
+      closing.datasets_page()->hub_panel()->select_repo("data/parquet-only");
+      closing.datasets_page()->hub_panel()->select_repo("data/alpaca-mini");
+    }
   }
 
   void pages_and_sorts() {

@@ -72,9 +72,12 @@ QStringList roles_of(const QString& format, const QMap<QString, QString>& mappin
 DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
   DatasetAnalysis a;
   a.file = request.file;
+  a.files = request.files.isEmpty() ? QStringList{request.file} : request.files;
   std::unique_ptr<data::DatasetReader> reader;
   try {
-    reader = data::open_dataset(request.file.toStdString());
+    std::vector<fs::path> paths;
+    for (const QString& f : a.files) paths.emplace_back(f.toStdString());
+    reader = data::open_datasets(paths);
   } catch (const Error& e) {
     a.error = error_text(e);
     return a;

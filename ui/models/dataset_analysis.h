@@ -12,9 +12,10 @@
 namespace tessera::ui {
 
 struct DatasetRequest {
-  QString file;
-  QString model_folder;            // empty: no token statistics
-  QString format = "auto";         // auto | text | instruction | chat | classification
+  QString file;             // the file, or the first of `files`
+  QStringList files;        // several files of one type read as one dataset (a Hub split's shards)
+  QString model_folder;     // empty: no token statistics
+  QString format = "auto";  // auto | text | instruction | chat | classification
   QMap<QString, QString> columns;  // role → column chosen by the user
   std::int64_t max_length = 512;
   bool packing = true;
@@ -22,7 +23,8 @@ struct DatasetRequest {
 
 struct DatasetAnalysis {
   QString file;
-  QString error;  // non-empty: the dataset (or the mapping) cannot be used; message + hint
+  QStringList files;  // every file read (one unless the request named several)
+  QString error;      // non-empty: the dataset (or the mapping) cannot be used; message + hint
   QString file_type;
   std::uint64_t num_rows = 0;
   QStringList columns;

@@ -4,6 +4,7 @@
 // the page's empty/error state (offline, token rejected, gated, rate limited, …) and whose
 // message and hint say what is wrong and what to do. The token never appears in them.
 #include <QString>
+#include <QStringList>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -46,6 +47,21 @@ struct HubSearchResult {
   HubFailure failure;
 };
 HubSearchResult search_hub(const hf::hub::Settings& settings, const hf::hub::SearchQuery& query);
+
+// One download for the tray: what Tessera fetches of a model, or chosen files of a dataset, at a
+// revision.
+struct HubDownloadRequest {
+  hf::hub::RepoType type = hf::hub::RepoType::Model;
+  QString repo_id;
+  QString revision = "main";
+  QStringList include;  // repository paths or patterns; empty: all that Tessera would fetch
+  QString label;        // what the tray shows: "org/name", or "org/data · default: train"
+  // The same files of the same repository at the same revision (the label aside).
+  bool same_files(const HubDownloadRequest& other) const {
+    return type == other.type && repo_id == other.repo_id && revision == other.revision &&
+           include == other.include;
+  }
+};
 
 // What the Models page shows of one Hub model, from its repository info and its config.json
 // (fetched alone, into memory; no weights are downloaded to decide).

@@ -5,6 +5,7 @@
 #include <QChartView>
 #include <QCheckBox>
 #include <QComboBox>
+#include <QDir>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -17,20 +18,35 @@
 #include <QPushButton>
 #include <QSpinBox>
 #include <QSplitter>
+#include <QStackedWidget>
 #include <QTableWidget>
 #include <QTimer>
 #include <QVBoxLayout>
 #include <QValueAxis>
 #include <QtConcurrent/QtConcurrentRun>
 
+#include "ui/pages/hub_dataset_panel.h"
 #include "ui/pages/wizard.h"
 #include "ui/utility/studio_settings.h"
 #include "ui/widgets/charts.h"
+#include "ui/widgets/hub_search_view.h"
 
 namespace tessera::ui {
 
+QStringList DatasetPage::HubDataset::local_train_files() const {
+  QStringList files;
+  for (const QString& f : choice.train_files) files << QDir(snapshot).filePath(f);
+  return files;
+}
+
 DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
-  auto* layout = new QVBoxLayout(this);
+  auto* outer = new QVBoxLayout(this);
+  outer->setContentsMargins(0, 0, 0, 0);
+  views_ = new QStackedWidget;
+  outer->addWidget(views_);
+  dataset_view_ = new QWidget;
+  views_->addWidget(dataset_view_);
+  auto* layout = new QVBoxLayout(dataset_view_);
   auto* row = new QHBoxLayout;
   path_ = new QLineEdit;
   path_->setPlaceholderText(tr("A dataset file: .jsonl, .json, .csv, .tsv, .txt or .parquet"));
@@ -38,10 +54,21 @@ DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
   auto* file_label = new QLabel(tr("&File:"));
   file_label->setBuddy(path_);
   auto* browse = new QPushButton(tr("Choose f&ile…"));
+  hub_button_ = new QPushButton(tr("Hugging Face &Hub…"));
+  hub_button_->setToolTip(
+      tr("Search the Hub's datasets, preview their rows, download the splits to train on"));
+  hub_button_->setVisible(false);  // until enable_hub
   row->addWidget(file_label);
   row->addWidget(path_, 1);
   row->addWidget(browse);
+  row->addWidget(hub_button_);
   layout->addLayout(row);
+  hub_source_ = new QLabel;
+  hub_source_->setWordWrap(true);
+  hub_source_->setTextFormat(Qt::RichText);
+  hub_source_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  hub_source_->setVisible(false);
+  layout->addWidget(hub_source_);
 
   auto* top = new QHBoxLayout;
   auto* mapping_box = new QGroupBox(tr("Format and columns"));
@@ -159,6 +186,7 @@ DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
   connect(packing_, &QCheckBox::toggled, debounce, qOverload<>(&QTimer::start));
   connect(split_, &QDoubleSpinBox::valueChanged, this, [this] { Q_EMIT datasetChanged(); });
   connect(&watcher_, &QFutureWatcher<DatasetAnalysis>::finished, this, [this] {
+    analyzing_ = false;
     if (rerun_) {  // the choices changed while this one ran
       rerun_ = false;
       analyze();
@@ -171,7 +199,8 @@ DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
 }
 
 bool DatasetPage::busy() const {
-  return watcher_.isRunning() || rerun_;
+  // Until the result is shown: the future finishes before its watcher says so.
+  return analyzing_ || rerun_;
 }
 
 void DatasetPage::set_model_folder(const QString& folder) {
@@ -180,10 +209,93 @@ void DatasetPage::set_model_folder(const QString& folder) {
   if (!path_->text().isEmpty()) analyze();
 }
 
+void DatasetPage::enable_hub(HubToken* token) {
+  if (hub_ != nullptr) return;
+  hub_ = new HubDatasetPanel(token);
+  views_->addWidget(hub_);
+  hub_button_->setVisible(true);
+  connect(hub_button_, &QPushButton::clicked, this, [this] { show_hub(true); });
+  connect(hub_, &HubDatasetPanel::backRequested, this, [this] { show_hub(false); });
+  connect(hub_, &HubDatasetPanel::downloadRequested, this, [this](const HubDatasetChoice& c) {
+    pending_ = c;
+    show_source();
+    show_hub(false);
+    Q_EMIT hubDownloadRequested(c);
+  });
+}
+
+void DatasetPage::show_hub(bool shown) {
+  if (hub_ == nullptr) return;
+  views_->setCurrentWidget(shown ? static_cast<QWidget*>(hub_) : dataset_view_);
+  if (shown) hub_->search_view()->search_edit()->setFocus();
+}
+
+bool DatasetPage::hub_shown() const {
+  return hub_ != nullptr && views_->currentWidget() == hub_;
+}
+
 void DatasetPage::choose_file(const QString& file) {
+  hub_dataset_.reset();
+  pending_.reset();  // a file chosen meanwhile wins over a download still running
+  show_source();
   path_->setText(file);
   user_columns_.clear();
   analyze();
+}
+
+void DatasetPage::use_hub_dataset(const HubDatasetChoice& choice, const QString& snapshot) {
+  hub_dataset_ = HubDataset{choice, snapshot};
+  pending_.reset();
+  const QStringList files = hub_dataset_->local_train_files();
+  path_->setText(files.isEmpty() ? QString() : files.front());
+  user_columns_.clear();
+  show_source();
+  show_hub(false);
+  analyze();
+}
+
+void DatasetPage::hub_download_ready(const HubDownloadRequest& request, const QString& snapshot) {
+  if (pending_ && pending_->download_request().same_files(request))
+    use_hub_dataset(*pending_, snapshot);
+}
+
+void DatasetPage::show_source() {
+  const bool validation_files = hub_dataset_ && !hub_dataset_->choice.validation_files.isEmpty();
+  split_->setEnabled(!validation_files);
+  split_->setToolTip(validation_files
+                         ? tr("The Hub dataset's validation files are the validation data")
+                         : tr("Share of the rows held out for evaluation (validation loss)"));
+  if (pending_) {
+    hub_source_->setText(tr("⏳ Downloading %1 from the Hub: the download tray below shows its "
+                            "progress; its rows are read here once every file is verified.")
+                             .arg(pending_->label().toHtmlEscaped()));
+    hub_source_->setVisible(true);
+    return;
+  }
+  if (!hub_dataset_) {
+    hub_source_->clear();
+    hub_source_->setVisible(false);
+    return;
+  }
+  const HubDatasetChoice& c = hub_dataset_->choice;
+  const auto files = [](const QStringList& list) {
+    return count_text(list.size(), tr("1 file"), tr("%1 files"));
+  };
+  // Split names are known when the dataset was chosen here, not when a run's spec was loaded.
+  const auto split = [&files](const QString& name, const QStringList& list) {
+    return name.isEmpty() ? files(list)
+                          : tr("the %1 split (%2)").arg(name.toHtmlEscaped(), files(list));
+  };
+  QString text = tr("From the Hub: <b>%1</b> at %2 · config <b>%3</b> · train: %4")
+                     .arg(c.repo_id.toHtmlEscaped(), c.commit.left(8),
+                          c.config.isEmpty() ? tr("default") : c.config.toHtmlEscaped(),
+                          split(c.train_split, c.train_files));
+  text += c.validation_files.isEmpty()
+              ? tr(" · validation: a share of the training rows")
+              : tr(" · validation: %1").arg(split(c.validation_split, c.validation_files));
+  hub_source_->setText(text);
+  hub_source_->setToolTip(hub_dataset_->snapshot);
+  hub_source_->setVisible(true);
 }
 
 void DatasetPage::set_format(const QString& format) {
@@ -197,12 +309,13 @@ void DatasetPage::set_column(const QString& role, const QString& column) {
 
 void DatasetPage::analyze() {
   if (path_->text().isEmpty()) return;
-  if (watcher_.isRunning()) {
+  if (analyzing_) {
     rerun_ = true;
     return;
   }
   DatasetRequest request;
   request.file = path_->text();
+  if (hub_dataset_) request.files = hub_dataset_->local_train_files();
   request.model_folder = model_folder_;
   request.format = format_->currentData().toString();
   request.columns = user_columns_;
@@ -210,6 +323,7 @@ void DatasetPage::analyze() {
   request.packing = packing_->isChecked();
   status_->setText(tr("Reading %1…").arg(request.file));
   Q_EMIT datasetChanged();
+  analyzing_ = true;
   watcher_.setFuture(QtConcurrent::run([request] { return analyze_dataset(request); }));
 }
 
@@ -332,17 +446,52 @@ void DatasetPage::load_spec(const job::DatasetSpec& spec) {
   user_columns_.clear();
   for (const auto& [role, column] : spec.columns)
     user_columns_[QString::fromStdString(role)] = QString::fromStdString(column);
+  if (!spec.hub_id.empty()) {
+    HubDatasetChoice choice;
+    choice.repo_id = QString::fromStdString(spec.hub_id);
+    choice.commit = QString::fromStdString(spec.revision);
+    choice.config = QString::fromStdString(spec.config);
+    for (const std::string& f : spec.train_files) choice.train_files << QString::fromStdString(f);
+    for (const std::string& f : spec.validation_files)
+      choice.validation_files << QString::fromStdString(f);
+    // The run fetched them into the HF cache: the snapshot of the revision, or of the Parquet
+    // conversion, that holds every file.
+    const std::optional<QString> snapshot = cached_hub_dataset(choice);
+    if (snapshot) {
+      use_hub_dataset(choice, *snapshot);
+    } else {
+      hub_dataset_.reset();
+      path_->clear();
+      analysis_ = {};
+      show_source();
+      status_->setText(tr("✘ The files of %1 (%2) are not in the HuggingFace cache: choose the "
+                          "dataset again with \"Hugging Face Hub…\".")
+                           .arg(choice.repo_id, choice.train_files.join(", ")));
+      Q_EMIT datasetChanged();
+    }
+    return;
+  }
   if (!spec.train_files.empty()) choose_file(QString::fromStdString(spec.train_files.front()));
 }
 
 job::DatasetSpec DatasetPage::dataset_spec() const {
   job::DatasetSpec d;
-  if (!path_->text().isEmpty()) d.train_files.push_back(path_->text().toStdString());
+  if (hub_dataset_) {
+    // The run fetches (from the cache, where the studio put them) exactly the files analysed.
+    const HubDatasetChoice& c = hub_dataset_->choice;
+    d.hub_id = c.repo_id.toStdString();
+    d.revision = c.commit.toStdString();
+    d.config = c.config.toStdString();
+    for (const QString& f : c.train_files) d.train_files.push_back(f.toStdString());
+    for (const QString& f : c.validation_files) d.validation_files.push_back(f.toStdString());
+  } else if (!path_->text().isEmpty()) {
+    d.train_files.push_back(path_->text().toStdString());
+  }
   d.format = analysis_.format.isEmpty() ? format_->currentData().toString().toStdString()
                                         : analysis_.format.toStdString();
   for (auto it = analysis_.mapping.begin(); it != analysis_.mapping.end(); ++it)
     d.columns[it.key().toStdString()] = it.value().toStdString();
-  d.validation_split = split_->value() / 100.0;
+  d.validation_split = d.validation_files.empty() ? split_->value() / 100.0 : 0.0;
   d.max_length = max_length_->value();
   d.packing = packing_->isChecked();
   return d;

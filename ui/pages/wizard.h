@@ -5,9 +5,11 @@
 #include <QFutureWatcher>
 #include <QMap>
 #include <QWidget>
+#include <optional>
 
 #include "job/job_spec.h"
 #include "ui/models/dataset_analysis.h"
+#include "ui/models/hub_dataset_calls.h"
 #include "ui/models/model_info.h"
 
 class QBarSeries;
@@ -34,6 +36,8 @@ namespace tessera::ui {
 
 class CliProbe;
 class HardwarePage;
+class HubDatasetPanel;
+class HubToken;
 
 // ---- 1. Model ---------------------------------------------------------------------------
 class ModelPage : public QWidget {
@@ -66,13 +70,38 @@ class ModelPage : public QWidget {
 };
 
 // ---- 2. Dataset -------------------------------------------------------------------------
+// A dataset file on this machine, or (with enable_hub) splits of a Hub dataset: searched and
+// previewed in the page's Hub view (hub_dataset_panel.h), downloaded by the main window's
+// download tray, then read and mapped like a file.
 class DatasetPage : public QWidget {
   Q_OBJECT
  public:
+  // A Hub dataset the page uses: the choice and the snapshot folder its files were verified in.
+  struct HubDataset {
+    HubDatasetChoice choice;
+    QString snapshot;
+    QStringList local_train_files() const;
+  };
+
   explicit DatasetPage(QWidget* parent = nullptr);
+  // Offers the Hub (a "Hugging Face Hub…" button and view); without it the page reads files only.
+  void enable_hub(HubToken* token);
+  HubDatasetPanel* hub_panel() const { return hub_; }
+  QPushButton* hub_button() const { return hub_button_; }
+  QLabel* hub_source_label() const { return hub_source_; }
+  void show_hub(bool shown);  // the Hub view, or the dataset view
+  bool hub_shown() const;
   void set_model_folder(const QString& folder);  // the tokenizer for the token statistics
   void choose_file(const QString& file);
-  // Everything `spec` says of the dataset: file, format, columns, split, length, packing.
+  // `choice`'s files, verified in `snapshot`, become the dataset (read and analysed at once).
+  void use_hub_dataset(const HubDatasetChoice& choice, const QString& snapshot);
+  const std::optional<HubDataset>& hub_dataset() const { return hub_dataset_; }
+  // The download tray finished `request`: used when it is the one this page asked for.
+  void hub_download_ready(const HubDownloadRequest& request, const QString& snapshot);
+  // The Hub dataset whose download this page waits for, if any.
+  const std::optional<HubDatasetChoice>& pending_hub_download() const { return pending_; }
+  // Everything `spec` says of the dataset: file or Hub dataset (its files from the HF cache),
+  // format, columns, split, length, packing.
   void load_spec(const job::DatasetSpec& spec);
   void set_format(const QString& format);  // "auto", "text", …
   void set_column(const QString& role, const QString& column);
@@ -92,11 +121,21 @@ class DatasetPage : public QWidget {
 
  Q_SIGNALS:
   void datasetChanged();
+  // "Download and use" on the Hub view: the main window has the download tray fetch it.
+  void hubDownloadRequested(const tessera::ui::HubDatasetChoice& choice);
 
  private:
   void analyze();
   void show_analysis();
   void rebuild_role_combos();
+  void show_source();      // the Hub line over the analysis, the validation split's state
+  QStackedWidget* views_;  // the dataset (source, mapping, analysis), or the Hub view
+  QWidget* dataset_view_;
+  QPushButton* hub_button_;
+  HubDatasetPanel* hub_ = nullptr;
+  QLabel* hub_source_;
+  std::optional<HubDataset> hub_dataset_;
+  std::optional<HubDatasetChoice> pending_;  // asked of the download tray, not ready yet
   QLineEdit* path_;
   QComboBox* format_;
   QFormLayout* roles_form_;
@@ -115,6 +154,7 @@ class DatasetPage : public QWidget {
   QFutureWatcher<DatasetAnalysis> watcher_;
   DatasetAnalysis analysis_;
   QString model_folder_;
+  bool analyzing_ = false;  // until the analysis is shown
   bool rerun_ = false;
   bool updating_ = false;
   QMap<QString, QString> user_columns_;

@@ -30,8 +30,9 @@ QString bytes_text(std::int64_t n) {
 // Removes blobs/*.incomplete of the repository in the cache, each only when its blob lock can be
 // taken at once (a file another process is writing is left alone). Blocking file work: call it
 // off the GUI thread.
-void remove_incomplete_blobs(const hub::Settings& settings, const std::string& repo_id) {
-  const hub::CacheRepo repo(settings.cache_dir, repo_id, hub::RepoType::Model);
+void remove_incomplete_blobs(const hub::Settings& settings, const std::string& repo_id,
+                             hub::RepoType type) {
+  const hub::CacheRepo repo(settings.cache_dir, repo_id, type);
   std::error_code ec;
   for (fs::directory_iterator it(repo.dir() / "blobs", ec), end; !ec && it != end;
        it.increment(ec)) {
@@ -54,13 +55,17 @@ void remove_incomplete_blobs(const hub::Settings& settings, const std::string& r
 
 }  // namespace
 
-DownloadRow::DownloadRow(QString repo_id, HubToken* token, QWidget* parent)
-    : QFrame(parent), repo_id_(std::move(repo_id)), token_(token) {
+DownloadRow::DownloadRow(HubDownloadRequest request, HubToken* token, QWidget* parent)
+    : QFrame(parent), request_(std::move(request)), token_(token) {
   setFrameShape(QFrame::StyledPanel);
-  setObjectName("download:" + repo_id_);
+  setObjectName("download:" + request_.repo_id);
   auto* layout = new QHBoxLayout(this);
   layout->setContentsMargins(6, 3, 6, 3);
-  name_ = new QLabel(repo_id_);
+  name_ = new QLabel(request_.label.isEmpty() ? request_.repo_id : request_.label);
+  name_->setToolTip(request_.include.isEmpty() ? request_.repo_id
+                                               : tr("%1 at %2: %3")
+                                                     .arg(request_.repo_id, request_.revision,
+                                                          request_.include.join(", ")));
   QFont f = name_->font();
   f.setBold(true);
   name_->setFont(f);
@@ -72,8 +77,10 @@ DownloadRow::DownloadRow(QString repo_id, HubToken* token, QWidget* parent)
   status_->setMinimumWidth(fontMetrics().averageCharWidth() * 38);
   pause_ = new QPushButton(tr("Pause"));
   cancel_ = new QPushButton(tr("Cancel"));
-  use_ = new QPushButton(tr("Fine-tune this model"));
-  use_->setToolTip(tr("Choose this model in the New fine-tune wizard"));
+  const bool dataset = request_.type == hub::RepoType::Dataset;
+  use_ = new QPushButton(dataset ? tr("Use this dataset") : tr("Fine-tune this model"));
+  use_->setToolTip(dataset ? tr("Choose these files as the New fine-tune wizard's dataset")
+                           : tr("Choose this model in the New fine-tune wizard"));
   dismiss_ = new QPushButton(tr("Dismiss"));
   layout->addWidget(name_);
   layout->addWidget(bar_, 1);
@@ -110,9 +117,13 @@ void DownloadRow::start() {
   clock_.start();
   set_state(State::Downloading);
   const hub::Settings settings = hub_settings(token_ ? token_->keychain_token() : std::string());
-  future_ = QtConcurrent::run([this, settings, stop = stop_, repo = repo_id_.toStdString()] {
+  future_ = QtConcurrent::run([this, settings, stop = stop_, request = request_] {
     // `this` outlives the worker: the destructor waits for it. Calls into the row are queued.
+    const std::string repo = request.repo_id.toStdString();
     hub::DownloadParams params;
+    params.type = request.type;
+    params.revision = request.revision.toStdString();
+    for (const QString& pattern : request.include) params.include.push_back(pattern.toStdString());
     params.cancel = stop.get();
     params.on_progress = [this](const hub::DownloadProgress& p) {
       QMetaObject::invokeMethod(
@@ -162,12 +173,12 @@ void DownloadRow::cancel() {
 }
 
 void DownloadRow::remove_partial_files() {
-  future_ = QtConcurrent::run(
-      [this, settings = hub_settings(std::string()), repo = repo_id_.toStdString()] {
-        remove_incomplete_blobs(settings, repo);
-        QMetaObject::invokeMethod(
-            this, [this] { set_state(State::Cancelled); }, Qt::QueuedConnection);
-      });
+  future_ = QtConcurrent::run([this, settings = hub_settings(std::string()),
+                               repo = request_.repo_id.toStdString(), type = request_.type] {
+    remove_incomplete_blobs(settings, repo, type);
+    QMetaObject::invokeMethod(
+        this, [this] { set_state(State::Cancelled); }, Qt::QueuedConnection);
+  });
 }
 
 void DownloadRow::progressed(std::int64_t done, std::int64_t total, int files_done,
@@ -234,7 +245,8 @@ QString DownloadRow::status_text() const {
     case State::Failed:
       return tr("Failed: %1").arg(failure_.message.section('\n', 0, 0));
     case State::Ready:
-      return tr("Ready: %n file(s), %1, verified", "", files_total_).arg(bytes_text(total_bytes_));
+      return tr("Ready: %1, %2, verified")
+          .arg(count_text(files_total_, tr("1 file"), tr("%1 files")), bytes_text(total_bytes_));
   }
   return {};
 }
@@ -282,25 +294,46 @@ DownloadTray::~DownloadTray() {
   for (DownloadRow* r : rows_) r->pause();  // every worker is told at once; rows wait in turn
 }
 
-DownloadRow* DownloadTray::row(const QString& repo_id) const {
+DownloadRow* DownloadTray::row(const HubDownloadRequest& request) const {
   for (DownloadRow* r : rows_)
-    if (r->repo_id() == repo_id) return r;
+    if (r->request().same_files(request)) return r;
   return nullptr;
 }
 
-void DownloadTray::download(const QString& repo_id) {
-  DownloadRow* r = row(repo_id);
+DownloadRow* DownloadTray::row(const QString& model_repo_id) const {
+  HubDownloadRequest request;
+  request.repo_id = model_repo_id;
+  return row(request);
+}
+
+void DownloadTray::download(const QString& model_repo_id) {
+  HubDownloadRequest request;
+  request.repo_id = model_repo_id;
+  download(request);
+}
+
+void DownloadTray::download(const HubDownloadRequest& request) {
+  DownloadRow* r = row(request);
   if (r == nullptr || r->state() == DownloadRow::State::Cancelled) {
     if (r != nullptr) {
       rows_.removeOne(r);
       r->deleteLater();
     }
-    r = new DownloadRow(repo_id, token_, this);
+    r = new DownloadRow(request, token_, this);
     rows_.push_back(r);
     list_->addWidget(r);
-    connect(r, &DownloadRow::useRequested, this, &DownloadTray::useModel);
+    connect(r, &DownloadRow::useRequested, this, [this, r](const QString& snapshot) {
+      if (r->request().type == hub::RepoType::Dataset)
+        Q_EMIT useDataset(r->request(), snapshot);
+      else
+        Q_EMIT useModel(snapshot);
+    });
     connect(r, &DownloadRow::stateChanged, this, [this, r] {
-      if (r->state() == DownloadRow::State::Ready) Q_EMIT modelReady(r->repo_id());
+      if (r->state() != DownloadRow::State::Ready) return;
+      if (r->request().type == hub::RepoType::Dataset)
+        Q_EMIT datasetReady(r->request(), r->snapshot());
+      else
+        Q_EMIT modelReady(r->repo_id());
     });
     connect(r, &DownloadRow::dismissRequested, this, [this, r] {
       if (r->running()) return;
@@ -310,7 +343,10 @@ void DownloadTray::download(const QString& repo_id) {
     });
   }
   setVisible(true);
-  if (r->state() != DownloadRow::State::Ready && !r->running()) r->start();
+  // A dataset asked for again is checked again (quick when its files are all in the cache), so
+  // the page that asked hears "ready" from a verified snapshot.
+  if (r->state() == DownloadRow::State::Ready && request.type == hub::RepoType::Model) return;
+  if (!r->running()) r->start();
 }
 
 }  // namespace tessera::ui

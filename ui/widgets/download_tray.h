@@ -1,11 +1,12 @@
 #pragma once
 // The download tray: Hub downloads owned by the main window, so they go on while the user moves
-// between pages. One row per repository: progress (bytes, rate), Pause (the client stops and
-// keeps blobs/<etag>.incomplete), Resume (downloads again: the client resumes with Range),
-// Cancel (stops and removes the partial files), and "ready" only once the client returned —
-// every file verified (LFS SHA-256) and linked into the snapshot. "Fine-tune" hands the snapshot
-// folder to the wizard. Each download runs on a pool thread; its progress reaches the row through
-// queued calls, and a row is never destroyed while its worker runs.
+// between pages. One row per download (a model, or chosen files of a dataset at a revision):
+// progress (bytes, rate), Pause (the client stops and keeps blobs/<etag>.incomplete), Resume
+// (downloads again: the client resumes with Range), Cancel (stops and removes the partial files),
+// and "ready" only once the client returned — every file verified (LFS SHA-256) and linked into
+// the snapshot. "Fine-tune this model" / "Use this dataset" hand the snapshot folder to the
+// wizard. Each download runs on a pool thread; its progress reaches the row through queued calls,
+// and a row is never destroyed while its worker runs.
 #include <QElapsedTimer>
 #include <QFrame>
 #include <QFuture>
@@ -28,10 +29,11 @@ class DownloadRow : public QFrame {
   Q_OBJECT
  public:
   enum class State { Downloading, Pausing, Paused, Cancelling, Cancelled, Failed, Ready };
-  DownloadRow(QString repo_id, HubToken* token, QWidget* parent = nullptr);
+  DownloadRow(HubDownloadRequest request, HubToken* token, QWidget* parent = nullptr);
   ~DownloadRow() override;  // stops the worker and waits for it (partial files stay)
 
-  const QString& repo_id() const { return repo_id_; }
+  const HubDownloadRequest& request() const { return request_; }
+  const QString& repo_id() const { return request_.repo_id; }
   State state() const { return state_; }
   QString status_text() const;
   const QString& snapshot() const { return snapshot_; }
@@ -58,7 +60,7 @@ class DownloadRow : public QFrame {
   void set_state(State state);
   void update_view();
 
-  QString repo_id_;
+  HubDownloadRequest request_;
   HubToken* token_;
   State state_ = State::Paused;
   std::shared_ptr<std::atomic<bool>> stop_;
@@ -87,14 +89,19 @@ class DownloadTray : public QFrame {
   explicit DownloadTray(HubToken* token, QWidget* parent = nullptr);
   ~DownloadTray() override;
 
-  // Starts downloading `repo_id`, or resumes its paused / failed row.
-  void download(const QString& repo_id);
-  DownloadRow* row(const QString& repo_id) const;
+  // Starts downloading `request`, or resumes its paused / failed row (a ready one stays ready).
+  void download(const HubDownloadRequest& request);
+  void download(const QString& model_repo_id);  // a model: what Tessera trains from, at main
+  DownloadRow* row(const HubDownloadRequest& request) const;
+  DownloadRow* row(const QString& model_repo_id) const;
   QList<DownloadRow*> rows() const { return rows_; }
 
  Q_SIGNALS:
   void useModel(const QString& snapshot);
-  void modelReady(const QString& repo_id);  // a download finished (the cache changed)
+  void useDataset(const tessera::ui::HubDownloadRequest& request, const QString& snapshot);
+  void modelReady(const QString& repo_id);  // a model's download finished (the cache changed)
+  // A dataset's download finished, verified: `snapshot` holds the request's files.
+  void datasetReady(const tessera::ui::HubDownloadRequest& request, const QString& snapshot);
 
  private:
   HubToken* token_;

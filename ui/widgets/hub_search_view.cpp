@@ -19,6 +19,10 @@ namespace tessera::ui {
 
 namespace hub = hf::hub;
 
+// The narrowest a filter and the sort get, in characters ("Any task", "Most liked").
+constexpr int kFilterChars = 8;
+constexpr int kSortChars = 12;
+
 QString results_text(int rows) {
   return count_text(rows, QObject::tr("1 result"), QObject::tr("%1 results"));
 }
@@ -39,7 +43,7 @@ HubSearchView::HubSearchView(hub::RepoType type, HubToken* token, HubHitsModel* 
   row->addWidget(go_);
   layout->addLayout(row);
 
-  // The filters, then the order: each combo as wide as its longest choice needs, no wider.
+  // The filters, then the order.
   filter_row_ = new QHBoxLayout;
   sort_ = new QComboBox;
   sort_->addItem(tr("Most downloaded"), "downloads");
@@ -47,9 +51,11 @@ HubSearchView::HubSearchView(hub::RepoType type, HubToken* token, HubHitsModel* 
   sort_->addItem(tr("Recently updated"), "recent");
   sort_->setToolTip(tr("Order of the results"));
   sort_->setAccessibleName(tr("Sort"));
-  sort_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
-  filter_row_->addStretch(1);
-  filter_row_->addWidget(sort_);
+  // Narrow panels (the Datasets page's results beside a dataset) shrink the combos to a few
+  // characters each; wide ones share the row out evenly.
+  sort_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+  sort_->setMinimumContentsLength(kSortChars);
+  filter_row_->addWidget(sort_, 1);
   layout->addLayout(filter_row_);
 
   stack_ = new QStackedWidget;
@@ -153,8 +159,9 @@ QComboBox* HubSearchView::add_filter(const QString& name, const QString& any,
   for (const HubFilterChoice& c : choices) combo->addItem(c.label, c.tag);
   combo->setAccessibleName(name);
   combo->setToolTip(tr("Only results with this %1 (a Hub tag)").arg(name.toLower()));
-  combo->setSizeAdjustPolicy(QComboBox::AdjustToContents);
-  filter_row_->insertWidget(int(filters_.size()), combo);
+  combo->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+  combo->setMinimumContentsLength(kFilterChars);
+  filter_row_->insertWidget(int(filters_.size()), combo, 1);
   filters_.insert(name, combo);
   connect(combo, &QComboBox::currentIndexChanged, this, &HubSearchView::search_again);
   return combo;
