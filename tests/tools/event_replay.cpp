@@ -1,7 +1,10 @@
-// event_replay FILE [--delay-ms N] [--exit CODE] [--crash]: writes FILE's lines to stdout one
-// by one with a pause between them (a stand-in for `tessera-cli run … --events -` in the
-// studio's tests: a real child process and a real stream), then exits with CODE, or aborts.
+// event_replay FILE [--delay-ms N] [--exit CODE] [--crash] [--ignore-sigint] [--hold-ms N]:
+// writes FILE's lines to stdout one by one with a pause between them (a stand-in for
+// `tessera-cli run … --events -` in the studio's tests: a real child process and a real
+// stream), waits --hold-ms (a step that takes long; with --ignore-sigint a stop request does
+// not end it), then exits with CODE, or aborts.
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,12 +15,15 @@
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: event_replay FILE [--delay-ms N] [--exit CODE] [--crash]\n");
+    std::fprintf(stderr,
+                 "usage: event_replay FILE [--delay-ms N] [--exit CODE] [--crash] "
+                 "[--ignore-sigint] [--hold-ms N]\n");
     return 2;
   }
   long delay_ms = 0;
   int exit_code = 0;
   bool crash = false;
+  long hold_ms = 0;
   for (int i = 2; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--delay-ms") && i + 1 < argc)
       delay_ms = std::strtol(argv[++i], nullptr, 10);
@@ -25,6 +31,10 @@ int main(int argc, char** argv) {
       exit_code = int(std::strtol(argv[++i], nullptr, 10));
     else if (!std::strcmp(argv[i], "--crash"))
       crash = true;
+    else if (!std::strcmp(argv[i], "--ignore-sigint"))
+      std::signal(SIGINT, SIG_IGN);
+    else if (!std::strcmp(argv[i], "--hold-ms") && i + 1 < argc)
+      hold_ms = std::strtol(argv[++i], nullptr, 10);
   }
   std::ifstream in(argv[1]);
   if (!in) {
@@ -38,6 +48,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
   }
+  if (hold_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
   std::fprintf(stderr, "event_replay: end of %s\n", argv[1]);
   if (crash) std::abort();
   return exit_code;

@@ -34,6 +34,7 @@
 #include <QSpinBox>
 #include <QSqlQuery>
 #include <QTabWidget>
+#include <QTableView>
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QTest>
@@ -180,6 +181,35 @@ QByteArray make_events(int steps, bool fail) {
   return out;
 }
 
+// A run of `total` steps that trains `trained` steps with progress every 10 steps and a
+// checkpoint every `checkpoint_every`; with `stopped`, it then checkpoints and ends "stopped"
+// as `tessera-cli run` does after SIGINT (else the stream just ends there).
+QByteArray make_partial_events(int trained, int total, int checkpoint_every, bool stopped) {
+  QByteArray out;
+  double t = 1.7e9;
+  auto add = [&](json e) {
+    e["v"] = 1;
+    e["t"] = t;
+    out += QByteArray::fromStdString(e.dump()) + '\n';
+  };
+  for (int step = 1; step <= trained; ++step) {
+    t += 0.05;
+    add({{"type", "metric"}, {"step", step}, {"loss", 3.0 / step + 0.5}, {"tokens_per_s", 4000}});
+    if (step % 10 == 0)
+      add({{"type", "progress"}, {"phase", "train"}, {"done", step}, {"total", total}});
+    if (step % checkpoint_every == 0)
+      add({{"type", "checkpoint"},
+           {"step", step},
+           {"path", "/tmp/run/checkpoint-" + std::to_string(step)}});
+  }
+  if (!stopped) return out;
+  add({{"type", "checkpoint"},
+       {"step", trained},
+       {"path", "/tmp/run/checkpoint-" + std::to_string(trained)}});
+  add({{"type", "done"}, {"status", "stopped"}, {"steps", trained}, {"total_steps", total}});
+  return out;
+}
+
 // A run with strategy gemini: every 10 steps a memory report of the device, the host and (with
 // `disk`) the disk tier that holds the optimizer state in `folder`, with its chunk traffic.
 struct OffloadReport {
@@ -237,7 +267,7 @@ QByteArray make_offload_events(int steps, bool disk, const QString& folder,
   return out;
 }
 
-RunRecord make_run(const QString& id) {
+RunRecord make_run(const QString& id, double learning_rate = 0) {
   RunRecord r;
   r.id = id;
   r.name = id;
@@ -245,11 +275,13 @@ RunRecord make_run(const QString& id) {
   r.dataset = "train.jsonl";
   r.method = "lora";
   // Job specs that differ in the learning rate only (and in name and folder, per run).
-  r.spec_json = QString::fromStdString(
-      json{{"name", id.toStdString()},
-           {"output", {{"dir", "/runs/" + id.toStdString()}}},
-           {"training", {{"steps", 10}, {"learning_rate", id == "run-oom" ? 3e-4 : 1e-4}}}}
-          .dump());
+  r.spec_json = QString::fromStdString(json{
+      {"name", id.toStdString()},
+      {"output", {{"dir", "/runs/" + id.toStdString()}}},
+      {"training",
+       {{"steps", 10},
+        {"learning_rate", learning_rate > 0 ? learning_rate : (id == "run-oom" ? 3e-4 : 1e-4)}}}}
+                                           .dump());
   return r;
 }
 
@@ -324,14 +356,16 @@ class StudioTest : public QObject {
 
   // Clicks `button` of the next modal QMessageBox as soon as it is shown (QMessageBox's own
   // event loop runs the timer).
-  static void answer_next_message_box(const QString& button_text) {
+  // `shown` (when given) receives the box's text and informative text.
+  static void answer_next_message_box(const QString& button_text, QString* shown = nullptr) {
     auto* timer = new QTimer;
     timer->setInterval(20);
-    QObject::connect(timer, &QTimer::timeout, timer, [timer, button_text] {
+    QObject::connect(timer, &QTimer::timeout, timer, [timer, button_text, shown] {
       auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget());
       if (!box) return;
       timer->stop();
       timer->deleteLater();
+      if (shown) *shown = box->text() + "\n" + box->informativeText();
       for (QAbstractButton* b : box->buttons())
         if (b->text().remove('&') == button_text) return b->click();
       qWarning("no button \"%s\" in the message box", qPrintable(button_text));
@@ -345,7 +379,8 @@ class StudioTest : public QObject {
   // Streams `events` through the replay child into a monitor + dashboard; returns the
   // worst event-loop lateness (ms) seen by a 10 ms timer while it ran.
   qint64 stream_run(RunMonitor& monitor, RunDashboard& dashboard, const QString& id,
-                    const QByteArray& events, const QStringList& extra) {
+                    const QByteArray& events, const QStringList& extra,
+                    const RunRecord* record = nullptr) {
     const QString file = path(id + ".events.jsonl");
     write_file(file, events);
     dashboard.attach(&monitor);
@@ -365,7 +400,8 @@ class StudioTest : public QObject {
     QSignalSpy finished(&monitor, &RunMonitor::finished);
     clock.start();
     ticker.start();
-    monitor.start(make_run(id), TESSERA_EVENT_REPLAY, QStringList{file, "--delay-ms", "1"} + extra);
+    monitor.start(record ? *record : make_run(id), TESSERA_EVENT_REPLAY,
+                  QStringList{file, "--delay-ms", "1"} + extra);
     dashboard.attach(&monitor);
     if (!finished.wait(120000)) qWarning("the run did not finish");
     ticker.stop();
@@ -967,9 +1003,9 @@ class StudioTest : public QObject {
     QCOMPARE(page.compare_chart()->series_count(), 2);
     QTableWidget* differences = page.compare_differences();
     QCOMPARE(differences->rowCount(), 1);
-    QCOMPARE(differences->verticalHeaderItem(0)->text(), QString("training.learning_rate"));
-    QCOMPARE(differences->item(0, 0)->text(), QString("0.0001"));
-    QCOMPARE(differences->item(0, 1)->text(), QString("0.0003"));
+    QCOMPARE(differences->verticalHeaderItem(0)->text(), QString("learning rate"));
+    QCOMPARE(differences->item(0, 0)->text(), QString("1e-4"));
+    QCOMPARE(differences->item(0, 1)->text(), QString("3e-4"));
     QCOMPARE(page.compare_chart()->point_count("run-ok"), kSteps);
     QCOMPARE(page.compare_chart()->point_count("run-oom"), 150);
     screenshot(&page, "runs-compare");
@@ -980,6 +1016,221 @@ class StudioTest : public QObject {
     page.delete_run("run-crash", false);
     QVERIFY(refreshed.wait(10000));
     for (const RunRecord& r : page.runs()) QVERIFY(r.id != "run-crash");
+  }
+
+  // A run stopped at step 142 of 200: the bar shows 142 / 200 (not full, not empty) when it
+  // ends live and when it is replayed from the database, and the list says the same.
+  void stopped_run_bar_shows_where_it_stopped() {
+    RunMonitor monitor(store_.get());
+    RunDashboard dashboard;
+    dashboard.resize(1280, 720);
+    dashboard.show();
+    stream_run(monitor, dashboard, "run-stopped", make_partial_events(142, 200, 50, true),
+               {"--exit", "130"});
+    QCOMPARE(monitor.status(), QString("stopped"));
+    // The steps charted are the independent count of where it stopped.
+    const int charted = dashboard.loss_chart()->point_count("training loss");
+    QCOMPARE(charted, 142);
+    QCOMPARE(dashboard.progress_bar()->value(), charted);
+    QCOMPARE(dashboard.progress_bar()->maximum(), 200);
+    QCOMPARE(dashboard.progress_bar()->format(), QString("stopped at 142 / 200"));
+    screenshot(&dashboard, "stopped-run-live-1280x720");
+
+    store_->flush();
+    RunsPage page(store_.get());
+    page.resize(1280, 720);
+    page.show();
+    QTRY_VERIFY_WITH_TIMEOUT(!page.loading() && page.runs_model()->row_of("run-stopped") >= 0,
+                             10000);
+    QSignalSpy replayed(&page, &RunsPage::replayed);
+    page.open_run("run-stopped");
+    QVERIFY(replayed.wait(10000));
+    QProgressBar* bar = page.dashboard()->progress_bar();
+    QCOMPARE(bar->value(), charted);
+    QCOMPARE(bar->maximum(), 200);
+    QCOMPARE(bar->format(), QString("stopped at 142 / 200"));
+    const int row = page.runs_model()->row_of("run-stopped");
+    QCOMPARE(page.runs_model()->index_of(row, RunsTableModel::Column::Progress).data().toString(),
+             QString("142 / 200 (71%)"));
+    screenshot(&page, "stopped-run-replayed-1280x720");
+  }
+
+  // While a run goes on, nothing reads "final loss": the dashboard labels its latest value
+  // "loss" and the list's Final loss cell is empty; once it ends both give the last loss.
+  void final_loss_is_empty_while_the_run_goes_on() {
+    RunsPage page(store_.get());
+    page.resize(1280, 720);
+    page.show();
+    RunMonitor monitor(store_.get());
+    const int steps = 300;
+    const QString file = path("run-going.events.jsonl");
+    write_file(file, make_events(steps, false));
+    monitor.start(make_run("run-going"), TESSERA_EVENT_REPLAY, {file, "--delay-ms", "4"});
+    page.show_live(&monitor);
+    QLabel* losses = page.dashboard()->loss_label();
+    QTRY_VERIFY_WITH_TIMEOUT(losses->text().startsWith("loss "), 10000);
+    QVERIFY(monitor.running());
+    QVERIFY2(!losses->text().contains("final"), qPrintable(losses->text()));
+    // The list, refreshed as the live run writes: still running, no final loss.
+    const RunsTableModel* model = page.runs_model();
+    auto cell = [&](RunsTableModel::Column column, int role = Qt::DisplayRole) {
+      return model->index_of(model->row_of("run-going"), column).data(role).toString();
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(
+        model->row_of("run-going") >= 0 && cell(RunsTableModel::Column::FinalLoss, Qt::ToolTipRole)
+                                               .startsWith("still running: latest loss "),
+        10000);
+    QVERIFY(monitor.running());
+    QCOMPARE(cell(RunsTableModel::Column::FinalLoss), QString());
+    QCOMPARE(cell(RunsTableModel::Column::Status), QString("running"));
+    QCOMPARE(model->headerData(int(RunsTableModel::Column::FinalLoss), Qt::Horizontal).toString(),
+             QString("Final loss"));
+    screenshot(&page, "final-loss-while-running-1280x720");
+
+    QSignalSpy finished(&monitor, &RunMonitor::finished);
+    QVERIFY(finished.wait(60000));
+    const QString expected = QString::number(3.0 * std::exp(-steps / 150.0) + 0.5, 'f', 4);
+    const QString expected_eval = QString::number(3.2 * std::exp(-steps / 160.0) + 0.6, 'f', 4);
+    QTRY_COMPARE_WITH_TIMEOUT(
+        losses->text(), "final loss " + expected + " · final eval loss " + expected_eval, 5000);
+    QTRY_COMPARE_WITH_TIMEOUT(cell(RunsTableModel::Column::FinalLoss), expected, 10000);
+    QCOMPARE(cell(RunsTableModel::Column::FinalEvalLoss), expected_eval);
+  }
+
+  // Stop does not ask: the run saves a checkpoint of its step before it ends (the tooltip says
+  // so). Once it is stopping, "Stop now…" would lose the steps since the last checkpoint: it
+  // asks, naming how many, and Cancel leaves the run going.
+  void stop_asks_only_when_steps_would_be_lost() {
+    RunMonitor monitor(store_.get());
+    RunDashboard dashboard;
+    dashboard.resize(1280, 720);
+    dashboard.show();
+    const QString file = path("run-stop-now.events.jsonl");
+    // 130 steps with checkpoints at 50 and 100, then a step that takes long and does not end on
+    // SIGINT.
+    write_file(file, make_partial_events(130, 200, 50, false));
+    monitor.start(make_run("run-stop-now"), TESSERA_EVENT_REPLAY,
+                  {file, "--delay-ms", "1", "--ignore-sigint", "--hold-ms", "60000"});
+    dashboard.attach(&monitor);
+    QTRY_COMPARE_WITH_TIMEOUT(dashboard.loss_chart()->point_count("training loss"), 130, 20000);
+    QPushButton* stop = dashboard.stop_button();
+    QVERIFY(stop->isEnabled());
+    QVERIFY2(stop->toolTip().contains("saves a checkpoint") &&
+                 stop->toolTip().contains("no progress is lost"),
+             qPrintable(stop->toolTip()));
+    QTest::mouseClick(stop, Qt::LeftButton);  // no dialog: returns at once
+    QVERIFY(QApplication::activeModalWidget() == nullptr);
+    QVERIFY(monitor.stop_requested());
+    QVERIFY(monitor.running());
+    QCOMPARE(stop->text(), QString("Stop &now…"));
+    QVERIFY(stop->isEnabled());
+    screenshot(&dashboard, "stop-requested-1280x720");
+
+    // The steps lost: the last charted (130) less the last checkpoint (100).
+    QString asked;
+    answer_next_message_box("Cancel", &asked);
+    QTest::mouseClick(stop, Qt::LeftButton);
+    QVERIFY2(asked.contains("loses 30 steps"), qPrintable(asked));
+    QVERIFY2(asked.contains("checkpoint is of step 100") && asked.contains("to step 130"),
+             qPrintable(asked));
+    QTest::qWait(200);
+    QVERIFY(monitor.running());  // Cancel: it goes on
+
+    QSignalSpy finished(&monitor, &RunMonitor::finished);
+    answer_next_message_box("End now");
+    QTest::mouseClick(stop, Qt::LeftButton);
+    QVERIFY(finished.wait(10000));
+    QCOMPARE(monitor.status(), QString("stopped"));
+    QTRY_COMPARE_WITH_TIMEOUT(dashboard.progress_bar()->format(), QString("stopped at 130 / 200"),
+                              5000);
+    QVERIFY(!stop->isEnabled());
+  }
+
+  // Compare: training loss, evaluation loss and throughput side by side, each run's final
+  // figures, and the settings that differ in words, under the runs' names.
+  void compare_shows_eval_loss_final_figures_and_differences() {
+    RunDashboard dashboard;
+    const int steps[2] = {200, 160};
+    const double rates[2] = {1e-4, 3e-4};
+    QStringList ids;
+    for (int i = 0; i < 2; ++i) {
+      RunMonitor monitor(store_.get());
+      const QString id = QString("cmp-%1").arg(i);
+      RunRecord record = make_run(id, rates[i]);
+      record.name = QString("tiny-llama · lora · lr %1").arg(i == 0 ? "low" : "high");
+      stream_run(monitor, dashboard, id, make_events(steps[i], false), {}, &record);
+      QCOMPARE(monitor.status(), QString("completed"));
+      ids << id;
+    }
+    store_->flush();
+    RunsPage page(store_.get());
+    page.resize(1280, 720);
+    page.show();
+    QTRY_VERIFY_WITH_TIMEOUT(!page.loading() && page.runs_model()->row_of("cmp-1") >= 0, 10000);
+    QSignalSpy compared(&page, &RunsPage::compared);
+    page.compare(ids);
+    QVERIFY(compared.wait(10000));
+
+    QTableWidget* figures = page.compare_metrics();
+    QCOMPARE(figures->columnCount(), 2);
+    QCOMPARE(figures->horizontalHeaderItem(0)->text(), QString("tiny-llama · lora · lr low"));
+    QCOMPARE(figures->horizontalHeaderItem(1)->text(), QString("tiny-llama · lora · lr high"));
+    auto figure = [&](const QString& row_name, int column) {
+      for (int row = 0; row < figures->rowCount(); ++row)
+        if (figures->verticalHeaderItem(row)->text() == row_name)
+          return figures->item(row, column)->text();
+      return QString("(no row %1)").arg(row_name);
+    };
+    DbConnection c(store_->path());
+    for (int i = 0; i < 2; ++i) {
+      const int n = steps[i];
+      // What make_events wrote: the loss at the last step, the eval at the last multiple of 50,
+      // the tokens/s of each step, 3e8 bytes of host memory in use.
+      QCOMPARE(figure("final loss", i), QString::number(3.0 * std::exp(-n / 150.0) + 0.5, 'f', 4));
+      QCOMPARE(figure("final eval loss", i),
+               QString::number(3.2 * std::exp(-(n / 50 * 50) / 160.0) + 0.6, 'f', 4));
+      QCOMPARE(figure("steps", i), QString("%1 / %1").arg(n));
+      double tokens = 0;
+      for (int step = 1; step <= n; ++step) tokens += 4000 + (step % 7) * 10;
+      QCOMPARE(figure("tokens/s (mean)", i), QString::number(tokens / n, 'f', 0));
+      QCOMPARE(figure("peak host memory", i), format_bytes(3e8));
+      const auto run = find_run(c.db(), ids[i]);
+      QCOMPARE(figure("duration", i), format_duration(run->ended_at - run->started_at));
+      const QString name = figures->horizontalHeaderItem(i)->text();
+      QCOMPARE(page.compare_chart()->point_count(name), n);
+      QCOMPARE(page.compare_eval_chart()->point_count(name), n / 50);
+      QCOMPARE(page.compare_throughput_chart()->point_count(name), n);
+    }
+    QTableWidget* differences = page.compare_differences();
+    QCOMPARE(differences->rowCount(), 1);
+    QCOMPARE(differences->verticalHeaderItem(0)->text(), QString("learning rate"));
+    QCOMPARE(differences->verticalHeaderItem(0)->toolTip(), QString("training.learning_rate"));
+    QCOMPARE(differences->horizontalHeaderItem(0)->text(), QString("tiny-llama · lora · lr low"));
+    QCOMPARE(page.compare_summary(), QString("Settings that differ: learning rate 1e-4 vs 3e-4."));
+    screenshot(&page, "compare-1280x720");
+  }
+
+  // A click on a row opens that run; opening a run selects its row alone.
+  void the_runs_list_and_the_dashboard_agree() {
+    RunsPage page(store_.get());
+    page.resize(1280, 720);
+    page.show();
+    QTRY_VERIFY_WITH_TIMEOUT(!page.loading() && page.runs_model()->row_of("cmp-0") >= 0 &&
+                                 page.runs_model()->row_of("cmp-1") >= 0,
+                             10000);
+    QSignalSpy replayed(&page, &RunsPage::replayed);
+    QTableView* table = page.table();
+    const QRect cell =
+        table->visualRect(page.runs_model()->index(page.runs_model()->row_of("cmp-1"), 0));
+    QTest::mouseClick(table->viewport(), Qt::LeftButton, {}, cell.center());
+    QVERIFY(replayed.wait(10000));
+    QCOMPARE(page.dashboard()->run().id, QString("cmp-1"));
+    page.open_run("cmp-0");
+    QVERIFY(replayed.wait(10000));
+    QCOMPARE(page.dashboard()->run().id, QString("cmp-0"));
+    const QModelIndexList selected = table->selectionModel()->selectedRows();
+    QCOMPARE(selected.size(), 1);
+    QCOMPARE(selected.first().data(RunsTableModel::RunIdRole).toString(), QString("cmp-0"));
   }
 
   void interrupted_runs_are_marked_on_next_start() {
@@ -1185,7 +1436,7 @@ class StudioTest : public QObject {
     QVERIFY(!dashboard->resume_button()->isEnabled());  // not while it runs
     QTest::mouseClick(dashboard->stop_button(), Qt::LeftButton);
     QTRY_VERIFY_WITH_TIMEOUT(!window.live_run()->running(), 120000);
-    QTRY_COMPARE_WITH_TIMEOUT(dashboard->progress_bar()->format(), QString("stopped"), 10000);
+    QTRY_VERIFY_WITH_TIMEOUT(dashboard->progress_bar()->format().startsWith("stopped at "), 10000);
     QVERIFY2(!dashboard->error_label()->isVisible(), qPrintable(dashboard->error_label()->text()));
     store_->flush();
     std::int64_t stopped_at = 0;
@@ -1205,6 +1456,9 @@ class StudioTest : public QObject {
       QCOMPARE(stopped_at, last_step);  // the checkpoint holds the last step charted
       QVERIFY(stopped_at < 5000);
     }
+    // The bar stays where the run stopped: the checkpoint's step of the 5000.
+    QCOMPARE(dashboard->progress_bar()->value(), int(stopped_at));
+    QCOMPARE(dashboard->progress_bar()->maximum(), 5000);
     QTRY_VERIFY_WITH_TIMEOUT(dashboard->resume_button()->isEnabled(), 5000);
     QVERIFY(!dashboard->export_button()->isEnabled());  // no model/ yet
     screenshot(&window, "8-stopped-run");
@@ -1219,7 +1473,7 @@ class StudioTest : public QObject {
     screenshot(&window, "9-resumed-run");
     QTest::mouseClick(dashboard->stop_button(), Qt::LeftButton);
     QTRY_VERIFY_WITH_TIMEOUT(!window.live_run()->running(), 120000);
-    QTRY_COMPARE_WITH_TIMEOUT(dashboard->progress_bar()->format(), QString("stopped"), 10000);
+    QTRY_VERIFY_WITH_TIMEOUT(dashboard->progress_bar()->format().startsWith("stopped at "), 10000);
     // The recorded steps, then the resumed ones, on one chart.
     QVERIFY(dashboard->loss_chart()->point_count("training loss") >= charted + 3);
     store_->flush();
@@ -1342,7 +1596,8 @@ class StudioTest : public QObject {
       screenshot(&window, "10-reattached-run");
       QTest::mouseClick(dashboard->stop_button(), Qt::LeftButton);
       QTRY_VERIFY_WITH_TIMEOUT(!window.live_run()->running(), 120000);
-      QTRY_COMPARE_WITH_TIMEOUT(dashboard->progress_bar()->format(), QString("stopped"), 10000);
+      QTRY_VERIFY_WITH_TIMEOUT(dashboard->progress_bar()->format().startsWith("stopped at "),
+                               10000);
       reopened.flush();
     }
     QVERIFY(!run_process_alive(pid, run_dir));

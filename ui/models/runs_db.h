@@ -26,6 +26,7 @@ struct RunRecord {
   double started_at = kMissing, ended_at = kMissing;  // seconds since the Unix epoch
   QString output_dir;
   QString spec_json;
+  // The last recorded losses: final once the run has ended, the latest while it runs.
   double final_loss = kMissing, final_eval_loss = kMissing;
   // A run launched detached (it outlives the studio): its process, and how many bytes of its
   // events.jsonl the database holds, so a restarted studio reattaches where it left off.

@@ -11,6 +11,10 @@ QString loss_text(double v) {
   return present(v) ? QString::number(v, 'f', 4) : QString("—");
 }
 
+bool still_going(const RunRecord& r) {
+  return r.status == "running" || r.status == "starting";
+}
+
 // "120 / 5000 (2%)"; a running run never shows 100% (its last step still has to be saved).
 QString progress_text(const RunRecord& r) {
   if (r.total_steps <= 0) return QString("—");
@@ -66,10 +70,11 @@ QString RunsTableModel::text(const RunRecord& r, Column column) const {
           present(r.ended_at) ? r.ended_at : double(QDateTime::currentMSecsSinceEpoch()) / 1000;
       return format_duration(end - r.started_at);
     }
+    // A run still going has no final loss yet (its latest is in the tooltip, labelled so).
     case Column::FinalLoss:
-      return loss_text(r.final_loss);
+      return still_going(r) ? QString() : loss_text(r.final_loss);
     case Column::FinalEvalLoss:
-      return loss_text(r.final_eval_loss);
+      return still_going(r) ? QString() : loss_text(r.final_eval_loss);
   }
   return {};
 }
@@ -84,6 +89,10 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
     case Qt::ToolTipRole:
       if (column == Column::Status && !r.failure.isEmpty()) return r.failure;
       if (column == Column::Name) return r.output_dir;
+      if (column == Column::FinalLoss && still_going(r) && present(r.final_loss))
+        return tr("still running: latest loss %1").arg(loss_text(r.final_loss));
+      if (column == Column::FinalEvalLoss && still_going(r) && present(r.final_eval_loss))
+        return tr("still running: latest eval loss %1").arg(loss_text(r.final_eval_loss));
       return {};
     case Qt::TextAlignmentRole:
       if (column == Column::Progress || column == Column::Duration || column == Column::FinalLoss ||

@@ -13,6 +13,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
+#include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QProgressBar>
 #include <QPushButton>
@@ -21,6 +22,7 @@
 #include <QStyle>
 #include <QTabWidget>
 #include <QVBoxLayout>
+#include <climits>
 
 #include "ui/utility/run_monitor.h"
 #include "ui/widgets/charts.h"
@@ -33,6 +35,13 @@ constexpr int kRepaintIntervalMs = 40;  // at most 25 repaints a second
 // Below this dashboard width (in average characters) the memory tabs show the disk chart and
 // the chunk traffic chart in two tabs rather than side by side.
 constexpr int kSideBySideChars = 170;
+// Stop sends SIGINT: `tessera-cli run` finishes its step and saves a checkpoint of it before it
+// ends, so stopping loses nothing and needs no confirmation.
+QString kStopTip() {
+  return QObject::tr(
+      "Stop after the current step. The run first saves a checkpoint of that step, so no "
+      "progress is lost: Resume continues from it.");
+}
 }  // namespace
 
 RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
@@ -51,8 +60,7 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   header->addWidget(title_);
   header->addWidget(status_, 1);
   stop_ = new QPushButton(tr("&Stop"));
-  stop_->setToolTip(
-      tr("Stop after the current step: the run writes a checkpoint and can be resumed later"));
+  stop_->setToolTip(kStopTip());
   stop_->setEnabled(false);
   resume_ = new QPushButton(tr("&Resume"));
   resume_->setEnabled(false);
@@ -78,7 +86,11 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   progress_->setValue(0);
   progress_->setFormat(tr("waiting for the first event"));
   eta_ = new QLabel;
+  losses_ = new QLabel;
+  losses_->setObjectName("losses");
+  losses_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   progress_row->addWidget(progress_, 1);
+  progress_row->addWidget(losses_);
   progress_row->addWidget(eta_);
   layout->addLayout(progress_row);
 
@@ -168,9 +180,11 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
                         .arg(format_duration(double(monitor_->silent_ms()) / 1000.0)));
   });
   connect(stop_, &QPushButton::clicked, this, [this] {
-    if (monitor_) monitor_->stop();
-    stop_->setEnabled(false);
-    progress_->setFormat(tr("stopping after the current step…"));
+    if (!monitor_ || !monitor_->running()) return;
+    if (monitor_->stop_requested()) return stop_now();
+    monitor_->stop();
+    progress_->setFormat(tr("stopping after the current step (saving a checkpoint)…"));
+    update_actions();
   });
   connect(resume_, &QPushButton::clicked, this, [this] {
     resume_->setEnabled(false);
@@ -211,6 +225,8 @@ void RunDashboard::clear() {
   progress_->setValue(0);
   progress_->setFormat(tr("waiting for the first event"));
   eta_->clear();
+  last_loss_ = last_eval_loss_ = kMissing;
+  losses_->clear();
   run_ = {};
   update_actions();
   t0_ = kMissing;
@@ -220,7 +236,12 @@ void RunDashboard::clear() {
 
 void RunDashboard::update_actions() {
   const bool live = monitor_ && monitor_->running();
-  stop_->setEnabled(live && !monitor_->stop_requested());
+  const bool stopping = live && monitor_->stop_requested();
+  stop_->setEnabled(live);
+  stop_->setText(stopping ? tr("Stop &now…") : tr("&Stop"));
+  stop_->setToolTip(stopping ? tr("End the run at once, without waiting for its step and "
+                                  "checkpoint: the steps since its last checkpoint are lost")
+                             : kStopTip());
   const QString why_not = live                ? tr("the run is in progress")
                           : run_.id.isEmpty() ? tr("no run")
                                               : resume_blocker(run_);
@@ -306,16 +327,70 @@ void RunDashboard::on_finished(const QString& status, const QString& failure) {
   if (monitor_) set_status(monitor_->run());
   if (plan_view_->toPlainText().isEmpty()) load_run_files(/*plan_only=*/true);
   update_actions();
-  if (status == "completed") {
+  show_end_progress(run_);
+  eta_->clear();
+  update_loss_label();
+  (void)status;
+  (void)failure;
+}
+
+void RunDashboard::show_end_progress(const RunRecord& run) {
+  if (run.status == "completed") {
     progress_->setRange(0, 1);
     progress_->setValue(1);
     progress_->setFormat(tr("completed"));
-    eta_->clear();
+  } else if (run.total_steps > 0) {
+    // Where it ended, not full and not empty: "stopped at 142 / 200".
+    progress_->setRange(0, int(std::min<std::int64_t>(run.total_steps, INT_MAX)));
+    progress_->setValue(int(std::clamp<std::int64_t>(run.steps_done, 0, run.total_steps)));
+    progress_->setFormat(
+        tr("%1 at %2 / %3").arg(run.status).arg(run.steps_done).arg(run.total_steps));
   } else {
-    progress_->setFormat(status);
+    // Ended before its first training step.
+    progress_->setRange(0, 1);
+    progress_->setValue(0);
+    progress_->setFormat(tr("%1 before the first step").arg(run.status));
   }
-  eta_->clear();
-  (void)failure;
+}
+
+void RunDashboard::update_loss_label() {
+  const bool ended = !run_.id.isEmpty() && run_.status != "running" && run_.status != "starting";
+  // An ended run's final losses are the database's (the last recorded); while it runs, the
+  // latest charted values, labelled as such.
+  const double loss = ended && present(run_.final_loss) ? run_.final_loss : last_loss_;
+  const double eval =
+      ended && present(run_.final_eval_loss) ? run_.final_eval_loss : last_eval_loss_;
+  QStringList parts;
+  if (present(loss))
+    parts << (ended ? tr("final loss %1") : tr("loss %1")).arg(QString::number(loss, 'f', 4));
+  if (present(eval))
+    parts << (ended ? tr("final eval loss %1") : tr("eval loss %1"))
+                 .arg(QString::number(eval, 'f', 4));
+  losses_->setText(parts.join(" · "));
+}
+
+void RunDashboard::stop_now() {
+  const std::int64_t checkpoint = monitor_->last_checkpoint_step();
+  const std::int64_t last = monitor_->last_step();
+  const std::int64_t lost = last - std::max<std::int64_t>(checkpoint, 0);
+  if (lost > 0) {
+    const QString where =
+        checkpoint >= 0 ? tr("Its last checkpoint is of step %1; it has trained to step %2.")
+                              .arg(checkpoint)
+                              .arg(last)
+                        : tr("It has no checkpoint yet; it has trained to step %1.").arg(last);
+    QMessageBox box(QMessageBox::Warning, tr("End the run now?"),
+                    lost == 1 ? tr("Ending the run now loses 1 step of training.")
+                              : tr("Ending the run now loses %1 steps of training.").arg(lost),
+                    QMessageBox::Cancel, this);
+    box.setInformativeText(where + " " +
+                           tr("Cancel lets it finish its step and save a checkpoint of it."));
+    auto* end_now = box.addButton(tr("End now"), QMessageBox::DestructiveRole);
+    box.setDefaultButton(QMessageBox::Cancel);
+    box.exec();
+    if (box.clickedButton() != end_now || !monitor_) return;
+  }
+  monitor_->kill_now();
 }
 
 void RunDashboard::draw_pending() {
@@ -335,14 +410,15 @@ void RunDashboard::show_replay(const RunRecord& run, const RunSeries& series) {
   set_status(run);
   update_actions();
   append(series);
-  if (run.status == "completed") {
-    progress_->setRange(0, 1);
-    progress_->setValue(1);
-    progress_->setFormat(tr("completed"));
-  } else if (run.status != "running") {
-    progress_->setFormat(run.status);
+  if (run.status != "running" && run.status != "starting") {
+    show_end_progress(run);
+  } else if (run.total_steps > 0) {  // a resumed run's recorded steps, until its progress comes
+    progress_->setRange(0, int(std::min<std::int64_t>(run.total_steps, INT_MAX)));
+    progress_->setValue(int(std::clamp<std::int64_t>(run.steps_done, 0, run.total_steps)));
+    progress_->setFormat(tr("train: %1 / %2").arg(run.steps_done).arg(run.total_steps));
   }
   eta_->clear();
+  update_loss_label();
 }
 
 QWidget* RunDashboard::make_tier_tab(const QString& tier, MemoryChart* chart) {
@@ -417,7 +493,11 @@ void RunDashboard::append(const RunSeries& s) {
       ++smoothed_count_;
       smoothed.push_back({x, smoothed_loss_ / (1 - std::pow(kSmoothing, smoothed_count_))});
     }
-    if (present(p.eval_loss)) eval_loss.push_back({x, p.eval_loss});
+    if (present(p.loss)) last_loss_ = p.loss;
+    if (present(p.eval_loss)) {
+      eval_loss.push_back({x, p.eval_loss});
+      last_eval_loss_ = p.eval_loss;
+    }
     if (present(p.lr)) lr.push_back({x, p.lr});
     if (present(p.tokens_per_s)) {
       tps.push_back({x, p.tokens_per_s});
@@ -478,6 +558,7 @@ void RunDashboard::append(const RunSeries& s) {
     error_->setVisible(true);
   }
   for (const QString& line : s.log) log_->appendPlainText(line);
+  update_loss_label();
 }
 
 }  // namespace tessera::ui

@@ -55,6 +55,9 @@ class RunDashboard : public QWidget {
   const RunRecord& run() const { return run_; }
   QLabel* error_label() const { return error_; }
   QLabel* eta_label() const { return eta_; }
+  // The latest losses: "loss 0.8123 · eval loss 0.9012" while the run goes on, "final loss …"
+  // once it has ended (a running run has no final loss yet).
+  QLabel* loss_label() const { return losses_; }
   QPlainTextEdit* log_view() const { return log_; }
   // The run's own job.json and plan.json (what it was launched with, not the wizard's values).
   QPlainTextEdit* spec_view() const { return spec_view_; }
@@ -75,6 +78,12 @@ class RunDashboard : public QWidget {
   void set_status(const RunRecord& run);
   void on_finished(const QString& status, const QString& failure);
   void update_actions();
+  // The bar at where an ended run stopped ("stopped at 142 / 200"), from its recorded steps.
+  void show_end_progress(const RunRecord& run);
+  void update_loss_label();
+  // Stop, the second time (the run is already stopping): asks before ending it at once when
+  // that loses the steps since its last checkpoint.
+  void stop_now();
   // The run's job.json (unless `plan_only`) and plan.json into their views, and the plan's
   // estimated peaks onto the memory charts.
   void load_run_files(bool plan_only);
@@ -98,6 +107,8 @@ class RunDashboard : public QWidget {
   QLabel* error_;
   QProgressBar* progress_;
   QLabel* eta_;
+  QLabel* losses_;
+  double last_loss_ = kMissing, last_eval_loss_ = kMissing;  // the latest charted values
   QPushButton* stop_;
   QPushButton* resume_;
   QPushButton* export_;

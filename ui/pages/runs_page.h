@@ -1,7 +1,9 @@
 #pragma once
 // The Runs page: the history from the runs database (name, model, dataset, method, status
 // with the reason for a failure, start, duration, final losses), a dashboard for the open
-// run (live or replayed), comparing two runs' loss curves, and delete.
+// run (live or replayed; a click on a row opens it, and the row of the run shown is the one
+// selected), comparing runs (training and evaluation loss, throughput, final figures and the
+// job-spec settings that differ, in words), and delete.
 #include <QFutureWatcher>
 #include <QWidget>
 
@@ -46,6 +48,13 @@ class RunsPage : public QWidget {
   QString load_error() const;
   RunDashboard* dashboard() const { return dashboard_; }
   LineChart* compare_chart() const { return compare_; }
+  LineChart* compare_eval_chart() const { return compare_eval_; }
+  LineChart* compare_throughput_chart() const { return compare_throughput_; }
+  // The compared runs' final figures: a row each (final loss, final eval loss, steps, mean
+  // tokens/s, duration, peak memory per tier recorded), a column a run.
+  QTableWidget* compare_metrics() const { return compare_metrics_; }
+  // "learning rate 1e-4 vs 3e-4; steps 10 vs 20": the differences in words.
+  QString compare_summary() const;
   // The job-spec settings that differ between the compared runs: a row each, a column a run.
   QTableWidget* compare_differences() const { return compare_differences_; }
   ChatPane* chat_pane() const { return chat_; }
@@ -61,6 +70,12 @@ class RunsPage : public QWidget {
   void show_runs(QList<RunRecord> runs);
   const RunRecord* find(const QString& id) const;
   void show_spec_differences(const QStringList& ids);
+  // Fills run `column`'s figures into the metrics table from its recorded series.
+  void show_run_metrics(int column, const RunRecord& run, const RunSeries& series);
+  // Selects run `id`'s row (alone) when it is not selected yet, so the list shows what the
+  // dashboard shows.
+  void select_only(const QString& id);
+  QStringList run_labels(const QStringList& ids) const;
   QStringList selected_ids() const;
   void ask_delete();
   RunsStore* store_;
@@ -73,6 +88,9 @@ class RunsPage : public QWidget {
   QTabWidget* tabs_;
   RunDashboard* dashboard_;
   LineChart* compare_;
+  LineChart* compare_eval_;
+  LineChart* compare_throughput_;
+  QTableWidget* compare_metrics_;
   QLabel* compare_differences_label_;
   QTableWidget* compare_differences_;
   ChatPane* chat_;
@@ -82,6 +100,7 @@ class RunsPage : public QWidget {
   int compare_pending_ = 0;
   bool refresh_again_ = false;  // a change arrived while the list was loading
   QString live_id_;
+  QString shown_id_;  // the run the dashboard shows (or is loading)
 };
 
 }  // namespace tessera::ui

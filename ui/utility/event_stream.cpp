@@ -126,7 +126,11 @@ void apply_event(const json& e, const QByteArray& line, StreamState& state, RunS
     delta.total = present(total) ? static_cast<std::int64_t>(total) : 0;
     delta.eta_s = number(e, "eta_s");
     // Only the training steps are kept, on the run's row (the runs list shows them).
-    if (delta.phase == "train" && delta.total > 0) batch.steps = {{delta.done, delta.total}};
+    if (delta.phase == "train" && delta.total > 0) {
+      batch.steps = {{delta.done, delta.total}};
+      state.steps_done = delta.done;
+      state.total_steps = delta.total;
+    }
     return;  // progress is transient: not stored row by row
   }
   if (type == "error") {
@@ -135,8 +139,15 @@ void apply_event(const json& e, const QByteArray& line, StreamState& state, RunS
     delta.last_error = state.last_error;
   } else if (type == "done") {
     state.done_status = text(e, "status");
+    const double steps = number(e, "steps"), total = number(e, "total_steps");
+    if (present(steps) && present(total) && total > 0) {
+      state.steps_done = static_cast<std::int64_t>(steps);
+      state.total_steps = static_cast<std::int64_t>(total);
+      batch.steps = {{state.steps_done, state.total_steps}};
+    }
   } else if (type == "checkpoint") {
     const double step = number(e, "step");
+    if (present(step)) state.last_checkpoint_step = static_cast<std::int64_t>(step);
     batch.checkpoints.push_back(
         {present(step) ? static_cast<std::int64_t>(step) : 0, text(e, "path"), t});
   }

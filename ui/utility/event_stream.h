@@ -38,6 +38,10 @@ struct StreamState {
   std::int64_t seq = 0;
   QString done_status;  // from the `done` event: completed | stopped | failed
   QString last_error;   // message (and hint) of the last `error` event
+  // Training steps done and planned: from the last training progress, then the `done` event's
+  // `steps` / `total_steps` (where a stopped run ended; progress comes only every few steps).
+  std::int64_t steps_done = 0, total_steps = 0;
+  std::int64_t last_checkpoint_step = -1;  // of the last `checkpoint` event; -1: none yet
 };
 
 // Applies one event: chart data into `delta`, rows into `batch`.

@@ -191,7 +191,23 @@ void RunMonitor::interrupt(int kill_after_ms) {
 }
 
 void RunMonitor::kill_now() {
-  if (running()) signal_child(SIGKILL);
+  if (!running()) return;
+  killed_after_stop_ = stop_requested_;
+  pending_.log << "[stop] ended the run at once (SIGKILL)";
+  signal_child(SIGKILL);
+}
+
+std::int64_t RunMonitor::last_checkpoint_step() const {
+  std::int64_t newest = state_.last_checkpoint_step;
+  if (run_.output_dir.isEmpty()) return newest;
+  const QStringList folders =
+      QDir(run_.output_dir).entryList({"checkpoint-*"}, QDir::Dirs | QDir::NoDotAndDotDot);
+  for (const QString& folder : folders) {
+    bool numbered = false;
+    const qlonglong step = folder.mid(int(qstrlen("checkpoint-"))).toLongLong(&numbered);
+    if (numbered) newest = std::max<std::int64_t>(newest, step);
+  }
+  return newest;
 }
 
 RunSeries RunMonitor::take_pending() {
@@ -256,6 +272,12 @@ void RunMonitor::handle_line(const QByteArray& line) {
   const auto before = batch_.metrics.size();
   apply_event(event, line, state_, pending_, batch_);
   metrics_seen_ += batch_.metrics.size() - before;
+  for (auto i = before; i < batch_.metrics.size(); ++i)
+    if (present(batch_.metrics[i].loss)) last_step_ = std::max(last_step_, batch_.metrics[i].step);
+  if (state_.total_steps > 0) {  // a resumed run keeps its recorded steps until progress comes
+    run_.steps_done = state_.steps_done;
+    run_.total_steps = state_.total_steps;
+  }
 }
 
 void RunMonitor::on_error(QProcess::ProcessError error) {
@@ -311,6 +333,10 @@ void RunMonitor::finish() {
     }
   } else {
     status = "completed";
+  }
+  if (killed_after_stop_ && status == "failed") {
+    status = "stopped";
+    failure = "ended at once at your request: the steps after its last checkpoint were not saved";
   }
   if (interrupting_ && status != "completed") {
     status = "interrupted";

@@ -46,8 +46,14 @@ class RunMonitor : public QObject {
   // The studio is quitting: stop as above, and record the run as "interrupted" (resumable
   // from its checkpoint) rather than "stopped".
   void interrupt(int kill_after_ms = 120000);
-  // Ends the child at once (SIGKILL); the newest complete checkpoint stays usable.
+  // Ends the child at once (SIGKILL); the newest complete checkpoint stays usable. After a
+  // stop() the run is then recorded "stopped" (the user ended it), else as the exit decides.
   void kill_now();
+  // The step of the run's newest checkpoint: its `checkpoint` events and the checkpoint-<step>/
+  // folders in its run folder (a resumed run's earlier ones); -1 when it has none.
+  std::int64_t last_checkpoint_step() const;
+  // The last training step with a metric this monitor has seen (0: none yet).
+  std::int64_t last_step() const { return last_step_; }
 
   bool running() const {
     return detached() ? !exited_ : process_ && process_->state() != QProcess::NotRunning;
@@ -108,6 +114,8 @@ class RunMonitor : public QObject {
   std::int64_t metrics_seen_ = 0;
   bool stop_requested_ = false;
   bool interrupting_ = false;
+  bool killed_after_stop_ = false;
+  std::int64_t last_step_ = 0;
   QElapsedTimer last_event_;  // since the last event (or the start)
   qint64 longest_gap_ms_ = 0;
   qint64 min_stall_ms_ = 3 * 60 * 1000;
