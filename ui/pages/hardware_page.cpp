@@ -625,7 +625,9 @@ void HardwarePage::show_plan(const QJsonObject& plan) {
   reasons_->setText(reasons.join('\n'));
 
   const QJsonObject time = plan.value("time").toObject();
-  QString time_text = tr("Time (rough): %1 per step")
+  // Measured on this machine (a run of this or a similar job) or the cost model's, said so.
+  const bool calibrated = time.value("calibrated").toBool();
+  QString time_text = (calibrated ? tr("Time: %1 per step") : tr("Time (rough): %1 per step"))
                           .arg(step_time_text(time.value("seconds_per_step").toDouble()));
   if (!time.value("total_seconds").isNull())
     time_text += tr(", %1 in total for %2 steps")
@@ -640,6 +642,8 @@ void HardwarePage::show_plan(const QJsonObject& plan) {
       time_text += tr("; plus %1 read and written on disk per step (its speed was not measured)")
                        .arg(bytes_text(time.value("disk_bytes_per_step").toDouble()));
   }
+  const QString source = time.value("source").toString();
+  if (!source.isEmpty()) time_text += "\n" + tr("(%1)").arg(source);
   time_->setText(time_text);
 
   QStringList alternatives;
