@@ -299,7 +299,8 @@ void ChartView::fit_to_size() {
     legend_->setMaximumHeight(QWIDGETSIZE_MAX);
     plot_w -= legend_w;
   } else {
-    const int legend_h = listed ? legend_->heightForWidth(width() - 2) : 0;
+    const int legend_h =
+        listed ? std::max(0, legend_->heightForWidth(std::max(1, width() - 2))) : 0;
     legend_->setMinimumWidth(0);
     legend_->setMaximumWidth(QWIDGETSIZE_MAX);
     legend_->setFixedHeight(legend_h);
