@@ -289,6 +289,10 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
   result.start_step = step;
   model_->train();
   const auto run_start = std::chrono::steady_clock::now();
+  // The end of this run's first step: LibTorch's warm-up makes that step several times longer
+  // than the others, so the ETA extrapolates from the steps after it (as the plan's calibration
+  // does, plan/step_times.h).
+  std::optional<std::chrono::steady_clock::time_point> first_step_end;
   result.status = "completed";
   emit_memory();
   while (step < result.total_steps) {
@@ -315,14 +319,18 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (events_) events_->on_step_time(step, seconds);
+    const bool first_of_run = !first_step_end;
+    if (first_of_run) first_step_end = std::chrono::steady_clock::now();
     if (events_ && (t.log_every <= 1 || step % t.log_every == 0 || step == result.total_steps)) {
       events_->on_step({step, loss, lr, stats.grad_norm, seconds > 0 ? tokens / seconds : 0.0});
-      const double elapsed =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-      const std::int64_t done_here = step - result.start_step;
+      const auto now = std::chrono::steady_clock::now();
+      const std::int64_t after_first = step - result.start_step - 1;
+      const double per_step = first_of_run
+                                  ? std::chrono::duration<double>(now - run_start).count()
+                                  : std::chrono::duration<double>(now - *first_step_end).count() /
+                                        static_cast<double>(after_first);
       events_->on_progress("train", step, result.total_steps,
-                           elapsed / static_cast<double>(done_here) *
-                               static_cast<double>(result.total_steps - step));
+                           per_step * static_cast<double>(result.total_steps - step));
       emit_memory();
     }
     if (eval && t.eval_every > 0 && step % t.eval_every == 0 && step < result.total_steps) {
