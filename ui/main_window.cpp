@@ -15,6 +15,7 @@
 #include <QMessageBox>
 #include <QProgressDialog>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QSettings>
 #include <QSplitter>
 #include <QStackedWidget>
@@ -56,7 +57,13 @@ QWidget* with_heading(const QString& heading, const QString& text, QWidget* body
     intro->setWordWrap(true);
     layout->addWidget(intro);
   }
-  layout->addWidget(body, 1);
+  // A page taller or wider than the window scrolls, so no page holds the window at its own
+  // minimum size (a 1366×768 laptop leaves about 1280×720 for it).
+  auto* scroll = new QScrollArea;
+  scroll->setWidget(body);
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  layout->addWidget(scroll, 1);
   if (action) layout->addWidget(action, 0, Qt::AlignRight);
   return page;
 }

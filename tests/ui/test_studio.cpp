@@ -2145,17 +2145,27 @@ class StudioTest : public QObject {
     QCOMPARE(again.current_page(), MainWindow::Models);
   }
 
+  // Every page at 1280×720 (what a 1366×768 laptop leaves a window): no page holds the window
+  // larger or resizes it, and the window goes down to 1024×600 (pages scroll below their size).
   void screenshots_of_every_page() {
     MainWindow window(store_.get());
-    window.resize(1280, 860);
+    window.resize(1280, 720);
     window.show();
     const char* names[] = {"page-new-fine-tune", "page-runs", "page-models", "page-datasets",
                            "page-settings"};
     for (int p = MainWindow::NewFineTune; p <= MainWindow::Settings; ++p) {
       window.show_page(MainWindow::Page(p));
       QTest::qWait(300);
+      QCOMPARE(window.size(), QSize(1280, 720));
       screenshot(&window, names[p]);
     }
+    const QSize minimum = window.minimumSizeHint().expandedTo(window.minimumSize());
+    QVERIFY2(minimum.width() <= 1024 && minimum.height() <= 600,
+             qPrintable(QString("the window cannot go below %1×%2")
+                            .arg(minimum.width())
+                            .arg(minimum.height())));
+    window.resize(1024, 600);
+    QTRY_COMPARE(window.size(), QSize(1024, 600));
     QTRY_VERIFY_WITH_TIMEOUT(window.cli_probe()->finished(), 20000);
   }
 
