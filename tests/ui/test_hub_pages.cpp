@@ -638,6 +638,28 @@ class HubPagesTest : public QObject {
     }
   }
 
+  void hub_views_fit_a_small_screen() {
+    // Below 1280×720 too: the window's layouts let it shrink to 1024×600 with the Hub views shown.
+    MainWindow window(store_.get());
+    window.show();
+    window.show_page(MainWindow::Models);
+    search(window.hub_panel(), "");
+    QVERIFY(window.hub_panel()->show_details("org/tiny-llama"));
+    QTRY_VERIFY_WITH_TIMEOUT(
+        window.hub_panel()->card_view()->toPlainText().contains("a test model"), 20000);
+    window.resize(1024, 600);
+    QCoreApplication::processEvents();
+    QVERIFY2(window.width() <= 1024 && window.height() <= 600,
+             qPrintable(QString("%1×%2").arg(window.width()).arg(window.height())));
+    screenshot(&window, "hub-15-detail-1024x600");
+    window.show_page(MainWindow::Datasets);
+    window.datasets_page()->show_hub(true);
+    search(window.datasets_page()->hub_panel(), "");
+    QVERIFY2(window.width() <= 1024 && window.height() <= 600,
+             qPrintable(QString("%1×%2").arg(window.width()).arg(window.height())));
+    screenshot(&window, "hub-datasets-9-1024x600");
+  }
+
   void pages_and_sorts() {
     MainWindow window(store_.get());
     HubPanel* hub = window.hub_panel();

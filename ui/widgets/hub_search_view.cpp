@@ -14,6 +14,7 @@
 
 #include "ui/models/hub_hits_model.h"
 #include "ui/utility/hub_token.h"
+#include "ui/widgets/elided_label.h"
 
 namespace tessera::ui {
 
@@ -33,29 +34,28 @@ HubSearchView::HubSearchView(hub::RepoType type, HubToken* token, HubHitsModel* 
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
 
+  // The text, the order and Search; the filters under them (two short rows, so the panel
+  // stays narrow enough for a small screen).
   auto* row = new QHBoxLayout;
   text_ = new QLineEdit;
   text_->setPlaceholderText(texts_.placeholder);
   text_->setClearButtonEnabled(true);
   text_->setAccessibleName(tr("Hub search"));
   go_ = new QPushButton(tr("&Search"));
-  row->addWidget(text_, 1);
-  row->addWidget(go_);
-  layout->addLayout(row);
-
-  // The filters, then the order.
-  filter_row_ = new QHBoxLayout;
   sort_ = new QComboBox;
   sort_->addItem(tr("Most downloaded"), "downloads");
   sort_->addItem(tr("Most liked"), "likes");
   sort_->addItem(tr("Recently updated"), "recent");
   sort_->setToolTip(tr("Order of the results"));
   sort_->setAccessibleName(tr("Sort"));
-  // Narrow panels (the Datasets page's results beside a dataset) shrink the combos to a few
-  // characters each; wide ones share the row out evenly.
+  // Narrow panels shrink the combos to a few characters each; wide ones share the row evenly.
   sort_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
   sort_->setMinimumContentsLength(kSortChars);
-  filter_row_->addWidget(sort_, 1);
+  row->addWidget(text_, 1);
+  row->addWidget(sort_);
+  row->addWidget(go_);
+  layout->addLayout(row);
+  filter_row_ = new QHBoxLayout;
   layout->addLayout(filter_row_);
 
   stack_ = new QStackedWidget;
@@ -96,7 +96,7 @@ HubSearchView::HubSearchView(hub::RepoType type, HubToken* token, HubHitsModel* 
   layout->addLayout(footer_);
 
   buttons_ = new QHBoxLayout;
-  status_ = new QLabel;
+  status_ = new ElidedLabel(Qt::ElideRight);
   more_ = new QPushButton(tr("&More results"));
   more_->setEnabled(false);
   buttons_->addWidget(status_, 1);
@@ -123,7 +123,7 @@ HubSearchView::HubSearchView(hub::RepoType type, HubToken* token, HubHitsModel* 
         // A later page failed: keep what was found, say why there is no more.
         stack_->setCurrentIndex(1);
         state_problem_ = result.failure.problem;
-        status_->setText(result.failure.message);
+        status_->set_full_text(result.failure.message);
       } else {
         show_failure(result.failure);
       }
@@ -140,7 +140,7 @@ HubSearchView::HubSearchView(hub::RepoType type, HubToken* token, HubHitsModel* 
     } else {
       stack_->setCurrentIndex(1);
       state_problem_ = HubProblem::None;
-      status_->setText(results_text(model_->rowCount()));
+      status_->set_full_text(results_text(model_->rowCount()));
       if (!appending_ && !table_->selectionModel()->hasSelection()) table_->selectRow(0);
     }
     Q_EMIT pageLoaded(result.hits);
@@ -180,7 +180,7 @@ std::vector<std::string> HubSearchView::filters() const {
   // In the order they were added (QMap orders by name; the Hub does not care, a test might).
   for (int i = 0; i < filter_row_->count(); ++i) {
     auto* combo = qobject_cast<QComboBox*>(filter_row_->itemAt(i)->widget());
-    if (combo == nullptr || combo == sort_) continue;
+    if (combo == nullptr) continue;
     const QString tag = combo->currentData().toString();
     if (!tag.isEmpty()) tags.push_back(tag.toStdString());
   }
@@ -223,7 +223,7 @@ void HubSearchView::start_search(const hub::SearchQuery& query, bool append) {
   searching_ = true;
   go_->setEnabled(false);
   more_->setEnabled(false);
-  status_->setText(append ? tr("Loading more…") : tr("Searching…"));
+  status_->set_full_text(append ? tr("Loading more…") : tr("Searching…"));
   Q_EMIT searchStarted(append);
   // A search still running is dropped: the watcher follows the new one only.
   watcher_.setFuture(
@@ -232,7 +232,7 @@ void HubSearchView::start_search(const hub::SearchQuery& query, bool append) {
 }
 
 void HubSearchView::set_status(const QString& text) {
-  status_->setText(text);
+  status_->set_full_text(text);
 }
 
 bool HubSearchView::showing_results() const {
@@ -244,7 +244,7 @@ void HubSearchView::show_state(HubProblem problem, const QString& title, const Q
   state_title_->setText(title);
   state_detail_->setText(detail);
   stack_->setCurrentIndex(0);
-  status_->clear();
+  status_->set_full_text(QString());
 }
 
 void HubSearchView::show_failure(const HubFailure& f) {

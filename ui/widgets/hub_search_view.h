@@ -24,6 +24,7 @@ class QVBoxLayout;
 
 namespace tessera::ui {
 
+class ElidedLabel;
 class HubHitsModel;
 class HubToken;
 
@@ -108,7 +109,7 @@ class HubSearchView : public QWidget {
   QLabel* state_title_;
   QLabel* state_detail_;
   QVBoxLayout* footer_;
-  QLabel* status_;
+  ElidedLabel* status_;  // never widens the panel
   QPushButton* more_;
   QHBoxLayout* buttons_;
   QFutureWatcher<HubSearchResult> watcher_;
