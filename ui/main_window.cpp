@@ -423,8 +423,7 @@ QString MainWindow::launch(const job::JobSpec& spec) {
   run.id = QFileInfo(dir).fileName();
   run.name = QString::fromStdString(spec.name);
   run.model = model_display_name(QString::fromStdString(spec.model.path));
-  if (!spec.dataset.train_files.empty())
-    run.dataset = QFileInfo(QString::fromStdString(spec.dataset.train_files.front())).fileName();
+  run.dataset = dataset_display_name(spec.dataset);
   run.method = QString::fromStdString(spec.method.type);
   run.output_dir = dir;
   run.spec_json = QString::fromStdString(job::to_json(spec).dump());

@@ -516,6 +516,8 @@ class HubPagesTest : public QObject {
     QCOMPARE(spec.dataset.hub_id, std::string("data/alpaca-mini"));
     QCOMPARE(spec.dataset.config, std::string("instruct"));
     QCOMPARE(spec.dataset.validation_files, std::vector<std::string>{"instruct/valid.jsonl"});
+    // Lists (runs, review) name it by its id and config, not by a file name.
+    QCOMPARE(dataset_display_name(spec.dataset), QString("data/alpaca-mini · instruct"));
     screenshot(&window, "hub-datasets-4-wizard-step");
   }
 

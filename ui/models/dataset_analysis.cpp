@@ -58,6 +58,13 @@ data::LengthStats measure_lengths(const data::DatasetReader& reader,
 
 }  // namespace
 
+QString dataset_display_name(const job::DatasetSpec& spec) {
+  if (!spec.hub_id.empty())
+    return q(spec.hub_id) + (spec.config.empty() ? QString() : " · " + q(spec.config));
+  if (spec.train_files.empty()) return {};
+  return q(fs::path(spec.train_files.front()).filename().string());
+}
+
 QStringList roles_of(const QString& format, const QMap<QString, QString>& mapping) {
   if (format == "chat") return {"messages"};
   if (format == "classification") return {"text", "label"};

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "job/job_spec.h"
+
 namespace tessera::ui {
 
 struct DatasetRequest {
@@ -53,5 +55,9 @@ QStringList roles_of(const QString& format, const QMap<QString, QString>& mappin
 
 // Never throws; reads and tokenizes: call it off the GUI thread.
 DatasetAnalysis analyze_dataset(const DatasetRequest& request);
+
+// How lists name a job's dataset: "org/data · config" for a Hub dataset, else its first file's
+// name ("" when it has none).
+QString dataset_display_name(const job::DatasetSpec& spec);
 
 }  // namespace tessera::ui

@@ -69,14 +69,10 @@ void ReviewPage::show_spec(const job::JobSpec& spec, const QStringList& missing)
   output_->setText(
       tr("Output folder (new for this run): %1").arg(QString::fromStdString(spec.output.dir)));
   if (missing.isEmpty())
-    readiness_->setText(
-        tr("✔ Ready: %1 on %2, %3.")
-            .arg(QString::fromStdString(spec.method.type),
-                 QFileInfo(QString::fromStdString(spec.model.path)).fileName(),
-                 spec.dataset.train_files.empty()
-                     ? QString()
-                     : QFileInfo(QString::fromStdString(spec.dataset.train_files.front()))
-                           .fileName()));
+    readiness_->setText(tr("✔ Ready: %1 on %2, %3.")
+                            .arg(QString::fromStdString(spec.method.type),
+                                 QFileInfo(QString::fromStdString(spec.model.path)).fileName(),
+                                 dataset_display_name(spec.dataset)));
   else
     readiness_->setText(tr("Not ready: %1.").arg(missing.join("; ")));
   update_launch();
