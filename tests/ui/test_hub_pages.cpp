@@ -21,6 +21,7 @@
 #include <QLineEdit>
 #include <QListWidget>
 #include <QProcess>
+#include <QProgressBar>
 #include <QPushButton>
 #include <QRegularExpression>
 #include <QSettings>
@@ -39,9 +40,13 @@
 #include "ui/models/runs_db.h"
 #include "ui/pages/hub_dataset_panel.h"
 #include "ui/pages/hub_panel.h"
+#include "ui/pages/run_dashboard.h"
+#include "ui/pages/runs_page.h"
 #include "ui/pages/wizard.h"
+#include "ui/utility/cli_probe.h"
 #include "ui/utility/hub_token.h"
 #include "ui/widgets/card_view.h"
+#include "ui/widgets/charts.h"
 #include "ui/widgets/download_tray.h"
 #include "ui/widgets/hub_model_detail.h"
 #include "ui/widgets/hub_search_view.h"
@@ -792,6 +797,39 @@ class HubPagesTest : public QObject {
     QVERIFY2(model->ready(), qPrintable(model->summary().problem));
     QCOMPARE(window.wizard()->build_spec().model.path, snapshot.toStdString());
     screenshot(&window, "hub-10-in-the-wizard");
+
+    // And fine-tune what was downloaded: three LoRA steps through the real tessera-cli.
+    QSettings().setValue("paths/cli", TESSERA_CLI_PATH);
+    window.cli_probe()->probe(TESSERA_CLI_PATH);
+    QTRY_VERIFY_WITH_TIMEOUT(window.cli_probe()->finished(), 20000);
+    QVERIFY2(window.cli_probe()->ok(), qPrintable(window.cli_probe()->problem()));
+    QFile data(path("hello.jsonl"));
+    QVERIFY(data.open(QIODevice::WriteOnly));
+    for (int i = 0; i < 16; ++i)
+      data.write(QString(R"({"instruction": "say %1", "output": "%1"})"
+                         "\n")
+                     .arg(QString("abcdefgh").at(i % 8))
+                     .toUtf8());
+    data.close();
+    FineTuneWizard* wizard = window.wizard();
+    wizard->dataset_page()->max_length()->setValue(128);
+    wizard->dataset_page()->choose_file(path("hello.jsonl"));
+    wizard->method_page()->set_method("lora");
+    wizard->method_page()->set_steps(3);
+    wizard->go_to(FineTuneWizard::ReviewStep);
+    QTRY_VERIFY_WITH_TIMEOUT(wizard->missing().isEmpty(), 30000);
+    wizard->go_to(FineTuneWizard::ReviewStep);
+    QPushButton* launch = wizard->review_page()->launch_button();
+    QTRY_VERIFY_WITH_TIMEOUT(launch->isEnabled(), 20000);
+    QTest::mouseClick(launch, Qt::LeftButton);
+    RunDashboard* dashboard = window.runs_page()->dashboard();
+    QTRY_VERIFY_WITH_TIMEOUT(
+        dashboard->progress_bar()->format() == "completed" || dashboard->error_label()->isVisible(),
+        240000);
+    QVERIFY2(dashboard->progress_bar()->format() == "completed",
+             qPrintable(dashboard->error_label()->text()));
+    QCOMPARE(dashboard->loss_chart()->point_count("training loss"), 3);
+    screenshot(&window, "hub-12-fine-tuned");
   }
 
   void cancel_removes_the_partial_files() {

@@ -20,6 +20,8 @@ if(TARGET tessera_ui)
   target_compile_definitions(test_hub_pages PRIVATE
     TESSERA_PYTHON="${TESSERA_PYTHON}"
     TESSERA_HUB_FIXTURE="${CMAKE_CURRENT_SOURCE_DIR}/ui/hub_fixture.py"
-    TESSERA_SCREENSHOT_DIR="${CMAKE_BINARY_DIR}/screenshots")
+    TESSERA_SCREENSHOT_DIR="${CMAKE_BINARY_DIR}/screenshots"
+    TESSERA_CLI_PATH="$<TARGET_FILE:tessera-cli>")
+  add_dependencies(test_hub_pages tessera-cli)
   set_tests_properties(test_hub_pages PROPERTIES TIMEOUT 300)
 endif()

@@ -234,11 +234,10 @@ QString ChartView::legend_text() const {
 }
 
 void ChartView::set_legend(const QList<LegendEntry>& entries) {
-  const bool was_empty = legend_entries_.isEmpty();
   legend_entries_ = entries;
   legend_->setVisible(!entries.isEmpty());
   render_legend();
-  if (was_empty != entries.isEmpty()) fit_to_size();
+  fit_to_size();  // longer figures need a wider (or taller) legend
 }
 
 void ChartView::render_legend() {
