@@ -524,6 +524,17 @@ class HubPagesTest : public QObject {
     // Lists (runs, review) name it by its id and config, not by a file name.
     QCOMPARE(dataset_display_name(spec.dataset), QString("data/alpaca-mini · instruct"));
     screenshot(&window, "hub-datasets-4-wizard-step");
+
+    // The spec loaded again (a run cloned): the same files, found in the HF cache.
+    MainWindow clone(store_.get());
+    clone.wizard()->load_spec(spec);
+    DatasetPage* again = clone.wizard()->dataset_page();
+    QTRY_VERIFY_WITH_TIMEOUT(again->hub_dataset().has_value() && !again->busy(), 30000);
+    QCOMPARE(again->hub_dataset()->snapshot, snapshot);
+    QCOMPARE(again->analysis().num_rows, std::uint64_t(50));
+    QCOMPARE(again->dataset_spec().train_files, d.train_files);
+    QCOMPARE(again->dataset_spec().validation_files, d.validation_files);
+    QCOMPARE(again->dataset_spec().revision, d.revision);
   }
 
   void datasets_preview_without_the_viewer() {
