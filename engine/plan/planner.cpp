@@ -9,8 +9,12 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/units.h"
+#include "data/dataset.h"
+#include "data/format.h"
+#include "hf/chat/tokenizer_config.h"
 #include "hf/families.h"
 #include "hf/model_folder.h"
+#include "hf/tokenizer/tokenizer.h"
 #include "job/strategies.h"
 
 namespace tessera::plan {
@@ -319,7 +323,12 @@ void calibrate(Plan& plan, const PlanInputs& in, const std::string& device, doub
                        best->recorded_at + ")";
   } else {
     const Settings& was = best->key.settings;
-    const double then = modelled_step_seconds(was, parameters, tokens_of(was), layers, flops);
+    // The record's job read the same data (a similar job): its sequences as long as sampled.
+    const double sequence = in.tokens_per_sequence
+                                ? std::min(*in.tokens_per_sequence, d(was.sequence_length))
+                                : d(was.sequence_length);
+    const double tokens = d(was.micro_batch) * d(was.gradient_accumulation) * sequence;
+    const double then = modelled_step_seconds(was, parameters, tokens, layers, flops);
     if (!(then > 0.0)) return;
     plan.seconds_per_step = best->seconds_per_step * plan.modelled_seconds_per_step / then;
     plan.time_source = "scaled from a similar run: " + measured + " (micro-batch " +
@@ -530,7 +539,16 @@ Plan make_plan(const PlanInputs& in) {
     if (s.precision != base.precision)
       plan.reasons.push_back("bf16: fp32 does not fit and the hardware has native bf16");
   }
-  const double tokens = d(batch) * d(spec.training.gradient_accumulation) * d(s.sequence_length);
+  // Sequences are padded to the longest of their batch, not to max_length: the time follows the
+  // sampled data's length where it was measured (the memory keeps max_length, which a batch can
+  // reach).
+  const double sequence = in.tokens_per_sequence
+                              ? std::min(*in.tokens_per_sequence, d(s.sequence_length))
+                              : d(s.sequence_length);
+  const double tokens = d(batch) * d(spec.training.gradient_accumulation) * sequence;
+  if (in.tokens_per_sequence)
+    plan.reasons.push_back("time for " + std::to_string(static_cast<std::int64_t>(sequence + 0.5)) +
+                           " tokens per sequence: " + in.tokens_per_sequence_source);
   const double layers = d(c.num_hidden_layers);
   plan.flops_per_step = step_flops(s, d(plan.total_parameters), tokens);
   const double flops = gpu ? 50e12 : hw.cpu_flops;
@@ -596,10 +614,15 @@ Plan make_plan(const PlanInputs& in) {
     plan.total_steps = *spec.training.steps;
     plan.steps_source = "training.steps";
   } else if (spec.training.epochs && in.dataset_rows) {
-    const double rows = d(*in.dataset_rows) * (1.0 - spec.dataset.validation_split);
+    // Packed text: blocks of max_length from the sampled tokens per row, not one per row.
+    const double rows = d(*in.dataset_rows) * (1.0 - spec.dataset.validation_split) *
+                        (in.packed_rows_per_block ? 1.0 / *in.packed_rows_per_block : 1.0);
     plan.total_steps = static_cast<std::int64_t>(std::ceil(
         std::ceil(rows / d(batch * spec.training.gradient_accumulation)) * *spec.training.epochs));
-    plan.steps_source = "epochs × training rows (lines of the training files; packing may differ)";
+    plan.steps_source = in.packed_rows_per_block
+                            ? "epochs × training rows packed into max_length blocks (tokens per "
+                              "row from a sample)"
+                            : "epochs × training rows (lines of the training files)";
   }
 
   const std::uint64_t peak = tier.estimate.peak();
@@ -702,6 +725,69 @@ json to_json(const Plan& p) {
   return out;
 }
 
+namespace {
+
+// Tokenizes the first rows of the training data as the run will (its format and tokenizer) and
+// sets the tokens per sequence a step sees: the mean of the longest example in each group of
+// batch_size consecutive rows (batches are padded to their longest), or for packed text the
+// blocks' max_length and how many rows a block holds. Leaves them unset when the data or the
+// tokenizer cannot be read here: the run reports that itself.
+void sample_sequence_lengths(const job::JobSpec& spec, const fs::path& model_dir, PlanInputs& in) {
+  constexpr std::size_t kSampleRows = 512;
+  const auto& ds = spec.dataset;
+  if (ds.train_files.empty() || ds.max_length <= 0) return;
+  try {
+    data::ReadOptions read_options;
+    read_options.skip_bad_rows = true;
+    auto reader = data::open_datasets({ds.train_files.begin(), ds.train_files.end()}, read_options);
+    std::optional<data::FormatKind> kind;
+    if (ds.format != "auto") kind = data::parse_format_kind(ds.format);
+    const data::DatasetFormat format =
+        data::resolve_format(reader->columns(), reader->path().string(), kind, ds.columns);
+    if (format.kind == data::FormatKind::Classification) return;  // labels come from the run
+    const hf::Tokenizer tokenizer = hf::Tokenizer::from_folder(model_dir);
+    data::TokenizeOptions options;
+    options.max_length = static_cast<std::size_t>(ds.max_length);
+    options.pack = false;  // one row, one example: its length before packing
+    const data::ExampleBuilder builder(format, tokenizer,
+                                       hf::load_tokenizer_config_from_folder(model_dir), options);
+    std::vector<std::size_t> rows;
+    for (std::size_t i = 0; i < std::min(kSampleRows, reader->num_rows()); ++i) rows.push_back(i);
+    const auto sample = data::tokenize_rows(*reader, rows, builder, /*skip_bad_rows=*/true);
+    if (sample.examples.empty()) return;
+    const double max_length = d(ds.max_length);
+    const std::string sampled = "measured by tokenizing the first " +
+                                std::to_string(sample.examples.size()) + " training rows";
+    if (ds.packing && format.kind == data::FormatKind::Text) {
+      double tokens = 0;
+      for (const auto& e : sample.examples)
+        tokens += d(static_cast<std::int64_t>(e.input_ids.size()));
+      const double per_row = tokens / d(static_cast<std::int64_t>(sample.examples.size()));
+      in.packed_rows_per_block = std::max(1.0, max_length / per_row);
+      in.tokens_per_sequence = max_length;
+      in.tokens_per_sequence_source = sampled + " (packed into full blocks)";
+      return;
+    }
+    const std::size_t group =
+        static_cast<std::size_t>(std::max<std::int64_t>(1, spec.training.batch_size));
+    double longest_sum = 0;
+    std::int64_t groups = 0;
+    for (std::size_t g = 0; g < sample.examples.size(); g += group, ++groups) {
+      std::size_t longest = 0;
+      for (std::size_t i = g; i < std::min(g + group, sample.examples.size()); ++i)
+        longest = std::max(longest, sample.examples[i].input_ids.size());
+      longest_sum += d(static_cast<std::int64_t>(longest));
+    }
+    in.tokens_per_sequence = std::min(max_length, longest_sum / d(groups));
+    in.tokens_per_sequence_source =
+        sampled + ", the longest of each batch (sequences are padded to it, not to max_length)";
+  } catch (const std::exception&) {
+    // Unreadable data or tokenizer: the time assumes max_length; the run names the problem.
+  }
+}
+
+}  // namespace
+
 PlanInputs load_plan_inputs(const job::JobSpec& spec, const std::string& spec_source,
                             HardwareProfile profile) {
   if (spec.model.path.empty())
@@ -734,6 +820,7 @@ PlanInputs plan_inputs(const job::JobSpec& spec, const hf::ModelFolder& model,
   }
   if (counted) in.dataset_rows = rows;
   in.step_times = StepTimeStore(StepTimeStore::default_path()).load(&in.step_time_warnings);
+  sample_sequence_lengths(spec, model.dir(), in);
   return in;
 }
 

@@ -131,6 +131,11 @@ struct PlanInputs {
   std::optional<std::int64_t> checkpoint_parameters;
   std::optional<std::int64_t> dataset_rows;  // for the total when the spec gives epochs
   HardwareProfile profile;
+  // The data's tokens per sequence when a sample could be tokenized (else max_length is
+  // assumed), how it was measured, and for packed text how many rows fill a block.
+  std::optional<double> tokens_per_sequence;
+  std::string tokens_per_sequence_source;
+  std::optional<double> packed_rows_per_block;
   // Step times measured on this machine (plan/step_times.h), and why some could not be read.
   std::vector<StepTimeRecord> step_times;
   std::vector<std::string> step_time_warnings;

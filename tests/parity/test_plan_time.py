@@ -4,12 +4,14 @@ apart) in the step-time store; a plan made right after it is calibrated from tha
 give the run's training time within 30%, and the dashboard's ETA at step 21 must agree with the
 plan's remaining time within 30%. The uncalibrated estimate (FLOPs at the profile's rate plus a
 per-op overhead) describes an idle machine, so it is held against the run's quickest tenth of
-steps, within a factor of 3: measured 0.63-0.65 of them (0.110 s against 0.170-0.174 s at batch
-32) while other builds kept the 2-core machine's load near 5, about 1.1 idle (batch 64: 0.21 s
-against 0.17-0.2 s); the total against the whole run was 0.14 of it under that load, which no
-estimate made before the run can know. A job of half the batch is planned from the same record
-scaled by the cost model, and run: the planned ratio of the two step times matched the ratio of
-the runs' quickest steps within 1.5x (measured x0.55 against x0.46)."""
+steps, within a factor of 3 times the machine's load per core (the 1-minute load average over the
+cores, at least 1): idle, the demo's steps took 0.17-0.19 s at batch 64 against 0.15 s
+estimated, 0.017-0.03 s at batch 8 against 0.029 s; with other builds keeping the 2-core
+machine's load at 5-6, the quickest steps at batch 32 took 0.17-0.34 s against 0.081 s, and the
+whole run 10x the estimate, which no estimate made before the run can know. A job of half the batch is planned from the same record
+scaled by the cost model, and run: the planned ratio of the two step times must match the ratio of
+the runs' quickest steps within 1.5x times the load per core (measured x0.55-0.57 against
+x0.46-0.53 of the quickest tenths; x2.3 once, when the load rose between the two runs)."""
 import json
 import os
 import subprocess
@@ -89,9 +91,12 @@ def test_calibrated_plan_within_30_percent_of_the_run(demo):
     eta = next(e["eta_s"] for e in ev if e["type"] == "progress" and e["phase"] == "train" and e["done"] == 21)
     remaining = after["seconds_per_step"] * (steps - 21)
     assert abs(eta - remaining) <= CALIBRATED_TOLERANCE * remaining, (eta, remaining)
-    # Uncalibrated: the cost model describes an idle machine; against the quickest steps.
+    # Uncalibrated: the cost model describes an idle machine; against the quickest steps, with
+    # the bound widened by how many times over the machine's cores were asked for meanwhile
+    # (with 5.8 runnable tasks on 2 cores its quickest steps took 2.7-4x their idle time).
     ratio = before["modelled_seconds_per_step"] / quick(step_times)
-    assert 1 / UNCALIBRATED_FACTOR <= ratio <= UNCALIBRATED_FACTOR, ratio
+    busy = max(1.0, os.getloadavg()[0] / os.cpu_count())
+    assert 1 / (UNCALIBRATED_FACTOR * busy) <= ratio <= UNCALIBRATED_FACTOR, (ratio, busy)
 
     # Half the batch: the record scaled by the cost model's ratio, which must match the ratio of
     # the two runs' quickest steps.
@@ -100,13 +105,34 @@ def test_calibrated_plan_within_30_percent_of_the_run(demo):
     assert scaled["calibrated"] and not scaled["calibration_exact"]
     assert scaled["source"].startswith("scaled from a similar run"), scaled["source"]
     _, half_steps, measured_half = run_and_time(half, env)
+    # The two runs ran at different moments: their quickest steps are the nearest to the same
+    # (idle) machine, and the bound widens with the load as above.
     planned_ratio = scaled["seconds_per_step"] / after["seconds_per_step"]
-    measured_ratio = quick(half_steps) / quick(step_times)
+    measured_ratio = min(half_steps[1:]) / min(step_times[1:])
+    busy = max(1.0, os.getloadavg()[0] / os.cpu_count())
     print(f"batch 16: measured {measured_half:.2f} s, scaled plan {scaled['total_seconds']:.2f} s; step time "
-          f"against batch 32: planned x{planned_ratio:.2f}, quickest steps x{measured_ratio:.2f}")
-    assert 1 / SCALED_FACTOR <= planned_ratio / measured_ratio <= SCALED_FACTOR
+          f"against batch 32: planned x{planned_ratio:.2f}, quickest steps x{measured_ratio:.2f}, load per core "
+          f"{busy:.1f}")
+    assert 1 / (SCALED_FACTOR * busy) <= planned_ratio / measured_ratio <= SCALED_FACTOR * busy
     # Its own measurement now replaces the scaled one.
     assert plan_time(half, env)["calibration_exact"]
+
+
+def test_time_follows_the_datas_length_not_max_length(demo):
+    """The demo's rows are about 22 tokens: batches are padded to their longest row, so a
+    max_length of 256 costs what 32 does (the plan assumed 256 tokens a sequence before: 0.397 s
+    a step at max_length 512, where the run took 0.03-0.07 s)."""
+    d, env = demo
+    short = plan_time(job(d, "short", steps=10, batch=8), env)
+    spec = json.loads((d / "short.json").read_text())
+    spec["dataset"]["max_length"] = 256
+    (d / "long.json").write_text(json.dumps(spec))
+    out = subprocess.run([CLI, "plan", str(d / "long.json"), "--json"], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert abs(plan["time"]["modelled_seconds_per_step"] / short["modelled_seconds_per_step"] - 1) < 0.05
+    assert any("tokens per sequence: measured by tokenizing the first" in r for r in plan["reasons"]), plan["reasons"]
 
 
 def test_corrupt_store_is_ignored_with_a_warning(demo):
