@@ -13,7 +13,7 @@ if(TARGET tessera_ui)
     TESSERA_SCREENSHOT_DIR="${CMAKE_BINARY_DIR}/screenshots"
     TESSERA_CLI_PATH="$<TARGET_FILE:tessera-cli>")
   add_dependencies(test_studio tessera-cli)
-  set_tests_properties(test_studio PROPERTIES TIMEOUT 300)
+  set_tests_properties(test_studio PROPERTIES TIMEOUT 600)
 
   # The Hub pages against tests/pylib/hub_server.py (started by tests/ui/hub_fixture.py).
   tessera_add_qt_test(NAME test_hub_pages SOURCES ui/test_hub_pages.cpp LIBS tessera_ui LABELS ui)
