@@ -21,7 +21,10 @@ import pytest
 
 CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
 CALIBRATED_TOLERANCE = 0.30
-UNCALIBRATED_FACTOR = 3.0
+# The uncalibrated figure is labelled "rough" in the studio; the bound catches the old 40x error
+# (every sequence taken as max_length long) without failing on a busy CI machine, where a
+# neighbouring test slows the quickest steps by up to ~4x (measured 0.10 at load 5 on 2 cores).
+UNCALIBRATED_FACTOR = 6.0
 SCALED_FACTOR = 1.5
 
 
