@@ -1,8 +1,8 @@
 #pragma once
 // The embedded default: everything `tessera-cli demo` needs, generated on the spot with no
 // network. A byte-level tokenizer (256 byte tokens, no merges, so every character is a token),
-// a small Llama-architecture model with random weights, and a synthetic instruction dataset
-// of string transformations whose answers can be checked exactly:
+// a small Llama-architecture model with random weights (2 layers, hidden 128), and a synthetic
+// instruction dataset of string transformations whose answers can be checked exactly:
 //   "first kiwo" -> "k",  "last kiwo" -> "o",  "upper kiwo" -> "KIWO"
 // Words are 3-6 random lowercase letters; held-out words never appear in training.
 #include <cstdint>
