@@ -1743,9 +1743,12 @@ class StudioTest : public QObject {
                                   file});
     QVERIFY(python.waitForFinished(120000));
     QVERIFY2(python.exitCode() == 0, python.readAllStandardError().constData());
-    // The demo model: 4 layers of 9 tensors, the embeddings, the final norm and the output.
+    // The demo model: 9 tensors a layer, the embeddings, the final norm and the output.
+    QFile config(path("demo/base/config.json"));
+    QVERIFY(config.open(QIODevice::ReadOnly));
+    const int layers = json::parse(config.readAll().toStdString())["num_hidden_layers"].get<int>();
     QCOMPARE(QString::fromUtf8(python.readAllStandardOutput()).trimmed(),
-             QString("llama 7 39 F32 Q8_0"));
+             QString("llama 7 %1 F32 Q8_0").arg(9 * layers + 3));
   }
 
   // Clone: a finished run's settings fill the wizard for a new run (new id and folder); the
