@@ -33,6 +33,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+import sys
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
+from random_weights import randomize  # noqa: E402
+
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (
     AutoModel,
@@ -110,18 +115,6 @@ def build_tokenizer(folder):
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(folder)
     return fast
-
-
-def randomize(model, seed):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for _, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g)
-            if p.dim() >= 2:
-                p.copy_(noise * 0.15)
-            else:
-                p.add_(noise * 0.1)
-    return model.eval()
 
 
 def decoder_kwargs(vocab, tok, **extra):

@@ -48,6 +48,7 @@ import torch
 from tokenizers import normalizers, processors
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
+from random_weights import randomize  # noqa: E402
 from tiny_tokenizer import byte_level_bpe, sentencepiece_bpe  # noqa: E402
 
 import gguf  # noqa: E402
@@ -99,20 +100,6 @@ def cli(*args, expect=0):
     proc = subprocess.run([path, *map(str, args)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == expect, f"exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
     return proc
-
-
-def randomize(model, seed):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g)
-            if p.dim() >= 2:
-                p.copy_(noise * 0.15)
-            elif "norm" in name or ".ln_" in name:
-                p.copy_(1 + noise * 0.1)
-            else:
-                p.copy_(noise * 0.1)
-    return model.eval()
 
 
 def decoder_kwargs(tok, **extra):

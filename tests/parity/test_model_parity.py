@@ -28,6 +28,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+import sys
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
+from random_weights import randomize  # noqa: E402
+
 import transformers
 from transformers import (
     AutoModel,
@@ -127,18 +132,6 @@ CASES = {
         )
     ),
 }
-
-
-def randomize(model, seed):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for _, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g)
-            if p.dim() >= 2:
-                p.copy_(noise * 0.15)
-            else:  # norm scales around 1, biases around 0
-                p.add_(noise * 0.1)
-    return model.eval()
 
 
 def make_batch(padding_side, seed, classification):
