@@ -24,6 +24,32 @@ inline QString format_duration(double seconds) {
   return QString("%1 h %2 min").arg(s / 3600).arg((s % 3600) / 60);
 }
 
+// Throughput is drawn as the mean of its last kThroughputWindow steps (the dashboard and
+// Compare alike): checkpoints and evaluations make single steps slow, and drawn raw a long
+// run's throughput becomes a solid block of spikes.
+inline constexpr qsizetype kThroughputWindow = 25;
+
+// The mean of the last `window` values added.
+class TrailingMean {
+ public:
+  explicit TrailingMean(qsizetype window) : window_(window) {}
+  double add(double value) {  // the mean with `value` in it
+    values_.push_back(value);
+    sum_ += value;
+    if (values_.size() > window_) sum_ -= values_.takeFirst();
+    return sum_ / double(values_.size());
+  }
+  void clear() {
+    values_.clear();
+    sum_ = 0;
+  }
+
+ private:
+  qsizetype window_;
+  QList<double> values_;
+  double sum_ = 0;
+};
+
 struct MetricPoint {
   std::int64_t step = 0;
   double t = 0;  // seconds since the Unix epoch

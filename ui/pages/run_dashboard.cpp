@@ -218,7 +218,7 @@ void RunDashboard::clear() {
   plan_view_->clear();
   smoothed_loss_ = kMissing;
   smoothed_count_ = 0;
-  recent_tokens_per_s_.clear();
+  throughput_trend_.clear();
   error_->clear();
   error_->setVisible(false);
   progress_->setRange(0, 1);
@@ -501,14 +501,7 @@ void RunDashboard::append(const RunSeries& s) {
     if (present(p.lr)) lr.push_back({x, p.lr});
     if (present(p.tokens_per_s)) {
       tps.push_back({x, p.tokens_per_s});
-      // Mean of the last kWindow steps: checkpoints and evaluations make single steps slow,
-      // and drawn raw a long run's throughput becomes a solid block of spikes.
-      constexpr qsizetype kWindow = 25;
-      recent_tokens_per_s_.push_back(p.tokens_per_s);
-      if (recent_tokens_per_s_.size() > kWindow) recent_tokens_per_s_.pop_front();
-      double sum = 0;
-      for (double v : recent_tokens_per_s_) sum += v;
-      smoothed_tps.push_back({x, sum / double(recent_tokens_per_s_.size())});
+      smoothed_tps.push_back({x, throughput_trend_.add(p.tokens_per_s)});
     }
   }
   if (!loss.isEmpty()) loss_->append(tr("training loss"), loss);

@@ -132,7 +132,7 @@ class RunDashboard : public QWidget {
   double t0_ = kMissing;
   double smoothed_loss_ = kMissing;  // debiased exponential moving average of the training loss
   int smoothed_count_ = 0;
-  QList<double> recent_tokens_per_s_;  // the window the smoothed throughput averages
+  TrailingMean throughput_trend_{kThroughputWindow};  // the smoothed throughput
   int repaints_ = 0;
   qint64 max_draw_ms_ = 0;
 };

@@ -30,9 +30,7 @@
 
 namespace tessera::ui {
 
-namespace {
-constexpr int kThroughputWindow = 25;  // steps in the throughput's moving mean (as the dashboard)
-}  // namespace
+namespace {}  // namespace
 
 RunsPage::RunsPage(RunsStore* store, QWidget* parent) : QWidget(parent), store_(store) {
   auto* layout = new QVBoxLayout(this);
@@ -495,17 +493,13 @@ void RunsPage::compare(const QStringList& ids) {
               } catch (...) {
               }
               QList<QPointF> loss, eval, throughput;
-              QList<double> window;
-              double window_sum = 0;
+              TrailingMean trend(kThroughputWindow);
               for (const MetricPoint& p : series.metrics) {
                 const double x = double(p.step);
                 if (present(p.loss)) loss.push_back({x, p.loss});
                 if (present(p.eval_loss)) eval.push_back({x, p.eval_loss});
                 if (present(p.tokens_per_s)) {
-                  window.push_back(p.tokens_per_s);
-                  window_sum += p.tokens_per_s;
-                  if (window.size() > kThroughputWindow) window_sum -= window.takeFirst();
-                  throughput.push_back({x, window_sum / double(window.size())});
+                  throughput.push_back({x, trend.add(p.tokens_per_s)});
                 }
               }
               compare_->append(label, loss);

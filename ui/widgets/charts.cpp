@@ -136,22 +136,20 @@ void set_range(QValueAxis* axis, double lo, double hi) {
     hi += pad;
   }
   const int ticks = std::max(2, wanted_ticks(axis));
+  const bool integer = axis->property(kIntegerAxis).toBool();
   double step = nice_step((hi - lo) / (ticks - 1));
-  if (axis->property(kIntegerAxis).toBool()) step = std::max(1.0, std::ceil(step - 1e-9));
-  double first = std::floor(lo / step + 1e-9) * step;
-  double last = std::ceil(hi / step - 1e-9) * step;
-  // Rounding both ends out can need one tick more than asked: take the next step instead.
-  while (std::lround((last - first) / step) + 1 > ticks) {
-    step = nice_step(step * 1.0001);
-    if (axis->property(kIntegerAxis).toBool()) step = std::max(1.0, std::ceil(step - 1e-9));
+  double first = 0, last = 0;
+  // Rounding both ends out can need one tick more than asked: take the next step then.
+  for (;; step = nice_step(step * 1.0001)) {
+    if (integer) step = std::max(1.0, std::ceil(step - 1e-9));
     first = std::floor(lo / step + 1e-9) * step;
     last = std::ceil(hi / step - 1e-9) * step;
+    if (std::lround((last - first) / step) + 1 <= ticks) break;
   }
   if (last <= first) last = first + step;
   axis->setRange(first, last);
   axis->setTickCount(int(std::lround((last - first) / step)) + 1);
-  axis->setLabelFormat(axis->property(kIntegerAxis).toBool() ? QStringLiteral("%.0f")
-                                                             : label_format(first, last, step));
+  axis->setLabelFormat(integer ? QStringLiteral("%.0f") : label_format(first, last, step));
 }
 
 // A range change lays the whole chart out again (axis labels are measured): grow the range
@@ -185,13 +183,20 @@ void append_points(QXYSeries* series, const QList<QPointF>& points) {
 
 }  // namespace
 
-ChartView::ChartView(QWidget* parent) : QFrame(parent) {
+ChartView::ChartView(const QString& x_title, const QString& y_title, QWidget* parent)
+    : QFrame(parent) {
   setFrameShape(QFrame::StyledPanel);
   setBackgroundRole(QPalette::Base);
   setAutoFillBackground(true);
   view_ = new PlotView(make_chart());
   view_->setFrameShape(QFrame::NoFrame);
   view_->setRenderHint(QPainter::Antialiasing);
+  x_axis_ = make_axis(x_title);
+  y_axis_ = make_axis(y_title);
+  chart()->addAxis(x_axis_, Qt::AlignBottom);
+  chart()->addAxis(y_axis_, Qt::AlignLeft);
+  x_axis_->setRange(0, 1);
+  y_axis_->setRange(0, 1);
   legend_ = new QLabel;
   legend_->setObjectName("chartLegend");
   legend_->setTextFormat(Qt::RichText);
@@ -213,17 +218,11 @@ ChartView::ChartView(QWidget* parent) : QFrame(parent) {
   // that); the legend comes on top, and the dashboard scrolls when the window is smaller.
   view_->setMinimumHeight(line * 7);
   setMinimumWidth(fontMetrics().averageCharWidth() * 28);
+  apply_palette(chart(), palette());
 }
 
 QChart* ChartView::chart() const {
   return view_->chart();
-}
-
-void ChartView::add_axes(QValueAxis* x, QValueAxis* y) {
-  x_axis_ = x;
-  y_axis_ = y;
-  chart()->addAxis(x, Qt::AlignBottom);
-  chart()->addAxis(y, Qt::AlignLeft);
 }
 
 QString ChartView::legend_text() const {
@@ -313,12 +312,12 @@ void ChartView::fit_to_size() {
   const int x_ticks =
       std::clamp((plot_w - label_w - (titles ? line : 0)) / (label_w * 3 / 2), 2, 7);
   for (QValueAxis* axis : {x_axis_, y_axis_})
-    if (axis) axis->setTitleVisible(titles && !axis->titleText().isEmpty());
+    axis->setTitleVisible(titles && !axis->titleText().isEmpty());
   if (x_ticks == x_ticks_ && y_ticks == y_ticks_) return;
   x_ticks_ = x_ticks;
   y_ticks_ = y_ticks;
-  if (x_axis_) x_axis_->setProperty(kTickCount, x_ticks);
-  if (y_axis_) y_axis_->setProperty(kTickCount, y_ticks);
+  x_axis_->setProperty(kTickCount, x_ticks);
+  y_axis_->setProperty(kTickCount, y_ticks);
   update_ranges();
 }
 
@@ -334,14 +333,9 @@ void ChartView::changeEvent(QEvent* event) {
 
 LineChart::LineChart(const QString& title, const QString& x_label, const QString& y_label,
                      QWidget* parent)
-    : ChartView(parent), title_(title) {
-  x_axis_ = make_axis(x_label);
+    : ChartView(x_label, y_label, parent), title_(title) {
   x_axis_->setProperty(kIntegerAxis, true);  // every line chart here is over optimizer steps
-  y_axis_ = make_axis(y_label);
-  add_axes(x_axis_, y_axis_);
   set_range(x_axis_, 0, 1);
-  y_axis_->setRange(0, 1);
-  apply_palette(chart(), palette());
   update_title();
 }
 
@@ -361,13 +355,13 @@ void LineChart::define_series(const QString& name, int color, bool faint) {
 QLineSeries* LineChart::series_for(const QString& name) {
   if (QLineSeries* s = series_.value(name)) return s;
   if (!styles_.contains(name)) {
-    // The next colour not taken by a declared series.
+    // The first colour no declared or earlier series has.
+    auto taken = [this](int color) {
+      return std::any_of(styles_.cbegin(), styles_.cend(),
+                         [color](const Style& style) { return style.color == color; });
+    };
     int color = 0;
-    for (bool taken = true; taken; ++color) {
-      taken = false;
-      for (const Style& style : styles_) taken = taken || style.color == color;
-      if (!taken) break;
-    }
+    while (taken(color)) ++color;
     styles_.insert(name, Style{color, false});
   }
   const Style style = styles_.value(name);
@@ -459,12 +453,10 @@ const char* kCategoryLabels[] = {"weights", "gradients", "optimizer state", "act
 constexpr double kMiB = 1024.0 * 1024.0;
 }  // namespace
 
-MemoryChart::MemoryChart(const QString& tier, QWidget* parent) : ChartView(parent), tier_(tier) {
+MemoryChart::MemoryChart(const QString& tier, QWidget* parent)
+    : ChartView(tr("seconds"), "MiB", parent), tier_(tier) {
   chart()->setTitle(tr("Memory — %1").arg(tier));
   set_legend_beside_when_wide(true);
-  x_axis_ = make_axis(tr("seconds"));
-  y_axis_ = make_axis("MiB");
-  add_axes(x_axis_, y_axis_);
   QLineSeries* lower = nullptr;
   for (int i = 0; i < 4; ++i) {
     auto* upper = new QLineSeries(this);
@@ -488,9 +480,6 @@ MemoryChart::MemoryChart(const QString& tier, QWidget* parent) : ChartView(paren
   add_line(system_, tr("system RAM in use"), 6, Qt::DotLine);
   estimate_ = new QLineSeries;
   add_line(estimate_, tr("plan estimate"), 7, Qt::DashDotLine);
-  x_axis_->setRange(0, 1);
-  y_axis_->setRange(0, 1);
-  apply_palette(chart(), palette());
 }
 
 void MemoryChart::add_line(QLineSeries* series, const QString& name, int color,
@@ -624,11 +613,8 @@ void MemoryChart::clear() {
   update_legend();
 }
 
-TrafficChart::TrafficChart(QWidget* parent) : ChartView(parent) {
+TrafficChart::TrafficChart(QWidget* parent) : ChartView(tr("seconds"), QString(), parent) {
   chart()->setTitle(tr("Chunk traffic"));
-  x_axis_ = make_axis(tr("seconds"));
-  y_axis_ = make_axis(QString());
-  add_axes(x_axis_, y_axis_);
   read_ = new QLineSeries;
   written_ = new QLineSeries;
   read_->setName(tr("disk → host"));
@@ -641,9 +627,6 @@ TrafficChart::TrafficChart(QWidget* parent) : ChartView(parent) {
     series->attachAxis(y_axis_);
   }
   set_unit(1);
-  x_axis_->setRange(0, 1);
-  y_axis_->setRange(0, 1);
-  apply_palette(chart(), palette());
   update_legend();
 }
 

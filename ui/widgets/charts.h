@@ -36,7 +36,7 @@ void apply_palette(QChart* chart, const QPalette& palette);
 QString format_bytes(double bytes);
 
 // The frame every chart here shares: a QChartView with Qt's own legend hidden, the legend as
-// wrapping rich text, and axes re-ticked on resize.
+// wrapping rich text, and two value axes (ranges 0…1 until data comes) re-ticked on resize.
 class ChartView : public QFrame {
   Q_OBJECT
  public:
@@ -54,15 +54,16 @@ class ChartView : public QFrame {
   int y_tick_count() const { return y_ticks_; }
 
  protected:
-  explicit ChartView(QWidget* parent = nullptr);
+  ChartView(const QString& x_title, const QString& y_title, QWidget* parent);
   void set_legend(const QList<LegendEntry>& entries);
   // Legend beside the plot (right) when the chart is wide enough; under it otherwise.
   void set_legend_beside_when_wide(bool beside) { legend_beside_ = beside; }
-  void add_axes(QValueAxis* x, QValueAxis* y);
   // The axes' ranges are set again for the current tick counts (charts keep their data extents).
   virtual void update_ranges() = 0;
   void resizeEvent(QResizeEvent* event) override;
   void changeEvent(QEvent* event) override;
+  QValueAxis* x_axis_ = nullptr;  // both made by the constructor
+  QValueAxis* y_axis_ = nullptr;
 
  private:
   void fit_to_size();
@@ -70,8 +71,6 @@ class ChartView : public QFrame {
   QChartView* view_ = nullptr;  // (palette and font events arrive while constructing)
   QLabel* legend_ = nullptr;
   QBoxLayout* layout_ = nullptr;
-  QValueAxis* x_axis_ = nullptr;
-  QValueAxis* y_axis_ = nullptr;
   QList<LegendEntry> legend_entries_;
   bool legend_beside_ = false;     // allowed
   bool legend_is_beside_ = false;  // now
@@ -108,8 +107,6 @@ class LineChart : public ChartView {
   QHash<QString, QLineSeries*> series_;
   QList<QString> order_;          // series in creation order (the legend's order)
   QHash<QString, Style> styles_;  // declared or assigned styles
-  QValueAxis* x_axis_;
-  QValueAxis* y_axis_;
   double x_min_ = 0, x_max_ = 0, y_min_ = 0, y_max_ = 0;
   bool has_points_ = false;
 };
@@ -146,8 +143,6 @@ class MemoryChart : public ChartView {
   QLineSeries* budget_;
   QLineSeries* system_;
   QLineSeries* estimate_;
-  QValueAxis* x_axis_;
-  QValueAxis* y_axis_;
   double x_max_ = 0, y_max_ = 0;
   double estimate_bytes_ = 0;
   bool shown_[4] = {false, false, false, false};  // categories that have held something
@@ -179,8 +174,6 @@ class TrafficChart : public ChartView {
   void update_legend();
   QLineSeries* read_;
   QLineSeries* written_;
-  QValueAxis* x_axis_;
-  QValueAxis* y_axis_;
   double x_max_ = 0, y_max_bytes_ = 0;  // y in bytes/s
   double bytes_per_unit_ = 1;           // a power of 1024: scaling is exact
 };
