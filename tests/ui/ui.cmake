@@ -4,8 +4,18 @@ if(TARGET tessera_ui)
   add_executable(event_replay tools/event_replay.cpp)
   tessera_warnings(event_replay)
 
+  # What the studio's suites share (tests/ui/studio_fixture.h).
+  add_library(studio_test_support STATIC ui/studio_fixture.cpp)
+  target_link_libraries(studio_test_support PUBLIC tessera_ui Qt6::Test)
+  target_include_directories(studio_test_support PUBLIC ${PROJECT_SOURCE_DIR})
+  target_compile_definitions(studio_test_support PRIVATE
+    TESSERA_PYTHON="${TESSERA_PYTHON}"
+    TESSERA_SCREENSHOT_DIR="${CMAKE_BINARY_DIR}/screenshots"
+    TESSERA_CLI_PATH="$<TARGET_FILE:tessera-cli>")
+  tessera_warnings(studio_test_support)
+
   tessera_add_qt_test(NAME test_runs_db SOURCES ui/test_runs_db.cpp LIBS tessera_ui LABELS ui)
-  tessera_add_qt_test(NAME test_studio SOURCES ui/test_studio.cpp LIBS tessera_ui LABELS ui)
+  tessera_add_qt_test(NAME test_studio SOURCES ui/test_studio.cpp LIBS studio_test_support LABELS ui)
   add_dependencies(test_studio event_replay)
   target_compile_definitions(test_studio PRIVATE
     TESSERA_EVENT_REPLAY="$<TARGET_FILE:event_replay>"
@@ -16,7 +26,7 @@ if(TARGET tessera_ui)
   set_tests_properties(test_studio PROPERTIES TIMEOUT 600)
 
   # The Hub pages against tests/pylib/hub_server.py (started by tests/ui/hub_fixture.py).
-  tessera_add_qt_test(NAME test_hub_pages SOURCES ui/test_hub_pages.cpp LIBS tessera_ui LABELS ui)
+  tessera_add_qt_test(NAME test_hub_pages SOURCES ui/test_hub_pages.cpp LIBS studio_test_support LABELS ui)
   target_compile_definitions(test_hub_pages PRIVATE
     TESSERA_PYTHON="${TESSERA_PYTHON}"
     TESSERA_HUB_FIXTURE="${CMAKE_CURRENT_SOURCE_DIR}/ui/hub_fixture.py"
