@@ -114,8 +114,9 @@ double step_flops(const Settings& s, double parameters, double tokens) {
 // (LibTorch's dispatch, autograd's bookkeeping, a kernel launch) that dominates small models.
 // Ops per step: about 120 per layer and 40 outside the layers in each micro-batch's forward and
 // backward, 130 per layer and 60 outside in the optimizer step and clipping. kSecondsPerOp is
-// fitted on the demo model (4 layers, hidden 128) on a 2-core Xeon: a step of 32 tokens took
-// 18 ms (median of 40) where its FLOPs alone give 3 ms; 2048 tokens took 180 ms against 200 ms.
+// fitted on a 4-layer, hidden-128 Llama (the demo model before it went to 2 layers) on a 2-core
+// Xeon: a step of 32 tokens took 18 ms (median of 40) where its FLOPs alone give 3 ms; 2048 tokens
+// took 180 ms against 200 ms.
 constexpr double kSecondsPerOp = 10e-6;
 double modelled_step_seconds(const Settings& s, double parameters, double tokens, double layers,
                              double flops_per_s) {

@@ -5,7 +5,7 @@ give the run's training time within 30%, and the dashboard's ETA at step 21 must
 plan's remaining time within 30%. The uncalibrated estimate (FLOPs at the profile's rate plus a
 per-op overhead) describes an idle machine, so it is held against the run's quickest tenth of
 steps, within a factor of 3 times the machine's load per core (the 1-minute load average over the
-cores, at least 1): idle, the demo's steps took 0.17-0.19 s at batch 64 against 0.15 s
+cores, at least 1): idle, the demo's steps (measured when its model had 4 layers, not today's 2) took 0.17-0.19 s at batch 64 against 0.15 s
 estimated, 0.017-0.03 s at batch 8 against 0.029 s; with other builds keeping the 2-core
 machine's load at 5-6, the quickest steps at batch 32 took 0.17-0.34 s against 0.081 s, and the
 whole run 10x the estimate, which no estimate made before the run can know. A job of half the batch is planned from the same record
