@@ -25,6 +25,7 @@ DEB_PACKAGES=(
   qtkeychain-qt6-dev libpcre2-dev libicu-dev clang-format
   libyaml-dev  # dataset cards: the YAML header of README.md (engine/hf/hub/card.cpp)
   strace  # tests/parity/test_run_reads.py counts the files a run opens
+  xvfb xauth xdotool  # tests/ui/test_journey drives the real window under Xvfb with X input
 )
 
 install_debian() {
