@@ -34,4 +34,10 @@ if(TARGET tessera_ui)
     TESSERA_CLI_PATH="$<TARGET_FILE:tessera-cli>")
   add_dependencies(test_hub_pages tessera-cli)
   set_tests_properties(test_hub_pages PROPERTIES TIMEOUT 300)
+
+  # The wizard's Review step: the summary against `tessera-cli plan`, the run's name in the runs
+  # database and the dashboard, the run folder's checks (read-only, full, not a folder).
+  tessera_add_qt_test(NAME test_review_page SOURCES ui/test_review_page.cpp LIBS studio_test_support LABELS ui)
+  add_dependencies(test_review_page tessera-cli)
+  set_tests_properties(test_review_page PROPERTIES TIMEOUT 600)
 endif()

@@ -604,6 +604,7 @@ void HardwarePage::start_plan() {
 
 void HardwarePage::show_plan_error(const QString& message) {
   plan_ = {};
+  plan_error_ = message;
   planned_spec_ = planning_spec_;
   fits_ = false;
   strategy_->setText(tr("No plan: %1").arg(message));
@@ -617,6 +618,7 @@ void HardwarePage::show_plan_error(const QString& message) {
 
 void HardwarePage::show_plan(const QJsonObject& plan) {
   plan_ = plan;
+  plan_error_.clear();
   planned_spec_ = planning_spec_;
   fits_ = plan.value("fits").toBool();
   strategy_->setText(plan.value("explanation").toString());
@@ -626,22 +628,8 @@ void HardwarePage::show_plan(const QJsonObject& plan) {
 
   const QJsonObject time = plan.value("time").toObject();
   // Measured on this machine (a run of this or a similar job) or the cost model's, said so.
-  const bool calibrated = time.value("calibrated").toBool();
-  QString time_text = (calibrated ? tr("Time: %1 per step") : tr("Time (rough): %1 per step"))
-                          .arg(step_time_text(time.value("seconds_per_step").toDouble()));
-  if (!time.value("total_seconds").isNull())
-    time_text += tr(", %1 in total for %2 steps")
-                     .arg(format_duration(time.value("total_seconds").toDouble()))
-                     .arg(time.value("steps").toInteger());
-  if (time.value("disk_bytes_per_step").toDouble() > 0) {
-    if (time.value("disk_seconds_per_step").toDouble() > 0)
-      time_text += tr("; the disk's share: %1 per step for %2 read and written")
-                       .arg(step_time_text(time.value("disk_seconds_per_step").toDouble()),
-                            bytes_text(time.value("disk_bytes_per_step").toDouble()));
-    else
-      time_text += tr("; plus %1 read and written on disk per step (its speed was not measured)")
-                       .arg(bytes_text(time.value("disk_bytes_per_step").toDouble()));
-  }
+  QString time_text = (time.value("calibrated").toBool() ? tr("Time: %1") : tr("Time (rough): %1"))
+                          .arg(plan_time_text(time));
   const QString source = time.value("source").toString();
   if (!source.isEmpty()) time_text += "\n" + tr("(%1)").arg(source);
   time_->setText(time_text);
@@ -652,29 +640,7 @@ void HardwarePage::show_plan(const QJsonObject& plan) {
   alternatives_->setText(tr("Alternatives:\n%1").arg(alternatives.join('\n')));
   alternatives_->setVisible(!alternatives.isEmpty());
 
-  // What the user asked for against what the plan had to do to fit.
-  const QJsonObject s = plan.value("settings").toObject();
-  const job::JobSpec& asked = planned_spec_;  // the spec this plan is for
-  QStringList changes;
-  if (s.value("micro_batch").toInteger() < asked.training.batch_size)
-    changes << tr("micro-batch %1 with %2 accumulation steps")
-                   .arg(s.value("micro_batch").toInteger())
-                   .arg(s.value("gradient_accumulation").toInteger());
-  if (s.value("activation_checkpointing").toBool() && !asked.training.activation_checkpointing)
-    changes << tr("activation checkpointing");
-  if (s.value("method").toString().toStdString() != asked.method.type)
-    changes << tr("%1 instead of %2")
-                   .arg(s.value("method").toString(), QString::fromStdString(asked.method.type));
-  if (s.value("precision").toString().toStdString() != asked.precision)
-    changes << tr("%1 instead of %2")
-                   .arg(s.value("precision").toString(), QString::fromStdString(asked.precision));
-  if (asked.strategy.name == "auto" && s.value("strategy").toString() == "gemini") {
-    changes << tr("%1 of the optimizer state on disk")
-                   .arg(percent_text(s.value("offload_optim_frac").toDouble()));
-    if (s.value("offload_param_frac").toDouble() > 0)
-      changes << tr("%1 of the parameters on disk")
-                     .arg(percent_text(s.value("offload_param_frac").toDouble()));
-  }
+  const QStringList changes = plan_changes(plan, planned_spec_);
   if (!fits_) {
     QString text = tr("⚠ These settings will not fit on this machine: %1")
                        .arg(plan.value("explanation").toString());
@@ -755,6 +721,52 @@ void HardwarePage::show_memory(const QJsonArray& memory) {
   bytes_axis_->setRange(0, widest);
   bytes_axis_->setTickCount(5);  // 0, 25, 50, 75, 100
   if (widest > 100) bytes_axis_->applyNiceNumbers();
+}
+
+QString plan_time_text(const QJsonObject& time) {
+  QString text =
+      QObject::tr("%1 per step").arg(step_time_text(time.value("seconds_per_step").toDouble()));
+  if (!time.value("total_seconds").isNull())
+    text += QObject::tr(", %1 in total for %2 steps")
+                .arg(format_duration(time.value("total_seconds").toDouble()))
+                .arg(time.value("steps").toInteger());
+  if (time.value("disk_bytes_per_step").toDouble() > 0) {
+    if (time.value("disk_seconds_per_step").toDouble() > 0)
+      text += QObject::tr("; the disk's share: %1 per step for %2 read and written")
+                  .arg(step_time_text(time.value("disk_seconds_per_step").toDouble()),
+                       bytes_text(time.value("disk_bytes_per_step").toDouble()));
+    else
+      text += QObject::tr(
+                  "; plus %1 read and written on disk per step (its speed was not "
+                  "measured)")
+                  .arg(bytes_text(time.value("disk_bytes_per_step").toDouble()));
+  }
+  return text;
+}
+
+QStringList plan_changes(const QJsonObject& plan, const job::JobSpec& asked) {
+  const QJsonObject s = plan.value("settings").toObject();
+  QStringList changes;
+  if (s.value("micro_batch").toInteger() < asked.training.batch_size)
+    changes << QObject::tr("micro-batch %1 with %2 accumulation steps")
+                   .arg(s.value("micro_batch").toInteger())
+                   .arg(s.value("gradient_accumulation").toInteger());
+  if (s.value("activation_checkpointing").toBool() && !asked.training.activation_checkpointing)
+    changes << QObject::tr("activation checkpointing");
+  if (s.value("method").toString().toStdString() != asked.method.type)
+    changes << QObject::tr("%1 instead of %2")
+                   .arg(s.value("method").toString(), QString::fromStdString(asked.method.type));
+  if (s.value("precision").toString().toStdString() != asked.precision)
+    changes << QObject::tr("%1 instead of %2")
+                   .arg(s.value("precision").toString(), QString::fromStdString(asked.precision));
+  if (asked.strategy.name == "auto" && s.value("strategy").toString() == "gemini") {
+    changes << QObject::tr("%1 of the optimizer state on disk")
+                   .arg(percent_text(s.value("offload_optim_frac").toDouble()));
+    if (s.value("offload_param_frac").toDouble() > 0)
+      changes << QObject::tr("%1 of the parameters on disk")
+                     .arg(percent_text(s.value("offload_param_frac").toDouble()));
+  }
+  return changes;
 }
 
 }  // namespace tessera::ui

@@ -32,6 +32,13 @@ class QValueAxis;
 
 namespace tessera::ui {
 
+// The plan's time (its "time" object) as the Hardware page and Review say it: "120 ms per
+// step, 4 min 0 s in total for 2000 steps", and the disk's share when the job uses the disk.
+QString plan_time_text(const QJsonObject& time);
+// What `plan` had to change of what `asked` chose to fit: "micro-batch 4 with 2 accumulation
+// steps", "activation checkpointing", "bf16 instead of fp32", … (empty: nothing).
+QStringList plan_changes(const QJsonObject& plan, const job::JobSpec& asked);
+
 class HardwarePage : public QWidget {
   Q_OBJECT
  public:
@@ -47,10 +54,23 @@ class HardwarePage : public QWidget {
   bool busy() const;
   bool has_plan() const { return !plan_.isEmpty(); }
   bool fits() const { return fits_; }
-  // Whether the plan shown was made for `spec` (not for earlier settings).
+  // Whether the plan shown was made for `spec` (not for earlier settings); the run's name
+  // plays no part in a plan.
   bool plan_is_for(const job::JobSpec& spec) const {
-    return have_spec_ && has_plan() && job::to_json(planned_spec_) == job::to_json(spec);
+    if (!have_spec_ || !has_plan()) return false;
+    job::JobSpec unnamed = spec;
+    unnamed.name = planned_spec_.name;
+    return job::to_json(planned_spec_) == job::to_json(unnamed);
   }
+  // Whether `spec` (its name aside) is the latest spec asked for: planned, being planned, or
+  // failed to plan (plan_error() says why).
+  bool asked_for(const job::JobSpec& spec) const {
+    if (!have_spec_) return false;
+    job::JobSpec unnamed = spec;
+    unnamed.name = spec_.name;
+    return job::to_json(spec_) == job::to_json(unnamed);
+  }
+  const QString& plan_error() const { return plan_error_; }  // why the latest plan failed
   const QJsonObject& plan_json() const { return plan_; }
   const QJsonObject& profile_json() const { return profile_; }
   QString explanation() const;
@@ -154,6 +174,7 @@ class HardwarePage : public QWidget {
   bool replan_ = false;  // a newer spec arrived while planning
   bool loading_overrides_ = false;
   QJsonObject profile_, plan_;
+  QString plan_error_;
   bool fits_ = false;
 };
 

@@ -2,21 +2,83 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFontDatabase>
-#include <QGroupBox>
+#include <QFormLayout>
 #include <QHBoxLayout>
+#include <QJsonArray>
 #include <QLabel>
+#include <QLineEdit>
 #include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QScrollArea>
+#include <QTabWidget>
 #include <QVBoxLayout>
+#include <QtConcurrent>
+#include <cmath>
 
 #include "core/error.h"
+#include "ui/models/dataset_analysis.h"
+#include "ui/models/model_info.h"
+#include "ui/pages/hardware_page.h"
 #include "ui/pages/wizard.h"
 #include "ui/utility/cli_probe.h"
 #include "ui/utility/error_text.h"
 #include "ui/utility/studio_settings.h"
+#include "ui/utility/write_check.h"
 
 namespace tessera::ui {
+
+namespace {
+
+QString number_text(double value) {
+  return QString::number(value, 'g', 6);
+}
+
+// "train.jsonl: 60 rows, 54 to train on and 6 (10%) held out for validation"; the held-out
+// count rounds up as the engine's split does (data/split.h).
+QString data_text(const job::DatasetSpec& d, std::uint64_t rows) {
+  QString text = dataset_display_name(d);
+  if (!d.validation_files.empty()) {
+    if (rows > 0) text += QObject::tr(": %1 rows to train on").arg(rows);
+    QStringList names;
+    for (const std::string& f : d.validation_files)
+      names << QFileInfo(QString::fromStdString(f)).fileName();
+    text += QObject::tr("; validation from %1").arg(names.join(", "));
+  } else if (d.validation_split > 0) {
+    if (rows > 0) {
+      const auto held = std::uint64_t(std::ceil(d.validation_split * double(rows)));
+      text += QObject::tr(": %1 rows, %2 to train on and %3 (%4%) held out for validation")
+                  .arg(rows)
+                  .arg(rows - std::min(held, rows))
+                  .arg(held)
+                  .arg(number_text(d.validation_split * 100));
+    } else {
+      text +=
+          QObject::tr(", %1% held out for validation").arg(number_text(d.validation_split * 100));
+    }
+  } else {
+    if (rows > 0) text += QObject::tr(": %1 rows to train on").arg(rows);
+    text += QObject::tr(", no validation");
+  }
+  text += QObject::tr("; sequences up to %1 tokens").arg(d.max_length);
+  if (d.skip_bad_rows) text += QObject::tr("; rows that cannot be used are skipped");
+  return text;
+}
+
+// Each tier's peak against its capacity, as `tessera-cli plan` prints them.
+QString memory_text(const QJsonArray& memory) {
+  QStringList tiers;
+  for (const QJsonValue& v : memory) {
+    const QJsonObject t = v.toObject();
+    tiers << QObject::tr("%1 (%2): peak %3 of %4")
+                 .arg(t.value("tier").toString(), t.value("device").toString(),
+                      human_bytes(std::uint64_t(t.value("peak").toDouble())),
+                      human_bytes(std::uint64_t(t.value("budget").toDouble())));
+  }
+  return tiers.join("; ");
+}
+
+}  // namespace
 
 ReviewPage::ReviewPage(CliProbe* probe, QWidget* parent) : QWidget(parent), probe_(probe) {
   auto* layout = new QVBoxLayout(this);
@@ -25,18 +87,55 @@ ReviewPage::ReviewPage(CliProbe* probe, QWidget* parent) : QWidget(parent), prob
   readiness_->setFrameShape(QFrame::StyledPanel);
   readiness_->setMargin(fontMetrics().height() / 2);
   layout->addWidget(readiness_);
-  output_ = new QLabel;
-  output_->setWordWrap(true);
-  output_->setTextInteractionFlags(Qt::TextSelectableByMouse);
-  layout->addWidget(output_);
-  auto* box = new QGroupBox(tr("Job spec (what `tessera-cli run` will execute)"));
-  auto* box_layout = new QVBoxLayout(box);
+
+  auto* name_row = new QFormLayout;
+  name_ = new QLineEdit;
+  name_->setToolTip(tr("What the Runs page, the dashboard and Compare call this run"));
+  name_row->addRow(tr("Run &name:"), name_);
+  layout->addLayout(name_row);
+
+  tabs_ = new QTabWidget;
+  auto* summary_page = new QWidget;
+  summary_ = new QFormLayout(summary_page);
+  summary_->setRowWrapPolicy(QFormLayout::WrapLongRows);
+  summary_->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  for (const QString& label :
+       QStringList{"Model", "Data", "Method", "Length", "Batch", "Learning rate", "Precision",
+                   "Strategy", "Changed to fit", "Time", "Memory", "Run folder"}) {
+    auto* value = new QLabel;
+    value->setWordWrap(true);
+    value->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    summary_->addRow(label + ":", value);
+    summary_rows_.append({label, value});
+  }
+  auto* scroll = new QScrollArea;
+  scroll->setWidget(summary_page);
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  tabs_->addTab(scroll, tr("Summary"));
   json_ = new QPlainTextEdit;
   json_->setReadOnly(true);
   json_->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
   json_->setLineWrapMode(QPlainTextEdit::NoWrap);
-  box_layout->addWidget(json_);
-  layout->addWidget(box, 1);
+  json_->setToolTip(tr("What `tessera-cli run` will execute"));
+  tabs_->addTab(json_, tr("Job spec"));
+  layout->addWidget(tabs_, 1);
+
+  auto* folder_row = new QHBoxLayout;
+  output_ = new QLabel;
+  output_->setWordWrap(true);
+  output_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  choose_folder_ = new QPushButton(tr("&Folder…"));
+  choose_folder_->setToolTip(tr("Choose the folder this run's own folder is made in"));
+  folder_row->addWidget(output_, 1);
+  folder_row->addWidget(choose_folder_);
+  layout->addLayout(folder_row);
+  folder_problem_ = new QLabel;
+  folder_problem_->setWordWrap(true);
+  folder_problem_->setStyleSheet("color: #c0392b");
+  folder_problem_->setVisible(false);
+  layout->addWidget(folder_problem_);
+
   auto* buttons = new QHBoxLayout;
   save_ = new QPushButton(tr("&Save job spec…"));
   save_->setToolTip(tr("Write the job spec to a file; `tessera-cli run FILE` runs it headless"));
@@ -47,10 +146,35 @@ ReviewPage::ReviewPage(CliProbe* probe, QWidget* parent) : QWidget(parent), prob
   buttons->addWidget(launch_);
   layout->addLayout(buttons);
 
+  connect(name_, &QLineEdit::textEdited, this, [this](const QString& text) {
+    custom_name_ = text.trimmed();
+    Q_EMIT nameChanged();
+  });
+  connect(choose_folder_, &QPushButton::clicked, this, [this] {
+    const QString dir =
+        QFileDialog::getExistingDirectory(this, tr("Folder for runs"), runs_folder());
+    if (!dir.isEmpty()) choose_runs_folder(dir);
+  });
+  connect(&folder_watcher_, &QFutureWatcher<QString>::finished, this, [this] {
+    if (recheck_) {  // the folder changed meanwhile: this answer is for the old one
+      recheck_ = false;
+      checking_ = false;
+      check_folder();
+      return;
+    }
+    checking_ = false;
+    checked_folder_ = checking_folder_;
+    folder_problem_text_ = folder_watcher_.result();
+    folder_problem_->setText(tr("⚠ The run cannot be written there: %1. Choose another folder.")
+                                 .arg(folder_problem_text_));
+    folder_problem_->setVisible(!folder_problem_text_.isEmpty());
+    update_launch();
+  });
   connect(save_, &QPushButton::clicked, this, [this] {
     QString file = QFileDialog::getSaveFileName(
         this, tr("Save job spec"),
-        QDir(settings::last_folder("spec")).filePath(QString::fromStdString(spec_.name) + ".json"),
+        QDir(settings::last_folder("spec"))
+            .filePath(QFileInfo(QString::fromStdString(spec_.output.dir)).fileName() + ".json"),
         tr("Job spec (*.json)"));
     if (file.isEmpty()) return;
     settings::set_last_folder("spec", QFileInfo(file).absolutePath());
@@ -62,12 +186,34 @@ ReviewPage::ReviewPage(CliProbe* probe, QWidget* parent) : QWidget(parent), prob
   update_launch();
 }
 
-void ReviewPage::show_spec(const job::JobSpec& spec, const QStringList& missing) {
+void ReviewPage::reset_name() {
+  custom_name_.clear();
+  name_->clear();
+}
+
+QString ReviewPage::runs_folder() const {
+  return chosen_folder_.isEmpty() ? settings::runs_root() : chosen_folder_;
+}
+
+void ReviewPage::choose_runs_folder(const QString& folder) {
+  const QString dir = QDir::cleanPath(QFileInfo(folder).absoluteFilePath());
+  // The Settings' folder again: follow Settings from now on.
+  chosen_folder_ = dir == QDir::cleanPath(settings::runs_root()) ? QString() : dir;
+  Q_EMIT folderChanged();
+}
+
+void ReviewPage::show_spec(const job::JobSpec& spec, const QStringList& missing,
+                           const ReviewFacts& facts) {
+  const bool new_folder = spec.output.dir != spec_.output.dir;
   spec_ = spec;
   missing_ = missing;
   json_->setPlainText(QString::fromStdString(job::to_json(spec).dump(2)));
-  output_->setText(
-      tr("Output folder (new for this run): %1").arg(QString::fromStdString(spec.output.dir)));
+  // The default name follows the choices until the user types one; never while they edit.
+  const QString name = QString::fromStdString(spec.name);
+  if (custom_name_.isEmpty() && !name_->hasFocus() && name_->text() != name) name_->setText(name);
+  name_->setPlaceholderText(name);
+  output_->setText(tr("Run folder (new for this run): %1")
+                       .arg(QDir::toNativeSeparators(QString::fromStdString(spec.output.dir))));
   if (missing.isEmpty())
     readiness_->setText(tr("✔ Ready: %1 on %2, %3.")
                             .arg(QString::fromStdString(spec.method.type),
@@ -75,11 +221,113 @@ void ReviewPage::show_spec(const job::JobSpec& spec, const QStringList& missing)
                                  dataset_display_name(spec.dataset)));
   else
     readiness_->setText(tr("Not ready: %1.").arg(missing.join("; ")));
+  show_summary(facts);
+  if (new_folder) check_folder();
   update_launch();
+}
+
+void ReviewPage::show_summary(const ReviewFacts& facts) {
+  const job::JobSpec& s = spec_;
+  QMap<QString, QString> rows;
+  if (!s.model.path.empty() || !s.model.hub_id.empty()) {
+    QString model =
+        facts.model_name.isEmpty() ? QString::fromStdString(s.model.path) : facts.model_name;
+    if (facts.parameters > 0) model += tr(", %1 parameters").arg(human_count(facts.parameters));
+    rows["Model"] = model;
+  }
+  if (!s.dataset.train_files.empty() || !s.dataset.hub_id.empty())
+    rows["Data"] = data_text(s.dataset, facts.dataset_rows);
+  rows["Method"] = s.method.type == "lora" ? tr("LoRA, rank %1 (alpha %2)")
+                                                 .arg(s.method.lora_rank)
+                                                 .arg(number_text(s.method.lora_alpha))
+                                           : tr("full fine-tuning (every parameter is trained)");
+  rows["Length"] = s.training.steps
+                       ? tr("%1 steps").arg(*s.training.steps)
+                       : tr("%1 epochs").arg(number_text(s.training.epochs.value_or(0)));
+  rows["Batch"] = s.training.gradient_accumulation > 1
+                      ? tr("%1 × %2 accumulation steps = %3 sequences per step")
+                            .arg(s.training.batch_size)
+                            .arg(s.training.gradient_accumulation)
+                            .arg(s.training.batch_size * s.training.gradient_accumulation)
+                      : tr("%1 sequences per step").arg(s.training.batch_size);
+  if (s.training.activation_checkpointing) rows["Batch"] += tr(", activation checkpointing on");
+  rows["Learning rate"] =
+      tr("%1, %2 schedule, %3 warm-up steps")
+          .arg(number_text(s.training.learning_rate), QString::fromStdString(s.training.schedule))
+          .arg(s.training.warmup_steps);
+  rows["Precision"] = QString::fromStdString(s.precision);
+  rows["Run folder"] = QDir::toNativeSeparators(QString::fromStdString(s.output.dir));
+
+  // Strategy, time and memory are the plan's (the Hardware & strategy step's, same figures).
+  const QString strategy = QString::fromStdString(s.strategy.name);
+  if (!facts.plan.isEmpty()) {
+    rows["Strategy"] = tr("%1: %2").arg(facts.plan.value("strategy").toString(),
+                                        facts.plan.value("explanation").toString());
+    const QStringList changes = plan_changes(facts.plan, s);
+    if (!changes.isEmpty())
+      rows["Changed to fit"] = tr("as set, the job does not fit at once; the engine will use %1")
+                                   .arg(changes.join(", "));
+    const QJsonObject time = facts.plan.value("time").toObject();
+    rows["Time"] = plan_time_text(time) + " " +
+                   (time.value("calibrated").toBool()
+                        ? tr("(calibrated on this machine)")
+                        : tr("(rough: no run of this job has been measured on this machine yet)"));
+    rows["Memory"] = memory_text(facts.plan.value("memory").toArray());
+  } else {
+    QString why;
+    if (!facts.planner_available)
+      why = tr("not estimated: this tessera-cli has no `plan` command");
+    else if (facts.planning)
+      why = tr("planning…");
+    else if (!facts.plan_error.isEmpty())
+      why = tr("no plan: %1").arg(facts.plan_error);
+    else
+      why = tr("estimated once the job is complete");
+    rows["Strategy"] =
+        strategy == "auto" ? tr("auto (chosen for this machine when the run starts)") : strategy;
+    rows["Time"] = why;
+    rows["Memory"] = why;
+  }
+  for (const auto& [label, value] : summary_rows_) {
+    const QString text = rows.value(label);
+    value->setText(text);
+    summary_->setRowVisible(value, !text.isEmpty());
+  }
+}
+
+QString ReviewPage::summary_value(const QString& label) const {
+  for (const auto& [l, value] : summary_rows_)
+    if (l == label) return value->text();
+  return {};
+}
+
+QString ReviewPage::summary_text() const {
+  QStringList lines;
+  for (const auto& [label, value] : summary_rows_)
+    if (!value->text().isEmpty()) lines << label + ": " + value->text();
+  return lines.join('\n');
 }
 
 QString ReviewPage::spec_text() const {
   return json_->toPlainText();
+}
+
+void ReviewPage::check_folder() {
+  if (spec_.output.dir.empty()) return;
+  if (checking_) {
+    recheck_ = true;
+    return;
+  }
+  checking_ = true;
+  checking_folder_ = spec_.output.dir;
+  folder_watcher_.setFuture(
+      QtConcurrent::run(new_folder_problem, QString::fromStdString(checking_folder_)));
+  update_launch();
+}
+
+void ReviewPage::showEvent(QShowEvent* event) {
+  QWidget::showEvent(event);
+  check_folder();  // the disk may have changed since the last look
 }
 
 QString ReviewPage::save_spec(const QString& path) const {
@@ -113,6 +361,17 @@ void ReviewPage::update_launch() {
   if (!missing_.isEmpty()) {
     launch_->setEnabled(false);
     launch_->setText(missing_.first());  // the button names what is missing
+    return;
+  }
+  if (!folder_checked()) {
+    launch_->setEnabled(false);
+    launch_->setText(tr("Checking the run folder…"));
+    return;
+  }
+  if (!folder_problem_text_.isEmpty()) {
+    launch_->setEnabled(false);
+    launch_->setText(tr("Choose a folder the run can be written in"));
+    launch_->setToolTip(folder_problem_text_);
     return;
   }
   launch_->setEnabled(true);

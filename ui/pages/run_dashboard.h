@@ -54,6 +54,7 @@ class RunDashboard : public QWidget {
   QPushButton* clone_button() const { return clone_; }
   const RunRecord& run() const { return run_; }
   QLabel* error_label() const { return error_; }
+  QLabel* title_label() const { return title_; }  // the run's name
   QLabel* eta_label() const { return eta_; }
   // The latest losses: "loss 0.8123 · eval loss 0.9012" while the run goes on, "final loss …"
   // once it has ended (a running run has no final loss yet).

@@ -5,6 +5,7 @@
 #include <QFileInfo>
 #include <QHBoxLayout>
 #include <QListWidget>
+#include <QLocale>
 #include <QPushButton>
 #include <QRandomGenerator>
 #include <QStackedWidget>
@@ -85,6 +86,12 @@ FineTuneWizard::FineTuneWizard(CliProbe* probe, QWidget* parent) : QWidget(paren
   });
   connect(dataset_, &DatasetPage::datasetChanged, this, &FineTuneWizard::update_buttons);
   connect(method_, &MethodPage::methodChanged, this, &FineTuneWizard::update_buttons);
+  // Review shows the plan once it is in; a new name or folder changes the spec.
+  connect(hardware_, &HardwarePage::planned, this, [this] {
+    if (current_page() == ReviewStep) update_buttons();
+  });
+  connect(review_, &ReviewPage::nameChanged, this, &FineTuneWizard::update_buttons);
+  connect(review_, &ReviewPage::folderChanged, this, &FineTuneWizard::update_buttons);
   connect(review_, &ReviewPage::launchRequested, this, [this](const job::JobSpec& spec) {
     Q_EMIT launchRequested(spec);
     new_run_id();  // a relaunch is a new run with its own folder, never a reuse
@@ -95,6 +102,7 @@ FineTuneWizard::FineTuneWizard(CliProbe* probe, QWidget* parent) : QWidget(paren
 
 void FineTuneWizard::new_run_id() {
   run_id_ = make_run_id();
+  review_->reset_name();  // a new run is named after its own choices
   update_buttons();
 }
 
@@ -140,20 +148,28 @@ QStringList FineTuneWizard::missing() const {
   return m;
 }
 
+QString FineTuneWizard::default_run_name() const {
+  if (model_->summary().folder.isEmpty()) return run_id_;
+  // The run id starts with the time it was made: the name keeps that time, not the clock's.
+  const QDateTime made = QDateTime::fromString(run_id_.left(15), "yyyyMMdd-hhmmss");
+  return QString("%1 · %2 · %3")
+      .arg(model_display_name(model_->summary().folder).section('/', -1),
+           method_->method() == "lora" ? QString("LoRA") : tr("full"),
+           QLocale().toString(made, "d MMM hh:mm"));
+}
+
 job::JobSpec FineTuneWizard::build_spec() const {
   job::JobSpec spec;
-  spec.name = run_id_.toStdString();
-  if (!model_->summary().folder.isEmpty()) {
-    spec.model.path = model_->summary().folder.toStdString();
-    spec.name = model_display_name(model_->summary().folder).section('/', -1).toStdString() + "-" +
-                method_->method().toStdString() + "-" + run_id_.toStdString();
-  }
+  // A label only: the run's folder (and id) is run_id_, whatever the name says.
+  spec.name = (review_->custom_name().isEmpty() ? default_run_name() : review_->custom_name())
+                  .toStdString();
+  if (!model_->summary().folder.isEmpty()) spec.model.path = model_->summary().folder.toStdString();
   spec.dataset = dataset_->dataset_spec();
   spec.method = method_->method_spec();
   spec.training = method_->training_spec();
   spec.precision = method_->precision().toStdString();
   spec.strategy = hardware_->strategy_spec(spec.method.type);
-  spec.output.dir = QDir(settings::runs_root()).filePath(run_id_).toStdString();
+  spec.output.dir = QDir(review_->runs_folder()).filePath(run_id_).toStdString();
   return spec;
 }
 
@@ -170,7 +186,27 @@ void FineTuneWizard::update_buttons() {
   const int page = current_page();
   back_->setEnabled(page > 0);
   next_->setEnabled(page < stack_->count() - 1);
-  if (page == ReviewStep) review_->show_spec(build_spec(), missing());
+  if (page == ReviewStep) {
+    const job::JobSpec spec = build_spec();
+    const QStringList m = missing();
+    ReviewFacts facts;
+    facts.model_name = model_display_name(model_->summary().folder);
+    facts.parameters = model_->ready() ? model_->summary().parameters : 0;
+    facts.dataset_rows = dataset_->ready() ? dataset_->analysis().num_rows : 0;
+    facts.planner_available = hardware_step_available();
+    if (facts.planner_available && m.isEmpty()) {
+      // Review states the plan's strategy, time and memory: plan this spec when the plan is
+      // for other settings (another run folder, or the Hardware step not visited).
+      if (!hardware_->asked_for(spec)) hardware_->plan(spec);
+      if (hardware_->plan_is_for(spec) && !hardware_->busy())
+        facts.plan = hardware_->plan_json();
+      else if (hardware_->busy())
+        facts.planning = true;
+      else
+        facts.plan_error = hardware_->plan_error();
+    }
+    review_->show_spec(spec, m, facts);
+  }
   if (page == HardwareStep && hardware_step_available()) {
     const QStringList m = missing();
     if (m.isEmpty())

@@ -3,6 +3,7 @@
 // with `tessera-cli profile` / `plan`.) Each page validates in worker threads and the
 // wizard turns the choices into a job spec (engine/job/job_spec.h).
 #include <QFutureWatcher>
+#include <QJsonObject>
 #include <QMap>
 #include <QWidget>
 #include <optional>
@@ -29,6 +30,7 @@ class QPushButton;
 class QRadioButton;
 class QSpinBox;
 class QStackedWidget;
+class QTabWidget;
 class QTableWidget;
 class QToolButton;
 
@@ -234,28 +236,81 @@ class MethodPage : public QWidget {
 };
 
 // ---- 4. Review --------------------------------------------------------------------------
+// What the other steps know of the job beyond its spec, for Review's summary.
+struct ReviewFacts {
+  QString model_name;              // "test-org/tiny-llama"
+  std::uint64_t parameters = 0;    // 0: not known
+  std::uint64_t dataset_rows = 0;  // rows read from the training files (0: not known)
+  bool planner_available = false;  // tessera-cli has `plan`
+  QJsonObject plan;                // the plan for this spec; empty while there is none
+  bool planning = false;           // a plan for this spec is being made
+  QString plan_error;              // why planning this spec failed
+};
+
+// The job in words (model, data, method, length, batch, learning rate, precision, strategy,
+// time and memory from the plan, the run folder), the run's name, the folder it goes in
+// (checked by creating and writing it), and the job spec one click away.
 class ReviewPage : public QWidget {
   Q_OBJECT
  public:
   ReviewPage(CliProbe* probe, QWidget* parent = nullptr);
   // Shows `spec` (or what is missing when `missing` is not empty).
-  void show_spec(const job::JobSpec& spec, const QStringList& missing);
+  void show_spec(const job::JobSpec& spec, const QStringList& missing,
+                 const ReviewFacts& facts = {});
   QString spec_text() const;
+  // The summary's lines, "Label: value" each; one value by its label ("Model", "Time", …).
+  QString summary_text() const;
+  QString summary_value(const QString& label) const;
+  QLineEdit* name_edit() const { return name_; }
+  // The name the user typed, or "" when the run keeps its default name.
+  QString custom_name() const { return custom_name_; }
+  void reset_name();  // a new run: its default name again
+  // Where the run's folder is made: the runs folder from Settings unless another was chosen.
+  QString runs_folder() const;
+  void choose_runs_folder(const QString& folder);
+  QPushButton* folder_button() const { return choose_folder_; }
+  QLabel* folder_problem_label() const { return folder_problem_; }
+  // Whether the run folder was checked (creating and writing it) and the reason it cannot be
+  // used ("" when it can).
+  bool folder_checked() const { return checked_folder_ == spec_.output.dir && !checking_; }
+  QString folder_problem() const { return folder_problem_text_; }
+  void check_folder();  // again, now (the disk may have changed since)
   QPushButton* launch_button() const { return launch_; }
   QLabel* output_label() const { return output_; }
+  QTabWidget* tabs() const { return tabs_; }
   // Writes the spec atomically; returns "" or the error message.
   QString save_spec(const QString& path) const;
   void update_launch();
 
  Q_SIGNALS:
   void launchRequested(const tessera::job::JobSpec& spec);
+  void nameChanged();    // the user edited the run's name
+  void folderChanged();  // the user chose another folder for runs
+
+ protected:
+  void showEvent(QShowEvent* event) override;
 
  private:
+  void show_summary(const ReviewFacts& facts);
   CliProbe* probe_;
   job::JobSpec spec_;
   QStringList missing_;
   QLabel* readiness_;
+  QLineEdit* name_;
+  QString custom_name_;
+  QString chosen_folder_;
+  QTabWidget* tabs_;
+  QFormLayout* summary_;
+  QList<QPair<QString, QLabel*>> summary_rows_;
   QLabel* output_;
+  QPushButton* choose_folder_;
+  QLabel* folder_problem_;
+  QFutureWatcher<QString> folder_watcher_;
+  std::string checked_folder_;   // the run folder of the latest finished check
+  std::string checking_folder_;  // the run folder being checked
+  bool checking_ = false;
+  bool recheck_ = false;  // the folder changed while it was being checked
+  QString folder_problem_text_;
   QPlainTextEdit* json_;
   QPushButton* save_;
   QPushButton* launch_;
@@ -278,6 +333,9 @@ class FineTuneWizard : public QWidget {
   void go_to(int page);
   // The job spec for the current choices; `run_id` names the run and its output folder.
   job::JobSpec build_spec() const;
+  // The run's name until the user types one on Review: "tiny-llama · LoRA · 25 Nov 14:03"
+  // (the model, the method, the time the run id was made); the run id before a model is chosen.
+  QString default_run_name() const;
   QStringList missing() const;  // what stops a launch: "Choose a model", …
   const QString& run_id() const { return run_id_; }
   void new_run_id();

@@ -1,0 +1,433 @@
+// The wizard's Review step: the job in words (what the spec says and what `tessera-cli plan`
+// says for it), the run's editable name as the runs database and the dashboard show it, and the
+// run's folder: chosen, and checked before launch by writing in it, with the system's reason
+// for a folder that cannot be written.
+#include <unistd.h>
+
+#include <QDir>
+#include <QDoubleSpinBox>
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProcess>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QRegularExpression>
+#include <QSettings>
+#include <QSpinBox>
+#include <QTabWidget>
+#include <QTemporaryDir>
+#include <QTest>
+#include <cmath>
+#include <memory>
+
+#include "job/job_spec.h"
+#include "tests/ui/studio_fixture.h"
+#include "ui/main_window.h"
+#include "ui/models/model_info.h"
+#include "ui/models/runs_db.h"
+#include "ui/models/runs_table_model.h"
+#include "ui/pages/hardware_page.h"
+#include "ui/pages/run_dashboard.h"
+#include "ui/pages/runs_page.h"
+#include "ui/pages/wizard.h"
+#include "ui/utility/cli_probe.h"
+
+using namespace tessera::ui;
+using namespace tessera::ui::testing;
+
+class TestReviewPage : public QObject {
+  Q_OBJECT
+
+  QTemporaryDir tmp_;
+  QString model_, dataset_;
+  qint64 parameters_ = 0;
+  std::unique_ptr<RunsStore> store_;
+  QStringList mounts_;     // file systems a test mounted, unmounted at its end
+  QString named_run_job_;  // the job.json of the renamed real run (for the calibrated time)
+
+  QString path(const QString& name) const { return QDir(tmp_.path()).filePath(name); }
+
+  // A tessera-cli that lists `run` (and no `plan`): Review gets to its folder checks.
+  QString fake_cli() {
+    const QString fake = path("fake-cli.sh");
+    if (!QFileInfo::exists(fake)) {
+      write_file(fake,
+                 "#!/bin/sh\necho 'usage: tessera-cli COMMAND [ARGS]'\necho\n"
+                 "echo 'commands:'\necho '  run          Run a job spec'\n");
+      QFile::setPermissions(fake, QFile::permissions(fake) | QFile::ExeOwner);
+    }
+    return fake;
+  }
+
+  // `wizard` on the tiny Llama and the dataset, at Review, once nothing is missing.
+  void fill_wizard(FineTuneWizard* wizard, const QString& method, int steps) {
+    wizard->model_page()->choose_folder(model_);
+    wizard->dataset_page()->max_length()->setValue(32);
+    wizard->dataset_page()->choose_file(dataset_);
+    wizard->method_page()->set_method(method);
+    wizard->method_page()->set_steps(steps);
+    QTRY_VERIFY_WITH_TIMEOUT(wizard->missing().isEmpty(), 30000);
+    wizard->go_to(FineTuneWizard::ReviewStep);
+  }
+
+  // `tessera-cli plan FILE --json [extra]`, run here, apart from the studio.
+  QJsonObject plan_of(const QString& job_file, const QStringList& extra = {}) {
+    QProcess plan;
+    plan.start(studio_cli(), QStringList{"plan", job_file, "--json"} + extra);
+    if (!plan.waitForFinished(120000)) return {};
+    return QJsonDocument::fromJson(plan.readAllStandardOutput()).object();
+  }
+
+  // A tmpfs mounted at `dir` with `options`; "" or why it could not be.
+  QString mount_tmpfs(const QString& dir, const QString& options) {
+    if (::geteuid() != 0) return "mounting a file system needs root";
+    QDir().mkpath(dir);
+    QProcess mount;
+    mount.start("mount", {"-t", "tmpfs", "-o", options, "tmpfs", dir});
+    if (!mount.waitForFinished(20000) || mount.exitCode() != 0)
+      return "mount failed: " + QString::fromUtf8(mount.readAllStandardError()).trimmed();
+    mounts_ << dir;
+    return {};
+  }
+
+  // A wizard whose tessera-cli can `run`, at Review, its runs in `folder`; Launch's state once
+  // the folder was checked.
+  void review_with_folder(MainWindow& window, const QString& folder) {
+    window.cli_probe()->probe(fake_cli());
+    QTRY_VERIFY_WITH_TIMEOUT(window.cli_probe()->finished(), 20000);
+    FineTuneWizard* wizard = window.wizard();
+    fill_wizard(wizard, "lora", 10);
+    wizard->review_page()->choose_runs_folder(folder);
+    QCOMPARE(QString::fromStdString(wizard->build_spec().output.dir),
+             QDir(folder).filePath(wizard->run_id()));
+    QTRY_VERIFY_WITH_TIMEOUT(wizard->review_page()->folder_checked(), 20000);
+  }
+
+  // Launch is disabled and the page says `reason` about `folder`.
+  void expect_blocked(ReviewPage* review, const QString& reason) {
+    QVERIFY2(review->folder_problem().contains(reason), qPrintable(review->folder_problem()));
+    QVERIFY(!review->launch_button()->isEnabled());
+    QVERIFY(review->folder_problem_label()->isVisible());
+    QVERIFY2(review->folder_problem_label()->text().contains(reason),
+             qPrintable(review->folder_problem_label()->text()));
+  }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    QVERIFY(tmp_.isValid());
+    QCoreApplication::setOrganizationName("TesseraTest");
+    QCoreApplication::setApplicationName("tessera-review-test");
+    isolate_settings(tmp_.path());
+    model_ = path("tiny-llama");
+    QString error;
+    parameters_ = make_tiny_llama(model_, &error);
+    QVERIFY2(parameters_ > 0, qPrintable(error));
+    QByteArray rows;
+    for (int i = 0; i < 60; ++i)
+      rows += QString(R"({"instruction": "Count to %1.", "output": "%2"})")
+                  .arg(i)
+                  .arg(QString("one ").repeated(i % 7 + 1).trimmed())
+                  .toUtf8() +
+              '\n';
+    dataset_ = path("train.jsonl");
+    write_file(dataset_, rows);
+    store_ = std::make_unique<RunsStore>(path("runs.sqlite"));
+  }
+
+  void cleanup() {
+    for (const QString& dir : mounts_) QProcess::execute("umount", {dir});
+    mounts_.clear();
+  }
+
+  void cleanupTestCase() {
+    cleanup();
+    QSettings().remove("paths/cli");
+    store_.reset();
+  }
+
+  // Each line of the summary is the spec's value, and strategy / time / memory are what
+  // `tessera-cli plan` says for the same job, run here on its own.
+  void summary_says_the_spec_and_the_plan() {
+    QSettings().setValue("paths/cli", studio_cli());
+    MainWindow window(store_.get());
+    window.resize(1280, 720);
+    window.show();
+    window.show_page(MainWindow::NewFineTune);
+    QTRY_VERIFY_WITH_TIMEOUT(window.cli_probe()->finished(), 20000);
+    FineTuneWizard* wizard = window.wizard();
+    if (!wizard->hardware_step_available()) QSKIP("this tessera-cli has no `plan`");
+    fill_wizard(wizard, "lora", 20);
+    wizard->dataset_page()->validation_split()->setValue(10);
+    ReviewPage* review = wizard->review_page();
+    QTRY_COMPARE_WITH_TIMEOUT(wizard->build_spec().dataset.validation_split, 0.1, 10000);
+    QTRY_VERIFY_WITH_TIMEOUT(review->summary_value("Memory").contains("peak"), 120000);
+    const tessera::job::JobSpec spec = wizard->build_spec();
+
+    QCOMPARE(review->summary_value("Model"),
+             QString("tiny-llama, %1 parameters").arg(human_count(quint64(parameters_))));
+    QCOMPARE(review->summary_value("Data"),
+             QString("train.jsonl: 60 rows, 54 to train on and 6 (10%) held out for "
+                     "validation; sequences up to 32 tokens"));
+    QCOMPARE(review->summary_value("Method"),
+             QString("LoRA, rank %1 (alpha %2)")
+                 .arg(spec.method.lora_rank)
+                 .arg(QString::number(spec.method.lora_alpha, 'g', 6)));
+    QCOMPARE(review->summary_value("Length"), QString("20 steps"));
+    QCOMPARE(review->summary_value("Batch"),
+             QString("%1 sequences per step").arg(spec.training.batch_size));
+    QVERIFY(review->summary_value("Learning rate")
+                .startsWith(QString::number(spec.training.learning_rate, 'g', 6) + ", "));
+    QCOMPARE(review->summary_value("Precision"), QString::fromStdString(spec.precision));
+    QCOMPARE(review->summary_value("Run folder"), QString::fromStdString(spec.output.dir));
+    QVERIFY(QString::fromStdString(spec.output.dir)
+                .startsWith(QDir(path("runs")).filePath(wizard->run_id())));
+    QVERIFY(review->summary_value("Changed to fit").isEmpty());  // the tiny job fits as set
+
+    // The same job planned apart from the studio.
+    const QString job_file = path("summary-job.json");
+    QCOMPARE(review->save_spec(job_file), QString());
+    const QJsonObject plan = plan_of(job_file);
+    QVERIFY(plan.contains("fits"));
+    // The explanation ends with the memory available now, which moves between two plans.
+    const QString explanation = plan.value("explanation").toString();
+    QVERIFY2(review->summary_value("Strategy")
+                 .startsWith(plan.value("strategy").toString() + ": " +
+                             explanation.section(':', 0, 0) + ":"),
+             qPrintable(review->summary_value("Strategy") + "\nvs\n" + explanation));
+    const QJsonObject time = plan.value("time").toObject();
+    QVERIFY(!time.value("calibrated").toBool());  // nothing ran in this settings folder yet
+    QCOMPARE(review->summary_value("Time"),
+             plan_time_text(time) +
+                 " (rough: no run of this job has been measured on this machine yet)");
+    // The Hardware & strategy page shows the same figure.
+    QVERIFY2(wizard->hardware_page()->time_label()->text().contains(plan_time_text(time)),
+             qPrintable(wizard->hardware_page()->time_label()->text()));
+    const QJsonArray memory = plan.value("memory").toArray();
+    QVERIFY(!memory.isEmpty());
+    for (const QJsonValue& v : memory) {
+      const QJsonObject tier = v.toObject();
+      const QString said = QString("%1 (%2): peak %3 of ")
+                               .arg(tier.value("tier").toString(), tier.value("device").toString(),
+                                    human_bytes(quint64(tier.value("peak").toDouble())));
+      QVERIFY2(review->summary_value("Memory").contains(said),
+               qPrintable(review->summary_value("Memory") + "\nlacks\n" + said));
+    }
+
+    // The job spec is one click away, and it is the spec.
+    QTabWidget* tabs = review->tabs();
+    QCOMPARE(tabs->tabText(1), QString("Job spec"));
+    tabs->setCurrentIndex(1);
+    const auto shown = tessera::job::parse_job_spec(
+        nlohmann::json::parse(review->spec_text().toStdString()), "review");
+    QVERIFY(tessera::job::to_json(shown) == tessera::job::to_json(spec));
+    tabs->setCurrentIndex(0);
+    screenshot(&window, "review-summary");
+  }
+
+  // What the plan changes of the user's choices to fit is said in the summary.
+  void summary_says_what_the_plan_changed() {
+    CliProbe probe;
+    ReviewPage review(&probe);
+    tessera::job::JobSpec spec;
+    spec.name = "big batch";
+    spec.model.path = model_.toStdString();
+    spec.dataset.train_files = {dataset_.toStdString()};
+    spec.dataset.max_length = 128;
+    spec.method.type = "full";
+    spec.training.steps = 10;
+    spec.training.batch_size = 1024;
+    spec.output.dir = path("runs/big-batch").toStdString();
+    const QString job_file = path("big-batch.json");
+    tessera::job::save_job_spec(spec, job_file.toStdString());
+    // A small simulated memory: the planner splits the batch into micro-batches.
+    const QJsonObject plan = plan_of(job_file, {"--simulate-host-memory", "1GiB"});
+    QVERIFY(plan.value("fits").toBool());
+    const QJsonObject settings = plan.value("settings").toObject();
+    QVERIFY(settings.value("micro_batch").toInteger() < 1024);
+    ReviewFacts facts;
+    facts.planner_available = true;
+    facts.plan = plan;
+    review.show_spec(spec, {}, facts);
+    QCOMPARE(review.summary_value("Changed to fit"),
+             QString("as set, the job does not fit at once; the engine will use micro-batch %1 "
+                     "with %2 accumulation steps")
+                 .arg(settings.value("micro_batch").toInteger())
+                 .arg(settings.value("gradient_accumulation").toInteger()));
+    QCOMPARE(review.summary_value("Batch"), QString("1024 sequences per step"));
+  }
+
+  // The default name is "model · method · time", the user can rename the run, and the new name
+  // is what the runs database and the dashboard show.
+  void renaming_the_run_reaches_the_database_and_the_dashboard() {
+    const QString cli = training_cli();
+    if (cli.isEmpty()) QSKIP("this build's tessera-cli cannot train (no `run`)");
+    QSettings().setValue("paths/cli", cli);
+    const QString demo = path("demo");
+    QCOMPARE(make_demo(cli, demo), QString());
+    MainWindow window(store_.get());
+    window.resize(1280, 720);
+    window.show();
+    window.show_page(MainWindow::NewFineTune);
+    FineTuneWizard* wizard = window.wizard();
+    wizard->model_page()->choose_folder(demo + "/base");
+    wizard->dataset_page()->max_length()->setValue(32);
+    wizard->dataset_page()->choose_file(demo + "/train.jsonl");
+    wizard->method_page()->set_method("lora");
+    wizard->method_page()->set_steps(8);  // the 5 steps after the first calibrate the plan
+    QTRY_VERIFY_WITH_TIMEOUT(wizard->missing().isEmpty(), 30000);
+    wizard->go_to(FineTuneWizard::ReviewStep);
+    ReviewPage* review = wizard->review_page();
+    const QRegularExpression default_name(R"(^base · LoRA · \d{1,2} \S+ \d\d:\d\d$)");
+    QVERIFY2(default_name.match(review->name_edit()->text()).hasMatch(),
+             qPrintable(review->name_edit()->text()));
+    QCOMPARE(QString::fromStdString(wizard->build_spec().name), review->name_edit()->text());
+
+    const QString name = "kiwi counting, second try";
+    review->name_edit()->setFocus();
+    QTest::keyClick(review->name_edit(), Qt::Key_A, Qt::ControlModifier);
+    QTest::keyClicks(review->name_edit(), name);
+    QCOMPARE(QString::fromStdString(wizard->build_spec().name), name);
+    QVERIFY(review->spec_text().contains(QString("\"name\": \"%1\"").arg(name)));
+    // The folder keeps the run id whatever the name says.
+    QCOMPARE(QFileInfo(QString::fromStdString(wizard->build_spec().output.dir)).fileName(),
+             wizard->run_id());
+
+    QTRY_VERIFY_WITH_TIMEOUT(review->launch_button()->isEnabled(), 120000);
+    const QString run_id = wizard->run_id();
+    QTest::mouseClick(review->launch_button(), Qt::LeftButton);
+    RunDashboard* dashboard = window.runs_page()->dashboard();
+    QCOMPARE(dashboard->title_label()->text(), name);
+    QCOMPARE(wait_for_run_end(dashboard), QString("completed"));
+    store_->flush();
+    DbConnection c(store_->path());
+    const auto run = find_run(c.db(), run_id);
+    QVERIFY(run);
+    QCOMPARE(run->name, name);
+    named_run_job_ = QDir(run->output_dir).filePath("job.json");
+    QTRY_VERIFY_WITH_TIMEOUT(window.runs_page()->runs_model()->row_of(run_id) >= 0, 10000);
+    const RunsTableModel* model = window.runs_page()->runs_model();
+    QCOMPARE(
+        model->index(model->row_of(run_id), int(RunsTableModel::Column::Name)).data().toString(),
+        name);
+    // A new run in the wizard gets its own default name again.
+    QVERIFY(wizard->run_id() != run_id);
+    QVERIFY(review->custom_name().isEmpty());
+    QVERIFY(default_name.match(QString::fromStdString(wizard->build_spec().name)).hasMatch());
+  }
+
+  // Once a run of the job trained on this machine, Review's time is the calibrated one.
+  void after_a_run_the_time_is_calibrated_on_this_machine() {
+    if (named_run_job_.isEmpty()) QSKIP("no real run (this tessera-cli cannot train)");
+    const QJsonObject plan = plan_of(named_run_job_);
+    const QJsonObject time = plan.value("time").toObject();
+    QVERIFY2(time.value("calibrated").toBool(), qPrintable(time.value("source").toString()));
+    CliProbe probe;
+    ReviewPage review(&probe);
+    ReviewFacts facts;
+    facts.planner_available = true;
+    facts.plan = plan;
+    review.show_spec(tessera::job::load_job_spec(named_run_job_.toStdString()), {}, facts);
+    QCOMPARE(review.summary_value("Time"), plan_time_text(time) + " (calibrated on this machine)");
+  }
+
+  // A runs folder under a regular file: "not a folder", and Launch is blocked with that.
+  void a_folder_under_a_file_blocks_launch() {
+    const QString file = path("notes.txt");
+    write_file(file, "not a folder");
+    MainWindow window(store_.get());
+    window.resize(1280, 720);
+    window.show();
+    window.show_page(MainWindow::NewFineTune);
+    review_with_folder(window, file + "/runs");
+    expect_blocked(window.wizard()->review_page(), file + " is a file, not a folder");
+    QCOMPARE(window.wizard()->review_page()->launch_button()->text(),
+             QString("Choose a folder the run can be written in"));
+    QVERIFY(QFileInfo(file).isFile());  // the check left it as it was
+    screenshot(&window, "review-folder-not-a-folder");
+  }
+
+  // A read-only file system (a tmpfs mounted read-only: root writes anywhere else).
+  void a_read_only_file_system_blocks_launch() {
+    const QString dir = path("read-only");
+    if (const QString why = mount_tmpfs(dir, "ro,size=1m"); !why.isEmpty()) QSKIP(qPrintable(why));
+    MainWindow window(store_.get());
+    window.show();
+    window.show_page(MainWindow::NewFineTune);
+    review_with_folder(window, dir);
+    expect_blocked(window.wizard()->review_page(), "is on a read-only file system");
+  }
+
+  // A full disk (a small tmpfs filled up): the check writes, so it finds out.
+  void a_full_disk_blocks_launch() {
+    const QString dir = path("full");
+    if (const QString why = mount_tmpfs(dir, "size=64k"); !why.isEmpty()) QSKIP(qPrintable(why));
+    {
+      QFile filler(QDir(dir).filePath("filler"));
+      QVERIFY(filler.open(QIODevice::WriteOnly));
+      const QByteArray block(4096, 'x');
+      while (filler.write(block) == block.size() && filler.flush()) {
+      }
+    }
+    MainWindow window(store_.get());
+    window.show();
+    window.show_page(MainWindow::NewFineTune);
+    review_with_folder(window, dir);
+    expect_blocked(window.wizard()->review_page(), "no space left on the disk holding");
+    QCOMPARE(QDir(dir).entryList(QDir::AllEntries | QDir::NoDotAndDotDot),
+             QStringList{"filler"});  // the check cleaned up after itself
+  }
+
+  // Permission bits: only meaningful when not root (root writes in a 0555 folder).
+  void a_folder_without_permission_blocks_launch() {
+    if (::geteuid() == 0) QSKIP("root ignores permission bits");
+    const QString dir = path("locked");
+    QVERIFY(QDir().mkpath(dir));
+    QFile::setPermissions(dir, QFile::ReadOwner | QFile::ExeOwner | QFile::ReadGroup |
+                                   QFile::ExeGroup | QFile::ReadOther | QFile::ExeOther);
+    MainWindow window(store_.get());
+    window.show();
+    window.show_page(MainWindow::NewFineTune);
+    review_with_folder(window, dir);
+    expect_blocked(window.wizard()->review_page(), "permission denied");
+  }
+
+  // Another folder for runs: the run's folder (named by its id) is made there at launch, and the
+  // database records it there; a folder that can be written lets Launch go.
+  void choosing_another_folder_puts_the_run_there() {
+    const QString elsewhere = path("elsewhere/runs");
+    MainWindow window(store_.get());
+    window.resize(1280, 720);
+    window.show();
+    window.show_page(MainWindow::NewFineTune);
+    review_with_folder(window, elsewhere);
+    ReviewPage* review = window.wizard()->review_page();
+    QCOMPARE(review->folder_problem(), QString());
+    QVERIFY(!review->folder_problem_label()->isVisible());
+    QVERIFY(!QFileInfo::exists(path("elsewhere")));  // the check removed what it made
+    QVERIFY(review->launch_button()->isEnabled());
+    QVERIFY(review->output_label()->text().contains(elsewhere));
+    const QString run_id = window.wizard()->run_id();
+    QTest::mouseClick(review->launch_button(), Qt::LeftButton);
+    const QString run_dir = QDir(elsewhere).filePath(run_id);
+    QVERIFY(QFileInfo::exists(run_dir + "/job.json"));
+    const auto job = tessera::job::load_job_spec((run_dir + "/job.json").toStdString());
+    QCOMPARE(QString::fromStdString(job.output.dir), run_dir);
+    store_->flush();
+    DbConnection c(store_->path());
+    const auto run = find_run(c.db(), run_id);
+    QVERIFY(run);
+    QCOMPARE(run->output_dir, run_dir);
+    // The next run goes there too.
+    QCOMPARE(QFileInfo(QString::fromStdString(window.wizard()->build_spec().output.dir)).path(),
+             elsewhere);
+    // The fake tessera-cli's "run" ends at once; wait for that before the window closes.
+    wait_for_run_end(window.runs_page()->dashboard(), 30000);
+  }
+};
+
+QTEST_MAIN(TestReviewPage)
+#include "test_review_page.moc"
