@@ -1,0 +1,126 @@
+#pragma once
+// The distributed runtime (issue 12): a ParallelContext joins this process to the job's other
+// processes (rendezvous on rank 0's c10d::TCPStore), holds the world process group and makes
+// sub-groups (per mesh dimension, for data / tensor / pipeline parallelism). A ProcessGroup runs
+// c10d's collectives (Gloo on CPU tensors; NCCL on CUDA tensors where the build has it), each
+// waiting at most the collective timeout. A collective that fails (a peer died, hung or dropped
+// off the network) throws PeerFailure naming the failed rank and its host on every rank that
+// notices. See engine/dist/README.md. c10d stays inside the .cpp files.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "dist/environment.h"
+
+namespace at {
+class Tensor;
+}
+
+namespace tessera::dist {
+
+enum class ReduceOp { Sum, Avg };  // Avg: floating-point tensors only
+
+// A collective failed because of another rank: `rank` (global) on `host` died, hangs or cannot
+// be reached. kind() is Io; the message says which collective, on which rank, and what to check.
+class PeerFailure : public Error {
+ public:
+  PeerFailure(int failed_rank, std::string failed_host, std::string message, std::string hint)
+      : Error(ErrorKind::Io, std::move(message), std::move(hint)),
+        failed_rank_(failed_rank),
+        failed_host_(std::move(failed_host)) {}
+  int failed_rank() const { return failed_rank_; }
+  const std::string& failed_host() const { return failed_host_; }
+
+ private:
+  int failed_rank_;
+  std::string failed_host_;
+};
+
+struct ParallelOptions {
+  DistTimeouts timeouts;
+  // Also give every group an NCCL backend, for collectives on CUDA tensors. Needs a build with
+  // NCCL (have_nccl()) and a GPU per local rank; CPU tensors always go through Gloo.
+  bool cuda_collectives = false;
+};
+
+// Whether this build can run collectives on CUDA tensors (c10d compiled with NCCL).
+bool have_nccl();
+
+class ParallelContext;
+
+// A set of ranks that run collectives together. Every member must call the same collectives in
+// the same order with tensors of the same shape and dtype (c10d's contract). Tensors must be
+// contiguous; all on the CPU or all on this rank's GPU.
+class ProcessGroup {
+ public:
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const;                       // this process's rank within the group
+  int size() const;                       // number of ranks in the group
+  const std::vector<int>& ranks() const;  // the members' global ranks; group rank i = ranks()[i]
+  const std::string& name() const;        // "world" or "group N (ranks …)", for messages
+
+  // In place: every member ends with the elementwise sum (or mean) over the members.
+  void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::Sum);
+  // In place: every member ends with group rank `root`'s tensor.
+  void broadcast(at::Tensor& tensor, int root);
+  // A flat tensor of size() × input.numel() elements: member 0's input, then member 1's, …
+  at::Tensor all_gather(const at::Tensor& input);
+  // `input` (numel divisible by size()) is reduced over the members, and this member gets its
+  // block: elements [rank() × n, (rank()+1) × n) of the reduction, flat, n = numel / size().
+  at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op = ReduceOp::Sum);
+  // Returns once every member has called it.
+  void barrier();
+
+ private:
+  friend class ParallelContext;
+  struct Impl;
+  explicit ProcessGroup(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+class ParallelContext {
+ public:
+  // read_dist_environment() and read_dist_timeouts(), then as the constructor.
+  static std::unique_ptr<ParallelContext> from_environment(bool cuda_collectives = false);
+
+  // One process (world_size 1): no store, no network; collectives return their input.
+  // Several: connects to (rank 0: starts) the TCPStore at master_addr:master_port, waits for every
+  // rank (rendezvous timeout), exchanges hostnames and connects the world group. Throws
+  // tessera::Error (Io) naming the address when the rendezvous fails.
+  ParallelContext(DistEnvironment environment, ParallelOptions options);
+  ~ParallelContext();
+  ParallelContext(const ParallelContext&) = delete;
+  ParallelContext& operator=(const ParallelContext&) = delete;
+
+  int rank() const;
+  int world_size() const;
+  int local_rank() const;
+  int local_world_size() const;
+  bool is_distributed() const;
+  const DistTimeouts& timeouts() const;
+  // "hostname (address)" of a rank, as that rank reported it at the rendezvous.
+  const std::string& host_of(int rank) const;
+
+  ProcessGroup& world();
+  // Like torch.distributed.new_group: every rank of the world calls it, in the same order, with
+  // the same `ranks` (global, distinct, in range); members get the group, the others nullptr.
+  std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks);
+  // Every group along `dim` of the mesh `shape` (product = world size; see mesh.h), made on every
+  // rank; returns the one this rank belongs to.
+  std::shared_ptr<ProcessGroup> new_mesh_group(const std::vector<int>& shape, int dim);
+
+  struct State;  // shared with the groups (store, liveness, hosts)
+
+ private:
+  // new_group's work; `name` empty: "group N (ranks …)".
+  std::unique_ptr<ProcessGroup> make_group(std::vector<int> ranks, std::string name);
+
+  std::shared_ptr<State> state_;
+  std::unique_ptr<ProcessGroup> world_;
+};
+
+}  // namespace tessera::dist
