@@ -49,9 +49,11 @@ class Ranks:
         port = free_port()
         self.tmp_path = tmp_path
         self.processes = []
+        self.files = []
         for rank in range(world):
             out = open(tmp_path / f"rank{rank}.out", "w")
             err = open(tmp_path / f"rank{rank}.err", "w")
+            self.files += [out, err]
             self.processes.append(subprocess.Popen([str(tool()), mode], stdout=out, stderr=err,
                                                    env=rank_environment(rank, world, port)))
 
@@ -89,6 +91,8 @@ class Ranks:
                 process.send_signal(signal.SIGCONT)
                 process.kill()
             process.wait()
+        for file in self.files:
+            file.close()
 
 
 @pytest.fixture
