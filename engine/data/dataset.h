@@ -77,6 +77,11 @@ std::unique_ptr<DatasetReader> open_dataset(const std::filesystem::path& path,
 std::unique_ptr<DatasetReader> open_datasets(const std::vector<std::filesystem::path>& paths,
                                              const ReadOptions& options = {});
 
+// What a binary file is by its first bytes ("PNG image", "JPEG image", "GIF image", "PDF
+// document", "ZIP archive", "gzip archive", "Parquet file"), or "" for anything else.
+// open_dataset refuses such a file (unless it reads Parquet) with this name.
+std::string binary_file_kind(const std::filesystem::path& path);
+
 // The file type open_dataset would use for `path` ("" when the extension is unknown).
 std::string file_type_from_extension(const std::filesystem::path& path);
 

@@ -34,6 +34,8 @@ std::optional<std::string> find_column(const std::vector<std::string>& columns,
   return std::nullopt;
 }
 
+}  // namespace
+
 std::map<std::string, std::string> roles_by_name(FormatKind kind,
                                                  const std::vector<std::string>& columns) {
   std::map<std::string, std::string> roles;
@@ -67,7 +69,6 @@ std::map<std::string, std::string> roles_by_name(FormatKind kind,
   return roles;
 }
 
-// Missing required roles, e.g. {"output"}.
 std::vector<std::string> missing_roles(const DatasetFormat& f) {
   std::vector<std::string> missing;
   auto need = [&](const char* role) {
@@ -96,6 +97,8 @@ std::vector<std::string> missing_roles(const DatasetFormat& f) {
   }
   return missing;
 }
+
+namespace {
 
 const char* kMappingHint =
     "name the format and map its columns, e.g. --format instruction --column "

@@ -57,6 +57,13 @@ struct DatasetFormat {
 // Throws tessera::Error naming `source` and listing the columns when nothing fits.
 DatasetFormat detect_format(const std::vector<std::string>& columns, const std::string& source);
 
+// The columns whose names say they play a role of `kind` (case-insensitive aliases, as
+// detect_format uses them): possibly not every required role.
+std::map<std::string, std::string> roles_by_name(FormatKind kind,
+                                                 const std::vector<std::string>& columns);
+// The required roles `format` has no column for, e.g. {"output"}.
+std::vector<std::string> missing_roles(const DatasetFormat& format);
+
 // The caller's choice: `kind` (or detection when empty) and role -> column overrides. Every
 // required role must map to an existing column; throws naming the role and the columns.
 DatasetFormat resolve_format(const std::vector<std::string>& columns, const std::string& source,

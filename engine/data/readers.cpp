@@ -2,8 +2,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <fstream>
 #include <string_view>
 #include <unordered_set>
+#include <utility>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -567,6 +569,26 @@ std::string file_type_from_extension(const std::filesystem::path& path) {
   return {};
 }
 
+std::string binary_file_kind(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[8] = {};
+  in.read(head, sizeof head);
+  const std::string_view bytes(head, static_cast<std::size_t>(in.gcount()));
+  static constexpr std::pair<std::string_view, const char*> kSignatures[] = {
+      {"\x89PNG\r\n\x1a\n", "PNG image"},
+      {"\xff\xd8\xff", "JPEG image"},
+      {"GIF87a", "GIF image"},
+      {"GIF89a", "GIF image"},
+      {"%PDF-", "PDF document"},
+      {"PK\x03\x04", "ZIP archive"},
+      {"\x1f\x8b", "gzip archive"},
+      {"PAR1", "Parquet file"},
+  };
+  for (const auto& [magic, kind] : kSignatures)
+    if (bytes.substr(0, magic.size()) == magic) return kind;
+  return {};
+}
+
 std::unique_ptr<DatasetReader> open_dataset(const std::filesystem::path& path,
                                             const ReadOptions& options) {
   std::error_code ec;
@@ -578,6 +600,17 @@ std::unique_ptr<DatasetReader> open_dataset(const std::filesystem::path& path,
   std::string type = lower(options.file_type);
   if (type == "txt") type = "text";
   if (type.empty()) type = file_type_from_extension(path);
+  if (type != "parquet") {
+    // Say what a binary file is before its bytes are reported as bad UTF-8 line by line.
+    if (const std::string kind = binary_file_kind(path); !kind.empty()) {
+      if (kind == "Parquet file" && parquet_supported())
+        throw_invalid(path.string() + ": not a text file (it looks like a " + kind + ")",
+                      "give the file the .parquet extension, or choose the text dataset");
+      throw_invalid(path.string() + ": not a text file (it looks like a " + kind + ")",
+                    "choose the dataset itself: a .jsonl, .json, .csv, .tsv, .txt or .parquet "
+                    "file");
+    }
+  }
   std::unique_ptr<DatasetReader> reader;
   if (type == "jsonl") {
     reader = std::make_unique<JsonlReader>(path, options);

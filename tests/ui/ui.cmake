@@ -35,6 +35,11 @@ if(TARGET tessera_ui)
   add_dependencies(test_hub_pages tessera-cli)
   set_tests_properties(test_hub_pages PROPERTIES TIMEOUT 300)
 
+  # The wizard's checks before each step, and a real run of a dataset with bad rows skipped.
+  tessera_add_qt_test(NAME test_wizard_checks SOURCES ui/test_wizard_checks.cpp LIBS studio_test_support LABELS ui)
+  add_dependencies(test_wizard_checks tessera-cli)
+  set_tests_properties(test_wizard_checks PROPERTIES TIMEOUT 300)
+
   # The wizard's Review step: the summary against `tessera-cli plan`, the run's name in the runs
   # database and the dashboard, the run folder's checks (read-only, full, not a folder).
   tessera_add_qt_test(NAME test_review_page SOURCES ui/test_review_page.cpp LIBS studio_test_support LABELS ui)

@@ -1,5 +1,7 @@
 #include "ui/models/dataset_analysis.h"
 
+#include <QObject>
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 
@@ -9,6 +11,7 @@
 #include "data/preview.h"
 #include "hf/chat/tokenizer_config.h"
 #include "hf/config.h"
+#include "hf/families.h"
 #include "hf/tokenizer/tokenizer.h"
 #include "ui/utility/error_text.h"
 
@@ -56,6 +59,116 @@ data::LengthStats measure_lengths(const data::DatasetReader& reader,
   return stats;
 }
 
+// Every row through the builder the run uses: the rows it would throw on (InvalidInput, as
+// tokenize_rows skips them with skip_bad_rows), and the tokens of the others.
+void check_rows(const data::DatasetReader& reader, const data::ExampleBuilder& builder,
+                data::SkipReport& bad, DatasetAnalysis& a) {
+  for (std::size_t i = 0; i < reader.num_rows(); ++i) {
+    try {
+      a.good_tokens += builder.build(reader.row(i), reader.row_location(i)).input_ids.size();
+      ++a.good_rows;
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::InvalidInput) throw;
+      bad.add(e.what());
+    }
+  }
+}
+
+QString column_list(const std::vector<std::string>& columns) {
+  QStringList names;
+  for (const auto& c : columns) names << q(c);
+  return names.join(", ");
+}
+
+// The roles a column's name points at for `kind`, beyond what a plain-text reading uses: a
+// column named like an instruction, prompt, answer or label.
+bool named_for(data::FormatKind kind, const std::map<std::string, std::string>& roles) {
+  if (kind == data::FormatKind::Classification) return roles.count("label") > 0;
+  return kind == data::FormatKind::Instruction && !roles.empty();
+}
+
+// When detection fell back to plain text although a column's name says the rows are
+// instructions or labelled texts whose other column no row has: what to tell the user.
+QString partial_format_note(const std::vector<std::string>& columns,
+                            const data::DatasetFormat& format, const DatasetRequest& request,
+                            QString& suggested) {
+  if (format.kind != data::FormatKind::Text || request.format != "auto" ||
+      !request.columns.isEmpty())
+    return {};
+  for (auto kind : {data::FormatKind::Instruction, data::FormatKind::Classification}) {
+    const data::DatasetFormat partial{kind, data::roles_by_name(kind, columns)};
+    const auto missing = data::missing_roles(partial);
+    if (!named_for(kind, partial.columns) || missing.empty()) continue;
+    suggested = data::format_kind_name(kind);
+    QStringList found;
+    for (const auto& [role, column] : partial.columns) found << "'" + q(column) + "'";
+    return QObject::tr(
+               "The column %1 looks like part of a %2 dataset, but no row has a column "
+               "for '%3' (the columns are: %4), so the rows are read as plain text. To "
+               "train on them as %2 data, use the %2 format and choose the column for "
+               "each role.")
+        .arg(found.join(", "), suggested, q(missing.front()), column_list(columns));
+  }
+  return {};
+}
+
+// The format the user means when resolving failed: the one chosen, else the one the mapped
+// roles belong to, else one a column's name points at (none when nothing does).
+std::optional<data::FormatKind> meant_format(const std::vector<std::string>& columns,
+                                             const DatasetRequest& request) {
+  if (request.format != "auto") return data::parse_format_kind(request.format.toStdString());
+  const auto mapped = [&](const char* role) { return !request.columns.value(role).isEmpty(); };
+  if (mapped("messages")) return data::FormatKind::Chat;
+  if (mapped("instruction") || mapped("output") || mapped("prompt") || mapped("completion") ||
+      mapped("input"))
+    return data::FormatKind::Instruction;
+  if (mapped("label")) return data::FormatKind::Classification;
+  for (auto kind : {data::FormatKind::Instruction, data::FormatKind::Classification})
+    if (named_for(kind, data::roles_by_name(kind, columns))) return kind;
+  return std::nullopt;
+}
+
+// resolve_format failed: the format meant, the roles found (detected by name, or chosen), and
+// in GUI words what is missing, so the page keeps the column drop-downs to finish the mapping.
+void explain_unresolved_format(const std::vector<std::string>& columns,
+                               const DatasetRequest& request, const Error& error,
+                               DatasetAnalysis& a) {
+  std::optional<data::FormatKind> kind;
+  try {
+    kind = meant_format(columns, request);
+  } catch (const Error&) {
+  }
+  if (!kind) {
+    a.error = QObject::tr(
+                  "The format cannot be told from the column names (%1): choose the "
+                  "format above, then the column for each of its roles.")
+                  .arg(column_list(columns));
+    return;
+  }
+  data::DatasetFormat partial{*kind, data::roles_by_name(*kind, columns)};
+  for (auto it = request.columns.begin(); it != request.columns.end(); ++it)
+    if (!it.value().isEmpty() &&
+        std::find(columns.begin(), columns.end(), it.value().toStdString()) != columns.end())
+      partial.columns[it.key().toStdString()] = it.value().toStdString();
+  if (partial.columns.count("prompt") || partial.columns.count("completion")) {
+    partial.columns.erase("instruction");
+    partial.columns.erase("output");
+    partial.columns.erase("input");
+  }
+  const auto missing = data::missing_roles(partial);
+  a.format = data::format_kind_name(*kind);
+  a.mapping = to_qmap(partial.columns);
+  if (missing.empty()) {  // something else is wrong with the mapping: the engine says what
+    a.error = error_text(error);
+    return;
+  }
+  for (const auto& role : missing) a.missing_roles << q(role);
+  a.error = QObject::tr(
+                "No column was found for the %1 format's '%2' role: choose it under "
+                "\"Format and columns\" (the columns are: %3).")
+                .arg(a.format, a.missing_roles.join("', '"), column_list(columns));
+}
+
 }  // namespace
 
 QString dataset_display_name(const job::DatasetSpec& spec) {
@@ -84,7 +197,10 @@ DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
   try {
     std::vector<fs::path> paths;
     for (const QString& f : a.files) paths.emplace_back(f.toStdString());
-    reader = data::open_datasets(paths);
+    // Bad rows skipped and counted here; the page blocks them unless the run skips them too.
+    data::ReadOptions read_options;
+    read_options.skip_bad_rows = true;
+    reader = data::open_datasets(paths, read_options);
   } catch (const Error& e) {
     a.error = error_text(e);
     return a;
@@ -116,8 +232,9 @@ DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
           to_qmap(data::resolve_format(reader->columns(), source, format.kind, {}).columns);
     } catch (const Error&) {
     }
+    a.format_note = partial_format_note(reader->columns(), format, request, a.suggested_format);
   } catch (const Error& e) {
-    a.error = error_text(e);
+    explain_unresolved_format(reader->columns(), request, e, a);
   }
 
   data::PreviewOptions options;
@@ -129,6 +246,20 @@ DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
   // The tokenizer (when a model is chosen) gives the token-length statistics.
   std::optional<hf::Tokenizer> tokenizer;
   std::optional<data::ExampleBuilder> builder;
+  std::optional<data::ExampleBuilder> run_builder;
+  if (!request.model_folder.isEmpty()) {
+    try {
+      const fs::path dir = request.model_folder.toStdString();
+      if (fs::exists(dir / "config.json")) {
+        const auto mc = hf::load_model_config(dir / "config.json");
+        a.model_context = mc.max_position_embeddings;
+        a.model_type = q(mc.model_type);
+        a.learned_positions = hf::family_of(mc).learned_positions;
+      }
+    } catch (const Error&) {
+      // The Model page reports an unreadable config; the context stays unknown here.
+    }
+  }
   if (a.error.isEmpty() && !request.model_folder.isEmpty()) {
     try {
       const fs::path dir = request.model_folder.toStdString();
@@ -149,6 +280,10 @@ DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
         labels = data::derive_labels(*reader, format.columns.at("label"), id2label);
       }
       builder.emplace(format, *tokenizer, config, tok, labels);
+      data::TokenizeOptions run_options;  // as the runner's prepare_data sets them
+      run_options.max_length = static_cast<std::size_t>(request.max_length);
+      run_options.pack = request.packing;
+      run_builder.emplace(format, *tokenizer, config, run_options, labels);
     } catch (const Error& e) {
       a.token_error = error_text(e);
     } catch (const std::exception& e) {
@@ -169,6 +304,13 @@ DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
     }
     if (a.error.isEmpty()) a.description = q(preview.description);
     a.skipped = q(preview.skipped.summary());
+    data::SkipReport bad = reader->skipped();
+    if (run_builder) {
+      check_rows(*reader, *run_builder, bad, a);
+      a.rows_checked = true;
+    }
+    a.bad_rows = bad.count;
+    for (const std::string& reason : bad.first_reasons) a.bad_reasons << q(reason);
     if (preview.token_lengths) {
       const auto& s = *preview.token_lengths;
       a.measured = s.count;

@@ -37,6 +37,26 @@ struct DatasetAnalysis {
   QString detected_format;          // what detection gives with format "auto" ("" if none)
   QString description;
   QString skipped;  // skipped-rows summary
+  // The format's required roles that no column plays (the mapping the user has to finish);
+  // `format` and `mapping` then hold the format meant and the roles found so far.
+  QStringList missing_roles;
+  // Detection read the rows as `format` although a column's name says they were meant as
+  // `suggested_format`, whose other columns no row has: what the page says about it.
+  QString suggested_format;
+  QString format_note;
+  // Every row built as the run builds it (the reader's and the example builder's rules, with
+  // the request's max_length and packing): the rows the run fails on without
+  // dataset.skip_bad_rows and skips with it. Checked when a model's tokenizer was given.
+  bool rows_checked = false;
+  std::uint64_t bad_rows = 0;
+  QStringList bad_reasons;        // the first few, each naming the file and line
+  std::uint64_t good_rows = 0;    // rows that build
+  std::uint64_t good_tokens = 0;  // their tokens, for packing's one-block check
+  // The model's context: positions it was trained on, and whether more cannot run at all
+  // (learned position embeddings: gpt2, bert) rather than run untrained (rotary: llama, …).
+  std::int64_t model_context = 0;
+  bool learned_positions = false;
+  QString model_type;
   // Token lengths over a sample (empty when no model was given or tokenizing failed).
   QString token_error;
   std::uint64_t measured = 0;

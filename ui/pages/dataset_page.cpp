@@ -25,6 +25,7 @@
 #include <QValueAxis>
 #include <QtConcurrent/QtConcurrentRun>
 
+#include "ui/models/hub_calls.h"
 #include "ui/pages/hub_dataset_panel.h"
 #include "ui/pages/wizard.h"
 #include "ui/utility/studio_settings.h"
@@ -142,6 +143,40 @@ DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
   status_ = new QLabel;
   status_->setWordWrap(true);
   status_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  // The checks that stop a run, each beside its fix.
+  const auto check_row = [](QLabel*& label, QWidget* fix) {
+    label = new QLabel;
+    label->setWordWrap(true);
+    label->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    auto* row = new QHBoxLayout;
+    row->setContentsMargins(0, 0, 0, 0);
+    row->addWidget(label, 1);
+    row->addWidget(fix, 0, Qt::AlignTop);
+    auto* holder = new QWidget;
+    holder->setLayout(row);
+    holder->setVisible(false);
+    return holder;
+  };
+  use_format_ = new QPushButton;
+  fit_context_ = new QPushButton;
+  skip_bad_ = new QCheckBox(tr("S&kip bad rows"));
+  skip_bad_->setToolTip(
+      tr("Train on the other rows: the run skips the rows listed here and counts them "
+         "(dataset.skip_bad_rows in the job spec)"));
+  QWidget* format_row = check_row(format_note_, use_format_);
+  QWidget* context_row = check_row(context_, fit_context_);
+  QWidget* bad_rows_row = check_row(bad_rows_, skip_bad_);
+  connect(use_format_, &QPushButton::clicked, this, [this] {
+    if (!analysis_.suggested_format.isEmpty()) set_format(analysis_.suggested_format);
+  });
+  connect(fit_context_, &QPushButton::clicked, this, [this] {
+    if (analysis_.model_context > 0) max_length_->setValue(int(analysis_.model_context));
+  });
+  connect(skip_bad_, &QCheckBox::toggled, this, [this] {
+    show_checks();
+    Q_EMIT datasetChanged();
+  });
+  const QList<QWidget*> check_rows = {format_row, context_row, bad_rows_row};
   description_ = new QLabel;
   description_->setWordWrap(true);
   table_ = new QTableWidget;
@@ -157,6 +192,7 @@ DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
   auto* lower_layout = new QVBoxLayout(lower);
   lower_layout->setContentsMargins(0, 0, 0, 0);
   lower_layout->addWidget(status_);
+  for (QWidget* row : check_rows) lower_layout->addWidget(row);
   lower_layout->addWidget(description_);
   lower_layout->addWidget(table_, 1);
   auto* split = new QSplitter(Qt::Vertical);
@@ -183,6 +219,11 @@ DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
     analyze();
   });
   connect(max_length_, &QSpinBox::valueChanged, debounce, qOverload<>(&QTimer::start));
+  // The context check needs no new analysis: say it (and block) at once.
+  connect(max_length_, &QSpinBox::valueChanged, this, [this] {
+    show_checks();
+    Q_EMIT datasetChanged();
+  });
   connect(packing_, &QCheckBox::toggled, debounce, qOverload<>(&QTimer::start));
   connect(split_, &QDoubleSpinBox::valueChanged, this, [this] { Q_EMIT datasetChanged(); });
   connect(&watcher_, &QFutureWatcher<DatasetAnalysis>::finished, this, [this] {
@@ -201,6 +242,41 @@ DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
 bool DatasetPage::busy() const {
   // Until the result is shown: the future finishes before its watcher says so.
   return analyzing_ || rerun_;
+}
+
+std::uint64_t DatasetPage::rows_to_skip() const {
+  return skip_bad_->isChecked() ? analysis_.bad_rows : 0;
+}
+
+QString DatasetPage::problem() const {
+  const DatasetAnalysis& a = analysis_;
+  if (busy()) return tr("Wait for the dataset check");
+  if (pending_) return tr("Wait for the dataset's download (see the download tray)");
+  if (a.file.isEmpty()) return tr("Choose a dataset file");
+  if (!a.missing_roles.isEmpty())
+    return tr("Choose the column for '%1' under \"Format and columns\"")
+        .arg(a.missing_roles.join("', '"));
+  if (!a.error.isEmpty()) return tr("Fix the dataset: %1").arg(a.error.section('\n', 0, 0));
+  // The model comes first in the wizard: without one the rows are checked once it is chosen.
+  if (model_folder_.isEmpty()) return {};
+  if (!a.token_error.isEmpty())
+    return tr("Fix the dataset or choose another model: the model's tokenizer cannot build "
+              "examples from the rows (%1)")
+        .arg(a.token_error.section('\n', 0, 0));
+  if (a.model_context > 0 && max_length_->value() > a.model_context)
+    return tr("Lower the sequence length to %1 or less (the model's context)").arg(a.model_context);
+  if (a.rows_checked && a.good_rows == 0)
+    return tr("Fix the dataset: no row can be trained on (see the rows listed)");
+  if (a.bad_rows > 0 && !skip_bad_->isChecked())
+    return tr("Fix the dataset: %1 cannot be trained on, or tick \"Skip bad rows\"")
+        .arg(count_text(qint64(a.bad_rows), tr("1 row"), tr("%1 rows")));
+  if (a.rows_checked && packing_->isEnabled() && packing_->isChecked() &&
+      a.good_tokens < std::uint64_t(max_length_->value()))
+    return tr("Lower the sequence length to %1 or less, or turn packing off: the dataset's "
+              "%1 tokens do not fill one sequence of %2")
+        .arg(a.good_tokens)
+        .arg(max_length_->value());
+  return {};
 }
 
 void DatasetPage::set_model_folder(const QString& folder) {
@@ -322,9 +398,9 @@ void DatasetPage::analyze() {
   request.max_length = max_length_->value();
   request.packing = packing_->isChecked();
   status_->setText(tr("Reading %1…").arg(request.file));
-  Q_EMIT datasetChanged();
   analyzing_ = true;
   watcher_.setFuture(QtConcurrent::run([request] { return analyze_dataset(request); }));
+  Q_EMIT datasetChanged();  // busy now: the wizard says to wait for the check
 }
 
 void DatasetPage::rebuild_role_combos() {
@@ -335,6 +411,8 @@ void DatasetPage::rebuild_role_combos() {
     auto* combo = new QComboBox;
     const bool optional = role == "input";
     if (optional) combo->addItem(tr("(none)"), QString());
+    // A required role no column plays yet: the user chooses one.
+    if (analysis_.missing_roles.contains(role)) combo->addItem(tr("(choose a column)"), QString());
     for (const QString& column : analysis_.columns) {
       const bool detected = analysis_.detected.value(role) == column;
       combo->addItem(detected ? column + "  ✔" : column, column);
@@ -358,12 +436,12 @@ void DatasetPage::show_analysis() {
   } else {
     QString text = tr("✔ %1 rows, %2").arg(a.num_rows).arg(a.file_type);
     if (!a.detected_format.isEmpty()) text += tr("; detected format: %1").arg(a.detected_format);
-    if (!a.skipped.isEmpty()) text += "\n" + a.skipped;
     status_->setText(text);
   }
   description_->setText(a.description);
   packing_->setEnabled(a.format.isEmpty() || a.format == "text");
   rebuild_role_combos();
+  show_checks();
 
   table_->clear();
   table_->setColumnCount(int(a.columns.size()));
@@ -438,9 +516,57 @@ void DatasetPage::show_analysis() {
   updating_ = false;
 }
 
+void DatasetPage::show_checks() {
+  const DatasetAnalysis& a = analysis_;
+  const auto show = [](QLabel* label, const QString& text) {
+    label->setText(text);
+    label->parentWidget()->setVisible(!text.isEmpty());
+  };
+  // A note only while the rows are read as text: choosing the format makes it a mapping.
+  show(format_note_, a.format_note.isEmpty() ? QString() : "⚠ " + a.format_note);
+  use_format_->setText(tr("Use the %1 format").arg(a.suggested_format));
+
+  const bool context_exceeded =
+      !model_folder_.isEmpty() && a.model_context > 0 && max_length_->value() > a.model_context;
+  QString context;
+  if (context_exceeded) {
+    const QString model = a.model_type.isEmpty() ? tr("the model") : a.model_type;
+    context = a.learned_positions
+                  ? tr("✘ Sequence length %1 is above the model's context: %2 has %3 positions, "
+                       "and the run fails on a longer sequence. Lower it to %3 or less.")
+                  : tr("✘ Sequence length %1 is above the model's context: %2 was trained on "
+                       "%3 positions, and training beyond them teaches positions it has never "
+                       "seen. Lower it to %3 or less.");
+    context = context.arg(max_length_->value()).arg(model).arg(a.model_context);
+  }
+  show(context_, context);
+  fit_context_->setText(tr("Use %1 tokens").arg(a.model_context));
+
+  QString rows;
+  if (a.bad_rows > 0) {
+    // The reasons name each file by its path: its name is enough beside the file chosen.
+    QStringList reasons;
+    for (QString reason : a.bad_reasons) {
+      for (const QString& file : a.files) reason.replace(file, QFileInfo(file).fileName());
+      reasons << "• " + reason;
+    }
+    if (a.bad_rows > std::uint64_t(reasons.size()))
+      reasons << tr("… and %1 more").arg(a.bad_rows - std::uint64_t(reasons.size()));
+    const QString count = count_text(qint64(a.bad_rows), tr("1 row"), tr("%1 rows"));
+    rows = skip_bad_->isChecked()
+               ? tr("⚠ %1 will be skipped: the run trains on the other rows.").arg(count)
+               : tr("✘ %1 cannot be trained on, and the run would stop at the first of them: fix "
+                    "the file, or tick \"Skip bad rows\".")
+                     .arg(count);
+    rows += "\n" + reasons.join("\n");
+  }
+  show(bad_rows_, rows);
+}
+
 void DatasetPage::load_spec(const job::DatasetSpec& spec) {
   max_length_->setValue(int(std::clamp<std::int64_t>(spec.max_length, 8, 1 << 20)));
   packing_->setChecked(spec.packing);
+  skip_bad_->setChecked(spec.skip_bad_rows);
   split_->setValue(spec.validation_split * 100.0);
   set_format(QString::fromStdString(spec.format));
   user_columns_.clear();
@@ -494,6 +620,7 @@ job::DatasetSpec DatasetPage::dataset_spec() const {
   d.validation_split = d.validation_files.empty() ? split_->value() / 100.0 : 0.0;
   d.max_length = max_length_->value();
   d.packing = packing_->isChecked();
+  d.skip_bad_rows = skip_bad_->isChecked();
   return d;
 }
 

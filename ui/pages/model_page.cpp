@@ -105,7 +105,8 @@ ModelPage::ModelPage(QWidget* parent) : QWidget(parent) {
 }
 
 bool ModelPage::busy() const {
-  return watcher_.isRunning();
+  // Until the requested folder's summary is shown (the future ends before its watcher says so).
+  return summary_.folder != requested_;
 }
 
 void ModelPage::rescan_cache() {
@@ -120,8 +121,8 @@ void ModelPage::choose_folder(const QString& folder) {
   summary_ = {};
   verdict_->setText(tr("Checking %1…").arg(folder));
   for (QLabel* l : fields_) l->setText("—");
-  Q_EMIT modelChanged();
   watcher_.setFuture(QtConcurrent::run([folder] { return inspect_model(folder); }));
+  Q_EMIT modelChanged();  // busy now: the wizard says to wait for the check
 }
 
 void ModelPage::show_summary() {

@@ -4,10 +4,12 @@
 #include <QDir>
 #include <QFileInfo>
 #include <QHBoxLayout>
+#include <QLabel>
 #include <QListWidget>
 #include <QLocale>
 #include <QPushButton>
 #include <QRandomGenerator>
+#include <QSignalBlocker>
 #include <QStackedWidget>
 #include <QVBoxLayout>
 
@@ -49,14 +51,25 @@ FineTuneWizard::FineTuneWizard(CliProbe* probe, QWidget* parent) : QWidget(paren
   auto* buttons = new QHBoxLayout;
   back_ = new QPushButton(tr("< &Back"));
   next_ = new QPushButton(tr("&Next >"));
-  buttons->addStretch(1);
+  reason_ = new QLabel;  // why Next is off, by the button
+  reason_->setWordWrap(true);
+  reason_->setAlignment(Qt::AlignRight | Qt::AlignVCenter);
+  reason_->setAccessibleName(tr("What this step still needs"));
+  buttons->addWidget(reason_, 1);
   buttons->addWidget(back_);
   buttons->addWidget(next_);
   right->addLayout(buttons);
   layout->addLayout(right, 1);
 
   connect(steps_, &QListWidget::currentRowChanged, this, [this](int row) {
-    if (row >= 0) go_to(row);
+    if (row < 0) return;
+    // A step after an incomplete one stays out of reach (its item is disabled; keys too).
+    if (!step_reachable(row) && row > current_page()) {
+      QSignalBlocker block(steps_);
+      steps_->setCurrentRow(current_page());
+      return;
+    }
+    go_to(row);
   });
   connect(back_, &QPushButton::clicked, this, [this] { go_to(neighbour(current_page(), -1)); });
   connect(next_, &QPushButton::clicked, this, [this] { go_to(neighbour(current_page(), +1)); });
@@ -89,6 +102,7 @@ FineTuneWizard::FineTuneWizard(CliProbe* probe, QWidget* parent) : QWidget(paren
   // Review shows the plan once it is in; a new name or folder changes the spec.
   connect(hardware_, &HardwarePage::planned, this, [this] {
     if (current_page() == ReviewStep) update_buttons();
+    update_navigation();  // whether the job fits decides Next on step 4
   });
   connect(review_, &ReviewPage::nameChanged, this, &FineTuneWizard::update_buttons);
   connect(review_, &ReviewPage::folderChanged, this, &FineTuneWizard::update_buttons);
@@ -128,23 +142,39 @@ void FineTuneWizard::go_to(int page) {
   update_buttons();
 }
 
+QString FineTuneWizard::step_problem(int step) const {
+  switch (step) {
+    case ModelStep:
+      if (model_->busy()) return tr("Wait for the model check");
+      if (model_->summary().folder.isEmpty()) return tr("Choose a model to go on");
+      if (!model_->ready())
+        return tr("Choose a model the engine can train (see its problem above)");
+      return {};
+    case DatasetStep:
+      return dataset_->problem();
+    case HardwareStep:
+      // A job the planner says cannot fit would fail at its start (the page says by how much
+      // and what would fit); judged once the steps before it are complete.
+      if (hardware_step_available() && step_problem(ModelStep).isEmpty() &&
+          step_problem(DatasetStep).isEmpty() && !hardware_->busy() && !hardware_->fits() &&
+          hardware_->plan_is_for(build_spec()))
+        return tr("Make the job fit in memory (see step 4, Hardware and strategy)");
+      return {};
+    default:
+      return {};
+  }
+}
+
+bool FineTuneWizard::step_reachable(int step) const {
+  for (int before = 0; before < step; ++before)
+    if (!steps_->item(before)->isHidden() && !step_problem(before).isEmpty()) return false;
+  return true;
+}
+
 QStringList FineTuneWizard::missing() const {
   QStringList m;
-  if (model_->busy())
-    m << tr("Wait for the model check");
-  else if (!model_->ready())
-    m << (model_->summary().folder.isEmpty() ? tr("Choose a model")
-                                             : tr("Choose a model the engine can train"));
-  if (dataset_->busy())
-    m << tr("Wait for the dataset check");
-  else if (!dataset_->ready())
-    m << (dataset_->analysis().file.isEmpty() ? tr("Choose a dataset")
-                                              : tr("Fix the dataset's format or columns"));
-  // A job the planner says cannot fit would fail at its start: launching it is blocked (the
-  // Hardware & strategy page says by how much and what would fit).
-  if (m.isEmpty() && hardware_step_available() && !hardware_->busy() && !hardware_->fits() &&
-      hardware_->plan_is_for(build_spec()))
-    m << tr("Make the job fit in memory (see step 4, Hardware and strategy)");
+  for (int step = ModelStep; step < ReviewStep; ++step)
+    if (const QString problem = step_problem(step); !problem.isEmpty()) m << problem;
   return m;
 }
 
@@ -182,10 +212,24 @@ void FineTuneWizard::load_spec(const job::JobSpec& spec) {
   go_to(ReviewStep);
 }
 
+void FineTuneWizard::update_navigation() {
+  const int page = current_page();
+  const QString problem = page < ReviewStep ? step_problem(page) : QString();
+  next_->setEnabled(page < stack_->count() - 1 && problem.isEmpty());
+  reason_->setText(problem);
+  for (int step = 0; step < steps_->count(); ++step) {
+    QListWidgetItem* item = steps_->item(step);
+    const bool reachable = step <= page || step_reachable(step);
+    item->setFlags(reachable ? item->flags() | Qt::ItemIsEnabled | Qt::ItemIsSelectable
+                             : item->flags() & ~(Qt::ItemIsEnabled | Qt::ItemIsSelectable));
+    item->setToolTip(reachable ? QString() : tr("Complete the steps before this one first"));
+  }
+}
+
 void FineTuneWizard::update_buttons() {
   const int page = current_page();
   back_->setEnabled(page > 0);
-  next_->setEnabled(page < stack_->count() - 1);
+  update_navigation();
   if (page == ReviewStep) {
     const job::JobSpec spec = build_spec();
     const QStringList m = missing();

@@ -108,8 +108,15 @@ class DatasetPage : public QWidget {
   void set_format(const QString& format);  // "auto", "text", …
   void set_column(const QString& role, const QString& column);
   bool busy() const;
-  bool ready() const { return !analysis_.file.isEmpty() && analysis_.error.isEmpty() && !busy(); }
+  // What stops a run on this dataset, in words that say what to do ("Wait for the dataset
+  // check", "Fix the dataset: 3 rows cannot be trained on…"); "" when it can be trained on.
+  // The rules are the run's (dataset_analysis.h): its reader, its example builder with this
+  // page's sequence length and packing, the model's context.
+  QString problem() const;
+  bool ready() const { return problem().isEmpty(); }
   const DatasetAnalysis& analysis() const { return analysis_; }
+  // Rows the run will skip (dataset.skip_bad_rows): the bad rows when "Skip bad rows" is on.
+  std::uint64_t rows_to_skip() const;
   // The spec's dataset part (files, format, mapping, split, max length, packing).
   job::DatasetSpec dataset_spec() const;
 
@@ -120,6 +127,13 @@ class DatasetPage : public QWidget {
   QComboBox* role_combo(const QString& role) const { return role_combos_.value(role); }
   QDoubleSpinBox* validation_split() const { return split_; }
   QSpinBox* max_length() const { return max_length_; }
+  QCheckBox* skip_bad_rows_box() const { return skip_bad_; }
+  QLabel* bad_rows_label() const { return bad_rows_; }
+  QLabel* status_label() const { return status_; }
+  QLabel* format_note_label() const { return format_note_; }
+  QPushButton* use_format_button() const { return use_format_; }
+  QLabel* context_label() const { return context_; }
+  QPushButton* fit_context_button() const { return fit_context_; }
 
  Q_SIGNALS:
   void datasetChanged();
@@ -131,6 +145,7 @@ class DatasetPage : public QWidget {
   void show_analysis();
   void rebuild_role_combos();
   void show_source();      // the Hub line over the analysis, the validation split's state
+  void show_checks();      // bad rows, the sequence length against the model's context
   QStackedWidget* views_;  // the dataset (source, mapping, analysis), or the Hub view
   QWidget* dataset_view_;
   QPushButton* hub_button_;
@@ -146,6 +161,12 @@ class DatasetPage : public QWidget {
   QCheckBox* packing_;
   QDoubleSpinBox* split_;
   QLabel* status_;
+  QLabel* format_note_;
+  QPushButton* use_format_;
+  QLabel* context_;
+  QPushButton* fit_context_;
+  QLabel* bad_rows_;
+  QCheckBox* skip_bad_;
   QLabel* description_;
   QTableWidget* table_;
   QChartView* histogram_view_;
@@ -336,7 +357,14 @@ class FineTuneWizard : public QWidget {
   // The run's name until the user types one on Review: "tiny-llama · LoRA · 25 Nov 14:03"
   // (the model, the method, the time the run id was made); the run id before a model is chosen.
   QString default_run_name() const;
-  QStringList missing() const;  // what stops a launch: "Choose a model", …
+  QStringList missing() const;  // what stops a launch: every step's problem, in step order
+  // What keeps `step` from being complete ("Choose a model to go on", …; "" when it is): Next
+  // is off with this reason beside it, and no later step can be chosen in the steps list.
+  QString step_problem(int step) const;
+  bool step_reachable(int step) const;  // every step before it is complete
+  QPushButton* next_button() const { return next_; }
+  QLabel* reason_label() const { return reason_; }
+  QListWidget* steps_list() const { return steps_; }
   const QString& run_id() const { return run_id_; }
   void new_run_id();
   // Fills every page from `spec` (a past run's) for a new run: new id and output folder.
@@ -347,6 +375,7 @@ class FineTuneWizard : public QWidget {
 
  private:
   void update_buttons();
+  void update_navigation();  // Next, its reason and the steps that can be chosen
   int neighbour(int page, int direction) const;  // the next step shown, skipping hidden ones
   CliProbe* probe_;
   QListWidget* steps_;
@@ -358,6 +387,7 @@ class FineTuneWizard : public QWidget {
   ReviewPage* review_;
   QPushButton* back_;
   QPushButton* next_;
+  QLabel* reason_;
   QString run_id_;
 };
 
