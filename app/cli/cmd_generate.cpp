@@ -10,6 +10,7 @@
 #include "core/files.h"
 #include "hf/chat/chat_template.h"
 #include "hf/chat/tokenizer_config.h"
+#include "hf/tokenizer/text_streamer.h"
 #include "hf/tokenizer/tokenizer.h"
 #include "model/generate.h"
 #include "model/model.h"
@@ -61,39 +62,25 @@ model::SamplingOptions sampling_defaults(const fs::path& model_dir) {
   return s;
 }
 
-// Prints the completion as it grows. Decoding the whole completion each time and printing the
-// new suffix keeps multi-token characters and tokenizer spacing rules right; a trailing U+FFFD
-// (an incomplete UTF-8 sequence so far) is held back until the next token completes it.
-class Streamer {
- public:
-  explicit Streamer(const hf::Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
-  void add(std::int64_t token) {
-    ids_.push_back(static_cast<std::int32_t>(token));
-    const std::string text = tokenizer_.decode(ids_, /*skip_special_tokens=*/true);
-    if (text.size() >= 3 && text.compare(text.size() - 3, 3, "\xEF\xBF\xBD") == 0) return;
-    print_rest(text);
-  }
-  void finish() {
-    print_rest(tokenizer_.decode(ids_, /*skip_special_tokens=*/true));
-    std::cout << "\n" << std::flush;
-  }
+// Why generation ended, as --json reports it.
+const char* stop_reason(const model::GenerateResult& result) {
+  return result.stopped_at_eos.front() ? "eos" : "max_new_tokens";
+}
 
- private:
-  // Prints what `text` adds to what is already on the terminal. Should a decoder rewrite
-  // earlier text (it does not for the supported decoders), nothing more is printed.
-  void print_rest(const std::string& text) {
-    if (text.size() <= printed_.size() || text.compare(0, printed_.size(), printed_) != 0) return;
-    std::cout << text.substr(printed_.size()) << std::flush;
-    printed_ = text;
-  }
+std::size_t count_replacement_chars(const std::string& text) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find("\xEF\xBF\xBD"); at != std::string::npos;
+       at = text.find("\xEF\xBF\xBD", at + 3))
+    ++n;
+  return n;
+}
 
-  const hf::Tokenizer& tokenizer_;
-  std::vector<std::int32_t> ids_;
-  std::string printed_;
-};
+std::string json_line(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
 
 int run_generate(const std::vector<std::string>& raw) {
-  Args args(raw, {"--chat", "--greedy", "--json"},
+  Args args(raw, {"--chat", "--greedy", "--json", "--json-lines"},
             {"--model", "--prompt", "--max-new-tokens", "--temperature", "--top-k", "--top-p",
              "--seed", "--dtype"});
   const std::string& model_arg = args.required("--model", "PATH");
@@ -151,27 +138,43 @@ int run_generate(const std::vector<std::string>& raw) {
   options.eos_token_ids = model::eos_token_ids(model->config(), model_dir);
   options.pad_token_id = model->config().pad_token_id;
 
-  const bool json = args.flag("--json");
-  Streamer streamer(tokenizer);
+  // --json: one object at the end. --json-lines: {"text": PIECE} lines as the reply is decoded,
+  // then that object. Plain: the pieces themselves, then a newline.
+  const bool json_lines = args.flag("--json-lines");
+  const bool json = json_lines || args.flag("--json");
+  hf::TextStreamer streamer(tokenizer);
+  auto emit = [&](const std::string& piece) {
+    if (piece.empty() || (json && !json_lines)) return;
+    std::cout << (json_lines ? json_line({{"text", piece}}) : piece) << std::flush;
+  };
   model::GenerateResult result =
       model::generate(*model, {std::vector<std::int64_t>(prompt_ids.begin(), prompt_ids.end())},
                       options, [&](std::size_t, std::int64_t token) {
-                        if (!json) streamer.add(token);
+                        emit(streamer.add(static_cast<std::int32_t>(token)));
                         return true;
                       });
-  const std::vector<std::int64_t>& generated = result.tokens.front();
+  emit(streamer.finish());
   if (json) {
-    std::vector<std::int32_t> ids(generated.begin(), generated.end());
+    const std::vector<std::int64_t>& generated = result.tokens.front();
+    nlohmann::json tokens = nlohmann::json::array();
+    for (std::int64_t id : generated)
+      tokens.push_back(tokenizer.id_to_token(static_cast<std::int32_t>(id)).value_or(""));
+    const std::string text = streamer.text();
     nlohmann::json out;
     out["prompt_ids"] = prompt_ids;
     out["generated_ids"] = generated;
-    out["text"] = tokenizer.decode(ids, /*skip_special_tokens=*/true);
+    out["tokens"] = std::move(tokens);
+    out["text"] = text;
+    out["stop_reason"] = stop_reason(result);
     out["stopped_at_eos"] = static_cast<bool>(result.stopped_at_eos.front());
+    out["eos_token_ids"] = options.eos_token_ids;
+    out["max_new_tokens"] = options.max_new_tokens;
+    out["replacement_chars"] = count_replacement_chars(text);
     out["greedy"] = options.sampling.greedy;
     if (!options.sampling.greedy) out["seed"] = options.sampling.seed;
-    std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    std::cout << json_line(out);
   } else {
-    streamer.finish();
+    std::cout << "\n";
   }
   std::cout.flush();
   if (!std::cout) throw_io("cannot write to standard output");
@@ -181,8 +184,11 @@ int run_generate(const std::vector<std::string>& raw) {
 const RegisterCommand kRegister{{
     "generate",
     "generate --model PATH --prompt TEXT [--chat] [--max-new-tokens N] [--greedy] "
-    "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--dtype float32|bfloat16] [--json]",
-    "continue a prompt with a causal LM (KV cache; greedy or sampled as transformers' generate)",
+    "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--dtype float32|bfloat16] "
+    "[--json | --json-lines]",
+    "continue a prompt with a causal LM as transformers' generate does, printing the reply as "
+    "it is decoded; --json: ids, tokens, text and stop reason at the end (README.md), "
+    "--json-lines: {\"text\": PIECE} lines first",
     run_generate,
 }};
 
