@@ -201,6 +201,9 @@ class WizardChecksTest : public QObject {
     QCOMPARE(page->rows_to_skip(), std::uint64_t(3));
     QVERIFY2(wizard.missing().isEmpty(), qPrintable(wizard.missing().join("; ")));
     QVERIFY(wizard.next_button()->isEnabled());
+    wizard.go_to(FineTuneWizard::ReviewStep);
+    const QString data = wizard.review_page()->summary_value("Data");
+    QVERIFY2(data.contains("3 rows that cannot be used will be skipped"), qPrintable(data));
     const tessera::job::JobSpec spec = wizard.build_spec();
     QVERIFY(spec.dataset.skip_bad_rows);
     QVERIFY(tessera::job::to_json(spec).dump().find("\"skip_bad_rows\":true") != std::string::npos);

@@ -59,19 +59,26 @@ data::LengthStats measure_lengths(const data::DatasetReader& reader,
   return stats;
 }
 
+struct GoodRows {
+  std::uint64_t rows = 0;
+  std::uint64_t tokens = 0;
+};
+
 // Every row through the builder the run uses: the rows it would throw on (InvalidInput, as
-// tokenize_rows skips them with skip_bad_rows), and the tokens of the others.
-void check_rows(const data::DatasetReader& reader, const data::ExampleBuilder& builder,
-                data::SkipReport& bad, DatasetAnalysis& a) {
+// tokenize_rows skips them with skip_bad_rows), and the rows and tokens of the others.
+GoodRows check_rows(const data::DatasetReader& reader, const data::ExampleBuilder& builder,
+                    data::SkipReport& bad) {
+  GoodRows good;
   for (std::size_t i = 0; i < reader.num_rows(); ++i) {
     try {
-      a.good_tokens += builder.build(reader.row(i), reader.row_location(i)).input_ids.size();
-      ++a.good_rows;
+      good.tokens += builder.build(reader.row(i), reader.row_location(i)).input_ids.size();
+      ++good.rows;
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::InvalidInput) throw;
       bad.add(e.what());
     }
   }
+  return good;
 }
 
 QString column_list(const std::vector<std::string>& columns) {
@@ -306,7 +313,19 @@ DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
     a.skipped = q(preview.skipped.summary());
     data::SkipReport bad = reader->skipped();
     if (run_builder) {
-      check_rows(*reader, *run_builder, bad, a);
+      const GoodRows good = check_rows(*reader, *run_builder, bad);
+      a.good_rows = good.rows;
+      a.good_tokens = good.tokens;
+      // The run tokenizes the validation files with the same builder and the same rule.
+      if (!request.validation_files.isEmpty()) {
+        std::vector<fs::path> paths;
+        for (const QString& f : request.validation_files) paths.emplace_back(f.toStdString());
+        data::ReadOptions read_options;
+        read_options.skip_bad_rows = true;
+        const auto validation = data::open_datasets(paths, read_options);
+        bad.merge(validation->skipped());
+        check_rows(*validation, *run_builder, bad);
+      }
       a.rows_checked = true;
     }
     a.bad_rows = bad.count;

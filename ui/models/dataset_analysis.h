@@ -14,10 +14,11 @@
 namespace tessera::ui {
 
 struct DatasetRequest {
-  QString file;             // the file, or the first of `files`
-  QStringList files;        // several files of one type read as one dataset (a Hub split's shards)
-  QString model_folder;     // empty: no token statistics
-  QString format = "auto";  // auto | text | instruction | chat | classification
+  QString file;       // the file, or the first of `files`
+  QStringList files;  // several files of one type read as one dataset (a Hub split's shards)
+  QStringList validation_files;    // a Hub dataset's validation split: its rows are checked too
+  QString model_folder;            // empty: no token statistics
+  QString format = "auto";         // auto | text | instruction | chat | classification
   QMap<QString, QString> columns;  // role → column chosen by the user
   std::int64_t max_length = 512;
   bool packing = true;

@@ -391,7 +391,11 @@ void DatasetPage::analyze() {
   }
   DatasetRequest request;
   request.file = path_->text();
-  if (hub_dataset_) request.files = hub_dataset_->local_train_files();
+  if (hub_dataset_) {
+    request.files = hub_dataset_->local_train_files();
+    for (const QString& f : hub_dataset_->choice.validation_files)
+      request.validation_files << QDir(hub_dataset_->snapshot).filePath(f);
+  }
   request.model_folder = model_folder_;
   request.format = format_->currentData().toString();
   request.columns = user_columns_;

@@ -237,6 +237,7 @@ void FineTuneWizard::update_buttons() {
     facts.model_name = model_display_name(model_->summary().folder);
     facts.parameters = model_->ready() ? model_->summary().parameters : 0;
     facts.dataset_rows = dataset_->ready() ? dataset_->analysis().num_rows : 0;
+    facts.skipped_rows = dataset_->ready() ? dataset_->rows_to_skip() : 0;
     facts.planner_available = hardware_step_available();
     if (facts.planner_available && m.isEmpty()) {
       // Review states the plan's strategy, time and memory: plan this spec when the plan is

@@ -262,6 +262,7 @@ struct ReviewFacts {
   QString model_name;              // "test-org/tiny-llama"
   std::uint64_t parameters = 0;    // 0: not known
   std::uint64_t dataset_rows = 0;  // rows read from the training files (0: not known)
+  std::uint64_t skipped_rows = 0;  // bad rows the run skips (dataset.skip_bad_rows)
   bool planner_available = false;  // tessera-cli has `plan`
   QJsonObject plan;                // the plan for this spec; empty while there is none
   bool planning = false;           // a plan for this spec is being made
