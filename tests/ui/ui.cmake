@@ -35,6 +35,12 @@ if(TARGET tessera_ui)
   add_dependencies(test_hub_pages tessera-cli)
   set_tests_properties(test_hub_pages PROPERTIES TIMEOUT 300)
 
+  # "Try it" against real `tessera-cli generate` children (demo models edited with Python).
+  tessera_add_qt_test(NAME test_try_it SOURCES ui/test_try_it.cpp LIBS studio_test_support LABELS ui)
+  target_compile_definitions(test_try_it PRIVATE TESSERA_PYTHON="${TESSERA_PYTHON}")
+  add_dependencies(test_try_it tessera-cli)
+  set_tests_properties(test_try_it PROPERTIES TIMEOUT 600)
+
   # The wizard's checks before each step, and a real run of a dataset with bad rows skipped.
   tessera_add_qt_test(NAME test_wizard_checks SOURCES ui/test_wizard_checks.cpp LIBS studio_test_support LABELS ui)
   add_dependencies(test_wizard_checks tessera-cli)
