@@ -25,8 +25,10 @@ stop_xvfb() {
 trap stop_xvfb EXIT
 
 # -displayfd writes the display number it chose to the fd once the server accepts clients.
+# -terminate: the server also ends when its last client (the test) goes, so a wrapper killed
+# with SIGKILL (ctest's timeout) leaves no server behind.
 mkfifo "$run_dir/display"
-Xvfb -displayfd 3 -screen 0 1600x1000x24 -nolisten tcp -noreset \
+Xvfb -displayfd 3 -screen 0 1600x1000x24 -nolisten tcp -terminate \
   3>"$run_dir/display" 2>"$run_dir/xvfb.log" &
 xvfb_pid=$!
 display=""
