@@ -21,6 +21,7 @@
 #include <QGraphicsTextItem>
 #include <QHorizontalStackedBarSeries>
 #include <QJsonArray>
+#include <QJsonDocument>
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
@@ -1224,6 +1225,7 @@ class StudioTest : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(use_model->isEnabled(), 20000);
     QTest::mouseClick(use_model, Qt::LeftButton);
     QCOMPARE(window.current_page(), MainWindow::NewFineTune);
+    wizard->dataset_page()->max_length()->setValue(64);  // within the model's 128 positions
     wizard->dataset_page()->choose_file(dataset_);
     QTRY_VERIFY_WITH_TIMEOUT(wizard->missing().isEmpty(), 30000);
     QVERIFY(wizard->model_page()->summary().folder.contains("snapshots/0123456789abcdef"));
@@ -1843,10 +1845,24 @@ class StudioTest : public QObject {
     screenshot(&window, "4-hardware-override");
 
     // A job that cannot fit at all (a million-token sequence): launching it is blocked, and the
-    // launch button says why.
+    // launch button says why. The model's copy has a context that long (beyond its context the
+    // Dataset step would stop the sequence length first).
+    const QString long_context = path("long-context-model");
+    QVERIFY(QDir().mkpath(long_context));
+    for (const QString& f : QDir(model_).entryList(QDir::Files))
+      QVERIFY(QFile::copy(QDir(model_).filePath(f), QDir(long_context).filePath(f)));
+    QFile config_file(QDir(long_context).filePath("config.json"));
+    QVERIFY(config_file.open(QIODevice::ReadOnly));
+    QJsonObject config = QJsonDocument::fromJson(config_file.readAll()).object();
+    config_file.close();
+    config["max_position_embeddings"] = 1 << 20;
+    write_file(config_file.fileName(), QJsonDocument(config).toJson());
+    wizard->model_page()->choose_folder(long_context);
+    QTRY_VERIFY_WITH_TIMEOUT(wizard->model_page()->ready(), 20000);
     hw->batch_size()->setValue(8);
     wizard->dataset_page()->max_length()->setValue(1 << 20);
     QTRY_VERIFY_WITH_TIMEOUT(!wizard->dataset_page()->busy(), 30000);
+    QVERIFY2(wizard->dataset_page()->ready(), qPrintable(wizard->dataset_page()->problem()));
     wizard->go_to(FineTuneWizard::HardwareStep);
     QTRY_VERIFY_WITH_TIMEOUT(
         hw->has_plan() && !hw->busy() && !hw->fits() && hw->plan_is_for(wizard->build_spec()),
