@@ -120,10 +120,21 @@ class WizardChecksTest : public QObject {
     choose_demo_model(wizard, demo_);
     wizard.go_to(FineTuneWizard::DatasetStep);
     DatasetPage* page = wizard.dataset_page();
-    page->max_length()->setValue(512);  // the demo model has max_position_embeddings 256
+    // The default (512) is above the demo model's max_position_embeddings (256): the default
+    // becomes the model's context.
+    QCOMPARE(page->max_length()->value(), 512);
     page->choose_file(demo_ + "/train.jsonl");
-    wait_for_analysis(page);
+    QTRY_VERIFY_WITH_TIMEOUT(!page->busy() && page->max_length()->value() == 256, 30000);
     QCOMPARE(page->analysis().model_context, std::int64_t(256));
+    QVERIFY(!page->context_label()->isVisible());
+    QVERIFY2(wizard.missing().isEmpty(), qPrintable(wizard.missing().join("; ")));
+
+    // Chosen by the user, 512 is flagged at once, and still after the analysis.
+    page->max_length()->setValue(512);
+    QVERIFY(page->context_label()->isVisible());
+    QVERIFY(!wizard.next_button()->isEnabled());
+    wait_for_analysis(page);
+    QCOMPARE(page->max_length()->value(), 512);
     QVERIFY(page->context_label()->isVisible());
     QVERIFY2(page->context_label()->text().contains("512") &&
                  page->context_label()->text().contains("256 positions"),
@@ -309,6 +320,24 @@ class WizardChecksTest : public QObject {
     QCOMPARE(page->role_combo("messages")->count(), 3);  // the placeholder and two columns
     QCOMPARE(wizard.reason_label()->text(),
              QString("Choose the column for 'messages' under \"Format and columns\""));
+  }
+
+  void a_file_in_another_encoding_is_explained_in_gui_words() {
+    FineTuneWizard wizard(&probe_);
+    wizard.show();
+    choose_demo_model(wizard, demo_);
+    wizard.go_to(FineTuneWizard::DatasetStep);
+    DatasetPage* page = wizard.dataset_page();
+    // A Latin-1 header: the whole file is unreadable as UTF-8, not one bad row.
+    const QString latin1 = path("latin1.csv");
+    write_file(latin1, "r\xe9ponse,text\nun,deux\n");
+    page->choose_file(latin1);
+    wait_for_analysis(page);
+    const QString status = page->status_label()->text();
+    QVERIFY2(status.contains("latin1.csv") && status.contains("UTF-8"), qPrintable(status));
+    QVERIFY2(status.contains("Save As…, encoding UTF-8"), qPrintable(status));
+    QVERIFY2(!status.contains("iconv"), qPrintable(status));
+    QVERIFY(!wizard.next_button()->isEnabled());
   }
 
   void a_png_named_jsonl_is_not_a_text_file() {

@@ -59,6 +59,16 @@ data::LengthStats measure_lengths(const data::DatasetReader& reader,
   return stats;
 }
 
+// An engine error in the studio's words: the reader's advice for a file that is not UTF-8 is a
+// command line; here it is what to do in an editor.
+QString gui_error_text(const Error& error) {
+  if (error.hint().find("iconv") == std::string::npos) return error_text(error);
+  return q(error.what()) + "\n" +
+         QObject::tr(
+             "Save the file as UTF-8 (in a text editor: Save As…, encoding UTF-8), then "
+             "choose it again.");
+}
+
 struct GoodRows {
   std::uint64_t rows = 0;
   std::uint64_t tokens = 0;
@@ -209,7 +219,7 @@ DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
     read_options.skip_bad_rows = true;
     reader = data::open_datasets(paths, read_options);
   } catch (const Error& e) {
-    a.error = error_text(e);
+    a.error = gui_error_text(e);
     return a;
   } catch (const std::exception& e) {
     a.error = q(e.what());
@@ -346,7 +356,7 @@ DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
         a.token_error = "no row of the sample could be tokenized; " + a.skipped;
     }
   } catch (const Error& e) {
-    if (a.error.isEmpty()) a.error = error_text(e);
+    if (a.error.isEmpty()) a.error = gui_error_text(e);
   } catch (const std::exception& e) {
     if (a.error.isEmpty()) a.error = q(e.what());
   }

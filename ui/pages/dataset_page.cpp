@@ -86,7 +86,9 @@ DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
   max_length_ = new QSpinBox;
   max_length_->setRange(8, 1 << 20);
   max_length_->setValue(512);
-  max_length_->setToolTip(tr("Tokens per training sequence; longer examples are truncated"));
+  max_length_->setToolTip(
+      tr("Tokens per training sequence, at most the model's context (its default until you "
+         "change it); longer examples are truncated"));
   form->addRow(tr("Sequence &length:"), max_length_);
   packing_ = new QCheckBox(tr("Pack text documents into full sequences"));
   packing_->setChecked(true);
@@ -221,6 +223,7 @@ DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
   connect(max_length_, &QSpinBox::valueChanged, debounce, qOverload<>(&QTimer::start));
   // The context check needs no new analysis: say it (and block) at once.
   connect(max_length_, &QSpinBox::valueChanged, this, [this] {
+    if (!fitting_length_) max_length_chosen_ = true;
     show_checks();
     Q_EMIT datasetChanged();
   });
@@ -445,6 +448,14 @@ void DatasetPage::show_analysis() {
   description_->setText(a.description);
   packing_->setEnabled(a.format.isEmpty() || a.format == "text");
   rebuild_role_combos();
+  if (!max_length_chosen_ && !model_folder_.isEmpty() && a.model_context > 0 &&
+      max_length_->value() > a.model_context) {
+    // The default is above this model's context: its context is the default here (analysed
+    // again for it, after the debounce).
+    fitting_length_ = true;
+    max_length_->setValue(int(std::min<std::int64_t>(a.model_context, max_length_->maximum())));
+    fitting_length_ = false;
+  }
   show_checks();
 
   table_->clear();
@@ -569,6 +580,7 @@ void DatasetPage::show_checks() {
 
 void DatasetPage::load_spec(const job::DatasetSpec& spec) {
   max_length_->setValue(int(std::clamp<std::int64_t>(spec.max_length, 8, 1 << 20)));
+  max_length_chosen_ = true;  // the spec's, kept even above the model's context (then flagged)
   packing_->setChecked(spec.packing);
   skip_bad_->setChecked(spec.skip_bad_rows);
   split_->setValue(spec.validation_split * 100.0);

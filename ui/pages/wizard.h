@@ -180,6 +180,10 @@ class DatasetPage : public QWidget {
   bool analyzing_ = false;  // until the analysis is shown
   bool rerun_ = false;
   bool updating_ = false;
+  // The sequence length was set by the user (or a loaded spec): until then it is lowered to the
+  // model's context, so the default never stops a run on a short-context model.
+  bool max_length_chosen_ = false;
+  bool fitting_length_ = false;  // the page itself changes it
   QMap<QString, QString> user_columns_;
 };
 
