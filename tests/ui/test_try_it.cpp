@@ -57,11 +57,13 @@ class TryItTest : public QObject {
   QTemporaryDir tmp_;
   QString cli_, base_;
 
-  // `tessera-cli generate` as the pane runs it (greedy, chat template), --json's object.
-  QJsonObject reference(const QString& model_dir) {
+  // `tessera-cli generate` as the pane runs it (chat template; greedy unless `sampling` gives a
+  // seed), --json's object.
+  QJsonObject reference(const QString& model_dir, const QStringList& sampling = {"--greedy"}) {
     QProcess p;
-    p.start(cli_, {"generate", "--model", model_dir, "--prompt", kPrompt, "--chat", "--greedy",
-                   "--max-new-tokens", QString::number(kNewTokens), "--json"});
+    p.start(cli_, QStringList{"generate", "--model", model_dir, "--prompt", kPrompt, "--chat",
+                              "--max-new-tokens", QString::number(kNewTokens), "--json"} +
+                      sampling);
     if (!p.waitForFinished(120000) || p.exitCode() != 0) {
       qWarning() << p.readAllStandardError();
       return {};
@@ -174,6 +176,22 @@ class TryItTest : public QObject {
     QVERIFY2(pane.last_base_note().contains("ended mid-character (invalid UTF-8)"),
              qPrintable(pane.last_base_note()));
     screenshot(&pane, "try-it-compare");
+  }
+
+  // Sampled: both models get the message's seed, and each reply is what generate gives for it.
+  void sampled_replies_share_a_seed() {
+    QVERIFY(edit_head(tmp_.filePath("sampled"), "shifted"));
+    const RunRecord run = run_with("sampled", tmp_.filePath("sampled"));
+    ChatPane pane;
+    pane.set_run(run, cli_);
+    pane.greedy()->setChecked(false);
+    pane.compare()->setChecked(true);
+    QVERIFY(ask(pane, kPrompt));
+    QVERIFY(pane.last_seed() >= 0);
+    const QStringList seed = {"--seed", QString::number(pane.last_seed())};
+    QCOMPARE(pane.last_reply(),
+             reference(QDir(run.output_dir).filePath("model"), seed)["text"].toString().trimmed());
+    QCOMPARE(pane.last_base_reply(), reference(base_, seed)["text"].toString().trimmed());
   }
 
   void missing_model_folder_in_words() {

@@ -12,6 +12,7 @@
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QRandomGenerator>
 #include <QSpinBox>
 #include <QTextCursor>
 #include <QVBoxLayout>
@@ -259,6 +260,8 @@ void ChatPane::send(const QString& prompt) {
   prompt_text_ = prompt;
   ok_so_far_ = true;
   cancelled_ = false;
+  // Sampled replies of both models draw from the same seed, so a comparison can be repeated.
+  seed_ = greedy_->isChecked() ? -1 : QRandomGenerator::global()->bounded(qint64(1) << 31);
   for (Column* column : {&tuned_, &base_}) {
     column->reply.clear();
     column->error.clear();
@@ -295,7 +298,10 @@ void ChatPane::start(Column& column, const QString& prompt) {
                       QString::number(max_new_tokens_->value()),
                       "--json-lines"};
   if (tuned_.chat_template && column.chat_template) args << "--chat";
-  if (greedy_->isChecked()) args << "--greedy";
+  if (seed_ < 0)
+    args << "--greedy";
+  else
+    args << "--seed" << QString::number(seed_);
   if (column.process) column.process->deleteLater();
   column.process = new QProcess(this);
   Column* c = &column;

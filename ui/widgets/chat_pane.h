@@ -35,6 +35,8 @@ class ChatPane : public QWidget {
   const QString& model_folder() const { return tuned_.model_dir; }
   const QString& base_folder() const { return base_.model_dir; }
   bool chat_mode() const { return tuned_.chat_template; }  // --chat (the model has a template)
+  // The --seed of the last sampled message (both models get it), -1 after a greedy one.
+  qint64 last_seed() const { return seed_; }
 
   // The last reply of the fine-tuned model (trimmed), what went wrong (in words, with what to
   // do) and the explanation of an empty or invalid reply; the same for the base model.
@@ -87,6 +89,7 @@ class ChatPane : public QWidget {
   QString prompt_text_;   // the message being answered
   QString base_problem_;  // why there is no base model to compare with ("" when there is)
   bool cancelled_ = false;
+  qint64 seed_ = -1;
   bool ok_so_far_ = true;
   Column tuned_, base_;
   QLabel* model_label_;
