@@ -1,7 +1,9 @@
 #include "ui/main_window.h"
 
+#include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
+#include <QComboBox>
 #include <QDir>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -12,6 +14,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
+#include <QMenuBar>
 #include <QMessageBox>
 #include <QProgressDialog>
 #include <QPushButton>
@@ -28,14 +31,19 @@
 #include "core/error.h"
 #include "hf/hub/settings.h"
 #include "job/job_spec.h"
+#include "ui/dialogs/about_dialog.h"
+#include "ui/dialogs/user_guide_window.h"
 #include "ui/models/model_info.h"
 #include "ui/pages/hub_panel.h"
+#include "ui/pages/run_dashboard.h"
 #include "ui/pages/runs_page.h"
 #include "ui/pages/wizard.h"
 #include "ui/utility/cli_probe.h"
 #include "ui/utility/hub_token.h"
 #include "ui/utility/run_monitor.h"
 #include "ui/utility/studio_settings.h"
+#include "ui/utility/theme.h"
+#include "ui/widgets/demo_offer.h"
 #include "ui/widgets/download_tray.h"
 
 namespace tessera::ui {
@@ -72,6 +80,7 @@ QWidget* with_heading(const QString& heading, const QString& text, QWidget* body
 
 MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent), store_(store) {
   setWindowTitle(tr("Tessera Studio"));
+  apply_theme(settings::theme());
   probe_ = new CliProbe(this);
   token_ = new HubToken(this);
   token_->load();
@@ -103,7 +112,15 @@ MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent),
   runs_ = new RunsPage(store_);
   datasets_ = new DatasetPage;
   downloads_ = new DownloadTray(token_);
-  stack_->addWidget(with_heading(tr("New fine-tune"), {}, wizard_));
+  // Until the first run, the wizard opens with the offer of the offline demo.
+  auto* new_fine_tune = new QWidget;
+  auto* new_fine_tune_layout = new QVBoxLayout(new_fine_tune);
+  new_fine_tune_layout->setContentsMargins(0, 0, 0, 0);
+  demo_offer_ = new DemoOffer;
+  demo_offer_->setVisible(false);
+  new_fine_tune_layout->addWidget(demo_offer_);
+  new_fine_tune_layout->addWidget(wizard_, 1);
+  stack_->addWidget(with_heading(tr("New fine-tune"), {}, new_fine_tune));
   stack_->addWidget(with_heading(tr("Runs"), {}, runs_));
   stack_->addWidget(make_models_page());
   auto* use_dataset = new QPushButton(tr("&Fine-tune on this dataset"));
@@ -183,6 +200,29 @@ MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent),
     }
     show_page(NewFineTune);
   });
+  connect(runs_, &RunsPage::refreshed, this, [this] {
+    demo_offer_->setVisible(demo_offer_->busy() ||
+                            (runs_->runs().isEmpty() && runs_->load_error().isEmpty()));
+  });
+  connect(runs_, &RunsPage::newFineTuneRequested, this, [this] {
+    wizard_->go_to(FineTuneWizard::ModelStep);
+    show_page(NewFineTune);
+  });
+  connect(runs_, &RunsPage::demoRequested, this, &MainWindow::try_demo);
+  connect(demo_offer_, &DemoOffer::tryRequested, this, &MainWindow::try_demo);
+  // The demo's own job spec: demo/base, demo/train.jsonl and the settings it was tuned with
+  // (a 32-token length fits its 256-token context; the wizard's defaults do not).
+  connect(demo_offer_, &DemoOffer::demoReady, this, [this](const QString& dir) {
+    try {
+      wizard_->load_spec(job::load_job_spec(QDir(dir).filePath("job.json").toStdString()));
+    } catch (const std::exception& e) {
+      QMessageBox::warning(this, tr("Demo"),
+                           tr("Cannot read the demo's job spec: %1").arg(e.what()));
+      return;
+    }
+    wizard_->go_to(FineTuneWizard::ModelStep);
+    show_page(NewFineTune);
+  });
   connect(runs_, &RunsPage::resumeRequested, this, [this](const RunRecord& run) {
     QString error = resume(run);
     if (!error.isEmpty()) QMessageBox::warning(this, tr("Resume"), error);
@@ -200,6 +240,8 @@ MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent),
                 : tr("%1 runs were in progress when the studio last quit; they are marked "
                      "interrupted.")
                       .arg(n)));
+
+  make_menus();
 
   QSettings s;
   if (!restoreGeometry(s.value("window/geometry").toByteArray()))
@@ -320,6 +362,20 @@ QWidget* MainWindow::make_settings_page() {
   cli_status_ = new QLabel(tr("Checking…"));
   cli_status_->setWordWrap(true);
   form->addRow(QString(), cli_status_);
+  theme_ = new QComboBox;
+  theme_->addItem(tr("System"), "system");
+  theme_->addItem(tr("Light"), "light");
+  theme_->addItem(tr("Dark"), "dark");
+  theme_->setCurrentIndex(std::max(0, theme_->findData(settings::theme())));
+  theme_->setToolTip(
+      tr("System: the desktop's own look. Light and Dark: the Fusion style with "
+         "that palette, charts included"));
+  form->addRow(tr("T&heme:"), theme_);
+  connect(theme_, &QComboBox::currentIndexChanged, this, [this] {
+    const QString theme = theme_->currentData().toString();
+    settings::set_theme(theme);
+    apply_theme(theme);
+  });
   runs_root_ = new QLineEdit(settings::runs_root());
   runs_root_->setToolTip(tr("Every run gets its own new folder inside this one"));
   form->addRow(tr("&Runs folder:"), runs_root_);
@@ -352,6 +408,126 @@ QWidget* MainWindow::make_settings_page() {
   connect(runs_root_, &QLineEdit::editingFinished, this,
           [this] { settings::set_runs_root(runs_root_->text()); });
   return with_heading(tr("Settings"), {}, body);
+}
+
+void MainWindow::make_menus() {
+  QMenu* file = menuBar()->addMenu(tr("&File"));
+  new_fine_tune_action_ = file->addAction(tr("&New fine-tune"), this, [this] {
+    wizard_->go_to(FineTuneWizard::ModelStep);
+    show_page(NewFineTune);
+  });
+  new_fine_tune_action_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_N));
+  open_run_action_ = file->addAction(tr("&Open run…"), this, &MainWindow::ask_open_run);
+  file->addSeparator();
+  quit_action_ = file->addAction(tr("&Quit"), this, &QWidget::close);
+  quit_action_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Q));
+  quit_action_->setMenuRole(QAction::QuitRole);
+
+  QMenu* run = menuBar()->addMenu(tr("&Run"));
+  RunDashboard* dashboard = runs_->dashboard();
+  stop_action_ = run->addAction(dashboard->stop_button()->text());
+  resume_action_ = run->addAction(dashboard->resume_button()->text());
+  export_action_ = run->addAction(dashboard->export_button()->text());
+  mirror(stop_action_, dashboard->stop_button());
+  mirror(resume_action_, dashboard->resume_button());
+  mirror(export_action_, dashboard->export_button());
+
+  QMenu* help = menuBar()->addMenu(tr("&Help"));
+  user_guide_action_ = help->addAction(tr("&User guide"), this, [this] {
+    if (!user_guide_) {
+      user_guide_ = new UserGuideWindow(this);
+      user_guide_->setAttribute(Qt::WA_DeleteOnClose);
+    }
+    user_guide_->show();
+    user_guide_->raise();
+    user_guide_->activateWindow();
+  });
+  user_guide_action_->setShortcut(QKeySequence(Qt::Key_F1));
+  about_action_ = help->addAction(tr("&About Tessera Studio"), this, [this] {
+    if (!about_) {
+      about_ = new AboutDialog(settings::cli_program(), this);
+      about_->setAttribute(Qt::WA_DeleteOnClose);
+    }
+    about_->show();
+    about_->raise();
+  });
+  about_action_->setMenuRole(QAction::AboutRole);
+}
+
+void MainWindow::mirror(QAction* action, QAbstractButton* button) {
+  mirrored_.insert(button, action);
+  action->setEnabled(button->isEnabled());
+  action->setToolTip(button->toolTip());
+  button->installEventFilter(this);
+  connect(action, &QAction::triggered, this, [this, button] {
+    show_page(Runs);  // where the click's effect (the bar, a question, the dialog) shows
+    button->click();
+  });
+}
+
+bool MainWindow::eventFilter(QObject* watched, QEvent* event) {
+  // QPushButton has no signal for its enabled state or text: follow its change events (the
+  // dashboard sets a button's tooltip after its text).
+  if (QAction* action = mirrored_.value(watched);
+      action &&
+      (event->type() == QEvent::EnabledChange || event->type() == QEvent::ToolTipChange)) {
+    auto* button = static_cast<QAbstractButton*>(watched);
+    action->setEnabled(button->isEnabled());
+    action->setText(button->text());
+    action->setToolTip(button->toolTip());
+  }
+  return QMainWindow::eventFilter(watched, event);
+}
+
+void MainWindow::ask_open_run() {
+  const QString folder =
+      QFileDialog::getExistingDirectory(this, tr("Open run"), settings::runs_root());
+  if (folder.isEmpty()) return;
+  bool has_spec = false;
+  const QString problem = open_run_folder(folder, &has_spec);
+  if (problem.isEmpty()) return;
+  QMessageBox box(QMessageBox::Information, tr("Open run"), problem, QMessageBox::Close, this);
+  QPushButton* clone =
+      has_spec ? box.addButton(tr("&Use its job spec in New fine-tune"), QMessageBox::AcceptRole)
+               : nullptr;
+  box.exec();
+  if (!clone || box.clickedButton() != clone) return;
+  try {
+    wizard_->load_spec(job::load_job_spec(QDir(folder).filePath("job.json").toStdString()));
+    show_page(NewFineTune);
+  } catch (const std::exception& e) {
+    QMessageBox::warning(this, tr("Open run"), tr("Cannot read its job.json: %1").arg(e.what()));
+  }
+}
+
+QString MainWindow::open_run_folder(const QString& folder, bool* has_spec) {
+  if (has_spec) *has_spec = false;
+  const QFileInfo info(folder);
+  if (!info.isDir()) return tr("%1 is not a folder.").arg(folder);
+  if (!QFileInfo::exists(QDir(folder).filePath("job.json")))
+    return tr("%1 is not a run folder: it has no job.json. Every run, started here or with "
+              "tessera-cli run, keeps its job spec in job.json in its own folder; choose that "
+              "folder.")
+        .arg(folder);
+  if (has_spec) *has_spec = true;
+  const QString canonical = info.canonicalFilePath();
+  for (const RunRecord& run : runs_->runs())
+    if (QFileInfo(run.output_dir).canonicalFilePath() == canonical) {
+      show_page(Runs);
+      runs_->open_run(run.id);
+      return {};
+    }
+  return tr("%1 has a job.json, but it is not in the studio's runs database (%2). The studio "
+            "records the runs it starts; this one was started elsewhere (for example with "
+            "tessera-cli run) or its record was deleted, so there are no charts or status to "
+            "show. You can start a new run from its job spec.")
+      .arg(folder, store_->path());
+}
+
+void MainWindow::try_demo() {
+  show_page(NewFineTune);
+  demo_offer_->setVisible(true);
+  demo_offer_->make_demo(settings::cli_program(), settings::demo_dir());
 }
 
 void MainWindow::show_page(Page page) {

@@ -2,11 +2,16 @@
 // The studio's main window: a sidebar (New fine-tune, Runs, Models, Datasets, Settings) over
 // a stack of pages. Remembers its size, position and the last folders (QSettings).
 #include <QMainWindow>
+#include <QMap>
+#include <QPointer>
 
 #include "job/job_spec.h"
 #include "ui/models/hub_dataset_calls.h"
 #include "ui/models/runs_db.h"
 
+class QAbstractButton;
+class QAction;
+class QComboBox;
 class QLabel;
 class QLineEdit;
 class QListWidget;
@@ -14,7 +19,9 @@ class QStackedWidget;
 
 namespace tessera::ui {
 
+class AboutDialog;
 class CliProbe;
+class DemoOffer;
 class DatasetPage;
 class DownloadTray;
 class FineTuneWizard;
@@ -23,6 +30,7 @@ class HubToken;
 class ModelPage;
 class RunMonitor;
 class RunsPage;
+class UserGuideWindow;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -51,13 +59,39 @@ class MainWindow : public QMainWindow {
   QString resume(const RunRecord& run);
   RunMonitor* live_run() const { return live_; }
 
+  // Menu bar. File: New fine-tune (Ctrl+N), Open run…, Quit (Ctrl+Q); Run: Stop, Resume,
+  // Export… (each enabled exactly when the shown run's dashboard button is, and clicking it);
+  // Help: User guide (F1), About.
+  QAction* new_fine_tune_action() const { return new_fine_tune_action_; }
+  QAction* open_run_action() const { return open_run_action_; }
+  QAction* quit_action() const { return quit_action_; }
+  QAction* stop_action() const { return stop_action_; }
+  QAction* resume_action() const { return resume_action_; }
+  QAction* export_action() const { return export_action_; }
+  QAction* user_guide_action() const { return user_guide_action_; }
+  QAction* about_action() const { return about_action_; }
+  UserGuideWindow* user_guide() const { return user_guide_; }  // once F1 opened it
+  AboutDialog* about_dialog() const { return about_; }         // while About is open
+  // Shows the run recorded in `folder` (one with job.json) on the Runs page. Returns "" or
+  // what the folder is missing; `*has_spec` says whether it has a job.json to clone from.
+  QString open_run_folder(const QString& folder, bool* has_spec = nullptr);
+  // "Try with the demo model": makes the demo in the app's data folder, then fills the wizard.
+  DemoOffer* demo_offer() const { return demo_offer_; }
+  void try_demo();
+  QComboBox* theme_combo() const { return theme_; }
+
  protected:
+  bool eventFilter(QObject* watched, QEvent* event) override;
   void closeEvent(QCloseEvent* event) override;
 
  private:
   QWidget* make_settings_page();
   QWidget* make_models_page();
   QWidget* make_token_box();
+  void make_menus();
+  // `action` mirrors `button`: enabled as it is, and a click on it when triggered.
+  void mirror(QAction* action, QAbstractButton* button);
+  void ask_open_run();
   // Loads the run's recorded series (off the GUI thread), then resumes it in a new child, or
   // reattaches to its still-running detached child.
   void follow_recorded(const RunRecord& run, bool reattach);
@@ -76,6 +110,19 @@ class MainWindow : public QMainWindow {
   QLineEdit* cli_path_;
   QLabel* cli_status_;
   QLineEdit* runs_root_;
+  QComboBox* theme_;
+  DemoOffer* demo_offer_;
+  QAction* new_fine_tune_action_;
+  QAction* open_run_action_;
+  QAction* quit_action_;
+  QAction* stop_action_;
+  QAction* resume_action_;
+  QAction* export_action_;
+  QAction* user_guide_action_;
+  QAction* about_action_;
+  QMap<QObject*, QAction*> mirrored_;  // dashboard button -> its Run menu action
+  QPointer<UserGuideWindow> user_guide_;
+  QPointer<AboutDialog> about_;
   RunMonitor* live_ = nullptr;
   bool resume_pending_ = false;
   bool quitting_ = false;          // waiting for the live run's checkpoint before closing

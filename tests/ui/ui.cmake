@@ -35,6 +35,20 @@ if(TARGET tessera_ui)
   add_dependencies(test_hub_pages tessera-cli)
   set_tests_properties(test_hub_pages PROPERTIES TIMEOUT 300)
 
+  # The desktop conventions: menus and shortcuts, Open run, the user guide, About, the theme, the
+  # export dialog's folder handling, the demo offer and empty states, and screenshots of every
+  # page; test_desktop_scaled takes the screenshots again at 200%.
+  tessera_add_qt_test(NAME test_desktop SOURCES ui/test_desktop.cpp LIBS studio_test_support LABELS ui)
+  target_compile_definitions(test_desktop PRIVATE
+    TESSERA_PYTHON="${TESSERA_PYTHON}"
+    TESSERA_USER_GUIDE="${PROJECT_SOURCE_DIR}/docs/user-guide.md"
+    TESSERA_PROJECT_VERSION="${PROJECT_VERSION}")
+  add_dependencies(test_desktop tessera-cli)
+  set_tests_properties(test_desktop PROPERTIES TIMEOUT 600)
+  add_test(NAME test_desktop_scaled COMMAND test_desktop screenshots_of_every_page)
+  set_tests_properties(test_desktop_scaled PROPERTIES LABELS ui TIMEOUT 300 ENVIRONMENT
+    "QT_QPA_PLATFORM=offscreen;QT_SCALE_FACTOR=2;XDG_CACHE_HOME=${CMAKE_BINARY_DIR}/test-cache")
+
   # "Try it" against real `tessera-cli generate` children (demo models edited with Python).
   tessera_add_qt_test(NAME test_try_it SOURCES ui/test_try_it.cpp LIBS studio_test_support LABELS ui)
   target_compile_definitions(test_try_it PRIVATE TESSERA_PYTHON="${TESSERA_PYTHON}")

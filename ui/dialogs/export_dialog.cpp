@@ -1,6 +1,7 @@
 #include "ui/dialogs/export_dialog.h"
 
 #include <QComboBox>
+#include <QDesktopServices>
 #include <QDialogButtonBox>
 #include <QDir>
 #include <QDirIterator>
@@ -21,11 +22,13 @@
 #include <QPushButton>
 #include <QRegularExpression>
 #include <QStorageInfo>
+#include <QUrl>
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
 
 #include "core/files.h"
 #include "hf/families.h"
+#include "ui/utility/folder_check.h"
 
 namespace tessera::ui {
 
@@ -170,11 +173,16 @@ ExportDialog::ExportDialog(RunRecord run, QString cli, QWidget* parent)
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close);
   export_ = buttons->addButton(tr("&Export"), QDialogButtonBox::AcceptRole);
   export_->setEnabled(false);
+  // After a successful export: the folder it wrote (or the GGUF file's folder) in the file manager.
+  open_folder_ = buttons->addButton(tr("&Open folder"), QDialogButtonBox::ActionRole);
+  open_folder_->setVisible(false);
   layout->addWidget(buttons);
   resize(fontMetrics().averageCharWidth() * 100, fontMetrics().height() * 26);
 
   connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
   connect(export_, &QPushButton::clicked, this, [this] { start(); });
+  connect(open_folder_, &QPushButton::clicked, this,
+          [this] { QDesktopServices::openUrl(QUrl::fromLocalFile(exported_folder())); });
   connect(browse, &QPushButton::clicked, this, [this] {
     const QString d =
         kind() == Gguf
@@ -186,6 +194,7 @@ ExportDialog::ExportDialog(RunRecord run, QString cli, QWidget* parent)
   connect(kind_, &QComboBox::currentIndexChanged, this, &ExportDialog::update_kind);
   connect(gguf_type_, &QComboBox::currentIndexChanged, this, &ExportDialog::update_kind);
   connect(dtype_, &QComboBox::currentIndexChanged, this, &ExportDialog::update_estimate);
+  connect(destination_, &QLineEdit::textChanged, this, &ExportDialog::update_estimate);
   update_kind();
   connect(&size_watcher_, &QFutureWatcher<Sizes>::finished, this, [this] {
     sizes_ = size_watcher_.result();
@@ -285,6 +294,14 @@ QString ExportDialog::destination() const {
   return QDir::cleanPath(destination_->text().trimmed());
 }
 
+QString ExportDialog::export_folder() const {
+  return kind() == Gguf ? QFileInfo(destination()).absolutePath() : destination();
+}
+
+QString ExportDialog::exported_folder() const {
+  return QFileInfo(export_folder()).absoluteFilePath();
+}
+
 bool ExportDialog::busy() const {
   return (process_ && process_->state() != QProcess::NotRunning) || copy_watcher_.isRunning();
 }
@@ -308,6 +325,12 @@ void ExportDialog::update_estimate() {
   dtype_->setEnabled(kind() != LoraAdapter);
   if (!measured_) return;
   const quint64 bytes = estimated_bytes();
+  // A folder that cannot be written has no useful free space to show ("0 B free" on /proc).
+  if (const QString why = unwritable_reason(export_folder()); !why.isEmpty()) {
+    estimate_->setText(tr("about %1; cannot write there: %2").arg(human(bytes), why));
+    export_->setEnabled(!busy() && kind_->count() > 0);
+    return;
+  }
   const QStorageInfo storage(existing_ancestor(destination()));
   estimate_->setText(tr("about %1; %2 free on %3")
                          .arg(human(bytes),
@@ -342,6 +365,8 @@ QString ExportDialog::start() {
     if (QDir(source).canonicalPath() == QDir(dest).canonicalPath() && dest_info.exists())
       return refuse(tr("The destination is the run's own %1 folder.").arg(source));
   }
+  if (const QString why = unwritable_reason(export_folder()); !why.isEmpty())
+    return refuse(tr("Cannot export to %1: %2. Choose another folder.").arg(dest, why));
   // Free space first: the export writes the whole folder before anything is swapped in.
   const quint64 needed = estimated_bytes() + kHeadroomBytes;
   const QStorageInfo storage(existing_ancestor(dest));
@@ -353,6 +378,7 @@ QString ExportDialog::start() {
             .arg(storage.rootPath(), human(needed), human(quint64(storage.bytesAvailable()))));
 
   succeeded_ = false;
+  open_folder_->setVisible(false);
   message_.clear();
   status_->clear();
   log_->clear();
@@ -437,6 +463,7 @@ void ExportDialog::finish(bool ok, const QString& message) {
     process_ = nullptr;
   }
   succeeded_ = ok;
+  open_folder_->setVisible(ok);
   message_ = message;
   progress_->setRange(0, 1);
   progress_->setValue(ok ? 1 : 0);

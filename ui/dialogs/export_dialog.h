@@ -49,6 +49,9 @@ class ExportDialog : public QDialog {
   QProgressBar* progress_bar() const { return progress_; }
   QLabel* status_label() const { return status_; }
   QPushButton* export_button() const { return export_; }
+  // Shown after a successful export; opens exported_folder() with QDesktopServices.
+  QPushButton* open_folder_button() const { return open_folder_; }
+  QString exported_folder() const;
   QPlainTextEdit* log_view() const { return log_; }
 
  Q_SIGNALS:
@@ -58,6 +61,7 @@ class ExportDialog : public QDialog {
   void update_estimate();
   void update_kind();  // shows the options of the chosen kind, and its default destination
   QString default_destination() const;
+  QString export_folder() const;  // the folder written: the destination, or a GGUF file's folder
   void finish(bool ok, const QString& message);
   void on_stderr();
 
@@ -75,6 +79,7 @@ class ExportDialog : public QDialog {
   QProgressBar* progress_;
   QPlainTextEdit* log_;
   QPushButton* export_;
+  QPushButton* open_folder_;
   QProcess* process_ = nullptr;
   QByteArray stderr_partial_;
   QStringList stderr_tail_;

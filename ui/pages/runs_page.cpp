@@ -119,6 +119,29 @@ RunsPage::RunsPage(RunsStore* store, QWidget* parent) : QWidget(parent), store_(
   split->setStretchFactor(1, 3);
   split->setSizes({fontMetrics().height() * 9, fontMetrics().height() * 40});
   layout->addWidget(split);
+  history_ = split;
+  empty_ = new QWidget;
+  auto* empty_layout = new QVBoxLayout(empty_);
+  empty_text_ = new QLabel(
+      tr("<b>No runs yet.</b> A run is one fine-tune: its live charts, log and results appear "
+         "here, and stay after it ends so you can compare, resume, export or try it.<br><br>"
+         "Start one from <b>New fine-tune</b> with a model and a dataset, or try the demo: a "
+         "tiny model and dataset made on this machine, no download, a few minutes of training "
+         "on a CPU."));
+  empty_text_->setWordWrap(true);
+  empty_layout->addWidget(empty_text_);
+  auto* empty_buttons = new QHBoxLayout;
+  auto* start_button = new QPushButton(tr("&New fine-tune"));
+  auto* demo_button = new QPushButton(tr("Try with the &demo model"));
+  empty_buttons->addWidget(start_button);
+  empty_buttons->addWidget(demo_button);
+  empty_buttons->addStretch(1);
+  empty_layout->addLayout(empty_buttons);
+  empty_layout->addStretch(1);
+  empty_->setVisible(false);
+  layout->addWidget(empty_);
+  connect(start_button, &QPushButton::clicked, this, &RunsPage::newFineTuneRequested);
+  connect(demo_button, &QPushButton::clicked, this, &RunsPage::demoRequested);
 
   connect(refresh_button, &QPushButton::clicked, this, &RunsPage::refresh);
   connect(dashboard_, &RunDashboard::resumeRequested, this, &RunsPage::resumeRequested);
@@ -147,11 +170,13 @@ RunsPage::RunsPage(RunsStore* store, QWidget* parent) : QWidget(parent), store_(
     try {
       show_runs(list_watcher_.result());
       load_error_->setVisible(false);
+      update_empty_state();
     } catch (...) {
       // The list shown stays (it is the last one read); the error says why it is not newer.
       load_error_->setText(
           tr("The run history could not be read: %1").arg(current_exception_text()));
       load_error_->setVisible(true);
+      update_empty_state();
     }
     Q_EMIT refreshed();
     if (refresh_again_) {
@@ -183,6 +208,13 @@ RunsPage::RunsPage(RunsStore* store, QWidget* parent) : QWidget(parent), store_(
   compare_button_->setEnabled(false);
   delete_->setEnabled(false);
   refresh();
+}
+
+void RunsPage::update_empty_state() {
+  // A history that could not be read is not empty: its error shows above the list.
+  const bool empty = model_->runs().isEmpty() && live_id_.isEmpty() && load_error_->isHidden();
+  history_->setVisible(!empty);
+  empty_->setVisible(empty);
 }
 
 void RunsPage::refresh() {
@@ -246,6 +278,7 @@ void RunsPage::open_run(const QString& id) {
 
 void RunsPage::show_live(RunMonitor* monitor, const RunSeries* recorded) {
   live_id_ = shown_id_ = monitor->run().id;
+  update_empty_state();
   select_only(live_id_);
   tabs_->setCurrentWidget(dashboard_);
   if (recorded) dashboard_->show_replay(monitor->run(), *recorded);

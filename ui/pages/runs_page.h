@@ -58,6 +58,9 @@ class RunsPage : public QWidget {
   // The job-spec settings that differ between the compared runs: a row each, a column a run.
   QTableWidget* compare_differences() const { return compare_differences_; }
   ChatPane* chat_pane() const { return chat_; }
+  // Shown instead of the list and empty charts while there are no runs: what to do next.
+  QWidget* empty_state() const { return empty_; }
+  QLabel* empty_text() const { return empty_text_; }
 
  Q_SIGNALS:
   void refreshed();
@@ -65,6 +68,8 @@ class RunsPage : public QWidget {
   void compared();
   void resumeRequested(const tessera::ui::RunRecord& run);
   void cloneRequested(const tessera::ui::RunRecord& run);
+  void newFineTuneRequested();  // the empty state's buttons
+  void demoRequested();
 
  private:
   void show_runs(QList<RunRecord> runs);
@@ -78,6 +83,7 @@ class RunsPage : public QWidget {
   QStringList run_labels(const QStringList& ids) const;
   QStringList selected_ids() const;
   void ask_delete();
+  void update_empty_state();
   RunsStore* store_;
   RunsTableModel* model_;
   QLabel* load_error_;
@@ -86,6 +92,9 @@ class RunsPage : public QWidget {
   QPushButton* compare_button_;
   QPushButton* delete_;
   QTabWidget* tabs_;
+  QWidget* history_;  // the list, the dashboard and compare
+  QWidget* empty_;
+  QLabel* empty_text_;
   RunDashboard* dashboard_;
   LineChart* compare_;
   LineChart* compare_eval_;

@@ -43,6 +43,18 @@ void set_cli_program(const QString& path) {
   QSettings().setValue("paths/cli", path);
 }
 
+QString demo_dir() {
+  return QDir(data_dir()).filePath("demo");
+}
+
+QString theme() {
+  const QString value = QSettings().value("appearance/theme", "system").toString();
+  return value == "light" || value == "dark" ? value : QString("system");
+}
+void set_theme(const QString& theme) {
+  QSettings().setValue("appearance/theme", theme);
+}
+
 QString last_folder(const QString& what) {
   return QSettings().value("last/" + what, QDir::homePath()).toString();
 }
