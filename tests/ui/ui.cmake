@@ -65,4 +65,19 @@ if(TARGET tessera_ui)
   tessera_add_qt_test(NAME test_review_page SOURCES ui/test_review_page.cpp LIBS studio_test_support LABELS ui)
   add_dependencies(test_review_page tessera-cli)
   set_tests_properties(test_review_page PROPERTIES TIMEOUT 600)
+
+  # The journey a person takes through the real window (wizard, run, stop, resume, export, chat,
+  # compare) on the xcb platform under Xvfb, driven by X input from xdotool. The wrapper starts
+  # and stops the X server, and exits 77 (skipped) when Xvfb or xdotool is missing.
+  add_executable(test_journey ui/test_journey.cpp)
+  target_link_libraries(test_journey PRIVATE studio_test_support)
+  tessera_warnings(test_journey)
+  if(TESSERA_WITH_TORCH)
+    set_target_properties(test_journey PROPERTIES BUILD_RPATH "${TESSERA_TORCH_LIB_DIR}")
+  endif()
+  add_dependencies(test_journey tessera-cli)
+  add_test(NAME test_journey
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ui/run_under_xvfb.sh $<TARGET_FILE:test_journey>)
+  set_tests_properties(test_journey PROPERTIES LABELS "ui;xvfb" TIMEOUT 300 SKIP_RETURN_CODE 77
+    ENVIRONMENT "XDG_CACHE_HOME=${CMAKE_BINARY_DIR}/test-cache")
 endif()
