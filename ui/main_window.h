@@ -6,6 +6,8 @@
 #include <QPointer>
 
 #include "job/job_spec.h"
+#include "ui/dialogs/about_dialog.h"  // QPointer needs the complete types
+#include "ui/dialogs/user_guide_window.h"
 #include "ui/models/hub_dataset_calls.h"
 #include "ui/models/runs_db.h"
 
@@ -19,7 +21,6 @@ class QStackedWidget;
 
 namespace tessera::ui {
 
-class AboutDialog;
 class CliProbe;
 class DemoOffer;
 class DatasetPage;
@@ -30,7 +31,6 @@ class HubToken;
 class ModelPage;
 class RunMonitor;
 class RunsPage;
-class UserGuideWindow;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
