@@ -384,6 +384,9 @@ class JourneyTest : public QObject {
     STEP(key("ctrl+n", on_wizard));
     FineTuneWizard* wizard = window.wizard();
     QCOMPARE(wizard->current_page(), int(FineTuneWizard::ModelStep));
+    // No model yet: Next is off, and says why beside it.
+    QVERIFY(!wizard->next_button()->isEnabled());
+    QVERIFY(wizard->reason_label()->isVisible() && !wizard->reason_label()->text().isEmpty());
     QWidget* model_folder = field(wizard->model_page(), "Folder:");
     STEP(type_into(model_folder, path("demo/base")));
     STEP(key("Return", [&] { return wizard->model_page()->ready(); }));
@@ -523,6 +526,8 @@ class JourneyTest : public QObject {
     QVERIFY2(dialog->succeeded(), qPrintable(dialog->message()));
     QVERIFY(QFileInfo::exists(exported + "/config.json"));
     QVERIFY(!QDir(exported).entryList({"*.safetensors"}, QDir::Files).isEmpty());
+    QAbstractButton* open_folder = button(dialog, "Open folder");  // offered once it is written
+    QVERIFY(open_folder && open_folder->isEnabled());
     screenshot(dialog, "journey-8-export");
     STEP(key("Escape", [&] { return !dialog || !dialog->isVisible(); }));
     stage("exported");
