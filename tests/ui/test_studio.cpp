@@ -1250,7 +1250,9 @@ class StudioTest : public QObject {
     QVERIFY(run);
     QCOMPARE(run->status, QString("completed"));
     QCOMPARE(run->model, QString("test-org/tiny-llama"));
-    QVERIFY(run->name.startsWith("tiny-llama-lora-"));
+    // The default name: model · method · when (Review lets the user change it).
+    QVERIFY2(run->name.startsWith(QString::fromUtf8("tiny-llama · LoRA · ")),
+             qPrintable(run->name));
     QCOMPARE(run->output_dir, QString::fromStdString(spec.output.dir));
     QVERIFY(run->spec_json.contains("\"lora\""));
     QTRY_VERIFY_WITH_TIMEOUT(
