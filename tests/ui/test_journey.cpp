@@ -268,6 +268,29 @@ QTimer* answer_next_message_box(const QString& combo, AnsweredBox* answered) {
   return timer;
 }
 
+// Whether `condition` held when `watched` was hidden (read then, while it still exists: a
+// dialog closed with WA_DeleteOnClose is gone just after).
+class HideProbe : public QObject {
+ public:
+  HideProbe(QObject* watched, std::function<bool()> condition) : condition_(std::move(condition)) {
+    watched->installEventFilter(this);
+  }
+  bool seen = false;
+  bool held = false;
+
+ protected:
+  bool eventFilter(QObject*, QEvent* event) override {
+    if (event->type() == QEvent::Hide && !seen) {
+      seen = true;
+      held = condition_();
+    }
+    return false;
+  }
+
+ private:
+  std::function<bool()> condition_;
+};
+
 // The visible top-level window of type T (a dialog), or null.
 template <class T>
 T* visible_window() {
@@ -511,12 +534,27 @@ class JourneyTest : public QObject {
     screenshot(&window, "journey-7-completed");
     stage("completed");
 
-    // Export: Esc closes the dialog without exporting; then the folder is typed and Enter
-    // (the default button) exports it.
+    // Export: the dialog opens with the focus on its first field; Alt+F (the Folder label's
+    // mnemonic) reaches the destination. Esc closes it without exporting what was typed; the
+    // second time Enter (the default button) exports.
     const QString exported = path("exported-model");
+    QPointer<ExportDialog> dialog;
+    QWidget* destination = nullptr;
+    const auto open_export_dialog = [&] {
+      STEP(activate(&window));
+      STEP(click(button(dashboard, "Export"),
+                 [] { return visible_window<ExportDialog>() != nullptr; }));
+      dialog = visible_window<ExportDialog>();
+      STEP(activate(dialog));
+      destination = field(dialog, "Folder:");
+      QVERIFY(destination);
+      STEP(key("alt+f", [&] { return destination->hasFocus(); }));
+      STEP(key("ctrl+a"));
+      STEP(type_text(exported));
+    };
     STEP(click(button(dashboard, "Export"),
                [] { return visible_window<ExportDialog>() != nullptr; }));
-    QPointer<ExportDialog> dialog = visible_window<ExportDialog>();
+    dialog = visible_window<ExportDialog>();
     STEP(activate(dialog));
     QWidget* first_field = first_in_tab_order(dialog);
     QVERIFY(first_field);
@@ -527,18 +565,14 @@ class JourneyTest : public QObject {
                                                   : "nothing",
                             first_field->metaObject()->className())));
     STEP(key("Escape", [&] { return !dialog || !dialog->isVisible(); }));
+
+    STEP(open_export_dialog());
+    HideProbe closed_idle(dialog, [d = dialog.data()] { return !d->busy(); });
+    STEP(key("Escape", [&] { return !dialog || !dialog->isVisible(); }));
+    QVERIFY2(closed_idle.seen && closed_idle.held, "Esc started the export it closed");
     QVERIFY(!QFileInfo::exists(exported));
 
-    STEP(click(button(dashboard, "Export"),
-               [] { return visible_window<ExportDialog>() != nullptr; }));
-    dialog = visible_window<ExportDialog>();
-    STEP(activate(dialog));
-    QWidget* destination = field(dialog, "Folder:");
-    QVERIFY(destination);
-    // Alt+F, the label's mnemonic, puts the focus in the folder field.
-    STEP(key("alt+f", [&] { return destination->hasFocus(); }));
-    STEP(key("ctrl+a"));
-    STEP(type_text(exported));
+    STEP(open_export_dialog());
     QVERIFY(QTest::qWaitFor([&] { return dialog->measured(); }, kEffectMs));
     QAbstractButton* export_button = button(dialog, "Export");
     QVERIFY(export_button && export_button->isEnabled());
