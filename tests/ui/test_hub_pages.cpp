@@ -616,7 +616,9 @@ class HubPagesTest : public QObject {
     // A new choice while the last one's card is still read (slowly): only the newest shows, and
     // a page change meanwhile is harmless. (Error bodies and API answers are not slowed, so
     // data/parquet-only, which has no card, is read at full speed.)
-    set_faults({{"slow_bytes_per_s", 300}});  // alpaca-mini's card (≈300 bytes) takes a second
+    // alpaca-mini's card (≈300 bytes) takes three seconds: long enough to still be reading when the
+    // check below runs on a loaded machine (at one second it was once read by then).
+    set_faults({{"slow_bytes_per_s", 100}});
     search(hub, "parquet");
     QCOMPARE(hub->selected_repo(), QString("data/parquet-only"));
     hub->search("");  // its first result, alpaca-mini, is read when the results arrive
