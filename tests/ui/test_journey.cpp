@@ -37,7 +37,6 @@
 #include <optional>
 
 #include "tests/ui/studio_fixture.h"
-#include "ui/dialogs/about_dialog.h"
 #include "ui/dialogs/export_dialog.h"
 #include "ui/dialogs/user_guide_window.h"
 #include "ui/main_window.h"
