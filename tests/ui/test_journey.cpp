@@ -494,6 +494,16 @@ class JourneyTest : public QObject {
     QVERIFY2(stop.hasMatch(), qPrintable(bar->format()));
     const int stopped_step = stop.captured(1).toInt();
     QVERIFY(stopped_step > 0 && stopped_step < kSteps);
+    // The runs list says what the dashboard says.
+    RunsTableModel* runs_model = window.runs_page()->runs_model();
+    const auto listed = [&](const QString& id, RunsTableModel::Column column) {
+      const int row = runs_model->row_of(id);
+      return row < 0 ? QString() : runs_model->index_of(row, column).data().toString();
+    };
+    QVERIFY2(QTest::qWaitFor(
+                 [&] { return listed(first_run, RunsTableModel::Column::Status) == "stopped"; },
+                 kEffectMs),
+             qPrintable(listed(first_run, RunsTableModel::Column::Status)));
     screenshot(&window, "journey-6-stopped");
     stage("stopped");
 
@@ -530,6 +540,10 @@ class JourneyTest : public QObject {
       QCOMPARE(record->steps_done, kSteps);
       QCOMPARE(record->status, QString("completed"));
     }
+    QVERIFY2(QTest::qWaitFor(
+                 [&] { return listed(first_run, RunsTableModel::Column::Status) == "completed"; },
+                 kEffectMs),
+             qPrintable(listed(first_run, RunsTableModel::Column::Status)));
     screenshot(&window, "journey-7-completed");
     stage("completed");
 
