@@ -406,6 +406,10 @@ class JourneyTest : public QObject {
     STEP(key("ctrl+n", on_wizard));
     FineTuneWizard* wizard = window.wizard();
     QCOMPARE(wizard->current_page(), int(FineTuneWizard::ModelStep));
+    QEXPECT_FAIL("",
+                 "Ctrl+N leaves the focus in the sidebar: the wizard's first field should take it",
+                 Continue);
+    QVERIFY(wizard->model_page()->isAncestorOf(QApplication::focusWidget()));
     // No model yet: Next is off, and says why beside it.
     QVERIFY(!wizard->next_button()->isEnabled());
     QVERIFY(wizard->reason_label()->isVisible() && !wizard->reason_label()->text().isEmpty());
