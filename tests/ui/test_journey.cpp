@@ -611,9 +611,7 @@ class JourneyTest : public QObject {
     STEP(click(button(dashboard, "Try it"), [&] { return chat->isVisible(); }));
     QWidget* message = field(chat, "Message");
     QVERIFY(message);
-    QEXPECT_FAIL("", "Try it leaves the focus on its button: the message field should take it",
-                 Continue);
-    QVERIFY(message->hasFocus());
+    QTRY_VERIFY_WITH_TIMEOUT(message->hasFocus(), 5000);
     STEP(key("alt+b", [&] { return chat->compare()->isChecked(); }));
     STEP(click(message, [&] { return message->hasFocus(); }));
     STEP(type_text("first kiwo"));

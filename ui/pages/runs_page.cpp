@@ -8,6 +8,7 @@
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QLineEdit>
 #include <QMessageBox>
 #include <QPushButton>
 #include <QSplitter>
@@ -289,6 +290,7 @@ void RunsPage::show_live(RunMonitor* monitor, const RunSeries* recorded) {
 void RunsPage::try_run(const RunRecord& run) {
   chat_->set_run(run, settings::cli_program());
   tabs_->setCurrentWidget(chat_);
+  chat_->prompt_edit()->setFocus(Qt::OtherFocusReason);  // the next keys are the message
 }
 
 ExportDialog* RunsPage::export_run(const RunRecord& run) {
