@@ -164,7 +164,11 @@ class TestReviewPage : public QObject {
     wizard->dataset_page()->validation_split()->setValue(10);
     ReviewPage* review = wizard->review_page();
     QTRY_COMPARE_WITH_TIMEOUT(wizard->build_spec().dataset.validation_split, 0.1, 10000);
-    QTRY_VERIFY_WITH_TIMEOUT(review->summary_value("Memory").contains("peak"), 120000);
+    QTRY_VERIFY2_WITH_TIMEOUT(
+        review->summary_value("Memory").contains("peak"),
+        qPrintable(review->summary_value("Memory") + " | " + review->summary_value("Strategy") +
+                   " | " + review->summary_value("Time")),
+        120000);
     const tessera::job::JobSpec spec = wizard->build_spec();
 
     QCOMPARE(review->summary_value("Model"),

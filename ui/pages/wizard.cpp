@@ -11,6 +11,7 @@
 #include <QRandomGenerator>
 #include <QSignalBlocker>
 #include <QStackedWidget>
+#include <QTimer>
 #include <QVBoxLayout>
 
 #include "ui/pages/hardware_page.h"
@@ -242,7 +243,11 @@ void FineTuneWizard::update_buttons() {
     if (facts.planner_available && m.isEmpty()) {
       // Review states the plan's strategy, time and memory: plan this spec when the plan is
       // for other settings (another run folder, or the Hardware step not visited).
-      if (!hardware_->asked_for(spec)) hardware_->plan(spec);
+      // Also when the last plan ended for an older spec and none is under way: a plan that
+      // finished for settings that changed meanwhile must not leave Review waiting for ever.
+      if (!hardware_->asked_for(spec) || (!hardware_->busy() && !hardware_->plan_is_for(spec) &&
+                                          hardware_->plan_error().isEmpty()))
+        hardware_->plan(spec);
       if (hardware_->plan_is_for(spec) && !hardware_->busy())
         facts.plan = hardware_->plan_json();
       else if (hardware_->busy())
@@ -251,6 +256,14 @@ void FineTuneWizard::update_buttons() {
         facts.plan_error = hardware_->plan_error();
     }
     review_->show_spec(spec, m, facts);
+    // Until the plan of this spec is shown, look again: a plan that ended for settings changed
+    // meanwhile left Review waiting with nothing under way (seen once in a few runs of
+    // test_review_page; the lost update is not found yet).
+    if (facts.planner_available && m.isEmpty() && facts.plan.isEmpty() &&
+        facts.plan_error.isEmpty())
+      QTimer::singleShot(500, this, [this] {
+        if (current_page() == ReviewStep) update_buttons();
+      });
   }
   if (page == HardwareStep && hardware_step_available()) {
     const QStringList m = missing();
