@@ -318,9 +318,18 @@ void HardwarePage::set_waiting(const QString& why) {
   if (cached_profile().isEmpty() && !profile_process_) start_profile();
 }
 
+namespace {
+bool running(const QProcess* p) {
+  return p && p->state() != QProcess::NotRunning;
+}
+}  // namespace
+
 bool HardwarePage::busy() const {
-  const auto running = [](QProcess* p) { return p && p->state() != QProcess::NotRunning; };
-  return running(profile_process_) || running(plan_process_) || debounce_.isActive();
+  return running(profile_process_) || planning();
+}
+
+bool HardwarePage::planning() const {
+  return running(plan_process_) || debounce_.isActive();
 }
 
 QString HardwarePage::explanation() const {

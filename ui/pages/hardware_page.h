@@ -51,7 +51,10 @@ class HardwarePage : public QWidget {
   void set_unavailable(const QString& why);  // this tessera-cli has no profile/plan
   void set_waiting(const QString& why);      // the job is not complete yet: nothing to plan
 
-  bool busy() const;
+  bool busy() const;  // profiling or planning
+  // A plan is asked for and not in yet (the machine's profile, which the page also shows, plays
+  // no part: a plan that is in must not wait for it).
+  bool planning() const;
   bool has_plan() const { return !plan_.isEmpty(); }
   bool fits() const { return fits_; }
   // Whether the plan shown was made for `spec` (not for earlier settings); the run's name

@@ -11,7 +11,6 @@
 #include <QRandomGenerator>
 #include <QSignalBlocker>
 #include <QStackedWidget>
-#include <QTimer>
 #include <QVBoxLayout>
 
 #include "ui/pages/hardware_page.h"
@@ -157,7 +156,7 @@ QString FineTuneWizard::step_problem(int step) const {
       // A job the planner says cannot fit would fail at its start (the page says by how much
       // and what would fit); judged once the steps before it are complete.
       if (hardware_step_available() && step_problem(ModelStep).isEmpty() &&
-          step_problem(DatasetStep).isEmpty() && !hardware_->busy() && !hardware_->fits() &&
+          step_problem(DatasetStep).isEmpty() && !hardware_->planning() && !hardware_->fits() &&
           hardware_->plan_is_for(build_spec()))
         return tr("Make the job fit in memory (see step 4, Hardware and strategy)");
       return {};
@@ -243,27 +242,17 @@ void FineTuneWizard::update_buttons() {
     if (facts.planner_available && m.isEmpty()) {
       // Review states the plan's strategy, time and memory: plan this spec when the plan is
       // for other settings (another run folder, or the Hardware step not visited).
-      // Also when the last plan ended for an older spec and none is under way: a plan that
-      // finished for settings that changed meanwhile must not leave Review waiting for ever.
-      if (!hardware_->asked_for(spec) || (!hardware_->busy() && !hardware_->plan_is_for(spec) &&
-                                          hardware_->plan_error().isEmpty()))
-        hardware_->plan(spec);
-      if (hardware_->plan_is_for(spec) && !hardware_->busy())
+      // Only the plan counts, not the page's profile of the machine: a plan that came in while
+      // the profile still ran left Review at "planning…" (the profile's end updates nothing).
+      if (!hardware_->asked_for(spec)) hardware_->plan(spec);
+      if (hardware_->plan_is_for(spec) && !hardware_->planning())
         facts.plan = hardware_->plan_json();
-      else if (hardware_->busy())
+      else if (hardware_->planning())
         facts.planning = true;
       else
         facts.plan_error = hardware_->plan_error();
     }
     review_->show_spec(spec, m, facts);
-    // Until the plan of this spec is shown, look again: a plan that ended for settings changed
-    // meanwhile left Review waiting with nothing under way (seen once in a few runs of
-    // test_review_page; the lost update is not found yet).
-    if (facts.planner_available && m.isEmpty() && facts.plan.isEmpty() &&
-        facts.plan_error.isEmpty())
-      QTimer::singleShot(500, this, [this] {
-        if (current_page() == ReviewStep) update_buttons();
-      });
   }
   if (page == HardwareStep && hardware_step_available()) {
     const QStringList m = missing();
