@@ -47,17 +47,6 @@ quint64 folder_bytes(const QString& dir, const QStringList& filters = {}) {
   return total;
 }
 
-// The nearest existing folder at or above `path` (where the new folder's bytes will land).
-QString existing_ancestor(QString path) {
-  QFileInfo info(path);
-  while (!info.exists()) {
-    const QString parent = info.absolutePath();
-    if (parent == info.absoluteFilePath()) break;
-    info = QFileInfo(parent);
-  }
-  return info.absoluteFilePath();
-}
-
 // Copies `from` into a new folder `to` (through `to`.partial, renamed at the end, so a
 // half-copied adapter never looks finished). Its result is "" or what went wrong.
 void copy_folder(QPromise<QString>& promise, const QString& from, const QString& to) {
@@ -331,7 +320,7 @@ void ExportDialog::update_estimate() {
     export_->setEnabled(!busy() && kind_->count() > 0);
     return;
   }
-  const QStorageInfo storage(existing_ancestor(destination()));
+  const QStorageInfo storage(nearest_existing_path(destination()));
   estimate_->setText(tr("about %1; %2 free on %3")
                          .arg(human(bytes),
                               human(quint64(std::max<qint64>(0, storage.bytesAvailable()))),
@@ -369,7 +358,7 @@ QString ExportDialog::start() {
     return refuse(tr("Cannot export to %1: %2. Choose another folder.").arg(dest, why));
   // Free space first: the export writes the whole folder before anything is swapped in.
   const quint64 needed = estimated_bytes() + kHeadroomBytes;
-  const QStorageInfo storage(existing_ancestor(dest));
+  const QStorageInfo storage(nearest_existing_path(dest));
   if (storage.isValid() && storage.bytesAvailable() >= 0 &&
       quint64(storage.bytesAvailable()) < needed)
     return refuse(

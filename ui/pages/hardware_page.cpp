@@ -27,6 +27,7 @@
 
 #include "core/error.h"
 #include "ui/pages/run_dashboard.h"
+#include "ui/utility/folder_check.h"
 #include "ui/utility/studio_settings.h"
 
 namespace tessera::ui {
@@ -73,16 +74,6 @@ constexpr Category kCategories[] = {{"weights", "weights"},
 
 QString percent_text(double fraction) {
   return QString("%1%").arg(std::lround(fraction * 100));
-}
-
-// The folder the planner measures for the disk tier: the output folder, or its nearest
-// existing parent before the first run (as `tessera-cli plan` does).
-QString existing_parent(const QString& path) {
-  QString dir = path;
-  for (QFileInfo info(dir); !info.exists() && info.absolutePath() != info.absoluteFilePath();
-       info = QFileInfo(info.absolutePath()))
-    dir = info.absolutePath();
-  return QFileInfo(dir).absoluteFilePath();
 }
 
 QString first_line_of(const QByteArray& text) {
@@ -503,11 +494,8 @@ void HardwarePage::start_profile() {
             Q_EMIT profiled();
           });
   // The disk is the runs folder's: that is where checkpoints and spilled state go.
-  QString dir = settings::runs_root();
-  for (QFileInfo info(dir); !info.exists() && info.absolutePath() != info.absoluteFilePath();
-       info = QFileInfo(info.absolutePath()))
-    dir = info.absolutePath();
-  profile_process_->start(cli_, {"profile", "--json", "--dir", dir});
+  profile_process_->start(
+      cli_, {"profile", "--json", "--dir", nearest_existing_path(settings::runs_root())});
 }
 
 void HardwarePage::show_profile() {
@@ -605,8 +593,9 @@ void HardwarePage::start_plan() {
   // it, so when the plan's folder is that one the measurement is reused, not repeated.
   const QJsonObject disk = profile_.value("disk").toObject();
   if (disk.value("measured").toBool() &&
+      // The output folder, or its nearest existing parent before the first run (as plan does).
       QFileInfo(disk.value("path").toString()).absoluteFilePath() ==
-          existing_parent(QString::fromStdString(spec_.output.dir)))
+          nearest_existing_path(QString::fromStdString(spec_.output.dir)))
     args << "--measure-disk";
   plan_process_->start(cli_, args);
 }

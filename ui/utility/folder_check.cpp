@@ -10,15 +10,19 @@
 
 namespace tessera::ui {
 
+QString nearest_existing_path(const QString& path) {
+  QFileInfo info(path);
+  while (!info.exists()) {
+    const QString parent = info.absolutePath();
+    if (parent == info.absoluteFilePath()) break;
+    info = QFileInfo(parent);
+  }
+  return info.absoluteFilePath();
+}
+
 QString unwritable_reason(const QString& path) {
   if (path.isEmpty()) return QObject::tr("no folder was given");
-  QFileInfo info(QDir::cleanPath(QDir(path).absolutePath()));
-  // The nearest part of the path that exists: its kind and file system decide.
-  while (!info.exists()) {
-    const QFileInfo parent(info.absolutePath());
-    if (parent.absoluteFilePath() == info.absoluteFilePath()) break;
-    info = parent;
-  }
+  const QFileInfo info(nearest_existing_path(QDir::cleanPath(QDir(path).absolutePath())));
   const QString where = QDir::toNativeSeparators(info.absoluteFilePath());
   if (!info.exists()) return QObject::tr("%1 does not exist").arg(where);
   if (!info.isDir())

@@ -5,6 +5,10 @@
 
 namespace tessera::ui {
 
+// The nearest path at or above `path` that exists (absolute): where a new folder's bytes would
+// land, and whose kind and file system decide whether it can be made.
+QString nearest_existing_path(const QString& path);
+
 // "" when `path` (a folder that may not exist yet) can be created and written, else the reason:
 // "… is a file, not a folder", "… is on a read-only file system", "you have no permission to
 // write in …".
