@@ -616,9 +616,11 @@ class HubPagesTest : public QObject {
     // A new choice while the last one's card is still read (slowly): only the newest shows, and
     // a page change meanwhile is harmless. (Error bodies and API answers are not slowed, so
     // data/parquet-only, which has no card, is read at full speed.)
-    // alpaca-mini's card (≈300 bytes) takes three seconds: long enough to still be reading when the
-    // check below runs on a loaded machine (at one second it was once read by then).
-    set_faults({{"slow_bytes_per_s", 100}});
+    // alpaca-mini's card (≈300 bytes) takes a second, read into a cache of its own: the earlier
+    // cases left the card in the shared one, and read from there the layout was done before the
+    // check below looked (the case failed in most runs of the whole suite, never alone).
+    qputenv("HF_HUB_CACHE", path("cache-late-answer").toUtf8());
+    set_faults({{"slow_bytes_per_s", 300}});
     search(hub, "parquet");
     QCOMPARE(hub->selected_repo(), QString("data/parquet-only"));
     hub->search("");  // its first result, alpaca-mini, is read when the results arrive
@@ -639,6 +641,7 @@ class HubPagesTest : public QObject {
     QCOMPARE(hub->config_combo()->count(), 2);
     QTRY_VERIFY_WITH_TIMEOUT(!hub->busy(), 30000);
     set_faults({});
+    qputenv("HF_HUB_CACHE", path("cache").toUtf8());
     {
       // A window closed while a call runs waits for it instead of crashing.
       MainWindow closing(store_.get());
