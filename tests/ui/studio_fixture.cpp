@@ -10,11 +10,15 @@
 #include <QLabel>
 #include <QProcess>
 #include <QProgressBar>
+#include <QPushButton>
 #include <QSettings>
+#include <QSpinBox>
 #include <QTest>
 #include <QWidget>
 
+#include "ui/main_window.h"
 #include "ui/pages/run_dashboard.h"
+#include "ui/pages/wizard.h"
 #include "ui/utility/cli_probe.h"
 
 namespace tessera::ui::testing {
@@ -130,6 +134,25 @@ QStringList elided_chart_text(QWidget* root) {
     }
   }
   return elided;
+}
+
+QString launch_through_wizard(MainWindow& window, const QString& model, const QString& dataset,
+                              int max_length, const QString& method, int steps) {
+  window.show_page(MainWindow::NewFineTune);
+  FineTuneWizard* wizard = window.wizard();
+  if (!model.isEmpty()) wizard->model_page()->choose_folder(model);
+  wizard->dataset_page()->max_length()->setValue(max_length);
+  wizard->dataset_page()->choose_file(dataset);
+  wizard->method_page()->set_method(method);
+  wizard->method_page()->set_steps(steps);
+  wizard->go_to(FineTuneWizard::ReviewStep);
+  if (!QTest::qWaitFor([&] { return wizard->missing().isEmpty(); }, 30000)) return {};
+  wizard->go_to(FineTuneWizard::ReviewStep);  // the steps list reaches Review only now
+  QPushButton* launch = wizard->review_page()->launch_button();
+  if (!QTest::qWaitFor([&] { return launch->isEnabled(); }, 20000)) return {};
+  const QString run_id = wizard->run_id();
+  QTest::mouseClick(launch, Qt::LeftButton);
+  return run_id;
 }
 
 QString wait_for_run_end(RunDashboard* dashboard, int timeout_ms) {

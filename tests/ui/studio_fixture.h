@@ -44,6 +44,12 @@ void screenshot(QWidget* w, const QString& name);
 // Every text Qt Charts drew elided ("..." or "…") in the visible charts under `root`.
 QStringList elided_chart_text(QWidget* root);
 
+// Launches a run of `steps` steps with `method` through `window`'s wizard: `model` (unless
+// empty: the wizard's model as it is), `dataset` at `max_length` tokens, then Launch on Review
+// once the wizard has nothing missing. The run's id, or "" when the wizard never got there.
+QString launch_through_wizard(MainWindow& window, const QString& model, const QString& dataset,
+                              int max_length, const QString& method, int steps);
+
 // Waits (QTRY, up to `timeout_ms`) until `dashboard` shows the run ended: completed, stopped,
 // failed or an error. Returns the bar's text ("completed", …).
 QString wait_for_run_end(RunDashboard* dashboard, int timeout_ms = 240000);

@@ -255,29 +255,10 @@ class StudioTest : public QObject {
     return real_cli_;
   }
 
-  // Launches a real LoRA run of `steps` steps through the wizard of `window`.
-  QString launch_real_run(MainWindow& window, int steps) {
-    window.show_page(MainWindow::NewFineTune);
-    FineTuneWizard* wizard = window.wizard();
-    wizard->model_page()->choose_folder(model_);
-    wizard->dataset_page()->max_length()->setValue(32);
-    wizard->dataset_page()->choose_file(dataset_);
-    wizard->method_page()->set_method("lora");
-    wizard->method_page()->set_steps(steps);
-    wizard->go_to(FineTuneWizard::ReviewStep);
-    if (!QTest::qWaitFor([&] { return wizard->missing().isEmpty(); }, 30000)) return {};
-    wizard->go_to(FineTuneWizard::ReviewStep);
-    QPushButton* launch = wizard->review_page()->launch_button();
-    if (!QTest::qWaitFor([&] { return launch->isEnabled(); }, 20000)) return {};
-    const QString run_id = wizard->run_id();
-    QTest::mouseClick(launch, Qt::LeftButton);
-    return run_id;
-  }
-
   // Launches a long real run through the wizard and waits for `steps` charted steps; returns
   // its id, or "" (with the failure recorded by QTest) when it did not get there.
   QString launch_real_run_until(MainWindow& window, int steps) {
-    const QString run_id = launch_real_run(window, 5000);
+    const QString run_id = launch_through_wizard(window, model_, dataset_, 32, "lora", 5000);
     if (run_id.isEmpty()) return {};
     RunDashboard* dashboard = window.runs_page()->dashboard();
     if (!QTest::qWaitFor(
@@ -1292,19 +1273,9 @@ class StudioTest : public QObject {
     MainWindow window(store_.get());
     window.resize(1280, 860);
     window.show();
-    FineTuneWizard* wizard = window.wizard();
-    wizard->model_page()->choose_folder(path("demo/base"));
-    wizard->dataset_page()->max_length()->setValue(32);
-    wizard->dataset_page()->choose_file(path("demo/train.jsonl"));
-    wizard->method_page()->set_method("lora");
-    wizard->method_page()->set_steps(4);
-    wizard->go_to(FineTuneWizard::ReviewStep);
-    QTRY_VERIFY_WITH_TIMEOUT(wizard->missing().isEmpty(), 30000);
-    wizard->go_to(FineTuneWizard::ReviewStep);
-    QPushButton* launch = wizard->review_page()->launch_button();
-    QTRY_VERIFY_WITH_TIMEOUT(launch->isEnabled(), 20000);
-    const QString run_id = wizard->run_id();
-    QTest::mouseClick(launch, Qt::LeftButton);
+    const QString run_id =
+        launch_through_wizard(window, path("demo/base"), path("demo/train.jsonl"), 32, "lora", 4);
+    QVERIFY2(!run_id.isEmpty(), qPrintable(window.wizard()->missing().join("; ")));
     RunDashboard* dashboard = window.runs_page()->dashboard();
     QTRY_VERIFY_WITH_TIMEOUT(
         dashboard->progress_bar()->format() == "completed" || dashboard->error_label()->isVisible(),
