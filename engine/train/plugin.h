@@ -21,6 +21,11 @@
 #include "model/model.h"
 #include "optim/adamw.h"
 
+namespace tessera::dist {
+class ParallelContext;
+class ProcessGroup;
+}  // namespace tessera::dist
+
 namespace tessera::train {
 
 using optim::NamedTensor;
@@ -35,10 +40,15 @@ const char* precision_name(Precision precision);
 
 // Where this process stands among the job's processes: data parallelism gives each rank a share
 // of the batch (and ZeRO a share of the state); tensor and pipeline parallelism add their
-// groups here. One process today: rank 0 of 1, and every plugin refuses more.
+// groups here. Plugins that do not distribute refuse world_size above 1.
 struct ProcessContext {
   int rank = 0;
   int world_size = 1;
+  // Set when world_size is above 1 (engine/dist): the job's runtime, which owns the groups, and
+  // the data-parallel group this rank reduces gradients over (the world, until tensor and
+  // pipeline parallelism split it). Not owned: `parallel` keeps it alive.
+  std::shared_ptr<dist::ParallelContext> parallel;
+  dist::ProcessGroup* data_group = nullptr;
 };
 
 // Throws Unsupported unless `process` is one process (plugins that do not distribute yet).

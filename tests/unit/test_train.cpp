@@ -242,10 +242,11 @@ class TestTrain : public QObject {
       train::PluginOptions options;
       options.device = "cpu";
       options.run_dir = fresh_dir("process-" + name);
-      options.process = {1, 2};
+      options.process.rank = 1;
+      options.process.world_size = 2;
       expect_error([&] { train::make_plugin(name)->prepare(*model, trainable, options); },
                    ErrorKind::Unsupported, "2 processes are not supported yet");
-      options.process = {3, 2};
+      options.process.rank = 3;
       expect_error([&] { train::make_plugin(name)->prepare(*model, trainable, options); },
                    ErrorKind::InvalidInput, "rank 3 of 2");
       options.process = {};
