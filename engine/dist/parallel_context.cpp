@@ -137,6 +137,19 @@ void ParallelContext::State::fail(const std::string& operation, const std::strin
 
 // ---------------------------------------------------------------------------------------------
 
+struct PendingCollective::State {
+  std::shared_ptr<const ParallelContext::State> context;
+  std::string operation;
+  std::string group;
+  std::vector<int> ranks;
+  std::chrono::milliseconds timeout{0};
+  c10::intrusive_ptr<c10d::Work> work;
+  at::Tensor result;
+  int divisor = 1;
+  bool waited = false;
+  std::exception_ptr error;  // what wait() threw, thrown again by a later wait()
+};
+
 struct ProcessGroup::Impl {
   std::shared_ptr<const ParallelContext::State> context;
   std::string name;
@@ -164,21 +177,63 @@ struct ProcessGroup::Impl {
     return *gloo;
   }
 
-  // Issues a collective and waits for it; any failure becomes State::fail's error.
+  // Issues a collective; its failure, at issue or at wait(), becomes State::fail's error.
+  // `result` is divided by `divisor` once done (Avg: Gloo has no AVG); 1 leaves it as it is.
   template <typename Issue>
-  void run(const char* operation, Issue&& issue) const {
+  PendingCollective start(const char* operation, Issue&& issue, at::Tensor result,
+                          int divisor = 1) const {
+    auto pending = std::make_unique<PendingCollective::State>();
+    pending->context = context;
+    pending->operation = operation;
+    pending->group = name;
+    pending->ranks = ranks;
+    pending->timeout = timeout();
+    pending->result = std::move(result);
+    pending->divisor = divisor;
     try {
-      c10::intrusive_ptr<c10d::Work> work = issue();
-      if (!work->wait(timeout())) {
-        throw std::runtime_error("no result after " + seconds_text(timeout()));
-      }
+      pending->work = issue();
     } catch (const Error&) {
       throw;
     } catch (const std::exception& error) {
       context->fail(operation, name, ranks, first_line(error));
     }
+    return PendingCollective(std::move(pending));
   }
 };
+
+PendingCollective::PendingCollective() = default;
+PendingCollective::PendingCollective(std::unique_ptr<State> state) : state_(std::move(state)) {}
+PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
+PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
+PendingCollective::~PendingCollective() = default;
+
+bool PendingCollective::waited() const {
+  return !state_ || state_->waited;
+}
+
+void PendingCollective::wait() {
+  if (!state_) return;
+  State& state = *state_;
+  if (state.error) std::rethrow_exception(state.error);
+  if (state.waited) return;
+  state.waited = true;
+  try {
+    try {
+      if (!state.work->wait(state.timeout)) {
+        throw std::runtime_error("no result after " + seconds_text(state.timeout));
+      }
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& error) {
+      state.context->fail(state.operation, state.group, state.ranks, first_line(error));
+    }
+  } catch (...) {
+    state.error = std::current_exception();
+    throw;
+  }
+  if (state.divisor != 1) state.result.div_(state.divisor);
+  state.work.reset();
+}
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ProcessGroup::~ProcessGroup() = default;
@@ -197,20 +252,26 @@ const std::string& ProcessGroup::name() const {
 }
 
 void ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) {
+  all_reduce_async(tensor, op).wait();
+}
+
+PendingCollective ProcessGroup::all_reduce_async(at::Tensor tensor, ReduceOp op) {
   if (op == ReduceOp::Avg && !at::isFloatingType(tensor.scalar_type())) {
     throw_invalid("all_reduce(Avg) on " + impl_->name + " needs a floating-point tensor, not " +
                   std::string(c10::toString(tensor.scalar_type())));
   }
-  if (size() == 1) return;
+  if (size() == 1) return PendingCollective();
   c10d::Backend& backend = impl_->backend_for(tensor, "all_reduce");
-  impl_->run("all_reduce", [&] {
-    std::vector<at::Tensor> tensors{tensor};
-    c10d::AllreduceOptions options;
-    options.reduceOp = c10d::ReduceOp::SUM;  // Gloo has no AVG: sum, then divide
-    options.timeout = impl_->timeout();
-    return backend.allreduce(tensors, options);
-  });
-  if (op == ReduceOp::Avg) tensor.div_(size());
+  return impl_->start(
+      "all_reduce",
+      [&] {
+        std::vector<at::Tensor> tensors{tensor};
+        c10d::AllreduceOptions options;
+        options.reduceOp = c10d::ReduceOp::SUM;  // Gloo has no AVG: sum, then divide
+        options.timeout = impl_->timeout();
+        return backend.allreduce(tensors, options);
+      },
+      tensor, op == ReduceOp::Avg ? size() : 1);
 }
 
 void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
@@ -220,13 +281,17 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
   }
   if (size() == 1) return;
   c10d::Backend& backend = impl_->backend_for(tensor, "broadcast");
-  impl_->run("broadcast", [&] {
-    std::vector<at::Tensor> tensors{tensor};
-    c10d::BroadcastOptions options;
-    options.rootRank = root;
-    options.timeout = impl_->timeout();
-    return backend.broadcast(tensors, options);
-  });
+  impl_
+      ->start("broadcast",
+              [&] {
+                std::vector<at::Tensor> tensors{tensor};
+                c10d::BroadcastOptions options;
+                options.rootRank = root;
+                options.timeout = impl_->timeout();
+                return backend.broadcast(tensors, options);
+              },
+              {})
+      .wait();
 }
 
 at::Tensor ProcessGroup::all_gather(const at::Tensor& input) {
@@ -234,11 +299,15 @@ at::Tensor ProcessGroup::all_gather(const at::Tensor& input) {
   if (size() == 1) return flat.clone();
   at::Tensor output = at::empty({size() * flat.numel()}, flat.options());
   c10d::Backend& backend = impl_->backend_for(flat, "all_gather");
-  impl_->run("all_gather", [&] {
-    c10d::AllgatherOptions options;
-    options.timeout = impl_->timeout();
-    return backend.all_gather_single(output, flat, options);
-  });
+  impl_
+      ->start("all_gather",
+              [&] {
+                c10d::AllgatherOptions options;
+                options.timeout = impl_->timeout();
+                return backend.all_gather_single(output, flat, options);
+              },
+              {})
+      .wait();
   return output;
 }
 
@@ -255,23 +324,31 @@ at::Tensor ProcessGroup::reduce_scatter(const at::Tensor& input, ReduceOp op) {
   if (size() == 1) return flat.clone();
   at::Tensor output = at::empty({flat.numel() / size()}, flat.options());
   c10d::Backend& backend = impl_->backend_for(flat, "reduce_scatter");
-  impl_->run("reduce_scatter", [&] {
-    c10d::ReduceScatterOptions options;
-    options.reduceOp = c10d::ReduceOp::SUM;
-    options.timeout = impl_->timeout();
-    return backend.reduce_scatter_single(output, flat, options);
-  });
+  impl_
+      ->start("reduce_scatter",
+              [&] {
+                c10d::ReduceScatterOptions options;
+                options.reduceOp = c10d::ReduceOp::SUM;
+                options.timeout = impl_->timeout();
+                return backend.reduce_scatter_single(output, flat, options);
+              },
+              {})
+      .wait();
   if (op == ReduceOp::Avg) output.div_(size());
   return output;
 }
 
 void ProcessGroup::barrier() {
   if (size() == 1) return;
-  impl_->run("barrier", [&] {
-    c10d::BarrierOptions options;
-    options.timeout = impl_->timeout();
-    return impl_->gloo->barrier(options);
-  });
+  impl_
+      ->start("barrier",
+              [&] {
+                c10d::BarrierOptions options;
+                options.timeout = impl_->timeout();
+                return impl_->gloo->barrier(options);
+              },
+              {})
+      .wait();
 }
 
 // ---------------------------------------------------------------------------------------------

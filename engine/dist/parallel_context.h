@@ -49,6 +49,30 @@ bool have_nccl();
 
 class ParallelContext;
 
+// A collective in flight (ProcessGroup::all_reduce_async): c10d runs it on its own threads while
+// this one goes on. wait() returns once it is done here, the result in the tensor, or throws what
+// the synchronous call would (PeerFailure naming a failed rank; the same code path). Waiting
+// again returns at once, or throws the same error again. Dropping it unwaited leaves the
+// collective to finish on its own: the tensor must not be read until it is waited on.
+class PendingCollective {
+ public:
+  PendingCollective();  // nothing in flight: wait() returns at once
+  PendingCollective(PendingCollective&&) noexcept;
+  PendingCollective& operator=(PendingCollective&&) noexcept;
+  ~PendingCollective();
+
+  void wait();
+  // Whether wait() has returned (or thrown); false while in flight.
+  bool waited() const;
+
+  struct State;
+
+ private:
+  friend class ProcessGroup;
+  explicit PendingCollective(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
 // A set of ranks that run collectives together. Every member must call the same collectives in
 // the same order with tensors of the same shape and dtype (c10d's contract). Tensors must be
 // contiguous; all on the CPU or all on this rank's GPU.
@@ -65,6 +89,10 @@ class ProcessGroup {
 
   // In place: every member ends with the elementwise sum (or mean) over the members.
   void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::Sum);
+  // The same, started and not waited for; `tensor` shares its storage with the caller's and must
+  // stay untouched until wait(). Several may be in flight at once: every member must start them
+  // in the same order, and they complete in that order.
+  PendingCollective all_reduce_async(at::Tensor tensor, ReduceOp op = ReduceOp::Sum);
   // In place: every member ends with group rank `root`'s tensor.
   void broadcast(at::Tensor& tensor, int root);
   // A flat tensor of size() × input.numel() elements: member 0's input, then member 1's, …

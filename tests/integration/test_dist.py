@@ -1,7 +1,8 @@
 """engine/dist across real local processes (tessera-dist-tool, one process per rank, torchrun's
 variables set by hand): exact collectives on 2 and 4 ranks, a rank killed (SIGKILL) or stopped
 (SIGSTOP) mid-collective named by every other rank within the collective timeout, and the
-environment's errors."""
+environment's errors; asynchronous all_reduces in flight at once, exact, and a rank killed
+while they are in flight named through their wait()."""
 import os
 import signal
 import socket
@@ -126,6 +127,15 @@ def test_every_collective_exact_on_world_and_subgroups(launch, world):
         assert ranks.output(rank) == f"ok rank {rank} of {world}\n"
 
 
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_async_collectives_in_flight_at_once_are_exact(launch, world):
+    ranks = launch(world, "async")
+    codes = ranks.wait(range(world), within_s=60)
+    assert codes == {rank: 0 for rank in range(world)}, ranks.describe()
+    for rank in range(world):
+        assert ranks.output(rank) == f"ok rank {rank} of {world}\n"
+
+
 def assert_named(ranks: Ranks, survivors, victim: int) -> None:
     host = socket.gethostname()
     for rank in survivors:
@@ -150,6 +160,19 @@ def test_killed_rank_is_named_by_the_others_within_the_timeout(launch, world, vi
           f"{time.monotonic() - killed_at:.2f} s")
     assert codes == {rank: 3 for rank in survivors}, ranks.describe()
     assert_named(ranks, survivors, victim)
+
+
+def test_killed_rank_is_named_through_async_collectives(launch):
+    # The wait() of a collective in flight fails as the synchronous call does, naming the rank.
+    world, victim = 4, 1
+    ranks = launch(world, "async-loop")
+    ranks.wait_for_iterations(30)
+    ranks.processes[victim].send_signal(signal.SIGKILL)
+    survivors = [rank for rank in range(world) if rank != victim]
+    codes = ranks.wait(survivors, within_s=TIMEOUT_S + NAMING_S)
+    assert codes == {rank: 3 for rank in survivors}, ranks.describe()
+    assert_named(ranks, survivors, victim)
+    assert "all_reduce on world failed" in ranks.output(0, "err")
 
 
 def test_stopped_rank_is_named_within_the_timeout(launch):

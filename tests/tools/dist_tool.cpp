@@ -9,6 +9,13 @@
 //   tessera-dist-tool loop
 //     World all_reduces, checked, forever, printing "iteration K" every 10; for a test that
 //     kills or stops one rank and watches the others fail.
+//   tessera-dist-tool async
+//     Eight all_reduce_async on the world in flight at once (float sums and means of several
+//     sizes, an int64 sum), waited in reverse order, each result exact; then the same on the
+//     sub-group of the even ranks. Prints "ok rank R of N" and exits 0.
+//   tessera-dist-tool async-loop
+//     Like loop, with four all_reduce_async in flight per iteration, each waited; for a test
+//     that kills one rank while collectives are in flight.
 //   tessera-dist-tool env
 //     Joins the job, prints "rank R of N, local L of M" and exits 0.
 //
@@ -141,18 +148,90 @@ int run_loop(ParallelContext& context) {
   }
 }
 
+// Eight collectives in flight on `group`, started in one order and waited in the other.
+void check_async(ProcessGroup& group, int global_rank) {
+  const std::string where = group.name() + ": async ";
+  const int size = group.size();
+  const double rank_sum = ranks_tensor(group).sum().item<double>();
+  std::vector<at::Tensor> tensors;
+  std::vector<at::Tensor> expected;
+  std::vector<tessera::dist::PendingCollective> pending;
+  for (int index = 0; index < 8; ++index) {
+    const long length = 1L << (2 * index);  // 1 .. 16384 elements
+    if (index == 5) {
+      tensors.push_back(at::full({length}, global_rank + index, at::kLong));
+      expected.push_back(at::full({length}, static_cast<long>(rank_sum) + size * index, at::kLong));
+      pending.push_back(group.all_reduce_async(tensors.back()));
+      continue;
+    }
+    const bool mean = index % 2 == 1;
+    tensors.push_back(at::arange(length, at::kDouble) + 1000.0 * global_rank + index);
+    at::Tensor sum = at::arange(length, at::kDouble) * size + 1000.0 * rank_sum + size * index;
+    expected.push_back(mean ? sum / size : sum);
+    pending.push_back(group.all_reduce_async(tensors.back(), mean ? ReduceOp::Avg : ReduceOp::Sum));
+  }
+  for (const auto& collective : pending) {
+    if (size > 1 && collective.waited()) throw WrongResult(where + "waited before wait()");
+  }
+  for (int index = 7; index >= 0; --index) {
+    pending[static_cast<std::size_t>(index)].wait();
+    pending[static_cast<std::size_t>(index)].wait();  // a second wait returns at once
+    if (!pending[static_cast<std::size_t>(index)].waited()) {
+      throw WrongResult(where + "not waited after wait()");
+    }
+    expect_equal(where + "all_reduce " + std::to_string(index),
+                 tensors[static_cast<std::size_t>(index)],
+                 expected[static_cast<std::size_t>(index)]);
+  }
+}
+
+int run_async(ParallelContext& context) {
+  const int world = context.world_size();
+  check_async(context.world(), context.rank());
+  std::vector<int> evens;
+  for (int rank = 0; rank < world; rank += 2) evens.push_back(rank);
+  if (auto group = context.new_group(evens)) check_async(*group, context.rank());
+  context.world().barrier();
+  std::printf("ok rank %d of %d\n", context.rank(), world);
+  return 0;
+}
+
+int run_async_loop(ParallelContext& context) {
+  const double expected = context.world_size() * (context.world_size() - 1) / 2.0;
+  for (long iteration = 1;; ++iteration) {
+    std::vector<at::Tensor> values;
+    std::vector<tessera::dist::PendingCollective> pending;
+    for (int index = 0; index < 4; ++index) {
+      values.push_back(at::full({4096}, static_cast<double>(context.rank()), at::kDouble));
+      pending.push_back(context.world().all_reduce_async(values.back()));
+    }
+    for (int index = 0; index < 4; ++index) {
+      pending[static_cast<std::size_t>(index)].wait();
+      expect_equal("async loop all_reduce", values[static_cast<std::size_t>(index)],
+                   at::full({4096}, expected, at::kDouble));
+    }
+    if (iteration % 10 == 0) {
+      std::printf("iteration %ld\n", iteration);
+      std::fflush(stdout);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode != "collectives" && mode != "loop" && mode != "env") {
-    std::fprintf(stderr, "usage: tessera-dist-tool collectives|loop|env\n");
+  if (mode != "collectives" && mode != "loop" && mode != "async" && mode != "async-loop" &&
+      mode != "env") {
+    std::fprintf(stderr, "usage: tessera-dist-tool collectives|loop|async|async-loop|env\n");
     return 2;
   }
   try {
     auto context = ParallelContext::from_environment();
     if (mode == "collectives") return run_collectives(*context);
     if (mode == "loop") return run_loop(*context);
+    if (mode == "async") return run_async(*context);
+    if (mode == "async-loop") return run_async_loop(*context);
     std::printf("rank %d of %d, local %d of %d\n", context->rank(), context->world_size(),
                 context->local_rank(), context->local_world_size());
     return 0;
