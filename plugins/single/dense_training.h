@@ -1,0 +1,71 @@
+#pragma once
+// What `single` and `ddp` share: every trainable tensor whole in this process, on one device.
+// The compute copies the model uses, their float32 masters (train/mixed_precision.h), AdamW
+// (weight decay grouped as transformers' Trainer does), clipping by the global norm, memory by
+// category and the checkpoint state, which is `single`'s format for both. `ddp` adds only how
+// the gradients become the same on every rank before step().
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "train/mixed_precision.h"
+#include "train/plugin.h"
+
+namespace tessera::train {
+
+class DenseTraining {
+ public:
+  // The plugin's device from PluginOptions::device (auto | cpu | cuda); `plugin` names it in
+  // errors.
+  static torch::Device choose_device(const std::string& device, const std::string& plugin);
+
+  // Freezes every parameter of `model` that is not in `trainable`, moves the model and the
+  // trainable tensors to `device` in the compute dtype (masters taken first, before rounding)
+  // and creates the optimizer.
+  void prepare(model::PretrainedModel& model, std::vector<NamedTensor> trainable,
+               const PluginOptions& options, torch::Device device);
+
+  torch::Device device() const { return device_; }
+  torch::Dtype compute_dtype() const { return dtype_; }
+  const MixedPrecision& precision() const { return *precision_; }
+  // The trainable tensors the model computes with, in the order prepare() was given them.
+  const std::vector<NamedTensor>& params() const { return params_; }
+
+  // Backward of loss × multiplier (× the loss scale in fp16), accumulating into .grad.
+  void backward(const torch::Tensor& loss, double multiplier);
+
+  // The update from the compute gradients (.grad, widened and unscaled as the masters need), or
+  // from `master_gradients` when given (float32, one per trainable tensor in params() order,
+  // undefined for none; ddp's reduced ones). Clips by the global norm, updates unless fp16
+  // skips the step, and clears every gradient.
+  StepStats step(double lr, double max_grad_norm,
+                 const std::vector<torch::Tensor>* master_gradients = nullptr);
+
+  // Memory now; `extra_gradient_bytes` are gradient buffers the caller holds (ddp's buckets).
+  MemoryByCategory memory(std::uint64_t extra_gradient_bytes = 0) const;
+  void release_training_state();
+
+  std::vector<NamedTensor> trainable_weights() const { return masters_; }
+  std::vector<NamedTensor> optimizer_state() const { return optimizer_->state_tensors(); }
+  nlohmann::json state_json() const;
+  void load_state(const std::map<std::string, torch::Tensor>& weights,
+                  const std::map<std::string, torch::Tensor>& optimizer,
+                  const nlohmann::json& state, const std::string& source);
+
+ private:
+  std::optional<MixedPrecision> precision_;  // set by prepare()
+  torch::Device device_ = torch::kCPU;
+  torch::Dtype dtype_ = torch::kFloat32;
+  std::vector<NamedTensor> params_;   // compute copies (what the model uses)
+  std::vector<NamedTensor> masters_;  // float32 values the optimizer updates (= params_ in fp32)
+  std::unique_ptr<optim::AdamW> optimizer_;
+  std::uint64_t model_weight_bytes_ = 0;
+};
+
+}  // namespace tessera::train
