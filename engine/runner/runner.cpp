@@ -86,8 +86,10 @@ PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokeniz
       "dataset " + train_reader->path().string() +
           (more_files > 0 ? " and " + std::to_string(more_files) + " more files" : std::string()) +
           ": " + std::to_string(train_reader->num_rows()) + " rows, format " + format.describe());
+  // Rows that do not parse are left out before the split (skip_bad_rows); the rows that make no
+  // example are counted per share below, so the log says where each skipped row was.
   if (!train_reader->skipped().summary().empty())
-    events.log("warning", train_reader->skipped().summary());
+    events.log("warning", "unreadable rows: " + train_reader->skipped().summary());
 
   data::LabelSet labels;
   if (format.kind == data::FormatKind::Classification) {
@@ -109,6 +111,9 @@ PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokeniz
   std::vector<std::size_t> validation_rows;
   if (!ds.validation_files.empty()) {
     validation_reader = open_files(ds.validation_files, ds.skip_bad_rows);
+    if (!validation_reader->skipped().summary().empty())
+      events.log("warning",
+                 "unreadable validation rows: " + validation_reader->skipped().summary());
     for (std::size_t i = 0; i < train_reader->num_rows(); ++i) train_rows.push_back(i);
     for (std::size_t i = 0; i < validation_reader->num_rows(); ++i) validation_rows.push_back(i);
   } else {
@@ -126,7 +131,8 @@ PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokeniz
   events.progress("tokenize", 0, total_rows);
   auto train = data::tokenize_rows(*train_reader, train_rows, builder, ds.skip_bad_rows);
   events.progress("tokenize", static_cast<std::int64_t>(train_rows.size()), total_rows);
-  if (!train.skipped.summary().empty()) events.log("warning", train.skipped.summary());
+  if (!train.skipped.summary().empty())
+    events.log("warning", "training rows: " + train.skipped.summary());
   if (train.dropped_tail_tokens > 0)
     events.log("info", "packing: the last " + std::to_string(train.dropped_tail_tokens) +
                            " tokens did not fill a block of " + std::to_string(ds.max_length) +
@@ -135,6 +141,8 @@ PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokeniz
   if (!validation_rows.empty()) {
     const data::DatasetReader& reader = validation_reader ? *validation_reader : *train_reader;
     auto validation = data::tokenize_rows(reader, validation_rows, builder, ds.skip_bad_rows);
+    if (!validation.skipped.summary().empty())
+      events.log("warning", "validation rows: " + validation.skipped.summary());
     out.validation = std::move(validation.examples);
   }
   events.progress("tokenize", total_rows, total_rows);
