@@ -108,6 +108,16 @@ class Plugin {
   virtual torch::Dtype compute_dtype() const = 0;
   // The context prepare() was given.
   virtual const ProcessContext& process() const = 0;
+  // Whether prepare() accepts a world size above 1 (data parallelism); `tessera-cli launch`
+  // refuses a strategy that does not before it starts any rank.
+  virtual bool runs_distributed() const { return false; }
+
+  // How the checkpoint state (trainable weights, optimizer state, state_json) divides over the
+  // ranks. Replicated: every rank holds all of it, rank 0 writes it once and any number of ranks
+  // can resume from it. Sharded (ZeRO): each rank writes and reads back its own part, so only
+  // the same number of ranks can resume (until checkpoints have a layout-free form).
+  enum class StateLayout { Replicated, Sharded };
+  virtual StateLayout state_layout() const { return StateLayout::Replicated; }
 
   // Backward of `loss` × multiplier (1 / accumulation steps), times the loss scale for fp16.
   // `last_micro_batch`: no other backward comes before step(), so the gradients are final
