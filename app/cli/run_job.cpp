@@ -5,10 +5,13 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
 #include "core/error.h"
+#include "dist/environment.h"
+#include "dist/parallel_context.h"
 #include "hub_model.h"
 #include "job/events.h"
 #include "runner/runner.h"
@@ -114,20 +117,43 @@ class ProgressBar {
   double loss_ = 0, tokens_per_s_ = 0, eta_ = -1;
 };
 
+// This process's rank when it is one of several (torchrun's variables), else 0. A bad variable
+// counts as rank 0 here, so that the runner's error naming it reaches the event stream.
+int rank_from_environment() {
+  try {
+    return dist::read_dist_environment().rank;
+  } catch (const Error&) {
+    return 0;
+  }
+}
+
+std::string hostname() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "unknown host";
+  return name;
+}
+
 }  // namespace
 
 int execute_job(const job::JobSpec& spec, const std::string& events_target,
                 const std::string& spec_path, std::optional<std::uint64_t> simulate_host_memory) {
   namespace fs = std::filesystem;
   fs::create_directories(spec.output.dir);
+  // One of several processes: rank 0 alone writes the stream (and draws the progress bar); the
+  // others report through its events (train/trainer.h), and their errors go to stderr.
+  const int rank = rank_from_environment();
+  const bool distributed =
+      std::getenv("WORLD_SIZE") && std::string(std::getenv("WORLD_SIZE")) != "1";
   job::EventSink events;
-  events.open(
-      events_target.empty() ? (fs::path(spec.output.dir) / "events.jsonl").string() : events_target,
-      /*append=*/spec.output.resume.has_value());
+  if (rank == 0)
+    events.open(events_target.empty() ? (fs::path(spec.output.dir) / "events.jsonl").string()
+                                      : events_target,
+                /*append=*/spec.output.resume.has_value());
   ProgressBar bar;
   // With the events on stdout a program reads them (the studio); stderr then carries only
   // what the stream does not, so the reader does not see every log line twice.
-  if (events_target != "-") events.set_listener([&](const nlohmann::json& e) { bar.on_event(e); });
+  if (events_target != "-" && rank == 0)
+    events.set_listener([&](const nlohmann::json& e) { bar.on_event(e); });
 
   struct sigaction action {};
   action.sa_handler = on_interrupt;
@@ -154,6 +180,7 @@ int execute_job(const job::JobSpec& spec, const std::string& events_target,
     if (outcome.model_dir) done["output"] = outcome.model_dir->string();
     if (outcome.adapter_dir) done["adapter"] = outcome.adapter_dir->string();
     events.emit("done", done);
+    if (rank != 0) return outcome.status == "stopped" ? 130 : 0;
     if (outcome.status == "stopped") {
       std::fprintf(stderr, "stopped at step %lld of %lld; checkpoint: %s\n",
                    static_cast<long long>(outcome.steps_done),
@@ -171,9 +198,25 @@ int execute_job(const job::JobSpec& spec, const std::string& events_target,
     std::fprintf(stderr, "\nmodel: %s\n", outcome.model_dir ? outcome.model_dir->c_str() : "-");
     if (outcome.adapter_dir) std::fprintf(stderr, "adapter: %s\n", outcome.adapter_dir->c_str());
     return 0;
+  } catch (const dist::PeerFailure& e) {
+    // Another rank died, hangs or cannot be reached: the event names it and its host.
+    bar.finish();
+    events.emit("error", {{"code", error_kind_name(e.kind())},
+                          {"message", e.what()},
+                          {"hint", e.hint()},
+                          {"rank", e.failed_rank()},
+                          {"host", e.failed_host()}});
+    events.emit("done", {{"status", "failed"}});
+    throw;
   } catch (const Error& e) {
     bar.finish();
-    events.error(error_kind_name(e.kind()), e.what(), e.hint());
+    nlohmann::json error = {
+        {"code", error_kind_name(e.kind())}, {"message", e.what()}, {"hint", e.hint()}};
+    if (distributed) {  // it happened here, on rank 0
+      error["rank"] = rank;
+      error["host"] = hostname();
+    }
+    events.emit("error", error);
     events.emit("done", {{"status", "failed"}});
     throw;
   } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 #include "data/dataset.h"
 #include "data/format.h"
 #include "data/split.h"
+#include "dist/parallel_context.h"
 #include "export/export.h"
 #include "export/merge_check.h"
 #include "hf/chat/tokenizer_config.h"
@@ -22,6 +23,7 @@
 #include "runner/trainer_event_writer.h"
 #include "train/example_batches.h"
 #include "train/lora.h"
+#include "train/plugin_registry.h"
 #include "train/trainer.h"
 
 namespace tessera::runner {
@@ -506,6 +508,46 @@ void export_trained(const hf::ModelFolder& source, train::Plugin& plugin,
     exporter::export_pretrained(model, out_dir / "model", export_options_for(source, events));
 }
 
+// The registered plugins that run on several processes, "a, b" (or "none in this build").
+std::string distributed_strategies() {
+  std::string names;
+  for (const auto& name : train::registered_plugins())
+    if (train::make_plugin(name)->runs_distributed()) names += (names.empty() ? "" : ", ") + name;
+  return names.empty() ? "none in this build" : names;
+}
+
+}  // namespace
+
+void check_processes(const job::JobSpec& spec, int world_size) {
+  if (world_size <= 1) return;
+  plugins::register_builtin_plugins();
+  const std::string processes = std::to_string(world_size) + " processes";
+  if (spec.strategy.name == job::kAutoStrategy)
+    throw_unsupported("strategy \"auto\" plans for one process and cannot run as " + processes,
+                      "name a strategy that distributes in the job spec's strategy.name (" +
+                          distributed_strategies() + "), or run one process");
+  if (!train::make_plugin(spec.strategy.name)->runs_distributed())
+    throw_unsupported("strategy \"" + spec.strategy.name +
+                          "\" runs in one process and does not distribute: it cannot run as " +
+                          processes,
+                      "set strategy.name to one that distributes (" + distributed_strategies() +
+                          "), or run one process (tessera-cli run)");
+}
+
+namespace {
+
+// Several processes (WORLD_SIZE above 1): joins the job's other ranks (engine/dist); one
+// process: null. Refuses what cannot run on several processes before anyone waits on a peer.
+std::shared_ptr<dist::ParallelContext> join_ranks(const job::JobSpec& spec) {
+  const dist::DistEnvironment environment = dist::read_dist_environment();
+  if (!environment.is_distributed()) return nullptr;
+  check_processes(spec, environment.world_size);
+  const std::string device =
+      job::strategy_option(spec.strategy.name, spec.strategy.options, "device");
+  const bool cuda = device != "cpu" && torch::cuda::is_available();
+  return dist::ParallelContext::from_environment(cuda);
+}
+
 }  // namespace
 
 RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
@@ -514,9 +556,13 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   // Checked again here: a spec built in code has not been through parse_job_spec.
   job::validate_strategy(requested.strategy.name, requested.strategy.options, "job spec");
   plugins::register_builtin_plugins();
+  const std::shared_ptr<dist::ParallelContext> parallel = join_ranks(requested);
+  // Rank 0 alone writes the run folder's files (job.json, plan.json, the export); the event
+  // stream is rank 0's too (the caller opens it there only).
+  const bool leader = !parallel || parallel->rank() == 0;
   const fs::path out_dir = requested.output.dir;
   fs::create_directories(out_dir);
-  job::save_job_spec(requested, out_dir / "job.json");
+  if (leader) job::save_job_spec(requested, out_dir / "job.json");
   const hf::ModelFolder source = open_model(model_dir);
   // Planned before the data and the weights are read, so a job that cannot fit fails in a
   // second.
@@ -529,18 +575,26 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
 
   train::TrainerOptions options = trainer_options(spec, out_dir, source.dir());
   options.deferred_weights = std::move(to_train.weights);
+  if (parallel)
+    options.process = {parallel->rank(), parallel->world_size(), parallel, &parallel->world()};
   TrainerEventWriter trainer_events(events);
-  // This machine's step time for the job as planned, for later plans (plan/step_times.h).
-  StepTimeRecorder step_times(
-      plan::StepTimeStore(plan::StepTimeStore::default_path()),
-      plan::step_time_key(spec, source.config(), plan::probe_hardware(plan::ProfileOptions{})),
-      fs::absolute(out_dir).string(), events);
-  trainer_events.record_step_times(&step_times);
+  // This machine's step time for the job as planned, for later plans (plan/step_times.h). One
+  // process only: the planner's step times are a single process's.
+  std::optional<StepTimeRecorder> step_times;
+  if (!parallel) {
+    step_times.emplace(
+        plan::StepTimeStore(plan::StepTimeStore::default_path()),
+        plan::step_time_key(spec, source.config(), plan::probe_hardware(plan::ProfileOptions{})),
+        fs::absolute(out_dir).string(), events);
+    trainer_events.record_step_times(&*step_times);
+  }
   train::Trainer trainer(to_train.model, options, &trainer_events);
   options.deferred_weights.reset();  // read by now: the checkpoint's pages can go
   source.release_resident_pages();
   const train::TrainResult result = train_model(trainer, spec, std::move(data), run_options.stop);
-  step_times.finish();
+  if (step_times) step_times->finish();
+  // Every rank is done with collectives; the other ranks leave, rank 0 exports.
+  if (parallel) parallel->world().barrier();
 
   RunOutcome outcome;
   outcome.status = result.status;
@@ -549,7 +603,7 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   outcome.last_checkpoint = result.last_checkpoint;
   if (!result.losses.empty()) outcome.final_loss = result.losses.back();
   if (!result.evals.empty()) outcome.final_eval_loss = result.evals.back().loss;
-  if (result.status != "completed") return outcome;
+  if (result.status != "completed" || !leader) return outcome;
   // The optimizer is done: its memory goes to the export.
   trainer.plugin().release_training_state();
   if (trainer.lora())

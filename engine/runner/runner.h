@@ -39,6 +39,17 @@ struct RunOptions {
   std::optional<std::uint64_t> simulate_host_memory;
 };
 
+// Throws tessera::Error (Unsupported) when `spec`'s strategy cannot run as `world_size`
+// processes: "auto" (the planner plans one process) or a plugin that does not distribute
+// (train::Plugin::runs_distributed), naming the strategies that do. One process: nothing.
+void check_processes(const job::JobSpec& spec, int world_size);
+
+// Several processes (torchrun's WORLD_SIZE etc. set; engine/dist/README.md): every rank calls
+// run_job with the same spec. Each joins the job (rendezvous; a bad variable is an error naming
+// it), trains its share of every step (train/trainer.h) and writes its part of each checkpoint;
+// rank 0 alone writes job.json, plan.json and the export, and its `events` carry every rank's
+// loss, throughput and memory. The caller opens `events` on rank 0 only.
+//
 // Throws tessera::Error for bad input (naming the file/field) and failures; the caller turns
 // that into an `error` event and an exit code. With strategy "auto" the run trains with the
 // planner's settings (see plan/planner.h) and fails before loading anything when no setting

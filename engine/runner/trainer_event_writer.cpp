@@ -3,11 +3,19 @@
 namespace tessera::runner {
 
 void TrainerEventWriter::on_step(const train::StepReport& r) {
-  sink_.emit("metric", {{"step", r.step},
-                        {"loss", r.loss},
-                        {"lr", r.lr},
-                        {"grad_norm", r.grad_norm},
-                        {"tokens_per_s", r.tokens_per_s}});
+  nlohmann::json metric = {{"step", r.step},
+                           {"loss", r.loss},
+                           {"lr", r.lr},
+                           {"grad_norm", r.grad_norm},
+                           {"tokens_per_s", r.tokens_per_s}};
+  if (!r.ranks.empty()) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const auto& rank : r.ranks)
+      ranks.push_back(
+          {{"rank", rank.rank}, {"loss", rank.loss}, {"tokens_per_s", rank.tokens_per_s}});
+    metric["ranks"] = std::move(ranks);
+  }
+  sink_.emit("metric", metric);
 }
 
 void TrainerEventWriter::on_eval(const train::EvalResult& r) {
@@ -31,6 +39,19 @@ void TrainerEventWriter::on_memory(const train::MemoryReport& r) {
                             {"optimizer", r.by_category.optimizer},
                             {"activations_other", r.activations_other}}}};
   if (r.system_used) event["system_used"] = *r.system_used;
+  if (!r.ranks.empty()) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const auto& rank : r.ranks)
+      ranks.push_back({{"rank", rank.rank},
+                       {"host", rank.host},
+                       {"used", rank.used},
+                       {"by_category",
+                        {{"weights", rank.by_category.weights},
+                         {"gradients", rank.by_category.gradients},
+                         {"optimizer", rank.by_category.optimizer},
+                         {"activations_other", rank.activations_other}}}});
+    event["ranks"] = std::move(ranks);
+  }
   if (r.on_disk)
     event["traffic"] = {{"read_bytes", r.bytes_read},
                         {"written_bytes", r.bytes_written},

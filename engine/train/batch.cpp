@@ -1,5 +1,6 @@
 #include "train/batch.h"
 
+#include <algorithm>
 #include <numeric>
 #include <random>
 
@@ -51,8 +52,34 @@ void FixedBatchSource::seek(const DataPosition& position) {
                       std::to_string(position.index) + ") is outside the data (" +
                       std::to_string(batches_per_epoch()) + " batches per epoch)",
                   "resume with the same dataset, batch size and max length");
+  const bool same_epoch = position.epoch == position_.epoch;
   position_ = position;
-  build_order();
+  if (!same_epoch) build_order();
+}
+
+DataPosition advance(DataPosition position, std::int64_t count, std::int64_t batches_per_epoch) {
+  const std::int64_t linear = position.epoch * batches_per_epoch + position.index + count;
+  return {linear / batches_per_epoch, linear % batches_per_epoch};
+}
+
+ShardedBatchSource::ShardedBatchSource(BatchSource& inner, int rank, int world_size)
+    : inner_(inner), rank_(rank), world_size_(world_size) {
+  if (world_size < 1 || rank < 0 || rank >= world_size)
+    throw Error(ErrorKind::Internal, "data shard " + std::to_string(rank) + " of " +
+                                         std::to_string(world_size) + " is not a shard");
+}
+
+std::int64_t ShardedBatchSource::batches_per_epoch() const {
+  return std::max<std::int64_t>(1, inner_.batches_per_epoch() / world_size_);
+}
+
+Batch ShardedBatchSource::next() {
+  const DataPosition group = inner_.position();
+  const std::int64_t per_epoch = inner_.batches_per_epoch();
+  if (rank_ > 0) inner_.seek(advance(group, rank_, per_epoch));
+  Batch batch = inner_.next();
+  inner_.seek(advance(group, world_size_, per_epoch));
+  return batch;
 }
 
 }  // namespace tessera::train

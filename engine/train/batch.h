@@ -59,4 +59,29 @@ class FixedBatchSource : public BatchSource {
   std::vector<std::size_t> order_;  // for position_.epoch
 };
 
+// Rank `rank` of `world_size` data-parallel ranks: micro-batch `rank` of every `world_size`
+// consecutive micro-batches of `inner`, in `inner`'s order (shared by every rank). So one step of
+// world_size ranks reads the micro-batches one process reads in world_size steps of gradient
+// accumulation. position() and seek() are `inner`'s (global) positions, the same on every rank:
+// the start of the next group of world_size micro-batches. A group may run across an epoch's end.
+class ShardedBatchSource : public BatchSource {
+ public:
+  // `inner` must outlive this source; 0 <= rank < world_size.
+  ShardedBatchSource(BatchSource& inner, int rank, int world_size);
+  // Whole groups of world_size micro-batches per epoch (at least 1).
+  std::int64_t batches_per_epoch() const override;
+  Batch next() override;
+  DataPosition position() const override { return inner_.position(); }
+  void seek(const DataPosition& position) override { inner_.seek(position); }
+  std::uint64_t order_seed() const override { return inner_.order_seed(); }
+
+ private:
+  BatchSource& inner_;
+  int rank_;
+  int world_size_;
+};
+
+// `position` moved on by `count` batches of `batches_per_epoch` per epoch.
+DataPosition advance(DataPosition position, std::int64_t count, std::int64_t batches_per_epoch);
+
 }  // namespace tessera::train

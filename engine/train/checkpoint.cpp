@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <random>
 #include <vector>
 
@@ -62,41 +63,33 @@ std::string file_checksum(const fs::path& file) {
   return buf;
 }
 
-fs::path write_checkpoint(const fs::path& run_dir, std::int64_t step,
-                          const std::function<void(const fs::path&)>& write_files,
-                          const nlohmann::json& extra) {
-  std::error_code ec;
-  fs::create_directories(run_dir, ec);
-  if (ec) throw_io(run_dir.string() + ": cannot create the run folder: " + ec.message());
-  const std::string name = kPrefix + std::to_string(step);
-  const fs::path tmp = run_dir / (name + ".tmp-" + random_suffix());
-  if (!fs::create_directory(tmp, ec) || ec)
-    throw_io(tmp.string() + ": cannot create a temporary checkpoint folder: " + ec.message(),
-             "check free space and permissions of " + run_dir.string());
-  try {
-    write_files(tmp);
-    nlohmann::json manifest = extra;
-    manifest["format"] = kCheckpointFormat;
-    manifest["step"] = step;
-    nlohmann::json files = nlohmann::json::array();
-    std::vector<fs::path> entries;
-    for (const auto& e : fs::directory_iterator(tmp)) entries.push_back(e.path());
-    std::sort(entries.begin(), entries.end());
-    for (const fs::path& p : entries) {
-      if (!fs::is_regular_file(p))
-        throw Error(ErrorKind::Internal, p.string() + ": checkpoints hold only files");
-      files.push_back({{"name", p.filename().string()},
-                       {"size", static_cast<std::uint64_t>(fs::file_size(p))},
-                       {"fnv1a64", file_checksum(p)}});
-    }
-    manifest["files"] = files;
-    core::write_file_atomic(tmp / kManifest, manifest.dump(2) + "\n");
-    core::fsync_directory(tmp);
-  } catch (...) {
-    remove_quietly(tmp);
-    throw;
+namespace {
+
+// Lists every file of `tmp` with its size and checksum in manifest.json (with `extra`), last.
+void write_manifest(const fs::path& tmp, std::int64_t step, const nlohmann::json& extra) {
+  nlohmann::json manifest = extra;
+  manifest["format"] = kCheckpointFormat;
+  manifest["step"] = step;
+  nlohmann::json files = nlohmann::json::array();
+  std::vector<fs::path> entries;
+  for (const auto& e : fs::directory_iterator(tmp)) entries.push_back(e.path());
+  std::sort(entries.begin(), entries.end());
+  for (const fs::path& p : entries) {
+    if (!fs::is_regular_file(p))
+      throw Error(ErrorKind::Internal, p.string() + ": checkpoints hold only files");
+    files.push_back({{"name", p.filename().string()},
+                     {"size", static_cast<std::uint64_t>(fs::file_size(p))},
+                     {"fnv1a64", file_checksum(p)}});
   }
-  const fs::path final_path = run_dir / name;
+  manifest["files"] = files;
+  core::write_file_atomic(tmp / kManifest, manifest.dump(2) + "\n");
+  core::fsync_directory(tmp);
+}
+
+// Renames the complete `tmp` to `final_path` (displacing an older save of the same step).
+void commit(const fs::path& run_dir, const fs::path& tmp, const fs::path& final_path,
+            const std::string& name) {
+  std::error_code ec;
   fs::path displaced;
   if (fs::exists(final_path)) {  // re-saving a step (e.g. after a resume): swap atomically-ish
     displaced = run_dir / (name + ".old-" + random_suffix());
@@ -109,6 +102,73 @@ fs::path write_checkpoint(const fs::path& run_dir, std::int64_t step,
     throw_io(tmp.string() + ": cannot rename to " + final_path.string() + ": " + ec.message());
   core::fsync_directory(run_dir);
   if (!displaced.empty()) remove_quietly(displaced);
+}
+
+// Every rank's `ok` (one process: its own), then throws on every rank when one failed: a failed
+// rank rethrows its own error, the others name the first failed rank.
+void agree(const CheckpointRanks& ranks, const std::exception_ptr& error, const std::string& what,
+           const std::function<void()>& on_failure) {
+  std::vector<bool> oks{!error};
+  if (ranks.world_size > 1) oks = ranks.all_ok(!error);
+  const auto failed = std::find(oks.begin(), oks.end(), false);
+  if (failed == oks.end()) return;
+  if (on_failure) on_failure();
+  if (error) std::rethrow_exception(error);
+  throw_io("rank " + std::to_string(failed - oks.begin()) + " failed to " + what,
+           "that rank's error (its log, prefixed [rank N] by tessera-cli launch) says why");
+}
+
+}  // namespace
+
+fs::path write_checkpoint(const fs::path& run_dir, std::int64_t step,
+                          const std::function<void(const fs::path&)>& write_files,
+                          const nlohmann::json& extra, const CheckpointRanks& ranks) {
+  const bool distributed = ranks.world_size > 1;
+  const bool leader = ranks.rank == 0;
+  const std::string name = kPrefix + std::to_string(step);
+  fs::path tmp;
+  if (leader) {
+    std::error_code ec;
+    fs::create_directories(run_dir, ec);
+    if (ec) {
+      if (distributed) ranks.from_rank0("");
+      throw_io(run_dir.string() + ": cannot create the run folder: " + ec.message());
+    }
+    tmp = run_dir / (name + ".tmp-" + random_suffix());
+    if (!fs::create_directory(tmp, ec) || ec) {
+      if (distributed) ranks.from_rank0("");
+      throw_io(tmp.string() + ": cannot create a temporary checkpoint folder: " + ec.message(),
+               "check free space and permissions of " + run_dir.string());
+    }
+  }
+  if (distributed) {
+    tmp = ranks.from_rank0(leader ? tmp.filename().string() : std::string());
+    if (tmp.empty())
+      throw_io("rank 0 could not create the folder of " + name + " in " + run_dir.string(),
+               "rank 0's error says why");
+    tmp = run_dir / tmp;
+  }
+  const auto remove_tmp = [&] {
+    if (leader) remove_quietly(tmp);
+  };
+  std::exception_ptr error;
+  try {
+    write_files(tmp);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  agree(ranks, error, "write its part of " + name, remove_tmp);
+  // Every rank's files are in place: rank 0 alone lists them, commits and (the caller) prunes.
+  const fs::path final_path = run_dir / name;
+  if (leader) {
+    try {
+      write_manifest(tmp, step, extra);
+      commit(run_dir, tmp, final_path, name);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  agree(ranks, error, "commit " + name, remove_tmp);
   return final_path;
 }
 

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace tessera::train {
 
@@ -21,16 +22,33 @@ inline constexpr int kCheckpointFormat = 1;
 // FNV-1a 64 of a file's bytes, as 16 hex digits.
 std::string file_checksum(const std::filesystem::path& file);
 
-// Creates the temporary folder, lets `write_files` fill it (every file it writes must be
-// fsynced, e.g. via core::write_file_atomic / hf::write_safetensors), writes manifest.json
-// (with `extra` merged in) last, and renames the folder into place. Returns the final path.
+// The processes of a job that write one checkpoint together. One process: the defaults (no
+// collective). Several: every rank calls write_checkpoint() with the same step, and the two
+// collectives below run on the job's group (the trainer makes them).
+struct CheckpointRanks {
+  int rank = 0;
+  int world_size = 1;
+  // Rank 0's `value` on every rank (a broadcast).
+  std::function<std::string(const std::string& value)> from_rank0;
+  // Every rank's `ok`, in rank order, once every rank has called it (an all-gather, so a
+  // barrier too).
+  std::function<std::vector<bool>(bool ok)> all_ok;
+};
+
+// Rank 0 creates the temporary folder and tells the others its name; every rank lets
+// `write_files` fill it with its own files (each fsynced, e.g. via core::write_file_atomic /
+// hf::write_safetensors; names distinct across ranks); once every rank has written (a barrier),
+// rank 0 writes manifest.json (every rank's files, `extra` merged in) last and renames the
+// folder into place, and every rank returns the final path after that. A rank that fails makes
+// every rank throw (naming it), and no one else renames or removes a save in progress.
 std::filesystem::path write_checkpoint(
     const std::filesystem::path& run_dir, std::int64_t step,
     const std::function<void(const std::filesystem::path& tmp_dir)>& write_files,
-    const nlohmann::json& extra = nlohmann::json::object());
+    const nlohmann::json& extra = nlohmann::json::object(), const CheckpointRanks& ranks = {});
 
 // Deletes complete checkpoints beyond the newest `keep_last` (keep_last <= 0 keeps all) and
-// leftover temporary folders. Never deletes `keep`.
+// leftover temporary folders. Never deletes `keep`. In a job of several processes rank 0 alone
+// calls it, after write_checkpoint() returned (no save is in progress then).
 void prune_checkpoints(const std::filesystem::path& run_dir, std::int64_t keep_last,
                        const std::filesystem::path& keep);
 

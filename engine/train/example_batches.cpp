@@ -90,8 +90,11 @@ void ExampleBatchSource::seek(const DataPosition& position) {
                       std::to_string(position.index) + ") is outside the data (" +
                       std::to_string(batches_per_epoch()) + " batches per epoch)",
                   "resume with the same dataset, batch size and max length");
+  // Sharded reading (ShardedBatchSource) seeks twice per batch: the order is drawn again only
+  // when the epoch changes.
+  const bool same_epoch = position.epoch == position_.epoch;
   position_ = position;
-  order_ = epoch_order(examples_.size(), shuffle_, seed_, position_.epoch);
+  if (!same_epoch) order_ = epoch_order(examples_.size(), shuffle_, seed_, position_.epoch);
 }
 
 }  // namespace tessera::train

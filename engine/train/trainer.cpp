@@ -2,14 +2,17 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <optional>
 
 #include "core/error.h"
 #include "core/files.h"
 #include "core/meminfo.h"
+#include "dist/parallel_context.h"
 #include "optim/schedule.h"
 #include "train/activation_checkpoint.h"
 #include "train/checkpoint.h"
@@ -20,6 +23,16 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr const char* kTrainerState = "trainer_state.json";
+
+// A rank's random state in a checkpoint: rank 0's keeps the one-process name.
+std::string rng_file(int rank) {
+  return rank == 0 ? "rng_state.safetensors"
+                   : "rng_state-rank" + std::to_string(rank) + ".safetensors";
+}
+
+const char* layout_name(Plugin::StateLayout layout) {
+  return layout == Plugin::StateLayout::Sharded ? "sharded" : "replicated";
+}
 
 }  // namespace
 
@@ -78,12 +91,20 @@ Trainer::Trainer(std::shared_ptr<model::PretrainedModel> model, TrainerOptions o
       options_.deferred_weights->load_into(*model_);
     options_.deferred_weights.reset();  // the checkpoint's mapping closes after prepare()
   }
+  plugin_options.process = options_.process;
   plugin_options.precision = precision_from_name(options_.precision);
   plugin_options.device = options_.device;
   plugin_options.strategy_options = options_.strategy_options;
   plugin_options.run_dir = options_.output_dir;
   plugin_options.adamw = {t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay};
   plugin_->prepare(*model_, std::move(trainable), plugin_options);
+  if (distributed()) {
+    if (options_.process.data_group == nullptr)
+      throw Error(ErrorKind::Internal, "trainer: several processes but no data-parallel group");
+    // The model and adapters start the same on every rank (seeded above); from here each rank
+    // draws its own numbers (dropout), while the data order stays shared.
+    torch::manual_seed(t.seed + static_cast<std::uint64_t>(options_.process.rank));
+  }
   // Each layer's activations are recomputed in backward instead of kept (grad mode only; the
   // model bypasses the wrapper when it runs with a KV cache).
   if (t.activation_checkpointing) model_->layer_wrapper = &checkpointed;
@@ -97,8 +118,10 @@ Trainer::~Trainer() {
 std::int64_t Trainer::total_steps_for(const BatchSource& train) const {
   const TrainingOptions& t = options_.training;
   if (t.steps) return *t.steps;
-  const std::int64_t per_epoch =
-      std::max<std::int64_t>(1, train.batches_per_epoch() / t.gradient_accumulation);
+  // Several ranks read world_size micro-batches per accumulation step between them.
+  const std::int64_t batches =
+      std::max<std::int64_t>(1, train.batches_per_epoch() / options_.process.world_size);
+  const std::int64_t per_epoch = std::max<std::int64_t>(1, batches / t.gradient_accumulation);
   const double epochs = t.epochs ? *t.epochs : 1.0;
   const double steps = std::ceil(epochs * static_cast<double>(per_epoch));
   if (!(steps < 1e15)) throw_invalid("training.epochs: too many steps");
@@ -134,10 +157,16 @@ EvalResult Trainer::evaluate(BatchSource& source) {
   std::int64_t right = 0, labelled = 0;
   const bool classification = model_->head() == model::TaskHead::SequenceClassification;
   const std::int64_t n = source.batches_per_epoch();
+  // Several ranks: rank r evaluates batches r, r + world_size, …; the sums are added up below.
+  const int rank = options_.process.rank;
+  const int world_size = options_.process.world_size;
+  std::int64_t count = 0;
   {
     torch::NoGradGuard no_grad;
-    for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t i = rank; i < n; i += world_size) {
+      if (world_size > 1) source.seek({0, i});
       const Batch batch = source.next();
+      ++count;
       model::ForwardOutput out = forward_batch(batch);
       sum += out.loss.detach().to(torch::kFloat64).item<double>();
       if (classification) {
@@ -149,8 +178,21 @@ EvalResult Trainer::evaluate(BatchSource& source) {
   }
   model_->train();
   source.seek(saved);
+  if (distributed()) {
+    const std::vector<double> all =
+        gather({sum, static_cast<double>(count), static_cast<double>(right),
+                static_cast<double>(labelled)});
+    sum = 0.0;
+    count = right = labelled = 0;
+    for (std::size_t i = 0; i < all.size(); i += 4) {
+      sum += all[i];
+      count += static_cast<std::int64_t>(all[i + 1]);
+      right += static_cast<std::int64_t>(all[i + 2]);
+      labelled += static_cast<std::int64_t>(all[i + 3]);
+    }
+  }
   EvalResult r;
-  r.loss = sum / static_cast<double>(n);
+  r.loss = sum / static_cast<double>(count);
   if (classification)
     r.accuracy = labelled > 0 ? static_cast<double>(right) / static_cast<double>(labelled) : 0.0;
   else
@@ -162,8 +204,42 @@ void Trainer::emit_eval(const EvalResult& r) {
   if (events_) events_->on_eval(r);
 }
 
+std::vector<double> Trainer::gather(const std::vector<double>& values) {
+  if (!distributed()) return values;
+  const torch::Tensor local = torch::tensor(values, torch::kFloat64);
+  const torch::Tensor all = options_.process.data_group->all_gather(local).contiguous();
+  const double* data = all.data_ptr<double>();
+  return std::vector<double>(data, data + all.numel());
+}
+
+CheckpointRanks Trainer::checkpoint_ranks() {
+  CheckpointRanks ranks;
+  ranks.rank = options_.process.rank;
+  ranks.world_size = options_.process.world_size;
+  if (!distributed()) return ranks;
+  dist::ProcessGroup* group = options_.process.data_group;
+  ranks.from_rank0 = [group](const std::string& value) {
+    // The length first, then the bytes.
+    torch::Tensor size = torch::tensor({static_cast<std::int64_t>(value.size())}, torch::kInt64);
+    group->broadcast(size, 0);
+    torch::Tensor bytes = torch::zeros({size.item<std::int64_t>()}, torch::kUInt8);
+    if (group->rank() == 0 && !value.empty())
+      std::memcpy(bytes.data_ptr(), value.data(), value.size());
+    if (bytes.numel() > 0) group->broadcast(bytes, 0);
+    return std::string(reinterpret_cast<const char*>(bytes.data_ptr()),
+                       static_cast<std::size_t>(bytes.numel()));
+  };
+  ranks.all_ok = [this](bool ok) {
+    std::vector<bool> oks;
+    for (double v : gather({ok ? 1.0 : 0.0})) oks.push_back(v != 0.0);
+    return oks;
+  };
+  return ranks;
+}
+
 void Trainer::emit_memory() {
-  if (!events_) return;
+  // Several processes: a collective, so every rank takes part whether it reports or not.
+  if (!events_ && !distributed()) return;
   const MemoryByCategory m = plugin_->memory();
   const std::uint64_t rss = process_rss_bytes();
   const std::uint64_t accounted = m.weights + m.gradients + m.optimizer;
@@ -176,6 +252,25 @@ void Trainer::emit_memory() {
   report.activations_other = rss > accounted ? rss - accounted : 0;
   // What the whole machine uses: other programs' memory pressure next to ours.
   if (!report.on_device) report.system_used = system_memory_used_bytes();
+  if (distributed()) {
+    constexpr std::size_t kFields = 5;
+    const std::vector<double> all =
+        gather({static_cast<double>(report.used), static_cast<double>(m.weights),
+                static_cast<double>(m.gradients), static_cast<double>(m.optimizer),
+                static_cast<double>(report.activations_other)});
+    for (std::size_t i = 0; i + kFields <= all.size(); i += kFields) {
+      MemoryReport::Rank rank;
+      rank.rank = static_cast<int>(i / kFields);
+      rank.host = options_.process.parallel ? options_.process.parallel->host_of(rank.rank) : "";
+      rank.used = static_cast<std::uint64_t>(all[i]);
+      rank.by_category = {static_cast<std::uint64_t>(all[i + 1]),
+                          static_cast<std::uint64_t>(all[i + 2]),
+                          static_cast<std::uint64_t>(all[i + 3])};
+      rank.activations_other = static_cast<std::uint64_t>(all[i + 4]);
+      report.ranks.push_back(std::move(rank));
+    }
+  }
+  if (!events_) return;
   events_->on_memory(report);
   if (const std::optional<DiskTierMemory> disk = plugin_->disk_memory()) {
     MemoryReport d;
@@ -206,6 +301,9 @@ fs::path Trainer::save_checkpoint(std::int64_t step, const BatchSource& train,
   if (options_.output_dir.empty())
     throw_invalid("output.dir: required to save checkpoints", "give an output folder");
   if (events_) events_->on_progress("save", 0, 1, std::nullopt);
+  const int rank = options_.process.rank;
+  const Plugin::StateLayout layout = plugin_->state_layout();
+  const bool sharded = layout == Plugin::StateLayout::Sharded;
   nlohmann::json state = {
       {"step", step},
       {"total_steps", total_steps},
@@ -218,21 +316,33 @@ fs::path Trainer::save_checkpoint(std::int64_t step, const BatchSource& train,
         {"seed", train.order_seed()}}},
       {"plugin", plugin_->name()},
       {"plugin_state", plugin_->state_json()},
+      {"world_size", options_.process.world_size},
   };
+  // Each rank writes only its own files: the replicated state once (rank 0), a sharded one by
+  // every rank, and every rank its random state.
   auto write = [&](const fs::path& dir) {
-    std::vector<NamedTensor> weights = plugin_->trainable_weights();
-    if (lora_)
-      lora_->save_adapter(dir, options_.base_model_name, &weights);
-    else
-      write_safetensors_tensors(dir / "model.safetensors", std::move(weights), true,
-                                {{"format", "pt"}});
-    write_safetensors_tensors(dir / "optimizer.safetensors", plugin_->optimizer_state());
-    write_safetensors_tensors(dir / "rng_state.safetensors", {{"torch_cpu", cpu_rng_state()}},
-                              false);
-    core::write_file_atomic(dir / kTrainerState, state.dump(2) + "\n");
+    if (sharded) {
+      const std::string part = "-rank" + std::to_string(rank) + ".safetensors";
+      write_safetensors_tensors(dir / ("model" + part), plugin_->trainable_weights());
+      write_safetensors_tensors(dir / ("optimizer" + part), plugin_->optimizer_state());
+    } else if (rank == 0) {
+      std::vector<NamedTensor> weights = plugin_->trainable_weights();
+      if (lora_)
+        lora_->save_adapter(dir, options_.base_model_name, &weights);
+      else
+        write_safetensors_tensors(dir / "model.safetensors", std::move(weights), true,
+                                  {{"format", "pt"}});
+      write_safetensors_tensors(dir / "optimizer.safetensors", plugin_->optimizer_state());
+    }
+    write_safetensors_tensors(dir / rng_file(rank), {{"torch_cpu", cpu_rng_state()}}, false);
+    if (rank == 0) core::write_file_atomic(dir / kTrainerState, state.dump(2) + "\n");
   };
-  fs::path path = write_checkpoint(options_.output_dir, step, write, {{"kind", "tessera-train"}});
-  prune_checkpoints(options_.output_dir, options_.training.keep_last, path);
+  const nlohmann::json extra = {{"kind", "tessera-train"},
+                                {"world_size", options_.process.world_size},
+                                {"state_layout", layout_name(layout)}};
+  fs::path path = write_checkpoint(options_.output_dir, step, write, extra, checkpoint_ranks());
+  // Every rank's part is committed by now: pruning cannot touch a save in progress.
+  if (rank == 0) prune_checkpoints(options_.output_dir, options_.training.keep_last, path);
   if (events_) {
     events_->on_checkpoint(step, path);
     events_->on_progress("save", 1, 1, std::nullopt);
@@ -244,8 +354,42 @@ std::int64_t Trainer::restore(BatchSource& train, std::int64_t total_steps) {
   auto log = [&](const std::string& message) {
     if (events_) events_->on_log("warning", message);
   };
-  FoundCheckpoint found = find_resume_checkpoint(*options_.resume, log);
+  const int rank = options_.process.rank;
+  const int world_size = options_.process.world_size;
+  // Rank 0 picks the checkpoint (the newest valid one) and every rank reads that one.
+  FoundCheckpoint found;
+  if (rank == 0) {
+    try {
+      found = find_resume_checkpoint(*options_.resume, log);
+    } catch (...) {
+      if (distributed()) checkpoint_ranks().from_rank0("");
+      throw;
+    }
+  }
+  if (distributed()) {
+    const std::string shared = checkpoint_ranks().from_rank0(
+        rank == 0
+            ? nlohmann::json{{"path", found.path.string()}, {"manifest", found.manifest}}.dump()
+            : std::string());
+    if (shared.empty())
+      throw_invalid(
+          "resume: rank 0 found no checkpoint to resume from in " + options_.resume->string(),
+          "rank 0's error says why");
+    const nlohmann::json chosen = nlohmann::json::parse(shared);
+    found.path = chosen.at("path").get<std::string>();
+    found.manifest = chosen.at("manifest");
+    found.step = found.manifest.at("step").get<std::int64_t>();
+  }
   const std::string source = found.path.string();
+  const int saved_world_size = found.manifest.value("world_size", 1);
+  const bool saved_sharded = found.manifest.value("state_layout", "replicated") == "sharded";
+  if (saved_sharded && saved_world_size != world_size)
+    throw_unsupported(source + " holds state sharded over " + std::to_string(saved_world_size) +
+                          " ranks; this run has " + std::to_string(world_size) +
+                          ", and resharding a checkpoint is not supported yet",
+                      "resume with " + std::to_string(saved_world_size) +
+                          " processes (tessera-cli launch --nproc " +
+                          std::to_string(saved_world_size) + ")");
   nlohmann::json state;
   try {
     state = nlohmann::json::parse(core::read_text_file(found.path / kTrainerState));
@@ -263,19 +407,37 @@ std::int64_t Trainer::restore(BatchSource& train, std::int64_t total_steps) {
                           " to " + std::to_string(total_steps) + " steps; the schedule follows it");
     train.seek({state.at("data").at("epoch").get<std::int64_t>(),
                 state.at("data").at("index").get<std::int64_t>()});
-    const fs::path weights_file =
+    fs::path weights_file =
         found.path / (lora_ ? "adapter_model.safetensors" : "model.safetensors");
+    fs::path optimizer_file = found.path / "optimizer.safetensors";
+    if (saved_sharded) {
+      const std::string part = "-rank" + std::to_string(rank) + ".safetensors";
+      weights_file = found.path / ("model" + part);
+      optimizer_file = found.path / ("optimizer" + part);
+    }
     plugin_->load_state(read_safetensors_tensors(weights_file),
-                        read_safetensors_tensors(found.path / "optimizer.safetensors"),
-                        state.at("plugin_state"), source);
-    auto rng = read_safetensors_tensors(found.path / "rng_state.safetensors");
-    if (!rng.count("torch_cpu")) throw_invalid(source + ": rng_state.safetensors lacks torch_cpu");
-    set_cpu_rng_state(rng.at("torch_cpu"));
+                        read_safetensors_tensors(optimizer_file), state.at("plugin_state"), source);
+    if (rank < saved_world_size) {
+      auto rng = read_safetensors_tensors(found.path / rng_file(rank));
+      if (!rng.count("torch_cpu"))
+        throw_invalid(source + ": " + rng_file(rank) + " lacks torch_cpu");
+      set_cpu_rng_state(rng.at("torch_cpu"));
+    } else {
+      // A rank the saving run did not have: a stream of its own, as at a start.
+      torch::manual_seed(options_.training.seed + static_cast<std::uint64_t>(rank) +
+                         static_cast<std::uint64_t>(found.step) * 1000003ULL);
+    }
   } catch (const nlohmann::json::exception& e) {
     throw_invalid(source + "/" + kTrainerState + ": invalid (" + e.what() + ")");
   }
-  if (events_)
+  if (events_) {
     events_->on_log("info", "resumed from " + source + " at step " + std::to_string(found.step));
+    if (saved_world_size != world_size)
+      events_->on_log("info", "resume: the checkpoint was saved by " +
+                                  std::to_string(saved_world_size) + " processes, this run has " +
+                                  std::to_string(world_size) +
+                                  " (its state is replicated, so every rank reads all of it)");
+  }
   return found.step;
 }
 
@@ -294,13 +456,17 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
   // does, plan/step_times.h).
   std::optional<std::chrono::steady_clock::time_point> first_step_end;
   result.status = "completed";
+  // Several ranks: this rank's share of the shared order (positions stay global).
+  std::optional<ShardedBatchSource> shard;
+  if (distributed()) shard.emplace(train, options_.process.rank, options_.process.world_size);
+  BatchSource& micro_batches = shard ? *shard : train;
   emit_memory();
   while (step < result.total_steps) {
     const auto t0 = std::chrono::steady_clock::now();
     double loss_sum = 0.0;
     std::int64_t tokens = 0;
     for (std::int64_t micro = 0; micro < t.gradient_accumulation; ++micro) {
-      Batch batch = train.next();
+      Batch batch = micro_batches.next();
       tokens += batch.attention_mask.defined() ? batch.attention_mask.sum().item<std::int64_t>()
                                                : batch.input_ids.numel();
       loss_sum += train_micro_batch(batch, micro + 1 == t.gradient_accumulation);
@@ -308,7 +474,29 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
     const double lr = schedule.lr(step);
     const StepStats stats = plugin_->step(lr, t.max_grad_norm);
     ++step;
-    const double loss = loss_sum / static_cast<double>(t.gradient_accumulation);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double loss = loss_sum / static_cast<double>(t.gradient_accumulation);
+    double tokens_per_s = seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0;
+    bool stop_requested = stop && stop->load();
+    std::vector<RankStep> rank_steps;
+    if (distributed()) {
+      // One collective per step: the mean loss, the job's throughput, and a stop that every rank
+      // makes at the same step (a signal may reach the ranks at different steps).
+      const std::vector<double> all =
+          gather({loss, static_cast<double>(tokens), seconds, stop_requested ? 1.0 : 0.0});
+      double loss_total = 0.0, tokens_total = 0.0, slowest = 0.0;
+      for (std::size_t i = 0; i + 4 <= all.size(); i += 4) {
+        const int rank = static_cast<int>(i / 4);
+        rank_steps.push_back({rank, all[i], all[i + 2] > 0 ? all[i + 1] / all[i + 2] : 0.0});
+        loss_total += all[i];
+        tokens_total += all[i + 1];
+        slowest = std::max(slowest, all[i + 2]);
+        stop_requested = stop_requested || all[i + 3] != 0.0;
+      }
+      loss = loss_total / static_cast<double>(rank_steps.size());
+      tokens_per_s = slowest > 0 ? tokens_total / slowest : 0.0;
+      seconds = slowest;
+    }
     if (!std::isfinite(loss) || (!std::isfinite(stats.grad_norm) && stats.applied))
       throw_invalid("training diverged at step " + std::to_string(step) + ": loss " +
                         std::to_string(loss) + ", gradient norm " + std::to_string(stats.grad_norm),
@@ -316,22 +504,22 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
     result.losses.push_back(loss);
     result.grad_norms.push_back(stats.grad_norm);
     result.lrs.push_back(lr);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (events_) events_->on_step_time(step, seconds);
     const bool first_of_run = !first_step_end;
     if (first_of_run) first_step_end = std::chrono::steady_clock::now();
-    if (events_ && (t.log_every <= 1 || step % t.log_every == 0 || step == result.total_steps)) {
-      events_->on_step({step, loss, lr, stats.grad_norm, seconds > 0 ? tokens / seconds : 0.0});
-      const auto now = std::chrono::steady_clock::now();
-      const std::int64_t after_first = step - result.start_step - 1;
-      const double per_step = first_of_run
-                                  ? std::chrono::duration<double>(now - run_start).count()
-                                  : std::chrono::duration<double>(now - *first_step_end).count() /
-                                        static_cast<double>(after_first);
-      events_->on_progress("train", step, result.total_steps,
-                           per_step * static_cast<double>(result.total_steps - step));
-      emit_memory();
+    if (t.log_every <= 1 || step % t.log_every == 0 || step == result.total_steps) {
+      if (events_) {
+        events_->on_step({step, loss, lr, stats.grad_norm, tokens_per_s, rank_steps});
+        const auto now = std::chrono::steady_clock::now();
+        const std::int64_t after_first = step - result.start_step - 1;
+        const double per_step = first_of_run
+                                    ? std::chrono::duration<double>(now - run_start).count()
+                                    : std::chrono::duration<double>(now - *first_step_end).count() /
+                                          static_cast<double>(after_first);
+        events_->on_progress("train", step, result.total_steps,
+                             per_step * static_cast<double>(result.total_steps - step));
+      }
+      emit_memory();  // every rank: a collective when there are several
     }
     if (eval && t.eval_every > 0 && step % t.eval_every == 0 && step < result.total_steps) {
       EvalResult r = evaluate(*eval);
@@ -340,7 +528,7 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
       emit_eval(r);
     }
     const bool stopping =
-        (stop && stop->load()) || (options_.stop_after_steps && step >= *options_.stop_after_steps);
+        stop_requested || (options_.stop_after_steps && step >= *options_.stop_after_steps);
     const bool periodic = t.save_every > 0 && step % t.save_every == 0;
     if (!options_.output_dir.empty() && (periodic || stopping || step == result.total_steps))
       result.last_checkpoint = save_checkpoint(step, train, result.total_steps);

@@ -11,7 +11,10 @@
 // float32 masters, HF names) or adapter_model.safetensors + adapter_config.json (LoRA, PEFT
 // format); optimizer.safetensors (AdamW m and v); rng_state.safetensors (torch's CPU
 // generator); trainer_state.json (step, data position and seed, schedule, plugin state);
-// manifest.json last (see checkpoint.h).
+// manifest.json last (see checkpoint.h). Several processes: rank r > 0 adds
+// rng_state-rank<r>.safetensors; a plugin whose state is sharded (Plugin::state_layout) has each
+// rank write model-rank<r>.safetensors and optimizer-rank<r>.safetensors instead of the two
+// files above; the manifest records world_size and state_layout.
 //
 // Activation checkpointing (training.activation_checkpointing): the trainer sets the model's
 // layer_wrapper to train::checkpointed, so each layer keeps only its input and is recomputed in
@@ -27,6 +30,7 @@
 
 #include "model/model.h"
 #include "train/batch.h"
+#include "train/checkpoint.h"
 #include "train/lora.h"
 #include "train/plugin.h"
 #include "train/trainer_events.h"
@@ -82,6 +86,12 @@ struct TrainerOptions {
   // Set when the model's parameters have no values yet (model::DeferredWeights): the plugin
   // reads them into its own storage, or the trainer loads them before preparing the plugin.
   std::shared_ptr<const model::DeferredWeights> deferred_weights;
+  // This process among the job's (PluginOptions::process). With several, every rank runs the
+  // same loop: rank r trains on micro-batch r of every world_size (ShardedBatchSource), the
+  // reported loss and evaluations are means over the ranks, throughput and memory are gathered
+  // per rank, a stop is agreed on by all, checkpoints are written together (checkpoint.h), and
+  // each rank draws from its own random stream (seed + rank) after the model is prepared.
+  ProcessContext process;
 };
 
 struct TrainResult {
@@ -130,6 +140,11 @@ class Trainer {
                                         std::int64_t total_steps);
   std::int64_t restore(BatchSource& train, std::int64_t total_steps);
   void emit_memory();
+  // Several processes: each rank's `values` (the same count on every rank), rank after rank;
+  // one process: `values`.
+  std::vector<double> gather(const std::vector<double>& values);
+  CheckpointRanks checkpoint_ranks();
+  bool distributed() const { return options_.process.world_size > 1; }
   // The disk tier's traffic counters at the last memory report (rates are deltas).
   struct DiskSample {
     std::chrono::steady_clock::time_point at;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "train/plugin.h"
 
@@ -19,13 +20,21 @@ struct EvalResult {
   std::optional<double> accuracy;    // classification: share of predicted labels that are right
 };
 
+// One rank's share of a step, in a job of several processes.
+struct RankStep {
+  int rank = 0;
+  double loss = 0.0;          // mean of this rank's micro-batch losses
+  double tokens_per_s = 0.0;  // this rank's tokens over its own step time
+};
+
 // One optimizer step (reported every training.log_every steps and at the last one).
 struct StepReport {
   std::int64_t step = 0;  // optimizer steps done in total
-  double loss = 0.0;      // mean of the micro-batch losses
+  double loss = 0.0;      // mean of the micro-batch losses (over every rank's)
   double lr = 0.0;
-  double grad_norm = 0.0;  // before clipping
-  double tokens_per_s = 0.0;
+  double grad_norm = 0.0;       // before clipping
+  double tokens_per_s = 0.0;    // every rank's tokens over the slowest rank's step time
+  std::vector<RankStep> ranks;  // several processes only: each rank's, gathered by a collective
 };
 
 // Memory of the training process: on the plugin's device when it is an accelerator, else the
@@ -44,6 +53,16 @@ struct MemoryReport {
   std::uint64_t bytes_written = 0;
   double read_bytes_per_s = 0.0;
   double written_bytes_per_s = 0.0;
+  // Several processes only (host and device reports): every rank's own report, rank order;
+  // the fields above are this rank's (rank 0's in the event stream).
+  struct Rank {
+    int rank = 0;
+    std::string host;
+    std::uint64_t used = 0;
+    MemoryByCategory by_category;
+    std::uint64_t activations_other = 0;
+  };
+  std::vector<Rank> ranks;
 };
 
 class TrainerEvents {
