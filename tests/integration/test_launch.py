@@ -241,3 +241,32 @@ def test_kill_9_of_rank_1_stops_the_job_and_names_it(workdir, ddp_run):
     assert events[-1] == {**events[-1], "type": "done", "status": "failed"}
     assert not alive(rank0) and not alive(rank1)
     assert not children_of(launch.pid)
+
+
+def test_ctrl_c_stops_every_rank_at_one_step_with_a_checkpoint(workdir, ddp_run):
+    out = workdir / "ddp-stopped"
+    spec = job(workdir, "ddp-stopped", steps=100000, eval_every=0)
+    launch = subprocess.Popen([CLI, "launch", "--nproc", "2", str(spec)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ev = out / "events.jsonl"
+            if ev.exists() and len(losses_of(events_of(ev))) >= 2:
+                break
+            assert launch.poll() is None, launch.communicate()
+            time.sleep(0.05)
+        children = children_of(launch.pid)
+        launch.send_signal(signal.SIGINT)
+        _, err = launch.communicate(timeout=60)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+    assert launch.returncode == 130, err
+    events = events_of(out / "events.jsonl")
+    assert events[-1]["type"] == "done" and events[-1]["status"] == "stopped", err
+    step = events[-1]["steps"]
+    checkpoint = out / f"checkpoint-{step}"
+    assert (checkpoint / "manifest.json").exists()
+    assert (checkpoint / "rng_state-rank1.safetensors").exists(), "rank 1 stopped at the same step"
+    assert not any(alive(pid) for pid, _ in children)
