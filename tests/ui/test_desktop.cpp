@@ -11,10 +11,12 @@
 #include <QComboBox>
 #include <QDesktopServices>
 #include <QDir>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
+#include <QPlainTextEdit>
 #include <QProcess>
 #include <QProgressBar>
 #include <QPushButton>
@@ -32,6 +34,7 @@
 #include <memory>
 
 #include "job/job_spec.h"
+#include "tests/ui/held_opens.h"
 #include "tests/ui/studio_fixture.h"
 #include "ui/dialogs/about_dialog.h"
 #include "ui/dialogs/export_dialog.h"
@@ -127,6 +130,42 @@ class DesktopTest : public QObject {
     store_->flush();
   }
 
+  // A run whose model/ the export dialog can measure (its exports are never started).
+  RunRecord measurable_run(const QString& id) {
+    RunRecord run;
+    run.id = id;
+    run.method = "full";
+    run.status = "completed";
+    run.output_dir = path(id);
+    [&] {
+      QVERIFY(QDir().mkpath(run.output_dir + "/model"));
+      write_file(run.output_dir + "/model/config.json", R"({"model_type":"llama"})");
+      write_file(run.output_dir + "/model/model.safetensors", QByteArray(4096, '\0'));
+    }();
+    return run;
+  }
+
+  // `dialog` to `destination`, once its write check answered; what start() says then.
+  QString start_at(ExportDialog& dialog, const QString& destination) {
+    dialog.set_destination(destination);
+    if (!QTest::qWaitFor([&] { return dialog.destination_checked(); }, 20000))
+      return "the destination's check never answered";
+    return dialog.start();
+  }
+
+  // A tmpfs mounted at `dir` with `options` (unmounted in cleanup()); "" or why it could not be.
+  QString mount_tmpfs(const QString& dir, const QString& options) {
+    if (::geteuid() != 0) return "mounting a file system needs root";
+    QDir().mkpath(dir);
+    QProcess mount;
+    mount.start("mount", {"-t", "tmpfs", "-o", options, "tmpfs", dir});
+    if (!mount.waitForFinished(20000) || mount.exitCode() != 0)
+      return "mount failed: " + QString::fromUtf8(mount.readAllStandardError()).trimmed();
+    mounts_ << dir;
+    return {};
+  }
+  QStringList mounts_;
+
   // The demo model and dataset in the app's data folder, made once.
   QString demo_dir(const QString& cli) {
     const QString dir = settings::demo_dir();
@@ -158,6 +197,8 @@ class DesktopTest : public QObject {
     }
     settings::set_theme("system");
     apply_theme("system");
+    for (const QString& dir : mounts_) QProcess::execute("umount", {dir});
+    mounts_.clear();
     QSettings().setValue("paths/cli", studio_cli());
   }
 
@@ -429,9 +470,8 @@ class DesktopTest : public QObject {
     dialog.show();
     QTRY_VERIFY_WITH_TIMEOUT(dialog.measured(), 20000);
     dialog.set_kind(ExportDialog::FullModel);
-    dialog.set_destination(path("exported"));
     QVERIFY(!dialog.open_folder_button()->isVisible());
-    QCOMPARE(dialog.start(), QString());
+    QCOMPARE(start_at(dialog, path("exported")), QString());
     QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 120000);
     QVERIFY2(dialog.succeeded(), qPrintable(dialog.message()));
     QVERIFY(dialog.open_folder_button()->isVisible());
@@ -441,29 +481,160 @@ class DesktopTest : public QObject {
     QDesktopServices::unsetUrlHandler("file");
     QCOMPARE(catcher.opened, QList<QUrl>{QUrl::fromLocalFile(path("exported"))});
     screenshot(&dialog, "desktop-export-done");
+
+    // The folder now holds a model: the dialog says a second export replaces it, and that export
+    // (tessera-cli export --force) swaps the new model in, leaving nothing else behind.
+    QTRY_VERIFY_WITH_TIMEOUT(dialog.destination_checked(), 20000);
+    QCOMPARE(dialog.replaces(), "a model in " + path("exported"));
+    QVERIFY2(dialog.estimate_label()->text().contains("; replaces a model in " + path("exported")),
+             qPrintable(dialog.estimate_label()->text()));
+    QVERIFY(dialog.export_button()->isEnabled());
+    const QStringList before = QDir(path("exported")).entryList(QDir::Files);
+    dialog.set_dtype("bfloat16");
+    QCOMPARE(dialog.start(), QString());
+    QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 120000);
+    QVERIFY2(dialog.succeeded(), qPrintable(dialog.message() + dialog.log_view()->toPlainText()));
+    QVERIFY(dialog.log_view()->toPlainText().contains("--dtype bfloat16 --force"));
+    QCOMPARE(QDir(path("exported")).entryList(QDir::Files), before);
+    QFile config(path("exported/config.json"));
+    QVERIFY(config.open(QIODevice::ReadOnly));
+    QCOMPARE(QJsonDocument::fromJson(config.readAll()).object().value("dtype").toString(),
+             QString("bfloat16"));
+    // Only the export itself is left in its parent (no staging or old folder).
+    QCOMPARE(QDir(tmp_.path()).entryList({"*exported*"}, QDir::AllEntries | QDir::Hidden),
+             QStringList{"exported"});
+  }
+
+  // Where an export can go: a new folder, an existing empty one, one holding an earlier export
+  // (replaced, and said so); not a folder of other files (the export would take its place).
+  // While the destination is checked, the dialog says "checking…" and Export waits.
+  void export_accepts_empty_folders_and_says_what_it_replaces() {
+    ExportDialog dialog(measurable_run("destinations-run"), studio_cli());
+    dialog.show();
+    QTRY_VERIFY_WITH_TIMEOUT(dialog.measured(), 20000);
+    dialog.set_kind(ExportDialog::FullModel);
+
+    // Typed, not yet checked: "checking…", Export off, and start() waits too.
+    dialog.set_destination(path("new-export"));
+    QVERIFY(!dialog.destination_checked());
+    QVERIFY(!dialog.export_button()->isEnabled());
+    QVERIFY2(dialog.estimate_label()->text().endsWith("; checking…"),
+             qPrintable(dialog.estimate_label()->text()));
+    QVERIFY(dialog.start().startsWith("Still checking whether " + path("new-export")));
+    QTRY_VERIFY_WITH_TIMEOUT(dialog.destination_checked(), 20000);
+    QCOMPARE(dialog.destination_problem(), QString());
+    QVERIFY(dialog.export_button()->isEnabled());
+    QVERIFY(!QFileInfo::exists(path("new-export")));  // the check removed the folder it made
+    // The free space said is the disk's, measured apart.
+    QVERIFY2(dialog.estimate_label()->text().contains(
+                 QString(" free on %1").arg(QStorageInfo(tmp_.path()).rootPath())),
+             qPrintable(dialog.estimate_label()->text()));
+
+    // An existing empty folder: accepted, nothing replaced, and left as it was.
+    QVERIFY(QDir().mkpath(path("empty-folder")));
+    dialog.set_destination(path("empty-folder"));
+    QTRY_VERIFY_WITH_TIMEOUT(dialog.destination_checked(), 20000);
+    QCOMPARE(dialog.destination_problem(), QString());
+    QCOMPARE(dialog.replaces(), QString());
+    QVERIFY(dialog.export_button()->isEnabled());
+    QVERIFY(QDir(path("empty-folder")).isEmpty());
+
+    // A folder of other files: refused, since the export takes the folder's place.
+    QVERIFY(QDir().mkpath(path("notes")) && QDir().mkpath(path("earlier")));
+    write_file(path("notes/todo.txt"), "x");
+    QString why = start_at(dialog, path("notes"));
+    QVERIFY2(why.contains(path("notes") + " holds 1 file or folder and no earlier export"),
+             qPrintable(why));
+    QVERIFY(!dialog.export_button()->isEnabled());
+    QVERIFY(dialog.status_label()->text().contains("choose a new or empty folder"));
+    QCOMPARE(QDir(path("notes")).entryList(QDir::Files), QStringList{"todo.txt"});
+
+    // An earlier export (config.json and weights): replaced, and the dialog says so.
+    write_file(path("earlier/config.json"), "{}");
+    write_file(path("earlier/model.safetensors"), "x");
+    dialog.set_destination(path("earlier"));
+    QTRY_VERIFY_WITH_TIMEOUT(dialog.destination_checked(), 20000);
+    QCOMPARE(dialog.destination_problem(), QString());
+    QCOMPARE(dialog.replaces(), "a model in " + path("earlier"));
+    QVERIFY(dialog.status_label()->text().isEmpty());  // the refusal above is gone
+
+    // The run's own model folder is never a destination.
+    why = start_at(dialog, path("destinations-run/model"));
+    QVERIFY2(why.contains("is this run's own model folder"), qPrintable(why));
+
+    // GGUF: a new file, a GGUF file from before (replaced), never another file or a folder.
+    if (dialog.kinds().contains(ExportDialog::Gguf)) {
+      dialog.set_kind(ExportDialog::Gguf);
+      write_file(path("old.gguf"), QByteArray("GGUF\x03\0\0\0", 8));
+      dialog.set_destination(path("old.gguf"));
+      QTRY_VERIFY_WITH_TIMEOUT(dialog.destination_checked(), 20000);
+      QCOMPARE(dialog.replaces(), "the GGUF file " + path("old.gguf"));
+      why = start_at(dialog, path("notes/todo.txt"));
+      QVERIFY2(why.contains("exists and is not a GGUF file"), qPrintable(why));
+      why = start_at(dialog, path("empty-folder"));
+      QVERIFY2(why.contains("is a folder; a GGUF export is one file"), qPrintable(why));
+    }
+  }
+
+  // A destination whose disk does not answer (every open in the folder held, as on a dead
+  // network mount) leaves the dialog working: the check runs on another thread, the event loop
+  // keeps going, the dialog says it is still checking, and an answer for that destination that
+  // comes after another was chosen is dropped.
+  void a_hung_destination_does_not_freeze_the_dialog() {
+    if (::geteuid() != 0) QSKIP("holding a folder's opens (fanotify) needs root");
+    const QString hung = path("hung-disk");
+    QVERIFY(QDir().mkpath(hung));
+    HeldOpens held(hung);
+    if (!held.error().isEmpty()) QSKIP(qPrintable(held.error()));
+    ExportDialog dialog(measurable_run("hung-run"), studio_cli());
+    dialog.show();
+    QTRY_VERIFY_WITH_TIMEOUT(dialog.measured(), 20000);
+    dialog.set_kind(ExportDialog::FullModel);
+    dialog.set_destination(hung);  // an existing empty folder: the probe file is opened in it
+    QTRY_COMPARE_WITH_TIMEOUT(held.waiting(), 1, 10000);
+    QVERIFY(!held.openers().contains(this_thread_id()));  // not the GUI thread
+
+    // The event loop runs while the check waits: a 10 ms timer keeps firing.
+    int ticks = 0;
+    QTimer timer;
+    connect(&timer, &QTimer::timeout, [&] { ++ticks; });
+    timer.start(10);
+    QElapsedTimer clock;
+    clock.start();
+    QTest::qWait(500);
+    QVERIFY2(ticks >= 25, qPrintable(QString("%1 ticks in %2 ms").arg(ticks).arg(clock.elapsed())));
+    QCOMPARE(held.waiting(), 1);
+    QVERIFY(!dialog.destination_checked());
+    QVERIFY(!dialog.export_button()->isEnabled());
+    QVERIFY(dialog.start().startsWith("Still checking"));
+    QTRY_VERIFY_WITH_TIMEOUT(dialog.estimate_label()->text().contains("slow to answer"), 10000);
+
+    // Another destination meanwhile; then the disk answers: only the new one's answer counts.
+    dialog.set_destination(path("after-the-hang"));
+    QSignalSpy answers(dialog.findChild<WriteChecker*>(), &WriteChecker::checked);
+    QTest::qWait(400);  // past the typing delay: the new check waits behind the held one
+    QVERIFY(!dialog.destination_checked());
+    held.release();
+    QTRY_VERIFY_WITH_TIMEOUT(dialog.destination_checked(), 20000);
+    QCOMPARE(answers.count(), 1);
+    QCOMPARE(dialog.findChild<WriteChecker*>()->result().path, path("after-the-hang"));
+    QCOMPARE(dialog.destination_problem(), QString());
+    QVERIFY(dialog.export_button()->isEnabled());
+    QVERIFY(QDir(hung).isEmpty());  // the held probe was removed once it could be
   }
 
   void export_to_an_unwritable_folder_says_why() {
-    // A run whose model/ the dialog can measure (the export never starts).
-    RunRecord run;
-    run.id = "unwritable-run";
-    run.method = "full";
-    run.status = "completed";
-    run.output_dir = path("unwritable-run");
-    QVERIFY(QDir().mkpath(run.output_dir + "/model"));
-    write_file(run.output_dir + "/model/config.json", R"({"model_type":"llama"})");
-    write_file(run.output_dir + "/model/model.safetensors", QByteArray(4096, '\0'));
-    ExportDialog dialog(run, studio_cli());
+    ExportDialog dialog(measurable_run("unwritable-run"), studio_cli());
     dialog.show();
     QTRY_VERIFY_WITH_TIMEOUT(dialog.measured(), 20000);
     dialog.set_kind(ExportDialog::FullModel);
 
     // Under a file: not a folder.
     write_file(path("a-file"), "x");
-    dialog.set_destination(path("a-file/export"));
-    QString why = dialog.start();
-    QVERIFY2(why.contains("is a file, not a folder"), qPrintable(why));
+    QString why = start_at(dialog, path("a-file/export"));
+    QVERIFY2(why.contains(path("a-file") + " is a file, not a folder"), qPrintable(why));
     QVERIFY(!dialog.busy());
+    QVERIFY(!dialog.export_button()->isEnabled());
     // The size line says why instead of the free space ("0 B free" on the wrong disk).
     bool estimate_says_why = false;
     for (QLabel* label : dialog.findChildren<QLabel*>()) {
@@ -475,19 +646,31 @@ class DesktopTest : public QObject {
     // A read-only file system, where this machine has one mounted.
     for (const QStorageInfo& volume : QStorageInfo::mountedVolumes()) {
       if (!volume.isReadOnly() || !QFileInfo(volume.rootPath()).isDir()) continue;
-      dialog.set_destination(QDir(volume.rootPath()).filePath("tessera-export-test"));
-      why = dialog.start();
+      why = start_at(dialog, QDir(volume.rootPath()).filePath("tessera-export-test"));
       QVERIFY2(why.contains("read-only file system"), qPrintable(why));
       break;
+    }
+    // A folder inside a read-only mount of our own (root writes anywhere else): the check
+    // writes, so it gets the system's answer, and names the folder it could not make.
+    if (const QString no_mount = mount_tmpfs(path("read-only"), "ro,size=1m"); no_mount.isEmpty()) {
+      why = start_at(dialog, path("read-only/models/export"));
+      QVERIFY2(why.contains(path("read-only/models") + " is on a read-only file system"),
+               qPrintable(why));
+      QVERIFY2(
+          dialog.estimate_label()->text().contains(
+              "cannot write there: " + path("read-only/models") + " is on a read-only file system"),
+          qPrintable(dialog.estimate_label()->text()));
+      QVERIFY(!dialog.export_button()->isEnabled());
+    } else {
+      qInfo("no read-only mount of our own: %s", qPrintable(no_mount));
     }
     // No permission (root may write anywhere, so only for other users).
     if (::geteuid() != 0) {
       QVERIFY(QDir().mkpath(path("locked")));
       QVERIFY(QFile::setPermissions(path("locked"), QFile::ReadOwner | QFile::ExeOwner));
-      dialog.set_destination(path("locked/export"));
-      why = dialog.start();
+      why = start_at(dialog, path("locked/export"));
       QFile::setPermissions(path("locked"), QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
-      QVERIFY2(why.contains("no permission to write"), qPrintable(why));
+      QVERIFY2(why.contains("permission denied for " + path("locked/export")), qPrintable(why));
     }
   }
 

@@ -592,7 +592,9 @@ class JourneyTest : public QObject {
     STEP(open_export_dialog());
     QVERIFY(QTest::qWaitFor([&] { return dialog->measured(); }, kEffectMs));
     QAbstractButton* export_button = button(dialog, "Export");
-    QVERIFY(export_button && export_button->isEnabled());
+    // Export is offered once the typed folder was checked by writing there (off the GUI thread).
+    QVERIFY(export_button &&
+            QTest::qWaitFor([&] { return export_button->isEnabled(); }, kEffectMs));
     STEP(key("Return", [&] { return dialog->busy() || dialog->succeeded(); }));
     QVERIFY2(QTest::qWaitFor([&] { return !dialog->busy(); }, 120000), "the export did not end");
     QVERIFY2(dialog->succeeded(), qPrintable(dialog->message()));

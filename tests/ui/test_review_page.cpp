@@ -399,6 +399,81 @@ class TestReviewPage : public QObject {
     expect_blocked(window.wizard()->review_page(), "permission denied");
   }
 
+  // The run's own folder already there and empty (made by hand, say): accepted and left as it
+  // was; with files in it, it is another run's, and Launch is blocked with that.
+  void an_existing_empty_run_folder_is_accepted() {
+    const QString runs = path("premade");
+    MainWindow window(store_.get());
+    window.show();
+    window.show_page(MainWindow::NewFineTune);
+    const QString run_dir = QDir(runs).filePath(window.wizard()->run_id());
+    QVERIFY(QDir().mkpath(run_dir));
+    review_with_folder(window, runs);
+    ReviewPage* review = window.wizard()->review_page();
+    QCOMPARE(review->folder_problem(), QString());
+    QVERIFY(review->launch_button()->isEnabled());
+    QVERIFY(QFileInfo(run_dir).isDir());
+    QVERIFY(QDir(run_dir).isEmpty());  // the probe file is gone, the folder stays
+
+    write_file(QDir(run_dir).filePath("events.jsonl"), "{}\n");
+    review->check_folder();
+    QVERIFY(!review->folder_checked());  // asked again: Launch waits for the new answer
+    QVERIFY(!review->launch_button()->isEnabled());
+    QCOMPARE(review->launch_button()->text(), QString("Checking the run folder…"));
+    QCOMPARE(review->folder_problem_label()->text(),
+             QString("Checking whether the run folder can be written…"));
+    QTRY_VERIFY_WITH_TIMEOUT(review->folder_checked(), 20000);
+    expect_blocked(review, run_dir + " already holds 1 file or folder");
+  }
+
+  // Going to Review while step 4 still plans: Next does not wait, Review does. It says it is
+  // planning, Launch waits ("Waiting for the plan…": the plan can still say the job does not
+  // fit), and the plan shows on Review once it is in, with Launch offered then.
+  void review_waits_for_the_plan_in_progress() {
+    const QString cli = training_cli();
+    if (cli.isEmpty()) QSKIP("this tessera-cli has no `run`");
+    QSettings().setValue("paths/cli", cli);
+    MainWindow window(store_.get());
+    window.resize(1280, 720);
+    window.show();
+    window.show_page(MainWindow::NewFineTune);
+    QTRY_VERIFY_WITH_TIMEOUT(window.cli_probe()->finished(), 20000);
+    FineTuneWizard* wizard = window.wizard();
+    if (!wizard->hardware_step_available()) QSKIP("this tessera-cli has no `plan`");
+    wizard->model_page()->choose_folder(model_);
+    wizard->dataset_page()->max_length()->setValue(32);
+    wizard->dataset_page()->choose_file(dataset_);
+    wizard->method_page()->set_method("lora");
+    wizard->method_page()->set_steps(12);
+    QTRY_VERIFY_WITH_TIMEOUT(wizard->missing().isEmpty(), 30000);
+    wizard->go_to(FineTuneWizard::HardwareStep);
+    HardwarePage* hardware = wizard->hardware_page();
+    QVERIFY(hardware->planning());
+    QVERIFY(wizard->next_button()->isEnabled());
+    QTest::mouseClick(wizard->next_button(), Qt::LeftButton);
+    QCOMPARE(wizard->current_page(), int(FineTuneWizard::ReviewStep));
+    ReviewPage* review = wizard->review_page();
+    QVERIFY(hardware->planning());
+    QCOMPARE(review->summary_value("Time"), QString("planning…"));
+    QVERIFY(!review->launch_button()->isEnabled());
+    QCOMPARE(review->launch_button()->text(), QString("Waiting for the plan…"));
+    // The run folder's answer comes in meanwhile; Launch still waits for the plan.
+    QTRY_VERIFY_WITH_TIMEOUT(review->folder_checked(), 20000);
+    if (hardware->planning()) {
+      QVERIFY(!review->launch_button()->isEnabled());
+      QCOMPARE(review->launch_button()->text(), QString("Waiting for the plan…"));
+    }
+    QTRY_VERIFY_WITH_TIMEOUT(!hardware->planning(), 120000);
+    QVERIFY(hardware->plan_is_for(wizard->build_spec()));
+    QVERIFY(hardware->fits());
+    QCOMPARE(review->summary_value("Time"),
+             plan_time_text(hardware->plan_json().value("time").toObject()) +
+                 " (rough: no run of this job has been measured on this machine yet)");
+    QVERIFY(review->launch_button()->isEnabled());
+    QCOMPARE(review->launch_button()->text(), QString("&Launch"));
+    QSettings().remove("paths/cli");
+  }
+
   // Another folder for runs: the run's folder (named by its id) is made there at launch, and the
   // database records it there; a folder that can be written lets Launch go.
   void choosing_another_folder_puts_the_run_there() {

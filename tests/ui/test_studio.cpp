@@ -1555,6 +1555,7 @@ class StudioTest : public QObject {
     const QString merged = path("export-merged");
     dialog.set_destination(merged);
     QSignalSpy done(&dialog, &ExportDialog::exportFinished);
+    QTRY_VERIFY_WITH_TIMEOUT(dialog.destination_checked(), 20000);  // written in, off the GUI
     QCOMPARE(dialog.start(), QString());
     QVERIFY(dialog.busy());
     QVERIFY(done.wait(240000));
@@ -1563,9 +1564,9 @@ class StudioTest : public QObject {
     QCOMPARE(dialog.progress_bar()->format(), QString("done"));
     QVERIFY(dialog.log_view()->toPlainText().contains("export: "));  // stages from stderr
     screenshot(&dialog, "export-dialog");
-    // A second export into the now non-empty folder is refused before anything starts.
-    QVERIFY(dialog.start().contains("not empty"));
-    QVERIFY(!dialog.busy());
+    // A second export into the folder would replace the model there, and the dialog says so.
+    QTRY_VERIFY_WITH_TIMEOUT(dialog.destination_checked(), 20000);
+    QCOMPARE(dialog.replaces(), "a model in " + merged);
 
     if (!QFileInfo::exists(TESSERA_PYTHON)) {
       qWarning("%s is missing: not loading the export in transformers", TESSERA_PYTHON);
@@ -1585,6 +1586,7 @@ class StudioTest : public QObject {
     const QString adapter = path("export-adapter");
     dialog.set_kind(ExportDialog::LoraAdapter);
     dialog.set_destination(adapter);
+    QTRY_VERIFY_WITH_TIMEOUT(dialog.destination_checked(), 20000);
     QCOMPARE(dialog.start(), QString());
     QVERIFY(done.wait(60000));
     QVERIFY2(dialog.succeeded(), qPrintable(dialog.message()));
@@ -1619,9 +1621,11 @@ class StudioTest : public QObject {
     const QString file = path("export-q8_0.gguf");
     QVERIFY(QDir().mkpath(path("gguf-folder")));
     dialog.set_destination(path("gguf-folder"));
+    QTRY_VERIFY_WITH_TIMEOUT(dialog.destination_checked(), 20000);
     QVERIFY(dialog.start().contains("is a folder"));
     dialog.set_destination(file);
     QSignalSpy done(&dialog, &ExportDialog::exportFinished);
+    QTRY_VERIFY_WITH_TIMEOUT(dialog.destination_checked(), 20000);
     QCOMPARE(dialog.start(), QString());
     QVERIFY(dialog.busy());
     QVERIFY(done.wait(240000));
@@ -1637,9 +1641,9 @@ class StudioTest : public QObject {
     QCOMPARE(header.left(4), QByteArray("GGUF"));
     QCOMPARE(header.mid(4), QByteArray("\x03\x00\x00\x00", 4));  // version 3, little-endian
     QVERIFY(QFileInfo(file).size() < qint64(f32 * 4 / 10));
-    // A second export to the same file is refused before anything starts.
-    QVERIFY(dialog.start().contains("exists"));
-    QVERIFY(!dialog.busy());
+    // A second export to the same file would replace it, and the dialog says so.
+    QTRY_VERIFY_WITH_TIMEOUT(dialog.destination_checked(), 20000);
+    QCOMPARE(dialog.replaces(), "the GGUF file " + file);
 
     if (!QFileInfo::exists(TESSERA_PYTHON)) {
       qWarning("%s is missing: not reading the GGUF file back", TESSERA_PYTHON);

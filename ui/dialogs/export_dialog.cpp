@@ -21,20 +21,20 @@
 #include <QPromise>
 #include <QPushButton>
 #include <QRegularExpression>
-#include <QStorageInfo>
 #include <QUrl>
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
 
 #include "core/files.h"
 #include "hf/families.h"
-#include "ui/utility/folder_check.h"
+#include "ui/models/hub_calls.h"
 
 namespace tessera::ui {
 
 namespace {
 
 constexpr quint64 kHeadroomBytes = 16ull << 20;  // tokenizer, configs, and some slack
+constexpr int kCheckDelayMs = 300;               // typing pauses longer than this
 
 QString human(quint64 bytes) {
   return QString::fromStdString(core::human_bytes(bytes));
@@ -47,8 +47,10 @@ quint64 folder_bytes(const QString& dir, const QStringList& filters = {}) {
   return total;
 }
 
-// Copies `from` into a new folder `to` (through `to`.partial, renamed at the end, so a
-// half-copied adapter never looks finished). Its result is "" or what went wrong.
+// Copies `from` into the folder `to` (through `to`.partial, renamed at the end, so a
+// half-copied adapter never looks finished); an existing `to` (empty, or an earlier export the
+// dialog said it replaces) is moved aside first and deleted once the copy is in its place. Its
+// result is "" or what went wrong.
 void copy_folder(QPromise<QString>& promise, const QString& from, const QString& to) {
   QStringList files;
   QDirIterator it(from, QDir::Files, QDirIterator::Subdirectories);
@@ -67,8 +69,17 @@ void copy_folder(QPromise<QString>& promise, const QString& from, const QString&
     promise.setProgressValue(i + 1);
   }
   if (error.isEmpty()) {
-    if (QFileInfo::exists(to)) QDir(to).removeRecursively();  // an empty folder was chosen
-    if (!QDir().rename(partial, to)) error = QObject::tr("cannot rename %1 to %2").arg(partial, to);
+    const QString old = to + ".old";
+    const bool replacing = QFileInfo::exists(to);
+    QDir(old).removeRecursively();
+    if (replacing && !QDir().rename(to, old)) {
+      error = QObject::tr("cannot move %1 aside to replace it").arg(to);
+    } else if (!QDir().rename(partial, to)) {
+      error = QObject::tr("cannot rename %1 to %2").arg(partial, to);
+      if (replacing) QDir().rename(old, to);  // the earlier export stays as it was
+    } else if (replacing) {
+      QDir(old).removeRecursively();
+    }
   }
   if (!error.isEmpty()) QDir(partial).removeRecursively();
   promise.addResult(error);
@@ -183,7 +194,17 @@ ExportDialog::ExportDialog(RunRecord run, QString cli, QWidget* parent)
   connect(kind_, &QComboBox::currentIndexChanged, this, &ExportDialog::update_kind);
   connect(gguf_type_, &QComboBox::currentIndexChanged, this, &ExportDialog::update_kind);
   connect(dtype_, &QComboBox::currentIndexChanged, this, &ExportDialog::update_estimate);
-  connect(destination_, &QLineEdit::textChanged, this, &ExportDialog::update_estimate);
+  // The destination is checked by writing there, on a worker thread; Export waits for it.
+  checker_ = new WriteChecker(this);
+  check_delay_.setSingleShot(true);
+  check_delay_.setInterval(kCheckDelayMs);
+  connect(&check_delay_, &QTimer::timeout, this, &ExportDialog::check_destination);
+  connect(destination_, &QLineEdit::textChanged, this, [this] {
+    check_delay_.start();
+    update_estimate();
+  });
+  connect(checker_, &WriteChecker::checked, this, &ExportDialog::update_estimate);
+  connect(checker_, &WriteChecker::slowed, this, &ExportDialog::update_estimate);
   update_kind();
   connect(&size_watcher_, &QFutureWatcher<Sizes>::finished, this, [this] {
     sizes_ = size_watcher_.result();
@@ -209,6 +230,8 @@ ExportDialog::ExportDialog(RunRecord run, QString cli, QWidget* parent)
   const QString model_dir = dir.filePath("model"), adapter_dir = dir.filePath("adapter");
   size_watcher_.setFuture(QtConcurrent::run([model_dir, adapter_dir] {
     Sizes s;
+    s.model_canonical = QFileInfo(model_dir).canonicalFilePath();
+    s.adapter_canonical = QFileInfo(adapter_dir).canonicalFilePath();
     s.model_weights = folder_bytes(model_dir, {"*.safetensors"});
     s.model_other = folder_bytes(model_dir) - s.model_weights;
     s.adapter = folder_bytes(adapter_dir);
@@ -276,7 +299,69 @@ void ExportDialog::update_kind() {
     last_default_destination_ = default_destination();
     destination_->setText(last_default_destination_);
   }
+  check_destination();  // a GGUF file and a folder are checked differently
   update_estimate();
+}
+
+WriteTarget ExportDialog::destination_target() const {
+  return kind() == Gguf ? WriteTarget::File : WriteTarget::Folder;
+}
+
+void ExportDialog::check_destination() {
+  check_delay_.stop();
+  if (kind_->count() == 0) return;
+  checker_->check(destination(), destination_target());
+  update_estimate();
+}
+
+bool ExportDialog::destination_checked() const {
+  return !check_delay_.isActive() && checker_->answered(destination(), destination_target());
+}
+
+ExportDialog::Verdict ExportDialog::verdict() const {
+  const WriteCheck& c = checker_->result();
+  using Found = WriteCheck::Found;
+  Verdict v;
+  if (!c.problem.isEmpty()) {
+    v.problem = c.problem;
+    v.advice = c.advice;
+    return v;
+  }
+  if (kind() == Gguf) {
+    if (c.found == Found::Folder || c.found == Found::EmptyFolder) {
+      v.problem = tr("%1 is a folder; a GGUF export is one file").arg(c.path);
+      v.advice = tr("Give a file name, for example %1.").arg(QDir(c.path).filePath("model.gguf"));
+    } else if (c.found == Found::File && c.holds.isEmpty()) {
+      v.problem = tr("%1 exists and is not a GGUF file").arg(c.path);
+      v.advice = tr("Choose a new file name.");
+    } else if (c.found == Found::File) {
+      v.replaces = tr("the GGUF file %1").arg(c.path);
+    }
+    return v;
+  }
+  if (!c.canonical.isEmpty() &&
+      (c.canonical == sizes_.model_canonical || c.canonical == sizes_.adapter_canonical)) {
+    v.problem = tr("%1 is this run's own %2 folder")
+                    .arg(c.path, c.canonical == sizes_.model_canonical ? "model" : "adapter");
+    v.advice = tr("Choose a folder outside it.");
+  } else if (c.found == Found::Folder && c.holds.isEmpty()) {
+    // The export takes the whole folder's place: anything else in it would be deleted.
+    v.problem =
+        tr("%1 holds %2 and no earlier export")
+            .arg(c.path, count_text(c.entries, tr("1 file or folder"), tr("%1 files and folders")));
+    v.advice = tr("An export replaces everything in its folder: choose a new or empty folder.");
+  } else if (c.found == Found::Folder) {
+    v.replaces = tr("%1 in %2").arg(c.holds, c.path);
+  }
+  return v;
+}
+
+QString ExportDialog::destination_problem() const {
+  return destination_checked() ? verdict().problem : QString();
+}
+
+QString ExportDialog::replaces() const {
+  return destination_checked() ? verdict().replaces : QString();
 }
 
 QString ExportDialog::destination() const {
@@ -311,21 +396,37 @@ quint64 ExportDialog::estimated_bytes() const {
 }
 
 void ExportDialog::update_estimate() {
-  dtype_->setEnabled(kind() != LoraAdapter);
+  dtype_->setEnabled(kind() != LoraAdapter && !busy());
+  const bool checked = destination_checked();
+  const Verdict v = checked ? verdict() : Verdict{};
+  export_->setEnabled(measured_ && checked && v.problem.isEmpty() && !busy() && kind_->count() > 0);
+  // Why the destination cannot take the export goes where a person looks for it, with what to do.
+  if (checked && !v.problem.isEmpty() && !busy()) {
+    status_->setText(tr("Cannot export to %1: %2. %3").arg(destination(), v.problem, v.advice));
+    status_is_refusal_ = true;
+  } else if (status_is_refusal_) {
+    status_->clear();
+    status_is_refusal_ = false;
+  }
   if (!measured_) return;
-  const quint64 bytes = estimated_bytes();
-  // A folder that cannot be written has no useful free space to show ("0 B free" on /proc).
-  if (const QString why = unwritable_reason(export_folder()); !why.isEmpty()) {
-    estimate_->setText(tr("about %1; cannot write there: %2").arg(human(bytes), why));
-    export_->setEnabled(!busy() && kind_->count() > 0);
+  const QString size = tr("about %1").arg(human(estimated_bytes()));
+  if (!checked) {
+    estimate_->setText(
+        checker_->slow()
+            ? tr("%1; still checking %2: its disk is slow to answer…").arg(size, export_folder())
+            : tr("%1; checking…").arg(size));
     return;
   }
-  const QStorageInfo storage(nearest_existing_path(destination()));
-  estimate_->setText(tr("about %1; %2 free on %3")
-                         .arg(human(bytes),
-                              human(quint64(std::max<qint64>(0, storage.bytesAvailable()))),
-                              storage.rootPath()));
-  export_->setEnabled(!busy() && kind_->count() > 0);
+  // A folder that cannot be written has no useful free space to show ("0 B free" on /proc).
+  const WriteCheck& c = checker_->result();
+  if (!c.problem.isEmpty()) {
+    estimate_->setText(tr("%1; cannot write there: %2").arg(size, c.problem));
+    return;
+  }
+  QString text = tr("%1; %2 free on %3")
+                     .arg(size, human(quint64(std::max<qint64>(0, c.bytes_free))), c.volume);
+  if (!v.replaces.isEmpty()) text += tr("; replaces %1").arg(v.replaces);
+  estimate_->setText(text);
 }
 
 QString ExportDialog::start() {
@@ -337,45 +438,40 @@ QString ExportDialog::start() {
   if (kind_->count() == 0) return refuse(tr("This run has nothing to export."));
   if (!measured_) return refuse(tr("Still measuring the run's files; try again in a moment."));
   const QString dest = destination();
-  if (dest.isEmpty()) return refuse(tr("Choose the folder to export to."));
-  const QFileInfo dest_info(dest);
-  const QString source =
-      QDir(run_.output_dir).filePath(kind() == LoraAdapter ? "adapter" : "model");
-  if (kind() == Gguf) {
-    if (dest_info.isDir())
-      return refuse(tr("%1 is a folder; a GGUF export is one file (for example %2).")
-                        .arg(dest, QDir(dest).filePath("model.gguf")));
-    if (dest_info.exists()) return refuse(tr("%1 exists; choose a new file name.").arg(dest));
-  } else {
-    if (dest_info.exists() && !dest_info.isDir())
-      return refuse(tr("%1 is a file; choose a new or empty folder.").arg(dest));
-    if (dest_info.isDir() && !QDir(dest).isEmpty())
-      return refuse(tr("%1 is not empty; choose a new or empty folder.").arg(dest));
-    if (QDir(source).canonicalPath() == QDir(dest).canonicalPath() && dest_info.exists())
-      return refuse(tr("The destination is the run's own %1 folder.").arg(source));
-  }
-  if (const QString why = unwritable_reason(export_folder()); !why.isEmpty())
-    return refuse(tr("Cannot export to %1: %2. Choose another folder.").arg(dest, why));
+  if (dest.isEmpty())
+    return refuse(kind() == Gguf ? tr("Choose the file to export to.")
+                                 : tr("Choose the folder to export to."));
+  // Everything about the destination comes from the write check (a worker thread's look at the
+  // disk); the GUI thread touches no file system here.
+  if (!destination_checked())
+    return refuse(tr("Still checking whether %1 can be written; Export is offered once that is "
+                     "known.")
+                      .arg(dest));
+  const Verdict v = verdict();
+  if (!v.problem.isEmpty())
+    return refuse(tr("Cannot export to %1: %2. %3").arg(dest, v.problem, v.advice));
   // Free space first: the export writes the whole folder before anything is swapped in.
   const quint64 needed = estimated_bytes() + kHeadroomBytes;
-  const QStorageInfo storage(nearest_existing_path(dest));
-  if (storage.isValid() && storage.bytesAvailable() >= 0 &&
-      quint64(storage.bytesAvailable()) < needed)
-    return refuse(
-        tr("Not enough free space on %1: the export needs about %2, %3 is free. "
-           "Free some space or choose a folder on another disk.")
-            .arg(storage.rootPath(), human(needed), human(quint64(storage.bytesAvailable()))));
+  const WriteCheck& check = checker_->result();
+  if (check.bytes_free >= 0 && quint64(check.bytes_free) < needed)
+    return refuse(tr("Not enough free space on %1: the export needs about %2, %3 is free. "
+                     "Free some space or choose a folder on another disk.")
+                      .arg(check.volume, human(needed), human(quint64(check.bytes_free))));
+  const QString source =
+      QDir(run_.output_dir).filePath(kind() == LoraAdapter ? "adapter" : "model");
 
   succeeded_ = false;
   open_folder_->setVisible(false);
   message_.clear();
   status_->clear();
+  status_is_refusal_ = false;
   log_->clear();
   export_->setEnabled(false);
   kind_->setEnabled(false);
   dtype_->setEnabled(false);
   gguf_type_->setEnabled(false);
   destination_->setEnabled(false);
+  if (!v.replaces.isEmpty()) log_->appendPlainText(tr("replacing %1").arg(v.replaces));
   if (kind() == LoraAdapter) {
     progress_->setFormat(tr("copying the adapter: %v / %m files"));
     log_->appendPlainText(tr("copying %1 to %2").arg(source, dest));
@@ -387,7 +483,7 @@ QString ExportDialog::start() {
   stderr_partial_.clear();
   stderr_tail_.clear();
   process_ = new QProcess(this);
-  const QStringList args =
+  QStringList args =
       kind() == Gguf ? QStringList{"export", "--model",     source,
                                    "--out",  dest,          "--format",
                                    "gguf",   "--gguf-type", gguf_type_->currentData().toString()}
@@ -398,6 +494,8 @@ QString ExportDialog::start() {
                                    dest,
                                    "--dtype",
                                    dtype_->currentData().toString()};
+  // The dialog said what is replaced; the export writes and checks the new one before it goes.
+  if (!v.replaces.isEmpty()) args << "--force";
   log_->appendPlainText("$ " + cli_ + " " + args.join(' '));
   connect(process_, &QProcess::readyReadStandardError, this, &ExportDialog::on_stderr);
   connect(process_, &QProcess::readyReadStandardOutput, this, [this] {
@@ -463,7 +561,7 @@ void ExportDialog::finish(bool ok, const QString& message) {
   dtype_->setEnabled(kind() != LoraAdapter);
   gguf_type_->setEnabled(true);
   destination_->setEnabled(true);
-  export_->setEnabled(true);
+  check_destination();  // the destination now holds the export: a second one would replace it
   Q_EMIT exportFinished(ok, message);
 }
 

@@ -3,14 +3,18 @@
 // again in a chosen dtype by `tessera-cli export`), or for LoRA runs the merged model or the
 // LoRA adapter (adapter/ copied, PEFT format); or the model as one GGUF file for llama.cpp,
 // Ollama and LM Studio (`tessera-cli export --format gguf`, offered for the families that have a
-// GGUF naming). It measures the size and checks the free space first, then works in a child
-// process or a pool thread with progress; the GUI never waits.
+// GGUF naming). It measures the size, and checks the destination by writing there (a worker
+// thread: ui/utility/folder_check.h) for the reason it cannot be written, the free space, and an
+// earlier export it would replace; then it works in a child process or a pool thread with
+// progress. The GUI never waits: Export stays off until the destination's answer is in.
 #include <QDialog>
 #include <QFutureWatcher>
 #include <QProcess>
 #include <QStringList>
+#include <QTimer>
 
 #include "ui/models/runs_db.h"
+#include "ui/utility/folder_check.h"
 
 class QComboBox;
 class QFormLayout;
@@ -38,6 +42,13 @@ class ExportDialog : public QDialog {
   // Starts the export; "" when started, else why not (also shown in the dialog).
   QString start();
   bool measured() const { return measured_; }  // the size estimate is ready
+  // The destination as it is now was checked (created and written in, off the GUI thread).
+  bool destination_checked() const;
+  // Why the checked destination cannot take this export ("" when it can), and what it replaces
+  // there ("a model in /x/export", "the GGUF file /x/m.gguf"; "" for a new or empty one).
+  QString destination_problem() const;
+  QString replaces() const;
+  QLabel* estimate_label() const { return estimate_; }
   bool busy() const;
   bool succeeded() const { return succeeded_; }
   const QString& message() const { return message_; }
@@ -59,6 +70,14 @@ class ExportDialog : public QDialog {
 
  private:
   void update_estimate();
+  void check_destination();  // asks the write check for the destination now
+  WriteTarget destination_target() const;
+  // What the check's answer means for this kind of export.
+  struct Verdict {
+    QString problem, advice;  // why not, and what to do
+    QString replaces;         // an earlier export the new one replaces (then --force)
+  };
+  Verdict verdict() const;
   void update_kind();  // shows the options of the chosen kind, and its default destination
   QString default_destination() const;
   QString export_folder() const;  // the folder written: the destination, or a GGUF file's folder
@@ -84,9 +103,13 @@ class ExportDialog : public QDialog {
   QByteArray stderr_partial_;
   QStringList stderr_tail_;
   QFutureWatcher<QString> copy_watcher_;
+  WriteChecker* checker_;
+  QTimer check_delay_;  // one check after a burst of typing, not one per key
+  bool status_is_refusal_ = false;
   struct Sizes {
     quint64 model_weights = 0, model_other = 0, adapter = 0;
-    int model_dtype_bytes = 4;  // from config.json: 2 for bf16/fp16, else 4
+    int model_dtype_bytes = 4;                   // from config.json: 2 for bf16/fp16, else 4
+    QString model_canonical, adapter_canonical;  // the run's own folders, never a destination
   };
   QFutureWatcher<Sizes> size_watcher_;
   Sizes sizes_;

@@ -13,7 +13,6 @@
 #include <QScrollArea>
 #include <QTabWidget>
 #include <QVBoxLayout>
-#include <QtConcurrent>
 #include <cmath>
 
 #include "core/error.h"
@@ -24,8 +23,8 @@
 #include "ui/pages/wizard.h"
 #include "ui/utility/cli_probe.h"
 #include "ui/utility/error_text.h"
+#include "ui/utility/folder_check.h"
 #include "ui/utility/studio_settings.h"
-#include "ui/utility/write_check.h"
 
 namespace tessera::ui {
 
@@ -138,9 +137,10 @@ ReviewPage::ReviewPage(CliProbe* probe, QWidget* parent) : QWidget(parent), prob
   layout->addLayout(folder_row);
   folder_problem_ = new QLabel;
   folder_problem_->setWordWrap(true);
-  folder_problem_->setStyleSheet("color: #c0392b");
+  folder_problem_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   folder_problem_->setVisible(false);
   layout->addWidget(folder_problem_);
+  folder_checker_ = new WriteChecker(this);
 
   auto* buttons = new QHBoxLayout;
   save_ = new QPushButton(tr("&Save job spec…"));
@@ -161,20 +161,28 @@ ReviewPage::ReviewPage(CliProbe* probe, QWidget* parent) : QWidget(parent), prob
         QFileDialog::getExistingDirectory(this, tr("Folder for runs"), runs_folder());
     if (!dir.isEmpty()) choose_runs_folder(dir);
   });
-  connect(&folder_watcher_, &QFutureWatcher<QString>::finished, this, [this] {
-    if (recheck_) {  // the folder changed meanwhile: this answer is for the old one
-      recheck_ = false;
-      checking_ = false;
-      check_folder();
-      return;
+  // The checker drops answers for a folder asked before the latest, so this is the run's.
+  connect(folder_checker_, &WriteChecker::checked, this, [this] {
+    const WriteCheck& check = folder_checker_->result();
+    folder_problem_text_ = check.problem;
+    QString advice = check.advice;
+    if (folder_problem_text_.isEmpty() && check.found == WriteCheck::Found::Folder) {
+      // Every run has a folder of its own: an empty one is fine, one with files is another's.
+      folder_problem_text_ = tr("%1 already holds %2")
+                                 .arg(check.path, count_text(check.entries, tr("1 file or folder"),
+                                                             tr("%1 files and folders")));
+      advice = tr("A run needs a new or empty folder: choose another folder for runs.");
     }
-    checking_ = false;
-    checked_folder_ = checking_folder_;
-    folder_problem_text_ = folder_watcher_.result();
-    folder_problem_->setText(tr("⚠ The run cannot be written there: %1. Choose another folder.")
-                                 .arg(folder_problem_text_));
+    folder_problem_->setStyleSheet("color: #c0392b");
+    folder_problem_->setText(
+        tr("⚠ The run cannot be written there: %1. %2").arg(folder_problem_text_, advice));
     folder_problem_->setVisible(!folder_problem_text_.isEmpty());
     update_launch();
+  });
+  connect(folder_checker_, &WriteChecker::slowed, this, [this] {
+    folder_problem_->setText(tr("Still checking whether %1 can be written: its disk is slow to "
+                                "answer (a network folder that is not reachable?).")
+                                 .arg(folder_checker_->asked()));
   });
   connect(save_, &QPushButton::clicked, this, [this] {
     QString file = QFileDialog::getSaveFileName(
@@ -213,6 +221,7 @@ void ReviewPage::show_spec(const job::JobSpec& spec, const QStringList& missing,
   const bool new_folder = spec.output.dir != spec_.output.dir;
   spec_ = spec;
   missing_ = missing;
+  planning_ = facts.planning;
   json_->setPlainText(QString::fromStdString(job::to_json(spec).dump(2)));
   // The default name follows the choices until the user types one; never while they edit.
   const QString name = QString::fromStdString(spec.name);
@@ -220,7 +229,12 @@ void ReviewPage::show_spec(const job::JobSpec& spec, const QStringList& missing,
   name_->setPlaceholderText(name);
   output_->setText(tr("Run folder (new for this run): %1")
                        .arg(QDir::toNativeSeparators(QString::fromStdString(spec.output.dir))));
-  if (missing.isEmpty())
+  if (missing.isEmpty() && planning_)
+    readiness_->setText(tr("Planning %1 on %2, %3 for this machine…")
+                            .arg(QString::fromStdString(spec.method.type),
+                                 QFileInfo(QString::fromStdString(spec.model.path)).fileName(),
+                                 dataset_display_name(spec.dataset)));
+  else if (missing.isEmpty())
     readiness_->setText(tr("✔ Ready: %1 on %2, %3.")
                             .arg(QString::fromStdString(spec.method.type),
                                  QFileInfo(QString::fromStdString(spec.model.path)).fileName(),
@@ -318,16 +332,19 @@ QString ReviewPage::spec_text() const {
   return json_->toPlainText();
 }
 
+bool ReviewPage::folder_checked() const {
+  return !spec_.output.dir.empty() &&
+         folder_checker_->answered(QString::fromStdString(spec_.output.dir), WriteTarget::Folder);
+}
+
 void ReviewPage::check_folder() {
   if (spec_.output.dir.empty()) return;
-  if (checking_) {
-    recheck_ = true;
-    return;
-  }
-  checking_ = true;
-  checking_folder_ = spec_.output.dir;
-  folder_watcher_.setFuture(
-      QtConcurrent::run(new_folder_problem, QString::fromStdString(checking_folder_)));
+  // Off the GUI thread: a folder on a network mount that does not answer must not freeze the
+  // window. Launch waits for the answer.
+  folder_checker_->check(QString::fromStdString(spec_.output.dir), WriteTarget::Folder);
+  folder_problem_->setStyleSheet({});
+  folder_problem_->setText(tr("Checking whether the run folder can be written…"));
+  folder_problem_->setVisible(true);
   update_launch();
 }
 
@@ -367,6 +384,12 @@ void ReviewPage::update_launch() {
   if (!missing_.isEmpty()) {
     launch_->setEnabled(false);
     launch_->setText(missing_.first());  // the button names what is missing
+    return;
+  }
+  if (planning_) {
+    // The plan can still say the job does not fit (step 4 then blocks): never launch before it.
+    launch_->setEnabled(false);
+    launch_->setText(tr("Waiting for the plan…"));
     return;
   }
   if (!folder_checked()) {

@@ -38,6 +38,7 @@ namespace tessera::ui {
 
 class CliProbe;
 class HardwarePage;
+class WriteChecker;
 class HubDatasetPanel;
 class HubToken;
 
@@ -296,9 +297,9 @@ class ReviewPage : public QWidget {
   void choose_runs_folder(const QString& folder);
   QPushButton* folder_button() const { return choose_folder_; }
   QLabel* folder_problem_label() const { return folder_problem_; }
-  // Whether the run folder was checked (creating and writing it) and the reason it cannot be
-  // used ("" when it can).
-  bool folder_checked() const { return checked_folder_ == spec_.output.dir && !checking_; }
+  // Whether the run folder was checked (creating and writing it, on a worker thread) and the
+  // reason it cannot be used ("" when it can).
+  bool folder_checked() const;
   QString folder_problem() const { return folder_problem_text_; }
   void check_folder();  // again, now (the disk may have changed since)
   QPushButton* launch_button() const { return launch_; }
@@ -331,12 +332,9 @@ class ReviewPage : public QWidget {
   QLabel* output_;
   QPushButton* choose_folder_;
   QLabel* folder_problem_;
-  QFutureWatcher<QString> folder_watcher_;
-  std::string checked_folder_;   // the run folder of the latest finished check
-  std::string checking_folder_;  // the run folder being checked
-  bool checking_ = false;
-  bool recheck_ = false;  // the folder changed while it was being checked
+  WriteChecker* folder_checker_;  // writes in the run folder, off the GUI thread
   QString folder_problem_text_;
+  bool planning_ = false;  // the plan for this spec is not in yet: Launch waits for it
   QPlainTextEdit* json_;
   QPushButton* save_;
   QPushButton* launch_;
