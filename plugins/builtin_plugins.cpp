@@ -2,6 +2,7 @@
 
 #include <mutex>
 
+#include "plugins/ddp/ddp_plugin.h"
 #include "plugins/gemini/gemini_plugin.h"
 #include "plugins/single/single_plugin.h"
 
@@ -12,6 +13,7 @@ void register_builtin_plugins() {
   std::call_once(once, [] {
     register_single_plugin();
     register_gemini_plugin();
+    register_ddp_plugin();
   });
 }
 

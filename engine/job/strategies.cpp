@@ -126,6 +126,15 @@ const std::vector<StrategyInfo>& strategies() {
              "the RAM the whole training process may use: auto (what the machine has) or a "
              "size; a job that cannot run within it is refused before loading")},
        /*planned=*/true},
+      {"ddp",
+       "data parallelism: every process a whole replica on its share of the batch, gradients "
+       "averaged over the processes in buckets while backward runs (PyTorch's DDP)",
+       {choice("device", "where it computes: the CPU (auto picks it; CUDA is not supported yet)",
+               {"auto", "cpu"}, {"cuda"}),
+        size("bucket_size",
+             "bytes of float32 gradients per all-reduce: auto (25MiB) or a size; smaller "
+             "buckets start communicating earlier in backward, larger ones make fewer calls")},
+       /*planned=*/false},
   };
   return table;
 }

@@ -55,8 +55,14 @@ class Ranks:
             out = open(tmp_path / f"rank{rank}.out", "w")
             err = open(tmp_path / f"rank{rank}.err", "w")
             self.files += [out, err]
-            self.processes.append(subprocess.Popen([str(tool()), mode], stdout=out, stderr=err,
-                                                   env=rank_environment(rank, world, port)))
+            self.processes.append(subprocess.Popen(self.command(mode), stdout=out, stderr=err,
+                                                   env=rank_environment(rank, world, port,
+                                                                        **self.extra_environment)))
+
+    extra_environment: dict = {}
+
+    def command(self, mode: str) -> list:
+        return [str(tool()), mode]
 
     def output(self, rank: int, stream: str = "out") -> str:
         return (self.tmp_path / f"rank{rank}.{stream}").read_text()

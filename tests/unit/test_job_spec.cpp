@@ -116,7 +116,7 @@ class TestJobSpec : public QObject {
     QVERIFY(job::find_strategy("auto") == nullptr);  // the planner's, not a plugin
     QVERIFY(job::find_strategy("zero") == nullptr);  // not in this build
     QCOMPARE(QString::fromStdString(job::auto_strategy().name), QString("single"));
-    QCOMPARE(QString::fromStdString(job::strategy_names()), QString("single, gemini"));
+    QCOMPARE(QString::fromStdString(job::strategy_names()), QString("single, gemini, ddp"));
     QVERIFY(!job::find_strategy("single")->description.empty());
   }
 
@@ -125,8 +125,8 @@ class TestJobSpec : public QObject {
     doc["strategy"] = {{"name", "zero"}};
     auto text = error_text(doc);
     QVERIFY2(text.find("job.json: strategy.name is \"zero\"") != std::string::npos, text.c_str());
-    QVERIFY2(text.find("expected one of: auto, single, gemini") != std::string::npos, text.c_str());
-    QVERIFY2(text.find("available plugins: single, gemini") != std::string::npos, text.c_str());
+    QVERIFY2(text.find("expected one of: auto, single, gemini, ddp") != std::string::npos, text.c_str());
+    QVERIFY2(text.find("available plugins: single, gemini, ddp") != std::string::npos, text.c_str());
   }
 
   void strategyOptionsAreValidated() {

@@ -562,7 +562,7 @@ class TestPlan : public QObject {
       QCOMPARE(int(e.kind()), int(ErrorKind::Unsupported));
       QVERIFY2(std::string(e.what()).find("strategy.name: \"zero\"") != std::string::npos,
                e.what());
-      QVERIFY2(e.hint().find("available plugins: single, gemini") != std::string::npos,
+      QVERIFY2(e.hint().find("available plugins: single, gemini, ddp") != std::string::npos,
                e.hint().c_str());
     }
     in.spec.strategy.name = "single";

@@ -211,7 +211,7 @@ class TestTrain : public QObject {
     tessera::plugins::register_builtin_plugins();  // twice is harmless
     QCOMPARE(train::registered_plugins(), registered);
     expect_error([] { train::make_plugin("zero"); }, ErrorKind::Unsupported,
-                 "available plugins: gemini, single");
+                 "available plugins: ddp, gemini, single");
     expect_error([] { train::make_plugin("zero"); }, ErrorKind::Unsupported, "strategy.name");
     expect_error([] { train::make_plugin("auto"); }, ErrorKind::Unsupported, "planner");
   }
@@ -229,12 +229,13 @@ class TestTrain : public QObject {
     o.device = "cpu";
     o.plugin = "zero";
     expect_error([&] { train::Trainer(tiny_llama(), o); }, ErrorKind::Unsupported,
-                 "available plugins: gemini, single");
+                 "available plugins: ddp, gemini, single");
   }
 
   void every_plugin_runs_in_one_process_until_it_distributes() {
     // The process context reaches each plugin; none of today's may be one rank of several.
     for (const std::string& name : train::registered_plugins()) {
+      if (train::make_plugin(name)->runs_distributed()) continue;  // ddp: tests/integration
       auto model = tiny_llama();
       std::vector<train::NamedTensor> trainable;
       for (const auto& item : model->named_parameters())
@@ -255,6 +256,29 @@ class TestTrain : public QObject {
       QCOMPARE(plugin->process().rank, 0);
       QCOMPARE(plugin->process().world_size, 1);
     }
+  }
+
+  void ddp_refuses_what_it_cannot_do() {
+    auto model = tiny_llama();
+    std::vector<train::NamedTensor> trainable;
+    for (const auto& item : model->named_parameters())
+      trainable.push_back({item.key(), item.value()});
+    train::PluginOptions options;
+    options.device = "cuda";
+    expect_error([&] { train::make_plugin("ddp")->prepare(*model, trainable, options); },
+                 ErrorKind::Unsupported, "not supported yet");
+    options.device = "cpu";
+    options.strategy_options = {{"bucket_size", "lots"}};
+    expect_error([&] { train::make_plugin("ddp")->prepare(*model, trainable, options); },
+                 ErrorKind::InvalidInput, "strategy.options.bucket_size");
+    options.strategy_options = {{"bucket_size", "1MiB"}};
+    options.process.rank = 1;
+    options.process.world_size = 2;  // without the runtime's group
+    expect_error([&] { train::make_plugin("ddp")->prepare(*model, trainable, options); },
+                 ErrorKind::Internal, "no data-parallel group");
+    options.process = {};
+    QVERIFY(train::make_plugin("ddp")->runs_distributed());
+    train::make_plugin("ddp")->prepare(*model, trainable, options);  // one process: no group
   }
 
   void mixed_precision_makes_masters_and_scales_the_loss() {

@@ -1,0 +1,234 @@
+// tessera-ddp-tool: test-only driver of the `ddp` plugin for tests/integration/test_ddp.py. One
+// process per rank, started with torchrun's variables (or none, for one process).
+//
+//   tessera-ddp-tool train STEPS ACCUMULATION BUCKET_BYTES METHOD PRECISION
+//     Builds a tiny random Llama on every rank from a different seed (so that prepare()'s
+//     broadcast from rank 0 is what makes them equal), and runs STEPS optimizer steps: each
+//     step takes W × ACCUMULATION micro-batches (W = world size), rank r the ACCUMULATION
+//     consecutive ones from r × ACCUMULATION. METHOD full | lora, PRECISION fp32 | bf16.
+//     Rank 0 then trains the `single` plugin in-process on the same micro-batches in order with
+//     gradient accumulation W × ACCUMULATION from rank 0's initial weights, and compares.
+//     Every rank prints one JSON line: whether its weights equal rank 0's bit for bit, and (rank
+//     0) the largest relative difference of the weights (per tensor, in L2 norm and elementwise),
+//     losses and gradient norms to single's, how far training moved the weights, and the last
+//     step's bucket trace (plugins/ddp). STEPS 0: train until killed, printing "step K" after each
+//     step.
+//
+// Exit codes: 0 ran (the test judges the numbers), 2 bad arguments, 3 a peer failed (stderr:
+// "failed_rank=R" and "failed_host=H" lines, then the message), 4 another error.
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "dist/parallel_context.h"
+#include "hf/config.h"
+#include "model/model.h"
+#include "plugins/builtin_plugins.h"
+#include "plugins/ddp/ddp_plugin.h"
+#include "train/lora.h"
+#include "train/plugin_registry.h"
+
+namespace {
+
+using namespace tessera;
+using nlohmann::json;
+
+constexpr std::int64_t kVocab = 256;
+constexpr double kLearningRate = 1e-3;
+// Below the gradient norms here (about 1 to 2 full, 0.2 to 0.3 LoRA): clipping acts every step.
+double max_grad_norm(const std::string& method) {
+  return method == "lora" ? 0.1 : 0.5;
+}
+
+struct Run {
+  std::shared_ptr<model::PretrainedModel> model;
+  std::unique_ptr<train::LoraModel> lora;
+  std::unique_ptr<train::Plugin> plugin;
+};
+
+// A tiny Llama (about 110k parameters, tensors of 2 to 64 KiB) from `seed`; with LoRA, adapters
+// drawn after seeding torch's generator with `seed` too.
+Run make_run(const std::string& plugin, std::uint64_t seed, const std::string& method,
+             const std::string& precision, const train::ProcessContext& process,
+             std::uint64_t bucket_bytes) {
+  const json config{{"model_type", "llama"},       {"architectures", {"LlamaForCausalLM"}},
+                    {"vocab_size", kVocab},        {"hidden_size", 64},
+                    {"intermediate_size", 128},    {"num_hidden_layers", 2},
+                    {"num_attention_heads", 4},    {"num_key_value_heads", 2},
+                    {"rms_norm_eps", 1e-5},        {"max_position_embeddings", 64},
+                    {"tie_word_embeddings", false}};
+  const auto parsed = hf::parse_model_config(config, "config.json");
+  Run run;
+  run.model = model::create_model(parsed, model::head_from_config(parsed));
+  model::init_weights(*run.model, seed);
+  std::vector<train::NamedTensor> trainable;
+  if (method == "lora") {
+    torch::manual_seed(seed);
+    run.lora = std::make_unique<train::LoraModel>(run.model, train::LoraOptions{4, 8.0, 0.0, {}});
+    trainable = run.lora->adapters();
+  } else {
+    for (const auto& item : run.model->named_parameters())
+      trainable.push_back({item.key(), item.value()});
+  }
+  run.model->train();
+  train::PluginOptions options;
+  options.process = process;
+  options.precision = train::precision_from_name(precision);
+  options.device = "cpu";
+  options.adamw.weight_decay = 0.01;
+  if (plugin == "ddp") options.strategy_options = {{"bucket_size", bucket_bytes}};
+  run.plugin = train::make_plugin(plugin);
+  run.plugin->prepare(*run.model, std::move(trainable), options);
+  return run;
+}
+
+// Micro-batch `index` of optimizer step `step`: the same tokens in every process.
+model::ForwardInput micro_batch(std::int64_t step, std::int64_t index) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 * step + index + 7);
+  model::ForwardInput in;
+  in.input_ids = at::randint(0, kVocab, {2, 16}, generator, torch::kInt64);
+  in.attention_mask = torch::ones_like(in.input_ids);
+  in.labels = in.input_ids.clone();
+  return in;
+}
+
+// Forward and backward of micro-batches [first, first + count) of `step`; their mean loss.
+double train_step(Run& run, std::int64_t step, std::int64_t first, std::int64_t count) {
+  double loss_sum = 0.0;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const torch::Tensor loss = run.model->forward(micro_batch(step, first + i)).loss;
+    loss_sum += loss.item<double>();
+    run.plugin->backward(loss, 1.0 / static_cast<double>(count), i + 1 == count);
+  }
+  return loss_sum / static_cast<double>(count);
+}
+
+torch::Tensor flat_weights(train::Plugin& plugin) {
+  std::vector<torch::Tensor> pieces;
+  for (const auto& w : plugin.trainable_weights()) pieces.push_back(w.tensor.detach().reshape(-1));
+  return torch::cat(pieces).to(torch::kFloat32);
+}
+
+// The largest over tensors of ‖a − b‖ / ‖b‖ (L2), or with `elementwise` of max |a − b| / max |b|.
+double max_relative_difference(train::Plugin& a, train::Plugin& b, bool elementwise) {
+  const auto wa = a.trainable_weights();
+  const auto wb = b.trainable_weights();
+  double worst = 0.0;
+  for (std::size_t i = 0; i < wa.size(); ++i) {
+    const torch::Tensor diff = wa[i].tensor - wb[i].tensor;
+    const double scale =
+        elementwise ? wb[i].tensor.abs().max().item<double>() : wb[i].tensor.norm().item<double>();
+    const double distance =
+        elementwise ? diff.abs().max().item<double>() : diff.norm().item<double>();
+    worst = std::max(worst, distance / std::max(scale, 1e-12));
+  }
+  return worst;
+}
+
+double relative(double a, double b) {
+  return std::abs(a - b) / std::max(std::abs(b), 1e-12);
+}
+
+int run_train(int argc, char** argv) {
+  if (argc != 7) {
+    std::fprintf(stderr,
+                 "usage: tessera-ddp-tool train STEPS ACCUMULATION BUCKET_BYTES full|lora "
+                 "fp32|bf16\n");
+    return 2;
+  }
+  const std::int64_t steps = std::stoll(argv[2]);
+  const std::int64_t accumulation = std::stoll(argv[3]);
+  const std::uint64_t bucket_bytes = std::stoull(argv[4]);
+  const std::string method = argv[5];
+  const std::string precision = argv[6];
+
+  std::shared_ptr<dist::ParallelContext> context = dist::ParallelContext::from_environment();
+  const int rank = context->rank();
+  const int world = context->world_size();
+  train::ProcessContext process;
+  process.rank = rank;
+  process.world_size = world;
+  if (world > 1) {
+    process.parallel = context;
+    process.data_group = &context->world();
+  }
+  Run ddp = make_run("ddp", 11 + static_cast<std::uint64_t>(rank), method, precision, process,
+                     bucket_bytes);
+  const torch::Tensor initial = flat_weights(*ddp.plugin);
+  std::vector<double> ddp_losses, ddp_norms;
+  for (std::int64_t step = 0; steps == 0 || step < steps; ++step) {
+    torch::Tensor loss =
+        torch::tensor(train_step(ddp, step, rank * accumulation, accumulation), torch::kDouble);
+    context->world().all_reduce(loss, dist::ReduceOp::Avg);
+    ddp_losses.push_back(loss.item<double>());
+    ddp_norms.push_back(ddp.plugin->step(kLearningRate, max_grad_norm(method)).grad_norm);
+    if (steps == 0) {
+      std::printf("step %lld\n", static_cast<long long>(step + 1));
+      std::fflush(stdout);
+    }
+  }
+
+  json out;
+  out["rank"] = rank;
+  torch::Tensor mine = flat_weights(*ddp.plugin);
+  torch::Tensor rank0 = mine.clone();
+  context->world().broadcast(rank0, 0);
+  out["identical_to_rank0"] = torch::equal(mine, rank0);
+  const plugins::DdpTrace* trace = plugins::ddp_trace(*ddp.plugin);
+  out["buckets"] = trace->bucket_tensors;
+  out["bucket_bytes"] = trace->bucket_bytes;
+  out["launched_s"] = trace->launched_s;
+  out["last_gradient_s"] = trace->last_gradient_s;
+  out["backward_end_s"] = trace->backward_end_s;
+  out["reduced_s"] = trace->reduced_s;
+  out["all_reduces"] = trace->all_reduces;
+  out["memory_gradients"] = ddp.plugin->memory().gradients;
+
+  if (rank == 0) {
+    // The reference: one process, gradient accumulation over all W × ACCUMULATION micro-batches.
+    Run single = make_run("single", 11, method, precision, train::ProcessContext{}, 0);
+    double loss_diff = 0.0, norm_diff = 0.0;
+    for (std::int64_t step = 0; step < steps; ++step) {
+      const double loss = train_step(single, step, 0, world * accumulation);
+      const double norm = single.plugin->step(kLearningRate, max_grad_norm(method)).grad_norm;
+      loss_diff = std::max(loss_diff, relative(ddp_losses[static_cast<std::size_t>(step)], loss));
+      norm_diff = std::max(norm_diff, relative(ddp_norms[static_cast<std::size_t>(step)], norm));
+    }
+    out["max_rel_diff"] = max_relative_difference(*ddp.plugin, *single.plugin, false);
+    out["max_elementwise_rel_diff"] = max_relative_difference(*ddp.plugin, *single.plugin, true);
+    out["loss_rel_diff"] = loss_diff;
+    out["grad_norm_rel_diff"] = norm_diff;
+    out["grad_norms"] = ddp_norms;
+    out["max_grad_norm"] = max_grad_norm(method);
+    out["moved"] = ((mine - initial).abs().max() / initial.abs().max()).item<double>();
+  }
+  context->world().barrier();
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode != "train") {
+    std::fprintf(stderr, "usage: tessera-ddp-tool train STEPS ACCUMULATION BUCKET_BYTES ...\n");
+    return 2;
+  }
+  tessera::plugins::register_builtin_plugins();
+  try {
+    return run_train(argc, argv);
+  } catch (const tessera::dist::PeerFailure& error) {
+    std::fprintf(stderr, "failed_rank=%d\nfailed_host=%s\nerror: %s\nhint: %s\n",
+                 error.failed_rank(), error.failed_host().c_str(), error.what(),
+                 error.hint().c_str());
+    return 3;
+  } catch (const tessera::Error& error) {
+    std::fprintf(stderr, "error: %s\nhint: %s\n", error.what(), error.hint().c_str());
+    return 4;
+  }
+}
