@@ -6,13 +6,17 @@
 #include <QComboBox>
 #include <QCoreApplication>
 #include <QDir>
+#include <QElapsedTimer>
+#include <QFileInfo>
 #include <QLabel>
 #include <QListWidget>
 #include <QProcess>
+#include <QProgressBar>
 #include <QPushButton>
 #include <QRegularExpression>
 #include <QSpinBox>
 #include <QTemporaryDir>
+#include <QTimer>
 #include <QtTest/QtTest>
 
 #include "job/job_spec.h"
@@ -22,6 +26,43 @@
 
 using namespace tessera::ui;
 using namespace tessera::ui::testing;
+
+namespace {
+
+// argv: output folder, a folder whose tokenizer.json to use. A GPT-2 with random weights and 64
+// learned positions (n_positions), MiniLM's WordPiece tokenizer, no chat template.
+const char* kMakeTinyGpt2 = R"(
+import json, os, shutil, sys
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+out, tok = sys.argv[1], sys.argv[2]
+torch.manual_seed(0)
+config = GPT2Config(vocab_size=30522, n_embd=32, n_layer=2, n_head=2, n_positions=64,
+                    bos_token_id=101, eos_token_id=102)
+GPT2LMHeadModel(config).save_pretrained(out, safe_serialization=True)
+shutil.copy(os.path.join(tok, "tokenizer.json"), out)
+tc = json.load(open(os.path.join(tok, "tokenizer_config.json")))
+tc.update({"bos_token": "[CLS]", "eos_token": "[SEP]", "pad_token": "[PAD]", "model_max_length": 64})
+json.dump(tc, open(os.path.join(out, "tokenizer_config.json"), "w"))
+)";
+
+// The count in the run's log line "`prefix`: N rows skipped" (0 when it has none).
+int logged_skips(const QString& log, const QString& prefix) {
+  const QRegularExpression line("^" + QRegularExpression::escape(prefix) + ": (\\d+) rows? skipped",
+                                QRegularExpression::MultilineOption);
+  const auto match = line.match(log);
+  return match.hasMatch() ? match.captured(1).toInt() : 0;
+}
+
+// "N training and M validation sequences" from the run's log ({-1, -1} when absent).
+std::pair<int, int> logged_sequences(const QString& log) {
+  const auto match =
+      QRegularExpression("(\\d+) training and (\\d+) validation sequences").match(log);
+  if (!match.hasMatch()) return {-1, -1};
+  return {match.captured(1).toInt(), match.captured(2).toInt()};
+}
+
+}  // namespace
 
 class WizardChecksTest : public QObject {
   Q_OBJECT
@@ -365,6 +406,340 @@ class WizardChecksTest : public QObject {
     wait_for_analysis(page);
     QVERIFY2(page->status_label()->text().contains("(it looks like a gzip archive)"),
              qPrintable(page->status_label()->text()));
+  }
+
+  void a_large_file_is_checked_once_on_a_worker_with_progress() {
+    FineTuneWizard wizard(&probe_);
+    wizard.resize(1100, 760);
+    wizard.show();
+    choose_demo_model(wizard, demo_);
+    wizard.go_to(FineTuneWizard::DatasetStep);
+    DatasetPage* page = wizard.dataset_page();
+    page->max_length()->setValue(32);
+    // The GUI thread keeps answering while the 20000 rows are tokenized: a timer's ticks, and
+    // the progress bar's text seen on the way.
+    QElapsedTimer clock;
+    qint64 last_tick = 0, longest_gap = 0;
+    QString progress_text;
+    QTimer tick;
+    tick.setInterval(20);
+    connect(&tick, &QTimer::timeout, this, [&] {
+      const qint64 now = clock.elapsed();
+      longest_gap = std::max(longest_gap, now - last_tick);
+      last_tick = now;
+      if (page->progress_bar()->isVisible()) progress_text = page->progress_bar()->text();
+    });
+    clock.start();
+    tick.start();
+    page->choose_file(demo_ + "/train.jsonl");
+    QTRY_VERIFY_WITH_TIMEOUT(!page->busy(), 120000);
+    tick.stop();
+    const qint64 checked_ms = clock.elapsed();
+    QVERIFY2(progress_text.contains(QRegularExpression("^\\d+ of 20000 rows$")),
+             qPrintable(progress_text));
+    QVERIFY2(
+        longest_gap < 1000,
+        qPrintable(
+            QString("the GUI thread was blocked %1 ms of %2 ms").arg(longest_gap).arg(checked_ms)));
+    QVERIFY(!page->progress_bar()->isVisible());
+    const DatasetAnalysis& a = page->analysis();
+    QCOMPARE(a.num_rows, std::uint64_t(20000));
+    // Every row was built (no sample): the statistics are of the training share that trains,
+    // 5 % held out as the run's split does (rounded up).
+    QVERIFY(a.rows_checked);
+    QCOMPARE(a.validation_rows, std::uint64_t(1000));
+    QCOMPARE(a.training_rows, std::uint64_t(19000));
+    QCOMPARE(a.measured, a.training_rows - a.training_bad_rows);
+    std::uint64_t histogram_total = 0;
+    for (std::uint64_t c : a.bin_counts) histogram_total += c;
+    QCOMPARE(histogram_total, a.measured);
+    QVERIFY2(
+        page->truncation_label()->text().startsWith(
+            QString("%1 training examples (every row but the validation share)").arg(a.measured)),
+        qPrintable(page->truncation_label()->text()));
+
+    // Another split is counted from the rows already built: no new tokenizing, no progress.
+    progress_text.clear();
+    tick.start();
+    clock.restart();
+    page->validation_split()->setValue(10);
+    QVERIFY(page->busy());
+    QTRY_VERIFY_WITH_TIMEOUT(!page->busy(), 30000);
+    tick.stop();
+    const qint64 recount_ms = clock.elapsed();
+    QCOMPARE(page->analysis().validation_rows, std::uint64_t(2000));
+    QCOMPARE(page->analysis().training_rows, std::uint64_t(18000));
+    QVERIFY2(progress_text.isEmpty(), qPrintable(progress_text));
+    QVERIFY2(recount_ms * 4 < checked_ms,
+             qPrintable(QString("recount %1 ms, check %2 ms").arg(recount_ms).arg(checked_ms)));
+    qInfo("20000 rows checked in %lld ms (longest GUI gap %lld ms); recounted in %lld ms",
+          checked_ms, longest_gap, recount_ms);
+
+    // A change while the rows are checked stops that check: the page shows the new settings'.
+    page->max_length()->setValue(64);
+    QTRY_VERIFY_WITH_TIMEOUT(page->progress_bar()->isVisible(), 30000);
+    page->max_length()->setValue(48);
+    QTRY_VERIFY_WITH_TIMEOUT(!page->busy(), 120000);
+    QCOMPARE(page->analysis().max_length, std::int64_t(48));
+    QVERIFY(page->analysis().rows_checked && !page->analysis().cancelled);
+  }
+
+  void packing_counts_the_training_share_as_the_run_does() {
+    // 12 short documents: byte-level tokens, so the shares' token counts are small.
+    QByteArray rows;
+    for (int i = 0; i < 12; ++i)
+      rows += "{\"text\":\"document " + QByteArray::number(i) + " says hi\"}\n";
+    const QString file = path("short-texts.jsonl");
+    write_file(file, rows);
+    FineTuneWizard wizard(&probe_);
+    wizard.resize(1100, 760);
+    wizard.show();
+    choose_demo_model(wizard, demo_);
+    wizard.go_to(FineTuneWizard::DatasetStep);
+    DatasetPage* page = wizard.dataset_page();
+    page->max_length()->setValue(16);
+    page->validation_split()->setValue(25);  // 3 of the 12 rows held out
+    page->choose_file(file);
+    wait_for_analysis(page);
+    const DatasetAnalysis& a = page->analysis();
+    QCOMPARE(a.format, QString("text"));
+    QVERIFY(a.packs);
+    QCOMPARE(a.training_rows, std::uint64_t(9));
+    QCOMPARE(a.validation_rows, std::uint64_t(3));
+    const std::uint64_t training_tokens = a.good_tokens,
+                        validation_tokens = a.validation_good_tokens;
+    QVERIFY2(page->ready(), qPrintable(page->problem()));
+    wizard.method_page()->set_steps(2);
+
+    const QString cli = training_cli();
+    if (cli.isEmpty()) QSKIP("this build's tessera-cli has no `run` (built without LibTorch)");
+    // The run's own count of the training share's tokens: its 16-token blocks and the tail it
+    // leaves out.
+    {
+      const auto [code, log] = run(cli, wizard.build_spec(), "packed-16");
+      QVERIFY2(code == 0, qPrintable(log));
+      const auto [blocks, validation_blocks] = logged_sequences(log);
+      const auto tail = QRegularExpression("the last (\\d+) tokens did not fill").match(log);
+      const std::uint64_t left_out = tail.hasMatch() ? tail.captured(1).toULongLong() : 0;
+      QCOMPARE(std::uint64_t(blocks) * 16 + left_out, training_tokens);
+      QCOMPARE(std::uint64_t(validation_blocks), validation_tokens / 16);
+    }
+
+    // One token more than the training share has: every row together would fill it, the
+    // training share alone does not, and the run fails.
+    QVERIFY(training_tokens + 1 < training_tokens + validation_tokens);
+    page->max_length()->setValue(int(training_tokens + 1));
+    wait_for_analysis(page);
+    QVERIFY2(page->problem().startsWith(
+                 QString("Lower the sequence length to %1 or less, or turn packing off: the "
+                         "training rows' %1 tokens")
+                     .arg(training_tokens)),
+             qPrintable(page->problem()));
+    QVERIFY(!wizard.next_button()->isEnabled());
+    {
+      const auto [code, log] = run(cli, wizard.build_spec(), "packed-train-short");
+      QVERIFY2(code != 0 && log.contains("no training examples"), qPrintable(log));
+    }
+
+    // The validation share is packed apart: too few tokens there fail the run as well.
+    page->max_length()->setValue(int(validation_tokens + 1));
+    wait_for_analysis(page);
+    QVERIFY2(page->problem().startsWith("Raise the validation split, lower the sequence length "
+                                        "to " +
+                                        QString::number(validation_tokens)),
+             qPrintable(page->problem()));
+    {
+      const auto [code, log] = run(cli, wizard.build_spec(), "packed-validation-short");
+      QVERIFY2(code != 0 && log.contains("no training examples"), qPrintable(log));
+    }
+  }
+
+  void truncation_counts_only_the_rows_that_train() {
+    // 20 rows at 32 tokens: 3 answers longer than that (truncated, still trained on) and 2
+    // prompts longer than that (no answer token left: skipped).
+    QList<QByteArray> rows = demo_rows(20);
+    for (int i : {1, 4, 7})
+      rows[i] = "{\"instruction\":\"upper abc\",\"output\":\"" + QByteArray(50, 'A') + "\"}";
+    for (int i : {2, 5})
+      rows[i] = "{\"instruction\":\"first " + QByteArray(60, 'x') + "\",\"output\":\"x\"}";
+    const QString file = path("long-rows.jsonl");
+    write_file(file, rows.join('\n') + '\n');
+    FineTuneWizard wizard(&probe_);
+    wizard.resize(1100, 760);
+    wizard.show();
+    choose_demo_model(wizard, demo_);
+    wizard.go_to(FineTuneWizard::DatasetStep);
+    DatasetPage* page = wizard.dataset_page();
+    page->max_length()->setValue(32);
+    page->validation_split()->setValue(0);
+    page->choose_file(file);
+    wait_for_analysis(page);
+    const DatasetAnalysis& a = page->analysis();
+    QCOMPARE(a.bad_rows, std::uint64_t(2));
+    QCOMPARE(a.measured, std::uint64_t(18));
+    QCOMPARE(a.truncated, std::uint64_t(3));
+    const QString text = page->truncation_label()->text();
+    QVERIFY2(text.startsWith("18 training examples (every row but the rows skipped)"),
+             qPrintable(text));
+    QVERIFY2(text.contains("16.7 % (3) are longer than 32 tokens and will be truncated"),
+             qPrintable(text));
+  }
+
+  void learned_positions_block_only_what_fails() {
+    const QString minilm = locate_minilm();
+    if (!QFileInfo::exists(minilm + "/tokenizer.json"))
+      QSKIP("MiniLM's tokenizer is not installed");
+    const QString gpt2 = path("tiny-gpt2");
+    QProcess python;
+    python.setProcessChannelMode(QProcess::MergedChannels);
+    python.start(TESSERA_PYTHON, {"-c", kMakeTinyGpt2, gpt2, minilm});
+    QVERIFY2(python.waitForFinished(180000) && python.exitCode() == 0,
+             qPrintable(QString::fromUtf8(python.readAll())));
+    // Every row shorter than the 64 positions (WordPiece: a few tokens each).
+    QList<QByteArray> rows = demo_rows(24);
+    const QString short_rows = path("short-rows.jsonl");
+    write_file(short_rows, rows.join('\n') + '\n');
+    // One answer of 80 words: longer than the 64 positions, and trained on (truncated).
+    QByteArray long_answer;
+    for (int i = 0; i < 80; ++i) long_answer += "word ";
+    rows[3] = "{\"instruction\":\"repeat\",\"output\":\"" + long_answer.trimmed() + "\"}";
+    const QString long_row = path("one-long-row.jsonl");
+    write_file(long_row, rows.join('\n') + '\n');
+
+    FineTuneWizard wizard(&probe_);
+    wizard.resize(1100, 760);
+    wizard.show();
+    wizard.model_page()->choose_folder(gpt2);
+    QTRY_VERIFY_WITH_TIMEOUT(wizard.model_page()->ready(), 20000);
+    wizard.go_to(FineTuneWizard::DatasetStep);
+    DatasetPage* page = wizard.dataset_page();
+    page->max_length()->setValue(128);
+    page->validation_split()->setValue(0);
+    page->choose_file(short_rows);
+    wait_for_analysis(page);
+    const DatasetAnalysis& a = page->analysis();
+    QCOMPARE(a.model_context, std::int64_t(64));
+    QVERIFY(a.learned_positions);
+    QCOMPARE(a.format, QString("instruction"));
+    QVERIFY(a.longest_row > 0 && a.longest_row <= 64);
+    QVERIFY2(wizard.missing().isEmpty(), qPrintable(wizard.missing().join("; ")));
+    QVERIFY(page->context_label()->isVisible());
+    const QString info = page->context_label()->text();
+    QVERIFY2(info.startsWith("ℹ Sequence length 128 is above the model's context (gpt2 has 64 "
+                             "positions), but no row is longer than " +
+                             QString::number(a.longest_row) + " tokens"),
+             qPrintable(info));
+    screenshot(&wizard, "wizard-checks-6-learned-positions-unused");
+    wizard.method_page()->set_steps(2);
+    const QString cli = training_cli();
+    if (!cli.isEmpty()) {
+      const auto [code, log] = run(cli, wizard.build_spec(), "gpt2-short-rows");
+      QVERIFY2(code == 0, qPrintable(log));
+    }
+
+    page->choose_file(long_row);
+    wait_for_analysis(page);
+    QVERIFY(page->analysis().longest_row > 64);
+    const QString blocked = page->context_label()->text();
+    QVERIFY2(blocked.startsWith("✘ Sequence length 128 is above the model's context: gpt2 has "
+                                "64 positions, and 1 row is longer (the longest has " +
+                                QString::number(page->analysis().longest_row) + " tokens)"),
+             qPrintable(blocked));
+    QCOMPARE(wizard.reason_label()->text(),
+             QString("Lower the sequence length to 64 or less (the model's context)"));
+    if (!cli.isEmpty()) {
+      const auto [code, log] = run(cli, wizard.build_spec(), "gpt2-long-row");
+      QVERIFY2(code != 0 && log.contains("n_positions"), qPrintable(log));
+    }
+    // Truncated to the context, the long row trains.
+    QTest::mouseClick(page->fit_context_button(), Qt::LeftButton);
+    wait_for_analysis(page);
+    QVERIFY(!page->context_label()->isVisible());
+    QVERIFY2(wizard.missing().isEmpty(), qPrintable(wizard.missing().join("; ")));
+    if (!cli.isEmpty()) {
+      const auto [code, log] = run(cli, wizard.build_spec(), "gpt2-long-row-64");
+      QVERIFY2(code == 0, qPrintable(log));
+    }
+
+    // Packed text: every block is the sequence length, longer than the positions.
+    QByteArray texts;
+    for (int i = 0; i < 40; ++i)
+      texts += "{\"text\":\"a few words of text number " + QByteArray::number(i) + "\"}\n";
+    const QString text_file = path("texts.jsonl");
+    write_file(text_file, texts);
+    page->choose_file(text_file);
+    page->max_length()->setValue(128);
+    wait_for_analysis(page);
+    QVERIFY(page->analysis().packs);
+    QVERIFY(page->analysis().longest_row <= 64);
+    QVERIFY2(page->context_label()->text().contains("packing makes every sequence 128 tokens long"),
+             qPrintable(page->context_label()->text()));
+    QVERIFY(!wizard.next_button()->isEnabled());
+    if (!cli.isEmpty()) {
+      const auto [code, log] = run(cli, wizard.build_spec(), "gpt2-packed");
+      QVERIFY2(code != 0 && log.contains("n_positions"), qPrintable(log));
+    }
+  }
+
+  void skipped_rows_are_counted_per_share_as_the_run_logs_them() {
+    // 40 rows, 10 held out: a row that is not JSON, and rows without their output column
+    // spread over the file, so both shares have some whatever the seed.
+    QList<QByteArray> rows = demo_rows(41);
+    for (int i : {0, 3, 8, 13, 17, 22, 26, 31, 35, 39})
+      rows[i] = "{\"instruction\":\"first abcde\"}";
+    rows[20] = "{\"instruction\":\"first abc\", \"output\":";
+    const QString file = path("bad-rows-both-shares.jsonl");
+    write_file(file, rows.join('\n') + '\n');
+
+    FineTuneWizard wizard(&probe_);
+    wizard.resize(1100, 760);
+    wizard.show();
+    choose_demo_model(wizard, demo_);
+    wizard.go_to(FineTuneWizard::DatasetStep);
+    DatasetPage* page = wizard.dataset_page();
+    page->max_length()->setValue(32);
+    page->validation_split()->setValue(25);
+    page->choose_file(file);
+    wait_for_analysis(page);
+    QTest::mouseClick(page->skip_bad_rows_box(), Qt::LeftButton);
+    wizard.method_page()->set_steps(2);
+    const QString cli = training_cli();
+    for (const std::uint64_t seed : {std::uint64_t(42), std::uint64_t(3)}) {
+      auto training = wizard.method_page()->training_spec();
+      training.seed = seed;
+      wizard.method_page()->load_spec(wizard.method_page()->method_spec(), training,
+                                      wizard.method_page()->precision());
+      wait_for_analysis(page);
+      const DatasetAnalysis& a = page->analysis();
+      QCOMPARE(a.counted_seed, seed);
+      QCOMPARE(a.unreadable_rows, std::uint64_t(1));
+      QCOMPARE(a.validation_rows, std::uint64_t(10));  // of the 40 readable rows
+      QCOMPARE(a.training_bad_rows + a.validation_bad_rows, std::uint64_t(10));
+      QVERIFY(a.validation_bad_rows > 0 && a.training_bad_rows > 0);
+      const QString where = QString(
+                                "1 unreadable, %1 of the 30 training rows and %2 of the 10 "
+                                "validation rows")
+                                .arg(a.training_bad_rows)
+                                .arg(a.validation_bad_rows);
+      QCOMPARE(page->skipped_rows_text(), where);
+      QVERIFY2(page->bad_rows_label()->text().startsWith("⚠ 11 rows will be skipped (" + where),
+               qPrintable(page->bad_rows_label()->text()));
+      QVERIFY2(wizard.missing().isEmpty(), qPrintable(wizard.missing().join("; ")));
+      wizard.go_to(FineTuneWizard::ReviewStep);
+      const QString data = wizard.review_page()->summary_value("Data");
+      QVERIFY2(data.contains("11 rows that cannot be used will be skipped (" + where + ")"),
+               qPrintable(data));
+      wizard.go_to(FineTuneWizard::DatasetStep);
+      if (cli.isEmpty()) continue;
+      // The run's log says the same numbers.
+      const auto [code, log] = run(cli, wizard.build_spec(), QString("shares-seed-%1").arg(seed));
+      QVERIFY2(code == 0, qPrintable(log));
+      QCOMPARE(logged_skips(log, "unreadable rows"), 1);
+      QCOMPARE(logged_skips(log, "training rows"), int(a.training_bad_rows));
+      QCOMPARE(logged_skips(log, "validation rows"), int(a.validation_bad_rows));
+      QCOMPARE(logged_sequences(log),
+               std::make_pair(int(a.good_rows), int(a.validation_good_rows)));
+    }
   }
 
  private:

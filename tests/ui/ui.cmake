@@ -58,6 +58,8 @@ if(TARGET tessera_ui)
   # The wizard's checks before each step, and a real run of a dataset with bad rows skipped.
   tessera_add_qt_test(NAME test_wizard_checks SOURCES ui/test_wizard_checks.cpp LIBS studio_test_support LABELS ui)
   add_dependencies(test_wizard_checks tessera-cli)
+  # The learned-positions case makes a tiny GPT-2 with transformers.
+  target_compile_definitions(test_wizard_checks PRIVATE TESSERA_PYTHON="${TESSERA_PYTHON}")
   set_tests_properties(test_wizard_checks PROPERTIES TIMEOUT 300)
 
   # The wizard's Review step: the summary against `tessera-cli plan`, the run's name in the runs

@@ -9,6 +9,7 @@
 #include "data/dataset.h"
 #include "data/format.h"
 #include "data/preview.h"
+#include "data/split.h"
 #include "hf/chat/tokenizer_config.h"
 #include "hf/config.h"
 #include "hf/families.h"
@@ -31,34 +32,6 @@ QMap<QString, QString> to_qmap(const std::map<std::string, std::string>& m) {
   return out;
 }
 
-// Token lengths of a sample of rows evenly spaced over the file (all rows when few).
-data::LengthStats measure_lengths(const data::DatasetReader& reader,
-                                  const data::ExampleBuilder& builder,
-                                  const data::PreviewOptions& options, std::int64_t max_length,
-                                  data::SkipReport& skipped) {
-  const std::size_t n = reader.num_rows();
-  const bool all = n <= options.sample_rows;
-  const std::size_t sample = all ? n : options.sample_rows;
-  std::vector<std::size_t> lengths;
-  std::size_t truncated = 0;
-  for (std::size_t k = 0; k < sample; ++k) {
-    const std::size_t index = all ? k : k * (n / sample) + k * (n % sample) / sample;
-    try {
-      auto ex = builder.build(reader.row(index), reader.row_location(index));
-      if (max_length > 0 && ex.input_ids.size() > static_cast<std::size_t>(max_length)) ++truncated;
-      lengths.push_back(ex.input_ids.size());
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::InvalidInput) throw;
-      skipped.add(e.what());
-    }
-  }
-  data::LengthStats stats = data::length_stats(std::move(lengths), options.bins);
-  stats.sampled_rows = sample;
-  stats.all_rows = all;
-  stats.truncated = truncated;
-  return stats;
-}
-
 // An engine error in the studio's words: the reader's advice for a file that is not UTF-8 is a
 // command line; here it is what to do in an editor.
 QString gui_error_text(const Error& error) {
@@ -69,26 +42,52 @@ QString gui_error_text(const Error& error) {
              "choose it again.");
 }
 
-struct GoodRows {
-  std::uint64_t rows = 0;
-  std::uint64_t tokens = 0;
-};
+// Whether the run's truncation to `max_length` leaves `ex` no token to learn from: the builder
+// truncates causal examples and then rejects one whose labels are all ignored.
+bool truncation_leaves_no_loss(const data::TokenizedExample& ex, std::size_t max_length) {
+  if (ex.labels.empty() || ex.input_ids.size() <= max_length) return false;
+  return std::all_of(ex.labels.begin(), ex.labels.begin() + std::ptrdiff_t(max_length),
+                     [](std::int32_t label) { return label == data::kIgnoreIndex; });
+}
 
-// Every row through the builder the run uses: the rows it would throw on (InvalidInput, as
-// tokenize_rows skips them with skip_bad_rows), and the rows and tokens of the others.
-GoodRows check_rows(const data::DatasetReader& reader, const data::ExampleBuilder& builder,
-                    data::SkipReport& bad) {
-  GoodRows good;
+// Every row of `reader` tokenized once: `full` builds it untruncated (its length, for the
+// statistics); a row that fails there, or that the run's truncation leaves without a loss token,
+// goes through `run` (the run's own builder) for the verdict and the words the run would use.
+// Returns false when cancelled.
+bool check_rows(const data::DatasetReader& reader, const data::ExampleBuilder& full,
+                const data::ExampleBuilder& run, bool validation_file,
+                std::vector<std::uint32_t>& tokens, DatasetAnalysis& a,
+                AnalysisProgress* progress) {
+  const bool truncates = !run.packs() && run.options().max_length > 0;
+  tokens.assign(reader.num_rows(), DatasetAnalysis::kBadRow);
   for (std::size_t i = 0; i < reader.num_rows(); ++i) {
+    if (progress) {
+      if (progress->cancel.load(std::memory_order_relaxed)) return false;
+      progress->rows_done.fetch_add(1, std::memory_order_relaxed);
+    }
+    const data::Row row = reader.row(i);
+    const std::string location = reader.row_location(i);
+    std::optional<data::TokenizedExample> example;
     try {
-      good.tokens += builder.build(reader.row(i), reader.row_location(i)).input_ids.size();
-      ++good.rows;
+      example = full.build(row, location);
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::InvalidInput) throw;
-      bad.add(e.what());
     }
+    if (!example || (truncates && truncation_leaves_no_loss(*example, run.options().max_length))) {
+      try {
+        const data::TokenizedExample built = run.build(row, location);
+        if (!example) example = built;
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::InvalidInput) throw;
+        if (a.first_bad_rows.size() < DatasetAnalysis::kKeptReasons)
+          a.first_bad_rows.push_back({i, validation_file, q(e.what())});
+        continue;
+      }
+    }
+    tokens[i] = std::uint32_t(
+        std::min<std::size_t>(example->input_ids.size(), DatasetAnalysis::kBadRow - 1));
   }
-  return good;
+  return true;
 }
 
 QString column_list(const std::vector<std::string>& columns) {
@@ -209,6 +208,8 @@ QStringList roles_of(const QString& format, const QMap<QString, QString>& mappin
 DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
   DatasetAnalysis a;
   a.file = request.file;
+  a.max_length = request.max_length;
+  a.packing = request.packing;
   a.files = request.files.isEmpty() ? QStringList{request.file} : request.files;
   std::unique_ptr<data::DatasetReader> reader;
   try {
@@ -257,12 +258,13 @@ DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
   data::PreviewOptions options;
   options.rows = 50;
   options.max_cell_chars = 300;
-  options.sample_rows = 2000;
-  options.bins = 16;
+  a.unreadable_rows = reader->skipped().count;
+  for (const std::string& reason : reader->skipped().first_reasons)
+    a.unreadable_reasons << q(reason);
 
-  // The tokenizer (when a model is chosen) gives the token-length statistics.
+  // The tokenizer (when a model is chosen) checks the rows and gives the token lengths.
   std::optional<hf::Tokenizer> tokenizer;
-  std::optional<data::ExampleBuilder> builder;
+  std::optional<data::ExampleBuilder> full_builder;
   std::optional<data::ExampleBuilder> run_builder;
   if (!request.model_folder.isEmpty()) {
     try {
@@ -282,11 +284,6 @@ DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
       const fs::path dir = request.model_folder.toStdString();
       tokenizer.emplace(hf::Tokenizer::from_folder(dir));
       auto config = hf::load_tokenizer_config_from_folder(dir);
-      data::TokenizeOptions tok;
-      // Measured untruncated and unpacked, so lengths beyond max_length are seen (the
-      // builder would otherwise cut them before they are counted).
-      tok.max_length = 0;
-      tok.pack = false;
       data::LabelSet labels;
       if (format.kind == data::FormatKind::Classification) {
         std::vector<std::string> id2label;
@@ -296,11 +293,15 @@ DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
         }
         labels = data::derive_labels(*reader, format.columns.at("label"), id2label);
       }
-      builder.emplace(format, *tokenizer, config, tok, labels);
       data::TokenizeOptions run_options;  // as the runner's prepare_data sets them
       run_options.max_length = static_cast<std::size_t>(request.max_length);
       run_options.pack = request.packing;
       run_builder.emplace(format, *tokenizer, config, run_options, labels);
+      // Untruncated and unpacked, so lengths beyond max_length are seen.
+      data::TokenizeOptions full_options = run_options;
+      full_options.max_length = 0;
+      full_options.pack = false;
+      full_builder.emplace(format, *tokenizer, config, full_options, labels);
     } catch (const Error& e) {
       a.token_error = error_text(e);
     } catch (const std::exception& e) {
@@ -309,11 +310,8 @@ DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
   }
 
   try {
-    auto preview = data::preview_dataset(
+    const auto preview = data::preview_dataset(
         *reader, a.error.isEmpty() ? format : data::DatasetFormat{}, nullptr, options);
-    if (builder)
-      preview.token_lengths =
-          measure_lengths(*reader, *builder, options, request.max_length, preview.skipped);
     for (const auto& row : preview.rows) {
       QStringList cells;
       for (const auto& cell : row) cells << q(cell);
@@ -321,46 +319,120 @@ DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
     }
     if (a.error.isEmpty()) a.description = q(preview.description);
     a.skipped = q(preview.skipped.summary());
-    data::SkipReport bad = reader->skipped();
     if (run_builder) {
-      const GoodRows good = check_rows(*reader, *run_builder, bad);
-      a.good_rows = good.rows;
-      a.good_tokens = good.tokens;
       // The run tokenizes the validation files with the same builder and the same rule.
+      std::unique_ptr<data::DatasetReader> validation;
       if (!request.validation_files.isEmpty()) {
         std::vector<fs::path> paths;
         for (const QString& f : request.validation_files) paths.emplace_back(f.toStdString());
         data::ReadOptions read_options;
         read_options.skip_bad_rows = true;
-        const auto validation = data::open_datasets(paths, read_options);
-        bad.merge(validation->skipped());
-        check_rows(*validation, *run_builder, bad);
+        validation = data::open_datasets(paths, read_options);
+        a.unreadable_validation_rows = validation->skipped().count;
+        for (const std::string& reason : validation->skipped().first_reasons)
+          a.unreadable_reasons << q(reason);
       }
-      a.rows_checked = true;
-    }
-    a.bad_rows = bad.count;
-    for (const std::string& reason : bad.first_reasons) a.bad_reasons << q(reason);
-    if (preview.token_lengths) {
-      const auto& s = *preview.token_lengths;
-      a.measured = s.count;
-      a.all_rows = s.all_rows;
-      a.min_len = s.min;
-      a.max_len = s.max;
-      a.p50 = s.p50;
-      a.p95 = s.p95;
-      a.mean_len = s.mean;
-      a.truncated = s.truncated;
-      a.bin_edges.assign(s.histogram.edges.begin(), s.histogram.edges.end());
-      a.bin_counts.assign(s.histogram.counts.begin(), s.histogram.counts.end());
-      if (s.count == 0 && a.token_error.isEmpty())
-        a.token_error = "no row of the sample could be tokenized; " + a.skipped;
+      AnalysisProgress* progress = request.progress.get();
+      if (progress)
+        progress->rows_total = reader->num_rows() + (validation ? validation->num_rows() : 0);
+      a.packs = run_builder->packs();
+      const bool complete =
+          check_rows(*reader, *full_builder, *run_builder, false, a.row_tokens, a, progress) &&
+          (!validation || check_rows(*validation, *full_builder, *run_builder, true,
+                                     a.validation_file_tokens, a, progress));
+      a.cancelled = !complete;
+      a.rows_checked = complete;
     }
   } catch (const Error& e) {
     if (a.error.isEmpty()) a.error = gui_error_text(e);
   } catch (const std::exception& e) {
     if (a.error.isEmpty()) a.error = q(e.what());
   }
+  count_shares(a, request.validation_files.isEmpty() ? request.validation_fraction : 0.0,
+               request.seed);
   return a;
+}
+
+void count_shares(DatasetAnalysis& a, double validation_fraction, std::uint64_t seed) {
+  a.counted_fraction = validation_fraction;
+  a.counted_seed = seed;
+  a.split_error.clear();
+  a.training_rows = a.validation_rows = 0;
+  a.training_bad_rows = a.validation_bad_rows = 0;
+  a.good_rows = a.good_tokens = a.validation_good_rows = a.validation_good_tokens = 0;
+  a.longest_example = a.longest_row = 0;
+  a.measured = a.truncated = a.min_len = a.max_len = a.p50 = a.p95 = 0;
+  a.mean_len = 0;
+  a.all_rows = false;
+  a.bin_edges.clear();
+  a.bin_counts.clear();
+  a.bad_reasons = a.unreadable_reasons;
+  a.bad_rows = a.unreadable_rows + a.unreadable_validation_rows;
+  if (!a.rows_checked) return;
+
+  // The run's split (runner.cpp's prepare_data): over the readable rows, shuffled by the seed.
+  const std::size_t n = a.row_tokens.size();
+  std::vector<char> held_out(n, 0);
+  if (a.validation_file_tokens.empty() && validation_fraction > 0 && n > 0) {
+    try {
+      data::SplitOptions split;
+      split.validation_fraction = validation_fraction;
+      split.shuffle = true;
+      split.seed = seed;
+      for (std::size_t i : data::split_rows(n, split).validation) held_out[i] = 1;
+    } catch (const Error& e) {
+      a.split_error = error_text(e);
+    }
+  }
+  const auto max_length = std::uint64_t(std::max<std::int64_t>(a.max_length, 0));
+  // The tokens of an example as the run builds it: packed documents whole, others truncated.
+  const auto built_tokens = [&](std::uint64_t tokens) {
+    return a.packs || max_length == 0 ? tokens : std::min(tokens, max_length);
+  };
+  std::vector<std::size_t> training_lengths;
+  const auto count = [&](std::uint32_t tokens, bool validation) {
+    (validation ? a.validation_rows : a.training_rows)++;
+    if (tokens == DatasetAnalysis::kBadRow) {
+      (validation ? a.validation_bad_rows : a.training_bad_rows)++;
+      return;
+    }
+    a.longest_row = std::max<std::uint64_t>(a.longest_row, tokens);
+    a.longest_example = std::max(a.longest_example, built_tokens(tokens));
+    if (validation) {
+      ++a.validation_good_rows;
+      a.validation_good_tokens += built_tokens(tokens);
+      return;
+    }
+    ++a.good_rows;
+    a.good_tokens += built_tokens(tokens);
+    training_lengths.push_back(tokens);
+    if (!a.packs && max_length > 0 && tokens > max_length) ++a.truncated;
+  };
+  for (std::size_t i = 0; i < n; ++i) count(a.row_tokens[i], held_out[i] != 0);
+  for (std::uint32_t tokens : a.validation_file_tokens) count(tokens, true);
+  // Packed: every block is max_length tokens.
+  if (a.packs && (a.good_tokens >= max_length || a.validation_good_tokens >= max_length))
+    a.longest_example = max_length;
+  a.bad_rows += a.training_bad_rows + a.validation_bad_rows;
+
+  QStringList reasons;
+  for (const auto& bad : a.first_bad_rows) {
+    if (reasons.size() >= int(data::SkipReport::kMaxReasons)) break;
+    const bool validation = bad.validation_file || (bad.index < n && held_out[bad.index] != 0);
+    reasons << (validation ? QObject::tr("%1 (validation)").arg(bad.reason) : bad.reason);
+  }
+  a.bad_reasons = reasons + a.unreadable_reasons;
+
+  const data::LengthStats stats = data::length_stats(std::move(training_lengths), 16);
+  a.measured = stats.count;
+  a.all_rows = true;
+  a.min_len = stats.min;
+  a.max_len = stats.max;
+  a.p50 = stats.p50;
+  a.p95 = stats.p95;
+  a.mean_len = stats.mean;
+  a.bin_edges.assign(stats.histogram.edges.begin(), stats.histogram.edges.end());
+  a.bin_counts.assign(stats.histogram.counts.begin(), stats.histogram.counts.end());
 }
 
 }  // namespace tessera::ui

@@ -15,6 +15,7 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
+#include <QProgressBar>
 #include <QPushButton>
 #include <QSpinBox>
 #include <QSplitter>
@@ -33,6 +34,37 @@
 #include "ui/widgets/hub_search_view.h"
 
 namespace tessera::ui {
+
+namespace {
+
+// What a sequence length above the model's context does to the run.
+enum class ContextCheck {
+  Fits,       // not above it
+  Unused,     // learned positions, but no sequence the run builds is longer than the table
+  Fails,      // learned positions and a longer sequence: the model refuses it, the run fails
+  Untrained,  // rotary: it runs, on positions the model was never trained on
+};
+
+// Good rows (either share) longer than `context` tokens before truncation.
+std::uint64_t rows_longer_than(const DatasetAnalysis& a, std::int64_t context) {
+  std::uint64_t n = 0;
+  for (const auto* tokens : {&a.row_tokens, &a.validation_file_tokens})
+    for (std::uint32_t t : *tokens)
+      if (t != DatasetAnalysis::kBadRow && std::int64_t(t) > context) ++n;
+  return n;
+}
+
+// Batches pad to their longest example, so with learned positions only a sequence the run
+// builds longer than the table fails: a packed block (max_length tokens), or a row longer than
+// the context (truncated to max_length, still longer).
+ContextCheck context_check(const DatasetAnalysis& a, std::int64_t max_length, bool packed) {
+  if (a.model_context <= 0 || max_length <= a.model_context) return ContextCheck::Fits;
+  if (!a.learned_positions) return ContextCheck::Untrained;
+  if (packed || !a.rows_checked) return ContextCheck::Fails;
+  return std::int64_t(a.longest_row) > a.model_context ? ContextCheck::Fails : ContextCheck::Unused;
+}
+
+}  // namespace
 
 QStringList DatasetPage::HubDataset::local_train_files() const {
   QStringList files;
@@ -145,6 +177,11 @@ DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
   status_ = new QLabel;
   status_->setWordWrap(true);
   status_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  // How far the row check is: a large file takes a while to tokenize (on a worker thread).
+  progress_ = new QProgressBar;
+  progress_->setTextVisible(true);
+  progress_->setVisible(false);
+  progress_->setAccessibleName(tr("Dataset check progress"));
   // The checks that stop a run, each beside its fix.
   const auto check_row = [](QLabel*& label, QWidget* fix) {
     label = new QLabel;
@@ -194,6 +231,7 @@ DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
   auto* lower_layout = new QVBoxLayout(lower);
   lower_layout->setContentsMargins(0, 0, 0, 0);
   lower_layout->addWidget(status_);
+  lower_layout->addWidget(progress_);
   for (QWidget* row : check_rows) lower_layout->addWidget(row);
   lower_layout->addWidget(description_);
   lower_layout->addWidget(table_, 1);
@@ -228,9 +266,32 @@ DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
     Q_EMIT datasetChanged();
   });
   connect(packing_, &QCheckBox::toggled, debounce, qOverload<>(&QTimer::start));
-  connect(split_, &QDoubleSpinBox::valueChanged, this, [this] { Q_EMIT datasetChanged(); });
+  // The shares follow the split at once, from the rows already checked (nothing tokenized).
+  connect(split_, &QDoubleSpinBox::valueChanged, this, [this] {
+    recount();
+    Q_EMIT datasetChanged();
+  });
+  auto* progress_timer = new QTimer(this);
+  progress_timer->setInterval(150);
+  connect(progress_timer, &QTimer::timeout, this, [this] {
+    const auto state = progress_state_;
+    const std::uint64_t total = state ? state->rows_total.load() : 0;
+    if (!analyzing_ || total == 0) return;
+    const std::uint64_t done = std::min(state->rows_done.load(), total);
+    // Shown once it lasts: a small file is checked before the bar would mean anything.
+    progress_->setRange(0, 1000);
+    progress_->setValue(int(done * 1000 / total));
+    progress_->setFormat(tr("%1 of %2 rows").arg(done).arg(total));
+    progress_->setVisible(true);
+    status_->setText(tr("Checking every row with the model's tokenizer, as the run will build "
+                        "them: %1 of %2…")
+                         .arg(done)
+                         .arg(total));
+  });
+  progress_timer->start();
   connect(&watcher_, &QFutureWatcher<DatasetAnalysis>::finished, this, [this] {
     analyzing_ = false;
+    progress_->setVisible(false);
     if (rerun_) {  // the choices changed while this one ran
       rerun_ = false;
       analyze();
@@ -238,13 +299,61 @@ DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
     }
     analysis_ = watcher_.result();
     show_analysis();
+    recount();  // the split changed while the rows were checked
     Q_EMIT datasetChanged();
   });
 }
 
 bool DatasetPage::busy() const {
-  // Until the result is shown: the future finishes before its watcher says so.
-  return analyzing_ || rerun_;
+  // Until the result is shown: the future finishes before its watcher says so. A result for
+  // other settings than the page's (a length typed, the split changed) waits for its update.
+  return analyzing_ || rerun_ || stale();
+}
+
+double DatasetPage::validation_fraction() const {
+  const bool validation_files = hub_dataset_ && !hub_dataset_->choice.validation_files.isEmpty();
+  return validation_files ? 0.0 : split_->value() / 100.0;
+}
+
+bool DatasetPage::stale() const {
+  const DatasetAnalysis& a = analysis_;
+  if (a.file.isEmpty() || path_->text().isEmpty()) return false;
+  if (a.max_length != max_length_->value() || a.packing != packing_->isChecked()) return true;
+  return a.rows_checked && (a.counted_fraction != validation_fraction() || a.counted_seed != seed_);
+}
+
+void DatasetPage::recount() {
+  if (analyzing_ || rerun_ || !analysis_.rows_checked) return;
+  if (analysis_.counted_fraction == validation_fraction() && analysis_.counted_seed == seed_)
+    return;
+  analyzing_ = true;
+  progress_state_.reset();
+  watcher_.setFuture(
+      QtConcurrent::run([a = analysis_, fraction = validation_fraction(), seed = seed_]() mutable {
+        count_shares(a, fraction, seed);
+        return a;
+      }));
+}
+
+void DatasetPage::set_split_seed(std::uint64_t seed) {
+  if (seed == seed_) return;
+  seed_ = seed;
+  recount();
+  Q_EMIT datasetChanged();
+}
+
+QString DatasetPage::skipped_rows_text() const {
+  const DatasetAnalysis& a = analysis_;
+  QStringList parts;
+  const std::uint64_t unreadable = a.unreadable_rows + a.unreadable_validation_rows;
+  if (unreadable > 0) parts << tr("%1 unreadable").arg(unreadable);
+  if (a.training_bad_rows > 0)
+    parts << tr("%1 of the %2 training rows").arg(a.training_bad_rows).arg(a.training_rows);
+  if (a.validation_bad_rows > 0)
+    parts << tr("%1 of the %2 validation rows").arg(a.validation_bad_rows).arg(a.validation_rows);
+  if (parts.size() < 2) return parts.join(QString());
+  const QString last = parts.takeLast();
+  return tr("%1 and %2").arg(parts.join(", "), last);
 }
 
 std::uint64_t DatasetPage::rows_to_skip() const {
@@ -266,19 +375,35 @@ QString DatasetPage::problem() const {
     return tr("Fix the dataset or choose another model: the model's tokenizer cannot build "
               "examples from the rows (%1)")
         .arg(a.token_error.section('\n', 0, 0));
-  if (a.model_context > 0 && max_length_->value() > a.model_context)
+  const auto context = context_check(a, max_length_->value(), a.packs);
+  if (context == ContextCheck::Fails || context == ContextCheck::Untrained)
     return tr("Lower the sequence length to %1 or less (the model's context)").arg(a.model_context);
+  if (!a.split_error.isEmpty())
+    return tr("Lower the validation split: %1").arg(a.split_error.section('\n', 0, 0));
   if (a.rows_checked && a.good_rows == 0)
-    return tr("Fix the dataset: no row can be trained on (see the rows listed)");
+    return tr("Fix the dataset: no training row can be trained on (see the rows listed)");
   if (a.bad_rows > 0 && !skip_bad_->isChecked())
     return tr("Fix the dataset: %1 cannot be trained on, or tick \"Skip bad rows\"")
         .arg(count_text(qint64(a.bad_rows), tr("1 row"), tr("%1 rows")));
-  if (a.rows_checked && packing_->isEnabled() && packing_->isChecked() &&
-      a.good_tokens < std::uint64_t(max_length_->value()))
-    return tr("Lower the sequence length to %1 or less, or turn packing off: the dataset's "
+  // The run tokenizes the validation share apart and fails when it gives no example.
+  if (a.rows_checked && a.validation_rows > 0 && a.validation_good_rows == 0)
+    return tr("Fix the dataset: none of the %1 validation rows can be used (see the rows listed)")
+        .arg(a.validation_rows);
+  const auto length = std::uint64_t(max_length_->value());
+  if (a.rows_checked && a.packs && a.good_tokens < length)
+    return tr("Lower the sequence length to %1 or less, or turn packing off: the training rows' "
               "%1 tokens do not fill one sequence of %2")
         .arg(a.good_tokens)
-        .arg(max_length_->value());
+        .arg(length);
+  if (a.rows_checked && a.packs && a.validation_rows > 0 && a.validation_good_tokens < length)
+    return (a.validation_file_tokens.empty()
+                ? tr("Raise the validation split, lower the sequence length to %1 or less, or "
+                     "turn packing off: the validation rows' %1 tokens do not fill one sequence "
+                     "of %2")
+                : tr("Lower the sequence length to %1 or less, or turn packing off: the "
+                     "validation files' %1 tokens do not fill one sequence of %2"))
+        .arg(a.validation_good_tokens)
+        .arg(length);
   return {};
 }
 
@@ -390,6 +515,8 @@ void DatasetPage::analyze() {
   if (path_->text().isEmpty()) return;
   if (analyzing_) {
     rerun_ = true;
+    if (progress_state_) progress_state_->cancel = true;  // its answer is not wanted any more
+    Q_EMIT datasetChanged();
     return;
   }
   DatasetRequest request;
@@ -404,6 +531,10 @@ void DatasetPage::analyze() {
   request.columns = user_columns_;
   request.max_length = max_length_->value();
   request.packing = packing_->isChecked();
+  request.validation_fraction = validation_fraction();
+  request.seed = seed_;
+  progress_state_ = std::make_shared<AnalysisProgress>();
+  request.progress = progress_state_;
   status_->setText(tr("Reading %1…").arg(request.file));
   analyzing_ = true;
   watcher_.setFuture(QtConcurrent::run([request] { return analyze_dataset(request); }));
@@ -497,24 +628,31 @@ void DatasetPage::show_analysis() {
     histogram_y_->setRange(0, double(most));
     histogram_y_->applyNiceNumbers();
     const double share = a.truncated_share() * 100.0;
-    const bool packed = a.format == "text" && packing_->isChecked();
+    const bool packed = a.packs;
+    // What the statistics leave out: they are of the rows the run trains on.
+    const QString kept_out = a.validation_rows > 0 && a.bad_rows > 0
+                                 ? tr("(every row but the validation share and the rows skipped)")
+                             : a.validation_rows > 0 ? tr("(every row but the validation share)")
+                             : a.bad_rows > 0        ? tr("(every row but the rows skipped)")
+                                                     : tr("(all rows)");
     if (packed)
       truncation_->setText(
-          tr("%1 documents %2: median %3, 95th percentile %4, longest %5 tokens.\n"
+          tr("%1 training documents %2: median %3, 95th percentile %4, longest %5 tokens.\n"
              "Packed into blocks of %6 tokens: nothing is truncated; %7 % of the documents "
              "span more than one block.")
               .arg(a.measured)
-              .arg(a.all_rows ? tr("(all rows)") : tr("(a sample)"))
+              .arg(kept_out)
               .arg(a.p50)
               .arg(a.p95)
               .arg(a.max_len)
               .arg(max_length_->value())
               .arg(share, 0, 'f', 1));
     else
-      truncation_->setText(tr("%1 examples %2: median %3, 95th percentile %4, longest %5 tokens.\n"
+      truncation_->setText(tr("%1 training examples %2: median %3, 95th percentile %4, longest "
+                              "%5 tokens.\n"
                               "%6 % (%7) are longer than %8 tokens and will be truncated.")
                                .arg(a.measured)
-                               .arg(a.all_rows ? tr("(all rows)") : tr("(a sample)"))
+                               .arg(kept_out)
                                .arg(a.p50)
                                .arg(a.p95)
                                .arg(a.max_len)
@@ -541,18 +679,46 @@ void DatasetPage::show_checks() {
   show(format_note_, a.format_note.isEmpty() ? QString() : "⚠ " + a.format_note);
   use_format_->setText(tr("Use the %1 format").arg(a.suggested_format));
 
-  const bool context_exceeded =
-      !model_folder_.isEmpty() && a.model_context > 0 && max_length_->value() > a.model_context;
+  // The length typed counts at once; packing as the page has it now.
+  const int length = max_length_->value();
+  const bool packed = packing_->isEnabled() && packing_->isChecked();
+  const auto check =
+      model_folder_.isEmpty() ? ContextCheck::Fits : context_check(a, length, packed);
+  const QString model = a.model_type.isEmpty() ? tr("the model") : a.model_type;
   QString context;
-  if (context_exceeded) {
-    const QString model = a.model_type.isEmpty() ? tr("the model") : a.model_type;
-    context = a.learned_positions
-                  ? tr("✘ Sequence length %1 is above the model's context: %2 has %3 positions, "
-                       "and the run fails on a longer sequence. Lower it to %3 or less.")
-                  : tr("✘ Sequence length %1 is above the model's context: %2 was trained on "
-                       "%3 positions, and training beyond them teaches positions it has never "
-                       "seen. Lower it to %3 or less.");
-    context = context.arg(max_length_->value()).arg(model).arg(a.model_context);
+  if (check == ContextCheck::Fails && packed) {
+    context = tr("✘ Sequence length %1 is above the model's context: %2 has %3 positions, and "
+                 "packing makes every sequence %1 tokens long, so the run fails on the first. "
+                 "Lower it to %3 or less, or turn packing off.")
+                  .arg(length)
+                  .arg(model)
+                  .arg(a.model_context);
+  } else if (check == ContextCheck::Fails) {
+    const std::uint64_t longer = rows_longer_than(a, a.model_context);
+    context = tr("✘ Sequence length %1 is above the model's context: %2 has %3 positions, and "
+                 "%4 longer (the longest has %5 tokens), so the run fails on the first batch "
+                 "that holds one. Lower it to %3 or less (longer rows are then truncated).")
+                  .arg(length)
+                  .arg(model)
+                  .arg(a.model_context)
+                  .arg(count_text(qint64(longer), tr("1 row is"), tr("%1 rows are")))
+                  .arg(a.longest_row);
+  } else if (check == ContextCheck::Unused) {
+    context = tr("ℹ Sequence length %1 is above the model's context (%2 has %3 positions), but "
+                 "no row is longer than %4 tokens and packing is off, so no sequence goes "
+                 "beyond %3 and the run works. Packing, or a row longer than %3 tokens, would "
+                 "make it fail.")
+                  .arg(length)
+                  .arg(model)
+                  .arg(a.model_context)
+                  .arg(a.longest_row);
+  } else if (check == ContextCheck::Untrained) {
+    context = tr("✘ Sequence length %1 is above the model's context: %2 was trained on %3 "
+                 "positions, and training beyond them teaches positions it has never seen. "
+                 "Lower it to %3 or less.")
+                  .arg(length)
+                  .arg(model)
+                  .arg(a.model_context);
   }
   show(context_, context);
   fit_context_->setText(tr("Use %1 tokens").arg(a.model_context));
@@ -568,11 +734,14 @@ void DatasetPage::show_checks() {
     if (a.bad_rows > std::uint64_t(reasons.size()))
       reasons << tr("… and %1 more").arg(a.bad_rows - std::uint64_t(reasons.size()));
     const QString count = count_text(qint64(a.bad_rows), tr("1 row"), tr("%1 rows"));
-    rows = skip_bad_->isChecked()
-               ? tr("⚠ %1 will be skipped: the run trains on the other rows.").arg(count)
-               : tr("✘ %1 cannot be trained on, and the run would stop at the first of them: fix "
-                    "the file, or tick \"Skip bad rows\".")
-                     .arg(count);
+    // Where they are, as the run's log counts them (unreadable, training, validation rows).
+    const QString where = skipped_rows_text();
+    rows =
+        skip_bad_->isChecked()
+            ? tr("⚠ %1 will be skipped (%2): the run trains on the other rows.").arg(count, where)
+            : tr("✘ %1 cannot be trained on (%2), and the run would stop at the first of "
+                 "them: fix the file, or tick \"Skip bad rows\".")
+                  .arg(count, where);
     rows += "\n" + reasons.join("\n");
   }
   show(bad_rows_, rows);

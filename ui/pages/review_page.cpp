@@ -36,7 +36,8 @@ QString number_text(double value) {
 
 // "train.jsonl: 60 rows, 54 to train on and 6 (10%) held out for validation"; the held-out
 // count rounds up as the engine's split does (data/split.h).
-QString data_text(const job::DatasetSpec& d, std::uint64_t rows, std::uint64_t skipped) {
+QString data_text(const job::DatasetSpec& d, std::uint64_t rows, std::uint64_t skipped,
+                  const QString& skipped_where) {
   QString text = dataset_display_name(d);
   if (!d.validation_files.empty()) {
     if (rows > 0) text += QObject::tr(": %1 rows to train on").arg(rows);
@@ -64,8 +65,9 @@ QString data_text(const job::DatasetSpec& d, std::uint64_t rows, std::uint64_t s
   if (d.skip_bad_rows)
     text +=
         skipped > 0
-            ? QObject::tr("; %1 that cannot be used will be skipped")
-                  .arg(count_text(qint64(skipped), QObject::tr("1 row"), QObject::tr("%1 rows")))
+            ? QObject::tr("; %1 that cannot be used will be skipped%2")
+                  .arg(count_text(qint64(skipped), QObject::tr("1 row"), QObject::tr("%1 rows")),
+                       skipped_where.isEmpty() ? QString() : " (" + skipped_where + ")")
             : QObject::tr("; rows that cannot be used are skipped");
   return text;
 }
@@ -256,7 +258,8 @@ void ReviewPage::show_summary(const ReviewFacts& facts) {
     rows["Model"] = model;
   }
   if (!s.dataset.train_files.empty() || !s.dataset.hub_id.empty())
-    rows["Data"] = data_text(s.dataset, facts.dataset_rows, facts.skipped_rows);
+    rows["Data"] =
+        data_text(s.dataset, facts.dataset_rows, facts.skipped_rows, facts.skipped_where);
   rows["Method"] = s.method.type == "lora" ? tr("LoRA, rank %1 (alpha %2)")
                                                  .arg(s.method.lora_rank)
                                                  .arg(number_text(s.method.lora_alpha))

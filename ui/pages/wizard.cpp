@@ -98,6 +98,10 @@ FineTuneWizard::FineTuneWizard(CliProbe* probe, QWidget* parent) : QWidget(paren
     update_buttons();
   });
   connect(dataset_, &DatasetPage::datasetChanged, this, &FineTuneWizard::update_buttons);
+  // The run's validation split is drawn with training.seed: the Dataset page counts its shares.
+  connect(method_, &MethodPage::methodChanged, this,
+          [this] { dataset_->set_split_seed(method_->training_spec().seed); });
+  dataset_->set_split_seed(method_->training_spec().seed);
   connect(method_, &MethodPage::methodChanged, this, &FineTuneWizard::update_buttons);
   // Review shows the plan once it is in; a new name or folder changes the spec.
   connect(hardware_, &HardwarePage::planned, this, [this] {
@@ -238,6 +242,7 @@ void FineTuneWizard::update_buttons() {
     facts.parameters = model_->ready() ? model_->summary().parameters : 0;
     facts.dataset_rows = dataset_->ready() ? dataset_->analysis().num_rows : 0;
     facts.skipped_rows = dataset_->ready() ? dataset_->rows_to_skip() : 0;
+    if (facts.skipped_rows > 0) facts.skipped_where = dataset_->skipped_rows_text();
     facts.planner_available = hardware_step_available();
     if (facts.planner_available && m.isEmpty()) {
       // Review states the plan's strategy, time and memory: plan this spec when the plan is

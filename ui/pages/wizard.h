@@ -26,6 +26,7 @@ class QLabel;
 class QLineEdit;
 class QListWidget;
 class QPlainTextEdit;
+class QProgressBar;
 class QPushButton;
 class QRadioButton;
 class QSpinBox;
@@ -118,6 +119,11 @@ class DatasetPage : public QWidget {
   const DatasetAnalysis& analysis() const { return analysis_; }
   // Rows the run will skip (dataset.skip_bad_rows): the bad rows when "Skip bad rows" is on.
   std::uint64_t rows_to_skip() const;
+  // Where they are, as the run's log counts them: "1 unreadable, 3 of the 29 training rows and
+  // 1 of the 10 validation rows" ("" when none).
+  QString skipped_rows_text() const;
+  // training.seed: the run's validation split (and so each share's counts) depends on it.
+  void set_split_seed(std::uint64_t seed);
   // The spec's dataset part (files, format, mapping, split, max length, packing).
   job::DatasetSpec dataset_spec() const;
 
@@ -135,6 +141,7 @@ class DatasetPage : public QWidget {
   QPushButton* use_format_button() const { return use_format_; }
   QLabel* context_label() const { return context_; }
   QPushButton* fit_context_button() const { return fit_context_; }
+  QProgressBar* progress_bar() const { return progress_; }
 
  Q_SIGNALS:
   void datasetChanged();
@@ -143,6 +150,9 @@ class DatasetPage : public QWidget {
 
  private:
   void analyze();
+  void recount();      // the shares for the current split, from the rows already checked
+  bool stale() const;  // the analysis shown is for other settings than the page's
+  double validation_fraction() const;  // the run's dataset.validation_split (0: files)
   void show_analysis();
   void rebuild_role_combos();
   void show_source();      // the Hub line over the analysis, the validation split's state
@@ -177,6 +187,9 @@ class DatasetPage : public QWidget {
   QLabel* truncation_;
   QFutureWatcher<DatasetAnalysis> watcher_;
   DatasetAnalysis analysis_;
+  QProgressBar* progress_;
+  std::shared_ptr<AnalysisProgress> progress_state_;  // of the analysis running
+  std::uint64_t seed_ = job::TrainingSpec{}.seed;
   QString model_folder_;
   bool analyzing_ = false;  // until the analysis is shown
   bool rerun_ = false;
@@ -268,6 +281,7 @@ struct ReviewFacts {
   std::uint64_t parameters = 0;    // 0: not known
   std::uint64_t dataset_rows = 0;  // rows read from the training files (0: not known)
   std::uint64_t skipped_rows = 0;  // bad rows the run skips (dataset.skip_bad_rows)
+  QString skipped_where;           // where they are: DatasetPage::skipped_rows_text()
   bool planner_available = false;  // tessera-cli has `plan`
   QJsonObject plan;                // the plan for this spec; empty while there is none
   bool planning = false;           // a plan for this spec is being made
