@@ -148,9 +148,22 @@ class DdpPlugin : public Plugin {
   const plugins::DdpTrace& trace() const { return trace_; }
 
   void gradient_ready(std::size_t index, const torch::Tensor& tensor) {
-    if (!reducing_ || ready_[index]) return;
+    if (!reducing_) return;
     try {
       torch::NoGradGuard no_grad;
+      if (ready_[index]) {
+        // A second accumulation in one backward (a tensor used by two reentrant backwards):
+        // added while its bucket has not been sent, an error after.
+        const std::size_t bucket = slot_of_[index].first;
+        if (bucket < next_launch_)
+          throw Error(ErrorKind::Internal, "strategy ddp: the gradient of \"" +
+                                               dense_.params()[index].name +
+                                               "\" grew after its bucket was all-reduced");
+        if (tensor.grad().defined())
+          bucket_slot(index).add_(dense_.precision().master_gradient(tensor.grad()).view(-1));
+        tensor.mutable_grad() = torch::Tensor();
+        return;
+      }
       ready_[index] = true;
       if (record_order_) ready_order_.push_back(index);
       const torch::Tensor g = tensor.grad();
