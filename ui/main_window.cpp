@@ -34,6 +34,7 @@
 #include "ui/dialogs/about_dialog.h"
 #include "ui/dialogs/user_guide_window.h"
 #include "ui/models/model_info.h"
+#include "ui/pages/hardware_page.h"
 #include "ui/pages/hub_panel.h"
 #include "ui/pages/run_dashboard.h"
 #include "ui/pages/runs_page.h"
@@ -123,7 +124,7 @@ MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent),
   stack_->addWidget(with_heading(tr("New fine-tune"), {}, new_fine_tune));
   stack_->addWidget(with_heading(tr("Runs"), {}, runs_));
   stack_->addWidget(make_models_page());
-  auto* use_dataset = new QPushButton(tr("&Fine-tune on this dataset"));
+  auto* use_dataset = new QPushButton(tr("Fi&ne-tune on this dataset"));
   stack_->addWidget(with_heading(tr("Datasets"),
                                  tr("A dataset file on this machine, or a dataset on the Hugging "
                                     "Face Hub: its rows, detected format and columns."),
@@ -137,7 +138,7 @@ MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent),
     else
       wizard_->dataset_page()->choose_file(datasets_->analysis().file);
     wizard_->go_to(FineTuneWizard::DatasetStep);
-    show_page(NewFineTune);
+    show_wizard();
   });
   // Hub datasets: both dataset pages (the wizard's step and the Datasets page) search the Hub and
   // have the tray download; the page that asked reads the files once they are verified.
@@ -163,7 +164,7 @@ MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent),
               if (c.download_request().same_files(request)) {
                 wizard_->dataset_page()->use_hub_dataset(c, snapshot);
                 wizard_->go_to(FineTuneWizard::DatasetStep);
-                show_page(NewFineTune);
+                show_wizard();
                 return;
               }
           });
@@ -177,7 +178,7 @@ MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent),
   connect(downloads_, &DownloadTray::useModel, this, [this](const QString& snapshot) {
     wizard_->model_page()->choose_folder(snapshot);
     wizard_->go_to(FineTuneWizard::ModelStep);
-    show_page(NewFineTune);
+    show_wizard();
   });
   connect(downloads_, &DownloadTray::modelReady, this, [this] {
     models_->rescan_cache();
@@ -198,7 +199,7 @@ MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent),
                            tr("Cannot read the run's job spec: %1").arg(e.what()));
       return;
     }
-    show_page(NewFineTune);
+    show_wizard();
   });
   connect(runs_, &RunsPage::refreshed, this, [this] {
     demo_offer_->setVisible(demo_offer_->busy() ||
@@ -206,7 +207,7 @@ MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent),
   });
   connect(runs_, &RunsPage::newFineTuneRequested, this, [this] {
     wizard_->go_to(FineTuneWizard::ModelStep);
-    show_page(NewFineTune);
+    show_wizard();
   });
   connect(runs_, &RunsPage::demoRequested, this, &MainWindow::try_demo);
   connect(demo_offer_, &DemoOffer::tryRequested, this, &MainWindow::try_demo);
@@ -221,7 +222,7 @@ MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent),
       return;
     }
     wizard_->go_to(FineTuneWizard::ModelStep);
-    show_page(NewFineTune);
+    show_wizard();
   });
   connect(runs_, &RunsPage::resumeRequested, this, [this](const RunRecord& run) {
     QString error = resume(run);
@@ -265,14 +266,14 @@ MainWindow::~MainWindow() = default;
 
 QWidget* MainWindow::make_models_page() {
   models_ = new ModelPage;
-  auto* use_model = new QPushButton(tr("&Fine-tune this model"));
+  auto* use_model = new QPushButton(tr("Fi&ne-tune this model"));
   use_model->setEnabled(false);
   connect(models_, &ModelPage::modelChanged, use_model,
           [this, use_model] { use_model->setEnabled(models_->ready()); });
   connect(use_model, &QPushButton::clicked, this, [this] {
     wizard_->model_page()->choose_folder(models_->summary().folder);
-    wizard_->go_to(0);
-    show_page(NewFineTune);
+    wizard_->go_to(FineTuneWizard::ModelStep);
+    show_wizard();
   });
   auto* local = new QGroupBox(tr("This machine"));
   auto* local_layout = new QVBoxLayout(local);
@@ -370,7 +371,7 @@ QWidget* MainWindow::make_settings_page() {
   theme_->setToolTip(
       tr("System: the desktop's own look. Light and Dark: the Fusion style with "
          "that palette, charts included"));
-  form->addRow(tr("T&heme:"), theme_);
+  form->addRow(tr("Th&eme:"), theme_);
   connect(theme_, &QComboBox::currentIndexChanged, this, [this] {
     const QString theme = theme_->currentData().toString();
     settings::set_theme(theme);
@@ -414,7 +415,7 @@ void MainWindow::make_menus() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
   new_fine_tune_action_ = file->addAction(tr("&New fine-tune"), this, [this] {
     wizard_->go_to(FineTuneWizard::ModelStep);
-    show_page(NewFineTune);
+    show_wizard();
   });
   new_fine_tune_action_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_N));
   open_run_action_ = file->addAction(tr("&Open run…"), this, &MainWindow::ask_open_run);
@@ -423,7 +424,7 @@ void MainWindow::make_menus() {
   quit_action_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Q));
   quit_action_->setMenuRole(QAction::QuitRole);
 
-  QMenu* run = menuBar()->addMenu(tr("&Run"));
+  QMenu* run = menuBar()->addMenu(tr("R&un"));
   RunDashboard* dashboard = runs_->dashboard();
   stop_action_ = run->addAction(dashboard->stop_button()->text());
   resume_action_ = run->addAction(dashboard->resume_button()->text());
@@ -494,7 +495,7 @@ void MainWindow::ask_open_run() {
   if (!clone || box.clickedButton() != clone) return;
   try {
     wizard_->load_spec(job::load_job_spec(QDir(folder).filePath("job.json").toStdString()));
-    show_page(NewFineTune);
+    show_wizard();
   } catch (const std::exception& e) {
     QMessageBox::warning(this, tr("Open run"), tr("Cannot read its job.json: %1").arg(e.what()));
   }
@@ -533,6 +534,37 @@ void MainWindow::try_demo() {
 void MainWindow::show_page(Page page) {
   sidebar_->setCurrentRow(int(page));
   stack_->setCurrentIndex(int(page));
+}
+
+void MainWindow::show_wizard() {
+  show_page(NewFineTune);
+  // The focus was in the sidebar (Ctrl+N, the menu), where it stays, or on the page just hidden
+  // (a button), and then QStackedLayout moves it to the new page's first widget in the tab
+  // chain: the wizard's list of steps. Either way the next keys typed belong in the step.
+  QWidget* step = nullptr;
+  switch (wizard_->current_page()) {
+    case FineTuneWizard::ModelStep:
+      step = wizard_->model_page();
+      break;
+    case FineTuneWizard::DatasetStep:
+      step = wizard_->dataset_page();
+      break;
+    case FineTuneWizard::MethodStep:
+      step = wizard_->method_page();
+      break;
+    case FineTuneWizard::HardwareStep:
+      step = wizard_->hardware_page();
+      break;
+    default:
+      step = wizard_->review_page();
+      break;
+  }
+  for (QWidget* w = step->nextInFocusChain(); w && w != step; w = w->nextInFocusChain())
+    if (step->isAncestorOf(w) && (w->focusPolicy() & Qt::TabFocus) && w->isVisible() &&
+        w->isEnabled() && !w->focusProxy()) {
+      w->setFocus(Qt::OtherFocusReason);
+      return;
+    }
 }
 
 MainWindow::Page MainWindow::current_page() const {

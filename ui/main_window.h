@@ -92,6 +92,8 @@ class MainWindow : public QMainWindow {
   // `action` mirrors `button`: enabled as it is, and a click on it when triggered.
   void mirror(QAction* action, QAbstractButton* button);
   void ask_open_run();
+  // The New fine-tune page at the wizard's current step, the keyboard focus in its first field.
+  void show_wizard();
   // Loads the run's recorded series (off the GUI thread), then resumes it in a new child, or
   // reattaches to its still-running detached child.
   void follow_recorded(const RunRecord& run, bool reattach);

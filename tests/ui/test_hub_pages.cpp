@@ -495,7 +495,7 @@ class HubPagesTest : public QObject {
     // On to the wizard: its dataset step reads the same files; its spec is valid as written.
     QPushButton* to_wizard = nullptr;
     for (QPushButton* b : window.findChildren<QPushButton*>())
-      if (b->text() == "&Fine-tune on this dataset") to_wizard = b;
+      if (b->text().remove('&') == "Fine-tune on this dataset") to_wizard = b;
     QVERIFY(to_wizard && to_wizard->isEnabled());
     QTest::mouseClick(to_wizard, Qt::LeftButton);
     QCOMPARE(window.current_page(), MainWindow::NewFineTune);

@@ -1201,7 +1201,7 @@ class StudioTest : public QObject {
     models->cache_list()->setCurrentRow(0);
     QPushButton* use_model = nullptr;
     for (auto* b : window.page_widget(MainWindow::Models)->findChildren<QPushButton*>())
-      if (b->text() == "&Fine-tune this model") use_model = b;
+      if (b->text().remove('&') == "Fine-tune this model") use_model = b;
     QVERIFY(use_model);
     QTRY_VERIFY_WITH_TIMEOUT(use_model->isEnabled(), 20000);
     QTest::mouseClick(use_model, Qt::LeftButton);

@@ -68,6 +68,12 @@ if(TARGET tessera_ui)
   add_dependencies(test_review_page tessera-cli)
   set_tests_properties(test_review_page PROPERTIES TIMEOUT 600)
 
+  # Keyboard mnemonics: on every page of the main window (with the menu bar) and in the dialogs
+  # the menus open, no two shown widgets or menus share an Alt+letter.
+  tessera_add_qt_test(NAME test_mnemonics SOURCES ui/test_mnemonics.cpp LIBS studio_test_support LABELS ui)
+  add_dependencies(test_mnemonics tessera-cli)
+  set_tests_properties(test_mnemonics PROPERTIES TIMEOUT 120)
+
   # The journey a person takes through the real window (wizard, run, stop, resume, export, chat,
   # compare) on the xcb platform under Xvfb, driven by X input from xdotool. The wrapper starts
   # and stops the X server, and exits 77 (skipped) when Xvfb or xdotool is missing.

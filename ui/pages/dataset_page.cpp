@@ -84,10 +84,10 @@ DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
   path_ = new QLineEdit;
   path_->setPlaceholderText(tr("A dataset file: .jsonl, .json, .csv, .tsv, .txt or .parquet"));
   path_->setClearButtonEnabled(true);
-  auto* file_label = new QLabel(tr("&File:"));
+  auto* file_label = new QLabel(tr("Fil&e:"));
   file_label->setBuddy(path_);
   auto* browse = new QPushButton(tr("Choose f&ile…"));
-  hub_button_ = new QPushButton(tr("Hugging Face &Hub…"));
+  hub_button_ = new QPushButton(tr("Hu&gging Face Hub…"));
   hub_button_->setToolTip(
       tr("Search the Hub's datasets, preview their rows, download the splits to train on"));
   hub_button_->setVisible(false);  // until enable_hub

@@ -186,7 +186,7 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   precision_->addItem("fp32", "fp32");
   precision_->addItem("bf16", "bf16");
   precision_->setToolTip(tr("bf16 halves the weights' memory where the hardware supports it"));
-  auto* batch_label = new QLabel(tr("&Batch size:"));
+  auto* batch_label = new QLabel(tr("Batch si&ze:"));
   batch_label->setBuddy(batch_);
   auto* precision_label = new QLabel(tr("&Precision:"));
   precision_label->setBuddy(precision_);
@@ -212,7 +212,7 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
     return slider;
   };
   const int label_width = std::max(fontMetrics().horizontalAdvance(tr("&Optimizer state on disk:")),
-                                   fontMetrics().horizontalAdvance(tr("P&arameters on disk:")));
+                                   fontMetrics().horizontalAdvance(tr("Pa&rameters on disk:")));
   offload_row_ = new QWidget;
   auto* offload_layout = new QHBoxLayout(offload_row_);
   offload_layout->setContentsMargins(0, 0, 0, 0);
@@ -225,7 +225,7 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   offload_label->setMinimumWidth(label_width);
   offload_value_ = new QLabel;
   offload_value_->setMinimumWidth(fontMetrics().horizontalAdvance(tr("100% (auto)")));
-  offload_reset_ = new QPushButton(tr("Let the &planner choose"));
+  offload_reset_ = new QPushButton(tr("Let the planner &choose"));
   offload_reset_->setToolTip(
       tr("Drop the override: the planner puts optimizer state on disk only when the job does not "
          "fit in RAM otherwise, and parameters only when the optimizer state on disk is not "
@@ -243,7 +243,7 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
          "on disk instead of in RAM, read back block by block as the model uses them: less "
          "memory, much more disk traffic in every forward and backward (strategy gemini, "
          "offload_param_frac)"));
-  auto* param_label = new QLabel(tr("P&arameters on disk:"));
+  auto* param_label = new QLabel(tr("Pa&rameters on disk:"));
   param_label->setBuddy(param_offload_);
   param_label->setMinimumWidth(label_width);
   param_offload_value_ = new QLabel;

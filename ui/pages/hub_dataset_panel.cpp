@@ -57,7 +57,7 @@ HubDatasetPanel::HubDatasetPanel(HubToken* token, QWidget* parent)
   layout->setContentsMargins(0, 0, 0, 0);
 
   auto* top = new QHBoxLayout;
-  back_ = new QPushButton(style()->standardIcon(QStyle::SP_ArrowBack), tr("&Back to the dataset"));
+  back_ = new QPushButton(style()->standardIcon(QStyle::SP_ArrowBack), tr("Bac&k to the dataset"));
   back_->setToolTip(tr("Back to the dataset chosen (its format, columns and token lengths)"));
   auto* intro = new QLabel(
       tr("Datasets on the Hugging Face Hub: look at a split's first rows before downloading, "
@@ -204,7 +204,7 @@ HubDatasetPanel::HubDatasetPanel(HubToken* token, QWidget* parent)
   auto* download_row = new QHBoxLayout;
   size_ = new QLabel;
   size_->setWordWrap(true);
-  use_ = new QPushButton(tr("&Download and use"));
+  use_ = new QPushButton(tr("Do&wnload and use"));
   use_->setEnabled(false);
   use_->setToolTip(
       tr("Download the chosen splits into the HuggingFace cache (the download tray shows "

@@ -78,7 +78,7 @@ MethodPage::MethodPage(QWidget* parent) : QWidget(parent) {
   outer->addWidget(scroll);
 
   auto* cards = new QHBoxLayout;
-  full_ = new QRadioButton(tr("&Full fine-tuning"));
+  full_ = new QRadioButton(tr("Fu&ll fine-tuning"));
   lora_ = new QRadioButton(tr("Lo&RA"));
   auto* group = new QButtonGroup(this);
   group->addButton(full_);

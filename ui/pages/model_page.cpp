@@ -27,8 +27,8 @@ ModelPage::ModelPage(QWidget* parent) : QWidget(parent) {
   path_ = new QLineEdit;
   path_->setPlaceholderText(tr("A model folder (config.json, *.safetensors, tokenizer.json)"));
   path_->setClearButtonEnabled(true);
-  auto* browse = new QPushButton(tr("Choose &folder…"));
-  row->addWidget(new QLabel(tr("&Folder:")));
+  auto* browse = new QPushButton(tr("&Choose folder…"));
+  row->addWidget(new QLabel(tr("Fo&lder:")));
   static_cast<QLabel*>(row->itemAt(0)->widget())->setBuddy(path_);
   row->addWidget(path_, 1);
   row->addWidget(browse);

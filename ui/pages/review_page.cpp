@@ -98,7 +98,7 @@ ReviewPage::ReviewPage(CliProbe* probe, QWidget* parent) : QWidget(parent), prob
   auto* name_row = new QFormLayout;
   name_ = new QLineEdit;
   name_->setToolTip(tr("What the Runs page, the dashboard and Compare call this run"));
-  name_row->addRow(tr("Run &name:"), name_);
+  name_row->addRow(tr("Run na&me:"), name_);
   layout->addLayout(name_row);
 
   tabs_ = new QTabWidget;
@@ -132,7 +132,7 @@ ReviewPage::ReviewPage(CliProbe* probe, QWidget* parent) : QWidget(parent), prob
   output_ = new QLabel;
   output_->setWordWrap(true);
   output_->setTextInteractionFlags(Qt::TextSelectableByMouse);
-  choose_folder_ = new QPushButton(tr("&Folder…"));
+  choose_folder_ = new QPushButton(tr("F&older…"));
   choose_folder_->setToolTip(tr("Choose the folder this run's own folder is made in"));
   folder_row->addWidget(output_, 1);
   folder_row->addWidget(choose_folder_);

@@ -70,7 +70,7 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   try_ = new QPushButton(tr("&Try it"));
   try_->setToolTip(tr("Chat with the fine-tuned model"));
   try_->setEnabled(false);
-  clone_ = new QPushButton(tr("&Clone…"));
+  clone_ = new QPushButton(tr("Clo&ne…"));
   clone_->setToolTip(tr("A new run with this run's settings, opened in the wizard to change"));
   clone_->setEnabled(false);
   header->addWidget(clone_);
@@ -146,7 +146,7 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   details->setDocumentMode(true);
   details->addTab(log_, tr("&Log"));
   details->addTab(spec_view_, tr("&Job spec"));
-  details->addTab(plan_view_, tr("P&lan"));
+  details->addTab(plan_view_, tr("Pl&an"));
 
   // Charts keep a readable size and scroll when the window is smaller than that, rather than
   // squeezing their axes into "…" or holding the window at a large minimum size.

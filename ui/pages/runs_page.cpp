@@ -62,7 +62,7 @@ RunsPage::RunsPage(RunsStore* store, QWidget* parent) : QWidget(parent), store_(
   compare_button_ = new QPushButton(tr("&Compare"));
   compare_button_->setToolTip(tr("Overlay the loss curves of the selected runs"));
   delete_ = new QPushButton(tr("&Delete…"));
-  auto* refresh_button = new QPushButton(tr("&Refresh"));
+  auto* refresh_button = new QPushButton(tr("R&efresh"));
   buttons->addWidget(open_);
   buttons->addWidget(compare_button_);
   buttons->addWidget(delete_);
