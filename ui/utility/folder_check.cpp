@@ -130,7 +130,7 @@ void write_probe(WriteCheck& check) {
     check.advice = QObject::tr("Choose a folder, or move the file out of the way.");
     return;
   }
-  const QStorageInfo storage(existing);
+  QStorageInfo storage(existing);
   check.volume = storage.rootPath();
 
   QStringList created;  // removed afterwards, deepest last in the list
@@ -163,8 +163,9 @@ void write_probe(WriteCheck& check) {
   for (auto it = created.crbegin(); it != created.crend(); ++it)
     ::rmdir(QFile::encodeName(*it).constData());
   // The free space once the probe is gone (what the export or run will find).
-  QStorageInfo after(existing);
-  if (after.isValid() && after.bytesAvailable() >= 0) check.bytes_free = after.bytesAvailable();
+  storage.refresh();
+  if (storage.isValid() && storage.bytesAvailable() >= 0)
+    check.bytes_free = storage.bytesAvailable();
 }
 
 // The one pool all checks run on, one at a time. Never destroyed: a pool waits for its threads
