@@ -312,6 +312,14 @@ at::Tensor ProcessGroup::all_gather(const at::Tensor& input) {
 }
 
 at::Tensor ProcessGroup::reduce_scatter(const at::Tensor& input, ReduceOp op) {
+  at::Tensor flat = input.contiguous().view(-1);
+  at::Tensor output = at::empty({flat.numel() / std::max(size(), 1)}, flat.options());
+  reduce_scatter_async(flat, output, op).wait();
+  return output;
+}
+
+PendingCollective ProcessGroup::reduce_scatter_async(at::Tensor input, at::Tensor output,
+                                                     ReduceOp op) {
   if (input.numel() % size() != 0) {
     throw_invalid("reduce_scatter on " + impl_->name + ": " + std::to_string(input.numel()) +
                       " elements do not split evenly over " + std::to_string(size()) + " ranks",
@@ -320,22 +328,28 @@ at::Tensor ProcessGroup::reduce_scatter(const at::Tensor& input, ReduceOp op) {
   if (op == ReduceOp::Avg && !at::isFloatingType(input.scalar_type())) {
     throw_invalid("reduce_scatter(Avg) on " + impl_->name + " needs a floating-point tensor");
   }
-  at::Tensor flat = input.contiguous().view(-1);
-  if (size() == 1) return flat.clone();
-  at::Tensor output = at::empty({flat.numel() / size()}, flat.options());
+  if (!input.is_contiguous() || !output.is_contiguous() ||
+      output.numel() != input.numel() / size() || output.scalar_type() != input.scalar_type()) {
+    throw_invalid("reduce_scatter on " + impl_->name +
+                  ": input and output must be contiguous, the output with " +
+                  std::to_string(input.numel() / size()) + " elements of the input's dtype");
+  }
+  at::Tensor flat = input.view(-1);
+  if (size() == 1) {
+    output.view(-1).copy_(flat);
+    return PendingCollective();
+  }
   c10d::Backend& backend = impl_->backend_for(flat, "reduce_scatter");
-  impl_
-      ->start("reduce_scatter",
-              [&] {
-                c10d::ReduceScatterOptions options;
-                options.reduceOp = c10d::ReduceOp::SUM;
-                options.timeout = impl_->timeout();
-                return backend.reduce_scatter_single(output, flat, options);
-              },
-              {})
-      .wait();
-  if (op == ReduceOp::Avg) output.div_(size());
-  return output;
+  at::Tensor out = output.view(-1);
+  return impl_->start(
+      "reduce_scatter",
+      [&] {
+        c10d::ReduceScatterOptions options;
+        options.reduceOp = c10d::ReduceOp::SUM;  // Gloo has no AVG: sum, then divide
+        options.timeout = impl_->timeout();
+        return backend.reduce_scatter_single(out, flat, options);
+      },
+      out, op == ReduceOp::Avg ? size() : 1);
 }
 
 void ProcessGroup::barrier() {

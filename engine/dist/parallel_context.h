@@ -100,6 +100,10 @@ class ProcessGroup {
   // `input` (numel divisible by size()) is reduced over the members, and this member gets its
   // block: elements [rank() × n, (rank()+1) × n) of the reduction, flat, n = numel / size().
   at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op = ReduceOp::Sum);
+  // The same into `output` (contiguous, numel / size() elements, input's dtype), started and not
+  // waited for: both tensors stay untouched until wait(), as all_reduce_async's.
+  PendingCollective reduce_scatter_async(at::Tensor input, at::Tensor output,
+                                         ReduceOp op = ReduceOp::Sum);
   // Returns once every member has called it.
   void barrier();
 
