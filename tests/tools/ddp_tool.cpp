@@ -185,7 +185,7 @@ int run_train(int argc, char** argv) {
   out["last_gradient_s"] = trace->last_gradient_s;
   out["backward_end_s"] = trace->backward_end_s;
   out["reduced_s"] = trace->reduced_s;
-  out["all_reduces"] = trace->all_reduces;
+  out["all_reduces"] = trace->collectives;
   out["memory_gradients"] = ddp.plugin->memory().gradients;
 
   if (rank == 0) {
