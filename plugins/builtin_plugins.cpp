@@ -5,6 +5,7 @@
 #include "plugins/ddp/ddp_plugin.h"
 #include "plugins/gemini/gemini_plugin.h"
 #include "plugins/single/single_plugin.h"
+#include "plugins/zero/zero_plugin.h"
 
 namespace tessera::plugins {
 
@@ -14,6 +15,7 @@ void register_builtin_plugins() {
     register_single_plugin();
     register_gemini_plugin();
     register_ddp_plugin();
+    register_zero_plugin();
   });
 }
 

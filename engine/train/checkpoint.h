@@ -19,6 +19,14 @@ namespace tessera::train {
 
 inline constexpr int kCheckpointFormat = 1;
 
+// A range of a tensor's elements: [offset, offset + numel) of the row-major flattening of a
+// tensor of `shape`. What a rank holds of a sharded tensor (train/plugin.h state_slices()).
+struct StateSlice {
+  std::vector<std::int64_t> shape;
+  std::int64_t offset = 0;
+  std::int64_t numel = 0;
+};
+
 // FNV-1a 64 of a file's bytes, as 16 hex digits.
 std::string file_checksum(const std::filesystem::path& file);
 

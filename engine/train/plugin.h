@@ -20,6 +20,7 @@
 
 #include "model/model.h"
 #include "optim/adamw.h"
+#include "train/checkpoint.h"
 
 namespace tessera::dist {
 class ParallelContext;
@@ -67,6 +68,9 @@ struct PluginOptions {
   // Set for plugins that read_deferred_weights() when the model's parameters have no values
   // yet: where to read them from, during prepare() only.
   std::shared_ptr<const model::DeferredWeights> deferred_weights;
+  // Where a plugin says what the user should know (level "info" | "warning"), e.g. an option
+  // that has nothing to do on this machine. May be empty.
+  std::function<void(const std::string& level, const std::string& message)> log;
 };
 
 struct MemoryByCategory {
@@ -118,6 +122,13 @@ class Plugin {
   // the same number of ranks can resume (until checkpoints have a layout-free form).
   enum class StateLayout { Replicated, Sharded };
   virtual StateLayout state_layout() const { return StateLayout::Replicated; }
+  // Sharded plugins: which elements of each whole tensor this rank holds, by checkpoint name
+  // (every trainable tensor and its optimizer state, "exp_avg.<name>", "exp_avg_sq.<name>"), so
+  // checkpoints are saved by name and element range and read back on any layout
+  // (train/checkpoint.h). trainable_weights() / optimizer_state() then return those ranges as
+  // flat tensors, and load_state() is given the same ranges (none for an empty one). Replicated
+  // plugins hold whole tensors: empty.
+  virtual std::map<std::string, StateSlice> state_slices() const { return {}; }
 
   // Backward of `loss` × multiplier (1 / accumulation steps), times the loss scale for fp16.
   // `last_micro_batch`: no other backward comes before step(), so the gradients are final

@@ -1,11 +1,15 @@
 // tessera-ddp-tool: test-only driver of the `ddp` plugin for tests/integration/test_ddp.py. One
 // process per rank, started with torchrun's variables (or none, for one process).
 //
-//   tessera-ddp-tool train STEPS ACCUMULATION BUCKET_BYTES METHOD PRECISION
+//   tessera-ddp-tool train STEPS ACCUMULATION BUCKET_BYTES METHOD PRECISION [PLUGIN [OPTIONS]]
 //     Builds a tiny random Llama on every rank from a different seed (so that prepare()'s
 //     broadcast from rank 0 is what makes them equal), and runs STEPS optimizer steps: each
 //     step takes W × ACCUMULATION micro-batches (W = world size), rank r the ACCUMULATION
-//     consecutive ones from r × ACCUMULATION. METHOD full | lora, PRECISION fp32 | bf16.
+//     consecutive ones from r × ACCUMULATION. METHOD full | lora, PRECISION fp32 | bf16,
+//     PLUGIN ddp (default) | zero, OPTIONS the strategy options as JSON (zero: {"stage": 2}).
+//     With zero every rank also reports memory() after the last backward (before the update)
+//     and what it holds counted from its tensors (plugins/zero/zero_plugin.h); rank 0 the
+//     optimizer bytes of `single` and the gradient bytes of a one-process `ddp` for comparison.
 //     Rank 0 then trains the `single` plugin in-process on the same micro-batches in order with
 //     gradient accumulation W × ACCUMULATION from rank 0's initial weights, and compares.
 //     Every rank prints one JSON line: whether its weights equal rank 0's bit for bit, and (rank
@@ -29,6 +33,7 @@
 #include "model/model.h"
 #include "plugins/builtin_plugins.h"
 #include "plugins/ddp/ddp_plugin.h"
+#include "plugins/zero/zero_plugin.h"
 #include "train/lora.h"
 #include "train/plugin_registry.h"
 
@@ -54,7 +59,7 @@ struct Run {
 // drawn after seeding torch's generator with `seed` too.
 Run make_run(const std::string& plugin, std::uint64_t seed, const std::string& method,
              const std::string& precision, const train::ProcessContext& process,
-             std::uint64_t bucket_bytes) {
+             std::uint64_t bucket_bytes, const json& strategy_options = json::object()) {
   const json config{{"model_type", "llama"},       {"architectures", {"LlamaForCausalLM"}},
                     {"vocab_size", kVocab},        {"hidden_size", 64},
                     {"intermediate_size", 128},    {"num_hidden_layers", 2},
@@ -80,7 +85,10 @@ Run make_run(const std::string& plugin, std::uint64_t seed, const std::string& m
   options.precision = train::precision_from_name(precision);
   options.device = "cpu";
   options.adamw.weight_decay = 0.01;
-  if (plugin == "ddp") options.strategy_options = {{"bucket_size", bucket_bytes}};
+  if (plugin != "single") {
+    options.strategy_options = strategy_options;
+    options.strategy_options["bucket_size"] = bucket_bytes;
+  }
   run.plugin = train::make_plugin(plugin);
   run.plugin->prepare(*run.model, std::move(trainable), options);
   return run;
@@ -107,21 +115,33 @@ double train_step(Run& run, std::int64_t step, std::int64_t first, std::int64_t 
   return loss_sum / static_cast<double>(count);
 }
 
-torch::Tensor flat_weights(train::Plugin& plugin) {
+// The trained weights, whole: the float32 masters where the plugin holds them whole (ddp,
+// single), else (zero, which holds its shares) the compute tensors every rank has whole.
+std::vector<train::NamedTensor> whole_weights(Run& run) {
+  if (run.plugin->state_layout() == train::Plugin::StateLayout::Replicated)
+    return run.plugin->trainable_weights();
+  if (run.lora) return run.lora->adapters();
+  std::vector<train::NamedTensor> out;
+  for (const auto& item : run.model->named_parameters()) out.push_back({item.key(), item.value()});
+  return out;
+}
+
+torch::Tensor flat_weights(Run& run) {
   std::vector<torch::Tensor> pieces;
-  for (const auto& w : plugin.trainable_weights()) pieces.push_back(w.tensor.detach().reshape(-1));
+  for (const auto& w : whole_weights(run)) pieces.push_back(w.tensor.detach().reshape(-1));
   return torch::cat(pieces).to(torch::kFloat32);
 }
 
 // The largest over tensors of ‖a − b‖ / ‖b‖ (L2), or with `elementwise` of max |a − b| / max |b|.
-double max_relative_difference(train::Plugin& a, train::Plugin& b, bool elementwise) {
-  const auto wa = a.trainable_weights();
-  const auto wb = b.trainable_weights();
+double max_relative_difference(Run& a, Run& b, bool elementwise) {
+  const auto wa = whole_weights(a);
+  const auto wb = whole_weights(b);
   double worst = 0.0;
   for (std::size_t i = 0; i < wa.size(); ++i) {
-    const torch::Tensor diff = wa[i].tensor - wb[i].tensor;
-    const double scale =
-        elementwise ? wb[i].tensor.abs().max().item<double>() : wb[i].tensor.norm().item<double>();
+    const torch::Tensor x = wa[i].tensor.detach().to(torch::kFloat32);
+    const torch::Tensor y = wb[i].tensor.detach().to(torch::kFloat32);
+    const torch::Tensor diff = x - y;
+    const double scale = elementwise ? y.abs().max().item<double>() : y.norm().item<double>();
     const double distance =
         elementwise ? diff.abs().max().item<double>() : diff.norm().item<double>();
     worst = std::max(worst, distance / std::max(scale, 1e-12));
@@ -134,7 +154,7 @@ double relative(double a, double b) {
 }
 
 int run_train(int argc, char** argv) {
-  if (argc != 7) {
+  if (argc < 7 || argc > 9) {
     std::fprintf(stderr,
                  "usage: tessera-ddp-tool train STEPS ACCUMULATION BUCKET_BYTES full|lora "
                  "fp32|bf16\n");
@@ -145,6 +165,8 @@ int run_train(int argc, char** argv) {
   const std::uint64_t bucket_bytes = std::stoull(argv[4]);
   const std::string method = argv[5];
   const std::string precision = argv[6];
+  const std::string plugin = argc > 7 ? argv[7] : "ddp";
+  const json strategy_options = argc > 8 ? json::parse(argv[8]) : json::object();
 
   std::shared_ptr<dist::ParallelContext> context = dist::ParallelContext::from_environment();
   const int rank = context->rank();
@@ -156,13 +178,15 @@ int run_train(int argc, char** argv) {
     process.parallel = context;
     process.data_group = &context->world();
   }
-  Run ddp = make_run("ddp", 11 + static_cast<std::uint64_t>(rank), method, precision, process,
-                     bucket_bytes);
-  const torch::Tensor initial = flat_weights(*ddp.plugin);
+  Run ddp = make_run(plugin, 11 + static_cast<std::uint64_t>(rank), method, precision, process,
+                     bucket_bytes, strategy_options);
+  train::MemoryByCategory during_step;  // after the last backward of the last step
+  const torch::Tensor initial = flat_weights(ddp);
   std::vector<double> ddp_losses, ddp_norms;
   for (std::int64_t step = 0; steps == 0 || step < steps; ++step) {
     torch::Tensor loss =
         torch::tensor(train_step(ddp, step, rank * accumulation, accumulation), torch::kDouble);
+    during_step = ddp.plugin->memory();
     context->world().all_reduce(loss, dist::ReduceOp::Avg);
     ddp_losses.push_back(loss.item<double>());
     ddp_norms.push_back(ddp.plugin->step(kLearningRate, max_grad_norm(method)).grad_norm);
@@ -174,11 +198,12 @@ int run_train(int argc, char** argv) {
 
   json out;
   out["rank"] = rank;
-  torch::Tensor mine = flat_weights(*ddp.plugin);
+  torch::Tensor mine = flat_weights(ddp);
   torch::Tensor rank0 = mine.clone();
   context->world().broadcast(rank0, 0);
   out["identical_to_rank0"] = torch::equal(mine, rank0);
-  const plugins::DdpTrace* trace = plugins::ddp_trace(*ddp.plugin);
+  const plugins::BucketTrace* trace =
+      plugin == "zero" ? plugins::zero_trace(*ddp.plugin) : plugins::ddp_trace(*ddp.plugin);
   out["buckets"] = trace->bucket_tensors;
   out["bucket_bytes"] = trace->bucket_bytes;
   out["launched_s"] = trace->launched_s;
@@ -187,6 +212,24 @@ int run_train(int argc, char** argv) {
   out["reduced_s"] = trace->reduced_s;
   out["all_reduces"] = trace->collectives;
   out["memory_gradients"] = ddp.plugin->memory().gradients;
+  out["during_step"] = {{"weights", during_step.weights},
+                        {"gradients", during_step.gradients},
+                        {"optimizer", during_step.optimizer}};
+  if (plugins::ZeroHeld held; plugins::zero_held(*ddp.plugin, &held)) {
+    std::uint64_t weight_bytes = 0;  // the shares as the checkpoint gets them
+    for (const auto& w : ddp.plugin->trainable_weights())
+      weight_bytes += static_cast<std::uint64_t>(w.tensor.nbytes());
+    std::uint64_t optimizer_bytes = 0;
+    for (const auto& t : ddp.plugin->optimizer_state())
+      optimizer_bytes += static_cast<std::uint64_t>(t.tensor.nbytes());
+    out["held"] = {{"stage", held.stage},
+                   {"shard_elements", held.shard_elements},
+                   {"total_elements", held.total_elements},
+                   {"moment_bytes", held.moment_bytes},
+                   {"gradient_bytes", held.gradient_bytes},
+                   {"checkpoint_weight_bytes", weight_bytes},
+                   {"checkpoint_optimizer_bytes", optimizer_bytes}};
+  }
 
   if (rank == 0) {
     // The reference: one process, gradient accumulation over all W × ACCUMULATION micro-batches.
@@ -198,13 +241,20 @@ int run_train(int argc, char** argv) {
       loss_diff = std::max(loss_diff, relative(ddp_losses[static_cast<std::size_t>(step)], loss));
       norm_diff = std::max(norm_diff, relative(ddp_norms[static_cast<std::size_t>(step)], norm));
     }
-    out["max_rel_diff"] = max_relative_difference(*ddp.plugin, *single.plugin, false);
-    out["max_elementwise_rel_diff"] = max_relative_difference(*ddp.plugin, *single.plugin, true);
+    out["max_rel_diff"] = max_relative_difference(ddp, single, false);
+    out["max_elementwise_rel_diff"] = max_relative_difference(ddp, single, true);
     out["loss_rel_diff"] = loss_diff;
     out["grad_norm_rel_diff"] = norm_diff;
     out["grad_norms"] = ddp_norms;
     out["max_grad_norm"] = max_grad_norm(method);
     out["moved"] = ((mine - initial).abs().max() / initial.abs().max()).item<double>();
+    out["single_optimizer_bytes"] = single.plugin->memory().optimizer;
+    if (plugin == "zero") {
+      // ddp's gradient buffers for the same model: one process, one step.
+      Run reference = make_run("ddp", 11, method, precision, train::ProcessContext{}, bucket_bytes);
+      train_step(reference, 0, 0, 1);
+      out["ddp_gradient_bytes"] = reference.plugin->memory().gradients;
+    }
   }
   context->world().barrier();
   std::printf("%s\n", out.dump().c_str());

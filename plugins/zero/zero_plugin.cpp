@@ -1,0 +1,474 @@
+// The `zero` plugin: ZeRO stages 1 and 2 over the data-parallel group (written from the ZeRO
+// paper's description and DeepSpeed's / Colossal-AI's documented behaviour, on engine/dist's
+// collectives and the gradient buckets ddp uses).
+#include "plugins/zero/zero_plugin.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "core/error.h"
+#include "dist/parallel_context.h"
+#include "optim/clip.h"
+#include "plugins/ddp/gradient_buckets.h"
+#include "train/mixed_precision.h"
+#include "train/param_groups.h"
+#include "train/plugin_registry.h"
+
+namespace tessera::train {
+namespace {
+
+bool is_model_parameter(model::PretrainedModel& model, const torch::Tensor& t) {
+  for (const auto& p : model.parameters())
+    if (p.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return true;
+  return false;
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// The share of a tensor of n elements that rank r of `world` owns.
+struct Share {
+  std::int64_t per_rank = 0;  // c = ⌈n / W⌉
+  std::int64_t start = 0;     // r·c, clamped to n
+  std::int64_t count = 0;     // elements owned (0 for ranks past the end)
+};
+
+Share share_of(std::int64_t numel, int rank, int world) {
+  Share s;
+  s.per_rank = ceil_div(numel, world);
+  s.start = std::min(numel, rank * s.per_rank);
+  s.count = std::clamp<std::int64_t>(numel - rank * s.per_rank, 0, s.per_rank);
+  return s;
+}
+
+class ZeroPlugin : public Plugin {
+ public:
+  std::string name() const override { return "zero"; }
+  bool runs_distributed() const override { return true; }
+  StateLayout state_layout() const override { return StateLayout::Sharded; }
+
+  void prepare(model::PretrainedModel& model, std::vector<NamedTensor> trainable,
+               const PluginOptions& options) override {
+    const ProcessContext& process = options.process;
+    if (process.world_size < 1 || process.rank < 0 || process.rank >= process.world_size)
+      throw_invalid("strategy zero: rank " + std::to_string(process.rank) + " of " +
+                    std::to_string(process.world_size) + " processes is not a place in the job");
+    if (process.world_size > 1 && (!process.parallel || process.data_group == nullptr))
+      throw Error(ErrorKind::Internal,
+                  "strategy zero: rank " + std::to_string(process.rank) + " of " +
+                      std::to_string(process.world_size) +
+                      " processes has no data-parallel group (ProcessContext::data_group)",
+                  "start the job with `tessera-cli launch`, which joins the ranks");
+    process_ = process;
+    group_ = process.world_size > 1 ? process.data_group : nullptr;
+    rank_ = process.rank;
+    world_ = process.world_size;
+    if (options.device == "cuda")
+      throw_unsupported("strategy.options.device: \"cuda\" is not supported yet by zero",
+                        "use device \"cpu\" (or \"auto\", which is the CPU for zero)");
+    if (options.device != "auto" && options.device != "cpu")
+      throw_invalid("strategy.options.device: \"" + options.device + "\" is not a device for zero",
+                    "use auto or cpu");
+    read_options(options);
+
+    precision_.emplace(options.precision, torch::kCPU);
+    dtype_ = precision_->compute_dtype();
+    torch::NoGradGuard no_grad;
+    std::set<const void*> trainable_impls;
+    for (const NamedTensor& t : trainable) trainable_impls.insert(t.tensor.unsafeGetTensorImpl());
+    for (auto& p : model.parameters())
+      if (!trainable_impls.count(p.unsafeGetTensorImpl())) p.set_requires_grad(false);
+    // Every rank starts from rank 0's values, before anything is rounded.
+    plugins::broadcast_from_rank0(group_, model, trainable);
+
+    // Masters of this rank's shares from the loaded values (bf16: before rounding).
+    shares_.clear();
+    masters_.clear();
+    for (const NamedTensor& t : trainable) {
+      const Share s = share_of(t.tensor.numel(), rank_, world_);
+      shares_.push_back(s);
+      masters_.push_back(
+          {t.name, precision_->keeps_masters()
+                       ? t.tensor.detach()
+                             .reshape(-1)
+                             .narrow(0, s.start, s.count)
+                             .to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true)
+                       : torch::Tensor()});
+    }
+    model.to(torch::kCPU, dtype_);
+    for (NamedTensor& t : trainable) {
+      if (t.tensor.device() != torch::kCPU || t.tensor.scalar_type() != dtype_ ||
+          !t.tensor.is_contiguous())
+        t.tensor.set_data(t.tensor.to(torch::kCPU, dtype_).contiguous());
+      t.tensor.set_requires_grad(true);
+    }
+    params_ = std::move(trainable);
+    // fp32: the masters are this rank's range of the compute tensors themselves, updated in
+    // place; the other ranks' ranges come from the all-gather.
+    if (!precision_->keeps_masters())
+      for (std::size_t i = 0; i < params_.size(); ++i) masters_[i].tensor = own_range(i);
+
+    // AdamW over the non-empty shares, grouped for weight decay as transformers' Trainer does.
+    const std::vector<bool> decays = train::decays_weight(model, params_);
+    std::vector<NamedTensor> owned;
+    std::vector<bool> owned_decays;
+    std::vector<torch::Tensor> copies;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (shares_[i].count == 0) continue;
+      owned.push_back(masters_[i]);
+      owned_decays.push_back(decays[i]);
+    }
+    optimizer_ = std::make_unique<optim::AdamW>(
+        train::split_by_decay(owned, owned_decays, options.adamw.weight_decay), options.adamw);
+    if (precision_->keeps_masters()) {
+      // The update writes this rank's range of the compute copy in the same pass.
+      std::map<std::string, std::size_t> index_of;
+      for (std::size_t i = 0; i < params_.size(); ++i) index_of[params_[i].name] = i;
+      for (const NamedTensor& m : optimizer_->params())
+        copies.push_back(own_range(index_of.at(m.name)));
+      optimizer_->set_compute_copies(std::move(copies));
+    }
+
+    model_weight_bytes_ = 0;
+    for (const auto& p : model.parameters())
+      model_weight_bytes_ += static_cast<std::uint64_t>(p.nbytes());
+    for (const NamedTensor& t : params_)  // adapters live outside the model's parameters
+      if (!is_model_parameter(model, t.tensor))
+        model_weight_bytes_ += static_cast<std::uint64_t>(t.tensor.nbytes());
+
+    std::int64_t shard_elements = 0;
+    for (const Share& s : shares_) shard_elements += s.count;
+    if (stage_ == 2) {
+      shard_gradients_ = torch::zeros({shard_elements}, torch::kFloat32);
+      std::int64_t offset = 0;
+      shard_gradient_of_.clear();
+      for (const Share& s : shares_) {
+        shard_gradient_of_.push_back(shard_gradients_.narrow(0, offset, s.count));
+        offset += s.count;
+      }
+    }
+
+    plugins::GradientBuckets::Options bucket_options;
+    bucket_options.plugin = name();
+    bucket_options.cap_bytes = bucket_cap_;
+    bucket_options.segments = world_;
+    if (stage_ == 2) {
+      bucket_options.collective = plugins::GradientBuckets::Collective::ReduceScatterMean;
+      bucket_options.buffers = plugins::GradientBuckets::Buffers::PerBackward;
+      // Two buckets in flight: one filling while the previous one is reduced.
+      bucket_options.max_in_flight = 2;
+      bucket_options.consume = [this](std::size_t, plugins::GradientBuckets::Bucket& bucket) {
+        add_reduced_shares(bucket);
+      };
+    }
+    buckets_ = std::make_unique<plugins::GradientBuckets>(
+        params_, [this](const torch::Tensor& g) { return precision_->master_gradient(g); }, group_,
+        bucket_options);
+  }
+
+  torch::Device device() const override { return torch::kCPU; }
+  torch::Dtype compute_dtype() const override { return dtype_; }
+  const ProcessContext& process() const override { return process_; }
+
+  void backward(const torch::Tensor& loss, double multiplier, bool last_micro_batch) override {
+    const double factor = precision_->backward_multiplier(multiplier);
+    // Stage 1 communicates on the last micro-batch only (earlier ones accumulate into .grad, as
+    // ddp); stage 2 reduce-scatters every micro-batch, so no whole gradient outlives it.
+    if (stage_ == 1 && !last_micro_batch) {
+      (loss * factor).backward();
+      return;
+    }
+    buckets_->start();
+    try {
+      (loss * factor).backward();
+    } catch (...) {
+      buckets_->abandon();
+      throw;
+    }
+    buckets_->finish();
+    if (stage_ == 2) buckets_->adopt_learned_order();  // its buffers are gone already
+    if (last_micro_batch) reduced_ = true;
+  }
+
+  StepStats step(double lr, double max_grad_norm) override {
+    if (!reduced_)
+      throw Error(ErrorKind::Internal,
+                  "strategy zero: step() before a backward of the last micro-batch");
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> gradients;
+    double local_squares = 0.0;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (shares_[i].count == 0) continue;
+      torch::Tensor g = own_gradient(i);
+      const double norm = at::linalg_vector_norm(g, 2, {}, false, torch::kFloat64).item<double>();
+      local_squares += norm * norm;
+      masters_[i].tensor.mutable_grad() = g;
+      gradients.push_back(g);
+    }
+    // The global norm: every rank's squared share norms summed, so every rank clips alike.
+    torch::Tensor squares = torch::tensor({local_squares}, torch::kFloat64);
+    if (group_ != nullptr) group_->all_reduce(squares, dist::ReduceOp::Sum);
+    const torch::Tensor total =
+        torch::sqrt(squares).to(torch::kFloat32).reshape({});  // as torch's float32 total
+    StepStats stats;
+    stats.grad_norm = optim::apply_clip_coefficient(gradients, total, max_grad_norm);
+    stats.applied = precision_->accept_step(stats.grad_norm);
+    if (stats.applied) optimizer_->step(lr);
+    for (NamedTensor& m : masters_)
+      if (m.tensor.defined()) m.tensor.mutable_grad() = torch::Tensor();
+    for (NamedTensor& p : params_) p.tensor.mutable_grad() = torch::Tensor();
+    if (stage_ == 2) shard_gradients_.zero_();
+    reduced_ = false;
+    if (stats.applied) gather_parameters();
+    if (stage_ == 1) buckets_->adopt_learned_order();
+    return stats;
+  }
+
+  MemoryByCategory memory() const override {
+    MemoryByCategory m;
+    m.weights = model_weight_bytes_ + master_bytes();
+    m.gradients = gradient_bytes();
+    m.optimizer = optimizer_ ? optimizer_->state_bytes() : 0;
+    return m;
+  }
+
+  void release_training_state() override {
+    buckets_.reset();
+    optimizer_.reset();
+    masters_.clear();
+    shard_gradients_ = torch::Tensor();
+    shard_gradient_of_.clear();
+  }
+
+  std::vector<NamedTensor> trainable_weights() override {
+    std::vector<NamedTensor> out;
+    for (std::size_t i = 0; i < masters_.size(); ++i)
+      if (shares_[i].count > 0) out.push_back(masters_[i]);
+    return out;
+  }
+  std::vector<NamedTensor> optimizer_state() override { return optimizer_->state_tensors(); }
+  std::map<std::string, StateSlice> state_slices() const override {
+    std::map<std::string, StateSlice> slices;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const auto sizes = params_[i].tensor.sizes();
+      const StateSlice slice{std::vector<std::int64_t>(sizes.begin(), sizes.end()),
+                             shares_[i].start, shares_[i].count};
+      slices[params_[i].name] = slice;
+      slices["exp_avg." + params_[i].name] = slice;
+      slices["exp_avg_sq." + params_[i].name] = slice;
+    }
+    return slices;
+  }
+  nlohmann::json state_json() const override {
+    nlohmann::json state = {{"optimizer_steps", optimizer_->steps_taken()}};
+    precision_->write_state(state);
+    return state;
+  }
+
+  // `weights` / `optimizer` hold this rank's ranges (a layout-free checkpoint read for it) or
+  // whole tensors (a checkpoint of `single` or `ddp` in the older one-file form).
+  void load_state(const std::map<std::string, torch::Tensor>& weights,
+                  const std::map<std::string, torch::Tensor>& optimizer,
+                  const nlohmann::json& state, const std::string& source) override {
+    torch::NoGradGuard no_grad;
+    std::map<std::string, std::size_t> index_of;
+    for (std::size_t i = 0; i < params_.size(); ++i) index_of[params_[i].name] = i;
+    auto own_part = [&](const std::string& name, std::size_t i, const torch::Tensor& value) {
+      const Share& s = shares_[i];
+      const std::int64_t n = params_[i].tensor.numel();
+      if (value.numel() == s.count) return value.reshape(-1);
+      if (value.numel() == n) return value.reshape(-1).narrow(0, s.start, s.count);
+      throw_invalid(source + ": \"" + name + "\" has " + std::to_string(value.numel()) +
+                        " elements; this rank holds " + std::to_string(s.count) + " of the " +
+                        std::to_string(n) + " of " + params_[i].name,
+                    "resume with the same model and method (full / LoRA and its targets)");
+    };
+    for (const auto& [name, value] : weights) {
+      const auto it = index_of.find(name);
+      if (it == index_of.end())
+        throw_invalid(
+            source + ": the checkpoint has weight \"" + name + "\", which this run does not train",
+            "resume with the same model and method (full / LoRA and its targets)");
+    }
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (shares_[i].count == 0) continue;
+      const auto it = weights.find(params_[i].name);
+      if (it == weights.end())
+        throw_invalid(source + ": the checkpoint has no weight \"" + params_[i].name + "\"",
+                      "resume with the same model and method (full / LoRA and its targets)");
+      masters_[i].tensor.copy_(own_part(it->first, i, it->second));
+      if (precision_->keeps_masters()) own_range(i).copy_(masters_[i].tensor);
+    }
+    std::map<std::string, torch::Tensor> moments;
+    for (const auto& [name, value] : optimizer) {
+      const bool squared = name.rfind("exp_avg_sq.", 0) == 0;
+      const std::string param = name.substr(name.find('.') + 1);
+      const auto it = index_of.find(param);
+      if (it == index_of.end() || (!squared && name.rfind("exp_avg.", 0) != 0))
+        throw_invalid(source + ": unexpected optimizer tensor \"" + name + "\"",
+                      "resume with the same model and method (full / LoRA and its targets)");
+      if (shares_[it->second].count == 0) continue;
+      moments[name] = own_part(name, it->second, value);
+    }
+    precision_->restore_state(state, source);
+    try {
+      optimizer_->load_state(moments, state.at("optimizer_steps").get<std::int64_t>(), source);
+    } catch (const nlohmann::json::exception& e) {
+      throw_invalid(source + ": trainer_state.json: plugin state is invalid (" + e.what() + ")");
+    }
+    gather_parameters();  // every rank's ranges into every rank's compute tensors
+  }
+
+  plugins::ZeroHeld held() const {
+    plugins::ZeroHeld h;
+    h.stage = stage_;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      h.shard_elements += shares_[i].count;
+      h.total_elements += params_[i].tensor.numel();
+    }
+    h.master_bytes = master_bytes();
+    if (optimizer_)
+      for (const NamedTensor& t : optimizer_->state_tensors())
+        h.moment_bytes += static_cast<std::uint64_t>(t.tensor.nbytes());
+    h.gradient_bytes = gradient_bytes();
+    return h;
+  }
+  const plugins::BucketTrace* trace() const { return buckets_ ? &buckets_->trace() : nullptr; }
+
+ private:
+  void read_options(const PluginOptions& options) {
+    const nlohmann::json& o = options.strategy_options;
+    stage_ = 2;
+    if (const auto it = o.find("stage"); it != o.end()) {
+      if (!it->is_number_integer() || (it->get<int>() != 1 && it->get<int>() != 2))
+        throw_invalid("strategy.options.stage is " + it->dump() + "; expected 1 or 2",
+                      "1 shards the optimizer state, 2 the gradients too");
+      stage_ = it->get<int>();
+    }
+    bool offload = false;
+    if (const auto it = o.find("offload_optimizer"); it != o.end()) {
+      if (!it->is_boolean())
+        throw_invalid("strategy.options.offload_optimizer is " + it->dump() +
+                      "; expected true or false");
+      offload = it->get<bool>();
+    }
+    if (offload && options.log)
+      options.log("warning",
+                  "strategy.options.offload_optimizer: this job computes on the CPU, so the "
+                  "optimizer state is in host memory and updated by the CPU Adam already; the "
+                  "option changes nothing here");
+    bucket_cap_ = plugins::bucket_size_option(o);
+  }
+
+  // This rank's range of trainable tensor `i`, flat, in the compute tensor.
+  torch::Tensor own_range(std::size_t i) const {
+    return params_[i].tensor.detach().view(-1).narrow(0, shares_[i].start, shares_[i].count);
+  }
+
+  // This rank's share of the averaged gradient of tensor `i` (float32, flat).
+  torch::Tensor own_gradient(std::size_t i) {
+    if (stage_ == 2) return shard_gradient_of_[i];
+    auto& bucket = buckets_->buckets()[buckets_->bucket_of(i)];
+    return bucket.flat.narrow(0, rank_ * bucket.segment_numel + buckets_->offset_of(i),
+                              shares_[i].count);
+  }
+
+  // Stage 2: a reduce-scattered bucket's segment (this rank's) added to the shard gradients.
+  void add_reduced_shares(plugins::GradientBuckets::Bucket& bucket) {
+    torch::NoGradGuard no_grad;
+    for (std::size_t i : bucket.tensors)
+      if (shares_[i].count > 0)
+        shard_gradient_of_[i].add_(
+            bucket.result.narrow(0, buckets_->offset_of(i), shares_[i].count));
+  }
+
+  // After the update: every rank's ranges, bucket by bucket, into every rank's compute tensors
+  // (an all-gather in the compute dtype).
+  void gather_parameters() {
+    if (group_ == nullptr) return;  // one process owns every range: written in place
+    torch::NoGradGuard no_grad;
+    for (const auto& bucket : buckets_->buckets()) {
+      torch::Tensor send = torch::zeros({bucket.segment_numel}, torch::TensorOptions(dtype_));
+      for (std::size_t i : bucket.tensors)
+        if (shares_[i].count > 0)
+          send.narrow(0, buckets_->offset_of(i), shares_[i].count).copy_(own_range(i));
+      const torch::Tensor gathered = group_->all_gather(send);
+      for (int r = 0; r < world_; ++r) {
+        if (r == rank_) continue;
+        for (std::size_t i : bucket.tensors) {
+          const Share s = share_of(params_[i].tensor.numel(), r, world_);
+          if (s.count == 0) continue;
+          params_[i]
+              .tensor.detach()
+              .view(-1)
+              .narrow(0, s.start, s.count)
+              .copy_(
+                  gathered.narrow(0, r * bucket.segment_numel + buckets_->offset_of(i), s.count));
+        }
+      }
+    }
+  }
+
+  std::uint64_t master_bytes() const {
+    std::uint64_t bytes = 0;
+    if (precision_ && precision_->keeps_masters())
+      for (const NamedTensor& m : masters_)
+        if (m.tensor.defined()) bytes += static_cast<std::uint64_t>(m.tensor.nbytes());
+    return bytes;
+  }
+
+  std::uint64_t gradient_bytes() const {
+    std::uint64_t bytes = buckets_ ? buckets_->buffer_bytes() : 0;
+    if (shard_gradients_.defined()) bytes += static_cast<std::uint64_t>(shard_gradients_.nbytes());
+    // Gradients autograd holds now (stage 1's earlier micro-batches).
+    for (const NamedTensor& p : params_)
+      if (p.tensor.grad().defined()) bytes += static_cast<std::uint64_t>(p.tensor.grad().nbytes());
+    return bytes;
+  }
+
+  ProcessContext process_;
+  dist::ProcessGroup* group_ = nullptr;  // null in one process: nothing to communicate
+  int rank_ = 0;
+  int world_ = 1;
+  int stage_ = 2;
+  std::uint64_t bucket_cap_ = plugins::kDefaultBucketBytes;
+  std::optional<MixedPrecision> precision_;  // set by prepare()
+  torch::Dtype dtype_ = torch::kFloat32;
+  std::vector<NamedTensor> params_;   // compute tensors, whole on every rank
+  std::vector<Share> shares_;         // per tensor of params_: this rank's range
+  std::vector<NamedTensor> masters_;  // per tensor: float32 values of this rank's range
+  std::unique_ptr<optim::AdamW> optimizer_;
+  torch::Tensor shard_gradients_;                 // stage 2: this rank's gradient ranges, flat
+  std::vector<torch::Tensor> shard_gradient_of_;  // per tensor: its range in shard_gradients_
+  std::unique_ptr<plugins::GradientBuckets> buckets_;
+  bool reduced_ = false;  // this step's gradients are reduced
+  std::uint64_t model_weight_bytes_ = 0;
+};
+
+}  // namespace
+}  // namespace tessera::train
+
+namespace tessera::plugins {
+
+void register_zero_plugin() {
+  train::register_plugin("zero", [] { return std::make_unique<train::ZeroPlugin>(); });
+}
+
+bool zero_held(const train::Plugin& plugin, ZeroHeld* held) {
+  const auto* zero = dynamic_cast<const train::ZeroPlugin*>(&plugin);
+  if (zero == nullptr) return false;
+  *held = zero->held();
+  return true;
+}
+
+const BucketTrace* zero_trace(const train::Plugin& plugin) {
+  const auto* zero = dynamic_cast<const train::ZeroPlugin*>(&plugin);
+  return zero != nullptr ? zero->trace() : nullptr;
+}
+
+}  // namespace tessera::plugins
