@@ -1,7 +1,6 @@
-#include "job/strategies.h"
-
 #include "core/error.h"
 #include "core/units.h"
+#include "job/strategies.h"
 
 namespace tessera::job {
 namespace {
@@ -47,6 +46,12 @@ StrategyOption choice(std::string key, std::string description, std::vector<std:
   return {std::move(key), std::move(description), std::move(values), StrategyOption::Kind::Choice,
           std::move(not_yet)};
 }
+StrategyOption literal_choice(std::string key, std::string description,
+                              std::vector<std::string> values) {
+  StrategyOption option = choice(std::move(key), std::move(description), std::move(values));
+  option.literal = true;
+  return option;
+}
 StrategyOption fraction(std::string key, std::string description) {
   return {std::move(key), std::move(description), {}, StrategyOption::Kind::Fraction, {}};
 }
@@ -62,13 +67,17 @@ void validate_option_value(const std::string& at, const std::string& key,
   const std::string field = at + "strategy.options." + key;
   switch (option.kind) {
     case StrategyOption::Kind::Choice: {
-      const std::string text = value.is_string() ? value.get<std::string>() : "";
+      const bool comparable =
+          option.literal ? value.is_number_integer() || value.is_boolean() : value.is_string();
+      const std::string text = !comparable      ? ""
+                               : option.literal ? value.dump()
+                                                : value.get<std::string>();
       for (const auto& v : option.not_yet)
-        if (value.is_string() && text == v)
-          throw_unsupported(field + " is \"" + v + "\", which is not supported yet",
+        if (comparable && text == v)
+          throw_unsupported(field + " is " + value.dump() + ", which is not supported yet",
                             key + ": " + option.description);
       for (const auto& v : option.values)
-        if (value.is_string() && text == v) return;
+        if (comparable && text == v) return;
       throw_invalid(
           field + " is " + value.dump() + "; expected one of: " + join(option.values, ", "),
           key + ": " + option.description);
@@ -135,6 +144,23 @@ const std::vector<StrategyInfo>& strategies() {
              "bytes of float32 gradients per all-reduce: auto (25MiB) or a size; smaller "
              "buckets start communicating earlier in backward, larger ones make fewer calls")},
        /*planned=*/false},
+      {"zero",
+       "data parallelism with the optimizer state (stage 1) and the gradients (stage 2) sharded "
+       "over the processes: each updates its share, then the weights are all-gathered (ZeRO)",
+       {choice("device", "where it computes: the CPU (auto picks it; CUDA is not supported yet)",
+               {"auto", "cpu"}, {"cuda"}),
+        literal_choice("stage",
+                       "1: the float32 masters and AdamW moments sharded; 2: the gradients too, "
+                       "reduce-scattered while backward runs",
+                       {"1", "2"}),
+        literal_choice("offload_optimizer",
+                       "keep the shard's masters and moments in host memory, updated by the CPU "
+                       "Adam (on a CPU-only machine they are there already: a warning says so)",
+                       {"false", "true"}),
+        size("bucket_size",
+             "bytes of float32 gradients per reduce-scatter (stage 2) or all-reduce (stage 1): "
+             "auto (25MiB) or a size")},
+       /*planned=*/false},
   };
   return table;
 }
@@ -188,6 +214,7 @@ std::string strategy_option(const std::string& name, const nlohmann::json& optio
     if (options.is_object()) {
       auto it = options.find(key);
       if (it != options.end() && it->is_string()) return it->get<std::string>();
+      if (it != options.end() && o.literal) return it->dump();
     }
     if (o.values.empty())
       throw Error(ErrorKind::Internal, "strategy option \"" + key + "\" has no default string");

@@ -17,7 +17,8 @@ inline constexpr const char* kAutoStrategy = "auto";
 
 // One option of a strategy.
 //   Choice:   a string from `values` (the first is the default); `not_yet` lists values that are
-//             recognised but not supported yet, refused with that said.
+//             recognised but not supported yet, refused with that said. A `literal` choice
+//             takes numbers or booleans (zero's stage 1 | 2, offload_optimizer false | true).
 //   Fraction: a number in [0, 1], default 0.
 //   Size:     "auto" (the default) or a size, "64MiB" or a number of bytes.
 //   Path:     a non-empty string (a folder); the default is the plugin's.
@@ -28,6 +29,9 @@ struct StrategyOption {
   std::vector<std::string> values;
   Kind kind = Kind::Choice;
   std::vector<std::string> not_yet;
+  // Choice only: `values` are JSON numbers or booleans written as text ("1", "true"), matched
+  // against the value's JSON form; a string is refused.
+  bool literal = false;
 };
 
 struct StrategyInfo {

@@ -343,7 +343,7 @@ class ZeroPlugin : public Plugin {
  private:
   void read_options(const PluginOptions& options) {
     const nlohmann::json& o = options.strategy_options;
-    stage_ = 2;
+    stage_ = 1;  // the strategy table's default, as Colossal-AI's LowLevelZeroPlugin
     if (const auto it = o.find("stage"); it != o.end()) {
       if (!it->is_number_integer() || (it->get<int>() != 1 && it->get<int>() != 2))
         throw_invalid("strategy.options.stage is " + it->dump() + "; expected 1 or 2",
@@ -435,7 +435,7 @@ class ZeroPlugin : public Plugin {
   dist::ProcessGroup* group_ = nullptr;  // null in one process: nothing to communicate
   int rank_ = 0;
   int world_ = 1;
-  int stage_ = 2;
+  int stage_ = 1;
   std::uint64_t bucket_cap_ = plugins::kDefaultBucketBytes;
   std::optional<MixedPrecision> precision_;  // set by prepare()
   torch::Dtype dtype_ = torch::kFloat32;

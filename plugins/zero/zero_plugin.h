@@ -11,7 +11,7 @@
 //            micro-batch), so a rank keeps only its share of the gradients.
 // Clipping uses the global norm: the squared norms of the shards, all-reduced. The checkpoint
 // state is sharded by element ranges (Plugin::state_slices()), readable on any layout.
-// Options (job spec strategy.options, job/strategies.h): stage = 1 | 2 (default 2),
+// Options (job spec strategy.options, job/strategies.h): stage = 1 (default) | 2,
 // offload_optimizer = false | true, bucket_size = auto (25 MiB) | a size, device = auto | cpu.
 // See plugins/README.md.
 #include <cstdint>

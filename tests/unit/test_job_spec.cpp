@@ -113,20 +113,22 @@ class TestJobSpec : public QObject {
 
   void strategyTableListsSingle() {
     QVERIFY(job::find_strategy("single") != nullptr);
-    QVERIFY(job::find_strategy("auto") == nullptr);  // the planner's, not a plugin
-    QVERIFY(job::find_strategy("zero") == nullptr);  // not in this build
+    QVERIFY(job::find_strategy("auto") == nullptr);    // the planner's, not a plugin
+    QVERIFY(job::find_strategy("hybrid") == nullptr);  // not in this build
     QCOMPARE(QString::fromStdString(job::auto_strategy().name), QString("single"));
-    QCOMPARE(QString::fromStdString(job::strategy_names()), QString("single, gemini, ddp"));
+    QCOMPARE(QString::fromStdString(job::strategy_names()), QString("single, gemini, ddp, zero"));
     QVERIFY(!job::find_strategy("single")->description.empty());
   }
 
   void unknownStrategyIsRefusedListingPlugins() {
     auto doc = minimal();
-    doc["strategy"] = {{"name", "zero"}};
+    doc["strategy"] = {{"name", "hybrid"}};
     auto text = error_text(doc);
-    QVERIFY2(text.find("job.json: strategy.name is \"zero\"") != std::string::npos, text.c_str());
-    QVERIFY2(text.find("expected one of: auto, single, gemini, ddp") != std::string::npos, text.c_str());
-    QVERIFY2(text.find("available plugins: single, gemini, ddp") != std::string::npos, text.c_str());
+    QVERIFY2(text.find("job.json: strategy.name is \"hybrid\"") != std::string::npos, text.c_str());
+    QVERIFY2(text.find("expected one of: auto, single, gemini, ddp, zero") != std::string::npos,
+             text.c_str());
+    QVERIFY2(text.find("available plugins: single, gemini, ddp, zero") != std::string::npos,
+             text.c_str());
   }
 
   void strategyOptionsAreValidated() {
@@ -192,6 +194,35 @@ class TestJobSpec : public QObject {
     };
     for (const auto& [options, needle] : refused) {
       doc["strategy"] = {{"name", "gemini"}, {"options", options}};
+      const auto text = error_text(doc);
+      QVERIFY2(text.find(needle) != std::string::npos, (needle + " not in: " + text).c_str());
+    }
+  }
+
+  void zeroOptionsAreValidated() {
+    // stage and offload_optimizer are a number and a boolean, as the issue writes them.
+    auto doc = minimal();
+    doc["strategy"] = {
+        {"name", "zero"},
+        {"options", {{"stage", 2}, {"offload_optimizer", true}, {"bucket_size", "4MiB"}}}};
+    auto spec = job::parse_job_spec(doc, "job.json");
+    QCOMPARE(spec.strategy.options["stage"].get<int>(), 2);
+    QCOMPARE(job::strategy_option("zero", spec.strategy.options, "stage"), std::string("2"));
+    QCOMPARE(job::strategy_option("zero", json::object(), "stage"), std::string("1"));
+    QCOMPARE(job::strategy_option("zero", json::object(), "offload_optimizer"),
+             std::string("false"));
+    const std::vector<std::pair<json, std::string>> refused = {
+        {{{"stage", 3}}, "strategy.options.stage is 3; expected one of: 1, 2"},
+        {{{"stage", "2"}}, "strategy.options.stage is \"2\"; expected one of: 1, 2"},
+        {{{"stage", 1.5}}, "strategy.options.stage is 1.5"},
+        {{{"offload_optimizer", "yes"}},
+         "strategy.options.offload_optimizer is \"yes\"; expected one of: false, true"},
+        {{{"bucket_size", "lots"}}, "strategy.options.bucket_size: \"lots\" is not a size"},
+        {{{"device", "cuda"}}, "strategy.options.device is \"cuda\", which is not supported yet"},
+        {{{"chunk_size", "64MiB"}}, "strategy.options.chunk_size is not an option of strategy"},
+    };
+    for (const auto& [options, needle] : refused) {
+      doc["strategy"] = {{"name", "zero"}, {"options", options}};
       const auto text = error_text(doc);
       QVERIFY2(text.find(needle) != std::string::npos, (needle + " not in: " + text).c_str());
     }

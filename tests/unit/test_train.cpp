@@ -210,9 +210,9 @@ class TestTrain : public QObject {
     }
     tessera::plugins::register_builtin_plugins();  // twice is harmless
     QCOMPARE(train::registered_plugins(), registered);
-    expect_error([] { train::make_plugin("zero"); }, ErrorKind::Unsupported,
-                 "available plugins: ddp, gemini, single");
-    expect_error([] { train::make_plugin("zero"); }, ErrorKind::Unsupported, "strategy.name");
+    expect_error([] { train::make_plugin("hybrid"); }, ErrorKind::Unsupported,
+                 "available plugins: ddp, gemini, single, zero");
+    expect_error([] { train::make_plugin("hybrid"); }, ErrorKind::Unsupported, "strategy.name");
     expect_error([] { train::make_plugin("auto"); }, ErrorKind::Unsupported, "planner");
   }
 
@@ -227,9 +227,9 @@ class TestTrain : public QObject {
     expect_error([&] { train::Trainer(tiny_llama(), o); }, ErrorKind::InvalidInput,
                  "strategy.options.device");
     o.device = "cpu";
-    o.plugin = "zero";
+    o.plugin = "hybrid";
     expect_error([&] { train::Trainer(tiny_llama(), o); }, ErrorKind::Unsupported,
-                 "available plugins: ddp, gemini, single");
+                 "available plugins: ddp, gemini, single, zero");
   }
 
   void every_plugin_runs_in_one_process_until_it_distributes() {
