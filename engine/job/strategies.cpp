@@ -1,6 +1,7 @@
+#include "job/strategies.h"
+
 #include "core/error.h"
 #include "core/units.h"
-#include "job/strategies.h"
 
 namespace tessera::job {
 namespace {
