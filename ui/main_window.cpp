@@ -36,6 +36,7 @@
 #include "ui/models/model_info.h"
 #include "ui/pages/hardware_page.h"
 #include "ui/pages/hub_panel.h"
+#include "ui/pages/nodes_page.h"
 #include "ui/pages/run_dashboard.h"
 #include "ui/pages/runs_page.h"
 #include "ui/pages/wizard.h"
@@ -99,6 +100,7 @@ MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent),
                {tr("Runs"), QStyle::SP_FileDialogDetailedView},
                {tr("Models"), QStyle::SP_DriveHDIcon},
                {tr("Datasets"), QStyle::SP_FileDialogContentsView},
+               {tr("Nodes"), QStyle::SP_DriveNetIcon},
                {tr("Settings"), QStyle::SP_FileDialogInfoView}};
   int widest = 0;
   for (const auto& item : items) {
@@ -168,6 +170,12 @@ MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent),
                 return;
               }
           });
+  nodes_ = new NodesPage;
+  stack_->addWidget(with_heading(
+      tr("Nodes"),
+      tr("This machine and the other machines on your network that can run the processes of a "
+         "job: each runs tessera-cli agent and is paired here once."),
+      nodes_));
   stack_->addWidget(make_settings_page());
   // The download tray sits under every page, so downloads go on while the user moves around.
   auto* right = new QVBoxLayout;
@@ -403,6 +411,7 @@ QWidget* MainWindow::make_settings_page() {
   });
   connect(cli_path_, &QLineEdit::editingFinished, this, [this] {
     settings::set_cli_program(cli_path_->text());
+    nodes_->set_cli(cli_path_->text());
     cli_status_->setText(tr("Checking…"));
     probe_->probe(cli_path_->text());
   });

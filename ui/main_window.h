@@ -1,5 +1,5 @@
 #pragma once
-// The studio's main window: a sidebar (New fine-tune, Runs, Models, Datasets, Settings) over
+// The studio's main window: a sidebar (New fine-tune, Runs, Models, Datasets, Nodes, Settings) over
 // a stack of pages. Remembers its size, position and the last folders (QSettings).
 #include <QMainWindow>
 #include <QMap>
@@ -29,13 +29,14 @@ class FineTuneWizard;
 class HubPanel;
 class HubToken;
 class ModelPage;
+class NodesPage;
 class RunMonitor;
 class RunsPage;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
-  enum Page { NewFineTune, Runs, Models, Datasets, Settings };
+  enum Page { NewFineTune, Runs, Models, Datasets, Nodes, Settings };
   explicit MainWindow(RunsStore* store, QWidget* parent = nullptr);
   ~MainWindow() override;
 
@@ -48,6 +49,7 @@ class MainWindow : public QMainWindow {
   ModelPage* local_models() const { return models_; }
   HubPanel* hub_panel() const { return hub_; }
   DatasetPage* datasets_page() const { return datasets_; }
+  NodesPage* nodes_page() const { return nodes_; }
   DownloadTray* downloads() const { return downloads_; }
   HubToken* hub_token() const { return token_; }
   QWidget* page_widget(Page page) const;
@@ -108,6 +110,7 @@ class MainWindow : public QMainWindow {
   HubPanel* hub_;
   DownloadTray* downloads_;
   DatasetPage* datasets_;
+  NodesPage* nodes_;
   QList<HubDatasetChoice> dataset_downloads_;  // what the dataset pages had the tray download
   QLineEdit* cli_path_;
   QLabel* cli_status_;

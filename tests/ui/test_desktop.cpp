@@ -692,6 +692,7 @@ class DesktopTest : public QObject {
                  {MainWindow::Runs, "runs"},
                  {MainWindow::Models, "models"},
                  {MainWindow::Datasets, "datasets"},
+                 {MainWindow::Nodes, "nodes"},
                  {MainWindow::Settings, "settings"}};
     for (const char* theme : {"light", "dark"}) {
       window->theme_combo()->setCurrentIndex(window->theme_combo()->findData(theme));

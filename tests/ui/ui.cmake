@@ -74,6 +74,12 @@ if(TARGET tessera_ui)
   add_dependencies(test_mnemonics tessera-cli)
   set_tests_properties(test_mnemonics PROPERTIES TIMEOUT 120)
 
+  # The Nodes page against a real `tessera-cli agent` on 127.0.0.1: discovery, pairing through
+  # the code, pre-flight checks (a failure's reason and what to do), the link, Remove.
+  tessera_add_qt_test(NAME test_nodes_page SOURCES ui/test_nodes_page.cpp LIBS studio_test_support LABELS ui)
+  add_dependencies(test_nodes_page tessera-cli)
+  set_tests_properties(test_nodes_page PROPERTIES TIMEOUT 180)
+
   # The journey a person takes through the real window (wizard, run, stop, resume, export, chat,
   # compare) on the xcb platform under Xvfb, driven by X input from xdotool. The wrapper starts
   # and stops the X server, and exits 77 (skipped) when Xvfb or xdotool is missing.
