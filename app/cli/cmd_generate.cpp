@@ -3,7 +3,10 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "command.h"
 #include "core/error.h"
@@ -63,7 +66,8 @@ model::SamplingOptions sampling_defaults(const fs::path& model_dir) {
 }
 
 // Why generation ended, as --json reports it.
-const char* stop_reason(const model::GenerateResult& result) {
+const char* stop_reason(const model::GenerateResult& result, bool stopped_at_string) {
+  if (stopped_at_string) return "stop_string";
   return result.stopped_at_eos.front() ? "eos" : "max_new_tokens";
 }
 
@@ -82,7 +86,7 @@ std::string json_line(const nlohmann::json& j) {
 int run_generate(const std::vector<std::string>& raw) {
   Args args(raw, {"--chat", "--greedy", "--json", "--json-lines"},
             {"--model", "--prompt", "--max-new-tokens", "--temperature", "--top-k", "--top-p",
-             "--seed", "--dtype"});
+             "--seed", "--dtype", "--stop"});
   const std::string& model_arg = args.required("--model", "PATH");
   const std::string& prompt = args.required("--prompt", "TEXT");
   args.expect_no_positionals();
@@ -106,6 +110,9 @@ int run_generate(const std::vector<std::string>& raw) {
   const std::int64_t seed = int_option(args, "--seed", -1);
   options.sampling.seed = seed >= 0 ? static_cast<std::uint64_t>(seed)
                                     : static_cast<std::uint64_t>(std::random_device{}());
+  const std::vector<std::string> stop_strings = args.option_values("--stop");
+  for (const std::string& stop : stop_strings)
+    if (stop.empty()) throw UsageError{"--stop needs a non-empty TEXT"};
   try {
     model::validate(options);
   } catch (const Error& e) {
@@ -147,12 +154,26 @@ int run_generate(const std::vector<std::string>& raw) {
     if (piece.empty() || (json && !json_lines)) return;
     std::cout << (json_lines ? json_line({{"text", piece}}) : piece) << std::flush;
   };
-  model::GenerateResult result =
-      model::generate(*model, {std::vector<std::int64_t>(prompt_ids.begin(), prompt_ids.end())},
-                      options, [&](std::size_t, std::int64_t token) {
-                        emit(streamer.add(static_cast<std::int32_t>(token)));
-                        return true;
-                      });
+  // --stop: as transformers' stop_strings, generation ends with the token that completes a stop
+  // string, which stays in the reply. The reply is decoded whole after each token (not the
+  // streamer's pieces, which hold back a byte-fallback run until it ends), so a stop string is
+  // seen at the token that completes it.
+  std::vector<std::int32_t> reply_ids;
+  std::optional<std::string> matched_stop;
+  model::GenerateResult result = model::generate(
+      *model, {std::vector<std::int64_t>(prompt_ids.begin(), prompt_ids.end())}, options,
+      [&](std::size_t, std::int64_t token) {
+        emit(streamer.add(static_cast<std::int32_t>(token)));
+        if (stop_strings.empty()) return true;
+        reply_ids.push_back(static_cast<std::int32_t>(token));
+        const std::string text = tokenizer.decode(reply_ids, /*skip_special_tokens=*/true);
+        for (const std::string& stop : stop_strings)
+          if (text.find(stop) != std::string::npos) {
+            matched_stop = stop;
+            return false;
+          }
+        return true;
+      });
   emit(streamer.finish());
   if (json) {
     const std::vector<std::int64_t>& generated = result.tokens.front();
@@ -165,7 +186,8 @@ int run_generate(const std::vector<std::string>& raw) {
     out["generated_ids"] = generated;
     out["tokens"] = std::move(tokens);
     out["text"] = text;
-    out["stop_reason"] = stop_reason(result);
+    out["stop_reason"] = stop_reason(result, matched_stop.has_value());
+    if (matched_stop) out["stop_string"] = *matched_stop;
     out["stopped_at_eos"] = static_cast<bool>(result.stopped_at_eos.front());
     out["eos_token_ids"] = options.eos_token_ids;
     out["max_new_tokens"] = options.max_new_tokens;
@@ -185,9 +207,11 @@ const RegisterCommand kRegister{{
     "generate",
     "generate --model PATH --prompt TEXT [--chat] [--max-new-tokens N] [--greedy] "
     "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--dtype float32|bfloat16] "
-    "[--json | --json-lines]",
+    "[--stop TEXT]... [--json | --json-lines]",
     "continue a prompt with a causal LM as transformers' generate does, printing the reply as "
-    "it is decoded; --json: ids, tokens, text and stop reason at the end (README.md), "
+    "it is decoded; --stop TEXT (repeatable): end once the reply contains TEXT, kept in the reply, "
+    "as transformers' stop_strings; --json: ids, tokens, text and stop reason at the end "
+    "(README.md), "
     "--json-lines: {\"text\": PIECE} lines first",
     run_generate,
 }};

@@ -34,6 +34,8 @@ class Args {
        const std::vector<std::string>& options);
   bool flag(const std::string& name) const;
   const std::string* option(const std::string& name) const;
+  // Every value of an option that may be given more than once, in order.
+  std::vector<std::string> option_values(const std::string& name) const;
   // The value of a mandatory option; a UsageError "NAME PLACEHOLDER is required" otherwise.
   const std::string& required(const std::string& name, const char* placeholder) const;
   // A UsageError naming the first positional argument, for commands that take none.

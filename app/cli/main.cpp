@@ -49,6 +49,13 @@ const std::string* Args::option(const std::string& name) const {
   return nullptr;
 }
 
+std::vector<std::string> Args::option_values(const std::string& name) const {
+  std::vector<std::string> values;
+  for (const auto& [option_name, value] : options_)
+    if (option_name == name) values.push_back(value);
+  return values;
+}
+
 const std::string& Args::required(const std::string& name, const char* placeholder) const {
   const std::string* value = option(name);
   if (value == nullptr) throw UsageError{name + " " + placeholder + " is required"};

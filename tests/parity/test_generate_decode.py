@@ -16,6 +16,7 @@ skip_special_tokens=True):
     or max_new_tokens (cut inside a character: U+FFFD, counted in replacement_chars);
   - plain `generate` prints that text and a newline; `--json-lines` prints pieces that join to
     it, none of them part of a character (a partial one would show as U+FFFD);
+  - `generate --stop TEXT` ends where generate(stop_strings=…) ends (ASCII chains);
   - `tokenize --decode --json` on random id sequences (byte tokens, specials, words): the
     pieces `generate` would stream join to tokenizer.decode of the ids.
 """
@@ -190,3 +191,47 @@ def test_streamed_pieces_join_to_decode(style, tokenizers, tmp_path):
         expected = tok.decode(ids, skip_special_tokens=True)
         assert out["text"] == expected, ids
         assert "".join(out["pieces"]) == expected, (ids, out["pieces"])
+
+
+# ASCII with no repeated character (each token of a chain has one successor). transformers'
+# StopStringCriteria matches stop strings against the tokens' strings, so only stop strings made
+# of whole characters per token compare: ASCII bytes are.
+ASCII_REPLY = "Yes. No!"
+
+
+@pytest.mark.parametrize("style", list(STYLES))
+def test_stop_strings_end_the_reply_as_transformers(style, tokenizers):
+    root, _, tok = tokenizers[style]
+    spell = STYLES[style][1]
+    prompt_ids = tok(PROMPT).input_ids
+    reply = spell(tok, ASCII_REPLY) + [tok.eos_token_id]
+    folder = chain_model(root / f"{style}-ascii", tok, [prompt_ids[-1]] + reply)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    ids = torch.tensor([prompt_ids])
+
+    def reference(stops):
+        with torch.no_grad():
+            return model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                  max_new_tokens=20, stop_strings=stops,
+                                  tokenizer=tok)[0, ids.shape[1]:].tolist()
+
+    # One token ("."), one across two tokens (". "), the first of two to appear, and one the
+    # reply never contains (the reply runs to its EOS).
+    for stops in ([". "], ["."], ["s. N"], ["!", "Ye"], ["maybe"]):
+        args = ["generate", "--model", folder, "--prompt", PROMPT, "--greedy",
+                "--max-new-tokens", 20, "--json"]
+        for stop in stops:
+            args += ["--stop", stop]
+        ours = json.loads(cli(*args).stdout)
+        ref = reference(stops)
+        assert ours["generated_ids"] == ref, stops
+        assert ours["text"] == tok.decode(ref, skip_special_tokens=True)
+        if stops == ["maybe"]:
+            assert ours["stop_reason"] == "eos" and "stop_string" not in ours
+        else:
+            assert ours["stop_reason"] == "stop_string"
+            assert any(ours["text"].endswith(s) for s in stops), ours["text"]
+            assert ours["stop_string"] in stops and ours["text"].endswith(ours["stop_string"])
+    assert reference(["."]) == spell(tok, "Yes."), "the stop string did not stop transformers"
+
+    cli("generate", "--model", folder, "--prompt", PROMPT, "--stop", "", expect=2)
