@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "nodes/agent.h"
 #include "nodes/protocol.h"
+#include "nodes/rank_processes.h"
 #include "nodes/store.h"
 #include "nodes/wire.h"
 
@@ -41,7 +42,7 @@ std::vector<std::string> split_commas(const std::string& text) {
 int run_agent(const std::vector<std::string>& raw) {
   Args args(raw, {"--no-broadcast"},
             {"--bind", "--port", "--state-dir", "--name", "--accept-code", "--discovery-port",
-             "--announce-to"});
+             "--announce-to", "--work-dir", "--grace-period"});
   args.expect_no_positionals();
   nodes::AgentOptions options;
   std::optional<std::string> bind;
@@ -65,6 +66,22 @@ int run_agent(const std::vector<std::string>& raw) {
     if (!options.accept_code)
       throw UsageError{"--accept-code \"" + *value + "\" is not a 6-digit code"};
   }
+  if (const std::string* value = args.option("--work-dir")) {
+    std::error_code error;
+    options.work_dir = std::filesystem::absolute(*value, error);
+    if (error || !std::filesystem::is_directory(options.work_dir))
+      throw UsageError{"--work-dir " + *value + " is not a folder"};
+  }
+  if (const std::string* value = args.option("--grace-period")) {
+    double grace = -1;
+    try {
+      grace = std::stod(*value);
+    } catch (const std::exception&) {
+    }
+    if (!(grace >= 0.0 && grace <= 3600.0))
+      throw UsageError{"--grace-period " + *value + ": expected seconds from 0 to 3600"};
+    options.stop_grace = std::chrono::duration<double>(grace);
+  }
   options.build = this_build();
   options.print = [](const std::string& line) { std::cout << line << std::endl; };
 #ifdef TESSERA_WITH_TORCH
@@ -72,6 +89,7 @@ int run_agent(const std::vector<std::string>& raw) {
                                std::uint64_t bytes) {
     nodes::run_link_test(0, address, port, bytes, std::chrono::seconds(20));
   };
+  options.rank_program = nodes::this_program_path();
 #endif
 
   const std::string address = options.bind_address;
@@ -84,6 +102,8 @@ int run_agent(const std::vector<std::string>& raw) {
   }
   const std::uint16_t discovery_port = options.discovery_port;
   const bool confirm_by_flag = options.accept_code.has_value();
+  const std::filesystem::path work_dir =
+      options.work_dir.empty() ? std::filesystem::current_path() : options.work_dir;
 
   nodes::Agent agent(std::move(options));
   struct sigaction action {};
@@ -93,6 +113,7 @@ int run_agent(const std::vector<std::string>& raw) {
   std::cout << "agent \"" << agent.name() << "\" (node id " << agent.node_id() << ") listening on "
             << address << ":" << agent.port() << "\n"
             << "state folder: " << state_dir.string() << "\n"
+            << "jobs run in: " << work_dir.string() << "\n"
             << "announcing every 2 s on UDP port " << discovery_port << " to"
             << (announced_to.empty() ? std::string(" nobody (add this node by address)")
                                      : announced_to)
@@ -111,9 +132,10 @@ int run_agent(const std::vector<std::string>& raw) {
 const RegisterCommand kRegister{{
     "agent",
     "agent [--bind ADDRESS|INTERFACE] [--port P] [--state-dir DIR] [--name NAME] "
-    "[--accept-code CODE] [--discovery-port P] [--announce-to ADDR[,ADDR...]] [--no-broadcast]",
+    "[--accept-code CODE] [--discovery-port P] [--announce-to ADDR[,ADDR...]] [--no-broadcast] "
+    "[--work-dir DIR] [--grace-period SECONDS]",
     "Serve this machine to a studio on the LAN: announce it, pair once by a code shown on both "
-    "sides, run pre-flight checks on request (docs/nodes.md)",
+    "sides, run pre-flight checks and the ranks of jobs on request (docs/nodes.md)",
     run_agent,
 }};
 

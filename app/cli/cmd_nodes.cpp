@@ -168,7 +168,9 @@ std::uint64_t size_option(const Args& args, const char* name, std::uint64_t fall
   return value ? plan::parse_byte_size(*value, name) : fallback;
 }
 
-// The c10d link test from this side: rank 1, the agent rank 0.
+}  // namespace
+
+// The c10d link test from this side: rank 1, the agent rank 0 (also launch's pre-flight).
 nodes::CheckResult link_check(const nodes::ClientStore& store, const nodes::PairedNode& node,
                               std::uint64_t bytes) {
   nodes::CheckResult r;
@@ -209,6 +211,8 @@ nodes::CheckResult link_check(const nodes::ClientStore& store, const nodes::Pair
 #endif
   return r;
 }
+
+namespace {
 
 int nodes_check(const Args& args) {
   if (args.positionals().size() != 2) throw UsageError{"check needs NAME or ADDRESS[:PORT]"};

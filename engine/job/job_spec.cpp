@@ -134,6 +134,70 @@ class ObjectReader {
 
 }  // namespace
 
+NodesSpec parse_nodes_spec(const json& value, const std::string& source) {
+  NodesSpec nodes;
+  const auto fail = [&](const std::string& field_name, const std::string& what,
+                        std::string hint = {}) -> void {
+    throw_invalid(source + ": " + field_name + " " + what, std::move(hint));
+  };
+  const json* list = &value;
+  json object_form;
+  if (value.is_object()) {
+    ObjectReader r(value, "nodes", source);
+    list = r.get("ranks_per_node");
+    if (list == nullptr)
+      fail("nodes.ranks_per_node", "is missing",
+           "give the machines and their ranks: [{\"name\": \"local\", \"nproc\": 1}, "
+           "{\"name\": \"box2\", \"nproc\": 2}]");
+    nodes.master_addr = r.string("master_addr", "");
+    const std::int64_t port = r.integer("master_port", 0, 0);
+    if (port > 65535)
+      r.fail("nodes.master_port", "must be a TCP port (0 for a free one, up to 65535)");
+    nodes.master_port = static_cast<std::uint16_t>(port);
+    r.finish();
+  } else if (!value.is_array()) {
+    fail("nodes", "must be an object {\"ranks_per_node\": [...], \"master_addr\": ...} or a list",
+         "see docs/job-spec.md (nodes)");
+  }
+  if (!list->is_array() || list->empty())
+    fail("nodes.ranks_per_node", "must be a non-empty list of {\"name\", \"nproc\"}");
+  bool has_local = false;
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const std::string field = "nodes.ranks_per_node[" + std::to_string(i) + "]";
+    ObjectReader r((*list)[i], field, source);
+    NodeRanks entry;
+    entry.name = r.string("name", kLocalNode);
+    if (entry.name.empty())
+      r.fail(field + ".name", "is empty", "give a paired node's name, or \"local\"");
+    entry.nproc = static_cast<int>(r.integer("nproc", 1, 1));
+    if (entry.nproc > kMaxRanksPerNode)
+      r.fail(field + ".nproc", "is " + std::to_string(entry.nproc) + "; at most " +
+                                   std::to_string(kMaxRanksPerNode) + " ranks per node");
+    r.finish();
+    for (const NodeRanks& other : nodes.ranks_per_node)
+      if (other.name == entry.name)
+        r.fail(field + ".name", "\"" + entry.name + "\" is listed twice",
+               "give each machine once, with all its ranks in nproc");
+    has_local = has_local || entry.name == kLocalNode;
+    nodes.ranks_per_node.push_back(std::move(entry));
+  }
+  if (!has_local)
+    fail("nodes.ranks_per_node", "does not list this machine (\"local\")",
+         "add {\"name\": \"local\", \"nproc\": 1}: rank 0 runs here and writes the event "
+         "stream");
+  return nodes;
+}
+
+json to_json(const NodesSpec& nodes) {
+  json list = json::array();
+  for (const NodeRanks& n : nodes.ranks_per_node)
+    list.push_back({{"name", n.name}, {"nproc", n.nproc}});
+  json out = {{"ranks_per_node", list}};
+  if (!nodes.master_addr.empty()) out["master_addr"] = nodes.master_addr;
+  if (nodes.master_port != 0) out["master_port"] = nodes.master_port;
+  return out;
+}
+
 JobSpec parse_job_spec(const json& doc, const std::string& source) {
   JobSpec spec;
   ObjectReader top(doc, "", source);
@@ -245,6 +309,7 @@ JobSpec parse_job_spec(const json& doc, const std::string& source) {
     if (!resume.empty()) spec.output.resume = resume;
     r.finish();
   }
+  if (const json* nodes = top.get("nodes")) spec.nodes = parse_nodes_spec(*nodes, source);
   top.finish();
   return spec;
 }
@@ -327,6 +392,7 @@ json to_json(const JobSpec& s) {
   };
   for (const auto& [key, value] : hub_dataset.items()) doc["dataset"][key] = value;
   if (!s.name.empty()) doc["name"] = s.name;
+  if (s.nodes) doc["nodes"] = to_json(*s.nodes);
   return doc;
 }
 

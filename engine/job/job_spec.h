@@ -76,6 +76,23 @@ struct OutputSpec {
   std::optional<std::string> resume;  // a checkpoint folder to continue from
 };
 
+// The machines a job runs on (`tessera-cli launch`, docs/job-spec.md "nodes"): this one and the
+// paired LAN nodes (docs/nodes.md), with the ranks each runs. Ranks are numbered from this
+// machine's (0, 1, …; rank 0 writes the event stream), then each node's in the order listed.
+struct NodeRanks {
+  std::string name;  // a paired node's name, or "local" (this machine)
+  int nproc = 1;
+};
+struct NodesSpec {
+  std::vector<NodeRanks> ranks_per_node;
+  // The address of this machine the other nodes reach it at (MASTER_ADDR); empty: the address
+  // of the interface that routes to the remote nodes.
+  std::string master_addr;
+  std::uint16_t master_port = 0;  // 0: a free port
+};
+inline constexpr const char* kLocalNode = "local";
+constexpr int kMaxRanksPerNode = 256;
+
 struct JobSpec {
   int version = kJobSpecVersion;
   std::string name;
@@ -86,7 +103,13 @@ struct JobSpec {
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (fp16 only with CUDA)
   StrategySpec strategy;
   OutputSpec output;
+  std::optional<NodesSpec> nodes;  // none: this machine alone (launch --nproc N)
 };
+
+// Parses a "nodes" value (the object form, or the list alone); `field` names it in errors.
+// Used by parse_job_spec and by `launch --nodes`.
+NodesSpec parse_nodes_spec(const nlohmann::json& value, const std::string& source);
+nlohmann::json to_json(const NodesSpec& nodes);
 
 // Parses and validates; `source` names the document in error messages (a file path).
 JobSpec parse_job_spec(const nlohmann::json& doc, const std::string& source);

@@ -8,7 +8,10 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/files.h"
+#include "nodes/job_checks.h"
 #include "nodes/protocol.h"
+#include "nodes/rank_processes.h"
 #include "nodes/store.h"
 #include "nodes/wire.h"
 
@@ -21,6 +24,7 @@ namespace {
 
 constexpr Milliseconds kMessageTimeout = 10s;
 constexpr Milliseconds kConfirmTimeout = 120s;  // a person reads two screens and answers
+constexpr int kMaxRanksPerSpawn = 256;
 
 bool is_hex(const json& value, std::size_t bytes) {
   if (!value.is_string()) return false;
@@ -95,6 +99,9 @@ struct Agent::State {
   void handle_pairing(Socket& socket, const json& start, const std::string& peer);
   void handle_request(Socket& socket, const json& envelope, const std::string& peer);
   json answer(const PairedClient& client, const json& body, const std::string& peer);
+  std::vector<CheckResult> job_checks(const json& body);
+  void handle_spawn(Socket& socket, const PairedClient& client, const json& body,
+                    const std::string& nonce);
 };
 
 Agent::Agent(AgentOptions options) : state_(std::make_shared<State>(std::move(options))) {
@@ -395,6 +402,16 @@ void Agent::State::handle_request(Socket& socket, const json& envelope, const st
     return;
   }
   json body = json::parse(body_text, nullptr, false);
+  if (body.is_object() && body.value("what", std::string()) == "spawn") {
+    try {
+      handle_spawn(socket, *client, body, nonce);
+    } catch (const Error& e) {
+      send_message(
+          socket, sign_response(client->secret, nonce, error_message("failed", e.what(), e.hint())),
+          kMessageTimeout);
+    }
+    return;
+  }
   json reply;
   if (body.is_discarded() || !body.is_object()) {
     reply = error_message("malformed", "the request's body is not a JSON object", "");
@@ -410,17 +427,232 @@ void Agent::State::handle_request(Socket& socket, const json& envelope, const st
   send_message(socket, sign_response(client->secret, nonce, reply), kMessageTimeout);
 }
 
+// The node's checks against the client's requirements, and the job's (its files here) when the
+// request carries a job spec.
+std::vector<CheckResult> Agent::State::job_checks(const json& body) {
+  const Requirements needs = requirements_from_json(body.value("requirements", json::object()));
+  const NodeFacts facts = collect_node_facts(store.name(), options.build, store.dir());
+  std::vector<CheckResult> results = evaluate_checks(facts, needs);
+  if (const auto job = body.find("job"); job != body.end()) {
+    const std::filesystem::path work_dir =
+        options.work_dir.empty() ? std::filesystem::current_path() : options.work_dir;
+    for (auto& r : job_file_checks(*job, work_dir, store.name(),
+                                   body.value("shared_output_marker", std::string())))
+      results.push_back(std::move(r));
+  }
+  return results;
+}
+
+void Agent::State::handle_spawn(Socket& socket, const PairedClient& client, const json& body,
+                                const std::string& nonce) {
+  std::uint64_t sent = 0, received = 0;
+  auto send = [&](const json& message) {
+    send_message(socket,
+                 sign_response(client.secret, stream_nonce(nonce, "agent", ++sent), message),
+                 kMessageTimeout);
+  };
+  auto reply = [&](const json& message) {
+    send_message(socket, sign_response(client.secret, nonce, message), kMessageTimeout);
+  };
+  // The request: the job, this node's ranks and the torchrun variables the client computed.
+  const auto malformed = [&](const std::string& what) {
+    reply(error_message("malformed", "spawn: " + what,
+                        "use tessera-cli of the same version as the agent"));
+  };
+  if (!body.contains("job") || !body["job"].is_object()) return malformed("no job spec (\"job\")");
+  const json& ranks_json = body.value("ranks", json());
+  const int world_size = body.value("world_size", 0);
+  const std::string master_addr = body.value("master_addr", std::string());
+  const int master_port = body.value("master_port", 0);
+  const double grace_s = body.value("grace_period_s", options.stop_grace.count());
+  if (!ranks_json.is_array() || ranks_json.empty() ||
+      ranks_json.size() > static_cast<std::size_t>(kMaxRanksPerSpawn))
+    return malformed("\"ranks\" must list 1 to " + std::to_string(kMaxRanksPerSpawn) +
+                     " global ranks");
+  if (world_size < static_cast<int>(ranks_json.size()) || master_addr.empty() || master_port < 1 ||
+      master_port > 65535 || !(grace_s >= 0 && grace_s <= 3600))
+    return malformed(
+        "world_size, master_addr, master_port (1..65535) or grace_period_s (0..3600 s) invalid");
+  std::vector<int> ranks;
+  for (const json& r : ranks_json) {
+    if (!r.is_number_integer() || r.get<int>() < 1 || r.get<int>() >= world_size)
+      return malformed("a rank is not an integer in 1..world_size-1 (rank 0 runs on the client)");
+    ranks.push_back(r.get<int>());
+  }
+  std::vector<std::string> forwarded;
+  const json environment = body.value("environment", json::object());
+  if (environment.is_object())
+    for (const char* name : kSpawnForwardedVariables)
+      if (const auto v = environment.find(name); v != environment.end() && v->is_string())
+        forwarded.push_back(std::string(name) + "=" + v->get<std::string>());
+
+  // Pre-flight, for this job: refused with every failure's reason.
+  json checks = json::array();
+  bool all_ok = true;
+  for (const auto& result : job_checks(body)) {
+    all_ok = all_ok && result.ok;
+    checks.push_back(to_json(result));
+  }
+  if (!all_ok) {
+    print("spawn from \"" + client.name + "\" refused: the pre-flight checks failed");
+    reply({{"started", false}, {"checks", checks}});
+    return;
+  }
+  if (options.rank_program.empty()) {
+    reply(error_message(
+        "unavailable", "this agent's tessera-cli is built without LibTorch, so it cannot run ranks",
+        "install the LibTorch build of Tessera"));
+    return;
+  }
+  // The spec, in a folder of the agent's; the ranks run `tessera-cli run` on it.
+  const std::filesystem::path job_dir = store.dir() / "jobs" / nonce.substr(0, 16);
+  std::filesystem::create_directories(job_dir);
+  const std::filesystem::path job_path = job_dir / "job.json";
+  core::write_file_atomic(job_path, body["job"].dump(2) + "\n");
+  std::vector<std::string> base_env = environment_without(
+      {"WORLD_SIZE=", "RANK=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT=",
+       "TESSERA_DIST_TIMEOUT_S=", "TESSERA_DIST_RENDEZVOUS_TIMEOUT_S="});
+  const bool threads_set = std::any_of(base_env.begin(), base_env.end(), [](const std::string& e) {
+    return e.rfind("OMP_NUM_THREADS=", 0) == 0;
+  });
+  if (!threads_set) {  // as torchrun does: this node's ranks share its cores
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    base_env.push_back("OMP_NUM_THREADS=" +
+                       std::to_string(std::max(1u, cores / static_cast<unsigned>(ranks.size()))));
+  }
+  base_env.insert(base_env.end(), forwarded.begin(), forwarded.end());
+  std::vector<RankCommand> commands;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    RankCommand command;
+    command.rank = ranks[i];
+    command.argv = {options.rank_program, "run", job_path.string()};
+    command.env = base_env;
+    command.env.push_back("WORLD_SIZE=" + std::to_string(world_size));
+    command.env.push_back("RANK=" + std::to_string(ranks[i]));
+    command.env.push_back("LOCAL_RANK=" + std::to_string(i));
+    command.env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(ranks.size()));
+    command.env.push_back("MASTER_ADDR=" + master_addr);
+    command.env.push_back("MASTER_PORT=" + std::to_string(master_port));
+    command.work_dir = options.work_dir;
+    commands.push_back(std::move(command));
+  }
+
+  bool connected = true;
+  const auto send_or_lose = [&](const json& message) {
+    if (!connected) return;
+    try {
+      send(message);
+    } catch (const std::exception&) {
+      connected = false;
+    }
+  };
+  bool stop_asked = false;  // by the client: exit code 130 is then a rank that stopped as asked
+  const std::chrono::duration<double> grace(grace_s);
+  RankProcesses* processes_ptr = nullptr;
+  RankProcesses processes({
+      [&](int rank, const std::string& line) {
+        send_or_lose({{"type", "output"}, {"rank", rank}, {"line", line}});
+      },
+      [&](int rank, pid_t pid, int status) {
+        const int code = exit_code_of(status);
+        const bool ok = code == 0 || (stop_asked && code == 130);
+        print("job of \"" + client.name + "\": rank " + std::to_string(rank) + " (pid " +
+              std::to_string(pid) + ") " + describe_exit_status(status));
+        send_or_lose({{"type", "exit"},
+                      {"rank", rank},
+                      {"pid", pid},
+                      {"code", code},
+                      {"ok", ok},
+                      {"status", describe_exit_status(status)}});
+        if (!ok && !processes_ptr->stopping() && !processes_ptr->all_exited()) {
+          send_or_lose(
+              {{"type", "stopping"},
+               {"reason", "rank " + std::to_string(rank) + " " + describe_exit_status(status)}});
+          processes_ptr->stop(grace);
+        }
+      },
+  });
+  processes_ptr = &processes;
+  processes.start(commands, nullptr);
+  json pids = json::array();
+  for (int r : ranks) pids.push_back(processes.pid_of(r));
+  print("job of \"" + client.name + "\": started ranks " + json(ranks).dump() + " of " +
+        std::to_string(world_size) + " (pids " + pids.dump() + "), rendezvous at " + master_addr +
+        ":" + std::to_string(master_port));
+  try {
+    reply({{"started", true}, {"pids", pids}, {"job_path", job_path.string()}});
+  } catch (const std::exception&) {
+    connected = false;
+  }
+
+  while (!processes.all_done()) {
+    if (!connected && !processes.stopping()) {
+      print("job of \"" + client.name + "\": the client's connection dropped; stopping its ranks");
+      processes.stop(grace);
+    }
+    if (stop->load() && !processes.stopping()) {
+      print("the agent is stopping: stopping the ranks of \"" + client.name + "\"");
+      send_or_lose(
+          {{"type", "stopping"}, {"reason", "the agent on " + store.name() + " is stopping"}});
+      processes.stop(grace);
+    }
+    std::vector<pollfd> fds;
+    if (connected) fds.push_back({socket.fd(), POLLIN, 0});
+    const std::vector<int> outputs = processes.output_fds();
+    for (int fd : outputs) fds.push_back({fd, POLLIN, 0});
+    int timeout_ms = 100;  // the ranks' exits are found by polling waitpid
+    if (const auto left = processes.time_to_next_tick())
+      timeout_ms = std::min<int>(timeout_ms, static_cast<int>(left->count()));
+    const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
+    if (ready > 0) {
+      std::size_t i = 0;
+      if (connected) {
+        if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+          try {
+            const json message = receive_message(socket, kMessageTimeout);
+            const json order =
+                open_response(client.secret, stream_nonce(nonce, "client", ++received), message,
+                              "the client \"" + client.name + "\"");
+            const std::string what = order.value("signal", std::string());
+            if (what == "SIGINT" || what == "SIGTERM") {
+              stop_asked = true;
+              processes.signal_live(what == "SIGINT" ? SIGINT : SIGTERM);
+            } else if (what == "stop") {
+              stop_asked = true;
+              if (!processes.stopping()) processes.stop(grace);
+            }
+          } catch (const std::exception&) {
+            connected = false;  // closed, or a message that does not verify: end the job
+          }
+        }
+        i = 1;
+      }
+      for (; i < fds.size(); ++i)
+        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) processes.read_output(fds[i].fd);
+    }
+    processes.reap();
+    for (int rank : processes.tick()) {
+      print("job of \"" + client.name + "\": rank " + std::to_string(rank) +
+            " did not stop within " + std::to_string(static_cast<int>(grace_s)) + " s: killed");
+      send_or_lose({{"type", "killed"}, {"rank", rank}, {"grace_period_s", grace_s}});
+    }
+  }
+  processes.kill_group();
+  send_or_lose({{"type", "finished"}});
+  std::error_code ignored;
+  std::filesystem::remove_all(job_dir, ignored);
+}
+
 json Agent::State::answer(const PairedClient& client, const json& body, const std::string& peer) {
   const std::string what = body.value("what", std::string());
   if (what == "ping")
     return {
         {"name", store.name()}, {"node_id", store.node_id()}, {"version", options.build.tessera}};
   if (what == "check") {
-    const Requirements needs = requirements_from_json(body.value("requirements", json::object()));
     const NodeFacts facts = collect_node_facts(store.name(), options.build, store.dir());
     json checks = json::array();
     bool all_ok = true;
-    for (const auto& result : evaluate_checks(facts, needs)) {
+    for (const auto& result : job_checks(body)) {
       all_ok = all_ok && result.ok;
       checks.push_back(to_json(result));
     }

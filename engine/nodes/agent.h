@@ -1,8 +1,11 @@
 #pragma once
 // `tessera-cli agent`: serves the node protocol (docs/nodes.md) on the one address it was told
 // to bind, announces itself by UDP, pairs with clients through a code confirmed on both sides,
-// and answers authenticated requests: ping, pre-flight checks, and the c10d link test.
+// and answers authenticated requests: ping, pre-flight checks, the c10d link test, and spawn
+// (the pre-flight checks of a job, then its ranks on this machine, their output and exits
+// streamed back; all stopped when one dies, the client asks, or the connection drops).
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -31,6 +34,13 @@ struct AgentOptions {
   std::function<void(const std::string& address, std::uint16_t port, std::uint64_t bytes)>
       link_test_rank0;
   std::function<void(const std::string& line)> print;  // the agent's terminal
+  // Jobs (`spawn`): the program each rank runs as `PROGRAM run JOB.json` (this tessera-cli;
+  // empty where it is built without LibTorch: spawn is then refused with that reason), the
+  // folder the ranks run in (relative paths of a job spec resolve against it; empty: the
+  // agent's own working folder), and how long ranks asked to stop get before SIGKILL.
+  std::string rank_program;
+  std::filesystem::path work_dir;
+  std::chrono::duration<double> stop_grace{10.0};
 };
 
 class Agent {

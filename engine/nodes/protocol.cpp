@@ -86,6 +86,11 @@ std::string response_mac_input(const std::string& request_nonce, const std::stri
   return "tessera-nodes-response-v1\n" + request_nonce + "\n" + body;
 }
 
+std::string stream_nonce(const std::string& request_nonce, const char* direction,
+                         std::uint64_t sequence) {
+  return request_nonce + "/" + direction + "/" + std::to_string(sequence);
+}
+
 std::int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())

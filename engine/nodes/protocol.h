@@ -59,6 +59,18 @@ nlohmann::json sign_response(const Bytes& secret, const std::string& request_non
 nlohmann::json open_response(const Bytes& secret, const std::string& request_nonce,
                              const nlohmann::json& envelope, const std::string& agent);
 
+// A spawn request's connection stays open: the agent streams the ranks' output and exits, the
+// client may send signals. Each such message is signed as a response to the nonce
+// "<request nonce>/agent/<n>" (agent to client) or "<request nonce>/client/<n>" (client to
+// agent), n counting 1, 2, … per direction: a message cannot be replayed, reordered, dropped
+// unnoticed, or reflected back to its sender.
+std::string stream_nonce(const std::string& request_nonce, const char* direction,
+                         std::uint64_t sequence);
+// The torchrun variables a spawn sets; the agent passes on only these from the client's
+// environment besides them.
+inline constexpr const char* kSpawnForwardedVariables[] = {"TESSERA_DIST_TIMEOUT_S",
+                                                           "TESSERA_DIST_RENDEZVOUS_TIMEOUT_S"};
+
 // Refusals the agent sends: {"error": {"code", "message", "hint"}}.
 nlohmann::json error_message(const std::string& code, const std::string& message,
                              const std::string& hint);

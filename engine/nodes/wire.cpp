@@ -260,10 +260,32 @@ std::string choose_bind_address(const std::optional<std::string>& bind) {
                 "the other nodes share (the agent listens on that one only)");
 }
 
+std::string interface_of(const std::string& address) {
+  for (const auto& i : ipv4_interfaces())
+    if (i.address == address) return i.name;
+  return {};
+}
+
 std::string broadcast_address_of(const std::string& address) {
   for (const auto& i : ipv4_interfaces())
     if (i.address == address) return i.broadcast;
   return {};
+}
+
+std::string source_address_towards(const std::string& host, std::uint16_t port) {
+  const sockaddr_in where = ipv4(host, port, "the node address");
+  Socket socket(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!socket.valid()) throw_io("cannot create a UDP socket: " + errno_text());
+  // A UDP connect sends nothing: the kernel only chooses the route and its source address.
+  if (::connect(socket.fd(), reinterpret_cast<const sockaddr*>(&where), sizeof where) != 0)
+    throw_io("no route from this machine to " + host + ": " + errno_text());
+  sockaddr_in local{};
+  socklen_t length = sizeof local;
+  if (::getsockname(socket.fd(), reinterpret_cast<sockaddr*>(&local), &length) != 0)
+    throw_io("cannot read the address of the route to " + host + ": " + errno_text());
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text);
+  return text;
 }
 
 Socket udp_sender(const std::string& address) {

@@ -61,6 +61,12 @@ std::string choose_bind_address(const std::optional<std::string>& bind);
 // The broadcast address of the interface that holds `address` (empty: none, e.g. loopback).
 std::string broadcast_address_of(const std::string& address);
 
+// The address of this machine that packets to host:port leave from (the routing table's
+// choice, found by connecting a UDP socket). Throws Io when there is no route.
+std::string source_address_towards(const std::string& host, std::uint16_t port);
+// The interface that holds `address` ("eth0"); empty when none does.
+std::string interface_of(const std::string& address);
+
 // UDP: a socket that may send broadcasts, bound to `address` (so they leave by that interface).
 Socket udp_sender(const std::string& address);
 void udp_send(const Socket& socket, const std::string& to, std::uint16_t port,
