@@ -122,7 +122,8 @@ void agree(const CheckpointRanks& ranks, const std::exception_ptr& error, const 
 
 fs::path write_checkpoint(const fs::path& run_dir, std::int64_t step,
                           const std::function<void(const fs::path&)>& write_files,
-                          const nlohmann::json& extra, const CheckpointRanks& ranks) {
+                          const nlohmann::json& extra, const CheckpointRanks& ranks,
+                          const std::function<void(const fs::path&)>& before_manifest) {
   const bool distributed = ranks.world_size > 1;
   const bool leader = ranks.rank == 0;
   const std::string name = kPrefix + std::to_string(step);
@@ -162,6 +163,7 @@ fs::path write_checkpoint(const fs::path& run_dir, std::int64_t step,
   const fs::path final_path = run_dir / name;
   if (leader) {
     try {
+      if (before_manifest) before_manifest(tmp);
       write_manifest(tmp, step, extra);
       commit(run_dir, tmp, final_path, name);
     } catch (...) {

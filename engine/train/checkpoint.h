@@ -46,13 +46,15 @@ struct CheckpointRanks {
 // Rank 0 creates the temporary folder and tells the others its name; every rank lets
 // `write_files` fill it with its own files (each fsynced, e.g. via core::write_file_atomic /
 // hf::write_safetensors; names distinct across ranks); once every rank has written (a barrier),
-// rank 0 writes manifest.json (every rank's files, `extra` merged in) last and renames the
-// folder into place, and every rank returns the final path after that. A rank that fails makes
-// every rank throw (naming it), and no one else renames or removes a save in progress.
+// rank 0 runs `before_manifest` (when given: the layout-free state index is merged there,
+// train/checkpoint_index.h), writes manifest.json (every rank's files, `extra` merged in) last and
+// renames the folder into place, and every rank returns the final path after that. A rank that
+// fails makes every rank throw (naming it), and no one else renames or removes a save in progress.
 std::filesystem::path write_checkpoint(
     const std::filesystem::path& run_dir, std::int64_t step,
     const std::function<void(const std::filesystem::path& tmp_dir)>& write_files,
-    const nlohmann::json& extra = nlohmann::json::object(), const CheckpointRanks& ranks = {});
+    const nlohmann::json& extra = nlohmann::json::object(), const CheckpointRanks& ranks = {},
+    const std::function<void(const std::filesystem::path& tmp_dir)>& before_manifest = {});
 
 // Deletes complete checkpoints beyond the newest `keep_last` (keep_last <= 0 keeps all) and
 // leftover temporary folders. Never deletes `keep`. In a job of several processes rank 0 alone

@@ -16,6 +16,7 @@
 #include "optim/schedule.h"
 #include "train/activation_checkpoint.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_index.h"
 #include "train/plugin_registry.h"
 
 namespace tessera::train {
@@ -97,6 +98,9 @@ Trainer::Trainer(std::shared_ptr<model::PretrainedModel> model, TrainerOptions o
   plugin_options.strategy_options = options_.strategy_options;
   plugin_options.run_dir = options_.output_dir;
   plugin_options.adamw = {t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay};
+  plugin_options.log = [this](const std::string& level, const std::string& message) {
+    if (events_) events_->on_log(level, message);
+  };
   plugin_->prepare(*model_, std::move(trainable), plugin_options);
   if (distributed()) {
     if (options_.process.data_group == nullptr)
@@ -319,28 +323,43 @@ fs::path Trainer::save_checkpoint(std::int64_t step, const BatchSource& train,
       {"world_size", options_.process.world_size},
   };
   // Each rank writes only its own files: the replicated state once (rank 0), a sharded one by
-  // every rank, and every rank its random state.
+  // every rank, and every rank its random state. Every rank lists what it wrote by name and
+  // element range, and rank 0 merges the lists into the layout-free index
+  // (train/checkpoint_index.h) that any layout resumes from.
   auto write = [&](const fs::path& dir) {
+    StateIndexPart index;
     if (sharded) {
       const std::string part = "-rank" + std::to_string(rank) + ".safetensors";
-      write_safetensors_tensors(dir / ("model" + part), plugin_->trainable_weights());
-      write_safetensors_tensors(dir / ("optimizer" + part), plugin_->optimizer_state());
+      const std::map<std::string, StateSlice> slices = plugin_->state_slices();
+      std::vector<NamedTensor> weights = plugin_->trainable_weights();
+      index.add("model", "model" + part, weights, slices);
+      write_safetensors_tensors(dir / ("model" + part), std::move(weights));
+      std::vector<NamedTensor> optimizer = plugin_->optimizer_state();
+      index.add("optimizer", "optimizer" + part, optimizer, slices);
+      write_safetensors_tensors(dir / ("optimizer" + part), std::move(optimizer));
     } else if (rank == 0) {
       std::vector<NamedTensor> weights = plugin_->trainable_weights();
+      index.add("model", lora_ ? "adapter_model.safetensors" : "model.safetensors", weights);
       if (lora_)
         lora_->save_adapter(dir, options_.base_model_name, &weights);
       else
         write_safetensors_tensors(dir / "model.safetensors", std::move(weights), true,
                                   {{"format", "pt"}});
-      write_safetensors_tensors(dir / "optimizer.safetensors", plugin_->optimizer_state());
+      std::vector<NamedTensor> optimizer = plugin_->optimizer_state();
+      index.add("optimizer", "optimizer.safetensors", optimizer);
+      write_safetensors_tensors(dir / "optimizer.safetensors", std::move(optimizer));
     }
+    index.write(dir, rank);
     write_safetensors_tensors(dir / rng_file(rank), {{"torch_cpu", cpu_rng_state()}}, false);
     if (rank == 0) core::write_file_atomic(dir / kTrainerState, state.dump(2) + "\n");
   };
   const nlohmann::json extra = {{"kind", "tessera-train"},
                                 {"world_size", options_.process.world_size},
                                 {"state_layout", layout_name(layout)}};
-  fs::path path = write_checkpoint(options_.output_dir, step, write, extra, checkpoint_ranks());
+  const int world_size = options_.process.world_size;
+  fs::path path =
+      write_checkpoint(options_.output_dir, step, write, extra, checkpoint_ranks(),
+                       [world_size](const fs::path& dir) { merge_state_index(dir, world_size); });
   // Every rank's part is committed by now: pruning cannot touch a save in progress.
   if (rank == 0) prune_checkpoints(options_.output_dir, options_.training.keep_last, path);
   if (events_) {
@@ -383,7 +402,9 @@ std::int64_t Trainer::restore(BatchSource& train, std::int64_t total_steps) {
   const std::string source = found.path.string();
   const int saved_world_size = found.manifest.value("world_size", 1);
   const bool saved_sharded = found.manifest.value("state_layout", "replicated") == "sharded";
-  if (saved_sharded && saved_world_size != world_size)
+  // Checkpoints with the layout-free index resume on any layout; older ones as they were saved.
+  const std::optional<StateIndex> index = StateIndex::open(found.path);
+  if (!index && saved_sharded && saved_world_size != world_size)
     throw_unsupported(source + " holds state sharded over " + std::to_string(saved_world_size) +
                           " ranks; this run has " + std::to_string(world_size) +
                           ", and resharding a checkpoint is not supported yet",
@@ -407,6 +428,11 @@ std::int64_t Trainer::restore(BatchSource& train, std::int64_t total_steps) {
                           " to " + std::to_string(total_steps) + " steps; the schedule follows it");
     train.seek({state.at("data").at("epoch").get<std::int64_t>(),
                 state.at("data").at("index").get<std::int64_t>()});
+    if (index) {
+      const std::map<std::string, StateSlice> slices = plugin_->state_slices();
+      plugin_->load_state(index->read("model", slices), index->read("optimizer", slices),
+                          state.at("plugin_state"), source);
+    }
     fs::path weights_file =
         found.path / (lora_ ? "adapter_model.safetensors" : "model.safetensors");
     fs::path optimizer_file = found.path / "optimizer.safetensors";
@@ -415,8 +441,10 @@ std::int64_t Trainer::restore(BatchSource& train, std::int64_t total_steps) {
       weights_file = found.path / ("model" + part);
       optimizer_file = found.path / ("optimizer" + part);
     }
-    plugin_->load_state(read_safetensors_tensors(weights_file),
-                        read_safetensors_tensors(optimizer_file), state.at("plugin_state"), source);
+    if (!index)
+      plugin_->load_state(read_safetensors_tensors(weights_file),
+                          read_safetensors_tensors(optimizer_file), state.at("plugin_state"),
+                          source);
     if (rank < saved_world_size) {
       auto rng = read_safetensors_tensors(found.path / rng_file(rank));
       if (!rng.count("torch_cpu"))
@@ -436,7 +464,10 @@ std::int64_t Trainer::restore(BatchSource& train, std::int64_t total_steps) {
       events_->on_log("info", "resume: the checkpoint was saved by " +
                                   std::to_string(saved_world_size) + " processes, this run has " +
                                   std::to_string(world_size) +
-                                  " (its state is replicated, so every rank reads all of it)");
+                                  (index ? " (its state is saved by name and element range, "
+                                           "so each rank reads what this layout holds)"
+                                         : " (its state is replicated, so every rank reads all "
+                                           "of it)"));
   }
   return found.step;
 }
