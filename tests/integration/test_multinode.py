@@ -8,6 +8,10 @@ with its own port and state folder, paired by this test through both prompts, ac
   launch refuses before any rank starts, naming node-c, the check and the file.
 - kill -9 of node-b's rank stops every rank on every node: launch names node-b and rank 2 and the
   signal, and no rank process is left on any node.
+- Ctrl-C to launch reaches the ranks on every node: all stop at one step with a checkpoint that
+  holds every rank's random state, launch exits 130, nothing is left.
+- Bad "nodes" fields and --nodes values are refused naming the field; a spawn signed by a client
+  the agent never paired with is refused as unpaired.
 """
 import json
 import os
@@ -229,7 +233,7 @@ def test_kill9_of_a_remote_rank_stops_every_node(cluster):
             time.sleep(0.2)
         else:
             raise AssertionError("no metric within 60 s")
-        assert rank_processes(str(spec), "node-a-state", "node-b-state").__len__() == 3
+        assert len(rank_processes(str(spec), "node-a-state", "node-b-state")) == 3
         os.kill(pid, signal.SIGKILL)
         killed_at = time.monotonic()
         _, stderr = process.communicate(timeout=60)
@@ -283,3 +287,50 @@ def test_bad_nodes_are_refused_naming_the_field(cluster, nodes, option, message)
     assert r.returncode in (1, 2), r.stderr
     assert message in r.stderr, r.stderr
     assert "started ranks" not in "".join(a.output() for a in c.agents.values())
+
+
+def test_ctrl_c_reaches_every_rank_on_every_node(cluster):
+    c = cluster
+    forget_agent_output(c)
+    spec = job(c, "interrupted", nodes=[("local", 1), ("node-a", 1), ("node-b", 1)], steps=100000)
+    process = subprocess.Popen([cli(), "launch", str(spec), "--no-link"], cwd=c.work, env=c.env,
+                               text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        events = c.tmp / "out" / "interrupted" / "events.jsonl"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if events.exists() and '"type":"metric"' in events.read_text().replace(" ", ""):
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("no metric within 60 s")
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, stderr
+    # Each node's rank got the signal and stopped as asked, at the step the ranks agreed on.
+    assert c.agents["node-a"].wait_for(r"rank 1 \(pid \d+\) exited with code 130")
+    assert c.agents["node-b"].wait_for(r"rank 2 \(pid \d+\) exited with code 130")
+    stream = [json.loads(x) for x in events.read_text().splitlines()]
+    assert stream[-1]["type"] == "done" and stream[-1]["status"] == "stopped", stream[-2:]
+    saved = [e for e in stream if e["type"] == "checkpoint"]
+    assert saved, "the stop wrote a checkpoint"
+    folder = Path(saved[-1]["path"])
+    assert (folder / "rng_state-rank1.safetensors").exists()
+    assert (folder / "rng_state-rank2.safetensors").exists()
+    assert rank_processes(str(spec), "node-a-state", "node-b-state") == []
+
+
+def test_spawn_from_an_unpaired_client_is_refused(cluster):
+    from test_nodes import exchange, signed
+    c = cluster
+    forget_agent_output(c)
+    agent = c.agents["node-a"]
+    body = {"what": "spawn", "job": json.loads(job(c, "unpaired").read_text()), "ranks": [1],
+            "world_size": 2, "master_addr": "127.0.0.1", "master_port": free_port()}
+    answer = exchange(agent.port, signed("ab" * 16, bytes(32), body))
+    assert answer["error"]["code"] == "unpaired", answer
+    assert "started ranks" not in agent.output()
