@@ -1,6 +1,8 @@
-// tessera-cli plan JOB.json [--json]: the strategy and settings the engine would choose for a
-// job on this machine, with the estimated peak memory per tier and category against what is
-// available, and the estimated time. A job that cannot fit exits 2 with the numbers.
+// tessera-cli plan JOB.json [--nproc N] [--json]: the strategy and settings the engine would
+// choose for a job on this machine, with the estimated peak memory per tier and category against
+// what is available, and the estimated time. With --nproc N (launch --nproc N), one rank's plan:
+// its share of the memory, its step with the communication at the measured link, and the
+// strategies weighed. A job that cannot fit exits 2 with the numbers.
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -16,7 +18,7 @@
 namespace tessera::cli {
 
 plan::HardwareProfile profile_from_args(const Args& args, std::filesystem::path disk_dir,
-                                        bool measure_disk);
+                                        bool measure_disk, bool measure_link);
 
 namespace {
 namespace fs = std::filesystem;
@@ -37,7 +39,11 @@ std::string duration(double seconds) {
 void print_plan(const plan::Plan& p) {
   const auto& s = p.settings;
   std::printf("%s\n\n", p.explanation.c_str());
-  std::printf("strategy:      %s\n", p.strategy.c_str());
+  std::printf("strategy:      %s%s\n", p.strategy.c_str(),
+              s.strategy == "zero" ? (" stage " + std::to_string(s.zero_stage)).c_str() : "");
+  if (p.processes > 1)
+    std::printf("processes:     %d (%d on this machine); memory and time below are one rank's\n",
+                p.processes, p.processes_per_node);
   std::printf(
       "method:        %s\n",
       s.method == "lora" ? ("lora (rank " + std::to_string(s.lora_rank) + ")").c_str() : "full");
@@ -59,9 +65,12 @@ void print_plan(const plan::Plan& p) {
                 t.device.c_str(), human_bytes(e.peak()).c_str(), human_bytes(t.budget).c_str(),
                 t.simulated ? " (simulated)" : "", plan::kHeadroom * 100);
     std::printf(
-        "  weights      %s\n  gradients    %s\n  optimizer    %s\n"
+        "  weights      %s\n  gradients    %s%s\n  optimizer    %s\n"
         "  activations  %s\n  runtime      %s\n",
         human_bytes(e.weights).c_str(), human_bytes(e.gradients).c_str(),
+        e.gradient_buckets > 0
+            ? (" (" + human_bytes(e.gradient_buckets) + " of float32 buckets)").c_str()
+            : "",
         human_bytes(e.optimizer).c_str(), human_bytes(e.activations).c_str(),
         human_bytes(e.runtime).c_str());
     if (e.peak() == plan::kRuntimeFloorBytes && e.training_peak() < e.peak())
@@ -80,6 +89,25 @@ void print_plan(const plan::Plan& p) {
     std::printf(", %s for %lld steps", duration(*p.total_seconds()).c_str(),
                 static_cast<long long>(*p.total_steps));
   std::printf("\n               %s\n", p.time_source.c_str());
+  if (p.processes > 1) {
+    std::printf("communication: %s per step in %lld calls, %s (link: %s)\n",
+                human_bytes(p.communication.bytes).c_str(),
+                static_cast<long long>(p.communication.calls),
+                p.communication.seconds > 0 ? duration(p.communication.seconds).c_str()
+                                            : "time not estimated",
+                p.link_source.c_str());
+    if (p.candidates.size() > 1) {
+      std::printf("\nstrategies weighed (per rank):\n");
+      for (const auto& c : p.candidates)
+        std::printf(
+            "  %-13s %s, %s per step%s\n",
+            (c.settings.strategy == "zero" ? "zero stage " + std::to_string(c.settings.zero_stage)
+                                           : c.settings.strategy)
+                .c_str(),
+            human_bytes(c.peak).c_str(), duration(c.seconds_per_step).c_str(),
+            c.fits ? "" : " (does not fit)");
+    }
+  }
   if (!p.reasons.empty()) {
     std::printf("\nwhy:\n");
     for (const auto& r : p.reasons) std::printf("  - %s\n", r.c_str());
@@ -88,17 +116,43 @@ void print_plan(const plan::Plan& p) {
 
 int run_plan(const std::vector<std::string>& raw) {
   Args args(raw, {"--json", "--measure-disk", "--no-cache"},
-            {"--simulate-host-memory", "--disk-bytes"});
+            {"--simulate-host-memory", "--disk-bytes", "--nproc"});
   if (args.positionals().size() != 1) throw UsageError{"expected exactly one JOB.json"};
+  int nproc = 1;
+  if (const std::string* text = args.option("--nproc")) {
+    try {
+      std::size_t used = 0;
+      nproc = std::stoi(*text, &used);
+      if (used != text->size()) nproc = 0;
+    } catch (const std::exception&) {
+      nproc = 0;
+    }
+    if (nproc < 1 || nproc > 256)
+      throw UsageError{"--nproc " + *text + ": expected a number of processes from 1 to 256"};
+  }
   const fs::path spec_path = args.positionals()[0];
   const job::JobSpec spec = job::load_job_spec(spec_path);
   // Free disk of the output folder, or of its nearest existing parent before the first run.
   fs::path disk_dir = spec.output.dir.empty() ? fs::path(".") : fs::absolute(spec.output.dir);
   while (!fs::exists(disk_dir) && disk_dir.has_parent_path() && disk_dir != disk_dir.parent_path())
     disk_dir = disk_dir.parent_path();
-  plan::HardwareProfile profile = profile_from_args(args, disk_dir, args.flag("--measure-disk"));
-  const plan::PlanInputs inputs =
-      plan::load_plan_inputs(spec, spec_path.string(), std::move(profile));
+  // Several processes: the link between two local ranks is measured (cached a day) for the time.
+  plan::HardwareProfile profile = profile_from_args(args, disk_dir, args.flag("--measure-disk"),
+                                                    nproc > 1 || spec.nodes.has_value());
+  plan::PlanInputs inputs = plan::load_plan_inputs(spec, spec_path.string(), std::move(profile));
+  inputs.processes = nproc;
+  inputs.processes_per_node = nproc;  // launch --nproc N: all of them on this machine
+  // The spec's nodes (launch across LAN nodes) when --nproc does not say otherwise: every node's
+  // ranks, this machine's sharing its memory and cores.
+  if (spec.nodes && !args.option("--nproc")) {
+    int total = 0, here = 0;
+    for (const auto& node : spec.nodes->ranks_per_node) {
+      total += node.nproc;
+      if (node.name == job::kLocalNode) here = node.nproc;
+    }
+    inputs.processes = std::max(1, total);
+    inputs.processes_per_node = here > 0 ? here : inputs.processes;
+  }
   const plan::Plan result = plan::make_plan(inputs);
   if (args.flag("--json")) {
     json out = plan::to_json(result);
@@ -116,8 +170,9 @@ int run_plan(const std::vector<std::string>& raw) {
 
 const RegisterCommand kRegister{{
     "plan",
-    "plan JOB.json [--json] [--measure-disk] [--simulate-host-memory SIZE]",
-    "Choose the strategy and settings for a job on this machine and estimate its memory and time",
+    "plan JOB.json [--nproc N] [--json] [--measure-disk] [--simulate-host-memory SIZE]",
+    "Choose the strategy and settings for a job on this machine (as N processes with --nproc) "
+    "and estimate its memory and time",
     run_plan,
 }};
 

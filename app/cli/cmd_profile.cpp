@@ -9,12 +9,15 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "plan/profile.h"
+#if TESSERA_WITH_TORCH
+#include "runner/loopback_link.h"
+#endif
 
 namespace tessera::cli {
 
 // Shared with cmd_plan.cpp: the profile options both commands accept.
 plan::HardwareProfile profile_from_args(const Args& args, std::filesystem::path disk_dir,
-                                        bool measure_disk);
+                                        bool measure_disk, bool measure_link);
 void print_profile(const plan::HardwareProfile& profile);
 
 namespace {
@@ -27,11 +30,12 @@ std::string speed(double bytes_per_s) {
 }
 
 int run_profile(const std::vector<std::string>& raw) {
-  Args args(raw, {"--json", "--no-disk", "--no-cache"},
+  Args args(raw, {"--json", "--no-disk", "--no-link", "--no-cache"},
             {"--dir", "--disk-bytes", "--simulate-host-memory"});
   if (!args.positionals().empty()) throw UsageError{"profile takes no positional arguments"};
   const fs::path dir = args.option("--dir") ? fs::path(*args.option("--dir")) : fs::path(".");
-  const plan::HardwareProfile profile = profile_from_args(args, dir, !args.flag("--no-disk"));
+  const plan::HardwareProfile profile =
+      profile_from_args(args, dir, !args.flag("--no-disk"), !args.flag("--no-link"));
   if (args.flag("--json"))
     std::cout << plan::to_json(profile).dump(2) << "\n";
   else
@@ -41,17 +45,24 @@ int run_profile(const std::vector<std::string>& raw) {
 
 const RegisterCommand kRegister{{
     "profile",
-    "profile [--json] [--dir DIR] [--no-disk] [--no-cache] [--disk-bytes SIZE] "
+    "profile [--json] [--dir DIR] [--no-disk] [--no-link] [--no-cache] [--disk-bytes SIZE] "
     "[--simulate-host-memory SIZE]",
-    "Show the CPU, RAM, disk (measured speed), GPUs and OS that a training job can use",
+    "Show the CPU, RAM, disk (measured speed), the link between two local ranks (measured), GPUs "
+    "and OS that a training job can use",
     run_profile,
 }};
 
 }  // namespace
 
 plan::HardwareProfile profile_from_args(const Args& args, std::filesystem::path disk_dir,
-                                        bool measure_disk) {
+                                        bool measure_disk, bool measure_link) {
   plan::ProfileOptions options;
+#if TESSERA_WITH_TORCH
+  // A 2-rank c10d all_reduce on the loopback (runner/loopback_link.h), cached a day.
+  if (measure_link) options.measure_link = [] { return runner::measure_loopback_link(); };
+#else
+  (void)measure_link;  // a build without LibTorch has no c10d to measure the link with
+#endif
   options.disk_dir = disk_dir;
   options.measure_disk = measure_disk;
   options.use_cache = !args.flag("--no-cache");
@@ -114,6 +125,17 @@ void print_profile(const plan::HardwareProfile& p) {
            p.gpus[i].name + ", " +
                (p.gpus[i].memory ? human_bytes(p.gpus[i].memory) : std::string("memory unknown")) +
                (p.gpus[i].bf16 ? ", bf16" : ""));
+  }
+  if (p.link) {
+    char link[96];
+    std::snprintf(link, sizeof link, "%s/s, latency %.3f ms",
+                  human_bytes(static_cast<std::uint64_t>(p.link->bandwidth_bytes_per_s)).c_str(),
+                  p.link->latency_s * 1e3);
+    line("rank link", std::string(link) + " (" + p.link->method + ", " +
+                          (p.link->from_cache ? "cached from " : "measured ") +
+                          p.link->measured_at + ")");
+  } else {
+    line("rank link", "not measured");
   }
   line("os", p.os);
 }

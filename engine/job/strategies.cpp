@@ -144,7 +144,8 @@ const std::vector<StrategyInfo>& strategies() {
         size("bucket_size",
              "bytes of float32 gradients per all-reduce: auto (25MiB) or a size; smaller "
              "buckets start communicating earlier in backward, larger ones make fewer calls")},
-       /*planned=*/false},
+       /*planned=*/true,
+       /*distributes=*/true},
       {"zero",
        "data parallelism with the optimizer state (stage 1) and the gradients (stage 2) sharded "
        "over the processes: each updates its share, then the weights are all-gathered (ZeRO)",
@@ -161,7 +162,8 @@ const std::vector<StrategyInfo>& strategies() {
         size("bucket_size",
              "bytes of float32 gradients per reduce-scatter (stage 2) or all-reduce (stage 1): "
              "auto (25MiB) or a size")},
-       /*planned=*/false},
+       /*planned=*/true,
+       /*distributes=*/true},
   };
   return table;
 }

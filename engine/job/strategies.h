@@ -6,7 +6,8 @@
 // without a factory there is a bug that tests/unit/test_train.cpp catches.
 //
 // `auto` is not in the table: it is the planner's pseudo-strategy, resolved to the table's
-// first entry the planner models (plan/planner.h). It takes that strategy's options.
+// first entry the planner models (plan/planner.h), or with several processes to the planned
+// strategy that distributes which fits and is quickest. It takes the first entry's options.
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -38,8 +39,12 @@ struct StrategyInfo {
   std::string name;
   std::string description;  // one line
   std::vector<StrategyOption> options;
-  // The planner's cost model covers it, so `auto` may resolve to it.
+  // The planner's cost model covers it (plan/planner.h), so `auto` may resolve to it.
   bool planned = false;
+  // It runs as several processes (data parallel over the ranks): with `launch --nproc N` above 1,
+  // `auto` chooses among the planned strategies that distribute, and only those run. The
+  // torch-side Plugin::runs_distributed() says the same of its plugin.
+  bool distributes = false;
 };
 
 // Every strategy this build has, in the order the docs list them.

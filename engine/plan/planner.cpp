@@ -85,7 +85,26 @@ Settings written_settings(const job::JobSpec& spec) {
     // them there (what it needs at least; its cache then grows into what the budget leaves).
     if (spec.strategy.options.value("placement", "static") == "auto") s.offload_param_frac = 1.0;
   }
+  if (spec.strategy.name == "ddp") s.strategy = "ddp";
+  if (spec.strategy.name == "zero") {
+    s.strategy = "zero";
+    const auto stage = spec.strategy.options.find("stage");
+    s.zero_stage = 1;
+    if (stage != spec.strategy.options.end() && stage->is_number_integer())
+      s.zero_stage = stage->get<int>();
+    else if (stage != spec.strategy.options.end() && stage->is_string())
+      s.zero_stage = stage->get<std::string>() == "2" ? 2 : 1;
+  }
   return s;
+}
+
+// "ddp", "zero stage 2": a distributing strategy as the reasons name it.
+std::string strategy_phrase(const Settings& s) {
+  return s.strategy == "zero" ? "zero stage " + std::to_string(s.zero_stage) : s.strategy;
+}
+
+bool distributes(const Settings& s) {
+  return s.strategy == "ddp" || s.strategy == "zero";
 }
 
 std::string percent(double fraction) {
@@ -179,7 +198,7 @@ std::int64_t count_lora_parameters(const hf::ModelConfig& c, std::int64_t rank,
 }
 
 MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
-                               std::uint64_t checkpoint_bytes) {
+                               std::uint64_t checkpoint_bytes, int world_size) {
   MemoryEstimate e;
   const double n = d(count_parameters(c));
   const bool lora = s.method == "lora";
@@ -287,7 +306,65 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
     }
     // LoRA brings the chunks home for the merge: the export peak stays the in-memory one.
   }
+  // One rank of several. ddp keeps a whole replica and copies every gradient into float32
+  // buckets (plugins/ddp): 4 bytes per trainable parameter next to autograd's gradients. zero
+  // (plugins/zero) keeps every weight for forward and backward but owns 1/W of each trainable
+  // tensor: AdamW's moments and, in bf16, the float32 masters of its share (in fp32 the masters
+  // are the weights themselves). Stage 1 reduces whole buckets as ddp does; stage 2
+  // reduce-scatters each bucket while backward runs (two in flight at most) and keeps only its
+  // share of the averaged gradients, in float32.
+  const double ranks = d(std::max(1, world_size));
+  if (s.strategy == "ddp" || s.strategy == "zero") {
+    const double buckets = trainable * 4.0;
+    const double autograd =
+        s.strategy == "zero" ? trainable * param_bytes : static_cast<double>(e.gradients);
+    e.gradient_buckets = to_bytes(buckets);
+    e.gradients = to_bytes(autograd + buckets);
+    if (s.strategy == "zero") {
+      e.weights = to_bytes(stored * param_bytes + (bf16 ? trainable * 4.0 / ranks : 0.0));
+      e.optimizer = to_bytes(trainable * 8.0 / ranks);
+      if (s.zero_stage >= 2) {
+        e.gradient_buckets = to_bytes(std::min(buckets, 2.0 * d(kDefaultBucketBytes)));
+        e.gradients = to_bytes(buckets / ranks + static_cast<double>(e.gradient_buckets));
+      }
+    }
+  }
   return e;
+}
+
+Communication estimate_communication(const hf::ModelConfig& c, const Settings& s, int world_size,
+                                     const std::optional<LinkInfo>& link,
+                                     std::uint64_t bucket_bytes) {
+  Communication out;
+  if (world_size <= 1 || !distributes(s)) return out;
+  const double w = d(world_size);
+  const double trainable = s.method == "lora"
+                               ? d(count_lora_parameters(c, s.lora_rank, s.lora_targets))
+                               : d(count_parameters(c));
+  const double gradients = trainable * 4.0;  // reduced in float32 (the buckets)
+  const double buckets =
+      std::ceil(gradients / d(static_cast<std::int64_t>(std::max<std::uint64_t>(bucket_bytes, 1))));
+  if (s.strategy == "zero" && s.zero_stage >= 2) {
+    // A reduce-scatter of every bucket in every micro-batch's backward: (W-1)/W of the bytes.
+    const double micro_batches = d(std::max<std::int64_t>(1, s.gradient_accumulation));
+    out.gradient_bytes = to_bytes(micro_batches * (w - 1.0) / w * gradients);
+    out.calls = static_cast<std::int64_t>(micro_batches * buckets);
+  } else {
+    // An all_reduce of every bucket in the last micro-batch's backward: 2(W-1)/W of the bytes.
+    out.gradient_bytes = to_bytes(2.0 * (w - 1.0) / w * gradients);
+    out.calls = static_cast<std::int64_t>(buckets);
+  }
+  if (s.strategy == "zero") {
+    // After the update, the other ranks' shares of the parameters, bucket by bucket.
+    out.all_gather_bytes =
+        to_bytes((w - 1.0) / w * trainable * (s.precision == "bf16" ? 2.0 : 4.0));
+    out.calls += static_cast<std::int64_t>(buckets);
+  }
+  out.bytes = out.gradient_bytes + out.all_gather_bytes;
+  if (link && link->measured && link->bandwidth_bytes_per_s > 0.0)
+    out.seconds = d(static_cast<std::int64_t>(out.bytes)) / link->bandwidth_bytes_per_s +
+                  d(out.calls) * link->latency_s;
+  return out;
 }
 
 namespace {
@@ -344,6 +421,163 @@ void calibrate(Plan& plan, const PlanInputs& in, const std::string& device, doub
                         plan.seconds_per_step / best->seconds_per_step;
 }
 
+std::string link_phrase(const LinkInfo& link) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.0f MB/s and %.2f ms a call", link.bandwidth_bytes_per_s / 1e6,
+                link.latency_s * 1e3);
+  return std::string(buf) + " (" + link.method + ", " +
+         (link.from_cache ? "cached from " : "measured ") + link.measured_at + ")";
+}
+
+// One rank's step of several: the compute of one process with the same settings (calibrated by
+// a measured single-process step on this machine when there is one, else the cost model's),
+// scaled by the cost model's ratio for a rank's share of the cores, plus the communication at
+// the measured link.
+void plan_rank_time(Plan& plan, const PlanInputs& in, const std::string& device, double layers,
+                    double flops, double rank_flops, double tokens, const Communication& comm) {
+  const double parameters = d(plan.total_parameters);
+  const double one_process =
+      modelled_step_seconds(plan.settings, parameters, tokens, layers, flops);
+  const double rank = modelled_step_seconds(plan.settings, parameters, tokens, layers, rank_flops);
+  const double share = one_process > 0.0 ? rank / one_process : 1.0;
+  plan.communication = comm;
+  plan.compute_seconds_per_step = rank;
+  Plan probe;
+  probe.total_parameters = plan.total_parameters;
+  probe.settings = plan.settings;
+  probe.settings.strategy = "single";
+  probe.settings.zero_stage = 0;
+  probe.modelled_seconds_per_step = one_process;
+  probe.seconds_per_step = one_process;
+  calibrate(probe, in, device, layers, flops);
+  for (const std::string& r : probe.reasons) plan.reasons.push_back(r);
+  char ratio[32];
+  std::snprintf(ratio, sizeof ratio, "%.2f", share);
+  const std::string cores = "; × " + std::string(ratio) + " for " +
+                            std::to_string(plan.processes_per_node) +
+                            " ranks sharing this machine's cores (the cost model's ratio)";
+  if (probe.calibration) {
+    plan.compute_seconds_per_step = probe.seconds_per_step * share;
+    plan.calibration = probe.calibration;
+    plan.warmup_seconds = probe.warmup_seconds * share;
+    plan.time_source = "compute " + probe.time_source + cores;
+  } else {
+    plan.time_source += cores;
+  }
+  plan.modelled_seconds_per_step = rank + comm.seconds;
+  plan.seconds_per_step = plan.compute_seconds_per_step + comm.seconds;
+  const std::string volume =
+      gib(comm.bytes) + " through each rank in " + std::to_string(comm.calls) + " calls (" +
+      (comm.all_gather_bytes > 0
+           ? "the gradients' all_reduce " + gib(comm.gradient_bytes) +
+                 " and the parameters' all_gather " + gib(comm.all_gather_bytes)
+           : "the gradients' all_reduce, 2(N-1)/N of their float32 bytes") +
+      ")";
+  const std::optional<LinkInfo>& link = in.profile.link;
+  if (link && link->measured && link->bandwidth_bytes_per_s > 0.0) {
+    plan.link_source = link_phrase(*link);
+    if (plan.processes_per_node < plan.processes)
+      plan.link_source +=
+          "; measured between two ranks of this machine, not between machines: "
+          "tessera-cli nodes check measures the LAN link";
+    plan.time_source += ", plus " + seconds_text(comm.seconds) + " of communication";
+    plan.reasons.push_back("communication per step: " + volume + ", " + seconds_text(comm.seconds) +
+                           " at the link's " + plan.link_source +
+                           "; added to the compute, which it does not overlap on the CPU");
+  } else {
+    plan.link_source = "not measured";
+    plan.reasons.push_back("communication per step: " + volume +
+                           "; the link between ranks was not measured (tessera-cli profile "
+                           "measures it), so the time leaves it out");
+  }
+}
+
+// Why `auto` (or the named strategy) distributes the way the plan says: every strategy that
+// distributes at the plan's settings, the chosen first, each in words, and the strategies this
+// build lacks.
+template <class RankSeconds, class CommunicationOf>
+void explain_distributed(Plan& plan, const PlanInputs& in, const std::vector<Settings>& options,
+                         const std::string& names, std::uint64_t limit,
+                         const RankSeconds& rank_seconds, const CommunicationOf& communication_of) {
+  const Settings& s = plan.settings;
+  const std::string processes = std::to_string(plan.processes);
+  for (const Settings& option : options) {
+    Plan::Candidate candidate;
+    candidate.settings = s;
+    candidate.settings.strategy = option.strategy;
+    candidate.settings.zero_stage = option.zero_stage;
+    const MemoryEstimate e =
+        estimate_memory(in.model, candidate.settings, in.checkpoint_bytes, plan.processes);
+    candidate.peak = e.peak();
+    candidate.weights = e.weights;
+    candidate.gradients = e.gradients;
+    candidate.optimizer = e.optimizer;
+    candidate.fits = candidate.peak <= limit;
+    candidate.seconds_per_step = rank_seconds(candidate.settings);
+    candidate.communication_seconds = communication_of(candidate.settings).seconds;
+    plan.candidates.push_back(candidate);
+  }
+  auto is_chosen = [&](const Plan::Candidate& c) {
+    return c.settings.strategy == s.strategy && c.settings.zero_stage == s.zero_stage;
+  };
+  std::stable_sort(plan.candidates.begin(), plan.candidates.end(),
+                   [&](const Plan::Candidate& a, const Plan::Candidate& b) {
+                     if (is_chosen(a) != is_chosen(b)) return is_chosen(a);
+                     if (a.fits != b.fits) return a.fits;
+                     return a.seconds_per_step < b.seconds_per_step;
+                   });
+  const std::string share = gib(limit) + " a rank may use (" + gib(plan.host_usable) +
+                            " usable on this machine ÷ " + std::to_string(plan.processes_per_node) +
+                            " ranks, less " + std::to_string(static_cast<int>(kHeadroom * 100)) +
+                            "% headroom)";
+  auto time_of = [](const Plan::Candidate& c) {
+    return "about " + seconds_text(c.seconds_per_step) + " per step by the cost model, " +
+           seconds_text(c.communication_seconds) + " of it communication";
+  };
+  const Plan::Candidate& chosen = plan.candidates.front();
+  const std::string categories = "weights " + gib(chosen.weights) + ", gradients " +
+                                 gib(chosen.gradients) + ", optimizer state " +
+                                 gib(chosen.optimizer);
+  std::string held =
+      s.strategy == "ddp"
+          ? "each rank holds the whole model with its gradients, float32 gradient buckets and "
+            "optimizer state"
+          : "each rank holds the whole model but 1/" + processes + " of the optimizer state" +
+                (s.zero_stage >= 2 ? " and of the gradients" : "");
+  plan.candidates.front().summary = strategy_phrase(s) + ": " + held + " (" + categories +
+                                    "): " + gib(chosen.peak) + " per rank, within the " + share +
+                                    "; " + time_of(chosen);
+  std::vector<std::string> lines = {"strategy " + plan.candidates.front().summary};
+  for (std::size_t i = 1; i < plan.candidates.size(); ++i) {
+    Plan::Candidate& c = plan.candidates[i];
+    const std::string name = strategy_phrase(c.settings);
+    if (!c.fits) {
+      c.summary = name + " would need " + gib(c.peak) + " per rank, more than the " + gib(limit) +
+                  " a rank may use";
+    } else if (c.peak < chosen.peak) {
+      c.summary = name + " would save " + gib(chosen.peak - c.peak) + " per rank (" + gib(c.peak) +
+                  ") but costs " +
+                  (c.settings.strategy == "zero" ? "an all_gather of the parameters every step"
+                                                 : "more communication") +
+                  ": " + time_of(c) + ", against " + seconds_text(chosen.seconds_per_step);
+    } else {
+      c.summary = name + " fits too (" + gib(c.peak) +
+                  " per rank) but is no quicker: " + time_of(c) + ", against " +
+                  seconds_text(chosen.seconds_per_step);
+    }
+    lines.push_back("runner-up: " + c.summary);
+  }
+  const job::StrategyInfo* zero = job::find_strategy("zero");
+  if (zero == nullptr || !zero->planned)
+    lines.push_back(
+        std::string("zero (ZeRO stages 1 and 2, which shard the optimizer state and ") +
+        "gradients over the ranks) is " +
+        (zero == nullptr ? "not in this build yet" : "not planned yet") + ": " + names +
+        (names.find(',') == std::string::npos ? " is the only strategy" : " are the strategies") +
+        " the planner distributes with");
+  plan.reasons.insert(plan.reasons.begin(), lines.begin(), lines.end());
+}
+
 }  // namespace
 
 Plan make_plan(const PlanInputs& in) {
@@ -370,14 +604,59 @@ Plan make_plan(const PlanInputs& in) {
   job::validate_strategy(spec.strategy.name, spec.strategy.options, "");
   plan.strategy = strategy->name;
 
-  // The plugin's device option: "cpu" plans for the host even when a GPU is present.
+  // Several processes: each rank is planned, with its share of this machine's memory and cores.
+  // `auto` weighs the planned strategies that distribute (zero at each stage); a named one must
+  // distribute.
+  const int processes = std::max(1, in.processes);
+  const int per_node =
+      in.processes_per_node > 0 ? std::min(in.processes_per_node, processes) : processes;
+  const bool distributed = processes > 1;
+  plan.processes = processes;
+  plan.processes_per_node = per_node;
+  plan.host_usable = hw.memory.usable();
+  std::vector<Settings> distributing;  // strategy and zero_stage of each
+  std::string distributing_names;
+  if (distributed) {
+    for (const auto& entry : job::strategies()) {
+      if (!entry.planned || !entry.distributes) continue;
+      distributing_names += (distributing_names.empty() ? "" : ", ") + entry.name;
+      if (named && entry.name != strategy->name) continue;
+      Settings t;
+      t.strategy = entry.name;
+      if (entry.name != "zero") {
+        distributing.push_back(t);
+        continue;
+      }
+      const int named_stage = named ? written_settings(spec).zero_stage : 0;
+      for (int stage : {1, 2}) {
+        if (named_stage != 0 && stage != named_stage) continue;
+        t.zero_stage = stage;
+        distributing.push_back(t);
+      }
+    }
+    if (named && !strategy->distributes)
+      throw_unsupported("strategy.name: \"" + strategy->name +
+                            "\" runs in one process; it cannot " + "run as " +
+                            std::to_string(processes) + " processes",
+                        "name a strategy that distributes (" + distributing_names +
+                            ") or auto, or run one process");
+    if (distributing.empty())
+      throw_unsupported("strategy.name: the planner has no strategy that distributes to plan " +
+                            std::to_string(processes) + " processes with",
+                        "run one process");
+  }
+
+  // The plugin's device option: "cpu" plans for the host even when a GPU is present. The
+  // strategies that distribute run on the CPU (CUDA is not supported by them yet).
   const bool gpu =
-      !hw.gpus.empty() &&
+      !distributed && !hw.gpus.empty() &&
       job::strategy_option(spec.strategy.name, spec.strategy.options, "device") != "cpu";
   PlanTier tier;
   tier.tier = gpu ? "device" : "host";
   tier.device = gpu ? "cuda:0 (" + hw.gpus[0].name + ")" : "cpu";
-  tier.budget = gpu ? hw.gpus[0].memory : hw.memory.usable();
+  tier.budget = gpu ? hw.gpus[0].memory : hw.memory.usable() / static_cast<std::uint64_t>(per_node);
+  if (distributed)
+    tier.device = "cpu, one of " + std::to_string(per_node) + " ranks on this machine";
   tier.simulated = !gpu && hw.memory.simulated.has_value();
   const std::uint64_t limit =
       static_cast<std::uint64_t>(static_cast<double>(tier.budget) * (1.0 - kHeadroom));
@@ -404,7 +683,7 @@ Plan make_plan(const PlanInputs& in) {
       hw.disk ? static_cast<std::uint64_t>(static_cast<double>(hw.disk->free) * (1.0 - kHeadroom))
               : 0;
   auto fits = [&](const Settings& s) {
-    const MemoryEstimate e = estimate_memory(c, s, in.checkpoint_bytes);
+    const MemoryEstimate e = estimate_memory(c, s, in.checkpoint_bytes, processes);
     return e.peak() <= limit && (e.disk() == 0 || e.disk() <= disk_limit);
   };
   // Largest micro-batch without checkpointing, then with it; for each, the first of
@@ -432,15 +711,69 @@ Plan make_plan(const PlanInputs& in) {
   // The user's precision first, bf16 (when native) only if nothing fits in it.
   std::vector<std::string> precisions = {base.precision};
   if (base.precision == "fp32" && bf16_native) precisions.push_back("bf16");
+
+  // The step time a rank's settings would take by the cost model: the rank's compute with its
+  // share of this machine's cores (launch gives each rank cores / ranks threads), plus the
+  // communication at the measured link. Sequences are padded to the longest of their batch, not
+  // to max_length: the time follows the sampled data's length where it was measured (the memory
+  // keeps max_length, which a batch can reach).
+  const double sequence = in.tokens_per_sequence
+                              ? std::min(*in.tokens_per_sequence, d(base.sequence_length))
+                              : d(base.sequence_length);
+  const double tokens = d(batch) * d(spec.training.gradient_accumulation) * sequence;
+  const double layers = d(c.num_hidden_layers);
+  const double flops = gpu ? 50e12 : hw.cpu_flops;
+  const double rank_flops = flops / d(per_node);
+  std::uint64_t bucket_bytes = kDefaultBucketBytes;
+  if (spec.strategy.name == "ddp" || spec.strategy.name == "zero") {
+    // "auto" (the default, 25 MiB), a size, or a number of bytes.
+    const auto it = spec.strategy.options.find("bucket_size");
+    if (it != spec.strategy.options.end() && it->is_number_unsigned())
+      bucket_bytes = it->get<std::uint64_t>();
+    else if (it != spec.strategy.options.end() && it->is_string() && *it != "auto")
+      bucket_bytes = core::parse_byte_size(it->get<std::string>(), "strategy.options.bucket_size");
+  }
+  auto communication_of = [&](const Settings& t) {
+    return estimate_communication(c, t, processes, hw.link, bucket_bytes);
+  };
+  auto rank_seconds = [&](const Settings& t) {
+    return modelled_step_seconds(t, d(count_parameters(c)), tokens, layers, rank_flops) +
+           communication_of(t).seconds;
+  };
+  // Among the strategies that distribute, the settings that fit with the fewest changes (the
+  // search's order: the user's micro-batch, then smaller ones, then checkpointing), and of
+  // those the quickest step.
+  auto pick_distributed = [&](const Settings& from,
+                              const std::string& precision) -> std::optional<Settings> {
+    std::optional<Settings> best;
+    std::tuple<bool, std::int64_t, double> best_key;
+    for (const Settings& option : distributing) {
+      Settings t = from;
+      t.strategy = option.strategy;
+      t.zero_stage = option.zero_stage;
+      const auto found = search(t, {{0.0, 0.0}}, precision);
+      if (!found) continue;
+      const std::tuple<bool, std::int64_t, double> key = {
+          found->activation_checkpointing != spec.training.activation_checkpointing,
+          batch / found->micro_batch, rank_seconds(*found)};
+      if (!best || key < best_key) {
+        best = found;
+        best_key = key;
+      }
+    }
+    return best;
+  };
   const bool named_gemini = spec.strategy.name == "gemini";
   // `auto` keeps the user's method: full fine-tuning that does not fit in RAM moves optimizer
   // state to disk (gemini, CPU only), then parameter chunks too, before it changes the precision
   // or falls back to LoRA.
   const bool may_offload = !named_gemini && spec.strategy.name == job::kAutoStrategy && !gpu &&
-                           base.method == "full" && disk_limit > 0;
+                           !distributed && base.method == "full" && disk_limit > 0;
   std::optional<Settings> chosen;
   for (const std::string& precision : precisions) {
-    chosen = search(base, {{base.offload_optim_frac, base.offload_param_frac}}, precision);
+    chosen = distributed
+                 ? pick_distributed(base, precision)
+                 : search(base, {{base.offload_optim_frac, base.offload_param_frac}}, precision);
     if (chosen || !may_offload) {
       if (chosen) break;
       continue;
@@ -474,9 +807,9 @@ Plan make_plan(const PlanInputs& in) {
   if (!chosen && base.method == "full") {
     Settings lora = base;
     lora.method = "lora";
-    lora.strategy = "single";
+    if (!distributed) lora.strategy = "single";
     for (const std::string& p : precisions)
-      if ((chosen = search(lora, {{0.0, 0.0}}, p))) break;
+      if ((chosen = distributed ? pick_distributed(lora, p) : search(lora, {{0.0, 0.0}}, p))) break;
     if (chosen)
       plan.reasons.push_back(
           "full fine-tuning does not fit in " + gib(limit) +
@@ -493,8 +826,13 @@ Plan make_plan(const PlanInputs& in) {
     least.gradient_accumulation = saturating_mul(spec.training.gradient_accumulation, batch);
     least.activation_checkpointing = true;
     if (bf16_native) least.precision = "bf16";
+    // Of several processes, the strategy that shards the most.
+    if (distributed) {
+      least.strategy = distributing.back().strategy;
+      least.zero_stage = distributing.back().zero_stage;
+    }
     chosen = least;
-    const auto e = estimate_memory(c, least, in.checkpoint_bytes);
+    const auto e = estimate_memory(c, least, in.checkpoint_bytes, processes);
     plan.what_would_fit = "the smallest setting (LoRA, micro-batch 1, activation checkpointing, " +
                           least.precision + ") needs " + gib(e.peak()) + " but " + gib(limit) +
                           " is usable; a machine with at least " +
@@ -503,8 +841,8 @@ Plan make_plan(const PlanInputs& in) {
   }
   plan.settings = *chosen;
   const Settings& s = plan.settings;
-  plan.strategy = s.strategy == "gemini" ? "gemini" : plan.strategy;
-  tier.estimate = estimate_memory(c, s, in.checkpoint_bytes);
+  plan.strategy = s.strategy == "gemini" || distributed ? s.strategy : plan.strategy;
+  tier.estimate = estimate_memory(c, s, in.checkpoint_bytes, processes);
   plan.tiers.push_back(tier);
   if (tier.estimate.disk() > 0) {
     PlanTier disk;
@@ -520,17 +858,21 @@ Plan make_plan(const PlanInputs& in) {
                                   ? count_lora_parameters(c, s.lora_rank, s.lora_targets)
                                   : plan.total_parameters;
 
+  if (plan.fits && distributed)
+    explain_distributed(plan, in, distributing, distributing_names, limit, rank_seconds,
+                        communication_of);
   if (plan.fits) {
     std::size_t planned = 0;
     for (const auto& entry : job::strategies()) planned += entry.planned ? 1 : 0;
-    plan.reasons.insert(
-        plan.reasons.begin(),
-        "strategy " + plan.strategy + ": one process on " + tier.device +
-            (planned == 1 ? ", the only strategy this build has" : "") +
-            (s.strategy != "gemini" ? std::string()
-             : s.offload_param_frac > 0.0
-                 ? ", parameters in chunks, " + on_disk_phrase(s) + " on disk"
-                 : std::string(", parameters in chunks, optimizer state partly on disk")));
+    if (!distributed)
+      plan.reasons.insert(
+          plan.reasons.begin(),
+          "strategy " + plan.strategy + ": one process on " + tier.device +
+              (planned == 1 ? ", the only strategy this build has" : "") +
+              (s.strategy != "gemini" ? std::string()
+               : s.offload_param_frac > 0.0
+                   ? ", parameters in chunks, " + on_disk_phrase(s) + " on disk"
+                   : std::string(", parameters in chunks, optimizer state partly on disk")));
     if (s.micro_batch < batch)
       plan.reasons.push_back("micro-batch " + std::to_string(s.micro_batch) + " × " +
                              std::to_string(batch / s.micro_batch) + " accumulation steps: batch " +
@@ -540,19 +882,10 @@ Plan make_plan(const PlanInputs& in) {
     if (s.precision != base.precision)
       plan.reasons.push_back("bf16: fp32 does not fit and the hardware has native bf16");
   }
-  // Sequences are padded to the longest of their batch, not to max_length: the time follows the
-  // sampled data's length where it was measured (the memory keeps max_length, which a batch can
-  // reach).
-  const double sequence = in.tokens_per_sequence
-                              ? std::min(*in.tokens_per_sequence, d(s.sequence_length))
-                              : d(s.sequence_length);
-  const double tokens = d(batch) * d(spec.training.gradient_accumulation) * sequence;
   if (in.tokens_per_sequence)
     plan.reasons.push_back("time for " + std::to_string(static_cast<std::int64_t>(sequence + 0.5)) +
                            " tokens per sequence: " + in.tokens_per_sequence_source);
-  const double layers = d(c.num_hidden_layers);
   plan.flops_per_step = step_flops(s, d(plan.total_parameters), tokens);
-  const double flops = gpu ? 50e12 : hw.cpu_flops;
   plan.modelled_seconds_per_step =
       modelled_step_seconds(s, d(plan.total_parameters), tokens, layers, flops);
   plan.seconds_per_step = plan.modelled_seconds_per_step;
@@ -598,7 +931,12 @@ Plan make_plan(const PlanInputs& in) {
                              "; the disk speed was not measured, so the time leaves it out");
     }
   }
-  calibrate(plan, in, step_time_device(hw, gpu), layers, flops);
+  if (distributed) {
+    plan_rank_time(plan, in, step_time_device(hw, gpu), layers, flops, rank_flops, tokens,
+                   communication_of(s));
+  } else {
+    calibrate(plan, in, step_time_device(hw, gpu), layers, flops);
+  }
   for (Plan::Alternative& a : plan.alternatives) {
     a.seconds_per_step =
         modelled_step_seconds(a.settings, d(plan.total_parameters), tokens, layers, flops);
@@ -630,7 +968,14 @@ Plan make_plan(const PlanInputs& in) {
   const std::string budget = gib(tier.budget) + (tier.simulated ? " (simulated)" : "");
   const std::string method =
       s.method == "lora" ? "LoRA (rank " + std::to_string(s.lora_rank) + ")" : "full fine-tuning";
-  if (plan.fits)
+  if (plan.fits && distributed)
+    plan.explanation = method + " in " + s.precision + " as " + std::to_string(processes) +
+                       " processes with " + strategy_phrase(s) + ", micro-batch " +
+                       std::to_string(s.micro_batch) + " per rank" +
+                       (s.activation_checkpointing ? " with activation checkpointing" : "") + ": " +
+                       gib(peak) + " per rank of the " + budget + " each of the " +
+                       std::to_string(per_node) + " ranks on this machine may use.";
+  else if (plan.fits)
     plan.explanation =
         method + " in " + s.precision + " on the " +
         (gpu ? std::string("GPU") : std::string("CPU")) + ", micro-batch " +
@@ -665,6 +1010,7 @@ json to_json(const Plan& p) {
                      {"by_category",
                       {{"weights", e.weights},
                        {"gradients", e.gradients},
+                       {"gradient_buckets", e.gradient_buckets},
                        {"optimizer", e.optimizer},
                        {"activations", e.activations},
                        {"runtime", e.runtime}}}});
@@ -683,7 +1029,13 @@ json to_json(const Plan& p) {
         {"sequence_length", s.sequence_length},
         {"strategy", s.strategy},
         {"offload_optim_frac", s.offload_optim_frac},
-        {"offload_param_frac", s.offload_param_frac}}},
+        {"offload_param_frac", s.offload_param_frac},
+        {"zero_stage", s.strategy == "zero" ? json(s.zero_stage) : json(nullptr)}}},
+      {"ranks",
+       {{"processes", p.processes},
+        {"on_this_machine", p.processes_per_node},
+        {"host_usable", p.host_usable},
+        {"per_rank", p.processes > 1}}},
       {"parameters",
        {{"total", p.total_parameters},
         {"checkpoint", p.checkpoint_parameters ? json(*p.checkpoint_parameters) : json(nullptr)},
@@ -709,6 +1061,14 @@ json to_json(const Plan& p) {
         {"disk_read_bytes_per_step", p.disk_read_bytes_per_step},
         {"disk_write_bytes_per_step", p.disk_write_bytes_per_step},
         {"disk_seconds_per_step", p.disk_seconds_per_step},
+        {"compute_seconds_per_step", p.compute_seconds_per_step},
+        {"communication",
+         {{"bytes_per_step", p.communication.bytes},
+          {"gradient_bytes", p.communication.gradient_bytes},
+          {"all_gather_bytes", p.communication.all_gather_bytes},
+          {"calls", p.communication.calls},
+          {"seconds_per_step", p.communication.seconds},
+          {"link", p.link_source}}},
         {"rough", !p.calibration.has_value()}}},
       {"reasons", p.reasons},
       {"explanation", p.explanation}};
@@ -723,6 +1083,20 @@ json to_json(const Plan& p) {
                             {"seconds_per_step", a.seconds_per_step},
                             {"summary", a.summary}});
   out["alternatives"] = alternatives;
+  json candidates = json::array();
+  for (const auto& c : p.candidates)
+    candidates.push_back(
+        {{"strategy", c.settings.strategy},
+         {"zero_stage",
+          c.settings.strategy == "zero" ? json(c.settings.zero_stage) : json(nullptr)},
+         {"fits", c.fits},
+         {"peak_per_rank", c.peak},
+         {"by_category",
+          {{"weights", c.weights}, {"gradients", c.gradients}, {"optimizer", c.optimizer}}},
+         {"seconds_per_step", c.seconds_per_step},
+         {"communication_seconds_per_step", c.communication_seconds},
+         {"summary", c.summary}});
+  out["strategies"] = candidates;
   return out;
 }
 
@@ -927,6 +1301,9 @@ job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& s) {
   out.training.batch_size = s.micro_batch;
   out.training.gradient_accumulation = s.gradient_accumulation;
   out.training.activation_checkpointing = s.activation_checkpointing;
+  if (spec.strategy.name == job::kAutoStrategy && s.strategy == "ddp") out.strategy = {"ddp", {}};
+  if (spec.strategy.name == job::kAutoStrategy && s.strategy == "zero")
+    out.strategy = {"zero", {{"stage", s.zero_stage}}};
   if (s.strategy == "gemini" && spec.strategy.name == job::kAutoStrategy) {
     out.strategy = {"gemini", {{"offload_optim_frac", s.offload_optim_frac}}};
     if (s.offload_param_frac > 0.0)
@@ -952,6 +1329,8 @@ Settings settings_from_json(const nlohmann::json& j, const std::string& source) 
     s.strategy = j.value("strategy", std::string("single"));
     s.offload_optim_frac = j.value("offload_optim_frac", 0.0);
     s.offload_param_frac = j.value("offload_param_frac", 0.0);
+    if (j.contains("zero_stage") && !j["zero_stage"].is_null())
+      s.zero_stage = j["zero_stage"].get<int>();
   } catch (const nlohmann::json::exception& e) {
     throw_invalid(source + ": the plan's settings are incomplete (" + e.what() + ")",
                   "delete the file to plan again from the job spec");
@@ -959,12 +1338,15 @@ Settings settings_from_json(const nlohmann::json& j, const std::string& source) 
   if (s.micro_batch < 1 || s.gradient_accumulation < 1)
     throw_invalid(source + ": settings.micro_batch and gradient_accumulation must be >= 1",
                   "delete the file to plan again from the job spec");
-  if ((s.strategy != "single" && s.strategy != "gemini") ||
+  if ((s.strategy != "single" && s.strategy != "gemini" && s.strategy != "ddp" &&
+       s.strategy != "zero") ||
+      (s.strategy == "zero" && s.zero_stage != 1 && s.zero_stage != 2) ||
       !(s.offload_optim_frac >= 0.0 && s.offload_optim_frac <= 1.0) ||
       !(s.offload_param_frac >= 0.0 && s.offload_param_frac <= 1.0))
-    throw_invalid(source + ": settings.strategy must be single or gemini and " +
-                      "offload_optim_frac and offload_param_frac within 0 … 1",
-                  "delete the file to plan again from the job spec");
+    throw_invalid(
+        source + ": settings.strategy must be single, gemini, ddp or zero (stage 1 or 2) and " +
+            "offload_optim_frac and offload_param_frac within 0 … 1",
+        "delete the file to plan again from the job spec");
   return s;
 }
 

@@ -42,9 +42,16 @@ std::vector<std::string> default_lora_targets(const hf::ModelConfig& config);
 std::int64_t count_lora_parameters(const hf::ModelConfig& config, std::int64_t rank,
                                    const std::vector<std::string>& targets);
 
+// ddp's and zero's default bucket_size: float32 gradient bytes per collective (zero stage 2 keeps
+// two buckets in flight).
+inline constexpr std::uint64_t kDefaultBucketBytes = 25ull << 20;
+
 struct MemoryEstimate {
-  std::uint64_t weights = 0;      // parameters in their dtype (+ fp32 masters with bf16)
-  std::uint64_t gradients = 0;    // trainable, during a step
+  std::uint64_t weights = 0;    // parameters in their dtype (+ fp32 masters with bf16)
+  std::uint64_t gradients = 0;  // trainable, during a step (gradient_buckets included)
+  // ddp / zero: the float32 buffers gradients are reduced in (ddp and zero 1: every trainable
+  // parameter's, 4 bytes each; zero 2: the two buckets in flight), part of `gradients`.
+  std::uint64_t gradient_buckets = 0;
   std::uint64_t optimizer = 0;    // AdamW m and v, fp32
   std::uint64_t activations = 0;  // saved for backward at the peak (the loss head's backward)
   std::uint64_t runtime = 0;      // LibTorch process baseline
@@ -70,9 +77,31 @@ struct MemoryEstimate {
   }
 };
 
-// `checkpoint_bytes`: size of the safetensors files (memory-mapped while loading).
+// `checkpoint_bytes`: size of the safetensors files (memory-mapped while loading). Per process:
+// with `world_size` ranks of ddp or zero, what one rank holds.
 MemoryEstimate estimate_memory(const hf::ModelConfig& config, const Settings& settings,
-                               std::uint64_t checkpoint_bytes);
+                               std::uint64_t checkpoint_bytes, int world_size = 1);
+
+// What one rank sends and receives per optimizer step over `world_size` ranks, and the time
+// that takes over `link` (nothing when it was not measured: seconds stays 0). G = 4 x trainable
+// bytes (gradients are reduced in float32), in ceil(G / bucket_bytes) buckets:
+//   ddp, zero 1: an all_reduce of every bucket once a step: a ring moves 2(W-1)/W x G through
+//                each rank;
+//   zero 2:      a reduce-scatter of every bucket in every micro-batch: (W-1)/W x G each;
+//   zero:        then an all_gather of the updated trainable parameters in the compute dtype,
+//                bucket by bucket: (W-1)/W x their bytes.
+// seconds = bytes / the link's bus bandwidth + calls x its latency (a 2-rank all_reduce of B
+// bytes moves B through each rank, so the measured algorithm bandwidth is the bus bandwidth).
+struct Communication {
+  std::uint64_t gradient_bytes = 0;    // the reduction's share of `bytes`
+  std::uint64_t all_gather_bytes = 0;  // zero: the parameters' share of `bytes`
+  std::uint64_t bytes = 0;
+  std::int64_t calls = 0;
+  double seconds = 0.0;
+};
+Communication estimate_communication(const hf::ModelConfig& config, const Settings& settings,
+                                     int world_size, const std::optional<LinkInfo>& link,
+                                     std::uint64_t bucket_bytes = kDefaultBucketBytes);
 
 struct PlanTier {
   std::string tier;  // host | device | disk
@@ -86,6 +115,29 @@ struct Plan {
   bool fits = false;
   std::string strategy;  // a name from job/strategies.h: the spec's, or what `auto` picks
   Settings settings;
+  // Processes of the job, and of those on this machine (they share its memory and cores): the
+  // memory tiers are one rank's, with 1/processes_per_node of the host's usable memory.
+  int processes = 1;
+  int processes_per_node = 1;
+  std::uint64_t host_usable = 0;  // the whole machine's usable memory (tiers: a rank's share)
+  // Several processes: what a rank sends and receives per step, and the seconds that takes at
+  // the measured link (included in seconds_per_step); link_source says where the link's speed
+  // comes from.
+  Communication communication;
+  double compute_seconds_per_step = 0.0;
+  std::string link_source;
+  // Several processes: every strategy `auto` weighed (or the one named), best first, each with
+  // the settings it would fit with, its peak per rank and its step time; `summary` in words.
+  struct Candidate {
+    Settings settings;
+    bool fits = false;
+    std::uint64_t peak = 0;
+    std::uint64_t weights = 0, gradients = 0, optimizer = 0;
+    double seconds_per_step = 0.0;
+    double communication_seconds = 0.0;
+    std::string summary;
+  };
+  std::vector<Candidate> candidates;
   std::int64_t total_parameters = 0;
   std::optional<std::int64_t> checkpoint_parameters;  // counted from the safetensors headers
   std::int64_t trainable_parameters = 0;
@@ -136,6 +188,10 @@ struct PlanInputs {
   std::optional<double> tokens_per_sequence;
   std::string tokens_per_sequence_source;
   std::optional<double> packed_rows_per_block;
+  // Processes the job runs as (launch --nproc N, or the spec's nodes) and how many of them run
+  // on this machine (0: all of them).
+  int processes = 1;
+  int processes_per_node = 0;
   // Step times measured on this machine (plan/step_times.h), and why some could not be read.
   std::vector<StepTimeRecord> step_times;
   std::vector<std::string> step_time_warnings;

@@ -229,6 +229,54 @@ void store_disk(const fs::path& dir, const DiskInfo& info) {
   }
 }
 
+// The loopback link's measurement, kept a day like the disk's (the machine's own, not a folder's).
+std::optional<LinkInfo> cached_link() {
+  const fs::path file = cache_file();
+  std::error_code ec;
+  if (file.empty() || !fs::exists(file, ec)) return std::nullopt;
+  try {
+    const json doc = json::parse(read_small_file(file));
+    const json& l = doc.at("link").at("loopback");
+    const auto age = std::time(nullptr) - l.at("unix_time").get<std::int64_t>();
+    if (age < 0 || age > 24 * 3600) return std::nullopt;
+    LinkInfo info;
+    info.measured = true;
+    info.from_cache = true;
+    info.bandwidth_bytes_per_s = l.at("bandwidth_bytes_per_s").get<double>();
+    info.latency_s = l.at("latency_s").get<double>();
+    info.test_bytes = l.at("test_bytes").get<std::uint64_t>();
+    info.method = l.at("method").get<std::string>();
+    info.measured_at = l.at("measured_at").get<std::string>();
+    if (!(info.bandwidth_bytes_per_s > 0.0) || !(info.latency_s >= 0.0)) return std::nullopt;
+    return info;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+void store_link(const LinkInfo& info) {
+  const fs::path file = cache_file();
+  if (file.empty()) return;
+  try {
+    json doc = json::object();
+    std::error_code ec;
+    if (fs::exists(file, ec)) {
+      doc = json::parse(read_small_file(file), nullptr, false);
+      if (!doc.is_object()) doc = json::object();
+    }
+    doc["link"]["loopback"] = {{"bandwidth_bytes_per_s", info.bandwidth_bytes_per_s},
+                               {"latency_s", info.latency_s},
+                               {"test_bytes", info.test_bytes},
+                               {"method", info.method},
+                               {"measured_at", info.measured_at},
+                               {"unix_time", static_cast<std::int64_t>(std::time(nullptr))}};
+    fs::create_directories(file.parent_path(), ec);
+    core::write_file_atomic(file, doc.dump(2));
+  } catch (const std::exception&) {
+    // The cache is an optimisation; failing to write it must not fail the profile.
+  }
+}
+
 }  // namespace
 
 std::uint64_t MemoryInfo::usable() const {
@@ -332,6 +380,17 @@ HardwareProfile probe_hardware(const ProfileOptions& options) {
     disk.free = space.available;
     p.disk = disk;
   }
+  if (options.measure_link) {
+    std::optional<LinkInfo> cached = options.use_cache ? cached_link() : std::nullopt;
+    if (cached) {
+      p.link = *cached;
+    } else {
+      LinkInfo link = options.measure_link();
+      if (link.measured_at.empty()) link.measured_at = utc_now();
+      if (link.measured && options.use_cache) store_link(link);
+      if (link.measured) p.link = link;
+    }
+  }
   return p;
 }
 
@@ -375,6 +434,15 @@ json to_json(const HardwareProfile& p) {
   for (const auto& g : p.gpus)
     gpus.push_back({{"name", g.name}, {"memory", g.memory}, {"bf16", g.bf16}});
   out["gpus"] = gpus;
+  if (p.link) {
+    const LinkInfo& l = *p.link;
+    out["link"] = {{"measured", l.measured},    {"bandwidth_bytes_per_s", l.bandwidth_bytes_per_s},
+                   {"latency_s", l.latency_s},  {"test_bytes", l.test_bytes},
+                   {"method", l.method},        {"measured_at", l.measured_at},
+                   {"from_cache", l.from_cache}};
+  } else {
+    out["link"] = nullptr;
+  }
   out["gpu_source"] = p.gpu_source;
   out["os"] = p.os;
   return out;

@@ -42,6 +42,20 @@ struct DiskInfo {
   bool from_cache = false;
 };
 
+// The link between ranks: the bus bandwidth and latency of a 2-rank c10d all_reduce (Gloo), the
+// time a gradient all_reduce of B bytes takes over W ranks being 2(W-1)/W x B / bandwidth plus
+// the latency per call. Measured on the loopback between two local ranks at profile time, or
+// given from `tessera-cli nodes check`'s link test between machines.
+struct LinkInfo {
+  bool measured = false;
+  double bandwidth_bytes_per_s = 0.0;  // bytes of the large all_reduce / its median time
+  double latency_s = 0.0;              // median of 4-byte all_reduces
+  std::uint64_t test_bytes = 0;
+  std::string method;       // how it was measured, in words
+  std::string measured_at;  // UTC time of the measurement (may come from the cache)
+  bool from_cache = false;
+};
+
 struct GpuInfo {
   std::string name;
   std::uint64_t memory = 0;  // 0: unknown
@@ -53,7 +67,8 @@ struct HardwareProfile {
   MemoryInfo memory;
   std::optional<DiskInfo> disk;
   std::vector<GpuInfo> gpus;
-  std::string gpu_source;  // where GPU discovery looked
+  std::optional<LinkInfo> link;  // absent: not measured (the plan then leaves communication out)
+  std::string gpu_source;        // where GPU discovery looked
   std::string os;
   // Sustained fp32 FLOP/s assumed for training matmuls on the CPU: a rough estimate from
   // cores × clock × FMA width × an efficiency factor, not a measurement.
@@ -65,7 +80,10 @@ struct ProfileOptions {
   std::optional<std::filesystem::path> disk_dir;  // empty: skip the disk section
   bool measure_disk = true;
   std::uint64_t disk_test_bytes = 128ull << 20;
-  bool use_cache = true;  // reuse a disk measurement of the same folder younger than a day
+  bool use_cache = true;  // reuse a disk or link measurement younger than a day
+  // Measures the loopback link between two local ranks (LibTorch's c10d, so the caller supplies
+  // it: this library is torch-free); unset: the link is not measured.
+  std::function<LinkInfo()> measure_link;
   std::function<void(const std::string& phase, double fraction)> progress;
 };
 

@@ -18,9 +18,12 @@ struct Settings {
   // The plugin: "single", or "gemini" with this share of the optimizer state (Adam moments and
   // fp32 masters) on disk, and this share of the parameter chunks' bytes (every parameter, in
   // the compute dtype) on disk.
+  // Over several processes: "ddp" (a whole replica per rank) or "zero" with zero_stage 1
+  // (optimizer state and masters sharded) or 2 (gradients too).
   std::string strategy = "single";
   double offload_optim_frac = 0.0;
   double offload_param_frac = 0.0;
+  int zero_stage = 0;  // 1 or 2 with strategy "zero", else 0
 };
 
 }  // namespace tessera::plan

@@ -32,7 +32,8 @@ json key_json(const StepTimeKey& k) {
           {"activation_checkpointing", s.activation_checkpointing},
           {"strategy", s.strategy},
           {"offload_optim_frac", s.offload_optim_frac},
-          {"offload_param_frac", s.offload_param_frac}};
+          {"offload_param_frac", s.offload_param_frac},
+          {"zero_stage", s.zero_stage}};
 }
 
 json record_json(const StepTimeRecord& r) {
@@ -61,6 +62,7 @@ StepTimeRecord record_from_json(const json& j) {
   s.strategy = j.at("strategy").get<std::string>();
   s.offload_optim_frac = j.at("offload_optim_frac").get<double>();
   s.offload_param_frac = j.at("offload_param_frac").get<double>();
+  s.zero_stage = j.value("zero_stage", 0);  // records written before zero was planned: none
   r.seconds_per_step = j.at("seconds_per_step").get<double>();
   r.first_step_seconds = j.at("first_step_seconds").get<double>();
   r.steps_measured = j.at("steps_measured").get<std::int64_t>();
@@ -123,7 +125,7 @@ bool similar(const StepTimeKey& a, const StepTimeKey& b) {
   return a.device == b.device && a.model == b.model && x.method == y.method &&
          (x.method != "lora" || x.lora_rank == y.lora_rank) && x.precision == y.precision &&
          x.activation_checkpointing == y.activation_checkpointing && x.strategy == y.strategy &&
-         near(x.offload_optim_frac, y.offload_optim_frac) &&
+         x.zero_stage == y.zero_stage && near(x.offload_optim_frac, y.offload_optim_frac) &&
          near(x.offload_param_frac, y.offload_param_frac);
 }
 

@@ -1,6 +1,7 @@
 #include "runner/runner.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "core/error.h"
@@ -20,6 +21,7 @@
 #include "model/model.h"
 #include "plan/planner.h"
 #include "plugins/builtin_plugins.h"
+#include "runner/loopback_link.h"
 #include "runner/trainer_event_writer.h"
 #include "train/example_batches.h"
 #include "train/lora.h"
@@ -290,12 +292,31 @@ train::TrainerOptions trainer_options(const job::JobSpec& spec, const fs::path& 
   return options;
 }
 
+// Several processes: rank 0's plan (as JSON) to every rank, or the reason it could not plan,
+// which every rank then fails with (a rank must never wait for a plan that is not coming).
+nlohmann::json share_plan(dist::ParallelContext& parallel, const nlohmann::json& plan_json) {
+  const std::string text = plan_json.dump();
+  at::Tensor size = at::full({1}, static_cast<std::int64_t>(text.size()), at::kLong);
+  parallel.world().broadcast(size, 0);
+  at::Tensor bytes = at::empty({size.item<std::int64_t>()}, at::kByte);
+  if (parallel.rank() == 0) std::memcpy(bytes.data_ptr(), text.data(), text.size());
+  parallel.world().broadcast(bytes, 0);
+  const nlohmann::json shared = nlohmann::json::parse(std::string(
+      static_cast<const char*>(bytes.data_ptr()), static_cast<std::size_t>(bytes.numel())));
+  if (shared.contains("error"))
+    throw Error(static_cast<ErrorKind>(shared["error"]["kind"].get<int>()),
+                shared["error"]["message"].get<std::string>(),
+                shared["error"]["hint"].get<std::string>());
+  return shared;
+}
+
 // Strategy "auto": the plan for this machine (or the one recorded when the run started, when
 // it resumes), written to plan.json and announced as the `plan` event; returns the spec the
-// run trains with. Other strategies: the spec as written.
+// run trains with. Other strategies: the spec as written. Several processes: rank 0 plans every
+// rank (plan::PlanInputs::processes) and sends the plan to the others.
 job::JobSpec plan_run(const job::JobSpec& spec, const hf::ModelFolder& source,
                       const fs::path& out_dir, const RunOptions& run_options,
-                      job::EventSink& events) {
+                      job::EventSink& events, dist::ParallelContext* parallel) {
   if (spec.strategy.name != "auto") {
     // A host budget is checked before anything is loaded.
     if (spec.strategy.options.contains("host_budget"))
@@ -313,30 +334,58 @@ job::JobSpec plan_run(const job::JobSpec& spec, const hf::ModelFolder& source,
   const fs::path recorded = out_dir / "plan.json";
   nlohmann::json plan_json;
   std::vector<std::string> reasons;
-  if (spec.output.resume && fs::exists(recorded)) {
-    try {
-      plan_json = nlohmann::json::parse(core::read_text_file(recorded));
-    } catch (const nlohmann::json::exception& e) {
-      throw_invalid(recorded.string() + ": not valid JSON (" + e.what() + ")",
-                    "delete it to plan again from the job spec");
+  // This process's plan: the one recorded when the run started, when it resumes, else a new one.
+  auto plan_here = [&]() -> nlohmann::json {
+    if (spec.output.resume && fs::exists(recorded)) {
+      nlohmann::json doc;
+      try {
+        doc = nlohmann::json::parse(core::read_text_file(recorded));
+      } catch (const nlohmann::json::exception& e) {
+        throw_invalid(recorded.string() + ": not valid JSON (" + e.what() + ")",
+                      "delete it to plan again from the job spec");
+      }
+      reasons.push_back("resumed: the settings planned when this run started (" +
+                        recorded.string() + ")");
+      return doc;
     }
-    reasons.push_back("resumed: the settings planned when this run started (" + recorded.string() +
-                      ")");
-  } else {
     // The run folder's disk too: `auto` may put optimizer state there (gemini). Its speed is
     // measured once a day and cached.
     plan::ProfileOptions profile_options;
     profile_options.disk_dir = out_dir;
+    // Several processes: the link between the ranks too (the loopback, measured once a day).
+    if (parallel != nullptr) profile_options.measure_link = [] { return measure_loopback_link(); };
     plan::HardwareProfile hardware = plan::probe_hardware(profile_options);
     if (run_options.simulate_host_memory)
       hardware.memory.simulated = *run_options.simulate_host_memory;
-    const plan::Plan planned =
-        plan::make_plan(plan::plan_inputs(spec, source, std::move(hardware)));
-    plan_json = plan::to_json(planned);
+    plan::PlanInputs inputs = plan::plan_inputs(spec, source, std::move(hardware));
+    if (parallel != nullptr) {
+      inputs.processes = parallel->world_size();
+      inputs.processes_per_node = parallel->local_world_size();
+    }
+    const plan::Plan planned = plan::make_plan(inputs);
+    nlohmann::json doc = plan::to_json(planned);
     if (!planned.fits)
       throw_invalid(planned.explanation,
                     "use a smaller model or sequence length, or a machine with more memory");
-    core::write_file_atomic(recorded, plan_json.dump(2) + "\n");
+    core::write_file_atomic(recorded, doc.dump(2) + "\n");
+    return doc;
+  };
+  if (parallel == nullptr) {
+    plan_json = plan_here();
+  } else if (parallel->rank() != 0) {
+    plan_json = share_plan(*parallel, nullptr);
+  } else {
+    // Rank 0 plans every rank; the others fail with its reason when it cannot.
+    try {
+      plan_json = plan_here();
+    } catch (const Error& e) {
+      share_plan(
+          *parallel,
+          {{"error",
+            {{"kind", static_cast<int>(e.kind())}, {"message", e.what()}, {"hint", e.hint()}}}});
+      throw;
+    }
+    share_plan(*parallel, plan_json);
   }
   if (!plan_json.contains("settings"))
     throw_invalid(recorded.string() + ": no settings", "delete it to plan again from the job spec");
@@ -352,6 +401,13 @@ job::JobSpec plan_run(const job::JobSpec& spec, const hf::ModelFolder& source,
   if (settings.precision != spec.precision)
     events.log("warning", "the plan trains in " + settings.precision + " instead of " +
                               spec.precision + " (see the plan for why)");
+  if (settings.micro_batch != spec.training.batch_size)
+    events.log("warning", "the plan trains micro-batches of " +
+                              std::to_string(settings.micro_batch) + " with " +
+                              std::to_string(settings.gradient_accumulation) +
+                              " accumulation steps instead of batch_size " +
+                              std::to_string(spec.training.batch_size) +
+                              " (the same sequences per optimizer step; see the plan for why)");
   nlohmann::json all_reasons = plan_json.value("reasons", nlohmann::json::array());
   for (const auto& r : reasons) all_reasons.push_back(r);
   plan_json["reasons"] = all_reasons;
@@ -522,10 +578,8 @@ void check_processes(const job::JobSpec& spec, int world_size) {
   if (world_size <= 1) return;
   plugins::register_builtin_plugins();
   const std::string processes = std::to_string(world_size) + " processes";
-  if (spec.strategy.name == job::kAutoStrategy)
-    throw_unsupported("strategy \"auto\" plans for one process and cannot run as " + processes,
-                      "name a strategy that distributes in the job spec's strategy.name (" +
-                          distributed_strategies() + "), or run one process");
+  // auto: the planner chooses among the strategies that distribute (plan::make_plan).
+  if (spec.strategy.name == job::kAutoStrategy) return;
   if (!train::make_plugin(spec.strategy.name)->runs_distributed())
     throw_unsupported("strategy \"" + spec.strategy.name +
                           "\" runs in one process and does not distribute: it cannot run as " +
@@ -566,7 +620,8 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   const hf::ModelFolder source = open_model(model_dir);
   // Planned before the data and the weights are read, so a job that cannot fit fails in a
   // second.
-  const job::JobSpec spec = plan_run(requested, source, out_dir, run_options, events);
+  const job::JobSpec spec =
+      plan_run(requested, source, out_dir, run_options, events, parallel.get());
 
   events.progress("load", 0, 1);
   TrainingData data = prepare_training_data(spec, source, events);

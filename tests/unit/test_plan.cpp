@@ -543,6 +543,208 @@ class TestPlan : public QObject {
     QCOMPARE(p.settings.precision, std::string("bf16"));
   }
 
+  // One rank of several: ddp holds single's categories plus float32 buckets for every trainable
+  // parameter; zero divides the optimizer state and masters by the ranks (stage 2: the
+  // gradients too, with one bucket in flight).
+  void rankMemoryOfDdpAndZero() {
+    const auto c = config(small_llama());
+    const double n = double(plan::count_parameters(c));
+    plan::Settings s = settings(8, false, "full");
+    const auto single = plan::estimate_memory(c, s, 0);
+    s.strategy = "ddp";
+    const auto ddp = plan::estimate_memory(c, s, 0, 2);
+    QVERIFY(near(ddp.weights, 4 * n));
+    QVERIFY(near(ddp.gradient_buckets, 4 * n));
+    QVERIFY(near(ddp.gradients, 8 * n));
+    QVERIFY(near(ddp.optimizer, 8 * n));
+    QCOMPARE(ddp.activations, single.activations);
+    QCOMPARE(ddp.training_peak(), single.training_peak() + ddp.gradient_buckets);
+    QCOMPARE(plan::estimate_memory(c, s, 0, 4).training_peak(), ddp.training_peak());
+    s.strategy = "zero";
+    s.zero_stage = 1;
+    const auto zero1 = plan::estimate_memory(c, s, 0, 4);
+    QVERIFY(near(zero1.weights, 4 * n));  // fp32: no masters to shard
+    QVERIFY(near(zero1.optimizer, 8 * n / 4));
+    QVERIFY(near(zero1.gradients, 8 * n));
+    s.zero_stage = 2;
+    const auto zero2 = plan::estimate_memory(c, s, 0, 4);
+    QVERIFY(near(zero2.gradient_buckets, std::min(4 * n, 2.0 * double(plan::kDefaultBucketBytes))));
+    QVERIFY(near(zero2.gradients, 4 * n / 4 + double(zero2.gradient_buckets)));
+    QVERIFY(near(zero2.optimizer, 8 * n / 4));
+    s.precision = "bf16";
+    const auto bf16 = plan::estimate_memory(c, s, 0, 4);
+    QVERIFY(near(bf16.weights, 2 * n + 4 * n / 4));  // bf16 weights, a quarter of the masters
+    QVERIFY(near(bf16.gradients, 4 * n / 4 + double(bf16.gradient_buckets)));
+    s.zero_stage = 1;
+    QVERIFY(near(plan::estimate_memory(c, s, 0, 4).gradients, 2 * n + 4 * n));
+  }
+
+  // Bytes through each rank per step: 2(W-1)/W of the float32 gradients (ddp); zero adds the
+  // all_gather of the updated parameters; the time is bytes over the measured bandwidth plus a
+  // latency per call, and nothing without a measured link.
+  void communicationPerStep() {
+    const auto c = config(small_llama());
+    const double n = double(plan::count_parameters(c));
+    plan::LinkInfo link;
+    link.measured = true;
+    link.bandwidth_bytes_per_s = 1e9;
+    link.latency_s = 1e-4;
+    plan::Settings s = settings(8, false, "full");
+    s.strategy = "ddp";
+    const double calls = std::ceil(4 * n / double(plan::kDefaultBucketBytes));
+    const auto two = plan::estimate_communication(c, s, 2, link);
+    QVERIFY(near(two.bytes, 4 * n));
+    QCOMPARE(double(two.calls), calls);
+    QVERIFY(std::abs(two.seconds - (double(two.bytes) / 1e9 + calls * 1e-4)) < 1e-9);
+    const auto four = plan::estimate_communication(c, s, 4, link);
+    QVERIFY(near(four.bytes, 2.0 * 3 / 4 * 4 * n));
+    QCOMPARE(plan::estimate_communication(c, s, 2, link, 1 << 20).calls,
+             std::int64_t(std::ceil(4 * n / double(1 << 20))));
+    QCOMPARE(plan::estimate_communication(c, s, 1, link).bytes, std::uint64_t(0));
+    QCOMPARE(plan::estimate_communication(c, s, 2, std::nullopt).seconds, 0.0);
+    QVERIFY(plan::estimate_communication(c, s, 2, std::nullopt).bytes > 0);
+    // zero 1: ddp's all_reduce, then the parameters all-gathered bucket by bucket.
+    s.strategy = "zero";
+    s.zero_stage = 1;
+    const auto zero1 = plan::estimate_communication(c, s, 4, link);
+    QVERIFY(near(zero1.gradient_bytes, four.bytes));
+    QVERIFY(near(zero1.all_gather_bytes, 3.0 / 4 * 4 * n));
+    QCOMPARE(zero1.calls, 2 * four.calls);
+    // zero 2: a reduce-scatter of (W-1)/W in every micro-batch.
+    s.zero_stage = 2;
+    s.gradient_accumulation = 3;
+    const auto zero2 = plan::estimate_communication(c, s, 4, link);
+    QVERIFY(near(zero2.gradient_bytes, 3 * 3.0 / 4 * 4 * n));
+    QCOMPARE(zero2.calls, 3 * four.calls + four.calls);
+    s.gradient_accumulation = 1;
+    s.strategy = "ddp";
+    s.method = "lora";
+    const double lora = double(plan::count_lora_parameters(c, s.lora_rank, {}));
+    QVERIFY(near(plan::estimate_communication(c, s, 2, link).gradient_bytes, 4 * lora));
+    s.strategy = "single";
+    QCOMPARE(plan::estimate_communication(c, s, 2, link).bytes, std::uint64_t(0));
+  }
+
+  // auto with 2 processes: each rank has half the machine; ddp (the only planned strategy that
+  // distributes in this build) is chosen, explained, and applied; a tight budget shrinks the
+  // micro-batch as for one process; the step adds the communication to a rank's compute.
+  void autoPlansEveryRankOfSeveral() {
+    auto in = inputs(64ull << 30);
+    in.processes = 2;
+    plan::LinkInfo link;
+    link.measured = true;
+    link.bandwidth_bytes_per_s = 1e9;
+    link.latency_s = 1e-4;
+    link.method = "test";
+    in.profile.link = link;
+    const auto p = plan::make_plan(in);
+    QVERIFY(p.fits);
+    QCOMPARE(p.strategy, std::string("ddp"));
+    QCOMPARE(p.processes, 2);
+    QCOMPARE(p.tiers.at(0).budget, (64ull << 30) / 2);
+    QVERIFY2(p.reasons.front().rfind("strategy ddp: each rank holds the whole model", 0) == 0,
+             p.reasons.front().c_str());
+    QVERIFY(p.reasons.front().find("÷ 2 ranks") != std::string::npos);
+    // zero at both stages was weighed: it saves memory a rank does not need, and costs an
+    // all_gather of the parameters every step.
+    QCOMPARE(p.candidates.size(), std::size_t{3});
+    QCOMPARE(p.candidates[0].settings.strategy, std::string("ddp"));
+    for (std::size_t i = 1; i < 3; ++i) {
+      QCOMPARE(p.candidates[i].settings.strategy, std::string("zero"));
+      QVERIFY(p.candidates[i].peak < p.candidates[0].peak);
+      QVERIFY(p.candidates[i].seconds_per_step > p.candidates[0].seconds_per_step);
+    }
+    QVERIFY(std::any_of(p.reasons.begin(), p.reasons.end(), [](const std::string& r) {
+      return r.rfind("runner-up: zero stage 2 would save", 0) == 0 &&
+             r.find("an all_gather of the parameters every step") != std::string::npos;
+    }));
+    const auto comm = plan::estimate_communication(in.model, p.settings, 2, link);
+    QCOMPARE(p.communication.bytes, comm.bytes);
+    QVERIFY(std::abs(p.seconds_per_step - (p.compute_seconds_per_step + comm.seconds)) < 1e-12);
+    // A rank computes with half the cores: slower than one process with all of them.
+    in.processes = 1;
+    QVERIFY(p.compute_seconds_per_step > plan::make_plan(in).seconds_per_step);
+    in.processes = 2;
+    const json j = plan::to_json(p);
+    QCOMPARE(j["ranks"]["processes"].get<int>(), 2);
+    QCOMPARE(j["strategies"][0]["strategy"].get<std::string>(), std::string("ddp"));
+    QCOMPARE(j["memory"][0]["by_category"]["gradient_buckets"].get<std::uint64_t>(),
+             p.tiers[0].estimate.gradient_buckets);
+    const job::JobSpec applied = plan::apply_settings(in.spec, p.settings);
+    QCOMPARE(applied.strategy.name, std::string("ddp"));
+    QCOMPARE(plan::settings_from_json(j["settings"], "plan.json").strategy, std::string("ddp"));
+
+    // Half the budget fits zero stage 2 at batch 8, not ddp (which fits micro-batch 4).
+    plan::Settings eight = settings(8, false, "full");
+    eight.strategy = "zero";
+    eight.zero_stage = 2;
+    const auto need = plan::estimate_memory(in.model, eight, 0, 2).peak();
+    in.profile.memory.simulated =
+        2 *
+        (static_cast<std::uint64_t>(static_cast<double>(need) / (1.0 - plan::kHeadroom)) + 4096);
+    const auto tight = plan::make_plan(in);
+    // zero fits batch 8 at that budget, ddp only micro-batch 4: keeping the user's batch wins.
+    QCOMPARE(tight.strategy, std::string("zero"));
+    QCOMPARE(tight.settings.zero_stage, 2);
+    QCOMPARE(tight.settings.micro_batch, std::int64_t(8));
+    QVERIFY2(tight.reasons.front().rfind("strategy zero stage 2: each rank holds the whole model "
+                                         "but 1/2 of the optimizer state and of the gradients",
+                                         0) == 0,
+             tight.reasons.front().c_str());
+    QVERIFY(std::any_of(tight.reasons.begin(), tight.reasons.end(), [](const std::string& r) {
+      return r.rfind("runner-up: ddp would need", 0) == 0;
+    }));
+    // Named ddp at that budget: micro-batch 4 (the same sequences per optimizer step).
+    in.spec.strategy.name = "ddp";
+    const auto named = plan::make_plan(in);
+    QCOMPARE(named.strategy, std::string("ddp"));
+    QCOMPARE(named.settings.micro_batch, std::int64_t(4));
+    QCOMPARE(named.settings.gradient_accumulation, std::int64_t(2));
+
+    // A strategy that runs in one process cannot be named for several.
+    in.spec.strategy.name = "single";
+    try {
+      plan::make_plan(in);
+      QFAIL("expected an error");
+    } catch (const Error& e) {
+      QCOMPARE(int(e.kind()), int(ErrorKind::Unsupported));
+      QVERIFY2(std::string(e.what()).find("runs in one process") != std::string::npos, e.what());
+      QVERIFY2(e.hint().find("ddp") != std::string::npos, e.hint().c_str());
+    }
+    // Without a measured link the time leaves communication out and says so.
+    in.spec.strategy.name = "ddp";
+    in.profile.link.reset();
+    in.profile.memory.simulated = 64ull << 30;
+    const auto unmeasured = plan::make_plan(in);
+    QCOMPARE(unmeasured.communication.seconds, 0.0);
+    QVERIFY(std::any_of(
+        unmeasured.reasons.begin(), unmeasured.reasons.end(),
+        [](const std::string& r) { return r.find("was not measured") != std::string::npos; }));
+  }
+
+  void zeroSettingsRoundTrip() {
+    plan::Settings s = settings(2, true, "full");
+    s.strategy = "zero";
+    s.zero_stage = 2;
+    job::JobSpec spec;
+    spec.strategy.name = job::kAutoStrategy;
+    const job::JobSpec applied = plan::apply_settings(spec, s);
+    QCOMPARE(applied.strategy.name, std::string("zero"));
+    QCOMPARE(applied.strategy.options["stage"].get<int>(), 2);
+    const json j = {{"method", "full"},
+                    {"precision", "fp32"},
+                    {"micro_batch", 2},
+                    {"gradient_accumulation", 1},
+                    {"activation_checkpointing", true},
+                    {"sequence_length", 128},
+                    {"strategy", "zero"},
+                    {"zero_stage", 2}};
+    QCOMPARE(plan::settings_from_json(j, "plan.json").zero_stage, 2);
+    json bad = j;
+    bad["zero_stage"] = 3;
+    QVERIFY_THROWS_EXCEPTION(tessera::Error, plan::settings_from_json(bad, "plan.json"));
+  }
+
   void planUsesTheStrategyTable() {
     // auto resolves to the table's planned strategy; a named one is kept; others are refused.
     auto in = inputs(64ull << 30);
@@ -554,13 +756,13 @@ class TestPlan : public QObject {
     QCOMPARE(plan::apply_settings(in.spec, p.settings).strategy.name, std::string("single"));
     in.spec.strategy.name = "single";
     QCOMPARE(plan::make_plan(in).strategy, std::string("single"));
-    in.spec.strategy.name = "zero";
+    in.spec.strategy.name = "hybrid";
     try {
       plan::make_plan(in);
       QFAIL("expected an error");
     } catch (const Error& e) {
       QCOMPARE(int(e.kind()), int(ErrorKind::Unsupported));
-      QVERIFY2(std::string(e.what()).find("strategy.name: \"zero\"") != std::string::npos,
+      QVERIFY2(std::string(e.what()).find("strategy.name: \"hybrid\"") != std::string::npos,
                e.what());
       QVERIFY2(e.hint().find("available plugins: single, gemini, ddp") != std::string::npos,
                e.hint().c_str());
