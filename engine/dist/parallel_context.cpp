@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -158,6 +160,25 @@ struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Backend> gloo;  // null when the group is this process alone
   c10::intrusive_ptr<c10d::Backend> nccl;  // null unless cuda_collectives
 
+  // traffic(): calls, payload bytes and ring bytes per collective kind (issued on the training
+  // thread, autograd's threads or c10d's, read by anyone).
+  enum Kind { AllReduce, ReduceScatter, AllGather, Broadcast, Kinds };
+  struct Counter {
+    std::atomic<std::uint64_t> calls{0}, bytes{0}, ring_bytes{0};
+  };
+  std::array<Counter, Kinds> counters;
+
+  void count(Kind kind, const at::Tensor& payload) {
+    const auto bytes = static_cast<std::uint64_t>(payload.numel()) *
+                       static_cast<std::uint64_t>(payload.element_size());
+    const int members = static_cast<int>(ranks.size());
+    Counter& counter = counters[kind];
+    counter.calls.fetch_add(1, std::memory_order_relaxed);
+    counter.bytes.fetch_add(bytes, std::memory_order_relaxed);
+    counter.ring_bytes.fetch_add(ring_volume(bytes, members, kind == AllReduce ? 2 : 1),
+                                 std::memory_order_relaxed);
+  }
+
   std::chrono::milliseconds timeout() const { return context->options.timeouts.collective; }
 
   c10d::Backend& backend_for(const at::Tensor& tensor, const char* operation) const {
@@ -262,6 +283,7 @@ PendingCollective ProcessGroup::all_reduce_async(at::Tensor tensor, ReduceOp op)
   }
   if (size() == 1) return PendingCollective();
   c10d::Backend& backend = impl_->backend_for(tensor, "all_reduce");
+  impl_->count(Impl::AllReduce, tensor);
   return impl_->start(
       "all_reduce",
       [&] {
@@ -281,6 +303,7 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
   }
   if (size() == 1) return;
   c10d::Backend& backend = impl_->backend_for(tensor, "broadcast");
+  impl_->count(Impl::Broadcast, tensor);
   impl_
       ->start("broadcast",
               [&] {
@@ -299,6 +322,7 @@ at::Tensor ProcessGroup::all_gather(const at::Tensor& input) {
   if (size() == 1) return flat.clone();
   at::Tensor output = at::empty({size() * flat.numel()}, flat.options());
   c10d::Backend& backend = impl_->backend_for(flat, "all_gather");
+  impl_->count(Impl::AllGather, output);
   impl_
       ->start("all_gather",
               [&] {
@@ -340,6 +364,7 @@ PendingCollective ProcessGroup::reduce_scatter_async(at::Tensor input, at::Tenso
     return PendingCollective();
   }
   c10d::Backend& backend = impl_->backend_for(flat, "reduce_scatter");
+  impl_->count(Impl::ReduceScatter, flat);
   at::Tensor out = output.view(-1);
   return impl_->start(
       "reduce_scatter",
@@ -363,6 +388,17 @@ void ProcessGroup::barrier() {
               },
               {})
       .wait();
+}
+
+Traffic ProcessGroup::traffic() const {
+  const auto read = [this](Impl::Kind kind) {
+    const Impl::Counter& counter = impl_->counters[kind];
+    return CollectiveTraffic{counter.calls.load(std::memory_order_relaxed),
+                             counter.bytes.load(std::memory_order_relaxed),
+                             counter.ring_bytes.load(std::memory_order_relaxed)};
+  };
+  return {read(Impl::AllReduce), read(Impl::ReduceScatter), read(Impl::AllGather),
+          read(Impl::Broadcast)};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -393,8 +429,11 @@ ParallelContext::ParallelContext(DistEnvironment environment, ParallelOptions op
   if (!env.is_distributed()) {
     state.hosts = {host};
     state.pids = {std::to_string(getpid())};
-    world_.reset(new ProcessGroup(
-        std::make_unique<ProcessGroup::Impl>(ProcessGroup::Impl{state_, "world", {0}, 0, {}, {}})));
+    auto impl = std::make_unique<ProcessGroup::Impl>();  // built in place: its counters are atomic
+    impl->context = state_;
+    impl->name = "world";
+    impl->ranks = {0};
+    world_.reset(new ProcessGroup(std::move(impl)));
     return;
   }
 

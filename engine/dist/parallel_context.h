@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "dist/environment.h"
+#include "dist/traffic.h"
 
 namespace at {
 class Tensor;
@@ -106,6 +107,11 @@ class ProcessGroup {
                                          ReduceOp op = ReduceOp::Sum);
   // Returns once every member has called it.
   void barrier();
+
+  // Bytes this member has handed to c10d since the group was made, per collective kind, and
+  // the ring volume they stand for (dist/traffic.h says exactly what is counted). Counted when
+  // a collective is issued; safe to read from any thread.
+  Traffic traffic() const;
 
  private:
   friend class ParallelContext;

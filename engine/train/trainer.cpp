@@ -494,6 +494,8 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
   emit_memory();
   while (step < result.total_steps) {
     const auto t0 = std::chrono::steady_clock::now();
+    const dist::Traffic traffic_before =
+        distributed() ? options_.process.data_group->traffic() : dist::Traffic{};
     double loss_sum = 0.0;
     std::int64_t tokens = 0;
     for (std::int64_t micro = 0; micro < t.gradient_accumulation; ++micro) {
@@ -540,7 +542,9 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
     if (first_of_run) first_step_end = std::chrono::steady_clock::now();
     if (t.log_every <= 1 || step % t.log_every == 0 || step == result.total_steps) {
       if (events_) {
-        events_->on_step({step, loss, lr, stats.grad_norm, tokens_per_s, rank_steps});
+        std::optional<dist::Traffic> traffic;
+        if (distributed()) traffic = options_.process.data_group->traffic() - traffic_before;
+        events_->on_step({step, loss, lr, stats.grad_norm, tokens_per_s, rank_steps, traffic});
         const auto now = std::chrono::steady_clock::now();
         const std::int64_t after_first = step - result.start_step - 1;
         const double per_step = first_of_run

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/traffic.h"
 #include "train/plugin.h"
 
 namespace tessera::train {
@@ -35,6 +36,10 @@ struct StepReport {
   double grad_norm = 0.0;       // before clipping
   double tokens_per_s = 0.0;    // every rank's tokens over the slowest rank's step time
   std::vector<RankStep> ranks;  // several processes only: each rank's, gathered by a collective
+  // Several processes only: what this rank handed to c10d on the data-parallel group during
+  // this step (its micro-batches, the update and the step's own gather of losses and times);
+  // dist/traffic.h says what is counted.
+  std::optional<dist::Traffic> traffic;
 };
 
 // Memory of the training process: on the plugin's device when it is an accelerator, else the
