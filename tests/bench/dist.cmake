@@ -1,0 +1,9 @@
+# Data parallelism on this machine (issue 12): tokens/s from 1 to 2 processes for single, ddp,
+# zero 1, zero 2 and zero 2 + offload, against PyTorch DDP / ZeroRedundancyOptimizer, and the
+# bytes communicated per step over the theoretical volume; label bench, never beside another test.
+if(TESSERA_WITH_TORCH)
+  add_test(NAME bench_dist
+           COMMAND ${TESSERA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/bench/bench_dist.py)
+  set_tests_properties(bench_dist PROPERTIES LABELS bench TIMEOUT 1800 RUN_SERIAL TRUE
+    ENVIRONMENT "TESSERA_CLI=$<TARGET_FILE:tessera-cli>;TESSERA_TOOLS_DIR=${CMAKE_CURRENT_BINARY_DIR};HF_HUB_OFFLINE=1;TOKENIZERS_PARALLELISM=false")
+endif()
