@@ -319,20 +319,34 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
 
 at::Tensor ProcessGroup::all_gather(const at::Tensor& input) {
   at::Tensor flat = input.contiguous().view(-1);
-  if (size() == 1) return flat.clone();
   at::Tensor output = at::empty({size() * flat.numel()}, flat.options());
-  c10d::Backend& backend = impl_->backend_for(flat, "all_gather");
-  impl_->count(Impl::AllGather, output);
-  impl_
-      ->start("all_gather",
-              [&] {
-                c10d::AllgatherOptions options;
-                options.timeout = impl_->timeout();
-                return backend.all_gather_single(output, flat, options);
-              },
-              {})
-      .wait();
+  all_gather_async(flat, output).wait();
   return output;
+}
+
+PendingCollective ProcessGroup::all_gather_async(at::Tensor input, at::Tensor output) {
+  if (!input.is_contiguous() || !output.is_contiguous() ||
+      output.numel() != input.numel() * size() || output.scalar_type() != input.scalar_type()) {
+    throw_invalid("all_gather on " + impl_->name +
+                  ": input and output must be contiguous, the output with " +
+                  std::to_string(input.numel() * size()) + " elements of the input's dtype");
+  }
+  at::Tensor flat = input.view(-1);
+  at::Tensor out = output.view(-1);
+  if (size() == 1) {
+    out.copy_(flat);
+    return PendingCollective();
+  }
+  c10d::Backend& backend = impl_->backend_for(flat, "all_gather");
+  impl_->count(Impl::AllGather, out);
+  return impl_->start(
+      "all_gather",
+      [&] {
+        c10d::AllgatherOptions options;
+        options.timeout = impl_->timeout();
+        return backend.all_gather_single(out, flat, options);
+      },
+      out);
 }
 
 at::Tensor ProcessGroup::reduce_scatter(const at::Tensor& input, ReduceOp op) {

@@ -98,6 +98,9 @@ class ProcessGroup {
   void broadcast(at::Tensor& tensor, int root);
   // A flat tensor of size() × input.numel() elements: member 0's input, then member 1's, …
   at::Tensor all_gather(const at::Tensor& input);
+  // The same into `output` (contiguous, size() × input.numel() elements, input's dtype), started
+  // and not waited for: both tensors stay untouched until wait(), as all_reduce_async's.
+  PendingCollective all_gather_async(at::Tensor input, at::Tensor output);
   // `input` (numel divisible by size()) is reduced over the members, and this member gets its
   // block: elements [rank() × n, (rank()+1) × n) of the reduction, flat, n = numel / size().
   at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op = ReduceOp::Sum);
