@@ -178,6 +178,8 @@ Requirements requirements_for(const BuildInfo& client, std::uint64_t ram_bytes,
 std::vector<CheckResult> evaluate_checks(const NodeFacts& facts, const Requirements& needs) {
   std::vector<CheckResult> out;
   const std::string& node = facts.name;
+  // Said in the detail and in a failure's reason (what the launch table shows): a refusal
+  // caused by a faked fact must not read as a real one.
   const std::string overridden =
       facts.test_overrides.empty() ? "" : " [test override: " + joined(facts.test_overrides) + "]";
 
@@ -188,7 +190,8 @@ std::vector<CheckResult> evaluate_checks(const NodeFacts& facts, const Requireme
     r.detail = "node " + facts.build.tessera + ", client " + needs.client.tessera + overridden;
     if (!r.ok) {
       r.reason = node + " runs Tessera " + facts.build.tessera + " and this client " +
-                 needs.client.tessera + ": ranks of different versions may not agree on a job";
+                 needs.client.tessera + ": ranks of different versions may not agree on a job" +
+                 overridden;
       r.hint = "install Tessera " + needs.client.tessera + " on " + node +
                " (the same version on every node)";
     }
@@ -209,7 +212,7 @@ std::vector<CheckResult> evaluate_checks(const NodeFacts& facts, const Requireme
         r.reason = "this client's tessera-cli is built without LibTorch, so it cannot run a job";
       else
         r.reason = node + " has LibTorch " + *mine + " and this client " + *theirs +
-                   ": c10d and the checkpoints need the same LibTorch on every node";
+                   ": c10d and the checkpoints need the same LibTorch on every node" + overridden;
       r.hint = "install the same Tessera build (with LibTorch " + optional_text(theirs, "") +
                ") on every node";
     }
@@ -229,7 +232,7 @@ std::vector<CheckResult> evaluate_checks(const NodeFacts& facts, const Requireme
       const std::string fallback = best_kernel(facts.cpu_features);
       r.reason = node + "'s CPU lacks " + joined(missing) +
                  ", which the client's CPU Adam kernel (" + client_kernel +
-                 ") needs; its ranks could run only the " + fallback + " kernel";
+                 ") needs; its ranks could run only the " + fallback + " kernel" + overridden;
       r.hint = "set TESSERA_CPU_ADAM_ISA=" + fallback +
                " on the client so every node runs that kernel, or leave " + node + " out";
     }
