@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -454,6 +455,32 @@ int Launcher::run() {
   return 0;
 }
 
+// A rank that hangs or is cut off does not exit: launch sees the survivors fail instead (rank 0
+// exited with code 1), while their error, in rank 0's stream, names the rank at fault. Say which
+// machine that rank ran on, by the node's paired name (the error has only its host and address).
+void name_rank_at_fault(const fs::path& events, std::uintmax_t from,
+                        const std::vector<std::string>& machine_of_rank,
+                        const std::optional<Failure>& failure) {
+  std::ifstream in(events, std::ios::binary);
+  if (!in) return;
+  in.seekg(static_cast<std::streamoff>(from));
+  std::optional<json> error;
+  for (std::string line; std::getline(in, line);) {
+    json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (event.is_object() && event.value("type", std::string()) == "error" &&
+        event.contains("rank") && event["rank"].is_number_integer())
+      error = std::move(event);
+  }
+  if (!error) return;
+  const int rank = (*error)["rank"].get<int>();
+  if (rank < 0 || rank >= static_cast<int>(machine_of_rank.size())) return;
+  if (failure && failure->rank == rank) return;  // launch has named it already
+  std::fprintf(stderr, "tessera-cli launch: the ranks name rank %d, on %s, as the cause: %s\n",
+               rank, machine_of_rank[static_cast<std::size_t>(rank)].c_str(),
+               error->value("message", std::string()).c_str());
+  std::fflush(stderr);
+}
+
 // --- which machines, how many ranks each ------------------------------------------------------
 
 // "local:1,box2:2" → the list of a NodesSpec.
@@ -715,16 +742,29 @@ int run_launch(const std::vector<std::string>& raw) {
 
   run_args.insert(run_args.begin(), "run");
   Launcher launcher(local_nproc, world_size, master_addr, master_port, std::move(run_args), grace);
+  std::vector<std::string> machine_of_rank(static_cast<std::size_t>(local_nproc), "this machine");
   if (!remotes.empty()) {
     const json job = job::to_json(spec);
     int next_rank = local_nproc;
     for (const auto& [node, count] : remotes) {
       std::vector<int> ranks;
-      for (int i = 0; i < count; ++i) ranks.push_back(next_rank++);
+      for (int i = 0; i < count; ++i) {
+        machine_of_rank.push_back("node " + node->name + " (" + node->address + ")");
+        ranks.push_back(next_rank++);
+      }
       launcher.add_remote(*store, *node, std::move(ranks), job);
     }
   }
+  // The stream is appended to: this run's events start at its present end.
+  std::uintmax_t events_from = 0;
+  if (events_target != "-") {
+    std::error_code ignored;
+    events_from = fs::file_size(events_target, ignored);
+    if (ignored) events_from = 0;
+  }
   const int code = launcher.run();
+  if (code != 0 && events_target != "-")
+    name_rank_at_fault(events_target, events_from, machine_of_rank, launcher.failure());
   // Rank 0 writes its own error and `done` when it can; when it was killed the stream would
   // end without either, so launch adds them.
   if (const auto& failure = launcher.failure(); failure && failure->rank0_killed)
