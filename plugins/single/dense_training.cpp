@@ -17,6 +17,16 @@ bool is_model_parameter(model::PretrainedModel& model, const torch::Tensor& t) {
 
 }  // namespace
 
+std::uint64_t model_and_adapter_bytes(model::PretrainedModel& model,
+                                      const std::vector<NamedTensor>& trainable) {
+  std::uint64_t bytes = 0;
+  for (const auto& p : model.parameters()) bytes += static_cast<std::uint64_t>(p.nbytes());
+  for (const NamedTensor& t : trainable)
+    if (!is_model_parameter(model, t.tensor))
+      bytes += static_cast<std::uint64_t>(t.tensor.nbytes());
+  return bytes;
+}
+
 torch::Device DenseTraining::choose_device(const std::string& device, const std::string& plugin) {
   if (device == "cuda" || (device == "auto" && torch::cuda::is_available())) {
     if (!torch::cuda::is_available())
@@ -62,12 +72,7 @@ void DenseTraining::prepare(model::PretrainedModel& model, std::vector<NamedTens
     for (const NamedTensor& m : optimizer_->params()) copies.push_back(copy_of.at(m.name));
     optimizer_->set_compute_copies(std::move(copies));
   }
-  model_weight_bytes_ = 0;
-  for (const auto& p : model.parameters())
-    model_weight_bytes_ += static_cast<std::uint64_t>(p.nbytes());
-  for (const NamedTensor& t : params_)  // adapters live outside the model's parameters
-    if (!is_model_parameter(model, t.tensor))
-      model_weight_bytes_ += static_cast<std::uint64_t>(t.tensor.nbytes());
+  model_weight_bytes_ = model_and_adapter_bytes(model, params_);
 }
 
 void DenseTraining::backward(const torch::Tensor& loss, double multiplier) {

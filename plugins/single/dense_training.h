@@ -19,6 +19,11 @@
 
 namespace tessera::train {
 
+// The bytes of every parameter of `model` plus those of the trainable tensors that are not the
+// model's (LoRA adapters live outside its parameters): the `weights` category of memory().
+std::uint64_t model_and_adapter_bytes(model::PretrainedModel& model,
+                                      const std::vector<NamedTensor>& trainable);
+
 class DenseTraining {
  public:
   // The plugin's device from PluginOptions::device (auto | cpu | cuda); `plugin` names it in

@@ -14,18 +14,13 @@
 #include "dist/parallel_context.h"
 #include "optim/clip.h"
 #include "plugins/ddp/gradient_buckets.h"
+#include "plugins/single/dense_training.h"
 #include "train/mixed_precision.h"
 #include "train/param_groups.h"
 #include "train/plugin_registry.h"
 
 namespace tessera::train {
 namespace {
-
-bool is_model_parameter(model::PretrainedModel& model, const torch::Tensor& t) {
-  for (const auto& p : model.parameters())
-    if (p.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return true;
-  return false;
-}
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
   return (a + b - 1) / b;
@@ -134,12 +129,7 @@ class ZeroPlugin : public Plugin {
       optimizer_->set_compute_copies(std::move(copies));
     }
 
-    model_weight_bytes_ = 0;
-    for (const auto& p : model.parameters())
-      model_weight_bytes_ += static_cast<std::uint64_t>(p.nbytes());
-    for (const NamedTensor& t : params_)  // adapters live outside the model's parameters
-      if (!is_model_parameter(model, t.tensor))
-        model_weight_bytes_ += static_cast<std::uint64_t>(t.tensor.nbytes());
+    model_weight_bytes_ = model_and_adapter_bytes(model, params_);
 
     std::int64_t shard_elements = 0;
     for (const Share& s : shares_) shard_elements += s.count;
