@@ -176,6 +176,8 @@ MainWindow::MainWindow(RunsStore* store, QWidget* parent) : QMainWindow(parent),
       tr("This machine and the other machines on your network that can run the processes of a "
          "job: each runs tessera-cli agent and is paired here once."),
       nodes_));
+  // The wizard offers the paired nodes: its list follows what the Nodes page pairs and removes.
+  connect(nodes_, &NodesPage::nodesChanged, wizard_->hardware_page(), &HardwarePage::refresh_nodes);
   stack_->addWidget(make_settings_page());
   // The download tray sits under every page, so downloads go on while the user moves around.
   auto* right = new QVBoxLayout;
@@ -628,6 +630,11 @@ QString MainWindow::launch(const job::JobSpec& spec) {
   if ((live_ && live_->running()) || resume_pending_)
     return tr("A run is in progress; wait for it to finish or stop it first.");
   const QString dir = QString::fromStdString(spec.output.dir);
+  if (spec.nodes && probe_->finished() && !probe_->supports("launch"))
+    return tr("This tessera-cli (%1) has no `launch` command, which runs a job as several "
+              "processes; choose 1 process in Hardware & strategy, or a newer tessera-cli in "
+              "Settings.")
+        .arg(probe_->program());
   if (QFileInfo::exists(dir)) return tr("%1 already exists; every run needs a new folder").arg(dir);
   if (!QDir().mkpath(dir)) return tr("Cannot create the run folder %1").arg(dir);
   const QString job_file = QDir(dir).filePath("job.json");
@@ -646,7 +653,9 @@ QString MainWindow::launch(const job::JobSpec& spec) {
   run.spec_json = QString::fromStdString(job::to_json(spec).dump());
   if (live_) live_->deleteLater();
   live_ = new RunMonitor(store_, this);
-  live_->start_detached(run, settings::cli_program(), {"run", job_file});
+  // Several processes (the spec's "nodes"): `launch` starts them and merges their events.
+  live_->start_detached(run, settings::cli_program(),
+                        {spec.nodes ? QString("launch") : QString("run"), job_file});
   runs_->show_live(live_);
   show_page(Runs);
   return {};

@@ -2099,8 +2099,9 @@ class StudioTest : public QObject {
     MainWindow window(store_.get());
     window.resize(1280, 720);
     window.show();
-    const char* names[] = {"page-new-fine-tune", "page-runs", "page-models", "page-datasets",
-                           "page-settings"};
+    const char* names[] = {"page-new-fine-tune", "page-runs",  "page-models",
+                           "page-datasets",      "page-nodes", "page-settings"};
+    static_assert(std::size(names) == MainWindow::Settings + 1);
     for (int p = MainWindow::NewFineTune; p <= MainWindow::Settings; ++p) {
       window.show_page(MainWindow::Page(p));
       QTest::qWait(300);

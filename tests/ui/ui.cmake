@@ -80,6 +80,13 @@ if(TARGET tessera_ui)
   add_dependencies(test_nodes_page tessera-cli)
   set_tests_properties(test_nodes_page PROPERTIES TIMEOUT 180)
 
+  # The run dashboard's per-rank figures from a real 2-rank ddp stream (launch --nproc 2), and
+  # the wizard launching N processes.
+  tessera_add_qt_test(NAME test_rank_dashboard SOURCES ui/test_rank_dashboard.cpp LIBS studio_test_support LABELS ui)
+  add_dependencies(test_rank_dashboard event_replay tessera-cli)
+  target_compile_definitions(test_rank_dashboard PRIVATE TESSERA_EVENT_REPLAY="$<TARGET_FILE:event_replay>")
+  set_tests_properties(test_rank_dashboard PROPERTIES TIMEOUT 300)
+
   # The journey a person takes through the real window (wizard, run, stop, resume, export, chat,
   # compare) on the xcb platform under Xvfb, driven by X input from xdotool. The wrapper starts
   # and stops the X server, and exits 77 (skipped) when Xvfb or xdotool is missing.

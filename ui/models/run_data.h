@@ -50,11 +50,19 @@ class TrailingMean {
   double sum_ = 0;
 };
 
+// One rank's figures in a metric event of a job of several processes (its `ranks`).
+struct RankMetric {
+  int rank = 0;
+  double loss = kMissing;
+  double tokens_per_s = kMissing;  // its tokens over its own step time
+};
+
 struct MetricPoint {
   std::int64_t step = 0;
   double t = 0;  // seconds since the Unix epoch
   double loss = kMissing, lr = kMissing, grad_norm = kMissing, tokens_per_s = kMissing,
          eval_loss = kMissing;
+  QList<RankMetric> ranks;  // empty: one process
 };
 
 inline const QStringList& memory_categories() {
@@ -73,6 +81,14 @@ struct ChunkTraffic {
   }
 };
 
+// One rank's memory in a memory event of a job of several processes (its `ranks`).
+struct RankMemory {
+  int rank = 0;
+  QString host;  // "hostname (address)"
+  double used = kMissing;
+  double by_category[4] = {kMissing, kMissing, kMissing, kMissing};  // memory_categories()
+};
+
 struct MemorySample {
   double t = 0;
   QString tier;                                             // device | host | disk
@@ -81,6 +97,7 @@ struct MemorySample {
   double system_used = kMissing;  // host tier: memory in use on the whole machine
   double by_category[4] = {kMissing, kMissing, kMissing, kMissing};  // memory_categories()
   ChunkTraffic traffic;                                              // disk tier only
+  QList<RankMemory> ranks;  // empty: one process (the fields above are rank 0's)
 };
 
 struct CheckpointRecord {

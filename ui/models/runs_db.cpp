@@ -93,6 +93,8 @@ const QList<QStringList>& migrations() {
        "ALTER TABLE memory ADD COLUMN written_bytes REAL",
        "ALTER TABLE memory ADD COLUMN read_bytes_per_s REAL",
        "ALTER TABLE memory ADD COLUMN written_bytes_per_s REAL"},
+      // 4 → 5: a job of several processes: each rank's figures (the events' `ranks`, as JSON)
+      {"ALTER TABLE metrics ADD COLUMN ranks TEXT", "ALTER TABLE memory ADD COLUMN ranks TEXT"},
   };
   return kMigrations;
 }
@@ -235,7 +237,7 @@ RunSeries load_run_series(QSqlDatabase& db, const QString& id) {
   RunSeries s;
   QSqlQuery q(db);
   q.prepare(
-      "SELECT step, t, loss, lr, grad_norm, tokens_per_s, eval_loss FROM metrics "
+      "SELECT step, t, loss, lr, grad_norm, tokens_per_s, eval_loss, ranks FROM metrics "
       "WHERE run_id = ? ORDER BY rowid");
   q.addBindValue(id);
   if (!q.exec()) fail(db, "load metrics", q.lastError());
@@ -248,12 +250,15 @@ RunSeries load_run_series(QSqlDatabase& db, const QString& id) {
     p.grad_norm = num(q.value(4));
     p.tokens_per_s = num(q.value(5));
     p.eval_loss = num(q.value(6));
+    if (!q.value(7).isNull())
+      p.ranks = metric_ranks_from_json(
+          nlohmann::json::parse(q.value(7).toString().toStdString(), nullptr, false));
     s.metrics.push_back(p);
   }
   q.prepare(
       "SELECT t, tier, device, used, reserved, budget, weights, gradients, optimizer, "
       "activations_other, system_used, read_bytes, written_bytes, read_bytes_per_s, "
-      "written_bytes_per_s FROM memory WHERE run_id = ? ORDER BY rowid");
+      "written_bytes_per_s, ranks FROM memory WHERE run_id = ? ORDER BY rowid");
   q.addBindValue(id);
   if (!q.exec()) fail(db, "load memory", q.lastError());
   while (q.next()) {
@@ -270,6 +275,9 @@ RunSeries load_run_series(QSqlDatabase& db, const QString& id) {
     m.traffic.written_bytes = num(q.value(12));
     m.traffic.read_bytes_per_s = num(q.value(13));
     m.traffic.written_bytes_per_s = num(q.value(14));
+    if (!q.value(15).isNull())
+      m.ranks = memory_ranks_from_json(
+          nlohmann::json::parse(q.value(15).toString().toStdString(), nullptr, false));
     s.memory.push_back(m);
   }
   q.prepare("SELECT type, json, seq FROM events WHERE run_id = ? ORDER BY seq");
@@ -337,7 +345,7 @@ void write_batch(QSqlDatabase& db, const RunBatch& b) {
     if (!b.metrics.isEmpty()) {
       q.prepare(
           "INSERT INTO metrics (run_id, step, t, loss, lr, grad_norm, tokens_per_s, "
-          "eval_loss) VALUES (?,?,?,?,?,?,?,?)");
+          "eval_loss, ranks) VALUES (?,?,?,?,?,?,?,?,?)");
       double last_loss = kMissing, last_eval = kMissing;
       for (const MetricPoint& p : b.metrics) {
         q.bindValue(0, b.run_id);
@@ -348,6 +356,9 @@ void write_batch(QSqlDatabase& db, const RunBatch& b) {
         q.bindValue(5, opt(p.grad_norm));
         q.bindValue(6, opt(p.tokens_per_s));
         q.bindValue(7, opt(p.eval_loss));
+        q.bindValue(8, p.ranks.isEmpty()
+                           ? QVariant()
+                           : QVariant(QString::fromStdString(to_json(p.ranks).dump())));
         if (!q.exec()) fail(db, "insert metrics", q.lastError());
         if (present(p.loss)) last_loss = p.loss;
         if (present(p.eval_loss)) last_eval = p.eval_loss;
@@ -365,7 +376,8 @@ void write_batch(QSqlDatabase& db, const RunBatch& b) {
       q.prepare(
           "INSERT INTO memory (run_id, t, tier, device, used, reserved, budget, weights, "
           "gradients, optimizer, activations_other, system_used, read_bytes, written_bytes, "
-          "read_bytes_per_s, written_bytes_per_s) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+          "read_bytes_per_s, written_bytes_per_s, ranks) VALUES "
+          "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
       for (const MemorySample& m : b.memory) {
         q.bindValue(0, b.run_id);
         q.bindValue(1, m.t);
@@ -380,6 +392,9 @@ void write_batch(QSqlDatabase& db, const RunBatch& b) {
         q.bindValue(13, opt(m.traffic.written_bytes));
         q.bindValue(14, opt(m.traffic.read_bytes_per_s));
         q.bindValue(15, opt(m.traffic.written_bytes_per_s));
+        q.bindValue(16, m.ranks.isEmpty()
+                            ? QVariant()
+                            : QVariant(QString::fromStdString(to_json(m.ranks).dump())));
         if (!q.exec()) fail(db, "insert memory", q.lastError());
       }
     }

@@ -16,7 +16,7 @@
 
 namespace tessera::ui {
 
-inline constexpr int kRunsSchemaVersion = 4;
+inline constexpr int kRunsSchemaVersion = 5;
 
 struct RunRecord {
   QString id;

@@ -16,9 +16,11 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QLabel>
+#include <QListWidget>
 #include <QPushButton>
 #include <QSlider>
 #include <QSpinBox>
+#include <QThread>
 #include <QToolTip>
 #include <QVBoxLayout>
 #include <QValueAxis>
@@ -93,6 +95,53 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   machine_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   machine_layout->addWidget(machine_);
   layout->addWidget(machine_box);
+
+  // Processes: on this machine, and one on each paired node chosen.
+  auto* processes_box = new QGroupBox(tr("Processes"));
+  auto* processes_layout = new QVBoxLayout(processes_box);
+  auto* processes_row = new QHBoxLayout;
+  processes_ = new QSpinBox;
+  processes_->setRange(1, std::max(1, QThread::idealThreadCount()));
+  processes_->setToolTip(
+      tr("Training processes (ranks) on this machine, each with its share of the cores; above "
+         "one the job runs with a strategy that distributes (tessera-cli launch)"));
+  auto* processes_label = new QLabel(tr("Processes on this &machine:"));
+  processes_label->setBuddy(processes_);
+  distributed_ = new QComboBox;
+  distributed_->addItem(tr("auto (the planner chooses)"), QString("auto"));
+  distributed_->setToolTip(
+      tr("How the processes share the work: the strategies that distribute, as the planner "
+         "lists them for this job"));
+  distributed_->setEnabled(false);
+  auto* distributed_label = new QLabel(tr("S&trategy:"));
+  distributed_label->setBuddy(distributed_);
+  processes_row->addWidget(processes_label);
+  processes_row->addWidget(processes_);
+  processes_row->addSpacing(fontMetrics().averageCharWidth() * 2);
+  processes_row->addWidget(distributed_label);
+  processes_row->addWidget(distributed_);
+  processes_row->addStretch(1);
+  processes_layout->addLayout(processes_row);
+  auto* nodes_label = new QLabel(tr("Paired nod&es (one process each):"));
+  nodes_list_ = new QListWidget;
+  nodes_list_->setAccessibleName(tr("Paired nodes"));
+  nodes_list_->setMaximumHeight(fontMetrics().height() * 5);
+  nodes_label->setBuddy(nodes_list_);
+  processes_layout->addWidget(nodes_label);
+  processes_layout->addWidget(nodes_list_);
+  processes_note_ = new QLabel;
+  processes_note_->setWordWrap(true);
+  processes_note_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  processes_layout->addWidget(processes_note_);
+  layout->addWidget(processes_box);
+  const auto processes_changed = [this] {
+    if (loading_overrides_) return;
+    update_processes();
+    Q_EMIT strategyChanged();
+  };
+  connect(processes_, &QSpinBox::valueChanged, this, processes_changed);
+  connect(nodes_list_, &QListWidget::itemChanged, this, processes_changed);
+  connect(distributed_, &QComboBox::currentIndexChanged, this, processes_changed);
 
   auto* strategy_box = new QGroupBox(tr("Strategy"));
   auto* strategy_layout = new QVBoxLayout(strategy_box);
@@ -279,10 +328,11 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   connect(param_offload_, &QSlider::valueChanged, this,
           [this](int notch) { offload_moved(/*parameters=*/true, notch); });
   connect(offload_reset_, &QPushButton::clicked, this, &HardwarePage::clear_offload_override);
+  update_processes();
 }
 
 HardwarePage::~HardwarePage() {
-  for (QProcess* p : {profile_process_, plan_process_}) {
+  for (QProcess* p : {profile_process_, plan_process_, nodes_process_}) {
     if (p && p->state() != QProcess::NotRunning) {
       p->disconnect(this);
       p->kill();
@@ -296,6 +346,7 @@ void HardwarePage::set_cli(const QString& cli) {
   cli_ = cli;
   warning_->setVisible(false);
   start_profile();
+  refresh_nodes();
   if (have_spec_) debounce_.start();
 }
 
@@ -327,7 +378,142 @@ QString HardwarePage::explanation() const {
   return plan_.value("explanation").toString();
 }
 
+int HardwarePage::local_processes() const {
+  return processes_->value();
+}
+
+QStringList HardwarePage::chosen_nodes() const {
+  QStringList names;
+  for (int i = 0; i < nodes_list_->count(); ++i)
+    if (nodes_list_->item(i)->checkState() == Qt::Checked)
+      names << nodes_list_->item(i)->data(Qt::UserRole).toString();
+  return names;
+}
+
+std::optional<job::NodesSpec> HardwarePage::nodes_spec() const {
+  if (total_processes() <= 1) return std::nullopt;
+  job::NodesSpec nodes = loaded_nodes_spec_.value_or(job::NodesSpec{});
+  const auto loaded = nodes.ranks_per_node;
+  nodes.ranks_per_node = {{job::kLocalNode, local_processes()}};
+  for (const QString& name : chosen_nodes()) {
+    job::NodeRanks ranks{name.toStdString(), 1};
+    for (const job::NodeRanks& r : loaded)  // a cloned job's ranks on that node
+      if (r.name == ranks.name) ranks.nproc = r.nproc;
+    nodes.ranks_per_node.push_back(ranks);
+  }
+  return nodes;
+}
+
+void HardwarePage::load_nodes(const std::optional<job::NodesSpec>& nodes) {
+  loaded_nodes_spec_ = nodes;
+  loaded_nodes_.clear();
+  int local = 1;
+  if (nodes)
+    for (const job::NodeRanks& r : nodes->ranks_per_node) {
+      if (r.name == job::kLocalNode)
+        local = r.nproc;
+      else
+        loaded_nodes_ << QString::fromStdString(r.name);
+    }
+  loading_overrides_ = true;
+  processes_->setMaximum(std::max(processes_->maximum(), local));
+  processes_->setValue(local);
+  for (int i = 0; i < nodes_list_->count(); ++i) {
+    QListWidgetItem* item = nodes_list_->item(i);
+    item->setCheckState(
+        loaded_nodes_.contains(item->data(Qt::UserRole).toString()) ? Qt::Checked : Qt::Unchecked);
+  }
+  loading_overrides_ = false;
+  update_processes();
+}
+
+void HardwarePage::refresh_nodes() {
+  if (cli_.isEmpty() || nodes_process_) return;
+  nodes_process_ = new QProcess(this);
+  connect(nodes_process_, &QProcess::finished, this, [this, p = nodes_process_](int code) {
+    p->deleteLater();
+    nodes_process_ = nullptr;
+    if (code != 0) return update_processes();  // a tessera-cli without nodes: none to offer
+    const QStringList checked = chosen_nodes() + loaded_nodes_;
+    loading_overrides_ = true;
+    nodes_list_->clear();
+    for (const QJsonValue& v : QJsonDocument::fromJson(p->readAllStandardOutput()).array()) {
+      const QJsonObject node = v.toObject();
+      const QString name = node.value("name").toString();
+      auto* item = new QListWidgetItem(tr("%1 (%2:%3)")
+                                           .arg(name, node.value("address").toString())
+                                           .arg(node.value("port").toInt()),
+                                       nodes_list_);
+      item->setData(Qt::UserRole, name);
+      item->setFlags(item->flags() | Qt::ItemIsUserCheckable);
+      item->setCheckState(checked.contains(name) ? Qt::Checked : Qt::Unchecked);
+    }
+    loading_overrides_ = false;
+    update_processes();
+  });
+  connect(nodes_process_, &QProcess::errorOccurred, this,
+          [this, p = nodes_process_](QProcess::ProcessError e) {
+            if (e != QProcess::FailedToStart) return;
+            p->deleteLater();
+            nodes_process_ = nullptr;
+          });
+  nodes_process_->start(cli_, {"nodes", "list", "--json"});
+}
+
+void HardwarePage::update_processes() {
+  const int cores = profile_.value("cpu").toObject().value("logical_cores").toInt();
+  if (cores > 0 && processes_->maximum() != std::max(cores, processes_->value())) {
+    const bool was = loading_overrides_;
+    loading_overrides_ = true;
+    processes_->setMaximum(std::max(cores, processes_->value()));
+    loading_overrides_ = was;
+  }
+  const int total = total_processes();
+  distributed_->setEnabled(total > 1);
+  const QStringList nodes = chosen_nodes();
+  QString note;
+  if (total == 1)
+    note = tr("One process on this machine.");
+  else if (nodes.isEmpty())
+    note = tr("%1 processes on this machine, started with tessera-cli launch; the plan above is "
+              "per process.")
+               .arg(total);
+  else
+    note = tr("%1 processes: %2 on this machine and one on %3, started with tessera-cli launch "
+              "after every node's pre-flight checks (see Nodes); the plan above is per process.")
+               .arg(total)
+               .arg(local_processes())
+               .arg(nodes.join(", "));
+  if (nodes_list_->count() == 0)
+    note += " " + tr("No paired node: pair other machines on the Nodes page to use them here.");
+  processes_note_->setText(note);
+  update_offload();
+}
+
+void HardwarePage::learn_strategies(const QJsonObject& plan) {
+  if (plan.value("ranks").toObject().value("processes").toInt() <= 1) return;
+  for (const QJsonValue& v : plan.value("strategies").toArray()) {
+    const QJsonObject s = v.toObject();
+    const QString name = s.value("strategy").toString();
+    const int stage = s.value("zero_stage").toInt();
+    const QString key = stage > 0 ? QString("%1:%2").arg(name).arg(stage) : name;
+    if (name.isEmpty() || distributed_->findData(key) >= 0) continue;
+    const bool was = loading_overrides_;
+    loading_overrides_ = true;
+    distributed_->addItem(stage > 0 ? tr("%1 stage %2").arg(name).arg(stage) : name, key);
+    loading_overrides_ = was;
+  }
+}
+
 job::StrategySpec HardwarePage::strategy_spec(const std::string& method) const {
+  if (total_processes() > 1) {
+    const QString choice = distributed_->currentData().toString();
+    job::StrategySpec s;
+    s.name = choice.section(':', 0, 0).toStdString();
+    if (s.name == loaded_strategy_.name) s.options = loaded_strategy_.options;  // a clone's
+    if (choice.contains(':')) s.options["stage"] = choice.section(':', 1).toInt();
+    return s;
+  }
   if (offload_override_ < 0 || method != "full") return loaded_strategy_;
   job::StrategySpec s;
   if (loaded_strategy_.name == "gemini") s = loaded_strategy_;  // its other options kept
@@ -342,6 +528,16 @@ job::StrategySpec HardwarePage::strategy_spec(const std::string& method) const {
 
 void HardwarePage::load_strategy(const job::StrategySpec& strategy) {
   loaded_strategy_ = strategy;
+  if (strategy.name == "ddp" || strategy.name == "zero") {  // a job of several processes
+    QString key = QString::fromStdString(strategy.name);
+    if (strategy.name == "zero") key += QString(":%1").arg(strategy.options.value("stage", 1));
+    loading_overrides_ = true;
+    if (distributed_->findData(key) < 0)
+      distributed_->addItem(key.contains(':') ? tr("zero stage %1").arg(key.section(':', 1)) : key,
+                            key);
+    distributed_->setCurrentIndex(distributed_->findData(key));
+    loading_overrides_ = false;
+  }
   offload_override_ = -1;
   param_override_ = -1;
   if (strategy.name == "gemini") {
@@ -387,7 +583,9 @@ bool HardwarePage::trains_on_cpu() const {
 }
 
 void HardwarePage::update_offload() {
-  const bool shown = have_spec_ && spec_.method.type == "full" && trains_on_cpu();
+  // Disk offload is a one-process strategy (gemini).
+  const bool shown =
+      have_spec_ && spec_.method.type == "full" && trains_on_cpu() && total_processes() == 1;
   offload_row_->setVisible(shown);
   param_row_->setVisible(shown);
   offload_note_->setVisible(shown);
@@ -541,7 +739,7 @@ void HardwarePage::show_profile() {
   }
   if (profile_.contains("os")) lines << tr("OS: %1").arg(profile_.value("os").toString());
   machine_->setText(lines.join('\n'));
-  update_offload();
+  update_processes();
   Q_EMIT profiled();
 }
 
@@ -619,6 +817,7 @@ void HardwarePage::show_plan(const QJsonObject& plan) {
   plan_error_.clear();
   planned_spec_ = planning_spec_;
   fits_ = plan.value("fits").toBool();
+  learn_strategies(plan);
   strategy_->setText(plan.value("explanation").toString());
   QStringList reasons;
   for (const QJsonValue& r : plan.value("reasons").toArray()) reasons << "• " + r.toString();

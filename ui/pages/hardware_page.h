@@ -8,13 +8,15 @@
 // of the optimizer state (strategy gemini, options.offload_optim_frac) and of the parameters
 // (options.offload_param_frac) on disk: the job is planned again with them. Each tier (device,
 // host, disk) gets one bar, scaled to that tier's capacity (the disk's: its free space). Both
-// commands run in child processes, one plan at a time.
+// commands run in child processes, one plan at a time. "Processes" makes the job one of several
+// processes, on this machine and on paired LAN nodes.
 #include <QJsonArray>
 #include <QJsonObject>
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QTimer>
 #include <QWidget>
+#include <optional>
 
 #include "job/job_spec.h"
 
@@ -25,6 +27,7 @@ class QChartView;
 class QComboBox;
 class QHorizontalStackedBarSeries;
 class QLabel;
+class QListWidget;
 class QPushButton;
 class QSlider;
 class QSpinBox;
@@ -92,6 +95,22 @@ class HardwarePage : public QWidget {
   int param_offload_override() const { return param_override_; }
   void clear_offload_override();  // back to the planner's choice
 
+  // Processes: this machine's ("Processes on this machine", 1 to its logical cores) and one on
+  // each paired node checked in the list (`tessera-cli nodes list --json`). Above one in all,
+  // the spec gets "nodes" (docs/job-spec.md; launched with `tessera-cli launch`), the strategy
+  // list offers the strategies that distribute as `plan` lists them (ddp, zero when registered)
+  // and the disk sliders are hidden.
+  int local_processes() const;
+  QStringList chosen_nodes() const;
+  int total_processes() const { return local_processes() + int(chosen_nodes().size()); }
+  std::optional<job::NodesSpec> nodes_spec() const;
+  void load_nodes(const std::optional<job::NodesSpec>& nodes);  // a cloned job's
+  void refresh_nodes();                                         // `nodes list --json` again
+  QSpinBox* processes() const { return processes_; }
+  QListWidget* nodes_list() const { return nodes_list_; }
+  QComboBox* distributed_strategy() const { return distributed_; }
+  QLabel* processes_note() const { return processes_note_; }
+
   // What the bars show, per tier in the bars' order (bottom to top: the plan's last tier
   // first, so its first is drawn on top): the tier ("device", "host",
   // "disk"), its capacity in bytes and the bytes of each bar set (the categories, free,
@@ -135,6 +154,8 @@ class HardwarePage : public QWidget {
   // A slider moved by the user: both overrides fixed, the moved one at `notch`.
   void offload_moved(bool parameters, int notch);
   bool trains_on_cpu() const;
+  void update_processes();  // the range, the strategy list and the note
+  void learn_strategies(const QJsonObject& plan);
 
   QString cli_;
   QLabel* machine_;
@@ -166,6 +187,13 @@ class HardwarePage : public QWidget {
   QStringList shown_tiers_;
   QList<double> shown_capacity_;
   QList<QList<double>> shown_bytes_;
+  QSpinBox* processes_;
+  QListWidget* nodes_list_;
+  QLabel* processes_note_;
+  QComboBox* distributed_;
+  QStringList loaded_nodes_;  // a cloned job's nodes, checked once the list has them
+  std::optional<job::NodesSpec> loaded_nodes_spec_;  // its master address, port, ranks per node
+  QProcess* nodes_process_ = nullptr;
   QProcess* profile_process_ = nullptr;
   QProcess* plan_process_ = nullptr;
   QTimer debounce_;

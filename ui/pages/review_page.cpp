@@ -108,7 +108,7 @@ ReviewPage::ReviewPage(CliProbe* probe, QWidget* parent) : QWidget(parent), prob
   summary_->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
   for (const QString& label :
        QStringList{"Model", "Data", "Method", "Length", "Batch", "Learning rate", "Precision",
-                   "Strategy", "Changed to fit", "Time", "Memory", "Run folder"}) {
+                   "Processes", "Strategy", "Changed to fit", "Time", "Memory", "Run folder"}) {
     auto* value = new QLabel;
     value->setWordWrap(true);
     value->setTextInteractionFlags(Qt::TextSelectableByMouse);
@@ -280,6 +280,23 @@ void ReviewPage::show_summary(const ReviewFacts& facts) {
           .arg(s.training.warmup_steps);
   rows["Precision"] = QString::fromStdString(s.precision);
   rows["Run folder"] = QDir::toNativeSeparators(QString::fromStdString(s.output.dir));
+
+  // Several processes: started with `tessera-cli launch` (the spec's "nodes").
+  int processes = 1;
+  QStringList where;
+  if (s.nodes) {
+    processes = 0;
+    for (const job::NodeRanks& r : s.nodes->ranks_per_node) {
+      processes += r.nproc;
+      where << (r.name == job::kLocalNode
+                    ? tr("%1 on this machine").arg(r.nproc)
+                    : tr("%1 on %2").arg(r.nproc).arg(QString::fromStdString(r.name)));
+    }
+  }
+  rows["Processes"] =
+      processes == 1
+          ? tr("1 process on this machine")
+          : tr("%1 processes: %2 (tessera-cli launch)").arg(processes).arg(where.join(", "));
 
   // Strategy, time and memory are the plan's (the Hardware & strategy step's, same figures).
   const QString strategy = QString::fromStdString(s.strategy.name);

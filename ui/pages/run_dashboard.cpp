@@ -9,6 +9,7 @@
 #include <QFontDatabase>
 #include <QGridLayout>
 #include <QHBoxLayout>
+#include <QHeaderView>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -18,9 +19,11 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QScrollArea>
+#include <QSet>
 #include <QSplitter>
 #include <QStyle>
 #include <QTabWidget>
+#include <QTableWidget>
 #include <QVBoxLayout>
 #include <climits>
 
@@ -126,6 +129,26 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   // Equal halves, whatever the memory tabs hold (the disk tier's two charts ask for more).
   grid->setColumnStretch(0, 1);
   grid->setColumnStretch(1, 1);
+  ranks_panel_ = new QWidget;
+  auto* ranks_layout = new QVBoxLayout(ranks_panel_);
+  ranks_layout->setContentsMargins(0, 0, 0, 0);
+  auto* ranks_caption = new QLabel(tr("Per rank (latest report)"));
+  ranks_table_ = new QTableWidget;
+  ranks_table_->setObjectName("ranksTable");
+  ranks_table_->setAccessibleName(tr("Per rank"));
+  ranks_table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  ranks_table_->setSelectionMode(QAbstractItemView::NoSelection);
+  ranks_table_->verticalHeader()->setVisible(false);
+  ranks_table_->horizontalHeader()->setStretchLastSection(true);
+  ranks_table_->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  ranks_layout->addWidget(ranks_caption);
+  ranks_layout->addWidget(ranks_table_);
+  ranks_panel_->setVisible(false);
+  // As tall as its rows: the charts take the rest.
+  ranks_panel_->setSizePolicy(QSizePolicy::Preferred, QSizePolicy::Maximum);
+  grid->addWidget(ranks_panel_, 2, 0, 1, 2);
+  grid->setRowStretch(0, 1);
+  grid->setRowStretch(1, 1);
 
   log_ = new QPlainTextEdit;
   log_->setReadOnly(true);
@@ -219,6 +242,12 @@ void RunDashboard::clear() {
   smoothed_loss_ = kMissing;
   smoothed_count_ = 0;
   throughput_trend_.clear();
+  rank_metrics_.clear();
+  rank_memory_.clear();
+  ranks_job_loss_ = ranks_job_tokens_per_s_ = kMissing;
+  ranks_table_->clear();
+  ranks_table_->setRowCount(0);
+  ranks_panel_->setVisible(false);
   error_->clear();
   error_->setVisible(false);
   progress_->setRange(0, 1);
@@ -499,6 +528,11 @@ void RunDashboard::append(const RunSeries& s) {
       last_eval_loss_ = p.eval_loss;
     }
     if (present(p.lr)) lr.push_back({x, p.lr});
+    if (!p.ranks.isEmpty()) {
+      rank_metrics_ = p.ranks;
+      ranks_job_loss_ = p.loss;
+      ranks_job_tokens_per_s_ = p.tokens_per_s;
+    }
     if (present(p.tokens_per_s)) {
       tps.push_back({x, p.tokens_per_s});
       smoothed_tps.push_back({x, throughput_trend_.add(p.tokens_per_s)});
@@ -524,6 +558,8 @@ void RunDashboard::append(const RunSeries& s) {
       if (memory_tabs_->currentIndex() == 0) memory_tabs_->setCurrentWidget(tab);
     }
     place_traffic_chart();
+    for (const MemorySample& m : s.memory)
+      if (!m.ranks.isEmpty()) rank_memory_[m.tier] = m.ranks;
     for (MemoryChart* chart : memory_) chart->append(s.memory, t0_);
     if (traffic_) {
       traffic_->append(s.memory, t0_);
@@ -552,6 +588,100 @@ void RunDashboard::append(const RunSeries& s) {
   }
   for (const QString& line : s.log) log_->appendPlainText(line);
   update_loss_label();
+  if (!rank_metrics_.isEmpty() || !rank_memory_.isEmpty()) update_ranks_table();
+}
+
+void RunDashboard::update_ranks_table() {
+  // The ranks either event names, in rank order; a rank's node from the memory events.
+  QMap<int, QString> host_of;
+  for (const QList<RankMemory>& tier : rank_memory_)
+    for (const RankMemory& r : tier) host_of[r.rank] = r.host;
+  for (const RankMetric& r : rank_metrics_)
+    if (!host_of.contains(r.rank)) host_of[r.rank] = QString();
+  const QStringList tiers = rank_memory_.keys();
+  QStringList headers = {tr("Rank"), tr("Node"), tr("Loss"), tr("Tokens/s")};
+  for (const QString& tier : tiers) headers << tr("Memory (%1)").arg(tier);
+  QStringList hosts;
+  for (const QString& h : host_of)
+    if (!hosts.contains(h)) hosts << h;
+  const bool per_node = hosts.size() > 1;
+  const int rows = int(host_of.size()) + (per_node ? int(hosts.size()) : 0) + 1;
+  ranks_table_->setColumnCount(int(headers.size()));
+  ranks_table_->setHorizontalHeaderLabels(headers);
+  ranks_table_->setRowCount(rows);
+  auto set = [this](int row, int column, const QString& text, bool bold = false) {
+    auto* item = new QTableWidgetItem(text);
+    if (column >= 2) item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+    if (bold) {
+      QFont f = item->font();
+      f.setBold(true);
+      item->setFont(f);
+    }
+    ranks_table_->setItem(row, column, item);
+  };
+  auto number_text = [](double v, int decimals) {
+    return present(v) ? QString::number(v, 'f', decimals) : QString("—");
+  };
+  auto memory_of = [this](const QString& tier, int rank) {
+    for (const RankMemory& r : rank_memory_.value(tier))
+      if (r.rank == rank) return r.used;
+    return kMissing;
+  };
+  int row = 0;
+  for (auto it = host_of.cbegin(); it != host_of.cend(); ++it, ++row) {
+    set(row, 0, QString::number(it.key()));
+    set(row, 1, it.value());
+    const auto metric = std::find_if(rank_metrics_.cbegin(), rank_metrics_.cend(),
+                                     [&](const RankMetric& m) { return m.rank == it.key(); });
+    set(row, 2, metric != rank_metrics_.cend() ? number_text(metric->loss, 4) : "—");
+    set(row, 3, metric != rank_metrics_.cend() ? number_text(metric->tokens_per_s, 1) : "—");
+    for (int t = 0; t < tiers.size(); ++t) {
+      const double used = memory_of(tiers[t], it.key());
+      set(row, 4 + t, present(used) ? format_bytes(used) : "—");
+    }
+  }
+  // Per node: its ranks' memory and their throughputs added (each over its own step time).
+  if (per_node)
+    for (const QString& host : hosts) {
+      double tokens = 0;
+      bool any_tokens = false;
+      for (const RankMetric& m : rank_metrics_)
+        if (host_of.value(m.rank) == host && present(m.tokens_per_s)) {
+          tokens += m.tokens_per_s;
+          any_tokens = true;
+        }
+      set(row, 0, tr("node"), true);
+      set(row, 1, host, true);
+      set(row, 2, QString());
+      set(row, 3, any_tokens ? number_text(tokens, 1) : "—", true);
+      for (int t = 0; t < tiers.size(); ++t) {
+        double used = 0;
+        for (const RankMemory& r : rank_memory_.value(tiers[t]))
+          if (r.host == host && present(r.used)) used += r.used;
+        set(row, 4 + t, format_bytes(used), true);
+      }
+      ++row;
+    }
+  // The job: the event's own loss (the mean over ranks) and tokens/s (every rank's tokens over
+  // the slowest rank's step time); memory summed over the ranks.
+  set(row, 0, tr("job"), true);
+  set(row, 1, per_node ? tr("%1 nodes").arg(hosts.size()) : hosts.value(0), true);
+  set(row, 2, number_text(ranks_job_loss_, 4), true);
+  set(row, 3, number_text(ranks_job_tokens_per_s_, 1), true);
+  for (int t = 0; t < tiers.size(); ++t) {
+    double used = 0;
+    for (const RankMemory& r : rank_memory_.value(tiers[t]))
+      if (present(r.used)) used += r.used;
+    set(row, 4 + t, format_bytes(used), true);
+  }
+  ranks_table_->item(row, 0)->setToolTip(
+      tr("Loss: the mean over the ranks. Tokens/s: every rank's tokens over the slowest rank's "
+         "step time. Memory: the ranks' added up."));
+  ranks_table_->resizeColumnsToContents();
+  ranks_table_->setFixedHeight(ranks_table_->horizontalHeader()->height() +
+                               ranks_table_->verticalHeader()->length() +
+                               2 * ranks_table_->frameWidth());
+  ranks_panel_->setVisible(true);
 }
 
 }  // namespace tessera::ui

@@ -1,8 +1,9 @@
 #pragma once
 // The run dashboard: live (from a RunMonitor) or replayed (from the runs database) charts of
 // training and evaluation loss, learning rate, tokens/s and memory per tier (with the disk
-// tier's folder and chunk traffic when the run offloads to disk), a progress bar with ETA, the
-// last error and the log. Live data is drawn at most ~25 times a second.
+// tier's folder and chunk traffic when the run offloads to disk), each rank's figures in a job of
+// several processes, a progress bar with ETA, the last error and the log. Live data is drawn at
+// most ~25 times a second.
 #include <QMap>
 #include <QPointer>
 #include <QTimer>
@@ -16,6 +17,7 @@ class QLabel;
 class QPlainTextEdit;
 class QProgressBar;
 class QPushButton;
+class QTableWidget;
 class QTabWidget;
 
 namespace tessera::ui {
@@ -45,6 +47,10 @@ class RunDashboard : public QWidget {
   TrafficChart* traffic_chart() const { return traffic_; }
   ElidedLabel* disk_folder_label() const { return disk_folder_; }
   QLabel* disk_traffic_label() const { return disk_totals_; }
+  // A job of several processes: each rank's latest loss, tokens/s and memory per tier (and its
+  // node), a row per node when the ranks run on more than one, and the job's total (hidden
+  // while the events carry no `ranks`).
+  QTableWidget* ranks_table() const { return ranks_table_; }
   QProgressBar* progress_bar() const { return progress_; }
   QLabel* status_label() const { return status_; }
   QPushButton* stop_button() const { return stop_; }
@@ -91,6 +97,7 @@ class RunDashboard : public QWidget {
   // The tab of a tier's chart; the disk tier's also holds its folder and chunk traffic.
   QWidget* make_tier_tab(const QString& tier, MemoryChart* chart);
   void update_disk_labels(const MemorySample& latest);
+  void update_ranks_table();
   // The traffic chart beside the disk chart when the dashboard is wide enough for both to be
   // readable, else in a tab of its own after the disk tier's. (The dashboard's width, not the
   // tabs': theirs follows what they hold.)
@@ -126,6 +133,12 @@ class RunDashboard : public QWidget {
   TrafficChart* traffic_ = nullptr;
   ElidedLabel* disk_folder_ = nullptr;
   QLabel* disk_totals_ = nullptr;
+  QWidget* ranks_panel_;
+  QTableWidget* ranks_table_;
+  QList<RankMetric> rank_metrics_;                // of the latest metric event with ranks
+  double ranks_job_loss_ = kMissing;              // that event's loss (the mean over ranks)
+  double ranks_job_tokens_per_s_ = kMissing;      // and its tokens_per_s (the job's)
+  QMap<QString, QList<RankMemory>> rank_memory_;  // tier -> its latest memory event's ranks
   QPlainTextEdit* log_;
   QPlainTextEdit* spec_view_;
   QPlainTextEdit* plan_view_;

@@ -203,6 +203,7 @@ job::JobSpec FineTuneWizard::build_spec() const {
   spec.training = method_->training_spec();
   spec.precision = method_->precision().toStdString();
   spec.strategy = hardware_->strategy_spec(spec.method.type);
+  spec.nodes = hardware_->nodes_spec();  // several processes: launched with `tessera-cli launch`
   spec.output.dir = QDir(review_->runs_folder()).filePath(run_id_).toStdString();
   return spec;
 }
@@ -212,6 +213,7 @@ void FineTuneWizard::load_spec(const job::JobSpec& spec) {
   if (!spec.model.path.empty()) model_->choose_folder(QString::fromStdString(spec.model.path));
   dataset_->load_spec(spec.dataset);
   method_->load_spec(spec.method, spec.training, QString::fromStdString(spec.precision));
+  hardware_->load_nodes(spec.nodes);
   hardware_->load_strategy(spec.strategy);
   go_to(ReviewStep);
 }

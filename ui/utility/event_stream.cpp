@@ -48,6 +48,66 @@ QString text(const json& e, const char* key) {
 
 }  // namespace
 
+QList<RankMetric> metric_ranks_from_json(const json& ranks) {
+  QList<RankMetric> out;
+  if (!ranks.is_array()) return out;
+  for (const json& r : ranks) {
+    if (!r.is_object()) continue;
+    const double rank = number(r, "rank");
+    if (!present(rank)) continue;
+    out.push_back({static_cast<int>(rank), number(r, "loss"), number(r, "tokens_per_s")});
+  }
+  return out;
+}
+
+QList<RankMemory> memory_ranks_from_json(const json& ranks) {
+  QList<RankMemory> out;
+  if (!ranks.is_array()) return out;
+  for (const json& r : ranks) {
+    if (!r.is_object()) continue;
+    const double rank = number(r, "rank");
+    if (!present(rank)) continue;
+    RankMemory m;
+    m.rank = static_cast<int>(rank);
+    m.host = text(r, "host");
+    m.used = number(r, "used");
+    if (auto it = r.find("by_category"); it != r.end() && it->is_object())
+      for (int i = 0; i < 4; ++i)
+        m.by_category[i] = number(*it, memory_categories()[i].toUtf8().constData());
+    out.push_back(m);
+  }
+  return out;
+}
+
+namespace {
+json number_or_null(double v) {
+  return present(v) ? json(v) : json(nullptr);
+}
+}  // namespace
+
+json to_json(const QList<RankMetric>& ranks) {
+  json out = json::array();
+  for (const RankMetric& r : ranks)
+    out.push_back({{"rank", r.rank},
+                   {"loss", number_or_null(r.loss)},
+                   {"tokens_per_s", number_or_null(r.tokens_per_s)}});
+  return out;
+}
+
+json to_json(const QList<RankMemory>& ranks) {
+  json out = json::array();
+  for (const RankMemory& r : ranks) {
+    json categories = json::object();
+    for (int i = 0; i < 4; ++i)
+      categories[memory_categories()[i].toStdString()] = number_or_null(r.by_category[i]);
+    out.push_back({{"rank", r.rank},
+                   {"host", r.host.toStdString()},
+                   {"used", number_or_null(r.used)},
+                   {"by_category", categories}});
+  }
+  return out;
+}
+
 QString describe_event(const json& e) {
   if (!e.is_object()) return {};
   const QString type = text(e, "type");
@@ -90,6 +150,7 @@ void apply_event(const json& e, const QByteArray& line, StreamState& state, RunS
     p.grad_norm = number(e, "grad_norm");
     p.tokens_per_s = number(e, "tokens_per_s");
     p.eval_loss = number(e, "eval_loss");
+    if (auto it = e.find("ranks"); it != e.end()) p.ranks = metric_ranks_from_json(*it);
     delta.metrics.push_back(p);
     batch.metrics.push_back(p);
     return;
@@ -114,6 +175,7 @@ void apply_event(const json& e, const QByteArray& line, StreamState& state, RunS
       m.traffic.read_bytes_per_s = number(*it, "read_bytes_per_s");
       m.traffic.written_bytes_per_s = number(*it, "written_bytes_per_s");
     }
+    if (auto it = e.find("ranks"); it != e.end()) m.ranks = memory_ranks_from_json(*it);
     delta.memory.push_back(m);
     batch.memory.push_back(m);
     return;

@@ -33,6 +33,13 @@ class LineSplitter {
 // One line of log text for an event, or "" for events shown only in charts.
 QString describe_event(const nlohmann::json& event);
 
+// The `ranks` arrays of metric and memory events (docs/events.md), and back (the runs
+// database keeps them as this JSON).
+QList<RankMetric> metric_ranks_from_json(const nlohmann::json& ranks);
+QList<RankMemory> memory_ranks_from_json(const nlohmann::json& ranks);
+nlohmann::json to_json(const QList<RankMetric>& ranks);
+nlohmann::json to_json(const QList<RankMemory>& ranks);
+
 // What applying events has learned about the run so far.
 struct StreamState {
   std::int64_t seq = 0;

@@ -3,6 +3,8 @@
 #include <QDateTime>
 #include <QDir>
 #include <QFileInfo>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <csignal>
 
 namespace tessera::ui {
@@ -390,7 +392,10 @@ QString resume_blocker(const RunRecord& run) {
 }
 
 QStringList resume_arguments(const RunRecord& run) {
-  return {"run", QDir(run.output_dir).filePath("job.json"), "--resume", run.output_dir};
+  // A job of several processes (its spec lists "nodes") resumes through `launch`.
+  const QJsonObject spec = QJsonDocument::fromJson(run.spec_json.toUtf8()).object();
+  return {spec.contains("nodes") ? "launch" : "run", QDir(run.output_dir).filePath("job.json"),
+          "--resume", run.output_dir};
 }
 
 }  // namespace tessera::ui
