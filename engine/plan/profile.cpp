@@ -182,30 +182,24 @@ fs::path cache_file() {
   return {};
 }
 
-std::optional<DiskInfo> cached_disk(const fs::path& dir) {
+// A measurement kept in the profile cache under doc[section][key], with the time it was taken:
+// the entry while it is less than a day old, else nothing (measured again). A stale or foreign
+// cache is simply measured again.
+std::optional<json> cached_measurement(const std::string& section, const std::string& key) {
   const fs::path file = cache_file();
   std::error_code ec;
   if (file.empty() || !fs::exists(file, ec)) return std::nullopt;
   try {
-    const json doc = json::parse(read_small_file(file));
-    const json& d = doc.at("disk").at(fs::weakly_canonical(dir).string());
-    const auto age = std::time(nullptr) - d.at("unix_time").get<std::int64_t>();
+    json entry = json::parse(read_small_file(file)).at(section).at(key);
+    const auto age = std::time(nullptr) - entry.at("unix_time").get<std::int64_t>();
     if (age < 0 || age > 24 * 3600) return std::nullopt;
-    DiskInfo info;
-    info.measured = true;
-    info.from_cache = true;
-    info.write_bytes_per_s = d.at("write_bytes_per_s").get<double>();
-    info.read_bytes_per_s = d.at("read_bytes_per_s").get<double>();
-    info.test_bytes = d.at("test_bytes").get<std::uint64_t>();
-    info.method = d.at("method").get<std::string>();
-    info.measured_at = d.at("measured_at").get<std::string>();
-    return info;
+    return entry;
   } catch (const std::exception&) {
-    return std::nullopt;  // a stale or foreign cache is simply measured again
+    return std::nullopt;
   }
 }
 
-void store_disk(const fs::path& dir, const DiskInfo& info) {
+void store_measurement(const std::string& section, const std::string& key, json entry) {
   const fs::path file = cache_file();
   if (file.empty()) return;
   try {
@@ -215,13 +209,8 @@ void store_disk(const fs::path& dir, const DiskInfo& info) {
       doc = json::parse(read_small_file(file), nullptr, false);
       if (!doc.is_object()) doc = json::object();
     }
-    doc["disk"][fs::weakly_canonical(dir).string()] = {
-        {"write_bytes_per_s", info.write_bytes_per_s},
-        {"read_bytes_per_s", info.read_bytes_per_s},
-        {"test_bytes", info.test_bytes},
-        {"method", info.method},
-        {"measured_at", info.measured_at},
-        {"unix_time", static_cast<std::int64_t>(std::time(nullptr))}};
+    entry["unix_time"] = static_cast<std::int64_t>(std::time(nullptr));
+    doc[section][key] = std::move(entry);
     fs::create_directories(file.parent_path(), ec);
     core::write_file_atomic(file, doc.dump(2));
   } catch (const std::exception&) {
@@ -229,24 +218,49 @@ void store_disk(const fs::path& dir, const DiskInfo& info) {
   }
 }
 
+std::optional<DiskInfo> cached_disk(const fs::path& dir) {
+  const std::optional<json> d = cached_measurement("disk", fs::weakly_canonical(dir).string());
+  if (!d) return std::nullopt;
+  try {
+    DiskInfo info;
+    info.measured = true;
+    info.from_cache = true;
+    info.write_bytes_per_s = d->at("write_bytes_per_s").get<double>();
+    info.read_bytes_per_s = d->at("read_bytes_per_s").get<double>();
+    info.test_bytes = d->at("test_bytes").get<std::uint64_t>();
+    info.method = d->at("method").get<std::string>();
+    info.measured_at = d->at("measured_at").get<std::string>();
+    return info;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+void store_disk(const fs::path& dir, const DiskInfo& info) {
+  std::error_code ec;
+  const fs::path key = fs::weakly_canonical(dir, ec);
+  if (ec) return;
+  store_measurement("disk", key.string(),
+                    {{"write_bytes_per_s", info.write_bytes_per_s},
+                     {"read_bytes_per_s", info.read_bytes_per_s},
+                     {"test_bytes", info.test_bytes},
+                     {"method", info.method},
+                     {"measured_at", info.measured_at}});
+}
+
 // The loopback link's measurement, kept a day like the disk's (the machine's own, not a folder's).
 std::optional<LinkInfo> cached_link() {
-  const fs::path file = cache_file();
-  std::error_code ec;
-  if (file.empty() || !fs::exists(file, ec)) return std::nullopt;
+  const std::optional<json> l = cached_measurement("link", "loopback");
+  if (!l) return std::nullopt;
   try {
-    const json doc = json::parse(read_small_file(file));
-    const json& l = doc.at("link").at("loopback");
-    const auto age = std::time(nullptr) - l.at("unix_time").get<std::int64_t>();
-    if (age < 0 || age > 24 * 3600) return std::nullopt;
     LinkInfo info;
     info.measured = true;
     info.from_cache = true;
-    info.bandwidth_bytes_per_s = l.at("bandwidth_bytes_per_s").get<double>();
-    info.latency_s = l.at("latency_s").get<double>();
-    info.test_bytes = l.at("test_bytes").get<std::uint64_t>();
-    info.method = l.at("method").get<std::string>();
-    info.measured_at = l.at("measured_at").get<std::string>();
+    info.bandwidth_bytes_per_s = l->at("bandwidth_bytes_per_s").get<double>();
+    info.latency_s = l->at("latency_s").get<double>();
+    info.test_bytes = l->at("test_bytes").get<std::uint64_t>();
+    info.method = l->at("method").get<std::string>();
+    info.measured_at = l->at("measured_at").get<std::string>();
     if (!(info.bandwidth_bytes_per_s > 0.0) || !(info.latency_s >= 0.0)) return std::nullopt;
     return info;
   } catch (const std::exception&) {
@@ -255,26 +269,12 @@ std::optional<LinkInfo> cached_link() {
 }
 
 void store_link(const LinkInfo& info) {
-  const fs::path file = cache_file();
-  if (file.empty()) return;
-  try {
-    json doc = json::object();
-    std::error_code ec;
-    if (fs::exists(file, ec)) {
-      doc = json::parse(read_small_file(file), nullptr, false);
-      if (!doc.is_object()) doc = json::object();
-    }
-    doc["link"]["loopback"] = {{"bandwidth_bytes_per_s", info.bandwidth_bytes_per_s},
-                               {"latency_s", info.latency_s},
-                               {"test_bytes", info.test_bytes},
-                               {"method", info.method},
-                               {"measured_at", info.measured_at},
-                               {"unix_time", static_cast<std::int64_t>(std::time(nullptr))}};
-    fs::create_directories(file.parent_path(), ec);
-    core::write_file_atomic(file, doc.dump(2));
-  } catch (const std::exception&) {
-    // The cache is an optimisation; failing to write it must not fail the profile.
-  }
+  store_measurement("link", "loopback",
+                    {{"bandwidth_bytes_per_s", info.bandwidth_bytes_per_s},
+                     {"latency_s", info.latency_s},
+                     {"test_bytes", info.test_bytes},
+                     {"method", info.method},
+                     {"measured_at", info.measured_at}});
 }
 
 }  // namespace
