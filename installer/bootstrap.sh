@@ -25,6 +25,7 @@ DEB_PACKAGES=(
   qtkeychain-qt6-dev libpcre2-dev libicu-dev clang-format
   libyaml-dev  # dataset cards: the YAML header of README.md (engine/hf/hub/card.cpp)
   strace  # tests/parity/test_run_reads.py counts the files a run opens
+  iproute2  # `ip netns`: tests/integration/test_netns.py makes machines of network namespaces
   # engine/dist: the torch wheel ships no gloo headers, which c10d's ProcessGroupGloo.hpp includes
   # (headers only: gloo itself is inside libtorch_cpu)
   libgloo-dev
