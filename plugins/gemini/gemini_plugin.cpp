@@ -23,6 +23,7 @@
 #include "model/layers.h"
 #include "optim/clip.h"
 #include "optim/cpu_adam.h"
+#include "plugins/gemini/sharded_gemini.h"
 #include "train/mixed_precision.h"
 #include "train/param_groups.h"
 #include "train/plugin_registry.h"
@@ -1148,8 +1149,8 @@ void GradientArrival::operator()(const torch::autograd::Variable& tensor) {
 
 }  // namespace
 
-void register_gemini_plugin() {
-  train::register_plugin("gemini", [] { return std::make_unique<GeminiPlugin>(); });
+std::unique_ptr<train::Plugin> make_one_process_gemini() {
+  return std::make_unique<GeminiPlugin>();
 }
 
 }  // namespace tessera::plugins

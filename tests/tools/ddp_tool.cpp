@@ -6,10 +6,14 @@
 //     broadcast from rank 0 is what makes them equal), and runs STEPS optimizer steps: each
 //     step takes W × ACCUMULATION micro-batches (W = world size), rank r the ACCUMULATION
 //     consecutive ones from r × ACCUMULATION. METHOD full | lora, PRECISION fp32 | bf16,
-//     PLUGIN ddp (default) | zero, OPTIONS the strategy options as JSON (zero: {"stage": 2}).
+//     PLUGIN ddp (default) | zero | gemini, OPTIONS the strategy options as JSON (zero:
+//     {"stage": 2}).
 //     With zero every rank also reports memory() after the last backward (before the update)
 //     and what it holds counted from its tensors (plugins/zero/zero_plugin.h); rank 0 the
 //     optimizer bytes of `single` and the gradient bytes of a one-process `ddp` for comparison.
+//     With gemini (sharded on W > 1) every rank reports memory() and what it holds counted from
+//     its buffers (plugins/gemini/sharded_gemini.h) at the same moment, and after training
+//     gathers the weights (a collective) so that rank 0 can compare them.
 //     Rank 0 then trains the `single` plugin in-process on the same micro-batches in order with
 //     gradient accumulation W × ACCUMULATION from rank 0's initial weights, and compares.
 //     Every rank prints one JSON line: whether its weights equal rank 0's bit for bit, and (rank
@@ -33,6 +37,7 @@
 #include "model/model.h"
 #include "plugins/builtin_plugins.h"
 #include "plugins/ddp/ddp_plugin.h"
+#include "plugins/gemini/sharded_gemini.h"
 #include "plugins/zero/zero_plugin.h"
 #include "train/lora.h"
 #include "train/plugin_registry.h"
@@ -87,7 +92,7 @@ Run make_run(const std::string& plugin, std::uint64_t seed, const std::string& m
   options.adamw.weight_decay = 0.01;
   if (plugin != "single") {
     options.strategy_options = strategy_options;
-    options.strategy_options["bucket_size"] = bucket_bytes;
+    if (plugin != "gemini") options.strategy_options["bucket_size"] = bucket_bytes;
   }
   run.plugin = train::make_plugin(plugin);
   run.plugin->prepare(*run.model, std::move(trainable), options);
@@ -116,12 +121,20 @@ double train_step(Run& run, std::int64_t step, std::int64_t first, std::int64_t 
 }
 
 // The trained weights, whole: the float32 masters where the plugin holds them whole (ddp,
-// single), else (zero, which holds its shares) the compute tensors every rank has whole.
+// single), else (zero, which holds its shares) the compute tensors every rank has whole, or
+// (sharded gemini, whose chunks are gathered only while in use) the gathered values — a
+// collective there, which every rank calls.
 std::vector<train::NamedTensor> whole_weights(Run& run) {
   if (run.plugin->state_layout() == train::Plugin::StateLayout::Replicated)
     return run.plugin->trainable_weights();
   if (run.lora) return run.lora->adapters();
   std::vector<train::NamedTensor> out;
+  if (!run.plugin->weights_in_memory()) {
+    run.plugin->visit_weights(*run.model, [&](const std::string& name, const torch::Tensor& value) {
+      out.push_back({name, value.detach().clone()});
+    });
+    return out;
+  }
   for (const auto& item : run.model->named_parameters()) out.push_back({item.key(), item.value()});
   return out;
 }
@@ -180,13 +193,16 @@ int run_train(int argc, char** argv) {
   }
   Run ddp = make_run(plugin, 11 + static_cast<std::uint64_t>(rank), method, precision, process,
                      bucket_bytes, strategy_options);
-  train::MemoryByCategory during_step;  // after the last backward of the last step
+  train::MemoryByCategory during_step;     // after the last backward of the last step
+  plugins::GeminiShardHeld gemini_during;  // sharded gemini: its buffers at the same moment
+  bool gemini_sharded = false;
   const torch::Tensor initial = flat_weights(ddp);
   std::vector<double> ddp_losses, ddp_norms;
   for (std::int64_t step = 0; steps == 0 || step < steps; ++step) {
     torch::Tensor loss =
         torch::tensor(train_step(ddp, step, rank * accumulation, accumulation), torch::kDouble);
     during_step = ddp.plugin->memory();
+    gemini_sharded = plugins::gemini_shard_held(*ddp.plugin, &gemini_during);
     context->world().all_reduce(loss, dist::ReduceOp::Avg);
     ddp_losses.push_back(loss.item<double>());
     ddp_norms.push_back(ddp.plugin->step(kLearningRate, max_grad_norm(method)).grad_norm);
@@ -204,13 +220,15 @@ int run_train(int argc, char** argv) {
   out["identical_to_rank0"] = torch::equal(mine, rank0);
   const plugins::BucketTrace* trace =
       plugin == "zero" ? plugins::zero_trace(*ddp.plugin) : plugins::ddp_trace(*ddp.plugin);
-  out["buckets"] = trace->bucket_tensors;
-  out["bucket_bytes"] = trace->bucket_bytes;
-  out["launched_s"] = trace->launched_s;
-  out["last_gradient_s"] = trace->last_gradient_s;
-  out["backward_end_s"] = trace->backward_end_s;
-  out["reduced_s"] = trace->reduced_s;
-  out["all_reduces"] = trace->collectives;
+  if (trace != nullptr) {
+    out["buckets"] = trace->bucket_tensors;
+    out["bucket_bytes"] = trace->bucket_bytes;
+    out["launched_s"] = trace->launched_s;
+    out["last_gradient_s"] = trace->last_gradient_s;
+    out["backward_end_s"] = trace->backward_end_s;
+    out["reduced_s"] = trace->reduced_s;
+    out["all_reduces"] = trace->collectives;
+  }
   out["memory_gradients"] = ddp.plugin->memory().gradients;
   out["during_step"] = {{"weights", during_step.weights},
                         {"gradients", during_step.gradients},
@@ -231,6 +249,32 @@ int run_train(int argc, char** argv) {
                    {"checkpoint_optimizer_bytes", optimizer_bytes}};
   }
 
+  if (gemini_sharded) {
+    const plugins::GeminiShardHeld& g = gemini_during;
+    std::uint64_t weight_bytes = 0;  // the shares as the checkpoint gets them
+    for (const auto& w : ddp.plugin->trainable_weights())
+      weight_bytes += static_cast<std::uint64_t>(w.tensor.nbytes());
+    std::uint64_t optimizer_bytes = 0;
+    for (const auto& t : ddp.plugin->optimizer_state())
+      optimizer_bytes += static_cast<std::uint64_t>(t.tensor.nbytes());
+    out["gemini"] = {{"world_size", g.world_size},
+                     {"chunks", g.chunks},
+                     {"chunk_elements", g.chunk_elements},
+                     {"shard_elements", g.shard_elements},
+                     {"trainable_elements", g.trainable_elements},
+                     {"trainable_shard_elements", g.trainable_shard_elements},
+                     {"parameter_shard_bytes", g.parameter_shard_bytes},
+                     {"gathered_bytes", g.gathered_bytes},
+                     {"master_bytes", g.master_bytes},
+                     {"moment_bytes", g.moment_bytes},
+                     {"gradient_bytes", g.gradient_bytes},
+                     {"all_gathers", g.all_gathers},
+                     {"reduce_scatters", g.reduce_scatters},
+                     {"prefetched", g.prefetched},
+                     {"checkpoint_weight_bytes", weight_bytes},
+                     {"checkpoint_optimizer_bytes", optimizer_bytes}};
+    ddp.plugin->gather_weights();  // every rank: rank 0 alone reads the weights below
+  }
   if (rank == 0) {
     // The reference: one process, gradient accumulation over all W × ACCUMULATION micro-batches.
     Run single = make_run("single", 11, method, precision, train::ProcessContext{}, 0);

@@ -1,0 +1,918 @@
+// `gemini` sharded over the data-parallel group (sharded_gemini.h). Shapes: W ranks; a chunk of
+// C elements (C a multiple of W) has shards of S = C / W, rank r holding [r·S, (r+1)·S).
+// Written from the ZeRO paper's stage 3 and Colossal-AI's documented Gemini behaviour, on
+// engine/dist's collectives.
+#include "plugins/gemini/sharded_gemini.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <torch/csrc/autograd/function_hook.h>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <optional>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "dist/parallel_context.h"
+#include "memory/chunk_layout.h"
+#include "memory/tensor_state.h"
+#include "model/layers.h"
+#include "optim/clip.h"
+#include "optim/cpu_adam.h"
+#include "train/mixed_precision.h"
+#include "train/param_groups.h"
+#include "train/plugin.h"
+
+namespace tessera::plugins {
+namespace {
+
+using memory::TensorState;
+using train::MemoryByCategory;
+using train::NamedTensor;
+using train::StepStats;
+
+// Chunks are searched up to this size, as the single-process plugin does.
+constexpr std::int64_t kMaxChunkBytes = 64ll << 20;
+// Whole chunks gathered at once (those in use, the one gathered ahead, recently used ones): a
+// block's parameters may sit in two chunks, and the tied output head uses the embedding's again.
+constexpr std::size_t kGatheredChunks = 4;
+// Reduce-scatters in flight before backward waits for the oldest: each holds a whole float32
+// gradient chunk until it is done.
+constexpr std::size_t kReducesInFlight = 2;
+
+std::int64_t round_up(std::int64_t n, std::int64_t multiple) {
+  return (n + multiple - 1) / multiple * multiple;
+}
+
+struct ShardEntry {
+  std::string name;        // checkpoint name
+  std::string model_name;  // named_parameters() key; empty for adapters outside the model
+  torch::Tensor tensor;    // the parameter object; its data is a view of its chunk's `whole`
+  bool trainable = false;
+  bool decays = true;
+  std::size_t chunk = 0;
+  std::int64_t offset = 0;  // first element inside the chunk
+  std::int64_t numel = 0;
+  // This rank's part: the tensor's flat elements [own_start, own_start + own_count), at
+  // `shard_offset` in the chunk's shard.
+  std::int64_t own_start = 0;
+  std::int64_t own_count = 0;
+  std::int64_t shard_offset = 0;
+  TensorState state = TensorState::Free;
+  bool grad_this_backward = false;
+  bool has_grad = false;  // a gradient arrived since the last update
+};
+
+struct ShardChunk {
+  bool trainable = false;
+  // Holds a tensor no block fetches (LoRA's adapters): gathered for good, again after updates.
+  bool persistent = false;
+  std::int64_t capacity = 0;  // C
+  std::int64_t shard = 0;     // S
+  std::vector<std::size_t> entries;
+  torch::Tensor whole;  // C elements (compute dtype); its memory comes and goes
+  bool gathered = false;
+  std::optional<dist::PendingCollective> gathering;  // gathered ahead, not waited yet
+  torch::Tensor values;                              // S elements, compute dtype: this rank's shard
+  // Trainable chunks:
+  std::size_t trainable_entries = 0;
+  torch::Tensor optim;       // float32 [masters (bf16)] [exp_avg] [exp_avg_sq], S each
+  torch::Tensor grad_shard;  // float32, S: this step's reduced gradients (until the update)
+  torch::Tensor grad_whole;  // float32, C: this backward's gradients (until reduce-scattered)
+  std::size_t grads_in = 0;
+  bool ready = false;     // every tensor's gradient of this backward is in
+  bool launched = false;  // reduce-scattered in this backward
+  std::uint64_t last_use = 0;
+};
+
+class ShardedGemini;
+
+class ShardedChunkUse : public model::ParameterUse {
+ public:
+  explicit ShardedChunkUse(ShardedGemini* plugin) : plugin_(plugin) {}
+  void enter(const torch::nn::Module& block) override;
+  torch::Tensor leave(const torch::nn::Module& block, torch::Tensor output,
+                      bool needs_parameters_in_backward) override;
+
+ private:
+  ShardedGemini* plugin_;
+};
+
+class ShardedGradientArrival : public torch::autograd::PostAccumulateGradHook {
+ public:
+  ShardedGradientArrival(ShardedGemini* plugin, std::size_t entry)
+      : plugin_(plugin), entry_(entry) {}
+  void operator()(const torch::autograd::Variable& tensor) override;
+
+ private:
+  ShardedGemini* plugin_;
+  std::size_t entry_;
+};
+
+// The hook member of the engine's building blocks; null for other modules.
+std::shared_ptr<model::ParameterUse>* parameter_use_slot(torch::nn::Module& module) {
+  if (auto* m = dynamic_cast<model::LinearImpl*>(&module)) return &m->parameter_use;
+  if (auto* m = dynamic_cast<model::EmbeddingImpl*>(&module)) return &m->parameter_use;
+  if (auto* m = dynamic_cast<model::RMSNormImpl*>(&module)) return &m->parameter_use;
+  if (auto* m = dynamic_cast<model::LayerNormImpl*>(&module)) return &m->parameter_use;
+  return nullptr;
+}
+
+class ShardedGemini : public train::Plugin {
+ public:
+  ~ShardedGemini() override {
+    wait_in_flight();
+    remove_gradient_hooks();
+    remove_block_hooks();
+  }
+  std::string name() const override { return "gemini"; }
+  bool reads_deferred_weights() const override { return true; }
+  bool runs_distributed() const override { return true; }
+  StateLayout state_layout() const override { return StateLayout::Sharded; }
+
+  void prepare(model::PretrainedModel& model, std::vector<NamedTensor> trainable,
+               const train::PluginOptions& options) override {
+    const train::ProcessContext& process = options.process;
+    if (process.world_size < 2 || !process.parallel || process.data_group == nullptr)
+      throw Error(ErrorKind::Internal,
+                  "strategy gemini: rank " + std::to_string(process.rank) + " of " +
+                      std::to_string(process.world_size) +
+                      " processes has no data-parallel group (ProcessContext::data_group)",
+                  "start the job with `tessera-cli launch`, which joins the ranks");
+    process_ = process;
+    group_ = process.data_group;
+    rank_ = group_->rank();
+    world_ = group_->size();
+    adamw_ = options.adamw;
+    if (options.device == "cuda" || (options.device == "auto" && torch::cuda::is_available()))
+      throw_unsupported("strategy gemini: CUDA devices are not supported yet",
+                        "use strategy.options.device \"cpu\", or strategy single on the GPU");
+    read_options(options);
+    precision_.emplace(options.precision, torch::kCPU);
+    dtype_ = precision_->compute_dtype();
+    deferred_ = options.deferred_weights.get();
+    torch::NoGradGuard no_grad;
+
+    const std::vector<bool> decays = train::decays_weight(model, trainable);
+    std::unordered_map<const void*, std::size_t> trainable_index;
+    for (std::size_t i = 0; i < trainable.size(); ++i)
+      trainable_index[trainable[i].tensor.unsafeGetTensorImpl()] = i;
+    std::vector<std::size_t> entry_of_trainable(trainable.size());
+    for (auto& item : model.named_parameters()) {
+      ShardEntry e;
+      e.name = e.model_name = item.key();
+      e.tensor = item.value();
+      auto it = trainable_index.find(e.tensor.unsafeGetTensorImpl());
+      if (it != trainable_index.end()) {
+        e.trainable = true;
+        e.name = trainable[it->second].name;
+        e.decays = decays[it->second];
+        entry_of_trainable[it->second] = entries_.size();
+        trainable_index.erase(it);
+      }
+      entries_.push_back(std::move(e));
+    }
+    for (std::size_t i = 0; i < trainable.size(); ++i) {  // adapters live outside the model
+      if (!trainable_index.count(trainable[i].tensor.unsafeGetTensorImpl())) continue;
+      ShardEntry e;
+      e.name = trainable[i].name;
+      e.tensor = trainable[i].tensor;
+      e.trainable = true;
+      e.decays = decays[i];
+      entry_of_trainable[i] = entries_.size();
+      entries_.push_back(std::move(e));
+    }
+    trainable_order_ = entry_of_trainable;
+
+    build_chunks(model);
+    for (torch::Tensor& buffer : model.buffers())
+      if (buffer.is_floating_point()) buffer.set_data(buffer.to(dtype_));
+    deferred_ = nullptr;
+    for (ShardEntry& e : entries_) {
+      e.tensor.set_requires_grad(e.trainable);
+      memory::transition(e.state, TensorState::Held, e.name);
+    }
+    for (std::size_t i : trainable_order_)
+      torch::autograd::impl::set_post_acc_grad_hooks(
+          entries_[i].tensor, std::make_unique<ShardedGradientArrival>(this, i));
+  }
+
+  torch::Device device() const override { return torch::kCPU; }
+  torch::Dtype compute_dtype() const override { return dtype_; }
+  const train::ProcessContext& process() const override { return process_; }
+
+  // Every micro-batch reduce-scatters: accumulating whole gradient chunks until the last one
+  // would keep a whole model's gradients on every rank between micro-batches, which is what
+  // sharding is for. The extra communication is (A − 1) reduce-scatters per step.
+  void backward(const torch::Tensor& loss, double multiplier, bool last_micro_batch) override {
+    (void)last_micro_batch;
+    for (std::size_t i : trainable_order_)
+      memory::transition(entries_[i].state, TensorState::Computing, entries_[i].name);
+    for (ShardChunk& c : chunks_) {
+      c.grads_in = 0;
+      c.ready = c.launched = false;
+    }
+    for (ShardEntry& e : entries_) e.grad_this_backward = false;
+    next_reduce_ = 0;
+    try {
+      (loss * precision_->backward_multiplier(multiplier)).backward();
+      // Chunks some of whose tensors got no gradient go now, in the same order on every rank.
+      for (ShardChunk& c : chunks_) c.ready = c.trainable;
+      launch_ready_reductions();
+      while (!reductions_.empty()) finish_reduction();
+    } catch (...) {
+      wait_in_flight();
+      throw;
+    }
+    for (std::size_t i : trainable_order_)
+      memory::transition(entries_[i].state, TensorState::HeldAfterBackward, entries_[i].name);
+  }
+
+  void gradient_arrived(std::size_t i, const torch::Tensor& tensor) {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor g = tensor.grad();
+    if (!g.defined()) return;
+    ShardEntry& e = entries_[i];
+    ShardChunk& c = chunks_[e.chunk];
+    if (c.launched)
+      throw Error(ErrorKind::Internal, "gemini: the gradient of \"" + e.name +
+                                           "\" arrived after its chunk was reduce-scattered");
+    if (!c.grad_whole.defined()) c.grad_whole = torch::zeros({c.capacity}, torch::kFloat32);
+    torch::Tensor slot = c.grad_whole.narrow(0, e.offset, e.numel).view(g.sizes());
+    const torch::Tensor master = precision_->master_gradient(g);
+    if (e.grad_this_backward)
+      slot.add_(master);
+    else
+      slot.copy_(master);
+    tensor.mutable_grad() = torch::Tensor();
+    if (e.grad_this_backward) return;
+    e.grad_this_backward = e.has_grad = true;
+    if (++c.grads_in == c.trainable_entries) {
+      c.ready = true;
+      launch_ready_reductions();
+    }
+  }
+
+  void enter_block(const torch::nn::Module& block) { use_chunks(block_chunks_.at(&block)); }
+
+  torch::Tensor leave_block(const torch::nn::Module& block, torch::Tensor output,
+                            bool needs_parameters_in_backward) {
+    pinned_.clear();
+    if (needs_parameters_in_backward && output.requires_grad()) {
+      const std::vector<std::size_t>* chunks = &block_chunks_.at(&block);
+      output.register_hook([this, chunks](const torch::Tensor&) { use_chunks(*chunks); });
+    }
+    return output;
+  }
+
+  StepStats step(double lr, double max_grad_norm) override {
+    torch::NoGradGuard no_grad;
+    // The gathered chunks hold the values before this update: they go.
+    release_gathered();
+    double local_squares = 0.0;
+    for (std::size_t i : trainable_order_) {
+      ShardEntry& e = entries_[i];
+      memory::transition(e.state, TensorState::ReadyForUpdate, e.name);
+      if (!e.has_grad || e.own_count == 0) continue;
+      const double norm =
+          at::linalg_vector_norm(own_gradient(e), 2, {}, false, torch::kFloat64).item<double>();
+      local_squares += norm * norm;
+    }
+    torch::Tensor squares = torch::tensor({local_squares}, torch::kFloat64);
+    group_->all_reduce(squares, dist::ReduceOp::Sum);
+    const torch::Tensor total = torch::sqrt(squares).to(torch::kFloat32).reshape({});
+    StepStats stats;
+    stats.grad_norm = total.item<double>();
+    const std::optional<torch::Tensor> coef = optim::clip_coefficient(total, max_grad_norm);
+    stats.applied = precision_->accept_step(stats.grad_norm);
+    if (stats.applied) update(lr, coef);
+    for (ShardChunk& c : chunks_) c.grad_shard = torch::Tensor();
+    for (std::size_t i : trainable_order_) {
+      ShardEntry& e = entries_[i];
+      e.has_grad = false;
+      memory::transition(e.state, TensorState::Held, e.name);
+    }
+    if (stats.applied) gather_persistent(true);
+    if (tracing_) index_trace();
+    tracing_ = false;  // the first step's order of chunk uses is every later step's
+    return stats;
+  }
+
+  MemoryByCategory memory() const override {
+    MemoryByCategory m;
+    const std::uint64_t element = c10::elementSize(dtype_);
+    for (const ShardChunk& c : chunks_) {
+      const auto shard = static_cast<std::uint64_t>(c.shard);
+      const auto capacity = static_cast<std::uint64_t>(c.capacity);
+      m.weights += shard * element;
+      if (c.gathered || c.gathering) m.weights += capacity * element;
+      if (!c.trainable) continue;
+      if (dtype_ != torch::kFloat32 && c.optim.defined()) m.weights += shard * 4;  // masters
+      if (c.optim.defined()) m.optimizer += shard * 8;
+      if (c.grad_shard.defined()) m.gradients += shard * 4;
+      if (c.grad_whole.defined()) m.gradients += capacity * 4;
+    }
+    for (const Reduction& r : reductions_) {
+      m.gradients += static_cast<std::uint64_t>(r.input.numel()) * 4;
+      m.gradients += static_cast<std::uint64_t>(r.output.numel()) * 4;
+    }
+    return m;
+  }
+
+  void release_training_state() override {
+    wait_in_flight();
+    remove_gradient_hooks();
+    for (ShardChunk& c : chunks_) {
+      c.optim = c.grad_shard = c.grad_whole = torch::Tensor();
+    }
+    if (weights_in_memory()) remove_block_hooks();
+  }
+
+  bool weights_in_memory() const override {
+    return std::all_of(chunks_.begin(), chunks_.end(),
+                       [](const ShardChunk& c) { return c.gathered && !c.gathering; });
+  }
+
+  // A collective unless gather_weights() ran: every rank calls it.
+  void visit_weights(model::PretrainedModel& model, const WeightVisit& visit) override {
+    (void)model;
+    torch::NoGradGuard no_grad;
+    for (const ShardEntry& e : entries_) {
+      if (e.model_name.empty()) continue;
+      pinned_ = {e.chunk};
+      gather(e.chunk);  // not use_chunks(): this is no step's order of uses
+      visit(e.model_name, e.tensor);
+    }
+    pinned_.clear();
+  }
+
+  // Every chunk gathered for good (a collective: every rank calls it), so that rank 0 alone can
+  // export or merge afterwards. The model's weights are then whole on every rank.
+  void gather_weights() override {
+    torch::NoGradGuard no_grad;
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      gather(c);
+      chunks_[c].persistent = true;
+    }
+  }
+
+  std::vector<NamedTensor> trainable_weights() override {
+    std::vector<NamedTensor> out;
+    for (std::size_t i : trainable_order_) {
+      const ShardEntry& e = entries_[i];
+      if (e.own_count > 0) out.push_back({e.name, master_of(e)});
+    }
+    return out;
+  }
+
+  std::vector<NamedTensor> optimizer_state() override {
+    std::vector<NamedTensor> out;
+    if (steps_ == 0) return out;  // as AdamW: no state before the first update
+    for (std::size_t i : trainable_order_) {
+      const ShardEntry& e = entries_[i];
+      if (e.own_count == 0) continue;
+      out.push_back({"exp_avg." + e.name, moment_of(e, 0)});
+      out.push_back({"exp_avg_sq." + e.name, moment_of(e, 1)});
+    }
+    return out;
+  }
+
+  std::map<std::string, train::StateSlice> state_slices() const override {
+    std::map<std::string, train::StateSlice> slices;
+    for (std::size_t i : trainable_order_) {
+      const ShardEntry& e = entries_[i];
+      const auto sizes = e.tensor.sizes();
+      const train::StateSlice slice{std::vector<std::int64_t>(sizes.begin(), sizes.end()),
+                                    e.own_start, e.own_count};
+      slices[e.name] = slice;
+      slices["exp_avg." + e.name] = slice;
+      slices["exp_avg_sq." + e.name] = slice;
+    }
+    return slices;
+  }
+
+  nlohmann::json state_json() const override {
+    nlohmann::json state = {{"optimizer_steps", steps_}};
+    precision_->write_state(state);
+    return state;
+  }
+
+  // `weights` / `optimizer` hold this rank's ranges (a layout-free checkpoint) or whole tensors
+  // (an older one-file checkpoint of a replicated plugin). Every rank calls it (it gathers).
+  void load_state(const std::map<std::string, torch::Tensor>& weights,
+                  const std::map<std::string, torch::Tensor>& optimizer,
+                  const nlohmann::json& state, const std::string& source) override {
+    torch::NoGradGuard no_grad;
+    std::map<std::string, std::size_t> index_of;
+    for (std::size_t i : trainable_order_) index_of[entries_[i].name] = i;
+    const auto own_part = [&](const std::string& name, const ShardEntry& e,
+                              const torch::Tensor& value) {
+      if (value.numel() == e.own_count) return value.reshape(-1);
+      if (value.numel() == e.numel) return value.reshape(-1).narrow(0, e.own_start, e.own_count);
+      throw_invalid(source + ": \"" + name + "\" has " + std::to_string(value.numel()) +
+                        " elements; this rank holds " + std::to_string(e.own_count) + " of the " +
+                        std::to_string(e.numel) + " of " + e.name,
+                    "resume with the same model and method (full / LoRA and its targets)");
+    };
+    for (const auto& [name, value] : weights)
+      if (!index_of.count(name))
+        throw_invalid(
+            source + ": the checkpoint has weight \"" + name + "\", which this run does not train",
+            "resume with the same model and method (full / LoRA and its targets)");
+    for (std::size_t i : trainable_order_) {
+      const ShardEntry& e = entries_[i];
+      if (e.own_count == 0) continue;
+      const auto it = weights.find(e.name);
+      if (it == weights.end())
+        throw_invalid(source + ": the checkpoint has no weight \"" + e.name + "\"",
+                      "resume with the same model and method (full / LoRA and its targets)");
+      const torch::Tensor value = own_part(it->first, e, it->second);
+      master_of(e).copy_(value);
+      own_values(e).copy_(master_of(e));
+      moment_of(e, 0).zero_();  // never updated: torch keeps no state for it
+      moment_of(e, 1).zero_();
+    }
+    for (const auto& [name, value] : optimizer) {
+      const bool squared = name.rfind("exp_avg_sq.", 0) == 0;
+      const auto it = index_of.find(name.substr(name.find('.') + 1));
+      if (it == index_of.end() || (!squared && name.rfind("exp_avg.", 0) != 0))
+        throw_invalid(source + ": unexpected optimizer tensor \"" + name + "\"",
+                      "resume with the same model and method (full / LoRA and its targets)");
+      const ShardEntry& e = entries_[it->second];
+      if (e.own_count == 0) continue;
+      moment_of(e, squared ? 1 : 0).copy_(own_part(name, e, value));
+    }
+    precision_->restore_state(state, source);
+    try {
+      steps_ = state.at("optimizer_steps").get<std::int64_t>();
+    } catch (const nlohmann::json::exception& error) {
+      throw_invalid(source + ": trainer_state.json: plugin state is invalid (" + error.what() +
+                    ")");
+    }
+    release_gathered();
+    gather_persistent(false);
+  }
+
+  GeminiShardHeld held() const {
+    GeminiShardHeld h;
+    h.world_size = world_;
+    h.chunks = static_cast<std::int64_t>(chunks_.size());
+    for (const ShardChunk& c : chunks_) {
+      h.chunk_elements += c.whole.numel();
+      h.shard_elements += c.values.numel();
+      h.parameter_shard_bytes += c.values.nbytes();
+      if (c.whole.storage().data() != nullptr) h.gathered_bytes += c.whole.nbytes();
+      if (c.optim.defined()) {
+        const std::uint64_t arrays = dtype_ == torch::kFloat32 ? 2 : 3;
+        h.moment_bytes += c.optim.nbytes() / arrays * 2;
+        h.master_bytes += c.optim.nbytes() / arrays * (arrays - 2);
+      }
+      if (c.grad_shard.defined()) h.gradient_bytes += c.grad_shard.nbytes();
+      if (c.grad_whole.defined()) h.gradient_bytes += c.grad_whole.nbytes();
+    }
+    for (const ShardEntry& e : entries_) {
+      if (!e.trainable) continue;
+      h.trainable_elements += e.numel;
+      h.trainable_shard_elements += e.own_count;
+    }
+    h.all_gathers = all_gathers_;
+    h.reduce_scatters = reduce_scatters_;
+    h.prefetched = prefetched_;
+    return h;
+  }
+
+ private:
+  struct Reduction {
+    std::size_t chunk = 0;
+    torch::Tensor input;   // the chunk's whole gradients, alive until the collective is done
+    torch::Tensor output;  // this rank's shard of their mean
+    dist::PendingCollective work;
+  };
+
+  void read_options(const train::PluginOptions& options) {
+    const nlohmann::json& o = options.strategy_options;
+    if (!o.is_object()) return;
+    const auto refuse_nonzero = [&](const char* key) {
+      if (o.contains(key) && o[key].is_number() && o[key].get<double>() > 0.0)
+        throw_unsupported(std::string("strategy.options.") + key +
+                              ": gemini on several processes keeps every shard in host memory "
+                              "for now (the disk tier is one process's)",
+                          std::string("remove ") + key + ", or run one process");
+    };
+    refuse_nonzero("offload_param_frac");
+    refuse_nonzero("offload_optim_frac");
+    if (o.value("placement", "static") == "auto")
+      throw_unsupported(
+          "strategy.options.placement: \"auto\" is not supported by gemini on several processes "
+          "yet",
+          "use placement \"static\" (every shard in host memory), or run one process");
+    if (o.contains("chunk_size")) {
+      const nlohmann::json& c = o["chunk_size"];
+      if (c.is_number())
+        chunk_bytes_ = c.get<std::uint64_t>();
+      else if (c != "auto")
+        chunk_bytes_ = core::parse_byte_size(c.get<std::string>(), "strategy.options.chunk_size");
+    }
+  }
+
+  // --- chunks ---------------------------------------------------------------------------------
+
+  // Trainable and frozen tensors go in separate chunks (each in use order), so that a frozen
+  // chunk has no gradient or optimizer state at all.
+  void build_chunks(model::PretrainedModel& model) {
+    std::unordered_map<const void*, std::size_t> entry_of;
+    for (std::size_t i = 0; i < entries_.size(); ++i)
+      entry_of[entries_[i].tensor.unsafeGetTensorImpl()] = i;
+    std::vector<std::pair<std::shared_ptr<torch::nn::Module>, std::vector<std::size_t>>> blocks;
+    std::vector<bool> fetched(entries_.size(), false);
+    for (const auto& module : model.modules(/*include_self=*/false)) {
+      if (parameter_use_slot(*module) == nullptr) continue;
+      std::vector<std::size_t> mine;
+      for (const auto& p : module->named_parameters(/*recurse=*/false)) {
+        auto it = entry_of.find(p.value().unsafeGetTensorImpl());
+        if (it == entry_of.end()) continue;
+        mine.push_back(it->second);
+        fetched[it->second] = true;
+      }
+      if (!mine.empty()) blocks.emplace_back(module, std::move(mine));
+    }
+
+    const std::int64_t element_bytes = static_cast<std::int64_t>(c10::elementSize(dtype_));
+    const std::int64_t max_elements = std::max<std::int64_t>(
+        static_cast<std::int64_t>(chunk_bytes_.value_or(kMaxChunkBytes)) / element_bytes, 1);
+    for (const bool trainable : {false, true}) {
+      std::vector<std::size_t> which;
+      std::vector<std::int64_t> numels;
+      std::vector<std::string> names;
+      for (std::size_t i = 0; i < entries_.size(); ++i) {
+        if (entries_[i].trainable != trainable) continue;
+        which.push_back(i);
+        numels.push_back(entries_[i].tensor.numel());
+        names.push_back(entries_[i].name);
+      }
+      if (which.empty()) continue;
+      const std::int64_t capacity =
+          chunk_bytes_ ? max_elements : memory::search_chunk_capacity(numels, max_elements);
+      const memory::ChunkLayout layout = memory::pack_chunks(numels, names, capacity);
+      for (const memory::ChunkSpec& spec : layout.chunks) {
+        ShardChunk chunk;
+        chunk.trainable = trainable;
+        chunk.capacity = round_up(spec.used, world_);
+        chunk.shard = chunk.capacity / world_;
+        for (const memory::ChunkSlot& slot : spec.slots) {
+          const std::size_t i = which[slot.tensor];
+          ShardEntry& e = entries_[i];
+          e.chunk = chunks_.size();
+          e.offset = slot.offset;
+          e.numel = slot.numel;
+          const std::int64_t begin = rank_ * chunk.shard;
+          const std::int64_t lo = std::max(e.offset, begin);
+          const std::int64_t hi = std::min(e.offset + e.numel, begin + chunk.shard);
+          e.own_count = std::max<std::int64_t>(hi - lo, 0);
+          e.own_start = e.own_count > 0 ? lo - e.offset : 0;
+          e.shard_offset = e.own_count > 0 ? lo - begin : 0;
+          chunk.entries.push_back(i);
+          if (!fetched[i]) chunk.persistent = true;
+          if (trainable) ++chunk.trainable_entries;
+        }
+        chunks_.push_back(std::move(chunk));
+      }
+    }
+    // The gradients go back in chunk order from the last: backward meets the chunks about so.
+    for (std::size_t c = chunks_.size(); c-- > 0;)
+      if (chunks_[c].trainable) reduce_order_.push_back(c);
+
+    // Fill each chunk whole in float32 (from the checkpoint or the tensors), take rank 0's
+    // values (adapters are drawn per process), keep this rank's shard; only persistent chunks
+    // stay whole.
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      ShardChunk& chunk = chunks_[c];
+      torch::Tensor staged = torch::zeros({chunk.capacity}, torch::kFloat32);
+      for (std::size_t i : chunk.entries) {
+        const ShardEntry& e = entries_[i];
+        torch::Tensor dest = staged.narrow(0, e.offset, e.numel).view(e.tensor.sizes());
+        if (deferred_ != nullptr && !e.model_name.empty())
+          deferred_->read_into(e.model_name, dest);
+        else
+          dest.copy_(e.tensor.detach());
+      }
+      group_->broadcast(staged, 0);
+      const torch::Tensor own = staged.narrow(0, rank_ * chunk.shard, chunk.shard);
+      chunk.values = own.to(dtype_, /*non_blocking=*/false, /*copy=*/true);
+      if (chunk.trainable) {
+        const std::int64_t arrays = dtype_ == torch::kFloat32 ? 2 : 3;
+        chunk.optim = torch::zeros({arrays * chunk.shard}, torch::kFloat32);
+        if (dtype_ != torch::kFloat32) chunk.optim.narrow(0, 0, chunk.shard).copy_(own);
+      }
+      chunk.whole = staged.to(dtype_);
+      chunk.gathered = true;
+      for (std::size_t i : chunk.entries) {
+        ShardEntry& e = entries_[i];
+        e.tensor.set_data(chunk.whole.narrow(0, e.offset, e.numel).view(e.tensor.sizes()));
+      }
+      if (!chunk.persistent) release(c);
+    }
+
+    chunk_use_ = std::make_shared<ShardedChunkUse>(this);
+    for (auto& [module, mine] : blocks) {
+      std::vector<std::size_t> chunks;
+      for (std::size_t i : mine) {
+        const std::size_t c = entries_[i].chunk;
+        if (!chunks_[c].persistent && std::find(chunks.begin(), chunks.end(), c) == chunks.end())
+          chunks.push_back(c);
+      }
+      if (chunks.empty()) continue;
+      block_chunks_[module.get()] = std::move(chunks);
+      *parameter_use_slot(*module) = chunk_use_;
+      hooked_blocks_.push_back(module);
+    }
+  }
+
+  static c10::StorageImpl& storage_of(const ShardChunk& chunk) {
+    return *chunk.whole.storage().unsafeGetStorageImpl();
+  }
+
+  // The whole chunk's memory goes; the views autograd saved see it again when it is gathered.
+  void release(std::size_t c) {
+    ShardChunk& chunk = chunks_[c];
+    if (chunk.gathering) {
+      chunk.gathering->wait();
+      chunk.gathering.reset();
+    }
+    storage_of(chunk).set_data_ptr_noswap(c10::DataPtr(nullptr, c10::kCPU));
+    chunk.gathered = false;
+  }
+
+  // Starts the all-gather of chunk `c` into fresh memory under its storage.
+  void start_gather(std::size_t c) {
+    ShardChunk& chunk = chunks_[c];
+    storage_of(chunk).set_data_ptr_noswap(
+        c10::GetCPUAllocator()->allocate(static_cast<std::size_t>(chunk.whole.nbytes())));
+    chunk.gathering = group_->all_gather_async(chunk.values, chunk.whole);
+    chunk.gathered = true;
+    ++all_gathers_;
+  }
+
+  // Chunk `c` whole in memory now (waiting for a gather ahead, or gathering it).
+  void gather(std::size_t c) {
+    ShardChunk& chunk = chunks_[c];
+    chunk.last_use = ++use_clock_;
+    if (!chunk.gathered) {
+      if (!chunk.persistent) make_room();
+      start_gather(c);
+    }
+    if (chunk.gathering) {
+      chunk.gathering->wait();
+      chunk.gathering.reset();
+    }
+  }
+
+  void use_chunks(const std::vector<std::size_t>& chunks) {
+    pinned_ = chunks;
+    for (std::size_t c : chunks) {
+      gather(c);
+      if (chunks_[c].persistent) continue;
+      if (tracing_) {
+        if (trace_.empty() || trace_.back() != c) trace_.push_back(c);
+      } else {
+        gather_ahead(c);
+      }
+    }
+  }
+
+  // After a use of `c`: start gathering the next chunk of the traced order.
+  void gather_ahead(std::size_t c) {
+    if (trace_.empty()) return;
+    std::size_t at = trace_cursor_;
+    for (std::size_t n = 0; n < trace_.size(); ++n, at = (at + 1) % trace_.size())
+      if (trace_[at] == c) break;
+    if (trace_[at] != c) return;
+    trace_cursor_ = (at + 1) % trace_.size();
+    // The step's last use: the next one comes after the update, which changes every chunk.
+    if (trace_cursor_ == 0) return;
+    const std::size_t next = trace_[trace_cursor_];
+    ShardChunk& chunk = chunks_[next];
+    if (chunk.gathered || !make_room()) return;
+    chunk.last_use = ++use_clock_;
+    start_gather(next);
+    ++prefetched_;
+  }
+
+  // Releases gathered chunks no block is using until one more fits under kGatheredChunks: the
+  // one the traced order needs again last (least recently used while tracing). Every decision
+  // depends only on the order of uses, the same on every rank, so every rank issues the same
+  // all-gathers in the same order. False when everything gathered is in use.
+  bool make_room() {
+    std::size_t held = 0;
+    for (const ShardChunk& c : chunks_)
+      if (!c.persistent && c.gathered) ++held;
+    for (; held >= kGatheredChunks; --held) {
+      std::optional<std::size_t> victim;
+      for (std::size_t c = 0; c < chunks_.size(); ++c) {
+        const ShardChunk& chunk = chunks_[c];
+        if (chunk.persistent || !chunk.gathered ||
+            std::find(pinned_.begin(), pinned_.end(), c) != pinned_.end())
+          continue;
+        if (!victim || (tracing_ ? chunk.last_use < chunks_[*victim].last_use
+                                 : uses_until_needed(c) > uses_until_needed(*victim)))
+          victim = c;
+      }
+      if (!victim) return false;
+      release(*victim);
+    }
+    return true;
+  }
+
+  std::size_t uses_until_needed(std::size_t c) const {
+    const std::vector<std::size_t>& positions = trace_positions_[c];
+    if (positions.empty()) return trace_.size();
+    auto next = std::lower_bound(positions.begin(), positions.end(), trace_cursor_);
+    if (next != positions.end()) return *next - trace_cursor_;
+    return positions.front() + trace_.size() - trace_cursor_;
+  }
+
+  void index_trace() {
+    trace_positions_.assign(chunks_.size(), {});
+    for (std::size_t at = 0; at < trace_.size(); ++at) trace_positions_[trace_[at]].push_back(at);
+  }
+
+  void release_gathered() {
+    for (std::size_t c = 0; c < chunks_.size(); ++c)
+      if (!chunks_[c].persistent && chunks_[c].gathered) release(c);
+    pinned_.clear();
+  }
+
+  // After an update (or a load): the chunks kept whole take the new shards.
+  void gather_persistent(bool trainable_only) {
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      if (!chunks_[c].persistent || (trainable_only && !chunks_[c].trainable)) continue;
+      if (chunks_[c].gathering) chunks_[c].gathering->wait();
+      chunks_[c].gathering.reset();
+      chunks_[c].gathered = false;
+      gather(c);
+    }
+  }
+
+  // --- gradients ------------------------------------------------------------------------------
+
+  void launch_ready_reductions() {
+    while (next_reduce_ < reduce_order_.size() && chunks_[reduce_order_[next_reduce_]].ready) {
+      const std::size_t c = reduce_order_[next_reduce_++];
+      ShardChunk& chunk = chunks_[c];
+      if (!chunk.grad_whole.defined())
+        chunk.grad_whole = torch::zeros({chunk.capacity}, torch::kFloat32);
+      Reduction r;
+      r.chunk = c;
+      r.input = std::move(chunk.grad_whole);
+      chunk.grad_whole = torch::Tensor();
+      r.output = torch::empty({chunk.shard}, torch::kFloat32);
+      r.work = group_->reduce_scatter_async(r.input, r.output, dist::ReduceOp::Avg);
+      chunk.launched = true;
+      ++reduce_scatters_;
+      reductions_.push_back(std::move(r));
+      while (reductions_.size() > kReducesInFlight) finish_reduction();
+    }
+  }
+
+  // Waits for the oldest reduce-scatter and adds this rank's shard into the step's gradients.
+  void finish_reduction() {
+    Reduction& r = reductions_.front();
+    r.work.wait();
+    ShardChunk& chunk = chunks_[r.chunk];
+    if (chunk.grad_shard.defined())
+      chunk.grad_shard.add_(r.output);
+    else
+      chunk.grad_shard = r.output;
+    reductions_.pop_front();
+  }
+
+  void wait_in_flight() {
+    for (Reduction& r : reductions_) {
+      try {
+        r.work.wait();
+      } catch (const std::exception&) {  // the first error is already on its way
+      }
+    }
+    reductions_.clear();
+    for (ShardChunk& c : chunks_) {
+      if (!c.gathering) continue;
+      try {
+        c.gathering->wait();
+      } catch (const std::exception&) {
+      }
+      c.gathering.reset();
+    }
+  }
+
+  void remove_gradient_hooks() {
+    for (std::size_t i : trainable_order_)
+      torch::autograd::impl::set_post_acc_grad_hooks(entries_[i].tensor, nullptr);
+  }
+
+  void remove_block_hooks() {
+    for (const auto& block : hooked_blocks_)
+      if (auto* slot = parameter_use_slot(*block)) *slot = nullptr;
+    hooked_blocks_.clear();
+  }
+
+  // --- the update -----------------------------------------------------------------------------
+
+  torch::Tensor own_gradient(const ShardEntry& e) const {
+    return chunks_[e.chunk].grad_shard.narrow(0, e.shard_offset, e.own_count);
+  }
+  torch::Tensor own_values(const ShardEntry& e) const {
+    return chunks_[e.chunk].values.narrow(0, e.shard_offset, e.own_count);
+  }
+  // Float32 master values of this rank's part: the shard itself in fp32.
+  torch::Tensor master_of(const ShardEntry& e) const {
+    if (dtype_ == torch::kFloat32) return own_values(e);
+    return chunks_[e.chunk].optim.narrow(0, e.shard_offset, e.own_count);
+  }
+  torch::Tensor moment_of(const ShardEntry& e, int which) const {
+    const ShardChunk& c = chunks_[e.chunk];
+    const std::int64_t masters = dtype_ == torch::kFloat32 ? 0 : 1;
+    return c.optim.narrow(0, (masters + which) * c.shard + e.shard_offset, e.own_count);
+  }
+
+  void update(double lr, const std::optional<torch::Tensor>& coef) {
+    ++steps_;
+    for (std::size_t i : trainable_order_) {
+      ShardEntry& e = entries_[i];
+      if (!e.has_grad || e.own_count == 0) continue;  // no gradient: no update, as torch does
+      torch::Tensor g = own_gradient(e);
+      if (coef) g.mul_(*coef);
+      optim::AdamArrays a;
+      a.count = e.own_count;
+      a.grad = g.data_ptr<float>();
+      a.exp_avg = moment_of(e, 0).data_ptr<float>();
+      a.exp_avg_sq = moment_of(e, 1).data_ptr<float>();
+      a.param = master_of(e).data_ptr<float>();
+      if (dtype_ != torch::kFloat32) {
+        a.copy = static_cast<std::uint16_t*>(own_values(e).data_ptr());
+        a.copy_kind = optim::LowPrecisionCopy::Bf16;
+      }
+      optim::cpu_adamw_step(a, {lr, adamw_.beta1, adamw_.beta2, adamw_.eps,
+                                e.decays ? adamw_.weight_decay : 0.0, steps_});
+      e.tensor.unsafeGetTensorImpl()->bump_version();
+    }
+  }
+
+  train::ProcessContext process_;
+  dist::ProcessGroup* group_ = nullptr;
+  int rank_ = 0;
+  int world_ = 1;
+  std::optional<train::MixedPrecision> precision_;
+  torch::Dtype dtype_ = torch::kFloat32;
+  optim::AdamWOptions adamw_;
+  std::optional<std::uint64_t> chunk_bytes_;          // none: "auto"
+  const model::DeferredWeights* deferred_ = nullptr;  // during prepare() only
+  std::vector<ShardEntry> entries_;
+  std::vector<std::size_t> trainable_order_;
+  std::vector<ShardChunk> chunks_;
+  std::vector<std::size_t> reduce_order_;
+  std::size_t next_reduce_ = 0;
+  std::deque<Reduction> reductions_;
+  std::shared_ptr<ShardedChunkUse> chunk_use_;
+  std::vector<std::shared_ptr<torch::nn::Module>> hooked_blocks_;
+  std::unordered_map<const torch::nn::Module*, std::vector<std::size_t>> block_chunks_;
+  std::vector<std::size_t> pinned_;
+  std::vector<std::size_t> trace_;
+  std::vector<std::vector<std::size_t>> trace_positions_;
+  std::size_t trace_cursor_ = 0;
+  bool tracing_ = true;
+  std::uint64_t use_clock_ = 0;
+  std::int64_t steps_ = 0;
+  std::uint64_t all_gathers_ = 0;
+  std::uint64_t reduce_scatters_ = 0;
+  std::uint64_t prefetched_ = 0;
+};
+
+void ShardedChunkUse::enter(const torch::nn::Module& block) {
+  plugin_->enter_block(block);
+}
+
+torch::Tensor ShardedChunkUse::leave(const torch::nn::Module& block, torch::Tensor output,
+                                     bool needs_parameters_in_backward) {
+  return plugin_->leave_block(block, std::move(output), needs_parameters_in_backward);
+}
+
+void ShardedGradientArrival::operator()(const torch::autograd::Variable& tensor) {
+  plugin_->gradient_arrived(entry_, tensor);
+}
+
+}  // namespace
+
+std::unique_ptr<train::Plugin> make_sharded_gemini() {
+  return std::make_unique<ShardedGemini>();
+}
+
+bool sharded_gemini_held(const train::Plugin& sharded, GeminiShardHeld* held) {
+  const auto* plugin = dynamic_cast<const ShardedGemini*>(&sharded);
+  if (plugin == nullptr) return false;
+  *held = plugin->held();
+  return true;
+}
+
+}  // namespace tessera::plugins

@@ -1,0 +1,51 @@
+#pragma once
+// `gemini` on several processes (ZeRO-3 over the data-parallel group): every chunk of parameters
+// is split into W equal shards (the chunk padded to a multiple of W) and rank r keeps shard r of
+// each — its parameter values, and for trainable chunks the float32 gradient of that shard and
+// its optimizer state (Adam moments; float32 masters in bf16). A chunk is all-gathered into a
+// whole temporary chunk when a block computes with it (forward, and again before its backward),
+// the module parameters being views of it, and released when others need the room; the next
+// chunk of the order traced on the first step is gathered ahead asynchronously. A chunk's
+// gradients are reduce-scattered (mean) into the owners' shards as soon as all its tensors have
+// theirs, on every micro-batch, so no whole gradient outlives the backward that made it. The
+// update runs on the shard with the fused CPU Adam; clipping all-reduces the squared shard norms.
+// Chunks holding a tensor no block fetches (LoRA's adapters) stay gathered and are gathered
+// again after each update. The single-process plugin is gemini_plugin.cpp; the registered
+// `gemini` chooses between them by the world size (gemini_front.cpp).
+#include <cstdint>
+#include <memory>
+
+namespace tessera::train {
+class Plugin;
+}
+
+namespace tessera::plugins {
+
+// The single-process plugin (gemini_plugin.cpp) and the sharded one (sharded_gemini.cpp).
+std::unique_ptr<train::Plugin> make_one_process_gemini();
+std::unique_ptr<train::Plugin> make_sharded_gemini();
+
+// What a sharded gemini rank holds, counted from its buffers (for tests, against memory()).
+struct GeminiShardHeld {
+  int world_size = 0;
+  std::int64_t chunks = 0;
+  std::int64_t chunk_elements = 0;            // Σ padded chunk sizes (every parameter, every rank)
+  std::int64_t shard_elements = 0;            // Σ this rank's shard sizes
+  std::int64_t trainable_elements = 0;        // trainable tensors' elements, whole
+  std::int64_t trainable_shard_elements = 0;  // elements of trainable tensors in this rank's shards
+  std::uint64_t parameter_shard_bytes = 0;    // compute dtype
+  std::uint64_t gathered_bytes = 0;           // whole chunks in memory now
+  std::uint64_t master_bytes = 0;             // float32 masters (bf16)
+  std::uint64_t moment_bytes = 0;             // Adam m and v
+  std::uint64_t gradient_bytes = 0;           // reduced shards, whole gradient chunks, in flight
+  std::uint64_t all_gathers = 0;              // since prepare()
+  std::uint64_t reduce_scatters = 0;
+  std::uint64_t prefetched = 0;  // gathers started ahead of their use
+};
+
+// Through the registered `gemini` (gemini_front.cpp): false unless `plugin` runs sharded.
+bool gemini_shard_held(const train::Plugin& plugin, GeminiShardHeld* held);
+// The same on the sharded plugin itself (sharded_gemini.cpp).
+bool sharded_gemini_held(const train::Plugin& sharded, GeminiShardHeld* held);
+
+}  // namespace tessera::plugins

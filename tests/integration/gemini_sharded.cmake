@@ -1,0 +1,8 @@
+# gemini sharded over the data-parallel group (tessera-ddp-tool with PLUGIN gemini): 2 and 4 ranks,
+# full and LoRA, equal single with gradient accumulation W; memory() per rank against the buffers
+# held, optimizer bytes 1/W of single's; a killed rank named. RUN_SERIAL as integration_ddp.
+if(TESSERA_WITH_TORCH)
+  tessera_add_pytest(NAME integration_gemini_sharded FILE integration/test_gemini_sharded.py
+                     LABELS integration dist TIMEOUT 180)
+  set_tests_properties(integration_gemini_sharded PROPERTIES RUN_SERIAL TRUE)
+endif()

@@ -1,0 +1,136 @@
+"""gemini sharded over the data-parallel group (ZeRO-3) across real local processes
+(tessera-ddp-tool with PLUGIN gemini, one process per rank, torchrun's variables set by hand):
+on 2 and 4 ranks, full and LoRA, the weights, losses and gradient norms end equal to the `single`
+plugin trained in one process with gradient accumulation W over the same micro-batches (every
+rank bit for bit equal to rank 0); memory() per rank is the shards' sizes, checked against the
+buffers the plugin holds at the same moment, and the optimizer bytes are 1/W of single's; chunks
+are gathered before use, released after (never all at once) and gathered ahead along the traced
+order; a rank killed mid-training is named by the others."""
+import json
+import signal
+import time
+
+import pytest
+
+from test_dist import TIMEOUT_S, NAMING_S, tool  # noqa: F401  (tool: skips outside ctest)
+from test_ddp import DdpRanks, FP32_BOUND, FP32_ELEMENTWISE_BOUND
+
+SHARE_BOUND = 0.05  # per-rank optimizer bytes are 1/W of single's within 5% (the issue's bound)
+# 64 KiB chunks: the tiny Llama's 107k parameters in 8 chunks, so that only some are gathered at a
+# time (the plugin keeps at most 4 whole).
+SMALL_CHUNKS = {"chunk_size": 65536}
+MAX_GATHERED = 4
+
+
+@pytest.fixture
+def launch(tmp_path):
+    started = []
+
+    def start(world: int, *arguments, **options) -> DdpRanks:
+        ranks = DdpRanks(tmp_path, world, *[str(a) for a in arguments], **options)
+        started.append(ranks)
+        return ranks
+
+    yield start
+    for ranks in started:
+        ranks.close()
+
+
+def run_gemini(launch, world, steps, accumulation, method, options, precision="fp32"):
+    ranks = launch(world, steps, accumulation, 0, method, precision, "gemini",
+                   json.dumps(options), timeout_s=60)
+    codes = ranks.wait(range(world), within_s=90)
+    assert codes == {rank: 0 for rank in range(world)}, ranks.describe()
+    reports = [json.loads(ranks.output(rank)) for rank in range(world)]
+    for rank, report in enumerate(reports):
+        assert report["rank"] == rank
+        assert report["identical_to_rank0"], f"rank {rank}'s weights differ from rank 0's"
+        assert report["gemini"]["world_size"] == world
+    return reports
+
+
+def check_memory(reports, world, steps, accumulation, precision="fp32"):
+    first = reports[0]
+    element = 4 if precision == "fp32" else 2
+    covered = 0
+    for report in reports:
+        held, during = report["gemini"], report["during_step"]
+        # memory() after the last backward is what the plugin holds then, counted from its
+        # buffers: the parameter shards, the chunks gathered whole, the masters (bf16); the
+        # reduced gradient shards (no whole gradient chunk outlives backward); m and v.
+        assert during["weights"] == (held["parameter_shard_bytes"] + held["gathered_bytes"]
+                                     + held["master_bytes"]), report
+        assert during["gradients"] == held["gradient_bytes"] == 4 * held["trainable_shard_elements"]
+        assert during["optimizer"] == held["moment_bytes"] == held["checkpoint_optimizer_bytes"]
+        assert held["moment_bytes"] == 2 * 4 * held["trainable_shard_elements"]
+        assert held["checkpoint_weight_bytes"] == 4 * held["trainable_shard_elements"]
+        # Every chunk is split into W equal shards (padded to a multiple of W).
+        assert held["chunk_elements"] == world * held["shard_elements"]
+        assert held["parameter_shard_bytes"] == element * held["shard_elements"]
+        share = held["moment_bytes"] / first["single_optimizer_bytes"]
+        assert abs(share * world - 1.0) <= SHARE_BOUND, (report["rank"], share)
+        covered += held["trainable_shard_elements"]
+    # The shards cover every trainable element once.
+    assert covered == first["gemini"]["trainable_elements"]
+    print(f"  per rank: optimizer {first['gemini']['moment_bytes']} B of single's "
+          f"{first['single_optimizer_bytes']} B; weights {first['during_step']['weights']} B "
+          f"({first['gemini']['gathered_bytes']} B gathered of "
+          f"{element * first['gemini']['chunk_elements']} B in {first['gemini']['chunks']} chunks);"
+          f" {first['gemini']['all_gathers']} all-gathers ({first['gemini']['prefetched']} ahead),"
+          f" {first['gemini']['reduce_scatters']} reduce-scatters")
+
+
+@pytest.mark.parametrize("world,method,accumulation,options", [
+    (2, "full", 1, SMALL_CHUNKS), (4, "full", 2, SMALL_CHUNKS),
+    (2, "lora", 1, {}), (4, "lora", 1, {})])
+def test_sharded_gemini_equals_single_with_accumulation(launch, world, method, accumulation,
+                                                        options):
+    steps = 3
+    reports = run_gemini(launch, world, steps, accumulation, method, options)
+    first = reports[0]
+    print(f"gemini sharded, world {world}, {method}, accumulation {accumulation}: weights "
+          f"{first['max_rel_diff']:.2e} (elementwise {first['max_elementwise_rel_diff']:.2e}), "
+          f"losses {first['loss_rel_diff']:.2e}, grad norms {first['grad_norm_rel_diff']:.2e}")
+    assert first["moved"] > 1e-3
+    assert first["max_rel_diff"] <= FP32_BOUND
+    assert first["max_elementwise_rel_diff"] <= FP32_ELEMENTWISE_BOUND
+    assert first["loss_rel_diff"] <= FP32_BOUND
+    assert first["grad_norm_rel_diff"] <= FP32_BOUND
+    assert min(first["grad_norms"]) > first["max_grad_norm"]  # clipping acted, on the global norm
+    check_memory(reports, world, steps, accumulation)
+    for report in reports:
+        held = report["gemini"]
+        # Gathered before use and released after: never every chunk whole at once.
+        assert held["gathered_bytes"] <= MAX_GATHERED * 4 * held["chunk_elements"] / held["chunks"]
+        assert held["gathered_bytes"] < 4 * held["chunk_elements"]
+        # From the second step on, chunks are gathered ahead along the first step's order.
+        assert held["prefetched"] > 0
+        if method == "full":  # every chunk is trainable: one reduce-scatter each per backward
+            assert held["reduce_scatters"] == steps * accumulation * held["chunks"]
+
+
+def test_bf16_ranks_stay_identical(launch):
+    reports = run_gemini(launch, 2, 3, 1, "full", SMALL_CHUNKS, precision="bf16")
+    first = reports[0]
+    print(f"bf16: weights {first['max_rel_diff']:.2e}, losses {first['loss_rel_diff']:.2e}")
+    assert first["loss_rel_diff"] <= 1e-3
+    assert first["max_rel_diff"] <= 0.05
+    check_memory(reports, 2, 3, 1, precision="bf16")
+    # bf16 keeps float32 masters of this rank's shards beside the bf16 shards.
+    assert first["gemini"]["master_bytes"] == 4 * first["gemini"]["trainable_shard_elements"]
+
+
+def test_killed_rank_is_named(launch):
+    world, victim = 2, 1
+    ranks = launch(world, 0, 1, 0, "full", "fp32", "gemini", json.dumps(SMALL_CHUNKS))
+    deadline = time.monotonic() + 60
+    while not all("step 3\n" in ranks.output(rank) for rank in range(world)):
+        assert time.monotonic() < deadline, ranks.describe()
+        assert all(p.poll() is None for p in ranks.processes), ranks.describe()
+        time.sleep(0.05)
+    ranks.processes[victim].send_signal(signal.SIGKILL)
+    codes = ranks.wait([0], within_s=TIMEOUT_S + NAMING_S + 2.0)
+    assert codes == {0: 3}, ranks.describe()
+    error = ranks.output(0, "err")
+    assert f"failed_rank={victim}\n" in error, ranks.describe()
+    assert f"rank {victim} on " in error and f"(pid {ranks.processes[victim].pid})" in error
