@@ -648,7 +648,10 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   source.release_resident_pages();
   const train::TrainResult result = train_model(trainer, spec, std::move(data), run_options.stop);
   if (step_times) step_times->finish();
-  // Every rank is done with collectives; the other ranks leave, rank 0 exports.
+  // A plugin that shards the weights (gemini on several ranks) gathers them with every rank, so
+  // that rank 0 alone can export them; then every rank is done with collectives, the other ranks
+  // leave, rank 0 exports.
+  if (parallel && result.status == "completed") trainer.plugin().gather_weights();
   if (parallel) parallel->world().barrier();
 
   RunOutcome outcome;

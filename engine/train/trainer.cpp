@@ -167,11 +167,17 @@ EvalResult Trainer::evaluate(BatchSource& source) {
   std::int64_t count = 0;
   {
     torch::NoGradGuard no_grad;
-    for (std::int64_t i = rank; i < n; i += world_size) {
-      if (world_size > 1) source.seek({0, i});
+    // Every rank runs as many forwards (a plugin that shards the weights gathers them with
+    // every rank in each): a rank past the end evaluates batch 0 again and does not count it.
+    const std::int64_t rounds = (n + world_size - 1) / world_size;
+    for (std::int64_t k = 0; k < rounds; ++k) {
+      const std::int64_t i = rank + k * world_size;
+      const bool counted = i < n;
+      if (world_size > 1) source.seek({0, counted ? i : 0});
       const Batch batch = source.next();
-      ++count;
       model::ForwardOutput out = forward_batch(batch);
+      if (!counted) continue;
+      ++count;
       sum += out.loss.detach().to(torch::kFloat64).item<double>();
       if (classification) {
         const torch::Tensor predicted = out.logits.argmax(-1).to(torch::kCPU);

@@ -7,6 +7,7 @@ buffers the plugin holds at the same moment, and the optimizer bytes are 1/W of 
 are gathered before use, released after (never all at once) and gathered ahead along the traced
 order; a rank killed mid-training is named by the others."""
 import json
+import shutil
 import signal
 import time
 
@@ -134,3 +135,86 @@ def test_killed_rank_is_named(launch):
     error = ranks.output(0, "err")
     assert f"failed_rank={victim}\n" in error, ranks.describe()
     assert f"rank {victim} on " in error and f"(pid {ranks.processes[victim].pid})" in error
+
+
+# --- whole jobs through `tessera-cli launch`: checkpoints across layouts and the export --------
+
+from test_launch import cli, events_of, job, losses_of, workdir  # noqa: E402,F401 (fixture)
+from safetensors.numpy import load_file  # noqa: E402
+
+# The same micro-batches per step in float32, summed in another order: the last bits differ.
+LOSS_BOUND = 1e-5
+
+
+def gemini_job(workdir, name, steps, strategy, accumulation, out=None, eval_every=0):
+    path = job(workdir, name, strategy=strategy, steps=steps, accumulation=accumulation,
+               eval_every=eval_every)
+    spec = json.loads(path.read_text())
+    # 12 of the 64 rows validate: 6 evaluation batches, which 4 ranks share unevenly (a rank past
+    # the end still runs a forward, as the sharded chunks are gathered by every rank).
+    spec["dataset"]["validation_split"] = 0.1875
+    if out is not None:
+        spec["output"]["dir"] = str(out)
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def run_job(spec, nproc, resume=None):
+    args = ["launch", "--nproc", nproc, spec] if nproc > 1 else ["run", spec]
+    if resume is not None:
+        args += ["--resume", resume]
+    r = cli(*args, timeout=180)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def test_checkpoint_at_2_ranks_resumes_on_1_and_on_4(workdir):
+    # Steps 1-2: gemini sharded on 2 ranks (accumulation 2); 3-4: gemini in one process
+    # (accumulation 4); 5-6: gemini sharded on 4 ranks (accumulation 1, an evaluation every 3
+    # steps: every rank gathers in each forward). Each resumes from the last layout's checkpoint;
+    # every step's loss equals an uninterrupted `single` run's with accumulation 4.
+    reference = gemini_job(workdir, "gemini-reference", 6, "single", 4)
+    run_job(reference, 1)
+    out = workdir / "gemini-chain"
+    run_job(gemini_job(workdir, "gemini-chain", 2, "gemini", 2), 2)
+    first = out / "checkpoint-2"
+    manifest = json.loads((first / "manifest.json").read_text())
+    assert manifest["state_layout"] == "sharded" and manifest["world_size"] == 2
+    kept = workdir / "gemini-checkpoint-2"  # the later stages prune it from the run folder
+    shutil.rmtree(kept, ignore_errors=True)
+    shutil.copytree(first, kept)
+    first = kept
+    run_job(gemini_job(workdir, "gemini-chain", 4, "gemini", 4, out=out), 1, resume=out)
+    run_job(gemini_job(workdir, "gemini-chain", 6, "gemini", 1, out=out, eval_every=3), 4,
+            resume=out)
+    expected = losses_of(events_of(workdir / "gemini-reference" / "events.jsonl"))
+    events = events_of(out / "events.jsonl")
+    got = losses_of(events)
+    assert len(expected) == 6 and len(got) == 6, (expected, got)
+    worst = max(abs(a - b) / abs(b) for a, b in zip(got, expected))
+    print(f"losses gemini 2 ranks -> 1 -> 4 ranks vs single: {worst:.2e} relative")
+    assert worst <= LOSS_BOUND, (got, expected)
+    logs = [e["message"] for e in events if e["type"] == "log"]
+    assert any("saved by 2 processes, this run has 1" in m for m in logs), logs
+    assert any("saved by 1 processes, this run has 4" in m for m in logs), logs
+    evaluations = [e for e in events if e["type"] == "metric" and "eval_loss" in e]
+    assert len(evaluations) >= 2, "the 4-rank stage evaluates at step 6 and at the end"
+
+    # The 2-rank checkpoint resumes on `single` too, with the same losses as the chain.
+    on_single = workdir / "gemini-on-single"
+    run_job(gemini_job(workdir, "gemini-on-single", 4, "single", 4), 1, resume=first)
+    resumed = losses_of(events_of(on_single / "events.jsonl"))
+    assert len(resumed) == 2
+    for a, b in zip(resumed, got[2:4]):
+        assert abs(a - b) / abs(b) <= LOSS_BOUND, (resumed, got)
+
+    # The export gathers the shards: the 4-rank run's model equals, byte for byte, what `single`
+    # exports from the same (4-rank, sharded) checkpoint.
+    exported = load_file(str(out / "model" / "model.safetensors"))
+    again = workdir / "gemini-export-single"
+    run_job(gemini_job(workdir, "gemini-export-single", 6, "single", 4), 1,
+            resume=out / "checkpoint-6")
+    reference_export = load_file(str(again / "model" / "model.safetensors"))
+    assert exported.keys() == reference_export.keys()
+    for key, value in reference_export.items():
+        assert value.tobytes() == exported[key].tobytes(), f"{key} differs"
