@@ -24,6 +24,7 @@
 #include "optim/clip.h"
 #include "optim/cpu_adam.h"
 #include "plugins/gemini/sharded_gemini.h"
+#include "plugins/gemini/tensor_entries.h"
 #include "train/mixed_precision.h"
 #include "train/param_groups.h"
 #include "train/plugin_registry.h"
@@ -212,40 +213,9 @@ class GeminiPlugin : public train::Plugin {
     deferred_ = options.deferred_weights.get();
     torch::NoGradGuard no_grad;
 
-    const std::vector<bool> decays = train::decays_weight(model, trainable);
-    std::unordered_map<const void*, std::size_t> trainable_index;
-    for (std::size_t i = 0; i < trainable.size(); ++i)
-      trainable_index[trainable[i].tensor.unsafeGetTensorImpl()] = i;
-
     // Every tensor in use order (the model's registration order, adapters after), trainable
-    // first recorded by their checkpoint names.
-    std::vector<std::size_t> entry_of_trainable(trainable.size());
-    for (auto& item : model.named_parameters()) {
-      Entry e;
-      e.name = item.key();
-      e.model_name = item.key();
-      e.tensor = item.value();
-      auto it = trainable_index.find(e.tensor.unsafeGetTensorImpl());
-      if (it != trainable_index.end()) {
-        e.trainable = true;
-        e.name = trainable[it->second].name;
-        e.decays = decays[it->second];
-        entry_of_trainable[it->second] = entries_.size();
-        trainable_index.erase(it);
-      }
-      entries_.push_back(std::move(e));
-    }
-    for (std::size_t i = 0; i < trainable.size(); ++i) {  // adapters live outside the model
-      if (!trainable_index.count(trainable[i].tensor.unsafeGetTensorImpl())) continue;
-      Entry e;
-      e.name = trainable[i].name;
-      e.tensor = trainable[i].tensor;
-      e.trainable = true;
-      e.decays = decays[i];
-      entry_of_trainable[i] = entries_.size();
-      entries_.push_back(std::move(e));
-    }
-    trainable_order_ = entry_of_trainable;
+    // ones recorded by their checkpoint names.
+    trainable_order_ = collect_tensor_entries(model, trainable, entries_);
 
     // Each chunk is filled from the float32 values (or straight from the checkpoint) in turn;
     // a parameter's own storage goes as soon as its chunk holds it.

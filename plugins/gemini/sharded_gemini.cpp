@@ -21,6 +21,7 @@
 #include "model/layers.h"
 #include "optim/clip.h"
 #include "optim/cpu_adam.h"
+#include "plugins/gemini/tensor_entries.h"
 #include "train/mixed_precision.h"
 #include "train/param_groups.h"
 #include "train/plugin.h"
@@ -155,36 +156,9 @@ class ShardedGemini : public train::Plugin {
     deferred_ = options.deferred_weights.get();
     torch::NoGradGuard no_grad;
 
-    const std::vector<bool> decays = train::decays_weight(model, trainable);
-    std::unordered_map<const void*, std::size_t> trainable_index;
-    for (std::size_t i = 0; i < trainable.size(); ++i)
-      trainable_index[trainable[i].tensor.unsafeGetTensorImpl()] = i;
-    std::vector<std::size_t> entry_of_trainable(trainable.size());
-    for (auto& item : model.named_parameters()) {
-      ShardEntry e;
-      e.name = e.model_name = item.key();
-      e.tensor = item.value();
-      auto it = trainable_index.find(e.tensor.unsafeGetTensorImpl());
-      if (it != trainable_index.end()) {
-        e.trainable = true;
-        e.name = trainable[it->second].name;
-        e.decays = decays[it->second];
-        entry_of_trainable[it->second] = entries_.size();
-        trainable_index.erase(it);
-      }
-      entries_.push_back(std::move(e));
-    }
-    for (std::size_t i = 0; i < trainable.size(); ++i) {  // adapters live outside the model
-      if (!trainable_index.count(trainable[i].tensor.unsafeGetTensorImpl())) continue;
-      ShardEntry e;
-      e.name = trainable[i].name;
-      e.tensor = trainable[i].tensor;
-      e.trainable = true;
-      e.decays = decays[i];
-      entry_of_trainable[i] = entries_.size();
-      entries_.push_back(std::move(e));
-    }
-    trainable_order_ = entry_of_trainable;
+    // Every tensor in use order (the model's registration order, adapters after), trainable
+    // ones recorded by their checkpoint names.
+    trainable_order_ = collect_tensor_entries(model, trainable, entries_);
 
     build_chunks(model);
     for (torch::Tensor& buffer : model.buffers())

@@ -14,27 +14,14 @@ import time
 import pytest
 
 from test_dist import TIMEOUT_S, NAMING_S, tool  # noqa: F401  (tool: skips outside ctest)
-from test_ddp import DdpRanks, FP32_BOUND, FP32_ELEMENTWISE_BOUND
+from test_ddp import FP32_BOUND, FP32_ELEMENTWISE_BOUND
+from test_ddp import launch  # noqa: F401  (the fixture starting DdpRanks)
 
 SHARE_BOUND = 0.05  # per-rank optimizer bytes are 1/W of single's within 5% (the bound)
 # 64 KiB chunks: the tiny Llama's 107k parameters in 8 chunks, so that only some are gathered at a
 # time (the plugin keeps at most 4 whole).
 SMALL_CHUNKS = {"chunk_size": 65536}
 MAX_GATHERED = 4
-
-
-@pytest.fixture
-def launch(tmp_path):
-    started = []
-
-    def start(world: int, *arguments, **options) -> DdpRanks:
-        ranks = DdpRanks(tmp_path, world, *[str(a) for a in arguments], **options)
-        started.append(ranks)
-        return ranks
-
-    yield start
-    for ranks in started:
-        ranks.close()
 
 
 def run_gemini(launch, world, steps, accumulation, method, options, precision="fp32"):

@@ -13,26 +13,13 @@ import time
 import pytest
 
 from test_dist import TIMEOUT_S, NAMING_S, tool  # noqa: F401  (tool: skips outside ctest)
-from test_ddp import DdpRanks, BUCKET_BYTES, FP32_BOUND, FP32_ELEMENTWISE_BOUND
+from test_ddp import BUCKET_BYTES, FP32_BOUND, FP32_ELEMENTWISE_BOUND
+from test_ddp import launch  # noqa: F401  (the fixture starting DdpRanks)
 
 # Per-rank optimizer bytes are 1/W of single's within 5% (the bound): a tensor of n
 # elements gives each rank ⌈n / W⌉ or fewer, so only the rounding of tiny tensors (norm weights,
 # LoRA's are multiples of W) moves it.
 SHARE_BOUND = 0.05
-
-
-@pytest.fixture
-def launch(tmp_path):
-    started = []
-
-    def start(world: int, *arguments, **options) -> DdpRanks:
-        ranks = DdpRanks(tmp_path, world, *[str(a) for a in arguments], **options)
-        started.append(ranks)
-        return ranks
-
-    yield start
-    for ranks in started:
-        ranks.close()
 
 
 def run_zero(launch, world, steps, accumulation, method, stage, precision="fp32"):
