@@ -117,8 +117,8 @@ const std::vector<StrategyInfo>& strategies() {
                {"auto", "cpu", "cuda"})},
        /*planned=*/true},
       {"gemini",
-       "one process, parameters and optimizer state in chunks placed on the host or on disk "
-       "(Colossal-AI's Gemini)",
+       "parameters and optimizer state in chunks placed on the host or on disk (Colossal-AI's "
+       "Gemini); on several processes every chunk sharded over them, in host memory (ZeRO-3)",
        {choice("device", "where it computes: the CPU (auto picks it; CUDA is not supported yet)",
                {"auto", "cpu"}, {"cuda"}),
         choice("placement",
@@ -135,7 +135,8 @@ const std::vector<StrategyInfo>& strategies() {
         size("host_budget",
              "the RAM the whole training process may use: auto (what the machine has) or a "
              "size; a job that cannot run within it is refused before loading")},
-       /*planned=*/true},
+       /*planned=*/true,
+       /*distributes=*/true},
       {"ddp",
        "data parallelism: every process a whole replica on its share of the batch, gradients "
        "averaged over the processes in buckets while backward runs (PyTorch's DDP)",

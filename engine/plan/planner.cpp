@@ -16,6 +16,7 @@
 #include "hf/model_folder.h"
 #include "hf/tokenizer/tokenizer.h"
 #include "job/strategies.h"
+#include "memory/chunk_layout.h"
 
 namespace tessera::plan {
 namespace {
@@ -104,7 +105,7 @@ std::string strategy_phrase(const Settings& s) {
 }
 
 bool distributes(const Settings& s) {
-  return s.strategy == "ddp" || s.strategy == "zero";
+  return s.strategy == "ddp" || s.strategy == "zero" || s.strategy == "gemini";
 }
 
 std::string percent(double fraction) {
@@ -164,6 +165,186 @@ std::string run_name(const std::string& folder) {
   const fs::path p = fs::path(folder).lexically_normal();
   const std::string name = (p.has_filename() ? p : p.parent_path()).filename().string();
   return name.empty() ? folder : name;
+}
+
+// gemini on W ranks (plugins/gemini/sharded_gemini.cpp) as it lays a model out and gathers it:
+// the tensors in use order (the embedding, each layer's norms then its linears with their
+// biases, the rest outside the layers, an untied head last), trainable and frozen ones packed
+// apart by the plugin's own chunk search (memory/chunk_layout.h), each chunk's used elements
+// padded to a multiple of W. LoRA's adapters are chunked apart and kept whole (no block fetches
+// them). Then one step of the plugin's gathers, replayed: every block's chunks gathered when it
+// computes (forward, and again before its backward when it needs its parameters there), at most
+// kGatheredChunks whole at once, the chunk the traced order needs again last released first, the
+// next chunk of that order gathered ahead; every gathered chunk released at the update. This is
+// the plugin's behaviour from its second step on (its first traces the order, releasing the
+// least recently used).
+constexpr std::size_t kGatheredChunks = 4;  // sharded_gemini.cpp: whole chunks at once
+constexpr double kReducesInFlight = 2;      // sharded_gemini.cpp: gradient chunks in flight
+
+struct ShardedChunks {
+  std::vector<double> fetched;    // elements of each chunk the blocks gather, in use order
+  std::vector<double> kept;       // chunks kept whole (LoRA's adapters)
+  std::vector<double> trainable;  // elements of each trainable chunk
+  double all = 0;                 // Σ every chunk's elements
+  double largest_trainable_tensor = 0;
+  double gathered_peak = 0;      // elements of fetched chunks whole at once, at most
+  double gathered_elements = 0;  // elements all-gathered in a step, of fetched chunks
+  std::int64_t gathers = 0;      // all-gathers of fetched chunks in a step
+};
+
+ShardedChunks sharded_chunks(const hf::ModelConfig& c, const Settings& s, int world_size) {
+  ShardedChunks out;
+  const bool lora = s.method == "lora";
+  const double element = s.precision == "bf16" ? 2.0 : 4.0;
+  const double w = d(std::max(1, world_size));
+  const hf::ParameterShapes shapes = hf::family_of(c).parameter_shapes(c);
+  const double v = d(c.vocab_size), h = d(c.hidden_size);
+  const double head = !c.tie_word_embeddings && shapes.outside_layers >= 2 * v * h ? v * h : 0.0;
+  const double rest = std::max(0.0, shapes.outside_layers - v * h - head);
+  // Tensors (elements, block) and blocks (whether their backward needs them again).
+  std::vector<std::pair<double, std::size_t>> tensors;
+  std::vector<bool> backward;
+  auto block = [&](std::initializer_list<double> numels, bool needed_in_backward) {
+    for (double n : numels)
+      if (n > 0) tensors.push_back({n, backward.size()});
+    backward.push_back(needed_in_backward);
+    return backward.size() - 1;
+  };
+  const std::size_t embedding = block({v * h}, false);
+  std::vector<std::vector<std::size_t>> layer_blocks;  // each layer's blocks, forward order
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    std::vector<std::size_t> blocks = {block({shapes.layer_other}, true)};
+    for (const hf::LinearModule& m : shapes.layer_linears)
+      blocks.push_back(
+          block({m.in_features * m.out_features, m.bias ? m.out_features : 0.0}, true));
+    layer_blocks.push_back(std::move(blocks));
+  }
+  const std::size_t outside = block({rest}, true);
+  // The head: its own linear, or the embedding's weight again (tied).
+  const std::size_t head_block = head > 0 ? block({head}, true) : embedding;
+
+  // Chunks as the plugin packs them: at most 64 MiB of the compute dtype, searched to waste the
+  // least; the used elements padded to W.
+  const auto max_elements = static_cast<std::int64_t>(64.0 * 1024 * 1024 / element);
+  auto pack = [&](const std::vector<double>& numels) {
+    std::vector<std::int64_t> n;
+    for (double x : numels) n.push_back(static_cast<std::int64_t>(std::min(x, 9.0e15)));
+    const memory::ChunkLayout layout = memory::pack_chunks(
+        n, std::vector<std::string>(n.size()), memory::search_chunk_capacity(n, max_elements));
+    std::vector<double> chunks;
+    std::vector<std::size_t> chunk_of(n.size());
+    for (const memory::ChunkSpec& spec : layout.chunks) {
+      for (const memory::ChunkSlot& slot : spec.slots) chunk_of[slot.tensor] = chunks.size();
+      chunks.push_back(std::ceil(d(spec.used) / w) * w);
+    }
+    return std::pair{chunks, chunk_of};
+  };
+  std::vector<double> numels;
+  for (const auto& t : tensors) numels.push_back(t.first);
+  const auto [chunks, chunk_of] = pack(numels);
+  out.fetched = chunks;
+  if (lora) {
+    std::vector<double> adapters;
+    const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
+    for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+      for (const auto& name : targets)
+        if (const auto shape = linear_shape(c, name)) {
+          adapters.push_back(d(s.lora_rank) * shape->first);
+          adapters.push_back(d(s.lora_rank) * shape->second);
+        }
+    if (!adapters.empty()) out.kept = pack(adapters).first;
+    out.trainable = out.kept;
+    for (double a : adapters)
+      out.largest_trainable_tensor = std::max(out.largest_trainable_tensor, a);
+  } else {
+    out.trainable = chunks;
+    for (double n : numels)
+      out.largest_trainable_tensor = std::max(out.largest_trainable_tensor, n);
+  }
+  for (double x : out.fetched) out.all += x;
+  for (double x : out.kept) out.all += x;
+
+  // The chunks of each block, in order.
+  std::vector<std::vector<std::size_t>> block_chunks(backward.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    auto& mine = block_chunks[tensors[i].second];
+    if (std::find(mine.begin(), mine.end(), chunk_of[i]) == mine.end()) mine.push_back(chunk_of[i]);
+  }
+  // One micro-batch's block uses: forward, then backward in reverse (each layer computed again
+  // first under activation checkpointing).
+  std::vector<std::size_t> uses = {embedding};
+  for (const auto& blocks : layer_blocks) uses.insert(uses.end(), blocks.begin(), blocks.end());
+  uses.push_back(outside);
+  uses.push_back(head_block);
+  std::vector<std::size_t> backward_uses = {head_block, outside};
+  for (auto layer = layer_blocks.rbegin(); layer != layer_blocks.rend(); ++layer) {
+    if (s.activation_checkpointing)
+      backward_uses.insert(backward_uses.end(), layer->begin(), layer->end());
+    backward_uses.insert(backward_uses.end(), layer->rbegin(), layer->rend());
+  }
+  for (std::size_t b : backward_uses)
+    if (backward[b] && !block_chunks[b].empty()) uses.push_back(b);
+  std::vector<std::size_t> step_uses;
+  const std::int64_t micro_batches = std::clamp<std::int64_t>(s.gradient_accumulation, 1, 64);
+  for (std::int64_t m = 0; m < micro_batches; ++m)
+    step_uses.insert(step_uses.end(), uses.begin(), uses.end());
+  std::vector<std::size_t> trace;
+  for (std::size_t b : step_uses)
+    for (std::size_t ch : block_chunks[b])
+      if (trace.empty() || trace.back() != ch) trace.push_back(ch);
+  std::vector<std::vector<std::size_t>> positions(chunks.size());
+  for (std::size_t at = 0; at < trace.size(); ++at) positions[trace[at]].push_back(at);
+
+  std::vector<bool> held(chunks.size(), false);
+  std::vector<std::size_t> pinned;
+  std::size_t cursor = 0;
+  double whole = 0;
+  auto until_needed = [&](std::size_t ch) {
+    const auto& p = positions[ch];
+    if (p.empty()) return trace.size();
+    const auto next = std::lower_bound(p.begin(), p.end(), cursor);
+    return next != p.end() ? *next - cursor : p.front() + trace.size() - cursor;
+  };
+  auto make_room = [&] {
+    std::size_t count = static_cast<std::size_t>(std::count(held.begin(), held.end(), true));
+    for (; count >= kGatheredChunks; --count) {
+      std::optional<std::size_t> victim;
+      for (std::size_t ch = 0; ch < chunks.size(); ++ch) {
+        if (!held[ch] || std::find(pinned.begin(), pinned.end(), ch) != pinned.end()) continue;
+        if (!victim || until_needed(ch) > until_needed(*victim)) victim = ch;
+      }
+      if (!victim) return false;
+      held[*victim] = false;
+      whole -= chunks[*victim];
+    }
+    return true;
+  };
+  auto gather = [&](std::size_t ch) {
+    held[ch] = true;
+    whole += chunks[ch];
+    ++out.gathers;
+    out.gathered_elements += chunks[ch];
+    out.gathered_peak = std::max(out.gathered_peak, whole);
+  };
+  for (std::size_t b : step_uses) {
+    pinned = block_chunks[b];
+    for (std::size_t ch : block_chunks[b]) {
+      if (!held[ch]) {
+        make_room();
+        gather(ch);
+      }
+      // Gathered ahead: the chunk after this use in the traced order.
+      std::size_t at = cursor;
+      for (std::size_t n = 0; n < trace.size() && trace[at] != ch; ++n)
+        at = (at + 1) % trace.size();
+      if (trace[at] != ch) continue;
+      cursor = (at + 1) % trace.size();
+      if (cursor == 0) continue;
+      const std::size_t next = trace[cursor];
+      if (!held[next] && make_room()) gather(next);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -306,6 +487,50 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
     }
     // LoRA brings the chunks home for the merge: the export peak stays the in-memory one.
   }
+  if (s.strategy == "gemini" && world_size > 1) {
+    // One rank of gemini sharded over W (plugins/gemini/sharded_gemini.cpp, memory()): shard r
+    // of every chunk in the compute dtype, the fetched chunks whole while blocks use them (at
+    // most four at once: `gathered_chunks`, part of the weights) and LoRA's adapter chunks whole
+    // for good; of the trainable chunks, the Adam moments of the shard (and its float32 masters
+    // in bf16) and its float32 reduced gradients; during backward the float32 whole gradient
+    // chunk being filled and two being reduce-scattered with their output shards
+    // (`gradient_buckets`, part of the gradients), and autograd's gradient of one tensor before
+    // it is copied in (widened to float32 in bf16). Host memory only: the plugin refuses the
+    // disk tier on several processes.
+    const ShardedChunks chunks = sharded_chunks(c, s, world_size);
+    const double w = d(world_size);
+    double trainable_shards = 0, largest = 0;
+    for (double x : chunks.trainable) {
+      trainable_shards += x / w;
+      largest = std::max(largest, x);
+    }
+    double kept = 0;
+    for (double x : chunks.kept) kept += x;
+    const double at_rest =
+        chunks.all / w * param_bytes + kept * param_bytes + (bf16 ? trainable_shards * 4.0 : 0.0);
+    e.gathered_chunks = to_bytes(chunks.gathered_peak * param_bytes);
+    e.weights = to_bytes(at_rest + chunks.gathered_peak * param_bytes);
+    e.optimizer = to_bytes(trainable_shards * 8.0);
+    e.gradient_buckets = to_bytes(largest * 4.0 + kReducesInFlight * (largest + largest / w) * 4.0);
+    e.gradients = to_bytes(trainable_shards * 4.0 + static_cast<double>(e.gradient_buckets) +
+                           chunks.largest_trainable_tensor * (param_bytes + (bf16 ? 4.0 : 0.0)));
+    e.offload_buffers = e.disk_optimizer = e.disk_weights = e.disk_gradients = 0;
+    e.disk_parameters = e.disk_trainable_parameters = 0;
+    // Loading: each chunk staged whole in float32 (read, then broadcast from rank 0) and cast,
+    // beside the shards and optimizer state built so far.
+    double widest = 0;
+    for (double x : chunks.fetched) widest = std::max(widest, x);
+    for (double x : chunks.kept) widest = std::max(widest, x);
+    e.load_peak =
+        to_bytes(at_rest + static_cast<double>(e.optimizer) + widest * (4.0 + param_bytes) +
+                 static_cast<double>(kRuntimeBaselineBytes));
+    // The export gathers every chunk whole on every rank (the shards stay) and rank 0 then
+    // writes as one process does.
+    e.export_peak =
+        to_bytes(stored * param_bytes + (bf16 ? n * 4.0 : 0.0) + n * 4.0 +
+                 chunks.all / w * param_bytes + static_cast<double>(kRuntimeBaselineBytes));
+    return e;
+  }
   // One rank of several. ddp keeps a whole replica and copies every gradient into float32
   // buckets (plugins/ddp): 4 bytes per trainable parameter next to autograd's gradients. zero
   // (plugins/zero) keeps every weight for forward and backward but owns 1/W of each trainable
@@ -341,6 +566,31 @@ Communication estimate_communication(const hf::ModelConfig& c, const Settings& s
   const double trainable = s.method == "lora"
                                ? d(count_lora_parameters(c, s.lora_rank, s.lora_targets))
                                : d(count_parameters(c));
+  if (s.strategy == "gemini") {
+    // gemini sharded (plugins/gemini/sharded_gemini.cpp): every trainable chunk's float32
+    // gradients reduce-scattered in every micro-batch's backward, (W-1)/W of their padded bytes;
+    // the all-gathers of the chunks as the blocks use them (the plugin's gathers replayed by
+    // sharded_chunks: once per step when all fit in its four whole chunks, else again in each
+    // backward and micro-batch for what was released) and of LoRA's adapter chunks after each
+    // update, (W-1)/W of each chunk's bytes in the compute dtype; and the clipping norm, one
+    // scalar all_reduce.
+    const ShardedChunks chunks = sharded_chunks(c, s, world_size);
+    const double element = s.precision == "bf16" ? 2.0 : 4.0;
+    const double micro_batches = d(std::max<std::int64_t>(1, s.gradient_accumulation));
+    double chunked = 0, kept = 0;
+    for (double x : chunks.trainable) chunked += x;
+    for (double x : chunks.kept) kept += x;
+    out.gradient_bytes = to_bytes(micro_batches * (w - 1.0) / w * chunked * 4.0);
+    out.all_gather_bytes = to_bytes((w - 1.0) / w * (chunks.gathered_elements + kept) * element);
+    out.bytes = out.gradient_bytes + out.all_gather_bytes;
+    out.calls = static_cast<std::int64_t>(micro_batches) *
+                    static_cast<std::int64_t>(chunks.trainable.size()) +
+                chunks.gathers + static_cast<std::int64_t>(chunks.kept.size()) + 1;
+    if (link && link->measured && link->bandwidth_bytes_per_s > 0.0)
+      out.seconds = d(static_cast<std::int64_t>(out.bytes)) / link->bandwidth_bytes_per_s +
+                    d(out.calls) * link->latency_s;
+    return out;
+  }
   const double gradients = trainable * 4.0;  // reduced in float32 (the buckets)
   const double buckets =
       std::ceil(gradients / d(static_cast<std::int64_t>(std::max<std::uint64_t>(bucket_bytes, 1))));
@@ -466,11 +716,17 @@ void plan_rank_time(Plan& plan, const PlanInputs& in, const std::string& device,
   }
   plan.modelled_seconds_per_step = rank + comm.seconds;
   plan.seconds_per_step = plan.compute_seconds_per_step + comm.seconds;
+  const bool scattered = plan.settings.strategy == "gemini" ||
+                         (plan.settings.strategy == "zero" && plan.settings.zero_stage >= 2);
+  const std::string reduction = scattered ? "reduce_scatter" : "all_reduce";
   const std::string volume =
       gib(comm.bytes) + " through each rank in " + std::to_string(comm.calls) + " calls (" +
       (comm.all_gather_bytes > 0
-           ? "the gradients' all_reduce " + gib(comm.gradient_bytes) +
-                 " and the parameters' all_gather " + gib(comm.all_gather_bytes)
+           ? "the gradients' " + reduction + " " + gib(comm.gradient_bytes) +
+                 " and the parameters' all_gather " + gib(comm.all_gather_bytes) +
+                 (plan.settings.strategy == "gemini"
+                      ? " as the blocks gather their chunks in forward and backward"
+                      : "")
            : "the gradients' all_reduce, 2(N-1)/N of their float32 bytes") +
       ")";
   const std::optional<LinkInfo>& link = in.profile.link;
@@ -542,6 +798,13 @@ void explain_distributed(Plan& plan, const PlanInputs& in, const std::vector<Set
       s.strategy == "ddp"
           ? "each rank holds the whole model with its gradients, float32 gradient buckets and "
             "optimizer state"
+      : s.strategy == "gemini"
+          ? "each rank holds 1/" + processes +
+                " of the parameters, gradients and optimizer state, gathering a chunk of "
+                "parameters whole while a block computes with it (at most " +
+                std::to_string(kGatheredChunks) +
+                " at once) and reduce-scattering the gradients chunk by chunk in every "
+                "micro-batch"
           : "each rank holds the whole model but 1/" + processes + " of the optimizer state" +
                 (s.zero_stage >= 2 ? " and of the gradients" : "");
   plan.candidates.front().summary = strategy_phrase(s) + ": " + held + " (" + categories +
@@ -558,7 +821,10 @@ void explain_distributed(Plan& plan, const PlanInputs& in, const std::vector<Set
       c.summary = name + " would save " + gib(chosen.peak - c.peak) + " per rank (" + gib(c.peak) +
                   ") but costs " +
                   (c.settings.strategy == "zero" ? "an all_gather of the parameters every step"
-                                                 : "more communication") +
+                   : c.settings.strategy == "gemini"
+                       ? "all_gathers of the parameters as every forward and backward uses "
+                         "them and a reduce_scatter of the gradients in every micro-batch"
+                       : "more communication") +
                   ": " + time_of(c) + ", against " + seconds_text(chosen.seconds_per_step);
     } else {
       c.summary = name + " fits too (" + gib(c.peak) +
@@ -623,6 +889,7 @@ Plan make_plan(const PlanInputs& in) {
       if (named && entry.name != strategy->name) continue;
       Settings t;
       t.strategy = entry.name;
+      if (entry.name == "gemini") continue;  // last, below: it shards the most
       if (entry.name != "zero") {
         distributing.push_back(t);
         continue;
@@ -633,6 +900,25 @@ Plan make_plan(const PlanInputs& in) {
         t.zero_stage = stage;
         distributing.push_back(t);
       }
+    }
+    // gemini, which shards parameters too, after the others: the last is the strategy that
+    // holds the least per rank, and a tie in step time goes to the earlier.
+    const job::StrategyInfo* gemini = job::find_strategy("gemini");
+    if (gemini != nullptr && gemini->planned && gemini->distributes &&
+        (!named || strategy->name == "gemini")) {
+      Settings t;
+      t.strategy = "gemini";
+      distributing.push_back(t);
+    }
+    if (named && strategy->name == "gemini") {
+      // As the plugin refuses them on several processes (sharded_gemini.cpp, read_options).
+      const Settings written = written_settings(spec);
+      if (written.offload_optim_frac > 0.0 || written.offload_param_frac > 0.0)
+        throw_unsupported(
+            "strategy.options: gemini on " + std::to_string(processes) +
+                " processes keeps every shard in host memory for now (the disk tier, "
+                "offload_optim_frac, offload_param_frac and placement auto, is one process's)",
+            "remove the offload options and placement auto, or run one process");
     }
     if (named && !strategy->distributes)
       throw_unsupported("strategy.name: \"" + strategy->name +
@@ -1011,6 +1297,7 @@ json to_json(const Plan& p) {
                       {{"weights", e.weights},
                        {"gradients", e.gradients},
                        {"gradient_buckets", e.gradient_buckets},
+                       {"gathered_chunks", e.gathered_chunks},
                        {"optimizer", e.optimizer},
                        {"activations", e.activations},
                        {"runtime", e.runtime}}}});

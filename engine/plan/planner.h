@@ -52,6 +52,9 @@ struct MemoryEstimate {
   // ddp / zero: the float32 buffers gradients are reduced in (ddp and zero 1: every trainable
   // parameter's, 4 bytes each; zero 2: the two buckets in flight), part of `gradients`.
   std::uint64_t gradient_buckets = 0;
+  // gemini on several ranks: the whole parameter chunks gathered at once at most (part of
+  // `weights`; its `gradient_buckets` are the whole float32 gradient chunks in flight).
+  std::uint64_t gathered_chunks = 0;
   std::uint64_t optimizer = 0;    // AdamW m and v, fp32
   std::uint64_t activations = 0;  // saved for backward at the peak (the loss head's backward)
   std::uint64_t runtime = 0;      // LibTorch process baseline

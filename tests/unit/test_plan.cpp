@@ -647,16 +647,25 @@ class TestPlan : public QObject {
     QVERIFY(p.reasons.front().find("÷ 2 ranks") != std::string::npos);
     // zero at both stages was weighed: it saves memory a rank does not need, and costs an
     // all_gather of the parameters every step.
-    QCOMPARE(p.candidates.size(), std::size_t{3});
+    // So was gemini (sharded: it holds less still, and communicates the most).
+    QCOMPARE(p.candidates.size(), std::size_t{4});
     QCOMPARE(p.candidates[0].settings.strategy, std::string("ddp"));
-    for (std::size_t i = 1; i < 3; ++i) {
-      QCOMPARE(p.candidates[i].settings.strategy, std::string("zero"));
+    for (std::size_t i = 1; i < 4; ++i) {
+      QVERIFY(p.candidates[i].settings.strategy == "zero" ||
+              p.candidates[i].settings.strategy == "gemini");
       QVERIFY(p.candidates[i].peak < p.candidates[0].peak);
       QVERIFY(p.candidates[i].seconds_per_step > p.candidates[0].seconds_per_step);
     }
+    QVERIFY(std::any_of(p.candidates.begin(), p.candidates.end(),
+                        [](const auto& c) { return c.settings.strategy == "gemini"; }));
     QVERIFY(std::any_of(p.reasons.begin(), p.reasons.end(), [](const std::string& r) {
       return r.rfind("runner-up: zero stage 2 would save", 0) == 0 &&
              r.find("an all_gather of the parameters every step") != std::string::npos;
+    }));
+    QVERIFY(std::any_of(p.reasons.begin(), p.reasons.end(), [](const std::string& r) {
+      return r.rfind("runner-up: gemini would save", 0) == 0 &&
+             r.find("all_gathers of the parameters as every forward and backward uses them") !=
+                 std::string::npos;
     }));
     const auto comm = plan::estimate_communication(in.model, p.settings, 2, link);
     QCOMPARE(p.communication.bytes, comm.bytes);
@@ -720,6 +729,182 @@ class TestPlan : public QObject {
     QVERIFY(std::any_of(
         unmeasured.reasons.begin(), unmeasured.reasons.end(),
         [](const std::string& r) { return r.find("was not measured") != std::string::npos; }));
+  }
+
+  // gemini on W ranks (plugins/gemini/sharded_gemini.cpp): 1/W of every chunk (padded to W)
+  // in each category, plus the whole chunks it gathers (at most four) and the whole float32
+  // gradient chunks in flight; one process is planned as before.
+  void geminiShardsEveryCategoryPerRank() {
+    const auto c = config(small_llama());
+    const double n = double(plan::count_parameters(c));
+    const double embedding = 8000.0 * 512;  // the largest tensor: the chunks' capacity
+    plan::Settings s = settings(8, false, "full");
+    s.strategy = "gemini";
+    const auto one = plan::estimate_memory(c, s, 0);
+    QVERIFY(near(one.weights, 4 * n));
+    QVERIFY(near(one.optimizer, 8 * n));
+    QCOMPARE(one.gathered_chunks, std::uint64_t(0));
+    QCOMPARE(plan::estimate_memory(c, s, 0, 1).peak(), one.peak());
+    for (const int w : {2, 4}) {
+      const auto e = plan::estimate_memory(c, s, 0, w);
+      // Moments of the shards: 1/W of every chunk, each padded by fewer than W elements.
+      QVERIFY2(double(e.optimizer) >= 8 * n / w - 4 && double(e.optimizer) <= 8 * (n + 8 * w) / w,
+               std::to_string(e.optimizer).c_str());
+      // fp32: the parameter shards are the moments' half; the rest of the weights is the whole
+      // chunks: more than one (the embedding's), at most four of the capacity, fewer than all.
+      QVERIFY(near(e.weights, double(e.optimizer) / 2 + double(e.gathered_chunks)));
+      QVERIFY(double(e.gathered_chunks) > 4 * embedding);
+      QVERIFY(double(e.gathered_chunks) <= 4 * 4 * (embedding + w));
+      QVERIFY(double(e.gathered_chunks) < 4 * n);
+      // Gradients: the float32 shard, the chunk being filled and two being reduce-scattered
+      // with their output shards, and one tensor's gradient from autograd.
+      QVERIFY(double(e.gradient_buckets) >= 4 * embedding * (3 + 2.0 / w));
+      QVERIFY(double(e.gradient_buckets) <= 4 * (embedding + w) * (3 + 2.0 / w));
+      QVERIFY(
+          near(e.gradients, double(e.optimizer) / 2 + double(e.gradient_buckets) + 4 * embedding));
+      QCOMPARE(e.activations, one.activations);
+      QCOMPARE(e.disk(), std::uint64_t(0));
+    }
+    // This model's six chunks are each about a fifth of it (its embedding and head are the largest
+    // tensors): four whole ones outweigh what sharding saves against zero stage 2. A deeper model
+    // has more, smaller chunks: gemini holds the least per rank there.
+    plan::Settings zero = s;
+    zero.strategy = "zero";
+    zero.zero_stage = 2;
+    QVERIFY(plan::estimate_memory(c, s, 0, 4).training_peak() >
+            plan::estimate_memory(c, zero, 0, 4).training_peak());
+    const auto wide = config(wide_llama());
+    for (const int w : {2, 4})
+      QVERIFY(plan::estimate_memory(wide, s, 0, w).training_peak() <
+              plan::estimate_memory(wide, zero, 0, w).training_peak());
+    // The whole chunks do not shrink with W; the shards do.
+    const auto two = plan::estimate_memory(c, s, 0, 2), four = plan::estimate_memory(c, s, 0, 4);
+    QVERIFY(std::abs(double(two.gathered_chunks) - double(four.gathered_chunks)) <= 64);
+    QVERIFY(four.optimizer < two.optimizer);
+    // bf16: chunks of the compute dtype (half the bytes), float32 masters of the shard.
+    s.precision = "bf16";
+    const auto bf16 = plan::estimate_memory(c, s, 0, 2);
+    QVERIFY(near(bf16.gathered_chunks, double(two.gathered_chunks) / 2));
+    QVERIFY(near(bf16.weights, double(bf16.optimizer) * 6 / 8 + double(bf16.gathered_chunks)));
+    // LoRA: the base sharded and gathered as it computes; the adapters' chunks whole on every
+    // rank; the moments of the adapters' shards.
+    s.precision = "fp32";
+    s.method = "lora";
+    const double lora = double(plan::count_lora_parameters(c, s.lora_rank, {}));
+    const auto adapters = plan::estimate_memory(c, s, 0, 2);
+    QVERIFY2(double(adapters.optimizer) >= 8 * lora / 2 - 4 &&
+                 double(adapters.optimizer) <= 8 * (lora + 16) / 2,
+             std::to_string(adapters.optimizer).c_str());
+    QVERIFY(double(adapters.weights) >= 4 * n / 2 + 4 * lora + double(adapters.gathered_chunks));
+    QVERIFY(double(adapters.weights) <=
+            4 * (n + lora + 64) / 2 + 4 * (lora + 16) + double(adapters.gathered_chunks));
+  }
+
+  // gemini's bytes per step: the padded float32 gradients reduce-scattered in every micro-batch,
+  // (W-1)/W of them; the chunks all-gathered as the blocks use them: once a step when all fit in
+  // the four it keeps whole, again in backward and in each micro-batch when they do not.
+  void geminiCommunicationPerStep() {
+    plan::LinkInfo link;
+    link.measured = true;
+    link.bandwidth_bytes_per_s = 1e9;
+    link.latency_s = 1e-4;
+    const auto c = config(small_llama());
+    const double n = double(plan::count_parameters(c));
+    plan::Settings s = settings(8, false, "full");
+    s.strategy = "gemini";
+    QCOMPARE(plan::estimate_communication(c, s, 1, link).bytes, std::uint64_t(0));
+    const auto two = plan::estimate_communication(c, s, 2, link);
+    QVERIFY(double(two.gradient_bytes) >= 0.5 * 4 * n - 4);
+    QVERIFY(double(two.gradient_bytes) <= 0.5 * 4 * (n + 64));
+    // Six chunks, four kept whole: every chunk gathered in forward, some again in backward.
+    QVERIFY(double(two.all_gather_bytes) > 0.5 * 4 * n * 1.05);
+    QVERIFY(double(two.all_gather_bytes) < 0.5 * 4 * n * 2);
+    QCOMPARE(two.bytes, two.gradient_bytes + two.all_gather_bytes);
+    QVERIFY(std::abs(two.seconds - (double(two.bytes) / 1e9 + double(two.calls) * 1e-4)) < 1e-9);
+    s.gradient_accumulation = 3;
+    const auto three = plan::estimate_communication(c, s, 2, link);
+    QVERIFY(near(three.gradient_bytes, 3.0 * double(two.gradient_bytes)));
+    QVERIFY(three.all_gather_bytes > two.all_gather_bytes);  // gathered again per micro-batch
+    QVERIFY(three.calls > two.calls);
+    // A model of three chunks (embedding, the layer, the head): each gathered once a step,
+    // whatever the micro-batches.
+    json doc = small_llama();
+    doc["hidden_size"] = 64;
+    doc["intermediate_size"] = 172;
+    doc["num_hidden_layers"] = 1;
+    doc["num_attention_heads"] = 4;
+    doc["num_key_value_heads"] = 4;
+    const auto tiny = config(doc);
+    const double t = double(plan::count_parameters(tiny));
+    for (const std::int64_t a : {1, 3}) {
+      s.gradient_accumulation = a;
+      const auto e = plan::estimate_communication(tiny, s, 4, link);
+      QVERIFY2(double(e.all_gather_bytes) >= 0.75 * 4 * t - 4 &&
+                   double(e.all_gather_bytes) <= 0.75 * 4 * (t + 16),
+               std::to_string(e.all_gather_bytes).c_str());
+      QCOMPARE(e.calls, 3 * a + 3 + 1);  // reduce-scatters, all-gathers, the clipping norm
+    }
+  }
+
+  // A per-rank budget only gemini fits at the user's batch: auto takes it (fewest changes) and
+  // says what a rank holds and why ddp and zero lost; naming gemini with the disk tier on
+  // several processes is refused as the plugin refuses it.
+  void autoChoosesGeminiWhenOnlyItFits() {
+    auto in = inputs(64ull << 30);
+    in.model = config(wide_llama());
+    in.processes = 4;
+    plan::LinkInfo link;
+    link.measured = true;
+    link.bandwidth_bytes_per_s = 1e9;
+    link.latency_s = 1e-4;
+    link.method = "test";
+    in.profile.link = link;
+    plan::Settings eight = settings(8, false, "full");
+    eight.strategy = "gemini";
+    const auto need = plan::estimate_memory(in.model, eight, 0, 4).peak();
+    eight.strategy = "zero";
+    eight.zero_stage = 2;
+    QVERIFY(need < plan::estimate_memory(in.model, eight, 0, 4).peak());
+    in.profile.memory.simulated =
+        4 *
+        (static_cast<std::uint64_t>(static_cast<double>(need) / (1.0 - plan::kHeadroom)) + 4096);
+    const auto p = plan::make_plan(in);
+    QVERIFY(p.fits);
+    QCOMPARE(p.strategy, std::string("gemini"));
+    QCOMPARE(p.settings.micro_batch, std::int64_t(8));
+    QCOMPARE(p.tiers.at(0).estimate.peak(), need);
+    QVERIFY2(p.reasons.front().rfind("strategy gemini: each rank holds 1/4 of the parameters, "
+                                     "gradients and optimizer state, gathering",
+                                     0) == 0,
+             p.reasons.front().c_str());
+    for (const char* loser : {"runner-up: ddp would need", "runner-up: zero stage 1 would need",
+                              "runner-up: zero stage 2 would need"})
+      QVERIFY2(std::any_of(p.reasons.begin(), p.reasons.end(),
+                           [&](const std::string& r) { return r.rfind(loser, 0) == 0; }),
+               loser);
+    QCOMPARE(p.candidates.front().settings.strategy, std::string("gemini"));
+    QVERIFY(p.candidates.front().fits);
+    for (std::size_t i = 1; i < p.candidates.size(); ++i) QVERIFY(!p.candidates[i].fits);
+    QVERIFY(p.communication.all_gather_bytes > 0);
+    QCOMPARE(p.communication.bytes,
+             plan::estimate_communication(in.model, p.settings, 4, link).bytes);
+    const json j = plan::to_json(p);
+    QCOMPARE(j["memory"][0]["by_category"]["gathered_chunks"].get<std::uint64_t>(),
+             p.tiers[0].estimate.gathered_chunks);
+    const job::JobSpec applied = plan::apply_settings(in.spec, p.settings);
+    QCOMPARE(applied.strategy.name, std::string("gemini"));
+    QCOMPARE(plan::settings_from_json(j["settings"], "plan.json").strategy, std::string("gemini"));
+    // Named: planned per rank the same way.
+    in.spec.strategy.name = "gemini";
+    QCOMPARE(plan::make_plan(in).tiers.at(0).estimate.peak(), need);
+    in.spec.strategy.options = {{"offload_optim_frac", 0.5}};
+    try {
+      plan::make_plan(in);
+      QFAIL("expected an error");
+    } catch (const Error& e) {
+      QCOMPARE(int(e.kind()), int(ErrorKind::Unsupported));
+      QVERIFY2(std::string(e.what()).find("host memory") != std::string::npos, e.what());
+    }
   }
 
   void zeroSettingsRoundTrip() {
