@@ -262,12 +262,20 @@ void Trainer::emit_memory() {
   report.activations_other = rss > accounted ? rss - accounted : 0;
   // What the whole machine uses: other programs' memory pressure next to ours.
   if (!report.on_device) report.system_used = system_memory_used_bytes();
+  const std::optional<DiskTierMemory> disk = plugin_->disk_memory();
+  // Every rank's disk tier (sharded gemini: each rank's own files) in the same collective.
+  std::vector<MemoryReport::Rank> disk_ranks;
   if (distributed()) {
-    constexpr std::size_t kFields = 5;
+    constexpr std::size_t kFields = 9;
+    const DiskTierMemory no_disk;
+    const DiskTierMemory& own_disk = disk ? *disk : no_disk;
     const std::vector<double> all =
         gather({static_cast<double>(report.used), static_cast<double>(m.weights),
                 static_cast<double>(m.gradients), static_cast<double>(m.optimizer),
-                static_cast<double>(report.activations_other)});
+                static_cast<double>(report.activations_other), static_cast<double>(own_disk.used),
+                static_cast<double>(own_disk.by_category.weights),
+                static_cast<double>(own_disk.by_category.gradients),
+                static_cast<double>(own_disk.by_category.optimizer)});
     for (std::size_t i = 0; i + kFields <= all.size(); i += kFields) {
       MemoryReport::Rank rank;
       rank.rank = static_cast<int>(i / kFields);
@@ -277,12 +285,20 @@ void Trainer::emit_memory() {
                           static_cast<std::uint64_t>(all[i + 2]),
                           static_cast<std::uint64_t>(all[i + 3])};
       rank.activations_other = static_cast<std::uint64_t>(all[i + 4]);
+      MemoryReport::Rank disk_rank;
+      disk_rank.rank = rank.rank;
+      disk_rank.host = rank.host;
+      disk_rank.used = static_cast<std::uint64_t>(all[i + 5]);
+      disk_rank.by_category = {static_cast<std::uint64_t>(all[i + 6]),
+                               static_cast<std::uint64_t>(all[i + 7]),
+                               static_cast<std::uint64_t>(all[i + 8])};
       report.ranks.push_back(std::move(rank));
+      disk_ranks.push_back(std::move(disk_rank));
     }
   }
   if (!events_) return;
   events_->on_memory(report);
-  if (const std::optional<DiskTierMemory> disk = plugin_->disk_memory()) {
+  if (disk) {
     MemoryReport d;
     d.on_disk = true;
     d.device = disk->folder;
@@ -302,6 +318,7 @@ void Trainer::emit_memory() {
       }
     }
     last_disk_report_ = DiskSample{now, disk->bytes_read, disk->bytes_written};
+    d.ranks = std::move(disk_ranks);
     events_->on_memory(d);
   }
 }

@@ -58,8 +58,8 @@ struct MemoryReport {
   std::uint64_t bytes_written = 0;
   double read_bytes_per_s = 0.0;
   double written_bytes_per_s = 0.0;
-  // Several processes only (host and device reports): every rank's own report, rank order;
-  // the fields above are this rank's (rank 0's in the event stream).
+  // Several processes only: every rank's own report, rank order (a disk report: each rank's own
+  // tier, `used` and `by_category`); the fields above are this rank's (rank 0's in the stream).
   struct Rank {
     int rank = 0;
     std::string host;

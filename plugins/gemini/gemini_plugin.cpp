@@ -23,6 +23,7 @@
 #include "model/layers.h"
 #include "optim/clip.h"
 #include "optim/cpu_adam.h"
+#include "plugins/gemini/disk_chunks.h"
 #include "plugins/gemini/sharded_gemini.h"
 #include "plugins/gemini/tensor_entries.h"
 #include "train/mixed_precision.h"
@@ -857,7 +858,7 @@ class GeminiPlugin : public train::Plugin {
 
   void build_optimizer_chunks() {
     const memory::ChunkLayout layout = layout_for(trainable_order_, 4);
-    std::uint64_t total = 0;
+    std::vector<std::uint64_t> sizes;
     for (const auto& spec : layout.chunks) {
       OptimChunk chunk;
       chunk.elements = spec.used;
@@ -867,19 +868,13 @@ class GeminiPlugin : public train::Plugin {
         entries_[entry].optim_offset = slot.offset;
         chunk.entries.push_back(entry);
       }
-      total += chunk_bytes(chunk);
+      sizes.push_back(chunk_bytes(chunk));
       optim_chunks_.push_back(std::move(chunk));
     }
     // Static placement: the last chunks (by bytes) go to disk, as close to the fraction as
     // whole chunks allow.
-    const double target = gemini_.offload_optim_frac * static_cast<double>(total);
-    double offloaded = 0.0;
-    for (auto it = optim_chunks_.rbegin(); it != optim_chunks_.rend(); ++it) {
-      const double bytes = static_cast<double>(chunk_bytes(*it));
-      if (offloaded + bytes / 2.0 > target) break;
-      it->on_disk = true;
-      offloaded += bytes;
-    }
+    const std::vector<bool> on_disk = choose_offloaded_chunks(sizes, gemini_.offload_optim_frac);
+    for (std::size_t c = 0; c < optim_chunks_.size(); ++c) optim_chunks_[c].on_disk = on_disk[c];
 
     // Fill each chunk (masters from the float32 values; zero moments), then park it.
     for (std::size_t c = 0; c < optim_chunks_.size(); ++c) {
@@ -927,24 +922,19 @@ class GeminiPlugin : public train::Plugin {
     const memory::ChunkLayout layout = layout_for(all, element_bytes());
     param_chunks_.resize(layout.chunks.size());
     // A chunk holding adapters, or a tensor no block fetches, never goes to disk.
-    const auto stays_in_memory = [&](std::size_t c) {
-      const auto& slots = layout.chunks[c].slots;
-      return std::any_of(slots.begin(), slots.end(),
-                         [&](const memory::ChunkSlot& slot) { return !fetched[slot.tensor]; });
-    };
+    std::vector<std::uint64_t> capacities;
+    std::vector<bool> may_go_to_disk;
+    for (const auto& spec : layout.chunks) {
+      capacities.push_back(static_cast<std::uint64_t>(spec.capacity));
+      may_go_to_disk.push_back(
+          std::all_of(spec.slots.begin(), spec.slots.end(),
+                      [&](const memory::ChunkSlot& slot) { return fetched[slot.tensor]; }));
+    }
     // Static placement: the last chunks (by bytes) go to disk, as close to the fraction as whole
     // chunks allow; they are the first ones backward needs, while still cached from forward.
-    double total = 0.0;
-    for (const auto& spec : layout.chunks) total += static_cast<double>(spec.capacity);
-    const double target = gemini_.offload_param_frac * total;
-    double offloaded = 0.0;
-    for (std::size_t c = layout.chunks.size(); c-- > 0;) {
-      const double elements = static_cast<double>(layout.chunks[c].capacity);
-      if (offloaded + elements / 2.0 > target) break;
-      if (stays_in_memory(c)) continue;
-      param_chunks_[c].on_disk = true;
-      offloaded += elements;
-    }
+    const std::vector<bool> on_disk =
+        choose_offloaded_chunks(capacities, gemini_.offload_param_frac, may_go_to_disk);
+    for (std::size_t c = 0; c < param_chunks_.size(); ++c) param_chunks_[c].on_disk = on_disk[c];
 
     // Fill each chunk (from the checkpoint or the float32 values); one on disk is written to
     // its file and leaves memory at once, so no more than one is in memory while loading.
@@ -990,69 +980,34 @@ class GeminiPlugin : public train::Plugin {
   }
 
   // Runs `body` on every optimizer chunk in order with its buffer resident (and, `with_gradients`,
-  // its gradient chunk): on-disk chunks are read one ahead of use and written back behind it
-  // (at most three optimizer buffers in flight). Gradient chunks are read, never written back:
-  // the update consumes them.
+  // its gradient chunk), streamed through disk_chunks.h. Gradient chunks are read, never written
+  // back: the update consumes them.
   template <typename Body>
   void for_each_optimizer_chunk(bool with_gradients, Body&& body) {
-    struct Pending {
-      OptimChunk* chunk;
-      std::future<void> io;
-      std::future<void> gradient_io;
+    memory::DiskStore* store = disk_.get();
+    DiskChunkTransfers io;
+    io.on_disk = [&](std::size_t c) { return optim_chunks_[c].on_disk; };
+    io.read = [&, store](std::size_t c) {
+      OptimChunk& chunk = optim_chunks_[c];
+      std::vector<std::future<void>> reads;
+      chunk.host = memory::AlignedBuffer(chunk_bytes(chunk));
+      reads.push_back(store->read(chunk.region, chunk.host.data()));
+      if (with_gradients && !chunk.grads && chunk.grads_on_disk) {
+        chunk.grads = memory::AlignedBuffer(gradient_chunk_bytes(chunk));
+        reads.push_back(store->read(chunk.grad_region, chunk.grads.data()));
+      }
+      return reads;
     };
-    std::optional<Pending> next_read;
-    std::deque<Pending> writes;
-    const auto start_read = [&](std::size_t c) -> std::optional<Pending> {
-      for (; c < optim_chunks_.size(); ++c) {
-        OptimChunk& chunk = optim_chunks_[c];
-        if (!chunk.on_disk) continue;
-        chunk.host = memory::AlignedBuffer(chunk_bytes(chunk));
-        Pending p{&chunk, disk_->read(chunk.region, chunk.host.data()), {}};
-        if (with_gradients && !chunk.grads && chunk.grads_on_disk) {
-          chunk.grads = memory::AlignedBuffer(gradient_chunk_bytes(chunk));
-          p.gradient_io = disk_->read(chunk.grad_region, chunk.grads.data());
-        }
-        return p;
-      }
-      return std::nullopt;
+    // Gradients written back late in backward may still be in memory: use them there.
+    io.arrived = [&](std::size_t c) {
+      if (with_gradients && optim_chunks_[c].grad_write.valid())
+        finish_gradient_write(optim_chunks_[c], true);
     };
-    const auto finish_write = [&](Pending& w) {
-      w.io.get();
-      w.chunk->host = memory::AlignedBuffer();
+    io.write = [&, store](std::size_t c) {
+      return store->write(optim_chunks_[c].region, optim_chunks_[c].host.data());
     };
-    try {
-      next_read = start_read(0);
-      for (std::size_t c = 0; c < optim_chunks_.size(); ++c) {
-        OptimChunk& chunk = optim_chunks_[c];
-        if (chunk.on_disk) {
-          next_read->io.get();  // this chunk's read
-          if (next_read->gradient_io.valid()) next_read->gradient_io.get();
-          next_read = start_read(c + 1);
-          // Gradients written back late in backward may still be in memory: use them there.
-          if (with_gradients && chunk.grad_write.valid()) finish_gradient_write(chunk, true);
-        }
-        body(chunk);
-        if (chunk.on_disk) {
-          writes.push_back({&chunk, disk_->write(chunk.region, chunk.host.data()), {}});
-          while (writes.size() > 1) {
-            finish_write(writes.front());
-            writes.pop_front();
-          }
-        }
-      }
-      while (!writes.empty()) {
-        finish_write(writes.front());
-        writes.pop_front();
-      }
-    } catch (...) {
-      // Nothing may outlive its buffer: wait for what is in flight, then report the first error.
-      if (next_read) {
-        next_read->io.wait();
-        if (next_read->gradient_io.valid()) next_read->gradient_io.wait();
-      }
-      for (Pending& w : writes) w.io.wait();
-      throw;
-    }
+    io.written = [&](std::size_t c) { optim_chunks_[c].host = memory::AlignedBuffer(); };
+    stream_disk_chunks(optim_chunks_.size(), io, [&](std::size_t c) { body(optim_chunks_[c]); });
   }
 
   // A float32 tensor over the optimizer state of `e` at array offset `offset` (0: masters):

@@ -8,19 +8,24 @@
 #include <torch/csrc/autograd/function_hook.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <deque>
+#include <filesystem>
 #include <optional>
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/units.h"
 #include "dist/parallel_context.h"
 #include "memory/chunk_layout.h"
+#include "memory/disk_store.h"
 #include "memory/tensor_state.h"
 #include "model/layers.h"
 #include "optim/clip.h"
 #include "optim/cpu_adam.h"
+#include "plugins/gemini/disk_chunks.h"
 #include "plugins/gemini/tensor_entries.h"
 #include "train/mixed_precision.h"
 #include "train/param_groups.h"
@@ -79,7 +84,12 @@ struct ShardChunk {
   torch::Tensor values;                              // S elements, compute dtype: this rank's shard
   // Trainable chunks:
   std::size_t trainable_entries = 0;
-  torch::Tensor optim;       // float32 [masters (bf16)] [exp_avg] [exp_avg_sq], S each
+  torch::Tensor optim;  // float32 [masters (bf16)] [exp_avg] [exp_avg_sq], S each (resident)
+  // Static placement with offload_optim_frac: `optim` lives in a region of the disk tier and is
+  // resident (a view of `optim_buffer`) only while streamed through an update or a load.
+  bool optim_on_disk = false;
+  std::size_t optim_region = 0;
+  memory::AlignedBuffer optim_buffer;
   torch::Tensor grad_shard;  // float32, S: this step's reduced gradients (until the update)
   torch::Tensor grad_whole;  // float32, C: this backward's gradients (until reduce-scattered)
   std::size_t grads_in = 0;
@@ -295,12 +305,34 @@ class ShardedGemini : public train::Plugin {
     return m;
   }
 
+  std::optional<train::DiskTierMemory> disk_memory() const override {
+    if (!disk_) return std::nullopt;
+    train::DiskTierMemory d;
+    d.folder = disk_->folder().string();
+    d.used = disk_->bytes_on_disk();
+    // Only optimizer shards are there: their float32 masters (bf16) count as weights, the rest
+    // of each file (the moments and the padding to the I/O alignment) as optimizer state.
+    for (const ShardChunk& c : chunks_) {
+      if (!c.optim_on_disk) continue;
+      const std::uint64_t masters =
+          dtype_ == torch::kFloat32 ? 0 : static_cast<std::uint64_t>(c.shard) * 4;
+      d.by_category.weights += masters;
+      d.by_category.optimizer += disk_->region_bytes(c.optim_region) - masters;
+    }
+    d.bytes_read = disk_->bytes_read();
+    d.bytes_written = disk_->bytes_written();
+    return d;
+  }
+
   void release_training_state() override {
     wait_in_flight();
     remove_gradient_hooks();
     for (ShardChunk& c : chunks_) {
       c.optim = c.grad_shard = c.grad_whole = torch::Tensor();
+      c.optim_buffer = memory::AlignedBuffer();
+      c.optim_on_disk = false;
     }
+    disk_.reset();  // only optimizer shards were there
     if (weights_in_memory()) remove_block_hooks();
   }
 
@@ -395,6 +427,9 @@ class ShardedGemini : public train::Plugin {
         throw_invalid(
             source + ": the checkpoint has weight \"" + name + "\", which this run does not train",
             "resume with the same model and method (full / LoRA and its targets)");
+    // This rank's parts by entry, every name checked before anything changes.
+    std::vector<torch::Tensor> own_weight(entries_.size());
+    std::vector<std::array<torch::Tensor, 2>> own_moments(entries_.size());
     for (std::size_t i : trainable_order_) {
       const ShardEntry& e = entries_[i];
       if (e.own_count == 0) continue;
@@ -402,11 +437,7 @@ class ShardedGemini : public train::Plugin {
       if (it == weights.end())
         throw_invalid(source + ": the checkpoint has no weight \"" + e.name + "\"",
                       "resume with the same model and method (full / LoRA and its targets)");
-      const torch::Tensor value = own_part(it->first, e, it->second);
-      master_of(e).copy_(value);
-      own_values(e).copy_(master_of(e));
-      moment_of(e, 0).zero_();  // never updated: torch keeps no state for it
-      moment_of(e, 1).zero_();
+      own_weight[i] = own_part(it->first, e, it->second);
     }
     for (const auto& [name, value] : optimizer) {
       const bool squared = name.rfind("exp_avg_sq.", 0) == 0;
@@ -416,8 +447,23 @@ class ShardedGemini : public train::Plugin {
                       "resume with the same model and method (full / LoRA and its targets)");
       const ShardEntry& e = entries_[it->second];
       if (e.own_count == 0) continue;
-      moment_of(e, squared ? 1 : 0).copy_(own_part(name, e, value));
+      own_moments[it->second][squared ? 1 : 0] = own_part(name, e, value);
     }
+    // Chunk by chunk: the optimizer shards on disk are read, filled and written back in turn.
+    for_each_optim_chunk([&](ShardChunk& chunk) {
+      for (std::size_t i : chunk.entries) {
+        const ShardEntry& e = entries_[i];
+        if (e.own_count == 0) continue;
+        master_of(e).copy_(own_weight[i]);
+        own_values(e).copy_(master_of(e));
+        for (int which : {0, 1}) {
+          if (own_moments[i][which].defined())
+            moment_of(e, which).copy_(own_moments[i][which]);
+          else
+            moment_of(e, which).zero_();  // never updated: torch keeps no state for it
+        }
+      }
+    });
     precision_->restore_state(state, source);
     try {
       steps_ = state.at("optimizer_steps").get<std::int64_t>();
@@ -438,10 +484,15 @@ class ShardedGemini : public train::Plugin {
       h.shard_elements += c.values.numel();
       h.parameter_shard_bytes += c.values.nbytes();
       if (c.whole.storage().data() != nullptr) h.gathered_bytes += c.whole.nbytes();
+      const auto arrays = static_cast<std::uint64_t>(arrays_per_chunk());
       if (c.optim.defined()) {
-        const std::uint64_t arrays = dtype_ == torch::kFloat32 ? 2 : 3;
         h.moment_bytes += c.optim.nbytes() / arrays * 2;
         h.master_bytes += c.optim.nbytes() / arrays * (arrays - 2);
+      } else if (c.optim_on_disk) {
+        const auto shard_bytes = static_cast<std::uint64_t>(c.shard) * 4;
+        h.offloaded_moment_bytes += shard_bytes * 2;
+        h.offloaded_master_bytes += shard_bytes * (arrays - 2);
+        ++h.offloaded_chunks;
       }
       if (c.grad_shard.defined()) h.gradient_bytes += c.grad_shard.nbytes();
       if (c.grad_whole.defined()) h.gradient_bytes += c.grad_whole.nbytes();
@@ -466,22 +517,26 @@ class ShardedGemini : public train::Plugin {
   };
 
   void read_options(const train::PluginOptions& options) {
+    offload_dir_ =
+        options.run_dir.empty() ? std::filesystem::path("offload") : options.run_dir / "offload";
     const nlohmann::json& o = options.strategy_options;
     if (!o.is_object()) return;
-    const auto refuse_nonzero = [&](const char* key) {
-      if (o.contains(key) && o[key].is_number() && o[key].get<double>() > 0.0)
-        throw_unsupported(std::string("strategy.options.") + key +
-                              ": gemini on several processes keeps every shard in host memory "
-                              "for now (the disk tier is one process's)",
-                          std::string("remove ") + key + ", or run one process");
-    };
-    refuse_nonzero("offload_param_frac");
-    refuse_nonzero("offload_optim_frac");
+    if (o.contains("offload_param_frac") && o["offload_param_frac"].is_number() &&
+        o["offload_param_frac"].get<double>() > 0.0)
+      throw_unsupported(
+          "strategy.options.offload_param_frac: gemini on several processes keeps every "
+          "parameter shard in host memory for now (only optimizer shards go to disk there, with "
+          "offload_optim_frac)",
+          "remove offload_param_frac, or run one process");
     if (o.value("placement", "static") == "auto")
       throw_unsupported(
           "strategy.options.placement: \"auto\" is not supported by gemini on several processes "
           "yet",
-          "use placement \"static\" (every shard in host memory), or run one process");
+          "use placement \"static\" (parameter shards in host memory, offload_optim_frac for "
+          "the optimizer shards), or run one process");
+    if (o.contains("offload_optim_frac")) offload_optim_frac_ = o["offload_optim_frac"];
+    // Each rank's DiskStore makes a folder of its own (tessera-offload-<pid>) inside this one.
+    if (o.contains("offload_dir")) offload_dir_ = o["offload_dir"].get<std::string>();
     if (o.contains("chunk_size")) {
       const nlohmann::json& c = o["chunk_size"];
       if (c.is_number())
@@ -558,6 +613,19 @@ class ShardedGemini : public train::Plugin {
     for (std::size_t c = chunks_.size(); c-- > 0;)
       if (chunks_[c].trainable) reduce_order_.push_back(c);
 
+    // Static placement of the optimizer shards: the one-process plugin's rule over the trainable
+    // chunks' shard sizes, which are equal on every rank, so every rank offloads the same chunks.
+    std::vector<std::size_t> trainable_chunks;
+    std::vector<std::uint64_t> optim_sizes;
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      if (!chunks_[c].trainable) continue;
+      trainable_chunks.push_back(c);
+      optim_sizes.push_back(optim_bytes(chunks_[c]));
+    }
+    const std::vector<bool> on_disk = choose_offloaded_chunks(optim_sizes, offload_optim_frac_);
+    for (std::size_t t = 0; t < trainable_chunks.size(); ++t)
+      chunks_[trainable_chunks[t]].optim_on_disk = on_disk[t];
+
     // Fill each chunk whole in float32 (from the checkpoint or the tensors), take rank 0's
     // values (adapters are drawn per process), keep this rank's shard; only persistent chunks
     // stay whole.
@@ -576,9 +644,18 @@ class ShardedGemini : public train::Plugin {
       const torch::Tensor own = staged.narrow(0, rank_ * chunk.shard, chunk.shard);
       chunk.values = own.to(dtype_, /*non_blocking=*/false, /*copy=*/true);
       if (chunk.trainable) {
-        const std::int64_t arrays = dtype_ == torch::kFloat32 ? 2 : 3;
-        chunk.optim = torch::zeros({arrays * chunk.shard}, torch::kFloat32);
+        if (chunk.optim_on_disk) {
+          chunk.optim_region = disk().add_region("optimizer shard of chunk " + std::to_string(c),
+                                                 optim_bytes(chunk));
+          make_optim_resident(chunk);  // zeros
+        } else {
+          chunk.optim = torch::zeros({arrays_per_chunk() * chunk.shard}, torch::kFloat32);
+        }
         if (dtype_ != torch::kFloat32) chunk.optim.narrow(0, 0, chunk.shard).copy_(own);
+        if (chunk.optim_on_disk) {  // written at once: only one such shard in memory at a time
+          disk_->write(chunk.optim_region, chunk.optim_buffer.data()).get();
+          drop_resident_optim(chunk);
+        }
       }
       chunk.whole = staged.to(dtype_);
       chunk.gathered = true;
@@ -802,35 +879,98 @@ class ShardedGemini : public train::Plugin {
   // Float32 master values of this rank's part: the shard itself in fp32.
   torch::Tensor master_of(const ShardEntry& e) const {
     if (dtype_ == torch::kFloat32) return own_values(e);
-    return chunks_[e.chunk].optim.narrow(0, e.shard_offset, e.own_count);
+    return optim_part(e, 0);
   }
   torch::Tensor moment_of(const ShardEntry& e, int which) const {
-    const ShardChunk& c = chunks_[e.chunk];
-    const std::int64_t masters = dtype_ == torch::kFloat32 ? 0 : 1;
-    return c.optim.narrow(0, (masters + which) * c.shard + e.shard_offset, e.own_count);
+    return optim_part(e, arrays_per_chunk() - 2 + which);
   }
 
+  // Chunk by chunk, so that the optimizer shards on disk stream through (one read ahead, one
+  // written behind); each tensor's update is independent of the others'.
   void update(double lr, const std::optional<torch::Tensor>& coef) {
     ++steps_;
-    for (std::size_t i : trainable_order_) {
-      ShardEntry& e = entries_[i];
-      if (!e.has_grad || e.own_count == 0) continue;  // no gradient: no update, as torch does
-      torch::Tensor g = own_gradient(e);
-      if (coef) g.mul_(*coef);
-      optim::AdamArrays a;
-      a.count = e.own_count;
-      a.grad = g.data_ptr<float>();
-      a.exp_avg = moment_of(e, 0).data_ptr<float>();
-      a.exp_avg_sq = moment_of(e, 1).data_ptr<float>();
-      a.param = master_of(e).data_ptr<float>();
-      if (dtype_ != torch::kFloat32) {
-        a.copy = static_cast<std::uint16_t*>(own_values(e).data_ptr());
-        a.copy_kind = optim::LowPrecisionCopy::Bf16;
+    for_each_optim_chunk([&](ShardChunk& chunk) {
+      for (std::size_t i : chunk.entries) {
+        ShardEntry& e = entries_[i];
+        if (!e.has_grad || e.own_count == 0) continue;  // no gradient: no update, as torch does
+        torch::Tensor g = own_gradient(e);
+        if (coef) g.mul_(*coef);
+        optim::AdamArrays a;
+        a.count = e.own_count;
+        a.grad = g.data_ptr<float>();
+        a.exp_avg = moment_of(e, 0).data_ptr<float>();
+        a.exp_avg_sq = moment_of(e, 1).data_ptr<float>();
+        a.param = master_of(e).data_ptr<float>();
+        if (dtype_ != torch::kFloat32) {
+          a.copy = static_cast<std::uint16_t*>(own_values(e).data_ptr());
+          a.copy_kind = optim::LowPrecisionCopy::Bf16;
+        }
+        optim::cpu_adamw_step(a, {lr, adamw_.beta1, adamw_.beta2, adamw_.eps,
+                                  e.decays ? adamw_.weight_decay : 0.0, steps_});
+        e.tensor.unsafeGetTensorImpl()->bump_version();
       }
-      optim::cpu_adamw_step(a, {lr, adamw_.beta1, adamw_.beta2, adamw_.eps,
-                                e.decays ? adamw_.weight_decay : 0.0, steps_});
-      e.tensor.unsafeGetTensorImpl()->bump_version();
-    }
+    });
+  }
+
+  // --- optimizer shards in the disk tier ------------------------------------------------------
+
+  int arrays_per_chunk() const { return dtype_ == torch::kFloat32 ? 2 : 3; }
+  std::uint64_t optim_bytes(const ShardChunk& chunk) const {
+    return static_cast<std::uint64_t>(chunk.shard) * 4 * arrays_per_chunk();
+  }
+
+  memory::DiskStore& disk() {
+    if (!disk_) disk_ = std::make_unique<memory::DiskStore>(offload_dir_);
+    return *disk_;
+  }
+
+  // A fresh zeroed buffer under `optim` (page-aligned, as O_DIRECT needs).
+  void make_optim_resident(ShardChunk& chunk) {
+    chunk.optim_buffer = memory::AlignedBuffer(optim_bytes(chunk));
+    chunk.optim = torch::from_blob(chunk.optim_buffer.data(), {arrays_per_chunk() * chunk.shard},
+                                   torch::kFloat32);
+  }
+  void drop_resident_optim(ShardChunk& chunk) {
+    chunk.optim = torch::Tensor();
+    chunk.optim_buffer = memory::AlignedBuffer();
+  }
+
+  // Runs `body` on every trainable chunk in order with its optimizer shard resident: those on
+  // disk are read ahead and written back behind (disk_chunks.h, as the one-process plugin does).
+  template <typename Body>
+  void for_each_optim_chunk(Body&& body) {
+    DiskChunkTransfers io;
+    io.on_disk = [&](std::size_t c) { return chunks_[c].optim_on_disk; };
+    io.read = [&](std::size_t c) {
+      ShardChunk& chunk = chunks_[c];
+      make_optim_resident(chunk);
+      std::vector<std::future<void>> reads;
+      reads.push_back(disk_->read(chunk.optim_region, chunk.optim_buffer.data()));
+      return reads;
+    };
+    io.write = [&](std::size_t c) {
+      return disk_->write(chunks_[c].optim_region, chunks_[c].optim_buffer.data());
+    };
+    io.written = [&](std::size_t c) { drop_resident_optim(chunks_[c]); };
+    stream_disk_chunks(chunks_.size(), io, [&](std::size_t c) {
+      if (chunks_[c].trainable) body(chunks_[c]);
+    });
+  }
+
+  // Array `array` of the optimizer shard ([masters (bf16)] [exp_avg] [exp_avg_sq]) over this
+  // rank's part of `e`: resident memory, or a read-only map of the shard's file on disk (the
+  // checkpoint reads it from there a tensor at a time).
+  torch::Tensor optim_part(const ShardEntry& e, std::int64_t array) const {
+    const ShardChunk& c = chunks_[e.chunk];
+    const std::int64_t at = array * c.shard + e.shard_offset;
+    if (c.optim.defined()) return c.optim.narrow(0, at, e.own_count);
+    if (!c.optim_on_disk || !disk_)
+      throw Error(ErrorKind::Internal, "gemini: the optimizer state of \"" + e.name +
+                                           "\" is neither resident nor on disk");
+    auto mapped = std::make_shared<core::MappedFile>(disk_->region_path(c.optim_region));
+    auto* base = reinterpret_cast<float*>(const_cast<std::uint8_t*>(mapped->data())) + at;
+    return torch::from_blob(
+        base, {e.own_count}, [mapped](void*) {}, torch::kFloat32);
   }
 
   train::ProcessContext process_;
@@ -851,6 +991,10 @@ class ShardedGemini : public train::Plugin {
   std::shared_ptr<ShardedChunkUse> chunk_use_;
   std::vector<std::shared_ptr<torch::nn::Module>> hooked_blocks_;
   std::unordered_map<const torch::nn::Module*, std::vector<std::size_t>> block_chunks_;
+  double offload_optim_frac_ = 0.0;
+  std::filesystem::path offload_dir_;
+  // After chunks_: destroyed first, so no transfer outlives a chunk's buffer.
+  std::unique_ptr<memory::DiskStore> disk_;
   std::vector<std::size_t> pinned_;
   std::vector<std::size_t> trace_;
   std::vector<std::vector<std::size_t>> trace_positions_;

@@ -36,9 +36,13 @@ struct GeminiShardHeld {
   std::uint64_t parameter_shard_bytes = 0;    // compute dtype
   std::uint64_t gathered_bytes = 0;           // whole chunks in memory now
   std::uint64_t master_bytes = 0;             // float32 masters (bf16)
-  std::uint64_t moment_bytes = 0;             // Adam m and v
-  std::uint64_t gradient_bytes = 0;           // reduced shards, whole gradient chunks, in flight
-  std::uint64_t all_gathers = 0;              // since prepare()
+  std::uint64_t moment_bytes = 0;             // Adam m and v (in memory)
+  // Optimizer shards on disk (offload_optim_frac), their bytes without the I/O padding.
+  std::int64_t offloaded_chunks = 0;
+  std::uint64_t offloaded_moment_bytes = 0;
+  std::uint64_t offloaded_master_bytes = 0;
+  std::uint64_t gradient_bytes = 0;  // reduced shards, whole gradient chunks, in flight
+  std::uint64_t all_gathers = 0;     // since prepare()
   std::uint64_t reduce_scatters = 0;
   std::uint64_t prefetched = 0;  // gathers started ahead of their use
 };

@@ -108,6 +108,104 @@ def test_bf16_ranks_stay_identical(launch):
     assert first["gemini"]["master_bytes"] == 4 * first["gemini"]["trainable_shard_elements"]
 
 
+# --- the optimizer shards in the disk tier (offload_optim_frac) ----------------------------------
+
+# Chunk sizes giving several trainable chunks, so that a share of 0.5 puts some but not all of
+# them on disk: 64 KiB for the full model; "auto" for LoRA, whose search makes at least 8 chunks
+# of the adapters (the frozen base is chunked apart).
+OFFLOAD_CHUNKS = {"full": SMALL_CHUNKS, "lora": {}}
+IO_ALIGNMENT = 4096  # the disk tier rounds each file up to this (O_DIRECT)
+
+
+def offload_run(launch, tmp_path, world, steps, method, fraction, precision="fp32"):
+    folder = tmp_path / f"offload-{method}-{fraction}-{precision}"
+    options = {**OFFLOAD_CHUNKS[method], "offload_optim_frac": fraction,
+               "offload_dir": str(folder)}
+    reports = run_gemini(launch, world, steps, 1, method, options, precision)
+    # Each rank's scratch folder is its own and goes with the plugin.
+    folders = {r["disk_during_step"]["folder"] for r in reports}
+    assert len(folders) == world and all(f.startswith(str(folder)) for f in folders), folders
+    assert not list(folder.glob("tessera-offload-*")), "the scratch folders outlive the run"
+    return reports
+
+
+@pytest.mark.parametrize("method,fraction", [
+    ("full", 1.0), ("full", 0.5), ("lora", 1.0), ("lora", 0.5)])
+def test_offloaded_optimizer_shards_equal_single(launch, tmp_path, method, fraction):
+    # 2 ranks with a share of each rank's optimizer shards on disk train as single does with
+    # accumulation 2; each rank's disk tier holds exactly the files in its folder, and its RAM
+    # optimizer bytes drop by the moments it put there.
+    world, steps = 2, 3
+    in_memory = run_gemini(launch, world, steps, 1, method, OFFLOAD_CHUNKS[method])
+    reports = offload_run(launch, tmp_path, world, steps, method, fraction)
+    first = reports[0]
+    print(f"gemini sharded, {method}, offload_optim_frac {fraction}: weights "
+          f"{first['max_rel_diff']:.2e} (elementwise {first['max_elementwise_rel_diff']:.2e}), "
+          f"losses {first['loss_rel_diff']:.2e}, grad norms {first['grad_norm_rel_diff']:.2e}")
+    assert first["moved"] > 1e-3
+    assert first["max_rel_diff"] <= FP32_BOUND
+    assert first["max_elementwise_rel_diff"] <= FP32_ELEMENTWISE_BOUND
+    assert first["loss_rel_diff"] <= FP32_BOUND
+    assert first["grad_norm_rel_diff"] <= FP32_BOUND
+    chosen = set()
+    for report, baseline in zip(reports, in_memory):
+        held, disk, during = report["gemini"], report["disk_during_step"], report["during_step"]
+        all_moments = 2 * 4 * held["trainable_shard_elements"]
+        assert baseline["during_step"]["optimizer"] == all_moments
+        # RAM: the moments of the shards left in memory, less by exactly what went to disk.
+        assert during["optimizer"] == held["moment_bytes"]
+        assert during["optimizer"] == all_moments - held["offloaded_moment_bytes"]
+        share = held["offloaded_moment_bytes"] / all_moments
+        if fraction == 1.0:
+            assert during["optimizer"] == 0 and share == 1.0
+        else:
+            assert 0.0 < share < 1.0 and abs(share - fraction) <= 0.25, share
+        # Disk: what the tier reports is what its files take on disk, all of it optimizer state
+        # (fp32: no masters) — the moments, each file rounded up to the I/O alignment.
+        assert disk["file_bytes"] == disk["used"] == disk["optimizer"] > 0, disk
+        assert disk["weights"] == disk["gradients"] == 0, disk
+        padding = disk["optimizer"] - held["offloaded_moment_bytes"]
+        assert 0 <= padding < IO_ALIGNMENT * held["offloaded_chunks"], disk
+        # Streamed through every update: measured before the last step's update, each file was
+        # written at the start and by every update so far, and read by every update so far.
+        assert disk["bytes_written"] == steps * disk["used"], disk
+        assert disk["bytes_read"] == (steps - 1) * disk["used"], disk
+        # The checkpoint streams the shards on disk: it holds every rank's whole moments.
+        assert held["checkpoint_optimizer_bytes"] == all_moments
+        chosen.add(held["offloaded_chunks"])
+        print(f"  rank {report['rank']}: optimizer in RAM {during['optimizer']} B (was "
+              f"{all_moments} B), on disk {disk['optimizer']} B in {held['offloaded_chunks']} "
+              f"files = {disk['file_bytes']} B measured in {disk['folder']}")
+    assert len(chosen) == 1, "every rank puts the same chunks on disk"
+
+
+def test_offloaded_bf16_masters_on_disk(launch, tmp_path):
+    reports = offload_run(launch, tmp_path, 2, 3, "full", 0.5, precision="bf16")
+    first = reports[0]
+    assert first["loss_rel_diff"] <= 1e-3
+    assert first["max_rel_diff"] <= 0.05
+    for report in reports:
+        held, disk = report["gemini"], report["disk_during_step"]
+        # The float32 masters of the shards on disk count as weights there, not in RAM.
+        assert held["offloaded_master_bytes"] * 2 == held["offloaded_moment_bytes"] > 0
+        assert held["master_bytes"] + held["offloaded_master_bytes"] == (
+            4 * held["trainable_shard_elements"])
+        assert disk["weights"] == held["offloaded_master_bytes"]
+        assert disk["file_bytes"] == disk["used"] == disk["weights"] + disk["optimizer"]
+        assert report["during_step"]["weights"] == (
+            held["parameter_shard_bytes"] + held["gathered_bytes"] + held["master_bytes"])
+
+
+def test_parameter_offload_and_auto_placement_still_refused(launch):
+    for options, words in [({"offload_param_frac": 0.5}, "offload_param_frac"),
+                           ({"placement": "auto"}, "placement")]:
+        ranks = launch(2, 1, 1, 0, "full", "fp32", "gemini", json.dumps(options))
+        codes = ranks.wait(range(2), within_s=60)
+        assert codes == {0: 4, 1: 4}, ranks.describe()
+        error = ranks.output(0, "err")
+        assert words in error and "several processes" in error, error
+
+
 def test_killed_rank_is_named(launch):
     world, victim = 2, 1
     ranks = launch(world, 0, 1, 0, "full", "fp32", "gemini", json.dumps(SMALL_CHUNKS))
@@ -205,3 +303,43 @@ def test_checkpoint_at_2_ranks_resumes_on_1_and_on_4(workdir):
     assert exported.keys() == reference_export.keys()
     for key, value in reference_export.items():
         assert value.tobytes() == exported[key].tobytes(), f"{key} differs"
+
+
+def test_offloaded_checkpoint_at_2_ranks_resumes_on_single(workdir):
+    # Steps 1-2: gemini on 2 ranks (accumulation 1 each) with every optimizer shard on disk;
+    # 3-4: `single` (accumulation 2) from its checkpoint. Every loss equals an uninterrupted
+    # `single` run's with accumulation 2. The 2-rank run's disk events list each rank's own tier.
+    reference = gemini_job(workdir, "offload-reference", 4, "single", 2)
+    run_job(reference, 1)
+    out = workdir / "offload-2-ranks"
+    spec_path = gemini_job(workdir, "offload-2-ranks", 2, "gemini", 1)
+    spec = json.loads(spec_path.read_text())
+    spec["strategy"]["options"].update({"offload_optim_frac": 1.0, "chunk_size": 65536,
+                                        "offload_dir": str(workdir / "offload-scratch")})
+    spec["training"]["log_every"] = 1
+    spec_path.write_text(json.dumps(spec))
+    run_job(spec_path, 2)
+    events = events_of(out / "events.jsonl")
+    disk_events = [e for e in events if e["type"] == "memory" and e["tier"] == "disk"]
+    host_events = [e for e in events if e["type"] == "memory" and e["tier"] == "host"]
+    assert disk_events and host_events, "no memory events"
+    for disk, host in zip(disk_events, host_events):
+        assert [r["rank"] for r in disk["ranks"]] == [0, 1]
+        for rank_disk, rank_host in zip(disk["ranks"], host["ranks"]):
+            # Every optimizer shard on disk: none in RAM, all of it (moments and the padding of
+            # the files) in the rank's tier.
+            assert rank_host["by_category"]["optimizer"] == 0, host
+            assert rank_disk["by_category"]["optimizer"] == rank_disk["used"] > 0, disk
+        assert disk["ranks"][0]["used"] == disk["used"]
+    print("  disk tier per rank: " + ", ".join(
+        f"rank {r['rank']} {r['used']} B" for r in disk_events[-1]["ranks"]))
+    checkpoint = out / "checkpoint-2"
+    assert json.loads((checkpoint / "manifest.json").read_text())["world_size"] == 2
+    resumed = workdir / "offload-on-single"
+    run_job(gemini_job(workdir, "offload-on-single", 4, "single", 2), 1, resume=checkpoint)
+    expected = losses_of(events_of(workdir / "offload-reference" / "events.jsonl"))
+    got = losses_of(events) + losses_of(events_of(resumed / "events.jsonl"))
+    assert len(expected) == 4 and len(got) == 4, (expected, got)
+    worst = max(abs(a - b) / abs(b) for a, b in zip(got, expected))
+    print(f"losses gemini 2 ranks (optimizer on disk) -> single vs single: {worst:.2e} relative")
+    assert worst <= LOSS_BOUND, (got, expected)

@@ -12,8 +12,9 @@
 //     and what it holds counted from its tensors (plugins/zero/zero_plugin.h); rank 0 the
 //     optimizer bytes of `single` and the gradient bytes of a one-process `ddp` for comparison.
 //     With gemini (sharded on W > 1) every rank reports memory() and what it holds counted from
-//     its buffers (plugins/gemini/sharded_gemini.h) at the same moment, and after training
-//     gathers the weights (a collective) so that rank 0 can compare them.
+//     its buffers (plugins/gemini/sharded_gemini.h) at the same moment — with a disk tier
+//     (offload_optim_frac) also disk_memory() and the bytes of the files in its folder then —
+//     and after training gathers the weights (a collective) so that rank 0 can compare them.
 //     Rank 0 then trains the `single` plugin in-process on the same micro-batches in order with
 //     gradient accumulation W × ACCUMULATION from rank 0's initial weights, and compares.
 //     Every rank prints one JSON line: whether its weights equal rank 0's bit for bit, and (rank
@@ -27,8 +28,10 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -162,6 +165,15 @@ double max_relative_difference(Run& a, Run& b, bool elementwise) {
   return worst;
 }
 
+// The bytes of the regular files in `folder` (the disk tier's scratch files), as the filesystem
+// reports their sizes.
+std::uint64_t folder_file_bytes(const std::string& folder) {
+  std::uint64_t total = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(folder))
+    if (entry.is_regular_file()) total += entry.file_size();
+  return total;
+}
+
 double relative(double a, double b) {
   return std::abs(a - b) / std::max(std::abs(b), 1e-12);
 }
@@ -196,6 +208,8 @@ int run_train(int argc, char** argv) {
   train::MemoryByCategory during_step;     // after the last backward of the last step
   plugins::GeminiShardHeld gemini_during;  // sharded gemini: its buffers at the same moment
   bool gemini_sharded = false;
+  std::optional<train::DiskTierMemory> disk_during;  // the disk tier at the same moment
+  std::uint64_t disk_files_during = 0;               // the bytes of its folder's files then
   const torch::Tensor initial = flat_weights(ddp);
   std::vector<double> ddp_losses, ddp_norms;
   for (std::int64_t step = 0; steps == 0 || step < steps; ++step) {
@@ -203,6 +217,8 @@ int run_train(int argc, char** argv) {
         torch::tensor(train_step(ddp, step, rank * accumulation, accumulation), torch::kDouble);
     during_step = ddp.plugin->memory();
     gemini_sharded = plugins::gemini_shard_held(*ddp.plugin, &gemini_during);
+    disk_during = ddp.plugin->disk_memory();
+    if (disk_during) disk_files_during = folder_file_bytes(disk_during->folder);
     context->world().all_reduce(loss, dist::ReduceOp::Avg);
     ddp_losses.push_back(loss.item<double>());
     ddp_norms.push_back(ddp.plugin->step(kLearningRate, max_grad_norm(method)).grad_norm);
@@ -271,8 +287,20 @@ int run_train(int argc, char** argv) {
                      {"all_gathers", g.all_gathers},
                      {"reduce_scatters", g.reduce_scatters},
                      {"prefetched", g.prefetched},
+                     {"offloaded_chunks", g.offloaded_chunks},
+                     {"offloaded_moment_bytes", g.offloaded_moment_bytes},
+                     {"offloaded_master_bytes", g.offloaded_master_bytes},
                      {"checkpoint_weight_bytes", weight_bytes},
                      {"checkpoint_optimizer_bytes", optimizer_bytes}};
+    if (disk_during)
+      out["disk_during_step"] = {{"folder", disk_during->folder},
+                                 {"used", disk_during->used},
+                                 {"weights", disk_during->by_category.weights},
+                                 {"gradients", disk_during->by_category.gradients},
+                                 {"optimizer", disk_during->by_category.optimizer},
+                                 {"bytes_read", disk_during->bytes_read},
+                                 {"bytes_written", disk_during->bytes_written},
+                                 {"file_bytes", disk_files_during}};
     ddp.plugin->gather_weights();  // every rank: rank 0 alone reads the weights below
   }
   if (rank == 0) {

@@ -1,0 +1,107 @@
+#pragma once
+// What both gemini plugins (one process and sharded) do with chunks in the disk tier
+// (memory/disk_store.h): which chunks static placement puts there, and streaming the optimizer
+// chunks through an update, a load or a save one at a time, the next one read ahead and the
+// last one written back behind.
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <optional>
+#include <vector>
+
+namespace tessera::plugins {
+
+// Static placement: the last chunks (by size) go to disk, as close to `fraction` of the total
+// size as whole chunks allow; a chunk `eligible` marks false (when given) stays in memory and
+// the choice goes on before it. It depends on the sizes alone, so the ranks of a sharded job,
+// whose shards have equal sizes, all choose the same chunks.
+inline std::vector<bool> choose_offloaded_chunks(const std::vector<std::uint64_t>& sizes,
+                                                 double fraction,
+                                                 const std::vector<bool>& eligible = {}) {
+  double total = 0.0;
+  for (std::uint64_t size : sizes) total += static_cast<double>(size);
+  const double target = fraction * total;
+  std::vector<bool> on_disk(sizes.size(), false);
+  double offloaded = 0.0;
+  for (std::size_t c = sizes.size(); c-- > 0;) {
+    const double size = static_cast<double>(sizes[c]);
+    if (offloaded + size / 2.0 > target) break;
+    if (!eligible.empty() && !eligible[c]) continue;
+    on_disk[c] = true;
+    offloaded += size;
+  }
+  return on_disk;
+}
+
+// How stream_disk_chunks moves chunk `c`: `read` makes its buffers and starts their reads,
+// `arrived` (optional) runs once they are in, `write` starts writing back what the body
+// changed, `written` frees the buffers once that write is done.
+struct DiskChunkTransfers {
+  std::function<bool(std::size_t)> on_disk;
+  std::function<std::vector<std::future<void>>(std::size_t)> read;
+  std::function<void(std::size_t)> arrived;
+  std::function<std::future<void>(std::size_t)> write;
+  std::function<void(std::size_t)> written;
+};
+
+// Runs body(c) for c = 0 … count − 1 in order, every chunk on disk resident during its call:
+// the next chunk on disk is read while the body works on this one, and this one is written back
+// while the body works on the next (at most three chunks' buffers at once). An I/O error (a full
+// disk) is thrown once nothing in flight still uses a buffer.
+inline void stream_disk_chunks(std::size_t count, const DiskChunkTransfers& io,
+                               const std::function<void(std::size_t)>& body) {
+  struct Pending {
+    std::size_t chunk = 0;
+    std::vector<std::future<void>> transfers;
+  };
+  const auto start_read = [&](std::size_t c) -> std::optional<Pending> {
+    for (; c < count; ++c)
+      if (io.on_disk(c)) return Pending{c, io.read(c)};
+    return std::nullopt;
+  };
+  const auto wait_all = [](Pending& p) {
+    for (std::future<void>& f : p.transfers)
+      if (f.valid()) f.get();
+  };
+  std::optional<Pending> next_read;
+  std::deque<Pending> writes;
+  try {
+    next_read = start_read(0);
+    for (std::size_t c = 0; c < count; ++c) {
+      const bool on_disk = io.on_disk(c);
+      if (on_disk) {
+        wait_all(*next_read);  // this chunk's reads
+        next_read = start_read(c + 1);
+        if (io.arrived) io.arrived(c);
+      }
+      body(c);
+      if (!on_disk) continue;
+      Pending w{c, {}};
+      w.transfers.push_back(io.write(c));
+      writes.push_back(std::move(w));
+      while (writes.size() > 1) {
+        wait_all(writes.front());
+        io.written(writes.front().chunk);
+        writes.pop_front();
+      }
+    }
+    while (!writes.empty()) {
+      wait_all(writes.front());
+      io.written(writes.front().chunk);
+      writes.pop_front();
+    }
+  } catch (...) {
+    // Nothing may outlive its buffer: wait for what is in flight, then report the first error.
+    const auto wait_quietly = [](Pending& p) {
+      for (std::future<void>& f : p.transfers)
+        if (f.valid()) f.wait();
+    };
+    if (next_read) wait_quietly(*next_read);
+    for (Pending& w : writes) wait_quietly(w);
+    throw;
+  }
+}
+
+}  // namespace tessera::plugins
