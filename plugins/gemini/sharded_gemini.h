@@ -10,7 +10,9 @@
 // theirs, on every micro-batch, so no whole gradient outlives the backward that made it. The
 // update runs on the shard with the fused CPU Adam; clipping all-reduces the squared shard norms.
 // Chunks holding a tensor no block fetches (LoRA's adapters) stay gathered and are gathered
-// again after each update. The single-process plugin is gemini_plugin.cpp; the registered
+// again after each update. With offload_optim_frac, the optimizer shards of that share of the
+// trainable chunks live in the rank's own disk tier and stream through the update (disk_chunks.h,
+// as in the one-process plugin). The single-process plugin is gemini_plugin.cpp; the registered
 // `gemini` chooses between them by the world size (gemini_front.cpp).
 #include <cstdint>
 #include <memory>
