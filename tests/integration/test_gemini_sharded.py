@@ -9,6 +9,7 @@ order; a rank killed mid-training is named by the others."""
 import json
 import shutil
 import signal
+import subprocess
 import time
 
 import pytest
@@ -194,6 +195,29 @@ def test_offloaded_bf16_masters_on_disk(launch, tmp_path):
         assert disk["file_bytes"] == disk["used"] == disk["weights"] + disk["optimizer"]
         assert report["during_step"]["weights"] == (
             held["parameter_shard_bytes"] + held["gathered_bytes"] + held["master_bytes"])
+
+
+def test_a_full_offload_disk_names_the_folder(launch, tmp_path):
+    # A tmpfs too small for the ranks' optimizer shards: the rank whose write fails exits with
+    # the disk tier's error naming the folder; no rank goes on.
+    mount = tmp_path / "small"
+    mount.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({r.stderr.strip()}): needs root with "
+                    "CAP_SYS_ADMIN")
+    try:
+        options = {**SMALL_CHUNKS, "offload_optim_frac": 1.0, "offload_dir": str(mount)}
+        ranks = launch(2, 2, 1, 0, "full", "fp32", "gemini", json.dumps(options), timeout_s=10)
+        codes = ranks.wait(range(2), within_s=60)
+        assert all(code != 0 for code in codes.values()), ranks.describe()
+        errors = [ranks.output(rank, "err") for rank in range(2)]
+        named = [e for e in errors if f"offload folder {mount} is full" in e]
+        assert named, errors
+        print(f"  {named[0].splitlines()[0]}")
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
 
 
 def test_parameter_offload_and_auto_placement_still_refused(launch):
