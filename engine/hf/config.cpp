@@ -1,5 +1,7 @@
 #include "hf/config.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "core/files.h"
 #include "hf/config_fields.h"
@@ -10,7 +12,9 @@ namespace {
 
 using nlohmann::json;
 
-using nlohmann::json;
+// Integers of config.json as a signed 64-bit value: JSON allows any size, and larger ones arrive
+// as unsigned or floating-point numbers whose conversion would wrap or be undefined.
+constexpr double kInt64Limit = 9223372036854775808.0;  // 2^63
 
 std::string supported_list() {
   std::string s;
@@ -27,10 +31,21 @@ std::int64_t ConfigFields::int_field(const char* key, std::optional<std::int64_t
     fail(key, "is missing", "add it to config.json");
   }
   const json& v = doc_.at(key);
-  if (!v.is_number_integer() &&
-      !(v.is_number_float() && v.get<double>() == static_cast<double>(v.get<std::int64_t>())))
+  const auto too_large = [&](const std::string& written) {
+    fail(key, "is " + written + ", more than a 64-bit integer holds",
+         "config.json's sizes are counts of elements; correct " + std::string(key));
+  };
+  if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
+    too_large(std::to_string(v.get<std::uint64_t>()));
+  if (v.is_number_float()) {
+    const double x = v.get<double>();
+    if (!std::isfinite(x) || x != std::floor(x)) fail(key, "must be an integer, got " + v.dump());
+    if (x >= kInt64Limit || x < -kInt64Limit) too_large(v.dump());
+  } else if (!v.is_number_integer()) {
     fail(key, "must be an integer, got " + std::string(v.type_name()));
-  auto value = v.get<std::int64_t>();
+  }
+  const auto value =
+      v.is_number_float() ? static_cast<std::int64_t>(v.get<double>()) : v.get<std::int64_t>();
   if (value < min_value)
     fail(key, "must be at least " + std::to_string(min_value) + ", got " + std::to_string(value));
   return value;
@@ -84,6 +99,11 @@ std::vector<std::int64_t> ConfigFields::token_id_list(const char* key) const {
 
 void ConfigFields::fail(const std::string& key, const std::string& what, std::string hint) const {
   throw_invalid(source_ + ": field \"" + key + "\" " + what, std::move(hint));
+}
+
+void ConfigFields::fail_value(const std::string& key, std::int64_t value, const std::string& what,
+                              std::string hint) const {
+  throw_invalid(source_ + ": " + key + " " + std::to_string(value) + " " + what, std::move(hint));
 }
 
 ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& source) {

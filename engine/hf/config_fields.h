@@ -29,6 +29,9 @@ class ConfigFields {
   std::vector<std::int64_t> token_id_list(const char* key) const;
   [[noreturn]] void fail(const std::string& key, const std::string& what,
                          std::string hint = {}) const;
+  // "FILE: KEY VALUE WHAT": a fault of a field's value, which the message shows as written.
+  [[noreturn]] void fail_value(const std::string& key, std::int64_t value, const std::string& what,
+                               std::string hint = {}) const;
 
  private:
   const nlohmann::json& doc_;

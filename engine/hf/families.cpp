@@ -46,10 +46,48 @@ void read_rope(const ConfigFields& top, ModelConfig& config) {
   if (type != "default" && config.rope_scaling.factor <= 0) rope.fail("factor", "must be positive");
 }
 
-// gpt2 and bert split the hidden size evenly over the heads; the decoders may set head_dim.
-void require_even_heads(const ConfigFields& f, const ModelConfig& c) {
-  if (c.hidden_size % c.num_attention_heads != 0)
-    f.fail("num_attention_heads", "must divide the hidden size");
+// The divisors of `whole` nearest `wanted` below and above it whose quotient satisfies
+// `quotient_ok`, as a hint's " (the nearest: 6 or 8)"; empty when there is none close by (the
+// scan is bounded: a hint is not worth scanning an absurd size for).
+std::string nearest_divisors(std::int64_t whole, std::int64_t wanted,
+                             bool (*quotient_ok)(std::int64_t)) {
+  constexpr std::int64_t kScan = 4096;
+  std::int64_t below = 0, above = 0;
+  for (std::int64_t k = std::min(wanted, whole); k >= 1 && k >= wanted - kScan && below == 0; --k)
+    if (whole % k == 0 && quotient_ok(whole / k)) below = k;
+  if (wanted < whole)
+    for (std::int64_t k = wanted + 1; k <= whole && k - wanted <= kScan && above == 0; ++k)
+      if (whole % k == 0 && quotient_ok(whole / k)) above = k;
+  if (below == 0 && above == 0) return "";
+  if (below != 0 && above != 0)
+    return " (the nearest: " + std::to_string(below) + " or " + std::to_string(above) + ")";
+  return " (the nearest: " + std::to_string(below != 0 ? below : above) + ")";
+}
+
+// Heads split the hidden size evenly (transformers' head_dim = hidden_size / num_attention_heads
+// when config.json gives no head_dim). `heads_key` / `hidden_key`: the family's names for them.
+// `even`: the heads rotate pairs of dimensions (rotary positions), so head_dim must be even.
+void require_heads_divide(const ConfigFields& f, const char* heads_key, const char* hidden_key,
+                          const ModelConfig& c, bool even) {
+  const std::int64_t heads = c.num_attention_heads, hidden = c.hidden_size;
+  auto any = [](std::int64_t) { return true; };
+  auto even_quotient = [](std::int64_t q) { return q % 2 == 0; };
+  const std::string head_dim_note =
+      even ? " (or write head_dim, an even number, and keep num_attention_heads)" : "";
+  if (hidden % heads != 0)
+    f.fail_value(heads_key, heads,
+                 "does not divide " + std::string(hidden_key) + " " + std::to_string(hidden) +
+                     ": each attention head takes " + hidden_key + " / " + heads_key +
+                     " dimensions",
+                 "set " + std::string(heads_key) + " to a divisor of " + std::to_string(hidden) +
+                     nearest_divisors(hidden, heads, even ? +even_quotient : +any) + head_dim_note);
+  if (even && (hidden / heads) % 2 != 0)
+    f.fail_value(heads_key, heads,
+                 "gives each head " + std::string(hidden_key) + " " + std::to_string(hidden) +
+                     " / " + std::to_string(heads) + " = " + std::to_string(hidden / heads) +
+                     " dimensions, an odd number: rotary position embeddings rotate pairs of them",
+                 "set " + std::string(heads_key) + " so that " + hidden_key + " / " + heads_key +
+                     " is even" + nearest_divisors(hidden, heads, even_quotient) + head_dim_note);
 }
 
 // ---- llama / mistral / qwen2: one pre-norm decoder (engine/model/decoder.cpp) ----------------
@@ -68,7 +106,17 @@ void read_decoder(const ConfigFields& f, ModelConfig& c, const DecoderVariant& v
   c.num_hidden_layers = f.int_field("num_hidden_layers");
   c.num_attention_heads = f.int_field("num_attention_heads");
   c.num_key_value_heads = f.int_field("num_key_value_heads", c.num_attention_heads);
-  c.head_dim = f.int_field("head_dim", c.hidden_size / c.num_attention_heads);
+  if (f.has("head_dim")) {
+    c.head_dim = f.int_field("head_dim");
+    if (c.head_dim % 2 != 0)
+      f.fail_value("head_dim", c.head_dim,
+                   "is odd: rotary position embeddings rotate pairs of a head's dimensions",
+                   "set head_dim to an even number (or leave it out: hidden_size / "
+                   "num_attention_heads)");
+  } else {
+    require_heads_divide(f, "num_attention_heads", "hidden_size", c, /*even=*/true);
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
   c.max_position_embeddings = f.int_field("max_position_embeddings", 2048);
   c.hidden_act = f.string_field("hidden_act", "silu");
   c.norm_eps = f.number_field("rms_norm_eps", 1e-6);
@@ -81,8 +129,11 @@ void read_decoder(const ConfigFields& f, ModelConfig& c, const DecoderVariant& v
                        (variant.sliding_when_enabled && f.bool_field("use_sliding_window", false));
   if (sliding && f.has("sliding_window")) c.sliding_window = f.int_field("sliding_window");
   if (c.num_attention_heads % c.num_key_value_heads != 0)
-    f.fail("num_key_value_heads",
-           "must divide num_attention_heads (" + std::to_string(c.num_attention_heads) + ")");
+    f.fail_value("num_key_value_heads", c.num_key_value_heads,
+                 "does not divide num_attention_heads " + std::to_string(c.num_attention_heads) +
+                     ": each key/value head serves the same number of query heads",
+                 "set num_key_value_heads to a divisor of num_attention_heads (" +
+                     std::to_string(c.num_attention_heads) + " for plain multi-head attention)");
   if (c.hidden_act != "silu")
     throw_unsupported(
         f.source() + ": hidden_act \"" + c.hidden_act + "\" is not supported for " + c.model_type,
@@ -180,7 +231,7 @@ void read_gpt2(const ConfigFields& f, ModelConfig& c) {
     throw_unsupported(
         f.source() + ": activation_function \"" + c.hidden_act + "\" is not supported",
         "supported: gelu_new, gelu_pytorch_tanh, gelu, relu");
-  require_even_heads(f, c);
+  require_heads_divide(f, "n_head", "n_embd", c, /*even=*/false);
 }
 
 ParameterShapes gpt2_shapes(const ModelConfig& c) {
@@ -270,7 +321,7 @@ void read_bert(const ConfigFields& f, ModelConfig& c) {
   }
   c.num_labels = f.int_field("num_labels",
                              static_cast<std::int64_t>(c.id2label.empty() ? 2 : c.id2label.size()));
-  require_even_heads(f, c);
+  require_heads_divide(f, "num_attention_heads", "hidden_size", c, /*even=*/false);
 }
 
 ParameterShapes bert_shapes(const ModelConfig& c) {
@@ -311,6 +362,13 @@ std::vector<FamilyTraits> make_registry() {
     t.rotary = true;
     t.default_lora_targets = {"q_proj", "v_proj"};
     t.parameter_shapes = decoder_shapes;
+    t.size_fields = {{"vocab_size", &ModelConfig::vocab_size},
+                     {"hidden_size", &ModelConfig::hidden_size},
+                     {"intermediate_size", &ModelConfig::intermediate_size},
+                     {"num_hidden_layers", &ModelConfig::num_hidden_layers},
+                     {"num_attention_heads", &ModelConfig::num_attention_heads},
+                     {"num_key_value_heads", &ModelConfig::num_key_value_heads},
+                     {"head_dim", &ModelConfig::head_dim}};
     return t;
   };
   std::vector<FamilyTraits> r;
@@ -334,6 +392,11 @@ std::vector<FamilyTraits> make_registry() {
   gpt2.conv1d_weights = true;
   gpt2.default_lora_targets = {"c_attn"};
   gpt2.parameter_shapes = gpt2_shapes;
+  gpt2.size_fields = {{"vocab_size", &ModelConfig::vocab_size},
+                      {"n_embd", &ModelConfig::hidden_size},
+                      {"n_inner", &ModelConfig::intermediate_size},
+                      {"n_layer", &ModelConfig::num_hidden_layers},
+                      {"n_positions", &ModelConfig::max_position_embeddings}};
   gpt2.gguf = gpt2_gguf();
   r.push_back(std::move(gpt2));
 
@@ -347,6 +410,13 @@ std::vector<FamilyTraits> make_registry() {
   bert.learned_positions = true;
   bert.default_lora_targets = {"query", "value"};
   bert.parameter_shapes = bert_shapes;
+  bert.size_fields = {{"vocab_size", &ModelConfig::vocab_size},
+                      {"hidden_size", &ModelConfig::hidden_size},
+                      {"intermediate_size", &ModelConfig::intermediate_size},
+                      {"num_hidden_layers", &ModelConfig::num_hidden_layers},
+                      {"max_position_embeddings", &ModelConfig::max_position_embeddings},
+                      {"type_vocab_size", &ModelConfig::type_vocab_size},
+                      {"num_labels", &ModelConfig::num_labels}};
   r.push_back(std::move(bert));
   return r;
 }

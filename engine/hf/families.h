@@ -82,6 +82,12 @@ struct GgufTensor {
 // nullopt when `naming` has no entry for `hf_name`.
 std::optional<GgufTensor> gguf_tensor(const GgufNaming& naming, std::string_view hf_name);
 
+// A size field of config.json as the family names it, and the member it is read into.
+struct SizeField {
+  const char* key;
+  std::int64_t ModelConfig::*member;
+};
+
 struct FamilyTraits {
   std::string model_type;  // as config.json writes it
   ModelFamily family = ModelFamily::Llama;
@@ -104,6 +110,9 @@ struct FamilyTraits {
   bool conv1d_weights = false;
   std::vector<std::string> default_lora_targets;  // last module-name components
   ParameterShapes (*parameter_shapes)(const ModelConfig& config) = nullptr;
+  // The fields parameter_shapes multiplies, under their config.json names: a refusal of a model
+  // too large for the machine names the one that makes it so (plan/model_size.h).
+  std::vector<SizeField> size_fields;
   // How llama.cpp names the family in GGUF; nullopt: no GGUF export.
   std::optional<GgufNaming> gguf;
 };

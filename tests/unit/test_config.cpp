@@ -150,6 +150,57 @@ class TestConfig : public QObject {
                  {"vocab_size", "at least"});
   }
 
+  // Heads that do not split the hidden size name the file, the field, both values and what to
+  // write instead, not the head_dim the user never wrote.
+  void headsNotDividingHiddenAreNamed() {
+    auto doc = llama_base();
+    doc["hidden_size"] = 96;
+    doc["num_attention_heads"] = 7;
+    doc["num_key_value_heads"] = 7;
+    expect_error([&] { parse_model_config(doc, "/m/config.json"); }, ErrorKind::InvalidInput,
+                 {"/m/config.json: num_attention_heads 7 does not divide hidden_size 96",
+                  "the nearest: 6 or 8", "head_dim"});
+    // Dividing, but leaving each head an odd number of dimensions to rotate.
+    doc["num_attention_heads"] = 32;
+    doc["num_key_value_heads"] = 32;
+    expect_error(
+        [&] { parse_model_config(doc, "/m/config.json"); }, ErrorKind::InvalidInput,
+        {"/m/config.json: num_attention_heads 32", "96 / 32 = 3", "the nearest: 24 or 48"});
+    // An odd head_dim as written.
+    doc = llama_base();
+    doc["head_dim"] = 13;
+    expect_error([&] { parse_model_config(doc, "cfg.json"); }, ErrorKind::InvalidInput,
+                 {"cfg.json: head_dim 13 is odd", "even"});
+    // An even one as written needs no division (transformers' q_proj is heads × head_dim).
+    doc["head_dim"] = 10;
+    doc["num_attention_heads"] = 6;
+    doc["num_key_value_heads"] = 3;
+    QCOMPARE(parse_model_config(doc, "cfg.json").head_dim, 10);
+    // gpt2 and bert under their own names.
+    json gpt2{
+        {"model_type", "gpt2"}, {"vocab_size", 50}, {"n_embd", 32}, {"n_layer", 1}, {"n_head", 5}};
+    expect_error([&] { parse_model_config(gpt2, "g.json"); }, ErrorKind::InvalidInput,
+                 {"g.json: n_head 5 does not divide n_embd 32", "the nearest: 4 or 8"});
+  }
+
+  // Sizes beyond 64 bits, as JSON may write them, are refused by name instead of wrapping.
+  void hugeIntegersAreNamed() {
+    auto doc = llama_base();
+    doc["vocab_size"] = 1e30;
+    expect_error([&] { parse_model_config(doc, "cfg.json"); }, ErrorKind::InvalidInput,
+                 {"cfg.json", "vocab_size", "64-bit"});
+    doc = json::parse(R"({"model_type": "llama", "vocab_size": 18446744073709551615})");
+    expect_error([&] { parse_model_config(doc, "cfg.json"); }, ErrorKind::InvalidInput,
+                 {"vocab_size", "18446744073709551615", "64-bit"});
+    doc = llama_base();
+    doc["num_hidden_layers"] = 2.5;
+    expect_error([&] { parse_model_config(doc, "cfg.json"); }, ErrorKind::InvalidInput,
+                 {"num_hidden_layers", "integer", "2.5"});
+    doc = llama_base();
+    doc["num_hidden_layers"] = 1e9;  // large but whole: read as written (its size is judged later)
+    QCOMPARE(parse_model_config(doc, "cfg.json").num_hidden_layers, 1000000000);
+  }
+
   void malformedFileNamesFile() {
     std::filesystem::create_directories(TESSERA_TEST_TMP_DIR);
     auto path = std::filesystem::path(TESSERA_TEST_TMP_DIR) / "bad_config.json";
