@@ -5,6 +5,13 @@
   equal what each rank's `memory` events report (within 2%), and each rank's peak RSS (VmHWM,
   polled while the ranks run) is within 25% of the plan's per-rank peak (the tolerance of
   tests/parity/test_plan_estimate.py for one process).
+- gemini (sharded) at 2 ranks: the plan's per-rank weights without the chunks it gathers whole
+  (`by_category.gathered_chunks`, released at every update), and its optimizer state, equal each
+  rank's `memory` events (within 2%; the events come after an update, which also drops the
+  gradients: those are only checked not to exceed the plan's); each rank's VmHWM is within 25%
+  of the plan's peak; the plan's reduce-scatter and all-gather bytes per step against the
+  `metric` events' `traffic` from step 2 on (step 1 traces the order of chunk uses), within
+  COMMUNICATION_BYTES_TOLERANCE.
 - The plan's communication time per step against an all_reduce of the same bytes in the same
   buckets timed by PyTorch's own torch.distributed (Gloo, 2 processes): within a factor of 2.
 - `auto` at --nproc 2 picks ddp and says why in words (what a rank holds, the budget it fits in,
@@ -33,6 +40,7 @@ CATEGORY_TOLERANCE = 0.02
 RSS_TOLERANCE = 0.25
 COMMUNICATION_FACTOR = 2.0
 BUCKET_BYTES = 25 << 20  # ddp's default bucket_size
+COMMUNICATION_BYTES_TOLERANCE = 0.01
 
 
 def cli(*args, timeout=120):
@@ -155,6 +163,67 @@ def test_rank_memory_matches_the_plan(workdir, strategy, options):
         print(f"rank {rank}: planned peak {expected / 2**20:.0f} MiB, measured VmHWM {measured / 2**20:.0f} MiB, "
               f"ratio {ratio:.2f}")
         assert abs(ratio - 1) <= RSS_TOLERANCE, (rank, expected, measured, tier)
+
+
+def test_gemini_rank_memory_and_traffic_match_the_plan(workdir):
+    spec = job(workdir, "gemini", "gemini")
+    plan = plan_of(spec)
+    assert plan["strategy"] == "gemini" and plan["ranks"]["processes"] == 2 and plan["ranks"]["per_rank"]
+    assert plan["settings"]["micro_batch"] == 8 and plan["settings"]["gradient_accumulation"] == 1, plan["settings"]
+    tier = plan["memory"][0]
+    assert tier["tier"] == "host" and tier["budget"] == plan["ranks"]["host_usable"] // 2
+    planned = tier["by_category"]
+    trainable = plan["parameters"]["trainable"]
+    # Moments of half of every chunk, each padded to an even number of elements.
+    assert 4 * trainable <= planned["optimizer"] <= 4 * trainable * 1.001, (planned, trainable)
+    assert 0 < planned["gathered_chunks"] < planned["weights"]
+    assert 0 < planned["gradient_buckets"] < planned["gradients"]
+    assert plan["reasons"][0].startswith("strategy gemini: each rank holds 1/2 of the parameters"), plan["reasons"][0]
+
+    code, err, peaks = launch_measuring_rss("--nproc", 2, spec)
+    assert code == 0, err
+    events = events_of(workdir / "gemini" / "events.jsonl")
+    memory = [e for e in events if e["type"] == "memory" and e["tier"] == "host"]
+    assert memory, "no memory events"
+    at_rest = planned["weights"] - planned["gathered_chunks"]
+    for report in memory[-1]["ranks"]:
+        measured = report["by_category"]
+        assert measured["gradients"] <= planned["gradients"], (report, planned)
+        for category, expected in (("weights", at_rest), ("optimizer", planned["optimizer"])):
+            ratio = measured[category] / expected
+            print(f"rank {report['rank']} {category}: planned {expected}, reported {measured[category]}")
+            assert abs(ratio - 1) <= CATEGORY_TOLERANCE, (report["rank"], category, expected, measured[category])
+
+    assert len(peaks) == 2, peaks
+    rank0, rank1 = (peaks[pid] for pid in sorted(peaks))
+    floor = 800 << 20  # plan::kRuntimeFloorBytes
+    others = max(tier["training_peak"], tier["load_peak"], floor)  # rank 1 does not export
+    for rank, measured, expected in ((0, rank0, tier["peak"]), (1, rank1, others)):
+        ratio = expected / measured
+        print(f"rank {rank}: planned peak {expected / 2**20:.0f} MiB, measured VmHWM {measured / 2**20:.0f} MiB, "
+              f"ratio {ratio:.2f}")
+        assert abs(ratio - 1) <= RSS_TOLERANCE, (rank, expected, measured, tier)
+
+    # Bytes per step, in ring bytes (docs/events.md): the reduce-scatters of the gradients and
+    # the all-gathers of the chunks; the trainer's own gather of losses and times (N x 32 bytes,
+    # (N-1)/N of it) and the clipping norm's all_reduce are not the plan's.
+    communication = plan["time"]["communication"]
+    metrics = [e for e in events if e["type"] == "metric" and "loss" in e]
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    for m in metrics:
+        traffic = m["traffic"]
+        scattered = traffic["reduce_scatter"]["ring_bytes"]
+        gathered = traffic["all_gather"]["ring_bytes"] - 32
+        print(f"step {m['step']}: reduce_scatter {scattered} (planned {communication['gradient_bytes']}), "
+              f"all_gather {gathered} (planned {communication['all_gather_bytes']}), "
+              f"ratio {gathered / communication['all_gather_bytes']:.3f}")
+        assert abs(scattered / communication["gradient_bytes"] - 1) <= 0.001, (m, communication)
+        if m["step"] > 1:
+            assert abs(gathered / communication["all_gather_bytes"] - 1) <= COMMUNICATION_BYTES_TOLERANCE, (
+                m, communication)
+            total = traffic["ring_bytes"] - traffic["broadcast"]["ring_bytes"]
+            assert abs(total / communication["bytes_per_step"] - 1) <= COMMUNICATION_BYTES_TOLERANCE, (
+                m, communication)
 
 
 ALL_REDUCE_SCRIPT = r"""
