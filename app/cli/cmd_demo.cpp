@@ -8,6 +8,7 @@
 
 #include "command.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "data/format.h"
 #include "export/export.h"
 #include "hf/chat/tokenizer_config.h"
@@ -100,7 +101,7 @@ int run_demo(const std::vector<std::string>& raw) {
   const auto started = std::chrono::steady_clock::now();
 
   std::fprintf(stderr, "== building the demo model, tokenizer and dataset in %s\n", out.c_str());
-  fs::create_directories(out);
+  core::create_output_folder(out, "--out");
   const fs::path tokenizer_dir = out / "tokenizer";
   hf::ModelConfig config = runner::write_demo_model_files(tokenizer_dir);
   std::int64_t parameters = 0;

@@ -12,6 +12,7 @@
 
 #include "command.h"
 #include "core/error.h"
+#include "core/exit_codes.h"
 #include "core/files.h"
 #include "hf/hub/client.h"
 #include "hf/hub/datasets.h"
@@ -333,7 +334,9 @@ int run_preview(std::vector<std::string> raw) {
 }
 
 std::atomic<bool> g_cancel{false};
-extern "C" void on_interrupt(int) {
+std::atomic<int> g_cancel_signal{0};  // the signal that cancelled: the exit code says which
+extern "C" void on_interrupt(int signal) {
+  g_cancel_signal = signal;
   g_cancel = true;
 }
 
@@ -381,6 +384,12 @@ int run_download(std::vector<std::string> raw) {
   } catch (const Error& e) {
     if (tty) std::fputc('\n', stderr);
     if (events_path != nullptr) events.error(error_kind_name(e.kind()), e.what(), e.hint());
+    if (g_cancel.load()) {
+      // Stopped by Ctrl-C or SIGTERM: what was received stays in the cache's .incomplete files
+      // and the next download resumes from it.
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return core::exit_code_for_signal(g_cancel_signal.load());
+    }
     throw;
   }
   if (tty) std::fputc('\n', stderr);

@@ -36,6 +36,7 @@
 
 #include "command.h"
 #include "core/error.h"
+#include "core/exit_codes.h"
 #include "core/files.h"
 #include "job/events.h"
 #include "job/job_spec.h"
@@ -291,7 +292,7 @@ void Launcher::fail(Failure failure) {
 void Launcher::on_local_exit(int rank, pid_t pid, int status) {
   if (rank == 0) rank0_status_ = status;
   const int code = nodes::exit_code_of(status);
-  const bool ok = code == 0 || (stop_requested_ && code == 130);
+  const bool ok = code == 0 || (stop_requested_ && core::is_requested_stop(code));
   if (ok) return;
   Failure f;
   f.where = "rank " + std::to_string(rank) + " (pid " + std::to_string(pid) +
@@ -331,7 +332,7 @@ void Launcher::on_remote_message(RemoteNode& remote) {
     print_line(remote.node.name + " rank", rank, message.value("line", std::string()));
   } else if (type == "exit") {
     const int code = message.value("code", 1);
-    const bool ok = code == 0 || (stop_requested_ && code == 130);
+    const bool ok = code == 0 || (stop_requested_ && core::is_requested_stop(code));
     if (!ok) {
       Failure f;
       f.where = "node " + remote.node.name + " rank " + std::to_string(rank) + " (pid " +
@@ -551,7 +552,7 @@ std::vector<std::string> preflight(const nodes::ClientStore& store, const job::N
   // A file in the output folder that each node must see: the folder is shared (checkpoints).
   const fs::path output_dir = job.at("output").at("dir").get<std::string>();
   const std::string marker = ".tessera-shared-" + nodes::to_hex(nodes::random_bytes(8));
-  fs::create_directories(output_dir);
+  core::create_output_folder(output_dir, "output.dir in the job spec");
   core::write_file_atomic(output_dir / marker, "written by tessera-cli launch's pre-flight\n");
   struct RemoveMarker {
     fs::path path;

@@ -1,5 +1,6 @@
-// tessera-cli: the whole product without a window. Exit codes: 0 success, 2 bad usage or
-// bad input (the message names what and where), 1 any other failure; never a signal.
+// tessera-cli: the whole product without a window. Exit codes (core/exit_codes.h): 0 success,
+// 2 bad usage or bad input (the message names what and where), 1 any other failure, 128+N for a
+// command stopped by signal N.
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -8,6 +9,7 @@
 
 #include "command.h"
 #include "core/error.h"
+#include "core/exit_codes.h"
 
 namespace tessera::cli {
 
@@ -77,7 +79,8 @@ void print_help() {
             [](const auto& a, const auto& b) { return a.name < b.name; });
   std::cout << "usage: tessera-cli COMMAND [ARGS]\n\ncommands:\n";
   for (const auto& c : commands) std::printf("  %-12s %s\n", c.name.c_str(), c.summary.c_str());
-  std::cout << "\nRun 'tessera-cli COMMAND --help' for a command's arguments.\n";
+  std::cout << "\nRun 'tessera-cli COMMAND --help' for a command's arguments.\n\n"
+            << tessera::core::kExitCodesHelp << "\n";
 }
 
 }  // namespace
@@ -87,7 +90,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     print_help();
-    return args.empty() ? 2 : 0;
+    return args.empty() ? core::kExitBadInput : core::kExitDone;
   }
   const auto& commands = cli::command_registry();
   auto it = std::find_if(commands.begin(), commands.end(),
@@ -95,19 +98,21 @@ int main(int argc, char** argv) {
   if (it == commands.end()) {
     std::cerr << "tessera-cli: unknown command '" << args[0] << "'\n";
     print_help();
-    return 2;
+    return core::kExitBadInput;
   }
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (std::find(rest.begin(), rest.end(), "--help") != rest.end()) {
-    std::cout << "usage: tessera-cli " << it->usage << "\n" << it->summary << "\n";
-    return 0;
+    std::cout << "usage: tessera-cli " << it->usage << "\n"
+              << it->summary << "\n\n"
+              << core::kExitCodesHelp << "\n";
+    return core::kExitDone;
   }
   try {
     return it->run(rest);
   } catch (const cli::UsageError& e) {
     std::cerr << "tessera-cli " << it->name << ": " << e.message << "\nusage: tessera-cli "
               << it->usage << "\n";
-    return 2;
+    return core::kExitBadInput;
   } catch (const Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     if (!e.hint().empty()) std::cerr << "hint: " << e.hint() << "\n";
@@ -115,15 +120,15 @@ int main(int argc, char** argv) {
       case ErrorKind::InvalidInput:
       case ErrorKind::Usage:
       case ErrorKind::Unsupported:
-        return 2;
+        return core::kExitBadInput;
       default:
-        return 1;
+        return core::kExitInternal;
     }
   } catch (const std::bad_alloc&) {
     std::cerr << "error: out of memory\n";
-    return 1;
+    return core::kExitInternal;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
-    return 1;
+    return core::kExitInternal;
   }
 }

@@ -10,6 +10,8 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "core/exit_codes.h"
+#include "core/files.h"
 #include "dist/environment.h"
 #include "dist/parallel_context.h"
 #include "hub_model.h"
@@ -21,11 +23,13 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 std::atomic<int> g_interrupts{0};
+std::atomic<int> g_stop_signal{SIGINT};  // the first SIGINT or SIGTERM: the exit code says which
 
-void on_interrupt(int) {
-  // First Ctrl-C: finish the step, checkpoint, stop. Second: leave at once (the newest
-  // complete checkpoint is still intact: checkpoints are written crash-safe).
-  if (g_interrupts.fetch_add(1) >= 1) std::_Exit(130);
+void on_interrupt(int signal) {
+  // First Ctrl-C (or SIGTERM): finish the step, checkpoint, stop. Second: leave at once (the
+  // newest complete checkpoint is still intact: checkpoints are written crash-safe).
+  if (g_interrupts.fetch_add(1) >= 1) std::_Exit(core::exit_code_for_signal(signal));
+  g_stop_signal.store(signal);
   g_stop.store(true);
   const char msg[] = "\nstopping after this step (Ctrl-C again to quit at once)\n";
   [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
@@ -138,7 +142,7 @@ std::string hostname() {
 int execute_job(const job::JobSpec& spec, const std::string& events_target,
                 const std::string& spec_path, std::optional<std::uint64_t> simulate_host_memory) {
   namespace fs = std::filesystem;
-  fs::create_directories(spec.output.dir);
+  core::create_output_folder(spec.output.dir, "--out (output.dir in the job spec)");
   // One of several processes: rank 0 alone writes the stream (and draws the progress bar); the
   // others report through its events (train/trainer.h), and their errors go to stderr.
   const int rank = rank_from_environment();
@@ -180,7 +184,8 @@ int execute_job(const job::JobSpec& spec, const std::string& events_target,
     if (outcome.model_dir) done["output"] = outcome.model_dir->string();
     if (outcome.adapter_dir) done["adapter"] = outcome.adapter_dir->string();
     events.emit("done", done);
-    if (rank != 0) return outcome.status == "stopped" ? 130 : 0;
+    const int stopped_code = core::exit_code_for_signal(g_stop_signal.load());
+    if (rank != 0) return outcome.status == "stopped" ? stopped_code : core::kExitDone;
     if (outcome.status == "stopped") {
       std::fprintf(stderr, "stopped at step %lld of %lld; checkpoint: %s\n",
                    static_cast<long long>(outcome.steps_done),
@@ -190,7 +195,7 @@ int execute_job(const job::JobSpec& spec, const std::string& events_target,
           stderr, "resume with: tessera-cli run %s --resume %s\n",
           spec_path.empty() ? (fs::path(spec.output.dir) / "job.json").c_str() : spec_path.c_str(),
           spec.output.dir.c_str());
-      return 130;
+      return stopped_code;
     }
     std::fprintf(stderr, "done: %lld steps", static_cast<long long>(outcome.steps_done));
     if (outcome.final_loss) std::fprintf(stderr, ", final loss %.4f", *outcome.final_loss);

@@ -83,6 +83,52 @@ std::string read_text_file(const std::filesystem::path& path) {
   return out;
 }
 
+namespace {
+
+// The nearest existing folder at or above `p` (for errors: where the path stops being a folder).
+std::filesystem::path nearest_existing(std::filesystem::path p) {
+  std::error_code ec;
+  while (!p.empty() && !std::filesystem::exists(p, ec)) {
+    if (p == p.parent_path()) break;
+    p = p.parent_path();
+  }
+  return p;
+}
+
+[[noreturn]] void refuse_output_folder(const std::filesystem::path& folder, int error,
+                                       const std::string& what) {
+  std::string reason = std::strerror(error);
+  if (error == ENOTDIR || error == EEXIST) {
+    const std::filesystem::path blocker = nearest_existing(folder);
+    reason = blocker.string() + " is a file, not a folder";
+  } else if (error == ENOSPC || error == EDQUOT) {
+    reason = "the disk is full (" + reason + ")";
+  }
+  const std::string hint = "choose a folder you can write with " + what;
+  if (error == EIO) throw_io(folder.string() + ": cannot write the output folder: " + reason, hint);
+  throw_invalid(folder.string() + ": cannot write the output folder: " + reason, hint);
+}
+
+}  // namespace
+
+void create_output_folder(const std::filesystem::path& folder, const std::string& what) {
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (ec) refuse_output_folder(folder, ec.value(), what);
+  if (!std::filesystem::is_directory(folder, ec)) refuse_output_folder(folder, ENOTDIR, what);
+  // A folder can exist and still refuse files (read-only mount, permissions): try one.
+  const std::filesystem::path probe =
+      folder / (".tessera-write-check-" + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) refuse_output_folder(folder, errno, what);
+  const char byte = 0;
+  const bool written = ::write(fd, &byte, 1) == 1;
+  const int write_error = errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (!written) refuse_output_folder(folder, write_error, what);
+}
+
 void fsync_directory(const std::filesystem::path& dir) {
   FileDescriptor fd(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() < 0) throw_io(dir.string() + ": cannot open directory: " + errno_text());

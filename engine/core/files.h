@@ -58,6 +58,12 @@ std::string read_text_file(const std::filesystem::path& path);  // throws tesser
 // file is on disk.
 void write_file_atomic(const std::filesystem::path& path, std::string_view contents);
 
+// Makes `folder` (and its parents) for output and checks that a file can be written in it, so a
+// place that cannot be written is refused before any work: tessera::Error InvalidInput (exit 2)
+// naming the folder and the reason (read-only file system, permission, a file in the way, a full
+// disk), with `what` — how the user chose it, e.g. "--out" — in the hint.
+void create_output_folder(const std::filesystem::path& folder, const std::string& what);
+
 // fsync a directory so a rename inside it is durable.
 void fsync_directory(const std::filesystem::path& dir);
 

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/temporaries.h"
 #include "hf/safetensors.h"
 
 namespace tessera::exporter {
@@ -266,10 +267,9 @@ ExportReport export_with(
     throw_invalid(out.string() + ": the folder exists and is not empty",
                   "choose an empty or new --out, or pass --force to replace it (the new export is "
                   "written and checked first, then swapped in)");
-  if (!fs::is_directory(parent, ec)) {
-    fs::create_directories(parent, ec);
-    if (ec) throw_io(parent.string() + ": cannot create the folder: " + ec.message());
-  }
+  core::create_output_folder(parent, "--out");
+  // An earlier export killed here left its staged folder: remove it (never a live process's).
+  core::remove_dead_temporaries(parent, options.progress);
 
   TempDir staged(parent / ("." + out.filename().string() + ".tmp-" + unique_suffix()));
   fs::create_directory(staged.path(), ec);

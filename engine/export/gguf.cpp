@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/temporaries.h"
 #include "export/gguf_file.h"
 #include "export/gguf_quant.h"
 #include "export/gguf_vocab.h"
@@ -314,8 +315,8 @@ GgufReport export_gguf(model::PretrainedModel& model, const fs::path& out,
                   "choose another --out, or pass --force to replace it (the new file is written "
                   "and checked first, then renamed over it)");
   const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
-  fs::create_directories(dir, ec);
-  if (ec) throw_io(dir.string() + ": cannot create the folder: " + ec.message());
+  core::create_output_folder(dir, "--out");
+  core::remove_dead_temporaries(dir, [&](const std::string& line) { report(options, line); });
 
   report(options, "reading the tokenizer from " + options.tokenizer_dir.string());
   const GgufVocab vocab = read_gguf_vocab(options.tokenizer_dir, c);

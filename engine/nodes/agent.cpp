@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/exit_codes.h"
 #include "core/files.h"
 #include "nodes/job_checks.h"
 #include "nodes/protocol.h"
@@ -546,7 +547,7 @@ void Agent::State::handle_spawn(Socket& socket, const PairedClient& client, cons
       connected = false;
     }
   };
-  bool stop_asked = false;  // by the client: exit code 130 is then a rank that stopped as asked
+  bool stop_asked = false;  // by the client: 130 or 143 is then a rank that stopped as asked
   const std::chrono::duration<double> grace(grace_s);
   RankProcesses* processes_ptr = nullptr;
   RankProcesses processes({
@@ -555,7 +556,7 @@ void Agent::State::handle_spawn(Socket& socket, const PairedClient& client, cons
       },
       [&](int rank, pid_t pid, int status) {
         const int code = exit_code_of(status);
-        const bool ok = code == 0 || (stop_asked && code == 130);
+        const bool ok = code == 0 || (stop_asked && core::is_requested_stop(code));
         print("job of \"" + client.name + "\": rank " + std::to_string(rank) + " (pid " +
               std::to_string(pid) + ") " + describe_exit_status(status));
         send_or_lose({{"type", "exit"},

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/temporaries.h"
 #include "data/dataset.h"
 #include "data/format.h"
 #include "data/split.h"
@@ -615,7 +616,12 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   // stream is rank 0's too (the caller opens it there only).
   const bool leader = !parallel || parallel->rank() == 0;
   const fs::path out_dir = requested.output.dir;
-  fs::create_directories(out_dir);
+  core::create_output_folder(out_dir, "--out (output.dir in the job spec)");
+  // A run, resume or export of this folder killed earlier (kill -9, power loss) left temporary
+  // files and folders: those of processes that are gone are removed, a live one's kept.
+  if (leader)
+    core::remove_dead_temporaries(out_dir,
+                                  [&](const std::string& line) { events.log("info", line); });
   if (leader) job::save_job_spec(requested, out_dir / "job.json");
   const hf::ModelFolder source = open_model(model_dir);
   // Planned before the data and the weights are read, so a job that cannot fit fails in a

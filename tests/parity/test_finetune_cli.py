@@ -119,7 +119,9 @@ def test_ctrl_c_checkpoints_and_resume_continues(workdir):
     step = stopped[-1]["steps"]
     assert (out / f"checkpoint-{step}" / "manifest.json").exists()
 
-    # Resume, then stop again right away: the run continues from the saved step.
+    # Resume, then stop again right away, by SIGTERM this time (as a service manager or `kill`
+    # stops it): the run continues from the saved step, stops the same way with a checkpoint,
+    # and exits 128 + SIGTERM (the documented codes: `tessera-cli --help`).
     proc = subprocess.Popen([CLI, "run", out / "job.json", "--resume", out, "--events", out / "resumed.jsonl"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
@@ -128,10 +130,24 @@ def test_ctrl_c_checkpoints_and_resume_continues(workdir):
         if ev.exists() and any(e["type"] == "metric" for e in events_of(ev)):
             break
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=120)
-    first = next(e for e in events_of(out / "resumed.jsonl") if e["type"] == "metric")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "resume with: tessera-cli run" in err
+    resumed = events_of(out / "resumed.jsonl")
+    first = next(e for e in resumed if e["type"] == "metric")
     assert first["step"] == step + 1
+    assert resumed[-1]["type"] == "done" and resumed[-1]["status"] == "stopped"
+    assert (out / f"checkpoint-{resumed[-1]['steps']}" / "manifest.json").exists()
+
+
+def test_help_lists_the_exit_codes():
+    for args in (["--help"], ["run", "--help"], ["export", "--help"]):
+        r = run(*args)
+        assert r.returncode == 0, r.stderr
+        assert "128+N stopped by signal N: 130 Ctrl-C (SIGINT), 143 SIGTERM" in r.stdout, r.stdout
+        assert "2 bad usage, bad input or a refused plan" in r.stdout
+    assert run().returncode == 2  # no command: usage, bad input
 
 
 def test_print_job_and_bad_input(workdir, tmp_path):
@@ -214,3 +230,86 @@ def test_classification_finetune_of_the_real_minilm(tmp_path):
     # LoRA would leave the new head untrained: refused with a reason, exit 2.
     r = run("finetune", "--model", base, "--data", data, "--method", "lora", "--steps", 2, "--out", tmp_path / "l")
     assert r.returncode == 2 and "LoRA for sequence classification" in r.stderr
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    # A read-only mount: refused whoever the user is (root passes permission checks, not this).
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here (needs root): {r.stderr.decode().strip()}")
+    yield folder
+    subprocess.run(["umount", str(folder)], check=False)
+
+
+def test_an_output_folder_that_cannot_be_written_is_bad_input(workdir, tmp_path, read_only_folder):
+    # Issue 15, finding 4: exit 2, the path, the reason and what to do — not exit 1 with raw text.
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    train = ["finetune", "--model", workdir / "model", "--data", workdir / "data.jsonl", "--steps", 2]
+    r = run(*train, "--out", blocker / "run")
+    assert r.returncode == 2, r.stderr
+    assert f"{blocker / 'run'}: cannot write the output folder: {blocker} is a file, not a folder" in r.stderr
+    assert "choose a folder you can write with --out" in r.stderr
+
+    r = run(*train, "--out", read_only_folder / "run")
+    assert r.returncode == 2, r.stderr
+    assert f"{read_only_folder / 'run'}: cannot write the output folder: Read-only file system" in r.stderr
+
+    r = run("export", "--model", workdir / "model", "--out", read_only_folder / "exported")
+    assert r.returncode == 2, r.stderr
+    assert "Read-only file system" in r.stderr and "--out" in r.stderr
+    r = run("export", "--model", workdir / "model", "--out", read_only_folder / "m.gguf", "--format", "gguf")
+    assert r.returncode == 2, r.stderr
+    assert "Read-only file system" in r.stderr
+    r = run("demo", "--no-train", "--out", read_only_folder / "demo")
+    assert r.returncode == 2, r.stderr
+    assert "Read-only file system" in r.stderr
+
+
+def test_temporaries_of_dead_processes_are_removed_live_ones_kept(workdir, tmp_path):
+    # Issue 15, finding 5: a kill -9 during an export left RUN/.model.tmp-<pid>-<n>/ forever. The
+    # next export, run or resume of the folder removes what processes that are gone left, and
+    # never what a live process is writing.
+    out = tmp_path / "run"
+    r = run("finetune", "--model", workdir / "model", "--data", workdir / "data.jsonl", "--steps", 2,
+            "--batch-size", 4, "--out", out)
+    assert r.returncode == 0, r.stderr
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    live = subprocess.Popen(["sleep", "120"])
+    try:
+        def leave(name, folder=True):
+            path = out / name
+            if folder:
+                path.mkdir()
+                (path / "model.safetensors").write_bytes(b"half written")
+            else:
+                path.write_bytes(b"half written")
+            return path
+
+        dead_export = leave(f".model.tmp-{gone.pid}-11")
+        dead_file = leave(f"job.json.tmp.{gone.pid}.12", folder=False)
+        dead_old = leave(f".model.old-{gone.pid}-13")          # model/ exists: the swap finished
+        only_copy = leave(f".adapter.old-{gone.pid}-14")       # adapter/ missing: the only copy
+        live_export = leave(f".model.tmp-{live.pid}-15")
+        look_alike = leave("notes.tmp.2024.txt", folder=False)  # not a temporary's name
+
+        r = run("export", "--model", out / "model", "--out", out / "model-copy")
+        assert r.returncode == 0, r.stderr
+        assert not dead_export.exists() and not dead_file.exists() and not dead_old.exists()
+        assert only_copy.exists() and live_export.exists() and look_alike.exists()
+        assert f"removed {dead_export}, left by process {gone.pid} which is no longer running" in r.stderr
+        assert f"kept {only_copy}" in r.stderr
+
+        # A run (here a resume) of the folder sweeps it too.
+        dead_again = leave(f".model.tmp-{gone.pid}-16")
+        r = run("run", out / "job.json", "--resume", out, "--events", "-")
+        assert r.returncode == 0, r.stderr
+        assert not dead_again.exists() and live_export.exists()
+        assert f"removed {dead_again}" in r.stdout
+    finally:
+        live.kill()
+        live.wait()
