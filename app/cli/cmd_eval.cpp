@@ -16,6 +16,7 @@
 #include "hf/tokenizer/tokenizer.h"
 #include "model/evaluate.h"
 #include "model/model.h"
+#include "plan/model_size.h"
 
 namespace tessera::cli {
 namespace {
@@ -50,8 +51,11 @@ int run_eval(const std::vector<std::string>& raw) {
     throw_invalid(model_dir.string() + ": no such model folder",
                   "--model takes a folder with config.json, *.safetensors and tokenizer.json");
 
-  const torch::Dtype dtype =
-      model::dtype_from_string(args.option("--dtype") ? *args.option("--dtype") : "float32");
+  const std::string dtype_name = args.option("--dtype") ? *args.option("--dtype") : "float32";
+  const torch::Dtype dtype = model::dtype_from_string(dtype_name);
+  // A config.json asking for more than this machine has is refused before anything is built.
+  plan::check_model_folder_fits(model_dir, static_cast<double>(c10::elementSize(dtype)),
+                                dtype_name);
   std::shared_ptr<model::PretrainedModel> model = model::load_pretrained(model_dir, dtype);
   const std::int64_t positions = model->config().max_position_embeddings;
   const std::int64_t max_length = positive_option(

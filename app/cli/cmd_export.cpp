@@ -11,6 +11,7 @@
 #include "export/export.h"
 #include "export/gguf.h"
 #include "model/model.h"
+#include "plan/model_size.h"
 
 namespace tessera::cli {
 namespace {
@@ -54,9 +55,11 @@ int run_gguf_export(const Args& args, const fs::path& model_dir, const fs::path&
 
   // Loaded in its stored dtype: each tensor is converted once, to float32, on its way out.
   const std::string dtype = stored_dtype(model_dir);
+  const torch::Dtype load_dtype = model::dtype_from_string(dtype);
+  plan::check_model_folder_fits(model_dir, static_cast<double>(c10::elementSize(load_dtype)),
+                                dtype);
   std::cerr << "export: loading " << model_dir.string() << " as " << dtype << "\n";
-  std::shared_ptr<model::PretrainedModel> model =
-      model::load_pretrained(model_dir, model::dtype_from_string(dtype));
+  std::shared_ptr<model::PretrainedModel> model = model::load_pretrained(model_dir, load_dtype);
   const exporter::GgufReport report = exporter::export_gguf(*model, out, options);
   for (const std::string& note : report.notes) std::cerr << "export: note: " << note << "\n";
   if (args.flag("--json")) {
@@ -134,6 +137,9 @@ int run_export(const std::vector<std::string>& raw) {
   const std::string dtype_name =
       args.option("--dtype") ? *args.option("--dtype") : stored_dtype(model_dir);
   options.dtype = model::dtype_from_string(dtype_name);
+  // A config.json asking for more than this machine has is refused before anything is built.
+  plan::check_model_folder_fits(model_dir, static_cast<double>(c10::elementSize(options.dtype)),
+                                dtype_name);
   std::cerr << "export: loading " << model_dir.string() << " as "
             << exporter::dtype_name(options.dtype) << "\n";
   std::shared_ptr<model::PretrainedModel> model = model::load_pretrained(model_dir, options.dtype);

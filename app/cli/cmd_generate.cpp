@@ -17,6 +17,7 @@
 #include "hf/tokenizer/tokenizer.h"
 #include "model/generate.h"
 #include "model/model.h"
+#include "plan/model_size.h"
 
 namespace tessera::cli {
 namespace {
@@ -139,8 +140,11 @@ int run_generate(const std::vector<std::string>& raw) {
   if (prompt_ids.empty())
     throw_invalid("the prompt has no tokens", "give a non-empty --prompt (or use --chat)");
 
-  const torch::Dtype dtype =
-      model::dtype_from_string(args.option("--dtype") ? *args.option("--dtype") : "float32");
+  const std::string dtype_name = args.option("--dtype") ? *args.option("--dtype") : "float32";
+  const torch::Dtype dtype = model::dtype_from_string(dtype_name);
+  // A config.json asking for more than this machine has is refused before anything is built.
+  plan::check_model_folder_fits(model_dir, static_cast<double>(c10::elementSize(dtype)),
+                                dtype_name);
   std::shared_ptr<model::PretrainedModel> model = model::load_pretrained(model_dir, dtype);
   options.eos_token_ids = model::eos_token_ids(model->config(), model_dir);
   options.pad_token_id = model->config().pad_token_id;

@@ -73,7 +73,7 @@ void require_heads_divide(const ConfigFields& f, const char* heads_key, const ch
   auto any = [](std::int64_t) { return true; };
   auto even_quotient = [](std::int64_t q) { return q % 2 == 0; };
   const std::string head_dim_note =
-      even ? " (or write head_dim, an even number, and keep num_attention_heads)" : "";
+      even ? "; or write head_dim, an even number, and keep num_attention_heads" : "";
   if (hidden % heads != 0)
     f.fail_value(heads_key, heads,
                  "does not divide " + std::string(hidden_key) + " " + std::to_string(hidden) +

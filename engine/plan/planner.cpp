@@ -17,6 +17,7 @@
 #include "hf/tokenizer/tokenizer.h"
 #include "job/strategies.h"
 #include "memory/chunk_layout.h"
+#include "plan/model_size.h"
 
 namespace tessera::plan {
 namespace {
@@ -349,13 +350,17 @@ ShardedChunks sharded_chunks(const hf::ModelConfig& c, const Settings& s, int wo
 
 }  // namespace
 
-std::int64_t count_parameters(const hf::ModelConfig& c) {
+double parameter_count(const hf::ModelConfig& c) {
   const hf::ParameterShapes shapes = hf::family_of(c).parameter_shapes(c);
   double layer = shapes.layer_other;
   for (const hf::LinearModule& l : shapes.layer_linears)
     layer += l.in_features * l.out_features + (l.bias ? l.out_features : 0.0);
-  const double n = shapes.outside_layers + d(c.num_hidden_layers) * layer;
-  if (!(n < 9.0e18)) throw_invalid("config.json: the model's sizes give more than 9e18 parameters");
+  return shapes.outside_layers + d(c.num_hidden_layers) * layer;
+}
+
+std::int64_t count_parameters(const hf::ModelConfig& c) {
+  const double n = parameter_count(c);
+  if (!(n < kMaxParameterCount)) throw_invalid(too_many_parameters(c, "config.json"));
   return static_cast<std::int64_t>(n);
 }
 

@@ -35,8 +35,14 @@ inline constexpr double kActivationOverhead = 1.25;
 inline constexpr double kHeadroom = 0.10;
 
 // Parameter count of the model as transformers' num_parameters() reports it (tied weights
-// counted once), from config.json alone.
+// counted once), from config.json alone. Throws tessera::Error (InvalidInput) when it is beyond
+// kMaxParameterCount.
 std::int64_t count_parameters(const hf::ModelConfig& config);
+// The same in floating point, never overflowing: what an absurd config.json asks for
+// (plan/model_size.h refuses it by this figure before anything is built).
+double parameter_count(const hf::ModelConfig& config);
+// The most parameters the 64-bit sizes of LibTorch and of this planner count (below 2^63).
+inline constexpr double kMaxParameterCount = 9.0e18;
 std::vector<std::string> default_lora_targets(const hf::ModelConfig& config);
 // Σ r·(in+out) over every targeted linear of every layer; unknown target names are an error.
 std::int64_t count_lora_parameters(const hf::ModelConfig& config, std::int64_t rank,

@@ -82,6 +82,8 @@ CpuInfo probe_cpu() {
   return cpu;
 }
 
+}  // namespace
+
 MemoryInfo probe_memory() {
   MemoryInfo m;
   const core::MemInfo meminfo = core::read_meminfo();
@@ -98,6 +100,8 @@ MemoryInfo probe_memory() {
   }
   return m;
 }
+
+namespace {
 
 std::uint64_t cgroup_usage() {
   for (const char* path :

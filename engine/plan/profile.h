@@ -88,6 +88,8 @@ struct ProfileOptions {
 };
 
 HardwareProfile probe_hardware(const ProfileOptions& options);
+// The memory section alone (/proc/meminfo and the cgroup limit): cheap, for checks before a load.
+MemoryInfo probe_memory();
 nlohmann::json to_json(const HardwareProfile& profile);
 
 // Measures sequential write (fsync) and read speed of a temporary file in `dir`.

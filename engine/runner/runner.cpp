@@ -20,6 +20,7 @@
 #include "hf/tokenizer/tokenizer.h"
 #include "job/strategies.h"
 #include "model/model.h"
+#include "plan/model_size.h"
 #include "plan/planner.h"
 #include "plugins/builtin_plugins.h"
 #include "runner/loopback_link.h"
@@ -624,6 +625,13 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
                                   [&](const std::string& line) { events.log("info", line); });
   if (leader) job::save_job_spec(requested, out_dir / "job.json");
   const hf::ModelFolder source = open_model(model_dir);
+  // What config.json asks for is judged before anything of the model is built (a model of 1e9
+  // layers would be allocated until the process is killed): refused by its field.
+  plan::ModelCapacity capacity = plan::probe_model_capacity(plan::spill_dir_of(requested));
+  if (run_options.simulate_host_memory)
+    capacity.memory.simulated = *run_options.simulate_host_memory;
+  plan::check_training_fits(source.config(), (model_dir / "config.json").string(), requested,
+                            parallel ? parallel->world_size() : 1, capacity);
   // Planned before the data and the weights are read, so a job that cannot fit fails in a
   // second.
   const job::JobSpec spec =

@@ -1,0 +1,171 @@
+"""A config.json that asks for more than the machine has, or whose heads do not split its hidden
+size, is refused before anything of the model is built (issue 15, findings 1 and 3).
+
+A tiny llama (transformers' LlamaConfig, saved, then its config.json edited) is given with
+num_hidden_layers 1e9, vocab_size 1e12, intermediate_size 2^62 (its parameter count overflows
+64 bits) and hidden_size 96 with 7 heads. For each, `finetune` (strategy single and gemini with
+its disk tier), `eval`, `generate` and `export` exit 2 within seconds with a small peak RSS (the
+child's own, from wait4), and stderr names config.json, the field and its value; the size cases
+also the parameter count and the memory there is.
+
+Before the check these were OOM-killed, hung allocating, or exited 1 with LibTorch's message
+("rotary embedding: head_dim 13 must be positive and even" for the heads). The children run
+under an address-space limit so that a regression fails the test instead of the machine.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
+from tiny_tokenizer import byte_level_bpe  # noqa: E402
+
+CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
+
+# A refusal reads config.json and /proc/meminfo: LibTorch's start-up is most of its time and
+# memory. Generous for a loaded machine, far below what building any of these models takes.
+REFUSAL_SECONDS = 30
+REFUSAL_PEAK_RSS = 1 << 30
+# The children's address space: far above a refusal's, far below this machine's memory.
+CHILD_ADDRESS_SPACE = 8 << 30
+
+
+# Starts the CLI from a small process and reports that child's peak RSS (wait4): a child forked
+# from pytest itself would report pytest's resident set, which fork copies and exec keeps.
+LAUNCHER = r"""
+import os, resource, sys
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+pid = os.fork()
+if pid == 0:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    os.execv(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+sys.stdout.write(str(usage.ru_maxrss * 1024))
+code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
+def run_measured(args, timeout=60):
+    """Runs the CLI; returns (exit code, stderr, seconds, the CLI's peak RSS in bytes)."""
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-S", "-c", LAUNCHER, str(CHILD_ADDRESS_SPACE), CLI, *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        err += f"\n(killed after {timeout} s)"
+    seconds = time.monotonic() - start
+    return proc.returncode, err, seconds, int(out) if out.strip().isdigit() else -1
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    d = tmp_path_factory.mktemp("config_refusals")
+    corpus = [f"What is {a} plus {b}? {a + b}" for a in range(20) for b in range(20)]
+    fast = byte_level_bpe(corpus, 300)
+    fast.save_pretrained(d / "model")
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, bos_token_id=0, eos_token_id=1,
+                                 pad_token_id=2)).save_pretrained(d / "model")
+    with open(d / "data.jsonl", "w") as f:
+        for line in corpus:  # enough blocks of --max-length tokens that a run reaches the model
+            f.write(json.dumps({"text": line}) + "\n")
+    return d
+
+
+def variant(base, name, edits):
+    """The tiny model's folder with config.json edited (its other files linked)."""
+    folder = base / name
+    if not folder.exists():
+        folder.mkdir()
+        for f in (base / "model").iterdir():
+            if f.name != "config.json":
+                (folder / f.name).symlink_to(f)
+        config = json.loads((base / "model" / "config.json").read_text())
+        config.update(edits)
+        config = {k: v for k, v in config.items() if v is not None}  # None: the field left out
+        (folder / "config.json").write_text(json.dumps(config, indent=2))
+    return folder
+
+
+# (edits to config.json, what stderr must name). JSON writes 1e9 and 1e12 as floats here (as
+# some hand-edited files do) and 2^62 as an integer.
+CASES = {
+    "layers_1e9": ({"num_hidden_layers": 1e9}, ["num_hidden_layers 1000000000"]),
+    "vocab_1e12": ({"vocab_size": 1e12}, ["vocab_size 1000000000000"]),
+    "intermediate_2_62": ({"intermediate_size": 2 ** 62},
+                          [f"intermediate_size {2 ** 62}", "64-bit"]),
+    # transformers writes head_dim; without it, head_dim is hidden_size / num_attention_heads.
+    "heads_7_of_96": ({"hidden_size": 96, "num_attention_heads": 7, "num_key_value_heads": 7, "head_dim": None},
+                      ["num_attention_heads 7 does not divide hidden_size 96"]),
+}
+SIZE_CASES = {"layers_1e9", "vocab_1e12", "intermediate_2_62"}
+
+COMMANDS = {
+    "run_single": lambda m, d, out: ["finetune", "--model", m, "--data", d, "--max-length", 32, "--steps", 1,
+                                     "--strategy", "single", "--out", out],
+    "run_gemini": lambda m, d, out: ["finetune", "--model", m, "--data", d, "--max-length", 32, "--steps", 1,
+                                     "--strategy", "gemini", "--strategy-options", '{"offload_optim_frac": 1.0}',
+                                     "--out", out],
+    "eval": lambda m, d, out: ["eval", "--model", m, "--data", d],
+    "generate": lambda m, d, out: ["generate", "--model", m, "--prompt", "What is 2 plus 3?",
+                                   "--max-new-tokens", 4],
+    "export": lambda m, d, out: ["export", "--model", m, "--out", out],
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_refused_before_building(base, tmp_path, case, command):
+    edits, named = CASES[case]
+    model = variant(base, case, edits)
+    code, stderr, seconds, peak = run_measured(COMMANDS[command](model, base / "data.jsonl", tmp_path / "out"))
+    print(f"{case} {command}: exit {code} in {seconds:.1f} s, peak RSS {peak / 2 ** 20:.0f} MiB")
+    assert code == 2, stderr
+    assert seconds < REFUSAL_SECONDS, stderr
+    assert peak < REFUSAL_PEAK_RSS, f"peak RSS {peak / 2 ** 20:.0f} MiB: {stderr}"
+    assert str(model / "config.json") in stderr, stderr
+    for needle in named:
+        assert needle in stderr, stderr
+    assert "hint:" in stderr, stderr
+    if case in SIZE_CASES:
+        # The figure (the parameter count) and the memory there is.
+        assert re.search(r"makes a model of [0-9.e]+ parameters", stderr), stderr
+        assert re.search(r"the [0-9.]+ [KMGT]iB of memory", stderr), stderr
+        if command == "run_gemini":
+            assert "free on disk under" in stderr, stderr
+    else:
+        assert "head_dim 13" not in stderr, stderr
+        assert "the nearest: 6 or 8" in stderr, stderr
+
+
+def test_model_that_fits_still_runs(base, tmp_path):
+    """The check refuses only what cannot fit: the tiny model itself evaluates."""
+    code, stderr, _, _ = run_measured(["eval", "--model", base / "model", "--data", base / "data.jsonl"])
+    assert code == 0, stderr
+
+
+def test_simulated_memory_is_the_budget(base, tmp_path):
+    """`run --simulate-host-memory` is the memory the check weighs: a budget of 1 MiB refuses even
+    the tiny model's training state (about 1.6 MiB in fp32 with AdamW)."""
+    spec = {"version": 1, "model": {"path": str(base / "model")}, "dataset": {"train": [str(base / "data.jsonl")], "max_length": 32},
+            "method": {"type": "full"}, "training": {"steps": 1}, "strategy": {"name": "single"},
+            "output": {"dir": str(tmp_path / "out")}}
+    (tmp_path / "job.json").write_text(json.dumps(spec))
+    code, stderr, _, _ = run_measured(["run", tmp_path / "job.json", "--simulate-host-memory", "1MiB"])
+    assert code == 2, stderr
+    assert "simulated" in stderr and "1.0 MiB of memory" in stderr, stderr
+    assert str(base / "model" / "config.json") in stderr, stderr
