@@ -2,7 +2,9 @@
 // 2 bad usage or bad input (the message names what and where), 1 any other failure, 128+N for a
 // command stopped by signal N.
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <new>
@@ -73,6 +75,14 @@ void Args::expect_no_positionals() const {
 
 namespace {
 
+// Commands without a clean stop of their own (export, generate, eval, ...) end at once on
+// SIGINT or SIGTERM with 128 + the signal: what they write goes to temporary files renamed into
+// place, so nothing half-written appears under a final name (the next export or run of the folder
+// removes the temporaries). `run`, `launch`, `agent` and `hub download` install their own.
+extern "C" void end_at_once(int signal) {
+  std::_Exit(tessera::core::exit_code_for_signal(signal));
+}
+
 void print_help() {
   auto& commands = tessera::cli::command_registry();
   std::sort(commands.begin(), commands.end(),
@@ -101,6 +111,11 @@ int main(int argc, char** argv) {
     return core::kExitBadInput;
   }
   std::vector<std::string> rest(args.begin() + 1, args.end());
+  struct sigaction action {};
+  action.sa_handler = end_at_once;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
   if (std::find(rest.begin(), rest.end(), "--help") != rest.end()) {
     std::cout << "usage: tessera-cli " << it->usage << "\n"
               << it->summary << "\n\n"

@@ -22,12 +22,21 @@ namespace tessera::cli {
 namespace {
 
 std::atomic<bool> g_stop{false};
+std::atomic<bool> g_training{false};  // the runner's training loop runs (RunOptions)
 std::atomic<int> g_interrupts{0};
 std::atomic<int> g_stop_signal{SIGINT};  // the first SIGINT or SIGTERM: the exit code says which
 
 void on_interrupt(int signal) {
-  // First Ctrl-C (or SIGTERM): finish the step, checkpoint, stop. Second: leave at once (the
-  // newest complete checkpoint is still intact: checkpoints are written crash-safe).
+  // Outside the training loop (loading, reading and tokenizing, the export) there is nothing to
+  // checkpoint: leave at once. What is being written is in temporary files named after this
+  // process, never under the final names; the next run or export of the folder removes them.
+  if (!g_training.load()) {
+    const char msg[] = "\nstopped outside the training steps: nothing to checkpoint\n";
+    [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+    std::_Exit(core::exit_code_for_signal(signal));
+  }
+  // First Ctrl-C (or SIGTERM) while training: finish the step, checkpoint, stop. Second: leave at
+  // once (the newest complete checkpoint is still intact: checkpoints are written crash-safe).
   if (g_interrupts.fetch_add(1) >= 1) std::_Exit(core::exit_code_for_signal(signal));
   g_stop_signal.store(signal);
   g_stop.store(true);
@@ -168,6 +177,7 @@ int execute_job(const job::JobSpec& spec, const std::string& events_target,
   try {
     runner::RunOptions options;
     options.stop = &g_stop;
+    options.stopping_at_step_end = &g_training;
     options.simulate_host_memory = simulate_host_memory;
     job::JobSpec local = spec;  // model.hub_id → the snapshot folder in the HF cache
     if (local.model.path.empty() && !local.model.hub_id.empty())

@@ -660,7 +660,20 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   train::Trainer trainer(to_train.model, options, &trainer_events);
   options.deferred_weights.reset();  // read by now: the checkpoint's pages can go
   source.release_resident_pages();
+  // While the steps run, a stop request ends the step with a checkpoint (the caller's signal
+  // handler only sets `stop`); before and after, it ends the process at once.
+  struct StepEndWindow {
+    std::atomic<bool>* flag;
+    explicit StepEndWindow(std::atomic<bool>* f) : flag(f) {
+      if (flag) flag->store(true);
+    }
+    ~StepEndWindow() {
+      if (flag) flag->store(false);
+    }
+  };
+  std::optional<StepEndWindow> step_end_window(std::in_place, run_options.stopping_at_step_end);
   const train::TrainResult result = train_model(trainer, spec, std::move(data), run_options.stop);
+  step_end_window.reset();
   if (step_times) step_times->finish();
   // A plugin that shards the weights (gemini on several ranks) gathers them with every rank, so
   // that rank 0 alone can export them; then every rank is done with collectives, the other ranks

@@ -34,6 +34,10 @@ struct RunOutcome {
 struct RunOptions {
   // Polled after every step: when set, the run writes a checkpoint and returns "stopped".
   const std::atomic<bool>* stop = nullptr;
+  // Set by the run while its training loop runs, where a stop request finishes the step and
+  // checkpoints; outside it (loading, reading and tokenizing the data, the export) there is
+  // nothing to save yet or left to lose, so the caller may end the process at once.
+  std::atomic<bool>* stopping_at_step_end = nullptr;
   // Strategy "auto": plan against this much host memory instead of what is free (what-if
   // runs and tests; the plan event marks it simulated).
   std::optional<std::uint64_t> simulate_host_memory;

@@ -7,6 +7,8 @@
 #include <QJsonObject>
 #include <csignal>
 
+#include "core/exit_codes.h"
+
 namespace tessera::ui {
 
 namespace {
@@ -311,6 +313,8 @@ void RunMonitor::finish() {
     failure = start_error_;
   } else if (state_.done_status == "stopped" && !crashed_) {
     status = "stopped";  // exit 130 is how `run` says it stopped at the user's request
+  } else if (stop_requested_ && !crashed_ && core::is_requested_stop(exit_code_)) {
+    status = "stopped";  // stopped while loading: `run` ends at once there, with no done event
   } else if (crashed_ || exit_code_ != 0) {
     status = state_.done_status == "stopped" ? "stopped" : "failed";
     if (!state_.last_error.isEmpty())

@@ -1,0 +1,108 @@
+"""Signals honoured in every stage (issue 15, finding 2): SIGINT and SIGTERM used to be ignored
+until loading ended. Outside the training steps there is nothing to checkpoint, so `run` ends
+at once; `export` ends at once too. Each case checks the exit code (128 + the signal), that the
+process ended within STOP_BOUND_S of the signal, that the stage really was under way when the
+signal came, and that nothing appears under a final name (no checkpoint, no model folder, no
+export); the export's staged folder, left by the dead process, is removed by the next export."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
+from tiny_tokenizer import byte_level_bpe  # noqa: E402
+
+CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
+STOP_BOUND_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("signals")
+    corpus = [f"{a} and {b} make {a + b}" for a in range(20) for b in range(20)]
+    fast = byte_level_bpe(corpus, 300)
+    fast.save_pretrained(d / "model")
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2, bos_token_id=0, eos_token_id=1,
+                                 pad_token_id=2)).save_pretrained(d / "model")
+    # Enough rows that reading and tokenizing them takes seconds (about 5 s on a 2-core machine).
+    with open(d / "big.jsonl", "w") as f:
+        for i in range(600_000):
+            f.write(json.dumps({"text": f"{i % 97} and {i % 89} make {(i % 97) + (i % 89)}"}) + "\n")
+    # A model whose export (write, reload, logits check) takes a few seconds.
+    fast.save_pretrained(d / "large")
+    LlamaForCausalLM(LlamaConfig(vocab_size=len(fast), hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                                 num_attention_heads=8, num_key_value_heads=8, bos_token_id=0, eos_token_id=1,
+                                 pad_token_id=2)).save_pretrained(d / "large")
+    return d
+
+
+def events_of(path):
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def wait_for(predicate, timeout=60, proc=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        assert proc is None or proc.poll() is None, proc.communicate()
+        time.sleep(0.01)
+    pytest.fail("timed out")
+
+
+def stop(proc, sig):
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    return time.monotonic() - sent, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_run_stops_at_once_while_reading_the_data(workdir, tmp_path, sig):
+    out, events = tmp_path / "run", tmp_path / "events.jsonl"
+    proc = subprocess.Popen([CLI, "finetune", "--model", workdir / "model", "--data", workdir / "big.jsonl",
+                             "--steps", "5", "--out", out, "--events", events],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The load phase has begun (its progress event) and lasts seconds: stop a moment into it.
+    wait_for(lambda: any(e["type"] == "progress" and e.get("phase") == "load" for e in events_of(events)), proc=proc)
+    time.sleep(0.3)
+    took, err = stop(proc, sig)
+    assert proc.returncode == 128 + sig, err
+    assert took < STOP_BOUND_S, f"{took:.2f} s from the signal to the exit"
+    seen = events_of(events)
+    assert not any(e["type"] == "metric" for e in seen), "the signal came after training began"
+    assert not any(e["type"] == "progress" and e.get("phase") == "load" and e.get("done") == 1 for e in seen)
+    assert "nothing to checkpoint" in err
+    assert not list(out.glob("checkpoint-*")) and not (out / "model").exists()
+    assert {p.name for p in out.iterdir()} <= {"job.json", "plan.json"}  # written whole before loading
+
+
+def test_export_stops_at_once_and_its_staged_folder_is_removed_later(workdir, tmp_path):
+    dest = tmp_path / "exported"
+    proc = subprocess.Popen([CLI, "export", "--model", workdir / "large", "--out", dest],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    staged = lambda: [p for p in tmp_path.iterdir() if p.name.startswith(".exported.tmp-")]  # noqa: E731
+    wait_for(lambda: staged(), proc=proc)
+    took, err = stop(proc, signal.SIGINT)
+    assert proc.returncode == 130, err
+    assert took < STOP_BOUND_S, f"{took:.2f} s from the signal to the exit"
+    assert not dest.exists(), "a half-written export under the name asked for"
+    left = staged()
+    assert left, "the export ended before the signal: make the model larger"
+    # The next export into the same folder removes what the dead process left, and completes.
+    r = subprocess.run([CLI, "export", "--model", workdir / "model", "--out", dest], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert not any(p.exists() for p in left)
+    assert f"removed {left[0]}" in r.stderr
