@@ -128,6 +128,21 @@ void read_decoder(const ConfigFields& f, ModelConfig& c, const DecoderVariant& v
   const bool sliding = variant.sliding_always ||
                        (variant.sliding_when_enabled && f.bool_field("use_sliding_window", false));
   if (sliding && f.has("sliding_window")) c.sliding_window = f.int_field("sliding_window");
+  // qwen2 picks its sliding layers by layer_types when written (engine/model/decoder.cpp).
+  if (c.sliding_window && variant.sliding_when_enabled && f.has("layer_types")) {
+    const json& types = f.doc().at("layer_types");
+    if (!types.is_array() || types.size() != static_cast<std::size_t>(c.num_hidden_layers))
+      f.fail("layer_types",
+             "must list one entry per layer (num_hidden_layers " +
+                 std::to_string(c.num_hidden_layers) + "), got " +
+                 (types.is_array() ? std::to_string(types.size()) + " entries" : types.type_name()),
+             "list \"full_attention\" or \"sliding_attention\" for each layer");
+    for (std::size_t i = 0; i < types.size(); ++i)
+      if (!types[i].is_string() ||
+          (types[i] != "full_attention" && types[i] != "sliding_attention"))
+        f.fail("layer_types", "[" + std::to_string(i) + "] is " + types[i].dump() +
+                                  ", not \"full_attention\" or \"sliding_attention\"");
+  }
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     f.fail_value("num_key_value_heads", c.num_key_value_heads,
                  "does not divide num_attention_heads " + std::to_string(c.num_attention_heads) +

@@ -201,6 +201,26 @@ class TestConfig : public QObject {
     QCOMPARE(parse_model_config(doc, "cfg.json").num_hidden_layers, 1000000000);
   }
 
+  // Fields the model's modules read are checked with the rest, naming the file and the value.
+  void moduleFieldsAreCheckedWithTheFile() {
+    auto doc = llama_base();
+    doc["attention_dropout"] = 1.5;
+    expect_error([&] { parse_model_config(doc, "/m/config.json"); }, ErrorKind::InvalidInput,
+                 {"/m/config.json: attention_dropout 1.5", "[0, 1)"});
+    doc = llama_base();
+    doc["model_type"] = "qwen2";
+    doc["use_sliding_window"] = true;
+    doc["sliding_window"] = 64;
+    doc["layer_types"] = {"full_attention"};
+    expect_error([&] { parse_model_config(doc, "/m/config.json"); }, ErrorKind::InvalidInput,
+                 {"/m/config.json", "layer_types", "num_hidden_layers 2", "1 entries"});
+    doc["layer_types"] = {"full_attention", "chunked_attention"};
+    expect_error([&] { parse_model_config(doc, "/m/config.json"); }, ErrorKind::InvalidInput,
+                 {"/m/config.json", "layer_types", "[1] is \"chunked_attention\""});
+    doc["layer_types"] = {"full_attention", "sliding_attention"};
+    QVERIFY(parse_model_config(doc, "/m/config.json").sliding_window.has_value());
+  }
+
   void malformedFileNamesFile() {
     std::filesystem::create_directories(TESSERA_TEST_TMP_DIR);
     auto path = std::filesystem::path(TESSERA_TEST_TMP_DIR) / "bad_config.json";
