@@ -84,4 +84,21 @@ std::int64_t search_chunk_capacity(const std::vector<std::int64_t>& numels,
   return best;
 }
 
+std::vector<bool> choose_offloaded_chunks(const std::vector<std::uint64_t>& sizes, double fraction,
+                                          const std::vector<bool>& eligible) {
+  double total = 0.0;
+  for (std::uint64_t size : sizes) total += static_cast<double>(size);
+  const double target = fraction * total;
+  std::vector<bool> on_disk(sizes.size(), false);
+  double offloaded = 0.0;
+  for (std::size_t c = sizes.size(); c-- > 0;) {
+    const double size = static_cast<double>(sizes[c]);
+    if (offloaded + size / 2.0 > target) break;
+    if (!eligible.empty() && !eligible[c]) continue;
+    on_disk[c] = true;
+    offloaded += size;
+  }
+  return on_disk;
+}
+
 }  // namespace tessera::memory

@@ -37,4 +37,12 @@ ChunkLayout pack_chunks(const std::vector<std::int64_t>& numels,
 std::int64_t search_chunk_capacity(const std::vector<std::int64_t>& numels,
                                    std::int64_t max_chunk_elements, int min_chunks = 8);
 
+// Static placement on disk (both gemini plugins, and the planner that replays them): the last
+// chunks (by size) go to disk, as close to `fraction` of the total size as whole chunks allow; a
+// chunk `eligible` marks false (when given) stays in memory and the choice goes on before it. It
+// depends on the sizes alone, so the ranks of a sharded job, whose shards have equal sizes, all
+// choose the same chunks.
+std::vector<bool> choose_offloaded_chunks(const std::vector<std::uint64_t>& sizes, double fraction,
+                                          const std::vector<bool>& eligible = {});
+
 }  // namespace tessera::memory

@@ -17,6 +17,7 @@
 #include "hf/tokenizer/tokenizer.h"
 #include "job/strategies.h"
 #include "memory/chunk_layout.h"
+#include "memory/disk_store.h"
 #include "plan/model_size.h"
 
 namespace tessera::plan {
@@ -500,34 +501,62 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
     // in bf16) and its float32 reduced gradients; during backward the float32 whole gradient
     // chunk being filled and two being reduce-scattered with their output shards
     // (`gradient_buckets`, part of the gradients), and autograd's gradient of one tensor before
-    // it is copied in (widened to float32 in bf16). Host memory only: the plugin refuses the
-    // disk tier on several processes.
+    // it is copied in (widened to float32 in bf16).
+    // With offload_optim_frac f, each rank's disk tier holds the optimizer shards (moments, and
+    // the float32 masters in bf16) of the trainable chunks the plugin's rule picks
+    // (memory::choose_offloaded_chunks over the shards' bytes, equal on every rank), one file per
+    // chunk rounded up to the I/O alignment (memory::io_size, as DiskStore does); the update
+    // streams them, at most three resident at once (`offload_buffers`). Reduced gradient shards
+    // stay in memory. Parameter offload is refused on several processes (make_plan).
     const ShardedChunks chunks = sharded_chunks(c, s, world_size);
     const double w = d(world_size);
+    const double arrays = bf16 ? 3.0 : 2.0;
     double trainable_shards = 0, largest = 0;
+    std::vector<std::uint64_t> optim_sizes;
     for (double x : chunks.trainable) {
       trainable_shards += x / w;
       largest = std::max(largest, x);
+      optim_sizes.push_back(to_bytes(x / w * 4.0 * arrays));
     }
+    const std::vector<bool> on_disk =
+        memory::choose_offloaded_chunks(optim_sizes, std::clamp(s.offload_optim_frac, 0.0, 1.0));
+    double disk_shards = 0;
+    std::uint64_t disk_files = 0;
+    std::vector<std::uint64_t> disk_buffers;  // each on-disk shard's buffer while resident
+    for (std::size_t t = 0; t < on_disk.size(); ++t) {
+      if (!on_disk[t]) continue;
+      disk_shards += chunks.trainable[t] / w;
+      disk_files += memory::io_size(optim_sizes[t]);
+      disk_buffers.push_back(
+          std::max<std::uint64_t>(memory::io_size(optim_sizes[t]), memory::kIoAlignment));
+    }
+    std::sort(disk_buffers.rbegin(), disk_buffers.rend());
+    const double host_shards = trainable_shards - disk_shards;
     double kept = 0;
     for (double x : chunks.kept) kept += x;
     const double at_rest =
-        chunks.all / w * param_bytes + kept * param_bytes + (bf16 ? trainable_shards * 4.0 : 0.0);
+        chunks.all / w * param_bytes + kept * param_bytes + (bf16 ? host_shards * 4.0 : 0.0);
     e.gathered_chunks = to_bytes(chunks.gathered_peak * param_bytes);
     e.weights = to_bytes(at_rest + chunks.gathered_peak * param_bytes);
-    e.optimizer = to_bytes(trainable_shards * 8.0);
+    e.optimizer = to_bytes(host_shards * 8.0);
     e.gradient_buckets = to_bytes(largest * 4.0 + kReducesInFlight * (largest + largest / w) * 4.0);
     e.gradients = to_bytes(trainable_shards * 4.0 + static_cast<double>(e.gradient_buckets) +
                            chunks.largest_trainable_tensor * (param_bytes + (bf16 ? 4.0 : 0.0)));
-    e.offload_buffers = e.disk_optimizer = e.disk_weights = e.disk_gradients = 0;
-    e.disk_parameters = e.disk_trainable_parameters = 0;
+    e.offload_buffers = 0;
+    for (std::size_t i = 0; i < std::min<std::size_t>(3, disk_buffers.size()); ++i)
+      e.offload_buffers += disk_buffers[i];
+    e.disk_weights = bf16 ? to_bytes(disk_shards * 4.0) : 0;
+    e.disk_optimizer = disk_files - e.disk_weights;
+    e.disk_gradients = e.disk_parameters = e.disk_trainable_parameters = 0;
     // Loading: each chunk staged whole in float32 (read, then broadcast from rank 0) and cast,
-    // beside the shards and optimizer state built so far.
+    // beside the shards and optimizer state built so far (an on-disk shard through its buffer,
+    // written before the next).
     double widest = 0;
     for (double x : chunks.fetched) widest = std::max(widest, x);
     for (double x : chunks.kept) widest = std::max(widest, x);
     e.load_peak =
         to_bytes(at_rest + static_cast<double>(e.optimizer) + widest * (4.0 + param_bytes) +
+                 (disk_buffers.empty() ? 0.0 : static_cast<double>(disk_buffers.front())) +
                  static_cast<double>(kRuntimeBaselineBytes));
     // The export gathers every chunk whole on every rank (the shards stay) and rank 0 then
     // writes as one process does.
@@ -809,7 +838,14 @@ void explain_distributed(Plan& plan, const PlanInputs& in, const std::vector<Set
                 "parameters whole while a block computes with it (at most " +
                 std::to_string(kGatheredChunks) +
                 " at once) and reduce-scattering the gradients chunk by chunk in every "
-                "micro-batch"
+                "micro-batch" +
+                (s.offload_optim_frac > 0.0
+                     ? ", with " + on_disk_phrase(s) +
+                           " of its shards on disk in a folder of its own (" +
+                           gib(estimate_memory(in.model, s, in.checkpoint_bytes, plan.processes)
+                                   .disk()) +
+                           ")"
+                     : std::string())
           : "each rank holds the whole model but 1/" + processes + " of the optimizer state" +
                 (s.zero_stage >= 2 ? " and of the gradients" : "");
   plan.candidates.front().summary = strategy_phrase(s) + ": " + held + " (" + categories +
@@ -916,14 +952,19 @@ Plan make_plan(const PlanInputs& in) {
       distributing.push_back(t);
     }
     if (named && strategy->name == "gemini") {
-      // As the plugin refuses them on several processes (sharded_gemini.cpp, read_options).
+      // As the plugin refuses them on several processes (sharded_gemini.cpp, read_options):
+      // parameter shards stay in host memory; offload_optim_frac is planned per rank.
       const Settings written = written_settings(spec);
-      if (written.offload_optim_frac > 0.0 || written.offload_param_frac > 0.0)
+      if (written.offload_param_frac > 0.0)
         throw_unsupported(
             "strategy.options: gemini on " + std::to_string(processes) +
-                " processes keeps every shard in host memory for now (the disk tier, "
-                "offload_optim_frac, offload_param_frac and placement auto, is one process's)",
-            "remove the offload options and placement auto, or run one process");
+                " processes keeps every parameter shard in host memory for now (" +
+                (spec.strategy.options.value("placement", "static") == "auto"
+                     ? "placement auto"
+                     : "offload_param_frac") +
+                " is one process's; offload_optim_frac is planned on several)",
+            "remove offload_param_frac and placement auto (offload_optim_frac may stay), or run "
+            "one process");
     }
     if (named && !strategy->distributes)
       throw_unsupported("strategy.name: \"" + strategy->name +
@@ -973,9 +1014,12 @@ Plan make_plan(const PlanInputs& in) {
   const std::uint64_t disk_limit =
       hw.disk ? static_cast<std::uint64_t>(static_cast<double>(hw.disk->free) * (1.0 - kHeadroom))
               : 0;
+  // Several ranks on this machine each fill a disk tier of their own on the same filesystem.
   auto fits = [&](const Settings& s) {
     const MemoryEstimate e = estimate_memory(c, s, in.checkpoint_bytes, processes);
-    return e.peak() <= limit && (e.disk() == 0 || e.disk() <= disk_limit);
+    return e.peak() <= limit &&
+           (e.disk() == 0 || saturating_mul(static_cast<std::int64_t>(e.disk()), per_node) <=
+                                 static_cast<std::int64_t>(disk_limit));
   };
   // Largest micro-batch without checkpointing, then with it; for each, the first of
   // `fractions` (gemini's shares on disk: optimizer state, parameters) that fits ({0, 0} for
@@ -1034,15 +1078,23 @@ Plan make_plan(const PlanInputs& in) {
   // Among the strategies that distribute, the settings that fit with the fewest changes (the
   // search's order: the user's micro-batch, then smaller ones, then checkpointing), and of
   // those the quickest step.
-  auto pick_distributed = [&](const Settings& from,
-                              const std::string& precision) -> std::optional<Settings> {
+  // gemini keeps the spec's offload_optim_frac (`from`'s; 0 unless the spec names gemini) unless
+  // `gemini_fractions` gives the shares to try.
+  auto pick_distributed =
+      [&](const Settings& from, const std::string& precision,
+          const std::vector<Fractions>& gemini_fractions = {}) -> std::optional<Settings> {
     std::optional<Settings> best;
     std::tuple<bool, std::int64_t, double> best_key;
     for (const Settings& option : distributing) {
       Settings t = from;
       t.strategy = option.strategy;
       t.zero_stage = option.zero_stage;
-      const auto found = search(t, {{0.0, 0.0}}, precision);
+      if (!gemini_fractions.empty() && t.strategy != "gemini") continue;
+      const std::vector<Fractions> fractions =
+          t.strategy != "gemini"     ? std::vector<Fractions>{{0.0, 0.0}}
+          : gemini_fractions.empty() ? std::vector<Fractions>{{from.offload_optim_frac, 0.0}}
+                                     : gemini_fractions;
+      const auto found = search(t, fractions, precision);
       if (!found) continue;
       const std::tuple<bool, std::int64_t, double> key = {
           found->activation_checkpointing != spec.training.activation_checkpointing,
@@ -1058,8 +1110,14 @@ Plan make_plan(const PlanInputs& in) {
   // `auto` keeps the user's method: full fine-tuning that does not fit in RAM moves optimizer
   // state to disk (gemini, CPU only), then parameter chunks too, before it changes the precision
   // or falls back to LoRA.
+  // Of several processes, only gemini's optimizer shards go to disk (its parameter shards stay
+  // in host memory), each rank's share on this machine's disk.
+  const bool gemini_distributes =
+      std::any_of(distributing.begin(), distributing.end(),
+                  [](const Settings& t) { return t.strategy == "gemini"; });
   const bool may_offload = !named_gemini && spec.strategy.name == job::kAutoStrategy && !gpu &&
-                           !distributed && base.method == "full" && disk_limit > 0;
+                           (!distributed || gemini_distributes) && base.method == "full" &&
+                           disk_limit > 0;
   std::optional<Settings> chosen;
   for (const std::string& precision : precisions) {
     chosen = distributed
@@ -1068,6 +1126,20 @@ Plan make_plan(const PlanInputs& in) {
     if (chosen || !may_offload) {
       if (chosen) break;
       continue;
+    }
+    if (distributed) {
+      chosen =
+          pick_distributed(base, precision, {{0.25, 0.0}, {0.5, 0.0}, {0.75, 0.0}, {1.0, 0.0}});
+      if (!chosen) continue;
+      const auto e = estimate_memory(c, *chosen, in.checkpoint_bytes, processes);
+      plan.reasons.push_back("full fine-tuning does not fit in " + gib(limit) +
+                             " per rank with everything in RAM: gemini keeps " +
+                             on_disk_phrase(*chosen) + " of each rank's shards on disk (" +
+                             gib(e.disk()) + " per rank, " +
+                             gib(e.disk() * static_cast<std::uint64_t>(per_node)) + " for the " +
+                             std::to_string(per_node) + " ranks of this machine) in " +
+                             hw.disk->path + " (" + gib(hw.disk->free) + " free)");
+      break;
     }
     Settings offloaded = base;
     offloaded.strategy = "gemini";
@@ -1102,11 +1174,13 @@ Plan make_plan(const PlanInputs& in) {
     for (const std::string& p : precisions)
       if ((chosen = distributed ? pick_distributed(lora, p) : search(lora, {{0.0, 0.0}}, p))) break;
     if (chosen)
-      plan.reasons.push_back(
-          "full fine-tuning does not fit in " + gib(limit) +
-          (may_offload ? " even with the optimizer state and the parameters on disk," : "") +
-          " even with micro-batch 1 and activation checkpointing: LoRA (rank " +
-          std::to_string(lora.lora_rank) + ") instead — the method changes");
+      plan.reasons.push_back("full fine-tuning does not fit in " + gib(limit) +
+                             (!may_offload ? ""
+                              : distributed
+                                  ? " even with gemini's optimizer shards on disk,"
+                                  : " even with the optimizer state and the parameters on disk,") +
+                             " even with micro-batch 1 and activation checkpointing: LoRA (rank " +
+                             std::to_string(lora.lora_rank) + ") instead — the method changes");
   }
   plan.fits = chosen.has_value();
   if (!chosen) {
@@ -1139,7 +1213,9 @@ Plan make_plan(const PlanInputs& in) {
     PlanTier disk;
     disk.tier = "disk";
     disk.device = hw.disk ? hw.disk->path : "";
-    disk.budget = hw.disk ? hw.disk->free : 0;
+    // Each rank's disk tier, as the host tier is each rank's: its share of the free disk.
+    disk.budget = hw.disk ? hw.disk->free / static_cast<std::uint64_t>(per_node) : 0;
+    if (distributed) disk.device += ", one of " + std::to_string(per_node) + " ranks' folders";
     disk.estimate.optimizer = tier.estimate.disk_optimizer;
     disk.estimate.weights = tier.estimate.disk_weights;
     disk.estimate.gradients = tier.estimate.disk_gradients;
@@ -1200,18 +1276,32 @@ Plan make_plan(const PlanInputs& in) {
         to_bytes(optimizer_chunks + 2.0 * micro_batches * parameters + trainable);
     plan.disk_write_bytes_per_step = to_bytes(optimizer_chunks + trainable);
     plan.disk_bytes_per_step = plan.disk_read_bytes_per_step + plan.disk_write_bytes_per_step;
-    const std::string traffic = "disk I/O per step: " + gib(plan.disk_bytes_per_step) + " (" +
-                                gib(plan.disk_read_bytes_per_step) + " read, " +
-                                gib(plan.disk_write_bytes_per_step) + " written)";
+    // Several ranks: each reads and writes back its own optimizer shards once in the update;
+    // the ranks of this machine update at the same time, so they share the disk's speed.
+    const std::string traffic =
+        std::string(distributed ? "disk I/O per step of each rank: " : "disk I/O per step: ") +
+        gib(plan.disk_bytes_per_step) + " (" + gib(plan.disk_read_bytes_per_step) + " read, " +
+        gib(plan.disk_write_bytes_per_step) + " written" +
+        (distributed ? ": its optimizer shards on disk, read and written back in the update" : "") +
+        ")";
     if (hw.disk && hw.disk->measured && hw.disk->read_bytes_per_s > 0 &&
         hw.disk->write_bytes_per_s > 0) {
+      const double sharing = distributed ? d(per_node) : 1.0;
       plan.disk_seconds_per_step =
-          d(static_cast<std::int64_t>(plan.disk_read_bytes_per_step)) / hw.disk->read_bytes_per_s +
-          d(static_cast<std::int64_t>(plan.disk_write_bytes_per_step)) / hw.disk->write_bytes_per_s;
-      plan.seconds_per_step += plan.disk_seconds_per_step;
-      plan.modelled_seconds_per_step += plan.disk_seconds_per_step;
+          sharing *
+          (d(static_cast<std::int64_t>(plan.disk_read_bytes_per_step)) / hw.disk->read_bytes_per_s +
+           d(static_cast<std::int64_t>(plan.disk_write_bytes_per_step)) /
+               hw.disk->write_bytes_per_s);
+      if (!distributed) {  // several ranks: added after their compute and communication, below
+        plan.seconds_per_step += plan.disk_seconds_per_step;
+        plan.modelled_seconds_per_step += plan.disk_seconds_per_step;
+      }
       plan.reasons.push_back(
-          traffic + ", " + std::to_string(plan.disk_seconds_per_step).substr(0, 5) +
+          traffic +
+          (distributed ? ", × " + std::to_string(per_node) +
+                             " ranks of this machine updating at once on one disk"
+                       : std::string()) +
+          ", " + std::to_string(plan.disk_seconds_per_step).substr(0, 5) +
           " s at the measured speed, added to the compute time: " +
           (e.disk_parameters > 0
                ? "parameter chunks are read in every forward and backward, optimizer chunks in "
@@ -1225,6 +1315,11 @@ Plan make_plan(const PlanInputs& in) {
   if (distributed) {
     plan_rank_time(plan, in, step_time_device(hw, gpu), layers, flops, rank_flops, tokens,
                    communication_of(s));
+    if (plan.disk_seconds_per_step > 0.0) {
+      plan.seconds_per_step += plan.disk_seconds_per_step;
+      plan.modelled_seconds_per_step += plan.disk_seconds_per_step;
+      plan.time_source += ", plus " + seconds_text(plan.disk_seconds_per_step) + " of disk I/O";
+    }
   } else {
     calibrate(plan, in, step_time_device(hw, gpu), layers, flops);
   }

@@ -11,29 +11,12 @@
 #include <optional>
 #include <vector>
 
+#include "memory/chunk_layout.h"
+
 namespace tessera::plugins {
 
-// Static placement: the last chunks (by size) go to disk, as close to `fraction` of the total
-// size as whole chunks allow; a chunk `eligible` marks false (when given) stays in memory and
-// the choice goes on before it. It depends on the sizes alone, so the ranks of a sharded job,
-// whose shards have equal sizes, all choose the same chunks.
-inline std::vector<bool> choose_offloaded_chunks(const std::vector<std::uint64_t>& sizes,
-                                                 double fraction,
-                                                 const std::vector<bool>& eligible = {}) {
-  double total = 0.0;
-  for (std::uint64_t size : sizes) total += static_cast<double>(size);
-  const double target = fraction * total;
-  std::vector<bool> on_disk(sizes.size(), false);
-  double offloaded = 0.0;
-  for (std::size_t c = sizes.size(); c-- > 0;) {
-    const double size = static_cast<double>(sizes[c]);
-    if (offloaded + size / 2.0 > target) break;
-    if (!eligible.empty() && !eligible[c]) continue;
-    on_disk[c] = true;
-    offloaded += size;
-  }
-  return on_disk;
-}
+// Static placement: which chunks go to disk (memory/chunk_layout.h, shared with the planner).
+using memory::choose_offloaded_chunks;
 
 // How stream_disk_chunks moves chunk `c`: `read` makes its buffers and starts their reads,
 // `arrived` (optional) runs once they are in, `write` starts writing back what the body

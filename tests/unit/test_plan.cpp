@@ -897,14 +897,176 @@ class TestPlan : public QObject {
     // Named: planned per rank the same way.
     in.spec.strategy.name = "gemini";
     QCOMPARE(plan::make_plan(in).tiers.at(0).estimate.peak(), need);
-    in.spec.strategy.options = {{"offload_optim_frac", 0.5}};
-    try {
-      plan::make_plan(in);
-      QFAIL("expected an error");
-    } catch (const Error& e) {
-      QCOMPARE(int(e.kind()), int(ErrorKind::Unsupported));
-      QVERIFY2(std::string(e.what()).find("host memory") != std::string::npos, e.what());
+    // The disk tier of the parameters is one process's (the plugin refuses it); the optimizer
+    // shards' is planned per rank (geminiRanksPlanTheirDiskTier).
+    for (const json& options : {json{{"offload_optim_frac", 0.5}, {"offload_param_frac", 0.5}},
+                                json{{"placement", "auto"}}}) {
+      in.spec.strategy.options = options;
+      try {
+        plan::make_plan(in);
+        QFAIL("expected an error");
+      } catch (const Error& e) {
+        QCOMPARE(int(e.kind()), int(ErrorKind::Unsupported));
+        QVERIFY2(std::string(e.what()).find("parameter shard in host memory") != std::string::npos,
+                 e.what());
+        QVERIFY2(std::string(e.what()).find(options.contains("placement")
+                                                ? "placement auto"
+                                                : "offload_param_frac") != std::string::npos,
+                 e.what());
+      }
     }
+  }
+
+  // gemini on W ranks with offload_optim_frac f: each rank's disk tier holds the optimizer
+  // shards of whole trainable chunks (moments as optimizer, float32 masters in bf16 as weights),
+  // each file rounded up to 4 KiB; the host keeps the rest; the gradients stay in memory.
+  void geminiRanksPlanTheirDiskTier() {
+    const auto c = config(small_llama());
+    for (const char* method : {"full", "lora"})
+      for (const char* precision : {"fp32", "bf16"}) {
+        const std::string label = std::string(method) + " " + precision;
+        plan::Settings s = settings(8, false, method);
+        s.strategy = "gemini";
+        s.precision = precision;
+        const bool bf16 = s.precision == "bf16";
+        const auto in_ram = plan::estimate_memory(c, s, 0, 2);
+        QCOMPARE(in_ram.disk(), std::uint64_t(0));
+        QCOMPARE(in_ram.offload_buffers, std::uint64_t(0));
+        // The masters (bf16) are half the moments' bytes, moved with them.
+        const double masters_per_moment_byte = bf16 ? 0.5 : 0.0;
+        std::uint64_t previous = 0;
+        for (const double f : {0.25, 0.5, 0.75, 1.0}) {
+          s.offload_optim_frac = f;
+          const auto e = plan::estimate_memory(c, s, 0, 2);
+          const std::uint64_t moved = in_ram.optimizer - e.optimizer;  // moments on disk
+          QVERIFY2(e.optimizer <= in_ram.optimizer, label.c_str());
+          // Files: the moved moments and masters, each chunk's file padded by under 4 KiB.
+          QCOMPARE(e.disk() % 4096, std::uint64_t(0));
+          QVERIFY2(e.disk() >= moved + std::uint64_t(double(moved) * masters_per_moment_byte),
+                   label.c_str());
+          QVERIFY2(
+              e.disk() < moved + std::uint64_t(double(moved) * masters_per_moment_byte) + 64 * 4096,
+              label.c_str());
+          QCOMPARE(e.disk_weights, bf16 ? std::uint64_t(double(moved) / 2) : std::uint64_t(0));
+          QCOMPARE(in_ram.weights - e.weights, e.disk_weights);
+          QCOMPARE(e.gradients, in_ram.gradients);
+          QCOMPARE(e.disk_gradients, std::uint64_t(0));
+          QCOMPARE(e.disk_parameters, std::uint64_t(0));
+          // Streamed through the update: at most three shards' buffers resident at once.
+          QVERIFY2(e.offload_buffers > 0 && e.offload_buffers <= e.disk(), label.c_str());
+          QCOMPARE(e.training_peak(),
+                   in_ram.training_peak() - moved - e.disk_weights + e.offload_buffers);
+          // Whole chunks as close to f as they allow: more the larger f, all of it at 1.
+          QVERIFY2(e.disk() >= previous, label.c_str());
+          previous = e.disk();
+          if (f == 1.0) QCOMPARE(e.optimizer, std::uint64_t(0));
+          if (f == 0.5) {
+            QVERIFY2(moved > 0 && moved < in_ram.optimizer, label.c_str());
+            QVERIFY2(std::abs(double(moved) / double(in_ram.optimizer) - 0.5) < 0.3,
+                     (label + ": " + std::to_string(moved)).c_str());
+          }
+          // Per rank: four ranks hold half of what two do (shards padded to W).
+          const auto four = plan::estimate_memory(c, s, 0, 4);
+          if (f == 1.0)
+            QVERIFY2(std::abs(double(four.disk()) - double(e.disk()) / 2) < 64 * 4096,
+                     label.c_str());
+        }
+      }
+  }
+
+  // Named gemini with offload_optim_frac on several ranks is planned (no longer refused): a disk
+  // tier per rank, the free disk shared by this machine's ranks, the disk I/O in the step time.
+  void namedGeminiOffloadsOnSeveralRanks() {
+    auto in = inputs(64ull << 30);
+    in.processes = 2;
+    in.spec.strategy.name = "gemini";
+    in.spec.strategy.options = {{"offload_optim_frac", 1.0}};
+    in.profile.disk = measured_disk();
+    const auto p = plan::make_plan(in);
+    QVERIFY(p.fits);
+    QCOMPARE(p.settings.offload_optim_frac, 1.0);
+    const auto e = plan::estimate_memory(in.model, p.settings, 0, 2);
+    QCOMPARE(p.tiers.at(0).estimate.optimizer, std::uint64_t(0));
+    QCOMPARE(p.tiers.size(), std::size_t{2});
+    QCOMPARE(p.tiers[1].tier, std::string("disk"));
+    QCOMPARE(p.tiers[1].estimate.optimizer, e.disk_optimizer);
+    QCOMPARE(p.tiers[1].estimate.weights, e.disk_weights);
+    QCOMPARE(p.tiers[1].budget, in.profile.disk->free / 2);
+    const json j = plan::to_json(p);
+    QCOMPARE(j["memory"][1]["by_category"]["optimizer"].get<std::uint64_t>(), e.disk_optimizer);
+    // Each rank reads and writes its files once a step; the two ranks share the disk.
+    QCOMPARE(p.disk_read_bytes_per_step, e.disk());
+    QCOMPARE(p.disk_write_bytes_per_step, e.disk());
+    const double disk = double(e.disk());
+    QVERIFY(std::abs(p.disk_seconds_per_step - 2 * disk * (1 / 1e9 + 1 / 5e8)) < 1e-9);
+    auto unmeasured = in;
+    unmeasured.profile.disk->measured = false;
+    const auto q = plan::make_plan(unmeasured);
+    QCOMPARE(q.disk_seconds_per_step, 0.0);
+    QVERIFY(std::abs(p.seconds_per_step - q.seconds_per_step - p.disk_seconds_per_step) < 1e-9);
+    QVERIFY(std::any_of(p.reasons.begin(), p.reasons.end(), [](const std::string& r) {
+      return r.rfind("disk I/O per step of each rank", 0) == 0 &&
+             r.find("× 2 ranks") != std::string::npos &&
+             r.find("overlaps the optimizer update") != std::string::npos;
+    }));
+    QVERIFY2(p.reasons.front().find("100% of the optimizer state of its shards on disk") !=
+                 std::string::npos,
+             p.reasons.front().c_str());
+    // Two ranks' files do not fit a disk with room for one and a half (less the headroom): full
+    // fine-tuning does not fit as written (LoRA, whose shards are far smaller, does).
+    in.profile.disk->free = static_cast<std::uint64_t>(1.5 * disk / (1.0 - plan::kHeadroom));
+    QCOMPARE(plan::make_plan(in).settings.method, std::string("lora"));
+    in.profile.disk->free = static_cast<std::uint64_t>(2.0 * disk / (1.0 - plan::kHeadroom)) + 8;
+    QCOMPARE(plan::make_plan(in).settings.method, std::string("full"));
+  }
+
+  // auto at W ranks where full fine-tuning fits no strategy in RAM at any micro-batch: gemini
+  // with its optimizer shards on disk (the least share that fits), before LoRA, as one process
+  // offloads. Every rank gathers the whole model for the export, so that only helps where the
+  // training peak is above the export's: long sequences (activations) of a wide model.
+  void autoOffloadsGeminiShardsOnSeveralRanks() {
+    auto in = inputs(64ull << 30);
+    in.processes = 2;
+    in.model = config(wide_llama());
+    in.spec.dataset.max_length = 8192;
+    in.spec.strategy.name = "auto";
+    in.profile.disk = measured_disk();
+    plan::Settings s = settings(1, true, "full");
+    s.sequence_length = 8192;
+    s.gradient_accumulation = 8;
+    std::uint64_t least_in_ram = ~std::uint64_t(0);
+    for (const auto& [strategy, stage] : std::vector<std::pair<std::string, int>>{
+             {"ddp", 0}, {"zero", 1}, {"zero", 2}, {"gemini", 0}}) {
+      s.strategy = strategy;
+      s.zero_stage = stage;
+      least_in_ram = std::min(least_in_ram, plan::estimate_memory(in.model, s, 0, 2).peak());
+    }
+    s.strategy = "gemini";
+    s.zero_stage = 0;
+    s.offload_optim_frac = 1.0;
+    const auto offloaded = plan::estimate_memory(in.model, s, 0, 2);
+    QVERIFY2(offloaded.peak() < least_in_ram, std::to_string(least_in_ram).c_str());
+    QVERIFY(offloaded.training_peak() > offloaded.export_peak);
+    in.profile.memory.simulated =
+        2 * static_cast<std::uint64_t>(static_cast<double>(offloaded.peak() + least_in_ram) / 2 /
+                                       (1.0 - plan::kHeadroom));
+    const auto p = plan::make_plan(in);
+    QVERIFY(p.fits);
+    QCOMPARE(p.settings.strategy, std::string("gemini"));
+    QCOMPARE(p.settings.method, std::string("full"));
+    QVERIFY(p.settings.offload_optim_frac > 0.0);
+    QCOMPARE(p.tiers.size(), std::size_t{2});
+    QVERIFY(std::any_of(p.reasons.begin(), p.reasons.end(), [](const std::string& r) {
+      return r.rfind("full fine-tuning does not fit in", 0) == 0 &&
+             r.find("of each rank's shards on disk") != std::string::npos;
+    }));
+    const auto applied = plan::apply_settings(in.spec, p.settings);
+    QCOMPARE(applied.strategy.name, std::string("gemini"));
+    QCOMPARE(applied.strategy.options["offload_optim_frac"].get<double>(),
+             p.settings.offload_optim_frac);
+    // Without a disk to offload to it falls back to LoRA.
+    in.profile.disk.reset();
+    QCOMPARE(plan::make_plan(in).settings.method, std::string("lora"));
   }
 
   void zeroSettingsRoundTrip() {
