@@ -1,5 +1,10 @@
 #include "job/events.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -12,18 +17,71 @@ EventSink::~EventSink() {
   if (owns_file_ && file_ != nullptr) std::fclose(file_);
 }
 
-void EventSink::open(const std::string& target, bool append) {
-  std::lock_guard lock(mutex_);
-  if (owns_file_ && file_ != nullptr) std::fclose(file_);
-  owns_file_ = false;
-  if (target == "-") {
-    file_ = stdout;
-    return;
+namespace {
+
+// Cuts `path` back to just after its last newline when it does not end with one; returns the
+// bytes cut. A missing or empty file is left alone.
+std::uint64_t drop_torn_tail(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct stat st {};
+  std::uint64_t dropped = 0;
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+    const off_t size = st.st_size;
+    char block[4096];
+    off_t end = size;  // search backwards for the last '\n'
+    off_t keep = 0;
+    bool ends_with_newline = false;
+    while (end > 0) {
+      const off_t begin = std::max<off_t>(0, end - static_cast<off_t>(sizeof block));
+      const ssize_t got = ::pread(fd, block, static_cast<std::size_t>(end - begin), begin);
+      if (got <= 0) break;
+      if (end == size && block[got - 1] == '\n') {
+        ends_with_newline = true;
+        break;
+      }
+      const char* nl =
+          static_cast<const char*>(::memrchr(block, '\n', static_cast<std::size_t>(got)));
+      if (nl != nullptr) {
+        keep = begin + (nl - block) + 1;
+        break;
+      }
+      end = begin;
+    }
+    if (!ends_with_newline) {
+      if (::ftruncate(fd, keep) != 0)
+        throw_io(path + ": cannot cut off the incomplete last event: " + std::strerror(errno));
+      dropped = static_cast<std::uint64_t>(size - keep);
+    }
   }
-  file_ = std::fopen(target.c_str(), append ? "a" : "w");
-  if (file_ == nullptr)
-    throw_io(target + ": cannot write the event stream: " + std::strerror(errno));
-  owns_file_ = true;
+  ::close(fd);
+  return dropped;
+}
+
+}  // namespace
+
+void EventSink::open(const std::string& target, bool append) {
+  {
+    std::lock_guard lock(mutex_);
+    torn_bytes_dropped_ = 0;
+    if (owns_file_ && file_ != nullptr) std::fclose(file_);
+    owns_file_ = false;
+    if (target == "-") {
+      file_ = stdout;
+      return;
+    }
+    if (append) torn_bytes_dropped_ = drop_torn_tail(target);
+    file_ = std::fopen(target.c_str(), append ? "a" : "w");
+    if (file_ == nullptr)
+      throw_io(target + ": cannot write the event stream: " + std::strerror(errno));
+    owns_file_ = true;
+  }
+  if (torn_bytes_dropped_ > 0)
+    log("warning", target +
+                       " ended in the middle of an event (its writer was killed while "
+                       "writing it): the last " +
+                       std::to_string(torn_bytes_dropped_) +
+                       " bytes, that incomplete event, were dropped");
 }
 
 void EventSink::set_listener(std::function<void(const nlohmann::json&)> listener) {

@@ -24,8 +24,11 @@ class EventSink {
   EventSink& operator=(const EventSink&) = delete;
 
   // "-" is standard output; anything else is a file, created, or truncated unless `append`
-  // (a resumed run adds to its folder's stream).
+  // (a resumed run adds to its folder's stream). Appending to a stream that ends mid-line (its
+  // writer was killed during an event) first cuts that incomplete event off, so that every line
+  // stays one event; torn_bytes_dropped() says how many bytes went.
   void open(const std::string& target, bool append = false);
+  std::uint64_t torn_bytes_dropped() const { return torn_bytes_dropped_; }
   void set_listener(std::function<void(const nlohmann::json&)> listener);
 
   // Adds "v" and "t" (seconds since the Unix epoch) and writes the event.
@@ -38,6 +41,7 @@ class EventSink {
 
  private:
   std::mutex mutex_;
+  std::uint64_t torn_bytes_dropped_ = 0;
   std::FILE* file_ = nullptr;
   bool owns_file_ = false;
   std::function<void(const nlohmann::json&)> listener_;

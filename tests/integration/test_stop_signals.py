@@ -106,3 +106,32 @@ def test_export_stops_at_once_and_its_staged_folder_is_removed_later(workdir, tm
     assert r.returncode == 0, r.stderr
     assert not any(p.exists() for p in left)
     assert f"removed {left[0]}" in r.stderr
+
+
+def test_a_resume_cuts_off_an_event_torn_by_a_kill(workdir, tmp_path):
+    # A run killed while writing an event leaves a partial last line; the resumed run appends to
+    # the same stream, so it first cuts that incomplete event off (every line stays one event)
+    # and says how many bytes went.
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(json.dumps({"text": f"{a} and {b} make {a + b}"}) + "\n"
+                             for a in range(10) for b in range(10)))
+    out = tmp_path / "run"
+    r = subprocess.run([CLI, "finetune", "--model", workdir / "model", "--data", small, "--steps", "2",
+                        "--save-every", "1", "--out", out], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    stream = out / "events.jsonl"
+    torn = b'{"v":1,"type":"metric","step":3,"lo'
+    with open(stream, "ab") as f:
+        f.write(torn)
+    job = json.loads((out / "job.json").read_text())
+    job["training"]["steps"] = 3
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    r = subprocess.run([CLI, "run", tmp_path / "job.json", "--resume", out], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = stream.read_bytes().split(b"\n")
+    assert lines[-1] == b""
+    events = [json.loads(line) for line in lines[:-1]]  # every line is a whole event
+    warnings = [e["message"] for e in events if e["type"] == "log" and e["level"] == "warning"]
+    assert any(f"the last {len(torn)} bytes, that incomplete event, were dropped" in w for w in warnings), warnings
+    assert [e["step"] for e in events if e["type"] == "metric" and "loss" in e] == [1, 2, 3]
