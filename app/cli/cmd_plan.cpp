@@ -61,9 +61,12 @@ void print_plan(const plan::Plan& p) {
   std::printf("\n");
   for (const auto& t : p.tiers) {
     const auto& e = t.estimate;
+    // The disk tier holds its files; the host's floors do not apply to it (as in --json).
+    const bool disk = t.tier == "disk";
     std::printf("\nmemory, %s (%s): peak %s of %s%s, %.0f%% kept as headroom\n", t.tier.c_str(),
-                t.device.c_str(), human_bytes(e.peak()).c_str(), human_bytes(t.budget).c_str(),
-                t.simulated ? " (simulated)" : "", plan::kHeadroom * 100);
+                t.device.c_str(), human_bytes(disk ? e.training_peak() : e.peak()).c_str(),
+                human_bytes(t.budget).c_str(), t.simulated ? " (simulated)" : "",
+                plan::kHeadroom * 100);
     std::printf(
         "  weights      %s\n  gradients    %s%s\n  optimizer    %s\n"
         "  activations  %s\n  runtime      %s\n",
@@ -73,6 +76,7 @@ void print_plan(const plan::Plan& p) {
             : "",
         human_bytes(e.optimizer).c_str(), human_bytes(e.activations).c_str(),
         human_bytes(e.runtime).c_str());
+    if (disk) continue;
     if (e.peak() == plan::kRuntimeFloorBytes && e.training_peak() < e.peak())
       std::printf("  (the peak is the runtime's measured floor, %s, whatever the model needs)\n",
                   human_bytes(plan::kRuntimeFloorBytes).c_str());

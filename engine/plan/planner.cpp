@@ -1215,7 +1215,9 @@ Plan make_plan(const PlanInputs& in) {
     disk.device = hw.disk ? hw.disk->path : "";
     // Each rank's disk tier, as the host tier is each rank's: its share of the free disk.
     disk.budget = hw.disk ? hw.disk->free / static_cast<std::uint64_t>(per_node) : 0;
-    if (distributed) disk.device += ", one of " + std::to_string(per_node) + " ranks' folders";
+    if (distributed)
+      disk.device +=
+          ", a folder for each of the " + std::to_string(per_node) + " ranks on this machine";
     disk.estimate.optimizer = tier.estimate.disk_optimizer;
     disk.estimate.weights = tier.estimate.disk_weights;
     disk.estimate.gradients = tier.estimate.disk_gradients;

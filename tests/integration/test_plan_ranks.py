@@ -12,6 +12,11 @@
   of the plan's peak; the plan's reduce-scatter and all-gather bytes per step against the
   `metric` events' `traffic` from step 2 on (step 1 traces the order of chunk uses), within
   COMMUNICATION_BYTES_TOLERANCE.
+- gemini at 2 ranks with offload_optim_frac 1.0 (each rank's optimizer shards in its own folder
+  under offload_dir): the same host checks (the plan's host optimizer state is 0, and so is each
+  rank's reported one), and the plan's per-rank disk tier (optimizer, and weights: the float32
+  masters of bf16 runs) equals each rank's `disk` memory event and the bytes of the files in the
+  rank's `tessera-offload-<pid>` folder (polled while it runs), exactly.
 - The plan's communication time per step against an all_reduce of the same bytes in the same
   buckets timed by PyTorch's own torch.distributed (Gloo, 2 processes): within a factor of 2.
 - `auto` at --nproc 2 picks ddp and says why in words (what a rank holds, the budget it fits in,
@@ -105,18 +110,33 @@ def high_water_mark(pid):
     return None
 
 
-def launch_measuring_rss(*args):
+def folder_bytes(folder):
+    try:
+        return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+    except OSError:
+        return None
+
+
+def launch_measuring_rss(*args, offload_dir=None):
     """Runs `tessera-cli launch` and polls its ranks' peak RSS (VmHWM) every 10 ms; returns
-    (returncode, stderr, {pid: peak bytes} in the order the ranks started)."""
+    (returncode, stderr, {pid: peak bytes} in the order the ranks started). With `offload_dir`,
+    also the most bytes of the files in each rank's disk-tier folder (`tessera-offload-<pid>`,
+    removed when the run ends): (returncode, stderr, peaks, {pid: bytes})."""
     proc = subprocess.Popen([CLI, "launch", *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env=ENV, text=True)
-    peaks = {}
+    peaks, files = {}, {}
     while proc.poll() is None:
         for child in children_of(proc.pid):
             hwm = high_water_mark(child)
             if hwm is not None:
                 peaks[child] = max(peaks.get(child, 0), hwm)
+            if offload_dir is not None:
+                size = folder_bytes(Path(offload_dir) / f"tessera-offload-{child}")
+                if size is not None:
+                    files[child] = max(files.get(child, 0), size)
         time.sleep(0.01)
+    if offload_dir is not None:
+        return proc.returncode, proc.stderr.read(), peaks, files
     return proc.returncode, proc.stderr.read(), peaks
 
 
@@ -165,8 +185,12 @@ def test_rank_memory_matches_the_plan(workdir, strategy, options):
         assert abs(ratio - 1) <= RSS_TOLERANCE, (rank, expected, measured, tier)
 
 
-def test_gemini_rank_memory_and_traffic_match_the_plan(workdir):
-    spec = job(workdir, "gemini", "gemini")
+@pytest.mark.parametrize("offload", [0.0, 1.0], ids=["in_ram", "optimizer_on_disk"])
+def test_gemini_rank_memory_and_traffic_match_the_plan(workdir, offload):
+    name = "gemini" if offload == 0.0 else "gemini-offload"
+    offload_dir = workdir / (name + "-disk")
+    options = {"offload_optim_frac": offload, "offload_dir": str(offload_dir)} if offload else {}
+    spec = job(workdir, name, "gemini", **options)
     plan = plan_of(spec)
     assert plan["strategy"] == "gemini" and plan["ranks"]["processes"] == 2 and plan["ranks"]["per_rank"]
     assert plan["settings"]["micro_batch"] == 8 and plan["settings"]["gradient_accumulation"] == 1, plan["settings"]
@@ -174,15 +198,33 @@ def test_gemini_rank_memory_and_traffic_match_the_plan(workdir):
     assert tier["tier"] == "host" and tier["budget"] == plan["ranks"]["host_usable"] // 2
     planned = tier["by_category"]
     trainable = plan["parameters"]["trainable"]
-    # Moments of half of every chunk, each padded to an even number of elements.
-    assert 4 * trainable <= planned["optimizer"] <= 4 * trainable * 1.001, (planned, trainable)
+    if offload:
+        # Every rank's optimizer shards on disk (all chunks at 1.0): none left on the host; each
+        # rank's files hold the moments of half of every chunk, each file rounded up to 4 KiB.
+        assert planned["optimizer"] == 0, planned
+        disk = plan["memory"][1]
+        assert disk["tier"] == "disk" and len(plan["memory"]) == 2, plan["memory"]
+        on_disk = disk["by_category"]
+        assert 4 * trainable <= on_disk["optimizer"] <= 4 * trainable * 1.001 + 64 * 4096, (on_disk, trainable)
+        assert (on_disk["optimizer"] + on_disk["weights"]) % 4096 == 0, on_disk
+        assert plan["time"]["disk_read_bytes_per_step"] == on_disk["optimizer"] + on_disk["weights"]
+        assert plan["time"]["disk_write_bytes_per_step"] == on_disk["optimizer"] + on_disk["weights"]
+        assert any(r.startswith("disk I/O per step of each rank") and "overlaps the optimizer update" in r
+                   for r in plan["reasons"]) or any("disk speed was not measured" in r for r in plan["reasons"])
+    else:
+        # Moments of half of every chunk, each padded to an even number of elements.
+        assert 4 * trainable <= planned["optimizer"] <= 4 * trainable * 1.001, (planned, trainable)
+        assert len(plan["memory"]) == 1, plan["memory"]
     assert 0 < planned["gathered_chunks"] < planned["weights"]
     assert 0 < planned["gradient_buckets"] < planned["gradients"]
     assert plan["reasons"][0].startswith("strategy gemini: each rank holds 1/2 of the parameters"), plan["reasons"][0]
 
-    code, err, peaks = launch_measuring_rss("--nproc", 2, spec)
+    if offload:
+        code, err, peaks, files = launch_measuring_rss("--nproc", 2, spec, offload_dir=offload_dir)
+    else:
+        code, err, peaks = launch_measuring_rss("--nproc", 2, spec)
     assert code == 0, err
-    events = events_of(workdir / "gemini" / "events.jsonl")
+    events = events_of(workdir / name / "events.jsonl")
     memory = [e for e in events if e["type"] == "memory" and e["tier"] == "host"]
     assert memory, "no memory events"
     at_rest = planned["weights"] - planned["gathered_chunks"]
@@ -190,9 +232,28 @@ def test_gemini_rank_memory_and_traffic_match_the_plan(workdir):
         measured = report["by_category"]
         assert measured["gradients"] <= planned["gradients"], (report, planned)
         for category, expected in (("weights", at_rest), ("optimizer", planned["optimizer"])):
-            ratio = measured[category] / expected
             print(f"rank {report['rank']} {category}: planned {expected}, reported {measured[category]}")
+            if expected == 0:
+                assert measured[category] == 0, (report["rank"], category, measured[category])
+                continue
+            ratio = measured[category] / expected
             assert abs(ratio - 1) <= CATEGORY_TOLERANCE, (report["rank"], category, expected, measured[category])
+
+    if offload:
+        # Each rank's disk tier: the plan's per-rank files equal what the rank reports and the
+        # bytes of the files in its folder (polled while it ran), exactly.
+        disk_events = [e for e in events if e["type"] == "memory" and e["tier"] == "disk"]
+        assert disk_events, "no disk memory events"
+        reports = sorted(disk_events[-1]["ranks"], key=lambda r: r["rank"])
+        assert [r["rank"] for r in reports] == [0, 1], reports
+        assert len(files) == 2, files
+        for report, pid in zip(reports, sorted(files)):
+            print(f"rank {report['rank']} disk: planned optimizer {on_disk['optimizer']} weights {on_disk['weights']}, "
+                  f"reported {report['by_category']['optimizer']} / {report['by_category']['weights']} "
+                  f"(used {report['used']}), files {files[pid]}")
+            assert report["by_category"]["optimizer"] == on_disk["optimizer"], (report, on_disk)
+            assert report["by_category"]["weights"] == on_disk["weights"], (report, on_disk)
+            assert report["used"] == files[pid] == on_disk["optimizer"] + on_disk["weights"], (report, files, on_disk)
 
     assert len(peaks) == 2, peaks
     rank0, rank1 = (peaks[pid] for pid in sorted(peaks))
