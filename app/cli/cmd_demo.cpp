@@ -169,6 +169,11 @@ int run_demo(const std::vector<std::string>& raw) {
   }
   std::fprintf(stderr, "== fine-tuning (job spec: %s)\n", (out / "job.json").c_str());
   const auto training_started = std::chrono::steady_clock::now();
+  // The demo's own run folder: an earlier demo's run there is replaced (the demo says so).
+  if (fs::exists(out / "run")) {
+    std::fprintf(stderr, "== replacing the earlier demo run in %s\n", (out / "run").c_str());
+    fs::remove_all(out / "run");
+  }
   int code = execute_job(spec, "", (out / "job.json").string());
   if (code != 0) return code;
   const double training_seconds =

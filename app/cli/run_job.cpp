@@ -2,12 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <vector>
 
 #include "core/error.h"
 #include "core/exit_codes.h"
@@ -140,6 +142,25 @@ int rank_from_environment() {
   }
 }
 
+// What of an earlier run `dir` holds that a new run there would put at risk: its complete
+// checkpoints and its export ("checkpoint-4, model/"); empty when there is none.
+std::string earlier_run_in(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<std::string> found;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool checkpoint = name.rfind("checkpoint-", 0) == 0 && name.size() > 11 &&
+                            name.find_first_not_of("0123456789", 11) == std::string::npos;
+    if (entry.is_directory(ec) && (checkpoint || name == "model" || name == "adapter"))
+      found.push_back(checkpoint ? name : name + "/");
+  }
+  std::sort(found.begin(), found.end());
+  std::string text;
+  for (const std::string& f : found) text += (text.empty() ? "" : ", ") + f;
+  return text;
+}
+
 std::string hostname() {
   char name[256] = {};
   if (::gethostname(name, sizeof name - 1) != 0) return "unknown host";
@@ -151,6 +172,16 @@ std::string hostname() {
 int execute_job(const job::JobSpec& spec, const std::string& events_target,
                 const std::string& spec_path, std::optional<std::uint64_t> simulate_host_memory) {
   namespace fs = std::filesystem;
+  // A new run into the folder of an earlier one would replace its job.json and event stream
+  // (and prune its checkpoints): refused before anything is written, so bad input in a new job
+  // never costs the earlier run (resume it instead).
+  if (!spec.output.resume)
+    if (const std::string earlier = earlier_run_in(spec.output.dir); !earlier.empty())
+      throw_invalid(spec.output.dir + " already holds a run (" + earlier +
+                        "): a new run there would replace its job.json and event stream",
+                    "resume it with `tessera-cli run " +
+                        (fs::path(spec.output.dir) / "job.json").string() + " --resume " +
+                        spec.output.dir + "`, or choose another --out (output.dir)");
   core::create_output_folder(spec.output.dir, "--out (output.dir in the job spec)");
   // One of several processes: rank 0 alone writes the stream (and draws the progress bar); the
   // others report through its events (train/trainer.h), and their errors go to stderr.

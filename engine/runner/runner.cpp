@@ -623,7 +623,6 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   if (leader)
     core::remove_dead_temporaries(out_dir,
                                   [&](const std::string& line) { events.log("info", line); });
-  if (leader) job::save_job_spec(requested, out_dir / "job.json");
   const hf::ModelFolder source = open_model(model_dir);
   // What config.json asks for is judged before anything of the model is built (a model of 1e9
   // layers would be allocated until the process is killed): refused by its field.
@@ -657,6 +656,10 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
         fs::absolute(out_dir).string(), events);
     trainer_events.record_step_times(&*step_times);
   }
+  // The job the folder's run now follows, written once its model and data have loaded: a job
+  // refused on the way (bad data, a model that cannot load) leaves the folder's job.json as it
+  // was, so the run that is there still resumes as it was.
+  if (leader) job::save_job_spec(requested, out_dir / "job.json");
   train::Trainer trainer(to_train.model, options, &trainer_events);
   options.deferred_weights.reset();  // read by now: the checkpoint's pages can go
   source.release_resident_pages();
