@@ -596,6 +596,7 @@ struct MacroDef {
 
 Value make_macro(const MacroDef* def, Context* ctx, std::shared_ptr<Scope> closure,
                  std::optional<Value> caller) {
+  ctx->closures.push_back(closure);
   return Value::function(def->name, [def, ctx, closure, caller](CallArgs& args) -> Value {
     if (ctx->depth >= kMaxCallDepth) fault("macro '" + def->name + "' recursed too deeply");
     auto scope = std::make_shared<Scope>(Scope{{}, closure});
@@ -1483,6 +1484,13 @@ const std::string& Template::source_name() const {
 
 std::string Template::render(const nlohmann::ordered_json& context) const {
   Context ctx;
+  // Breaks the macro/scope reference cycles, however the render ends.
+  struct ClosureReleaser {
+    Context& ctx;
+    ~ClosureReleaser() {
+      for (const auto& scope : ctx.closures) scope->vars.clear();
+    }
+  } release_closures{ctx};
   auto globals = make_globals();
   auto vars = std::make_shared<Scope>(Scope{{}, globals});
   if (!context.is_null() && !context.is_object())

@@ -29,6 +29,9 @@ struct Context {
   Flow flow = Flow::Normal;
   int line = 0;   // line of the construct being evaluated, for error messages
   int depth = 0;  // macro call depth, bounded so a recursive template cannot overflow the stack
+  // Every scope a macro closed over. A macro lives in the scope it closes over (a reference
+  // cycle), so render() empties these scopes when it ends, or each render would leak them.
+  std::vector<std::shared_ptr<Scope>> closures;
 };
 
 struct Expr {

@@ -1,0 +1,39 @@
+// The event stream a resumed run appends to (EventSink::open with append): whatever the file
+// held, possibly cut mid-event by a kill, every complete line before the cut is kept, the torn
+// tail is dropped, and each event written after it is one line of valid JSON, even when its
+// message carries the input's bytes (invalid UTF-8 is replaced, never written).
+#include <sstream>
+
+#include "fuzz_support.h"
+#include "job/events.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string before(tessera::fuzz::as_text(data, size));
+  const auto path = tessera::fuzz::write_input("events.jsonl", data, size);
+  {
+    tessera::job::EventSink sink;
+    sink.open(path.string(), /*append=*/true);
+    sink.log("info", before);
+    sink.progress("steps", 1, 2);
+  }
+  std::ifstream in(path, std::ios::binary);
+  const std::string after((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+
+  const std::size_t last_newline = before.rfind('\n');
+  const std::size_t kept = last_newline == std::string::npos ? 0 : last_newline + 1;
+  tessera::fuzz::require(after.compare(0, kept, before, 0, kept) == 0,
+                         "complete lines before the torn tail are kept byte for byte");
+  std::istringstream appended(after.substr(kept));
+  std::string line;
+  int events = 0;
+  while (std::getline(appended, line)) {
+    const auto event = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    tessera::fuzz::require(event.is_object() && event.contains("type"),
+                           "every appended line is one event object");
+    ++events;
+  }
+  const int expected = kept < before.size() ? 3 : 2;  // the torn-tail warning, then ours
+  tessera::fuzz::require(events == expected, "one line per event, the torn tail dropped");
+  tessera::fuzz::require(!after.empty() && after.back() == '\n', "the stream ends with a newline");
+  return 0;
+}

@@ -1,0 +1,196 @@
+"""Writes the fuzzers' seed corpora (tests/fuzz/corpus/<target>/) from the shapes the tests use:
+the job spec of docs/job-spec.md, the tiny configs and tokenizers of the unit tests and
+tests/pylib, the parity suite's chat templates, small datasets of each type. Run with the venv's
+python (safetensors, pyarrow, tokenizers, transformers) when a parser learns a new shape:
+  ~/.cache/tessera/venv/bin/python tests/fuzz/make_seeds.py
+"""
+import importlib.util
+import json
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from safetensors.numpy import save
+
+HERE = Path(__file__).resolve().parent
+TESTS = HERE.parent
+sys.path.insert(0, str(TESTS / "pylib"))
+CORPUS = HERE / "corpus"
+
+
+def put(target, name, content):
+    folder = CORPUS / target
+    folder.mkdir(parents=True, exist_ok=True)
+    data = content if isinstance(content, bytes) else content.encode()
+    (folder / name).write_bytes(data)
+
+
+def compact(doc):
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+
+
+def safetensors_seeds():
+    put("fuzz_safetensors_header", "f32_i64_meta", save(
+        {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "ids": np.array([1, 2], dtype=np.int64)},
+        metadata={"format": "pt"}))
+    put("fuzz_safetensors_header", "f16_bool_u8", save(
+        {"h": np.ones((2, 2), dtype=np.float16), "m": np.array([True, False]),
+         "b": np.zeros((0, 4), dtype=np.uint8)}))
+    # bf16 by hand (numpy has no bfloat16), and the empty header.
+    header = compact({"x": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}}).encode()
+    put("fuzz_safetensors_header", "bf16", struct.pack("<Q", len(header)) + header + b"\x80\x3f\x00\x40")
+    put("fuzz_safetensors_header", "empty", struct.pack("<Q", 2) + b"{}")
+    index = {"metadata": {"total_size": 24},
+             "weight_map": {"w": "model-00001-of-00002.safetensors", "ids": "model-00002-of-00002.safetensors"}}
+    put("fuzz_safetensors_index", "two_shards", json.dumps(index, indent=2))
+    put("fuzz_safetensors_index", "one_shard", compact({"weight_map": {"w": "model.safetensors"}}))
+
+
+def config_seeds():
+    llama = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 100,
+             "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 128,
+             "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False,
+             "torch_dtype": "float32", "bos_token_id": 1, "eos_token_id": [2, 3]}
+    put("fuzz_config", "llama", json.dumps(llama, indent=2))
+    llama3 = dict(llama, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+                  head_dim=16, mlp_bias=False, attention_bias=True)
+    put("fuzz_config", "llama3", compact(llama3))
+    put("fuzz_config", "qwen2", compact(dict(llama, model_type="qwen2", sliding_window=64,
+                                             use_sliding_window=False)))
+    put("fuzz_config", "mistral", compact(dict(llama, model_type="mistral", sliding_window=None)))
+    put("fuzz_config", "gpt2", compact({"model_type": "gpt2", "vocab_size": 50, "n_embd": 32,
+                                        "n_layer": 3, "n_head": 4, "n_positions": 64,
+                                        "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new"}))
+    put("fuzz_config", "bert", compact({"model_type": "bert", "vocab_size": 30, "hidden_size": 32,
+                                        "num_hidden_layers": 2, "num_attention_heads": 4,
+                                        "intermediate_size": 64, "max_position_embeddings": 64,
+                                        "type_vocab_size": 2, "layer_norm_eps": 1e-12,
+                                        "hidden_act": "gelu", "id2label": {"0": "neg", "1": "pos"}}))
+
+
+def job_seeds():
+    base = {"version": 1, "model": {"path": "models/tiny-llama"},
+            "dataset": {"train": ["data/train.jsonl"], "format": "instruction", "validation_split": 0.05},
+            "method": {"type": "lora", "rank": 8, "alpha": 16},
+            "training": {"steps": 200, "batch_size": 8, "learning_rate": 2e-4, "schedule": "cosine"},
+            "output": {"dir": "runs/first"}}
+    put("fuzz_job_spec", "docs_example", json.dumps(base, indent=2))
+    full = dict(base, name="full", precision="bf16",
+                model={"hub_id": "org/model", "revision": "main"},
+                dataset={"hub_id": "org/data", "revision": "v1", "config": "en", "train": ["data/train-*.parquet"],
+                         "columns": {"text": "body"}, "max_length": 64, "packing": False, "skip_bad_rows": True},
+                method={"type": "full"},
+                training={"epochs": 1.5, "gradient_accumulation": 2, "weight_decay": 0.01, "warmup_steps": 3,
+                          "eval_every": 5, "save_every": 5, "keep_last": 1, "activation_checkpointing": True},
+                strategy={"name": "gemini", "options": {"offload_optim_frac": 1.0}},
+                nodes={"ranks_per_node": [{"name": "local", "nproc": 1}, {"name": "box2", "nproc": 2}],
+                       "master_addr": "192.168.1.20", "master_port": 29500})
+    put("fuzz_job_spec", "full", compact(full))
+    put("fuzz_job_spec", "syntax_error", "{\n  \"version\": 1,\n  \"model\": {,\n}\n")
+
+
+def event_seeds():
+    lines = [{"v": 1, "type": "log", "t": 1.5, "level": "info", "message": "loading"},
+             {"v": 1, "type": "progress", "t": 2.0, "phase": "steps", "done": 1, "total": 10, "eta_seconds": 3.5},
+             {"v": 1, "type": "metric", "t": 2.1, "step": 1, "loss": 2.5, "lr": 2e-5},
+             {"v": 1, "type": "error", "t": 3.0, "code": "invalid_input", "message": "bad", "hint": "fix"}]
+    text = "".join(compact(line) + "\n" for line in lines)
+    put("fuzz_events", "complete", text)
+    put("fuzz_events", "torn", text + '{"v":1,"type":"met')
+    put("fuzz_events", "empty", "")
+
+
+def dataset_seeds():
+    rows = [{"instruction": "Add 2 and 3.", "input": "", "output": "5"},
+            {"instruction": "Say hi", "input": "in French", "output": "Salut \u00e9\u4e2d"}]
+    chats = [{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                           {"role": "assistant", "content": "Hello!"}]}]
+    put("fuzz_dataset_jsonl", "instruction", "".join(compact(r) + "\n" for r in rows))
+    put("fuzz_dataset_jsonl", "chat_crlf", "".join(compact(r) + "\r\n" for r in chats))
+    put("fuzz_dataset_jsonl", "text_bad_line", '{"text": "one"}\n\n{"text": 2, "label": [1]}\n{"text": \n')
+    put("fuzz_dataset_json", "list", json.dumps(rows, indent=1))
+    put("fuzz_dataset_json", "data_field", compact({"version": 2, "data": chats}))
+    put("fuzz_dataset_json", "classification", compact([{"text": "good", "label": 1}, {"text": "bad", "label": 0}]))
+    put("fuzz_dataset_csv", "quoted", 'text,label\n"a, quoted ""word""",pos\nplain,neg\n"multi\nline",pos\n')
+    put("fuzz_dataset_csv", "instruction_tabs", "instruction\tinput\toutput\nAdd\t\t5\nSay\tx\ty\n")
+    put("fuzz_dataset_csv", "bom_crlf", "\ufefftext\r\nhello\r\n\r\nworld\r\n")
+    for name, table in {
+        "instruction": pa.table({k: [r[k] for r in rows] for k in rows[0]}),
+        "chat": pa.Table.from_pylist(chats),
+        "typed": pa.table({"text": ["a", None, "c"], "label": pa.array([1, 0, None], pa.int64()),
+                           "score": [0.5, 1.5, float("nan")]}),
+    }.items():
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, row_group_size=2)
+        put("fuzz_dataset_parquet", name, sink.getvalue().to_pybytes())
+
+
+def tokenizer_seeds():
+    import tiny_tokenizer
+    bpe = {"version": "1.0", "added_tokens": [], "normalizer": None,
+           "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None, "decoder": None,
+           "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "fuse_unk": False,
+                     "byte_fallback": False,
+                     "vocab": {"<unk>": 0, "a": 1, "b": 2, "c": 3, "ab": 4, "bc": 5, "abc": 6},
+                     "merges": ["a b", "ab c", "b c"]}}
+    put("fuzz_tokenizer", "tiny_bpe", compact(bpe))
+    wordpiece = {
+        "added_tokens": [{"id": i, "content": t, "special": True, "normalized": False}
+                         for i, t in enumerate(["[UNK]", "[CLS]", "[SEP]"])],
+        "normalizer": {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
+                       "strip_accents": None, "lowercase": True},
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "post_processor": {"type": "TemplateProcessing",
+                           "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}},
+                                      {"Sequence": {"id": "A", "type_id": 0}},
+                                      {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
+                           "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [1], "tokens": ["[CLS]"]},
+                                              "[SEP]": {"id": "[SEP]", "ids": [2], "tokens": ["[SEP]"]}}},
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True},
+        "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                  "max_input_chars_per_word": 10,
+                  "vocab": {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, "un": 3, "##aff": 4, "##able": 5,
+                            "hello": 6, "!": 7, "cafe": 8, "\u4e2d": 9}}}
+    put("fuzz_tokenizer", "tiny_wordpiece", compact(wordpiece))
+    corpus = ["hello world, the quick brown fox", "caf\u00e9 \u4e2d\u6587 123 tokens!"] * 4
+    llama3_split = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                    r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+    for name, tok in (("byte_level", tiny_tokenizer.byte_level_bpe(corpus, 270)),
+                      ("byte_level_split", tiny_tokenizer.byte_level_bpe(corpus, 270, split_pattern=llama3_split)),
+                      ("sentencepiece", tiny_tokenizer.sentencepiece_bpe(corpus, 280))):
+        put("fuzz_tokenizer", name, tok.backend_tokenizer.to_str())
+
+
+def chat_seeds():
+    spec = importlib.util.spec_from_file_location("parity_chat", TESTS / "parity" / "test_chat_template.py")
+    parity = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(parity)
+    for name, (template, tokens) in parity.TEMPLATES.items():
+        put("fuzz_chat_template", name, template)
+        put("fuzz_tokenizer_config", name, json.dumps(dict(tokens, chat_template=template,
+                                                           add_bos_token=True, model_max_length=2048,
+                                                           tokenizer_class="PreTrainedTokenizerFast")))
+    for name, template in parity.EXTRA_TEMPLATES.items():
+        put("fuzz_chat_template", "extra_" + name, template)
+    put("fuzz_tokenizer_config", "added_token_dicts", compact(
+        {"bos_token": {"content": "<s>", "lstrip": False}, "eos_token": "</s>",
+         "chat_template": [{"name": "default", "template": "{{ bos_token }}{{ messages[0].content }}"},
+                           {"name": "tool_use", "template": "{{ tools }}"}]}))
+
+
+if __name__ == "__main__":
+    safetensors_seeds()
+    config_seeds()
+    job_seeds()
+    event_seeds()
+    dataset_seeds()
+    tokenizer_seeds()
+    chat_seeds()
+    for folder in sorted(CORPUS.iterdir()):
+        files = list(folder.iterdir())
+        print(f"{folder.name}: {len(files)} seeds, {sum(f.stat().st_size for f in files)} bytes")
