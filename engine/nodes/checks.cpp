@@ -1,6 +1,9 @@
 #include "nodes/checks.h"
 
 #include <dlfcn.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include <algorithm>
 #include <cstdio>
@@ -115,7 +118,12 @@ std::vector<std::string> detect_cpu_features() {
   if (__builtin_cpu_supports("avx")) out.push_back("avx");
   if (__builtin_cpu_supports("avx2")) out.push_back("avx2");
   if (__builtin_cpu_supports("fma")) out.push_back("fma");
-  if (__builtin_cpu_supports("f16c")) out.push_back("f16c");
+  // F16C by CPUID: clang before 15 has no "f16c" for __builtin_cpu_supports. It needs the AVX
+  // state the OS saves, which the "avx" check covers.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 &&
+      (ecx & bit_F16C) != 0)
+    out.push_back("f16c");
   if (__builtin_cpu_supports("avx512f")) out.push_back("avx512f");
   if (__builtin_cpu_supports("avx512bw")) out.push_back("avx512bw");
 #endif

@@ -243,7 +243,10 @@ ShardedChunks sharded_chunks(const hf::ModelConfig& c, const Settings& s, int wo
   };
   std::vector<double> numels;
   for (const auto& t : tensors) numels.push_back(t.first);
-  const auto [chunks, chunk_of] = pack(numels);
+  // Not a structured binding: the lambdas below use these, which clang before 16 refuses.
+  const auto packed = pack(numels);
+  const auto& chunks = packed.first;
+  const auto& chunk_of = packed.second;
   out.fetched = chunks;
   if (lora) {
     std::vector<double> adapters;

@@ -183,6 +183,74 @@ def chat_seeds():
                            {"name": "tool_use", "template": "{{ tools }}"}]}))
 
 
+def hub_seeds():
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    lfs = {"oid": "a" * 64, "size": 1024, "pointerSize": 134}
+    model = {"id": "org/model", "sha": sha, "private": False, "gated": False, "downloads": 12,
+             "likes": 3, "pipeline_tag": "text-generation", "library_name": "transformers",
+             "cardData": {"license": "mit"}, "tags": ["license:mit", "llama"],
+             "siblings": [{"rfilename": "config.json", "size": 600, "blobId": "b" * 40},
+                          {"rfilename": "model.safetensors", "size": 1024, "blobId": "c" * 40, "lfs": lfs},
+                          {"rfilename": "tokenizer.json"}, {"rfilename": "pytorch_model.bin"}]}
+    put("fuzz_hub_responses", "model_info", json.dumps(model))
+    dataset = {"id": "org/data", "sha": sha, "gated": "auto", "downloads": 1,
+               "siblings": [{"rfilename": f} for f in (
+                   "README.md", "data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet",
+                   "data/validation.jsonl", "en/test.csv", "fr/train/0000.parquet", "partial-train/0000.parquet")]}
+    put("fuzz_hub_responses", "dataset_info", json.dumps(dataset))
+    put("fuzz_hub_responses", "search", json.dumps([
+        {"id": "org/a", "downloads": 5, "likes": 1, "private": False, "tags": ["text-generation"],
+         "pipeline_tag": "text-generation", "lastModified": "2024-01-01T00:00:00.000Z"},
+        {"id": "org/b", "downloads": 2**40, "likes": 0, "gated": "manual"}]))
+    put("fuzz_hub_responses", "card", """---
+license: mit
+configs:
+- config_name: default
+  default: true
+  data_files:
+  - split: train
+    path: "data/train-*"
+  - split: validation
+    path: data/validation.jsonl
+- config_name: en
+  data_dir: en
+  data_files: "*.csv"
+- config_name: fr
+  data_files: [fr/**/*.parquet, "fr/extra.json"]
+---
+# A dataset
+""")
+
+
+def agent_seeds():
+    def frame(message):
+        data = message if isinstance(message, bytes) else compact(message).encode()
+        return b"\x00" + struct.pack(">I", len(data)) + data
+
+    def signed(body, **fields):
+        envelope = dict({"type": "request", "client_id": "fuzz-client", "nonce": "0123456789abcdef01",
+                         "timestamp": 0, "body": compact(body)}, **fields)
+        return b"\x01" + compact(envelope).encode()
+
+    put("fuzz_agent_requests", "pair_start", frame(
+        {"type": "pair_start", "client_id": "0123456789abcdef" * 2, "client_name": "laptop",
+         "client_public_key": "ab" * 32}))
+    put("fuzz_agent_requests", "unsigned_request", frame(
+        {"type": "request", "client_id": "fuzz-client", "nonce": "n" * 16, "timestamp": 1700000000,
+         "body": "{}", "hmac": "00" * 32}))
+    put("fuzz_agent_requests", "unknown_type", frame({"type": "hello"}))
+    put("fuzz_agent_requests", "huge_length", b"\x00\xff\xff\xff\xff{}")
+    put("fuzz_agent_requests", "ping", signed({"what": "ping"}))
+    put("fuzz_agent_requests", "link_test", signed({"what": "link_test", "bytes": 1024}, nonce="1123456789abcdef01"))
+    put("fuzz_agent_requests", "stale", signed({"what": "ping"}, timestamp=-3600))
+    put("fuzz_agent_requests", "check", signed(
+        {"what": "check", "requirements": {"ranks": 1, "memory_bytes": 1024},
+         "job": {"model": {"path": "m"}, "dataset": {"train": ["d.jsonl"]}}}, nonce="3123456789abcdef01"))
+    put("fuzz_agent_requests", "spawn", signed(
+        {"what": "spawn", "job": {"version": 1, "model": {"path": "m"}, "dataset": {"train": ["d.jsonl"]},
+                                  "output": {"dir": "o"}}, "ranks": [0]}, nonce="2123456789abcdef01"))
+
+
 if __name__ == "__main__":
     safetensors_seeds()
     config_seeds()
@@ -191,6 +259,8 @@ if __name__ == "__main__":
     dataset_seeds()
     tokenizer_seeds()
     chat_seeds()
+    hub_seeds()
+    agent_seeds()
     for folder in sorted(CORPUS.iterdir()):
         files = list(folder.iterdir())
         print(f"{folder.name}: {len(files)} seeds, {sum(f.stat().st_size for f in files)} bytes")

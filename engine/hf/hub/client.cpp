@@ -70,8 +70,23 @@ std::string gated_of(const nlohmann::json& j) {
 std::string str(const nlohmann::json& j, const char* key) {
   return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
 }
+// A count or size as the server wrote it; nullopt for anything else, a fraction included, or
+// a number no int64 holds (converting such a double is undefined behaviour).
+std::optional<std::int64_t> integer(const nlohmann::json& value) {
+  if (value.is_number_integer()) return value.get<std::int64_t>();
+  if (value.is_number_float()) {
+    const double v = value.get<double>();
+    if (std::isfinite(v) && v == std::trunc(v) && v >= -9.2e18 && v <= 9.2e18)
+      return static_cast<std::int64_t>(v);
+  }
+  return std::nullopt;
+}
 std::int64_t num(const nlohmann::json& j, const char* key) {
-  return j.contains(key) && j[key].is_number() ? j[key].get<std::int64_t>() : 0;
+  return j.contains(key) ? integer(j[key]).value_or(0) : 0;
+}
+// A server's flag; anything but true is false (j.value() would throw on a non-boolean).
+bool flag(const nlohmann::json& j, const char* key) {
+  return j.contains(key) && j[key].is_boolean() && j[key].get<bool>();
 }
 
 // Serializes and throttles progress reports from the worker threads.
@@ -412,7 +427,7 @@ SearchPage Client::search(const SearchQuery& query) {
       if (j.contains("tags") && j["tags"].is_array())
         for (const auto& t : j["tags"])
           if (t.is_string()) hit.tags.push_back(t.get<std::string>());
-      hit.is_private = j.value("private", false);
+      hit.is_private = flag(j, "private");
       hit.gated = gated_of(j);
       page.hits.push_back(std::move(hit));
     }
@@ -475,7 +490,7 @@ std::optional<RepoInfo> Client::info_if_exists(const std::string& repo_id, RepoT
   if (!is_commit_hash(info.sha))
     throw_invalid(url + ": the response has no commit hash (\"sha\")",
                   "is HF_ENDPOINT a Hub-compatible server?");
-  info.is_private = j.value("private", false);
+  info.is_private = flag(j, "private");
   info.gated = gated_of(j);
   info.downloads = num(j, "downloads");
   info.likes = num(j, "likes");
@@ -496,7 +511,7 @@ std::optional<RepoInfo> Client::info_if_exists(const std::string& repo_id, RepoT
       RepoFile f;
       f.path = str(s, "rfilename");
       validate_repo_path(f.path, source);
-      f.size = s.contains("size") && s["size"].is_number() ? s["size"].get<std::int64_t>() : -1;
+      f.size = s.contains("size") ? integer(s["size"]).value_or(-1) : -1;
       f.blob_id = str(s, "blobId");
       if (s.contains("lfs") && s["lfs"].is_object()) {
         const auto& lfs = s["lfs"];
@@ -504,8 +519,7 @@ std::optional<RepoInfo> Client::info_if_exists(const std::string& repo_id, RepoT
         if (f.lfs_sha256.empty()) f.lfs_sha256 = str(lfs, "oid");
         if (!is_sha256_hex(f.lfs_sha256))
           throw_invalid(source + ": " + f.path + " has no valid LFS SHA-256");
-        if (lfs.contains("size") && lfs["size"].is_number())
-          f.size = lfs["size"].get<std::int64_t>();
+        if (lfs.contains("size")) f.size = integer(lfs["size"]).value_or(f.size);
       }
       info.files.push_back(std::move(f));
     }
