@@ -386,11 +386,17 @@ void Agent::State::handle_request(Socket& socket, const json& envelope, const st
     return;
   }
   const std::int64_t now = unix_seconds();
-  const std::int64_t skew = timestamp - now;
-  if (skew > kMaxClockSkew.count() || -skew > kMaxClockSkew.count()) {
+  // Compared, not subtracted: a timestamp near the int64 limits would overflow the difference.
+  const std::int64_t limit = kMaxClockSkew.count();
+  const bool too_old = timestamp < now - limit;
+  if (too_old || timestamp > now + limit) {
+    // The distance in unsigned arithmetic, exact for any two int64 values.
+    const std::uint64_t distance =
+        too_old ? static_cast<std::uint64_t>(now) - static_cast<std::uint64_t>(timestamp)
+                : static_cast<std::uint64_t>(timestamp) - static_cast<std::uint64_t>(now);
     refuse("stale_timestamp",
-           "the request's timestamp is " + std::to_string(skew < 0 ? -skew : skew) + " s " +
-               (skew < 0 ? "old" : "in the future") + ", more than the " +
+           "the request's timestamp is " + std::to_string(distance) + " s " +
+               (too_old ? "old" : "in the future") + ", more than the " +
                std::to_string(kMaxClockSkew.count()) + " s allowed (a replay, or clocks apart)",
            "synchronise the clocks of both machines (NTP) and retry");
     return;
