@@ -9,6 +9,7 @@
 #include <QLocale>
 #include <QPushButton>
 #include <QRandomGenerator>
+#include <QScrollArea>
 #include <QSignalBlocker>
 #include <QStackedWidget>
 #include <QVBoxLayout>
@@ -43,10 +44,17 @@ FineTuneWizard::FineTuneWizard(CliProbe* probe, QWidget* parent) : QWidget(paren
   method_ = new MethodPage;
   hardware_ = new HardwarePage;
   review_ = new ReviewPage(probe);
+  // Each step scrolls on its own, so a step taller than the window (Hardware & strategy with
+  // its processes and nodes) never pushes Back and Next out of sight below the window.
   for (QWidget* page : {static_cast<QWidget*>(model_), static_cast<QWidget*>(dataset_),
                         static_cast<QWidget*>(method_), static_cast<QWidget*>(hardware_),
-                        static_cast<QWidget*>(review_)})
-    stack_->addWidget(page);
+                        static_cast<QWidget*>(review_)}) {
+    auto* scroll = new QScrollArea;
+    scroll->setWidget(page);
+    scroll->setWidgetResizable(true);
+    scroll->setFrameShape(QFrame::NoFrame);
+    stack_->addWidget(scroll);
+  }
   right->addWidget(stack_, 1);
   auto* buttons = new QHBoxLayout;
   back_ = new QPushButton(tr("< &Back"));
