@@ -275,7 +275,7 @@ nlohmann::ordered_json normalize_messages(const nlohmann::ordered_json& value,
     // Some exports store the list as a JSON string.
     try {
       return normalize_messages(Json::parse(value.get<std::string>()), location);
-    } catch (const nlohmann::json::parse_error&) {
+    } catch (const nlohmann::json::exception&) {  // a syntax error, or a number beyond a double
       throw_invalid(location + ": messages is a string, not a list of messages", hint);
     }
   }

@@ -129,6 +129,18 @@ class ParquetReader : public DatasetReader {
         const auto rows = metadata->RowGroup(g)->num_rows();
         if (rows < 0)
           throw_invalid(name + ": row group " + std::to_string(g) + " has a negative row count");
+        // Every row puts at least one value (or null) in each column, so a row count above a
+        // column's value count is a damaged footer; reading it would allocate for rows that
+        // are not there (a 1 KB file claiming 55 billion rows took 8 GB before it was refused).
+        const auto group_meta = metadata->RowGroup(g);
+        for (int c = 0; c < group_meta->num_columns(); ++c) {
+          const std::int64_t values = group_meta->ColumnChunk(c)->num_values();
+          if (rows > values)
+            throw_invalid(name + ": row group " + std::to_string(g) + " claims " +
+                              std::to_string(rows) + " rows but its column " + std::to_string(c) +
+                              " holds " + std::to_string(values) + " values",
+                          "the file is damaged; write or download it again");
+        }
         group_starts_.push_back(total);
         total += static_cast<std::uint64_t>(rows);
       }

@@ -189,6 +189,9 @@ class JsonReader : public DatasetReader {
       throw_invalid(name + ":" + std::to_string(line) + ":" + std::to_string(column) +
                         ": invalid JSON: " + detail,
                     "fix the JSON, or use one object per line in a .jsonl file");
+    } catch (const nlohmann::json::out_of_range& e) {  // a number beyond a double (1e400)
+      throw_invalid(name + ": invalid JSON: " + json_error_detail(e),
+                    "fix the JSON, or use one object per line in a .jsonl file");
     }
     Row records;
     if (doc.is_array()) {

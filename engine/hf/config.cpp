@@ -154,6 +154,9 @@ ModelConfig load_model_config(const std::filesystem::path& path) {
   } catch (const json::parse_error& e) {
     throw_invalid(path.string() + ": not valid JSON (byte " + std::to_string(e.byte) + ")",
                   "config.json must be the JSON document HuggingFace writes");
+  } catch (const json::out_of_range& e) {  // a number beyond a double's range (1e400)
+    throw_invalid(path.string() + ": not valid JSON (" + e.what() + ")",
+                  "config.json must be the JSON document HuggingFace writes");
   }
   return parse_model_config(doc, path.string());
 }

@@ -326,6 +326,9 @@ JobSpec load_job_spec(const std::filesystem::path& path) {
       if (text[i] == '\n') ++line;
     throw_invalid(path.string() + ":" + std::to_string(line) + ": not valid JSON",
                   "a job spec is a JSON document; see docs/job-spec.md");
+  } catch (const json::out_of_range& e) {  // a number beyond a double's range (1e400)
+    throw_invalid(path.string() + ": not valid JSON (" + e.what() + ")",
+                  "a job spec is a JSON document; see docs/job-spec.md");
   }
   return parse_job_spec(doc, path.string());
 }

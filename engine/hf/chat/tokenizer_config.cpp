@@ -72,7 +72,7 @@ TokenizerConfig parse_tokenizer_config(const std::string& text, const std::strin
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // a syntax error, or a number beyond a double
     throw_invalid(source + ": not valid JSON (" + e.what() + ")", kHint);
   }
   if (!doc.is_object())

@@ -201,6 +201,9 @@ Json parse_json_file(const std::filesystem::path& path) {
     throw_invalid(
         path.string() + ": not valid JSON (byte " + std::to_string(e.byte) + "): " + e.what(),
         "the file is truncated or corrupt; download or save it again");
+  } catch (const Json::out_of_range& e) {  // a number beyond a double's range (1e400)
+    throw_invalid(path.string() + ": not valid JSON: " + e.what(),
+                  "the file is truncated or corrupt; download or save it again");
   }
 }
 
