@@ -27,10 +27,10 @@ import pytest
 import torch
 import xxhash
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
-from tiny_tokenizer import byte_level_bpe  # noqa: E402
+from tiny_model import make_tiny_llama, write_text_dataset  # noqa: E402
 
 CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
 KILLS = int(os.environ.get("TESSERA_FAULT_KILLS", "3"))
@@ -43,16 +43,8 @@ STEPS = 10
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     d = tmp_path_factory.mktemp("fault")
-    corpus = [f"{a} and {b} make {a + b}" for a in range(20) for b in range(20)]
-    fast = byte_level_bpe(corpus, 300)
-    fast.save_pretrained(d / "model")
-    torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                 num_attention_heads=4, num_key_value_heads=2, bos_token_id=0, eos_token_id=1,
-                                 pad_token_id=2)).save_pretrained(d / "model")
-    with open(d / "data.jsonl", "w") as f:
-        for line in corpus:
-            f.write(json.dumps({"text": line}) + "\n")
+    make_tiny_llama(d / "model", hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2)
+    write_text_dataset(d / "data.jsonl")
     return d
 
 

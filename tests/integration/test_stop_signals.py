@@ -13,11 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
-from tiny_tokenizer import byte_level_bpe  # noqa: E402
+from tiny_model import make_tiny_llama  # noqa: E402
 
 CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
 STOP_BOUND_S = 2.0
@@ -26,22 +24,13 @@ STOP_BOUND_S = 2.0
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     d = tmp_path_factory.mktemp("signals")
-    corpus = [f"{a} and {b} make {a + b}" for a in range(20) for b in range(20)]
-    fast = byte_level_bpe(corpus, 300)
-    fast.save_pretrained(d / "model")
-    torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                 num_attention_heads=2, num_key_value_heads=2, bos_token_id=0, eos_token_id=1,
-                                 pad_token_id=2)).save_pretrained(d / "model")
+    make_tiny_llama(d / "model")
     # Enough rows that reading and tokenizing them takes seconds (about 5 s on a 2-core machine).
     with open(d / "big.jsonl", "w") as f:
         for i in range(600_000):
             f.write(json.dumps({"text": f"{i % 97} and {i % 89} make {(i % 97) + (i % 89)}"}) + "\n")
     # A model whose export (write, reload, logits check) takes a few seconds.
-    fast.save_pretrained(d / "large")
-    LlamaForCausalLM(LlamaConfig(vocab_size=len(fast), hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
-                                 num_attention_heads=8, num_key_value_heads=8, bos_token_id=0, eos_token_id=1,
-                                 pad_token_id=2)).save_pretrained(d / "large")
+    make_tiny_llama(d / "large", hidden=1024, intermediate=2816, layers=8, heads=8, kv_heads=8)
     return d
 
 

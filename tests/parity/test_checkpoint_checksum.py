@@ -10,12 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 import xxhash
-from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
-from tiny_tokenizer import byte_level_bpe  # noqa: E402
+from tiny_model import make_tiny_llama, write_text_dataset  # noqa: E402
 
 CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
 
@@ -35,16 +33,8 @@ def legacy_fnv(data: bytes) -> str:
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("checksum")
-    corpus = [f"{a} and {b} make {a + b}" for a in range(20) for b in range(20)]
-    fast = byte_level_bpe(corpus, 300)
-    fast.save_pretrained(d / "model")
-    torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                 num_attention_heads=2, num_key_value_heads=2, bos_token_id=0, eos_token_id=1,
-                                 pad_token_id=2)).save_pretrained(d / "model")
-    with open(d / "text.jsonl", "w") as f:
-        for line in corpus:
-            f.write(json.dumps({"text": line}) + "\n")
+    make_tiny_llama(d / "model")
+    write_text_dataset(d / "text.jsonl")
     out = d / "run"
     r = cli("finetune", "--model", d / "model", "--data", d / "text.jsonl", "--steps", 4, "--batch-size", 4,
             "--save-every", 2, "--out", out)
