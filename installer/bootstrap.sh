@@ -27,6 +27,7 @@ DEB_PACKAGES=(
   strace  # tests/parity/test_run_reads.py counts the files a run opens
   iproute2  # `ip netns`: tests/integration/test_netns.py makes machines of network namespaces
   libxxhash-dev  # XXH3-128, the checkpoint manifests' checksum (engine/core/checksum.h)
+  clang libclang-rt-dev  # tests/fuzz: libFuzzer with AddressSanitizer and UndefinedBehaviorSanitizer
   # engine/dist: the torch wheel ships no gloo headers, which c10d's ProcessGroupGloo.hpp includes
   # (headers only: gloo itself is inside libtorch_cpu)
   libgloo-dev
