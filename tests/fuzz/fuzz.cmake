@@ -5,7 +5,7 @@
 find_program(TESSERA_FUZZ_CLANGXX NAMES clang++ clang++-14)
 if(TESSERA_FUZZ_CLANGXX)
   add_test(NAME fuzz_parsers
-           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/run.sh --seconds-per-target 20)
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/run.sh --seconds-per-target 10)
   # PROCESSORS 2: the clang build uses both cores; the fuzzers then run one at a time.
   set_tests_properties(fuzz_parsers PROPERTIES LABELS fuzz TIMEOUT 1800 PROCESSORS 2
     ENVIRONMENT "TESSERA_FUZZ_BUILD_DIR=${CMAKE_BINARY_DIR}/fuzz;TESSERA_FUZZ_BUILD_JOBS=2;TESSERA_FUZZ_CXX=${TESSERA_FUZZ_CLANGXX}")
