@@ -19,6 +19,7 @@
 #include "hub_model.h"
 #include "job/events.h"
 #include "runner/runner.h"
+#include "train/checkpoint.h"
 
 namespace tessera::cli {
 namespace {
@@ -150,8 +151,7 @@ std::string earlier_run_in(const std::filesystem::path& dir) {
   std::vector<std::string> found;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    const bool checkpoint = name.rfind("checkpoint-", 0) == 0 && name.size() > 11 &&
-                            name.find_first_not_of("0123456789", 11) == std::string::npos;
+    const bool checkpoint = train::checkpoint_step(name).has_value();
     if (entry.is_directory(ec) && (checkpoint || name == "model" || name == "adapter"))
       found.push_back(checkpoint ? name : name + "/");
   }

@@ -21,16 +21,6 @@ namespace {
 constexpr const char* kManifest = "manifest.json";
 constexpr const char* kPrefix = "checkpoint-";
 
-// The step of "checkpoint-<digits>" or nullopt (temporary and other folders).
-std::optional<std::int64_t> checkpoint_step(const std::string& name) {
-  if (name.rfind(kPrefix, 0) != 0) return std::nullopt;
-  const std::string digits = name.substr(std::char_traits<char>::length(kPrefix));
-  if (digits.empty() || digits.size() > 18) return std::nullopt;
-  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return std::nullopt;
-  return std::stoll(digits);
-}
-
 bool is_temporary(const std::string& name) {
   return name.rfind(kPrefix, 0) == 0 &&
          (name.find(".tmp-") != std::string::npos || name.find(".old-") != std::string::npos);
@@ -49,6 +39,15 @@ void remove_quietly(const fs::path& p) {
 }
 
 }  // namespace
+
+std::optional<std::int64_t> checkpoint_step(const std::string& name) {
+  if (name.rfind(kPrefix, 0) != 0) return std::nullopt;
+  const std::string digits = name.substr(std::char_traits<char>::length(kPrefix));
+  if (digits.empty() || digits.size() > 18) return std::nullopt;
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  return std::stoll(digits);
+}
 
 namespace {
 

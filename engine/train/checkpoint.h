@@ -28,6 +28,10 @@ struct StateSlice {
   std::int64_t numel = 0;
 };
 
+// The step of a complete checkpoint folder's name "checkpoint-<digits>", or nullopt (temporary
+// and other folders).
+std::optional<std::int64_t> checkpoint_step(const std::string& folder_name);
+
 // The processes of a job that write one checkpoint together. One process: the defaults (no
 // collective). Several: every rank calls write_checkpoint() with the same step, and the two
 // collectives below run on the job's group (the trainer makes them).
