@@ -22,11 +22,9 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
-from tiny_tokenizer import byte_level_bpe  # noqa: E402
+from tiny_model import make_tiny_llama, write_text_dataset  # noqa: E402
 
 CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
 
@@ -73,16 +71,8 @@ def run_measured(args, timeout=60):
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     d = tmp_path_factory.mktemp("config_refusals")
-    corpus = [f"What is {a} plus {b}? {a + b}" for a in range(20) for b in range(20)]
-    fast = byte_level_bpe(corpus, 300)
-    fast.save_pretrained(d / "model")
-    torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                 num_attention_heads=4, num_key_value_heads=2, bos_token_id=0, eos_token_id=1,
-                                 pad_token_id=2)).save_pretrained(d / "model")
-    with open(d / "data.jsonl", "w") as f:
-        for line in corpus:  # enough blocks of --max-length tokens that a run reaches the model
-            f.write(json.dumps({"text": line}) + "\n")
+    make_tiny_llama(d / "model", hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2)
+    write_text_dataset(d / "data.jsonl")  # enough blocks of --max-length tokens to reach the model
     return d
 
 
