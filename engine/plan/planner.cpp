@@ -407,7 +407,9 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
   // The export (engine/runner), after the optimizer state is freed: the trained model, an fp32
   // copy below fp32 training (for LoRA: the checkpoint's base plus the delta), and the reload
   // that verifies the written files.
-  e.export_peak = to_bytes(stored * param_bytes + (bf16 ? n * 4.0 : 0.0) + n * 4.0 +
+  // The reload reads the written float32 files through a mapping, resident while it copies
+  // (as the load does). LoRA's merge check holds one weight's copies at a time.
+  e.export_peak = to_bytes(stored * param_bytes + (bf16 ? n * 4.0 : 0.0) + n * 4.0 * 2 +
                            static_cast<double>(kRuntimeBaselineBytes));
 
   // Activations saved for backward, per our modules (engine/model/decoder.cpp, layers.cpp),
@@ -415,9 +417,10 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
   const double t = d(s.micro_batch) * d(s.sequence_length);
   const double h = d(c.hidden_size), m = d(c.intermediate_size), v = d(c.vocab_size);
   const double act = bf16 ? 2.0 : 4.0;
-  // RMSNorm upcasts to fp32: with bf16 it keeps an fp32 copy, the fp32 normalised value and
-  // the cast; in fp32 the normalised value (only saved when the weight trains) and the output.
-  const double norm_bytes = bf16 ? (lora ? 4 + 2 + 2 : 4 + 4 + 2 + 2) : (lora ? 4 : 8);
+  // RMSNorm (engine/model/layers.cpp) saves its float32 input for pow and the product, and,
+  // when the weight trains, the normalised value it multiplies (in the compute dtype). Under
+  // bf16 the float32 input is the widened copy; in fp32 it is the input itself.
+  const double norm_bytes = 4.0 + (lora ? 0.0 : act);
   // Per family (hf/families.cpp: saved_per_token), plus softmax's fp32 log-sum-exp per head.
   double layer =
       t * (act * hf::family_of(c).parameter_shapes(c).saved_per_token + 2 * norm_bytes * h);
@@ -432,6 +435,8 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
   // gradients of both, all [T, V]; plus the final norm.
   const double head = t * v * (bf16 ? 2.0 + 4.0 * 3 : 4.0 * 4) + t * h * (act + 2 * norm_bytes);
   e.activations = to_bytes((stack + head) * kActivationOverhead);
+  // `single` keeps the widened float32 gradients only for the update (plugins/single).
+  if (bf16 && s.strategy == "single") e.update_gradients = to_bytes(trainable * 4.0);
 
   if (s.strategy == "gemini") {
     // Optimizer chunks (plugins/gemini): Adam moments, and in bf16 the fp32 masters, a share
@@ -564,7 +569,7 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
     // The export gathers every chunk whole on every rank (the shards stay) and rank 0 then
     // writes as one process does.
     e.export_peak =
-        to_bytes(stored * param_bytes + (bf16 ? n * 4.0 : 0.0) + n * 4.0 +
+        to_bytes(stored * param_bytes + (bf16 ? n * 4.0 : 0.0) + n * 4.0 * 2 +
                  chunks.all / w * param_bytes + static_cast<double>(kRuntimeBaselineBytes));
     return e;
   }

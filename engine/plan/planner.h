@@ -77,8 +77,12 @@ struct MemoryEstimate {
   std::uint64_t disk_gradients = 0;
   std::uint64_t disk_parameters = 0;  // the parameter chunks on disk (part of disk_weights)
   std::uint64_t disk_trainable_parameters = 0;  // of those, trainable ones (written back)
+  // Part of `gradients` made only at the update, once backward has freed the activations:
+  // `single` in bf16 widens every gradient to its float32 master's at the step.
+  std::uint64_t update_gradients = 0;
   std::uint64_t training_peak() const {
-    return weights + gradients + optimizer + activations + runtime + offload_buffers;
+    return weights + (gradients - update_gradients) + optimizer + runtime + offload_buffers +
+           std::max(activations, update_gradients);
   }
   std::uint64_t disk() const { return disk_optimizer + disk_weights + disk_gradients; }
   std::uint64_t peak() const {

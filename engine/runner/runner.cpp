@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -163,44 +164,64 @@ PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokeniz
 
 // The expected LoRA delta of every adapted weight, in the weight's own layout, from the
 // adapter tensors themselves (not from the merged weights), so the merge check is independent.
-std::map<std::string, torch::Tensor> lora_deltas(const train::LoraModel& lora,
-                                                 const model::PretrainedModel& model) {
-  std::map<std::string, torch::Tensor> a, b;
-  const std::string prefix = "base_model.model.";
-  for (const auto& [name, tensor] : lora.adapters()) {
-    std::string module = name.substr(prefix.size());
-    if (module.size() > 14 && module.ends_with(".lora_A.weight"))
-      a[module.substr(0, module.size() - 14)] = tensor.detach().to(torch::kFloat64);
-    else if (module.size() > 14 && module.ends_with(".lora_B.weight"))
-      b[module.substr(0, module.size() - 14)] = tensor.detach().to(torch::kFloat64);
+// Computed when asked for: the factors are small, a delta is as large as the weight it adapts,
+// and holding all of them (in float64) would cost more than the model at export.
+class LoraDeltas {
+ public:
+  LoraDeltas(const train::LoraModel& lora, const model::PretrainedModel& model)
+      : scaling_(lora.scaling()), conv1d_(hf::family_of(model.config()).conv1d_weights) {
+    std::map<std::string, torch::Tensor> a, b;
+    const std::string prefix = "base_model.model.";
+    for (const auto& [name, tensor] : lora.adapters()) {
+      std::string module = name.substr(prefix.size());
+      if (module.size() > 14 && module.ends_with(".lora_A.weight"))
+        a[module.substr(0, module.size() - 14)] = tensor.detach().to(torch::kCPU, torch::kFloat64);
+      else if (module.size() > 14 && module.ends_with(".lora_B.weight"))
+        b[module.substr(0, module.size() - 14)] = tensor.detach().to(torch::kCPU, torch::kFloat64);
+    }
+    std::set<std::string> params;
+    for (const auto& p : model.named_parameters()) params.insert(p.key());
+    for (const auto& [module, lora_a] : a) {
+      const std::string weight = module + ".weight";
+      if (!params.count(weight))
+        throw Error(ErrorKind::Internal, "LoRA module " + module + " has no weight");
+      factors_[weight] = {b.at(module), lora_a};
+    }
   }
-  std::map<std::string, torch::Tensor> params;
-  for (const auto& p : model.named_parameters()) params[p.key()] = p.value();
-  std::map<std::string, torch::Tensor> deltas;
-  const bool conv1d = hf::family_of(model.config()).conv1d_weights;
-  for (const auto& [module, lora_a] : a) {
-    torch::Tensor delta = torch::matmul(b.at(module), lora_a) * lora.scaling();  // [out, in]
-    const std::string weight = module + ".weight";
-    auto it = params.find(weight);
-    if (it == params.end())
-      throw Error(ErrorKind::Internal, "LoRA module " + module + " has no weight");
+  bool adapts(const std::string& weight) const { return factors_.count(weight) > 0; }
+  std::vector<std::string> weights() const {
+    std::vector<std::string> out;
+    for (const auto& [weight, f] : factors_) out.push_back(weight);
+    return out;
+  }
+  // float64 on the CPU
+  torch::Tensor of(const std::string& weight) const {
+    const auto& [lora_b, lora_a] = factors_.at(weight);
+    torch::Tensor delta = torch::matmul(lora_b, lora_a) * scaling_;  // [out, in]
     // A Conv1D weight (GPT-2's) is stored [in, out] (PEFT's fan_in_fan_out).
-    if (conv1d) delta = delta.t();
-    deltas[weight] = delta.contiguous();
+    return conv1d_ ? delta.t().contiguous() : delta;
   }
-  return deltas;
+
+ private:
+  double scaling_;
+  bool conv1d_;
+  std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> factors_;  // weight → (B, A)
+};
+
+// The model's weights by name (sharing storage, on the CPU).
+std::map<std::string, torch::Tensor> weights_of(const model::PretrainedModel& model) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : model.named_parameters()) out[p.key()] = p.value().detach().to(torch::kCPU);
+  return out;
 }
 
-// The model's weights by name, sharing storage, except the ones named in `copy` (cloned: the
-// merge changes them in place). Sharing the rest keeps the merge check from doubling memory.
-std::map<std::string, torch::Tensor> weights_of(const model::PretrainedModel& model,
-                                                const std::map<std::string, torch::Tensor>& copy) {
-  std::map<std::string, torch::Tensor> out;
-  for (const auto& p : model.named_parameters()) {
-    torch::Tensor w = p.value().detach().to(torch::kCPU);
-    out[p.key()] = copy.count(p.key()) ? w.clone() : w;
+// Adds `report`'s entries to `into`, `label` naming the stage in their problems.
+void append_check(exporter::MergeCheckReport& into, exporter::MergeCheckReport report,
+                  const std::string& label) {
+  for (auto& e : report.entries) {
+    if (!e.passed) e.problem = label + ": " + e.problem;
+    into.entries.push_back(std::move(e));
   }
-  return out;
 }
 
 // A sequence classifier on `model_dir`: the checkpoint's weights, and a classification head
@@ -523,7 +544,7 @@ fs::path export_merged_lora(const job::JobSpec& spec, const hf::ModelFolder& sou
   fs::create_directories(adapter_dir);
   lora.save_adapter(adapter_dir, fs::absolute(source.dir()).string());
   events.emit("checkpoint", {{"step", step}, {"path", adapter_dir.string()}, {"kind", "adapter"}});
-  auto deltas = lora_deltas(lora, model);
+  const LoraDeltas deltas(lora, model);
   // Trained in fp32, the base in memory is the checkpoint's own: merge into it. Trained in a
   // lower precision, it was rounded for training; the merged model is then the checkpoint's
   // fp32 weights plus the adapter's delta, so the merge does not lose the delta to rounding.
@@ -535,17 +556,59 @@ fs::path export_merged_lora(const job::JobSpec& spec, const hf::ModelFolder& sou
     source.release_resident_pages();
   }
   model::PretrainedModel& target = merged ? *merged : model;
-  auto base = weights_of(target, deltas);
-  if (!merged) {
-    lora.merge();
-  } else {  // loaded on the CPU, so weights_of shares its storage: adding in place merges
-    auto weights = weights_of(target, {});
-    for (const auto& [name, delta] : deltas) weights.at(name).add_(delta.to(torch::kFloat32));
+  // The check runs in two stages that never hold more than one weight's copy: each adapted
+  // weight is merged against a copy of its base taken just before (W = base + delta), then the
+  // reloaded export is compared with the merged model (adapted weights as (W - delta) + delta,
+  // so a delta lost to the export dtype's rounding still fails).
+  exporter::MergeCheckReport merge_check;
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& p : target.named_parameters()) {
+      if (!deltas.adapts(p.key())) continue;
+      torch::Tensor weight = p.value().detach();
+      const torch::Tensor base = weight.to(torch::kCPU, torch::kFloat32, false, /*copy=*/true);
+      const torch::Tensor delta = deltas.of(p.key());
+      weight.copy_(weight.to(torch::kFloat32) + delta.to(weight.device(), torch::kFloat32));
+      append_check(
+          merge_check,
+          exporter::check_merged_deltas({{p.key(), base}}, {{p.key(), weight}}, {{p.key(), delta}}),
+          "merged in memory");
+    }
   }
   exporter::export_pretrained(target, out_dir / "model", export_options_for(source, events));
   auto reloaded = model::load_pretrained(out_dir / "model", torch::kFloat32);
-  auto exported = weights_of(*reloaded, {});
-  auto check = exporter::check_merged_deltas(base, exported, deltas);
+  auto exported = weights_of(*reloaded);
+  for (const auto& p : target.named_parameters()) {
+    const std::string& name = p.key();
+    const torch::Tensor weight = p.value().detach().to(torch::kCPU);
+    auto it = exported.find(name);
+    if (it == exported.end()) {
+      append_check(merge_check, exporter::check_merged_deltas({{name, weight}}, {}, {}),
+                   "exported");
+      continue;
+    }
+    const torch::Tensor written = it->second;
+    exported.erase(it);
+    if (!deltas.adapts(name)) {
+      append_check(merge_check,
+                   exporter::check_merged_deltas({{name, weight}}, {{name, written}}, {}),
+                   "exported");
+      continue;
+    }
+    const torch::Tensor delta = deltas.of(name);
+    auto stage = exporter::check_merged_deltas({{name, weight.to(torch::kFloat64) - delta}},
+                                               {{name, written}}, {{name, delta}});
+    // One entry per adapted weight: the merge's, failed when its export failed.
+    for (auto& e : merge_check.entries)
+      if (e.name == name && e.adapted && e.passed && !stage.entries.front().passed) {
+        e.passed = false;
+        e.problem = "exported: " + stage.entries.front().problem;
+      }
+  }
+  for (const auto& [name, written] : exported)
+    append_check(merge_check, exporter::check_merged_deltas({}, {{name, written}}, {}), "exported");
+  merge_check.passed = merge_check.failures() == 0;
+  const auto& check = merge_check;
   if (!check.passed)
     throw Error(ErrorKind::Internal, "merged export failed its check: " + check.summary(),
                 "the adapter in " + adapter_dir.string() + " is intact");
