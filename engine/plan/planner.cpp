@@ -515,7 +515,10 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
     // (memory::choose_offloaded_chunks over the shards' bytes, equal on every rank), one file per
     // chunk rounded up to the I/O alignment (memory::io_size, as DiskStore does); the update
     // streams them, at most three resident at once (`offload_buffers`). Reduced gradient shards
-    // stay in memory. Parameter offload is refused on several processes (make_plan).
+    // stay in memory. With offload_param_frac, the parameter shards of the chunks the same rule
+    // picks (over every chunk's shard bytes but LoRA's adapter chunks) are files of the disk tier
+    // too: read when their chunk is gathered and kept while it is (at most four), and streamed
+    // through the update with the optimizer shards.
     const ShardedChunks chunks = sharded_chunks(c, s, world_size);
     const double w = d(world_size);
     const double arrays = bf16 ? 3.0 : 2.0;
@@ -538,34 +541,80 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
       disk_buffers.push_back(
           std::max<std::uint64_t>(memory::io_size(optim_sizes[t]), memory::kIoAlignment));
     }
+    // Parameter shards: the fetched chunks then the kept ones, as the plugin orders them (frozen
+    // chunks first; for full fine-tuning every chunk is fetched and trainable).
+    std::vector<std::uint64_t> value_sizes;
+    std::vector<bool> may_go_to_disk;
+    for (double x : chunks.fetched) {
+      value_sizes.push_back(to_bytes(x / w * param_bytes));
+      may_go_to_disk.push_back(true);
+    }
+    for (double x : chunks.kept) {
+      value_sizes.push_back(to_bytes(x / w * param_bytes));
+      may_go_to_disk.push_back(false);
+    }
+    const std::vector<bool> values_on_disk = memory::choose_offloaded_chunks(
+        value_sizes, std::clamp(s.offload_param_frac, 0.0, 1.0), may_go_to_disk);
+    double disk_values = 0;         // bytes of the parameter shards on disk
+    std::uint64_t value_files = 0;  // their files
+    std::uint64_t largest_value_buffer = 0;
+    std::size_t value_chunks = 0;
+    for (std::size_t k = 0; k < values_on_disk.size(); ++k) {
+      if (!values_on_disk[k]) continue;
+      ++value_chunks;
+      disk_values += d(static_cast<std::int64_t>(value_sizes[k]));
+      value_files += memory::io_size(value_sizes[k]);
+      largest_value_buffer = std::max<std::uint64_t>(
+          largest_value_buffer,
+          std::max<std::uint64_t>(memory::io_size(value_sizes[k]), memory::kIoAlignment));
+    }
+    // During the update: up to three trainable chunks resident with whichever of their shards
+    // are on disk.
+    std::vector<std::uint64_t> update_buffers;
+    for (std::size_t t = 0; t < chunks.trainable.size(); ++t) {
+      std::uint64_t b = 0;
+      if (on_disk[t])
+        b += std::max<std::uint64_t>(memory::io_size(optim_sizes[t]), memory::kIoAlignment);
+      if (!lora && t < values_on_disk.size() && values_on_disk[t])
+        b += std::max<std::uint64_t>(memory::io_size(value_sizes[t]), memory::kIoAlignment);
+      if (b > 0) update_buffers.push_back(b);
+    }
+    std::sort(update_buffers.rbegin(), update_buffers.rend());
     std::sort(disk_buffers.rbegin(), disk_buffers.rend());
     const double host_shards = trainable_shards - disk_shards;
     double kept = 0;
     for (double x : chunks.kept) kept += x;
-    const double at_rest =
-        chunks.all / w * param_bytes + kept * param_bytes + (bf16 ? host_shards * 4.0 : 0.0);
+    const double at_rest = chunks.all / w * param_bytes - disk_values + kept * param_bytes +
+                           (bf16 ? host_shards * 4.0 : 0.0);
     e.gathered_chunks = to_bytes(chunks.gathered_peak * param_bytes);
     e.weights = to_bytes(at_rest + chunks.gathered_peak * param_bytes);
     e.optimizer = to_bytes(host_shards * 8.0);
     e.gradient_buckets = to_bytes(largest * 4.0 + kReducesInFlight * (largest + largest / w) * 4.0);
     e.gradients = to_bytes(trainable_shards * 4.0 + static_cast<double>(e.gradient_buckets) +
                            chunks.largest_trainable_tensor * (param_bytes + (bf16 ? 4.0 : 0.0)));
-    e.offload_buffers = 0;
-    for (std::size_t i = 0; i < std::min<std::size_t>(3, disk_buffers.size()); ++i)
-      e.offload_buffers += disk_buffers[i];
-    e.disk_weights = bf16 ? to_bytes(disk_shards * 4.0) : 0;
-    e.disk_optimizer = disk_files - e.disk_weights;
-    e.disk_gradients = e.disk_parameters = e.disk_trainable_parameters = 0;
+    // The larger of the update's streamed shards and the parameter shards of the gathered
+    // chunks (none is gathered during the update).
+    std::uint64_t streamed = 0;
+    for (std::size_t i = 0; i < std::min<std::size_t>(3, update_buffers.size()); ++i)
+      streamed += update_buffers[i];
+    const std::uint64_t gathered_values =
+        std::min<std::size_t>(kGatheredChunks, value_chunks) * largest_value_buffer;
+    e.offload_buffers = std::max(streamed, gathered_values);
+    e.disk_parameters = value_files;
+    e.disk_trainable_parameters = lora ? 0 : value_files;
+    e.disk_weights = (bf16 ? to_bytes(disk_shards * 4.0) : 0) + value_files;
+    e.disk_optimizer = disk_files - (bf16 ? to_bytes(disk_shards * 4.0) : 0);
+    e.disk_gradients = 0;
     // Loading: each chunk staged whole in float32 (read, then broadcast from rank 0) and cast,
     // beside the shards and optimizer state built so far (an on-disk shard through its buffer,
     // written before the next).
     double widest = 0;
     for (double x : chunks.fetched) widest = std::max(widest, x);
     for (double x : chunks.kept) widest = std::max(widest, x);
-    e.load_peak =
-        to_bytes(at_rest + static_cast<double>(e.optimizer) + widest * (4.0 + param_bytes) +
-                 (disk_buffers.empty() ? 0.0 : static_cast<double>(disk_buffers.front())) +
-                 static_cast<double>(kRuntimeBaselineBytes));
+    e.load_peak = to_bytes(
+        at_rest + static_cast<double>(e.optimizer) + widest * (4.0 + param_bytes) +
+        (disk_buffers.empty() ? 0.0 : static_cast<double>(disk_buffers.front())) +
+        static_cast<double>(largest_value_buffer) + static_cast<double>(kRuntimeBaselineBytes));
     // The export gathers every chunk whole on every rank (the shards stay) and rank 0 then
     // writes as one process does.
     e.export_peak =
@@ -959,21 +1008,13 @@ Plan make_plan(const PlanInputs& in) {
       t.strategy = "gemini";
       distributing.push_back(t);
     }
-    if (named && strategy->name == "gemini") {
-      // As the plugin refuses them on several processes (sharded_gemini.cpp, read_options):
-      // parameter shards stay in host memory; offload_optim_frac is planned per rank.
-      const Settings written = written_settings(spec);
-      if (written.offload_param_frac > 0.0)
-        throw_unsupported(
-            "strategy.options: gemini on " + std::to_string(processes) +
-                " processes keeps every parameter shard in host memory for now (" +
-                (spec.strategy.options.value("placement", "static") == "auto"
-                     ? "placement auto"
-                     : "offload_param_frac") +
-                " is one process's; offload_optim_frac is planned on several)",
-            "remove offload_param_frac and placement auto (offload_optim_frac may stay), or run "
-            "one process");
-    }
+    if (named && strategy->name == "gemini" &&
+        spec.strategy.options.value("placement", "static") == "auto")
+      // As the plugin refuses it on several processes (sharded_gemini.cpp, read_options).
+      throw_unsupported("strategy.options.placement: \"auto\" is not supported by gemini on " +
+                            std::to_string(processes) + " processes yet",
+                        "use placement \"static\" (offload_optim_frac and offload_param_frac "
+                        "put fixed shares on disk), or run one process");
     if (named && !strategy->distributes)
       throw_unsupported("strategy.name: \"" + strategy->name +
                             "\" runs in one process; it cannot " + "run as " +
@@ -1086,7 +1127,7 @@ Plan make_plan(const PlanInputs& in) {
   // Among the strategies that distribute, the settings that fit with the fewest changes (the
   // search's order: the user's micro-batch, then smaller ones, then checkpointing), and of
   // those the quickest step.
-  // gemini keeps the spec's offload_optim_frac (`from`'s; 0 unless the spec names gemini) unless
+  // gemini keeps the spec's shares on disk (`from`'s; 0 unless the spec names gemini) unless
   // `gemini_fractions` gives the shares to try.
   auto pick_distributed =
       [&](const Settings& from, const std::string& precision,
@@ -1099,9 +1140,10 @@ Plan make_plan(const PlanInputs& in) {
       t.zero_stage = option.zero_stage;
       if (!gemini_fractions.empty() && t.strategy != "gemini") continue;
       const std::vector<Fractions> fractions =
-          t.strategy != "gemini"     ? std::vector<Fractions>{{0.0, 0.0}}
-          : gemini_fractions.empty() ? std::vector<Fractions>{{from.offload_optim_frac, 0.0}}
-                                     : gemini_fractions;
+          t.strategy != "gemini" ? std::vector<Fractions>{{0.0, 0.0}}
+          : gemini_fractions.empty()
+              ? std::vector<Fractions>{{from.offload_optim_frac, from.offload_param_frac}}
+              : gemini_fractions;
       const auto found = search(t, fractions, precision);
       if (!found) continue;
       const std::tuple<bool, std::int64_t, double> key = {
@@ -1118,8 +1160,8 @@ Plan make_plan(const PlanInputs& in) {
   // `auto` keeps the user's method: full fine-tuning that does not fit in RAM moves optimizer
   // state to disk (gemini, CPU only), then parameter chunks too, before it changes the precision
   // or falls back to LoRA.
-  // Of several processes, only gemini's optimizer shards go to disk (its parameter shards stay
-  // in host memory), each rank's share on this machine's disk.
+  // Of several processes, gemini's shards go to disk in the same order (optimizer, then
+  // parameters), each rank's share on this machine's disk.
   const bool gemini_distributes =
       std::any_of(distributing.begin(), distributing.end(),
                   [](const Settings& t) { return t.strategy == "gemini"; });
@@ -1138,6 +1180,9 @@ Plan make_plan(const PlanInputs& in) {
     if (distributed) {
       chosen =
           pick_distributed(base, precision, {{0.25, 0.0}, {0.5, 0.0}, {0.75, 0.0}, {1.0, 0.0}});
+      if (!chosen)
+        chosen =
+            pick_distributed(base, precision, {{1.0, 0.25}, {1.0, 0.5}, {1.0, 0.75}, {1.0, 1.0}});
       if (!chosen) continue;
       const auto e = estimate_memory(c, *chosen, in.checkpoint_bytes, processes);
       plan.reasons.push_back("full fine-tuning does not fit in " + gib(limit) +
@@ -1292,7 +1337,12 @@ Plan make_plan(const PlanInputs& in) {
         std::string(distributed ? "disk I/O per step of each rank: " : "disk I/O per step: ") +
         gib(plan.disk_bytes_per_step) + " (" + gib(plan.disk_read_bytes_per_step) + " read, " +
         gib(plan.disk_write_bytes_per_step) + " written" +
-        (distributed ? ": its optimizer shards on disk, read and written back in the update" : "") +
+        (!distributed            ? ""
+         : e.disk_parameters > 0 ? ": its parameter shards read whenever their chunk is "
+                                   "gathered, and with its optimizer shards read and written "
+                                   "back in the update"
+                                 : ": its optimizer shards on disk, read and written back in "
+                                   "the update") +
         ")";
     if (hw.disk && hw.disk->measured && hw.disk->read_bytes_per_s > 0 &&
         hw.disk->write_bytes_per_s > 0) {

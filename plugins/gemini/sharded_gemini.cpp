@@ -82,6 +82,12 @@ struct ShardChunk {
   bool gathered = false;
   std::optional<dist::PendingCollective> gathering;  // gathered ahead, not waited yet
   torch::Tensor values;                              // S elements, compute dtype: this rank's shard
+  // Static placement with offload_param_frac: `values` lives in a region of the disk tier and
+  // is resident (a view of `values_buffer`) only while the chunk is gathered or streamed
+  // through an update or a load.
+  bool values_on_disk = false;
+  std::size_t values_region = 0;
+  memory::AlignedBuffer values_buffer;
   // Trainable chunks:
   std::size_t trainable_entries = 0;
   torch::Tensor optim;  // float32 [masters (bf16)] [exp_avg] [exp_avg_sq], S each (resident)
@@ -290,7 +296,7 @@ class ShardedGemini : public train::Plugin {
     for (const ShardChunk& c : chunks_) {
       const auto shard = static_cast<std::uint64_t>(c.shard);
       const auto capacity = static_cast<std::uint64_t>(c.capacity);
-      m.weights += shard * element;
+      if (c.values.defined()) m.weights += shard * element;
       if (c.gathered || c.gathering) m.weights += capacity * element;
       if (!c.trainable) continue;
       if (dtype_ != torch::kFloat32 && c.optim.defined()) m.weights += shard * 4;  // masters
@@ -310,9 +316,11 @@ class ShardedGemini : public train::Plugin {
     train::DiskTierMemory d;
     d.folder = disk_->folder().string();
     d.used = disk_->bytes_on_disk();
-    // Only optimizer shards are there: their float32 masters (bf16) count as weights, the rest
-    // of each file (the moments and the padding to the I/O alignment) as optimizer state.
+    // Optimizer shards: their float32 masters (bf16) count as weights, the rest of each file
+    // (the moments and the padding to the I/O alignment) as optimizer state. Parameter shards
+    // count as weights.
     for (const ShardChunk& c : chunks_) {
+      if (c.values_on_disk) d.by_category.weights += disk_->region_bytes(c.values_region);
       if (!c.optim_on_disk) continue;
       const std::uint64_t masters =
           dtype_ == torch::kFloat32 ? 0 : static_cast<std::uint64_t>(c.shard) * 4;
@@ -327,12 +335,14 @@ class ShardedGemini : public train::Plugin {
   void release_training_state() override {
     wait_in_flight();
     remove_gradient_hooks();
+    const bool values_on_disk = std::any_of(chunks_.begin(), chunks_.end(),
+                                            [](const ShardChunk& c) { return c.values_on_disk; });
     for (ShardChunk& c : chunks_) {
       c.optim = c.grad_shard = c.grad_whole = torch::Tensor();
       c.optim_buffer = memory::AlignedBuffer();
-      c.optim_on_disk = false;
+      if (!values_on_disk) c.optim_on_disk = false;
     }
-    disk_.reset();  // only optimizer shards were there
+    if (!values_on_disk) disk_.reset();  // only optimizer shards were there
     if (weights_in_memory()) remove_block_hooks();
   }
 
@@ -481,8 +491,12 @@ class ShardedGemini : public train::Plugin {
     h.chunks = static_cast<std::int64_t>(chunks_.size());
     for (const ShardChunk& c : chunks_) {
       h.chunk_elements += c.whole.numel();
-      h.shard_elements += c.values.numel();
-      h.parameter_shard_bytes += c.values.nbytes();
+      h.shard_elements += c.shard;
+      if (c.values.defined()) h.parameter_shard_bytes += c.values.nbytes();
+      if (c.values_on_disk) {
+        h.offloaded_parameter_bytes += values_bytes(c);
+        ++h.offloaded_parameter_chunks;
+      }
       if (c.whole.storage().data() != nullptr) h.gathered_bytes += c.whole.nbytes();
       const auto arrays = static_cast<std::uint64_t>(arrays_per_chunk());
       if (c.optim.defined()) {
@@ -521,20 +535,14 @@ class ShardedGemini : public train::Plugin {
         options.run_dir.empty() ? std::filesystem::path("offload") : options.run_dir / "offload";
     const nlohmann::json& o = options.strategy_options;
     if (!o.is_object()) return;
-    if (o.contains("offload_param_frac") && o["offload_param_frac"].is_number() &&
-        o["offload_param_frac"].get<double>() > 0.0)
-      throw_unsupported(
-          "strategy.options.offload_param_frac: gemini on several processes keeps every "
-          "parameter shard in host memory for now (only optimizer shards go to disk there, with "
-          "offload_optim_frac)",
-          "remove offload_param_frac, or run one process");
     if (o.value("placement", "static") == "auto")
       throw_unsupported(
           "strategy.options.placement: \"auto\" is not supported by gemini on several processes "
           "yet",
-          "use placement \"static\" (parameter shards in host memory, offload_optim_frac for "
-          "the optimizer shards), or run one process");
+          "use placement \"static\" (offload_optim_frac and offload_param_frac put fixed shares "
+          "of the optimizer and parameter shards on disk), or run one process");
     if (o.contains("offload_optim_frac")) offload_optim_frac_ = o["offload_optim_frac"];
+    if (o.contains("offload_param_frac")) offload_param_frac_ = o["offload_param_frac"];
     // Each rank's DiskStore makes a folder of its own (tessera-offload-<pid>) inside this one.
     if (o.contains("offload_dir")) offload_dir_ = o["offload_dir"].get<std::string>();
     if (o.contains("chunk_size")) {
@@ -625,6 +633,17 @@ class ShardedGemini : public train::Plugin {
     const std::vector<bool> on_disk = choose_offloaded_chunks(optim_sizes, offload_optim_frac_);
     for (std::size_t t = 0; t < trainable_chunks.size(); ++t)
       chunks_[trainable_chunks[t]].optim_on_disk = on_disk[t];
+    // And of the parameter shards, over every chunk but those kept whole (LoRA's adapters):
+    // the same on every rank too.
+    std::vector<std::uint64_t> value_sizes;
+    std::vector<bool> may_go_to_disk;
+    for (const ShardChunk& chunk : chunks_) {
+      value_sizes.push_back(values_bytes(chunk));
+      may_go_to_disk.push_back(!chunk.persistent);
+    }
+    const std::vector<bool> values_on_disk =
+        choose_offloaded_chunks(value_sizes, offload_param_frac_, may_go_to_disk);
+    for (std::size_t c = 0; c < chunks_.size(); ++c) chunks_[c].values_on_disk = values_on_disk[c];
 
     // Fill each chunk whole in float32 (from the checkpoint or the tensors), take rank 0's
     // values (adapters are drawn per process), keep this rank's shard; only persistent chunks
@@ -642,7 +661,16 @@ class ShardedGemini : public train::Plugin {
       }
       group_->broadcast(staged, 0);
       const torch::Tensor own = staged.narrow(0, rank_ * chunk.shard, chunk.shard);
-      chunk.values = own.to(dtype_, /*non_blocking=*/false, /*copy=*/true);
+      if (chunk.values_on_disk) {
+        // Written at once; resident until the chunk is released below, as when gathered.
+        chunk.values_region =
+            disk().add_region("parameter shard of chunk " + std::to_string(c), values_bytes(chunk));
+        make_values_resident(chunk);
+        chunk.values.copy_(own);
+        disk_->write(chunk.values_region, chunk.values_buffer.data()).get();
+      } else {
+        chunk.values = own.to(dtype_, /*non_blocking=*/false, /*copy=*/true);
+      }
       if (chunk.trainable) {
         if (chunk.optim_on_disk) {
           chunk.optim_region = disk().add_region("optimizer shard of chunk " + std::to_string(c),
@@ -694,11 +722,17 @@ class ShardedGemini : public train::Plugin {
     }
     storage_of(chunk).set_data_ptr_noswap(c10::DataPtr(nullptr, c10::kCPU));
     chunk.gathered = false;
+    // Unchanged since it was read (only updates and loads change shards, and they write back).
+    if (chunk.values_on_disk) drop_resident_values(chunk);
   }
 
   // Starts the all-gather of chunk `c` into fresh memory under its storage.
   void start_gather(std::size_t c) {
     ShardChunk& chunk = chunks_[c];
+    if (chunk.values_on_disk && !chunk.values.defined()) {
+      make_values_resident(chunk);
+      disk_->read(chunk.values_region, chunk.values_buffer.data()).get();
+    }
     storage_of(chunk).set_data_ptr_noswap(
         c10::GetCPUAllocator()->allocate(static_cast<std::size_t>(chunk.whole.nbytes())));
     chunk.gathering = group_->all_gather_async(chunk.values, chunk.whole);
@@ -873,8 +907,15 @@ class ShardedGemini : public train::Plugin {
   torch::Tensor own_gradient(const ShardEntry& e) const {
     return chunks_[e.chunk].grad_shard.narrow(0, e.shard_offset, e.own_count);
   }
+  // Resident memory, or a read-only map of the shard's file on disk (the checkpoint reads it
+  // from there a tensor at a time).
   torch::Tensor own_values(const ShardEntry& e) const {
-    return chunks_[e.chunk].values.narrow(0, e.shard_offset, e.own_count);
+    const ShardChunk& c = chunks_[e.chunk];
+    if (c.values.defined()) return c.values.narrow(0, e.shard_offset, e.own_count);
+    if (!c.values_on_disk || !disk_)
+      throw Error(ErrorKind::Internal, "gemini: the parameter shard of \"" + e.name +
+                                           "\" is neither resident nor on disk");
+    return mapped_region(c.values_region, e.shard_offset, e.own_count, dtype_);
   }
   // Float32 master values of this rank's part: the shard itself in fp32.
   torch::Tensor master_of(const ShardEntry& e) const {
@@ -935,23 +976,61 @@ class ShardedGemini : public train::Plugin {
     chunk.optim_buffer = memory::AlignedBuffer();
   }
 
-  // Runs `body` on every trainable chunk in order with its optimizer shard resident: those on
-  // disk are read ahead and written back behind (disk_chunks.h, as the one-process plugin does).
+  std::uint64_t values_bytes(const ShardChunk& chunk) const {
+    return static_cast<std::uint64_t>(chunk.shard) * c10::elementSize(dtype_);
+  }
+  void make_values_resident(ShardChunk& chunk) {
+    chunk.values_buffer = memory::AlignedBuffer(values_bytes(chunk));
+    chunk.values = torch::from_blob(chunk.values_buffer.data(), {chunk.shard}, dtype_);
+  }
+  void drop_resident_values(ShardChunk& chunk) {
+    chunk.values = torch::Tensor();
+    chunk.values_buffer = memory::AlignedBuffer();
+  }
+
+  // Runs `body` on every trainable chunk in order with its optimizer and parameter shards
+  // resident: those on disk are read ahead and written back behind (disk_chunks.h, as the
+  // one-process plugin does). No chunk is gathered meanwhile (the update released them).
   template <typename Body>
   void for_each_optim_chunk(Body&& body) {
     DiskChunkTransfers io;
-    io.on_disk = [&](std::size_t c) { return chunks_[c].optim_on_disk; };
+    io.on_disk = [&](std::size_t c) {
+      return chunks_[c].trainable && (chunks_[c].optim_on_disk || chunks_[c].values_on_disk);
+    };
     io.read = [&](std::size_t c) {
       ShardChunk& chunk = chunks_[c];
-      make_optim_resident(chunk);
       std::vector<std::future<void>> reads;
-      reads.push_back(disk_->read(chunk.optim_region, chunk.optim_buffer.data()));
+      if (chunk.optim_on_disk) {
+        make_optim_resident(chunk);
+        reads.push_back(disk_->read(chunk.optim_region, chunk.optim_buffer.data()));
+      }
+      if (chunk.values_on_disk && !chunk.values.defined()) {
+        make_values_resident(chunk);
+        reads.push_back(disk_->read(chunk.values_region, chunk.values_buffer.data()));
+      }
       return reads;
     };
     io.write = [&](std::size_t c) {
-      return disk_->write(chunks_[c].optim_region, chunks_[c].optim_buffer.data());
+      ShardChunk& chunk = chunks_[c];
+      std::future<void> optim = chunk.optim_on_disk
+                                    ? disk_->write(chunk.optim_region, chunk.optim_buffer.data())
+                                    : std::future<void>();
+      std::future<void> values = chunk.values_on_disk
+                                     ? disk_->write(chunk.values_region, chunk.values_buffer.data())
+                                     : std::future<void>();
+      // One future for both: waiting on it waits for both, the first error once both are done.
+      return std::async(std::launch::deferred,
+                        [optim = std::move(optim), values = std::move(values)]() mutable {
+                          if (optim.valid()) optim.wait();
+                          if (values.valid()) values.wait();
+                          if (optim.valid()) optim.get();
+                          if (values.valid()) values.get();
+                        });
     };
-    io.written = [&](std::size_t c) { drop_resident_optim(chunks_[c]); };
+    io.written = [&](std::size_t c) {
+      if (chunks_[c].optim_on_disk) drop_resident_optim(chunks_[c]);
+      if (chunks_[c].values_on_disk) drop_resident_values(chunks_[c]);
+    };
     stream_disk_chunks(chunks_.size(), io, [&](std::size_t c) {
       if (chunks_[c].trainable) body(chunks_[c]);
     });
@@ -967,10 +1046,17 @@ class ShardedGemini : public train::Plugin {
     if (!c.optim_on_disk || !disk_)
       throw Error(ErrorKind::Internal, "gemini: the optimizer state of \"" + e.name +
                                            "\" is neither resident nor on disk");
-    auto mapped = std::make_shared<core::MappedFile>(disk_->region_path(c.optim_region));
-    auto* base = reinterpret_cast<float*>(const_cast<std::uint8_t*>(mapped->data())) + at;
+    return mapped_region(c.optim_region, at, e.own_count, torch::kFloat32);
+  }
+
+  // `count` elements of `dtype` from element `at` of region `region`'s file, mapped read-only.
+  torch::Tensor mapped_region(std::size_t region, std::int64_t at, std::int64_t count,
+                              torch::Dtype dtype) const {
+    auto mapped = std::make_shared<core::MappedFile>(disk_->region_path(region));
+    auto* base = const_cast<std::uint8_t*>(mapped->data()) +
+                 static_cast<std::size_t>(at) * c10::elementSize(dtype);
     return torch::from_blob(
-        base, {e.own_count}, [mapped](void*) {}, torch::kFloat32);
+        base, {count}, [mapped](void*) {}, dtype);
   }
 
   train::ProcessContext process_;
@@ -992,6 +1078,7 @@ class ShardedGemini : public train::Plugin {
   std::vector<std::shared_ptr<torch::nn::Module>> hooked_blocks_;
   std::unordered_map<const torch::nn::Module*, std::vector<std::size_t>> block_chunks_;
   double offload_optim_frac_ = 0.0;
+  double offload_param_frac_ = 0.0;
   std::filesystem::path offload_dir_;
   // After chunks_: destroyed first, so no transfer outlives a chunk's buffer.
   std::unique_ptr<memory::DiskStore> disk_;

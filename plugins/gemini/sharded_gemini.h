@@ -12,7 +12,9 @@
 // Chunks holding a tensor no block fetches (LoRA's adapters) stay gathered and are gathered
 // again after each update. With offload_optim_frac, the optimizer shards of that share of the
 // trainable chunks live in the rank's own disk tier and stream through the update (disk_chunks.h,
-// as in the one-process plugin). The single-process plugin is gemini_plugin.cpp; the registered
+// as in the one-process plugin); with offload_param_frac, the parameter shards of that share of
+// the chunks (not LoRA's adapters) live there too, read when their chunk is gathered and
+// streamed through the update. The single-process plugin is gemini_plugin.cpp; the registered
 // `gemini` chooses between them by the world size (gemini_front.cpp).
 #include <cstdint>
 #include <memory>
@@ -43,6 +45,9 @@ struct GeminiShardHeld {
   std::int64_t offloaded_chunks = 0;
   std::uint64_t offloaded_moment_bytes = 0;
   std::uint64_t offloaded_master_bytes = 0;
+  // Parameter shards on disk (offload_param_frac), their bytes without the I/O padding.
+  std::int64_t offloaded_parameter_chunks = 0;
+  std::uint64_t offloaded_parameter_bytes = 0;
   std::uint64_t gradient_bytes = 0;  // reduced shards, whole gradient chunks, in flight
   std::uint64_t all_gathers = 0;     // since prepare()
   std::uint64_t reduce_scatters = 0;

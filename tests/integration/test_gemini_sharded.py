@@ -220,14 +220,67 @@ def test_a_full_offload_disk_names_the_folder(launch, tmp_path):
         subprocess.run(["umount", str(mount)], check=False)
 
 
-def test_parameter_offload_and_auto_placement_still_refused(launch):
-    for options, words in [({"offload_param_frac": 0.5}, "offload_param_frac"),
-                           ({"placement": "auto"}, "placement")]:
-        ranks = launch(2, 1, 1, 0, "full", "fp32", "gemini", json.dumps(options))
-        codes = ranks.wait(range(2), within_s=60)
-        assert codes == {0: 4, 1: 4}, ranks.describe()
-        error = ranks.output(0, "err")
-        assert words in error and "several processes" in error, error
+# --- the parameter shards in the disk tier (offload_param_frac) ----------------------------------
+
+@pytest.mark.parametrize("method,precision", [("full", "fp32"), ("lora", "fp32"), ("full", "bf16")])
+def test_offloaded_parameter_shards_equal_single(launch, tmp_path, method, precision):
+    # 2 ranks with half of each rank's parameter shards (and for full fine-tuning, all of its
+    # optimizer shards) on disk train as single does with accumulation 2; the parameter shards
+    # in RAM drop by exactly what went to disk, which is in the tier's files.
+    world, steps = 2, 3
+    folder = tmp_path / f"param-offload-{method}-{precision}"
+    # 8 chunks in either precision (64 KiB of fp32, 32 KiB of bf16), so that some are released
+    # (at most 4 are gathered) and their shards leave RAM.
+    options = {"chunk_size": 65536 if precision == "fp32" else 32768, "offload_param_frac": 0.5,
+               "offload_dir": str(folder)}
+    if method == "full":
+        options["offload_optim_frac"] = 1.0
+    reports = run_gemini(launch, world, steps, 1, method, options, precision)
+    first = reports[0]
+    print(f"gemini sharded, {method} {precision}, offload_param_frac 0.5: weights "
+          f"{first['max_rel_diff']:.2e} (elementwise {first['max_elementwise_rel_diff']:.2e}), "
+          f"losses {first['loss_rel_diff']:.2e}, grad norms {first['grad_norm_rel_diff']:.2e}")
+    assert first["moved"] > 1e-3
+    if precision == "fp32":
+        assert first["max_rel_diff"] <= FP32_BOUND
+        assert first["max_elementwise_rel_diff"] <= FP32_ELEMENTWISE_BOUND
+        assert first["loss_rel_diff"] <= FP32_BOUND
+        assert first["grad_norm_rel_diff"] <= FP32_BOUND
+    else:
+        assert first["loss_rel_diff"] <= 1e-3 and first["max_rel_diff"] <= 0.05
+    element = 4 if precision == "fp32" else 2
+    chosen = set()
+    for report in reports:
+        held, disk, during = report["gemini"], report["disk_during_step"], report["during_step"]
+        all_shards = element * held["shard_elements"]
+        share = held["offloaded_parameter_bytes"] / all_shards
+        assert 0.0 < share < 1.0 and abs(share - 0.5) <= 0.25, share
+        # RAM: the shards left in memory (those of gathered chunks are read back while gathered).
+        assert held["parameter_shard_bytes"] < all_shards, (held, during)
+        assert during["weights"] == (held["parameter_shard_bytes"] + held["gathered_bytes"]
+                                     + held["master_bytes"]), report
+        # Disk: the parameter shards count as weights, each file rounded up to the I/O alignment,
+        # and the tier's report is what its files take.
+        masters_on_disk = held["offloaded_master_bytes"]
+        padding = disk["weights"] - masters_on_disk - held["offloaded_parameter_bytes"]
+        files = held["offloaded_parameter_chunks"] + held["offloaded_chunks"]
+        assert 0 <= padding < IO_ALIGNMENT * held["offloaded_parameter_chunks"], disk
+        assert disk["file_bytes"] == disk["used"] == disk["weights"] + disk["optimizer"], disk
+        assert disk["bytes_read"] > 0 and files > 0
+        chosen.add(held["offloaded_parameter_chunks"])
+        print(f"  rank {report['rank']}: parameter shards in RAM {held['parameter_shard_bytes']} B "
+              f"of {all_shards} B, on disk {held['offloaded_parameter_bytes']} B in "
+              f"{held['offloaded_parameter_chunks']} files; tier {disk['file_bytes']} B measured")
+    assert len(chosen) == 1, "every rank puts the same chunks on disk"
+    assert not list(folder.glob("tessera-offload-*")), "the scratch folders outlive the run"
+
+
+def test_auto_placement_still_refused(launch):
+    ranks = launch(2, 1, 1, 0, "full", "fp32", "gemini", json.dumps({"placement": "auto"}))
+    codes = ranks.wait(range(2), within_s=60)
+    assert codes == {0: 4, 1: 4}, ranks.describe()
+    error = ranks.output(0, "err")
+    assert "placement" in error and "several processes" in error, error
 
 
 def test_killed_rank_is_named(launch):
@@ -330,15 +383,18 @@ def test_checkpoint_at_2_ranks_resumes_on_1_and_on_4(workdir):
 
 
 def test_offloaded_checkpoint_at_2_ranks_resumes_on_single(workdir):
-    # Steps 1-2: gemini on 2 ranks (accumulation 1 each) with every optimizer shard on disk;
-    # 3-4: `single` (accumulation 2) from its checkpoint. Every loss equals an uninterrupted
-    # `single` run's with accumulation 2. The 2-rank run's disk events list each rank's own tier.
+    # Steps 1-2: gemini on 2 ranks (accumulation 1 each) with every optimizer shard and half of
+    # the parameter shards on disk (the checkpoint reads both from their files, the export
+    # gathers from them); 3-4: `single` (accumulation 2) from its checkpoint. Every loss equals
+    # an uninterrupted `single` run's with accumulation 2. The 2-rank run's disk events list each
+    # rank's own tier.
     reference = gemini_job(workdir, "offload-reference", 4, "single", 2)
     run_job(reference, 1)
     out = workdir / "offload-2-ranks"
     spec_path = gemini_job(workdir, "offload-2-ranks", 2, "gemini", 1)
     spec = json.loads(spec_path.read_text())
-    spec["strategy"]["options"].update({"offload_optim_frac": 1.0, "chunk_size": 65536,
+    spec["strategy"]["options"].update({"offload_optim_frac": 1.0, "offload_param_frac": 0.5,
+                                        "chunk_size": 65536,
                                         "offload_dir": str(workdir / "offload-scratch")})
     spec["training"]["log_every"] = 1
     spec_path.write_text(json.dumps(spec))
@@ -351,9 +407,11 @@ def test_offloaded_checkpoint_at_2_ranks_resumes_on_single(workdir):
         assert [r["rank"] for r in disk["ranks"]] == [0, 1]
         for rank_disk, rank_host in zip(disk["ranks"], host["ranks"]):
             # Every optimizer shard on disk: none in RAM, all of it (moments and the padding of
-            # the files) in the rank's tier.
+            # the files) in the rank's tier, beside the parameter shards (weights).
             assert rank_host["by_category"]["optimizer"] == 0, host
-            assert rank_disk["by_category"]["optimizer"] == rank_disk["used"] > 0, disk
+            assert rank_disk["by_category"]["optimizer"] > 0 and rank_disk["by_category"]["weights"] > 0, disk
+            assert rank_disk["by_category"]["optimizer"] + rank_disk["by_category"]["weights"] == (
+                rank_disk["used"]), disk
         assert disk["ranks"][0]["used"] == disk["used"]
     print("  disk tier per rank: " + ", ".join(
         f"rank {r['rank']} {r['used']} B" for r in disk_events[-1]["ranks"]))
@@ -365,5 +423,5 @@ def test_offloaded_checkpoint_at_2_ranks_resumes_on_single(workdir):
     got = losses_of(events) + losses_of(events_of(resumed / "events.jsonl"))
     assert len(expected) == 4 and len(got) == 4, (expected, got)
     worst = max(abs(a - b) / abs(b) for a, b in zip(got, expected))
-    print(f"losses gemini 2 ranks (optimizer on disk) -> single vs single: {worst:.2e} relative")
+    print(f"losses gemini 2 ranks (optimizer and parameters on disk) -> single vs single: {worst:.2e} relative")
     assert worst <= LOSS_BOUND, (got, expected)

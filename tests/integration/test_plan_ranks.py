@@ -16,7 +16,8 @@
   under offload_dir): the same host checks (the plan's host optimizer state is 0, and so is each
   rank's reported one), and the plan's per-rank disk tier (optimizer, and weights: the float32
   masters of bf16 runs) equals each rank's `disk` memory event and the bytes of the files in the
-  rank's `tessera-offload-<pid>` folder (polled while it runs), exactly.
+  rank's `tessera-offload-<pid>` folder (polled while it runs), exactly; and the same with half of
+  each rank's parameter shards on disk too (offload_param_frac 0.5: the disk tier's weights).
 - The plan's communication time per step against an all_reduce of the same bytes in the same
   buckets timed by PyTorch's own torch.distributed (Gloo, 2 processes): within a factor of 2.
 - `auto` at --nproc 2 picks ddp and says why in words (what a rank holds, the budget it fits in,
@@ -185,11 +186,14 @@ def test_rank_memory_matches_the_plan(workdir, strategy, options):
         assert abs(ratio - 1) <= RSS_TOLERANCE, (rank, expected, measured, tier)
 
 
-@pytest.mark.parametrize("offload", [0.0, 1.0], ids=["in_ram", "optimizer_on_disk"])
+@pytest.mark.parametrize("offload", ["", "optimizer", "parameters"],
+                         ids=["in_ram", "optimizer_on_disk", "parameters_on_disk"])
 def test_gemini_rank_memory_and_traffic_match_the_plan(workdir, offload):
-    name = "gemini" if offload == 0.0 else "gemini-offload"
+    name = "gemini" + (f"-{offload}" if offload else "")
     offload_dir = workdir / (name + "-disk")
-    options = {"offload_optim_frac": offload, "offload_dir": str(offload_dir)} if offload else {}
+    options = {"offload_optim_frac": 1.0, "offload_dir": str(offload_dir)} if offload else {}
+    if offload == "parameters":
+        options["offload_param_frac"] = 0.5
     spec = job(workdir, name, "gemini", **options)
     plan = plan_of(spec)
     assert plan["strategy"] == "gemini" and plan["ranks"]["processes"] == 2 and plan["ranks"]["per_rank"]
@@ -207,9 +211,17 @@ def test_gemini_rank_memory_and_traffic_match_the_plan(workdir, offload):
         on_disk = disk["by_category"]
         assert 4 * trainable <= on_disk["optimizer"] <= 4 * trainable * 1.001 + 64 * 4096, (on_disk, trainable)
         assert (on_disk["optimizer"] + on_disk["weights"]) % 4096 == 0, on_disk
-        assert plan["time"]["disk_read_bytes_per_step"] == on_disk["optimizer"] + on_disk["weights"]
-        assert plan["time"]["disk_write_bytes_per_step"] == on_disk["optimizer"] + on_disk["weights"]
-        assert any(r.startswith("disk I/O per step of each rank") and "overlaps the optimizer update" in r
+        # fp32: no masters, so the disk tier's weights are the parameter shards (if any), each
+        # read when its chunk is gathered (forward and backward: micro-batch 8, no accumulation)
+        # and, being trainable, read and written back in the update.
+        shards = on_disk["weights"]
+        assert (shards > 0) == (offload == "parameters"), on_disk
+        if shards:
+            assert 0.25 * 4 * trainable / 2 <= shards <= 0.75 * 4 * trainable / 2 + 64 * 4096, (on_disk, trainable)
+        assert plan["time"]["disk_read_bytes_per_step"] == on_disk["optimizer"] + 3 * shards
+        assert plan["time"]["disk_write_bytes_per_step"] == on_disk["optimizer"] + shards
+        overlap = "parameter chunks are read in every forward" if shards else "overlaps the optimizer update"
+        assert any(r.startswith("disk I/O per step of each rank") and overlap in r
                    for r in plan["reasons"]) or any("disk speed was not measured" in r for r in plan["reasons"])
     else:
         # Moments of half of every chunk, each padded to an even number of elements.

@@ -290,6 +290,8 @@ int run_train(int argc, char** argv) {
                      {"offloaded_chunks", g.offloaded_chunks},
                      {"offloaded_moment_bytes", g.offloaded_moment_bytes},
                      {"offloaded_master_bytes", g.offloaded_master_bytes},
+                     {"offloaded_parameter_chunks", g.offloaded_parameter_chunks},
+                     {"offloaded_parameter_bytes", g.offloaded_parameter_bytes},
                      {"checkpoint_weight_bytes", weight_bytes},
                      {"checkpoint_optimizer_bytes", optimizer_bytes}};
     if (disk_during)

@@ -897,24 +897,34 @@ class TestPlan : public QObject {
     // Named: planned per rank the same way.
     in.spec.strategy.name = "gemini";
     QCOMPARE(plan::make_plan(in).tiers.at(0).estimate.peak(), need);
-    // The disk tier of the parameters is one process's (the plugin refuses it); the optimizer
-    // shards' is planned per rank (geminiRanksPlanTheirDiskTier).
-    for (const json& options : {json{{"offload_optim_frac", 0.5}, {"offload_param_frac", 0.5}},
-                                json{{"placement", "auto"}}}) {
-      in.spec.strategy.options = options;
-      try {
-        plan::make_plan(in);
-        QFAIL("expected an error");
-      } catch (const Error& e) {
-        QCOMPARE(int(e.kind()), int(ErrorKind::Unsupported));
-        QVERIFY2(std::string(e.what()).find("parameter shard in host memory") != std::string::npos,
-                 e.what());
-        QVERIFY2(std::string(e.what()).find(options.contains("placement")
-                                                ? "placement auto"
-                                                : "offload_param_frac") != std::string::npos,
-                 e.what());
-      }
+    // Placement auto is one process's (the plugin refuses it on several).
+    in.spec.strategy.options = json{{"placement", "auto"}};
+    try {
+      plan::make_plan(in);
+      QFAIL("expected an error");
+    } catch (const Error& e) {
+      QCOMPARE(int(e.kind()), int(ErrorKind::Unsupported));
+      QVERIFY2(std::string(e.what()).find("placement") != std::string::npos, e.what());
+      QVERIFY2(std::string(e.what()).find("4 processes") != std::string::npos, e.what());
     }
+    // offload_param_frac is planned per rank: the disk tier holds the parameter shards the
+    // plugin's rule picks, the host's weights drop by as much.
+    in.spec.strategy.options = json{{"offload_optim_frac", 1.0}, {"offload_param_frac", 1.0}};
+    const auto offloaded = plan::make_plan(in);
+    QCOMPARE(offloaded.strategy, std::string("gemini"));
+    QCOMPARE(offloaded.settings.offload_param_frac, 1.0);
+    QCOMPARE(offloaded.tiers.size(), std::size_t{2});
+    const auto& e = offloaded.tiers[0].estimate;
+    QVERIFY(e.disk_parameters > 0);
+    QCOMPARE(offloaded.tiers[1].estimate.weights, e.disk_parameters);  // fp32: no masters
+    plan::Settings all_in_ram = offloaded.settings;
+    all_in_ram.offload_param_frac = 0.0;
+    const std::uint64_t dropped = plan::estimate_memory(in.model, all_in_ram, 0, 4).weights -
+                                  offloaded.tiers[0].estimate.weights;
+    // The files are the shards rounded up to 4 KiB each.
+    QVERIFY(dropped > 0 && dropped <= e.disk_parameters);
+    QVERIFY(e.disk_parameters - dropped < 4096ull * 64);
+    QCOMPARE(e.disk_parameters % 4096, std::uint64_t{0});
   }
 
   // gemini on W ranks with offload_optim_frac f: each rank's disk tier holds the optimizer
