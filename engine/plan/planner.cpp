@@ -1008,13 +1008,6 @@ Plan make_plan(const PlanInputs& in) {
       t.strategy = "gemini";
       distributing.push_back(t);
     }
-    if (named && strategy->name == "gemini" &&
-        spec.strategy.options.value("placement", "static") == "auto")
-      // As the plugin refuses it on several processes (sharded_gemini.cpp, read_options).
-      throw_unsupported("strategy.options.placement: \"auto\" is not supported by gemini on " +
-                            std::to_string(processes) + " processes yet",
-                        "use placement \"static\" (offload_optim_frac and offload_param_frac "
-                        "put fixed shares on disk), or run one process");
     if (named && !strategy->distributes)
       throw_unsupported("strategy.name: \"" + strategy->name +
                             "\" runs in one process; it cannot " + "run as " +

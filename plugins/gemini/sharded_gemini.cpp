@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/meminfo.h"
 #include "core/units.h"
 #include "dist/parallel_context.h"
 #include "memory/chunk_layout.h"
@@ -47,6 +48,8 @@ constexpr std::size_t kGatheredChunks = 4;
 // Reduce-scatters in flight before backward waits for the oldest: each holds a whole float32
 // gradient chunk until it is done.
 constexpr std::size_t kReducesInFlight = 2;
+// Placement auto keeps this share of the rank's host budget free, as the planner does.
+constexpr double kAutoHeadroom = 0.1;
 
 std::int64_t round_up(std::int64_t n, std::int64_t multiple) {
   return (n + multiple - 1) / multiple * multiple;
@@ -187,6 +190,8 @@ class ShardedGemini : public train::Plugin {
     for (std::size_t i : trainable_order_)
       torch::autograd::impl::set_post_acc_grad_hooks(
           entries_[i].tensor, std::make_unique<ShardedGradientArrival>(this, i));
+    // Placement auto measures the first step's peak from here.
+    if (auto_placement_) core::reset_process_peak_rss();
   }
 
   torch::Device device() const override { return torch::kCPU; }
@@ -285,6 +290,7 @@ class ShardedGemini : public train::Plugin {
       memory::transition(e.state, TensorState::Held, e.name);
     }
     if (stats.applied) gather_persistent(true);
+    if (tracing_ && auto_placement_) size_shard_cache_to_budget();
     if (tracing_) index_trace();
     tracing_ = false;  // the first step's order of chunk uses is every later step's
     return stats;
@@ -496,6 +502,7 @@ class ShardedGemini : public train::Plugin {
       if (c.values_on_disk) {
         h.offloaded_parameter_bytes += values_bytes(c);
         ++h.offloaded_parameter_chunks;
+        if (c.values.defined()) h.cached_parameter_bytes += values_bytes(c);
       }
       if (c.whole.storage().data() != nullptr) h.gathered_bytes += c.whole.nbytes();
       const auto arrays = static_cast<std::uint64_t>(arrays_per_chunk());
@@ -519,6 +526,7 @@ class ShardedGemini : public train::Plugin {
     h.all_gathers = all_gathers_;
     h.reduce_scatters = reduce_scatters_;
     h.prefetched = prefetched_;
+    h.cached_parameter_limit = static_cast<std::int64_t>(cached_shards_);
     return h;
   }
 
@@ -535,14 +543,32 @@ class ShardedGemini : public train::Plugin {
         options.run_dir.empty() ? std::filesystem::path("offload") : options.run_dir / "offload";
     const nlohmann::json& o = options.strategy_options;
     if (!o.is_object()) return;
-    if (o.value("placement", "static") == "auto")
-      throw_unsupported(
-          "strategy.options.placement: \"auto\" is not supported by gemini on several processes "
-          "yet",
-          "use placement \"static\" (offload_optim_frac and offload_param_frac put fixed shares "
-          "of the optimizer and parameter shards on disk), or run one process");
+    auto_placement_ = o.value("placement", "static") == "auto";
     if (o.contains("offload_optim_frac")) offload_optim_frac_ = o["offload_optim_frac"];
-    if (o.contains("offload_param_frac")) offload_param_frac_ = o["offload_param_frac"];
+    if (o.contains("offload_param_frac")) {
+      if (auto_placement_)
+        throw_invalid(
+            "strategy.options.offload_param_frac: placement \"auto\" decides where parameter "
+            "shards live",
+            "remove offload_param_frac, or use placement \"static\" to fix the share on disk");
+      offload_param_frac_ = o["offload_param_frac"];
+    }
+    if (auto_placement_) {
+      // Every parameter shard has its place on disk; after the first step the shards kept in
+      // memory grow to what this rank's share of host_budget (the machine's memory by default,
+      // shared by the ranks on it) leaves beside the rest of the process.
+      offload_param_frac_ = 1.0;
+      const nlohmann::json budget = o.value("host_budget", nlohmann::json("auto"));
+      std::uint64_t host = 0;
+      if (budget.is_number())
+        host = budget.get<std::uint64_t>();
+      else if (budget != "auto")
+        host = core::parse_byte_size(budget.get<std::string>(), "strategy.options.host_budget");
+      if (host == 0) host = core::read_meminfo().total;
+      const int ranks_here =
+          options.process.parallel ? std::max(1, options.process.parallel->local_world_size()) : 1;
+      rank_budget_ = host / static_cast<std::uint64_t>(ranks_here);
+    }
     // Each rank's DiskStore makes a folder of its own (tessera-offload-<pid>) inside this one.
     if (o.contains("offload_dir")) offload_dir_ = o["offload_dir"].get<std::string>();
     if (o.contains("chunk_size")) {
@@ -722,8 +748,40 @@ class ShardedGemini : public train::Plugin {
     }
     storage_of(chunk).set_data_ptr_noswap(c10::DataPtr(nullptr, c10::kCPU));
     chunk.gathered = false;
-    // Unchanged since it was read (only updates and loads change shards, and they write back).
-    if (chunk.values_on_disk) drop_resident_values(chunk);
+    // Unchanged since it was read (only updates and loads change shards, and they write back):
+    // dropped unless the shards kept in memory are still under their limit.
+    if (chunk.values_on_disk) keep_or_drop_values(chunk);
+  }
+
+  // Placement auto keeps up to cached_shards_ parameter shards of on-disk chunks in memory
+  // (those of gathered chunks included); static placement only those of gathered chunks.
+  void keep_or_drop_values(ShardChunk& chunk) {
+    if (!chunk.values.defined()) return;
+    std::size_t resident = 0;
+    for (const ShardChunk& c : chunks_)
+      if (c.values_on_disk && c.values.defined()) ++resident;
+    if (!auto_placement_ || resident > cached_shards_) drop_resident_values(chunk);
+  }
+
+  // After the first step (placement auto): the rank's peak less the shards it held then is the
+  // rest of the process; the shards that fit beside it in the budget (less the headroom and one
+  // shard of margin) stay in memory from now on, at least as many as chunks are gathered.
+  void size_shard_cache_to_budget() {
+    std::uint64_t shard_bytes = 0;
+    std::size_t on_disk = 0;
+    for (const ShardChunk& c : chunks_) {
+      if (!c.values_on_disk) continue;
+      shard_bytes = std::max(shard_bytes, values_bytes(c));
+      ++on_disk;
+    }
+    const std::uint64_t peak = core::process_peak_rss();
+    if (shard_bytes == 0 || peak == 0) return;
+    const std::uint64_t held = std::min(cached_shards_, on_disk) * shard_bytes;
+    const double rest = static_cast<double>(peak > held ? peak - held : 0);
+    const double room = static_cast<double>(rank_budget_) * (1.0 - kAutoHeadroom) - rest;
+    const double shards = std::floor(room / static_cast<double>(shard_bytes)) - 1.0;
+    cached_shards_ = std::max(kGatheredChunks,
+                              static_cast<std::size_t>(std::clamp(shards, 0.0, double(on_disk))));
   }
 
   // Starts the all-gather of chunk `c` into fresh memory under its storage.
@@ -1029,7 +1087,7 @@ class ShardedGemini : public train::Plugin {
     };
     io.written = [&](std::size_t c) {
       if (chunks_[c].optim_on_disk) drop_resident_optim(chunks_[c]);
-      if (chunks_[c].values_on_disk) drop_resident_values(chunks_[c]);
+      if (chunks_[c].values_on_disk) keep_or_drop_values(chunks_[c]);
     };
     stream_disk_chunks(chunks_.size(), io, [&](std::size_t c) {
       if (chunks_[c].trainable) body(chunks_[c]);
@@ -1079,6 +1137,10 @@ class ShardedGemini : public train::Plugin {
   std::unordered_map<const torch::nn::Module*, std::vector<std::size_t>> block_chunks_;
   double offload_optim_frac_ = 0.0;
   double offload_param_frac_ = 0.0;
+  bool auto_placement_ = false;
+  std::uint64_t rank_budget_ = 0;  // auto: this rank's share of host_budget
+  // Parameter shards of on-disk chunks kept in memory (auto grows it after the first step).
+  std::size_t cached_shards_ = kGatheredChunks;
   std::filesystem::path offload_dir_;
   // After chunks_: destroyed first, so no transfer outlives a chunk's buffer.
   std::unique_ptr<memory::DiskStore> disk_;

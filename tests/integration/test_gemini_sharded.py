@@ -275,12 +275,43 @@ def test_offloaded_parameter_shards_equal_single(launch, tmp_path, method, preci
     assert not list(folder.glob("tessera-offload-*")), "the scratch folders outlive the run"
 
 
-def test_auto_placement_still_refused(launch):
-    ranks = launch(2, 1, 1, 0, "full", "fp32", "gemini", json.dumps({"placement": "auto"}))
+@pytest.mark.parametrize("budget", ["64GiB", "1MiB"], ids=["roomy", "tight"])
+def test_auto_placement_keeps_what_the_budget_allows(launch, tmp_path, budget):
+    # Placement auto: every parameter shard has its file; after the first step each rank keeps in
+    # memory as many shards as its share of host_budget leaves beside its measured peak — all of
+    # them under a roomy budget, only those of the gathered chunks (4) under a tight one. The
+    # losses equal single's either way.
+    world, steps = 2, 3
+    folder = tmp_path / f"auto-{budget}"
+    options = {**SMALL_CHUNKS, "placement": "auto", "host_budget": budget,
+               "offload_dir": str(folder)}
+    reports = run_gemini(launch, world, steps, 1, "full", options)
+    first = reports[0]
+    assert first["max_rel_diff"] <= FP32_BOUND and first["loss_rel_diff"] <= FP32_BOUND
+    for report in reports:
+        held, disk = report["gemini"], report["disk_during_step"]
+        # Every chunk's shard on disk (fp32: no masters; the optimizer stays in memory).
+        assert held["offloaded_parameter_bytes"] == 4 * held["shard_elements"], held
+        assert disk["file_bytes"] == disk["used"] == disk["weights"] > 0, disk
+        assert held["parameter_shard_bytes"] == held["cached_parameter_bytes"]
+        print(f"  rank {report['rank']}, host_budget {budget}: {held['cached_parameter_bytes']} B of "
+              f"{held['offloaded_parameter_bytes']} B of shards in memory (limit "
+              f"{held['cached_parameter_limit']} of {held['offloaded_parameter_chunks']} chunks)")
+        if budget == "64GiB":
+            assert held["cached_parameter_limit"] == held["offloaded_parameter_chunks"] == held["chunks"]
+            assert held["cached_parameter_bytes"] == held["offloaded_parameter_bytes"]
+        else:
+            assert held["cached_parameter_limit"] == MAX_GATHERED < held["chunks"]
+            assert held["cached_parameter_bytes"] < held["offloaded_parameter_bytes"]
+
+
+def test_auto_placement_refuses_a_fixed_parameter_share(launch):
+    ranks = launch(2, 1, 1, 0, "full", "fp32", "gemini",
+                   json.dumps({"placement": "auto", "offload_param_frac": 0.5}))
     codes = ranks.wait(range(2), within_s=60)
-    assert codes == {0: 4, 1: 4}, ranks.describe()
+    assert codes == {0: 4, 1: 4}, ranks.describe()  # the tool exits 4 on an error
     error = ranks.output(0, "err")
-    assert "placement" in error and "several processes" in error, error
+    assert "offload_param_frac" in error and "auto" in error, error
 
 
 def test_killed_rank_is_named(launch):

@@ -292,6 +292,8 @@ int run_train(int argc, char** argv) {
                      {"offloaded_master_bytes", g.offloaded_master_bytes},
                      {"offloaded_parameter_chunks", g.offloaded_parameter_chunks},
                      {"offloaded_parameter_bytes", g.offloaded_parameter_bytes},
+                     {"cached_parameter_bytes", g.cached_parameter_bytes},
+                     {"cached_parameter_limit", g.cached_parameter_limit},
                      {"checkpoint_weight_bytes", weight_bytes},
                      {"checkpoint_optimizer_bytes", optimizer_bytes}};
     if (disk_during)
