@@ -118,7 +118,8 @@ const std::vector<StrategyInfo>& strategies() {
        /*planned=*/true},
       {"gemini",
        "parameters and optimizer state in chunks placed on the host or on disk (Colossal-AI's "
-       "Gemini); on several processes every chunk sharded over them, in host memory (ZeRO-3)",
+       "Gemini); on several processes every chunk sharded over them (ZeRO-3), each rank's "
+       "shards placed the same way",
        {choice("device", "where it computes: the CPU (auto picks it; CUDA is not supported yet)",
                {"auto", "cpu"}, {"cuda"}),
         choice("placement",
@@ -134,7 +135,8 @@ const std::vector<StrategyInfo>& strategies() {
         size("chunk_size", "bytes per chunk: auto (searched to waste the least) or a size"),
         size("host_budget",
              "the RAM the whole training process may use: auto (what the machine has) or a "
-             "size; a job that cannot run within it is refused before loading")},
+             "size, shared by the ranks on one machine; a job that cannot run within it is "
+             "refused before loading")},
        /*planned=*/true,
        /*distributes=*/true},
       {"ddp",
