@@ -2,6 +2,9 @@
 // of a local HTTP server the client is pointed at (HF_ENDPOINT), read as a model search page, a
 // model's and a dataset's repository info; the file list an info gave is then selected from and
 // split as a dataset's files, and the input read as the dataset card (README.md's YAML header).
+// Then a dataset's layout and its row preview, as the wizard's Dataset page asks for them: from
+// the dataset viewer's first-rows answer (a client with a viewer endpoint), and from the first
+// bytes of the split's file (one without). A preview never shows more rows than asked for.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -74,12 +77,24 @@ class BodyServer {
   std::string body_;
 };
 
+tessera::hf::hub::Settings settings_for(BodyServer& server, const std::string& cache) {
+  tessera::hf::hub::Settings settings;
+  settings.endpoint = "http://127.0.0.1:" + std::to_string(server.port());
+  settings.cache_dir = tessera::fuzz::scratch_dir() / cache;
+  settings.download_timeout_s = 5;
+  return settings;
+}
+
 tessera::hf::hub::Client& client(BodyServer& server) {
+  static tessera::hf::hub::Client made(settings_for(server, "hub"));
+  return made;
+}
+
+// The same server answering as the dataset viewer too.
+tessera::hf::hub::Client& viewer_client(BodyServer& server) {
   static tessera::hf::hub::Client made = [&] {
-    tessera::hf::hub::Settings settings;
-    settings.endpoint = "http://127.0.0.1:" + std::to_string(server.port());
-    settings.cache_dir = tessera::fuzz::scratch_dir() / "hub";
-    settings.download_timeout_s = 5;
+    tessera::hf::hub::Settings settings = settings_for(server, "hub-viewer");
+    settings.viewer_endpoint = settings.endpoint;
     return tessera::hf::hub::Client(settings);
   }();
   return made;
@@ -115,5 +130,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         [&] { read_file_list(hub.info("org/repo", type, "main"), body); });
   }
   tessera::fuzz::refusal_is_fine([&] { (void)card_configs(body, {"data/train.jsonl"}, "org/d"); });
+  constexpr int kRows = 5;
+  for (Client* previewing : {&hub, &viewer_client(server)}) {
+    tessera::fuzz::refusal_is_fine([&] { (void)previewing->dataset_layout("org/d", "main"); });
+    tessera::fuzz::refusal_is_fine([&] {
+      const RowPreview preview = previewing->preview_rows("org/d", "main", "", "", kRows);
+      tessera::fuzz::require(preview.rows.size() <= static_cast<std::size_t>(kRows),
+                             "a preview shows at most the rows asked for");
+    });
+  }
   return 0;
 }

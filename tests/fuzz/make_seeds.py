@@ -103,6 +103,18 @@ def event_seeds():
     put("fuzz_events", "complete", text)
     put("fuzz_events", "torn", text + '{"v":1,"type":"met')
     put("fuzz_events", "empty", "")
+    # The studio's reader: the first byte picks the pieces the stream arrives in.
+    ranked = [{"v": 1, "type": "metric", "t": 4.0, "step": 2, "loss": 2.4, "tokens_per_s": 900.0,
+               "ranks": [{"rank": 0, "loss": 2.3, "tokens_per_s": 450.0},
+                         {"rank": 1, "loss": 2.5, "tokens_per_s": 450.0}]},
+              {"v": 1, "type": "memory", "t": 4.1, "tier": "host", "used": 1 << 30,
+               "by_category": {"weights": 1 << 20, "optimizer": 2 << 20},
+               "ranks": [{"rank": 0, "host": "a", "used": 1 << 29, "by_category": {"weights": 1 << 19}}]},
+              {"v": 1, "type": "checkpoint", "t": 5.0, "step": 2, "path": "/runs/x/checkpoint-2"},
+              {"v": 1, "type": "done", "t": 6.0, "status": "completed", "steps": 2, "total_steps": 2}]
+    studio = text + "".join(compact(line) + "\r\n" for line in ranked) + "not json\n" + '{"v":1,"ty'
+    put("fuzz_studio_events", "stream", b"\x07" + studio.encode())
+    put("fuzz_studio_events", "one_byte_pieces", b"\x00" + text.encode())
 
 
 def dataset_seeds():
@@ -198,6 +210,12 @@ def hub_seeds():
                    "README.md", "data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet",
                    "data/validation.jsonl", "en/test.csv", "fr/train/0000.parquet", "partial-train/0000.parquet")]}
     put("fuzz_hub_responses", "dataset_info", json.dumps(dataset))
+    put("fuzz_hub_responses", "first_rows", json.dumps({
+        "features": [{"feature_idx": 0, "name": "text", "type": {"dtype": "string", "_type": "Value"}},
+                     {"feature_idx": 1, "name": "label", "type": {"dtype": "int64", "_type": "Value"}}],
+        "rows": [{"row_idx": i, "row": {"text": f"row {i}", "label": i % 2}, "truncated_cells": []}
+                 for i in range(8)]}))
+    put("fuzz_hub_responses", "jsonl_rows", "".join(json.dumps({"text": f"line {i}"}) + "\n" for i in range(8)))
     put("fuzz_hub_responses", "search", json.dumps([
         {"id": "org/a", "downloads": 5, "likes": 1, "private": False, "tags": ["text-generation"],
          "pipeline_tag": "text-generation", "lastModified": "2024-01-01T00:00:00.000Z"},

@@ -1,6 +1,9 @@
 #include "ui/utility/event_stream.h"
 
 #include <QDateTime>
+#include <cmath>
+#include <limits>
+#include <optional>
 
 namespace tessera::ui {
 
@@ -40,6 +43,20 @@ double number(const json& e, const char* key) {
   return it != e.end() && it->is_number() ? it->get<double>() : kMissing;
 }
 
+// A count or index: the number when it is a whole one within `lowest` … `highest`, else none.
+// The engine writes integers there; anything else (1e300, -1, 2.5) is read as missing rather
+// than cast out of range, which is undefined behaviour (tests/fuzz: fuzz_studio_events).
+std::optional<std::int64_t> whole(const json& e, const char* key, std::int64_t lowest = 0,
+                                  std::int64_t highest = std::numeric_limits<std::int64_t>::max()) {
+  const double v = number(e, key);
+  // 2^63 is the first double above int64's range; the comparison stays in doubles.
+  if (!(v >= static_cast<double>(lowest) && v < 9223372036854775808.0) || v != std::floor(v))
+    return std::nullopt;
+  const auto n = static_cast<std::int64_t>(v);
+  if (n > highest) return std::nullopt;
+  return n;
+}
+
 QString text(const json& e, const char* key) {
   auto it = e.find(key);
   return it != e.end() && it->is_string() ? QString::fromStdString(it->get<std::string>())
@@ -53,9 +70,9 @@ QList<RankMetric> metric_ranks_from_json(const json& ranks) {
   if (!ranks.is_array()) return out;
   for (const json& r : ranks) {
     if (!r.is_object()) continue;
-    const double rank = number(r, "rank");
-    if (!present(rank)) continue;
-    out.push_back({static_cast<int>(rank), number(r, "loss"), number(r, "tokens_per_s")});
+    const auto rank = whole(r, "rank", 0, std::numeric_limits<int>::max());
+    if (!rank) continue;
+    out.push_back({static_cast<int>(*rank), number(r, "loss"), number(r, "tokens_per_s")});
   }
   return out;
 }
@@ -65,10 +82,10 @@ QList<RankMemory> memory_ranks_from_json(const json& ranks) {
   if (!ranks.is_array()) return out;
   for (const json& r : ranks) {
     if (!r.is_object()) continue;
-    const double rank = number(r, "rank");
-    if (!present(rank)) continue;
+    const auto rank = whole(r, "rank", 0, std::numeric_limits<int>::max());
+    if (!rank) continue;
     RankMemory m;
-    m.rank = static_cast<int>(rank);
+    m.rank = static_cast<int>(*rank);
     m.host = text(r, "host");
     m.used = number(r, "used");
     if (auto it = r.find("by_category"); it != r.end() && it->is_object())
@@ -142,8 +159,7 @@ void apply_event(const json& e, const QByteArray& line, StreamState& state, RunS
   if (!present(t)) t = double(QDateTime::currentMSecsSinceEpoch()) / 1000.0;
   if (type == "metric") {
     MetricPoint p;
-    const double step = number(e, "step");
-    p.step = present(step) ? static_cast<std::int64_t>(step) : 0;
+    p.step = whole(e, "step").value_or(0);
     p.t = t;
     p.loss = number(e, "loss");
     p.lr = number(e, "lr");
@@ -183,9 +199,8 @@ void apply_event(const json& e, const QByteArray& line, StreamState& state, RunS
   if (type == "progress") {
     delta.has_progress = true;
     delta.phase = text(e, "phase");
-    const double done = number(e, "done"), total = number(e, "total");
-    delta.done = present(done) ? static_cast<std::int64_t>(done) : 0;
-    delta.total = present(total) ? static_cast<std::int64_t>(total) : 0;
+    delta.done = whole(e, "done").value_or(0);
+    delta.total = whole(e, "total").value_or(0);
     delta.eta_s = number(e, "eta_s");
     // Only the training steps are kept, on the run's row (the runs list shows them).
     if (delta.phase == "train" && delta.total > 0) {
@@ -201,17 +216,16 @@ void apply_event(const json& e, const QByteArray& line, StreamState& state, RunS
     delta.last_error = state.last_error;
   } else if (type == "done") {
     state.done_status = text(e, "status");
-    const double steps = number(e, "steps"), total = number(e, "total_steps");
-    if (present(steps) && present(total) && total > 0) {
-      state.steps_done = static_cast<std::int64_t>(steps);
-      state.total_steps = static_cast<std::int64_t>(total);
+    const auto steps = whole(e, "steps"), total = whole(e, "total_steps");
+    if (steps && total && *total > 0) {
+      state.steps_done = *steps;
+      state.total_steps = *total;
       batch.steps = {{state.steps_done, state.total_steps}};
     }
   } else if (type == "checkpoint") {
-    const double step = number(e, "step");
-    if (present(step)) state.last_checkpoint_step = static_cast<std::int64_t>(step);
-    batch.checkpoints.push_back(
-        {present(step) ? static_cast<std::int64_t>(step) : 0, text(e, "path"), t});
+    const auto step = whole(e, "step");
+    if (step) state.last_checkpoint_step = *step;
+    batch.checkpoints.push_back({step.value_or(0), text(e, "path"), t});
   }
   const QString shown = describe_event(e);
   if (!shown.isEmpty()) delta.log << shown;
