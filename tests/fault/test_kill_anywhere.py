@@ -10,7 +10,11 @@ yet), and checked against an uninterrupted run of the same job:
   folder;
 - the exported model loads in transformers and its weights equal the uninterrupted run's export.
 
-The same for `gemini` with the optimizer state on disk, and for a 2-rank ddp job launched with
+The moments cycle through three aims: anywhere (uniform over the uninterrupted run's time), while
+a checkpoint is being written (as soon as its `checkpoint-N.tmp-*` folder appears, for a save
+chosen at random), and right after one is committed (as soon as `checkpoint-N` appears: the
+commit's fsync and the pruning of older ones follow). The same for `gemini` with the optimizer
+state on disk (every step writes its chunks back, so uniform moments land there most often), and for a 2-rank ddp job launched with
 `tessera-cli launch --nproc 2` where one rank, chosen at random, is killed (every rank stops; the
 job resumes on 2 ranks). TESSERA_FAULT_KILLS kills per configuration (default 3, the short form CI
 runs); tests/fault/run.sh --kills N runs the long form. TESSERA_FAULT_SEED picks the moments."""
@@ -124,6 +128,31 @@ def resumed_at(out):
     return step
 
 
+AIMS = ("anywhere", "checkpoint write", "after commit")
+SAVES = list(range(2, STEPS + 1, 2))  # save_every 2
+
+
+def wait_for_aim(out, aim, save, proc, deadline):
+    """Polls the run folder until the aimed moment (or `deadline` for "anywhere"); False when the
+    run ended first."""
+    prefix = f"checkpoint-{save}"
+    while proc.poll() is None:
+        if aim == "anywhere":
+            if time.monotonic() >= deadline:
+                return True
+        else:
+            try:
+                names = [entry.name for entry in os.scandir(out)]
+            except FileNotFoundError:
+                names = []
+            if aim == "checkpoint write" and any(n.startswith(prefix + ".tmp-") for n in names):
+                return True
+            if aim == "after commit" and prefix in names:
+                return True
+        time.sleep(0.0005)
+    return False
+
+
 def children_of(pid):
     found = []
     for entry in Path("/proc").iterdir():
@@ -175,15 +204,18 @@ def test_kill_9_anywhere_then_resume(workdir, tmp_path, references, name):
     rng = random.Random(f"{SEED}-{name}")
     ref = references[name]
     resumed_from = []
+    hits = {aim: 0 for aim in AIMS}
     for kill in range(KILLS):
+        aim = AIMS[kill % len(AIMS)]
+        save = rng.choice(SAVES)
         out = tmp_path / f"{name}-{kill}"
         job, nproc = write_job(workdir, out, name)
         proc = subprocess.Popen(command(job, nproc), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 env=ENV, start_new_session=True)
-        moment = rng.uniform(0.0, ref["seconds"])
-        deadline = time.monotonic() + moment
-        while time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.005)
+        started = time.monotonic()
+        deadline = started + rng.uniform(0.0, ref["seconds"])
+        hits[aim] += wait_for_aim(out, aim, save, proc, deadline)
+        moment = time.monotonic() - started
         if nproc == 1:
             victim = proc.pid
         else:  # one rank, chosen at random, of those running now (launch itself when none)
@@ -204,7 +236,7 @@ def test_kill_9_anywhere_then_resume(workdir, tmp_path, references, name):
         else:
             assert not complete, f"started again although {complete} were complete"
             resumed_from.append(0)
-        assert sorted(losses) == list(range(1, STEPS + 1)), f"kill {kill} at {moment:.2f} s"
+        assert sorted(losses) == list(range(1, STEPS + 1)), f"kill {kill} ({aim}) at {moment:.2f} s"
         for step, loss in ref["losses"].items():
             assert losses[step] == pytest.approx(loss, rel=1e-6, abs=0), \
                 f"kill {kill} at {moment:.2f} s: step {step} loss {losses[step]} against {loss}"
@@ -217,4 +249,5 @@ def test_kill_9_anywhere_then_resume(workdir, tmp_path, references, name):
             torch.testing.assert_close(weights[key], tensor, rtol=1e-6, atol=1e-7, msg=f"{key} after kill {kill}")
         assert exported.config.num_hidden_layers == 2
         shutil.rmtree(out)
-    print(f"{name}: {KILLS} kills; resumed from checkpoints {resumed_from}")
+    print(f"{name}: {KILLS} kills ({', '.join(f'{aim}: {n} hit' for aim, n in hits.items())}); "
+          f"resumed from checkpoints {resumed_from}")
