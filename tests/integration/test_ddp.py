@@ -44,6 +44,20 @@ def launch(tmp_path):
         ranks.close()
 
 
+def assert_equals_single(first: dict, label: str) -> None:
+    """Rank 0's report of an fp32 run against `single` with accumulation over the same
+    micro-batches: training moved the weights (so equal weights say something), and weights,
+    losses and gradient norms are equal within the fp32 bounds. Prints the differences."""
+    print(f"{label}: weights {first['max_rel_diff']:.2e} (elementwise "
+          f"{first['max_elementwise_rel_diff']:.2e}), losses {first['loss_rel_diff']:.2e}, "
+          f"grad norms {first['grad_norm_rel_diff']:.2e} from single")
+    assert first["moved"] > 1e-3
+    assert first["max_rel_diff"] <= FP32_BOUND
+    assert first["max_elementwise_rel_diff"] <= FP32_ELEMENTWISE_BOUND
+    assert first["loss_rel_diff"] <= FP32_BOUND
+    assert first["grad_norm_rel_diff"] <= FP32_BOUND
+
+
 def assert_reduced_while_backward_runs(report: dict) -> None:
     """The last step's trace: the first bucket is on its way before the last gradient exists,
     and every bucket before autograd's backward returns; the waits end after that."""
@@ -80,16 +94,8 @@ def test_weights_equal_single_with_accumulation(launch, world, accumulation, met
     reports = run_to_end(launch, world, steps, accumulation,
                          BUCKET_BYTES if method == "full" else 4096, method, "fp32")
     first = reports[0]
-    print(f"world {world}, accumulation {accumulation}, {method}: weights "
-          f"{first['max_rel_diff']:.2e} (elementwise {first['max_elementwise_rel_diff']:.2e}), "
-          f"losses {first['loss_rel_diff']:.2e}, grad norms "
-          f"{first['grad_norm_rel_diff']:.2e} from single; buckets {first['buckets']}")
-    # Training moved the weights, so equal weights say something.
-    assert first["moved"] > 1e-3
-    assert first["max_rel_diff"] <= FP32_BOUND
-    assert first["max_elementwise_rel_diff"] <= FP32_ELEMENTWISE_BOUND
-    assert first["loss_rel_diff"] <= FP32_BOUND
-    assert first["grad_norm_rel_diff"] <= FP32_BOUND
+    assert_equals_single(first, f"world {world}, accumulation {accumulation}, {method}, "
+                                f"buckets {first['buckets']}")
     # Clipping acted on the reduced gradients.
     assert min(first["grad_norms"]) > first["max_grad_norm"]
     for report in reports:
