@@ -16,8 +16,8 @@
 // the chunks (not LoRA's adapters) live there too, read when their chunk is gathered and
 // streamed through the update. Placement auto puts every parameter shard there and, after the
 // first step, keeps as many in memory as the rank's share of host_budget leaves beside the rest
-// of the process (its measured peak). The single-process plugin is gemini_plugin.cpp; the registered
-// `gemini` chooses between them by the world size (gemini_front.cpp).
+// of the process (its measured peak). The single-process plugin is gemini_plugin.cpp; the
+// registered `gemini` chooses between them by the world size (gemini_front.cpp).
 #include <cstdint>
 #include <memory>
 
@@ -52,8 +52,8 @@ struct GeminiShardHeld {
   std::uint64_t offloaded_parameter_bytes = 0;
   std::uint64_t cached_parameter_bytes = 0;  // of those, resident now
   std::int64_t cached_parameter_limit = 0;   // shards of on-disk chunks kept resident at most
-  std::uint64_t gradient_bytes = 0;  // reduced shards, whole gradient chunks, in flight
-  std::uint64_t all_gathers = 0;     // since prepare()
+  std::uint64_t gradient_bytes = 0;          // reduced shards, whole gradient chunks, in flight
+  std::uint64_t all_gathers = 0;             // since prepare()
   std::uint64_t reduce_scatters = 0;
   std::uint64_t prefetched = 0;  // gathers started ahead of their use
 };
