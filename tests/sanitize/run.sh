@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The unit tests under AddressSanitizer and UndefinedBehaviorSanitizer (issue 15): the torch-free
+# layers (core, hf, data, job, memory, plan, hub) and their Qt Test suites, built apart in
+# build-sanitize/ with TESSERA_SANITIZE=address,undefined and TESSERA_WITH_TORCH=OFF (LibTorch is
+# not instrumented), then `ctest -L unit` there. Any sanitizer report fails its test. The parsers
+# are also fuzzed under the same sanitizers (tests/fuzz/run.sh).
+#
+#   tests/sanitize/run.sh                  build (first time ~15 min on 2 cores) and run
+#   TESSERA_SANITIZE_BUILD_DIR (default build-sanitize/), TESSERA_SANITIZERS (address,undefined)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BUILD="${TESSERA_SANITIZE_BUILD_DIR:-$ROOT/build-sanitize}"
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/tessera/ccache}" CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
+if [[ ! -f "$BUILD/build.ninja" ]]; then
+  cmake -G Ninja -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DTESSERA_WITH_TORCH=OFF -DTESSERA_SANITIZE="${TESSERA_SANITIZERS:-address,undefined}" \
+    -DTESSERA_PYTHON="${TESSERA_VENV:-$HOME/.cache/tessera/venv}/bin/python" >/dev/null
+fi
+# Only the unit suites (and what they link): the studio and the CLI are not needed here.
+mapfile -t suites < <(ctest --test-dir "$BUILD" -N -L unit | sed -n 's/^ *Test *#[0-9]*: //p')
+[[ ${#suites[@]} -gt 0 ]] || { echo "sanitize: no unit tests configured in $BUILD" >&2; exit 1; }
+cmake --build "$BUILD" -j"$(nproc)" --target "${suites[@]}"
+# halt_on_error: the first report fails the test; detect_leaks: memory a test never frees.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:abort_on_error=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$ROOT/tests/sanitize/lsan.supp}"
+ctest --test-dir "$BUILD" -L unit --output-on-failure
