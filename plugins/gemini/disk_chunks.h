@@ -3,6 +3,8 @@
 // (memory/disk_store.h): which chunks static placement puts there, and streaming the optimizer
 // chunks through an update, a load or a save one at a time, the next one read ahead and the
 // last one written back behind.
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -20,14 +22,31 @@ using memory::choose_offloaded_chunks;
 
 // How stream_disk_chunks moves chunk `c`: `read` makes its buffers and starts their reads,
 // `arrived` (optional) runs once they are in, `write` starts writing back what the body
-// changed, `written` frees the buffers once that write is done.
+// changed, `written` frees the buffers once those writes are done.
 struct DiskChunkTransfers {
   std::function<bool(std::size_t)> on_disk;
   std::function<std::vector<std::future<void>>(std::size_t)> read;
   std::function<void(std::size_t)> arrived;
-  std::function<std::future<void>(std::size_t)> write;
+  std::function<std::vector<std::future<void>>(std::size_t)> write;
   std::function<void(std::size_t)> written;
 };
+
+// Placement auto keeps this share of the host budget free, as the planner does.
+inline constexpr double kAutoHeadroom = 0.1;
+
+// Placement auto, after the first step: how many disk-backed items of `item_bytes` (parameter
+// chunks or shards) may stay in memory. The measured `peak` less the `held` items it included
+// is the rest of the process; the items that fit beside it in `budget` (less the headroom and
+// one item of margin), at least `at_least` and at most `on_disk`.
+inline std::size_t items_within_budget(std::uint64_t peak, std::uint64_t held, std::uint64_t budget,
+                                       std::uint64_t item_bytes, std::size_t at_least,
+                                       std::size_t on_disk) {
+  const double rest = static_cast<double>(peak > held ? peak - held : 0);
+  const double room = static_cast<double>(budget) * (1.0 - kAutoHeadroom) - rest;
+  const double items = std::floor(room / static_cast<double>(item_bytes)) - 1.0;
+  return std::max(at_least,
+                  static_cast<std::size_t>(std::clamp(items, 0.0, static_cast<double>(on_disk))));
+}
 
 // Runs body(c) for c = 0 … count − 1 in order, every chunk on disk resident during its call:
 // the next chunk on disk is read while the body works on this one, and this one is written back
@@ -61,9 +80,7 @@ inline void stream_disk_chunks(std::size_t count, const DiskChunkTransfers& io,
       }
       body(c);
       if (!on_disk) continue;
-      Pending w{c, {}};
-      w.transfers.push_back(io.write(c));
-      writes.push_back(std::move(w));
+      writes.push_back(Pending{c, io.write(c)});
       while (writes.size() > 1) {
         wait_all(writes.front());
         io.written(writes.front().chunk);

@@ -44,9 +44,6 @@ using train::StepStats;
 // models we train, small enough that several stream through the update at once.
 constexpr std::int64_t kMaxChunkBytes = 64ll << 20;
 
-// Placement auto keeps this share of host_budget free, as the planner does.
-constexpr double kAutoHeadroom = 0.1;
-
 struct GeminiOptions {
   double offload_optim_frac = 0.0;
   double offload_param_frac = 0.0;
@@ -755,12 +752,9 @@ class GeminiPlugin : public train::Plugin {
     }
     const std::uint64_t peak = core::process_peak_rss();
     if (chunk_bytes == 0 || peak == 0) return;
-    const std::uint64_t cache = std::min(cache_limit_, on_disk) * chunk_bytes;
-    const double rest = static_cast<double>(peak > cache ? peak - cache : 0);
-    const double room = static_cast<double>(gemini_.host_budget) * (1.0 - kAutoHeadroom) - rest;
-    const double chunks = std::floor(room / static_cast<double>(chunk_bytes)) - 1.0;
-    cache_limit_ = std::max(kCachedDiskParameterChunks,
-                            static_cast<std::size_t>(std::clamp(chunks, 0.0, double(on_disk))));
+    cache_limit_ =
+        items_within_budget(peak, std::min(cache_limit_, on_disk) * chunk_bytes,
+                            gemini_.host_budget, chunk_bytes, kCachedDiskParameterChunks, on_disk);
   }
 
   // How far along the traced order chunk `c` is used next (the trace's length: never): a binary
@@ -1004,7 +998,9 @@ class GeminiPlugin : public train::Plugin {
         finish_gradient_write(optim_chunks_[c], true);
     };
     io.write = [&, store](std::size_t c) {
-      return store->write(optim_chunks_[c].region, optim_chunks_[c].host.data());
+      std::vector<std::future<void>> writes;
+      writes.push_back(store->write(optim_chunks_[c].region, optim_chunks_[c].host.data()));
+      return writes;
     };
     io.written = [&](std::size_t c) { optim_chunks_[c].host = memory::AlignedBuffer(); };
     stream_disk_chunks(optim_chunks_.size(), io, [&](std::size_t c) { body(optim_chunks_[c]); });

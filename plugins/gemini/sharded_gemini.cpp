@@ -48,8 +48,6 @@ constexpr std::size_t kGatheredChunks = 4;
 // Reduce-scatters in flight before backward waits for the oldest: each holds a whole float32
 // gradient chunk until it is done.
 constexpr std::size_t kReducesInFlight = 2;
-// Placement auto keeps this share of the rank's host budget free, as the planner does.
-constexpr double kAutoHeadroom = 0.1;
 
 std::int64_t round_up(std::int64_t n, std::int64_t multiple) {
   return (n + multiple - 1) / multiple * multiple;
@@ -776,12 +774,8 @@ class ShardedGemini : public train::Plugin {
     }
     const std::uint64_t peak = core::process_peak_rss();
     if (shard_bytes == 0 || peak == 0) return;
-    const std::uint64_t held = std::min(cached_shards_, on_disk) * shard_bytes;
-    const double rest = static_cast<double>(peak > held ? peak - held : 0);
-    const double room = static_cast<double>(rank_budget_) * (1.0 - kAutoHeadroom) - rest;
-    const double shards = std::floor(room / static_cast<double>(shard_bytes)) - 1.0;
-    cached_shards_ = std::max(kGatheredChunks,
-                              static_cast<std::size_t>(std::clamp(shards, 0.0, double(on_disk))));
+    cached_shards_ = items_within_budget(peak, std::min(cached_shards_, on_disk) * shard_bytes,
+                                         rank_budget_, shard_bytes, kGatheredChunks, on_disk);
   }
 
   // Starts the all-gather of chunk `c` into fresh memory under its storage.
@@ -1070,20 +1064,12 @@ class ShardedGemini : public train::Plugin {
     };
     io.write = [&](std::size_t c) {
       ShardChunk& chunk = chunks_[c];
-      std::future<void> optim = chunk.optim_on_disk
-                                    ? disk_->write(chunk.optim_region, chunk.optim_buffer.data())
-                                    : std::future<void>();
-      std::future<void> values = chunk.values_on_disk
-                                     ? disk_->write(chunk.values_region, chunk.values_buffer.data())
-                                     : std::future<void>();
-      // One future for both: waiting on it waits for both, the first error once both are done.
-      return std::async(std::launch::deferred,
-                        [optim = std::move(optim), values = std::move(values)]() mutable {
-                          if (optim.valid()) optim.wait();
-                          if (values.valid()) values.wait();
-                          if (optim.valid()) optim.get();
-                          if (values.valid()) values.get();
-                        });
+      std::vector<std::future<void>> writes;
+      if (chunk.optim_on_disk)
+        writes.push_back(disk_->write(chunk.optim_region, chunk.optim_buffer.data()));
+      if (chunk.values_on_disk)
+        writes.push_back(disk_->write(chunk.values_region, chunk.values_buffer.data()));
+      return writes;
     };
     io.written = [&](std::size_t c) {
       if (chunks_[c].optim_on_disk) drop_resident_optim(chunks_[c]);
