@@ -531,6 +531,10 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
     }
     const std::vector<bool> on_disk =
         memory::choose_offloaded_chunks(optim_sizes, std::clamp(s.offload_optim_frac, 0.0, 1.0));
+    // A shard's buffer while resident: its file's size, at least one I/O block.
+    const auto buffer_of = [](std::uint64_t bytes) {
+      return std::max<std::uint64_t>(memory::io_size(bytes), memory::kIoAlignment);
+    };
     double disk_shards = 0;
     std::uint64_t disk_files = 0;
     std::vector<std::uint64_t> disk_buffers;  // each on-disk shard's buffer while resident
@@ -538,8 +542,7 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
       if (!on_disk[t]) continue;
       disk_shards += chunks.trainable[t] / w;
       disk_files += memory::io_size(optim_sizes[t]);
-      disk_buffers.push_back(
-          std::max<std::uint64_t>(memory::io_size(optim_sizes[t]), memory::kIoAlignment));
+      disk_buffers.push_back(buffer_of(optim_sizes[t]));
     }
     // Parameter shards: the fetched chunks then the kept ones, as the plugin orders them (frozen
     // chunks first; for full fine-tuning every chunk is fetched and trainable).
@@ -564,19 +567,15 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
       ++value_chunks;
       disk_values += d(static_cast<std::int64_t>(value_sizes[k]));
       value_files += memory::io_size(value_sizes[k]);
-      largest_value_buffer = std::max<std::uint64_t>(
-          largest_value_buffer,
-          std::max<std::uint64_t>(memory::io_size(value_sizes[k]), memory::kIoAlignment));
+      largest_value_buffer = std::max(largest_value_buffer, buffer_of(value_sizes[k]));
     }
     // During the update: up to three trainable chunks resident with whichever of their shards
     // are on disk.
     std::vector<std::uint64_t> update_buffers;
     for (std::size_t t = 0; t < chunks.trainable.size(); ++t) {
       std::uint64_t b = 0;
-      if (on_disk[t])
-        b += std::max<std::uint64_t>(memory::io_size(optim_sizes[t]), memory::kIoAlignment);
-      if (!lora && t < values_on_disk.size() && values_on_disk[t])
-        b += std::max<std::uint64_t>(memory::io_size(value_sizes[t]), memory::kIoAlignment);
+      if (on_disk[t]) b += buffer_of(optim_sizes[t]);
+      if (!lora && t < values_on_disk.size() && values_on_disk[t]) b += buffer_of(value_sizes[t]);
       if (b > 0) update_buffers.push_back(b);
     }
     std::sort(update_buffers.rbegin(), update_buffers.rend());
@@ -602,8 +601,9 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
     e.offload_buffers = std::max(streamed, gathered_values);
     e.disk_parameters = value_files;
     e.disk_trainable_parameters = lora ? 0 : value_files;
-    e.disk_weights = (bf16 ? to_bytes(disk_shards * 4.0) : 0) + value_files;
-    e.disk_optimizer = disk_files - (bf16 ? to_bytes(disk_shards * 4.0) : 0);
+    const std::uint64_t disk_masters = bf16 ? to_bytes(disk_shards * 4.0) : 0;
+    e.disk_weights = disk_masters + value_files;
+    e.disk_optimizer = disk_files - disk_masters;
     e.disk_gradients = 0;
     // Loading: each chunk staged whole in float32 (read, then broadcast from rank 0) and cast,
     // beside the shards and optimizer state built so far (an on-disk shard through its buffer,

@@ -189,11 +189,6 @@ class LoraDeltas {
     }
   }
   bool adapts(const std::string& weight) const { return factors_.count(weight) > 0; }
-  std::vector<std::string> weights() const {
-    std::vector<std::string> out;
-    for (const auto& [weight, f] : factors_) out.push_back(weight);
-    return out;
-  }
   // float64 on the CPU
   torch::Tensor of(const std::string& weight) const {
     const auto& [lora_b, lora_a] = factors_.at(weight);
@@ -608,11 +603,10 @@ fs::path export_merged_lora(const job::JobSpec& spec, const hf::ModelFolder& sou
   for (const auto& [name, written] : exported)
     append_check(merge_check, exporter::check_merged_deltas({}, {{name, written}}, {}), "exported");
   merge_check.passed = merge_check.failures() == 0;
-  const auto& check = merge_check;
-  if (!check.passed)
-    throw Error(ErrorKind::Internal, "merged export failed its check: " + check.summary(),
+  if (!merge_check.passed)
+    throw Error(ErrorKind::Internal, "merged export failed its check: " + merge_check.summary(),
                 "the adapter in " + adapter_dir.string() + " is intact");
-  events.log("info", "merged export verified: " + check.summary());
+  events.log("info", "merged export verified: " + merge_check.summary());
   return adapter_dir;
 }
 
