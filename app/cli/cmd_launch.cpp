@@ -465,20 +465,12 @@ void name_rank_at_fault(const fs::path& events, std::uintmax_t from,
   std::ifstream in(events, std::ios::binary);
   if (!in) return;
   in.seekg(static_cast<std::streamoff>(from));
-  std::optional<json> error;
-  for (std::string line; std::getline(in, line);) {
-    json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (event.is_object() && event.value("type", std::string()) == "error" &&
-        event.contains("rank") && event["rank"].is_number_integer())
-      error = std::move(event);
-  }
-  if (!error) return;
-  const int rank = (*error)["rank"].get<int>();
-  if (rank < 0 || rank >= static_cast<int>(machine_of_rank.size())) return;
-  if (failure && failure->rank == rank) return;  // launch has named it already
+  const std::optional<job::RankError> error = job::last_rank_error(in);
+  if (!error || error->rank >= static_cast<int>(machine_of_rank.size())) return;
+  if (failure && failure->rank == error->rank) return;  // launch has named it already
   std::fprintf(stderr, "tessera-cli launch: the ranks name rank %d, on %s, as the cause: %s\n",
-               rank, machine_of_rank[static_cast<std::size_t>(rank)].c_str(),
-               error->value("message", std::string()).c_str());
+               error->rank, machine_of_rank[static_cast<std::size_t>(error->rank)].c_str(),
+               error->message.c_str());
   std::fflush(stderr);
 }
 

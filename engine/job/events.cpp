@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstring>
 
 #include "core/error.h"
@@ -119,6 +120,25 @@ void EventSink::progress(const std::string& phase, std::int64_t done, std::int64
 void EventSink::error(const std::string& code, const std::string& message,
                       const std::string& hint) {
   emit("error", {{"code", code}, {"message", message}, {"hint", hint}});
+}
+
+std::optional<RankError> last_rank_error(std::istream& in) {
+  std::optional<RankError> found;
+  for (std::string line; std::getline(in, line);) {
+    const auto event = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!event.is_object()) continue;
+    const auto type = event.find("type");
+    const auto rank = event.find("rank");
+    if (type == event.end() || *type != "error" || rank == event.end()) continue;
+    // A rank is a small non-negative integer; anything else names no rank.
+    if (!rank->is_number_unsigned() || rank->get<std::uint64_t>() > INT_MAX) continue;
+    const auto message = event.find("message");
+    found = RankError{static_cast<int>(rank->get<std::uint64_t>()),
+                      message != event.end() && message->is_string()
+                          ? message->get<std::string>()
+                          : std::string()};
+  }
+  return found;
 }
 
 }  // namespace tessera::job

@@ -6,6 +6,7 @@
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <istream>
 #include <optional>
 #include <string>
 
@@ -46,5 +47,15 @@ class EventSink {
   bool owns_file_ = false;
   std::function<void(const nlohmann::json&)> listener_;
 };
+
+// The last error event of a job's ranks that names a rank ({"type":"error","rank":R,...}) in an
+// event stream, read from where `in` stands to its end. Lines that are not events (a torn tail,
+// text, JSON of any other shape) are skipped, never thrown on: the stream is the ranks' output,
+// and launch reads it after a failure, when anything may have been cut off.
+struct RankError {
+  int rank = 0;
+  std::string message;
+};
+std::optional<RankError> last_rank_error(std::istream& in);
 
 }  // namespace tessera::job

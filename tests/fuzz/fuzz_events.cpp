@@ -1,7 +1,9 @@
 // The event stream a resumed run appends to (EventSink::open with append): whatever the file
 // held, possibly cut mid-event by a kill, every complete line before the cut is kept, the torn
 // tail is dropped, and each event written after it is one line of valid JSON, even when its
-// message carries the input's bytes (invalid UTF-8 is replaced, never written).
+// message carries the input's bytes (invalid UTF-8 is replaced, never written). And launch's
+// reader of the ranks' errors (last_rank_error) takes whatever the stream holds without throwing,
+// and finds the same error before and after the append (the events appended name no rank).
 #include <sstream>
 
 #include "fuzz_support.h"
@@ -35,5 +37,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const int expected = kept < before.size() ? 3 : 2;  // the torn-tail warning, then ours
   tessera::fuzz::require(events == expected, "one line per event, the torn tail dropped");
   tessera::fuzz::require(!after.empty() && after.back() == '\n', "the stream ends with a newline");
+
+  std::istringstream kept_lines(before.substr(0, kept));
+  std::istringstream all_lines(after);
+  const auto error_before = tessera::job::last_rank_error(kept_lines);
+  const auto error_after = tessera::job::last_rank_error(all_lines);
+  tessera::fuzz::require(error_before.has_value() == error_after.has_value() &&
+                             (!error_before || (error_before->rank == error_after->rank &&
+                                                error_before->rank >= 0 &&
+                                                error_before->message == error_after->message)),
+                         "the rank at fault is read the same before and after the append");
   return 0;
 }

@@ -103,6 +103,12 @@ def event_seeds():
     put("fuzz_events", "complete", text)
     put("fuzz_events", "torn", text + '{"v":1,"type":"met')
     put("fuzz_events", "empty", "")
+    # What launch reads after a failure: the ranks' errors, one naming the rank at fault.
+    ranked_errors = [{"v": 1, "type": "error", "t": 5.0, "rank": 1, "code": "peer_lost",
+                      "message": "rank 1 on box2 (192.168.1.21) stopped answering", "hint": "x"},
+                     {"v": 1, "type": "error", "t": 5.1, "rank": 0, "code": "internal",
+                      "message": "collective timed out"}]
+    put("fuzz_events", "rank_errors", "".join(compact(line) + "\n" for line in ranked_errors))
     # The studio's reader: the first byte picks the pieces the stream arrives in.
     ranked = [{"v": 1, "type": "metric", "t": 4.0, "step": 2, "loss": 2.4, "tokens_per_s": 900.0,
                "ranks": [{"rank": 0, "loss": 2.3, "tokens_per_s": 450.0},

@@ -3,6 +3,7 @@
 #include <QtTest>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -274,6 +275,29 @@ class TestJobSpec : public QObject {
     QCOMPARE(QString::fromStdString(events[1]["type"].get<std::string>()), QString("progress"));
     QCOMPARE(events[1]["eta_s"].get<double>(), 12.5);
     QCOMPARE(events[2]["loss"].get<double>(), 2.5);
+  }
+
+  // launch reads the ranks' stream after a failure to name the rank at fault: whatever else the
+  // stream holds (a torn line, another writer's text, fields of the wrong type) is passed over.
+  void lastRankErrorSkipsWhatIsNotARankError() {
+    std::istringstream stream(
+        "{\"type\":\"error\",\"rank\":1,\"message\":\"rank 1 stopped answering\"}\n"
+        "{\"type\":5,\"rank\":0}\n"
+        "{\"type\":\"error\",\"rank\":-1,\"message\":\"negative\"}\n"
+        "{\"type\":\"error\",\"rank\":1e300}\n"
+        "{\"type\":\"error\",\"rank\":99999999999}\n"
+        "{\"type\":\"error\",\"rank\":\"2\"}\n"
+        "[1,2]\n"
+        "not json\n"
+        "{\"type\":\"error\",\"rank\":3,\"message\":7}\n"
+        "{\"type\":\"error\",\"rank\":2,\"mess");
+    const auto error = job::last_rank_error(stream);
+    QVERIFY(error.has_value());
+    QCOMPARE(error->rank, 3);
+    QCOMPARE(QString::fromStdString(error->message), QString());
+
+    std::istringstream none("{\"type\":\"log\",\"rank\":1}\n\n");
+    QVERIFY(!job::last_rank_error(none).has_value());
   }
 };
 
