@@ -134,9 +134,8 @@ std::optional<RankError> last_rank_error(std::istream& in) {
     if (!rank->is_number_unsigned() || rank->get<std::uint64_t>() > INT_MAX) continue;
     const auto message = event.find("message");
     found = RankError{static_cast<int>(rank->get<std::uint64_t>()),
-                      message != event.end() && message->is_string()
-                          ? message->get<std::string>()
-                          : std::string()};
+                      message != event.end() && message->is_string() ? message->get<std::string>()
+                                                                     : std::string()};
   }
   return found;
 }

@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <istream>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <istream>
 #include <optional>
 #include <string>
 

@@ -42,10 +42,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::istringstream all_lines(after);
   const auto error_before = tessera::job::last_rank_error(kept_lines);
   const auto error_after = tessera::job::last_rank_error(all_lines);
-  tessera::fuzz::require(error_before.has_value() == error_after.has_value() &&
-                             (!error_before || (error_before->rank == error_after->rank &&
-                                                error_before->rank >= 0 &&
-                                                error_before->message == error_after->message)),
-                         "the rank at fault is read the same before and after the append");
+  tessera::fuzz::require(
+      error_before.has_value() == error_after.has_value() &&
+          (!error_before || (error_before->rank == error_after->rank && error_before->rank >= 0 &&
+                             error_before->message == error_after->message)),
+      "the rank at fault is read the same before and after the append");
   return 0;
 }
