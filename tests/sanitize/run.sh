@@ -11,14 +11,15 @@
 #                                       instrumented: our code's accesses are checked, and the
 #                                       leaks LeakSanitizer sees in LibTorch's own allocations
 #                                       (its registries, its allocator's caches) are suppressed.
-#   TESSERA_SANITIZE_BUILD_DIR, TESSERA_SANITIZERS (default address,undefined)
+#   TESSERA_SANITIZE_BUILD_DIR, TESSERA_SANITIZERS (default address,undefined),
+#   TESSERA_SANITIZE_BUILD_JOBS (default: all cores)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 WITH_TORCH=OFF
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --with-torch) WITH_TORCH=ON; shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -35,7 +36,7 @@ fi
 # Only the unit suites (and what they link): the studio and the CLI are not needed here.
 mapfile -t suites < <(ctest --test-dir "$BUILD" -N -L unit | sed -n 's/^ *Test *#[0-9]*: //p')
 [[ ${#suites[@]} -gt 0 ]] || { echo "sanitize: no unit tests configured in $BUILD" >&2; exit 1; }
-cmake --build "$BUILD" -j"$(nproc)" --target "${suites[@]}"
+cmake --build "$BUILD" -j"${TESSERA_SANITIZE_BUILD_JOBS:-$(nproc)}" --target "${suites[@]}"
 # halt_on_error: the first report fails the test; detect_leaks: memory a test never frees.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:abort_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
