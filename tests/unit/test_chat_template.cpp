@@ -137,6 +137,10 @@ class TestChatTemplate : public QObject {
     QCOMPARE(render("{{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 3 / 2 }} {{ 2 ** 10 }} {{ 1.0 }} "
                     "{{ 'ab' * 2 }} {{ 1 ~ 'x' }} {{ none }} {{ [1, 'a'] }} {{ (1, 2) }}"),
              std::string("3 -4 2 1.5 1024 1.0 abab 1x None [1, 'a'] (1, 2)"));
+    // Nothing repeated any number of times is nothing, at once (found by fuzz_tokenizer_config:
+    // 2**63 - 1 empty appends hung the render).
+    QCOMPARE(render("[{{ '' * 9223372036854775807 }}]{{ ([] * 9223372036854775807) | length }}"),
+             std::string("[]0"));
     QCOMPARE(
         render("{{ 'hello'[1:] }} {{ [1,2,3][::-1] }} {{ 'héllo'[1] }} {{ 'a\\nb' | length }}"),
         std::string("ello [3, 2, 1] é 3"));

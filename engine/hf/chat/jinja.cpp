@@ -221,6 +221,7 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
       std::size_t unit = seq->kind == Kind::String ? seq->text.size() : seq->list->size();
       if (unit && static_cast<std::uint64_t>(times) > kMaxStringBytes / unit)
         fault("repetition result too large");
+      if (unit == 0) times = 0;  // '' * 2**63 is '', at once (not 2**63 empty appends)
       if (seq->kind == Kind::String) {
         std::string out;
         for (std::int64_t i = 0; i < times; ++i) out += seq->text;
