@@ -8,6 +8,11 @@
 
 namespace tessera::memory {
 
+// Gemini's chunks are searched up to this size (one process and sharded alike, and the planner
+// that packs as they do): large enough for the biggest embedding matrices of the models we
+// train, small enough that several stream through the update at once.
+inline constexpr std::int64_t kMaxChunkBytes = 64ll << 20;
+
 struct ChunkSlot {
   std::size_t tensor = 0;   // index into the packed tensor list
   std::int64_t offset = 0;  // first element inside the chunk

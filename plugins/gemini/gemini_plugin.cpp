@@ -17,6 +17,7 @@
 #include "core/files.h"
 #include "core/meminfo.h"
 #include "core/units.h"
+#include "memory/chunk_cache_policy.h"
 #include "memory/chunk_layout.h"
 #include "memory/disk_store.h"
 #include "memory/tensor_state.h"
@@ -40,9 +41,7 @@ using train::NamedTensor;
 using train::Precision;
 using train::StepStats;
 
-// Chunks are searched up to this size: large enough for the biggest embedding matrices of the
-// models we train, small enough that several stream through the update at once.
-constexpr std::int64_t kMaxChunkBytes = 64ll << 20;
+using memory::kMaxChunkBytes;
 
 struct GeminiOptions {
   double offload_optim_frac = 0.0;
@@ -149,7 +148,6 @@ struct ParamChunk {
   std::future<void> read;
   c10::DataPtr outgoing;  // an evicted buffer, while its write-back is in flight
   std::future<void> write;
-  std::uint64_t last_use = 0;  // for least-recently-used eviction
 };
 
 // Parameter chunks on disk kept in memory at once (those in use, the prefetched next one, and
@@ -202,9 +200,7 @@ class GeminiPlugin : public train::Plugin {
     require_one_process(options.process, name());
     process_ = options.process;
     adamw_ = options.adamw;
-    if (options.device == "cuda" || (options.device == "auto" && torch::cuda::is_available()))
-      throw_unsupported("strategy gemini: CUDA devices are not supported yet",
-                        "use strategy.options.device \"cpu\", or strategy single on the GPU");
+    train::require_cpu_device(options, name());
     precision_.emplace(options.precision, torch::kCPU);
     dtype_ = precision_->compute_dtype();
     gemini_ = parse_options(options);
@@ -291,7 +287,7 @@ class GeminiPlugin : public train::Plugin {
 
   torch::Tensor leave_block(const torch::nn::Module& block, torch::Tensor output,
                             bool needs_parameters_in_backward) {
-    pinned_.clear();
+    cache_.unpin();
     if (needs_parameters_in_backward && output.requires_grad()) {
       // Runs as the gradient reaches the block's output, just before its backward.
       const std::vector<std::size_t>* chunks = &block_chunks_.at(&block);
@@ -336,11 +332,10 @@ class GeminiPlugin : public train::Plugin {
       e.grad_norm = torch::Tensor();
       memory::transition(e.state, TensorState::Held, e.name);
     }
-    pinned_.clear();
+    cache_.unpin();
     while (!parameter_writes_.empty()) finish_parameter_write(parameter_writes_.front());
-    if (tracing_ && gemini_.auto_placement) size_cache_to_budget();
-    if (tracing_) index_trace();
-    tracing_ = false;  // the first step's order of chunk uses is the order of every later one
+    if (cache_.tracing() && gemini_.auto_placement) size_cache_to_budget();
+    cache_.end_tracing();  // the first step's order of chunk uses is the order of every later one
     return stats;
   }
 
@@ -454,7 +449,7 @@ class GeminiPlugin : public train::Plugin {
       use_parameter_chunks({e.param_chunk});
       visit(e.model_name, e.tensor);
     }
-    pinned_.clear();
+    cache_.unpin();
   }
 
   void gather_weights() override {
@@ -563,7 +558,7 @@ class GeminiPlugin : public train::Plugin {
         }
       }
     });
-    pinned_.clear();
+    cache_.unpin();
     if (optimizer_used != optimizer.size())
       throw_invalid(source + ": the optimizer state names tensors this run does not train",
                     "resume with the same model and method (full / LoRA and its targets)");
@@ -660,21 +655,20 @@ class GeminiPlugin : public train::Plugin {
   // Makes `chunks` resident (waiting for what is in flight), pins them until the next use, and
   // prefetches the chunk the traced order says comes next.
   void use_parameter_chunks(const std::vector<std::size_t>& chunks) {
-    pinned_ = chunks;
+    cache_.pin(chunks);
     for (std::size_t c : chunks) {
       fetch_parameter_chunk(c);
       if (!param_chunks_[c].on_disk) continue;
-      if (tracing_) {
-        if (trace_.empty() || trace_.back() != c) trace_.push_back(c);
-      } else {
+      if (cache_.tracing())
+        cache_.record(c);
+      else
         prefetch_after(c);
-      }
     }
   }
 
   void fetch_parameter_chunk(std::size_t c) {
     ParamChunk& chunk = param_chunks_[c];
-    chunk.last_use = ++use_clock_;
+    cache_.touch(c);
     if (!chunk.on_disk || chunk.resident) return;
     if (!chunk.incoming) make_room();
     if (chunk.outgoing) {  // evicted a moment ago: its buffer still holds the values
@@ -691,51 +685,35 @@ class GeminiPlugin : public train::Plugin {
     chunk.resident = true;
   }
 
-  // After a use of `c`: read ahead the next chunk of the traced order. The search starts where
-  // the last use was found, so a step that follows the trace costs one comparison per use.
+  // After a use of `c`: read ahead the next chunk of the traced order.
   void prefetch_after(std::size_t c) {
-    if (trace_.empty()) return;
-    std::size_t at = trace_cursor_;
-    for (std::size_t n = 0; n < trace_.size(); ++n, at = (at + 1) % trace_.size())
-      if (trace_[at] == c) break;
-    if (trace_[at] != c) return;  // a chunk the trace never used
-    trace_cursor_ = (at + 1) % trace_.size();
-    ParamChunk& next = param_chunks_[trace_[trace_cursor_]];
+    const std::optional<std::size_t> n = cache_.next_after(c, /*across_steps=*/true);
+    if (!n) return;
+    ParamChunk& next = param_chunks_[*n];
     if (next.resident || next.incoming || next.outgoing || !make_room()) return;
-    next.last_use = ++use_clock_;
+    cache_.touch(*n);
     next.incoming = aligned_memory(next.storage.nbytes());
     next.read = disk().read(next.region, next.incoming.get());
   }
 
-  // Evicts chunks on disk that no block is using until one more fits under the cache limit:
-  // the one the traced order needs again last (Belady's choice; the least recently used while
-  // the first step is being traced, a prefetched one counting as used then). False when
-  // everything held is in use.
+  // Evicts chunks on disk that no block is using until one more fits under the cache limit
+  // (memory::ChunkCachePolicy chooses which). False when everything held is in use.
   bool make_room() {
+    auto holds = [this](std::size_t c) {
+      const ParamChunk& chunk = param_chunks_[c];
+      return chunk.on_disk && (chunk.resident || static_cast<bool>(chunk.incoming));
+    };
     std::size_t held = 0;
-    for (const ParamChunk& c : param_chunks_)
-      if (c.on_disk && (c.resident || c.incoming)) ++held;
-    for (; held >= cache_limit_; --held) {
-      std::optional<std::size_t> victim;
-      for (std::size_t c = 0; c < param_chunks_.size(); ++c) {
-        const ParamChunk& chunk = param_chunks_[c];
-        if (!chunk.on_disk || !(chunk.resident || chunk.incoming) ||
-            std::find(pinned_.begin(), pinned_.end(), c) != pinned_.end())
-          continue;
-        if (!victim || (tracing_ ? chunk.last_use < param_chunks_[*victim].last_use
-                                 : uses_until_needed(c) > uses_until_needed(*victim)))
-          victim = c;
-      }
-      if (!victim) return false;
-      ParamChunk& chunk = param_chunks_[*victim];
+    for (std::size_t c = 0; c < param_chunks_.size(); ++c) held += holds(c) ? 1 : 0;
+    return cache_.make_room(held, cache_limit_, holds, [this](std::size_t c) {
+      ParamChunk& chunk = param_chunks_[c];
       if (chunk.incoming) {
         chunk.read.get();
         chunk.incoming.clear();
       } else {
-        evict_parameter_chunk(*victim);
+        evict_parameter_chunk(c);
       }
-    }
-    return true;
+    });
   }
 
   // Placement auto, after the first step: the process's peak during it, less the cache it held
@@ -755,22 +733,6 @@ class GeminiPlugin : public train::Plugin {
     cache_limit_ =
         items_within_budget(peak, std::min(cache_limit_, on_disk) * chunk_bytes,
                             gemini_.host_budget, chunk_bytes, kCachedDiskParameterChunks, on_disk);
-  }
-
-  // How far along the traced order chunk `c` is used next (the trace's length: never): a binary
-  // search of its positions in the trace, so an eviction costs O(chunks × log uses), not a scan
-  // of the trace per candidate (a 7B model has hundreds of chunks).
-  std::size_t uses_until_needed(std::size_t c) const {
-    const std::vector<std::size_t>& positions = trace_positions_[c];
-    if (positions.empty()) return trace_.size();
-    auto next = std::lower_bound(positions.begin(), positions.end(), trace_cursor_);
-    if (next != positions.end()) return *next - trace_cursor_;
-    return positions.front() + trace_.size() - trace_cursor_;  // next time round
-  }
-
-  void index_trace() {
-    trace_positions_.assign(param_chunks_.size(), {});
-    for (std::size_t at = 0; at < trace_.size(); ++at) trace_positions_[trace_[at]].push_back(at);
   }
 
   void evict_parameter_chunk(std::size_t c) {
@@ -915,6 +877,7 @@ class GeminiPlugin : public train::Plugin {
     for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
     const memory::ChunkLayout layout = layout_for(all, element_bytes());
     param_chunks_.resize(layout.chunks.size());
+    cache_.resize(param_chunks_.size());
     // A chunk holding adapters, or a tensor no block fetches, never goes to disk.
     std::vector<std::uint64_t> capacities;
     std::vector<bool> may_go_to_disk;
@@ -1044,12 +1007,9 @@ class GeminiPlugin : public train::Plugin {
   std::shared_ptr<ChunkFetch> chunk_fetch_;
   std::vector<std::shared_ptr<torch::nn::Module>> hooked_blocks_;
   std::unordered_map<const torch::nn::Module*, std::vector<std::size_t>> block_chunks_;
-  std::vector<std::size_t> pinned_;  // chunks the block computing now uses: never evicted
-  std::vector<std::size_t> trace_;   // chunks on disk in the order the first step used them
-  std::vector<std::vector<std::size_t>> trace_positions_;  // per chunk: where trace_ has it
-  std::size_t trace_cursor_ = 0;
-  bool tracing_ = true;
-  std::uint64_t use_clock_ = 0;
+  // Which parameter chunks on disk stay cached and which are read ahead: the order the first
+  // step used them in; the block computing now pins its chunks.
+  memory::ChunkCachePolicy cache_;
   std::size_t cache_limit_ = kCachedDiskParameterChunks;
   bool last_micro_batch_ = false;
   std::int64_t steps_ = 0;

@@ -20,6 +20,7 @@
 #include "core/meminfo.h"
 #include "core/units.h"
 #include "dist/parallel_context.h"
+#include "memory/chunk_cache_policy.h"
 #include "memory/chunk_layout.h"
 #include "memory/disk_store.h"
 #include "memory/tensor_state.h"
@@ -40,14 +41,9 @@ using train::MemoryByCategory;
 using train::NamedTensor;
 using train::StepStats;
 
-// Chunks are searched up to this size, as the single-process plugin does.
-constexpr std::int64_t kMaxChunkBytes = 64ll << 20;
-// Whole chunks gathered at once (those in use, the one gathered ahead, recently used ones): a
-// block's parameters may sit in two chunks, and the tied output head uses the embedding's again.
-constexpr std::size_t kGatheredChunks = 4;
-// Reduce-scatters in flight before backward waits for the oldest: each holds a whole float32
-// gradient chunk until it is done.
-constexpr std::size_t kReducesInFlight = 2;
+using memory::kGatheredChunks;
+using memory::kMaxChunkBytes;
+using memory::kReducesInFlight;
 
 std::int64_t round_up(std::int64_t n, std::int64_t multiple) {
   return (n + multiple - 1) / multiple * multiple;
@@ -102,7 +98,6 @@ struct ShardChunk {
   std::size_t grads_in = 0;
   bool ready = false;     // every tensor's gradient of this backward is in
   bool launched = false;  // reduce-scattered in this backward
-  std::uint64_t last_use = 0;
 };
 
 class ShardedGemini;
@@ -164,9 +159,7 @@ class ShardedGemini : public train::Plugin {
     rank_ = group_->rank();
     world_ = group_->size();
     adamw_ = options.adamw;
-    if (options.device == "cuda" || (options.device == "auto" && torch::cuda::is_available()))
-      throw_unsupported("strategy gemini: CUDA devices are not supported yet",
-                        "use strategy.options.device \"cpu\", or strategy single on the GPU");
+    train::require_cpu_device(options, name());
     read_options(options);
     precision_.emplace(options.precision, torch::kCPU);
     dtype_ = precision_->compute_dtype();
@@ -252,7 +245,7 @@ class ShardedGemini : public train::Plugin {
 
   torch::Tensor leave_block(const torch::nn::Module& block, torch::Tensor output,
                             bool needs_parameters_in_backward) {
-    pinned_.clear();
+    gathered_.unpin();
     if (needs_parameters_in_backward && output.requires_grad()) {
       const std::vector<std::size_t>* chunks = &block_chunks_.at(&block);
       output.register_hook([this, chunks](const torch::Tensor&) { use_chunks(*chunks); });
@@ -288,9 +281,8 @@ class ShardedGemini : public train::Plugin {
       memory::transition(e.state, TensorState::Held, e.name);
     }
     if (stats.applied) gather_persistent(true);
-    if (tracing_ && auto_placement_) size_shard_cache_to_budget();
-    if (tracing_) index_trace();
-    tracing_ = false;  // the first step's order of chunk uses is every later step's
+    if (gathered_.tracing() && auto_placement_) size_shard_cache_to_budget();
+    gathered_.end_tracing();  // the first step's order of chunk uses is every later step's
     return stats;
   }
 
@@ -361,11 +353,11 @@ class ShardedGemini : public train::Plugin {
     torch::NoGradGuard no_grad;
     for (const ShardEntry& e : entries_) {
       if (e.model_name.empty()) continue;
-      pinned_ = {e.chunk};
+      gathered_.pin({e.chunk});
       gather(e.chunk);  // not use_chunks(): this is no step's order of uses
       visit(e.model_name, e.tensor);
     }
-    pinned_.clear();
+    gathered_.unpin();
   }
 
   // Every chunk gathered for good (a collective: every rank calls it), so that rank 0 alone can
@@ -641,6 +633,7 @@ class ShardedGemini : public train::Plugin {
         chunks_.push_back(std::move(chunk));
       }
     }
+    gathered_.resize(chunks_.size());
     // The gradients go back in chunk order from the last: backward meets the chunks about so.
     for (std::size_t c = chunks_.size(); c-- > 0;)
       if (chunks_[c].trainable) reduce_order_.push_back(c);
@@ -795,7 +788,7 @@ class ShardedGemini : public train::Plugin {
   // Chunk `c` whole in memory now (waiting for a gather ahead, or gathering it).
   void gather(std::size_t c) {
     ShardChunk& chunk = chunks_[c];
-    chunk.last_use = ++use_clock_;
+    gathered_.touch(c);
     if (!chunk.gathered) {
       if (!chunk.persistent) make_room();
       start_gather(c);
@@ -807,78 +800,43 @@ class ShardedGemini : public train::Plugin {
   }
 
   void use_chunks(const std::vector<std::size_t>& chunks) {
-    pinned_ = chunks;
+    gathered_.pin(chunks);
     for (std::size_t c : chunks) {
       gather(c);
       if (chunks_[c].persistent) continue;
-      if (tracing_) {
-        if (trace_.empty() || trace_.back() != c) trace_.push_back(c);
-      } else {
+      if (gathered_.tracing())
+        gathered_.record(c);
+      else
         gather_ahead(c);
-      }
     }
   }
 
-  // After a use of `c`: start gathering the next chunk of the traced order.
+  // After a use of `c`: start gathering the next chunk of the traced order (not across the end
+  // of a step: the next use comes after the update, which changes every chunk).
   void gather_ahead(std::size_t c) {
-    if (trace_.empty()) return;
-    std::size_t at = trace_cursor_;
-    for (std::size_t n = 0; n < trace_.size(); ++n, at = (at + 1) % trace_.size())
-      if (trace_[at] == c) break;
-    if (trace_[at] != c) return;
-    trace_cursor_ = (at + 1) % trace_.size();
-    // The step's last use: the next one comes after the update, which changes every chunk.
-    if (trace_cursor_ == 0) return;
-    const std::size_t next = trace_[trace_cursor_];
-    ShardChunk& chunk = chunks_[next];
-    if (chunk.gathered || !make_room()) return;
-    chunk.last_use = ++use_clock_;
-    start_gather(next);
+    const std::optional<std::size_t> next = gathered_.next_after(c, /*across_steps=*/false);
+    if (!next) return;
+    if (chunks_[*next].gathered || !make_room()) return;
+    gathered_.touch(*next);
+    start_gather(*next);
     ++prefetched_;
   }
 
-  // Releases gathered chunks no block is using until one more fits under kGatheredChunks: the
-  // one the traced order needs again last (least recently used while tracing). Every decision
-  // depends only on the order of uses, the same on every rank, so every rank issues the same
-  // all-gathers in the same order. False when everything gathered is in use.
+  // Releases gathered chunks no block is using until one more fits under kGatheredChunks
+  // (memory::ChunkCachePolicy chooses which). Every decision depends only on the order of uses,
+  // the same on every rank, so every rank issues the same all-gathers in the same order. False
+  // when everything gathered is in use.
   bool make_room() {
+    auto holds = [this](std::size_t c) { return !chunks_[c].persistent && chunks_[c].gathered; };
     std::size_t held = 0;
-    for (const ShardChunk& c : chunks_)
-      if (!c.persistent && c.gathered) ++held;
-    for (; held >= kGatheredChunks; --held) {
-      std::optional<std::size_t> victim;
-      for (std::size_t c = 0; c < chunks_.size(); ++c) {
-        const ShardChunk& chunk = chunks_[c];
-        if (chunk.persistent || !chunk.gathered ||
-            std::find(pinned_.begin(), pinned_.end(), c) != pinned_.end())
-          continue;
-        if (!victim || (tracing_ ? chunk.last_use < chunks_[*victim].last_use
-                                 : uses_until_needed(c) > uses_until_needed(*victim)))
-          victim = c;
-      }
-      if (!victim) return false;
-      release(*victim);
-    }
-    return true;
-  }
-
-  std::size_t uses_until_needed(std::size_t c) const {
-    const std::vector<std::size_t>& positions = trace_positions_[c];
-    if (positions.empty()) return trace_.size();
-    auto next = std::lower_bound(positions.begin(), positions.end(), trace_cursor_);
-    if (next != positions.end()) return *next - trace_cursor_;
-    return positions.front() + trace_.size() - trace_cursor_;
-  }
-
-  void index_trace() {
-    trace_positions_.assign(chunks_.size(), {});
-    for (std::size_t at = 0; at < trace_.size(); ++at) trace_positions_[trace_[at]].push_back(at);
+    for (std::size_t c = 0; c < chunks_.size(); ++c) held += holds(c) ? 1 : 0;
+    return gathered_.make_room(held, kGatheredChunks, holds, [this](std::size_t c) { release(c); });
   }
 
   void release_gathered() {
     for (std::size_t c = 0; c < chunks_.size(); ++c)
       if (!chunks_[c].persistent && chunks_[c].gathered) release(c);
-    pinned_.clear();
+    gathered_.unpin();
   }
 
   // After an update (or a load): the chunks kept whole take the new shards.
@@ -1130,12 +1088,9 @@ class ShardedGemini : public train::Plugin {
   std::filesystem::path offload_dir_;
   // After chunks_: destroyed first, so no transfer outlives a chunk's buffer.
   std::unique_ptr<memory::DiskStore> disk_;
-  std::vector<std::size_t> pinned_;
-  std::vector<std::size_t> trace_;
-  std::vector<std::vector<std::size_t>> trace_positions_;
-  std::size_t trace_cursor_ = 0;
-  bool tracing_ = true;
-  std::uint64_t use_clock_ = 0;
+  // Which chunks stay gathered and which are gathered ahead: the order the first step used
+  // them in; the block computing now pins its chunks.
+  memory::ChunkCachePolicy gathered_;
   std::int64_t steps_ = 0;
   std::uint64_t all_gathers_ = 0;
   std::uint64_t reduce_scatters_ = 0;

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "memory/chunk_cache_policy.h"
 #include "memory/chunk_layout.h"
 #include "memory/disk_store.h"
 #include "memory/tensor_state.h"
@@ -23,6 +24,67 @@ namespace fs = std::filesystem;
 class TestMemory : public QObject {
   Q_OBJECT
  private Q_SLOTS:
+  // The policy Gemini's caches and the planner share: least recently used while the first step
+  // is traced, then the chunk the traced order needs again last; reading ahead follows the
+  // order; the block computing now is never evicted.
+  void cache_policy_traces_then_evicts_what_is_needed_last() {
+    memory::ChunkCachePolicy policy(5);
+    std::vector<bool> held(5, false);
+    std::vector<std::size_t> evicted;
+    auto holds = [&](std::size_t c) { return static_cast<bool>(held[c]); };
+    auto evict = [&](std::size_t c) {
+      held[c] = false;
+      evicted.push_back(c);
+    };
+    auto count = [&] {
+      return static_cast<std::size_t>(std::count(held.begin(), held.end(), true));
+    };
+    // The first step: 0 1 2 3 4 3 2 1 (forward, then backward) traced, 3 held at most.
+    QVERIFY(policy.tracing());
+    for (std::size_t c : {0, 1, 2, 3, 4, 3, 2, 1}) {
+      policy.pin({c});
+      policy.touch(c);
+      if (!held[c]) {
+        QVERIFY(policy.make_room(count(), 3, holds, evict));
+        held[c] = true;
+      }
+      policy.record(c);
+    }
+    // Least recently used while tracing: 0 made room for 3, 1 for 4, and 4 (used before the
+    // second uses of 3 and 2) for 1's return.
+    QCOMPARE(evicted, (std::vector<std::size_t>{0, 1, 4}));
+    policy.unpin();
+    policy.end_tracing();
+    QVERIFY(!policy.tracing());
+    QCOMPARE(policy.order(), (std::vector<std::size_t>{0, 1, 2, 3, 4, 3, 2, 1}));
+    // The next step replays the order from its start.
+    QCOMPARE(policy.uses_until_needed(0), std::size_t{0});
+    QCOMPARE(policy.uses_until_needed(3), std::size_t{3});
+    QCOMPARE(policy.uses_until_needed(1), std::size_t{1});
+    // Held now: 1, 2, 3. Making room for 0 evicts the one needed last: 3 (at 3 uses) beats 2
+    // (at 2) and 1 (at 1).
+    evicted.clear();
+    QVERIFY(policy.make_room(count(), 3, holds, evict));
+    QCOMPARE(evicted, (std::vector<std::size_t>{3}));
+    // Pinned chunks stay, even when nothing else can go.
+    policy.pin({1, 2});
+    QVERIFY(!policy.make_room(count(), 1, holds, evict));
+    QVERIFY(held[1] && held[2]);
+    policy.unpin();
+    // next_after walks the order from the last use; within a step only, it stops at the wrap.
+    QCOMPARE(*policy.next_after(0, false), std::size_t{1});
+    QCOMPARE(*policy.next_after(1, false), std::size_t{2});
+    QVERIFY(!policy.next_after(7, false));  // never in the order: no read-ahead
+    QCOMPARE(*policy.next_after(2, false), std::size_t{3});
+    for (std::size_t c : {3, 4, 3, 2}) policy.next_after(c, false);
+    QVERIFY(!policy.next_after(1, false));  // the step's last use: the next is the next step's
+    // An order given beforehand (the planner) starts replayed at once.
+    memory::ChunkCachePolicy planned(3);
+    planned.use_order({2, 0, 1});
+    QVERIFY(!planned.tracing());
+    QCOMPARE(*planned.next_after(2, true), std::size_t{0});
+  }
+
   void state_table_walks_a_training_step() {
     TensorState s = TensorState::Free;
     const std::string name = "model.layers.0.mlp.up_proj.weight";
