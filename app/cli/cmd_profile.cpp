@@ -1,5 +1,6 @@
 // tessera-cli profile [--json]: what this machine offers a training job — CPU and ISA, cores,
-// RAM and the cgroup limit, free disk with its measured speed, GPUs, OS.
+// RAM and the cgroup limit, free disk with its measured speed, GPUs with their measured copy and
+// compute rates, OS.
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -10,6 +11,7 @@
 #include "core/files.h"
 #include "plan/profile.h"
 #if TESSERA_WITH_TORCH
+#include "runner/gpu_rates.h"
 #include "runner/loopback_link.h"
 #endif
 
@@ -60,6 +62,8 @@ plan::HardwareProfile profile_from_args(const Args& args, std::filesystem::path 
 #if TESSERA_WITH_TORCH
   // A 2-rank c10d all_reduce on the loopback (runner/loopback_link.h), cached a day.
   if (measure_link) options.measure_link = [] { return runner::measure_loopback_link(); };
+  // Each GPU's copy and compute rates (runner/gpu_rates.h), cached a day.
+  options.measure_gpu = [](int index) { return runner::measure_gpu_rates(index); };
 #else
   (void)measure_link;  // a build without LibTorch has no c10d to measure the link with
 #endif
@@ -120,11 +124,26 @@ void print_profile(const plan::HardwareProfile& p) {
   if (p.gpus.empty()) {
     line("gpus", "none (looked in " + p.gpu_source + ")");
   } else {
-    for (std::size_t i = 0; i < p.gpus.size(); ++i)
+    for (std::size_t i = 0; i < p.gpus.size(); ++i) {
+      const plan::GpuInfo& g = p.gpus[i];
       line("gpu " + std::to_string(i),
-           p.gpus[i].name + ", " +
-               (p.gpus[i].memory ? human_bytes(p.gpus[i].memory) : std::string("memory unknown")) +
-               (p.gpus[i].bf16 ? ", bf16" : ""));
+           g.name + ", " + (g.memory ? human_bytes(g.memory) : std::string("memory unknown")) +
+               (g.memory_free ? " (" + human_bytes(g.memory_free) + " free)" : "") +
+               (g.compute_capability.empty() ? "" : ", compute " + g.compute_capability) +
+               (g.bf16 ? ", bf16" : ""));
+      if (!g.rates.measured) continue;
+      char rates[160];
+      std::snprintf(
+          rates, sizeof rates,
+          "%.1f TFLOP/s bf16, %.1f TFLOP/s fp32; pinned copies %s/s "
+          "to it, %s/s back",
+          g.rates.bf16_flops / 1e12, g.rates.fp32_flops / 1e12,
+          human_bytes(static_cast<std::uint64_t>(g.rates.host_to_device_bytes_per_s)).c_str(),
+          human_bytes(static_cast<std::uint64_t>(g.rates.device_to_host_bytes_per_s)).c_str());
+      line("gpu " + std::to_string(i) + " rates",
+           std::string(rates) + " (" + (g.rates.from_cache ? "cached from " : "measured ") +
+               g.rates.measured_at + ")");
+    }
   }
   if (p.link) {
     char link[96];

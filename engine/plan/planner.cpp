@@ -16,12 +16,31 @@
 #include "hf/model_folder.h"
 #include "hf/tokenizer/tokenizer.h"
 #include "job/strategies.h"
+#include "memory/chunk_cache_policy.h"
 #include "memory/chunk_layout.h"
 #include "memory/disk_store.h"
 #include "plan/model_size.h"
 
 namespace tessera::plan {
 namespace {
+
+// Where the job computes, as the plugins decide: single (and auto, which then plans single) on
+// the GPU unless its device option says cpu; ddp, zero and gemini compute on the CPU until their
+// CUDA paths exist (train::require_cpu_device), so they are planned on the host even with a GPU.
+// A GPU's matrix-product rate in `precision`, as the profile measured it (bf16 and fp16 on the
+// bf16 rate: the same tensor cores); 50 TFLOP/s assumed where it was not measured.
+double gpu_flops(const GpuInfo& gpu, const std::string& precision) {
+  if (!gpu.rates.measured) return 50e12;
+  const bool half = precision == "bf16" || precision == "fp16";
+  return half && gpu.rates.bf16_flops > 0.0 ? gpu.rates.bf16_flops : gpu.rates.fp32_flops;
+}
+
+bool plans_on_gpu(const job::JobSpec& spec, const HardwareProfile& hw, bool distributed) {
+  const bool computes_on_cuda =
+      spec.strategy.name == "single" || spec.strategy.name == job::kAutoStrategy;
+  return computes_on_cuda && !distributed && !hw.gpus.empty() &&
+         job::strategy_option(spec.strategy.name, spec.strategy.options, "device") != "cpu";
+}
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -180,8 +199,8 @@ std::string run_name(const std::string& folder) {
 // next chunk of that order gathered ahead; every gathered chunk released at the update. This is
 // the plugin's behaviour from its second step on (its first traces the order, releasing the
 // least recently used).
-constexpr std::size_t kGatheredChunks = 4;  // sharded_gemini.cpp: whole chunks at once
-constexpr double kReducesInFlight = 2;      // sharded_gemini.cpp: gradient chunks in flight
+using memory::kGatheredChunks;   // sharded_gemini.cpp's: whole chunks at once
+using memory::kReducesInFlight;  // and gradient chunks in flight
 
 struct ShardedChunks {
   std::vector<double> fetched;    // elements of each chunk the blocks gather, in use order
@@ -225,9 +244,10 @@ ShardedChunks sharded_chunks(const hf::ModelConfig& c, const Settings& s, int wo
   // The head: its own linear, or the embedding's weight again (tied).
   const std::size_t head_block = head > 0 ? block({head}, true) : embedding;
 
-  // Chunks as the plugin packs them: at most 64 MiB of the compute dtype, searched to waste the
-  // least; the used elements padded to W.
-  const auto max_elements = static_cast<std::int64_t>(64.0 * 1024 * 1024 / element);
+  // Chunks as the plugin packs them: at most kMaxChunkBytes of the compute dtype, searched to
+  // waste the least; the used elements padded to W.
+  const auto max_elements =
+      static_cast<std::int64_t>(static_cast<double>(memory::kMaxChunkBytes) / element);
   auto pack = [&](const std::vector<double>& numels) {
     std::vector<std::int64_t> n;
     for (double x : numels) n.push_back(static_cast<std::int64_t>(std::min(x, 9.0e15)));
@@ -297,32 +317,20 @@ ShardedChunks sharded_chunks(const hf::ModelConfig& c, const Settings& s, int wo
   for (std::size_t b : step_uses)
     for (std::size_t ch : block_chunks[b])
       if (trace.empty() || trace.back() != ch) trace.push_back(ch);
-  std::vector<std::vector<std::size_t>> positions(chunks.size());
-  for (std::size_t at = 0; at < trace.size(); ++at) positions[trace[at]].push_back(at);
+  // The plugin's own policy over that order (memory/chunk_cache_policy.h): the same gathers.
+  memory::ChunkCachePolicy policy(chunks.size());
+  policy.use_order(std::move(trace));
 
   std::vector<bool> held(chunks.size(), false);
-  std::vector<std::size_t> pinned;
-  std::size_t cursor = 0;
   double whole = 0;
-  auto until_needed = [&](std::size_t ch) {
-    const auto& p = positions[ch];
-    if (p.empty()) return trace.size();
-    const auto next = std::lower_bound(p.begin(), p.end(), cursor);
-    return next != p.end() ? *next - cursor : p.front() + trace.size() - cursor;
-  };
   auto make_room = [&] {
-    std::size_t count = static_cast<std::size_t>(std::count(held.begin(), held.end(), true));
-    for (; count >= kGatheredChunks; --count) {
-      std::optional<std::size_t> victim;
-      for (std::size_t ch = 0; ch < chunks.size(); ++ch) {
-        if (!held[ch] || std::find(pinned.begin(), pinned.end(), ch) != pinned.end()) continue;
-        if (!victim || until_needed(ch) > until_needed(*victim)) victim = ch;
-      }
-      if (!victim) return false;
-      held[*victim] = false;
-      whole -= chunks[*victim];
-    }
-    return true;
+    const auto count = static_cast<std::size_t>(std::count(held.begin(), held.end(), true));
+    return policy.make_room(
+        count, kGatheredChunks, [&](std::size_t ch) { return static_cast<bool>(held[ch]); },
+        [&](std::size_t ch) {
+          held[ch] = false;
+          whole -= chunks[ch];
+        });
   };
   auto gather = [&](std::size_t ch) {
     held[ch] = true;
@@ -332,21 +340,15 @@ ShardedChunks sharded_chunks(const hf::ModelConfig& c, const Settings& s, int wo
     out.gathered_peak = std::max(out.gathered_peak, whole);
   };
   for (std::size_t b : step_uses) {
-    pinned = block_chunks[b];
+    policy.pin(block_chunks[b]);
     for (std::size_t ch : block_chunks[b]) {
       if (!held[ch]) {
         make_room();
         gather(ch);
       }
-      // Gathered ahead: the chunk after this use in the traced order.
-      std::size_t at = cursor;
-      for (std::size_t n = 0; n < trace.size() && trace[at] != ch; ++n)
-        at = (at + 1) % trace.size();
-      if (trace[at] != ch) continue;
-      cursor = (at + 1) % trace.size();
-      if (cursor == 0) continue;
-      const std::size_t next = trace[cursor];
-      if (!held[next] && make_room()) gather(next);
+      // Gathered ahead: the chunk after this use in the order, within the step.
+      const std::optional<std::size_t> next = policy.next_after(ch, /*across_steps=*/false);
+      if (next && !held[*next] && make_room()) gather(*next);
     }
   }
   return out;
@@ -588,7 +590,8 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
     e.gathered_chunks = to_bytes(chunks.gathered_peak * param_bytes);
     e.weights = to_bytes(at_rest + chunks.gathered_peak * param_bytes);
     e.optimizer = to_bytes(host_shards * 8.0);
-    e.gradient_buckets = to_bytes(largest * 4.0 + kReducesInFlight * (largest + largest / w) * 4.0);
+    e.gradient_buckets = to_bytes(largest * 4.0 + static_cast<double>(kReducesInFlight) *
+                                                      (largest + largest / w) * 4.0);
     e.gradients = to_bytes(trainable_shards * 4.0 + static_cast<double>(e.gradient_buckets) +
                            chunks.largest_trainable_tensor * (param_bytes + (bf16 ? 4.0 : 0.0)));
     // The larger of the update's streamed shards and the parameter shards of the gathered
@@ -1020,11 +1023,7 @@ Plan make_plan(const PlanInputs& in) {
                         "run one process");
   }
 
-  // The plugin's device option: "cpu" plans for the host even when a GPU is present. The
-  // strategies that distribute run on the CPU (CUDA is not supported by them yet).
-  const bool gpu =
-      !distributed && !hw.gpus.empty() &&
-      job::strategy_option(spec.strategy.name, spec.strategy.options, "device") != "cpu";
+  const bool gpu = plans_on_gpu(spec, hw, distributed);
   PlanTier tier;
   tier.tier = gpu ? "device" : "host";
   tier.device = gpu ? "cuda:0 (" + hw.gpus[0].name + ")" : "cpu";
@@ -1099,7 +1098,7 @@ Plan make_plan(const PlanInputs& in) {
                               : d(base.sequence_length);
   const double tokens = d(batch) * d(spec.training.gradient_accumulation) * sequence;
   const double layers = d(c.num_hidden_layers);
-  const double flops = gpu ? 50e12 : hw.cpu_flops;
+  const double flops = gpu ? gpu_flops(hw.gpus[0], base.precision) : hw.cpu_flops;
   const double rank_flops = flops / d(per_node);
   std::uint64_t bucket_bytes = kDefaultBucketBytes;
   if (spec.strategy.name == "ddp" || spec.strategy.name == "zero") {
@@ -1301,13 +1300,20 @@ Plan make_plan(const PlanInputs& in) {
     plan.reasons.push_back("time for " + std::to_string(static_cast<std::int64_t>(sequence + 0.5)) +
                            " tokens per sequence: " + in.tokens_per_sequence_source);
   plan.flops_per_step = step_flops(s, d(plan.total_parameters), tokens);
+  // The chosen precision's rate (the search weighed candidates at the user's).
+  const double chosen_flops = gpu ? gpu_flops(hw.gpus[0], s.precision) : flops;
   plan.modelled_seconds_per_step =
-      modelled_step_seconds(s, d(plan.total_parameters), tokens, layers, flops);
+      modelled_step_seconds(s, d(plan.total_parameters), tokens, layers, chosen_flops);
   plan.seconds_per_step = plan.modelled_seconds_per_step;
   char rate[48];
-  std::snprintf(rate, sizeof rate, "%.0f GFLOP/s", flops / 1e9);
-  plan.time_source = std::string("estimated from the ") + (gpu ? "GPU's assumed " : "CPU's ") +
-                     rate + (gpu ? "" : " (" + hw.flops_source + ")") +
+  std::snprintf(rate, sizeof rate, "%.0f GFLOP/s", chosen_flops / 1e9);
+  const std::string rate_source =
+      !gpu ? "the CPU's " + std::string(rate) + " (" + hw.flops_source + ")"
+      : hw.gpus[0].rates.measured
+          ? "the GPU's " + std::string(rate) + " (" + s.precision + " matrix products measured " +
+                (hw.gpus[0].rates.from_cache ? "at " : "now, ") + hw.gpus[0].rates.measured_at + ")"
+          : "the GPU's assumed " + std::string(rate) + " (not measured)";
+  plan.time_source = "estimated from " + rate_source +
                      " and a per-op overhead; no run of this job has been measured on this "
                      "machine yet";
   const std::uint64_t disk_bytes = tier.estimate.disk();
@@ -1721,10 +1727,7 @@ Settings settings_as_written(const job::JobSpec& spec) {
 
 StepTimeKey step_time_key(const job::JobSpec& spec, const hf::ModelConfig& model,
                           const HardwareProfile& hw) {
-  // As make_plan decides: the GPU unless the plugin's device option says cpu.
-  const bool gpu =
-      !hw.gpus.empty() &&
-      job::strategy_option(spec.strategy.name, spec.strategy.options, "device") != "cpu";
+  const bool gpu = plans_on_gpu(spec, hw, false);
   Settings s = written_settings(spec);
   if (s.precision == "bf16" && !(gpu ? hw.gpus[0].bf16 : hw.cpu.native_bf16()))
     s.precision = "fp32";

@@ -134,21 +134,25 @@ std::vector<GpuInfo> probe_gpus(std::string& source) {
   std::vector<GpuInfo> gpus;
   source = "/proc/driver/nvidia/gpus, nvidia-smi";
   FILE* pipe = popen(
-      "nvidia-smi --query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits "
+      "nvidia-smi --query-gpu=name,memory.total,compute_cap,memory.free "
+      "--format=csv,noheader,nounits "
       "2>/dev/null",
       "r");
   if (pipe) {
     std::array<char, 512> buf{};
     while (fgets(buf.data(), static_cast<int>(buf.size()), pipe)) {
       std::istringstream row(buf.data());
-      std::string name, mem, cap;
+      std::string name, mem, cap, free;
       std::getline(row, name, ',');
       std::getline(row, mem, ',');
       std::getline(row, cap, ',');
+      std::getline(row, free, ',');
       if (trim(name).empty()) continue;
       GpuInfo g;
       g.name = trim(name);
       g.memory = static_cast<std::uint64_t>(std::atof(trim(mem).c_str()) * 1024.0 * 1024.0);
+      g.memory_free = static_cast<std::uint64_t>(std::atof(trim(free).c_str()) * 1024.0 * 1024.0);
+      g.compute_capability = trim(cap);
       g.bf16 = std::atof(trim(cap).c_str()) >= 8.0;  // Ampere and later
       gpus.push_back(g);
     }
@@ -281,6 +285,47 @@ void store_link(const LinkInfo& info) {
                      {"measured_at", info.measured_at}});
 }
 
+// A GPU's rates, kept a day like the link's, under its index and name (another card in the same
+// slot is measured again).
+std::string gpu_cache_key(int index, const GpuInfo& gpu) {
+  return std::to_string(index) + ": " + gpu.name;
+}
+
+std::optional<GpuRates> cached_gpu_rates(int index, const GpuInfo& gpu) {
+  const std::optional<json> g = cached_measurement("gpu", gpu_cache_key(index, gpu));
+  if (!g) return std::nullopt;
+  try {
+    GpuRates rates;
+    rates.measured = true;
+    rates.from_cache = true;
+    rates.host_to_device_bytes_per_s = g->at("host_to_device_bytes_per_s").get<double>();
+    rates.device_to_host_bytes_per_s = g->at("device_to_host_bytes_per_s").get<double>();
+    rates.bf16_flops = g->at("bf16_flops").get<double>();
+    rates.fp32_flops = g->at("fp32_flops").get<double>();
+    rates.copy_bytes = g->at("copy_bytes").get<std::uint64_t>();
+    rates.gemm_size = g->at("gemm_size").get<std::int64_t>();
+    rates.method = g->at("method").get<std::string>();
+    rates.measured_at = g->at("measured_at").get<std::string>();
+    if (!(rates.fp32_flops > 0.0) || !(rates.host_to_device_bytes_per_s > 0.0)) return std::nullopt;
+    return rates;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+json gpu_rates_json(const GpuRates& r) {
+  return {{"measured", r.measured},
+          {"host_to_device_bytes_per_s", r.host_to_device_bytes_per_s},
+          {"device_to_host_bytes_per_s", r.device_to_host_bytes_per_s},
+          {"bf16_flops", r.bf16_flops},
+          {"fp32_flops", r.fp32_flops},
+          {"copy_bytes", r.copy_bytes},
+          {"gemm_size", r.gemm_size},
+          {"method", r.method},
+          {"measured_at", r.measured_at},
+          {"from_cache", r.from_cache}};
+}
+
 }  // namespace
 
 std::uint64_t MemoryInfo::usable() const {
@@ -355,6 +400,28 @@ HardwareProfile probe_hardware(const ProfileOptions& options) {
   p.memory = probe_memory();
   p.os = probe_os();
   p.gpus = probe_gpus(p.gpu_source);
+  if (options.measure_gpu) {
+    for (std::size_t i = 0; i < p.gpus.size(); ++i) {
+      const int index = static_cast<int>(i);
+      std::optional<GpuRates> cached =
+          options.use_cache ? cached_gpu_rates(index, p.gpus[i]) : std::nullopt;
+      if (cached) {
+        p.gpus[i].rates = *cached;
+        continue;
+      }
+      if (options.progress) options.progress("gpu " + std::to_string(i), 0.0);
+      GpuRates rates = options.measure_gpu(index);
+      if (rates.measured_at.empty()) rates.measured_at = utc_now();
+      if (rates.measured && options.use_cache) {
+        json entry = gpu_rates_json(rates);
+        entry.erase("measured");
+        entry.erase("from_cache");
+        store_measurement("gpu", gpu_cache_key(index, p.gpus[i]), std::move(entry));
+      }
+      p.gpus[i].rates = rates;
+      if (options.progress) options.progress("gpu " + std::to_string(i), 1.0);
+    }
+  }
   // FMA lanes × 2 FLOPs per cycle: 16 fp32 lanes with AVX-512, 8 with AVX2+FMA, else 4.
   const double flops_per_cycle = p.cpu.avx512f ? 64.0 : (p.cpu.avx2 && p.cpu.fma ? 32.0 : 8.0);
   const double mhz = p.cpu.mhz > 0 ? p.cpu.mhz : 2000.0;
@@ -436,7 +503,12 @@ json to_json(const HardwareProfile& p) {
   }
   json gpus = json::array();
   for (const auto& g : p.gpus)
-    gpus.push_back({{"name", g.name}, {"memory", g.memory}, {"bf16", g.bf16}});
+    gpus.push_back({{"name", g.name},
+                    {"memory", g.memory},
+                    {"memory_free", g.memory_free},
+                    {"compute_capability", g.compute_capability},
+                    {"bf16", g.bf16},
+                    {"rates", g.rates.measured ? gpu_rates_json(g.rates) : json(nullptr)}});
   out["gpus"] = gpus;
   if (p.link) {
     const LinkInfo& l = *p.link;

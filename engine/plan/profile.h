@@ -56,10 +56,29 @@ struct LinkInfo {
   bool from_cache = false;
 };
 
+// What a GPU does, measured with LibTorch on it (the caller supplies the measurement: this library
+// is torch-free): copies between pinned host memory and the GPU, and a large matrix product in
+// bf16 and in fp32 (TF32 off), each the median of several after a warm-up.
+struct GpuRates {
+  bool measured = false;
+  double host_to_device_bytes_per_s = 0.0;
+  double device_to_host_bytes_per_s = 0.0;
+  double bf16_flops = 0.0;  // 0 where the GPU has no bf16 (compute capability below 8.0)
+  double fp32_flops = 0.0;
+  std::uint64_t copy_bytes = 0;  // bytes of each timed copy
+  std::int64_t gemm_size = 0;    // n of the n×n×n products
+  std::string method;            // how it was measured, in words
+  std::string measured_at;       // UTC time of the measurement (may come from the cache)
+  bool from_cache = false;
+};
+
 struct GpuInfo {
   std::string name;
-  std::uint64_t memory = 0;  // 0: unknown
+  std::uint64_t memory = 0;        // total; 0: unknown
+  std::uint64_t memory_free = 0;   // free when profiled (nvidia-smi); 0: unknown
+  std::string compute_capability;  // "9.0"; empty: unknown
   bool bf16 = false;
+  GpuRates rates;  // measured when ProfileOptions::measure_gpu is given (cached a day)
 };
 
 struct HardwareProfile {
@@ -84,6 +103,9 @@ struct ProfileOptions {
   // Measures the loopback link between two local ranks (LibTorch's c10d, so the caller supplies
   // it: this library is torch-free); unset: the link is not measured.
   std::function<LinkInfo()> measure_link;
+  // Measures GPU `index`'s copy and compute rates (LibTorch, so the caller supplies it, as for the
+  // link); unset: the rates are not measured (and the planner assumes a rate, saying so).
+  std::function<GpuRates(int index)> measure_gpu;
   std::function<void(const std::string& phase, double fraction)> progress;
 };
 

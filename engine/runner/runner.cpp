@@ -24,6 +24,7 @@
 #include "plan/model_size.h"
 #include "plan/planner.h"
 #include "plugins/builtin_plugins.h"
+#include "runner/gpu_rates.h"
 #include "runner/loopback_link.h"
 #include "runner/trainer_event_writer.h"
 #include "train/example_batches.h"
@@ -372,6 +373,8 @@ job::JobSpec plan_run(const job::JobSpec& spec, const hf::ModelFolder& source,
     profile_options.disk_dir = out_dir;
     // Several processes: the link between the ranks too (the loopback, measured once a day).
     if (parallel != nullptr) profile_options.measure_link = [] { return measure_loopback_link(); };
+    // A GPU's copy and compute rates, for the step time (measured once a day).
+    profile_options.measure_gpu = [](int index) { return measure_gpu_rates(index); };
     plan::HardwareProfile hardware = plan::probe_hardware(profile_options);
     if (run_options.simulate_host_memory)
       hardware.memory.simulated = *run_options.simulate_host_memory;
@@ -655,10 +658,10 @@ std::shared_ptr<dist::ParallelContext> join_ranks(const job::JobSpec& spec) {
   const dist::DistEnvironment environment = dist::read_dist_environment();
   if (!environment.is_distributed()) return nullptr;
   check_processes(spec, environment.world_size);
-  const std::string device =
-      job::strategy_option(spec.strategy.name, spec.strategy.options, "device");
-  const bool cuda = device != "cpu" && torch::cuda::is_available();
-  return dist::ParallelContext::from_environment(cuda);
+  // No NCCL groups: the strategies that run on several processes (ddp, zero, gemini) compute on
+  // the CPU until their CUDA paths exist (train::require_cpu_device), so Gloo carries every
+  // collective; NCCL groups made for them would only hold GPU memory on each rank.
+  return dist::ParallelContext::from_environment(/*cuda_collectives=*/false);
 }
 
 }  // namespace

@@ -73,6 +73,12 @@ struct PluginOptions {
   std::function<void(const std::string& level, const std::string& message)> log;
 };
 
+// The device of a plugin that computes on the CPU only (ddp, zero and gemini until their CUDA
+// paths exist): "cpu" and "auto" are the CPU — "auto" with a warning through options.log when a
+// GPU is present, which then stays unused —, "cuda" is refused as not supported yet, anything
+// else is invalid (each naming strategy.options.device).
+void require_cpu_device(const PluginOptions& options, const std::string& plugin);
+
 struct MemoryByCategory {
   std::uint64_t weights = 0;    // every parameter, plus master copies
   std::uint64_t gradients = 0;  // gradient buffers of the trainable parameters during a step

@@ -1,4 +1,7 @@
-// Precision names of the job spec and checkpoints, and the process check (train/plugin.h).
+// Precision names of the job spec and checkpoints, and the process and device checks
+// (train/plugin.h).
+#include <torch/cuda.h>
+
 #include "core/error.h"
 #include "train/plugin.h"
 
@@ -31,6 +34,22 @@ void require_one_process(const ProcessContext& process, const std::string& plugi
     throw_unsupported("strategy " + plugin + " runs in one process; " +
                           std::to_string(process.world_size) + " processes are not supported yet",
                       "run one process, or a data-parallel strategy once it exists");
+}
+
+void require_cpu_device(const PluginOptions& options, const std::string& plugin) {
+  if (options.device == "cuda")
+    throw_unsupported("strategy " + plugin + ": strategy.options.device \"cuda\" is not " +
+                          "supported yet (" + plugin + " computes on the CPU)",
+                      "use device \"cpu\" or \"auto\", or strategy single to train on the GPU");
+  if (options.device != "auto" && options.device != "cpu")
+    throw_invalid("strategy " + plugin + ": strategy.options.device \"" + options.device +
+                      "\" is not a device for " + plugin,
+                  "use auto or cpu");
+  if (options.device == "auto" && torch::cuda::is_available() && options.log &&
+      options.process.rank == 0)
+    options.log("warning", "strategy " + plugin + " computes on the CPU (device auto): its CUDA " +
+                               "path is not supported yet, so the GPU stays unused; strategy " +
+                               "single trains on the GPU");
 }
 
 }  // namespace tessera::train

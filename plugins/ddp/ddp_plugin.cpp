@@ -36,12 +36,7 @@ class DdpPlugin : public Plugin {
                   "start the job with `tessera-cli launch`, which joins the ranks");
     process_ = process;
     group_ = process.world_size > 1 ? process.data_group : nullptr;
-    if (options.device == "cuda")
-      throw_unsupported("strategy.options.device: \"cuda\" is not supported yet by ddp",
-                        "use device \"cpu\" (or \"auto\", which is the CPU for ddp)");
-    if (options.device != "auto" && options.device != "cpu")
-      throw_invalid("strategy.options.device: \"" + options.device + "\" is not a device for ddp",
-                    "use auto or cpu");
+    train::require_cpu_device(options, name());
     const std::uint64_t cap = plugins::bucket_size_option(options.strategy_options);
     dense_.prepare(model, std::move(trainable), options, torch::kCPU);
     // Every rank starts from rank 0's values: the model, the adapters and the float32 masters.

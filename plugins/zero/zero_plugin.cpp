@@ -63,12 +63,7 @@ class ZeroPlugin : public Plugin {
     group_ = process.world_size > 1 ? process.data_group : nullptr;
     rank_ = process.rank;
     world_ = process.world_size;
-    if (options.device == "cuda")
-      throw_unsupported("strategy.options.device: \"cuda\" is not supported yet by zero",
-                        "use device \"cpu\" (or \"auto\", which is the CPU for zero)");
-    if (options.device != "auto" && options.device != "cpu")
-      throw_invalid("strategy.options.device: \"" + options.device + "\" is not a device for zero",
-                    "use auto or cpu");
+    train::require_cpu_device(options, name());
     read_options(options);
 
     precision_.emplace(options.precision, torch::kCPU);

@@ -1126,9 +1126,30 @@ class TestPlan : public QObject {
   void planFollowsTheDeviceOption() {
     // A GPU is present, but strategy.options.device "cpu" plans for the host.
     auto in = inputs(64ull << 30);
-    in.profile.gpus.push_back({"Test GPU", 80ull << 30, true});
-    QCOMPARE(plan::make_plan(in).tiers.at(0).tier, std::string("device"));
-    in.spec.strategy.options = {{"device", "cpu"}};
+    plan::GpuInfo gpu;
+    gpu.name = "Test GPU";
+    gpu.memory = 80ull << 30;
+    gpu.bf16 = true;
+    in.profile.gpus.push_back(gpu);
+    const plan::Plan assumed = plan::make_plan(in);
+    QCOMPARE(assumed.tiers.at(0).tier, std::string("device"));
+    QVERIFY2(assumed.time_source.find("the GPU's assumed 50000 GFLOP/s (not measured)") !=
+                 std::string::npos,
+             assumed.time_source.c_str());
+    // The profile's measured rate replaces the assumption, in the job's precision.
+    in.profile.gpus[0].rates.measured = true;
+    in.profile.gpus[0].rates.fp32_flops = 25e12;
+    in.profile.gpus[0].rates.bf16_flops = 400e12;
+    in.profile.gpus[0].rates.measured_at = "2026-11-28T09:00:00Z";
+    const plan::Plan measured = plan::make_plan(in);
+    QVERIFY2(measured.time_source.find("the GPU's 25000 GFLOP/s (fp32 matrix products measured "
+                                       "now, 2026-11-28T09:00:00Z)") != std::string::npos,
+             measured.time_source.c_str());
+    QVERIFY(measured.modelled_seconds_per_step > assumed.modelled_seconds_per_step);
+    // ddp, zero and gemini compute on the CPU (their CUDA paths are not there yet): the host.
+    in.spec.strategy = {"gemini", nlohmann::json::object()};
+    QCOMPARE(plan::make_plan(in).tiers.at(0).tier, std::string("host"));
+    in.spec.strategy = {"single", {{"device", "cpu"}}};
     const auto p = plan::make_plan(in);
     QCOMPARE(p.tiers.at(0).tier, std::string("host"));
     QCOMPARE(p.tiers.at(0).device, std::string("cpu"));

@@ -258,6 +258,37 @@ class TestTrain : public QObject {
     }
   }
 
+  void cpu_only_plugins_name_their_device_rule() {
+    // ddp, zero and gemini compute on the CPU: cuda is refused as not supported yet, a name that
+    // is no device is invalid, auto and cpu train on the CPU (on a machine with a GPU, auto also
+    // logs a warning that the GPU stays unused: tests/gpu).
+    for (const std::string name : {"ddp", "zero", "gemini"}) {
+      auto model = tiny_llama();
+      std::vector<train::NamedTensor> trainable;
+      for (const auto& item : model->named_parameters())
+        trainable.push_back({item.key(), item.value()});
+      train::PluginOptions options;
+      options.run_dir = fresh_dir("device-" + name);
+      std::vector<std::string> logged;
+      options.log = [&](const std::string& level, const std::string& message) {
+        logged.push_back(level + ": " + message);
+      };
+      options.device = "cuda";
+      expect_error([&] { train::make_plugin(name)->prepare(*model, trainable, options); },
+                   ErrorKind::Unsupported, "strategy.options.device \"cuda\" is not supported yet");
+      options.device = "gpu";
+      expect_error([&] { train::make_plugin(name)->prepare(*model, trainable, options); },
+                   ErrorKind::InvalidInput, "\"gpu\" is not a device for " + name);
+      for (const std::string device : {"auto", "cpu"}) {
+        options.device = device;
+        auto plugin = train::make_plugin(name);
+        plugin->prepare(*model, trainable, options);
+        QVERIFY2(plugin->device().is_cpu(), (name + " " + device).c_str());
+      }
+      QVERIFY(logged.empty() || torch::cuda::is_available());
+    }
+  }
+
   void ddp_refuses_what_it_cannot_do() {
     auto model = tiny_llama();
     std::vector<train::NamedTensor> trainable;
