@@ -180,10 +180,10 @@ class DecoderStackImpl : public torch::nn::Module {
     torch::Tensor h = embed_tokens(ids);
     auto [cos, sin] = rotary_.cos_sin(positions, h.scalar_type());
     const std::int64_t length = ids.size(1);
-    torch::Tensor full_mask = build_causal_mask(attention_mask, length);
+    torch::Tensor full_mask = causal_attention_mask(attention_mask, length);
     torch::Tensor sliding_mask;
     if (options_.sliding_window)
-      sliding_mask = build_causal_mask(attention_mask, length, options_.sliding_window);
+      sliding_mask = causal_attention_mask(attention_mask, length, options_.sliding_window);
     if (cache != nullptr && cache->layers.size() != layers->size())
       cache->layers.resize(layers->size());
     for (std::size_t i = 0; i < layers->size(); ++i) {

@@ -60,14 +60,17 @@ EvalResult evaluate_causal_lm(PretrainedModel& model,
     ForwardInput in;
     in.input_ids = ids.to(options.device);
     in.attention_mask = mask.to(options.device);  // right padding: real tokens never see it
-    torch::Tensor logits = model.forward(in).logits.to(torch::kFloat32).cpu();
+    // The loss is taken where the logits are: only its sum comes back to the host, never the
+    // [rows, width, vocab] logits.
+    torch::Tensor logits = model.forward(in).logits.to(torch::kFloat32);
     torch::Tensor predicted = logits.narrow(1, 0, width - 1).reshape({-1, logits.size(-1)});
-    torch::Tensor targets = ids.narrow(1, 1, width - 1).reshape({-1});
+    torch::Tensor targets = in.input_ids.narrow(1, 1, width - 1).reshape({-1});
     torch::Tensor valid = mask.narrow(1, 1, width - 1).reshape({-1}).to(torch::kBool);
     torch::Tensor losses = torch::nn::functional::cross_entropy(
         predicted, targets,
         torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
-    result.total_loss += losses.masked_select(valid).to(torch::kFloat64).sum().item<double>();
+    result.total_loss +=
+        losses.masked_select(valid.to(losses.device())).to(torch::kFloat64).sum().item<double>();
     result.predicted_tokens += valid.sum().item<std::int64_t>();
     done += static_cast<std::size_t>(rows);
     if (options.progress) options.progress(done, sequences.size());

@@ -117,7 +117,7 @@ class Gpt2StackImpl : public torch::nn::Module {
                         const LayerWrapper& wrapper = {}) {
     torch::Tensor x = wte(ids) + wpe(positions);
     x = torch::dropout(x, embd_dropout_, is_training());
-    torch::Tensor mask = build_causal_mask(attention_mask, ids.size(1));
+    torch::Tensor mask = causal_attention_mask(attention_mask, ids.size(1));
     if (cache != nullptr && cache->layers.size() != h->size()) cache->layers.resize(h->size());
     for (std::size_t i = 0; i < h->size(); ++i) {
       if (wrapper && cache == nullptr) {

@@ -222,18 +222,30 @@ torch::Tensor build_causal_mask(const torch::Tensor& key_mask, std::int64_t quer
   return keys.expand({key_mask.size(0), 1, query_length, s}) & allowed;
 }
 
+torch::Tensor causal_attention_mask(const torch::Tensor& key_mask, std::int64_t query_length,
+                                    std::optional<std::int64_t> sliding_window) {
+  const std::int64_t keys = key_mask.size(1);
+  const bool window_reaches_every_key = !sliding_window || keys <= *sliding_window;
+  if (query_length == keys && window_reaches_every_key && key_mask.all().item<bool>()) return {};
+  return build_causal_mask(key_mask, query_length, sliding_window);
+}
+
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const torch::Tensor& mask, double dropout, bool training,
                         std::optional<double> scale) {
+  const double dropout_p = training ? dropout : 0.0;
+  const std::int64_t groups = q.size(1) / k.size(1);
+  if (!mask.defined())
+    return at::scaled_dot_product_attention(q, k, v, {}, dropout_p, /*is_causal=*/true, scale,
+                                            /*enable_gqa=*/groups > 1);
   torch::Tensor key = k;
   torch::Tensor value = v;
-  const std::int64_t groups = q.size(1) / k.size(1);
   if (groups > 1) {
     key = k.repeat_interleave(groups, 1);
     value = v.repeat_interleave(groups, 1);
   }
-  return at::scaled_dot_product_attention(q, key, value, mask, training ? dropout : 0.0,
-                                          /*is_causal=*/false, scale);
+  return at::scaled_dot_product_attention(q, key, value, mask, dropout_p, /*is_causal=*/false,
+                                          scale);
 }
 
 torch::Tensor split_heads(const torch::Tensor& x, std::int64_t heads, std::int64_t head_dim) {

@@ -151,8 +151,18 @@ torch::Tensor build_attention_mask(const torch::Tensor& attention_mask, bool cau
 torch::Tensor build_causal_mask(const torch::Tensor& key_mask, std::int64_t query_length,
                                 std::optional<std::int64_t> sliding_window = std::nullopt);
 
+// The mask a causal stack's attention takes: undefined when the causal order alone is exact (no
+// key is padding, the queries are all the keys, no cache before them, and no sliding window
+// shorter than the keys), which lets scaled_dot_product_attention choose its flash or
+// memory-efficient kernels on a GPU with no mask tensor at all; else build_causal_mask's. Its one
+// host sync (whether any key is padding) is per forward, not per layer.
+torch::Tensor causal_attention_mask(const torch::Tensor& key_mask, std::int64_t query_length,
+                                    std::optional<std::int64_t> sliding_window = std::nullopt);
+
 // Scaled dot-product attention with grouped-query heads: q [B, H, T, D], k/v [B, Hkv, T, D]
-// with H a multiple of Hkv. `mask` as from build_attention_mask.
+// with H a multiple of Hkv. `mask` as from build_attention_mask, or undefined for causal
+// attention over every key (causal_attention_mask): then no mask is built and the grouped heads
+// are not repeated (the kernel reads each key/value head for its group).
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const torch::Tensor& mask, double dropout, bool training,
                         std::optional<double> scale = std::nullopt);

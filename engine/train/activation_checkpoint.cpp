@@ -6,6 +6,7 @@ namespace {
 struct SavedLayer : torch::CustomClassHolder {
   LayerFunction fn;
   torch::Tensor cpu_rng_state;
+  torch::Tensor device_rng_state;  // the input's CUDA generator, when it is on a GPU
 };
 
 class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
@@ -17,6 +18,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     auto saved = c10::make_intrusive<SavedLayer>();
     saved->fn = fn;
     saved->cpu_rng_state = cpu_rng_state();
+    if (x.is_cuda()) saved->device_rng_state = device_rng_state(x.device());
     ctx->saved_data["layer"] = c10::IValue::make_capsule(saved);
     ctx->save_for_backward({x});
     (void)anchor;
@@ -29,14 +31,21 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     auto saved =
         c10::static_intrusive_pointer_cast<SavedLayer>(ctx->saved_data["layer"].toCapsule());
     torch::Tensor input = x.detach().set_requires_grad(x.requires_grad());
+    // The recomputation draws the dropout masks the forward drew, then the streams go on.
     const torch::Tensor rng_now = cpu_rng_state();
     set_cpu_rng_state(saved->cpu_rng_state);
+    torch::Tensor device_rng_now;
+    if (saved->device_rng_state.defined()) {
+      device_rng_now = device_rng_state(x.device());
+      set_device_rng_state(x.device(), saved->device_rng_state);
+    }
     torch::Tensor output;
     {
       torch::AutoGradMode grad_on(true);
       output = saved->fn(input);
     }
     set_cpu_rng_state(rng_now);
+    if (device_rng_now.defined()) set_device_rng_state(x.device(), device_rng_now);
     if (output.requires_grad()) torch::autograd::backward({output}, {grad_outputs.at(0)});
     return {x.requires_grad() ? input.grad() : torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
@@ -58,6 +67,18 @@ torch::Tensor cpu_rng_state() {
 
 void set_cpu_rng_state(const torch::Tensor& state) {
   auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+torch::Tensor device_rng_state(c10::Device device) {
+  at::Generator gen = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void set_device_rng_state(c10::Device device, const torch::Tensor& state) {
+  at::Generator gen = at::globalContext().defaultGenerator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(state);
 }

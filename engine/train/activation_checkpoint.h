@@ -25,5 +25,9 @@ torch::Tensor checkpointed(const LayerFunction& fn, const torch::Tensor& x);
 // that dropout masks repeat).
 torch::Tensor cpu_rng_state();
 void set_cpu_rng_state(const torch::Tensor& state);
+// The same for a CUDA device's default generator (dropout on the GPU draws from it): saved in
+// checkpoints and replayed by recomputation beside the CPU one. Only called for a CUDA device.
+torch::Tensor device_rng_state(c10::Device device);
+void set_device_rng_state(c10::Device device, const torch::Tensor& state);
 
 }  // namespace tessera::train

@@ -373,7 +373,10 @@ fs::path Trainer::save_checkpoint(std::int64_t step, const BatchSource& train,
       write_safetensors_tensors(dir / "optimizer.safetensors", std::move(optimizer));
     }
     index.write(dir, rank);
-    write_safetensors_tensors(dir / rng_file(rank), {{"torch_cpu", cpu_rng_state()}}, false);
+    std::vector<NamedTensor> rng = {{"torch_cpu", cpu_rng_state()}};
+    if (plugin_->device().is_cuda())
+      rng.push_back({"torch_cuda", device_rng_state(plugin_->device())});
+    write_safetensors_tensors(dir / rng_file(rank), std::move(rng), false);
     if (rank == 0) core::write_file_atomic(dir / kTrainerState, state.dump(2) + "\n");
   };
   const nlohmann::json extra = {{"kind", "tessera-train"},
@@ -473,6 +476,10 @@ std::int64_t Trainer::restore(BatchSource& train, std::int64_t total_steps) {
       if (!rng.count("torch_cpu"))
         throw_invalid(source + ": " + rng_file(rank) + " lacks torch_cpu");
       set_cpu_rng_state(rng.at("torch_cpu"));
+      // A GPU run's dropout stream; a run saved on the CPU and resumed on a GPU (or back) keeps
+      // the device's stream as seeded.
+      if (rng.count("torch_cuda") && plugin_->device().is_cuda())
+        set_device_rng_state(plugin_->device(), rng.at("torch_cuda"));
     } else {
       // A rank the saving run did not have: a stream of its own, as at a start.
       torch::manual_seed(options_.training.seed + static_cast<std::uint64_t>(rank) +

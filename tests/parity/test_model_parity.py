@@ -135,10 +135,13 @@ CASES = {
 
 
 def make_batch(padding_side, seed, classification):
+    """padding_side "none": every row is SEQ tokens long, so causal stacks attend without a mask
+    tensor (is_causal, grouped heads not repeated) on both sides."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.zeros(len(LENGTHS), SEQ, dtype=torch.long)
     mask = torch.zeros_like(ids)
-    for row, n in enumerate(LENGTHS):
+    lengths = [SEQ] * len(LENGTHS) if padding_side == "none" else LENGTHS
+    for row, n in enumerate(lengths):
         tokens = torch.randint(1, VOCAB, (n,), generator=g)
         span = slice(0, n) if padding_side == "right" else slice(SEQ - n, SEQ)
         ids[row, span] = tokens
@@ -182,7 +185,7 @@ def saved_models(tmp_path_factory):
     return saved
 
 
-@pytest.mark.parametrize("padding_side", ["right", "left"])
+@pytest.mark.parametrize("padding_side", ["right", "left", "none"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_fp32_matches_transformers(case, padding_side, saved_models, tmp_path):
     model_dir = saved_models[case]

@@ -376,6 +376,39 @@ class TestModel : public QObject {
     }
   }
 
+  // Causal attention over an unpadded batch passes no mask (is_causal, grouped heads not
+  // repeated, so a GPU may pick its flash or memory-efficient kernel) and computes what the dense
+  // boolean mask computes, values and gradients; any padding, a KV cache or a sliding window
+  // shorter than the keys keeps the dense mask.
+  void causalAttentionWithoutMaskEqualsTheDenseMask() {
+    torch::manual_seed(3);
+    const std::int64_t b = 2, h = 4, kv = 2, t = 7, d = 8;
+    torch::Tensor q = torch::randn({b, h, t, d}, torch::requires_grad());
+    torch::Tensor k = torch::randn({b, kv, t, d}, torch::requires_grad());
+    torch::Tensor v = torch::randn({b, kv, t, d}, torch::requires_grad());
+    torch::Tensor keys = torch::ones({b, t}, torch::kInt64);
+    torch::Tensor none = tessera::model::causal_attention_mask(keys, t);
+    QVERIFY(!none.defined());
+    torch::Tensor dense = tessera::model::build_causal_mask(keys, t);
+    torch::Tensor fast = tessera::model::attention(q, k, v, none, 0.0, false);
+    torch::Tensor slow = tessera::model::attention(q, k, v, dense, 0.0, false);
+    QVERIFY(torch::allclose(fast, slow, 1e-6, 1e-6));
+    auto grads = [&](const torch::Tensor& out) {
+      return torch::autograd::grad({(out * out).sum()}, {q, k, v});
+    };
+    auto fast_grads = grads(fast);
+    auto slow_grads = grads(slow);
+    for (std::size_t i = 0; i < fast_grads.size(); ++i)
+      QVERIFY(torch::allclose(fast_grads[i], slow_grads[i], 1e-5, 1e-6));
+
+    torch::Tensor padded = keys.clone();
+    padded[1][0] = 0;
+    QVERIFY(tessera::model::causal_attention_mask(padded, t).defined());
+    QVERIFY(tessera::model::causal_attention_mask(keys, t - 2).defined());  // a cache before
+    QVERIFY(tessera::model::causal_attention_mask(keys, t, t - 1).defined());
+    QVERIFY(!tessera::model::causal_attention_mask(keys, t, t).defined());
+  }
+
   void causalLossIgnoresMaskedLabels() {
     auto model = make(llama_config());
     torch::NoGradGuard no_grad;
