@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/format.h"
+#include "device_option.h"
 #include "hf/chat/tokenizer_config.h"
 #include "hf/families.h"
 #include "hf/tokenizer/tokenizer.h"
@@ -36,8 +37,9 @@ std::int64_t positive_option(const Args& args, const std::string& name, std::int
 }
 
 int run_eval(const std::vector<std::string>& raw) {
-  Args args(raw, {"--json"},
-            {"--model", "--data", "--format", "--max-length", "--batch-tokens", "--dtype"});
+  Args args(
+      raw, {"--json"},
+      {"--model", "--data", "--format", "--max-length", "--batch-tokens", "--dtype", "--device"});
   const std::string& model_arg = args.required("--model", "PATH");
   const std::string& data_arg = args.required("--data", "FILE");
   args.expect_no_positionals();
@@ -56,7 +58,8 @@ int run_eval(const std::vector<std::string>& raw) {
   // A config.json asking for more than this machine has is refused before anything is built.
   plan::check_model_folder_fits(model_dir, static_cast<double>(c10::elementSize(dtype)),
                                 dtype_name);
-  std::shared_ptr<model::PretrainedModel> model = model::load_pretrained(model_dir, dtype);
+  const c10::Device device = device_option(args);
+  std::shared_ptr<model::PretrainedModel> model = model::load_pretrained(model_dir, dtype, device);
   const std::int64_t positions = model->config().max_position_embeddings;
   const std::int64_t max_length = positive_option(
       args, "--max-length", positions > 0 ? std::min<std::int64_t>(positions, 1024) : 1024);
@@ -82,6 +85,7 @@ int run_eval(const std::vector<std::string>& raw) {
 
   model::EvalOptions options;
   options.batch_tokens = positive_option(args, "--batch-tokens", 8192);
+  options.device = device;
   const auto start = std::chrono::steady_clock::now();
   auto last = start;
   options.progress = [&](std::size_t done, std::size_t total) {
@@ -102,6 +106,7 @@ int run_eval(const std::vector<std::string>& raw) {
     out["sequences"] = result.sequences;
     out["max_length"] = max_length;
     out["format"] = format.describe();
+    out["device"] = device.str();
     std::cout << out.dump() << "\n";
   } else {
     std::cout << "data: " << data_arg << " (" << format.describe() << ", " << result.sequences
@@ -118,10 +123,11 @@ int run_eval(const std::vector<std::string>& raw) {
 const RegisterCommand kRegister{{
     "eval",
     "eval --model PATH --data FILE [--format text] [--max-length N] [--batch-tokens N] "
-    "[--dtype float32|bfloat16] [--json]",
+    "[--dtype float32|bfloat16] [--device auto|cpu|cuda|cuda:N] [--json]",
     "mean token cross-entropy and perplexity of a causal LM: each record is one sequence (BOS + "
     "text + EOS, first N tokens); loss = sum of -log p(token | prefix) over every predicted "
-    "token of the dataset / their number; perplexity = exp(loss)",
+    "token of the dataset / their number; perplexity = exp(loss); --device: where it computes "
+    "(auto: CUDA device 0 when present, else the CPU)",
     run_eval,
 }};
 

@@ -11,6 +11,7 @@
 #include "command.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "device_option.h"
 #include "hf/chat/chat_template.h"
 #include "hf/chat/tokenizer_config.h"
 #include "hf/tokenizer/text_streamer.h"
@@ -87,7 +88,7 @@ std::string json_line(const nlohmann::json& j) {
 int run_generate(const std::vector<std::string>& raw) {
   Args args(raw, {"--chat", "--greedy", "--json", "--json-lines"},
             {"--model", "--prompt", "--max-new-tokens", "--temperature", "--top-k", "--top-p",
-             "--seed", "--dtype", "--stop"});
+             "--seed", "--dtype", "--stop", "--device"});
   const std::string& model_arg = args.required("--model", "PATH");
   const std::string& prompt = args.required("--prompt", "TEXT");
   args.expect_no_positionals();
@@ -145,7 +146,9 @@ int run_generate(const std::vector<std::string>& raw) {
   // A config.json asking for more than this machine has is refused before anything is built.
   plan::check_model_folder_fits(model_dir, static_cast<double>(c10::elementSize(dtype)),
                                 dtype_name);
-  std::shared_ptr<model::PretrainedModel> model = model::load_pretrained(model_dir, dtype);
+  const c10::Device device = device_option(args);
+  std::shared_ptr<model::PretrainedModel> model = model::load_pretrained(model_dir, dtype, device);
+  options.device = device;
   options.eos_token_ids = model::eos_token_ids(model->config(), model_dir);
   options.pad_token_id = model->config().pad_token_id;
 
@@ -197,6 +200,7 @@ int run_generate(const std::vector<std::string>& raw) {
     out["max_new_tokens"] = options.max_new_tokens;
     out["replacement_chars"] = count_replacement_chars(text);
     out["greedy"] = options.sampling.greedy;
+    out["device"] = device.str();
     if (!options.sampling.greedy) out["seed"] = options.sampling.seed;
     std::cout << json_line(out);
   } else {
@@ -211,11 +215,12 @@ const RegisterCommand kRegister{{
     "generate",
     "generate --model PATH --prompt TEXT [--chat] [--max-new-tokens N] [--greedy] "
     "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--dtype float32|bfloat16] "
-    "[--stop TEXT]... [--json | --json-lines]",
+    "[--stop TEXT]... [--device auto|cpu|cuda|cuda:N] [--json | --json-lines]",
     "continue a prompt with a causal LM as transformers' generate does, printing the reply as "
     "it is decoded; --stop TEXT (repeatable): end once the reply contains TEXT, kept in the reply, "
     "as transformers' stop_strings; --json: ids, tokens, text and stop reason at the end "
     "(README.md), "
+    "--device: where it computes (auto: CUDA device 0 when present, else the CPU), "
     "--json-lines: {\"text\": PIECE} lines first",
     run_generate,
 }};

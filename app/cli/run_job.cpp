@@ -16,13 +16,23 @@
 #include "core/files.h"
 #include "dist/environment.h"
 #include "dist/parallel_context.h"
+#if defined(TESSERA_WITH_HUB)
 #include "hub_model.h"
+#endif
 #include "job/events.h"
 #include "runner/runner.h"
 #include "train/checkpoint.h"
 
 namespace tessera::cli {
 namespace {
+
+#if !defined(TESSERA_WITH_HUB)
+[[noreturn]] void refuse_hub_id(const std::string& field) {
+  throw_unsupported(
+      field + ": this tessera-cli was built without the Hub client " + "(TESSERA_WITH_HUB=OFF)",
+      "download it with a build that has the Hub and give a local folder instead");
+}
+#endif
 
 std::atomic<bool> g_stop{false};
 std::atomic<bool> g_training{false};  // the runner's training loop runs (RunOptions)
@@ -211,10 +221,15 @@ int execute_job(const job::JobSpec& spec, const std::string& events_target,
     options.stopping_at_step_end = &g_training;
     options.simulate_host_memory = simulate_host_memory;
     job::JobSpec local = spec;  // model.hub_id → the snapshot folder in the HF cache
+#if defined(TESSERA_WITH_HUB)
     if (local.model.path.empty() && !local.model.hub_id.empty())
       local.model.path = fetch_hub_model(local, events, &g_stop).string();
     if (!local.dataset.hub_id.empty())  // dataset.hub_id → its files in the HF cache
       local.dataset = fetch_hub_dataset(local.dataset, events, &g_stop);
+#else
+    if (local.model.path.empty() && !local.model.hub_id.empty()) refuse_hub_id("model.hub_id");
+    if (!local.dataset.hub_id.empty()) refuse_hub_id("dataset.hub_id");
+#endif
     runner::RunOutcome outcome = runner::run_job(local, events, options);
     bar.finish();
     nlohmann::json done = {{"status", outcome.status},

@@ -1,12 +1,14 @@
 // tessera-model-probe: loads a model folder with the engine and runs one forward pass, for the
 // parity tests against transformers.
 //
-//   tessera-model-probe --model DIR [--dtype float32|bfloat16] --input IN --output OUT
+//   tessera-model-probe --model DIR [--dtype float32|bfloat16] [--device cpu|cuda] --input IN
+//       --output OUT
 //   tessera-model-probe --model DIR [--dtype …] --list-parameters
 //
 // IN is a safetensors file with `input_ids` [B, T] (I64 or I32) and optionally
 // `attention_mask`, `labels`, `token_type_ids`. OUT is a safetensors file with F32 tensors
 // `logits`, `hidden_states` and `loss` (shape []), each only when the model produced it.
+// --device: where the model computes (default cpu; tests/gpu runs it on cuda).
 // --list-parameters prints "name<TAB>shape" per parameter, in registration order.
 #include <torch/torch.h>
 
@@ -23,9 +25,10 @@ namespace {
 using tessera::model::ForwardInput;
 
 [[noreturn]] void usage(const std::string& why) {
-  throw tessera::Error(tessera::ErrorKind::Usage, why,
-                       "usage: tessera-model-probe --model DIR [--dtype float32|bfloat16] "
-                       "(--input IN.safetensors --output OUT.safetensors | --list-parameters)");
+  throw tessera::Error(
+      tessera::ErrorKind::Usage, why,
+      "usage: tessera-model-probe --model DIR [--dtype float32|bfloat16] [--device cpu|cuda] "
+      "(--input IN.safetensors --output OUT.safetensors | --list-parameters)");
 }
 
 torch::Tensor read_integer_tensor(const tessera::hf::SafetensorsCheckpoint& file,
@@ -49,7 +52,7 @@ struct OutputTensor {
 };
 
 int run(int argc, char** argv) {
-  std::string model_dir, input_path, output_path, dtype_name = "float32";
+  std::string model_dir, input_path, output_path, dtype_name = "float32", device_name = "cpu";
   bool list_parameters = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -65,6 +68,8 @@ int run(int argc, char** argv) {
       output_path = value();
     else if (arg == "--dtype")
       dtype_name = value();
+    else if (arg == "--device")
+      device_name = value();
     else if (arg == "--list-parameters")
       list_parameters = true;
     else
@@ -74,9 +79,12 @@ int run(int argc, char** argv) {
   if (!list_parameters && (input_path.empty() || output_path.empty()))
     usage("--input and --output are required unless --list-parameters is given");
 
+  const torch::Device device(device_name);  // "cpu", "cuda", "cuda:1"
+  if (device.is_cuda() && !torch::cuda::is_available())
+    tessera::throw_unsupported("--device " + device_name + ": no CUDA device is present");
   torch::NoGradGuard no_grad;
-  auto model =
-      tessera::model::load_pretrained(model_dir, tessera::model::dtype_from_string(dtype_name));
+  auto model = tessera::model::load_pretrained(
+      model_dir, tessera::model::dtype_from_string(dtype_name), device);
   if (list_parameters) {
     for (const auto& item : model->named_parameters()) {
       std::cout << item.key() << '\t' << item.value().sizes() << '\n';
@@ -86,12 +94,12 @@ int run(int argc, char** argv) {
 
   auto input = tessera::hf::SafetensorsCheckpoint::open(input_path);
   ForwardInput in;
-  in.input_ids = read_integer_tensor(input, "input_ids");
+  in.input_ids = read_integer_tensor(input, "input_ids").to(device);
   if (input.contains("attention_mask"))
-    in.attention_mask = read_integer_tensor(input, "attention_mask");
-  if (input.contains("labels")) in.labels = read_integer_tensor(input, "labels");
+    in.attention_mask = read_integer_tensor(input, "attention_mask").to(device);
+  if (input.contains("labels")) in.labels = read_integer_tensor(input, "labels").to(device);
   if (input.contains("token_type_ids"))
-    in.token_type_ids = read_integer_tensor(input, "token_type_ids");
+    in.token_type_ids = read_integer_tensor(input, "token_type_ids").to(device);
   tessera::model::ForwardOutput out = model->forward(in);
 
   std::vector<OutputTensor> outputs;

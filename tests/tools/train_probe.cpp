@@ -9,6 +9,7 @@
 //       [--keep-last K] [--resume DIR] [--stop-after N] [--events FILE]
 //       [--final-weights W.safetensors] [--save-adapter DIR] [--logits L.safetensors]
 //       [--threads N] [--lora-dropout P] [--activation-checkpointing]
+//       [--plugin NAME] [--strategy-options JSON]   (the device is "cpu" unless JSON names one)
 //
 // B holds `input_ids` [N, B, T] (I64) and optionally `attention_mask` and `labels` of the same
 // shape: N batches, used in order. The report holds per-step losses, grad norms and lrs.
@@ -154,6 +155,10 @@ int run(int argc, char** argv) {
   }
   if (model_dir.empty() || batches_path.empty() || report_path.empty() || !options.training.steps)
     usage("--model, --batches, --steps and --report are required");
+  // The parity suites hold CPU tolerances: the probe computes on the CPU unless
+  // --strategy-options names a device (tests/gpu names cuda), never where "auto" would put it.
+  if (!options.strategy_options.is_object()) options.strategy_options = nlohmann::json::object();
+  options.device = options.strategy_options.value("device", std::string("cpu"));
   options.base_model_name = model_dir;
 
   job::EventSink events;
@@ -195,10 +200,10 @@ int run(int argc, char** argv) {
     torch::NoGradGuard no_grad;
     model->eval();
     if (trainer.lora()) trainer.lora()->refresh();
-    model::ForwardInput in;
-    in.input_ids = batches[0].input_ids;
-    in.attention_mask = batches[0].attention_mask;
-    torch::Tensor logits = model->forward(in).logits.to(torch::kFloat32).contiguous();
+    model::ForwardInput in;  // on the device the plugin trained on (forward follows its input)
+    in.input_ids = batches[0].input_ids.to(trainer.plugin().device());
+    in.attention_mask = batches[0].attention_mask.to(trainer.plugin().device());
+    torch::Tensor logits = model->forward(in).logits.to(torch::kCPU, torch::kFloat32).contiguous();
     train::write_safetensors_tensors(logits_path, {{"logits", logits}});
   }
   return 0;
