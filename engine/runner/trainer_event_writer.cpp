@@ -51,6 +51,9 @@ void TrainerEventWriter::on_memory(const train::MemoryReport& r) {
                             {"optimizer", r.by_category.optimizer},
                             {"activations_other", r.activations_other}}}};
   if (r.system_used) event["system_used"] = *r.system_used;
+  if (r.peak) event["peak"] = *r.peak;
+  if (r.total) event["total"] = *r.total;
+  if (r.free) event["free"] = *r.free;
   if (!r.ranks.empty()) {
     nlohmann::json ranks = nlohmann::json::array();
     for (const auto& rank : r.ranks)

@@ -17,6 +17,7 @@
 #include "train/activation_checkpoint.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_index.h"
+#include "train/device_memory.h"
 #include "train/plugin_registry.h"
 
 namespace tessera::train {
@@ -256,10 +257,28 @@ void Trainer::emit_memory() {
   MemoryReport report;
   report.on_device = plugin_->device().is_cuda();
   report.device = plugin_->device().str();
-  report.used = report.on_device ? accounted : rss;
-  report.reserved = report.used;
+  report.used = rss;
+  report.reserved = rss;
   report.by_category = m;
   report.activations_other = rss > accounted ? rss - accounted : 0;
+  // On a GPU: the CUDA allocator's bytes (the plugin's state lives there; the rest of what its
+  // tensors hold is activations and workspace), and the host's resident set beside it.
+  const std::optional<DeviceMemory> gpu = device_memory(plugin_->device());
+  std::optional<MemoryReport> host;
+  if (gpu) {
+    report.used = gpu->allocated;
+    report.reserved = gpu->reserved;
+    report.peak = gpu->peak_allocated;
+    report.total = gpu->total;
+    report.free = gpu->free;
+    report.activations_other = gpu->allocated > accounted ? gpu->allocated - accounted : 0;
+    host.emplace();
+    host->device = "cpu";
+    host->used = rss;
+    host->reserved = rss;
+    host->activations_other = rss;  // the model's state is on the GPU
+    host->system_used = system_memory_used_bytes();
+  }
   // What the whole machine uses: other programs' memory pressure next to ours.
   if (!report.on_device) report.system_used = system_memory_used_bytes();
   const std::optional<DiskTierMemory> disk = plugin_->disk_memory();
@@ -298,6 +317,7 @@ void Trainer::emit_memory() {
   }
   if (!events_) return;
   events_->on_memory(report);
+  if (host) events_->on_memory(*host);
   if (disk) {
     MemoryReport d;
     d.on_disk = true;

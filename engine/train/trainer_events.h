@@ -53,6 +53,11 @@ struct MemoryReport {
   MemoryByCategory by_category;
   std::uint64_t activations_other = 0;       // the rest of the resident set
   std::optional<std::uint64_t> system_used;  // host only: the whole machine's use
+  // A GPU only (the CUDA allocator and the driver): the peak of `used` since the process
+  // started, the card's memory and what is free on it (every process counted).
+  std::optional<std::uint64_t> peak;
+  std::optional<std::uint64_t> total;
+  std::optional<std::uint64_t> free;
   // Disk only: chunk traffic since the run started, and its rate since the last report.
   std::uint64_t bytes_read = 0;
   std::uint64_t bytes_written = 0;

@@ -134,6 +134,21 @@ def reference_losses(model, params, batches, steps, lr, schedule, warmup, weight
     return losses, norms, lrs
 
 
+def peft_start(base, config, folder):
+    """peft's model for `config` with lora_B drawn non-zero (peft starts it at zero, which would
+    leave B·A untested at the first step), saved to `folder`; returns the model and the adapter
+    file tessera-train-probe --lora-init takes."""
+    from peft import get_peft_model
+
+    peft_model = get_peft_model(base, config)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.02)
+    peft_model.save_pretrained(folder)
+    return peft_model, folder / "adapter_model.safetensors"
+
+
 def assert_close(ours, theirs, what, rel=REL_TOL):
     assert len(ours) == len(theirs), what
     for step, (a, b) in enumerate(zip(ours, theirs)):
@@ -168,22 +183,14 @@ def test_full_finetune_matches_transformers_adamw(llama_dir, batches, tmp_path, 
 
 
 def test_lora_matches_peft_and_adapter_loads_in_peft(llama_dir, batches, tmp_path):
-    from peft import LoraConfig, PeftModel, get_peft_model
+    from peft import LoraConfig, PeftModel
 
     steps, lr, clip, rank, alpha = 20, 2e-2, 1.0, 4, 8
     torch.manual_seed(5)
     base = LlamaForCausalLM.from_pretrained(llama_dir, torch_dtype=torch.float32)
     config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0,
                         target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
-    peft_model = get_peft_model(base, config)
-    # B starts at zero in PEFT's init; make it non-zero so the first step already tests B·A.
-    with torch.no_grad():
-        for name, p in peft_model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0.0, 0.02)
-    init_dir = tmp_path / "init"
-    peft_model.save_pretrained(init_dir)
-    init_file = init_dir / "adapter_model.safetensors"
+    peft_model, init_file = peft_start(base, config, tmp_path / "init")
 
     report = run_probe(llama_dir, batches[0], steps, tmp_path / "r.json", "--method", "lora",
                        "--lora-rank", rank, "--lora-alpha", alpha, "--lora-init", init_file,
@@ -321,7 +328,7 @@ def test_gpt2_full_finetune_decays_as_the_trainer(tmp_path, batches):
 def test_gpt2_lora_conv1d_matches_peft(tmp_path, batches):
     """GPT-2's Conv1D stores W as [in, out] (PEFT's fan_in_fan_out): the c_attn adapters train
     like peft's and load back into peft."""
-    from peft import LoraConfig, PeftModel, get_peft_model
+    from peft import LoraConfig, PeftModel
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(2)
@@ -331,17 +338,11 @@ def test_gpt2_lora_conv1d_matches_peft(tmp_path, batches):
     GPT2LMHeadModel(config).save_pretrained(model_dir, safe_serialization=True)
     steps, lr, rank, alpha = 12, 2e-2, 4, 16
     base = GPT2LMHeadModel.from_pretrained(model_dir, torch_dtype=torch.float32)
-    peft_model = get_peft_model(base, LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0,
-                                                 target_modules=["c_attn"], fan_in_fan_out=True,
-                                                 task_type="CAUSAL_LM"))
-    with torch.no_grad():
-        for name, p in peft_model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0.0, 0.02)
-    peft_model.save_pretrained(tmp_path / "init")
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=["c_attn"],
+                        fan_in_fan_out=True, task_type="CAUSAL_LM")
+    peft_model, init_file = peft_start(base, config, tmp_path / "init")
     report = run_probe(model_dir, batches[0], steps, tmp_path / "r.json", "--method", "lora",
-                       "--lora-rank", rank, "--lora-alpha", alpha, "--lora-init",
-                       tmp_path / "init" / "adapter_model.safetensors", "--lr", lr,
+                       "--lora-rank", rank, "--lora-alpha", alpha, "--lora-init", init_file, "--lr", lr,
                        "--schedule", "constant", "--save-adapter", tmp_path / "adapter",
                        "--logits", tmp_path / "logits.safetensors")
     trainable = [p for p in peft_model.parameters() if p.requires_grad]

@@ -1,0 +1,199 @@
+"""The GPU benchmark of issue 25, run by tests/gpu/run.sh on a lent GPU (one run, one process at
+a time on the GPU; prints ours ÷ peer ratios and writes them as JSON).
+
+- The machine's ceilings, measured here: bf16 and fp32 (no TF32) GEMM rate (8192³ products,
+  CUDA events, median of 10 after warm-up), pinned host→device and device→host bandwidth.
+- bf16 fine-tuning step of a generated ~1.1B llama (TinyLlama's shape, random weights, batch 8 ×
+  1024 tokens, every token real): ours (tessera-train-probe, `single` on cuda, precision bf16:
+  float32 master weights, bf16 compute, AdamW) ÷ the HF Trainer's step as the Trainer runs it
+  with bf16=True and optim adamw_torch_fused (float32 weights under torch.autocast(bfloat16),
+  SDPA attention, clip_grad_norm_ 1.0, fused AdamW), written out as its loop so that each step
+  is timed alone. Median of the steps after the first three. MFU = model FLOPs per step
+  (6·N·tokens + 12·layers·hidden·T·tokens, PaLM's count) ÷ step time ÷ the bf16 GEMM rate.
+- Not yet measured: gemini with the optimizer on the host ÷ single, and the largest model gemini
+  trains on one GPU (gemini's device tier is issue 25's next slice; test_gpu.py reports whether
+  gemini runs on CUDA).
+
+    python tests/gpu/bench_gpu.py [--json OUT.json] [--steps N] [--layers N]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+HIDDEN, INTERMEDIATE, HEADS, KV_HEADS, VOCAB = 2048, 5632, 32, 4, 32000
+BATCH, SEQ = 8, 1024
+
+
+def gemm_rate(dtype, n=8192, reps=10):
+    a = torch.randn(n, n, device="cuda", dtype=dtype)
+    b = torch.randn(n, n, device="cuda", dtype=dtype)
+    for _ in range(3):
+        a @ b
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        a @ b
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return 2 * n**3 / statistics.median(times)
+
+
+def copy_bandwidth(size=1 << 30, reps=5):
+    host = torch.empty(size, dtype=torch.uint8, pin_memory=True).random_()
+    dev = torch.empty(size, dtype=torch.uint8, device="cuda")
+    rates = {}
+    for name, (dst, src) in {"h2d": (dev, host), "d2h": (host, dev)}.items():
+        dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            dst.copy_(src, non_blocking=True)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        rates[name] = size / statistics.median(times)
+    return rates
+
+
+def make_model(folder, layers):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
+                         num_hidden_layers=layers, num_attention_heads=HEADS,
+                         num_key_value_heads=KV_HEADS, max_position_embeddings=2048,
+                         tie_word_embeddings=False)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(config)
+    params = sum(p.numel() for p in model.parameters())
+    model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
+    del model
+    torch.cuda.empty_cache()
+    return params
+
+
+def model_flops_per_step(params, layers):
+    tokens = BATCH * SEQ
+    return 6 * params * tokens + 12 * layers * HIDDEN * SEQ * tokens
+
+
+def batches_file(path, count):
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, VOCAB, (count, BATCH, SEQ), generator=g)
+    save_file({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()},
+              str(path))
+    return ids
+
+
+def ours_step_seconds(model_dir, batches, steps, work):
+    probe = Path(os.environ["TESSERA_TOOLS_DIR"]) / "tessera-train-probe"
+    events = work / "events.jsonl"
+    cmd = [str(probe), "--model", str(model_dir), "--batches", str(batches), "--steps", str(steps),
+           "--report", str(work / "report.json"), "--precision", "bf16", "--lr", "1e-5",
+           "--max-grad-norm", "1.0", "--events", str(events), "--strategy-options",
+           json.dumps({"device": "cuda"})]
+    t0 = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    wall = time.monotonic() - t0
+    if done.returncode != 0:
+        raise RuntimeError(f"tessera-train-probe exit {done.returncode}: {done.stderr[-2000:]}")
+    metrics = [json.loads(line) for line in events.read_text().splitlines()]
+    metrics = [m for m in metrics if m.get("type") == "metric" and "tokens_per_s" in m]
+    seconds = [BATCH * SEQ / m["tokens_per_s"] for m in metrics if m["tokens_per_s"] > 0]
+    losses = json.loads((work / "report.json").read_text())["losses"]
+    return statistics.median(seconds[3:]), losses, wall
+
+
+def trainer_step_seconds(model_dir, ids, steps):
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
+                                             attn_implementation="sdpa").cuda().train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+    seconds, losses = [], []
+    torch.cuda.reset_peak_memory_stats()
+    for step in range(steps):
+        batch = ids[step % ids.shape[0]].cuda()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())  # the Trainer logs the loss: one sync per step, as ours
+        torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - t0)
+    peak = torch.cuda.max_memory_allocated()
+    del model, opt
+    torch.cuda.empty_cache()
+    return statistics.median(seconds[3:]), losses, peak
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--layers", type=int, default=22)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("bench_gpu: no CUDA device")
+        return 1
+    torch.backends.cuda.matmul.allow_tf32 = False
+    out = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+           "batch": BATCH, "seq": SEQ, "layers": args.layers}
+    out["gemm_bf16_flops"] = gemm_rate(torch.bfloat16)
+    out["gemm_fp32_flops"] = gemm_rate(torch.float32, n=4096)
+    out["copy"] = copy_bandwidth()
+    print(f"GEMM bf16 {out['gemm_bf16_flops'] / 1e12:.0f} TFLOP/s, fp32 "
+          f"{out['gemm_fp32_flops'] / 1e12:.1f} TFLOP/s; pinned h2d "
+          f"{out['copy']['h2d'] / 1e9:.1f} GB/s, d2h {out['copy']['d2h'] / 1e9:.1f} GB/s", flush=True)
+    torch.cuda.empty_cache()
+    with tempfile.TemporaryDirectory(prefix="tessera-bench-gpu-") as tmp:
+        work = Path(tmp)
+        params = make_model(work / "model", args.layers)
+        ids = batches_file(work / "batches.safetensors", 4)
+        out["params"] = params
+        flops = model_flops_per_step(params, args.layers)
+        print(f"model: {params / 1e9:.2f}B parameters, {flops / 1e12:.1f} TFLOP per step", flush=True)
+        try:
+            ours, our_losses, wall = ours_step_seconds(work / "model", work / "batches.safetensors",
+                                                       args.steps, work)
+            out.update(ours_step_s=ours, ours_losses=our_losses, ours_wall_s=wall,
+                       ours_mfu=flops / ours / out["gemm_bf16_flops"])
+            print(f"ours: {ours * 1e3:.1f} ms/step, MFU {out['ours_mfu']:.3f} "
+                  f"(run {wall:.0f} s with loading)", flush=True)
+        except Exception as e:  # noqa: BLE001 - reported, then the peer is still measured
+            out["ours_error"] = str(e)
+            print(f"ours: failed: {e}", flush=True)
+        theirs, their_losses, peak = trainer_step_seconds(work / "model", ids, args.steps)
+        out.update(trainer_step_s=theirs, trainer_losses=their_losses, trainer_peak_bytes=peak,
+                   trainer_mfu=flops / theirs / out["gemm_bf16_flops"])
+        print(f"HF Trainer loop: {theirs * 1e3:.1f} ms/step, MFU {out['trainer_mfu']:.3f}, "
+              f"peak {peak / 2**30:.1f} GiB", flush=True)
+        if "ours_step_s" in out:
+            out["speedup_vs_trainer"] = theirs / ours
+            print(f"ours ÷ Trainer step time: {ours / theirs:.3f} "
+                  f"(speed-up {theirs / ours:.3f}x; goal >= 1.1x, MFU goal >= 0.55)")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Checks here, on a machine without a GPU, that tests/gpu/run.sh's build works before a session
+# spends GPU time on it: the engine, its plugins, tessera-cli and the test probes, without Qt and
+# without the Hub client, against the LibTorch version of the lent GPU machines (torch 2.11.0,
+# CUDA 13.0: the same wheel their PyTorch is) and the Debian packages tests/gpu/fetch_debs.sh
+# puts in .gpu-deps/ (unpacked into a prefix, as there). Nothing runs on a GPU.
+#
+#   bash tests/gpu/check_build.sh            # ~35 min cold on 2 cores, a few with ccache
+#
+# The wheel goes (without its CUDA dependencies: the venv's CUDA 13 libraries are linked
+# against) into ~/.cache/tessera/torch-2.11.0; the build into build-torch-2.11/.
+#   TESSERA_GPU_TORCH_VERSION (default 2.11.0), TESSERA_VENV, TESSERA_HOME
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" ]] && { sed -n '2,13p' "$0"; exit 0; }
+TESSERA_HOME="${TESSERA_HOME:-$HOME/.cache/tessera}"
+VENV="${TESSERA_VENV:-$TESSERA_HOME/venv}"
+VERSION="${TESSERA_GPU_TORCH_VERSION:-2.11.0}"
+TARGET="$TESSERA_HOME/torch-$VERSION"
+if [[ ! -f "$TARGET/.tessera-stamp" ]]; then
+  echo "check_build: installing torch==$VERSION (no dependencies) into $TARGET" >&2
+  rm -rf "$TARGET"
+  "$VENV/bin/python" -m pip install -q --no-deps --target "$TARGET" "torch==$VERSION"
+  echo "$VERSION" >"$TARGET/.tessera-stamp"
+fi
+# torch's CMake and our link find the CUDA libraries beside torch (nvidia/*/lib), as in a venv.
+site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+[[ -e "$TARGET/nvidia" ]] || ln -s "$site/nvidia" "$TARGET/nvidia"
+bash "$ROOT/tests/gpu/fetch_debs.sh"
+export CCACHE_DIR="${CCACHE_DIR:-$TESSERA_HOME/ccache}" CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
+TESSERA_TORCH_DIR="$TARGET/torch/share/cmake/Torch" TESSERA_GPU_PYTHON="$VENV/bin/python" \
+  bash "$ROOT/tests/gpu/run.sh" --only-build --build-dir "$ROOT/build-torch-$VERSION" \
+  --out "$ROOT/build-torch-$VERSION/report" --jobs "${TESSERA_BUILD_JOBS:-$(nproc)}"

@@ -1,0 +1,90 @@
+"""Writes tests/gpu/run.sh's report (markdown, to stdout) from the files its phases left in LOGS:
+machine.json, status.txt, phases.log, pytest.xml and pytest.log, bench.json.
+
+    python tests/gpu/report.py LOGS > report.md
+"""
+import json
+import re
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+
+def read_json(path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def main(logs: Path) -> int:
+    lines = ["# Tessera GPU check", ""]
+    machine = read_json(logs / "machine.json") or {}
+    lines.append("Machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()))
+    status = dict(line.split("=", 1) for line in (logs / "status.txt").read_text().split()
+                  if "=" in line) if (logs / "status.txt").exists() else {}
+    lines += ["", "Phases (exit codes): " + ", ".join(f"{k} {v}" for k, v in status.items())]
+    if (logs / "phases.log").exists():
+        lines += ["", "```", *(logs / "phases.log").read_text().splitlines(), "```"]
+    version = read_json(logs / "version.json")
+    if version:
+        lines += ["", f"tessera-cli version: {json.dumps(version)}"]
+    profile = read_json(logs / "profile.json")
+    if profile:
+        lines += [f"profile GPUs: {json.dumps(profile.get('gpus'))}"]
+
+    xml = logs / "pytest.xml"
+    if xml.exists():
+        root = ET.parse(xml).getroot()
+        counts = {"passed": 0, "failed": 0, "xfailed": 0, "skipped": 0}
+        rows = []
+        for case in root.iter("testcase"):
+            name = case.get("name")
+            outcome, why = "passed", ""
+            for child in case:
+                if child.tag in ("failure", "error"):
+                    outcome, why = "failed", (child.get("message") or "").splitlines()[0:1]
+                elif child.tag == "skipped":
+                    kind = child.get("type", "")
+                    outcome = "xfailed" if "xfail" in kind else "skipped"
+                    why = [child.get("message") or ""]
+            counts[outcome] += 1
+            why = why[0][:160] if isinstance(why, list) and why else ""
+            rows.append(f"| {name} | {outcome} | {case.get('time')} s | {why} |")
+        lines += ["", "## Tests (tests/gpu/test_gpu.py)", "",
+                  ", ".join(f"{v} {k}" for k, v in counts.items()), "",
+                  "| test | result | time | note |", "|---|---|---|---|", *rows]
+    log = logs / "pytest.log"
+    if log.exists():
+        figures = [l for l in log.read_text().splitlines()
+                   if re.search(r"(cuda|rel |eval:|profile:)", l) and not l.startswith(("E ", ">"))]
+        if figures:
+            lines += ["", "Figures the tests printed:", "", "```", *figures[:120], "```"]
+
+    bench = read_json(logs / "bench.json")
+    if bench:
+        lines += ["", "## Benchmark (tests/gpu/bench_gpu.py)", ""]
+        g = bench.get("gemm_bf16_flops")
+        if g:
+            lines.append(f"- GEMM: bf16 {g / 1e12:.0f} TFLOP/s, fp32 "
+                         f"{bench['gemm_fp32_flops'] / 1e12:.1f} TFLOP/s; pinned copies h2d "
+                         f"{bench['copy']['h2d'] / 1e9:.1f} GB/s, d2h {bench['copy']['d2h'] / 1e9:.1f} GB/s")
+        if "params" in bench:
+            lines.append(f"- model: {bench['params'] / 1e9:.2f}B parameters, batch "
+                         f"{bench['batch']} × {bench['seq']} tokens, bf16")
+        if "ours_step_s" in bench:
+            lines.append(f"- ours: {bench['ours_step_s'] * 1e3:.1f} ms/step, MFU {bench['ours_mfu']:.3f}")
+        if "ours_error" in bench:
+            lines.append(f"- ours failed: {bench['ours_error'][:300]}")
+        if "trainer_step_s" in bench:
+            lines.append(f"- HF Trainer loop: {bench['trainer_step_s'] * 1e3:.1f} ms/step, MFU "
+                         f"{bench['trainer_mfu']:.3f}, peak {bench['trainer_peak_bytes'] / 2**30:.1f} GiB")
+        if "speedup_vs_trainer" in bench:
+            lines.append(f"- ours ÷ Trainer step time {1 / bench['speedup_vs_trainer']:.3f} "
+                         f"(goal: speed-up ≥ 1.1×, MFU ≥ 0.55)")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))
