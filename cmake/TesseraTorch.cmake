@@ -55,6 +55,12 @@ if(EXISTS "${_tessera_wheel_nccl}")
   add_link_options("LINKER:-rpath-link,${_tessera_wheel_nccl}")
 endif()
 
+# libstdc++ ahead of LibTorch among each program's libraries: torch 2.11's libtorch.so (the GPU
+# machines' version) exports a copy of std::filesystem (64 symbols) that programs linked after it
+# bind to, and its remove_all jumps to address 0 (gemini's offload folder crashed at the end of a
+# run; tests/gpu/check_build.sh found it). Listed first, libstdc++'s own definitions win.
+add_link_options("SHELL:-Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state")
+
 if(TESSERA_WITH_CUDA AND CUDAToolkit_FOUND AND CMAKE_CUDA_COMPILER)
   include(CheckLanguage)
   check_language(CUDA)

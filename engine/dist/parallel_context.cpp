@@ -344,7 +344,9 @@ PendingCollective ProcessGroup::all_gather_async(at::Tensor input, at::Tensor ou
       [&] {
         c10d::AllgatherOptions options;
         options.timeout = impl_->timeout();
-        return backend.all_gather_single(out, flat, options);
+        // _allgather_base: the name every LibTorch from 2.11 (the GPU machines') to 2.15 has;
+        // 2.15 forwards it to all_gather_single, which 2.11 lacks.
+        return backend._allgather_base(out, flat, options);
       },
       out);
 }
@@ -386,7 +388,7 @@ PendingCollective ProcessGroup::reduce_scatter_async(at::Tensor input, at::Tenso
         c10d::ReduceScatterOptions options;
         options.reduceOp = c10d::ReduceOp::SUM;  // Gloo has no AVG: sum, then divide
         options.timeout = impl_->timeout();
-        return backend.reduce_scatter_single(out, flat, options);
+        return backend._reduce_scatter_base(out, flat, options);  // as _allgather_base above
       },
       out, op == ReduceOp::Avg ? size() : 1);
 }
