@@ -1,7 +1,13 @@
 # Warnings as errors in our own targets only (third-party headers come in as SYSTEM).
+# TESSERA_WERROR=OFF keeps them warnings: tests/gpu/run.sh builds on a machine whose newer
+# compiler may warn where ours does not, and a GPU check must not end on a new warning.
+option(TESSERA_WERROR "Treat warnings in our code as errors" ON)
 function(tessera_warnings target)
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Werror -Wno-unused-parameter>)
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wno-unused-parameter>)
+  if(TESSERA_WERROR)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+  endif()
   # GCC's flow analysis under -fsanitize=address reports std::regex's own moves as maybe
   # uninitialized (libstdc++ 12's regex_automaton.h); the same code builds clean without it.
   if(TESSERA_SANITIZE AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
