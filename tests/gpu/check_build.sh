@@ -5,7 +5,7 @@
 # CUDA 13.0: the same wheel their PyTorch is) and the Debian packages tests/gpu/fetch_debs.sh
 # puts in .gpu-deps/ (unpacked into a prefix, as there). Nothing runs on a GPU.
 #
-#   bash tests/gpu/check_build.sh            # ~7 min cold on 2 cores, ~4 with ccache
+#   bash tests/gpu/check_build.sh            # ~12 min cold on 2 cores, ~4 with ccache
 #
 # The wheel goes (without its CUDA dependencies: the venv's CUDA 13 libraries are linked
 # against) into ~/.cache/tessera/torch-2.11.0; the build into build-torch-2.11/.
