@@ -240,7 +240,7 @@ DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
   split->addWidget(lower);
   layout->addWidget(split, 1);
 
-  auto* debounce = new QTimer(this);
+  auto* debounce = debounce_ = new QTimer(this);
   debounce->setSingleShot(true);
   debounce->setInterval(300);
   connect(debounce, &QTimer::timeout, this, &DatasetPage::analyze);
@@ -513,6 +513,9 @@ void DatasetPage::set_column(const QString& role, const QString& column) {
 
 void DatasetPage::analyze() {
   if (path_->text().isEmpty()) return;
+  // This analysis is of the page's settings now: a debounced one still pending would only
+  // repeat it (and turn Next off again after the wizard had let it on).
+  if (debounce_) debounce_->stop();
   if (analyzing_) {
     rerun_ = true;
     if (progress_state_) progress_state_->cancel = true;  // its answer is not wanted any more

@@ -23,6 +23,7 @@ class QDoubleSpinBox;
 class QFormLayout;
 class QGroupBox;
 class QLabel;
+class QTimer;
 class QLineEdit;
 class QListWidget;
 class QPlainTextEdit;
@@ -193,6 +194,9 @@ class DatasetPage : public QWidget {
   QString model_folder_;
   bool analyzing_ = false;  // until the analysis is shown
   bool rerun_ = false;
+  // A length or packing change analyzes again 300 ms after the last one; an analysis started
+  // meanwhile (a file chosen) covers it, so it stops the timer.
+  QTimer* debounce_ = nullptr;
   bool updating_ = false;
   // The sequence length was set by the user (or a loaded spec): until then it is lowered to the
   // model's context, so the default never stops a run on a short-context model.
