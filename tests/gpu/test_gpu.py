@@ -113,18 +113,8 @@ def torch_rates(copy_bytes, n):
 
 
 def probe_on(model_dir, tmp, ids, mask, labels, dtype):
-    """tessera-model-probe --device DEVICE: mp.run_probe with the device added."""
-    from safetensors.torch import save_file
-
-    inp = tmp / "input.safetensors"
-    out = tmp / f"output_{dtype}_{DEVICE}.safetensors"
-    save_file({"input_ids": ids.contiguous(), "attention_mask": mask.contiguous(),
-               "labels": labels.contiguous()}, str(inp))
-    proc = subprocess.run([str(mp.probe_path()), "--model", str(model_dir), "--dtype", dtype,
-                           "--device", DEVICE, "--input", str(inp), "--output", str(out)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return load_file(str(out))
+    """tessera-model-probe on DEVICE (the CPU parity suite's run_probe)."""
+    return mp.run_probe(model_dir, tmp, ids, mask, labels, dtype, device=DEVICE)
 
 
 def reference_on_device(case, model_dir, ids, mask, labels, dtype):

@@ -153,16 +153,16 @@ def make_batch(padding_side, seed, classification):
     return ids, mask, labels
 
 
-def run_probe(model_dir, tmp, ids, mask, labels, dtype):
+def run_probe(model_dir, tmp, ids, mask, labels, dtype, device="cpu"):
     inp = tmp / "input.safetensors"
-    out = tmp / f"output_{dtype}.safetensors"
+    out = tmp / f"output_{dtype}_{device}.safetensors"
     save_file(
         {"input_ids": ids.contiguous(), "attention_mask": mask.contiguous(), "labels": labels.contiguous()},
         str(inp),
     )
     proc = subprocess.run(
-        [str(probe_path()), "--model", str(model_dir), "--dtype", dtype, "--input", str(inp),
-         "--output", str(out)],
+        [str(probe_path()), "--model", str(model_dir), "--dtype", dtype, "--device", device,
+         "--input", str(inp), "--output", str(out)],
         capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
