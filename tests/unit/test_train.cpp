@@ -26,6 +26,7 @@
 #include "plugins/builtin_plugins.h"
 #include "train/activation_checkpoint.h"
 #include "train/checkpoint.h"
+#include "train/device_tier.h"
 #include "train/example_batches.h"
 #include "train/lora.h"
 #include "train/mixed_precision.h"
@@ -256,6 +257,76 @@ class TestTrain : public QObject {
       QCOMPARE(plugin->process().rank, 0);
       QCOMPARE(plugin->process().world_size, 1);
     }
+  }
+
+  // The simulated device stands in for a GPU in tests only: refused without the tests' variable,
+  // it allocates within its budget, refuses past it naming the figures, copies on its own thread
+  // (the destination unusable — NaN — until the copy's event), and counts what it moved.
+  void simulated_device_tier_budgets_copies_and_orders() {
+    qunsetenv(train::kSimulatedDeviceVariable);
+    expect_error([] { train::make_device_tier("simulated", 1 << 20, "strategy.options.device"); },
+                 ErrorKind::InvalidInput, "strategy.options.device: \"simulated\" is the test");
+    qputenv(train::kSimulatedDeviceVariable, "1");
+    expect_error([] { train::make_device_tier("simulated", 0, "strategy.options.device"); },
+                 ErrorKind::InvalidInput, "needs a budget");
+    expect_error([] { train::make_device_tier("gpu", 0, "strategy.options.device"); },
+                 ErrorKind::InvalidInput, "\"gpu\" is not a device");
+    if (!torch::cuda::is_available())
+      expect_error([] { train::make_device_tier("cuda", 0, "strategy.options.device"); },
+                   ErrorKind::Unsupported, "has no CUDA GPU");
+
+    const std::size_t n = 1 << 16;  // floats: 256 KiB
+    auto device = train::make_device_tier("simulated", 3 * n * 4, "strategy.options.device");
+    QCOMPARE(device->name(), std::string("simulated"));
+    QVERIFY(device->simulated() && device->tensor_device().is_cpu());
+    {
+      c10::DataPtr a = device->allocate(n * 4, "chunk 0");
+      c10::DataPtr b = device->allocate(n * 4, "chunk 1");
+      QCOMPARE(device->used(), std::uint64_t{2 * n * 4});
+      try {
+        (void)device->allocate(2 * n * 4, "chunk 2");
+        QFAIL("allocated past the budget");
+      } catch (const train::DeviceOutOfMemory& e) {
+        const std::string text = e.what();
+        QVERIFY2(text.find("simulated: out of memory for chunk 2: asked 512.0 KiB") == 0,
+                 text.c_str());
+        QCOMPARE(e.asked(), std::uint64_t{2 * n * 4});
+        QCOMPARE(static_cast<int>(e.kind()), static_cast<int>(ErrorKind::InvalidInput));
+      }
+      // Fresh device memory holds nothing usable.
+      QVERIFY(std::isnan(static_cast<float*>(a.get())[0]));
+
+      c10::DataPtr host = device->allocate_host(n * 4);
+      c10::DataPtr back = device->allocate_host(n * 4);
+      auto* h = static_cast<float*>(host.get());
+      for (std::size_t i = 0; i < n; ++i) h[i] = static_cast<float>(i);
+      device->copy_to_device(a.get(), host.get(), n * 4);
+      device->compute_waits(*device->record_copies());
+      auto* d = static_cast<float*>(a.get());
+      QCOMPARE(d[n - 1], static_cast<float>(n - 1));
+      for (std::size_t i = 0; i < n; ++i) d[i] *= 2.0f;  // "compute" on the device memory
+      device->copies_wait(*device->record_compute());
+      device->copy_to_host(back.get(), a.get(), n * 4);
+      const auto copied = device->record_copies();
+      device->host_waits(*copied);
+      QVERIFY(device->done(*copied));
+      QCOMPARE(static_cast<float*>(back.get())[7], 14.0f);
+      // A device-to-device chain through a host buffer keeps stream order: the second copy reads
+      // the first one's destination only after it is written.
+      device->copy_to_host(back.get(), a.get(), n * 4);
+      device->copy_to_device(b.get(), back.get(), n * 4);
+      device->compute_waits(*device->record_copies());
+      QCOMPARE(static_cast<float*>(b.get())[n - 1], 2.0f * static_cast<float>(n - 1));
+
+      const train::DeviceTraffic traffic = device->traffic();
+      QCOMPARE(traffic.bytes_to_device, std::uint64_t{2 * n * 4});
+      QCOMPARE(traffic.bytes_to_host, std::uint64_t{2 * n * 4});
+      QCOMPARE(traffic.copies, std::uint64_t{4});
+      QCOMPARE(device->peak(), std::uint64_t{2 * n * 4});
+    }
+    QCOMPARE(device->used(), std::uint64_t{0});
+    device->reset_peak();
+    QCOMPARE(device->peak(), std::uint64_t{0});
   }
 
   void cpu_only_plugins_name_their_device_rule() {

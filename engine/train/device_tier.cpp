@@ -1,0 +1,245 @@
+// The device tier's factory and the simulated device (device_tier.h).
+#include "train/device_tier.h"
+
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <thread>
+
+#include "core/files.h"
+
+namespace tessera::train {
+
+DeviceOutOfMemory::DeviceOutOfMemory(const std::string& device, std::uint64_t asked,
+                                     std::uint64_t used, std::uint64_t total,
+                                     const std::string& what)
+    : Error(ErrorKind::InvalidInput,
+            device + ": out of memory for " + what + ": asked " + core::human_bytes(asked) +
+                " with " + core::human_bytes(used) + " of " + core::human_bytes(total) + " in use",
+            "keep fewer chunks on the device (strategy.options.device_param_frac, "
+            "device_optim_frac, or placement auto), or lower the batch size"),
+      asked_(asked) {}
+
+namespace {
+
+// A copy-stream position: done once the copy thread has finished `sequence`.
+class SimulatedEvent : public DeviceEvent {
+ public:
+  explicit SimulatedEvent(std::uint64_t sequence) : sequence(sequence) {}
+  std::uint64_t sequence;
+};
+
+class SimulatedDevice : public DeviceTier {
+ public:
+  explicit SimulatedDevice(std::uint64_t budget) : budget_(budget) {
+    copier_ = std::thread([this] { copy_loop(); });
+  }
+  ~SimulatedDevice() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    queued_cv_.notify_all();
+    copier_.join();
+  }
+
+  std::string name() const override { return "simulated"; }
+  c10::Device tensor_device() const override { return c10::kCPU; }
+  bool simulated() const override { return true; }
+
+  c10::DataPtr allocate(std::size_t bytes, const std::string& what) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (used_ + bytes > budget_) throw DeviceOutOfMemory(name(), bytes, used_, budget_, what);
+      used_ += bytes;
+      peak_ = std::max(peak_, used_);
+    }
+    auto* block = new Block{this, bytes, std::unique_ptr<float[]>(new float[floats(bytes)])};
+    poison(block->memory.get(), bytes);  // device memory starts undefined
+    return {block->memory.get(), block, &SimulatedDevice::free_block, c10::Device(c10::kCPU)};
+  }
+
+  c10::DataPtr allocate_host(std::size_t bytes) override {
+    auto* memory = new float[floats(bytes)];
+    return {memory, memory, [](void* p) { delete[] static_cast<float*>(p); },
+            c10::Device(c10::kCPU)};
+  }
+
+  void copy_to_device(void* device_dst, const void* host_src, std::size_t bytes) override {
+    enqueue_copy(device_dst, host_src, bytes, /*to_device=*/true);
+  }
+  void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) override {
+    enqueue_copy(host_dst, device_src, bytes, /*to_device=*/false);
+  }
+
+  std::shared_ptr<DeviceEvent> record_copies() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::make_shared<SimulatedEvent>(queued_);
+  }
+  // Compute runs on the calling thread, so what it queued is done when it returns.
+  std::shared_ptr<DeviceEvent> record_compute() override {
+    return std::make_shared<SimulatedEvent>(0);
+  }
+  // Compute is the host thread: ordering it after a copy is waiting for the copy.
+  void compute_waits(const DeviceEvent& event) override { wait_for(event, false); }
+  // The copy thread runs copies in order after the compute that queued them: nothing to wait.
+  void copies_wait(const DeviceEvent&) override {}
+  void host_waits(const DeviceEvent& event) override { wait_for(event, true); }
+  bool done(const DeviceEvent& event) const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return completed_ >= sequence_of(event);
+  }
+
+  std::uint64_t used() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return used_;
+  }
+  std::uint64_t peak() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return peak_;
+  }
+  void reset_peak() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    peak_ = used_;
+  }
+  std::uint64_t total() const override { return budget_; }
+  DeviceTraffic traffic() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return traffic_;
+  }
+
+ private:
+  struct Block {
+    SimulatedDevice* device;
+    std::size_t bytes;
+    std::unique_ptr<float[]> memory;
+  };
+  struct Copy {
+    void* dst;
+    const void* src;
+    std::size_t bytes;
+    std::uint64_t sequence;
+  };
+
+  static std::size_t floats(std::size_t bytes) { return std::max<std::size_t>(1, (bytes + 3) / 4); }
+  static void poison(void* memory, std::size_t bytes) {
+    std::fill_n(static_cast<float*>(memory), bytes / 4, std::numeric_limits<float>::quiet_NaN());
+  }
+  static std::uint64_t sequence_of(const DeviceEvent& event) {
+    return static_cast<const SimulatedEvent&>(event).sequence;
+  }
+
+  // Memory goes once the copies queued before its release are done, as a stream-ordered free.
+  static void free_block(void* context) {
+    auto* block = static_cast<Block*>(context);
+    SimulatedDevice* device = block->device;
+    {
+      std::unique_lock<std::mutex> lock(device->mutex_);
+      const std::uint64_t sequence = device->queued_;
+      device->done_cv_.wait(lock, [&] { return device->completed_ >= sequence; });
+      device->used_ -= block->bytes;
+    }
+    delete block;
+  }
+
+  void enqueue_copy(void* dst, const void* src, std::size_t bytes, bool to_device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Until the copy thread runs, the destination holds nothing usable (unless a copy queued
+    // before reads it: stream order lets that one see the old values).
+    const auto* begin = static_cast<const char*>(dst);
+    const bool read_by_pending = std::any_of(copies_.begin(), copies_.end(), [&](const Copy& c) {
+      const auto* src = static_cast<const char*>(c.src);
+      return src < begin + bytes && begin < src + c.bytes;
+    });
+    if (bytes % 4 == 0 && !read_by_pending) poison(dst, bytes);
+    copies_.push_back(Copy{dst, src, bytes, ++queued_});
+    (to_device ? traffic_.bytes_to_device : traffic_.bytes_to_host) += bytes;
+    ++traffic_.copies;
+    queued_cv_.notify_one();
+  }
+
+  void wait_for(const DeviceEvent& event, bool count) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const std::uint64_t sequence = sequence_of(event);
+    if (count && completed_ < sequence) ++traffic_.host_waits;
+    done_cv_.wait(lock, [&] { return completed_ >= sequence; });
+  }
+
+  void copy_loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      queued_cv_.wait(lock, [&] { return stopping_ || !copies_.empty(); });
+      if (copies_.empty()) return;  // stopping, nothing left
+      const Copy copy = copies_.front();
+      copies_.pop_front();
+      lock.unlock();
+      std::memcpy(copy.dst, copy.src, copy.bytes);
+      lock.lock();
+      completed_ = copy.sequence;
+      done_cv_.notify_all();
+    }
+  }
+
+  const std::uint64_t budget_;
+  mutable std::mutex mutex_;  // guards everything below but the thread
+  std::condition_variable queued_cv_;
+  std::condition_variable done_cv_;
+  std::deque<Copy> copies_;
+  std::uint64_t queued_ = 0;     // sequence of the last copy queued
+  std::uint64_t completed_ = 0;  // sequence of the last copy done
+  std::uint64_t used_ = 0;
+  std::uint64_t peak_ = 0;
+  DeviceTraffic traffic_;
+  bool stopping_ = false;
+  std::thread copier_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceTier> make_device_tier(const std::string& device, std::uint64_t budget,
+                                             const std::string& field) {
+  if (device == "simulated") {
+    const char* allowed = std::getenv(kSimulatedDeviceVariable);
+    if (allowed == nullptr || std::string(allowed) != "1")
+      throw_invalid(field + ": \"simulated\" is the test suite's stand-in for a GPU",
+                    "use \"cuda\" on a machine with a GPU, or \"cpu\"");
+    if (budget == 0)
+      throw_invalid(field +
+                    ": the simulated device needs a budget (strategy.options.device_budget)");
+    return std::make_unique<SimulatedDevice>(budget);
+  }
+  int index = 0;
+  if (device.rfind("cuda:", 0) == 0) {
+    try {
+      std::size_t used = 0;
+      index = std::stoi(device.substr(5), &used);
+      if (used != device.size() - 5 || index < 0) throw std::invalid_argument("index");
+    } catch (const std::exception&) {
+      throw_invalid(field + ": \"" + device + "\" is not a device", "use cuda or cuda:N");
+    }
+  } else if (device != "cuda") {
+    throw_invalid(field + ": \"" + device + "\" is not a device with memory of its own",
+                  "use cuda or cuda:N");
+  }
+  if (!torch::cuda::is_available())
+    throw_unsupported(field + ": \"" + device + "\": this machine has no CUDA GPU",
+                      "use device cpu");
+  if (index >= static_cast<int>(torch::cuda::device_count()))
+    throw_invalid(field + ": \"" + device + "\": this machine has " +
+                  std::to_string(torch::cuda::device_count()) + " GPU(s)");
+  std::unique_ptr<DeviceTier> cuda = make_cuda_device_tier(index, budget);
+  if (!cuda)
+    throw_unsupported(field + ": this build of Tessera has no CUDA",
+                      "build with the CUDA toolkit present (TESSERA_WITH_CUDA)");
+  return cuda;
+}
+
+}  // namespace tessera::train

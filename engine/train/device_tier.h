@@ -1,0 +1,98 @@
+#pragma once
+// The memory of the device a plugin computes on, as Gemini's device tier uses it: allocate and
+// free device memory within a budget, copy between it and host buffers on a copy stream that
+// runs beside the compute, and order the two with events — never a device-wide synchronize.
+// Two implementations: a CUDA GPU (device_tier_cuda.cpp, in builds with CUDA), and a simulated
+// device for tests: host memory with a byte budget, its own copy thread and its own accounting,
+// named "simulated" in every message, and refused unless TESSERA_SIMULATED_DEVICE=1 (which only
+// the tests set). It makes races visible: fresh allocations and the destination of a copy are
+// filled with NaN until the copy thread has run, so compute that does not wait for a copy's
+// event reads NaN.
+#include <c10/core/Allocator.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/error.h"
+
+namespace tessera::train {
+
+// The device tier could not give `asked` bytes: its budget (or the card) is full. Exit 2: the
+// plan must change (a smaller share on the device, a smaller batch).
+class DeviceOutOfMemory : public Error {
+ public:
+  DeviceOutOfMemory(const std::string& device, std::uint64_t asked, std::uint64_t used,
+                    std::uint64_t total, const std::string& what);
+  std::uint64_t asked() const { return asked_; }
+
+ private:
+  std::uint64_t asked_ = 0;
+};
+
+// A point on one of the device's streams; done once everything queued before it has run.
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+};
+
+struct DeviceTraffic {
+  std::uint64_t bytes_to_device = 0;
+  std::uint64_t bytes_to_host = 0;
+  std::uint64_t copies = 0;
+  std::uint64_t host_waits = 0;  // times the host blocked on an event
+};
+
+class DeviceTier {
+ public:
+  virtual ~DeviceTier() = default;
+  // "cuda:0", "simulated".
+  virtual std::string name() const = 0;
+  // Where tensors over this tier's memory live: the GPU, or the CPU for the simulated device.
+  virtual c10::Device tensor_device() const = 0;
+  virtual bool simulated() const { return false; }
+
+  // Device memory, freed when the DataPtr goes (after the copies queued so far that may use it).
+  // Throws DeviceOutOfMemory past the budget; `what` names the use in that message.
+  virtual c10::DataPtr allocate(std::size_t bytes, const std::string& what) = 0;
+  // Host memory to copy from and to (page-locked on a GPU, so copies are asynchronous).
+  virtual c10::DataPtr allocate_host(std::size_t bytes) = 0;
+
+  // Queued on the copy stream, behind what it already has; returns at once. Neither buffer may
+  // be touched until an event recorded after the copy is done.
+  virtual void copy_to_device(void* device_dst, const void* host_src, std::size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) = 0;
+
+  // Events after what the copy stream, or the compute, has queued so far.
+  virtual std::shared_ptr<DeviceEvent> record_copies() = 0;
+  virtual std::shared_ptr<DeviceEvent> record_compute() = 0;
+  // Orderings without blocking the host: later compute after `event`, later copies after it.
+  virtual void compute_waits(const DeviceEvent& event) = 0;
+  virtual void copies_wait(const DeviceEvent& event) = 0;
+  // Blocks the host until `event` is done (to read a host buffer a copy filled).
+  virtual void host_waits(const DeviceEvent& event) = 0;
+  virtual bool done(const DeviceEvent& event) const = 0;
+
+  // Bytes allocated through allocate() and alive, their peak since reset_peak(), and the budget.
+  virtual std::uint64_t used() const = 0;
+  virtual std::uint64_t peak() const = 0;
+  virtual void reset_peak() = 0;
+  virtual std::uint64_t total() const = 0;
+  virtual DeviceTraffic traffic() const = 0;
+};
+
+// The environment variable that allows the simulated device (tests only).
+inline constexpr const char* kSimulatedDeviceVariable = "TESSERA_SIMULATED_DEVICE";
+
+// `device`: "simulated", "cuda" or "cuda:N"; `budget`: bytes the tier may allocate (0: the
+// card's free memory now; required for the simulated device). `field` names the option in
+// errors. Throws InvalidInput for an unknown name or a simulated device outside the tests, and
+// Unsupported for CUDA in a build or on a machine without it.
+std::unique_ptr<DeviceTier> make_device_tier(const std::string& device, std::uint64_t budget,
+                                             const std::string& field);
+
+// The CUDA implementation (device_tier_cuda.cpp); null in a build without CUDA.
+std::unique_ptr<DeviceTier> make_cuda_device_tier(int index, std::uint64_t budget);
+
+}  // namespace tessera::train

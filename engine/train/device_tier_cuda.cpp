@@ -1,0 +1,191 @@
+// The device tier on a CUDA GPU (device_tier.h): memory from LibTorch's caching allocator (so
+// the memory events' allocator figures include it), page-locked host buffers from its caching
+// host allocator, one copy stream from its pool, and CUDA events between the copy stream and
+// the current (compute) stream.
+#include "train/device_tier.h"
+
+#if defined(TESSERA_HAVE_CUDA_KERNELS)
+#include <ATen/cuda/PinnedMemoryAllocator.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <mutex>
+#endif
+
+namespace tessera::train {
+
+#if defined(TESSERA_HAVE_CUDA_KERNELS)
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess)
+    throw Error(ErrorKind::Internal,
+                std::string("CUDA: ") + what + ": " + cudaGetErrorString(status));
+}
+
+class CudaEvent : public DeviceEvent {
+ public:
+  explicit CudaEvent(cudaStream_t stream) {
+    check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventRecord(event, stream), "cudaEventRecord");
+  }
+  ~CudaEvent() override { cudaEventDestroy(event); }
+  cudaEvent_t event = nullptr;
+};
+
+class CudaDeviceTier : public DeviceTier {
+ public:
+  CudaDeviceTier(int index, std::uint64_t budget)
+      : index_(static_cast<c10::DeviceIndex>(index)),
+        copy_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index_)) {
+    c10::cuda::CUDAGuard guard(index_);
+    std::size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    budget_ = budget != 0 ? budget : free;
+  }
+
+  std::string name() const override { return "cuda:" + std::to_string(index_); }
+  c10::Device tensor_device() const override { return {c10::kCUDA, index_}; }
+
+  c10::DataPtr allocate(std::size_t bytes, const std::string& what) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (used_ + bytes > budget_) throw DeviceOutOfMemory(name(), bytes, used_, budget_, what);
+      used_ += bytes;
+      peak_ = std::max(peak_, used_);
+    }
+    c10::cuda::CUDAGuard guard(index_);
+    c10::DataPtr inner;
+    try {
+      inner = c10::cuda::CUDACachingAllocator::get()->allocate(bytes);
+    } catch (const c10::OutOfMemoryError&) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      used_ -= bytes;
+      throw DeviceOutOfMemory(name(), bytes, used_, budget_, what);
+    }
+    void* data = inner.get();
+    auto* owned = new Owned{this, bytes, std::move(inner)};
+    return {data, owned, &CudaDeviceTier::free_device, tensor_device()};
+  }
+
+  c10::DataPtr allocate_host(std::size_t bytes) override {
+    c10::DataPtr inner = at::cuda::getPinnedMemoryAllocator()->allocate(bytes);
+    void* data = inner.get();
+    auto* owned = new Owned{this, 0, std::move(inner)};
+    return {data, owned, &CudaDeviceTier::free_host, c10::Device(c10::kCPU)};
+  }
+
+  void copy_to_device(void* device_dst, const void* host_src, std::size_t bytes) override {
+    check(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, copy_stream_),
+          "copy to the device");
+    count(bytes, true);
+  }
+  void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) override {
+    check(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, copy_stream_),
+          "copy to the host");
+    count(bytes, false);
+  }
+
+  std::shared_ptr<DeviceEvent> record_copies() override {
+    return std::make_shared<CudaEvent>(copy_stream_.stream());
+  }
+  std::shared_ptr<DeviceEvent> record_compute() override {
+    return std::make_shared<CudaEvent>(c10::cuda::getCurrentCUDAStream(index_).stream());
+  }
+  void compute_waits(const DeviceEvent& event) override {
+    check(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(index_).stream(), of(event), 0),
+          "cudaStreamWaitEvent");
+  }
+  void copies_wait(const DeviceEvent& event) override {
+    check(cudaStreamWaitEvent(copy_stream_.stream(), of(event), 0), "cudaStreamWaitEvent");
+  }
+  void host_waits(const DeviceEvent& event) override {
+    if (cudaEventQuery(of(event)) == cudaSuccess) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++traffic_.host_waits;
+    }
+    check(cudaEventSynchronize(of(event)), "cudaEventSynchronize");
+  }
+  bool done(const DeviceEvent& event) const override {
+    return cudaEventQuery(of(event)) == cudaSuccess;
+  }
+
+  std::uint64_t used() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return used_;
+  }
+  std::uint64_t peak() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return peak_;
+  }
+  void reset_peak() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    peak_ = used_;
+  }
+  std::uint64_t total() const override { return budget_; }
+  DeviceTraffic traffic() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return traffic_;
+  }
+
+ private:
+  struct Owned {
+    CudaDeviceTier* tier;
+    std::size_t bytes;
+    c10::DataPtr inner;
+  };
+
+  static cudaEvent_t of(const DeviceEvent& event) {
+    return static_cast<const CudaEvent&>(event).event;
+  }
+
+  void count(std::size_t bytes, bool to_device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    (to_device ? traffic_.bytes_to_device : traffic_.bytes_to_host) += bytes;
+    ++traffic_.copies;
+  }
+
+  // The caching allocator reuses the block only after the copies queued so far (recordStream),
+  // so freeing never waits on the host.
+  static void free_device(void* context) {
+    auto* owned = static_cast<Owned*>(context);
+    c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->tier->copy_stream_);
+    {
+      std::lock_guard<std::mutex> lock(owned->tier->mutex_);
+      owned->tier->used_ -= owned->bytes;
+    }
+    delete owned;
+  }
+  static void free_host(void* context) {
+    auto* owned = static_cast<Owned*>(context);
+    at::cuda::getPinnedMemoryAllocator()->record_event(
+        owned->inner.get(), owned->inner.get_context(), owned->tier->copy_stream_.unwrap());
+    delete owned;
+  }
+
+  c10::DeviceIndex index_;
+  c10::cuda::CUDAStream copy_stream_;
+  std::uint64_t budget_ = 0;
+  mutable std::mutex mutex_;
+  std::uint64_t used_ = 0;
+  std::uint64_t peak_ = 0;
+  DeviceTraffic traffic_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceTier> make_cuda_device_tier(int index, std::uint64_t budget) {
+  return std::make_unique<CudaDeviceTier>(index, budget);
+}
+#else
+std::unique_ptr<DeviceTier> make_cuda_device_tier(int, std::uint64_t) {
+  return nullptr;
+}
+#endif
+
+}  // namespace tessera::train
