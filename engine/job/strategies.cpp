@@ -1,5 +1,7 @@
 #include "job/strategies.h"
 
+#include <cstdlib>
+
 #include "core/error.h"
 #include "core/units.h"
 
@@ -16,6 +18,7 @@ std::string describe_options(const StrategyInfo& info) {
   if (info.options.empty()) return info.name + " takes no options";
   std::vector<std::string> parts;
   for (const auto& o : info.options) {
+    if (o.simulated_device_only) continue;
     switch (o.kind) {
       case StrategyOption::Kind::Choice:
         parts.push_back(o.key + " (" + join(o.values, " | ") + ")");
@@ -59,6 +62,10 @@ StrategyOption fraction(std::string key, std::string description) {
 StrategyOption size(std::string key, std::string description) {
   return {std::move(key), std::move(description), {}, StrategyOption::Kind::Size, {}};
 }
+StrategyOption simulated_only(StrategyOption option) {
+  option.simulated_device_only = true;
+  return option;
+}
 StrategyOption path(std::string key, std::string description) {
   return {std::move(key), std::move(description), {}, StrategyOption::Kind::Path, {}};
 }
@@ -73,6 +80,7 @@ void validate_option_value(const std::string& at, const std::string& key,
       const std::string text = !comparable      ? ""
                                : option.literal ? value.dump()
                                                 : value.get<std::string>();
+      if (key == "device" && text == "simulated" && simulated_device_allowed()) return;
       for (const auto& v : option.not_yet)
         if (comparable && text == v)
           throw_unsupported(field + " is " + value.dump() + ", which is not supported yet",
@@ -136,7 +144,17 @@ const std::vector<StrategyInfo>& strategies() {
         size("host_budget",
              "the RAM the whole training process may use: auto (what the machine has) or a "
              "size, shared by the ranks on one machine; a job that cannot run within it is "
-             "refused before loading")},
+             "refused before loading"),
+        simulated_only(size("device_budget",
+                            "the device memory the chunks may use: auto (what the GPU has free) "
+                            "or a size")),
+        simulated_only(fraction("host_param_frac",
+                                "with a device: the share of parameter bytes kept in host memory "
+                                "(brought to the device block by block as the model uses them)")),
+        simulated_only(fraction("host_optim_frac",
+                                "with a device: the share of optimizer-state bytes kept in host "
+                                "memory and updated by the CPU Adam (the rest is updated on the "
+                                "device)"))},
        /*planned=*/true,
        /*distributes=*/true},
       {"ddp",
@@ -183,6 +201,11 @@ const StrategyInfo& auto_strategy() {
   throw Error(ErrorKind::Internal, "the strategy table has no strategy the planner models");
 }
 
+bool simulated_device_allowed() {
+  const char* value = std::getenv("TESSERA_SIMULATED_DEVICE");
+  return value != nullptr && std::string(value) == "1";
+}
+
 std::string strategy_names() {
   std::vector<std::string> names;
   for (const auto& s : strategies()) names.push_back(s.name);
@@ -204,6 +227,8 @@ void validate_strategy(const std::string& name, const nlohmann::json& options,
     const StrategyOption* option = nullptr;
     for (const auto& o : info->options)
       if (o.key == key) option = &o;
+    if (option != nullptr && option->simulated_device_only && !simulated_device_allowed())
+      option = nullptr;
     if (option == nullptr)
       throw_invalid(
           at + "strategy.options." + key + " is not an option of strategy \"" + name + "\"",

@@ -54,13 +54,22 @@ bool AdamW::fused_cpu_applies(const torch::Tensor& p, const torch::Tensor& grad,
          (copy.scalar_type() == torch::kBFloat16 || copy.scalar_type() == torch::kFloat16);
 }
 
+void adamw_step_ops(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg,
+                    torch::Tensor& exp_avg_sq, double lr, const AdamWOptions& options,
+                    double weight_decay, std::int64_t step) {
+  const double bias_correction1 = 1.0 - std::pow(options.beta1, static_cast<double>(step));
+  const double bias_correction2_sqrt =
+      std::sqrt(1.0 - std::pow(options.beta2, static_cast<double>(step)));
+  if (weight_decay != 0.0) p.mul_(1.0 - lr * weight_decay);
+  exp_avg.lerp_(grad, 1.0 - options.beta1);
+  exp_avg_sq.mul_(options.beta2).addcmul_(grad, grad, 1.0 - options.beta2);
+  torch::Tensor denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(options.eps);
+  p.addcdiv_(exp_avg, denom, -(lr / bias_correction1));
+}
+
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
   ++step_;
-  const double bias_correction1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step_));
-  const double bias_correction2 = 1.0 - std::pow(options_.beta2, static_cast<double>(step_));
-  const double step_size = lr / bias_correction1;
-  const double bias_correction2_sqrt = std::sqrt(bias_correction2);
   for (std::size_t i = 0; i < params_.size(); ++i) {
     torch::Tensor& p = params_[i].tensor;
     const torch::Tensor& grad = p.grad();
@@ -92,11 +101,7 @@ void AdamW::step(double lr) {
       if (copy.defined()) copy.unsafeGetTensorImpl()->bump_version();
       continue;
     }
-    if (weight_decay != 0.0) p.mul_(1.0 - lr * weight_decay);
-    slot.exp_avg.lerp_(grad, 1.0 - options_.beta1);
-    slot.exp_avg_sq.mul_(options_.beta2).addcmul_(grad, grad, 1.0 - options_.beta2);
-    torch::Tensor denom = (slot.exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(options_.eps);
-    p.addcdiv_(slot.exp_avg, denom, -step_size);
+    adamw_step_ops(p, grad, slot.exp_avg, slot.exp_avg_sq, lr, options_, weight_decay, step_);
     if (copy.defined()) copy.copy_(p);
   }
 }

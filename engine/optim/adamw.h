@@ -36,6 +36,12 @@ struct ParamGroup {
   double weight_decay = 0.0;
 };
 
+// One AdamW update of `p` in torch ops (any device; the per-op path of AdamW::step, and the
+// device Adam of gemini's chunks on a GPU): `step` counted from 1, `grad` the same dtype.
+void adamw_step_ops(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg,
+                    torch::Tensor& exp_avg_sq, double lr, const AdamWOptions& options,
+                    double weight_decay, std::int64_t step);
+
 class AdamW {
  public:
   // `params`: the (float32) tensors the optimizer updates, by name, all with

@@ -67,6 +67,10 @@ void TrainerEventWriter::on_memory(const train::MemoryReport& r) {
                          {"activations_other", rank.activations_other}}}});
     event["ranks"] = std::move(ranks);
   }
+  if (r.simulated) event["simulated"] = true;
+  if (r.bytes_to_device)
+    event["traffic"] = {{"to_device_bytes", *r.bytes_to_device},
+                        {"to_host_bytes", r.bytes_to_host.value_or(0)}};
   if (r.on_disk)
     event["traffic"] = {{"read_bytes", r.bytes_read},
                         {"written_bytes", r.bytes_written},

@@ -127,6 +127,7 @@ class SimulatedDevice : public DeviceTier {
     const void* src;
     std::size_t bytes;
     std::uint64_t sequence;
+    Block* to_free = nullptr;  // a free in stream order, not a copy
   };
 
   static std::size_t floats(std::size_t bytes) { return std::max<std::size_t>(1, (bytes + 3) / 4); }
@@ -137,14 +138,18 @@ class SimulatedDevice : public DeviceTier {
     return static_cast<const SimulatedEvent&>(event).sequence;
   }
 
-  // Memory goes once the copies queued before its release are done, as a stream-ordered free.
+  // Memory goes once the copies queued before its release are done, as a stream-ordered free:
+  // queued behind them when there are any, so the host never waits.
   static void free_block(void* context) {
     auto* block = static_cast<Block*>(context);
     SimulatedDevice* device = block->device;
     {
-      std::unique_lock<std::mutex> lock(device->mutex_);
-      const std::uint64_t sequence = device->queued_;
-      device->done_cv_.wait(lock, [&] { return device->completed_ >= sequence; });
+      std::lock_guard<std::mutex> lock(device->mutex_);
+      if (device->completed_ < device->queued_) {
+        device->copies_.push_back(Copy{nullptr, nullptr, 0, ++device->queued_, block});
+        device->queued_cv_.notify_one();
+        return;
+      }
       device->used_ -= block->bytes;
     }
     delete block;
@@ -157,7 +162,7 @@ class SimulatedDevice : public DeviceTier {
     const auto* begin = static_cast<const char*>(dst);
     const bool read_by_pending = std::any_of(copies_.begin(), copies_.end(), [&](const Copy& c) {
       const auto* src = static_cast<const char*>(c.src);
-      return src < begin + bytes && begin < src + c.bytes;
+      return c.to_free == nullptr && src < begin + bytes && begin < src + c.bytes;
     });
     if (bytes % 4 == 0 && !read_by_pending) poison(dst, bytes);
     copies_.push_back(Copy{dst, src, bytes, ++queued_});
@@ -181,8 +186,15 @@ class SimulatedDevice : public DeviceTier {
       const Copy copy = copies_.front();
       copies_.pop_front();
       lock.unlock();
-      std::memcpy(copy.dst, copy.src, copy.bytes);
-      lock.lock();
+      if (copy.to_free != nullptr) {
+        const std::size_t bytes = copy.to_free->bytes;
+        delete copy.to_free;
+        lock.lock();
+        used_ -= bytes;
+      } else {
+        std::memcpy(copy.dst, copy.src, copy.bytes);
+        lock.lock();
+      }
       completed_ = copy.sequence;
       done_cv_.notify_all();
     }

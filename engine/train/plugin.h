@@ -95,6 +95,19 @@ struct DiskTierMemory {
   std::uint64_t bytes_written = 0;  // host → disk
 };
 
+// What a plugin with a device tier (gemini's chunks on a GPU, or on the simulated device in
+// tests) holds in device memory, by category, and the tier's own figures.
+struct DeviceTierMemory {
+  std::string device;      // "cuda:0", "simulated"
+  bool simulated = false;  // the tests' stand-in for a GPU
+  std::uint64_t used = 0;  // bytes the tier allocated (the chunks)
+  std::uint64_t peak = 0;
+  std::uint64_t total = 0;  // its budget
+  MemoryByCategory by_category;
+  std::uint64_t bytes_to_device = 0;  // chunk traffic since prepare()
+  std::uint64_t bytes_to_host = 0;
+};
+
 struct StepStats {
   double grad_norm = 0.0;  // global L2 norm before clipping (unscaled)
   bool applied = true;     // false when fp16 loss scaling skipped the step
@@ -146,6 +159,8 @@ class Plugin {
   virtual MemoryByCategory memory() const = 0;
   // The disk tier, for plugins that have one.
   virtual std::optional<DiskTierMemory> disk_memory() const { return std::nullopt; }
+  // The device tier, for plugins that manage one; then memory() is host memory only.
+  virtual std::optional<DeviceTierMemory> device_tier_memory() const { return std::nullopt; }
   // After the last step: frees the optimizer state and the float32 masters of lower-precision
   // training, so the export has that memory. No step or checkpoint may follow.
   virtual void release_training_state() = 0;

@@ -264,19 +264,43 @@ void Trainer::emit_memory() {
   // On a GPU: the CUDA allocator's bytes (the plugin's state lives there; the rest of what its
   // tensors hold is activations and workspace), and the host's resident set beside it.
   const std::optional<DeviceMemory> gpu = device_memory(plugin_->device());
+  // A plugin with a device tier says what it holds there; memory() is then its host share.
+  const std::optional<DeviceTierMemory> tier = plugin_->device_tier_memory();
   std::optional<MemoryReport> host;
-  if (gpu) {
-    report.used = gpu->allocated;
-    report.reserved = gpu->reserved;
-    report.peak = gpu->peak_allocated;
-    report.total = gpu->total;
-    report.free = gpu->free;
-    report.activations_other = gpu->allocated > accounted ? gpu->allocated - accounted : 0;
+  if (gpu || tier) {
+    const MemoryByCategory on_device = tier ? tier->by_category : m;
+    const std::uint64_t device_accounted =
+        on_device.weights + on_device.gradients + on_device.optimizer;
+    report.on_device = true;
+    report.by_category = on_device;
+    if (tier) {
+      report.bytes_to_device = tier->bytes_to_device;
+      report.bytes_to_host = tier->bytes_to_host;
+      report.simulated = tier->simulated;
+    }
+    if (gpu) {
+      report.used = gpu->allocated;
+      report.reserved = gpu->reserved;
+      report.peak = gpu->peak_allocated;
+      report.total = gpu->total;
+      report.free = gpu->free;
+    } else {  // the simulated device: its own accounting of what the tier allocated
+      report.device = tier->device;
+      report.used = report.reserved = tier->used;
+      report.peak = tier->peak;
+      report.total = tier->total;
+      report.free = tier->total > tier->used ? tier->total - tier->used : 0;
+    }
+    report.activations_other = report.used > device_accounted ? report.used - device_accounted : 0;
     host.emplace();
     host->device = "cpu";
     host->used = rss;
     host->reserved = rss;
-    host->activations_other = rss;  // the model's state is on the GPU
+    // Without a tier the model's state is all on the GPU; with one, the tier's host share.
+    const MemoryByCategory on_host = tier ? m : MemoryByCategory{};
+    const std::uint64_t host_accounted = on_host.weights + on_host.gradients + on_host.optimizer;
+    host->by_category = on_host;
+    host->activations_other = rss > host_accounted ? rss - host_accounted : 0;
     host->system_used = system_memory_used_bytes();
   }
   // What the whole machine uses: other programs' memory pressure next to ours.

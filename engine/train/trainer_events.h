@@ -58,6 +58,11 @@ struct MemoryReport {
   std::optional<std::uint64_t> peak;
   std::optional<std::uint64_t> total;
   std::optional<std::uint64_t> free;
+  // A plugin's device tier only (gemini's chunks): chunk traffic between host and device since
+  // the run started, and whether the device is the tests' simulated one.
+  std::optional<std::uint64_t> bytes_to_device;
+  std::optional<std::uint64_t> bytes_to_host;
+  bool simulated = false;
   // Disk only: chunk traffic since the run started, and its rate since the last report.
   std::uint64_t bytes_read = 0;
   std::uint64_t bytes_written = 0;

@@ -40,6 +40,9 @@ class GeminiFront : public train::Plugin {
   }
   train::MemoryByCategory memory() const override { return impl_->memory(); }
   std::optional<train::DiskTierMemory> disk_memory() const override { return impl_->disk_memory(); }
+  std::optional<train::DeviceTierMemory> device_tier_memory() const override {
+    return impl_->device_tier_memory();
+  }
   void release_training_state() override { impl_->release_training_state(); }
   bool weights_in_memory() const override { return impl_->weights_in_memory(); }
   void visit_weights(model::PretrainedModel& model, const WeightVisit& visit) override {

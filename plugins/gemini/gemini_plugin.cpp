@@ -27,6 +27,7 @@
 #include "plugins/gemini/disk_chunks.h"
 #include "plugins/gemini/sharded_gemini.h"
 #include "plugins/gemini/tensor_entries.h"
+#include "train/device_tier.h"
 #include "train/mixed_precision.h"
 #include "train/param_groups.h"
 #include "train/plugin_registry.h"
@@ -52,6 +53,12 @@ struct GeminiOptions {
   std::uint64_t host_budget = 0;  // auto: bytes (0: the machine's memory)
   fs::path offload_dir;
   std::optional<std::uint64_t> chunk_bytes;  // none: "auto"
+  // With a device tier (device "simulated" in tests; "cuda" once a GPU has run it): the shares
+  // of parameter and optimizer bytes kept in host memory (the rest live on the device), and
+  // the device memory the chunks may use (0: what the GPU has free).
+  double host_param_frac = 0.0;
+  double host_optim_frac = 0.0;
+  std::uint64_t device_budget = 0;
 };
 
 GeminiOptions parse_options(const train::PluginOptions& options) {
@@ -80,6 +87,16 @@ GeminiOptions parse_options(const train::PluginOptions& options) {
   if (o.contains("offload_optim_frac")) out.offload_optim_frac = o["offload_optim_frac"];
   out.offload_dir = options.run_dir.empty() ? fs::path("offload") : options.run_dir / "offload";
   if (o.contains("offload_dir")) out.offload_dir = o["offload_dir"].get<std::string>();
+  if (o.contains("host_param_frac")) out.host_param_frac = o["host_param_frac"];
+  if (o.contains("host_optim_frac")) out.host_optim_frac = o["host_optim_frac"];
+  if (o.contains("device_budget")) {
+    const nlohmann::json& b = o["device_budget"];
+    if (b.is_number())
+      out.device_budget = b.get<std::uint64_t>();
+    else if (b != "auto")
+      out.device_budget =
+          core::parse_byte_size(b.get<std::string>(), "strategy.options.device_budget");
+  }
   if (o.contains("chunk_size")) {
     const nlohmann::json& c = o["chunk_size"];
     if (c.is_number())
@@ -105,8 +122,8 @@ struct Entry {
   std::int64_t optim_offset = 0;  // element offset inside each of the chunk's arrays
   TensorState state = TensorState::Free;
   bool has_grad = false;    // a gradient arrived since the last update
-  torch::Tensor grad;       // host chunks: the gradient, as autograd made it (disk chunks: in
-                            // the gradient chunk)
+  torch::Tensor grad;       // chunks updated where autograd made the gradient: it, as made
+                            // (the others' gradients are in their gradient chunk)
   torch::Tensor grad_norm;  // float32 L2 norm of the final gradient (last micro-batch)
 };
 
@@ -118,12 +135,20 @@ struct Entry {
 // .grad is dropped at once, and it is written back as soon as all its tensors' gradients are in
 // (during backward, behind the compute) and read again by the update. A host chunk's gradients
 // stay the tensors autograd made (a copy would cost time and save nothing).
+//
+// With a device tier, a chunk lives on the device (`on_device`: its arrays in device memory,
+// updated there by the device Adam on the gradients autograd made) or in host memory or on disk
+// (updated by the CPU Adam on host gradients, copied down from the device as they arrive); the
+// latter keep float32 masters in fp32 too, so the update never reads a parameter back from the
+// device: it writes the new values up.
 struct OptimChunk {
   std::vector<std::size_t> entries;  // indices into entries_
   std::int64_t elements = 0;
   bool on_disk = false;
+  bool on_device = false;
   std::size_t region = 0;
   memory::AlignedBuffer host;  // resident buffer (host chunks; disk chunks while in use)
+  c10::DataPtr device_arrays;  // device chunks: the arrays in device memory
 
   memory::AlignedBuffer grads;       // resident gradients (from the first one to the update)
   std::size_t grad_region = 0;       // disk chunks
@@ -138,9 +163,19 @@ struct OptimChunk {
 // kCachedDiskParameterChunks). Eviction takes the memory out from under the storage (its data
 // pointer), so the views autograd saved for backward see the memory again when it comes back;
 // it is written back first when the update changed it.
+//
+// With a device tier the storage is device memory: a chunk on the device keeps it; a chunk
+// homed in host memory (`on_host`) has its values in `home` and comes to the device the same
+// way a chunk on disk comes to memory (prefetched on the copy stream, `arrival` the event its
+// compute waits for), and goes back to `home` when evicted after an update changed it.
 struct ParamChunk {
   torch::Tensor storage;
   bool on_disk = false;
+  bool on_host = false;
+  c10::DataPtr home;                              // on_host: the values (host memory)
+  std::shared_ptr<train::DeviceEvent> arrival;    // on_host: the copy to the device in flight
+  std::shared_ptr<train::DeviceEvent> departure;  // on_host: the copy back to `home` in flight
+  bool streamed() const { return on_disk || on_host; }
   std::size_t region = 0;
   bool resident = true;
   bool dirty = false;     // changed since it was last written to its region
@@ -200,10 +235,25 @@ class GeminiPlugin : public train::Plugin {
     require_one_process(options.process, name());
     process_ = options.process;
     adamw_ = options.adamw;
-    train::require_cpu_device(options, name());
-    precision_.emplace(options.precision, torch::kCPU);
-    dtype_ = precision_->compute_dtype();
     gemini_ = parse_options(options);
+    if (options.device == "simulated") {
+      device_ =
+          train::make_device_tier(options.device, gemini_.device_budget, "strategy.options.device");
+      if (gemini_.auto_placement || gemini_.offload_param_frac > 0.0)
+        throw_unsupported(
+            "strategy gemini: with a device, placement \"auto\" and parameter chunks on disk "
+            "(offload_param_frac) are not supported yet",
+            "use placement \"static\" with host_param_frac for parameters off the device");
+    } else {
+      train::require_cpu_device(options, name());
+      if (gemini_.host_param_frac > 0.0 || gemini_.host_optim_frac > 0.0)
+        throw_invalid(
+            "strategy.options.host_param_frac / host_optim_frac: these place chunks between a "
+            "device and host memory, and this job computes on the CPU",
+            "remove them (offload_param_frac and offload_optim_frac place chunks on disk)");
+    }
+    precision_.emplace(options.precision, tensor_device());
+    dtype_ = precision_->compute_dtype();
     deferred_ = options.deferred_weights.get();
     torch::NoGradGuard no_grad;
 
@@ -231,7 +281,7 @@ class GeminiPlugin : public train::Plugin {
     if (gemini_.auto_placement) core::reset_process_peak_rss();
   }
 
-  torch::Device device() const override { return torch::kCPU; }
+  torch::Device device() const override { return tensor_device(); }
   torch::Dtype compute_dtype() const override { return dtype_; }
   const train::ProcessContext& process() const override { return process_; }
 
@@ -259,7 +309,21 @@ class GeminiPlugin : public train::Plugin {
     Entry& e = entries_[i];
     OptimChunk& c = optim_chunks_[e.optim_chunk];
     torch::Tensor slot;
-    if (c.on_disk) {
+    torch::Tensor norm_of;  // what the norm is taken from (the slot, unless a copy fills it)
+    if (device_ && !c.on_device) {
+      // Updated by the CPU Adam: the gradient goes down to the chunk's host gradients, the
+      // first micro-batch's on the copy stream, later ones added on the host.
+      make_gradients_resident(c);
+      slot = gradient_view(c, e);
+      if (e.has_grad) {
+        wait_for_gradient_copies();
+        slot.add_(g.to(torch::kCPU));
+        norm_of = slot;
+      } else {
+        copy_gradient_down(slot, g);
+        norm_of = g;
+      }
+    } else if (c.on_disk) {
       make_gradients_resident(c);
       slot = gradient_view(c, e);
       if (e.has_grad)
@@ -275,8 +339,10 @@ class GeminiPlugin : public train::Plugin {
     }
     e.has_grad = true;
     tensor.mutable_grad() = torch::Tensor();
-    // The norm as `single` takes it from its float32 master gradient.
-    if (last_micro_batch_) e.grad_norm = precision_->master_gradient(slot).norm(2.0);
+    if (!norm_of.defined()) norm_of = slot;
+    // The norm as `single` takes it from its float32 master gradient (on the compute device).
+    if (last_micro_batch_)
+      e.grad_norm = precision_->master_gradient(norm_of).norm(2.0).to(tensor_device());
     if (c.on_disk && ++c.grads_this_backward == c.entries.size()) write_back_gradients(c);
   }
 
@@ -298,6 +364,7 @@ class GeminiPlugin : public train::Plugin {
 
   StepStats step(double lr, double max_grad_norm) override {
     torch::NoGradGuard no_grad;
+    wait_for_gradient_copies();
     // The global norm first, from the per-tensor norms the last backward took.
     std::vector<torch::Tensor> norms;
     for (std::size_t i : trainable_order_) {
@@ -311,7 +378,9 @@ class GeminiPlugin : public train::Plugin {
       memory::transition(e.state, TensorState::ReadyForUpdate, e.name);
     }
     const torch::Tensor total =
-        norms.empty() ? torch::zeros({}, torch::kFloat32) : torch::stack(norms).norm(2.0);
+        norms.empty()
+            ? torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(tensor_device()))
+            : torch::stack(norms).norm(2.0);
     StepStats stats;
     stats.grad_norm = total.item<double>();
     const std::optional<torch::Tensor> coef = optim::clip_coefficient(total, max_grad_norm);
@@ -343,6 +412,26 @@ class GeminiPlugin : public train::Plugin {
   // (clipping).
   void update(double lr, const std::optional<torch::Tensor>& coef) {
     ++steps_;
+    if (device_) {
+      // The new values go up after the compute that still reads the old ones.
+      device_->copies_wait(*device_->record_compute());
+      const std::optional<torch::Tensor> host_coef =
+          coef ? std::optional<torch::Tensor>(coef->to(torch::kCPU)) : std::nullopt;
+      for_each_optimizer_chunk(true, [&](OptimChunk& chunk) {
+        if (chunk.on_device)
+          update_on_device(chunk, lr, coef);
+        else
+          update_on_host(chunk, lr, host_coef);
+      });
+      // The compute after the update sees the new values; the staging can go once they are up.
+      const std::shared_ptr<train::DeviceEvent> written = device_->record_copies();
+      device_->compute_waits(*written);
+      if (!update_staging_.empty()) {
+        device_->host_waits(*written);
+        update_staging_.clear();
+      }
+      return;
+    }
     // Chunk by chunk (with its gradient chunk when on disk): each gradient is
     // widened (bf16) and clipped in turn, so no more than one float32 copy exists at a time.
     for_each_optimizer_chunk(true, [&](OptimChunk& chunk) {
@@ -378,25 +467,171 @@ class GeminiPlugin : public train::Plugin {
     });
   }
 
-  MemoryByCategory memory() const override {
-    MemoryByCategory m;
+  // The device Adam (a chunk whose arrays are in device memory): torch's fused AdamW over the
+  // chunk's tensors (one call per weight decay), with the gradients autograd made on the device.
+  void update_on_device(OptimChunk& chunk, double lr, const std::optional<torch::Tensor>& coef) {
+    float* base = arrays_of(chunk);
+    const auto on_device = torch::TensorOptions(torch::kFloat32).device(tensor_device());
+    const std::int64_t moments = moments_offset(chunk);
+    struct Group {
+      std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+      std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // master → compute dtype
+    };
+    Group groups[2];  // [0] without weight decay, [1] with
+    const torch::Tensor step = torch::full({}, static_cast<double>(steps_), on_device);
+    for (std::size_t i : chunk.entries) {
+      Entry& e = entries_[i];
+      if (!e.has_grad) continue;
+      use_parameter_chunks({e.param_chunk});
+      ParamChunk& pc = param_chunks_[e.param_chunk];
+      if (pc.on_host) pc.dirty = true;
+      torch::Tensor g = precision_->master_gradient(e.grad).contiguous();
+      if (coef) g = g * *coef;
+      const auto view = [&](std::int64_t at) {
+        return torch::from_blob(base + at + e.optim_offset, e.tensor.sizes(), on_device);
+      };
+      Group& group = groups[e.decays && adamw_.weight_decay != 0.0 ? 1 : 0];
+      torch::Tensor param = e.tensor.detach();
+      if (keeps_masters(chunk)) {
+        group.params.push_back(view(0));
+        group.copies.emplace_back(group.params.back(), param);
+      } else {
+        group.params.push_back(param);
+      }
+      group.grads.push_back(std::move(g));
+      group.exp_avgs.push_back(view(moments));
+      group.exp_avg_sqs.push_back(view(moments + chunk.elements));
+      group.steps.push_back(step);
+      e.grad = torch::Tensor();
+    }
+    for (int decays = 0; decays < 2; ++decays) {
+      Group& group = groups[decays];
+      if (group.params.empty()) continue;
+      torch::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, {},
+                           group.steps, lr, adamw_.beta1, adamw_.beta2,
+                           decays != 0 ? adamw_.weight_decay : 0.0, adamw_.eps,
+                           /*amsgrad=*/false, /*maximize=*/false);
+      for (auto& [master, param] : group.copies) param.copy_(master);
+    }
+  }
 
+  // The CPU Adam on a chunk in host memory (or streamed from disk) with a device: its masters
+  // and host gradients in, the new compute-dtype values written up to the device (or into the
+  // home of a parameter chunk kept in host memory that is not on the device now).
+  void update_on_host(OptimChunk& chunk, double lr, const std::optional<torch::Tensor>& coef) {
+    float* base = static_cast<float*>(chunk.host.data());
+    std::uint16_t* low = nullptr;  // bf16 staging for the new compute-dtype values
+    if (dtype_ != torch::kFloat32) {
+      update_staging_.push_back(
+          device_->allocate_host(static_cast<std::size_t>(chunk.elements) * 2));
+      low = static_cast<std::uint16_t*>(update_staging_.back().get());
+    }
+    for (std::size_t i : chunk.entries) {
+      Entry& e = entries_[i];
+      if (!e.has_grad) continue;
+      torch::Tensor g = precision_->master_gradient(gradient_view(chunk, e)).contiguous();
+      if (coef) g.mul_(*coef);
+      optim::AdamArrays a;
+      a.count = e.tensor.numel();
+      a.grad = g.data_ptr<float>();
+      a.param = base + e.optim_offset;
+      a.exp_avg = base + moments_offset(chunk) + e.optim_offset;
+      a.exp_avg_sq = a.exp_avg + chunk.elements;
+      if (low != nullptr) {
+        a.copy = low + e.optim_offset;
+        a.copy_kind = optim::LowPrecisionCopy::Bf16;
+      }
+      optim::cpu_adamw_step(a, {lr, adamw_.beta1, adamw_.beta2, adamw_.eps,
+                                e.decays ? adamw_.weight_decay : 0.0, steps_});
+      write_parameter(
+          e, low != nullptr ? static_cast<const void*>(a.copy) : static_cast<const void*>(a.param));
+      e.tensor.unsafeGetTensorImpl()->bump_version();
+    }
+    chunk.grads = memory::AlignedBuffer();
+    chunk.grads_on_disk = false;
+  }
+
+  // New compute-dtype values of `e` from host memory `values` (alive until the update's copies
+  // are done): into the home of its parameter chunk when that is in host memory and not on the
+  // device now, else up to the device on the copy stream.
+  void write_parameter(const Entry& e, const void* values) {
+    ParamChunk& pc = param_chunks_[e.param_chunk];
+    const std::size_t bytes = static_cast<std::size_t>(e.tensor.numel() * element_bytes());
+    const std::size_t at = static_cast<std::size_t>(e.param_offset * element_bytes());
+    if (pc.on_host && !pc.resident) {
+      if (pc.departure) {  // its eviction's copy back into home first
+        device_->host_waits(*pc.departure);
+        pc.departure.reset();
+      }
+      std::memcpy(static_cast<char*>(pc.home.get()) + at, values, bytes);
+      return;
+    }
+    device_->copy_to_device(static_cast<char*>(pc.storage.data_ptr()) + at, values, bytes);
+    if (pc.on_host) pc.dirty = true;
+  }
+
+  // Gradients copied down to host gradient chunks: kept alive (and their buffers untouched)
+  // until the copies are done.
+  void copy_gradient_down(torch::Tensor& slot, const torch::Tensor& gradient) {
+    device_->copies_wait(*device_->record_compute());
+    torch::Tensor source = gradient.contiguous();
+    device_->copy_to_host(slot.data_ptr(), source.data_ptr(),
+                          static_cast<std::size_t>(source.nbytes()));
+    gradients_in_transit_.push_back(std::move(source));
+    gradients_arrived_ = device_->record_copies();
+  }
+  void wait_for_gradient_copies() {
+    if (!gradients_arrived_) return;
+    device_->host_waits(*gradients_arrived_);
+    gradients_arrived_.reset();
+    gradients_in_transit_.clear();
+  }
+
+  // Host memory (with a device tier, device_tier_memory() has the device's share).
+  MemoryByCategory memory() const override { return held_in(/*device=*/false); }
+
+  std::optional<train::DeviceTierMemory> device_tier_memory() const override {
+    if (!device_) return std::nullopt;
+    train::DeviceTierMemory d;
+    d.device = device_->name();
+    d.simulated = device_->simulated();
+    d.used = device_->used();
+    d.peak = device_->peak();
+    d.total = device_->total();
+    d.by_category = held_in(/*device=*/true);
+    const train::DeviceTraffic traffic = device_->traffic();
+    d.bytes_to_device = traffic.bytes_to_device;
+    d.bytes_to_host = traffic.bytes_to_host;
+    return d;
+  }
+
+  // What the chunks hold now in device memory (`device`) or in host memory, by category.
+  MemoryByCategory held_in(bool device) const {
+    MemoryByCategory m;
+    // Without a device tier everything is host memory, the compute device's.
+    const bool compute_side = device || !device_;
     for (const ParamChunk& c : param_chunks_) {
       const auto bytes = static_cast<std::uint64_t>(c.storage.nbytes());
-      if (c.resident) m.weights += bytes;
-      if (c.incoming) m.weights += bytes;
-      if (c.outgoing) m.weights += bytes;
+      if (compute_side && c.resident) m.weights += bytes;
+      if (!device && c.home) m.weights += bytes;
+      if (!device && c.incoming) m.weights += bytes;
+      if (!device && c.outgoing) m.weights += bytes;
     }
     // Gradients that exist now (between backward and the update; none after a step).
-    for (const OptimChunk& c : optim_chunks_) m.gradients += c.grads.size();
-    for (std::size_t i : trainable_order_)
-      if (entries_[i].grad.defined())
-        m.gradients += static_cast<std::uint64_t>(entries_[i].grad.nbytes());
+    if (!device)
+      for (const OptimChunk& c : optim_chunks_) m.gradients += c.grads.size();
+    if (compute_side) {
+      for (std::size_t i : trainable_order_)
+        if (entries_[i].grad.defined())
+          m.gradients += static_cast<std::uint64_t>(entries_[i].grad.nbytes());
+      for (const torch::Tensor& g : gradients_in_transit_)
+        m.gradients += static_cast<std::uint64_t>(g.nbytes());
+    }
     for (const OptimChunk& c : optim_chunks_) {
-      if (c.on_disk) continue;
+      if (c.on_disk || (device_ && c.on_device != device)) continue;
       const std::uint64_t floats = static_cast<std::uint64_t>(c.elements);
       m.optimizer += floats * 8;
-      if (dtype_ != torch::kFloat32) m.weights += floats * 4;  // host masters
+      if (keeps_masters(c)) m.weights += floats * 4;  // float32 masters
     }
     return m;
   }
@@ -414,9 +649,14 @@ class GeminiPlugin : public train::Plugin {
     for (const ParamChunk& c : param_chunks_)
       if (c.on_disk) parameter_files += disk_->region_bytes(c.region);
     const std::uint64_t optimizer_files = d.used - d.by_category.gradients - parameter_files;
-    const std::uint64_t masters_share = dtype_ == torch::kFloat32 ? 0 : 1;
-    d.by_category.weights = parameter_files + optimizer_files * masters_share / arrays_per_chunk();
-    d.by_category.optimizer = optimizer_files - (d.by_category.weights - parameter_files);
+    // An optimizer file's share of masters: one array in arrays_per_chunk (with its padding).
+    std::uint64_t master_files = 0;
+    for (const OptimChunk& c : optim_chunks_)
+      if (c.on_disk && keeps_masters(c))
+        master_files +=
+            disk_->region_bytes(c.region) / static_cast<std::uint64_t>(arrays_per_chunk(c));
+    d.by_category.weights = parameter_files + master_files;
+    d.by_category.optimizer = optimizer_files - master_files;
     d.bytes_read = disk_->bytes_read();
     d.bytes_written = disk_->bytes_written();
     return d;
@@ -424,6 +664,7 @@ class GeminiPlugin : public train::Plugin {
 
   void release_training_state() override {
     remove_gradient_hooks();
+    wait_for_gradient_copies();
     // The optimizer chunks' files stay until the store goes with the plugin: the parameter
     // chunks on disk share it, and are read from there for the export.
     for (OptimChunk& c : optim_chunks_)
@@ -437,7 +678,7 @@ class GeminiPlugin : public train::Plugin {
 
   bool weights_in_memory() const override {
     return std::none_of(param_chunks_.begin(), param_chunks_.end(),
-                        [](const ParamChunk& c) { return c.on_disk; });
+                        [](const ParamChunk& c) { return c.streamed(); });
   }
 
   // In the model's order, each chunk fetched as its first tensor comes (through the cache, so
@@ -455,31 +696,33 @@ class GeminiPlugin : public train::Plugin {
   void gather_weights() override {
     cache_limit_ = param_chunks_.size();
     for (std::size_t c = 0; c < param_chunks_.size(); ++c)
-      if (param_chunks_[c].on_disk) fetch_parameter_chunk(c);
+      if (param_chunks_[c].streamed()) fetch_parameter_chunk(c);
     while (!parameter_writes_.empty()) finish_parameter_write(parameter_writes_.front());
-    for (ParamChunk& c : param_chunks_) c.on_disk = false;
+    if (device_) device_->host_waits(*device_->record_copies());  // nothing reads `home` now
+    for (ParamChunk& c : param_chunks_) {
+      c.on_disk = c.on_host = false;
+      c.home.clear();
+    }
     remove_block_hooks();
     disk_.reset();
   }
 
   std::vector<NamedTensor> trainable_weights() override {
     std::vector<NamedTensor> out;
-    if (dtype_ == torch::kFloat32) {
-      // The parameter chunks hold the masters; those on disk are read from their files, once
-      // every change has reached them.
-      write_back_parameter_chunks();
-      for (std::size_t i : trainable_order_) {
-        const Entry& e = entries_[i];
-        const ParamChunk& chunk = param_chunks_[e.param_chunk];
-        out.push_back({e.name, chunk.on_disk
-                                   ? mapped_region_view(chunk.region, e.param_offset * 4, e)
-                                   : e.tensor});
-      }
-      return out;
-    }
+    // fp32 without masters of their own: the parameter chunks hold the masters; those on disk
+    // are read from their files, once every change has reached them.
+    write_back_parameter_chunks();
     for (std::size_t i : trainable_order_) {
       const Entry& e = entries_[i];
-      out.push_back({e.name, optimizer_view(e, 0)});
+      const ParamChunk& chunk = param_chunks_[e.param_chunk];
+      if (keeps_masters(optim_chunks_[e.optim_chunk]))
+        out.push_back({e.name, optimizer_view(e, 0)});
+      else if (chunk.on_disk)
+        out.push_back({e.name, mapped_region_view(chunk.region, e.param_offset * 4, e)});
+      else if (chunk.on_host)
+        out.push_back({e.name, home_view(chunk, e)});
+      else
+        out.push_back({e.name, e.tensor});
     }
     return out;
   }
@@ -524,17 +767,19 @@ class GeminiPlugin : public train::Plugin {
                     "resume with the same model and method (full / LoRA and its targets)");
     std::size_t optimizer_used = 0;
     for_each_optimizer_chunk(false, [&](OptimChunk& chunk) {
-      float* base = static_cast<float*>(chunk.host.data());
+      float* base = arrays_of(chunk);
+      const auto where =
+          torch::TensorOptions(torch::kFloat32)
+              .device(chunk.on_device ? tensor_device() : torch::Device(torch::kCPU));
       for (std::size_t i : chunk.entries) {
         Entry& e = entries_[i];
         const torch::Tensor& w = weights.at(e.name);
         const auto view = [&](std::int64_t offset) {
-          return torch::from_blob(base + offset + e.optim_offset, e.tensor.sizes(),
-                                  torch::kFloat32);
+          return torch::from_blob(base + offset + e.optim_offset, e.tensor.sizes(), where);
         };
         use_parameter_chunks({e.param_chunk});
         param_chunks_[e.param_chunk].dirty = true;
-        if (dtype_ == torch::kFloat32) {
+        if (!keeps_masters(chunk)) {
           e.tensor.detach().copy_(w);
         } else {
           view(0).copy_(w);
@@ -571,15 +816,35 @@ class GeminiPlugin : public train::Plugin {
   }
 
  private:
-  // Float offset of exp_avg inside an optimizer chunk's buffer (after the masters in bf16).
-  std::int64_t moments_offset(const OptimChunk& chunk) const {
-    return dtype_ == torch::kFloat32 ? 0 : chunk.elements;
+  // The compute device: the device tier's, else the CPU.
+  torch::Device tensor_device() const {
+    return device_ ? torch::Device(device_->tensor_device()) : torch::Device(torch::kCPU);
   }
-  int arrays_per_chunk() const { return dtype_ == torch::kFloat32 ? 2 : 3; }
+  // Whether the chunk's arrays start with float32 masters: in bf16, and with a device tier for
+  // chunks the CPU Adam updates (it never reads the parameters back from the device).
+  bool keeps_masters(const OptimChunk& chunk) const {
+    return dtype_ != torch::kFloat32 || (device_ && !chunk.on_device);
+  }
+  // Float offset of exp_avg inside an optimizer chunk's buffer (after the masters, if any).
+  std::int64_t moments_offset(const OptimChunk& chunk) const {
+    return keeps_masters(chunk) ? chunk.elements : 0;
+  }
+  int arrays_per_chunk(const OptimChunk& chunk) const { return keeps_masters(chunk) ? 3 : 2; }
+  float* arrays_of(const OptimChunk& chunk) const {
+    return static_cast<float*>(chunk.on_device ? chunk.device_arrays.get() : chunk.host.data());
+  }
+  // The current values of `e` in a parameter chunk kept in host memory, on the host.
+  torch::Tensor home_view(const ParamChunk& chunk, const Entry& e) const {
+    if (chunk.resident)
+      return e.tensor.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+    if (chunk.departure) device_->host_waits(*chunk.departure);
+    return torch::from_blob(static_cast<char*>(chunk.home.get()) + e.param_offset * element_bytes(),
+                            e.tensor.sizes(), torch::TensorOptions().dtype(dtype_));
+  }
   // Bytes of one element of the compute dtype (parameter and gradient chunks).
   std::int64_t element_bytes() const { return static_cast<std::int64_t>(c10::elementSize(dtype_)); }
   std::uint64_t chunk_bytes(const OptimChunk& chunk) const {
-    return static_cast<std::uint64_t>(chunk.elements) * 4 * arrays_per_chunk();
+    return static_cast<std::uint64_t>(chunk.elements) * 4 * arrays_per_chunk(chunk);
   }
   std::uint64_t gradient_chunk_bytes(const OptimChunk& chunk) const {
     return static_cast<std::uint64_t>(chunk.elements) * element_bytes();
@@ -658,7 +923,7 @@ class GeminiPlugin : public train::Plugin {
     cache_.pin(chunks);
     for (std::size_t c : chunks) {
       fetch_parameter_chunk(c);
-      if (!param_chunks_[c].on_disk) continue;
+      if (!param_chunks_[c].streamed()) continue;
       if (cache_.tracing())
         cache_.record(c);
       else
@@ -669,6 +934,17 @@ class GeminiPlugin : public train::Plugin {
   void fetch_parameter_chunk(std::size_t c) {
     ParamChunk& chunk = param_chunks_[c];
     cache_.touch(c);
+    if (chunk.on_host) {
+      if (!chunk.resident) {
+        make_room();
+        bring_to_device(chunk, c);
+      }
+      if (chunk.arrival) {  // the compute that follows waits for the copy, the host does not
+        device_->compute_waits(*chunk.arrival);
+        chunk.arrival.reset();
+      }
+      return;
+    }
     if (!chunk.on_disk || chunk.resident) return;
     if (!chunk.incoming) make_room();
     if (chunk.outgoing) {  // evicted a moment ago: its buffer still holds the values
@@ -692,6 +968,10 @@ class GeminiPlugin : public train::Plugin {
     ParamChunk& next = param_chunks_[*n];
     if (next.resident || next.incoming || next.outgoing || !make_room()) return;
     cache_.touch(*n);
+    if (next.on_host) {
+      bring_to_device(next, *n);
+      return;
+    }
     next.incoming = aligned_memory(next.storage.nbytes());
     next.read = disk().read(next.region, next.incoming.get());
   }
@@ -701,7 +981,7 @@ class GeminiPlugin : public train::Plugin {
   bool make_room() {
     auto holds = [this](std::size_t c) {
       const ParamChunk& chunk = param_chunks_[c];
-      return chunk.on_disk && (chunk.resident || static_cast<bool>(chunk.incoming));
+      return chunk.streamed() && (chunk.resident || static_cast<bool>(chunk.incoming));
     };
     std::size_t held = 0;
     for (std::size_t c = 0; c < param_chunks_.size(); ++c) held += holds(c) ? 1 : 0;
@@ -735,8 +1015,38 @@ class GeminiPlugin : public train::Plugin {
                             gemini_.host_budget, chunk_bytes, kCachedDiskParameterChunks, on_disk);
   }
 
+  // A chunk kept in host memory comes to the device: device memory, filled from `home` on the
+  // copy stream; `arrival` is what its compute will wait for.
+  void bring_to_device(ParamChunk& chunk, std::size_t c) {
+    const std::size_t bytes = static_cast<std::size_t>(chunk.storage.nbytes());
+    c10::DataPtr memory = device_->allocate(bytes, "parameter chunk " + std::to_string(c));
+    if (chunk.departure) {
+      // Its eviction's copy back is ahead on the same stream: nothing to wait for.
+      chunk.departure.reset();
+    }
+    device_->copy_to_device(memory.get(), chunk.home.get(), bytes);
+    chunk.arrival = device_->record_copies();
+    storage_of(chunk).set_data_ptr_noswap(std::move(memory));
+    chunk.resident = true;
+  }
+
   void evict_parameter_chunk(std::size_t c) {
     ParamChunk& chunk = param_chunks_[c];
+    if (chunk.on_host) {
+      // Back to `home` when the update changed it (after the compute that wrote it); the device
+      // memory is freed in stream order, so nothing waits here.
+      c10::DataPtr memory =
+          storage_of(chunk).set_data_ptr(c10::DataPtr(nullptr, device_->tensor_device()));
+      chunk.resident = false;
+      chunk.arrival.reset();
+      if (!chunk.dirty) return;
+      device_->copies_wait(*device_->record_compute());
+      device_->copy_to_host(chunk.home.get(), memory.get(),
+                            static_cast<std::size_t>(chunk.storage.nbytes()));
+      chunk.departure = device_->record_copies();
+      chunk.dirty = false;
+      return;
+    }
     c10::DataPtr memory = storage_of(chunk).set_data_ptr(c10::DataPtr(nullptr, c10::kCPU));
     chunk.resident = false;
     if (!chunk.dirty) return;  // the file has these values: the memory just goes
@@ -824,23 +1134,44 @@ class GeminiPlugin : public train::Plugin {
         entries_[entry].optim_offset = slot.offset;
         chunk.entries.push_back(entry);
       }
-      sizes.push_back(chunk_bytes(chunk));
+      // Every chunk has the same arrays per element until placed: elements rank them alike.
+      sizes.push_back(static_cast<std::uint64_t>(chunk.elements));
       optim_chunks_.push_back(std::move(chunk));
     }
     // Static placement: the last chunks (by bytes) go to disk, as close to the fraction as
-    // whole chunks allow.
+    // whole chunks allow; with a device, the last of the others to host memory likewise, and
+    // the rest stay on the device.
     const std::vector<bool> on_disk = choose_offloaded_chunks(sizes, gemini_.offload_optim_frac);
-    for (std::size_t c = 0; c < optim_chunks_.size(); ++c) optim_chunks_[c].on_disk = on_disk[c];
+    std::vector<bool> not_on_disk(on_disk.size());
+    for (std::size_t c = 0; c < on_disk.size(); ++c) not_on_disk[c] = !on_disk[c];
+    const std::vector<bool> on_host =
+        device_ ? choose_offloaded_chunks(sizes, gemini_.host_optim_frac, not_on_disk)
+                : not_on_disk;
+    for (std::size_t c = 0; c < optim_chunks_.size(); ++c) {
+      optim_chunks_[c].on_disk = on_disk[c];
+      optim_chunks_[c].on_device = device_ && !on_disk[c] && !on_host[c];
+    }
 
     // Fill each chunk (masters from the float32 values; zero moments), then park it.
     for (std::size_t c = 0; c < optim_chunks_.size(); ++c) {
       OptimChunk& chunk = optim_chunks_[c];
-      chunk.host = memory::AlignedBuffer(chunk_bytes(chunk));
-      if (dtype_ != torch::kFloat32) {
-        float* base = static_cast<float*>(chunk.host.data());
+      const auto bytes = static_cast<std::size_t>(chunk_bytes(chunk));
+      if (chunk.on_device) {
+        chunk.device_arrays = device_->allocate(bytes, "optimizer chunk " + std::to_string(c));
+        torch::from_blob(chunk.device_arrays.get(), {static_cast<std::int64_t>(bytes / 4)},
+                         torch::TensorOptions(torch::kFloat32).device(tensor_device()))
+            .zero_();
+      } else {
+        chunk.host = memory::AlignedBuffer(bytes);
+      }
+      if (keeps_masters(chunk)) {
+        float* base = arrays_of(chunk);
+        const auto where =
+            torch::TensorOptions(torch::kFloat32)
+                .device(chunk.on_device ? tensor_device() : torch::Device(torch::kCPU));
         for (std::size_t i : chunk.entries) {
           const Entry& e = entries_[i];
-          fill(e, torch::from_blob(base + e.optim_offset, e.tensor.sizes(), torch::kFloat32));
+          fill(e, torch::from_blob(base + e.optim_offset, e.tensor.sizes(), where));
         }
       }
       if (chunk.on_disk) {
@@ -889,16 +1220,36 @@ class GeminiPlugin : public train::Plugin {
     }
     // Static placement: the last chunks (by bytes) go to disk, as close to the fraction as whole
     // chunks allow; they are the first ones backward needs, while still cached from forward.
+    // With a device, chunks kept in host memory are chosen the same way (none on disk then).
     const std::vector<bool> on_disk =
         choose_offloaded_chunks(capacities, gemini_.offload_param_frac, may_go_to_disk);
-    for (std::size_t c = 0; c < param_chunks_.size(); ++c) param_chunks_[c].on_disk = on_disk[c];
+    const std::vector<bool> on_host =
+        device_ ? choose_offloaded_chunks(capacities, gemini_.host_param_frac, may_go_to_disk)
+                : std::vector<bool>(capacities.size(), false);
+    for (std::size_t c = 0; c < param_chunks_.size(); ++c) {
+      param_chunks_[c].on_disk = on_disk[c];
+      param_chunks_[c].on_host = on_host[c];
+    }
 
     // Fill each chunk (from the checkpoint or the float32 values); one on disk is written to
-    // its file and leaves memory at once, so no more than one is in memory while loading.
+    // its file and leaves memory at once, so no more than one is in memory while loading. With
+    // a device, a chunk on it is filled in device memory, one kept in host memory in its home.
     for (std::size_t c = 0; c < layout.chunks.size(); ++c) {
       const memory::ChunkSpec& spec = layout.chunks[c];
       ParamChunk& chunk = param_chunks_[c];
-      chunk.storage = torch::empty({spec.capacity}, torch::TensorOptions().dtype(dtype_));
+      chunk.storage = torch::empty({device_ ? 0 : spec.capacity},
+                                   torch::TensorOptions().dtype(dtype_).device(tensor_device()));
+      if (device_) {
+        // The storage's memory is the tier's (none yet for a chunk kept in host memory).
+        const auto bytes = static_cast<std::size_t>(spec.capacity * element_bytes());
+        storage_of(chunk).set_nbytes(bytes);
+        if (chunk.on_host)
+          chunk.home = device_->allocate_host(bytes);
+        else
+          storage_of(chunk).set_data_ptr_noswap(
+              device_->allocate(bytes, "parameter chunk " + std::to_string(c)));
+        chunk.storage.unsafeGetTensorImpl()->set_sizes_contiguous({spec.capacity});
+      }
       if (chunk.on_disk) {
         storage_of(chunk).set_data_ptr_noswap(aligned_memory(chunk.storage.nbytes()));
         chunk.region = disk().add_region("parameter chunk " + std::to_string(c),
@@ -908,7 +1259,12 @@ class GeminiPlugin : public train::Plugin {
         Entry& e = entries_[slot.tensor];
         torch::Tensor view =
             chunk.storage.narrow(0, slot.offset, slot.numel).view(e.tensor.sizes());
-        fill(e, view);
+        if (chunk.on_host)
+          fill(e, torch::from_blob(
+                      static_cast<char*>(chunk.home.get()) + slot.offset * element_bytes(),
+                      e.tensor.sizes(), torch::TensorOptions().dtype(dtype_)));
+        else
+          fill(e, view);
         e.tensor.set_data(view);
         e.param_chunk = c;
         e.param_offset = slot.offset;
@@ -918,6 +1274,7 @@ class GeminiPlugin : public train::Plugin {
         storage_of(chunk).set_data_ptr_noswap(c10::DataPtr(nullptr, c10::kCPU));
         chunk.resident = false;
       }
+      if (chunk.on_host) chunk.resident = false;  // on the device when first used
     }
 
     // Blocks with a parameter on disk fetch their chunks when they compute.
@@ -926,7 +1283,8 @@ class GeminiPlugin : public train::Plugin {
       std::vector<std::size_t> chunks;
       for (std::size_t i : mine) {
         const std::size_t c = entries_[i].param_chunk;
-        if (param_chunks_[c].on_disk && std::find(chunks.begin(), chunks.end(), c) == chunks.end())
+        if (param_chunks_[c].streamed() &&
+            std::find(chunks.begin(), chunks.end(), c) == chunks.end())
           chunks.push_back(c);
       }
       if (chunks.empty()) continue;
@@ -965,7 +1323,11 @@ class GeminiPlugin : public train::Plugin {
       writes.push_back(store->write(optim_chunks_[c].region, optim_chunks_[c].host.data()));
       return writes;
     };
-    io.written = [&](std::size_t c) { optim_chunks_[c].host = memory::AlignedBuffer(); };
+    io.written = [&](std::size_t c) {
+      // The update's copies up to the device read this buffer: they finish first.
+      if (device_) device_->host_waits(*device_->record_copies());
+      optim_chunks_[c].host = memory::AlignedBuffer();
+    };
     stream_disk_chunks(optim_chunks_.size(), io, [&](std::size_t c) { body(optim_chunks_[c]); });
   }
 
@@ -974,8 +1336,10 @@ class GeminiPlugin : public train::Plugin {
   torch::Tensor optimizer_view(const Entry& e, std::int64_t offset) const {
     const OptimChunk& chunk = optim_chunks_[e.optim_chunk];
     if (!chunk.on_disk) {
-      float* base = static_cast<float*>(chunk.host.data());
-      return torch::from_blob(base + offset + e.optim_offset, e.tensor.sizes(), torch::kFloat32);
+      const auto where =
+          torch::TensorOptions(torch::kFloat32)
+              .device(chunk.on_device ? tensor_device() : torch::Device(torch::kCPU));
+      return torch::from_blob(arrays_of(chunk) + offset + e.optim_offset, e.tensor.sizes(), where);
     }
     return mapped_region_view(chunk.region, (offset + e.optim_offset) * 4, e);
   }
@@ -990,6 +1354,12 @@ class GeminiPlugin : public train::Plugin {
   }
 
   train::ProcessContext process_;
+  // The device tier (device "simulated" in tests): declared first, so that the chunks' device
+  // memory goes before it.
+  std::unique_ptr<train::DeviceTier> device_;
+  std::vector<c10::DataPtr> update_staging_;         // host buffers the update's copies read
+  std::vector<torch::Tensor> gradients_in_transit_;  // device gradients being copied down
+  std::shared_ptr<train::DeviceEvent> gradients_arrived_;
   std::optional<train::MixedPrecision> precision_;  // set by prepare()
   torch::Dtype dtype_ = torch::kFloat32;
   optim::AdamWOptions adamw_;

@@ -159,6 +159,9 @@ class ShardedGemini : public train::Plugin {
     rank_ = group_->rank();
     world_ = group_->size();
     adamw_ = options.adamw;
+    if (options.device == "simulated")
+      throw_unsupported("strategy gemini: a device tier on several processes is not supported yet",
+                        "run one process for chunks on the device, or device cpu");
     train::require_cpu_device(options, name());
     read_options(options);
     precision_.emplace(options.precision, torch::kCPU);

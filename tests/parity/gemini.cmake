@@ -3,3 +3,10 @@
 if(TESSERA_WITH_TORCH)
   tessera_add_pytest(NAME parity_gemini FILE parity/test_gemini.py LABELS parity TIMEOUT 1200)
 endif()
+
+# Gemini's device tier on the simulated device (train/device_tier.h): losses equal to single,
+# the tier's accounting and traffic, checkpoints both ways, the budget and test-only refusals.
+if(TESSERA_WITH_TORCH)
+  tessera_add_pytest(NAME parity_gemini_device FILE parity/test_gemini_device.py LABELS parity
+                     TIMEOUT 900)
+endif()
