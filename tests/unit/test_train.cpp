@@ -267,10 +267,15 @@ class TestTrain : public QObject {
     expect_error([] { train::make_device_tier("simulated", 1 << 20, "strategy.options.device"); },
                  ErrorKind::InvalidInput, "strategy.options.device: \"simulated\" is the test");
     // The job layer: the device value and the tier's options exist only for the tests.
-    expect_error([] { tessera::job::validate_strategy("gemini", {{"device", "simulated"}}, "j"); },
-                 ErrorKind::InvalidInput, "expected one of: auto, cpu");
     expect_error(
-        [] { tessera::job::validate_strategy("gemini", {{"host_param_frac", 0.5}}, "j"); },
+        [] {
+          tessera::job::validate_strategy("gemini", {{"device", "simulated"}}, "j");
+        },
+        ErrorKind::InvalidInput, "expected one of: auto, cpu");
+    expect_error(
+        [] {
+          tessera::job::validate_strategy("gemini", {{"host_param_frac", 0.5}}, "j");
+        },
         ErrorKind::InvalidInput, "host_param_frac is not an option of strategy \"gemini\"");
     qputenv(train::kSimulatedDeviceVariable, "1");
     tessera::job::validate_strategy(
