@@ -77,6 +77,10 @@ class DeviceTier {
   // Bytes allocated through allocate() and alive, their peak since reset_peak(), and the budget.
   virtual std::uint64_t used() const = 0;
   virtual std::uint64_t peak() const = 0;
+  // Everything the device held at most since reset_peak(): on a GPU the caching allocator's
+  // peak (activations and workspace too); on the simulated device its own peak (nothing else
+  // allocates there: activations are host memory).
+  virtual std::uint64_t measured_peak() const { return peak(); }
   virtual void reset_peak() = 0;
   virtual std::uint64_t total() const = 0;
   virtual DeviceTraffic traffic() const = 0;

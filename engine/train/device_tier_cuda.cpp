@@ -123,7 +123,12 @@ class CudaDeviceTier : public DeviceTier {
     std::lock_guard<std::mutex> lock(mutex_);
     return peak_;
   }
+  std::uint64_t measured_peak() const override {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index_);
+    return static_cast<std::uint64_t>(stats.allocated_bytes[0].peak);  // [0]: every pool
+  }
   void reset_peak() override {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(index_);
     std::lock_guard<std::mutex> lock(mutex_);
     peak_ = used_;
   }

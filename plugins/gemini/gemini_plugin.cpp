@@ -235,15 +235,22 @@ class GeminiPlugin : public train::Plugin {
     require_one_process(options.process, name());
     process_ = options.process;
     adamw_ = options.adamw;
+    log_ = options.log;
     gemini_ = parse_options(options);
     if (options.device == "simulated") {
       device_ =
           train::make_device_tier(options.device, gemini_.device_budget, "strategy.options.device");
-      if (gemini_.auto_placement || gemini_.offload_param_frac > 0.0)
+      if (gemini_.auto_placement) {
+        // Every parameter chunk has its home in host memory; after the first step as many stay
+        // on the device as its measured peak leaves room for in the budget.
+        gemini_.offload_param_frac = 0.0;
+        gemini_.host_param_frac = 1.0;
+      } else if (gemini_.offload_param_frac > 0.0) {
         throw_unsupported(
-            "strategy gemini: with a device, placement \"auto\" and parameter chunks on disk "
-            "(offload_param_frac) are not supported yet",
-            "use placement \"static\" with host_param_frac for parameters off the device");
+            "strategy gemini: with a device, parameter chunks on disk (offload_param_frac) are "
+            "not supported yet",
+            "use host_param_frac for parameters off the device");
+      }
     } else {
       train::require_cpu_device(options, name());
       if (gemini_.host_param_frac > 0.0 || gemini_.host_optim_frac > 0.0)
@@ -278,7 +285,10 @@ class GeminiPlugin : public train::Plugin {
       torch::autograd::impl::set_post_acc_grad_hooks(entries_[i].tensor,
                                                      std::make_unique<GradientArrival>(this, i));
     // Placement auto measures the first step's peak from here.
-    if (gemini_.auto_placement) core::reset_process_peak_rss();
+    if (gemini_.auto_placement) {
+      core::reset_process_peak_rss();
+      if (device_) device_->reset_peak();
+    }
   }
 
   torch::Device device() const override { return tensor_device(); }
@@ -1000,19 +1010,26 @@ class GeminiPlugin : public train::Plugin {
   // then (full by the peak, which comes in backward after forward filled it), is what the rest
   // of training needs; the cache grows to what the budget leaves beside that, less the
   // headroom and one chunk of margin.
+  // With a device tier the same is done on the device: its measured peak (activations and
+  // workspace included on a GPU) against the device budget.
   void size_cache_to_budget() {
     std::uint64_t chunk_bytes = 0;
-    std::size_t on_disk = 0;
+    std::size_t streamed = 0;
     for (const ParamChunk& c : param_chunks_) {
-      if (!c.on_disk) continue;
+      if (!c.streamed()) continue;
       chunk_bytes = std::max<std::uint64_t>(chunk_bytes, c.storage.nbytes());
-      ++on_disk;
+      ++streamed;
     }
-    const std::uint64_t peak = core::process_peak_rss();
+    const std::uint64_t peak = device_ ? device_->measured_peak() : core::process_peak_rss();
+    const std::uint64_t budget = device_ ? device_->total() : gemini_.host_budget;
     if (chunk_bytes == 0 || peak == 0) return;
-    cache_limit_ =
-        items_within_budget(peak, std::min(cache_limit_, on_disk) * chunk_bytes,
-                            gemini_.host_budget, chunk_bytes, kCachedDiskParameterChunks, on_disk);
+    cache_limit_ = items_within_budget(peak, std::min(cache_limit_, streamed) * chunk_bytes, budget,
+                                       chunk_bytes, kCachedDiskParameterChunks, streamed);
+    if (device_ && log_)
+      log_("info", "gemini placement auto: " + std::to_string(cache_limit_) + " of " +
+                       std::to_string(streamed) + " parameter chunks stay on " + device_->name() +
+                       " (measured peak " + core::human_bytes(peak) + " of " +
+                       core::human_bytes(budget) + ")");
   }
 
   // A chunk kept in host memory comes to the device: device memory, filled from `home` on the
@@ -1357,6 +1374,7 @@ class GeminiPlugin : public train::Plugin {
   // The device tier (device "simulated" in tests): declared first, so that the chunks' device
   // memory goes before it.
   std::unique_ptr<train::DeviceTier> device_;
+  std::function<void(const std::string&, const std::string&)> log_;  // may be empty
   std::vector<c10::DataPtr> update_staging_;         // host buffers the update's copies read
   std::vector<torch::Tensor> gradients_in_transit_;  // device gradients being copied down
   std::shared_ptr<train::DeviceEvent> gradients_arrived_;

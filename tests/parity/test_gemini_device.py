@@ -143,3 +143,26 @@ def test_device_tier_with_recomputation_accumulation_and_export(workdir, method)
     assert sorted(ours) == sorted(theirs)
     for name, tensor in theirs.items():
         assert torch.equal(ours[name], tensor), name
+
+
+@pytest.mark.parametrize("budget, all_stay", [("4MiB", True), ("2200KiB", False)])
+def test_auto_placement_keeps_what_the_measured_peak_leaves_room_for(workdir, budget, all_stay):
+    """Placement auto with a device: every parameter chunk has its home in host memory, and after
+    the first step as many stay on the device as the budget leaves beside its measured peak (the
+    optimizer chunks, 1.3 MB, and the cache of parameter chunks: five of 160 KiB here). With room
+    for all five nothing comes up after the second step; with room for four the chunks keep
+    streaming; either way inside the budget, with single's losses."""
+    reference, _ = run(spec_for(workdir, "llama", f"dev-auto-{budget}-single", "single", steps=6))
+    options = device_options({"placement": "auto", "chunk_size": "160KiB"}, budget=budget)
+    ours, events = run(spec_for(workdir, "llama", f"dev-auto-{budget}", "gemini", options, steps=6), env=SIMULATED)
+    assert_same_losses(ours, reference, f"auto placement, device budget {budget}")
+    device = [e for e in events if e["type"] == "memory" and e.get("tier") == "device"]
+    moved = [e["traffic"]["to_device_bytes"] for e in device]
+    assert all(e["peak"] <= e["total"] for e in device), device[-1]
+    logs = " ".join(e.get("message", "") for e in events if e["type"] == "log")
+    if all_stay:
+        assert moved[-1] == moved[-3] > 0, moved  # the last steps brought nothing up
+        assert "5 of 5 parameter chunks stay on simulated" in logs, logs
+    else:
+        assert moved[-1] > moved[-3], moved
+        assert "4 of 5 parameter chunks stay on simulated" in logs, logs
