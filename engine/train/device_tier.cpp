@@ -28,6 +28,49 @@ DeviceOutOfMemory::DeviceOutOfMemory(const std::string& device, std::uint64_t as
             "device_optim_frac, or placement auto), or lower the batch size"),
       asked_(asked) {}
 
+void TierAccounts::reserve(std::size_t bytes, const std::string& device, const std::string& what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (used_ + bytes > budget_) throw DeviceOutOfMemory(device, bytes, used_, budget_, what);
+  used_ += bytes;
+  peak_ = std::max(peak_, used_);
+}
+
+void TierAccounts::release(std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  used_ -= bytes;
+}
+
+void TierAccounts::count_copy(std::size_t bytes, bool to_device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  (to_device ? traffic_.bytes_to_device : traffic_.bytes_to_host) += bytes;
+  ++traffic_.copies;
+}
+
+void TierAccounts::count_host_wait() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++traffic_.host_waits;
+}
+
+std::uint64_t TierAccounts::used() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return used_;
+}
+
+std::uint64_t TierAccounts::peak() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return peak_;
+}
+
+void TierAccounts::reset_peak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  peak_ = used_;
+}
+
+DeviceTraffic TierAccounts::traffic() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return traffic_;
+}
+
 namespace {
 
 // A copy-stream position: done once the copy thread has finished `sequence`.
@@ -39,7 +82,7 @@ class SimulatedEvent : public DeviceEvent {
 
 class SimulatedDevice : public DeviceTier {
  public:
-  explicit SimulatedDevice(std::uint64_t budget) : budget_(budget) {
+  explicit SimulatedDevice(std::uint64_t budget) : DeviceTier(budget) {
     copier_ = std::thread([this] { copy_loop(); });
   }
   ~SimulatedDevice() override {
@@ -56,12 +99,7 @@ class SimulatedDevice : public DeviceTier {
   bool simulated() const override { return true; }
 
   c10::DataPtr allocate(std::size_t bytes, const std::string& what) override {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (used_ + bytes > budget_) throw DeviceOutOfMemory(name(), bytes, used_, budget_, what);
-      used_ += bytes;
-      peak_ = std::max(peak_, used_);
-    }
+    accounts_.reserve(bytes, name(), what);
     auto* block = new Block{this, bytes, std::unique_ptr<float[]>(new float[floats(bytes)])};
     poison(block->memory.get(), bytes);  // device memory starts undefined
     return {block->memory.get(), block, &SimulatedDevice::free_block, c10::Device(c10::kCPU)};
@@ -98,24 +136,6 @@ class SimulatedDevice : public DeviceTier {
     return completed_ >= sequence_of(event);
   }
 
-  std::uint64_t used() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return used_;
-  }
-  std::uint64_t peak() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return peak_;
-  }
-  void reset_peak() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    peak_ = used_;
-  }
-  std::uint64_t total() const override { return budget_; }
-  DeviceTraffic traffic() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return traffic_;
-  }
-
  private:
   struct Block {
     SimulatedDevice* device;
@@ -150,8 +170,8 @@ class SimulatedDevice : public DeviceTier {
         device->queued_cv_.notify_one();
         return;
       }
-      device->used_ -= block->bytes;
     }
+    device->accounts_.release(block->bytes);
     delete block;
   }
 
@@ -166,15 +186,14 @@ class SimulatedDevice : public DeviceTier {
     });
     if (bytes % 4 == 0 && !read_by_pending) poison(dst, bytes);
     copies_.push_back(Copy{dst, src, bytes, ++queued_});
-    (to_device ? traffic_.bytes_to_device : traffic_.bytes_to_host) += bytes;
-    ++traffic_.copies;
+    accounts_.count_copy(bytes, to_device);
     queued_cv_.notify_one();
   }
 
   void wait_for(const DeviceEvent& event, bool count) {
     std::unique_lock<std::mutex> lock(mutex_);
     const std::uint64_t sequence = sequence_of(event);
-    if (count && completed_ < sequence) ++traffic_.host_waits;
+    if (count && completed_ < sequence) accounts_.count_host_wait();
     done_cv_.wait(lock, [&] { return completed_ >= sequence; });
   }
 
@@ -189,8 +208,8 @@ class SimulatedDevice : public DeviceTier {
       if (copy.to_free != nullptr) {
         const std::size_t bytes = copy.to_free->bytes;
         delete copy.to_free;
+        accounts_.release(bytes);
         lock.lock();
-        used_ -= bytes;
       } else {
         std::memcpy(copy.dst, copy.src, copy.bytes);
         lock.lock();
@@ -200,16 +219,12 @@ class SimulatedDevice : public DeviceTier {
     }
   }
 
-  const std::uint64_t budget_;
   mutable std::mutex mutex_;  // guards everything below but the thread
   std::condition_variable queued_cv_;
   std::condition_variable done_cv_;
   std::deque<Copy> copies_;
   std::uint64_t queued_ = 0;     // sequence of the last copy queued
   std::uint64_t completed_ = 0;  // sequence of the last copy done
-  std::uint64_t used_ = 0;
-  std::uint64_t peak_ = 0;
-  DeviceTraffic traffic_;
   bool stopping_ = false;
   std::thread copier_;
 };

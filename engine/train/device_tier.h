@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/error.h"
@@ -42,6 +43,29 @@ struct DeviceTraffic {
   std::uint64_t bytes_to_host = 0;
   std::uint64_t copies = 0;
   std::uint64_t host_waits = 0;  // times the host blocked on an event
+};
+
+// The budget and counters of a device tier, kept the same way by both implementations.
+class TierAccounts {
+ public:
+  explicit TierAccounts(std::uint64_t budget) : budget_(budget) {}
+  // Counts `bytes` as allocated, or throws DeviceOutOfMemory naming `device` and `what`.
+  void reserve(std::size_t bytes, const std::string& device, const std::string& what);
+  void release(std::size_t bytes);
+  void count_copy(std::size_t bytes, bool to_device);
+  void count_host_wait();
+  std::uint64_t used() const;
+  std::uint64_t peak() const;
+  void reset_peak();
+  std::uint64_t budget() const { return budget_; }
+  DeviceTraffic traffic() const;
+
+ private:
+  const std::uint64_t budget_;
+  mutable std::mutex mutex_;
+  std::uint64_t used_ = 0;
+  std::uint64_t peak_ = 0;
+  DeviceTraffic traffic_;
 };
 
 class DeviceTier {
@@ -75,15 +99,19 @@ class DeviceTier {
   virtual bool done(const DeviceEvent& event) const = 0;
 
   // Bytes allocated through allocate() and alive, their peak since reset_peak(), and the budget.
-  virtual std::uint64_t used() const = 0;
-  virtual std::uint64_t peak() const = 0;
+  std::uint64_t used() const { return accounts_.used(); }
+  std::uint64_t peak() const { return accounts_.peak(); }
   // Everything the device held at most since reset_peak(): on a GPU the caching allocator's
   // peak (activations and workspace too); on the simulated device its own peak (nothing else
   // allocates there: activations are host memory).
   virtual std::uint64_t measured_peak() const { return peak(); }
-  virtual void reset_peak() = 0;
-  virtual std::uint64_t total() const = 0;
-  virtual DeviceTraffic traffic() const = 0;
+  virtual void reset_peak() { accounts_.reset_peak(); }
+  std::uint64_t total() const { return accounts_.budget(); }
+  DeviceTraffic traffic() const { return accounts_.traffic(); }
+
+ protected:
+  explicit DeviceTier(std::uint64_t budget) : accounts_(budget) {}
+  TierAccounts accounts_;
 };
 
 // The environment variable that allows the simulated device (tests only).

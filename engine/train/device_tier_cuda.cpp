@@ -12,8 +12,6 @@
 #include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
 
-#include <atomic>
-#include <mutex>
 #endif
 
 namespace tessera::train {
@@ -40,32 +38,29 @@ class CudaEvent : public DeviceEvent {
 class CudaDeviceTier : public DeviceTier {
  public:
   CudaDeviceTier(int index, std::uint64_t budget)
-      : index_(static_cast<c10::DeviceIndex>(index)),
-        copy_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index_)) {
-    c10::cuda::CUDAGuard guard(index_);
+      : DeviceTier(budget != 0 ? budget : free_memory(index)),
+        index_(static_cast<c10::DeviceIndex>(index)),
+        copy_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index_)) {}
+
+  static std::uint64_t free_memory(int index) {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
     std::size_t free = 0, total = 0;
     check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
-    budget_ = budget != 0 ? budget : free;
+    return free;
   }
 
   std::string name() const override { return "cuda:" + std::to_string(index_); }
   c10::Device tensor_device() const override { return {c10::kCUDA, index_}; }
 
   c10::DataPtr allocate(std::size_t bytes, const std::string& what) override {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (used_ + bytes > budget_) throw DeviceOutOfMemory(name(), bytes, used_, budget_, what);
-      used_ += bytes;
-      peak_ = std::max(peak_, used_);
-    }
+    accounts_.reserve(bytes, name(), what);
     c10::cuda::CUDAGuard guard(index_);
     c10::DataPtr inner;
     try {
       inner = c10::cuda::CUDACachingAllocator::get()->allocate(bytes);
     } catch (const c10::OutOfMemoryError&) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      used_ -= bytes;
-      throw DeviceOutOfMemory(name(), bytes, used_, budget_, what);
+      accounts_.release(bytes);
+      throw DeviceOutOfMemory(name(), bytes, used(), total(), what);
     }
     void* data = inner.get();
     auto* owned = new Owned{this, bytes, std::move(inner)};
@@ -82,12 +77,12 @@ class CudaDeviceTier : public DeviceTier {
   void copy_to_device(void* device_dst, const void* host_src, std::size_t bytes) override {
     check(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, copy_stream_),
           "copy to the device");
-    count(bytes, true);
+    accounts_.count_copy(bytes, true);
   }
   void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) override {
     check(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, copy_stream_),
           "copy to the host");
-    count(bytes, false);
+    accounts_.count_copy(bytes, false);
   }
 
   std::shared_ptr<DeviceEvent> record_copies() override {
@@ -105,37 +100,20 @@ class CudaDeviceTier : public DeviceTier {
   }
   void host_waits(const DeviceEvent& event) override {
     if (cudaEventQuery(of(event)) == cudaSuccess) return;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      ++traffic_.host_waits;
-    }
+    accounts_.count_host_wait();
     check(cudaEventSynchronize(of(event)), "cudaEventSynchronize");
   }
   bool done(const DeviceEvent& event) const override {
     return cudaEventQuery(of(event)) == cudaSuccess;
   }
 
-  std::uint64_t used() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return used_;
-  }
-  std::uint64_t peak() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return peak_;
-  }
   std::uint64_t measured_peak() const override {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index_);
     return static_cast<std::uint64_t>(stats.allocated_bytes[0].peak);  // [0]: every pool
   }
   void reset_peak() override {
     c10::cuda::CUDACachingAllocator::resetPeakStats(index_);
-    std::lock_guard<std::mutex> lock(mutex_);
-    peak_ = used_;
-  }
-  std::uint64_t total() const override { return budget_; }
-  DeviceTraffic traffic() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return traffic_;
+    DeviceTier::reset_peak();
   }
 
  private:
@@ -149,21 +127,12 @@ class CudaDeviceTier : public DeviceTier {
     return static_cast<const CudaEvent&>(event).event;
   }
 
-  void count(std::size_t bytes, bool to_device) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    (to_device ? traffic_.bytes_to_device : traffic_.bytes_to_host) += bytes;
-    ++traffic_.copies;
-  }
-
   // The caching allocator reuses the block only after the copies queued so far (recordStream),
   // so freeing never waits on the host.
   static void free_device(void* context) {
     auto* owned = static_cast<Owned*>(context);
     c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->tier->copy_stream_);
-    {
-      std::lock_guard<std::mutex> lock(owned->tier->mutex_);
-      owned->tier->used_ -= owned->bytes;
-    }
+    owned->tier->accounts_.release(owned->bytes);
     delete owned;
   }
   static void free_host(void* context) {
@@ -175,11 +144,6 @@ class CudaDeviceTier : public DeviceTier {
 
   c10::DeviceIndex index_;
   c10::cuda::CUDAStream copy_stream_;
-  std::uint64_t budget_ = 0;
-  mutable std::mutex mutex_;
-  std::uint64_t used_ = 0;
-  std::uint64_t peak_ = 0;
-  DeviceTraffic traffic_;
 };
 
 }  // namespace

@@ -85,6 +85,18 @@ def spec_for(workdir, family, name, strategy, options=None, method="full", preci
     return path
 
 
+def checkpointed_spec(workdir, name, strategy, options=None, resume=None):
+    """A 15-step bf16 llama job saving every 5 steps (all kept), resumed from `resume` if given."""
+    path = spec_for(workdir, "llama", name, strategy, options, steps=15, precision="bf16",
+                    extra=("--save-every", 5))
+    spec = json.loads(path.read_text())
+    spec["training"]["keep_last"] = 5
+    if resume:
+        spec["output"]["resume"] = str(resume)
+    path.write_text(json.dumps(spec))
+    return path
+
+
 def run(spec_path, *extra, env=None):
     events = spec_path.with_suffix(".events.jsonl")
     r = cli("run", spec_path, "--events", events, *extra, env=env)
@@ -199,14 +211,7 @@ def test_checkpoints_move_between_single_and_gemini(workdir):
     parameter and optimizer chunk on disk resumed from single's checkpoint-5; single resumed from gemini's
     checkpoint-10. Both continuations give the straight run's losses."""
     def job(name, strategy, options=None, resume=None):
-        path = spec_for(workdir, "llama", name, strategy, options, steps=15, precision="bf16",
-                        extra=("--save-every", 5))
-        spec = json.loads(path.read_text())
-        spec["training"]["keep_last"] = 5
-        if resume:
-            spec["output"]["resume"] = str(resume)
-        path.write_text(json.dumps(spec))
-        return path
+        return checkpointed_spec(workdir, name, strategy, options, resume)
 
     straight, _ = run(job("move-single", "single"))
     middle, _ = run(job("move-gemini", "gemini", {"offload_optim_frac": 1.0, "offload_param_frac": 1.0,

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from test_gemini import assert_same_losses, cli, run, spec_for, workdir  # noqa: F401 (fixture)
+from test_gemini import assert_same_losses, checkpointed_spec, cli, run, spec_for, workdir  # noqa: F401 (fixture)
 
 SIMULATED = dict(os.environ, TESSERA_SIMULATED_DEVICE="1")
 
@@ -98,14 +98,7 @@ def test_device_tier_checkpoints_resume_the_same_trajectory(workdir):
     checkpoint-5, and single resumed from the hybrid run's checkpoint-10, continue single's
     straight 15 steps (bf16: masters on the device and in host memory)."""
     def job(name, strategy, options=None, resume=None):
-        path = spec_for(workdir, "llama", name, strategy, options, steps=15, precision="bf16",
-                        extra=("--save-every", 5))
-        spec = json.loads(path.read_text())
-        spec["training"]["keep_last"] = 5
-        if resume:
-            spec["output"]["resume"] = str(resume)
-        path.write_text(json.dumps(spec))
-        return path
+        return checkpointed_spec(workdir, name, strategy, options, resume)
 
     straight, _ = run(job("dev-move-single", "single"))
     middle, _ = run(job("dev-move-gemini", "gemini", device_options(PLACEMENTS["hybrid"]),
