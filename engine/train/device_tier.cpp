@@ -24,8 +24,9 @@ DeviceOutOfMemory::DeviceOutOfMemory(const std::string& device, std::uint64_t as
     : Error(ErrorKind::InvalidInput,
             device + ": out of memory for " + what + ": asked " + core::human_bytes(asked) +
                 " with " + core::human_bytes(used) + " of " + core::human_bytes(total) + " in use",
-            "keep fewer chunks on the device (strategy.options.device_param_frac, "
-            "device_optim_frac, or placement auto), or lower the batch size"),
+            "keep more in host memory (strategy.options.host_param_frac, host_optim_frac, or "
+            "placement auto), give the chunks more device memory (device_budget), or lower the "
+            "batch size"),
       asked_(asked) {}
 
 void TierAccounts::reserve(std::size_t bytes, const std::string& device, const std::string& what) {
@@ -83,6 +84,10 @@ class SimulatedEvent : public DeviceEvent {
 class SimulatedDevice : public DeviceTier {
  public:
   explicit SimulatedDevice(std::uint64_t budget) : DeviceTier(budget) {
+    // Tests of what follows an out-of-memory: allocation number N fails as if the budget were
+    // full (TESSERA_SIMULATED_DEVICE_FAIL_AT=N).
+    if (const char* at = std::getenv("TESSERA_SIMULATED_DEVICE_FAIL_AT"))
+      fail_at_ = std::stoull(at);
     copier_ = std::thread([this] { copy_loop(); });
   }
   ~SimulatedDevice() override {
@@ -99,6 +104,7 @@ class SimulatedDevice : public DeviceTier {
   bool simulated() const override { return true; }
 
   c10::DataPtr allocate(std::size_t bytes, const std::string& what) override {
+    if (++allocations_ == fail_at_) throw DeviceOutOfMemory(name(), bytes, used(), total(), what);
     accounts_.reserve(bytes, name(), what);
     auto* block = new Block{this, bytes, std::unique_ptr<float[]>(new float[floats(bytes)])};
     poison(block->memory.get(), bytes);  // device memory starts undefined
@@ -219,6 +225,8 @@ class SimulatedDevice : public DeviceTier {
     }
   }
 
+  std::uint64_t fail_at_ = 0;  // 0: never
+  std::uint64_t allocations_ = 0;
   mutable std::mutex mutex_;  // guards everything below but the thread
   std::condition_variable queued_cv_;
   std::condition_variable done_cv_;

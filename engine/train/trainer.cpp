@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <c10/util/Exception.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "train/checkpoint.h"
 #include "train/checkpoint_index.h"
 #include "train/device_memory.h"
+#include "train/device_tier.h"
 #include "train/plugin_registry.h"
 
 namespace tessera::train {
@@ -546,6 +548,34 @@ std::int64_t Trainer::restore(BatchSource& train, std::int64_t total_steps) {
   return found.step;
 }
 
+void Trainer::out_of_device_memory(const std::string& what, const std::string& hint,
+                                   std::int64_t step, const DataPosition& step_start,
+                                   const torch::Tensor& cpu_rng, const torch::Tensor& device_rng,
+                                   BatchSource& train, std::int64_t total_steps) {
+  std::string message = "training stopped in step " + std::to_string(step + 1) + ": " + what;
+  // What the device held then, by category (a plugin with a device tier knows its own).
+  if (const std::optional<DeviceTierMemory> tier = plugin_->device_tier_memory())
+    message += " (the device held weights " + core::human_bytes(tier->by_category.weights) +
+               ", gradients " + core::human_bytes(tier->by_category.gradients) + ", optimizer " +
+               core::human_bytes(tier->by_category.optimizer) + ")";
+  else if (const std::optional<DeviceMemory> gpu = device_memory(plugin_->device()))
+    message += " (" + core::human_bytes(gpu->allocated) + " in tensors, " +
+               core::human_bytes(gpu->reserved) + " reserved, " + core::human_bytes(gpu->total) +
+               " on the card)";
+  // One process: the state is still the last step's (only gradients were being made), so it is
+  // saved as that step with the data and random state as the failed step began; several ranks
+  // would wait for this one in their collectives, so they end without saving.
+  if (!distributed() && !options_.output_dir.empty() && step > 0) {
+    train.seek(step_start);
+    set_cpu_rng_state(cpu_rng);
+    if (device_rng.defined()) set_device_rng_state(plugin_->device(), device_rng);
+    const fs::path saved = save_checkpoint(step, train, total_steps);
+    message += "; step " + std::to_string(step) + " is saved in " + saved.string() +
+               ", resume from it after the change";
+  }
+  throw Error(ErrorKind::InvalidInput, message, hint);
+}
+
 TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::atomic<bool>* stop) {
   const TrainingOptions& t = options_.training;
   TrainResult result;
@@ -572,11 +602,28 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
         distributed() ? options_.process.data_group->traffic() : dist::Traffic{};
     double loss_sum = 0.0;
     std::int64_t tokens = 0;
-    for (std::int64_t micro = 0; micro < t.gradient_accumulation; ++micro) {
-      Batch batch = micro_batches.next();
-      tokens += batch.attention_mask.defined() ? batch.attention_mask.sum().item<std::int64_t>()
-                                               : batch.input_ids.numel();
-      loss_sum += train_micro_batch(batch, micro + 1 == t.gradient_accumulation);
+    // Where this step starts, to save it as it was if the device runs out of memory in it.
+    const DataPosition step_start = train.position();
+    const torch::Tensor cpu_rng = cpu_rng_state();
+    const torch::Tensor device_rng =
+        plugin_->device().is_cuda() ? device_rng_state(plugin_->device()) : torch::Tensor();
+    try {
+      for (std::int64_t micro = 0; micro < t.gradient_accumulation; ++micro) {
+        Batch batch = micro_batches.next();
+        tokens += batch.attention_mask.defined() ? batch.attention_mask.sum().item<std::int64_t>()
+                                                 : batch.input_ids.numel();
+        loss_sum += train_micro_batch(batch, micro + 1 == t.gradient_accumulation);
+      }
+    } catch (const DeviceOutOfMemory& e) {
+      out_of_device_memory(e.what(), e.hint(), step, step_start, cpu_rng, device_rng, train,
+                           result.total_steps);
+    } catch (const c10::OutOfMemoryError& e) {
+      const std::string what = e.what_without_backtrace();
+      out_of_device_memory(
+          plugin_->device().str() + ": out of memory: " + what.substr(0, what.find('\n')),
+          "lower the batch size (keeping the effective batch with gradient accumulation), turn on "
+          "activation checkpointing, train in bf16, or use strategy gemini",
+          step, step_start, cpu_rng, device_rng, train, result.total_steps);
     }
     const double lr = schedule.lr(step);
     const StepStats stats = plugin_->step(lr, t.max_grad_norm);

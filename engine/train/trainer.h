@@ -140,6 +140,14 @@ class Trainer {
                                         std::int64_t total_steps);
   std::int64_t restore(BatchSource& train, std::int64_t total_steps);
   void emit_memory();
+  // The device ran out of memory in step `step` + 1 (before its update): saves step `step` as
+  // it was (one process) and throws InvalidInput (exit 2) with `what`, the device's memory by
+  // category and `hint`.
+  [[noreturn]] void out_of_device_memory(const std::string& what, const std::string& hint,
+                                         std::int64_t step, const DataPosition& step_start,
+                                         const torch::Tensor& cpu_rng,
+                                         const torch::Tensor& device_rng, BatchSource& train,
+                                         std::int64_t total_steps);
   // Several processes: each rank's `values` (the same count on every rank), rank after rank;
   // one process: `values`.
   std::vector<double> gather(const std::vector<double>& values);

@@ -159,3 +159,29 @@ def test_auto_placement_keeps_what_the_measured_peak_leaves_room_for(workdir, bu
     else:
         assert moved[-1] > moved[-3], moved
         assert "4 of 5 parameter chunks stay on simulated" in logs, logs
+
+
+def test_out_of_device_memory_saves_the_last_step_and_exits_2(workdir):
+    """The device runs out of memory in the middle of a run (the simulated device fails its 9th
+    allocation: every parameter chunk streams from host memory, so steps allocate): the run ends
+    with exit 2, a message naming the device, the chunk, the figures, what the device held by
+    category and the checkpoint, and a checkpoint of the last whole step that, resumed, gives the
+    uninterrupted run's losses."""
+    options = device_options({"host_param_frac": 1.0, "host_optim_frac": 1.0, "chunk_size": "160KiB"})
+    reference, _ = run(spec_for(workdir, "llama", "dev-oom-straight", "gemini", options, steps=8), env=SIMULATED)
+    spec = spec_for(workdir, "llama", "dev-oom", "gemini", options, steps=8)
+    r = cli("run", spec, env=dict(SIMULATED, TESSERA_SIMULATED_DEVICE_FAIL_AT="9"))
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "simulated: out of memory for parameter chunk" in r.stderr, r.stderr[-2000:]
+    assert "the device held weights" in r.stderr and "host_param_frac" in r.stderr, r.stderr[-2000:]
+    saved = sorted((workdir / "dev-oom").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    assert saved, r.stderr[-2000:]
+    last = int(saved[-1].name.split("-")[1])
+    assert 1 <= last < 8 and f"step {last} is saved in" in r.stderr, (last, r.stderr[-2000:])
+    path = spec_for(workdir, "llama", "dev-oom-resumed", "gemini", options, steps=8)
+    resumed_spec = json.loads(path.read_text())
+    resumed_spec["output"]["resume"] = str(saved[-1])
+    path.write_text(json.dumps(resumed_spec))
+    resumed, _ = run(path, env=SIMULATED)
+    assert_same_losses({s: resumed[s] for s in range(last + 1, 9)}, {s: reference[s] for s in range(last + 1, 9)},
+                       f"resumed from checkpoint-{last} after the out-of-memory")
