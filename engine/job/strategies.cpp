@@ -160,8 +160,10 @@ const std::vector<StrategyInfo>& strategies() {
       {"ddp",
        "data parallelism: every process a whole replica on its share of the batch, gradients "
        "averaged over the processes in buckets while backward runs (PyTorch's DDP)",
-       {choice("device", "where it computes: the CPU (auto picks it; CUDA is not supported yet)",
-               {"auto", "cpu"}, {"cuda"}),
+       {choice("device",
+               "where it computes: cpu, or cuda (rank r on GPU LOCAL_RANK, gradients reduced by "
+               "NCCL); auto is the CPU",
+               {"auto", "cpu", "cuda"}),
         size("bucket_size",
              "bytes of float32 gradients per all-reduce: auto (25MiB) or a size; smaller "
              "buckets start communicating earlier in backward, larger ones make fewer calls")},

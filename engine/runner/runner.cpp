@@ -1,5 +1,7 @@
 #include "runner/runner.h"
 
+#include <torch/cuda.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -658,10 +660,13 @@ std::shared_ptr<dist::ParallelContext> join_ranks(const job::JobSpec& spec) {
   const dist::DistEnvironment environment = dist::read_dist_environment();
   if (!environment.is_distributed()) return nullptr;
   check_processes(spec, environment.world_size);
-  // No NCCL groups: the strategies that run on several processes (ddp, zero, gemini) compute on
-  // the CPU until their CUDA paths exist (train::require_cpu_device), so Gloo carries every
-  // collective; NCCL groups made for them would only hold GPU memory on each rank.
-  return dist::ParallelContext::from_environment(/*cuda_collectives=*/false);
+  // NCCL groups only for a job that computes on CUDA (ddp with device "cuda"): the others
+  // compute on the CPU (their "auto" too), so Gloo carries every collective and NCCL groups
+  // would only hold GPU memory on each rank.
+  const bool on_cuda =
+      spec.strategy.name != job::kAutoStrategy && torch::cuda::is_available() &&
+      job::strategy_option(spec.strategy.name, spec.strategy.options, "device") == "cuda";
+  return dist::ParallelContext::from_environment(/*cuda_collectives=*/on_cuda);
 }
 
 }  // namespace

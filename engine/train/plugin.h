@@ -73,11 +73,16 @@ struct PluginOptions {
   std::function<void(const std::string& level, const std::string& message)> log;
 };
 
-// The device of a plugin that computes on the CPU only (ddp, zero and gemini until their CUDA
-// paths exist): "cpu" and "auto" are the CPU — "auto" with a warning through options.log when a
-// GPU is present, which then stays unused —, "cuda" is refused as not supported yet, anything
-// else is invalid (each naming strategy.options.device).
+// The device of a plugin that computes on the CPU only (zero and gemini until their CUDA paths
+// exist, ddp unless asked for "cuda"): "cpu" and "auto" are the CPU — "auto" with a warning through
+// options.log when a GPU is present, which then stays unused —, "cuda" is refused as not supported
+// yet, anything else is invalid (each naming strategy.options.device).
 void require_cpu_device(const PluginOptions& options, const std::string& plugin);
+
+// The GPU of this rank for a plugin asked for device "cuda" on several processes (ddp): CUDA
+// device LOCAL_RANK, as torchrun places ranks, made the current device. Throws Unsupported
+// without a GPU, and InvalidInput when this machine has fewer GPUs than ranks on it.
+torch::Device rank_cuda_device(const PluginOptions& options, const std::string& plugin);
 
 struct MemoryByCategory {
   std::uint64_t weights = 0;    // every parameter, plus master copies

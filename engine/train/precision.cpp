@@ -2,7 +2,12 @@
 // (train/plugin.h).
 #include <torch/cuda.h>
 
+#if defined(TESSERA_HAVE_CUDA_KERNELS)
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
 #include "core/error.h"
+#include "dist/parallel_context.h"
 #include "train/plugin.h"
 
 namespace tessera::train {
@@ -50,6 +55,27 @@ void require_cpu_device(const PluginOptions& options, const std::string& plugin)
     options.log("warning", "strategy " + plugin + " computes on the CPU (device auto): its CUDA " +
                                "path is not supported yet, so the GPU stays unused; strategy " +
                                "single trains on the GPU");
+}
+
+torch::Device rank_cuda_device(const PluginOptions& options, const std::string& plugin) {
+  if (!torch::cuda::is_available())
+    throw_unsupported(
+        "strategy " + plugin + ": strategy.options.device \"cuda\" but no CUDA device is present",
+        "use device \"cpu\" or \"auto\"");
+  const ProcessContext& process = options.process;
+  const int local_rank = process.parallel ? process.parallel->local_rank() : 0;
+  const auto gpus = static_cast<int>(torch::cuda::device_count());
+  if (local_rank >= gpus)
+    throw_invalid("strategy " + plugin + ": rank " + std::to_string(process.rank) +
+                      " is local rank " + std::to_string(local_rank) + " on a machine with " +
+                      std::to_string(gpus) + " GPU(s); each rank computes on a GPU of its own",
+                  "start at most " + std::to_string(gpus) +
+                      " processes on this machine (launch --nproc), or use device \"cpu\"");
+#if defined(TESSERA_HAVE_CUDA_KERNELS)
+  // Collectives and allocations that name no device use the current one.
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(local_rank));
+#endif
+  return {torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank)};
 }
 
 }  // namespace tessera::train

@@ -36,9 +36,15 @@ class DdpPlugin : public Plugin {
                   "start the job with `tessera-cli launch`, which joins the ranks");
     process_ = process;
     group_ = process.world_size > 1 ? process.data_group : nullptr;
-    train::require_cpu_device(options, name());
+    // "cuda": rank r on GPU LOCAL_RANK, its gradients reduced by NCCL (the runner makes NCCL
+    // groups for such a job); "auto" stays on the CPU, saying so when a GPU is present.
+    torch::Device device = torch::kCPU;
+    if (options.device == "cuda")
+      device = train::rank_cuda_device(options, name());
+    else
+      train::require_cpu_device(options, name());
     const std::uint64_t cap = plugins::bucket_size_option(options.strategy_options);
-    dense_.prepare(model, std::move(trainable), options, torch::kCPU);
+    dense_.prepare(model, std::move(trainable), options, device);
     // Every rank starts from rank 0's values: the model, the adapters and the float32 masters.
     std::vector<NamedTensor> starting = dense_.params();
     for (const NamedTensor& m : dense_.trainable_weights()) starting.push_back(m);

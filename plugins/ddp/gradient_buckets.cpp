@@ -128,7 +128,9 @@ void GradientBuckets::build(const std::vector<std::size_t>& order) {
 void GradientBuckets::ensure_buffer(Bucket& bucket) {
   if (bucket.flat.defined()) return;
   // Padding must read as zero; in one segment there is none and every slot is written.
-  const auto options = torch::TensorOptions().dtype(torch::kFloat32);
+  // Where the gradients are: the GPU's buckets go through NCCL, the CPU's through Gloo.
+  const auto options =
+      torch::TensorOptions().dtype(torch::kFloat32).device(params_.front().tensor.device());
   const std::int64_t numel = bucket.segment_numel * options_.segments;
   bucket.flat =
       options_.segments == 1 ? torch::empty({numel}, options) : torch::zeros({numel}, options);
