@@ -18,7 +18,6 @@ std::string describe_options(const StrategyInfo& info) {
   if (info.options.empty()) return info.name + " takes no options";
   std::vector<std::string> parts;
   for (const auto& o : info.options) {
-    if (o.simulated_device_only) continue;
     switch (o.kind) {
       case StrategyOption::Kind::Choice:
         parts.push_back(o.key + " (" + join(o.values, " | ") + ")");
@@ -61,10 +60,6 @@ StrategyOption fraction(std::string key, std::string description) {
 }
 StrategyOption size(std::string key, std::string description) {
   return {std::move(key), std::move(description), {}, StrategyOption::Kind::Size, {}};
-}
-StrategyOption simulated_only(StrategyOption option) {
-  option.simulated_device_only = true;
-  return option;
 }
 StrategyOption path(std::string key, std::string description) {
   return {std::move(key), std::move(description), {}, StrategyOption::Kind::Path, {}};
@@ -128,8 +123,10 @@ const std::vector<StrategyInfo>& strategies() {
        "parameters and optimizer state in chunks placed on the host or on disk (Colossal-AI's "
        "Gemini); on several processes every chunk sharded over them (ZeRO-3), each rank's "
        "shards placed the same way",
-       {choice("device", "where it computes: the CPU (auto picks it; CUDA is not supported yet)",
-               {"auto", "cpu"}, {"cuda"}),
+       {choice("device",
+               "where it computes: cpu, or cuda (one process: chunks on the GPU, in host memory "
+               "or on disk); auto is the CPU",
+               {"auto", "cpu", "cuda"}),
         choice("placement",
                "where chunks live: static (the offload fractions decide) or auto (every "
                "parameter chunk may stream from disk; after the first step as many stay in "
@@ -145,16 +142,15 @@ const std::vector<StrategyInfo>& strategies() {
              "the RAM the whole training process may use: auto (what the machine has) or a "
              "size, shared by the ranks on one machine; a job that cannot run within it is "
              "refused before loading"),
-        simulated_only(size("device_budget",
-                            "the device memory the chunks may use: auto (what the GPU has free) "
-                            "or a size")),
-        simulated_only(fraction("host_param_frac",
-                                "with a device: the share of parameter bytes kept in host memory "
-                                "(brought to the device block by block as the model uses them)")),
-        simulated_only(fraction("host_optim_frac",
-                                "with a device: the share of optimizer-state bytes kept in host "
-                                "memory and updated by the CPU Adam (the rest is updated on the "
-                                "device)"))},
+        size("device_budget",
+             "with device cuda: the GPU memory the chunks may use: auto (what it has free) or a "
+             "size"),
+        fraction("host_param_frac",
+                 "with device cuda: the share of parameter bytes kept in host memory, brought to "
+                 "the GPU block by block as the model uses them"),
+        fraction("host_optim_frac",
+                 "with device cuda: the share of optimizer-state bytes kept in host memory and "
+                 "updated by the CPU Adam (the rest is updated on the GPU)")},
        /*planned=*/true,
        /*distributes=*/true},
       {"ddp",
@@ -229,8 +225,6 @@ void validate_strategy(const std::string& name, const nlohmann::json& options,
     const StrategyOption* option = nullptr;
     for (const auto& o : info->options)
       if (o.key == key) option = &o;
-    if (option != nullptr && option->simulated_device_only && !simulated_device_allowed())
-      option = nullptr;
     if (option == nullptr)
       throw_invalid(
           at + "strategy.options." + key + " is not an option of strategy \"" + name + "\"",

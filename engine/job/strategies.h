@@ -33,9 +33,6 @@ struct StrategyOption {
   // Choice only: `values` are JSON numbers or booleans written as text ("1", "true"), matched
   // against the value's JSON form; a string is refused.
   bool literal = false;
-  // Accepted only where the simulated device is (TESSERA_SIMULATED_DEVICE=1, the tests): the
-  // device tier's options, until a GPU has run them. Never listed in help or the studio.
-  bool simulated_device_only = false;
 };
 
 // Whether this process may use the simulated device (train/device_tier.h): the tests set

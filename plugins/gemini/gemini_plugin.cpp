@@ -237,7 +237,7 @@ class GeminiPlugin : public train::Plugin {
     adamw_ = options.adamw;
     log_ = options.log;
     gemini_ = parse_options(options);
-    if (options.device == "simulated") {
+    if (options.device == "simulated" || options.device.rfind("cuda", 0) == 0) {
       device_ =
           train::make_device_tier(options.device, gemini_.device_budget, "strategy.options.device");
       if (gemini_.auto_placement) {
@@ -275,7 +275,7 @@ class GeminiPlugin : public train::Plugin {
     // What is not in a chunk (buffers) in the compute dtype, as Module::to would (which would
     // also touch the parameters, some of which are on disk now).
     for (torch::Tensor& buffer : model.buffers())
-      if (buffer.is_floating_point()) buffer.set_data(buffer.to(dtype_));
+      if (buffer.is_floating_point()) buffer.set_data(buffer.to(tensor_device(), dtype_));
     deferred_ = nullptr;
     for (Entry& e : entries_) {
       e.tensor.set_requires_grad(e.trainable);

@@ -159,7 +159,7 @@ class ShardedGemini : public train::Plugin {
     rank_ = group_->rank();
     world_ = group_->size();
     adamw_ = options.adamw;
-    if (options.device == "simulated")
+    if (options.device == "simulated" || options.device.rfind("cuda", 0) == 0)
       throw_unsupported("strategy gemini: a device tier on several processes is not supported yet",
                         "run one process for chunks on the device, or device cpu");
     train::require_cpu_device(options, name());

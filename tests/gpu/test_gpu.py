@@ -278,6 +278,13 @@ def test_recomputation_and_resume_replay_the_gpu_generator(llama_dir, batches, t
 @pytest.mark.parametrize("plugin,options", [
     ("gemini", {}),
     ("gemini", {"offload_optim_frac": 1.0}),
+    # the device tier: half the parameters streamed from host memory, the optimizer split between
+    # the GPU (torch's fused AdamW), host memory and disk (the CPU Adam)
+    ("gemini", {"host_param_frac": 0.5, "host_optim_frac": 0.4, "offload_optim_frac": 0.3,
+                "chunk_size": "160KiB", "device_budget": "64MiB"}),
+    # auto placement: every parameter chunk homed in host memory, as many kept on the GPU as the
+    # budget leaves beside the first step's measured peak
+    ("gemini", {"placement": "auto", "device_budget": "48MiB", "chunk_size": "160KiB"}),
     ("ddp", {}),
     ("zero", {"stage": 2}),
 ])
@@ -288,7 +295,12 @@ def test_strategy_on_the_gpu_equals_single(plugin, options, llama_dir, batches, 
     cmd = [str(tp.probe_path()), "--model", str(llama_dir), "--batches", str(batches[0]),
            "--steps", "10", "--report", str(tmp_path / "r.json"), *map(str, common), "--plugin",
            plugin, "--strategy-options", json.dumps({**options, **CUDA})]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    env = None
+    if DEVICE == "cpu" and "device_budget" in options:
+        # On the CPU the device tier runs on the tests' simulated device (engine/train/device_tier.h).
+        cmd[-1] = json.dumps({**options, "device": "simulated"})
+        env = dict(os.environ, TESSERA_SIMULATED_DEVICE="1")
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     if done.returncode == 2 and "not supported yet" in done.stderr:
         pytest.xfail(f"{plugin} {options} on {DEVICE}: {done.stderr.strip().splitlines()[0]}")
     assert done.returncode == 0, done.stderr
