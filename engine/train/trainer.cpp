@@ -315,8 +315,10 @@ void Trainer::emit_memory() {
     const DiskTierMemory no_disk;
     const DiskTierMemory& own_disk = disk ? *disk : no_disk;
     const std::vector<double> all =
-        gather({static_cast<double>(report.used), static_cast<double>(m.weights),
-                static_cast<double>(m.gradients), static_cast<double>(m.optimizer),
+        // The ranks' figures of this report's tier (the device's, with a device tier).
+        gather({static_cast<double>(report.used), static_cast<double>(report.by_category.weights),
+                static_cast<double>(report.by_category.gradients),
+                static_cast<double>(report.by_category.optimizer),
                 static_cast<double>(report.activations_other), static_cast<double>(own_disk.used),
                 static_cast<double>(own_disk.by_category.weights),
                 static_cast<double>(own_disk.by_category.gradients),

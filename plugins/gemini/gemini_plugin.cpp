@@ -881,6 +881,7 @@ class GeminiPlugin : public train::Plugin {
   }
 
   void write_back_gradients(OptimChunk& c) {
+    wait_for_gradient_copies();  // with a device: the copies down into `grads` are done
     c.grad_write = disk_->write(c.grad_region, c.grads.data());
     c.grad_region_written = true;
     c.grads_on_disk = true;

@@ -29,6 +29,7 @@
 #include "optim/cpu_adam.h"
 #include "plugins/gemini/disk_chunks.h"
 #include "plugins/gemini/tensor_entries.h"
+#include "train/device_tier.h"
 #include "train/mixed_precision.h"
 #include "train/param_groups.h"
 #include "train/plugin.h"
@@ -159,11 +160,37 @@ class ShardedGemini : public train::Plugin {
     rank_ = group_->rank();
     world_ = group_->size();
     adamw_ = options.adamw;
-    if (options.device == "simulated" || options.device.rfind("cuda", 0) == 0)
-      throw_unsupported("strategy gemini: a device tier on several processes is not supported yet",
-                        "run one process for chunks on the device, or device cpu");
-    train::require_cpu_device(options, name());
+    if (options.device.rfind("cuda", 0) == 0)
+      throw_unsupported(
+          "strategy gemini: a device tier on several processes is not supported "
+          "yet on a GPU",
+          "run one process for chunks on the GPU, or device cpu");
     read_options(options);
+    if (options.device == "simulated") {
+      // The gathered chunks live in device memory; the shards, their gradients and optimizer
+      // state stay in host memory (or on disk), updated by the CPU Adam.
+      const nlohmann::json& o = options.strategy_options;
+      for (const char* key : {"host_param_frac", "host_optim_frac"})
+        if (o.is_object() && o.contains(key) && o[key] != 1.0)
+          throw_unsupported(std::string("strategy.options.") + key +
+                                ": on several processes the shards stay in host memory (1); "
+                                "other shares are not supported yet",
+                            "remove it, or run one process");
+      if (auto_placement_)
+        throw_unsupported(
+            "strategy gemini: placement \"auto\" with a device on several processes is not "
+            "supported yet",
+            "use placement \"static\"");
+      std::uint64_t budget = 0;
+      if (o.is_object() && o.contains("device_budget") && o["device_budget"] != "auto")
+        budget = o["device_budget"].is_number()
+                     ? o["device_budget"].get<std::uint64_t>()
+                     : core::parse_byte_size(o["device_budget"].get<std::string>(),
+                                             "strategy.options.device_budget");
+      device_ = train::make_device_tier(options.device, budget, "strategy.options.device");
+    } else {
+      train::require_cpu_device(options, name());
+    }
     precision_.emplace(options.precision, torch::kCPU);
     dtype_ = precision_->compute_dtype();
     deferred_ = options.deferred_weights.get();
@@ -289,6 +316,7 @@ class ShardedGemini : public train::Plugin {
     return stats;
   }
 
+  // Host memory (with a device tier the gathered chunks are device_tier_memory()'s).
   MemoryByCategory memory() const override {
     MemoryByCategory m;
     const std::uint64_t element = c10::elementSize(dtype_);
@@ -296,7 +324,7 @@ class ShardedGemini : public train::Plugin {
       const auto shard = static_cast<std::uint64_t>(c.shard);
       const auto capacity = static_cast<std::uint64_t>(c.capacity);
       if (c.values.defined()) m.weights += shard * element;
-      if (c.gathered || c.gathering) m.weights += capacity * element;
+      if (!device_ && (c.gathered || c.gathering)) m.weights += capacity * element;
       if (!c.trainable) continue;
       if (dtype_ != torch::kFloat32 && c.optim.defined()) m.weights += shard * 4;  // masters
       if (c.optim.defined()) m.optimizer += shard * 8;
@@ -308,6 +336,24 @@ class ShardedGemini : public train::Plugin {
       m.gradients += static_cast<std::uint64_t>(r.output.numel()) * 4;
     }
     return m;
+  }
+
+  std::optional<train::DeviceTierMemory> device_tier_memory() const override {
+    if (!device_) return std::nullopt;
+    train::DeviceTierMemory d;
+    d.device = device_->name();
+    d.simulated = device_->simulated();
+    d.used = device_->used();
+    d.peak = device_->peak();
+    d.total = device_->total();
+    const std::uint64_t element = c10::elementSize(dtype_);
+    for (const ShardChunk& c : chunks_)
+      if (c.gathered || c.gathering)
+        d.by_category.weights += static_cast<std::uint64_t>(c.capacity) * element;
+    const train::DeviceTraffic traffic = device_->traffic();
+    d.bytes_to_device = traffic.bytes_to_device;
+    d.bytes_to_host = traffic.bytes_to_host;
+    return d;
   }
 
   std::optional<train::DiskTierMemory> disk_memory() const override {
@@ -367,6 +413,10 @@ class ShardedGemini : public train::Plugin {
   // export or merge afterwards. The model's weights are then whole on every rank.
   void gather_weights() override {
     torch::NoGradGuard no_grad;
+    if (device_) {  // whole for the export: in host memory, not in the device's budget
+      release_gathered();
+      gather_to_host_ = true;
+    }
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
       gather(c);
       chunks_[c].persistent = true;
@@ -711,7 +761,12 @@ class ShardedGemini : public train::Plugin {
         ShardEntry& e = entries_[i];
         e.tensor.set_data(chunk.whole.narrow(0, e.offset, e.numel).view(e.tensor.sizes()));
       }
-      if (!chunk.persistent) release(c);
+      if (!chunk.persistent) {
+        release(c);
+      } else if (device_) {  // kept whole in device memory: gathered there (every rank alike)
+        release(c);
+        gather(c);
+      }
     }
 
     chunk_use_ = std::make_shared<ShardedChunkUse>(this);
@@ -781,8 +836,11 @@ class ShardedGemini : public train::Plugin {
       make_values_resident(chunk);
       disk_->read(chunk.values_region, chunk.values_buffer.data()).get();
     }
+    const auto bytes = static_cast<std::size_t>(chunk.whole.nbytes());
     storage_of(chunk).set_data_ptr_noswap(
-        c10::GetCPUAllocator()->allocate(static_cast<std::size_t>(chunk.whole.nbytes())));
+        device_ && !gather_to_host_
+            ? device_->allocate(bytes, "gathered chunk " + std::to_string(c))
+            : c10::GetCPUAllocator()->allocate(bytes));
     chunk.gathering = group_->all_gather_async(chunk.values, chunk.whole);
     chunk.gathered = true;
     ++all_gathers_;
@@ -1068,6 +1126,10 @@ class ShardedGemini : public train::Plugin {
   dist::ProcessGroup* group_ = nullptr;
   int rank_ = 0;
   int world_ = 1;
+  // The simulated device's tier (several ranks: the gathered chunks live there). Declared
+  // first among the chunks' owners, so their device memory goes before it.
+  std::unique_ptr<train::DeviceTier> device_;
+  bool gather_to_host_ = false;  // after gather_weights(): chunks whole in host memory
   std::optional<train::MixedPrecision> precision_;
   torch::Dtype dtype_ = torch::kFloat32;
   optim::AdamWOptions adamw_;

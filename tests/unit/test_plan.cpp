@@ -217,6 +217,28 @@ class TestPlan : public QObject {
     QVERIFY(p.total_steps && *p.total_steps == 10);
   }
 
+  // ddp and gemini on cuda are not modelled on the GPU yet: the plan says its figures are the
+  // CPU's instead of showing them as the GPU's.
+  void planSaysWhenItCannotModelTheGpu() {
+    for (const std::string name : {"gemini", "ddp"}) {
+      plan::PlanInputs in = inputs(64ull << 30);
+      in.spec.strategy.name = name;
+      in.spec.strategy.options = {{"device", "cuda"}};
+      const auto p = plan::make_plan(in);
+      QVERIFY2(std::any_of(p.reasons.begin(), p.reasons.end(),
+                           [&](const std::string& r) {
+                             return r.find("warning: strategy " + name +
+                                           " on cuda is planned as if it computed on the CPU") == 0;
+                           }),
+               name.c_str());
+      in.spec.strategy.options = {{"device", "cpu"}};
+      const auto cpu = plan::make_plan(in);
+      QVERIFY(std::none_of(cpu.reasons.begin(), cpu.reasons.end(), [](const std::string& r) {
+        return r.find("planned as if it computed on the CPU") != std::string::npos;
+      }));
+    }
+  }
+
   void planPicksSmallerMicroBatch() {
     const auto p = plan::make_plan(inputs(budget_for(settings(4, false, "full"))));
     QVERIFY(p.fits);
