@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "core/files.h"
+#include "train/plugin.h"
 
 namespace tessera::train {
 
@@ -70,6 +71,20 @@ void TierAccounts::reset_peak() {
 DeviceTraffic TierAccounts::traffic() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return traffic_;
+}
+
+DeviceTierMemory device_tier_memory_of(const DeviceTier& tier, const MemoryByCategory& held) {
+  DeviceTierMemory d;
+  d.device = tier.name();
+  d.simulated = tier.simulated();
+  d.used = tier.used();
+  d.peak = tier.peak();
+  d.total = tier.total();
+  d.by_category = held;
+  const DeviceTraffic traffic = tier.traffic();
+  d.bytes_to_device = traffic.bytes_to_device;
+  d.bytes_to_host = traffic.bytes_to_host;
+  return d;
 }
 
 namespace {

@@ -113,6 +113,10 @@ struct DeviceTierMemory {
   std::uint64_t bytes_to_host = 0;
 };
 
+class DeviceTier;  // train/device_tier.h
+// The tier's own figures (name, used, peak, budget, traffic) with what the plugin holds there.
+DeviceTierMemory device_tier_memory_of(const DeviceTier& tier, const MemoryByCategory& held);
+
 struct StepStats {
   double grad_norm = 0.0;  // global L2 norm before clipping (unscaled)
   bool applied = true;     // false when fp16 loss scaling skipped the step

@@ -602,17 +602,7 @@ class GeminiPlugin : public train::Plugin {
 
   std::optional<train::DeviceTierMemory> device_tier_memory() const override {
     if (!device_) return std::nullopt;
-    train::DeviceTierMemory d;
-    d.device = device_->name();
-    d.simulated = device_->simulated();
-    d.used = device_->used();
-    d.peak = device_->peak();
-    d.total = device_->total();
-    d.by_category = held_in(/*device=*/true);
-    const train::DeviceTraffic traffic = device_->traffic();
-    d.bytes_to_device = traffic.bytes_to_device;
-    d.bytes_to_host = traffic.bytes_to_host;
-    return d;
+    return train::device_tier_memory_of(*device_, held_in(/*device=*/true));
   }
 
   // What the chunks hold now in device memory (`device`) or in host memory, by category.

@@ -340,20 +340,12 @@ class ShardedGemini : public train::Plugin {
 
   std::optional<train::DeviceTierMemory> device_tier_memory() const override {
     if (!device_) return std::nullopt;
-    train::DeviceTierMemory d;
-    d.device = device_->name();
-    d.simulated = device_->simulated();
-    d.used = device_->used();
-    d.peak = device_->peak();
-    d.total = device_->total();
+    MemoryByCategory gathered;  // the only thing the device holds here
     const std::uint64_t element = c10::elementSize(dtype_);
     for (const ShardChunk& c : chunks_)
       if (c.gathered || c.gathering)
-        d.by_category.weights += static_cast<std::uint64_t>(c.capacity) * element;
-    const train::DeviceTraffic traffic = device_->traffic();
-    d.bytes_to_device = traffic.bytes_to_device;
-    d.bytes_to_host = traffic.bytes_to_host;
-    return d;
+        gathered.weights += static_cast<std::uint64_t>(c.capacity) * element;
+    return train::device_tier_memory_of(*device_, gathered);
   }
 
   std::optional<train::DiskTierMemory> disk_memory() const override {
