@@ -835,8 +835,11 @@ class GeminiPlugin : public train::Plugin {
   }
   // The current values of `e` in a parameter chunk kept in host memory, on the host.
   torch::Tensor home_view(const ParamChunk& chunk, const Entry& e) const {
-    if (chunk.resident)
+    if (chunk.resident) {
+      // A prefetch may still be filling it: the read is ordered after that copy.
+      if (chunk.arrival) device_->compute_waits(*chunk.arrival);
       return e.tensor.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+    }
     if (chunk.departure) device_->host_waits(*chunk.departure);
     return torch::from_blob(static_cast<char*>(chunk.home.get()) + e.param_offset * element_bytes(),
                             e.tensor.sizes(), torch::TensorOptions().dtype(dtype_));

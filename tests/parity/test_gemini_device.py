@@ -220,3 +220,24 @@ def test_out_of_device_memory_saves_the_last_step_and_exits_2(workdir):
     resumed, _ = run(path, env=SIMULATED)
     assert_same_losses({s: resumed[s] for s in range(last + 1, 9)}, {s: reference[s] for s in range(last + 1, 9)},
                        f"resumed from checkpoint-{last} after the out-of-memory")
+
+
+def test_fp32_checkpoint_reads_parameters_from_the_device_and_host_memory(workdir):
+    """fp32 with the optimizer on the device and every parameter chunk homed in host memory: the
+    checkpoint's weights are the parameter chunks themselves (no masters of their own), read from
+    the device for those there now and from host memory for the others; `single` resumed from it
+    continues `single`'s straight run."""
+    def job(name, strategy, options=None, resume=None):
+        path = spec_for(workdir, "llama", name, strategy, options, steps=10, extra=("--save-every", 5))
+        if resume:
+            spec = json.loads(path.read_text())
+            spec["output"]["resume"] = str(resume)
+            path.write_text(json.dumps(spec))
+        return path
+
+    straight, _ = run(job("dev-fp32-single", "single"))
+    run(job("dev-fp32-gemini", "gemini", device_options({"host_param_frac": 1.0, "chunk_size": "160KiB"})),
+        env=SIMULATED)
+    resumed, _ = run(job("dev-fp32-back", "single", resume=workdir / "dev-fp32-gemini" / "checkpoint-5"))
+    assert_same_losses({s: resumed[s] for s in range(6, 11)}, {s: straight[s] for s in range(6, 11)},
+                       "single from the device tier's fp32 checkpoint")
