@@ -85,12 +85,14 @@ def spec_for(workdir, family, name, strategy, options=None, method="full", preci
     return path
 
 
-def checkpointed_spec(workdir, name, strategy, options=None, resume=None):
-    """A 15-step bf16 llama job saving every 5 steps (all kept), resumed from `resume` if given."""
-    path = spec_for(workdir, "llama", name, strategy, options, steps=15, precision="bf16",
-                    extra=("--save-every", 5))
+def checkpointed_spec(workdir, name, strategy, options=None, resume=None, steps=15, save_every=5,
+                      keep_last=5, precision="bf16"):
+    """A llama job saving every `save_every` steps (the last `keep_last` kept), resumed from
+    `resume` if given."""
+    path = spec_for(workdir, "llama", name, strategy, options, steps=steps, precision=precision,
+                    extra=("--save-every", save_every))
     spec = json.loads(path.read_text())
-    spec["training"]["keep_last"] = 5
+    spec["training"]["keep_last"] = keep_last
     if resume:
         spec["output"]["resume"] = str(resume)
     path.write_text(json.dumps(spec))
@@ -340,14 +342,8 @@ def test_kill_during_write_back_or_checkpoint_then_resume(workdir, delay):
                "offload_dir": str(workdir / f"kill-offload-{delay}")}
 
     def job(name, resume=None):
-        path = spec_for(workdir, "llama", name, "gemini", options, steps=12, precision="bf16",
-                        extra=("--save-every", 1))
-        spec = json.loads(path.read_text())
-        spec["training"]["keep_last"] = 2
-        if resume:
-            spec["output"]["resume"] = str(resume)
-        path.write_text(json.dumps(spec))
-        return path
+        return checkpointed_spec(workdir, name, "gemini", options, resume, steps=12, save_every=1,
+                                 keep_last=2)
 
     straight, _ = run(job(f"kill-straight-{delay}"))
     name = f"kill-{delay}"

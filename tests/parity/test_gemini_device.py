@@ -228,12 +228,7 @@ def test_fp32_checkpoint_reads_parameters_from_the_device_and_host_memory(workdi
     the device for those there now and from host memory for the others; `single` resumed from it
     continues `single`'s straight run."""
     def job(name, strategy, options=None, resume=None):
-        path = spec_for(workdir, "llama", name, strategy, options, steps=10, extra=("--save-every", 5))
-        if resume:
-            spec = json.loads(path.read_text())
-            spec["output"]["resume"] = str(resume)
-            path.write_text(json.dumps(spec))
-        return path
+        return checkpointed_spec(workdir, name, strategy, options, resume, steps=10, precision="fp32")
 
     straight, _ = run(job("dev-fp32-single", "single"))
     run(job("dev-fp32-gemini", "gemini", device_options({"host_param_frac": 1.0, "chunk_size": "160KiB"})),
