@@ -10,12 +10,26 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "core/units.h"
 #include "memory/chunk_layout.h"
 
 namespace tessera::plugins {
+
+// A size option of strategy.options (chunk_size, host_budget, device_budget; validated by
+// job/strategies.h): none when absent or "auto", else its bytes.
+inline std::optional<std::uint64_t> size_option(const nlohmann::json& options,
+                                                const std::string& key) {
+  if (!options.is_object() || !options.contains(key)) return std::nullopt;
+  const nlohmann::json& value = options[key];
+  if (value.is_number()) return value.get<std::uint64_t>();
+  if (value == "auto") return std::nullopt;
+  return core::parse_byte_size(value.get<std::string>(), "strategy.options." + key);
+}
 
 // Static placement: which chunks go to disk (memory/chunk_layout.h, shared with the planner).
 using memory::choose_offloaded_chunks;

@@ -76,12 +76,7 @@ GeminiOptions parse_options(const train::PluginOptions& options) {
   }
   if (out.auto_placement) {
     out.offload_param_frac = 1.0;
-    const nlohmann::json budget = o.value("host_budget", nlohmann::json("auto"));
-    if (budget.is_number())
-      out.host_budget = budget.get<std::uint64_t>();
-    else if (budget != "auto")
-      out.host_budget =
-          core::parse_byte_size(budget.get<std::string>(), "strategy.options.host_budget");
+    out.host_budget = size_option(o, "host_budget").value_or(0);
     if (out.host_budget == 0) out.host_budget = core::read_meminfo().total;
   }
   if (o.contains("offload_optim_frac")) out.offload_optim_frac = o["offload_optim_frac"];
@@ -89,21 +84,8 @@ GeminiOptions parse_options(const train::PluginOptions& options) {
   if (o.contains("offload_dir")) out.offload_dir = o["offload_dir"].get<std::string>();
   if (o.contains("host_param_frac")) out.host_param_frac = o["host_param_frac"];
   if (o.contains("host_optim_frac")) out.host_optim_frac = o["host_optim_frac"];
-  if (o.contains("device_budget")) {
-    const nlohmann::json& b = o["device_budget"];
-    if (b.is_number())
-      out.device_budget = b.get<std::uint64_t>();
-    else if (b != "auto")
-      out.device_budget =
-          core::parse_byte_size(b.get<std::string>(), "strategy.options.device_budget");
-  }
-  if (o.contains("chunk_size")) {
-    const nlohmann::json& c = o["chunk_size"];
-    if (c.is_number())
-      out.chunk_bytes = c.get<std::uint64_t>();
-    else if (c != "auto")
-      out.chunk_bytes = core::parse_byte_size(c.get<std::string>(), "strategy.options.chunk_size");
-  }
+  out.device_budget = size_option(o, "device_budget").value_or(0);
+  out.chunk_bytes = size_option(o, "chunk_size");
   return out;
 }
 

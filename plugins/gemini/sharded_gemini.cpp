@@ -181,13 +181,8 @@ class ShardedGemini : public train::Plugin {
             "strategy gemini: placement \"auto\" with a device on several processes is not "
             "supported yet",
             "use placement \"static\"");
-      std::uint64_t budget = 0;
-      if (o.is_object() && o.contains("device_budget") && o["device_budget"] != "auto")
-        budget = o["device_budget"].is_number()
-                     ? o["device_budget"].get<std::uint64_t>()
-                     : core::parse_byte_size(o["device_budget"].get<std::string>(),
-                                             "strategy.options.device_budget");
-      device_ = train::make_device_tier(options.device, budget, "strategy.options.device");
+      device_ = train::make_device_tier(options.device, size_option(o, "device_budget").value_or(0),
+                                        "strategy.options.device");
     } else {
       train::require_cpu_device(options, name());
     }
@@ -593,12 +588,7 @@ class ShardedGemini : public train::Plugin {
       // memory grow to what this rank's share of host_budget (the machine's memory by default,
       // shared by the ranks on it) leaves beside the rest of the process.
       offload_param_frac_ = 1.0;
-      const nlohmann::json budget = o.value("host_budget", nlohmann::json("auto"));
-      std::uint64_t host = 0;
-      if (budget.is_number())
-        host = budget.get<std::uint64_t>();
-      else if (budget != "auto")
-        host = core::parse_byte_size(budget.get<std::string>(), "strategy.options.host_budget");
+      std::uint64_t host = size_option(o, "host_budget").value_or(0);
       if (host == 0) host = core::read_meminfo().total;
       const int ranks_here =
           options.process.parallel ? std::max(1, options.process.parallel->local_world_size()) : 1;
@@ -606,13 +596,7 @@ class ShardedGemini : public train::Plugin {
     }
     // Each rank's DiskStore makes a folder of its own (tessera-offload-<pid>) inside this one.
     if (o.contains("offload_dir")) offload_dir_ = o["offload_dir"].get<std::string>();
-    if (o.contains("chunk_size")) {
-      const nlohmann::json& c = o["chunk_size"];
-      if (c.is_number())
-        chunk_bytes_ = c.get<std::uint64_t>();
-      else if (c != "auto")
-        chunk_bytes_ = core::parse_byte_size(c.get<std::string>(), "strategy.options.chunk_size");
-    }
+    chunk_bytes_ = size_option(o, "chunk_size");
   }
 
   // --- chunks ---------------------------------------------------------------------------------
