@@ -1,6 +1,8 @@
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "core/error.h"
 #include "optim/cpu_adam.h"
@@ -67,9 +69,36 @@ void adamw_step_ops(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& 
   p.addcdiv_(exp_avg, denom, -(lr / bias_correction1));
 }
 
+bool AdamW::fused_device_applies(const torch::Tensor& p, const torch::Tensor& grad) {
+  return p.is_cuda() && p.scalar_type() == torch::kFloat32 && p.is_contiguous() &&
+         grad.device() == p.device() && grad.scalar_type() == torch::kFloat32 &&
+         grad.is_contiguous();
+}
+
+void adamw_fused_step(FusedAdamWLists& lists, double lr, const AdamWOptions& options,
+                      double weight_decay, std::int64_t step) {
+  if (lists.params.empty()) return;
+  // The kernel reads the step from a tensor per parameter (torch keeps one in each state);
+  // one shared tensor on the parameters' device is enough as nothing writes it.
+  const torch::Tensor step_tensor =
+      torch::full({}, static_cast<double>(step), lists.params.front().options());
+  const std::vector<torch::Tensor> steps(lists.params.size(), step_tensor);
+  torch::_fused_adamw_(lists.params, lists.grads, lists.exp_avgs, lists.exp_avg_sqs, {}, steps, lr,
+                       options.beta1, options.beta2, weight_decay, options.eps,
+                       /*amsgrad=*/false, /*maximize=*/false);
+}
+
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
   ++step_;
+  // GPU tensors: gathered per (device, weight decay) for one fused launch each, after the loop.
+  struct DeviceGroup {
+    torch::Device device;
+    double weight_decay;
+    FusedAdamWLists lists;
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (updated, compute copy)
+  };
+  std::vector<DeviceGroup> device_groups;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     torch::Tensor& p = params_[i].tensor;
     const torch::Tensor& grad = p.grad();
@@ -101,8 +130,26 @@ void AdamW::step(double lr) {
       if (copy.defined()) copy.unsafeGetTensorImpl()->bump_version();
       continue;
     }
+    if (fused_device_applies(p, grad) && slot.exp_avg.is_contiguous() &&
+        slot.exp_avg_sq.is_contiguous()) {
+      auto group = std::find_if(device_groups.begin(), device_groups.end(), [&](const auto& g) {
+        return g.device == p.device() && g.weight_decay == weight_decay;
+      });
+      if (group == device_groups.end())
+        group = device_groups.insert(device_groups.end(), {p.device(), weight_decay, {}, {}});
+      group->lists.params.push_back(p);
+      group->lists.grads.push_back(grad);
+      group->lists.exp_avgs.push_back(slot.exp_avg);
+      group->lists.exp_avg_sqs.push_back(slot.exp_avg_sq);
+      if (copy.defined()) group->copies.emplace_back(p, copy);
+      continue;
+    }
     adamw_step_ops(p, grad, slot.exp_avg, slot.exp_avg_sq, lr, options_, weight_decay, step_);
     if (copy.defined()) copy.copy_(p);
+  }
+  for (DeviceGroup& group : device_groups) {
+    adamw_fused_step(group.lists, lr, options_, group.weight_decay, step_);
+    for (auto& [updated, copy] : group.copies) copy.copy_(updated);
   }
 }
 

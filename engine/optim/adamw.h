@@ -5,7 +5,9 @@
 //   p ← p − (lr / (1 − β1ᵗ)) · m / (√v / √(1 − β2ᵗ) + ε)   (ε outside the square root)
 // Float32 tensors on the CPU go through the fused CPU Adam (optim/cpu_adam.h: one pass, SIMD,
 // multithreaded), which equals torch's fused AdamW bit for bit and the single-tensor path up to
-// the last bit of its square root; other tensors (CUDA, float64) take the per-op torch path.
+// the last bit of its square root; float32 tensors on a GPU go through torch's fused AdamW
+// kernel (one multi-tensor launch per device and weight decay); others (float64) take the
+// per-op torch path.
 // The optimizer holds only its state (m, v, step); the parameters and their gradients belong
 // to whoever calls step() (a Plugin), so a plugin can place them where it likes.
 #include <torch/torch.h>
@@ -41,6 +43,18 @@ struct ParamGroup {
 void adamw_step_ops(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg,
                     torch::Tensor& exp_avg_sq, double lr, const AdamWOptions& options,
                     double weight_decay, std::int64_t step);
+
+// One AdamW update of every tensor of `params` at once in torch's fused multi-tensor kernel
+// (`_fused_adamw_`, what torch.optim.AdamW(fused=True) runs): all on one device, float32,
+// contiguous, the lists parallel; `step` counted from 1 (already incremented).
+struct FusedAdamWLists {
+  std::vector<torch::Tensor> params;
+  std::vector<torch::Tensor> grads;
+  std::vector<torch::Tensor> exp_avgs;
+  std::vector<torch::Tensor> exp_avg_sqs;
+};
+void adamw_fused_step(FusedAdamWLists& lists, double lr, const AdamWOptions& options,
+                      double weight_decay, std::int64_t step);
 
 class AdamW {
  public:
@@ -83,6 +97,8 @@ class AdamW {
   // The fused CPU kernel applies to contiguous float32 CPU tensors with a matching gradient.
   static bool fused_cpu_applies(const torch::Tensor& p, const torch::Tensor& grad,
                                 const torch::Tensor& copy);
+  // torch's fused kernel applies to contiguous float32 GPU tensors with a matching gradient.
+  static bool fused_device_applies(const torch::Tensor& p, const torch::Tensor& grad);
 
   std::vector<NamedTensor> params_;
   std::vector<double> decay_;  // weight decay per parameter (from its group)

@@ -466,11 +466,10 @@ class GeminiPlugin : public train::Plugin {
     const auto on_device = torch::TensorOptions(torch::kFloat32).device(tensor_device());
     const std::int64_t moments = moments_offset(chunk);
     struct Group {
-      std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+      optim::FusedAdamWLists lists;
       std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // master → compute dtype
     };
     Group groups[2];  // [0] without weight decay, [1] with
-    const torch::Tensor step = torch::full({}, static_cast<double>(steps_), on_device);
     for (std::size_t i : chunk.entries) {
       Entry& e = entries_[i];
       if (!e.has_grad) continue;
@@ -485,24 +484,20 @@ class GeminiPlugin : public train::Plugin {
       Group& group = groups[e.decays && adamw_.weight_decay != 0.0 ? 1 : 0];
       torch::Tensor param = e.tensor.detach();
       if (keeps_masters(chunk)) {
-        group.params.push_back(view(0));
-        group.copies.emplace_back(group.params.back(), param);
+        group.lists.params.push_back(view(0));
+        group.copies.emplace_back(group.lists.params.back(), param);
       } else {
-        group.params.push_back(param);
+        group.lists.params.push_back(param);
       }
-      group.grads.push_back(std::move(g));
-      group.exp_avgs.push_back(view(moments));
-      group.exp_avg_sqs.push_back(view(moments + chunk.elements));
-      group.steps.push_back(step);
+      group.lists.grads.push_back(std::move(g));
+      group.lists.exp_avgs.push_back(view(moments));
+      group.lists.exp_avg_sqs.push_back(view(moments + chunk.elements));
       e.grad = torch::Tensor();
     }
     for (int decays = 0; decays < 2; ++decays) {
       Group& group = groups[decays];
-      if (group.params.empty()) continue;
-      torch::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, {},
-                           group.steps, lr, adamw_.beta1, adamw_.beta2,
-                           decays != 0 ? adamw_.weight_decay : 0.0, adamw_.eps,
-                           /*amsgrad=*/false, /*maximize=*/false);
+      optim::adamw_fused_step(group.lists, lr, adamw_, decays != 0 ? adamw_.weight_decay : 0.0,
+                              steps_);
       for (auto& [master, param] : group.copies) param.copy_(master);
     }
   }
