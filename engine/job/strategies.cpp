@@ -168,15 +168,18 @@ const std::vector<StrategyInfo>& strategies() {
       {"zero",
        "data parallelism with the optimizer state (stage 1) and the gradients (stage 2) sharded "
        "over the processes: each updates its share, then the weights are all-gathered (ZeRO)",
-       {choice("device", "where it computes: the CPU (auto picks it; CUDA is not supported yet)",
-               {"auto", "cpu"}, {"cuda"}),
+       {choice("device",
+               "where it computes: cpu, or cuda (rank r on GPU LOCAL_RANK, gradients "
+               "reduce-scattered and weights all-gathered by NCCL); auto is the CPU",
+               {"auto", "cpu", "cuda"}),
         literal_choice("stage",
                        "1: the float32 masters and AdamW moments sharded; 2: the gradients too, "
                        "reduce-scattered while backward runs",
                        {"1", "2"}),
         literal_choice("offload_optimizer",
-                       "keep the shard's masters and moments in host memory, updated by the CPU "
-                       "Adam (on a CPU-only machine they are there already: a warning says so)",
+                       "with device cuda: keep the shard's masters and moments in host memory, "
+                       "updated by the CPU Adam (on the CPU they are there already: a warning "
+                       "says so)",
                        {"false", "true"}),
         size("bucket_size",
              "bytes of float32 gradients per reduce-scatter (stage 2) or all-reduce (stage 1): "

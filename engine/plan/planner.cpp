@@ -1024,8 +1024,8 @@ Plan make_plan(const PlanInputs& in) {
   }
 
   const bool gpu = plans_on_gpu(spec, hw, distributed);
-  // ddp and gemini take device "cuda", but their GPU memory is not modelled yet: say so rather
-  // than show host figures as if they were the GPU's.
+  // ddp, zero and gemini take device "cuda", but their GPU memory is not modelled yet: say so
+  // rather than show host figures as if they were the GPU's.
   if (!gpu && spec.strategy.name != job::kAutoStrategy &&
       job::strategy_option(spec.strategy.name, spec.strategy.options, "device") == "cuda")
     plan.reasons.push_back("warning: strategy " + spec.strategy.name +

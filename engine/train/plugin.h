@@ -170,6 +170,9 @@ class Plugin {
   virtual std::optional<DiskTierMemory> disk_memory() const { return std::nullopt; }
   // The device tier, for plugins that manage one; then memory() is host memory only.
   virtual std::optional<DeviceTierMemory> device_tier_memory() const { return std::nullopt; }
+  // A plugin computing on a GPU without a device tier: the part of memory() that lives in host
+  // memory (zero's offloaded optimizer); the rest is on the GPU.
+  virtual MemoryByCategory host_share() const { return {}; }
   // After the last step: frees the optimizer state and the float32 masters of lower-precision
   // training, so the export has that memory. No step or checkpoint may follow.
   virtual void release_training_state() = 0;

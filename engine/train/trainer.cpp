@@ -270,7 +270,14 @@ void Trainer::emit_memory() {
   const std::optional<DeviceTierMemory> tier = plugin_->device_tier_memory();
   std::optional<MemoryReport> host;
   if (gpu || tier) {
-    const MemoryByCategory on_device = tier ? tier->by_category : m;
+    // Without a tier the model's state is on the GPU but for what the plugin keeps on the host.
+    const MemoryByCategory host_share = tier ? MemoryByCategory{} : plugin_->host_share();
+    const auto minus = [](std::uint64_t a, std::uint64_t b) { return a > b ? a - b : 0; };
+    const MemoryByCategory on_device =
+        tier ? tier->by_category
+             : MemoryByCategory{minus(m.weights, host_share.weights),
+                                minus(m.gradients, host_share.gradients),
+                                minus(m.optimizer, host_share.optimizer)};
     const std::uint64_t device_accounted =
         on_device.weights + on_device.gradients + on_device.optimizer;
     report.on_device = true;
@@ -298,8 +305,8 @@ void Trainer::emit_memory() {
     host->device = "cpu";
     host->used = rss;
     host->reserved = rss;
-    // Without a tier the model's state is all on the GPU; with one, the tier's host share.
-    const MemoryByCategory on_host = tier ? m : MemoryByCategory{};
+    // With a tier, memory() is the host's share; without, what the plugin says it keeps there.
+    const MemoryByCategory on_host = tier ? m : host_share;
     const std::uint64_t host_accounted = on_host.weights + on_host.gradients + on_host.optimizer;
     host->by_category = on_host;
     host->activations_other = rss > host_accounted ? rss - host_accounted : 0;

@@ -63,10 +63,19 @@ class ZeroPlugin : public Plugin {
     group_ = process.world_size > 1 ? process.data_group : nullptr;
     rank_ = process.rank;
     world_ = process.world_size;
-    train::require_cpu_device(options, name());
+    // "cuda": rank r on GPU LOCAL_RANK, its collectives over NCCL (as ddp); "auto" stays on the
+    // CPU, saying so when a GPU is present.
+    if (options.device == "cuda")
+      device_ = train::rank_cuda_device(options, name());
+    else
+      train::require_cpu_device(options, name());
     read_options(options);
+    // ZeRO-Offload: on a GPU the masters and moments of this rank's shares live in host memory
+    // and the fused CPU Adam updates them; the new values are copied up after the update.
+    offloaded_ = offload_requested_ && device_.is_cuda();
+    const torch::Device master_device = offloaded_ ? torch::Device(torch::kCPU) : device_;
 
-    precision_.emplace(options.precision, torch::kCPU);
+    precision_.emplace(options.precision, device_);
     dtype_ = precision_->compute_dtype();
     torch::NoGradGuard no_grad;
     std::set<const void*> trainable_impls;
@@ -82,25 +91,25 @@ class ZeroPlugin : public Plugin {
     for (const NamedTensor& t : trainable) {
       const Share s = share_of(t.tensor.numel(), rank_, world_);
       shares_.push_back(s);
-      masters_.push_back(
-          {t.name, precision_->keeps_masters()
-                       ? t.tensor.detach()
-                             .reshape(-1)
-                             .narrow(0, s.start, s.count)
-                             .to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true)
-                       : torch::Tensor()});
+      masters_.push_back({t.name, separate_masters() ? t.tensor.detach()
+                                                           .reshape(-1)
+                                                           .narrow(0, s.start, s.count)
+                                                           .to(master_device, torch::kFloat32,
+                                                               /*non_blocking=*/false,
+                                                               /*copy=*/true)
+                                                     : torch::Tensor()});
     }
-    model.to(torch::kCPU, dtype_);
+    model.to(device_, dtype_);
     for (NamedTensor& t : trainable) {
-      if (t.tensor.device() != torch::kCPU || t.tensor.scalar_type() != dtype_ ||
+      if (t.tensor.device() != device_ || t.tensor.scalar_type() != dtype_ ||
           !t.tensor.is_contiguous())
-        t.tensor.set_data(t.tensor.to(torch::kCPU, dtype_).contiguous());
+        t.tensor.set_data(t.tensor.to(device_, dtype_).contiguous());
       t.tensor.set_requires_grad(true);
     }
     params_ = std::move(trainable);
-    // fp32: the masters are this rank's range of the compute tensors themselves, updated in
-    // place; the other ranks' ranges come from the all-gather.
-    if (!precision_->keeps_masters())
+    // fp32 on one device: the masters are this rank's range of the compute tensors themselves,
+    // updated in place; the other ranks' ranges come from the all-gather.
+    if (!separate_masters())
       for (std::size_t i = 0; i < params_.size(); ++i) masters_[i].tensor = own_range(i);
 
     // AdamW over the non-empty shares, grouped for weight decay as transformers' Trainer does.
@@ -115,7 +124,7 @@ class ZeroPlugin : public Plugin {
     }
     optimizer_ = std::make_unique<optim::AdamW>(
         train::split_by_decay(owned, owned_decays, options.adamw.weight_decay), options.adamw);
-    if (precision_->keeps_masters()) {
+    if (separate_masters() && !offloaded_) {
       // The update writes this rank's range of the compute copy in the same pass.
       std::map<std::string, std::size_t> index_of;
       for (std::size_t i = 0; i < params_.size(); ++i) index_of[params_[i].name] = i;
@@ -129,7 +138,8 @@ class ZeroPlugin : public Plugin {
     std::int64_t shard_elements = 0;
     for (const Share& s : shares_) shard_elements += s.count;
     if (stage_ == 2) {
-      shard_gradients_ = torch::zeros({shard_elements}, torch::kFloat32);
+      shard_gradients_ =
+          torch::zeros({shard_elements}, torch::dtype(torch::kFloat32).device(device_));
       std::int64_t offset = 0;
       shard_gradient_of_.clear();
       for (const Share& s : shares_) {
@@ -156,7 +166,7 @@ class ZeroPlugin : public Plugin {
         bucket_options);
   }
 
-  torch::Device device() const override { return torch::kCPU; }
+  torch::Device device() const override { return device_; }
   torch::Dtype compute_dtype() const override { return dtype_; }
   const ProcessContext& process() const override { return process_; }
 
@@ -186,14 +196,22 @@ class ZeroPlugin : public Plugin {
                   "strategy zero: step() before a backward of the last micro-batch");
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> gradients;
-    double local_squares = 0.0;
+    std::vector<torch::Tensor> norms;
     for (std::size_t i = 0; i < params_.size(); ++i) {
       if (shares_[i].count == 0) continue;
       torch::Tensor g = own_gradient(i);
-      const double norm = at::linalg_vector_norm(g, 2, {}, false, torch::kFloat64).item<double>();
-      local_squares += norm * norm;
+      norms.push_back(at::linalg_vector_norm(g, 2, {}, false, torch::kFloat64));
+      // Offloaded: the share's gradient goes down to the CPU Adam beside its masters.
+      if (offloaded_) g = g.to(torch::kCPU);
       masters_[i].tensor.mutable_grad() = g;
       gradients.push_back(g);
+    }
+    // The share norms in one transfer from the device, summed in order on the host.
+    double local_squares = 0.0;
+    if (!norms.empty()) {
+      const torch::Tensor on_host = torch::stack(norms).to(torch::kCPU);
+      const double* norm = on_host.data_ptr<double>();
+      for (std::int64_t i = 0; i < on_host.numel(); ++i) local_squares += norm[i] * norm[i];
     }
     // The global norm: every rank's squared share norms summed, so every rank clips alike.
     torch::Tensor squares = torch::tensor({local_squares}, torch::kFloat64);
@@ -203,7 +221,12 @@ class ZeroPlugin : public Plugin {
     StepStats stats;
     stats.grad_norm = optim::apply_clip_coefficient(gradients, total, max_grad_norm);
     stats.applied = precision_->accept_step(stats.grad_norm);
-    if (stats.applied) optimizer_->step(lr);
+    if (stats.applied) {
+      optimizer_->step(lr);
+      if (offloaded_)  // the new values up into this rank's range of the compute tensors
+        for (std::size_t i = 0; i < params_.size(); ++i)
+          if (shares_[i].count > 0) own_range(i).copy_(masters_[i].tensor);
+    }
     for (NamedTensor& m : masters_)
       if (m.tensor.defined()) m.tensor.mutable_grad() = torch::Tensor();
     for (NamedTensor& p : params_) p.tensor.mutable_grad() = torch::Tensor();
@@ -218,6 +241,14 @@ class ZeroPlugin : public Plugin {
     MemoryByCategory m;
     m.weights = model_weight_bytes_ + master_bytes();
     m.gradients = gradient_bytes();
+    m.optimizer = optimizer_ ? optimizer_->state_bytes() : 0;
+    return m;
+  }
+
+  MemoryByCategory host_share() const override {
+    MemoryByCategory m;
+    if (!offloaded_) return m;
+    m.weights = master_bytes();
     m.optimizer = optimizer_ ? optimizer_->state_bytes() : 0;
     return m;
   }
@@ -287,7 +318,7 @@ class ZeroPlugin : public Plugin {
         throw_invalid(source + ": the checkpoint has no weight \"" + params_[i].name + "\"",
                       "resume with the same model and method (full / LoRA and its targets)");
       masters_[i].tensor.copy_(own_part(it->first, i, it->second));
-      if (precision_->keeps_masters()) own_range(i).copy_(masters_[i].tensor);
+      if (separate_masters()) own_range(i).copy_(masters_[i].tensor);
     }
     std::map<std::string, torch::Tensor> moments;
     for (const auto& [name, value] : optimizer) {
@@ -335,20 +366,23 @@ class ZeroPlugin : public Plugin {
                       "1 shards the optimizer state, 2 the gradients too");
       stage_ = it->get<int>();
     }
-    bool offload = false;
+    offload_requested_ = false;
     if (const auto it = o.find("offload_optimizer"); it != o.end()) {
       if (!it->is_boolean())
         throw_invalid("strategy.options.offload_optimizer is " + it->dump() +
                       "; expected true or false");
-      offload = it->get<bool>();
+      offload_requested_ = it->get<bool>();
     }
-    if (offload && options.log)
+    if (offload_requested_ && !device_.is_cuda() && options.log)
       options.log("warning",
                   "strategy.options.offload_optimizer: this job computes on the CPU, so the "
                   "optimizer state is in host memory and updated by the CPU Adam already; the "
                   "option changes nothing here");
     bucket_cap_ = plugins::bucket_size_option(o);
   }
+
+  // Masters apart from the compute tensors: bf16 / fp16, or float32 offloaded to the host.
+  bool separate_masters() const { return precision_->keeps_masters() || offloaded_; }
 
   // This rank's range of trainable tensor `i`, flat, in the compute tensor.
   torch::Tensor own_range(std::size_t i) const {
@@ -378,7 +412,8 @@ class ZeroPlugin : public Plugin {
     if (group_ == nullptr) return;  // one process owns every range: written in place
     torch::NoGradGuard no_grad;
     for (const auto& bucket : buckets_->buckets()) {
-      torch::Tensor send = torch::zeros({bucket.segment_numel}, torch::TensorOptions(dtype_));
+      torch::Tensor send =
+          torch::zeros({bucket.segment_numel}, torch::dtype(dtype_).device(device_));
       for (std::size_t i : bucket.tensors)
         if (shares_[i].count > 0)
           send.narrow(0, buckets_->offset_of(i), shares_[i].count).copy_(own_range(i));
@@ -401,7 +436,7 @@ class ZeroPlugin : public Plugin {
 
   std::uint64_t master_bytes() const {
     std::uint64_t bytes = 0;
-    if (precision_ && precision_->keeps_masters())
+    if (precision_ && separate_masters())
       for (const NamedTensor& m : masters_)
         if (m.tensor.defined()) bytes += static_cast<std::uint64_t>(m.tensor.nbytes());
     return bytes;
@@ -421,6 +456,9 @@ class ZeroPlugin : public Plugin {
   int rank_ = 0;
   int world_ = 1;
   int stage_ = 1;
+  torch::Device device_ = torch::kCPU;
+  bool offload_requested_ = false;  // strategy.options.offload_optimizer
+  bool offloaded_ = false;          // ... and on a GPU, so the optimizer runs on the host
   std::uint64_t bucket_cap_ = plugins::kDefaultBucketBytes;
   std::optional<MixedPrecision> precision_;  // set by prepare()
   torch::Dtype dtype_ = torch::kFloat32;

@@ -286,7 +286,10 @@ def test_recomputation_and_resume_replay_the_gpu_generator(llama_dir, batches, t
     # budget leaves beside the first step's measured peak
     ("gemini", {"placement": "auto", "device_budget": "48MiB", "chunk_size": "160KiB"}),
     ("ddp", {}),
+    ("zero", {"stage": 1}),
     ("zero", {"stage": 2}),
+    # ZeRO-Offload: the shard's masters and moments in host memory, updated by the CPU Adam
+    ("zero", {"stage": 2, "offload_optimizer": True}),
 ])
 def test_strategy_on_the_gpu_equals_single(plugin, options, llama_dir, batches, tmp_path):  # noqa: F811
     common = ["--lr", 1e-2, "--schedule", "cosine", "--warmup", 3]

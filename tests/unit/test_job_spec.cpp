@@ -212,6 +212,9 @@ class TestJobSpec : public QObject {
     auto spec = job::parse_job_spec(doc, "job.json");
     QCOMPARE(spec.strategy.options["stage"].get<int>(), 2);
     QCOMPARE(job::strategy_option("zero", spec.strategy.options, "stage"), std::string("2"));
+    // ZeRO-Offload on a GPU: the job layer takes device cuda (the plugin needs a GPU).
+    doc["strategy"]["options"]["device"] = "cuda";
+    QCOMPARE(job::parse_job_spec(doc, "job.json").strategy.options["device"], json("cuda"));
     QCOMPARE(job::strategy_option("zero", json::object(), "stage"), std::string("1"));
     QCOMPARE(job::strategy_option("zero", json::object(), "offload_optimizer"),
              std::string("false"));
@@ -222,7 +225,8 @@ class TestJobSpec : public QObject {
         {{{"offload_optimizer", "yes"}},
          "strategy.options.offload_optimizer is \"yes\"; expected one of: false, true"},
         {{{"bucket_size", "lots"}}, "strategy.options.bucket_size: \"lots\" is not a size"},
-        {{{"device", "cuda"}}, "strategy.options.device is \"cuda\", which is not supported yet"},
+        {{{"device", "gpu"}},
+         "strategy.options.device is \"gpu\"; expected one of: auto, cpu, cuda"},
         {{{"chunk_size", "64MiB"}}, "strategy.options.chunk_size is not an option of strategy"},
     };
     for (const auto& [options, needle] : refused) {

@@ -338,9 +338,9 @@ class TestTrain : public QObject {
     QCOMPARE(device->peak(), std::uint64_t{0});
   }
 
-  void cpu_only_plugins_name_their_device_rule() {
-    // zero computes on the CPU: cuda is refused as not supported yet; ddp and gemini take cuda
-    // (refused here only because there is no GPU; tests/gpu runs them). A name that is no device is
+  void plugins_name_their_device_rule() {
+    // ddp, zero and gemini take cuda (refused here only because there is no GPU; tests/gpu runs
+    // them). A name that is no device is
     // invalid, auto and cpu train on the CPU (on a machine with a GPU, auto also logs a warning
     // that the GPU stays unused: tests/gpu).
     for (const std::string name : {"ddp", "zero", "gemini"}) {
@@ -355,14 +355,11 @@ class TestTrain : public QObject {
         logged.push_back(level + ": " + message);
       };
       options.device = "cuda";
-      if (name == "zero")
-        expect_error([&] { train::make_plugin(name)->prepare(*model, trainable, options); },
-                     ErrorKind::Unsupported,
-                     "strategy.options.device \"cuda\" is not supported yet");
-      else if (!torch::cuda::is_available())
-        expect_error([&] { train::make_plugin(name)->prepare(*model, trainable, options); },
-                     ErrorKind::Unsupported,
-                     name == "ddp" ? "no CUDA device is present" : "this machine has no CUDA GPU");
+      if (!torch::cuda::is_available())
+        expect_error(
+            [&] { train::make_plugin(name)->prepare(*model, trainable, options); },
+            ErrorKind::Unsupported,
+            name == "gemini" ? "this machine has no CUDA GPU" : "no CUDA device is present");
       options.device = "gpu";
       expect_error([&] { train::make_plugin(name)->prepare(*model, trainable, options); },
                    ErrorKind::InvalidInput, "\"gpu\" is not a device for " + name);
