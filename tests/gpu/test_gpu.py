@@ -336,3 +336,27 @@ def test_memory_events_report_the_gpu(llama_dir, batches, tmp_path):  # noqa: F8
         assert abs(e["total"] - torch.cuda.get_device_properties(0).total_memory) <= 1 << 20
     after = memory[memory.index(device[-1]) + 1]
     assert after["tier"] == "host" and after["device"] == "cpu" and after["used"] > 0
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="the device tier of a GPU")
+def test_zero_offload_reports_its_optimizer_in_host_memory(llama_dir, batches, tmp_path):  # noqa: F811
+    """ZeRO-Offload on the GPU: the float32 masters and the AdamW moments of the (one rank's, so
+    whole) shard are in the host tier of the memory events, the device tier holding the model's
+    weights and no optimizer state."""
+    events = tmp_path / "events.jsonl"
+    tp.run_probe(llama_dir, batches[0], 4, tmp_path / "r.json", "--events", events, "--plugin",
+                 "zero", "--strategy-options",
+                 json.dumps({"stage": 2, "offload_optimizer": True, **CUDA}))
+    memory = [json.loads(line) for line in events.read_text().splitlines()]
+    memory = [e for e in memory if e["type"] == "memory"]
+    params = sum(p.numel() for p in tp.LlamaForCausalLM.from_pretrained(llama_dir).parameters())
+    device = [e for e in memory if e["tier"] == "device"]
+    assert device, memory
+    last = device[-1]
+    host = memory[memory.index(last) + 1]
+    print(f"zero offload: device {last['by_category']}, host {host['by_category']}")
+    assert host["tier"] == "host" and host["device"] == "cpu"
+    assert host["by_category"]["optimizer"] == 8 * params
+    assert host["by_category"]["weights"] == 4 * params  # the float32 masters
+    assert last["by_category"]["optimizer"] == 0
+    assert last["by_category"]["weights"] == 4 * params  # the fp32 compute weights
