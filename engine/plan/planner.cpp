@@ -24,9 +24,10 @@
 namespace tessera::plan {
 namespace {
 
-// Where the job computes, as the plugins decide: single (and auto, which then plans single) on
-// the GPU unless its device option says cpu; ddp, zero and gemini compute on the CPU until their
-// CUDA paths exist (train::require_cpu_device), so they are planned on the host even with a GPU.
+// Where the job computes, as the plugins decide: single (and auto, which then plans single, or
+// gemini's device tier when single does not fit) on the GPU unless its device option says cpu;
+// gemini with device cuda on the GPU; ddp and zero (and the `auto` device of gemini, ddp and zero:
+// the CPU) are planned on the host.
 // A GPU's matrix-product rate in `precision`, as the profile measured it (bf16 and fp16 on the
 // bf16 rate: the same tensor cores); 50 TFLOP/s assumed where it was not measured.
 double gpu_flops(const GpuInfo& gpu, const std::string& precision) {
@@ -36,8 +37,11 @@ double gpu_flops(const GpuInfo& gpu, const std::string& precision) {
 }
 
 bool plans_on_gpu(const job::JobSpec& spec, const HardwareProfile& hw, bool distributed) {
+  // gemini's device tier is planned (one process); ddp's and zero's GPU memory is not yet.
   const bool computes_on_cuda =
-      spec.strategy.name == "single" || spec.strategy.name == job::kAutoStrategy;
+      spec.strategy.name == "single" || spec.strategy.name == job::kAutoStrategy ||
+      (spec.strategy.name == "gemini" &&
+       job::strategy_option("gemini", spec.strategy.options, "device") == "cuda");
   return computes_on_cuda && !distributed && !hw.gpus.empty() &&
          job::strategy_option(spec.strategy.name, spec.strategy.options, "device") != "cpu";
 }
@@ -103,9 +107,16 @@ Settings written_settings(const job::JobSpec& spec) {
     };
     s.offload_optim_frac = fraction("offload_optim_frac");
     s.offload_param_frac = fraction("offload_param_frac");
-    // Placement auto streams every parameter chunk from disk when it must: planned as all of
-    // them there (what it needs at least; its cache then grows into what the budget leaves).
-    if (spec.strategy.options.value("placement", "static") == "auto") s.offload_param_frac = 1.0;
+    s.device_tier = job::strategy_option("gemini", spec.strategy.options, "device") == "cuda";
+    if (s.device_tier) {
+      s.host_param_frac = fraction("host_param_frac");
+      s.host_optim_frac = fraction("host_optim_frac");
+    }
+    // Placement auto streams every parameter chunk from disk (with a device: from host memory)
+    // when it must: planned as all of them there (what it needs at least; its cache then grows
+    // into what the budget leaves).
+    if (spec.strategy.options.value("placement", "static") == "auto")
+      (s.device_tier ? s.host_param_frac : s.offload_param_frac) = 1.0;
   }
   if (spec.strategy.name == "ddp") s.strategy = "ddp";
   if (spec.strategy.name == "zero") {
@@ -141,6 +152,16 @@ std::string on_disk_phrase(const Settings& s) {
   if (!(s.offload_param_frac > 0.0)) return optim;
   if (!(s.offload_optim_frac > 0.0)) return params;
   return optim + " and " + params;
+}
+
+// What gemini's device tier keeps in host memory, as a phrase: "50% of the optimizer state and
+// 25% of the parameters" (each part only when above 0).
+std::string in_host_phrase(const Settings& s) {
+  std::string phrase;
+  if (s.host_optim_frac > 0.0) phrase = percent(s.host_optim_frac) + " of the optimizer state";
+  if (s.host_param_frac > 0.0)
+    phrase += (phrase.empty() ? "" : " and ") + percent(s.host_param_frac) + " of the parameters";
+  return phrase.empty() ? "nothing" : phrase;
 }
 
 // 2 FLOPs per parameter per token forward, 4 backward (2 without weight gradients, as for
@@ -389,8 +410,86 @@ std::int64_t count_lora_parameters(const hf::ModelConfig& c, std::int64_t rank,
   return static_cast<std::int64_t>(std::min(n * d(c.num_hidden_layers), 9.0e18));
 }
 
+namespace {
+
+// gemini's device tier (plugins/gemini/gemini_plugin.cpp with a device): {the GPU's share, the
+// host's}. Parameter chunks in the compute dtype on the GPU but for the share `host_param_frac`
+// homed in pinned host memory (never the chunks holding LoRA adapters), of which at most four
+// are on the GPU at once; optimizer chunks updated on the GPU by the fused AdamW (moments, and
+// float32 masters in bf16) but for `host_optim_frac` in host memory and `offload_optim_frac` on
+// disk, both updated by the CPU Adam with float32 masters (in fp32 too: the update never reads a
+// parameter back from the GPU) on float32 gradients copied down as they arrive. Autograd's
+// gradients, the activations and the CUDA runtime (taken as the host process's baseline: the
+// context, cuBLAS's workspace) are on the GPU; loading and the export run in host memory.
+std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelConfig& c,
+                                                              const Settings& s,
+                                                              std::uint64_t checkpoint_bytes) {
+  Settings in_memory = s;
+  in_memory.device_tier = false;
+  in_memory.offload_optim_frac = in_memory.offload_param_frac = 0.0;
+  // Activations, the runtime and the export as gemini with everything in memory has them.
+  const MemoryEstimate whole = estimate_memory(c, in_memory, checkpoint_bytes);
+  const double n = d(count_parameters(c));
+  const bool lora = s.method == "lora";
+  const bool bf16 = s.precision == "bf16";
+  const double trainable = lora ? d(count_lora_parameters(c, s.lora_rank, s.lora_targets)) : n;
+  const double param_bytes = bf16 ? 2.0 : 4.0;
+  const double stored = lora ? n + trainable : n;
+  const double parameters = stored * param_bytes;
+  const double on_disk = std::clamp(s.offload_optim_frac, 0.0, 1.0);
+  const double in_host = std::clamp(s.host_optim_frac, 0.0, 1.0 - on_disk);
+  const double on_gpu = 1.0 - on_disk - in_host;
+  const double h = d(c.hidden_size), m = d(c.intermediate_size), v = d(c.vocab_size);
+  const double largest_tensor = std::max(v * h, h * m);
+  const double largest = lora ? trainable : largest_tensor;
+  const double host_parameters =
+      std::min(std::clamp(s.host_param_frac, 0.0, 1.0) * parameters, n * param_bytes);
+  // The plugin's parameter chunk: at least the largest tensor, at most 64 MiB of the compute
+  // dtype, about an eighth of all parameters.
+  const double chunk =
+      std::max(largest_tensor, std::min(64.0 * 1024 * 1024 / param_bytes, stored / 8.0)) *
+      param_bytes;
+
+  MemoryEstimate gpu;
+  gpu.weights = to_bytes(parameters - host_parameters + std::min(4.0 * chunk, host_parameters) +
+                         (bf16 ? on_gpu * trainable * 4.0 : 0.0));
+  gpu.optimizer = to_bytes(on_gpu * trainable * 8.0);
+  gpu.gradients = to_bytes(trainable * param_bytes + (bf16 ? largest * 4.0 : 0.0));
+  gpu.activations = whole.activations;
+  gpu.runtime = whole.runtime;
+  gpu.disk_optimizer = to_bytes(on_disk * trainable * 8.0);
+  gpu.disk_weights = to_bytes(on_disk * trainable * 4.0);
+
+  MemoryEstimate host;
+  host.weights = to_bytes(host_parameters + in_host * trainable * 4.0);
+  host.optimizer = to_bytes(in_host * trainable * 8.0);
+  host.gradients = to_bytes((in_host + on_disk) * trainable * 4.0);
+  host.runtime = kRuntimeBaselineBytes;
+  if (on_disk > 0.0) {
+    // Three optimizer chunks in flight in the update (moments and masters, with the gradient).
+    const double optim_chunk = std::max(largest, std::min(16.0 * 1024 * 1024, trainable / 8.0));
+    host.offload_buffers = to_bytes(std::min(3.0 * optim_chunk * 16.0, on_disk * trainable * 16.0));
+  }
+  // Loading reads the checkpoint into the chunks, those on the GPU through one chunk of staging.
+  host.load_peak = to_bytes(d(static_cast<std::int64_t>(host.weights + host.optimizer +
+                                                        host.offload_buffers + host.runtime)) +
+                            chunk);
+  host.export_peak = whole.export_peak;
+  return {gpu, host};
+}
+
+}  // namespace
+
+MemoryEstimate estimate_host_memory(const hf::ModelConfig& c, const Settings& s,
+                                    std::uint64_t checkpoint_bytes) {
+  if (s.strategy != "gemini" || !s.device_tier) return {};
+  return gemini_device_tiers(c, s, checkpoint_bytes).second;
+}
+
 MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
                                std::uint64_t checkpoint_bytes, int world_size) {
+  if (s.strategy == "gemini" && s.device_tier && world_size == 1)
+    return gemini_device_tiers(c, s, checkpoint_bytes).first;
   MemoryEstimate e;
   const double n = d(count_parameters(c));
   const bool lora = s.method == "lora";
@@ -1035,6 +1134,17 @@ Plan make_plan(const PlanInputs& in) {
   tier.tier = gpu ? "device" : "host";
   tier.device = gpu ? "cuda:0 (" + hw.gpus[0].name + ")" : "cpu";
   tier.budget = gpu ? hw.gpus[0].memory : hw.memory.usable() / static_cast<std::uint64_t>(per_node);
+  if (gpu && spec.strategy.name == "gemini") {
+    // gemini's device_budget: the GPU memory its chunks may use, when smaller than the GPU's.
+    const auto it = spec.strategy.options.find("device_budget");
+    std::uint64_t device_budget = 0;
+    if (it != spec.strategy.options.end() && it->is_number_unsigned())
+      device_budget = it->get<std::uint64_t>();
+    else if (it != spec.strategy.options.end() && it->is_string() && *it != "auto")
+      device_budget =
+          core::parse_byte_size(it->get<std::string>(), "strategy.options.device_budget");
+    if (device_budget > 0) tier.budget = std::min(tier.budget, device_budget);
+  }
   if (distributed)
     tier.device = "cpu, one of " + std::to_string(per_node) + " ranks on this machine";
   tier.simulated = !gpu && hw.memory.simulated.has_value();
@@ -1063,8 +1173,13 @@ Plan make_plan(const PlanInputs& in) {
       hw.disk ? static_cast<std::uint64_t>(static_cast<double>(hw.disk->free) * (1.0 - kHeadroom))
               : 0;
   // Several ranks on this machine each fill a disk tier of their own on the same filesystem.
+  // gemini's device tier also keeps a share in host memory: that must fit the host's budget.
+  const std::uint64_t host_limit =
+      static_cast<std::uint64_t>(static_cast<double>(hw.memory.usable()) * (1.0 - kHeadroom));
   auto fits = [&](const Settings& s) {
     const MemoryEstimate e = estimate_memory(c, s, in.checkpoint_bytes, processes);
+    if (s.device_tier && estimate_host_memory(c, s, in.checkpoint_bytes).peak() > host_limit)
+      return false;
     return e.peak() <= limit &&
            (e.disk() == 0 || saturating_mul(static_cast<std::int64_t>(e.disk()), per_node) <=
                                  static_cast<std::int64_t>(disk_limit));
@@ -1075,6 +1190,8 @@ Plan make_plan(const PlanInputs& in) {
   struct Fractions {
     double optim = 0.0;
     double param = 0.0;
+    double host_optim = 0.0;  // gemini's device tier: shares in host memory
+    double host_param = 0.0;
   };
   auto search = [&](Settings s, const std::vector<Fractions>& fractions,
                     const std::string& precision) -> std::optional<Settings> {
@@ -1087,6 +1204,8 @@ Plan make_plan(const PlanInputs& in) {
           s.gradient_accumulation = saturating_mul(spec.training.gradient_accumulation, batch / mb);
           s.offload_optim_frac = f.optim;
           s.offload_param_frac = f.param;
+          s.host_optim_frac = f.host_optim;
+          s.host_param_frac = f.host_param;
           if (fits(s)) return s;
         }
     return std::nullopt;
@@ -1141,7 +1260,8 @@ Plan make_plan(const PlanInputs& in) {
       const std::vector<Fractions> fractions =
           t.strategy != "gemini" ? std::vector<Fractions>{{0.0, 0.0}}
           : gemini_fractions.empty()
-              ? std::vector<Fractions>{{from.offload_optim_frac, from.offload_param_frac}}
+              ? std::vector<Fractions>{{from.offload_optim_frac, from.offload_param_frac,
+                                        from.host_optim_frac, from.host_param_frac}}
               : gemini_fractions;
       const auto found = search(t, fractions, precision);
       if (!found) continue;
@@ -1167,11 +1287,40 @@ Plan make_plan(const PlanInputs& in) {
   const bool may_offload = !named_gemini && spec.strategy.name == job::kAutoStrategy && !gpu &&
                            (!distributed || gemini_distributes) && base.method == "full" &&
                            disk_limit > 0;
+  // On a GPU, `auto` keeps the user's method too: full fine-tuning that does not fit the GPU goes
+  // to gemini's device tier with the optimizer state in host memory, then parameter chunks
+  // there too, then the optimizer state on disk.
+  const bool may_spill_to_host =
+      spec.strategy.name == job::kAutoStrategy && gpu && !distributed && base.method == "full";
   std::optional<Settings> chosen;
   for (const std::string& precision : precisions) {
-    chosen = distributed
-                 ? pick_distributed(base, precision)
-                 : search(base, {{base.offload_optim_frac, base.offload_param_frac}}, precision);
+    chosen = distributed ? pick_distributed(base, precision)
+                         : search(base,
+                                  {{base.offload_optim_frac, base.offload_param_frac,
+                                    base.host_optim_frac, base.host_param_frac}},
+                                  precision);
+    if (!chosen && may_spill_to_host) {
+      Settings spilled = base;
+      spilled.strategy = "gemini";
+      spilled.device_tier = true;
+      std::vector<Fractions> shares;
+      for (double f : {0.25, 0.5, 0.75, 1.0}) shares.push_back({0.0, 0.0, f, 0.0});
+      for (double f : {0.25, 0.5, 0.75, 1.0}) shares.push_back({0.0, 0.0, 1.0, f});
+      if (disk_limit > 0)
+        for (double f : {0.25, 0.5, 0.75, 1.0}) shares.push_back({f, 0.0, 1.0 - f, 1.0});
+      chosen = search(spilled, shares, precision);
+      if (!chosen) continue;
+      const auto on_host = estimate_host_memory(c, *chosen, in.checkpoint_bytes);
+      plan.reasons.push_back(
+          "full fine-tuning does not fit in " + gib(limit) + " of the GPU with everything " +
+          "there: gemini's device tier keeps " + in_host_phrase(*chosen) + " in host memory (" +
+          gib(on_host.peak()) + " of the host's " + gib(host_limit) + ")" +
+          (chosen->offload_optim_frac > 0.0
+               ? " and " + on_disk_phrase(*chosen) + " on disk in " + hw.disk->path
+               : std::string()) +
+          ", brought to the GPU as blocks need them");
+      break;
+    }
     if (chosen || !may_offload) {
       if (chosen) break;
       continue;
@@ -1261,6 +1410,15 @@ Plan make_plan(const PlanInputs& in) {
   plan.strategy = s.strategy == "gemini" || distributed ? s.strategy : plan.strategy;
   tier.estimate = estimate_memory(c, s, in.checkpoint_bytes, processes);
   plan.tiers.push_back(tier);
+  if (gpu && s.device_tier) {
+    PlanTier host;
+    host.tier = "host";
+    host.device = "cpu";
+    host.budget = hw.memory.usable();
+    host.simulated = hw.memory.simulated.has_value();
+    host.estimate = estimate_host_memory(c, s, in.checkpoint_bytes);
+    plan.tiers.push_back(host);
+  }
   if (tier.estimate.disk() > 0) {
     PlanTier disk;
     disk.tier = "disk";
@@ -1291,6 +1449,11 @@ Plan make_plan(const PlanInputs& in) {
           "strategy " + plan.strategy + ": one process on " + tier.device +
               (planned == 1 ? ", the only strategy this build has" : "") +
               (s.strategy != "gemini" ? std::string()
+               : s.device_tier
+                   ? ", parameters in chunks (its device tier), " + in_host_phrase(s) +
+                         " in host memory" +
+                         (s.offload_optim_frac > 0.0 ? ", " + on_disk_phrase(s) + " on disk"
+                                                     : std::string())
                : s.offload_param_frac > 0.0
                    ? ", parameters in chunks, " + on_disk_phrase(s) + " on disk"
                    : std::string(", parameters in chunks, optimizer state partly on disk")));
@@ -1433,6 +1596,8 @@ Plan make_plan(const PlanInputs& in) {
         (gpu ? std::string("GPU") : std::string("CPU")) + ", micro-batch " +
         std::to_string(s.micro_batch) +
         (s.activation_checkpointing ? " with activation checkpointing" : "") +
+        (s.device_tier ? ", gemini keeping " + in_host_phrase(s) + " in host memory"
+                       : std::string()) +
         (disk_bytes > 0 ? ", " + on_disk_phrase(s) + " on disk (" + gib(disk_bytes) + ")"
                         : std::string()) +
         ": " + gib(peak) + " of " + budget + ".";
@@ -1483,6 +1648,9 @@ json to_json(const Plan& p) {
         {"strategy", s.strategy},
         {"offload_optim_frac", s.offload_optim_frac},
         {"offload_param_frac", s.offload_param_frac},
+        {"device_tier", s.device_tier},
+        {"host_optim_frac", s.host_optim_frac},
+        {"host_param_frac", s.host_param_frac},
         {"zero_stage", s.strategy == "zero" ? json(s.zero_stage) : json(nullptr)}}},
       {"ranks",
        {{"processes", p.processes},
@@ -1665,6 +1833,7 @@ std::optional<BudgetRefusal> check_host_budget(const PlanInputs& in) {
   const std::uint64_t usable =
       static_cast<std::uint64_t>(static_cast<double>(budget) * (1.0 - kHeadroom));
   const Settings s = written_settings(spec);
+  if (s.device_tier) return std::nullopt;  // host_budget sizes the CPU's chunk cache
   const MemoryEstimate e = estimate_memory(in.model, s, in.checkpoint_bytes);
   if (e.peak() <= usable) return std::nullopt;
   BudgetRefusal r;
@@ -1758,6 +1927,11 @@ job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& s) {
     out.strategy = {"gemini", {{"offload_optim_frac", s.offload_optim_frac}}};
     if (s.offload_param_frac > 0.0)
       out.strategy.options["offload_param_frac"] = s.offload_param_frac;
+    if (s.device_tier) {
+      out.strategy.options["device"] = "cuda";
+      out.strategy.options["host_optim_frac"] = s.host_optim_frac;
+      out.strategy.options["host_param_frac"] = s.host_param_frac;
+    }
   }
   return out;
 }
@@ -1779,6 +1953,10 @@ Settings settings_from_json(const nlohmann::json& j, const std::string& source) 
     s.strategy = j.value("strategy", std::string("single"));
     s.offload_optim_frac = j.value("offload_optim_frac", 0.0);
     s.offload_param_frac = j.value("offload_param_frac", 0.0);
+    // Plans recorded before gemini's device tier was planned: none.
+    s.device_tier = j.value("device_tier", false);
+    s.host_optim_frac = j.value("host_optim_frac", 0.0);
+    s.host_param_frac = j.value("host_param_frac", 0.0);
     if (j.contains("zero_stage") && !j["zero_stage"].is_null())
       s.zero_stage = j["zero_stage"].get<int>();
   } catch (const nlohmann::json::exception& e) {
@@ -1792,10 +1970,13 @@ Settings settings_from_json(const nlohmann::json& j, const std::string& source) 
        s.strategy != "zero") ||
       (s.strategy == "zero" && s.zero_stage != 1 && s.zero_stage != 2) ||
       !(s.offload_optim_frac >= 0.0 && s.offload_optim_frac <= 1.0) ||
-      !(s.offload_param_frac >= 0.0 && s.offload_param_frac <= 1.0))
+      !(s.offload_param_frac >= 0.0 && s.offload_param_frac <= 1.0) ||
+      !(s.host_optim_frac >= 0.0 && s.host_optim_frac <= 1.0) ||
+      !(s.host_param_frac >= 0.0 && s.host_param_frac <= 1.0))
     throw_invalid(
         source + ": settings.strategy must be single, gemini, ddp or zero (stage 1 or 2) and " +
-            "offload_optim_frac and offload_param_frac within 0 … 1",
+            "offload_optim_frac, offload_param_frac, host_optim_frac and host_param_frac " +
+            "within 0 … 1",
         "delete the file to plan again from the job spec");
   return s;
 }
@@ -1817,7 +1998,11 @@ std::vector<std::string> applied_changes(const job::JobSpec& spec, const Setting
     changes.push_back(std::string("activation checkpointing ") +
                       (s.activation_checkpointing ? "on" : "off"));
   if (s.strategy == "gemini" && spec.strategy.name != "gemini")
-    changes.push_back("strategy gemini with " + on_disk_phrase(s) + " on disk");
+    changes.push_back(
+        s.device_tier ? "strategy gemini on the GPU with " + in_host_phrase(s) + " in host memory" +
+                            (s.offload_optim_frac > 0.0 ? " and " + on_disk_phrase(s) + " on disk"
+                                                        : std::string())
+                      : "strategy gemini with " + on_disk_phrase(s) + " on disk");
   return changes;
 }
 

@@ -95,6 +95,13 @@ struct MemoryEstimate {
 MemoryEstimate estimate_memory(const hf::ModelConfig& config, const Settings& settings,
                                std::uint64_t checkpoint_bytes, int world_size = 1);
 
+// gemini on a GPU (settings.device_tier): estimate_memory() is the GPU's share; this is the host
+// memory's (pinned parameter chunks, optimizer chunks with their float32 masters and the
+// gradients copied down to them, the disk chunks' buffers, the runtime, loading and export).
+// For other settings, an estimate of nothing.
+MemoryEstimate estimate_host_memory(const hf::ModelConfig& config, const Settings& settings,
+                                    std::uint64_t checkpoint_bytes);
+
 // What one rank sends and receives per optimizer step over `world_size` ranks, and the time
 // that takes over `link` (nothing when it was not measured: seconds stays 0). G = 4 x trainable
 // bytes (gradients are reduced in float32), in ceil(G / bucket_bytes) buckets:

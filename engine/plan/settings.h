@@ -24,6 +24,12 @@ struct Settings {
   double offload_optim_frac = 0.0;
   double offload_param_frac = 0.0;
   int zero_stage = 0;  // 1 or 2 with strategy "zero", else 0
+  // gemini on a GPU (its device tier): the chunks live on the GPU but for these shares of the
+  // parameter chunks' and of the optimizer state's bytes kept in host memory (the offload_*
+  // shares are on disk; parameter chunks on disk with a device are not supported).
+  bool device_tier = false;
+  double host_param_frac = 0.0;
+  double host_optim_frac = 0.0;
 };
 
 }  // namespace tessera::plan

@@ -33,6 +33,9 @@ json key_json(const StepTimeKey& k) {
           {"strategy", s.strategy},
           {"offload_optim_frac", s.offload_optim_frac},
           {"offload_param_frac", s.offload_param_frac},
+          {"device_tier", s.device_tier},
+          {"host_optim_frac", s.host_optim_frac},
+          {"host_param_frac", s.host_param_frac},
           {"zero_stage", s.zero_stage}};
 }
 
@@ -63,6 +66,10 @@ StepTimeRecord record_from_json(const json& j) {
   s.offload_optim_frac = j.at("offload_optim_frac").get<double>();
   s.offload_param_frac = j.at("offload_param_frac").get<double>();
   s.zero_stage = j.value("zero_stage", 0);  // records written before zero was planned: none
+  // Records written before gemini's device tier was planned: none.
+  s.device_tier = j.value("device_tier", false);
+  s.host_optim_frac = j.value("host_optim_frac", 0.0);
+  s.host_param_frac = j.value("host_param_frac", 0.0);
   r.seconds_per_step = j.at("seconds_per_step").get<double>();
   r.first_step_seconds = j.at("first_step_seconds").get<double>();
   r.steps_measured = j.at("steps_measured").get<std::int64_t>();
@@ -126,7 +133,8 @@ bool similar(const StepTimeKey& a, const StepTimeKey& b) {
          (x.method != "lora" || x.lora_rank == y.lora_rank) && x.precision == y.precision &&
          x.activation_checkpointing == y.activation_checkpointing && x.strategy == y.strategy &&
          x.zero_stage == y.zero_stage && near(x.offload_optim_frac, y.offload_optim_frac) &&
-         near(x.offload_param_frac, y.offload_param_frac);
+         near(x.offload_param_frac, y.offload_param_frac) && x.device_tier == y.device_tier &&
+         near(x.host_optim_frac, y.host_optim_frac) && near(x.host_param_frac, y.host_param_frac);
 }
 
 bool same(const StepTimeKey& a, const StepTimeKey& b) {

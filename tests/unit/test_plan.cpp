@@ -220,7 +220,7 @@ class TestPlan : public QObject {
   // ddp and gemini on cuda are not modelled on the GPU yet: the plan says its figures are the
   // CPU's instead of showing them as the GPU's.
   void planSaysWhenItCannotModelTheGpu() {
-    for (const std::string name : {"gemini", "ddp"}) {
+    for (const std::string name : {"gemini", "ddp", "zero"}) {
       plan::PlanInputs in = inputs(64ull << 30);
       in.spec.strategy.name = name;
       in.spec.strategy.options = {{"device", "cuda"}};
@@ -237,6 +237,110 @@ class TestPlan : public QObject {
         return r.find("planned as if it computed on the CPU") != std::string::npos;
       }));
     }
+  }
+
+  void planSpillsToHostMemoryOnTheGpu() {
+    // Full fine-tuning that does not fit the GPU even at micro-batch 1 with checkpointing, but
+    // fits gemini's device tier with the optimizer state in host memory: auto keeps the method
+    // and spills to the host, planning both tiers.
+    const auto model = config(small_llama());
+    const std::int64_t n = plan::count_parameters(model);
+    const plan::Settings single_least = settings(1, true, "full");
+    plan::Settings spilled = settings(1, true, "full");
+    spilled.strategy = "gemini";
+    spilled.device_tier = true;
+    spilled.host_optim_frac = 1.0;
+    const auto gpu_share = plan::estimate_memory(model, spilled, 0);
+    QVERIFY(gpu_share.peak() < plan::estimate_memory(model, single_least, 0).peak());
+    auto in = inputs(64ull << 30);
+    plan::GpuInfo gpu;
+    gpu.name = "Test GPU";
+    gpu.memory = budget_for(spilled);
+    in.profile.gpus.push_back(gpu);
+    const plan::Plan p = plan::make_plan(in);
+    QVERIFY(p.fits);
+    QCOMPARE(p.strategy, std::string("gemini"));
+    QCOMPARE(p.settings.method, std::string("full"));
+    QVERIFY(p.settings.device_tier);
+    QVERIFY(p.settings.host_optim_frac > 0.0);
+    QCOMPARE(p.settings.offload_optim_frac, 0.0);
+    QCOMPARE(p.tiers.size(), std::size_t{2});
+    const plan::PlanTier& device = p.tiers[0];
+    const plan::PlanTier& host = p.tiers[1];
+    QCOMPARE(device.tier, std::string("device"));
+    QCOMPARE(host.tier, std::string("host"));
+    QVERIFY(device.estimate.peak() <= device.budget);
+    QVERIFY(host.estimate.peak() <= host.budget);
+    // The Adam moments are all somewhere: the GPU's share and the host's add up to 8 bytes per
+    // parameter, split as the settings say.
+    QCOMPARE(device.estimate.optimizer + host.estimate.optimizer, std::uint64_t(8 * n));
+    QVERIFY(std::abs(static_cast<double>(host.estimate.optimizer) -
+                     p.settings.host_optim_frac * 8.0 * static_cast<double>(n)) <= 1.0);
+    QVERIFY(std::any_of(p.reasons.begin(), p.reasons.end(), [](const std::string& r) {
+      return r.find("does not fit in") != std::string::npos &&
+             r.find("of the GPU with everything there: gemini's device tier keeps") !=
+                 std::string::npos;
+    }));
+    // The run gets gemini on cuda with those shares; the change is named.
+    const auto applied = plan::apply_settings(in.spec, p.settings);
+    QCOMPARE(applied.strategy.name, std::string("gemini"));
+    QCOMPARE(applied.strategy.options.at("device"), nlohmann::json("cuda"));
+    QCOMPARE(applied.strategy.options.at("host_optim_frac").get<double>(),
+             p.settings.host_optim_frac);
+    const auto changes = plan::applied_changes(in.spec, p.settings);
+    QVERIFY(std::any_of(changes.begin(), changes.end(), [](const std::string& c) {
+      return c.find("strategy gemini on the GPU with") == 0;
+    }));
+    // The settings survive the plan file.
+    const auto again = plan::settings_from_json(plan::to_json(p).at("settings"), "plan.json");
+    QVERIFY(again.device_tier);
+    QCOMPARE(again.host_optim_frac, p.settings.host_optim_frac);
+    // A GPU big enough for single: single on the GPU, nothing spilled.
+    in.profile.gpus[0].memory = 64ull << 30;
+    const plan::Plan roomy = plan::make_plan(in);
+    QCOMPARE(roomy.settings.strategy, std::string("single"));
+    QCOMPARE(roomy.tiers.size(), std::size_t{1});
+  }
+
+  void planGeminiOnTheGpuByItsShares() {
+    // gemini named on cuda with the optimizer split GPU 30% / host 40% / disk 30%: three tiers
+    // holding those shares of the moments, and no warning that the GPU is not modelled.
+    const auto model = config(small_llama());
+    const double n = static_cast<double>(plan::count_parameters(model));
+    auto in = inputs(64ull << 30);
+    plan::GpuInfo gpu;
+    gpu.name = "Test GPU";
+    gpu.memory = 80ull << 30;
+    in.profile.gpus.push_back(gpu);
+    in.profile.disk = plan::DiskInfo{};
+    in.profile.disk->path = "/tmp";
+    in.profile.disk->free = 100ull << 30;
+    in.spec.strategy = {"gemini",
+                        {{"device", "cuda"},
+                         {"host_optim_frac", 0.4},
+                         {"offload_optim_frac", 0.3},
+                         {"host_param_frac", 0.5},
+                         {"device_budget", "2GiB"}}};
+    const plan::Plan p = plan::make_plan(in);
+    QVERIFY(p.fits);
+    QCOMPARE(p.tiers.size(), std::size_t{3});
+    QCOMPARE(p.tiers[0].tier, std::string("device"));
+    QCOMPARE(p.tiers[0].budget, std::uint64_t(2) << 30);  // device_budget, below the GPU's 80
+    QCOMPARE(p.tiers[1].tier, std::string("host"));
+    QCOMPARE(p.tiers[2].tier, std::string("disk"));
+    const auto near = [&](std::uint64_t bytes, double share) {
+      return std::abs(static_cast<double>(bytes) - share * 8.0 * n) <= 2.0;
+    };
+    QVERIFY(near(p.tiers[0].estimate.optimizer, 0.3));
+    QVERIFY(near(p.tiers[1].estimate.optimizer, 0.4));
+    QVERIFY(near(p.tiers[2].estimate.optimizer, 0.3));
+    // Half the parameter bytes are homed on the host: the GPU holds the rest and a cache of at
+    // most four chunks of them (here, 16 MiB chunks: all of them).
+    QVERIFY(p.tiers[1].estimate.weights >= static_cast<std::uint64_t>(0.5 * 4.0 * n));
+    QVERIFY(p.tiers[0].estimate.weights <= static_cast<std::uint64_t>(4.0 * n));
+    QVERIFY(std::none_of(p.reasons.begin(), p.reasons.end(), [](const std::string& r) {
+      return r.find("planned as if it computed on the CPU") != std::string::npos;
+    }));
   }
 
   void planPicksSmallerMicroBatch() {
