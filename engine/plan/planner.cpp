@@ -36,12 +36,19 @@ double gpu_flops(const GpuInfo& gpu, const std::string& precision) {
   return half && gpu.rates.bf16_flops > 0.0 ? gpu.rates.bf16_flops : gpu.rates.fp32_flops;
 }
 
+// gemini's device tier: device "cuda", or the tests' simulated device (which the job layer
+// accepts only where TESSERA_SIMULATED_DEVICE allows it).
+bool gemini_device_tier(const job::JobSpec& spec) {
+  if (spec.strategy.name != "gemini") return false;
+  const std::string device = job::strategy_option("gemini", spec.strategy.options, "device");
+  return device == "cuda" || (device == "simulated" && job::simulated_device_allowed());
+}
+
 bool plans_on_gpu(const job::JobSpec& spec, const HardwareProfile& hw, bool distributed) {
   // gemini's device tier is planned (one process); ddp's and zero's GPU memory is not yet.
-  const bool computes_on_cuda =
-      spec.strategy.name == "single" || spec.strategy.name == job::kAutoStrategy ||
-      (spec.strategy.name == "gemini" &&
-       job::strategy_option("gemini", spec.strategy.options, "device") == "cuda");
+  const bool computes_on_cuda = spec.strategy.name == "single" ||
+                                spec.strategy.name == job::kAutoStrategy ||
+                                gemini_device_tier(spec);
   return computes_on_cuda && !distributed && !hw.gpus.empty() &&
          job::strategy_option(spec.strategy.name, spec.strategy.options, "device") != "cpu";
 }
@@ -107,7 +114,9 @@ Settings written_settings(const job::JobSpec& spec) {
     };
     s.offload_optim_frac = fraction("offload_optim_frac");
     s.offload_param_frac = fraction("offload_param_frac");
-    s.device_tier = job::strategy_option("gemini", spec.strategy.options, "device") == "cuda";
+    s.device_tier = gemini_device_tier(spec);
+    s.simulated_device = s.device_tier && job::strategy_option("gemini", spec.strategy.options,
+                                                               "device") == "simulated";
     if (s.device_tier) {
       s.host_param_frac = fraction("host_param_frac");
       s.host_optim_frac = fraction("host_optim_frac");
@@ -455,8 +464,13 @@ std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelCon
                          (bf16 ? on_gpu * trainable * 4.0 : 0.0));
   gpu.optimizer = to_bytes(on_gpu * trainable * 8.0);
   gpu.gradients = to_bytes(trainable * param_bytes + (bf16 ? largest * 4.0 : 0.0));
-  gpu.activations = whole.activations;
-  gpu.runtime = whole.runtime;
+  if (s.simulated_device) {  // it computes in host memory
+    gpu.floor = 0;
+  } else {
+    gpu.activations = whole.activations;
+    gpu.runtime = whole.runtime;
+    gpu.floor = gpu.runtime;
+  }
   gpu.disk_optimizer = to_bytes(on_disk * trainable * 8.0);
   gpu.disk_weights = to_bytes(on_disk * trainable * 4.0);
 
@@ -465,6 +479,7 @@ std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelCon
   host.optimizer = to_bytes(in_host * trainable * 8.0);
   host.gradients = to_bytes((in_host + on_disk) * trainable * 4.0);
   host.runtime = kRuntimeBaselineBytes;
+  if (s.simulated_device) host.activations = whole.activations;
   if (on_disk > 0.0) {
     // Three optimizer chunks in flight in the update (moments and masters, with the gradient).
     const double optim_chunk = std::max(largest, std::min(16.0 * 1024 * 1024, trainable / 8.0));
@@ -1049,7 +1064,26 @@ void explain_distributed(Plan& plan, const PlanInputs& in, const std::vector<Set
 Plan make_plan(const PlanInputs& in) {
   const job::JobSpec& spec = in.spec;
   const hf::ModelConfig& c = in.model;
-  const HardwareProfile& hw = in.profile;
+  // gemini on the tests' simulated device: planned as a GPU of its budget named "simulated", so
+  // that the tests can hold the device tier's plan against what the run's events measure.
+  HardwareProfile with_simulated_device;
+  const bool simulated_device =
+      gemini_device_tier(spec) &&
+      job::strategy_option("gemini", spec.strategy.options, "device") == "simulated";
+  if (simulated_device) {
+    with_simulated_device = in.profile;
+    GpuInfo simulated;
+    simulated.name = "simulated";
+    simulated.bf16 = true;
+    const auto budget = spec.strategy.options.find("device_budget");
+    if (budget != spec.strategy.options.end() && budget->is_string() && *budget != "auto")
+      simulated.memory =
+          core::parse_byte_size(budget->get<std::string>(), "strategy.options.device_budget");
+    else if (budget != spec.strategy.options.end() && budget->is_number_unsigned())
+      simulated.memory = budget->get<std::uint64_t>();
+    with_simulated_device.gpus = {simulated};
+  }
+  const HardwareProfile& hw = simulated_device ? with_simulated_device : in.profile;
   Plan plan;
   plan.total_parameters = count_parameters(c);
   plan.checkpoint_parameters = in.checkpoint_parameters;
@@ -1132,7 +1166,7 @@ Plan make_plan(const PlanInputs& in) {
                            "not model its GPU memory yet (the run's memory events show it)");
   PlanTier tier;
   tier.tier = gpu ? "device" : "host";
-  tier.device = gpu ? "cuda:0 (" + hw.gpus[0].name + ")" : "cpu";
+  tier.device = simulated_device ? "simulated" : gpu ? "cuda:0 (" + hw.gpus[0].name + ")" : "cpu";
   tier.budget = gpu ? hw.gpus[0].memory : hw.memory.usable() / static_cast<std::uint64_t>(per_node);
   if (gpu && spec.strategy.name == "gemini") {
     // gemini's device_budget: the GPU memory its chunks may use, when smaller than the GPU's.
@@ -1147,7 +1181,7 @@ Plan make_plan(const PlanInputs& in) {
   }
   if (distributed)
     tier.device = "cpu, one of " + std::to_string(per_node) + " ranks on this machine";
-  tier.simulated = !gpu && hw.memory.simulated.has_value();
+  tier.simulated = gpu ? simulated_device : hw.memory.simulated.has_value();
   const std::uint64_t limit =
       static_cast<std::uint64_t>(static_cast<double>(tier.budget) * (1.0 - kHeadroom));
   const bool bf16_native = gpu ? hw.gpus[0].bf16 : hw.cpu.native_bf16();

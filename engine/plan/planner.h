@@ -80,14 +80,15 @@ struct MemoryEstimate {
   // Part of `gradients` made only at the update, once backward has freed the activations:
   // `single` in bf16 widens every gradient to its float32 master's at the step.
   std::uint64_t update_gradients = 0;
+  // The least a process holds in this tier whatever it trains (the host's runtime floor; a
+  // GPU's is its runtime, the simulated device's nothing).
+  std::uint64_t floor = kRuntimeFloorBytes;
   std::uint64_t training_peak() const {
     return weights + (gradients - update_gradients) + optimizer + runtime + offload_buffers +
            std::max(activations, update_gradients);
   }
   std::uint64_t disk() const { return disk_optimizer + disk_weights + disk_gradients; }
-  std::uint64_t peak() const {
-    return std::max({training_peak(), load_peak, export_peak, kRuntimeFloorBytes});
-  }
+  std::uint64_t peak() const { return std::max({training_peak(), load_peak, export_peak, floor}); }
 };
 
 // `checkpoint_bytes`: size of the safetensors files (memory-mapped while loading). Per process:

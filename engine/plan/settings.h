@@ -30,6 +30,9 @@ struct Settings {
   bool device_tier = false;
   double host_param_frac = 0.0;
   double host_optim_frac = 0.0;
+  // ... on the tests' simulated device, which computes in host memory: only the chunks and the
+  // gradients are device memory there.
+  bool simulated_device = false;
 };
 
 }  // namespace tessera::plan

@@ -236,3 +236,32 @@ def test_fp32_checkpoint_reads_parameters_from_the_device_and_host_memory(workdi
     resumed, _ = run(job("dev-fp32-back", "single", resume=workdir / "dev-fp32-gemini" / "checkpoint-5"))
     assert_same_losses({s: resumed[s] for s in range(6, 11)}, {s: straight[s] for s in range(6, 11)},
                        "single from the device tier's fp32 checkpoint")
+
+
+@pytest.mark.parametrize("placement", ["device", "host"])
+def test_the_plan_of_the_device_tier_matches_the_run(workdir, placement):
+    """`tessera-cli plan` of a job on the simulated device (planned as a GPU of its budget) puts
+    the optimizer state and the parameter chunks in the tiers the run's memory events find them
+    in: the Adam moments exactly (8 bytes per parameter, all on the device or all in host memory),
+    the weights within the chunks' tails (the run rounds tensors up to whole chunks)."""
+    spec = spec_for(workdir, "llama", f"dev-plan-{placement}", "gemini",
+                    device_options(PLACEMENTS[placement]), steps=3)
+    planned = cli("plan", spec, "--json", env=SIMULATED)
+    assert planned.returncode == 0, planned.stderr
+    tiers = {t["tier"]: t for t in json.loads(planned.stdout)["memory"]}
+    assert tiers["device"]["device"] == "simulated" and tiers["device"]["simulated"], tiers
+    assert tiers["device"]["budget"] == 64 << 20
+    _, events = run(spec, env=SIMULATED)
+    memory = [e for e in events if e["type"] == "memory"]
+    measured = {tier: [e for e in memory if e.get("tier") == tier][-1]["by_category"]
+                for tier in ("device", "host")}
+    params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(workdir / "llama").parameters())
+    home = "device" if placement == "device" else "host"
+    for tier in ("device", "host"):
+        plan_optimizer = tiers[tier]["by_category"]["optimizer"]
+        print(f"{placement}: {tier} optimizer planned {plan_optimizer}, measured {measured[tier]['optimizer']}")
+        assert plan_optimizer == measured[tier]["optimizer"] == (8 * params if tier == home else 0)
+    plan_weights = tiers[home]["by_category"]["weights"]
+    ratio = measured[home]["weights"] / plan_weights
+    print(f"{placement}: {home} weights measured {measured[home]['weights']} ÷ planned {plan_weights} = {ratio:.3f}")
+    assert 1.0 <= ratio <= 1.25, (measured[home], tiers[home]["by_category"])

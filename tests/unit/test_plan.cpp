@@ -1272,7 +1272,7 @@ class TestPlan : public QObject {
                                        "now, 2026-11-28T09:00:00Z)") != std::string::npos,
              measured.time_source.c_str());
     QVERIFY(measured.modelled_seconds_per_step > assumed.modelled_seconds_per_step);
-    // ddp, zero and gemini compute on the CPU (their CUDA paths are not there yet): the host.
+    // gemini with device auto computes on the CPU: the host.
     in.spec.strategy = {"gemini", nlohmann::json::object()};
     QCOMPARE(plan::make_plan(in).tiers.at(0).tier, std::string("host"));
     in.spec.strategy = {"single", {{"device", "cpu"}}};
