@@ -125,7 +125,8 @@ const std::vector<StrategyInfo>& strategies() {
        "shards placed the same way",
        {choice("device",
                "where it computes: cpu, or cuda (one process: chunks on the GPU, in host memory "
-               "or on disk); auto is the CPU",
+               "or on disk); auto: the device tier on a GPU when one is present (one process, no "
+               "parameter chunks on disk), else the CPU",
                {"auto", "cpu", "cuda"}),
         choice("placement",
                "where chunks live: static (the offload fractions decide) or auto (every "
@@ -158,7 +159,8 @@ const std::vector<StrategyInfo>& strategies() {
        "averaged over the processes in buckets while backward runs (PyTorch's DDP)",
        {choice("device",
                "where it computes: cpu, or cuda (rank r on GPU LOCAL_RANK, gradients reduced by "
-               "NCCL); auto is the CPU",
+               "NCCL); auto: the GPUs when this machine has one for each of its ranks, else "
+               "the CPU",
                {"auto", "cpu", "cuda"}),
         size("bucket_size",
              "bytes of float32 gradients per all-reduce: auto (25MiB) or a size; smaller "
@@ -170,7 +172,8 @@ const std::vector<StrategyInfo>& strategies() {
        "over the processes: each updates its share, then the weights are all-gathered (ZeRO)",
        {choice("device",
                "where it computes: cpu, or cuda (rank r on GPU LOCAL_RANK, gradients "
-               "reduce-scattered and weights all-gathered by NCCL); auto is the CPU",
+               "reduce-scattered and weights all-gathered by NCCL); auto: the GPUs when this "
+               "machine has one for each of its ranks, else the CPU",
                {"auto", "cpu", "cuda"}),
         literal_choice("stage",
                        "1: the float32 masters and AdamW moments sharded; 2: the gradients too, "
@@ -205,6 +208,32 @@ const StrategyInfo& auto_strategy() {
 bool simulated_device_allowed() {
   const char* value = std::getenv("TESSERA_SIMULATED_DEVICE");
   return value != nullptr && std::string(value) == "1";
+}
+
+DeviceChoice device_for(const std::string& strategy, const std::string& device,
+                        const nlohmann::json& options, int processes, int processes_per_node,
+                        int gpus) {
+  if (device != "auto") return {device, ""};
+  if (gpus <= 0) return {"cpu", ""};
+  if (strategy == "ddp" || strategy == "zero") {
+    if (processes_per_node <= gpus) return {"cuda", ""};
+    return {"cpu", std::to_string(processes_per_node) + " ranks on this machine but " +
+                       std::to_string(gpus) + " GPU(s): each rank needs a GPU of its own"};
+  }
+  if (strategy == "gemini") {
+    if (processes > 1)
+      return {"cpu",
+              "gemini sharded over several processes computes on the CPU (its CUDA path "
+              "is not supported yet)"};
+    const auto frac = options.is_object() ? options.find("offload_param_frac") : options.end();
+    if (options.is_object() && frac != options.end() && frac->is_number() &&
+        frac->get<double>() > 0.0)
+      return {"cpu",
+              "offload_param_frac puts parameter chunks on disk, which gemini's device "
+              "tier does not support yet"};
+    return {"cuda", ""};
+  }
+  return {"cuda", ""};  // single (and what the planner resolves auto to)
 }
 
 std::string strategy_names() {

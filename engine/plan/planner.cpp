@@ -24,10 +24,6 @@
 namespace tessera::plan {
 namespace {
 
-// Where the job computes, as the plugins decide: single (and auto, which then plans single, or
-// gemini's device tier when single does not fit) on the GPU unless its device option says cpu;
-// gemini with device cuda on the GPU; ddp and zero (and the `auto` device of gemini, ddp and zero:
-// the CPU) are planned on the host.
 // A GPU's matrix-product rate in `precision`, as the profile measured it (bf16 and fp16 on the
 // bf16 rate: the same tensor cores); 50 TFLOP/s assumed where it was not measured.
 double gpu_flops(const GpuInfo& gpu, const std::string& precision) {
@@ -36,21 +32,39 @@ double gpu_flops(const GpuInfo& gpu, const std::string& precision) {
   return half && gpu.rates.bf16_flops > 0.0 ? gpu.rates.bf16_flops : gpu.rates.fp32_flops;
 }
 
-// gemini's device tier: device "cuda", or the tests' simulated device (which the job layer
-// accepts only where TESSERA_SIMULATED_DEVICE allows it).
-bool gemini_device_tier(const job::JobSpec& spec) {
+// Where a named strategy computes on a machine with `gpus` GPUs, as its plugin decides
+// (job::device_for): "cpu", "cuda" or "simulated".
+std::string device_of(const job::JobSpec& spec, int processes, int processes_per_node, int gpus) {
+  const std::string device =
+      job::strategy_option(spec.strategy.name, spec.strategy.options, "device");
+  return job::device_for(spec.strategy.name, device, spec.strategy.options, processes,
+                         processes_per_node, gpus)
+      .device;
+}
+
+// gemini's device tier: on a GPU (device "cuda", or "auto" where one is present and the options
+// allow it), or on the tests' simulated device (which the job layer accepts only where
+// TESSERA_SIMULATED_DEVICE allows it).
+bool gemini_device_tier(const job::JobSpec& spec, int gpus) {
   if (spec.strategy.name != "gemini") return false;
-  const std::string device = job::strategy_option("gemini", spec.strategy.options, "device");
+  const std::string device = device_of(spec, 1, 1, gpus);
   return device == "cuda" || (device == "simulated" && job::simulated_device_allowed());
 }
 
-bool plans_on_gpu(const job::JobSpec& spec, const HardwareProfile& hw, bool distributed) {
-  // gemini's device tier is planned (one process); ddp's and zero's GPU memory is not yet.
-  const bool computes_on_cuda = spec.strategy.name == "single" ||
-                                spec.strategy.name == job::kAutoStrategy ||
-                                gemini_device_tier(spec);
-  return computes_on_cuda && !distributed && !hw.gpus.empty() &&
-         job::strategy_option(spec.strategy.name, spec.strategy.options, "device") != "cpu";
+// Whether the job computes on the GPU, as the plugins decide: `auto` (one process: single, or
+// gemini's device tier when single does not fit) unless its device option says cpu; a named
+// strategy where job::device_for puts it on the GPU (one per rank of this machine for ddp and
+// zero). `auto` over several processes is planned on the CPU (apply_settings says so in the
+// device it writes).
+bool plans_on_gpu(const job::JobSpec& spec, const HardwareProfile& hw, int processes,
+                  int processes_per_node) {
+  const int gpus = static_cast<int>(hw.gpus.size());
+  if (gpus == 0) return false;
+  if (spec.strategy.name == job::kAutoStrategy)
+    return processes == 1 &&
+           job::strategy_option(spec.strategy.name, spec.strategy.options, "device") != "cpu";
+  if (spec.strategy.name == "gemini") return processes == 1 && gemini_device_tier(spec, gpus);
+  return device_of(spec, processes, processes_per_node, gpus) == "cuda";
 }
 
 namespace fs = std::filesystem;
@@ -96,7 +110,7 @@ std::string gib(std::uint64_t bytes) {
 
 // The spec's own choices as planner settings: method, precision (fp16 planned as bf16), batch
 // as one micro-batch, checkpointing, and gemini's offload share when the spec names gemini.
-Settings written_settings(const job::JobSpec& spec) {
+Settings written_settings(const job::JobSpec& spec, int gpus = 0) {
   Settings s;
   s.method = spec.method.type;
   s.lora_rank = spec.method.lora_rank;
@@ -114,7 +128,7 @@ Settings written_settings(const job::JobSpec& spec) {
     };
     s.offload_optim_frac = fraction("offload_optim_frac");
     s.offload_param_frac = fraction("offload_param_frac");
-    s.device_tier = gemini_device_tier(spec);
+    s.device_tier = gemini_device_tier(spec, gpus);
     s.simulated_device = s.device_tier && job::strategy_option("gemini", spec.strategy.options,
                                                                "device") == "simulated";
     if (s.device_tier) {
@@ -1068,7 +1082,7 @@ Plan make_plan(const PlanInputs& in) {
   // that the tests can hold the device tier's plan against what the run's events measure.
   HardwareProfile with_simulated_device;
   const bool simulated_device =
-      gemini_device_tier(spec) &&
+      gemini_device_tier(spec, 0) &&
       job::strategy_option("gemini", spec.strategy.options, "device") == "simulated";
   if (simulated_device) {
     with_simulated_device = in.profile;
@@ -1156,14 +1170,23 @@ Plan make_plan(const PlanInputs& in) {
                         "run one process");
   }
 
-  const bool gpu = plans_on_gpu(spec, hw, distributed);
-  // ddp, zero and gemini take device "cuda", but their GPU memory is not modelled yet: say so
-  // rather than show host figures as if they were the GPU's.
+  const bool gpu = plans_on_gpu(spec, hw, processes, per_node);
+  // A strategy asked for cuda on a machine whose profile has no GPU (or too few for its ranks):
+  // the run will say so; the plan shows the host's figures and says they are.
   if (!gpu && spec.strategy.name != job::kAutoStrategy &&
       job::strategy_option(spec.strategy.name, spec.strategy.options, "device") == "cuda")
     plan.reasons.push_back("warning: strategy " + spec.strategy.name +
-                           " on cuda is planned as if it computed on the CPU: the planner does "
-                           "not model its GPU memory yet (the run's memory events show it)");
+                           " on cuda is planned as if it computed on the CPU: this machine's "
+                           "profile has no GPU for it (the run's memory events show the GPU's)");
+  if (gpu && distributed && spec.strategy.name == "zero" &&
+      job::strategy_option("zero", spec.strategy.options, "offload_optimizer") == "true")
+    plan.reasons.push_back(
+        "warning: zero's offloaded optimizer state (masters and moments in host memory) is "
+        "planned on the GPU: the device tier here overstates the GPU's share by it");
+  if (!gpu && distributed && spec.strategy.name == job::kAutoStrategy && !hw.gpus.empty())
+    plan.reasons.push_back(
+        "strategy auto over several processes computes on the CPU: name ddp "
+        "or zero (device auto or cuda) to train on the GPUs");
   PlanTier tier;
   tier.tier = gpu ? "device" : "host";
   tier.device = simulated_device ? "simulated" : gpu ? "cuda:0 (" + hw.gpus[0].name + ")" : "cpu";
@@ -1180,13 +1203,15 @@ Plan make_plan(const PlanInputs& in) {
     if (device_budget > 0) tier.budget = std::min(tier.budget, device_budget);
   }
   if (distributed)
-    tier.device = "cpu, one of " + std::to_string(per_node) + " ranks on this machine";
+    tier.device = gpu ? "cuda (" + hw.gpus[0].name + "), a GPU for each of the " +
+                            std::to_string(per_node) + " ranks on this machine"
+                      : "cpu, one of " + std::to_string(per_node) + " ranks on this machine";
   tier.simulated = gpu ? simulated_device : hw.memory.simulated.has_value();
   const std::uint64_t limit =
       static_cast<std::uint64_t>(static_cast<double>(tier.budget) * (1.0 - kHeadroom));
   const bool bf16_native = gpu ? hw.gpus[0].bf16 : hw.cpu.native_bf16();
 
-  Settings base = written_settings(spec);
+  Settings base = written_settings(spec, static_cast<int>(hw.gpus.size()));
   if (base.precision == "bf16" && !bf16_native) {
     base.precision = "fp32";
     plan.reasons.push_back(std::string("precision fp32 instead of ") + spec.precision + ": the " +
@@ -1259,7 +1284,8 @@ Plan make_plan(const PlanInputs& in) {
   const double tokens = d(batch) * d(spec.training.gradient_accumulation) * sequence;
   const double layers = d(c.num_hidden_layers);
   const double flops = gpu ? gpu_flops(hw.gpus[0], base.precision) : hw.cpu_flops;
-  const double rank_flops = flops / d(per_node);
+  // The ranks of this machine share its cores, but each has a GPU of its own.
+  const double rank_flops = gpu ? flops : flops / d(per_node);
   std::uint64_t bucket_bytes = kDefaultBucketBytes;
   if (spec.strategy.name == "ddp" || spec.strategy.name == "zero") {
     // "auto" (the default, 25 MiB), a size, or a number of bytes.
@@ -1866,7 +1892,7 @@ std::optional<BudgetRefusal> check_host_budget(const PlanInputs& in) {
           : core::parse_byte_size(it->get<std::string>(), "strategy.options.host_budget");
   const std::uint64_t usable =
       static_cast<std::uint64_t>(static_cast<double>(budget) * (1.0 - kHeadroom));
-  const Settings s = written_settings(spec);
+  const Settings s = written_settings(spec, static_cast<int>(in.profile.gpus.size()));
   if (s.device_tier) return std::nullopt;  // host_budget sizes the CPU's chunk cache
   const MemoryEstimate e = estimate_memory(in.model, s, in.checkpoint_bytes);
   if (e.peak() <= usable) return std::nullopt;
@@ -1937,8 +1963,8 @@ Settings settings_as_written(const job::JobSpec& spec) {
 
 StepTimeKey step_time_key(const job::JobSpec& spec, const hf::ModelConfig& model,
                           const HardwareProfile& hw) {
-  const bool gpu = plans_on_gpu(spec, hw, false);
-  Settings s = written_settings(spec);
+  const bool gpu = plans_on_gpu(spec, hw, 1, 1);
+  Settings s = written_settings(spec, static_cast<int>(hw.gpus.size()));
   if (s.precision == "bf16" && !(gpu ? hw.gpus[0].bf16 : hw.cpu.native_bf16()))
     s.precision = "fp32";
   return {step_time_device(hw, gpu), model_fingerprint(model), s};
@@ -1954,9 +1980,12 @@ job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& s) {
   out.training.batch_size = s.micro_batch;
   out.training.gradient_accumulation = s.gradient_accumulation;
   out.training.activation_checkpointing = s.activation_checkpointing;
-  if (spec.strategy.name == job::kAutoStrategy && s.strategy == "ddp") out.strategy = {"ddp", {}};
+  // `auto` over several processes is planned on the CPU: the device says so, or ddp's and zero's
+  // own "auto" would take the GPUs the plan did not weigh.
+  if (spec.strategy.name == job::kAutoStrategy && s.strategy == "ddp")
+    out.strategy = {"ddp", {{"device", "cpu"}}};
   if (spec.strategy.name == job::kAutoStrategy && s.strategy == "zero")
-    out.strategy = {"zero", {{"stage", s.zero_stage}}};
+    out.strategy = {"zero", {{"stage", s.zero_stage}, {"device", "cpu"}}};
   if (s.strategy == "gemini" && spec.strategy.name == job::kAutoStrategy) {
     out.strategy = {"gemini", {{"offload_optim_frac", s.offload_optim_frac}}};
     if (s.offload_param_frac > 0.0)

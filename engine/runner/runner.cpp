@@ -660,12 +660,18 @@ std::shared_ptr<dist::ParallelContext> join_ranks(const job::JobSpec& spec) {
   const dist::DistEnvironment environment = dist::read_dist_environment();
   if (!environment.is_distributed()) return nullptr;
   check_processes(spec, environment.world_size);
-  // NCCL groups only for a job that computes on CUDA (ddp with device "cuda"): the others
-  // compute on the CPU (their "auto" too), so Gloo carries every collective and NCCL groups
-  // would only hold GPU memory on each rank.
+  // NCCL groups only for a job that computes on CUDA (ddp or zero with device "cuda", or "auto"
+  // with a GPU for each rank of this machine: the plugins decide by the same job::device_for);
+  // the others compute on the CPU, so Gloo carries every collective and NCCL groups would only
+  // hold GPU memory on each rank. `auto` is planned first; its plan names the device.
+  const int gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
   const bool on_cuda =
-      spec.strategy.name != job::kAutoStrategy && torch::cuda::is_available() &&
-      job::strategy_option(spec.strategy.name, spec.strategy.options, "device") == "cuda";
+      spec.strategy.name != job::kAutoStrategy && gpus > 0 &&
+      job::device_for(spec.strategy.name,
+                      job::strategy_option(spec.strategy.name, spec.strategy.options, "device"),
+                      spec.strategy.options, environment.world_size, environment.local_world_size,
+                      gpus)
+              .device == "cuda";
   return dist::ParallelContext::from_environment(/*cuda_collectives=*/on_cuda);
 }
 

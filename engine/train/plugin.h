@@ -73,10 +73,13 @@ struct PluginOptions {
   std::function<void(const std::string& level, const std::string& message)> log;
 };
 
-// The device of a plugin that computes on the CPU only (zero and gemini until their CUDA paths
-// exist, ddp unless asked for "cuda"): "cpu" and "auto" are the CPU — "auto" with a warning through
-// options.log when a GPU is present, which then stays unused —, "cuda" is refused as not supported
-// yet, anything else is invalid (each naming strategy.options.device).
+// Where a plugin computes (job::device_for with this machine's GPUs and the process's ranks):
+// "cuda" (then rank_cuda_device gives the GPU), "simulated", or "cpu" — where "auto" stays on the
+// CPU although a GPU is present, a warning through options.log (rank 0) says why.
+std::string choose_plugin_device(const PluginOptions& options, const std::string& plugin);
+
+// The device of a plugin computing on the CPU: "cpu" and "auto" are the CPU, "cuda" is refused
+// as not supported yet, anything else is invalid (each naming strategy.options.device).
 void require_cpu_device(const PluginOptions& options, const std::string& plugin);
 
 // The GPU of this rank for a plugin asked for device "cuda" on several processes (ddp): CUDA

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "dist/parallel_context.h"
+#include "job/strategies.h"
 #include "train/plugin.h"
 
 namespace tessera::train {
@@ -50,11 +51,19 @@ void require_cpu_device(const PluginOptions& options, const std::string& plugin)
     throw_invalid("strategy " + plugin + ": strategy.options.device \"" + options.device +
                       "\" is not a device for " + plugin,
                   "use auto or cpu");
-  if (options.device == "auto" && torch::cuda::is_available() && options.log &&
-      options.process.rank == 0)
-    options.log("warning", "strategy " + plugin + " computes on the CPU (device auto): its CUDA " +
-                               "path is not supported yet, so the GPU stays unused; strategy " +
-                               "single trains on the GPU");
+}
+
+std::string choose_plugin_device(const PluginOptions& options, const std::string& plugin) {
+  const int gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  const ProcessContext& process = options.process;
+  const int per_node = process.parallel ? process.parallel->local_world_size() : 1;
+  const job::DeviceChoice choice = job::device_for(plugin, options.device, options.strategy_options,
+                                                   process.world_size, per_node, gpus);
+  if (choice.device == "cpu" && options.device == "auto" && gpus > 0 && options.log &&
+      process.rank == 0)
+    options.log("warning", "strategy " + plugin + " computes on the CPU (device auto): " +
+                               choice.why_not_gpu + "; the GPU stays unused");
+  return choice.device;
 }
 
 torch::Device rank_cuda_device(const PluginOptions& options, const std::string& plugin) {

@@ -36,10 +36,10 @@ class DdpPlugin : public Plugin {
                   "start the job with `tessera-cli launch`, which joins the ranks");
     process_ = process;
     group_ = process.world_size > 1 ? process.data_group : nullptr;
-    // "cuda": rank r on GPU LOCAL_RANK, its gradients reduced by NCCL (the runner makes NCCL
-    // groups for such a job); "auto" stays on the CPU, saying so when a GPU is present.
+    // On a GPU (device "cuda", or "auto" with a GPU for each rank of this machine): rank r on GPU
+    // LOCAL_RANK, its gradients reduced by NCCL (the runner makes NCCL groups for such a job).
     torch::Device device = torch::kCPU;
-    if (options.device == "cuda")
+    if (train::choose_plugin_device(options, name()) == "cuda")
       device = train::rank_cuda_device(options, name());
     else
       train::require_cpu_device(options, name());

@@ -219,9 +219,11 @@ class GeminiPlugin : public train::Plugin {
     adamw_ = options.adamw;
     log_ = options.log;
     gemini_ = parse_options(options);
-    if (options.device == "simulated" || options.device.rfind("cuda", 0) == 0) {
-      device_ =
-          train::make_device_tier(options.device, gemini_.device_budget, "strategy.options.device");
+    // "auto" is the device tier on the GPU when one is present and the options allow it.
+    const std::string device =
+        options.device == "auto" ? train::choose_plugin_device(options, name()) : options.device;
+    if (device == "simulated" || device.rfind("cuda", 0) == 0) {
+      device_ = train::make_device_tier(device, gemini_.device_budget, "strategy.options.device");
       if (gemini_.auto_placement) {
         // Every parameter chunk has its home in host memory; after the first step as many stay
         // on the device as its measured peak leaves room for in the budget.

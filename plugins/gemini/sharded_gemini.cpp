@@ -184,6 +184,7 @@ class ShardedGemini : public train::Plugin {
       device_ = train::make_device_tier(options.device, size_option(o, "device_budget").value_or(0),
                                         "strategy.options.device");
     } else {
+      train::choose_plugin_device(options, name());  // "auto" on a GPU machine: says it stays off
       train::require_cpu_device(options, name());
     }
     precision_.emplace(options.precision, torch::kCPU);

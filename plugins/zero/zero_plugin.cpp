@@ -63,9 +63,9 @@ class ZeroPlugin : public Plugin {
     group_ = process.world_size > 1 ? process.data_group : nullptr;
     rank_ = process.rank;
     world_ = process.world_size;
-    // "cuda": rank r on GPU LOCAL_RANK, its collectives over NCCL (as ddp); "auto" stays on the
-    // CPU, saying so when a GPU is present.
-    if (options.device == "cuda")
+    // On a GPU (device "cuda", or "auto" with a GPU for each rank of this machine): rank r on GPU
+    // LOCAL_RANK, its collectives over NCCL (as ddp).
+    if (train::choose_plugin_device(options, name()) == "cuda")
       device_ = train::rank_cuda_device(options, name());
     else
       train::require_cpu_device(options, name());

@@ -203,6 +203,30 @@ class TestJobSpec : public QObject {
     }
   }
 
+  void autoDeviceIsTheGpuWhereTheStrategyCanUseIt() {
+    const json none = json::object();
+    // Written devices are kept; auto without a GPU is the CPU, saying nothing.
+    QCOMPARE(job::device_for("ddp", "cpu", none, 2, 2, 4).device, std::string("cpu"));
+    QCOMPARE(job::device_for("zero", "cuda", none, 2, 2, 0).device, std::string("cuda"));
+    const auto no_gpu = job::device_for("ddp", "auto", none, 2, 2, 0);
+    QCOMPARE(no_gpu.device, std::string("cpu"));
+    QVERIFY(no_gpu.why_not_gpu.empty());
+    // ddp and zero: a GPU for each rank of this machine, or the CPU saying why.
+    QCOMPARE(job::device_for("ddp", "auto", none, 4, 2, 2).device, std::string("cuda"));
+    const auto few = job::device_for("zero", "auto", none, 4, 4, 2);
+    QCOMPARE(few.device, std::string("cpu"));
+    QVERIFY2(few.why_not_gpu.find("4 ranks on this machine but 2 GPU(s)") != std::string::npos,
+             few.why_not_gpu.c_str());
+    // gemini: one process, and no parameter chunks on disk.
+    QCOMPARE(job::device_for("gemini", "auto", none, 1, 1, 1).device, std::string("cuda"));
+    QCOMPARE(job::device_for("gemini", "auto", none, 2, 2, 2).device, std::string("cpu"));
+    const auto on_disk =
+        job::device_for("gemini", "auto", json{{"offload_param_frac", 0.5}}, 1, 1, 1);
+    QCOMPARE(on_disk.device, std::string("cpu"));
+    QVERIFY(on_disk.why_not_gpu.find("offload_param_frac") != std::string::npos);
+    QCOMPARE(job::device_for("single", "auto", none, 1, 1, 1).device, std::string("cuda"));
+  }
+
   void zeroOptionsAreValidated() {
     // stage and offload_optimizer are a number and a boolean, as the issue writes them.
     auto doc = minimal();

@@ -1272,9 +1272,37 @@ class TestPlan : public QObject {
                                        "now, 2026-11-28T09:00:00Z)") != std::string::npos,
              measured.time_source.c_str());
     QVERIFY(measured.modelled_seconds_per_step > assumed.modelled_seconds_per_step);
-    // gemini with device auto computes on the CPU: the host.
+    // gemini with device auto is its device tier on the GPU (the host tier beside it), unless
+    // its options put parameter chunks on disk, which the device tier cannot do yet: the host.
     in.spec.strategy = {"gemini", nlohmann::json::object()};
+    const plan::Plan gemini = plan::make_plan(in);
+    QCOMPARE(gemini.tiers.at(0).tier, std::string("device"));
+    QCOMPARE(gemini.tiers.at(1).tier, std::string("host"));
+    QVERIFY(gemini.settings.device_tier);
+    in.spec.strategy = {"gemini", {{"offload_param_frac", 0.5}}};
     QCOMPARE(plan::make_plan(in).tiers.at(0).tier, std::string("host"));
+    // ddp over 2 processes: on the GPUs where this machine has one for each rank, each rank's
+    // tier the whole of its GPU; with one GPU for 2 ranks, the CPU.
+    in.spec.strategy = {"ddp", nlohmann::json::object()};
+    in.processes = in.processes_per_node = 2;
+    QCOMPARE(plan::make_plan(in).tiers.at(0).tier, std::string("host"));
+    in.profile.gpus.push_back(in.profile.gpus[0]);
+    const plan::Plan ddp = plan::make_plan(in);
+    QCOMPARE(ddp.tiers.at(0).tier, std::string("device"));
+    QCOMPARE(ddp.tiers.at(0).budget, std::uint64_t(80) << 30);
+    // auto over several processes stays on the CPU, says so, and writes the device it planned.
+    in.spec.strategy = {"auto", nlohmann::json::object()};
+    const plan::Plan automatic = plan::make_plan(in);
+    QCOMPARE(automatic.tiers.at(0).tier, std::string("host"));
+    QVERIFY(
+        std::any_of(automatic.reasons.begin(), automatic.reasons.end(), [](const std::string& r) {
+          return r.find(
+                     "strategy auto over several processes computes on the "
+                     "CPU") == 0;
+        }));
+    QCOMPARE(plan::apply_settings(in.spec, automatic.settings).strategy.options.at("device"),
+             nlohmann::json("cpu"));
+    in.processes = in.processes_per_node = 1;
     in.spec.strategy = {"single", {{"device", "cpu"}}};
     const auto p = plan::make_plan(in);
     QCOMPARE(p.tiers.at(0).tier, std::string("host"));
