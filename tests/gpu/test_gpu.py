@@ -253,6 +253,22 @@ def test_bf16_finetune_on_the_gpu_follows_fp32(llama_dir, batches, tmp_path):  #
     assert rel <= 0.05  # what bf16 costs on this model on the CPU too (test_train_parity)
 
 
+@pytest.mark.skipif(DEVICE != "cuda", reason="fp16 with loss scaling needs CUDA")
+@pytest.mark.parametrize("plugin,options", [("single", {}), ("ddp", {}), ("zero", {"stage": 2})])
+def test_fp16_with_the_loss_scaler_follows_fp32(plugin, options, llama_dir, batches, tmp_path):  # noqa: F811
+    """fp16 compute with float32 masters and the dynamic loss scaler (an overflowing step is
+    skipped and the scale halved, as torch's GradScaler): it trains, ending near fp32's loss."""
+    common = ["--lr", 1e-2, "--schedule", "cosine", "--warmup", 3]
+    fp32 = tp.run_probe(llama_dir, batches[0], 20, tmp_path / "fp32.json", *common,
+                        "--strategy-options", json.dumps(CUDA))
+    fp16 = tp.run_probe(llama_dir, batches[0], 20, tmp_path / "fp16.json", *common, "--plugin",
+                        plugin, "--precision", "fp16", "--strategy-options",
+                        json.dumps({**options, **CUDA}))
+    print(f"fp16 {plugin} vs fp32 single: last {fp16['losses'][-1]:.4f} vs {fp32['losses'][-1]:.4f}")
+    assert fp16["losses"][-1] < fp16["losses"][0] * 0.9
+    assert abs(fp16["losses"][-1] - fp32["losses"][-1]) <= 0.1 * fp32["losses"][-1]
+
+
 def test_recomputation_and_resume_replay_the_gpu_generator(llama_dir, batches, tmp_path):  # noqa: F811
     """LoRA dropout draws its masks from the GPU's generator: activation checkpointing must
     replay them in the recomputation, and a resume must restore the stream the run had."""
