@@ -435,6 +435,25 @@ std::int64_t count_lora_parameters(const hf::ModelConfig& c, std::int64_t rank,
 
 namespace {
 
+// What the settings train and store: every parameter (n), the trainable ones, those stored (with
+// LoRA the adapters live beside the frozen base; full: the parameters themselves are trained),
+// in the compute dtype's bytes.
+struct ParameterCounts {
+  double n;
+  double trainable;
+  double stored;
+  double param_bytes;
+  bool lora;
+  bool bf16;
+};
+ParameterCounts counts_of(const hf::ModelConfig& c, const Settings& s) {
+  const double n = d(count_parameters(c));
+  const bool lora = s.method == "lora";
+  const bool bf16 = s.precision == "bf16";
+  const double trainable = lora ? d(count_lora_parameters(c, s.lora_rank, s.lora_targets)) : n;
+  return {n, trainable, lora ? n + trainable : n, bf16 ? 2.0 : 4.0, lora, bf16};
+}
+
 // gemini's device tier (plugins/gemini/gemini_plugin.cpp with a device): {the GPU's share, the
 // host's}. Parameter chunks in the compute dtype on the GPU but for the share `host_param_frac`
 // homed in pinned host memory (never the chunks holding LoRA adapters), of which at most four
@@ -452,12 +471,7 @@ std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelCon
   in_memory.offload_optim_frac = in_memory.offload_param_frac = 0.0;
   // Activations, the runtime and the export as gemini with everything in memory has them.
   const MemoryEstimate whole = estimate_memory(c, in_memory, checkpoint_bytes);
-  const double n = d(count_parameters(c));
-  const bool lora = s.method == "lora";
-  const bool bf16 = s.precision == "bf16";
-  const double trainable = lora ? d(count_lora_parameters(c, s.lora_rank, s.lora_targets)) : n;
-  const double param_bytes = bf16 ? 2.0 : 4.0;
-  const double stored = lora ? n + trainable : n;
+  const auto [n, trainable, stored, param_bytes, lora, bf16] = counts_of(c, s);
   const double parameters = stored * param_bytes;
   const double on_disk = std::clamp(s.offload_optim_frac, 0.0, 1.0);
   const double in_host = std::clamp(s.host_optim_frac, 0.0, 1.0 - on_disk);
@@ -520,13 +534,7 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
   if (s.strategy == "gemini" && s.device_tier && world_size == 1)
     return gemini_device_tiers(c, s, checkpoint_bytes).first;
   MemoryEstimate e;
-  const double n = d(count_parameters(c));
-  const bool lora = s.method == "lora";
-  const bool bf16 = s.precision == "bf16";
-  const double trainable = lora ? d(count_lora_parameters(c, s.lora_rank, s.lora_targets)) : n;
-  const double param_bytes = bf16 ? 2.0 : 4.0;
-  // Adapters live beside the frozen base (full: the parameters themselves are trained).
-  const double stored = lora ? n + trainable : n;
+  const auto [n, trainable, stored, param_bytes, lora, bf16] = counts_of(c, s);
   e.weights = to_bytes(stored * param_bytes + (bf16 ? trainable * 4.0 : 0.0));
   e.gradients = to_bytes(trainable * (bf16 ? 2.0 + 4.0 : 4.0));
   e.optimizer = to_bytes(trainable * 8.0);
