@@ -216,6 +216,11 @@ DeviceChoice device_for(const std::string& strategy, const std::string& device,
   if (device != "auto") return {device, ""};
   if (gpus <= 0) return {"cpu", ""};
   if (strategy == "ddp" || strategy == "zero") {
+    // Every rank must agree, and a machine cannot see another's GPUs.
+    if (processes > processes_per_node)
+      return {"cpu",
+              "the ranks run on several machines, which may not all have GPUs; device "
+              "cuda trains on them where every node has a GPU for each of its ranks"};
     if (processes_per_node <= gpus) return {"cuda", ""};
     return {"cpu", std::to_string(processes_per_node) + " ranks on this machine but " +
                        std::to_string(gpus) + " GPU(s): each rank needs a GPU of its own"};

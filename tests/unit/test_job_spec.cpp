@@ -212,7 +212,11 @@ class TestJobSpec : public QObject {
     QCOMPARE(no_gpu.device, std::string("cpu"));
     QVERIFY(no_gpu.why_not_gpu.empty());
     // ddp and zero: a GPU for each rank of this machine, or the CPU saying why.
-    QCOMPARE(job::device_for("ddp", "auto", none, 4, 2, 2).device, std::string("cuda"));
+    QCOMPARE(job::device_for("ddp", "auto", none, 2, 2, 2).device, std::string("cuda"));
+    // Ranks on several machines: the CPU, so that a node without a GPU agrees with the others.
+    const auto nodes = job::device_for("ddp", "auto", none, 4, 2, 2);
+    QCOMPARE(nodes.device, std::string("cpu"));
+    QVERIFY(nodes.why_not_gpu.find("several machines") != std::string::npos);
     const auto few = job::device_for("zero", "auto", none, 4, 4, 2);
     QCOMPARE(few.device, std::string("cpu"));
     QVERIFY2(few.why_not_gpu.find("4 ranks on this machine but 2 GPU(s)") != std::string::npos,
