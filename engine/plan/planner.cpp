@@ -454,6 +454,21 @@ ParameterCounts counts_of(const hf::ModelConfig& c, const Settings& s) {
   return {n, trainable, lora ? n + trainable : n, bf16 ? 2.0 : 4.0, lora, bf16};
 }
 
+// The chunk sizes gemini's search (memory::search_chunk_capacity) comes to, roughly: at least
+// the largest tensor, at most memory::kMaxChunkBytes, about an eighth of what is packed.
+// Parameter chunks hold every parameter in the compute dtype (bytes); optimizer chunks the
+// trainable ones in float32 (elements).
+double parameter_chunk_bytes(double largest_tensor, double stored, double param_bytes) {
+  const double most = static_cast<double>(memory::kMaxChunkBytes) / param_bytes;
+  return std::max(largest_tensor, std::min(most, stored / 8.0)) * param_bytes;
+}
+double optimizer_chunk_elements(double largest, double trainable) {
+  const double most = static_cast<double>(memory::kMaxChunkBytes) / 4.0;
+  return std::max(largest, std::min(most, trainable / 8.0));
+}
+// Parameter chunks streamed (from disk, or from host memory to a device) resident at once.
+constexpr double kStreamedChunks = static_cast<double>(memory::kCachedParameterChunks);
+
 // gemini's device tier (plugins/gemini/gemini_plugin.cpp with a device): {the GPU's share, the
 // host's}. Parameter chunks in the compute dtype on the GPU but for the share `host_param_frac`
 // homed in pinned host memory (never the chunks holding LoRA adapters), of which at most four
@@ -481,15 +496,12 @@ std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelCon
   const double largest = lora ? trainable : largest_tensor;
   const double host_parameters =
       std::min(std::clamp(s.host_param_frac, 0.0, 1.0) * parameters, n * param_bytes);
-  // The plugin's parameter chunk: at least the largest tensor, at most 64 MiB of the compute
-  // dtype, about an eighth of all parameters.
-  const double chunk =
-      std::max(largest_tensor, std::min(64.0 * 1024 * 1024 / param_bytes, stored / 8.0)) *
-      param_bytes;
+  const double chunk = parameter_chunk_bytes(largest_tensor, stored, param_bytes);
 
   MemoryEstimate gpu;
-  gpu.weights = to_bytes(parameters - host_parameters + std::min(4.0 * chunk, host_parameters) +
-                         (bf16 ? on_gpu * trainable * 4.0 : 0.0));
+  gpu.weights =
+      to_bytes(parameters - host_parameters + std::min(kStreamedChunks * chunk, host_parameters) +
+               (bf16 ? on_gpu * trainable * 4.0 : 0.0));
   gpu.optimizer = to_bytes(on_gpu * trainable * 8.0);
   gpu.gradients = to_bytes(trainable * param_bytes + (bf16 ? largest * 4.0 : 0.0));
   if (s.simulated_device) {  // it computes in host memory
@@ -510,7 +522,7 @@ std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelCon
   if (s.simulated_device) host.activations = whole.activations;
   if (on_disk > 0.0) {
     // Three optimizer chunks in flight in the update (moments and masters, with the gradient).
-    const double optim_chunk = std::max(largest, std::min(16.0 * 1024 * 1024, trainable / 8.0));
+    const double optim_chunk = optimizer_chunk_elements(largest, trainable);
     host.offload_buffers = to_bytes(std::min(3.0 * optim_chunk * 16.0, on_disk * trainable * 16.0));
   }
   // Loading reads the checkpoint into the chunks, those on the GPU through one chunk of staging.
@@ -607,19 +619,16 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
       // about an eighth of the trainable parameters. Three optimizer chunks in flight during
       // the update, each with its gradient chunk; during backward, the gradient chunk being
       // filled and two being written.
-      const double chunk = std::max(largest, std::min(16.0 * 1024 * 1024, trainable / 8.0));
+      const double chunk = optimizer_chunk_elements(largest, trainable);
       const double arrays = bf16 ? 3.0 : 2.0;
       buffers += std::min(3.0 * chunk * (4.0 * arrays + param_bytes),
                           f * trainable * (4.0 * arrays + param_bytes));
     }
     if (disk_parameters > 0.0) {
-      // Parameter chunks by the same search: at least the largest tensor, at most 64 MiB of the
-      // compute dtype, about an eighth of all parameters; at most four of those on disk are
-      // resident at once (the one in use, prefetched and recently used ones).
-      const double chunk =
-          std::max(largest_tensor, std::min(64.0 * 1024 * 1024 / param_bytes, stored / 8.0)) *
-          param_bytes;
-      parameter_cache = std::min(4.0 * chunk, disk_parameters);
+      // Parameter chunks by the same search; at most four of those on disk are resident at once
+      // (the one in use, prefetched and recently used ones).
+      const double chunk = parameter_chunk_bytes(largest_tensor, stored, param_bytes);
+      parameter_cache = std::min(kStreamedChunks * chunk, disk_parameters);
       buffers += parameter_cache;
     }
     e.offload_buffers = to_bytes(buffers);

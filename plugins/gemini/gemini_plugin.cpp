@@ -142,7 +142,7 @@ struct OptimChunk {
 
 // A parameter chunk: every parameter in it is a view of `storage` (compute dtype). A chunk on
 // disk is in memory only while a block uses it or while cached (at most
-// kCachedDiskParameterChunks). Eviction takes the memory out from under the storage (its data
+// memory::kCachedParameterChunks). Eviction takes the memory out from under the storage (its data
 // pointer), so the views autograd saved for backward see the memory again when it comes back;
 // it is written back first when the update changed it.
 //
@@ -167,10 +167,6 @@ struct ParamChunk {
   std::future<void> write;
 };
 
-// Parameter chunks on disk kept in memory at once (those in use, the prefetched next one, and
-// recently used ones): a block's weight and bias may sit in two chunks, and the tied output
-// head uses the embedding's chunk again at the end of forward.
-constexpr std::size_t kCachedDiskParameterChunks = 4;
 // Write-backs of evicted parameter chunks in flight before eviction waits for the oldest.
 constexpr std::size_t kParameterWritesInFlight = 2;
 
@@ -997,7 +993,7 @@ class GeminiPlugin : public train::Plugin {
     const std::uint64_t budget = device_ ? device_->total() : gemini_.host_budget;
     if (chunk_bytes == 0 || peak == 0) return;
     cache_limit_ = items_within_budget(peak, std::min(cache_limit_, streamed) * chunk_bytes, budget,
-                                       chunk_bytes, kCachedDiskParameterChunks, streamed);
+                                       chunk_bytes, memory::kCachedParameterChunks, streamed);
     if (device_ && log_)
       log_("info", "gemini placement auto: " + std::to_string(cache_limit_) + " of " +
                        std::to_string(streamed) + " parameter chunks stay on " + device_->name() +
@@ -1371,7 +1367,7 @@ class GeminiPlugin : public train::Plugin {
   // Which parameter chunks on disk stay cached and which are read ahead: the order the first
   // step used them in; the block computing now pins its chunks.
   memory::ChunkCachePolicy cache_;
-  std::size_t cache_limit_ = kCachedDiskParameterChunks;
+  std::size_t cache_limit_ = memory::kCachedParameterChunks;
   bool last_micro_batch_ = false;
   std::int64_t steps_ = 0;
 };

@@ -376,3 +376,16 @@ def test_zero_offload_reports_its_optimizer_in_host_memory(llama_dir, batches, t
     assert host["by_category"]["weights"] == 4 * params  # the float32 masters
     assert last["by_category"]["optimizer"] == 0
     assert last["by_category"]["weights"] == 4 * params  # the fp32 compute weights
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="device auto on a machine with a GPU")
+@pytest.mark.parametrize("plugin", ["ddp", "zero", "gemini"])
+def test_device_auto_trains_on_the_gpu(plugin, llama_dir, batches, tmp_path):  # noqa: F811
+    """`device: auto` is the GPU for ddp and zero (a GPU for the one rank) and gemini (its device
+    tier, one process): the memory events' device tier is the GPU's."""
+    events = tmp_path / "events.jsonl"
+    tp.run_probe(llama_dir, batches[0], 3, tmp_path / "r.json", "--events", events, "--plugin",
+                 plugin, "--strategy-options", json.dumps({"device": "auto"}))
+    memory = [json.loads(line) for line in events.read_text().splitlines()]
+    device = [e for e in memory if e["type"] == "memory" and e["tier"] == "device"]
+    assert device and device[-1]["device"] == "cuda:0", memory[-3:]
