@@ -1229,6 +1229,10 @@ Plan make_plan(const PlanInputs& in) {
   const bool bf16_native = gpu ? hw.gpus[0].bf16 : hw.cpu.native_bf16();
 
   Settings base = written_settings(spec, static_cast<int>(hw.gpus.size()));
+  if (!gpu) {  // gemini asked for cuda on a machine without one: planned as on the CPU (said above)
+    base.device_tier = false;
+    base.host_optim_frac = base.host_param_frac = 0.0;
+  }
   if (base.precision == "bf16" && !bf16_native) {
     base.precision = "fp32";
     plan.reasons.push_back(std::string("precision fp32 instead of ") + spec.precision + ": the " +

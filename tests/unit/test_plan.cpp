@@ -231,6 +231,9 @@ class TestPlan : public QObject {
                                            " on cuda is planned as if it computed on the CPU") == 0;
                            }),
                name.c_str());
+      // The host's figures, in one host tier: gemini's device-tier split is not applied.
+      QCOMPARE(p.tiers.at(0).tier, std::string("host"));
+      QVERIFY(!p.settings.device_tier);
       in.spec.strategy.options = {{"device", "cpu"}};
       const auto cpu = plan::make_plan(in);
       QVERIFY(std::none_of(cpu.reasons.begin(), cpu.reasons.end(), [](const std::string& r) {
