@@ -536,7 +536,17 @@ std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelCon
 }  // namespace
 
 MemoryEstimate estimate_host_memory(const hf::ModelConfig& c, const Settings& s,
-                                    std::uint64_t checkpoint_bytes) {
+                                    std::uint64_t checkpoint_bytes, int world_size) {
+  if (s.strategy == "zero" && s.zero_offload) {
+    const auto counts = counts_of(c, s);
+    const double share = counts.trainable / d(std::max(1, world_size));
+    MemoryEstimate host;
+    host.weights = to_bytes(share * 4.0);
+    host.optimizer = to_bytes(share * 8.0);
+    host.gradients = to_bytes(share * 4.0);
+    host.runtime = kRuntimeBaselineBytes;
+    return host;
+  }
   if (s.strategy != "gemini" || !s.device_tier) return {};
   return gemini_device_tiers(c, s, checkpoint_bytes).second;
 }
@@ -784,7 +794,10 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
         s.strategy == "zero" ? trainable * param_bytes : static_cast<double>(e.gradients);
     e.gradient_buckets = to_bytes(buckets);
     e.gradients = to_bytes(autograd + buckets);
-    if (s.strategy == "zero") {
+    if (s.strategy == "zero" && s.zero_offload) {  // masters and moments in host memory
+      e.weights = to_bytes(stored * param_bytes);
+      e.optimizer = 0;
+    } else if (s.strategy == "zero") {
       e.weights = to_bytes(stored * param_bytes + (bf16 ? trainable * 4.0 / ranks : 0.0));
       e.optimizer = to_bytes(trainable * 8.0 / ranks);
       if (s.zero_stage >= 2) {
@@ -1195,11 +1208,6 @@ Plan make_plan(const PlanInputs& in) {
     plan.reasons.push_back("warning: strategy " + spec.strategy.name +
                            " on cuda is planned as if it computed on the CPU: this machine's "
                            "profile has no GPU for it (the run's memory events show the GPU's)");
-  if (gpu && distributed && spec.strategy.name == "zero" &&
-      job::strategy_option("zero", spec.strategy.options, "offload_optimizer") == "true")
-    plan.reasons.push_back(
-        "warning: zero's offloaded optimizer state (masters and moments in host memory) is "
-        "planned on the GPU: the device tier here overstates the GPU's share by it");
   if (!gpu && distributed && spec.strategy.name == job::kAutoStrategy && !hw.gpus.empty())
     plan.reasons.push_back(
         "strategy auto over several processes computes on the CPU: name ddp "
@@ -1233,6 +1241,11 @@ Plan make_plan(const PlanInputs& in) {
     base.device_tier = false;
     base.host_optim_frac = base.host_param_frac = 0.0;
   }
+  // ZeRO-Offload moves the shard's optimizer state to host memory on a GPU only (on the CPU it is
+  // there already).
+  base.zero_offload =
+      gpu && spec.strategy.name == "zero" &&
+      job::strategy_option("zero", spec.strategy.options, "offload_optimizer") == "true";
   if (base.precision == "bf16" && !bf16_native) {
     base.precision = "fp32";
     plan.reasons.push_back(std::string("precision fp32 instead of ") + spec.precision + ": the " +
@@ -1253,12 +1266,15 @@ Plan make_plan(const PlanInputs& in) {
       hw.disk ? static_cast<std::uint64_t>(static_cast<double>(hw.disk->free) * (1.0 - kHeadroom))
               : 0;
   // Several ranks on this machine each fill a disk tier of their own on the same filesystem.
-  // gemini's device tier also keeps a share in host memory: that must fit the host's budget.
-  const std::uint64_t host_limit =
-      static_cast<std::uint64_t>(static_cast<double>(hw.memory.usable()) * (1.0 - kHeadroom));
+  // gemini's device tier and ZeRO-Offload also keep a share in host memory: that must fit the
+  // host's budget (each rank's share of it).
+  const std::uint64_t host_limit = static_cast<std::uint64_t>(
+      static_cast<double>(hw.memory.usable() / static_cast<std::uint64_t>(per_node)) *
+      (1.0 - kHeadroom));
   auto fits = [&](const Settings& s) {
     const MemoryEstimate e = estimate_memory(c, s, in.checkpoint_bytes, processes);
-    if (s.device_tier && estimate_host_memory(c, s, in.checkpoint_bytes).peak() > host_limit)
+    if ((s.device_tier || s.zero_offload) &&
+        estimate_host_memory(c, s, in.checkpoint_bytes, processes).peak() > host_limit)
       return false;
     return e.peak() <= limit &&
            (e.disk() == 0 || saturating_mul(static_cast<std::int64_t>(e.disk()), per_node) <=
@@ -1491,13 +1507,14 @@ Plan make_plan(const PlanInputs& in) {
   plan.strategy = s.strategy == "gemini" || distributed ? s.strategy : plan.strategy;
   tier.estimate = estimate_memory(c, s, in.checkpoint_bytes, processes);
   plan.tiers.push_back(tier);
-  if (gpu && s.device_tier) {
+  if (gpu && (s.device_tier || s.zero_offload)) {
     PlanTier host;
     host.tier = "host";
-    host.device = "cpu";
-    host.budget = hw.memory.usable();
+    host.device =
+        distributed ? "cpu, one of " + std::to_string(per_node) + " ranks on this machine" : "cpu";
+    host.budget = hw.memory.usable() / static_cast<std::uint64_t>(per_node);
     host.simulated = hw.memory.simulated.has_value();
-    host.estimate = estimate_host_memory(c, s, in.checkpoint_bytes);
+    host.estimate = estimate_host_memory(c, s, in.checkpoint_bytes, processes);
     plan.tiers.push_back(host);
   }
   if (tier.estimate.disk() > 0) {
@@ -1732,6 +1749,7 @@ json to_json(const Plan& p) {
         {"device_tier", s.device_tier},
         {"host_optim_frac", s.host_optim_frac},
         {"host_param_frac", s.host_param_frac},
+        {"zero_offload", s.zero_offload},
         {"zero_stage", s.strategy == "zero" ? json(s.zero_stage) : json(nullptr)}}},
       {"ranks",
        {{"processes", p.processes},
@@ -2041,6 +2059,7 @@ Settings settings_from_json(const nlohmann::json& j, const std::string& source) 
     s.device_tier = j.value("device_tier", false);
     s.host_optim_frac = j.value("host_optim_frac", 0.0);
     s.host_param_frac = j.value("host_param_frac", 0.0);
+    s.zero_offload = j.value("zero_offload", false);
     if (j.contains("zero_stage") && !j["zero_stage"].is_null())
       s.zero_stage = j["zero_stage"].get<int>();
   } catch (const nlohmann::json::exception& e) {

@@ -99,9 +99,11 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& config, const Settings& se
 // gemini on a GPU (settings.device_tier): estimate_memory() is the GPU's share; this is the host
 // memory's (pinned parameter chunks, optimizer chunks with their float32 masters and the
 // gradients copied down to them, the disk chunks' buffers, the runtime, loading and export).
-// For other settings, an estimate of nothing.
+// zero with its optimizer offloaded on a GPU (settings.zero_offload): one rank's of `world_size`
+// shard of float32 masters, moments and the gradient copied down, and the runtime. For other
+// settings, an estimate of nothing.
 MemoryEstimate estimate_host_memory(const hf::ModelConfig& config, const Settings& settings,
-                                    std::uint64_t checkpoint_bytes);
+                                    std::uint64_t checkpoint_bytes, int world_size = 1);
 
 // What one rank sends and receives per optimizer step over `world_size` ranks, and the time
 // that takes over `link` (nothing when it was not measured: seconds stays 0). G = 4 x trainable

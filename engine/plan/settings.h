@@ -33,6 +33,9 @@ struct Settings {
   // ... on the tests' simulated device, which computes in host memory: only the chunks and the
   // gradients are device memory there.
   bool simulated_device = false;
+  // zero with offload_optimizer on a GPU (ZeRO-Offload): the shard's float32 masters and Adam
+  // moments in host memory, updated there.
+  bool zero_offload = false;
 };
 
 }  // namespace tessera::plan

@@ -36,6 +36,7 @@ json key_json(const StepTimeKey& k) {
           {"device_tier", s.device_tier},
           {"host_optim_frac", s.host_optim_frac},
           {"host_param_frac", s.host_param_frac},
+          {"zero_offload", s.zero_offload},
           {"zero_stage", s.zero_stage}};
 }
 
@@ -70,6 +71,7 @@ StepTimeRecord record_from_json(const json& j) {
   s.device_tier = j.value("device_tier", false);
   s.host_optim_frac = j.value("host_optim_frac", 0.0);
   s.host_param_frac = j.value("host_param_frac", 0.0);
+  s.zero_offload = j.value("zero_offload", false);
   r.seconds_per_step = j.at("seconds_per_step").get<double>();
   r.first_step_seconds = j.at("first_step_seconds").get<double>();
   r.steps_measured = j.at("steps_measured").get<std::int64_t>();
@@ -134,7 +136,8 @@ bool similar(const StepTimeKey& a, const StepTimeKey& b) {
          x.activation_checkpointing == y.activation_checkpointing && x.strategy == y.strategy &&
          x.zero_stage == y.zero_stage && near(x.offload_optim_frac, y.offload_optim_frac) &&
          near(x.offload_param_frac, y.offload_param_frac) && x.device_tier == y.device_tier &&
-         near(x.host_optim_frac, y.host_optim_frac) && near(x.host_param_frac, y.host_param_frac);
+         near(x.host_optim_frac, y.host_optim_frac) && near(x.host_param_frac, y.host_param_frac) &&
+         x.zero_offload == y.zero_offload;
 }
 
 bool same(const StepTimeKey& a, const StepTimeKey& b) {

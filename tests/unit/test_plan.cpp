@@ -1293,6 +1293,25 @@ class TestPlan : public QObject {
     const plan::Plan ddp = plan::make_plan(in);
     QCOMPARE(ddp.tiers.at(0).tier, std::string("device"));
     QCOMPARE(ddp.tiers.at(0).budget, std::uint64_t(80) << 30);
+    // zero stage 2 on the 2 GPUs keeps each rank's shard of the moments on its GPU; with the
+    // optimizer offloaded (ZeRO-Offload) they and the float32 masters are in the rank's share of
+    // host memory instead, in a host tier beside the device's.
+    const double n = static_cast<double>(plan::count_parameters(in.model));
+    in.spec.strategy = {"zero", {{"stage", 2}}};
+    const plan::Plan zero = plan::make_plan(in);
+    QCOMPARE(zero.tiers.at(0).tier, std::string("device"));
+    QCOMPARE(zero.tiers.size(), std::size_t{1});
+    QVERIFY(std::abs(static_cast<double>(zero.tiers[0].estimate.optimizer) - 4.0 * n) <= 1.0);
+    in.spec.strategy = {"zero", {{"stage", 2}, {"offload_optimizer", true}}};
+    const plan::Plan offloaded = plan::make_plan(in);
+    QVERIFY(offloaded.settings.zero_offload);
+    QCOMPARE(offloaded.tiers.size(), std::size_t{2});
+    QCOMPARE(offloaded.tiers[0].estimate.optimizer, std::uint64_t{0});
+    QCOMPARE(offloaded.tiers[1].tier, std::string("host"));
+    QCOMPARE(offloaded.tiers[1].budget, in.profile.memory.usable() / 2);
+    QVERIFY(std::abs(static_cast<double>(offloaded.tiers[1].estimate.optimizer) - 4.0 * n) <= 1.0);
+    QVERIFY(std::abs(static_cast<double>(offloaded.tiers[1].estimate.weights) - 2.0 * n) <= 1.0);
+    QVERIFY(offloaded.tiers[0].estimate.peak() < zero.tiers[0].estimate.peak());
     // auto over several processes stays on the CPU, says so, and writes the device it planned.
     in.spec.strategy = {"auto", nlohmann::json::object()};
     const plan::Plan automatic = plan::make_plan(in);
