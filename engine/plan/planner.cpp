@@ -70,6 +70,17 @@ bool plans_on_gpu(const job::JobSpec& spec, const HardwareProfile& hw, int proce
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// A size option of the strategy (already validated by job::validate_strategy): bytes, or a size
+// such as "64MiB"; nullopt when absent or "auto".
+std::optional<std::uint64_t> size_option(const json& options, const std::string& key) {
+  const auto it = options.find(key);
+  if (it == options.end()) return std::nullopt;
+  if (it->is_number_unsigned()) return it->get<std::uint64_t>();
+  if (it->is_string() && *it != "auto")
+    return core::parse_byte_size(it->get<std::string>(), "strategy.options." + key);
+  return std::nullopt;
+}
+
 // Sizes from config.json can be absurd; all byte arithmetic is in double and clamped, so an
 // absurd config gives an absurd (non-fitting) estimate instead of a wrapped one.
 std::uint64_t to_bytes(double v) {
@@ -1119,12 +1130,7 @@ Plan make_plan(const PlanInputs& in) {
     GpuInfo simulated;
     simulated.name = "simulated";
     simulated.bf16 = true;
-    const auto budget = spec.strategy.options.find("device_budget");
-    if (budget != spec.strategy.options.end() && budget->is_string() && *budget != "auto")
-      simulated.memory =
-          core::parse_byte_size(budget->get<std::string>(), "strategy.options.device_budget");
-    else if (budget != spec.strategy.options.end() && budget->is_number_unsigned())
-      simulated.memory = budget->get<std::uint64_t>();
+    simulated.memory = size_option(spec.strategy.options, "device_budget").value_or(0);
     with_simulated_device.gpus = {simulated};
   }
   const HardwareProfile& hw = simulated_device ? with_simulated_device : in.profile;
@@ -1218,13 +1224,8 @@ Plan make_plan(const PlanInputs& in) {
   tier.budget = gpu ? hw.gpus[0].memory : hw.memory.usable() / static_cast<std::uint64_t>(per_node);
   if (gpu && spec.strategy.name == "gemini") {
     // gemini's device_budget: the GPU memory its chunks may use, when smaller than the GPU's.
-    const auto it = spec.strategy.options.find("device_budget");
-    std::uint64_t device_budget = 0;
-    if (it != spec.strategy.options.end() && it->is_number_unsigned())
-      device_budget = it->get<std::uint64_t>();
-    else if (it != spec.strategy.options.end() && it->is_string() && *it != "auto")
-      device_budget =
-          core::parse_byte_size(it->get<std::string>(), "strategy.options.device_budget");
+    const std::uint64_t device_budget =
+        size_option(spec.strategy.options, "device_budget").value_or(0);
     if (device_budget > 0) tier.budget = std::min(tier.budget, device_budget);
   }
   if (distributed)
@@ -1323,15 +1324,11 @@ Plan make_plan(const PlanInputs& in) {
   const double flops = gpu ? gpu_flops(hw.gpus[0], base.precision) : hw.cpu_flops;
   // The ranks of this machine share its cores, but each has a GPU of its own.
   const double rank_flops = gpu ? flops : flops / d(per_node);
-  std::uint64_t bucket_bytes = kDefaultBucketBytes;
-  if (spec.strategy.name == "ddp" || spec.strategy.name == "zero") {
-    // "auto" (the default, 25 MiB), a size, or a number of bytes.
-    const auto it = spec.strategy.options.find("bucket_size");
-    if (it != spec.strategy.options.end() && it->is_number_unsigned())
-      bucket_bytes = it->get<std::uint64_t>();
-    else if (it != spec.strategy.options.end() && it->is_string() && *it != "auto")
-      bucket_bytes = core::parse_byte_size(it->get<std::string>(), "strategy.options.bucket_size");
-  }
+  // ddp's and zero's bucket_size: "auto" (the default, 25 MiB), a size, or a number of bytes.
+  const std::uint64_t bucket_bytes =
+      spec.strategy.name == "ddp" || spec.strategy.name == "zero"
+          ? size_option(spec.strategy.options, "bucket_size").value_or(kDefaultBucketBytes)
+          : kDefaultBucketBytes;
   auto communication_of = [&](const Settings& t) {
     return estimate_communication(c, t, processes, hw.link, bucket_bytes);
   };
@@ -1922,13 +1919,10 @@ PlanInputs plan_inputs(const job::JobSpec& spec, const hf::ModelFolder& model,
 std::optional<BudgetRefusal> check_host_budget(const PlanInputs& in) {
   const job::JobSpec& spec = in.spec;
   if (spec.strategy.name != "gemini") return std::nullopt;
-  const auto it = spec.strategy.options.find("host_budget");
-  if (it == spec.strategy.options.end() || (it->is_string() && it->get<std::string>() == "auto"))
-    return std::nullopt;
-  const std::uint64_t budget =
-      it->is_number_unsigned()
-          ? it->get<std::uint64_t>()
-          : core::parse_byte_size(it->get<std::string>(), "strategy.options.host_budget");
+  const std::optional<std::uint64_t> host_budget =
+      size_option(spec.strategy.options, "host_budget");
+  if (!host_budget) return std::nullopt;
+  const std::uint64_t budget = *host_budget;
   const std::uint64_t usable =
       static_cast<std::uint64_t>(static_cast<double>(budget) * (1.0 - kHeadroom));
   const Settings s = written_settings(spec, static_cast<int>(in.profile.gpus.size()));
