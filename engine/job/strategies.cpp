@@ -215,7 +215,12 @@ DeviceChoice device_for(const std::string& strategy, const std::string& device,
                         int gpus) {
   if (device != "auto") return {device, ""};
   if (gpus <= 0) return {"cpu", ""};
-  if (strategy == "ddp" || strategy == "zero") {
+  const bool sharded_gemini = strategy == "gemini" && processes > 1;
+  if (sharded_gemini && options.is_object() && options.value("placement", "static") == "auto")
+    return {"cpu",
+            "gemini sharded over several processes with placement auto computes on the CPU "
+            "(auto placement of a device tier over several processes is not supported yet)"};
+  if (strategy == "ddp" || strategy == "zero" || sharded_gemini) {
     // Every rank must agree, and a machine cannot see another's GPUs.
     if (processes > processes_per_node)
       return {"cpu",
@@ -226,10 +231,6 @@ DeviceChoice device_for(const std::string& strategy, const std::string& device,
                        std::to_string(gpus) + " GPU(s): each rank needs a GPU of its own"};
   }
   if (strategy == "gemini") {
-    if (processes > 1)
-      return {"cpu",
-              "gemini sharded over several processes computes on the CPU (its CUDA path "
-              "is not supported yet)"};
     const auto frac = options.is_object() ? options.find("offload_param_frac") : options.end();
     if (options.is_object() && frac != options.end() && frac->is_number() &&
         frac->get<double>() > 0.0)

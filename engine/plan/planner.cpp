@@ -44,10 +44,11 @@ std::string device_of(const job::JobSpec& spec, int processes, int processes_per
 
 // gemini's device tier: on a GPU (device "cuda", or "auto" where one is present and the options
 // allow it), or on the tests' simulated device (which the job layer accepts only where
-// TESSERA_SIMULATED_DEVICE allows it).
-bool gemini_device_tier(const job::JobSpec& spec, int gpus) {
+// TESSERA_SIMULATED_DEVICE allows it); over several processes, sharded with a GPU per rank.
+bool gemini_device_tier(const job::JobSpec& spec, int gpus, int processes = 1,
+                        int processes_per_node = 1) {
   if (spec.strategy.name != "gemini") return false;
-  const std::string device = device_of(spec, 1, 1, gpus);
+  const std::string device = device_of(spec, processes, processes_per_node, gpus);
   return device == "cuda" || (device == "simulated" && job::simulated_device_allowed());
 }
 
@@ -63,7 +64,8 @@ bool plans_on_gpu(const job::JobSpec& spec, const HardwareProfile& hw, int proce
   if (spec.strategy.name == job::kAutoStrategy)
     return processes == 1 &&
            job::strategy_option(spec.strategy.name, spec.strategy.options, "device") != "cpu";
-  if (spec.strategy.name == "gemini") return processes == 1 && gemini_device_tier(spec, gpus);
+  if (spec.strategy.name == "gemini")
+    return gemini_device_tier(spec, gpus, processes, processes_per_node);
   return device_of(spec, processes, processes_per_node, gpus) == "cuda";
 }
 
@@ -121,7 +123,8 @@ std::string gib(std::uint64_t bytes) {
 
 // The spec's own choices as planner settings: method, precision (fp16 planned as bf16), batch
 // as one micro-batch, checkpointing, and gemini's offload share when the spec names gemini.
-Settings written_settings(const job::JobSpec& spec, int gpus = 0) {
+Settings written_settings(const job::JobSpec& spec, int gpus = 0, int processes = 1,
+                          int processes_per_node = 1) {
   Settings s;
   s.method = spec.method.type;
   s.lora_rank = spec.method.lora_rank;
@@ -139,10 +142,14 @@ Settings written_settings(const job::JobSpec& spec, int gpus = 0) {
     };
     s.offload_optim_frac = fraction("offload_optim_frac");
     s.offload_param_frac = fraction("offload_param_frac");
-    s.device_tier = gemini_device_tier(spec, gpus);
+    s.device_tier = gemini_device_tier(spec, gpus, processes, processes_per_node);
     s.simulated_device = s.device_tier && job::strategy_option("gemini", spec.strategy.options,
                                                                "device") == "simulated";
-    if (s.device_tier) {
+    if (s.device_tier && processes > 1) {
+      // Sharded, the device holds only gathered chunks: every shard lives in host memory (or
+      // on disk, by the offload shares).
+      s.host_param_frac = s.host_optim_frac = 1.0;
+    } else if (s.device_tier) {
       s.host_param_frac = fraction("host_param_frac");
       s.host_optim_frac = fraction("host_optim_frac");
     }
@@ -544,6 +551,54 @@ std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelCon
   return {gpu, host};
 }
 
+// gemini sharded over W ranks with a device tier (sharded_gemini.cpp with a device): {the
+// device's share, the host's} of one rank. The device holds the chunks gathered at once (at
+// most four fetched ones, and LoRA's adapter chunks for good), the shards copied up for their
+// gathers (at most one per gathered chunk), the float32 gradient chunk being filled and those
+// being reduce-scattered with their output shards, autograd's gradient of one tensor, the
+// activations and the CUDA runtime; the host keeps everything else of the rank's estimate on
+// the CPU (its shards, their optimizer state and reduced gradients, the disk tier's buffers,
+// loading and the export), plus, with gradient accumulation, one more gradient shard per chunk
+// (later micro-batches' shards copied down, added once the backward's copies are done).
+std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelConfig& c,
+                                                               const Settings& s,
+                                                               std::uint64_t checkpoint_bytes,
+                                                               int world_size) {
+  Settings on_cpu = s;
+  on_cpu.device_tier = false;
+  const MemoryEstimate all = estimate_memory(c, on_cpu, checkpoint_bytes, world_size);
+  const ShardedChunks chunks = sharded_chunks(c, s, world_size);
+  const auto counts = counts_of(c, s);
+  const double w = d(std::max(1, world_size));
+  double kept = 0, trainable_shards = 0;
+  for (double x : chunks.kept) kept += x;
+  for (double x : chunks.trainable) trainable_shards += x / w;
+  const double autograd_tensor =
+      chunks.largest_trainable_tensor * (counts.param_bytes + (counts.bf16 ? 4.0 : 0.0));
+  const double whole = (chunks.gathered_peak + kept) * counts.param_bytes;
+
+  MemoryEstimate device;
+  device.gathered_chunks = to_bytes(chunks.gathered_peak * counts.param_bytes);
+  device.weights = to_bytes(whole + chunks.gathered_peak / w * counts.param_bytes);
+  device.gradient_buckets = all.gradient_buckets;
+  device.gradients = to_bytes(static_cast<double>(all.gradient_buckets) + autograd_tensor);
+  if (s.simulated_device) {  // it computes in host memory
+    device.floor = 0;
+  } else {
+    device.activations = all.activations;
+    device.runtime = all.runtime;
+    device.floor = device.runtime;
+  }
+
+  MemoryEstimate host = all;
+  host.weights = to_bytes(static_cast<double>(all.weights) - whole);
+  host.gathered_chunks = 0;
+  host.gradient_buckets = 0;
+  host.gradients = to_bytes(trainable_shards * 4.0 * (s.gradient_accumulation > 1 ? 2.0 : 1.0));
+  if (!s.simulated_device) host.activations = 0;
+  return {device, host};
+}
+
 }  // namespace
 
 MemoryEstimate estimate_host_memory(const hf::ModelConfig& c, const Settings& s,
@@ -559,6 +614,7 @@ MemoryEstimate estimate_host_memory(const hf::ModelConfig& c, const Settings& s,
     return host;
   }
   if (s.strategy != "gemini" || !s.device_tier) return {};
+  if (world_size > 1) return sharded_device_tiers(c, s, checkpoint_bytes, world_size).second;
   return gemini_device_tiers(c, s, checkpoint_bytes).second;
 }
 
@@ -566,6 +622,8 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
                                std::uint64_t checkpoint_bytes, int world_size) {
   if (s.strategy == "gemini" && s.device_tier && world_size == 1)
     return gemini_device_tiers(c, s, checkpoint_bytes).first;
+  if (s.strategy == "gemini" && s.device_tier)
+    return sharded_device_tiers(c, s, checkpoint_bytes, world_size).first;
   MemoryEstimate e;
   const auto [n, trainable, stored, param_bytes, lora, bf16] = counts_of(c, s);
   e.weights = to_bytes(stored * param_bytes + (bf16 ? trainable * 4.0 : 0.0));
@@ -1229,15 +1287,17 @@ Plan make_plan(const PlanInputs& in) {
     if (device_budget > 0) tier.budget = std::min(tier.budget, device_budget);
   }
   if (distributed)
-    tier.device = gpu ? "cuda (" + hw.gpus[0].name + "), a GPU for each of the " +
-                            std::to_string(per_node) + " ranks on this machine"
-                      : "cpu, one of " + std::to_string(per_node) + " ranks on this machine";
+    tier.device = simulated_device ? "simulated, one for each of the " + std::to_string(per_node) +
+                                         " ranks on this machine"
+                  : gpu ? "cuda (" + hw.gpus[0].name + "), a GPU for each of the " +
+                              std::to_string(per_node) + " ranks on this machine"
+                        : "cpu, one of " + std::to_string(per_node) + " ranks on this machine";
   tier.simulated = gpu ? simulated_device : hw.memory.simulated.has_value();
   const std::uint64_t limit =
       static_cast<std::uint64_t>(static_cast<double>(tier.budget) * (1.0 - kHeadroom));
   const bool bf16_native = gpu ? hw.gpus[0].bf16 : hw.cpu.native_bf16();
 
-  Settings base = written_settings(spec, static_cast<int>(hw.gpus.size()));
+  Settings base = written_settings(spec, static_cast<int>(hw.gpus.size()), processes, per_node);
   if (!gpu) {  // gemini asked for cuda on a machine without one: planned as on the CPU (said above)
     base.device_tier = false;
     base.host_optim_frac = base.host_param_frac = 0.0;
@@ -2027,6 +2087,10 @@ job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& s) {
       out.strategy.options["device"] = "cuda";
       out.strategy.options["host_optim_frac"] = s.host_optim_frac;
       out.strategy.options["host_param_frac"] = s.host_param_frac;
+    } else {
+      // Planned on the CPU: gemini's own "auto" would take the GPUs (sharded over several
+      // processes) that the plan did not weigh.
+      out.strategy.options["device"] = "cpu";
     }
   }
   return out;

@@ -180,10 +180,13 @@ class SimulatedDevice : public DeviceTier {
   }
 
   // Memory goes once the copies queued before its release are done, as a stream-ordered free:
-  // queued behind them when there are any, so the host never waits.
+  // queued behind them when there are any, so the host never waits. Its bytes leave the budget
+  // at once, as the CUDA tier's do (the caching allocator reuses the block only after those
+  // copies).
   static void free_block(void* context) {
     auto* block = static_cast<Block*>(context);
     SimulatedDevice* device = block->device;
+    device->accounts_.release(block->bytes);
     {
       std::lock_guard<std::mutex> lock(device->mutex_);
       if (device->completed_ < device->queued_) {
@@ -192,7 +195,6 @@ class SimulatedDevice : public DeviceTier {
         return;
       }
     }
-    device->accounts_.release(block->bytes);
     delete block;
   }
 
@@ -227,9 +229,7 @@ class SimulatedDevice : public DeviceTier {
       copies_.pop_front();
       lock.unlock();
       if (copy.to_free != nullptr) {
-        const std::size_t bytes = copy.to_free->bytes;
         delete copy.to_free;
-        accounts_.release(bytes);
         lock.lock();
       } else {
         std::memcpy(copy.dst, copy.src, copy.bytes);

@@ -3,6 +3,9 @@
 // that knows the world size; until then the one-process plugin answers.
 #include <torch/torch.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "plugins/gemini/gemini_plugin.h"
 #include "plugins/gemini/sharded_gemini.h"
 #include "train/plugin.h"
@@ -21,7 +24,9 @@ class GeminiFront : public train::Plugin {
 
   void prepare(model::PretrainedModel& model, std::vector<train::NamedTensor> trainable,
                const train::PluginOptions& options) override {
-    if (options.process.world_size > 1) impl_ = make_sharded_gemini();
+    const char* one = std::getenv(kShardedOneProcessVariable);
+    if (options.process.world_size > 1 || (one != nullptr && std::string(one) == "1"))
+      impl_ = make_sharded_gemini();
     impl_->prepare(model, std::move(trainable), options);
   }
 

@@ -79,7 +79,11 @@ struct ShardChunk {
   torch::Tensor whole;  // C elements (compute dtype); its memory comes and goes
   bool gathered = false;
   std::optional<dist::PendingCollective> gathering;  // gathered ahead, not waited yet
-  torch::Tensor values;                              // S elements, compute dtype: this rank's shard
+  // With a device tier: this rank's shard copied up for the all-gather (until it is done), and
+  // the copy's event (`values` is read by it until then).
+  torch::Tensor upload;
+  std::shared_ptr<train::DeviceEvent> uploaded;
+  torch::Tensor values;  // S elements, compute dtype: this rank's shard
   // Static placement with offload_param_frac: `values` lives in a region of the disk tier and
   // is resident (a view of `values_buffer`) only while the chunk is gathered or streamed
   // through an update or a load.
@@ -94,8 +98,10 @@ struct ShardChunk {
   bool optim_on_disk = false;
   std::size_t optim_region = 0;
   memory::AlignedBuffer optim_buffer;
-  torch::Tensor grad_shard;  // float32, S: this step's reduced gradients (until the update)
-  torch::Tensor grad_whole;  // float32, C: this backward's gradients (until reduce-scattered)
+  torch::Tensor grad_shard;  // float32, S, host: this step's reduced gradients (until the update)
+  // float32, C: this backward's gradients (until reduce-scattered); in device memory with a
+  // device tier.
+  torch::Tensor grad_whole;
   std::size_t grads_in = 0;
   bool ready = false;     // every tensor's gradient of this backward is in
   bool launched = false;  // reduce-scattered in this backward
@@ -149,26 +155,35 @@ class ShardedGemini : public train::Plugin {
   void prepare(model::PretrainedModel& model, std::vector<NamedTensor> trainable,
                const train::PluginOptions& options) override {
     const train::ProcessContext& process = options.process;
-    if (process.world_size < 2 || !process.parallel || process.data_group == nullptr)
+    if (process.world_size == 1) {
+      // One process (the tests' kShardedOneProcessVariable): a group of one, whose
+      // collectives copy their input.
+      solo_ =
+          std::make_unique<dist::ParallelContext>(dist::DistEnvironment{}, dist::ParallelOptions{});
+      process_ = process;
+      process_.data_group = &solo_->world();
+    } else if (!process.parallel || process.data_group == nullptr) {
       throw Error(ErrorKind::Internal,
                   "strategy gemini: rank " + std::to_string(process.rank) + " of " +
                       std::to_string(process.world_size) +
                       " processes has no data-parallel group (ProcessContext::data_group)",
                   "start the job with `tessera-cli launch`, which joins the ranks");
-    process_ = process;
-    group_ = process.data_group;
+    } else {
+      process_ = process;
+    }
+    group_ = process_.data_group;
     rank_ = group_->rank();
     world_ = group_->size();
     adamw_ = options.adamw;
-    if (options.device.rfind("cuda", 0) == 0)
-      throw_unsupported(
-          "strategy gemini: a device tier on several processes is not supported "
-          "yet on a GPU",
-          "run one process for chunks on the GPU, or device cpu");
     read_options(options);
-    if (options.device == "simulated") {
-      // The gathered chunks live in device memory; the shards, their gradients and optimizer
-      // state stay in host memory (or on disk), updated by the CPU Adam.
+    // "auto" is the GPU when every rank of this machine has one (job::device_for).
+    const std::string device =
+        options.device == "auto" ? train::choose_plugin_device(options, name()) : options.device;
+    if (device == "simulated" || device.rfind("cuda", 0) == 0) {
+      // The gathered chunks and the gradient chunks being reduced live in device memory (the
+      // collectives run there: NCCL on GPUs); the shards, their gradients and optimizer state
+      // stay in host memory (or on disk), updated by the CPU Adam. Each gather uploads only
+      // this rank's shard, each reduction copies down only its shard of the result.
       const nlohmann::json& o = options.strategy_options;
       for (const char* key : {"host_param_frac", "host_optim_frac"})
         if (o.is_object() && o.contains(key) && o[key] != 1.0)
@@ -181,13 +196,15 @@ class ShardedGemini : public train::Plugin {
             "strategy gemini: placement \"auto\" with a device on several processes is not "
             "supported yet",
             "use placement \"static\"");
-      device_ = train::make_device_tier(options.device, size_option(o, "device_budget").value_or(0),
+      // Rank r's GPU is LOCAL_RANK's (as ddp and zero), made the current device.
+      const std::string tier =
+          device == "simulated" ? device : train::rank_cuda_device(options, name()).str();
+      device_ = train::make_device_tier(tier, size_option(o, "device_budget").value_or(0),
                                         "strategy.options.device");
     } else {
-      train::choose_plugin_device(options, name());  // "auto" on a GPU machine: says it stays off
       train::require_cpu_device(options, name());
     }
-    precision_.emplace(options.precision, torch::kCPU);
+    precision_.emplace(options.precision, tensor_device());
     dtype_ = precision_->compute_dtype();
     deferred_ = options.deferred_weights.get();
     torch::NoGradGuard no_grad;
@@ -198,7 +215,8 @@ class ShardedGemini : public train::Plugin {
 
     build_chunks(model);
     for (torch::Tensor& buffer : model.buffers())
-      if (buffer.is_floating_point()) buffer.set_data(buffer.to(dtype_));
+      buffer.set_data(buffer.is_floating_point() ? buffer.to(tensor_device(), dtype_)
+                                                 : buffer.to(tensor_device()));
     deferred_ = nullptr;
     for (ShardEntry& e : entries_) {
       e.tensor.set_requires_grad(e.trainable);
@@ -211,7 +229,7 @@ class ShardedGemini : public train::Plugin {
     if (auto_placement_) core::reset_process_peak_rss();
   }
 
-  torch::Device device() const override { return torch::kCPU; }
+  torch::Device device() const override { return tensor_device(); }
   torch::Dtype compute_dtype() const override { return dtype_; }
   const train::ProcessContext& process() const override { return process_; }
 
@@ -234,6 +252,7 @@ class ShardedGemini : public train::Plugin {
       for (ShardChunk& c : chunks_) c.ready = c.trainable;
       launch_ready_reductions();
       while (!reductions_.empty()) finish_reduction();
+      add_copied_gradients();
     } catch (...) {
       wait_in_flight();
       throw;
@@ -251,7 +270,11 @@ class ShardedGemini : public train::Plugin {
     if (c.launched)
       throw Error(ErrorKind::Internal, "gemini: the gradient of \"" + e.name +
                                            "\" arrived after its chunk was reduce-scattered");
-    if (!c.grad_whole.defined()) c.grad_whole = torch::zeros({c.capacity}, torch::kFloat32);
+    if (!c.grad_whole.defined())
+      c.grad_whole = device_ ? device_tensor(c.capacity, torch::kFloat32,
+                                             "gradient chunk " + std::to_string(e.chunk))
+                                   .zero_()
+                             : torch::zeros({c.capacity}, torch::kFloat32);
     torch::Tensor slot = c.grad_whole.narrow(0, e.offset, e.numel).view(g.sizes());
     const torch::Tensor master = precision_->master_gradient(g);
     if (e.grad_this_backward)
@@ -320,28 +343,41 @@ class ShardedGemini : public train::Plugin {
       const auto shard = static_cast<std::uint64_t>(c.shard);
       const auto capacity = static_cast<std::uint64_t>(c.capacity);
       if (c.values.defined()) m.weights += shard * element;
-      if (!device_ && (c.gathered || c.gathering)) m.weights += capacity * element;
+      if ((!device_ || gather_to_host_) && (c.gathered || c.gathering))
+        m.weights += capacity * element;
       if (!c.trainable) continue;
       if (dtype_ != torch::kFloat32 && c.optim.defined()) m.weights += shard * 4;  // masters
       if (c.optim.defined()) m.optimizer += shard * 8;
       if (c.grad_shard.defined()) m.gradients += shard * 4;
-      if (c.grad_whole.defined()) m.gradients += capacity * 4;
+      if (!device_ && c.grad_whole.defined()) m.gradients += capacity * 4;
     }
-    for (const Reduction& r : reductions_) {
-      m.gradients += static_cast<std::uint64_t>(r.input.numel()) * 4;
-      m.gradients += static_cast<std::uint64_t>(r.output.numel()) * 4;
-    }
+    if (!device_) m.gradients += reductions_bytes();
+    for (const CopiedGradient& g : copied_gradients_)
+      m.gradients += static_cast<std::uint64_t>(g.host.numel()) * 4;
     return m;
+  }
+
+  std::uint64_t reductions_bytes() const {
+    std::uint64_t bytes = 0;
+    for (const Reduction& r : reductions_)
+      bytes += static_cast<std::uint64_t>(r.input.numel() + r.output.numel()) * 4;
+    return bytes;
   }
 
   std::optional<train::DeviceTierMemory> device_tier_memory() const override {
     if (!device_) return std::nullopt;
-    MemoryByCategory gathered;  // the only thing the device holds here
+    // Gathered chunks and the shards copied up for their gathers; the gradient chunks of this
+    // backward and those being reduce-scattered.
+    MemoryByCategory held;
     const std::uint64_t element = c10::elementSize(dtype_);
-    for (const ShardChunk& c : chunks_)
-      if (c.gathered || c.gathering)
-        gathered.weights += static_cast<std::uint64_t>(c.capacity) * element;
-    return train::device_tier_memory_of(*device_, gathered);
+    for (const ShardChunk& c : chunks_) {
+      if (!gather_to_host_ && (c.gathered || c.gathering))
+        held.weights += static_cast<std::uint64_t>(c.capacity) * element;
+      if (c.upload.defined()) held.weights += static_cast<std::uint64_t>(c.upload.nbytes());
+      if (c.grad_whole.defined()) held.gradients += static_cast<std::uint64_t>(c.capacity) * 4;
+    }
+    held.gradients += reductions_bytes();
+    return train::device_tier_memory_of(*device_, held);
   }
 
   std::optional<train::DiskTierMemory> disk_memory() const override {
@@ -401,9 +437,22 @@ class ShardedGemini : public train::Plugin {
   // export or merge afterwards. The model's weights are then whole on every rank.
   void gather_weights() override {
     torch::NoGradGuard no_grad;
+    if (device_ && gather_to_host_)
+      return;       // done: a second call (rank 0's export) is no collective
     if (device_) {  // whole for the export: in host memory, not in the device's budget
-      release_gathered();
+      for (std::size_t c = 0; c < chunks_.size(); ++c)
+        if (chunks_[c].gathered) release(c);
+      gathered_.unpin();
       gather_to_host_ = true;
+      for (ShardChunk& chunk :
+           chunks_) {  // a GPU's tensors become host tensors (all-gathered by Gloo)
+        if (chunk.whole.device().is_cpu()) continue;
+        chunk.whole = torch::empty({chunk.capacity}, dtype_);
+        for (std::size_t i : chunk.entries) {
+          ShardEntry& e = entries_[i];
+          e.tensor.set_data(chunk.whole.narrow(0, e.offset, e.numel).view(e.tensor.sizes()));
+        }
+      }
     }
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
       gather(c);
@@ -562,6 +611,11 @@ class ShardedGemini : public train::Plugin {
   }
 
  private:
+  struct CopiedGradient {
+    std::size_t chunk = 0;
+    torch::Tensor host;  // a later micro-batch's shard, copied down, to add to grad_shard
+  };
+
   struct Reduction {
     std::size_t chunk = 0;
     torch::Tensor input;   // the chunk's whole gradients, alive until the collective is done
@@ -598,6 +652,29 @@ class ShardedGemini : public train::Plugin {
     // Each rank's DiskStore makes a folder of its own (tessera-offload-<pid>) inside this one.
     if (o.contains("offload_dir")) offload_dir_ = o["offload_dir"].get<std::string>();
     chunk_bytes_ = size_option(o, "chunk_size");
+  }
+
+  // --- memory --------------------------------------------------------------------------------
+
+  torch::Device tensor_device() const {
+    return device_ ? torch::Device(device_->tensor_device()) : torch::Device(torch::kCPU);
+  }
+
+  // `numel` elements of the device tier's memory, counted in its budget (`what` names them in
+  // an out-of-memory).
+  torch::Tensor device_tensor(std::int64_t numel, torch::Dtype dtype, const std::string& what) {
+    const auto bytes = static_cast<std::size_t>(numel) * c10::elementSize(dtype);
+    c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, device_->allocate(bytes, what),
+                         /*allocator=*/nullptr, /*resizable=*/false);
+    return torch::empty({0}, torch::TensorOptions().dtype(dtype).device(tensor_device()))
+        .set_(storage, 0, {numel}, {1});
+  }
+  // Float32 host memory the device copies into (page-locked on a GPU).
+  torch::Tensor host_tensor(std::int64_t numel) {
+    const auto bytes = static_cast<std::size_t>(numel) * 4;
+    c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, device_->allocate_host(bytes),
+                         /*allocator=*/nullptr, /*resizable=*/false);
+    return torch::empty({0}, torch::kFloat32).set_(storage, 0, {numel}, {1});
   }
 
   // --- chunks ---------------------------------------------------------------------------------
@@ -732,7 +809,7 @@ class ShardedGemini : public train::Plugin {
           drop_resident_optim(chunk);
         }
       }
-      chunk.whole = staged.to(dtype_);
+      chunk.whole = staged.to(tensor_device(), dtype_);
       chunk.gathered = true;
       for (std::size_t i : chunk.entries) {
         ShardEntry& e = entries_[i];
@@ -768,11 +845,9 @@ class ShardedGemini : public train::Plugin {
   // The whole chunk's memory goes; the views autograd saved see it again when it is gathered.
   void release(std::size_t c) {
     ShardChunk& chunk = chunks_[c];
-    if (chunk.gathering) {
-      chunk.gathering->wait();
-      chunk.gathering.reset();
-    }
-    storage_of(chunk).set_data_ptr_noswap(c10::DataPtr(nullptr, c10::kCPU));
+    finish_gather(chunk);
+    settle_upload(chunk);
+    storage_of(chunk).set_data_ptr_noswap(c10::DataPtr(nullptr, chunk.whole.device()));
     chunk.gathered = false;
     // Unchanged since it was read (only updates and loads change shards, and they write back):
     // dropped unless the shards kept in memory are still under their limit.
@@ -814,11 +889,23 @@ class ShardedGemini : public train::Plugin {
       disk_->read(chunk.values_region, chunk.values_buffer.data()).get();
     }
     const auto bytes = static_cast<std::size_t>(chunk.whole.nbytes());
-    storage_of(chunk).set_data_ptr_noswap(
-        device_ && !gather_to_host_
-            ? device_->allocate(bytes, "gathered chunk " + std::to_string(c))
-            : c10::GetCPUAllocator()->allocate(bytes));
-    chunk.gathering = group_->all_gather_async(chunk.values, chunk.whole);
+    if (device_ && !gather_to_host_) {
+      storage_of(chunk).set_data_ptr_noswap(
+          device_->allocate(bytes, "gathered chunk " + std::to_string(c)));
+      // Only this rank's shard goes up; the all-gather, queued after the copy on the compute
+      // stream, fills the rest from the other ranks' devices.
+      settle_upload(chunk);
+      chunk.upload =
+          device_tensor(chunk.shard, dtype_, "parameter shard of chunk " + std::to_string(c));
+      device_->copy_to_device(chunk.upload.data_ptr(), chunk.values.data_ptr(),
+                              static_cast<std::size_t>(values_bytes(chunk)));
+      chunk.uploaded = device_->record_copies();
+      device_->compute_waits(*chunk.uploaded);
+      chunk.gathering = group_->all_gather_async(chunk.upload, chunk.whole);
+    } else {
+      storage_of(chunk).set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(bytes));
+      chunk.gathering = group_->all_gather_async(chunk.values, chunk.whole);
+    }
     chunk.gathered = true;
     ++all_gathers_;
   }
@@ -831,10 +918,23 @@ class ShardedGemini : public train::Plugin {
       if (!chunk.persistent) make_room();
       start_gather(c);
     }
-    if (chunk.gathering) {
-      chunk.gathering->wait();
-      chunk.gathering.reset();
-    }
+    finish_gather(chunk);
+  }
+
+  // Waits for the chunk's all-gather, if one is in flight; its uploaded shard goes (on a GPU
+  // in stream order: the compute stream waited for the collective).
+  void finish_gather(ShardChunk& chunk) {
+    if (!chunk.gathering) return;
+    chunk.gathering->wait();
+    chunk.gathering.reset();
+    chunk.upload = torch::Tensor();
+  }
+
+  // The host shard may change or go once its copy to the device is done.
+  void settle_upload(ShardChunk& chunk) {
+    if (!chunk.uploaded) return;
+    device_->host_waits(*chunk.uploaded);
+    chunk.uploaded.reset();
   }
 
   void use_chunks(const std::vector<std::size_t>& chunks) {
@@ -881,8 +981,7 @@ class ShardedGemini : public train::Plugin {
   void gather_persistent(bool trainable_only) {
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
       if (!chunks_[c].persistent || (trainable_only && !chunks_[c].trainable)) continue;
-      if (chunks_[c].gathering) chunks_[c].gathering->wait();
-      chunks_[c].gathering.reset();
+      finish_gather(chunks_[c]);
       chunks_[c].gathered = false;
       gather(c);
     }
@@ -895,12 +994,17 @@ class ShardedGemini : public train::Plugin {
       const std::size_t c = reduce_order_[next_reduce_++];
       ShardChunk& chunk = chunks_[c];
       if (!chunk.grad_whole.defined())
-        chunk.grad_whole = torch::zeros({chunk.capacity}, torch::kFloat32);
+        chunk.grad_whole = device_ ? device_tensor(chunk.capacity, torch::kFloat32,
+                                                   "gradient chunk " + std::to_string(c))
+                                         .zero_()
+                                   : torch::zeros({chunk.capacity}, torch::kFloat32);
       Reduction r;
       r.chunk = c;
       r.input = std::move(chunk.grad_whole);
       chunk.grad_whole = torch::Tensor();
-      r.output = torch::empty({chunk.shard}, torch::kFloat32);
+      r.output = device_ ? device_tensor(chunk.shard, torch::kFloat32,
+                                         "reduced gradient shard " + std::to_string(c))
+                         : torch::empty({chunk.shard}, torch::kFloat32);
       r.work = group_->reduce_scatter_async(r.input, r.output, dist::ReduceOp::Avg);
       chunk.launched = true;
       ++reduce_scatters_;
@@ -910,15 +1014,39 @@ class ShardedGemini : public train::Plugin {
   }
 
   // Waits for the oldest reduce-scatter and adds this rank's shard into the step's gradients.
+  // With a device tier the shard is copied down behind the collective, into the host gradient
+  // shard (the first micro-batch) or a buffer added to it once the backward's copies are done
+  // (add_copied_gradients); its device memory goes at once, in stream order.
   void finish_reduction() {
     Reduction& r = reductions_.front();
     r.work.wait();
     ShardChunk& chunk = chunks_[r.chunk];
-    if (chunk.grad_shard.defined())
+    if (device_) {
+      torch::Tensor destination = host_tensor(chunk.shard);
+      if (chunk.grad_shard.defined())
+        copied_gradients_.push_back({r.chunk, destination});
+      else
+        chunk.grad_shard = destination;
+      device_->copies_wait(*device_->record_compute());
+      device_->copy_to_host(destination.data_ptr(), r.output.data_ptr(),
+                            static_cast<std::size_t>(r.output.nbytes()));
+      gradients_copied_ = device_->record_copies();
+    } else if (chunk.grad_shard.defined()) {
       chunk.grad_shard.add_(r.output);
-    else
+    } else {
       chunk.grad_shard = r.output;
+    }
     reductions_.pop_front();
+  }
+
+  // At the end of a backward: the host waits for the gradient shards' copies and adds those of
+  // later micro-batches into the step's.
+  void add_copied_gradients() {
+    if (!gradients_copied_) return;
+    device_->host_waits(*gradients_copied_);
+    gradients_copied_.reset();
+    for (CopiedGradient& g : copied_gradients_) chunks_[g.chunk].grad_shard.add_(g.host);
+    copied_gradients_.clear();
   }
 
   void wait_in_flight() {
@@ -936,6 +1064,13 @@ class ShardedGemini : public train::Plugin {
       } catch (const std::exception&) {
       }
       c.gathering.reset();
+      c.upload = torch::Tensor();
+    }
+    if (device_) {  // no host buffer may go while a copy still uses it
+      device_->host_waits(*device_->record_copies());
+      for (ShardChunk& c : chunks_) c.uploaded.reset();
+      gradients_copied_.reset();
+      copied_gradients_.clear();
     }
   }
 
@@ -1072,7 +1207,9 @@ class ShardedGemini : public train::Plugin {
       if (chunks_[c].values_on_disk) keep_or_drop_values(chunks_[c]);
     };
     stream_disk_chunks(chunks_.size(), io, [&](std::size_t c) {
-      if (chunks_[c].trainable) body(chunks_[c]);
+      if (!chunks_[c].trainable) return;
+      settle_upload(chunks_[c]);  // a chunk kept whole was copied up from this shard
+      body(chunks_[c]);
     });
   }
 
@@ -1100,11 +1237,12 @@ class ShardedGemini : public train::Plugin {
   }
 
   train::ProcessContext process_;
+  std::unique_ptr<dist::ParallelContext> solo_;  // one process: its group of one
   dist::ProcessGroup* group_ = nullptr;
   int rank_ = 0;
   int world_ = 1;
-  // The simulated device's tier (several ranks: the gathered chunks live there). Declared
-  // first among the chunks' owners, so their device memory goes before it.
+  // The device tier (a GPU, or the simulated device): the gathered chunks and the gradient
+  // chunks live there. Declared first among the chunks' owners, so their memory goes before it.
   std::unique_ptr<train::DeviceTier> device_;
   bool gather_to_host_ = false;  // after gather_weights(): chunks whole in host memory
   std::optional<train::MixedPrecision> precision_;
@@ -1118,6 +1256,10 @@ class ShardedGemini : public train::Plugin {
   std::vector<std::size_t> reduce_order_;
   std::size_t next_reduce_ = 0;
   std::deque<Reduction> reductions_;
+  // A device tier's gradient shards on their way down: the last copy's event, and the later
+  // micro-batches' shards to add once it is done.
+  std::shared_ptr<train::DeviceEvent> gradients_copied_;
+  std::vector<CopiedGradient> copied_gradients_;
   std::shared_ptr<ShardedChunkUse> chunk_use_;
   std::vector<std::shared_ptr<torch::nn::Module>> hooked_blocks_;
   std::unordered_map<const torch::nn::Module*, std::vector<std::size_t>> block_chunks_;

@@ -16,8 +16,13 @@
 // the chunks (not LoRA's adapters) live there too, read when their chunk is gathered and
 // streamed through the update. Placement auto puts every parameter shard there and, after the
 // first step, keeps as many in memory as the rank's share of host_budget leaves beside the rest
-// of the process (its measured peak). The single-process plugin is gemini_plugin.cpp; the
-// registered `gemini` chooses between them by the world size (gemini_front.cpp).
+// of the process (its measured peak). With a device tier (a GPU per rank, or the simulated
+// device) the gathered chunks and the gradient chunks live in device memory and the collectives
+// run there (NCCL between GPUs): a gather copies the rank's shard up first, a reduction copies
+// the rank's shard of the result down; shards and optimizer state stay in host memory or on
+// disk. The single-process plugin is gemini_plugin.cpp; the registered `gemini` chooses between
+// them by the world size (gemini_front.cpp), or takes this one for one process too where the
+// tests ask (kShardedOneProcessVariable), a group of one whose collectives copy.
 #include <cstdint>
 #include <memory>
 
@@ -26,6 +31,10 @@ class Plugin;
 }
 
 namespace tessera::plugins {
+
+// Set to 1 (tests only: the GPU check on a machine with one GPU), the sharded plugin runs one
+// process too, so that its device tier runs on that GPU.
+inline constexpr const char* kShardedOneProcessVariable = "TESSERA_GEMINI_SHARDED_ONE_PROCESS";
 
 // The single-process plugin (gemini_plugin.cpp) and the sharded one (sharded_gemini.cpp).
 std::unique_ptr<train::Plugin> make_one_process_gemini();

@@ -328,6 +328,41 @@ def test_strategy_on_the_gpu_equals_single(plugin, options, llama_dir, batches, 
     tp.assert_close(ours["losses"], single["losses"], f"{plugin} cuda loss", rel=TRAIN_REL)
 
 
+@pytest.mark.parametrize("options", [
+    {"chunk_size": "160KiB"},
+    # shards of half the optimizer state and half the parameters on disk: read, copied up and
+    # gathered on the GPU
+    {"chunk_size": "160KiB", "offload_optim_frac": 0.5, "offload_param_frac": 0.5},
+])
+def test_sharded_gemini_on_the_gpu_equals_single(options, llama_dir, batches, tmp_path):  # noqa: F811
+    """gemini's sharded plugin (the one several ranks run) on a GPU: each gather copies the
+    rank's shard up and all-gathers the chunk in GPU memory, each gradient chunk is
+    reduce-scattered there and the rank's shard copied down for the CPU Adam. A machine with one
+    GPU cannot run two ranks (each needs a GPU of its own), so it runs as one process
+    (TESSERA_GEMINI_SHARDED_ONE_PROCESS: a group of one, whose collectives copy): the device
+    tier's copies, events and memory on CUDA, with the losses of single on the GPU. On the CPU,
+    the simulated device."""
+    common = ["--lr", 1e-2, "--schedule", "cosine", "--warmup", 3]
+    single = tp.run_probe(llama_dir, batches[0], 10, tmp_path / "single.json", *common,
+                          "--strategy-options", json.dumps(CUDA))
+    device = {"device": "cuda", "device_budget": "64MiB"} if DEVICE == "cuda" else \
+        {"device": "simulated", "device_budget": "64MiB"}
+    events = tmp_path / "events.jsonl"
+    cmd = [str(tp.probe_path()), "--model", str(llama_dir), "--batches", str(batches[0]),
+           "--steps", "10", "--report", str(tmp_path / "r.json"), "--events", str(events),
+           *map(str, common), "--plugin", "gemini", "--strategy-options", json.dumps({**options, **device})]
+    env = dict(os.environ, TESSERA_GEMINI_SHARDED_ONE_PROCESS="1", TESSERA_SIMULATED_DEVICE="1")
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr
+    ours = json.loads((tmp_path / "r.json").read_text())
+    print(f"sharded gemini {options} {DEVICE} vs single: rel {max_rel(ours['losses'], single['losses']):.2e}")
+    tp.assert_close(ours["losses"], single["losses"], "sharded gemini loss", rel=TRAIN_REL)
+    memory = [json.loads(line) for line in events.read_text().splitlines()]
+    tier = [e for e in memory if e["type"] == "memory" and e.get("tier") == "device"]
+    assert tier and tier[-1]["device"] == where(DEVICE if DEVICE == "cuda" else "simulated"), tier[-1:]
+    assert tier[-1]["traffic"]["to_host_bytes"] > 0 and tier[-1]["by_category"]["optimizer"] == 0
+
+
 @pytest.mark.skipif(DEVICE != "cuda", reason="the device tier of a GPU")
 def test_memory_events_report_the_gpu(llama_dir, batches, tmp_path):  # noqa: F811
     """The memory events' device tier comes from the CUDA allocator: the weights are the model's

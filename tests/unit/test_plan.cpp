@@ -1312,6 +1312,43 @@ class TestPlan : public QObject {
     QVERIFY(std::abs(static_cast<double>(offloaded.tiers[1].estimate.optimizer) - 4.0 * n) <= 1.0);
     QVERIFY(std::abs(static_cast<double>(offloaded.tiers[1].estimate.weights) - 2.0 * n) <= 1.0);
     QVERIFY(offloaded.tiers[0].estimate.peak() < zero.tiers[0].estimate.peak());
+    // gemini sharded over the 2 GPUs: each rank's GPU holds the chunks gathered at once and the
+    // gradient chunks in flight (the same figures its plan on the CPU puts among the host's),
+    // never the optimizer state; the shards, their moments and reduced gradients stay in the
+    // rank's share of host memory, the same bytes as on the CPU. With placement auto it is
+    // planned on the CPU, as it runs.
+    in.spec.strategy = {"gemini", {{"device", "cpu"}}};
+    const plan::Plan sharded_cpu = plan::make_plan(in);
+    QCOMPARE(sharded_cpu.tiers.size(), std::size_t{1});
+    const plan::MemoryEstimate& on_cpu = sharded_cpu.tiers[0].estimate;
+    in.spec.strategy = {"gemini", nlohmann::json::object()};
+    const plan::Plan sharded = plan::make_plan(in);
+    QCOMPARE(sharded.tiers.size(), std::size_t{2});
+    QCOMPARE(sharded.tiers[0].tier, std::string("device"));
+    QCOMPARE(sharded.tiers[1].tier, std::string("host"));
+    QCOMPARE(sharded.tiers[1].budget, in.profile.memory.usable() / 2);
+    const plan::MemoryEstimate& gpu_share = sharded.tiers[0].estimate;
+    const plan::MemoryEstimate& host_share = sharded.tiers[1].estimate;
+    QCOMPARE(gpu_share.optimizer, std::uint64_t{0});
+    QCOMPARE(host_share.optimizer, on_cpu.optimizer);
+    QCOMPARE(gpu_share.gathered_chunks, on_cpu.gathered_chunks);
+    QCOMPARE(gpu_share.gradient_buckets, on_cpu.gradient_buckets);
+    QVERIFY(gpu_share.gathered_chunks > 0 && gpu_share.gradient_buckets > 0);
+    // Whole chunks on the GPU, shards on the host: together the CPU plan's weights, plus the
+    // shards copied up for their gathers (a quarter of four chunks at most, W = 2: half).
+    QCOMPARE(host_share.weights + gpu_share.gathered_chunks, on_cpu.weights);
+    QCOMPARE(gpu_share.weights, gpu_share.gathered_chunks + gpu_share.gathered_chunks / 2);
+    QVERIFY(host_share.gradients < on_cpu.gradients);
+    QCOMPARE(gpu_share.activations, on_cpu.activations);
+    QCOMPARE(host_share.activations, std::uint64_t{0});
+    QVERIFY(std::any_of(sharded.reasons.begin(), sharded.reasons.end(), [](const std::string& r) {
+              return r.find("planned as if it computed on the CPU") != std::string::npos;
+            }) == false);
+    QCOMPARE(plan::apply_settings(in.spec, sharded.settings).strategy.options,
+             in.spec.strategy.options);
+    in.spec.strategy = {"gemini", {{"placement", "auto"}}};
+    const plan::Plan sharded_auto = plan::make_plan(in);
+    QCOMPARE(sharded_auto.tiers.at(0).tier, std::string("host"));
     // auto over several processes stays on the CPU, says so, and writes the device it planned.
     in.spec.strategy = {"auto", nlohmann::json::object()};
     const plan::Plan automatic = plan::make_plan(in);
