@@ -230,16 +230,7 @@ DeviceChoice device_for(const std::string& strategy, const std::string& device,
     return {"cpu", std::to_string(processes_per_node) + " ranks on this machine but " +
                        std::to_string(gpus) + " GPU(s): each rank needs a GPU of its own"};
   }
-  if (strategy == "gemini") {
-    const auto frac = options.is_object() ? options.find("offload_param_frac") : options.end();
-    if (options.is_object() && frac != options.end() && frac->is_number() &&
-        frac->get<double>() > 0.0)
-      return {"cpu",
-              "offload_param_frac puts parameter chunks on disk, which gemini's device "
-              "tier does not support yet"};
-    return {"cuda", ""};
-  }
-  return {"cuda", ""};  // single (and what the planner resolves auto to)
+  return {"cuda", ""};  // single, gemini's device tier (and what the planner resolves auto to)
 }
 
 std::string strategy_names() {

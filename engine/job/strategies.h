@@ -42,8 +42,8 @@ bool simulated_device_allowed();
 // Where a strategy computes, from its `device` option: "cpu", "cuda" or "simulated" as written;
 // "auto" is the GPU where this machine has one for each of its `processes_per_node` ranks (and
 // every rank is on it: across machines "auto" is the CPU, on which every rank agrees) and
-// the strategy has a CUDA path for these options (single; ddp and zero; gemini in one process
-// without parameter chunks on disk, or sharded with static placement), else the CPU, `why_not_gpu` saying why (empty without a
+// the strategy has a CUDA path for these options (single; ddp and zero; gemini in one process,
+// or sharded with static placement), else the CPU, `why_not_gpu` saying why (empty without a
 // GPU). The plugins, the runner (NCCL groups or not) and the planner all decide by it.
 struct DeviceChoice {
   std::string device;

@@ -489,13 +489,15 @@ constexpr double kStreamedChunks = static_cast<double>(memory::kCachedParameterC
 
 // gemini's device tier (plugins/gemini/gemini_plugin.cpp with a device): {the GPU's share, the
 // host's}. Parameter chunks in the compute dtype on the GPU but for the share `host_param_frac`
-// homed in pinned host memory (never the chunks holding LoRA adapters), of which at most four
-// are on the GPU at once; optimizer chunks updated on the GPU by the fused AdamW (moments, and
-// float32 masters in bf16) but for `host_optim_frac` in host memory and `offload_optim_frac` on
-// disk, both updated by the CPU Adam with float32 masters (in fp32 too: the update never reads a
-// parameter back from the GPU) on float32 gradients copied down as they arrive. Autograd's
-// gradients, the activations and the CUDA runtime (taken as the host process's baseline: the
-// context, cuBLAS's workspace) are on the GPU; loading and the export run in host memory.
+// homed in pinned host memory and `offload_param_frac` on disk (never the chunks holding LoRA
+// adapters), of which at most four are on the GPU at once (a chunk from disk with its copy in
+// host memory while there, and two more in host memory on their way to their files); optimizer
+// chunks updated on the GPU by the fused AdamW (moments, and float32 masters in bf16) but for
+// `host_optim_frac` in host memory and `offload_optim_frac` on disk, both updated by the CPU Adam
+// with float32 masters (in fp32 too: the update never reads a parameter back from the GPU) on
+// float32 gradients copied down as they arrive. Autograd's gradients, the activations and the CUDA
+// runtime (taken as the host process's baseline: the context, cuBLAS's workspace) are on the GPU;
+// loading and the export run in host memory.
 std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelConfig& c,
                                                               const Settings& s,
                                                               std::uint64_t checkpoint_bytes) {
@@ -512,14 +514,16 @@ std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelCon
   const double h = d(c.hidden_size), m = d(c.intermediate_size), v = d(c.vocab_size);
   const double largest_tensor = std::max(v * h, h * m);
   const double largest = lora ? trainable : largest_tensor;
-  const double host_parameters =
-      std::min(std::clamp(s.host_param_frac, 0.0, 1.0) * parameters, n * param_bytes);
+  const double disk_parameters =
+      std::min(std::clamp(s.offload_param_frac, 0.0, 1.0) * parameters, n * param_bytes);
+  const double host_parameters = std::min(std::clamp(s.host_param_frac, 0.0, 1.0) * parameters,
+                                          n * param_bytes - disk_parameters);
+  const double streamed = host_parameters + disk_parameters;
   const double chunk = parameter_chunk_bytes(largest_tensor, stored, param_bytes);
 
   MemoryEstimate gpu;
-  gpu.weights =
-      to_bytes(parameters - host_parameters + std::min(kStreamedChunks * chunk, host_parameters) +
-               (bf16 ? on_gpu * trainable * 4.0 : 0.0));
+  gpu.weights = to_bytes(parameters - streamed + std::min(kStreamedChunks * chunk, streamed) +
+                         (bf16 ? on_gpu * trainable * 4.0 : 0.0));
   gpu.optimizer = to_bytes(on_gpu * trainable * 8.0);
   gpu.gradients = to_bytes(trainable * param_bytes + (bf16 ? largest * 4.0 : 0.0));
   if (s.simulated_device) {  // it computes in host memory
@@ -530,10 +534,14 @@ std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelCon
     gpu.floor = gpu.runtime;
   }
   gpu.disk_optimizer = to_bytes(on_disk * trainable * 8.0);
-  gpu.disk_weights = to_bytes(on_disk * trainable * 4.0);
+  gpu.disk_parameters = to_bytes(disk_parameters);
+  gpu.disk_trainable_parameters = lora ? 0 : gpu.disk_parameters;
+  gpu.disk_weights = to_bytes(on_disk * trainable * 4.0) + gpu.disk_parameters;
 
   MemoryEstimate host;
   host.weights = to_bytes(host_parameters + in_host * trainable * 4.0);
+  // Copies of chunks from disk: those on the GPU, and two on their way to their files.
+  host.offload_buffers = to_bytes(std::min((kStreamedChunks + 2.0) * chunk, disk_parameters));
   host.optimizer = to_bytes(in_host * trainable * 8.0);
   host.gradients = to_bytes((in_host + on_disk) * trainable * 4.0);
   host.runtime = kRuntimeBaselineBytes;
@@ -541,7 +549,8 @@ std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelCon
   if (on_disk > 0.0) {
     // Three optimizer chunks in flight in the update (moments and masters, with the gradient).
     const double optim_chunk = optimizer_chunk_elements(largest, trainable);
-    host.offload_buffers = to_bytes(std::min(3.0 * optim_chunk * 16.0, on_disk * trainable * 16.0));
+    host.offload_buffers +=
+        to_bytes(std::min(3.0 * optim_chunk * 16.0, on_disk * trainable * 16.0));
   }
   // Loading reads the checkpoint into the chunks, those on the GPU through one chunk of staging.
   host.load_peak = to_bytes(d(static_cast<std::int64_t>(host.weights + host.optimizer +
@@ -1460,8 +1469,11 @@ Plan make_plan(const PlanInputs& in) {
       std::vector<Fractions> shares;
       for (double f : {0.25, 0.5, 0.75, 1.0}) shares.push_back({0.0, 0.0, f, 0.0});
       for (double f : {0.25, 0.5, 0.75, 1.0}) shares.push_back({0.0, 0.0, 1.0, f});
-      if (disk_limit > 0)
+      if (disk_limit > 0) {
         for (double f : {0.25, 0.5, 0.75, 1.0}) shares.push_back({f, 0.0, 1.0 - f, 1.0});
+        // Then the parameter chunks follow the optimizer state to disk.
+        for (double f : {0.25, 0.5, 0.75, 1.0}) shares.push_back({1.0, f, 0.0, 1.0 - f});
+      }
       chosen = search(spilled, shares, precision);
       if (!chosen) continue;
       const auto on_host = estimate_host_memory(c, *chosen, in.checkpoint_bytes);
@@ -1469,7 +1481,7 @@ Plan make_plan(const PlanInputs& in) {
           "full fine-tuning does not fit in " + gib(limit) + " of the GPU with everything " +
           "there: gemini's device tier keeps " + in_host_phrase(*chosen) + " in host memory (" +
           gib(on_host.peak()) + " of the host's " + gib(host_limit) + ")" +
-          (chosen->offload_optim_frac > 0.0
+          (chosen->offload_optim_frac > 0.0 || chosen->offload_param_frac > 0.0
                ? " and " + on_disk_phrase(*chosen) + " on disk in " + hw.disk->path
                : std::string()) +
           ", brought to the GPU as blocks need them");
@@ -1604,11 +1616,11 @@ Plan make_plan(const PlanInputs& in) {
           "strategy " + plan.strategy + ": one process on " + tier.device +
               (planned == 1 ? ", the only strategy this build has" : "") +
               (s.strategy != "gemini" ? std::string()
-               : s.device_tier
-                   ? ", parameters in chunks (its device tier), " + in_host_phrase(s) +
-                         " in host memory" +
-                         (s.offload_optim_frac > 0.0 ? ", " + on_disk_phrase(s) + " on disk"
-                                                     : std::string())
+               : s.device_tier ? ", parameters in chunks (its device tier), " + in_host_phrase(s) +
+                                     " in host memory" +
+                                     (s.offload_optim_frac > 0.0 || s.offload_param_frac > 0.0
+                                          ? ", " + on_disk_phrase(s) + " on disk"
+                                          : std::string())
                : s.offload_param_frac > 0.0
                    ? ", parameters in chunks, " + on_disk_phrase(s) + " on disk"
                    : std::string(", parameters in chunks, optimizer state partly on disk")));
@@ -2159,11 +2171,12 @@ std::vector<std::string> applied_changes(const job::JobSpec& spec, const Setting
     changes.push_back(std::string("activation checkpointing ") +
                       (s.activation_checkpointing ? "on" : "off"));
   if (s.strategy == "gemini" && spec.strategy.name != "gemini")
-    changes.push_back(
-        s.device_tier ? "strategy gemini on the GPU with " + in_host_phrase(s) + " in host memory" +
-                            (s.offload_optim_frac > 0.0 ? " and " + on_disk_phrase(s) + " on disk"
-                                                        : std::string())
-                      : "strategy gemini with " + on_disk_phrase(s) + " on disk");
+    changes.push_back(s.device_tier ? "strategy gemini on the GPU with " + in_host_phrase(s) +
+                                          " in host memory" +
+                                          (s.offload_optim_frac > 0.0 || s.offload_param_frac > 0.0
+                                               ? " and " + on_disk_phrase(s) + " on disk"
+                                               : std::string())
+                                    : "strategy gemini with " + on_disk_phrase(s) + " on disk");
   return changes;
 }
 

@@ -154,9 +154,14 @@ struct ParamChunk {
   torch::Tensor storage;
   bool on_disk = false;
   bool on_host = false;
-  c10::DataPtr home;                              // on_host: the values (host memory)
-  std::shared_ptr<train::DeviceEvent> arrival;    // on_host: the copy to the device in flight
-  std::shared_ptr<train::DeviceEvent> departure;  // on_host: the copy back to `home` in flight
+  // With a device: the values in host memory — for good when on_host; when on_disk, a copy
+  // read from the file while the chunk is on the device or being updated on the host.
+  c10::DataPtr home;
+  std::shared_ptr<train::DeviceEvent> arrival;    // the copy to the device in flight
+  std::shared_ptr<train::DeviceEvent> departure;  // the copy back to `home` in flight
+  std::shared_ptr<train::DeviceEvent> home_read;  // the last copy that read `home`
+  bool home_dirty = false;   // on_disk with a device: `home` holds values its file does not
+  bool home_queued = false;  // in home_writes_
   bool streamed() const { return on_disk || on_host; }
   std::size_t region = 0;
   bool resident = true;
@@ -225,11 +230,6 @@ class GeminiPlugin : public train::Plugin {
         // on the device as its measured peak leaves room for in the budget.
         gemini_.offload_param_frac = 0.0;
         gemini_.host_param_frac = 1.0;
-      } else if (gemini_.offload_param_frac > 0.0) {
-        throw_unsupported(
-            "strategy gemini: with a device, parameter chunks on disk (offload_param_frac) are "
-            "not supported yet",
-            "use host_param_frac for parameters off the device");
       }
     } else {
       train::require_cpu_device(options, name());
@@ -473,7 +473,7 @@ class GeminiPlugin : public train::Plugin {
       if (!e.has_grad) continue;
       use_parameter_chunks({e.param_chunk});
       ParamChunk& pc = param_chunks_[e.param_chunk];
-      if (pc.on_host) pc.dirty = true;
+      if (pc.streamed()) pc.dirty = true;
       torch::Tensor g = precision_->master_gradient(e.grad).contiguous();
       if (coef) g = g * *coef;
       const auto view = [&](std::int64_t at) {
@@ -543,16 +543,22 @@ class GeminiPlugin : public train::Plugin {
     ParamChunk& pc = param_chunks_[e.param_chunk];
     const std::size_t bytes = static_cast<std::size_t>(e.tensor.numel() * element_bytes());
     const std::size_t at = static_cast<std::size_t>(e.param_offset * element_bytes());
-    if (pc.on_host && !pc.resident) {
+    if (pc.streamed() && !pc.resident) {
+      if (pc.on_disk) load_home(e.param_chunk);
       if (pc.departure) {  // its eviction's copy back into home first
         device_->host_waits(*pc.departure);
         pc.departure.reset();
       }
       std::memcpy(static_cast<char*>(pc.home.get()) + at, values, bytes);
+      if (pc.on_disk) {  // to its file, once the update has moved on (at most a few held)
+        pc.home_dirty = true;
+        queue_home(e.param_chunk);
+        settle_homes(kHomesHeld);
+      }
       return;
     }
     device_->copy_to_device(static_cast<char*>(pc.storage.data_ptr()) + at, values, bytes);
-    if (pc.on_host) pc.dirty = true;
+    if (pc.streamed()) pc.dirty = true;
   }
 
   // Gradients copied down to host gradient chunks: kept alive (and their buffers untouched)
@@ -674,9 +680,11 @@ class GeminiPlugin : public train::Plugin {
       if (param_chunks_[c].streamed()) fetch_parameter_chunk(c);
     while (!parameter_writes_.empty()) finish_parameter_write(parameter_writes_.front());
     if (device_) device_->host_waits(*device_->record_copies());  // nothing reads `home` now
+    home_writes_.clear();  // every chunk is on the device, newest there: the files go
     for (ParamChunk& c : param_chunks_) {
       c.on_disk = c.on_host = false;
       c.home.clear();
+      c.home_dirty = c.home_queued = false;
     }
     remove_block_hooks();
     disk_.reset();
@@ -913,9 +921,9 @@ class GeminiPlugin : public train::Plugin {
   void fetch_parameter_chunk(std::size_t c) {
     ParamChunk& chunk = param_chunks_[c];
     cache_.touch(c);
-    if (chunk.on_host) {
+    if (device_ && chunk.streamed()) {
       if (!chunk.resident) {
-        make_room();
+        if (!chunk.incoming) make_room();
         bring_to_device(chunk, c);
       }
       if (chunk.arrival) {  // the compute that follows waits for the copy, the host does not
@@ -947,7 +955,7 @@ class GeminiPlugin : public train::Plugin {
     ParamChunk& next = param_chunks_[*n];
     if (next.resident || next.incoming || next.outgoing || !make_room()) return;
     cache_.touch(*n);
-    if (next.on_host) {
+    if (device_ && (next.on_host || next.home)) {
       bring_to_device(next, *n);
       return;
     }
@@ -964,6 +972,7 @@ class GeminiPlugin : public train::Plugin {
     };
     std::size_t held = 0;
     for (std::size_t c = 0; c < param_chunks_.size(); ++c) held += holds(c) ? 1 : 0;
+    if (device_) settle_homes(kHomesHeld);
     return cache_.make_room(held, cache_limit_, holds, [this](std::size_t c) {
       ParamChunk& chunk = param_chunks_[c];
       if (chunk.incoming) {
@@ -1005,32 +1014,117 @@ class GeminiPlugin : public train::Plugin {
   // copy stream; `arrival` is what its compute will wait for.
   void bring_to_device(ParamChunk& chunk, std::size_t c) {
     const std::size_t bytes = static_cast<std::size_t>(chunk.storage.nbytes());
+    if (chunk.on_disk) load_home(c);
     c10::DataPtr memory = device_->allocate(bytes, "parameter chunk " + std::to_string(c));
     if (chunk.departure) {
       // Its eviction's copy back is ahead on the same stream: nothing to wait for.
       chunk.departure.reset();
     }
     device_->copy_to_device(memory.get(), chunk.home.get(), bytes);
-    chunk.arrival = device_->record_copies();
+    chunk.arrival = chunk.home_read = device_->record_copies();
     storage_of(chunk).set_data_ptr_noswap(std::move(memory));
     chunk.resident = true;
   }
 
+  // --- Parameter chunks on disk with a device -------------------------------------------------
+  // The file is the chunk's home; `home` is a host copy while the chunk is on the device (the
+  // source of its copy up, the destination of its copy back) or being updated by the CPU Adam.
+  // Leaving the device, a chunk's home is queued (home_writes_): written to its file once the
+  // copy back is done, or dropped once the copy up that read it is; at most kHomesHeld wait,
+  // so a step never waits on the device for them unless more are in flight.
+
+  static constexpr std::size_t kHomesHeld = 2;
+
+  // `home` of chunk `c` in host memory: kept, taken back from a write-back or a read ahead, or
+  // read from its file.
+  void load_home(std::size_t c) {
+    ParamChunk& chunk = param_chunks_[c];
+    if (chunk.home) return;
+    if (chunk.outgoing) {
+      finish_parameter_write(c, /*keep=*/true);
+      chunk.home = take(chunk.outgoing);
+    } else if (chunk.incoming) {
+      chunk.read.get();
+      chunk.home = take(chunk.incoming);
+    } else {
+      chunk.home = aligned_memory(static_cast<std::size_t>(chunk.storage.nbytes()));
+      disk().read(chunk.region, chunk.home.get()).get();
+    }
+  }
+
+  void queue_home(std::size_t c) {
+    ParamChunk& chunk = param_chunks_[c];
+    if (chunk.home_queued) return;
+    chunk.home_queued = true;
+    home_writes_.push_back(c);
+  }
+
+  // Settles queued homes, oldest first: those whose copies are done (any, when `held` is 0)
+  // without waiting, then the oldest ones waiting until at most `held` remain. A chunk back on
+  // the device keeps its home (and its unwritten values) and leaves the queue.
+  void settle_homes(std::size_t held) {
+    std::deque<std::size_t> waiting;
+    for (std::size_t c : home_writes_) {
+      ParamChunk& chunk = param_chunks_[c];
+      if (chunk.resident) {
+        chunk.home_queued = false;
+        continue;
+      }
+      const std::shared_ptr<train::DeviceEvent>& copy =
+          chunk.home_dirty ? chunk.departure : chunk.home_read;
+      if (copy && !device_->done(*copy)) {
+        waiting.push_back(c);
+        continue;
+      }
+      settle_home(c);
+    }
+    while (waiting.size() > held) {
+      settle_home(waiting.front());
+      waiting.pop_front();
+    }
+    home_writes_ = std::move(waiting);
+  }
+
+  // Writes the home of queued chunk `c` to its file (a write-back in flight, as the CPU's
+  // evictions) or, unchanged, drops it — once its copies are done.
+  void settle_home(std::size_t c) {
+    ParamChunk& chunk = param_chunks_[c];
+    chunk.home_queued = false;
+    if (chunk.departure) device_->host_waits(*chunk.departure);
+    if (chunk.home_read) device_->host_waits(*chunk.home_read);
+    chunk.departure.reset();
+    chunk.home_read.reset();
+    if (!chunk.home_dirty) {
+      chunk.home.clear();
+      return;
+    }
+    chunk.home_dirty = false;
+    chunk.outgoing = take(chunk.home);
+    chunk.write = disk().write(chunk.region, chunk.outgoing.get());
+    parameter_writes_.push_back(c);
+    while (parameter_writes_.size() > kParameterWritesInFlight)
+      finish_parameter_write(parameter_writes_.front());
+  }
+
   void evict_parameter_chunk(std::size_t c) {
     ParamChunk& chunk = param_chunks_[c];
-    if (chunk.on_host) {
+    if (device_) {
       // Back to `home` when the update changed it (after the compute that wrote it); the device
-      // memory is freed in stream order, so nothing waits here.
+      // memory is freed in stream order, so nothing waits here. A chunk on disk queues its home
+      // for its file.
       c10::DataPtr memory =
           storage_of(chunk).set_data_ptr(c10::DataPtr(nullptr, device_->tensor_device()));
       chunk.resident = false;
       chunk.arrival.reset();
-      if (!chunk.dirty) return;
-      device_->copies_wait(*device_->record_compute());
-      device_->copy_to_host(chunk.home.get(), memory.get(),
-                            static_cast<std::size_t>(chunk.storage.nbytes()));
-      chunk.departure = device_->record_copies();
-      chunk.dirty = false;
+      if (chunk.dirty) {
+        device_->copies_wait(*device_->record_compute());
+        device_->copy_to_host(chunk.home.get(), memory.get(),
+                              static_cast<std::size_t>(chunk.storage.nbytes()));
+        chunk.departure = device_->record_copies();
+        chunk.dirty = false;
+        if (chunk.on_disk) chunk.home_dirty = true;
+      }
+      if (chunk.on_disk) queue_home(c);
       return;
     }
     c10::DataPtr memory = storage_of(chunk).set_data_ptr(c10::DataPtr(nullptr, c10::kCPU));
@@ -1055,6 +1149,29 @@ class GeminiPlugin : public train::Plugin {
   // Every change to a parameter chunk on disk reaches its file (for checkpoints, which read
   // the files).
   void write_back_parameter_chunks() {
+    if (device_) {
+      // Chunks on the device with changes come down into their homes; every home the file
+      // does not have yet is written.
+      bool copied = false;
+      for (ParamChunk& chunk : param_chunks_) {
+        if (!chunk.on_disk || !chunk.resident || !chunk.dirty) continue;
+        if (!copied) device_->copies_wait(*device_->record_compute());
+        copied = true;
+        device_->copy_to_host(chunk.home.get(), chunk.storage.data_ptr(),
+                              static_cast<std::size_t>(chunk.storage.nbytes()));
+        chunk.dirty = false;
+        chunk.home_dirty = true;
+      }
+      if (copied) device_->host_waits(*device_->record_copies());
+      settle_homes(0);
+      while (!parameter_writes_.empty()) finish_parameter_write(parameter_writes_.front());
+      for (ParamChunk& chunk : param_chunks_) {
+        if (!chunk.on_disk || !chunk.home_dirty) continue;  // resident ones
+        disk().write(chunk.region, chunk.home.get()).get();
+        chunk.home_dirty = false;
+      }
+      return;
+    }
     while (!parameter_writes_.empty()) finish_parameter_write(parameter_writes_.front());
     for (ParamChunk& chunk : param_chunks_) {
       if (!chunk.on_disk || !chunk.resident || !chunk.dirty) continue;
@@ -1209,8 +1326,12 @@ class GeminiPlugin : public train::Plugin {
     // With a device, chunks kept in host memory are chosen the same way (none on disk then).
     const std::vector<bool> on_disk =
         choose_offloaded_chunks(capacities, gemini_.offload_param_frac, may_go_to_disk);
+    // With a device, the share kept in host memory comes from the chunks not on disk.
+    std::vector<bool> may_stay_on_host = may_go_to_disk;
+    for (std::size_t c = 0; c < on_disk.size(); ++c)
+      may_stay_on_host[c] = may_go_to_disk[c] && !on_disk[c];
     const std::vector<bool> on_host =
-        device_ ? choose_offloaded_chunks(capacities, gemini_.host_param_frac, may_go_to_disk)
+        device_ ? choose_offloaded_chunks(capacities, gemini_.host_param_frac, may_stay_on_host)
                 : std::vector<bool>(capacities.size(), false);
     for (std::size_t c = 0; c < param_chunks_.size(); ++c) {
       param_chunks_[c].on_disk = on_disk[c];
@@ -1231,13 +1352,15 @@ class GeminiPlugin : public train::Plugin {
         storage_of(chunk).set_nbytes(bytes);
         if (chunk.on_host)
           chunk.home = device_->allocate_host(bytes);
+        else if (chunk.on_disk)  // filled in host memory, written, and dropped
+          chunk.home = aligned_memory(bytes);
         else
           storage_of(chunk).set_data_ptr_noswap(
               device_->allocate(bytes, "parameter chunk " + std::to_string(c)));
         chunk.storage.unsafeGetTensorImpl()->set_sizes_contiguous({spec.capacity});
       }
       if (chunk.on_disk) {
-        storage_of(chunk).set_data_ptr_noswap(aligned_memory(chunk.storage.nbytes()));
+        if (!device_) storage_of(chunk).set_data_ptr_noswap(aligned_memory(chunk.storage.nbytes()));
         chunk.region = disk().add_region("parameter chunk " + std::to_string(c),
                                          static_cast<std::uint64_t>(chunk.storage.nbytes()));
       }
@@ -1245,7 +1368,7 @@ class GeminiPlugin : public train::Plugin {
         Entry& e = entries_[slot.tensor];
         torch::Tensor view =
             chunk.storage.narrow(0, slot.offset, slot.numel).view(e.tensor.sizes());
-        if (chunk.on_host)
+        if (chunk.home)
           fill(e, torch::from_blob(
                       static_cast<char*>(chunk.home.get()) + slot.offset * element_bytes(),
                       e.tensor.sizes(), torch::TensorOptions().dtype(dtype_)));
@@ -1255,12 +1378,14 @@ class GeminiPlugin : public train::Plugin {
         e.param_chunk = c;
         e.param_offset = slot.offset;
       }
-      if (chunk.on_disk) {
+      if (chunk.on_disk && device_) {
+        disk().write(chunk.region, chunk.home.get()).get();
+        chunk.home.clear();
+      } else if (chunk.on_disk) {
         disk().write(chunk.region, chunk.storage.data_ptr()).get();
         storage_of(chunk).set_data_ptr_noswap(c10::DataPtr(nullptr, c10::kCPU));
-        chunk.resident = false;
       }
-      if (chunk.on_host) chunk.resident = false;  // on the device when first used
+      if (chunk.streamed()) chunk.resident = false;  // on the device when first used
     }
 
     // Blocks with a parameter on disk fetch their chunks when they compute.
@@ -1360,6 +1485,8 @@ class GeminiPlugin : public train::Plugin {
   std::unique_ptr<memory::DiskStore> disk_;
   std::deque<OptimChunk*> gradient_writes_;   // gradient write-backs in flight, oldest first
   std::deque<std::size_t> parameter_writes_;  // parameter chunk write-backs in flight
+  // With a device: chunks on disk whose homes wait for their copies (settle_homes).
+  std::deque<std::size_t> home_writes_;
   // Blocks with parameters on disk, and the chunks each one fetches.
   std::shared_ptr<ChunkFetch> chunk_fetch_;
   std::vector<std::shared_ptr<torch::nn::Module>> hooked_blocks_;

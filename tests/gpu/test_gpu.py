@@ -298,6 +298,10 @@ def test_recomputation_and_resume_replay_the_gpu_generator(llama_dir, batches, t
     # the GPU (torch's fused AdamW), host memory and disk (the CPU Adam)
     ("gemini", {"host_param_frac": 0.5, "host_optim_frac": 0.4, "offload_optim_frac": 0.3,
                 "chunk_size": "160KiB", "device_budget": "64MiB"}),
+    # parameter chunks in all three tiers: on the GPU, in host memory and on disk (read into
+    # host memory, copied up, copied back and written when changed)
+    ("gemini", {"offload_param_frac": 0.35, "host_param_frac": 0.35, "host_optim_frac": 0.5,
+                "offload_optim_frac": 0.25, "chunk_size": "160KiB", "device_budget": "64MiB"}),
     # auto placement: every parameter chunk homed in host memory, as many kept on the GPU as the
     # budget leaves beside the first step's measured peak
     ("gemini", {"placement": "auto", "device_budget": "48MiB", "chunk_size": "160KiB"}),

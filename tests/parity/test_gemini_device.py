@@ -1,6 +1,6 @@
 """Gemini's device tier, on the simulated device (engine/train/device_tier.h: host memory with a
 byte budget, its own copy thread, NaN in a copy's destination until its event): parameter chunks
-on the device or kept in host memory and brought up block by block (prefetched in the traced
+on the device, kept in host memory or on disk and brought up block by block (prefetched in the traced
 order, evicted under the budget), optimizer chunks updated on the device (torch's ops) or in host
 memory or on disk (the CPU Adam, gradients copied down as they arrive): 20 steps of
 `tessera-cli run` give the losses of the same job under `single` within 1e-5 relative, full and
@@ -28,6 +28,10 @@ PLACEMENTS = {
                "chunk_size": "160KiB"},
     # every parameter chunk fetched from host memory and every update on the host
     "host": {"host_param_frac": 1.0, "host_optim_frac": 1.0, "chunk_size": "160KiB"},
+    # parameter chunks in all three tiers: a third on disk (read into host memory, copied up,
+    # copied back and written when changed), a third in host memory, a third on the device
+    "disk": {"offload_param_frac": 0.35, "host_param_frac": 0.35, "host_optim_frac": 0.5,
+             "offload_optim_frac": 0.25, "chunk_size": "160KiB"},
 }
 
 
@@ -58,6 +62,17 @@ def test_device_tier_follows_single(workdir, family, precision, method):
             assert moved > 20 * 2 * 1024, f"{base} {name}: only {moved} bytes came to the device"
         if "offload_optim_frac" in options and method == "full":  # LoRA's adapters: one chunk
             assert any(e.get("tier") == "disk" for e in events if e["type"] == "memory"), base
+        if name == "disk":
+            # A third of the parameter chunks live in files of the disk tier (counted from
+            # transformers' parameter count) and were read back as blocks needed them.
+            params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(workdir / family).parameters())
+            element = 2 if precision == "bf16" else 4
+            disk = [e for e in events if e["type"] == "memory" and e.get("tier") == "disk"][-1]
+            assert disk["by_category"]["weights"] >= 0.25 * params * element, (disk, params)
+            if method == "full":  # LoRA's streamed chunks fit the device's cache: read once
+                assert disk["traffic"]["read_bytes"] >= 20 * 0.25 * params * element, disk["traffic"]
+            else:
+                assert disk["traffic"]["read_bytes"] > 0, disk["traffic"]
 
 
 def test_device_tier_holds_what_the_chunks_hold(workdir):
@@ -289,23 +304,26 @@ def test_out_of_device_memory_saves_the_last_step_and_exits_2(workdir):
                        f"resumed from checkpoint-{last} after the out-of-memory")
 
 
-def test_fp32_checkpoint_reads_parameters_from_the_device_and_host_memory(workdir):
-    """fp32 with the optimizer on the device and every parameter chunk homed in host memory: the
-    checkpoint's weights are the parameter chunks themselves (no masters of their own), read from
-    the device for those there now and from host memory for the others; `single` resumed from it
-    continues `single`'s straight run."""
+@pytest.mark.parametrize("homes", [{"host_param_frac": 1.0}, {"offload_param_frac": 0.5, "host_param_frac": 0.5}])
+def test_fp32_checkpoint_reads_parameters_from_the_device_and_host_memory(workdir, homes):
+    """fp32 with the optimizer on the device and every parameter chunk homed in host memory (or
+    half of them on disk): the checkpoint's weights are the parameter chunks themselves (no
+    masters of their own), read from the device for those there now and from host memory or
+    their files for the others (those on the device with changes copied down and written
+    first); `single` resumed from it continues `single`'s straight run."""
+    tag = "disk" if "offload_param_frac" in homes else "host"
+
     def job(name, strategy, options=None, resume=None):
         return checkpointed_spec(workdir, name, strategy, options, resume, steps=10, precision="fp32")
 
-    straight, _ = run(job("dev-fp32-single", "single"))
-    run(job("dev-fp32-gemini", "gemini", device_options({"host_param_frac": 1.0, "chunk_size": "160KiB"})),
-        env=SIMULATED)
-    resumed, _ = run(job("dev-fp32-back", "single", resume=workdir / "dev-fp32-gemini" / "checkpoint-5"))
+    straight, _ = run(job(f"dev-fp32-single-{tag}", "single"))
+    run(job(f"dev-fp32-gemini-{tag}", "gemini", device_options({**homes, "chunk_size": "160KiB"})), env=SIMULATED)
+    resumed, _ = run(job(f"dev-fp32-back-{tag}", "single", resume=workdir / f"dev-fp32-gemini-{tag}" / "checkpoint-5"))
     assert_same_losses({s: resumed[s] for s in range(6, 11)}, {s: straight[s] for s in range(6, 11)},
-                       "single from the device tier's fp32 checkpoint")
+                       f"single from the device tier's fp32 checkpoint ({tag})")
 
 
-@pytest.mark.parametrize("placement", ["device", "host"])
+@pytest.mark.parametrize("placement", ["device", "host", "disk"])
 def test_the_plan_of_the_device_tier_matches_the_run(workdir, placement):
     """`tessera-cli plan` of a job on the simulated device (planned as a GPU of its budget) puts
     the optimizer state and the parameter chunks in the tiers the run's memory events find them
@@ -323,6 +341,23 @@ def test_the_plan_of_the_device_tier_matches_the_run(workdir, placement):
     measured = {tier: [e for e in memory if e.get("tier") == tier][-1]["by_category"]
                 for tier in ("device", "host")}
     params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(workdir / "llama").parameters())
+    if placement == "disk":
+        # Parameter chunks and optimizer chunks in all three tiers: the disk tier's files (the
+        # parameter chunks, the optimizer chunks' masters and moments) as planned, within whole
+        # chunks (the run places whole 160 KiB chunks of a 640 KiB model: up to half a chunk
+        # more or less than the share) and the files' alignment; the moments of each tier as
+        # planned, within whole chunks.
+        disk = [e for e in memory if e.get("tier") == "disk"][-1]["by_category"]
+        for category in ("weights", "optimizer"):
+            ratio = disk[category] / tiers["disk"]["by_category"][category]
+            print(f"disk: {category} measured {disk[category]} ÷ planned "
+                  f"{tiers['disk']['by_category'][category]} = {ratio:.3f}")
+            assert 0.8 <= ratio <= 1.5, (disk, tiers["disk"]["by_category"])
+        for tier in ("device", "host"):
+            planned_optimizer = tiers[tier]["by_category"]["optimizer"]
+            print(f"disk: {tier} optimizer measured {measured[tier]['optimizer']} ÷ planned {planned_optimizer}")
+            assert abs(measured[tier]["optimizer"] - planned_optimizer) <= 0.2 * 8 * params
+        return
     home = "device" if placement == "device" else "host"
     for tier in ("device", "host"):
         plan_optimizer = tiers[tier]["by_category"]["optimizer"]

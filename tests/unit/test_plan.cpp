@@ -344,6 +344,31 @@ class TestPlan : public QObject {
     QVERIFY(std::none_of(p.reasons.begin(), p.reasons.end(), [](const std::string& r) {
       return r.find("planned as if it computed on the CPU") != std::string::npos;
     }));
+    // A quarter of the parameters on disk and a quarter in host memory: the disk tier holds
+    // that quarter's bytes besides the optimizer's share, the GPU half of them plus its cache,
+    // and the host the copies of chunks from disk on their way (at most six of 16 MiB).
+    in.spec.strategy = {"gemini",
+                        {{"device", "cuda"},
+                         {"host_optim_frac", 0.4},
+                         {"offload_optim_frac", 0.3},
+                         {"offload_param_frac", 0.25},
+                         {"host_param_frac", 0.25},
+                         {"device_budget", "2GiB"}}};
+    const plan::Plan q = plan::make_plan(in);
+    QVERIFY(q.fits);
+    QCOMPARE(q.tiers.size(), std::size_t{3});
+    const double parameter_bytes = 4.0 * n;
+    QVERIFY(std::abs(static_cast<double>(q.tiers[0].estimate.disk_parameters) -
+                     0.25 * parameter_bytes) <= 2.0);
+    QCOMPARE(q.tiers[2].estimate.weights, q.tiers[0].estimate.disk_weights);
+    QVERIFY(q.tiers[2].estimate.weights > p.tiers[2].estimate.weights);
+    QVERIFY(q.tiers[1].estimate.offload_buffers > p.tiers[1].estimate.offload_buffers);
+    QVERIFY(q.tiers[1].estimate.offload_buffers - p.tiers[1].estimate.offload_buffers <=
+            6ull * (16ull << 20));
+    QVERIFY(q.tiers[1].estimate.weights < p.tiers[1].estimate.weights);
+    QVERIFY(std::any_of(q.reasons.begin(), q.reasons.end(), [](const std::string& r) {
+      return r.find("25% of the parameters on disk") != std::string::npos;
+    }));
   }
 
   void planPicksSmallerMicroBatch() {
@@ -1282,8 +1307,12 @@ class TestPlan : public QObject {
     QCOMPARE(gemini.tiers.at(0).tier, std::string("device"));
     QCOMPARE(gemini.tiers.at(1).tier, std::string("host"));
     QVERIFY(gemini.settings.device_tier);
+    // With parameter chunks on disk too (the disk tier beside them when the profile has one).
     in.spec.strategy = {"gemini", {{"offload_param_frac", 0.5}}};
-    QCOMPARE(plan::make_plan(in).tiers.at(0).tier, std::string("host"));
+    QCOMPARE(plan::make_plan(in).tiers.at(0).tier, std::string("device"));
+    // Placement auto is planned on the device too (every parameter chunk homed in host memory).
+    in.spec.strategy = {"gemini", {{"placement", "auto"}}};
+    QCOMPARE(plan::make_plan(in).tiers.at(0).tier, std::string("device"));
     // ddp over 2 processes: on the GPUs where this machine has one for each rank, each rank's
     // tier the whole of its GPU; with one GPU for 2 ranks, the CPU.
     in.spec.strategy = {"ddp", nlohmann::json::object()};
