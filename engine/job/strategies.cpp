@@ -216,10 +216,6 @@ DeviceChoice device_for(const std::string& strategy, const std::string& device,
   if (device != "auto") return {device, ""};
   if (gpus <= 0) return {"cpu", ""};
   const bool sharded_gemini = strategy == "gemini" && processes > 1;
-  if (sharded_gemini && options.is_object() && options.value("placement", "static") == "auto")
-    return {"cpu",
-            "gemini sharded over several processes with placement auto computes on the CPU "
-            "(auto placement of a device tier over several processes is not supported yet)"};
   if (strategy == "ddp" || strategy == "zero" || sharded_gemini) {
     // Every rank must agree, and a machine cannot see another's GPUs.
     if (processes > processes_per_node)

@@ -43,7 +43,7 @@ bool simulated_device_allowed();
 // "auto" is the GPU where this machine has one for each of its `processes_per_node` ranks (and
 // every rank is on it: across machines "auto" is the CPU, on which every rank agrees) and
 // the strategy has a CUDA path for these options (single; ddp and zero; gemini in one process,
-// or sharded with static placement), else the CPU, `why_not_gpu` saying why (empty without a
+// or sharded), else the CPU, `why_not_gpu` saying why (empty without a
 // GPU). The plugins, the runner (NCCL groups or not) and the planner all decide by it.
 struct DeviceChoice {
   std::string device;

@@ -156,8 +156,9 @@ Settings written_settings(const job::JobSpec& spec, int gpus = 0, int processes 
     // Placement auto streams every parameter chunk from disk (with a device: from host memory)
     // when it must: planned as all of them there (what it needs at least; its cache then grows
     // into what the budget leaves).
+    // Sharded with a device, the shards are host memory's or the disk's as on the CPU.
     if (spec.strategy.options.value("placement", "static") == "auto")
-      (s.device_tier ? s.host_param_frac : s.offload_param_frac) = 1.0;
+      (s.device_tier && processes == 1 ? s.host_param_frac : s.offload_param_frac) = 1.0;
   }
   if (spec.strategy.name == "ddp") s.strategy = "ddp";
   if (spec.strategy.name == "zero") {

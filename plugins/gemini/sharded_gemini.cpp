@@ -191,11 +191,8 @@ class ShardedGemini : public train::Plugin {
                                 ": on several processes the shards stay in host memory (1); "
                                 "other shares are not supported yet",
                             "remove it, or run one process");
-      if (auto_placement_)
-        throw_unsupported(
-            "strategy gemini: placement \"auto\" with a device on several processes is not "
-            "supported yet",
-            "use placement \"static\"");
+      // Placement auto sizes the host's cache of parameter shards as on the CPU: the device holds
+      // only the gathered chunks, whatever the shards' placement.
       // Rank r's GPU is LOCAL_RANK's (as ddp and zero), made the current device.
       const std::string tier =
           device == "simulated" ? device : train::rank_cuda_device(options, name()).str();

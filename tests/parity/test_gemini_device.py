@@ -223,15 +223,28 @@ def test_the_sharded_plugin_on_one_process_follows_single(workdir, method):
             assert torch.allclose(mine[key], tensor, rtol=1e-4, atol=1e-6), key
 
 
-@pytest.mark.parametrize("options, words", [
-    ({"host_param_frac": 0.5}, "host_param_frac: on several processes the shards stay in host memory"),
-    ({"placement": "auto"}, "placement \"auto\" with a device on several processes is not supported yet"),
-])
-def test_what_two_ranks_with_a_device_cannot_do_yet_is_refused(workdir, options, words):
-    spec = spec_for(workdir, "llama", "dev-ranks-refused", "gemini", device_options(options), steps=2)
+def test_what_two_ranks_with_a_device_cannot_do_yet_is_refused(workdir):
+    spec = spec_for(workdir, "llama", "dev-ranks-refused", "gemini", device_options({"host_param_frac": 0.5}),
+                    steps=2)
     r = cli("launch", "--nproc", 2, spec, env=SIMULATED)
     assert r.returncode == 2, r.stderr[-2000:]
-    assert words in r.stderr, r.stderr[-2000:]
+    assert "host_param_frac: on several processes the shards stay in host memory" in r.stderr, r.stderr[-2000:]
+
+
+def test_two_ranks_on_a_device_with_placement_auto(workdir):
+    """Placement auto with a device on 2 ranks: every parameter shard placed on disk, as many
+    kept in host memory as the rank's share of host_budget leaves, the gathered chunks on the
+    device: the losses of the same 2-rank job on the CPU exactly, with parameter shards in the
+    disk tier."""
+    placement = {"placement": "auto", "chunk_size": "160KiB"}
+    reference, _ = launch_2(spec_for(workdir, "llama", "dev-ranks-auto-cpu", "gemini", placement, steps=6))
+    ours, events = launch_2(spec_for(workdir, "llama", "dev-ranks-auto", "gemini",
+                                     device_options(placement, budget="4MiB"), steps=6), env=SIMULATED)
+    assert_same_losses(ours, reference, "2 ranks, device tier, placement auto")
+    disk = [e for e in events if e["type"] == "memory" and e.get("tier") == "disk"]
+    assert disk and disk[-1]["by_category"]["weights"] > 0, disk[-1:]
+    device = [e for e in events if e["type"] == "memory" and e.get("tier") == "device"]
+    assert device and device[-1]["traffic"]["to_device_bytes"] > 0
 
 
 @pytest.mark.parametrize("method", ["full", "lora"])

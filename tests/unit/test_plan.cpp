@@ -1344,8 +1344,8 @@ class TestPlan : public QObject {
     // gemini sharded over the 2 GPUs: each rank's GPU holds the chunks gathered at once and the
     // gradient chunks in flight (the same figures its plan on the CPU puts among the host's),
     // never the optimizer state; the shards, their moments and reduced gradients stay in the
-    // rank's share of host memory, the same bytes as on the CPU. With placement auto it is
-    // planned on the CPU, as it runs.
+    // rank's share of host memory, the same bytes as on the CPU (with placement auto: every
+    // shard on disk, as on the CPU).
     in.spec.strategy = {"gemini", {{"device", "cpu"}}};
     const plan::Plan sharded_cpu = plan::make_plan(in);
     QCOMPARE(sharded_cpu.tiers.size(), std::size_t{1});
@@ -1377,7 +1377,8 @@ class TestPlan : public QObject {
              in.spec.strategy.options);
     in.spec.strategy = {"gemini", {{"placement", "auto"}}};
     const plan::Plan sharded_auto = plan::make_plan(in);
-    QCOMPARE(sharded_auto.tiers.at(0).tier, std::string("host"));
+    QCOMPARE(sharded_auto.tiers.at(0).tier, std::string("device"));
+    QCOMPARE(sharded_auto.settings.offload_param_frac, 1.0);
     // auto over several processes stays on the CPU, says so, and writes the device it planned.
     in.spec.strategy = {"auto", nlohmann::json::object()};
     const plan::Plan automatic = plan::make_plan(in);
