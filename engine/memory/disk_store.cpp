@@ -131,6 +131,19 @@ std::future<void> DiskStore::read(std::size_t id, void* buffer) {
   return submit([this, id, buffer] { transfer(id, buffer, false); });
 }
 
+std::future<void> DiskStore::write_range(std::size_t id, std::uint64_t offset, std::uint64_t bytes,
+                                         const void* buffer) {
+  return submit([this, id, offset, bytes, buffer] {
+    transfer(id, const_cast<void*>(buffer), true, offset, bytes, false);
+  });
+}
+
+std::future<void> DiskStore::read_range(std::size_t id, std::uint64_t offset, std::uint64_t bytes,
+                                        void* buffer) {
+  return submit(
+      [this, id, offset, bytes, buffer] { transfer(id, buffer, false, offset, bytes, false); });
+}
+
 std::future<void> DiskStore::submit(std::function<void()> work) {
   std::packaged_task<void()> task(std::move(work));
   std::future<void> done = task.get_future();
@@ -156,26 +169,32 @@ void DiskStore::worker_loop() {
   }
 }
 
-void DiskStore::transfer(std::size_t id, void* buffer, bool is_write) {
+void DiskStore::transfer(std::size_t id, void* buffer, bool is_write, std::uint64_t offset,
+                         std::uint64_t bytes, bool whole_region) {
   int fd = -1;
-  std::uint64_t bytes = 0;
   std::string name;
   bool written = false;
   {
     std::lock_guard lock(regions_mutex_);
     const Region& r = regions_.at(id);
     fd = r.fd;
-    bytes = r.bytes;
+    if (whole_region) bytes = r.bytes;
     name = r.name;
     written = r.written;
+    if (!whole_region &&
+        (offset % kIoAlignment != 0 || bytes % kIoAlignment != 0 || offset + bytes > r.bytes))
+      throw Error(ErrorKind::Internal, "offload: range of " + std::to_string(bytes) + " bytes at " +
+                                           std::to_string(offset) + " of region " + name +
+                                           " is not aligned or not inside it");
   }
-  if (!is_write && !written)
-    throw Error(ErrorKind::Internal, "offload: region " + name + " read before it was written");
+  if (!written && (!is_write || !whole_region))
+    throw Error(ErrorKind::Internal, "offload: region " + name + " used before it was written");
   auto* bytes_ptr = static_cast<char*>(buffer);
   std::uint64_t done = 0;
   while (done < bytes) {
-    const ssize_t n = is_write ? ::pwrite(fd, bytes_ptr + done, bytes - done, done)
-                               : ::pread(fd, bytes_ptr + done, bytes - done, done);
+    const auto at = static_cast<off_t>(offset + done);
+    const ssize_t n = is_write ? ::pwrite(fd, bytes_ptr + done, bytes - done, at)
+                               : ::pread(fd, bytes_ptr + done, bytes - done, at);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const int err = n < 0 ? errno : EIO;
@@ -191,7 +210,7 @@ void DiskStore::transfer(std::size_t id, void* buffer, bool is_write) {
     done += static_cast<std::uint64_t>(n);
   }
   (is_write ? bytes_written_ : bytes_read_) += bytes;
-  if (is_write) {
+  if (is_write && whole_region) {
     std::lock_guard lock(regions_mutex_);
     regions_[id].written = true;
   }

@@ -64,6 +64,12 @@ class DiskStore {
   // say — surfaces from the future as tessera::Error (Io) naming the folder and the region.
   std::future<void> write(std::size_t id, const void* buffer);
   std::future<void> read(std::size_t id, void* buffer);
+  // The same for `bytes` at `offset` inside the region (both multiples of kIoAlignment, within
+  // region_bytes); a range may be written only once the region has been written whole.
+  std::future<void> write_range(std::size_t id, std::uint64_t offset, std::uint64_t bytes,
+                                const void* buffer);
+  std::future<void> read_range(std::size_t id, std::uint64_t offset, std::uint64_t bytes,
+                               void* buffer);
 
   const std::filesystem::path& folder() const { return folder_; }
   std::filesystem::path region_path(std::size_t id) const;
@@ -83,7 +89,9 @@ class DiskStore {
   };
   std::future<void> submit(std::function<void()> work);
   void worker_loop();
-  void transfer(std::size_t id, void* buffer, bool is_write);
+  // `bytes` at `offset`; whole_region: the region's own size from 0.
+  void transfer(std::size_t id, void* buffer, bool is_write, std::uint64_t offset = 0,
+                std::uint64_t bytes = 0, bool whole_region = true);
 
   std::filesystem::path folder_;
   bool created_parent_ = false;  // the offload folder did not exist before this store

@@ -422,9 +422,10 @@ class GeminiPlugin : public train::Plugin {
       }
       return;
     }
-    // Chunk by chunk (with its gradient chunk when on disk): each gradient is
-    // widened (bf16) and clipped in turn, so no more than one float32 copy exists at a time.
-    for_each_optimizer_chunk(true, [&](OptimChunk& chunk) {
+    // Chunk by chunk: each gradient is widened (bf16) and clipped in turn, so no more than one
+    // float32 copy exists at a time. Chunks on disk stream through in slices.
+    for (OptimChunk& chunk : optim_chunks_) {
+      if (chunk.on_disk) continue;
       float* base = static_cast<float*>(chunk.host.data());
       for (std::size_t i : chunk.entries) {
         Entry& e = entries_[i];
@@ -452,9 +453,157 @@ class GeminiPlugin : public train::Plugin {
         e.tensor.unsafeGetTensorImpl()->bump_version();
         e.grad = torch::Tensor();
       }
-      chunk.grads = memory::AlignedBuffer();
-      chunk.grads_on_disk = false;
-    });
+    }
+    update_on_disk_in_slices(lr, coef);
+  }
+
+  // --- The update of optimizer chunks on disk, in slices -------------------------------------
+  // A chunk on disk is updated a slice of kSliceElements at a time, never whole: the slice's
+  // arrays (masters in bf16, exp_avg, exp_avg_sq) and gradients are read, updated by the CPU
+  // Adam and written back, the next slice read while one is updated and the previous one
+  // written (three slices at most, across chunks). So the update holds a few tens of MB of
+  // optimizer state whatever the largest tensor (an embedding's chunk is its whole size).
+  // Slices start at multiples of kSliceElements inside a chunk whose arrays are padded to a
+  // multiple of it (build_optimizer_chunks), so every range is aligned for O_DIRECT.
+
+  static constexpr std::int64_t kSliceElements = std::int64_t{1} << 21;  // 8 MiB of floats
+  // Slices read ahead of the one being updated, and written behind it.
+  static constexpr std::size_t kSlicesAhead = 1;
+  // Slice boundaries: 4 KiB of bf16 gradients (and so of float32 arrays).
+  static constexpr std::int64_t kSliceAlignment = 2048;
+  static_assert(kSliceElements % kSliceAlignment == 0);
+
+  struct OptimSlice {
+    std::size_t chunk = 0;
+    std::int64_t begin = 0;
+    std::int64_t end = 0;
+    memory::AlignedBuffer arrays;  // arrays_per_chunk × (end − begin) floats
+    memory::AlignedBuffer grads;   // (end − begin) gradients, unless the chunk's are resident
+    std::vector<std::future<void>> io;
+  };
+
+  void update_on_disk_in_slices(double lr, const std::optional<torch::Tensor>& coef) {
+    std::vector<OptimSlice> slices;
+    for (std::size_t c = 0; c < optim_chunks_.size(); ++c) {
+      OptimChunk& chunk = optim_chunks_[c];
+      if (!chunk.on_disk) continue;
+      // Gradients still being written: kept in memory and used from there.
+      if (chunk.grad_write.valid()) finish_gradient_write(chunk, /*keep=*/true);
+      for (std::int64_t at = 0; at < chunk.elements; at += kSliceElements)
+        slices.push_back({c, at, std::min(chunk.elements, at + kSliceElements), {}, {}, {}});
+    }
+    const auto wait_all = [](OptimSlice& slice) {
+      for (std::future<void>& f : slice.io)
+        if (f.valid()) f.get();
+      slice.io.clear();
+    };
+    const auto start_read = [&](OptimSlice& slice) {
+      const OptimChunk& chunk = optim_chunks_[slice.chunk];
+      const std::int64_t length = slice.end - slice.begin;
+      const int arrays = arrays_per_chunk(chunk);
+      slice.arrays = memory::AlignedBuffer(static_cast<std::size_t>(length * 4 * arrays));
+      for (int k = 0; k < arrays; ++k)
+        slice.io.push_back(disk_->read_range(
+            chunk.region, static_cast<std::uint64_t>((k * chunk.elements + slice.begin) * 4),
+            static_cast<std::uint64_t>(length * 4),
+            static_cast<char*>(slice.arrays.data()) + k * length * 4));
+      if (!chunk.grads) {
+        slice.grads = memory::AlignedBuffer(static_cast<std::size_t>(length * element_bytes()));
+        slice.io.push_back(disk_->read_range(
+            chunk.grad_region, static_cast<std::uint64_t>(slice.begin * element_bytes()),
+            static_cast<std::uint64_t>(length * element_bytes()), slice.grads.data()));
+      }
+    };
+    const auto start_write = [&](OptimSlice& slice) {
+      const OptimChunk& chunk = optim_chunks_[slice.chunk];
+      const std::int64_t length = slice.end - slice.begin;
+      slice.grads = memory::AlignedBuffer();
+      for (int k = 0; k < arrays_per_chunk(chunk); ++k)
+        slice.io.push_back(disk_->write_range(
+            chunk.region, static_cast<std::uint64_t>((k * chunk.elements + slice.begin) * 4),
+            static_cast<std::uint64_t>(length * 4),
+            static_cast<char*>(slice.arrays.data()) + k * length * 4));
+    };
+    std::deque<OptimSlice*> writes;
+    try {
+      for (std::size_t i = 0; i < std::min(kSlicesAhead, slices.size()); ++i) start_read(slices[i]);
+      for (std::size_t i = 0; i < slices.size(); ++i) {
+        OptimSlice& slice = slices[i];
+        wait_all(slice);
+        if (i + kSlicesAhead < slices.size()) start_read(slices[i + kSlicesAhead]);
+        update_slice(slice, lr, coef);
+        start_write(slice);
+        writes.push_back(&slice);
+        while (writes.size() > kSlicesAhead) {
+          wait_all(*writes.front());
+          writes.front()->arrays = memory::AlignedBuffer();
+          writes.pop_front();
+        }
+        // The chunk's last slice: its resident gradients go.
+        if (i + 1 == slices.size() || slices[i + 1].chunk != slice.chunk) {
+          OptimChunk& chunk = optim_chunks_[slice.chunk];
+          chunk.grads = memory::AlignedBuffer();
+          chunk.grads_on_disk = false;
+        }
+      }
+      while (!writes.empty()) {
+        wait_all(*writes.front());
+        writes.pop_front();
+      }
+    } catch (...) {
+      // Nothing may outlive its buffer: wait for what is in flight, then report the error.
+      for (OptimSlice& slice : slices)
+        for (std::future<void>& f : slice.io)
+          if (f.valid()) f.wait();
+      throw;
+    }
+  }
+
+  // The CPU Adam on the parts of the chunk's tensors inside `slice`.
+  void update_slice(OptimSlice& slice, double lr, const std::optional<torch::Tensor>& coef) {
+    OptimChunk& chunk = optim_chunks_[slice.chunk];
+    const std::int64_t length = slice.end - slice.begin;
+    auto* arrays = static_cast<float*>(slice.arrays.data());
+    const int count = arrays_per_chunk(chunk);
+    float* masters = keeps_masters(chunk) ? arrays : nullptr;
+    float* exp_avg = arrays + (count - 2) * length;
+    float* exp_avg_sq = exp_avg + length;
+    const char* grads =
+        chunk.grads ? static_cast<const char*>(chunk.grads.data()) + slice.begin * element_bytes()
+                    : static_cast<const char*>(slice.grads.data());
+    for (std::size_t i : chunk.entries) {
+      Entry& e = entries_[i];
+      if (!e.has_grad) continue;  // no gradient: no update, as torch does
+      const std::int64_t lo = std::max(e.optim_offset, slice.begin);
+      const std::int64_t hi = std::min(e.optim_offset + e.tensor.numel(), slice.end);
+      if (lo >= hi) continue;
+      const std::int64_t in_slice = lo - slice.begin;
+      const std::int64_t in_tensor = lo - e.optim_offset;
+      torch::Tensor g = precision_
+                            ->master_gradient(torch::from_blob(
+                                const_cast<char*>(grads) + in_slice * element_bytes(), {hi - lo},
+                                torch::TensorOptions().dtype(dtype_)))
+                            .contiguous();
+      if (coef) g.mul_(*coef);
+      use_parameter_chunks({e.param_chunk});
+      param_chunks_[e.param_chunk].dirty = true;
+      optim::AdamArrays a;
+      a.count = hi - lo;
+      a.grad = g.data_ptr<float>();
+      a.exp_avg = exp_avg + in_slice;
+      a.exp_avg_sq = exp_avg_sq + in_slice;
+      if (masters == nullptr) {
+        a.param = e.tensor.data_ptr<float>() + in_tensor;  // the parameter chunk holds the masters
+      } else {
+        a.param = masters + in_slice;
+        a.copy = static_cast<std::uint16_t*>(e.tensor.data_ptr()) + in_tensor;
+        a.copy_kind = optim::LowPrecisionCopy::Bf16;
+      }
+      optim::cpu_adamw_step(a, {lr, adamw_.beta1, adamw_.beta2, adamw_.eps,
+                                e.decays ? adamw_.weight_decay : 0.0, steps_});
+      e.tensor.unsafeGetTensorImpl()->bump_version();
+      e.grad = torch::Tensor();
+    }
   }
 
   // The device Adam (a chunk whose arrays are in device memory): torch's fused AdamW over the
@@ -1253,6 +1402,11 @@ class GeminiPlugin : public train::Plugin {
     for (std::size_t c = 0; c < optim_chunks_.size(); ++c) {
       optim_chunks_[c].on_disk = on_disk[c];
       optim_chunks_[c].on_device = device_ && !on_disk[c] && !on_host[c];
+      // The arrays of a chunk on disk are padded to whole slices, so that the update's
+      // ranges are aligned (update_on_disk_in_slices).
+      if (on_disk[c] && !device_)
+        optim_chunks_[c].elements =
+            (optim_chunks_[c].elements + kSliceAlignment - 1) / kSliceAlignment * kSliceAlignment;
     }
 
     // Fill each chunk (masters from the float32 values; zero moments), then park it.

@@ -79,11 +79,13 @@ def larger_model(workdir):
 
 @pytest.fixture(scope="module")
 def wide_vocab_model(workdir):
-    """~71M parameters, most of them in two [64000, 512] embedding matrices: gemini's chunks are
-    at least the largest tensor, so putting optimizer state or parameters on disk saves next to
-    nothing and LoRA is what fits under a tight budget."""
+    """~39M parameters, most of them in one [64000, 512] embedding matrix tied to the head:
+    gemini's chunks are at least the largest tensor, so with the parameters on disk its cache
+    and gradient chunks hold that matrix several times over, and LoRA (the base once, the export
+    three times) is what fits under a tight budget."""
     return random_llama(workdir, "model-wide-vocab", vocab_size=64000, hidden_size=512, intermediate_size=1376,
-                        num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=8)
+                        num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=8,
+                        tie_word_embeddings=True)
 
 
 def job_spec(workdir, name, *extra, model=None):
@@ -368,10 +370,10 @@ def test_auto_offloads_full_fine_tuning_to_disk_instead_of_switching_to_lora(wor
 
 def test_auto_changes_the_method_only_with_a_warning(workdir, wide_vocab_model):
     """A budget where only LoRA fits: the plan says the method changes and the run logs a
-    warning. The model is mostly two embedding matrices, so gemini's chunks (each at least the
-    largest tensor) cannot stream: with the optimizer state or the parameters on disk full
-    fine-tuning needs about as much RAM as in it. (For the 57M model, full fine-tuning with its
-    parameters on disk fits wherever LoRA does: the export's peak bounds both.)"""
+    warning. (With two such matrices, untied, full fine-tuning with its state on disk fits
+    wherever LoRA does: the update streams the optimizer state in slices, a full fine-tune with
+    its parameters on disk exports streamed, and LoRA's merged export holds the model three
+    times.)"""
     spec = job_spec(workdir, "lora-only", model=wide_vocab_model)
     path = write_spec(workdir, "lora-only", spec)
     budget = int(plan_of(path)["memory"][0]["peak"] / 0.9)

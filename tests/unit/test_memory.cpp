@@ -209,6 +209,35 @@ class TestMemory : public QObject {
     fs::remove_all(live);
   }
 
+  void disk_store_reads_and_writes_aligned_ranges() {
+    // What the update's slices do: a range of a written region read, changed and written back,
+    // the rest of the file untouched; ranges off the 4 KiB alignment, or past the region, and
+    // ranges of a region never written whole are errors.
+    const fs::path root = fs::path(TESSERA_TEST_TMP_DIR) / "disk_store_ranges";
+    fs::remove_all(root);
+    memory::DiskStore store(root);
+    const std::size_t a = store.add_region("chunk 0 optimizer", 4 * 4096);
+    const std::size_t unwritten = store.add_region("chunk 1 optimizer", 4096);
+    memory::AlignedBuffer whole(4 * 4096), part(2 * 4096), back(4 * 4096);
+    auto* bytes = static_cast<unsigned char*>(whole.data());
+    for (int i = 0; i < 4 * 4096; ++i) bytes[i] = static_cast<unsigned char>(i % 251);
+    store.write(a, whole.data()).get();
+    store.read_range(a, 4096, 2 * 4096, part.data()).get();
+    QCOMPARE(std::memcmp(part.data(), bytes + 4096, 2 * 4096), 0);
+    std::memset(part.data(), 0xab, 2 * 4096);
+    store.write_range(a, 4096, 2 * 4096, part.data()).get();
+    store.read(a, back.data()).get();
+    const auto* read = static_cast<const unsigned char*>(back.data());
+    QCOMPARE(std::memcmp(read, bytes, 4096), 0);
+    QCOMPARE(static_cast<int>(read[4096]), 0xab);
+    QCOMPARE(static_cast<int>(read[3 * 4096 - 1]), 0xab);
+    QCOMPARE(std::memcmp(read + 3 * 4096, bytes + 3 * 4096, 4096), 0);
+    QCOMPARE(store.bytes_read(), std::uint64_t{2 * 4096 + 4 * 4096});
+    QVERIFY_THROWS_EXCEPTION(Error, store.read_range(a, 100, 4096, part.data()).get());
+    QVERIFY_THROWS_EXCEPTION(Error, store.read_range(a, 3 * 4096, 2 * 4096, part.data()).get());
+    QVERIFY_THROWS_EXCEPTION(Error, store.write_range(unwritten, 0, 4096, part.data()).get());
+  }
+
   void reading_a_region_never_written_is_an_error() {
     const fs::path root = fs::path(TESSERA_TEST_TMP_DIR) / "disk_store_unwritten";
     memory::DiskStore store(root);
