@@ -488,6 +488,20 @@ double optimizer_chunk_elements(double largest, double trainable) {
 // Parameter chunks streamed (from disk, or from host memory to a device) resident at once.
 constexpr double kStreamedChunks = static_cast<double>(memory::kCachedParameterChunks);
 
+// A device tier's estimate computes there: the activations and the CUDA runtime (taken as the
+// host process's baseline: the context, cuBLAS's workspace) of the job's estimate `in_memory`
+// are the GPU's, the runtime its floor. The simulated device computes in host memory: nothing.
+void computes_on_the_device(MemoryEstimate& device, const MemoryEstimate& in_memory,
+                            bool simulated) {
+  if (simulated) {
+    device.floor = 0;
+    return;
+  }
+  device.activations = in_memory.activations;
+  device.runtime = in_memory.runtime;
+  device.floor = device.runtime;
+}
+
 // gemini's device tier (plugins/gemini/gemini_plugin.cpp with a device): {the GPU's share, the
 // host's}. Parameter chunks in the compute dtype on the GPU but for the share `host_param_frac`
 // homed in pinned host memory and `offload_param_frac` on disk (never the chunks holding LoRA
@@ -527,13 +541,7 @@ std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelCon
                          (bf16 ? on_gpu * trainable * 4.0 : 0.0));
   gpu.optimizer = to_bytes(on_gpu * trainable * 8.0);
   gpu.gradients = to_bytes(trainable * param_bytes + (bf16 ? largest * 4.0 : 0.0));
-  if (s.simulated_device) {  // it computes in host memory
-    gpu.floor = 0;
-  } else {
-    gpu.activations = whole.activations;
-    gpu.runtime = whole.runtime;
-    gpu.floor = gpu.runtime;
-  }
+  computes_on_the_device(gpu, whole, s.simulated_device);
   gpu.disk_optimizer = to_bytes(on_disk * trainable * 8.0);
   gpu.disk_parameters = to_bytes(disk_parameters);
   gpu.disk_trainable_parameters = lora ? 0 : gpu.disk_parameters;
@@ -592,13 +600,7 @@ std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelCo
   device.weights = to_bytes(whole + chunks.gathered_peak / w * counts.param_bytes);
   device.gradient_buckets = all.gradient_buckets;
   device.gradients = to_bytes(static_cast<double>(all.gradient_buckets) + autograd_tensor);
-  if (s.simulated_device) {  // it computes in host memory
-    device.floor = 0;
-  } else {
-    device.activations = all.activations;
-    device.runtime = all.runtime;
-    device.floor = device.runtime;
-  }
+  computes_on_the_device(device, all, s.simulated_device);
 
   MemoryEstimate host = all;
   host.weights = to_bytes(static_cast<double>(all.weights) - whole);
