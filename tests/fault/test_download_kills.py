@@ -54,7 +54,7 @@ def snapshot_entries_are_whole(cache, sizes):
             continue
         name = "/".join(entry.relative_to(snapshots).parts[1:])  # snapshots/<commit>/<path>
         # A link made under a temporary name and renamed into place is as whole as its target.
-        name = re.sub(r"(\.\d+)+\.tmp$", "", name)
+        name = re.sub(r"\.tmp\.\d+\.\d+$", "", name)
         assert stat.S_ISLNK(mode), f"{entry} is a file, not a link into blobs/"
         try:
             link = os.readlink(entry)

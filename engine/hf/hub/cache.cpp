@@ -16,20 +16,21 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/temporaries.h"
 
 namespace tessera::hf::hub {
 namespace {
 
+// ".tmp.<pid>.<digits>": core/temporaries.h's name for a file written atomically, so that a
+// later write into the same folder removes those of a process that was killed.
 std::string unique_suffix() {
   static std::atomic<unsigned> counter{0};
   std::random_device rd;
-  std::string suffix = ".";
+  std::string suffix = ".tmp.";
   suffix += std::to_string(::getpid());
   suffix += '.';
   suffix += std::to_string(rd());
-  suffix += '.';
   suffix += std::to_string(counter++);
-  suffix += ".tmp";
   return suffix;
 }
 
@@ -100,6 +101,8 @@ std::optional<std::string> CacheRepo::resolve(const std::string& revision) const
 void CacheRepo::write_ref(const std::string& revision, const std::string& commit) const {
   if (revision == commit) return;
   validate_revision(revision);
+  // A download killed while writing a ref left its temporary: gone with its process.
+  core::remove_dead_temporaries((dir_ / "refs" / revision).parent_path());
   if (resolve(revision) == commit) return;  // unchanged: a read-only cache stays usable
   write_small_file_atomic(dir_ / "refs" / revision, commit);
 }
@@ -109,6 +112,7 @@ void CacheRepo::link(const std::string& commit, const std::string& file,
   const std::filesystem::path pointer = pointer_path(commit, file);
   const std::filesystem::path blob = blob_path(etag);
   make_dirs(pointer.parent_path());
+  core::remove_dead_temporaries(pointer.parent_path());
   const std::filesystem::path target = blob.lexically_relative(pointer.parent_path());
   const std::filesystem::path tmp = pointer.string() + unique_suffix();
   std::error_code ec;
