@@ -2,6 +2,7 @@
 // Packing tensors into fixed-size chunks (Gemini): tensors keep their order (the order the model
 // uses them), are never split, and a chunk closes when the next tensor does not fit. The chunk
 // size is searched to waste the fewest bytes while leaving enough chunks to stream.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -12,6 +13,13 @@ namespace tessera::memory {
 // that packs as they do): large enough for the biggest embedding matrices of the models we
 // train, small enough that several stream through the update at once.
 inline constexpr std::int64_t kMaxChunkBytes = 64ll << 20;
+
+// Gemini's update of an optimizer chunk on disk (one process, on the CPU) streams it in slices of
+// this many elements (8 MiB of floats), one read ahead of the slice being updated and one written
+// behind it: the update's buffers, which the planner counts, are kUpdateSlicesInFlight slices.
+inline constexpr std::int64_t kUpdateSliceElements = std::int64_t{1} << 21;
+inline constexpr std::size_t kUpdateSlicesAhead = 1;
+inline constexpr std::size_t kUpdateSlicesInFlight = 2 * kUpdateSlicesAhead + 1;
 
 struct ChunkSlot {
   std::size_t tensor = 0;   // index into the packed tensor list

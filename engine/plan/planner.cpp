@@ -708,13 +708,14 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
     if (f > 0.0) {
       // Chunk size as the plugin searches it: at least the largest tensor, at most 16M floats,
       // about an eighth of the trainable parameters. During backward, the gradient chunk being
-      // filled and two being written; during the update (update_on_disk_in_slices), three
-      // slices of 2M elements in flight, each with its arrays and gradients.
+      // filled and two being written; during the update (update_on_disk_in_slices), its
+      // slices in flight, each with its arrays and gradients.
       const double chunk = optimizer_chunk_elements(largest, trainable);
       const double arrays = bf16 ? 3.0 : 2.0;
-      const double slice = static_cast<double>(std::int64_t{1} << 21);
+      const double slices = static_cast<double>(memory::kUpdateSlicesInFlight) *
+                            static_cast<double>(memory::kUpdateSliceElements);
       buffers +=
-          std::min(std::max(3.0 * chunk * param_bytes, 3.0 * slice * (4.0 * arrays + param_bytes)),
+          std::min(std::max(3.0 * chunk * param_bytes, slices * (4.0 * arrays + param_bytes)),
                    f * trainable * (4.0 * arrays + param_bytes));
     }
     if (disk_parameters > 0.0) {

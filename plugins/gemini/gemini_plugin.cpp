@@ -466,9 +466,8 @@ class GeminiPlugin : public train::Plugin {
   // Slices start at multiples of kSliceElements inside a chunk whose arrays are padded to a
   // multiple of it (build_optimizer_chunks), so every range is aligned for O_DIRECT.
 
-  static constexpr std::int64_t kSliceElements = std::int64_t{1} << 21;  // 8 MiB of floats
-  // Slices read ahead of the one being updated, and written behind it.
-  static constexpr std::size_t kSlicesAhead = 1;
+  static constexpr std::int64_t kSliceElements = memory::kUpdateSliceElements;
+  static constexpr std::size_t kSlicesAhead = memory::kUpdateSlicesAhead;
   // Slice boundaries: 4 KiB of bf16 gradients (and so of float32 arrays).
   static constexpr std::int64_t kSliceAlignment = 2048;
   static_assert(kSliceElements % kSliceAlignment == 0);
