@@ -267,11 +267,7 @@ class ShardedGemini : public train::Plugin {
     if (c.launched)
       throw Error(ErrorKind::Internal, "gemini: the gradient of \"" + e.name +
                                            "\" arrived after its chunk was reduce-scattered");
-    if (!c.grad_whole.defined())
-      c.grad_whole = device_ ? device_tensor(c.capacity, torch::kFloat32,
-                                             "gradient chunk " + std::to_string(e.chunk))
-                                   .zero_()
-                             : torch::zeros({c.capacity}, torch::kFloat32);
+    if (!c.grad_whole.defined()) c.grad_whole = zeroed_gradient_chunk(e.chunk);
     torch::Tensor slot = c.grad_whole.narrow(0, e.offset, e.numel).view(g.sizes());
     const torch::Tensor master = precision_->master_gradient(g);
     if (e.grad_this_backward)
@@ -666,6 +662,13 @@ class ShardedGemini : public train::Plugin {
     return torch::empty({0}, torch::TensorOptions().dtype(dtype).device(tensor_device()))
         .set_(storage, 0, {numel}, {1});
   }
+  // Chunk `c`'s whole float32 gradients, zero: in device memory with a device tier.
+  torch::Tensor zeroed_gradient_chunk(std::size_t c) {
+    const std::int64_t capacity = chunks_[c].capacity;
+    if (!device_) return torch::zeros({capacity}, torch::kFloat32);
+    return device_tensor(capacity, torch::kFloat32, "gradient chunk " + std::to_string(c)).zero_();
+  }
+
   // Float32 host memory the device copies into (page-locked on a GPU).
   torch::Tensor host_tensor(std::int64_t numel) {
     const auto bytes = static_cast<std::size_t>(numel) * 4;
@@ -990,11 +993,7 @@ class ShardedGemini : public train::Plugin {
     while (next_reduce_ < reduce_order_.size() && chunks_[reduce_order_[next_reduce_]].ready) {
       const std::size_t c = reduce_order_[next_reduce_++];
       ShardChunk& chunk = chunks_[c];
-      if (!chunk.grad_whole.defined())
-        chunk.grad_whole = device_ ? device_tensor(chunk.capacity, torch::kFloat32,
-                                                   "gradient chunk " + std::to_string(c))
-                                         .zero_()
-                                   : torch::zeros({chunk.capacity}, torch::kFloat32);
+      if (!chunk.grad_whole.defined()) chunk.grad_whole = zeroed_gradient_chunk(c);
       Reduction r;
       r.chunk = c;
       r.input = std::move(chunk.grad_whole);
