@@ -44,6 +44,14 @@ void MappedFile::release_resident_pages() const {
   if (data_ != nullptr) ::madvise(const_cast<std::uint8_t*>(data_), size_, MADV_DONTNEED);
 }
 
+void MappedFile::release_resident_pages(const std::uint8_t* begin, std::size_t length) const {
+  if (data_ == nullptr || length == 0 || begin < data_ || begin + length > data_ + size_) return;
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const std::size_t first = static_cast<std::size_t>(begin - data_) / page * page;
+  const std::size_t end = std::min(size_, static_cast<std::size_t>(begin - data_) + length);
+  ::madvise(const_cast<std::uint8_t*>(data_) + first, end - first, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<std::uint8_t*>(data_), size_);
 }

@@ -45,6 +45,9 @@ class MappedFile {
   // Drops the mapped pages from the process's resident set (madvise DONTNEED); the mapping stays
   // valid, and a later read faults them in again from the page cache or the file.
   void release_resident_pages() const;
+  // The same for the pages holding [begin, begin + length) of the mapping (whole pages: a
+  // neighbour's bytes on a page at either end are faulted in again when read).
+  void release_resident_pages(const std::uint8_t* begin, std::size_t length) const;
 
  private:
   std::filesystem::path path_;

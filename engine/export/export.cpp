@@ -440,6 +440,9 @@ ExportReport export_streamed(model::PretrainedModel& model, const WeightSource& 
         r.passed = false;
         r.max_abs_diff = std::numeric_limits<double>::infinity();
       }
+      // The file's pages compared so far would otherwise all stay resident: the whole export
+      // by the end (a 1.2 GB model exported streamed peaked 1.1 GB above its training).
+      written.release_resident_pages(name);
     });
     r.sequences = static_cast<int>(seen);
     if (seen != written.names().size()) r.passed = false;

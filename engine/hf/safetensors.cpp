@@ -751,6 +751,15 @@ void SafetensorsCheckpoint::release_resident_pages() const {
   for (const auto& file : files_) file->release_resident_pages();
 }
 
+void SafetensorsCheckpoint::release_resident_pages(const std::string& name) const {
+  files_[index_.at(name).first]->release_resident_pages(info(name));
+}
+
+void SafetensorsFile::release_resident_pages(const TensorInfo& info) const {
+  const TensorView v = view(info);
+  file_.release_resident_pages(v.bytes.data(), v.bytes.size());
+}
+
 // ---- writer -------------------------------------------------------------------------------
 
 namespace {

@@ -51,6 +51,7 @@ class SafetensorsFile {
   TensorView view(const TensorInfo& info) const;
   std::uint64_t file_size() const { return file_.size(); }
   void release_resident_pages() const { file_.release_resident_pages(); }
+  void release_resident_pages(const TensorInfo& info) const;
 
  private:
   core::MappedFile file_;
@@ -77,6 +78,8 @@ class SafetensorsCheckpoint {
   std::uint64_t parameter_count() const;  // sum of numel
   // Every file's MappedFile::release_resident_pages: once the weights are copied out.
   void release_resident_pages() const;
+  // Those of one tensor: a loader that copies tensors out one at a time keeps one resident.
+  void release_resident_pages(const std::string& name) const;
 
  private:
   std::vector<std::shared_ptr<SafetensorsFile>> files_;

@@ -14,12 +14,20 @@ std::int64_t round_up(std::int64_t value, std::int64_t step) {
   return (value + step - 1) / step * step;
 }
 
-// Waste of packing `numels` with `capacity` (next fit, order kept), without building the layout.
+// Waste of packing `numels` with `capacity` (next fit, order kept, a larger tensor alone),
+// without building the layout.
 std::int64_t waste_of(const std::vector<std::int64_t>& numels, std::int64_t capacity) {
   std::int64_t waste = 0;
   std::int64_t used = 0;
   bool open = false;
   for (std::int64_t n : numels) {
+    if (n > capacity) {
+      if (open) waste += capacity - used;
+      waste += round_up(n, kCapacityStep) - n;
+      used = 0;
+      open = false;
+      continue;
+    }
     if (open && used + n > capacity) {
       waste += capacity - used;
       used = 0;
@@ -40,19 +48,28 @@ std::int64_t ChunkLayout::wasted_elements() const {
 }
 
 ChunkLayout pack_chunks(const std::vector<std::int64_t>& numels,
-                        const std::vector<std::string>& names, std::int64_t capacity) {
+                        const std::vector<std::string>& names, std::int64_t capacity,
+                        bool alone_when_larger) {
   ChunkLayout layout;
   layout.capacity = capacity;
+  bool open = false;  // whether the last chunk takes more tensors
   for (std::size_t i = 0; i < numels.size(); ++i) {
     const std::int64_t n = numels[i];
+    if (n > capacity && alone_when_larger) {
+      layout.chunks.push_back({round_up(n, kCapacityStep), n, {{i, 0, n}}});
+      open = false;
+      continue;
+    }
     if (n > capacity)
       throw_invalid("strategy.options.chunk_size: tensor \"" +
                         (i < names.size() ? names[i] : std::to_string(i)) + "\" has " +
                         std::to_string(n) + " elements, more than a chunk of " +
                         std::to_string(capacity),
                     "use chunk_size \"auto\" or a size at least as large as the largest tensor");
-    if (layout.chunks.empty() || layout.chunks.back().used + n > capacity)
+    if (!open || layout.chunks.back().used + n > capacity) {
       layout.chunks.push_back({capacity, 0, {}});
+      open = true;
+    }
     ChunkSpec& chunk = layout.chunks.back();
     chunk.slots.push_back({i, chunk.used, n});
     chunk.used += n;
@@ -62,10 +79,10 @@ ChunkLayout pack_chunks(const std::vector<std::int64_t>& numels,
 
 std::int64_t search_chunk_capacity(const std::vector<std::int64_t>& numels,
                                    std::int64_t max_chunk_elements, int min_chunks) {
-  std::int64_t largest = 0;
+  std::int64_t largest = 0;  // of the tensors a chunk may hold with others
   std::int64_t total = 0;
   for (std::int64_t n : numels) {
-    largest = std::max(largest, n);
+    if (n <= max_chunk_elements) largest = std::max(largest, n);
     total += n;
   }
   const std::int64_t low = round_up(std::max<std::int64_t>(largest, 1), kCapacityStep);
@@ -82,6 +99,13 @@ std::int64_t search_chunk_capacity(const std::vector<std::int64_t>& numels,
     }
   }
   return best;
+}
+
+ChunkLayout pack_chunks_auto(const std::vector<std::int64_t>& numels,
+                             const std::vector<std::string>& names,
+                             std::int64_t max_chunk_elements) {
+  return pack_chunks(numels, names, search_chunk_capacity(numels, max_chunk_elements),
+                     /*alone_when_larger=*/true);
 }
 
 std::vector<bool> choose_offloaded_chunks(const std::vector<std::uint64_t>& sizes, double fraction,

@@ -1,7 +1,10 @@
 #pragma once
-// Packing tensors into fixed-size chunks (Gemini): tensors keep their order (the order the model
-// uses them), are never split, and a chunk closes when the next tensor does not fit. The chunk
-// size is searched to waste the fewest bytes while leaving enough chunks to stream.
+// Packing tensors into chunks (Gemini): tensors keep their order (the order the model uses them),
+// are never split, and a chunk closes when the next tensor does not fit. The chunk size is
+// searched to waste the fewest bytes while leaving enough chunks to stream; with the searched
+// size, a tensor larger than the most a chunk may hold (an embedding of a large vocabulary) gets
+// a chunk of its own, as Colossal-AI's chunk manager does, so that the other chunks, which the
+// disk tier streams and caches a few at a time, stay small.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -39,16 +42,25 @@ struct ChunkLayout {
   std::int64_t wasted_elements() const;
 };
 
-// Packs `numels` (in order) into chunks of `capacity` elements. Throws tessera::Error
-// (InvalidInput) naming the tensor from `names` when one is larger than a chunk.
+// Packs `numels` (in order) into chunks of `capacity` elements. A tensor larger than a chunk
+// gets a chunk of its own (its size rounded up to 1024 elements) when `alone_when_larger`;
+// otherwise throws tessera::Error (InvalidInput) naming the tensor from `names` (a chunk size
+// the user chose that is too small).
 ChunkLayout pack_chunks(const std::vector<std::int64_t>& numels,
-                        const std::vector<std::string>& names, std::int64_t capacity);
+                        const std::vector<std::string>& names, std::int64_t capacity,
+                        bool alone_when_larger = false);
 
-// The capacity (a multiple of 1024 elements, at least the largest tensor) that wastes the fewest
-// elements, searched up to max(largest tensor, min(`max_chunk_elements`, total / `min_chunks`)),
-// so that small models still get several chunks to stream; ties go to the larger chunk.
+// The capacity (a multiple of 1024 elements, at least the largest tensor of at most
+// `max_chunk_elements`) that wastes the fewest elements when packed with the larger tensors
+// alone, searched up to min(`max_chunk_elements`, total / `min_chunks`) so that small models
+// still get several chunks to stream; ties go to the larger chunk.
 std::int64_t search_chunk_capacity(const std::vector<std::int64_t>& numels,
                                    std::int64_t max_chunk_elements, int min_chunks = 8);
+
+// Gemini's layout when the chunk size is "auto": the searched capacity, larger tensors alone.
+ChunkLayout pack_chunks_auto(const std::vector<std::int64_t>& numels,
+                             const std::vector<std::string>& names,
+                             std::int64_t max_chunk_elements);
 
 // Static placement on disk (both gemini plugins, and the planner that replays them): the last
 // chunks (by size) go to disk, as close to `fraction` of the total size as whole chunks allow; a

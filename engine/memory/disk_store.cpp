@@ -1,6 +1,9 @@
 #include "memory/disk_store.h"
 
 #include <fcntl.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -17,6 +20,19 @@ namespace tessera::memory {
 namespace fs = std::filesystem;
 
 namespace {
+
+// A process with a disk tier trains a state larger than its memory, so what it holds resident is
+// the user's budget. glibc raises its mmap threshold up to 32 MiB as large blocks are freed, after
+// which tensors of a few MiB (activations, the update's slices) come from the heap and their
+// memory stays resident once freed: measured on a 297M llama all on disk, 140 MiB of a 1.83 GiB
+// peak. A fixed 1 MiB threshold (which also ends the adjustment) gives larger blocks back at once.
+void bound_heap_retention() {
+#if defined(__GLIBC__)
+  constexpr int kLargeBlockBytes = 1 << 20;
+  mallopt(M_MMAP_THRESHOLD, kLargeBlockBytes);
+  mallopt(M_TRIM_THRESHOLD, kLargeBlockBytes);
+#endif
+}
 
 constexpr const char* kFolderPrefix = "tessera-offload-";
 
@@ -53,6 +69,7 @@ std::uint64_t io_size(std::uint64_t bytes) {
 }
 
 DiskStore::DiskStore(const fs::path& offload_folder, int io_threads) {
+  bound_heap_retention();
   std::error_code ec;
   created_parent_ = !fs::exists(offload_folder, ec);
   fs::create_directories(offload_folder, ec);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -314,8 +315,8 @@ ShardedChunks sharded_chunks(const hf::ModelConfig& c, const Settings& s, int wo
   auto pack = [&](const std::vector<double>& numels) {
     std::vector<std::int64_t> n;
     for (double x : numels) n.push_back(static_cast<std::int64_t>(std::min(x, 9.0e15)));
-    const memory::ChunkLayout layout = memory::pack_chunks(
-        n, std::vector<std::string>(n.size()), memory::search_chunk_capacity(n, max_elements));
+    const memory::ChunkLayout layout =
+        memory::pack_chunks_auto(n, std::vector<std::string>(n.size()), max_elements);
     std::vector<double> chunks;
     std::vector<std::size_t> chunk_of(n.size());
     for (const memory::ChunkSpec& spec : layout.chunks) {
@@ -473,17 +474,77 @@ ParameterCounts counts_of(const hf::ModelConfig& c, const Settings& s) {
   return {n, trainable, lora ? n + trainable : n, bf16 ? 2.0 : 4.0, lora, bf16};
 }
 
-// The chunk sizes gemini's search (memory::search_chunk_capacity) comes to, roughly: at least
-// the largest tensor, at most memory::kMaxChunkBytes, about an eighth of what is packed.
-// Parameter chunks hold every parameter in the compute dtype (bytes); optimizer chunks the
-// trainable ones in float32 (elements).
-double parameter_chunk_bytes(double largest_tensor, double stored, double param_bytes) {
-  const double most = static_cast<double>(memory::kMaxChunkBytes) / param_bytes;
-  return std::max(largest_tensor, std::min(most, stored / 8.0)) * param_bytes;
+// One-process gemini's chunks (plugins/gemini/gemini_plugin.cpp) as its auto layout packs them
+// (memory::pack_chunks_auto), in elements, largest first: parameter chunks hold every tensor in
+// use order in the compute dtype (LoRA's adapters after the base), optimizer chunks the trainable
+// ones in float32. A tensor larger than memory::kMaxChunkBytes (an embedding of a large
+// vocabulary) is a chunk alone, so the caches hold it beside chunks of the others' size.
+struct GeminiChunks {
+  std::vector<double> parameters;  // in layout order
+  std::vector<double> optimizer;
+  // Σ of the `k` largest of `chunks` (elements).
+  static double largest(std::vector<double> chunks, double k) {
+    std::sort(chunks.begin(), chunks.end(), std::greater<>());
+    double sum = 0;
+    for (std::size_t i = 0; i < chunks.size() && static_cast<double>(i) < k; ++i) sum += chunks[i];
+    return sum;
+  }
+  // The largest Σ of `k` chunks next to each other in the layout (elements): what a pass that
+  // holds a chunk and the k - 1 before it (backward's gradient chunks being written) holds.
+  static double adjacent(const std::vector<double>& chunks, std::size_t k) {
+    double most = 0;
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      double sum = 0;
+      for (std::size_t j = i; j < chunks.size() && j < i + k; ++j) sum += chunks[j];
+      most = std::max(most, sum);
+    }
+    return most;
+  }
+};
+
+std::vector<double> packed_chunk_elements(const std::vector<double>& numels, double element_bytes) {
+  std::vector<std::int64_t> n;
+  for (double x : numels) n.push_back(static_cast<std::int64_t>(std::min(x, 9.0e15)));
+  const auto max_elements =
+      static_cast<std::int64_t>(static_cast<double>(memory::kMaxChunkBytes) / element_bytes);
+  const memory::ChunkLayout layout =
+      memory::pack_chunks_auto(n, std::vector<std::string>(n.size()), max_elements);
+  std::vector<double> chunks;
+  for (const memory::ChunkSpec& spec : layout.chunks) chunks.push_back(d(spec.capacity));
+  return chunks;
 }
-double optimizer_chunk_elements(double largest, double trainable) {
-  const double most = static_cast<double>(memory::kMaxChunkBytes) / 4.0;
-  return std::max(largest, std::min(most, trainable / 8.0));
+
+GeminiChunks gemini_chunks(const hf::ModelConfig& c, const Settings& s) {
+  const hf::ParameterShapes shapes = hf::family_of(c).parameter_shapes(c);
+  const double v = d(c.vocab_size), h = d(c.hidden_size);
+  const double head = !c.tie_word_embeddings && shapes.outside_layers >= 2 * v * h ? v * h : 0.0;
+  std::vector<double> base = {v * h};
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    base.push_back(shapes.layer_other);
+    for (const hf::LinearModule& m : shapes.layer_linears) {
+      base.push_back(m.in_features * m.out_features);
+      if (m.bias) base.push_back(m.out_features);
+    }
+  }
+  base.push_back(std::max(0.0, shapes.outside_layers - v * h - head));
+  if (head > 0) base.push_back(head);
+  std::erase_if(base, [](double n) { return n <= 0; });
+  std::vector<double> adapters;
+  if (s.method == "lora") {
+    const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
+    for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+      for (const auto& name : targets)
+        if (const auto shape = linear_shape(c, name)) {
+          adapters.push_back(d(s.lora_rank) * shape->first);
+          adapters.push_back(d(s.lora_rank) * shape->second);
+        }
+  }
+  std::vector<double> all = base;
+  all.insert(all.end(), adapters.begin(), adapters.end());
+  GeminiChunks out;
+  out.parameters = packed_chunk_elements(all, s.precision == "bf16" ? 2.0 : 4.0);
+  out.optimizer = packed_chunk_elements(s.method == "lora" ? adapters : base, 4.0);
+  return out;
 }
 // Parameter chunks streamed (from disk, or from host memory to a device) resident at once.
 constexpr double kStreamedChunks = static_cast<double>(memory::kCachedParameterChunks);
@@ -527,17 +588,18 @@ std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelCon
   const double in_host = std::clamp(s.host_optim_frac, 0.0, 1.0 - on_disk);
   const double on_gpu = 1.0 - on_disk - in_host;
   const double h = d(c.hidden_size), m = d(c.intermediate_size), v = d(c.vocab_size);
-  const double largest_tensor = std::max(v * h, h * m);
-  const double largest = lora ? trainable : largest_tensor;
+  const double largest = lora ? trainable : std::max(v * h, h * m);
+  const GeminiChunks chunks = gemini_chunks(c, s);
   const double disk_parameters =
       std::min(std::clamp(s.offload_param_frac, 0.0, 1.0) * parameters, n * param_bytes);
   const double host_parameters = std::min(std::clamp(s.host_param_frac, 0.0, 1.0) * parameters,
                                           n * param_bytes - disk_parameters);
   const double streamed = host_parameters + disk_parameters;
-  const double chunk = parameter_chunk_bytes(largest_tensor, stored, param_bytes);
+  const double cached = GeminiChunks::largest(chunks.parameters, kStreamedChunks) * param_bytes;
+  const double chunk = GeminiChunks::largest(chunks.parameters, 1) * param_bytes;
 
   MemoryEstimate gpu;
-  gpu.weights = to_bytes(parameters - streamed + std::min(kStreamedChunks * chunk, streamed) +
+  gpu.weights = to_bytes(parameters - streamed + std::min(cached, streamed) +
                          (bf16 ? on_gpu * trainable * 4.0 : 0.0));
   gpu.optimizer = to_bytes(on_gpu * trainable * 8.0);
   gpu.gradients = to_bytes(trainable * param_bytes + (bf16 ? largest * 4.0 : 0.0));
@@ -550,16 +612,17 @@ std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelCon
   MemoryEstimate host;
   host.weights = to_bytes(host_parameters + in_host * trainable * 4.0);
   // Copies of chunks from disk: those on the GPU, and two on their way to their files.
-  host.offload_buffers = to_bytes(std::min((kStreamedChunks + 2.0) * chunk, disk_parameters));
+  host.offload_buffers = to_bytes(
+      std::min(GeminiChunks::largest(chunks.parameters, kStreamedChunks + 2.0) * param_bytes,
+               disk_parameters));
   host.optimizer = to_bytes(in_host * trainable * 8.0);
   host.gradients = to_bytes((in_host + on_disk) * trainable * 4.0);
   host.runtime = kRuntimeBaselineBytes;
   if (s.simulated_device) host.activations = whole.activations;
   if (on_disk > 0.0) {
     // Three optimizer chunks in flight in the update (moments and masters, with the gradient).
-    const double optim_chunk = optimizer_chunk_elements(largest, trainable);
-    host.offload_buffers +=
-        to_bytes(std::min(3.0 * optim_chunk * 16.0, on_disk * trainable * 16.0));
+    host.offload_buffers += to_bytes(
+        std::min(GeminiChunks::largest(chunks.optimizer, 3) * 16.0, on_disk * trainable * 16.0));
   }
   // Loading reads the checkpoint into the chunks, those on the GPU through one chunk of staging.
   host.load_peak = to_bytes(d(static_cast<std::int64_t>(host.weights + host.optimizer +
@@ -706,23 +769,24 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
     double buffers = 0.0;
     double parameter_cache = 0.0;
     if (f > 0.0) {
-      // Chunk size as the plugin searches it: at least the largest tensor, at most 16M floats,
-      // about an eighth of the trainable parameters. During backward, the gradient chunk being
-      // filled and two being written; during the update (update_on_disk_in_slices), its
+      // Chunks as the plugin packs them (gemini_chunks). During backward, the gradient chunk
+      // being filled and two being written; during the update (update_on_disk_in_slices), its
       // slices in flight, each with its arrays and gradients.
-      const double chunk = optimizer_chunk_elements(largest, trainable);
+      const double gradient_chunks = GeminiChunks::adjacent(gemini_chunks(c, s).optimizer, 3);
       const double arrays = bf16 ? 3.0 : 2.0;
       const double slices = static_cast<double>(memory::kUpdateSlicesInFlight) *
                             static_cast<double>(memory::kUpdateSliceElements);
       buffers +=
-          std::min(std::max(3.0 * chunk * param_bytes, slices * (4.0 * arrays + param_bytes)),
+          std::min(std::max(gradient_chunks * param_bytes, slices * (4.0 * arrays + param_bytes)),
                    f * trainable * (4.0 * arrays + param_bytes));
     }
     if (disk_parameters > 0.0) {
-      // Parameter chunks by the same search; at most four of those on disk are resident at once
-      // (the one in use, prefetched and recently used ones).
-      const double chunk = parameter_chunk_bytes(largest_tensor, stored, param_bytes);
-      parameter_cache = std::min(kStreamedChunks * chunk, disk_parameters);
+      // Parameter chunks likewise; at most four of those on disk are resident at once (the one
+      // in use, prefetched and recently used ones), chosen by the policy the sharded plugin's
+      // gathers use too (memory::ChunkCachePolicy): its replay of one step on one rank.
+      static_assert(memory::kCachedParameterChunks == memory::kGatheredChunks);
+      parameter_cache =
+          std::min(sharded_chunks(c, s, 1).gathered_peak * param_bytes, disk_parameters);
       buffers += parameter_cache;
     }
     e.offload_buffers = to_bytes(buffers);

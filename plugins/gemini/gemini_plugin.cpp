@@ -1357,11 +1357,9 @@ class GeminiPlugin : public train::Plugin {
       numels.push_back(entries_[i].tensor.numel());
       names.push_back(entries_[i].name);
     }
-    const std::int64_t capacity =
-        gemini_.chunk_bytes
-            ? max_chunk_elements(element_bytes)
-            : memory::search_chunk_capacity(numels, max_chunk_elements(element_bytes));
-    return memory::pack_chunks(numels, names, capacity);
+    return gemini_.chunk_bytes
+               ? memory::pack_chunks(numels, names, max_chunk_elements(element_bytes))
+               : memory::pack_chunks_auto(numels, names, max_chunk_elements(element_bytes));
   }
 
   // `dest` ← the values of entry `e`: from the checkpoint when the model's weights are

@@ -713,9 +713,9 @@ class ShardedGemini : public train::Plugin {
         names.push_back(entries_[i].name);
       }
       if (which.empty()) continue;
-      const std::int64_t capacity =
-          chunk_bytes_ ? max_elements : memory::search_chunk_capacity(numels, max_elements);
-      const memory::ChunkLayout layout = memory::pack_chunks(numels, names, capacity);
+      const memory::ChunkLayout layout =
+          chunk_bytes_ ? memory::pack_chunks(numels, names, max_elements)
+                       : memory::pack_chunks_auto(numels, names, max_elements);
       for (const memory::ChunkSpec& spec : layout.chunks) {
         ShardChunk chunk;
         chunk.trainable = trainable;

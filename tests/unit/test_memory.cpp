@@ -143,6 +143,39 @@ class TestMemory : public QObject {
     }
   }
 
+  // A tensor larger than the most a chunk may hold (an embedding of a large vocabulary) is a
+  // chunk alone, and the other chunks are searched among the other tensors' sizes: the disk
+  // tier's cache of a few chunks then holds the embedding once, not chunks of its size.
+  void auto_layout_packs_a_larger_tensor_alone() {
+    const std::vector<std::int64_t> numels{5000, 300, 500, 200, 900, 100, 5000, 100};
+    const auto layout = memory::pack_chunks_auto(numels, {}, 2048);
+    std::int64_t placed = 0;
+    std::size_t next = 0;
+    for (const auto& chunk : layout.chunks) {
+      const bool alone = chunk.slots.size() == 1 && chunk.slots[0].numel > 2048;
+      if (alone) {
+        QCOMPARE(chunk.capacity, std::int64_t{5120});  // rounded up to 1024 elements
+      } else {
+        QVERIFY(chunk.capacity <= 2048);
+        QVERIFY(chunk.capacity >= 900);  // at least the largest tensor packed with others
+      }
+      for (const auto& slot : chunk.slots) {
+        QCOMPARE(slot.tensor, next++);
+        placed += slot.numel;
+        QVERIFY(slot.offset + slot.numel <= chunk.capacity);
+      }
+    }
+    QCOMPARE(placed, std::accumulate(numels.begin(), numels.end(), std::int64_t{0}));
+    // The two large tensors each have a chunk of their own, the others are never with them.
+    QCOMPARE(std::count_if(layout.chunks.begin(), layout.chunks.end(),
+                           [](const memory::ChunkSpec& c) { return c.capacity == 5120; }),
+             std::ptrdiff_t{2});
+    QCOMPARE(layout.chunks[0].slots.size(), std::size_t{1});
+    QCOMPARE(layout.chunks.back().slots[0].tensor, std::size_t{7});
+    // A chunk size the user chose still refuses a tensor that does not fit it.
+    QVERIFY_THROWS_EXCEPTION(Error, memory::pack_chunks(numels, {}, 2048));
+  }
+
   void size_search_wastes_least_in_its_range() {
     std::mt19937 rng(7);
     std::vector<std::int64_t> numels;

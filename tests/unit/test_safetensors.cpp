@@ -2,6 +2,7 @@
 // file giving a clear tessera::Error (never a crash).
 #include <QTemporaryDir>
 #include <QTest>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -190,6 +191,46 @@ class TestSafetensors : public QObject {
     Error neg = expect_error([&] { write_safetensors(path, {{"w", DType::U8, {-8}, eight}}); });
     QVERIFY2(contains(neg.what(), "negative"), neg.what());
     QVERIFY(!fs::exists(path));
+  }
+
+  // A loader that copies tensors out one at a time (gemini's disk tier, the streamed export's
+  // check) drops each one's mapped pages: the checkpoint never ends up resident as a whole.
+  void releasingATensorDropsItsPagesFromTheResidentSet() {
+    constexpr std::size_t kTensorBytes = 8u << 20;
+    std::vector<std::uint8_t> a(kTensorBytes, 1), b(kTensorBytes, 2);
+    const auto path = dir() / "resident.safetensors";
+    write_safetensors(path, {{"a", DType::U8, {std::int64_t(kTensorBytes)}, a},
+                             {"b", DType::U8, {std::int64_t(kTensorBytes)}, b}});
+    const SafetensorsCheckpoint checkpoint = SafetensorsCheckpoint::open(path);
+    // The resident kB of this file's mapping, from /proc/self/smaps.
+    const auto resident_kb = [&] {
+      std::ifstream smaps("/proc/self/smaps");
+      std::string line;
+      bool ours = false;
+      long kb = 0;
+      while (std::getline(smaps, line)) {
+        if (line.find('-') != std::string::npos && line.find(':') != 2 &&
+            line.find("Rss:") == std::string::npos && std::isxdigit(line[0]))
+          ours = line.find(path.filename().string()) != std::string::npos;
+        else if (ours && line.rfind("Rss:", 0) == 0)
+          kb += std::stol(line.substr(4));
+      }
+      return kb;
+    };
+    std::uint64_t sum = 0;
+    for (const char* name : {"a", "b"})
+      for (std::uint8_t byte : checkpoint.view(name).bytes) sum += byte;
+    QCOMPARE(sum, std::uint64_t(3 * kTensorBytes));
+    const long both = resident_kb();
+    QVERIFY2(both >= long(2 * kTensorBytes / 1024), std::to_string(both).c_str());
+    checkpoint.release_resident_pages("a");
+    const long one = resident_kb();
+    QVERIFY2(one <= long(kTensorBytes / 1024) + 8, std::to_string(one).c_str());
+    QVERIFY2(one >= long(kTensorBytes / 1024) - 8, std::to_string(one).c_str());
+    checkpoint.release_resident_pages("b");
+    QVERIFY2(resident_kb() <= 8, std::to_string(resident_kb()).c_str());
+    // The mapping stays valid: a later read faults the pages in again.
+    QCOMPARE(checkpoint.view("b").bytes[kTensorBytes - 1], std::uint8_t(2));
   }
 
   void shardedWriteAndRead() {
