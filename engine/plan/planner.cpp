@@ -252,6 +252,20 @@ std::string run_name(const std::string& folder) {
   return name.empty() ? folder : name;
 }
 
+// LoRA's adapter matrices (A then B of each target of each layer), in elements, in the order
+// the trainer creates them.
+std::vector<double> lora_adapter_numels(const hf::ModelConfig& c, const Settings& s) {
+  std::vector<double> adapters;
+  const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (const auto& name : targets)
+      if (const auto shape = linear_shape(c, name)) {
+        adapters.push_back(d(s.lora_rank) * shape->first);
+        adapters.push_back(d(s.lora_rank) * shape->second);
+      }
+  return adapters;
+}
+
 // gemini on W ranks (plugins/gemini/sharded_gemini.cpp) as it lays a model out and gathers it:
 // the tensors in use order (the embedding, each layer's norms then its linears with their
 // biases, the rest outside the layers, an untied head last), trainable and frozen ones packed
@@ -333,14 +347,7 @@ ShardedChunks sharded_chunks(const hf::ModelConfig& c, const Settings& s, int wo
   const auto& chunk_of = packed.second;
   out.fetched = chunks;
   if (lora) {
-    std::vector<double> adapters;
-    const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
-    for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
-      for (const auto& name : targets)
-        if (const auto shape = linear_shape(c, name)) {
-          adapters.push_back(d(s.lora_rank) * shape->first);
-          adapters.push_back(d(s.lora_rank) * shape->second);
-        }
+    const std::vector<double> adapters = lora_adapter_numels(c, s);
     if (!adapters.empty()) out.kept = pack(adapters).first;
     out.trainable = out.kept;
     for (double a : adapters)
@@ -529,16 +536,8 @@ GeminiChunks gemini_chunks(const hf::ModelConfig& c, const Settings& s) {
   base.push_back(std::max(0.0, shapes.outside_layers - v * h - head));
   if (head > 0) base.push_back(head);
   std::erase_if(base, [](double n) { return n <= 0; });
-  std::vector<double> adapters;
-  if (s.method == "lora") {
-    const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
-    for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
-      for (const auto& name : targets)
-        if (const auto shape = linear_shape(c, name)) {
-          adapters.push_back(d(s.lora_rank) * shape->first);
-          adapters.push_back(d(s.lora_rank) * shape->second);
-        }
-  }
+  const std::vector<double> adapters =
+      s.method == "lora" ? lora_adapter_numels(c, s) : std::vector<double>{};
   std::vector<double> all = base;
   all.insert(all.end(), adapters.begin(), adapters.end());
   GeminiChunks out;
