@@ -521,12 +521,24 @@ std::vector<double> packed_chunk_elements(const std::vector<double>& numels, dou
   return chunks;
 }
 
+// The chunk figures the one-process estimates take (the largest chunks, adjacent ones, the
+// cache's peak) repeat from layer to layer: they are packed and replayed for at most this many
+// layers, so a config of absurd depth is refused by its size, not by the estimate running out of
+// memory.
+constexpr std::int64_t kLayersPacked = 64;
+
+hf::ModelConfig with_layers_packed(const hf::ModelConfig& c) {
+  hf::ModelConfig capped = c;
+  capped.num_hidden_layers = std::min(c.num_hidden_layers, kLayersPacked);
+  return capped;
+}
+
 GeminiChunks gemini_chunks(const hf::ModelConfig& c, const Settings& s) {
   const hf::ParameterShapes shapes = hf::family_of(c).parameter_shapes(c);
   const double v = d(c.vocab_size), h = d(c.hidden_size);
   const double head = !c.tie_word_embeddings && shapes.outside_layers >= 2 * v * h ? v * h : 0.0;
   std::vector<double> base = {v * h};
-  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+  for (std::int64_t l = 0; l < std::min(c.num_hidden_layers, kLayersPacked); ++l) {
     base.push_back(shapes.layer_other);
     for (const hf::LinearModule& m : shapes.layer_linears) {
       base.push_back(m.in_features * m.out_features);
@@ -537,7 +549,7 @@ GeminiChunks gemini_chunks(const hf::ModelConfig& c, const Settings& s) {
   if (head > 0) base.push_back(head);
   std::erase_if(base, [](double n) { return n <= 0; });
   const std::vector<double> adapters =
-      s.method == "lora" ? lora_adapter_numels(c, s) : std::vector<double>{};
+      s.method == "lora" ? lora_adapter_numels(with_layers_packed(c), s) : std::vector<double>{};
   std::vector<double> all = base;
   all.insert(all.end(), adapters.begin(), adapters.end());
   GeminiChunks out;
@@ -784,8 +796,8 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
       // in use, prefetched and recently used ones), chosen by the policy the sharded plugin's
       // gathers use too (memory::ChunkCachePolicy): its replay of one step on one rank.
       static_assert(memory::kCachedParameterChunks == memory::kGatheredChunks);
-      parameter_cache =
-          std::min(sharded_chunks(c, s, 1).gathered_peak * param_bytes, disk_parameters);
+      parameter_cache = std::min(
+          sharded_chunks(with_layers_packed(c), s, 1).gathered_peak * param_bytes, disk_parameters);
       buffers += parameter_cache;
     }
     e.offload_buffers = to_bytes(buffers);
