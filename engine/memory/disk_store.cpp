@@ -21,22 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A process with a disk tier trains a state larger than its memory, so what it holds resident is
-// the user's budget. glibc raises its mmap threshold up to 32 MiB as large blocks are freed, after
-// which buffers of a few MiB (the update's slices, gradients widened to float32) come from the
-// heap and their memory stays resident once freed: a 1.36B bf16 llama all on disk was OOM-killed
-// in a 1.75 GiB cgroup without this and peaks at 1.31 GiB with it. A fixed threshold (which also
-// ends the adjustment) gives larger blocks back at once; 4 MiB rather than 1 because every block
-// above it is a fresh mapping, page-faulted anew: at 1 MiB gpt2-small's step all on disk took
-// 6.5 s instead of 5.7 (bench_gemini), at 4 MiB 5.6.
-void bound_heap_retention() {
-#if defined(__GLIBC__)
-  constexpr int kLargeBlockBytes = 4 << 20;
-  mallopt(M_MMAP_THRESHOLD, kLargeBlockBytes);
-  mallopt(M_TRIM_THRESHOLD, kLargeBlockBytes);
-#endif
-}
-
 constexpr const char* kFolderPrefix = "tessera-offload-";
 
 // Removes the scratch folders of processes that are gone (kill -9 leaves them behind).
@@ -71,8 +55,23 @@ std::uint64_t io_size(std::uint64_t bytes) {
   return (bytes + kIoAlignment - 1) / kIoAlignment * kIoAlignment;
 }
 
+// With a host budget the user set, what the process holds resident is that budget. glibc raises its
+// mmap threshold up to 32 MiB as large blocks are freed, after which buffers of a few MiB (the
+// update's slices, gradients widened to float32) come from the heap and their memory stays resident
+// once freed: a 1.36B bf16 llama all on disk was OOM-killed in a 1.75 GiB cgroup without this and
+// peaks at 1.31 GiB with it. A fixed threshold (which also ends the adjustment) gives larger blocks
+// back at once; 4 MiB rather than 1 because every block above it is a fresh mapping, page-faulted
+// anew: at 1 MiB gpt2-small's step all on disk took 6.5 s instead of 5.7 (bench_gemini), at 4
+// MiB 5.6.
+void bound_heap_retention() {
+#if defined(__GLIBC__)
+  constexpr int kLargeBlockBytes = 4 << 20;
+  mallopt(M_MMAP_THRESHOLD, kLargeBlockBytes);
+  mallopt(M_TRIM_THRESHOLD, kLargeBlockBytes);
+#endif
+}
+
 DiskStore::DiskStore(const fs::path& offload_folder, int io_threads) {
-  bound_heap_retention();
   std::error_code ec;
   created_parent_ = !fs::exists(offload_folder, ec);
   fs::create_directories(offload_folder, ec);

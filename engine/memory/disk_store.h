@@ -20,6 +20,11 @@
 
 namespace tessera::memory {
 
+// Fixes glibc's mmap threshold so that freed blocks above a few MiB leave the resident set at once
+// (the runner calls it when the job sets a host_budget: the disk tier's host floor depends on it;
+// it costs some speed, every such block being a fresh mapping). No-op outside glibc.
+void bound_heap_retention();
+
 constexpr std::size_t kIoAlignment = 4096;
 
 // Unmaps what AlignedBuffer mapped.

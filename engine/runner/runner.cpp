@@ -22,6 +22,7 @@
 #include "hf/model_folder.h"
 #include "hf/tokenizer/tokenizer.h"
 #include "job/strategies.h"
+#include "memory/disk_store.h"
 #include "model/model.h"
 #include "plan/model_size.h"
 #include "plan/planner.h"
@@ -338,6 +339,11 @@ nlohmann::json share_plan(dist::ParallelContext& parallel, const nlohmann::json&
 job::JobSpec plan_run(const job::JobSpec& spec, const hf::ModelFolder& source,
                       const fs::path& out_dir, const RunOptions& run_options,
                       job::EventSink& events, dist::ParallelContext* parallel) {
+  // A host budget the user set is what this process may hold resident: freed buffers of a few
+  // MiB go back at once instead of staying in glibc's heap (the disk tier's host floor).
+  if (const auto budget = spec.strategy.options.find("host_budget");
+      budget != spec.strategy.options.end() && *budget != "auto")
+    memory::bound_heap_retention();
   if (spec.strategy.name != "auto") {
     // A host budget is checked before anything is loaded.
     if (spec.strategy.options.contains("host_budget"))
