@@ -252,6 +252,16 @@ std::string run_name(const std::string& folder) {
   return name.empty() ? folder : name;
 }
 
+// Gemini's auto layout (memory::pack_chunks_auto) of tensors of `numels` elements in a dtype of
+// `element_bytes`: at most memory::kMaxChunkBytes per chunk, larger tensors alone.
+memory::ChunkLayout auto_layout(const std::vector<double>& numels, double element_bytes) {
+  std::vector<std::int64_t> n;
+  for (double x : numels) n.push_back(static_cast<std::int64_t>(std::min(x, 9.0e15)));
+  const auto max_elements =
+      static_cast<std::int64_t>(static_cast<double>(memory::kMaxChunkBytes) / element_bytes);
+  return memory::pack_chunks_auto(n, std::vector<std::string>(n.size()), max_elements);
+}
+
 // LoRA's adapter matrices (A then B of each target of each layer), in elements, in the order
 // the trainer creates them.
 std::vector<double> lora_adapter_numels(const hf::ModelConfig& c, const Settings& s) {
@@ -322,17 +332,11 @@ ShardedChunks sharded_chunks(const hf::ModelConfig& c, const Settings& s, int wo
   // The head: its own linear, or the embedding's weight again (tied).
   const std::size_t head_block = head > 0 ? block({head}, true) : embedding;
 
-  // Chunks as the plugin packs them: at most kMaxChunkBytes of the compute dtype, searched to
-  // waste the least; the used elements padded to W.
-  const auto max_elements =
-      static_cast<std::int64_t>(static_cast<double>(memory::kMaxChunkBytes) / element);
+  // Chunks as the plugin packs them (auto_layout), the used elements padded to W.
   auto pack = [&](const std::vector<double>& numels) {
-    std::vector<std::int64_t> n;
-    for (double x : numels) n.push_back(static_cast<std::int64_t>(std::min(x, 9.0e15)));
-    const memory::ChunkLayout layout =
-        memory::pack_chunks_auto(n, std::vector<std::string>(n.size()), max_elements);
+    const memory::ChunkLayout layout = auto_layout(numels, element);
     std::vector<double> chunks;
-    std::vector<std::size_t> chunk_of(n.size());
+    std::vector<std::size_t> chunk_of(numels.size());
     for (const memory::ChunkSpec& spec : layout.chunks) {
       for (const memory::ChunkSlot& slot : spec.slots) chunk_of[slot.tensor] = chunks.size();
       chunks.push_back(std::ceil(d(spec.used) / w) * w);
@@ -482,7 +486,7 @@ ParameterCounts counts_of(const hf::ModelConfig& c, const Settings& s) {
 }
 
 // One-process gemini's chunks (plugins/gemini/gemini_plugin.cpp) as its auto layout packs them
-// (memory::pack_chunks_auto), in elements, largest first: parameter chunks hold every tensor in
+// (auto_layout), in elements, in layout order: parameter chunks hold every tensor in
 // use order in the compute dtype (LoRA's adapters after the base), optimizer chunks the trainable
 // ones in float32. A tensor larger than memory::kMaxChunkBytes (an embedding of a large
 // vocabulary) is a chunk alone, so the caches hold it beside chunks of the others' size.
@@ -510,14 +514,9 @@ struct GeminiChunks {
 };
 
 std::vector<double> packed_chunk_elements(const std::vector<double>& numels, double element_bytes) {
-  std::vector<std::int64_t> n;
-  for (double x : numels) n.push_back(static_cast<std::int64_t>(std::min(x, 9.0e15)));
-  const auto max_elements =
-      static_cast<std::int64_t>(static_cast<double>(memory::kMaxChunkBytes) / element_bytes);
-  const memory::ChunkLayout layout =
-      memory::pack_chunks_auto(n, std::vector<std::string>(n.size()), max_elements);
   std::vector<double> chunks;
-  for (const memory::ChunkSpec& spec : layout.chunks) chunks.push_back(d(spec.capacity));
+  for (const memory::ChunkSpec& spec : auto_layout(numels, element_bytes).chunks)
+    chunks.push_back(d(spec.capacity));
   return chunks;
 }
 
