@@ -86,6 +86,8 @@ DiskStore::DiskStore(const fs::path& offload_folder, int io_threads) {
   if (ec)
     throw_io("offload folder " + folder_.string() + ": cannot create it (" + ec.message() + ")",
              "choose another strategy.options.offload_dir");
+  if (const char* delay = std::getenv(kSlowDiskVariable))
+    test_delay_ = std::chrono::milliseconds(std::strtol(delay, nullptr, 10));
   for (int i = 0; i < std::max(io_threads, 1); ++i)
     workers_.emplace_back([this] { worker_loop(); });
 }
@@ -184,6 +186,7 @@ void DiskStore::worker_loop() {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
+    if (test_delay_.count() > 0) std::this_thread::sleep_for(test_delay_);
     task();  // exceptions are stored in the future
   }
 }

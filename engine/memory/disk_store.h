@@ -6,6 +6,7 @@
 // buffered. The files are scratch: nothing is fsynced, and the folder is removed when the store
 // goes (and by the next store over the same offload folder if this process died).
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -49,6 +50,10 @@ class AlignedBuffer {
 
 // Round up to the I/O alignment.
 std::uint64_t io_size(std::uint64_t bytes);
+
+// Set by tests to a number of milliseconds that every transfer of a disk store waits before it
+// starts, so that whatever overlaps with the disk's I/O is seen to wait for it.
+inline constexpr const char* kSlowDiskVariable = "TESSERA_TEST_SLOW_DISK_MS";
 
 class DiskStore {
  public:
@@ -110,6 +115,8 @@ class DiskStore {
   std::condition_variable queue_cv_;
   std::deque<std::packaged_task<void()>> queue_;
   bool stopping_ = false;
+  // Tests only (kSlowDiskVariable): each transfer starts this much later, as on a slow disk.
+  std::chrono::milliseconds test_delay_{0};
   std::vector<std::thread> workers_;
 };
 

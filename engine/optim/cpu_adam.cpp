@@ -75,7 +75,8 @@ void cpu_adamw_step(const AdamArrays& arrays, const AdamHyper& hyper) {
   cpu_adamw_step(arrays, hyper, detected_simd_level());
 }
 
-void cpu_adamw_step(const AdamArrays& arrays, const AdamHyper& hyper, SimdLevel level) {
+void cpu_adamw_step(const AdamArrays& arrays, const AdamHyper& hyper, SimdLevel level,
+                    int threads) {
   if (!simd_level_supported(level))
     throw Error(ErrorKind::Internal, std::string("CPU Adam: this CPU cannot run the ") +
                                          simd_level_name(level) + " kernel");
@@ -88,9 +89,9 @@ void cpu_adamw_step(const AdamArrays& arrays, const AdamHyper& hyper, SimdLevel 
   auto body = level == SimdLevel::Avx512 ? &detail::adam_avx512
               : level == SimdLevel::Avx2 ? &detail::adam_avx2
                                          : &detail::adam_scalar;
-  // torch's intra-op thread count (torch::set_num_threads), on our own pool (core/parallel.h).
-  const int threads = at::get_num_threads();
-  core::parallel_for(arrays.count, kGrainElements, threads,
+  // torch's intra-op thread count (torch::set_num_threads) unless given, on our own pool
+  // (core/parallel.h).
+  core::parallel_for(arrays.count, kGrainElements, threads > 0 ? threads : at::get_num_threads(),
                      [&](std::int64_t begin, std::int64_t end) {
                        AdamArrays slice = arrays;
                        slice.param += begin;

@@ -50,7 +50,9 @@ struct AdamArrays {
 
 // One AdamW update with the detected level, split over torch's intra-op threads.
 void cpu_adamw_step(const AdamArrays& arrays, const AdamHyper& hyper);
-// Same with an explicit level (tests and benchmarks); `level` must be supported.
-void cpu_adamw_step(const AdamArrays& arrays, const AdamHyper& hyper, SimdLevel level);
+// Same with an explicit level (tests and benchmarks; `level` must be supported) and thread count
+// (0: torch's intra-op setting, which a thread torch did not start does not see).
+void cpu_adamw_step(const AdamArrays& arrays, const AdamHyper& hyper, SimdLevel level,
+                    int threads = 0);
 
 }  // namespace tessera::optim

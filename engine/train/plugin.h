@@ -165,8 +165,13 @@ class Plugin {
   // `last_micro_batch`: no other backward comes before step(), so the gradients are final
   // (where data parallelism reduces them; gemini takes their norms as they arrive).
   virtual void backward(const torch::Tensor& loss, double multiplier, bool last_micro_batch) = 0;
-  // Clips (max_grad_norm > 0), updates with AdamW at `lr`, and clears the gradients.
+  // Clips (max_grad_norm > 0), updates with AdamW at `lr`, and clears the gradients. A plugin
+  // may return with part of the update still running behind the next forward (gemini's
+  // optimizer chunks on disk); every other call waits for it where it must.
   virtual StepStats step(double lr, double max_grad_norm) = 0;
+  // Waits for what step() left running (the trainer calls it after the last step, so that the
+  // step's time and the last memory report include all of it).
+  virtual void settle() {}
 
   virtual MemoryByCategory memory() const = 0;
   // The disk tier, for plugins that have one.

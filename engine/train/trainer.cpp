@@ -637,6 +637,7 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
     const double lr = schedule.lr(step);
     const StepStats stats = plugin_->step(lr, t.max_grad_norm);
     ++step;
+    if (step == result.total_steps) plugin_->settle();
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double loss = loss_sum / static_cast<double>(t.gradient_accumulation);
     double tokens_per_s = seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0;

@@ -43,6 +43,7 @@ class GeminiFront : public train::Plugin {
   train::StepStats step(double lr, double max_grad_norm) override {
     return impl_->step(lr, max_grad_norm);
   }
+  void settle() override { impl_->settle(); }
   train::MemoryByCategory memory() const override { return impl_->memory(); }
   std::optional<train::DiskTierMemory> disk_memory() const override { return impl_->disk_memory(); }
   std::optional<train::DeviceTierMemory> device_tier_memory() const override {

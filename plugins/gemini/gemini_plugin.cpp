@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <deque>
 #include <filesystem>
 #include <future>
+#include <mutex>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -189,6 +191,20 @@ class ChunkFetch : public model::ParameterUse {
   GeminiPlugin* plugin_;
 };
 
+// Installed, when the update of optimizer chunks on disk is pipelined with the next forward, on
+// every block whose parameters that update changes: the block waits for them before computing.
+class UpdateWait : public model::ParameterUse {
+ public:
+  explicit UpdateWait(GeminiPlugin* plugin) : plugin_(plugin) {}
+  void enter(const torch::nn::Module& block) override;
+  torch::Tensor leave(const torch::nn::Module&, torch::Tensor output, bool) override {
+    return output;
+  }
+
+ private:
+  GeminiPlugin* plugin_;
+};
+
 // Called by autograd after a tensor's gradient is accumulated into its .grad.
 class GradientArrival : public torch::autograd::PostAccumulateGradHook {
  public:
@@ -207,6 +223,7 @@ constexpr std::size_t kGradientWritesInFlight = 2;
 class GeminiPlugin : public train::Plugin {
  public:
   ~GeminiPlugin() override {
+    if (update_worker_.valid()) update_worker_.wait();  // its error, if any, has no one to go to
     remove_gradient_hooks();
     remove_block_hooks();
   }
@@ -252,6 +269,7 @@ class GeminiPlugin : public train::Plugin {
     // a parameter's own storage goes as soon as its chunk holds it.
     build_optimizer_chunks();
     build_parameter_chunks(model);
+    install_update_waits(model);
     // What is not in a chunk (buffers) in the compute dtype, as Module::to would (which would
     // also touch the parameters, some of which are on disk now).
     for (torch::Tensor& buffer : model.buffers())
@@ -276,6 +294,9 @@ class GeminiPlugin : public train::Plugin {
   const train::ProcessContext& process() const override { return process_; }
 
   void backward(const torch::Tensor& loss, double multiplier, bool last_micro_batch) override {
+    // Gradients go into the chunks the update reads: it is done first (its last chunks, the
+    // first ones backward reaches, finish as the forward ends).
+    settle_update();
     for (std::size_t i : trainable_order_)
       memory::transition(entries_[i].state, TensorState::Computing, entries_[i].name);
     last_micro_batch_ = last_micro_batch;
@@ -336,6 +357,21 @@ class GeminiPlugin : public train::Plugin {
     if (c.on_disk && ++c.grads_this_backward == c.entries.size()) write_back_gradients(c);
   }
 
+  // A block whose parameters the pipelined update changes is about to compute (UpdateWait).
+  void wait_for_update(const torch::nn::Module& block) {
+    if (!update_worker_.valid()) return;
+    const std::vector<std::size_t>& chunks = block_optim_chunks_.at(&block);
+    {
+      std::unique_lock lock(update_mutex_);
+      update_cv_.wait(lock, [&] {
+        return update_finished_ || std::all_of(chunks.begin(), chunks.end(),
+                                               [&](std::size_t c) { return chunk_updated_[c]; });
+      });
+      if (!update_finished_) return;
+    }
+    settle_update();  // ended: its error, if it failed, surfaces here
+  }
+
   // A block whose parameters sit in chunks on disk is about to compute (ChunkFetch).
   void enter_block(const torch::nn::Module& block) {
     use_parameter_chunks(block_chunks_.at(&block));
@@ -354,6 +390,7 @@ class GeminiPlugin : public train::Plugin {
 
   StepStats step(double lr, double max_grad_norm) override {
     torch::NoGradGuard no_grad;
+    settle_update();
     wait_for_gradient_copies();
     // The global norm first, from the per-tensor norms the last backward took.
     std::vector<torch::Tensor> norms;
@@ -402,6 +439,8 @@ class GeminiPlugin : public train::Plugin {
   // (clipping).
   void update(double lr, const std::optional<torch::Tensor>& coef) {
     ++steps_;
+    with_gradient_.assign(entries_.size(), 0);
+    for (std::size_t i = 0; i < entries_.size(); ++i) with_gradient_[i] = entries_[i].has_grad;
     if (device_) {
       // The new values go up after the compute that still reads the old ones.
       device_->copies_wait(*device_->record_compute());
@@ -454,8 +493,63 @@ class GeminiPlugin : public train::Plugin {
         e.grad = torch::Tensor();
       }
     }
-    update_on_disk_in_slices(lr, coef);
+    // Chunks on disk: those every forward use of waits for (UpdateWait) on a worker, pipelined
+    // with the next forward; the others (adapters no block fetches) here.
+    std::vector<std::size_t> now;
+    std::vector<std::size_t> later;
+    for (std::size_t c = 0; c < optim_chunks_.size(); ++c) {
+      OptimChunk& chunk = optim_chunks_[c];
+      if (!chunk.on_disk) continue;
+      // Gradients still being written: kept in memory and used from there.
+      if (chunk.grad_write.valid()) finish_gradient_write(chunk, /*keep=*/true);
+      (pipelined_ && waited_for_[c] ? later : now).push_back(c);
+    }
+    update_on_disk_in_slices(now, lr, coef, 0, {});
+    if (!later.empty()) start_pipelined_update(std::move(later), lr, coef);
   }
+
+  // --- The update pipelined with the next forward ----------------------------------------------
+  // With every parameter in memory and no device tier, the update of optimizer chunks on disk
+  // (bound by their I/O) runs on a worker in chunk order — the order forward uses them — while
+  // step() returns and the next forward starts: each block waits only for the chunks of its own
+  // parameters (UpdateWait). The worker touches nothing but those chunks' buffers, their files
+  // and the parameters' values; everything else that reads parameters, gradients or optimizer
+  // state waits for it to end first (settle_update).
+
+  void start_pipelined_update(std::vector<std::size_t> chunks, double lr,
+                              std::optional<torch::Tensor> coef) {
+    {
+      std::lock_guard lock(update_mutex_);
+      chunk_updated_.assign(optim_chunks_.size(), 1);
+      for (std::size_t c : chunks) chunk_updated_[c] = 0;
+      update_finished_ = false;
+    }
+    // The worker is not one of torch's threads: it is told their count.
+    const int threads = at::get_num_threads();
+    update_worker_ = std::async(std::launch::async, [this, chunks = std::move(chunks), lr,
+                                                     coef = std::move(coef), threads] {
+      struct Finished {
+        GeminiPlugin* plugin;
+        ~Finished() {
+          std::lock_guard lock(plugin->update_mutex_);
+          plugin->update_finished_ = true;
+          plugin->update_cv_.notify_all();
+        }
+      } finished{this};
+      torch::NoGradGuard no_grad;
+      update_on_disk_in_slices(chunks, lr, coef, threads, [this](std::size_t c) {
+        std::lock_guard lock(update_mutex_);
+        chunk_updated_[c] = 1;
+        update_cv_.notify_all();
+      });
+    });
+  }
+
+  // Waits for the pipelined update to end; rethrows its error.
+  void settle_update() {
+    if (update_worker_.valid()) update_worker_.get();
+  }
+  void settle() override { settle_update(); }
 
   // --- The update of optimizer chunks on disk, in slices -------------------------------------
   // A chunk on disk is updated a slice of kSliceElements at a time, never whole: the slice's
@@ -481,13 +575,14 @@ class GeminiPlugin : public train::Plugin {
     std::vector<std::future<void>> io;
   };
 
-  void update_on_disk_in_slices(double lr, const std::optional<torch::Tensor>& coef) {
+  // Updates `chunks` (on disk, gradient writes finished) in that order, calling `chunk_done(c)`
+  // once chunk c's parameters hold their new values. `threads`: the CPU Adam's (0: torch's).
+  void update_on_disk_in_slices(const std::vector<std::size_t>& chunks, double lr,
+                                const std::optional<torch::Tensor>& coef, int threads,
+                                const std::function<void(std::size_t)>& chunk_done) {
     std::vector<OptimSlice> slices;
-    for (std::size_t c = 0; c < optim_chunks_.size(); ++c) {
-      OptimChunk& chunk = optim_chunks_[c];
-      if (!chunk.on_disk) continue;
-      // Gradients still being written: kept in memory and used from there.
-      if (chunk.grad_write.valid()) finish_gradient_write(chunk, /*keep=*/true);
+    for (std::size_t c : chunks) {
+      const OptimChunk& chunk = optim_chunks_[c];
       for (std::int64_t at = 0; at < chunk.elements; at += kSliceElements)
         slices.push_back({c, at, std::min(chunk.elements, at + kSliceElements), {}, {}, {}});
     }
@@ -530,7 +625,7 @@ class GeminiPlugin : public train::Plugin {
         OptimSlice& slice = slices[i];
         wait_all(slice);
         if (i + kSlicesAhead < slices.size()) start_read(slices[i + kSlicesAhead]);
-        update_slice(slice, lr, coef);
+        update_slice(slice, lr, coef, threads);
         start_write(slice);
         writes.push_back(&slice);
         while (writes.size() > kSlicesAhead) {
@@ -541,8 +636,12 @@ class GeminiPlugin : public train::Plugin {
         // The chunk's last slice: its resident gradients go.
         if (i + 1 == slices.size() || slices[i + 1].chunk != slice.chunk) {
           OptimChunk& chunk = optim_chunks_[slice.chunk];
-          chunk.grads = memory::AlignedBuffer();
+          {
+            std::lock_guard lock(update_mutex_);  // memory() reads the buffer's size
+            chunk.grads = memory::AlignedBuffer();
+          }
           chunk.grads_on_disk = false;
+          if (chunk_done) chunk_done(slice.chunk);
         }
       }
       while (!writes.empty()) {
@@ -559,7 +658,8 @@ class GeminiPlugin : public train::Plugin {
   }
 
   // The CPU Adam on the parts of the chunk's tensors inside `slice`.
-  void update_slice(OptimSlice& slice, double lr, const std::optional<torch::Tensor>& coef) {
+  void update_slice(OptimSlice& slice, double lr, const std::optional<torch::Tensor>& coef,
+                    int threads) {
     OptimChunk& chunk = optim_chunks_[slice.chunk];
     const std::int64_t length = slice.end - slice.begin;
     auto* arrays = static_cast<float*>(slice.arrays.data());
@@ -572,7 +672,7 @@ class GeminiPlugin : public train::Plugin {
                     : static_cast<const char*>(slice.grads.data());
     for (std::size_t i : chunk.entries) {
       Entry& e = entries_[i];
-      if (!e.has_grad) continue;  // no gradient: no update, as torch does
+      if (!with_gradient_[i]) continue;  // no gradient: no update, as torch does
       const std::int64_t lo = std::max(e.optim_offset, slice.begin);
       const std::int64_t hi = std::min(e.optim_offset + e.tensor.numel(), slice.end);
       if (lo >= hi) continue;
@@ -584,8 +684,10 @@ class GeminiPlugin : public train::Plugin {
                                 torch::TensorOptions().dtype(dtype_)))
                             .contiguous();
       if (coef) g.mul_(*coef);
-      use_parameter_chunks({e.param_chunk});
-      param_chunks_[e.param_chunk].dirty = true;
+      if (param_chunks_[e.param_chunk].streamed()) {  // never so when pipelined
+        use_parameter_chunks({e.param_chunk});
+        param_chunks_[e.param_chunk].dirty = true;
+      }
       optim::AdamArrays a;
       a.count = hi - lo;
       a.grad = g.data_ptr<float>();
@@ -598,10 +700,11 @@ class GeminiPlugin : public train::Plugin {
         a.copy = static_cast<std::uint16_t*>(e.tensor.data_ptr()) + in_tensor;
         a.copy_kind = optim::LowPrecisionCopy::Bf16;
       }
-      optim::cpu_adamw_step(a, {lr, adamw_.beta1, adamw_.beta2, adamw_.eps,
-                                e.decays ? adamw_.weight_decay : 0.0, steps_});
+      optim::cpu_adamw_step(a,
+                            {lr, adamw_.beta1, adamw_.beta2, adamw_.eps,
+                             e.decays ? adamw_.weight_decay : 0.0, steps_},
+                            optim::detected_simd_level(), threads);
       e.tensor.unsafeGetTensorImpl()->bump_version();
-      e.grad = torch::Tensor();
     }
   }
 
@@ -747,8 +850,10 @@ class GeminiPlugin : public train::Plugin {
       if (!device && c.outgoing) m.weights += bytes;
     }
     // Gradients that exist now (between backward and the update; none after a step).
-    if (!device)
+    if (!device) {
+      std::lock_guard lock(update_mutex_);  // the pipelined update frees them as it goes
       for (const OptimChunk& c : optim_chunks_) m.gradients += c.grads.size();
+    }
     if (compute_side) {
       for (std::size_t i : trainable_order_)
         if (entries_[i].grad.defined())
@@ -792,6 +897,7 @@ class GeminiPlugin : public train::Plugin {
   }
 
   void release_training_state() override {
+    settle_update();
     remove_gradient_hooks();
     wait_for_gradient_copies();
     // The optimizer chunks' files stay until the store goes with the plugin: the parameter
@@ -814,6 +920,7 @@ class GeminiPlugin : public train::Plugin {
   // about a chunk at a time is in memory).
   void visit_weights(model::PretrainedModel& model, const WeightVisit& visit) override {
     torch::NoGradGuard no_grad;
+    settle_update();
     for (const Entry& e : entries_) {
       if (e.model_name.empty()) continue;  // adapters are not the model's
       use_parameter_chunks({e.param_chunk});
@@ -823,6 +930,7 @@ class GeminiPlugin : public train::Plugin {
   }
 
   void gather_weights() override {
+    settle_update();
     cache_limit_ = param_chunks_.size();
     for (std::size_t c = 0; c < param_chunks_.size(); ++c)
       if (param_chunks_[c].streamed()) fetch_parameter_chunk(c);
@@ -839,6 +947,7 @@ class GeminiPlugin : public train::Plugin {
   }
 
   std::vector<NamedTensor> trainable_weights() override {
+    settle_update();
     std::vector<NamedTensor> out;
     // fp32 without masters of their own: the parameter chunks hold the masters; those on disk
     // are read from their files, once every change has reached them.
@@ -859,6 +968,7 @@ class GeminiPlugin : public train::Plugin {
   }
 
   std::vector<NamedTensor> optimizer_state() override {
+    settle_update();
     std::vector<NamedTensor> out;
     if (steps_ == 0) return out;  // as AdamW: no state before the first update
     for (std::size_t i : trainable_order_) {
@@ -881,6 +991,7 @@ class GeminiPlugin : public train::Plugin {
                   const std::map<std::string, torch::Tensor>& optimizer,
                   const nlohmann::json& state, const std::string& source) override {
     torch::NoGradGuard no_grad;
+    settle_update();
     for (std::size_t i : trainable_order_) {
       const Entry& e = entries_[i];
       auto it = weights.find(e.name);
@@ -1556,6 +1667,54 @@ class GeminiPlugin : public train::Plugin {
     }
   }
 
+  // Pipelines the update of optimizer chunks on disk with the next forward when every parameter
+  // chunk stays in memory and there is no device tier (the update would otherwise share the
+  // chunk cache or the device's streams with the forward): every block with a parameter in such
+  // a chunk waits for it (UpdateWait); a chunk with a tensor no block uses is updated in step().
+  void install_update_waits(model::PretrainedModel& model) {
+    waited_for_.assign(optim_chunks_.size(), false);
+    pipelined_ = !device_ &&
+                 std::none_of(param_chunks_.begin(), param_chunks_.end(),
+                              [](const ParamChunk& c) { return c.streamed(); }) &&
+                 std::any_of(optim_chunks_.begin(), optim_chunks_.end(),
+                             [](const OptimChunk& c) { return c.on_disk; });
+    if (!pipelined_) return;
+    std::unordered_map<const void*, std::size_t> entry_of;
+    for (std::size_t i = 0; i < entries_.size(); ++i)
+      entry_of[entries_[i].tensor.unsafeGetTensorImpl()] = i;
+    std::vector<bool> covered(entries_.size(), false);
+    update_wait_ = std::make_shared<UpdateWait>(this);
+    for (const auto& module : model.modules(/*include_self=*/false)) {
+      std::shared_ptr<model::ParameterUse>* slot = parameter_use_slot(*module);
+      if (slot == nullptr) continue;
+      std::vector<std::size_t> chunks;
+      for (const auto& p : module->named_parameters(/*recurse=*/false)) {
+        auto it = entry_of.find(p.value().unsafeGetTensorImpl());
+        if (it == entry_of.end()) continue;
+        const Entry& e = entries_[it->second];
+        covered[it->second] = true;
+        if (e.trainable && optim_chunks_[e.optim_chunk].on_disk &&
+            std::find(chunks.begin(), chunks.end(), e.optim_chunk) == chunks.end())
+          chunks.push_back(e.optim_chunk);
+      }
+      if (chunks.empty()) continue;
+      block_optim_chunks_[module.get()] = std::move(chunks);
+      *slot = update_wait_;
+      hooked_blocks_.push_back(module);
+    }
+    for (std::size_t c = 0; c < optim_chunks_.size(); ++c)
+      waited_for_[c] = optim_chunks_[c].on_disk &&
+                       std::all_of(optim_chunks_[c].entries.begin(), optim_chunks_[c].entries.end(),
+                                   [&](std::size_t i) { return covered[i]; });
+    const auto behind =
+        static_cast<std::size_t>(std::count(waited_for_.begin(), waited_for_.end(), true));
+    pipelined_ = behind > 0;  // LoRA: its adapters are in no block, all updated in step()
+    if (pipelined_ && log_)
+      log_("info", "gemini: the update of " + std::to_string(behind) +
+                       " optimizer chunks on disk runs behind the next forward, each block "
+                       "waiting for its own");
+  }
+
   // Runs `body` on every optimizer chunk in order with its buffer resident (and, `with_gradients`,
   // its gradient chunk), streamed through disk_chunks.h. Gradient chunks are read, never written
   // back: the update consumes them.
@@ -1648,6 +1807,19 @@ class GeminiPlugin : public train::Plugin {
   std::size_t cache_limit_ = memory::kCachedParameterChunks;
   bool last_micro_batch_ = false;
   std::int64_t steps_ = 0;
+  // The update (update()): which entries it changes (their gradient arrived).
+  std::vector<char> with_gradient_;
+  // The pipelined update (start_pipelined_update): whether it is on, the chunks each block
+  // waits for, which chunks are left to it, and its worker with what it has done so far.
+  bool pipelined_ = false;
+  std::vector<bool> waited_for_;
+  std::shared_ptr<UpdateWait> update_wait_;
+  std::unordered_map<const torch::nn::Module*, std::vector<std::size_t>> block_optim_chunks_;
+  mutable std::mutex update_mutex_;  // guards chunk_updated_, update_finished_ and chunk.grads
+  std::condition_variable update_cv_;
+  std::vector<char> chunk_updated_;
+  bool update_finished_ = true;
+  std::future<void> update_worker_;
 };
 
 void ChunkFetch::enter(const torch::nn::Module& block) {
@@ -1657,6 +1829,10 @@ void ChunkFetch::enter(const torch::nn::Module& block) {
 torch::Tensor ChunkFetch::leave(const torch::nn::Module& block, torch::Tensor output,
                                 bool needs_parameters_in_backward) {
   return plugin_->leave_block(block, std::move(output), needs_parameters_in_backward);
+}
+
+void UpdateWait::enter(const torch::nn::Module& block) {
+  plugin_->wait_for_update(block);
 }
 
 void GradientArrival::operator()(const torch::autograd::Variable& tensor) {
