@@ -1445,15 +1445,6 @@ class GeminiPlugin : public train::Plugin {
     hooked_blocks_.clear();
   }
 
-  // The hook member of the engine's building blocks; null for other modules.
-  static std::shared_ptr<model::ParameterUse>* parameter_use_slot(torch::nn::Module& module) {
-    if (auto* m = dynamic_cast<model::LinearImpl*>(&module)) return &m->parameter_use;
-    if (auto* m = dynamic_cast<model::EmbeddingImpl*>(&module)) return &m->parameter_use;
-    if (auto* m = dynamic_cast<model::RMSNormImpl*>(&module)) return &m->parameter_use;
-    if (auto* m = dynamic_cast<model::LayerNormImpl*>(&module)) return &m->parameter_use;
-    return nullptr;
-  }
-
   std::int64_t max_chunk_elements(std::int64_t element_bytes) const {
     const std::int64_t bytes =
         gemini_.chunk_bytes ? static_cast<std::int64_t>(*gemini_.chunk_bytes) : kMaxChunkBytes;
@@ -1552,22 +1543,10 @@ class GeminiPlugin : public train::Plugin {
 
   void build_parameter_chunks(model::PretrainedModel& model) {
     // The blocks that fetch their parameters (model::ParameterUse), by parameter.
-    std::unordered_map<const void*, std::size_t> entry_of;
-    for (std::size_t i = 0; i < entries_.size(); ++i)
-      entry_of[entries_[i].tensor.unsafeGetTensorImpl()] = i;
-    std::vector<std::pair<std::shared_ptr<torch::nn::Module>, std::vector<std::size_t>>> blocks;
+    const std::vector<BlockEntries> blocks = blocks_of_entries(model, entries_);
     std::vector<bool> fetched(entries_.size(), false);
-    for (const auto& module : model.modules(/*include_self=*/false)) {
-      if (parameter_use_slot(*module) == nullptr) continue;
-      std::vector<std::size_t> mine;
-      for (const auto& p : module->named_parameters(/*recurse=*/false)) {
-        auto it = entry_of.find(p.value().unsafeGetTensorImpl());
-        if (it == entry_of.end()) continue;
-        mine.push_back(it->second);
-        fetched[it->second] = true;
-      }
-      if (!mine.empty()) blocks.emplace_back(module, std::move(mine));
-    }
+    for (const BlockEntries& b : blocks)
+      for (std::size_t i : b.entries) fetched[i] = true;
 
     std::vector<std::size_t> all(entries_.size());
     for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
@@ -1679,28 +1658,21 @@ class GeminiPlugin : public train::Plugin {
                  std::any_of(optim_chunks_.begin(), optim_chunks_.end(),
                              [](const OptimChunk& c) { return c.on_disk; });
     if (!pipelined_) return;
-    std::unordered_map<const void*, std::size_t> entry_of;
-    for (std::size_t i = 0; i < entries_.size(); ++i)
-      entry_of[entries_[i].tensor.unsafeGetTensorImpl()] = i;
     std::vector<bool> covered(entries_.size(), false);
     update_wait_ = std::make_shared<UpdateWait>(this);
-    for (const auto& module : model.modules(/*include_self=*/false)) {
-      std::shared_ptr<model::ParameterUse>* slot = parameter_use_slot(*module);
-      if (slot == nullptr) continue;
+    for (const BlockEntries& b : blocks_of_entries(model, entries_)) {
       std::vector<std::size_t> chunks;
-      for (const auto& p : module->named_parameters(/*recurse=*/false)) {
-        auto it = entry_of.find(p.value().unsafeGetTensorImpl());
-        if (it == entry_of.end()) continue;
-        const Entry& e = entries_[it->second];
-        covered[it->second] = true;
+      for (std::size_t i : b.entries) {
+        const Entry& e = entries_[i];
+        covered[i] = true;
         if (e.trainable && optim_chunks_[e.optim_chunk].on_disk &&
             std::find(chunks.begin(), chunks.end(), e.optim_chunk) == chunks.end())
           chunks.push_back(e.optim_chunk);
       }
       if (chunks.empty()) continue;
-      block_optim_chunks_[module.get()] = std::move(chunks);
-      *slot = update_wait_;
-      hooked_blocks_.push_back(module);
+      block_optim_chunks_[b.block.get()] = std::move(chunks);
+      *parameter_use_slot(*b.block) = update_wait_;
+      hooked_blocks_.push_back(b.block);
     }
     for (std::size_t c = 0; c < optim_chunks_.size(); ++c)
       waited_for_[c] = optim_chunks_[c].on_disk &&

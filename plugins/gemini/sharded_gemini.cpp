@@ -131,15 +131,6 @@ class ShardedGradientArrival : public torch::autograd::PostAccumulateGradHook {
   std::size_t entry_;
 };
 
-// The hook member of the engine's building blocks; null for other modules.
-std::shared_ptr<model::ParameterUse>* parameter_use_slot(torch::nn::Module& module) {
-  if (auto* m = dynamic_cast<model::LinearImpl*>(&module)) return &m->parameter_use;
-  if (auto* m = dynamic_cast<model::EmbeddingImpl*>(&module)) return &m->parameter_use;
-  if (auto* m = dynamic_cast<model::RMSNormImpl*>(&module)) return &m->parameter_use;
-  if (auto* m = dynamic_cast<model::LayerNormImpl*>(&module)) return &m->parameter_use;
-  return nullptr;
-}
-
 class ShardedGemini : public train::Plugin {
  public:
   ~ShardedGemini() override {
@@ -682,22 +673,10 @@ class ShardedGemini : public train::Plugin {
   // Trainable and frozen tensors go in separate chunks (each in use order), so that a frozen
   // chunk has no gradient or optimizer state at all.
   void build_chunks(model::PretrainedModel& model) {
-    std::unordered_map<const void*, std::size_t> entry_of;
-    for (std::size_t i = 0; i < entries_.size(); ++i)
-      entry_of[entries_[i].tensor.unsafeGetTensorImpl()] = i;
-    std::vector<std::pair<std::shared_ptr<torch::nn::Module>, std::vector<std::size_t>>> blocks;
+    const std::vector<BlockEntries> blocks = blocks_of_entries(model, entries_);
     std::vector<bool> fetched(entries_.size(), false);
-    for (const auto& module : model.modules(/*include_self=*/false)) {
-      if (parameter_use_slot(*module) == nullptr) continue;
-      std::vector<std::size_t> mine;
-      for (const auto& p : module->named_parameters(/*recurse=*/false)) {
-        auto it = entry_of.find(p.value().unsafeGetTensorImpl());
-        if (it == entry_of.end()) continue;
-        mine.push_back(it->second);
-        fetched[it->second] = true;
-      }
-      if (!mine.empty()) blocks.emplace_back(module, std::move(mine));
-    }
+    for (const BlockEntries& b : blocks)
+      for (std::size_t i : b.entries) fetched[i] = true;
 
     const std::int64_t element_bytes = static_cast<std::int64_t>(c10::elementSize(dtype_));
     const std::int64_t max_elements = std::max<std::int64_t>(

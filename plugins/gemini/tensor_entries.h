@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/layers.h"
 #include "model/model.h"
 #include "train/param_groups.h"
 #include "train/plugin.h"
@@ -52,6 +53,42 @@ std::vector<std::size_t> collect_tensor_entries(model::PretrainedModel& model,
     entries.push_back(std::move(e));
   }
   return entry_of_trainable;
+}
+
+// The hook member of the engine's building blocks (model::ParameterUse); null for other modules.
+inline std::shared_ptr<model::ParameterUse>* parameter_use_slot(torch::nn::Module& module) {
+  if (auto* m = dynamic_cast<model::LinearImpl*>(&module)) return &m->parameter_use;
+  if (auto* m = dynamic_cast<model::EmbeddingImpl*>(&module)) return &m->parameter_use;
+  if (auto* m = dynamic_cast<model::RMSNormImpl*>(&module)) return &m->parameter_use;
+  if (auto* m = dynamic_cast<model::LayerNormImpl*>(&module)) return &m->parameter_use;
+  return nullptr;
+}
+
+// A building block of the model and the entries of the parameters it registers itself.
+struct BlockEntries {
+  std::shared_ptr<torch::nn::Module> block;
+  std::vector<std::size_t> entries;
+};
+
+// Every building block of `model` (one with a ParameterUse slot) with parameters among `entries`,
+// in module order. An entry in none (a LoRA adapter) is used by no hook.
+template <class Entry>
+std::vector<BlockEntries> blocks_of_entries(model::PretrainedModel& model,
+                                            const std::vector<Entry>& entries) {
+  std::unordered_map<const void*, std::size_t> entry_of;
+  for (std::size_t i = 0; i < entries.size(); ++i)
+    entry_of[entries[i].tensor.unsafeGetTensorImpl()] = i;
+  std::vector<BlockEntries> blocks;
+  for (const auto& module : model.modules(/*include_self=*/false)) {
+    if (parameter_use_slot(*module) == nullptr) continue;
+    BlockEntries b{module, {}};
+    for (const auto& p : module->named_parameters(/*recurse=*/false)) {
+      auto it = entry_of.find(p.value().unsafeGetTensorImpl());
+      if (it != entry_of.end()) b.entries.push_back(it->second);
+    }
+    if (!b.entries.empty()) blocks.push_back(std::move(b));
+  }
+  return blocks;
 }
 
 }  // namespace tessera::plugins
