@@ -220,7 +220,10 @@ def test_the_sharded_plugin_on_one_process_follows_single(workdir, method):
         mine = load_file(workdir / f"dev-solo-{method}-{name}" / "model" / "model.safetensors")
         theirs = load_file(workdir / f"dev-solo-{method}-single" / "model" / "model.safetensors")
         for key, tensor in theirs.items():
-            assert torch.allclose(mine[key], tensor, rtol=1e-4, atol=1e-6), key
+            differs = (mine[key] - tensor).abs()
+            assert torch.allclose(mine[key], tensor, rtol=1e-4, atol=1e-6), \
+                (f"{name}: {key}: max |difference| {differs.max().item():.3e} at {divmod(differs.argmax().item(), tensor.shape[-1])} "
+                 f"(single's value there {tensor.flatten()[differs.argmax()].item():.6e}); losses {ours} against {reference}")
 
 
 def test_what_two_ranks_with_a_device_cannot_do_yet_is_refused(workdir):
