@@ -67,10 +67,12 @@ def disk_bandwidth(folder, size=512 << 20):
     return write, read
 
 
-def disk_traffic_per_step(events, warmup):
-    """Bytes read and written per measured step, from the disk tier's `memory` events (one per
-    step; the one closing the warm-up is the baseline)."""
-    disk = [e for e in events if e.get("type") == "memory" and e.get("tier") == "disk"][warmup:]
+def disk_traffic_per_step(events):
+    """Bytes read and written per step, from the disk tier's `memory` events: the one before the
+    first step and the last one (the trainer waits for the last step's update before it), over
+    every step. The events between them come while an update runs behind the next forward, so
+    one of them is no baseline."""
+    disk = [e for e in events if e.get("type") == "memory" and e.get("tier") == "disk"]
     if len(disk) < 2:
         return 0.0, 0.0
     first, last = disk[0]["traffic"], disk[-1]["traffic"]
@@ -130,7 +132,7 @@ def main():
                     losses = json.load(f)["losses"]
                 step_s = statistics.median(ours_step_seconds(events)[warmup:])
                 with open(events) as f:
-                    read, written = disk_traffic_per_step([json.loads(line) for line in f], warmup)
+                    read, written = disk_traffic_per_step([json.loads(line) for line in f])
                 results[side] = dict(step_s=step_s, rss=rss, losses=losses, read=read, written=written,
                                      moved=read + written)
             print(f"\n[{threads} thread{'s' if threads > 1 else ''}]  load average {os.getloadavg()[0]:.2f} on "

@@ -119,7 +119,7 @@ def main():
                 sys.stdout.write(proc.stdout[-3000:] + proc.stderr[-3000:])
                 raise SystemExit(f"FAIL: on-disk exited with {proc.returncode}, OOM kills {killed}")
             on_disk = results("on-disk")
-            read, written = disk_traffic_per_step(on_disk["events"], warmup)
+            read, written = disk_traffic_per_step(on_disk["events"])
             io_s = read / read_bps + written / write_bps
             bound = max(in_ram["step_s"], io_s)
             print(f"  {'side':8s} {'s/step':>7s} {'peak RSS':>9s} {'read/step':>10s} {'written/step':>13s}")
