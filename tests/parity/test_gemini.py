@@ -151,18 +151,31 @@ def test_the_update_behind_the_forward_waits_for_its_chunks(workdir, family, pre
     forward, each block waiting for the chunks of its own parameters. On a
     disk made slow (every transfer 4 ms late, a test-only setting) the forward reaches blocks whose
     chunks are still being updated: a block that did not wait would compute with the old values.
-    The losses are single's within 1e-5, with gradient accumulation (two forwards per step) and
-    recomputation (each block entered again in backward)."""
-    training = {"gradient_accumulation": 2, "activation_checkpointing": True}
+    The losses are single's within 1e-5, with gradient accumulation (two forwards per step),
+    recomputation (each block entered again in backward) and evaluations between steps."""
+    training = {"gradient_accumulation": 2, "activation_checkpointing": True, "eval_every": 3}
     base = f"behind-{family}-{precision}"
-    reference, _ = run(spec_for(workdir, family, f"{base}-single", "single", precision=precision, steps=8,
-                                training=training))
-    spec = spec_for(workdir, family, base, "gemini", {"offload_optim_frac": 1.0, "chunk_size": "160KiB"},
-                    precision=precision, steps=8, training=training)
+
+    def with_evaluation(path):
+        spec = json.loads(path.read_text())
+        spec["dataset"]["validation_split"] = 0.1
+        path.write_text(json.dumps(spec))
+        return path
+
+    def evaluations(events):
+        return {e["step"]: e["eval_loss"] for e in events if e["type"] == "metric" and "eval_loss" in e}
+
+    reference, single_events = run(with_evaluation(
+        spec_for(workdir, family, f"{base}-single", "single", precision=precision, steps=8, training=training)))
+    spec = with_evaluation(spec_for(workdir, family, base, "gemini", {"offload_optim_frac": 1.0, "chunk_size": "160KiB"},
+                                    precision=precision, steps=8, training=training))
     losses, events = run(spec, env=dict(os.environ, TESSERA_TEST_SLOW_DISK_MS="4"))
     logs = " ".join(e.get("message", "") for e in events if e["type"] == "log")
     assert "runs behind the next forward" in logs, "the update was not pipelined"
     assert_same_losses(losses, reference, f"{base}: update behind the forward, slow disk")
+    # An evaluation between steps reads the parameters while the last update may still run.
+    assert sorted(evaluations(events)) == [3, 6, 8], evaluations(events)
+    assert_same_losses(evaluations(events), evaluations(single_events), f"{base}: evaluations")
 
 
 @pytest.mark.parametrize("method", ["full", "lora"])
