@@ -268,8 +268,10 @@ class GeminiPlugin : public train::Plugin {
     // Each chunk is filled from the float32 values (or straight from the checkpoint) in turn;
     // a parameter's own storage goes as soon as its chunk holds it.
     build_optimizer_chunks();
-    build_parameter_chunks(model);
-    install_update_waits(model);
+    // The building blocks and their parameters, for the hooks both placements install.
+    const std::vector<BlockEntries> blocks = blocks_of_entries(model, entries_);
+    build_parameter_chunks(model, blocks);
+    install_update_waits(blocks);
     // What is not in a chunk (buffers) in the compute dtype, as Module::to would (which would
     // also touch the parameters, some of which are on disk now).
     for (torch::Tensor& buffer : model.buffers())
@@ -1541,9 +1543,9 @@ class GeminiPlugin : public train::Plugin {
     }
   }
 
-  void build_parameter_chunks(model::PretrainedModel& model) {
+  void build_parameter_chunks(model::PretrainedModel& model,
+                              const std::vector<BlockEntries>& blocks) {
     // The blocks that fetch their parameters (model::ParameterUse), by parameter.
-    const std::vector<BlockEntries> blocks = blocks_of_entries(model, entries_);
     std::vector<bool> fetched(entries_.size(), false);
     for (const BlockEntries& b : blocks)
       for (std::size_t i : b.entries) fetched[i] = true;
@@ -1650,22 +1652,28 @@ class GeminiPlugin : public train::Plugin {
   // chunk stays in memory and there is no device tier (the update would otherwise share the
   // chunk cache or the device's streams with the forward): every block with a parameter in such
   // a chunk waits for it (UpdateWait); a chunk with a tensor no block uses is updated in step().
-  void install_update_waits(model::PretrainedModel& model) {
+  void install_update_waits(const std::vector<BlockEntries>& blocks) {
     waited_for_.assign(optim_chunks_.size(), false);
-    pipelined_ = !device_ &&
-                 std::none_of(param_chunks_.begin(), param_chunks_.end(),
-                              [](const ParamChunk& c) { return c.streamed(); }) &&
-                 std::any_of(optim_chunks_.begin(), optim_chunks_.end(),
-                             [](const OptimChunk& c) { return c.on_disk; });
-    if (!pipelined_) return;
+    if (device_ || std::any_of(param_chunks_.begin(), param_chunks_.end(),
+                               [](const ParamChunk& c) { return c.streamed(); }))
+      return;
     std::vector<bool> covered(entries_.size(), false);
+    for (const BlockEntries& b : blocks)
+      for (std::size_t i : b.entries) covered[i] = true;
+    for (std::size_t c = 0; c < optim_chunks_.size(); ++c)
+      waited_for_[c] = optim_chunks_[c].on_disk &&
+                       std::all_of(optim_chunks_[c].entries.begin(), optim_chunks_[c].entries.end(),
+                                   [&](std::size_t i) { return covered[i]; });
+    const auto behind =
+        static_cast<std::size_t>(std::count(waited_for_.begin(), waited_for_.end(), true));
+    pipelined_ = behind > 0;  // LoRA: its adapters are in no block, all updated in step()
+    if (!pipelined_) return;
     update_wait_ = std::make_shared<UpdateWait>(this);
-    for (const BlockEntries& b : blocks_of_entries(model, entries_)) {
+    for (const BlockEntries& b : blocks) {
       std::vector<std::size_t> chunks;
       for (std::size_t i : b.entries) {
         const Entry& e = entries_[i];
-        covered[i] = true;
-        if (e.trainable && optim_chunks_[e.optim_chunk].on_disk &&
+        if (e.trainable && waited_for_[e.optim_chunk] &&
             std::find(chunks.begin(), chunks.end(), e.optim_chunk) == chunks.end())
           chunks.push_back(e.optim_chunk);
       }
@@ -1674,14 +1682,7 @@ class GeminiPlugin : public train::Plugin {
       *parameter_use_slot(*b.block) = update_wait_;
       hooked_blocks_.push_back(b.block);
     }
-    for (std::size_t c = 0; c < optim_chunks_.size(); ++c)
-      waited_for_[c] = optim_chunks_[c].on_disk &&
-                       std::all_of(optim_chunks_[c].entries.begin(), optim_chunks_[c].entries.end(),
-                                   [&](std::size_t i) { return covered[i]; });
-    const auto behind =
-        static_cast<std::size_t>(std::count(waited_for_.begin(), waited_for_.end(), true));
-    pipelined_ = behind > 0;  // LoRA: its adapters are in no block, all updated in step()
-    if (pipelined_ && log_)
+    if (log_)
       log_("info", "gemini: the update of " + std::to_string(behind) +
                        " optimizer chunks on disk runs behind the next forward, each block "
                        "waiting for its own");
