@@ -43,6 +43,9 @@ def workdir(tmp_path_factory):
     lines = [" ".join(rng.choice(words) for _ in range(40)) for _ in range(200)]
     fast = byte_level_bpe(lines, 600)
     ids = dict(bos_token_id=0, eos_token_id=1, pad_token_id=2)
+    # The weights are drawn as the models are built: seeded first, every session trains the same
+    # models (a seed after building them left each session its own random ones).
+    torch.manual_seed(0)
     families = {
         "llama": LlamaForCausalLM(LlamaConfig(vocab_size=600, hidden_size=64, intermediate_size=160,
                                               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -57,7 +60,6 @@ def workdir(tmp_path_factory):
                                            eos_token_id=1)),
     }
     for name, model in families.items():
-        torch.manual_seed(0)
         model.save_pretrained(d / name)
         fast.save_pretrained(d / name)
     with open(d / "text.jsonl", "w") as f:
