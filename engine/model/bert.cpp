@@ -1,6 +1,7 @@
 // bert: post-norm bidirectional encoder with word + position + token-type embeddings, a tanh
 // pooler over the first token, and (BertForSequenceClassification) a linear classifier on it.
 #include "core/error.h"
+#include "model/dropout.h"
 #include "model/layers.h"
 #include "model/model.h"
 
@@ -33,7 +34,7 @@ class BertEmbeddingsImpl : public torch::nn::Module {
         ids.size(1), torch::TensorOptions().dtype(torch::kInt64).device(ids.device()));
     torch::Tensor x = word_embeddings(ids) + token_type_embeddings(token_types) +
                       position_embeddings(positions).unsqueeze(0);
-    return torch::dropout(LayerNorm_(x), dropout_, is_training());
+    return model::dropout(LayerNorm_(x), dropout_, is_training());
   }
   Embedding word_embeddings{nullptr}, position_embeddings{nullptr}, token_type_embeddings{nullptr};
   LayerNorm LayerNorm_{nullptr};
@@ -73,7 +74,7 @@ class BertResidualOutputImpl : public torch::nn::Module {
     LayerNorm_ = register_module("LayerNorm", LayerNorm(o.hidden, o.eps, t));
   }
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& residual) {
-    return LayerNorm_(torch::dropout(dense(x), dropout_, is_training()) + residual);
+    return LayerNorm_(model::dropout(dense(x), dropout_, is_training()) + residual);
   }
   Linear dense{nullptr};
   LayerNorm LayerNorm_{nullptr};
@@ -258,7 +259,7 @@ class BertSequenceClassifier : public PretrainedModel {
     out.hidden_states = bert->forward(in.input_ids, token_types_or_zeros(config(), in),
                                       in.attention_mask, layer_wrapper);
     torch::Tensor pooled = bert->pooler(out.hidden_states);
-    out.logits = classifier(torch::dropout(pooled, classifier_dropout_, is_training()));
+    out.logits = classifier(model::dropout(pooled, classifier_dropout_, is_training()));
     if (in.labels.defined()) out.loss = loss(out.logits, in.labels);
     return out;
   }

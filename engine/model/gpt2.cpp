@@ -1,6 +1,7 @@
 // gpt2: learned absolute positions, pre-norm blocks, Conv1D weights stored [in, out], one fused
 // c_attn projection for q, k and v, lm_head tied to wte unless the config says otherwise.
 #include "core/error.h"
+#include "model/dropout.h"
 #include "model/layers.h"
 #include "model/model.h"
 
@@ -41,7 +42,7 @@ class Gpt2AttentionImpl : public torch::nn::Module {
     }
     torch::Tensor out = attention(split_heads(qkv[0], o_.heads, head_dim), k, v, mask,
                                   o_.attn_dropout, is_training());
-    return torch::dropout(c_proj(merge_heads(out)), o_.resid_dropout, is_training());
+    return model::dropout(c_proj(merge_heads(out)), o_.resid_dropout, is_training());
   }
   Linear c_attn{nullptr}, c_proj{nullptr};
 
@@ -57,7 +58,7 @@ class Gpt2MlpImpl : public torch::nn::Module {
     c_proj = register_module("c_proj", Linear(o.inner, o.hidden, true, t, kConv1D));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    return torch::dropout(c_proj(activate(c_fc(x), o_.act)), o_.resid_dropout, is_training());
+    return model::dropout(c_proj(activate(c_fc(x), o_.act)), o_.resid_dropout, is_training());
   }
   Linear c_fc{nullptr}, c_proj{nullptr};
 
@@ -116,7 +117,7 @@ class Gpt2StackImpl : public torch::nn::Module {
                         const torch::Tensor& positions, KVCache* cache,
                         const LayerWrapper& wrapper = {}) {
     torch::Tensor x = wte(ids) + wpe(positions);
-    x = torch::dropout(x, embd_dropout_, is_training());
+    x = model::dropout(x, embd_dropout_, is_training());
     torch::Tensor mask = causal_attention_mask(attention_mask, ids.size(1));
     if (cache != nullptr && cache->layers.size() != h->size()) cache->layers.resize(h->size());
     for (std::size_t i = 0; i < h->size(); ++i) {

@@ -5,9 +5,11 @@
 #endif
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "core/error.h"
+#include "model/dropout.h"
 
 namespace tessera::model {
 namespace {
@@ -233,8 +235,25 @@ torch::Tensor causal_attention_mask(const torch::Tensor& key_mask, std::int64_t 
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const torch::Tensor& mask, double dropout, bool training,
                         std::optional<double> scale) {
-  const double dropout_p = training ? dropout : 0.0;
   const std::int64_t groups = q.size(1) / k.size(1);
+  if (layout_free_dropout_active(dropout, training)) {
+    // The probabilities computed here, so that their dropout is the layout-free one
+    // (model/dropout.h): SDPA's would draw from the process's generator.
+    torch::Tensor key = groups > 1 ? k.repeat_interleave(groups, 1) : k;
+    torch::Tensor value = groups > 1 ? v.repeat_interleave(groups, 1) : v;
+    const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+    torch::Tensor scores = torch::matmul(q, key.transpose(-2, -1)) * s;
+    torch::Tensor allowed =
+        mask.defined() ? mask
+                       : torch::ones({q.size(2), key.size(2)}, q.options().dtype(torch::kBool))
+                             .tril(key.size(2) - q.size(2));
+    // A query with no key allowed gets zeros, as SDPA gives (not softmax's NaN).
+    torch::Tensor probs = torch::softmax(
+        scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity()), -1);
+    probs = probs.masked_fill(allowed.logical_not(), 0.0);
+    return torch::matmul(model::dropout(probs, dropout, training), value);
+  }
+  const double dropout_p = training ? dropout : 0.0;
   if (!mask.defined())
     return at::scaled_dot_product_attention(q, k, v, {}, dropout_p, /*is_causal=*/true, scale,
                                             /*enable_gqa=*/groups > 1);

@@ -1,5 +1,9 @@
 #include "train/activation_checkpoint.h"
 
+#include <optional>
+
+#include "model/dropout.h"
+
 namespace tessera::train {
 namespace {
 
@@ -7,6 +11,8 @@ struct SavedLayer : torch::CustomClassHolder {
   LayerFunction fn;
   torch::Tensor cpu_rng_state;
   torch::Tensor device_rng_state;  // the input's CUDA generator, when it is on a GPU
+  // The layout-free dropout's stream as the layer started (model/dropout.h), when there is one.
+  std::optional<model::DropoutStream> dropout_stream;
 };
 
 class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
@@ -19,6 +25,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     saved->fn = fn;
     saved->cpu_rng_state = cpu_rng_state();
     if (x.is_cuda()) saved->device_rng_state = device_rng_state(x.device());
+    saved->dropout_stream = model::current_dropout_stream();
     ctx->saved_data["layer"] = c10::IValue::make_capsule(saved);
     ctx->save_for_backward({x});
     (void)anchor;
@@ -42,6 +49,10 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     torch::Tensor output;
     {
       torch::AutoGradMode grad_on(true);
+      // Backward may run on another thread than the forward did: the copy of the stream is
+      // installed here, and its sites count up from where the layer's forward started.
+      std::optional<model::DropoutScope> dropout_scope;
+      if (saved->dropout_stream) dropout_scope.emplace(*saved->dropout_stream);
       output = saved->fn(input);
     }
     set_cpu_rng_state(rng_now);

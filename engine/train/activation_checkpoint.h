@@ -3,9 +3,9 @@
 // backward re-run it under grad mode and backpropagate through the recomputation (the
 // "reentrant" scheme of torch.utils.checkpoint, written as a custom autograd::Function since
 // LibTorch has no checkpoint). Gradients of the tensors the layer captures (its parameters)
-// accumulate into their .grad exactly as in a plain backward. torch's CPU generator state is
-// replayed, so dropout draws the same masks in the recomputation. (CUDA generator state is not
-// replayed yet: dropout > 0 under checkpointing on CUDA would differ.)
+// accumulate into their .grad exactly as in a plain backward. The layout-free dropout's stream
+// (model/dropout.h) and torch's CPU and CUDA generator states are replayed, so dropout draws the
+// same masks in the recomputation.
 //
 // Wired into the models through PretrainedModel::layer_wrapper (the trainer sets it when
 // training.activation_checkpointing is on).

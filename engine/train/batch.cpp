@@ -18,6 +18,12 @@ std::int64_t FixedBatchSource::batches_per_epoch() const {
   return static_cast<std::int64_t>(batches_.size());
 }
 
+std::int64_t FixedBatchSource::rows_per_batch() const {
+  std::int64_t rows = 0;
+  for (const Batch& b : batches_) rows = std::max(rows, b.input_ids.size(0));
+  return rows;
+}
+
 std::vector<std::size_t> epoch_order(std::size_t count, bool shuffle, std::uint64_t seed,
                                      std::int64_t epoch) {
   std::vector<std::size_t> order(count);

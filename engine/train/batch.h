@@ -25,6 +25,9 @@ class BatchSource {
  public:
   virtual ~BatchSource() = default;
   virtual std::int64_t batches_per_epoch() const = 0;
+  // The rows of a full batch (an epoch's last may have fewer): the trainer numbers a step's rows
+  // by it.
+  virtual std::int64_t rows_per_batch() const = 0;
   // Returns the batch at position() and advances, wrapping into the next epoch.
   virtual Batch next() = 0;
   virtual DataPosition position() const = 0;
@@ -45,6 +48,7 @@ class FixedBatchSource : public BatchSource {
  public:
   FixedBatchSource(std::vector<Batch> batches, bool shuffle, std::uint64_t seed);
   std::int64_t batches_per_epoch() const override;
+  std::int64_t rows_per_batch() const override;  // the most any batch has
   Batch next() override;
   DataPosition position() const override { return position_; }
   void seek(const DataPosition& position) override;
@@ -70,6 +74,7 @@ class ShardedBatchSource : public BatchSource {
   ShardedBatchSource(BatchSource& inner, int rank, int world_size);
   // Whole groups of world_size micro-batches per epoch (at least 1).
   std::int64_t batches_per_epoch() const override;
+  std::int64_t rows_per_batch() const override { return inner_.rows_per_batch(); }
   Batch next() override;
   DataPosition position() const override { return inner_.position(); }
   void seek(const DataPosition& position) override { inner_.seek(position); }

@@ -23,6 +23,7 @@ class ExampleBatchSource : public BatchSource {
   ExampleBatchSource(std::vector<data::TokenizedExample> examples, std::int64_t batch_size,
                      bool shuffle, std::uint64_t seed, std::int32_t pad_id);
   std::int64_t batches_per_epoch() const override;
+  std::int64_t rows_per_batch() const override { return batch_size_; }
   Batch next() override;
   DataPosition position() const override { return position_; }
   void seek(const DataPosition& position) override;

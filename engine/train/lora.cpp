@@ -7,6 +7,7 @@
 #include "core/files.h"
 #include "hf/families.h"
 #include "hf/safetensors.h"
+#include "model/dropout.h"
 
 namespace tessera::train {
 
@@ -27,7 +28,7 @@ class LoraModel::Adapter : public model::LinearAdapter {
       : lora_a(std::move(a)), lora_b(std::move(b)), scaling_(scaling), dropout_(dropout) {}
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& y, bool training) override {
     torch::Tensor in = x.scalar_type() == lora_a.scalar_type() ? x : x.to(lora_a.scalar_type());
-    if (training && dropout_ > 0.0) in = torch::dropout(in, dropout_, /*train=*/true);
+    if (training && dropout_ > 0.0) in = model::dropout(in, dropout_, /*training=*/true);
     torch::Tensor update = torch::linear(torch::linear(in, lora_a), lora_b) * scaling_;
     return y + (update.scalar_type() == y.scalar_type() ? update : update.to(y.scalar_type()));
   }

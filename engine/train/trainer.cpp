@@ -14,6 +14,7 @@
 #include "core/files.h"
 #include "core/meminfo.h"
 #include "dist/parallel_context.h"
+#include "model/dropout.h"
 #include "optim/schedule.h"
 #include "train/activation_checkpoint.h"
 #include "train/checkpoint.h"
@@ -125,14 +126,21 @@ Trainer::~Trainer() {
 std::int64_t Trainer::total_steps_for(const BatchSource& train) const {
   const TrainingOptions& t = options_.training;
   if (t.steps) return *t.steps;
-  // Several ranks read world_size micro-batches per accumulation step between them.
-  const std::int64_t batches =
-      std::max<std::int64_t>(1, train.batches_per_epoch() / options_.process.world_size);
+  // Several data-parallel ranks read as many micro-batches per accumulation step between them.
+  const std::int64_t batches = std::max<std::int64_t>(1, train.batches_per_epoch() / data_ranks());
   const std::int64_t per_epoch = std::max<std::int64_t>(1, batches / t.gradient_accumulation);
   const double epochs = t.epochs ? *t.epochs : 1.0;
   const double steps = std::ceil(epochs * static_cast<double>(per_epoch));
   if (!(steps < 1e15)) throw_invalid("training.epochs: too many steps");
   return std::max<std::int64_t>(1, static_cast<std::int64_t>(steps));
+}
+
+int Trainer::data_rank() const {
+  return distributed() ? options_.process.data_group->rank() : 0;
+}
+
+int Trainer::data_ranks() const {
+  return distributed() ? options_.process.data_group->size() : 1;
 }
 
 model::ForwardOutput Trainer::forward_batch(const Batch& batch) {
@@ -149,7 +157,9 @@ model::ForwardOutput Trainer::forward_batch(const Batch& batch) {
   return out;
 }
 
-double Trainer::train_micro_batch(const Batch& batch, bool last_micro_batch) {
+double Trainer::train_micro_batch(const Batch& batch, bool last_micro_batch, std::int64_t step,
+                                  std::int64_t first_row) {
+  model::DropoutScope dropout_scope({options_.training.seed, step, first_row, 0});
   model::ForwardOutput out = forward_batch(batch);
   plugin_->backward(out.loss, 1.0 / static_cast<double>(options_.training.gradient_accumulation),
                     last_micro_batch);
@@ -164,9 +174,10 @@ EvalResult Trainer::evaluate(BatchSource& source) {
   std::int64_t right = 0, labelled = 0;
   const bool classification = model_->head() == model::TaskHead::SequenceClassification;
   const std::int64_t n = source.batches_per_epoch();
-  // Several ranks: rank r evaluates batches r, r + world_size, …; the sums are added up below.
-  const int rank = options_.process.rank;
-  const int world_size = options_.process.world_size;
+  // Several data-parallel ranks: rank r evaluates batches r, r + world_size, …; the sums are
+  // added up below.
+  const int rank = data_rank();
+  const int world_size = data_ranks();
   std::int64_t count = 0;
   {
     torch::NoGradGuard no_grad;
@@ -602,7 +613,7 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
   result.status = "completed";
   // Several ranks: this rank's share of the shared order (positions stay global).
   std::optional<ShardedBatchSource> shard;
-  if (distributed()) shard.emplace(train, options_.process.rank, options_.process.world_size);
+  if (data_ranks() > 1) shard.emplace(train, data_rank(), data_ranks());
   BatchSource& micro_batches = shard ? *shard : train;
   emit_memory();
   while (step < result.total_steps) {
@@ -621,7 +632,11 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
         Batch batch = micro_batches.next();
         tokens += batch.attention_mask.defined() ? batch.attention_mask.sum().item<std::int64_t>()
                                                  : batch.input_ids.numel();
-        loss_sum += train_micro_batch(batch, micro + 1 == t.gradient_accumulation);
+        // Micro-batch `micro` of this rank is micro-batch micro · ranks + rank of the step's
+        // global order (ShardedBatchSource).
+        const std::int64_t global_micro_batch = micro * data_ranks() + data_rank();
+        loss_sum += train_micro_batch(batch, micro + 1 == t.gradient_accumulation, step,
+                                      global_micro_batch * micro_batches.rows_per_batch());
       }
     } catch (const DeviceOutOfMemory& e) {
       out_of_device_memory(e.what(), e.hint(), step, step_start, cpu_rng, device_rng, train,

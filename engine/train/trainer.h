@@ -134,7 +134,10 @@ class Trainer {
  private:
   model::ForwardOutput forward_batch(const Batch& batch);
   // Forward and backward of one micro-batch; returns its loss.
-  double train_micro_batch(const Batch& batch, bool last_micro_batch);
+  // `first_row`: the global row of its first example in the step's global batch (dropout masks
+  // are keyed by it, model/dropout.h).
+  double train_micro_batch(const Batch& batch, bool last_micro_batch, std::int64_t step,
+                           std::int64_t first_row);
   void emit_eval(const EvalResult& result);
   std::filesystem::path save_checkpoint(std::int64_t step, const BatchSource& train,
                                         std::int64_t total_steps);
@@ -153,6 +156,10 @@ class Trainer {
   std::vector<double> gather(const std::vector<double>& values);
   CheckpointRanks checkpoint_ranks();
   bool distributed() const { return options_.process.world_size > 1; }
+  // This rank among the data-parallel ranks, and their number: ranks that differ only in their
+  // tensor or pipeline coordinates read the same micro-batches.
+  int data_rank() const;
+  int data_ranks() const;
   // The disk tier's traffic counters at the last memory report (rates are deltas).
   struct DiskSample {
     std::chrono::steady_clock::time_point at;

@@ -9,7 +9,9 @@ and each layout:
   and 4 ranks; gemini sharded (ZeRO-3) on 2 and 4 ranks (12 layouts),
 
 - the fp32 losses of 10 steps equal one process's (`single`, gradient_accumulation N: the same
-  micro-batches per step, launch giving rank r micro-batch r of every N) within 1e-5 relative.
+  micro-batches per step, launch giving rank r micro-batch r of every N) within 1e-5 relative,
+  dropout included (gpt2's own 0.1 and LoRA's 0.1: engine/model/dropout.h keys each row's masks by
+  its place in the step's global batch).
   The single reference is run once per family, method and N and shared by its layouts.
 - zero: each rank's optimizer bytes in the `memory` events are 1/N of single's within 5%, and are
   cross-checked against the tensors on disk: every rank's optimizer-rank<r>.safetensors of the
@@ -90,10 +92,11 @@ def workdir(tmp_path_factory):
         "qwen2": lambda: Qwen2ForCausalLM(Qwen2Config(
             vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=True, **ids)),
-        # No dropout: each rank draws from its own stream, one process from one.
+        # gpt2's own dropout (0.1 on embeddings, attention and residuals): its masks follow the
+        # rows of the step's global batch, not the rank or micro-batch that computes them.
         "gpt2": lambda: GPT2LMHeadModel(GPT2Config(
-            vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=128, resid_pdrop=0.0, embd_pdrop=0.0,
-            attn_pdrop=0.0, **ids)),
+            vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=128, resid_pdrop=0.1, embd_pdrop=0.1,
+            attn_pdrop=0.1, **ids)),
     }
     for family, make in makers.items():
         torch.manual_seed(0)
@@ -113,7 +116,7 @@ def job(workdir, family, method, name, strategy, accumulation=1, options=None):
         "version": 1,
         "model": {"path": str(workdir / family)},
         "dataset": {"train": str(workdir / "data.jsonl")},
-        "method": {"type": method, **({"rank": 4, "alpha": 8} if method == "lora" else {})},
+        "method": {"type": method, **({"rank": 4, "alpha": 8, "dropout": 0.1} if method == "lora" else {})},
         "training": {"steps": STEPS, "batch_size": 2, "gradient_accumulation": accumulation,
                      "learning_rate": 2e-3 if method == "full" else 2e-2, "schedule": "linear", "warmup_steps": 2, "weight_decay": 0.1,
                      "max_grad_norm": 1.0, "seed": 11},

@@ -12,6 +12,7 @@
 #include "hf/config.h"
 #include "hf/families.h"
 #include "hf/safetensors.h"
+#include "model/dropout.h"
 #include "model/layers.h"
 #include "model/model.h"
 
@@ -407,6 +408,82 @@ class TestModel : public QObject {
     QVERIFY(tessera::model::causal_attention_mask(keys, t - 2).defined());  // a cache before
     QVERIFY(tessera::model::causal_attention_mask(keys, t, t - 1).defined());
     QVERIFY(!tessera::model::causal_attention_mask(keys, t, t).defined());
+  }
+
+  // Layout-free dropout (model/dropout.h): a row's masks depend on the seed, the step, the row's
+  // global index and the site, not on which micro-batch or rank computes it.
+  void dropoutMasksFollowTheRowNotTheLayout() {
+    const double p = 0.25;
+    const torch::Tensor x = torch::ones({4, 6, 32});
+    auto masks = [&](std::int64_t step, std::int64_t first_row, const torch::Tensor& rows) {
+      DropoutScope scope({7, step, first_row, 0});
+      torch::Tensor a = tessera::model::dropout(rows, p, true);
+      torch::Tensor b = tessera::model::dropout(rows, p, true);  // the next site
+      return std::pair{a, b};
+    };
+    const auto [whole_a, whole_b] = masks(3, 0, x);
+    const auto [front_a, front_b] = masks(3, 0, x.narrow(0, 0, 2));
+    const auto [back_a, back_b] = masks(3, 2, x.narrow(0, 2, 2));
+    QVERIFY(torch::equal(whole_a, torch::cat({front_a, back_a})));
+    QVERIFY(torch::equal(whole_b, torch::cat({front_b, back_b})));
+    // Sites, steps and rows draw other masks.
+    QVERIFY(!torch::equal(whole_a, whole_b));
+    QVERIFY(!torch::equal(whole_a, masks(4, 0, x).first));
+    QVERIFY(!torch::equal(whole_a[0], whole_a[1]));
+    // Kept values are scaled by 1 / (1 - p); about p of them are zero.
+    const torch::Tensor kept = whole_a.ne(0);
+    QVERIFY(torch::allclose(whole_a.masked_select(kept), torch::full({1}, 1.0 / (1.0 - p))));
+    const double dropped = 1.0 - kept.to(torch::kFloat64).mean().item<double>();
+    QVERIFY2(std::abs(dropped - p) < 0.05, std::to_string(dropped).c_str());
+    // The gradient goes through the same mask.
+    torch::Tensor w = torch::ones({2, 6, 32}, torch::requires_grad());
+    {
+      DropoutScope scope({7, 3, 0, 0});
+      tessera::model::dropout(w, p, true).sum().backward();
+    }
+    QVERIFY(torch::equal(w.grad(), front_a));
+    // Not training, or p = 0: the input itself. Outside a scope: torch's dropout, still p.
+    QVERIFY(tessera::model::dropout(x, p, false).is_same(x));
+    {
+      DropoutScope scope({7, 3, 0, 0});
+      QVERIFY(tessera::model::dropout(x, 0.0, true).is_same(x));
+      QVERIFY(tessera::model::layout_free_dropout_active(p, true));
+      QVERIFY(!tessera::model::layout_free_dropout_active(p, false));
+    }
+    QVERIFY(!tessera::model::layout_free_dropout_active(p, true));
+    const torch::Tensor outside = tessera::model::dropout(x, p, true);
+    QVERIFY(std::abs(outside.eq(0).to(torch::kFloat64).mean().item<double>() - p) < 0.05);
+  }
+
+  // With layout-free dropout attention computes its probabilities itself: with (almost) nothing
+  // dropped it equals scaled_dot_product_attention's result for the causal case (no mask),
+  // grouped heads, a padded key and a query left with no key at all (zeros, as SDPA gives); and
+  // its masks follow the row.
+  void attentionWithDropoutComputesWhatSdpaDoes() {
+    torch::manual_seed(5);
+    const std::int64_t b = 2, h = 4, kv = 2, t = 6, d = 8;
+    const torch::Tensor q = torch::randn({b, h, t, d});
+    const torch::Tensor k = torch::randn({b, kv, t, d});
+    const torch::Tensor v = torch::randn({b, kv, t, d});
+    torch::Tensor keys = torch::ones({b, t}, torch::kInt64);
+    keys[1][0] = 0;  // left padding: row 1's first query has no key
+    const torch::Tensor padded = build_causal_mask(keys, t);
+    for (const torch::Tensor& mask : {torch::Tensor(), padded}) {
+      const torch::Tensor sdpa = attention(q, k, v, mask, 1e-12, false);
+      DropoutScope scope({1, 0, 0, 0});
+      const torch::Tensor explicit_path = attention(q, k, v, mask, 1e-12, true);
+      QVERIFY2(torch::allclose(explicit_path, sdpa, 1e-5, 1e-6),
+               std::to_string((explicit_path - sdpa).abs().max().item<double>()).c_str());
+    }
+    const torch::Tensor none = torch::Tensor();
+    auto dropped = [&](std::int64_t first_row, std::int64_t begin, std::int64_t rows) {
+      DropoutScope scope({1, 2, first_row, 0});
+      return attention(q.narrow(0, begin, rows), k.narrow(0, begin, rows), v.narrow(0, begin, rows),
+                       none, 0.5, true);
+    };
+    const torch::Tensor whole = dropped(0, 0, 2);
+    QVERIFY(torch::equal(whole, torch::cat({dropped(0, 0, 1), dropped(1, 1, 1)})));
+    QVERIFY(!torch::allclose(whole, attention(q, k, v, none, 0.0, false)));
   }
 
   void causalLossIgnoresMaskedLabels() {

@@ -18,6 +18,7 @@
 #include "core/files.h"
 #include "hf/config.h"
 #include "job/strategies.h"
+#include "model/dropout.h"
 #include "model/model.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
@@ -754,6 +755,30 @@ class TestTrain : public QObject {
       QVERIFY(plain[i].defined() && recomputed[i].defined());
       QVERIFY(torch::equal(plain[i], recomputed[i]));
     }
+    // The same with the layout-free dropout (model/dropout.h): the recomputation replays the
+    // stream's sites from where the layer started, after the forward's scope has ended.
+    auto run_layout_free = [&](bool checkpoint) {
+      torch::Tensor w1 = w1_init.clone().set_requires_grad(true);
+      torch::Tensor w2 = w2_init.clone().set_requires_grad(true);
+      torch::Tensor x = x_init.clone().set_requires_grad(true);
+      auto layer = [](torch::Tensor w) {
+        return [w](const torch::Tensor& h) {
+          return model::dropout(torch::tanh(torch::mm(h, w)), 0.3, /*training=*/true);
+        };
+      };
+      torch::Tensor h;
+      {
+        model::DropoutScope scope({9, 1, 0, 0});
+        h = checkpoint ? train::checkpointed(layer(w1), x) : layer(w1)(x);
+        h = checkpoint ? train::checkpointed(layer(w2), h) : layer(w2)(h);
+      }
+      (h * h).sum().backward();
+      return std::vector<torch::Tensor>{x.grad(), w1.grad(), w2.grad(), h.detach()};
+    };
+    auto plain_free = run_layout_free(false), recomputed_free = run_layout_free(true);
+    for (std::size_t i = 0; i < plain_free.size(); ++i)
+      QVERIFY(torch::equal(plain_free[i], recomputed_free[i]));
+    QVERIFY(plain_free[3].eq(0).any().item<bool>());  // something was dropped
     QVERIFY(plain[0].abs().sum().item<double>() > 0);
     // A frozen input with trainable weights (LoRA's case) still gets weight gradients.
     torch::Tensor w = w1_init.clone().set_requires_grad(true);
@@ -842,6 +867,54 @@ class TestTrain : public QObject {
       QVERIFY(plain.losses.back() < plain.losses.front());
       for (std::size_t i = 0; i < plain_weights.size(); ++i)
         QVERIFY(torch::allclose(recomputed_weights[i], plain_weights[i], 1e-5, 1e-7));
+    }
+  }
+
+  void dropout_does_not_depend_on_the_batch_layout() {
+    // GPT-2 with its dropout (0.1 on embeddings, attention probabilities and residuals), full
+    // and LoRA (lora_dropout 0.1): one micro-batch of 4 rows per step trains to the losses of 2
+    // micro-batches of 2 rows with gradient accumulation, with and without recomputation (the
+    // masks follow the rows, model/dropout.h). Dropout does act: the losses differ from
+    // dropout 0's.
+    json with_dropout = gpt2_config();
+    with_dropout["attn_pdrop"] = with_dropout["resid_pdrop"] = with_dropout["embd_pdrop"] = 0.1;
+    const std::vector<train::Batch> fours = random_batches(3, 4, 12);
+    std::vector<train::Batch> twos;
+    for (const train::Batch& b : fours)
+      for (std::int64_t half = 0; half < 2; ++half)
+        twos.push_back({b.input_ids.narrow(0, 2 * half, 2), b.attention_mask.narrow(0, 2 * half, 2),
+                        b.labels.narrow(0, 2 * half, 2)});
+    for (const std::string method : {"full", "lora"}) {
+      auto run = [&](const json& config, const std::vector<train::Batch>& batches,
+                     std::int64_t accumulation, bool checkpointing) {
+        train::TrainerOptions o;
+        o.training.steps = 3;
+        o.training.learning_rate = 1e-2;
+        o.training.gradient_accumulation = accumulation;
+        o.training.activation_checkpointing = checkpointing;
+        o.method.type = method;
+        o.method.lora_dropout = 0.1;
+        o.device = "cpu";
+        train::Trainer t(make_model(config), o);
+        train::FixedBatchSource src(batches, false, 1);
+        return t.train(src).losses;
+      };
+      const std::vector<double> one = run(with_dropout, fours, 1, false);
+      for (const auto& other : {run(with_dropout, twos, 2, false), run(with_dropout, twos, 2, true),
+                                run(with_dropout, fours, 1, true)}) {
+        QCOMPARE(other.size(), one.size());
+        for (std::size_t i = 0; i < one.size(); ++i)
+          QVERIFY2(relative_difference(other[i], one[i]) < 1e-5,
+                   (method + " step " + std::to_string(i) + ": " + std::to_string(other[i]) +
+                    " vs " + std::to_string(one[i]))
+                       .c_str());
+      }
+      json no_dropout = with_dropout;
+      no_dropout["attn_pdrop"] = no_dropout["resid_pdrop"] = no_dropout["embd_pdrop"] = 0.0;
+      const std::vector<double> plain = run(no_dropout, fours, 1, false);
+      QVERIFY2(relative_difference(plain.back(), one.back()) > 1e-4,
+               (method + ": " + std::to_string(plain.back()) + " vs " + std::to_string(one.back()))
+                   .c_str());
     }
   }
 

@@ -1,0 +1,50 @@
+#pragma once
+// Dropout whose masks do not depend on how a step's batch is laid out. torch's dropout draws from
+// the process's generator, so the same global batch split another way (gradient accumulation,
+// data-parallel ranks, a resume on another layout) draws other masks and trains to other losses.
+// Here a training forward runs inside a DropoutScope that names the step and the global row of
+// its first example; each row's mask at each dropout site comes from a generator seeded by
+// (seed, step, global row, site), so a row sees the same masks wherever it is computed.
+//
+// Outside a scope (a forward the trainer does not run) dropout is torch's.
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <optional>
+
+namespace tessera::model {
+
+struct DropoutStream {
+  std::uint64_t seed = 0;
+  std::int64_t step = 0;
+  std::int64_t first_row = 0;  // global row (within the step's global batch) of local row 0
+  std::int64_t site = 0;       // dropout calls this forward has made so far
+};
+
+// Installs `stream` for this thread's dropout calls until destroyed (then the previous one, if
+// any, is back). Activation checkpointing copies the stream as a layer starts and replays the
+// layer under a scope of that copy, so the recomputation draws the forward's masks.
+class DropoutScope {
+ public:
+  explicit DropoutScope(const DropoutStream& stream);
+  ~DropoutScope();
+  DropoutScope(const DropoutScope&) = delete;
+  DropoutScope& operator=(const DropoutScope&) = delete;
+
+ private:
+  std::optional<DropoutStream> previous_;
+};
+
+// The stream of this thread's innermost scope, if any (copied by activation checkpointing).
+std::optional<DropoutStream> current_dropout_stream();
+
+// x with each element zeroed with probability p and the rest scaled by 1 / (1 - p), when
+// `training` and p > 0; else x. Dimension 0 of x is the batch: row i draws from its own generator
+// keyed by the scope's (seed, step, first_row + i, site). Every call is one site.
+torch::Tensor dropout(const torch::Tensor& x, double p, bool training);
+
+// Whether dropout(x, p, training) draws layout-free masks (training, p > 0 and a scope): then
+// attention computes its probabilities explicitly so that their dropout is this one.
+bool layout_free_dropout_active(double p, bool training);
+
+}  // namespace tessera::model
