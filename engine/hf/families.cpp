@@ -363,6 +363,7 @@ ParameterShapes bert_shapes(const ModelConfig& c) {
 
 // ---- the registry ----------------------------------------------------------------------------
 
+
 std::vector<FamilyTraits> make_registry() {
   const std::vector<std::string> decoder_buffers = {"rotary_emb.inv_freq", "position_ids"};
   auto decoder = [&](std::string model_type, ModelFamily family,
@@ -377,6 +378,22 @@ std::vector<FamilyTraits> make_registry() {
     t.rotary = true;
     t.default_lora_targets = {"q_proj", "v_proj"};
     t.parameter_shapes = decoder_shapes;
+    // Megatron's split of a pre-norm decoder: q/k/v and gate/up by their outputs (heads and
+    // the MLP's inner width), o and down by their inputs, the embedding and the head by the
+    // vocabulary.
+    t.tensor_parallel_plan = {{"embed_tokens", TensorSplit::Vocabulary},
+                              {"layers.*.self_attn.q_proj", TensorSplit::Column},
+                              {"layers.*.self_attn.k_proj", TensorSplit::Column},
+                              {"layers.*.self_attn.v_proj", TensorSplit::Column},
+                              {"layers.*.self_attn.o_proj", TensorSplit::Row},
+                              {"layers.*.mlp.gate_proj", TensorSplit::Column},
+                              {"layers.*.mlp.up_proj", TensorSplit::Column},
+                              {"layers.*.mlp.down_proj", TensorSplit::Row},
+                              {"lm_head", TensorSplit::Vocabulary}};
+    t.tensor_parallel_divides = {{"num_attention_heads", &ModelConfig::num_attention_heads},
+                                 {"num_key_value_heads", &ModelConfig::num_key_value_heads},
+                                 {"intermediate_size", &ModelConfig::intermediate_size},
+                                 {"vocab_size", &ModelConfig::vocab_size}};
     t.size_fields = {{"vocab_size", &ModelConfig::vocab_size},
                      {"hidden_size", &ModelConfig::hidden_size},
                      {"intermediate_size", &ModelConfig::intermediate_size},
@@ -441,6 +458,34 @@ std::vector<FamilyTraits> make_registry() {
 const std::vector<FamilyTraits>& model_families() {
   static const std::vector<FamilyTraits> registry = make_registry();
   return registry;
+}
+
+std::optional<TensorSplit> tensor_split_of(const FamilyTraits& family,
+                                           std::string_view module_name) {
+  auto components = [](std::string_view path) {
+    std::vector<std::string_view> parts;
+    while (true) {
+      const std::size_t dot = path.find('.');
+      parts.push_back(path.substr(0, dot));
+      if (dot == std::string_view::npos) return parts;
+      path.remove_prefix(dot + 1);
+    }
+  };
+  const std::vector<std::string_view> name = components(module_name);
+  for (const TensorSplitRule& rule : family.tensor_parallel_plan) {
+    const std::vector<std::string_view> pattern = components(rule.module);
+    if (pattern.size() > name.size()) continue;
+    const std::size_t offset = name.size() - pattern.size();
+    bool matches = true;
+    for (std::size_t i = 0; i < pattern.size() && matches; ++i) {
+      const std::string_view part = name[offset + i];
+      matches = pattern[i] == "*" ? !part.empty() && part.find_first_not_of("0123456789") ==
+                                                         std::string_view::npos
+                                  : pattern[i] == part;
+    }
+    if (matches) return rule.split;
+  }
+  return std::nullopt;
 }
 
 const FamilyTraits* find_family(std::string_view model_type) {

@@ -82,6 +82,21 @@ struct GgufTensor {
 // nullopt when `naming` has no entry for `hf_name`.
 std::optional<GgufTensor> gguf_tensor(const GgufNaming& naming, std::string_view hf_name);
 
+// How tensor parallelism splits a module's weights over the ranks of a tensor-parallel group
+// (transformers' base_model_tp_plan names the same choices "colwise", "rowwise", …).
+enum class TensorSplit {
+  Column,      // W [out, in] by rows (its outputs), and its bias
+  Row,         // W by columns (its inputs); the bias whole, added once after the sum
+  Vocabulary,  // an embedding's table by rows (token ids), or an output head by rows with the
+               // loss computed across the ranks from their blocks of the logits
+};
+struct TensorSplitRule {
+  // The module's path, matched against the last components of a module name; "*" stands for a
+  // layer index: "layers.*.self_attn.q_proj" matches "model.layers.3.self_attn.q_proj".
+  std::string module;
+  TensorSplit split = TensorSplit::Column;
+};
+
 // A size field of config.json as the family names it, and the member it is read into.
 struct SizeField {
   const char* key;
@@ -115,7 +130,15 @@ struct FamilyTraits {
   std::vector<SizeField> size_fields;
   // How llama.cpp names the family in GGUF; nullopt: no GGUF export.
   std::optional<GgufNaming> gguf;
+  // The tensor-parallel plan: the modules whose weights are split (the others stay whole on
+  // every rank), and the sizes a tensor-parallel size must divide. Empty: the family has none.
+  std::vector<TensorSplitRule> tensor_parallel_plan;
+  std::vector<SizeField> tensor_parallel_divides;
 };
+
+// The split `family`'s plan gives the module named `module_name` (a named_modules() key), if any.
+std::optional<TensorSplit> tensor_split_of(const FamilyTraits& family,
+                                           std::string_view module_name);
 
 // The entry for `model_type`, or nullptr when it is not supported.
 const FamilyTraits* find_family(std::string_view model_type);

@@ -51,9 +51,13 @@ class AttentionImpl : public torch::nn::Module {
   // call's are appended.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask, KVCache::Layer* past = nullptr) {
-    torch::Tensor q = apply_rotary(split_heads(q_proj(x), o_.heads, o_.head_dim), cos, sin);
-    torch::Tensor k = apply_rotary(split_heads(k_proj(x), o_.kv_heads, o_.head_dim), cos, sin);
-    torch::Tensor v = split_heads(v_proj(x), o_.kv_heads, o_.head_dim);
+    // Heads from the projections' widths: under tensor parallelism this rank's share of them.
+    const torch::Tensor queries = q_proj(x), keys = k_proj(x), values = v_proj(x);
+    const std::int64_t heads = queries.size(-1) / o_.head_dim;
+    const std::int64_t kv_heads = keys.size(-1) / o_.head_dim;
+    torch::Tensor q = apply_rotary(split_heads(queries, heads, o_.head_dim), cos, sin);
+    torch::Tensor k = apply_rotary(split_heads(keys, kv_heads, o_.head_dim), cos, sin);
+    torch::Tensor v = split_heads(values, kv_heads, o_.head_dim);
     if (past != nullptr) {
       if (past->key.defined()) {
         k = torch::cat({past->key, k}, 2);

@@ -43,7 +43,9 @@ LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool has_bias,
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   BlockUse use(parameter_use.get(), *this);
   torch::Tensor y;
-  if (layout == Layout::OutIn) {
+  if (split) {
+    y = split->forward(x, layout == Layout::OutIn ? weight : weight.t(), bias);
+  } else if (layout == Layout::OutIn) {
     // at::linear, not torch::nn::functional::linear: the latter adds the bias in a separate
     // step for 3-D inputs, which rounds twice in bf16 where transformers rounds once.
     y = torch::linear(x, weight, bias);
@@ -66,12 +68,13 @@ EmbeddingImpl::EmbeddingImpl(std::int64_t n, std::int64_t dim, const torch::Tens
 
 torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) {
   BlockUse use(parameter_use.get(), *this);
-  return use.leave(torch::embedding(weight, ids), false);
+  return use.leave(split ? split->lookup(ids, weight) : torch::embedding(weight, ids), false);
 }
 
 torch::Tensor EmbeddingImpl::attend(const torch::Tensor& hidden) {
   BlockUse use(parameter_use.get(), *this);
-  return use.leave(torch::linear(hidden, weight), hidden.requires_grad());
+  return use.leave(split ? split->attend(hidden, weight) : torch::linear(hidden, weight),
+                   hidden.requires_grad());
 }
 
 RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, const torch::TensorOptions& options)

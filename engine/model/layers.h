@@ -38,6 +38,34 @@ struct LinearAdapter {
   virtual torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& y, bool training) = 0;
 };
 
+// How a block computes when its weight is split over tensor-parallel ranks (engine/parallel
+// installs these; the block's weight and bias then hold this rank's block). Null: whole weights.
+class SplitLinear {
+ public:
+  virtual ~SplitLinear() = default;
+  // The layer's output for `x` from this rank's `weight` block, seen [out, in] whatever the
+  // layer's layout, and bias block (undefined when none).
+  virtual torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight,
+                                const torch::Tensor& bias) = 0;
+};
+class SplitEmbedding {
+ public:
+  virtual ~SplitEmbedding() = default;
+  virtual torch::Tensor lookup(const torch::Tensor& ids, const torch::Tensor& weight) = 0;
+  // hidden · weightᵀ for a tied head.
+  virtual torch::Tensor attend(const torch::Tensor& hidden, const torch::Tensor& weight) = 0;
+};
+// What an output head split along the vocabulary implements besides its SplitLinear or
+// SplitEmbedding: its logits are this rank's vocabulary block, and the loss is computed from them
+// across the ranks.
+class SplitLogits {
+ public:
+  virtual ~SplitLogits() = default;
+  // logits [N, vocab block], targets [N] over the whole vocabulary (-100: none): the mean loss.
+  virtual torch::Tensor cross_entropy(const torch::Tensor& logits,
+                                      const torch::Tensor& targets) = 0;
+};
+
 // y = x·Wᵀ + b. `InOut` stores W as [in, out] (GPT-2's Conv1D) and computes y = x·W + b, so a
 // checkpoint's tensor loads as is under the same name. With an `adapter`, its forward(x, y) is
 // the output.
@@ -55,6 +83,7 @@ class LinearImpl : public torch::nn::Module {
   torch::Tensor bias;                      // undefined when the layer has none
   std::shared_ptr<LinearAdapter> adapter;  // null: a plain linear layer
   std::shared_ptr<ParameterUse> parameter_use;
+  std::shared_ptr<SplitLinear> split;  // null: the whole weight is here
 };
 TORCH_MODULE(Linear);
 
@@ -69,6 +98,7 @@ class EmbeddingImpl : public torch::nn::Module {
   std::int64_t num_embeddings;
   torch::Tensor weight;  // [num_embeddings, dim]
   std::shared_ptr<ParameterUse> parameter_use;
+  std::shared_ptr<SplitEmbedding> split;  // null: the whole table is here
 };
 TORCH_MODULE(Embedding);
 

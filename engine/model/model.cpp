@@ -395,14 +395,19 @@ void apply_causal_lm_head(ForwardOutput& out, const ForwardInput& in, LinearImpl
                           EmbeddingImpl& tied) {
   const torch::Tensor kept = keep_last_positions(out.hidden_states, in.logits_to_keep);
   out.logits = lm_head ? lm_head->forward(kept) : tied.attend(kept);
-  if (in.labels.defined()) out.loss = causal_lm_loss(out.logits, in.labels);
+  SplitLogits* split = lm_head ? dynamic_cast<SplitLogits*>(lm_head->split.get())
+                               : dynamic_cast<SplitLogits*>(tied.split.get());
+  if (in.labels.defined()) out.loss = causal_lm_loss(out.logits, in.labels, split);
 }
 
-torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels) {
+torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels,
+                             SplitLogits* split) {
   // Predict token t+1 from position t: shift labels left, the last position predicts nothing.
   torch::Tensor shifted =
       torch::nn::functional::pad(labels, torch::nn::functional::PadFuncOptions({0, 1}).value(-100))
           .narrow(1, 1, labels.size(1));
+  if (split)
+    return split->cross_entropy(logits.reshape({-1, logits.size(-1)}), shifted.reshape({-1}));
   return torch::nn::functional::cross_entropy(
       logits.to(torch::kFloat32).reshape({-1, logits.size(-1)}), shifted.reshape({-1}),
       torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));

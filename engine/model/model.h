@@ -208,13 +208,18 @@ torch::Tensor keep_last_positions(const torch::Tensor& hidden, std::int64_t keep
 
 // Shared by the families: causal-LM loss as transformers computes it (labels shifted left by
 // one, -100 ignored, mean over the remaining tokens, logits upcast to float32).
-torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels);
+// With `split`, the logits are this tensor-parallel rank's vocabulary block and the loss is its.
+class SplitLogits;
+torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels,
+                             SplitLogits* split = nullptr);
 
 class LinearImpl;
 class EmbeddingImpl;
 // Shared by the causal-LM families, after out.hidden_states: the logits of the kept positions
 // through `lm_head` (with its adapter, if any), or through the tied input embedding
-// embedding `tied` (its attend()) when `lm_head` is null; the loss when labels are given.
+// embedding `tied` (its attend()) when `lm_head` is null; the loss when labels are given. A head
+// split along the vocabulary over tensor-parallel ranks (its SplitLogits) gives this rank's block
+// of the logits, and the loss from every rank's.
 void apply_causal_lm_head(ForwardOutput& out, const ForwardInput& in, LinearImpl* lm_head,
                           EmbeddingImpl& tied);
 

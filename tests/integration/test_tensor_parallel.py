@@ -4,7 +4,9 @@ vocabulary-parallel embedding, column-parallel gate/up and row-parallel down pro
 biases), vocabulary-parallel head and cross-entropy (with ignored targets), computed over 2 and 4
 ranks and over the tensor groups of a 2 × 2 (data × tensor) mesh, give the loss, the logits and
 every weight's gradient block of the same model computed whole (fp32, 1e-5); a split that does
-not divide is refused naming the tensor and the sizes."""
+not divide is refused naming the tensor and the sizes. Then real checkpoints made by transformers
+(llama, qwen2, mistral) split by their family's tensor-parallel plan (parallel/split_model.h)
+against the whole model: loss, logits and every gradient block."""
 import os
 import socket
 import subprocess
@@ -28,6 +30,33 @@ def free_port() -> int:
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_tensor_parallel_layers_equal_the_whole_model(world):
+    for rank, (code, out, err) in enumerate(run_ranks(world, "layers")):
+        assert code == 0, f"rank {rank}: exit {code}\n{out}\n{err}"
+        assert out.strip() == f"ok rank {rank} of {world}"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """Tiny random models made by transformers: llama (untied head), qwen2 (q/k/v biases, tied
+    head) and mistral (a sliding window), 4 attention heads over 2 kv heads, vocabulary 64."""
+    import torch
+    from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+                              Qwen2Config, Qwen2ForCausalLM)
+    root = tmp_path_factory.mktemp("tp-models")
+    sizes = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    makers = {
+        "llama": lambda: LlamaForCausalLM(LlamaConfig(**sizes, tie_word_embeddings=False)),
+        "qwen2": lambda: Qwen2ForCausalLM(Qwen2Config(**sizes, tie_word_embeddings=True)),
+        "mistral": lambda: MistralForCausalLM(MistralConfig(**sizes, sliding_window=6)),
+    }
+    for family, make in makers.items():
+        torch.manual_seed(0)
+        make().save_pretrained(root / family)
+    return root
+
+
+def run_ranks(world, *args):
     port = free_port()
     base = {k: v for k, v in os.environ.items()
             if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
@@ -36,9 +65,16 @@ def test_tensor_parallel_layers_equal_the_whole_model(world):
         env = {**base, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
                "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world),
                "TESSERA_DIST_TIMEOUT_S": "30", "OMP_NUM_THREADS": "1"}
-        ranks.append(subprocess.Popen([str(tool()), "layers"], env=env, stdout=subprocess.PIPE,
+        ranks.append(subprocess.Popen([str(tool()), *args], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
-    results = [(p.wait(timeout=90), *p.communicate()) for p in ranks]
-    for rank, (code, out, err) in enumerate(results):
+    return [(p.wait(timeout=120), *p.communicate()) for p in ranks]
+
+
+@pytest.mark.parametrize("family,world", [("llama", 2), ("qwen2", 2), ("mistral", 2), ("llama", 4)])
+def test_a_model_split_by_its_family_plan_equals_the_whole_model(models, family, world):
+    """parallel/split_model.h on real checkpoints: loss, logits and every gradient block equal the
+    whole model's at tp 2 (with 4 ranks: the two tensor groups of a 2 × 2 mesh, and tp 4 refused
+    for 2 kv heads, naming the field and the sizes that divide)."""
+    for rank, (code, out, err) in enumerate(run_ranks(world, "model", models / family)):
         assert code == 0, f"rank {rank}: exit {code}\n{out}\n{err}"
         assert out.strip() == f"ok rank {rank} of {world}"

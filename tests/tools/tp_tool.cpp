@@ -10,6 +10,13 @@
 //     (data × tensor) mesh, against the same model computed whole in this process: the loss, the
 //     gathered logits and every weight's gradient block equal the whole model's within 1e-5
 //     (fp32). Prints "ok rank R of N" and exits 0, or says what differs and exits 1.
+//   tessera-tp-tool model <folder>
+//     The model in <folder> (config.json + safetensors) split over the tensor groups of a
+//     (world / 2) × 2 mesh by its family's plan (parallel/split_model.h) against the same model
+//     whole in this process, on a batch with right padding and ignored labels: the loss, the
+//     logits (gathered) and every parameter's gradient (this rank's block of the whole one)
+//     within 1e-5. With 4 ranks, a split over all 4 is refused when the model's kv heads (2) do
+//     not divide, naming the field and the sizes that would. Prints "ok rank R of N".
 //
 // Exit codes: 0 ok, 1 a wrong result, 2 invalid input, 4 another error.
 #include <torch/torch.h>
@@ -21,6 +28,8 @@
 
 #include "core/error.h"
 #include "dist/parallel_context.h"
+#include "model/model.h"
+#include "parallel/split_model.h"
 #include "parallel/tensor_parallel.h"
 
 namespace {
@@ -131,21 +140,77 @@ void check_layers(ProcessGroup& group, const std::string& name) {
   }
 }
 
+void check_model(const std::string& folder, ProcessGroup& group, const std::string& name) {
+  auto whole = tessera::model::load_pretrained(folder);
+  auto split = tessera::model::load_pretrained(folder);
+  whole->train();
+  split->train();
+  const std::vector<tp::SplitParameter> layout = tp::split_model(*split, group);
+  const std::int64_t vocab = split->config().vocab_size;
+  torch::manual_seed(3);
+  tessera::model::ForwardInput in;
+  in.input_ids = torch::randint(0, vocab, {2, 9}, torch::kInt64);
+  in.attention_mask = torch::ones({2, 9}, torch::kInt64);
+  in.attention_mask[1][7] = 0;
+  in.attention_mask[1][8] = 0;
+  in.labels = in.input_ids.masked_fill(in.attention_mask.eq(0), -100);
+  const tessera::model::ForwardOutput expected = whole->forward(in);
+  expected.loss.backward();
+  const tessera::model::ForwardOutput actual = split->forward(in);
+  actual.loss.backward();
+  expect_close(name + " loss", actual.loss.detach(), expected.loss.detach());
+  expect_close(name + " logits", tp::gather_last_dim(actual.logits.detach(), group),
+               expected.logits.detach());
+  const auto whole_parameters = whole->named_parameters();
+  const auto split_parameters = split->named_parameters();
+  std::size_t blocks = 0;
+  for (const tp::SplitParameter& p : layout) {
+    const torch::Tensor whole_gradient = whole_parameters[p.name].grad();
+    const torch::Tensor block =
+        p.dim < 0 ? whole_gradient
+                  : tp::shard(whole_gradient, p.dim, group.rank(), group.size(), p.name.c_str());
+    expect_close(name + " gradient of " + p.name, split_parameters[p.name].grad(), block);
+    if (p.dim >= 0) ++blocks;
+    if (split_parameters[p.name].sizes().vec() != block.sizes().vec())
+      throw WrongResult(p.name + ": the block's shape differs");
+  }
+  if (blocks == 0) throw WrongResult(name + ": no parameter was split");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode != "layers") {
-    std::cerr << "usage: tessera-tp-tool layers\n";
+  if (mode != "layers" && !(mode == "model" && argc > 2)) {
+    std::cerr << "usage: tessera-tp-tool layers | model <folder>\n";
     return 2;
   }
   torch::set_num_threads(1);
   try {
     std::unique_ptr<ParallelContext> context = ParallelContext::from_environment();
-    check_layers(context->world(), "world");
-    if (context->world_size() == 4) {
-      const std::shared_ptr<ProcessGroup> tensor_group = context->new_mesh_group({2, 2}, 1);
-      check_layers(*tensor_group, "mesh 2x2 tensor group");
+    if (mode == "model") {
+      const int world = context->world_size();
+      const std::shared_ptr<ProcessGroup> tensor_group = context->new_mesh_group({world / 2, 2}, 1);
+      check_model(argv[2], *tensor_group, "tensor group of 2");
+      if (world == 4) {
+        try {
+          auto model = tessera::model::load_pretrained(argv[2]);
+          tp::split_model(*model, context->world());
+          throw WrongResult("a split over 4 ranks with 2 kv heads was not refused");
+        } catch (const tessera::Error& e) {
+          const std::string text = std::string(e.what()) + " " + e.hint();
+          if (text.find("num_key_value_heads (2) does not split into 4 equal parts") ==
+                  std::string::npos ||
+              text.find("divide every split size of this model: 1, 2") == std::string::npos)
+            throw WrongResult("unexpected refusal: " + text);
+        }
+      }
+    } else {
+      check_layers(context->world(), "world");
+      if (context->world_size() == 4) {
+        const std::shared_ptr<ProcessGroup> tensor_group = context->new_mesh_group({2, 2}, 1);
+        check_layers(*tensor_group, "mesh 2x2 tensor group");
+      }
     }
     std::cout << "ok rank " << context->rank() << " of " << context->world_size() << std::endl;
     return 0;
