@@ -4,6 +4,7 @@
 
 #include "plugins/ddp/ddp_plugin.h"
 #include "plugins/gemini/gemini_plugin.h"
+#include "plugins/hybrid/hybrid_plugin.h"
 #include "plugins/single/single_plugin.h"
 #include "plugins/zero/zero_plugin.h"
 
@@ -16,6 +17,7 @@ void register_builtin_plugins() {
     register_gemini_plugin();
     register_ddp_plugin();
     register_zero_plugin();
+    register_hybrid_plugin();
   });
 }
 

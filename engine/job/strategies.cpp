@@ -50,8 +50,10 @@ StrategyOption choice(std::string key, std::string description, std::vector<std:
           std::move(not_yet)};
 }
 StrategyOption literal_choice(std::string key, std::string description,
-                              std::vector<std::string> values) {
-  StrategyOption option = choice(std::move(key), std::move(description), std::move(values));
+                              std::vector<std::string> values,
+                              std::vector<std::string> not_yet = {}) {
+  StrategyOption option =
+      choice(std::move(key), std::move(description), std::move(values), std::move(not_yet));
   option.literal = true;
   return option;
 }
@@ -189,6 +191,22 @@ const std::vector<StrategyInfo>& strategies() {
              "auto (25MiB) or a size")},
        /*planned=*/true,
        /*distributes=*/true},
+      {"hybrid",
+       "tensor parallelism combined with data parallelism: each layer's weights split over "
+       "tp_size processes (Megatron-style: attention by heads, the MLP by its inner width, the "
+       "embedding and head by the vocabulary), the processes / tp_size replicas of that split "
+       "averaging their gradients",
+       {choice("device", "where it computes: the CPU (its CUDA path is not built yet)",
+               {"auto", "cpu"}, {"cuda"}),
+        literal_choice("tp_size",
+                       "processes each layer is split over: 2 (the default), 1, 4 or 8; it must "
+                       "divide the number of processes and the model's heads, kv heads, MLP "
+                       "width and vocabulary",
+                       {"2", "1", "4", "8"}),
+        literal_choice("pp_size", "pipeline stages: 1 (pipeline parallelism is not built yet)",
+                       {"1"}, {"2", "4", "8"})},
+       /*planned=*/false,
+       /*distributes=*/true},
   };
   return table;
 }
@@ -215,6 +233,7 @@ DeviceChoice device_for(const std::string& strategy, const std::string& device,
                         int gpus) {
   if (device != "auto") return {device, ""};
   if (gpus <= 0) return {"cpu", ""};
+  if (strategy == "hybrid") return {"cpu", "strategy hybrid computes on the CPU only so far"};
   const bool sharded_gemini = strategy == "gemini" && processes > 1;
   if (strategy == "ddp" || strategy == "zero" || sharded_gemini) {
     // Every rank must agree, and a machine cannot see another's GPUs.
@@ -227,6 +246,11 @@ DeviceChoice device_for(const std::string& strategy, const std::string& device,
                        std::to_string(gpus) + " GPU(s): each rank needs a GPU of its own"};
   }
   return {"cuda", ""};  // single, gemini's device tier (and what the planner resolves auto to)
+}
+
+int hybrid_tensor_parallel_size(const nlohmann::json& options) {
+  if (!options.is_object() || !options.contains("tp_size")) return 2;
+  return options["tp_size"].get<int>();
 }
 
 std::string strategy_names() {

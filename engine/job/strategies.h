@@ -65,6 +65,9 @@ struct StrategyInfo {
   bool distributes = false;
 };
 
+// strategy hybrid's tensor-parallel size (strategy.options.tp_size, 2 when absent).
+int hybrid_tensor_parallel_size(const nlohmann::json& options);
+
 // Every strategy this build has, in the order the docs list them.
 const std::vector<StrategyInfo>& strategies();
 // nullptr when `name` is not in the table (also for "auto").

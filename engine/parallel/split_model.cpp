@@ -161,4 +161,27 @@ std::vector<SplitParameter> split_model(model::PretrainedModel& m, dist::Process
   return parameters;
 }
 
+torch::Tensor gather_whole(const torch::Tensor& block, std::int64_t dim,
+                           dist::ProcessGroup& group) {
+  if (dim < 0 || group.size() == 1) return block;
+  const torch::Tensor flat = group.all_gather(block.contiguous());
+  std::vector<std::int64_t> shape = {group.size()};
+  for (std::int64_t extent : block.sizes()) shape.push_back(extent);
+  return torch::cat(flat.view(shape).unbind(0), dim);
+}
+
+void unsplit_model(model::PretrainedModel& m, const std::vector<SplitParameter>& layout,
+                   dist::ProcessGroup& group) {
+  torch::NoGradGuard no_grad;
+  auto parameters = m.named_parameters();
+  for (const SplitParameter& p : layout)
+    if (p.dim >= 0)
+      replace(parameters[p.name], gather_whole(parameters[p.name].detach(), p.dim, group));
+  for (const auto& item : m.named_modules("", /*include_self=*/false)) {
+    if (auto* linear = dynamic_cast<model::LinearImpl*>(item.value().get())) linear->split.reset();
+    if (auto* embedding = dynamic_cast<model::EmbeddingImpl*>(item.value().get()))
+      embedding->split.reset();
+  }
+}
+
 }  // namespace tessera::parallel

@@ -4,6 +4,8 @@
 // rank's block and its computation swapped for the parallel one (tensor_parallel.h), so that the
 // model's forward and backward compute what the whole model computes, each rank holding 1 / size
 // of the split weights. The attention computes with the heads its projections give it.
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,5 +31,14 @@ struct SplitParameter {
 // when the family has no plan; InvalidInput naming the config field, its value and the sizes that
 // would divide every planned field when the group's size does not divide one.
 std::vector<SplitParameter> split_model(model::PretrainedModel& model, dist::ProcessGroup& group);
+
+// The whole tensor from every rank's `block` cut along `dim` (-1: `block` is whole already).
+// Every rank of `group` calls it with its block, in the same order.
+torch::Tensor gather_whole(const torch::Tensor& block, std::int64_t dim, dist::ProcessGroup& group);
+
+// Undoes split_model: every split parameter gathered whole into the model and the blocks
+// computing as plain layers again (for the export). Every rank of `group` calls it.
+void unsplit_model(model::PretrainedModel& model, const std::vector<SplitParameter>& layout,
+                   dist::ProcessGroup& group);
 
 }  // namespace tessera::parallel

@@ -720,8 +720,26 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
 
   train::TrainerOptions options = trainer_options(spec, out_dir, source.dir());
   options.deferred_weights = std::move(to_train.weights);
-  if (parallel)
+  // hybrid: a (world / tp) × tp mesh, tp innermost so that a tensor group's ranks are
+  // neighbours (one machine's, when launched per node); the data group is the other dimension.
+  std::shared_ptr<dist::ProcessGroup> data_group, tensor_group;
+  if (parallel) {
     options.process = {parallel->rank(), parallel->world_size(), parallel, &parallel->world()};
+    if (spec.strategy.name == "hybrid") {
+      const int world = parallel->world_size();
+      const int tp = job::hybrid_tensor_parallel_size(spec.strategy.options);
+      if (world % tp != 0)
+        throw_invalid("strategy.options.tp_size: " + std::to_string(tp) +
+                          " does not divide the job's " + std::to_string(world) + " processes",
+                      "launch a multiple of " + std::to_string(tp) +
+                          " processes (--nproc), or choose a tp_size that divides " +
+                          std::to_string(world));
+      data_group = parallel->new_mesh_group({world / tp, tp}, 0);
+      tensor_group = parallel->new_mesh_group({world / tp, tp}, 1);
+      options.process.data_group = data_group.get();
+      options.process.tensor_group = tensor_group.get();
+    }
+  }
   TrainerEventWriter trainer_events(events);
   // This machine's step time for the job as planned, for later plans (plan/step_times.h). One
   // process only: the planner's step times are a single process's.

@@ -50,6 +50,10 @@ struct ProcessContext {
   // pipeline parallelism split it). Not owned: `parallel` keeps it alive.
   std::shared_ptr<dist::ParallelContext> parallel;
   dist::ProcessGroup* data_group = nullptr;
+  // Strategies that split the model over tensor-parallel ranks (hybrid): this rank's tensor
+  // group (tp innermost: ranks r … r + tp - 1 of a (world / tp) × tp mesh); the data group then
+  // holds the ranks of the same tensor coordinate, which read different batches.
+  dist::ProcessGroup* tensor_group = nullptr;
 };
 
 // Throws Unsupported unless `process` is one process (plugins that do not distribute yet).

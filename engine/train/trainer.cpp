@@ -205,7 +205,8 @@ EvalResult Trainer::evaluate(BatchSource& source) {
   if (distributed()) {
     const std::vector<double> all =
         gather({sum, static_cast<double>(count), static_cast<double>(right),
-                static_cast<double>(labelled)});
+                static_cast<double>(labelled)},
+               /*data_only=*/true);
     sum = 0.0;
     count = right = labelled = 0;
     for (std::size_t i = 0; i < all.size(); i += 4) {
@@ -228,10 +229,16 @@ void Trainer::emit_eval(const EvalResult& r) {
   if (events_) events_->on_eval(r);
 }
 
-std::vector<double> Trainer::gather(const std::vector<double>& values) {
+dist::ProcessGroup& Trainer::world_group() const {
+  return options_.process.parallel ? options_.process.parallel->world()
+                                   : *options_.process.data_group;
+}
+
+std::vector<double> Trainer::gather(const std::vector<double>& values, bool data_only) {
   if (!distributed()) return values;
   const torch::Tensor local = torch::tensor(values, torch::kFloat64);
-  const torch::Tensor all = options_.process.data_group->all_gather(local).contiguous();
+  dist::ProcessGroup& group = data_only ? *options_.process.data_group : world_group();
+  const torch::Tensor all = group.all_gather(local).contiguous();
   const double* data = all.data_ptr<double>();
   return std::vector<double>(data, data + all.numel());
 }
@@ -241,7 +248,7 @@ CheckpointRanks Trainer::checkpoint_ranks() {
   ranks.rank = options_.process.rank;
   ranks.world_size = options_.process.world_size;
   if (!distributed()) return ranks;
-  dist::ProcessGroup* group = options_.process.data_group;
+  dist::ProcessGroup* group = &world_group();
   ranks.from_rank0 = [group](const std::string& value) {
     // The length first, then the bytes.
     torch::Tensor size = torch::tensor({static_cast<std::int64_t>(value.size())}, torch::kInt64);
@@ -426,17 +433,21 @@ fs::path Trainer::save_checkpoint(std::int64_t step, const BatchSource& train,
       std::vector<NamedTensor> optimizer = plugin_->optimizer_state();
       index.add("optimizer", "optimizer" + part, optimizer, slices);
       write_safetensors_tensors(dir / ("optimizer" + part), std::move(optimizer));
-    } else if (rank == 0) {
+    } else {
+      // Every rank collects it (a plugin may gather its blocks from the others: hybrid's
+      // tensor-parallel weights); rank 0 writes it.
       std::vector<NamedTensor> weights = plugin_->trainable_weights();
-      index.add("model", lora_ ? "adapter_model.safetensors" : "model.safetensors", weights);
-      if (lora_)
-        lora_->save_adapter(dir, options_.base_model_name, &weights);
-      else
-        write_safetensors_tensors(dir / "model.safetensors", std::move(weights), true,
-                                  {{"format", "pt"}});
       std::vector<NamedTensor> optimizer = plugin_->optimizer_state();
-      index.add("optimizer", "optimizer.safetensors", optimizer);
-      write_safetensors_tensors(dir / "optimizer.safetensors", std::move(optimizer));
+      if (rank == 0) {
+        index.add("model", lora_ ? "adapter_model.safetensors" : "model.safetensors", weights);
+        if (lora_)
+          lora_->save_adapter(dir, options_.base_model_name, &weights);
+        else
+          write_safetensors_tensors(dir / "model.safetensors", std::move(weights), true,
+                                    {{"format", "pt"}});
+        index.add("optimizer", "optimizer.safetensors", optimizer);
+        write_safetensors_tensors(dir / "optimizer.safetensors", std::move(optimizer));
+      }
     }
     index.write(dir, rank);
     std::vector<NamedTensor> rng = {{"torch_cpu", cpu_rng_state()}};
@@ -659,10 +670,14 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
     bool stop_requested = stop && stop->load();
     std::vector<RankStep> rank_steps;
     if (distributed()) {
+      // Ranks that differ only in their tensor or pipeline coordinate read the same batches: the
+      // job's tokens count each batch once.
+      const double tokens_counted_here = static_cast<double>(tokens) * data_ranks() /
+                                         static_cast<double>(options_.process.world_size);
       // One collective per step: the mean loss, the job's throughput, and a stop that every rank
       // makes at the same step (a signal may reach the ranks at different steps).
       const std::vector<double> all =
-          gather({loss, static_cast<double>(tokens), seconds, stop_requested ? 1.0 : 0.0});
+          gather({loss, tokens_counted_here, seconds, stop_requested ? 1.0 : 0.0});
       double loss_total = 0.0, tokens_total = 0.0, slowest = 0.0;
       for (std::size_t i = 0; i + 4 <= all.size(); i += 4) {
         const int rank = static_cast<int>(i / 4);

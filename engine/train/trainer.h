@@ -151,9 +151,12 @@ class Trainer {
                                          const torch::Tensor& cpu_rng,
                                          const torch::Tensor& device_rng, BatchSource& train,
                                          std::int64_t total_steps);
-  // Several processes: each rank's `values` (the same count on every rank), rank after rank;
-  // one process: `values`.
-  std::vector<double> gather(const std::vector<double>& values);
+  // Several processes: each rank's `values` (the same count on every rank), rank after rank, over
+  // every rank of the job (`data_only`: over this rank's data-parallel group, whose ranks read
+  // different batches); one process: `values`.
+  std::vector<double> gather(const std::vector<double>& values, bool data_only = false);
+  // The group of every rank of the job (the data group when no runtime is given).
+  dist::ProcessGroup& world_group() const;
   CheckpointRanks checkpoint_ranks();
   bool distributed() const { return options_.process.world_size > 1; }
   // This rank among the data-parallel ranks, and their number: ranks that differ only in their

@@ -1,0 +1,200 @@
+#include "plugins/hybrid/hybrid_plugin.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "core/error.h"
+#include "dist/parallel_context.h"
+#include "optim/clip.h"
+#include "parallel/split_model.h"
+#include "parallel/tensor_parallel.h"
+#include "plugins/ddp/gradient_buckets.h"
+#include "plugins/single/dense_training.h"
+#include "train/plugin_registry.h"
+
+namespace tessera::train {
+namespace {
+
+class HybridPlugin : public Plugin {
+ public:
+  std::string name() const override { return "hybrid"; }
+  bool runs_distributed() const override { return true; }
+
+  void prepare(model::PretrainedModel& model, std::vector<NamedTensor> trainable,
+               const PluginOptions& options) override {
+    process_ = options.process;
+    require_cpu_device(options, name());
+    // strategy.options.tp_size (validated by the job layer; 2 when absent).
+    const int tp = options.strategy_options.value("tp_size", 2);
+    const int world = process_.world_size;
+    if (tp > 1 && (world % tp != 0 || process_.tensor_group == nullptr))
+      throw_invalid("strategy.options.tp_size: " + std::to_string(tp) + " needs a multiple of " +
+                        std::to_string(tp) + " processes; this job has " + std::to_string(world),
+                    "start it with `tessera-cli launch --nproc " + std::to_string(tp) +
+                        "` (or a multiple), or set tp_size to 1");
+    if (tp > 1 && process_.tensor_group->size() != tp)
+      throw Error(ErrorKind::Internal, "strategy hybrid: the tensor group has " +
+                                           std::to_string(process_.tensor_group->size()) +
+                                           " ranks, tp_size is " + std::to_string(tp));
+    // Adapters live outside the model's parameters (LoRA): not split yet.
+    std::map<const void*, bool> in_model;
+    for (const auto& p : model.parameters()) in_model[p.unsafeGetTensorImpl()] = true;
+    for (const NamedTensor& t : trainable)
+      if (!in_model.count(t.tensor.unsafeGetTensorImpl()))
+        throw_unsupported("strategy hybrid: LoRA is not supported yet with tensor parallelism",
+                          "train LoRA with single, ddp, zero or gemini, or use method full");
+    if (tp > 1) {
+      tensor_group_ = process_.tensor_group;
+      layout_ = parallel::split_model(model, *tensor_group_);
+      for (const parallel::SplitParameter& p : layout_) split_dim_[p.name] = p.dim;
+    }
+    data_group_ = world / tp > 1 ? process_.data_group : nullptr;
+    // The blocks are the model's parameters now (set_data in place): the trainable handles
+    // see them, and the masters and moments are made of them.
+    dense_.prepare(model, std::move(trainable), options, torch::kCPU);
+    plugins::GradientBuckets::Options bucket_options;
+    bucket_options.plugin = name();
+    bucket_options.cap_bytes = plugins::bucket_size_option(options.strategy_options);
+    buckets_ = std::make_unique<plugins::GradientBuckets>(
+        dense_.params(),
+        [this](const torch::Tensor& g) { return dense_.precision().master_gradient(g); },
+        data_group_, bucket_options);
+    model_ = &model;
+  }
+
+  torch::Device device() const override { return dense_.device(); }
+  torch::Dtype compute_dtype() const override { return dense_.compute_dtype(); }
+  const ProcessContext& process() const override { return process_; }
+
+  void backward(const torch::Tensor& loss, double multiplier, bool last_micro_batch) override {
+    if (!last_micro_batch) {
+      dense_.backward(loss, multiplier);
+      return;
+    }
+    buckets_->start();
+    try {
+      dense_.backward(loss, multiplier);
+    } catch (...) {
+      buckets_->abandon();
+      throw;
+    }
+    buckets_->finish();
+    reduced_ = true;
+  }
+
+  StepStats step(double lr, double max_grad_norm) override {
+    if (!reduced_)
+      throw Error(ErrorKind::Internal,
+                  "strategy hybrid: step() before a backward of the last micro-batch");
+    torch::NoGradGuard no_grad;
+    const std::vector<NamedTensor>& params = dense_.params();
+    std::vector<torch::Tensor> gradients(params.size());
+    std::vector<torch::Tensor> split_gradients, whole_gradients;
+    for (std::size_t i = 0; i < gradients.size(); ++i) {
+      gradients[i] = buckets_->whole_gradient(i);
+      (is_split(params[i].name) ? split_gradients : whole_gradients).push_back(gradients[i]);
+    }
+    // The global norm: every tensor group's blocks of the split tensors, and the tensors every
+    // rank of a group holds whole (their gradients are the same on each) once.
+    torch::Tensor split_squares = optim::gradient_norms(split_gradients).pow(2).sum();
+    if (tensor_group_ != nullptr) tensor_group_->all_reduce(split_squares);
+    const torch::Tensor total =
+        (split_squares + optim::gradient_norms(whole_gradients).pow(2).sum()).sqrt();
+    StepStats stats;
+    stats.grad_norm = optim::apply_clip_coefficient(gradients, total, max_grad_norm);
+    const StepStats update = dense_.step(lr, /*max_grad_norm=*/0.0, &gradients);
+    stats.applied = update.applied;
+    reduced_ = false;
+    buckets_->adopt_learned_order();
+    return stats;
+  }
+
+  MemoryByCategory memory() const override {
+    return dense_.memory(buckets_ ? buckets_->buffer_bytes() : 0);
+  }
+  void release_training_state() override {
+    buckets_.reset();
+    dense_.release_training_state();
+  }
+
+  // The export reads whole weights: every rank gathers its tensor group's blocks.
+  void gather_weights() override {
+    if (tensor_group_ == nullptr || gathered_) return;
+    parallel::unsplit_model(*model_, layout_, *tensor_group_);
+    gathered_ = true;
+  }
+
+  // Checkpoints hold whole tensors (every rank of a tensor group gathers them together).
+  std::vector<NamedTensor> trainable_weights() override {
+    return gathered(dense_.trainable_weights(), "");
+  }
+  std::vector<NamedTensor> optimizer_state() override {
+    return gathered(dense_.optimizer_state(), ".");
+  }
+  nlohmann::json state_json() const override { return dense_.state_json(); }
+  void load_state(const std::map<std::string, torch::Tensor>& weights,
+                  const std::map<std::string, torch::Tensor>& optimizer,
+                  const nlohmann::json& state, const std::string& source) override {
+    dense_.load_state(blocks_of(weights, ""), blocks_of(optimizer, "."), state, source);
+  }
+
+ private:
+  bool is_split(const std::string& parameter) const {
+    const auto found = split_dim_.find(parameter);
+    return found != split_dim_.end() && found->second >= 0;
+  }
+  // The split dimension of a checkpoint tensor: a parameter's own, or (`prefixed`: ".") that of
+  // the parameter its optimizer state belongs to ("exp_avg.<name>").
+  std::int64_t dim_of(const std::string& name, const std::string& prefixed) const {
+    std::string parameter = name;
+    if (!prefixed.empty()) {
+      const auto dot = name.find('.');
+      parameter = dot == std::string::npos ? name : name.substr(dot + 1);
+    }
+    const auto found = split_dim_.find(parameter);
+    return found == split_dim_.end() ? -1 : found->second;
+  }
+  std::vector<NamedTensor> gathered(std::vector<NamedTensor> tensors,
+                                    const std::string& prefixed) const {
+    if (tensor_group_ == nullptr) return tensors;
+    for (NamedTensor& t : tensors)
+      t.tensor = parallel::gather_whole(t.tensor, dim_of(t.name, prefixed), *tensor_group_);
+    return tensors;
+  }
+  std::map<std::string, torch::Tensor> blocks_of(const std::map<std::string, torch::Tensor>& whole,
+                                                 const std::string& prefixed) const {
+    if (tensor_group_ == nullptr) return whole;
+    std::map<std::string, torch::Tensor> blocks;
+    for (const auto& [name, tensor] : whole) {
+      const std::int64_t dim = dim_of(name, prefixed);
+      blocks[name] = dim < 0 ? tensor
+                             : parallel::shard(tensor, dim, tensor_group_->rank(),
+                                               tensor_group_->size(), name.c_str());
+    }
+    return blocks;
+  }
+
+  ProcessContext process_;
+  dist::ProcessGroup* tensor_group_ = nullptr;  // null: tp_size 1 (nothing split)
+  dist::ProcessGroup* data_group_ = nullptr;    // null: one replica (nothing to average)
+  std::vector<parallel::SplitParameter> layout_;
+  std::map<std::string, std::int64_t> split_dim_;  // parameter name → dimension cut (-1 whole)
+  model::PretrainedModel* model_ = nullptr;
+  DenseTraining dense_;
+  std::unique_ptr<plugins::GradientBuckets> buckets_;
+  bool reduced_ = false;
+  bool gathered_ = false;
+};
+
+}  // namespace
+}  // namespace tessera::train
+
+namespace tessera::plugins {
+
+void register_hybrid_plugin() {
+  train::register_plugin("hybrid", [] { return std::make_unique<train::HybridPlugin>(); });
+}
+
+}  // namespace tessera::plugins

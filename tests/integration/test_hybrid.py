@@ -1,0 +1,182 @@
+"""Strategy `hybrid` (issue 26): tensor parallelism × data parallelism in whole jobs through
+`tessera-cli launch`, against one process.
+
+- tp 2 on 2 ranks, for llama (untied head), qwen2 (q/k/v biases, tied head) and mistral (a
+  sliding window shorter than the rows): every step's fp32 loss within 1e-5 relative of `single`
+  on the same batches, and the exported model.safetensors tensors within 1e-5 of single's export.
+- tp 2 × dp 2 on 4 ranks (llama) against `single` with gradient accumulation 2.
+- Memory per rank: the `weights` of each rank's memory events are exactly the bytes of its blocks
+  (half of each split tensor, the others whole), counted from single's exported tensors on disk.
+- Checkpoints are layout-free: 2 steps of `single`, resumed as hybrid tp 2 for steps 3-4, resumed
+  as `single` for 5-6: the losses of an uninterrupted `single` run.
+- Refused with the cause named: a family without a tensor-parallel plan (gpt2), LoRA, a tp_size
+  that does not divide the processes, and one that does not divide the model's kv heads.
+"""
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.numpy import load_file
+from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
+from test_launch import cli, events_of, losses_of  # noqa: E402
+from tiny_tokenizer import byte_level_bpe  # noqa: E402
+
+LOSS_BOUND = 1e-5
+STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hybrid")
+    corpus = [f"What is {a} plus {b}? {a + b}" for a in range(20) for b in range(20)]
+    fast = byte_level_bpe(corpus, 300)
+    vocab = (len(fast) + 7) // 8 * 8  # the vocabulary is split over up to 8 ranks
+    ids = dict(bos_token_id=0, eos_token_id=1, pad_token_id=2)
+    sizes = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, **ids)
+    makers = {
+        "llama": lambda: LlamaForCausalLM(LlamaConfig(**sizes, tie_word_embeddings=False)),
+        "qwen2": lambda: Qwen2ForCausalLM(Qwen2Config(**sizes, tie_word_embeddings=True)),
+        "mistral": lambda: MistralForCausalLM(MistralConfig(**sizes, sliding_window=8)),
+        "gpt2": lambda: GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=4,
+                                                   n_positions=128, **ids)),
+    }
+    for family, make in makers.items():
+        torch.manual_seed(0)
+        make().save_pretrained(d / family)
+        fast.save_pretrained(d / family)
+    with open(d / "data.jsonl", "w") as f:
+        for a in range(8):
+            for b in range(8):
+                f.write(json.dumps({"instruction": f"What is {a} plus {b}?", "output": str(a + b)}) + "\n")
+    return d
+
+
+def job(workdir, family, name, strategy, accumulation=1, options=None, steps=STEPS, out=None, method="full",
+        schedule="linear"):
+    spec = {
+        "version": 1,
+        "model": {"path": str(workdir / family)},
+        "dataset": {"train": str(workdir / "data.jsonl")},
+        "method": {"type": method},
+        "training": {"steps": steps, "batch_size": 2, "gradient_accumulation": accumulation,
+                     "learning_rate": 2e-3, "schedule": schedule, "warmup_steps": 2, "weight_decay": 0.1,
+                     "max_grad_norm": 1.0, "seed": 5, "save_every": 2},
+        "strategy": {"name": strategy, "options": {"device": "cpu", **(options or {})}},
+        "output": {"dir": str(out or workdir / "runs" / name)},
+    }
+    path = workdir / "runs" / f"{name}.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def run(spec, nproc, resume=None):
+    args = ["launch", "--nproc", nproc, spec] if nproc > 1 else ["run", spec]
+    if resume is not None:
+        args += ["--resume", resume]
+    r = cli(*args, timeout=240)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stderr[-4000:]}"
+    return r
+
+
+def worst_relative(got, expected):
+    assert len(got) == len(expected) == STEPS, (got, expected)
+    return max(abs(a - b) / abs(b) for a, b in zip(got, expected))
+
+
+def export_difference(ours, theirs):
+    a = load_file(str(ours / "model" / "model.safetensors"))
+    b = load_file(str(theirs / "model" / "model.safetensors"))
+    assert sorted(a) == sorted(b)
+    worst = 0.0
+    for name in a:
+        assert a[name].shape == b[name].shape, name
+        scale = max(1.0, float(abs(b[name]).max()))
+        worst = max(worst, float(abs(a[name] - b[name]).max()) / scale)
+    return worst
+
+
+SINGLE = {}
+
+
+def single(workdir, family, accumulation=1):
+    key = (family, accumulation)
+    if key not in SINGLE:
+        name = f"{family}-single-ga{accumulation}"
+        run(job(workdir, family, name, "single", accumulation), 1)
+        SINGLE[key] = workdir / "runs" / name
+    return SINGLE[key]
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral"])
+def test_tp2_equals_one_process(workdir, family):
+    reference = single(workdir, family)
+    name = f"{family}-hybrid-tp2"
+    run(job(workdir, family, name, "hybrid", options={"tp_size": 2}), 2)
+    out = workdir / "runs" / name
+    events = events_of(out / "events.jsonl")
+    worst = worst_relative(losses_of(events), losses_of(events_of(reference / "events.jsonl")))
+    exported = export_difference(out, reference)
+    print(f"{family} tp 2: losses {worst:.2e} relative, export {exported:.2e}")
+    assert worst <= LOSS_BOUND
+    assert exported <= 1e-5
+
+    # Each rank's weights are its blocks: the split tensors halved, the others whole (fp32).
+    tensors = load_file(str(reference / "model" / "model.safetensors"))
+    whole_only = ("norm.weight", "layernorm.weight", "o_proj.bias", "down_proj.bias")
+    expected = sum(t.nbytes // (1 if name.endswith(whole_only) else 2) for name, t in tensors.items())
+    memory = [e for e in events if e["type"] == "memory" and e["tier"] == "host" and "ranks" in e][-1]
+    for rank in memory["ranks"]:
+        assert rank["by_category"]["weights"] == expected, (rank, expected)
+
+
+def test_tp2_dp2_equals_one_process_with_accumulation(workdir):
+    reference = single(workdir, "llama", accumulation=2)
+    name = "llama-hybrid-tp2-dp2"
+    run(job(workdir, "llama", name, "hybrid", options={"tp_size": 2}), 4)
+    out = workdir / "runs" / name
+    worst = worst_relative(losses_of(events_of(out / "events.jsonl")),
+                           losses_of(events_of(reference / "events.jsonl")))
+    exported = export_difference(out, reference)
+    print(f"llama tp 2 x dp 2: losses {worst:.2e} relative, export {exported:.2e}")
+    assert worst <= LOSS_BOUND
+    assert exported <= 1e-5
+
+
+def test_checkpoints_resume_across_layouts(workdir):
+    # A constant schedule: each leg's job names its own number of steps, which a linear one
+    # would decay over.
+    reference = workdir / "runs" / "chain-reference"
+    run(job(workdir, "llama", "chain-reference", "single", schedule="constant"), 1)
+    out = workdir / "runs" / "llama-chain"
+    run(job(workdir, "llama", "chain-1", "single", steps=2, out=out, schedule="constant"), 1)
+    run(job(workdir, "llama", "chain-2", "hybrid", options={"tp_size": 2}, steps=4, out=out,
+            schedule="constant"), 2, resume=out)
+    run(job(workdir, "llama", "chain-3", "single", steps=6, out=out, schedule="constant"), 1, resume=out)
+    worst = worst_relative(losses_of(events_of(out / "events.jsonl")),
+                           losses_of(events_of(reference / "events.jsonl")))
+    print(f"single -> hybrid tp 2 -> single: losses {worst:.2e} relative")
+    assert worst <= LOSS_BOUND
+
+
+@pytest.mark.parametrize("case", ["gpt2", "lora", "nproc3", "kv_heads"])
+def test_what_it_cannot_do_is_refused_naming_why(workdir, case):
+    family, method, nproc, tp, expected = {
+        "gpt2": ("gpt2", "full", 2, 2, "tensor parallelism is not supported yet for gpt2 models"),
+        "lora": ("llama", "lora", 2, 2, "LoRA is not supported yet with tensor parallelism"),
+        "nproc3": ("llama", "full", 3, 2, "tp_size: 2 does not divide the job's 3 processes"),
+        "kv_heads": ("llama", "full", 4, 4, "num_key_value_heads (2) does not split into 4 equal parts"),
+    }[case]
+    spec = job(workdir, family, f"refused-{case}", "hybrid", options={"tp_size": tp}, method=method, steps=2)
+    r = cli("launch", "--nproc", nproc, spec, timeout=120)
+    assert r.returncode != 0
+    assert expected in r.stderr, r.stderr[-3000:]
