@@ -212,9 +212,9 @@ class TestTrain : public QObject {
     }
     tessera::plugins::register_builtin_plugins();  // twice is harmless
     QCOMPARE(train::registered_plugins(), registered);
-    expect_error([] { train::make_plugin("hybrid"); }, ErrorKind::Unsupported,
-                 "available plugins: ddp, gemini, single, zero");
-    expect_error([] { train::make_plugin("hybrid"); }, ErrorKind::Unsupported, "strategy.name");
+    expect_error([] { train::make_plugin("megatron"); }, ErrorKind::Unsupported,
+                 "available plugins: ddp, gemini, hybrid, single, zero");
+    expect_error([] { train::make_plugin("megatron"); }, ErrorKind::Unsupported, "strategy.name");
     expect_error([] { train::make_plugin("auto"); }, ErrorKind::Unsupported, "planner");
   }
 
@@ -229,9 +229,9 @@ class TestTrain : public QObject {
     expect_error([&] { train::Trainer(tiny_llama(), o); }, ErrorKind::InvalidInput,
                  "strategy.options.device");
     o.device = "cpu";
-    o.plugin = "hybrid";
+    o.plugin = "megatron";
     expect_error([&] { train::Trainer(tiny_llama(), o); }, ErrorKind::Unsupported,
-                 "available plugins: ddp, gemini, single, zero");
+                 "available plugins: ddp, gemini, hybrid, single, zero");
   }
 
   void every_plugin_runs_in_one_process_until_it_distributes() {
