@@ -1,6 +1,7 @@
 #include "hf/families.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/error.h"
 #include "hf/config_fields.h"
@@ -363,7 +364,6 @@ ParameterShapes bert_shapes(const ModelConfig& c) {
 
 // ---- the registry ----------------------------------------------------------------------------
 
-
 std::vector<FamilyTraits> make_registry() {
   const std::vector<std::string> decoder_buffers = {"rotary_emb.inv_freq", "position_ids"};
   auto decoder = [&](std::string model_type, ModelFamily family,
@@ -486,6 +486,30 @@ std::optional<TensorSplit> tensor_split_of(const FamilyTraits& family,
     if (matches) return rule.split;
   }
   return std::nullopt;
+}
+
+void check_tensor_parallel(const ModelConfig& config, int size) {
+  const FamilyTraits& family = family_of(config);
+  if (family.tensor_parallel_plan.empty())
+    throw_unsupported(
+        "tensor parallelism is not supported yet for " + family.model_type + " models",
+        "families with a tensor-parallel plan: " + model_types_where([](const FamilyTraits& f) {
+          return !f.tensor_parallel_plan.empty();
+        }));
+  std::int64_t common = 0;
+  for (const SizeField& field : family.tensor_parallel_divides)
+    common = std::gcd(common, config.*field.member);
+  for (const SizeField& field : family.tensor_parallel_divides) {
+    const std::int64_t value = config.*field.member;
+    if (size > 0 && value % size == 0) continue;
+    std::string fitting;
+    for (std::int64_t n = 1; n <= std::min<std::int64_t>(common, 64); ++n)
+      if (common % n == 0) fitting += (fitting.empty() ? "" : ", ") + std::to_string(n);
+    throw_invalid("tensor parallelism over " + std::to_string(size) + " ranks: config.json's " +
+                      field.key + " (" + std::to_string(value) + ") does not split into " +
+                      std::to_string(size) + " equal parts",
+                  "tensor-parallel sizes that divide every split size of this model: " + fitting);
+  }
 }
 
 const FamilyTraits* find_family(std::string_view model_type) {

@@ -136,6 +136,11 @@ struct FamilyTraits {
   std::vector<SizeField> tensor_parallel_divides;
 };
 
+// Whether `config`'s model can be split over `size` tensor-parallel ranks. Throws tessera::Error:
+// Unsupported when its family has no plan, InvalidInput naming the config field, its value and
+// the sizes that would divide every planned field when `size` does not divide one.
+void check_tensor_parallel(const ModelConfig& config, int size);
+
 // The split `family`'s plan gives the module named `module_name` (a named_modules() key), if any.
 std::optional<TensorSplit> tensor_split_of(const FamilyTraits& family,
                                            std::string_view module_name);

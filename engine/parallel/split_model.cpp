@@ -3,7 +3,6 @@
 #include <torch/torch.h>
 
 #include <map>
-#include <numeric>
 
 #include "core/error.h"
 #include "dist/parallel_context.h"
@@ -72,24 +71,6 @@ class VocabularyEmbedding : public model::SplitEmbedding, public model::SplitLog
   dist::ProcessGroup& group_;
 };
 
-// Refuses a size that does not divide every field the family's plan splits.
-void check_divides(const hf::FamilyTraits& family, const hf::ModelConfig& config, int size) {
-  std::int64_t common = 0;
-  for (const hf::SizeField& field : family.tensor_parallel_divides)
-    common = std::gcd(common, config.*field.member);
-  for (const hf::SizeField& field : family.tensor_parallel_divides) {
-    const std::int64_t value = config.*field.member;
-    if (value % size == 0) continue;
-    std::string fitting;
-    for (std::int64_t n = 1; n <= std::min<std::int64_t>(common, 64); ++n)
-      if (common % n == 0) fitting += (fitting.empty() ? "" : ", ") + std::to_string(n);
-    throw_invalid("tensor parallelism over " + std::to_string(size) + " ranks: config.json's " +
-                      field.key + " (" + std::to_string(value) + ") does not split into " +
-                      std::to_string(size) + " equal parts",
-                  "tensor-parallel sizes that divide every split size of this model: " + fitting);
-  }
-}
-
 void replace(torch::Tensor& parameter, const torch::Tensor& block) {
   torch::NoGradGuard no_grad;
   parameter.set_data(block);
@@ -99,14 +80,8 @@ void replace(torch::Tensor& parameter, const torch::Tensor& block) {
 
 std::vector<SplitParameter> split_model(model::PretrainedModel& m, dist::ProcessGroup& group) {
   const hf::FamilyTraits& family = hf::family_of(m.config());
-  if (family.tensor_parallel_plan.empty())
-    throw_unsupported(
-        "tensor parallelism is not supported yet for " + family.model_type + " models",
-        "families with a tensor-parallel plan: " +
-            hf::model_types_where(
-                [](const hf::FamilyTraits& f) { return !f.tensor_parallel_plan.empty(); }));
   const int rank = group.rank(), size = group.size();
-  check_divides(family, m.config(), size);
+  hf::check_tensor_parallel(m.config(), size);
   // Module name → the dimension each of its parameters is cut along.
   std::map<std::string, std::int64_t> cut;
   for (const auto& item : m.named_modules("", /*include_self=*/false)) {

@@ -656,6 +656,25 @@ void check_processes(const job::JobSpec& spec, int world_size) {
                           processes,
                       "set strategy.name to one that distributes (" + distributed_strategies() +
                           "), or run one process (tessera-cli run)");
+  if (spec.strategy.name == "hybrid") check_hybrid(spec, world_size);
+}
+
+void check_hybrid(const job::JobSpec& spec, int world_size) {
+  const int tp = job::hybrid_tensor_parallel_size(spec.strategy.options);
+  if (world_size % tp != 0)
+    throw_invalid("strategy.options.tp_size: " + std::to_string(tp) +
+                      " does not divide the job's " + std::to_string(world_size) + " processes",
+                  "launch a multiple of " + std::to_string(tp) +
+                      " processes (--nproc), or choose a tp_size that divides " +
+                      std::to_string(world_size));
+  if (tp == 1) return;
+  if (spec.method.type == "lora")
+    throw_unsupported("strategy hybrid: LoRA is not supported yet with tensor parallelism",
+                      "train LoRA with single, ddp, zero or gemini, or use method full");
+  // The model's sizes, when its folder is here (a Hub model is judged once downloaded).
+  if (spec.model.path.empty()) return;
+  const fs::path config = fs::path(spec.model.path) / "config.json";
+  if (fs::is_regular_file(config)) hf::check_tensor_parallel(hf::load_model_config(config), tp);
 }
 
 namespace {
@@ -728,12 +747,7 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
     if (spec.strategy.name == "hybrid") {
       const int world = parallel->world_size();
       const int tp = job::hybrid_tensor_parallel_size(spec.strategy.options);
-      if (world % tp != 0)
-        throw_invalid("strategy.options.tp_size: " + std::to_string(tp) +
-                          " does not divide the job's " + std::to_string(world) + " processes",
-                      "launch a multiple of " + std::to_string(tp) +
-                          " processes (--nproc), or choose a tp_size that divides " +
-                          std::to_string(world));
+      // (check_processes refused a tp_size that does not divide the world before joining.)
       data_group = parallel->new_mesh_group({world / tp, tp}, 0);
       tensor_group = parallel->new_mesh_group({world / tp, tp}, 1);
       options.process.data_group = data_group.get();

@@ -9,8 +9,9 @@
   (half of each split tensor, the others whole), counted from single's exported tensors on disk.
 - Checkpoints are layout-free: 2 steps of `single`, resumed as hybrid tp 2 for steps 3-4, resumed
   as `single` for 5-6: the losses of an uninterrupted `single` run.
-- Refused with the cause named: a family without a tensor-parallel plan (gpt2), LoRA, a tp_size
-  that does not divide the processes, and one that does not divide the model's kv heads.
+- Refused before any rank starts, with the cause named: a family without a tensor-parallel plan
+  (gpt2), LoRA, a tp_size that does not divide the processes, and one that does not divide the
+  model's kv heads (naming the sizes that would).
 """
 import json
 import math
@@ -178,5 +179,11 @@ def test_what_it_cannot_do_is_refused_naming_why(workdir, case):
     }[case]
     spec = job(workdir, family, f"refused-{case}", "hybrid", options={"tp_size": tp}, method=method, steps=2)
     r = cli("launch", "--nproc", nproc, spec, timeout=120)
-    assert r.returncode != 0
+    assert r.returncode == 2, r.stderr[-3000:]
     assert expected in r.stderr, r.stderr[-3000:]
+    # Before any rank started: the refusal is launch's (no rank named), and no rank wrote the
+    # run's job.json.
+    out = workdir / "runs" / f"refused-{case}"
+    errors = [e for e in events_of(out / "events.jsonl") if e["type"] == "error"]
+    assert len(errors) == 1 and "rank" not in errors[0] and expected in errors[0]["message"], errors
+    assert not (out / "job.json").exists()
