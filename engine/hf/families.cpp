@@ -423,6 +423,16 @@ std::vector<FamilyTraits> make_registry() {
   gpt2.learned_positions = true;
   gpt2.conv1d_weights = true;
   gpt2.default_lora_targets = {"c_attn"};
+  // Megatron's split of gpt2: c_attn by its outputs, each of q, k and v by heads; c_fc by its
+  // inner width; the two c_proj by their inputs; wte (and so the tied head) by the vocabulary;
+  // the learned positions whole.
+  gpt2.tensor_parallel_plan = {
+      {"wte", TensorSplit::Vocabulary},      {"h.*.attn.c_attn", TensorSplit::Column, 3},
+      {"h.*.attn.c_proj", TensorSplit::Row}, {"h.*.mlp.c_fc", TensorSplit::Column},
+      {"h.*.mlp.c_proj", TensorSplit::Row},  {"lm_head", TensorSplit::Vocabulary}};
+  gpt2.tensor_parallel_divides = {{"n_head", &ModelConfig::num_attention_heads},
+                                  {"n_inner", &ModelConfig::intermediate_size},
+                                  {"vocab_size", &ModelConfig::vocab_size}};
   gpt2.parameter_shapes = gpt2_shapes;
   gpt2.size_fields = {{"vocab_size", &ModelConfig::vocab_size},
                       {"n_embd", &ModelConfig::hidden_size},
@@ -460,8 +470,7 @@ const std::vector<FamilyTraits>& model_families() {
   return registry;
 }
 
-std::optional<TensorSplit> tensor_split_of(const FamilyTraits& family,
-                                           std::string_view module_name) {
+const TensorSplitRule* tensor_split_of(const FamilyTraits& family, std::string_view module_name) {
   auto components = [](std::string_view path) {
     std::vector<std::string_view> parts;
     while (true) {
@@ -483,9 +492,9 @@ std::optional<TensorSplit> tensor_split_of(const FamilyTraits& family,
                                                          std::string_view::npos
                                   : pattern[i] == part;
     }
-    if (matches) return rule.split;
+    if (matches) return &rule;
   }
-  return std::nullopt;
+  return nullptr;
 }
 
 void check_tensor_parallel(const ModelConfig& config, int size) {

@@ -95,6 +95,9 @@ struct TensorSplitRule {
   // layer index: "layers.*.self_attn.q_proj" matches "model.layers.3.self_attn.q_proj".
   std::string module;
   TensorSplit split = TensorSplit::Column;
+  // Column only: the output is this many equal parts side by side (gpt2's fused c_attn holds
+  // q, k and v), each split by its rows; a rank's block is its block of every part.
+  int parts = 1;
 };
 
 // A size field of config.json as the family names it, and the member it is read into.
@@ -141,9 +144,9 @@ struct FamilyTraits {
 // the sizes that would divide every planned field when `size` does not divide one.
 void check_tensor_parallel(const ModelConfig& config, int size);
 
-// The split `family`'s plan gives the module named `module_name` (a named_modules() key), if any.
-std::optional<TensorSplit> tensor_split_of(const FamilyTraits& family,
-                                           std::string_view module_name);
+// The rule of `family`'s plan for the module named `module_name` (a named_modules() key), or
+// nullptr when it is not split.
+const TensorSplitRule* tensor_split_of(const FamilyTraits& family, std::string_view module_name);
 
 // The entry for `model_type`, or nullptr when it is not supported.
 const FamilyTraits* find_family(std::string_view model_type);

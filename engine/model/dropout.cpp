@@ -46,26 +46,53 @@ bool layout_free_dropout_active(double p, bool training) {
   return training && p > 0.0 && current_stream.has_value();
 }
 
-torch::Tensor dropout(const torch::Tensor& x, double p, bool training) {
-  if (!training || p <= 0.0) return x;
-  if (!current_stream) return torch::dropout(x, p, /*train=*/true);
+namespace {
+
+// x times the mask the scope's next site draws, scaled by 1 / (1 - p): draw(mask, stream at the
+// site, keep, generator) fills the mask by reseeding the generator for each part it draws.
+template <typename Draw>
+torch::Tensor drop(const torch::Tensor& x, double p, const Draw& draw) {
   DropoutStream& stream = *current_stream;
-  const std::int64_t site = stream.site++;
-  if (p >= 1.0) return x * 0;
   DropoutStream at_site = stream;
-  at_site.site = site;
+  at_site.site = stream.site++;
+  if (p >= 1.0) return x * 0;
   const double keep = 1.0 - p;
   torch::Tensor mask = torch::empty_like(x, torch::MemoryFormat::Contiguous);
   at::Generator generator = private_generator(x.device());
   {
     torch::NoGradGuard no_grad;  // (bernoulli_ takes the generator's lock itself)
-    for (std::int64_t i = 0; i < x.size(0); ++i) {
-      generator.set_current_seed(row_seed(at_site, stream.first_row + i));
-      mask.select(0, i).bernoulli_(keep, generator);
-    }
+    draw(mask, at_site, keep, generator);
     mask.div_(keep);
   }
   return x * mask;
+}
+
+}  // namespace
+
+torch::Tensor dropout_heads(const torch::Tensor& probabilities, double p, bool training) {
+  if (!training || p <= 0.0) return probabilities;
+  if (!current_stream) return torch::dropout(probabilities, p, /*train=*/true);
+  return drop(probabilities, p,
+              [](torch::Tensor& mask, const DropoutStream& s, double keep, at::Generator& g) {
+                const std::int64_t heads = mask.size(1);
+                for (std::int64_t i = 0; i < mask.size(0); ++i)
+                  for (std::int64_t h = 0; h < heads; ++h) {
+                    g.set_current_seed(mix(row_seed(s, s.first_row + i),
+                                           static_cast<std::uint64_t>(s.head_block * heads + h)));
+                    mask.select(0, i).select(0, h).bernoulli_(keep, g);
+                  }
+              });
+}
+
+torch::Tensor dropout(const torch::Tensor& x, double p, bool training) {
+  if (!training || p <= 0.0) return x;
+  if (!current_stream) return torch::dropout(x, p, /*train=*/true);
+  return drop(x, p, [](torch::Tensor& mask, const DropoutStream& s, double keep, at::Generator& g) {
+    for (std::int64_t i = 0; i < mask.size(0); ++i) {
+      g.set_current_seed(row_seed(s, s.first_row + i));
+      mask.select(0, i).bernoulli_(keep, g);
+    }
+  });
 }
 
 }  // namespace tessera::model

@@ -19,6 +19,9 @@ struct DropoutStream {
   std::int64_t step = 0;
   std::int64_t first_row = 0;  // global row (within the step's global batch) of local row 0
   std::int64_t site = 0;       // dropout calls this forward has made so far
+  // Under tensor parallelism, this rank's block of the attention heads (its tensor rank):
+  // attention's dropout keys each head by its place among all of them.
+  std::int64_t head_block = 0;
 };
 
 // Installs `stream` for this thread's dropout calls until destroyed (then the previous one, if
@@ -42,6 +45,11 @@ std::optional<DropoutStream> current_dropout_stream();
 // `training` and p > 0; else x. Dimension 0 of x is the batch: row i draws from its own generator
 // keyed by the scope's (seed, step, first_row + i, site). Every call is one site.
 torch::Tensor dropout(const torch::Tensor& x, double p, bool training);
+
+// The same for attention probabilities [B, heads, T, S]: each (row, head) draws from its own
+// generator, the head numbered among every head of the layer (head_block · heads + h), so that a
+// rank holding a block of the heads draws their masks as one process draws them.
+torch::Tensor dropout_heads(const torch::Tensor& probabilities, double p, bool training);
 
 // Whether dropout(x, p, training) draws layout-free masks (training, p > 0 and a scope): then
 // attention computes its probabilities explicitly so that their dropout is this one.

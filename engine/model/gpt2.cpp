@@ -28,10 +28,14 @@ class Gpt2AttentionImpl : public torch::nn::Module {
   }
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask,
                         KVCache::Layer* past = nullptr) {
-    auto qkv = c_attn(x).split(o_.hidden, -1);
+    // q, k and v side by side; under tensor parallelism this rank's heads of each.
+    const torch::Tensor fused = c_attn(x);
+    const std::int64_t width = fused.size(-1) / 3;
+    auto qkv = fused.split(width, -1);
     const std::int64_t head_dim = o_.hidden / o_.heads;
-    torch::Tensor k = split_heads(qkv[1], o_.heads, head_dim);
-    torch::Tensor v = split_heads(qkv[2], o_.heads, head_dim);
+    const std::int64_t heads = width / head_dim;
+    torch::Tensor k = split_heads(qkv[1], heads, head_dim);
+    torch::Tensor v = split_heads(qkv[2], heads, head_dim);
     if (past != nullptr) {
       if (past->key.defined()) {
         k = torch::cat({past->key, k}, 2);
@@ -40,8 +44,8 @@ class Gpt2AttentionImpl : public torch::nn::Module {
       past->key = k;
       past->value = v;
     }
-    torch::Tensor out = attention(split_heads(qkv[0], o_.heads, head_dim), k, v, mask,
-                                  o_.attn_dropout, is_training());
+    torch::Tensor out =
+        attention(split_heads(qkv[0], heads, head_dim), k, v, mask, o_.attn_dropout, is_training());
     return model::dropout(c_proj(merge_heads(out)), o_.resid_dropout, is_training());
   }
   Linear c_attn{nullptr}, c_proj{nullptr};

@@ -254,7 +254,7 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
     torch::Tensor probs = torch::softmax(
         scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity()), -1);
     probs = probs.masked_fill(allowed.logical_not(), 0.0);
-    return torch::matmul(model::dropout(probs, dropout, training), value);
+    return torch::matmul(model::dropout_heads(probs, dropout, training), value);
   }
   const double dropout_p = training ? dropout : 0.0;
   if (!mask.defined())

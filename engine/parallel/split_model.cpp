@@ -82,67 +82,89 @@ std::vector<SplitParameter> split_model(model::PretrainedModel& m, dist::Process
   const hf::FamilyTraits& family = hf::family_of(m.config());
   const int rank = group.rank(), size = group.size();
   hf::check_tensor_parallel(m.config(), size);
-  // Module name → the dimension each of its parameters is cut along.
-  std::map<std::string, std::int64_t> cut;
+  // Parameter name → how it is cut.
+  std::map<std::string, SplitParameter> cut;
+  auto split_parameter = [&](torch::Tensor& parameter, const std::string& name, std::int64_t dim,
+                             int parts) {
+    SplitParameter p;
+    p.name = name;
+    p.dim = dim;
+    p.parts = parts;
+    p.whole_shape = parameter.sizes().vec();
+    replace(parameter, block_of(parameter.detach(), p, rank, size));
+    cut[name] = p;
+  };
   for (const auto& item : m.named_modules("", /*include_self=*/false)) {
-    const std::optional<hf::TensorSplit> split = hf::tensor_split_of(family, item.key());
-    if (!split) continue;
+    const hf::TensorSplitRule* rule = hf::tensor_split_of(family, item.key());
+    if (rule == nullptr) continue;
     const std::string prefix = item.key() + ".";
     if (auto* linear = dynamic_cast<model::LinearImpl*>(item.value().get())) {
       const bool out_in = linear->layout == model::LinearImpl::Layout::OutIn;
       const std::int64_t outputs = out_in ? 0 : 1, inputs = out_in ? 1 : 0;
-      const std::int64_t weight_dim = *split == hf::TensorSplit::Row ? inputs : outputs;
-      cut[prefix + "weight"] = weight_dim;
-      replace(linear->weight,
-              shard(linear->weight.detach(), weight_dim, rank, size, (prefix + "weight").c_str()));
-      if (linear->bias.defined() && *split != hf::TensorSplit::Row) {
-        cut[prefix + "bias"] = 0;
-        replace(linear->bias,
-                shard(linear->bias.detach(), 0, rank, size, (prefix + "bias").c_str()));
-      }
-      if (*split == hf::TensorSplit::Column)
+      const bool row = rule->split == hf::TensorSplit::Row;
+      split_parameter(linear->weight, prefix + "weight", row ? inputs : outputs, rule->parts);
+      if (linear->bias.defined() && !row)
+        split_parameter(linear->bias, prefix + "bias", 0, rule->parts);
+      if (rule->split == hf::TensorSplit::Column)
         linear->split = std::make_shared<ColumnLinear>(group);
-      else if (*split == hf::TensorSplit::Row)
+      else if (row)
         linear->split = std::make_shared<RowLinear>(group);
       else
         linear->split = std::make_shared<VocabularyHead>(group);
     } else if (auto* embedding = dynamic_cast<model::EmbeddingImpl*>(item.value().get())) {
-      if (*split != hf::TensorSplit::Vocabulary)
+      if (rule->split != hf::TensorSplit::Vocabulary)
         throw Error(ErrorKind::Internal, family.model_type +
-                                             "'s tensor-parallel plan splits the "
-                                             "embedding " +
+                                             "'s tensor-parallel plan splits the embedding " +
                                              item.key() + " other than by vocabulary");
-      cut[prefix + "weight"] = 0;
-      replace(embedding->weight,
-              shard(embedding->weight.detach(), 0, rank, size, (prefix + "weight").c_str()));
+      split_parameter(embedding->weight, prefix + "weight", 0, 1);
       embedding->split = std::make_shared<VocabularyEmbedding>(group);
     } else {
       throw Error(ErrorKind::Internal, family.model_type + "'s tensor-parallel plan names " +
                                            item.key() +
-                                           ", which is neither a linear layer nor "
-                                           "an embedding");
+                                           ", which is neither a linear layer nor an embedding");
     }
   }
   std::vector<SplitParameter> parameters;
   for (const auto& item : m.named_parameters(/*recurse=*/true)) {
+    const auto found = cut.find(item.key());
+    if (found != cut.end()) {
+      parameters.push_back(found->second);
+      continue;
+    }
     SplitParameter p;
     p.name = item.key();
-    const auto found = cut.find(p.name);
-    p.dim = found == cut.end() ? -1 : found->second;
     p.whole_shape = item.value().sizes().vec();
-    if (p.dim >= 0) p.whole_shape[static_cast<std::size_t>(p.dim)] *= size;
     parameters.push_back(std::move(p));
   }
   return parameters;
 }
 
-torch::Tensor gather_whole(const torch::Tensor& block, std::int64_t dim,
+torch::Tensor block_of(const torch::Tensor& whole, const SplitParameter& p, int rank, int size) {
+  if (p.dim < 0) return whole;
+  if (p.parts == 1) return shard(whole, p.dim, rank, size, p.name.c_str());
+  std::vector<torch::Tensor> blocks;
+  for (const torch::Tensor& part : whole.chunk(p.parts, p.dim))
+    blocks.push_back(shard(part, p.dim, rank, size, p.name.c_str()));
+  return torch::cat(blocks, p.dim);
+}
+
+torch::Tensor gather_whole(const torch::Tensor& block, const SplitParameter& p,
                            dist::ProcessGroup& group) {
-  if (dim < 0 || group.size() == 1) return block;
+  if (p.dim < 0 || group.size() == 1) return block;
   const torch::Tensor flat = group.all_gather(block.contiguous());
   std::vector<std::int64_t> shape = {group.size()};
   for (std::int64_t extent : block.sizes()) shape.push_back(extent);
-  return torch::cat(flat.view(shape).unbind(0), dim);
+  const std::vector<torch::Tensor> blocks = flat.view(shape).unbind(0);
+  if (p.parts == 1) return torch::cat(blocks, p.dim);
+  // Each rank's block holds its block of every part: part i is the ranks' i-th pieces in order.
+  std::vector<torch::Tensor> parts;
+  for (int i = 0; i < p.parts; ++i) {
+    std::vector<torch::Tensor> pieces;
+    for (const torch::Tensor& b : blocks)
+      pieces.push_back(b.chunk(p.parts, p.dim)[static_cast<std::size_t>(i)]);
+    parts.push_back(torch::cat(pieces, p.dim));
+  }
+  return torch::cat(parts, p.dim);
 }
 
 void unsplit_model(model::PretrainedModel& m, const std::vector<SplitParameter>& layout,
@@ -151,7 +173,7 @@ void unsplit_model(model::PretrainedModel& m, const std::vector<SplitParameter>&
   auto parameters = m.named_parameters();
   for (const SplitParameter& p : layout)
     if (p.dim >= 0)
-      replace(parameters[p.name], gather_whole(parameters[p.name].detach(), p.dim, group));
+      replace(parameters[p.name], gather_whole(parameters[p.name].detach(), p, group));
   for (const auto& item : m.named_modules("", /*include_self=*/false)) {
     if (auto* linear = dynamic_cast<model::LinearImpl*>(item.value().get())) linear->split.reset();
     if (auto* embedding = dynamic_cast<model::EmbeddingImpl*>(item.value().get()))

@@ -24,17 +24,23 @@ namespace tessera::parallel {
 struct SplitParameter {
   std::string name;  // as named_parameters() gives it
   std::int64_t dim = -1;
+  int parts = 1;  // equal parts side by side along `dim`, each split (gpt2's fused q/k/v)
   std::vector<std::int64_t> whole_shape;
 };
+
+// This rank's block of the whole tensor of `p` (a contiguous copy; `whole` itself when p is
+// whole on every rank).
+torch::Tensor block_of(const torch::Tensor& whole, const SplitParameter& p, int rank, int size);
 
 // Every parameter of `model` in named_parameters() order. Throws tessera::Error: Unsupported
 // when the family has no plan; InvalidInput naming the config field, its value and the sizes that
 // would divide every planned field when the group's size does not divide one.
 std::vector<SplitParameter> split_model(model::PretrainedModel& model, dist::ProcessGroup& group);
 
-// The whole tensor from every rank's `block` cut along `dim` (-1: `block` is whole already).
-// Every rank of `group` calls it with its block, in the same order.
-torch::Tensor gather_whole(const torch::Tensor& block, std::int64_t dim, dist::ProcessGroup& group);
+// The whole tensor of `p` from every rank's `block` (`block` itself when p is whole on every
+// rank). Every rank of `group` calls it with its block, in the same order.
+torch::Tensor gather_whole(const torch::Tensor& block, const SplitParameter& p,
+                           dist::ProcessGroup& group);
 
 // Undoes split_model: every split parameter gathered whole into the model and the blocks
 // computing as plain layers again (for the export). Every rank of `group` calls it.

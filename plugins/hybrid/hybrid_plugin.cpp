@@ -9,7 +9,6 @@
 #include "dist/parallel_context.h"
 #include "optim/clip.h"
 #include "parallel/split_model.h"
-#include "parallel/tensor_parallel.h"
 #include "plugins/ddp/gradient_buckets.h"
 #include "plugins/single/dense_training.h"
 #include "train/plugin_registry.h"
@@ -48,7 +47,7 @@ class HybridPlugin : public Plugin {
     if (tp > 1) {
       tensor_group_ = process_.tensor_group;
       layout_ = parallel::split_model(model, *tensor_group_);
-      for (const parallel::SplitParameter& p : layout_) split_dim_[p.name] = p.dim;
+      for (const parallel::SplitParameter& p : layout_) split_of_[p.name] = p;
     }
     data_group_ = world / tp > 1 ? process_.data_group : nullptr;
     // The blocks are the model's parameters now (set_data in place): the trainable handles
@@ -142,37 +141,36 @@ class HybridPlugin : public Plugin {
 
  private:
   bool is_split(const std::string& parameter) const {
-    const auto found = split_dim_.find(parameter);
-    return found != split_dim_.end() && found->second >= 0;
+    const auto found = split_of_.find(parameter);
+    return found != split_of_.end() && found->second.dim >= 0;
   }
-  // The split dimension of a checkpoint tensor: a parameter's own, or (`prefixed`: ".") that of
-  // the parameter its optimizer state belongs to ("exp_avg.<name>").
-  std::int64_t dim_of(const std::string& name, const std::string& prefixed) const {
+  // How a checkpoint tensor is split: as its parameter, or (`prefixed`: ".") as the parameter
+  // its optimizer state belongs to ("exp_avg.<name>"). Whole when it is neither.
+  const parallel::SplitParameter& split_of(const std::string& name,
+                                           const std::string& prefixed) const {
+    static const parallel::SplitParameter whole;
     std::string parameter = name;
     if (!prefixed.empty()) {
       const auto dot = name.find('.');
       parameter = dot == std::string::npos ? name : name.substr(dot + 1);
     }
-    const auto found = split_dim_.find(parameter);
-    return found == split_dim_.end() ? -1 : found->second;
+    const auto found = split_of_.find(parameter);
+    return found == split_of_.end() ? whole : found->second;
   }
   std::vector<NamedTensor> gathered(std::vector<NamedTensor> tensors,
                                     const std::string& prefixed) const {
     if (tensor_group_ == nullptr) return tensors;
     for (NamedTensor& t : tensors)
-      t.tensor = parallel::gather_whole(t.tensor, dim_of(t.name, prefixed), *tensor_group_);
+      t.tensor = parallel::gather_whole(t.tensor, split_of(t.name, prefixed), *tensor_group_);
     return tensors;
   }
   std::map<std::string, torch::Tensor> blocks_of(const std::map<std::string, torch::Tensor>& whole,
                                                  const std::string& prefixed) const {
     if (tensor_group_ == nullptr) return whole;
     std::map<std::string, torch::Tensor> blocks;
-    for (const auto& [name, tensor] : whole) {
-      const std::int64_t dim = dim_of(name, prefixed);
-      blocks[name] = dim < 0 ? tensor
-                             : parallel::shard(tensor, dim, tensor_group_->rank(),
-                                               tensor_group_->size(), name.c_str());
-    }
+    for (const auto& [name, tensor] : whole)
+      blocks[name] = parallel::block_of(tensor, split_of(name, prefixed), tensor_group_->rank(),
+                                        tensor_group_->size());
     return blocks;
   }
 
@@ -180,7 +178,7 @@ class HybridPlugin : public Plugin {
   dist::ProcessGroup* tensor_group_ = nullptr;  // null: tp_size 1 (nothing split)
   dist::ProcessGroup* data_group_ = nullptr;    // null: one replica (nothing to average)
   std::vector<parallel::SplitParameter> layout_;
-  std::map<std::string, std::int64_t> split_dim_;  // parameter name → dimension cut (-1 whole)
+  std::map<std::string, parallel::SplitParameter> split_of_;  // by parameter name
   model::PretrainedModel* model_ = nullptr;
   DenseTraining dense_;
   std::unique_ptr<plugins::GradientBuckets> buckets_;

@@ -5,7 +5,7 @@ biases), vocabulary-parallel head and cross-entropy (with ignored targets), comp
 ranks and over the tensor groups of a 2 × 2 (data × tensor) mesh, give the loss, the logits and
 every weight's gradient block of the same model computed whole (fp32, 1e-5); a split that does
 not divide is refused naming the tensor and the sizes. Then real checkpoints made by transformers
-(llama, qwen2, mistral) split by their family's tensor-parallel plan (parallel/split_model.h)
+(llama, qwen2, mistral, gpt2 with its dropout) split by their family's tensor-parallel plan (parallel/split_model.h)
 against the whole model: loss, logits and every gradient block."""
 import os
 import socket
@@ -38,10 +38,11 @@ def test_tensor_parallel_layers_equal_the_whole_model(world):
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """Tiny random models made by transformers: llama (untied head), qwen2 (q/k/v biases, tied
-    head) and mistral (a sliding window), 4 attention heads over 2 kv heads, vocabulary 64."""
+    head) and mistral (a sliding window), 4 attention heads over 2 kv heads, and gpt2 (dropout
+    0.1); vocabulary 64."""
     import torch
-    from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
-                              Qwen2Config, Qwen2ForCausalLM)
+    from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                              MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
     root = tmp_path_factory.mktemp("tp-models")
     sizes = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
@@ -49,6 +50,10 @@ def models(tmp_path_factory):
         "llama": lambda: LlamaForCausalLM(LlamaConfig(**sizes, tie_word_embeddings=False)),
         "qwen2": lambda: Qwen2ForCausalLM(Qwen2Config(**sizes, tie_word_embeddings=True)),
         "mistral": lambda: MistralForCausalLM(MistralConfig(**sizes, sliding_window=6)),
+        # Its default dropout (0.1 on embeddings, attention probabilities and residuals), the
+        # fused c_attn split by heads in each of q, k and v, Conv1D weights, a tied head.
+        "gpt2": lambda: GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4,
+                                                   n_positions=64)),
     }
     for family, make in makers.items():
         torch.manual_seed(0)
@@ -70,7 +75,7 @@ def run_ranks(world, *args):
     return [(p.wait(timeout=120), *p.communicate()) for p in ranks]
 
 
-@pytest.mark.parametrize("family,world", [("llama", 2), ("qwen2", 2), ("mistral", 2), ("llama", 4)])
+@pytest.mark.parametrize("family,world", [("llama", 2), ("qwen2", 2), ("mistral", 2), ("gpt2", 2), ("llama", 4)])
 def test_a_model_split_by_its_family_plan_equals_the_whole_model(models, family, world):
     """parallel/split_model.h on real checkpoints: loss, logits and every gradient block equal the
     whole model's at tp 2 (with 4 ranks: the two tensor groups of a 2 × 2 mesh, and tp 4 refused

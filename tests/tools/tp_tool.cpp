@@ -15,8 +15,9 @@
 //     (world / 2) × 2 mesh by its family's plan (parallel/split_model.h) against the same model
 //     whole in this process, on a batch with right padding and ignored labels: the loss, the
 //     logits (gathered) and every parameter's gradient (this rank's block of the whole one)
-//     within 1e-5. With 4 ranks, a split over all 4 is refused when the model's kv heads (2) do
-//     not divide, naming the field and the sizes that would. Prints "ok rank R of N".
+//     within 1e-5, dropout included (drawn layout-free, model/dropout.h). With 4 ranks, a split
+//     over all 4 is refused when the model's kv heads (2) do not divide, naming the field and the
+//     sizes that would. Prints "ok rank R of N".
 //
 // Exit codes: 0 ok, 1 a wrong result, 2 invalid input, 4 another error.
 #include <torch/torch.h>
@@ -28,6 +29,7 @@
 
 #include "core/error.h"
 #include "dist/parallel_context.h"
+#include "model/dropout.h"
 #include "model/model.h"
 #include "parallel/split_model.h"
 #include "parallel/tensor_parallel.h"
@@ -154,10 +156,18 @@ void check_model(const std::string& folder, ProcessGroup& group, const std::stri
   in.attention_mask[1][7] = 0;
   in.attention_mask[1][8] = 0;
   in.labels = in.input_ids.masked_fill(in.attention_mask.eq(0), -100);
-  const tessera::model::ForwardOutput expected = whole->forward(in);
-  expected.loss.backward();
-  const tessera::model::ForwardOutput actual = split->forward(in);
-  actual.loss.backward();
+  // Dropout (gpt2's 0.1) drawn layout-free: the split model's ranks draw their heads' masks.
+  tessera::model::ForwardOutput expected, actual;
+  {
+    tessera::model::DropoutScope scope({11, 0, 0, 0, 0});
+    expected = whole->forward(in);
+    expected.loss.backward();
+  }
+  {
+    tessera::model::DropoutScope scope({11, 0, 0, 0, group.rank()});
+    actual = split->forward(in);
+    actual.loss.backward();
+  }
   expect_close(name + " loss", actual.loss.detach(), expected.loss.detach());
   expect_close(name + " logits", tp::gather_last_dim(actual.logits.detach(), group),
                expected.logits.detach());
@@ -166,9 +176,7 @@ void check_model(const std::string& folder, ProcessGroup& group, const std::stri
   std::size_t blocks = 0;
   for (const tp::SplitParameter& p : layout) {
     const torch::Tensor whole_gradient = whole_parameters[p.name].grad();
-    const torch::Tensor block =
-        p.dim < 0 ? whole_gradient
-                  : tp::shard(whole_gradient, p.dim, group.rank(), group.size(), p.name.c_str());
+    const torch::Tensor block = tp::block_of(whole_gradient, p, group.rank(), group.size());
     expect_close(name + " gradient of " + p.name, split_parameters[p.name].grad(), block);
     if (p.dim >= 0) ++blocks;
     if (split_parameters[p.name].sizes().vec() != block.sizes().vec())

@@ -451,6 +451,17 @@ class TestModel : public QObject {
       QVERIFY(!tessera::model::layout_free_dropout_active(p, false));
     }
     QVERIFY(!tessera::model::layout_free_dropout_active(p, true));
+    // Attention probabilities: a rank holding block b of the heads draws those heads' masks.
+    const torch::Tensor probabilities = torch::ones({2, 4, 3, 5});
+    auto heads = [&](std::int64_t block, const torch::Tensor& t) {
+      DropoutScope scope({7, 3, 0, 0, block});
+      return tessera::model::dropout_heads(t, p, true);
+    };
+    const torch::Tensor all_heads = heads(0, probabilities);
+    QVERIFY(torch::equal(all_heads, torch::cat({heads(0, probabilities.narrow(1, 0, 2)),
+                                                heads(1, probabilities.narrow(1, 2, 2))},
+                                               1)));
+    QVERIFY(!torch::equal(all_heads[0][0], all_heads[0][1]));
     const torch::Tensor outside = tessera::model::dropout(x, p, true);
     QVERIFY(std::abs(outside.eq(0).to(torch::kFloat64).mean().item<double>() - p) < 0.05);
   }
