@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <memory>
 
 #include "core/error.h"
 #include "dist/parallel_context.h"
@@ -14,16 +15,44 @@
 namespace tessera::parallel {
 namespace {
 
-class ColumnLinear : public model::SplitLinear {
+// One copy_to_group per input: q, k and v (gate and up) read the same normalised input, so their
+// input gradients are summed before one all-reduce instead of each being all-reduced (what
+// Megatron's fused projections do). Holds the last input it copied, so that its address cannot
+// be taken by another tensor while it is remembered.
+class SharedCopy {
  public:
-  explicit ColumnLinear(dist::ProcessGroup& group) : group_(group) {}
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight,
-                        const torch::Tensor& bias) override {
-    return column_parallel_linear(x, weight, bias, group_);
+  explicit SharedCopy(dist::ProcessGroup& group) : group_(group) {}
+  torch::Tensor of(const torch::Tensor& x) {
+    if (!torch::GradMode::is_enabled() || !x.requires_grad()) return x;  // nothing flows back
+    if (!input_.defined() || !input_.is_same(x)) {
+      input_ = x;
+      copy_ = copy_to_group(x, group_);
+    }
+    return copy_;
   }
 
  private:
   dist::ProcessGroup& group_;
+  torch::Tensor input_;
+  torch::Tensor copy_;
+};
+
+// x·W_rᵀ + b_r from the shared copy of x (column_parallel_linear with the copy shared).
+torch::Tensor column_block(SharedCopy& copies, const torch::Tensor& x, const torch::Tensor& weight,
+                           const torch::Tensor& bias) {
+  return torch::linear(copies.of(x), weight, bias);
+}
+
+class ColumnLinear : public model::SplitLinear {
+ public:
+  explicit ColumnLinear(std::shared_ptr<SharedCopy> copies) : copies_(std::move(copies)) {}
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight,
+                        const torch::Tensor& bias) override {
+    return column_block(*copies_, x, weight, bias);
+  }
+
+ private:
+  std::shared_ptr<SharedCopy> copies_;
 };
 
 class RowLinear : public model::SplitLinear {
@@ -41,10 +70,11 @@ class RowLinear : public model::SplitLinear {
 // An output head split along the vocabulary: its logits stay split, the loss spans the ranks.
 class VocabularyHead : public model::SplitLinear, public model::SplitLogits {
  public:
-  explicit VocabularyHead(dist::ProcessGroup& group) : group_(group) {}
+  VocabularyHead(dist::ProcessGroup& group, std::shared_ptr<SharedCopy> copies)
+      : group_(group), copies_(std::move(copies)) {}
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight,
                         const torch::Tensor& bias) override {
-    return column_parallel_linear(x, weight, bias, group_);
+    return column_block(*copies_, x, weight, bias);
   }
   torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) override {
     return vocab_parallel_cross_entropy(logits, targets, group_);
@@ -52,16 +82,18 @@ class VocabularyHead : public model::SplitLinear, public model::SplitLogits {
 
  private:
   dist::ProcessGroup& group_;
+  std::shared_ptr<SharedCopy> copies_;
 };
 
 class VocabularyEmbedding : public model::SplitEmbedding, public model::SplitLogits {
  public:
-  explicit VocabularyEmbedding(dist::ProcessGroup& group) : group_(group) {}
+  VocabularyEmbedding(dist::ProcessGroup& group, std::shared_ptr<SharedCopy> copies)
+      : group_(group), copies_(std::move(copies)) {}
   torch::Tensor lookup(const torch::Tensor& ids, const torch::Tensor& weight) override {
     return vocab_parallel_embedding(ids, weight, group_);
   }
   torch::Tensor attend(const torch::Tensor& hidden, const torch::Tensor& weight) override {
-    return column_parallel_linear(hidden, weight, torch::Tensor(), group_);
+    return column_block(*copies_, hidden, weight, torch::Tensor());
   }
   torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) override {
     return vocab_parallel_cross_entropy(logits, targets, group_);
@@ -69,6 +101,7 @@ class VocabularyEmbedding : public model::SplitEmbedding, public model::SplitLog
 
  private:
   dist::ProcessGroup& group_;
+  std::shared_ptr<SharedCopy> copies_;
 };
 
 void replace(torch::Tensor& parameter, const torch::Tensor& block) {
@@ -84,6 +117,7 @@ std::vector<SplitParameter> split_model(model::PretrainedModel& m, dist::Process
   hf::check_tensor_parallel(m.config(), size);
   // Parameter name → how it is cut.
   std::map<std::string, SplitParameter> cut;
+  const auto copies = std::make_shared<SharedCopy>(group);
   auto split_parameter = [&](torch::Tensor& parameter, const std::string& name, std::int64_t dim,
                              int parts) {
     SplitParameter p;
@@ -106,18 +140,18 @@ std::vector<SplitParameter> split_model(model::PretrainedModel& m, dist::Process
       if (linear->bias.defined() && !row)
         split_parameter(linear->bias, prefix + "bias", 0, rule->parts);
       if (rule->split == hf::TensorSplit::Column)
-        linear->split = std::make_shared<ColumnLinear>(group);
+        linear->split = std::make_shared<ColumnLinear>(copies);
       else if (row)
         linear->split = std::make_shared<RowLinear>(group);
       else
-        linear->split = std::make_shared<VocabularyHead>(group);
+        linear->split = std::make_shared<VocabularyHead>(group, copies);
     } else if (auto* embedding = dynamic_cast<model::EmbeddingImpl*>(item.value().get())) {
       if (rule->split != hf::TensorSplit::Vocabulary)
         throw Error(ErrorKind::Internal, family.model_type +
                                              "'s tensor-parallel plan splits the embedding " +
                                              item.key() + " other than by vocabulary");
       split_parameter(embedding->weight, prefix + "weight", 0, 1);
-      embedding->split = std::make_shared<VocabularyEmbedding>(group);
+      embedding->split = std::make_shared<VocabularyEmbedding>(group, copies);
     } else {
       throw Error(ErrorKind::Internal, family.model_type + "'s tensor-parallel plan names " +
                                            item.key() +

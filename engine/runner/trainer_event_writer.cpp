@@ -15,18 +15,20 @@ void TrainerEventWriter::on_step(const train::StepReport& r) {
           {{"rank", rank.rank}, {"loss", rank.loss}, {"tokens_per_s", rank.tokens_per_s}});
     metric["ranks"] = std::move(ranks);
   }
-  if (r.traffic) {
+  const auto traffic_json = [](const dist::Traffic& traffic) {
     const auto kind = [](const dist::CollectiveTraffic& t) {
       return nlohmann::json{{"calls", t.calls}, {"bytes", t.bytes}, {"ring_bytes", t.ring_bytes}};
     };
-    const dist::CollectiveTraffic total = r.traffic->total();
-    metric["traffic"] = {{"all_reduce", kind(r.traffic->all_reduce)},
-                         {"reduce_scatter", kind(r.traffic->reduce_scatter)},
-                         {"all_gather", kind(r.traffic->all_gather)},
-                         {"broadcast", kind(r.traffic->broadcast)},
-                         {"bytes", total.bytes},
-                         {"ring_bytes", total.ring_bytes}};
-  }
+    const dist::CollectiveTraffic total = traffic.total();
+    return nlohmann::json{{"all_reduce", kind(traffic.all_reduce)},
+                          {"reduce_scatter", kind(traffic.reduce_scatter)},
+                          {"all_gather", kind(traffic.all_gather)},
+                          {"broadcast", kind(traffic.broadcast)},
+                          {"bytes", total.bytes},
+                          {"ring_bytes", total.ring_bytes}};
+  };
+  if (r.traffic) metric["traffic"] = traffic_json(*r.traffic);
+  if (r.tensor_traffic) metric["tensor_traffic"] = traffic_json(*r.tensor_traffic);
   sink_.emit("metric", metric);
 }
 

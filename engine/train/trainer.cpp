@@ -634,6 +634,9 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
     const auto t0 = std::chrono::steady_clock::now();
     const dist::Traffic traffic_before =
         distributed() ? options_.process.data_group->traffic() : dist::Traffic{};
+    dist::ProcessGroup* tensor_group = options_.process.tensor_group;
+    const dist::Traffic tensor_traffic_before =
+        tensor_group ? tensor_group->traffic() : dist::Traffic{};
     double loss_sum = 0.0;
     std::int64_t tokens = 0;
     // Where this step starts, to save it as it was if the device runs out of memory in it.
@@ -708,7 +711,10 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
       if (events_) {
         std::optional<dist::Traffic> traffic;
         if (distributed()) traffic = options_.process.data_group->traffic() - traffic_before;
-        events_->on_step({step, loss, lr, stats.grad_norm, tokens_per_s, rank_steps, traffic});
+        std::optional<dist::Traffic> tensor_traffic;
+        if (tensor_group) tensor_traffic = tensor_group->traffic() - tensor_traffic_before;
+        events_->on_step(
+            {step, loss, lr, stats.grad_norm, tokens_per_s, rank_steps, traffic, tensor_traffic});
         const auto now = std::chrono::steady_clock::now();
         const std::int64_t after_first = step - result.start_step - 1;
         const double per_step = first_of_run

@@ -40,6 +40,8 @@ struct StepReport {
   // this step (its micro-batches, the update and the step's own gather of losses and times);
   // dist/traffic.h says what is counted.
   std::optional<dist::Traffic> traffic;
+  // Tensor parallelism only (hybrid): the same on this rank's tensor-parallel group.
+  std::optional<dist::Traffic> tensor_traffic;
 };
 
 // Memory of the training process: on the plugin's device when it is an accelerator, else the

@@ -59,6 +59,10 @@ def workdir(tmp_path_factory):
         torch.manual_seed(0)
         make().save_pretrained(d / family)
         fast.save_pretrained(d / family)
+    # Text packed into full blocks, for the communication test: every micro-batch [2, 32].
+    with open(d / "text.jsonl", "w") as f:
+        for a in range(40):
+            f.write(json.dumps({"text": " ".join(f"What is {a} plus {b}? {a + b}." for b in range(8))}) + "\n")
     with open(d / "data.jsonl", "w") as f:
         for a in range(8):
             for b in range(8):
@@ -194,3 +198,35 @@ def test_what_it_cannot_do_is_refused_naming_why(workdir, case):
     errors = [e for e in events_of(out / "events.jsonl") if e["type"] == "error"]
     assert len(errors) == 1 and "rank" not in errors[0] and expected in errors[0]["message"], errors
     assert not (out / "job.json").exists()
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_tensor_traffic_per_step_is_megatrons(workdir, family):
+    """The `metric` events' `tensor_traffic` (the tensor group's ring bytes per step) against the
+    volume of Megatron's scheme for this model: per micro-batch of n = b·s tokens, an all-reduce
+    of n·h floats for the embedding, two per layer forward (attention and MLP outputs) and two
+    backward (their inputs' gradients, one for q/k/v and one for gate/up), one for the head's
+    input gradient, two of n floats and an all-gather of n maxima for the loss; at most 1.1×
+    (the rest: the clipping norm's scalar)."""
+    name = f"{family}-hybrid-traffic"
+    spec = json.loads(job(workdir, family, name, "hybrid", options={"tp_size": 2}, steps=3).read_text())
+    spec["dataset"] = {"train": str(workdir / "text.jsonl"), "format": "text", "max_length": 32, "packing": True}
+    spec["training"]["save_every"] = 0
+    path = workdir / "runs" / f"{name}.json"
+    path.write_text(json.dumps(spec))
+    run(path, 2)
+    config = json.loads((workdir / family / "config.json").read_text())
+    hidden = config.get("hidden_size", config.get("n_embd"))
+    layers = config.get("num_hidden_layers", config.get("n_layer"))
+    tp, tokens, floats = 2, 2 * 32, 4
+    all_reduce = (4 * layers + 2) * tokens * hidden * floats + 2 * tokens * floats
+    all_gather = tp * tokens * floats
+    theory = 2 * (tp - 1) / tp * all_reduce + (tp - 1) / tp * all_gather
+    metrics = [e for e in events_of(workdir / "runs" / name / "events.jsonl") if e["type"] == "metric" and "loss" in e]
+    assert len(metrics) == 3
+    for m in metrics:
+        ratio = m["tensor_traffic"]["ring_bytes"] / theory
+        print(f"{family} step {m['step']}: tensor-parallel ring bytes {m['tensor_traffic']['ring_bytes']} "
+              f"/ Megatron's {theory:.0f} = {ratio:.3f}")
+        assert 1.0 <= ratio <= 1.1, m["tensor_traffic"]
+
