@@ -2,6 +2,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <vector>
+
 namespace tessera::model {
 namespace {
 
@@ -82,6 +84,22 @@ torch::Tensor dropout_heads(const torch::Tensor& probabilities, double p, bool t
                     mask.select(0, i).select(0, h).bernoulli_(keep, g);
                   }
               });
+}
+
+torch::Tensor dropout_block(const torch::Tensor& x, double p, bool training) {
+  if (!training || p <= 0.0) return x;
+  if (!current_stream || current_stream->blocks <= 1) return model::dropout(x, p, training);
+  return drop(x, p, [](torch::Tensor& mask, const DropoutStream& s, double keep, at::Generator& g) {
+    std::vector<std::int64_t> whole = mask.select(0, 0).sizes().vec();
+    const std::int64_t width = whole.back();
+    whole.back() = width * s.blocks;
+    for (std::int64_t i = 0; i < mask.size(0); ++i) {
+      g.set_current_seed(row_seed(s, s.first_row + i));
+      torch::Tensor row = torch::empty(whole, mask.options());
+      row.bernoulli_(keep, g);
+      mask.select(0, i).copy_(row.narrow(-1, s.head_block * width, width));
+    }
+  });
 }
 
 torch::Tensor dropout(const torch::Tensor& x, double p, bool training) {

@@ -22,6 +22,7 @@ struct DropoutStream {
   // Under tensor parallelism, this rank's block of the attention heads (its tensor rank):
   // attention's dropout keys each head by its place among all of them.
   std::int64_t head_block = 0;
+  std::int64_t blocks = 1;  // the tensor-parallel ranks (head_block's count)
 };
 
 // Installs `stream` for this thread's dropout calls until destroyed (then the previous one, if
@@ -50,6 +51,11 @@ torch::Tensor dropout(const torch::Tensor& x, double p, bool training);
 // generator, the head numbered among every head of the layer (head_block · heads + h), so that a
 // rank holding a block of the heads draws their masks as one process draws them.
 torch::Tensor dropout_heads(const torch::Tensor& probabilities, double p, bool training);
+
+// The same for x, block `head_block` of `blocks` equal blocks of a tensor along its last
+// dimension (a layer's input split over tensor-parallel ranks): each row's mask is drawn for the
+// whole tensor and this block of it taken, so it is the whole tensor's mask there.
+torch::Tensor dropout_block(const torch::Tensor& x, double p, bool training);
 
 // Whether dropout(x, p, training) draws layout-free masks (training, p > 0 and a scope): then
 // attention computes its probabilities explicitly so that their dropout is this one.

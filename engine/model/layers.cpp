@@ -58,7 +58,9 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
             .view(out_shape);
   }
   // The weight is needed again in backward only for the input's gradient.
-  return use.leave(adapter ? adapter->forward(x, y, is_training()) : y, x.requires_grad());
+  if (adapter)
+    y = split ? split->adapt(x, y, *adapter, is_training()) : adapter->forward(x, y, is_training());
+  return use.leave(y, x.requires_grad());
 }
 
 EmbeddingImpl::EmbeddingImpl(std::int64_t n, std::int64_t dim, const torch::TensorOptions& options)

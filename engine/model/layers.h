@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,11 +32,23 @@ class ParameterUse {
 
 // An addition to a Linear's output computed from its input (LoRA's B·A·x), so that adapters wrap
 // a layer without touching its parameters or the family that owns it.
+// How an adapter computes on a layer split over tensor-parallel ranks (SplitLinear::adapt).
+struct AdapterSplit {
+  // Applied to the adapter's low-rank intermediate before its second matrix: the sum over the
+  // ranks when the layer is split by its inputs (each rank holds a block of them). Null: none.
+  std::function<torch::Tensor(const torch::Tensor&)> reduce;
+  // x is this rank's block of the layer's input (split by its inputs): its dropout is drawn for
+  // the whole input and this block taken (model::dropout_block).
+  bool input_is_block = false;
+};
+
 struct LinearAdapter {
   virtual ~LinearAdapter() = default;
   // `y` = the base output for `x`; returns y plus the adapter's contribution. `training` is the
-  // Linear's mode (dropout and the like apply only when true).
-  virtual torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& y, bool training) = 0;
+  // Linear's mode (dropout and the like apply only when true). `split`: the layer is split over
+  // tensor-parallel ranks, and the adapter's matrices with it.
+  virtual torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& y, bool training,
+                                const AdapterSplit* split = nullptr) = 0;
 };
 
 // How a block computes when its weight is split over tensor-parallel ranks (engine/parallel
@@ -47,6 +60,12 @@ class SplitLinear {
   // layer's layout, and bias block (undefined when none).
   virtual torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight,
                                 const torch::Tensor& bias) = 0;
+  // `y` (forward's result for `x`) plus `adapter`'s contribution, computed with the adapter's
+  // matrices split like the layer (the hybrid plugin splits them).
+  virtual torch::Tensor adapt(const torch::Tensor& x, const torch::Tensor& y,
+                              LinearAdapter& adapter, bool training) {
+    return adapter.forward(x, y, training);
+  }
 };
 class SplitEmbedding {
  public:

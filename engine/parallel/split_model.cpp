@@ -50,6 +50,12 @@ class ColumnLinear : public model::SplitLinear {
                         const torch::Tensor& bias) override {
     return column_block(*copies_, x, weight, bias);
   }
+  // The adapter reads the same copy of x (its input gradient joins the one all-reduce); its B is
+  // split by rows like the weight, so its output is this rank's block too.
+  torch::Tensor adapt(const torch::Tensor& x, const torch::Tensor& y, model::LinearAdapter& adapter,
+                      bool training) override {
+    return adapter.forward(copies_->of(x), y, training);
+  }
 
  private:
   std::shared_ptr<SharedCopy> copies_;
@@ -61,6 +67,15 @@ class RowLinear : public model::SplitLinear {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight,
                         const torch::Tensor& bias) override {
     return row_parallel_linear(x, weight, bias, group_);
+  }
+  // The adapter's A is split by columns like the weight: its low-rank product is summed over the
+  // ranks before the whole B.
+  torch::Tensor adapt(const torch::Tensor& x, const torch::Tensor& y, model::LinearAdapter& adapter,
+                      bool training) override {
+    model::AdapterSplit split;
+    split.reduce = [this](const torch::Tensor& h) { return reduce_from_group(h, group_); };
+    split.input_is_block = true;
+    return adapter.forward(x, y, training, &split);
   }
 
  private:
@@ -75,6 +90,10 @@ class VocabularyHead : public model::SplitLinear, public model::SplitLogits {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight,
                         const torch::Tensor& bias) override {
     return column_block(*copies_, x, weight, bias);
+  }
+  torch::Tensor adapt(const torch::Tensor& x, const torch::Tensor& y, model::LinearAdapter& adapter,
+                      bool training) override {
+    return adapter.forward(copies_->of(x), y, training);
   }
   torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) override {
     return vocab_parallel_cross_entropy(logits, targets, group_);

@@ -668,9 +668,6 @@ void check_hybrid(const job::JobSpec& spec, int world_size) {
                       " processes (--nproc), or choose a tp_size that divides " +
                       std::to_string(world_size));
   if (tp == 1) return;
-  if (spec.method.type == "lora")
-    throw_unsupported("strategy hybrid: LoRA is not supported yet with tensor parallelism",
-                      "train LoRA with single, ddp, zero or gemini, or use method full");
   // The model's sizes, when its folder is here (a Hub model is judged once downloaded).
   if (spec.model.path.empty()) return;
   const fs::path config = fs::path(spec.model.path) / "config.json";

@@ -47,8 +47,8 @@ struct RunOptions {
 // processes: "auto" (the planner plans one process) or a plugin that does not distribute
 // (train::Plugin::runs_distributed), naming the strategies that do. One process: nothing.
 void check_processes(const job::JobSpec& spec, int world_size);
-// strategy hybrid on `world_size` processes: tp_size divides them, the method is full, and the
-// model (when its folder is here) has a tensor-parallel plan whose sizes tp_size divides. Throws
+// strategy hybrid on `world_size` processes: tp_size divides them, and the model (when its
+// folder is here) has a tensor-parallel plan whose sizes tp_size divides. Throws
 // tessera::Error naming the field, the numbers and the sizes that would work.
 void check_hybrid(const job::JobSpec& spec, int world_size);
 

@@ -26,10 +26,15 @@ class LoraModel::Adapter : public model::LinearAdapter {
  public:
   Adapter(torch::Tensor a, torch::Tensor b, double scaling, double dropout)
       : lora_a(std::move(a)), lora_b(std::move(b)), scaling_(scaling), dropout_(dropout) {}
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& y, bool training) override {
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& y, bool training,
+                        const model::AdapterSplit* split) override {
     torch::Tensor in = x.scalar_type() == lora_a.scalar_type() ? x : x.to(lora_a.scalar_type());
-    if (training && dropout_ > 0.0) in = model::dropout(in, dropout_, /*training=*/true);
-    torch::Tensor update = torch::linear(torch::linear(in, lora_a), lora_b) * scaling_;
+    if (training && dropout_ > 0.0)
+      in = split && split->input_is_block ? model::dropout_block(in, dropout_, /*training=*/true)
+                                          : model::dropout(in, dropout_, /*training=*/true);
+    torch::Tensor low_rank = torch::linear(in, lora_a);
+    if (split && split->reduce) low_rank = split->reduce(low_rank);
+    torch::Tensor update = torch::linear(low_rank, lora_b) * scaling_;
     return y + (update.scalar_type() == y.scalar_type() ? update : update.to(y.scalar_type()));
   }
   // Shared with adapters() and the plugin (which may move them to another device/dtype in

@@ -162,7 +162,10 @@ double Trainer::train_micro_batch(const Batch& batch, bool last_micro_batch, std
   // Under tensor parallelism this rank holds its tensor rank's block of each layer's heads.
   const std::int64_t head_block =
       options_.process.tensor_group ? options_.process.tensor_group->rank() : 0;
-  model::DropoutScope dropout_scope({options_.training.seed, step, first_row, 0, head_block});
+  const std::int64_t blocks =
+      options_.process.tensor_group ? options_.process.tensor_group->size() : 1;
+  model::DropoutScope dropout_scope(
+      {options_.training.seed, step, first_row, 0, head_block, blocks});
   model::ForwardOutput out = forward_batch(batch);
   plugin_->backward(out.loss, 1.0 / static_cast<double>(options_.training.gradient_accumulation),
                     last_micro_batch);

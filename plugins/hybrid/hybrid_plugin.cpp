@@ -2,11 +2,13 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 
 #include "core/error.h"
 #include "dist/parallel_context.h"
+#include "hf/families.h"
 #include "optim/clip.h"
 #include "parallel/split_model.h"
 #include "plugins/ddp/gradient_buckets.h"
@@ -37,17 +39,11 @@ class HybridPlugin : public Plugin {
       throw Error(ErrorKind::Internal, "strategy hybrid: the tensor group has " +
                                            std::to_string(process_.tensor_group->size()) +
                                            " ranks, tp_size is " + std::to_string(tp));
-    // Adapters live outside the model's parameters (LoRA): not split yet.
-    std::map<const void*, bool> in_model;
-    for (const auto& p : model.parameters()) in_model[p.unsafeGetTensorImpl()] = true;
-    for (const NamedTensor& t : trainable)
-      if (!in_model.count(t.tensor.unsafeGetTensorImpl()))
-        throw_unsupported("strategy hybrid: LoRA is not supported yet with tensor parallelism",
-                          "train LoRA with single, ddp, zero or gemini, or use method full");
     if (tp > 1) {
       tensor_group_ = process_.tensor_group;
       layout_ = parallel::split_model(model, *tensor_group_);
       for (const parallel::SplitParameter& p : layout_) split_of_[p.name] = p;
+      split_adapters(model, trainable);
     }
     data_group_ = world / tp > 1 ? process_.data_group : nullptr;
     // The blocks are the model's parameters now (set_data in place): the trainable handles
@@ -93,6 +89,9 @@ class HybridPlugin : public Plugin {
     std::vector<torch::Tensor> split_gradients, whole_gradients;
     for (std::size_t i = 0; i < gradients.size(); ++i) {
       gradients[i] = buckets_->whole_gradient(i);
+      // LoRA's A on a layer split by outputs: each rank's gradient is its outputs' share.
+      if (summed_over_tensor_group_.count(params[i].name) && gradients[i].defined())
+        tensor_group_->all_reduce(gradients[i]);
       (is_split(params[i].name) ? split_gradients : whole_gradients).push_back(gradients[i]);
     }
     // The global norm: every tensor group's blocks of the split tensors, and the tensors every
@@ -118,10 +117,16 @@ class HybridPlugin : public Plugin {
     dense_.release_training_state();
   }
 
-  // The export reads whole weights: every rank gathers its tensor group's blocks.
+  // The export reads whole weights: every rank gathers its tensor group's blocks (the model's and
+  // the adapters').
   void gather_weights() override {
     if (tensor_group_ == nullptr || gathered_) return;
     parallel::unsplit_model(*model_, layout_, *tensor_group_);
+    torch::NoGradGuard no_grad;
+    for (const NamedTensor& p : dense_.params())
+      if (adapters_.count(p.name) && is_split(p.name))
+        p.tensor.set_data(
+            parallel::gather_whole(p.tensor.detach(), split_of_.at(p.name), *tensor_group_));
     gathered_ = true;
   }
 
@@ -140,6 +145,44 @@ class HybridPlugin : public Plugin {
   }
 
  private:
+  // LoRA's adapters (outside the model's parameters, PEFT names) on split layers are split with
+  // them: on a layer split by its outputs B by its rows (A whole, its gradient summed over the
+  // tensor group); on one split by its inputs A by its columns (B whole).
+  void split_adapters(model::PretrainedModel& model, std::vector<NamedTensor>& trainable) {
+    std::set<const void*> in_model;
+    for (const auto& p : model.parameters()) in_model.insert(p.unsafeGetTensorImpl());
+    const hf::FamilyTraits& family = hf::family_of(model.config());
+    const std::string prefix = "base_model.model.";
+    for (NamedTensor& t : trainable) {
+      if (in_model.count(t.tensor.unsafeGetTensorImpl())) continue;
+      adapters_.insert(t.name);
+      const bool is_a = t.name.ends_with(".lora_A.weight");
+      if (!t.name.starts_with(prefix) || !(is_a || t.name.ends_with(".lora_B.weight")))
+        throw Error(ErrorKind::Internal, "strategy hybrid: trainable tensor " + t.name +
+                                             " is neither a parameter nor a LoRA matrix");
+      const std::string module = t.name.substr(
+          prefix.size(), t.name.size() - prefix.size() - std::string(".lora_A.weight").size());
+      const hf::TensorSplitRule* rule = hf::tensor_split_of(family, module);
+      if (rule == nullptr) continue;  // on a whole layer: whole, the same gradient everywhere
+      parallel::SplitParameter p;
+      p.name = t.name;
+      p.whole_shape = t.tensor.sizes().vec();
+      if (rule->split == hf::TensorSplit::Row) {
+        if (is_a) p.dim = 1;  // A [r, in]
+      } else if (is_a) {
+        summed_over_tensor_group_.insert(t.name);
+      } else {
+        p.dim = 0;  // B [out, r]
+        p.parts = rule->parts;
+      }
+      if (p.dim < 0) continue;
+      torch::NoGradGuard no_grad;
+      t.tensor.set_data(
+          parallel::block_of(t.tensor.detach(), p, tensor_group_->rank(), tensor_group_->size()));
+      split_of_[t.name] = p;
+    }
+  }
+
   bool is_split(const std::string& parameter) const {
     const auto found = split_of_.find(parameter);
     return found != split_of_.end() && found->second.dim >= 0;
@@ -179,6 +222,8 @@ class HybridPlugin : public Plugin {
   dist::ProcessGroup* data_group_ = nullptr;    // null: one replica (nothing to average)
   std::vector<parallel::SplitParameter> layout_;
   std::map<std::string, parallel::SplitParameter> split_of_;  // by parameter name
+  std::set<std::string> adapters_;                            // LoRA's matrices (PEFT names)
+  std::set<std::string> summed_over_tensor_group_;            // whole, each rank's gradient a share
   model::PretrainedModel* model_ = nullptr;
   DenseTraining dense_;
   std::unique_ptr<plugins::GradientBuckets> buckets_;

@@ -8,8 +8,9 @@
 // tensors (gathered from the blocks), so any layout — single, ddp, another tp — resumes them,
 // and the export is the ordinary HF folder.
 // Options (job spec strategy.options, job/strategies.h): device = auto | cpu, tp_size = 2 | 1 | 4
-// | 8, pp_size = 1. Not yet: LoRA, CUDA, pipeline stages, sequence parallelism, families
-// without a tensor-parallel plan (gpt2, bert): each refused with that said.
+// | 8, pp_size = 1. LoRA's adapters are split like their layers. Not yet: CUDA, pipeline stages,
+// sequence parallelism, families without a tensor-parallel plan (bert): each refused with that
+// said.
 
 namespace tessera::plugins {
 
