@@ -7,3 +7,10 @@ if(TESSERA_WITH_TORCH)
   set_tests_properties(bench_dist PROPERTIES LABELS bench TIMEOUT 1800 RUN_SERIAL TRUE
     ENVIRONMENT "TESSERA_CLI=$<TARGET_FILE:tessera-cli>;TESSERA_TOOLS_DIR=${CMAKE_CURRENT_BINARY_DIR};HF_HUB_OFFLINE=1;TOKENIZERS_PARALLELISM=false")
 endif()
+# hybrid at tp 2 against PyTorch's tensor parallelism (tokens/s) and the tensor group's bytes per
+# step against Megatron's volume; label bench, never beside another test.
+if(TESSERA_WITH_TORCH)
+  add_test(NAME bench_tp COMMAND ${TESSERA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/bench/bench_tp.py)
+  set_tests_properties(bench_tp PROPERTIES LABELS bench TIMEOUT 1800 RUN_SERIAL TRUE
+    ENVIRONMENT "TESSERA_CLI=$<TARGET_FILE:tessera-cli>;TESSERA_TOOLS_DIR=${CMAKE_CURRENT_BINARY_DIR};HF_HUB_OFFLINE=1;TOKENIZERS_PARALLELISM=false")
+endif()
