@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "dist/parallel_context.h"
 #include "plugins/ddp/gradient_buckets.h"
-#include "plugins/single/dense_training.h"
+#include "plugins/ddp/replica_training.h"
 #include "train/plugin_registry.h"
 
 namespace tessera::train {
@@ -43,82 +43,51 @@ class DdpPlugin : public Plugin {
       device = train::rank_cuda_device(options, name());
     else
       train::require_cpu_device(options, name());
-    const std::uint64_t cap = plugins::bucket_size_option(options.strategy_options);
-    dense_.prepare(model, std::move(trainable), options, device);
+    replicas_.prepare(model, std::move(trainable), options, device, group_, name());
     // Every rank starts from rank 0's values: the model, the adapters and the float32 masters.
-    std::vector<NamedTensor> starting = dense_.params();
-    for (const NamedTensor& m : dense_.trainable_weights()) starting.push_back(m);
+    std::vector<NamedTensor> starting = dense().params();
+    for (const NamedTensor& m : dense().trainable_weights()) starting.push_back(m);
     plugins::broadcast_from_rank0(group_, model, starting);
-
-    plugins::GradientBuckets::Options bucket_options;
-    bucket_options.plugin = name();
-    bucket_options.cap_bytes = cap;
-    buckets_ = std::make_unique<plugins::GradientBuckets>(
-        dense_.params(),
-        [this](const torch::Tensor& g) { return dense_.precision().master_gradient(g); }, group_,
-        bucket_options);
   }
 
-  torch::Device device() const override { return dense_.device(); }
-  torch::Dtype compute_dtype() const override { return dense_.compute_dtype(); }
+  torch::Device device() const override { return dense().device(); }
+  torch::Dtype compute_dtype() const override { return dense().compute_dtype(); }
   const ProcessContext& process() const override { return process_; }
 
   void backward(const torch::Tensor& loss, double multiplier, bool last_micro_batch) override {
-    // Earlier micro-batches accumulate into .grad and communicate nothing (DDP's no_sync).
-    if (!last_micro_batch) {
-      dense_.backward(loss, multiplier);
-      return;
-    }
-    buckets_->start();
-    try {
-      dense_.backward(loss, multiplier);
-    } catch (...) {
-      buckets_->abandon();
-      throw;
-    }
-    buckets_->finish();
-    reduced_ = true;
+    replicas_.backward(loss, multiplier, last_micro_batch);
   }
 
   StepStats step(double lr, double max_grad_norm) override {
-    if (!reduced_)
-      throw Error(ErrorKind::Internal,
-                  "strategy ddp: step() before a backward of the last micro-batch");
-    std::vector<torch::Tensor> gradients(dense_.params().size());
-    for (std::size_t i = 0; i < gradients.size(); ++i) gradients[i] = buckets_->whole_gradient(i);
+    std::vector<torch::Tensor> gradients = replicas_.averaged_gradients();
     // Clipping sees the reduced gradients, the same on every rank, so every rank takes the
     // same step.
-    const StepStats stats = dense_.step(lr, max_grad_norm, &gradients);
-    reduced_ = false;
-    buckets_->adopt_learned_order();
+    const StepStats stats = dense().step(lr, max_grad_norm, &gradients);
+    replicas_.finish_step();
     return stats;
   }
 
-  MemoryByCategory memory() const override {
-    return dense_.memory(buckets_ ? buckets_->buffer_bytes() : 0);
-  }
-  void release_training_state() override {
-    buckets_.reset();
-    dense_.release_training_state();
-  }
+  MemoryByCategory memory() const override { return replicas_.memory(); }
+  void release_training_state() override { replicas_.release_training_state(); }
 
-  std::vector<NamedTensor> trainable_weights() override { return dense_.trainable_weights(); }
-  std::vector<NamedTensor> optimizer_state() override { return dense_.optimizer_state(); }
-  nlohmann::json state_json() const override { return dense_.state_json(); }
+  std::vector<NamedTensor> trainable_weights() override { return dense().trainable_weights(); }
+  std::vector<NamedTensor> optimizer_state() override { return dense().optimizer_state(); }
+  nlohmann::json state_json() const override { return dense().state_json(); }
   void load_state(const std::map<std::string, torch::Tensor>& weights,
                   const std::map<std::string, torch::Tensor>& optimizer,
                   const nlohmann::json& state, const std::string& source) override {
-    dense_.load_state(weights, optimizer, state, source);
+    dense().load_state(weights, optimizer, state, source);
   }
 
-  const plugins::DdpTrace* trace() const { return buckets_ ? &buckets_->trace() : nullptr; }
+  const plugins::DdpTrace* trace() const { return replicas_.trace(); }
 
  private:
+  DenseTraining& dense() { return replicas_.dense(); }
+  const DenseTraining& dense() const { return replicas_.dense(); }
+
   ProcessContext process_;
   dist::ProcessGroup* group_ = nullptr;  // null in one process: nothing to reduce
-  DenseTraining dense_;
-  std::unique_ptr<plugins::GradientBuckets> buckets_;  // hooks on dense_'s tensors
-  bool reduced_ = false;  // the buckets hold this step's averaged gradients
+  plugins::ReplicaTraining replicas_;
 };
 
 }  // namespace

@@ -11,8 +11,7 @@
 #include "hf/families.h"
 #include "optim/clip.h"
 #include "parallel/split_model.h"
-#include "plugins/ddp/gradient_buckets.h"
-#include "plugins/single/dense_training.h"
+#include "plugins/ddp/replica_training.h"
 #include "train/plugin_registry.h"
 
 namespace tessera::train {
@@ -48,47 +47,24 @@ class HybridPlugin : public Plugin {
     data_group_ = world / tp > 1 ? process_.data_group : nullptr;
     // The blocks are the model's parameters now (set_data in place): the trainable handles
     // see them, and the masters and moments are made of them.
-    dense_.prepare(model, std::move(trainable), options, torch::kCPU);
-    plugins::GradientBuckets::Options bucket_options;
-    bucket_options.plugin = name();
-    bucket_options.cap_bytes = plugins::bucket_size_option(options.strategy_options);
-    buckets_ = std::make_unique<plugins::GradientBuckets>(
-        dense_.params(),
-        [this](const torch::Tensor& g) { return dense_.precision().master_gradient(g); },
-        data_group_, bucket_options);
+    replicas_.prepare(model, std::move(trainable), options, torch::kCPU, data_group_, name());
     model_ = &model;
   }
 
-  torch::Device device() const override { return dense_.device(); }
-  torch::Dtype compute_dtype() const override { return dense_.compute_dtype(); }
+  torch::Device device() const override { return dense().device(); }
+  torch::Dtype compute_dtype() const override { return dense().compute_dtype(); }
   const ProcessContext& process() const override { return process_; }
 
   void backward(const torch::Tensor& loss, double multiplier, bool last_micro_batch) override {
-    if (!last_micro_batch) {
-      dense_.backward(loss, multiplier);
-      return;
-    }
-    buckets_->start();
-    try {
-      dense_.backward(loss, multiplier);
-    } catch (...) {
-      buckets_->abandon();
-      throw;
-    }
-    buckets_->finish();
-    reduced_ = true;
+    replicas_.backward(loss, multiplier, last_micro_batch);
   }
 
   StepStats step(double lr, double max_grad_norm) override {
-    if (!reduced_)
-      throw Error(ErrorKind::Internal,
-                  "strategy hybrid: step() before a backward of the last micro-batch");
     torch::NoGradGuard no_grad;
-    const std::vector<NamedTensor>& params = dense_.params();
-    std::vector<torch::Tensor> gradients(params.size());
+    const std::vector<NamedTensor>& params = dense().params();
+    std::vector<torch::Tensor> gradients = replicas_.averaged_gradients();
     std::vector<torch::Tensor> split_gradients, whole_gradients;
     for (std::size_t i = 0; i < gradients.size(); ++i) {
-      gradients[i] = buckets_->whole_gradient(i);
       // LoRA's A on a layer split by outputs: each rank's gradient is its outputs' share.
       if (summed_over_tensor_group_.count(params[i].name) && gradients[i].defined())
         tensor_group_->all_reduce(gradients[i]);
@@ -102,20 +78,13 @@ class HybridPlugin : public Plugin {
         (split_squares + optim::gradient_norms(whole_gradients).pow(2).sum()).sqrt();
     StepStats stats;
     stats.grad_norm = optim::apply_clip_coefficient(gradients, total, max_grad_norm);
-    const StepStats update = dense_.step(lr, /*max_grad_norm=*/0.0, &gradients);
-    stats.applied = update.applied;
-    reduced_ = false;
-    buckets_->adopt_learned_order();
+    stats.applied = dense().step(lr, /*max_grad_norm=*/0.0, &gradients).applied;
+    replicas_.finish_step();
     return stats;
   }
 
-  MemoryByCategory memory() const override {
-    return dense_.memory(buckets_ ? buckets_->buffer_bytes() : 0);
-  }
-  void release_training_state() override {
-    buckets_.reset();
-    dense_.release_training_state();
-  }
+  MemoryByCategory memory() const override { return replicas_.memory(); }
+  void release_training_state() override { replicas_.release_training_state(); }
 
   // The export reads whole weights: every rank gathers its tensor group's blocks (the model's and
   // the adapters').
@@ -123,7 +92,7 @@ class HybridPlugin : public Plugin {
     if (tensor_group_ == nullptr || gathered_) return;
     parallel::unsplit_model(*model_, layout_, *tensor_group_);
     torch::NoGradGuard no_grad;
-    for (const NamedTensor& p : dense_.params())
+    for (const NamedTensor& p : dense().params())
       if (adapters_.count(p.name) && is_split(p.name))
         p.tensor.set_data(
             parallel::gather_whole(p.tensor.detach(), split_of_.at(p.name), *tensor_group_));
@@ -132,19 +101,22 @@ class HybridPlugin : public Plugin {
 
   // Checkpoints hold whole tensors (every rank of a tensor group gathers them together).
   std::vector<NamedTensor> trainable_weights() override {
-    return gathered(dense_.trainable_weights(), "");
+    return gathered(dense().trainable_weights(), "");
   }
   std::vector<NamedTensor> optimizer_state() override {
-    return gathered(dense_.optimizer_state(), ".");
+    return gathered(dense().optimizer_state(), ".");
   }
-  nlohmann::json state_json() const override { return dense_.state_json(); }
+  nlohmann::json state_json() const override { return dense().state_json(); }
   void load_state(const std::map<std::string, torch::Tensor>& weights,
                   const std::map<std::string, torch::Tensor>& optimizer,
                   const nlohmann::json& state, const std::string& source) override {
-    dense_.load_state(blocks_of(weights, ""), blocks_of(optimizer, "."), state, source);
+    dense().load_state(blocks_of(weights, ""), blocks_of(optimizer, "."), state, source);
   }
 
  private:
+  DenseTraining& dense() { return replicas_.dense(); }
+  const DenseTraining& dense() const { return replicas_.dense(); }
+
   // LoRA's adapters (outside the model's parameters, PEFT names) on split layers are split with
   // them: on a layer split by its outputs B by its rows (A whole, its gradient summed over the
   // tensor group); on one split by its inputs A by its columns (B whole).
@@ -225,9 +197,7 @@ class HybridPlugin : public Plugin {
   std::set<std::string> adapters_;                            // LoRA's matrices (PEFT names)
   std::set<std::string> summed_over_tensor_group_;            // whole, each rank's gradient a share
   model::PretrainedModel* model_ = nullptr;
-  DenseTraining dense_;
-  std::unique_ptr<plugins::GradientBuckets> buckets_;
-  bool reduced_ = false;
+  plugins::ReplicaTraining replicas_;
   bool gathered_ = false;
 };
 

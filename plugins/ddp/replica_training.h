@@ -1,0 +1,47 @@
+#pragma once
+// What `ddp` and `hybrid` share: this rank's trainable tensors trained as `single` trains them
+// (DenseTraining), their gradients averaged over the replicas of a data-parallel group in buckets
+// launched while the last micro-batch's backward runs (gradient_buckets.h). ddp's replicas hold
+// the whole model; hybrid's hold a tensor-parallel rank's blocks of it.
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "plugins/ddp/gradient_buckets.h"
+#include "plugins/single/dense_training.h"
+
+namespace tessera::plugins {
+
+class ReplicaTraining {
+ public:
+  // DenseTraining::prepare, then the buckets over `group` (null: one replica, nothing to
+  // average); bucket_size from the strategy options; `plugin` names it in errors.
+  void prepare(model::PretrainedModel& model, std::vector<optim::NamedTensor> trainable,
+               const train::PluginOptions& options, torch::Device device, dist::ProcessGroup* group,
+               const std::string& plugin);
+
+  train::DenseTraining& dense() { return dense_; }
+  const train::DenseTraining& dense() const { return dense_; }
+
+  // Earlier micro-batches accumulate and communicate nothing (DDP's no_sync); the last one's
+  // gradients are averaged as its backward produces them.
+  void backward(const torch::Tensor& loss, double multiplier, bool last_micro_batch);
+  // The averaged float32 gradients of dense().params(), in order; call after the last
+  // micro-batch's backward, then finish_step() once the update has read them.
+  std::vector<torch::Tensor> averaged_gradients();
+  void finish_step();
+
+  train::MemoryByCategory memory() const;
+  void release_training_state();
+  const BucketTrace* trace() const { return buckets_ ? &buckets_->trace() : nullptr; }
+
+ private:
+  std::string plugin_;
+  train::DenseTraining dense_;
+  std::unique_ptr<GradientBuckets> buckets_;  // hooks on dense_'s tensors
+  bool reduced_ = false;                      // the buckets hold this step's averaged gradients
+};
+
+}  // namespace tessera::plugins
