@@ -82,26 +82,18 @@ class RowLinear : public model::SplitLinear {
   dist::ProcessGroup& group_;
 };
 
-// An output head split along the vocabulary: its logits stay split, the loss spans the ranks.
-class VocabularyHead : public model::SplitLinear, public model::SplitLogits {
+// An output head split along the vocabulary: a column-parallel layer whose logits stay split, the
+// loss spanning the ranks.
+class VocabularyHead : public ColumnLinear, public model::SplitLogits {
  public:
   VocabularyHead(dist::ProcessGroup& group, std::shared_ptr<SharedCopy> copies)
-      : group_(group), copies_(std::move(copies)) {}
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight,
-                        const torch::Tensor& bias) override {
-    return column_block(*copies_, x, weight, bias);
-  }
-  torch::Tensor adapt(const torch::Tensor& x, const torch::Tensor& y, model::LinearAdapter& adapter,
-                      bool training) override {
-    return adapter.forward(copies_->of(x), y, training);
-  }
+      : ColumnLinear(std::move(copies)), group_(group) {}
   torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) override {
     return vocab_parallel_cross_entropy(logits, targets, group_);
   }
 
  private:
   dist::ProcessGroup& group_;
-  std::shared_ptr<SharedCopy> copies_;
 };
 
 class VocabularyEmbedding : public model::SplitEmbedding, public model::SplitLogits {
