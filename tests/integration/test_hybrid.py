@@ -9,7 +9,7 @@
 - Memory per rank: the `weights` of each rank's memory events are exactly the bytes of its blocks
   (half of each split tensor, the others whole), counted from single's exported tensors on disk.
 - Checkpoints are layout-free: 2 steps of `single`, resumed as hybrid tp 2 for steps 3-4, resumed
-  as `single` for 5-6: the losses of an uninterrupted `single` run.
+  as `single` for 5-6: the losses of an uninterrupted `single` run (full and LoRA).
 - LoRA at tp 2 (llama and gpt2, adapters on layers split by outputs and by inputs, LoRA dropout
   0.1): losses, the exported adapter and the merged model equal single's within 1e-5.
 - Refused before any rank starts, with the cause named: a family without a tensor-parallel plan
@@ -211,19 +211,22 @@ def test_recomputation_and_bf16(workdir, variant):
     assert worst <= (5e-3 if variant == "bf16" else LOSS_BOUND)
 
 
-def test_checkpoints_resume_across_layouts(workdir):
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_checkpoints_resume_across_layouts(workdir, method):
     # A constant schedule: each leg's job names its own number of steps, which a linear one
     # would decay over.
-    reference = workdir / "runs" / "chain-reference"
-    run(job(workdir, "llama", "chain-reference", "single", schedule="constant"), 1)
-    out = workdir / "runs" / "llama-chain"
-    run(job(workdir, "llama", "chain-1", "single", steps=2, out=out, schedule="constant"), 1)
-    run(job(workdir, "llama", "chain-2", "hybrid", options={"tp_size": 2}, steps=4, out=out,
-            schedule="constant"), 2, resume=out)
-    run(job(workdir, "llama", "chain-3", "single", steps=6, out=out, schedule="constant"), 1, resume=out)
+    reference = workdir / "runs" / f"chain-reference-{method}"
+    run(job(workdir, "llama", reference.name, "single", schedule="constant", method=method), 1)
+    out = workdir / "runs" / f"llama-chain-{method}"
+    run(job(workdir, "llama", f"chain-1-{method}", "single", steps=2, out=out, schedule="constant",
+            method=method), 1)
+    run(job(workdir, "llama", f"chain-2-{method}", "hybrid", options={"tp_size": 2}, steps=4, out=out,
+            schedule="constant", method=method), 2, resume=out)
+    run(job(workdir, "llama", f"chain-3-{method}", "single", steps=6, out=out, schedule="constant",
+            method=method), 1, resume=out)
     worst = worst_relative(losses_of(events_of(out / "events.jsonl")),
                            losses_of(events_of(reference / "events.jsonl")))
-    print(f"single -> hybrid tp 2 -> single: losses {worst:.2e} relative")
+    print(f"{method}: single -> hybrid tp 2 -> single: losses {worst:.2e} relative")
     assert worst <= LOSS_BOUND
 
 
