@@ -132,7 +132,8 @@ ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& sou
   c.vocab_size = f.int_field("vocab_size");
 
   family.read_config(f, c);
-  // Read by the model's modules (engine/model), checked here where the file is known.
+  // Read by the model's modules (engine/model) from ModelConfig::dropout, checked here where the
+  // file is known.
   for (const char* key :
        {"attention_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob",
         "classifier_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop"}) {
@@ -142,6 +143,7 @@ ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& sou
       throw_invalid(
           source + ": " + key + " " + doc.at(key).dump() + " is not a probability in [0, 1)",
           "set " + std::string(key) + " to 0.0 (no dropout) or a value below 1");
+    c.dropout[key] = p;
   }
   return c;
 }

@@ -46,6 +46,12 @@ struct ModelConfig {
   bool attention_output_bias = false;  // the attention output's bias (o_proj; qwen2: none)
   bool mlp_bias = false;
   std::optional<std::int64_t> sliding_window;
+  // Decoders with a sliding window: which layers use it (mistral every one; qwen2 as its
+  // layer_types says, else from max_window_layers on). Empty without a window.
+  std::vector<bool> sliding_layers;
+  // The dropout probabilities config.json sets, by its key (attention_dropout, attn_pdrop,
+  // hidden_dropout_prob, …), each checked to be in [0, 1).
+  std::map<std::string, double> dropout;
   std::string torch_dtype;  // "float32", "bfloat16", … (may be empty)
 
   std::optional<std::int64_t> bos_token_id;
@@ -57,7 +63,10 @@ struct ModelConfig {
   std::int64_t num_labels = 0;  // from id2label when present
   std::map<std::int64_t, std::string> id2label;
   std::string position_embedding_type = "absolute";
+  std::string problem_type;  // transformers' problem_type for the classification loss ("" unset)
 
+  // config.json as read, for writing it back with the export; the model is built from the
+  // fields above alone.
   nlohmann::json raw;
 };
 

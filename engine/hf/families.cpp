@@ -144,6 +144,24 @@ void read_decoder(const ConfigFields& f, ModelConfig& c, const DecoderVariant& v
         f.fail("layer_types", "[" + std::to_string(i) + "] is " + types[i].dump() +
                                   ", not \"full_attention\" or \"sliding_attention\"");
   }
+  // Which layers slide, as transformers decides: every layer for mistral; for qwen2 the
+  // config's layer_types when written, else layers from max_window_layers on.
+  if (c.sliding_window) {
+    const auto n = static_cast<std::size_t>(c.num_hidden_layers);
+    c.sliding_layers.assign(n, true);
+    if (variant.sliding_when_enabled) {
+      if (f.has("layer_types")) {
+        const json& types = f.doc().at("layer_types");
+        for (std::size_t i = 0; i < n; ++i) c.sliding_layers[i] = types[i] == "sliding_attention";
+      } else {
+        std::int64_t first = 28;  // transformers' default max_window_layers
+        if (f.has("max_window_layers") && f.doc().at("max_window_layers").is_number_integer())
+          first = f.doc().at("max_window_layers").get<std::int64_t>();
+        for (std::size_t i = 0; i < n; ++i)
+          c.sliding_layers[i] = static_cast<std::int64_t>(i) >= first;
+      }
+    }
+  }
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     f.fail_value("num_key_value_heads", c.num_key_value_heads,
                  "does not divide num_attention_heads " + std::to_string(c.num_attention_heads) +
@@ -309,6 +327,8 @@ void read_bert(const ConfigFields& f, ModelConfig& c) {
   c.hidden_act = f.string_field("hidden_act", "gelu");
   c.norm_eps = f.number_field("layer_norm_eps", 1e-12);
   c.position_embedding_type = f.string_field("position_embedding_type", "absolute");
+  if (f.has("problem_type") && f.doc().at("problem_type").is_string())
+    c.problem_type = f.doc().at("problem_type").get<std::string>();
   c.attention_bias = true;
   c.attention_output_bias = true;
   c.mlp_bias = true;

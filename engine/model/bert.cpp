@@ -245,8 +245,7 @@ class BertSequenceClassifier : public PretrainedModel {
     classifier = register_module("classifier", Linear(c.hidden_size, c.num_labels, true, t));
     const double hidden_dropout = config_dropout(c, "hidden_dropout_prob", 0.1);
     classifier_dropout_ = config_dropout(c, "classifier_dropout", hidden_dropout);
-    if (c.raw.contains("problem_type") && c.raw["problem_type"].is_string())
-      problem_type_ = c.raw["problem_type"].get<std::string>();
+    problem_type_ = c.problem_type;
   }
 
   BertStack bert{nullptr};

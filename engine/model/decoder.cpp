@@ -113,37 +113,6 @@ class DecoderLayerImpl : public torch::nn::Module {
 };
 TORCH_MODULE(DecoderLayer);
 
-// Which layers use the sliding window, as transformers decides: every layer for mistral;
-// for qwen2 the config's `layer_types` when written, else layers from max_window_layers on.
-std::vector<bool> sliding_layers(const hf::ModelConfig& c) {
-  const auto n = static_cast<std::size_t>(c.num_hidden_layers);
-  std::vector<bool> sliding(n, false);
-  if (!c.sliding_window) return sliding;
-  if (c.family != hf::ModelFamily::Qwen2) return std::vector<bool>(n, true);
-  const auto& types = c.raw.contains("layer_types") ? c.raw["layer_types"] : nlohmann::json();
-  if (types.is_array()) {
-    if (types.size() != n)
-      throw_invalid("config.json: layer_types has " + std::to_string(types.size()) +
-                    " entries but num_hidden_layers is " + std::to_string(n));
-    for (std::size_t i = 0; i < n; ++i) {
-      if (!types[i].is_string())
-        throw_invalid("config.json: layer_types[" + std::to_string(i) + "] must be a string");
-      const std::string type = types[i].get<std::string>();
-      if (type != "sliding_attention" && type != "full_attention")
-        throw_unsupported(
-            "config.json: layer_types[" + std::to_string(i) + "] \"" + type + "\" is not supported",
-            "supported: full_attention, sliding_attention");
-      sliding[i] = type == "sliding_attention";
-    }
-    return sliding;
-  }
-  std::int64_t first = 28;  // transformers' default max_window_layers
-  if (c.raw.contains("max_window_layers") && c.raw["max_window_layers"].is_number_integer())
-    first = c.raw["max_window_layers"].get<std::int64_t>();
-  for (std::size_t i = 0; i < n; ++i) sliding[i] = static_cast<std::int64_t>(i) >= first;
-  return sliding;
-}
-
 RopeOptions rope_options(const hf::ModelConfig& c) {
   RopeOptions r;
   r.head_dim = c.head_dim;
@@ -166,7 +135,8 @@ class DecoderStackImpl : public torch::nn::Module {
     for (std::int64_t i = 0; i < c.num_hidden_layers; ++i)
       layers->push_back(DecoderLayer(options_, t));
     norm = register_module("norm", RMSNorm(c.hidden_size, c.norm_eps, t));
-    sliding_layers_ = sliding_layers(c);
+    sliding_layers_ = c.sliding_layers;
+    sliding_layers_.resize(static_cast<std::size_t>(c.num_hidden_layers), false);
   }
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& attention_mask) {
     // transformers 5 uses positions 0..T-1 for every row when only a mask is given.

@@ -414,13 +414,8 @@ torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& l
 }
 
 double config_dropout(const hf::ModelConfig& config, const char* key, double fallback) {
-  if (!config.raw.is_object() || !config.raw.contains(key) || !config.raw[key].is_number())
-    return fallback;
-  const double p = config.raw[key].get<double>();
-  if (!(p >= 0.0 && p < 1.0))
-    throw_invalid(std::string("config.json: ") + key + " must be in [0, 1), got " +
-                  std::to_string(p));
-  return p;
+  const auto found = config.dropout.find(key);
+  return found == config.dropout.end() ? fallback : found->second;
 }
 
 }  // namespace tessera::model

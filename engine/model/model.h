@@ -223,7 +223,7 @@ class EmbeddingImpl;
 void apply_causal_lm_head(ForwardOutput& out, const ForwardInput& in, LinearImpl* lm_head,
                           EmbeddingImpl& tied);
 
-// A dropout probability from the raw config (`key`), `fallback` when absent.
+// A dropout probability config.json sets (`key`, hf::ModelConfig::dropout), `fallback` when absent.
 double config_dropout(const hf::ModelConfig& config, const char* key, double fallback);
 
 }  // namespace tessera::model
