@@ -5,7 +5,8 @@
   window shorter than the rows) and gpt2 (fused q/k/v, Conv1D weights, its dropout 0.1 on): every
   step's fp32 loss within 1e-5 relative of `single` on the same batches, and the exported
   model.safetensors tensors within 1e-5 of single's export.
-- tp 2 × dp 2 on 4 ranks (llama) against `single` with gradient accumulation 2.
+- tp 2 × dp 2 on 4 ranks (llama) against `single` with gradient accumulation 2, evaluations
+  included.
 - Memory per rank: the `weights` of each rank's memory events are exactly the bytes of its blocks
   (half of each split tensor, the others whole), counted from single's exported tensors on disk.
 - Checkpoints are layout-free: 2 steps of `single`, resumed as hybrid tp 2 for steps 3-4, resumed
@@ -176,15 +177,28 @@ def test_lora_tp2_equals_one_process(workdir, family):
 
 
 def test_tp2_dp2_equals_one_process_with_accumulation(workdir):
-    reference = single(workdir, "llama", accumulation=2)
-    name = "llama-hybrid-tp2-dp2"
-    run(job(workdir, "llama", name, "hybrid", options={"tp_size": 2}), 4)
-    out = workdir / "runs" / name
-    worst = worst_relative(losses_of(events_of(out / "events.jsonl")),
-                           losses_of(events_of(reference / "events.jsonl")))
+    """With evaluations every 3 steps on a held-out eighth: the data groups evaluate their share
+    of the batches and the tensor groups' ranks the same ones; the eval losses equal single's."""
+    def spec(name, strategy, accumulation):
+        path = job(workdir, "llama", name, strategy, accumulation,
+                   options={"tp_size": 2} if strategy == "hybrid" else None)
+        data = json.loads(path.read_text())
+        data["dataset"]["validation_split"] = 0.125
+        data["training"]["eval_every"] = 3
+        path.write_text(json.dumps(data))
+        return path
+    run(spec("llama-single-ga2-eval", "single", 2), 1)
+    run(spec("llama-hybrid-tp2-dp2", "hybrid", 1), 4)
+    reference, out = workdir / "runs" / "llama-single-ga2-eval", workdir / "runs" / "llama-hybrid-tp2-dp2"
+    ours, theirs = events_of(out / "events.jsonl"), events_of(reference / "events.jsonl")
+    worst = worst_relative(losses_of(ours), losses_of(theirs))
+    evals = [[e["eval_loss"] for e in events if e["type"] == "metric" and "eval_loss" in e]
+             for events in (ours, theirs)]
+    assert len(evals[0]) == len(evals[1]) == 2, evals
+    worst_eval = max(abs(a - b) / abs(b) for a, b in zip(*evals))
     exported = export_difference(out, reference)
-    print(f"llama tp 2 x dp 2: losses {worst:.2e} relative, export {exported:.2e}")
-    assert worst <= LOSS_BOUND
+    print(f"llama tp 2 x dp 2: losses {worst:.2e} relative, eval {worst_eval:.2e}, export {exported:.2e}")
+    assert worst <= LOSS_BOUND and worst_eval <= LOSS_BOUND
     assert exported <= 1e-5
 
 
