@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "hf/config.h"
+#include "hf/families.h"
 
 using nlohmann::json;
 using tessera::Error;
@@ -218,7 +219,56 @@ class TestConfig : public QObject {
     expect_error([&] { parse_model_config(doc, "/m/config.json"); }, ErrorKind::InvalidInput,
                  {"/m/config.json", "layer_types", "[1] is \"chunked_attention\""});
     doc["layer_types"] = {"full_attention", "sliding_attention"};
-    QVERIFY(parse_model_config(doc, "/m/config.json").sliding_window.has_value());
+    const ModelConfig qwen2 = parse_model_config(doc, "/m/config.json");
+    QVERIFY(qwen2.sliding_window.has_value());
+    // The builders read the parsed fields: which layers slide, and the dropout probabilities.
+    QCOMPARE(qwen2.sliding_layers, (std::vector<bool>{false, true}));
+    doc.erase("layer_types");
+    doc["max_window_layers"] = 1;
+    QCOMPARE(parse_model_config(doc, "/m/config.json").sliding_layers,
+             (std::vector<bool>{false, true}));
+    doc = llama_base();
+    doc["attention_dropout"] = 0.25;
+    QCOMPARE(parse_model_config(doc, "/m/config.json").dropout.at("attention_dropout"), 0.25);
+    QVERIFY(parse_model_config(llama_base(), "/m/config.json").sliding_layers.empty());
+  }
+
+  // The families' tensor-parallel plans (hf/families.h): module names matched by their last
+  // components with "*" for a layer index, gpt2's fused q/k/v in three parts, and the sizes a
+  // split must divide named with the sizes that would.
+  void tensorParallelPlansMatchModulesAndRefuseSizes() {
+    const ModelConfig llama = parse_model_config(llama_base(), "config.json");
+    const FamilyTraits& decoder = family_of(llama);
+    const TensorSplitRule* q = tensor_split_of(decoder, "model.layers.3.self_attn.q_proj");
+    QVERIFY(q != nullptr && q->split == TensorSplit::Column && q->parts == 1);
+    QVERIFY(tensor_split_of(decoder, "model.layers.3.self_attn.o_proj")->split == TensorSplit::Row);
+    QVERIFY(tensor_split_of(decoder, "model.embed_tokens")->split == TensorSplit::Vocabulary);
+    QVERIFY(tensor_split_of(decoder, "lm_head")->split == TensorSplit::Vocabulary);
+    QVERIFY(tensor_split_of(decoder, "model.layers.x.self_attn.q_proj") == nullptr);
+    QVERIFY(tensor_split_of(decoder, "model.layers.3.input_layernorm") == nullptr);
+    QVERIFY(tensor_split_of(decoder, "model.layers.3.self_attn") == nullptr);
+    const FamilyTraits* gpt2 = find_family("gpt2");
+    QVERIFY(gpt2 != nullptr);
+    const TensorSplitRule* c_attn = tensor_split_of(*gpt2, "transformer.h.0.attn.c_attn");
+    QVERIFY(c_attn != nullptr && c_attn->parts == 3);
+    QVERIFY(tensor_split_of(*gpt2, "transformer.wpe") == nullptr);
+    QVERIFY(find_family("bert")->tensor_parallel_plan.empty());
+
+    check_tensor_parallel(llama, 2);  // 4 heads, 2 kv heads, 128, 100
+    expect_error([&] { check_tensor_parallel(llama, 4); }, ErrorKind::InvalidInput,
+                 {"num_key_value_heads (2) does not split into 4 equal parts",
+                  "divide every split size of this model: 1, 2"});
+    json odd_vocab = llama_base();
+    odd_vocab["vocab_size"] = 101;
+    expect_error([&] { check_tensor_parallel(parse_model_config(odd_vocab, "c.json"), 2); },
+                 ErrorKind::InvalidInput, {"vocab_size (101)", "divide every split size", ": 1"});
+    json bert = {
+        {"model_type", "bert"},         {"vocab_size", 100},      {"hidden_size", 64},
+        {"intermediate_size", 128},     {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+        {"max_position_embeddings", 64}};
+    expect_error([&] { check_tensor_parallel(parse_model_config(bert, "c.json"), 2); },
+                 ErrorKind::Unsupported,
+                 {"not supported yet for bert models", "llama, mistral, qwen2 or gpt2"});
   }
 
   void malformedFileNamesFile() {
