@@ -82,36 +82,38 @@ class RowLinear : public model::SplitLinear {
   dist::ProcessGroup& group_;
 };
 
-// An output head split along the vocabulary: a column-parallel layer whose logits stay split, the
-// loss spanning the ranks.
-class VocabularyHead : public ColumnLinear, public model::SplitLogits {
+// Logits split along the vocabulary: their loss spans the ranks.
+class VocabularyLoss : public model::SplitLogits {
  public:
-  VocabularyHead(dist::ProcessGroup& group, std::shared_ptr<SharedCopy> copies)
-      : ColumnLinear(std::move(copies)), group_(group) {}
+  explicit VocabularyLoss(dist::ProcessGroup& group) : group_(group) {}
   torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) override {
     return vocab_parallel_cross_entropy(logits, targets, group_);
   }
 
- private:
+ protected:
   dist::ProcessGroup& group_;
 };
 
-class VocabularyEmbedding : public model::SplitEmbedding, public model::SplitLogits {
+// An output head split along the vocabulary: a column-parallel layer whose logits stay split.
+class VocabularyHead : public ColumnLinear, public VocabularyLoss {
+ public:
+  VocabularyHead(dist::ProcessGroup& group, std::shared_ptr<SharedCopy> copies)
+      : ColumnLinear(std::move(copies)), VocabularyLoss(group) {}
+};
+
+// An embedding split along the vocabulary; as a tied head, its logits stay split too.
+class VocabularyEmbedding : public model::SplitEmbedding, public VocabularyLoss {
  public:
   VocabularyEmbedding(dist::ProcessGroup& group, std::shared_ptr<SharedCopy> copies)
-      : group_(group), copies_(std::move(copies)) {}
+      : VocabularyLoss(group), copies_(std::move(copies)) {}
   torch::Tensor lookup(const torch::Tensor& ids, const torch::Tensor& weight) override {
     return vocab_parallel_embedding(ids, weight, group_);
   }
   torch::Tensor attend(const torch::Tensor& hidden, const torch::Tensor& weight) override {
     return column_block(*copies_, hidden, weight, torch::Tensor());
   }
-  torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) override {
-    return vocab_parallel_cross_entropy(logits, targets, group_);
-  }
 
  private:
-  dist::ProcessGroup& group_;
   std::shared_ptr<SharedCopy> copies_;
 };
 
@@ -196,10 +198,7 @@ torch::Tensor block_of(const torch::Tensor& whole, const SplitParameter& p, int 
 torch::Tensor gather_whole(const torch::Tensor& block, const SplitParameter& p,
                            dist::ProcessGroup& group) {
   if (p.dim < 0 || group.size() == 1) return block;
-  const torch::Tensor flat = group.all_gather(block.contiguous());
-  std::vector<std::int64_t> shape = {group.size()};
-  for (std::int64_t extent : block.sizes()) shape.push_back(extent);
-  const std::vector<torch::Tensor> blocks = flat.view(shape).unbind(0);
+  const std::vector<torch::Tensor> blocks = gather_blocks(block, group).unbind(0);
   if (p.parts == 1) return torch::cat(blocks, p.dim);
   // Each rank's block holds its block of every part: part i is the ranks' i-th pieces in order.
   std::vector<torch::Tensor> parts;

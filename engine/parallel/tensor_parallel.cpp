@@ -53,10 +53,7 @@ class GatherLastDim : public torch::autograd::Function<GatherLastDim> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                dist::ProcessGroup* group) {
     ctx->saved_data["group"] = group_value(*group);
-    const torch::Tensor flat = group->all_gather(x.contiguous());
-    std::vector<std::int64_t> shape = {group->size()};
-    for (std::int64_t extent : x.sizes()) shape.push_back(extent);
-    return torch::cat(flat.view(shape).unbind(0), -1);
+    return torch::cat(gather_blocks(x, *group).unbind(0), -1);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
@@ -78,6 +75,12 @@ torch::Tensor shard(const torch::Tensor& full, std::int64_t dim, int rank, int s
                   "choose a tensor-parallel size that divides " + std::to_string(extent));
   const std::int64_t block = extent / size;
   return full.narrow(dim, block * rank, block).contiguous();
+}
+
+torch::Tensor gather_blocks(const torch::Tensor& block, dist::ProcessGroup& group) {
+  std::vector<std::int64_t> shape = {group.size()};
+  for (std::int64_t extent : block.sizes()) shape.push_back(extent);
+  return group.all_gather(block.contiguous()).view(shape);
 }
 
 torch::Tensor copy_to_group(const torch::Tensor& x, dist::ProcessGroup& group) {
@@ -128,9 +131,7 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits,
   // The largest logit of each row over the whole vocabulary (only for the exponentials' range:
   // the loss does not depend on it, so no gradient flows through it).
   torch::Tensor row_max = std::get<0>(z.detach().max(-1));
-  if (group.size() > 1)
-    row_max = std::get<0>(
-        group.all_gather(row_max.contiguous()).view({group.size(), row_max.numel()}).max(0));
+  if (group.size() > 1) row_max = std::get<0>(gather_blocks(row_max, group).max(0));
   const torch::Tensor shifted = z - row_max.unsqueeze(-1);
   const torch::Tensor sum_exp = reduce_from_group(shifted.exp().sum(-1), group);
   const torch::Tensor counted = targets != ignore_index;

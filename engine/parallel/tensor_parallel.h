@@ -36,6 +36,9 @@ torch::Tensor copy_to_group(const torch::Tensor& x, dist::ProcessGroup& group);
 // Megatron's g: all-reduced (summed) forward, the identity backward (the partial sums a
 // row-parallel layer or a parallel embedding leaves on each rank).
 torch::Tensor reduce_from_group(const torch::Tensor& x, dist::ProcessGroup& group);
+// Every rank's `block` (the same shape on each), stacked in rank order: [size, block's shape].
+// No gradient flows through it.
+torch::Tensor gather_blocks(const torch::Tensor& block, dist::ProcessGroup& group);
 // The ranks' blocks concatenated along the last dimension forward, this rank's block of the
 // gradient backward.
 torch::Tensor gather_last_dim(const torch::Tensor& x, dist::ProcessGroup& group);

@@ -645,6 +645,7 @@ std::string distributed_strategies() {
 }  // namespace
 
 void check_processes(const job::JobSpec& spec, int world_size) {
+  if (spec.strategy.name == "hybrid") check_hybrid(spec, world_size);
   if (world_size <= 1) return;
   plugins::register_builtin_plugins();
   const std::string processes = std::to_string(world_size) + " processes";
@@ -656,7 +657,6 @@ void check_processes(const job::JobSpec& spec, int world_size) {
                           processes,
                       "set strategy.name to one that distributes (" + distributed_strategies() +
                           "), or run one process (tessera-cli run)");
-  if (spec.strategy.name == "hybrid") check_hybrid(spec, world_size);
 }
 
 void check_hybrid(const job::JobSpec& spec, int world_size) {
@@ -680,8 +680,8 @@ namespace {
 // process: null. Refuses what cannot run on several processes before anyone waits on a peer.
 std::shared_ptr<dist::ParallelContext> join_ranks(const job::JobSpec& spec) {
   const dist::DistEnvironment environment = dist::read_dist_environment();
-  if (!environment.is_distributed()) return nullptr;
   check_processes(spec, environment.world_size);
+  if (!environment.is_distributed()) return nullptr;
   // NCCL groups only for a job that computes on CUDA (ddp or zero with device "cuda", or "auto"
   // with a GPU for each rank of this machine: the plugins decide by the same job::device_for);
   // the others compute on the CPU, so Gloo carries every collective and NCCL groups would only

@@ -45,7 +45,8 @@ struct RunOptions {
 
 // Throws tessera::Error (Unsupported) when `spec`'s strategy cannot run as `world_size`
 // processes: "auto" (the planner plans one process) or a plugin that does not distribute
-// (train::Plugin::runs_distributed), naming the strategies that do. One process: nothing.
+// (train::Plugin::runs_distributed), naming the strategies that do; and hybrid's check_hybrid
+// (for one process too).
 void check_processes(const job::JobSpec& spec, int world_size);
 // strategy hybrid on `world_size` processes: tp_size divides them, and the model (when its
 // folder is here) has a tensor-parallel plan whose sizes tp_size divides. Throws

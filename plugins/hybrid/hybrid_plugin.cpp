@@ -26,28 +26,20 @@ class HybridPlugin : public Plugin {
                const PluginOptions& options) override {
     process_ = options.process;
     require_cpu_device(options, name());
-    // strategy.options.tp_size (validated by the job layer; 2 when absent).
-    const int tp = options.strategy_options.value("tp_size", 2);
-    const int world = process_.world_size;
-    if (tp > 1 && (world % tp != 0 || process_.tensor_group == nullptr))
-      throw_invalid("strategy.options.tp_size: " + std::to_string(tp) + " needs a multiple of " +
-                        std::to_string(tp) + " processes; this job has " + std::to_string(world),
-                    "start it with `tessera-cli launch --nproc " + std::to_string(tp) +
-                        "` (or a multiple), or set tp_size to 1");
-    if (tp > 1 && process_.tensor_group->size() != tp)
-      throw Error(ErrorKind::Internal, "strategy hybrid: the tensor group has " +
-                                           std::to_string(process_.tensor_group->size()) +
-                                           " ranks, tp_size is " + std::to_string(tp));
-    if (tp > 1) {
+    // The runner made the (world / tp) × tp mesh from strategy.options.tp_size and refused a
+    // tp_size the processes or the model do not divide (runner::check_hybrid).
+    if (process_.tensor_group != nullptr && process_.tensor_group->size() > 1) {
       tensor_group_ = process_.tensor_group;
       layout_ = parallel::split_model(model, *tensor_group_);
       for (const parallel::SplitParameter& p : layout_) split_of_[p.name] = p;
       split_adapters(model, trainable);
     }
-    data_group_ = world / tp > 1 ? process_.data_group : nullptr;
+    dist::ProcessGroup* data_group =
+        process_.data_group != nullptr && process_.data_group->size() > 1 ? process_.data_group
+                                                                          : nullptr;
     // The blocks are the model's parameters now (set_data in place): the trainable handles
     // see them, and the masters and moments are made of them.
-    replicas_.prepare(model, std::move(trainable), options, torch::kCPU, data_group_, name());
+    replicas_.prepare(model, std::move(trainable), options, torch::kCPU, data_group, name());
     model_ = &model;
   }
 
@@ -191,7 +183,6 @@ class HybridPlugin : public Plugin {
 
   ProcessContext process_;
   dist::ProcessGroup* tensor_group_ = nullptr;  // null: tp_size 1 (nothing split)
-  dist::ProcessGroup* data_group_ = nullptr;    // null: one replica (nothing to average)
   std::vector<parallel::SplitParameter> layout_;
   std::map<std::string, parallel::SplitParameter> split_of_;  // by parameter name
   std::set<std::string> adapters_;                            // LoRA's matrices (PEFT names)
