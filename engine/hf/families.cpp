@@ -129,37 +129,33 @@ void read_decoder(const ConfigFields& f, ModelConfig& c, const DecoderVariant& v
   const bool sliding = variant.sliding_always ||
                        (variant.sliding_when_enabled && f.bool_field("use_sliding_window", false));
   if (sliding && f.has("sliding_window")) c.sliding_window = f.int_field("sliding_window");
-  // qwen2 picks its sliding layers by layer_types when written (engine/model/decoder.cpp).
-  if (c.sliding_window && variant.sliding_when_enabled && f.has("layer_types")) {
-    const json& types = f.doc().at("layer_types");
-    if (!types.is_array() || types.size() != static_cast<std::size_t>(c.num_hidden_layers))
-      f.fail("layer_types",
-             "must list one entry per layer (num_hidden_layers " +
-                 std::to_string(c.num_hidden_layers) + "), got " +
-                 (types.is_array() ? std::to_string(types.size()) + " entries" : types.type_name()),
-             "list \"full_attention\" or \"sliding_attention\" for each layer");
-    for (std::size_t i = 0; i < types.size(); ++i)
-      if (!types[i].is_string() ||
-          (types[i] != "full_attention" && types[i] != "sliding_attention"))
-        f.fail("layer_types", "[" + std::to_string(i) + "] is " + types[i].dump() +
-                                  ", not \"full_attention\" or \"sliding_attention\"");
-  }
   // Which layers slide, as transformers decides: every layer for mistral; for qwen2 the
-  // config's layer_types when written, else layers from max_window_layers on.
+  // config's layer_types when written (checked here), else layers from max_window_layers on.
   if (c.sliding_window) {
     const auto n = static_cast<std::size_t>(c.num_hidden_layers);
     c.sliding_layers.assign(n, true);
-    if (variant.sliding_when_enabled) {
-      if (f.has("layer_types")) {
-        const json& types = f.doc().at("layer_types");
-        for (std::size_t i = 0; i < n; ++i) c.sliding_layers[i] = types[i] == "sliding_attention";
-      } else {
-        std::int64_t first = 28;  // transformers' default max_window_layers
-        if (f.has("max_window_layers") && f.doc().at("max_window_layers").is_number_integer())
-          first = f.doc().at("max_window_layers").get<std::int64_t>();
-        for (std::size_t i = 0; i < n; ++i)
-          c.sliding_layers[i] = static_cast<std::int64_t>(i) >= first;
+    if (variant.sliding_when_enabled && f.has("layer_types")) {
+      const json& types = f.doc().at("layer_types");
+      if (!types.is_array() || types.size() != n)
+        f.fail(
+            "layer_types",
+            "must list one entry per layer (num_hidden_layers " +
+                std::to_string(c.num_hidden_layers) + "), got " +
+                (types.is_array() ? std::to_string(types.size()) + " entries" : types.type_name()),
+            "list \"full_attention\" or \"sliding_attention\" for each layer");
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!types[i].is_string() ||
+            (types[i] != "full_attention" && types[i] != "sliding_attention"))
+          f.fail("layer_types", "[" + std::to_string(i) + "] is " + types[i].dump() +
+                                    ", not \"full_attention\" or \"sliding_attention\"");
+        c.sliding_layers[i] = types[i] == "sliding_attention";
       }
+    } else if (variant.sliding_when_enabled) {
+      std::int64_t first = 28;  // transformers' default max_window_layers
+      if (f.has("max_window_layers") && f.doc().at("max_window_layers").is_number_integer())
+        first = f.doc().at("max_window_layers").get<std::int64_t>();
+      for (std::size_t i = 0; i < n; ++i)
+        c.sliding_layers[i] = static_cast<std::int64_t>(i) >= first;
     }
   }
   if (c.num_attention_heads % c.num_key_value_heads != 0)

@@ -98,6 +98,18 @@ LoraModel::LoraModel(std::shared_ptr<model::PretrainedModel> model, LoraOptions 
 
 LoraModel::~LoraModel() = default;
 
+std::optional<LoraMatrix> lora_matrix_of(const std::string& peft_name) {
+  for (const bool is_a : {true, false}) {
+    const std::string suffix = is_a ? ".lora_A.weight" : ".lora_B.weight";
+    if (peft_name.starts_with(kPeftPrefix) && peft_name.ends_with(suffix) &&
+        peft_name.size() > kPeftPrefix.size() + suffix.size())
+      return LoraMatrix{peft_name.substr(kPeftPrefix.size(),
+                                         peft_name.size() - kPeftPrefix.size() - suffix.size()),
+                        is_a};
+  }
+  return std::nullopt;
+}
+
 std::vector<optim::NamedTensor> LoraModel::adapters() const {
   std::vector<optim::NamedTensor> out;
   for (const Layer& l : layers_) {

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,14 @@ struct LoraOptions {
   // Module names' last component; empty = the family's default_lora_targets (hf/families.h).
   std::vector<std::string> targets;
 };
+
+// The module and the matrix of an adapter tensor's PEFT name (as LoraModel::adapters() names
+// them); nullopt for any other name.
+struct LoraMatrix {
+  std::string module;  // e.g. "model.layers.0.self_attn.q_proj"
+  bool is_a = false;   // lora_A ([r, in]); else lora_B ([out, r])
+};
+std::optional<LoraMatrix> lora_matrix_of(const std::string& peft_name);
 
 class LoraModel {
  public:

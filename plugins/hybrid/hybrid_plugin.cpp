@@ -12,6 +12,7 @@
 #include "optim/clip.h"
 #include "parallel/split_model.h"
 #include "plugins/ddp/replica_training.h"
+#include "train/lora.h"
 #include "train/plugin_registry.h"
 
 namespace tessera::train {
@@ -116,17 +117,15 @@ class HybridPlugin : public Plugin {
     std::set<const void*> in_model;
     for (const auto& p : model.parameters()) in_model.insert(p.unsafeGetTensorImpl());
     const hf::FamilyTraits& family = hf::family_of(model.config());
-    const std::string prefix = "base_model.model.";
     for (NamedTensor& t : trainable) {
       if (in_model.count(t.tensor.unsafeGetTensorImpl())) continue;
       adapters_.insert(t.name);
-      const bool is_a = t.name.ends_with(".lora_A.weight");
-      if (!t.name.starts_with(prefix) || !(is_a || t.name.ends_with(".lora_B.weight")))
+      const std::optional<LoraMatrix> matrix = lora_matrix_of(t.name);
+      if (!matrix)
         throw Error(ErrorKind::Internal, "strategy hybrid: trainable tensor " + t.name +
                                              " is neither a parameter nor a LoRA matrix");
-      const std::string module = t.name.substr(
-          prefix.size(), t.name.size() - prefix.size() - std::string(".lora_A.weight").size());
-      const hf::TensorSplitRule* rule = hf::tensor_split_of(family, module);
+      const bool is_a = matrix->is_a;
+      const hf::TensorSplitRule* rule = hf::tensor_split_of(family, matrix->module);
       if (rule == nullptr) continue;  // on a whole layer: whole, the same gradient everywhere
       parallel::SplitParameter p;
       p.name = t.name;
