@@ -312,7 +312,7 @@ def test_killed_rank_is_named(launch):
 
 # --- whole jobs through `tessera-cli launch`: checkpoints across layouts and the export --------
 
-from test_launch import cli, events_of, job, losses_of, workdir  # noqa: E402,F401 (fixture)
+from test_launch import cli, events_of, job, losses_of, run_job, workdir  # noqa: E402,F401 (fixture)
 from safetensors.numpy import load_file  # noqa: E402
 
 # The same micro-batches per step in float32, summed in another order: the last bits differ.
@@ -330,15 +330,6 @@ def gemini_job(workdir, name, steps, strategy, accumulation, out=None, eval_ever
         spec["output"]["dir"] = str(out)
     path.write_text(json.dumps(spec))
     return path
-
-
-def run_job(spec, nproc, resume=None):
-    args = ["launch", "--nproc", nproc, spec] if nproc > 1 else ["run", spec]
-    if resume is not None:
-        args += ["--resume", resume]
-    r = cli(*args, timeout=180)
-    assert r.returncode == 0, r.stderr
-    return r
 
 
 def test_checkpoint_at_2_ranks_resumes_on_1_and_on_4(workdir):

@@ -31,7 +31,7 @@ from transformers import (BertConfig, BertForSequenceClassification, GPT2Config,
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
-from test_launch import cli, events_of, losses_of  # noqa: E402
+from test_launch import cli, events_of, losses_of, run_job  # noqa: E402
 from tiny_tokenizer import byte_level_bpe  # noqa: E402
 
 LOSS_BOUND = 1e-5
@@ -100,12 +100,7 @@ def job(workdir, family, name, strategy, accumulation=1, options=None, steps=STE
 
 
 def run(spec, nproc, resume=None):
-    args = ["launch", "--nproc", nproc, spec] if nproc > 1 else ["run", spec]
-    if resume is not None:
-        args += ["--resume", resume]
-    r = cli(*args, timeout=240)
-    assert r.returncode == 0, f"exit {r.returncode}\n{r.stderr[-4000:]}"
-    return r
+    return run_job(spec, nproc, resume, timeout=240)
 
 
 def worst_relative(got, expected):

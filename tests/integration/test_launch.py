@@ -34,6 +34,17 @@ def cli(*args, timeout=120):
     return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=ENV)
 
 
+def run_job(spec, nproc, resume=None, timeout=180):
+    """`run` (one process) or `launch --nproc N` of a job spec, resuming from `resume` when given;
+    fails the test with the exit code and the end of stderr unless it succeeds."""
+    args = ["launch", "--nproc", nproc, spec] if nproc > 1 else ["run", spec]
+    if resume is not None:
+        args += ["--resume", resume]
+    r = cli(*args, timeout=timeout)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stderr[-4000:]}"
+    return r
+
+
 def events_of(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
 

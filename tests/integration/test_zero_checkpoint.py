@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from safetensors.numpy import load_file
 
-from test_launch import cli, events_of, job, losses_of, workdir  # noqa: F401 (workdir: fixture)
+from test_launch import cli, events_of, job, losses_of, run_job as run, workdir  # noqa: F401 (workdir: fixture)
 
 # Losses across layouts: the same micro-batches per step in float32, summed in another order
 # (per rank, then the mean over ranks; or all in one process), so they differ in the last bits:
@@ -36,15 +36,6 @@ def with_strategy(workdir, name, steps, strategy, accumulation, options=None, ou
         spec["output"]["dir"] = str(out)
     path.write_text(json.dumps(spec))
     return path
-
-
-def run(spec, nproc, resume=None):
-    args = ["launch", "--nproc", nproc, spec] if nproc > 1 else ["run", spec]
-    if resume is not None:
-        args += ["--resume", resume]
-    r = cli(*args, timeout=180)
-    assert r.returncode == 0, r.stderr
-    return r
 
 
 @pytest.fixture(scope="module")
