@@ -162,7 +162,7 @@ struct ProcessGroup::Impl {
 
   // traffic(): calls, payload bytes and ring bytes per collective kind (issued on the training
   // thread, autograd's threads or c10d's, read by anyone).
-  enum Kind { AllReduce, ReduceScatter, AllGather, Broadcast, Kinds };
+  enum Kind { AllReduce, ReduceScatter, AllGather, Broadcast, Send, Kinds };
   struct Counter {
     std::atomic<std::uint64_t> calls{0}, bytes{0}, ring_bytes{0};
   };
@@ -175,8 +175,9 @@ struct ProcessGroup::Impl {
     Counter& counter = counters[kind];
     counter.calls.fetch_add(1, std::memory_order_relaxed);
     counter.bytes.fetch_add(bytes, std::memory_order_relaxed);
-    counter.ring_bytes.fetch_add(ring_volume(bytes, members, kind == AllReduce ? 2 : 1),
-                                 std::memory_order_relaxed);
+    counter.ring_bytes.fetch_add(
+        kind == Send ? bytes : ring_volume(bytes, members, kind == AllReduce ? 2 : 1),
+        std::memory_order_relaxed);
   }
 
   std::chrono::milliseconds timeout() const { return context->options.timeouts.collective; }
@@ -393,6 +394,38 @@ PendingCollective ProcessGroup::reduce_scatter_async(at::Tensor input, at::Tenso
       out, op == ReduceOp::Avg ? size() : 1);
 }
 
+PendingCollective ProcessGroup::send(at::Tensor tensor, int destination, int tag) {
+  check_peer("send", destination);
+  c10d::Backend& backend = impl_->backend_for(tensor, "send");
+  impl_->count(Impl::Send, tensor);
+  return impl_->start(
+      "send",
+      [&] {
+        std::vector<at::Tensor> tensors{tensor};
+        return backend.send(tensors, destination, tag);
+      },
+      tensor);
+}
+
+PendingCollective ProcessGroup::recv(at::Tensor tensor, int source, int tag) {
+  check_peer("recv", source);
+  c10d::Backend& backend = impl_->backend_for(tensor, "recv");
+  return impl_->start(
+      "recv",
+      [&] {
+        std::vector<at::Tensor> tensors{tensor};
+        return backend.recv(tensors, source, tag);
+      },
+      tensor);
+}
+
+void ProcessGroup::check_peer(const char* operation, int peer) const {
+  if (peer < 0 || peer >= size() || peer == rank())
+    throw_invalid(std::string(operation) + " on " + impl_->name + ": peer " +
+                  std::to_string(peer) + " is not another rank of the group (0 .. " +
+                  std::to_string(size() - 1) + ", this one " + std::to_string(rank()) + ")");
+}
+
 void ProcessGroup::barrier() {
   if (size() == 1) return;
   impl_
@@ -414,7 +447,7 @@ Traffic ProcessGroup::traffic() const {
                              counter.ring_bytes.load(std::memory_order_relaxed)};
   };
   return {read(Impl::AllReduce), read(Impl::ReduceScatter), read(Impl::AllGather),
-          read(Impl::Broadcast)};
+          read(Impl::Broadcast), read(Impl::Send)};
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -108,6 +108,12 @@ class ProcessGroup {
   // waited for: both tensors stay untouched until wait(), as all_reduce_async's.
   PendingCollective reduce_scatter_async(at::Tensor input, at::Tensor output,
                                          ReduceOp op = ReduceOp::Sum);
+  // Point to point (pipeline stages): `tensor` (contiguous) to group rank `destination`, which
+  // receives it with recv(…, source = this rank, the same tag) into a tensor of the same shape
+  // and dtype. Both return at once; the tensor stays untouched until wait(). Sends and receives
+  // between two ranks with one tag match in the order they were issued.
+  PendingCollective send(at::Tensor tensor, int destination, int tag);
+  PendingCollective recv(at::Tensor tensor, int source, int tag);
   // Returns once every member has called it.
   void barrier();
 
@@ -119,6 +125,7 @@ class ProcessGroup {
  private:
   friend class ParallelContext;
   struct Impl;
+  void check_peer(const char* operation, int peer) const;  // send/recv: another member
   explicit ProcessGroup(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

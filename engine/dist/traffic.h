@@ -10,7 +10,8 @@
 //   ring_bytes  what a ring algorithm sends from each rank for that payload over N ranks:
 //               all_reduce 2·(N−1)/N·S, reduce_scatter and all_gather (N−1)/N·S, broadcast
 //               (N−1)/N·S (a pipelined ring: every rank but the last forwards S; the mean per
-//               rank). The textbook lower bound a strategy's theoretical volume is written in,
+//               rank), send S (a point-to-point send; receives are not counted, the sender
+//               counts them). The textbook lower bound a strategy's theoretical volume is written in,
 //               so comparing ring_bytes with it compares like with like.
 // Neither is what Gloo itself writes to its sockets: Gloo's reduce_scatter all-reduces the
 // whole input and keeps this rank's block (2·(N−1)/N·S), and its broadcast is a tree from the
@@ -38,13 +39,17 @@ struct Traffic {
   CollectiveTraffic reduce_scatter;
   CollectiveTraffic all_gather;
   CollectiveTraffic broadcast;
+  CollectiveTraffic send;  // point to point (pipeline stages)
 
   // Every kind together.
-  CollectiveTraffic total() const { return all_reduce + reduce_scatter + all_gather + broadcast; }
+  CollectiveTraffic total() const {
+    return all_reduce + reduce_scatter + all_gather + broadcast + send;
+  }
   // What happened between `earlier` and this reading of the same group's counters.
   Traffic operator-(const Traffic& earlier) const {
     return {all_reduce - earlier.all_reduce, reduce_scatter - earlier.reduce_scatter,
-            all_gather - earlier.all_gather, broadcast - earlier.broadcast};
+            all_gather - earlier.all_gather, broadcast - earlier.broadcast,
+            send - earlier.send};
   }
 };
 

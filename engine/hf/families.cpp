@@ -406,6 +406,7 @@ std::vector<FamilyTraits> make_registry() {
                               {"layers.*.mlp.up_proj", TensorSplit::Column},
                               {"layers.*.mlp.down_proj", TensorSplit::Row},
                               {"lm_head", TensorSplit::Vocabulary}};
+    t.pipeline_plan = {"layers", {"embed_tokens"}, {"norm", "lm_head"}, "embed_tokens"};
     t.tensor_parallel_divides = {{"num_attention_heads", &ModelConfig::num_attention_heads},
                                  {"num_key_value_heads", &ModelConfig::num_key_value_heads},
                                  {"intermediate_size", &ModelConfig::intermediate_size},
@@ -446,6 +447,7 @@ std::vector<FamilyTraits> make_registry() {
       {"wte", TensorSplit::Vocabulary},      {"h.*.attn.c_attn", TensorSplit::Column, 3},
       {"h.*.attn.c_proj", TensorSplit::Row}, {"h.*.mlp.c_fc", TensorSplit::Column},
       {"h.*.mlp.c_proj", TensorSplit::Row},  {"lm_head", TensorSplit::Vocabulary}};
+  gpt2.pipeline_plan = {"h", {"wte", "wpe"}, {"ln_f", "lm_head"}, "wte"};
   gpt2.tensor_parallel_divides = {{"n_head", &ModelConfig::num_attention_heads},
                                   {"n_inner", &ModelConfig::intermediate_size},
                                   {"vocab_size", &ModelConfig::vocab_size}};
@@ -486,16 +488,22 @@ const std::vector<FamilyTraits>& model_families() {
   return registry;
 }
 
+namespace {
+
+// "a.b.c" → {"a", "b", "c"}.
+std::vector<std::string_view> components(std::string_view path) {
+  std::vector<std::string_view> parts;
+  while (true) {
+    const std::size_t dot = path.find('.');
+    parts.push_back(path.substr(0, dot));
+    if (dot == std::string_view::npos) return parts;
+    path.remove_prefix(dot + 1);
+  }
+}
+
+}  // namespace
+
 const TensorSplitRule* tensor_split_of(const FamilyTraits& family, std::string_view module_name) {
-  auto components = [](std::string_view path) {
-    std::vector<std::string_view> parts;
-    while (true) {
-      const std::size_t dot = path.find('.');
-      parts.push_back(path.substr(0, dot));
-      if (dot == std::string_view::npos) return parts;
-      path.remove_prefix(dot + 1);
-    }
-  };
   const std::vector<std::string_view> name = components(module_name);
   for (const TensorSplitRule& rule : family.tensor_parallel_plan) {
     const std::vector<std::string_view> pattern = components(rule.module);
@@ -535,6 +543,49 @@ void check_tensor_parallel(const ModelConfig& config, int size) {
                       std::to_string(size) + " equal parts",
                   "tensor-parallel sizes that divide every split size of this model: " + fitting);
   }
+}
+
+void check_pipeline_parallel(const ModelConfig& config, int stages) {
+  const FamilyTraits& family = family_of(config);
+  if (family.pipeline_plan.layers.empty())
+    throw_unsupported(
+        "pipeline parallelism is not supported yet for " + family.model_type + " models",
+        "families with a pipeline plan: " + model_types_where([](const FamilyTraits& f) {
+          return !f.pipeline_plan.layers.empty();
+        }));
+  const bool causal = std::any_of(config.architectures.begin(), config.architectures.end(),
+                                  [](const std::string& a) {
+                                    return a.ends_with("ForCausalLM") || a.ends_with("LMHeadModel");
+                                  }) ||
+                      config.architectures.empty();
+  if (!causal)
+    throw_unsupported("pipeline parallelism trains causal language models only; config.json's "
+                      "architectures name " +
+                      config.architectures.front());
+  if (stages < 1 || stages > config.num_hidden_layers)
+    throw_invalid("pipeline parallelism over " + std::to_string(stages) +
+                      " stages: config.json's num_hidden_layers (" +
+                      std::to_string(config.num_hidden_layers) + ") gives each stage no layer",
+                  "pp_size from 1 to " + std::to_string(config.num_hidden_layers) +
+                      " (each stage holds at least one layer)");
+}
+
+std::int64_t pipeline_layer_of(const FamilyTraits& family, const ModelConfig& config,
+                               std::string_view parameter_name) {
+  const std::vector<std::string_view> name = components(parameter_name);
+  const PipelinePlan& plan = family.pipeline_plan;
+  for (std::size_t i = 0; i + 1 < name.size(); ++i)
+    if (name[i] == plan.layers && !name[i + 1].empty() &&
+        name[i + 1].find_first_not_of("0123456789") == std::string_view::npos)
+      return std::stoll(std::string(name[i + 1]));
+  for (const std::string_view part : name) {
+    for (const std::string& module : plan.before)
+      if (part == module) return -1;
+    for (const std::string& module : plan.after)
+      if (part == module) return config.num_hidden_layers;
+  }
+  throw Error(ErrorKind::Internal, "pipeline plan of " + family.model_type + ": parameter " +
+                                       std::string(parameter_name) + " is in no stage");
 }
 
 const FamilyTraits* find_family(std::string_view model_type) {

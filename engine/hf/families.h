@@ -100,6 +100,16 @@ struct TensorSplitRule {
   int parts = 1;
 };
 
+// How pipeline parallelism cuts a family's model into stages of consecutive layers (as
+// transformers' base_model_pp_plan): module names, matched against the components of a
+// parameter name (with or without the base prefix, LoRA adapters' PEFT names too).
+struct PipelinePlan {
+  std::string layers;               // the layer list: layer i's parameters are under "<layers>.i."
+  std::vector<std::string> before;  // run before layer 0, on the first stage (the embeddings)
+  std::vector<std::string> after;   // run after the last layer, on the last stage (norm, head)
+  std::string tied_embedding;       // the input embedding a tied head reads (with `before`)
+};
+
 // A size field of config.json as the family names it, and the member it is read into.
 struct SizeField {
   const char* key;
@@ -137,7 +147,21 @@ struct FamilyTraits {
   // every rank), and the sizes a tensor-parallel size must divide. Empty: the family has none.
   std::vector<TensorSplitRule> tensor_parallel_plan;
   std::vector<SizeField> tensor_parallel_divides;
+  // The pipeline plan; `layers` empty: the family has none.
+  PipelinePlan pipeline_plan;
 };
+
+// Whether `config`'s model can be cut into `stages` pipeline stages: a causal LM of a family with
+// a pipeline plan and at least one layer per stage. Throws tessera::Error (Unsupported for a
+// family without a plan or another head; InvalidInput naming num_hidden_layers and the stage
+// counts that would work).
+void check_pipeline_parallel(const ModelConfig& config, int stages);
+
+// Where a parameter (named_parameters() name, or a LoRA adapter's PEFT name) runs in the
+// pipeline: its layer's index; -1 before layer 0; num_hidden_layers after the last. Throws
+// tessera::Error (Internal) for a name the plan does not place.
+std::int64_t pipeline_layer_of(const FamilyTraits& family, const ModelConfig& config,
+                               std::string_view parameter_name);
 
 // Whether `config`'s model can be split over `size` tensor-parallel ranks. Throws tessera::Error:
 // Unsupported when its family has no plan, InvalidInput naming the config field, its value and

@@ -192,10 +192,11 @@ const std::vector<StrategyInfo>& strategies() {
        /*planned=*/true,
        /*distributes=*/true},
       {"hybrid",
-       "tensor parallelism combined with data parallelism: each layer's weights split over "
-       "tp_size processes (Megatron-style: attention by heads, the MLP by its inner width, the "
-       "embedding and head by the vocabulary), the processes / tp_size replicas of that split "
-       "averaging their gradients",
+       "tensor and pipeline parallelism combined with data parallelism: each layer's weights "
+       "split over tp_size processes (Megatron-style: attention by heads, the MLP by its inner "
+       "width, the embedding and head by the vocabulary), the layers cut into pp_size stages "
+       "balanced by cost and run in the 1F1B order over the step's micro-batches, and the "
+       "processes / (tp_size × pp_size) replicas of that split averaging their gradients",
        {choice("device", "where it computes: the CPU (its CUDA path is not built yet)",
                {"auto", "cpu"}, {"cuda"}),
         literal_choice("tp_size",
@@ -203,8 +204,11 @@ const std::vector<StrategyInfo>& strategies() {
                        "divide the number of processes and the model's heads, kv heads, MLP "
                        "width and vocabulary",
                        {"2", "1", "4", "8"}),
-        literal_choice("pp_size", "pipeline stages: 1 (pipeline parallelism is not built yet)",
-                       {"1"}, {"2", "4", "8"})},
+        literal_choice("pp_size",
+                       "pipeline stages the layers are cut into: 1 (the default), 2, 4 or 8; "
+                       "tp_size × pp_size must divide the number of processes, and the model "
+                       "needs a layer per stage",
+                       {"1", "2", "4", "8"})},
        /*planned=*/false,
        /*distributes=*/true},
   };
@@ -251,6 +255,11 @@ DeviceChoice device_for(const std::string& strategy, const std::string& device,
 int hybrid_tensor_parallel_size(const nlohmann::json& options) {
   if (!options.is_object() || !options.contains("tp_size")) return 2;
   return options["tp_size"].get<int>();
+}
+
+int hybrid_pipeline_parallel_size(const nlohmann::json& options) {
+  if (!options.is_object() || !options.contains("pp_size")) return 1;
+  return options["pp_size"].get<int>();
 }
 
 std::string strategy_names() {

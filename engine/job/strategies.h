@@ -67,6 +67,8 @@ struct StrategyInfo {
 
 // strategy hybrid's tensor-parallel size (strategy.options.tp_size, 2 when absent).
 int hybrid_tensor_parallel_size(const nlohmann::json& options);
+// strategy hybrid's pipeline stages (strategy.options.pp_size, 1 when absent).
+int hybrid_pipeline_parallel_size(const nlohmann::json& options);
 
 // Every strategy this build has, in the order the docs list them.
 const std::vector<StrategyInfo>& strategies();

@@ -1,6 +1,7 @@
 // llama / mistral / qwen2: one pre-norm decoder; the families differ only in options
 // (q/k/v/o bias, MLP bias, sliding window, rope scaling, tied embeddings).
 #include "core/error.h"
+#include "model/dropout.h"
 #include "model/layers.h"
 #include "model/model.h"
 
@@ -148,10 +149,15 @@ class DecoderStackImpl : public torch::nn::Module {
   // `attention_mask` covers the cached and the new positions ([B, S + T]); `positions` is
   // [B or 1, T]. The sliding window is applied through the mask, so the cache keeps every
   // position (the same attention as transformers' sliding-window cache layers).
+  // A pipeline stage (`stage` not whole) runs its layers from `stage_input` (unless it holds
+  // layer 0) and returns their output without the final norm (unless it holds the last layer).
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& attention_mask,
                         const torch::Tensor& positions, KVCache* cache,
-                        const LayerWrapper& wrapper = {}) {
-    torch::Tensor h = embed_tokens(ids);
+                        const LayerWrapper& wrapper = {}, const PipelineStage& stage = {},
+                        const torch::Tensor& stage_input = {}) {
+    const auto count = static_cast<std::int64_t>(layers->size());
+    const std::int64_t end = stage.end_layer < 0 ? count : stage.end_layer;
+    torch::Tensor h = stage.first_layer == 0 ? embed_tokens(ids) : stage_input;
     auto [cos, sin] = rotary_.cos_sin(positions, h.scalar_type());
     const std::int64_t length = ids.size(1);
     torch::Tensor full_mask = causal_attention_mask(attention_mask, length);
@@ -160,7 +166,9 @@ class DecoderStackImpl : public torch::nn::Module {
       sliding_mask = causal_attention_mask(attention_mask, length, options_.sliding_window);
     if (cache != nullptr && cache->layers.size() != layers->size())
       cache->layers.resize(layers->size());
-    for (std::size_t i = 0; i < layers->size(); ++i) {
+    for (auto i = static_cast<std::size_t>(stage.first_layer); i < static_cast<std::size_t>(end);
+         ++i) {
+      begin_dropout_layer(static_cast<std::int64_t>(i));
       const torch::Tensor& mask = sliding_layers_[i] ? sliding_mask : full_mask;
       if (wrapper && cache == nullptr) {
         std::shared_ptr<DecoderLayerImpl> layer = layers->ptr<DecoderLayerImpl>(i);
@@ -172,6 +180,8 @@ class DecoderStackImpl : public torch::nn::Module {
                                                        cache ? &cache->layers[i] : nullptr);
       }
     }
+    if (end < count) return h;
+    begin_dropout_layer(count);
     return norm(h);
   }
   Embedding embed_tokens{nullptr};
@@ -218,6 +228,7 @@ class DecoderCausalLM : public PretrainedModel {
       lm_head = register_module("lm_head", Linear(c.hidden_size, c.vocab_size, false, t));
   }
   bool supports_cache() const override { return true; }
+  bool supports_stages() const override { return true; }
 
   DecoderStack model{nullptr};
   Linear lm_head{nullptr};  // null when tied: the logits use model.embed_tokens.weight
@@ -225,8 +236,9 @@ class DecoderCausalLM : public PretrainedModel {
  protected:
   ForwardOutput run(const ForwardInput& in) override {
     ForwardOutput out;
-    out.hidden_states =
-        model->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache, layer_wrapper);
+    out.hidden_states = model->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache,
+                                       layer_wrapper, stage, in.stage_input);
+    if (!last_stage()) return out;
     apply_causal_lm_head(out, in, lm_head ? lm_head.get() : nullptr, *model->embed_tokens);
     return out;
   }

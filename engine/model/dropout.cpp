@@ -44,6 +44,11 @@ std::optional<DropoutStream> current_dropout_stream() {
   return current_stream;
 }
 
+void begin_dropout_layer(std::int64_t layer) {
+  // Sites before layer 0 (the embedding's) are 0 …; a layer has far fewer than 2^16 sites.
+  if (current_stream) current_stream->site = (layer + 1) << 16;
+}
+
 bool layout_free_dropout_active(double p, bool training) {
   return training && p > 0.0 && current_stream.has_value();
 }

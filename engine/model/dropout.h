@@ -42,6 +42,11 @@ class DropoutScope {
 // The stream of this thread's innermost scope, if any (copied by activation checkpointing).
 std::optional<DropoutStream> current_dropout_stream();
 
+// A family's layer loop calls this before layer `layer` (and with the layer count before the
+// head): the layer's sites are numbered from a base of its own, so a pipeline stage that starts
+// at that layer draws the masks the whole model draws there. Nothing outside a scope.
+void begin_dropout_layer(std::int64_t layer);
+
 // x with each element zeroed with probability p and the rest scaled by 1 / (1 - p), when
 // `training` and p > 0; else x. Dimension 0 of x is the batch: row i draws from its own generator
 // keyed by the scope's (seed, step, first_row + i, site). Every call is one site.

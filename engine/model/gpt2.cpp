@@ -117,14 +117,26 @@ class Gpt2StackImpl : public torch::nn::Module {
     return forward(ids, attention_mask, positions, nullptr);
   }
   // `attention_mask` [B, S + T] covers cached and new positions; `positions` is [B or 1, T].
+  // A pipeline stage (`stage` not whole) runs its blocks from `stage_input` (unless it holds
+  // block 0) and returns their output without ln_f (unless it holds the last block).
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& attention_mask,
                         const torch::Tensor& positions, KVCache* cache,
-                        const LayerWrapper& wrapper = {}) {
-    torch::Tensor x = wte(ids) + wpe(positions);
-    x = model::dropout(x, embd_dropout_, is_training());
+                        const LayerWrapper& wrapper = {}, const PipelineStage& stage = {},
+                        const torch::Tensor& stage_input = {}) {
+    const auto count = static_cast<std::int64_t>(h->size());
+    const std::int64_t end = stage.end_layer < 0 ? count : stage.end_layer;
+    torch::Tensor x;
+    if (stage.first_layer == 0) {
+      x = wte(ids) + wpe(positions);
+      x = model::dropout(x, embd_dropout_, is_training());
+    } else {
+      x = stage_input;
+    }
     torch::Tensor mask = causal_attention_mask(attention_mask, ids.size(1));
     if (cache != nullptr && cache->layers.size() != h->size()) cache->layers.resize(h->size());
-    for (std::size_t i = 0; i < h->size(); ++i) {
+    for (auto i = static_cast<std::size_t>(stage.first_layer); i < static_cast<std::size_t>(end);
+         ++i) {
+      begin_dropout_layer(static_cast<std::int64_t>(i));
       if (wrapper && cache == nullptr) {
         std::shared_ptr<Gpt2BlockImpl> block = h->ptr<Gpt2BlockImpl>(i);
         x = wrapper([block, mask](const torch::Tensor& in) { return block->forward(in, mask); }, x);
@@ -132,6 +144,8 @@ class Gpt2StackImpl : public torch::nn::Module {
         x = h[i]->as<Gpt2BlockImpl>()->forward(x, mask, cache ? &cache->layers[i] : nullptr);
       }
     }
+    if (end < count) return x;
+    begin_dropout_layer(count);
     return ln_f(x);
   }
   Embedding wte{nullptr}, wpe{nullptr};
@@ -191,6 +205,7 @@ class Gpt2LMHead : public PretrainedModel {
       lm_head = register_module("lm_head", Linear(c.hidden_size, c.vocab_size, false, t));
   }
   bool supports_cache() const override { return true; }
+  bool supports_stages() const override { return true; }
 
   Gpt2Stack transformer{nullptr};
   Linear lm_head{nullptr};  // null when tied to transformer.wte
@@ -200,7 +215,8 @@ class Gpt2LMHead : public PretrainedModel {
     check_positions(config(), in);
     ForwardOutput out;
     out.hidden_states = transformer->forward(in.input_ids, in.attention_mask, in.position_ids,
-                                             in.cache, layer_wrapper);
+                                             in.cache, layer_wrapper, stage, in.stage_input);
+    if (!last_stage()) return out;
     apply_causal_lm_head(out, in, lm_head ? lm_head.get() : nullptr, *transformer->wte);
     return out;
   }

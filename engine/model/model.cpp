@@ -160,10 +160,35 @@ ForwardOutput PretrainedModel::forward(const ForwardInput& input) {
     in.labels = in.labels.to(device);
   }
   if (input.token_type_ids.defined()) in.token_type_ids = input.token_type_ids.to(device);
+  if (!stage.whole()) {
+    if (!supports_stages())
+      throw_unsupported(config_.model_type + " " + task_head_name(head_) +
+                        ": pipeline stages are supported by the causal decoder families only");
+    const std::int64_t end = stage_end_layer();
+    if (stage.first_layer < 0 || end <= stage.first_layer || end > config_.num_hidden_layers)
+      throw_invalid("pipeline stage: layers [" + std::to_string(stage.first_layer) + ", " +
+                    std::to_string(end) + ") are not a range of the model's " +
+                    std::to_string(config_.num_hidden_layers) + " layers");
+    if (input.cache != nullptr)
+      throw_unsupported("pipeline stage: a KV cache (generation) needs the whole model");
+    if (!first_stage()) {
+      const std::vector<std::int64_t> hidden_shape{batch, length, config_.hidden_size};
+      if (!input.stage_input.defined() ||
+          input.stage_input.sizes() != c10::IntArrayRef(hidden_shape))
+        throw_invalid("stage_input: a stage from layer " + std::to_string(stage.first_layer) +
+                      " needs the previous stage's output of shape " +
+                      shape_string(hidden_shape));
+      in.stage_input = input.stage_input;
+    }
+  }
   in.input_ids = in.input_ids.to(device);
   in.attention_mask = in.attention_mask.to(device);
   if (in.position_ids.defined()) in.position_ids = in.position_ids.to(device);
   return run(in);
+}
+
+std::int64_t PretrainedModel::stage_end_layer() const {
+  return stage.end_layer < 0 ? config_.num_hidden_layers : stage.end_layer;
 }
 
 std::string PretrainedModel::base_prefix() const {

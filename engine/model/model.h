@@ -79,12 +79,27 @@ struct ForwardInput {
   // CausalLM: compute logits for the last `logits_to_keep` positions only (0 = all), as
   // transformers' logits_to_keep; generation needs just the last one.
   std::int64_t logits_to_keep = 0;
+  // A pipeline stage after the first (PretrainedModel::stage): the previous stage's output
+  // [B, T, hidden], where its layers start. input_ids, attention_mask and labels are still given
+  // (masks, positions and the loss are made from them).
+  torch::Tensor stage_input;
 };
 
 struct ForwardOutput {
   torch::Tensor logits;         // CausalLM: [B, T, vocab]; SequenceClassification: [B, labels]
   torch::Tensor loss;           // scalar float32, defined when labels were given
-  torch::Tensor hidden_states;  // last hidden state [B, T, hidden] (after the final norm)
+  torch::Tensor hidden_states;  // last hidden state [B, T, hidden] (after the final norm); a
+                                // pipeline stage before the last: its last layer's output
+};
+
+// Pipeline parallelism: the part of a model one stage runs, layers [first_layer, end_layer).
+// The stage holding layer 0 embeds input_ids; the others start from ForwardInput::stage_input.
+// The stage holding the last layer applies the final norm, the head and the loss; the others
+// return their last layer's output (ForwardOutput::hidden_states) and no logits.
+struct PipelineStage {
+  std::int64_t first_layer = 0;
+  std::int64_t end_layer = -1;  // -1: through the last layer (the whole model by default)
+  bool whole() const { return first_layer == 0 && end_layer < 0; }
 };
 
 // One layer of a family's stack as a function of its input hidden states (the layer's other
@@ -116,6 +131,16 @@ class PretrainedModel : public torch::nn::Module {
   // layer(h) — except with a KV cache (generation), where layers run directly since a
   // recomputation would append to the cache twice.
   LayerWrapper layer_wrapper;
+
+  // The layers forward runs (pipeline parallelism); the whole model by default. Only families
+  // with supports_stages() take another.
+  PipelineStage stage;
+  virtual bool supports_stages() const { return false; }
+  // The stage's layer range resolved against the model's layer count, and where it stands.
+  std::int64_t stage_first_layer() const { return stage.first_layer; }
+  std::int64_t stage_end_layer() const;
+  bool first_stage() const { return stage.first_layer == 0; }
+  bool last_stage() const { return stage_end_layer() == config_.num_hidden_layers; }
 
  protected:
   virtual ForwardOutput run(const ForwardInput& input) = 0;

@@ -661,17 +661,25 @@ void check_processes(const job::JobSpec& spec, int world_size) {
 
 void check_hybrid(const job::JobSpec& spec, int world_size) {
   const int tp = job::hybrid_tensor_parallel_size(spec.strategy.options);
-  if (world_size % tp != 0)
-    throw_invalid("strategy.options.tp_size: " + std::to_string(tp) +
-                      " does not divide the job's " + std::to_string(world_size) + " processes",
-                  "launch a multiple of " + std::to_string(tp) +
-                      " processes (--nproc), or choose a tp_size that divides " +
+  const int pp = job::hybrid_pipeline_parallel_size(spec.strategy.options);
+  if (world_size % (tp * pp) != 0) {
+    const std::string sizes = pp == 1 ? "tp_size: " + std::to_string(tp)
+                                      : "tp_size × pp_size: " + std::to_string(tp) + " × " +
+                                            std::to_string(pp) + " = " + std::to_string(tp * pp);
+    throw_invalid("strategy.options." + sizes + " does not divide the job's " +
+                      std::to_string(world_size) + " processes",
+                  "launch a multiple of " + std::to_string(tp * pp) +
+                      " processes (--nproc), or choose sizes whose product divides " +
                       std::to_string(world_size));
-  if (tp == 1) return;
+  }
+  if (tp == 1 && pp == 1) return;
   // The model's sizes, when its folder is here (a Hub model is judged once downloaded).
   if (spec.model.path.empty()) return;
-  const fs::path config = fs::path(spec.model.path) / "config.json";
-  if (fs::is_regular_file(config)) hf::check_tensor_parallel(hf::load_model_config(config), tp);
+  const fs::path config_file = fs::path(spec.model.path) / "config.json";
+  if (!fs::is_regular_file(config_file)) return;
+  const hf::ModelConfig config = hf::load_model_config(config_file);
+  if (tp > 1) hf::check_tensor_parallel(config, tp);
+  if (pp > 1) hf::check_pipeline_parallel(config, pp);
 }
 
 namespace {
@@ -736,19 +744,24 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
 
   train::TrainerOptions options = trainer_options(spec, out_dir, source.dir());
   options.deferred_weights = std::move(to_train.weights);
-  // hybrid: a (world / tp) × tp mesh, tp innermost so that a tensor group's ranks are
-  // neighbours (one machine's, when launched per node); the data group is the other dimension.
-  std::shared_ptr<dist::ProcessGroup> data_group, tensor_group;
+  // hybrid: a dp × pp × tp mesh, tp innermost so that a tensor group's ranks are neighbours
+  // (one machine's, when launched per node), then the pipeline's stages; the data group is the
+  // outer dimension.
+  std::shared_ptr<dist::ProcessGroup> data_group, tensor_group, pipeline_group;
   if (parallel) {
     options.process = {parallel->rank(), parallel->world_size(), parallel, &parallel->world()};
     if (spec.strategy.name == "hybrid") {
       const int world = parallel->world_size();
       const int tp = job::hybrid_tensor_parallel_size(spec.strategy.options);
-      // (check_processes refused a tp_size that does not divide the world before joining.)
-      data_group = parallel->new_mesh_group({world / tp, tp}, 0);
-      tensor_group = parallel->new_mesh_group({world / tp, tp}, 1);
+      const int pp = job::hybrid_pipeline_parallel_size(spec.strategy.options);
+      // (check_processes refused sizes that do not divide the world before joining.)
+      const std::vector<int> mesh{world / (tp * pp), pp, tp};
+      data_group = parallel->new_mesh_group(mesh, 0);
+      tensor_group = parallel->new_mesh_group(mesh, 2);
+      if (pp > 1) pipeline_group = parallel->new_mesh_group(mesh, 1);
       options.process.data_group = data_group.get();
       options.process.tensor_group = tensor_group.get();
+      options.process.pipeline_group = pipeline_group.get();
     }
   }
   TrainerEventWriter trainer_events(events);

@@ -24,11 +24,13 @@ void TrainerEventWriter::on_step(const train::StepReport& r) {
                           {"reduce_scatter", kind(traffic.reduce_scatter)},
                           {"all_gather", kind(traffic.all_gather)},
                           {"broadcast", kind(traffic.broadcast)},
+                          {"send", kind(traffic.send)},
                           {"bytes", total.bytes},
                           {"ring_bytes", total.ring_bytes}};
   };
   if (r.traffic) metric["traffic"] = traffic_json(*r.traffic);
   if (r.tensor_traffic) metric["tensor_traffic"] = traffic_json(*r.tensor_traffic);
+  if (r.pipeline_traffic) metric["pipeline_traffic"] = traffic_json(*r.pipeline_traffic);
   sink_.emit("metric", metric);
 }
 

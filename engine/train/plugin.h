@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "model/dropout.h"
 #include "model/model.h"
 #include "optim/adamw.h"
 #include "train/checkpoint.h"
@@ -54,6 +55,10 @@ struct ProcessContext {
   // group (tp innermost: ranks r … r + tp - 1 of a (world / tp) × tp mesh); the data group then
   // holds the ranks of the same tensor coordinate, which read different batches.
   dist::ProcessGroup* tensor_group = nullptr;
+  // Strategies that cut the model into pipeline stages (hybrid): the ranks holding the other
+  // stages with this rank's data and tensor coordinates (a dp × pp × tp mesh), group rank =
+  // stage.
+  dist::ProcessGroup* pipeline_group = nullptr;
 };
 
 // Throws Unsupported unless `process` is one process (plugins that do not distribute yet).
@@ -169,6 +174,22 @@ class Plugin {
   // `last_micro_batch`: no other backward comes before step(), so the gradients are final
   // (where data parallelism reduces them; gemini takes their norms as they arrive).
   virtual void backward(const torch::Tensor& loss, double multiplier, bool last_micro_batch) = 0;
+  // A plugin may run a step's micro-batches itself (pipeline parallelism interleaves their
+  // forwards and backwards across stages; Colossal-AI's execute_pipeline): then the trainer
+  // hands it every micro-batch of the step instead of calling the model and backward() per
+  // micro-batch. Each input is on device(); forward and backward of micro-batch i run inside a
+  // model::DropoutScope of its stream, its loss × `multiplier`. Returns each micro-batch's loss,
+  // the same on every rank. The last backward ends as backward(…, last_micro_batch) would.
+  struct MicroBatch {
+    model::ForwardInput input;
+    model::DropoutStream dropout;
+  };
+  virtual bool runs_micro_batches() const { return false; }
+  virtual std::vector<double> run_micro_batches(std::vector<MicroBatch>& micro_batches,
+                                                double multiplier);
+  // Such a plugin's loss for one batch without gradients (evaluation), on every rank.
+  virtual double evaluation_loss(const model::ForwardInput& input);
+
   // Clips (max_grad_norm > 0), updates with AdamW at `lr`, and clears the gradients. A plugin
   // may return with part of the update still running behind the next forward (gemini's
   // optimizer chunks on disk); every other call waits for it where it must.

@@ -42,6 +42,16 @@ void require_one_process(const ProcessContext& process, const std::string& plugi
                       "run one process, or a data-parallel strategy once it exists");
 }
 
+std::vector<double> Plugin::run_micro_batches(std::vector<MicroBatch>&, double) {
+  throw Error(ErrorKind::Internal,
+              "strategy " + name() + " does not run micro-batches itself (runs_micro_batches)");
+}
+
+double Plugin::evaluation_loss(const model::ForwardInput&) {
+  throw Error(ErrorKind::Internal,
+              "strategy " + name() + " does not run micro-batches itself (runs_micro_batches)");
+}
+
 void require_cpu_device(const PluginOptions& options, const std::string& plugin) {
   if (options.device == "cuda")
     throw_unsupported("strategy " + plugin + ": strategy.options.device \"cuda\" is not " +

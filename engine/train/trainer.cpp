@@ -143,14 +143,27 @@ int Trainer::data_ranks() const {
   return distributed() ? options_.process.data_group->size() : 1;
 }
 
-model::ForwardOutput Trainer::forward_batch(const Batch& batch) {
+model::ForwardInput Trainer::input_of(const Batch& batch) const {
   model::ForwardInput in;
   const torch::Device device = plugin_->device();
   in.input_ids = batch.input_ids.to(device);
   in.attention_mask =
       batch.attention_mask.defined() ? batch.attention_mask.to(device) : torch::Tensor();
   in.labels = batch.labels.defined() ? batch.labels.to(device) : batch.input_ids.to(device);
-  model::ForwardOutput out = model_->forward(in);
+  return in;
+}
+
+model::DropoutStream Trainer::dropout_stream(std::int64_t step, std::int64_t first_row) const {
+  // Under tensor parallelism this rank holds its tensor rank's block of each layer's heads.
+  const std::int64_t head_block =
+      options_.process.tensor_group ? options_.process.tensor_group->rank() : 0;
+  const std::int64_t blocks =
+      options_.process.tensor_group ? options_.process.tensor_group->size() : 1;
+  return {options_.training.seed, step, first_row, 0, head_block, blocks};
+}
+
+model::ForwardOutput Trainer::forward_batch(const Batch& batch) {
+  model::ForwardOutput out = model_->forward(input_of(batch));
   if (!out.loss.defined())
     throw_invalid("training: the model computed no loss for a batch",
                   "the model needs a head with a loss (causal LM or classification)");
@@ -159,13 +172,7 @@ model::ForwardOutput Trainer::forward_batch(const Batch& batch) {
 
 double Trainer::train_micro_batch(const Batch& batch, bool last_micro_batch, std::int64_t step,
                                   std::int64_t first_row) {
-  // Under tensor parallelism this rank holds its tensor rank's block of each layer's heads.
-  const std::int64_t head_block =
-      options_.process.tensor_group ? options_.process.tensor_group->rank() : 0;
-  const std::int64_t blocks =
-      options_.process.tensor_group ? options_.process.tensor_group->size() : 1;
-  model::DropoutScope dropout_scope(
-      {options_.training.seed, step, first_row, 0, head_block, blocks});
+  model::DropoutScope dropout_scope(dropout_stream(step, first_row));
   model::ForwardOutput out = forward_batch(batch);
   plugin_->backward(out.loss, 1.0 / static_cast<double>(options_.training.gradient_accumulation),
                     last_micro_batch);
@@ -195,6 +202,14 @@ EvalResult Trainer::evaluate(BatchSource& source) {
       const bool counted = i < n;
       if (world_size > 1) source.seek({0, counted ? i : 0});
       const Batch batch = source.next();
+      if (plugin_->runs_micro_batches()) {
+        // The plugin runs the model (a pipeline's stages pass the batch along); causal LMs only.
+        const double loss = plugin_->evaluation_loss(input_of(batch));
+        if (!counted) continue;
+        ++count;
+        sum += loss;
+        continue;
+      }
       model::ForwardOutput out = forward_batch(batch);
       if (!counted) continue;
       ++count;
@@ -640,6 +655,9 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
     dist::ProcessGroup* tensor_group = options_.process.tensor_group;
     const dist::Traffic tensor_traffic_before =
         tensor_group ? tensor_group->traffic() : dist::Traffic{};
+    dist::ProcessGroup* pipeline_group = options_.process.pipeline_group;
+    const dist::Traffic pipeline_traffic_before =
+        pipeline_group ? pipeline_group->traffic() : dist::Traffic{};
     double loss_sum = 0.0;
     std::int64_t tokens = 0;
     // Where this step starts, to save it as it was if the device runs out of memory in it.
@@ -648,6 +666,7 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
     const torch::Tensor device_rng =
         plugin_->device().is_cuda() ? device_rng_state(plugin_->device()) : torch::Tensor();
     try {
+      std::vector<Plugin::MicroBatch> scheduled;  // for a plugin that runs them itself
       for (std::int64_t micro = 0; micro < t.gradient_accumulation; ++micro) {
         Batch batch = micro_batches.next();
         tokens += batch.attention_mask.defined() ? batch.attention_mask.sum().item<std::int64_t>()
@@ -655,8 +674,18 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
         // Micro-batch `micro` of this rank is micro-batch micro · ranks + rank of the step's
         // global order (ShardedBatchSource).
         const std::int64_t global_micro_batch = micro * data_ranks() + data_rank();
-        loss_sum += train_micro_batch(batch, micro + 1 == t.gradient_accumulation, step,
-                                      global_micro_batch * micro_batches.rows_per_batch());
+        const std::int64_t first_row = global_micro_batch * micro_batches.rows_per_batch();
+        if (plugin_->runs_micro_batches()) {
+          scheduled.push_back({input_of(batch), dropout_stream(step, first_row)});
+          continue;
+        }
+        loss_sum +=
+            train_micro_batch(batch, micro + 1 == t.gradient_accumulation, step, first_row);
+      }
+      if (!scheduled.empty()) {
+        for (const double loss : plugin_->run_micro_batches(
+                 scheduled, 1.0 / static_cast<double>(t.gradient_accumulation)))
+          loss_sum += loss;
       }
     } catch (const DeviceOutOfMemory& e) {
       out_of_device_memory(e.what(), e.hint(), step, step_start, cpu_rng, device_rng, train,
@@ -716,8 +745,11 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
         if (distributed()) traffic = options_.process.data_group->traffic() - traffic_before;
         std::optional<dist::Traffic> tensor_traffic;
         if (tensor_group) tensor_traffic = tensor_group->traffic() - tensor_traffic_before;
-        events_->on_step(
-            {step, loss, lr, stats.grad_norm, tokens_per_s, rank_steps, traffic, tensor_traffic});
+        std::optional<dist::Traffic> pipeline_traffic;
+        if (pipeline_group)
+          pipeline_traffic = pipeline_group->traffic() - pipeline_traffic_before;
+        events_->on_step({step, loss, lr, stats.grad_norm, tokens_per_s, rank_steps, traffic,
+                          tensor_traffic, pipeline_traffic});
         const auto now = std::chrono::steady_clock::now();
         const std::int64_t after_first = step - result.start_step - 1;
         const double per_step = first_of_run

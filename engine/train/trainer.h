@@ -132,6 +132,11 @@ class Trainer {
   std::int64_t total_steps_for(const BatchSource& train) const;
 
  private:
+  // A batch as the model's input on the plugin's device (labels: the input ids when absent).
+  model::ForwardInput input_of(const Batch& batch) const;
+  // The dropout stream of a micro-batch whose first row is `first_row` of step `step`'s global
+  // batch (model/dropout.h).
+  model::DropoutStream dropout_stream(std::int64_t step, std::int64_t first_row) const;
   model::ForwardOutput forward_batch(const Batch& batch);
   // Forward and backward of one micro-batch; returns its loss.
   // `first_row`: the global row of its first example in the step's global batch (dropout masks

@@ -42,6 +42,8 @@ struct StepReport {
   std::optional<dist::Traffic> traffic;
   // Tensor parallelism only (hybrid): the same on this rank's tensor-parallel group.
   std::optional<dist::Traffic> tensor_traffic;
+  // hybrid with pipeline stages: the same for this rank's pipeline group (the stages' sends).
+  std::optional<dist::Traffic> pipeline_traffic;
 };
 
 // Memory of the training process: on the plugin's device when it is an accelerator, else the

@@ -19,21 +19,31 @@ void ReplicaTraining::prepare(model::PretrainedModel& model,
       bucket_options);
 }
 
-void ReplicaTraining::backward(const torch::Tensor& loss, double multiplier,
-                               bool last_micro_batch) {
+template <typename Run>
+void ReplicaTraining::run_backward(const Run& run, bool last_micro_batch) {
   if (!last_micro_batch) {
-    dense_.backward(loss, multiplier);
+    run();
     return;
   }
   buckets_->start();
   try {
-    dense_.backward(loss, multiplier);
+    run();
   } catch (...) {
     buckets_->abandon();
     throw;
   }
   buckets_->finish();
   reduced_ = true;
+}
+
+void ReplicaTraining::backward(const torch::Tensor& loss, double multiplier,
+                               bool last_micro_batch) {
+  run_backward([&] { dense_.backward(loss, multiplier); }, last_micro_batch);
+}
+
+void ReplicaTraining::backward_through(const torch::Tensor& output, const torch::Tensor& gradient,
+                                       bool last_micro_batch) {
+  run_backward([&] { dense_.backward_through(output, gradient); }, last_micro_batch);
 }
 
 std::vector<torch::Tensor> ReplicaTraining::averaged_gradients() {

@@ -28,6 +28,9 @@ class ReplicaTraining {
   // Earlier micro-batches accumulate and communicate nothing (DDP's no_sync); the last one's
   // gradients are averaged as its backward produces them.
   void backward(const torch::Tensor& loss, double multiplier, bool last_micro_batch);
+  // The same from a pipeline stage's output and its gradient (DenseTraining::backward_through).
+  void backward_through(const torch::Tensor& output, const torch::Tensor& gradient,
+                        bool last_micro_batch);
   // The averaged float32 gradients of dense().params(), in order; call after the last
   // micro-batch's backward, then finish_step() once the update has read them.
   std::vector<torch::Tensor> averaged_gradients();
@@ -38,6 +41,10 @@ class ReplicaTraining {
   const BucketTrace* trace() const { return buckets_ ? &buckets_->trace() : nullptr; }
 
  private:
+  // Runs `run` (a backward); the last micro-batch's inside the buckets' reduction.
+  template <typename Run>
+  void run_backward(const Run& run, bool last_micro_batch);
+
   std::string plugin_;
   train::DenseTraining dense_;
   std::unique_ptr<GradientBuckets> buckets_;  // hooks on dense_'s tensors

@@ -10,6 +10,7 @@
 #include "dist/parallel_context.h"
 #include "hf/families.h"
 #include "optim/clip.h"
+#include "parallel/pipeline_stage.h"
 #include "parallel/split_model.h"
 #include "plugins/ddp/replica_training.h"
 #include "train/lora.h"
@@ -27,13 +28,34 @@ class HybridPlugin : public Plugin {
                const PluginOptions& options) override {
     process_ = options.process;
     require_cpu_device(options, name());
-    // The runner made the (world / tp) × tp mesh from strategy.options.tp_size and refused a
-    // tp_size the processes or the model do not divide (runner::check_hybrid).
+    // Whole shapes, for checkpoints and the export (which hold whole tensors).
+    for (const auto& item : model.named_parameters())
+      whole_shape_[item.key()] = item.value().sizes().vec();
+    std::set<const void*> in_model;
+    for (const auto& p : model.parameters()) in_model.insert(p.unsafeGetTensorImpl());
+    for (const NamedTensor& t : trainable) {
+      whole_shape_[t.name] = t.tensor.sizes().vec();
+      trainable_names_.push_back(t.name);
+      if (in_model.count(t.tensor.unsafeGetTensorImpl())) continue;
+      adapters_.insert(t.name);  // LoRA's matrices (outside the model's parameters)
+      adapter_handles_[t.name] = t.tensor;
+    }
+    // The runner made the dp × pp × tp mesh from strategy.options.tp_size and pp_size and
+    // refused sizes the processes or the model do not divide (runner::check_hybrid).
     if (process_.tensor_group != nullptr && process_.tensor_group->size() > 1) {
       tensor_group_ = process_.tensor_group;
       layout_ = parallel::split_model(model, *tensor_group_);
       for (const parallel::SplitParameter& p : layout_) split_of_[p.name] = p;
       split_adapters(model, trainable);
+    }
+    if (process_.pipeline_group != nullptr && process_.pipeline_group->size() > 1) {
+      stages_ = std::make_unique<parallel::PipelineStages>(model, *process_.pipeline_group);
+      std::erase_if(trainable, [&](const NamedTensor& t) { return !stages_->holds(t.name); });
+      stages_->release_other_stages(model);
+      if (options.log && process_.rank == 0)
+        options.log("info", "strategy hybrid: " + std::to_string(stages_->stages()) +
+                                " pipeline stages hold " +
+                                parallel::describe_stages(stages_->layout()));
     }
     dist::ProcessGroup* data_group =
         process_.data_group != nullptr && process_.data_group->size() > 1 ? process_.data_group
@@ -52,23 +74,56 @@ class HybridPlugin : public Plugin {
     replicas_.backward(loss, multiplier, last_micro_batch);
   }
 
+  // With pipeline stages the plugin runs the step's micro-batches (1F1B).
+  bool runs_micro_batches() const override { return stages_ != nullptr; }
+  std::vector<double> run_micro_batches(std::vector<MicroBatch>& micro_batches,
+                                        double multiplier) override {
+    std::vector<model::ForwardInput> inputs;
+    std::vector<model::DropoutStream> streams;
+    for (MicroBatch& m : micro_batches) {
+      inputs.push_back(std::move(m.input));
+      streams.push_back(m.dropout);
+    }
+    const int last = static_cast<int>(inputs.size()) - 1;
+    return stages_->run_one_f_one_b(
+        *model_, inputs, streams,
+        [&](const torch::Tensor& output, const torch::Tensor& gradient, int micro_batch) {
+          if (gradient.defined())
+            replicas_.backward_through(output, gradient, micro_batch == last);
+          else
+            replicas_.backward(output, multiplier, micro_batch == last);
+        },
+        activations());
+  }
+  double evaluation_loss(const model::ForwardInput& input) override {
+    return stages_->forward_loss(*model_, input, activations());
+  }
+
   StepStats step(double lr, double max_grad_norm) override {
     torch::NoGradGuard no_grad;
     const std::vector<NamedTensor>& params = dense().params();
     std::vector<torch::Tensor> gradients = replicas_.averaged_gradients();
+    share_tied_gradient(gradients);
     std::vector<torch::Tensor> split_gradients, whole_gradients;
     for (std::size_t i = 0; i < gradients.size(); ++i) {
       // LoRA's A on a layer split by outputs: each rank's gradient is its outputs' share.
       if (summed_over_tensor_group_.count(params[i].name) && gradients[i].defined())
         tensor_group_->all_reduce(gradients[i]);
+      // The last stage's copy of a tied embedding counts once, on the first stage.
+      if (stages_ && stages_->last() && params[i].name == stages_->tied_embedding()) continue;
       (is_split(params[i].name) ? split_gradients : whole_gradients).push_back(gradients[i]);
     }
     // The global norm: every tensor group's blocks of the split tensors, and the tensors every
-    // rank of a group holds whole (their gradients are the same on each) once.
+    // rank of a group holds whole (their gradients are the same on each) once; then every
+    // pipeline stage's.
     torch::Tensor split_squares = optim::gradient_norms(split_gradients).pow(2).sum();
     if (tensor_group_ != nullptr) tensor_group_->all_reduce(split_squares);
-    const torch::Tensor total =
-        (split_squares + optim::gradient_norms(whole_gradients).pow(2).sum()).sqrt();
+    torch::Tensor squares = split_squares + optim::gradient_norms(whole_gradients).pow(2).sum();
+    if (stages_) {
+      squares = squares.to(torch::kFloat32).contiguous();
+      stages_->group().all_reduce(squares);
+    }
+    const torch::Tensor total = squares.sqrt();
     StepStats stats;
     stats.grad_norm = optim::apply_clip_coefficient(gradients, total, max_grad_norm);
     stats.applied = dense().step(lr, /*max_grad_norm=*/0.0, &gradients).applied;
@@ -82,44 +137,155 @@ class HybridPlugin : public Plugin {
   // The export reads whole weights: every rank gathers its tensor group's blocks (the model's and
   // the adapters').
   void gather_weights() override {
-    if (tensor_group_ == nullptr || gathered_) return;
-    parallel::unsplit_model(*model_, layout_, *tensor_group_);
-    torch::NoGradGuard no_grad;
-    for (const NamedTensor& p : dense().params())
-      if (adapters_.count(p.name) && is_split(p.name))
-        p.tensor.set_data(
-            parallel::gather_whole(p.tensor.detach(), split_of_.at(p.name), *tensor_group_));
+    if (gathered_) return;
     gathered_ = true;
+    torch::NoGradGuard no_grad;
+    if (stages_) gather_stages();
+    if (tensor_group_ == nullptr) return;
+    parallel::unsplit_model(*model_, layout_, *tensor_group_);
+    for (const auto& [name, tensor] : adapter_tensors())
+      if (is_split(name))
+        tensor.set_data(
+            parallel::gather_whole(tensor.detach(), split_of_.at(name), *tensor_group_));
   }
 
-  // Checkpoints hold whole tensors (every rank of a tensor group gathers them together).
+  // Checkpoints hold whole tensors (every rank of a tensor group gathers them together, then
+  // every stage of a pipeline has them from their stage).
   std::vector<NamedTensor> trainable_weights() override {
-    return gathered(dense().trainable_weights(), "");
+    return across_stages(gathered(dense().trainable_weights(), ""), "");
   }
   std::vector<NamedTensor> optimizer_state() override {
-    return gathered(dense().optimizer_state(), ".");
+    return across_stages(gathered(dense().optimizer_state(), "."), ".");
   }
   nlohmann::json state_json() const override { return dense().state_json(); }
   void load_state(const std::map<std::string, torch::Tensor>& weights,
                   const std::map<std::string, torch::Tensor>& optimizer,
                   const nlohmann::json& state, const std::string& source) override {
-    dense().load_state(blocks_of(weights, ""), blocks_of(optimizer, "."), state, source);
+    dense().load_state(blocks_of(this_stage(weights, ""), ""),
+                       blocks_of(this_stage(optimizer, "."), "."), state, source);
   }
 
  private:
   DenseTraining& dense() { return replicas_.dense(); }
   const DenseTraining& dense() const { return replicas_.dense(); }
+  torch::TensorOptions activations() const {
+    return torch::TensorOptions().dtype(compute_dtype()).device(device());
+  }
+
+  // A tied embedding's gradient is the first stage's (the lookup) plus the last's (the head):
+  // summed over the pipeline group, the stages between giving zeros.
+  void share_tied_gradient(std::vector<torch::Tensor>& gradients) {
+    if (!stages_ || stages_->tied_embedding().empty()) return;
+    const std::string& tied = stages_->tied_embedding();
+    if (std::find(trainable_names_.begin(), trainable_names_.end(), tied) ==
+        trainable_names_.end())
+      return;  // frozen (LoRA): no gradient anywhere
+    torch::Tensor sum;
+    const std::vector<NamedTensor>& params = dense().params();
+    std::size_t index = params.size();
+    for (std::size_t i = 0; i < params.size(); ++i)
+      if (params[i].name == tied) index = i;
+    if (index < params.size() && gradients[index].defined())
+      sum = gradients[index].contiguous();
+    else
+      sum = torch::zeros(block_shape(tied), torch::kFloat32);
+    stages_->group().all_reduce(sum);
+    if (index < params.size()) gradients[index] = sum;
+  }
+
+  // A tensor's shape on this rank of its tensor group (its block when split).
+  std::vector<std::int64_t> block_shape(const std::string& name) const {
+    std::vector<std::int64_t> shape = whole_shape_.at(name);
+    const auto found = split_of_.find(name);
+    if (found != split_of_.end() && found->second.dim >= 0)
+      shape[static_cast<std::size_t>(found->second.dim)] /= tensor_group_->size();
+    return shape;
+  }
+
+  // LoRA's matrices by name (they are not parameters of the model).
+  std::map<std::string, torch::Tensor> adapter_tensors() const {
+    std::map<std::string, torch::Tensor> out;
+    for (const std::string& name : adapters_)
+      if (const auto found = adapter_handles_.find(name); found != adapter_handles_.end())
+        out[name] = found->second;
+    return out;
+  }
+
+  // The export: every stage's parameters and adapters (this tensor rank's blocks) on every
+  // stage, and the model whole again.
+  void gather_stages() {
+    std::map<std::string, torch::Tensor> mine;
+    std::vector<std::string> names;
+    std::map<std::string, torch::Tensor> handles;
+    for (const auto& item : model_->named_parameters()) {
+      names.push_back(item.key());
+      handles[item.key()] = item.value();
+    }
+    for (const auto& [name, tensor] : adapter_tensors()) {
+      names.push_back(name);
+      handles[name] = tensor;
+    }
+    for (const auto& [name, tensor] : handles)
+      if (stages_->owner(name) == stages_->stage()) mine[name] = tensor.detach();
+    const std::map<std::string, torch::Tensor> all =
+        stages_->share(names, mine, [&](const std::string& name) {
+          return torch::empty(block_shape(name), handles.at(name).options());
+        });
+    for (const auto& [name, tensor] : all)
+      if (stages_->owner(name) != stages_->stage()) handles.at(name).set_data(tensor);
+    model_->stage = {};
+  }
+
+  // Checkpoint tensors (whole, this stage's) made every stage's. `prefixed`: optimizer state,
+  // named "<moment>.<parameter>".
+  std::vector<NamedTensor> across_stages(std::vector<NamedTensor> tensors,
+                                         const std::string& prefixed) const {
+    if (!stages_) return tensors;
+    std::map<std::string, torch::Tensor> mine;
+    for (const NamedTensor& t : tensors)
+      if (stages_->owner(parameter_of(t.name, prefixed)) == stages_->stage())
+        mine[t.name] = t.tensor;
+    std::vector<std::string> names;
+    for (const std::string& name : trainable_names_) {
+      if (prefixed.empty()) {
+        names.push_back(name);
+      } else {
+        names.push_back("exp_avg." + name);
+        names.push_back("exp_avg_sq." + name);
+      }
+    }
+    const std::map<std::string, torch::Tensor> all =
+        stages_->share(names, mine, [&](const std::string& name) {
+          return torch::empty(whole_shape_.at(parameter_of(name, prefixed)), torch::kFloat32);
+        });
+    std::vector<NamedTensor> out;
+    for (const std::string& name : names)
+      if (const auto found = all.find(name); found != all.end())
+        out.push_back({name, found->second});
+    return out;
+  }
+  // The checkpoint tensors this stage trains.
+  std::map<std::string, torch::Tensor> this_stage(const std::map<std::string, torch::Tensor>& all,
+                                                  const std::string& prefixed) const {
+    if (!stages_) return all;
+    std::map<std::string, torch::Tensor> out;
+    for (const auto& [name, tensor] : all)
+      if (stages_->holds(parameter_of(name, prefixed))) out[name] = tensor;
+    return out;
+  }
+  static std::string parameter_of(const std::string& name, const std::string& prefixed) {
+    if (prefixed.empty()) return name;
+    const auto dot = name.find('.');
+    return dot == std::string::npos ? name : name.substr(dot + 1);
+  }
 
   // LoRA's adapters (outside the model's parameters, PEFT names) on split layers are split with
   // them: on a layer split by its outputs B by its rows (A whole, its gradient summed over the
   // tensor group); on one split by its inputs A by its columns (B whole).
   void split_adapters(model::PretrainedModel& model, std::vector<NamedTensor>& trainable) {
-    std::set<const void*> in_model;
-    for (const auto& p : model.parameters()) in_model.insert(p.unsafeGetTensorImpl());
     const hf::FamilyTraits& family = hf::family_of(model.config());
     for (NamedTensor& t : trainable) {
-      if (in_model.count(t.tensor.unsafeGetTensorImpl())) continue;
-      adapters_.insert(t.name);
+      if (!adapters_.count(t.name)) continue;
       const std::optional<LoraMatrix> matrix = lora_matrix_of(t.name);
       if (!matrix)
         throw Error(ErrorKind::Internal, "strategy hybrid: trainable tensor " + t.name +
@@ -155,12 +321,7 @@ class HybridPlugin : public Plugin {
   const parallel::SplitParameter& split_of(const std::string& name,
                                            const std::string& prefixed) const {
     static const parallel::SplitParameter whole;
-    std::string parameter = name;
-    if (!prefixed.empty()) {
-      const auto dot = name.find('.');
-      parameter = dot == std::string::npos ? name : name.substr(dot + 1);
-    }
-    const auto found = split_of_.find(parameter);
+    const auto found = split_of_.find(parameter_of(name, prefixed));
     return found == split_of_.end() ? whole : found->second;
   }
   std::vector<NamedTensor> gathered(std::vector<NamedTensor> tensors,
@@ -186,6 +347,10 @@ class HybridPlugin : public Plugin {
   std::map<std::string, parallel::SplitParameter> split_of_;  // by parameter name
   std::set<std::string> adapters_;                            // LoRA's matrices (PEFT names)
   std::set<std::string> summed_over_tensor_group_;            // whole, each rank's gradient a share
+  std::map<std::string, torch::Tensor> adapter_handles_;      // LoRA's matrices by name
+  std::map<std::string, std::vector<std::int64_t>> whole_shape_;  // parameters and trainables
+  std::vector<std::string> trainable_names_;  // every stage's, in the order prepare() got them
+  std::unique_ptr<parallel::PipelineStages> stages_;  // null: pp_size 1
   model::PretrainedModel* model_ = nullptr;
   plugins::ReplicaTraining replicas_;
   bool gathered_ = false;

@@ -79,6 +79,10 @@ void DenseTraining::backward(const torch::Tensor& loss, double multiplier) {
   (loss * precision_->backward_multiplier(multiplier)).backward();
 }
 
+void DenseTraining::backward_through(const torch::Tensor& output, const torch::Tensor& gradient) {
+  torch::autograd::backward({output}, {gradient});
+}
+
 StepStats DenseTraining::step(double lr, double max_grad_norm,
                               const std::vector<torch::Tensor>* master_gradients) {
   torch::NoGradGuard no_grad;

@@ -44,6 +44,9 @@ class DenseTraining {
 
   // Backward of loss × multiplier (× the loss scale in fp16), accumulating into .grad.
   void backward(const torch::Tensor& loss, double multiplier);
+  // Backward from a pipeline stage's output given its gradient (which carries the multiplier
+  // and loss scale already: the last stage applied them), accumulating into .grad.
+  void backward_through(const torch::Tensor& output, const torch::Tensor& gradient);
 
   // The update from the compute gradients (.grad, widened and unscaled as the masters need), or
   // from `master_gradients` when given (float32, one per trainable tensor in params() order,

@@ -229,24 +229,31 @@ def test_checkpoints_resume_across_layouts(workdir, method):
     out = workdir / "runs" / f"llama-chain-{method}"
     run(job(workdir, "llama", f"chain-1-{method}", "single", steps=2, out=out, schedule="constant",
             method=method), 1)
-    run(job(workdir, "llama", f"chain-2-{method}", "hybrid", options={"tp_size": 2}, steps=4, out=out,
+    run(job(workdir, "llama", f"chain-2-{method}", "hybrid", options={"tp_size": 2}, steps=3, out=out,
             schedule="constant", method=method), 2, resume=out)
-    run(job(workdir, "llama", f"chain-3-{method}", "single", steps=6, out=out, schedule="constant",
+    run(job(workdir, "llama", f"chain-3-{method}", "hybrid", options={"tp_size": 1, "pp_size": 2}, steps=4,
+            out=out, schedule="constant", method=method), 2, resume=out)
+    run(job(workdir, "llama", f"chain-4-{method}", "single", steps=6, out=out, schedule="constant",
             method=method), 1, resume=out)
     worst = worst_relative(losses_of(events_of(out / "events.jsonl")),
                            losses_of(events_of(reference / "events.jsonl")))
-    print(f"{method}: single -> hybrid tp 2 -> single: losses {worst:.2e} relative")
+    print(f"{method}: single -> hybrid tp 2 -> hybrid pp 2 -> single: losses {worst:.2e} relative")
     assert worst <= LOSS_BOUND
 
 
-@pytest.mark.parametrize("case", ["bert", "nproc3", "kv_heads"])
+@pytest.mark.parametrize("case", ["bert", "nproc3", "kv_heads", "shallow", "pp_nproc"])
 def test_what_it_cannot_do_is_refused_naming_why(workdir, case):
-    family, method, nproc, tp, expected = {
-        "bert": ("bert", "full", 2, 2, "tensor parallelism is not supported yet for bert models"),
-        "nproc3": ("llama", "full", 3, 2, "tp_size: 2 does not divide the job's 3 processes"),
-        "kv_heads": ("llama", "full", 4, 4, "num_key_value_heads (2) does not split into 4 equal parts"),
+    family, method, nproc, options, expected = {
+        "bert": ("bert", "full", 2, {"tp_size": 2}, "tensor parallelism is not supported yet for bert models"),
+        "nproc3": ("llama", "full", 3, {"tp_size": 2}, "tp_size: 2 does not divide the job's 3 processes"),
+        "kv_heads": ("llama", "full", 4, {"tp_size": 4},
+                     "num_key_value_heads (2) does not split into 4 equal parts"),
+        "shallow": ("llama", "full", 4, {"tp_size": 1, "pp_size": 4},
+                    "num_hidden_layers (2) gives each stage no layer"),
+        "pp_nproc": ("llama", "full", 2, {"tp_size": 2, "pp_size": 2},
+                     "tp_size × pp_size: 2 × 2 = 4 does not divide the job's 2 processes"),
     }[case]
-    spec = job(workdir, family, f"refused-{case}", "hybrid", options={"tp_size": tp}, method=method, steps=2)
+    spec = job(workdir, family, f"refused-{case}", "hybrid", options=options, method=method, steps=2)
     r = cli("launch", "--nproc", nproc, spec, timeout=120)
     assert r.returncode == 2, r.stderr[-3000:]
     assert expected in r.stderr, r.stderr[-3000:]
@@ -288,3 +295,70 @@ def test_tensor_traffic_per_step_is_megatrons(workdir, family):
               f"/ Megatron's {theory:.0f} = {ratio:.3f}")
         assert 1.0 <= ratio <= 1.1, m["tensor_traffic"]
 
+
+
+# Pipeline parallelism: 2 stages of one layer each (the models have 2), 1F1B over the step's
+# micro-batches (gradient accumulation 4: one warm-up forward on stage 0, then 1F1B).
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
+def test_pp2_equals_one_process(workdir, family):
+    """qwen2 and gpt2 tie their head to the input embedding, held by both stages (the gradient
+    summed over them); gpt2 with its dropout 0.1."""
+    reference = single(workdir, family, accumulation=4)
+    name = f"{family}-hybrid-pp2"
+    run(job(workdir, family, name, "hybrid", accumulation=4, options={"tp_size": 1, "pp_size": 2}), 2)
+    out = workdir / "runs" / name
+    events = events_of(out / "events.jsonl")
+    worst = worst_relative(losses_of(events), losses_of(events_of(reference / "events.jsonl")))
+    exported = export_difference(out, reference)
+    print(f"{family} pp 2: losses {worst:.2e} relative, export {exported:.2e}")
+    assert worst <= LOSS_BOUND
+    assert exported <= 1e-5
+
+
+@pytest.mark.parametrize("layout", ["tp2-pp2", "pp2-dp2"])
+def test_pp2_with_tensor_or_data_parallelism(workdir, layout):
+    """4 ranks: tp 2 × pp 2 (each stage's layers split over a tensor group, activations passed
+    between the tensor ranks of neighbouring stages) on gpt2, with dropout and evaluations on a
+    held-out eighth; pp 2 × dp 2 (two pipelines on different batches) on qwen2 (tied head) —
+    each against one process with the same global batch."""
+    family, options, accumulation, single_accumulation = {
+        "tp2-pp2": ("gpt2", {"tp_size": 2, "pp_size": 2}, 2, 2),
+        "pp2-dp2": ("qwen2", {"tp_size": 1, "pp_size": 2}, 2, 4),
+    }[layout]
+
+    def spec(name, strategy, ga):
+        path = job(workdir, family, name, strategy, ga, options=options if strategy == "hybrid" else None)
+        data = json.loads(path.read_text())
+        data["dataset"]["validation_split"] = 0.125
+        data["training"]["eval_every"] = 3
+        path.write_text(json.dumps(data))
+        return path
+    reference, out = workdir / "runs" / f"{family}-single-{layout}", workdir / "runs" / f"{family}-hybrid-{layout}"
+    run(spec(reference.name, "single", single_accumulation), 1)
+    run(spec(out.name, "hybrid", accumulation), 4)
+    ours, theirs = events_of(out / "events.jsonl"), events_of(reference / "events.jsonl")
+    worst = worst_relative(losses_of(ours), losses_of(theirs))
+    evals = [[e["eval_loss"] for e in events if e["type"] == "metric" and "eval_loss" in e]
+             for events in (ours, theirs)]
+    assert len(evals[0]) == len(evals[1]) == 2, evals
+    worst_eval = max(abs(a - b) / abs(b) for a, b in zip(*evals))
+    exported = export_difference(out, reference)
+    print(f"{family} {layout}: losses {worst:.2e} relative, eval {worst_eval:.2e}, export {exported:.2e}")
+    assert worst <= LOSS_BOUND and worst_eval <= LOSS_BOUND
+    assert exported <= 1e-5
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_lora_pp2_equals_one_process(workdir, family):
+    reference = single(workdir, family, accumulation=2, method="lora")
+    name = f"{family}-lora-hybrid-pp2"
+    run(job(workdir, family, name, "hybrid", accumulation=2, options={"tp_size": 1, "pp_size": 2},
+            method="lora"), 2)
+    out = workdir / "runs" / name
+    worst = worst_relative(losses_of(events_of(out / "events.jsonl")),
+                           losses_of(events_of(reference / "events.jsonl")))
+    adapter = export_difference(out, reference, "adapter/adapter_model.safetensors")
+    merged = export_difference(out, reference)
+    print(f"{family} LoRA pp 2: losses {worst:.2e} relative, adapter {adapter:.2e}, merged {merged:.2e}")
+    assert worst <= LOSS_BOUND
+    assert adapter <= 1e-5 and merged <= 1e-5

@@ -1,0 +1,134 @@
+#include "parallel/pipeline_schedule.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+
+namespace tessera::parallel {
+
+std::vector<StageLayers> balance_stages(const std::vector<double>& layer_costs, double before_cost,
+                                        double after_cost, int stages) {
+  const auto n = static_cast<std::int64_t>(layer_costs.size());
+  if (stages < 1 || stages > n)
+    throw_invalid("pipeline: " + std::to_string(stages) + " stages for a model of " +
+                      std::to_string(n) + " layers",
+                  "each stage needs at least one layer: choose pp_size from 1 to " +
+                      std::to_string(n));
+  std::vector<double> prefix(static_cast<std::size_t>(n + 1), 0.0);
+  for (std::int64_t i = 0; i < n; ++i)
+    prefix[static_cast<std::size_t>(i + 1)] =
+        prefix[static_cast<std::size_t>(i)] + layer_costs[static_cast<std::size_t>(i)];
+  const auto cost_of = [&](std::int64_t first, std::int64_t end, int stage) {
+    double c = prefix[static_cast<std::size_t>(end)] - prefix[static_cast<std::size_t>(first)];
+    if (stage == 0) c += before_cost;
+    if (stage == stages - 1) c += after_cost;
+    return c;
+  };
+  // best[s][e]: the least possible costliest stage when stages 0 … s hold layers [0, e).
+  const double infinity = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(static_cast<std::size_t>(stages),
+                                        std::vector<double>(static_cast<std::size_t>(n + 1),
+                                                            infinity));
+  std::vector<std::vector<std::int64_t>> cut(
+      static_cast<std::size_t>(stages), std::vector<std::int64_t>(static_cast<std::size_t>(n + 1)));
+  for (std::int64_t e = 1; e <= n; ++e) best[0][static_cast<std::size_t>(e)] = cost_of(0, e, 0);
+  for (int s = 1; s < stages; ++s)
+    for (std::int64_t e = s + 1; e <= n; ++e)
+      for (std::int64_t b = s; b < e; ++b) {
+        const double c = std::max(best[static_cast<std::size_t>(s - 1)][static_cast<std::size_t>(b)],
+                                  cost_of(b, e, s));
+        if (c < best[static_cast<std::size_t>(s)][static_cast<std::size_t>(e)]) {
+          best[static_cast<std::size_t>(s)][static_cast<std::size_t>(e)] = c;
+          cut[static_cast<std::size_t>(s)][static_cast<std::size_t>(e)] = b;
+        }
+      }
+  std::vector<StageLayers> ranges(static_cast<std::size_t>(stages));
+  std::int64_t end = n;
+  for (int s = stages - 1; s >= 0; --s) {
+    const std::int64_t first = s == 0 ? 0 : cut[static_cast<std::size_t>(s)][static_cast<std::size_t>(end)];
+    ranges[static_cast<std::size_t>(s)] = {first, end};
+    end = first;
+  }
+  return ranges;
+}
+
+std::vector<PipelineAction> one_f_one_b(int stage, int stages, int micro_batches) {
+  if (stages < 1 || stage < 0 || stage >= stages || micro_batches < 1)
+    throw Error(ErrorKind::Internal, "one_f_one_b: stage " + std::to_string(stage) + " of " +
+                                         std::to_string(stages) + ", " +
+                                         std::to_string(micro_batches) + " micro-batches");
+  const int warm_up = std::min(stages - stage - 1, micro_batches);
+  std::vector<PipelineAction> actions;
+  int forward = 0, backward = 0;
+  for (; forward < warm_up; ++forward) actions.push_back({PipelineAction::Forward, forward});
+  for (; forward < micro_batches; ++forward, ++backward) {
+    actions.push_back({PipelineAction::Forward, forward});
+    actions.push_back({PipelineAction::Backward, backward});
+  }
+  for (; backward < micro_batches; ++backward)
+    actions.push_back({PipelineAction::Backward, backward});
+  return actions;
+}
+
+double simulate_pipeline(int stages, int micro_batches, double forward, double backward,
+                         std::vector<double>* idle) {
+  std::vector<std::vector<PipelineAction>> schedules;
+  for (int s = 0; s < stages; ++s) schedules.push_back(one_f_one_b(s, stages, micro_batches));
+  // done_forward[s][m] / done_backward[s][m]: when stage s finished that action (−1: not yet).
+  std::vector<std::vector<double>> done_forward(
+      static_cast<std::size_t>(stages), std::vector<double>(static_cast<std::size_t>(micro_batches), -1));
+  std::vector<std::vector<double>> done_backward = done_forward;
+  std::vector<std::size_t> next(static_cast<std::size_t>(stages), 0);
+  std::vector<double> free_at(static_cast<std::size_t>(stages), 0.0), busy(free_at);
+  bool progressed = true;
+  while (progressed) {
+    progressed = false;
+    for (int s = 0; s < stages; ++s) {
+      const auto su = static_cast<std::size_t>(s);
+      while (next[su] < schedules[su].size()) {
+        const PipelineAction a = schedules[su][next[su]];
+        const auto m = static_cast<std::size_t>(a.micro_batch);
+        double ready = 0.0;
+        if (a.kind == PipelineAction::Forward) {
+          if (s > 0) ready = done_forward[su - 1][m];
+        } else {
+          ready = s + 1 < stages ? done_backward[su + 1][m] : done_forward[su][m];
+        }
+        if (ready < 0) break;  // waits on another stage
+        const double start = std::max(ready, free_at[su]);
+        const double length = a.kind == PipelineAction::Forward ? forward : backward;
+        free_at[su] = start + length;
+        busy[su] += length;
+        (a.kind == PipelineAction::Forward ? done_forward : done_backward)[su][m] = free_at[su];
+        ++next[su];
+        progressed = true;
+      }
+    }
+  }
+  for (int s = 0; s < stages; ++s)
+    if (next[static_cast<std::size_t>(s)] != schedules[static_cast<std::size_t>(s)].size())
+      throw Error(ErrorKind::Internal, "simulate_pipeline: the 1F1B schedules deadlock");
+  const double makespan = *std::max_element(free_at.begin(), free_at.end());
+  if (idle != nullptr) {
+    idle->clear();
+    for (double b : busy) idle->push_back(makespan - b);
+  }
+  return makespan;
+}
+
+double pipeline_bubble_fraction(int stages, int micro_batches) {
+  return static_cast<double>(stages - 1) / static_cast<double>(micro_batches + stages - 1);
+}
+
+std::string describe_stages(const std::vector<StageLayers>& stages) {
+  std::string text;
+  for (const StageLayers& s : stages) {
+    if (!text.empty()) text.append(" | ");
+    text.append("layers ").append(std::to_string(s.first));
+    if (s.end - s.first > 1) text.append("-").append(std::to_string(s.end - 1));
+  }
+  return text;
+}
+
+}  // namespace tessera::parallel

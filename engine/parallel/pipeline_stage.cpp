@@ -1,0 +1,180 @@
+#include "parallel/pipeline_stage.h"
+
+#include <chrono>
+
+#include "core/error.h"
+#include "dist/parallel_context.h"
+#include "hf/families.h"
+
+namespace tessera::parallel {
+namespace {
+
+// Point-to-point tags within one step: micro-batch m's activations and their gradient.
+int activation_tag(int micro_batch) { return 2 * micro_batch; }
+int gradient_tag(int micro_batch) { return 2 * micro_batch + 1; }
+constexpr int kEvaluationTag = 1 << 24;
+
+std::vector<std::int64_t> hidden_shape(const model::PretrainedModel& model,
+                                       const model::ForwardInput& input) {
+  return {input.input_ids.size(0), input.input_ids.size(1), model.config().hidden_size};
+}
+
+}  // namespace
+
+PipelineStages::PipelineStages(model::PretrainedModel& model, dist::ProcessGroup& group)
+    : group_(&group), model_(&model) {
+  const hf::ModelConfig& config = model.config();
+  hf::check_pipeline_parallel(config, group.size());
+  const hf::FamilyTraits& family = hf::family_of(config);
+  // Matrix products cost by their weights: a layer by its parameters, the head by its
+  // vocabulary × hidden (tied or not); the embeddings are lookups.
+  std::vector<double> layer_costs(static_cast<std::size_t>(config.num_hidden_layers), 0.0);
+  for (const auto& item : model.named_parameters()) {
+    const std::int64_t layer = hf::pipeline_layer_of(family, config, item.key());
+    if (layer >= 0 && layer < config.num_hidden_layers)
+      layer_costs[static_cast<std::size_t>(layer)] += static_cast<double>(item.value().numel());
+  }
+  const double head_cost =
+      static_cast<double>(config.vocab_size) * static_cast<double>(config.hidden_size);
+  layout_ = balance_stages(layer_costs, 0.0, head_cost, group.size());
+  const StageLayers& mine = layout_[static_cast<std::size_t>(group.rank())];
+  model.stage = {mine.first, mine.end};
+  if (config.tie_word_embeddings && group.size() > 1) {
+    for (const auto& item : model.named_parameters())
+      if (hf::pipeline_layer_of(family, config, item.key()) < 0 &&
+          item.key().find(family.pipeline_plan.tied_embedding + ".") != std::string::npos &&
+          item.key().ends_with(".weight"))
+        tied_ = item.key();
+  }
+}
+
+int PipelineStages::stage() const { return group_->rank(); }
+int PipelineStages::stages() const { return group_->size(); }
+
+int PipelineStages::owner(const std::string& name) const {
+  const hf::ModelConfig& config = model_->config();
+  const std::int64_t layer = hf::pipeline_layer_of(hf::family_of(config), config, name);
+  if (layer < 0) return 0;
+  if (layer >= config.num_hidden_layers) return stages() - 1;
+  for (std::size_t s = 0; s < layout_.size(); ++s)
+    if (layer >= layout_[s].first && layer < layout_[s].end) return static_cast<int>(s);
+  throw Error(ErrorKind::Internal, "pipeline: layer " + std::to_string(layer) + " has no stage");
+}
+
+bool PipelineStages::holds(const std::string& name) const {
+  return owner(name) == stage() || (last() && !tied_.empty() && name == tied_);
+}
+
+void PipelineStages::release_other_stages(model::PretrainedModel& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : model.named_parameters())
+    if (!holds(item.key())) item.value().set_data(torch::empty({0}, item.value().options()));
+}
+
+std::vector<double> PipelineStages::run_one_f_one_b(
+    model::PretrainedModel& model, const std::vector<model::ForwardInput>& inputs,
+    const std::vector<model::DropoutStream>& dropout, const StageBackward& backward,
+    const torch::TensorOptions& activations) {
+  const int micro_batches = static_cast<int>(inputs.size());
+  std::vector<torch::Tensor> stage_inputs(inputs.size()), outputs(inputs.size());
+  std::vector<double> losses(inputs.size(), 0.0);
+  std::vector<dist::PendingCollective> sends;
+  idle_seconds_ = 0.0;
+  const auto receive = [&](torch::Tensor into, int from, int tag) {
+    const auto start = std::chrono::steady_clock::now();
+    group_->recv(into, from, tag).wait();
+    idle_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return into;
+  };
+  for (const PipelineAction& action : one_f_one_b(stage(), stages(), micro_batches)) {
+    const int m = action.micro_batch;
+    const auto mu = static_cast<std::size_t>(m);
+    if (action.kind == PipelineAction::Forward) {
+      model::ForwardInput input = inputs[mu];
+      if (!first()) {
+        torch::Tensor received = receive(torch::empty(hidden_shape(model, input), activations),
+                                         stage() - 1, activation_tag(m));
+        received.set_requires_grad(true);
+        input.stage_input = stage_inputs[mu] = received;
+      }
+      model::ForwardOutput out;
+      {
+        model::DropoutScope scope(dropout[mu]);
+        out = model.forward(input);
+      }
+      if (last()) {
+        if (!out.loss.defined())
+          throw_invalid("pipeline: the last stage computed no loss",
+                        "pipeline parallelism trains causal language models with labels");
+        outputs[mu] = out.loss;
+        losses[mu] = out.loss.detach().to(torch::kFloat64).item<double>();
+      } else {
+        outputs[mu] = out.hidden_states;
+        sends.push_back(group_->send(out.hidden_states.detach().contiguous(), stage() + 1,
+                                     activation_tag(m)));
+      }
+    } else {
+      torch::Tensor gradient;
+      if (!last())
+        gradient = receive(torch::empty(outputs[mu].sizes(), activations), stage() + 1,
+                           gradient_tag(m));
+      backward(outputs[mu], gradient, m);
+      if (!first()) {
+        const torch::Tensor& sent = stage_inputs[mu].grad();
+        if (!sent.defined())
+          throw Error(ErrorKind::Internal, "pipeline: stage " + std::to_string(stage()) +
+                                               "'s input got no gradient");
+        sends.push_back(group_->send(sent.contiguous(), stage() - 1, gradient_tag(m)));
+      }
+      outputs[mu] = torch::Tensor();
+      stage_inputs[mu] = torch::Tensor();
+    }
+  }
+  for (dist::PendingCollective& send : sends) send.wait();
+  // The losses are the last stage's; every stage reports them.
+  torch::Tensor shared = torch::tensor(losses, torch::kFloat64);
+  group_->broadcast(shared, stages() - 1);
+  return std::vector<double>(shared.data_ptr<double>(), shared.data_ptr<double>() + shared.numel());
+}
+
+double PipelineStages::forward_loss(model::PretrainedModel& model,
+                                    const model::ForwardInput& input,
+                                    const torch::TensorOptions& activations) {
+  model::ForwardInput in = input;
+  if (!first()) {
+    in.stage_input = torch::empty(hidden_shape(model, input), activations);
+    group_->recv(in.stage_input, stage() - 1, kEvaluationTag).wait();
+  }
+  const model::ForwardOutput out = model.forward(in);
+  torch::Tensor loss = torch::zeros({1}, torch::kFloat64);
+  if (last())
+    loss.fill_(out.loss.detach().to(torch::kFloat64).item<double>());
+  else
+    group_->send(out.hidden_states.detach().contiguous(), stage() + 1, kEvaluationTag).wait();
+  group_->broadcast(loss, stages() - 1);
+  return loss.item<double>();
+}
+
+std::map<std::string, torch::Tensor> PipelineStages::share(
+    const std::vector<std::string>& names, const std::map<std::string, torch::Tensor>& local,
+    const std::function<torch::Tensor(const std::string&)>& like) const {
+  // Which names their owners have, agreed on by every stage in one collective.
+  torch::Tensor present = torch::zeros({static_cast<std::int64_t>(names.size())}, torch::kInt32);
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (owner(names[i]) == stage() && local.count(names[i]))
+      present[static_cast<std::int64_t>(i)] = 1;
+  group_->all_reduce(present);
+  std::map<std::string, torch::Tensor> all;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (present[static_cast<std::int64_t>(i)].item<int>() == 0) continue;
+    const int from = owner(names[i]);
+    torch::Tensor tensor =
+        from == stage() ? local.at(names[i]).contiguous() : like(names[i]).contiguous();
+    group_->broadcast(tensor, from);
+    all[names[i]] = tensor;
+  }
+  return all;
+}
+
+}  // namespace tessera::parallel
