@@ -421,9 +421,9 @@ PendingCollective ProcessGroup::recv(at::Tensor tensor, int source, int tag) {
 
 void ProcessGroup::check_peer(const char* operation, int peer) const {
   if (peer < 0 || peer >= size() || peer == rank())
-    throw_invalid(std::string(operation) + " on " + impl_->name + ": peer " +
-                  std::to_string(peer) + " is not another rank of the group (0 .. " +
-                  std::to_string(size() - 1) + ", this one " + std::to_string(rank()) + ")");
+    throw_invalid(std::string(operation) + " on " + impl_->name + ": peer " + std::to_string(peer) +
+                  " is not another rank of the group (0 .. " + std::to_string(size() - 1) +
+                  ", this one " + std::to_string(rank()) + ")");
 }
 
 void ProcessGroup::barrier() {

@@ -11,8 +11,8 @@
 //               all_reduce 2·(N−1)/N·S, reduce_scatter and all_gather (N−1)/N·S, broadcast
 //               (N−1)/N·S (a pipelined ring: every rank but the last forwards S; the mean per
 //               rank), send S (a point-to-point send; receives are not counted, the sender
-//               counts them). The textbook lower bound a strategy's theoretical volume is written in,
-//               so comparing ring_bytes with it compares like with like.
+//               counts them). The textbook lower bound a strategy's theoretical volume is written
+//               in, so comparing ring_bytes with it compares like with like.
 // Neither is what Gloo itself writes to its sockets: Gloo's reduce_scatter all-reduces the
 // whole input and keeps this rank's block (2·(N−1)/N·S), and its broadcast is a tree from the
 // root. tests/bench/bench_dist.py measures that against /proc/<pid>/io and says so.
@@ -48,8 +48,7 @@ struct Traffic {
   // What happened between `earlier` and this reading of the same group's counters.
   Traffic operator-(const Traffic& earlier) const {
     return {all_reduce - earlier.all_reduce, reduce_scatter - earlier.reduce_scatter,
-            all_gather - earlier.all_gather, broadcast - earlier.broadcast,
-            send - earlier.send};
+            all_gather - earlier.all_gather, broadcast - earlier.broadcast, send - earlier.send};
   }
 };
 

@@ -559,9 +559,10 @@ void check_pipeline_parallel(const ModelConfig& config, int stages) {
                                   }) ||
                       config.architectures.empty();
   if (!causal)
-    throw_unsupported("pipeline parallelism trains causal language models only; config.json's "
-                      "architectures name " +
-                      config.architectures.front());
+    throw_unsupported(
+        "pipeline parallelism trains causal language models only; config.json's "
+        "architectures name " +
+        config.architectures.front());
   if (stages < 1 || stages > config.num_hidden_layers)
     throw_invalid("pipeline parallelism over " + std::to_string(stages) +
                       " stages: config.json's num_hidden_layers (" +

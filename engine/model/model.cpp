@@ -176,8 +176,7 @@ ForwardOutput PretrainedModel::forward(const ForwardInput& input) {
       if (!input.stage_input.defined() ||
           input.stage_input.sizes() != c10::IntArrayRef(hidden_shape))
         throw_invalid("stage_input: a stage from layer " + std::to_string(stage.first_layer) +
-                      " needs the previous stage's output of shape " +
-                      shape_string(hidden_shape));
+                      " needs the previous stage's output of shape " + shape_string(hidden_shape));
       in.stage_input = input.stage_input;
     }
   }

@@ -11,10 +11,10 @@ std::vector<StageLayers> balance_stages(const std::vector<double>& layer_costs, 
                                         double after_cost, int stages) {
   const auto n = static_cast<std::int64_t>(layer_costs.size());
   if (stages < 1 || stages > n)
-    throw_invalid("pipeline: " + std::to_string(stages) + " stages for a model of " +
-                      std::to_string(n) + " layers",
-                  "each stage needs at least one layer: choose pp_size from 1 to " +
-                      std::to_string(n));
+    throw_invalid(
+        "pipeline: " + std::to_string(stages) + " stages for a model of " + std::to_string(n) +
+            " layers",
+        "each stage needs at least one layer: choose pp_size from 1 to " + std::to_string(n));
   std::vector<double> prefix(static_cast<std::size_t>(n + 1), 0.0);
   for (std::int64_t i = 0; i < n; ++i)
     prefix[static_cast<std::size_t>(i + 1)] =
@@ -27,17 +27,17 @@ std::vector<StageLayers> balance_stages(const std::vector<double>& layer_costs, 
   };
   // best[s][e]: the least possible costliest stage when stages 0 … s hold layers [0, e).
   const double infinity = std::numeric_limits<double>::infinity();
-  std::vector<std::vector<double>> best(static_cast<std::size_t>(stages),
-                                        std::vector<double>(static_cast<std::size_t>(n + 1),
-                                                            infinity));
+  std::vector<std::vector<double>> best(
+      static_cast<std::size_t>(stages),
+      std::vector<double>(static_cast<std::size_t>(n + 1), infinity));
   std::vector<std::vector<std::int64_t>> cut(
       static_cast<std::size_t>(stages), std::vector<std::int64_t>(static_cast<std::size_t>(n + 1)));
   for (std::int64_t e = 1; e <= n; ++e) best[0][static_cast<std::size_t>(e)] = cost_of(0, e, 0);
   for (int s = 1; s < stages; ++s)
     for (std::int64_t e = s + 1; e <= n; ++e)
       for (std::int64_t b = s; b < e; ++b) {
-        const double c = std::max(best[static_cast<std::size_t>(s - 1)][static_cast<std::size_t>(b)],
-                                  cost_of(b, e, s));
+        const double c = std::max(
+            best[static_cast<std::size_t>(s - 1)][static_cast<std::size_t>(b)], cost_of(b, e, s));
         if (c < best[static_cast<std::size_t>(s)][static_cast<std::size_t>(e)]) {
           best[static_cast<std::size_t>(s)][static_cast<std::size_t>(e)] = c;
           cut[static_cast<std::size_t>(s)][static_cast<std::size_t>(e)] = b;
@@ -46,7 +46,8 @@ std::vector<StageLayers> balance_stages(const std::vector<double>& layer_costs, 
   std::vector<StageLayers> ranges(static_cast<std::size_t>(stages));
   std::int64_t end = n;
   for (int s = stages - 1; s >= 0; --s) {
-    const std::int64_t first = s == 0 ? 0 : cut[static_cast<std::size_t>(s)][static_cast<std::size_t>(end)];
+    const std::int64_t first =
+        s == 0 ? 0 : cut[static_cast<std::size_t>(s)][static_cast<std::size_t>(end)];
     ranges[static_cast<std::size_t>(s)] = {first, end};
     end = first;
   }
@@ -77,7 +78,8 @@ double simulate_pipeline(int stages, int micro_batches, double forward, double b
   for (int s = 0; s < stages; ++s) schedules.push_back(one_f_one_b(s, stages, micro_batches));
   // done_forward[s][m] / done_backward[s][m]: when stage s finished that action (−1: not yet).
   std::vector<std::vector<double>> done_forward(
-      static_cast<std::size_t>(stages), std::vector<double>(static_cast<std::size_t>(micro_batches), -1));
+      static_cast<std::size_t>(stages),
+      std::vector<double>(static_cast<std::size_t>(micro_batches), -1));
   std::vector<std::vector<double>> done_backward = done_forward;
   std::vector<std::size_t> next(static_cast<std::size_t>(stages), 0);
   std::vector<double> free_at(static_cast<std::size_t>(stages), 0.0), busy(free_at);

@@ -1,5 +1,6 @@
 #include "parallel/pipeline_stage.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/error.h"
@@ -10,8 +11,12 @@ namespace tessera::parallel {
 namespace {
 
 // Point-to-point tags within one step: micro-batch m's activations and their gradient.
-int activation_tag(int micro_batch) { return 2 * micro_batch; }
-int gradient_tag(int micro_batch) { return 2 * micro_batch + 1; }
+int activation_tag(int micro_batch) {
+  return 2 * micro_batch;
+}
+int gradient_tag(int micro_batch) {
+  return 2 * micro_batch + 1;
+}
 constexpr int kEvaluationTag = 1 << 24;
 
 std::vector<std::int64_t> hidden_shape(const model::PretrainedModel& model,
@@ -48,8 +53,12 @@ PipelineStages::PipelineStages(model::PretrainedModel& model, dist::ProcessGroup
   }
 }
 
-int PipelineStages::stage() const { return group_->rank(); }
-int PipelineStages::stages() const { return group_->size(); }
+int PipelineStages::stage() const {
+  return group_->rank();
+}
+int PipelineStages::stages() const {
+  return group_->size();
+}
 
 int PipelineStages::owner(const std::string& name) const {
   const hf::ModelConfig& config = model_->config();
@@ -79,12 +88,19 @@ std::vector<double> PipelineStages::run_one_f_one_b(
   std::vector<torch::Tensor> stage_inputs(inputs.size()), outputs(inputs.size());
   std::vector<double> losses(inputs.size(), 0.0);
   std::vector<dist::PendingCollective> sends;
-  idle_seconds_ = 0.0;
+  // The stage's idle time is the schedule's time less its own forwards and backwards (waits
+  // for its neighbours, and at the end for the slowest stage: the losses' all-reduce ends the
+  // schedule at the same moment on every stage).
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point schedule_start = Clock::now();
+  double busy = 0.0;
+  const auto timed = [&busy](const auto& work) {
+    const Clock::time_point start = Clock::now();
+    work();
+    busy += std::chrono::duration<double>(Clock::now() - start).count();
+  };
   const auto receive = [&](torch::Tensor into, int from, int tag) {
-    const auto start = std::chrono::steady_clock::now();
     group_->recv(into, from, tag).wait();
-    idle_seconds_ +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return into;
   };
   for (const PipelineAction& action : one_f_one_b(stage(), stages(), micro_batches)) {
@@ -99,10 +115,10 @@ std::vector<double> PipelineStages::run_one_f_one_b(
         input.stage_input = stage_inputs[mu] = received;
       }
       model::ForwardOutput out;
-      {
+      timed([&] {
         model::DropoutScope scope(dropout[mu]);
         out = model.forward(input);
-      }
+      });
       if (last()) {
         if (!out.loss.defined())
           throw_invalid("pipeline: the last stage computed no loss",
@@ -111,20 +127,20 @@ std::vector<double> PipelineStages::run_one_f_one_b(
         losses[mu] = out.loss.detach().to(torch::kFloat64).item<double>();
       } else {
         outputs[mu] = out.hidden_states;
-        sends.push_back(group_->send(out.hidden_states.detach().contiguous(), stage() + 1,
-                                     activation_tag(m)));
+        sends.push_back(
+            group_->send(out.hidden_states.detach().contiguous(), stage() + 1, activation_tag(m)));
       }
     } else {
       torch::Tensor gradient;
       if (!last())
-        gradient = receive(torch::empty(outputs[mu].sizes(), activations), stage() + 1,
-                           gradient_tag(m));
-      backward(outputs[mu], gradient, m);
+        gradient =
+            receive(torch::empty(outputs[mu].sizes(), activations), stage() + 1, gradient_tag(m));
+      timed([&] { backward(outputs[mu], gradient, m); });
       if (!first()) {
         const torch::Tensor& sent = stage_inputs[mu].grad();
         if (!sent.defined())
-          throw Error(ErrorKind::Internal, "pipeline: stage " + std::to_string(stage()) +
-                                               "'s input got no gradient");
+          throw Error(ErrorKind::Internal,
+                      "pipeline: stage " + std::to_string(stage()) + "'s input got no gradient");
         sends.push_back(group_->send(sent.contiguous(), stage() - 1, gradient_tag(m)));
       }
       outputs[mu] = torch::Tensor();
@@ -132,14 +148,15 @@ std::vector<double> PipelineStages::run_one_f_one_b(
     }
   }
   for (dist::PendingCollective& send : sends) send.wait();
-  // The losses are the last stage's; every stage reports them.
+  // The losses are the last stage's (the others add zeros); every stage reports them.
   torch::Tensor shared = torch::tensor(losses, torch::kFloat64);
-  group_->broadcast(shared, stages() - 1);
+  group_->all_reduce(shared);
+  idle_seconds_ =
+      std::max(0.0, std::chrono::duration<double>(Clock::now() - schedule_start).count() - busy);
   return std::vector<double>(shared.data_ptr<double>(), shared.data_ptr<double>() + shared.numel());
 }
 
-double PipelineStages::forward_loss(model::PretrainedModel& model,
-                                    const model::ForwardInput& input,
+double PipelineStages::forward_loss(model::PretrainedModel& model, const model::ForwardInput& input,
                                     const torch::TensorOptions& activations) {
   model::ForwardInput in = input;
   if (!first()) {

@@ -68,8 +68,8 @@ class PipelineStages {
   double forward_loss(model::PretrainedModel& model, const model::ForwardInput& input,
                       const torch::TensorOptions& activations);
 
-  // Seconds this stage spent waiting for its neighbours in the last run_one_f_one_b (the
-  // pipeline's bubble as this stage saw it).
+  // Seconds of the last run_one_f_one_b this stage spent not computing (waiting for its
+  // neighbours, and for the last stage to finish): the pipeline's bubble as this stage saw it.
   double last_idle_seconds() const { return idle_seconds_; }
 
   // Checkpoints and the export: tensors each held by some stages, made every stage's. For each

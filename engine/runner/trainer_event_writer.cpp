@@ -10,9 +10,13 @@ void TrainerEventWriter::on_step(const train::StepReport& r) {
                            {"tokens_per_s", r.tokens_per_s}};
   if (!r.ranks.empty()) {
     nlohmann::json ranks = nlohmann::json::array();
-    for (const auto& rank : r.ranks)
-      ranks.push_back(
-          {{"rank", rank.rank}, {"loss", rank.loss}, {"tokens_per_s", rank.tokens_per_s}});
+    for (const auto& rank : r.ranks) {
+      nlohmann::json entry = {
+          {"rank", rank.rank}, {"loss", rank.loss}, {"tokens_per_s", rank.tokens_per_s}};
+      if (rank.step_s) entry["step_s"] = *rank.step_s;
+      if (rank.pipeline_idle_s) entry["pipeline_idle_s"] = *rank.pipeline_idle_s;
+      ranks.push_back(std::move(entry));
+    }
     metric["ranks"] = std::move(ranks);
   }
   const auto traffic_json = [](const dist::Traffic& traffic) {

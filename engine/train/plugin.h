@@ -189,6 +189,8 @@ class Plugin {
                                                 double multiplier);
   // Such a plugin's loss for one batch without gradients (evaluation), on every rank.
   virtual double evaluation_loss(const model::ForwardInput& input);
+  // Seconds the last run_micro_batches() spent waiting for other ranks (a pipeline's bubble).
+  virtual double last_schedule_idle_seconds() const { return 0.0; }
 
   // Clips (max_grad_norm > 0), updates with AdamW at `lr`, and clears the gradients. A plugin
   // may return with part of the update still running behind the next forward (gemini's

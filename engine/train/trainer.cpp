@@ -679,8 +679,7 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
           scheduled.push_back({input_of(batch), dropout_stream(step, first_row)});
           continue;
         }
-        loss_sum +=
-            train_micro_batch(batch, micro + 1 == t.gradient_accumulation, step, first_row);
+        loss_sum += train_micro_batch(batch, micro + 1 == t.gradient_accumulation, step, first_row);
       }
       if (!scheduled.empty()) {
         for (const double loss : plugin_->run_micro_batches(
@@ -714,12 +713,22 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
                                          static_cast<double>(options_.process.world_size);
       // One collective per step: the mean loss, the job's throughput, and a stop that every rank
       // makes at the same step (a signal may reach the ranks at different steps).
+      const bool scheduled = plugin_->runs_micro_batches();
       const std::vector<double> all =
-          gather({loss, tokens_counted_here, seconds, stop_requested ? 1.0 : 0.0});
+          gather({loss, tokens_counted_here, seconds, stop_requested ? 1.0 : 0.0,
+                  scheduled ? plugin_->last_schedule_idle_seconds() : 0.0});
       double loss_total = 0.0, tokens_total = 0.0, slowest = 0.0;
-      for (std::size_t i = 0; i + 4 <= all.size(); i += 4) {
-        const int rank = static_cast<int>(i / 4);
-        rank_steps.push_back({rank, all[i], all[i + 2] > 0 ? all[i + 1] / all[i + 2] : 0.0});
+      for (std::size_t i = 0; i + 5 <= all.size(); i += 5) {
+        const int rank = static_cast<int>(i / 5);
+        RankStep rank_step;
+        rank_step.rank = rank;
+        rank_step.loss = all[i];
+        rank_step.tokens_per_s = all[i + 2] > 0 ? all[i + 1] / all[i + 2] : 0.0;
+        if (scheduled) {
+          rank_step.step_s = all[i + 2];
+          rank_step.pipeline_idle_s = all[i + 4];
+        }
+        rank_steps.push_back(rank_step);
         loss_total += all[i];
         tokens_total += all[i + 1];
         slowest = std::max(slowest, all[i + 2]);
@@ -746,8 +755,7 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
         std::optional<dist::Traffic> tensor_traffic;
         if (tensor_group) tensor_traffic = tensor_group->traffic() - tensor_traffic_before;
         std::optional<dist::Traffic> pipeline_traffic;
-        if (pipeline_group)
-          pipeline_traffic = pipeline_group->traffic() - pipeline_traffic_before;
+        if (pipeline_group) pipeline_traffic = pipeline_group->traffic() - pipeline_traffic_before;
         events_->on_step({step, loss, lr, stats.grad_norm, tokens_per_s, rank_steps, traffic,
                           tensor_traffic, pipeline_traffic});
         const auto now = std::chrono::steady_clock::now();

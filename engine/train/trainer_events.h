@@ -26,6 +26,10 @@ struct RankStep {
   int rank = 0;
   double loss = 0.0;          // mean of this rank's micro-batch losses
   double tokens_per_s = 0.0;  // this rank's tokens over its own step time
+  // A plugin that runs the micro-batches itself (pipeline stages): this rank's step time and
+  // the part of it spent waiting for its neighbouring stages (the pipeline's bubble).
+  std::optional<double> step_s;
+  std::optional<double> pipeline_idle_s;
 };
 
 // One optimizer step (reported every training.log_every steps and at the last one).

@@ -95,6 +95,7 @@ class HybridPlugin : public Plugin {
         },
         activations());
   }
+  double last_schedule_idle_seconds() const override { return stages_->last_idle_seconds(); }
   double evaluation_loss(const model::ForwardInput& input) override {
     return stages_->forward_loss(*model_, input, activations());
   }
@@ -177,8 +178,7 @@ class HybridPlugin : public Plugin {
   void share_tied_gradient(std::vector<torch::Tensor>& gradients) {
     if (!stages_ || stages_->tied_embedding().empty()) return;
     const std::string& tied = stages_->tied_embedding();
-    if (std::find(trainable_names_.begin(), trainable_names_.end(), tied) ==
-        trainable_names_.end())
+    if (std::find(trainable_names_.begin(), trainable_names_.end(), tied) == trainable_names_.end())
       return;  // frozen (LoRA): no gradient anywhere
     torch::Tensor sum;
     const std::vector<NamedTensor>& params = dense().params();

@@ -362,3 +362,32 @@ def test_lora_pp2_equals_one_process(workdir, family):
     print(f"{family} LoRA pp 2: losses {worst:.2e} relative, adapter {adapter:.2e}, merged {merged:.2e}")
     assert worst <= LOSS_BOUND
     assert adapter <= 1e-5 and merged <= 1e-5
+
+
+def test_pipeline_traffic_per_step_is_the_activations(workdir):
+    """The `metric` events' `pipeline_traffic` (rank 0's pipeline group, stage 0 of 2) against the
+    activations a 2-stage pipeline must pass: per micro-batch b·s·h floats forward from stage 0
+    (the gradients come back from stage 1 in the same volume, its sends): exactly that many
+    bytes sent, and at most 1.1× in all (the rest: the losses' and the clipping norm's
+    all-reduces). Each rank's step time and idle time are reported, the idle below the step."""
+    name = "llama-hybrid-pp2-traffic"
+    spec = json.loads(job(workdir, "llama", name, "hybrid", accumulation=4, options={"tp_size": 1, "pp_size": 2},
+                          steps=3).read_text())
+    spec["dataset"] = {"train": str(workdir / "text.jsonl"), "format": "text", "max_length": 32, "packing": True}
+    spec["training"]["save_every"] = 0
+    path = workdir / "runs" / f"{name}.json"
+    path.write_text(json.dumps(spec))
+    run(path, 2)
+    hidden, micro_batches, tokens, floats = 32, 4, 2 * 32, 4
+    activations = micro_batches * tokens * hidden * floats
+    metrics = [e for e in events_of(workdir / "runs" / name / "events.jsonl") if e["type"] == "metric" and "loss" in e]
+    assert len(metrics) == 3
+    for m in metrics:
+        traffic = m["pipeline_traffic"]
+        print(f"step {m['step']}: stage 0 sent {traffic['send']['bytes']} bytes of activations "
+              f"({traffic['send']['calls']} sends), {traffic['ring_bytes']} ring bytes in all "
+              f"= {traffic['ring_bytes'] / activations:.3f} x the activations")
+        assert traffic["send"] == {"calls": micro_batches, "bytes": activations, "ring_bytes": activations}
+        assert 1.0 <= traffic["ring_bytes"] / activations <= 1.1
+        for rank in m["ranks"]:
+            assert 0.0 <= rank["pipeline_idle_s"] < rank["step_s"], rank

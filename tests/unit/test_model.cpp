@@ -305,6 +305,40 @@ class TestModel : public QObject {
                  {"gpt2", "sequence classification"});
   }
 
+  // Pipeline stages: a model run as two stages (layers [0, 1) then [1, 3), the second from the
+  // first's output) computes the whole model's loss and logits; a stage after the first needs
+  // the previous one's output; bert has no stages.
+  void stagesComposeToTheWholeModel() {
+    for (json config : {llama_config(), gpt2_config()}) {
+      config[config.contains("n_layer") ? "n_layer" : "num_hidden_layers"] = 3;
+      auto model = make(config);
+      torch::NoGradGuard no_grad;
+      ForwardInput in = batch({{1, 2, 3, 4}, {5, 6, 7}}, 4);
+      in.labels = in.input_ids.clone();
+      const ForwardOutput whole = model->forward(in);
+      model->stage = {0, 1};
+      const ForwardOutput first = model->forward(in);
+      QVERIFY(!first.logits.defined() && !first.loss.defined());
+      QCOMPARE(first.hidden_states.sizes(), (c10::IntArrayRef{2, 4, 16}));
+      model->stage = {1, -1};
+      expect_error([&] { model->forward(in); }, ErrorKind::InvalidInput,
+                   {"stage_input", "[2, 4, 16]"});
+      in.stage_input = first.hidden_states;
+      const ForwardOutput second = model->forward(in);
+      QVERIFY(torch::allclose(second.logits, whole.logits, 1e-6, 1e-6));
+      QVERIFY(torch::allclose(second.loss, whole.loss, 1e-6, 1e-6));
+      model->stage = {1, 4};
+      expect_error([&] { model->forward(in); }, ErrorKind::InvalidInput, {"[1, 4)", "3 layers"});
+    }
+    auto bert = make(bert_config("BertForSequenceClassification"));
+    bert->stage = {0, 1};
+    expect_error(
+        [&] {
+          bert->forward(batch({{1, 2}}, 2));
+        },
+        ErrorKind::Unsupported, {"pipeline stages"});
+  }
+
   void badInputsAreNamed() {
     auto model = make(llama_config());
     torch::NoGradGuard no_grad;
