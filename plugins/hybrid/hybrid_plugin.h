@@ -1,5 +1,5 @@
 #pragma once
-// The `hybrid` plugin: tensor parallelism × data parallelism. The model is split over the rank's
+// The `hybrid` plugin: tensor × pipeline × data parallelism. The model is split over the rank's
 // tensor group by its family's plan (engine/parallel/split_model.h: attention by heads, the MLP
 // by its inner width, embedding and head by the vocabulary, the loss computed from the
 // vocabulary blocks), each rank training its blocks with AdamW as `single` does (DenseTraining);
@@ -7,8 +7,13 @@
 // runs. Clipping takes the norm over every block of every tensor group. Checkpoints hold whole
 // tensors (gathered from the blocks), so any layout — single, ddp, another tp — resumes them,
 // and the export is the ordinary HF folder.
+// With pp_size above 1 the layers are cut into pipeline stages (engine/parallel/pipeline_stage.h):
+// each rank holds its stage's parameters and runs the step's micro-batches in the 1F1B order
+// itself (Plugin::run_micro_batches); a tied embedding's gradient is summed over the first and
+// last stage, the clipping norm over every stage; checkpoints and the export gather every stage's
+// tensors.
 // Options (job spec strategy.options, job/strategies.h): device = auto | cpu, tp_size = 2 | 1 | 4
-// | 8, pp_size = 1. LoRA's adapters are split like their layers. Not yet: CUDA, pipeline stages,
+// | 8, pp_size = 1 | 2 | 4 | 8. LoRA's adapters are split like their layers. Not yet: CUDA,
 // sequence parallelism, families without a tensor-parallel plan (bert): each refused with that
 // said.
 

@@ -14,3 +14,11 @@ if(TESSERA_WITH_TORCH)
   set_tests_properties(bench_tp PROPERTIES LABELS bench TIMEOUT 1800 RUN_SERIAL TRUE
     ENVIRONMENT "TESSERA_CLI=$<TARGET_FILE:tessera-cli>;TESSERA_TOOLS_DIR=${CMAKE_CURRENT_BINARY_DIR};HF_HUB_OFFLINE=1;TOKENIZERS_PARALLELISM=false")
 endif()
+
+# Pipeline parallelism (bench_pp.py): ours at pp 2 against torch.distributed.pipelining's 1F1B on
+# the same model, and each stage's measured bubble against the 1F1B theory; label bench.
+if(TESSERA_WITH_TORCH)
+  add_test(NAME bench_pp COMMAND ${TESSERA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/bench/bench_pp.py)
+  set_tests_properties(bench_pp PROPERTIES LABELS bench TIMEOUT 1800 RUN_SERIAL TRUE
+    ENVIRONMENT "TESSERA_CLI=$<TARGET_FILE:tessera-cli>;TESSERA_TOOLS_DIR=${CMAKE_CURRENT_BINARY_DIR};HF_HUB_OFFLINE=1;TOKENIZERS_PARALLELISM=false")
+endif()

@@ -1,4 +1,4 @@
-"""Strategy `hybrid` (issue 26): tensor parallelism × data parallelism in whole jobs through
+"""Strategy `hybrid` (issue 26): tensor × pipeline × data parallelism in whole jobs through
 `tessera-cli launch`, against one process.
 
 - tp 2 on 2 ranks, for llama (untied head), qwen2 (q/k/v biases, tied head), mistral (a sliding
@@ -15,7 +15,12 @@
   0.1): losses, the exported adapter and the merged model equal single's within 1e-5.
 - Refused before any rank starts, with the cause named: a family without a tensor-parallel plan
   (bert), a tp_size that does not divide the processes, and one that does not divide the
-  model's kv heads (naming the sizes that would).
+  model's kv heads (naming the sizes that would); more pipeline stages than layers; tp × pp not
+  dividing the processes.
+- Pipeline stages (pp 2, 1F1B over 4 micro-batches): llama, qwen2 and gpt2 (tied heads, gpt2's
+  dropout), tp 2 × pp 2 and pp 2 × dp 2 with evaluations, LoRA — losses and exports equal to
+  single's within 1e-5; a resume chain through tp 2 and pp 2; the stage's sends per step are
+  exactly the activations at its boundary.
 """
 import json
 import math
