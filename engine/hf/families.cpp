@@ -399,8 +399,8 @@ std::vector<FamilyTraits> make_registry() {
     // vocabulary.
     t.tensor_parallel_plan = {{"embed_tokens", TensorSplit::Vocabulary},
                               {"layers.*.self_attn.q_proj", TensorSplit::Column},
-                              {"layers.*.self_attn.k_proj", TensorSplit::Column},
-                              {"layers.*.self_attn.v_proj", TensorSplit::Column},
+                              {"layers.*.self_attn.k_proj", TensorSplit::Column, 1, true},
+                              {"layers.*.self_attn.v_proj", TensorSplit::Column, 1, true},
                               {"layers.*.self_attn.o_proj", TensorSplit::Row},
                               {"layers.*.mlp.gate_proj", TensorSplit::Column},
                               {"layers.*.mlp.up_proj", TensorSplit::Column},
@@ -408,9 +408,10 @@ std::vector<FamilyTraits> make_registry() {
                               {"lm_head", TensorSplit::Vocabulary}};
     t.pipeline_plan = {"layers", {"embed_tokens"}, {"norm", "lm_head"}, "embed_tokens"};
     t.tensor_parallel_divides = {{"num_attention_heads", &ModelConfig::num_attention_heads},
-                                 {"num_key_value_heads", &ModelConfig::num_key_value_heads},
                                  {"intermediate_size", &ModelConfig::intermediate_size},
                                  {"vocab_size", &ModelConfig::vocab_size}};
+    t.tensor_parallel_divides_or_replicates = {
+        {"num_key_value_heads", &ModelConfig::num_key_value_heads}};
     t.size_fields = {{"vocab_size", &ModelConfig::vocab_size},
                      {"hidden_size", &ModelConfig::hidden_size},
                      {"intermediate_size", &ModelConfig::intermediate_size},
@@ -529,20 +530,35 @@ void check_tensor_parallel(const ModelConfig& config, int size) {
         "families with a tensor-parallel plan: " + model_types_where([](const FamilyTraits& f) {
           return !f.tensor_parallel_plan.empty();
         }));
-  std::int64_t common = 0;
-  for (const SizeField& field : family.tensor_parallel_divides)
-    common = std::gcd(common, config.*field.member);
-  for (const SizeField& field : family.tensor_parallel_divides) {
+  // A size n fits a field it divides, or (kv heads) one that divides n: each head is then held
+  // by n / heads ranks.
+  const auto fits = [&](std::int64_t n, const SizeField& field, bool replicable) {
     const std::int64_t value = config.*field.member;
-    if (size > 0 && value % size == 0) continue;
-    std::string fitting;
-    for (std::int64_t n = 1; n <= std::min<std::int64_t>(common, 64); ++n)
-      if (common % n == 0) fitting += (fitting.empty() ? "" : ", ") + std::to_string(n);
-    throw_invalid("tensor parallelism over " + std::to_string(size) + " ranks: config.json's " +
-                      field.key + " (" + std::to_string(value) + ") does not split into " +
-                      std::to_string(size) + " equal parts",
-                  "tensor-parallel sizes that divide every split size of this model: " + fitting);
-  }
+    return value % n == 0 || (replicable && value > 0 && n % value == 0);
+  };
+  const auto fits_all = [&](std::int64_t n) {
+    for (const SizeField& field : family.tensor_parallel_divides)
+      if (!fits(n, field, false)) return false;
+    for (const SizeField& field : family.tensor_parallel_divides_or_replicates)
+      if (!fits(n, field, true)) return false;
+    return true;
+  };
+  if (size > 0 && fits_all(size)) return;
+  std::string fitting;
+  for (std::int64_t n = 1; n <= 64; ++n)
+    if (fits_all(n)) fitting += (fitting.empty() ? "" : ", ") + std::to_string(n);
+  for (const bool replicable : {false, true})
+    for (const SizeField& field : replicable ? family.tensor_parallel_divides_or_replicates
+                                             : family.tensor_parallel_divides) {
+      if (size > 0 && fits(size, field, replicable)) continue;
+      const std::int64_t value = config.*field.member;
+      throw_invalid("tensor parallelism over " + std::to_string(size) + " ranks: config.json's " +
+                        field.key + " (" + std::to_string(value) + ") does not split into " +
+                        std::to_string(size) + " equal parts" +
+                        (replicable ? " (nor divides " + std::to_string(size) + ")" : ""),
+                    "tensor-parallel sizes that divide every split size of this model: " +
+                        fitting);
+    }
 }
 
 void check_pipeline_parallel(const ModelConfig& config, int stages) {

@@ -98,6 +98,9 @@ struct TensorSplitRule {
   // Column only: the output is this many equal parts side by side (gpt2's fused c_attn holds
   // q, k and v), each split by its rows; a rank's block is its block of every part.
   int parts = 1;
+  // Column only: the outputs are the key/value heads (GQA). With fewer kv heads than ranks, each
+  // head's block is held by size / kv_heads ranks (the ones whose query heads read it).
+  bool kv_heads = false;
 };
 
 // How pipeline parallelism cuts a family's model into stages of consecutive layers (as
@@ -147,6 +150,8 @@ struct FamilyTraits {
   // every rank), and the sizes a tensor-parallel size must divide. Empty: the family has none.
   std::vector<TensorSplitRule> tensor_parallel_plan;
   std::vector<SizeField> tensor_parallel_divides;
+  // Sizes a tensor-parallel size must divide or be a multiple of (kv heads: replicated).
+  std::vector<SizeField> tensor_parallel_divides_or_replicates;
   // The pipeline plan; `layers` empty: the family has none.
   PipelinePlan pipeline_plan;
 };

@@ -132,11 +132,12 @@ std::vector<SplitParameter> split_model(model::PretrainedModel& m, dist::Process
   std::map<std::string, SplitParameter> cut;
   const auto copies = std::make_shared<SharedCopy>(group);
   auto split_parameter = [&](torch::Tensor& parameter, const std::string& name, std::int64_t dim,
-                             int parts) {
+                             int parts, int replicas = 1) {
     SplitParameter p;
     p.name = name;
     p.dim = dim;
     p.parts = parts;
+    p.replicas = replicas;
     p.whole_shape = parameter.sizes().vec();
     replace(parameter, block_of(parameter.detach(), p, rank, size));
     cut[name] = p;
@@ -149,9 +150,11 @@ std::vector<SplitParameter> split_model(model::PretrainedModel& m, dist::Process
       const bool out_in = linear->layout == model::LinearImpl::Layout::OutIn;
       const std::int64_t outputs = out_in ? 0 : 1, inputs = out_in ? 1 : 0;
       const bool row = rule->split == hf::TensorSplit::Row;
-      split_parameter(linear->weight, prefix + "weight", row ? inputs : outputs, rule->parts);
+      const int replicas = replicas_of(*rule, m.config(), size);
+      split_parameter(linear->weight, prefix + "weight", row ? inputs : outputs, rule->parts,
+                      replicas);
       if (linear->bias.defined() && !row)
-        split_parameter(linear->bias, prefix + "bias", 0, rule->parts);
+        split_parameter(linear->bias, prefix + "bias", 0, rule->parts, replicas);
       if (rule->split == hf::TensorSplit::Column)
         linear->split = std::make_shared<ColumnLinear>(copies);
       else if (row)
@@ -186,8 +189,18 @@ std::vector<SplitParameter> split_model(model::PretrainedModel& m, dist::Process
   return parameters;
 }
 
+int replicas_of(const hf::TensorSplitRule& rule, const hf::ModelConfig& config, int size) {
+  // Fewer kv heads than ranks (GQA): each kv head's block is held by several ranks.
+  const std::int64_t kv_heads = config.num_key_value_heads;
+  return rule.kv_heads && kv_heads > 0 && kv_heads < size ? size / static_cast<int>(kv_heads) : 1;
+}
+
 torch::Tensor block_of(const torch::Tensor& whole, const SplitParameter& p, int rank, int size) {
   if (p.dim < 0) return whole;
+  if (p.replicas > 1) {
+    rank /= p.replicas;
+    size /= p.replicas;
+  }
   if (p.parts == 1) return shard(whole, p.dim, rank, size, p.name.c_str());
   std::vector<torch::Tensor> blocks;
   for (const torch::Tensor& part : whole.chunk(p.parts, p.dim))
@@ -198,7 +211,13 @@ torch::Tensor block_of(const torch::Tensor& whole, const SplitParameter& p, int 
 torch::Tensor gather_whole(const torch::Tensor& block, const SplitParameter& p,
                            dist::ProcessGroup& group) {
   if (p.dim < 0 || group.size() == 1) return block;
-  const std::vector<torch::Tensor> blocks = gather_blocks(block, group).unbind(0);
+  std::vector<torch::Tensor> blocks = gather_blocks(block, group).unbind(0);
+  if (p.replicas > 1) {  // one copy of each block: the first holder's
+    std::vector<torch::Tensor> distinct;
+    for (std::size_t i = 0; i < blocks.size(); i += static_cast<std::size_t>(p.replicas))
+      distinct.push_back(blocks[i]);
+    blocks = std::move(distinct);
+  }
   if (p.parts == 1) return torch::cat(blocks, p.dim);
   // Each rank's block holds its block of every part: part i is the ranks' i-th pieces in order.
   std::vector<torch::Tensor> parts;
@@ -223,6 +242,22 @@ void unsplit_model(model::PretrainedModel& m, const std::vector<SplitParameter>&
     if (auto* embedding = dynamic_cast<model::EmbeddingImpl*>(item.value().get()))
       embedding->split.reset();
   }
+}
+
+torch::Tensor sum_over_replicas(const torch::Tensor& gradient, const SplitParameter& p,
+                                dist::ProcessGroup& group) {
+  if (p.replicas <= 1 || group.size() == 1) return gradient;
+  // Each rank's block in its place of a zero tensor of every block, summed over the group: block
+  // b is then the sum of its holders' shares. (All blocks of k or v: a layer's kv projection,
+  // small beside the layer.)
+  const int blocks = group.size() / p.replicas;
+  const int mine = group.rank() / p.replicas;
+  std::vector<std::int64_t> shape = gradient.sizes().vec();
+  shape[static_cast<std::size_t>(p.dim)] *= blocks;
+  torch::Tensor all = torch::zeros(shape, gradient.options());
+  all.narrow(p.dim, mine * gradient.size(p.dim), gradient.size(p.dim)).copy_(gradient);
+  group.all_reduce(all);
+  return all.narrow(p.dim, mine * gradient.size(p.dim), gradient.size(p.dim)).contiguous();
 }
 
 }  // namespace tessera::parallel

@@ -16,6 +16,10 @@ class ProcessGroup;
 namespace tessera::model {
 class PretrainedModel;
 }
+namespace tessera::hf {
+struct TensorSplitRule;
+struct ModelConfig;
+}  // namespace tessera::hf
 
 namespace tessera::parallel {
 
@@ -25,8 +29,16 @@ struct SplitParameter {
   std::string name;  // as named_parameters() gives it
   std::int64_t dim = -1;
   int parts = 1;  // equal parts side by side along `dim`, each split (gpt2's fused q/k/v)
+  // Ranks holding each block: the tensor is cut into size / replicas blocks and rank r holds
+  // block r / replicas (k and v with fewer kv heads than ranks: each rank holds the head its
+  // query heads read). Its gradient is then each holder's share, summed over them.
+  int replicas = 1;
   std::vector<std::int64_t> whole_shape;
 };
+
+// How many ranks of `size` hold each block of a module split by `rule` (SplitParameter::replicas):
+// more than one for k and v when the model has fewer kv heads than ranks.
+int replicas_of(const hf::TensorSplitRule& rule, const hf::ModelConfig& config, int size);
 
 // This rank's block of the whole tensor of `p` (a contiguous copy; `whole` itself when p is
 // whole on every rank).
@@ -39,6 +51,10 @@ std::vector<SplitParameter> split_model(model::PretrainedModel& model, dist::Pro
 
 // The whole tensor of `p` from every rank's `block` (`block` itself when p is whole on every
 // rank). Every rank of `group` calls it with its block, in the same order.
+// For a replicated block (p.replicas > 1): the sum over the ranks holding the same block of their
+// `gradient`s of it (each the share its query heads give). Every rank of `group` calls it.
+torch::Tensor sum_over_replicas(const torch::Tensor& gradient, const SplitParameter& p,
+                                dist::ProcessGroup& group);
 torch::Tensor gather_whole(const torch::Tensor& block, const SplitParameter& p,
                            dist::ProcessGroup& group);
 

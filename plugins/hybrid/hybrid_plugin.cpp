@@ -110,9 +110,19 @@ class HybridPlugin : public Plugin {
       // LoRA's A on a layer split by outputs: each rank's gradient is its outputs' share.
       if (summed_over_tensor_group_.count(params[i].name) && gradients[i].defined())
         tensor_group_->all_reduce(gradients[i]);
+      // A kv head's block held by several ranks (fewer kv heads than ranks): each holder's
+      // gradient is its query heads' share; the block's is their sum, counted once in the norm.
+      bool counted = true;
+      if (is_split(params[i].name) && split_of_.at(params[i].name).replicas > 1 &&
+          gradients[i].defined()) {
+        const parallel::SplitParameter& p = split_of_.at(params[i].name);
+        gradients[i] = parallel::sum_over_replicas(gradients[i], p, *tensor_group_);
+        counted = tensor_group_->rank() % p.replicas == 0;
+      }
       // The last stage's copy of a tied embedding counts once, on the first stage.
       if (stages_ && stages_->last() && params[i].name == stages_->tied_embedding()) continue;
-      (is_split(params[i].name) ? split_gradients : whole_gradients).push_back(gradients[i]);
+      if (counted)
+        (is_split(params[i].name) ? split_gradients : whole_gradients).push_back(gradients[i]);
     }
     // The global norm: every tensor group's blocks of the split tensors, and the tensors every
     // rank of a group holds whole (their gradients are the same on each) once; then every
@@ -303,6 +313,7 @@ class HybridPlugin : public Plugin {
       } else {
         p.dim = 0;  // B [out, r]
         p.parts = rule->parts;
+        p.replicas = parallel::replicas_of(*rule, model.config(), tensor_group_->size());
       }
       if (p.dim < 0) continue;
       torch::NoGradGuard no_grad;

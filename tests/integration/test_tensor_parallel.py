@@ -78,8 +78,8 @@ def run_ranks(world, *args):
 @pytest.mark.parametrize("family,world", [("llama", 2), ("qwen2", 2), ("mistral", 2), ("gpt2", 2), ("llama", 4)])
 def test_a_model_split_by_its_family_plan_equals_the_whole_model(models, family, world):
     """parallel/split_model.h on real checkpoints: loss, logits and every gradient block equal the
-    whole model's at tp 2 (with 4 ranks: the two tensor groups of a 2 × 2 mesh, and tp 4 refused
-    for 2 kv heads, naming the field and the sizes that divide)."""
+    whole model's at tp 2 (with 4 ranks: the two tensor groups of a 2 × 2 mesh, and tp 4 over the
+    world, where each of the 2 kv heads is held by 2 ranks)."""
     for rank, (code, out, err) in enumerate(run_ranks(world, "model", models / family)):
         assert code == 0, f"rank {rank}: exit {code}\n{out}\n{err}"
         assert out.strip() == f"ok rank {rank} of {world}"

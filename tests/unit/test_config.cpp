@@ -255,9 +255,19 @@ class TestConfig : public QObject {
     QVERIFY(find_family("bert")->tensor_parallel_plan.empty());
 
     check_tensor_parallel(llama, 2);  // 4 heads, 2 kv heads, 128, 100
-    expect_error([&] { check_tensor_parallel(llama, 4); }, ErrorKind::InvalidInput,
-                 {"num_key_value_heads (2) does not split into 4 equal parts",
-                  "divide every split size of this model: 1, 2"});
+    check_tensor_parallel(llama, 4);  // each kv head held by 2 of the 4 ranks
+    QVERIFY(tensor_split_of(decoder, "model.layers.0.self_attn.k_proj")->kv_heads);
+    QVERIFY(!q->kv_heads);
+    expect_error([&] { check_tensor_parallel(llama, 8); }, ErrorKind::InvalidInput,
+                 {"num_attention_heads (4) does not split into 8 equal parts",
+                  "divide every split size of this model: 1, 2, 4"});
+    json three_kv = llama_base();
+    three_kv["num_attention_heads"] = 12;
+    three_kv["num_key_value_heads"] = 3;
+    three_kv["hidden_size"] = 96;
+    expect_error([&] { check_tensor_parallel(parse_model_config(three_kv, "c.json"), 2); },
+                 ErrorKind::InvalidInput,
+                 {"num_key_value_heads (3) does not split into 2 equal parts (nor divides 2)"});
     json odd_vocab = llama_base();
     odd_vocab["vocab_size"] = 101;
     expect_error([&] { check_tensor_parallel(parse_model_config(odd_vocab, "c.json"), 2); },
