@@ -556,8 +556,7 @@ void check_tensor_parallel(const ModelConfig& config, int size) {
                         field.key + " (" + std::to_string(value) + ") does not split into " +
                         std::to_string(size) + " equal parts" +
                         (replicable ? " (nor divides " + std::to_string(size) + ")" : ""),
-                    "tensor-parallel sizes that divide every split size of this model: " +
-                        fitting);
+                    "tensor-parallel sizes that divide every split size of this model: " + fitting);
     }
 }
 

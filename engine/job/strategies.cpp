@@ -208,7 +208,13 @@ const std::vector<StrategyInfo>& strategies() {
                        "pipeline stages the layers are cut into: 1 (the default), 2, 4 or 8; "
                        "tp_size × pp_size must divide the number of processes, and the model "
                        "needs a layer per stage",
-                       {"1", "2", "4", "8"})},
+                       {"1", "2", "4", "8"}),
+        literal_choice("pp_chunks",
+                       "model chunks per pipeline stage: 1 (the default: 1F1B), 2 or 4 "
+                       "(interleaved 1F1B: the bubble shrinks by this factor, the activations "
+                       "sent grow by it); needs pp_size × pp_chunks layers and a "
+                       "gradient_accumulation that pp_size divides",
+                       {"1", "2", "4"})},
        /*planned=*/false,
        /*distributes=*/true},
   };
@@ -260,6 +266,11 @@ int hybrid_tensor_parallel_size(const nlohmann::json& options) {
 int hybrid_pipeline_parallel_size(const nlohmann::json& options) {
   if (!options.is_object() || !options.contains("pp_size")) return 1;
   return options["pp_size"].get<int>();
+}
+
+int hybrid_pipeline_chunks(const nlohmann::json& options) {
+  if (!options.is_object() || !options.contains("pp_chunks")) return 1;
+  return options["pp_chunks"].get<int>();
 }
 
 std::string strategy_names() {

@@ -69,6 +69,8 @@ struct StrategyInfo {
 int hybrid_tensor_parallel_size(const nlohmann::json& options);
 // strategy hybrid's pipeline stages (strategy.options.pp_size, 1 when absent).
 int hybrid_pipeline_parallel_size(const nlohmann::json& options);
+// strategy hybrid's model chunks per pipeline stage (strategy.options.pp_chunks, 1 when absent).
+int hybrid_pipeline_chunks(const nlohmann::json& options);
 
 // Every strategy this build has, in the order the docs list them.
 const std::vector<StrategyInfo>& strategies();

@@ -72,13 +72,52 @@ std::vector<PipelineAction> one_f_one_b(int stage, int stages, int micro_batches
   return actions;
 }
 
+std::vector<PipelineAction> interleaved_one_f_one_b(int stage, int stages, int chunks,
+                                                    int micro_batches) {
+  if (chunks <= 1) return one_f_one_b(stage, stages, micro_batches);
+  if (stages < 1 || stage < 0 || stage >= stages)
+    throw Error(ErrorKind::Internal, "interleaved_one_f_one_b: stage " + std::to_string(stage) +
+                                         " of " + std::to_string(stages));
+  if (micro_batches < stages || micro_batches % stages != 0)
+    throw_invalid("the interleaved pipeline schedule runs micro-batches in groups of pp_size (" +
+                      std::to_string(stages) + "); training.gradient_accumulation is " +
+                      std::to_string(micro_batches),
+                  "set gradient_accumulation to a multiple of " + std::to_string(stages) +
+                      ", or pp_chunks to 1");
+  const int total = micro_batches * chunks;
+  // The k-th forward (backward) of this stage: groups of `stages` micro-batches pass chunk 0,
+  // then chunk 1, …; backwards walk the chunks the other way.
+  const auto action = [&](PipelineAction::Kind kind, int k) {
+    const int in_group = k % (stages * chunks);
+    int chunk = in_group / stages;
+    if (kind == PipelineAction::Backward) chunk = chunks - 1 - chunk;
+    const int micro_batch = (k / (stages * chunks)) * stages + k % stages;
+    return PipelineAction{kind, micro_batch, chunk};
+  };
+  const int warm_up = micro_batches == stages
+                          ? total
+                          : std::min(total, (stages - stage - 1) * 2 + (chunks - 1) * stages);
+  std::vector<PipelineAction> actions;
+  for (int k = 0; k < warm_up; ++k) actions.push_back(action(PipelineAction::Forward, k));
+  for (int k = 0; k < total - warm_up; ++k) {
+    actions.push_back(action(PipelineAction::Forward, warm_up + k));
+    actions.push_back(action(PipelineAction::Backward, k));
+  }
+  for (int k = total - warm_up; k < total; ++k)
+    actions.push_back(action(PipelineAction::Backward, k));
+  return actions;
+}
+
 double simulate_pipeline(int stages, int micro_batches, double forward, double backward,
-                         std::vector<double>* idle) {
+                         std::vector<double>* idle, int chunks) {
   std::vector<std::vector<PipelineAction>> schedules;
-  for (int s = 0; s < stages; ++s) schedules.push_back(one_f_one_b(s, stages, micro_batches));
-  // done_forward[s][m] / done_backward[s][m]: when stage s finished that action (−1: not yet).
+  for (int s = 0; s < stages; ++s)
+    schedules.push_back(interleaved_one_f_one_b(s, stages, chunks, micro_batches));
+  const int virtual_stages = stages * chunks;
+  // done_forward[g][m] / done_backward[g][m]: when virtual stage g (chunk · stages + stage)
+  // finished that action (−1: not yet).
   std::vector<std::vector<double>> done_forward(
-      static_cast<std::size_t>(stages),
+      static_cast<std::size_t>(virtual_stages),
       std::vector<double>(static_cast<std::size_t>(micro_batches), -1));
   std::vector<std::vector<double>> done_backward = done_forward;
   std::vector<std::size_t> next(static_cast<std::size_t>(stages), 0);
@@ -91,18 +130,20 @@ double simulate_pipeline(int stages, int micro_batches, double forward, double b
       while (next[su] < schedules[su].size()) {
         const PipelineAction a = schedules[su][next[su]];
         const auto m = static_cast<std::size_t>(a.micro_batch);
+        const int g = a.chunk * stages + s;
+        const auto gu = static_cast<std::size_t>(g);
         double ready = 0.0;
         if (a.kind == PipelineAction::Forward) {
-          if (s > 0) ready = done_forward[su - 1][m];
+          if (g > 0) ready = done_forward[gu - 1][m];
         } else {
-          ready = s + 1 < stages ? done_backward[su + 1][m] : done_forward[su][m];
+          ready = g + 1 < virtual_stages ? done_backward[gu + 1][m] : done_forward[gu][m];
         }
         if (ready < 0) break;  // waits on another stage
         const double start = std::max(ready, free_at[su]);
         const double length = a.kind == PipelineAction::Forward ? forward : backward;
         free_at[su] = start + length;
         busy[su] += length;
-        (a.kind == PipelineAction::Forward ? done_forward : done_backward)[su][m] = free_at[su];
+        (a.kind == PipelineAction::Forward ? done_forward : done_backward)[gu][m] = free_at[su];
         ++next[su];
         progressed = true;
       }
@@ -110,7 +151,7 @@ double simulate_pipeline(int stages, int micro_batches, double forward, double b
   }
   for (int s = 0; s < stages; ++s)
     if (next[static_cast<std::size_t>(s)] != schedules[static_cast<std::size_t>(s)].size())
-      throw Error(ErrorKind::Internal, "simulate_pipeline: the 1F1B schedules deadlock");
+      throw Error(ErrorKind::Internal, "simulate_pipeline: the schedules deadlock");
   const double makespan = *std::max_element(free_at.begin(), free_at.end());
   if (idle != nullptr) {
     idle->clear();
@@ -119,8 +160,8 @@ double simulate_pipeline(int stages, int micro_batches, double forward, double b
   return makespan;
 }
 
-double pipeline_bubble_fraction(int stages, int micro_batches) {
-  return static_cast<double>(stages - 1) / static_cast<double>(micro_batches + stages - 1);
+double pipeline_bubble_fraction(int stages, int micro_batches, int chunks) {
+  return static_cast<double>(stages - 1) / static_cast<double>(chunks * micro_batches + stages - 1);
 }
 
 std::string describe_stages(const std::vector<StageLayers>& stages) {

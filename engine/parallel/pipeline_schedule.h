@@ -25,6 +25,9 @@ struct PipelineAction {
   enum Kind { Forward, Backward };
   Kind kind = Forward;
   int micro_batch = 0;
+  // Interleaved schedule: which of the stage's model chunks (virtual stage chunk · stages +
+  // stage); 0 in plain 1F1B.
+  int chunk = 0;
   bool operator==(const PipelineAction&) const = default;
 };
 
@@ -34,16 +37,27 @@ struct PipelineAction {
 // all-forwards-first does). Backwards run in micro-batch order.
 std::vector<PipelineAction> one_f_one_b(int stage, int stages, int micro_batches);
 
+// The interleaved 1F1B schedule (Megatron-LM's): each stage holds `chunks` model chunks, chunk c
+// of stage s being virtual stage c · stages + s of stages · chunks, so a micro-batch passes every
+// stage `chunks` times and the bubble shrinks by that factor: (stages − 1) / (chunks ·
+// micro_batches + stages − 1) of the step. micro_batches must be a multiple of stages (throws
+// tessera::Error InvalidInput naming gradient_accumulation otherwise). chunks = 1 is
+// one_f_one_b.
+std::vector<PipelineAction> interleaved_one_f_one_b(int stage, int stages, int chunks,
+                                                    int micro_batches);
+
 // The schedule's idle share per stage when every forward takes `forward` and every backward
 // `backward` time units and messages are instant: the textbook bubble (stages − 1) /
 // (micro_batches + stages − 1) when backward = forward… computed by running the schedules of all
 // stages against each other (an action starts once the stage is free and its input has
 // arrived). Returns the makespan; `idle` (optional) gets each stage's idle time.
+// With `chunks` above 1 the interleaved schedule, forward and backward being one chunk's.
 double simulate_pipeline(int stages, int micro_batches, double forward, double backward,
-                         std::vector<double>* idle = nullptr);
+                         std::vector<double>* idle = nullptr, int chunks = 1);
 
-// (stages − 1) / (micro_batches + stages − 1): the bubble fraction a balanced 1F1B pipeline leaves.
-double pipeline_bubble_fraction(int stages, int micro_batches);
+// (stages − 1) / (chunks · micro_batches + stages − 1): the bubble fraction a balanced 1F1B
+// pipeline leaves (interleaved over `chunks` chunks per stage).
+double pipeline_bubble_fraction(int stages, int micro_batches, int chunks = 1);
 
 // "layers 0-3 | 4-7" for messages and the plan.
 std::string describe_stages(const std::vector<StageLayers>& stages);

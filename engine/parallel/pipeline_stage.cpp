@@ -10,12 +10,13 @@
 namespace tessera::parallel {
 namespace {
 
-// Point-to-point tags within one step: micro-batch m's activations and their gradient.
-int activation_tag(int micro_batch) {
-  return 2 * micro_batch;
+// Point-to-point tags within one step, named by the virtual stage that receives: micro-batch m's
+// activations into it, and the gradient of its output coming back to it.
+int activation_tag(int receiver, int micro_batches, int micro_batch) {
+  return 2 * (receiver * micro_batches + micro_batch);
 }
-int gradient_tag(int micro_batch) {
-  return 2 * micro_batch + 1;
+int gradient_tag(int receiver, int micro_batches, int micro_batch) {
+  return 2 * (receiver * micro_batches + micro_batch) + 1;
 }
 constexpr int kEvaluationTag = 1 << 24;
 
@@ -26,10 +27,10 @@ std::vector<std::int64_t> hidden_shape(const model::PretrainedModel& model,
 
 }  // namespace
 
-PipelineStages::PipelineStages(model::PretrainedModel& model, dist::ProcessGroup& group)
-    : group_(&group), model_(&model) {
+PipelineStages::PipelineStages(model::PretrainedModel& model, dist::ProcessGroup& group, int chunks)
+    : group_(&group), chunks_(std::max(1, chunks)), model_(&model) {
   const hf::ModelConfig& config = model.config();
-  hf::check_pipeline_parallel(config, group.size());
+  hf::check_pipeline_parallel(config, group.size() * chunks_);
   const hf::FamilyTraits& family = hf::family_of(config);
   // Matrix products cost by their weights: a layer by its parameters, the head by its
   // vocabulary × hidden (tied or not); the embeddings are lookups.
@@ -41,9 +42,8 @@ PipelineStages::PipelineStages(model::PretrainedModel& model, dist::ProcessGroup
   }
   const double head_cost =
       static_cast<double>(config.vocab_size) * static_cast<double>(config.hidden_size);
-  layout_ = balance_stages(layer_costs, 0.0, head_cost, group.size());
-  const StageLayers& mine = layout_[static_cast<std::size_t>(group.rank())];
-  model.stage = {mine.first, mine.end};
+  layout_ = balance_stages(layer_costs, 0.0, head_cost, group.size() * chunks_);
+  use_chunk(model, 0);
   if (config.tie_word_embeddings && group.size() > 1) {
     for (const auto& item : model.named_parameters())
       if (hf::pipeline_layer_of(family, config, item.key()) < 0 &&
@@ -60,13 +60,19 @@ int PipelineStages::stages() const {
   return group_->size();
 }
 
+void PipelineStages::use_chunk(model::PretrainedModel& model, int chunk) const {
+  const StageLayers& range = layout_[static_cast<std::size_t>(chunk * stages() + stage())];
+  model.stage = {range.first, range.end};
+}
+
 int PipelineStages::owner(const std::string& name) const {
   const hf::ModelConfig& config = model_->config();
   const std::int64_t layer = hf::pipeline_layer_of(hf::family_of(config), config, name);
   if (layer < 0) return 0;
   if (layer >= config.num_hidden_layers) return stages() - 1;
-  for (std::size_t s = 0; s < layout_.size(); ++s)
-    if (layer >= layout_[s].first && layer < layout_[s].end) return static_cast<int>(s);
+  // Virtual stage g (chunk g / stages) is stage g % stages's.
+  for (std::size_t g = 0; g < layout_.size(); ++g)
+    if (layer >= layout_[g].first && layer < layout_[g].end) return static_cast<int>(g) % stages();
   throw Error(ErrorKind::Internal, "pipeline: layer " + std::to_string(layer) + " has no stage");
 }
 
@@ -85,7 +91,13 @@ std::vector<double> PipelineStages::run_one_f_one_b(
     const std::vector<model::DropoutStream>& dropout, const StageBackward& backward,
     const torch::TensorOptions& activations) {
   const int micro_batches = static_cast<int>(inputs.size());
-  std::vector<torch::Tensor> stage_inputs(inputs.size()), outputs(inputs.size());
+  const int virtual_stages = stages() * chunks_;
+  // Per (chunk, micro-batch): the received input (needing its gradient) and the output.
+  const auto slot = [&](int chunk, int m) {
+    return static_cast<std::size_t>(chunk * micro_batches + m);
+  };
+  std::vector<torch::Tensor> stage_inputs(inputs.size() * static_cast<std::size_t>(chunks_));
+  std::vector<torch::Tensor> outputs(stage_inputs.size());
   std::vector<double> losses(inputs.size(), 0.0);
   std::vector<dist::PendingCollective> sends;
   // The stage's idle time is the schedule's time less its own forwards and backwards (waits
@@ -103,48 +115,56 @@ std::vector<double> PipelineStages::run_one_f_one_b(
     group_->recv(into, from, tag).wait();
     return into;
   };
-  for (const PipelineAction& action : one_f_one_b(stage(), stages(), micro_batches)) {
+  for (const PipelineAction& action :
+       interleaved_one_f_one_b(stage(), stages(), chunks_, micro_batches)) {
     const int m = action.micro_batch;
     const auto mu = static_cast<std::size_t>(m);
+    const std::size_t at = slot(action.chunk, m);
+    // This chunk's place in the whole pipeline, and its neighbours' stages.
+    const int g = action.chunk * stages() + stage();
+    const int previous = (g - 1 + stages()) % stages(), next = (g + 1) % stages();
+    const bool first_virtual = g == 0, last_virtual = g == virtual_stages - 1;
     if (action.kind == PipelineAction::Forward) {
       model::ForwardInput input = inputs[mu];
-      if (!first()) {
+      if (!first_virtual) {
         torch::Tensor received = receive(torch::empty(hidden_shape(model, input), activations),
-                                         stage() - 1, activation_tag(m));
+                                         previous, activation_tag(g, micro_batches, m));
         received.set_requires_grad(true);
-        input.stage_input = stage_inputs[mu] = received;
+        input.stage_input = stage_inputs[at] = received;
       }
       model::ForwardOutput out;
       timed([&] {
+        use_chunk(model, action.chunk);
         model::DropoutScope scope(dropout[mu]);
         out = model.forward(input);
       });
-      if (last()) {
+      if (last_virtual) {
         if (!out.loss.defined())
           throw_invalid("pipeline: the last stage computed no loss",
                         "pipeline parallelism trains causal language models with labels");
-        outputs[mu] = out.loss;
+        outputs[at] = out.loss;
         losses[mu] = out.loss.detach().to(torch::kFloat64).item<double>();
       } else {
-        outputs[mu] = out.hidden_states;
-        sends.push_back(
-            group_->send(out.hidden_states.detach().contiguous(), stage() + 1, activation_tag(m)));
+        outputs[at] = out.hidden_states;
+        sends.push_back(group_->send(out.hidden_states.detach().contiguous(), next,
+                                     activation_tag(g + 1, micro_batches, m)));
       }
     } else {
       torch::Tensor gradient;
-      if (!last())
-        gradient =
-            receive(torch::empty(outputs[mu].sizes(), activations), stage() + 1, gradient_tag(m));
-      timed([&] { backward(outputs[mu], gradient, m); });
-      if (!first()) {
-        const torch::Tensor& sent = stage_inputs[mu].grad();
+      if (!last_virtual)
+        gradient = receive(torch::empty(outputs[at].sizes(), activations), next,
+                           gradient_tag(g, micro_batches, m));
+      timed([&] { backward(outputs[at], gradient, m); });
+      if (!first_virtual) {
+        const torch::Tensor& sent = stage_inputs[at].grad();
         if (!sent.defined())
           throw Error(ErrorKind::Internal,
                       "pipeline: stage " + std::to_string(stage()) + "'s input got no gradient");
-        sends.push_back(group_->send(sent.contiguous(), stage() - 1, gradient_tag(m)));
+        sends.push_back(
+            group_->send(sent.contiguous(), previous, gradient_tag(g - 1, micro_batches, m)));
       }
-      outputs[mu] = torch::Tensor();
-      stage_inputs[mu] = torch::Tensor();
+      outputs[at] = torch::Tensor();
+      stage_inputs[at] = torch::Tensor();
     }
   }
   for (dist::PendingCollective& send : sends) send.wait();
@@ -158,17 +178,25 @@ std::vector<double> PipelineStages::run_one_f_one_b(
 
 double PipelineStages::forward_loss(model::PretrainedModel& model, const model::ForwardInput& input,
                                     const torch::TensorOptions& activations) {
-  model::ForwardInput in = input;
-  if (!first()) {
-    in.stage_input = torch::empty(hidden_shape(model, input), activations);
-    group_->recv(in.stage_input, stage() - 1, kEvaluationTag).wait();
-  }
-  const model::ForwardOutput out = model.forward(in);
+  const int virtual_stages = stages() * chunks_;
   torch::Tensor loss = torch::zeros({1}, torch::kFloat64);
-  if (last())
-    loss.fill_(out.loss.detach().to(torch::kFloat64).item<double>());
-  else
-    group_->send(out.hidden_states.detach().contiguous(), stage() + 1, kEvaluationTag).wait();
+  // The batch through every virtual stage in order; this stage runs its chunks.
+  for (int g = stage(); g < virtual_stages; g += stages()) {
+    model::ForwardInput in = input;
+    if (g > 0) {
+      in.stage_input = torch::empty(hidden_shape(model, input), activations);
+      group_->recv(in.stage_input, (g - 1) % stages(), kEvaluationTag + g).wait();
+    }
+    use_chunk(model, g / stages());
+    const model::ForwardOutput out = model.forward(in);
+    if (g == virtual_stages - 1)
+      loss.fill_(out.loss.detach().to(torch::kFloat64).item<double>());
+    else
+      group_
+          ->send(out.hidden_states.detach().contiguous(), (g + 1) % stages(),
+                 kEvaluationTag + g + 1)
+          .wait();
+  }
   group_->broadcast(loss, stages() - 1);
   return loss.item<double>();
 }

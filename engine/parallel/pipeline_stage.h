@@ -29,11 +29,16 @@ class PipelineStages {
   // the head's is vocabulary × hidden, as matrix products cost by their weights) and sets
   // model.stage to this rank's. Throws tessera::Error (hf::check_pipeline_parallel) when the
   // model cannot be cut into that many stages.
-  PipelineStages(model::PretrainedModel& model, dist::ProcessGroup& group);
+  // `chunks` above 1: the interleaved schedule — the layers are cut into stages × chunks virtual
+  // stages, this rank holding virtual stages stage, stage + stages, … (Megatron-LM's
+  // interleaving; the bubble shrinks by the number of chunks, the sends grow by it).
+  PipelineStages(model::PretrainedModel& model, dist::ProcessGroup& group, int chunks = 1);
 
+  // The virtual stages' layers (chunk c of stage s is entry c · stages + s).
   const std::vector<StageLayers>& layout() const { return layout_; }
   int stage() const;
   int stages() const;
+  int chunks() const { return chunks_; }
   bool first() const { return stage() == 0; }
   bool last() const { return stage() == stages() - 1; }
   dist::ProcessGroup& group() const { return *group_; }
@@ -55,7 +60,9 @@ class PipelineStages {
   // on; `backward(output, gradient, micro_batch)` runs the stage's backward — on the last stage
   // `output` is the loss and `gradient` undefined, elsewhere the gradient came from the next
   // stage — and the gradient of the stage's input goes back. Returns every micro-batch's loss
-  // on every stage. `dropout[i]` is micro-batch i's stream.
+  // on every stage. `dropout[i]` is micro-batch i's stream. An interleaved stage runs each
+  // micro-batch's backward once per chunk; the last backward of the step is micro-batch m − 1's
+  // of chunk 0 in either schedule.
   using StageBackward = std::function<void(const torch::Tensor& output,
                                            const torch::Tensor& gradient, int micro_batch)>;
   // `activations`: the dtype and device the stages compute in (what they pass on).
@@ -82,7 +89,11 @@ class PipelineStages {
       const std::function<torch::Tensor(const std::string&)>& like) const;
 
  private:
+  // Points the model at chunk `chunk` of this stage's layers.
+  void use_chunk(model::PretrainedModel& model, int chunk) const;
+
   dist::ProcessGroup* group_;
+  int chunks_ = 1;
   std::vector<StageLayers> layout_;
   const model::PretrainedModel* model_;
   std::string tied_;

@@ -672,6 +672,22 @@ void check_hybrid(const job::JobSpec& spec, int world_size) {
                       " processes (--nproc), or choose sizes whose product divides " +
                       std::to_string(world_size));
   }
+  const int chunks = job::hybrid_pipeline_chunks(spec.strategy.options);
+  if (chunks > 1) {
+    if (pp == 1)
+      throw_invalid("strategy.options.pp_chunks: " + std::to_string(chunks) +
+                        " chunks per stage need pipeline stages, but pp_size is 1",
+                    "set pp_size to 2 or more, or pp_chunks to 1");
+    const std::int64_t accumulation = spec.training.gradient_accumulation;
+    if (accumulation % pp != 0)
+      throw_invalid(
+          "training.gradient_accumulation: the interleaved pipeline schedule runs "
+          "micro-batches in groups of pp_size (" +
+              std::to_string(pp) + "), and " + std::to_string(accumulation) +
+              " is not a multiple of it",
+          "set gradient_accumulation to a multiple of " + std::to_string(pp) +
+              ", or pp_chunks to 1");
+  }
   if (tp == 1 && pp == 1) return;
   // The model's sizes, when its folder is here (a Hub model is judged once downloaded).
   if (spec.model.path.empty()) return;
@@ -679,7 +695,7 @@ void check_hybrid(const job::JobSpec& spec, int world_size) {
   if (!fs::is_regular_file(config_file)) return;
   const hf::ModelConfig config = hf::load_model_config(config_file);
   if (tp > 1) hf::check_tensor_parallel(config, tp);
-  if (pp > 1) hf::check_pipeline_parallel(config, pp);
+  if (pp > 1) hf::check_pipeline_parallel(config, pp * chunks);
 }
 
 namespace {

@@ -46,6 +46,20 @@ void ReplicaTraining::backward_through(const torch::Tensor& output, const torch:
   run_backward([&] { dense_.backward_through(output, gradient); }, last_micro_batch);
 }
 
+void ReplicaTraining::reduce_accumulated() {
+  buckets_->start();
+  try {
+    for (std::size_t i = 0; i < dense_.params().size(); ++i)
+      if (dense_.params()[i].tensor.grad().defined())
+        buckets_->gradient_ready(i, dense_.params()[i].tensor);
+  } catch (...) {
+    buckets_->abandon();
+    throw;
+  }
+  buckets_->finish();
+  reduced_ = true;
+}
+
 std::vector<torch::Tensor> ReplicaTraining::averaged_gradients() {
   if (!reduced_)
     throw Error(ErrorKind::Internal,

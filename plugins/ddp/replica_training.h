@@ -31,6 +31,10 @@ class ReplicaTraining {
   // The same from a pipeline stage's output and its gradient (DenseTraining::backward_through).
   void backward_through(const torch::Tensor& output, const torch::Tensor& gradient,
                         bool last_micro_batch);
+  // After backwards that all accumulated (none the last micro-batch's): averages what .grad
+  // holds now, as the last backward would have (an interleaved pipeline stage, whose chunks end
+  // their backwards at different times).
+  void reduce_accumulated();
   // The averaged float32 gradients of dense().params(), in order; call after the last
   // micro-batch's backward, then finish_step() once the update has read them.
   std::vector<torch::Tensor> averaged_gradients();

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "dist/parallel_context.h"
 #include "hf/families.h"
+#include "job/strategies.h"
 #include "optim/clip.h"
 #include "parallel/pipeline_stage.h"
 #include "parallel/split_model.h"
@@ -49,13 +50,17 @@ class HybridPlugin : public Plugin {
       split_adapters(model, trainable);
     }
     if (process_.pipeline_group != nullptr && process_.pipeline_group->size() > 1) {
-      stages_ = std::make_unique<parallel::PipelineStages>(model, *process_.pipeline_group);
+      stages_ = std::make_unique<parallel::PipelineStages>(
+          model, *process_.pipeline_group, job::hybrid_pipeline_chunks(options.strategy_options));
       std::erase_if(trainable, [&](const NamedTensor& t) { return !stages_->holds(t.name); });
       stages_->release_other_stages(model);
       if (options.log && process_.rank == 0)
-        options.log("info", "strategy hybrid: " + std::to_string(stages_->stages()) +
-                                " pipeline stages hold " +
-                                parallel::describe_stages(stages_->layout()));
+        options.log("info",
+                    "strategy hybrid: " + std::to_string(stages_->stages()) + " pipeline stages" +
+                        (stages_->chunks() > 1 ? " of " + std::to_string(stages_->chunks()) +
+                                                     " interleaved chunks each"
+                                               : "") +
+                        " hold " + parallel::describe_stages(stages_->layout()));
     }
     dist::ProcessGroup* data_group =
         process_.data_group != nullptr && process_.data_group->size() > 1 ? process_.data_group
@@ -84,16 +89,23 @@ class HybridPlugin : public Plugin {
       inputs.push_back(std::move(m.input));
       streams.push_back(m.dropout);
     }
+    // Plain 1F1B: the last micro-batch's backward ends every gradient of the stage, and the
+    // replicas average them as it runs. Interleaved: a stage's chunks end their backwards at
+    // different times, so every backward accumulates and the average follows the schedule.
+    const bool interleaved = stages_->chunks() > 1;
     const int last = static_cast<int>(inputs.size()) - 1;
-    return stages_->run_one_f_one_b(
+    std::vector<double> losses = stages_->run_one_f_one_b(
         *model_, inputs, streams,
         [&](const torch::Tensor& output, const torch::Tensor& gradient, int micro_batch) {
+          const bool ends_step = !interleaved && micro_batch == last;
           if (gradient.defined())
-            replicas_.backward_through(output, gradient, micro_batch == last);
+            replicas_.backward_through(output, gradient, ends_step);
           else
-            replicas_.backward(output, multiplier, micro_batch == last);
+            replicas_.backward(output, multiplier, ends_step);
         },
         activations());
+    if (interleaved) replicas_.reduce_accumulated();
+    return losses;
   }
   double last_schedule_idle_seconds() const override { return stages_->last_idle_seconds(); }
   double evaluation_loss(const model::ForwardInput& input) override {

@@ -12,6 +12,8 @@ fp32, AdamW, clipping 1.0:
               (Gloo on loopback); peer: the model cut at the same layer as ours (the split our
               planner's cost balance chose, read from our run's log) into two PipelineStage
               modules, Schedule1F1B over the same number of micro-batches, Gloo, 1 thread per rank
+  pp2x2chunk  the same with pp_chunks 2 (interleaved 1F1B, one layer per virtual stage; needs the
+              default 4 layers); peer: ScheduleInterleaved1F1B over the same 4 virtual stages
 
 Printed per side: tokens/s (the median measured step: ours from the metric events' job
 throughput, the peer's from its own step timings, each step ending at a barrier), ours ÷ peer,
@@ -123,13 +125,21 @@ def peer_child(model_dir, rank, world, port, threads, cut, report):
             optimizer.zero_grad(set_to_none=True)
             seconds.append(time.perf_counter() - t0)
     else:
-        from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
         dist.init_process_group("gloo", rank=rank, world_size=world)
         count = len(model.model.layers)
-        module = Stage(0, cut) if rank == 0 else Stage(cut, count)
-        stage = PipelineStage(module, rank, world, torch.device("cpu"))
-        schedule = Schedule1F1B(stage, MICRO, loss_fn=loss_of)
+        if cut > 0:
+            module = Stage(0, cut) if rank == 0 else Stage(cut, count)
+            stage = PipelineStage(module, rank, world, torch.device("cpu"))
+            schedule = Schedule1F1B(stage, MICRO, loss_fn=loss_of)
+        else:  # interleaved: one layer per virtual stage, rank r holding virtual stages r, r + world, …
+            chunks = count // world
+            modules = [Stage(g, g + 1) for g in range(rank, count, world)]
+            module = torch.nn.ModuleList(modules)
+            stages = [PipelineStage(m, g, count, torch.device("cpu")) for m, g in zip(modules, range(rank, count, world))]
+            schedule = ScheduleInterleaved1F1B(stages, MICRO, loss_fn=loss_of)
+            assert chunks == 2
         optimizer = torch.optim.AdamW(module.parameters(), lr=LR)
         for _ in range(WARMUP + STEPS):
             t0 = time.perf_counter()
@@ -137,7 +147,7 @@ def peer_child(model_dir, rank, world, port, threads, cut, report):
             if rank == 0:
                 schedule.step(ids)
             else:
-                schedule.step(target=ids)
+                schedule.step(target=ids)  # the last (virtual) stage is this rank's
             # The global norm over both stages' parameters, as ours clips.
             grads = [p.grad for p in module.parameters() if p.grad is not None]
             squares = sum((g.norm() ** 2 for g in grads), torch.zeros(()))
@@ -198,6 +208,9 @@ def main():
         cut = int(first_range.split("-")[-1]) + 1
         peer_single = run_peer(folder, 1, 2, cut)
         peer_pp2 = run_peer(folder, 2, 1, cut)
+        # Interleaved: 2 chunks of one layer per stage (needs the default 4 layers).
+        interleaved = run_ours(folder, "pp2x2", "hybrid", {"tp_size": 1, "pp_size": 2, "pp_chunks": 2}, 2, 1)
+        peer_interleaved = run_peer(folder, 2, 1, 0)
 
     def metrics(events):
         return [e for e in events if e.get("type") == "metric" and "loss" in e]
@@ -205,31 +218,45 @@ def main():
     def tokens_per_s(events):
         return statistics.median(m["tokens_per_s"] for m in metrics(events)[WARMUP:])
 
-    worst = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(metrics(pp2), metrics(single)))
+    worst = max(abs(a["loss"] - b["loss"]) / abs(b["loss"])
+                for run in (pp2, interleaved) for a, b in zip(metrics(run), metrics(single)))
     theory = (2 - 1) / (MICRO + 2 - 1)
-    idle = {}
-    for m in metrics(pp2)[WARMUP:]:
-        for rank in m["ranks"]:
-            idle.setdefault(rank["rank"], []).append(rank["pipeline_idle_s"] / rank["step_s"])
+
+    def idle_shares(run):
+        idle = {}
+        for m in metrics(run)[WARMUP:]:
+            for rank in m["ranks"]:
+                idle.setdefault(rank["rank"], []).append(rank["pipeline_idle_s"] / rank["step_s"])
+        return {rank: statistics.median(s) for rank, s in idle.items()}
+    idle = idle_shares(pp2)
     ours_single, ours_pp2 = tokens_per_s(single), tokens_per_s(pp2)
+    ours_interleaved = tokens_per_s(interleaved)
     print(f"  stages: {stages[0].split('hold ', 1)[1]} (peer cut at layer {cut})")
     print(f"\n  {'side':10s} {'procs':>5s} {'tokens/s':>9s} {'peer tok/s':>10s} {'ours÷peer':>9s} {'÷single@2t':>10s}")
     print(f"  {'single@2t':10s} {1:5d} {ours_single:9.0f} {peer_single:10.0f} {ours_single / peer_single:9.3f} "
           f"{1.0:10.3f}")
     print(f"  {'pp2':10s} {2:5d} {ours_pp2:9.0f} {peer_pp2:10.0f} {ours_pp2 / peer_pp2:9.3f} "
           f"{ours_pp2 / ours_single:10.3f}")
-    for rank, shares in sorted(idle.items()):
-        share = statistics.median(shares)
-        print(f"  stage {rank}: idle {share:.3f} of the step; 1F1B theory {theory:.3f}; "
+    print(f"  {'pp2x2chunk':10s} {2:5d} {ours_interleaved:9.0f} {peer_interleaved:10.0f} "
+          f"{ours_interleaved / peer_interleaved:9.3f} {ours_interleaved / ours_single:10.3f}")
+    for rank, share in sorted(idle.items()):
+        print(f"  pp2 stage {rank}: idle {share:.3f} of the step; 1F1B theory {theory:.3f}; "
               f"measured ÷ theory {share / theory:.3f}")
-    print(f"  pp2's losses against one process: {worst:.2e} relative (bound 1e-4)")
-    shares = {rank: statistics.median(s) for rank, s in idle.items()}
+    interleaved_theory = (2 - 1) / (2 * MICRO + 2 - 1)
+    for rank, share in sorted(idle_shares(interleaved).items()):
+        print(f"  pp2x2chunk stage {rank}: idle {share:.3f} of the step; interleaved theory "
+              f"{interleaved_theory:.3f}; measured ÷ theory {share / interleaved_theory:.3f}")
+    print(f"  pp2's and pp2x2chunk's losses against one process: {worst:.2e} relative (bound 1e-4)")
+    shares = idle
     critical = min(shares, key=shares.get)  # the stage that waits least computes longest
     imbalance = max(shares.values()) - shares[critical]
     print(f"  critical path: stage {critical}; the other stages wait up to {imbalance:.3f} of the step more "
           f"(their layers cost less: layers come whole)")
-    print(f"bench_pp: ours ÷ PyTorch pipelining at pp 2 {ours_pp2 / peer_pp2:.3f} (goal >= 1.0); "
-          f"bubble (critical-path stage) ÷ 1F1B theory {shares[critical] / theory:.3f} (goal <= 1.15)")
+    interleaved_shares = idle_shares(interleaved)
+    interleaved_critical = min(interleaved_shares.values()) / interleaved_theory
+    print(f"bench_pp: ours ÷ PyTorch pipelining at pp 2 {ours_pp2 / peer_pp2:.3f}, interleaved "
+          f"{ours_interleaved / peer_interleaved:.3f} (goal >= 1.0); bubble (critical-path stage) "
+          f"÷ theory {shares[critical] / theory:.3f}, interleaved {interleaved_critical:.3f} (goal <= 1.15)")
     if worst > 1e-4:
         raise SystemExit(f"FAIL: pp 2's losses differ from one process's by {worst:.2e} relative")
 

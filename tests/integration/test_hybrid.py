@@ -61,6 +61,11 @@ def workdir(tmp_path_factory):
         # With its default dropout (0.1): the masks follow the rows and the heads, not the ranks.
         "gpt2": lambda: GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=4,
                                                    n_positions=128, **ids)),
+        # 4 layers: 2 pipeline stages of 2 interleaved chunks each.
+        "llama4": lambda: LlamaForCausalLM(LlamaConfig(**dict(sizes, num_hidden_layers=4),
+                                                       tie_word_embeddings=False)),
+        "gpt2-4": lambda: GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=32, n_layer=4, n_head=4,
+                                                     n_positions=128, **ids)),
         "bert": lambda: BertForSequenceClassification(BertConfig(
             vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
             max_position_embeddings=128, num_labels=2)),
@@ -85,6 +90,7 @@ def workdir(tmp_path_factory):
 LORA = {"llama": {"type": "lora", "rank": 4, "alpha": 8, "dropout": 0.1,
                   "targets": ["q_proj", "v_proj", "o_proj", "gate_proj", "down_proj"]},
         "gpt2": {"type": "lora", "rank": 4, "alpha": 8, "dropout": 0.1, "targets": ["c_attn", "c_proj", "c_fc"]}}
+LORA["llama4"] = LORA["llama"]
 
 
 def job(workdir, family, name, strategy, accumulation=1, options=None, steps=STEPS, out=None, method="full",
@@ -248,7 +254,7 @@ def test_checkpoints_resume_across_layouts(workdir, method):
     assert worst <= LOSS_BOUND
 
 
-@pytest.mark.parametrize("case", ["bert", "nproc3", "heads", "shallow", "pp_nproc"])
+@pytest.mark.parametrize("case", ["bert", "nproc3", "heads", "shallow", "pp_nproc", "chunks"])
 def test_what_it_cannot_do_is_refused_naming_why(workdir, case):
     family, method, nproc, options, expected = {
         "bert": ("bert", "full", 2, {"tp_size": 2}, "tensor parallelism is not supported yet for bert models"),
@@ -259,6 +265,8 @@ def test_what_it_cannot_do_is_refused_naming_why(workdir, case):
                     "num_hidden_layers (2) gives each stage no layer"),
         "pp_nproc": ("llama", "full", 2, {"tp_size": 2, "pp_size": 2},
                      "tp_size × pp_size: 2 × 2 = 4 does not divide the job's 2 processes"),
+        "chunks": ("llama4", "full", 2, {"tp_size": 1, "pp_size": 2, "pp_chunks": 2},
+                   "micro-batches in groups of pp_size (2), and 1 is not a multiple of it"),
     }[case]
     spec = job(workdir, family, f"refused-{case}", "hybrid", options=options, method=method, steps=2)
     r = cli("launch", "--nproc", nproc, spec, timeout=120)
@@ -413,5 +421,28 @@ def test_tp4_with_fewer_kv_heads_than_ranks(workdir, family, method):
                            losses_of(events_of(reference / "events.jsonl")))
     exported = export_difference(out, reference)
     print(f"{family} {method} tp 4 with 2 kv heads: losses {worst:.2e} relative, export {exported:.2e}")
+    assert worst <= LOSS_BOUND
+    assert exported <= 1e-5
+
+
+@pytest.mark.parametrize("family,method,nproc", [("llama4", "full", 2), ("gpt2-4", "full", 2),
+                                                 ("llama4", "lora", 2), ("llama4", "full", 4)])
+def test_interleaved_pp2_equals_one_process(workdir, family, method, nproc):
+    """pp 2 with 2 chunks per stage (4 virtual stages of one layer: stage 0 holds layers 0 and 2,
+    stage 1 layers 1 and 3 and the head), the interleaved 1F1B over 4 micro-batches: each
+    micro-batch crosses the stages twice. gpt2's tied head and dropout; LoRA; and on 4 ranks two
+    such pipelines (dp 2), whose stages average their gradients once the schedule is done."""
+    reference = single(workdir, family, accumulation=4 if nproc == 2 else 8, method=method)
+    name = f"{family}-{method}-hybrid-pp2-interleaved-{nproc}"
+    run(job(workdir, family, name, "hybrid", accumulation=4,
+            options={"tp_size": 1, "pp_size": 2, "pp_chunks": 2}, method=method), nproc)
+    out = workdir / "runs" / name
+    events = events_of(out / "events.jsonl")
+    stages = [e["message"] for e in events if e.get("type") == "log" and "pipeline stages" in e.get("message", "")]
+    assert stages and "2 interleaved chunks each hold layers 0 | layers 1 | layers 2 | layers 3" in stages[0], stages
+    worst = worst_relative(losses_of(events), losses_of(events_of(reference / "events.jsonl")))
+    exported = export_difference(out, reference)
+    print(f"{family} {method} interleaved pp 2 x 2 chunks on {nproc} ranks: losses {worst:.2e} relative, "
+          f"export {exported:.2e}")
     assert worst <= LOSS_BOUND
     assert exported <= 1e-5
