@@ -1,6 +1,16 @@
 #include "runner/trainer_event_writer.h"
 
 namespace tessera::runner {
+namespace {
+
+// A rank's place on hybrid's dp × pp × tp mesh (train::MeshShape).
+nlohmann::json mesh_coordinates(int rank, const train::MeshShape& mesh) {
+  return {{"dp", rank / (mesh.tp * mesh.pp)},
+          {"pp", (rank / mesh.tp) % mesh.pp},
+          {"tp", rank % mesh.tp}};
+}
+
+}  // namespace
 
 void TrainerEventWriter::on_step(const train::StepReport& r) {
   nlohmann::json metric = {{"step", r.step},
@@ -13,6 +23,7 @@ void TrainerEventWriter::on_step(const train::StepReport& r) {
     for (const auto& rank : r.ranks) {
       nlohmann::json entry = {
           {"rank", rank.rank}, {"loss", rank.loss}, {"tokens_per_s", rank.tokens_per_s}};
+      if (r.mesh) entry["mesh"] = mesh_coordinates(rank.rank, *r.mesh);
       if (rank.step_s) entry["step_s"] = *rank.step_s;
       if (rank.pipeline_idle_s) entry["pipeline_idle_s"] = *rank.pipeline_idle_s;
       ranks.push_back(std::move(entry));
@@ -64,15 +75,18 @@ void TrainerEventWriter::on_memory(const train::MemoryReport& r) {
   if (r.free) event["free"] = *r.free;
   if (!r.ranks.empty()) {
     nlohmann::json ranks = nlohmann::json::array();
-    for (const auto& rank : r.ranks)
-      ranks.push_back({{"rank", rank.rank},
-                       {"host", rank.host},
-                       {"used", rank.used},
-                       {"by_category",
-                        {{"weights", rank.by_category.weights},
-                         {"gradients", rank.by_category.gradients},
-                         {"optimizer", rank.by_category.optimizer},
-                         {"activations_other", rank.activations_other}}}});
+    for (const auto& rank : r.ranks) {
+      nlohmann::json entry = {{"rank", rank.rank},
+                              {"host", rank.host},
+                              {"used", rank.used},
+                              {"by_category",
+                               {{"weights", rank.by_category.weights},
+                                {"gradients", rank.by_category.gradients},
+                                {"optimizer", rank.by_category.optimizer},
+                                {"activations_other", rank.activations_other}}}};
+      if (r.mesh) entry["mesh"] = mesh_coordinates(rank.rank, *r.mesh);
+      ranks.push_back(std::move(entry));
+    }
     event["ranks"] = std::move(ranks);
   }
   if (r.simulated) event["simulated"] = true;

@@ -135,6 +135,13 @@ std::int64_t Trainer::total_steps_for(const BatchSource& train) const {
   return std::max<std::int64_t>(1, static_cast<std::int64_t>(steps));
 }
 
+std::optional<MeshShape> Trainer::mesh_shape() const {
+  const ProcessContext& p = options_.process;
+  if (p.tensor_group == nullptr && p.pipeline_group == nullptr) return std::nullopt;
+  return MeshShape{p.tensor_group ? p.tensor_group->size() : 1,
+                   p.pipeline_group ? p.pipeline_group->size() : 1};
+}
+
 int Trainer::data_rank() const {
   return distributed() ? options_.process.data_group->rank() : 0;
 }
@@ -296,6 +303,7 @@ void Trainer::emit_memory() {
   const std::uint64_t rss = process_rss_bytes();
   const std::uint64_t accounted = m.weights + m.gradients + m.optimizer;
   MemoryReport report;
+  report.mesh = mesh_shape();
   report.on_device = plugin_->device().is_cuda();
   report.device = plugin_->device().str();
   report.used = rss;
@@ -757,7 +765,7 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
         std::optional<dist::Traffic> pipeline_traffic;
         if (pipeline_group) pipeline_traffic = pipeline_group->traffic() - pipeline_traffic_before;
         events_->on_step({step, loss, lr, stats.grad_norm, tokens_per_s, rank_steps, traffic,
-                          tensor_traffic, pipeline_traffic});
+                          tensor_traffic, pipeline_traffic, mesh_shape()});
         const auto now = std::chrono::steady_clock::now();
         const std::int64_t after_first = step - result.start_step - 1;
         const double per_step = first_of_run

@@ -168,6 +168,8 @@ class Trainer {
   // tensor or pipeline coordinates read the same micro-batches.
   int data_rank() const;
   int data_ranks() const;
+  // hybrid's mesh (tensor and pipeline sizes), for the events to name each rank's place.
+  std::optional<MeshShape> mesh_shape() const;
   // The disk tier's traffic counters at the last memory report (rates are deltas).
   struct DiskSample {
     std::chrono::steady_clock::time_point at;

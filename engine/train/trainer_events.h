@@ -22,6 +22,14 @@ struct EvalResult {
 };
 
 // One rank's share of a step, in a job of several processes.
+// hybrid: the mesh its ranks form (dp × pp × tp, tp innermost), so that each rank's figures
+// name its place: tensor rank r % tp, pipeline stage (r / tp) % pp, data-parallel rank
+// r / (tp · pp).
+struct MeshShape {
+  int tp = 1;
+  int pp = 1;
+};
+
 struct RankStep {
   int rank = 0;
   double loss = 0.0;          // mean of this rank's micro-batch losses
@@ -48,6 +56,7 @@ struct StepReport {
   std::optional<dist::Traffic> tensor_traffic;
   // hybrid with pipeline stages: the same for this rank's pipeline group (the stages' sends).
   std::optional<dist::Traffic> pipeline_traffic;
+  std::optional<MeshShape> mesh;  // hybrid: each rank's coordinates
 };
 
 // Memory of the training process: on the plugin's device when it is an accelerator, else the
@@ -86,6 +95,7 @@ struct MemoryReport {
     std::uint64_t activations_other = 0;
   };
   std::vector<Rank> ranks;
+  std::optional<MeshShape> mesh;  // hybrid: each rank's coordinates
 };
 
 class TrainerEvents {

@@ -329,6 +329,25 @@ def test_pp2_equals_one_process(workdir, family):
     assert worst <= LOSS_BOUND
     assert exported <= 1e-5
 
+    # Each rank's weights are its stage's tensors (counted from single's export on disk): stage 0
+    # the embeddings and layer 0, stage 1 layer 1, the final norm and the head — with a tied head
+    # the input embedding again. The events name each rank's place on the mesh.
+    tensors = load_file(str(reference / "model" / "model.safetensors"))
+    tied = json.loads((workdir / family / "config.json").read_text()).get("tie_word_embeddings", True)
+    embedding = next(n for n in tensors if n.endswith(("embed_tokens.weight", "wte.weight")))
+    expected = [0, 0]
+    for tensor_name, t in tensors.items():
+        first = ".0." in tensor_name or tensor_name.endswith(("embed_tokens.weight", "wte.weight", "wpe.weight"))
+        expected[0 if first else 1] += t.nbytes
+    if tied:
+        expected[1] += tensors[embedding].nbytes
+    memory = [e for e in events if e["type"] == "memory" and e["tier"] == "host" and "ranks" in e][-1]
+    for rank in memory["ranks"]:
+        assert rank["mesh"] == {"dp": 0, "pp": rank["rank"], "tp": 0}, rank
+        assert rank["by_category"]["weights"] == expected[rank["rank"]], (rank, expected)
+    metric = [e for e in events if e["type"] == "metric" and "loss" in e][-1]
+    assert [r["mesh"]["pp"] for r in metric["ranks"]] == [0, 1]
+
 
 @pytest.mark.parametrize("layout", ["tp2-pp2", "pp2-dp2"])
 def test_pp2_with_tensor_or_data_parallelism(workdir, layout):
