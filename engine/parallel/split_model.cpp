@@ -124,7 +124,9 @@ void replace(torch::Tensor& parameter, const torch::Tensor& block) {
 
 }  // namespace
 
-std::vector<SplitParameter> split_model(model::PretrainedModel& m, dist::ProcessGroup& group) {
+std::vector<SplitParameter> split_model(
+    model::PretrainedModel& m, dist::ProcessGroup& group,
+    const std::map<std::string, std::vector<std::int64_t>>& whole_shapes) {
   const hf::FamilyTraits& family = hf::family_of(m.config());
   const int rank = group.rank(), size = group.size();
   hf::check_tensor_parallel(m.config(), size);
@@ -138,8 +140,12 @@ std::vector<SplitParameter> split_model(model::PretrainedModel& m, dist::Process
     p.dim = dim;
     p.parts = parts;
     p.replicas = replicas;
-    p.whole_shape = parameter.sizes().vec();
-    replace(parameter, block_of(parameter.detach(), p, rank, size));
+    if (parameter.numel() == 0 && whole_shapes.count(name)) {
+      p.whole_shape = whole_shapes.at(name);  // released: nothing to cut here
+    } else {
+      p.whole_shape = parameter.sizes().vec();
+      replace(parameter, block_of(parameter.detach(), p, rank, size));
+    }
     cut[name] = p;
   };
   for (const auto& item : m.named_modules("", /*include_self=*/false)) {
@@ -183,7 +189,9 @@ std::vector<SplitParameter> split_model(model::PretrainedModel& m, dist::Process
     }
     SplitParameter p;
     p.name = item.key();
-    p.whole_shape = item.value().sizes().vec();
+    p.whole_shape = item.value().numel() == 0 && whole_shapes.count(item.key())
+                        ? whole_shapes.at(item.key())
+                        : item.value().sizes().vec();
     parameters.push_back(std::move(p));
   }
   return parameters;

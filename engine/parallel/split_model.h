@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -47,7 +48,11 @@ torch::Tensor block_of(const torch::Tensor& whole, const SplitParameter& p, int 
 // Every parameter of `model` in named_parameters() order. Throws tessera::Error: Unsupported
 // when the family has no plan; InvalidInput naming the config field, its value and the sizes that
 // would divide every planned field when the group's size does not divide one.
-std::vector<SplitParameter> split_model(model::PretrainedModel& model, dist::ProcessGroup& group);
+// A parameter with no elements (released: another pipeline stage holds it) keeps none; its entry
+// describes the split it would have, from its shape in `whole_shapes` (by name).
+std::vector<SplitParameter> split_model(
+    model::PretrainedModel& model, dist::ProcessGroup& group,
+    const std::map<std::string, std::vector<std::int64_t>>& whole_shapes = {});
 
 // The whole tensor of `p` from every rank's `block` (`block` itself when p is whole on every
 // rank). Every rank of `group` calls it with its block, in the same order.

@@ -24,6 +24,8 @@ class HybridPlugin : public Plugin {
  public:
   std::string name() const override { return "hybrid"; }
   bool runs_distributed() const override { return true; }
+  // Each rank reads only the weights its pipeline stage holds.
+  bool reads_deferred_weights() const override { return true; }
 
   void prepare(model::PretrainedModel& model, std::vector<NamedTensor> trainable,
                const PluginOptions& options) override {
@@ -43,17 +45,25 @@ class HybridPlugin : public Plugin {
     }
     // The runner made the dp × pp × tp mesh from strategy.options.tp_size and pp_size and
     // refused sizes the processes or the model do not divide (runner::check_hybrid).
-    if (process_.tensor_group != nullptr && process_.tensor_group->size() > 1) {
-      tensor_group_ = process_.tensor_group;
-      layout_ = parallel::split_model(model, *tensor_group_);
-      for (const parallel::SplitParameter& p : layout_) split_of_[p.name] = p;
-      split_adapters(model, trainable);
-    }
     if (process_.pipeline_group != nullptr && process_.pipeline_group->size() > 1) {
       stages_ = std::make_unique<parallel::PipelineStages>(
           model, *process_.pipeline_group, job::hybrid_pipeline_chunks(options.strategy_options));
       std::erase_if(trainable, [&](const NamedTensor& t) { return !stages_->holds(t.name); });
+      // Before any weight is read: a stage reads only its own layers' (below), so each rank's
+      // memory holds about 1 / pp of the model from the start.
       stages_->release_other_stages(model);
+    }
+    if (options.deferred_weights) {
+      for (auto& item : model.named_parameters())
+        if (item.value().numel() > 0) options.deferred_weights->read_into(item.key(), item.value());
+    }
+    if (process_.tensor_group != nullptr && process_.tensor_group->size() > 1) {
+      tensor_group_ = process_.tensor_group;
+      layout_ = parallel::split_model(model, *tensor_group_, whole_shape_);
+      for (const parallel::SplitParameter& p : layout_) split_of_[p.name] = p;
+      split_adapters(model);
+    }
+    if (stages_) {
       if (options.log && process_.rank == 0)
         options.log("info",
                     "strategy hybrid: " + std::to_string(stages_->stages()) + " pipeline stages" +
@@ -304,10 +314,12 @@ class HybridPlugin : public Plugin {
   // LoRA's adapters (outside the model's parameters, PEFT names) on split layers are split with
   // them: on a layer split by its outputs B by its rows (A whole, its gradient summed over the
   // tensor group); on one split by its inputs A by its columns (B whole).
-  void split_adapters(model::PretrainedModel& model, std::vector<NamedTensor>& trainable) {
+  void split_adapters(model::PretrainedModel& model) {
     const hf::FamilyTraits& family = hf::family_of(model.config());
-    for (NamedTensor& t : trainable) {
-      if (!adapters_.count(t.name)) continue;
+    // Every adapter, those of other pipeline stages too (their blocks come from their stage for
+    // the export).
+    for (auto& [name, tensor] : adapter_handles_) {
+      const NamedTensor t{name, tensor};
       const std::optional<LoraMatrix> matrix = lora_matrix_of(t.name);
       if (!matrix)
         throw Error(ErrorKind::Internal, "strategy hybrid: trainable tensor " + t.name +

@@ -382,12 +382,14 @@ def test_pp2_with_tensor_or_data_parallelism(workdir, layout):
     assert exported <= 1e-5
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2"])
-def test_lora_pp2_equals_one_process(workdir, family):
+@pytest.mark.parametrize("family,tp", [("llama", 1), ("gpt2", 1), ("gpt2", 2)])
+def test_lora_pp2_equals_one_process(workdir, family, tp):
+    """LoRA at pp 2, and at tp 2 × pp 2 (each stage's adapters split over its tensor group; the
+    export gathers every stage's blocks, then the blocks)."""
     reference = single(workdir, family, accumulation=2, method="lora")
-    name = f"{family}-lora-hybrid-pp2"
-    run(job(workdir, family, name, "hybrid", accumulation=2, options={"tp_size": 1, "pp_size": 2},
-            method="lora"), 2)
+    name = f"{family}-lora-hybrid-pp2-tp{tp}"
+    run(job(workdir, family, name, "hybrid", accumulation=2, options={"tp_size": tp, "pp_size": 2},
+            method="lora"), 2 * tp)
     out = workdir / "runs" / name
     worst = worst_relative(losses_of(events_of(out / "events.jsonl")),
                            losses_of(events_of(reference / "events.jsonl")))
