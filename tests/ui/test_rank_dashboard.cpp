@@ -5,6 +5,7 @@
 // stream with a JSON parser of the test's own); the same after the run is read back from the
 // runs database; a row per node once the ranks' hosts differ. And the wizard: 2 processes on this
 // machine with ddp (offered as `plan` lists it) launched as `tessera-cli launch`, run to the end.
+// And strategy hybrid's pipeline stages: each rank's place on the mesh and its idle share.
 #include <QComboBox>
 #include <QDir>
 #include <QFile>
@@ -249,6 +250,71 @@ class TestRankDashboard : public QObject {
     check_table(t, expected_of(edited));
     QCOMPARE(cell(t, 4, 1), QString("2 nodes"));
   }
+  // Strategy hybrid with 2 pipeline stages (a real `launch --nproc 2` of the tiny llama, one
+  // layer per stage): each rank's place on the mesh and the share of its step it waited for the
+  // other stage, as its metric events say, live and read back from the database.
+  void pipeline_stages_show_their_place_and_idle() {
+    if (stream_.isEmpty()) QSKIP("no 2-rank stream");
+    const QJsonObject spec{
+        {"version", 1},
+        {"model", QJsonObject{{"path", path("model")}}},
+        {"dataset", QJsonObject{{"train", path("data.jsonl")}, {"max_length", 32}}},
+        {"training", QJsonObject{{"steps", 3},
+                                 {"batch_size", 2},
+                                 {"gradient_accumulation", 2},
+                                 {"learning_rate", 1e-3},
+                                 {"seed", 7},
+                                 {"log_every", 1}}},
+        {"strategy",
+         QJsonObject{{"name", "hybrid"},
+                     {"options", QJsonObject{{"device", "cpu"}, {"tp_size", 1}, {"pp_size", 2}}}}},
+        {"output", QJsonObject{{"dir", path("pp-2")}}}};
+    write_file(path("pp-2.json"), QJsonDocument(spec).toJson());
+    QProcess launch;
+    launch.start(training_cli(), {"launch", "--nproc", "2", path("pp-2.json")});
+    QVERIFY(launch.waitForFinished(180000));
+    QVERIFY2(launch.exitCode() == 0, launch.readAllStandardError().right(3000).constData());
+    QFile file(path("pp-2/events.jsonl"));
+    QVERIFY(file.open(QIODevice::ReadOnly));
+    const QByteArray events = file.readAll();
+    const QJsonArray ranks = expected_of(events).metric.value("ranks").toArray();
+    QCOMPARE(ranks.size(), 2);
+
+    const auto check = [&](QTableWidget* t) {
+      int place = -1, idle = -1;
+      for (int c = 0; c < t->columnCount(); ++c) {
+        if (t->horizontalHeaderItem(c)->text() == "Place (data · stage · tensor)") place = c;
+        if (t->horizontalHeaderItem(c)->text() == "Pipeline idle") idle = c;
+      }
+      QVERIFY(place >= 0 && idle >= 0);
+      for (int i = 0; i < ranks.size(); ++i) {
+        const QJsonObject r = ranks[i].toObject();
+        const QJsonObject mesh = r.value("mesh").toObject();
+        QCOMPARE(mesh.value("pp").toInt(), i);
+        QCOMPARE(cell(t, i, place), QString("dp %1 · stage %2 · tp %3")
+                                        .arg(mesh.value("dp").toInt())
+                                        .arg(mesh.value("pp").toInt())
+                                        .arg(mesh.value("tp").toInt()));
+        const double share = r.value("pipeline_idle_s").toDouble() / r.value("step_s").toDouble();
+        QVERIFY(share >= 0.0 && share < 1.0);
+        QCOMPARE(cell(t, i, idle), QString::number(100.0 * share, 'f', 1) + " %");
+      }
+    };
+    RunMonitor monitor(store_.get());
+    RunDashboard dashboard;
+    dashboard.resize(1280, 900);
+    dashboard.show();
+    stream(monitor, dashboard, "pipeline", events);
+    check(dashboard.ranks_table());
+    screenshot(&dashboard, "dashboard-pipeline-ranks");
+    store_->flush();
+    RunDashboard replayed;
+    replayed.resize(1280, 900);
+    replayed.show();
+    replayed.show_replay(monitor.run(), store_->load_series_async("pipeline").result());
+    check(replayed.ranks_table());
+  }
+
   // Hardware & strategy: 2 processes on this machine; the strategy list offers what `plan`
   // plans for 2 processes (ddp, zero stages when registered); ddp chosen; Review says "2
   // processes"; Launch runs `tessera-cli launch` on the spec's nodes, and the dashboard shows

@@ -55,6 +55,10 @@ struct RankMetric {
   int rank = 0;
   double loss = kMissing;
   double tokens_per_s = kMissing;  // its tokens over its own step time
+  // Strategy hybrid: its place on the dp × pp × tp mesh (-1 when the event names none), and the
+  // share of its step spent waiting for other pipeline stages (pipeline_idle_s / step_s).
+  int dp = -1, pp = -1, tp = -1;
+  double pipeline_idle_share = kMissing;
 };
 
 struct MetricPoint {

@@ -616,6 +616,17 @@ void RunDashboard::update_ranks_table() {
   const QStringList tiers = rank_memory_.keys();
   QStringList headers = {tr("Rank"), tr("Node"), tr("Loss"), tr("Tokens/s")};
   for (const QString& tier : tiers) headers << tr("Memory (%1)").arg(tier);
+  // Strategy hybrid: each rank's place on the mesh and, with pipeline stages, how much of its
+  // step it waited for the other stages (the pipeline's bubble as it saw it).
+  const bool placed = std::any_of(rank_metrics_.cbegin(), rank_metrics_.cend(),
+                                  [](const RankMetric& m) { return m.dp >= 0; });
+  const bool pipelined =
+      std::any_of(rank_metrics_.cbegin(), rank_metrics_.cend(),
+                  [](const RankMetric& m) { return present(m.pipeline_idle_share); });
+  const int place_column = int(headers.size());
+  if (placed) headers << tr("Place (data · stage · tensor)");
+  const int idle_column = int(headers.size());
+  if (pipelined) headers << tr("Pipeline idle");
   QStringList hosts;
   for (const QString& h : host_of)
     if (!hosts.contains(h)) hosts << h;
@@ -654,6 +665,17 @@ void RunDashboard::update_ranks_table() {
       const double used = memory_of(tiers[t], it.key());
       set(row, 4 + t, present(used) ? format_bytes(used) : "—");
     }
+    const bool has_metric = metric != rank_metrics_.cend();
+    if (placed)
+      set(row, place_column,
+          has_metric && metric->dp >= 0
+              ? tr("dp %1 · stage %2 · tp %3").arg(metric->dp).arg(metric->pp).arg(metric->tp)
+              : "—");
+    if (pipelined)
+      set(row, idle_column,
+          has_metric && present(metric->pipeline_idle_share)
+              ? QString::number(100.0 * metric->pipeline_idle_share, 'f', 1) + " %"
+              : "—");
   }
   // Per node: its ranks' memory and their throughputs added (each over its own step time).
   if (per_node)

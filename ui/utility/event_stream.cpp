@@ -72,7 +72,23 @@ QList<RankMetric> metric_ranks_from_json(const json& ranks) {
     if (!r.is_object()) continue;
     const auto rank = whole(r, "rank", 0, std::numeric_limits<int>::max());
     if (!rank) continue;
-    out.push_back({static_cast<int>(*rank), number(r, "loss"), number(r, "tokens_per_s")});
+    RankMetric m;
+    m.rank = static_cast<int>(*rank);
+    m.loss = number(r, "loss");
+    m.tokens_per_s = number(r, "tokens_per_s");
+    if (auto mesh = r.find("mesh"); mesh != r.end() && mesh->is_object()) {
+      const int most = std::numeric_limits<int>::max();
+      const auto dp = whole(*mesh, "dp", 0, most), pp = whole(*mesh, "pp", 0, most),
+                 tp = whole(*mesh, "tp", 0, most);
+      if (dp && pp && tp) {
+        m.dp = static_cast<int>(*dp);
+        m.pp = static_cast<int>(*pp);
+        m.tp = static_cast<int>(*tp);
+      }
+    }
+    const double idle = number(r, "pipeline_idle_s"), step = number(r, "step_s");
+    if (present(idle) && present(step) && step > 0) m.pipeline_idle_share = idle / step;
+    out.push_back(m);
   }
   return out;
 }
@@ -104,10 +120,18 @@ json number_or_null(double v) {
 
 json to_json(const QList<RankMetric>& ranks) {
   json out = json::array();
-  for (const RankMetric& r : ranks)
-    out.push_back({{"rank", r.rank},
-                   {"loss", number_or_null(r.loss)},
-                   {"tokens_per_s", number_or_null(r.tokens_per_s)}});
+  for (const RankMetric& r : ranks) {
+    json entry = {{"rank", r.rank},
+                  {"loss", number_or_null(r.loss)},
+                  {"tokens_per_s", number_or_null(r.tokens_per_s)}};
+    if (r.dp >= 0) entry["mesh"] = {{"dp", r.dp}, {"pp", r.pp}, {"tp", r.tp}};
+    // Stored as the share over a step of 1 (what the stream's pair of seconds gives).
+    if (present(r.pipeline_idle_share)) {
+      entry["pipeline_idle_s"] = r.pipeline_idle_share;
+      entry["step_s"] = 1.0;
+    }
+    out.push_back(std::move(entry));
+  }
   return out;
 }
 
