@@ -98,16 +98,22 @@ def make_model(folder):
     return sum(p.numel() for p in model.parameters())
 
 
-def job(folder, name, strategy, options, accumulation):
-    spec = {
+def spec_of(folder, name, strategy, options, accumulation, steps):
+    """The benchmarks' job: the model and packed text of make_model, `steps` steps of
+    `accumulation` micro-batches of BATCH × SEQ, fp32, constant LR, clipping 1.0, on the CPU."""
+    return {
         "version": 1,
         "model": {"path": str(folder / "model")},
         "dataset": {"train": str(folder / "text.jsonl"), "format": "text", "max_length": SEQ, "packing": True},
-        "training": {"steps": WARMUP + STEPS, "batch_size": BATCH, "gradient_accumulation": accumulation,
+        "training": {"steps": steps, "batch_size": BATCH, "gradient_accumulation": accumulation,
                      "learning_rate": LR, "schedule": "constant", "max_grad_norm": 1.0, "seed": 5},
         "strategy": {"name": strategy, "options": {"device": "cpu", **options}},
         "output": {"dir": str(folder / name)},
     }
+
+
+def job(folder, name, strategy, options, accumulation):
+    spec = spec_of(folder, name, strategy, options, accumulation, WARMUP + STEPS)
     path = folder / f"{name}.json"
     path.write_text(json.dumps(spec))
     return path
@@ -225,23 +231,44 @@ def peer_child(model_dir, mode, rank, world, port, threads, report):
         dist.destroy_process_group()
 
 
-def run_peer(folder, mode, world, threads):
+def spawn_peers(script, argv_of_rank, world, threads, what):
+    """The PyTorch side of a benchmark: `python SCRIPT --peer *argv_of_rank(rank, port)` for each of
+    `world` ranks (a free loopback port for their rendezvous), `threads` threads each; fails naming
+    `what` and the rank when one exits with an error."""
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    report = folder / f"peer-{mode}-{world}-{threads}.json"
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    procs = [subprocess.Popen([sys.executable, __file__, "--peer", str(folder / "model"), mode, str(rank),
-                               str(world), str(port), str(threads), str(report)],
+    procs = [subprocess.Popen([sys.executable, str(script), "--peer", *map(str, argv_of_rank(rank, port))],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for rank in range(world)]
     for rank, proc in enumerate(procs):
         _, err = proc.communicate()
         if proc.returncode != 0:
             sys.stdout.write(err[-4000:])
-            raise SystemExit(f"FAIL: peer {mode} rank {rank} exited with {proc.returncode}")
+            raise SystemExit(f"FAIL: peer {what} rank {rank} exited with {proc.returncode}")
+
+
+def run_cli_job(folder, name, spec, nproc, threads):
+    """Ours: `spec` written to FOLDER/NAME.json and run (`tessera-cli run`, or `launch --nproc`),
+    `threads` threads per process; returns its events."""
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(spec))
+    argv = [CLI, "run", path] if nproc == 1 else [CLI, "launch", "--nproc", str(nproc), path]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), TESSERA_DIST_TIMEOUT_S="120")
+    r = subprocess.run([*map(str, argv)], env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.stdout.write(r.stderr[-4000:])
+        raise SystemExit(f"FAIL: {name} exited with {r.returncode}")
+    return [json.loads(line) for line in (Path(spec["output"]["dir"]) / "events.jsonl").read_text().splitlines()]
+
+
+def run_peer(folder, mode, world, threads):
+    report = folder / f"peer-{mode}-{world}-{threads}.json"
+    spawn_peers(__file__, lambda rank, port: [folder / "model", mode, rank, world, port, threads, report],
+                world, threads, mode)
     seconds = json.loads(report.read_text())["step_seconds"][WARMUP:]
     return 2 * BATCH * SEQ / statistics.median(seconds)
 

@@ -30,9 +30,7 @@ BENCH_PP_LAYERS (default 4), BENCH_PP_MICRO (default 4).
 import json
 import os
 import platform
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,24 +49,8 @@ MICRO = int(os.environ.get("BENCH_PP_MICRO", "4"))
 
 
 def run_ours(folder, name, strategy, options, nproc, threads):
-    spec = {
-        "version": 1,
-        "model": {"path": str(folder / "model")},
-        "dataset": {"train": str(folder / "text.jsonl"), "format": "text", "max_length": SEQ, "packing": True},
-        "training": {"steps": WARMUP + STEPS, "batch_size": BATCH, "gradient_accumulation": MICRO,
-                     "learning_rate": LR, "schedule": "constant", "max_grad_norm": 1.0, "seed": 5},
-        "strategy": {"name": strategy, "options": {"device": "cpu", **options}},
-        "output": {"dir": str(folder / name)},
-    }
-    path = folder / f"{name}.json"
-    path.write_text(json.dumps(spec))
-    argv = [CLI, "run", path] if nproc == 1 else [CLI, "launch", "--nproc", str(nproc), path]
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), TESSERA_DIST_TIMEOUT_S="120")
-    r = subprocess.run([*map(str, argv)], env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.stdout.write(r.stderr[-4000:])
-        raise SystemExit(f"FAIL: {name} exited with {r.returncode}")
-    return [json.loads(line) for line in (folder / name / "events.jsonl").read_text().splitlines()]
+    spec = bench_dist.spec_of(folder, name, strategy, options, MICRO, WARMUP + STEPS)
+    return bench_dist.run_cli_job(folder, name, spec, nproc, threads)
 
 
 def peer_child(model_dir, rank, world, port, threads, cut, report):
@@ -166,20 +148,9 @@ def peer_child(model_dir, rank, world, port, threads, cut, report):
 
 
 def run_peer(folder, world, threads, cut):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    report = folder / f"peer-pp-{world}.json"
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    procs = [subprocess.Popen([sys.executable, __file__, "--peer", str(folder / "model"), str(rank), str(world),
-                               str(port), str(threads), str(cut), str(report)],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for rank in range(world)]
-    for rank, proc in enumerate(procs):
-        _, err = proc.communicate()
-        if proc.returncode != 0:
-            sys.stdout.write(err[-4000:])
-            raise SystemExit(f"FAIL: peer pp {world} rank {rank} exited with {proc.returncode}")
+    report = folder / f"peer-pp-{world}-{cut}.json"
+    bench_dist.spawn_peers(__file__, lambda rank, port: [folder / "model", rank, world, port, threads, cut, report],
+                           world, threads, f"pp {world}")
     return MICRO * BATCH * SEQ / statistics.median(json.loads(report.read_text())["step_seconds"][WARMUP:])
 
 

@@ -6,7 +6,7 @@
   step's fp32 loss within 1e-5 relative of `single` on the same batches, and the exported
   model.safetensors tensors within 1e-5 of single's export.
 - tp 2 × dp 2 on 4 ranks (llama) against `single` with gradient accumulation 2, evaluations
-  included.
+  included (and tp 2 × pp 2, pp 2 × dp 2).
 - Memory per rank: the `weights` of each rank's memory events are exactly the bytes of its blocks
   (half of each split tensor, the others whole), counted from single's exported tensors on disk.
 - Checkpoints are layout-free: 2 steps of `single`, resumed as hybrid tp 2 for steps 3-4, resumed
@@ -145,18 +145,29 @@ def single(workdir, family, accumulation=1, method="full"):
     return SINGLE[key]
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "gpt2"])
-def test_tp2_equals_one_process(workdir, family):
-    reference = single(workdir, family)
-    name = f"{family}-hybrid-tp2"
-    run(job(workdir, family, name, "hybrid", options={"tp_size": 2}), 2)
+def equals_single(workdir, family, name, options, nproc, accumulation=1, method="full", what=""):
+    """Runs `hybrid` with `options` on `nproc` ranks and `single` on the same global batch (its
+    accumulation: ours × the data-parallel replicas): every step's loss within LOSS_BOUND
+    relative, the export (and with LoRA the adapter) within 1e-5. Returns our run's events."""
+    replicas = nproc // (options.get("tp_size", 2) * options.get("pp_size", 1))
+    reference = single(workdir, family, accumulation=accumulation * replicas, method=method)
+    run(job(workdir, family, name, "hybrid", accumulation=accumulation, options=options, method=method), nproc)
     out = workdir / "runs" / name
     events = events_of(out / "events.jsonl")
     worst = worst_relative(losses_of(events), losses_of(events_of(reference / "events.jsonl")))
     exported = export_difference(out, reference)
-    print(f"{family} tp 2: losses {worst:.2e} relative, export {exported:.2e}")
+    adapter = export_difference(out, reference, "adapter/adapter_model.safetensors") if method == "lora" else 0.0
+    print(f"{family} {method} {what}: losses {worst:.2e} relative, export {exported:.2e}"
+          + (f", adapter {adapter:.2e}" if method == "lora" else ""))
     assert worst <= LOSS_BOUND
-    assert exported <= 1e-5
+    assert exported <= 1e-5 and adapter <= 1e-5
+    return events
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "gpt2"])
+def test_tp2_equals_one_process(workdir, family):
+    reference = single(workdir, family)
+    events = equals_single(workdir, family, f"{family}-hybrid-tp2", {"tp_size": 2}, 2, what="tp 2")
 
     # Each rank's weights are its blocks: the split tensors halved, the others whole (fp32).
     tensors = load_file(str(reference / "model" / "model.safetensors"))
@@ -171,43 +182,7 @@ def test_tp2_equals_one_process(workdir, family):
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_lora_tp2_equals_one_process(workdir, family):
-    reference = single(workdir, family, method="lora")
-    name = f"{family}-lora-hybrid-tp2"
-    run(job(workdir, family, name, "hybrid", options={"tp_size": 2}, method="lora"), 2)
-    out = workdir / "runs" / name
-    worst = worst_relative(losses_of(events_of(out / "events.jsonl")),
-                           losses_of(events_of(reference / "events.jsonl")))
-    adapter = export_difference(out, reference, "adapter/adapter_model.safetensors")
-    merged = export_difference(out, reference)
-    print(f"{family} LoRA tp 2: losses {worst:.2e} relative, adapter {adapter:.2e}, merged {merged:.2e}")
-    assert worst <= LOSS_BOUND
-    assert adapter <= 1e-5 and merged <= 1e-5
-
-
-def test_tp2_dp2_equals_one_process_with_accumulation(workdir):
-    """With evaluations every 3 steps on a held-out eighth: the data groups evaluate their share
-    of the batches and the tensor groups' ranks the same ones; the eval losses equal single's."""
-    def spec(name, strategy, accumulation):
-        path = job(workdir, "llama", name, strategy, accumulation,
-                   options={"tp_size": 2} if strategy == "hybrid" else None)
-        data = json.loads(path.read_text())
-        data["dataset"]["validation_split"] = 0.125
-        data["training"]["eval_every"] = 3
-        path.write_text(json.dumps(data))
-        return path
-    run(spec("llama-single-ga2-eval", "single", 2), 1)
-    run(spec("llama-hybrid-tp2-dp2", "hybrid", 1), 4)
-    reference, out = workdir / "runs" / "llama-single-ga2-eval", workdir / "runs" / "llama-hybrid-tp2-dp2"
-    ours, theirs = events_of(out / "events.jsonl"), events_of(reference / "events.jsonl")
-    worst = worst_relative(losses_of(ours), losses_of(theirs))
-    evals = [[e["eval_loss"] for e in events if e["type"] == "metric" and "eval_loss" in e]
-             for events in (ours, theirs)]
-    assert len(evals[0]) == len(evals[1]) == 2, evals
-    worst_eval = max(abs(a - b) / abs(b) for a, b in zip(*evals))
-    exported = export_difference(out, reference)
-    print(f"llama tp 2 x dp 2: losses {worst:.2e} relative, eval {worst_eval:.2e}, export {exported:.2e}")
-    assert worst <= LOSS_BOUND and worst_eval <= LOSS_BOUND
-    assert exported <= 1e-5
+    equals_single(workdir, family, f"{family}-lora-hybrid-tp2", {"tp_size": 2}, 2, method="lora", what="tp 2")
 
 
 @pytest.mark.parametrize("variant", ["activation_checkpointing", "bf16"])
@@ -319,15 +294,8 @@ def test_pp2_equals_one_process(workdir, family):
     """qwen2 and gpt2 tie their head to the input embedding, held by both stages (the gradient
     summed over them); gpt2 with its dropout 0.1."""
     reference = single(workdir, family, accumulation=4)
-    name = f"{family}-hybrid-pp2"
-    run(job(workdir, family, name, "hybrid", accumulation=4, options={"tp_size": 1, "pp_size": 2}), 2)
-    out = workdir / "runs" / name
-    events = events_of(out / "events.jsonl")
-    worst = worst_relative(losses_of(events), losses_of(events_of(reference / "events.jsonl")))
-    exported = export_difference(out, reference)
-    print(f"{family} pp 2: losses {worst:.2e} relative, export {exported:.2e}")
-    assert worst <= LOSS_BOUND
-    assert exported <= 1e-5
+    events = equals_single(workdir, family, f"{family}-hybrid-pp2", {"tp_size": 1, "pp_size": 2}, 2,
+                           accumulation=4, what="pp 2")
 
     # Each rank's weights are its stage's tensors (counted from single's export on disk): stage 0
     # the embeddings and layer 0, stage 1 layer 1, the final norm and the head — with a tied head
@@ -349,13 +317,16 @@ def test_pp2_equals_one_process(workdir, family):
     assert [r["mesh"]["pp"] for r in metric["ranks"]] == [0, 1]
 
 
-@pytest.mark.parametrize("layout", ["tp2-pp2", "pp2-dp2"])
-def test_pp2_with_tensor_or_data_parallelism(workdir, layout):
-    """4 ranks: tp 2 × pp 2 (each stage's layers split over a tensor group, activations passed
-    between the tensor ranks of neighbouring stages) on gpt2, with dropout and evaluations on a
-    held-out eighth; pp 2 × dp 2 (two pipelines on different batches) on qwen2 (tied head) —
-    each against one process with the same global batch."""
+@pytest.mark.parametrize("layout", ["tp2-dp2", "tp2-pp2", "pp2-dp2"])
+def test_layouts_of_four_ranks_with_evaluations(workdir, layout):
+    """4 ranks, evaluations every 3 steps on a held-out eighth (the data groups evaluate their
+    share of the batches, the tensor and pipeline groups' ranks the same ones): tp 2 × dp 2 on
+    llama; tp 2 × pp 2 (each stage's layers split over a tensor group, activations passed between
+    the tensor ranks of neighbouring stages) on gpt2 with its dropout; pp 2 × dp 2 (two pipelines
+    on different batches) on qwen2 (tied head) — each against one process with the same global
+    batch: losses, eval losses and the export."""
     family, options, accumulation, single_accumulation = {
+        "tp2-dp2": ("llama", {"tp_size": 2}, 1, 2),
         "tp2-pp2": ("gpt2", {"tp_size": 2, "pp_size": 2}, 2, 2),
         "pp2-dp2": ("qwen2", {"tp_size": 1, "pp_size": 2}, 2, 4),
     }[layout]
@@ -386,18 +357,8 @@ def test_pp2_with_tensor_or_data_parallelism(workdir, layout):
 def test_lora_pp2_equals_one_process(workdir, family, tp):
     """LoRA at pp 2, and at tp 2 × pp 2 (each stage's adapters split over its tensor group; the
     export gathers every stage's blocks, then the blocks)."""
-    reference = single(workdir, family, accumulation=2, method="lora")
-    name = f"{family}-lora-hybrid-pp2-tp{tp}"
-    run(job(workdir, family, name, "hybrid", accumulation=2, options={"tp_size": tp, "pp_size": 2},
-            method="lora"), 2 * tp)
-    out = workdir / "runs" / name
-    worst = worst_relative(losses_of(events_of(out / "events.jsonl")),
-                           losses_of(events_of(reference / "events.jsonl")))
-    adapter = export_difference(out, reference, "adapter/adapter_model.safetensors")
-    merged = export_difference(out, reference)
-    print(f"{family} LoRA pp 2: losses {worst:.2e} relative, adapter {adapter:.2e}, merged {merged:.2e}")
-    assert worst <= LOSS_BOUND
-    assert adapter <= 1e-5 and merged <= 1e-5
+    equals_single(workdir, family, f"{family}-lora-hybrid-pp2-tp{tp}", {"tp_size": tp, "pp_size": 2}, 2 * tp,
+                  accumulation=2, method="lora", what=f"tp {tp} x pp 2")
 
 
 def test_pipeline_traffic_per_step_is_the_activations(workdir):
@@ -434,16 +395,8 @@ def test_tp4_with_fewer_kv_heads_than_ranks(workdir, family, method):
     """tp 4 on models with 2 kv heads: k and v (and LoRA's B on v) are cut into 2 blocks, each
     held by the 2 ranks whose query heads read it; their gradients are the holders' shares summed,
     counted once in the clipping norm. qwen2 adds k/v biases and a tied head."""
-    reference = single(workdir, family, method=method)
-    name = f"{family}-{method}-hybrid-tp4-gqa"
-    run(job(workdir, family, name, "hybrid", options={"tp_size": 4}, method=method), 4)
-    out = workdir / "runs" / name
-    worst = worst_relative(losses_of(events_of(out / "events.jsonl")),
-                           losses_of(events_of(reference / "events.jsonl")))
-    exported = export_difference(out, reference)
-    print(f"{family} {method} tp 4 with 2 kv heads: losses {worst:.2e} relative, export {exported:.2e}")
-    assert worst <= LOSS_BOUND
-    assert exported <= 1e-5
+    equals_single(workdir, family, f"{family}-{method}-hybrid-tp4-gqa", {"tp_size": 4}, 4, method=method,
+                  what="tp 4 with 2 kv heads")
 
 
 @pytest.mark.parametrize("family,method,nproc", [("llama4", "full", 2), ("gpt2-4", "full", 2),
@@ -453,17 +406,8 @@ def test_interleaved_pp2_equals_one_process(workdir, family, method, nproc):
     stage 1 layers 1 and 3 and the head), the interleaved 1F1B over 4 micro-batches: each
     micro-batch crosses the stages twice. gpt2's tied head and dropout; LoRA; and on 4 ranks two
     such pipelines (dp 2), whose stages average their gradients once the schedule is done."""
-    reference = single(workdir, family, accumulation=4 if nproc == 2 else 8, method=method)
-    name = f"{family}-{method}-hybrid-pp2-interleaved-{nproc}"
-    run(job(workdir, family, name, "hybrid", accumulation=4,
-            options={"tp_size": 1, "pp_size": 2, "pp_chunks": 2}, method=method), nproc)
-    out = workdir / "runs" / name
-    events = events_of(out / "events.jsonl")
+    events = equals_single(workdir, family, f"{family}-{method}-hybrid-pp2-interleaved-{nproc}",
+                           {"tp_size": 1, "pp_size": 2, "pp_chunks": 2}, nproc, accumulation=4, method=method,
+                           what=f"interleaved pp 2 x 2 chunks on {nproc} ranks")
     stages = [e["message"] for e in events if e.get("type") == "log" and "pipeline stages" in e.get("message", "")]
     assert stages and "2 interleaved chunks each hold layers 0 | layers 1 | layers 2 | layers 3" in stages[0], stages
-    worst = worst_relative(losses_of(events), losses_of(events_of(reference / "events.jsonl")))
-    exported = export_difference(out, reference)
-    print(f"{family} {method} interleaved pp 2 x 2 chunks on {nproc} ranks: losses {worst:.2e} relative, "
-          f"export {exported:.2e}")
-    assert worst <= LOSS_BOUND
-    assert exported <= 1e-5
