@@ -721,13 +721,15 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
                                          static_cast<double>(options_.process.world_size);
       // One collective per step: the mean loss, the job's throughput, and a stop that every rank
       // makes at the same step (a signal may reach the ranks at different steps).
+      // A plugin that runs the micro-batches itself (the same on every rank) adds its idle time.
       const bool scheduled = plugin_->runs_micro_batches();
-      const std::vector<double> all =
-          gather({loss, tokens_counted_here, seconds, stop_requested ? 1.0 : 0.0,
-                  scheduled ? plugin_->last_schedule_idle_seconds() : 0.0});
+      std::vector<double> mine{loss, tokens_counted_here, seconds, stop_requested ? 1.0 : 0.0};
+      if (scheduled) mine.push_back(plugin_->last_schedule_idle_seconds());
+      const std::size_t stride = mine.size();
+      const std::vector<double> all = gather(mine);
       double loss_total = 0.0, tokens_total = 0.0, slowest = 0.0;
-      for (std::size_t i = 0; i + 5 <= all.size(); i += 5) {
-        const int rank = static_cast<int>(i / 5);
+      for (std::size_t i = 0; i + stride <= all.size(); i += stride) {
+        const int rank = static_cast<int>(i / stride);
         RankStep rank_step;
         rank_step.rank = rank;
         rank_step.loss = all[i];
