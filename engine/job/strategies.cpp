@@ -215,7 +215,7 @@ const std::vector<StrategyInfo>& strategies() {
                        "sent grow by it); needs pp_size × pp_chunks layers and a "
                        "gradient_accumulation that pp_size divides",
                        {"1", "2", "4"})},
-       /*planned=*/false,
+       /*planned=*/true,
        /*distributes=*/true},
   };
   return table;

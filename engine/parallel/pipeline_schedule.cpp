@@ -108,6 +108,15 @@ std::vector<PipelineAction> interleaved_one_f_one_b(int stage, int stages, int c
   return actions;
 }
 
+int most_activations_held(const std::vector<PipelineAction>& actions) {
+  int held = 0, most = 0;
+  for (const PipelineAction& a : actions) {
+    held += a.kind == PipelineAction::Forward ? 1 : -1;
+    most = std::max(most, held);
+  }
+  return most;
+}
+
 double simulate_pipeline(int stages, int micro_batches, double forward, double backward,
                          std::vector<double>* idle, int chunks) {
   std::vector<std::vector<PipelineAction>> schedules;

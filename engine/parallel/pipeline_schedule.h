@@ -46,6 +46,10 @@ std::vector<PipelineAction> one_f_one_b(int stage, int stages, int micro_batches
 std::vector<PipelineAction> interleaved_one_f_one_b(int stage, int stages, int chunks,
                                                     int micro_batches);
 
+// The most micro-batches (of one chunk each) whose forward has run and backward not yet, over a
+// stage's actions: the activations the stage holds at its peak (the planner's figure).
+int most_activations_held(const std::vector<PipelineAction>& actions);
+
 // The schedule's idle share per stage when every forward takes `forward` and every backward
 // `backward` time units and messages are instant: the textbook bubble (stages − 1) /
 // (micro_batches + stages − 1) when backward = forward… computed by running the schedules of all

@@ -20,6 +20,8 @@
 #include "memory/chunk_cache_policy.h"
 #include "memory/chunk_layout.h"
 #include "memory/disk_store.h"
+#include "plan/activations.h"
+#include "plan/hybrid_cost.h"
 #include "plan/model_size.h"
 
 namespace tessera::plan {
@@ -162,6 +164,12 @@ Settings written_settings(const job::JobSpec& spec, int gpus = 0, int processes 
       (s.device_tier && processes == 1 ? s.host_param_frac : s.offload_param_frac) = 1.0;
   }
   if (spec.strategy.name == "ddp") s.strategy = "ddp";
+  if (spec.strategy.name == "hybrid") {
+    s.strategy = "hybrid";
+    s.tp_size = job::hybrid_tensor_parallel_size(spec.strategy.options);
+    s.pp_size = job::hybrid_pipeline_parallel_size(spec.strategy.options);
+    s.pp_chunks = job::hybrid_pipeline_chunks(spec.strategy.options);
+  }
   if (spec.strategy.name == "zero") {
     s.strategy = "zero";
     const auto stage = spec.strategy.options.find("stage");
@@ -174,13 +182,17 @@ Settings written_settings(const job::JobSpec& spec, int gpus = 0, int processes 
   return s;
 }
 
-// "ddp", "zero stage 2": a distributing strategy as the reasons name it.
+// "ddp", "zero stage 2", "hybrid tp 2 × pp 2": a distributing strategy as the reasons name it.
 std::string strategy_phrase(const Settings& s) {
+  if (s.strategy == "hybrid")
+    return "hybrid tp " + std::to_string(s.tp_size) + " × pp " + std::to_string(s.pp_size) +
+           (s.pp_chunks > 1 ? " (" + std::to_string(s.pp_chunks) + " chunks a stage)" : "");
   return s.strategy == "zero" ? "zero stage " + std::to_string(s.zero_stage) : s.strategy;
 }
 
 bool distributes(const Settings& s) {
-  return s.strategy == "ddp" || s.strategy == "zero" || s.strategy == "gemini";
+  return s.strategy == "ddp" || s.strategy == "zero" || s.strategy == "gemini" ||
+         s.strategy == "hybrid";
 }
 
 std::string percent(double fraction) {
@@ -229,6 +241,23 @@ double modelled_step_seconds(const Settings& s, double parameters, double tokens
   const double micro_batches = d(std::max<std::int64_t>(1, s.gradient_accumulation));
   const double ops = micro_batches * (120.0 * layers + 40.0) + 130.0 * layers + 60.0;
   return step_flops(s, parameters, tokens) / flops_per_s + ops * kSecondsPerOp;
+}
+
+// One rank's compute per step by the cost model at `rank_flops`: its replica's products (every
+// parameter's; zero and gemini compute whole layers too). hybrid: the slowest pipeline stage's
+// blocks of its layers, stretched by the pipeline's bubble (the step lasts (C·m + pp − 1) chunk
+// micro-batches of the slowest stage, not C·m).
+double rank_compute_seconds(const hf::ModelConfig& c, const Settings& s, int world_size,
+                            double tokens, double rank_flops) {
+  if (s.strategy != "hybrid")
+    return modelled_step_seconds(s, d(count_parameters(c)), tokens, d(c.num_hidden_layers),
+                                 rank_flops);
+  const HybridLayout layout = hybrid_layout(c, s, world_size, kDefaultBucketBytes);
+  double slowest = 0.0;
+  for (const HybridStage& st : layout.stages)
+    slowest = std::max(slowest, modelled_step_seconds(s, st.compute_parameters, tokens,
+                                                      d(st.layer_count), rank_flops));
+  return slowest / (1.0 - layout.bubble);
 }
 
 // A plan's settings train micro_batch × gradient_accumulation × sequence_length tokens a step.
@@ -686,6 +715,37 @@ std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelCo
 
 }  // namespace
 
+ActivationTerms activation_terms(const hf::ModelConfig& c, const Settings& s, int tp) {
+  const bool lora = s.method == "lora";
+  const bool bf16 = s.precision == "bf16";
+  const double split = static_cast<double>(std::max(1, tp));
+  // Activations saved for backward, per our modules (engine/model/decoder.cpp, layers.cpp),
+  // in elements of the compute dtype; T = B·S tokens.
+  const double t = d(s.micro_batch) * d(s.sequence_length);
+  const double h = d(c.hidden_size), v = d(c.vocab_size);
+  const double act = bf16 ? 2.0 : 4.0;
+  // RMSNorm (engine/model/layers.cpp) saves its float32 input for pow and the product, and,
+  // when the weight trains, the normalised value it multiplies (in the compute dtype). Under
+  // bf16 the float32 input is the widened copy; in fp32 it is the input itself.
+  const double norm_bytes = 4.0 + (lora ? 0.0 : act);
+  // Per family (hf/families.cpp: saved_per_token), plus softmax's fp32 log-sum-exp per head.
+  // Split over tp: all but the layer's input and residual (2h).
+  const double saved = hf::family_of(c).parameter_shapes(c).saved_per_token;
+  const double whole = std::min(saved, 2.0 * h);
+  ActivationTerms out;
+  out.layer = t * (act * (tp > 1 ? whole + (saved - whole) / split : saved) + 2 * norm_bytes * h);
+  out.layer += t * d(c.num_attention_heads) / split * 4.0;
+  if (lora) {
+    const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
+    out.layer += t * act * d(s.lora_rank) * d(static_cast<std::int64_t>(targets.size())) * 2;
+  }
+  out.boundary = t * h * act;
+  // The loss head at its backward: logits, their fp32 copy under bf16, log-softmax, and the
+  // gradients of both, all [T, V] (V / tp: vocabulary-parallel); plus the final norm.
+  out.head = t * v / split * (bf16 ? 2.0 + 4.0 * 3 : 4.0 * 4) + t * h * (act + 2 * norm_bytes);
+  return out;
+}
+
 MemoryEstimate estimate_host_memory(const hf::ModelConfig& c, const Settings& s,
                                     std::uint64_t checkpoint_bytes, int world_size) {
   if (s.strategy == "zero" && s.zero_offload) {
@@ -726,28 +786,12 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
   e.export_peak = to_bytes(stored * param_bytes + (bf16 ? n * 4.0 : 0.0) + n * 4.0 * 2 +
                            static_cast<double>(kRuntimeBaselineBytes));
 
-  // Activations saved for backward, per our modules (engine/model/decoder.cpp, layers.cpp),
-  // in elements of the compute dtype; T = B·S tokens.
-  const double t = d(s.micro_batch) * d(s.sequence_length);
   const double h = d(c.hidden_size), m = d(c.intermediate_size), v = d(c.vocab_size);
-  const double act = bf16 ? 2.0 : 4.0;
-  // RMSNorm (engine/model/layers.cpp) saves its float32 input for pow and the product, and,
-  // when the weight trains, the normalised value it multiplies (in the compute dtype). Under
-  // bf16 the float32 input is the widened copy; in fp32 it is the input itself.
-  const double norm_bytes = 4.0 + (lora ? 0.0 : act);
-  // Per family (hf/families.cpp: saved_per_token), plus softmax's fp32 log-sum-exp per head.
-  double layer =
-      t * (act * hf::family_of(c).parameter_shapes(c).saved_per_token + 2 * norm_bytes * h);
-  layer += t * d(c.num_attention_heads) * 4.0;
-  if (lora) {
-    const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
-    layer += t * act * d(s.lora_rank) * d(static_cast<std::int64_t>(targets.size())) * 2;
-  }
+  const ActivationTerms act = activation_terms(c, s);
   const double layers = d(c.num_hidden_layers);
-  const double stack = s.activation_checkpointing ? layers * t * h * act + layer : layers * layer;
-  // The loss head at its backward: logits, their fp32 copy under bf16, log-softmax, and the
-  // gradients of both, all [T, V]; plus the final norm.
-  const double head = t * v * (bf16 ? 2.0 + 4.0 * 3 : 4.0 * 4) + t * h * (act + 2 * norm_bytes);
+  const double stack =
+      s.activation_checkpointing ? layers * act.boundary + act.layer : layers * act.layer;
+  const double head = act.head;
   e.activations = to_bytes((stack + head) * kActivationOverhead);
   // `single` keeps the widened float32 gradients only for the update (plugins/single).
   if (bf16 && s.strategy == "single") e.update_gradients = to_bytes(trainable * 4.0);
@@ -938,6 +982,27 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
                  chunks.all / w * param_bytes + static_cast<double>(kRuntimeBaselineBytes));
     return e;
   }
+  if (s.strategy == "hybrid") {
+    // One rank of a dp × pp × tp mesh (plugins/hybrid): the stage that holds the most, its
+    // blocks of its layers' tensors (and of the embedding or head), trained as ddp's replicas
+    // (autograd's gradients and float32 buckets, AdamW's moments), with the activations of the
+    // micro-batches its 1F1B schedule keeps alive. Loading reads only the stage's tensors, whole
+    // in float32 before the split, through the memory-mapped checkpoint.
+    const HybridLayout layout = hybrid_layout(c, s, world_size, kDefaultBucketBytes);
+    const HybridStage& st = layout.heaviest(s);
+    const HybridStageMemory held = hybrid_stage_memory(st, s);
+    e.weights = to_bytes(held.weights);
+    e.gradient_buckets = to_bytes(held.gradient_buckets);
+    e.gradients = to_bytes(held.gradients);
+    e.optimizer = to_bytes(held.optimizer);
+    e.activations = to_bytes(held.activations);
+    e.update_gradients = 0;
+    const double share = n > 0.0 ? std::min(1.0, st.whole_parameters / n) : 1.0;
+    e.load_peak =
+        to_bytes(st.whole_parameters * 4.0 + share * static_cast<double>(checkpoint_bytes) +
+                 static_cast<double>(kRuntimeBaselineBytes));
+    return e;
+  }
   // One rank of several. ddp keeps a whole replica and copies every gradient into float32
   // buckets (plugins/ddp): 4 bytes per trainable parameter next to autograd's gradients. zero
   // (plugins/zero) keeps every weight for forward and backward but owns 1/W of each trainable
@@ -972,6 +1037,25 @@ Communication estimate_communication(const hf::ModelConfig& c, const Settings& s
                                      std::uint64_t bucket_bytes) {
   Communication out;
   if (world_size <= 1 || !distributes(s)) return out;
+  if (s.strategy == "hybrid") {
+    // The busiest rank's: its tensor group's all-reduces and all-gathers, its pipeline sends
+    // and its data-parallel all-reduce (plan/hybrid_cost.h), all on the step's critical path.
+    const HybridLayout layout = hybrid_layout(c, s, world_size, bucket_bytes);
+    for (const HybridStage& st : layout.stages) {
+      const double bytes = st.tensor_bytes + st.pipeline_bytes + st.data_bytes;
+      if (bytes < d(static_cast<std::int64_t>(out.bytes))) continue;
+      out.tensor_bytes = to_bytes(st.tensor_bytes);
+      out.pipeline_bytes = to_bytes(st.pipeline_bytes);
+      out.gradient_bytes = to_bytes(st.data_bytes);
+      out.all_gather_bytes = 0;
+      out.bytes = to_bytes(bytes);
+      out.calls = st.tensor_calls + st.pipeline_sends + st.data_calls;
+    }
+    if (link && link->measured && link->bandwidth_bytes_per_s > 0.0)
+      out.seconds = d(static_cast<std::int64_t>(out.bytes)) / link->bandwidth_bytes_per_s +
+                    d(out.calls) * link->latency_s;
+    return out;
+  }
   const double w = d(world_size);
   const double trainable = s.method == "lora"
                                ? d(count_lora_parameters(c, s.lora_rank, s.lora_targets))
@@ -1094,11 +1178,13 @@ std::string link_phrase(const LinkInfo& link) {
 // scaled by the cost model's ratio for a rank's share of the cores, plus the communication at
 // the measured link.
 void plan_rank_time(Plan& plan, const PlanInputs& in, const std::string& device, double layers,
-                    double flops, double rank_flops, double tokens, const Communication& comm) {
+                    double flops, double rank_flops, double tokens, double rank_tokens,
+                    const Communication& comm) {
   const double parameters = d(plan.total_parameters);
   const double one_process =
       modelled_step_seconds(plan.settings, parameters, tokens, layers, flops);
-  const double rank = modelled_step_seconds(plan.settings, parameters, tokens, layers, rank_flops);
+  const double rank =
+      rank_compute_seconds(in.model, plan.settings, plan.processes, rank_tokens, rank_flops);
   const double share = one_process > 0.0 ? rank / one_process : 1.0;
   plan.communication = comm;
   plan.compute_seconds_per_step = rank;
@@ -1107,6 +1193,7 @@ void plan_rank_time(Plan& plan, const PlanInputs& in, const std::string& device,
   probe.settings = plan.settings;
   probe.settings.strategy = "single";
   probe.settings.zero_stage = 0;
+  probe.settings.tp_size = probe.settings.pp_size = probe.settings.pp_chunks = 1;
   probe.modelled_seconds_per_step = one_process;
   probe.seconds_per_step = one_process;
   calibrate(probe, in, device, layers, flops);
@@ -1131,7 +1218,17 @@ void plan_rank_time(Plan& plan, const PlanInputs& in, const std::string& device,
   const std::string reduction = scattered ? "reduce_scatter" : "all_reduce";
   const std::string volume =
       gib(comm.bytes) + " through each rank in " + std::to_string(comm.calls) + " calls (" +
-      (comm.all_gather_bytes > 0
+      (plan.settings.strategy == "hybrid"
+           ? "the busiest rank's: its tensor group's all-reduces of activations, four per layer "
+             "and micro-batch as Megatron's layers need, " +
+                 gib(comm.tensor_bytes) +
+                 "; its pipeline sends of activations and of their "
+                 "gradients, " +
+                 gib(comm.pipeline_bytes) +
+                 "; its replicas' all_reduce of the "
+                 "gradients, " +
+                 gib(comm.gradient_bytes)
+       : comm.all_gather_bytes > 0
            ? "the gradients' " + reduction + " " + gib(comm.gradient_bytes) +
                  " and the parameters' all_gather " + gib(comm.all_gather_bytes) +
                  (plan.settings.strategy == "gemini"
@@ -1161,6 +1258,33 @@ void plan_rank_time(Plan& plan, const PlanInputs& in, const std::string& device,
 // Why `auto` (or the named strategy) distributes the way the plan says: every strategy that
 // distributes at the plan's settings, the chosen first, each in words, and the strategies this
 // build lacks.
+// What a rank of a hybrid layout holds, in words.
+std::string hybrid_held(const HybridLayout& layout) {
+  std::string stages;
+  for (const HybridStage& st : layout.stages)
+    stages += (stages.empty() ? "" : ", ") + std::string("stage ") + std::to_string(st.stage) +
+              " " + st.layers + (st.first ? " with the embedding" : "") +
+              (st.last ? std::string(st.first ? " and" : " with") + " the head" : "");
+  char bubble[32];
+  std::snprintf(bubble, sizeof bubble, "%.0f%%", layout.bubble * 100.0);
+  std::string out = layout.pp > 1 ? "the layers cut into " + std::to_string(layout.pp) +
+                                        " pipeline stages balanced by cost (" + stages + ")"
+                                  : std::string("every layer on every rank");
+  if (layout.tp > 1)
+    out += ", each stage's tensors split over " + std::to_string(layout.tp) +
+           " ranks (heads, MLP width and vocabulary)";
+  if (layout.dp > 1)
+    out += ", " + std::to_string(layout.dp) + " replicas of that averaging their gradients";
+  if (layout.pp > 1)
+    out += "; the " + std::string(layout.chunks > 1 ? "interleaved " : "") + "1F1B schedule over " +
+           std::to_string(layout.micro_batches) + " micro-batches keeps at most " +
+           std::to_string(layout.stages.front().micro_batches_held) +
+           " micro-batches' activations on stage 0 and idles each stage " + bubble +
+           " of the step, (pp − 1) / (" + (layout.chunks > 1 ? "chunks · " : "") +
+           "micro-batches + pp − 1)";
+  return out;
+}
+
 template <class RankSeconds, class CommunicationOf>
 void explain_distributed(Plan& plan, const PlanInputs& in, const std::vector<Settings>& options,
                          const std::string& names, std::uint64_t limit,
@@ -1172,6 +1296,9 @@ void explain_distributed(Plan& plan, const PlanInputs& in, const std::vector<Set
     candidate.settings = s;
     candidate.settings.strategy = option.strategy;
     candidate.settings.zero_stage = option.zero_stage;
+    candidate.settings.tp_size = option.tp_size;
+    candidate.settings.pp_size = option.pp_size;
+    candidate.settings.pp_chunks = option.pp_chunks;
     const MemoryEstimate e =
         estimate_memory(in.model, candidate.settings, in.checkpoint_bytes, plan.processes);
     candidate.peak = e.peak();
@@ -1184,7 +1311,9 @@ void explain_distributed(Plan& plan, const PlanInputs& in, const std::vector<Set
     plan.candidates.push_back(candidate);
   }
   auto is_chosen = [&](const Plan::Candidate& c) {
-    return c.settings.strategy == s.strategy && c.settings.zero_stage == s.zero_stage;
+    return c.settings.strategy == s.strategy && c.settings.zero_stage == s.zero_stage &&
+           c.settings.tp_size == s.tp_size && c.settings.pp_size == s.pp_size &&
+           c.settings.pp_chunks == s.pp_chunks;
   };
   std::stable_sort(plan.candidates.begin(), plan.candidates.end(),
                    [&](const Plan::Candidate& a, const Plan::Candidate& b) {
@@ -1222,6 +1351,8 @@ void explain_distributed(Plan& plan, const PlanInputs& in, const std::vector<Set
                                    .disk()) +
                            ")"
                      : std::string())
+      : s.strategy == "hybrid"
+          ? hybrid_held(*plan.hybrid)
           : "each rank holds the whole model but 1/" + processes + " of the optimizer state" +
                 (s.zero_stage >= 2 ? " and of the gradients" : "");
   plan.candidates.front().summary = strategy_phrase(s) + ": " + held + " (" + categories +
@@ -1238,6 +1369,9 @@ void explain_distributed(Plan& plan, const PlanInputs& in, const std::vector<Set
       c.summary = name + " would save " + gib(chosen.peak - c.peak) + " per rank (" + gib(c.peak) +
                   ") but costs " +
                   (c.settings.strategy == "zero" ? "an all_gather of the parameters every step"
+                   : c.settings.strategy == "hybrid"
+                       ? "all-reduces of activations in every layer (tensor parallel) and idle "
+                         "time while the pipeline fills and drains"
                    : c.settings.strategy == "gemini"
                        ? "all_gathers of the parameters as every forward and backward uses "
                          "them and a reduce_scatter of the gradients in every micro-batch"
@@ -1310,6 +1444,18 @@ Plan make_plan(const PlanInputs& in) {
   const bool distributed = processes > 1;
   plan.processes = processes;
   plan.processes_per_node = per_node;
+  if (spec.strategy.name == "hybrid") {
+    // As the launch refuses it (runner::check_hybrid), before any estimate.
+    const int tp = job::hybrid_tensor_parallel_size(spec.strategy.options);
+    const int pp = job::hybrid_pipeline_parallel_size(spec.strategy.options);
+    if (processes % (tp * pp) != 0)
+      throw_unsupported("strategy.options: tp_size " + std::to_string(tp) + " × pp_size " +
+                            std::to_string(pp) + " = " + std::to_string(tp * pp) +
+                            " does not divide the " + std::to_string(processes) + " processes",
+                        "plan with --nproc " + std::to_string(tp * pp) +
+                            " (or a multiple), or choose sizes whose product divides " +
+                            std::to_string(processes));
+  }
   plan.host_usable = hw.memory.usable();
   std::vector<Settings> distributing;  // strategy and zero_stage of each
   std::string distributing_names;
@@ -1321,6 +1467,32 @@ Plan make_plan(const PlanInputs& in) {
       Settings t;
       t.strategy = entry.name;
       if (entry.name == "gemini") continue;  // last, below: it shards the most
+      if (entry.name == "hybrid") {
+        // Named: the spec's layout. auto: every tp × pp (1, 2, 4 or 8 each; both 1 is ddp)
+        // that divides the processes and this model (hf's checks, as the launch makes them).
+        if (named) {
+          const Settings written = written_settings(spec);
+          t.tp_size = written.tp_size;
+          t.pp_size = written.pp_size;
+          t.pp_chunks = written.pp_chunks;
+          distributing.push_back(t);
+          continue;
+        }
+        for (int tp : {1, 2, 4, 8})
+          for (int pp : {1, 2, 4, 8}) {
+            if (tp * pp == 1 || processes % (tp * pp) != 0) continue;
+            try {
+              if (tp > 1) hf::check_tensor_parallel(c, tp);
+              if (pp > 1) hf::check_pipeline_parallel(c, pp);
+            } catch (const Error&) {
+              continue;
+            }
+            t.tp_size = tp;
+            t.pp_size = pp;
+            distributing.push_back(t);
+          }
+        continue;
+      }
       if (entry.name != "zero") {
         distributing.push_back(t);
         continue;
@@ -1448,6 +1620,11 @@ Plan make_plan(const PlanInputs& in) {
           s.activation_checkpointing = ckpt;
           s.micro_batch = mb;
           s.gradient_accumulation = saturating_mul(spec.training.gradient_accumulation, batch / mb);
+          // `auto` keeps the sequences a step trains (N × g × B over N processes): hybrid's
+          // tp · pp ranks of a replica share each micro-batch, so they run tp · pp times as many.
+          if (!named && s.strategy == "hybrid")
+            s.gradient_accumulation =
+                saturating_mul(s.gradient_accumulation, s.tp_size * s.pp_size);
           s.offload_optim_frac = f.optim;
           s.offload_param_frac = f.param;
           s.host_optim_frac = f.host_optim;
@@ -1481,8 +1658,14 @@ Plan make_plan(const PlanInputs& in) {
   auto communication_of = [&](const Settings& t) {
     return estimate_communication(c, t, processes, hw.link, bucket_bytes);
   };
+  // The tokens a rank's settings push through its replica in a step: the spec's per-rank batch
+  // (hybrid's replica: its micro-batches, tp · pp times as many under `auto`).
+  auto rank_tokens = [&](const Settings& t) {
+    return tokens * d(t.micro_batch) * d(t.gradient_accumulation) /
+           (d(batch) * d(std::max<std::int64_t>(1, spec.training.gradient_accumulation)));
+  };
   auto rank_seconds = [&](const Settings& t) {
-    return modelled_step_seconds(t, d(count_parameters(c)), tokens, layers, rank_flops) +
+    return rank_compute_seconds(c, t, processes, rank_tokens(t), rank_flops) +
            communication_of(t).seconds;
   };
   // Among the strategies that distribute, the settings that fit with the fewest changes (the
@@ -1494,11 +1677,14 @@ Plan make_plan(const PlanInputs& in) {
       [&](const Settings& from, const std::string& precision,
           const std::vector<Fractions>& gemini_fractions = {}) -> std::optional<Settings> {
     std::optional<Settings> best;
-    std::tuple<bool, std::int64_t, double> best_key;
+    std::tuple<bool, bool, std::int64_t, double> best_key;
     for (const Settings& option : distributing) {
       Settings t = from;
       t.strategy = option.strategy;
       t.zero_stage = option.zero_stage;
+      t.tp_size = option.tp_size;
+      t.pp_size = option.pp_size;
+      t.pp_chunks = option.pp_chunks;
       if (!gemini_fractions.empty() && t.strategy != "gemini") continue;
       const std::vector<Fractions> fractions =
           t.strategy != "gemini" ? std::vector<Fractions>{{0.0, 0.0}}
@@ -1508,7 +1694,11 @@ Plan make_plan(const PlanInputs& in) {
               : gemini_fractions;
       const auto found = search(t, fractions, precision);
       if (!found) continue;
-      const std::tuple<bool, std::int64_t, double> key = {
+      // hybrid only where no strategy that keeps whole layers on a rank fits: splitting layers
+      // is for memory (its per-layer all-reduces and bubble are modelled, not yet calibrated by
+      // measured hybrid steps on this machine).
+      const std::tuple<bool, bool, std::int64_t, double> key = {
+          !named && found->strategy == "hybrid",
           found->activation_checkpointing != spec.training.activation_checkpointing,
           batch / found->micro_batch, rank_seconds(*found)};
       if (!best || key < best_key) {
@@ -1653,6 +1843,7 @@ Plan make_plan(const PlanInputs& in) {
   }
   plan.settings = *chosen;
   const Settings& s = plan.settings;
+  if (s.strategy == "hybrid") plan.hybrid = hybrid_layout(c, s, processes, kDefaultBucketBytes);
   plan.strategy = s.strategy == "gemini" || distributed ? s.strategy : plan.strategy;
   tier.estimate = estimate_memory(c, s, in.checkpoint_bytes, processes);
   plan.tiers.push_back(tier);
@@ -1687,6 +1878,21 @@ Plan make_plan(const PlanInputs& in) {
   if (plan.fits && distributed)
     explain_distributed(plan, in, distributing, distributing_names, limit, rank_seconds,
                         communication_of);
+  if (plan.fits && plan.hybrid) {
+    for (const HybridStage& st : plan.hybrid->stages) {
+      const HybridStageMemory held = hybrid_stage_memory(st, s);
+      plan.reasons.push_back(
+          "stage " + std::to_string(st.stage) + " (" + st.layers +
+          (st.first ? ", the embedding" : "") + (st.last ? ", the head" : "") + "): each of its " +
+          std::to_string(plan.hybrid->tp * plan.hybrid->dp) + " ranks holds weights " +
+          gib(to_bytes(held.weights)) + ", gradients " + gib(to_bytes(held.gradients)) +
+          ", optimizer state " + gib(to_bytes(held.optimizer)) + " and activations " +
+          gib(to_bytes(held.activations)) + " (" + std::to_string(st.micro_batches_held) +
+          " micro-batches alive at once); per step it sends " + gib(to_bytes(st.pipeline_bytes)) +
+          " to its neighbour stages in " + std::to_string(st.pipeline_sends) + " sends and moves " +
+          gib(to_bytes(st.tensor_bytes)) + " through its tensor group");
+    }
+  }
   if (plan.fits) {
     std::size_t planned = 0;
     for (const auto& entry : job::strategies()) planned += entry.planned ? 1 : 0;
@@ -1801,7 +2007,7 @@ Plan make_plan(const PlanInputs& in) {
   }
   if (distributed) {
     plan_rank_time(plan, in, step_time_device(hw, gpu), layers, flops, rank_flops, tokens,
-                   communication_of(s));
+                   rank_tokens(s), communication_of(s));
     if (plan.disk_seconds_per_step > 0.0) {
       plan.seconds_per_step += plan.disk_seconds_per_step;
       plan.modelled_seconds_per_step += plan.disk_seconds_per_step;
@@ -1910,7 +2116,10 @@ json to_json(const Plan& p) {
         {"host_optim_frac", s.host_optim_frac},
         {"host_param_frac", s.host_param_frac},
         {"zero_offload", s.zero_offload},
-        {"zero_stage", s.strategy == "zero" ? json(s.zero_stage) : json(nullptr)}}},
+        {"zero_stage", s.strategy == "zero" ? json(s.zero_stage) : json(nullptr)},
+        {"tp_size", s.tp_size},
+        {"pp_size", s.pp_size},
+        {"pp_chunks", s.pp_chunks}}},
       {"ranks",
        {{"processes", p.processes},
         {"on_this_machine", p.processes_per_node},
@@ -1952,6 +2161,37 @@ json to_json(const Plan& p) {
         {"rough", !p.calibration.has_value()}}},
       {"reasons", p.reasons},
       {"explanation", p.explanation}};
+  if (p.hybrid) {
+    json stages = json::array();
+    for (const HybridStage& st : p.hybrid->stages) {
+      const HybridStageMemory held = hybrid_stage_memory(st, s);
+      stages.push_back(
+          {{"stage", st.stage},
+           {"layers", st.layers},
+           {"layer_count", st.layer_count},
+           {"parameters", st.parameters},
+           {"trainable", st.trainable},
+           {"micro_batches_held", st.micro_batches_held},
+           {"by_category",
+            {{"weights", to_bytes(held.weights)},
+             {"gradients", to_bytes(held.gradients)},
+             {"gradient_buckets", to_bytes(held.gradient_buckets)},
+             {"optimizer", to_bytes(held.optimizer)},
+             {"activations", to_bytes(held.activations)},
+             {"runtime", kRuntimeBaselineBytes}}},
+           {"training_peak", to_bytes(held.total()) + kRuntimeBaselineBytes},
+           {"tensor_traffic", {{"ring_bytes", st.tensor_bytes}, {"calls", st.tensor_calls}}},
+           {"pipeline_traffic", {{"send_bytes", st.pipeline_bytes}, {"sends", st.pipeline_sends}}},
+           {"data_traffic", {{"ring_bytes", st.data_bytes}, {"calls", st.data_calls}}}});
+    }
+    out["ranks"]["hybrid"] = {{"tp_size", p.hybrid->tp},
+                              {"pp_size", p.hybrid->pp},
+                              {"dp_size", p.hybrid->dp},
+                              {"pp_chunks", p.hybrid->chunks},
+                              {"micro_batches", p.hybrid->micro_batches},
+                              {"bubble", p.hybrid->bubble},
+                              {"stages", stages}};
+  }
   if (!p.what_would_fit.empty()) out["what_would_fit"] = p.what_would_fit;
   json alternatives = json::array();
   for (const auto& a : p.alternatives)
@@ -1969,6 +2209,9 @@ json to_json(const Plan& p) {
         {{"strategy", c.settings.strategy},
          {"zero_stage",
           c.settings.strategy == "zero" ? json(c.settings.zero_stage) : json(nullptr)},
+         {"tp_size", c.settings.tp_size},
+         {"pp_size", c.settings.pp_size},
+         {"pp_chunks", c.settings.pp_chunks},
          {"fits", c.fits},
          {"peak_per_rank", c.peak},
          {"by_category",
@@ -2182,6 +2425,8 @@ job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& s) {
     out.strategy = {"ddp", {{"device", "cpu"}}};
   if (spec.strategy.name == job::kAutoStrategy && s.strategy == "zero")
     out.strategy = {"zero", {{"stage", s.zero_stage}, {"device", "cpu"}}};
+  if (spec.strategy.name == job::kAutoStrategy && s.strategy == "hybrid")
+    out.strategy = {"hybrid", {{"tp_size", s.tp_size}, {"pp_size", s.pp_size}, {"device", "cpu"}}};
   if (s.strategy == "gemini" && spec.strategy.name == job::kAutoStrategy) {
     out.strategy = {"gemini", {{"offload_optim_frac", s.offload_optim_frac}}};
     if (s.offload_param_frac > 0.0)
@@ -2223,6 +2468,10 @@ Settings settings_from_json(const nlohmann::json& j, const std::string& source) 
     s.zero_offload = j.value("zero_offload", false);
     if (j.contains("zero_stage") && !j["zero_stage"].is_null())
       s.zero_stage = j["zero_stage"].get<int>();
+    // Plans recorded before hybrid was planned: one of each.
+    s.tp_size = j.value("tp_size", 1);
+    s.pp_size = j.value("pp_size", 1);
+    s.pp_chunks = j.value("pp_chunks", 1);
   } catch (const nlohmann::json::exception& e) {
     throw_invalid(source + ": the plan's settings are incomplete (" + e.what() + ")",
                   "delete the file to plan again from the job spec");
@@ -2231,14 +2480,16 @@ Settings settings_from_json(const nlohmann::json& j, const std::string& source) 
     throw_invalid(source + ": settings.micro_batch and gradient_accumulation must be >= 1",
                   "delete the file to plan again from the job spec");
   if ((s.strategy != "single" && s.strategy != "gemini" && s.strategy != "ddp" &&
-       s.strategy != "zero") ||
+       s.strategy != "zero" && s.strategy != "hybrid") ||
+      s.tp_size < 1 || s.pp_size < 1 || s.pp_chunks < 1 ||
       (s.strategy == "zero" && s.zero_stage != 1 && s.zero_stage != 2) ||
       !(s.offload_optim_frac >= 0.0 && s.offload_optim_frac <= 1.0) ||
       !(s.offload_param_frac >= 0.0 && s.offload_param_frac <= 1.0) ||
       !(s.host_optim_frac >= 0.0 && s.host_optim_frac <= 1.0) ||
       !(s.host_param_frac >= 0.0 && s.host_param_frac <= 1.0))
     throw_invalid(
-        source + ": settings.strategy must be single, gemini, ddp or zero (stage 1 or 2) and " +
+        source + ": settings.strategy must be single, gemini, ddp, zero (stage 1 or 2) or " +
+            "hybrid (tp_size, pp_size and pp_chunks at least 1) and " +
             "offload_optim_frac, offload_param_frac, host_optim_frac and host_param_frac " +
             "within 0 … 1",
         "delete the file to plan again from the job spec");
@@ -2252,7 +2503,16 @@ std::vector<std::string> applied_changes(const job::JobSpec& spec, const Setting
                       (s.method == "lora" ? " (learning rate kept at the spec's value)" : ""));
   if (s.precision != spec.precision)
     changes.push_back("precision " + s.precision + " instead of " + spec.precision);
-  if (s.micro_batch != spec.training.batch_size)
+  const bool hybrid_chosen = s.strategy == "hybrid" && spec.strategy.name != "hybrid";
+  if (hybrid_chosen)
+    changes.push_back(
+        "strategy " + strategy_phrase(s) + ": each micro-batch of " +
+        std::to_string(s.micro_batch) + " is shared by " + std::to_string(s.tp_size * s.pp_size) +
+        " ranks, so " + std::to_string(s.gradient_accumulation) +
+        " accumulation steps keep the sequences a step trains (each process's " +
+        std::to_string(spec.training.batch_size * spec.training.gradient_accumulation) +
+        ", as ddp would)");
+  else if (s.micro_batch != spec.training.batch_size)
     changes.push_back(
         "micro-batch " + std::to_string(s.micro_batch) + " with " +
         std::to_string(s.gradient_accumulation) + " accumulation steps (the same " +

@@ -13,6 +13,7 @@
 #include "hf/config.h"
 #include "hf/model_folder.h"
 #include "job/job_spec.h"
+#include "plan/hybrid_cost.h"
 #include "plan/profile.h"
 #include "plan/settings.h"
 #include "plan/step_times.h"
@@ -118,6 +119,10 @@ MemoryEstimate estimate_host_memory(const hf::ModelConfig& config, const Setting
 struct Communication {
   std::uint64_t gradient_bytes = 0;    // the reduction's share of `bytes`
   std::uint64_t all_gather_bytes = 0;  // zero: the parameters' share of `bytes`
+  // hybrid: the tensor group's and the pipeline's shares of `bytes` (gradient_bytes: the data
+  // group's all-reduce).
+  std::uint64_t tensor_bytes = 0;
+  std::uint64_t pipeline_bytes = 0;
   std::uint64_t bytes = 0;
   std::int64_t calls = 0;
   double seconds = 0.0;
@@ -161,6 +166,8 @@ struct Plan {
     std::string summary;
   };
   std::vector<Candidate> candidates;
+  // strategy hybrid: each pipeline stage's rank (what it holds and sends), the bubble.
+  std::optional<HybridLayout> hybrid;
   std::int64_t total_parameters = 0;
   std::optional<std::int64_t> checkpoint_parameters;  // counted from the safetensors headers
   std::int64_t trainable_parameters = 0;

@@ -36,6 +36,11 @@ struct Settings {
   // zero with offload_optimizer on a GPU (ZeRO-Offload): the shard's float32 masters and Adam
   // moments in host memory, updated there.
   bool zero_offload = false;
+  // strategy "hybrid": a dp × pp × tp mesh (dp: the processes left), pp_chunks model chunks per
+  // pipeline stage (interleaved 1F1B above 1).
+  int tp_size = 1;
+  int pp_size = 1;
+  int pp_chunks = 1;
 };
 
 }  // namespace tessera::plan

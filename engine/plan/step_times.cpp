@@ -37,7 +37,10 @@ json key_json(const StepTimeKey& k) {
           {"host_optim_frac", s.host_optim_frac},
           {"host_param_frac", s.host_param_frac},
           {"zero_offload", s.zero_offload},
-          {"zero_stage", s.zero_stage}};
+          {"zero_stage", s.zero_stage},
+          {"tp_size", s.tp_size},
+          {"pp_size", s.pp_size},
+          {"pp_chunks", s.pp_chunks}};
 }
 
 json record_json(const StepTimeRecord& r) {
@@ -67,6 +70,9 @@ StepTimeRecord record_from_json(const json& j) {
   s.offload_optim_frac = j.at("offload_optim_frac").get<double>();
   s.offload_param_frac = j.at("offload_param_frac").get<double>();
   s.zero_stage = j.value("zero_stage", 0);  // records written before zero was planned: none
+  s.tp_size = j.value("tp_size", 1);        // before hybrid was planned: one of each
+  s.pp_size = j.value("pp_size", 1);
+  s.pp_chunks = j.value("pp_chunks", 1);
   // Records written before gemini's device tier was planned: none.
   s.device_tier = j.value("device_tier", false);
   s.host_optim_frac = j.value("host_optim_frac", 0.0);
@@ -137,7 +143,8 @@ bool similar(const StepTimeKey& a, const StepTimeKey& b) {
          x.zero_stage == y.zero_stage && near(x.offload_optim_frac, y.offload_optim_frac) &&
          near(x.offload_param_frac, y.offload_param_frac) && x.device_tier == y.device_tier &&
          near(x.host_optim_frac, y.host_optim_frac) && near(x.host_param_frac, y.host_param_frac) &&
-         x.zero_offload == y.zero_offload;
+         x.zero_offload == y.zero_offload && x.tp_size == y.tp_size && x.pp_size == y.pp_size &&
+         x.pp_chunks == y.pp_chunks;
 }
 
 bool same(const StepTimeKey& a, const StepTimeKey& b) {

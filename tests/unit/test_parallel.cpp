@@ -113,8 +113,10 @@ class TestParallel : public QObject {
               --held;
             }
           }
-          // 1F1B's point: a stage keeps at most stages − stage micro-batches' activations.
-          QVERIFY(most_held <= std::min(stages - s, m));
+          // 1F1B's point: a stage keeps at most stages − stage micro-batches' activations, and
+          // the planner's count is that walk's.
+          QCOMPARE(most_held, std::min(stages - s, m));
+          QCOMPARE(most_activations_held(actions), most_held);
         }
     // Stage 0 of 2 with 4 micro-batches: one warm-up forward, then 1F1B, then the last backward.
     const std::vector<PipelineAction> expected{

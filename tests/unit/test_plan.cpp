@@ -745,6 +745,100 @@ class TestPlan : public QObject {
     QVERIFY(near(plan::estimate_memory(c, s, 0, 4).gradients, 2 * n + 4 * n));
   }
 
+  // hybrid: each rank holds its blocks of its stage's tensors. tp 2 halves every split linear
+  // (the norms stay whole) and the vocabulary-split embedding and head; pp 2 cuts the 4 equal
+  // layers where the head's vocab × hidden balances them (3 | 1 + head), as the plugin does; the
+  // stages' parameters add up to the model's; 1F1B keeps pp − stage micro-batches alive.
+  void hybridRanksHoldTheirStage() {
+    const auto c = config(small_llama());
+    const double n = double(plan::count_parameters(c));
+    const double h = 512, m = 1376, v = 8000;
+    const double layer = 4 * h * h + 3 * h * m + 2 * h;
+    plan::Settings s = settings(2, false, "full");
+    s.strategy = "hybrid";
+    s.gradient_accumulation = 4;
+    s.tp_size = 2;
+    const auto tp2 = plan::hybrid_layout(c, s, 2, plan::kDefaultBucketBytes);
+    QCOMPARE(int(tp2.stages.size()), 1);
+    QCOMPARE(tp2.dp, 1);
+    const double rank = 4 * ((layer - 2 * h) / 2 + 2 * h) + v * h / 2 + v * h / 2 + h;
+    QVERIFY(near(tp2.stages[0].parameters, rank));
+    QVERIFY(near(tp2.stages[0].whole_parameters, n));
+    QCOMPARE(tp2.bubble, 0.0);
+    const auto tp2_memory = plan::estimate_memory(c, s, 0, 2);
+    QVERIFY(near(tp2_memory.weights, 4 * rank));
+    QVERIFY(near(tp2_memory.gradient_buckets, 4 * rank));
+    QVERIFY(near(tp2_memory.gradients, 8 * rank));
+    QVERIFY(near(tp2_memory.optimizer, 8 * rank));
+    // Megatron's traffic per step (tests/integration/test_hybrid.py counts the same): 4 n·h
+    // all-reduces a layer, the embedding's and the head's, 2 n floats and an all-gather of
+    // n·tp for the loss, over 4 micro-batches of n = 2 · 128 tokens; and the norm's scalar.
+    const double tokens = 2 * 128;
+    const double reduced = (4 * 4 + 2) * tokens * h * 4 + 2 * tokens * 4;
+    QVERIFY(near(tp2.stages[0].tensor_bytes, 4 * (reduced + 0.5 * 2 * tokens * 4) + 4));
+    QCOMPARE(tp2.stages[0].pipeline_bytes, 0.0);
+
+    s.tp_size = 1;
+    s.pp_size = 2;
+    const auto pp2 = plan::hybrid_layout(c, s, 4, plan::kDefaultBucketBytes);
+    QCOMPARE(pp2.dp, 2);
+    QCOMPARE(int(pp2.stages.size()), 2);
+    QCOMPARE(pp2.stages[0].layers, std::string("layers 0-2"));
+    QCOMPARE(pp2.stages[1].layers, std::string("layers 3"));
+    QVERIFY(near(pp2.stages[0].parameters, 3 * layer + v * h));
+    QVERIFY(near(pp2.stages[1].parameters, layer + h + v * h));
+    QVERIFY(near(pp2.stages[0].parameters + pp2.stages[1].parameters, n));
+    QCOMPARE(pp2.stages[0].micro_batches_held, 2);
+    QCOMPARE(pp2.stages[1].micro_batches_held, 1);
+    QVERIFY(std::abs(pp2.bubble - 1.0 / 5.0) < 1e-12);
+    // Stage 0 sends each micro-batch's activations forward, stage 1 their gradients back.
+    QVERIFY(near(pp2.stages[0].pipeline_bytes, 4 * tokens * h * 4));
+    QCOMPARE(pp2.stages[0].pipeline_sends, std::int64_t(4));
+    QVERIFY(near(pp2.stages[1].pipeline_bytes, 4 * tokens * h * 4));
+    // dp 2: ddp's all-reduce of each stage's float32 gradients.
+    QVERIFY(near(pp2.stages[1].data_bytes, 4 * pp2.stages[1].parameters));
+    // The plan names it, per stage, and its peak is the heavier stage's.
+    auto in = inputs(64ull << 30);
+    in.processes = 4;
+    in.spec.training.batch_size = 2;
+    in.spec.training.gradient_accumulation = 4;
+    in.spec.strategy = {"hybrid", {{"tp_size", 1}, {"pp_size", 2}}};
+    const auto p = plan::make_plan(in);
+    QVERIFY(p.fits);
+    QCOMPARE(p.strategy, std::string("hybrid"));
+    QVERIFY(p.hybrid.has_value());
+    const json j = plan::to_json(p);
+    QCOMPARE(j["ranks"]["hybrid"]["stages"].size(), std::size_t(2));
+    QCOMPARE(j["ranks"]["hybrid"]["dp_size"].get<int>(), 2);
+    const double heavier = std::max(plan::hybrid_stage_memory(pp2.stages[0], p.settings).total(),
+                                    plan::hybrid_stage_memory(pp2.stages[1], p.settings).total());
+    QVERIFY(
+        near(double(p.tiers[0].estimate.training_peak() - p.tiers[0].estimate.runtime), heavier));
+    const std::string reasons = j["reasons"].dump();
+    QVERIFY2(reasons.find("2 pipeline stages balanced by cost (stage 0 layers 0-2 with the "
+                          "embedding, stage 1 layers 3 with the head)") != std::string::npos,
+             reasons.c_str());
+    QVERIFY2(reasons.find("idles each stage 20% of the step") != std::string::npos,
+             reasons.c_str());
+    // A layout `auto` chose is written into the job as hybrid's options, and said.
+    job::JobSpec as_auto = in.spec;
+    as_auto.strategy = {job::kAutoStrategy, json::object()};
+    const job::JobSpec applied = plan::apply_settings(as_auto, p.settings);
+    QCOMPARE(applied.strategy.name, std::string("hybrid"));
+    QCOMPARE(applied.strategy.options["pp_size"].get<int>(), 2);
+    QCOMPARE(applied.strategy.options["tp_size"].get<int>(), 1);
+    QCOMPARE(applied.strategy.options["device"].get<std::string>(), std::string("cpu"));
+    const auto changes = plan::applied_changes(as_auto, p.settings);
+    QVERIFY(std::any_of(changes.begin(), changes.end(), [](const std::string& c) {
+      return c.rfind("strategy hybrid tp 1 × pp 2: each micro-batch of 2 is shared by 2 ranks",
+                     0) == 0;
+    }));
+    // The bubble stretches the slowest stage's compute: fewer micro-batches, a longer step.
+    in.spec.training.gradient_accumulation = 2;
+    in.spec.training.batch_size = 4;
+    QVERIFY(plan::make_plan(in).compute_seconds_per_step > p.compute_seconds_per_step);
+  }
+
   // Bytes through each rank per step: 2(W-1)/W of the float32 gradients (ddp); zero adds the
   // all_gather of the updated parameters; the time is bytes over the measured bandwidth plus a
   // latency per call, and nothing without a measured link.
@@ -814,14 +908,23 @@ class TestPlan : public QObject {
     // zero at both stages was weighed: it saves memory a rank does not need, and costs an
     // all_gather of the parameters every step.
     // So was gemini (sharded: it holds less still, and communicates the most).
-    QCOMPARE(p.candidates.size(), std::size_t{4});
+    // And hybrid's layouts of 2 ranks (tp 2, pp 2), which split the layers: they hold less
+    // per rank too, and `auto` takes them only where nothing that keeps whole layers fits.
+    QCOMPARE(p.candidates.size(), std::size_t{6});
     QCOMPARE(p.candidates[0].settings.strategy, std::string("ddp"));
-    for (std::size_t i = 1; i < 4; ++i) {
-      QVERIFY(p.candidates[i].settings.strategy == "zero" ||
-              p.candidates[i].settings.strategy == "gemini");
+    for (std::size_t i = 1; i < 6; ++i) {
+      const std::string& name = p.candidates[i].settings.strategy;
+      QVERIFY(name == "zero" || name == "gemini" || name == "hybrid");
       QVERIFY(p.candidates[i].peak < p.candidates[0].peak);
-      QVERIFY(p.candidates[i].seconds_per_step > p.candidates[0].seconds_per_step);
+      if (name != "hybrid")
+        QVERIFY(p.candidates[i].seconds_per_step > p.candidates[0].seconds_per_step);
     }
+    QCOMPARE(std::count_if(p.candidates.begin(), p.candidates.end(),
+                           [](const auto& c) {
+                             return c.settings.strategy == "hybrid" &&
+                                    c.settings.tp_size * c.settings.pp_size == 2;
+                           }),
+             std::ptrdiff_t{2});
     QVERIFY(std::any_of(p.candidates.begin(), p.candidates.end(),
                         [](const auto& c) { return c.settings.strategy == "gemini"; }));
     QVERIFY(std::any_of(p.reasons.begin(), p.reasons.end(), [](const std::string& r) {
@@ -1050,7 +1153,10 @@ class TestPlan : public QObject {
                loser);
     QCOMPARE(p.candidates.front().settings.strategy, std::string("gemini"));
     QVERIFY(p.candidates.front().fits);
-    for (std::size_t i = 1; i < p.candidates.size(); ++i) QVERIFY(!p.candidates[i].fits);
+    // Of the others only hybrid layouts (which split the layers) may fit: `auto` takes them
+    // only where no strategy keeping whole layers on a rank does.
+    for (std::size_t i = 1; i < p.candidates.size(); ++i)
+      QVERIFY(!p.candidates[i].fits || p.candidates[i].settings.strategy == "hybrid");
     QVERIFY(p.communication.all_gather_bytes > 0);
     QCOMPARE(p.communication.bytes,
              plan::estimate_communication(in.model, p.settings, 4, link).bytes);
@@ -1193,10 +1299,11 @@ class TestPlan : public QObject {
   // auto at W ranks where full fine-tuning fits no strategy in RAM at any micro-batch: gemini
   // with its optimizer shards on disk (the least share that fits), before LoRA, as one process
   // offloads. Every rank gathers the whole model for the export, so that only helps where the
-  // training peak is above the export's: long sequences (activations) of a wide model.
+  // training peak is above the export's: long sequences (activations) of a wide model. 3 ranks:
+  // no hybrid layout (tp × pp in powers of two) divides them.
   void autoOffloadsGeminiShardsOnSeveralRanks() {
     auto in = inputs(64ull << 30);
-    in.processes = 2;
+    in.processes = 3;
     in.model = config(wide_llama());
     in.spec.dataset.max_length = 8192;
     in.spec.strategy.name = "auto";
@@ -1209,16 +1316,16 @@ class TestPlan : public QObject {
              {"ddp", 0}, {"zero", 1}, {"zero", 2}, {"gemini", 0}}) {
       s.strategy = strategy;
       s.zero_stage = stage;
-      least_in_ram = std::min(least_in_ram, plan::estimate_memory(in.model, s, 0, 2).peak());
+      least_in_ram = std::min(least_in_ram, plan::estimate_memory(in.model, s, 0, 3).peak());
     }
     s.strategy = "gemini";
     s.zero_stage = 0;
     s.offload_optim_frac = 1.0;
-    const auto offloaded = plan::estimate_memory(in.model, s, 0, 2);
+    const auto offloaded = plan::estimate_memory(in.model, s, 0, 3);
     QVERIFY2(offloaded.peak() < least_in_ram, std::to_string(least_in_ram).c_str());
     QVERIFY(offloaded.training_peak() > offloaded.export_peak);
     in.profile.memory.simulated =
-        2 * static_cast<std::uint64_t>(static_cast<double>(offloaded.peak() + least_in_ram) / 2 /
+        3 * static_cast<std::uint64_t>(static_cast<double>(offloaded.peak() + least_in_ram) / 2 /
                                        (1.0 - plan::kHeadroom));
     const auto p = plan::make_plan(in);
     QVERIFY(p.fits);
@@ -1237,6 +1344,51 @@ class TestPlan : public QObject {
     // Without a disk to offload to it falls back to LoRA.
     in.profile.disk.reset();
     QCOMPARE(plan::make_plan(in).settings.method, std::string("lora"));
+  }
+
+  // The same long sequences on 2 ranks: hybrid splits each layer's activations (and the
+  // vocabulary-wide loss head's) over tp 2, so it fits in RAM where the strategies that keep
+  // whole layers on a rank do not: `auto` takes it before any disk, with twice the
+  // accumulation steps (the tp ranks share each micro-batch) to keep the step's sequences.
+  void autoSplitsLayersWhenOnlyThatFitsInRam() {
+    auto in = inputs(64ull << 30);
+    in.processes = 2;
+    in.model = config(wide_llama());
+    in.spec.dataset.max_length = 8192;
+    in.spec.strategy.name = "auto";
+    in.profile.disk = measured_disk();
+    plan::Settings s = settings(1, true, "full");
+    s.sequence_length = 8192;
+    s.gradient_accumulation = 8;
+    std::uint64_t least_in_ram = ~std::uint64_t(0);
+    for (const auto& [strategy, stage] : std::vector<std::pair<std::string, int>>{
+             {"ddp", 0}, {"zero", 1}, {"zero", 2}, {"gemini", 0}}) {
+      s.strategy = strategy;
+      s.zero_stage = stage;
+      least_in_ram = std::min(least_in_ram, plan::estimate_memory(in.model, s, 0, 2).peak());
+    }
+    s.strategy = "hybrid";
+    s.zero_stage = 0;
+    s.tp_size = 2;
+    s.gradient_accumulation = 16;
+    const auto split = plan::estimate_memory(in.model, s, 0, 2);
+    QVERIFY2(split.peak() < least_in_ram, std::to_string(least_in_ram).c_str());
+    in.profile.memory.simulated =
+        2 * static_cast<std::uint64_t>(static_cast<double>(split.peak() + least_in_ram) / 2 /
+                                       (1.0 - plan::kHeadroom));
+    const auto p = plan::make_plan(in);
+    QVERIFY(p.fits);
+    QCOMPARE(p.settings.strategy, std::string("hybrid"));
+    QCOMPARE(p.settings.tp_size * p.settings.pp_size, 2);
+    QCOMPARE(p.settings.method, std::string("full"));
+    QCOMPARE(p.settings.offload_optim_frac, 0.0);
+    QCOMPARE(p.settings.micro_batch * p.settings.gradient_accumulation, std::int64_t(16));
+    QCOMPARE(p.tiers.size(), std::size_t{1});
+    QVERIFY2(p.reasons.front().rfind("strategy hybrid tp ", 0) == 0, p.reasons.front().c_str());
+    const auto applied = plan::apply_settings(in.spec, p.settings);
+    QCOMPARE(applied.strategy.name, std::string("hybrid"));
+    QCOMPARE(applied.training.gradient_accumulation * applied.training.batch_size,
+             std::int64_t(16));
   }
 
   void zeroSettingsRoundTrip() {
@@ -1284,15 +1436,17 @@ class TestPlan : public QObject {
       QVERIFY2(e.hint().find("available plugins: single, gemini, ddp") != std::string::npos,
                e.hint().c_str());
     }
-    // In the table but not in the cost model yet: said so.
+    // hybrid's layout must divide the processes, as the launch requires.
     in.spec.strategy.name = "hybrid";
     try {
       plan::make_plan(in);
       QFAIL("expected an error");
     } catch (const Error& e) {
       QCOMPARE(int(e.kind()), int(ErrorKind::Unsupported));
-      QVERIFY2(std::string(e.what()).find("no cost model for \"hybrid\" yet") != std::string::npos,
+      QVERIFY2(std::string(e.what()).find("tp_size 2 × pp_size 1 = 2 does not divide the 1 "
+                                          "processes") != std::string::npos,
                e.what());
+      QVERIFY2(e.hint().find("--nproc 2") != std::string::npos, e.hint().c_str());
     }
     in.spec.strategy.name = "single";
     in.spec.strategy.options = {{"placement", "cpu"}};

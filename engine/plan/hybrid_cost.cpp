@@ -1,0 +1,239 @@
+#include "plan/hybrid_cost.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "hf/families.h"
+#include "parallel/pipeline_schedule.h"
+#include "plan/activations.h"
+#include "plan/planner.h"
+
+namespace tessera::plan {
+namespace {
+
+double d(std::int64_t v) {
+  return static_cast<double>(v);
+}
+
+// The tensor-parallel rule of a layer's linear named `name` (its module path's last component:
+// gpt2's two c_proj are both split by their inputs), or null when it stays whole.
+const hf::TensorSplitRule* layer_rule(const hf::FamilyTraits& family, const std::string& name) {
+  for (const hf::TensorSplitRule& rule : family.tensor_parallel_plan) {
+    const auto dot = rule.module.rfind('.');
+    if (rule.module.find('*') != std::string::npos &&
+        rule.module.substr(dot == std::string::npos ? 0 : dot + 1) == name)
+      return &rule;
+  }
+  return nullptr;
+}
+
+// The share of a column-split linear's outputs one rank holds: 1/tp, or with fewer kv heads
+// than ranks, one kv head's block of 1/kv (held by tp/kv ranks).
+double column_share(const hf::TensorSplitRule& rule, const hf::ModelConfig& c, int tp) {
+  if (rule.kv_heads && c.num_key_value_heads > 0 && c.num_key_value_heads < tp)
+    return 1.0 / d(c.num_key_value_heads);
+  return 1.0 / d(tp);
+}
+
+bool vocabulary_split(const hf::FamilyTraits& family, const std::string& module) {
+  for (const hf::TensorSplitRule& rule : family.tensor_parallel_plan)
+    if (rule.module == module && rule.split == hf::TensorSplit::Vocabulary) return true;
+  return false;
+}
+
+// "layers 0-1" / "layers 0, 2-3": a stage's ranges (one per chunk).
+std::string describe(const std::vector<parallel::StageLayers>& ranges) {
+  std::string out = "layers ";
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    if (i > 0) out += ", ";
+    out.append(std::to_string(ranges[i].first));
+    if (ranges[i].end - ranges[i].first > 1) {
+      out.push_back('-');  // append, not "-" + …: GCC 12's -Wrestrict false positive
+      out.append(std::to_string(ranges[i].end - 1));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+const HybridStage& HybridLayout::heaviest(const Settings& s) const {
+  if (stages.empty()) throw Error(ErrorKind::Internal, "hybrid layout without stages");
+  return *std::max_element(
+      stages.begin(), stages.end(), [&](const HybridStage& a, const HybridStage& b) {
+        return hybrid_stage_memory(a, s).total() < hybrid_stage_memory(b, s).total();
+      });
+}
+
+HybridStageMemory hybrid_stage_memory(const HybridStage& stage, const Settings& s) {
+  const bool bf16 = s.precision == "bf16";
+  const double param_bytes = bf16 ? 2.0 : 4.0;
+  const bool lora = s.method == "lora";
+  HybridStageMemory m;
+  m.weights = (stage.parameters + (lora ? stage.trainable : 0.0)) * param_bytes +
+              (bf16 ? stage.trainable * 4.0 : 0.0);
+  m.gradient_buckets = stage.trainable * 4.0;
+  m.gradients = stage.trainable * (bf16 ? 2.0 + 4.0 : 4.0) + m.gradient_buckets;
+  m.optimizer = stage.trainable * 8.0;
+  m.activations = stage.activation_bytes;
+  return m;
+}
+
+HybridLayout hybrid_layout(const hf::ModelConfig& c, const Settings& s, int world_size,
+                           std::uint64_t bucket_bytes) {
+  HybridLayout out;
+  out.tp = std::max(1, s.tp_size);
+  out.pp = std::max(1, s.pp_size);
+  out.chunks = std::max(1, s.pp_chunks);
+  out.dp = std::max(1, world_size / (out.tp * out.pp));
+  out.micro_batches = std::max<std::int64_t>(1, s.gradient_accumulation);
+  const int tp = out.tp, pp = out.pp, chunks = out.chunks;
+  const hf::FamilyTraits& family = hf::family_of(c);
+  const hf::ParameterShapes shapes = family.parameter_shapes(c);
+  const double v = d(c.vocab_size), h = d(c.hidden_size);
+  const bool lora = s.method == "lora";
+  const std::vector<std::string> targets =
+      s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
+  const double r = d(s.lora_rank);
+
+  // One layer: its elements whole, one rank's blocks, and one rank's LoRA adapters.
+  double layer_whole = shapes.layer_other, layer_rank = shapes.layer_other, layer_lora = 0;
+  std::vector<std::string> counted_targets;  // a name repeated (gpt2's c_proj) is planned once
+  for (const hf::LinearModule& m : shapes.layer_linears) {
+    const double weight = m.in_features * m.out_features;
+    const double bias = m.bias ? m.out_features : 0.0;
+    layer_whole += weight + bias;
+    const hf::TensorSplitRule* rule = tp > 1 ? layer_rule(family, m.name) : nullptr;
+    double out_share = 1.0, in_share = 1.0;
+    if (rule != nullptr && rule->split == hf::TensorSplit::Column)
+      out_share = column_share(*rule, c, tp);
+    if (rule != nullptr && rule->split == hf::TensorSplit::Row) in_share = 1.0 / d(tp);
+    layer_rank += weight * out_share * in_share + bias * out_share;
+    const bool targeted = std::find(targets.begin(), targets.end(), m.name) != targets.end();
+    if (lora && targeted &&
+        std::find(counted_targets.begin(), counted_targets.end(), m.name) ==
+            counted_targets.end()) {
+      counted_targets.push_back(m.name);
+      // A [r, in] split with the inputs, B [out, r] with the outputs.
+      layer_lora += r * m.in_features * in_share + r * m.out_features * out_share;
+    }
+  }
+  // Outside the layers: the embedding (the first stage's, vocabulary-split), an untied head (the
+  // last's, vocabulary-split) or with several stages the tied embedding's copy there, the final
+  // norm (the last's, as large as one of a layer's norms) and what precedes layer 0 besides the
+  // embedding (gpt2's position embedding, the first's).
+  const double head_whole =
+      !c.tie_word_embeddings && shapes.outside_layers >= 2 * v * h ? v * h : 0.0;
+  const double final_norm = shapes.layer_other / 2.0;
+  const double before_rest = std::max(0.0, shapes.outside_layers - v * h - head_whole - final_norm);
+  const std::string embedding =
+      family.pipeline_plan.before.empty() ? "embed_tokens" : family.pipeline_plan.before.front();
+  const double embedding_share = tp > 1 && vocabulary_split(family, embedding) ? 1.0 / d(tp) : 1.0;
+  const double head_share = tp > 1 && vocabulary_split(family, "lm_head") ? 1.0 / d(tp) : 1.0;
+
+  // The cut: the plugin's (parallel::PipelineStages) over the layers' parameter counts.
+  const std::vector<double> layer_costs(static_cast<std::size_t>(c.num_hidden_layers), layer_whole);
+  std::vector<parallel::StageLayers> cuts;
+  if (pp > 1)
+    cuts = parallel::balance_stages(layer_costs, 0.0, v * h, pp * chunks);
+  else
+    cuts = {{0, c.num_hidden_layers}};
+
+  const ActivationTerms act = activation_terms(c, s, tp);
+  const double element = s.precision == "bf16" ? 2.0 : 4.0;
+  const double tokens = d(s.micro_batch) * d(s.sequence_length);
+  const double m = d(out.micro_batches);
+  out.bubble =
+      pp > 1 ? parallel::pipeline_bubble_fraction(pp, static_cast<int>(out.micro_batches), chunks)
+             : 0.0;
+  for (int stage = 0; stage < pp; ++stage) {
+    HybridStage st;
+    st.stage = stage;
+    st.first = stage == 0;
+    st.last = stage == pp - 1;
+    std::vector<parallel::StageLayers> ranges;
+    std::int64_t widest_chunk = 0;
+    for (int chunk = 0; chunk < (pp > 1 ? chunks : 1); ++chunk) {
+      const parallel::StageLayers& range = cuts[static_cast<std::size_t>(chunk * pp + stage)];
+      ranges.push_back(range);
+      st.layer_count += range.end - range.first;
+      widest_chunk = std::max(widest_chunk, range.end - range.first);
+    }
+    st.layers = describe(ranges);
+    const double layers = d(st.layer_count);
+    st.parameters = layers * layer_rank;
+    st.whole_parameters = layers * layer_whole;
+    if (st.first) {
+      st.parameters += v * h * embedding_share + before_rest;
+      st.whole_parameters += v * h + before_rest;
+    }
+    if (st.last) {
+      st.parameters += final_norm;
+      st.whole_parameters += final_norm;
+      // The head's own weight, or the tied embedding's copy when another stage holds the lookup.
+      if (head_whole > 0.0 || pp > 1) {
+        st.parameters += v * h * head_share;
+        st.whole_parameters += v * h;
+      }
+    }
+    st.trainable = lora ? layers * layer_lora : st.parameters;
+    // A tied embedding frozen under LoRA, or trained on both ends: trained on both (its gradient
+    // is summed over the stages), so each holder keeps its optimizer state.
+    st.compute_parameters = st.parameters + (lora ? st.trainable : 0.0);
+
+    // Activations: the schedule's most chunk micro-batches alive on this stage, each holding its
+    // chunk's layers (only their inputs under activation checkpointing, one layer recomputed at a
+    // time), the loss head's on the last stage.
+    const std::vector<parallel::PipelineAction> actions =
+        pp > 1 ? parallel::interleaved_one_f_one_b(stage, pp, chunks,
+                                                   static_cast<int>(out.micro_batches))
+               : std::vector<parallel::PipelineAction>{{parallel::PipelineAction::Forward, 0}};
+    st.micro_batches_held = pp > 1 ? parallel::most_activations_held(actions) : 1;
+    const double held = d(st.micro_batches_held);
+    const double chunk_layers = d(widest_chunk);
+    const double stack = s.activation_checkpointing ? held * chunk_layers * act.boundary + act.layer
+                                                    : held * chunk_layers * act.layer;
+    st.activation_bytes = (stack + (st.last ? act.head : 0.0)) * kActivationOverhead;
+
+    // Traffic per step. The tensor group (Megatron's scheme, per micro-batch of n tokens): an
+    // all-reduce of n·h for the embedding's output, two per layer forward (attention's and the
+    // MLP's outputs; again when the layer is recomputed) and two backward, one for the head's
+    // input gradient, two of n floats and an all-gather of n maxima for the loss; then the
+    // clipping norm's scalar.
+    if (tp > 1) {
+      const double forward = s.activation_checkpointing ? 4.0 : 2.0;
+      const double reduces =
+          (forward + 2.0) * layers + (st.first ? 1.0 : 0.0) + (st.last ? 1.0 : 0.0);
+      const double reduced_bytes =
+          reduces * tokens * h * element + (st.last ? 2.0 * tokens * 4.0 : 0.0);
+      const double gathered_bytes = st.last ? d(tp) * tokens * 4.0 : 0.0;
+      const double ring = d(tp - 1) / d(tp);
+      st.tensor_bytes = m * (2.0 * ring * reduced_bytes + ring * gathered_bytes) + 2.0 * ring * 4.0;
+      st.tensor_calls = static_cast<std::int64_t>(m * (reduces + (st.last ? 3.0 : 0.0)) + 1.0);
+    }
+    // The pipeline: each chunk's activations to the next virtual stage, their gradients back.
+    if (pp > 1) {
+      const int virtual_stages = pp * chunks;
+      std::int64_t sends = 0;
+      for (int chunk = 0; chunk < chunks; ++chunk) {
+        const int virtual_stage = chunk * pp + stage;
+        if (virtual_stage < virtual_stages - 1) ++sends;  // forward
+        if (virtual_stage > 0) ++sends;                   // backward
+      }
+      st.pipeline_sends = static_cast<std::int64_t>(m) * sends;
+      st.pipeline_bytes = d(st.pipeline_sends) * tokens * h * element;
+    }
+    // The data-parallel group: every float32 gradient all-reduced once a step, in buckets.
+    if (out.dp > 1) {
+      const double gradients = st.trainable * 4.0;
+      st.data_bytes = 2.0 * d(out.dp - 1) / d(out.dp) * gradients;
+      st.data_calls = static_cast<std::int64_t>(std::ceil(
+          gradients / d(static_cast<std::int64_t>(std::max<std::uint64_t>(bucket_bytes, 1)))));
+    }
+    out.stages.push_back(std::move(st));
+  }
+  return out;
+}
+
+}  // namespace tessera::plan

@@ -1,0 +1,70 @@
+#pragma once
+// The cost model of strategy hybrid (plugins/hybrid): what one rank of a dp × pp × tp mesh holds
+// and sends per step, from config.json alone. The stages are cut as the plugin cuts them
+// (parallel::balance_stages over the layers' parameter counts, the head's vocabulary × hidden on
+// the last), the tensors split by the family's tensor-parallel plan (hf::tensor_parallel_plan),
+// the activations held as the 1F1B schedule holds them (parallel::most_activations_held), the
+// traffic as Megatron's scheme moves it. Torch-free.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hf/config.h"
+#include "plan/settings.h"
+
+namespace tessera::plan {
+
+// One pipeline stage: every rank of its tensor group holds as much (tp divides the split sizes;
+// a kv head held by several ranks is the same block size on each).
+struct HybridStage {
+  int stage = 0;
+  std::string layers;            // "layers 0-1" (interleaved: "layers 0, 2")
+  std::int64_t layer_count = 0;  // of all its chunks
+  bool first = false, last = false;
+  double parameters = 0;          // elements one rank holds (its blocks of its stage's tensors)
+  double trainable = 0;           // of those trained (LoRA: its blocks of its stage's adapters)
+  double whole_parameters = 0;    // the stage's tensors whole: what loading reads before the split
+  double compute_parameters = 0;  // elements whose products one rank computes (FLOPs ∝ these)
+  int micro_batches_held = 0;     // chunk activations alive at the stage's peak (1F1B)
+  double activation_bytes = 0;    // saved for backward at that peak (with kActivationOverhead)
+  // Per step: ring bytes through one rank of the tensor group (all-reduces 2(tp−1)/tp of their
+  // bytes, all-gathers (tp−1)/tp), and its calls; bytes this stage sends to its neighbours
+  // (activations forward, their gradients backward), and its sends.
+  double tensor_bytes = 0;
+  std::int64_t tensor_calls = 0;
+  double pipeline_bytes = 0;
+  std::int64_t pipeline_sends = 0;
+  // Ring bytes of the data-parallel all-reduce of its float32 gradients, and their buckets.
+  double data_bytes = 0;
+  std::int64_t data_calls = 0;
+};
+
+struct HybridLayout {
+  int tp = 1, pp = 1, dp = 1, chunks = 1;
+  std::int64_t micro_batches = 1;  // per step, per pipeline
+  double bubble = 0.0;             // parallel::pipeline_bubble_fraction
+  std::vector<HybridStage> stages;
+  // The stage whose rank holds the most at its training peak (weights, gradients with their
+  // buckets, optimizer state and activations).
+  const HybridStage& heaviest(const Settings& s) const;
+};
+
+// `world_size` ranks with the settings' tp_size, pp_size, pp_chunks (dp the rest).
+// `bucket_bytes`: the data-parallel gradient buckets' size.
+HybridLayout hybrid_layout(const hf::ModelConfig& config, const Settings& s, int world_size,
+                           std::uint64_t bucket_bytes);
+
+// One rank of a stage at its training peak, in bytes: its blocks in the compute dtype (with
+// float32 masters in bf16), autograd's gradients and the float32 buckets they are copied into
+// (ddp's replicas: plugins/ddp/replica_training), AdamW's moments, the activations.
+struct HybridStageMemory {
+  double weights = 0;
+  double gradients = 0;  // gradient_buckets included
+  double gradient_buckets = 0;
+  double optimizer = 0;
+  double activations = 0;
+  double total() const { return weights + gradients + optimizer + activations; }
+};
+HybridStageMemory hybrid_stage_memory(const HybridStage& stage, const Settings& s);
+
+}  // namespace tessera::plan
