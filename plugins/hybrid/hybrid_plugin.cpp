@@ -2,6 +2,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -214,9 +215,12 @@ class HybridPlugin : public Plugin {
       return;  // frozen (LoRA): no gradient anywhere
     torch::Tensor sum;
     const std::vector<NamedTensor>& params = dense().params();
-    std::size_t index = params.size();
-    for (std::size_t i = 0; i < params.size(); ++i)
-      if (params[i].name == tied) index = i;
+    if (!tied_index_) {  // found once: the trained tensors do not change between steps
+      tied_index_ = params.size();
+      for (std::size_t i = 0; i < params.size(); ++i)
+        if (params[i].name == tied) tied_index_ = i;
+    }
+    const std::size_t index = *tied_index_;
     if (index < params.size() && gradients[index].defined())
       sum = gradients[index].contiguous();
     else
@@ -389,6 +393,7 @@ class HybridPlugin : public Plugin {
   model::PretrainedModel* model_ = nullptr;
   plugins::ReplicaTraining replicas_;
   bool gathered_ = false;
+  std::optional<std::size_t> tied_index_;  // the tied embedding's place in params (size: none)
 };
 
 }  // namespace

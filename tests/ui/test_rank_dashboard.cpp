@@ -352,13 +352,29 @@ class TestRankDashboard : public QObject {
         60000);
     QTRY_VERIFY_WITH_TIMEOUT(!hardware->planning() && hardware->has_plan(), 60000);
     QCOMPARE(hardware->plan_json().value("ranks").toObject().value("processes").toInt(), 2);
+    int hybrid_layouts = 0;
     for (const QJsonValue& v : hardware->plan_json().value("strategies").toArray()) {
       const QJsonObject planned = v.toObject();
       const int stage = planned.value("zero_stage").toInt();
-      const QString key = planned.value("strategy").toString() +
-                          (stage > 0 ? QString(":%1").arg(stage) : QString());
+      const QString name = planned.value("strategy").toString();
+      // hybrid: one entry per layout the planner weighed.
+      const QString key = name == "hybrid"
+                              ? QString("hybrid:%1x%2")
+                                    .arg(planned.value("tp_size").toInt())
+                                    .arg(planned.value("pp_size").toInt())
+                              : name + (stage > 0 ? QString(":%1").arg(stage) : QString());
       QVERIFY2(strategies->findData(key) >= 0, qPrintable(key));
+      hybrid_layouts += name == "hybrid" ? 1 : 0;
     }
+    // The tiny llama splits 2 ways either way: tensor 2 × pipeline 1 and tensor 1 × pipeline 2;
+    // choosing one writes its sizes into the job.
+    QCOMPARE(hybrid_layouts, 2);
+    strategies->setCurrentIndex(strategies->findData("hybrid:1x2"));
+    QCOMPARE(strategies->currentText(), QString("hybrid: tensor 1 × pipeline 2"));
+    const job::JobSpec split = wizard->build_spec();
+    QCOMPARE(split.strategy.name, std::string("hybrid"));
+    QCOMPARE(split.strategy.options.value("tp_size", 0), 1);
+    QCOMPARE(split.strategy.options.value("pp_size", 0), 2);
     // One process's strategy is not offered; gemini is, sharded over the ranks (the planner
     // plans it per rank since issue 12's gemini slice).
     for (int i = 0; i < strategies->count(); ++i)

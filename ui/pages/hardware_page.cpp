@@ -496,11 +496,19 @@ void HardwarePage::learn_strategies(const QJsonObject& plan) {
     const QJsonObject s = v.toObject();
     const QString name = s.value("strategy").toString();
     const int stage = s.value("zero_stage").toInt();
-    const QString key = stage > 0 ? QString("%1:%2").arg(name).arg(stage) : name;
+    // hybrid's layouts: "hybrid:<tp>x<pp>", one entry each.
+    const int tp = s.value("tp_size").toInt(1), pp = s.value("pp_size").toInt(1);
+    const bool hybrid = name == "hybrid";
+    const QString key = hybrid      ? QString("hybrid:%1x%2").arg(tp).arg(pp)
+                        : stage > 0 ? QString("%1:%2").arg(name).arg(stage)
+                                    : name;
     if (name.isEmpty() || distributed_->findData(key) >= 0) continue;
     const bool was = loading_overrides_;
     loading_overrides_ = true;
-    distributed_->addItem(stage > 0 ? tr("%1 stage %2").arg(name).arg(stage) : name, key);
+    distributed_->addItem(hybrid      ? tr("hybrid: tensor %1 × pipeline %2").arg(tp).arg(pp)
+                          : stage > 0 ? tr("%1 stage %2").arg(name).arg(stage)
+                                      : name,
+                          key);
     loading_overrides_ = was;
   }
 }
@@ -511,7 +519,13 @@ job::StrategySpec HardwarePage::strategy_spec(const std::string& method) const {
     job::StrategySpec s;
     s.name = choice.section(':', 0, 0).toStdString();
     if (s.name == loaded_strategy_.name) s.options = loaded_strategy_.options;  // a clone's
-    if (choice.contains(':')) s.options["stage"] = choice.section(':', 1).toInt();
+    if (s.name == "hybrid" && choice.contains(':')) {
+      const QStringList sizes = choice.section(':', 1).split('x');
+      s.options["tp_size"] = sizes.value(0).toInt();
+      s.options["pp_size"] = sizes.value(1).toInt();
+    } else if (choice.contains(':')) {
+      s.options["stage"] = choice.section(':', 1).toInt();
+    }
     return s;
   }
   if (offload_override_ < 0 || method != "full") return loaded_strategy_;
@@ -535,6 +549,15 @@ void HardwarePage::load_strategy(const job::StrategySpec& strategy) {
     if (distributed_->findData(key) < 0)
       distributed_->addItem(key.contains(':') ? tr("zero stage %1").arg(key.section(':', 1)) : key,
                             key);
+    distributed_->setCurrentIndex(distributed_->findData(key));
+    loading_overrides_ = false;
+  }
+  if (strategy.name == "hybrid") {  // its layout, as learn_strategies keys it
+    const int tp = strategy.options.value("tp_size", 2), pp = strategy.options.value("pp_size", 1);
+    const QString key = QString("hybrid:%1x%2").arg(tp).arg(pp);
+    loading_overrides_ = true;
+    if (distributed_->findData(key) < 0)
+      distributed_->addItem(tr("hybrid: tensor %1 × pipeline %2").arg(tp).arg(pp), key);
     distributed_->setCurrentIndex(distributed_->findData(key));
     loading_overrides_ = false;
   }
