@@ -178,9 +178,10 @@ HybridLayout hybrid_layout(const hf::ModelConfig& c, const Settings& s, int worl
       }
     }
     st.trainable = lora ? layers * layer_lora : st.parameters;
-    // A tied embedding frozen under LoRA, or trained on both ends: trained on both (its gradient
-    // is summed over the stages), so each holder keeps its optimizer state.
-    st.compute_parameters = st.parameters + (lora ? st.trainable : 0.0);
+    // Products: every tensor the stage holds but the input embedding (a lookup; the head's
+    // matrix, tied or not, is a product).
+    st.compute_parameters = st.parameters + (lora ? st.trainable : 0.0) -
+                            (st.first ? v * h * embedding_share + before_rest : 0.0);
 
     // Activations: the schedule's most chunk micro-batches alive on this stage, each holding its
     // chunk's layers (only their inputs under activation checkpointing, one layer recomputed at a

@@ -366,6 +366,9 @@ def test_hybrid_rank_memory_and_traffic_match_the_plan(workdir, layout):
     # stage 0's sends (its activations, exactly).
     metrics = [e for e in events if e["type"] == "metric" and "loss" in e]
     assert [m["step"] for m in metrics] == [1, 2, 3]
+    tokens_per_step = 4 * 128 * 2
+    print(f"step time: planned {plan['time']['seconds_per_step']:.3f} s (the uncalibrated cost model), "
+          f"measured {[round(tokens_per_step / m['tokens_per_s'], 3) for m in metrics]}")
     for m in metrics:
         if layout["tp_size"] == 2:
             measured, planned = m["tensor_traffic"]["ring_bytes"], stages[0]["tensor_traffic"]["ring_bytes"]
