@@ -1116,14 +1116,18 @@ namespace {
 // A measured step time of this machine for the plan's job, when one was recorded: the same
 // settings as measured; similar ones (the same model, method, precision and strategy) scaled
 // by the cost model's ratio, from the record whose tokens per step are nearest.
+// `processes` above 1: only a record of the same job with as many processes counts (its step is
+// the ranks' compute and communication together, which the single-process cost model does not
+// scale).
 void calibrate(Plan& plan, const PlanInputs& in, const std::string& device, double layers,
-               double flops) {
-  for (const std::string& w : in.step_time_warnings) plan.reasons.push_back("warning: " + w);
-  const StepTimeKey key{device, model_fingerprint(in.model), plan.settings};
+               double flops, int processes = 1) {
+  if (processes == 1)
+    for (const std::string& w : in.step_time_warnings) plan.reasons.push_back("warning: " + w);
+  const StepTimeKey key{device, model_fingerprint(in.model), plan.settings, processes};
   const StepTimeRecord* best = nullptr;
   double best_distance = 0.0;
   for (const StepTimeRecord& r : in.step_times) {
-    if (!similar(r.key, key)) continue;
+    if (!similar(r.key, key) || (processes > 1 && !same(r.key, key))) continue;
     const double distance =
         same(r.key, key) ? -1.0
                          : std::abs(std::log(tokens_of(r.key.settings) / tokens_of(key.settings)));
@@ -1213,6 +1217,22 @@ void plan_rank_time(Plan& plan, const PlanInputs& in, const std::string& device,
   }
   plan.modelled_seconds_per_step = rank + comm.seconds;
   plan.seconds_per_step = plan.compute_seconds_per_step + comm.seconds;
+  // A run of this very job with as many processes, measured on this machine: its step (the
+  // slowest rank's, compute, communication and disk together) is the plan's.
+  Plan measured;
+  measured.total_parameters = plan.total_parameters;
+  measured.settings = plan.settings;
+  measured.modelled_seconds_per_step = plan.modelled_seconds_per_step;
+  measured.seconds_per_step = plan.seconds_per_step;
+  calibrate(measured, in, device, layers, flops, plan.processes);
+  if (measured.calibration) {
+    plan.seconds_per_step = measured.seconds_per_step;
+    plan.compute_seconds_per_step = std::max(0.0, measured.seconds_per_step - comm.seconds);
+    plan.calibration = measured.calibration;
+    plan.warmup_seconds = measured.warmup_seconds;
+    plan.time_source = measured.time_source + " with " + std::to_string(plan.processes) +
+                       " processes (compute and communication together)";
+  }
   const bool scattered = plan.settings.strategy == "gemini" ||
                          (plan.settings.strategy == "zero" && plan.settings.zero_stage >= 2);
   const std::string reduction = scattered ? "reduce_scatter" : "all_reduce";
@@ -1243,7 +1263,8 @@ void plan_rank_time(Plan& plan, const PlanInputs& in, const std::string& device,
       plan.link_source +=
           "; measured between two ranks of this machine, not between machines: "
           "tessera-cli nodes check measures the LAN link";
-    plan.time_source += ", plus " + seconds_text(comm.seconds) + " of communication";
+    if (!measured.calibration)
+      plan.time_source += ", plus " + seconds_text(comm.seconds) + " of communication";
     plan.reasons.push_back("communication per step: " + volume + ", " + seconds_text(comm.seconds) +
                            " at the link's " + plan.link_source +
                            "; added to the compute, which it does not overlap on the CPU");
@@ -2008,7 +2029,8 @@ Plan make_plan(const PlanInputs& in) {
   if (distributed) {
     plan_rank_time(plan, in, step_time_device(hw, gpu), layers, flops, rank_flops, tokens,
                    rank_tokens(s), communication_of(s));
-    if (plan.disk_seconds_per_step > 0.0) {
+    const bool measured_with_ranks = plan.calibration && plan.calibration->key.processes > 1;
+    if (plan.disk_seconds_per_step > 0.0 && !measured_with_ranks) {
       plan.seconds_per_step += plan.disk_seconds_per_step;
       plan.modelled_seconds_per_step += plan.disk_seconds_per_step;
       plan.time_source += ", plus " + seconds_text(plan.disk_seconds_per_step) + " of disk I/O";
@@ -2142,10 +2164,10 @@ json to_json(const Plan& p) {
         {"calibrated", p.calibration.has_value()},
         {"calibration_run", p.calibration ? json(p.calibration->run) : json(nullptr)},
         {"calibration_exact",
-         p.calibration
-             ? json(same(p.calibration->key, StepTimeKey{p.calibration->key.device,
-                                                         p.calibration->key.model, p.settings}))
-             : json(nullptr)},
+         p.calibration ? json(same(p.calibration->key,
+                                   StepTimeKey{p.calibration->key.device, p.calibration->key.model,
+                                               p.settings, p.calibration->key.processes}))
+                       : json(nullptr)},
         {"disk_bytes_per_step", p.disk_bytes_per_step},
         {"disk_read_bytes_per_step", p.disk_read_bytes_per_step},
         {"disk_write_bytes_per_step", p.disk_write_bytes_per_step},
@@ -2401,12 +2423,14 @@ Settings settings_as_written(const job::JobSpec& spec) {
 }
 
 StepTimeKey step_time_key(const job::JobSpec& spec, const hf::ModelConfig& model,
-                          const HardwareProfile& hw) {
-  const bool gpu = plans_on_gpu(spec, hw, 1, 1);
-  Settings s = written_settings(spec, static_cast<int>(hw.gpus.size()));
+                          const HardwareProfile& hw, int processes, int processes_per_node) {
+  processes = std::max(1, processes);
+  const int per_node = processes_per_node > 0 ? processes_per_node : processes;
+  const bool gpu = plans_on_gpu(spec, hw, processes, per_node);
+  Settings s = written_settings(spec, static_cast<int>(hw.gpus.size()), processes, per_node);
   if (s.precision == "bf16" && !(gpu ? hw.gpus[0].bf16 : hw.cpu.native_bf16()))
     s.precision = "fp32";
-  return {step_time_device(hw, gpu), model_fingerprint(model), s};
+  return {step_time_device(hw, gpu), model_fingerprint(model), s, processes};
 }
 
 job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& s) {

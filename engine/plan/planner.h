@@ -260,8 +260,10 @@ job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& settings);
 Settings settings_as_written(const job::JobSpec& spec);
 // What a run of `spec` (as planned: apply_settings) records its measured step time under: this
 // machine's device for the spec's strategy, the model's shapes, the settings as written.
+// `processes`: the job's (a run of several records its step under their number).
 StepTimeKey step_time_key(const job::JobSpec& spec, const hf::ModelConfig& model,
-                          const HardwareProfile& profile);
+                          const HardwareProfile& profile, int processes = 1,
+                          int processes_per_node = 0);
 // `settings` of a plan's JSON (to_json), as recorded in a run folder's plan.json.
 Settings settings_from_json(const nlohmann::json& settings, const std::string& source);
 // What applying `settings` changes in `spec`, one phrase each (empty: the spec as written).

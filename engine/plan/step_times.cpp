@@ -40,7 +40,8 @@ json key_json(const StepTimeKey& k) {
           {"zero_stage", s.zero_stage},
           {"tp_size", s.tp_size},
           {"pp_size", s.pp_size},
-          {"pp_chunks", s.pp_chunks}};
+          {"pp_chunks", s.pp_chunks},
+          {"processes", k.processes}};
 }
 
 json record_json(const StepTimeRecord& r) {
@@ -73,6 +74,7 @@ StepTimeRecord record_from_json(const json& j) {
   s.tp_size = j.value("tp_size", 1);        // before hybrid was planned: one of each
   s.pp_size = j.value("pp_size", 1);
   s.pp_chunks = j.value("pp_chunks", 1);
+  r.key.processes = j.value("processes", 1);  // before several processes were recorded: one
   // Records written before gemini's device tier was planned: none.
   s.device_tier = j.value("device_tier", false);
   s.host_optim_frac = j.value("host_optim_frac", 0.0);
@@ -137,10 +139,11 @@ std::string step_time_device(const HardwareProfile& p, bool on_gpu) {
 bool similar(const StepTimeKey& a, const StepTimeKey& b) {
   const Settings& x = a.settings;
   const Settings& y = b.settings;
-  return a.device == b.device && a.model == b.model && x.method == y.method &&
-         (x.method != "lora" || x.lora_rank == y.lora_rank) && x.precision == y.precision &&
-         x.activation_checkpointing == y.activation_checkpointing && x.strategy == y.strategy &&
-         x.zero_stage == y.zero_stage && near(x.offload_optim_frac, y.offload_optim_frac) &&
+  return a.device == b.device && a.model == b.model && a.processes == b.processes &&
+         x.method == y.method && (x.method != "lora" || x.lora_rank == y.lora_rank) &&
+         x.precision == y.precision && x.activation_checkpointing == y.activation_checkpointing &&
+         x.strategy == y.strategy && x.zero_stage == y.zero_stage &&
+         near(x.offload_optim_frac, y.offload_optim_frac) &&
          near(x.offload_param_frac, y.offload_param_frac) && x.device_tier == y.device_tier &&
          near(x.host_optim_frac, y.host_optim_frac) && near(x.host_param_frac, y.host_param_frac) &&
          x.zero_offload == y.zero_offload && x.tp_size == y.tp_size && x.pp_size == y.pp_size &&

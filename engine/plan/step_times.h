@@ -21,6 +21,9 @@ struct StepTimeKey {
   std::string device;  // "cpu: <model name> × <physical cores>" or "cuda: <GPU name>"
   std::string model;   // model_fingerprint()
   Settings settings;
+  // The job's processes (a run of several records its slowest rank's step, communication
+  // included, from rank 0).
+  int processes = 1;
 };
 
 struct StepTimeRecord {
@@ -37,7 +40,8 @@ std::string model_fingerprint(const hf::ModelConfig& config);
 // The device a plan for `profile` runs on (the GPU's when it has one and `on_gpu`).
 std::string step_time_device(const HardwareProfile& profile, bool on_gpu);
 
-// The same device, model, method, precision, strategy and checkpointing: a step's cost then
+// The same device, model, method, precision, strategy, processes and checkpointing: a step's
+// cost then
 // scales with the tokens per step (micro-batch, sequence length, accumulation) as the cost
 // model says.
 bool similar(const StepTimeKey& a, const StepTimeKey& b);

@@ -781,13 +781,16 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
     }
   }
   TrainerEventWriter trainer_events(events);
-  // This machine's step time for the job as planned, for later plans (plan/step_times.h). One
-  // process only: the planner's step times are a single process's.
+  // This machine's step time for the job as planned, for later plans (plan/step_times.h). Of
+  // several processes, rank 0 records the step (the slowest rank's, every rank knows it) under
+  // their number: a plan of the same job with as many processes takes it whole.
   std::optional<StepTimeRecorder> step_times;
-  if (!parallel) {
+  if (!parallel || parallel->rank() == 0) {
     step_times.emplace(
         plan::StepTimeStore(plan::StepTimeStore::default_path()),
-        plan::step_time_key(spec, source.config(), plan::probe_hardware(plan::ProfileOptions{})),
+        plan::step_time_key(spec, source.config(), plan::probe_hardware(plan::ProfileOptions{}),
+                            parallel ? parallel->world_size() : 1,
+                            parallel ? parallel->local_world_size() : 1),
         fs::absolute(out_dir).string(), events);
     trainer_events.record_step_times(&*step_times);
   }

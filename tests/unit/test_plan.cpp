@@ -1614,6 +1614,19 @@ class TestPlan : public QObject {
     QCOMPARE(records[1].first_step_seconds, 2.0);
     QCOMPARE(records[1].run, std::string("/runs/a"));
     QVERIFY(plan::same(records[1].key, r.key));
+    // A run of several processes is another key: recorded beside the one-process one, its
+    // number kept.
+    plan::StepTimeRecord ranks = r;
+    ranks.key.processes = 2;
+    QVERIFY(!plan::similar(ranks.key, r.key));
+    store.record(ranks);
+    const auto with_ranks = store.load(&warnings);
+    QCOMPARE(with_ranks.size(), std::size_t{3});
+    QCOMPARE(with_ranks.back().key.processes, 2);
+    QCOMPARE(with_ranks[1].key.processes, 1);
+    json stripped = json::parse(std::ifstream(file));
+    stripped["records"].erase(2);
+    std::ofstream(file) << stripped.dump();
     std::size_t files = 0;
     for ([[maybe_unused]] const auto& entry :
          std::filesystem::directory_iterator(file.parent_path()))
