@@ -100,6 +100,29 @@ std::uint64_t budget_for(const plan::Settings& s) {
   return static_cast<std::uint64_t>(static_cast<double>(peak) / (1.0 - plan::kHeadroom)) + 4096;
 }
 
+// auto over `processes` ranks of wide_llama with 8192-token sequences (micro-batch 1,
+// checkpointing, 8 accumulation steps), and the least peak per rank that a strategy keeping whole
+// layers on a rank needs with everything in RAM.
+std::pair<plan::PlanInputs, std::uint64_t> long_sequences(int processes) {
+  auto in = inputs(64ull << 30);
+  in.processes = processes;
+  in.model = config(wide_llama());
+  in.spec.dataset.max_length = 8192;
+  in.spec.strategy.name = "auto";
+  in.profile.disk = measured_disk();
+  plan::Settings s = settings(1, true, "full");
+  s.sequence_length = 8192;
+  s.gradient_accumulation = 8;
+  std::uint64_t least_in_ram = ~std::uint64_t(0);
+  for (const auto& [strategy, stage] : std::vector<std::pair<std::string, int>>{
+           {"ddp", 0}, {"zero", 1}, {"zero", 2}, {"gemini", 0}}) {
+    s.strategy = strategy;
+    s.zero_stage = stage;
+    least_in_ram = std::min(least_in_ram, plan::estimate_memory(in.model, s, 0, processes).peak());
+  }
+  return {in, least_in_ram};
+}
+
 }  // namespace
 
 class TestPlan : public QObject {
@@ -1302,22 +1325,10 @@ class TestPlan : public QObject {
   // training peak is above the export's: long sequences (activations) of a wide model. 3 ranks:
   // no hybrid layout (tp × pp in powers of two) divides them.
   void autoOffloadsGeminiShardsOnSeveralRanks() {
-    auto in = inputs(64ull << 30);
-    in.processes = 3;
-    in.model = config(wide_llama());
-    in.spec.dataset.max_length = 8192;
-    in.spec.strategy.name = "auto";
-    in.profile.disk = measured_disk();
+    auto [in, least_in_ram] = long_sequences(3);
     plan::Settings s = settings(1, true, "full");
     s.sequence_length = 8192;
     s.gradient_accumulation = 8;
-    std::uint64_t least_in_ram = ~std::uint64_t(0);
-    for (const auto& [strategy, stage] : std::vector<std::pair<std::string, int>>{
-             {"ddp", 0}, {"zero", 1}, {"zero", 2}, {"gemini", 0}}) {
-      s.strategy = strategy;
-      s.zero_stage = stage;
-      least_in_ram = std::min(least_in_ram, plan::estimate_memory(in.model, s, 0, 3).peak());
-    }
     s.strategy = "gemini";
     s.zero_stage = 0;
     s.offload_optim_frac = 1.0;
@@ -1351,24 +1362,10 @@ class TestPlan : public QObject {
   // whole layers on a rank do not: `auto` takes it before any disk, with twice the
   // accumulation steps (the tp ranks share each micro-batch) to keep the step's sequences.
   void autoSplitsLayersWhenOnlyThatFitsInRam() {
-    auto in = inputs(64ull << 30);
-    in.processes = 2;
-    in.model = config(wide_llama());
-    in.spec.dataset.max_length = 8192;
-    in.spec.strategy.name = "auto";
-    in.profile.disk = measured_disk();
+    auto [in, least_in_ram] = long_sequences(2);
     plan::Settings s = settings(1, true, "full");
     s.sequence_length = 8192;
-    s.gradient_accumulation = 8;
-    std::uint64_t least_in_ram = ~std::uint64_t(0);
-    for (const auto& [strategy, stage] : std::vector<std::pair<std::string, int>>{
-             {"ddp", 0}, {"zero", 1}, {"zero", 2}, {"gemini", 0}}) {
-      s.strategy = strategy;
-      s.zero_stage = stage;
-      least_in_ram = std::min(least_in_ram, plan::estimate_memory(in.model, s, 0, 2).peak());
-    }
     s.strategy = "hybrid";
-    s.zero_stage = 0;
     s.tp_size = 2;
     s.gradient_accumulation = 16;
     const auto split = plan::estimate_memory(in.model, s, 0, 2);
