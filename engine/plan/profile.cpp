@@ -430,6 +430,37 @@ HardwareProfile probe_hardware(const ProfileOptions& options) {
   constexpr double kEfficiency = 0.15;
   p.cpu_flops = std::max(1, p.cpu.physical_cores) * mhz * 1e6 * flops_per_cycle * kEfficiency;
   p.flops_source = "rough estimate: physical cores x clock x FMA width x 0.15 efficiency";
+  {
+    // Kept a day under the CPU's name and cores, as the GPU's rates; read by every profile (a
+    // rank of several, which must not time its shared cores, takes the measurement of a process
+    // that had them all).
+    const std::string key = p.cpu.model + " x " + std::to_string(p.cpu.physical_cores);
+    std::optional<json> cached = options.use_cache ? cached_measurement("cpu", key) : std::nullopt;
+    CpuRate rate;
+    std::string when;
+    if (cached && cached->contains("gemm_flops") && cached->contains("method")) {
+      rate.gemm_flops = cached->at("gemm_flops").get<double>();
+      rate.method = cached->at("method").get<std::string>();
+      when = "cached from " + cached->value("measured_at", std::string("earlier"));
+    } else if (options.measure_cpu) {
+      if (options.progress) options.progress("cpu", 0.0);
+      rate = options.measure_cpu();
+      when = "measured " + utc_now();
+      if (rate.gemm_flops > 0.0 && options.use_cache)
+        store_measurement(
+            "cpu", key,
+            {{"gemm_flops", rate.gemm_flops}, {"method", rate.method}, {"measured_at", utc_now()}});
+      if (options.progress) options.progress("cpu", 1.0);
+    }
+    if (rate.gemm_flops > 0.0) {
+      char gflops[32];
+      std::snprintf(gflops, sizeof gflops, "%.0f", rate.gemm_flops / 1e9);
+      p.cpu_flops = rate.gemm_flops * kCpuSustainedShare;
+      p.cpu_flops_measured = true;
+      p.flops_source = "measured: " + rate.method + ", " + gflops + " GFLOP/s (" + when +
+                       "), x 0.75 that a training step sustains";
+    }
+  }
   if (options.disk_dir) {
     const fs::path dir = *options.disk_dir;
     std::error_code ec;
@@ -479,6 +510,7 @@ json to_json(const HardwareProfile& p) {
                 {"logical_cores", p.cpu.logical_cores},
                 {"mhz", p.cpu.mhz},
                 {"fp32_flops", p.cpu_flops},
+                {"flops_measured", p.cpu_flops_measured},
                 {"flops_source", p.flops_source}};
   out["memory"] = {
       {"total", p.memory.total},

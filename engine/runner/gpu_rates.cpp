@@ -80,3 +80,27 @@ plan::GpuRates measure_gpu_rates(int index, std::uint64_t copy_bytes, std::int64
 }
 
 }  // namespace tessera::runner
+
+namespace tessera::runner {
+
+plan::CpuRate measure_cpu_rate(std::int64_t n) {
+  torch::Tensor a = torch::randn({n, n});
+  torch::Tensor b = torch::randn({n, n});
+  torch::Tensor c = torch::empty({n, n});
+  torch::mm_out(c, a, b);  // warm-up: threads started, pages touched
+  std::vector<double> seconds;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    torch::mm_out(c, a, b);
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  plan::CpuRate rate;
+  rate.gemm_flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) /
+                    seconds[seconds.size() / 2];
+  rate.method = "LibTorch's fp32 " + std::to_string(n) + "³ product on " +
+                std::to_string(torch::get_num_threads()) + " threads, median of 5";
+  return rate;
+}
+
+}  // namespace tessera::runner

@@ -18,3 +18,12 @@ plan::GpuRates measure_gpu_rates(int index, std::uint64_t copy_bytes = kGpuCopyT
                                  std::int64_t gemm_size = kGpuGemmSize);
 
 }  // namespace tessera::runner
+
+namespace tessera::runner {
+
+// The CPU's fp32 matrix-product rate: n×n×n products with LibTorch on its threads (every core),
+// the median of 5 after a warm-up. About 0.1 s; the profile caches it a day.
+inline constexpr std::int64_t kCpuGemmSize = 1024;
+plan::CpuRate measure_cpu_rate(std::int64_t gemm_size = kCpuGemmSize);
+
+}  // namespace tessera::runner

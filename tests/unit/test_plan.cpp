@@ -1711,6 +1711,28 @@ class TestPlan : public QObject {
     QVERIFY(p.memory.available <= p.memory.total);
     QVERIFY(!p.os.empty());
   }
+
+  // The CPU's rate: a measured product rate (the caller's LibTorch) times the share a training
+  // step sustains, said so; without a measurement the rough estimate, said so.
+  void profileMeasuresTheCpuRate() {
+    plan::ProfileOptions options;
+    options.use_cache = false;
+    const auto rough = plan::probe_hardware(options);
+    QVERIFY(!rough.cpu_flops_measured);
+    QVERIFY(rough.flops_source.rfind("rough estimate", 0) == 0);
+    int calls = 0;
+    options.measure_cpu = [&] {
+      ++calls;
+      return plan::CpuRate{200e9, "a test's product"};
+    };
+    const auto measured = plan::probe_hardware(options);
+    QCOMPARE(calls, 1);
+    QVERIFY(measured.cpu_flops_measured);
+    QCOMPARE(measured.cpu_flops, 200e9 * plan::kCpuSustainedShare);
+    QVERIFY2(measured.flops_source.rfind("measured: a test's product, 200 GFLOP/s", 0) == 0,
+             measured.flops_source.c_str());
+    QCOMPARE(plan::to_json(measured)["cpu"]["flops_measured"].get<bool>(), true);
+  }
 };
 
 QTEST_APPLESS_MAIN(TestPlan)
