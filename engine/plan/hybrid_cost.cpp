@@ -37,9 +37,8 @@ double column_share(const hf::TensorSplitRule& rule, const hf::ModelConfig& c, i
 }
 
 bool vocabulary_split(const hf::FamilyTraits& family, const std::string& module) {
-  for (const hf::TensorSplitRule& rule : family.tensor_parallel_plan)
-    if (rule.module == module && rule.split == hf::TensorSplit::Vocabulary) return true;
-  return false;
+  const hf::TensorSplitRule* rule = hf::tensor_split_of(family, module);
+  return rule != nullptr && rule->split == hf::TensorSplit::Vocabulary;
 }
 
 // "layers 0-1" / "layers 0, 2-3": a stage's ranges (one per chunk).
@@ -143,7 +142,7 @@ HybridLayout hybrid_layout(const hf::ModelConfig& c, const Settings& s, int worl
   const ActivationTerms act = activation_terms(c, s, tp);
   const double element = s.precision == "bf16" ? 2.0 : 4.0;
   const double tokens = d(s.micro_batch) * d(s.sequence_length);
-  const double m = d(out.micro_batches);
+  const double micro_batches = d(out.micro_batches);
   out.bubble =
       pp > 1 ? parallel::pipeline_bubble_fraction(pp, static_cast<int>(out.micro_batches), chunks)
              : 0.0;
@@ -210,8 +209,10 @@ HybridLayout hybrid_layout(const hf::ModelConfig& c, const Settings& s, int worl
           reduces * tokens * h * element + (st.last ? 2.0 * tokens * 4.0 : 0.0);
       const double gathered_bytes = st.last ? d(tp) * tokens * 4.0 : 0.0;
       const double ring = d(tp - 1) / d(tp);
-      st.tensor_bytes = m * (2.0 * ring * reduced_bytes + ring * gathered_bytes) + 2.0 * ring * 4.0;
-      st.tensor_calls = static_cast<std::int64_t>(m * (reduces + (st.last ? 3.0 : 0.0)) + 1.0);
+      st.tensor_bytes =
+          micro_batches * (2.0 * ring * reduced_bytes + ring * gathered_bytes) + 2.0 * ring * 4.0;
+      st.tensor_calls =
+          static_cast<std::int64_t>(micro_batches * (reduces + (st.last ? 3.0 : 0.0)) + 1.0);
     }
     // The pipeline: each chunk's activations to the next virtual stage, their gradients back.
     if (pp > 1) {
@@ -222,7 +223,7 @@ HybridLayout hybrid_layout(const hf::ModelConfig& c, const Settings& s, int worl
         if (virtual_stage < virtual_stages - 1) ++sends;  // forward
         if (virtual_stage > 0) ++sends;                   // backward
       }
-      st.pipeline_sends = static_cast<std::int64_t>(m) * sends;
+      st.pipeline_sends = out.micro_batches * sends;
       st.pipeline_bytes = d(st.pipeline_sends) * tokens * h * element;
     }
     // The data-parallel group: every float32 gradient all-reduced once a step, in buckets.

@@ -1276,9 +1276,6 @@ void plan_rank_time(Plan& plan, const PlanInputs& in, const std::string& device,
   }
 }
 
-// Why `auto` (or the named strategy) distributes the way the plan says: every strategy that
-// distributes at the plan's settings, the chosen first, each in words, and the strategies this
-// build lacks.
 // What a rank of a hybrid layout holds, in words.
 std::string hybrid_held(const HybridLayout& layout) {
   std::string stages;
@@ -1306,6 +1303,9 @@ std::string hybrid_held(const HybridLayout& layout) {
   return out;
 }
 
+// Why `auto` (or the named strategy) distributes the way the plan says: every strategy that
+// distributes at the plan's settings, the chosen first, each in words, and the strategies this
+// build lacks.
 template <class RankSeconds, class CommunicationOf>
 void explain_distributed(Plan& plan, const PlanInputs& in, const std::vector<Settings>& options,
                          const std::string& names, std::uint64_t limit,

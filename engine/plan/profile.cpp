@@ -445,20 +445,22 @@ HardwareProfile probe_hardware(const ProfileOptions& options) {
     } else if (options.measure_cpu) {
       if (options.progress) options.progress("cpu", 0.0);
       rate = options.measure_cpu();
-      when = "measured " + utc_now();
+      const std::string now = utc_now();
+      when = "measured " + now;
       if (rate.gemm_flops > 0.0 && options.use_cache)
         store_measurement(
             "cpu", key,
-            {{"gemm_flops", rate.gemm_flops}, {"method", rate.method}, {"measured_at", utc_now()}});
+            {{"gemm_flops", rate.gemm_flops}, {"method", rate.method}, {"measured_at", now}});
       if (options.progress) options.progress("cpu", 1.0);
     }
     if (rate.gemm_flops > 0.0) {
-      char gflops[32];
+      char gflops[32], share[16];
       std::snprintf(gflops, sizeof gflops, "%.0f", rate.gemm_flops / 1e9);
+      std::snprintf(share, sizeof share, "%.2f", kCpuSustainedShare);
       p.cpu_flops = rate.gemm_flops * kCpuSustainedShare;
       p.cpu_flops_measured = true;
-      p.flops_source = "measured: " + rate.method + ", " + gflops + " GFLOP/s (" + when +
-                       "), x 0.75 that a training step sustains";
+      p.flops_source = "measured: " + rate.method + ", " + gflops + " GFLOP/s (" + when + "), x " +
+                       share + " that a training step sustains";
     }
   }
   if (options.disk_dir) {

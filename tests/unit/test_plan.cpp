@@ -100,27 +100,42 @@ std::uint64_t budget_for(const plan::Settings& s) {
   return static_cast<std::uint64_t>(static_cast<double>(peak) / (1.0 - plan::kHeadroom)) + 4096;
 }
 
-// auto over `processes` ranks of wide_llama with 8192-token sequences (micro-batch 1,
-// checkpointing, 8 accumulation steps), and the least peak per rank that a strategy keeping whole
-// layers on a rank needs with everything in RAM.
-std::pair<plan::PlanInputs, std::uint64_t> long_sequences(int processes) {
-  auto in = inputs(64ull << 30);
-  in.processes = processes;
-  in.model = config(wide_llama());
-  in.spec.dataset.max_length = 8192;
-  in.spec.strategy.name = "auto";
-  in.profile.disk = measured_disk();
-  plan::Settings s = settings(1, true, "full");
-  s.sequence_length = 8192;
-  s.gradient_accumulation = 8;
+// auto over `processes` ranks of wide_llama with 8192-token sequences; the settings its rank
+// needs at least (micro-batch 1, checkpointing, 8 accumulation steps), and the least peak per rank
+// that a strategy keeping whole layers on a rank needs at them with everything in RAM.
+struct LongSequences {
+  plan::PlanInputs in;
+  plan::Settings least;
   std::uint64_t least_in_ram = ~std::uint64_t(0);
+};
+LongSequences long_sequences(int processes) {
+  LongSequences out;
+  out.in = inputs(64ull << 30);
+  out.in.processes = processes;
+  out.in.model = config(wide_llama());
+  out.in.spec.dataset.max_length = 8192;
+  out.in.spec.strategy.name = "auto";
+  out.in.profile.disk = measured_disk();
+  out.least = settings(1, true, "full");
+  out.least.sequence_length = 8192;
+  out.least.gradient_accumulation = 8;
   for (const auto& [strategy, stage] : std::vector<std::pair<std::string, int>>{
            {"ddp", 0}, {"zero", 1}, {"zero", 2}, {"gemini", 0}}) {
+    plan::Settings s = out.least;
     s.strategy = strategy;
     s.zero_stage = stage;
-    least_in_ram = std::min(least_in_ram, plan::estimate_memory(in.model, s, 0, processes).peak());
+    out.least_in_ram =
+        std::min(out.least_in_ram, plan::estimate_memory(out.in.model, s, 0, processes).peak());
   }
-  return {in, least_in_ram};
+  return out;
+}
+
+// A simulated machine of `processes` ranks whose share per rank, less the headroom, is halfway
+// between two peaks: the smaller fits, the larger does not.
+std::uint64_t machine_between(std::uint64_t fits, std::uint64_t does_not, int processes) {
+  return static_cast<std::uint64_t>(processes) *
+         static_cast<std::uint64_t>(static_cast<double>(fits + does_not) / 2 /
+                                    (1.0 - plan::kHeadroom));
 }
 
 }  // namespace
@@ -1325,19 +1340,13 @@ class TestPlan : public QObject {
   // training peak is above the export's: long sequences (activations) of a wide model. 3 ranks:
   // no hybrid layout (tp × pp in powers of two) divides them.
   void autoOffloadsGeminiShardsOnSeveralRanks() {
-    auto [in, least_in_ram] = long_sequences(3);
-    plan::Settings s = settings(1, true, "full");
-    s.sequence_length = 8192;
-    s.gradient_accumulation = 8;
+    auto [in, s, least_in_ram] = long_sequences(3);
     s.strategy = "gemini";
-    s.zero_stage = 0;
     s.offload_optim_frac = 1.0;
     const auto offloaded = plan::estimate_memory(in.model, s, 0, 3);
     QVERIFY2(offloaded.peak() < least_in_ram, std::to_string(least_in_ram).c_str());
     QVERIFY(offloaded.training_peak() > offloaded.export_peak);
-    in.profile.memory.simulated =
-        3 * static_cast<std::uint64_t>(static_cast<double>(offloaded.peak() + least_in_ram) / 2 /
-                                       (1.0 - plan::kHeadroom));
+    in.profile.memory.simulated = machine_between(offloaded.peak(), least_in_ram, 3);
     const auto p = plan::make_plan(in);
     QVERIFY(p.fits);
     QCOMPARE(p.settings.strategy, std::string("gemini"));
@@ -1362,17 +1371,13 @@ class TestPlan : public QObject {
   // whole layers on a rank do not: `auto` takes it before any disk, with twice the
   // accumulation steps (the tp ranks share each micro-batch) to keep the step's sequences.
   void autoSplitsLayersWhenOnlyThatFitsInRam() {
-    auto [in, least_in_ram] = long_sequences(2);
-    plan::Settings s = settings(1, true, "full");
-    s.sequence_length = 8192;
+    auto [in, s, least_in_ram] = long_sequences(2);
     s.strategy = "hybrid";
     s.tp_size = 2;
     s.gradient_accumulation = 16;
     const auto split = plan::estimate_memory(in.model, s, 0, 2);
     QVERIFY2(split.peak() < least_in_ram, std::to_string(least_in_ram).c_str());
-    in.profile.memory.simulated =
-        2 * static_cast<std::uint64_t>(static_cast<double>(split.peak() + least_in_ram) / 2 /
-                                       (1.0 - plan::kHeadroom));
+    in.profile.memory.simulated = machine_between(split.peak(), least_in_ram, 2);
     const auto p = plan::make_plan(in);
     QVERIFY(p.fits);
     QCOMPARE(p.settings.strategy, std::string("hybrid"));

@@ -84,6 +84,15 @@ QString first_line_of(const QByteArray& text) {
   return {};
 }
 
+// A hybrid layout in the strategy list: its data ("hybrid:<tp>x<pp>", which strategy_spec reads
+// back) and its text.
+QString hybrid_key(int tp, int pp) {
+  return QString("hybrid:%1x%2").arg(tp).arg(pp);
+}
+QString hybrid_label(int tp, int pp) {
+  return HardwarePage::tr("hybrid: tensor %1 × pipeline %2").arg(tp).arg(pp);
+}
+
 }  // namespace
 
 HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
@@ -496,16 +505,16 @@ void HardwarePage::learn_strategies(const QJsonObject& plan) {
     const QJsonObject s = v.toObject();
     const QString name = s.value("strategy").toString();
     const int stage = s.value("zero_stage").toInt();
-    // hybrid's layouts: "hybrid:<tp>x<pp>", one entry each.
+    // hybrid's layouts: one entry each.
     const int tp = s.value("tp_size").toInt(1), pp = s.value("pp_size").toInt(1);
     const bool hybrid = name == "hybrid";
-    const QString key = hybrid      ? QString("hybrid:%1x%2").arg(tp).arg(pp)
+    const QString key = hybrid      ? hybrid_key(tp, pp)
                         : stage > 0 ? QString("%1:%2").arg(name).arg(stage)
                                     : name;
     if (name.isEmpty() || distributed_->findData(key) >= 0) continue;
     const bool was = loading_overrides_;
     loading_overrides_ = true;
-    distributed_->addItem(hybrid      ? tr("hybrid: tensor %1 × pipeline %2").arg(tp).arg(pp)
+    distributed_->addItem(hybrid      ? hybrid_label(tp, pp)
                           : stage > 0 ? tr("%1 stage %2").arg(name).arg(stage)
                                       : name,
                           key);
@@ -554,10 +563,9 @@ void HardwarePage::load_strategy(const job::StrategySpec& strategy) {
   }
   if (strategy.name == "hybrid") {  // its layout, as learn_strategies keys it
     const int tp = strategy.options.value("tp_size", 2), pp = strategy.options.value("pp_size", 1);
-    const QString key = QString("hybrid:%1x%2").arg(tp).arg(pp);
+    const QString key = hybrid_key(tp, pp);
     loading_overrides_ = true;
-    if (distributed_->findData(key) < 0)
-      distributed_->addItem(tr("hybrid: tensor %1 × pipeline %2").arg(tp).arg(pp), key);
+    if (distributed_->findData(key) < 0) distributed_->addItem(hybrid_label(tp, pp), key);
     distributed_->setCurrentIndex(distributed_->findData(key));
     loading_overrides_ = false;
   }
