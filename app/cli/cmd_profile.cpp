@@ -64,7 +64,7 @@ plan::HardwareProfile profile_from_args(const Args& args, std::filesystem::path 
   if (measure_link) options.measure_link = [] { return runner::measure_loopback_link(); };
   // Each GPU's copy and compute rates (runner/gpu_rates.h), cached a day.
   options.measure_gpu = [](int index) { return runner::measure_gpu_rates(index); };
-  options.measure_cpu = [] { return runner::measure_cpu_rate(); };
+  options.measure_cpu = [](int cores) { return runner::measure_cpu_rate(cores); };
 #else
   (void)measure_link;  // a build without LibTorch has no c10d to measure the link with
 #endif

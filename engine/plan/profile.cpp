@@ -444,7 +444,7 @@ HardwareProfile probe_hardware(const ProfileOptions& options) {
       when = "cached from " + cached->value("measured_at", std::string("earlier"));
     } else if (options.measure_cpu) {
       if (options.progress) options.progress("cpu", 0.0);
-      rate = options.measure_cpu();
+      rate = options.measure_cpu(p.cpu.physical_cores);
       const std::string now = utc_now();
       when = "measured " + now;
       if (rate.gemm_flops > 0.0 && options.use_cache)

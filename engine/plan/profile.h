@@ -119,8 +119,8 @@ struct ProfileOptions {
   // link); unset: the rates are not measured (and the planner assumes a rate, saying so).
   std::function<GpuRates(int index)> measure_gpu;
   // Measures the CPU's fp32 matrix-product rate (LibTorch, as above; cached a day); unset: the
-  // rate is the rough estimate, said so in flops_source.
-  std::function<CpuRate()> measure_cpu;
+  // rate is the rough estimate, said so in flops_source. Given the physical cores.
+  std::function<CpuRate(int physical_cores)> measure_cpu;
   std::function<void(const std::string& phase, double fraction)> progress;
 };
 

@@ -21,9 +21,15 @@ plan::GpuRates measure_gpu_rates(int index, std::uint64_t copy_bytes = kGpuCopyT
 
 namespace tessera::runner {
 
-// The CPU's fp32 matrix-product rate: n×n×n products with LibTorch on its threads (every core),
-// the median of 5 after a warm-up. About 0.1 s; the profile caches it a day.
+// The CPU's fp32 matrix-product rate: n×n×n products with LibTorch, the larger of the best of 5
+// on all its threads (wall clock) and one thread's best of 3 over its own CPU time × the cores
+// it would use × kCpuThreadScaling. On an idle machine the two agree (the all-threads figure
+// 0.98 × cores × one thread's on a 2-core AMD EPYC); with another process busy on the cores the
+// all-threads figure fell to 0.30-0.55 of that there, the one-thread figure not at all, so a
+// measurement taken while the machine is busy is not cached for a day at half the truth.
+// About 0.2 s.
 inline constexpr std::int64_t kCpuGemmSize = 1024;
-plan::CpuRate measure_cpu_rate(std::int64_t gemm_size = kCpuGemmSize);
+inline constexpr double kCpuThreadScaling = 0.95;
+plan::CpuRate measure_cpu_rate(int physical_cores, std::int64_t gemm_size = kCpuGemmSize);
 
 }  // namespace tessera::runner

@@ -385,7 +385,8 @@ job::JobSpec plan_run(const job::JobSpec& spec, const hf::ModelFolder& source,
     profile_options.measure_gpu = [](int index) { return measure_gpu_rates(index); };
     // The CPU's product rate, by a process that has every core (ranks of several share them:
     // they read what one process measured, when there is one).
-    if (parallel == nullptr) profile_options.measure_cpu = [] { return measure_cpu_rate(); };
+    if (parallel == nullptr)
+      profile_options.measure_cpu = [](int cores) { return measure_cpu_rate(cores); };
     plan::HardwareProfile hardware = plan::probe_hardware(profile_options);
     if (run_options.simulate_host_memory)
       hardware.memory.simulated = *run_options.simulate_host_memory;

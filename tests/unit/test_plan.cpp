@@ -1726,12 +1726,15 @@ class TestPlan : public QObject {
     QVERIFY(!rough.cpu_flops_measured);
     QVERIFY(rough.flops_source.rfind("rough estimate", 0) == 0);
     int calls = 0;
-    options.measure_cpu = [&] {
+    int cores_given = 0;
+    options.measure_cpu = [&](int cores) {
       ++calls;
+      cores_given = cores;
       return plan::CpuRate{200e9, "a test's product"};
     };
     const auto measured = plan::probe_hardware(options);
     QCOMPARE(calls, 1);
+    QCOMPARE(cores_given, rough.cpu.physical_cores);
     QVERIFY(measured.cpu_flops_measured);
     QCOMPARE(measured.cpu_flops, 200e9 * plan::kCpuSustainedShare);
     QVERIFY2(measured.flops_source.rfind("measured: a test's product, 200 GFLOP/s", 0) == 0,
