@@ -214,7 +214,12 @@ const std::vector<StrategyInfo>& strategies() {
                        "(interleaved 1F1B: the bubble shrinks by this factor, the activations "
                        "sent grow by it); needs pp_size × pp_chunks layers and a "
                        "gradient_accumulation that pp_size divides",
-                       {"1", "2", "4"})},
+                       {"1", "2", "4"}),
+        literal_choice("zero_stage",
+                       "0 (the default): every replica keeps the float32 masters and AdamW "
+                       "moments of its blocks; 1: ZeRO-1 over the data-parallel replicas, each "
+                       "keeping and updating 1 / dp of them, the updated weights all-gathered",
+                       {"0", "1"}, {"2"})},
        /*planned=*/true,
        /*distributes=*/true},
   };
@@ -271,6 +276,11 @@ int hybrid_pipeline_parallel_size(const nlohmann::json& options) {
 int hybrid_pipeline_chunks(const nlohmann::json& options) {
   if (!options.is_object() || !options.contains("pp_chunks")) return 1;
   return options["pp_chunks"].get<int>();
+}
+
+int hybrid_zero_stage(const nlohmann::json& options) {
+  if (!options.is_object() || !options.contains("zero_stage")) return 0;
+  return options["zero_stage"].get<int>();
 }
 
 std::string strategy_names() {

@@ -71,6 +71,9 @@ int hybrid_tensor_parallel_size(const nlohmann::json& options);
 int hybrid_pipeline_parallel_size(const nlohmann::json& options);
 // strategy hybrid's model chunks per pipeline stage (strategy.options.pp_chunks, 1 when absent).
 int hybrid_pipeline_chunks(const nlohmann::json& options);
+// strategy hybrid's ZeRO stage over its data-parallel replicas (strategy.options.zero_stage, 0
+// when absent).
+int hybrid_zero_stage(const nlohmann::json& options);
 
 // Every strategy this build has, in the order the docs list them.
 const std::vector<StrategyInfo>& strategies();

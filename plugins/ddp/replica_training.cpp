@@ -7,9 +7,10 @@ namespace tessera::plugins {
 void ReplicaTraining::prepare(model::PretrainedModel& model,
                               std::vector<optim::NamedTensor> trainable,
                               const train::PluginOptions& options, torch::Device device,
-                              dist::ProcessGroup* group, const std::string& plugin) {
+                              dist::ProcessGroup* group, const std::string& plugin,
+                              bool shard_optimizer) {
   plugin_ = plugin;
-  dense_.prepare(model, std::move(trainable), options, device);
+  dense_.prepare(model, std::move(trainable), options, device, shard_optimizer ? group : nullptr);
   GradientBuckets::Options bucket_options;
   bucket_options.plugin = plugin;
   bucket_options.cap_bytes = bucket_size_option(options.strategy_options);

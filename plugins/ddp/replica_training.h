@@ -18,9 +18,11 @@ class ReplicaTraining {
  public:
   // DenseTraining::prepare, then the buckets over `group` (null: one replica, nothing to
   // average); bucket_size from the strategy options; `plugin` names it in errors.
+  // `shard_optimizer`: ZeRO-1 over `group` (DenseTraining's shard group): the gradients are
+  // still averaged whole, each replica updates its share, and the shares are all-gathered.
   void prepare(model::PretrainedModel& model, std::vector<optim::NamedTensor> trainable,
                const train::PluginOptions& options, torch::Device device, dist::ProcessGroup* group,
-               const std::string& plugin);
+               const std::string& plugin, bool shard_optimizer = false);
 
   train::DenseTraining& dense() { return dense_; }
   const train::DenseTraining& dense() const { return dense_; }

@@ -76,9 +76,17 @@ class HybridPlugin : public Plugin {
     dist::ProcessGroup* data_group =
         process_.data_group != nullptr && process_.data_group->size() > 1 ? process_.data_group
                                                                           : nullptr;
+    // zero_stage 1: the replicas of a block share its masters and moments (ZeRO-1).
+    const bool shard_optimizer = job::hybrid_zero_stage(options.strategy_options) == 1;
+    if (shard_optimizer && data_group == nullptr && options.log && process_.rank == 0)
+      options.log("warning",
+                  "strategy.options.zero_stage 1: the " + std::to_string(process_.world_size) +
+                      " processes are one data-parallel replica (tp_size × pp_size), so there is "
+                      "no one to share the optimizer state with; every rank keeps its own whole");
     // The blocks are the model's parameters now (set_data in place): the trainable handles
     // see them, and the masters and moments are made of them.
-    replicas_.prepare(model, std::move(trainable), options, torch::kCPU, data_group, name());
+    replicas_.prepare(model, std::move(trainable), options, torch::kCPU, data_group, name(),
+                      shard_optimizer);
     model_ = &model;
   }
 

@@ -12,10 +12,12 @@
 // itself (Plugin::run_micro_batches); a tied embedding's gradient is summed over the first and
 // last stage, the clipping norm over every stage; checkpoints and the export gather every stage's
 // tensors.
+// zero_stage 1 makes the replicas ZeRO-1 (single's DenseTraining sharded over the data group):
+// each keeps the masters and moments of 1 / dp of its blocks; checkpoints gather them whole.
 // Options (job spec strategy.options, job/strategies.h): device = auto | cpu, tp_size = 2 | 1 | 4
-// | 8, pp_size = 1 | 2 | 4 | 8. LoRA's adapters are split like their layers. Not yet: CUDA,
-// sequence parallelism, families without a tensor-parallel plan (bert): each refused with that
-// said.
+// | 8, pp_size = 1 | 2 | 4 | 8, pp_chunks = 1 | 2 | 4, zero_stage = 0 | 1. LoRA's adapters are
+// split like their layers. Not yet: CUDA, sequence parallelism, zero_stage 2, families without a
+// tensor-parallel plan (bert): each refused with that said.
 
 namespace tessera::plugins {
 

@@ -1,8 +1,10 @@
 #include "plugins/single/dense_training.h"
 
+#include <algorithm>
 #include <set>
 
 #include "core/error.h"
+#include "dist/parallel_context.h"
 #include "optim/clip.h"
 #include "train/param_groups.h"
 
@@ -15,7 +17,18 @@ bool is_model_parameter(model::PretrainedModel& model, const torch::Tensor& t) {
   return false;
 }
 
+// Elements per member in one all-gather of updated shares (25 MiB in float32).
+constexpr std::int64_t kGatherElements = std::int64_t{25} << 18;
+
 }  // namespace
+
+ElementShare element_share(std::int64_t numel, int rank, int members) {
+  ElementShare s;
+  s.per_rank = (numel + members - 1) / members;
+  s.start = std::min(numel, rank * s.per_rank);
+  s.count = std::clamp<std::int64_t>(numel - rank * s.per_rank, 0, s.per_rank);
+  return s;
+}
 
 std::uint64_t model_and_adapter_bytes(model::PretrainedModel& model,
                                       const std::vector<NamedTensor>& trainable) {
@@ -41,13 +54,31 @@ torch::Device DenseTraining::choose_device(const std::string& device, const std:
 }
 
 void DenseTraining::prepare(model::PretrainedModel& model, std::vector<NamedTensor> trainable,
-                            const PluginOptions& options, torch::Device device) {
+                            const PluginOptions& options, torch::Device device,
+                            dist::ProcessGroup* shard_group) {
   device_ = device;
   precision_.emplace(options.precision, device_);
   dtype_ = precision_->compute_dtype();
+  shard_group_ = shard_group != nullptr && shard_group->size() > 1 ? shard_group : nullptr;
   torch::NoGradGuard no_grad;
+  shares_.clear();
+  if (shard_group_ != nullptr)
+    for (const NamedTensor& t : trainable)
+      shares_.push_back(
+          element_share(t.tensor.numel(), shard_group_->rank(), shard_group_->size()));
   // Masters first, from the loaded float32 (or wider) values, before anything is rounded.
-  if (precision_->keeps_masters()) masters_ = precision_->make_masters(trainable, device_);
+  if (precision_->keeps_masters() && shard_group_ != nullptr) {
+    masters_.clear();
+    for (std::size_t i = 0; i < trainable.size(); ++i)
+      masters_.push_back({trainable[i].name, trainable[i]
+                                                 .tensor.detach()
+                                                 .reshape(-1)
+                                                 .narrow(0, shares_[i].start, shares_[i].count)
+                                                 .to(device_, torch::kFloat32,
+                                                     /*non_blocking=*/false, /*copy=*/true)});
+  } else if (precision_->keeps_masters()) {
+    masters_ = precision_->make_masters(trainable, device_);
+  }
   std::set<const void*> trainable_impls;
   for (const NamedTensor& t : trainable) trainable_impls.insert(t.tensor.unsafeGetTensorImpl());
   for (auto& p : model.parameters())
@@ -56,18 +87,39 @@ void DenseTraining::prepare(model::PretrainedModel& model, std::vector<NamedTens
   for (NamedTensor& t : trainable) {
     if (t.tensor.device() != device_ || t.tensor.scalar_type() != dtype_)
       t.tensor.set_data(t.tensor.to(device_, dtype_));
+    // Shares are flat ranges of the compute tensors.
+    if (shard_group_ != nullptr && !t.tensor.is_contiguous())
+      t.tensor.set_data(t.tensor.contiguous());
     t.tensor.set_requires_grad(true);
   }
   params_ = std::move(trainable);
-  if (!precision_->keeps_masters()) masters_ = params_;
+  if (!precision_->keeps_masters()) {
+    masters_ = params_;
+    // fp32 sharded: the masters are this member's ranges of the compute tensors, updated in place.
+    if (shard_group_ != nullptr)
+      for (std::size_t i = 0; i < params_.size(); ++i) masters_[i].tensor = own_range(i);
+  }
   // transformers' Trainer grouping: no weight decay for biases and norm weights.
-  const std::vector<bool> decays = train::decays_weight(model, params_);
+  std::vector<bool> decays = train::decays_weight(model, params_);
+  std::vector<NamedTensor> updated = masters_;
+  if (shard_group_ != nullptr) {  // AdamW over the shares this member has
+    updated.clear();
+    std::vector<bool> owned_decays;
+    for (std::size_t i = 0; i < masters_.size(); ++i) {
+      if (shares_[i].count == 0) continue;
+      updated.push_back(masters_[i]);
+      owned_decays.push_back(decays[i]);
+    }
+    decays = std::move(owned_decays);
+  }
   optimizer_ = std::make_unique<optim::AdamW>(
-      train::split_by_decay(masters_, decays, options.adamw.weight_decay), options.adamw);
+      train::split_by_decay(updated, decays, options.adamw.weight_decay), options.adamw);
   // In bf16 / fp16 the update writes the compute copy in the same pass (CPU) or right after.
   if (precision_->keeps_masters()) {
     std::map<std::string, torch::Tensor> copy_of;
-    for (const NamedTensor& p : params_) copy_of[p.name] = p.tensor.detach();
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      copy_of[params_[i].name] =
+          shard_group_ != nullptr ? own_range(i) : params_[i].tensor.detach();
     std::vector<torch::Tensor> copies;
     for (const NamedTensor& m : optimizer_->params()) copies.push_back(copy_of.at(m.name));
     optimizer_->set_compute_copies(std::move(copies));
@@ -86,6 +138,12 @@ void DenseTraining::backward_through(const torch::Tensor& output, const torch::T
 StepStats DenseTraining::step(double lr, double max_grad_norm,
                               const std::vector<torch::Tensor>* master_gradients) {
   torch::NoGradGuard no_grad;
+  if (shard_group_ != nullptr) {
+    if (master_gradients == nullptr)
+      throw Error(ErrorKind::Internal,
+                  "DenseTraining::step: sharded over replicas but given no averaged gradients");
+    return sharded_step(lr, max_grad_norm, *master_gradients);
+  }
   if (master_gradients != nullptr) {
     if (master_gradients->size() != masters_.size())
       throw Error(ErrorKind::Internal,
@@ -119,8 +177,9 @@ MemoryByCategory DenseTraining::memory(std::uint64_t extra_gradient_bytes) const
   for (const NamedTensor& p : params_)
     if (p.tensor.grad().defined())
       m.gradients += static_cast<std::uint64_t>(p.tensor.grad().nbytes());
+  // (Sharded, the masters' gradients are ranges of the caller's averaged ones.)
   for (const NamedTensor& t : masters_)
-    if (precision_->keeps_masters() && t.tensor.grad().defined())
+    if (precision_->keeps_masters() && shard_group_ == nullptr && t.tensor.grad().defined())
       m.gradients += static_cast<std::uint64_t>(t.tensor.grad().nbytes());
   if (precision_->keeps_masters())
     for (const NamedTensor& t : masters_)
@@ -144,15 +203,23 @@ void DenseTraining::load_state(const std::map<std::string, torch::Tensor>& weigh
                                const std::map<std::string, torch::Tensor>& optimizer,
                                const nlohmann::json& state, const std::string& source) {
   torch::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < masters_.size(); ++i) {
-    auto it = weights.find(masters_[i].name);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    auto it = weights.find(params_[i].name);
     if (it == weights.end())
-      throw_invalid(source + ": the checkpoint has no weight \"" + masters_[i].name + "\"",
+      throw_invalid(source + ": the checkpoint has no weight \"" + params_[i].name + "\"",
                     "resume with the same model and method (full / LoRA and its targets)");
-    if (it->second.sizes() != masters_[i].tensor.sizes())
-      throw_invalid(source + ": weight \"" + masters_[i].name + "\" has shape " +
+    if (it->second.sizes() != params_[i].tensor.sizes())
+      throw_invalid(source + ": weight \"" + params_[i].name + "\" has shape " +
                     c10::str(it->second.sizes()) + ", the model has " +
-                    c10::str(masters_[i].tensor.sizes()));
+                    c10::str(params_[i].tensor.sizes()));
+    if (shard_group_ != nullptr) {
+      // Every member reads the whole tensor: the compute copy whole, the master its share.
+      params_[i].tensor.detach().copy_(it->second);
+      if (precision_->keeps_masters())
+        masters_[i].tensor.copy_(
+            it->second.reshape(-1).narrow(0, shares_[i].start, shares_[i].count));
+      continue;
+    }
     masters_[i].tensor.detach().copy_(it->second);
     if (precision_->keeps_masters()) params_[i].tensor.detach().copy_(masters_[i].tensor);
   }
@@ -161,11 +228,154 @@ void DenseTraining::load_state(const std::map<std::string, torch::Tensor>& weigh
                       " weights but this run trains " + std::to_string(masters_.size()),
                   "resume with the same model and method (full / LoRA and its targets)");
   precision_->restore_state(state, source);
+  std::map<std::string, torch::Tensor> moments = optimizer;
+  if (shard_group_ != nullptr) {  // whole moments: this member's shares of them
+    std::map<std::string, std::size_t> index_of;
+    for (std::size_t i = 0; i < params_.size(); ++i) index_of[params_[i].name] = i;
+    moments.clear();
+    for (const auto& [name, value] : optimizer) {
+      const auto dot = name.find('.');
+      const auto it = index_of.find(dot == std::string::npos ? name : name.substr(dot + 1));
+      if (it == index_of.end()) {
+        moments[name] = value;  // unknown: AdamW::load_state names it
+        continue;
+      }
+      const ElementShare& s = shares_[it->second];
+      if (value.numel() != params_[it->second].tensor.numel())
+        throw_invalid(source + ": optimizer tensor \"" + name + "\" has " +
+                          std::to_string(value.numel()) + " elements, its weight " +
+                          std::to_string(params_[it->second].tensor.numel()),
+                      "resume with the same model and method (full / LoRA and its targets)");
+      if (s.count > 0) moments[name] = value.reshape(-1).narrow(0, s.start, s.count);
+    }
+  }
   try {
-    optimizer_->load_state(optimizer, state.at("optimizer_steps").get<std::int64_t>(), source);
+    optimizer_->load_state(moments, state.at("optimizer_steps").get<std::int64_t>(), source);
   } catch (const nlohmann::json::exception& e) {
     throw_invalid(source + ": trainer_state.json: plugin state is invalid (" + e.what() + ")");
   }
+}
+
+std::vector<NamedTensor> DenseTraining::trainable_weights() {
+  if (shard_group_ == nullptr) return masters_;
+  // fp32: the compute tensors are the whole, current values on every member.
+  if (!precision_->keeps_masters()) return params_;
+  std::vector<NamedTensor> out;
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    out.push_back({params_[i].name, gather_whole(i, masters_[i].tensor)});
+  return out;
+}
+
+std::vector<NamedTensor> DenseTraining::optimizer_state() {
+  if (shard_group_ == nullptr) return optimizer_->state_tensors();
+  std::map<std::string, torch::Tensor> mine;
+  for (NamedTensor& t : optimizer_->state_tensors()) mine[t.name] = t.tensor;
+  std::vector<NamedTensor> out;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    for (const char* moment : {"exp_avg.", "exp_avg_sq."}) {
+      const std::string name = moment + params_[i].name;
+      const auto found = mine.find(name);
+      torch::Tensor whole = gather_whole(i, found == mine.end() ? torch::Tensor() : found->second);
+      if (whole.defined()) out.push_back({name, whole});
+    }
+  }
+  return out;
+}
+
+StepStats DenseTraining::sharded_step(double lr, double max_grad_norm,
+                                      const std::vector<torch::Tensor>& master_gradients) {
+  if (master_gradients.size() != params_.size())
+    throw Error(ErrorKind::Internal,
+                "DenseTraining::step: " + std::to_string(master_gradients.size()) +
+                    " gradients for " + std::to_string(params_.size()) + " trainable tensors");
+  std::vector<torch::Tensor> gradients;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const torch::Tensor& g = master_gradients[i];
+    if (shares_[i].count == 0 || !g.defined()) continue;
+    masters_[i].tensor.mutable_grad() = g.reshape(-1).narrow(0, shares_[i].start, shares_[i].count);
+    gradients.push_back(masters_[i].tensor.grad());
+  }
+  // The global norm from every member's shares (the members' gradients are the same, so this
+  // is the norm of the whole tensors).
+  torch::Tensor squares =
+      optim::gradient_norms(gradients).pow(2).sum().to(torch::kCPU, torch::kFloat32).contiguous();
+  shard_group_->all_reduce(squares);
+  StepStats stats;
+  stats.grad_norm = optim::apply_clip_coefficient(gradients, squares.sqrt(), max_grad_norm);
+  stats.applied = precision_->accept_step(stats.grad_norm);
+  if (stats.applied) {
+    optimizer_->step(lr);
+    gather_shares();
+  }
+  for (NamedTensor& p : params_) p.tensor.mutable_grad() = torch::Tensor();
+  for (NamedTensor& m : masters_) m.tensor.mutable_grad() = torch::Tensor();
+  return stats;
+}
+
+torch::Tensor DenseTraining::own_range(std::size_t i) const {
+  return params_[i].tensor.detach().view(-1).narrow(0, shares_[i].start, shares_[i].count);
+}
+
+void DenseTraining::gather_shares() {
+  const int members = shard_group_->size();
+  const int rank = shard_group_->rank();
+  std::size_t next = 0;
+  while (next < params_.size()) {
+    // A run of tensors whose shares fit one all-gather (one tensor at least).
+    std::vector<std::size_t> run;
+    std::int64_t segment = 0;
+    while (next < params_.size() &&
+           (run.empty() || segment + shares_[next].per_rank <= kGatherElements)) {
+      run.push_back(next);
+      segment += shares_[next].per_rank;
+      ++next;
+    }
+    torch::Tensor send = torch::zeros({segment}, torch::dtype(dtype_).device(device_));
+    std::int64_t offset = 0;
+    for (std::size_t i : run) {
+      if (shares_[i].count > 0) send.narrow(0, offset, shares_[i].count).copy_(own_range(i));
+      offset += shares_[i].per_rank;
+    }
+    const torch::Tensor gathered = shard_group_->all_gather(send);
+    for (int r = 0; r < members; ++r) {
+      if (r == rank) continue;
+      offset = r * segment;
+      for (std::size_t i : run) {
+        const ElementShare s = element_share(params_[i].tensor.numel(), r, members);
+        if (s.count > 0)
+          params_[i]
+              .tensor.detach()
+              .view(-1)
+              .narrow(0, s.start, s.count)
+              .copy_(gathered.narrow(0, offset, s.count));
+        offset += shares_[i].per_rank;
+      }
+    }
+  }
+}
+
+torch::Tensor DenseTraining::gather_whole(std::size_t i, const torch::Tensor& share) const {
+  const int members = shard_group_->size();
+  const std::int64_t per_rank = shares_[i].per_rank;
+  const auto options = torch::dtype(torch::kFloat32).device(device_);
+  // The share, then 1 when this member has one.
+  torch::Tensor send = torch::zeros({per_rank + 1}, options);
+  if (share.defined() && shares_[i].count > 0) {
+    send.narrow(0, 0, shares_[i].count).copy_(share.reshape(-1));
+    send[per_rank] = 1.0f;
+  }
+  const torch::Tensor gathered = shard_group_->all_gather(send);
+  const std::int64_t numel = params_[i].tensor.numel();
+  torch::Tensor whole = torch::zeros({numel}, options);
+  bool any = false;
+  for (int r = 0; r < members; ++r) {
+    const torch::Tensor part = gathered.narrow(0, r * (per_rank + 1), per_rank + 1);
+    if (part[per_rank].item<float>() == 0.0f) continue;
+    any = true;
+    const ElementShare s = element_share(numel, r, members);
+    whole.narrow(0, s.start, s.count).copy_(part.narrow(0, 0, s.count));
+  }
+  return any ? whole.view(params_[i].tensor.sizes()) : torch::Tensor();
 }
 
 }  // namespace tessera::train

@@ -22,23 +22,11 @@
 namespace tessera::train {
 namespace {
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
-  return (a + b - 1) / b;
-}
-
-// The share of a tensor of n elements that rank r of `world` owns.
-struct Share {
-  std::int64_t per_rank = 0;  // c = ⌈n / W⌉
-  std::int64_t start = 0;     // r·c, clamped to n
-  std::int64_t count = 0;     // elements owned (0 for ranks past the end)
-};
-
+// The share of a tensor of n elements that rank r of `world` owns (single's DenseTraining
+// shards hybrid's replicas the same way).
+using Share = ElementShare;
 Share share_of(std::int64_t numel, int rank, int world) {
-  Share s;
-  s.per_rank = ceil_div(numel, world);
-  s.start = std::min(numel, rank * s.per_rank);
-  s.count = std::clamp<std::int64_t>(numel - rank * s.per_rank, 0, s.per_rank);
-  return s;
+  return element_share(numel, rank, world);
 }
 
 class ZeroPlugin : public Plugin {

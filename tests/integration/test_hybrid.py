@@ -416,3 +416,79 @@ def test_interleaved_pp2_equals_one_process(workdir, family, method, nproc):
                            what=f"interleaved pp 2 x 2 chunks on {nproc} ranks")
     stages = [e["message"] for e in events if e.get("type") == "log" and "pipeline stages" in e.get("message", "")]
     assert stages and "2 interleaved chunks each hold layers 0 | layers 1 | layers 2 | layers 3" in stages[0], stages
+
+
+def block_elements(reference):
+    """Each tensor's elements on one rank at tp 2 (llama: the norms whole, the rest halved),
+    from single's export on disk."""
+    tensors = load_file(str(reference / "model" / "model.safetensors"))
+    return {name: t.size // (1 if name.endswith("norm.weight") else 2) for name, t in tensors.items()}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_zero1_shares_the_optimizer_over_replicas(workdir, precision):
+    """zero_stage 1 at tp 2 × dp 2 (llama): each replica keeps the AdamW moments (and in bf16 the
+    float32 masters) of its share of every block — the memory events' optimizer bytes are exactly
+    the moments of ⌈block / 2⌉ (replica 0) or the rest (replica 1) of each tensor — and the
+    updated shares are all-gathered every step (the data group's all_gather payload is both
+    replicas' shares, counted from the tensors on disk). fp32: losses and export equal single's
+    with the same global batch within 1e-5; bf16: the same layout without ZeRO (the update is
+    elementwise, so sharding it changes nothing: within 1e-6)."""
+    blocks = block_elements(single(workdir, "llama", accumulation=2))
+
+    def spec(name, zero):
+        path = job(workdir, "llama", name, "hybrid", options={"tp_size": 2, "zero_stage": zero})
+        data = json.loads(path.read_text())
+        if precision == "bf16":
+            data["precision"] = "bf16"
+        path.write_text(json.dumps(data))
+        return path
+    name = f"llama-hybrid-tp2-dp2-zero1-{precision}"
+    if precision == "fp32":
+        equals_single(workdir, "llama", name, {"tp_size": 2, "zero_stage": 1}, 4, what="tp 2 x dp 2 zero 1")
+    else:
+        run(spec(name, 1), 4)
+        run(spec(f"llama-hybrid-tp2-dp2-bf16", 0), 4)
+        worst = worst_relative(losses_of(events_of(workdir / "runs" / name / "events.jsonl")),
+                               losses_of(events_of(workdir / "runs" / "llama-hybrid-tp2-dp2-bf16" / "events.jsonl")))
+        print(f"bf16 tp 2 x dp 2: zero 1 against zero 0, losses {worst:.2e} relative")
+        assert worst <= 1e-6
+    events = events_of(workdir / "runs" / name / "events.jsonl")
+
+    def share(n, replica):
+        per = (n + 1) // 2
+        return min(per, max(0, n - replica * per))
+    memory = [e for e in events if e["type"] == "memory" and e["tier"] == "host" and "ranks" in e][-1]
+    assert len(memory["ranks"]) == 4
+    for rank in memory["ranks"]:
+        replica = rank["mesh"]["dp"]
+        moments = sum(8 * share(n, replica) for n in blocks.values())
+        masters = sum(4 * share(n, replica) for n in blocks.values()) if precision == "bf16" else 0
+        element = 2 if precision == "bf16" else 4
+        weights = sum(element * n for n in blocks.values()) + masters
+        print(f"rank {rank['rank']} (replica {replica}): optimizer {rank['by_category']['optimizer']}, "
+              f"shares' moments {moments}; weights {rank['by_category']['weights']}, expected {weights}")
+        assert rank["by_category"]["optimizer"] == moments, rank
+        assert rank["by_category"]["weights"] == weights, rank
+    element = 2 if precision == "bf16" else 4
+    gathered = sum(2 * ((n + 1) // 2) for n in blocks.values()) * element
+    for e in (e for e in events if e["type"] == "metric" and "traffic" in e):
+        assert e["traffic"]["all_gather"]["bytes"] == gathered, (e["traffic"], gathered)
+
+
+def test_zero1_checkpoints_resume_across_layouts(workdir):
+    """Checkpoints of zero_stage 1 hold whole tensors (the replicas' shares gathered): single for
+    steps 1-2, hybrid tp 2 × dp 2 with ZeRO-1 for 3-4 (loading whole tensors into shares),
+    single again for 5-6 — the losses of an uninterrupted single run with the same global batch."""
+    reference = workdir / "runs" / "zero1-chain-reference"
+    run(job(workdir, "llama", reference.name, "single", accumulation=2, schedule="constant"), 1)
+    out = workdir / "runs" / "llama-zero1-chain"
+    run(job(workdir, "llama", "zero1-chain-1", "single", accumulation=2, steps=2, out=out, schedule="constant"), 1)
+    run(job(workdir, "llama", "zero1-chain-2", "hybrid", options={"tp_size": 2, "zero_stage": 1}, steps=4,
+            out=out, schedule="constant"), 4, resume=out)
+    run(job(workdir, "llama", "zero1-chain-3", "single", accumulation=2, steps=6, out=out, schedule="constant"),
+        1, resume=out)
+    worst = worst_relative(losses_of(events_of(out / "events.jsonl")),
+                           losses_of(events_of(reference / "events.jsonl")))
+    print(f"single -> hybrid tp 2 x dp 2 zero 1 -> single: losses {worst:.2e} relative")
+    assert worst <= LOSS_BOUND
