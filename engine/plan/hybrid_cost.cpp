@@ -69,12 +69,16 @@ HybridStageMemory hybrid_stage_memory(const HybridStage& stage, const Settings& 
   const bool bf16 = s.precision == "bf16";
   const double param_bytes = bf16 ? 2.0 : 4.0;
   const bool lora = s.method == "lora";
+  // ZeRO-1: each replica's share of every block (⌈n / dp⌉, so about n / dp).
+  const double updated = s.zero_stage == 1 && stage.replicas > 1
+                             ? stage.trainable / d(stage.replicas)
+                             : stage.trainable;
   HybridStageMemory m;
   m.weights = (stage.parameters + (lora ? stage.trainable : 0.0)) * param_bytes +
-              (bf16 ? stage.trainable * 4.0 : 0.0);
+              (bf16 ? updated * 4.0 : 0.0);
   m.gradient_buckets = stage.trainable * 4.0;
   m.gradients = stage.trainable * (bf16 ? 2.0 + 4.0 : 4.0) + m.gradient_buckets;
-  m.optimizer = stage.trainable * 8.0;
+  m.optimizer = updated * 8.0;
   m.activations = stage.activation_bytes;
   return m;
 }
@@ -87,6 +91,7 @@ HybridLayout hybrid_layout(const hf::ModelConfig& c, const Settings& s, int worl
   out.chunks = std::max(1, s.pp_chunks);
   out.dp = std::max(1, world_size / (out.tp * out.pp));
   out.micro_batches = std::max<std::int64_t>(1, s.gradient_accumulation);
+  out.zero1 = s.zero_stage == 1 && out.dp > 1;
   const int tp = out.tp, pp = out.pp, chunks = out.chunks;
   const hf::FamilyTraits& family = hf::family_of(c);
   const hf::ParameterShapes shapes = family.parameter_shapes(c);
@@ -226,12 +231,22 @@ HybridLayout hybrid_layout(const hf::ModelConfig& c, const Settings& s, int worl
       st.pipeline_sends = out.micro_batches * sends;
       st.pipeline_bytes = d(st.pipeline_sends) * tokens * h * element;
     }
-    // The data-parallel group: every float32 gradient all-reduced once a step, in buckets.
+    // The data-parallel group: every float32 gradient all-reduced once a step, in buckets;
+    // with ZeRO-1 the updated shares all-gathered after, 25 MiB of float32 elements a member
+    // per call (plugins/single/dense_training.cpp).
+    st.replicas = out.dp;
     if (out.dp > 1) {
       const double gradients = st.trainable * 4.0;
       st.data_bytes = 2.0 * d(out.dp - 1) / d(out.dp) * gradients;
       st.data_calls = static_cast<std::int64_t>(std::ceil(
           gradients / d(static_cast<std::int64_t>(std::max<std::uint64_t>(bucket_bytes, 1)))));
+      if (s.zero_stage == 1) {
+        const double element = s.precision == "bf16" ? 2.0 : 4.0;
+        st.data_gather_bytes = d(out.dp - 1) / d(out.dp) * st.trainable * element;
+        st.data_bytes += st.data_gather_bytes;
+        st.data_calls += static_cast<std::int64_t>(
+            std::ceil(st.trainable / d(out.dp) / d(std::int64_t{25} << 18)));
+      }
     }
     out.stages.push_back(std::move(st));
   }

@@ -34,13 +34,18 @@ struct HybridStage {
   std::int64_t tensor_calls = 0;
   double pipeline_bytes = 0;
   std::int64_t pipeline_sends = 0;
-  // Ring bytes of the data-parallel all-reduce of its float32 gradients, and their buckets.
+  // Ring bytes of the data-parallel all-reduce of its float32 gradients and, with zero_stage 1,
+  // of the all-gather of the updated shares in the compute dtype (data_gather_bytes of
+  // data_bytes), and their calls.
   double data_bytes = 0;
+  double data_gather_bytes = 0;
   std::int64_t data_calls = 0;
+  int replicas = 1;  // data-parallel replicas of this stage (dp)
 };
 
 struct HybridLayout {
   int tp = 1, pp = 1, dp = 1, chunks = 1;
+  bool zero1 = false;              // zero_stage 1 over dp > 1 replicas
   std::int64_t micro_batches = 1;  // per step, per pipeline
   double bubble = 0.0;             // parallel::pipeline_bubble_fraction
   std::vector<HybridStage> stages;
@@ -56,7 +61,8 @@ HybridLayout hybrid_layout(const hf::ModelConfig& config, const Settings& s, int
 
 // One rank of a stage at its training peak, in bytes: its blocks in the compute dtype (with
 // float32 masters in bf16), autograd's gradients and the float32 buckets they are copied into
-// (ddp's replicas: plugins/ddp/replica_training), AdamW's moments, the activations.
+// (ddp's replicas: plugins/ddp/replica_training), AdamW's moments, the activations. With
+// zero_stage 1 the masters and moments are 1 / dp of the blocks' (ZeRO-1 over the replicas).
 struct HybridStageMemory {
   double weights = 0;
   double gradients = 0;  // gradient_buckets included

@@ -169,6 +169,7 @@ Settings written_settings(const job::JobSpec& spec, int gpus = 0, int processes 
     s.tp_size = job::hybrid_tensor_parallel_size(spec.strategy.options);
     s.pp_size = job::hybrid_pipeline_parallel_size(spec.strategy.options);
     s.pp_chunks = job::hybrid_pipeline_chunks(spec.strategy.options);
+    s.zero_stage = job::hybrid_zero_stage(spec.strategy.options);
   }
   if (spec.strategy.name == "zero") {
     s.strategy = "zero";
@@ -186,7 +187,8 @@ Settings written_settings(const job::JobSpec& spec, int gpus = 0, int processes 
 std::string strategy_phrase(const Settings& s) {
   if (s.strategy == "hybrid")
     return "hybrid tp " + std::to_string(s.tp_size) + " × pp " + std::to_string(s.pp_size) +
-           (s.pp_chunks > 1 ? " (" + std::to_string(s.pp_chunks) + " chunks a stage)" : "");
+           (s.pp_chunks > 1 ? " (" + std::to_string(s.pp_chunks) + " chunks a stage)" : "") +
+           (s.zero_stage == 1 ? " with ZeRO-1" : "");
   return s.strategy == "zero" ? "zero stage " + std::to_string(s.zero_stage) : s.strategy;
 }
 
@@ -1046,8 +1048,8 @@ Communication estimate_communication(const hf::ModelConfig& c, const Settings& s
       if (bytes < d(static_cast<std::int64_t>(out.bytes))) continue;
       out.tensor_bytes = to_bytes(st.tensor_bytes);
       out.pipeline_bytes = to_bytes(st.pipeline_bytes);
-      out.gradient_bytes = to_bytes(st.data_bytes);
-      out.all_gather_bytes = 0;
+      out.gradient_bytes = to_bytes(st.data_bytes - st.data_gather_bytes);
+      out.all_gather_bytes = to_bytes(st.data_gather_bytes);
       out.bytes = to_bytes(bytes);
       out.calls = st.tensor_calls + st.pipeline_sends + st.data_calls;
     }
@@ -1292,7 +1294,10 @@ std::string hybrid_held(const HybridLayout& layout) {
     out += ", each stage's tensors split over " + std::to_string(layout.tp) +
            " ranks (heads, MLP width and vocabulary)";
   if (layout.dp > 1)
-    out += ", " + std::to_string(layout.dp) + " replicas of that averaging their gradients";
+    out += ", " + std::to_string(layout.dp) + " replicas of that averaging their gradients" +
+           (layout.zero1 ? ", each keeping and updating 1/" + std::to_string(layout.dp) +
+                               " of the optimizer state (ZeRO-1)"
+                         : "");
   if (layout.pp > 1)
     out += "; the " + std::string(layout.chunks > 1 ? "interleaved " : "") + "1F1B schedule over " +
            std::to_string(layout.micro_batches) + " micro-batches keeps at most " +
@@ -1496,6 +1501,7 @@ Plan make_plan(const PlanInputs& in) {
           t.tp_size = written.tp_size;
           t.pp_size = written.pp_size;
           t.pp_chunks = written.pp_chunks;
+          t.zero_stage = written.zero_stage;
           distributing.push_back(t);
           continue;
         }
@@ -1510,7 +1516,14 @@ Plan make_plan(const PlanInputs& in) {
             }
             t.tp_size = tp;
             t.pp_size = pp;
+            t.zero_stage = 0;
             distributing.push_back(t);
+            // With replicas: the same layout sharing the optimizer state over them (ZeRO-1),
+            // after it, so a tie in step time keeps every replica's state whole.
+            if (processes / (tp * pp) > 1) {
+              t.zero_stage = 1;
+              distributing.push_back(t);
+            }
           }
         continue;
       }
@@ -2138,7 +2151,8 @@ json to_json(const Plan& p) {
         {"host_optim_frac", s.host_optim_frac},
         {"host_param_frac", s.host_param_frac},
         {"zero_offload", s.zero_offload},
-        {"zero_stage", s.strategy == "zero" ? json(s.zero_stage) : json(nullptr)},
+        {"zero_stage",
+         s.strategy == "zero" || s.strategy == "hybrid" ? json(s.zero_stage) : json(nullptr)},
         {"tp_size", s.tp_size},
         {"pp_size", s.pp_size},
         {"pp_chunks", s.pp_chunks}}},
@@ -2206,13 +2220,11 @@ json to_json(const Plan& p) {
            {"pipeline_traffic", {{"send_bytes", st.pipeline_bytes}, {"sends", st.pipeline_sends}}},
            {"data_traffic", {{"ring_bytes", st.data_bytes}, {"calls", st.data_calls}}}});
     }
-    out["ranks"]["hybrid"] = {{"tp_size", p.hybrid->tp},
-                              {"pp_size", p.hybrid->pp},
-                              {"dp_size", p.hybrid->dp},
-                              {"pp_chunks", p.hybrid->chunks},
-                              {"micro_batches", p.hybrid->micro_batches},
-                              {"bubble", p.hybrid->bubble},
-                              {"stages", stages}};
+    out["ranks"]["hybrid"] = {
+        {"tp_size", p.hybrid->tp},       {"pp_size", p.hybrid->pp},
+        {"dp_size", p.hybrid->dp},       {"zero_stage", s.zero_stage},
+        {"pp_chunks", p.hybrid->chunks}, {"micro_batches", p.hybrid->micro_batches},
+        {"bubble", p.hybrid->bubble},    {"stages", stages}};
   }
   if (!p.what_would_fit.empty()) out["what_would_fit"] = p.what_would_fit;
   json alternatives = json::array();
@@ -2229,8 +2241,9 @@ json to_json(const Plan& p) {
   for (const auto& c : p.candidates)
     candidates.push_back(
         {{"strategy", c.settings.strategy},
-         {"zero_stage",
-          c.settings.strategy == "zero" ? json(c.settings.zero_stage) : json(nullptr)},
+         {"zero_stage", c.settings.strategy == "zero" || c.settings.strategy == "hybrid"
+                            ? json(c.settings.zero_stage)
+                            : json(nullptr)},
          {"tp_size", c.settings.tp_size},
          {"pp_size", c.settings.pp_size},
          {"pp_chunks", c.settings.pp_chunks},
@@ -2450,7 +2463,11 @@ job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& s) {
   if (spec.strategy.name == job::kAutoStrategy && s.strategy == "zero")
     out.strategy = {"zero", {{"stage", s.zero_stage}, {"device", "cpu"}}};
   if (spec.strategy.name == job::kAutoStrategy && s.strategy == "hybrid")
-    out.strategy = {"hybrid", {{"tp_size", s.tp_size}, {"pp_size", s.pp_size}, {"device", "cpu"}}};
+    out.strategy = {"hybrid",
+                    {{"tp_size", s.tp_size},
+                     {"pp_size", s.pp_size},
+                     {"zero_stage", s.zero_stage},
+                     {"device", "cpu"}}};
   if (s.strategy == "gemini" && spec.strategy.name == job::kAutoStrategy) {
     out.strategy = {"gemini", {{"offload_optim_frac", s.offload_optim_frac}}};
     if (s.offload_param_frac > 0.0)
@@ -2507,13 +2524,14 @@ Settings settings_from_json(const nlohmann::json& j, const std::string& source) 
        s.strategy != "zero" && s.strategy != "hybrid") ||
       s.tp_size < 1 || s.pp_size < 1 || s.pp_chunks < 1 ||
       (s.strategy == "zero" && s.zero_stage != 1 && s.zero_stage != 2) ||
+      (s.strategy == "hybrid" && s.zero_stage != 0 && s.zero_stage != 1) ||
       !(s.offload_optim_frac >= 0.0 && s.offload_optim_frac <= 1.0) ||
       !(s.offload_param_frac >= 0.0 && s.offload_param_frac <= 1.0) ||
       !(s.host_optim_frac >= 0.0 && s.host_optim_frac <= 1.0) ||
       !(s.host_param_frac >= 0.0 && s.host_param_frac <= 1.0))
     throw_invalid(
         source + ": settings.strategy must be single, gemini, ddp, zero (stage 1 or 2) or " +
-            "hybrid (tp_size, pp_size and pp_chunks at least 1) and " +
+            "hybrid (tp_size, pp_size and pp_chunks at least 1, zero_stage 0 or 1) and " +
             "offload_optim_frac, offload_param_frac, host_optim_frac and host_param_frac " +
             "within 0 … 1",
         "delete the file to plan again from the job spec");

@@ -20,6 +20,9 @@
   (bert), a tp_size that does not divide the processes, and one that does not divide the
   model's heads (naming the sizes that would); more pipeline stages than layers; tp × pp not
   dividing the processes.
+- ZeRO-1 over the replicas (zero_stage 1, tp 2 × dp 2): equal to single (fp32) and to zero_stage 0
+  (bf16), each rank's optimizer state exactly its shares', a resume chain through it, the plan's
+  figures as reported.
 - Pipeline stages (pp 2, 1F1B over 4 micro-batches): llama, qwen2 and gpt2 (tied heads, gpt2's
   dropout), tp 2 × pp 2 and pp 2 × dp 2 with evaluations, LoRA — losses and exports equal to
   single's within 1e-5; a resume chain through tp 2 and pp 2; the stage's sends per step are
@@ -230,7 +233,7 @@ def test_checkpoints_resume_across_layouts(workdir, method):
     assert worst <= LOSS_BOUND
 
 
-@pytest.mark.parametrize("case", ["bert", "nproc3", "heads", "shallow", "pp_nproc", "chunks"])
+@pytest.mark.parametrize("case", ["bert", "nproc3", "heads", "shallow", "pp_nproc", "chunks", "zero2"])
 def test_what_it_cannot_do_is_refused_naming_why(workdir, case):
     family, method, nproc, options, expected = {
         "bert": ("bert", "full", 2, {"tp_size": 2}, "tensor parallelism is not supported yet for bert models"),
@@ -243,16 +246,20 @@ def test_what_it_cannot_do_is_refused_naming_why(workdir, case):
                      "tp_size × pp_size: 2 × 2 = 4 does not divide the job's 2 processes"),
         "chunks": ("llama4", "full", 2, {"tp_size": 1, "pp_size": 2, "pp_chunks": 2},
                    "micro-batches in groups of pp_size (2), and 1 is not a multiple of it"),
+        "zero2": ("llama", "full", 4, {"tp_size": 2, "zero_stage": 2},
+                  "strategy.options.zero_stage is 2, which is not supported yet"),
     }[case]
     spec = job(workdir, family, f"refused-{case}", "hybrid", options=options, method=method, steps=2)
     r = cli("launch", "--nproc", nproc, spec, timeout=120)
     assert r.returncode == 2, r.stderr[-3000:]
     assert expected in r.stderr, r.stderr[-3000:]
     # Before any rank started: the refusal is launch's (no rank named), and no rank wrote the
-    # run's job.json.
+    # run's job.json. (An option value the strategy table refuses stops the spec's parse, before
+    # the run's folder is trusted with an event stream.)
     out = workdir / "runs" / f"refused-{case}"
-    errors = [e for e in events_of(out / "events.jsonl") if e["type"] == "error"]
-    assert len(errors) == 1 and "rank" not in errors[0] and expected in errors[0]["message"], errors
+    if case != "zero2":
+        errors = [e for e in events_of(out / "events.jsonl") if e["type"] == "error"]
+        assert len(errors) == 1 and "rank" not in errors[0] and expected in errors[0]["message"], errors
     assert not (out / "job.json").exists()
 
 
@@ -474,6 +481,24 @@ def test_zero1_shares_the_optimizer_over_replicas(workdir, precision):
     gathered = sum(2 * ((n + 1) // 2) for n in blocks.values()) * element
     for e in (e for e in events if e["type"] == "metric" and "traffic" in e):
         assert e["traffic"]["all_gather"]["bytes"] == gathered, (e["traffic"], gathered)
+
+    # The plan of this job on 4 processes: the rank's optimizer, weights and all-gather as
+    # reported (the shares of even tensors are exact halves; the gather's ring bytes are half
+    # its payload over 2 replicas).
+    r = cli("plan", workdir / "runs" / f"{name}.json", "--nproc", 4, "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    plan = json.loads(r.stdout)
+    hybrid = plan["ranks"]["hybrid"]
+    assert hybrid["dp_size"] == 2 and hybrid["zero_stage"] == 1, hybrid
+    assert "ZeRO-1" in " ".join(plan["reasons"]), plan["reasons"]
+    planned = hybrid["stages"][0]["by_category"]
+    reported = memory["ranks"][0]["by_category"]
+    print(f"plan: optimizer {planned['optimizer']} (reported {reported['optimizer']}), weights "
+          f"{planned['weights']} (reported {reported['weights']}), all-gather ring bytes "
+          f"{plan['time']['communication']['all_gather_bytes']} (measured {gathered // 2})")
+    assert abs(planned["optimizer"] / reported["optimizer"] - 1) <= 0.02
+    assert abs(planned["weights"] / reported["weights"] - 1) <= 0.02
+    assert abs(plan["time"]["communication"]["all_gather_bytes"] / (gathered / 2) - 1) <= 0.02
 
 
 def test_zero1_checkpoints_resume_across_layouts(workdir):

@@ -871,6 +871,43 @@ class TestPlan : public QObject {
       return c.rfind("strategy hybrid tp 1 × pp 2: each micro-batch of 2 is shared by 2 ranks",
                      0) == 0;
     }));
+    // zero_stage 1 over the 2 replicas: each stage's optimizer state halved, the updated shares
+    // all-gathered (float32 here: (dp − 1) / dp of the stage's bytes) on top of the all-reduce;
+    // the plan says so and the options carry it.
+    plan::Settings zero1 = p.settings;
+    zero1.zero_stage = 1;
+    const auto sharded = plan::hybrid_layout(c, zero1, 4, plan::kDefaultBucketBytes);
+    QVERIFY(sharded.zero1);
+    for (std::size_t i = 0; i < 2; ++i) {
+      QVERIFY(near(plan::hybrid_stage_memory(sharded.stages[i], zero1).optimizer,
+                   plan::hybrid_stage_memory(pp2.stages[i], p.settings).optimizer / 2));
+      QVERIFY(near(sharded.stages[i].data_gather_bytes, 0.5 * 4 * sharded.stages[i].trainable));
+      QVERIFY(near(sharded.stages[i].data_bytes,
+                   pp2.stages[i].data_bytes + sharded.stages[i].data_gather_bytes));
+    }
+    in.spec.strategy.options["zero_stage"] = 1;
+    const auto p1 = plan::make_plan(in);
+    QCOMPARE(p1.settings.zero_stage, 1);
+    QVERIFY(p1.tiers[0].estimate.optimizer < p.tiers[0].estimate.optimizer);
+    QVERIFY(p1.communication.all_gather_bytes > 0);
+    const json j1 = plan::to_json(p1);
+    QCOMPARE(j1["ranks"]["hybrid"]["zero_stage"].get<int>(), 1);
+    QVERIFY2(j1["reasons"].dump().find("each keeping and updating 1/2 of the optimizer state "
+                                       "(ZeRO-1)") != std::string::npos,
+             j1["reasons"].dump().c_str());
+    QCOMPARE(plan::apply_settings(as_auto, p1.settings).strategy.options["zero_stage"].get<int>(),
+             1);
+    // auto weighs each layout with replicas both ways.
+    in.spec.strategy = {job::kAutoStrategy, json::object()};
+    const auto weighed = plan::make_plan(in);
+    const auto has = [&](int tp, int pp, int zero) {
+      return std::any_of(weighed.candidates.begin(), weighed.candidates.end(), [&](const auto& x) {
+        return x.settings.strategy == "hybrid" && x.settings.tp_size == tp &&
+               x.settings.pp_size == pp && x.settings.zero_stage == zero;
+      });
+    };
+    QVERIFY(has(1, 2, 0) && has(1, 2, 1) && has(2, 1, 1) && !has(2, 2, 1));
+    in.spec.strategy = {"hybrid", {{"tp_size", 1}, {"pp_size", 2}}};
     // The bubble stretches the slowest stage's compute: fewer micro-batches, a longer step.
     in.spec.training.gradient_accumulation = 2;
     in.spec.training.batch_size = 4;
