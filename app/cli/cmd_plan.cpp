@@ -83,6 +83,11 @@ void print_plan(const plan::Plan& p) {
     else if (e.load_peak > e.training_peak() && e.load_peak >= e.export_peak)
       std::printf("  (the peak is while loading: weights plus the mapped checkpoint, %s)\n",
                   human_bytes(e.load_peak).c_str());
+    else if (e.save_peak > e.training_peak() && e.save_peak >= e.export_peak)
+      std::printf(
+          "  (the peak is a checkpoint: the trained tensors and their moments gathered "
+          "whole beside the training state, %s)\n",
+          human_bytes(e.save_peak).c_str());
     else if (e.export_peak > e.training_peak())
       std::printf("  (the peak is the export: the fp32 model and its reload check, %s)\n",
                   human_bytes(e.export_peak).c_str());

@@ -203,7 +203,7 @@ double PipelineStages::forward_loss(model::PretrainedModel& model, const model::
 
 std::map<std::string, torch::Tensor> PipelineStages::share(
     const std::vector<std::string>& names, const std::map<std::string, torch::Tensor>& local,
-    const std::function<torch::Tensor(const std::string&)>& like) const {
+    const std::function<torch::Tensor(const std::string&)>& like, bool keep_received) const {
   // Which names their owners have, agreed on by every stage in one collective.
   torch::Tensor present = torch::zeros({static_cast<std::int64_t>(names.size())}, torch::kInt32);
   for (std::size_t i = 0; i < names.size(); ++i)
@@ -217,7 +217,7 @@ std::map<std::string, torch::Tensor> PipelineStages::share(
     torch::Tensor tensor =
         from == stage() ? local.at(names[i]).contiguous() : like(names[i]).contiguous();
     group_->broadcast(tensor, from);
-    all[names[i]] = tensor;
+    if (from == stage() || keep_received) all[names[i]] = tensor;
   }
   return all;
 }

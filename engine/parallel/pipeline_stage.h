@@ -83,10 +83,13 @@ class PipelineStages {
   // of `names`, in order, its owner broadcasts its tensor from `local` (this stage's, by name)
   // and the other stages receive it into `like(name)` (an empty tensor of its shape and dtype).
   // A name its owner does not have in `local` (an optimizer's state before the first step) is
-  // left out on every stage. Every stage calls it with the same names.
+  // left out on every stage. Every stage calls it with the same names. `keep_received` false:
+  // this stage takes part but keeps only its own tensors (a checkpoint that another stage
+  // writes), so it never holds the others' all at once.
   std::map<std::string, torch::Tensor> share(
       const std::vector<std::string>& names, const std::map<std::string, torch::Tensor>& local,
-      const std::function<torch::Tensor(const std::string&)>& like) const;
+      const std::function<torch::Tensor(const std::string&)>& like,
+      bool keep_received = true) const;
 
  private:
   // Points the model at chunk `chunk` of this stage's layers.

@@ -999,6 +999,12 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
     e.optimizer = to_bytes(held.optimizer);
     e.activations = to_bytes(held.activations);
     e.update_gradients = 0;
+    // Checkpoints (the last one at least, after the final step) are written by rank 0, which
+    // gathers every trainable tensor whole with its two moments (every stage's) beside its own
+    // stage's training state at rest: at tp 2 on a 21M llama the rank's peak.
+    const HybridStageMemory writer = hybrid_stage_memory(layout.stages.front(), s);
+    e.save_peak = to_bytes(writer.weights + writer.gradient_buckets + writer.optimizer +
+                           trainable * 12.0 + static_cast<double>(kRuntimeBaselineBytes));
     const double share = n > 0.0 ? std::min(1.0, st.whole_parameters / n) : 1.0;
     e.load_peak =
         to_bytes(st.whole_parameters * 4.0 + share * static_cast<double>(checkpoint_bytes) +
@@ -2123,6 +2129,7 @@ json to_json(const Plan& p) {
                      {"training_peak", e.training_peak()},
                      {"load_peak", e.load_peak},
                      {"export_peak", e.export_peak},
+                     {"save_peak", e.save_peak},
                      {"by_category",
                       {{"weights", e.weights},
                        {"gradients", e.gradients},

@@ -67,6 +67,9 @@ struct MemoryEstimate {
   std::uint64_t runtime = 0;      // LibTorch process baseline
   std::uint64_t load_peak = 0;    // while loading: weights + the memory-mapped checkpoint
   std::uint64_t export_peak = 0;  // at the end: the exported fp32 model and its reload check
+  // While a checkpoint is written, where a strategy gathers it whole on every rank (hybrid: its
+  // training state at rest plus every trainable tensor's float32 weights and moments).
+  std::uint64_t save_peak = 0;
   // gemini: optimizer chunks read from / written to disk during the update (at most three at
   // once: the one being updated, the next being read, the previous being written), with their
   // gradient chunks; and the cache of parameter chunks fetched from disk (at most four resident).
@@ -89,7 +92,9 @@ struct MemoryEstimate {
            std::max(activations, update_gradients);
   }
   std::uint64_t disk() const { return disk_optimizer + disk_weights + disk_gradients; }
-  std::uint64_t peak() const { return std::max({training_peak(), load_peak, export_peak, floor}); }
+  std::uint64_t peak() const {
+    return std::max({training_peak(), load_peak, export_peak, save_peak, floor});
+  }
 };
 
 // `checkpoint_bytes`: size of the safetensors files (memory-mapped while loading). Per process:

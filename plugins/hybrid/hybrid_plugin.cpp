@@ -191,8 +191,10 @@ class HybridPlugin : public Plugin {
             parallel::gather_whole(tensor.detach(), split_of_.at(name), *tensor_group_));
   }
 
-  // Checkpoints hold whole tensors (every rank of a tensor group gathers them together, then
-  // every stage of a pipeline has them from their stage).
+  // Checkpoints hold whole tensors, which rank 0 writes (train/trainer.cpp): every rank of a
+  // tensor group gathers each block with the others, and the ranks of rank 0's pipeline send
+  // their stage's to it. The other ranks drop what they gathered as they go and return nothing,
+  // so only the writer ever holds the whole state (at tp 2 it was on every rank: +230 MiB each).
   std::vector<NamedTensor> trainable_weights() override {
     return across_stages(gathered(dense().trainable_weights(), ""), "");
   }
@@ -284,7 +286,8 @@ class HybridPlugin : public Plugin {
   // named "<moment>.<parameter>".
   std::vector<NamedTensor> across_stages(std::vector<NamedTensor> tensors,
                                          const std::string& prefixed) const {
-    if (!stages_) return tensors;
+    if (!on_writers_pipeline()) return {};
+    if (!stages_) return process_.rank == 0 ? tensors : std::vector<NamedTensor>{};
     std::map<std::string, torch::Tensor> mine;
     for (const NamedTensor& t : tensors)
       if (stages_->owner(parameter_of(t.name, prefixed)) == stages_->stage())
@@ -298,10 +301,14 @@ class HybridPlugin : public Plugin {
         names.push_back("exp_avg_sq." + name);
       }
     }
-    const std::map<std::string, torch::Tensor> all =
-        stages_->share(names, mine, [&](const std::string& name) {
+    const bool writer = process_.rank == 0;
+    const std::map<std::string, torch::Tensor> all = stages_->share(
+        names, mine,
+        [&](const std::string& name) {
           return torch::empty(whole_shape_.at(parameter_of(name, prefixed)), torch::kFloat32);
-        });
+        },
+        /*keep_received=*/writer);
+    if (!writer) return {};
     std::vector<NamedTensor> out;
     for (const std::string& name : names)
       if (const auto found = all.find(name); found != all.end())
@@ -371,12 +378,27 @@ class HybridPlugin : public Plugin {
     const auto found = split_of_.find(parameter_of(name, prefixed));
     return found == split_of_.end() ? whole : found->second;
   }
+  // Whole tensors from this tensor group's blocks; a rank off the writer's pipeline takes part
+  // in each gather and drops its result at once.
   std::vector<NamedTensor> gathered(std::vector<NamedTensor> tensors,
                                     const std::string& prefixed) const {
+    // Another replica's tensor group has nothing to give the writer.
+    if (process_.data_group != nullptr && process_.data_group->rank() != 0) return {};
     if (tensor_group_ == nullptr) return tensors;
-    for (NamedTensor& t : tensors)
-      t.tensor = parallel::gather_whole(t.tensor, split_of(t.name, prefixed), *tensor_group_);
+    const bool keep = on_writers_pipeline();
+    for (NamedTensor& t : tensors) {
+      torch::Tensor whole =
+          parallel::gather_whole(t.tensor, split_of(t.name, prefixed), *tensor_group_);
+      t.tensor = keep ? whole : torch::Tensor();
+    }
+    if (!keep) tensors.clear();
     return tensors;
+  }
+  // Whether this rank's pipeline (its tensor rank and data replica) holds rank 0, which writes
+  // checkpoints: the mesh puts rank 0 at tensor rank 0 of replica 0.
+  bool on_writers_pipeline() const {
+    return (tensor_group_ == nullptr || tensor_group_->rank() == 0) &&
+           (process_.data_group == nullptr || process_.data_group->rank() == 0);
   }
   std::map<std::string, torch::Tensor> blocks_of(const std::map<std::string, torch::Tensor>& whole,
                                                  const std::string& prefixed) const {

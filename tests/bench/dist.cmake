@@ -22,3 +22,12 @@ if(TESSERA_WITH_TORCH)
   set_tests_properties(bench_pp PROPERTIES LABELS bench TIMEOUT 1800 RUN_SERIAL TRUE
     ENVIRONMENT "TESSERA_CLI=$<TARGET_FILE:tessera-cli>;TESSERA_TOOLS_DIR=${CMAKE_CURRENT_BINARY_DIR};HF_HUB_OFFLINE=1;TOKENIZERS_PARALLELISM=false")
 endif()
+
+# The planner against a grid of 2-process layouts run here (bench_plan.py): planned step time and
+# per-rank peak ÷ measured for ddp, zero 1 / 2, gemini, hybrid tp 2 and pp 2, and auto's pick
+# against the fastest; label bench.
+if(TESSERA_WITH_TORCH)
+  add_test(NAME bench_plan COMMAND ${TESSERA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/bench/bench_plan.py)
+  set_tests_properties(bench_plan PROPERTIES LABELS bench TIMEOUT 1800 RUN_SERIAL TRUE
+    ENVIRONMENT "TESSERA_CLI=$<TARGET_FILE:tessera-cli>;TESSERA_TOOLS_DIR=${CMAKE_CURRENT_BINARY_DIR};HF_HUB_OFFLINE=1;TOKENIZERS_PARALLELISM=false")
+endif()

@@ -353,9 +353,11 @@ def test_hybrid_rank_memory_and_traffic_match_the_plan(workdir, layout):
                   f"reported {measured[category]}, ratio {ratio:.4f}")
             assert abs(ratio - 1) <= CATEGORY_TOLERANCE, (report, category, expected)
 
-    # Rank 0 exports (the plan's peak); rank 1's peak is its stage's training or loading.
+    # Rank 0 writes the checkpoints (the whole state gathered: save_peak) and exports (the plan's
+    # peak); rank 1's peak is its stage's training or loading.
     assert len(peaks) == 2, peaks
     floor = 800 << 20  # plan::kRuntimeFloorBytes
+    assert tier["save_peak"] > tier["training_peak"], tier
     for rank, pid in enumerate(sorted(peaks)):
         stage = stages[rank if layout["pp_size"] == 2 else 0]
         expected = tier["peak"] if rank == 0 else max(stage["training_peak"], tier["load_peak"], floor)

@@ -1,0 +1,189 @@
+"""The planner against a grid of layouts measured on this machine (issue 26): for each strategy a
+job of 2 processes can run here, `tessera-cli plan --nproc 2` before any run of it (a fresh cache:
+no measured step to calibrate from, the CPU's rate measured once) against the run itself.
+
+A generated llama (~21M parameters: hidden 512, 4 layers, vocabulary 8000, the model of
+tests/integration/test_plan_ranks.py), packed text blocks of SEQ tokens, fp32, 16 sequences per
+optimizer step whatever the layout (ddp / zero / gemini: 2 ranks × micro-batches of 4 × 2
+accumulation steps; hybrid: one replica, micro-batches of 4 × 4), WARMUP + STEPS steps:
+
+  ddp, zero1, zero2, gemini (sharded), hybrid tp 2, hybrid pp 2
+
+Printed per layout: the planned seconds per step ÷ the measured (the median step of the metric
+events after the warm-up; goal within 0.7 … 1.3), and the planned per-rank peak ÷ the largest
+VmHWM of its ranks, polled every 10 ms while they run (goal within 0.85 … 1.15); then what `auto`
+picks for the same job and its measured step ÷ the fastest layout's (goal <= 1.1). Goals are
+printed, not asserted: it fails only when a run or a plan fails. One run at a time, alone on the
+machine. Environment: BENCH_PLAN_STEPS (measured steps, default 5), BENCH_PLAN_WARMUP (default 2).
+"""
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "pylib"))
+import bench_dist  # noqa: E402  (the CPU description)
+from tiny_tokenizer import byte_level_bpe  # noqa: E402
+
+CLI = bench_dist.CLI
+SEQ = 128
+WARMUP = int(os.environ.get("BENCH_PLAN_WARMUP", "2"))
+STEPS = int(os.environ.get("BENCH_PLAN_STEPS", "5"))
+SEQUENCES = 16  # per optimizer step, every layout
+GRID = [
+    ("ddp", "ddp", {}, 2),
+    ("zero1", "zero", {"stage": 1}, 2),
+    ("zero2", "zero", {"stage": 2}, 2),
+    ("gemini", "gemini", {}, 2),
+    ("hybrid-tp2", "hybrid", {"tp_size": 2, "pp_size": 1}, 4),
+    ("hybrid-pp2", "hybrid", {"tp_size": 1, "pp_size": 2}, 4),
+]
+
+
+def make_model(folder):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghijklmnop") for _ in range(rng.randint(2, 7))) for _ in range(600)]
+    lines = [" ".join(rng.choice(words) for _ in range(60)) for _ in range(400)]
+    fast = byte_level_bpe(lines, 1000)
+    fast.save_pretrained(folder / "model")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=8000, hidden_size=512, intermediate_size=1376,
+                                         num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8,
+                                         max_position_embeddings=512, bos_token_id=0, eos_token_id=1,
+                                         pad_token_id=2))
+    model.save_pretrained(folder / "model")
+    with open(folder / "text.jsonl", "w") as f:
+        for line in lines:
+            f.write(json.dumps({"text": line}) + "\n")
+    return sum(p.numel() for p in model.parameters())
+
+
+def write_job(folder, name, strategy, options, accumulation):
+    spec = {"version": 1, "model": {"path": str(folder / "model")},
+            "dataset": {"train": str(folder / "text.jsonl"), "format": "text", "max_length": SEQ,
+                        "packing": True},
+            "training": {"steps": WARMUP + STEPS, "batch_size": 4, "gradient_accumulation": accumulation,
+                         "learning_rate": 1e-4, "schedule": "constant", "log_every": 1, "save_every": 0},
+            "strategy": {"name": strategy, "options": {"device": "cpu", **options} if strategy != "auto" else {}},
+            "output": {"dir": str(folder / name)}}
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def plan_of(path, env):
+    r = subprocess.run([CLI, "plan", str(path), "--nproc", "2", "--json"], capture_output=True, text=True,
+                       env=env, timeout=600)
+    if r.returncode != 0:
+        raise SystemExit(f"FAIL: plan of {path.name} exited with {r.returncode}: {r.stderr[-2000:]}")
+    return json.loads(r.stdout)
+
+
+def high_water_mark(pid):
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def children_of(pid):
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def run_measuring(path, env):
+    """`launch --nproc 2`; returns (the median step seconds after the warm-up, the largest VmHWM of
+    its ranks)."""
+    proc = subprocess.Popen([CLI, "launch", "--nproc", "2", str(path)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    peaks = {}
+    while proc.poll() is None:
+        for child in children_of(proc.pid):
+            hwm = high_water_mark(child)
+            if hwm is not None:
+                peaks[child] = max(peaks.get(child, 0), hwm)
+        time.sleep(0.01)
+    if proc.returncode != 0:
+        raise SystemExit(f"FAIL: {path.name} exited with {proc.returncode}: {proc.stderr.read()[-3000:]}")
+    spec = json.loads(path.read_text())
+    events = [json.loads(line) for line in (Path(spec["output"]["dir"]) / "events.jsonl").read_text().splitlines()]
+    metrics = [e for e in events if e.get("type") == "metric" and "loss" in e and "tokens_per_s" in e]
+    tokens = SEQUENCES * SEQ
+    seconds = [tokens / m["tokens_per_s"] for m in metrics[WARMUP:]]
+    if not seconds or not peaks:
+        raise SystemExit(f"FAIL: {path.name}: no measured steps or ranks")
+    return statistics.median(seconds), max(peaks.values())
+
+
+def key_of(plan):
+    s = plan["settings"]
+    if s["strategy"] == "zero":
+        return f"zero{s['zero_stage']}"
+    if s["strategy"] == "hybrid":
+        return f"hybrid-tp{s['tp_size']}" if s["pp_size"] == 1 else f"hybrid-pp{s['pp_size']}"
+    return s["strategy"]
+
+
+def main():
+    if not Path(CLI).exists():
+        raise SystemExit(f"FAIL: {CLI} is missing: build tessera-cli, or set TESSERA_CLI")
+    cpu, flags = bench_dist.cpu_description()
+    print(f"bench_plan: {cpu}; flags {' '.join(flags) or '(none of avx2/avx512)'}; {os.cpu_count()} CPUs; "
+          f"{platform.platform()}")
+    with tempfile.TemporaryDirectory(prefix="tessera-bench-plan-") as tmp:
+        folder = Path(tmp)
+        parameters = make_model(folder)
+        # A cache of its own: no step of these jobs measured before, so every plan is the cost
+        # model's (the runs below record theirs there, after every plan is made).
+        env = dict(os.environ, XDG_CACHE_HOME=str(folder / "cache"), TESSERA_DIST_TIMEOUT_S="120")
+        print(f"  llama {parameters / 1e6:.1f}M parameters, {SEQUENCES} x {SEQ} tokens per step, fp32, "
+              f"{WARMUP} warm-up + {STEPS} measured steps; load average {os.getloadavg()[0]:.2f}")
+        plans = {name: plan_of(write_job(folder, name, strategy, options, accumulation), env)
+                 for name, strategy, options, accumulation in GRID}
+        auto = plan_of(write_job(folder, "auto", "auto", {}, 2), env)
+        print(f"  ddp's plan: {plans['ddp']['time']['source']}")
+        measured = {}
+        for name, strategy, options, accumulation in GRID:
+            measured[name] = run_measuring(folder / f"{name}.json", env)
+        print(f"  {'layout':<11} {'plan s':>7} {'meas s':>7} {'plan÷meas':>9} {'plan MiB':>9} {'VmHWM MiB':>9} "
+              f"{'plan÷meas':>9}")
+        time_ok = memory_ok = 0
+        for name, *_ in GRID:
+            plan = plans[name]
+            seconds, peak = measured[name]
+            planned_s = plan["time"]["seconds_per_step"]
+            planned_peak = plan["memory"][0]["peak"]
+            t, m = planned_s / seconds, planned_peak / peak
+            time_ok += 0.7 <= t <= 1.3
+            memory_ok += 0.85 <= m <= 1.15
+            print(f"  {name:<11} {planned_s:7.3f} {seconds:7.3f} {t:9.2f} {planned_peak / 2**20:9.0f} "
+                  f"{peak / 2**20:9.0f} {m:9.2f}")
+        print(f"  step time within 30%: {time_ok} of {len(GRID)} layouts; peak within 15%: {memory_ok} of {len(GRID)}")
+        fastest = min(measured, key=lambda n: measured[n][0])
+        chosen = key_of(auto)
+        if chosen in measured:
+            ratio = measured[chosen][0] / measured[fastest][0]
+            print(f"  auto picks {chosen}: its step {measured[chosen][0]:.3f} s ÷ the fastest measured "
+                  f"({fastest}, {measured[fastest][0]:.3f} s) = {ratio:.2f} (goal <= 1.1)")
+        else:
+            print(f"  auto picks {chosen}, not in the grid; the fastest measured is {fastest}")
+
+
+if __name__ == "__main__":
+    main()
