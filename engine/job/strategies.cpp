@@ -219,7 +219,13 @@ const std::vector<StrategyInfo>& strategies() {
                        "0 (the default): every replica keeps the float32 masters and AdamW "
                        "moments of its blocks; 1: ZeRO-1 over the data-parallel replicas, each "
                        "keeping and updating 1 / dp of them, the updated weights all-gathered",
-                       {"0", "1"}, {"2"})},
+                       {"0", "1"}, {"2"}),
+        literal_choice("sequence_parallel",
+                       "true: Megatron-LM's sequence parallelism with tp_size above 1 — the "
+                       "layers' norms, dropout and residuals compute on 1 / tp of the positions, "
+                       "all-gather and reduce-scatter replacing the all-reduces (activation "
+                       "memory ÷ tp there, the same bytes sent); not with pp_size above 1 yet",
+                       {"false", "true"})},
        /*planned=*/true,
        /*distributes=*/true},
   };
@@ -276,6 +282,11 @@ int hybrid_pipeline_parallel_size(const nlohmann::json& options) {
 int hybrid_pipeline_chunks(const nlohmann::json& options) {
   if (!options.is_object() || !options.contains("pp_chunks")) return 1;
   return options["pp_chunks"].get<int>();
+}
+
+bool hybrid_sequence_parallel(const nlohmann::json& options) {
+  return options.is_object() && options.contains("sequence_parallel") &&
+         options["sequence_parallel"].is_boolean() && options["sequence_parallel"].get<bool>();
 }
 
 int hybrid_zero_stage(const nlohmann::json& options) {

@@ -74,6 +74,8 @@ int hybrid_pipeline_chunks(const nlohmann::json& options);
 // strategy hybrid's ZeRO stage over its data-parallel replicas (strategy.options.zero_stage, 0
 // when absent).
 int hybrid_zero_stage(const nlohmann::json& options);
+// strategy hybrid's sequence parallelism (strategy.options.sequence_parallel, false when absent).
+bool hybrid_sequence_parallel(const nlohmann::json& options);
 
 // Every strategy this build has, in the order the docs list them.
 const std::vector<StrategyInfo>& strategies();

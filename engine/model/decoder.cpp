@@ -154,7 +154,7 @@ class DecoderStackImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& attention_mask,
                         const torch::Tensor& positions, KVCache* cache,
                         const LayerWrapper& wrapper = {}, const PipelineStage& stage = {},
-                        const torch::Tensor& stage_input = {}) {
+                        const torch::Tensor& stage_input = {}, const SequenceShards& shards = {}) {
     const auto count = static_cast<std::int64_t>(layers->size());
     const std::int64_t end = stage.end_layer < 0 ? count : stage.end_layer;
     torch::Tensor h = stage.first_layer == 0 ? embed_tokens(ids) : stage_input;
@@ -166,6 +166,8 @@ class DecoderStackImpl : public torch::nn::Module {
       sliding_mask = causal_attention_mask(attention_mask, length, options_.sliding_window);
     if (cache != nullptr && cache->layers.size() != layers->size())
       cache->layers.resize(layers->size());
+    const bool sequence_parallel = shards.enter && cache == nullptr && stage.whole();
+    if (sequence_parallel) h = shards.enter(h);
     for (auto i = static_cast<std::size_t>(stage.first_layer); i < static_cast<std::size_t>(end);
          ++i) {
       begin_dropout_layer(static_cast<std::int64_t>(i));
@@ -181,6 +183,7 @@ class DecoderStackImpl : public torch::nn::Module {
       }
     }
     if (end < count) return h;
+    if (sequence_parallel) h = shards.leave(h);
     begin_dropout_layer(count);
     return norm(h);
   }
@@ -210,8 +213,8 @@ class DecoderBase : public PretrainedModel {
  protected:
   ForwardOutput run(const ForwardInput& in) override {
     ForwardOutput out;
-    out.hidden_states =
-        stack_->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache, layer_wrapper);
+    out.hidden_states = stack_->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache,
+                                        layer_wrapper, {}, {}, sequence_shards);
     return out;
   }
 
@@ -237,7 +240,7 @@ class DecoderCausalLM : public PretrainedModel {
   ForwardOutput run(const ForwardInput& in) override {
     ForwardOutput out;
     out.hidden_states = model->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache,
-                                       layer_wrapper, stage, in.stage_input);
+                                       layer_wrapper, stage, in.stage_input, sequence_shards);
     if (!last_stage()) return out;
     apply_causal_lm_head(out, in, lm_head ? lm_head.get() : nullptr, *model->embed_tokens);
     return out;

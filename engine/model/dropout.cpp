@@ -49,6 +49,17 @@ void begin_dropout_layer(std::int64_t layer) {
   if (current_stream) current_stream->site = (layer + 1) << 16;
 }
 
+void begin_sequence_blocks(std::int64_t length, std::int64_t block, std::int64_t blocks) {
+  if (!current_stream) return;
+  current_stream->sequence_length = length;
+  current_stream->sequence_block = block;
+  current_stream->sequence_blocks = blocks;
+}
+
+void end_sequence_blocks() {
+  if (current_stream) current_stream->sequence_blocks = 1;
+}
+
 bool layout_free_dropout_active(double p, bool training) {
   return training && p > 0.0 && current_stream.has_value();
 }
@@ -111,9 +122,25 @@ torch::Tensor dropout(const torch::Tensor& x, double p, bool training) {
   if (!training || p <= 0.0) return x;
   if (!current_stream) return torch::dropout(x, p, /*train=*/true);
   return drop(x, p, [](torch::Tensor& mask, const DropoutStream& s, double keep, at::Generator& g) {
+    // A block of the positions (sequence parallelism): the whole row's mask, then the block.
+    // (A tensor of every position inside the layers, a LoRA input, has the row's length.)
+    const std::int64_t block =
+        s.sequence_blocks > 1 ? (s.sequence_length + s.sequence_blocks - 1) / s.sequence_blocks : 0;
+    const bool blocked =
+        block > 0 && mask.dim() >= 2 && mask.size(1) == block && block != s.sequence_length;
     for (std::int64_t i = 0; i < mask.size(0); ++i) {
       g.set_current_seed(row_seed(s, s.first_row + i));
-      mask.select(0, i).bernoulli_(keep, g);
+      if (!blocked) {
+        mask.select(0, i).bernoulli_(keep, g);
+        continue;
+      }
+      std::vector<std::int64_t> whole = mask.select(0, i).sizes().vec();
+      whole[0] = s.sequence_length;
+      torch::Tensor row = torch::empty(whole, mask.options());
+      row.bernoulli_(keep, g);
+      whole[0] = block * s.sequence_blocks - s.sequence_length;  // the padding: kept
+      row = torch::cat({row, torch::ones(whole, mask.options())}, 0);
+      mask.select(0, i).copy_(row.narrow(0, s.sequence_block * block, block));
     }
   });
 }

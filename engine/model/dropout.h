@@ -23,6 +23,12 @@ struct DropoutStream {
   // attention's dropout keys each head by its place among all of them.
   std::int64_t head_block = 0;
   std::int64_t blocks = 1;  // the tensor-parallel ranks (head_block's count)
+  // Under sequence parallelism, inside the layers: the hidden states are block
+  // `sequence_block` of `sequence_blocks` blocks of ⌈sequence_length / blocks⌉ positions each
+  // row (begin_sequence_blocks). 1: whole rows.
+  std::int64_t sequence_length = 0;
+  std::int64_t sequence_block = 0;
+  std::int64_t sequence_blocks = 1;
 };
 
 // Installs `stream` for this thread's dropout calls until destroyed (then the previous one, if
@@ -46,6 +52,14 @@ std::optional<DropoutStream> current_dropout_stream();
 // head): the layer's sites are numbered from a base of its own, so a pipeline stage that starts
 // at that layer draws the masks the whole model draws there. Nothing outside a scope.
 void begin_dropout_layer(std::int64_t layer);
+
+// Sequence parallelism: from here on hidden states [B, L, …] are block `block` of `blocks` of
+// each row's `length` positions (L = ⌈length / blocks⌉, the last block padded): dropout() on
+// such a tensor draws the whole row's mask, as one process draws it, and takes the block.
+// end_sequence_blocks() returns to whole rows. Nothing outside a scope. (Activation
+// checkpointing copies the stream with these, so a recomputed layer draws the same.)
+void begin_sequence_blocks(std::int64_t length, std::int64_t block, std::int64_t blocks);
+void end_sequence_blocks();
 
 // x with each element zeroed with probability p and the rest scaled by 1 / (1 - p), when
 // `training` and p > 0; else x. Dimension 0 of x is the batch: row i draws from its own generator

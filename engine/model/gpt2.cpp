@@ -122,7 +122,7 @@ class Gpt2StackImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& attention_mask,
                         const torch::Tensor& positions, KVCache* cache,
                         const LayerWrapper& wrapper = {}, const PipelineStage& stage = {},
-                        const torch::Tensor& stage_input = {}) {
+                        const torch::Tensor& stage_input = {}, const SequenceShards& shards = {}) {
     const auto count = static_cast<std::int64_t>(h->size());
     const std::int64_t end = stage.end_layer < 0 ? count : stage.end_layer;
     torch::Tensor x;
@@ -134,6 +134,8 @@ class Gpt2StackImpl : public torch::nn::Module {
     }
     torch::Tensor mask = causal_attention_mask(attention_mask, ids.size(1));
     if (cache != nullptr && cache->layers.size() != h->size()) cache->layers.resize(h->size());
+    const bool sequence_parallel = shards.enter && cache == nullptr && stage.whole();
+    if (sequence_parallel) x = shards.enter(x);
     for (auto i = static_cast<std::size_t>(stage.first_layer); i < static_cast<std::size_t>(end);
          ++i) {
       begin_dropout_layer(static_cast<std::int64_t>(i));
@@ -145,6 +147,7 @@ class Gpt2StackImpl : public torch::nn::Module {
       }
     }
     if (end < count) return x;
+    if (sequence_parallel) x = shards.leave(x);
     begin_dropout_layer(count);
     return ln_f(x);
   }
@@ -187,8 +190,8 @@ class Gpt2Base : public PretrainedModel {
     check_positions(config(), in);
     stack_->train(is_training());
     ForwardOutput out;
-    out.hidden_states =
-        stack_->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache, layer_wrapper);
+    out.hidden_states = stack_->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache,
+                                        layer_wrapper, {}, {}, sequence_shards);
     return out;
   }
 
@@ -214,8 +217,9 @@ class Gpt2LMHead : public PretrainedModel {
   ForwardOutput run(const ForwardInput& in) override {
     check_positions(config(), in);
     ForwardOutput out;
-    out.hidden_states = transformer->forward(in.input_ids, in.attention_mask, in.position_ids,
-                                             in.cache, layer_wrapper, stage, in.stage_input);
+    out.hidden_states =
+        transformer->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache,
+                             layer_wrapper, stage, in.stage_input, sequence_shards);
     if (!last_stage()) return out;
     apply_causal_lm_head(out, in, lm_head ? lm_head.get() : nullptr, *transformer->wte);
     return out;

@@ -108,6 +108,15 @@ struct PipelineStage {
 using LayerFunction = std::function<torch::Tensor(const torch::Tensor&)>;
 using LayerWrapper = std::function<torch::Tensor(const LayerFunction&, const torch::Tensor&)>;
 
+// Sequence parallelism (engine/parallel/split_model.h installs it): `enter` takes the hidden
+// states after the embedding to this rank's block of the positions, `leave` gives every position
+// back after the last layer, before the final norm. The layers between compute on the block
+// (their split linear layers gather and scatter the positions). Unset: nothing happens.
+struct SequenceShards {
+  std::function<torch::Tensor(const torch::Tensor&)> enter;
+  std::function<torch::Tensor(const torch::Tensor&)> leave;
+};
+
 class PretrainedModel : public torch::nn::Module {
  public:
   PretrainedModel(hf::ModelConfig config, TaskHead head)
@@ -131,6 +140,9 @@ class PretrainedModel : public torch::nn::Module {
   // layer(h) — except with a KV cache (generation), where layers run directly since a
   // recomputation would append to the cache twice.
   LayerWrapper layer_wrapper;
+  // Applied by the families' layer loops (decoder, gpt2) around their layers; never with a KV
+  // cache or pipeline stages.
+  SequenceShards sequence_shards;
 
   // The layers forward runs (pipeline parallelism); the whole model by default. Only families
   // with supports_stages() take another.

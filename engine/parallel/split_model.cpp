@@ -2,12 +2,14 @@
 
 #include <torch/torch.h>
 
+#include <cctype>
 #include <map>
 #include <memory>
 
 #include "core/error.h"
 #include "dist/parallel_context.h"
 #include "hf/families.h"
+#include "model/dropout.h"
 #include "model/layers.h"
 #include "model/model.h"
 #include "parallel/tensor_parallel.h"
@@ -19,20 +21,32 @@ namespace {
 // input gradients are summed before one all-reduce instead of each being all-reduced (what
 // Megatron's fused projections do). Holds the last input it copied, so that its address cannot
 // be taken by another tensor while it is remembered.
+//
+// Under sequence parallelism the layers' inputs are blocks of the positions: the copy is every
+// position gathered (one all-gather for q, k and v; their input gradients reduce-scattered once).
+struct SequenceState {
+  std::int64_t length = 0;  // positions of the hidden states entering the layers (this forward)
+};
+
 class SharedCopy {
  public:
-  explicit SharedCopy(dist::ProcessGroup& group) : group_(group) {}
+  explicit SharedCopy(dist::ProcessGroup& group, std::shared_ptr<SequenceState> sequence = {})
+      : group_(group), sequence_(std::move(sequence)) {}
   torch::Tensor of(const torch::Tensor& x) {
-    if (!torch::GradMode::is_enabled() || !x.requires_grad()) return x;  // nothing flows back
+    const bool gathers = sequence_ != nullptr;
+    if (!gathers && (!torch::GradMode::is_enabled() || !x.requires_grad()))
+      return x;  // nothing flows back
     if (!input_.defined() || !input_.is_same(x)) {
       input_ = x;
-      copy_ = copy_to_group(x, group_);
+      copy_ = gathers ? gather_sequence(x, group_, sequence_->length, /*sum_gradient=*/true)
+                      : copy_to_group(x, group_);
     }
     return copy_;
   }
 
  private:
   dist::ProcessGroup& group_;
+  std::shared_ptr<SequenceState> sequence_;  // null: no sequence parallelism
   torch::Tensor input_;
   torch::Tensor copy_;
 };
@@ -63,23 +77,29 @@ class ColumnLinear : public model::SplitLinear {
 
 class RowLinear : public model::SplitLinear {
  public:
-  explicit RowLinear(dist::ProcessGroup& group) : group_(group) {}
+  // `scatters`: sequence parallelism (the sum reduce-scattered over the positions).
+  RowLinear(dist::ProcessGroup& group, bool scatters) : group_(group), scatters_(scatters) {}
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight,
                         const torch::Tensor& bias) override {
-    return row_parallel_linear(x, weight, bias, group_);
+    if (!scatters_) return row_parallel_linear(x, weight, bias, group_);
+    torch::Tensor y = reduce_scatter_sequence(torch::linear(x, weight), group_);
+    return bias.defined() ? y + bias : y;
   }
   // The adapter's A is split by columns like the weight: its low-rank product is summed over the
-  // ranks before the whole B.
+  // ranks before the whole B (scattered over the positions like the layer's output).
   torch::Tensor adapt(const torch::Tensor& x, const torch::Tensor& y, model::LinearAdapter& adapter,
                       bool training) override {
     model::AdapterSplit split;
-    split.reduce = [this](const torch::Tensor& h) { return reduce_from_group(h, group_); };
+    split.reduce = [this](const torch::Tensor& h) {
+      return scatters_ ? reduce_scatter_sequence(h, group_) : reduce_from_group(h, group_);
+    };
     split.input_is_block = true;
     return adapter.forward(x, y, training, &split);
   }
 
  private:
   dist::ProcessGroup& group_;
+  bool scatters_;
 };
 
 // Logits split along the vocabulary: their loss spans the ranks.
@@ -126,13 +146,33 @@ void replace(torch::Tensor& parameter, const torch::Tensor& block) {
 
 std::vector<SplitParameter> split_model(
     model::PretrainedModel& m, dist::ProcessGroup& group,
-    const std::map<std::string, std::vector<std::int64_t>>& whole_shapes) {
+    const std::map<std::string, std::vector<std::int64_t>>& whole_shapes, bool sequence_parallel) {
   const hf::FamilyTraits& family = hf::family_of(m.config());
   const int rank = group.rank(), size = group.size();
   hf::check_tensor_parallel(m.config(), size);
   // Parameter name → how it is cut.
   std::map<std::string, SplitParameter> cut;
+  // The head (and a tied embedding's) reads every position; with sequence parallelism the
+  // layers' column-parallel layers gather theirs.
   const auto copies = std::make_shared<SharedCopy>(group);
+  std::shared_ptr<SequenceState> sequence;
+  if (sequence_parallel) {
+    sequence = std::make_shared<SequenceState>();
+    dist::ProcessGroup* g = &group;
+    m.sequence_shards.enter = [sequence, g](const torch::Tensor& h) {
+      sequence->length = h.size(1);
+      model::begin_sequence_blocks(h.size(1), g->rank(), g->size());
+      return split_sequence(h, *g);
+    };
+    m.sequence_shards.leave = [sequence, g](const torch::Tensor& h) {
+      model::end_sequence_blocks();
+      // Every rank's use of the positions after this is the same (the head's input gradient is
+      // all-reduced): backward takes this rank's block.
+      return gather_sequence(h, *g, sequence->length, /*sum_gradient=*/false);
+    };
+  }
+  const auto layer_copies =
+      sequence_parallel ? std::make_shared<SharedCopy>(group, sequence) : copies;
   auto split_parameter = [&](torch::Tensor& parameter, const std::string& name, std::int64_t dim,
                              int parts, int replicas = 1) {
     SplitParameter p;
@@ -162,9 +202,9 @@ std::vector<SplitParameter> split_model(
       if (linear->bias.defined() && !row)
         split_parameter(linear->bias, prefix + "bias", 0, rule->parts, replicas);
       if (rule->split == hf::TensorSplit::Column)
-        linear->split = std::make_shared<ColumnLinear>(copies);
+        linear->split = std::make_shared<ColumnLinear>(layer_copies);
       else if (row)
-        linear->split = std::make_shared<RowLinear>(group);
+        linear->split = std::make_shared<RowLinear>(group, sequence_parallel);
       else
         linear->split = std::make_shared<VocabularyHead>(group, copies);
     } else if (auto* embedding = dynamic_cast<model::EmbeddingImpl*>(item.value().get())) {
@@ -250,6 +290,21 @@ void unsplit_model(model::PretrainedModel& m, const std::vector<SplitParameter>&
     if (auto* embedding = dynamic_cast<model::EmbeddingImpl*>(item.value().get()))
       embedding->split.reset();
   }
+  m.sequence_shards = {};
+}
+
+bool sequence_parallel_shared(const hf::ModelConfig& config, const std::string& name) {
+  // "<layers>.<i>." at the start or after a dot: "model.layers.3.input_layernorm.weight",
+  // "transformer.h.0.ln_1.bias", "base_model.model.model.layers.1.self_attn.o_proj.lora_B.weight".
+  const std::string layers = hf::family_of(config).pipeline_plan.layers + ".";
+  for (std::size_t at = name.find(layers); at != std::string::npos;
+       at = name.find(layers, at + 1)) {
+    const std::size_t next = at + layers.size();
+    if ((at == 0 || name[at - 1] == '.') && next < name.size() &&
+        std::isdigit(static_cast<unsigned char>(name[next])))
+      return true;
+  }
+  return false;
 }
 
 torch::Tensor sum_over_replicas(const torch::Tensor& gradient, const SplitParameter& p,

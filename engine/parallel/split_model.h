@@ -50,9 +50,21 @@ torch::Tensor block_of(const torch::Tensor& whole, const SplitParameter& p, int 
 // would divide every planned field when the group's size does not divide one.
 // A parameter with no elements (released: another pipeline stage holds it) keeps none; its entry
 // describes the split it would have, from its shape in `whole_shapes` (by name).
+// `sequence_parallel`: Megatron-LM's sequence parallelism as well (model::SequenceShards): the
+// layers compute on this rank's block of the positions, the column-parallel layers gathering
+// them (all-gather; reduce-scatter in backward) and the row-parallel ones scattering their sums
+// (reduce-scatter; all-gather in backward) instead of an all-reduce; the embedding and the head
+// see every position. The gradients of the layers' whole tensors (norms, row biases, LoRA's B on
+// a row layer) are then each rank's share: see sequence_parallel_shared().
 std::vector<SplitParameter> split_model(
     model::PretrainedModel& model, dist::ProcessGroup& group,
-    const std::map<std::string, std::vector<std::int64_t>>& whole_shapes = {});
+    const std::map<std::string, std::vector<std::int64_t>>& whole_shapes = {},
+    bool sequence_parallel = false);
+
+// Under sequence parallelism, whether the gradient of `name` (a parameter or a LoRA matrix, whole
+// on every rank) is this rank's share, to be summed over the tensor group: it is used inside the
+// layers, on this rank's positions only. The family's layers are its pipeline plan's.
+bool sequence_parallel_shared(const hf::ModelConfig& config, const std::string& name);
 
 // The whole tensor of `p` from every rank's `block` (`block` itself when p is whole on every
 // rank). Every rank of `group` calls it with its block, in the same order.

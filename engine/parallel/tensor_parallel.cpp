@@ -64,7 +64,118 @@ class GatherLastDim : public torch::autograd::Function<GatherLastDim> {
   }
 };
 
+// [B, T, …] ⇄ [T, B, …]: the collectives concatenate and scatter flat blocks, so the sequence
+// goes first.
+torch::Tensor sequence_first(const torch::Tensor& x) {
+  return x.movedim(1, 0).contiguous();
+}
+
+// x [B, T, …] padded with zeros to `padded` positions.
+torch::Tensor padded_to(const torch::Tensor& x, std::int64_t padded) {
+  if (x.size(1) == padded) return x;
+  std::vector<std::int64_t> shape = x.sizes().vec();
+  shape[1] = padded - x.size(1);
+  return torch::cat({x, torch::zeros(shape, x.options())}, 1);
+}
+
+// Every rank's block [B, L, …] → [B, length, …].
+torch::Tensor all_gather_sequence(const torch::Tensor& block, dist::ProcessGroup& group,
+                                  std::int64_t length) {
+  std::vector<std::int64_t> shape = block.sizes().vec();
+  std::swap(shape[0], shape[1]);
+  shape[0] *= group.size();
+  return group.all_gather(sequence_first(block))
+      .view(shape)
+      .movedim(0, 1)
+      .narrow(1, 0, length)
+      .contiguous();
+}
+
+// x [B, T, …] summed over the ranks, this rank's block [B, L, …] of the sum.
+torch::Tensor reduce_scatter_blocks(const torch::Tensor& x, dist::ProcessGroup& group) {
+  const std::int64_t block = sequence_block_length(x.size(1), group.size());
+  std::vector<std::int64_t> shape = x.sizes().vec();
+  std::swap(shape[0], shape[1]);
+  shape[0] = block;
+  return group.reduce_scatter(sequence_first(padded_to(x, block * group.size())))
+      .view(shape)
+      .movedim(0, 1)
+      .contiguous();
+}
+
+torch::Tensor own_block(const torch::Tensor& x, dist::ProcessGroup& group) {
+  const std::int64_t block = sequence_block_length(x.size(1), group.size());
+  return padded_to(x, block * group.size()).narrow(1, block * group.rank(), block).contiguous();
+}
+
+class SplitSequence : public torch::autograd::Function<SplitSequence> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               dist::ProcessGroup* group) {
+    ctx->saved_data["group"] = group_value(*group);
+    ctx->saved_data["length"] = x.size(1);
+    return own_block(x, *group);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    return {all_gather_sequence(grads.at(0), group_of(ctx), ctx->saved_data["length"].toInt()),
+            torch::Tensor()};
+  }
+};
+
+class GatherSequence : public torch::autograd::Function<GatherSequence> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& block,
+                               dist::ProcessGroup* group, std::int64_t length, bool sum_gradient) {
+    ctx->saved_data["group"] = group_value(*group);
+    ctx->saved_data["sum"] = sum_gradient;
+    return all_gather_sequence(block, *group, length);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    dist::ProcessGroup& group = group_of(ctx);
+    torch::Tensor g = ctx->saved_data["sum"].toBool() ? reduce_scatter_blocks(grads.at(0), group)
+                                                      : own_block(grads.at(0), group);
+    return {g, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+class ReduceScatterSequence : public torch::autograd::Function<ReduceScatterSequence> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               dist::ProcessGroup* group) {
+    ctx->saved_data["group"] = group_value(*group);
+    ctx->saved_data["length"] = x.size(1);
+    return reduce_scatter_blocks(x, *group);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    return {all_gather_sequence(grads.at(0), group_of(ctx), ctx->saved_data["length"].toInt()),
+            torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+std::int64_t sequence_block_length(std::int64_t length, int size) {
+  return (length + size - 1) / size;
+}
+
+torch::Tensor split_sequence(const torch::Tensor& x, dist::ProcessGroup& group) {
+  if (group.size() == 1) return x;
+  return SplitSequence::apply(x, &group);
+}
+
+torch::Tensor gather_sequence(const torch::Tensor& block, dist::ProcessGroup& group,
+                              std::int64_t length, bool sum_gradient) {
+  if (group.size() == 1) return block;
+  return GatherSequence::apply(block, &group, length, sum_gradient);
+}
+
+torch::Tensor reduce_scatter_sequence(const torch::Tensor& x, dist::ProcessGroup& group) {
+  if (group.size() == 1) return x;
+  return ReduceScatterSequence::apply(x, &group);
+}
 
 torch::Tensor shard(const torch::Tensor& full, std::int64_t dim, int rank, int size,
                     const char* what) {

@@ -60,6 +60,23 @@ torch::Tensor row_parallel_linear(const torch::Tensor& x, const torch::Tensor& w
 torch::Tensor vocab_parallel_embedding(const torch::Tensor& ids, const torch::Tensor& weight,
                                        dist::ProcessGroup& group);
 
+// Sequence parallelism (Megatron-LM's, with tensor parallelism): between a layer's tensor-parallel
+// regions the hidden states [B, T, …] are split along T (dimension 1) into the group's size
+// blocks of L = ⌈T / size⌉ positions, the last padded with zeros (padded positions are cut off
+// before attention ever sees them, so they change nothing).
+std::int64_t sequence_block_length(std::int64_t length, int size);
+// This rank's block of x [B, T, …] forward; backward, the blocks' gradients gathered (the
+// hidden states enter the sequence-parallel region replicated).
+torch::Tensor split_sequence(const torch::Tensor& x, dist::ProcessGroup& group);
+// Every rank's block [B, L, …] gathered into [B, length, …] forward. Backward: with
+// `sum_gradient` the gradient reduce-scattered (each rank's use of the whole was different: a
+// column-parallel layer's input), else this rank's block of it (every rank's was the same).
+torch::Tensor gather_sequence(const torch::Tensor& block, dist::ProcessGroup& group,
+                              std::int64_t length, bool sum_gradient);
+// x [B, T, …] this rank's partial sums (a row-parallel layer's output): this rank's block of
+// their sum forward (a reduce-scatter instead of an all-reduce), the gradient gathered backward.
+torch::Tensor reduce_scatter_sequence(const torch::Tensor& x, dist::ProcessGroup& group);
+
 // logits [N, vocab / size] this rank's block of the vocabulary; targets [N] int64 over the
 // whole vocabulary, `ignore_index` for none. The mean loss over the targets that count, as
 // torch's cross_entropy computes it from the whole logits (NaN when none counts, as torch's);

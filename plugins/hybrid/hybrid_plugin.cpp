@@ -60,9 +60,17 @@ class HybridPlugin : public Plugin {
     }
     if (process_.tensor_group != nullptr && process_.tensor_group->size() > 1) {
       tensor_group_ = process_.tensor_group;
-      layout_ = parallel::split_model(model, *tensor_group_, whole_shape_);
+      const bool sequence_parallel = job::hybrid_sequence_parallel(options.strategy_options);
+      layout_ = parallel::split_model(model, *tensor_group_, whole_shape_, sequence_parallel);
       for (const parallel::SplitParameter& p : layout_) split_of_[p.name] = p;
       split_adapters(model);
+      // Sequence parallelism: the layers' whole tensors see this rank's positions only, so
+      // each rank's gradient of them is a share (summed over the group, counted once).
+      if (sequence_parallel)
+        for (const std::string& name : trainable_names_)
+          if (!is_split(name) && !summed_over_tensor_group_.count(name) &&
+              parallel::sequence_parallel_shared(model.config(), name))
+            summed_over_tensor_group_.insert(name);
     }
     if (stages_) {
       if (options.log && process_.rank == 0)

@@ -20,6 +20,9 @@
   (bert), a tp_size that does not divide the processes, and one that does not divide the
   model's heads (naming the sizes that would); more pipeline stages than layers; tp × pp not
   dividing the processes.
+- Sequence parallelism at tp 2 (llama, qwen2, gpt2 with its dropout, llama LoRA): equal to single,
+  the tensor traffic all-gathers and reduce-scatters of the same volume but the layers' entry and
+  exit; refused with pipeline stages and at tp 1.
 - ZeRO-1 over the replicas (zero_stage 1, tp 2 × dp 2): equal to single (fp32) and to zero_stage 0
   (bf16), each rank's optimizer state exactly its shares', a resume chain through it, the plan's
   figures as reported.
@@ -233,7 +236,8 @@ def test_checkpoints_resume_across_layouts(workdir, method):
     assert worst <= LOSS_BOUND
 
 
-@pytest.mark.parametrize("case", ["bert", "nproc3", "heads", "shallow", "pp_nproc", "chunks", "zero2"])
+@pytest.mark.parametrize("case", ["bert", "nproc3", "heads", "shallow", "pp_nproc", "chunks", "zero2", "sp_tp1",
+                                  "sp_pp"])
 def test_what_it_cannot_do_is_refused_naming_why(workdir, case):
     family, method, nproc, options, expected = {
         "bert": ("bert", "full", 2, {"tp_size": 2}, "tensor parallelism is not supported yet for bert models"),
@@ -248,6 +252,10 @@ def test_what_it_cannot_do_is_refused_naming_why(workdir, case):
                    "micro-batches in groups of pp_size (2), and 1 is not a multiple of it"),
         "zero2": ("llama", "full", 4, {"tp_size": 2, "zero_stage": 2},
                   "strategy.options.zero_stage is 2, which is not supported yet"),
+        "sp_tp1": ("llama", "full", 2, {"tp_size": 1, "sequence_parallel": True},
+                   "sequence_parallel: it splits the positions over the tensor group, but tp_size is 1"),
+        "sp_pp": ("llama", "full", 4, {"tp_size": 2, "pp_size": 2, "sequence_parallel": True},
+                  "sequence_parallel with pipeline stages (pp_size 2) is not supported yet"),
     }[case]
     spec = job(workdir, family, f"refused-{case}", "hybrid", options=options, method=method, steps=2)
     r = cli("launch", "--nproc", nproc, spec, timeout=120)
@@ -517,3 +525,29 @@ def test_zero1_checkpoints_resume_across_layouts(workdir):
                            losses_of(events_of(reference / "events.jsonl")))
     print(f"single -> hybrid tp 2 x dp 2 zero 1 -> single: losses {worst:.2e} relative")
     assert worst <= LOSS_BOUND
+
+
+@pytest.mark.parametrize("family,method", [("llama", "full"), ("gpt2", "full"), ("llama", "lora"), ("qwen2", "full")])
+def test_sequence_parallel_equals_one_process(workdir, family, method):
+    """sequence_parallel at tp 2: the layers' norms, dropout (gpt2's 0.1, LoRA's) and residuals
+    on half the positions each (the batches pad to uneven lengths: the last block is padded),
+    all-gathers and reduce-scatters in place of the all-reduces — every step's loss and the export
+    equal single's within 1e-5; the tensor group's traffic is all-gathers and reduce-scatters,
+    its ring bytes those of tp 2 without it (an all-reduce is the pair) but for one all-gather of
+    the hidden states entering the layers (in backward) and one leaving them: with 2 layers
+    (8 all-reduces' worth a micro-batch, and the embedding's and the head's) +10%, with 24 +1%."""
+    events = equals_single(workdir, family, f"{family}-{method}-hybrid-tp2-sp",
+                           {"tp_size": 2, "sequence_parallel": True}, 2, method=method, what="tp 2 sequence parallel")
+    plain = workdir / "runs" / (f"{family}-hybrid-tp2" if method == "full" else f"{family}-lora-hybrid-tp2")
+    if not (plain / "events.jsonl").exists():
+        run(job(workdir, family, plain.name, "hybrid", options={"tp_size": 2}, method=method), 2)
+    theirs = [e for e in events_of(plain / "events.jsonl") if e["type"] == "metric" and "tensor_traffic" in e]
+    ours = [e for e in events if e["type"] == "metric" and "tensor_traffic" in e]
+    assert len(ours) == len(theirs) == STEPS
+    for a, b in zip(ours, theirs):
+        traffic = a["tensor_traffic"]
+        assert traffic["all_gather"]["calls"] > 0 and traffic["reduce_scatter"]["calls"] > 0, traffic
+        # (And padding the last block of an odd length: one position per collective at most.)
+        print(f"step {a['step']}: ring bytes {traffic['ring_bytes']} with, {b['tensor_traffic']['ring_bytes']} "
+              f"without sequence parallelism")
+        assert 1.0 <= traffic["ring_bytes"] / b["tensor_traffic"]["ring_bytes"] <= 1.15, (traffic, b["tensor_traffic"])
