@@ -25,13 +25,65 @@ namespace {
 // Under sequence parallelism the layers' inputs are blocks of the positions: the copy is every
 // position gathered (one all-gather for q, k and v; their input gradients reduce-scattered once).
 struct SequenceState {
+  explicit SequenceState(dist::ProcessGroup& g) : group(g) {}
+  dist::ProcessGroup& group;
   std::int64_t length = 0;  // positions of the hidden states entering the layers (this forward)
+  // Backward: every position of `block` gathered again, once for the layers that share it (q,
+  // k and v; gate and up), the last one kept until another block is asked for.
+  torch::Tensor regathered(const torch::Tensor& block) {
+    if (!block_.defined() || !block_.is_same(block)) {
+      torch::NoGradGuard no_grad;
+      block_ = block;
+      whole_ = gather_sequence(block, group, length, /*sum_gradient=*/false);
+    }
+    return whole_;
+  }
+
+ private:
+  torch::Tensor block_;
+  torch::Tensor whole_;
+};
+
+// Under sequence parallelism: `gathered` (every position of `block`) · Wᵀ + b, keeping only the
+// block for backward, where the weight's gradient gathers the positions again: a layer's saved
+// activations are then its blocks (as Megatron-LM's sequence parallelism keeps them), not the
+// whole sequence torch::linear would keep.
+class GatheredLinear : public torch::autograd::Function<GatheredLinear> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& gathered,
+                               const torch::Tensor& block, const torch::Tensor& weight,
+                               const torch::Tensor& bias, SequenceState* state) {
+    ctx->saved_data["state"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(state));
+    // (No bias: an empty tensor, autograd's functions taking no undefined inputs.)
+    const bool has_bias = bias.numel() > 0;
+    ctx->saved_data["bias"] = has_bias;
+    ctx->save_for_backward({block, weight});
+    return torch::linear(gathered, weight, has_bias ? bias : torch::Tensor());
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* state = reinterpret_cast<SequenceState*>(
+        static_cast<std::intptr_t>(ctx->saved_data["state"].toInt()));
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& block = saved[0];
+    const torch::Tensor& weight = saved[1];
+    const torch::Tensor dy = grads.at(0);
+    const std::int64_t out = weight.size(0), in = weight.size(1);
+    torch::Tensor dx = dy.matmul(weight);
+    torch::Tensor dw, db;
+    if (ctx->needs_input_grad(2))
+      dw = dy.reshape({-1, out}).t().matmul(state->regathered(block).reshape({-1, in}));
+    if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(3))
+      db = dy.reshape({-1, out}).sum(0);
+    return {dx, torch::Tensor(), dw, db, torch::Tensor()};
+  }
 };
 
 class SharedCopy {
  public:
   explicit SharedCopy(dist::ProcessGroup& group, std::shared_ptr<SequenceState> sequence = {})
       : group_(group), sequence_(std::move(sequence)) {}
+  SequenceState* sequence() const { return sequence_.get(); }
   torch::Tensor of(const torch::Tensor& x) {
     const bool gathers = sequence_ != nullptr;
     if (!gathers && (!torch::GradMode::is_enabled() || !x.requires_grad()))
@@ -62,6 +114,10 @@ class ColumnLinear : public model::SplitLinear {
   explicit ColumnLinear(std::shared_ptr<SharedCopy> copies) : copies_(std::move(copies)) {}
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight,
                         const torch::Tensor& bias) override {
+    if (copies_->sequence() != nullptr && torch::GradMode::is_enabled())
+      return GatheredLinear::apply(copies_->of(x), x, weight,
+                                   bias.defined() ? bias : torch::empty({0}, weight.options()),
+                                   copies_->sequence());
     return column_block(*copies_, x, weight, bias);
   }
   // The adapter reads the same copy of x (its input gradient joins the one all-reduce); its B is
@@ -157,7 +213,7 @@ std::vector<SplitParameter> split_model(
   const auto copies = std::make_shared<SharedCopy>(group);
   std::shared_ptr<SequenceState> sequence;
   if (sequence_parallel) {
-    sequence = std::make_shared<SequenceState>();
+    sequence = std::make_shared<SequenceState>(group);
     dist::ProcessGroup* g = &group;
     m.sequence_shards.enter = [sequence, g](const torch::Tensor& h) {
       sequence->length = h.size(1);

@@ -92,6 +92,7 @@ HybridLayout hybrid_layout(const hf::ModelConfig& c, const Settings& s, int worl
   out.dp = std::max(1, world_size / (out.tp * out.pp));
   out.micro_batches = std::max<std::int64_t>(1, s.gradient_accumulation);
   out.zero1 = s.zero_stage == 1 && out.dp > 1;
+  out.sequence_parallel = s.sequence_parallel && out.tp > 1;
   const int tp = out.tp, pp = out.pp, chunks = out.chunks;
   const hf::FamilyTraits& family = hf::family_of(c);
   const hf::ParameterShapes shapes = family.parameter_shapes(c);
@@ -218,6 +219,17 @@ HybridLayout hybrid_layout(const hf::ModelConfig& c, const Settings& s, int worl
           micro_batches * (2.0 * ring * reduced_bytes + ring * gathered_bytes) + 2.0 * ring * 4.0;
       st.tensor_calls =
           static_cast<std::int64_t>(micro_batches * (reduces + (st.last ? 3.0 : 0.0)) + 1.0);
+      if (s.sequence_parallel) {
+        // Each all-reduce in the layers an all-gather and a reduce-scatter (the same bytes, twice
+        // the calls); more: the positions gathered again in backward for the weights' gradients
+        // of q/k/v and of gate/up (full fine-tuning), and the gathers entering the layers (in
+        // backward) and leaving them.
+        const double regathers =
+            (lora ? 0.0 : 2.0) * layers + (st.first ? 1.0 : 0.0) + (st.last ? 1.0 : 0.0);
+        st.tensor_bytes += micro_batches * ring * regathers * tokens * h * element;
+        st.tensor_calls +=
+            static_cast<std::int64_t>(micro_batches * ((forward + 2.0) * layers + regathers));
+      }
     }
     // The pipeline: each chunk's activations to the next virtual stage, their gradients back.
     if (pp > 1) {

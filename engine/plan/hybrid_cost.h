@@ -46,6 +46,7 @@ struct HybridStage {
 struct HybridLayout {
   int tp = 1, pp = 1, dp = 1, chunks = 1;
   bool zero1 = false;              // zero_stage 1 over dp > 1 replicas
+  bool sequence_parallel = false;  // with tp > 1
   std::int64_t micro_batches = 1;  // per step, per pipeline
   double bubble = 0.0;             // parallel::pipeline_bubble_fraction
   std::vector<HybridStage> stages;

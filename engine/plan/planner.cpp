@@ -170,6 +170,7 @@ Settings written_settings(const job::JobSpec& spec, int gpus = 0, int processes 
     s.pp_size = job::hybrid_pipeline_parallel_size(spec.strategy.options);
     s.pp_chunks = job::hybrid_pipeline_chunks(spec.strategy.options);
     s.zero_stage = job::hybrid_zero_stage(spec.strategy.options);
+    s.sequence_parallel = job::hybrid_sequence_parallel(spec.strategy.options);
   }
   if (spec.strategy.name == "zero") {
     s.strategy = "zero";
@@ -188,6 +189,7 @@ std::string strategy_phrase(const Settings& s) {
   if (s.strategy == "hybrid")
     return "hybrid tp " + std::to_string(s.tp_size) + " × pp " + std::to_string(s.pp_size) +
            (s.pp_chunks > 1 ? " (" + std::to_string(s.pp_chunks) + " chunks a stage)" : "") +
+           (s.sequence_parallel ? " with sequence parallelism" : "") +
            (s.zero_stage == 1 ? " with ZeRO-1" : "");
   return s.strategy == "zero" ? "zero stage " + std::to_string(s.zero_stage) : s.strategy;
 }
@@ -734,14 +736,18 @@ ActivationTerms activation_terms(const hf::ModelConfig& c, const Settings& s, in
   // Split over tp: all but the layer's input and residual (2h).
   const double saved = hf::family_of(c).parameter_shapes(c).saved_per_token;
   const double whole = std::min(saved, 2.0 * h);
+  // Sequence parallelism splits the rest by positions: the layer's input and residual, and the
+  // norms (the column-parallel layers keep their input's block, gathering it again in backward).
+  const double positions = tp > 1 && s.sequence_parallel ? split : 1.0;
   ActivationTerms out;
-  out.layer = t * (act * (tp > 1 ? whole + (saved - whole) / split : saved) + 2 * norm_bytes * h);
+  out.layer = t * (act * (tp > 1 ? whole / positions + (saved - whole) / split : saved) +
+                   2 * norm_bytes * h / positions);
   out.layer += t * d(c.num_attention_heads) / split * 4.0;
   if (lora) {
     const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
     out.layer += t * act * d(s.lora_rank) * d(static_cast<std::int64_t>(targets.size())) * 2;
   }
-  out.boundary = t * h * act;
+  out.boundary = t * h * act / positions;
   // The loss head at its backward: logits, their fp32 copy under bf16, log-softmax, and the
   // gradients of both, all [T, V] (V / tp: vocabulary-parallel); plus the final norm.
   out.head = t * v / split * (bf16 ? 2.0 + 4.0 * 3 : 4.0 * 4) + t * h * (act + 2 * norm_bytes);
@@ -1298,7 +1304,11 @@ std::string hybrid_held(const HybridLayout& layout) {
                                   : std::string("every layer on every rank");
   if (layout.tp > 1)
     out += ", each stage's tensors split over " + std::to_string(layout.tp) +
-           " ranks (heads, MLP width and vocabulary)";
+           " ranks (heads, MLP width and vocabulary)" +
+           (layout.sequence_parallel
+                ? ", the layers' norms and residuals on 1/" + std::to_string(layout.tp) +
+                      " of the positions each (sequence parallelism)"
+                : "");
   if (layout.dp > 1)
     out += ", " + std::to_string(layout.dp) + " replicas of that averaging their gradients" +
            (layout.zero1 ? ", each keeping and updating 1/" + std::to_string(layout.dp) +
@@ -2162,7 +2172,8 @@ json to_json(const Plan& p) {
          s.strategy == "zero" || s.strategy == "hybrid" ? json(s.zero_stage) : json(nullptr)},
         {"tp_size", s.tp_size},
         {"pp_size", s.pp_size},
-        {"pp_chunks", s.pp_chunks}}},
+        {"pp_chunks", s.pp_chunks},
+        {"sequence_parallel", s.sequence_parallel}}},
       {"ranks",
        {{"processes", p.processes},
         {"on_this_machine", p.processes_per_node},
@@ -2520,6 +2531,7 @@ Settings settings_from_json(const nlohmann::json& j, const std::string& source) 
     s.tp_size = j.value("tp_size", 1);
     s.pp_size = j.value("pp_size", 1);
     s.pp_chunks = j.value("pp_chunks", 1);
+    s.sequence_parallel = j.value("sequence_parallel", false);
   } catch (const nlohmann::json::exception& e) {
     throw_invalid(source + ": the plan's settings are incomplete (" + e.what() + ")",
                   "delete the file to plan again from the job spec");

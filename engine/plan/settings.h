@@ -41,6 +41,7 @@ struct Settings {
   int tp_size = 1;
   int pp_size = 1;
   int pp_chunks = 1;
+  bool sequence_parallel = false;  // hybrid's, with tp_size above 1
 };
 
 }  // namespace tessera::plan

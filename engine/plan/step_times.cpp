@@ -41,6 +41,7 @@ json key_json(const StepTimeKey& k) {
           {"tp_size", s.tp_size},
           {"pp_size", s.pp_size},
           {"pp_chunks", s.pp_chunks},
+          {"sequence_parallel", s.sequence_parallel},
           {"processes", k.processes}};
 }
 
@@ -74,6 +75,7 @@ StepTimeRecord record_from_json(const json& j) {
   s.tp_size = j.value("tp_size", 1);        // before hybrid was planned: one of each
   s.pp_size = j.value("pp_size", 1);
   s.pp_chunks = j.value("pp_chunks", 1);
+  s.sequence_parallel = j.value("sequence_parallel", false);
   r.key.processes = j.value("processes", 1);  // before several processes were recorded: one
   // Records written before gemini's device tier was planned: none.
   s.device_tier = j.value("device_tier", false);
@@ -147,7 +149,7 @@ bool similar(const StepTimeKey& a, const StepTimeKey& b) {
          near(x.offload_param_frac, y.offload_param_frac) && x.device_tier == y.device_tier &&
          near(x.host_optim_frac, y.host_optim_frac) && near(x.host_param_frac, y.host_param_frac) &&
          x.zero_offload == y.zero_offload && x.tp_size == y.tp_size && x.pp_size == y.pp_size &&
-         x.pp_chunks == y.pp_chunks;
+         x.pp_chunks == y.pp_chunks && x.sequence_parallel == y.sequence_parallel;
 }
 
 bool same(const StepTimeKey& a, const StepTimeKey& b) {

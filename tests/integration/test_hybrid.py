@@ -532,10 +532,13 @@ def test_sequence_parallel_equals_one_process(workdir, family, method):
     """sequence_parallel at tp 2: the layers' norms, dropout (gpt2's 0.1, LoRA's) and residuals
     on half the positions each (the batches pad to uneven lengths: the last block is padded),
     all-gathers and reduce-scatters in place of the all-reduces — every step's loss and the export
-    equal single's within 1e-5; the tensor group's traffic is all-gathers and reduce-scatters,
-    its ring bytes those of tp 2 without it (an all-reduce is the pair) but for one all-gather of
-    the hidden states entering the layers (in backward) and one leaving them: with 2 layers
-    (8 all-reduces' worth a micro-batch, and the embedding's and the head's) +10%, with 24 +1%."""
+    equal single's within 1e-5; the tensor group's traffic is all-gathers and reduce-scatters:
+    those of tp 2 without it (an all-reduce is the pair), plus, as Megatron-LM trades it, the
+    positions gathered again in backward for the weights' gradients of q/k/v and of gate/up
+    (the layers keep only their block of them), and the gathers entering and leaving the layers:
+    1.30x tp 2 alone's ring bytes with 2 layers (2 re-gathers beside 4 all-reduces' worth a
+    layer, the ends beside the embedding's and the head's all-reduce); with LoRA the frozen
+    weights need no re-gather (1.12x)."""
     events = equals_single(workdir, family, f"{family}-{method}-hybrid-tp2-sp",
                            {"tp_size": 2, "sequence_parallel": True}, 2, method=method, what="tp 2 sequence parallel")
     plain = workdir / "runs" / (f"{family}-hybrid-tp2" if method == "full" else f"{family}-lora-hybrid-tp2")
@@ -550,4 +553,5 @@ def test_sequence_parallel_equals_one_process(workdir, family, method):
         # (And padding the last block of an odd length: one position per collective at most.)
         print(f"step {a['step']}: ring bytes {traffic['ring_bytes']} with, {b['tensor_traffic']['ring_bytes']} "
               f"without sequence parallelism")
-        assert 1.0 <= traffic["ring_bytes"] / b["tensor_traffic"]["ring_bytes"] <= 1.15, (traffic, b["tensor_traffic"])
+        low, high = (1.25, 1.35) if method == "full" else (1.05, 1.15)
+        assert low <= traffic["ring_bytes"] / b["tensor_traffic"]["ring_bytes"] <= high, (traffic, b["tensor_traffic"])

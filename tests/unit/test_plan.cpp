@@ -11,6 +11,8 @@
 #include "core/error.h"
 #include "hf/config.h"
 #include "job/strategies.h"
+#include "plan/activations.h"
+#include "plan/hybrid_cost.h"
 #include "plan/planner.h"
 #include "plan/profile.h"
 #include "plan/step_times.h"
@@ -815,6 +817,22 @@ class TestPlan : public QObject {
     const double reduced = (4 * 4 + 2) * tokens * h * 4 + 2 * tokens * 4;
     QVERIFY(near(tp2.stages[0].tensor_bytes, 4 * (reduced + 0.5 * 2 * tokens * 4) + 4));
     QCOMPARE(tp2.stages[0].pipeline_bytes, 0.0);
+    // Sequence parallelism: the layer's input, residual and norms on half the positions (the
+    // split parts unchanged), the head's whole; the traffic gains the backward re-gathers of q/k/v
+    // and gate/up per layer and the two ends, (tp − 1)/tp of n·h each, per micro-batch.
+    plan::Settings sp = s;
+    sp.sequence_parallel = true;
+    const auto plain_terms = plan::activation_terms(c, s, 2);
+    const auto sp_terms = plan::activation_terms(c, sp, 2);
+    QVERIFY(sp_terms.layer < plain_terms.layer);
+    QVERIFY(near(plain_terms.layer - sp_terms.layer,
+                 tokens * (4 * 2 * h + 2 * (4 + 4) * h) / 2));  // fp32, full: 2h whole, 2 norms
+    QVERIFY(near(sp_terms.boundary, plain_terms.boundary / 2));
+    QCOMPARE(sp_terms.head, plain_terms.head);
+    const auto sp_layout = plan::hybrid_layout(c, sp, 2, plan::kDefaultBucketBytes);
+    QVERIFY(sp_layout.sequence_parallel);
+    QVERIFY(near(sp_layout.stages[0].tensor_bytes - tp2.stages[0].tensor_bytes,
+                 4 * 0.5 * (2 * 4 + 2) * tokens * h * 4));
 
     s.tp_size = 1;
     s.pp_size = 2;
