@@ -113,6 +113,7 @@ void print_plan(const plan::Plan& p) {
             (c.settings.strategy == "zero" ? "zero stage " + std::to_string(c.settings.zero_stage)
              : c.settings.strategy == "hybrid" ? "hybrid tp " + std::to_string(c.settings.tp_size) +
                                                      " pp " + std::to_string(c.settings.pp_size) +
+                                                     (c.settings.sequence_parallel ? " sp" : "") +
                                                      (c.settings.zero_stage == 1 ? " zero 1" : "")
                                                : c.settings.strategy)
                 .c_str(),

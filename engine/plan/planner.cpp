@@ -1341,6 +1341,7 @@ void explain_distributed(Plan& plan, const PlanInputs& in, const std::vector<Set
     candidate.settings.tp_size = option.tp_size;
     candidate.settings.pp_size = option.pp_size;
     candidate.settings.pp_chunks = option.pp_chunks;
+    candidate.settings.sequence_parallel = option.sequence_parallel;
     const MemoryEstimate e =
         estimate_memory(in.model, candidate.settings, in.checkpoint_bytes, plan.processes);
     candidate.peak = e.peak();
@@ -1355,7 +1356,8 @@ void explain_distributed(Plan& plan, const PlanInputs& in, const std::vector<Set
   auto is_chosen = [&](const Plan::Candidate& c) {
     return c.settings.strategy == s.strategy && c.settings.zero_stage == s.zero_stage &&
            c.settings.tp_size == s.tp_size && c.settings.pp_size == s.pp_size &&
-           c.settings.pp_chunks == s.pp_chunks;
+           c.settings.pp_chunks == s.pp_chunks &&
+           c.settings.sequence_parallel == s.sequence_parallel;
   };
   std::stable_sort(plan.candidates.begin(), plan.candidates.end(),
                    [&](const Plan::Candidate& a, const Plan::Candidate& b) {
@@ -1518,6 +1520,7 @@ Plan make_plan(const PlanInputs& in) {
           t.pp_size = written.pp_size;
           t.pp_chunks = written.pp_chunks;
           t.zero_stage = written.zero_stage;
+          t.sequence_parallel = written.sequence_parallel;
           distributing.push_back(t);
           continue;
         }
@@ -1532,13 +1535,18 @@ Plan make_plan(const PlanInputs& in) {
             }
             t.tp_size = tp;
             t.pp_size = pp;
-            t.zero_stage = 0;
-            distributing.push_back(t);
-            // With replicas: the same layout sharing the optimizer state over them (ZeRO-1),
-            // after it, so a tie in step time keeps every replica's state whole.
-            if (processes / (tp * pp) > 1) {
-              t.zero_stage = 1;
-              distributing.push_back(t);
+            // With replicas the same layout also sharing the optimizer state over them (ZeRO-1),
+            // and with tensor parallelism (no pipeline yet) also on blocks of the positions
+            // (sequence parallelism): each after the plain one, so a tie in step time keeps
+            // the plainer.
+            for (const bool sequence : {false, true}) {
+              if (sequence && (tp == 1 || pp > 1)) continue;
+              for (const int zero : {0, 1}) {
+                if (zero == 1 && processes / (tp * pp) == 1) continue;
+                t.sequence_parallel = sequence;
+                t.zero_stage = zero;
+                distributing.push_back(t);
+              }
             }
           }
         continue;
@@ -1735,6 +1743,7 @@ Plan make_plan(const PlanInputs& in) {
       t.tp_size = option.tp_size;
       t.pp_size = option.pp_size;
       t.pp_chunks = option.pp_chunks;
+      t.sequence_parallel = option.sequence_parallel;
       if (!gemini_fractions.empty() && t.strategy != "gemini") continue;
       const std::vector<Fractions> fractions =
           t.strategy != "gemini" ? std::vector<Fractions>{{0.0, 0.0}}
@@ -2238,11 +2247,15 @@ json to_json(const Plan& p) {
            {"pipeline_traffic", {{"send_bytes", st.pipeline_bytes}, {"sends", st.pipeline_sends}}},
            {"data_traffic", {{"ring_bytes", st.data_bytes}, {"calls", st.data_calls}}}});
     }
-    out["ranks"]["hybrid"] = {
-        {"tp_size", p.hybrid->tp},       {"pp_size", p.hybrid->pp},
-        {"dp_size", p.hybrid->dp},       {"zero_stage", s.zero_stage},
-        {"pp_chunks", p.hybrid->chunks}, {"micro_batches", p.hybrid->micro_batches},
-        {"bubble", p.hybrid->bubble},    {"stages", stages}};
+    out["ranks"]["hybrid"] = {{"tp_size", p.hybrid->tp},
+                              {"pp_size", p.hybrid->pp},
+                              {"dp_size", p.hybrid->dp},
+                              {"zero_stage", s.zero_stage},
+                              {"sequence_parallel", s.sequence_parallel},
+                              {"pp_chunks", p.hybrid->chunks},
+                              {"micro_batches", p.hybrid->micro_batches},
+                              {"bubble", p.hybrid->bubble},
+                              {"stages", stages}};
   }
   if (!p.what_would_fit.empty()) out["what_would_fit"] = p.what_would_fit;
   json alternatives = json::array();
@@ -2265,6 +2278,7 @@ json to_json(const Plan& p) {
          {"tp_size", c.settings.tp_size},
          {"pp_size", c.settings.pp_size},
          {"pp_chunks", c.settings.pp_chunks},
+         {"sequence_parallel", c.settings.sequence_parallel},
          {"fits", c.fits},
          {"peak_per_rank", c.peak},
          {"by_category",
@@ -2485,6 +2499,7 @@ job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& s) {
                     {{"tp_size", s.tp_size},
                      {"pp_size", s.pp_size},
                      {"zero_stage", s.zero_stage},
+                     {"sequence_parallel", s.sequence_parallel},
                      {"device", "cpu"}}};
   if (s.strategy == "gemini" && spec.strategy.name == job::kAutoStrategy) {
     out.strategy = {"gemini", {{"offload_optim_frac", s.offload_optim_frac}}};

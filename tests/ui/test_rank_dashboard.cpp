@@ -359,25 +359,30 @@ class TestRankDashboard : public QObject {
       const QString name = planned.value("strategy").toString();
       // hybrid: one entry per layout the planner weighed.
       const QString key = name == "hybrid"
-                              ? QString("hybrid:%1x%2x%3")
+                              ? QString("hybrid:%1x%2x%3x%4")
                                     .arg(planned.value("tp_size").toInt())
                                     .arg(planned.value("pp_size").toInt())
                                     .arg(stage)
+                                    .arg(planned.value("sequence_parallel").toBool() ? 1 : 0)
                               : name + (stage > 0 ? QString(":%1").arg(stage) : QString());
       QVERIFY2(strategies->findData(key) >= 0, qPrintable(key));
       hybrid_layouts += name == "hybrid" ? 1 : 0;
     }
-    // The tiny llama splits 2 ways either way: tensor 2 × pipeline 1 and tensor 1 × pipeline 2
-    // (one replica each: nothing for ZeRO-1 to share); choosing one writes its sizes into the
-    // job.
-    QCOMPARE(hybrid_layouts, 2);
-    strategies->setCurrentIndex(strategies->findData("hybrid:1x2x0"));
+    // The tiny llama splits 2 ways either way: tensor 2 × pipeline 1 (also with sequence
+    // parallelism) and tensor 1 × pipeline 2 (one replica each: nothing for ZeRO-1 to share);
+    // choosing one writes its sizes into the job.
+    QCOMPARE(hybrid_layouts, 3);
+    QVERIFY(strategies->findData("hybrid:2x1x0x1") >= 0);
+    QCOMPARE(strategies->itemText(strategies->findData("hybrid:2x1x0x1")),
+             QString("hybrid: tensor 2 × pipeline 1, sequence parallel"));
+    strategies->setCurrentIndex(strategies->findData("hybrid:1x2x0x0"));
     QCOMPARE(strategies->currentText(), QString("hybrid: tensor 1 × pipeline 2"));
     const job::JobSpec split = wizard->build_spec();
     QCOMPARE(split.strategy.name, std::string("hybrid"));
     QCOMPARE(split.strategy.options.value("tp_size", 0), 1);
     QCOMPARE(split.strategy.options.value("pp_size", 0), 2);
     QVERIFY(!split.strategy.options.contains("zero_stage"));
+    QVERIFY(!split.strategy.options.contains("sequence_parallel"));
     // One process's strategy is not offered; gemini is, sharded over the ranks (the planner
     // plans it per rank since issue 12's gemini slice).
     for (int i = 0; i < strategies->count(); ++i)

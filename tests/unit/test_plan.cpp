@@ -925,6 +925,14 @@ class TestPlan : public QObject {
       });
     };
     QVERIFY(has(1, 2, 0) && has(1, 2, 1) && has(2, 1, 1) && !has(2, 2, 1));
+    // ... and with tensor parallelism and no pipeline also on blocks of the positions.
+    const auto sequence_parallel = [&](int tp, int pp) {
+      return std::any_of(weighed.candidates.begin(), weighed.candidates.end(), [&](const auto& x) {
+        return x.settings.strategy == "hybrid" && x.settings.tp_size == tp &&
+               x.settings.pp_size == pp && x.settings.sequence_parallel;
+      });
+    };
+    QVERIFY(sequence_parallel(2, 1) && !sequence_parallel(1, 2) && !sequence_parallel(2, 2));
     in.spec.strategy = {"hybrid", {{"tp_size", 1}, {"pp_size", 2}}};
     // The bubble stretches the slowest stage's compute: fewer micro-batches, a longer step.
     in.spec.training.gradient_accumulation = 2;
@@ -1001,11 +1009,12 @@ class TestPlan : public QObject {
     // zero at both stages was weighed: it saves memory a rank does not need, and costs an
     // all_gather of the parameters every step.
     // So was gemini (sharded: it holds less still, and communicates the most).
-    // And hybrid's layouts of 2 ranks (tp 2, pp 2), which split the layers: they hold less
-    // per rank too, and `auto` takes them only where nothing that keeps whole layers fits.
-    QCOMPARE(p.candidates.size(), std::size_t{6});
+    // And hybrid's layouts of 2 ranks (tp 2, with sequence parallelism too, and pp 2), which
+    // split the layers: they hold less per rank too, and `auto` takes them only where nothing
+    // that keeps whole layers fits.
+    QCOMPARE(p.candidates.size(), std::size_t{7});
     QCOMPARE(p.candidates[0].settings.strategy, std::string("ddp"));
-    for (std::size_t i = 1; i < 6; ++i) {
+    for (std::size_t i = 1; i < 7; ++i) {
       const std::string& name = p.candidates[i].settings.strategy;
       QVERIFY(name == "zero" || name == "gemini" || name == "hybrid");
       QVERIFY(p.candidates[i].peak < p.candidates[0].peak);
@@ -1017,7 +1026,7 @@ class TestPlan : public QObject {
                              return c.settings.strategy == "hybrid" &&
                                     c.settings.tp_size * c.settings.pp_size == 2;
                            }),
-             std::ptrdiff_t{2});
+             std::ptrdiff_t{3});
     QVERIFY(std::any_of(p.candidates.begin(), p.candidates.end(),
                         [](const auto& c) { return c.settings.strategy == "gemini"; }));
     QVERIFY(std::any_of(p.reasons.begin(), p.reasons.end(), [](const std::string& r) {

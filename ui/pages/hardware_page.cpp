@@ -84,15 +84,20 @@ QString first_line_of(const QByteArray& text) {
   return {};
 }
 
-// A hybrid layout in the strategy list: its data ("hybrid:<tp>x<pp>x<zero_stage>", which
-// strategy_spec reads back) and its text.
-QString hybrid_key(int tp, int pp, int zero_stage) {
-  return QString("hybrid:%1x%2x%3").arg(tp).arg(pp).arg(zero_stage);
+// A hybrid layout in the strategy list: its data ("hybrid:<tp>x<pp>x<zero_stage>x<sequence
+// parallel 0 | 1>", which strategy_spec reads back) and its text.
+QString hybrid_key(int tp, int pp, int zero_stage, bool sequence_parallel) {
+  return QString("hybrid:%1x%2x%3x%4")
+      .arg(tp)
+      .arg(pp)
+      .arg(zero_stage)
+      .arg(sequence_parallel ? 1 : 0);
 }
-QString hybrid_label(int tp, int pp, int zero_stage) {
-  return zero_stage == 1
-             ? HardwarePage::tr("hybrid: tensor %1 × pipeline %2, ZeRO-1").arg(tp).arg(pp)
-             : HardwarePage::tr("hybrid: tensor %1 × pipeline %2").arg(tp).arg(pp);
+QString hybrid_label(int tp, int pp, int zero_stage, bool sequence_parallel) {
+  QString label = HardwarePage::tr("hybrid: tensor %1 × pipeline %2").arg(tp).arg(pp);
+  if (sequence_parallel) label += HardwarePage::tr(", sequence parallel");
+  if (zero_stage == 1) label += HardwarePage::tr(", ZeRO-1");
+  return label;
 }
 
 }  // namespace
@@ -510,13 +515,14 @@ void HardwarePage::learn_strategies(const QJsonObject& plan) {
     // hybrid's layouts: one entry each.
     const int tp = s.value("tp_size").toInt(1), pp = s.value("pp_size").toInt(1);
     const bool hybrid = name == "hybrid";
-    const QString key = hybrid      ? hybrid_key(tp, pp, stage)
+    const bool sequence = s.value("sequence_parallel").toBool();
+    const QString key = hybrid      ? hybrid_key(tp, pp, stage, sequence)
                         : stage > 0 ? QString("%1:%2").arg(name).arg(stage)
                                     : name;
     if (name.isEmpty() || distributed_->findData(key) >= 0) continue;
     const bool was = loading_overrides_;
     loading_overrides_ = true;
-    distributed_->addItem(hybrid      ? hybrid_label(tp, pp, stage)
+    distributed_->addItem(hybrid      ? hybrid_label(tp, pp, stage, sequence)
                           : stage > 0 ? tr("%1 stage %2").arg(name).arg(stage)
                                       : name,
                           key);
@@ -538,6 +544,10 @@ job::StrategySpec HardwarePage::strategy_spec(const std::string& method) const {
         s.options["zero_stage"] = sizes.value(2).toInt();
       else
         s.options.erase("zero_stage");
+      if (sizes.value(3).toInt() > 0)
+        s.options["sequence_parallel"] = true;
+      else
+        s.options.erase("sequence_parallel");
     } else if (choice.contains(':')) {
       s.options["stage"] = choice.section(':', 1).toInt();
     }
@@ -570,10 +580,11 @@ void HardwarePage::load_strategy(const job::StrategySpec& strategy) {
   if (strategy.name == "hybrid") {  // its layout, as learn_strategies keys it
     const int tp = strategy.options.value("tp_size", 2), pp = strategy.options.value("pp_size", 1);
     const int zero_stage = strategy.options.value("zero_stage", 0);
-    const QString key = hybrid_key(tp, pp, zero_stage);
+    const bool sequence = strategy.options.value("sequence_parallel", false);
+    const QString key = hybrid_key(tp, pp, zero_stage, sequence);
     loading_overrides_ = true;
     if (distributed_->findData(key) < 0)
-      distributed_->addItem(hybrid_label(tp, pp, zero_stage), key);
+      distributed_->addItem(hybrid_label(tp, pp, zero_stage, sequence), key);
     distributed_->setCurrentIndex(distributed_->findData(key));
     loading_overrides_ = false;
   }
