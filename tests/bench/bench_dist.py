@@ -74,6 +74,18 @@ def cpu_description():
     return model, have
 
 
+def announce(name):
+    """The benchmarks' first line: tessera-cli present (else FAIL), the CPU, its SIMD flags, the
+    CPU count, torch's version and the platform."""
+    if not Path(CLI).exists():
+        raise SystemExit(f"FAIL: {CLI} is missing: build tessera-cli, or set TESSERA_CLI")
+    cpu, flags = cpu_description()
+    import torch
+
+    print(f"{name}: {cpu}; flags {' '.join(flags) or '(none of avx2/avx512)'}; {os.cpu_count()} CPUs; "
+          f"torch {torch.__version__}; {platform.platform()}")
+
+
 def make_model(folder):
     """The model, its tokenizer and the packed text, once."""
     import random

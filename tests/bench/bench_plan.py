@@ -18,7 +18,6 @@ machine. Environment: BENCH_PLAN_STEPS (measured steps, default 5), BENCH_PLAN_W
 """
 import json
 import os
-import platform
 import random
 import statistics
 import subprocess
@@ -141,11 +140,7 @@ def key_of(plan):
 
 
 def main():
-    if not Path(CLI).exists():
-        raise SystemExit(f"FAIL: {CLI} is missing: build tessera-cli, or set TESSERA_CLI")
-    cpu, flags = bench_dist.cpu_description()
-    print(f"bench_plan: {cpu}; flags {' '.join(flags) or '(none of avx2/avx512)'}; {os.cpu_count()} CPUs; "
-          f"{platform.platform()}")
+    bench_dist.announce("bench_plan")
     with tempfile.TemporaryDirectory(prefix="tessera-bench-plan-") as tmp:
         folder = Path(tmp)
         parameters = make_model(folder)

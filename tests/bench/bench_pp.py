@@ -29,7 +29,6 @@ BENCH_PP_LAYERS (default 4), BENCH_PP_MICRO (default 4).
 """
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -155,13 +154,7 @@ def run_peer(folder, world, threads, cut):
 
 
 def main():
-    if not Path(CLI).exists():
-        raise SystemExit(f"FAIL: {CLI} is missing: build tessera-cli, or set TESSERA_CLI")
-    cpu, flags = bench_dist.cpu_description()
-    import torch
-
-    print(f"bench_pp: {cpu}; flags {' '.join(flags) or '(none of avx2/avx512)'}; {os.cpu_count()} CPUs; "
-          f"torch {torch.__version__}; {platform.platform()}")
+    bench_dist.announce("bench_pp")
     with tempfile.TemporaryDirectory(prefix="tessera-bench-pp-") as tmp:
         folder = Path(tmp)
         parameters = bench_dist.make_model(folder)

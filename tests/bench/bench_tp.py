@@ -21,7 +21,6 @@ default 6), BENCH_TP_WARMUP (default 2), BENCH_TP_LAYERS (default 4).
 """
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -125,13 +124,7 @@ def run_peer(folder, world, threads):
 
 
 def main():
-    if not Path(CLI).exists():
-        raise SystemExit(f"FAIL: {CLI} is missing: build tessera-cli, or set TESSERA_CLI")
-    cpu, flags = bench_dist.cpu_description()
-    import torch
-
-    print(f"bench_tp: {cpu}; flags {' '.join(flags) or '(none of avx2/avx512)'}; {os.cpu_count()} CPUs; "
-          f"torch {torch.__version__}; {platform.platform()}")
+    bench_dist.announce("bench_tp")
     with tempfile.TemporaryDirectory(prefix="tessera-bench-tp-") as tmp:
         folder = Path(tmp)
         parameters = bench_dist.make_model(folder)
