@@ -224,7 +224,8 @@ const std::vector<StrategyInfo>& strategies() {
                        "true: Megatron-LM's sequence parallelism with tp_size above 1 — the "
                        "layers' norms, dropout and residuals compute on 1 / tp of the positions, "
                        "all-gather and reduce-scatter replacing the all-reduces (activation "
-                       "memory ÷ tp there, the same bytes sent); not with pp_size above 1 yet",
+                       "memory ÷ tp there; more bytes sent: the positions are gathered again in "
+                       "backward); not with pp_size above 1 yet",
                        {"false", "true"})},
        /*planned=*/true,
        /*distributes=*/true},

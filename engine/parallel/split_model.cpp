@@ -17,13 +17,7 @@
 namespace tessera::parallel {
 namespace {
 
-// One copy_to_group per input: q, k and v (gate and up) read the same normalised input, so their
-// input gradients are summed before one all-reduce instead of each being all-reduced (what
-// Megatron's fused projections do). Holds the last input it copied, so that its address cannot
-// be taken by another tensor while it is remembered.
-//
-// Under sequence parallelism the layers' inputs are blocks of the positions: the copy is every
-// position gathered (one all-gather for q, k and v; their input gradients reduce-scattered once).
+// Sequence parallelism's state shared by a split model's layers.
 struct SequenceState {
   explicit SequenceState(dist::ProcessGroup& g) : group(g) {}
   dist::ProcessGroup& group;
@@ -79,6 +73,13 @@ class GatheredLinear : public torch::autograd::Function<GatheredLinear> {
   }
 };
 
+// One copy_to_group per input: q, k and v (gate and up) read the same normalised input, so their
+// input gradients are summed before one all-reduce instead of each being all-reduced (what
+// Megatron's fused projections do). Holds the last input it copied, so that its address cannot
+// be taken by another tensor while it is remembered.
+//
+// Under sequence parallelism the layers' inputs are blocks of the positions: the copy is every
+// position gathered (one all-gather for q, k and v; their input gradients reduce-scattered once).
 class SharedCopy {
  public:
   explicit SharedCopy(dist::ProcessGroup& group, std::shared_ptr<SequenceState> sequence = {})

@@ -108,18 +108,21 @@ torch::Tensor own_block(const torch::Tensor& x, dist::ProcessGroup& group) {
   return padded_to(x, block * group.size()).narrow(1, block * group.rank(), block).contiguous();
 }
 
-class SplitSequence : public torch::autograd::Function<SplitSequence> {
+// This rank's block of x [B, T, …]: taken (`sums` false: every rank holds the same x) or
+// reduce-scattered (`sums`: each rank holds partial sums). Backward, the blocks' gradients
+// gathered either way.
+class ToSequenceBlock : public torch::autograd::Function<ToSequenceBlock> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                               dist::ProcessGroup* group) {
+                               dist::ProcessGroup* group, bool sums) {
     ctx->saved_data["group"] = group_value(*group);
     ctx->saved_data["length"] = x.size(1);
-    return own_block(x, *group);
+    return sums ? reduce_scatter_blocks(x, *group) : own_block(x, *group);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     return {all_gather_sequence(grads.at(0), group_of(ctx), ctx->saved_data["length"].toInt()),
-            torch::Tensor()};
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -140,21 +143,6 @@ class GatherSequence : public torch::autograd::Function<GatherSequence> {
   }
 };
 
-class ReduceScatterSequence : public torch::autograd::Function<ReduceScatterSequence> {
- public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                               dist::ProcessGroup* group) {
-    ctx->saved_data["group"] = group_value(*group);
-    ctx->saved_data["length"] = x.size(1);
-    return reduce_scatter_blocks(x, *group);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    return {all_gather_sequence(grads.at(0), group_of(ctx), ctx->saved_data["length"].toInt()),
-            torch::Tensor()};
-  }
-};
-
 }  // namespace
 
 std::int64_t sequence_block_length(std::int64_t length, int size) {
@@ -163,7 +151,7 @@ std::int64_t sequence_block_length(std::int64_t length, int size) {
 
 torch::Tensor split_sequence(const torch::Tensor& x, dist::ProcessGroup& group) {
   if (group.size() == 1) return x;
-  return SplitSequence::apply(x, &group);
+  return ToSequenceBlock::apply(x, &group, /*sums=*/false);
 }
 
 torch::Tensor gather_sequence(const torch::Tensor& block, dist::ProcessGroup& group,
@@ -174,7 +162,7 @@ torch::Tensor gather_sequence(const torch::Tensor& block, dist::ProcessGroup& gr
 
 torch::Tensor reduce_scatter_sequence(const torch::Tensor& x, dist::ProcessGroup& group) {
   if (group.size() == 1) return x;
-  return ReduceScatterSequence::apply(x, &group);
+  return ToSequenceBlock::apply(x, &group, /*sums=*/true);
 }
 
 torch::Tensor shard(const torch::Tensor& full, std::int64_t dim, int rank, int size,

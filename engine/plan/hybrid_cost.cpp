@@ -253,7 +253,6 @@ HybridLayout hybrid_layout(const hf::ModelConfig& c, const Settings& s, int worl
       st.data_calls = static_cast<std::int64_t>(std::ceil(
           gradients / d(static_cast<std::int64_t>(std::max<std::uint64_t>(bucket_bytes, 1)))));
       if (s.zero_stage == 1) {
-        const double element = s.precision == "bf16" ? 2.0 : 4.0;
         st.data_gather_bytes = d(out.dp - 1) / d(out.dp) * st.trainable * element;
         st.data_bytes += st.data_gather_bytes;
         st.data_calls += static_cast<std::int64_t>(

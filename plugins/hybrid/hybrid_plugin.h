@@ -15,8 +15,9 @@
 // zero_stage 1 makes the replicas ZeRO-1 (single's DenseTraining sharded over the data group):
 // each keeps the masters and moments of 1 / dp of its blocks; checkpoints gather them whole.
 // Options (job spec strategy.options, job/strategies.h): device = auto | cpu, tp_size = 2 | 1 | 4
-// | 8, pp_size = 1 | 2 | 4 | 8, pp_chunks = 1 | 2 | 4, zero_stage = 0 | 1. LoRA's adapters are
-// split like their layers. Not yet: CUDA, sequence parallelism, zero_stage 2, families without a
+// | 8, pp_size = 1 | 2 | 4 | 8, pp_chunks = 1 | 2 | 4, zero_stage = 0 | 1, sequence_parallel =
+// false | true (parallel/split_model.h). LoRA's adapters are split like their layers. Not yet:
+// CUDA, sequence parallelism with pipeline stages, zero_stage 2, families without a
 // tensor-parallel plan (bert): each refused with that said.
 
 namespace tessera::plugins {

@@ -55,7 +55,6 @@ class DenseTraining {
   void prepare(model::PretrainedModel& model, std::vector<NamedTensor> trainable,
                const PluginOptions& options, torch::Device device,
                dist::ProcessGroup* shard_group = nullptr);
-  bool sharded() const { return shard_group_ != nullptr; }
 
   torch::Device device() const { return device_; }
   torch::Dtype compute_dtype() const { return dtype_; }

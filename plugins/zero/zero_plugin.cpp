@@ -22,13 +22,6 @@
 namespace tessera::train {
 namespace {
 
-// The share of a tensor of n elements that rank r of `world` owns (single's DenseTraining
-// shards hybrid's replicas the same way).
-using Share = ElementShare;
-Share share_of(std::int64_t numel, int rank, int world) {
-  return element_share(numel, rank, world);
-}
-
 class ZeroPlugin : public Plugin {
  public:
   std::string name() const override { return "zero"; }
@@ -77,7 +70,7 @@ class ZeroPlugin : public Plugin {
     shares_.clear();
     masters_.clear();
     for (const NamedTensor& t : trainable) {
-      const Share s = share_of(t.tensor.numel(), rank_, world_);
+      const ElementShare s = element_share(t.tensor.numel(), rank_, world_);
       shares_.push_back(s);
       masters_.push_back({t.name, separate_masters() ? t.tensor.detach()
                                                            .reshape(-1)
@@ -124,13 +117,13 @@ class ZeroPlugin : public Plugin {
     model_weight_bytes_ = model_and_adapter_bytes(model, params_);
 
     std::int64_t shard_elements = 0;
-    for (const Share& s : shares_) shard_elements += s.count;
+    for (const ElementShare& s : shares_) shard_elements += s.count;
     if (stage_ == 2) {
       shard_gradients_ =
           torch::zeros({shard_elements}, torch::dtype(torch::kFloat32).device(device_));
       std::int64_t offset = 0;
       shard_gradient_of_.clear();
-      for (const Share& s : shares_) {
+      for (const ElementShare& s : shares_) {
         shard_gradient_of_.push_back(shard_gradients_.narrow(0, offset, s.count));
         offset += s.count;
       }
@@ -283,7 +276,7 @@ class ZeroPlugin : public Plugin {
     std::map<std::string, std::size_t> index_of;
     for (std::size_t i = 0; i < params_.size(); ++i) index_of[params_[i].name] = i;
     auto own_part = [&](const std::string& name, std::size_t i, const torch::Tensor& value) {
-      const Share& s = shares_[i];
+      const ElementShare& s = shares_[i];
       const std::int64_t n = params_[i].tensor.numel();
       if (value.numel() == s.count) return value.reshape(-1);
       if (value.numel() == n) return value.reshape(-1).narrow(0, s.start, s.count);
@@ -409,7 +402,7 @@ class ZeroPlugin : public Plugin {
       for (int r = 0; r < world_; ++r) {
         if (r == rank_) continue;
         for (std::size_t i : bucket.tensors) {
-          const Share s = share_of(params_[i].tensor.numel(), r, world_);
+          const ElementShare s = element_share(params_[i].tensor.numel(), r, world_);
           if (s.count == 0) continue;
           params_[i]
               .tensor.detach()
@@ -451,7 +444,7 @@ class ZeroPlugin : public Plugin {
   std::optional<MixedPrecision> precision_;  // set by prepare()
   torch::Dtype dtype_ = torch::kFloat32;
   std::vector<NamedTensor> params_;   // compute tensors, whole on every rank
-  std::vector<Share> shares_;         // per tensor of params_: this rank's range
+  std::vector<ElementShare> shares_;  // per tensor of params_: this rank's range
   std::vector<NamedTensor> masters_;  // per tensor: float32 values of this rank's range
   std::unique_ptr<optim::AdamW> optimizer_;
   torch::Tensor shard_gradients_;                 // stage 2: this rank's gradient ranges, flat
