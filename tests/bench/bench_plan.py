@@ -18,7 +18,6 @@ machine. Environment: BENCH_PLAN_STEPS (measured steps, default 5), BENCH_PLAN_W
 """
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -29,8 +28,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "pylib"))
-import bench_dist  # noqa: E402  (the CPU description)
-from tiny_tokenizer import byte_level_bpe  # noqa: E402
+import bench_dist  # noqa: E402  (announce)
+from plan_model import make_plan_model  # noqa: E402
+from proc_status import children_of, status_bytes  # noqa: E402
 
 CLI = bench_dist.CLI
 SEQ = 128
@@ -45,27 +45,6 @@ GRID = [
     ("hybrid-tp2", "hybrid", {"tp_size": 2, "pp_size": 1}, 4),
     ("hybrid-pp2", "hybrid", {"tp_size": 1, "pp_size": 2}, 4),
 ]
-
-
-def make_model(folder):
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    rng = random.Random(0)
-    words = ["".join(rng.choice("abcdefghijklmnop") for _ in range(rng.randint(2, 7))) for _ in range(600)]
-    lines = [" ".join(rng.choice(words) for _ in range(60)) for _ in range(400)]
-    fast = byte_level_bpe(lines, 1000)
-    fast.save_pretrained(folder / "model")
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=8000, hidden_size=512, intermediate_size=1376,
-                                         num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8,
-                                         max_position_embeddings=512, bos_token_id=0, eos_token_id=1,
-                                         pad_token_id=2))
-    model.save_pretrained(folder / "model")
-    with open(folder / "text.jsonl", "w") as f:
-        for line in lines:
-            f.write(json.dumps({"text": line}) + "\n")
-    return sum(p.numel() for p in model.parameters())
 
 
 def write_job(folder, name, strategy, options, accumulation):
@@ -89,23 +68,6 @@ def plan_of(path, env):
     return json.loads(r.stdout)
 
 
-def high_water_mark(pid):
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def children_of(pid):
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
 def run_measuring(path, env):
     """`launch --nproc 2`; returns (the median step seconds after the warm-up, the largest VmHWM of
     its ranks)."""
@@ -114,7 +76,7 @@ def run_measuring(path, env):
     peaks = {}
     while proc.poll() is None:
         for child in children_of(proc.pid):
-            hwm = high_water_mark(child)
+            hwm = status_bytes(child, "VmHWM")
             if hwm is not None:
                 peaks[child] = max(peaks.get(child, 0), hwm)
         time.sleep(0.01)
@@ -143,7 +105,7 @@ def main():
     bench_dist.announce("bench_plan")
     with tempfile.TemporaryDirectory(prefix="tessera-bench-plan-") as tmp:
         folder = Path(tmp)
-        parameters = make_model(folder)
+        parameters = make_plan_model(folder, lines=400)
         # A cache of its own: no step of these jobs measured before, so every plan is the cost
         # model's (the runs below record theirs there, after every plan is made).
         env = dict(os.environ, XDG_CACHE_HOME=str(folder / "cache"), TESSERA_DIST_TIMEOUT_S="120")

@@ -21,8 +21,8 @@
   model's heads (naming the sizes that would); more pipeline stages than layers; tp × pp not
   dividing the processes.
 - Sequence parallelism at tp 2 (llama, qwen2, gpt2 with its dropout, llama LoRA): equal to single,
-  the tensor traffic all-gathers and reduce-scatters of the same volume but the layers' entry and
-  exit; refused with pipeline stages and at tp 1.
+  the tensor traffic all-gathers and reduce-scatters (an all-reduce's volume, plus the backward
+  re-gathers and the layers' entry and exit); refused with pipeline stages and at tp 1.
 - ZeRO-1 over the replicas (zero_stage 1, tp 2 × dp 2): equal to single (fp32) and to zero_stage 0
   (bf16), each rank's optimizer state exactly its shares', a resume chain through it, the plan's
   figures as reported.
@@ -473,19 +473,18 @@ def test_zero1_shares_the_optimizer_over_replicas(workdir, precision):
     def share(n, replica):
         per = (n + 1) // 2
         return min(per, max(0, n - replica * per))
+    element = 2 if precision == "bf16" else 4
     memory = [e for e in events if e["type"] == "memory" and e["tier"] == "host" and "ranks" in e][-1]
     assert len(memory["ranks"]) == 4
     for rank in memory["ranks"]:
         replica = rank["mesh"]["dp"]
         moments = sum(8 * share(n, replica) for n in blocks.values())
         masters = sum(4 * share(n, replica) for n in blocks.values()) if precision == "bf16" else 0
-        element = 2 if precision == "bf16" else 4
         weights = sum(element * n for n in blocks.values()) + masters
         print(f"rank {rank['rank']} (replica {replica}): optimizer {rank['by_category']['optimizer']}, "
               f"shares' moments {moments}; weights {rank['by_category']['weights']}, expected {weights}")
         assert rank["by_category"]["optimizer"] == moments, rank
         assert rank["by_category"]["weights"] == weights, rank
-    element = 2 if precision == "bf16" else 4
     gathered = sum(2 * ((n + 1) // 2) for n in blocks.values()) * element
     for e in (e for e in events if e["type"] == "metric" and "traffic" in e):
         assert e["traffic"]["all_gather"]["bytes"] == gathered, (e["traffic"], gathered)

@@ -40,11 +40,10 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
-from tiny_tokenizer import byte_level_bpe  # noqa: E402
+from plan_model import make_plan_model  # noqa: E402
+from proc_status import children_of, status_bytes  # noqa: E402
 
 CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
 ENV = {**os.environ, "TESSERA_DIST_TIMEOUT_S": "30", "TESSERA_DIST_RENDEZVOUS_TIMEOUT_S": "60"}
@@ -75,18 +74,7 @@ def workdir(tmp_path_factory):
     # The model of tests/parity/test_plan_estimate.py (~21M parameters): weights, gradients,
     # buckets, optimizer state and activations are each a visible share of a rank's peak.
     d = tmp_path_factory.mktemp("plan-ranks")
-    rng = __import__("random").Random(0)
-    words = ["".join(rng.choice("abcdefghijklmnop") for _ in range(rng.randint(2, 7))) for _ in range(600)]
-    lines = [" ".join(rng.choice(words) for _ in range(60)) for _ in range(300)]
-    fast = byte_level_bpe(lines, 1000)
-    fast.save_pretrained(d / "model")
-    torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=8000, hidden_size=512, intermediate_size=1376, num_hidden_layers=4,
-                                 num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=512,
-                                 bos_token_id=0, eos_token_id=1, pad_token_id=2)).save_pretrained(d / "model")
-    with open(d / "text.jsonl", "w") as f:
-        for line in lines:
-            f.write(json.dumps({"text": line}) + "\n")
+    make_plan_model(d)
     return d
 
 
@@ -107,23 +95,6 @@ def plan_of(path, *extra, env=None):
     return json.loads(r.stdout)
 
 
-def children_of(pid):
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
-def high_water_mark(pid):
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
 def folder_bytes(folder):
     try:
         return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
@@ -141,7 +112,7 @@ def launch_measuring_rss(*args, offload_dir=None):
     peaks, files = {}, {}
     while proc.poll() is None:
         for child in children_of(proc.pid):
-            hwm = high_water_mark(child)
+            hwm = status_bytes(child, "VmHWM")
             if hwm is not None:
                 peaks[child] = max(peaks.get(child, 0), hwm)
             if offload_dir is not None:
@@ -506,12 +477,9 @@ def training_peak_rss(path):
     samples = []
     while proc.poll() is None:
         for child in children_of(proc.pid):
-            try:
-                for line in Path(f"/proc/{child}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        samples.append((time.time(), int(line.split()[1]) * 1024))
-            except OSError:
-                pass
+            rss = status_bytes(child, "VmRSS")
+            if rss is not None:
+                samples.append((time.time(), rss))
         time.sleep(0.005)
     assert proc.returncode == 0, proc.stderr.read()[-3000:]
     events = events_of(Path(json.loads(Path(path).read_text())["output"]["dir"]) / "events.jsonl")

@@ -7,7 +7,6 @@ family; and an impossible job under a simulated budget exiting 2 with the number
 import json
 import math
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from transformers import (BertConfig, BertModel, GPT2Config, GPT2LMHeadModel, Ll
                           MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
-from tiny_tokenizer import byte_level_bpe  # noqa: E402
+from plan_model import make_plan_model  # noqa: E402
 
 CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
 TOLERANCE = 0.25
@@ -40,20 +39,9 @@ def peak_rss_of(*args, env=None):
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     d = tmp_path_factory.mktemp("plan")
-    rng = random.Random(0)
-    words = ["".join(rng.choice("abcdefghijklmnop") for _ in range(rng.randint(2, 7))) for _ in range(600)]
-    lines = [" ".join(rng.choice(words) for _ in range(60)) for _ in range(300)]
-    fast = byte_level_bpe(lines, 1000)
-    fast.save_pretrained(d / "model")
-    torch.manual_seed(0)
-    # Sized so that weights (~21M parameters), optimizer state and activations (batch 8 × 128
-    # tokens, vocab 8000 logits) are each a visible share of the peak, above the runtime.
-    LlamaForCausalLM(LlamaConfig(vocab_size=8000, hidden_size=512, intermediate_size=1376, num_hidden_layers=4,
-                                 num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=512,
-                                 bos_token_id=0, eos_token_id=1, pad_token_id=2)).save_pretrained(d / "model")
-    with open(d / "text.jsonl", "w") as f:
-        for line in lines:
-            f.write(json.dumps({"text": line}) + "\n")
+    # ~21M parameters: weights, optimizer state and activations (batch 8 × 128 tokens, vocab 8000
+    # logits) each a visible share of the peak, above the runtime.
+    make_plan_model(d)
     return d
 
 
