@@ -119,6 +119,17 @@ int most_activations_held(const std::vector<PipelineAction>& actions) {
 
 double simulate_pipeline(int stages, int micro_batches, double forward, double backward,
                          std::vector<double>* idle, int chunks) {
+  const auto virtual_stages = static_cast<std::size_t>(stages * chunks);
+  return simulate_pipeline(stages, micro_batches, std::vector<double>(virtual_stages, forward),
+                           std::vector<double>(virtual_stages, backward), idle, chunks);
+}
+
+double simulate_pipeline(int stages, int micro_batches, const std::vector<double>& forward,
+                         const std::vector<double>& backward, std::vector<double>* idle,
+                         int chunks) {
+  if (forward.size() != static_cast<std::size_t>(stages * chunks) ||
+      backward.size() != forward.size())
+    throw Error(ErrorKind::Internal, "simulate_pipeline: one time per virtual stage expected");
   std::vector<std::vector<PipelineAction>> schedules;
   for (int s = 0; s < stages; ++s)
     schedules.push_back(interleaved_one_f_one_b(s, stages, chunks, micro_batches));
@@ -149,7 +160,7 @@ double simulate_pipeline(int stages, int micro_batches, double forward, double b
         }
         if (ready < 0) break;  // waits on another stage
         const double start = std::max(ready, free_at[su]);
-        const double length = a.kind == PipelineAction::Forward ? forward : backward;
+        const double length = a.kind == PipelineAction::Forward ? forward[gu] : backward[gu];
         free_at[su] = start + length;
         busy[su] += length;
         (a.kind == PipelineAction::Forward ? done_forward : done_backward)[gu][m] = free_at[su];

@@ -58,6 +58,12 @@ int most_activations_held(const std::vector<PipelineAction>& actions);
 // With `chunks` above 1 the interleaved schedule, forward and backward being one chunk's.
 double simulate_pipeline(int stages, int micro_batches, double forward, double backward,
                          std::vector<double>* idle = nullptr, int chunks = 1);
+// The same with each virtual stage's own times (indexed by chunk · stages + stage), as the
+// planner costs stages of unequal work: a lighter stage's fill and drain cost its own time, and
+// the heaviest stage paces the steady state.
+double simulate_pipeline(int stages, int micro_batches, const std::vector<double>& forward,
+                         const std::vector<double>& backward, std::vector<double>* idle = nullptr,
+                         int chunks = 1);
 
 // (stages − 1) / (chunks · micro_batches + stages − 1): the bubble fraction a balanced 1F1B
 // pipeline leaves (interleaved over `chunks` chunks per stage).

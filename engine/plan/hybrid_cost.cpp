@@ -163,6 +163,7 @@ HybridLayout hybrid_layout(const hf::ModelConfig& c, const Settings& s, int worl
       const parallel::StageLayers& range = cuts[static_cast<std::size_t>(chunk * pp + stage)];
       ranges.push_back(range);
       st.layer_count += range.end - range.first;
+      st.chunk_layers.push_back(range.end - range.first);
       widest_chunk = std::max(widest_chunk, range.end - range.first);
     }
     st.layers = describe(ranges);
@@ -187,6 +188,16 @@ HybridLayout hybrid_layout(const hf::ModelConfig& c, const Settings& s, int worl
     // matrix, tied or not, is a product).
     st.compute_parameters = st.parameters + (lora ? st.trainable : 0.0) -
                             (st.first ? v * h * embedding_share + before_rest : 0.0);
+    // With one stage a tied head is the embedding's matrix, held once but a product too.
+    if (st.last && pp == 1 && head_whole == 0.0 && family.causal_lm)
+      st.compute_parameters += v * h * head_share;
+    const double per_layer = layer_rank + (lora ? layer_lora : 0.0);
+    double in_layers = 0.0;
+    for (std::int64_t n : st.chunk_layers) {
+      st.chunk_compute_parameters.push_back(d(n) * per_layer);
+      in_layers += d(n) * per_layer;
+    }
+    st.chunk_compute_parameters.back() += st.compute_parameters - in_layers;
 
     // Activations: the schedule's most chunk micro-batches alive on this stage, each holding its
     // chunk's layers (only their inputs under activation checkpointing, one layer recomputed at a

@@ -25,8 +25,12 @@ struct HybridStage {
   double trainable = 0;           // of those trained (LoRA: its blocks of its stage's adapters)
   double whole_parameters = 0;    // the stage's tensors whole: what loading reads before the split
   double compute_parameters = 0;  // elements whose products one rank computes (FLOPs ∝ these)
-  int micro_batches_held = 0;     // chunk activations alive at the stage's peak (1F1B)
-  double activation_bytes = 0;    // saved for backward at that peak (with kActivationOverhead)
+  // Per model chunk of the stage (virtual stage chunk · pp + stage): its layers and its share of
+  // compute_parameters (the head's on the last chunk of the last stage).
+  std::vector<std::int64_t> chunk_layers;
+  std::vector<double> chunk_compute_parameters;
+  int micro_batches_held = 0;   // chunk activations alive at the stage's peak (1F1B)
+  double activation_bytes = 0;  // saved for backward at that peak (with kActivationOverhead)
   // Per step: ring bytes through one rank of the tensor group (all-reduces 2(tp−1)/tp of their
   // bytes, all-gathers (tp−1)/tp), and its calls; bytes this stage sends to its neighbours
   // (activations forward, their gradients backward), and its sends.

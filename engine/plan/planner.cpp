@@ -20,6 +20,7 @@
 #include "memory/chunk_cache_policy.h"
 #include "memory/chunk_layout.h"
 #include "memory/disk_store.h"
+#include "parallel/pipeline_schedule.h"
 #include "plan/activations.h"
 #include "plan/hybrid_cost.h"
 #include "plan/model_size.h"
@@ -223,12 +224,38 @@ std::string in_host_phrase(const Settings& s) {
   return phrase.empty() ? "nothing" : phrase;
 }
 
-// 2 FLOPs per parameter per token forward, 4 backward (2 without weight gradients, as for
-// LoRA's frozen base), plus a forward again under activation checkpointing.
-double step_flops(const Settings& s, double parameters, double tokens) {
-  const double per_token =
-      (s.method == "lora" ? 4.0 : 6.0) + (s.activation_checkpointing ? 2.0 : 0.0);
-  return per_token * parameters * tokens;
+// The per-token work of a step besides its fixed cost per op: the elements whose products the
+// step computes (FLOPs ∝ these: 2 per element per token forward, 4 backward, 2 without weight
+// gradients as for LoRA's frozen base) and the attention's scores and weighted sums (FLOPs of one
+// forward per token, 2 more of it backward whatever is trained). Activation checkpointing adds a
+// forward of both.
+struct StepWork {
+  double products = 0;
+  double attention = 0;
+};
+
+double step_flops(const Settings& s, const StepWork& work, double tokens) {
+  const double recompute = s.activation_checkpointing ? 1.0 : 0.0;
+  const double per_product = (s.method == "lora" ? 4.0 : 6.0) + 2.0 * recompute;
+  return (per_product * work.products + (3.0 + recompute) * work.attention) * tokens;
+}
+
+// Forward FLOPs per token of `layers` layers' attention over sequences of `sequence` tokens, its
+// heads split over `tp` ranks: a query's scores against the keys and the sum of their values,
+// 2 · 2 · (heads · head_dim) per key; a causal model's kernel (LibTorch's flash attention, on the
+// CPU too) skips the blocks above the diagonal, so a query sees half the sequence on average.
+double attention_flops(const hf::ModelConfig& c, double layers, double sequence, int tp) {
+  const double heads = d(c.num_attention_heads);
+  const double width = c.head_dim > 0 && heads > 0 ? heads * d(c.head_dim) : d(c.hidden_size);
+  const double keys = hf::family_of(c).causal_lm ? sequence / 2.0 : sequence;
+  return layers * 4.0 * width * keys / d(std::max(1, tp));
+}
+
+// Tokens per sequence of a step of `tokens` tokens at the settings' batch.
+double sequence_of(const Settings& s, double tokens) {
+  const double sequences = d(std::max<std::int64_t>(1, s.micro_batch)) *
+                           d(std::max<std::int64_t>(1, s.gradient_accumulation));
+  return std::min(tokens / sequences, d(s.sequence_length));
 }
 
 // Seconds of a step by the cost model: FLOPs at the device's rate, plus a fixed cost per op
@@ -239,29 +266,68 @@ double step_flops(const Settings& s, double parameters, double tokens) {
 // Xeon: a step of 32 tokens took 18 ms (median of 40) where its FLOPs alone give 3 ms; 2048 tokens
 // took 180 ms against 200 ms.
 constexpr double kSecondsPerOp = 10e-6;
-double modelled_step_seconds(const Settings& s, double parameters, double tokens, double layers,
+double modelled_step_seconds(const Settings& s, const StepWork& work, double tokens, double layers,
                              double flops_per_s) {
   if (!(flops_per_s > 0)) return 0.0;
   const double micro_batches = d(std::max<std::int64_t>(1, s.gradient_accumulation));
   const double ops = micro_batches * (120.0 * layers + 40.0) + 130.0 * layers + 60.0;
-  return step_flops(s, parameters, tokens) / flops_per_s + ops * kSecondsPerOp;
+  return step_flops(s, work, tokens) / flops_per_s + ops * kSecondsPerOp;
+}
+
+// The whole model's work per token: every layer's tensors, the final norm and the LM head (tied
+// or not: the tied embedding's matrix is a product there), LoRA's adapters; not the input
+// embedding or learned positions, which are lookups. Its attention over the settings' sequences.
+StepWork model_work(const hf::ModelConfig& c, const Settings& s, double tokens) {
+  const hf::FamilyTraits& family = hf::family_of(c);
+  const hf::ParameterShapes shapes = family.parameter_shapes(c);
+  double layer = shapes.layer_other;
+  for (const hf::LinearModule& m : shapes.layer_linears)
+    layer += m.in_features * m.out_features + (m.bias ? m.out_features : 0.0);
+  const double layers = d(c.num_hidden_layers);
+  StepWork w;
+  w.products = layers * layer + shapes.layer_other / 2.0 +
+               (family.causal_lm ? d(c.vocab_size) * d(c.hidden_size) : 0.0);
+  if (s.method == "lora") w.products += d(count_lora_parameters(c, s.lora_rank, s.lora_targets));
+  w.attention = attention_flops(c, layers, sequence_of(s, tokens), 1);
+  return w;
 }
 
 // One rank's compute per step by the cost model at `rank_flops`: its replica's products (every
-// parameter's; zero and gemini compute whole layers too). hybrid: the slowest pipeline stage's
-// blocks of its layers, stretched by the pipeline's bubble (the step lasts (C·m + pp − 1) chunk
-// micro-batches of the slowest stage, not C·m).
+// parameter's; zero and gemini compute whole layers too). hybrid: the pipeline's schedule run
+// with each model chunk's forward and backward of one micro-batch (parallel::simulate_pipeline:
+// the slowest stage paces it, the others' fill and drain add their own time), then the slowest
+// stage's update.
 double rank_compute_seconds(const hf::ModelConfig& c, const Settings& s, int world_size,
                             double tokens, double rank_flops) {
   if (s.strategy != "hybrid")
-    return modelled_step_seconds(s, d(count_parameters(c)), tokens, d(c.num_hidden_layers),
+    return modelled_step_seconds(s, model_work(c, s, tokens), tokens, d(c.num_hidden_layers),
                                  rank_flops);
+  if (!(rank_flops > 0)) return 0.0;
   const HybridLayout layout = hybrid_layout(c, s, world_size, kDefaultBucketBytes);
-  double slowest = 0.0;
-  for (const HybridStage& st : layout.stages)
-    slowest = std::max(slowest, modelled_step_seconds(s, st.compute_parameters, tokens,
-                                                      d(st.layer_count), rank_flops));
-  return slowest / (1.0 - layout.bubble);
+  const double sequence = sequence_of(s, tokens);
+  const double micro_tokens = tokens / d(layout.micro_batches);
+  const auto virtual_stages = static_cast<std::size_t>(layout.pp * layout.chunks);
+  std::vector<double> forward(virtual_stages, 0.0), backward(virtual_stages, 0.0);
+  double update = 0.0;
+  for (const HybridStage& st : layout.stages) {
+    for (std::size_t k = 0; k < st.chunk_layers.size(); ++k) {
+      const double layers = d(st.chunk_layers[k]);
+      const StepWork work{st.chunk_compute_parameters[k],
+                          attention_flops(c, layers, sequence, layout.tp)};
+      const double flops = step_flops(s, work, micro_tokens);
+      const double forward_flops = (2.0 * work.products + work.attention) * micro_tokens;
+      const double ops = (120.0 * layers + (st.first && k == 0 ? 40.0 : 0.0)) * kSecondsPerOp;
+      const double seconds = flops / rank_flops + ops;
+      const std::size_t g =
+          k * static_cast<std::size_t>(layout.pp) + static_cast<std::size_t>(st.stage);
+      forward[g] = flops > 0.0 ? seconds * forward_flops / flops : 0.0;
+      backward[g] = seconds - forward[g];
+    }
+    update = std::max(update, (130.0 * d(st.layer_count) + 60.0) * kSecondsPerOp);
+  }
+  return parallel::simulate_pipeline(layout.pp, static_cast<int>(layout.micro_batches), forward,
+                                     backward, nullptr, layout.chunks) +
+         update;
 }
 
 // A plan's settings train micro_batch × gradient_accumulation × sequence_length tokens a step.
@@ -1055,9 +1121,11 @@ Communication estimate_communication(const hf::ModelConfig& c, const Settings& s
     // The busiest rank's: its tensor group's all-reduces and all-gathers, its pipeline sends
     // and its data-parallel all-reduce (plan/hybrid_cost.h), all on the step's critical path.
     const HybridLayout layout = hybrid_layout(c, s, world_size, bucket_bytes);
+    std::int64_t tensor_calls = 0;
     for (const HybridStage& st : layout.stages) {
       const double bytes = st.tensor_bytes + st.pipeline_bytes + st.data_bytes;
       if (bytes < d(static_cast<std::int64_t>(out.bytes))) continue;
+      tensor_calls = st.tensor_calls;
       out.tensor_bytes = to_bytes(st.tensor_bytes);
       out.pipeline_bytes = to_bytes(st.pipeline_bytes);
       out.gradient_bytes = to_bytes(st.data_bytes - st.data_gather_bytes);
@@ -1065,9 +1133,10 @@ Communication estimate_communication(const hf::ModelConfig& c, const Settings& s
       out.bytes = to_bytes(bytes);
       out.calls = st.tensor_calls + st.pipeline_sends + st.data_calls;
     }
+    // Each tensor-group collective also waits for the slower rank of the group to reach it.
     if (link && link->measured && link->bandwidth_bytes_per_s > 0.0)
       out.seconds = d(static_cast<std::int64_t>(out.bytes)) / link->bandwidth_bytes_per_s +
-                    d(out.calls) * link->latency_s;
+                    d(out.calls) * link->latency_s + d(tensor_calls) * kTensorCollectiveWait;
     return out;
   }
   const double w = d(world_size);
@@ -1151,7 +1220,6 @@ void calibrate(Plan& plan, const PlanInputs& in, const std::string& device, doub
     }
   }
   if (best == nullptr) return;
-  const double parameters = d(plan.total_parameters);
   const std::string measured = seconds_text(best->seconds_per_step) + " per step over run " +
                                run_name(best->run) + "'s first " +
                                std::to_string(best->steps_measured) + " steps after the first";
@@ -1168,7 +1236,8 @@ void calibrate(Plan& plan, const PlanInputs& in, const std::string& device, doub
                                 ? std::min(*in.tokens_per_sequence, d(was.sequence_length))
                                 : d(was.sequence_length);
     const double tokens = d(was.micro_batch) * d(was.gradient_accumulation) * sequence;
-    const double then = modelled_step_seconds(was, parameters, tokens, layers, flops);
+    const double then =
+        modelled_step_seconds(was, model_work(in.model, was, tokens), tokens, layers, flops);
     if (!(then > 0.0)) return;
     plan.seconds_per_step = best->seconds_per_step * plan.modelled_seconds_per_step / then;
     plan.time_source = "scaled from a similar run: " + measured + " (micro-batch " +
@@ -1198,9 +1267,8 @@ std::string link_phrase(const LinkInfo& link) {
 void plan_rank_time(Plan& plan, const PlanInputs& in, const std::string& device, double layers,
                     double flops, double rank_flops, double tokens, double rank_tokens,
                     const Communication& comm) {
-  const double parameters = d(plan.total_parameters);
-  const double one_process =
-      modelled_step_seconds(plan.settings, parameters, tokens, layers, flops);
+  const double one_process = modelled_step_seconds(
+      plan.settings, model_work(in.model, plan.settings, tokens), tokens, layers, flops);
   const double rank =
       rank_compute_seconds(in.model, plan.settings, plan.processes, rank_tokens, rank_flops);
   const double share = one_process > 0.0 ? rank / one_process : 1.0;
@@ -1981,11 +2049,11 @@ Plan make_plan(const PlanInputs& in) {
   if (in.tokens_per_sequence)
     plan.reasons.push_back("time for " + std::to_string(static_cast<std::int64_t>(sequence + 0.5)) +
                            " tokens per sequence: " + in.tokens_per_sequence_source);
-  plan.flops_per_step = step_flops(s, d(plan.total_parameters), tokens);
+  plan.flops_per_step = step_flops(s, model_work(c, s, tokens), tokens);
   // The chosen precision's rate (the search weighed candidates at the user's).
   const double chosen_flops = gpu ? gpu_flops(hw.gpus[0], s.precision) : flops;
   plan.modelled_seconds_per_step =
-      modelled_step_seconds(s, d(plan.total_parameters), tokens, layers, chosen_flops);
+      modelled_step_seconds(s, model_work(c, s, tokens), tokens, layers, chosen_flops);
   plan.seconds_per_step = plan.modelled_seconds_per_step;
   char rate[48];
   std::snprintf(rate, sizeof rate, "%.0f GFLOP/s", chosen_flops / 1e9);
@@ -2078,7 +2146,7 @@ Plan make_plan(const PlanInputs& in) {
   }
   for (Plan::Alternative& a : plan.alternatives) {
     a.seconds_per_step =
-        modelled_step_seconds(a.settings, d(plan.total_parameters), tokens, layers, flops);
+        modelled_step_seconds(a.settings, model_work(c, a.settings, tokens), tokens, layers, flops);
     a.summary =
         (a.settings.method == "lora" ? "LoRA (rank " + std::to_string(a.settings.lora_rank) + ")"
                                      : std::string("full fine-tuning")) +

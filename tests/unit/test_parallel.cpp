@@ -170,6 +170,24 @@ class TestParallel : public QObject {
         for (double seconds : idle) QCOMPARE(seconds / makespan, pipeline_bubble_fraction(p, m));
       }
   }
+
+  void aLighterStageCostsItsOwnTimeInTheFillAndDrain() {
+    // The planner's stages of unequal work: stage 0 takes 1 + 2 a micro-batch, stage 1 half as
+    // long. By hand (4 micro-batches): stage 0 waits 0.5 for the first backward's gradient
+    // (stage 1's 1.5 less its own second forward) and nowhere else in its 4 × 3, so the step is
+    // 12.5, where the heaviest stage stretched by the textbook bubble (m + p − 1)/m gives 15.
+    std::vector<double> idle;
+    const double makespan = simulate_pipeline(2, 4, {1.0, 0.5}, {2.0, 1.0}, &idle);
+    QCOMPARE(makespan, 12.5);
+    QCOMPARE(idle[0], 0.5);
+    QCOMPARE(idle[1], 12.5 - 4 * 1.5);
+    // Equal times as vectors: the same as the scalar form, interleaved too.
+    QCOMPARE(simulate_pipeline(2, 4, std::vector<double>(4, 1.0), std::vector<double>(4, 2.0),
+                               nullptr, 2),
+             simulate_pipeline(2, 4, 1.0, 2.0, nullptr, 2));
+    QVERIFY_THROWS_EXCEPTION(tessera::Error, simulate_pipeline(2, 4, std::vector<double>{1.0},
+                                                               std::vector<double>{2.0}));
+  }
 };
 
 QTEST_APPLESS_MAIN(TestParallel)

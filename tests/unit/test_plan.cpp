@@ -1720,6 +1720,29 @@ class TestPlan : public QObject {
     QVERIFY(warnings.empty());
   }
 
+  // The FLOPs a step is planned at: 6 per token for each element of the layers, the final norm
+  // and the LM head (tied too: the embedding's matrix is a product there), none for the input
+  // embedding (a lookup), and the causal attention's 4 · hidden per layer over half the keys,
+  // three times with backward. Counted here from the config, apart from the planner.
+  void stepFlopsCountProductsAndAttentionNotTheLookup() {
+    for (const bool tied : {false, true}) {
+      plan::PlanInputs in = inputs(64ull << 30);
+      json doc = small_llama();
+      doc["tie_word_embeddings"] = tied;
+      in.model = config(doc);
+      const double h = 512, m = 1376, v = 8000, layers = 4, sequence = 128, batch = 8;
+      const double layer = 4 * h * h + 3 * h * m + 2 * h;  // q k v o, gate up down, two norms
+      const double products = layers * layer + h + v * h;  // + the final norm and the head
+      const double attention = layers * 4 * h * sequence / 2;
+      const double expected = (6 * products + 3 * attention) * sequence * batch;
+      const plan::Plan p = plan::make_plan(in);
+      QVERIFY2(std::abs(p.flops_per_step / expected - 1) < 1e-9,
+               (std::to_string(p.flops_per_step) + " vs " + std::to_string(expected)).c_str());
+      // What the model holds differs by the untied head; what it multiplies by does not.
+      QCOMPARE(static_cast<double>(p.total_parameters), layers * layer + h + (tied ? 1 : 2) * v * h);
+    }
+  }
+
   // A plan uses a measurement of the same job as measured, scales one of a similar job by the
   // cost model's ratio, ignores other models and devices, and says which it used.
   void planUsesMeasuredStepTimes() {
