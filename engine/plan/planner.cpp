@@ -1083,8 +1083,12 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
                  static_cast<double>(kRuntimeBaselineBytes));
     return e;
   }
-  // One rank of several. ddp keeps a whole replica and copies every gradient into float32
-  // buckets (plugins/ddp): 4 bytes per trainable parameter next to autograd's gradients. zero
+  // One rank of several. ddp keeps a whole replica and moves every gradient into float32
+  // buckets (plugins/ddp): 4 bytes per trainable parameter. Autograd's gradients sum in place over
+  // the micro-batches before the last, so with accumulation all are held when the last backward
+  // starts; without, each leaves for its bucket as it arrives (GradientBuckets::gradient_ready):
+  // one tensor's at a time (measured on the 21M llama at 2 ranks, micro-batch 4 without
+  // accumulation: 969 MiB VmHWM, planned 1150 when every gradient was counted). zero
   // (plugins/zero) keeps every weight for forward and backward but owns 1/W of each trainable
   // tensor: AdamW's moments and, in bf16, the float32 masters of its share (in fp32 the masters
   // are the weights themselves). Stage 1 reduces whole buckets as ddp does; stage 2
@@ -1093,8 +1097,10 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
   const double ranks = d(std::max(1, world_size));
   if (s.strategy == "ddp" || s.strategy == "zero") {
     const double buckets = trainable * 4.0;
-    const double autograd =
+    const double whole =
         s.strategy == "zero" ? trainable * param_bytes : static_cast<double>(e.gradients);
+    const double one_tensor = (lora ? trainable : std::max(v * h, h * m)) * param_bytes;
+    const double autograd = s.gradient_accumulation > 1 ? whole : std::min(whole, one_tensor);
     e.gradient_buckets = to_bytes(buckets);
     e.gradients = to_bytes(autograd + buckets);
     if (s.strategy == "zero" && s.zero_offload) {  // masters and moments in host memory

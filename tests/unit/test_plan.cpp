@@ -750,12 +750,16 @@ class TestPlan : public QObject {
   }
 
   // One rank of several: ddp holds single's categories plus float32 buckets for every trainable
-  // parameter; zero divides the optimizer state and masters by the ranks (stage 2: the
-  // gradients too, with one bucket in flight).
+  // parameter, autograd's gradients whole only with accumulation (without, each moves into its
+  // bucket as it arrives: the largest tensor's, the embedding, at a time); zero divides the
+  // optimizer state and masters by the ranks (stage 2: the gradients too, with one bucket in
+  // flight).
   void rankMemoryOfDdpAndZero() {
     const auto c = config(small_llama());
     const double n = double(plan::count_parameters(c));
+    const double embedding = 8000.0 * 512.0;
     plan::Settings s = settings(8, false, "full");
+    s.gradient_accumulation = 2;
     const auto single = plan::estimate_memory(c, s, 0);
     s.strategy = "ddp";
     const auto ddp = plan::estimate_memory(c, s, 0, 2);
@@ -766,8 +770,12 @@ class TestPlan : public QObject {
     QCOMPARE(ddp.activations, single.activations);
     QCOMPARE(ddp.training_peak(), single.training_peak() + ddp.gradient_buckets);
     QCOMPARE(plan::estimate_memory(c, s, 0, 4).training_peak(), ddp.training_peak());
+    s.gradient_accumulation = 1;
+    QVERIFY(near(plan::estimate_memory(c, s, 0, 2).gradients, 4 * n + 4 * embedding));
     s.strategy = "zero";
     s.zero_stage = 1;
+    QVERIFY(near(plan::estimate_memory(c, s, 0, 4).gradients, 4 * n + 4 * embedding));
+    s.gradient_accumulation = 2;
     const auto zero1 = plan::estimate_memory(c, s, 0, 4);
     QVERIFY(near(zero1.weights, 4 * n));  // fp32: no masters to shard
     QVERIFY(near(zero1.optimizer, 8 * n / 4));
@@ -1739,7 +1747,8 @@ class TestPlan : public QObject {
       QVERIFY2(std::abs(p.flops_per_step / expected - 1) < 1e-9,
                (std::to_string(p.flops_per_step) + " vs " + std::to_string(expected)).c_str());
       // What the model holds differs by the untied head; what it multiplies by does not.
-      QCOMPARE(static_cast<double>(p.total_parameters), layers * layer + h + (tied ? 1 : 2) * v * h);
+      QCOMPARE(static_cast<double>(p.total_parameters),
+               layers * layer + h + (tied ? 1 : 2) * v * h);
     }
   }
 
