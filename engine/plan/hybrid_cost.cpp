@@ -7,14 +7,15 @@
 #include "hf/families.h"
 #include "parallel/pipeline_schedule.h"
 #include "plan/activations.h"
+#include "plan/cost_terms.h"
 #include "plan/planner.h"
 
 namespace tessera::plan {
-namespace {
 
-double d(std::int64_t v) {
-  return static_cast<double>(v);
-}
+using cost::d;
+using cost::to_bytes;
+
+namespace {
 
 // The tensor-parallel rule of a layer's linear named `name` (its module path's last component:
 // gpt2's two c_proj are both split by their inputs), or null when it stays whole.
@@ -271,6 +272,55 @@ HybridLayout hybrid_layout(const hf::ModelConfig& c, const Settings& s, int worl
       }
     }
     out.stages.push_back(std::move(st));
+  }
+  return out;
+}
+
+void hybrid_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings& s,
+                   std::uint64_t checkpoint_bytes, int world_size) {
+  const auto counts = cost::counts_of(c, s);
+  const double n = counts.n, trainable = counts.trainable;
+  // One rank of a dp × pp × tp mesh (plugins/hybrid): the stage that holds the most, its
+  // blocks of its layers' tensors (and of the embedding or head), trained as ddp's replicas
+  // (autograd's gradients and float32 buckets, AdamW's moments), with the activations of the
+  // micro-batches its 1F1B schedule keeps alive. Loading reads only the stage's tensors, whole
+  // in float32 before the split, through the memory-mapped checkpoint.
+  const HybridLayout layout = hybrid_layout(c, s, world_size, kDefaultBucketBytes);
+  const HybridStage& st = layout.heaviest(s);
+  const HybridStageMemory held = hybrid_stage_memory(st, s);
+  e.weights = to_bytes(held.weights);
+  e.gradient_buckets = to_bytes(held.gradient_buckets);
+  e.gradients = to_bytes(held.gradients);
+  e.optimizer = to_bytes(held.optimizer);
+  e.activations = to_bytes(held.activations);
+  e.update_gradients = 0;
+  // Checkpoints (the last one at least, after the final step) are written by rank 0, which
+  // gathers every trainable tensor whole with its two moments (every stage's) beside its own
+  // stage's training state at rest: at tp 2 on a 21M llama the rank's peak.
+  const HybridStageMemory writer = hybrid_stage_memory(layout.stages.front(), s);
+  e.save_peak = to_bytes(writer.weights + writer.gradient_buckets + writer.optimizer +
+                         trainable * 12.0 + static_cast<double>(kRuntimeBaselineBytes));
+  const double share = n > 0.0 ? std::min(1.0, st.whole_parameters / n) : 1.0;
+  e.load_peak = to_bytes(st.whole_parameters * 4.0 + share * static_cast<double>(checkpoint_bytes) +
+                         static_cast<double>(kRuntimeBaselineBytes));
+}
+
+Communication hybrid_communication(const hf::ModelConfig& c, const Settings& s, int world_size,
+                                   std::uint64_t bucket_bytes) {
+  Communication out;
+  // The busiest rank's: its tensor group's all-reduces and all-gathers, its pipeline sends
+  // and its data-parallel all-reduce (plan/hybrid_cost.h), all on the step's critical path.
+  const HybridLayout layout = hybrid_layout(c, s, world_size, bucket_bytes);
+  for (const HybridStage& st : layout.stages) {
+    const double bytes = st.tensor_bytes + st.pipeline_bytes + st.data_bytes;
+    if (bytes < d(static_cast<std::int64_t>(out.bytes))) continue;
+    out.blocking_calls = st.tensor_calls;
+    out.tensor_bytes = to_bytes(st.tensor_bytes);
+    out.pipeline_bytes = to_bytes(st.pipeline_bytes);
+    out.gradient_bytes = to_bytes(st.data_bytes - st.data_gather_bytes);
+    out.all_gather_bytes = to_bytes(st.data_gather_bytes);
+    out.bytes = to_bytes(bytes);
+    out.calls = st.tensor_calls + st.pipeline_sends + st.data_calls;
   }
   return out;
 }

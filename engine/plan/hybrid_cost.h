@@ -14,6 +14,9 @@
 
 namespace tessera::plan {
 
+struct MemoryEstimate;  // plan/planner.h
+struct Communication;
+
 // One pipeline stage: every rank of its tensor group holds as much (tp divides the split sizes;
 // a kv head held by several ranks is the same block size on each).
 struct HybridStage {
@@ -77,5 +80,15 @@ struct HybridStageMemory {
   double total() const { return weights + gradients + optimizer + activations; }
 };
 HybridStageMemory hybrid_stage_memory(const HybridStage& stage, const Settings& s);
+
+// One rank's memory: the stage that holds the most (its blocks, gradients with their buckets,
+// optimizer state, the activations its schedule keeps), refining single's estimate `e`; the
+// writer's checkpoint peak and the stage's load.
+void hybrid_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings& s,
+                   std::uint64_t checkpoint_bytes, int world_size);
+// Bytes and calls per step through the busiest rank: its tensor group's collectives (each a
+// blocking call), its pipeline sends and its replicas' all-reduce.
+Communication hybrid_communication(const hf::ModelConfig& c, const Settings& s, int world_size,
+                                   std::uint64_t bucket_bytes);
 
 }  // namespace tessera::plan

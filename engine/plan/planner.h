@@ -135,6 +135,9 @@ struct Communication {
   std::uint64_t pipeline_bytes = 0;
   std::uint64_t bytes = 0;
   std::int64_t calls = 0;
+  // hybrid: calls of `calls` that block every rank of a tensor group until the last arrives
+  // (each also costs kTensorCollectiveWait).
+  std::int64_t blocking_calls = 0;
   double seconds = 0.0;
 };
 Communication estimate_communication(const hf::ModelConfig& config, const Settings& settings,

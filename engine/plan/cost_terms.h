@@ -1,0 +1,40 @@
+#pragma once
+// What every strategy's cost model (plan/*_cost.h) reads: byte arithmetic clamped against absurd
+// configs, and what the settings train and store. Torch-free.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "hf/config.h"
+#include "plan/settings.h"
+
+namespace tessera::plan::cost {
+
+// Sizes from config.json can be absurd; all byte arithmetic is in double and clamped, so an
+// absurd config gives an absurd (non-fitting) estimate instead of a wrapped one.
+std::uint64_t to_bytes(double v);
+
+inline double d(std::int64_t v) {
+  return static_cast<double>(v);
+}
+
+// (in, out) of a named linear in one layer (the first of that name); nullopt when the family
+// has no such module.
+std::optional<std::pair<double, double>> linear_shape(const hf::ModelConfig& c,
+                                                      const std::string& name);
+
+// What the settings train and store: every parameter (n), the trainable ones, those stored (with
+// LoRA the adapters live beside the frozen base; full: the parameters themselves are trained),
+// in the compute dtype's bytes.
+struct ParameterCounts {
+  double n;
+  double trainable;
+  double stored;
+  double param_bytes;
+  bool lora;
+  bool bf16;
+};
+ParameterCounts counts_of(const hf::ModelConfig& c, const Settings& s);
+
+}  // namespace tessera::plan::cost

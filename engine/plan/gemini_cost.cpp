@@ -1,0 +1,633 @@
+#include "plan/gemini_cost.h"
+
+#include <algorithm>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hf/families.h"
+#include "memory/chunk_cache_policy.h"
+#include "memory/chunk_layout.h"
+#include "memory/disk_store.h"
+#include "plan/activations.h"
+#include "plan/cost_terms.h"
+
+namespace tessera::plan {
+
+using cost::counts_of;
+using cost::d;
+using cost::linear_shape;
+using cost::to_bytes;
+
+namespace {
+
+// Gemini's auto layout (memory::pack_chunks_auto) of tensors of `numels` elements in a dtype of
+// `element_bytes`: at most memory::kMaxChunkBytes per chunk, larger tensors alone.
+memory::ChunkLayout auto_layout(const std::vector<double>& numels, double element_bytes) {
+  std::vector<std::int64_t> n;
+  for (double x : numels) n.push_back(static_cast<std::int64_t>(std::min(x, 9.0e15)));
+  const auto max_elements =
+      static_cast<std::int64_t>(static_cast<double>(memory::kMaxChunkBytes) / element_bytes);
+  return memory::pack_chunks_auto(n, std::vector<std::string>(n.size()), max_elements);
+}
+
+// LoRA's adapter matrices (A then B of each target of each layer), in elements, in the order
+// the trainer creates them.
+std::vector<double> lora_adapter_numels(const hf::ModelConfig& c, const Settings& s) {
+  std::vector<double> adapters;
+  const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (const auto& name : targets)
+      if (const auto shape = linear_shape(c, name)) {
+        adapters.push_back(d(s.lora_rank) * shape->first);
+        adapters.push_back(d(s.lora_rank) * shape->second);
+      }
+  return adapters;
+}
+
+// gemini on W ranks (plugins/gemini/sharded_gemini.cpp) as it lays a model out and gathers it:
+// the tensors in use order (the embedding, each layer's norms then its linears with their
+// biases, the rest outside the layers, an untied head last), trainable and frozen ones packed
+// apart by the plugin's own chunk search (memory/chunk_layout.h), each chunk's used elements
+// padded to a multiple of W. LoRA's adapters are chunked apart and kept whole (no block fetches
+// them). Then one step of the plugin's gathers, replayed: every block's chunks gathered when it
+// computes (forward, and again before its backward when it needs its parameters there), at most
+// kGatheredChunks whole at once, the chunk the traced order needs again last released first, the
+// next chunk of that order gathered ahead; every gathered chunk released at the update. This is
+// the plugin's behaviour from its second step on (its first traces the order, releasing the
+// least recently used).
+using memory::kGatheredChunks;   // sharded_gemini.cpp's: whole chunks at once
+using memory::kReducesInFlight;  // and gradient chunks in flight
+
+struct ShardedChunks {
+  std::vector<double> fetched;    // elements of each chunk the blocks gather, in use order
+  std::vector<double> kept;       // chunks kept whole (LoRA's adapters)
+  std::vector<double> trainable;  // elements of each trainable chunk
+  double all = 0;                 // Σ every chunk's elements
+  double largest_trainable_tensor = 0;
+  double gathered_peak = 0;      // elements of fetched chunks whole at once, at most
+  double gathered_elements = 0;  // elements all-gathered in a step, of fetched chunks
+  std::int64_t gathers = 0;      // all-gathers of fetched chunks in a step
+};
+
+ShardedChunks sharded_chunks(const hf::ModelConfig& c, const Settings& s, int world_size) {
+  ShardedChunks out;
+  const bool lora = s.method == "lora";
+  const double element = s.precision == "bf16" ? 2.0 : 4.0;
+  const double w = d(std::max(1, world_size));
+  const hf::ParameterShapes shapes = hf::family_of(c).parameter_shapes(c);
+  const double v = d(c.vocab_size), h = d(c.hidden_size);
+  const double head = !c.tie_word_embeddings && shapes.outside_layers >= 2 * v * h ? v * h : 0.0;
+  const double rest = std::max(0.0, shapes.outside_layers - v * h - head);
+  // Tensors (elements, block) and blocks (whether their backward needs them again).
+  std::vector<std::pair<double, std::size_t>> tensors;
+  std::vector<bool> backward;
+  auto block = [&](std::initializer_list<double> numels, bool needed_in_backward) {
+    for (double n : numels)
+      if (n > 0) tensors.push_back({n, backward.size()});
+    backward.push_back(needed_in_backward);
+    return backward.size() - 1;
+  };
+  const std::size_t embedding = block({v * h}, false);
+  std::vector<std::vector<std::size_t>> layer_blocks;  // each layer's blocks, forward order
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    std::vector<std::size_t> blocks = {block({shapes.layer_other}, true)};
+    for (const hf::LinearModule& m : shapes.layer_linears)
+      blocks.push_back(
+          block({m.in_features * m.out_features, m.bias ? m.out_features : 0.0}, true));
+    layer_blocks.push_back(std::move(blocks));
+  }
+  const std::size_t outside = block({rest}, true);
+  // The head: its own linear, or the embedding's weight again (tied).
+  const std::size_t head_block = head > 0 ? block({head}, true) : embedding;
+
+  // Chunks as the plugin packs them (auto_layout), the used elements padded to W.
+  auto pack = [&](const std::vector<double>& numels) {
+    const memory::ChunkLayout layout = auto_layout(numels, element);
+    std::vector<double> chunks;
+    std::vector<std::size_t> chunk_of(numels.size());
+    for (const memory::ChunkSpec& spec : layout.chunks) {
+      for (const memory::ChunkSlot& slot : spec.slots) chunk_of[slot.tensor] = chunks.size();
+      chunks.push_back(std::ceil(d(spec.used) / w) * w);
+    }
+    return std::pair{chunks, chunk_of};
+  };
+  std::vector<double> numels;
+  for (const auto& t : tensors) numels.push_back(t.first);
+  // Not a structured binding: the lambdas below use these, which clang before 16 refuses.
+  const auto packed = pack(numels);
+  const auto& chunks = packed.first;
+  const auto& chunk_of = packed.second;
+  out.fetched = chunks;
+  if (lora) {
+    const std::vector<double> adapters = lora_adapter_numels(c, s);
+    if (!adapters.empty()) out.kept = pack(adapters).first;
+    out.trainable = out.kept;
+    for (double a : adapters)
+      out.largest_trainable_tensor = std::max(out.largest_trainable_tensor, a);
+  } else {
+    out.trainable = chunks;
+    for (double n : numels)
+      out.largest_trainable_tensor = std::max(out.largest_trainable_tensor, n);
+  }
+  for (double x : out.fetched) out.all += x;
+  for (double x : out.kept) out.all += x;
+
+  // The chunks of each block, in order.
+  std::vector<std::vector<std::size_t>> block_chunks(backward.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    auto& mine = block_chunks[tensors[i].second];
+    if (std::find(mine.begin(), mine.end(), chunk_of[i]) == mine.end()) mine.push_back(chunk_of[i]);
+  }
+  // One micro-batch's block uses: forward, then backward in reverse (each layer computed again
+  // first under activation checkpointing).
+  std::vector<std::size_t> uses = {embedding};
+  for (const auto& blocks : layer_blocks) uses.insert(uses.end(), blocks.begin(), blocks.end());
+  uses.push_back(outside);
+  uses.push_back(head_block);
+  std::vector<std::size_t> backward_uses = {head_block, outside};
+  for (auto layer = layer_blocks.rbegin(); layer != layer_blocks.rend(); ++layer) {
+    if (s.activation_checkpointing)
+      backward_uses.insert(backward_uses.end(), layer->begin(), layer->end());
+    backward_uses.insert(backward_uses.end(), layer->rbegin(), layer->rend());
+  }
+  for (std::size_t b : backward_uses)
+    if (backward[b] && !block_chunks[b].empty()) uses.push_back(b);
+  std::vector<std::size_t> step_uses;
+  const std::int64_t micro_batches = std::clamp<std::int64_t>(s.gradient_accumulation, 1, 64);
+  for (std::int64_t m = 0; m < micro_batches; ++m)
+    step_uses.insert(step_uses.end(), uses.begin(), uses.end());
+  std::vector<std::size_t> trace;
+  for (std::size_t b : step_uses)
+    for (std::size_t ch : block_chunks[b])
+      if (trace.empty() || trace.back() != ch) trace.push_back(ch);
+  // The plugin's own policy over that order (memory/chunk_cache_policy.h): the same gathers.
+  memory::ChunkCachePolicy policy(chunks.size());
+  policy.use_order(std::move(trace));
+
+  std::vector<bool> held(chunks.size(), false);
+  double whole = 0;
+  auto make_room = [&] {
+    const auto count = static_cast<std::size_t>(std::count(held.begin(), held.end(), true));
+    return policy.make_room(
+        count, kGatheredChunks, [&](std::size_t ch) { return static_cast<bool>(held[ch]); },
+        [&](std::size_t ch) {
+          held[ch] = false;
+          whole -= chunks[ch];
+        });
+  };
+  auto gather = [&](std::size_t ch) {
+    held[ch] = true;
+    whole += chunks[ch];
+    ++out.gathers;
+    out.gathered_elements += chunks[ch];
+    out.gathered_peak = std::max(out.gathered_peak, whole);
+  };
+  for (std::size_t b : step_uses) {
+    policy.pin(block_chunks[b]);
+    for (std::size_t ch : block_chunks[b]) {
+      if (!held[ch]) {
+        make_room();
+        gather(ch);
+      }
+      // Gathered ahead: the chunk after this use in the order, within the step.
+      const std::optional<std::size_t> next = policy.next_after(ch, /*across_steps=*/false);
+      if (next && !held[*next] && make_room()) gather(*next);
+    }
+  }
+  return out;
+}
+
+// One-process gemini's chunks (plugins/gemini/gemini_plugin.cpp) as its auto layout packs them
+// (auto_layout), in elements, in layout order: parameter chunks hold every tensor in
+// use order in the compute dtype (LoRA's adapters after the base), optimizer chunks the trainable
+// ones in float32. A tensor larger than memory::kMaxChunkBytes (an embedding of a large
+// vocabulary) is a chunk alone, so the caches hold it beside chunks of the others' size.
+struct GeminiChunks {
+  std::vector<double> parameters;  // in layout order
+  std::vector<double> optimizer;
+  // Σ of the `k` largest of `chunks` (elements).
+  static double largest(std::vector<double> chunks, double k) {
+    std::sort(chunks.begin(), chunks.end(), std::greater<>());
+    double sum = 0;
+    for (std::size_t i = 0; i < chunks.size() && static_cast<double>(i) < k; ++i) sum += chunks[i];
+    return sum;
+  }
+  // The largest Σ of `k` chunks next to each other in the layout (elements): what a pass that
+  // holds a chunk and the k - 1 before it (backward's gradient chunks being written) holds.
+  static double adjacent(const std::vector<double>& chunks, std::size_t k) {
+    double most = 0;
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      double sum = 0;
+      for (std::size_t j = i; j < chunks.size() && j < i + k; ++j) sum += chunks[j];
+      most = std::max(most, sum);
+    }
+    return most;
+  }
+};
+
+std::vector<double> packed_chunk_elements(const std::vector<double>& numels, double element_bytes) {
+  std::vector<double> chunks;
+  for (const memory::ChunkSpec& spec : auto_layout(numels, element_bytes).chunks)
+    chunks.push_back(d(spec.capacity));
+  return chunks;
+}
+
+// The chunk figures the one-process estimates take (the largest chunks, adjacent ones, the
+// cache's peak) repeat from layer to layer: they are packed and replayed for at most this many
+// layers, so a config of absurd depth is refused by its size, not by the estimate running out of
+// memory.
+constexpr std::int64_t kLayersPacked = 64;
+
+hf::ModelConfig with_layers_packed(const hf::ModelConfig& c) {
+  hf::ModelConfig capped = c;
+  capped.num_hidden_layers = std::min(c.num_hidden_layers, kLayersPacked);
+  return capped;
+}
+
+GeminiChunks gemini_chunks(const hf::ModelConfig& c, const Settings& s) {
+  const hf::ParameterShapes shapes = hf::family_of(c).parameter_shapes(c);
+  const double v = d(c.vocab_size), h = d(c.hidden_size);
+  const double head = !c.tie_word_embeddings && shapes.outside_layers >= 2 * v * h ? v * h : 0.0;
+  std::vector<double> base = {v * h};
+  for (std::int64_t l = 0; l < std::min(c.num_hidden_layers, kLayersPacked); ++l) {
+    base.push_back(shapes.layer_other);
+    for (const hf::LinearModule& m : shapes.layer_linears) {
+      base.push_back(m.in_features * m.out_features);
+      if (m.bias) base.push_back(m.out_features);
+    }
+  }
+  base.push_back(std::max(0.0, shapes.outside_layers - v * h - head));
+  if (head > 0) base.push_back(head);
+  std::erase_if(base, [](double n) { return n <= 0; });
+  const std::vector<double> adapters =
+      s.method == "lora" ? lora_adapter_numels(with_layers_packed(c), s) : std::vector<double>{};
+  std::vector<double> all = base;
+  all.insert(all.end(), adapters.begin(), adapters.end());
+  GeminiChunks out;
+  out.parameters = packed_chunk_elements(all, s.precision == "bf16" ? 2.0 : 4.0);
+  out.optimizer = packed_chunk_elements(s.method == "lora" ? adapters : base, 4.0);
+  return out;
+}
+
+// Parameter chunks streamed (from disk, or from host memory to a device) resident at once.
+constexpr double kStreamedChunks = static_cast<double>(memory::kCachedParameterChunks);
+
+// A device tier's estimate computes there: the activations and the CUDA runtime (taken as the
+// host process's baseline: the context, cuBLAS's workspace) of the job's estimate `in_memory`
+// are the GPU's, the runtime its floor. The simulated device computes in host memory: nothing.
+void computes_on_the_device(MemoryEstimate& device, const MemoryEstimate& in_memory,
+                            bool simulated) {
+  if (simulated) {
+    device.floor = 0;
+    return;
+  }
+  device.activations = in_memory.activations;
+  device.runtime = in_memory.runtime;
+  device.floor = device.runtime;
+}
+
+}  // namespace
+
+// gemini's device tier (plugins/gemini/gemini_plugin.cpp with a device): {the GPU's share, the
+// host's}. Parameter chunks in the compute dtype on the GPU but for the share `host_param_frac`
+// homed in pinned host memory and `offload_param_frac` on disk (never the chunks holding LoRA
+// adapters), of which at most four are on the GPU at once (a chunk from disk with its copy in
+// host memory while there, and two more in host memory on their way to their files); optimizer
+// chunks updated on the GPU by the fused AdamW (moments, and float32 masters in bf16) but for
+// `host_optim_frac` in host memory and `offload_optim_frac` on disk, both updated by the CPU Adam
+// with float32 masters (in fp32 too: the update never reads a parameter back from the GPU) on
+// float32 gradients copied down as they arrive. Autograd's gradients, the activations and the CUDA
+// runtime (taken as the host process's baseline: the context, cuBLAS's workspace) are on the GPU;
+// loading and the export run in host memory.
+std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelConfig& c,
+                                                              const Settings& s,
+                                                              std::uint64_t checkpoint_bytes) {
+  Settings in_memory = s;
+  in_memory.device_tier = false;
+  in_memory.offload_optim_frac = in_memory.offload_param_frac = 0.0;
+  // Activations, the runtime and the export as gemini with everything in memory has them.
+  const MemoryEstimate whole = estimate_memory(c, in_memory, checkpoint_bytes);
+  const auto [n, trainable, stored, param_bytes, lora, bf16] = counts_of(c, s);
+  const double parameters = stored * param_bytes;
+  const double on_disk = std::clamp(s.offload_optim_frac, 0.0, 1.0);
+  const double in_host = std::clamp(s.host_optim_frac, 0.0, 1.0 - on_disk);
+  const double on_gpu = 1.0 - on_disk - in_host;
+  const double h = d(c.hidden_size), m = d(c.intermediate_size), v = d(c.vocab_size);
+  const double largest = lora ? trainable : std::max(v * h, h * m);
+  const GeminiChunks chunks = gemini_chunks(c, s);
+  const double disk_parameters =
+      std::min(std::clamp(s.offload_param_frac, 0.0, 1.0) * parameters, n * param_bytes);
+  const double host_parameters = std::min(std::clamp(s.host_param_frac, 0.0, 1.0) * parameters,
+                                          n * param_bytes - disk_parameters);
+  const double streamed = host_parameters + disk_parameters;
+  const double cached = GeminiChunks::largest(chunks.parameters, kStreamedChunks) * param_bytes;
+  const double chunk = GeminiChunks::largest(chunks.parameters, 1) * param_bytes;
+
+  MemoryEstimate gpu;
+  gpu.weights = to_bytes(parameters - streamed + std::min(cached, streamed) +
+                         (bf16 ? on_gpu * trainable * 4.0 : 0.0));
+  gpu.optimizer = to_bytes(on_gpu * trainable * 8.0);
+  gpu.gradients = to_bytes(trainable * param_bytes + (bf16 ? largest * 4.0 : 0.0));
+  computes_on_the_device(gpu, whole, s.simulated_device);
+  gpu.disk_optimizer = to_bytes(on_disk * trainable * 8.0);
+  gpu.disk_parameters = to_bytes(disk_parameters);
+  gpu.disk_trainable_parameters = lora ? 0 : gpu.disk_parameters;
+  gpu.disk_weights = to_bytes(on_disk * trainable * 4.0) + gpu.disk_parameters;
+
+  MemoryEstimate host;
+  host.weights = to_bytes(host_parameters + in_host * trainable * 4.0);
+  // Copies of chunks from disk: those on the GPU, and two on their way to their files.
+  host.offload_buffers = to_bytes(
+      std::min(GeminiChunks::largest(chunks.parameters, kStreamedChunks + 2.0) * param_bytes,
+               disk_parameters));
+  host.optimizer = to_bytes(in_host * trainable * 8.0);
+  host.gradients = to_bytes((in_host + on_disk) * trainable * 4.0);
+  host.runtime = kRuntimeBaselineBytes;
+  if (s.simulated_device) host.activations = whole.activations;
+  if (on_disk > 0.0) {
+    // Three optimizer chunks in flight in the update (moments and masters, with the gradient).
+    host.offload_buffers += to_bytes(
+        std::min(GeminiChunks::largest(chunks.optimizer, 3) * 16.0, on_disk * trainable * 16.0));
+  }
+  // Loading reads the checkpoint into the chunks, those on the GPU through one chunk of staging.
+  host.load_peak = to_bytes(d(static_cast<std::int64_t>(host.weights + host.optimizer +
+                                                        host.offload_buffers + host.runtime)) +
+                            chunk);
+  host.export_peak = whole.export_peak;
+  return {gpu, host};
+}
+
+// gemini sharded over W ranks with a device tier (sharded_gemini.cpp with a device): {the
+// device's share, the host's} of one rank. The device holds the chunks gathered at once (at
+// most four fetched ones, and LoRA's adapter chunks for good), the shards copied up for their
+// gathers (at most one per gathered chunk), the float32 gradient chunk being filled and those
+// being reduce-scattered with their output shards, autograd's gradient of one tensor, the
+// activations and the CUDA runtime; the host keeps everything else of the rank's estimate on
+// the CPU (its shards, their optimizer state and reduced gradients, the disk tier's buffers,
+// loading and the export), plus, with gradient accumulation, one more gradient shard per chunk
+// (later micro-batches' shards copied down, added once the backward's copies are done).
+std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelConfig& c,
+                                                               const Settings& s,
+                                                               std::uint64_t checkpoint_bytes,
+                                                               int world_size) {
+  Settings on_cpu = s;
+  on_cpu.device_tier = false;
+  const MemoryEstimate all = estimate_memory(c, on_cpu, checkpoint_bytes, world_size);
+  const ShardedChunks chunks = sharded_chunks(c, s, world_size);
+  const auto counts = counts_of(c, s);
+  const double w = d(std::max(1, world_size));
+  double kept = 0, trainable_shards = 0;
+  for (double x : chunks.kept) kept += x;
+  for (double x : chunks.trainable) trainable_shards += x / w;
+  const double autograd_tensor =
+      chunks.largest_trainable_tensor * (counts.param_bytes + (counts.bf16 ? 4.0 : 0.0));
+  const double whole = (chunks.gathered_peak + kept) * counts.param_bytes;
+
+  MemoryEstimate device;
+  device.gathered_chunks = to_bytes(chunks.gathered_peak * counts.param_bytes);
+  device.weights = to_bytes(whole + chunks.gathered_peak / w * counts.param_bytes);
+  device.gradient_buckets = all.gradient_buckets;
+  device.gradients = to_bytes(static_cast<double>(all.gradient_buckets) + autograd_tensor);
+  computes_on_the_device(device, all, s.simulated_device);
+
+  MemoryEstimate host = all;
+  host.weights = to_bytes(static_cast<double>(all.weights) - whole);
+  host.gathered_chunks = 0;
+  host.gradient_buckets = 0;
+  host.gradients = to_bytes(trainable_shards * 4.0 * (s.gradient_accumulation > 1 ? 2.0 : 1.0));
+  if (!s.simulated_device) host.activations = 0;
+  return {device, host};
+}
+
+namespace {
+
+// One process (plugins/gemini/gemini_plugin.cpp): the chunks' host and disk tiers.
+void one_process_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings& s) {
+  const auto [n, trainable, stored, param_bytes, lora, bf16] = counts_of(c, s);
+  const double h = d(c.hidden_size), m = d(c.intermediate_size), v = d(c.vocab_size);
+  // Optimizer chunks (plugins/gemini): Adam moments, and in bf16 the fp32 masters, a share
+  // `f` of them on disk in whole chunks with their gradient chunks; the rest stays on the
+  // host as with `single`.
+  const double f = std::clamp(s.offload_optim_frac, 0.0, 1.0);
+  const double masters = bf16 ? trainable * 4.0 : 0.0;
+  // Parameter chunks hold every parameter (the frozen base too) in the compute dtype; a share
+  // `fp` of their bytes is on disk in whole chunks from the last one back. Chunks holding LoRA
+  // adapters (the last ones) never go to disk: at most the base does.
+  const double fp = std::clamp(s.offload_param_frac, 0.0, 1.0);
+  const double parameters = stored * param_bytes;
+  const double disk_parameters = std::min(fp * parameters, n * param_bytes);
+  e.optimizer = to_bytes((1.0 - f) * trainable * 8.0);
+  e.weights = to_bytes(parameters - disk_parameters + (1.0 - f) * masters);
+  e.disk_optimizer = to_bytes(f * trainable * 8.0);
+  e.disk_parameters = to_bytes(disk_parameters);
+  e.disk_trainable_parameters = lora ? 0 : e.disk_parameters;
+  e.disk_weights = to_bytes(f * masters) + e.disk_parameters;
+  e.disk_gradients = to_bytes(f * trainable * param_bytes);
+  // Gradients in the compute dtype (the host chunks'); bf16 ones are widened to float32 one
+  // tensor at a time.
+  const double largest_tensor = std::max(v * h, h * m);
+  const double largest = lora ? trainable : largest_tensor;
+  e.gradients = to_bytes((1.0 - f) * trainable * param_bytes + (bf16 ? largest * 4.0 : 0.0));
+  double buffers = 0.0;
+  double parameter_cache = 0.0;
+  if (f > 0.0) {
+    // Chunks as the plugin packs them (gemini_chunks). During backward, the gradient chunk
+    // being filled and two being written; during the update (update_on_disk_in_slices), its
+    // slices in flight, each with its arrays and gradients.
+    const double gradient_chunks = GeminiChunks::adjacent(gemini_chunks(c, s).optimizer, 3);
+    const double arrays = bf16 ? 3.0 : 2.0;
+    const double slices = static_cast<double>(memory::kUpdateSlicesInFlight) *
+                          static_cast<double>(memory::kUpdateSliceElements);
+    buffers +=
+        std::min(std::max(gradient_chunks * param_bytes, slices * (4.0 * arrays + param_bytes)),
+                 f * trainable * (4.0 * arrays + param_bytes));
+  }
+  if (disk_parameters > 0.0) {
+    // Parameter chunks likewise; at most four of those on disk are resident at once (the one
+    // in use, prefetched and recently used ones), chosen by the policy the sharded plugin's
+    // gathers use too (memory::ChunkCachePolicy): its replay of one step on one rank.
+    static_assert(memory::kCachedParameterChunks == memory::kGatheredChunks);
+    parameter_cache = std::min(
+        sharded_chunks(with_layers_packed(c), s, 1).gathered_peak * param_bytes, disk_parameters);
+    buffers += parameter_cache;
+  }
+  e.offload_buffers = to_bytes(buffers);
+  // Loading: the plugin reads the checkpoint straight into its chunks (no fp32 model); the
+  // optimizer chunks are built first, one chunk at a time for those on disk, then the
+  // parameter chunks, those on disk written one at a time through the buffers.
+  e.load_peak = to_bytes(parameters - disk_parameters + static_cast<double>(e.optimizer) +
+                         (1.0 - f) * masters + static_cast<double>(e.offload_buffers) +
+                         static_cast<double>(kRuntimeBaselineBytes));
+  if (disk_parameters > 0.0 && !lora) {
+    // Full fine-tuning with parameters on disk exports streamed (exporter::export_streamed):
+    // the host chunks, the chunk cache, and one tensor at a time converted to float32 (twice:
+    // written, then compared with what was read back).
+    e.export_peak =
+        to_bytes(parameters - disk_parameters + parameter_cache + 2.0 * largest_tensor * 4.0 +
+                 static_cast<double>(kRuntimeBaselineBytes));
+  }
+  // LoRA brings the chunks home for the merge: the export peak stays the in-memory one.
+}
+
+// One rank of W (plugins/gemini/sharded_gemini.cpp), after one_process_memory.
+void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings& s,
+                    int world_size) {
+  const auto [n, trainable, stored, param_bytes, lora, bf16] = counts_of(c, s);
+  // One rank of gemini sharded over W (plugins/gemini/sharded_gemini.cpp, memory()): shard r
+  // of every chunk in the compute dtype, the fetched chunks whole while blocks use them (at
+  // most four at once: `gathered_chunks`, part of the weights) and LoRA's adapter chunks whole
+  // for good; of the trainable chunks, the Adam moments of the shard (and its float32 masters
+  // in bf16) and its float32 reduced gradients; during backward the float32 whole gradient
+  // chunk being filled and two being reduce-scattered with their output shards
+  // (`gradient_buckets`, part of the gradients), and autograd's gradient of one tensor before
+  // it is copied in (widened to float32 in bf16).
+  // With offload_optim_frac f, each rank's disk tier holds the optimizer shards (moments, and
+  // the float32 masters in bf16) of the trainable chunks the plugin's rule picks
+  // (memory::choose_offloaded_chunks over the shards' bytes, equal on every rank), one file per
+  // chunk rounded up to the I/O alignment (memory::io_size, as DiskStore does); the update
+  // streams them, at most three resident at once (`offload_buffers`). Reduced gradient shards
+  // stay in memory. With offload_param_frac, the parameter shards of the chunks the same rule
+  // picks (over every chunk's shard bytes but LoRA's adapter chunks) are files of the disk tier
+  // too: read when their chunk is gathered and kept while it is (at most four), and streamed
+  // through the update with the optimizer shards.
+  const ShardedChunks chunks = sharded_chunks(c, s, world_size);
+  const double w = d(world_size);
+  const double arrays = bf16 ? 3.0 : 2.0;
+  double trainable_shards = 0, largest = 0;
+  std::vector<std::uint64_t> optim_sizes;
+  for (double x : chunks.trainable) {
+    trainable_shards += x / w;
+    largest = std::max(largest, x);
+    optim_sizes.push_back(to_bytes(x / w * 4.0 * arrays));
+  }
+  const std::vector<bool> on_disk =
+      memory::choose_offloaded_chunks(optim_sizes, std::clamp(s.offload_optim_frac, 0.0, 1.0));
+  // A shard's buffer while resident: its file's size, at least one I/O block.
+  const auto buffer_of = [](std::uint64_t bytes) {
+    return std::max<std::uint64_t>(memory::io_size(bytes), memory::kIoAlignment);
+  };
+  double disk_shards = 0;
+  std::uint64_t disk_files = 0;
+  std::vector<std::uint64_t> disk_buffers;  // each on-disk shard's buffer while resident
+  for (std::size_t t = 0; t < on_disk.size(); ++t) {
+    if (!on_disk[t]) continue;
+    disk_shards += chunks.trainable[t] / w;
+    disk_files += memory::io_size(optim_sizes[t]);
+    disk_buffers.push_back(buffer_of(optim_sizes[t]));
+  }
+  // Parameter shards: the fetched chunks then the kept ones, as the plugin orders them (frozen
+  // chunks first; for full fine-tuning every chunk is fetched and trainable).
+  std::vector<std::uint64_t> value_sizes;
+  std::vector<bool> may_go_to_disk;
+  for (double x : chunks.fetched) {
+    value_sizes.push_back(to_bytes(x / w * param_bytes));
+    may_go_to_disk.push_back(true);
+  }
+  for (double x : chunks.kept) {
+    value_sizes.push_back(to_bytes(x / w * param_bytes));
+    may_go_to_disk.push_back(false);
+  }
+  const std::vector<bool> values_on_disk = memory::choose_offloaded_chunks(
+      value_sizes, std::clamp(s.offload_param_frac, 0.0, 1.0), may_go_to_disk);
+  double disk_values = 0;         // bytes of the parameter shards on disk
+  std::uint64_t value_files = 0;  // their files
+  std::uint64_t largest_value_buffer = 0;
+  std::size_t value_chunks = 0;
+  for (std::size_t k = 0; k < values_on_disk.size(); ++k) {
+    if (!values_on_disk[k]) continue;
+    ++value_chunks;
+    disk_values += d(static_cast<std::int64_t>(value_sizes[k]));
+    value_files += memory::io_size(value_sizes[k]);
+    largest_value_buffer = std::max(largest_value_buffer, buffer_of(value_sizes[k]));
+  }
+  // During the update: up to three trainable chunks resident with whichever of their shards
+  // are on disk.
+  std::vector<std::uint64_t> update_buffers;
+  for (std::size_t t = 0; t < chunks.trainable.size(); ++t) {
+    std::uint64_t b = 0;
+    if (on_disk[t]) b += buffer_of(optim_sizes[t]);
+    if (!lora && t < values_on_disk.size() && values_on_disk[t]) b += buffer_of(value_sizes[t]);
+    if (b > 0) update_buffers.push_back(b);
+  }
+  std::sort(update_buffers.rbegin(), update_buffers.rend());
+  std::sort(disk_buffers.rbegin(), disk_buffers.rend());
+  const double host_shards = trainable_shards - disk_shards;
+  double kept = 0;
+  for (double x : chunks.kept) kept += x;
+  const double at_rest = chunks.all / w * param_bytes - disk_values + kept * param_bytes +
+                         (bf16 ? host_shards * 4.0 : 0.0);
+  e.gathered_chunks = to_bytes(chunks.gathered_peak * param_bytes);
+  e.weights = to_bytes(at_rest + chunks.gathered_peak * param_bytes);
+  e.optimizer = to_bytes(host_shards * 8.0);
+  e.gradient_buckets = to_bytes(largest * 4.0 + static_cast<double>(kReducesInFlight) *
+                                                    (largest + largest / w) * 4.0);
+  e.gradients = to_bytes(trainable_shards * 4.0 + static_cast<double>(e.gradient_buckets) +
+                         chunks.largest_trainable_tensor * (param_bytes + (bf16 ? 4.0 : 0.0)));
+  // The larger of the update's streamed shards and the parameter shards of the gathered
+  // chunks (none is gathered during the update).
+  std::uint64_t streamed = 0;
+  for (std::size_t i = 0; i < std::min<std::size_t>(3, update_buffers.size()); ++i)
+    streamed += update_buffers[i];
+  const std::uint64_t gathered_values =
+      std::min<std::size_t>(kGatheredChunks, value_chunks) * largest_value_buffer;
+  e.offload_buffers = std::max(streamed, gathered_values);
+  e.disk_parameters = value_files;
+  e.disk_trainable_parameters = lora ? 0 : value_files;
+  const std::uint64_t disk_masters = bf16 ? to_bytes(disk_shards * 4.0) : 0;
+  e.disk_weights = disk_masters + value_files;
+  e.disk_optimizer = disk_files - disk_masters;
+  e.disk_gradients = 0;
+  // Loading: each chunk staged whole in float32 (read, then broadcast from rank 0) and cast,
+  // beside the shards and optimizer state built so far (an on-disk shard through its buffer,
+  // written before the next).
+  double widest = 0;
+  for (double x : chunks.fetched) widest = std::max(widest, x);
+  for (double x : chunks.kept) widest = std::max(widest, x);
+  e.load_peak = to_bytes(at_rest + static_cast<double>(e.optimizer) + widest * (4.0 + param_bytes) +
+                         (disk_buffers.empty() ? 0.0 : static_cast<double>(disk_buffers.front())) +
+                         static_cast<double>(largest_value_buffer) +
+                         static_cast<double>(kRuntimeBaselineBytes));
+  // The export gathers every chunk whole on every rank (the shards stay) and rank 0 then
+  // writes as one process does.
+  e.export_peak =
+      to_bytes(stored * param_bytes + (bf16 ? n * 4.0 : 0.0) + n * 4.0 * 2 +
+               chunks.all / w * param_bytes + static_cast<double>(kRuntimeBaselineBytes));
+}
+
+}  // namespace
+
+void gemini_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings& s,
+                   std::uint64_t checkpoint_bytes, int world_size) {
+  one_process_memory(e, c, s);
+  if (world_size > 1) sharded_memory(e, c, s, world_size);
+}
+
+Communication gemini_communication(const hf::ModelConfig& c, const Settings& s, int world_size,
+                                   std::uint64_t bucket_bytes) {
+  Communication out;
+  const double w = d(world_size);
+  // gemini sharded (plugins/gemini/sharded_gemini.cpp): every trainable chunk's float32
+  // gradients reduce-scattered in every micro-batch's backward, (W-1)/W of their padded bytes;
+  // the all-gathers of the chunks as the blocks use them (the plugin's gathers replayed by
+  // sharded_chunks: once per step when all fit in its four whole chunks, else again in each
+  // backward and micro-batch for what was released) and of LoRA's adapter chunks after each
+  // update, (W-1)/W of each chunk's bytes in the compute dtype; and the clipping norm, one
+  // scalar all_reduce.
+  const ShardedChunks chunks = sharded_chunks(c, s, world_size);
+  const double element = s.precision == "bf16" ? 2.0 : 4.0;
+  const double micro_batches = d(std::max<std::int64_t>(1, s.gradient_accumulation));
+  double chunked = 0, kept = 0;
+  for (double x : chunks.trainable) chunked += x;
+  for (double x : chunks.kept) kept += x;
+  out.gradient_bytes = to_bytes(micro_batches * (w - 1.0) / w * chunked * 4.0);
+  out.all_gather_bytes = to_bytes((w - 1.0) / w * (chunks.gathered_elements + kept) * element);
+  out.bytes = out.gradient_bytes + out.all_gather_bytes;
+  out.calls = static_cast<std::int64_t>(micro_batches) *
+                  static_cast<std::int64_t>(chunks.trainable.size()) +
+              chunks.gathers + static_cast<std::int64_t>(chunks.kept.size()) + 1;
+  return out;
+}
+
+}  // namespace tessera::plan

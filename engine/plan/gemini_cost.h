@@ -1,0 +1,33 @@
+#pragma once
+// The cost model of strategy gemini (plugins/gemini): its chunks as the plugin packs them, their
+// tiers (host, disk, and the device's), and, sharded over ranks, each rank's shards, gathered
+// chunks and traffic, from config.json alone. Torch-free.
+#include <cstdint>
+#include <utility>
+
+#include "hf/config.h"
+#include "plan/planner.h"
+#include "plan/settings.h"
+
+namespace tessera::plan {
+
+// One rank's memory of gemini over `world_size` ranks (one process at 1), refining single's
+// estimate `e` (estimate_memory's): the chunks' host and disk tiers, and sharded, the rank's
+// shards, whole chunks and gradient chunks in flight.
+void gemini_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings& s,
+                   std::uint64_t checkpoint_bytes, int world_size);
+// Bytes and calls per step through one rank of gemini sharded over `world_size` ranks.
+Communication gemini_communication(const hf::ModelConfig& c, const Settings& s, int world_size,
+                                   std::uint64_t bucket_bytes);
+// gemini's device tier in one process: {the GPU's share, the host's}.
+std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelConfig& c,
+                                                              const Settings& s,
+                                                              std::uint64_t checkpoint_bytes);
+// gemini sharded over `world_size` ranks with a device tier: {the device's share, the host's}
+// of one rank.
+std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelConfig& c,
+                                                               const Settings& s,
+                                                               std::uint64_t checkpoint_bytes,
+                                                               int world_size);
+
+}  // namespace tessera::plan

@@ -1,0 +1,25 @@
+#include "plan/strategy_costs.h"
+
+#include <array>
+
+#include "plan/gemini_cost.h"
+#include "plan/hybrid_cost.h"
+#include "plan/planner.h"
+#include "plan/replica_cost.h"
+
+namespace tessera::plan {
+
+const StrategyCost* strategy_cost(const std::string& name) {
+  static const std::array<StrategyCost, 5> costs{{
+      {"single", nullptr, nullptr},
+      {"gemini", gemini_memory, gemini_communication},
+      {"ddp", replica_memory, replica_communication},
+      {"zero", replica_memory, replica_communication},
+      {"hybrid", hybrid_memory, hybrid_communication},
+  }};
+  for (const StrategyCost& cost : costs)
+    if (name == cost.name) return &cost;
+  return nullptr;
+}
+
+}  // namespace tessera::plan

@@ -1,0 +1,31 @@
+#pragma once
+// Each strategy's cost model, by the name a job spec gives it: what one rank holds beyond single's
+// estimate, and what it sends per step. The planner's estimate_memory and estimate_communication
+// look a strategy up here instead of comparing names; each model lives in its own file
+// (plan/gemini_cost.h, plan/replica_cost.h, plan/hybrid_cost.h). Torch-free.
+#include <cstdint>
+#include <string>
+
+#include "hf/config.h"
+#include "plan/settings.h"
+
+namespace tessera::plan {
+
+struct MemoryEstimate;  // plan/planner.h
+struct Communication;
+
+struct StrategyCost {
+  const char* name;
+  // Refines single's estimate `e` into one rank's of `world_size` (null: single's as it is).
+  void (*memory)(MemoryEstimate& e, const hf::ModelConfig& c, const Settings& s,
+                 std::uint64_t checkpoint_bytes, int world_size);
+  // Bytes and calls through one rank per step over `world_size` ranks (null: none); the
+  // planner prices them at the measured link.
+  Communication (*communication)(const hf::ModelConfig& c, const Settings& s, int world_size,
+                                 std::uint64_t bucket_bytes);
+};
+
+// The cost model of strategy `name`; nullptr for a name no model covers.
+const StrategyCost* strategy_cost(const std::string& name);
+
+}  // namespace tessera::plan
