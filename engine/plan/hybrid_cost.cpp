@@ -9,6 +9,7 @@
 #include "plan/activations.h"
 #include "plan/cost_terms.h"
 #include "plan/planner.h"
+#include "plan/step_cost.h"
 
 namespace tessera::plan {
 
@@ -323,6 +324,36 @@ Communication hybrid_communication(const hf::ModelConfig& c, const Settings& s, 
     out.calls = st.tensor_calls + st.pipeline_sends + st.data_calls;
   }
   return out;
+}
+
+double hybrid_compute_seconds(const hf::ModelConfig& c, const Settings& s, int world_size,
+                              double tokens, double rank_flops) {
+  if (!(rank_flops > 0)) return 0.0;
+  const HybridLayout layout = hybrid_layout(c, s, world_size, kDefaultBucketBytes);
+  const double sequence = sequence_of(s, tokens);
+  const double micro_tokens = tokens / d(layout.micro_batches);
+  const auto virtual_stages = static_cast<std::size_t>(layout.pp * layout.chunks);
+  std::vector<double> forward(virtual_stages, 0.0), backward(virtual_stages, 0.0);
+  double update = 0.0;
+  for (const HybridStage& st : layout.stages) {
+    for (std::size_t k = 0; k < st.chunk_layers.size(); ++k) {
+      const double layers = d(st.chunk_layers[k]);
+      const StepWork work{st.chunk_compute_parameters[k],
+                          attention_flops(c, layers, sequence, layout.tp)};
+      const double flops = step_flops(s, work, micro_tokens);
+      const double forward_flops = (2.0 * work.products + work.attention) * micro_tokens;
+      const double ops = (120.0 * layers + (st.first && k == 0 ? 40.0 : 0.0)) * kSecondsPerOp;
+      const double seconds = flops / rank_flops + ops;
+      const std::size_t g =
+          k * static_cast<std::size_t>(layout.pp) + static_cast<std::size_t>(st.stage);
+      forward[g] = flops > 0.0 ? seconds * forward_flops / flops : 0.0;
+      backward[g] = seconds - forward[g];
+    }
+    update = std::max(update, (130.0 * d(st.layer_count) + 60.0) * kSecondsPerOp);
+  }
+  return parallel::simulate_pipeline(layout.pp, static_cast<int>(layout.micro_batches), forward,
+                                     backward, nullptr, layout.chunks) +
+         update;
 }
 
 }  // namespace tessera::plan

@@ -91,4 +91,10 @@ void hybrid_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings& 
 Communication hybrid_communication(const hf::ModelConfig& c, const Settings& s, int world_size,
                                    std::uint64_t bucket_bytes);
 
+// One rank's compute per step at `rank_flops`: the pipeline's schedule run with each model chunk's
+// forward and backward of one micro-batch (parallel::simulate_pipeline: the slowest stage paces
+// it, the others' fill and drain add their own time), then the slowest stage's update.
+double hybrid_compute_seconds(const hf::ModelConfig& c, const Settings& s, int world_size,
+                              double tokens, double rank_flops);
+
 }  // namespace tessera::plan

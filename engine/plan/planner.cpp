@@ -4,22 +4,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 
 #include "core/error.h"
 #include "core/files.h"
 #include "core/units.h"
-#include "data/dataset.h"
-#include "data/format.h"
-#include "hf/chat/tokenizer_config.h"
 #include "hf/families.h"
-#include "hf/model_folder.h"
-#include "hf/tokenizer/tokenizer.h"
 #include "job/strategies.h"
 #include "memory/chunk_cache_policy.h"
-#include "memory/chunk_layout.h"
-#include "memory/disk_store.h"
 #include "parallel/pipeline_schedule.h"
 #include "plan/activations.h"
 #include "plan/cost_terms.h"
@@ -27,6 +19,7 @@
 #include "plan/hybrid_cost.h"
 #include "plan/model_size.h"
 #include "plan/replica_cost.h"
+#include "plan/step_cost.h"
 #include "plan/strategy_costs.h"
 
 namespace tessera::plan {
@@ -213,110 +206,15 @@ std::string in_host_phrase(const Settings& s) {
   return phrase.empty() ? "nothing" : phrase;
 }
 
-// The per-token work of a step besides its fixed cost per op: the elements whose products the
-// step computes (FLOPs ∝ these: 2 per element per token forward, 4 backward, 2 without weight
-// gradients as for LoRA's frozen base) and the attention's scores and weighted sums (FLOPs of one
-// forward per token, 2 more of it backward whatever is trained). Activation checkpointing adds a
-// forward of both.
-struct StepWork {
-  double products = 0;
-  double attention = 0;
-};
-
-double step_flops(const Settings& s, const StepWork& work, double tokens) {
-  const double recompute = s.activation_checkpointing ? 1.0 : 0.0;
-  const double per_product = (s.method == "lora" ? 4.0 : 6.0) + 2.0 * recompute;
-  return (per_product * work.products + (3.0 + recompute) * work.attention) * tokens;
-}
-
-// Forward FLOPs per token of `layers` layers' attention over sequences of `sequence` tokens, its
-// heads split over `tp` ranks: a query's scores against the keys and the sum of their values,
-// 2 · 2 · (heads · head_dim) per key; a causal model's kernel (LibTorch's flash attention, on the
-// CPU too) skips the blocks above the diagonal, so a query sees half the sequence on average.
-double attention_flops(const hf::ModelConfig& c, double layers, double sequence, int tp) {
-  const double heads = d(c.num_attention_heads);
-  const double width = c.head_dim > 0 && heads > 0 ? heads * d(c.head_dim) : d(c.hidden_size);
-  const double keys = hf::family_of(c).causal_lm ? sequence / 2.0 : sequence;
-  return layers * 4.0 * width * keys / d(std::max(1, tp));
-}
-
-// Tokens per sequence of a step of `tokens` tokens at the settings' batch.
-double sequence_of(const Settings& s, double tokens) {
-  const double sequences = d(std::max<std::int64_t>(1, s.micro_batch)) *
-                           d(std::max<std::int64_t>(1, s.gradient_accumulation));
-  return std::min(tokens / sequences, d(s.sequence_length));
-}
-
-// Seconds of a step by the cost model: FLOPs at the device's rate, plus a fixed cost per op
-// (LibTorch's dispatch, autograd's bookkeeping, a kernel launch) that dominates small models.
-// Ops per step: about 120 per layer and 40 outside the layers in each micro-batch's forward and
-// backward, 130 per layer and 60 outside in the optimizer step and clipping. kSecondsPerOp is
-// fitted on a 4-layer, hidden-128 Llama (the demo model before it went to 2 layers) on a 2-core
-// Xeon: a step of 32 tokens took 18 ms (median of 40) where its FLOPs alone give 3 ms; 2048 tokens
-// took 180 ms against 200 ms.
-constexpr double kSecondsPerOp = 10e-6;
-double modelled_step_seconds(const Settings& s, const StepWork& work, double tokens, double layers,
-                             double flops_per_s) {
-  if (!(flops_per_s > 0)) return 0.0;
-  const double micro_batches = d(std::max<std::int64_t>(1, s.gradient_accumulation));
-  const double ops = micro_batches * (120.0 * layers + 40.0) + 130.0 * layers + 60.0;
-  return step_flops(s, work, tokens) / flops_per_s + ops * kSecondsPerOp;
-}
-
-// The whole model's work per token: every layer's tensors, the final norm and the LM head (tied
-// or not: the tied embedding's matrix is a product there), LoRA's adapters; not the input
-// embedding or learned positions, which are lookups. Its attention over the settings' sequences.
-StepWork model_work(const hf::ModelConfig& c, const Settings& s, double tokens) {
-  const hf::FamilyTraits& family = hf::family_of(c);
-  const hf::ParameterShapes shapes = family.parameter_shapes(c);
-  double layer = shapes.layer_other;
-  for (const hf::LinearModule& m : shapes.layer_linears)
-    layer += m.in_features * m.out_features + (m.bias ? m.out_features : 0.0);
-  const double layers = d(c.num_hidden_layers);
-  StepWork w;
-  w.products = layers * layer + shapes.layer_other / 2.0 +
-               (family.causal_lm ? d(c.vocab_size) * d(c.hidden_size) : 0.0);
-  if (s.method == "lora") w.products += d(count_lora_parameters(c, s.lora_rank, s.lora_targets));
-  w.attention = attention_flops(c, layers, sequence_of(s, tokens), 1);
-  return w;
-}
-
 // One rank's compute per step by the cost model at `rank_flops`: its replica's products (every
-// parameter's; zero and gemini compute whole layers too). hybrid: the pipeline's schedule run
-// with each model chunk's forward and backward of one micro-batch (parallel::simulate_pipeline:
-// the slowest stage paces it, the others' fill and drain add their own time), then the slowest
-// stage's update.
+// parameter's; zero and gemini compute whole layers too), or the strategy's own model (hybrid's
+// pipeline schedule).
 double rank_compute_seconds(const hf::ModelConfig& c, const Settings& s, int world_size,
                             double tokens, double rank_flops) {
-  if (s.strategy != "hybrid")
-    return modelled_step_seconds(s, model_work(c, s, tokens), tokens, d(c.num_hidden_layers),
-                                 rank_flops);
-  if (!(rank_flops > 0)) return 0.0;
-  const HybridLayout layout = hybrid_layout(c, s, world_size, kDefaultBucketBytes);
-  const double sequence = sequence_of(s, tokens);
-  const double micro_tokens = tokens / d(layout.micro_batches);
-  const auto virtual_stages = static_cast<std::size_t>(layout.pp * layout.chunks);
-  std::vector<double> forward(virtual_stages, 0.0), backward(virtual_stages, 0.0);
-  double update = 0.0;
-  for (const HybridStage& st : layout.stages) {
-    for (std::size_t k = 0; k < st.chunk_layers.size(); ++k) {
-      const double layers = d(st.chunk_layers[k]);
-      const StepWork work{st.chunk_compute_parameters[k],
-                          attention_flops(c, layers, sequence, layout.tp)};
-      const double flops = step_flops(s, work, micro_tokens);
-      const double forward_flops = (2.0 * work.products + work.attention) * micro_tokens;
-      const double ops = (120.0 * layers + (st.first && k == 0 ? 40.0 : 0.0)) * kSecondsPerOp;
-      const double seconds = flops / rank_flops + ops;
-      const std::size_t g =
-          k * static_cast<std::size_t>(layout.pp) + static_cast<std::size_t>(st.stage);
-      forward[g] = flops > 0.0 ? seconds * forward_flops / flops : 0.0;
-      backward[g] = seconds - forward[g];
-    }
-    update = std::max(update, (130.0 * d(st.layer_count) + 60.0) * kSecondsPerOp);
-  }
-  return parallel::simulate_pipeline(layout.pp, static_cast<int>(layout.micro_batches), forward,
-                                     backward, nullptr, layout.chunks) +
-         update;
+  if (const StrategyCost* cost = strategy_cost(s.strategy); cost && cost->compute)
+    return cost->compute(c, s, world_size, tokens, rank_flops);
+  return modelled_step_seconds(s, model_work(c, s, tokens), tokens, d(c.num_hidden_layers),
+                               rank_flops);
 }
 
 // A plan's settings train micro_batch × gradient_accumulation × sequence_length tokens a step.
@@ -1474,263 +1372,6 @@ Plan make_plan(const PlanInputs& in) {
                        "micro-batch 1, activation checkpointing and LoRA; " + plan.what_would_fit +
                        ".";
   return plan;
-}
-
-json to_json(const Plan& p) {
-  json tiers = json::array();
-  for (const auto& t : p.tiers) {
-    const auto& e = t.estimate;
-    tiers.push_back({{"tier", t.tier},
-                     {"device", t.device},
-                     {"budget", t.budget},
-                     {"simulated", t.simulated},
-                     {"usable_after_headroom",
-                      static_cast<std::uint64_t>(static_cast<double>(t.budget) * (1 - kHeadroom))},
-                     {"headroom_fraction", kHeadroom},
-                     // The disk tier holds its files; the host's floors do not apply to it.
-                     {"peak", t.tier == "disk" ? e.training_peak() : e.peak()},
-                     {"training_peak", e.training_peak()},
-                     {"load_peak", e.load_peak},
-                     {"export_peak", e.export_peak},
-                     {"save_peak", e.save_peak},
-                     {"by_category",
-                      {{"weights", e.weights},
-                       {"gradients", e.gradients},
-                       {"gradient_buckets", e.gradient_buckets},
-                       {"gathered_chunks", e.gathered_chunks},
-                       {"optimizer", e.optimizer},
-                       {"activations", e.activations},
-                       {"runtime", e.runtime}}}});
-  }
-  const Settings& s = p.settings;
-  json out = {
-      {"fits", p.fits},
-      {"strategy", p.strategy},
-      {"settings",
-       {{"method", s.method},
-        {"lora_rank", s.method == "lora" ? json(s.lora_rank) : json(nullptr)},
-        {"precision", s.precision},
-        {"micro_batch", s.micro_batch},
-        {"gradient_accumulation", s.gradient_accumulation},
-        {"activation_checkpointing", s.activation_checkpointing},
-        {"sequence_length", s.sequence_length},
-        {"strategy", s.strategy},
-        {"offload_optim_frac", s.offload_optim_frac},
-        {"offload_param_frac", s.offload_param_frac},
-        {"device_tier", s.device_tier},
-        {"host_optim_frac", s.host_optim_frac},
-        {"host_param_frac", s.host_param_frac},
-        {"zero_offload", s.zero_offload},
-        {"zero_stage",
-         s.strategy == "zero" || s.strategy == "hybrid" ? json(s.zero_stage) : json(nullptr)},
-        {"tp_size", s.tp_size},
-        {"pp_size", s.pp_size},
-        {"pp_chunks", s.pp_chunks},
-        {"sequence_parallel", s.sequence_parallel}}},
-      {"ranks",
-       {{"processes", p.processes},
-        {"on_this_machine", p.processes_per_node},
-        {"host_usable", p.host_usable},
-        {"per_rank", p.processes > 1}}},
-      {"parameters",
-       {{"total", p.total_parameters},
-        {"checkpoint", p.checkpoint_parameters ? json(*p.checkpoint_parameters) : json(nullptr)},
-        {"trainable", p.trainable_parameters}}},
-      {"memory", tiers},
-      {"time",
-       {{"flops_per_step", p.flops_per_step},
-        {"seconds_per_step", p.seconds_per_step},
-        {"steps", p.total_steps ? json(*p.total_steps) : json(nullptr)},
-        {"steps_source", p.steps_source},
-        {"total_seconds", p.total_seconds() ? json(*p.total_seconds()) : json(nullptr)},
-        {"modelled_seconds_per_step", p.modelled_seconds_per_step},
-        {"warmup_seconds", p.warmup_seconds},
-        {"source", p.time_source},
-        {"calibrated", p.calibration.has_value()},
-        {"calibration_run", p.calibration ? json(p.calibration->run) : json(nullptr)},
-        {"calibration_exact",
-         p.calibration ? json(same(p.calibration->key,
-                                   StepTimeKey{p.calibration->key.device, p.calibration->key.model,
-                                               p.settings, p.calibration->key.processes}))
-                       : json(nullptr)},
-        {"disk_bytes_per_step", p.disk_bytes_per_step},
-        {"disk_read_bytes_per_step", p.disk_read_bytes_per_step},
-        {"disk_write_bytes_per_step", p.disk_write_bytes_per_step},
-        {"disk_seconds_per_step", p.disk_seconds_per_step},
-        {"compute_seconds_per_step", p.compute_seconds_per_step},
-        {"communication",
-         {{"bytes_per_step", p.communication.bytes},
-          {"gradient_bytes", p.communication.gradient_bytes},
-          {"all_gather_bytes", p.communication.all_gather_bytes},
-          {"calls", p.communication.calls},
-          {"seconds_per_step", p.communication.seconds},
-          {"link", p.link_source}}},
-        {"rough", !p.calibration.has_value()}}},
-      {"reasons", p.reasons},
-      {"explanation", p.explanation}};
-  if (p.hybrid) {
-    json stages = json::array();
-    for (const HybridStage& st : p.hybrid->stages) {
-      const HybridStageMemory held = hybrid_stage_memory(st, s);
-      stages.push_back(
-          {{"stage", st.stage},
-           {"layers", st.layers},
-           {"layer_count", st.layer_count},
-           {"parameters", st.parameters},
-           {"trainable", st.trainable},
-           {"micro_batches_held", st.micro_batches_held},
-           {"by_category",
-            {{"weights", to_bytes(held.weights)},
-             {"gradients", to_bytes(held.gradients)},
-             {"gradient_buckets", to_bytes(held.gradient_buckets)},
-             {"optimizer", to_bytes(held.optimizer)},
-             {"activations", to_bytes(held.activations)},
-             {"runtime", kRuntimeBaselineBytes}}},
-           {"training_peak", to_bytes(held.total()) + kRuntimeBaselineBytes},
-           {"tensor_traffic", {{"ring_bytes", st.tensor_bytes}, {"calls", st.tensor_calls}}},
-           {"pipeline_traffic", {{"send_bytes", st.pipeline_bytes}, {"sends", st.pipeline_sends}}},
-           {"data_traffic", {{"ring_bytes", st.data_bytes}, {"calls", st.data_calls}}}});
-    }
-    out["ranks"]["hybrid"] = {{"tp_size", p.hybrid->tp},
-                              {"pp_size", p.hybrid->pp},
-                              {"dp_size", p.hybrid->dp},
-                              {"zero_stage", s.zero_stage},
-                              {"sequence_parallel", s.sequence_parallel},
-                              {"pp_chunks", p.hybrid->chunks},
-                              {"micro_batches", p.hybrid->micro_batches},
-                              {"bubble", p.hybrid->bubble},
-                              {"stages", stages}};
-  }
-  if (!p.what_would_fit.empty()) out["what_would_fit"] = p.what_would_fit;
-  json alternatives = json::array();
-  for (const auto& a : p.alternatives)
-    alternatives.push_back({{"method", a.settings.method},
-                            {"strategy", a.settings.strategy},
-                            {"precision", a.settings.precision},
-                            {"micro_batch", a.settings.micro_batch},
-                            {"peak", a.peak},
-                            {"seconds_per_step", a.seconds_per_step},
-                            {"summary", a.summary}});
-  out["alternatives"] = alternatives;
-  json candidates = json::array();
-  for (const auto& c : p.candidates)
-    candidates.push_back(
-        {{"strategy", c.settings.strategy},
-         {"zero_stage", c.settings.strategy == "zero" || c.settings.strategy == "hybrid"
-                            ? json(c.settings.zero_stage)
-                            : json(nullptr)},
-         {"tp_size", c.settings.tp_size},
-         {"pp_size", c.settings.pp_size},
-         {"pp_chunks", c.settings.pp_chunks},
-         {"sequence_parallel", c.settings.sequence_parallel},
-         {"fits", c.fits},
-         {"peak_per_rank", c.peak},
-         {"by_category",
-          {{"weights", c.weights}, {"gradients", c.gradients}, {"optimizer", c.optimizer}}},
-         {"seconds_per_step", c.seconds_per_step},
-         {"communication_seconds_per_step", c.communication_seconds},
-         {"summary", c.summary}});
-  out["strategies"] = candidates;
-  return out;
-}
-
-namespace {
-
-// Tokenizes the first rows of the training data as the run will (its format and tokenizer) and
-// sets the tokens per sequence a step sees: the mean of the longest example in each group of
-// batch_size consecutive rows (batches are padded to their longest), or for packed text the
-// blocks' max_length and how many rows a block holds. Leaves them unset when the data or the
-// tokenizer cannot be read here: the run reports that itself.
-void sample_sequence_lengths(const job::JobSpec& spec, const fs::path& model_dir, PlanInputs& in) {
-  constexpr std::size_t kSampleRows = 512;
-  const auto& ds = spec.dataset;
-  if (ds.train_files.empty() || ds.max_length <= 0) return;
-  try {
-    data::ReadOptions read_options;
-    read_options.skip_bad_rows = true;
-    auto reader = data::open_datasets({ds.train_files.begin(), ds.train_files.end()}, read_options);
-    std::optional<data::FormatKind> kind;
-    if (ds.format != "auto") kind = data::parse_format_kind(ds.format);
-    const data::DatasetFormat format =
-        data::resolve_format(reader->columns(), reader->path().string(), kind, ds.columns);
-    if (format.kind == data::FormatKind::Classification) return;  // labels come from the run
-    const hf::Tokenizer tokenizer = hf::Tokenizer::from_folder(model_dir);
-    data::TokenizeOptions options;
-    options.max_length = static_cast<std::size_t>(ds.max_length);
-    options.pack = false;  // one row, one example: its length before packing
-    const data::ExampleBuilder builder(format, tokenizer,
-                                       hf::load_tokenizer_config_from_folder(model_dir), options);
-    std::vector<std::size_t> rows;
-    for (std::size_t i = 0; i < std::min(kSampleRows, reader->num_rows()); ++i) rows.push_back(i);
-    const auto sample = data::tokenize_rows(*reader, rows, builder, /*skip_bad_rows=*/true);
-    if (sample.examples.empty()) return;
-    const double max_length = d(ds.max_length);
-    const std::string sampled = "measured by tokenizing the first " +
-                                std::to_string(sample.examples.size()) + " training rows";
-    if (ds.packing && format.kind == data::FormatKind::Text) {
-      double tokens = 0;
-      for (const auto& e : sample.examples)
-        tokens += d(static_cast<std::int64_t>(e.input_ids.size()));
-      const double per_row = tokens / d(static_cast<std::int64_t>(sample.examples.size()));
-      in.packed_rows_per_block = std::max(1.0, max_length / per_row);
-      in.tokens_per_sequence = max_length;
-      in.tokens_per_sequence_source = sampled + " (packed into full blocks)";
-      return;
-    }
-    const std::size_t group =
-        static_cast<std::size_t>(std::max<std::int64_t>(1, spec.training.batch_size));
-    double longest_sum = 0;
-    std::int64_t groups = 0;
-    for (std::size_t g = 0; g < sample.examples.size(); g += group, ++groups) {
-      std::size_t longest = 0;
-      for (std::size_t i = g; i < std::min(g + group, sample.examples.size()); ++i)
-        longest = std::max(longest, sample.examples[i].input_ids.size());
-      longest_sum += d(static_cast<std::int64_t>(longest));
-    }
-    in.tokens_per_sequence = std::min(max_length, longest_sum / d(groups));
-    in.tokens_per_sequence_source =
-        sampled + ", the longest of each batch (sequences are padded to it, not to max_length)";
-  } catch (const std::exception&) {
-    // Unreadable data or tokenizer: the time assumes max_length; the run names the problem.
-  }
-}
-
-}  // namespace
-
-PlanInputs load_plan_inputs(const job::JobSpec& spec, const std::string& spec_source,
-                            HardwareProfile profile) {
-  if (spec.model.path.empty())
-    throw_invalid(spec_source + ": model.path is empty; the planner reads a local model folder",
-                  "download the model first (tessera-cli hub) and set model.path");
-  const fs::path dir = spec.model.path;
-  if (!fs::exists(dir / "config.json"))
-    throw_invalid(spec_source + ": model.path " + dir.string() + " has no config.json",
-                  "point model.path at a HuggingFace model folder");
-  return plan_inputs(spec, hf::ModelFolder::open(dir), std::move(profile));
-}
-
-PlanInputs plan_inputs(const job::JobSpec& spec, const hf::ModelFolder& model,
-                       HardwareProfile profile) {
-  PlanInputs in;
-  in.spec = spec;
-  in.profile = std::move(profile);
-  in.model = model.config();
-  // Without weights (a config-only folder) the formula alone is used.
-  in.checkpoint_bytes = model.checkpoint_bytes();
-  in.checkpoint_parameters = model.checkpoint_parameters();
-  std::int64_t rows = 0;
-  bool counted = false;
-  for (const auto& f : spec.dataset.train_files) {
-    std::ifstream file(f);
-    if (!file) continue;
-    counted = true;
-    for (std::string line; std::getline(file, line);)
-      if (line.find_first_not_of(" \t\r") != std::string::npos) ++rows;
-  }
-  if (counted) in.dataset_rows = rows;
-  in.step_times = StepTimeStore(StepTimeStore::default_path()).load(&in.step_time_warnings);
-  sample_sequence_lengths(spec, model.dir(), in);
-  return in;
 }
 
 std::optional<BudgetRefusal> check_host_budget(const PlanInputs& in) {

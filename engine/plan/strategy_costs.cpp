@@ -11,11 +11,11 @@ namespace tessera::plan {
 
 const StrategyCost* strategy_cost(const std::string& name) {
   static const std::array<StrategyCost, 5> costs{{
-      {"single", nullptr, nullptr},
-      {"gemini", gemini_memory, gemini_communication},
-      {"ddp", replica_memory, replica_communication},
-      {"zero", replica_memory, replica_communication},
-      {"hybrid", hybrid_memory, hybrid_communication},
+      {"single", nullptr, nullptr, nullptr},
+      {"gemini", gemini_memory, gemini_communication, nullptr},
+      {"ddp", replica_memory, replica_communication, nullptr},
+      {"zero", replica_memory, replica_communication, nullptr},
+      {"hybrid", hybrid_memory, hybrid_communication, hybrid_compute_seconds},
   }};
   for (const StrategyCost& cost : costs)
     if (name == cost.name) return &cost;

@@ -23,6 +23,10 @@ struct StrategyCost {
   // planner prices them at the measured link.
   Communication (*communication)(const hf::ModelConfig& c, const Settings& s, int world_size,
                                  std::uint64_t bucket_bytes);
+  // One rank's compute seconds per step of `tokens` at `rank_flops` (null: its replica's whole
+  // model, plan/step_cost.h's model_work).
+  double (*compute)(const hf::ModelConfig& c, const Settings& s, int world_size, double tokens,
+                    double rank_flops);
 };
 
 // The cost model of strategy `name`; nullptr for a name no model covers.
