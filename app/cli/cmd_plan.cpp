@@ -111,11 +111,13 @@ void print_plan(const plan::Plan& p) {
         std::printf(
             "  %-18s %s, %s per step%s\n",
             (c.settings.strategy == "zero" ? "zero stage " + std::to_string(c.settings.zero_stage)
-             : c.settings.strategy == "hybrid" ? "hybrid tp " + std::to_string(c.settings.tp_size) +
-                                                     " pp " + std::to_string(c.settings.pp_size) +
-                                                     (c.settings.sequence_parallel ? " sp" : "") +
-                                                     (c.settings.zero_stage == 1 ? " zero 1" : "")
-                                               : c.settings.strategy)
+             : c.settings.strategy == "hybrid"
+                 ? "hybrid tp " + std::to_string(c.settings.tp_size) + " pp " +
+                       std::to_string(c.settings.pp_size) +
+                       (c.settings.sequence_parallel ? " sp" : "") +
+                       (c.settings.zero_stage > 0 ? " zero " + std::to_string(c.settings.zero_stage)
+                                                  : "")
+                 : c.settings.strategy)
                 .c_str(),
             human_bytes(c.peak).c_str(), duration(c.seconds_per_step).c_str(),
             c.fits ? "" : " (does not fit)");

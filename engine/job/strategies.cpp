@@ -218,8 +218,11 @@ const std::vector<StrategyInfo>& strategies() {
         literal_choice("zero_stage",
                        "0 (the default): every replica keeps the float32 masters and AdamW "
                        "moments of its blocks; 1: ZeRO-1 over the data-parallel replicas, each "
-                       "keeping and updating 1 / dp of them, the updated weights all-gathered",
-                       {"0", "1"}, {"2"}),
+                       "keeping and updating 1 / dp of them, the updated weights all-gathered; "
+                       "2: ZeRO-2, also the gradients: each micro-batch's reduce-scattered in "
+                       "buckets as backward runs, each replica keeping the float32 average of "
+                       "its 1 / dp only",
+                       {"0", "1", "2"}),
         literal_choice("sequence_parallel",
                        "true: Megatron-LM's sequence parallelism with tp_size above 1 — the "
                        "layers' norms, dropout and residuals compute on 1 / tp of the positions, "

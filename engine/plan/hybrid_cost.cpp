@@ -71,15 +71,20 @@ HybridStageMemory hybrid_stage_memory(const HybridStage& stage, const Settings& 
   const bool bf16 = s.precision == "bf16";
   const double param_bytes = bf16 ? 2.0 : 4.0;
   const bool lora = s.method == "lora";
-  // ZeRO-1: each replica's share of every block (⌈n / dp⌉, so about n / dp).
-  const double updated = s.zero_stage == 1 && stage.replicas > 1
-                             ? stage.trainable / d(stage.replicas)
-                             : stage.trainable;
+  // ZeRO-1 and 2: each replica's share of every block (⌈n / dp⌉, so about n / dp).
+  const bool sharded = s.zero_stage >= 1 && stage.replicas > 1;
+  const double updated = sharded ? stage.trainable / d(stage.replicas) : stage.trainable;
   HybridStageMemory m;
   m.weights = (stage.parameters + (lora ? stage.trainable : 0.0)) * param_bytes +
               (bf16 ? updated * 4.0 : 0.0);
   m.gradient_buckets = stage.trainable * 4.0;
   m.gradients = stage.trainable * (bf16 ? 2.0 + 4.0 : 4.0) + m.gradient_buckets;
+  if (sharded && s.zero_stage == 2) {
+    // Every micro-batch's gradients leave for their buckets as they arrive; two buckets in
+    // flight, and the float32 average of the replica's share.
+    m.gradient_buckets = std::min(m.gradient_buckets, 2.0 * d(kDefaultBucketBytes));
+    m.gradients = updated * 4.0 + m.gradient_buckets;
+  }
   m.optimizer = updated * 8.0;
   m.activations = stage.activation_bytes;
   return m;
@@ -93,7 +98,7 @@ HybridLayout hybrid_layout(const hf::ModelConfig& c, const Settings& s, int worl
   out.chunks = std::max(1, s.pp_chunks);
   out.dp = std::max(1, world_size / (out.tp * out.pp));
   out.micro_batches = std::max<std::int64_t>(1, s.gradient_accumulation);
-  out.zero1 = s.zero_stage == 1 && out.dp > 1;
+  out.zero_stage = out.dp > 1 ? s.zero_stage : 0;
   out.sequence_parallel = s.sequence_parallel && out.tp > 1;
   const int tp = out.tp, pp = out.pp, chunks = out.chunks;
   const hf::FamilyTraits& family = hf::family_of(c);
@@ -256,16 +261,22 @@ HybridLayout hybrid_layout(const hf::ModelConfig& c, const Settings& s, int worl
       st.pipeline_sends = out.micro_batches * sends;
       st.pipeline_bytes = d(st.pipeline_sends) * tokens * h * element;
     }
-    // The data-parallel group: every float32 gradient all-reduced once a step, in buckets;
-    // with ZeRO-1 the updated shares all-gathered after, 25 MiB of float32 elements a member
-    // per call (plugins/single/dense_training.cpp).
+    // The data-parallel group: every float32 gradient all-reduced once a step, in buckets
+    // (ZeRO-2: reduce-scattered in every micro-batch); with ZeRO the updated shares gathered after,
+    // 25 MiB of float32 elements a member per call (plugins/single/dense_training.cpp).
     st.replicas = out.dp;
     if (out.dp > 1) {
       const double gradients = st.trainable * 4.0;
-      st.data_bytes = 2.0 * d(out.dp - 1) / d(out.dp) * gradients;
-      st.data_calls = static_cast<std::int64_t>(std::ceil(
-          gradients / d(static_cast<std::int64_t>(std::max<std::uint64_t>(bucket_bytes, 1)))));
-      if (s.zero_stage == 1) {
+      const double buckets = std::ceil(
+          gradients / d(static_cast<std::int64_t>(std::max<std::uint64_t>(bucket_bytes, 1))));
+      if (s.zero_stage == 2) {  // each micro-batch's reduce-scattered: (dp − 1) / dp of them
+        st.data_bytes = micro_batches * d(out.dp - 1) / d(out.dp) * gradients;
+        st.data_calls = static_cast<std::int64_t>(micro_batches * buckets);
+      } else {
+        st.data_bytes = 2.0 * d(out.dp - 1) / d(out.dp) * gradients;
+        st.data_calls = static_cast<std::int64_t>(buckets);
+      }
+      if (s.zero_stage >= 1) {
         st.data_gather_bytes = d(out.dp - 1) / d(out.dp) * st.trainable * element;
         st.data_bytes += st.data_gather_bytes;
         st.data_calls += static_cast<std::int64_t>(

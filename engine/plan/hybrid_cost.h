@@ -41,7 +41,8 @@ struct HybridStage {
   std::int64_t tensor_calls = 0;
   double pipeline_bytes = 0;
   std::int64_t pipeline_sends = 0;
-  // Ring bytes of the data-parallel all-reduce of its float32 gradients and, with zero_stage 1,
+  // Ring bytes of the data-parallel all-reduce of its float32 gradients (zero_stage 2: the
+  // reduce-scatter of every micro-batch's) and, with zero_stage 1 or 2,
   // of the all-gather of the updated shares in the compute dtype (data_gather_bytes of
   // data_bytes), and their calls.
   double data_bytes = 0;
@@ -52,7 +53,7 @@ struct HybridStage {
 
 struct HybridLayout {
   int tp = 1, pp = 1, dp = 1, chunks = 1;
-  bool zero1 = false;              // zero_stage 1 over dp > 1 replicas
+  int zero_stage = 0;              // 1 or 2 over dp > 1 replicas (else 0)
   bool sequence_parallel = false;  // with tp > 1
   std::int64_t micro_batches = 1;  // per step, per pipeline
   double bubble = 0.0;             // parallel::pipeline_bubble_fraction
@@ -70,7 +71,8 @@ HybridLayout hybrid_layout(const hf::ModelConfig& config, const Settings& s, int
 // One rank of a stage at its training peak, in bytes: its blocks in the compute dtype (with
 // float32 masters in bf16), autograd's gradients and the float32 buckets they are copied into
 // (ddp's replicas: plugins/ddp/replica_training), AdamW's moments, the activations. With
-// zero_stage 1 the masters and moments are 1 / dp of the blocks' (ZeRO-1 over the replicas).
+// zero_stage 1 the masters and moments are 1 / dp of the blocks' (ZeRO-1 over the replicas); with
+// 2 the averaged float32 gradients too, besides two buckets in flight (ZeRO-2).
 struct HybridStageMemory {
   double weights = 0;
   double gradients = 0;  // gradient_buckets included

@@ -173,7 +173,7 @@ std::string strategy_phrase(const Settings& s) {
     return "hybrid tp " + std::to_string(s.tp_size) + " × pp " + std::to_string(s.pp_size) +
            (s.pp_chunks > 1 ? " (" + std::to_string(s.pp_chunks) + " chunks a stage)" : "") +
            (s.sequence_parallel ? " with sequence parallelism" : "") +
-           (s.zero_stage == 1 ? " with ZeRO-1" : "");
+           (s.zero_stage > 0 ? " with ZeRO-" + std::to_string(s.zero_stage) : "");
   return s.strategy == "zero" ? "zero stage " + std::to_string(s.zero_stage) : s.strategy;
 }
 
@@ -500,10 +500,13 @@ void plan_rank_time(Plan& plan, const PlanInputs& in, const std::string& device,
                  gib(comm.tensor_bytes) +
                  "; its pipeline sends of activations and of their "
                  "gradients, " +
-                 gib(comm.pipeline_bytes) +
-                 "; its replicas' all_reduce of the "
-                 "gradients, " +
-                 gib(comm.gradient_bytes)
+                 gib(comm.pipeline_bytes) + "; its replicas' " +
+                 (plan.settings.zero_stage == 2 ? "reduce_scatter of every micro-batch's"
+                                                : "all_reduce of the") +
+                 " gradients, " + gib(comm.gradient_bytes) +
+                 (comm.all_gather_bytes > 0
+                      ? " and all_gather of the updated shares, " + gib(comm.all_gather_bytes)
+                      : "")
        : comm.all_gather_bytes > 0
            ? "the gradients' " + reduction + " " + gib(comm.gradient_bytes) +
                  " and the parameters' all_gather " + gib(comm.all_gather_bytes) +
@@ -553,9 +556,13 @@ std::string hybrid_held(const HybridLayout& layout) {
                 : "");
   if (layout.dp > 1)
     out += ", " + std::to_string(layout.dp) + " replicas of that averaging their gradients" +
-           (layout.zero1 ? ", each keeping and updating 1/" + std::to_string(layout.dp) +
-                               " of the optimizer state (ZeRO-1)"
-                         : "");
+           (layout.zero_stage == 1 ? ", each keeping and updating 1/" + std::to_string(layout.dp) +
+                                         " of the optimizer state (ZeRO-1)"
+            : layout.zero_stage == 2
+                ? ", each keeping and updating 1/" + std::to_string(layout.dp) +
+                      " of the optimizer state and of the averaged gradients, reduce-scattered "
+                      "in every micro-batch's backward (ZeRO-2)"
+                : "");
   if (layout.pp > 1)
     out += "; the " + std::string(layout.chunks > 1 ? "interleaved " : "") + "1F1B schedule over " +
            std::to_string(layout.micro_batches) + " micro-batches keeps at most " +
@@ -777,14 +784,15 @@ Plan make_plan(const PlanInputs& in) {
             }
             t.tp_size = tp;
             t.pp_size = pp;
-            // With replicas the same layout also sharing the optimizer state over them (ZeRO-1),
+            // With replicas the same layout also sharing the optimizer state over them (ZeRO-1)
+            // and the gradients too (ZeRO-2),
             // and with tensor parallelism (no pipeline yet) also on blocks of the positions
             // (sequence parallelism): each after the plain one, so a tie in step time keeps
             // the plainer.
             for (const bool sequence : {false, true}) {
               if (sequence && (tp == 1 || pp > 1)) continue;
-              for (const int zero : {0, 1}) {
-                if (zero == 1 && processes / (tp * pp) == 1) continue;
+              for (const int zero : {0, 1, 2}) {
+                if (zero > 0 && processes / (tp * pp) == 1) continue;
                 t.sequence_parallel = sequence;
                 t.zero_stage = zero;
                 distributing.push_back(t);

@@ -18,11 +18,14 @@ class ReplicaTraining {
  public:
   // DenseTraining::prepare, then the buckets over `group` (null: one replica, nothing to
   // average); bucket_size from the strategy options; `plugin` names it in errors.
-  // `shard_optimizer`: ZeRO-1 over `group` (DenseTraining's shard group): the gradients are
-  // still averaged whole, each replica updates its share, and the shares are all-gathered.
+  // `zero_stage` 1: ZeRO-1 over `group` (DenseTraining's shard group): the gradients are still
+  // averaged whole, each replica updates its share, and the shares are all-gathered. 2: ZeRO-2,
+  // also the gradients: every micro-batch's backward reduce-scatters its buckets (two in flight),
+  // each replica adding its element_share of every tensor's average into float32 share
+  // gradients; no whole gradient outlives a backward. Needs a group (0 without one).
   void prepare(model::PretrainedModel& model, std::vector<optim::NamedTensor> trainable,
                const train::PluginOptions& options, torch::Device device, dist::ProcessGroup* group,
-               const std::string& plugin, bool shard_optimizer = false);
+               const std::string& plugin, int zero_stage = 0);
 
   train::DenseTraining& dense() { return dense_; }
   const train::DenseTraining& dense() const { return dense_; }
@@ -38,8 +41,10 @@ class ReplicaTraining {
   // their backwards at different times).
   void reduce_accumulated();
   // The averaged float32 gradients of dense().params(), in order; call after the last
-  // micro-batch's backward, then finish_step() once the update has read them.
+  // micro-batch's backward, then finish_step() once the update has read them. ZeRO-2: this
+  // replica's share of each, flat (gradient_shares()).
   std::vector<torch::Tensor> averaged_gradients();
+  bool gradient_shares() const { return zero_stage_ == 2; }
   void finish_step();
 
   train::MemoryByCategory memory() const;
@@ -51,10 +56,19 @@ class ReplicaTraining {
   template <typename Run>
   void run_backward(const Run& run, bool last_micro_batch);
 
+  // ZeRO-2: a reduce-scattered bucket's segment (this replica's) added to the share gradients.
+  void add_reduced_shares(GradientBuckets::Bucket& bucket);
+
   std::string plugin_;
   train::DenseTraining dense_;
   std::unique_ptr<GradientBuckets> buckets_;  // hooks on dense_'s tensors
   bool reduced_ = false;                      // the buckets hold this step's averaged gradients
+  int zero_stage_ = 0;
+  // ZeRO-2: this replica's element_share of each tensor of dense_.params(), and their averaged
+  // gradients (float32, flat, views into share_gradients_).
+  std::vector<train::ElementShare> shares_;
+  torch::Tensor share_gradients_;
+  std::vector<torch::Tensor> share_gradient_of_;
 };
 
 }  // namespace tessera::plugins

@@ -84,17 +84,21 @@ class HybridPlugin : public Plugin {
     dist::ProcessGroup* data_group =
         process_.data_group != nullptr && process_.data_group->size() > 1 ? process_.data_group
                                                                           : nullptr;
-    // zero_stage 1: the replicas of a block share its masters and moments (ZeRO-1).
-    const bool shard_optimizer = job::hybrid_zero_stage(options.strategy_options) == 1;
-    if (shard_optimizer && data_group == nullptr && options.log && process_.rank == 0)
+    // zero_stage 1: the replicas of a block share its masters and moments (ZeRO-1); 2: its
+    // gradients too (ZeRO-2).
+    const int zero_stage = job::hybrid_zero_stage(options.strategy_options);
+    if (zero_stage > 0 && data_group == nullptr && options.log && process_.rank == 0)
       options.log("warning",
-                  "strategy.options.zero_stage 1: the " + std::to_string(process_.world_size) +
+                  "strategy.options.zero_stage " + std::to_string(zero_stage) + ": the " +
+                      std::to_string(process_.world_size) +
                       " processes are one data-parallel replica (tp_size × pp_size), so there is "
-                      "no one to share the optimizer state with; every rank keeps its own whole");
+                      "no one to share the optimizer state or gradients with; every rank keeps "
+                      "its own whole");
     // The blocks are the model's parameters now (set_data in place): the trainable handles
     // see them, and the masters and moments are made of them.
     replicas_.prepare(model, std::move(trainable), options, torch::kCPU, data_group, name(),
-                      shard_optimizer);
+                      zero_stage);
+    data_group_ = data_group;
     model_ = &model;
   }
 
@@ -142,6 +146,10 @@ class HybridPlugin : public Plugin {
   StepStats step(double lr, double max_grad_norm) override {
     torch::NoGradGuard no_grad;
     const std::vector<NamedTensor>& params = dense().params();
+    // ZeRO-2: this replica's share of each averaged gradient, flat. The sums below are
+    // element-wise over ranks holding the same shares (the same data-parallel rank), so they
+    // apply to shares as to whole tensors.
+    const bool shares = replicas_.gradient_shares();
     std::vector<torch::Tensor> gradients = replicas_.averaged_gradients();
     share_tied_gradient(gradients);
     std::vector<torch::Tensor> split_gradients, whole_gradients;
@@ -154,7 +162,8 @@ class HybridPlugin : public Plugin {
       bool counted = true;
       if (is_split(params[i].name) && split_of_.at(params[i].name).replicas > 1 &&
           gradients[i].defined()) {
-        const parallel::SplitParameter& p = split_of_.at(params[i].name);
+        parallel::SplitParameter p = split_of_.at(params[i].name);
+        if (shares) p.dim = 0;  // a flat share: every holder's at the same elements
         gradients[i] = parallel::sum_over_replicas(gradients[i], p, *tensor_group_);
         counted = tensor_group_->rank() % p.replicas == 0;
       }
@@ -169,6 +178,10 @@ class HybridPlugin : public Plugin {
     torch::Tensor split_squares = optim::gradient_norms(split_gradients).pow(2).sum();
     if (tensor_group_ != nullptr) tensor_group_->all_reduce(split_squares);
     torch::Tensor squares = split_squares + optim::gradient_norms(whole_gradients).pow(2).sum();
+    if (shares) {  // the replicas' shares make up each tensor
+      squares = squares.to(torch::kFloat32).contiguous();
+      data_group_->all_reduce(squares);
+    }
     if (stages_) {
       squares = squares.to(torch::kFloat32).contiguous();
       stages_->group().all_reduce(squares);
@@ -176,7 +189,7 @@ class HybridPlugin : public Plugin {
     const torch::Tensor total = squares.sqrt();
     StepStats stats;
     stats.grad_norm = optim::apply_clip_coefficient(gradients, total, max_grad_norm);
-    stats.applied = dense().step(lr, /*max_grad_norm=*/0.0, &gradients).applied;
+    stats.applied = dense().step(lr, /*max_grad_norm=*/0.0, &gradients, shares).applied;
     replicas_.finish_step();
     return stats;
   }
@@ -239,10 +252,17 @@ class HybridPlugin : public Plugin {
         if (params[i].name == tied) tied_index_ = i;
     }
     const std::size_t index = *tied_index_;
-    if (index < params.size() && gradients[index].defined())
+    if (index < params.size() && gradients[index].defined()) {
       sum = gradients[index].contiguous();
-    else
+    } else if (replicas_.gradient_shares()) {  // this replica's share of the block, flat
+      std::int64_t numel = 1;
+      for (std::int64_t n : block_shape(tied)) numel *= n;
+      sum = torch::zeros(
+          {train::element_share(numel, data_group_->rank(), data_group_->size()).count},
+          torch::kFloat32);
+    } else {
       sum = torch::zeros(block_shape(tied), torch::kFloat32);
+    }
     stages_->group().all_reduce(sum);
     if (index < params.size()) gradients[index] = sum;
   }
@@ -420,6 +440,7 @@ class HybridPlugin : public Plugin {
 
   ProcessContext process_;
   dist::ProcessGroup* tensor_group_ = nullptr;  // null: tp_size 1 (nothing split)
+  dist::ProcessGroup* data_group_ = nullptr;    // null: one replica (nothing averaged)
   std::vector<parallel::SplitParameter> layout_;
   std::map<std::string, parallel::SplitParameter> split_of_;  // by parameter name
   std::set<std::string> adapters_;                            // LoRA's matrices (PEFT names)

@@ -14,10 +14,12 @@
 // tensors.
 // zero_stage 1 makes the replicas ZeRO-1 (single's DenseTraining sharded over the data group):
 // each keeps the masters and moments of 1 / dp of its blocks; checkpoints gather them whole.
+// zero_stage 2 (ZeRO-2) also reduce-scatters every micro-batch's gradients (ReplicaTraining),
+// each replica keeping its share of the average.
 // Options (job spec strategy.options, job/strategies.h): device = auto | cpu, tp_size = 2 | 1 | 4
-// | 8, pp_size = 1 | 2 | 4 | 8, pp_chunks = 1 | 2 | 4, zero_stage = 0 | 1, sequence_parallel =
+// | 8, pp_size = 1 | 2 | 4 | 8, pp_chunks = 1 | 2 | 4, zero_stage = 0 | 1 | 2, sequence_parallel =
 // false | true (parallel/split_model.h). LoRA's adapters are split like their layers. Not yet:
-// CUDA, sequence parallelism with pipeline stages, zero_stage 2, families without a
+// CUDA, sequence parallelism with pipeline stages, families without a
 // tensor-parallel plan (bert): each refused with that said.
 
 namespace tessera::plugins {

@@ -136,13 +136,14 @@ void DenseTraining::backward_through(const torch::Tensor& output, const torch::T
 }
 
 StepStats DenseTraining::step(double lr, double max_grad_norm,
-                              const std::vector<torch::Tensor>* master_gradients) {
+                              const std::vector<torch::Tensor>* master_gradients,
+                              bool gradient_shares) {
   torch::NoGradGuard no_grad;
   if (shard_group_ != nullptr) {
     if (master_gradients == nullptr)
       throw Error(ErrorKind::Internal,
                   "DenseTraining::step: sharded over replicas but given no averaged gradients");
-    return sharded_step(lr, max_grad_norm, *master_gradients);
+    return sharded_step(lr, max_grad_norm, *master_gradients, gradient_shares);
   }
   if (master_gradients != nullptr) {
     if (master_gradients->size() != masters_.size())
@@ -283,7 +284,8 @@ std::vector<NamedTensor> DenseTraining::optimizer_state() {
 }
 
 StepStats DenseTraining::sharded_step(double lr, double max_grad_norm,
-                                      const std::vector<torch::Tensor>& master_gradients) {
+                                      const std::vector<torch::Tensor>& master_gradients,
+                                      bool shares) {
   if (master_gradients.size() != params_.size())
     throw Error(ErrorKind::Internal,
                 "DenseTraining::step: " + std::to_string(master_gradients.size()) +
@@ -292,7 +294,8 @@ StepStats DenseTraining::sharded_step(double lr, double max_grad_norm,
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const torch::Tensor& g = master_gradients[i];
     if (shares_[i].count == 0 || !g.defined()) continue;
-    masters_[i].tensor.mutable_grad() = g.reshape(-1).narrow(0, shares_[i].start, shares_[i].count);
+    masters_[i].tensor.mutable_grad() =
+        shares ? g : g.reshape(-1).narrow(0, shares_[i].start, shares_[i].count);
     gradients.push_back(masters_[i].tensor.grad());
   }
   // The global norm from every member's shares (the members' gradients are the same, so this

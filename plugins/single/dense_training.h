@@ -72,8 +72,11 @@ class DenseTraining {
   // from `master_gradients` when given (float32, one per trainable tensor in params() order,
   // undefined for none; ddp's reduced ones; required when sharded). Clips by the global norm,
   // updates unless fp16 skips the step, and clears every gradient.
+  // Sharded, `gradient_shares` says the gradients are this member's shares already (ZeRO-2's
+  // reduce-scattered ones, flat), not whole tensors to take the share of.
   StepStats step(double lr, double max_grad_norm,
-                 const std::vector<torch::Tensor>* master_gradients = nullptr);
+                 const std::vector<torch::Tensor>* master_gradients = nullptr,
+                 bool gradient_shares = false);
 
   // Memory now; `extra_gradient_bytes` are gradient buffers the caller holds (ddp's buckets).
   MemoryByCategory memory(std::uint64_t extra_gradient_bytes = 0) const;
@@ -101,7 +104,7 @@ class DenseTraining {
   std::vector<ElementShare> shares_;
 
   StepStats sharded_step(double lr, double max_grad_norm,
-                         const std::vector<torch::Tensor>& master_gradients);
+                         const std::vector<torch::Tensor>& master_gradients, bool shares);
   // This member's range of params_[i], flat (a view into the compute tensor).
   torch::Tensor own_range(std::size_t i) const;
   // After an update: every member's shares into every member's compute tensors.

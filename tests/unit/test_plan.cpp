@@ -903,13 +903,30 @@ class TestPlan : public QObject {
     plan::Settings zero1 = p.settings;
     zero1.zero_stage = 1;
     const auto sharded = plan::hybrid_layout(c, zero1, 4, plan::kDefaultBucketBytes);
-    QVERIFY(sharded.zero1);
+    QCOMPARE(sharded.zero_stage, 1);
     for (std::size_t i = 0; i < 2; ++i) {
       QVERIFY(near(plan::hybrid_stage_memory(sharded.stages[i], zero1).optimizer,
                    plan::hybrid_stage_memory(pp2.stages[i], p.settings).optimizer / 2));
       QVERIFY(near(sharded.stages[i].data_gather_bytes, 0.5 * 4 * sharded.stages[i].trainable));
       QVERIFY(near(sharded.stages[i].data_bytes,
                    pp2.stages[i].data_bytes + sharded.stages[i].data_gather_bytes));
+    }
+    // zero_stage 2: the gradients too (the replica's float32 share, two buckets in flight), and
+    // reduce-scattered in each micro-batch's backward: (dp − 1) / dp of them a micro-batch.
+    plan::Settings zero2 = p.settings;
+    zero2.zero_stage = 2;
+    const auto scattered = plan::hybrid_layout(c, zero2, 4, plan::kDefaultBucketBytes);
+    QCOMPARE(scattered.zero_stage, 2);
+    for (std::size_t i = 0; i < 2; ++i) {
+      const plan::HybridStage& st = scattered.stages[i];
+      const auto held = plan::hybrid_stage_memory(st, zero2);
+      QVERIFY(near(held.optimizer, plan::hybrid_stage_memory(sharded.stages[i], zero1).optimizer));
+      const double buckets = std::min(4 * st.trainable, 2.0 * double(plan::kDefaultBucketBytes));
+      QVERIFY(near(held.gradient_buckets, buckets));
+      QVERIFY(near(held.gradients, 4 * st.trainable / 2 + buckets));
+      QVERIFY(near(st.data_bytes - st.data_gather_bytes,
+                   double(scattered.micro_batches) * 0.5 * 4 * st.trainable));
+      QVERIFY(near(st.data_gather_bytes, sharded.stages[i].data_gather_bytes));
     }
     in.spec.strategy.options["zero_stage"] = 1;
     const auto p1 = plan::make_plan(in);
@@ -932,7 +949,8 @@ class TestPlan : public QObject {
                x.settings.pp_size == pp && x.settings.zero_stage == zero;
       });
     };
-    QVERIFY(has(1, 2, 0) && has(1, 2, 1) && has(2, 1, 1) && !has(2, 2, 1));
+    QVERIFY(has(1, 2, 0) && has(1, 2, 1) && has(1, 2, 2) && has(2, 1, 1) && has(2, 1, 2) &&
+            !has(2, 2, 1));
     // ... and with tensor parallelism and no pipeline also on blocks of the positions.
     const auto sequence_parallel = [&](int tp, int pp) {
       return std::any_of(weighed.candidates.begin(), weighed.candidates.end(), [&](const auto& x) {

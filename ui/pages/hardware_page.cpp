@@ -96,7 +96,7 @@ QString hybrid_key(int tp, int pp, int zero_stage, bool sequence_parallel) {
 QString hybrid_label(int tp, int pp, int zero_stage, bool sequence_parallel) {
   QString label = HardwarePage::tr("hybrid: tensor %1 × pipeline %2").arg(tp).arg(pp);
   if (sequence_parallel) label += HardwarePage::tr(", sequence parallel");
-  if (zero_stage == 1) label += HardwarePage::tr(", ZeRO-1");
+  if (zero_stage > 0) label += HardwarePage::tr(", ZeRO-%1").arg(zero_stage);
   return label;
 }
 
