@@ -228,7 +228,7 @@ const std::vector<StrategyInfo>& strategies() {
                        "layers' norms, dropout and residuals compute on 1 / tp of the positions, "
                        "all-gather and reduce-scatter replacing the all-reduces (activation "
                        "memory ÷ tp there; more bytes sent: the positions are gathered again in "
-                       "backward); not with pp_size above 1 yet",
+                       "backward); with pp_size above 1 the stages pass each rank's block",
                        {"false", "true"})},
        /*planned=*/true,
        /*distributes=*/true},

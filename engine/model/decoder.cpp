@@ -166,8 +166,11 @@ class DecoderStackImpl : public torch::nn::Module {
       sliding_mask = causal_attention_mask(attention_mask, length, options_.sliding_window);
     if (cache != nullptr && cache->layers.size() != layers->size())
       cache->layers.resize(layers->size());
-    const bool sequence_parallel = shards.enter && cache == nullptr && stage.whole();
-    if (sequence_parallel) h = shards.enter(h);
+    const bool sequence_parallel = shards.enter && cache == nullptr;
+    if (sequence_parallel && stage.first_layer == 0)
+      h = shards.enter(h);
+    else if (sequence_parallel)
+      shards.resume(length);
     for (auto i = static_cast<std::size_t>(stage.first_layer); i < static_cast<std::size_t>(end);
          ++i) {
       begin_dropout_layer(static_cast<std::int64_t>(i));
@@ -182,7 +185,10 @@ class DecoderStackImpl : public torch::nn::Module {
                                                        cache ? &cache->layers[i] : nullptr);
       }
     }
-    if (end < count) return h;
+    if (end < count) {
+      if (sequence_parallel) shards.pause();
+      return h;
+    }
     if (sequence_parallel) h = shards.leave(h);
     begin_dropout_layer(count);
     return norm(h);

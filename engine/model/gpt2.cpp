@@ -134,8 +134,11 @@ class Gpt2StackImpl : public torch::nn::Module {
     }
     torch::Tensor mask = causal_attention_mask(attention_mask, ids.size(1));
     if (cache != nullptr && cache->layers.size() != h->size()) cache->layers.resize(h->size());
-    const bool sequence_parallel = shards.enter && cache == nullptr && stage.whole();
-    if (sequence_parallel) x = shards.enter(x);
+    const bool sequence_parallel = shards.enter && cache == nullptr;
+    if (sequence_parallel && stage.first_layer == 0)
+      x = shards.enter(x);
+    else if (sequence_parallel)
+      shards.resume(ids.size(1));
     for (auto i = static_cast<std::size_t>(stage.first_layer); i < static_cast<std::size_t>(end);
          ++i) {
       begin_dropout_layer(static_cast<std::int64_t>(i));
@@ -146,7 +149,10 @@ class Gpt2StackImpl : public torch::nn::Module {
         x = h[i]->as<Gpt2BlockImpl>()->forward(x, mask, cache ? &cache->layers[i] : nullptr);
       }
     }
-    if (end < count) return x;
+    if (end < count) {
+      if (sequence_parallel) shards.pause();
+      return x;
+    }
     if (sequence_parallel) x = shards.leave(x);
     begin_dropout_layer(count);
     return ln_f(x);

@@ -172,7 +172,11 @@ ForwardOutput PretrainedModel::forward(const ForwardInput& input) {
     if (input.cache != nullptr)
       throw_unsupported("pipeline stage: a KV cache (generation) needs the whole model");
     if (!first_stage()) {
-      const std::vector<std::int64_t> hidden_shape{batch, length, config_.hidden_size};
+      // Under sequence parallelism the stages pass this rank's block of the positions.
+      const std::int64_t positions =
+          sequence_shards.enter ? (length + sequence_shards.parts - 1) / sequence_shards.parts
+                                : length;
+      const std::vector<std::int64_t> hidden_shape{batch, positions, config_.hidden_size};
       if (!input.stage_input.defined() ||
           input.stage_input.sizes() != c10::IntArrayRef(hidden_shape))
         throw_invalid("stage_input: a stage from layer " + std::to_string(stage.first_layer) +

@@ -111,10 +111,16 @@ using LayerWrapper = std::function<torch::Tensor(const LayerFunction&, const tor
 // Sequence parallelism (engine/parallel/split_model.h installs it): `enter` takes the hidden
 // states after the embedding to this rank's block of the positions, `leave` gives every position
 // back after the last layer, before the final norm. The layers between compute on the block
-// (their split linear layers gather and scatter the positions). Unset: nothing happens.
+// (their split linear layers gather and scatter the positions). A pipeline stage that does not
+// hold the embedding receives a block already: `resume` takes it up for sequences of `length`
+// positions; one that does not hold the last layer sends its block on: `pause`. Unset: nothing
+// happens.
 struct SequenceShards {
   std::function<torch::Tensor(const torch::Tensor&)> enter;
   std::function<torch::Tensor(const torch::Tensor&)> leave;
+  std::function<void(std::int64_t length)> resume;
+  std::function<void()> pause;
+  std::int64_t parts = 1;  // ranks the positions are split over (blocks of ⌈T / parts⌉)
 };
 
 class PretrainedModel : public torch::nn::Module {
@@ -141,7 +147,7 @@ class PretrainedModel : public torch::nn::Module {
   // recomputation would append to the cache twice.
   LayerWrapper layer_wrapper;
   // Applied by the families' layer loops (decoder, gpt2) around their layers; never with a KV
-  // cache or pipeline stages.
+  // cache.
   SequenceShards sequence_shards;
 
   // The layers forward runs (pipeline parallelism); the whole model by default. Only families

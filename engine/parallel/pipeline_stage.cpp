@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "dist/parallel_context.h"
 #include "hf/families.h"
+#include "parallel/tensor_parallel.h"
 
 namespace tessera::parallel {
 namespace {
@@ -20,9 +21,14 @@ int gradient_tag(int receiver, int micro_batches, int micro_batch) {
 }
 constexpr int kEvaluationTag = 1 << 24;
 
+// What a stage boundary carries: [B, T, hidden], or under sequence parallelism over
+// `sequence_parts` ranks each rank's block of the positions (the last one padded).
 std::vector<std::int64_t> hidden_shape(const model::PretrainedModel& model,
-                                       const model::ForwardInput& input) {
-  return {input.input_ids.size(0), input.input_ids.size(1), model.config().hidden_size};
+                                       const model::ForwardInput& input, int sequence_parts) {
+  const std::int64_t positions = input.input_ids.size(1);
+  return {input.input_ids.size(0),
+          sequence_parts > 1 ? sequence_block_length(positions, sequence_parts) : positions,
+          model.config().hidden_size};
 }
 
 }  // namespace
@@ -127,8 +133,9 @@ std::vector<double> PipelineStages::run_one_f_one_b(
     if (action.kind == PipelineAction::Forward) {
       model::ForwardInput input = inputs[mu];
       if (!first_virtual) {
-        torch::Tensor received = receive(torch::empty(hidden_shape(model, input), activations),
-                                         previous, activation_tag(g, micro_batches, m));
+        torch::Tensor received =
+            receive(torch::empty(hidden_shape(model, input, sequence_parts_), activations),
+                    previous, activation_tag(g, micro_batches, m));
         received.set_requires_grad(true);
         input.stage_input = stage_inputs[at] = received;
       }
@@ -184,7 +191,7 @@ double PipelineStages::forward_loss(model::PretrainedModel& model, const model::
   for (int g = stage(); g < virtual_stages; g += stages()) {
     model::ForwardInput in = input;
     if (g > 0) {
-      in.stage_input = torch::empty(hidden_shape(model, input), activations);
+      in.stage_input = torch::empty(hidden_shape(model, input, sequence_parts_), activations);
       group_->recv(in.stage_input, (g - 1) % stages(), kEvaluationTag + g).wait();
     }
     use_chunk(model, g / stages());

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "core/error.h"
 #include "dist/parallel_context.h"
@@ -21,14 +22,25 @@ namespace {
 struct SequenceState {
   explicit SequenceState(dist::ProcessGroup& g) : group(g) {}
   dist::ProcessGroup& group;
-  std::int64_t length = 0;  // positions of the hidden states entering the layers (this forward)
-  // Backward: every position of `block` gathered again, once for the layers that share it (q,
-  // k and v; gate and up), the last one kept until another block is asked for.
-  torch::Tensor regathered(const torch::Tensor& block) {
+  // Positions of the hidden states entering the layers in the forward running now (a pipeline
+  // runs other micro-batches' forwards before a backward: backward takes the length its forward
+  // saved).
+  std::int64_t length = 0;
+  // The length for the layer running now: the dropout stream's when one is installed (activation
+  // checkpointing recomputes a layer in backward under its forward's copy of the stream, perhaps
+  // after other micro-batches' forwards), else `length`.
+  std::int64_t current_length() const {
+    const std::optional<model::DropoutStream> stream = model::current_dropout_stream();
+    return stream && stream->sequence_blocks > 1 ? stream->sequence_length : length;
+  }
+  // Backward: every position of `block` (of sequences of `positions`) gathered again, once for
+  // the layers that share it (q, k and v; gate and up), the last one kept until another block is
+  // asked for.
+  torch::Tensor regathered(const torch::Tensor& block, std::int64_t positions) {
     if (!block_.defined() || !block_.is_same(block)) {
       torch::NoGradGuard no_grad;
       block_ = block;
-      whole_ = gather_sequence(block, group, length, /*sum_gradient=*/false);
+      whole_ = gather_sequence(block, group, positions, /*sum_gradient=*/false);
     }
     return whole_;
   }
@@ -48,6 +60,7 @@ class GatheredLinear : public torch::autograd::Function<GatheredLinear> {
                                const torch::Tensor& block, const torch::Tensor& weight,
                                const torch::Tensor& bias, SequenceState* state) {
     ctx->saved_data["state"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(state));
+    ctx->saved_data["length"] = state->current_length();
     // (No bias: an empty tensor, autograd's functions taking no undefined inputs.)
     const bool has_bias = bias.numel() > 0;
     ctx->saved_data["bias"] = has_bias;
@@ -66,7 +79,8 @@ class GatheredLinear : public torch::autograd::Function<GatheredLinear> {
     torch::Tensor dx = dy.matmul(weight);
     torch::Tensor dw, db;
     if (ctx->needs_input_grad(2))
-      dw = dy.reshape({-1, out}).t().matmul(state->regathered(block).reshape({-1, in}));
+      dw = dy.reshape({-1, out}).t().matmul(
+          state->regathered(block, ctx->saved_data["length"].toInt()).reshape({-1, in}));
     if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(3))
       db = dy.reshape({-1, out}).sum(0);
     return {dx, torch::Tensor(), dw, db, torch::Tensor()};
@@ -91,7 +105,8 @@ class SharedCopy {
       return x;  // nothing flows back
     if (!input_.defined() || !input_.is_same(x)) {
       input_ = x;
-      copy_ = gathers ? gather_sequence(x, group_, sequence_->length, /*sum_gradient=*/true)
+      copy_ = gathers ? gather_sequence(x, group_, sequence_->current_length(),
+                                        /*sum_gradient=*/true)
                       : copy_to_group(x, group_);
     }
     return copy_;
@@ -227,6 +242,14 @@ std::vector<SplitParameter> split_model(
       // all-reduced): backward takes this rank's block.
       return gather_sequence(h, *g, sequence->length, /*sum_gradient=*/false);
     };
+    // Pipeline stages: the stage boundary carries this rank's block (PipelineStages sends and
+    // receives blocks when told the tensor group's size).
+    m.sequence_shards.resume = [sequence, g](std::int64_t length) {
+      sequence->length = length;
+      model::begin_sequence_blocks(length, g->rank(), g->size());
+    };
+    m.sequence_shards.pause = [] { model::end_sequence_blocks(); };
+    m.sequence_shards.parts = size;
   }
   const auto layer_copies =
       sequence_parallel ? std::make_shared<SharedCopy>(group, sequence) : copies;

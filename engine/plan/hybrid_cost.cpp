@@ -259,7 +259,11 @@ HybridLayout hybrid_layout(const hf::ModelConfig& c, const Settings& s, int worl
         if (virtual_stage > 0) ++sends;                   // backward
       }
       st.pipeline_sends = out.micro_batches * sends;
-      st.pipeline_bytes = d(st.pipeline_sends) * tokens * h * element;
+      // Under sequence parallelism each rank sends its block of the positions (the last padded).
+      const double sent = out.sequence_parallel
+                              ? d(s.micro_batch) * std::ceil(d(s.sequence_length) / d(tp))
+                              : tokens;
+      st.pipeline_bytes = d(st.pipeline_sends) * sent * h * element;
     }
     // The data-parallel group: every float32 gradient all-reduced once a step, in buckets
     // (ZeRO-2: reduce-scattered in every micro-batch); with ZeRO the updated shares gathered after,

@@ -786,11 +786,10 @@ Plan make_plan(const PlanInputs& in) {
             t.pp_size = pp;
             // With replicas the same layout also sharing the optimizer state over them (ZeRO-1)
             // and the gradients too (ZeRO-2),
-            // and with tensor parallelism (no pipeline yet) also on blocks of the positions
-            // (sequence parallelism): each after the plain one, so a tie in step time keeps
-            // the plainer.
+            // and with tensor parallelism also on blocks of the positions (sequence
+            // parallelism): each after the plain one, so a tie in step time keeps the plainer.
             for (const bool sequence : {false, true}) {
-              if (sequence && (tp == 1 || pp > 1)) continue;
+              if (sequence && tp == 1) continue;
               for (const int zero : {0, 1, 2}) {
                 if (zero > 0 && processes / (tp * pp) == 1) continue;
                 t.sequence_parallel = sequence;

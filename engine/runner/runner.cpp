@@ -698,10 +698,6 @@ void check_hybrid(const job::JobSpec& spec, int world_size) {
           "strategy.options.sequence_parallel: it splits the positions over the tensor "
           "group, but tp_size is 1",
           "set tp_size to 2 or more, or sequence_parallel to false");
-    if (pp > 1)
-      throw_unsupported("strategy.options.sequence_parallel with pipeline stages (pp_size " +
-                            std::to_string(pp) + ") is not supported yet",
-                        "use pp_size 1 with sequence_parallel, or sequence_parallel false");
   }
   if (tp == 1 && pp == 1) return;
   // The model's sizes, when its folder is here (a Hub model is judged once downloaded).

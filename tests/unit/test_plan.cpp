@@ -858,6 +858,15 @@ class TestPlan : public QObject {
     // Stage 0 sends each micro-batch's activations forward, stage 1 their gradients back.
     QVERIFY(near(pp2.stages[0].pipeline_bytes, 4 * tokens * h * 4));
     QCOMPARE(pp2.stages[0].pipeline_sends, std::int64_t(4));
+    // With tensor groups and sequence parallelism the boundary carries each rank's block of the
+    // positions: half the bytes at tp 2 (128 positions split evenly).
+    plan::Settings tp_pp = s;
+    tp_pp.tp_size = 2;
+    const auto tp2pp2 = plan::hybrid_layout(c, tp_pp, 4, plan::kDefaultBucketBytes);
+    tp_pp.sequence_parallel = true;
+    const auto sp_tp2pp2 = plan::hybrid_layout(c, tp_pp, 4, plan::kDefaultBucketBytes);
+    QVERIFY(sp_tp2pp2.sequence_parallel);
+    QVERIFY(near(sp_tp2pp2.stages[0].pipeline_bytes, tp2pp2.stages[0].pipeline_bytes / 2));
     QVERIFY(near(pp2.stages[1].pipeline_bytes, 4 * tokens * h * 4));
     // dp 2: ddp's all-reduce of each stage's float32 gradients.
     QVERIFY(near(pp2.stages[1].data_bytes, 4 * pp2.stages[1].parameters));
@@ -951,14 +960,14 @@ class TestPlan : public QObject {
     };
     QVERIFY(has(1, 2, 0) && has(1, 2, 1) && has(1, 2, 2) && has(2, 1, 1) && has(2, 1, 2) &&
             !has(2, 2, 1));
-    // ... and with tensor parallelism and no pipeline also on blocks of the positions.
+    // ... and with tensor parallelism also on blocks of the positions.
     const auto sequence_parallel = [&](int tp, int pp) {
       return std::any_of(weighed.candidates.begin(), weighed.candidates.end(), [&](const auto& x) {
         return x.settings.strategy == "hybrid" && x.settings.tp_size == tp &&
                x.settings.pp_size == pp && x.settings.sequence_parallel;
       });
     };
-    QVERIFY(sequence_parallel(2, 1) && !sequence_parallel(1, 2) && !sequence_parallel(2, 2));
+    QVERIFY(sequence_parallel(2, 1) && !sequence_parallel(1, 2) && sequence_parallel(2, 2));
     in.spec.strategy = {"hybrid", {{"tp_size", 1}, {"pp_size", 2}}};
     // The bubble stretches the slowest stage's compute: fewer micro-batches, a longer step.
     in.spec.training.gradient_accumulation = 2;
