@@ -18,6 +18,13 @@ std::optional<std::pair<double, double>> linear_shape(const hf::ModelConfig& c,
   return std::nullopt;
 }
 
+double layer_elements(const hf::ParameterShapes& shapes) {
+  double layer = shapes.layer_other;
+  for (const hf::LinearModule& l : shapes.layer_linears)
+    layer += l.in_features * l.out_features + (l.bias ? l.out_features : 0.0);
+  return layer;
+}
+
 ParameterCounts counts_of(const hf::ModelConfig& c, const Settings& s) {
   const double n = d(count_parameters(c));
   const bool lora = s.method == "lora";

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "hf/config.h"
+#include "hf/families.h"
 #include "plan/settings.h"
 
 namespace tessera::plan::cost {
@@ -23,6 +24,9 @@ inline double d(std::int64_t v) {
 // has no such module.
 std::optional<std::pair<double, double>> linear_shape(const hf::ModelConfig& c,
                                                       const std::string& name);
+
+// One layer's elements: its linears' weights and biases, and its other parameters (norms).
+double layer_elements(const hf::ParameterShapes& shapes);
 
 // What the settings train and store: every parameter (n), the trainable ones, those stored (with
 // LoRA the adapters live beside the frozen base; full: the parameters themselves are trained),

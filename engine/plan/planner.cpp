@@ -242,10 +242,7 @@ std::string run_name(const std::string& folder) {
 
 double parameter_count(const hf::ModelConfig& c) {
   const hf::ParameterShapes shapes = hf::family_of(c).parameter_shapes(c);
-  double layer = shapes.layer_other;
-  for (const hf::LinearModule& l : shapes.layer_linears)
-    layer += l.in_features * l.out_features + (l.bias ? l.out_features : 0.0);
-  return shapes.outside_layers + d(c.num_hidden_layers) * layer;
+  return shapes.outside_layers + d(c.num_hidden_layers) * cost::layer_elements(shapes);
 }
 
 std::int64_t count_parameters(const hf::ModelConfig& c) {

@@ -40,12 +40,9 @@ double modelled_step_seconds(const Settings& s, const StepWork& work, double tok
 StepWork model_work(const hf::ModelConfig& c, const Settings& s, double tokens) {
   const hf::FamilyTraits& family = hf::family_of(c);
   const hf::ParameterShapes shapes = family.parameter_shapes(c);
-  double layer = shapes.layer_other;
-  for (const hf::LinearModule& m : shapes.layer_linears)
-    layer += m.in_features * m.out_features + (m.bias ? m.out_features : 0.0);
   const double layers = d(c.num_hidden_layers);
   StepWork w;
-  w.products = layers * layer + shapes.layer_other / 2.0 +
+  w.products = layers * cost::layer_elements(shapes) + shapes.layer_other / 2.0 +
                (family.causal_lm ? d(c.vocab_size) * d(c.hidden_size) : 0.0);
   if (s.method == "lora") w.products += d(count_lora_parameters(c, s.lora_rank, s.lora_targets));
   w.attention = attention_flops(c, layers, sequence_of(s, tokens), 1);
