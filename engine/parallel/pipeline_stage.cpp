@@ -21,14 +21,16 @@ int gradient_tag(int receiver, int micro_batches, int micro_batch) {
 }
 constexpr int kEvaluationTag = 1 << 24;
 
-// What a stage boundary carries: [B, T, hidden], or under sequence parallelism over
-// `sequence_parts` ranks each rank's block of the positions (the last one padded).
+// What a stage boundary carries: [B, T, hidden], or under the model's sequence parallelism
+// (split_model's SequenceShards) each tensor rank's block of the positions (the last one padded).
 std::vector<std::int64_t> hidden_shape(const model::PretrainedModel& model,
-                                       const model::ForwardInput& input, int sequence_parts) {
+                                       const model::ForwardInput& input) {
   const std::int64_t positions = input.input_ids.size(1);
-  return {input.input_ids.size(0),
-          sequence_parts > 1 ? sequence_block_length(positions, sequence_parts) : positions,
-          model.config().hidden_size};
+  const model::SequenceShards& shards = model.sequence_shards;
+  return {
+      input.input_ids.size(0),
+      shards.enter ? sequence_block_length(positions, static_cast<int>(shards.parts)) : positions,
+      model.config().hidden_size};
 }
 
 }  // namespace
@@ -133,9 +135,8 @@ std::vector<double> PipelineStages::run_one_f_one_b(
     if (action.kind == PipelineAction::Forward) {
       model::ForwardInput input = inputs[mu];
       if (!first_virtual) {
-        torch::Tensor received =
-            receive(torch::empty(hidden_shape(model, input, sequence_parts_), activations),
-                    previous, activation_tag(g, micro_batches, m));
+        torch::Tensor received = receive(torch::empty(hidden_shape(model, input), activations),
+                                         previous, activation_tag(g, micro_batches, m));
         received.set_requires_grad(true);
         input.stage_input = stage_inputs[at] = received;
       }
@@ -191,7 +192,7 @@ double PipelineStages::forward_loss(model::PretrainedModel& model, const model::
   for (int g = stage(); g < virtual_stages; g += stages()) {
     model::ForwardInput in = input;
     if (g > 0) {
-      in.stage_input = torch::empty(hidden_shape(model, input, sequence_parts_), activations);
+      in.stage_input = torch::empty(hidden_shape(model, input), activations);
       group_->recv(in.stage_input, (g - 1) % stages(), kEvaluationTag + g).wait();
     }
     use_chunk(model, g / stages());

@@ -51,10 +51,6 @@ class PipelineStages {
   // The tied embedding's name when the head reads it and there are several stages; else empty.
   const std::string& tied_embedding() const { return tied_; }
 
-  // Sequence parallelism over a tensor group of `parts` ranks (split_model's): the stages pass
-  // each rank's block of the positions, ⌈T / parts⌉ of them, instead of every position.
-  void set_sequence_parts(int parts) { sequence_parts_ = std::max(1, parts); }
-
   // Frees the storage of the model's parameters this stage does not hold (they keep their
   // names, with no elements), so that each rank holds about 1 / stages of the model.
   void release_other_stages(model::PretrainedModel& model);
@@ -101,7 +97,6 @@ class PipelineStages {
 
   dist::ProcessGroup* group_;
   int chunks_ = 1;
-  int sequence_parts_ = 1;
   std::vector<StageLayers> layout_;
   const model::PretrainedModel* model_;
   std::string tied_;

@@ -243,7 +243,7 @@ std::vector<SplitParameter> split_model(
       return gather_sequence(h, *g, sequence->length, /*sum_gradient=*/false);
     };
     // Pipeline stages: the stage boundary carries this rank's block (PipelineStages sends and
-    // receives blocks when told the tensor group's size).
+    // receives blocks of ⌈T / parts⌉ positions).
     m.sequence_shards.resume = [sequence, g](std::int64_t length) {
       sequence->length = length;
       model::begin_sequence_blocks(length, g->rank(), g->size());

@@ -62,7 +62,6 @@ class HybridPlugin : public Plugin {
       tensor_group_ = process_.tensor_group;
       const bool sequence_parallel = job::hybrid_sequence_parallel(options.strategy_options);
       layout_ = parallel::split_model(model, *tensor_group_, whole_shape_, sequence_parallel);
-      if (sequence_parallel && stages_) stages_->set_sequence_parts(tensor_group_->size());
       for (const parallel::SplitParameter& p : layout_) split_of_[p.name] = p;
       split_adapters(model);
       // Sequence parallelism: the layers' whole tensors see this rank's positions only, so
