@@ -304,4 +304,22 @@ void GradientBuckets::adopt_learned_order() {
   rank0_order_.clear();
 }
 
+GradientShares::GradientShares(const std::vector<std::int64_t>& counts, torch::Device device) {
+  std::int64_t elements = 0;
+  for (std::int64_t n : counts) elements += n;
+  flat_ = torch::zeros({elements}, torch::dtype(torch::kFloat32).device(device));
+  std::int64_t offset = 0;
+  for (std::int64_t n : counts) {
+    views_.push_back(flat_.narrow(0, offset, n));
+    offset += n;
+  }
+}
+
+void GradientShares::add(const GradientBuckets& buckets, const GradientBuckets::Bucket& bucket) {
+  torch::NoGradGuard no_grad;
+  for (std::size_t i : bucket.tensors)
+    if (views_[i].numel() > 0)
+      views_[i].add_(bucket.result.narrow(0, buckets.offset_of(i), views_[i].numel()));
+}
+
 }  // namespace tessera::plugins

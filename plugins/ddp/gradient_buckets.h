@@ -143,4 +143,27 @@ class GradientBuckets {
   BucketTrace trace_;
 };
 
+// ZeRO-2's gradients (zero's stage 2, hybrid's zero_stage 2): this member's share of each
+// tensor's average, float32, each a flat view into one buffer, summed from the reduce-scattered
+// buckets of every micro-batch (a bucket's segment r is member r's share of each of its tensors).
+class GradientShares {
+ public:
+  GradientShares() = default;
+  // `counts[i]`: the elements of tensor i this member owns (its element_share's count).
+  GradientShares(const std::vector<std::int64_t>& counts, torch::Device device);
+  // This member's segment of a reduce-scattered bucket of `buckets`, added in.
+  void add(const GradientBuckets& buckets, const GradientBuckets::Bucket& bucket);
+  // Tensor i's share of the averaged gradient (flat, `counts[i]` elements).
+  const torch::Tensor& of(std::size_t i) const { return views_[i]; }
+  const std::vector<torch::Tensor>& all() const { return views_; }
+  void zero() { flat_.zero_(); }
+  std::uint64_t bytes() const {
+    return flat_.defined() ? static_cast<std::uint64_t>(flat_.nbytes()) : 0;
+  }
+
+ private:
+  torch::Tensor flat_;
+  std::vector<torch::Tensor> views_;
+};
+
 }  // namespace tessera::plugins

@@ -17,39 +17,23 @@ void ReplicaTraining::prepare(model::PretrainedModel& model,
   bucket_options.cap_bytes = bucket_size_option(options.strategy_options);
   if (zero_stage_ == 2) {
     const int members = group->size();
-    shares_.clear();
-    std::int64_t elements = 0;
-    for (const optim::NamedTensor& t : dense_.params()) {
-      shares_.push_back(train::element_share(t.tensor.numel(), group->rank(), members));
-      elements += shares_.back().count;
-    }
-    share_gradients_ = torch::zeros({elements}, torch::dtype(torch::kFloat32).device(device));
-    share_gradient_of_.clear();
-    std::int64_t offset = 0;
-    for (const train::ElementShare& s : shares_) {
-      share_gradient_of_.push_back(share_gradients_.narrow(0, offset, s.count));
-      offset += s.count;
-    }
+    std::vector<std::int64_t> counts;
+    for (const optim::NamedTensor& t : dense_.params())
+      counts.push_back(train::element_share(t.tensor.numel(), group->rank(), members).count);
+    shares_ = GradientShares(counts, device);
     // zero's stage 2: segment r of every bucket is member r's share of each of its tensors.
     bucket_options.segments = members;
     bucket_options.collective = GradientBuckets::Collective::ReduceScatterMean;
     bucket_options.buffers = GradientBuckets::Buffers::PerBackward;
     bucket_options.max_in_flight = 2;  // one filling while the previous one is reduced
     bucket_options.consume = [this](std::size_t, GradientBuckets::Bucket& bucket) {
-      add_reduced_shares(bucket);
+      shares_.add(*buckets_, bucket);
     };
   }
   buckets_ = std::make_unique<GradientBuckets>(
       dense_.params(),
       [this](const torch::Tensor& g) { return dense_.precision().master_gradient(g); }, group,
       bucket_options);
-}
-
-void ReplicaTraining::add_reduced_shares(GradientBuckets::Bucket& bucket) {
-  torch::NoGradGuard no_grad;
-  for (std::size_t i : bucket.tensors)
-    if (shares_[i].count > 0)
-      share_gradient_of_[i].add_(bucket.result.narrow(0, buckets_->offset_of(i), shares_[i].count));
 }
 
 template <typename Run>
@@ -100,7 +84,7 @@ std::vector<torch::Tensor> ReplicaTraining::averaged_gradients() {
   if (!reduced_)
     throw Error(ErrorKind::Internal,
                 "strategy " + plugin_ + ": step() before a backward of the last micro-batch");
-  if (zero_stage_ == 2) return share_gradient_of_;
+  if (zero_stage_ == 2) return shares_.all();
   std::vector<torch::Tensor> gradients(dense_.params().size());
   for (std::size_t i = 0; i < gradients.size(); ++i) gradients[i] = buckets_->whole_gradient(i);
   return gradients;
@@ -109,21 +93,18 @@ std::vector<torch::Tensor> ReplicaTraining::averaged_gradients() {
 void ReplicaTraining::finish_step() {
   reduced_ = false;
   if (zero_stage_ == 2)
-    share_gradients_.zero_();
+    shares_.zero();
   else
     buckets_->adopt_learned_order();
 }
 
 train::MemoryByCategory ReplicaTraining::memory() const {
-  std::uint64_t held = buckets_ ? buckets_->buffer_bytes() : 0;
-  if (share_gradients_.defined()) held += static_cast<std::uint64_t>(share_gradients_.nbytes());
-  return dense_.memory(held);
+  return dense_.memory((buckets_ ? buckets_->buffer_bytes() : 0) + shares_.bytes());
 }
 
 void ReplicaTraining::release_training_state() {
   buckets_.reset();
-  share_gradient_of_.clear();
-  share_gradients_ = torch::Tensor();
+  shares_ = GradientShares();
   dense_.release_training_state();
 }
 

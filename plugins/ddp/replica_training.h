@@ -56,19 +56,12 @@ class ReplicaTraining {
   template <typename Run>
   void run_backward(const Run& run, bool last_micro_batch);
 
-  // ZeRO-2: a reduce-scattered bucket's segment (this replica's) added to the share gradients.
-  void add_reduced_shares(GradientBuckets::Bucket& bucket);
-
   std::string plugin_;
   train::DenseTraining dense_;
   std::unique_ptr<GradientBuckets> buckets_;  // hooks on dense_'s tensors
   bool reduced_ = false;                      // the buckets hold this step's averaged gradients
   int zero_stage_ = 0;
-  // ZeRO-2: this replica's element_share of each tensor of dense_.params(), and their averaged
-  // gradients (float32, flat, views into share_gradients_).
-  std::vector<train::ElementShare> shares_;
-  torch::Tensor share_gradients_;
-  std::vector<torch::Tensor> share_gradient_of_;
+  GradientShares shares_;  // ZeRO-2: this replica's element_share of each tensor's average
 };
 
 }  // namespace tessera::plugins

@@ -116,17 +116,10 @@ class ZeroPlugin : public Plugin {
 
     model_weight_bytes_ = model_and_adapter_bytes(model, params_);
 
-    std::int64_t shard_elements = 0;
-    for (const ElementShare& s : shares_) shard_elements += s.count;
     if (stage_ == 2) {
-      shard_gradients_ =
-          torch::zeros({shard_elements}, torch::dtype(torch::kFloat32).device(device_));
-      std::int64_t offset = 0;
-      shard_gradient_of_.clear();
-      for (const ElementShare& s : shares_) {
-        shard_gradient_of_.push_back(shard_gradients_.narrow(0, offset, s.count));
-        offset += s.count;
-      }
+      std::vector<std::int64_t> counts;
+      for (const ElementShare& s : shares_) counts.push_back(s.count);
+      gradient_shares_ = plugins::GradientShares(counts, device_);
     }
 
     plugins::GradientBuckets::Options bucket_options;
@@ -139,7 +132,7 @@ class ZeroPlugin : public Plugin {
       // Two buckets in flight: one filling while the previous one is reduced.
       bucket_options.max_in_flight = 2;
       bucket_options.consume = [this](std::size_t, plugins::GradientBuckets::Bucket& bucket) {
-        add_reduced_shares(bucket);
+        gradient_shares_.add(*buckets_, bucket);
       };
     }
     buckets_ = std::make_unique<plugins::GradientBuckets>(
@@ -211,7 +204,7 @@ class ZeroPlugin : public Plugin {
     for (NamedTensor& m : masters_)
       if (m.tensor.defined()) m.tensor.mutable_grad() = torch::Tensor();
     for (NamedTensor& p : params_) p.tensor.mutable_grad() = torch::Tensor();
-    if (stage_ == 2) shard_gradients_.zero_();
+    if (stage_ == 2) gradient_shares_.zero();
     reduced_ = false;
     if (stats.applied) gather_parameters();
     if (stage_ == 1) buckets_->adopt_learned_order();
@@ -238,8 +231,7 @@ class ZeroPlugin : public Plugin {
     buckets_.reset();
     optimizer_.reset();
     masters_.clear();
-    shard_gradients_ = torch::Tensor();
-    shard_gradient_of_.clear();
+    gradient_shares_ = plugins::GradientShares();
   }
 
   std::vector<NamedTensor> trainable_weights() override {
@@ -372,19 +364,10 @@ class ZeroPlugin : public Plugin {
 
   // This rank's share of the averaged gradient of tensor `i` (float32, flat).
   torch::Tensor own_gradient(std::size_t i) {
-    if (stage_ == 2) return shard_gradient_of_[i];
+    if (stage_ == 2) return gradient_shares_.of(i);
     auto& bucket = buckets_->buckets()[buckets_->bucket_of(i)];
     return bucket.flat.narrow(0, rank_ * bucket.segment_numel + buckets_->offset_of(i),
                               shares_[i].count);
-  }
-
-  // Stage 2: a reduce-scattered bucket's segment (this rank's) added to the shard gradients.
-  void add_reduced_shares(plugins::GradientBuckets::Bucket& bucket) {
-    torch::NoGradGuard no_grad;
-    for (std::size_t i : bucket.tensors)
-      if (shares_[i].count > 0)
-        shard_gradient_of_[i].add_(
-            bucket.result.narrow(0, buckets_->offset_of(i), shares_[i].count));
   }
 
   // After the update: every rank's ranges, bucket by bucket, into every rank's compute tensors
@@ -425,7 +408,7 @@ class ZeroPlugin : public Plugin {
 
   std::uint64_t gradient_bytes() const {
     std::uint64_t bytes = buckets_ ? buckets_->buffer_bytes() : 0;
-    if (shard_gradients_.defined()) bytes += static_cast<std::uint64_t>(shard_gradients_.nbytes());
+    bytes += gradient_shares_.bytes();
     // Gradients autograd holds now (stage 1's earlier micro-batches).
     for (const NamedTensor& p : params_)
       if (p.tensor.grad().defined()) bytes += static_cast<std::uint64_t>(p.tensor.grad().nbytes());
@@ -447,8 +430,7 @@ class ZeroPlugin : public Plugin {
   std::vector<ElementShare> shares_;  // per tensor of params_: this rank's range
   std::vector<NamedTensor> masters_;  // per tensor: float32 values of this rank's range
   std::unique_ptr<optim::AdamW> optimizer_;
-  torch::Tensor shard_gradients_;                 // stage 2: this rank's gradient ranges, flat
-  std::vector<torch::Tensor> shard_gradient_of_;  // per tensor: its range in shard_gradients_
+  plugins::GradientShares gradient_shares_;  // stage 2: this rank's share of each gradient
   std::unique_ptr<plugins::GradientBuckets> buckets_;
   bool reduced_ = false;  // this step's gradients are reduced
   std::uint64_t model_weight_bytes_ = 0;
