@@ -160,6 +160,14 @@ def main():
     out["gemm_bf16_flops"] = gemm_rate(torch.bfloat16)
     out["gemm_fp32_flops"] = gemm_rate(torch.float32, n=4096)
     out["copy"] = copy_bandwidth()
+
+    def save():  # after each part, so a run stopped at its limit still reports what it measured
+        if args.json:
+            tmp = args.json.with_suffix(".tmp")
+            tmp.write_text(json.dumps(out, indent=1) + "\n")
+            tmp.replace(args.json)
+
+    save()
     print(f"GEMM bf16 {out['gemm_bf16_flops'] / 1e12:.0f} TFLOP/s, fp32 "
           f"{out['gemm_fp32_flops'] / 1e12:.1f} TFLOP/s; pinned h2d "
           f"{out['copy']['h2d'] / 1e9:.1f} GB/s, d2h {out['copy']['d2h'] / 1e9:.1f} GB/s", flush=True)
@@ -181,17 +189,18 @@ def main():
         except Exception as e:  # noqa: BLE001 - reported, then the peer is still measured
             out["ours_error"] = str(e)
             print(f"ours: failed: {e}", flush=True)
+        save()
         theirs, their_losses, peak = trainer_step_seconds(work / "model", ids, args.steps)
         out.update(trainer_step_s=theirs, trainer_losses=their_losses, trainer_peak_bytes=peak,
                    trainer_mfu=flops / theirs / out["gemm_bf16_flops"])
+        save()
         print(f"HF Trainer loop: {theirs * 1e3:.1f} ms/step, MFU {out['trainer_mfu']:.3f}, "
               f"peak {peak / 2**30:.1f} GiB", flush=True)
         if "ours_step_s" in out:
             out["speedup_vs_trainer"] = theirs / ours
             print(f"ours ÷ Trainer step time: {ours / theirs:.3f} "
                   f"(speed-up {theirs / ours:.3f}x; goal >= 1.1x, MFU goal >= 0.55)")
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
+    save()
     return 0
 
 

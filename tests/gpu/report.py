@@ -33,33 +33,46 @@ def main(logs: Path) -> int:
     if profile:
         lines += [f"profile GPUs: {json.dumps(profile.get('gpus'))}"]
 
-    xml = logs / "pytest.xml"
-    if xml.exists():
-        root = ET.parse(xml).getroot()
-        counts = {"passed": 0, "failed": 0, "xfailed": 0, "skipped": 0}
-        rows = []
-        for case in root.iter("testcase"):
-            name = case.get("name")
-            outcome, why = "passed", ""
-            for child in case:
-                if child.tag in ("failure", "error"):
-                    outcome, why = "failed", (child.get("message") or "").splitlines()[0:1]
-                elif child.tag == "skipped":
-                    kind = child.get("type", "")
-                    outcome = "xfailed" if "xfail" in kind else "skipped"
-                    why = [child.get("message") or ""]
-            counts[outcome] += 1
-            why = why[0][:160] if isinstance(why, list) and why else ""
-            rows.append(f"| {name} | {outcome} | {case.get('time')} s | {why} |")
+    counts = {"passed": 0, "failed": 0, "xfailed": 0, "skipped": 0}
+    rows = []
+    for log in sorted(logs.glob("pytest*.log")):
+        xml = log.with_suffix(".xml")
+        if xml.exists():
+            for case in ET.parse(xml).getroot().iter("testcase"):
+                outcome, why = "passed", ""
+                for child in case:
+                    if child.tag in ("failure", "error"):
+                        outcome = "failed"
+                        why = ((child.get("message") or "").splitlines() or [""])[0]
+                    elif child.tag == "skipped":
+                        outcome = "xfailed" if "xfail" in child.get("type", "") else "skipped"
+                        why = child.get("message") or ""
+                counts[outcome] += 1
+                rows.append(f"| {case.get('name')} | {outcome} | {case.get('time')} s | {why[:160]} |")
+        else:
+            # pytest was stopped before writing its XML: its -v lines say what had finished.
+            for line in log.read_text(errors="replace").splitlines():
+                # one process: "path::test OUTCOME"; pytest-xdist: "[gwN] [ n%] OUTCOME path::test"
+                m = (re.search(r"::(?P<test>\S+) (?P<outcome>PASSED|FAILED|XFAIL|SKIPPED|ERROR)", line)
+                     or re.search(r"(?P<outcome>PASSED|FAILED|XFAIL|SKIPPED|ERROR) \S*::(?P<test>\S+)",
+                                  line))
+                if m:
+                    outcome = {"PASSED": "passed", "XFAIL": "xfailed",
+                               "SKIPPED": "skipped"}.get(m.group("outcome"), "failed")
+                    counts[outcome] += 1
+                    rows.append(f"| {m.group('test')} | {outcome} | | (no XML: {log.name} stopped) |")
+    if rows:
         lines += ["", "## Tests (tests/gpu/test_gpu.py)", "",
                   ", ".join(f"{v} {k}" for k, v in counts.items()), "",
                   "| test | result | time | note |", "|---|---|---|---|", *rows]
-    log = logs / "pytest.log"
-    if log.exists():
-        figures = [l for l in log.read_text().splitlines()
-                   if re.search(r"(cuda|rel |eval:|profile:)", l) and not l.startswith(("E ", ">"))]
-        if figures:
-            lines += ["", "Figures the tests printed:", "", "```", *figures[:120], "```"]
+    figures = []
+    for log in sorted(logs.glob("pytest*.log")):
+        figures += [l for l in log.read_text(errors="replace").splitlines()
+                    if re.search(r"(cuda|rel |eval:|profile)", l)
+                    and not l.startswith(("E ", ">", "tests/", "PASSED", "FAILED", "XFAIL"))
+                    and "::" not in l]
+    if figures:
+        lines += ["", "Figures the tests printed:", "", "```", *figures[:160], "```"]
 
     bench = read_json(logs / "bench.json")
     if bench:

@@ -65,7 +65,7 @@ def where(name):
 @pytest.mark.skipif(DEVICE != "cuda", reason="a GPU to see")
 def test_the_cli_sees_the_gpu():
     version = json.loads(gen.cli("version", "--json").stdout)
-    assert version["gpus"] >= 1 and version["cuda"], version
+    assert version["gpu_count"] >= 1 and version["cuda"], version
     profile = json.loads(gen.cli("profile", "--json", "--no-disk").stdout)
     name = torch.cuda.get_device_properties(0).name
     total = torch.cuda.get_device_properties(0).total_memory
