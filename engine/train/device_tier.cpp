@@ -106,6 +106,7 @@ class SimulatedDevice : public DeviceTier {
     copier_ = std::thread([this] { copy_loop(); });
   }
   ~SimulatedDevice() override {
+    end_lifetime();  // a block released from now on is freed at once (the copies drain below)
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stopping_ = true;
@@ -121,7 +122,7 @@ class SimulatedDevice : public DeviceTier {
   c10::DataPtr allocate(std::size_t bytes, const std::string& what) override {
     if (++allocations_ == fail_at_) throw DeviceOutOfMemory(name(), bytes, used(), total(), what);
     accounts_.reserve(bytes, name(), what);
-    auto* block = new Block{this, bytes, std::unique_ptr<float[]>(new float[floats(bytes)])};
+    auto* block = new Block{lifetime_, bytes, std::unique_ptr<float[]>(new float[floats(bytes)])};
     poison(block->memory.get(), bytes);  // device memory starts undefined
     return {block->memory.get(), block, &SimulatedDevice::free_block, c10::Device(c10::kCPU)};
   }
@@ -159,7 +160,7 @@ class SimulatedDevice : public DeviceTier {
 
  private:
   struct Block {
-    SimulatedDevice* device;
+    std::shared_ptr<TierLifetime> lifetime;
     std::size_t bytes;
     std::unique_ptr<float[]> memory;
   };
@@ -185,7 +186,13 @@ class SimulatedDevice : public DeviceTier {
   // copies).
   static void free_block(void* context) {
     auto* block = static_cast<Block*>(context);
-    SimulatedDevice* device = block->device;
+    const std::shared_ptr<TierLifetime> lifetime = block->lifetime;
+    std::lock_guard<std::mutex> alive(lifetime->mutex);
+    auto* device = static_cast<SimulatedDevice*>(lifetime->tier);
+    if (device == nullptr) {  // the device is gone (its copies done): memory outliving it
+      delete block;
+      return;
+    }
     device->accounts_.release(block->bytes);
     {
       std::lock_guard<std::mutex> lock(device->mutex_);

@@ -68,9 +68,20 @@ class TierAccounts {
   DeviceTraffic traffic_;
 };
 
+class DeviceTier;
+
+// Memory from a tier can outlive it: a model's parameters are views of Gemini's chunk memory and
+// are freed after the plugin that owns the tier. Each allocation's release reaches the tier
+// through this, which the tier ends first thing in its destructor; after that a release only
+// frees the memory.
+struct TierLifetime {
+  std::mutex mutex;
+  DeviceTier* tier = nullptr;  // null once the tier is going
+};
+
 class DeviceTier {
  public:
-  virtual ~DeviceTier() = default;
+  virtual ~DeviceTier() { end_lifetime(); }
   // "cuda:0", "simulated".
   virtual std::string name() const = 0;
   // Where tensors over this tier's memory live: the GPU, or the CPU for the simulated device.
@@ -110,8 +121,17 @@ class DeviceTier {
   DeviceTraffic traffic() const { return accounts_.traffic(); }
 
  protected:
-  explicit DeviceTier(std::uint64_t budget) : accounts_(budget) {}
+  explicit DeviceTier(std::uint64_t budget)
+      : accounts_(budget), lifetime_(std::make_shared<TierLifetime>()) {
+    lifetime_->tier = this;
+  }
+  // Releases that come later free their memory without reaching this tier.
+  void end_lifetime() {
+    std::lock_guard<std::mutex> lock(lifetime_->mutex);
+    lifetime_->tier = nullptr;
+  }
   TierAccounts accounts_;
+  std::shared_ptr<TierLifetime> lifetime_;
 };
 
 // The environment variable that allows the simulated device (tests only).

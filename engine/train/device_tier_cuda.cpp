@@ -41,6 +41,7 @@ class CudaDeviceTier : public DeviceTier {
       : DeviceTier(budget != 0 ? budget : free_memory(index)),
         index_(static_cast<c10::DeviceIndex>(index)),
         copy_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index_)) {}
+  ~CudaDeviceTier() override { end_lifetime(); }
 
   static std::uint64_t free_memory(int index) {
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
@@ -63,14 +64,14 @@ class CudaDeviceTier : public DeviceTier {
       throw DeviceOutOfMemory(name(), bytes, used(), total(), what);
     }
     void* data = inner.get();
-    auto* owned = new Owned{this, bytes, std::move(inner)};
+    auto* owned = new Owned{lifetime_, copy_stream_, bytes, std::move(inner)};
     return {data, owned, &CudaDeviceTier::free_device, tensor_device()};
   }
 
   c10::DataPtr allocate_host(std::size_t bytes) override {
     c10::DataPtr inner = at::cuda::getPinnedMemoryAllocator()->allocate(bytes);
     void* data = inner.get();
-    auto* owned = new Owned{this, 0, std::move(inner)};
+    auto* owned = new Owned{lifetime_, copy_stream_, 0, std::move(inner)};
     return {data, owned, &CudaDeviceTier::free_host, c10::Device(c10::kCPU)};
   }
 
@@ -118,7 +119,8 @@ class CudaDeviceTier : public DeviceTier {
 
  private:
   struct Owned {
-    CudaDeviceTier* tier;
+    std::shared_ptr<TierLifetime> lifetime;  // the tier's budget, while it lives
+    c10::cuda::CUDAStream copy_stream;       // streams from the pool outlive every tier
     std::size_t bytes;
     c10::DataPtr inner;
   };
@@ -131,14 +133,19 @@ class CudaDeviceTier : public DeviceTier {
   // so freeing never waits on the host.
   static void free_device(void* context) {
     auto* owned = static_cast<Owned*>(context);
-    c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->tier->copy_stream_);
-    owned->tier->accounts_.release(owned->bytes);
+    c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->copy_stream);
+    const std::shared_ptr<TierLifetime> lifetime = owned->lifetime;
+    {
+      std::lock_guard<std::mutex> lock(lifetime->mutex);
+      if (auto* tier = static_cast<CudaDeviceTier*>(lifetime->tier))
+        tier->accounts_.release(owned->bytes);
+    }
     delete owned;
   }
   static void free_host(void* context) {
     auto* owned = static_cast<Owned*>(context);
     at::cuda::getPinnedMemoryAllocator()->record_event(
-        owned->inner.get(), owned->inner.get_context(), owned->tier->copy_stream_.unwrap());
+        owned->inner.get(), owned->inner.get_context(), owned->copy_stream.unwrap());
     delete owned;
   }
 

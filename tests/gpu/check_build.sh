@@ -7,12 +7,16 @@
 #
 #   bash tests/gpu/check_build.sh            # ~12 min cold on 2 cores, ~4 with ccache
 #
+# It leaves tessera-cli and the two probes in .gpu-bin/ (ignored by git): carried with .gpu-deps,
+# `bash tests/gpu/run.sh --prebuilt .gpu-bin` runs the check there without building (~100 s of
+# device time saved; the same LibTorch, so the same ABI — session 23 ran the probes so).
+#
 # The wheel goes (without its CUDA dependencies: the venv's CUDA 13 libraries are linked
 # against) into ~/.cache/tessera/torch-2.11.0; the build into build-torch-2.11/.
 #   TESSERA_GPU_TORCH_VERSION (default 2.11.0), TESSERA_VENV, TESSERA_HOME
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" ]] && { sed -n '2,13p' "$0"; exit 0; }
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" ]] && { sed -n '2,17p' "$0"; exit 0; }
 TESSERA_HOME="${TESSERA_HOME:-$HOME/.cache/tessera}"
 VENV="${TESSERA_VENV:-$TESSERA_HOME/venv}"
 VERSION="${TESSERA_GPU_TORCH_VERSION:-2.11.0}"
@@ -31,3 +35,8 @@ export CCACHE_DIR="${CCACHE_DIR:-$TESSERA_HOME/ccache}" CCACHE_BASEDIR="${CCACHE
 TESSERA_TORCH_DIR="$TARGET/torch/share/cmake/Torch" TESSERA_GPU_PYTHON="$VENV/bin/python" \
   bash "$ROOT/tests/gpu/run.sh" --only-build --build-dir "$ROOT/build-torch-$VERSION" \
   --out "$ROOT/build-torch-$VERSION/report" --jobs "${TESSERA_BUILD_JOBS:-$(nproc)}"
+BUILT="$ROOT/build-torch-$VERSION"
+mkdir -p "$ROOT/.gpu-bin"
+cp "$BUILT/app/cli/tessera-cli" "$BUILT/tests/tools/tessera-model-probe" \
+  "$BUILT/tests/tools/tessera-train-probe" "$ROOT/.gpu-bin/"
+echo "check_build: tessera-cli and the probes in .gpu-bin/ (run.sh --prebuilt .gpu-bin)" >&2

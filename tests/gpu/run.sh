@@ -15,12 +15,15 @@
 # and DIR/gpu-check-logs.tar.gz (every phase's log, pytest's XML, the figures as JSON): two
 # files, as the device tool returns at most eight.
 # Options: --out DIR (default $OUT, else build-gpu/report), --build-dir DIR (default build-gpu),
-# --jobs N (default: every core), --no-bench, --only-build, --pytest-args "ARGS" (e.g. "-k logits": that selection alone, in one process), --deadline S.
-# --deadline S (default 510): the seconds from the start by which the suite and the benchmark
-# end (the build's time comes out of the suite's; the benchmark keeps 150 s), so the call fits
-# one device run with its start. The
-# last lines printed are the summary (report.md). Exit 0 when the build and every test passed;
-# a strategy that still refuses CUDA ("not supported yet") is an expected failure, listed so.
+# --jobs N (default: every core), --no-bench, --only-build, --pytest-args "ARGS" (e.g. "-k
+# logits": that selection alone, in one process), --prebuilt DIR (no build: tessera-cli and the
+# probes from DIR, check_build.sh's .gpu-bin built here against the same LibTorch; carry it
+# too), --deadline S (default 510: the seconds from the start by which the suite and the
+# benchmark end; the build's time comes out of the suite's, the benchmark keeps 150 s).
+# Session 23 timed it on an H200: unpacking 16 s, configure 10 s, build 104 s (-j16), the suite
+# 70 s in 4 pytest-xdist workers, the benchmark 28 s: 234 s in all. The last lines printed are
+# the summary (report.md). Exit 0 when the build and every test passed; a strategy that still
+# refuses CUDA ("not supported yet") is an expected failure, listed so.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 REPORT="${OUT:-$ROOT/build-gpu/report}"
@@ -29,6 +32,7 @@ JOBS="$(nproc)"
 BENCH=1
 ONLY_BUILD=0
 PYTEST_ARGS=""
+PREBUILT=""
 DEADLINE=510  # seconds from the start for the whole check; the suite and benchmark fit inside
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -39,7 +43,8 @@ while [[ $# -gt 0 ]]; do
     --only-build) ONLY_BUILD=1; shift ;;
     --pytest-args) PYTEST_ARGS="$2"; shift 2 ;;
     --deadline) DEADLINE="$2"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --prebuilt) PREBUILT="$(cd "$2" && pwd)"; shift 2 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -116,53 +121,69 @@ if [[ -n "${TESSERA_TORCH_DIR:-}" ]]; then
 else
   phase "configuring against torch $("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null) in $BUILD"
 fi
-# nvcc: Torch's CMake needs the CUDA toolkit; the image's may be off the PATH, or the pip one
-# beside torch (nvidia/cu13/bin).
-NVCC="$(command -v nvcc || true)"
-for candidate in /usr/local/cuda/bin/nvcc /usr/local/cuda-*/bin/nvcc \
-  "$("$PYTHON" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "bin", "nvcc"))' 2>/dev/null)"; do
-  [[ -z "$NVCC" && -x "$candidate" ]] && NVCC="$candidate"
-done
-cuda_args=()
-if [[ -n "$NVCC" ]]; then
-  NVCC="$(readlink -f "$NVCC")"
-  cuda_args=(-DCMAKE_CUDA_COMPILER="$NVCC" -DCUDAToolkit_ROOT="$(dirname "$(dirname "$NVCC")")")
-  export PATH="$(dirname "$NVCC"):$PATH"
-fi
-phase "nvcc: ${NVCC:-none found} ($("${NVCC:-false}" --version 2>/dev/null | tail -2 | head -1)); c++: $(c++ --version 2>/dev/null | head -1)"
-export CCACHE_DIR="${CCACHE_DIR:-$BUILD/ccache}"
-# RPATH (not RUNPATH): the carried libraries' own dependencies (libicuuc → libicudata) are found
-# beside them without LD_LIBRARY_PATH, which would also reach the Python oracles.
-LINK_FLAGS="-Wl,--disable-new-dtags -Wl,-rpath,$LIBDIR"
-cmake -G Ninja -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
-  -DTESSERA_WITH_QT=OFF -DTESSERA_WITH_HUB=OFF -DTESSERA_BUILD_PROBES=ON -DTESSERA_WERROR=OFF \
-  -DTESSERA_PYTHON="$PYTHON" -DCMAKE_PREFIX_PATH="$PREFIX/usr" "${torch_args[@]}" "${cuda_args[@]}" \
-  -DCMAKE_CXX_FLAGS="-idirafter $PREFIX/usr/include" \
-  -DCMAKE_EXE_LINKER_FLAGS="$LINK_FLAGS" -DCMAKE_SHARED_LINKER_FLAGS="$LINK_FLAGS" \
-  -DTORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" \
-  >"$LOGS/configure.log" 2>&1
-configure_rc=$?
-status_of configure $configure_rc
-build_rc=1
-phase "configure: exit $configure_rc; $(grep -m1 'Tessera: LibTorch' "$LOGS/configure.log")"
-if [[ $configure_rc == 0 ]]; then
-  phase "building tessera-cli, tessera-model-probe, tessera-train-probe (-j$JOBS)"
-  cmake --build "$BUILD" -j"$JOBS" --target tessera-cli tessera-model-probe tessera-train-probe \
-    >"$LOGS/build.log" 2>&1
-  build_rc=$?
+if [[ -n "$PREBUILT" ]]; then
+  # Binaries built elsewhere against the same LibTorch (check_build.sh's, torch 2.11.0 + CUDA 13.0),
+  # carried: no build here. Their RPATH names the build machine's LibTorch: this one's is put first.
+  torch_lib="$("$PYTHON" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
+  cuda_lib="$("$PYTHON" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null)"
+  export LD_LIBRARY_PATH="$torch_lib:$cuda_lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  CLI="$PREBUILT/tessera-cli"
+  TOOLS="$PREBUILT"
+  build_rc=0
+  missing="$(ldd "$CLI" "$TOOLS/tessera-train-probe" "$TOOLS/tessera-model-probe" 2>&1 | grep 'not found' | sort -u)"
+  [[ -n "$missing" ]] && { build_rc=1; echo "$missing"; }
+  status_of build $build_rc
+  phase "prebuilt binaries from $PREBUILT (no build): $("$CLI" version 2>&1 | head -1)"
 else
-  tail -30 "$LOGS/configure.log"
+  # nvcc: Torch's CMake needs the CUDA toolkit; the image's may be off the PATH, or the pip one
+  # beside torch (nvidia/cu13/bin).
+  NVCC="$(command -v nvcc || true)"
+  for candidate in /usr/local/cuda/bin/nvcc /usr/local/cuda-*/bin/nvcc \
+    "$("$PYTHON" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "bin", "nvcc"))' 2>/dev/null)"; do
+    [[ -z "$NVCC" && -x "$candidate" ]] && NVCC="$candidate"
+  done
+  cuda_args=()
+  if [[ -n "$NVCC" ]]; then
+    NVCC="$(readlink -f "$NVCC")"
+    cuda_args=(-DCMAKE_CUDA_COMPILER="$NVCC" -DCUDAToolkit_ROOT="$(dirname "$(dirname "$NVCC")")")
+    export PATH="$(dirname "$NVCC"):$PATH"
+  fi
+  phase "nvcc: ${NVCC:-none found} ($("${NVCC:-false}" --version 2>/dev/null | tail -2 | head -1)); c++: $(c++ --version 2>/dev/null | head -1)"
+  export CCACHE_DIR="${CCACHE_DIR:-$BUILD/ccache}"
+  # RPATH (not RUNPATH): the carried libraries' own dependencies (libicuuc → libicudata) are found
+  # beside them without LD_LIBRARY_PATH, which would also reach the Python oracles.
+  LINK_FLAGS="-Wl,--disable-new-dtags -Wl,-rpath,$LIBDIR"
+  cmake -G Ninja -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
+    -DTESSERA_WITH_QT=OFF -DTESSERA_WITH_HUB=OFF -DTESSERA_WITH_PARQUET=OFF \
+    -DTESSERA_BUILD_PROBES=ON -DTESSERA_WERROR=OFF \
+    -DTESSERA_PYTHON="$PYTHON" -DCMAKE_PREFIX_PATH="$PREFIX/usr" "${torch_args[@]}" "${cuda_args[@]}" \
+    -DCMAKE_CXX_FLAGS="-idirafter $PREFIX/usr/include" \
+    -DCMAKE_EXE_LINKER_FLAGS="$LINK_FLAGS" -DCMAKE_SHARED_LINKER_FLAGS="$LINK_FLAGS" \
+    -DTORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" \
+    >"$LOGS/configure.log" 2>&1
+  configure_rc=$?
+  status_of configure $configure_rc
+  build_rc=1
+  phase "configure: exit $configure_rc; $(grep -m1 'Tessera: LibTorch' "$LOGS/configure.log")"
+  if [[ $configure_rc == 0 ]]; then
+    phase "building tessera-cli, tessera-model-probe, tessera-train-probe (-j$JOBS)"
+    cmake --build "$BUILD" -j"$JOBS" --target tessera-cli tessera-model-probe tessera-train-probe \
+      >"$LOGS/build.log" 2>&1
+    build_rc=$?
+  else
+    tail -30 "$LOGS/configure.log"
+  fi
+  status_of build $build_rc
+  # Warnings are not errors there (TESSERA_WERROR=OFF): count them, so a newer compiler's are seen.
+  phase "build: exit $build_rc, $(grep -c 'warning:' "$LOGS/build.log" 2>/dev/null) compiler warnings (build.log)"
+  if [[ $build_rc != 0 ]]; then
+    phase "build failed (exit $build_rc); its last lines:"
+    grep -E "error|Error" "$LOGS/build.log" | head -20
+    tail -15 "$LOGS/build.log"
+  fi
+  CLI="$BUILD/app/cli/tessera-cli"
+  TOOLS="$BUILD/tests/tools"
 fi
-status_of build $build_rc
-# Warnings are not errors there (TESSERA_WERROR=OFF): count them, so a newer compiler's are seen.
-phase "build: exit $build_rc, $(grep -c 'warning:' "$LOGS/build.log" 2>/dev/null) compiler warnings (build.log)"
-if [[ $build_rc != 0 ]]; then
-  phase "build failed (exit $build_rc); its last lines:"
-  grep -E "error|Error" "$LOGS/build.log" | head -20
-  tail -15 "$LOGS/build.log"
-fi
-CLI="$BUILD/app/cli/tessera-cli"
-TOOLS="$BUILD/tests/tools"
 
 if [[ $build_rc == 0 && $ONLY_BUILD == 0 ]]; then
   "$CLI" version --json >"$LOGS/version.json" 2>&1

@@ -337,6 +337,18 @@ class TestTrain : public QObject {
     QCOMPARE(device->used(), std::uint64_t{0});
     device->reset_peak();
     QCOMPARE(device->peak(), std::uint64_t{0});
+
+    // Memory can outlive its tier (a model's parameters over Gemini's chunks are freed after the
+    // plugin that owns the tier): the copy into it is done when the tier goes, and releasing it
+    // afterwards frees it without reaching the tier (a use after free, under tests/sanitize's
+    // ASan, before TierLifetime; the GPU check's gemini runs crashed at such a release).
+    c10::DataPtr survivor = device->allocate(n * 4, "chunk kept by the model");
+    c10::DataPtr source = device->allocate_host(n * 4);
+    std::fill_n(static_cast<float*>(source.get()), n, 3.0f);
+    device->copy_to_device(survivor.get(), source.get(), n * 4);
+    device.reset();  // its copy thread drains the queue first
+    QCOMPARE(static_cast<float*>(survivor.get())[n - 1], 3.0f);
+    survivor.clear();
   }
 
   void plugins_name_their_device_rule() {
