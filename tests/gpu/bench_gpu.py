@@ -104,7 +104,8 @@ def ours_step_seconds(model_dir, batches, steps, work):
     events = work / "events.jsonl"
     cmd = [str(probe), "--model", str(model_dir), "--batches", str(batches), "--steps", str(steps),
            "--report", str(work / "report.json"), "--precision", "bf16", "--lr", "1e-5",
-           "--max-grad-norm", "1.0", "--events", str(events), "--strategy-options",
+           # the peer's loop: a constant rate and torch's AdamW default weight decay
+           "--schedule", "constant", "--weight-decay", "0.01", "--max-grad-norm", "1.0", "--events", str(events), "--strategy-options",
            json.dumps({"device": "cuda"})]
     t0 = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -198,6 +199,10 @@ def main():
               f"peak {peak / 2**30:.1f} GiB", flush=True)
         if "ours_step_s" in out:
             out["speedup_vs_trainer"] = theirs / ours
+            # The same batches, rate and optimizer: the losses follow each other (bf16 autocast
+            # and our bf16 compute round differently).
+            out["loss_max_rel"] = max(abs(a - b) / abs(b) for a, b in zip(our_losses, their_losses))
+            print(f"losses: ours vs Trainer at most {out['loss_max_rel']:.2e} relative apart")
             print(f"ours ÷ Trainer step time: {ours / theirs:.3f} "
                   f"(speed-up {theirs / ours:.3f}x; goal >= 1.1x, MFU goal >= 0.55)")
     save()

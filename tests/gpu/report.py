@@ -92,6 +92,8 @@ def main(logs: Path) -> int:
         if "trainer_step_s" in bench:
             lines.append(f"- HF Trainer loop: {bench['trainer_step_s'] * 1e3:.1f} ms/step, MFU "
                          f"{bench['trainer_mfu']:.3f}, peak {bench['trainer_peak_bytes'] / 2**30:.1f} GiB")
+        if "loss_max_rel" in bench:
+            lines.append(f"- losses ours vs Trainer: at most {bench['loss_max_rel']:.2e} relative apart")
         if "speedup_vs_trainer" in bench:
             lines.append(f"- ours ÷ Trainer step time {1 / bench['speedup_vs_trainer']:.3f} "
                          f"(goal: speed-up ≥ 1.1×, MFU ≥ 0.55)")
