@@ -28,7 +28,9 @@ struct Where {
 };
 
 // Field access with errors that name the file and field.
-const Json& require(const Json& object, const std::string& key, const Where& where);
+// `key` is a C string: GCC 13's -Wdangling-reference takes a std::string temporary argument for
+// the referent of the result.
+const Json& require(const Json& object, const char* key, const Where& where);
 std::string require_string(const Json& object, const std::string& key, const Where& where);
 bool get_bool(const Json& object, const std::string& key, bool fallback, const Where& where);
 std::int64_t get_int(const Json& object, const std::string& key, std::int64_t fallback,

@@ -33,7 +33,7 @@ class SequenceProcessor final : public PostProcessor {
 };
 
 std::int32_t token_pair_id(const Json& j, const std::string& key, const Where& where) {
-  const Json& pair = require(j, key, where);
+  const Json& pair = require(j, key.c_str(), where);
   if (!pair.is_array() || pair.size() != 2 || !pair[1].is_number_integer())
     throw_invalid((where / key).str() + " must be [\"TOKEN\", ID]");
   const std::int64_t id = pair[1].get<std::int64_t>();

@@ -14,7 +14,7 @@
 namespace tessera::hf {
 namespace tokenizer_detail {
 
-const Json& require(const Json& object, const std::string& key, const Where& where) {
+const Json& require(const Json& object, const char* key, const Where& where) {
   if (!object.is_object()) throw_invalid(where.str() + " must be a JSON object");
   auto it = object.find(key);
   if (it == object.end())
@@ -24,7 +24,7 @@ const Json& require(const Json& object, const std::string& key, const Where& whe
 }
 
 std::string require_string(const Json& object, const std::string& key, const Where& where) {
-  const Json& v = require(object, key, where);
+  const Json& v = require(object, key.c_str(), where);
   if (!v.is_string()) throw_invalid((where / key).str() + " must be a string");
   return v.get<std::string>();
 }
