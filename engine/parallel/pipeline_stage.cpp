@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "core/error.h"
 #include "dist/parallel_context.h"
@@ -119,12 +120,44 @@ std::vector<double> PipelineStages::run_one_f_one_b(
     work();
     busy += std::chrono::duration<double>(Clock::now() - start).count();
   };
-  const auto receive = [&](torch::Tensor into, int from, int tag) {
-    group_->recv(into, from, tag).wait();
+  const std::vector<PipelineAction> actions =
+      interleaved_one_f_one_b(stage(), stages(), chunks_, micro_batches);
+  // Each action's receive is posted kReceivesAhead actions before it runs: Gloo moves a message
+  // only once its receive is posted, so a receive posted when the action starts puts the whole
+  // transfer (and a round trip) on the critical path, where one posted ahead overlaps the
+  // compute before it. Forward receives activations from the previous virtual stage, backward
+  // the gradient of its output from the next; both are boundary-shaped.
+  constexpr std::size_t kReceivesAhead = 2;
+  struct Receive {
+    torch::Tensor into;
+    dist::PendingCollective pending;
+  };
+  std::vector<std::optional<Receive>> receives(actions.size());
+  const auto post_receive = [&](std::size_t i) {
+    if (i >= actions.size() || receives[i]) return;
+    const PipelineAction& action = actions[i];
+    const int g = action.chunk * stages() + stage();
+    const bool forward = action.kind == PipelineAction::Forward;
+    if (forward ? g == 0 : g == virtual_stages - 1) return;  // nothing comes in
+    const int from = forward ? (g - 1 + stages()) % stages() : (g + 1) % stages();
+    const int tag = forward ? activation_tag(g, micro_batches, action.micro_batch)
+                            : gradient_tag(g, micro_batches, action.micro_batch);
+    torch::Tensor into = torch::empty(
+        hidden_shape(model, inputs[static_cast<std::size_t>(action.micro_batch)]), activations);
+    dist::PendingCollective pending = group_->recv(into, from, tag);
+    receives[i] = Receive{std::move(into), std::move(pending)};
+  };
+  const auto received = [&](std::size_t i) {
+    post_receive(i);
+    Receive& r = *receives[i];
+    r.pending.wait();
+    torch::Tensor into = std::move(r.into);
+    receives[i].reset();
     return into;
   };
-  for (const PipelineAction& action :
-       interleaved_one_f_one_b(stage(), stages(), chunks_, micro_batches)) {
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    const PipelineAction& action = actions[i];
+    for (std::size_t ahead = 1; ahead <= kReceivesAhead; ++ahead) post_receive(i + ahead);
     const int m = action.micro_batch;
     const auto mu = static_cast<std::size_t>(m);
     const std::size_t at = slot(action.chunk, m);
@@ -135,10 +168,9 @@ std::vector<double> PipelineStages::run_one_f_one_b(
     if (action.kind == PipelineAction::Forward) {
       model::ForwardInput input = inputs[mu];
       if (!first_virtual) {
-        torch::Tensor received = receive(torch::empty(hidden_shape(model, input), activations),
-                                         previous, activation_tag(g, micro_batches, m));
-        received.set_requires_grad(true);
-        input.stage_input = stage_inputs[at] = received;
+        torch::Tensor stage_input = received(i);
+        stage_input.set_requires_grad(true);
+        input.stage_input = stage_inputs[at] = stage_input;
       }
       model::ForwardOutput out;
       timed([&] {
@@ -159,9 +191,7 @@ std::vector<double> PipelineStages::run_one_f_one_b(
       }
     } else {
       torch::Tensor gradient;
-      if (!last_virtual)
-        gradient = receive(torch::empty(outputs[at].sizes(), activations), next,
-                           gradient_tag(g, micro_batches, m));
+      if (!last_virtual) gradient = received(i);
       timed([&] { backward(outputs[at], gradient, m); });
       if (!first_virtual) {
         const torch::Tensor& sent = stage_inputs[at].grad();
