@@ -92,6 +92,11 @@ def main(logs: Path) -> int:
         if "trainer_step_s" in bench:
             lines.append(f"- HF Trainer loop: {bench['trainer_step_s'] * 1e3:.1f} ms/step, MFU "
                          f"{bench['trainer_mfu']:.3f}, peak {bench['trainer_peak_bytes'] / 2**30:.1f} GiB")
+        if "gemini_host_optim_ratio" in bench:
+            lines.append(f"- gemini, optimizer in host memory: {bench['gemini_host_optim_step_s'] * 1e3:.1f} "
+                         f"ms/step, ÷ ours on single {bench['gemini_host_optim_ratio']:.3f} (goal ≤ 1.10)")
+        if "gemini_error" in bench:
+            lines.append(f"- gemini failed: {bench['gemini_error'][:300]}")
         if "loss_max_rel" in bench:
             lines.append(f"- losses ours vs Trainer: at most {bench['loss_max_rel']:.2e} relative apart")
         if "speedup_vs_trainer" in bench:
