@@ -32,6 +32,9 @@ site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pu
 [[ -e "$TARGET/nvidia" ]] || ln -s "$site/nvidia" "$TARGET/nvidia"
 bash "$ROOT/tests/gpu/fetch_debs.sh"
 export CCACHE_DIR="${CCACHE_DIR:-$TESSERA_HOME/ccache}" CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
+# A fresh configure each time (the objects stay): a cache left by another configure of this folder
+# kept the venv's LibTorch and Qt on in session 23.
+rm -f "$ROOT/build-torch-$VERSION/CMakeCache.txt"
 TESSERA_TORCH_DIR="$TARGET/torch/share/cmake/Torch" TESSERA_GPU_PYTHON="$VENV/bin/python" \
   bash "$ROOT/tests/gpu/run.sh" --only-build --build-dir "$ROOT/build-torch-$VERSION" \
   --out "$ROOT/build-torch-$VERSION/report" --jobs "${TESSERA_BUILD_JOBS:-$(nproc)}"
