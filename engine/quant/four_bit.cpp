@@ -1,0 +1,148 @@
+#include "quant/four_bit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace tessera::quant {
+namespace {
+
+// bitsandbytes' NF4 values (its get_4bit_type, already in [-1, 1]).
+constexpr std::array<float, 16> kNf4 = {-1.0f,
+                                        -0.6961928009986877f,
+                                        -0.5250730514526367f,
+                                        -0.39491748809814453f,
+                                        -0.28444138169288635f,
+                                        -0.18477343022823334f,
+                                        -0.09105003625154495f,
+                                        0.0f,
+                                        0.07958029955625534f,
+                                        0.16093020141124725f,
+                                        0.24611230194568634f,
+                                        0.33791524171829224f,
+                                        0.44070982933044434f,
+                                        0.5626170039176941f,
+                                        0.7229568362236023f,
+                                        1.0f};
+
+// FP4 by bit pattern (sign, then the 3 other bits), divided by its largest magnitude, 12, in
+// float32 as bitsandbytes does.
+std::array<float, 16> make_fp4() {
+  constexpr std::array<float, 16> raw = {0.0f,  0.0625f, 8.0f,  12.0f,    4.0f,  6.0f,
+                                         2.0f,  3.0f,    -0.0f, -0.0625f, -8.0f, -12.0f,
+                                         -4.0f, -6.0f,   -2.0f, -3.0f};
+  std::array<float, 16> code{};
+  for (std::size_t i = 0; i < code.size(); ++i) code[i] = raw[i] / 12.0f;
+  return code;
+}
+
+// The codes in ascending order with the index each came from, and the 15 midpoints between
+// neighbours (float32, (a + b) / 2): a scaled value's index is the number of midpoints below it.
+struct Bounds {
+  std::array<std::uint8_t, 16> index_of_rank{};
+  std::array<float, 15> midpoints{};
+};
+
+Bounds make_bounds(const std::array<float, 16>& code) {
+  Bounds b;
+  std::array<std::uint8_t, 16> order{};
+  std::iota(order.begin(), order.end(), std::uint8_t{0});
+  // Equal values (FP4's +0 and -0) keep their index order, as torch.argsort does on 16 values.
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::uint8_t a, std::uint8_t c) { return code[a] < code[c]; });
+  b.index_of_rank = order;
+  for (std::size_t k = 0; k + 1 < order.size(); ++k)
+    b.midpoints[k] = (code[order[k]] + code[order[k + 1]]) / 2.0f;
+  return b;
+}
+
+const Bounds& bounds_of(FourBitType type) {
+  static const Bounds nf4 = make_bounds(kNf4);
+  static const Bounds fp4 = make_bounds(four_bit_code(FourBitType::FP4));
+  return type == FourBitType::NF4 ? nf4 : fp4;
+}
+
+void check_blocksize(std::int64_t blocksize) {
+  if (blocksize < 32 || blocksize > 4096 || (blocksize & (blocksize - 1)) != 0)
+    throw_invalid("4-bit quantization: blocksize " + std::to_string(blocksize) +
+                      " is not one of 32, 64, … 4096",
+                  "use 64 (bitsandbytes' default)");
+}
+
+}  // namespace
+
+FourBitType parse_four_bit_type(const std::string& name, const std::string& field) {
+  if (name == "nf4") return FourBitType::NF4;
+  if (name == "fp4") return FourBitType::FP4;
+  throw_invalid(field + ": \"" + name + "\" is not a 4-bit type", "use \"nf4\" or \"fp4\"");
+}
+
+const char* four_bit_type_name(FourBitType type) {
+  return type == FourBitType::NF4 ? "nf4" : "fp4";
+}
+
+const std::array<float, 16>& four_bit_code(FourBitType type) {
+  static const std::array<float, 16> fp4 = make_fp4();
+  return type == FourBitType::NF4 ? kNf4 : fp4;
+}
+
+void quantize_four_bit(std::span<const float> values, FourBitType type, std::int64_t blocksize,
+                       std::span<std::uint8_t> packed, std::span<float> absmax) {
+  check_blocksize(blocksize);
+  const std::uint64_t count = values.size();
+  const auto block = static_cast<std::uint64_t>(blocksize);
+  if (packed.size() != four_bit_packed_bytes(count) ||
+      absmax.size() != four_bit_blocks(count, block))
+    throw_invalid("4-bit quantization: output sizes do not match " + std::to_string(count) +
+                  " values");
+  const Bounds& bounds = bounds_of(type);
+  std::fill(packed.begin(), packed.end(), std::uint8_t{0});
+  // An odd count's last byte holds the index of a padded 0 in its low nibble.
+  if (count % 2 == 1) {
+    const float zero = 0.0f;
+    const auto rank = static_cast<std::size_t>(std::count_if(
+        bounds.midpoints.begin(), bounds.midpoints.end(), [&](float m) { return m < zero; }));
+    packed[count / 2] = bounds.index_of_rank[rank];
+  }
+  for (std::uint64_t b = 0; b * block < count; ++b) {
+    const std::uint64_t begin = b * block, end = std::min(count, begin + block);
+    float largest = 0.0f;
+    for (std::uint64_t i = begin; i < end; ++i) largest = std::max(largest, std::fabs(values[i]));
+    absmax[b] = largest;
+    // bitsandbytes multiplies by the reciprocal of the full blocks' absmax and divides by the
+    // short last block's: the same float32 rounding here.
+    const float floor = std::max(largest, 1e-38f);
+    const bool full = end - begin == block;
+    const float reciprocal = 1.0f / floor;
+    for (std::uint64_t i = begin; i < end; ++i) {
+      float scaled = full ? values[i] * reciprocal : values[i] / floor;
+      scaled = std::clamp(scaled, -1.0f, 1.0f);
+      std::size_t rank = 0;
+      while (rank < bounds.midpoints.size() && bounds.midpoints[rank] < scaled) ++rank;
+      const std::uint8_t index = bounds.index_of_rank[rank];
+      packed[i / 2] = static_cast<std::uint8_t>(
+          packed[i / 2] | (i % 2 == 0 ? static_cast<std::uint8_t>(index << 4) : index));
+    }
+  }
+}
+
+void dequantize_four_bit(std::span<const std::uint8_t> packed, std::span<const float> absmax,
+                         FourBitType type, std::int64_t blocksize, std::span<float> out) {
+  check_blocksize(blocksize);
+  const std::uint64_t count = out.size();
+  const auto block = static_cast<std::uint64_t>(blocksize);
+  if (packed.size() != four_bit_packed_bytes(count) ||
+      absmax.size() != four_bit_blocks(count, block))
+    throw_invalid("4-bit dequantization: input sizes do not match " + std::to_string(count) +
+                  " values");
+  const std::array<float, 16>& code = four_bit_code(type);
+  for (std::uint64_t i = 0; i < count; ++i) {
+    const std::uint8_t byte = packed[i / 2];
+    const std::uint8_t index = i % 2 == 0 ? static_cast<std::uint8_t>(byte >> 4) : byte & 0x0F;
+    out[i] = code[index] * absmax[i / block];
+  }
+}
+
+}  // namespace tessera::quant

@@ -1,0 +1,47 @@
+#pragma once
+// 4-bit block quantization of frozen weights for QLoRA (issue 27), in bitsandbytes' formats so
+// that its checkpoints load and its quantization is reproduced byte for byte: a tensor's values,
+// flattened, in blocks of `blocksize` (64 by default), each block scaled by its largest
+// magnitude (absmax, float32) into [-1, 1] and each value replaced by the index of the nearest
+// of 16 codes — NF4 (quantiles of a normal distribution, QLoRA's) or FP4 (1 sign, 2 exponent,
+// 1 mantissa bit) — two indices a byte, the first in the high nibble. Torch-free.
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace tessera::quant {
+
+enum class FourBitType { NF4, FP4 };
+
+// "nf4" / "fp4"; throws tessera::Error (InvalidInput) naming `field` otherwise.
+FourBitType parse_four_bit_type(const std::string& name, const std::string& field);
+const char* four_bit_type_name(FourBitType type);
+
+// The 16 code values by index, as bitsandbytes' get_4bit_type gives them (normalised to
+// [-1, 1]).
+const std::array<float, 16>& four_bit_code(FourBitType type);
+
+// Bytes of the packed indices and count of absmax values for `count` values.
+inline std::uint64_t four_bit_packed_bytes(std::uint64_t count) {
+  return (count + 1) / 2;
+}
+inline std::uint64_t four_bit_blocks(std::uint64_t count, std::uint64_t blocksize) {
+  return (count + blocksize - 1) / blocksize;
+}
+
+// Quantizes `values` as bitsandbytes.functional.quantize_4bit does (blocksize 32 … 4096, a
+// power of two; a last block shorter than the others has its own absmax; an odd count is padded
+// with a zero index pair): `packed` gets four_bit_packed_bytes(values.size()) bytes and `absmax`
+// four_bit_blocks(values.size(), blocksize) floats. A value exactly between two codes takes
+// the lower one, as torch.bucketize does; an all-zero block has absmax 0 and every index that of
+// the code 0. Throws tessera::Error (InvalidInput) on a bad blocksize or span sizes.
+void quantize_four_bit(std::span<const float> values, FourBitType type, std::int64_t blocksize,
+                       std::span<std::uint8_t> packed, std::span<float> absmax);
+
+// The inverse up to the codes: out[i] = code[index i] × absmax of its block (float32, as
+// bitsandbytes.functional.dequantize_4bit computes it before casting to the compute dtype).
+void dequantize_four_bit(std::span<const std::uint8_t> packed, std::span<const float> absmax,
+                         FourBitType type, std::int64_t blocksize, std::span<float> out);
+
+}  // namespace tessera::quant

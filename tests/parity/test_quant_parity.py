@@ -1,0 +1,87 @@
+"""engine/quant's 4-bit block quantization against bitsandbytes (issue 27, QLoRA's base weights):
+for the same float32 input, the packed indices and the per-block absmax byte-identical to
+bitsandbytes.functional.quantize_4bit, and the dequantized values equal to its dequantize_4bit's,
+for NF4 and FP4 at block sizes 64 (its default), 32 and 256. The inputs cover what real weights
+and edge cases bring: small normal weights, a size that leaves a short last block, an odd count
+(a padded index), an all-zero block, values that are exactly a code times the absmax, values on
+the midpoints between codes (where rounding decides), heavy tails, and bf16-rounded weights.
+Driven through tests/tools/quant_tool.cpp (tessera-quant-tool)."""
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import bitsandbytes.functional as bnb  # the reference; installed by the test command
+from bitsandbytes.backends.default.ops import _dequantize_4bit_compute
+from bitsandbytes.backends.utils import _get_4bit_code
+
+# bitsandbytes wraps its reference dequantization in torch.compile: eager is the same arithmetic
+# without a compile per shape.
+torch._dynamo.config.disable = True
+
+
+def tool():
+    tools = os.environ.get("TESSERA_TOOLS_DIR")
+    if not tools:
+        pytest.skip("TESSERA_TOOLS_DIR is not set (run through ctest)")
+    return Path(tools) / "tessera-quant-tool"
+
+
+def inputs(quant_type):
+    g = torch.Generator().manual_seed(0)
+    code = bnb.get_4bit_type(quant_type, device="cpu")
+    ordered = code.sort().values
+    midpoints = (ordered[:-1] + ordered[1:]) / 2
+    exact = (code.repeat(8) * 0.37).reshape(2, 64)
+    ties = torch.cat([midpoints, torch.tensor([1.0])]).repeat(4) * 0.05
+    return {
+        "normal_64x128": torch.randn(64, 128, generator=g) * 0.02,
+        "short_last_block": torch.randn(1000, generator=g),
+        "odd_3x333": torch.randn(3, 333, generator=g),
+        "zero_block": torch.cat([torch.zeros(256), torch.randn(256, generator=g)]),
+        "exact_codes": exact,
+        "midpoints": ties,
+        "heavy_tail": torch.randn(4096, generator=g) * torch.exp(2 * torch.randn(4096, generator=g)),
+        "bf16_weights": (torch.randn(128, 96, generator=g) * 0.05).bfloat16().float(),
+    }
+
+
+@pytest.mark.parametrize("blocksize", [64, 32, 256])
+@pytest.mark.parametrize("quant_type", ["nf4", "fp4"])
+def test_four_bit_quantization_is_bitsandbytes_byte_for_byte(quant_type, blocksize, tmp_path):
+    tensors = inputs(quant_type)
+    source = tmp_path / "in.safetensors"
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(source))
+    out = tmp_path / "out.safetensors"
+    done = subprocess.run([str(tool()), "four-bit", str(source), str(out), quant_type, str(blocksize)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    ours = load_file(str(out))
+    for name, x in tensors.items():
+        packed, state = bnb.quantize_4bit(x, blocksize=blocksize, quant_type=quant_type)
+        theirs_packed = packed.reshape(-1)
+        mismatched = (ours[f"{name}.packed"] != theirs_packed).sum().item()
+        print(f"{quant_type} blocksize {blocksize} {name}: {x.numel()} values, "
+              f"{mismatched} of {theirs_packed.numel()} bytes differ")
+        assert torch.equal(ours[f"{name}.packed"], theirs_packed), name
+        assert torch.equal(ours[f"{name}.absmax"].view(torch.int32), state.absmax.view(torch.int32)), name
+        # Its reference dequantization (the default backend's, over the flattened blocks, as the
+        # CUDA kernels do). Its CPU kernel takes the blocks per row instead, which differs when a
+        # row is not a multiple of the block (0.09 apart on a 128 × 96 weight at block 64).
+        dequantized = _dequantize_4bit_compute(packed.reshape(-1), state.absmax,
+                                               _get_4bit_code(quant_type, packed.device), blocksize,
+                                               x.shape, torch.float32)
+        assert torch.equal(ours[f"{name}.dequantized"], dequantized), name
+
+
+def test_a_bad_type_or_blocksize_is_refused_by_name(tmp_path):
+    source = tmp_path / "in.safetensors"
+    save_file({"w": torch.ones(64)}, str(source))
+    for args, expected in ((["int3", "64"], "\"int3\" is not a 4-bit type"),
+                           (["nf4", "48"], "blocksize 48 is not one of 32, 64")):
+        done = subprocess.run([str(tool()), "four-bit", str(source), str(tmp_path / "o.safetensors"), *args],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and expected in done.stderr, done.stderr
