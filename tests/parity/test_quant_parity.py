@@ -85,3 +85,32 @@ def test_a_bad_type_or_blocksize_is_refused_by_name(tmp_path):
         done = subprocess.run([str(tool()), "four-bit", str(source), str(tmp_path / "o.safetensors"), *args],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and expected in done.stderr, done.stderr
+
+
+def test_int8_rows_are_bitsandbytes_byte_for_byte(tmp_path):
+    """The LLM.int8 weight format (`Int8Params`' int8 weight and SCB): each row × (127 / its
+    absmax), rounded half to even, identical to bitsandbytes.functional.int8_vectorwise_quant;
+    dequantized as its int8_vectorwise_dequant computes it."""
+    g = torch.Generator().manual_seed(1)
+    tensors = {
+        "weight_96x200": torch.randn(96, 200, generator=g) * 0.02,
+        "heavy_tail_16x4096": torch.randn(16, 4096, generator=g) * torch.exp(2 * torch.randn(16, 4096, generator=g)),
+        # Halves after scaling (x.5 rounds to even), and a zero row.
+        "halves": torch.tensor([[1.0, -0.5, 0.25, 63.5 / 127, -62.5 / 127], [0.0] * 5]),
+        "bf16_weights_64x96": (torch.randn(64, 96, generator=g) * 0.05).bfloat16().float(),
+    }
+    source = tmp_path / "in.safetensors"
+    save_file(tensors, str(source))
+    out = tmp_path / "out.safetensors"
+    done = subprocess.run([str(tool()), "int8", str(source), str(out)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    ours = load_file(str(out))
+    for name, x in tensors.items():
+        q, scb, _ = bnb.int8_vectorwise_quant(x.clone())
+        mismatched = (ours[f"{name}.int8"] != q).sum().item()
+        print(f"int8 {name}: {x.numel()} values, {mismatched} differ")
+        assert torch.equal(ours[f"{name}.int8"], q), name
+        assert torch.equal(ours[f"{name}.scb"].view(torch.int32), scb.view(torch.int32)), name
+        assert torch.equal(ours[f"{name}.dequantized"], bnb.int8_vectorwise_dequant(q, scb)), name
+
