@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <exception>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,90 +24,82 @@ namespace {
 namespace hf = tessera::hf;
 namespace quant = tessera::quant;
 
+// One tensor of the output: NAME + suffix.
+struct Output {
+  std::string suffix;
+  hf::DType dtype = hf::DType::F32;
+  std::vector<std::int64_t> shape;
+  std::vector<std::uint8_t> bytes;
+};
+
 template <typename T>
-std::span<const std::uint8_t> bytes_of(const std::vector<T>& v) {
-  return {reinterpret_cast<const std::uint8_t*>(v.data()), v.size() * sizeof(T)};
+std::vector<std::uint8_t> raw(const std::vector<T>& v) {
+  const auto* begin = reinterpret_cast<const std::uint8_t*>(v.data());
+  return {begin, begin + v.size() * sizeof(T)};
 }
 
-int four_bit(const std::string& in, const std::string& out, const std::string& type_name,
-             std::int64_t blocksize) {
-  const auto type = quant::parse_four_bit_type(type_name, "quantization type");
+// Quantizes each F32 tensor of `in` with `quantize` (its values → the outputs) into `out`.
+using Quantizer = std::function<std::vector<Output>(const hf::TensorInfo&, std::vector<float>)>;
+int quantize_file(const std::string& in, const std::string& out, const Quantizer& quantize) {
   const auto file = hf::SafetensorsFile::open(in);
-  struct Result {
-    std::vector<std::uint8_t> packed;
-    std::vector<float> absmax;
-    std::vector<float> dequantized;
-  };
-  std::vector<Result> results;
-  results.reserve(file->tensors().size());
+  std::deque<Output> kept;  // stable addresses for the spans written below
   std::vector<hf::TensorToWrite> tensors;
   for (const hf::TensorInfo& info : file->tensors()) {
     if (info.dtype != hf::DType::F32)
       tessera::throw_invalid(info.name + ": only F32 tensors are quantized here");
-    const hf::TensorView view = file->view(info);
-    const std::size_t count = info.numel();
-    std::vector<float> values(count);
-    std::memcpy(values.data(), view.bytes.data(), count * sizeof(float));
-    Result& r = results.emplace_back();
-    r.packed.resize(quant::four_bit_packed_bytes(count));
-    r.absmax.resize(quant::four_bit_blocks(count, static_cast<std::uint64_t>(blocksize)));
-    r.dequantized.resize(count);
-    quant::quantize_four_bit(values, type, blocksize, r.packed, r.absmax);
-    quant::dequantize_four_bit(r.packed, r.absmax, type, blocksize, r.dequantized);
-    tensors.push_back({info.name + ".packed",
-                       hf::DType::U8,
-                       {static_cast<std::int64_t>(r.packed.size())},
-                       bytes_of(r.packed)});
-    tensors.push_back({info.name + ".absmax",
-                       hf::DType::F32,
-                       {static_cast<std::int64_t>(r.absmax.size())},
-                       bytes_of(r.absmax)});
-    tensors.push_back(
-        {info.name + ".dequantized", hf::DType::F32, info.shape, bytes_of(r.dequantized)});
+    std::vector<float> values(info.numel());
+    std::memcpy(values.data(), file->view(info).bytes.data(), values.size() * sizeof(float));
+    for (Output& o : quantize(info, std::move(values))) {
+      const Output& k = kept.emplace_back(std::move(o));
+      tensors.push_back({info.name + k.suffix, k.dtype, k.shape, k.bytes});
+    }
   }
   hf::write_safetensors(out, tensors);
   return 0;
 }
 
-int int8(const std::string& in, const std::string& out) {
-  const auto file = hf::SafetensorsFile::open(in);
-  struct Result {
-    std::vector<std::int8_t> q;
-    std::vector<float> scb;
-    std::vector<float> dequantized;
-  };
-  std::vector<Result> results;
-  results.reserve(file->tensors().size());
-  std::vector<hf::TensorToWrite> tensors;
-  for (const hf::TensorInfo& info : file->tensors()) {
-    if (info.dtype != hf::DType::F32 || info.shape.size() != 2)
-      tessera::throw_invalid(info.name + ": only 2-D F32 tensors are quantized to int8 here");
-    const std::int64_t rows = info.shape[0], cols = info.shape[1];
-    const std::size_t count = info.numel();
-    std::vector<float> values(count);
-    std::memcpy(values.data(), file->view(info).bytes.data(), count * sizeof(float));
-    Result& r = results.emplace_back();
-    r.q.resize(count);
-    r.scb.resize(static_cast<std::size_t>(rows));
-    r.dequantized.resize(count);
-    quant::quantize_int8_rows(values, rows, cols, r.q, r.scb);
-    quant::dequantize_int8_rows(r.q, r.scb, rows, cols, r.dequantized);
-    tensors.push_back({info.name + ".int8", hf::DType::I8, info.shape, bytes_of(r.q)});
-    tensors.push_back({info.name + ".scb", hf::DType::F32, {rows}, bytes_of(r.scb)});
-    tensors.push_back(
-        {info.name + ".dequantized", hf::DType::F32, info.shape, bytes_of(r.dequantized)});
-  }
-  hf::write_safetensors(out, tensors);
-  return 0;
+std::vector<Output> four_bit(const hf::TensorInfo& info, const std::vector<float>& values,
+                             quant::FourBitType type, std::int64_t blocksize) {
+  std::vector<std::uint8_t> packed(quant::four_bit_packed_bytes(values.size()));
+  std::vector<float> absmax(
+      quant::four_bit_blocks(values.size(), static_cast<std::uint64_t>(blocksize)));
+  std::vector<float> dequantized(values.size());
+  quant::quantize_four_bit(values, type, blocksize, packed, absmax);
+  quant::dequantize_four_bit(packed, absmax, type, blocksize, dequantized);
+  return {{".packed", hf::DType::U8, {static_cast<std::int64_t>(packed.size())}, packed},
+          {".absmax", hf::DType::F32, {static_cast<std::int64_t>(absmax.size())}, raw(absmax)},
+          {".dequantized", hf::DType::F32, info.shape, raw(dequantized)}};
+}
+
+std::vector<Output> int8(const hf::TensorInfo& info, const std::vector<float>& values) {
+  if (info.shape.size() != 2)
+    tessera::throw_invalid(info.name + ": only 2-D tensors are quantized to int8 here");
+  const std::int64_t rows = info.shape[0], cols = info.shape[1];
+  std::vector<std::int8_t> q(values.size());
+  std::vector<float> scb(static_cast<std::size_t>(rows));
+  std::vector<float> dequantized(values.size());
+  quant::quantize_int8_rows(values, rows, cols, q, scb);
+  quant::dequantize_int8_rows(q, scb, rows, cols, dequantized);
+  return {{".int8", hf::DType::I8, info.shape, raw(q)},
+          {".scb", hf::DType::F32, {rows}, raw(scb)},
+          {".dequantized", hf::DType::F32, info.shape, raw(dequantized)}};
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    if (argc == 6 && std::string(argv[1]) == "four-bit")
-      return four_bit(argv[2], argv[3], argv[4], std::stoll(argv[5]));
-    if (argc == 4 && std::string(argv[1]) == "int8") return int8(argv[2], argv[3]);
+    if (argc == 6 && std::string(argv[1]) == "four-bit") {
+      const auto type = quant::parse_four_bit_type(argv[4], "quantization type");
+      const std::int64_t blocksize = std::stoll(argv[5]);
+      return quantize_file(argv[2], argv[3], [&](const hf::TensorInfo& info, std::vector<float> v) {
+        return four_bit(info, v, type, blocksize);
+      });
+    }
+    if (argc == 4 && std::string(argv[1]) == "int8")
+      return quantize_file(argv[2], argv[3], [](const hf::TensorInfo& info, std::vector<float> v) {
+        return int8(info, v);
+      });
     std::fprintf(stderr,
                  "usage: tessera-quant-tool four-bit IN.safetensors OUT.safetensors nf4|fp4 "
                  "BLOCKSIZE\n       tessera-quant-tool int8 IN.safetensors OUT.safetensors\n");
