@@ -145,4 +145,17 @@ void dequantize_four_bit(std::span<const std::uint8_t> packed, std::span<const f
   }
 }
 
+void dequantize_nested_absmax(std::span<const std::uint8_t> q, std::span<const float> code,
+                              std::span<const float> absmax2, std::int64_t blocksize2, float offset,
+                              std::span<float> absmax) {
+  if (code.size() != 256 || blocksize2 <= 0 || q.size() != absmax.size() ||
+      absmax2.size() != four_bit_blocks(q.size(), static_cast<std::uint64_t>(blocksize2)))
+    throw_invalid("double-quantized absmax: " + std::to_string(q.size()) + " values, " +
+                  std::to_string(absmax2.size()) + " block scales and a code of " +
+                  std::to_string(code.size()) + " do not fit blocks of " +
+                  std::to_string(blocksize2));
+  const auto block = static_cast<std::size_t>(blocksize2);
+  for (std::size_t i = 0; i < q.size(); ++i) absmax[i] = code[q[i]] * absmax2[i / block] + offset;
+}
+
 }  // namespace tessera::quant

@@ -44,4 +44,13 @@ void quantize_four_bit(std::span<const float> values, FourBitType type, std::int
 void dequantize_four_bit(std::span<const std::uint8_t> packed, std::span<const float> absmax,
                          FourBitType type, std::int64_t blocksize, std::span<float> out);
 
+// bitsandbytes' double quantization of the absmax (`bnb_4bit_use_double_quant`): the absmax less
+// their mean (`offset`) quantized to 8 bits in blocks of `blocksize2` (256) over a 256-value code
+// (the nested `quant_map` a checkpoint carries), each block with a float32 absmax of its own.
+// Restores them as dequantize_4bit does: absmax[i] = code[q[i]] × absmax2[i / blocksize2] +
+// offset, in float32. Throws tessera::Error (InvalidInput) when the sizes do not match.
+void dequantize_nested_absmax(std::span<const std::uint8_t> q, std::span<const float> code,
+                              std::span<const float> absmax2, std::int64_t blocksize2, float offset,
+                              std::span<float> absmax);
+
 }  // namespace tessera::quant

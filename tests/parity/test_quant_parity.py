@@ -114,3 +114,31 @@ def test_int8_rows_are_bitsandbytes_byte_for_byte(tmp_path):
         assert torch.equal(ours[f"{name}.scb"].view(torch.int32), scb.view(torch.int32)), name
         assert torch.equal(ours[f"{name}.dequantized"], bnb.int8_vectorwise_dequant(q, scb)), name
 
+
+
+@pytest.mark.parametrize("quant_type", ["nf4", "fp4"])
+def test_double_quantized_absmax_restore_as_bitsandbytes(quant_type, tmp_path):
+    """A weight saved with `bnb_4bit_use_double_quant` (the Hub's -bnb-4bit folders) keeps its
+    absmax as 8-bit codes over blocks of 256, each block with a scale of its own, less their mean
+    (the offset): restored bit for bit as bitsandbytes' dequantize_4bit restores them (the last
+    block of 256 short here), and the weight dequantized with them equal to its."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(300, 256, generator=g) * 0.02  # 1200 blocks of 64: 4 nested blocks and a short one
+    packed, state = bnb.quantize_4bit(x, blocksize=64, quant_type=quant_type, compress_statistics=True)
+    assert state.nested
+    source = tmp_path / "in.safetensors"
+    save_file({"packed": packed.reshape(-1).contiguous(), "qabsmax": state.absmax.contiguous(),
+               "code2": state.state2.code.float().contiguous(),
+               "absmax2": state.state2.absmax.float().contiguous(),
+               "offset": state.offset.reshape(1).float(), "count": torch.tensor([x.numel()])},
+              str(source))
+    out = tmp_path / "out.safetensors"
+    done = subprocess.run([str(tool()), "four-bit-nested", str(source), str(out), quant_type, "64",
+                           str(state.state2.blocksize)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    ours = load_file(str(out))
+    theirs_absmax = bnb.dequantize_blockwise(state.absmax, state.state2) + state.offset
+    differ = (ours["absmax"] != theirs_absmax).sum().item()
+    print(f"{quant_type} double-quantized absmax: {differ} of {theirs_absmax.numel()} differ")
+    assert torch.equal(ours["absmax"].view(torch.int32), theirs_absmax.view(torch.int32))
+    assert torch.equal(ours["dequantized"], bnb.dequantize_4bit(packed, state).reshape(-1))

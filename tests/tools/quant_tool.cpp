@@ -2,6 +2,10 @@
 // quantization with bitsandbytes' byte for byte.
 //   tessera-quant-tool four-bit IN.safetensors OUT.safetensors nf4|fp4 BLOCKSIZE
 //   tessera-quant-tool int8 IN.safetensors OUT.safetensors
+//   tessera-quant-tool four-bit-nested IN.safetensors OUT.safetensors nf4|fp4 BLOCKSIZE BLOCKSIZE2
+//     IN: a double-quantized 4-bit tensor as bitsandbytes stores it — packed (U8), qabsmax (U8),
+//     code2 (F32, 256), absmax2 (F32), offset (F32, 1), count (I64, 1); OUT: absmax (F32, the
+//     restored block scales) and dequantized (F32, count values).
 // For each F32 tensor NAME of IN, OUT gets NAME.packed (U8) and NAME.absmax (F32), or for int8
 // (2-D tensors) NAME.int8 (I8) and NAME.scb (F32, each row's absmax); and NAME.dequantized (F32,
 // the shape of NAME). Exit codes: 0 ok, 2 bad input, 1 otherwise.
@@ -85,6 +89,39 @@ std::vector<Output> int8(const hf::TensorInfo& info, const std::vector<float>& v
           {".dequantized", hf::DType::F32, info.shape, raw(dequantized)}};
 }
 
+template <typename T>
+std::span<const T> typed(const hf::SafetensorsFile& file, const std::string& name,
+                         hf::DType dtype) {
+  const hf::TensorInfo* info = file.find(name);
+  if (info == nullptr || info->dtype != dtype)
+    tessera::throw_invalid(file.path().string() + ": no " + hf::dtype_name(dtype) + " tensor " +
+                           name);
+  const hf::TensorView view = file.view(*info);
+  return {reinterpret_cast<const T*>(view.bytes.data()), view.bytes.size() / sizeof(T)};
+}
+
+int four_bit_nested(const std::string& in, const std::string& out, quant::FourBitType type,
+                    std::int64_t blocksize, std::int64_t blocksize2) {
+  const auto file = hf::SafetensorsFile::open(in);
+  const auto qabsmax = typed<std::uint8_t>(*file, "qabsmax", hf::DType::U8);
+  std::vector<float> absmax(qabsmax.size());
+  quant::dequantize_nested_absmax(qabsmax, typed<float>(*file, "code2", hf::DType::F32),
+                                  typed<float>(*file, "absmax2", hf::DType::F32), blocksize2,
+                                  typed<float>(*file, "offset", hf::DType::F32)[0], absmax);
+  std::vector<float> dequantized(
+      static_cast<std::size_t>(typed<std::int64_t>(*file, "count", hf::DType::I64)[0]));
+  quant::dequantize_four_bit(typed<std::uint8_t>(*file, "packed", hf::DType::U8), absmax, type,
+                             blocksize, dequantized);
+  const std::vector<std::uint8_t> absmax_bytes = raw(absmax), dequantized_bytes = raw(dequantized);
+  hf::write_safetensors(
+      out, {{"absmax", hf::DType::F32, {static_cast<std::int64_t>(absmax.size())}, absmax_bytes},
+            {"dequantized",
+             hf::DType::F32,
+             {static_cast<std::int64_t>(dequantized.size())},
+             dequantized_bytes}});
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -96,13 +133,18 @@ int main(int argc, char** argv) {
         return four_bit(info, v, type, blocksize);
       });
     }
+    if (argc == 7 && std::string(argv[1]) == "four-bit-nested")
+      return four_bit_nested(argv[2], argv[3],
+                             quant::parse_four_bit_type(argv[4], "quantization type"),
+                             std::stoll(argv[5]), std::stoll(argv[6]));
     if (argc == 4 && std::string(argv[1]) == "int8")
       return quantize_file(argv[2], argv[3], [](const hf::TensorInfo& info, std::vector<float> v) {
         return int8(info, v);
       });
     std::fprintf(stderr,
                  "usage: tessera-quant-tool four-bit IN.safetensors OUT.safetensors nf4|fp4 "
-                 "BLOCKSIZE\n       tessera-quant-tool int8 IN.safetensors OUT.safetensors\n");
+                 "BLOCKSIZE\n       tessera-quant-tool int8 IN.safetensors OUT.safetensors\n"
+                 "       tessera-quant-tool four-bit-nested IN OUT nf4|fp4 BLOCKSIZE BLOCKSIZE2\n");
     return 2;
   } catch (const tessera::Error& e) {
     std::fprintf(stderr, "tessera-quant-tool: %s\n", e.what());
