@@ -112,21 +112,13 @@ else
 fi
 
 # --- build ---------------------------------------------------------------------------------
-# LibTorch: the one of $PYTHON's torch, or TESSERA_TORCH_DIR (a Torch CMake folder; check_build.sh
-# uses it to build here against the GPU machine's LibTorch version).
-torch_args=()
-if [[ -n "${TESSERA_TORCH_DIR:-}" ]]; then
-  torch_args=(-DTorch_DIR="$TESSERA_TORCH_DIR")
-  phase "configuring against the LibTorch in $TESSERA_TORCH_DIR, in $BUILD"
-else
-  phase "configuring against torch $("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null) in $BUILD"
-fi
+# The CUDA 13 wheels beside torch (nvidia/cu13: bin/nvcc, lib), when $PYTHON has them.
+CU13="$("$PYTHON" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))' 2>/dev/null)"
 if [[ -n "$PREBUILT" ]]; then
   # Binaries built elsewhere against the same LibTorch (check_build.sh's, torch 2.11.0 + CUDA 13.0),
   # carried: no build here. Their RPATH names the build machine's LibTorch: this one's is put first.
   torch_lib="$("$PYTHON" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
-  cuda_lib="$("$PYTHON" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null)"
-  export LD_LIBRARY_PATH="$torch_lib:$cuda_lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  export LD_LIBRARY_PATH="$torch_lib:${CU13:+$CU13/lib:}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
   CLI="$PREBUILT/tessera-cli"
   TOOLS="$PREBUILT"
   build_rc=0
@@ -135,11 +127,19 @@ if [[ -n "$PREBUILT" ]]; then
   status_of build $build_rc
   phase "prebuilt binaries from $PREBUILT (no build): $("$CLI" version 2>&1 | head -1)"
 else
+  # LibTorch: the one of $PYTHON's torch, or TESSERA_TORCH_DIR (a Torch CMake folder; check_build.sh
+  # uses it to build here against the GPU machine's LibTorch version).
+  torch_args=()
+  if [[ -n "${TESSERA_TORCH_DIR:-}" ]]; then
+    torch_args=(-DTorch_DIR="$TESSERA_TORCH_DIR")
+    phase "configuring against the LibTorch in $TESSERA_TORCH_DIR, in $BUILD"
+  else
+    phase "configuring against torch $("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null) in $BUILD"
+  fi
   # nvcc: Torch's CMake needs the CUDA toolkit; the image's may be off the PATH, or the pip one
-  # beside torch (nvidia/cu13/bin).
+  # beside torch.
   NVCC="$(command -v nvcc || true)"
-  for candidate in /usr/local/cuda/bin/nvcc /usr/local/cuda-*/bin/nvcc \
-    "$("$PYTHON" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "bin", "nvcc"))' 2>/dev/null)"; do
+  for candidate in /usr/local/cuda/bin/nvcc /usr/local/cuda-*/bin/nvcc ${CU13:+"$CU13/bin/nvcc"}; do
     [[ -z "$NVCC" && -x "$candidate" ]] && NVCC="$candidate"
   done
   cuda_args=()
@@ -204,7 +204,6 @@ if [[ $build_rc == 0 && $ONLY_BUILD == 0 ]]; then
   suite() {  # suite NAME SECONDS PYTEST-ARGS...
     local name="$1" seconds="$2"
     shift 2
-    # shellcheck disable=SC2086
     TESSERA_CLI="$CLI" TESSERA_TOOLS_DIR="$TOOLS" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
       MKL_DYNAMIC=FALSE TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1 \
       XDG_CACHE_HOME="$BUILD/test-cache-$name" \
