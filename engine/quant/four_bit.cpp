@@ -64,11 +64,27 @@ const Bounds& bounds_of(FourBitType type) {
   return type == FourBitType::NF4 ? nf4 : fp4;
 }
 
-void check_blocksize(std::int64_t blocksize) {
+// The code index of a scaled value: the number of midpoints below it (torch.bucketize's rank),
+// through the ranks' order.
+std::uint8_t index_of(const Bounds& bounds, float scaled) {
+  std::size_t rank = 0;
+  while (rank < bounds.midpoints.size() && bounds.midpoints[rank] < scaled) ++rank;
+  return bounds.index_of_rank[rank];
+}
+
+// `count` values in blocks of `blocksize`: a valid block size, and `packed` bytes and `absmax`
+// floats to match. `what` names the operation in the message.
+void check_layout(std::uint64_t count, std::int64_t blocksize, std::size_t packed,
+                  std::size_t absmax, const char* what) {
   if (blocksize < 32 || blocksize > 4096 || (blocksize & (blocksize - 1)) != 0)
-    throw_invalid("4-bit quantization: blocksize " + std::to_string(blocksize) +
+    throw_invalid(std::string(what) + ": blocksize " + std::to_string(blocksize) +
                       " is not one of 32, 64, … 4096",
                   "use 64 (bitsandbytes' default)");
+  if (packed != four_bit_packed_bytes(count) ||
+      absmax != four_bit_blocks(count, static_cast<std::uint64_t>(blocksize)))
+    throw_invalid(std::string(what) + ": " + std::to_string(packed) + " packed bytes and " +
+                  std::to_string(absmax) + " block scales do not fit " + std::to_string(count) +
+                  " values");
 }
 
 }  // namespace
@@ -90,22 +106,13 @@ const std::array<float, 16>& four_bit_code(FourBitType type) {
 
 void quantize_four_bit(std::span<const float> values, FourBitType type, std::int64_t blocksize,
                        std::span<std::uint8_t> packed, std::span<float> absmax) {
-  check_blocksize(blocksize);
   const std::uint64_t count = values.size();
+  check_layout(count, blocksize, packed.size(), absmax.size(), "4-bit quantization");
   const auto block = static_cast<std::uint64_t>(blocksize);
-  if (packed.size() != four_bit_packed_bytes(count) ||
-      absmax.size() != four_bit_blocks(count, block))
-    throw_invalid("4-bit quantization: output sizes do not match " + std::to_string(count) +
-                  " values");
   const Bounds& bounds = bounds_of(type);
   std::fill(packed.begin(), packed.end(), std::uint8_t{0});
   // An odd count's last byte holds the index of a padded 0 in its low nibble.
-  if (count % 2 == 1) {
-    const float zero = 0.0f;
-    const auto rank = static_cast<std::size_t>(std::count_if(
-        bounds.midpoints.begin(), bounds.midpoints.end(), [&](float m) { return m < zero; }));
-    packed[count / 2] = bounds.index_of_rank[rank];
-  }
+  if (count % 2 == 1) packed[count / 2] = index_of(bounds, 0.0f);
   for (std::uint64_t b = 0; b * block < count; ++b) {
     const std::uint64_t begin = b * block, end = std::min(count, begin + block);
     float largest = 0.0f;
@@ -117,11 +124,8 @@ void quantize_four_bit(std::span<const float> values, FourBitType type, std::int
     const bool full = end - begin == block;
     const float reciprocal = 1.0f / floor;
     for (std::uint64_t i = begin; i < end; ++i) {
-      float scaled = full ? values[i] * reciprocal : values[i] / floor;
-      scaled = std::clamp(scaled, -1.0f, 1.0f);
-      std::size_t rank = 0;
-      while (rank < bounds.midpoints.size() && bounds.midpoints[rank] < scaled) ++rank;
-      const std::uint8_t index = bounds.index_of_rank[rank];
+      const float scaled = full ? values[i] * reciprocal : values[i] / floor;
+      const std::uint8_t index = index_of(bounds, std::clamp(scaled, -1.0f, 1.0f));
       packed[i / 2] = static_cast<std::uint8_t>(
           packed[i / 2] | (i % 2 == 0 ? static_cast<std::uint8_t>(index << 4) : index));
     }
@@ -130,13 +134,9 @@ void quantize_four_bit(std::span<const float> values, FourBitType type, std::int
 
 void dequantize_four_bit(std::span<const std::uint8_t> packed, std::span<const float> absmax,
                          FourBitType type, std::int64_t blocksize, std::span<float> out) {
-  check_blocksize(blocksize);
   const std::uint64_t count = out.size();
+  check_layout(count, blocksize, packed.size(), absmax.size(), "4-bit dequantization");
   const auto block = static_cast<std::uint64_t>(blocksize);
-  if (packed.size() != four_bit_packed_bytes(count) ||
-      absmax.size() != four_bit_blocks(count, block))
-    throw_invalid("4-bit dequantization: input sizes do not match " + std::to_string(count) +
-                  " values");
   const std::array<float, 16>& code = four_bit_code(type);
   for (std::uint64_t i = 0; i < count; ++i) {
     const std::uint8_t byte = packed[i / 2];
