@@ -37,7 +37,8 @@ int run_finetune(const std::vector<std::string>& raw) {
        "--steps",    "--epochs",       "--batch-size",       "--grad-accum", "--lr",
        "--seed",     "--save-every",   "--eval-every",       "--resume",     "--precision",
        "--out",      "--events",       "--max-length",       "--lora-rank",  "--lora-alpha",
-       "--schedule", "--warmup-steps", "--validation-split", "--strategy",   "--strategy-options"});
+       "--schedule", "--warmup-steps", "--validation-split", "--strategy",   "--strategy-options",
+       "--quantize"});
   args.expect_no_positionals();
   const std::string& model = args.required("--model", "PATH");
   const std::string& data = args.required("--data", "FILE");
@@ -63,6 +64,7 @@ int run_finetune(const std::vector<std::string>& raw) {
   nlohmann::json method_json = {{"type", method}};
   if (auto v = args.option("--lora-rank")) method_json["rank"] = to_int("--lora-rank", *v, 1);
   if (auto v = args.option("--lora-alpha")) method_json["alpha"] = to_double("--lora-alpha", *v);
+  if (auto v = args.option("--quantize")) method_json["quantize"] = *v;
   nlohmann::json dataset = {{"train", {data}}};
   if (auto v = args.option("--validation")) dataset["validation"] = {*v};
   if (auto v = args.option("--format")) dataset["format"] = *v;
@@ -104,7 +106,8 @@ const RegisterCommand kRegister{{
     "finetune --model PATH --data FILE [--validation FILE] [--format F] [--method full|lora] "
     "[--steps N | --epochs N] [--batch-size N] [--grad-accum N] [--lr X] [--schedule S] "
     "[--warmup-steps N] [--seed N] [--save-every N] [--eval-every N] [--max-length N] "
-    "[--validation-split X] [--lora-rank R] [--lora-alpha A] [--resume DIR] "
+    "[--validation-split X] [--lora-rank R] [--lora-alpha A] [--quantize nf4|fp4|int8] "
+    "[--resume DIR] "
     "[--precision fp32|bf16] [--strategy auto|single|gemini] [--strategy-options JSON] "
     "[--out DIR] [--events FILE|-] [--print-job]",
     "Fine-tune a model on a dataset (builds a job spec from the flags and runs it)",

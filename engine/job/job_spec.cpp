@@ -259,6 +259,13 @@ JobSpec parse_job_spec(const json& doc, const std::string& source) {
     spec.method.lora_alpha = r.number("alpha", 16.0, 1e-6, 1e6);
     spec.method.lora_dropout = r.number("dropout", 0.0, 0.0, 0.99);
     spec.method.lora_targets = r.strings("targets");
+    spec.method.quantize = r.string("quantize", "none", {"none", "nf4", "fp4", "int8"});
+    if (spec.method.quantize != "none" && spec.method.type != "lora")
+      r.fail("method.quantize",
+             "\"" + spec.method.quantize +
+                 "\" quantizes the frozen base of LoRA (QLoRA), and method.type is \"" +
+                 spec.method.type + "\"",
+             "set method.type to \"lora\", or remove method.quantize");
     r.finish();
   }
 
@@ -372,6 +379,7 @@ json to_json(const JobSpec& s) {
     method["alpha"] = s.method.lora_alpha;
     method["dropout"] = s.method.lora_dropout;
     method["targets"] = s.method.lora_targets;
+    if (s.method.quantize != "none") method["quantize"] = s.method.quantize;
   }
   json output = {{"dir", s.output.dir}};
   if (s.output.resume) output["resume"] = *s.output.resume;

@@ -42,6 +42,8 @@ struct MethodSpec {
   double lora_alpha = 16.0;
   double lora_dropout = 0.0;
   std::vector<std::string> lora_targets;  // empty: the family's default (attention projections)
+  // QLoRA: the frozen base's linear layers held as nf4 | fp4 | int8; "none": dense.
+  std::string quantize = "none";
 };
 
 struct TrainingSpec {

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "model/dropout.h"
+#include "model/quantized_linear.h"
 
 namespace tessera::model {
 namespace {
@@ -43,7 +44,9 @@ LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool has_bias,
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   BlockUse use(parameter_use.get(), *this);
   torch::Tensor y;
-  if (split) {
+  if (quantized) {
+    y = quantized->linear(x, bias);
+  } else if (split) {
     y = split->forward(x, layout == Layout::OutIn ? weight : weight.t(), bias);
   } else if (layout == Layout::OutIn) {
     // at::linear, not torch::nn::functional::linear: the latter adds the bias in a separate

@@ -85,6 +85,8 @@ class SplitLogits {
                                       const torch::Tensor& targets) = 0;
 };
 
+class QuantizedWeight;  // model/quantized_linear.h
+
 // y = x·Wᵀ + b. `InOut` stores W as [in, out] (GPT-2's Conv1D) and computes y = x·W + b, so a
 // checkpoint's tensor loads as is under the same name. With an `adapter`, its forward(x, y) is
 // the output.
@@ -103,6 +105,8 @@ class LinearImpl : public torch::nn::Module {
   std::shared_ptr<LinearAdapter> adapter;  // null: a plain linear layer
   std::shared_ptr<ParameterUse> parameter_use;
   std::shared_ptr<SplitLinear> split;  // null: the whole weight is here
+  // Set: the frozen weight is held quantized (QLoRA's base) and `weight` is empty.
+  std::shared_ptr<QuantizedWeight> quantized;
 };
 TORCH_MODULE(Linear);
 

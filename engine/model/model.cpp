@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "hf/families.h"
 #include "model/layers.h"
+#include "model/quantized_linear.h"
 
 namespace tessera::model {
 namespace {
@@ -376,7 +377,10 @@ void DeferredWeights::read_into(const std::string& name, torch::Tensor dest) con
 }
 
 void DeferredWeights::load_into(PretrainedModel& model) const {
-  for (auto& item : model.named_parameters()) read_into(item.key(), item.value());
+  // A quantized Linear's weight was read into its quantized form (quantize_linears).
+  const std::set<std::string> quantized = quantized_weight_names(model);
+  for (auto& item : model.named_parameters())
+    if (!quantized.count(item.key())) read_into(item.key(), item.value());
 }
 
 std::shared_ptr<PretrainedModel> load_pretrained(const std::filesystem::path& dir,

@@ -213,7 +213,8 @@ class DeferredWeights {
   // Copies the checkpoint tensor of parameter `name` (a named_parameters() key of the model) into
   // `dest`, converting the dtype.
   void read_into(const std::string& name, torch::Tensor dest) const;
-  // Fills every parameter of `model` (the model it was made for) in place: load_weights.
+  // Fills every parameter of `model` (the model it was made for) in place: load_weights. The
+  // weights of quantized Linears (quantize_linears read them already) are left as they are.
   void load_into(PretrainedModel& model) const;
 
  private:

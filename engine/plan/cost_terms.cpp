@@ -1,5 +1,8 @@
 #include "plan/cost_terms.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "hf/families.h"
 #include "plan/planner.h"
 
@@ -25,12 +28,31 @@ double layer_elements(const hf::ParameterShapes& shapes) {
   return layer;
 }
 
+QuantizedBase quantized_base(const hf::ModelConfig& c, const Settings& s) {
+  QuantizedBase q;
+  if (s.method != "lora" || s.quantize == "none" || s.quantize.empty()) return q;
+  const double layers = d(c.num_hidden_layers);
+  for (const hf::LinearModule& l : hf::family_of(c).parameter_shapes(c).layer_linears) {
+    const double values = l.in_features * l.out_features;
+    // int8: a byte a value and a float32 scale a row; 4-bit: half a byte a value and a float32
+    // absmax per block of 64.
+    const double bytes = s.quantize == "int8"
+                             ? values + 4.0 * l.out_features
+                             : std::ceil(values / 2.0) + 4.0 * std::ceil(values / 64.0);
+    q.elements += layers * values;
+    q.bytes += layers * bytes;
+    q.largest = std::max(q.largest, values);
+  }
+  return q;
+}
+
 ParameterCounts counts_of(const hf::ModelConfig& c, const Settings& s) {
   const double n = d(count_parameters(c));
   const bool lora = s.method == "lora";
   const bool bf16 = s.precision == "bf16";
   const double trainable = lora ? d(count_lora_parameters(c, s.lora_rank, s.lora_targets)) : n;
-  return {n, trainable, lora ? n + trainable : n, bf16 ? 2.0 : 4.0, lora, bf16};
+  const double quantized = quantized_base(c, s).elements;
+  return {n, trainable, (lora ? n + trainable : n) - quantized, bf16 ? 2.0 : 4.0, lora, bf16};
 }
 
 }  // namespace tessera::plan::cost

@@ -28,9 +28,20 @@ std::optional<std::pair<double, double>> linear_shape(const hf::ModelConfig& c,
 // One layer's elements: its linears' weights and biases, and its other parameters (norms).
 double layer_elements(const hf::ParameterShapes& shapes);
 
-// What the settings train and store: every parameter (n), the trainable ones, those stored (with
-// LoRA the adapters live beside the frozen base; full: the parameters themselves are trained),
-// in the compute dtype's bytes.
+// A quantized base (QLoRA, settings.quantize): the elements of the layers' linear weights it holds
+// quantized, their bytes (codes and scales, as engine/model/quantized_linear stores them), and the
+// largest such weight's elements (read in float32 one at a time while loading).
+struct QuantizedBase {
+  double elements = 0.0;
+  double bytes = 0.0;
+  double largest = 0.0;
+};
+QuantizedBase quantized_base(const hf::ModelConfig& c, const Settings& s);
+
+// What the settings train and store: every parameter (n), the trainable ones, those stored dense
+// (with LoRA the adapters live beside the frozen base; full: the parameters themselves are
+// trained; a quantized base's linear weights are not among them: quantized_base), in the compute
+// dtype's bytes.
 struct ParameterCounts {
   double n;
   double trainable;

@@ -43,6 +43,7 @@ json to_json(const Plan& p) {
       {"settings",
        {{"method", s.method},
         {"lora_rank", s.method == "lora" ? json(s.lora_rank) : json(nullptr)},
+        {"quantize", s.method == "lora" ? s.quantize : std::string("none")},
         {"precision", s.precision},
         {"micro_batch", s.micro_batch},
         {"gradient_accumulation", s.gradient_accumulation},

@@ -21,6 +21,7 @@
 #include "plan/replica_cost.h"
 #include "plan/step_cost.h"
 #include "plan/strategy_costs.h"
+#include "quant/tiles.h"
 
 namespace tessera::plan {
 
@@ -115,6 +116,7 @@ Settings written_settings(const job::JobSpec& spec, int gpus = 0, int processes 
   s.method = spec.method.type;
   s.lora_rank = spec.method.lora_rank;
   s.lora_targets = spec.method.lora_targets;
+  s.quantize = spec.method.quantize;
   s.precision = spec.precision == "fp16" ? "bf16" : spec.precision;
   s.micro_batch = std::max<std::int64_t>(1, spec.training.batch_size);
   s.gradient_accumulation = std::max<std::int64_t>(1, spec.training.gradient_accumulation);
@@ -270,6 +272,19 @@ std::int64_t count_lora_parameters(const hf::ModelConfig& c, std::int64_t rank,
   return static_cast<std::int64_t>(std::min(n * d(c.num_hidden_layers), 9.0e18));
 }
 
+namespace {
+
+// The widest output of a layer's linears (a quantized linear's output pieces and their
+// concatenation are that wide).
+double widest_layer_output(const hf::ModelConfig& c) {
+  double widest = 0.0;
+  for (const hf::LinearModule& l : hf::family_of(c).parameter_shapes(c).layer_linears)
+    widest = std::max(widest, l.out_features);
+  return widest;
+}
+
+}  // namespace
+
 ActivationTerms activation_terms(const hf::ModelConfig& c, const Settings& s, int tp) {
   const bool lora = s.method == "lora";
   const bool bf16 = s.precision == "bf16";
@@ -321,19 +336,23 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
     return sharded_device_tiers(c, s, checkpoint_bytes, world_size).first;
   MemoryEstimate e;
   const auto [n, trainable, stored, param_bytes, lora, bf16] = counts_of(c, s);
-  e.weights = to_bytes(stored * param_bytes + (bf16 ? trainable * 4.0 : 0.0));
+  const cost::QuantizedBase quantized = cost::quantized_base(c, s);
+  e.weights = to_bytes(stored * param_bytes + quantized.bytes + (bf16 ? trainable * 4.0 : 0.0));
   e.gradients = to_bytes(trainable * (bf16 ? 2.0 + 4.0 : 4.0));
   e.optimizer = to_bytes(trainable * 8.0);
   e.runtime = kRuntimeBaselineBytes;
-  // The runner loads in fp32 from the memory-mapped checkpoint, then casts.
-  e.load_peak = to_bytes(n * 4.0 + static_cast<double>(checkpoint_bytes) +
-                         static_cast<double>(kRuntimeBaselineBytes));
+  // The runner loads in fp32 from the memory-mapped checkpoint, then casts. A quantized base's
+  // linear weights are read one at a time in float32 and quantized.
+  e.load_peak =
+      to_bytes((n - quantized.elements) * 4.0 + quantized.bytes + quantized.largest * 4.0 +
+               static_cast<double>(checkpoint_bytes) + static_cast<double>(kRuntimeBaselineBytes));
   // The export (engine/runner), after the optimizer state is freed: the trained model, an fp32
-  // copy below fp32 training (for LoRA: the checkpoint's base plus the delta), and the reload
-  // that verifies the written files.
+  // copy below fp32 training or of a quantized base (for LoRA: the checkpoint's base, or the
+  // dequantized one, plus the delta), and the reload that verifies the written files.
   // The reload reads the written float32 files through a mapping, resident while it copies
   // (as the load does). LoRA's merge check holds one weight's copies at a time.
-  e.export_peak = to_bytes(stored * param_bytes + (bf16 ? n * 4.0 : 0.0) + n * 4.0 * 2 +
+  e.export_peak = to_bytes(stored * param_bytes + quantized.bytes +
+                           (bf16 || quantized.elements > 0 ? n * 4.0 : 0.0) + n * 4.0 * 2 +
                            static_cast<double>(kRuntimeBaselineBytes));
 
   const ActivationTerms act = activation_terms(c, s);
@@ -341,7 +360,14 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
   const double stack =
       s.activation_checkpointing ? layers * act.boundary + act.layer : layers * act.layer;
   const double head = act.head;
-  e.activations = to_bytes((stack + head) * kActivationOverhead);
+  // A quantized linear's workspace: the float32 tile it dequantizes (and its cast below fp32),
+  // and its output's pieces beside their concatenation.
+  const double workspace = quantized.elements > 0
+                               ? d(quant::kDequantizeTileElements) * (bf16 ? 6.0 : 4.0) +
+                                     d(s.micro_batch) * d(s.sequence_length) *
+                                         widest_layer_output(c) * (bf16 ? 2.0 : 4.0)
+                               : 0.0;
+  e.activations = to_bytes((stack + head) * kActivationOverhead + workspace);
   // `single` keeps the widened float32 gradients only for the update (plugins/single).
   if (bf16 && s.strategy == "single") e.update_gradients = to_bytes(trainable * 4.0);
 
@@ -830,6 +856,19 @@ Plan make_plan(const PlanInputs& in) {
   }
 
   const bool gpu = plans_on_gpu(spec, hw, processes, per_node);
+  // QLoRA (method.quantize) trains under `single` on the CPU so far; the trainer refuses the rest
+  // too, but the plan says so before anything loads.
+  if (spec.method.quantize != "none") {
+    if (distributed || (named && spec.strategy.name != "single"))
+      throw_unsupported("method.quantize under " +
+                            (distributed ? std::to_string(processes) + " processes"
+                                         : "strategy " + spec.strategy.name) +
+                            " is not supported yet",
+                        "use strategy single (or auto) in one process");
+    if (gpu)
+      throw_unsupported("method.quantize on a GPU is not supported yet",
+                        "name strategy single with options {\"device\": \"cpu\"}");
+  }
   // A strategy asked for cuda on a machine whose profile has no GPU (or too few for its ranks):
   // the run will say so; the plan shows the host's figures and says they are.
   if (!gpu && spec.strategy.name != job::kAutoStrategy &&
@@ -1352,7 +1391,10 @@ Plan make_plan(const PlanInputs& in) {
   const std::uint64_t peak = tier.estimate.peak();
   const std::string budget = gib(tier.budget) + (tier.simulated ? " (simulated)" : "");
   const std::string method =
-      s.method == "lora" ? "LoRA (rank " + std::to_string(s.lora_rank) + ")" : "full fine-tuning";
+      s.method != "lora" ? std::string("full fine-tuning")
+      : s.quantize != "none"
+          ? "QLoRA (rank " + std::to_string(s.lora_rank) + " on a " + s.quantize + " base)"
+          : "LoRA (rank " + std::to_string(s.lora_rank) + ")";
   if (plan.fits && distributed)
     plan.explanation = method + " in " + s.precision + " as " + std::to_string(processes) +
                        " processes with " + strategy_phrase(s) + ", micro-batch " +
@@ -1473,6 +1515,7 @@ job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& s) {
   out.method.type = s.method;
   out.method.lora_rank = s.lora_rank;
   if (!s.lora_targets.empty()) out.method.lora_targets = s.lora_targets;
+  out.method.quantize = s.method == "lora" ? s.quantize : "none";
   out.precision = s.precision;
   out.training.batch_size = s.micro_batch;
   out.training.gradient_accumulation = s.gradient_accumulation;
@@ -1515,6 +1558,8 @@ Settings settings_from_json(const nlohmann::json& j, const std::string& source) 
       throw_invalid(source + ": settings.method \"" + s.method + "\" is not full or lora");
     if (j.contains("lora_rank") && !j["lora_rank"].is_null())
       s.lora_rank = j["lora_rank"].get<std::int64_t>();
+    // Plans recorded before QLoRA: a dense base.
+    s.quantize = j.value("quantize", std::string("none"));
     s.precision = j.at("precision").get<std::string>();
     s.micro_batch = j.at("micro_batch").get<std::int64_t>();
     s.gradient_accumulation = j.at("gradient_accumulation").get<std::int64_t>();

@@ -10,7 +10,9 @@ struct Settings {
   std::string method = "full";  // full | lora
   std::int64_t lora_rank = 8;
   std::vector<std::string> lora_targets;  // empty: the family's default
-  std::string precision = "fp32";         // fp32 | bf16
+  // With lora: the frozen base's linear layers held as nf4 | fp4 | int8 (QLoRA); "none": dense.
+  std::string quantize = "none";
+  std::string precision = "fp32";  // fp32 | bf16
   std::int64_t micro_batch = 1;
   std::int64_t gradient_accumulation = 1;
   std::int64_t sequence_length = 512;

@@ -34,7 +34,9 @@ double modelled_step_seconds(const Settings& s, const StepWork& work, double tok
   if (!(flops_per_s > 0)) return 0.0;
   const double micro_batches = d(std::max<std::int64_t>(1, s.gradient_accumulation));
   const double ops = micro_batches * (120.0 * layers + 40.0) + 130.0 * layers + 60.0;
-  return step_flops(s, work, tokens) / flops_per_s + ops * kSecondsPerOp;
+  const double passes = 2.0 + (s.activation_checkpointing ? 1.0 : 0.0);
+  return step_flops(s, work, tokens) / flops_per_s + ops * kSecondsPerOp +
+         micro_batches * passes * work.dequantized * kSecondsPerDequantizedValue;
 }
 
 StepWork model_work(const hf::ModelConfig& c, const Settings& s, double tokens) {
@@ -45,6 +47,7 @@ StepWork model_work(const hf::ModelConfig& c, const Settings& s, double tokens) 
   w.products = layers * cost::layer_elements(shapes) + shapes.layer_other / 2.0 +
                (family.causal_lm ? d(c.vocab_size) * d(c.hidden_size) : 0.0);
   if (s.method == "lora") w.products += d(count_lora_parameters(c, s.lora_rank, s.lora_targets));
+  w.dequantized = cost::quantized_base(c, s).elements;
   w.attention = attention_flops(c, layers, sequence_of(s, tokens), 1);
   return w;
 }

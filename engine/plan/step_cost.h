@@ -14,6 +14,9 @@ namespace tessera::plan {
 struct StepWork {
   double products = 0;
   double attention = 0;
+  // A quantized base's values (QLoRA), dequantized once per forward, once more in backward and
+  // in a recomputation: per micro-batch, whatever its tokens.
+  double dequantized = 0;
 };
 
 double step_flops(const Settings& s, const StepWork& work, double tokens);
@@ -35,6 +38,11 @@ double sequence_of(const Settings& s, double tokens);
 // Xeon: a step of 32 tokens took 18 ms (median of 40) where its FLOPs alone give 3 ms; 2048 tokens
 // took 180 ms against 200 ms.
 inline constexpr double kSecondsPerOp = 10e-6;
+// Seconds per value a quantized linear dequantizes (QuantizedWeight::dequantize_rows): measured on
+// one core of a 2-core AMD EPYC, 0.34 ns for NF4 and 0.47 ns for int8 (16M values, best of 5, the
+// Release build's -O3). The kernel runs on every core, so this is an upper bound; a step time
+// measured on the machine calibrates the model as for everything else (calibrate()).
+inline constexpr double kSecondsPerDequantizedValue = 0.4e-9;
 
 double modelled_step_seconds(const Settings& s, const StepWork& work, double tokens, double layers,
                              double flops_per_s);

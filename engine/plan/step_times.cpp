@@ -25,6 +25,7 @@ json key_json(const StepTimeKey& k) {
           {"model", k.model},
           {"method", s.method},
           {"lora_rank", s.lora_rank},
+          {"quantize", s.quantize},
           {"precision", s.precision},
           {"micro_batch", s.micro_batch},
           {"gradient_accumulation", s.gradient_accumulation},
@@ -63,6 +64,7 @@ StepTimeRecord record_from_json(const json& j) {
   Settings& s = r.key.settings;
   s.method = j.at("method").get<std::string>();
   s.lora_rank = j.at("lora_rank").get<std::int64_t>();
+  s.quantize = j.value("quantize", std::string("none"));  // records from before QLoRA: dense
   s.precision = j.at("precision").get<std::string>();
   s.micro_batch = j.at("micro_batch").get<std::int64_t>();
   s.gradient_accumulation = j.at("gradient_accumulation").get<std::int64_t>();
@@ -142,7 +144,8 @@ bool similar(const StepTimeKey& a, const StepTimeKey& b) {
   const Settings& x = a.settings;
   const Settings& y = b.settings;
   return a.device == b.device && a.model == b.model && a.processes == b.processes &&
-         x.method == y.method && (x.method != "lora" || x.lora_rank == y.lora_rank) &&
+         x.method == y.method &&
+         (x.method != "lora" || (x.lora_rank == y.lora_rank && x.quantize == y.quantize)) &&
          x.precision == y.precision && x.activation_checkpointing == y.activation_checkpointing &&
          x.strategy == y.strategy && x.zero_stage == y.zero_stage &&
          near(x.offload_optim_frac, y.offload_optim_frac) &&

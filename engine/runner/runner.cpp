@@ -24,6 +24,7 @@
 #include "job/strategies.h"
 #include "memory/disk_store.h"
 #include "model/model.h"
+#include "model/quantized_linear.h"
 #include "plan/model_size.h"
 #include "plan/planner.h"
 #include "plugins/builtin_plugins.h"
@@ -304,6 +305,7 @@ train::TrainerOptions trainer_options(const job::JobSpec& spec, const fs::path& 
   options.method.lora_alpha = spec.method.lora_alpha;
   options.method.lora_dropout = spec.method.lora_dropout;
   options.method.lora_targets = spec.method.lora_targets;
+  if (spec.method.quantize != "none") options.method.quantize = spec.method.quantize;
   options.precision = spec.precision;
   options.plugin = spec.strategy.name;
   options.device = job::strategy_option(spec.strategy.name, spec.strategy.options, "device");
@@ -558,12 +560,16 @@ fs::path export_merged_lora(const job::JobSpec& spec, const hf::ModelFolder& sou
   // Trained in fp32, the base in memory is the checkpoint's own: merge into it. Trained in a
   // lower precision, it was rounded for training; the merged model is then the checkpoint's
   // fp32 weights plus the adapter's delta, so the merge does not lose the delta to rounding.
+  // On a quantized base (QLoRA) the merged model is the base the adapter trained on: its
+  // quantized weights dequantized (to float32), the rest the checkpoint's, plus the delta.
   std::shared_ptr<model::PretrainedModel> merged;
-  if (spec.precision == "fp32") {
+  const bool quantized = !model::quantized_weight_names(model).empty();
+  if (spec.precision == "fp32" && !quantized) {
     lora.detach();
   } else {
     merged = model::load_pretrained(source.config(), source.weights(), torch::kFloat32);
     source.release_resident_pages();
+    if (quantized) model::copy_dequantized_weights(model, *merged);
   }
   model::PretrainedModel& target = merged ? *merged : model;
   // The check runs in two stages that never hold more than one weight's copy: each adapted

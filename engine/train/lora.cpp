@@ -8,6 +8,7 @@
 #include "hf/families.h"
 #include "hf/safetensors.h"
 #include "model/dropout.h"
+#include "model/quantized_linear.h"
 
 namespace tessera::train {
 
@@ -136,6 +137,8 @@ void LoraModel::detach() {
 
 void LoraModel::merge() {
   torch::NoGradGuard no_grad;
+  // A quantized base merges as it computes: dequantized, then the delta added.
+  model::dequantize_linears(*model_);
   for (Layer& l : layers_) {
     torch::Tensor& weight = l.linear->weight;
     weight.copy_(weight.to(torch::kFloat32) + delta(l));

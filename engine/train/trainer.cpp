@@ -15,6 +15,7 @@
 #include "core/meminfo.h"
 #include "dist/parallel_context.h"
 #include "model/dropout.h"
+#include "model/quantized_linear.h"
 #include "optim/schedule.h"
 #include "train/activation_checkpoint.h"
 #include "train/checkpoint.h"
@@ -88,6 +89,7 @@ Trainer::Trainer(std::shared_ptr<model::PretrainedModel> model, TrainerOptions o
                   "use full or lora");
   }
   plugin_ = make_plugin(options_.plugin);
+  if (!options_.method.quantize.empty()) quantize_base();
   PluginOptions plugin_options;
   if (options_.deferred_weights) {
     if (plugin_->reads_deferred_weights())
@@ -117,6 +119,33 @@ Trainer::Trainer(std::shared_ptr<model::PretrainedModel> model, TrainerOptions o
   // model bypasses the wrapper when it runs with a KV cache).
   if (t.activation_checkpointing) model_->layer_wrapper = &checkpointed;
   model_->train();
+}
+
+// QLoRA: the frozen base's Linears quantized before the plugin sees the model, each read straight
+// from the checkpoint into its quantized form (the rest loads as usual).
+void Trainer::quantize_base() {
+  const MethodOptions& m = options_.method;
+  const model::QuantizedFormat format =
+      model::quantized_format_from_name(m.quantize, "method.quantize");
+  if (m.type != "lora")
+    throw_invalid("method.quantize: \"" + m.quantize +
+                      "\" quantizes the frozen base of LoRA, and method.type is \"" + m.type + "\"",
+                  "set method.type to lora (QLoRA), or remove method.quantize");
+  if (plugin_->name() != "single")
+    throw_unsupported(
+        "method.quantize under strategy \"" + plugin_->name() + "\" is not supported yet",
+        "use strategy single");
+  if (options_.device == "cuda" || (options_.device == "auto" && torch::cuda::is_available()))
+    throw_unsupported("method.quantize on a CUDA device is not supported yet",
+                      "set strategy.options.device to \"cpu\"");
+  model::QuantizeOptions q;
+  q.format = format;
+  const std::vector<std::string> names =
+      model::quantize_linears(*model_, options_.deferred_weights.get(), q);
+  if (events_)
+    events_->on_log("info", "quantized " + std::to_string(names.size()) + " linear weights to " +
+                                m.quantize + " (" +
+                                core::human_bytes(model::quantized_weight_bytes(*model_)) + ")");
 }
 
 Trainer::~Trainer() {

@@ -66,6 +66,8 @@ struct MethodOptions {
   double lora_alpha = 16.0;
   double lora_dropout = 0.0;
   std::vector<std::string> lora_targets;  // empty: the family's default (attention projections)
+  // LoRA on a quantized base (QLoRA): "nf4", "fp4" or "int8"; empty: the base stays dense.
+  std::string quantize;
 };
 
 struct TrainerOptions {
@@ -132,6 +134,7 @@ class Trainer {
   std::int64_t total_steps_for(const BatchSource& train) const;
 
  private:
+  void quantize_base();
   // A batch as the model's input on the plugin's device (labels: the input ids when absent).
   model::ForwardInput input_of(const Batch& batch) const;
   // The dropout stream of a micro-batch whose first row is `first_row` of step `step`'s global

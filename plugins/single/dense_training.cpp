@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "dist/parallel_context.h"
+#include "model/quantized_linear.h"
 #include "optim/clip.h"
 #include "train/param_groups.h"
 
@@ -32,7 +33,8 @@ ElementShare element_share(std::int64_t numel, int rank, int members) {
 
 std::uint64_t model_and_adapter_bytes(model::PretrainedModel& model,
                                       const std::vector<NamedTensor>& trainable) {
-  std::uint64_t bytes = 0;
+  // A quantized base's Linears hold their weights outside the parameters (QLoRA).
+  std::uint64_t bytes = model::quantized_weight_bytes(model);
   for (const auto& p : model.parameters()) bytes += static_cast<std::uint64_t>(p.nbytes());
   for (const NamedTensor& t : trainable)
     if (!is_model_parameter(model, t.tensor))

@@ -1,6 +1,6 @@
 """`tessera-cli profile` and `plan`: the plan's peak-memory estimate against the measured peak
 RSS of a real `tessera-cli run` of the same job (within 25%), for full fine-tuning in fp32, LoRA,
-activation checkpointing, a second model size, and bf16 (full, and LoRA on the larger model);
+activation checkpointing, a second model size, bf16 (full, and LoRA on the larger model) and QLoRA;
 strategy auto applying the plan (micro-batches with the same optimizer step, the plan kept on
 resume, a job that cannot fit failing before it loads); the formula's parameter count against real checkpoints of each
 family; and an impossible job under a simulated budget exiting 2 with the numbers."""
@@ -173,6 +173,21 @@ def test_bf16_lora_larger_estimate_matches_measured_peak(workdir, larger_model):
     if plan["settings"]["precision"] != "bf16":
         pytest.skip("this CPU has no native bf16 (the plan runs it in fp32): " + "; ".join(plan["reasons"]))
     check_estimate(workdir, "bf16-lora", spec)
+
+
+def test_qlora_estimate_matches_measured_peak(workdir, larger_model):
+    """QLoRA on the larger model, whose linear weights are most of it: the plan counts them at
+    NF4's half a byte plus an absmax per 64 values, and the run's peak RSS agrees."""
+    lora = plan_of(write_spec(workdir, "lora-larger-probe",
+                              job_spec(workdir, "lora-larger", "--method", "lora", model=larger_model)))
+    spec = job_spec(workdir, "qlora", "--method", "lora", "--quantize", "nf4", model=larger_model)
+    plan = check_estimate(workdir, "qlora", spec)
+    assert plan["settings"]["quantize"] == "nf4"
+    # 6 layers of q, k, v, o (768 → 768, 256, 256, 768) and gate, up, down (768 ↔ 2048).
+    quantized = 6 * (768 * (768 + 256 + 256 + 768) + 3 * 768 * 2048)
+    saved = quantized * 4 - (quantized // 2 + quantized // 64 * 4)
+    weights = lora["memory"][0]["by_category"]["weights"] - plan["memory"][0]["by_category"]["weights"]
+    assert weights == pytest.approx(saved, rel=1e-6), (weights, saved)
 
 
 def test_impossible_job_is_explained_out_of_memory(workdir):

@@ -11,8 +11,8 @@
 The engine side runs through tessera-train-probe (tests/tools/train_probe.cpp).
 """
 import json
-import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,20 +32,14 @@ BATCH_SIZE = 2
 LENGTH = 12
 REL_TOL = 1e-4
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
+from train_probe import counting_batches, probe_path, run_probe  # noqa: E402
+
 SCHEDULES = {
     "constant": lambda opt, warmup, total: get_constant_schedule_with_warmup(opt, warmup),
     "linear": get_linear_schedule_with_warmup,
     "cosine": get_cosine_schedule_with_warmup,
 }
-
-
-def probe_path() -> Path:
-    tools = os.environ.get("TESSERA_TOOLS_DIR")
-    if not tools:
-        pytest.skip("TESSERA_TOOLS_DIR is not set (run through ctest)")
-    path = Path(tools) / "tessera-train-probe"
-    assert path.exists(), f"{path} is missing; build the tessera-train-probe target"
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -70,29 +64,8 @@ def llama_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def batches(tmp_path_factory):
-    """20 batches of a learnable pattern (counting up from a random start, so a few steps
-    visibly lower the loss), with right padding in some rows (labels -100 there)."""
-    g = torch.Generator().manual_seed(1)
-    start = torch.randint(0, VOCAB, (BATCHES, BATCH_SIZE, 1), generator=g)
-    ids = (start + torch.arange(LENGTH)) % VOCAB
-    mask = torch.ones_like(ids)
-    for i in range(0, BATCHES, 3):
-        cut = 4 + i % 7
-        mask[i, 1, cut:] = 0
-        ids[i, 1, cut:] = 0
-    labels = ids.clone()
-    labels[mask == 0] = -100
-    path = tmp_path_factory.mktemp("batches") / "batches.safetensors"
-    save_file({"input_ids": ids, "attention_mask": mask, "labels": labels}, str(path))
-    return path, ids, mask, labels
-
-
-def run_probe(model_dir, batch_file, steps, report, *extra):
-    cmd = [str(probe_path()), "--model", str(model_dir), "--batches", str(batch_file),
-           "--steps", str(steps), "--report", str(report), *map(str, extra)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"{cmd}\nstdout:{done.stdout}\nstderr:{done.stderr}"
-    return json.loads(Path(report).read_text())
+    """20 batches of a learnable pattern, some rows right-padded (train_probe.counting_batches)."""
+    return counting_batches(tmp_path_factory.mktemp("batches"), BATCHES, BATCH_SIZE, LENGTH, VOCAB)
 
 
 def trainer_param_groups(model, params, weight_decay):

@@ -8,7 +8,8 @@
 //       [--lora-init adapter_model.safetensors] [--out-dir DIR] [--save-every N]
 //       [--keep-last K] [--resume DIR] [--stop-after N] [--events FILE]
 //       [--final-weights W.safetensors] [--save-adapter DIR] [--logits L.safetensors]
-//       [--threads N] [--lora-dropout P] [--activation-checkpointing]
+//       [--threads N] [--lora-dropout P] [--activation-checkpointing] [--quantize nf4|fp4|int8]
+//       [--quantized-weights Q.safetensors]
 //       [--plugin NAME] [--strategy-options JSON]   (the device is "cpu" unless JSON names one)
 //
 // B holds `input_ids` [N, B, T] (I64) and optionally `attention_mask` and `labels` of the same
@@ -22,7 +23,9 @@
 
 #include "core/error.h"
 #include "job/events.h"
+#include "model/layers.h"
 #include "model/model.h"
+#include "model/quantized_linear.h"
 #include "plugins/builtin_plugins.h"
 #include "runner/trainer_event_writer.h"
 #include "train/lora.h"
@@ -77,7 +80,7 @@ std::uint64_t peak_rss_bytes() {
 
 int run(int argc, char** argv) {
   std::string model_dir, batches_path, report_path, events_path, final_weights, save_adapter,
-      logits_path;
+      logits_path, quantized_weights_path;
   train::TrainerOptions options;
   options.training.learning_rate = 1e-3;
   options.training.max_grad_norm = 1.0;
@@ -122,6 +125,10 @@ int run(int argc, char** argv) {
       options.method.lora_alpha = std::stod(value());
     else if (arg == "--lora-targets")
       options.method.lora_targets = split_commas(value());
+    else if (arg == "--quantize")  // nf4 | fp4 | int8: LoRA on a quantized base
+      options.method.quantize = value();
+    else if (arg == "--quantized-weights")  // each quantized Linear's codes and scales
+      quantized_weights_path = value();
     else if (arg == "--lora-dropout")
       options.method.lora_dropout = std::stod(value());
     else if (arg == "--activation-checkpointing")
@@ -195,6 +202,19 @@ int run(int argc, char** argv) {
     if (!trainer.lora()) usage("--save-adapter needs --method lora");
     auto weights = trainer.plugin().trainable_weights();
     trainer.lora()->save_adapter(save_adapter, model_dir, &weights);
+  }
+  if (!quantized_weights_path.empty()) {
+    std::vector<optim::NamedTensor> stored;
+    for (const auto& item : model->named_modules("", /*include_self=*/false))
+      if (auto linear = std::dynamic_pointer_cast<model::LinearImpl>(item.value());
+          linear && linear->quantized) {
+        // int8 codes travel as their bytes (the writer has no I8).
+        stored.push_back(
+            {item.key() + ".weight.codes", linear->quantized->codes().view(torch::kUInt8)});
+        stored.push_back({item.key() + ".weight.scales", linear->quantized->scales()});
+      }
+    train::write_safetensors_tensors(quantized_weights_path, std::move(stored),
+                                     /*as_float32=*/false);
   }
   if (!logits_path.empty()) {
     torch::NoGradGuard no_grad;

@@ -49,7 +49,8 @@ class TestJobSpec : public QObject {
 
   void roundTripKeepsEveryChoice() {
     auto doc = minimal();
-    doc["method"] = {{"type", "lora"}, {"rank", 4}, {"alpha", 8}, {"targets", {"q_proj"}}};
+    doc["method"] = {
+        {"type", "lora"}, {"rank", 4}, {"alpha", 8}, {"targets", {"q_proj"}}, {"quantize", "nf4"}};
     doc["training"] = {{"steps", 20}, {"learning_rate", 1e-3}, {"schedule", "cosine"}};
     doc["precision"] = "bf16";
     auto spec = job::parse_job_spec(doc, "job.json");
@@ -57,6 +58,7 @@ class TestJobSpec : public QObject {
     QCOMPARE(job::to_json(again), job::to_json(spec));
     QCOMPARE(*again.training.steps, 20);
     QCOMPARE(again.method.lora_rank, 4);
+    QCOMPARE(QString::fromStdString(again.method.quantize), QString("nf4"));
     QCOMPARE(QString::fromStdString(again.precision), QString("bf16"));
   }
 
@@ -77,6 +79,14 @@ class TestJobSpec : public QObject {
     auto doc = minimal();
     doc["method"] = {{"type", "qlora"}};
     QVERIFY(error_text(doc).find("method.type is \"qlora\"; expected one of: full, lora") !=
+            std::string::npos);
+    doc = minimal();
+    doc["method"] = {{"type", "lora"}, {"quantize", "q4"}};
+    QVERIFY(
+        error_text(doc).find("method.quantize is \"q4\"; expected one of: none, nf4, fp4, int8") !=
+        std::string::npos);
+    doc["method"] = {{"type", "full"}, {"quantize", "nf4"}};
+    QVERIFY(error_text(doc).find("method.quantize \"nf4\" quantizes the frozen base of LoRA") !=
             std::string::npos);
     doc = minimal();
     doc["training"] = {{"batch_size", 0}};

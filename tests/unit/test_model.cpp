@@ -15,6 +15,7 @@
 #include "model/dropout.h"
 #include "model/layers.h"
 #include "model/model.h"
+#include "model/quantized_linear.h"
 
 using nlohmann::json;
 using tessera::Error;
@@ -547,6 +548,84 @@ class TestModel : public QObject {
     auto partial = model->forward(in);
     double expected2 = -(logp[0][2].item<double>() + logp[1][3].item<double>()) / 2;
     QVERIFY(std::abs(partial.loss.item<double>() - expected2) < 1e-5);
+  }
+
+  // QLoRA's base: a Linear on a quantized weight computes, in forward and backward, what the same
+  // layer on the dequantized weight computes, though it dequantizes a tile of rows at a time
+  // (the weight here spans two tiles, the second short, and its rows are not whole blocks).
+  void quantizedLinearComputesWithItsDequantizedWeight() {
+    torch::manual_seed(3);
+    for (QuantizedFormat format :
+         {QuantizedFormat::NF4, QuantizedFormat::FP4, QuantizedFormat::Int8}) {
+      const std::int64_t out = 300, in = 4000;
+      Linear layer(in, out, /*bias=*/true, torch::TensorOptions().dtype(torch::kFloat32));
+      torch::Tensor dense = torch::randn({out, in}) * 0.02;
+      layer->quantized = std::make_shared<QuantizedWeight>(dense, format);
+      const QuantizedWeight& q = *layer->quantized;
+      QVERIFY(q.tile_rows() < out);
+      QVERIFY((q.tile_rows() * in) % q.blocksize() == 0 || format == QuantizedFormat::Int8);
+      const torch::Tensor whole = q.dequantize();
+      QVERIFY(torch::equal(q.dequantize_rows(q.tile_rows() - 2, out),
+                           whole.narrow(0, q.tile_rows() - 2, out - q.tile_rows() + 2)));
+      // Close to the weight it came from: within half the widest gap between codes (0.30 of
+      // the block's absmax for NF4 and FP4's 0.33; 1/254 of the row's for int8, which
+      // bitsandbytes quantizes from the weight rounded to float16: 2^-11 relative more).
+      const double bound = format == QuantizedFormat::Int8 ? 0.5 / 127 + 1.0 / 2048 : 0.17;
+      QVERIFY(((whole - dense).abs() / dense.abs().max()).max().item<double>() <= bound);
+      {
+        torch::NoGradGuard no_grad;
+        layer->bias.uniform_(-0.1, 0.1);
+      }
+      torch::Tensor x = torch::randn({2, 5, in}).requires_grad_(true);
+      torch::Tensor y = layer->forward(x);
+      torch::Tensor x_ref = x.detach().clone().requires_grad_(true);
+      torch::Tensor bias_ref = layer->bias.detach().clone().requires_grad_(true);
+      torch::Tensor y_ref = torch::linear(x_ref, whole, bias_ref);
+      QVERIFY(torch::allclose(y, y_ref, 1e-5, 1e-6));
+      torch::Tensor gy = torch::randn_like(y);
+      y.backward(gy);
+      y_ref.backward(gy);
+      QVERIFY(torch::allclose(x.grad(), x_ref.grad(), 1e-5, 1e-6));
+      QVERIFY(torch::allclose(layer->bias.grad(), bias_ref.grad(), 1e-5, 1e-6));
+      const std::uint64_t expected_bytes =
+          format == QuantizedFormat::Int8
+              ? static_cast<std::uint64_t>(out * in + out * 4)
+              : static_cast<std::uint64_t>(out * in / 2 + (out * in + 63) / 64 * 4);
+      QCOMPARE(q.bytes(), expected_bytes);
+    }
+  }
+
+  // quantize_linears quantizes every Linear but the head, empties their dense parameters, and the
+  // model then computes what a dense model with the dequantized weights computes.
+  void quantizedModelEqualsItsDequantizedCopy() {
+    json config = llama_config();
+    config["hidden_size"] = 64;
+    config["intermediate_size"] = 128;
+    config["num_hidden_layers"] = 2;
+    auto model = make(config);
+    auto dense = make(config);
+    const std::vector<std::string> names =
+        quantize_linears(*model, nullptr, QuantizeOptions{QuantizedFormat::NF4});
+    QCOMPARE(names.size(), std::size_t{2 * 7});
+    QVERIFY(quantized_weight_names(*model).count("model.layers.1.mlp.down_proj.weight") == 1);
+    QVERIFY(quantized_weight_names(*model).count("lm_head.weight") == 0);
+    std::uint64_t parameter_bytes = 0;
+    for (const auto& p : model->named_parameters()) {
+      const bool quantized = quantized_weight_names(*model).count(p.key()) == 1;
+      QCOMPARE(p.value().numel() == 0, quantized);
+      parameter_bytes += static_cast<std::uint64_t>(p.value().nbytes());
+    }
+    // Codes (half a byte a value) and a float32 absmax per 64 values.
+    const std::uint64_t values = 2 * (4 * 64 * 64 + 3 * 64 * 128) - 2 * 2 * 64 * 32;
+    QCOMPARE(quantized_weight_bytes(*model), values / 2 + values / 64 * 4);
+    copy_dequantized_weights(*model, *dense);
+    torch::NoGradGuard no_grad;
+    ForwardInput in = batch({{1, 2, 3, 4, 5}, {6, 7, 8}}, 5);
+    const torch::Tensor ours = model->forward(in).logits;
+    QVERIFY(torch::allclose(ours, dense->forward(in).logits, 1e-5, 1e-6));
+    dequantize_linears(*model);
+    QVERIFY(quantized_weight_names(*model).empty());
+    QVERIFY(torch::equal(model->forward(in).logits, dense->forward(in).logits));
   }
 };
 
