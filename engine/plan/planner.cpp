@@ -1393,7 +1393,7 @@ Plan make_plan(const PlanInputs& in) {
   const std::string method =
       s.method != "lora" ? std::string("full fine-tuning")
       : s.quantize != "none"
-          ? "QLoRA (rank " + std::to_string(s.lora_rank) + " on a " + s.quantize + " base)"
+          ? "QLoRA (rank " + std::to_string(s.lora_rank) + ", " + s.quantize + " base)"
           : "LoRA (rank " + std::to_string(s.lora_rank) + ")";
   if (plan.fits && distributed)
     plan.explanation = method + " in " + s.precision + " as " + std::to_string(processes) +

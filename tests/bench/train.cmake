@@ -20,3 +20,11 @@ if(TESSERA_WITH_TORCH)
   set_tests_properties(bench_train PROPERTIES LABELS bench TIMEOUT 1800 RUN_SERIAL TRUE
     ENVIRONMENT "TESSERA_TOOLS_DIR=${CMAKE_CURRENT_BINARY_DIR};HF_HUB_OFFLINE=1")
 endif()
+
+# QLoRA on a generated ~1B llama: our NF4 run's peak RSS over our bf16 LoRA run's and over
+# peft + bitsandbytes', and the step times; label bench, never beside another test.
+if(TESSERA_WITH_TORCH)
+  add_test(NAME bench_qlora COMMAND ${TESSERA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/bench/bench_qlora.py)
+  set_tests_properties(bench_qlora PROPERTIES LABELS bench TIMEOUT 2400 RUN_SERIAL TRUE
+    ENVIRONMENT "TESSERA_TOOLS_DIR=${CMAKE_CURRENT_BINARY_DIR};HF_HUB_OFFLINE=1;TOKENIZERS_PARALLELISM=false")
+endif()

@@ -194,7 +194,7 @@ def test_qlora_job_trains_and_exports_what_peft_computes(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     records = [json.loads(line) for line in events.read_text().splitlines()]
     plan = next(r for r in records if r["type"] == "plan")
-    assert "QLoRA (rank 4 on a nf4 base)" in json.dumps(plan), plan
+    assert "QLoRA (rank 4, nf4 base)" in json.dumps(plan), plan
     assert plan["settings"]["quantize"] == "nf4"
     logs = [r.get("message", "") for r in records if r["type"] == "log"]
     assert any("quantized 14 linear weights to nf4" in m for m in logs), logs

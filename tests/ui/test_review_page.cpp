@@ -233,6 +233,41 @@ class TestReviewPage : public QObject {
   }
 
   // What the plan changes of the user's choices to fit is said in the summary.
+  // QLoRA is a method card beside LoRA with its base's format: the job, the summary and the plan
+  // of the same job apart from the studio all carry it, and going back to LoRA drops it.
+  void qlora_is_chosen_with_its_base_and_planned() {
+    QSettings().setValue("paths/cli", studio_cli());
+    MainWindow window(store_.get());
+    window.resize(1280, 720);
+    window.show();
+    window.show_page(MainWindow::NewFineTune);
+    QTRY_VERIFY_WITH_TIMEOUT(window.cli_probe()->finished(), 20000);
+    FineTuneWizard* wizard = window.wizard();
+    if (!wizard->hardware_step_available()) QSKIP("this tessera-cli has no `plan`");
+    fill_wizard(wizard, "qlora", 10);
+    MethodPage* method = wizard->method_page();
+    QCOMPARE(method->method(), QString("lora"));
+    QCOMPARE(method->quantize(), QString("nf4"));
+    const tessera::job::JobSpec spec = wizard->build_spec();
+    QCOMPARE(QString::fromStdString(spec.method.type), QString("lora"));
+    QCOMPARE(QString::fromStdString(spec.method.quantize), QString("nf4"));
+    ReviewPage* review = wizard->review_page();
+    QTRY_COMPARE_WITH_TIMEOUT(review->summary_value("Method"),
+                              QString("QLoRA (NF4 base), rank %1 (alpha %2)")
+                                  .arg(spec.method.lora_rank)
+                                  .arg(QString::number(spec.method.lora_alpha, 'g', 6)),
+                              10000);
+    const QString job_file = path("qlora-job.json");
+    QCOMPARE(review->save_spec(job_file), QString());
+    const QJsonObject plan = plan_of(job_file);
+    QCOMPARE(plan.value("settings").toObject().value("quantize").toString(), QString("nf4"));
+    QVERIFY2(plan.value("explanation").toString().startsWith("QLoRA (rank"),
+             qPrintable(plan.value("explanation").toString()));
+    method->set_method("lora");
+    QCOMPARE(method->quantize(), QString("none"));
+    QCOMPARE(QString::fromStdString(wizard->build_spec().method.quantize), QString("none"));
+  }
+
   void summary_says_what_the_plan_changed() {
     CliProbe probe;
     ReviewPage review(&probe);

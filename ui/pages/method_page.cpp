@@ -80,15 +80,21 @@ MethodPage::MethodPage(QWidget* parent) : QWidget(parent) {
   auto* cards = new QHBoxLayout;
   full_ = new QRadioButton(tr("Fu&ll fine-tuning"));
   lora_ = new QRadioButton(tr("Lo&RA"));
+  qlora_ = new QRadioButton(tr("&QLoRA"));
   auto* group = new QButtonGroup(this);
   group->addButton(full_);
   group->addButton(lora_);
+  group->addButton(qlora_);
   cards->addWidget(method_card(full_, tr("Trains every weight of the model. The best quality "
                                          "for a given dataset; needs memory for gradients "
                                          "and optimizer state of all parameters.")));
   cards->addWidget(method_card(lora_, tr("Trains small low-rank adapters next to frozen "
                                          "weights. Much less memory and a small adapter "
                                          "file; usually close to full fine-tuning.")));
+  cards->addWidget(method_card(
+      qlora_, tr("LoRA on a base held in 4 bits (NF4: 4.5 bits a weight with its block scales, "
+                 "against 16 or 32: a seventh of float32) or in 8 bits (a quarter). Trains on "
+                 "the CPU with strategy single so far.")));
   layout->addLayout(cards);
 
   auto* presets = new QHBoxLayout;
@@ -226,6 +232,14 @@ MethodPage::MethodPage(QWidget* parent) : QWidget(parent) {
   add(f4, tr("Target modules:"), targets_,
       tr("Comma-separated module names that get adapters, e.g. q_proj, v_proj (empty: the "
          "family's attention projections)"));
+  quantize_ = new QComboBox;
+  quantize_->addItem(tr("NF4 (4 bits, normal-float codes)"), "nf4");
+  quantize_->addItem(tr("FP4 (4 bits, float codes)"), "fp4");
+  quantize_->addItem(tr("int8 (8 bits a weight)"), "int8");
+  add(f4, tr("QLoRA base:"), quantize_,
+      tr("How QLoRA holds the frozen linear weights: 4 bits in blocks of 64 with a scale each "
+         "(NF4 suits weights' bell-shaped values best), or 8 bits a row with a scale each; the "
+         "output head stays as it is"));
 
   connect(advanced_toggle_, &QToolButton::toggled, this, &MethodPage::set_advanced_visible);
   connect(length_mode_, &QComboBox::currentIndexChanged, this, [this] {
@@ -234,7 +248,9 @@ MethodPage::MethodPage(QWidget* parent) : QWidget(parent) {
     steps_->setEnabled(!epochs);
     update_changed();
   });
-  connect(full_, &QRadioButton::toggled, this, [this] { set_method(method()); });
+  // A button of an exclusive group that is unchecked reports it once the new one is checked.
+  for (QRadioButton* b : {full_, qlora_})
+    connect(b, &QRadioButton::toggled, this, [this] { set_method(method_choice()); });
   connect(lr_, &QLineEdit::textEdited, this, [this] { lr_user_set_ = true; });
   for (QSpinBox* s : {steps_, batch_, accumulation_, warmup_, eval_every_, save_every_, keep_last_,
                       log_every_, seed_, rank_})
@@ -243,7 +259,7 @@ MethodPage::MethodPage(QWidget* parent) : QWidget(parent) {
   for (QLineEdit* e :
        {lr_, weight_decay_, beta1_, beta2_, eps_, grad_norm_, alpha_, dropout_, targets_})
     connect(e, &QLineEdit::textChanged, this, &MethodPage::update_changed);
-  for (QComboBox* c : {schedule_, precision_})
+  for (QComboBox* c : {schedule_, precision_, quantize_})
     connect(c, &QComboBox::currentIndexChanged, this, &MethodPage::update_changed);
   connect(checkpointing_, &QCheckBox::toggled, this, &MethodPage::update_changed);
 
@@ -264,14 +280,23 @@ void MethodPage::set_steps(int steps) {
 }
 
 QString MethodPage::method() const {
-  return lora_->isChecked() ? "lora" : "full";
+  return lora_->isChecked() || qlora_->isChecked() ? "lora" : "full";
+}
+
+QString MethodPage::method_choice() const {
+  return qlora_->isChecked() ? "qlora" : method();
+}
+
+QString MethodPage::quantize() const {
+  return qlora_->isChecked() ? quantize_->currentData().toString() : QString("none");
 }
 
 void MethodPage::set_method(const QString& type) {
   loading_ = true;
-  (type == "lora" ? lora_ : full_)->setChecked(true);
+  (type == "qlora" ? qlora_ : type == "lora" ? lora_ : full_)->setChecked(true);
   loading_ = false;
-  lora_box_->setEnabled(type == "lora");
+  lora_box_->setEnabled(type == "lora" || type == "qlora");
+  quantize_->setEnabled(type == "qlora");
   if (!lr_user_set_) {
     loading_ = true;
     lr_->setText(text_of(preset_values(preset_, type).training.learning_rate));
@@ -387,6 +412,7 @@ job::MethodSpec MethodPage::method_spec() const {
     m.lora_dropout = value_of(dropout_, m.lora_dropout);
     for (const QString& target : targets_->text().split(',', Qt::SkipEmptyParts))
       if (!target.trimmed().isEmpty()) m.lora_targets.push_back(target.trimmed().toStdString());
+    m.quantize = quantize().toStdString();
   }
   return m;
 }
@@ -400,7 +426,11 @@ void MethodPage::set_overrides(int batch_size, bool activation_checkpointing,
 
 void MethodPage::load_spec(const job::MethodSpec& method, const job::TrainingSpec& training,
                            const QString& precision) {
-  set_method(QString::fromStdString(method.type));
+  const bool quantized = method.type == "lora" && method.quantize != "none";
+  if (quantized)
+    if (const int i = quantize_->findData(QString::fromStdString(method.quantize)); i >= 0)
+      quantize_->setCurrentIndex(i);
+  set_method(quantized ? QString("qlora") : QString::fromStdString(method.type));
   load(Preset{training, method}, /*keep_user_lr=*/false);
   lr_user_set_ = true;  // the run's learning rate, kept if the method is switched
   QStringList targets;
@@ -443,6 +473,7 @@ int MethodPage::changed_from_defaults() const {
     n += m.lora_alpha != d.method.lora_alpha;
     n += m.lora_dropout != d.method.lora_dropout;
     n += !m.lora_targets.empty();
+    n += m.quantize != "none" && m.quantize != "nf4";
   }
   return n;
 }

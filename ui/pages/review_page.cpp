@@ -260,10 +260,17 @@ void ReviewPage::show_summary(const ReviewFacts& facts) {
   if (!s.dataset.train_files.empty() || !s.dataset.hub_id.empty())
     rows["Data"] =
         data_text(s.dataset, facts.dataset_rows, facts.skipped_rows, facts.skipped_where);
-  rows["Method"] = s.method.type == "lora" ? tr("LoRA, rank %1 (alpha %2)")
-                                                 .arg(s.method.lora_rank)
-                                                 .arg(number_text(s.method.lora_alpha))
-                                           : tr("full fine-tuning (every parameter is trained)");
+  const QString base = s.method.quantize == "int8"
+                           ? QString("int8")
+                           : QString::fromStdString(s.method.quantize).toUpper();
+  rows["Method"] = s.method.type != "lora" ? tr("full fine-tuning (every parameter is trained)")
+                   : s.method.quantize != "none" ? tr("QLoRA (%1 base), rank %2 (alpha %3)")
+                                                       .arg(base)
+                                                       .arg(s.method.lora_rank)
+                                                       .arg(number_text(s.method.lora_alpha))
+                                                 : tr("LoRA, rank %1 (alpha %2)")
+                                                       .arg(s.method.lora_rank)
+                                                       .arg(number_text(s.method.lora_alpha));
   rows["Length"] = s.training.steps
                        ? tr("%1 steps").arg(*s.training.steps)
                        : tr("%1 epochs").arg(number_text(s.training.epochs.value_or(0)));

@@ -210,10 +210,12 @@ class MethodPage : public QWidget {
   Q_OBJECT
  public:
   explicit MethodPage(QWidget* parent = nullptr);
-  void set_method(const QString& type);      // "full" | "lora"
+  void set_method(const QString& type);      // "full" | "lora" | "qlora"
   void set_steps(int steps);                 // train for a number of steps (not epochs)
   void apply_preset(const QString& preset);  // "quick" | "balanced" | "thorough"
-  QString method() const;
+  QString method() const;                    // the job spec's method.type: "full" | "lora"
+  QString method_choice() const;             // the card chosen: "full" | "lora" | "qlora"
+  QString quantize() const;                  // QLoRA's base format ("nf4", ...) or "none"
   QString preset() const { return preset_; }
   job::MethodSpec method_spec() const;
   job::TrainingSpec training_spec() const;
@@ -242,6 +244,7 @@ class MethodPage : public QWidget {
   void update_changed();
   QRadioButton* full_;
   QRadioButton* lora_;
+  QRadioButton* qlora_;
   QMap<QString, QPushButton*> preset_buttons_;
   QString preset_ = "balanced";
   QLabel* changed_;
@@ -274,6 +277,7 @@ class MethodPage : public QWidget {
   QLineEdit* alpha_;
   QLineEdit* dropout_;
   QLineEdit* targets_;
+  QComboBox* quantize_;  // QLoRA's base format
   bool lr_user_set_ = false;
   bool loading_ = false;
 };
