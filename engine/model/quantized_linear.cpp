@@ -42,12 +42,13 @@ class QuantizedMatmul : public torch::autograd::Function<QuantizedMatmul> {
     ctx->saved_data["weight"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(weight));
     ctx->saved_data["has_bias"] = bias.has_value();
     const std::int64_t out = weight->out_features(), tile = weight->tile_rows();
-    if (tile >= out) return torch::linear(x, weight->dequantize().to(x.scalar_type()), bias);
+    if (tile >= out)
+      return torch::linear(x, weight->dequantize_rows(0, out, x.scalar_type()), bias);
     std::vector<torch::Tensor> pieces;
     for (std::int64_t first = 0; first < out; first += tile) {
       const std::int64_t end = std::min(out, first + tile);
       pieces.push_back(
-          torch::linear(x, weight->dequantize_rows(first, end).to(x.scalar_type()),
+          torch::linear(x, weight->dequantize_rows(first, end, x.scalar_type()),
                         bias ? std::optional<torch::Tensor>(bias->slice(0, first, end)) : bias));
     }
     return torch::cat(pieces, -1);
@@ -59,13 +60,24 @@ class QuantizedMatmul : public torch::autograd::Function<QuantizedMatmul> {
         static_cast<std::intptr_t>(ctx->saved_data["weight"].toInt()));
     const torch::Tensor& gy = grads.at(0);
     const std::int64_t out = weight->out_features(), tile = weight->tile_rows();
+    // gx = gy·W summed over the tiles of W's rows: below float32 the partial sums add up in
+    // float32 (one matmul accumulates so), cast once at the end. Each tile's slice of gy is made
+    // contiguous: a strided bf16 operand leaves the fast GEMM.
+    if (tile >= out) {
+      const torch::Tensor gx = torch::matmul(gy, weight->dequantize_rows(0, out, gy.scalar_type()));
+      return {gx,
+              ctx->saved_data["has_bias"].toBool() ? gy.reshape({-1, out}).sum(0) : torch::Tensor(),
+              torch::Tensor()};
+    }
     torch::Tensor gx;
     for (std::int64_t first = 0; first < out; first += tile) {
       const std::int64_t end = std::min(out, first + tile);
-      const torch::Tensor rows = weight->dequantize_rows(first, end).to(gy.scalar_type());
-      const torch::Tensor part = torch::matmul(gy.narrow(-1, first, end - first), rows);
+      const torch::Tensor rows = weight->dequantize_rows(first, end, gy.scalar_type());
+      const torch::Tensor part =
+          torch::matmul(gy.narrow(-1, first, end - first).contiguous(), rows).to(torch::kFloat32);
       gx = gx.defined() ? gx.add_(part) : part;
     }
+    gx = gx.to(gy.scalar_type());
     torch::Tensor gbias;
     if (ctx->saved_data["has_bias"].toBool()) gbias = gy.reshape({-1, out}).sum(0);
     return {gx, gbias, torch::Tensor()};
@@ -153,11 +165,11 @@ QuantizedWeight::QuantizedWeight(const torch::Tensor& weight, QuantizedFormat fo
   }
 }
 
-torch::Tensor QuantizedWeight::dequantize_rows(std::int64_t first, std::int64_t end) const {
+torch::Tensor QuantizedWeight::dequantize_rows(std::int64_t first, std::int64_t end,
+                                               torch::Dtype dtype) const {
   if (first < 0 || end > out_features_ || first > end)
     throw Error(ErrorKind::Internal, "QuantizedWeight: rows out of range");
   torch::Tensor out = torch::empty({end - first, in_features_}, torch::kFloat32);
-  const std::span<float> dest = span_of<float>(out);
   const std::int64_t begin = first * in_features_, count = (end - first) * in_features_;
   if (is_four_bit(format_)) {
     if (begin % blocksize_ != 0)
@@ -171,33 +183,36 @@ torch::Tensor QuantizedWeight::dequantize_rows(std::int64_t first, std::int64_t 
           for (std::int64_t p = p0; p < p1; ++p) {
             const std::int64_t at = p * grain, n = std::min(count, at + grain) - at;
             const std::int64_t global = begin + at;
-            quant::dequantize_four_bit(
+            const auto codes =
                 packed.subspan(static_cast<std::size_t>(global / 2),
-                               quant::four_bit_packed_bytes(static_cast<std::uint64_t>(n))),
+                               quant::four_bit_packed_bytes(static_cast<std::uint64_t>(n)));
+            const auto scales =
                 absmax.subspan(static_cast<std::size_t>(global / blocksize_),
                                quant::four_bit_blocks(static_cast<std::uint64_t>(n),
-                                                      static_cast<std::uint64_t>(blocksize_))),
-                four_bit_type(format_), blocksize_,
-                dest.subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(n)));
+                                                      static_cast<std::uint64_t>(blocksize_)));
+            const auto where = static_cast<std::size_t>(at);
+            const auto length = static_cast<std::size_t>(n);
+            quant::dequantize_four_bit(codes, scales, four_bit_type(format_), blocksize_,
+                                       span_of<float>(out).subspan(where, length));
           }
         });
   } else {
     const std::span<const std::int8_t> q = span_of<const std::int8_t>(codes_);
     const std::span<const float> absmax = span_of<const float>(scales_);
     const std::int64_t cols = in_features_;
-    core::parallel_for(end - first,
-                       std::max<std::int64_t>(1, kGrainValues / std::max<std::int64_t>(1, cols)),
-                       at::get_num_threads(), [&](std::int64_t r0, std::int64_t r1) {
-                         const auto at = static_cast<std::size_t>((first + r0) * cols);
-                         const auto n = static_cast<std::size_t>((r1 - r0) * cols);
-                         quant::dequantize_int8_rows(
-                             q.subspan(at, n),
-                             absmax.subspan(static_cast<std::size_t>(first + r0),
-                                            static_cast<std::size_t>(r1 - r0)),
-                             r1 - r0, cols, dest.subspan(static_cast<std::size_t>(r0 * cols), n));
-                       });
+    core::parallel_for(
+        end - first, std::max<std::int64_t>(1, kGrainValues / std::max<std::int64_t>(1, cols)),
+        at::get_num_threads(), [&](std::int64_t r0, std::int64_t r1) {
+          const auto at = static_cast<std::size_t>((first + r0) * cols);
+          const auto n = static_cast<std::size_t>((r1 - r0) * cols);
+          quant::dequantize_int8_rows(
+              q.subspan(at, n),
+              absmax.subspan(static_cast<std::size_t>(first + r0),
+                             static_cast<std::size_t>(r1 - r0)),
+              r1 - r0, cols, span_of<float>(out).subspan(static_cast<std::size_t>(r0 * cols), n));
+        });
   }
-  return out;
+  return out.scalar_type() == dtype ? out : out.to(dtype);
 }
 
 torch::Tensor QuantizedWeight::linear(const torch::Tensor& x, const torch::Tensor& bias) const {

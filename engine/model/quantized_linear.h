@@ -33,8 +33,10 @@ class QuantizedWeight {
 
   // x·Wᵀ + bias in x's dtype; differentiable with respect to x and bias (never the weight).
   torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& bias) const;
-  // Rows [first, end) of the weight, dense float32 [end - first, in].
-  torch::Tensor dequantize_rows(std::int64_t first, std::int64_t end) const;
+  // Rows [first, end) of the weight, dense [end - first, in]: dequantized in float32 (as
+  // bitsandbytes does), then cast to `dtype`.
+  torch::Tensor dequantize_rows(std::int64_t first, std::int64_t end,
+                                torch::Dtype dtype = torch::kFloat32) const;
   torch::Tensor dequantize() const { return dequantize_rows(0, out_features_); }
 
   // The rows of one tile: a multiple of what keeps each tile's start on a block boundary, about

@@ -141,7 +141,8 @@ void dequantize_four_bit(std::span<const std::uint8_t> packed, std::span<const f
   const auto block = static_cast<std::uint64_t>(blocksize);
   const std::array<float, 16>& code = four_bit_code(type);
   // Block by block (an even number of values, so each starts on a byte): one scale per block and
-  // two values per byte, with no division per value.
+  // two values per byte, with no division per value. (A per-block table of the 16 scaled values,
+  // looked up per byte, measured 3 to 5 times slower here: 1.8 against 0.4-0.6 ns a value.)
   for (std::uint64_t begin = 0, b = 0; begin < count; begin += block, ++b) {
     const std::uint64_t end = std::min(count, begin + block);
     const float scale = absmax[b];

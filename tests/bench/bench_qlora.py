@@ -72,6 +72,23 @@ def peft_child(model_dir, batches_path, steps, report_path, threads):
         json.dump({"losses": losses, "step_seconds": seconds}, f)
 
 
+def make_inputs(folder, layers, steps):
+    """The model (bf16 safetensors) and the batches, as `bench_qlora.py --make-inputs`: in a
+    child of its own, so that the benchmark's process stays small (a child's peak RSS starts
+    from its parent's at fork)."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config_for(layers)).to(torch.bfloat16)
+    model.save_pretrained(os.path.join(folder, "model"), safe_serialization=True)
+    ids = torch.randint(0, 32000, (steps, BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+    save_file({"input_ids": ids}, os.path.join(folder, "batches.safetensors"))
+    with open(os.path.join(folder, "parameters.json"), "w") as f:
+        json.dump(sum(p.numel() for p in model.parameters()), f)
+
+
 def run_child(argv, threads, label):
     """Runs one side; returns its peak RSS in bytes. Raises on a crash."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
@@ -100,10 +117,6 @@ def cpu_flags():
 
 
 def main():
-    import torch
-    from safetensors.torch import save_file
-    from transformers import LlamaForCausalLM
-
     tools = os.environ.get("TESSERA_TOOLS_DIR")
     if not tools:
         raise SystemExit("FAIL: TESSERA_TOOLS_DIR is not set (the build's tests/ folder)")
@@ -114,15 +127,11 @@ def main():
     steps = 1 + measured
 
     with tempfile.TemporaryDirectory(prefix="tessera-bench-qlora-") as tmp:
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(config_for(layers)).to(torch.bfloat16)
-        params = sum(p.numel() for p in model.parameters())
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--make-inputs", tmp,
+                        str(layers), str(steps)], check=True)
+        params = json.load(open(os.path.join(tmp, "parameters.json")))
         model_dir = os.path.join(tmp, "model")
-        model.save_pretrained(model_dir, safe_serialization=True)
-        del model
-        ids = torch.randint(0, 32000, (steps, BATCH, SEQ), generator=torch.Generator().manual_seed(1))
         batches = os.path.join(tmp, "batches.safetensors")
-        save_file({"input_ids": ids}, batches)
         print(f"bench_qlora: llama of {params / 1e9:.2f}B parameters ({layers} layers, bf16 "
               f"checkpoint), LoRA rank {RANK} on {','.join(TARGETS)}, batch {BATCH} x {SEQ}, "
               f"1 warm-up + {measured} measured steps, {threads} threads; CPU flags: {cpu_flags()}")
@@ -166,5 +175,7 @@ def main():
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--peft-child":
         peft_child(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], int(sys.argv[6]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "--make-inputs":
+        make_inputs(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     else:
         main()

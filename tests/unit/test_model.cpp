@@ -567,6 +567,9 @@ class TestModel : public QObject {
       const torch::Tensor whole = q.dequantize();
       QVERIFY(torch::equal(q.dequantize_rows(q.tile_rows() - 2, out),
                            whole.narrow(0, q.tile_rows() - 2, out - q.tile_rows() + 2)));
+      // In a compute dtype: the float32 values cast.
+      QVERIFY(
+          torch::equal(q.dequantize_rows(0, out, torch::kBFloat16), whole.to(torch::kBFloat16)));
       // Close to the weight it came from: within half the widest gap between codes (0.30 of
       // the block's absmax for NF4 and FP4's 0.33; 1/254 of the row's for int8, which
       // bitsandbytes quantizes from the weight rounded to float16: 2^-11 relative more).
