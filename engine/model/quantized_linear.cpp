@@ -42,8 +42,6 @@ class QuantizedMatmul : public torch::autograd::Function<QuantizedMatmul> {
     ctx->saved_data["weight"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(weight));
     ctx->saved_data["has_bias"] = bias.has_value();
     const std::int64_t out = weight->out_features(), tile = weight->tile_rows();
-    if (tile >= out)
-      return torch::linear(x, weight->dequantize_rows(0, out, x.scalar_type()), bias);
     std::vector<torch::Tensor> pieces;
     for (std::int64_t first = 0; first < out; first += tile) {
       const std::int64_t end = std::min(out, first + tile);
@@ -51,7 +49,7 @@ class QuantizedMatmul : public torch::autograd::Function<QuantizedMatmul> {
           torch::linear(x, weight->dequantize_rows(first, end, x.scalar_type()),
                         bias ? std::optional<torch::Tensor>(bias->slice(0, first, end)) : bias));
     }
-    return torch::cat(pieces, -1);
+    return pieces.size() == 1 ? pieces.front() : torch::cat(pieces, -1);
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
@@ -60,19 +58,18 @@ class QuantizedMatmul : public torch::autograd::Function<QuantizedMatmul> {
         static_cast<std::intptr_t>(ctx->saved_data["weight"].toInt()));
     const torch::Tensor& gy = grads.at(0);
     const std::int64_t out = weight->out_features(), tile = weight->tile_rows();
-    // gx = gy·W summed over the tiles of W's rows: below float32 the partial sums add up in
-    // float32 (one matmul accumulates so), cast once at the end. Each tile's slice of gy is made
-    // contiguous: a strided bf16 operand leaves the fast GEMM.
-    if (tile >= out) {
-      const torch::Tensor gx = torch::matmul(gy, weight->dequantize_rows(0, out, gy.scalar_type()));
-      return {gx,
-              ctx->saved_data["has_bias"].toBool() ? gy.reshape({-1, out}).sum(0) : torch::Tensor(),
-              torch::Tensor()};
-    }
+    // gx = gy·W summed over the tiles of W's rows. With several tiles, below float32 the partial
+    // sums add up in float32 (one matmul accumulates so), cast once at the end, and each tile's
+    // slice of gy is made contiguous: a strided bf16 operand leaves the fast GEMM.
+    const bool whole = tile >= out;
     torch::Tensor gx;
     for (std::int64_t first = 0; first < out; first += tile) {
       const std::int64_t end = std::min(out, first + tile);
       const torch::Tensor rows = weight->dequantize_rows(first, end, gy.scalar_type());
+      if (whole) {
+        gx = torch::matmul(gy, rows);
+        break;
+      }
       const torch::Tensor part =
           torch::matmul(gy.narrow(-1, first, end - first).contiguous(), rows).to(torch::kFloat32);
       gx = gx.defined() ? gx.add_(part) : part;
@@ -91,18 +88,6 @@ QuantizedFormat quantized_format_from_name(const std::string& name, const std::s
   if (name == "fp4") return QuantizedFormat::FP4;
   if (name == "int8") return QuantizedFormat::Int8;
   throw_invalid(field + ": \"" + name + "\" is not a quantized format", "use nf4, fp4 or int8");
-}
-
-const char* quantized_format_name(QuantizedFormat format) {
-  switch (format) {
-    case QuantizedFormat::NF4:
-      return "nf4";
-    case QuantizedFormat::FP4:
-      return "fp4";
-    case QuantizedFormat::Int8:
-      return "int8";
-  }
-  return "?";
 }
 
 QuantizedWeight::QuantizedWeight(const torch::Tensor& weight, QuantizedFormat format,
@@ -170,6 +155,7 @@ torch::Tensor QuantizedWeight::dequantize_rows(std::int64_t first, std::int64_t 
   if (first < 0 || end > out_features_ || first > end)
     throw Error(ErrorKind::Internal, "QuantizedWeight: rows out of range");
   torch::Tensor out = torch::empty({end - first, in_features_}, torch::kFloat32);
+  const std::span<float> dest = span_of<float>(out);
   const std::int64_t begin = first * in_features_, count = (end - first) * in_features_;
   if (is_four_bit(format_)) {
     if (begin % blocksize_ != 0)
@@ -190,27 +176,26 @@ torch::Tensor QuantizedWeight::dequantize_rows(std::int64_t first, std::int64_t 
                 absmax.subspan(static_cast<std::size_t>(global / blocksize_),
                                quant::four_bit_blocks(static_cast<std::uint64_t>(n),
                                                       static_cast<std::uint64_t>(blocksize_)));
-            const auto where = static_cast<std::size_t>(at);
-            const auto length = static_cast<std::size_t>(n);
-            quant::dequantize_four_bit(codes, scales, four_bit_type(format_), blocksize_,
-                                       span_of<float>(out).subspan(where, length));
+            quant::dequantize_four_bit(
+                codes, scales, four_bit_type(format_), blocksize_,
+                dest.subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(n)));
           }
         });
   } else {
     const std::span<const std::int8_t> q = span_of<const std::int8_t>(codes_);
     const std::span<const float> absmax = span_of<const float>(scales_);
     const std::int64_t cols = in_features_;
-    core::parallel_for(
-        end - first, std::max<std::int64_t>(1, kGrainValues / std::max<std::int64_t>(1, cols)),
-        at::get_num_threads(), [&](std::int64_t r0, std::int64_t r1) {
-          const auto at = static_cast<std::size_t>((first + r0) * cols);
-          const auto n = static_cast<std::size_t>((r1 - r0) * cols);
-          quant::dequantize_int8_rows(
-              q.subspan(at, n),
-              absmax.subspan(static_cast<std::size_t>(first + r0),
-                             static_cast<std::size_t>(r1 - r0)),
-              r1 - r0, cols, span_of<float>(out).subspan(static_cast<std::size_t>(r0 * cols), n));
-        });
+    core::parallel_for(end - first,
+                       std::max<std::int64_t>(1, kGrainValues / std::max<std::int64_t>(1, cols)),
+                       at::get_num_threads(), [&](std::int64_t r0, std::int64_t r1) {
+                         const auto at = static_cast<std::size_t>((first + r0) * cols);
+                         const auto n = static_cast<std::size_t>((r1 - r0) * cols);
+                         quant::dequantize_int8_rows(
+                             q.subspan(at, n),
+                             absmax.subspan(static_cast<std::size_t>(first + r0),
+                                            static_cast<std::size_t>(r1 - r0)),
+                             r1 - r0, cols, dest.subspan(static_cast<std::size_t>(r0 * cols), n));
+                       });
   }
   return out.scalar_type() == dtype ? out : out.to(dtype);
 }

@@ -23,7 +23,6 @@ enum class QuantizedFormat { NF4, FP4, Int8 };
 
 // "nf4" / "fp4" / "int8"; throws tessera::Error (InvalidInput) naming `field` otherwise.
 QuantizedFormat quantized_format_from_name(const std::string& name, const std::string& field);
-const char* quantized_format_name(QuantizedFormat format);
 
 class QuantizedWeight {
  public:
