@@ -11,6 +11,7 @@
 #include "export/export.h"
 #include "export/gguf.h"
 #include "model/model.h"
+#include "model/quantized_linear.h"
 #include "plan/model_size.h"
 
 namespace tessera::cli {
@@ -60,6 +61,7 @@ int run_gguf_export(const Args& args, const fs::path& model_dir, const fs::path&
                                 dtype);
   std::cerr << "export: loading " << model_dir.string() << " as " << dtype << "\n";
   std::shared_ptr<model::PretrainedModel> model = model::load_pretrained(model_dir, load_dtype);
+  model::dequantize_linears(*model);  // a base stored quantized (bitsandbytes) exports dense
   const exporter::GgufReport report = exporter::export_gguf(*model, out, options);
   for (const std::string& note : report.notes) std::cerr << "export: note: " << note << "\n";
   if (args.flag("--json")) {
@@ -143,6 +145,7 @@ int run_export(const std::vector<std::string>& raw) {
   std::cerr << "export: loading " << model_dir.string() << " as "
             << exporter::dtype_name(options.dtype) << "\n";
   std::shared_ptr<model::PretrainedModel> model = model::load_pretrained(model_dir, options.dtype);
+  model::dequantize_linears(*model);  // a base stored quantized (bitsandbytes) exports dense
 
   const exporter::ExportReport report = exporter::export_pretrained(*model, out_arg, options);
   if (args.flag("--json")) {

@@ -32,7 +32,7 @@ double to_double(const std::string& flag, const std::string& value) {
 
 int run_finetune(const std::vector<std::string>& raw) {
   Args args(
-      raw, {"--print-job"},
+      raw, {"--print-job", "--double-quant"},
       {"--model",    "--data",         "--validation",       "--format",     "--method",
        "--steps",    "--epochs",       "--batch-size",       "--grad-accum", "--lr",
        "--seed",     "--save-every",   "--eval-every",       "--resume",     "--precision",
@@ -65,6 +65,7 @@ int run_finetune(const std::vector<std::string>& raw) {
   if (auto v = args.option("--lora-rank")) method_json["rank"] = to_int("--lora-rank", *v, 1);
   if (auto v = args.option("--lora-alpha")) method_json["alpha"] = to_double("--lora-alpha", *v);
   if (auto v = args.option("--quantize")) method_json["quantize"] = *v;
+  if (args.flag("--double-quant")) method_json["double_quant"] = true;
   nlohmann::json dataset = {{"train", {data}}};
   if (auto v = args.option("--validation")) dataset["validation"] = {*v};
   if (auto v = args.option("--format")) dataset["format"] = *v;
@@ -107,7 +108,7 @@ const RegisterCommand kRegister{{
     "[--steps N | --epochs N] [--batch-size N] [--grad-accum N] [--lr X] [--schedule S] "
     "[--warmup-steps N] [--seed N] [--save-every N] [--eval-every N] [--max-length N] "
     "[--validation-split X] [--lora-rank R] [--lora-alpha A] [--quantize nf4|fp4|int8] "
-    "[--resume DIR] "
+    "[--double-quant] [--resume DIR] "
     "[--precision fp32|bf16] [--strategy auto|single|gemini] [--strategy-options JSON] "
     "[--out DIR] [--events FILE|-] [--print-job]",
     "Fine-tune a model on a dataset (builds a job spec from the flags and runs it)",

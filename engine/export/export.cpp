@@ -281,6 +281,8 @@ ExportReport export_with(
   const hf::ModelConfig& config = model.config();
   nlohmann::json cfg = config.raw.is_object() ? config.raw : nlohmann::json::object();
   cfg["dtype"] = result.dtype;
+  // The exported weights are dense, whatever the source stored (a bitsandbytes checkpoint).
+  cfg.erase("quantization_config");
   if (cfg.contains("torch_dtype")) cfg["torch_dtype"] = result.dtype;
   core::write_file_atomic(staged.path() / "config.json", cfg.dump(2) + "\n");
   result.files.push_back("config.json");

@@ -1,5 +1,6 @@
 #include "hf/config.h"
 
+#include <cctype>
 #include <cmath>
 
 #include "core/error.h"
@@ -22,7 +23,68 @@ std::string supported_list() {
   return s;
 }
 
+// config.json's `quantization_config`: bitsandbytes' 4-bit and 8-bit layouts are read; every
+// other method is refused by its name before any tensor is.
+StoredQuantization read_quantization(const json& doc, const std::string& source) {
+  StoredQuantization q;
+  if (!doc.contains("quantization_config") || doc.at("quantization_config").is_null()) return q;
+  const json& qc = doc.at("quantization_config");
+  if (!qc.is_object())
+    throw_invalid(source + ": field \"quantization_config\" must be an object, got " +
+                  std::string(qc.type_name()));
+  ConfigFields f(qc, source + ": quantization_config");
+  const std::string method = f.string_field("quant_method", "bitsandbytes");
+  if (method != "bitsandbytes") {
+    std::string upper = method;
+    for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    throw_unsupported(source + ": the checkpoint is quantized with " + upper +
+                          " (quantization_config.quant_method \"" + method +
+                          "\"), which is not supported yet",
+                      "use the model's unquantized repository (method.quantize nf4 quantizes it "
+                      "on load for QLoRA) or its bitsandbytes version (a -bnb-4bit folder)");
+  }
+  const bool four_bit = f.bool_field("load_in_4bit", false);
+  const bool eight_bit = f.bool_field("load_in_8bit", false);
+  if (four_bit == eight_bit)
+    f.fail(
+        "load_in_4bit",
+        four_bit ? "and load_in_8bit are both true" : "and load_in_8bit are both false or missing",
+        "a bitsandbytes checkpoint is either 4-bit or 8-bit");
+  if (four_bit) {
+    q.format = f.string_field("bnb_4bit_quant_type", "fp4");
+    if (q.format != "nf4" && q.format != "fp4")
+      f.fail("bnb_4bit_quant_type", "is \"" + q.format + "\"", "bitsandbytes writes nf4 or fp4");
+    const std::string storage = f.string_field("bnb_4bit_quant_storage", "uint8");
+    if (storage != "uint8")
+      throw_unsupported(source + ": quantization_config.bnb_4bit_quant_storage \"" + storage +
+                            "\": 4-bit codes stored as anything but uint8 are not supported yet",
+                        "use a checkpoint saved with the default uint8 storage");
+    q.double_quant = f.bool_field("bnb_4bit_use_double_quant", false);
+  } else {
+    q.format = "int8";
+    if (f.bool_field("llm_int8_has_fp16_weight", false))
+      throw_unsupported(source +
+                            ": quantization_config.llm_int8_has_fp16_weight: an 8-bit "
+                            "checkpoint that keeps float16 weights is not supported yet",
+                        "use a checkpoint saved with int8 weights");
+  }
+  if (f.has("llm_int8_skip_modules")) {
+    const json& skip = qc.at("llm_int8_skip_modules");
+    if (!skip.is_array()) f.fail("llm_int8_skip_modules", "must be a list of module names");
+    for (const auto& m : skip) {
+      if (!m.is_string()) f.fail("llm_int8_skip_modules", "must be a list of module names");
+      q.skip_modules.push_back(m.get<std::string>());
+    }
+  }
+  return q;
+}
+
 }  // namespace
+
+std::string StoredQuantization::describe() const {
+  if (!stored()) return "dense";
+  return format + " (bitsandbytes" + (double_quant ? ", double-quantized absmax)" : ")");
+}
 
 std::int64_t ConfigFields::int_field(const char* key, std::optional<std::int64_t> fallback,
                                      std::int64_t min_value) const {
@@ -132,6 +194,7 @@ ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& sou
   c.vocab_size = f.int_field("vocab_size");
 
   family.read_config(f, c);
+  c.quantization = read_quantization(doc, source);
   // Read by the model's modules (engine/model) from ModelConfig::dropout, checked here where the
   // file is known.
   for (const char* key :

@@ -24,6 +24,17 @@ struct RopeScaling {
   std::int64_t original_max_position_embeddings = 8192;  // llama3
 };
 
+// How a checkpoint stores its linear weights when config.json has a `quantization_config`
+// (bitsandbytes' layouts, read by engine/model/quantized_linear): empty `format` when dense.
+struct StoredQuantization {
+  std::string format;         // "" | "nf4" | "fp4" (4-bit, bnb_4bit_quant_type) | "int8"
+  bool double_quant = false;  // bnb_4bit_use_double_quant: the absmax are 8-bit codes themselves
+  std::vector<std::string> skip_modules;  // llm_int8_skip_modules: kept dense
+  bool stored() const { return !format.empty(); }
+  // "nf4 (bitsandbytes, double-quantized absmax)": for logs and plans.
+  std::string describe() const;
+};
+
 struct ModelConfig {
   std::string model_type;  // as written in config.json
   ModelFamily family = ModelFamily::Llama;
@@ -64,6 +75,10 @@ struct ModelConfig {
   std::map<std::int64_t, std::string> id2label;
   std::string position_embedding_type = "absolute";
   std::string problem_type;  // transformers' problem_type for the classification loss ("" unset)
+
+  // A checkpoint saved quantized (the Hub's -bnb-4bit folders): how. Other quantization methods
+  // (GPTQ, AWQ, …) are refused by name when the config is read.
+  StoredQuantization quantization;
 
   // config.json as read, for writing it back with the export; the model is built from the
   // fields above alone.

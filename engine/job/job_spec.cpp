@@ -266,6 +266,12 @@ JobSpec parse_job_spec(const json& doc, const std::string& source) {
                  "\" quantizes the frozen base of LoRA (QLoRA), and method.type is \"" +
                  spec.method.type + "\"",
              "set method.type to \"lora\", or remove method.quantize");
+    spec.method.double_quant = r.boolean("double_quant", false);
+    if (spec.method.double_quant && spec.method.quantize != "nf4" && spec.method.quantize != "fp4")
+      r.fail("method.double_quant",
+             "double-quantizes the absmax of a 4-bit base, and method.quantize is \"" +
+                 spec.method.quantize + "\"",
+             "set method.quantize to nf4 or fp4, or remove method.double_quant");
     r.finish();
   }
 
@@ -380,6 +386,7 @@ json to_json(const JobSpec& s) {
     method["dropout"] = s.method.lora_dropout;
     method["targets"] = s.method.lora_targets;
     if (s.method.quantize != "none") method["quantize"] = s.method.quantize;
+    if (s.method.double_quant) method["double_quant"] = true;
   }
   json output = {{"dir", s.output.dir}};
   if (s.output.resume) output["resume"] = *s.output.resume;

@@ -44,6 +44,7 @@ struct MethodSpec {
   std::vector<std::string> lora_targets;  // empty: the family's default (attention projections)
   // QLoRA: the frozen base's linear layers held as nf4 | fp4 | int8; "none": dense.
   std::string quantize = "none";
+  bool double_quant = false;  // with a 4-bit quantize: the absmax double-quantized
 };
 
 struct TrainingSpec {

@@ -260,6 +260,9 @@ namespace {
 // is read.
 struct WeightMatch {
   std::map<std::string, std::string> source;  // parameter name → checkpoint tensor name
+  // The weights the checkpoint stores quantized (config.json's quantization_config): parameter
+  // name → checkpoint tensor name, read by install_stored_quantized.
+  std::map<std::string, std::string> quantized;
   LoadReport report;
 };
 
@@ -276,7 +279,10 @@ WeightMatch match_weights(const PretrainedModel& model, const hf::SafetensorsChe
 
   WeightMatch match;
   std::vector<std::string> unexpected;
+  const bool stored_quantized = model.config().quantization.stored();
   for (const std::string& name : names) {
+    // A quantized weight's absmax, code maps and state travel with it.
+    if (stored_quantized && is_stored_quantization_companion(checkpoint, name)) continue;
     std::string target;
     if (expected.count(name))
       target = name;
@@ -292,6 +298,10 @@ WeightMatch match_weights(const PretrainedModel& model, const hf::SafetensorsChe
         unexpected.push_back(name);
       continue;
     }
+    if (stored_quantized && is_stored_quantized_weight(checkpoint, name)) {
+      match.quantized.emplace(target, name);
+      continue;
+    }
     if (auto [it, inserted] = match.source.emplace(target, name); !inserted)
       throw_invalid(
           source + ": tensors \"" + it->second + "\" and \"" + name +
@@ -300,7 +310,7 @@ WeightMatch match_weights(const PretrainedModel& model, const hf::SafetensorsChe
   }
   std::vector<std::string> missing;
   for (const auto& [name, tensor] : expected) {
-    if (match.source.count(name)) continue;
+    if (match.source.count(name) || match.quantized.count(name)) continue;
     const bool new_head = std::any_of(new_head_prefixes.begin(), new_head_prefixes.end(),
                                       [&](const std::string& p) { return starts_with(name, p); });
     (new_head ? match.report.initialized : missing).push_back(name);
@@ -355,13 +365,21 @@ LoadReport load_weights(PretrainedModel& model, const hf::SafetensorsCheckpoint&
   std::map<std::string, torch::Tensor> params;
   for (auto& item : model.named_parameters()) params.emplace(item.key(), item.value());
   for (const auto& [target, name] : match.source) read_tensor(checkpoint, name, params.at(target));
+  install_stored_quantized(model, checkpoint, model.config().quantization, match.quantized);
   return std::move(match.report);
 }
 
 DeferredWeights::DeferredWeights(const PretrainedModel& model, hf::SafetensorsCheckpoint checkpoint)
-    : checkpoint_(std::move(checkpoint)),
-      source_(match_weights(model, checkpoint_, {}).source),
-      folder_(checkpoint_folder(checkpoint_)) {}
+    : checkpoint_(std::move(checkpoint)), folder_(checkpoint_folder(checkpoint_)) {
+  WeightMatch match = match_weights(model, checkpoint_, {});
+  source_ = std::move(match.source);
+  stored_quantized_ = std::move(match.quantized);
+  quantization_ = model.config().quantization;
+}
+
+std::vector<std::string> DeferredWeights::install_stored_quantized(PretrainedModel& model) const {
+  return model::install_stored_quantized(model, checkpoint_, quantization_, stored_quantized_);
+}
 
 void DeferredWeights::read_into(const std::string& name, torch::Tensor dest) const {
   auto it = source_.find(name);
@@ -377,7 +395,9 @@ void DeferredWeights::read_into(const std::string& name, torch::Tensor dest) con
 }
 
 void DeferredWeights::load_into(PretrainedModel& model) const {
-  // A quantized Linear's weight was read into its quantized form (quantize_linears).
+  // A quantized Linear's weight is read into its quantized form: here, the checkpoint's stored
+  // ones; before, those quantize_linears quantized.
+  install_stored_quantized(model);
   const std::set<std::string> quantized = quantized_weight_names(model);
   for (auto& item : model.named_parameters())
     if (!quantized.count(item.key())) read_into(item.key(), item.value());

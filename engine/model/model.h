@@ -216,11 +216,19 @@ class DeferredWeights {
   // Fills every parameter of `model` (the model it was made for) in place: load_weights. The
   // weights of quantized Linears (quantize_linears read them already) are left as they are.
   void load_into(PretrainedModel& model) const;
+  // Weights the checkpoint stores quantized (config.json's quantization_config, bitsandbytes):
+  // whether there are any, and installing them in `model`'s Linears (those not quantized yet)
+  // with their stored codes; returns the parameter names installed.
+  bool has_stored_quantized() const { return !stored_quantized_.empty(); }
+  const hf::StoredQuantization& stored_quantization() const { return quantization_; }
+  std::vector<std::string> install_stored_quantized(PretrainedModel& model) const;
 
  private:
   hf::SafetensorsCheckpoint checkpoint_;
-  std::map<std::string, std::string> source_;  // parameter name → checkpoint tensor name
   std::string folder_;
+  std::map<std::string, std::string> source_;            // parameter name → checkpoint tensor
+  std::map<std::string, std::string> stored_quantized_;  // the same for stored quantized weights
+  hf::StoredQuantization quantization_;
 };
 
 // config.json + safetensors of `dir` → a loaded model in eval mode.

@@ -1,6 +1,8 @@
 #include "model/quantized_linear.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -8,6 +10,8 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "hf/config.h"
+#include "hf/safetensors.h"
 #include "model/layers.h"
 #include "model/model.h"
 #include "quant/four_bit.h"
@@ -90,8 +94,109 @@ QuantizedFormat quantized_format_from_name(const std::string& name, const std::s
   throw_invalid(field + ": \"" + name + "\" is not a quantized format", "use nf4, fp4 or int8");
 }
 
+torch::Tensor dynamic_quant_map() {
+  // As bitsandbytes builds it (signed, 7 exponent bits of 8): for each exponent i, the midpoints
+  // of 2^i + 1 points spread evenly over [0.1, 1], scaled by 10^(i - 6), with both signs; then
+  // 0 and 1, sorted. The same torch ops in float32, so the same values.
+  std::vector<float> data;
+  for (int i = 0; i < 7; ++i) {
+    const torch::Tensor bounds = torch::linspace(0.1, 1.0, (1 << i) + 1, torch::kFloat32);
+    const torch::Tensor means = (bounds.slice(0, 0, -1) + bounds.slice(0, 1)) / 2.0;
+    const double scale = i == 6 ? 1.0 : std::pow(10.0, i - 6);
+    for (const torch::Tensor& part : {means * scale, means * -scale}) {
+      const float* v = part.contiguous().data_ptr<float>();
+      data.insert(data.end(), v, v + part.numel());
+    }
+  }
+  data.push_back(0.0f);
+  data.push_back(1.0f);
+  std::sort(data.begin(), data.end());
+  return torch::tensor(data, torch::kFloat32);
+}
+
+QuantizedWeight::QuantizedWeight(QuantizedFormat format, std::int64_t out_features,
+                                 std::int64_t in_features, std::int64_t blocksize,
+                                 torch::Tensor codes, torch::Tensor scales,
+                                 std::optional<NestedAbsmax> nested, const std::string& source)
+    : format_(format),
+      out_features_(out_features),
+      in_features_(in_features),
+      blocksize_(blocksize),
+      codes_(std::move(codes)),
+      scales_(std::move(scales)),
+      nested_(std::move(nested)) {
+  const auto fail = [&](const std::string& what) {
+    throw_invalid(source + ": " + what,
+                  "the checkpoint does not match config.json; re-download or re-save it");
+  };
+  const std::int64_t count = out_features * in_features;
+  if (is_four_bit(format)) {
+    if (blocksize <= 0 || (blocksize & (blocksize - 1)) != 0)
+      fail("blocksize " + std::to_string(blocksize) + " is not a power of two");
+    const auto blocks = static_cast<std::int64_t>(quant::four_bit_blocks(
+        static_cast<std::uint64_t>(count), static_cast<std::uint64_t>(blocksize)));
+    if (codes_.scalar_type() != torch::kUInt8 ||
+        codes_.numel() != static_cast<std::int64_t>(
+                              quant::four_bit_packed_bytes(static_cast<std::uint64_t>(count))))
+      fail("the packed 4-bit codes hold " + std::to_string(codes_.numel()) + " bytes, not the " +
+           std::to_string((count + 1) / 2) + " of a [" + std::to_string(out_features) + ", " +
+           std::to_string(in_features) + "] weight");
+    if (nested_) {
+      const NestedAbsmax& n = *nested_;
+      if (n.codes.scalar_type() != torch::kUInt8 || n.codes.numel() != blocks ||
+          n.code.numel() != 256 || n.blocksize <= 0 ||
+          n.scales.numel() != (blocks + n.blocksize - 1) / n.blocksize)
+        fail("the double-quantized absmax (" + std::to_string(n.codes.numel()) + " codes, " +
+             std::to_string(n.scales.numel()) + " scales) do not fit " + std::to_string(blocks) +
+             " blocks of " + std::to_string(blocksize));
+      scales_ = torch::Tensor();
+    } else if (scales_.scalar_type() != torch::kFloat32 || scales_.numel() != blocks) {
+      fail("absmax holds " + std::to_string(scales_.numel()) + " values, not the " +
+           std::to_string(blocks) + " of blocks of " + std::to_string(blocksize));
+    }
+  } else {
+    if (codes_.scalar_type() != torch::kInt8 || codes_.numel() != count)
+      fail("the int8 weight holds " + std::to_string(codes_.numel()) + " values, not " +
+           std::to_string(count));
+    if (scales_.scalar_type() != torch::kFloat32 || scales_.numel() != out_features)
+      fail("SCB holds " + std::to_string(scales_.numel()) + " values, not one per row (" +
+           std::to_string(out_features) + ")");
+  }
+  codes_ =
+      codes_.reshape(is_four_bit(format) ? std::vector<std::int64_t>{codes_.numel()}
+                                         : std::vector<std::int64_t>{out_features, in_features});
+  set_tile_rows();
+}
+
+void QuantizedWeight::set_tile_rows() {
+  if (is_four_bit(format_)) {
+    // Tiles start on block boundaries: rows × in a multiple of the block size.
+    const std::int64_t unit = blocksize_ / std::gcd(in_features_, blocksize_);
+    tile_rows_ =
+        std::max<std::int64_t>(1, kTileElements / std::max<std::int64_t>(1, in_features_ * unit)) *
+        unit;
+  } else {
+    tile_rows_ = std::max<std::int64_t>(1, kTileElements / std::max<std::int64_t>(1, in_features_));
+  }
+}
+
+void QuantizedWeight::double_quantize() {
+  NestedAbsmax n;
+  n.blocksize = 256;
+  // The mean as torch takes it (bitsandbytes: absmax.mean()), so the offset is the same float.
+  n.offset = scales_.mean().item<float>();
+  n.code = dynamic_quant_map();
+  n.codes = torch::empty({scales_.numel()}, torch::kUInt8);
+  n.scales = torch::empty({(scales_.numel() + n.blocksize - 1) / n.blocksize}, torch::kFloat32);
+  quant::quantize_nested_absmax(span_of<const float>(scales_), n.offset,
+                                span_of<const float>(n.code), n.blocksize,
+                                span_of<std::uint8_t>(n.codes), span_of<float>(n.scales));
+  nested_ = std::move(n);
+  scales_ = torch::Tensor();
+}
+
 QuantizedWeight::QuantizedWeight(const torch::Tensor& weight, QuantizedFormat format,
-                                 std::int64_t blocksize)
+                                 std::int64_t blocksize, bool double_quant)
     : format_(format), blocksize_(blocksize) {
   if (weight.dim() != 2)
     throw Error(ErrorKind::Internal, "QuantizedWeight: the weight must be [out, in]");
@@ -126,11 +231,7 @@ QuantizedWeight::QuantizedWeight(const torch::Tensor& weight, QuantizedFormat fo
                            quant::four_bit_blocks(n, static_cast<std::uint64_t>(blocksize))));
       }
     });
-    // Tiles start on block boundaries: rows × in a multiple of the block size.
-    const std::int64_t unit = blocksize / std::gcd(in_features_, blocksize);
-    tile_rows_ =
-        std::max<std::int64_t>(1, kTileElements / std::max<std::int64_t>(1, in_features_ * unit)) *
-        unit;
+    if (double_quant) double_quantize();
   } else {
     codes_ = torch::empty({out_features_, in_features_}, torch::kInt8);
     scales_ = torch::empty({out_features_}, torch::kFloat32);
@@ -146,8 +247,8 @@ QuantizedWeight::QuantizedWeight(const torch::Tensor& weight, QuantizedFormat fo
               values.subspan(at, n), r1 - r0, cols, q.subspan(at, n),
               absmax.subspan(static_cast<std::size_t>(r0), static_cast<std::size_t>(r1 - r0)));
         });
-    tile_rows_ = std::max<std::int64_t>(1, kTileElements / std::max<std::int64_t>(1, in_features_));
   }
+  set_tile_rows();
 }
 
 torch::Tensor QuantizedWeight::dequantize_rows(std::int64_t first, std::int64_t end,
@@ -161,7 +262,8 @@ torch::Tensor QuantizedWeight::dequantize_rows(std::int64_t first, std::int64_t 
     if (begin % blocksize_ != 0)
       throw Error(ErrorKind::Internal, "QuantizedWeight: rows do not start on a block");
     const std::span<const std::uint8_t> packed = span_of<const std::uint8_t>(codes_);
-    const std::span<const float> absmax = span_of<const float>(scales_);
+    const std::span<const float> absmax =
+        nested_ ? std::span<const float>() : span_of<const float>(scales_);
     const std::int64_t grain = std::lcm(kGrainValues, blocksize_);
     core::parallel_for(
         (count + grain - 1) / grain, 1, at::get_num_threads(),
@@ -172,10 +274,21 @@ torch::Tensor QuantizedWeight::dequantize_rows(std::int64_t first, std::int64_t 
             const auto codes =
                 packed.subspan(static_cast<std::size_t>(global / 2),
                                quant::four_bit_packed_bytes(static_cast<std::uint64_t>(n)));
-            const auto scales =
-                absmax.subspan(static_cast<std::size_t>(global / blocksize_),
-                               quant::four_bit_blocks(static_cast<std::uint64_t>(n),
-                                                      static_cast<std::uint64_t>(blocksize_)));
+            const std::size_t blocks = quant::four_bit_blocks(
+                static_cast<std::uint64_t>(n), static_cast<std::uint64_t>(blocksize_));
+            // Double-quantized absmax are restored for this piece's blocks only.
+            std::vector<float> restored;
+            std::span<const float> scales;
+            if (nested_) {
+              restored.resize(blocks);
+              quant::dequantize_nested_absmax_range(
+                  span_of<const std::uint8_t>(nested_->codes), span_of<const float>(nested_->code),
+                  span_of<const float>(nested_->scales), nested_->blocksize, nested_->offset,
+                  static_cast<std::uint64_t>(global / blocksize_), restored);
+              scales = restored;
+            } else {
+              scales = absmax.subspan(static_cast<std::size_t>(global / blocksize_), blocks);
+            }
             quant::dequantize_four_bit(
                 codes, scales, four_bit_type(format_), blocksize_,
                 dest.subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(n)));
@@ -206,7 +319,12 @@ torch::Tensor QuantizedWeight::linear(const torch::Tensor& x, const torch::Tenso
 }
 
 std::uint64_t QuantizedWeight::bytes() const {
-  return static_cast<std::uint64_t>(codes_.nbytes() + scales_.nbytes());
+  std::uint64_t total = static_cast<std::uint64_t>(codes_.nbytes());
+  if (scales_.defined()) total += static_cast<std::uint64_t>(scales_.nbytes());
+  if (nested_)
+    total += static_cast<std::uint64_t>(nested_->codes.nbytes() + nested_->code.nbytes() +
+                                        nested_->scales.nbytes());
+  return total;
 }
 
 namespace {
@@ -223,7 +341,187 @@ void for_each_linear(const PretrainedModel& model, Visit visit) {
       visit(item.key(), *linear);
 }
 
+// The layer computes from `quantized` from now on. Its `weight` parameter stays registered (its
+// name is the checkpoint's), empty: nothing reserves or converts a dense copy.
+void install(LinearImpl& linear, std::shared_ptr<QuantizedWeight> quantized) {
+  linear.quantized = std::move(quantized);
+  linear.weight.set_data(torch::empty({0}, linear.weight.options()));
+  linear.weight.set_requires_grad(false);
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+constexpr const char* kFourBitStates[] = {".quant_state.bitsandbytes__nf4",
+                                          ".quant_state.bitsandbytes__fp4"};
+
+// A copy of checkpoint tensor `name`, which must have dtype `dtype`.
+torch::Tensor copy_tensor(const hf::SafetensorsCheckpoint& checkpoint, const std::string& name,
+                          hf::DType dtype, torch::Dtype torch_dtype, const std::string& folder) {
+  if (!checkpoint.contains(name))
+    throw_invalid(folder + ": tensor \"" + name + "\" is missing",
+                  "a bitsandbytes checkpoint stores it beside its weight; re-download or re-save "
+                  "the model");
+  const hf::TensorInfo& info = checkpoint.info(name);
+  if (info.dtype != dtype)
+    throw_invalid(folder + ": tensor \"" + name + "\" has dtype " + hf::dtype_name(info.dtype) +
+                      ", not " + hf::dtype_name(dtype),
+                  "re-download or re-save the model");
+  const hf::TensorView view = checkpoint.view(name);
+  return torch::from_blob(const_cast<std::uint8_t*>(view.bytes.data()),
+                          {static_cast<std::int64_t>(info.numel())}, torch_dtype)
+      .clone();
+}
+
+std::shared_ptr<QuantizedWeight> read_stored(const hf::SafetensorsCheckpoint& checkpoint,
+                                             const std::string& name, const LinearImpl& linear,
+                                             const std::string& folder) {
+  const std::int64_t out = linear.weight.size(0), in = linear.weight.size(1);
+  const std::string module = name.substr(0, name.size() - std::string(".weight").size());
+  const std::string where = folder + ": " + name;
+  for (const char* suffix : kFourBitStates) {
+    if (!checkpoint.contains(name + suffix)) continue;
+    const torch::Tensor state_bytes =
+        copy_tensor(checkpoint, name + suffix, hf::DType::U8, torch::kUInt8, folder);
+    nlohmann::json state;
+    try {
+      state =
+          nlohmann::json::parse(std::string(reinterpret_cast<const char*>(state_bytes.data_ptr()),
+                                            static_cast<std::size_t>(state_bytes.numel())));
+    } catch (const nlohmann::json::exception&) {
+      throw_invalid(where + suffix + ": not the JSON bitsandbytes writes",
+                    "re-download or re-save the model");
+    }
+    const auto field = [&](const char* key) -> const nlohmann::json& {
+      if (!state.is_object() || !state.contains(key))
+        throw_invalid(where + suffix + ": \"" + key + "\" is missing",
+                      "re-download or re-save the model");
+      return state.at(key);
+    };
+    const std::string type = field("quant_type").get<std::string>();
+    if (type != "nf4" && type != "fp4")
+      throw_invalid(where + ": 4-bit type \"" + type + "\" is not nf4 or fp4");
+    const auto shape = field("shape").get<std::vector<std::int64_t>>();
+    if (shape != std::vector<std::int64_t>{out, in})
+      throw_invalid(
+          where + ": stored for a weight of shape [" +
+              (shape.size() == 2 ? std::to_string(shape[0]) + ", " + std::to_string(shape[1])
+                                 : std::string("?")) +
+              "], the model's is [" + std::to_string(out) + ", " + std::to_string(in) + "]",
+          "the checkpoint does not match config.json");
+    const QuantizedFormat format = type == "nf4" ? QuantizedFormat::NF4 : QuantizedFormat::FP4;
+    // The code must be ours: a checkpoint with a code of its own would dequantize otherwise.
+    const torch::Tensor map =
+        copy_tensor(checkpoint, name + ".quant_map", hf::DType::F32, torch::kFloat32, folder);
+    const auto& code = quant::four_bit_code(four_bit_type(format));
+    if (map.numel() != 16 ||
+        !torch::equal(map, torch::tensor(std::vector<float>(code.begin(), code.end()))))
+      throw_unsupported(where + ".quant_map: not bitsandbytes' " + type + " code",
+                        "only the standard nf4 and fp4 codes are read");
+    const std::int64_t blocksize = field("blocksize").get<std::int64_t>();
+    std::optional<NestedAbsmax> nested;
+    torch::Tensor absmax;
+    if (checkpoint.contains(name + ".nested_absmax")) {
+      NestedAbsmax n;
+      n.codes = copy_tensor(checkpoint, name + ".absmax", hf::DType::U8, torch::kUInt8, folder);
+      n.scales =
+          copy_tensor(checkpoint, name + ".nested_absmax", hf::DType::F32, torch::kFloat32, folder);
+      n.code = copy_tensor(checkpoint, name + ".nested_quant_map", hf::DType::F32, torch::kFloat32,
+                           folder);
+      n.blocksize = field("nested_blocksize").get<std::int64_t>();
+      n.offset = field("nested_offset").get<float>();
+      nested = std::move(n);
+    } else {
+      absmax = copy_tensor(checkpoint, name + ".absmax", hf::DType::F32, torch::kFloat32, folder);
+    }
+    return std::make_shared<QuantizedWeight>(
+        format, out, in, blocksize,
+        copy_tensor(checkpoint, name, hf::DType::U8, torch::kUInt8, folder), absmax,
+        std::move(nested), where);
+  }
+  if (checkpoint.contains(module + ".weight_format")) {
+    const torch::Tensor layout =
+        copy_tensor(checkpoint, module + ".weight_format", hf::DType::U8, torch::kUInt8, folder);
+    if (layout.numel() != 1 || layout.item<std::uint8_t>() != 0)
+      throw_unsupported(
+          folder + ": " + module + ".weight_format " +
+              std::to_string(layout.numel() == 1 ? layout.item<std::uint8_t>() : 255) +
+              ": only the row-major int8 layout (0) is read",
+          "re-save the model with a current bitsandbytes");
+  }
+  return std::make_shared<QuantizedWeight>(
+      QuantizedFormat::Int8, out, in, 0,
+      copy_tensor(checkpoint, name, hf::DType::I8, torch::kInt8, folder),
+      copy_tensor(checkpoint, module + ".SCB", hf::DType::F32, torch::kFloat32, folder),
+      std::nullopt, where);
+}
+
 }  // namespace
+
+bool is_stored_quantized_weight(const hf::SafetensorsCheckpoint& checkpoint,
+                                const std::string& name) {
+  if (!ends_with(name, ".weight")) return false;
+  for (const char* suffix : kFourBitStates)
+    if (checkpoint.contains(name + suffix)) return true;
+  const std::string module = name.substr(0, name.size() - std::string(".weight").size());
+  return checkpoint.contains(module + ".SCB") && checkpoint.info(name).dtype == hf::DType::I8;
+}
+
+bool is_stored_quantization_companion(const hf::SafetensorsCheckpoint& checkpoint,
+                                      const std::string& name) {
+  for (const char* suffix : {".absmax", ".quant_map", ".nested_absmax", ".nested_quant_map",
+                             kFourBitStates[0], kFourBitStates[1]})
+    if (ends_with(name, suffix) &&
+        is_stored_quantized_weight(checkpoint, name.substr(0, name.size() - std::strlen(suffix))))
+      return true;
+  for (const char* suffix : {".SCB", ".weight_format"})
+    if (ends_with(name, suffix) &&
+        is_stored_quantized_weight(checkpoint,
+                                   name.substr(0, name.size() - std::strlen(suffix)) + ".weight"))
+      return true;
+  return false;
+}
+
+std::vector<std::string> install_stored_quantized(
+    PretrainedModel& model, const hf::SafetensorsCheckpoint& checkpoint,
+    const hf::StoredQuantization& stored, const std::map<std::string, std::string>& weights) {
+  std::vector<std::string> names;
+  if (weights.empty()) return names;
+  const std::string folder = checkpoint.files().empty()
+                                 ? std::string("checkpoint")
+                                 : checkpoint.files().front()->path().parent_path().string();
+  torch::NoGradGuard no_grad;
+  std::size_t present = 0;  // installed before or now
+  for_each_linear(model, [&](const std::string& module, LinearImpl& linear) {
+    const auto found = weights.find(module + ".weight");
+    if (found == weights.end()) return;
+    ++present;
+    if (linear.quantized) return;
+    if (linear.layout != LinearImpl::Layout::OutIn)
+      throw_unsupported(folder + ": " + found->second +
+                            " is stored quantized for a layer stored [in, out] (GPT-2's Conv1D), "
+                            "which is not supported yet",
+                        "use the model's unquantized checkpoint");
+    std::shared_ptr<QuantizedWeight> q = read_stored(checkpoint, found->second, linear, folder);
+    const bool four_bit = q->format() != QuantizedFormat::Int8;
+    if (four_bit != (stored.format != "int8"))
+      throw_invalid(folder + ": " + found->second + " is stored " + (four_bit ? "4-bit" : "int8") +
+                        " while config.json's quantization_config "
+                        "says " +
+                        stored.format,
+                    "the checkpoint does not match config.json");
+    install(linear, std::move(q));
+    names.push_back(found->first);
+  });
+  if (present != weights.size())
+    throw_unsupported(folder + ": " + std::to_string(weights.size() - present) +
+                          " weight(s) stored quantized are not weights of linear layers",
+                      "only linear layers' weights are read quantized; use the model's "
+                      "unquantized checkpoint");
+  return names;
+}
 
 std::vector<std::string> quantize_linears(PretrainedModel& model, const DeferredWeights* weights,
                                           const QuantizeOptions& options) {
@@ -246,11 +544,8 @@ std::vector<std::string> quantize_linears(PretrainedModel& model, const Deferred
       dense = torch::empty(linear.weight.sizes(), torch::kFloat32);
       weights->read_into(name, dense);
     }
-    linear.quantized = std::make_shared<QuantizedWeight>(dense, options.format, options.blocksize);
-    // The parameter stays registered (its name is the checkpoint's), empty: nothing reserves or
-    // converts a dense copy.
-    linear.weight.set_data(torch::empty({0}, linear.weight.options()));
-    linear.weight.set_requires_grad(false);
+    install(linear, std::make_shared<QuantizedWeight>(dense, options.format, options.blocksize,
+                                                      options.double_quant));
     names.push_back(name);
   });
   return names;

@@ -7,12 +7,19 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "quant/tiles.h"
+
+namespace tessera::hf {
+class SafetensorsCheckpoint;
+struct StoredQuantization;
+}  // namespace tessera::hf
 
 namespace tessera::model {
 
@@ -24,11 +31,32 @@ enum class QuantizedFormat { NF4, FP4, Int8 };
 // "nf4" / "fp4" / "int8"; throws tessera::Error (InvalidInput) naming `field` otherwise.
 QuantizedFormat quantized_format_from_name(const std::string& name, const std::string& field);
 
+// bitsandbytes' double quantization of a 4-bit weight's absmax: 8-bit indices into a 256-value
+// code, in blocks with a float32 scale each, less their mean (quant/four_bit.h).
+struct NestedAbsmax {
+  torch::Tensor codes;   // uint8, one per absmax
+  torch::Tensor code;    // float32 [256]: the value of each index
+  torch::Tensor scales;  // float32, one per `blocksize` codes
+  std::int64_t blocksize = 256;
+  float offset = 0.0f;
+};
+
+// bitsandbytes' signed dynamic 8-bit map (its create_dynamic_map()), which double quantization
+// indexes.
+torch::Tensor dynamic_quant_map();
+
 class QuantizedWeight {
  public:
   // Quantizes a dense [out, in] weight (any float dtype; read as float32). 4-bit formats use
-  // blocks of `blocksize` (bitsandbytes' 64).
-  QuantizedWeight(const torch::Tensor& weight, QuantizedFormat format, std::int64_t blocksize = 64);
+  // blocks of `blocksize` (bitsandbytes' 64); `double_quant` then quantizes their absmax too.
+  QuantizedWeight(const torch::Tensor& weight, QuantizedFormat format, std::int64_t blocksize = 64,
+                  bool double_quant = false);
+  // A weight as a checkpoint stores it: 4-bit `codes` (packed, uint8) with float32 `scales` per
+  // block or `nested` ones; int8 `codes` [out, in] with a float32 scale per row. Throws
+  // tessera::Error (InvalidInput) naming `source` when the sizes do not fit [out, in].
+  QuantizedWeight(QuantizedFormat format, std::int64_t out_features, std::int64_t in_features,
+                  std::int64_t blocksize, torch::Tensor codes, torch::Tensor scales,
+                  std::optional<NestedAbsmax> nested, const std::string& source);
 
   // x·Wᵀ + bias in x's dtype; differentiable with respect to x and bias (never the weight).
   torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& bias) const;
@@ -46,8 +74,10 @@ class QuantizedWeight {
   std::int64_t out_features() const { return out_features_; }
   std::int64_t in_features() const { return in_features_; }
   std::int64_t blocksize() const { return blocksize_; }
-  const torch::Tensor& codes() const { return codes_; }    // uint8 packed nibbles / int8 values
-  const torch::Tensor& scales() const { return scales_; }  // float32 absmax per block / per row
+  const torch::Tensor& codes() const { return codes_; }  // uint8 packed nibbles / int8 values
+  // float32 absmax per block / per row; undefined when they are double-quantized (nested()).
+  const torch::Tensor& scales() const { return scales_; }
+  const std::optional<NestedAbsmax>& nested() const { return nested_; }
 
   static constexpr std::int64_t kTileElements = quant::kDequantizeTileElements;
 
@@ -59,11 +89,16 @@ class QuantizedWeight {
   std::int64_t tile_rows_;
   torch::Tensor codes_;
   torch::Tensor scales_;
+  std::optional<NestedAbsmax> nested_;
+
+  void set_tile_rows();
+  void double_quantize();
 };
 
 struct QuantizeOptions {
   QuantizedFormat format = QuantizedFormat::NF4;
   std::int64_t blocksize = 64;
+  bool double_quant = false;  // 4-bit: the absmax double-quantized (bnb_4bit_use_double_quant)
   // Linear layers whose last name component is here stay dense (transformers keeps the output
   // head in the compute dtype: lm_head).
   std::vector<std::string> keep_dense = {"lm_head"};
@@ -76,6 +111,23 @@ struct QuantizeOptions {
 // (Unsupported) for a layer stored [in, out] (GPT-2's Conv1D).
 std::vector<std::string> quantize_linears(PretrainedModel& model, const DeferredWeights* weights,
                                           const QuantizeOptions& options);
+
+// Installs each weight a checkpoint stores quantized (`stored`: config.json's
+// quantization_config) in its Linear: `weights` maps the model's parameter name
+// ("<module>.weight") to the checkpoint's. The tensors are copied out of the checkpoint, which
+// may close after. Returns the parameter names. Throws tessera::Error (InvalidInput) naming the
+// tensor when one is missing or does not fit the layer.
+std::vector<std::string> install_stored_quantized(
+    PretrainedModel& model, const hf::SafetensorsCheckpoint& checkpoint,
+    const hf::StoredQuantization& stored, const std::map<std::string, std::string>& weights);
+
+// Whether checkpoint tensor `name` is a weight stored quantized (bitsandbytes: a 4-bit weight with
+// its quant_state, an int8 one with its SCB), and whether it is one of the tensors such a weight
+// carries beside it (absmax, quant_map, nested_*, quant_state, SCB, weight_format).
+bool is_stored_quantized_weight(const hf::SafetensorsCheckpoint& checkpoint,
+                                const std::string& name);
+bool is_stored_quantization_companion(const hf::SafetensorsCheckpoint& checkpoint,
+                                      const std::string& name);
 
 // The parameter names ("<module>.weight") of the model's quantized Linears.
 std::set<std::string> quantized_weight_names(const PretrainedModel& model);

@@ -35,10 +35,13 @@ QuantizedBase quantized_base(const hf::ModelConfig& c, const Settings& s) {
   for (const hf::LinearModule& l : hf::family_of(c).parameter_shapes(c).layer_linears) {
     const double values = l.in_features * l.out_features;
     // int8: a byte a value and a float32 scale a row; 4-bit: half a byte a value and a float32
-    // absmax per block of 64.
-    const double bytes = s.quantize == "int8"
-                             ? values + 4.0 * l.out_features
-                             : std::ceil(values / 2.0) + 4.0 * std::ceil(values / 64.0);
+    // absmax per block of 64 — double-quantized: a byte per block, a float32 scale per 256 of
+    // those and the 256-value code.
+    const double blocks = std::ceil(values / 64.0);
+    const double scales =
+        s.double_quant ? blocks + 4.0 * std::ceil(blocks / 256.0) + 4.0 * 256 : 4.0 * blocks;
+    const double bytes =
+        s.quantize == "int8" ? values + 4.0 * l.out_features : std::ceil(values / 2.0) + scales;
     q.elements += layers * values;
     q.bytes += layers * bytes;
     q.largest = std::max(q.largest, values);

@@ -44,6 +44,7 @@ json to_json(const Plan& p) {
        {{"method", s.method},
         {"lora_rank", s.method == "lora" ? json(s.lora_rank) : json(nullptr)},
         {"quantize", s.method == "lora" ? s.quantize : std::string("none")},
+        {"double_quant", s.method == "lora" && s.quantize != "none" && s.double_quant},
         {"precision", s.precision},
         {"micro_batch", s.micro_batch},
         {"gradient_accumulation", s.gradient_accumulation},

@@ -117,6 +117,7 @@ Settings written_settings(const job::JobSpec& spec, int gpus = 0, int processes 
   s.lora_rank = spec.method.lora_rank;
   s.lora_targets = spec.method.lora_targets;
   s.quantize = spec.method.quantize;
+  s.double_quant = spec.method.double_quant;
   s.precision = spec.precision == "fp16" ? "bf16" : spec.precision;
   s.micro_batch = std::max<std::int64_t>(1, spec.training.batch_size);
   s.gradient_accumulation = std::max<std::int64_t>(1, spec.training.gradient_accumulation);
@@ -713,8 +714,27 @@ void explain_distributed(Plan& plan, const PlanInputs& in, const std::vector<Set
 
 }  // namespace
 
+job::JobSpec with_stored_quantization(const job::JobSpec& spec, const hf::ModelConfig& model) {
+  const hf::StoredQuantization& stored = model.quantization;
+  if (!stored.stored()) return spec;
+  const std::string what = "the model's checkpoint stores its linear weights " + stored.describe();
+  if (spec.method.type != "lora")
+    throw_invalid(what + ": they train only as the frozen base of LoRA, and method.type is \"" +
+                      spec.method.type + "\"",
+                  "set method.type to \"lora\" (QLoRA), or start from the model's unquantized "
+                  "checkpoint for full fine-tuning");
+  if (spec.method.quantize != "none" && spec.method.quantize != stored.format)
+    throw_invalid("method.quantize \"" + spec.method.quantize + "\": " + what +
+                      ", which it will not quantize again",
+                  "remove method.quantize, or set it to \"" + stored.format + "\"");
+  job::JobSpec out = spec;
+  out.method.quantize = stored.format;
+  out.method.double_quant = stored.double_quant;
+  return out;
+}
+
 Plan make_plan(const PlanInputs& in) {
-  const job::JobSpec& spec = in.spec;
+  const job::JobSpec spec = with_stored_quantization(in.spec, in.model);
   const hf::ModelConfig& c = in.model;
   // gemini on the tests' simulated device: planned as a GPU of its budget named "simulated", so
   // that the tests can hold the device tier's plan against what the run's events measure.
@@ -1516,6 +1536,7 @@ job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& s) {
   out.method.lora_rank = s.lora_rank;
   if (!s.lora_targets.empty()) out.method.lora_targets = s.lora_targets;
   out.method.quantize = s.method == "lora" ? s.quantize : "none";
+  out.method.double_quant = out.method.quantize != "none" && s.double_quant;
   out.precision = s.precision;
   out.training.batch_size = s.micro_batch;
   out.training.gradient_accumulation = s.gradient_accumulation;
@@ -1560,6 +1581,7 @@ Settings settings_from_json(const nlohmann::json& j, const std::string& source) 
       s.lora_rank = j["lora_rank"].get<std::int64_t>();
     // Plans recorded before QLoRA: a dense base.
     s.quantize = j.value("quantize", std::string("none"));
+    s.double_quant = j.value("double_quant", false);
     s.precision = j.at("precision").get<std::string>();
     s.micro_batch = j.at("micro_batch").get<std::int64_t>();
     s.gradient_accumulation = j.at("gradient_accumulation").get<std::int64_t>();

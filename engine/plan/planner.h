@@ -241,6 +241,12 @@ struct PlanInputs {
 };
 
 Plan make_plan(const PlanInputs& inputs);
+
+// The spec as it trains on `model`: a checkpoint that stores its base quantized (config.json's
+// quantization_config, bitsandbytes) is QLoRA's base as stored, so method.quantize (and
+// double_quant) become its format. Throws tessera::Error (InvalidInput) when method.type is not
+// lora (a quantized base does not train whole) or method.quantize names another format.
+job::JobSpec with_stored_quantization(const job::JobSpec& spec, const hf::ModelConfig& model);
 nlohmann::json to_json(const Plan& plan);
 
 // Reads the spec's model folder (config.json, safetensors headers) and its training files'

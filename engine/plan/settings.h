@@ -12,6 +12,7 @@ struct Settings {
   std::vector<std::string> lora_targets;  // empty: the family's default
   // With lora: the frozen base's linear layers held as nf4 | fp4 | int8 (QLoRA); "none": dense.
   std::string quantize = "none";
+  bool double_quant = false;       // 4-bit: the absmax double-quantized (a byte a block, not four)
   std::string precision = "fp32";  // fp32 | bf16
   std::int64_t micro_batch = 1;
   std::int64_t gradient_accumulation = 1;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <vector>
 
 #include "core/error.h"
 
@@ -167,8 +168,66 @@ void dequantize_nested_absmax(std::span<const std::uint8_t> q, std::span<const f
                   std::to_string(absmax2.size()) + " block scales and a code of " +
                   std::to_string(code.size()) + " do not fit blocks of " +
                   std::to_string(blocksize2));
+  dequantize_nested_absmax_range(q, code, absmax2, blocksize2, offset, 0, absmax);
+}
+
+void dequantize_nested_absmax_range(std::span<const std::uint8_t> q, std::span<const float> code,
+                                    std::span<const float> absmax2, std::int64_t blocksize2,
+                                    float offset, std::uint64_t first, std::span<float> absmax) {
+  if (code.size() != 256 || blocksize2 <= 0 || first + absmax.size() > q.size() ||
+      absmax2.size() != four_bit_blocks(q.size(), static_cast<std::uint64_t>(blocksize2)))
+    throw_invalid("double-quantized absmax: values [" + std::to_string(first) + ", " +
+                  std::to_string(first + absmax.size()) + ") of " + std::to_string(q.size()) +
+                  " with " + std::to_string(absmax2.size()) +
+                  " block scales do not fit blocks of " + std::to_string(blocksize2));
+  const auto block = static_cast<std::uint64_t>(blocksize2);
+  for (std::size_t i = 0; i < absmax.size(); ++i) {
+    const std::uint64_t at = first + i;
+    absmax[i] = code[q[at]] * absmax2[at / block] + offset;
+  }
+}
+
+void quantize_nested_absmax(std::span<const float> absmax, float offset,
+                            std::span<const float> code, std::int64_t blocksize2,
+                            std::span<std::uint8_t> q, std::span<float> absmax2) {
+  if (code.size() != 256 || blocksize2 <= 0 || q.size() != absmax.size() ||
+      absmax2.size() != four_bit_blocks(absmax.size(), static_cast<std::uint64_t>(blocksize2)))
+    throw_invalid("double quantization: " + std::to_string(absmax.size()) + " absmax, " +
+                  std::to_string(q.size()) + " codes and " + std::to_string(absmax2.size()) +
+                  " block scales do not fit blocks of " + std::to_string(blocksize2));
+  // bitsandbytes' CPU 8-bit quantization looks the index up on a grid of 65536 points spread
+  // evenly over [-1, 1], each point holding the index of its nearest code value (by the
+  // midpoints between neighbours); a value takes the grid point it rounds to. Near a midpoint
+  // that is not always the nearest code value, and so it is what we do too.
+  constexpr std::uint32_t kGrid = 65536;
+  std::array<float, 255> midpoints{};
+  for (std::size_t i = 0; i + 1 < code.size(); ++i) midpoints[i] = 0.5f * (code[i] + code[i + 1]);
+  std::vector<std::uint8_t> nearest(kGrid);
+  std::size_t index = 0;
+  for (std::uint32_t g = 0; g < kGrid; ++g) {
+    const float point = -1.0f + (2.0f * static_cast<float>(g)) / static_cast<float>(kGrid - 1);
+    while (index < midpoints.size() && midpoints[index] < point) ++index;
+    nearest[g] = static_cast<std::uint8_t>(index);
+  }
   const auto block = static_cast<std::size_t>(blocksize2);
-  for (std::size_t i = 0; i < q.size(); ++i) absmax[i] = code[q[i]] * absmax2[i / block] + offset;
+  for (std::size_t begin = 0, b = 0; begin < absmax.size(); begin += block, ++b) {
+    const std::size_t end = std::min(absmax.size(), begin + block);
+    float largest = 0.0f;
+    for (std::size_t i = begin; i < end; ++i)
+      largest = std::max(largest, std::fabs(absmax[i] - offset));
+    absmax2[b] = largest;
+    if (largest == 0.0f) {
+      std::fill(q.begin() + static_cast<std::ptrdiff_t>(begin),
+                q.begin() + static_cast<std::ptrdiff_t>(end), std::uint8_t{0});
+      continue;
+    }
+    const float inverse = 1.0f / largest;
+    for (std::size_t i = begin; i < end; ++i) {
+      const float x = std::clamp((absmax[i] - offset) * inverse, -1.0f, 1.0f);
+      const float grid = (x + 1.0f) * 0.5f * static_cast<float>(kGrid - 1) + 0.5f;
+      q[i] = nearest[static_cast<std::uint32_t>(grid)];
+    }
+  }
 }
 
 }  // namespace tessera::quant

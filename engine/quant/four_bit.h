@@ -53,4 +53,21 @@ void dequantize_nested_absmax(std::span<const std::uint8_t> q, std::span<const f
                               std::span<const float> absmax2, std::int64_t blocksize2, float offset,
                               std::span<float> absmax);
 
+// The same for absmax[first, first + absmax.size()) of the whole set `q` / `absmax2` (a tile of
+// a weight's rows): nothing is restored that the tile does not use.
+void dequantize_nested_absmax_range(std::span<const std::uint8_t> q, std::span<const float> code,
+                                    std::span<const float> absmax2, std::int64_t blocksize2,
+                                    float offset, std::uint64_t first, std::span<float> absmax);
+
+// Double quantization as bitsandbytes' quantize_4bit(compress_statistics=True) does it, given
+// `offset` (the absmax' float32 mean, which the caller takes as torch does): each absmax less
+// the offset, in blocks of `blocksize2`, times the reciprocal of its block's largest magnitude
+// (`absmax2`), replaced by an index into `code` (bitsandbytes' 256-value dynamic map) as its CPU
+// kernel picks it: the nearest value of the grid point the normalised value rounds to, on a
+// grid of 65536 points over [-1, 1]. A block of zeros gets index 0. `q` gets absmax.size()
+// indices. Throws tessera::Error (InvalidInput) when the sizes do not fit.
+void quantize_nested_absmax(std::span<const float> absmax, float offset,
+                            std::span<const float> code, std::int64_t blocksize2,
+                            std::span<std::uint8_t> q, std::span<float> absmax2);
+
 }  // namespace tessera::quant

@@ -306,6 +306,7 @@ train::TrainerOptions trainer_options(const job::JobSpec& spec, const fs::path& 
   options.method.lora_dropout = spec.method.lora_dropout;
   options.method.lora_targets = spec.method.lora_targets;
   if (spec.method.quantize != "none") options.method.quantize = spec.method.quantize;
+  options.method.double_quant = spec.method.double_quant;
   options.precision = spec.precision;
   options.plugin = spec.strategy.name;
   options.device = job::strategy_option(spec.strategy.name, spec.strategy.options, "device");
@@ -569,6 +570,8 @@ fs::path export_merged_lora(const job::JobSpec& spec, const hf::ModelFolder& sou
   } else {
     merged = model::load_pretrained(source.config(), source.weights(), torch::kFloat32);
     source.release_resident_pages();
+    // A checkpoint that stores its base quantized loads so: the merged model is dense.
+    model::dequantize_linears(*merged);
     if (quantized) model::copy_dequantized_weights(model, *merged);
   }
   model::PretrainedModel& target = merged ? *merged : model;

@@ -89,7 +89,9 @@ Trainer::Trainer(std::shared_ptr<model::PretrainedModel> model, TrainerOptions o
                   "use full or lora");
   }
   plugin_ = make_plugin(options_.plugin);
-  if (!options_.method.quantize.empty()) quantize_base();
+  if (!options_.method.quantize.empty() ||
+      (options_.deferred_weights && options_.deferred_weights->has_stored_quantized()))
+    quantize_base();
   PluginOptions plugin_options;
   if (options_.deferred_weights) {
     if (plugin_->reads_deferred_weights())
@@ -122,30 +124,49 @@ Trainer::Trainer(std::shared_ptr<model::PretrainedModel> model, TrainerOptions o
 }
 
 // QLoRA: the frozen base's Linears quantized before the plugin sees the model, each read straight
-// from the checkpoint into its quantized form (the rest loads as usual).
+// from the checkpoint into its quantized form (the rest loads as usual) — or, from a checkpoint
+// that stores them quantized (bitsandbytes), installed with their stored codes.
 void Trainer::quantize_base() {
   const MethodOptions& m = options_.method;
-  const model::QuantizedFormat format =
-      model::quantized_format_from_name(m.quantize, "method.quantize");
+  const std::shared_ptr<const model::DeferredWeights>& weights = options_.deferred_weights;
+  const bool stored = weights && weights->has_stored_quantized();
+  const std::string format_name = stored ? weights->stored_quantization().format : m.quantize;
+  const std::string what =
+      stored ? "the checkpoint's base, stored " + weights->stored_quantization().describe() + ","
+             : "method.quantize \"" + m.quantize + "\"";
   if (m.type != "lora")
-    throw_invalid("method.quantize: \"" + m.quantize +
-                      "\" quantizes the frozen base of LoRA, and method.type is \"" + m.type + "\"",
-                  "set method.type to lora (QLoRA), or remove method.quantize");
+    throw_invalid(
+        what + " is a quantized frozen base for LoRA, and method.type is \"" + m.type + "\"",
+        stored ? "set method.type to lora (QLoRA), or start from the model's unquantized "
+                 "checkpoint"
+               : "set method.type to lora (QLoRA), or remove method.quantize");
+  if (stored && !m.quantize.empty() && m.quantize != format_name)
+    throw_invalid(
+        "method.quantize: \"" + m.quantize + "\", but " + what + " is quantized already",
+        "remove method.quantize (the base trains as stored) or set it to \"" + format_name + "\"");
   if (plugin_->name() != "single")
     throw_unsupported(
-        "method.quantize under strategy \"" + plugin_->name() + "\" is not supported yet",
+        "QLoRA (" + what + ") under strategy \"" + plugin_->name() + "\" is not supported yet",
         "use strategy single");
   if (options_.device == "cuda" || (options_.device == "auto" && torch::cuda::is_available()))
-    throw_unsupported("method.quantize on a CUDA device is not supported yet",
+    throw_unsupported("QLoRA (" + what + ") on a CUDA device is not supported yet",
                       "set strategy.options.device to \"cpu\"");
-  model::QuantizeOptions q;
-  q.format = format;
-  const std::vector<std::string> names =
-      model::quantize_linears(*model_, options_.deferred_weights.get(), q);
+  std::vector<std::string> names;
+  if (stored) {
+    names = weights->install_stored_quantized(*model_);
+  } else {
+    model::QuantizeOptions q;
+    q.format = model::quantized_format_from_name(m.quantize, "method.quantize");
+    q.double_quant = m.double_quant;
+    names = model::quantize_linears(*model_, weights.get(), q);
+  }
   if (events_)
-    events_->on_log("info", "quantized " + std::to_string(names.size()) + " linear weights to " +
-                                m.quantize + " (" +
-                                core::human_bytes(model::quantized_weight_bytes(*model_)) + ")");
+    events_->on_log(
+        "info", (stored ? "read " + std::to_string(names.size()) + " linear weights stored " +
+                              weights->stored_quantization().describe()
+                        : "quantized " + std::to_string(names.size()) + " linear weights to " +
+                              m.quantize + (m.double_quant ? " (double-quantized absmax)" : "")) +
+                    " (" + core::human_bytes(model::quantized_weight_bytes(*model_)) + ")");
 }
 
 Trainer::~Trainer() {

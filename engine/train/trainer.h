@@ -66,8 +66,11 @@ struct MethodOptions {
   double lora_alpha = 16.0;
   double lora_dropout = 0.0;
   std::vector<std::string> lora_targets;  // empty: the family's default (attention projections)
-  // LoRA on a quantized base (QLoRA): "nf4", "fp4" or "int8"; empty: the base stays dense.
+  // LoRA on a quantized base (QLoRA): "nf4", "fp4" or "int8"; empty: the base stays dense (or
+  // as the checkpoint stores it: a bitsandbytes checkpoint's base is quantized already, and
+  // `quantize`, when set, must name its format).
   std::string quantize;
+  bool double_quant = false;  // 4-bit: the absmax double-quantized as well
 };
 
 struct TrainerOptions {

@@ -3,9 +3,10 @@ weights saved in bf16 as the Hub ships them), LoRA rank 16 on q/k/v/o, batch 2 Ã
 AdamW with a constant learning rate:
 
   ours LoRA      tessera-train-probe --precision bf16 --method lora (the dense base in bf16)
-  ours QLoRA     the same with --quantize nf4 (the base's linear weights in NF4)
-  peft + bnb     transformers with a BitsAndBytesConfig (nf4, compute dtype bf16) and peft's
-                 LoRA on it, the same batches and optimizer
+  ours QLoRA     the same with --quantize nf4 --double-quant (the base's linear weights in NF4,
+                 their absmax double-quantized: QLoRA as its paper trains)
+  peft + bnb     transformers with a BitsAndBytesConfig (nf4 with double quantization, compute
+                 dtype bf16) and peft's LoRA on it, the same batches and optimizer
 
 Each side runs in its own child process; its peak RSS is ru_maxrss (os.wait4), its step time
 the median of the measured steps (ours: the gaps between consecutive step `metric` events).
@@ -49,7 +50,7 @@ def peft_child(model_dir, batches_path, steps, report_path, threads):
     torch.set_num_threads(threads)
     ids = load_file(batches_path)["input_ids"].to(torch.int64)
     bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                             bnb_4bit_compute_dtype=torch.bfloat16)
+                             bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16)
     base = LlamaForCausalLM.from_pretrained(model_dir, quantization_config=bnb, device_map="cpu",
                                             dtype=torch.bfloat16)
     model = get_peft_model(base, LoraConfig(r=RANK, lora_alpha=2 * RANK, lora_dropout=0.0,
@@ -141,7 +142,7 @@ def main():
                   "--lora-alpha", str(2 * RANK), "--lora-targets", ",".join(TARGETS), "--lr",
                   str(LR), "--schedule", "constant", "--threads", str(threads)]
         results = {}
-        for side, extra in (("ours LoRA", []), ("ours QLoRA", ["--quantize", "nf4"])):
+        for side, extra in (("ours LoRA", []), ("ours QLoRA", ["--quantize", "nf4", "--double-quant"])):
             report = os.path.join(tmp, f"{len(results)}.json")
             events = os.path.join(tmp, f"{len(results)}.jsonl")
             rss = run_child(common + extra + ["--report", report, "--events", events], threads, side)

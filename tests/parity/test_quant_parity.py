@@ -142,3 +142,33 @@ def test_double_quantized_absmax_restore_as_bitsandbytes(quant_type, tmp_path):
     print(f"{quant_type} double-quantized absmax: {differ} of {theirs_absmax.numel()} differ")
     assert torch.equal(ours["absmax"].view(torch.int32), theirs_absmax.view(torch.int32))
     assert torch.equal(ours["dequantized"], bnb.dequantize_4bit(packed, state).reshape(-1))
+
+
+@pytest.mark.parametrize("quant_type", ["nf4", "fp4"])
+def test_double_quantization_is_bitsandbytes_byte_for_byte(quant_type, tmp_path):
+    """Our double quantization of a 4-bit weight's absmax (`method.double_quant`) gives the 8-bit
+    codes and block scales bitsandbytes' quantize_4bit(compress_statistics=True) gives, byte for
+    byte: its absmax less their mean, in blocks of 256 (the last one short), each value replaced
+    by the nearest of its dynamic map's 256 values. The weights mix scales so that the absmax
+    spread over the map's whole range, both signs."""
+    g = torch.Generator().manual_seed(3)
+    rows = torch.randn(700, 1, generator=g).exp() * 0.01
+    x = torch.randn(700, 256, generator=g) * rows  # 2800 blocks of 64: 10 of 256, one short
+    _, plain = bnb.quantize_4bit(x, blocksize=64, quant_type=quant_type, compress_statistics=False)
+    _, nested = bnb.quantize_4bit(x, blocksize=64, quant_type=quant_type, compress_statistics=True)
+    offset = plain.absmax.mean()
+    assert torch.equal(offset.reshape(1), nested.offset.reshape(1))
+    source = tmp_path / "in.safetensors"
+    save_file({"absmax": plain.absmax.float().contiguous(), "offset": offset.reshape(1).float(),
+               "code2": nested.state2.code.float().contiguous()}, str(source))
+    out = tmp_path / "out.safetensors"
+    done = subprocess.run([str(tool()), "nested-absmax", str(source), str(out),
+                           str(nested.state2.blocksize)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    ours = load_file(str(out))
+    differ = (ours["qabsmax"] != nested.absmax).sum().item()
+    print(f"{quant_type} double quantization: {differ} of {nested.absmax.numel()} codes differ")
+    assert torch.equal(ours["qabsmax"], nested.absmax)
+    assert torch.equal(ours["absmax2"].view(torch.int32),
+                       nested.state2.absmax.float().view(torch.int32))

@@ -6,6 +6,9 @@
 //     IN: a double-quantized 4-bit tensor as bitsandbytes stores it — packed (U8), qabsmax (U8),
 //     code2 (F32, 256), absmax2 (F32), offset (F32, 1), count (I64, 1); OUT: absmax (F32, the
 //     restored block scales) and dequantized (F32, count values).
+//   tessera-quant-tool nested-absmax IN.safetensors OUT.safetensors BLOCKSIZE2
+//     IN: absmax (F32, a 4-bit weight's block scales), offset (F32, 1: their mean) and code2
+//     (F32, 256); OUT: qabsmax (U8) and absmax2 (F32), their double quantization.
 // For each F32 tensor NAME of IN, OUT gets NAME.packed (U8) and NAME.absmax (F32), or for int8
 // (2-D tensors) NAME.int8 (I8) and NAME.scb (F32, each row's absmax); and NAME.dequantized (F32,
 // the shape of NAME). Exit codes: 0 ok, 2 bad input, 1 otherwise.
@@ -122,6 +125,23 @@ int four_bit_nested(const std::string& in, const std::string& out, quant::FourBi
   return 0;
 }
 
+int nested_absmax(const std::string& in, const std::string& out, std::int64_t blocksize2) {
+  const auto file = hf::SafetensorsFile::open(in);
+  const auto absmax = typed<float>(*file, "absmax", hf::DType::F32);
+  std::vector<std::uint8_t> q(absmax.size());
+  std::vector<float> absmax2(
+      quant::four_bit_blocks(absmax.size(), static_cast<std::uint64_t>(blocksize2)));
+  quant::quantize_nested_absmax(absmax, typed<float>(*file, "offset", hf::DType::F32)[0],
+                                typed<float>(*file, "code2", hf::DType::F32), blocksize2, q,
+                                absmax2);
+  const std::vector<std::uint8_t> absmax2_bytes = raw(absmax2);
+  hf::write_safetensors(
+      out,
+      {{"qabsmax", hf::DType::U8, {static_cast<std::int64_t>(q.size())}, q},
+       {"absmax2", hf::DType::F32, {static_cast<std::int64_t>(absmax2.size())}, absmax2_bytes}});
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -137,6 +157,8 @@ int main(int argc, char** argv) {
       return four_bit_nested(argv[2], argv[3],
                              quant::parse_four_bit_type(argv[4], "quantization type"),
                              std::stoll(argv[5]), std::stoll(argv[6]));
+    if (argc == 5 && std::string(argv[1]) == "nested-absmax")
+      return nested_absmax(argv[2], argv[3], std::stoll(argv[4]));
     if (argc == 4 && std::string(argv[1]) == "int8")
       return quantize_file(argv[2], argv[3], [](const hf::TensorInfo& info, std::vector<float> v) {
         return int8(info, v);
@@ -144,7 +166,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: tessera-quant-tool four-bit IN.safetensors OUT.safetensors nf4|fp4 "
                  "BLOCKSIZE\n       tessera-quant-tool int8 IN.safetensors OUT.safetensors\n"
-                 "       tessera-quant-tool four-bit-nested IN OUT nf4|fp4 BLOCKSIZE BLOCKSIZE2\n");
+                 "       tessera-quant-tool four-bit-nested IN OUT nf4|fp4 BLOCKSIZE BLOCKSIZE2\n"
+                 "       tessera-quant-tool nested-absmax IN OUT BLOCKSIZE2\n");
     return 2;
   } catch (const tessera::Error& e) {
     std::fprintf(stderr, "tessera-quant-tool: %s\n", e.what());

@@ -9,7 +9,7 @@
 //       [--keep-last K] [--resume DIR] [--stop-after N] [--events FILE]
 //       [--final-weights W.safetensors] [--save-adapter DIR] [--logits L.safetensors]
 //       [--threads N] [--lora-dropout P] [--activation-checkpointing] [--quantize nf4|fp4|int8]
-//       [--quantized-weights Q.safetensors]
+//       [--double-quant] [--quantized-weights Q.safetensors]
 //       [--plugin NAME] [--strategy-options JSON]   (the device is "cpu" unless JSON names one)
 //
 // B holds `input_ids` [N, B, T] (I64) and optionally `attention_mask` and `labels` of the same
@@ -127,6 +127,8 @@ int run(int argc, char** argv) {
       options.method.lora_targets = split_commas(value());
     else if (arg == "--quantize")  // nf4 | fp4 | int8: LoRA on a quantized base
       options.method.quantize = value();
+    else if (arg == "--double-quant")  // with a 4-bit --quantize: double-quantized absmax
+      options.method.double_quant = true;
     else if (arg == "--quantized-weights")  // each quantized Linear's codes and scales
       quantized_weights_path = value();
     else if (arg == "--lora-dropout")
@@ -211,7 +213,16 @@ int run(int argc, char** argv) {
         // int8 codes travel as their bytes (the writer has no I8).
         stored.push_back(
             {item.key() + ".weight.codes", linear->quantized->codes().view(torch::kUInt8)});
-        stored.push_back({item.key() + ".weight.scales", linear->quantized->scales()});
+        const model::QuantizedWeight& q = *linear->quantized;
+        if (q.nested()) {  // double-quantized absmax: their codes, block scales and offset
+          stored.push_back({item.key() + ".weight.absmax_codes", q.nested()->codes});
+          stored.push_back({item.key() + ".weight.absmax_scales", q.nested()->scales});
+          stored.push_back({item.key() + ".weight.absmax_code", q.nested()->code});
+          stored.push_back(
+              {item.key() + ".weight.absmax_offset", torch::tensor({q.nested()->offset})});
+        } else {
+          stored.push_back({item.key() + ".weight.scales", q.scales()});
+        }
       }
     train::write_safetensors_tensors(quantized_weights_path, std::move(stored),
                                      /*as_float32=*/false);

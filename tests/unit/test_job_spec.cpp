@@ -49,8 +49,8 @@ class TestJobSpec : public QObject {
 
   void roundTripKeepsEveryChoice() {
     auto doc = minimal();
-    doc["method"] = {
-        {"type", "lora"}, {"rank", 4}, {"alpha", 8}, {"targets", {"q_proj"}}, {"quantize", "nf4"}};
+    doc["method"] = {{"type", "lora"},        {"rank", 4},         {"alpha", 8},
+                     {"targets", {"q_proj"}}, {"quantize", "nf4"}, {"double_quant", true}};
     doc["training"] = {{"steps", 20}, {"learning_rate", 1e-3}, {"schedule", "cosine"}};
     doc["precision"] = "bf16";
     auto spec = job::parse_job_spec(doc, "job.json");
@@ -59,6 +59,7 @@ class TestJobSpec : public QObject {
     QCOMPARE(*again.training.steps, 20);
     QCOMPARE(again.method.lora_rank, 4);
     QCOMPARE(QString::fromStdString(again.method.quantize), QString("nf4"));
+    QVERIFY(again.method.double_quant);
     QCOMPARE(QString::fromStdString(again.precision), QString("bf16"));
   }
 
@@ -88,6 +89,9 @@ class TestJobSpec : public QObject {
     doc["method"] = {{"type", "full"}, {"quantize", "nf4"}};
     QVERIFY(error_text(doc).find("method.quantize \"nf4\" quantizes the frozen base of LoRA") !=
             std::string::npos);
+    doc["method"] = {{"type", "lora"}, {"quantize", "int8"}, {"double_quant", true}};
+    QVERIFY(error_text(doc).find("method.double_quant double-quantizes the absmax of a 4-bit "
+                                 "base, and method.quantize is \"int8\"") != std::string::npos);
     doc = minimal();
     doc["training"] = {{"batch_size", 0}};
     QVERIFY(error_text(doc).find("training.batch_size must be at least 1") != std::string::npos);

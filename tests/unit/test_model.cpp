@@ -598,6 +598,32 @@ class TestModel : public QObject {
     }
   }
 
+  // Double quantization (QLoRA's): the 4-bit absmax held as 8-bit codes in blocks of 256. Any
+  // range of rows dequantizes as the whole weight does (tiles start inside a block of 256),
+  // the values stay within the codes' precision of the plain 4-bit ones, and the storage is a
+  // byte per block plus a float32 per 256 blocks and the 256-value code.
+  void doubleQuantizedWeightDequantizesByRanges() {
+    torch::manual_seed(4);
+    const std::int64_t out = 300, in = 4000;
+    const torch::Tensor dense = torch::randn({out, in}) * 0.02;
+    const QuantizedWeight plain(dense, QuantizedFormat::NF4);
+    const QuantizedWeight nested(dense, QuantizedFormat::NF4, 64, /*double_quant=*/true);
+    QVERIFY(nested.nested().has_value() && !nested.scales().defined());
+    QVERIFY(torch::equal(nested.codes(), plain.codes()));
+    const torch::Tensor whole = nested.dequantize();
+    for (const std::int64_t first : {std::int64_t{0}, nested.tile_rows() - 2, std::int64_t{38}})
+      QVERIFY(
+          torch::equal(nested.dequantize_rows(first, out), whole.narrow(0, first, out - first)));
+    // An absmax restored from 8 bits is within 1/64 of its block's largest deviation from the
+    // mean (the dynamic map's step near 1 is 1/71): the values move by that share at most.
+    const double moved =
+        ((whole - plain.dequantize()).abs().max() / plain.dequantize().abs().max()).item<double>();
+    QVERIFY2(moved > 0 && moved < 1.0 / 64, std::to_string(moved).c_str());
+    const std::int64_t blocks = out * in / 64;
+    QCOMPARE(nested.bytes(), static_cast<std::uint64_t>(out * in / 2 + blocks +
+                                                        (blocks + 255) / 256 * 4 + 256 * 4));
+  }
+
   // quantize_linears quantizes every Linear but the head, empties their dense parameters, and the
   // model then computes what a dense model with the dequantized weights computes.
   void quantizedModelEqualsItsDequantizedCopy() {
