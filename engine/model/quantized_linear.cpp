@@ -1,5 +1,7 @@
 #include "model/quantized_linear.h"
 
+#include <ATen/TensorIterator.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -30,6 +32,29 @@ quant::FourBitType four_bit_type(QuantizedFormat format) {
 
 // Values per piece of a parallel quantization or dequantization (a multiple of every block).
 constexpr std::int64_t kGrainValues = std::int64_t{1} << 16;
+
+// Runs body(begin, end) over [0, count) on torch's own intra-op threads. Our thread pool
+// (core::parallel_for) would compete there with torch's OpenMP workers, which spin for a while
+// after each of the matmuls this layer alternates with: on 2 cores a dequantization spread over
+// our pool ran slower than on one thread. A TensorIterator's for_each runs its loop inside
+// torch's parallel_for (compiled with its OpenMP), here over one byte per piece.
+void on_torch_threads(std::int64_t count,
+                      const std::function<void(std::int64_t, std::int64_t)>& body) {
+  if (count <= 0) return;
+  torch::Tensor pieces = torch::empty({count}, torch::kUInt8);
+  const char* first = static_cast<const char*>(pieces.data_ptr());
+  at::TensorIterator iter = at::TensorIterator::nullary_op(pieces);
+  // A 2-D loop: the 1-D form's adapter trips -Wmaybe-uninitialized inside torch's headers. A
+  // nullary iterator over one dimension gives size1 = 1.
+  iter.for_each(
+      [&](char** data, const std::int64_t* strides, std::int64_t size0, std::int64_t size1) {
+        for (std::int64_t j = 0; j < size1; ++j) {
+          const std::int64_t begin = data[0] + j * strides[1] - first;
+          body(begin, begin + size0);
+        }
+      },
+      /*grain_size=*/1);
+}
 
 template <typename T>
 std::span<T> span_of(const torch::Tensor& t) {
@@ -62,11 +87,25 @@ class QuantizedMatmul : public torch::autograd::Function<QuantizedMatmul> {
         static_cast<std::intptr_t>(ctx->saved_data["weight"].toInt()));
     const torch::Tensor& gy = grads.at(0);
     const std::int64_t out = weight->out_features(), tile = weight->tile_rows();
-    // gx = gy·W summed over the tiles of W's rows. With several tiles, below float32 the partial
-    // sums add up in float32 (one matmul accumulates so), cast once at the end, and each tile's
-    // slice of gy is made contiguous: a strided bf16 operand leaves the fast GEMM.
-    const bool whole = tile >= out;
     torch::Tensor gx;
+    if (weight->column_bands()) {
+      // gx = gy·W a band of W's columns at a time: each band of gx is one matmul over every
+      // output feature, written once (no partial sums).
+      const std::int64_t in = weight->in_features(), band = weight->band_columns();
+      std::vector<torch::Tensor> pieces;
+      for (std::int64_t first = 0; first < in; first += band)
+        pieces.push_back(torch::matmul(
+            gy, weight->dequantize_columns(first, std::min(in, first + band), gy.scalar_type())));
+      gx = pieces.size() == 1 ? pieces.front() : torch::cat(pieces, -1);
+      torch::Tensor gbias;
+      if (ctx->saved_data["has_bias"].toBool()) gbias = gy.reshape({-1, out}).sum(0);
+      return {gx, gbias, torch::Tensor()};
+    }
+    // Otherwise (4-bit blocks that straddle rows) gx = gy·W summed over the tiles of W's rows.
+    // With several tiles, below float32 the partial sums add up in float32 (one matmul
+    // accumulates so), cast once at the end, and each tile's slice of gy is made contiguous: a
+    // strided bf16 operand leaves the fast GEMM.
+    const bool whole = tile >= out;
     for (std::int64_t first = 0; first < out; first += tile) {
       const std::int64_t end = std::min(out, first + tile);
       const torch::Tensor rows = weight->dequantize_rows(first, end, gy.scalar_type());
@@ -168,6 +207,13 @@ QuantizedWeight::QuantizedWeight(QuantizedFormat format, std::int64_t out_featur
   set_tile_rows();
 }
 
+std::int64_t QuantizedWeight::band_columns() const {
+  const std::int64_t unit = is_four_bit_format() ? blocksize_ : 1;
+  return std::max<std::int64_t>(1,
+                                kTileElements / std::max<std::int64_t>(1, out_features_ * unit)) *
+         unit;
+}
+
 void QuantizedWeight::set_tile_rows() {
   if (is_four_bit(format_)) {
     // Tiles start on block boundaries: rows × in a multiple of the block size.
@@ -251,66 +297,134 @@ QuantizedWeight::QuantizedWeight(const torch::Tensor& weight, QuantizedFormat fo
   set_tile_rows();
 }
 
-torch::Tensor QuantizedWeight::dequantize_rows(std::int64_t first, std::int64_t end,
-                                               torch::Dtype dtype) const {
-  if (first < 0 || end > out_features_ || first > end)
-    throw Error(ErrorKind::Internal, "QuantizedWeight: rows out of range");
-  torch::Tensor out = torch::empty({end - first, in_features_}, torch::kFloat32);
-  const std::span<float> dest = span_of<float>(out);
-  const std::int64_t begin = first * in_features_, count = (end - first) * in_features_;
+void QuantizedWeight::dequantize_values(const Views& views, std::int64_t begin, std::int64_t count,
+                                        std::span<float> dest, std::uint16_t* bf16_dest) const {
   if (is_four_bit(format_)) {
-    if (begin % blocksize_ != 0)
-      throw Error(ErrorKind::Internal, "QuantizedWeight: rows do not start on a block");
-    const std::span<const std::uint8_t> packed = span_of<const std::uint8_t>(codes_);
-    const std::span<const float> absmax =
-        nested_ ? std::span<const float>() : span_of<const float>(scales_);
-    const std::int64_t grain = std::lcm(kGrainValues, blocksize_);
-    core::parallel_for(
-        (count + grain - 1) / grain, 1, at::get_num_threads(),
-        [&](std::int64_t p0, std::int64_t p1) {
-          for (std::int64_t p = p0; p < p1; ++p) {
-            const std::int64_t at = p * grain, n = std::min(count, at + grain) - at;
-            const std::int64_t global = begin + at;
-            const auto codes =
-                packed.subspan(static_cast<std::size_t>(global / 2),
-                               quant::four_bit_packed_bytes(static_cast<std::uint64_t>(n)));
-            const std::size_t blocks = quant::four_bit_blocks(
-                static_cast<std::uint64_t>(n), static_cast<std::uint64_t>(blocksize_));
-            // Double-quantized absmax are restored for this piece's blocks only.
-            std::vector<float> restored;
-            std::span<const float> scales;
-            if (nested_) {
-              restored.resize(blocks);
-              quant::dequantize_nested_absmax_range(
-                  span_of<const std::uint8_t>(nested_->codes), span_of<const float>(nested_->code),
-                  span_of<const float>(nested_->scales), nested_->blocksize, nested_->offset,
-                  static_cast<std::uint64_t>(global / blocksize_), restored);
-              scales = restored;
-            } else {
-              scales = absmax.subspan(static_cast<std::size_t>(global / blocksize_), blocks);
-            }
-            quant::dequantize_four_bit(
-                codes, scales, four_bit_type(format_), blocksize_,
-                dest.subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(n)));
-          }
-        });
-  } else {
-    const std::span<const std::int8_t> q = span_of<const std::int8_t>(codes_);
-    const std::span<const float> absmax = span_of<const float>(scales_);
-    const std::int64_t cols = in_features_;
-    core::parallel_for(end - first,
-                       std::max<std::int64_t>(1, kGrainValues / std::max<std::int64_t>(1, cols)),
-                       at::get_num_threads(), [&](std::int64_t r0, std::int64_t r1) {
-                         const auto at = static_cast<std::size_t>((first + r0) * cols);
-                         const auto n = static_cast<std::size_t>((r1 - r0) * cols);
-                         quant::dequantize_int8_rows(
-                             q.subspan(at, n),
-                             absmax.subspan(static_cast<std::size_t>(first + r0),
-                                            static_cast<std::size_t>(r1 - r0)),
-                             r1 - r0, cols, dest.subspan(static_cast<std::size_t>(r0 * cols), n));
-                       });
+    const auto codes =
+        views.codes.subspan(static_cast<std::size_t>(begin / 2),
+                            quant::four_bit_packed_bytes(static_cast<std::uint64_t>(count)));
+    const auto scales =
+        views.scales.subspan(static_cast<std::size_t>(begin / blocksize_),
+                             quant::four_bit_blocks(static_cast<std::uint64_t>(count),
+                                                    static_cast<std::uint64_t>(blocksize_)));
+    if (bf16_dest != nullptr)
+      quant::dequantize_four_bit_bf16(codes, scales, four_bit_type(format_), blocksize_,
+                                      {bf16_dest, static_cast<std::size_t>(count)});
+    else
+      quant::dequantize_four_bit(codes, scales, four_bit_type(format_), blocksize_, dest);
+    return;
   }
-  return out.scalar_type() == dtype ? out : out.to(dtype);
+  // int8: each row's piece with that row's scale.
+  const std::span<const std::int8_t> q(reinterpret_cast<const std::int8_t*>(views.codes.data()),
+                                       views.codes.size());
+  for (std::int64_t at = begin; at < begin + count;) {
+    const std::int64_t row = at / in_features_;
+    const std::int64_t n = std::min(begin + count, (row + 1) * in_features_) - at;
+    quant::dequantize_int8_rows(
+        q.subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(n)),
+        views.scales.subspan(static_cast<std::size_t>(row), 1), 1, n,
+        dest.subspan(static_cast<std::size_t>(at - begin), static_cast<std::size_t>(n)));
+    at += n;
+  }
+}
+
+namespace {
+
+// float32 values into `dest` in `dtype` (float32, bfloat16 or float16), rounded to nearest even
+// as Tensor::to rounds them.
+void store_as(std::span<const float> values, torch::Dtype dtype, void* dest) {
+  if (dtype == torch::kFloat32) {
+    std::memcpy(dest, values.data(), values.size() * sizeof(float));
+  } else if (dtype == torch::kBFloat16) {
+    auto* out = static_cast<c10::BFloat16*>(dest);
+    for (std::size_t i = 0; i < values.size(); ++i) out[i] = c10::BFloat16(values[i]);
+  } else if (dtype == torch::kHalf) {
+    auto* out = static_cast<c10::Half*>(dest);
+    for (std::size_t i = 0; i < values.size(); ++i) out[i] = c10::Half(values[i]);
+  } else {
+    throw Error(ErrorKind::Internal, "QuantizedWeight: no dequantization to this dtype");
+  }
+}
+
+}  // namespace
+
+torch::Tensor QuantizedWeight::dequantize_block(std::int64_t first_row, std::int64_t end_row,
+                                                std::int64_t first_col, std::int64_t end_col,
+                                                torch::Dtype dtype) const {
+  if (first_row < 0 || end_row > out_features_ || first_row > end_row || first_col < 0 ||
+      end_col > in_features_ || first_col > end_col)
+    throw Error(ErrorKind::Internal, "QuantizedWeight: block out of range");
+  const std::int64_t rows = end_row - first_row, cols = end_col - first_col;
+  const bool whole_rows = cols == in_features_;
+  if (is_four_bit(format_) &&
+      (whole_rows ? (first_row * in_features_) % blocksize_ != 0
+                  : !column_bands() || first_col % blocksize_ != 0 ||
+                        (end_col % blocksize_ != 0 && end_col != in_features_)))
+    throw Error(ErrorKind::Internal, "QuantizedWeight: the block does not start on a block");
+  torch::Tensor out = torch::empty({rows, cols}, torch::TensorOptions().dtype(dtype));
+  auto* base = static_cast<std::uint8_t*>(out.data_ptr());
+  const std::size_t element = out.element_size();
+  // Whole rows are one run of values; a band of columns is a run per row. Runs are dequantized
+  // in pieces of at most kGrainValues (whole blocks), each in float32 into a buffer that stays in
+  // cache, then stored in `dtype`: the float32 block never exists whole.
+  const std::int64_t run = whole_rows ? rows * cols : cols;
+  const std::int64_t runs = whole_rows ? 1 : rows;
+  const std::int64_t grain =
+      is_four_bit(format_) ? std::lcm(kGrainValues, blocksize_) : kGrainValues;
+  const std::int64_t per_run = (run + grain - 1) / grain;
+  Views storage;
+  storage.codes = {static_cast<const std::uint8_t*>(codes_.data_ptr()),
+                   static_cast<std::size_t>(codes_.nbytes())};
+  // Double-quantized absmax: the block's ones restored first, into an array of the weight's
+  // length where only they are written (its other pages are never touched, so never resident).
+  std::unique_ptr<float[]> restored_storage;  // uninitialized: only the block's are written
+  std::span<float> restored;
+  if (nested_) {
+    const NestedAbsmax& n = *nested_;
+    const std::size_t all_blocks =
+        quant::four_bit_blocks(static_cast<std::uint64_t>(out_features_ * in_features_),
+                               static_cast<std::uint64_t>(blocksize_));
+    restored_storage.reset(new float[all_blocks]);
+    restored = {restored_storage.get(), all_blocks};
+    const auto restore = [&](std::int64_t value, std::int64_t values) {
+      const auto first_block = static_cast<std::size_t>(value / blocksize_);
+      const std::size_t blocks = quant::four_bit_blocks(static_cast<std::uint64_t>(values),
+                                                        static_cast<std::uint64_t>(blocksize_));
+      quant::dequantize_nested_absmax_range(span_of<const std::uint8_t>(n.codes),
+                                            span_of<const float>(n.code),
+                                            span_of<const float>(n.scales), n.blocksize, n.offset,
+                                            first_block, restored.subspan(first_block, blocks));
+    };
+    if (whole_rows)
+      restore(first_row * in_features_, rows * cols);
+    else
+      for (std::int64_t r = first_row; r < end_row; ++r)
+        restore(r * in_features_ + first_col, cols);
+    storage.scales = restored;
+  } else {
+    storage.scales = span_of<const float>(scales_);
+  }
+  on_torch_threads(runs * per_run, [&](std::int64_t p0, std::int64_t p1) {
+    std::vector<float> buffer;
+    for (std::int64_t p = p0; p < p1; ++p) {
+      const std::int64_t r = p / per_run, at = (p % per_run) * grain;
+      const std::int64_t n = std::min(run, at + grain) - at;
+      const std::int64_t global = whole_rows ? first_row * in_features_ + at
+                                             : (first_row + r) * in_features_ + first_col + at;
+      void* dest = base + static_cast<std::size_t>(r * run + at) * element;
+      if (dtype == torch::kFloat32) {
+        dequantize_values(storage, global, n,
+                          {static_cast<float*>(dest), static_cast<std::size_t>(n)});
+      } else if (dtype == torch::kBFloat16 && is_four_bit(format_)) {
+        dequantize_values(storage, global, n, {}, static_cast<std::uint16_t*>(dest));
+      } else {
+        buffer.resize(static_cast<std::size_t>(n));
+        dequantize_values(storage, global, n, buffer);
+        store_as(buffer, dtype, dest);
+      }
+    }
+  });
+  return out;
 }
 
 torch::Tensor QuantizedWeight::linear(const torch::Tensor& x, const torch::Tensor& bias) const {

@@ -1,9 +1,10 @@
 #pragma once
 // A Linear's frozen weight held quantized (QLoRA's base, issue 27): 4-bit NF4 / FP4 in blocks with
-// an absmax each, or int8 rows with their absmax, in bitsandbytes' layouts (engine/quant). The
-// layer computes x·Wᵀ from it a tile of rows at a time — each tile dequantized to float32, cast
-// to x's dtype and multiplied, as bitsandbytes' MatMul4Bit does for the whole weight — so the
-// dense weight never exists whole, in forward or in backward (which recomputes the tiles).
+// an absmax each (double-quantized or not), or int8 rows with their absmax, in bitsandbytes'
+// layouts (engine/quant). The layer computes x·Wᵀ from it a tile of rows at a time, and x's
+// gradient a band of columns at a time — each tile dequantized as bitsandbytes does (float32
+// values) and rounded to x's dtype (for bf16 straight from the codes), then multiplied — so the
+// dense weight never exists whole, in forward or in backward (which dequantizes again).
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -60,11 +62,28 @@ class QuantizedWeight {
 
   // x·Wᵀ + bias in x's dtype; differentiable with respect to x and bias (never the weight).
   torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& bias) const;
-  // Rows [first, end) of the weight, dense [end - first, in]: dequantized in float32 (as
-  // bitsandbytes does), then cast to `dtype`.
+  // Rows [first_row, end_row) × columns [first_col, end_col) of the weight, dense: each value
+  // dequantized in float32 (as bitsandbytes does), then rounded to `dtype` (float32, bfloat16
+  // or float16). A block of whole rows starts on a 4-bit block; a band of columns needs
+  // column_bands() and starts (and ends, or reaches the last column) on one.
+  torch::Tensor dequantize_block(std::int64_t first_row, std::int64_t end_row,
+                                 std::int64_t first_col, std::int64_t end_col,
+                                 torch::Dtype dtype = torch::kFloat32) const;
   torch::Tensor dequantize_rows(std::int64_t first, std::int64_t end,
-                                torch::Dtype dtype = torch::kFloat32) const;
+                                torch::Dtype dtype = torch::kFloat32) const {
+    return dequantize_block(first, end, 0, in_features_, dtype);
+  }
+  torch::Tensor dequantize_columns(std::int64_t first, std::int64_t end,
+                                   torch::Dtype dtype = torch::kFloat32) const {
+    return dequantize_block(0, out_features_, first, end, dtype);
+  }
   torch::Tensor dequantize() const { return dequantize_rows(0, out_features_); }
+  // Whether bands of columns dequantize (each row's values a whole number of 4-bit blocks; int8
+  // always): backward then computes x's gradient a band of its columns at a time, each with the
+  // whole sum over the output features (no partial sums to add up).
+  bool column_bands() const { return !is_four_bit_format() || in_features_ % blocksize_ == 0; }
+  // The columns of one band: a multiple of the block size, about kTileElements values.
+  std::int64_t band_columns() const;
 
   // The rows of one tile: a multiple of what keeps each tile's start on a block boundary, about
   // kTileElements values.
@@ -93,6 +112,17 @@ class QuantizedWeight {
 
   void set_tile_rows();
   void double_quantize();
+  bool is_four_bit_format() const { return format_ != QuantizedFormat::Int8; }
+  // Values [begin, begin + count) of the flattened weight (a 4-bit run starts on a block) in
+  // float32 into `dest`, or for a 4-bit weight with `bf16_dest` set, rounded to bfloat16 there.
+  // The storage's spans, taken once per dequantization (a tensor's data_ptr() costs checks).
+  // `scales`: one per 4-bit block (double-quantized ones restored) or per int8 row.
+  struct Views {
+    std::span<const std::uint8_t> codes;  // 4-bit packed codes or int8 values, as bytes
+    std::span<const float> scales;
+  };
+  void dequantize_values(const Views& views, std::int64_t begin, std::int64_t count,
+                         std::span<float> dest, std::uint16_t* bf16_dest = nullptr) const;
 };
 
 struct QuantizeOptions {

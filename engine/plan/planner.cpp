@@ -361,10 +361,10 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
   const double stack =
       s.activation_checkpointing ? layers * act.boundary + act.layer : layers * act.layer;
   const double head = act.head;
-  // A quantized linear's workspace: the float32 tile it dequantizes (and its cast below fp32),
-  // and its output's pieces beside their concatenation.
+  // A quantized linear's workspace: the tile it dequantizes, in the compute dtype (no float32
+  // copy: engine/model/quantized_linear), and its output's pieces beside their concatenation.
   const double workspace = quantized.elements > 0
-                               ? d(quant::kDequantizeTileElements) * (bf16 ? 6.0 : 4.0) +
+                               ? d(quant::kDequantizeTileElements) * (bf16 ? 2.0 : 4.0) +
                                      d(s.micro_batch) * d(s.sequence_length) *
                                          widest_layer_output(c) * (bf16 ? 2.0 : 4.0)
                                : 0.0;

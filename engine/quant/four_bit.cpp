@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
 #include "core/error.h"
+#include "quant/four_bit_simd.h"
 
 namespace tessera::quant {
 namespace {
@@ -29,11 +31,11 @@ constexpr std::array<float, 16> kNf4 = {-1.0f,
                                         1.0f};
 
 // FP4 by bit pattern (sign, then the 3 other bits), divided by its largest magnitude, 12, in
-// float32 as bitsandbytes does.
+// float32 as bitsandbytes does. Its table writes the negative zero as 0: +0, so that a value
+// dequantized from it has bitsandbytes' sign (bf16 keeps the sign of a zero).
 std::array<float, 16> make_fp4() {
-  constexpr std::array<float, 16> raw = {0.0f,  0.0625f, 8.0f,  12.0f,    4.0f,  6.0f,
-                                         2.0f,  3.0f,    -0.0f, -0.0625f, -8.0f, -12.0f,
-                                         -4.0f, -6.0f,   -2.0f, -3.0f};
+  constexpr std::array<float, 16> raw = {0.0f, 0.0625f,  8.0f,  12.0f,  4.0f,  6.0f,  2.0f,  3.0f,
+                                         0.0f, -0.0625f, -8.0f, -12.0f, -4.0f, -6.0f, -2.0f, -3.0f};
   std::array<float, 16> code{};
   for (std::size_t i = 0; i < code.size(); ++i) code[i] = raw[i] / 12.0f;
   return code;
@@ -50,7 +52,7 @@ Bounds make_bounds(const std::array<float, 16>& code) {
   Bounds b;
   std::array<std::uint8_t, 16> order{};
   std::iota(order.begin(), order.end(), std::uint8_t{0});
-  // Equal values (FP4's +0 and -0) keep their index order, as torch.argsort does on 16 values.
+  // Equal values (FP4's two zeros) keep their index order, as torch.argsort does on 16 values.
   std::stable_sort(order.begin(), order.end(),
                    [&](std::uint8_t a, std::uint8_t c) { return code[a] < code[c]; });
   b.index_of_rank = order;
@@ -156,6 +158,43 @@ void dequantize_four_bit(std::span<const std::uint8_t> packed, std::span<const f
       dest[2 * k + 1] = code[byte & 0x0F] * scale;
     }
     if ((end - begin) % 2 == 1) dest[2 * pairs] = code[bytes[pairs] >> 4] * scale;
+  }
+}
+
+namespace {
+
+std::uint16_t to_bf16_bits(float value) {
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  if (std::isnan(value)) return 0x7FC0;
+  return static_cast<std::uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+}  // namespace
+
+void dequantize_four_bit_bf16(std::span<const std::uint8_t> packed, std::span<const float> absmax,
+                              FourBitType type, std::int64_t blocksize,
+                              std::span<std::uint16_t> out) {
+  const std::uint64_t count = out.size();
+  check_layout(count, blocksize, packed.size(), absmax.size(), "4-bit dequantization");
+  const auto block = static_cast<std::uint64_t>(blocksize);
+  const std::array<float, 16>& code = four_bit_code(type);
+  const bool simd = detail::cpu_has_avx512() && block % 32 == 0;
+  for (std::uint64_t begin = 0, b = 0; begin < count; begin += block, ++b) {
+    const std::uint64_t end = std::min(count, begin + block);
+    const float scale = absmax[b];
+    const std::uint8_t* bytes = packed.data() + begin / 2;
+    std::uint16_t* dest = out.data() + begin;
+    std::uint64_t done = 0;
+    if (simd) {
+      const std::uint64_t groups = (end - begin) / 32;
+      detail::four_bit_to_bf16_avx512(bytes, groups, scale, code.data(), dest);
+      done = groups * 32;
+    }
+    for (std::uint64_t i = done; i < end - begin; ++i) {
+      const std::uint8_t byte = bytes[i / 2];
+      dest[i] = to_bf16_bits(code[i % 2 == 0 ? byte >> 4 : byte & 0x0F] * scale);
+    }
   }
 }
 

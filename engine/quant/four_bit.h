@@ -44,6 +44,14 @@ void quantize_four_bit(std::span<const float> values, FourBitType type, std::int
 void dequantize_four_bit(std::span<const std::uint8_t> packed, std::span<const float> absmax,
                          FourBitType type, std::int64_t blocksize, std::span<float> out);
 
+// dequantize_four_bit's values rounded to bfloat16 (to nearest even, as torch rounds them; NaN
+// → 0x7FC0), written as their 16 bits: for a compute dtype of bf16 without a float32 copy.
+// Vectorized with AVX-512 where the CPU has it (blocks of a multiple of 32 values), the same
+// arithmetic as the scalar path otherwise.
+void dequantize_four_bit_bf16(std::span<const std::uint8_t> packed, std::span<const float> absmax,
+                              FourBitType type, std::int64_t blocksize,
+                              std::span<std::uint16_t> out);
+
 // bitsandbytes' double quantization of the absmax (`bnb_4bit_use_double_quant`): the absmax less
 // their mean (`offset`) quantized to 8 bits in blocks of `blocksize2` (256) over a 256-value code
 // (the nested `quant_map` a checkpoint carries), each block with a float32 absmax of its own.

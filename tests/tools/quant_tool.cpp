@@ -11,7 +11,8 @@
 //     (F32, 256); OUT: qabsmax (U8) and absmax2 (F32), their double quantization.
 // For each F32 tensor NAME of IN, OUT gets NAME.packed (U8) and NAME.absmax (F32), or for int8
 // (2-D tensors) NAME.int8 (I8) and NAME.scb (F32, each row's absmax); and NAME.dequantized (F32,
-// the shape of NAME). Exit codes: 0 ok, 2 bad input, 1 otherwise.
+// the shape of NAME), for 4-bit also NAME.dequantized_bf16 (BF16, dequantize_four_bit_bf16's). Exit
+// codes: 0 ok, 2 bad input, 1 otherwise.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -73,9 +74,12 @@ std::vector<Output> four_bit(const hf::TensorInfo& info, const std::vector<float
   std::vector<float> dequantized(values.size());
   quant::quantize_four_bit(values, type, blocksize, packed, absmax);
   quant::dequantize_four_bit(packed, absmax, type, blocksize, dequantized);
+  std::vector<std::uint16_t> bf16(values.size());
+  quant::dequantize_four_bit_bf16(packed, absmax, type, blocksize, bf16);
   return {{".packed", hf::DType::U8, {static_cast<std::int64_t>(packed.size())}, packed},
           {".absmax", hf::DType::F32, {static_cast<std::int64_t>(absmax.size())}, raw(absmax)},
-          {".dequantized", hf::DType::F32, info.shape, raw(dequantized)}};
+          {".dequantized", hf::DType::F32, info.shape, raw(dequantized)},
+          {".dequantized_bf16", hf::DType::BF16, info.shape, raw(bf16)}};
 }
 
 std::vector<Output> int8(const hf::TensorInfo& info, const std::vector<float>& values) {

@@ -551,51 +551,62 @@ class TestModel : public QObject {
   }
 
   // QLoRA's base: a Linear on a quantized weight computes, in forward and backward, what the same
-  // layer on the dequantized weight computes, though it dequantizes a tile of rows at a time
-  // (the weight here spans two tiles, the second short, and its rows are not whole blocks).
+  // layer on the dequantized weight computes, though it dequantizes a tile of rows at a time in
+  // forward and a band of columns at a time in backward (the weight here spans two tiles, the
+  // second short; with 4000 inputs its rows are not whole 4-bit blocks, and backward takes row
+  // tiles instead of bands).
   void quantizedLinearComputesWithItsDequantizedWeight() {
     torch::manual_seed(3);
-    for (QuantizedFormat format :
-         {QuantizedFormat::NF4, QuantizedFormat::FP4, QuantizedFormat::Int8}) {
-      const std::int64_t out = 300, in = 4000;
-      Linear layer(in, out, /*bias=*/true, torch::TensorOptions().dtype(torch::kFloat32));
-      torch::Tensor dense = torch::randn({out, in}) * 0.02;
-      layer->quantized = std::make_shared<QuantizedWeight>(dense, format);
-      const QuantizedWeight& q = *layer->quantized;
-      QVERIFY(q.tile_rows() < out);
-      QVERIFY((q.tile_rows() * in) % q.blocksize() == 0 || format == QuantizedFormat::Int8);
-      const torch::Tensor whole = q.dequantize();
-      QVERIFY(torch::equal(q.dequantize_rows(q.tile_rows() - 2, out),
-                           whole.narrow(0, q.tile_rows() - 2, out - q.tile_rows() + 2)));
-      // In a compute dtype: the float32 values cast.
-      QVERIFY(
-          torch::equal(q.dequantize_rows(0, out, torch::kBFloat16), whole.to(torch::kBFloat16)));
-      // Close to the weight it came from: within half the widest gap between codes (0.30 of
-      // the block's absmax for NF4 and FP4's 0.33; 1/254 of the row's for int8, which
-      // bitsandbytes quantizes from the weight rounded to float16: 2^-11 relative more).
-      const double bound = format == QuantizedFormat::Int8 ? 0.5 / 127 + 1.0 / 2048 : 0.17;
-      QVERIFY(((whole - dense).abs() / dense.abs().max()).max().item<double>() <= bound);
-      {
-        torch::NoGradGuard no_grad;
-        layer->bias.uniform_(-0.1, 0.1);
+    for (const std::int64_t in : {std::int64_t{4000}, std::int64_t{4096}})
+      for (QuantizedFormat format :
+           {QuantizedFormat::NF4, QuantizedFormat::FP4, QuantizedFormat::Int8}) {
+        const std::int64_t out = 300;
+        Linear layer(in, out, /*bias=*/true, torch::TensorOptions().dtype(torch::kFloat32));
+        torch::Tensor dense = torch::randn({out, in}) * 0.02;
+        layer->quantized = std::make_shared<QuantizedWeight>(dense, format);
+        const QuantizedWeight& q = *layer->quantized;
+        QVERIFY(q.tile_rows() < out);
+        QVERIFY((q.tile_rows() * in) % q.blocksize() == 0 || format == QuantizedFormat::Int8);
+        const torch::Tensor whole = q.dequantize();
+        QVERIFY(torch::equal(q.dequantize_rows(q.tile_rows() - 2, out),
+                             whole.narrow(0, q.tile_rows() - 2, out - q.tile_rows() + 2)));
+        // In a compute dtype: the float32 values cast.
+        QVERIFY(
+            torch::equal(q.dequantize_rows(0, out, torch::kBFloat16), whole.to(torch::kBFloat16)));
+        QVERIFY(torch::equal(q.dequantize_rows(0, out, torch::kHalf), whole.to(torch::kHalf)));
+        QCOMPARE(q.column_bands(), format == QuantizedFormat::Int8 || in % 64 == 0);
+        if (q.column_bands()) {
+          const std::int64_t band = q.band_columns();
+          QVERIFY(band < in && (format == QuantizedFormat::Int8 || band % 64 == 0));
+          QVERIFY(torch::equal(q.dequantize_columns(band, in, torch::kBFloat16),
+                               whole.narrow(1, band, in - band).to(torch::kBFloat16)));
+        }
+        // Close to the weight it came from: within half the widest gap between codes (0.30 of
+        // the block's absmax for NF4 and FP4's 0.33; 1/254 of the row's for int8, which
+        // bitsandbytes quantizes from the weight rounded to float16: 2^-11 relative more).
+        const double bound = format == QuantizedFormat::Int8 ? 0.5 / 127 + 1.0 / 2048 : 0.17;
+        QVERIFY(((whole - dense).abs() / dense.abs().max()).max().item<double>() <= bound);
+        {
+          torch::NoGradGuard no_grad;
+          layer->bias.uniform_(-0.1, 0.1);
+        }
+        torch::Tensor x = torch::randn({2, 5, in}).requires_grad_(true);
+        torch::Tensor y = layer->forward(x);
+        torch::Tensor x_ref = x.detach().clone().requires_grad_(true);
+        torch::Tensor bias_ref = layer->bias.detach().clone().requires_grad_(true);
+        torch::Tensor y_ref = torch::linear(x_ref, whole, bias_ref);
+        QVERIFY(torch::allclose(y, y_ref, 1e-5, 1e-6));
+        torch::Tensor gy = torch::randn_like(y);
+        y.backward(gy);
+        y_ref.backward(gy);
+        QVERIFY(torch::allclose(x.grad(), x_ref.grad(), 1e-5, 1e-6));
+        QVERIFY(torch::allclose(layer->bias.grad(), bias_ref.grad(), 1e-5, 1e-6));
+        const std::uint64_t expected_bytes =
+            format == QuantizedFormat::Int8
+                ? static_cast<std::uint64_t>(out * in + out * 4)
+                : static_cast<std::uint64_t>(out * in / 2 + (out * in + 63) / 64 * 4);
+        QCOMPARE(q.bytes(), expected_bytes);
       }
-      torch::Tensor x = torch::randn({2, 5, in}).requires_grad_(true);
-      torch::Tensor y = layer->forward(x);
-      torch::Tensor x_ref = x.detach().clone().requires_grad_(true);
-      torch::Tensor bias_ref = layer->bias.detach().clone().requires_grad_(true);
-      torch::Tensor y_ref = torch::linear(x_ref, whole, bias_ref);
-      QVERIFY(torch::allclose(y, y_ref, 1e-5, 1e-6));
-      torch::Tensor gy = torch::randn_like(y);
-      y.backward(gy);
-      y_ref.backward(gy);
-      QVERIFY(torch::allclose(x.grad(), x_ref.grad(), 1e-5, 1e-6));
-      QVERIFY(torch::allclose(layer->bias.grad(), bias_ref.grad(), 1e-5, 1e-6));
-      const std::uint64_t expected_bytes =
-          format == QuantizedFormat::Int8
-              ? static_cast<std::uint64_t>(out * in + out * 4)
-              : static_cast<std::uint64_t>(out * in / 2 + (out * in + 63) / 64 * 4);
-      QCOMPARE(q.bytes(), expected_bytes);
-    }
   }
 
   // Double quantization (QLoRA's): the 4-bit absmax held as 8-bit codes in blocks of 256. Any
