@@ -1183,11 +1183,41 @@ Plan make_plan(const PlanInputs& in) {
                              " even with micro-batch 1 and activation checkpointing: LoRA (rank " +
                              std::to_string(lora.lora_rank) + ") instead — the method changes");
   }
+  // Neither does LoRA (the spec's or the fallback): QLoRA, the base's linear layers held in NF4
+  // with double-quantized absmax, where the engine trains it (one process on the CPU, a family
+  // whose linear weights are [out, in]).
+  const bool may_quantize =
+      !distributed && !gpu && base.quantize == "none" &&
+      (spec.strategy.name == job::kAutoStrategy || spec.strategy.name == "single") &&
+      (c.family == hf::ModelFamily::Llama || c.family == hf::ModelFamily::Mistral ||
+       c.family == hf::ModelFamily::Qwen2);
+  if (!chosen && may_quantize) {
+    Settings qlora = base;
+    qlora.method = "lora";
+    qlora.strategy = "single";
+    qlora.quantize = "nf4";
+    qlora.double_quant = true;
+    for (const std::string& p : precisions)
+      if ((chosen = search(qlora, {{0.0, 0.0}}, p))) break;
+    if (chosen)
+      plan.reasons.push_back(
+          std::string(base.method == "full" ? "neither full fine-tuning nor LoRA" : "LoRA") +
+          " fits in " + gib(limit) +
+          " even with micro-batch 1 and activation checkpointing: QLoRA (rank " +
+          std::to_string(qlora.lora_rank) +
+          ", the base's linear layers in nf4 with double-quantized absmax) instead — the method "
+          "changes");
+  }
   plan.fits = chosen.has_value();
   if (!chosen) {
     // The smallest configuration the engine has, to show how far off the job is.
     Settings least = base;
     least.method = "lora";
+    if (may_quantize) {
+      least.strategy = "single";
+      least.quantize = "nf4";
+      least.double_quant = true;
+    }
     least.micro_batch = 1;
     least.gradient_accumulation = saturating_mul(spec.training.gradient_accumulation, batch);
     least.activation_checkpointing = true;
@@ -1199,11 +1229,12 @@ Plan make_plan(const PlanInputs& in) {
     }
     chosen = least;
     const auto e = estimate_memory(c, least, in.checkpoint_bytes, processes);
-    plan.what_would_fit = "the smallest setting (LoRA, micro-batch 1, activation checkpointing, " +
-                          least.precision + ") needs " + gib(e.peak()) + " but " + gib(limit) +
-                          " is usable; a machine with at least " +
-                          gib(to_bytes(static_cast<double>(e.peak()) / (1.0 - kHeadroom))) +
-                          " free, or a smaller model, would fit";
+    plan.what_would_fit =
+        "the smallest setting (" + std::string(may_quantize ? "QLoRA on an nf4 base" : "LoRA") +
+        ", micro-batch 1, activation checkpointing, " + least.precision + ") needs " +
+        gib(e.peak()) + " but " + gib(limit) + " is usable; a machine with at least " +
+        gib(to_bytes(static_cast<double>(e.peak()) / (1.0 - kHeadroom))) +
+        " free, or a smaller model, would fit";
   }
   plan.settings = *chosen;
   const Settings& s = plan.settings;
@@ -1633,6 +1664,11 @@ std::vector<std::string> applied_changes(const job::JobSpec& spec, const Setting
   if (s.method != spec.method.type)
     changes.push_back("method " + s.method + " instead of " + spec.method.type +
                       (s.method == "lora" ? " (learning rate kept at the spec's value)" : ""));
+  const std::string quantize = s.method == "lora" ? s.quantize : "none";
+  if (quantize != spec.method.quantize)
+    changes.push_back("LoRA on a base quantized to " + quantize +
+                      (s.double_quant ? " with double-quantized absmax" : "") +
+                      " (QLoRA) instead of a dense one");
   if (s.precision != spec.precision)
     changes.push_back("precision " + s.precision + " instead of " + spec.precision);
   const bool hybrid_chosen = s.strategy == "hybrid" && spec.strategy.name != "hybrid";

@@ -427,13 +427,19 @@ job::JobSpec plan_run(const job::JobSpec& spec, const hf::ModelFolder& source,
     throw_invalid(recorded.string() + ": no settings", "delete it to plan again from the job spec");
   const plan::Settings settings =
       plan::settings_from_json(plan_json["settings"], recorded.string());
-  for (const auto& change : plan::applied_changes(spec, settings))
+  // A checkpoint stored quantized is QLoRA's base as the user chose it: no change to report.
+  const job::JobSpec chosen = plan::with_stored_quantization(spec, source.config());
+  for (const auto& change : plan::applied_changes(chosen, settings))
     reasons.push_back("applied: " + change);
   // Never change what the user chose silently: a different method is a warning in the log too.
   if (settings.method != spec.method.type)
     events.log("warning", "the plan trains with " + settings.method + " instead of " +
                               spec.method.type + ": " + spec.method.type +
                               " fine-tuning does not fit on this machine (see the plan)");
+  if (settings.method == "lora" && settings.quantize != chosen.method.quantize)
+    events.log("warning", "the plan trains LoRA on a base quantized to " + settings.quantize +
+                              " (QLoRA): LoRA on a dense base does not fit on this machine (see "
+                              "the plan)");
   if (settings.precision != spec.precision)
     events.log("warning", "the plan trains in " + settings.precision + " instead of " +
                               spec.precision + " (see the plan for why)");

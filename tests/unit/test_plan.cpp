@@ -441,6 +441,50 @@ class TestPlan : public QObject {
     QVERIFY(!p.reasons.empty());
   }
 
+  // When LoRA does not fit even at micro-batch 1 with checkpointing, auto trains QLoRA (NF4
+  // with double-quantized absmax) and says so; the runner lists it among the changes. A spec
+  // that names a strategy without QLoRA gets none. (In bf16: in fp32 the merged export's dense
+  // copy outweighs what quantizing saves, a LoRA run merging in place.)
+  void planQuantizesTheBaseWhenLoraCannotFit() {
+    auto in = inputs(0, "lora");
+    in.model = config(wide_llama());
+    in.spec.strategy.name = "auto";
+    in.spec.precision = "bf16";
+    in.profile.cpu.avx512_bf16 = true;
+    plan::Settings lora = settings(1, true, "lora");
+    lora.precision = "bf16";
+    plan::Settings qlora = lora;
+    qlora.quantize = "nf4";
+    qlora.double_quant = true;
+    const auto peak_of = [&](const plan::Settings& s) {
+      return plan::estimate_memory(in.model, s, 0).peak();
+    };
+    const std::uint64_t lora_peak = peak_of(lora);
+    QVERIFY(peak_of(qlora) < lora_peak);
+    in.profile.memory.simulated =
+        static_cast<std::uint64_t>(static_cast<double>(lora_peak) / (1.0 - plan::kHeadroom)) - 4096;
+    const auto p = plan::make_plan(in);
+    QVERIFY(p.fits);
+    QCOMPARE(p.settings.method, std::string("lora"));
+    QCOMPARE(p.settings.quantize, std::string("nf4"));
+    QVERIFY(p.settings.double_quant);
+    QCOMPARE(p.strategy, std::string("single"));
+    bool said = false;
+    for (const auto& r : p.reasons) said = said || r.find("QLoRA (rank 8") != std::string::npos;
+    QVERIFY(said);
+    QVERIFY(p.explanation.find("QLoRA (rank 8, nf4 base)") != std::string::npos);
+    bool listed = false;
+    for (const auto& change : plan::applied_changes(in.spec, p.settings))
+      listed = listed || change.find("(QLoRA) instead of a dense one") != std::string::npos;
+    QVERIFY(listed);
+    const auto applied = plan::apply_settings(in.spec, p.settings);
+    QCOMPARE(applied.method.quantize, std::string("nf4"));
+    QVERIFY(applied.method.double_quant);
+    // Named gemini: the engine has no QLoRA there, so none is planned.
+    in.spec.strategy.name = "gemini";
+    QCOMPARE(plan::make_plan(in).settings.quantize, std::string("none"));
+  }
+
   void autoOffloadsToDiskBeforeChangingTheMethod() {
     // Full fp32 at micro-batch 1 with checkpointing does not fit with everything in RAM, but
     // does with the optimizer state on disk: gemini, the method kept, LoRA named as the
