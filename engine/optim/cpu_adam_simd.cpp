@@ -9,6 +9,7 @@
 
 #include <cstring>
 
+#include "core/bf16_simd.h"
 #include "optim/cpu_adam_kernels.h"
 
 namespace tessera::optim::detail {
@@ -105,20 +106,7 @@ TESSERA_AVX2 void adam_avx2(const AdamArrays& a, const AdamScalars& s) {
   }
 }
 
-namespace {
-
-// 16 floats → 16 bf16 bit patterns (round to nearest even, NaN → 0x7FC0).
-TESSERA_AVX512 inline __m256i avx512_to_bf16(__m512 x) {
-  const __m512i bits = _mm512_castps_si512(x);
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  const __m512i rounding = _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), odd);
-  __m512i shifted = _mm512_srli_epi32(_mm512_add_epi32(bits, rounding), 16);
-  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  shifted = _mm512_mask_blend_epi32(nan, shifted, _mm512_set1_epi32(0x7FC0));
-  return _mm512_cvtepi32_epi16(shifted);
-}
-
-}  // namespace
+using core::avx512_to_bf16;
 
 TESSERA_AVX512 void adam_avx512(const AdamArrays& a, const AdamScalars& s) {
   const __m512 decay = _mm512_set1_ps(s.decay);

@@ -9,23 +9,12 @@
 
 #include <immintrin.h>
 
-namespace tessera::quant::detail {
-namespace {
+#include "core/bf16_simd.h"
 
+namespace tessera::quant::detail {
 #define TESSERA_AVX512 __attribute__((target("avx512f,avx512bw")))
 
-// 16 floats → 16 bfloat16 bit patterns: round to nearest even, NaN → 0x7FC0.
-TESSERA_AVX512 inline __m256i to_bf16(__m512 x) {
-  const __m512i bits = _mm512_castps_si512(x);
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  const __m512i rounding = _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), odd);
-  __m512i shifted = _mm512_srli_epi32(_mm512_add_epi32(bits, rounding), 16);
-  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  shifted = _mm512_mask_mov_epi32(shifted, nan, _mm512_set1_epi32(0x7FC0));
-  return _mm512_cvtepi32_epi16(shifted);
-}
-
-}  // namespace
+using core::avx512_to_bf16;
 
 bool cpu_has_avx512() {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
@@ -49,9 +38,9 @@ TESSERA_AVX512 void four_bit_to_bf16_avx512(const std::uint8_t* packed, std::siz
     const __m512 low =
         _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_and_si512(bytes, low_nibble), table), factor);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * g),
-                        to_bf16(_mm512_permutex2var_ps(high, first, low)));
+                        avx512_to_bf16(_mm512_permutex2var_ps(high, first, low)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * g + 16),
-                        to_bf16(_mm512_permutex2var_ps(high, second, low)));
+                        avx512_to_bf16(_mm512_permutex2var_ps(high, second, low)));
   }
 }
 
