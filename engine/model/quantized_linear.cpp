@@ -16,6 +16,7 @@
 #include "hf/safetensors.h"
 #include "model/layers.h"
 #include "model/model.h"
+#include "model/module_names.h"
 #include "quant/four_bit.h"
 #include "quant/int8_rows.h"
 
@@ -442,11 +443,6 @@ std::uint64_t QuantizedWeight::bytes() const {
 }
 
 namespace {
-
-std::string last_component(const std::string& name) {
-  const auto dot = name.rfind('.');
-  return dot == std::string::npos ? name : name.substr(dot + 1);
-}
 
 template <typename Visit>
 void for_each_linear(const PretrainedModel& model, Visit visit) {

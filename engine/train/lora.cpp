@@ -8,15 +8,13 @@
 #include "hf/families.h"
 #include "hf/safetensors.h"
 #include "model/dropout.h"
+#include "model/module_names.h"
 #include "model/quantized_linear.h"
 
 namespace tessera::train {
 
 namespace {
-std::string last_component(const std::string& name) {
-  const auto dot = name.rfind('.');
-  return dot == std::string::npos ? name : name.substr(dot + 1);
-}
+using model::last_component;
 const std::string kPeftPrefix = "base_model.model.";
 }  // namespace
 
