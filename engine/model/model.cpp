@@ -365,7 +365,8 @@ LoadReport load_weights(PretrainedModel& model, const hf::SafetensorsCheckpoint&
   std::map<std::string, torch::Tensor> params;
   for (auto& item : model.named_parameters()) params.emplace(item.key(), item.value());
   for (const auto& [target, name] : match.source) read_tensor(checkpoint, name, params.at(target));
-  install_stored_quantized(model, checkpoint, model.config().quantization, match.quantized);
+  install_stored_quantized(model, checkpoint, checkpoint_folder(checkpoint),
+                           model.config().quantization, match.quantized);
   return std::move(match.report);
 }
 
@@ -378,7 +379,8 @@ DeferredWeights::DeferredWeights(const PretrainedModel& model, hf::SafetensorsCh
 }
 
 std::vector<std::string> DeferredWeights::install_stored_quantized(PretrainedModel& model) const {
-  return model::install_stored_quantized(model, checkpoint_, quantization_, stored_quantized_);
+  return model::install_stored_quantized(model, checkpoint_, folder_, quantization_,
+                                         stored_quantized_);
 }
 
 void DeferredWeights::read_into(const std::string& name, torch::Tensor dest) const {

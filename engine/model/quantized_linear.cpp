@@ -23,10 +23,6 @@
 namespace tessera::model {
 namespace {
 
-bool is_four_bit(QuantizedFormat format) {
-  return format != QuantizedFormat::Int8;
-}
-
 quant::FourBitType four_bit_type(QuantizedFormat format) {
   return format == QuantizedFormat::NF4 ? quant::FourBitType::NF4 : quant::FourBitType::FP4;
 }
@@ -98,27 +94,25 @@ class QuantizedMatmul : public torch::autograd::Function<QuantizedMatmul> {
         pieces.push_back(torch::matmul(
             gy, weight->dequantize_columns(first, std::min(in, first + band), gy.scalar_type())));
       gx = pieces.size() == 1 ? pieces.front() : torch::cat(pieces, -1);
-      torch::Tensor gbias;
-      if (ctx->saved_data["has_bias"].toBool()) gbias = gy.reshape({-1, out}).sum(0);
-      return {gx, gbias, torch::Tensor()};
-    }
-    // Otherwise (4-bit blocks that straddle rows) gx = gy·W summed over the tiles of W's rows.
-    // With several tiles, below float32 the partial sums add up in float32 (one matmul
-    // accumulates so), cast once at the end, and each tile's slice of gy is made contiguous: a
-    // strided bf16 operand leaves the fast GEMM.
-    const bool whole = tile >= out;
-    for (std::int64_t first = 0; first < out; first += tile) {
-      const std::int64_t end = std::min(out, first + tile);
-      const torch::Tensor rows = weight->dequantize_rows(first, end, gy.scalar_type());
-      if (whole) {
-        gx = torch::matmul(gy, rows);
-        break;
+    } else {
+      // Otherwise (4-bit blocks that straddle rows) gx = gy·W summed over the tiles of W's
+      // rows. With several tiles, below float32 the partial sums add up in float32 (one matmul
+      // accumulates so), cast once at the end, and each tile's slice of gy is made contiguous: a
+      // strided bf16 operand leaves the fast GEMM.
+      const bool whole = tile >= out;
+      for (std::int64_t first = 0; first < out; first += tile) {
+        const std::int64_t end = std::min(out, first + tile);
+        const torch::Tensor rows = weight->dequantize_rows(first, end, gy.scalar_type());
+        if (whole) {
+          gx = torch::matmul(gy, rows);
+          break;
+        }
+        const torch::Tensor part =
+            torch::matmul(gy.narrow(-1, first, end - first).contiguous(), rows).to(torch::kFloat32);
+        gx = gx.defined() ? gx.add_(part) : part;
       }
-      const torch::Tensor part =
-          torch::matmul(gy.narrow(-1, first, end - first).contiguous(), rows).to(torch::kFloat32);
-      gx = gx.defined() ? gx.add_(part) : part;
+      gx = gx.to(gy.scalar_type());
     }
-    gx = gx.to(gy.scalar_type());
     torch::Tensor gbias;
     if (ctx->saved_data["has_bias"].toBool()) gbias = gy.reshape({-1, out}).sum(0);
     return {gx, gbias, torch::Tensor()};
@@ -170,7 +164,7 @@ QuantizedWeight::QuantizedWeight(QuantizedFormat format, std::int64_t out_featur
                   "the checkpoint does not match config.json; re-download or re-save it");
   };
   const std::int64_t count = out_features * in_features;
-  if (is_four_bit(format)) {
+  if (is_four_bit_format()) {
     if (blocksize <= 0 || (blocksize & (blocksize - 1)) != 0)
       fail("blocksize " + std::to_string(blocksize) + " is not a power of two");
     const auto blocks = static_cast<std::int64_t>(quant::four_bit_blocks(
@@ -203,8 +197,8 @@ QuantizedWeight::QuantizedWeight(QuantizedFormat format, std::int64_t out_featur
            std::to_string(out_features) + ")");
   }
   codes_ =
-      codes_.reshape(is_four_bit(format) ? std::vector<std::int64_t>{codes_.numel()}
-                                         : std::vector<std::int64_t>{out_features, in_features});
+      codes_.reshape(is_four_bit_format() ? std::vector<std::int64_t>{codes_.numel()}
+                                          : std::vector<std::int64_t>{out_features, in_features});
   set_tile_rows();
 }
 
@@ -216,7 +210,7 @@ std::int64_t QuantizedWeight::band_columns() const {
 }
 
 void QuantizedWeight::set_tile_rows() {
-  if (is_four_bit(format_)) {
+  if (is_four_bit_format()) {
     // Tiles start on block boundaries: rows × in a multiple of the block size.
     const std::int64_t unit = blocksize_ / std::gcd(in_features_, blocksize_);
     tile_rows_ =
@@ -256,7 +250,7 @@ QuantizedWeight::QuantizedWeight(const torch::Tensor& weight, QuantizedFormat fo
           .contiguous();
   const std::int64_t count = dense.numel();
   const std::span<const float> values = span_of<const float>(dense);
-  if (is_four_bit(format_)) {
+  if (is_four_bit_format()) {
     codes_ = torch::empty({static_cast<std::int64_t>(quant::four_bit_packed_bytes(count))},
                           torch::kUInt8);
     scales_ = torch::empty({static_cast<std::int64_t>(quant::four_bit_blocks(
@@ -300,7 +294,7 @@ QuantizedWeight::QuantizedWeight(const torch::Tensor& weight, QuantizedFormat fo
 
 void QuantizedWeight::dequantize_values(const Views& views, std::int64_t begin, std::int64_t count,
                                         std::span<float> dest, std::uint16_t* bf16_dest) const {
-  if (is_four_bit(format_)) {
+  if (is_four_bit_format()) {
     const auto codes =
         views.codes.subspan(static_cast<std::size_t>(begin / 2),
                             quant::four_bit_packed_bytes(static_cast<std::uint64_t>(count)));
@@ -331,12 +325,10 @@ void QuantizedWeight::dequantize_values(const Views& views, std::int64_t begin, 
 
 namespace {
 
-// float32 values into `dest` in `dtype` (float32, bfloat16 or float16), rounded to nearest even
-// as Tensor::to rounds them.
+// float32 values into `dest` in `dtype` (bfloat16 or float16), rounded to nearest even as
+// Tensor::to rounds them. (float32 is dequantized in place.)
 void store_as(std::span<const float> values, torch::Dtype dtype, void* dest) {
-  if (dtype == torch::kFloat32) {
-    std::memcpy(dest, values.data(), values.size() * sizeof(float));
-  } else if (dtype == torch::kBFloat16) {
+  if (dtype == torch::kBFloat16) {
     auto* out = static_cast<c10::BFloat16*>(dest);
     for (std::size_t i = 0; i < values.size(); ++i) out[i] = c10::BFloat16(values[i]);
   } else if (dtype == torch::kHalf) {
@@ -357,7 +349,7 @@ torch::Tensor QuantizedWeight::dequantize_block(std::int64_t first_row, std::int
     throw Error(ErrorKind::Internal, "QuantizedWeight: block out of range");
   const std::int64_t rows = end_row - first_row, cols = end_col - first_col;
   const bool whole_rows = cols == in_features_;
-  if (is_four_bit(format_) &&
+  if (is_four_bit_format() &&
       (whole_rows ? (first_row * in_features_) % blocksize_ != 0
                   : !column_bands() || first_col % blocksize_ != 0 ||
                         (end_col % blocksize_ != 0 && end_col != in_features_)))
@@ -366,12 +358,13 @@ torch::Tensor QuantizedWeight::dequantize_block(std::int64_t first_row, std::int
   auto* base = static_cast<std::uint8_t*>(out.data_ptr());
   const std::size_t element = out.element_size();
   // Whole rows are one run of values; a band of columns is a run per row. Runs are dequantized
-  // in pieces of at most kGrainValues (whole blocks), each in float32 into a buffer that stays in
-  // cache, then stored in `dtype`: the float32 block never exists whole.
+  // in pieces of at most kGrainValues (whole blocks) straight into `out` (float32; bf16 from 4
+  // bits), or in float32 into a buffer that stays in cache and then stored in `dtype`: the
+  // float32 block never exists whole.
   const std::int64_t run = whole_rows ? rows * cols : cols;
   const std::int64_t runs = whole_rows ? 1 : rows;
   const std::int64_t grain =
-      is_four_bit(format_) ? std::lcm(kGrainValues, blocksize_) : kGrainValues;
+      is_four_bit_format() ? std::lcm(kGrainValues, blocksize_) : kGrainValues;
   const std::int64_t per_run = (run + grain - 1) / grain;
   Views storage;
   storage.codes = {static_cast<const std::uint8_t*>(codes_.data_ptr()),
@@ -416,7 +409,7 @@ torch::Tensor QuantizedWeight::dequantize_block(std::int64_t first_row, std::int
       if (dtype == torch::kFloat32) {
         dequantize_values(storage, global, n,
                           {static_cast<float*>(dest), static_cast<std::size_t>(n)});
-      } else if (dtype == torch::kBFloat16 && is_four_bit(format_)) {
+      } else if (dtype == torch::kBFloat16 && is_four_bit_format()) {
         dequantize_values(storage, global, n, {}, static_cast<std::uint16_t*>(dest));
       } else {
         buffer.resize(static_cast<std::size_t>(n));
@@ -595,13 +588,10 @@ bool is_stored_quantization_companion(const hf::SafetensorsCheckpoint& checkpoin
 }
 
 std::vector<std::string> install_stored_quantized(
-    PretrainedModel& model, const hf::SafetensorsCheckpoint& checkpoint,
+    PretrainedModel& model, const hf::SafetensorsCheckpoint& checkpoint, const std::string& folder,
     const hf::StoredQuantization& stored, const std::map<std::string, std::string>& weights) {
   std::vector<std::string> names;
   if (weights.empty()) return names;
-  const std::string folder = checkpoint.files().empty()
-                                 ? std::string("checkpoint")
-                                 : checkpoint.files().front()->path().parent_path().string();
   torch::NoGradGuard no_grad;
   std::size_t present = 0;  // installed before or now
   for_each_linear(model, [&](const std::string& module, LinearImpl& linear) {

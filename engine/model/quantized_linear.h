@@ -145,10 +145,11 @@ std::vector<std::string> quantize_linears(PretrainedModel& model, const Deferred
 // Installs each weight a checkpoint stores quantized (`stored`: config.json's
 // quantization_config) in its Linear: `weights` maps the model's parameter name
 // ("<module>.weight") to the checkpoint's. The tensors are copied out of the checkpoint, which
-// may close after. Returns the parameter names. Throws tessera::Error (InvalidInput) naming the
-// tensor when one is missing or does not fit the layer.
+// may close after. Returns the parameter names. Throws tessera::Error (InvalidInput) naming
+// `folder` (the checkpoint's, for messages) and the tensor when one is missing or does not fit
+// the layer.
 std::vector<std::string> install_stored_quantized(
-    PretrainedModel& model, const hf::SafetensorsCheckpoint& checkpoint,
+    PretrainedModel& model, const hf::SafetensorsCheckpoint& checkpoint, const std::string& folder,
     const hf::StoredQuantization& stored, const std::map<std::string, std::string>& weights);
 
 // Whether checkpoint tensor `name` is a weight stored quantized (bitsandbytes: a 4-bit weight with
