@@ -14,6 +14,7 @@
 #include "core/files.h"
 #include "core/temporaries.h"
 #include "hf/safetensors.h"
+#include "model/quantized_linear.h"
 
 namespace tessera::exporter {
 namespace fs = std::filesystem;
@@ -395,15 +396,18 @@ ExportReport export_streamed(model::PretrainedModel& model, const WeightSource& 
                              const fs::path& out, const ExportOptions& options) {
   const hf::DType st_dtype = safetensors_dtype(options.dtype);
   const auto write_weights = [&](const fs::path& staged, ExportReport& result) {
-    // The layout from the parameters' names and shapes (their values may not be in memory).
+    // The layout from the parameters' names and dense shapes (their values may not be in
+    // memory, or be held quantized).
     std::vector<hf::TensorToWrite> layout;
-    for (const auto& item : model.named_parameters()) {
+    for (auto& [name, shape] : model::dense_parameter_shapes(model)) {
       hf::TensorToWrite w;
-      w.name = item.key();
+      w.name = name;
       w.dtype = st_dtype;
-      w.shape.assign(item.value().sizes().begin(), item.value().sizes().end());
+      std::int64_t numel = 1;
+      for (const std::int64_t size : shape) numel *= size;
+      w.shape = std::move(shape);
       layout.push_back(std::move(w));
-      result.parameters += item.value().numel();
+      result.parameters += numel;
     }
     const std::size_t count = layout.size();
     hf::StreamingSafetensorsWriter writer(staged, std::move(layout), options.max_shard_bytes,

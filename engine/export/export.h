@@ -71,7 +71,8 @@ using WeightSource = std::function<void(
     const std::function<void(const std::string& name, const torch::Tensor& value)>&)>;
 
 // export_pretrained for a model whose weights are not all in memory: the layout comes from the
-// model's parameter names and shapes, the values from `weights`, each converted and written to
+// model's parameter names and dense shapes (a quantized Linear's weight as [out, in]), the values
+// from `weights`, each converted and written to
 // its place in its shard as it comes (hf::StreamingSafetensorsWriter), so no more than one
 // tensor is converted at a time. The check reads every tensor back from the staged files and
 // compares it byte for byte with a second pass of `weights` (VerifyReport::compared "tensors",

@@ -667,20 +667,27 @@ std::uint64_t quantized_weight_bytes(const PretrainedModel& model) {
   return bytes;
 }
 
-void copy_dequantized_weights(const PretrainedModel& from, PretrainedModel& to) {
-  torch::NoGradGuard no_grad;
-  std::map<std::string, torch::Tensor> targets;
-  for (const auto& p : to.named_parameters()) targets.emplace(p.key(), p.value());
-  for_each_linear(from, [&](const std::string& module, LinearImpl& linear) {
-    if (!linear.quantized) return;
-    auto it = targets.find(module + ".weight");
-    const QuantizedWeight& q = *linear.quantized;
-    if (it == targets.end() || it->second.dim() != 2 || it->second.size(0) != q.out_features() ||
-        it->second.size(1) != q.in_features())
-      throw Error(ErrorKind::Internal,
-                  module + ".weight: no dense parameter of its shape to copy into");
-    it->second.copy_(q.dequantize());
+std::map<std::string, std::shared_ptr<const QuantizedWeight>> quantized_weights(
+    const PretrainedModel& model) {
+  std::map<std::string, std::shared_ptr<const QuantizedWeight>> out;
+  for_each_linear(model, [&](const std::string& module, LinearImpl& linear) {
+    if (linear.quantized) out.emplace(module + ".weight", linear.quantized);
   });
+  return out;
+}
+
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> dense_parameter_shapes(
+    const PretrainedModel& model) {
+  const auto quantized = quantized_weights(model);
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> out;
+  for (const auto& p : model.named_parameters()) {
+    const auto q = quantized.find(p.key());
+    out.emplace_back(p.key(), q == quantized.end()
+                                  ? p.value().sizes().vec()
+                                  : std::vector<std::int64_t>{q->second->out_features(),
+                                                              q->second->in_features()});
+  }
+  return out;
 }
 
 void dequantize_linears(PretrainedModel& model) {

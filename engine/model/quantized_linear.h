@@ -164,9 +164,13 @@ bool is_stored_quantization_companion(const hf::SafetensorsCheckpoint& checkpoin
 std::set<std::string> quantized_weight_names(const PretrainedModel& model);
 // The bytes of their quantized storage.
 std::uint64_t quantized_weight_bytes(const PretrainedModel& model);
-// Copies the dequantized weight of each quantized Linear of `from` into the parameter of the same
-// name in `to` (a dense model of the same config), converting to its dtype.
-void copy_dequantized_weights(const PretrainedModel& from, PretrainedModel& to);
+// The model's quantized weights by parameter name ("<module>.weight").
+std::map<std::string, std::shared_ptr<const QuantizedWeight>> quantized_weights(
+    const PretrainedModel& model);
+// Every parameter's name and dense shape, in named_parameters() order: a quantized Linear's
+// weight (an empty parameter) as its [out, in], the others as they are.
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> dense_parameter_shapes(
+    const PretrainedModel& model);
 // Replaces each quantized weight by its dense dequantized value in the parameter's dtype (for a
 // merge or an export: the base as the quantized model computes with it).
 void dequantize_linears(PretrainedModel& model);

@@ -58,4 +58,21 @@ ParameterCounts counts_of(const hf::ModelConfig& c, const Settings& s) {
   return {n, trainable, (lora ? n + trainable : n) - quantized, bf16 ? 2.0 : 4.0, lora, bf16};
 }
 
+// LoRA's streamed merged export (engine/runner: export_merged_lora), one weight at a time: an
+// adapted weight holds its float32 base and the copy the merge check compares against, the delta
+// in float64 and in float32, and the checkpoint's or the written file's pages of it (20 + 4 bytes
+// a value); any other weight its float32 value and those pages (8 bytes a value).
+double merge_working_set(const hf::ModelConfig& c, const Settings& s) {
+  const hf::ParameterShapes shapes = hf::family_of(c).parameter_shapes(c);
+  double adapted = 0.0, largest = d(c.vocab_size) * d(c.hidden_size);
+  const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
+  for (const hf::LinearModule& l : shapes.layer_linears) {
+    const double values = l.in_features * l.out_features;
+    largest = std::max(largest, values);
+    if (std::find(targets.begin(), targets.end(), l.name) != targets.end())
+      adapted = std::max(adapted, values);
+  }
+  return std::max(adapted * 24.0, largest * 8.0);
+}
+
 }  // namespace tessera::plan::cost

@@ -52,4 +52,8 @@ struct ParameterCounts {
 };
 ParameterCounts counts_of(const hf::ModelConfig& c, const Settings& s);
 
+// The bytes LoRA's streamed merged export holds beside the model at rest (engine/runner:
+// export_merged_lora), one weight's copies at a time.
+double merge_working_set(const hf::ModelConfig& c, const Settings& s);
+
 }  // namespace tessera::plan::cost

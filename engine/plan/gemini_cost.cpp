@@ -592,7 +592,9 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
   // The export gathers every chunk whole on every rank (the shards stay) and rank 0 then
   // writes as one process does.
   e.export_peak =
-      to_bytes(stored * param_bytes + (bf16 ? n * 4.0 : 0.0) + n * 4.0 * 2 +
+      to_bytes(stored * param_bytes +
+               (lora ? (bf16 ? trainable * 4.0 : 0.0) + cost::merge_working_set(c, s)
+                     : (bf16 ? n * 4.0 : 0.0) + n * 4.0 * 2) +
                chunks.all / w * param_bytes + static_cast<double>(kRuntimeBaselineBytes));
 }
 

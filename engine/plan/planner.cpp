@@ -347,13 +347,14 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
   e.load_peak =
       to_bytes((n - quantized.elements) * 4.0 + quantized.bytes + quantized.largest * 4.0 +
                static_cast<double>(checkpoint_bytes) + static_cast<double>(kRuntimeBaselineBytes));
-  // The export (engine/runner), after the optimizer state is freed: the trained model, an fp32
-  // copy below fp32 training or of a quantized base (for LoRA: the checkpoint's base, or the
-  // dequantized one, plus the delta), and the reload that verifies the written files.
-  // The reload reads the written float32 files through a mapping, resident while it copies
-  // (as the load does). LoRA's merge check holds one weight's copies at a time.
+  // The export (engine/runner), after the optimizer state is freed. Full fine-tuning: the
+  // trained model, its fp32 copy below fp32 training, and the reload that verifies the written
+  // files (read through a mapping, resident while it copies, as the load is). LoRA's merged
+  // export is streamed beside the model at rest: one weight at a time, from the checkpoint or
+  // dequantized, in float32 (merge_working_set).
   e.export_peak = to_bytes(stored * param_bytes + quantized.bytes +
-                           (bf16 || quantized.elements > 0 ? n * 4.0 : 0.0) + n * 4.0 * 2 +
+                           (lora ? (bf16 ? trainable * 4.0 : 0.0) + cost::merge_working_set(c, s)
+                                 : (bf16 ? n * 4.0 : 0.0) + n * 4.0 * 2) +
                            static_cast<double>(kRuntimeBaselineBytes));
 
   const ActivationTerms act = activation_terms(c, s);

@@ -197,7 +197,7 @@ class LoraDeltas {
   // float64 on the CPU
   torch::Tensor of(const std::string& weight) const {
     const auto& [lora_b, lora_a] = factors_.at(weight);
-    torch::Tensor delta = torch::matmul(lora_b, lora_a) * scaling_;  // [out, in]
+    torch::Tensor delta = torch::matmul(lora_b, lora_a).mul_(scaling_);  // [out, in]
     // A Conv1D weight (GPT-2's) is stored [in, out] (PEFT's fan_in_fan_out).
     return conv1d_ ? delta.t().contiguous() : delta;
   }
@@ -207,13 +207,6 @@ class LoraDeltas {
   bool conv1d_;
   std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> factors_;  // weight → (B, A)
 };
-
-// The model's weights by name (sharing storage, on the CPU).
-std::map<std::string, torch::Tensor> weights_of(const model::PretrainedModel& model) {
-  std::map<std::string, torch::Tensor> out;
-  for (const auto& p : model.named_parameters()) out[p.key()] = p.value().detach().to(torch::kCPU);
-  return out;
-}
 
 // Adds `report`'s entries to `into`, `label` naming the stage in their problems.
 void append_check(exporter::MergeCheckReport& into, exporter::MergeCheckReport report,
@@ -553,90 +546,63 @@ exporter::ExportOptions export_options_for(const hf::ModelFolder& source, job::E
 }
 
 // LoRA: the adapter in PEFT format to out_dir/adapter, and the model with the adapter merged to
-// out_dir/model, checked against the adapter's own deltas. Returns the adapter folder.
-fs::path export_merged_lora(const job::JobSpec& spec, const hf::ModelFolder& source,
-                            train::Trainer& trainer, model::PretrainedModel& model,
+// out_dir/model. Returns the adapter folder.
+//
+// The merged model is streamed one weight at a time (exporter::export_streamed), so the export
+// holds one weight's copies beside the training model, never a second model: each base weight in
+// float32 — a quantized one (QLoRA) dequantized from the training model, the base the adapter
+// trained on; any other read from the checkpoint, so a base rounded for training in a lower
+// precision loses nothing — plus the adapter's delta where it adapts one. Each merged weight is
+// checked against a copy of its base and the delta computed from the adapter's factors before it
+// is written; the written files are then read back and compared byte for byte with the merged
+// weights computed again.
+fs::path export_merged_lora(const hf::ModelFolder& source, train::Trainer& trainer,
+                            model::PretrainedModel& model, const model::DeferredWeights& checkpoint,
                             std::int64_t step, const fs::path& out_dir, job::EventSink& events) {
   train::LoraModel& lora = *trainer.lora();
-  trainer.plugin().gather_weights();  // the merge adds into the base weights in place
+  trainer.plugin().gather_weights();  // the adapters whole and in memory
   const fs::path adapter_dir = out_dir / "adapter";
   fs::create_directories(adapter_dir);
   lora.save_adapter(adapter_dir, fs::absolute(source.dir()).string());
   events.emit("checkpoint", {{"step", step}, {"path", adapter_dir.string()}, {"kind", "adapter"}});
   const LoraDeltas deltas(lora, model);
-  // Trained in fp32, the base in memory is the checkpoint's own: merge into it. Trained in a
-  // lower precision, it was rounded for training; the merged model is then the checkpoint's
-  // fp32 weights plus the adapter's delta, so the merge does not lose the delta to rounding.
-  // On a quantized base (QLoRA) the merged model is the base the adapter trained on: its
-  // quantized weights dequantized (to float32), the rest the checkpoint's, plus the delta.
-  std::shared_ptr<model::PretrainedModel> merged;
-  const bool quantized = !model::quantized_weight_names(model).empty();
-  if (spec.precision == "fp32" && !quantized) {
-    lora.detach();
-  } else {
-    merged = model::load_pretrained(source.config(), source.weights(), torch::kFloat32);
-    source.release_resident_pages();
-    // A checkpoint that stores its base quantized loads so: the merged model is dense.
-    model::dequantize_linears(*merged);
-    if (quantized) model::copy_dequantized_weights(model, *merged);
-  }
-  model::PretrainedModel& target = merged ? *merged : model;
-  // The check runs in two stages that never hold more than one weight's copy: each adapted
-  // weight is merged against a copy of its base taken just before (W = base + delta), then the
-  // reloaded export is compared with the merged model (adapted weights as (W - delta) + delta,
-  // so a delta lost to the export dtype's rounding still fails).
+  const auto quantized = model::quantized_weights(model);
   exporter::MergeCheckReport merge_check;
-  {
+  bool first_pass = true;
+  const exporter::WeightSource merged = [&](const auto& visit) {
     torch::NoGradGuard no_grad;
-    for (const auto& p : target.named_parameters()) {
-      if (!deltas.adapts(p.key())) continue;
-      torch::Tensor weight = p.value().detach();
-      const torch::Tensor base = weight.to(torch::kCPU, torch::kFloat32, false, /*copy=*/true);
-      const torch::Tensor delta = deltas.of(p.key());
-      weight.copy_(weight.to(torch::kFloat32) + delta.to(weight.device(), torch::kFloat32));
-      append_check(
-          merge_check,
-          exporter::check_merged_deltas({{p.key(), base}}, {{p.key(), weight}}, {{p.key(), delta}}),
-          "merged in memory");
-    }
-  }
-  exporter::export_pretrained(target, out_dir / "model", export_options_for(source, events));
-  auto reloaded = model::load_pretrained(out_dir / "model", torch::kFloat32);
-  auto exported = weights_of(*reloaded);
-  for (const auto& p : target.named_parameters()) {
-    const std::string& name = p.key();
-    const torch::Tensor weight = p.value().detach().to(torch::kCPU);
-    auto it = exported.find(name);
-    if (it == exported.end()) {
-      append_check(merge_check, exporter::check_merged_deltas({{name, weight}}, {}, {}),
-                   "exported");
-      continue;
-    }
-    const torch::Tensor written = it->second;
-    exported.erase(it);
-    if (!deltas.adapts(name)) {
-      append_check(merge_check,
-                   exporter::check_merged_deltas({{name, weight}}, {{name, written}}, {}),
-                   "exported");
-      continue;
-    }
-    const torch::Tensor delta = deltas.of(name);
-    auto stage = exporter::check_merged_deltas({{name, weight.to(torch::kFloat64) - delta}},
-                                               {{name, written}}, {{name, delta}});
-    // One entry per adapted weight: the merge's, failed when its export failed.
-    for (auto& e : merge_check.entries)
-      if (e.name == name && e.adapted && e.passed && !stage.entries.front().passed) {
-        e.passed = false;
-        e.problem = "exported: " + stage.entries.front().problem;
+    for (const auto& [name, shape] : model::dense_parameter_shapes(model)) {
+      torch::Tensor weight;
+      if (const auto q = quantized.find(name); q != quantized.end()) {
+        weight = q->second->dequantize();
+      } else {
+        weight = torch::empty(shape, torch::kFloat32);
+        checkpoint.read_into(name, weight);
       }
-  }
-  for (const auto& [name, written] : exported)
-    append_check(merge_check, exporter::check_merged_deltas({}, {{name, written}}, {}), "exported");
-  merge_check.passed = merge_check.failures() == 0;
-  if (!merge_check.passed)
-    throw Error(ErrorKind::Internal, "merged export failed its check: " + merge_check.summary(),
-                "the adapter in " + adapter_dir.string() + " is intact");
-  events.log("info", "merged export verified: " + merge_check.summary());
+      if (deltas.adapts(name)) {
+        const torch::Tensor delta = deltas.of(name);
+        const torch::Tensor base = first_pass ? weight.clone() : torch::Tensor();
+        weight.add_(delta.to(torch::kFloat32));
+        if (first_pass) {
+          // A failure stops the export before anything is renamed into place.
+          append_check(
+              merge_check,
+              exporter::check_merged_deltas({{name, base}}, {{name, weight}}, {{name, delta}}),
+              "merged");
+          if (merge_check.failures() > 0)
+            throw Error(ErrorKind::Internal,
+                        "merged export failed its check: " + merge_check.summary(),
+                        "the adapter in " + adapter_dir.string() + " is intact");
+        }
+      }
+      visit(name, weight);
+    }
+    first_pass = false;
+  };
+  exporter::export_streamed(model, merged, out_dir / "model", export_options_for(source, events));
+  events.log("info", "merged export verified: " + std::to_string(merge_check.entries.size()) +
+                         " adapted weight(s) equal base + delta, and every tensor read back "
+                         "from the written files equals the merged weight");
   return adapter_dir;
 }
 
@@ -825,7 +791,11 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   // was, so the run that is there still resumes as it was.
   if (leader) job::save_job_spec(requested, out_dir / "job.json");
   train::Trainer trainer(to_train.model, options, &trainer_events);
-  options.deferred_weights.reset();  // read by now: the checkpoint's pages can go
+  // Read by now: the checkpoint's pages can go. LoRA's merged export reads the base again, one
+  // weight at a time.
+  const std::shared_ptr<const model::DeferredWeights> checkpoint_weights =
+      spec.method.type == "lora" ? options.deferred_weights : nullptr;
+  options.deferred_weights.reset();
   source.release_resident_pages();
   // While the steps run, a stop request ends the step with a checkpoint (the caller's signal
   // handler only sets `stop`); before and after, it ends the process at once.
@@ -858,10 +828,13 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   if (result.status != "completed" || !leader) return outcome;
   // The optimizer is done: its memory goes to the export.
   trainer.plugin().release_training_state();
-  if (trainer.lora())
-    outcome.adapter_dir = export_merged_lora(spec, source, trainer, *to_train.model,
+  if (trainer.lora()) {
+    if (!checkpoint_weights)
+      throw Error(ErrorKind::Internal,
+                  "LoRA trained without the checkpoint's weights to merge into");
+    outcome.adapter_dir = export_merged_lora(source, trainer, *to_train.model, *checkpoint_weights,
                                              result.steps_done, out_dir, events);
-  else
+  } else
     export_trained(source, trainer.plugin(), *to_train.model, out_dir, events);
   outcome.model_dir = out_dir / "model";
   events.emit(

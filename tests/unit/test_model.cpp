@@ -658,8 +658,15 @@ class TestModel : public QObject {
     // Codes (half a byte a value) and a float32 absmax per 64 values.
     const std::uint64_t values = 2 * (4 * 64 * 64 + 3 * 64 * 128) - 2 * 2 * 64 * 32;
     QCOMPARE(quantized_weight_bytes(*model), values / 2 + values / 64 * 4);
-    copy_dequantized_weights(*model, *dense);
     torch::NoGradGuard no_grad;
+    auto dense_parameters = dense->named_parameters();
+    for (const auto& [name, weight] : quantized_weights(*model))
+      dense_parameters[name].copy_(weight->dequantize());
+    std::map<std::string, std::vector<std::int64_t>> dense_shapes;
+    for (const auto& [name, shape] : dense_parameter_shapes(*model)) dense_shapes[name] = shape;
+    QCOMPARE(dense_shapes.size(), dense_parameters.size());
+    for (const auto& p : dense_parameters)
+      QVERIFY(dense_shapes.at(p.key()) == p.value().sizes().vec());
     ForwardInput in = batch({{1, 2, 3, 4, 5}, {6, 7, 8}}, 5);
     const torch::Tensor ours = model->forward(in).logits;
     QVERIFY(torch::allclose(ours, dense->forward(in).logits, 1e-5, 1e-6));
