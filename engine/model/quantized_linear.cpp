@@ -58,6 +58,16 @@ std::span<T> span_of(const torch::Tensor& t) {
   return {static_cast<T*>(t.data_ptr()), static_cast<std::size_t>(t.numel())};
 }
 
+// The buffer a tile's dequantized weight goes into: one per thread, reused by every tile of
+// every layer (a fresh tensor a tile costs its pages' faults and unmapping, more than the
+// dequantization itself). Each tile is consumed by its matmul before the next is written.
+torch::Tensor& thread_tile_buffer(std::int64_t bytes) {
+  thread_local torch::Tensor buffer;
+  if (!buffer.defined() || buffer.nbytes() < static_cast<std::size_t>(bytes))
+    buffer = torch::empty({bytes}, torch::kUInt8);
+  return buffer;
+}
+
 // y = x·Wᵀ + b with W's rows dequantized a tile at a time, in forward and again in backward.
 class QuantizedMatmul : public torch::autograd::Function<QuantizedMatmul> {
  public:
@@ -68,11 +78,13 @@ class QuantizedMatmul : public torch::autograd::Function<QuantizedMatmul> {
     ctx->saved_data["weight"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(weight));
     ctx->saved_data["has_bias"] = bias.has_value();
     const std::int64_t out = weight->out_features(), tile = weight->tile_rows();
+    const torch::Tensor& buffer = thread_tile_buffer(std::min(tile, out) * weight->in_features() *
+                                                     static_cast<std::int64_t>(x.element_size()));
     std::vector<torch::Tensor> pieces;
     for (std::int64_t first = 0; first < out; first += tile) {
       const std::int64_t end = std::min(out, first + tile);
       pieces.push_back(
-          torch::linear(x, weight->dequantize_rows(first, end, x.scalar_type()),
+          torch::linear(x, weight->dequantize_rows(first, end, x.scalar_type(), buffer),
                         bias ? std::optional<torch::Tensor>(bias->slice(0, first, end)) : bias));
     }
     return pieces.size() == 1 ? pieces.front() : torch::cat(pieces, -1);
@@ -89,10 +101,13 @@ class QuantizedMatmul : public torch::autograd::Function<QuantizedMatmul> {
       // gx = gy·W a band of W's columns at a time: each band of gx is one matmul over every
       // output feature, written once (no partial sums).
       const std::int64_t in = weight->in_features(), band = weight->band_columns();
+      const torch::Tensor& buffer = thread_tile_buffer(
+          out * std::min(band, in) * static_cast<std::int64_t>(gy.element_size()));
       std::vector<torch::Tensor> pieces;
       for (std::int64_t first = 0; first < in; first += band)
-        pieces.push_back(torch::matmul(
-            gy, weight->dequantize_columns(first, std::min(in, first + band), gy.scalar_type())));
+        pieces.push_back(
+            torch::matmul(gy, weight->dequantize_columns(first, std::min(in, first + band),
+                                                         gy.scalar_type(), buffer)));
       gx = pieces.size() == 1 ? pieces.front() : torch::cat(pieces, -1);
     } else {
       // Otherwise (4-bit blocks that straddle rows) gx = gy·W summed over the tiles of W's
@@ -100,9 +115,12 @@ class QuantizedMatmul : public torch::autograd::Function<QuantizedMatmul> {
       // accumulates so), cast once at the end, and each tile's slice of gy is made contiguous: a
       // strided bf16 operand leaves the fast GEMM.
       const bool whole = tile >= out;
+      const torch::Tensor& buffer =
+          thread_tile_buffer(std::min(tile, out) * weight->in_features() *
+                             static_cast<std::int64_t>(gy.element_size()));
       for (std::int64_t first = 0; first < out; first += tile) {
         const std::int64_t end = std::min(out, first + tile);
-        const torch::Tensor rows = weight->dequantize_rows(first, end, gy.scalar_type());
+        const torch::Tensor rows = weight->dequantize_rows(first, end, gy.scalar_type(), buffer);
         if (whole) {
           gx = torch::matmul(gy, rows);
           break;
@@ -299,7 +317,7 @@ void QuantizedWeight::dequantize_values(const Views& views, std::int64_t begin, 
         views.codes.subspan(static_cast<std::size_t>(begin / 2),
                             quant::four_bit_packed_bytes(static_cast<std::uint64_t>(count)));
     const auto scales =
-        views.scales.subspan(static_cast<std::size_t>(begin / blocksize_),
+        views.scales.subspan(static_cast<std::size_t>(begin / blocksize_ - views.first_scale),
                              quant::four_bit_blocks(static_cast<std::uint64_t>(count),
                                                     static_cast<std::uint64_t>(blocksize_)));
     if (bf16_dest != nullptr)
@@ -343,7 +361,8 @@ void store_as(std::span<const float> values, torch::Dtype dtype, void* dest) {
 
 torch::Tensor QuantizedWeight::dequantize_block(std::int64_t first_row, std::int64_t end_row,
                                                 std::int64_t first_col, std::int64_t end_col,
-                                                torch::Dtype dtype) const {
+                                                torch::Dtype dtype,
+                                                const torch::Tensor& into) const {
   if (first_row < 0 || end_row > out_features_ || first_row > end_row || first_col < 0 ||
       end_col > in_features_ || first_col > end_col)
     throw Error(ErrorKind::Internal, "QuantizedWeight: block out of range");
@@ -354,13 +373,22 @@ torch::Tensor QuantizedWeight::dequantize_block(std::int64_t first_row, std::int
                   : !column_bands() || first_col % blocksize_ != 0 ||
                         (end_col % blocksize_ != 0 && end_col != in_features_)))
     throw Error(ErrorKind::Internal, "QuantizedWeight: the block does not start on a block");
-  torch::Tensor out = torch::empty({rows, cols}, torch::TensorOptions().dtype(dtype));
+  torch::Tensor out;
+  if (into.defined()) {
+    const std::int64_t bytes = rows * cols * static_cast<std::int64_t>(c10::elementSize(dtype));
+    if (!into.is_contiguous() || into.nbytes() < static_cast<std::size_t>(bytes))
+      throw Error(ErrorKind::Internal, "QuantizedWeight: the buffer is too small");
+    out = into.view(torch::kUInt8).reshape({-1}).narrow(0, 0, bytes).view(dtype).view({rows, cols});
+  } else {
+    out = torch::empty({rows, cols}, torch::TensorOptions().dtype(dtype));
+  }
   auto* base = static_cast<std::uint8_t*>(out.data_ptr());
   const std::size_t element = out.element_size();
   // Whole rows are one run of values; a band of columns is a run per row. Runs are dequantized
   // in pieces of at most kGrainValues (whole blocks) straight into `out` (float32; bf16 from 4
   // bits), or in float32 into a buffer that stays in cache and then stored in `dtype`: the
-  // float32 block never exists whole.
+  // float32 block never exists whole. Double-quantized absmax are restored per piece, on the
+  // piece's thread, into a buffer as small.
   const std::int64_t run = whole_rows ? rows * cols : cols;
   const std::int64_t runs = whole_rows ? 1 : rows;
   const std::int64_t grain =
@@ -369,51 +397,37 @@ torch::Tensor QuantizedWeight::dequantize_block(std::int64_t first_row, std::int
   Views storage;
   storage.codes = {static_cast<const std::uint8_t*>(codes_.data_ptr()),
                    static_cast<std::size_t>(codes_.nbytes())};
-  // Double-quantized absmax: the block's ones restored first, into an array of the weight's
-  // length where only they are written (its other pages are never touched, so never resident).
-  std::unique_ptr<float[]> restored_storage;  // uninitialized: only the block's are written
-  std::span<float> restored;
-  if (nested_) {
-    const NestedAbsmax& n = *nested_;
-    const std::size_t all_blocks =
-        quant::four_bit_blocks(static_cast<std::uint64_t>(out_features_ * in_features_),
-                               static_cast<std::uint64_t>(blocksize_));
-    restored_storage.reset(new float[all_blocks]);
-    restored = {restored_storage.get(), all_blocks};
-    const auto restore = [&](std::int64_t value, std::int64_t values) {
-      const auto first_block = static_cast<std::size_t>(value / blocksize_);
-      const std::size_t blocks = quant::four_bit_blocks(static_cast<std::uint64_t>(values),
-                                                        static_cast<std::uint64_t>(blocksize_));
-      quant::dequantize_nested_absmax_range(span_of<const std::uint8_t>(n.codes),
-                                            span_of<const float>(n.code),
-                                            span_of<const float>(n.scales), n.blocksize, n.offset,
-                                            first_block, restored.subspan(first_block, blocks));
-    };
-    if (whole_rows)
-      restore(first_row * in_features_, rows * cols);
-    else
-      for (std::int64_t r = first_row; r < end_row; ++r)
-        restore(r * in_features_ + first_col, cols);
-    storage.scales = restored;
-  } else {
-    storage.scales = span_of<const float>(scales_);
-  }
+  if (!nested_) storage.scales = span_of<const float>(scales_);
   on_torch_threads(runs * per_run, [&](std::int64_t p0, std::int64_t p1) {
     std::vector<float> buffer;
+    std::vector<float> restored;
     for (std::int64_t p = p0; p < p1; ++p) {
       const std::int64_t r = p / per_run, at = (p % per_run) * grain;
       const std::int64_t n = std::min(run, at + grain) - at;
       const std::int64_t global = whole_rows ? first_row * in_features_ + at
                                              : (first_row + r) * in_features_ + first_col + at;
+      Views views = storage;
+      if (nested_) {
+        const NestedAbsmax& nested = *nested_;
+        const std::size_t blocks = quant::four_bit_blocks(static_cast<std::uint64_t>(n),
+                                                          static_cast<std::uint64_t>(blocksize_));
+        restored.resize(blocks);
+        views.first_scale = global / blocksize_;
+        quant::dequantize_nested_absmax_range(
+            span_of<const std::uint8_t>(nested.codes), span_of<const float>(nested.code),
+            span_of<const float>(nested.scales), nested.blocksize, nested.offset,
+            static_cast<std::uint64_t>(views.first_scale), restored);
+        views.scales = restored;
+      }
       void* dest = base + static_cast<std::size_t>(r * run + at) * element;
       if (dtype == torch::kFloat32) {
-        dequantize_values(storage, global, n,
+        dequantize_values(views, global, n,
                           {static_cast<float*>(dest), static_cast<std::size_t>(n)});
       } else if (dtype == torch::kBFloat16 && is_four_bit_format()) {
-        dequantize_values(storage, global, n, {}, static_cast<std::uint16_t*>(dest));
+        dequantize_values(views, global, n, {}, static_cast<std::uint16_t*>(dest));
       } else {
         buffer.resize(static_cast<std::size_t>(n));
-        dequantize_values(storage, global, n, buffer);
+        dequantize_values(views, global, n, buffer);
         store_as(buffer, dtype, dest);
       }
     }

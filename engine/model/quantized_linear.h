@@ -65,17 +65,22 @@ class QuantizedWeight {
   // Rows [first_row, end_row) × columns [first_col, end_col) of the weight, dense: each value
   // dequantized in float32 (as bitsandbytes does), then rounded to `dtype` (float32, bfloat16
   // or float16). A block of whole rows starts on a 4-bit block; a band of columns needs
-  // column_bands() and starts (and ends, or reaches the last column) on one.
+  // column_bands() and starts (and ends, or reaches the last column) on one. Written into
+  // `into`'s storage when given (at least that many bytes, contiguous: a buffer reused from tile
+  // to tile), else into a new tensor.
   torch::Tensor dequantize_block(std::int64_t first_row, std::int64_t end_row,
                                  std::int64_t first_col, std::int64_t end_col,
-                                 torch::Dtype dtype = torch::kFloat32) const;
+                                 torch::Dtype dtype = torch::kFloat32,
+                                 const torch::Tensor& into = {}) const;
   torch::Tensor dequantize_rows(std::int64_t first, std::int64_t end,
-                                torch::Dtype dtype = torch::kFloat32) const {
-    return dequantize_block(first, end, 0, in_features_, dtype);
+                                torch::Dtype dtype = torch::kFloat32,
+                                const torch::Tensor& into = {}) const {
+    return dequantize_block(first, end, 0, in_features_, dtype, into);
   }
   torch::Tensor dequantize_columns(std::int64_t first, std::int64_t end,
-                                   torch::Dtype dtype = torch::kFloat32) const {
-    return dequantize_block(0, out_features_, first, end, dtype);
+                                   torch::Dtype dtype = torch::kFloat32,
+                                   const torch::Tensor& into = {}) const {
+    return dequantize_block(0, out_features_, first, end, dtype, into);
   }
   torch::Tensor dequantize() const { return dequantize_rows(0, out_features_); }
   // Whether bands of columns dequantize (each row's values a whole number of 4-bit blocks; int8
@@ -116,10 +121,12 @@ class QuantizedWeight {
   // Values [begin, begin + count) of the flattened weight (a 4-bit run starts on a block) in
   // float32 into `dest`, or for a 4-bit weight with `bf16_dest` set, rounded to bfloat16 there.
   // The storage's spans, taken once per dequantization (a tensor's data_ptr() costs checks).
-  // `scales`: one per 4-bit block (double-quantized ones restored) or per int8 row.
+  // `scales`: one per 4-bit block (double-quantized ones restored) or per int8 row, from block
+  // (row) `first_scale` of the weight on.
   struct Views {
     std::span<const std::uint8_t> codes;  // 4-bit packed codes or int8 values, as bytes
     std::span<const float> scales;
+    std::int64_t first_scale = 0;
   };
   void dequantize_values(const Views& views, std::int64_t begin, std::int64_t count,
                          std::span<float> dest, std::uint16_t* bf16_dest = nullptr) const;

@@ -179,19 +179,20 @@ void dequantize_four_bit_bf16(std::span<const std::uint8_t> packed, std::span<co
   check_layout(count, blocksize, packed.size(), absmax.size(), "4-bit dequantization");
   const auto block = static_cast<std::uint64_t>(blocksize);
   const std::array<float, 16>& code = four_bit_code(type);
-  const bool simd = detail::cpu_has_avx512() && block % 32 == 0;
-  for (std::uint64_t begin = 0, b = 0; begin < count; begin += block, ++b) {
+  std::uint64_t begin = 0, b = 0;
+  if (detail::cpu_has_avx512() && block % 64 == 0) {
+    const std::uint64_t whole = count / block;
+    detail::four_bit_blocks_to_bf16_avx512(packed.data(), absmax.data(), whole, block, code.data(),
+                                           out.data());
+    begin = whole * block;
+    b = whole;
+  }
+  for (; begin < count; begin += block, ++b) {
     const std::uint64_t end = std::min(count, begin + block);
     const float scale = absmax[b];
     const std::uint8_t* bytes = packed.data() + begin / 2;
     std::uint16_t* dest = out.data() + begin;
-    std::uint64_t done = 0;
-    if (simd) {
-      const std::uint64_t groups = (end - begin) / 32;
-      detail::four_bit_to_bf16_avx512(bytes, groups, scale, code.data(), dest);
-      done = groups * 32;
-    }
-    for (std::uint64_t i = done; i < end - begin; ++i) {
+    for (std::uint64_t i = 0; i < end - begin; ++i) {
       const std::uint8_t byte = bytes[i / 2];
       dest[i] = to_bf16_bits(code[i % 2 == 0 ? byte >> 4 : byte & 0x0F] * scale);
     }

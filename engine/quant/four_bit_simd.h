@@ -7,9 +7,11 @@ namespace tessera::quant::detail {
 
 bool cpu_has_avx512();  // AVX-512 F and BW
 
-// `groups` × 16 packed bytes (32 values, high nibble first) → code[index] × scale as bfloat16
-// bit patterns. Only on a CPU with cpu_has_avx512().
-void four_bit_to_bf16_avx512(const std::uint8_t* packed, std::size_t groups, float scale,
-                             const float* code, std::uint16_t* out);
+// `blocks` whole blocks of `block` values (a multiple of 64), block b's packed bytes (high nibble
+// first) at packed + b·block/2 → code[index] × absmax[b] as bfloat16 bit patterns. Only on a CPU
+// with cpu_has_avx512().
+void four_bit_blocks_to_bf16_avx512(const std::uint8_t* packed, const float* absmax,
+                                    std::size_t blocks, std::size_t block, const float* code,
+                                    std::uint16_t* out);
 
 }  // namespace tessera::quant::detail

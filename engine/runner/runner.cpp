@@ -800,7 +800,7 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   // While the steps run, a stop request ends the step with a checkpoint (the caller's signal
   // handler only sets `stop`); before and after, it ends the process at once.
   struct StepEndWindow {
-    std::atomic<bool>* flag;
+    std::atomic<bool>* flag = nullptr;
     explicit StepEndWindow(std::atomic<bool>* f) : flag(f) {
       if (flag) flag->store(true);
     }
@@ -808,9 +808,11 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
       if (flag) flag->store(false);
     }
   };
-  std::optional<StepEndWindow> step_end_window(std::in_place, run_options.stopping_at_step_end);
-  const train::TrainResult result = train_model(trainer, spec, std::move(data), run_options.stop);
-  step_end_window.reset();
+  train::TrainResult result;
+  {
+    const StepEndWindow step_end_window(run_options.stopping_at_step_end);
+    result = train_model(trainer, spec, std::move(data), run_options.stop);
+  }
   if (step_times) step_times->finish();
   // A plugin that shards the weights (gemini on several ranks) gathers them with every rank, so
   // that rank 0 alone can export them; then every rank is done with collectives, the other ranks

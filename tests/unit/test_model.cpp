@@ -574,6 +574,16 @@ class TestModel : public QObject {
         QVERIFY(
             torch::equal(q.dequantize_rows(0, out, torch::kBFloat16), whole.to(torch::kBFloat16)));
         QVERIFY(torch::equal(q.dequantize_rows(0, out, torch::kHalf), whole.to(torch::kHalf)));
+        // Into a buffer reused from tile to tile (larger than the block, holding old values):
+        // the same values; a buffer too small is refused.
+        const torch::Tensor buffer = torch::full({out * in * 2 + 10}, 0x5A, torch::kUInt8);
+        QVERIFY(
+            torch::equal(q.dequantize_rows(q.tile_rows(), out, torch::kBFloat16, buffer),
+                         whole.narrow(0, q.tile_rows(), out - q.tile_rows()).to(torch::kBFloat16)));
+        QVERIFY(torch::equal(q.dequantize_rows(0, out, torch::kBFloat16, buffer),
+                             whole.to(torch::kBFloat16)));
+        QVERIFY_THROWS_EXCEPTION(
+            tessera::Error, q.dequantize_rows(0, out, torch::kFloat32, buffer.narrow(0, 0, 64)));
         QCOMPARE(q.column_bands(), format == QuantizedFormat::Int8 || in % 64 == 0);
         if (q.column_bands()) {
           const std::int64_t band = q.band_columns();
