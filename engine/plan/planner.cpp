@@ -342,10 +342,12 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
   e.gradients = to_bytes(trainable * (bf16 ? 2.0 + 4.0 : 4.0));
   e.optimizer = to_bytes(trainable * 8.0);
   e.runtime = kRuntimeBaselineBytes;
-  // The runner loads in fp32 from the memory-mapped checkpoint, then casts. A quantized base's
-  // linear weights are read one at a time in float32 and quantized.
+  // The runner loads in fp32 from the memory-mapped checkpoint, then casts; LoRA under
+  // `single` reads its frozen base straight into the compute dtype (engine/train/trainer). A
+  // quantized base's linear weights are read one at a time in float32 and quantized.
+  const double loaded_bytes = lora && s.strategy == "single" ? param_bytes : 4.0;
   e.load_peak =
-      to_bytes((n - quantized.elements) * 4.0 + quantized.bytes + quantized.largest * 4.0 +
+      to_bytes((n - quantized.elements) * loaded_bytes + quantized.bytes + quantized.largest * 4.0 +
                static_cast<double>(checkpoint_bytes) + static_cast<double>(kRuntimeBaselineBytes));
   // The export (engine/runner), after the optimizer state is freed. Full fine-tuning: the
   // trained model, its fp32 copy below fp32 training, and the reload that verifies the written

@@ -248,21 +248,35 @@ class TestReviewPage : public QObject {
     MethodPage* method = wizard->method_page();
     QCOMPARE(method->method(), QString("lora"));
     QCOMPARE(method->quantize(), QString("nf4"));
+    QVERIFY(method->double_quant());  // by default, as the QLoRA paper trains
     const tessera::job::JobSpec spec = wizard->build_spec();
     QCOMPARE(QString::fromStdString(spec.method.type), QString("lora"));
     QCOMPARE(QString::fromStdString(spec.method.quantize), QString("nf4"));
+    QVERIFY(spec.method.double_quant);
     ReviewPage* review = wizard->review_page();
-    QTRY_COMPARE_WITH_TIMEOUT(review->summary_value("Method"),
-                              QString("QLoRA (NF4 base), rank %1 (alpha %2)")
-                                  .arg(spec.method.lora_rank)
-                                  .arg(QString::number(spec.method.lora_alpha, 'g', 6)),
-                              10000);
+    QTRY_COMPARE_WITH_TIMEOUT(
+        review->summary_value("Method"),
+        QString("QLoRA (NF4 base, double-quantized scales), rank %1 (alpha %2)")
+            .arg(spec.method.lora_rank)
+            .arg(QString::number(spec.method.lora_alpha, 'g', 6)),
+        10000);
     const QString job_file = path("qlora-job.json");
     QCOMPARE(review->save_spec(job_file), QString());
     const QJsonObject plan = plan_of(job_file);
     QCOMPARE(plan.value("settings").toObject().value("quantize").toString(), QString("nf4"));
+    QVERIFY(plan.value("settings").toObject().value("double_quant").toBool());
     QVERIFY2(plan.value("explanation").toString().startsWith("QLoRA (rank"),
              qPrintable(plan.value("explanation").toString()));
+    // int8 rows have no block scales to quantize: the choice is off, and so is the spec's.
+    MethodPage int8_page;
+    int8_page.set_method("qlora");
+    tessera::job::MethodSpec int8_method = spec.method;
+    int8_method.quantize = "int8";
+    int8_method.double_quant = false;
+    int8_page.load_spec(int8_method, spec.training, "fp32");
+    QCOMPARE(int8_page.quantize(), QString("int8"));
+    QVERIFY(!int8_page.double_quant());
+    QVERIFY(!int8_page.method_spec().double_quant);
     method->set_method("lora");
     QCOMPARE(method->quantize(), QString("none"));
     QCOMPARE(QString::fromStdString(wizard->build_spec().method.quantize), QString("none"));

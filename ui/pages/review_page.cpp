@@ -263,9 +263,11 @@ void ReviewPage::show_summary(const ReviewFacts& facts) {
   const QString base = s.method.quantize == "int8"
                            ? QString("int8")
                            : QString::fromStdString(s.method.quantize).toUpper();
+  const QString scales = s.method.double_quant ? tr(", double-quantized scales") : QString();
   rows["Method"] = s.method.type != "lora" ? tr("full fine-tuning (every parameter is trained)")
-                   : s.method.quantize != "none" ? tr("QLoRA (%1 base), rank %2 (alpha %3)")
+                   : s.method.quantize != "none" ? tr("QLoRA (%1 base%2), rank %3 (alpha %4)")
                                                        .arg(base)
+                                                       .arg(scales)
                                                        .arg(s.method.lora_rank)
                                                        .arg(number_text(s.method.lora_alpha))
                                                  : tr("LoRA, rank %1 (alpha %2)")

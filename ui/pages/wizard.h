@@ -216,6 +216,7 @@ class MethodPage : public QWidget {
   QString method() const;                    // the job spec's method.type: "full" | "lora"
   QString method_choice() const;             // the card chosen: "full" | "lora" | "qlora"
   QString quantize() const;                  // QLoRA's base format ("nf4", ...) or "none"
+  bool double_quant() const;                 // QLoRA on 4 bits: the block scales quantized too
   QString preset() const { return preset_; }
   job::MethodSpec method_spec() const;
   job::TrainingSpec training_spec() const;
@@ -278,6 +279,7 @@ class MethodPage : public QWidget {
   QLineEdit* dropout_;
   QLineEdit* targets_;
   QComboBox* quantize_;  // QLoRA's base format
+  QCheckBox* double_quant_;
   bool lr_user_set_ = false;
   bool loading_ = false;
 };
