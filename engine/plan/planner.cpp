@@ -275,6 +275,12 @@ std::int64_t count_lora_parameters(const hf::ModelConfig& c, std::int64_t rank,
 
 namespace {
 
+// Whether a strategy trains LoRA on a quantized base (QLoRA): those that keep the frozen weights
+// whole on every rank (engine/train/trainer: quantize_base).
+bool quantizes_base(const std::string& strategy) {
+  return strategy == "single" || strategy == "ddp" || strategy == "zero";
+}
+
 // The widest output of a layer's linears (a quantized linear's output pieces and their
 // concatenation are that wide).
 double widest_layer_output(const hf::ModelConfig& c) {
@@ -866,6 +872,10 @@ Plan make_plan(const PlanInputs& in) {
       t.strategy = "gemini";
       distributing.push_back(t);
     }
+    // A quantized base (QLoRA) trains under the strategies that replicate the frozen weights (a
+    // named other one is refused below, by name).
+    if (spec.method.quantize != "none" && !named)
+      std::erase_if(distributing, [](const Settings& t) { return !quantizes_base(t.strategy); });
     if (named && !strategy->distributes)
       throw_unsupported("strategy.name: \"" + strategy->name +
                             "\" runs in one process; it cannot " + "run as " +
@@ -879,18 +889,17 @@ Plan make_plan(const PlanInputs& in) {
   }
 
   const bool gpu = plans_on_gpu(spec, hw, processes, per_node);
-  // QLoRA (method.quantize) trains under `single` on the CPU so far; the trainer refuses the rest
-  // too, but the plan says so before anything loads.
+  // QLoRA (method.quantize) trains under `single`, `ddp` and `zero` on the CPU so far (the frozen
+  // quantized base replicated on every rank); the trainer refuses the rest too, but the plan says
+  // so before anything loads.
   if (spec.method.quantize != "none") {
-    if (distributed || (named && spec.strategy.name != "single"))
-      throw_unsupported("method.quantize under " +
-                            (distributed ? std::to_string(processes) + " processes"
-                                         : "strategy " + spec.strategy.name) +
-                            " is not supported yet",
-                        "use strategy single (or auto) in one process");
+    if (named && !quantizes_base(spec.strategy.name))
+      throw_unsupported(
+          "method.quantize under strategy " + spec.strategy.name + " is not supported yet",
+          distributed ? "use strategy ddp or zero (or auto)" : "use strategy single (or auto)");
     if (gpu)
       throw_unsupported("method.quantize on a GPU is not supported yet",
-                        "name strategy single with options {\"device\": \"cpu\"}");
+                        "set strategy.options.device to \"cpu\"");
   }
   // A strategy asked for cuda on a machine whose profile has no GPU (or too few for its ranks):
   // the run will say so; the plan shows the host's figures and says they are.

@@ -35,11 +35,14 @@ void replica_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
     const double autograd = s.gradient_accumulation > 1 ? whole : std::min(whole, one_tensor);
     e.gradient_buckets = to_bytes(buckets);
     e.gradients = to_bytes(autograd + buckets);
+    // A quantized base (QLoRA) is held whole on every rank beside the dense weights.
+    const double quantized = cost::quantized_base(c, s).bytes;
     if (s.strategy == "zero" && s.zero_offload) {  // masters and moments in host memory
-      e.weights = to_bytes(stored * param_bytes);
+      e.weights = to_bytes(stored * param_bytes + quantized);
       e.optimizer = 0;
     } else if (s.strategy == "zero") {
-      e.weights = to_bytes(stored * param_bytes + (bf16 ? trainable * 4.0 / ranks : 0.0));
+      e.weights =
+          to_bytes(stored * param_bytes + quantized + (bf16 ? trainable * 4.0 / ranks : 0.0));
       e.optimizer = to_bytes(trainable * 8.0 / ranks);
       if (s.zero_stage >= 2) {
         e.gradient_buckets = to_bytes(std::min(buckets, 2.0 * d(kDefaultBucketBytes)));

@@ -161,10 +161,13 @@ void Trainer::quantize_base() {
     throw_invalid(
         "method.quantize: \"" + m.quantize + "\", but " + what + " is quantized already",
         "remove method.quantize (the base trains as stored) or set it to \"" + format_name + "\"");
-  if (plugin_->name() != "single")
-    throw_unsupported(
-        "QLoRA (" + what + ") under strategy \"" + plugin_->name() + "\" is not supported yet",
-        "use strategy single");
+  // The quantized base is frozen and every rank quantizes the same checkpoint the same way, so
+  // the plugins that replicate the frozen weights (and shard only the adapters' state) take it as
+  // it is; gemini's chunks and hybrid's split layers do not hold quantized weights yet.
+  const std::string& plugin = plugin_->name();
+  if (plugin != "single" && plugin != "ddp" && plugin != "zero")
+    throw_unsupported("QLoRA (" + what + ") under strategy \"" + plugin + "\" is not supported yet",
+                      "use strategy single, ddp or zero");
   if (options_.device == "cuda" || (options_.device == "auto" && torch::cuda::is_available()))
     throw_unsupported("QLoRA (" + what + ") on a CUDA device is not supported yet",
                       "set strategy.options.device to \"cpu\"");

@@ -12,6 +12,7 @@
 #include "hf/config.h"
 #include "job/strategies.h"
 #include "plan/activations.h"
+#include "plan/cost_terms.h"
 #include "plan/hybrid_cost.h"
 #include "plan/planner.h"
 #include "plan/profile.h"
@@ -483,6 +484,45 @@ class TestPlan : public QObject {
     // Named gemini: the engine has no QLoRA there, so none is planned.
     in.spec.strategy.name = "gemini";
     QCOMPARE(plan::make_plan(in).settings.quantize, std::string("none"));
+  }
+
+  // QLoRA over several processes: auto weighs only the strategies that keep the quantized base
+  // whole on every rank (ddp, zero), zero's weights count the quantized bytes, and gemini or
+  // hybrid named with a quantized base are refused by name.
+  void qloraOverSeveralProcessesPlansDdpOrZero() {
+    auto in = inputs(64ull << 30, "lora");
+    in.processes = 2;
+    in.spec.method.quantize = "nf4";
+    const auto p = plan::make_plan(in);
+    QVERIFY(p.fits);
+    QCOMPARE(p.settings.quantize, std::string("nf4"));
+    QVERIFY(!p.candidates.empty());
+    for (const auto& candidate : p.candidates)
+      QVERIFY2(candidate.settings.strategy == "ddp" || candidate.settings.strategy == "zero",
+               candidate.settings.strategy.c_str());
+    plan::Settings zero = p.settings;
+    zero.strategy = "zero";
+    zero.zero_stage = 2;
+    plan::Settings dense = zero;
+    dense.quantize = "none";
+    const hf::ModelConfig c = in.model;
+    const double quantized_bytes = plan::cost::quantized_base(c, zero).bytes;
+    QVERIFY(quantized_bytes > 0);
+    const double saved = static_cast<double>(plan::estimate_memory(c, dense, 0, 2).weights) -
+                         static_cast<double>(plan::estimate_memory(c, zero, 0, 2).weights);
+    // The quantized linears' dense float32 bytes, less what their quantized form holds.
+    QVERIFY(near(saved, plan::cost::quantized_base(c, zero).elements * 4.0 - quantized_bytes));
+    for (const std::string name : {"gemini", "hybrid"}) {
+      in.spec.strategy.name = name;
+      bool refused = false;
+      try {
+        plan::make_plan(in);
+      } catch (const tessera::Error& e) {
+        refused = std::string(e.what()).find("method.quantize under strategy " + name +
+                                             " is not supported yet") != std::string::npos;
+      }
+      QVERIFY2(refused, name.c_str());
+    }
   }
 
   void autoOffloadsToDiskBeforeChangingTheMethod() {
