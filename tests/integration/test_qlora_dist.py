@@ -3,10 +3,11 @@
 - One job as 2 processes (`tessera-cli launch`) with `ddp` and with `zero` stage 2, LoRA on the
   tiny Llama's base quantized to NF4 with double-quantized absmax (every rank quantizes the same
   checkpoint the same way), against the same job in one process with gradient accumulation 2: the
-  same losses (float32; the same micro-batches summed in another order, 1e-5 relative) and the
-  same merged export (each tensor within 1e-5 of the one-process run's, relative to its norm).
+  same losses and the same merged export (each tensor within 1e-5 of the one-process run's,
+  relative to its norm; float32 sums of two micro-batches' gradients: measured equal bit for bit).
 - `auto` over 2 processes plans one of them, with the quantized base.
-- Named `gemini` or `hybrid` with a quantized base is refused by name ("not supported yet"), exit 2.
+- Named `gemini` or `hybrid` with a quantized base is refused by name ("not supported yet", the
+  hint naming the strategies that take one), exit 2.
 """
 import json
 
@@ -23,8 +24,7 @@ EXPORT_BOUND = 1e-5
 def qlora_job(workdir, name, strategy, accumulation, options=None):
     path = job(workdir, name, strategy=strategy, steps=4, accumulation=accumulation, eval_every=0)
     spec = json.loads(path.read_text())
-    spec["method"] = {"type": "lora", "lora_rank": 8, "lora_alpha": 16, "quantize": "nf4",
-                      "double_quant": True}
+    spec["method"] = {"type": "lora", "rank": 8, "alpha": 16, "quantize": "nf4", "double_quant": True}
     spec["strategy"]["options"].update(options or {})
     path.write_text(json.dumps(spec))
     return path
@@ -41,6 +41,10 @@ def test_two_ranks_equal_one_process_with_accumulation_two(workdir, one_process,
     name = f"qlora-{strategy}-2"
     run_job(qlora_job(workdir, name, strategy, 1, options), 2)
     out = workdir / name
+    # Trained as 2 processes: the checkpoint says so (zero's state sharded over them).
+    manifest = json.loads((out / "checkpoint-4" / "manifest.json").read_text())
+    assert manifest["world_size"] == 2, manifest
+    assert manifest["state_layout"] == ("sharded" if strategy == "zero" else "replicated"), manifest
     events = events_of(out / "events.jsonl")
     logs = [e["message"] for e in events if e["type"] == "log"]
     assert any("linear weights to nf4 (double-quantized absmax)" in m for m in logs), logs
@@ -70,5 +74,5 @@ def test_auto_over_two_processes_plans_a_strategy_that_takes_the_quantized_base(
 def test_strategies_without_a_quantized_base_are_refused_by_name(workdir, strategy, options):
     r = cli("launch", "--nproc", 2, qlora_job(workdir, f"qlora-{strategy}", strategy, 1, options))
     assert r.returncode == 2, r.stderr
-    assert f"method.quantize under strategy {strategy} is not supported yet" in r.stderr, r.stderr
-    assert "ddp or zero" in r.stderr
+    assert f'under strategy "{strategy}" is not supported yet' in r.stderr, r.stderr
+    assert "hint: use strategy single, ddp or zero" in r.stderr, r.stderr
