@@ -254,6 +254,10 @@ std::int64_t count_parameters(const hf::ModelConfig& c) {
   return static_cast<std::int64_t>(n);
 }
 
+bool quantizes_base(const std::string& strategy) {
+  return strategy == "single" || strategy == "ddp" || strategy == "zero";
+}
+
 std::vector<std::string> default_lora_targets(const hf::ModelConfig& c) {
   return hf::family_of(c).default_lora_targets;
 }
@@ -274,12 +278,6 @@ std::int64_t count_lora_parameters(const hf::ModelConfig& c, std::int64_t rank,
 }
 
 namespace {
-
-// Whether a strategy trains LoRA on a quantized base (QLoRA): those that keep the frozen weights
-// whole on every rank (engine/train/trainer: quantize_base).
-bool quantizes_base(const std::string& strategy) {
-  return strategy == "single" || strategy == "ddp" || strategy == "zero";
-}
 
 // The widest output of a layer's linears (a quantized linear's output pieces and their
 // concatenation are that wide).

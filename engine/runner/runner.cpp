@@ -630,6 +630,13 @@ std::string distributed_strategies() {
 }  // namespace
 
 void check_processes(const job::JobSpec& spec, int world_size) {
+  // QLoRA under a strategy that takes no quantized base: refused before any rank starts (each
+  // rank's trainer would say the same once its data had loaded).
+  if (spec.method.quantize != "none" && spec.strategy.name != job::kAutoStrategy &&
+      !plan::quantizes_base(spec.strategy.name))
+    throw_unsupported("QLoRA (method.quantize \"" + spec.method.quantize + "\") under strategy \"" +
+                          spec.strategy.name + "\" is not supported yet",
+                      "use strategy single, ddp or zero");
   if (spec.strategy.name == "hybrid") check_hybrid(spec, world_size);
   if (world_size <= 1) return;
   plugins::register_builtin_plugins();

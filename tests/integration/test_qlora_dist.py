@@ -6,8 +6,8 @@
   same losses and the same merged export (each tensor within 1e-5 of the one-process run's,
   relative to its norm; float32 sums of two micro-batches' gradients: measured equal bit for bit).
 - `auto` over 2 processes plans one of them, with the quantized base.
-- Named `gemini` or `hybrid` with a quantized base is refused by name ("not supported yet", the
-  hint naming the strategies that take one), exit 2.
+- Named `gemini` or `hybrid` with a quantized base is refused by name before any rank starts
+  ("not supported yet", the hint naming the strategies that take one), exit 2.
 """
 import json
 
@@ -74,5 +74,7 @@ def test_auto_over_two_processes_plans_a_strategy_that_takes_the_quantized_base(
 def test_strategies_without_a_quantized_base_are_refused_by_name(workdir, strategy, options):
     r = cli("launch", "--nproc", 2, qlora_job(workdir, f"qlora-{strategy}", strategy, 1, options))
     assert r.returncode == 2, r.stderr
+    # Before any rank started: no rank read the data or wrote the run's job.json.
+    assert "training and" not in r.stderr and not (workdir / f"qlora-{strategy}" / "job.json").exists()
     assert f'under strategy "{strategy}" is not supported yet' in r.stderr, r.stderr
     assert "hint: use strategy single, ddp or zero" in r.stderr, r.stderr
