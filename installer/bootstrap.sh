@@ -63,6 +63,7 @@ PY_PACKAGES=(
   "gguf==0.19.0"  # reads our GGUF exports back (tests/parity/test_gguf_export.py)
   "xxhash==4.1.0"  # the reference XXH3-128 for checkpoint manifests (test_checkpoint_checksum.py)
   "bitsandbytes==0.50.2"  # the reference 4-bit quantization (tests/parity/test_quant_parity.py)
+  "trl==1.16.0"  # the reference preference trainers (tests/parity/test_preference_parity.py)
 )
 
 install_python() {

@@ -127,6 +127,7 @@ Trainer::Trainer(std::shared_ptr<model::PretrainedModel> model, TrainerOptions o
     if (events_) events_->on_log(level, message);
   };
   plugin_->prepare(*model_, std::move(trainable), plugin_options);
+  if (options_.method.preference) prepare_preference();
   if (distributed()) {
     if (options_.process.data_group == nullptr)
       throw Error(ErrorKind::Internal, "trainer: several processes but no data-parallel group");
@@ -187,6 +188,30 @@ void Trainer::quantize_base() {
                         : "quantized " + std::to_string(names.size()) + " linear weights to " +
                               m.quantize + (m.double_quant ? " (double-quantized absmax)" : "")) +
                     " (" + core::human_bytes(model::quantized_weight_bytes(*model_)) + ")");
+}
+
+// Preference tuning: the strategies it runs under so far, and the reference of DPO / IPO placed
+// beside the model (LoRA without a named reference: the model with its adapters off).
+void Trainer::prepare_preference() {
+  const PreferenceOptions& p = *options_.method.preference;
+  validate(p, "method.preference");
+  const std::string& plugin = plugin_->name();
+  if (plugin != "single" && plugin != "ddp" && plugin != "zero")
+    throw_unsupported("preference tuning (method.preference.loss \"" +
+                          std::string(preference_loss_name(p.loss)) + "\") under strategy \"" +
+                          plugin + "\" is not supported yet",
+                      "use strategy single, ddp or zero");
+  if (!p.needs_reference()) return;
+  if (options_.reference_model) {
+    torch::NoGradGuard no_grad;
+    reference_ = std::move(options_.reference_model);
+    reference_->to(plugin_->device(), plugin_->compute_dtype());
+    for (auto& parameter : reference_->parameters()) parameter.set_requires_grad(false);
+    reference_->eval();
+  } else if (!lora_) {
+    throw Error(ErrorKind::Internal,
+                "trainer: full fine-tuning with a reference objective but no reference model");
+  }
 }
 
 Trainer::~Trainer() {
@@ -250,10 +275,81 @@ model::ForwardOutput Trainer::forward_batch(const Batch& batch) {
 double Trainer::train_micro_batch(const Batch& batch, bool last_micro_batch, std::int64_t step,
                                   std::int64_t first_row) {
   model::DropoutScope dropout_scope(dropout_stream(step, first_row));
-  model::ForwardOutput out = forward_batch(batch);
-  plugin_->backward(out.loss, 1.0 / static_cast<double>(options_.training.gradient_accumulation),
+  torch::Tensor loss;
+  if (options_.method.preference) {
+    PreferenceBatchLoss pairs = preference_batch_loss(batch);
+    step_preference_ += pairs.sums;
+    loss = pairs.loss;
+  } else {
+    loss = forward_batch(batch).loss;
+  }
+  plugin_->backward(loss, 1.0 / static_cast<double>(options_.training.gradient_accumulation),
                     last_micro_batch);
-  return out.loss.detach().to(torch::kFloat64).item<double>();
+  return loss.detach().to(torch::kFloat64).item<double>();
+}
+
+SequenceLogProbs Trainer::reference_log_probs(const model::ForwardInput& input,
+                                              const torch::Tensor& labels) {
+  torch::NoGradGuard no_grad;
+  if (reference_) return sequence_log_probs(reference_->forward(input).logits, labels);
+  // The model with its adapters off is the base it started from; in eval mode, as a separate
+  // reference model runs, so its log-probabilities draw no dropout.
+  struct AdaptersOff {
+    LoraModel& lora;
+    model::PretrainedModel& model;
+    bool training;
+    ~AdaptersOff() {
+      lora.refresh();
+      if (training) model.train();
+    }
+  } off{*lora_, *model_, model_->is_training()};
+  lora_->detach();
+  model_->eval();
+  return sequence_log_probs(model_->forward(input).logits, labels);
+}
+
+PreferenceBatchLoss Trainer::preference_batch_loss(const Batch& batch) {
+  const PreferenceOptions& p = *options_.method.preference;
+  model::ForwardInput input = input_of(batch);
+  const torch::Tensor labels = input.labels;
+  // The logits are all that is needed: the model's own token loss is not computed.
+  input.labels = torch::Tensor();
+  SequenceLogProbs reference;
+  if (p.needs_reference()) reference = reference_log_probs(input, labels);
+  const torch::Tensor logits = model_->forward(input).logits;
+  const SequenceLogProbs policy = sequence_log_probs(logits, labels);
+  if (p.loss == PreferenceLoss::Orpo) {
+    const std::int64_t pairs = logits.size(0) / 2;
+    const SequenceLogProbs chosen_sequences =
+        sequence_log_probs(logits.narrow(0, 0, pairs),
+                           whole_sequence_labels(input.input_ids.narrow(0, 0, pairs),
+                                                 input.attention_mask.defined()
+                                                     ? input.attention_mask.narrow(0, 0, pairs)
+                                                     : torch::Tensor()));
+    return preference_loss(p, policy, nullptr, &chosen_sequences);
+  }
+  return preference_loss(p, policy, p.needs_reference() ? &reference : nullptr);
+}
+
+PreferenceMetrics Trainer::preference_metrics(const PreferenceSums& sums) {
+  PreferenceSums total = sums;
+  if (distributed()) {
+    const std::vector<double> all =
+        gather({sums.pairs, sums.reward_chosen, sums.reward_rejected, sums.margin, sums.accuracy,
+                sums.log_prob_chosen, sums.log_prob_rejected},
+               /*data_only=*/true);
+    total = {};
+    for (std::size_t i = 0; i + 7 <= all.size(); i += 7)
+      total += {all[i], all[i + 1], all[i + 2], all[i + 3], all[i + 4], all[i + 5], all[i + 6]};
+  }
+  const double n = total.pairs > 0 ? total.pairs : 1.0;
+  return {static_cast<std::int64_t>(total.pairs),
+          total.reward_chosen / n,
+          total.reward_rejected / n,
+          total.margin / n,
+          total.accuracy / n,
+          total.log_prob_chosen / n,
+          total.log_prob_rejected / n};
 }
 
 EvalResult Trainer::evaluate(BatchSource& source) {
@@ -269,6 +365,7 @@ EvalResult Trainer::evaluate(BatchSource& source) {
   const int rank = data_rank();
   const int world_size = data_ranks();
   std::int64_t count = 0;
+  PreferenceSums preference_sums;
   {
     torch::NoGradGuard no_grad;
     // Every rank runs as many forwards (a plugin that shards the weights gathers them with
@@ -285,6 +382,14 @@ EvalResult Trainer::evaluate(BatchSource& source) {
         if (!counted) continue;
         ++count;
         sum += loss;
+        continue;
+      }
+      if (options_.method.preference) {
+        const PreferenceBatchLoss pairs = preference_batch_loss(batch);
+        if (!counted) continue;
+        ++count;
+        sum += pairs.loss.to(torch::kFloat64).item<double>();
+        preference_sums += pairs.sums;
         continue;
       }
       model::ForwardOutput out = forward_batch(batch);
@@ -316,6 +421,10 @@ EvalResult Trainer::evaluate(BatchSource& source) {
   }
   EvalResult r;
   r.loss = sum / static_cast<double>(count);
+  if (options_.method.preference) {
+    r.preference = preference_metrics(preference_sums);
+    return r;
+  }
   if (classification)
     r.accuracy = labelled > 0 ? static_cast<double>(right) / static_cast<double>(labelled) : 0.0;
   else
@@ -369,7 +478,11 @@ CheckpointRanks Trainer::checkpoint_ranks() {
 void Trainer::emit_memory() {
   // Several processes: a collective, so every rank takes part whether it reports or not.
   if (!events_ && !distributed()) return;
-  const MemoryByCategory m = plugin_->memory();
+  MemoryByCategory m = plugin_->memory();
+  // The frozen reference model of preference tuning is weights too.
+  if (reference_)
+    for (const auto& parameter : reference_->parameters())
+      m.weights += static_cast<std::uint64_t>(parameter.nbytes());
   const std::uint64_t rss = process_rss_bytes();
   const std::uint64_t accounted = m.weights + m.gradients + m.optimizer;
   MemoryReport report;
@@ -738,6 +851,7 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
         pipeline_group ? pipeline_group->traffic() : dist::Traffic{};
     double loss_sum = 0.0;
     std::int64_t tokens = 0;
+    step_preference_ = {};
     // Where this step starts, to save it as it was if the device runs out of memory in it.
     const DataPosition step_start = train.position();
     const torch::Tensor cpu_rng = cpu_rng_state();
@@ -818,11 +932,15 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
       tokens_per_s = slowest > 0 ? tokens_total / slowest : 0.0;
       seconds = slowest;
     }
+    // Every rank takes part (a collective), whether it reports or not.
+    std::optional<PreferenceMetrics> preference;
+    if (options_.method.preference) preference = preference_metrics(step_preference_);
     if (!std::isfinite(loss) || (!std::isfinite(stats.grad_norm) && stats.applied))
       throw_invalid("training diverged at step " + std::to_string(step) + ": loss " +
                         std::to_string(loss) + ", gradient norm " + std::to_string(stats.grad_norm),
                     "lower the learning rate, or use fp32");
     result.losses.push_back(loss);
+    if (preference) result.preference.push_back(*preference);
     result.grad_norms.push_back(stats.grad_norm);
     result.lrs.push_back(lr);
     if (events_) events_->on_step_time(step, seconds);
@@ -837,7 +955,7 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
         std::optional<dist::Traffic> pipeline_traffic;
         if (pipeline_group) pipeline_traffic = pipeline_group->traffic() - pipeline_traffic_before;
         events_->on_step({step, loss, lr, stats.grad_norm, tokens_per_s, rank_steps, traffic,
-                          tensor_traffic, pipeline_traffic, mesh_shape()});
+                          tensor_traffic, pipeline_traffic, mesh_shape(), preference});
         const auto now = std::chrono::steady_clock::now();
         const std::int64_t after_first = step - result.start_step - 1;
         const double per_step = first_of_run

@@ -33,6 +33,7 @@
 #include "train/checkpoint.h"
 #include "train/lora.h"
 #include "train/plugin.h"
+#include "train/preference.h"
 #include "train/trainer_events.h"
 
 namespace tessera::train {
@@ -71,6 +72,8 @@ struct MethodOptions {
   // `quantize`, when set, must name its format).
   std::string quantize;
   bool double_quant = false;  // 4-bit: the absmax double-quantized as well
+  // Preference tuning (train/preference.h): every batch holds pairs, chosen rows first.
+  std::optional<PreferenceOptions> preference;
 };
 
 struct TrainerOptions {
@@ -91,6 +94,10 @@ struct TrainerOptions {
   // Set when the model's parameters have no values yet (model::DeferredWeights): the plugin
   // reads them into its own storage, or the trainer loads them before preparing the plugin.
   std::shared_ptr<const model::DeferredWeights> deferred_weights;
+  // Preference objectives with a reference (DPO, IPO): the frozen reference model, loaded in
+  // float32 and not yet placed (the trainer moves it to the plugin's device in the compute
+  // dtype). None with LoRA: the reference is then the model with its adapters off.
+  std::shared_ptr<model::PretrainedModel> reference_model;
   // This process among the job's (PluginOptions::process). With several, every rank runs the
   // same loop: rank r trains on micro-batch r of every world_size (ShardedBatchSource), the
   // reported loss and evaluations are means over the ranks, throughput and memory are gathered
@@ -107,6 +114,7 @@ struct TrainResult {
   std::vector<double> losses;  // per step of this process, from start_step
   std::vector<double> grad_norms;
   std::vector<double> lrs;
+  std::vector<PreferenceMetrics> preference;  // per step, preference tuning only
   std::vector<EvalResult> evals;
   std::optional<std::filesystem::path> last_checkpoint;
 };
@@ -149,6 +157,14 @@ class Trainer {
   // are keyed by it, model/dropout.h).
   double train_micro_batch(const Batch& batch, bool last_micro_batch, std::int64_t step,
                            std::int64_t first_row);
+  // Preference tuning: the objective of a batch of pairs (train/preference.h), from the policy's
+  // forward and, for DPO / IPO, the reference's (without gradients).
+  PreferenceBatchLoss preference_batch_loss(const Batch& batch);
+  SequenceLogProbs reference_log_probs(const model::ForwardInput& input,
+                                       const torch::Tensor& labels);
+  void prepare_preference();
+  // The preference metrics of `sums` gathered over the data-parallel ranks (a collective).
+  PreferenceMetrics preference_metrics(const PreferenceSums& sums);
   void emit_eval(const EvalResult& result);
   std::filesystem::path save_checkpoint(std::int64_t step, const BatchSource& train,
                                         std::int64_t total_steps);
@@ -189,6 +205,8 @@ class Trainer {
   TrainerEvents* events_;
   std::unique_ptr<Plugin> plugin_;
   std::unique_ptr<LoraModel> lora_;
+  std::shared_ptr<model::PretrainedModel> reference_;  // placed; see TrainerOptions
+  PreferenceSums step_preference_;  // this rank's sums over the current step's micro-batches
 };
 
 // Process resident set size in bytes, from /proc/self/statm (0 when unavailable).

@@ -14,11 +14,24 @@
 
 namespace tessera::train {
 
+// Preference tuning's figures for a step or an evaluation (train/preference.h): means over
+// every pair of every rank.
+struct PreferenceMetrics {
+  std::int64_t pairs = 0;
+  double reward_chosen = 0.0;
+  double reward_rejected = 0.0;
+  double margin = 0.0;
+  double accuracy = 0.0;  // share of pairs whose chosen reward is above the rejected one
+  double log_prob_chosen = 0.0;
+  double log_prob_rejected = 0.0;
+};
+
 struct EvalResult {
   std::int64_t step = 0;
   double loss = 0.0;
   std::optional<double> perplexity;  // causal LM: exp(loss)
   std::optional<double> accuracy;    // classification: share of predicted labels that are right
+  std::optional<PreferenceMetrics> preference;  // preference tuning
 };
 
 // One rank's share of a step, in a job of several processes.
@@ -56,7 +69,8 @@ struct StepReport {
   std::optional<dist::Traffic> tensor_traffic;
   // hybrid with pipeline stages: the same for this rank's pipeline group (the stages' sends).
   std::optional<dist::Traffic> pipeline_traffic;
-  std::optional<MeshShape> mesh;  // hybrid: each rank's coordinates
+  std::optional<MeshShape> mesh;                // hybrid: each rank's coordinates
+  std::optional<PreferenceMetrics> preference;  // preference tuning
 };
 
 // Memory of the training process: on the plugin's device when it is an accelerator, else the

@@ -10,8 +10,11 @@
 //       [--final-weights W.safetensors] [--save-adapter DIR] [--logits L.safetensors]
 //       [--threads N] [--lora-dropout P] [--activation-checkpointing] [--quantize nf4|fp4|int8]
 //       [--double-quant] [--quantized-weights Q.safetensors]
+//       [--preference dpo|ipo|simpo|orpo] [--beta B] [--label-smoothing E] [--simpo-gamma G]
+//       [--sft-weight W] [--reference-model DIR]
 //       [--plugin NAME] [--strategy-options JSON]   (the device is "cpu" unless JSON names one)
 //
+// With --preference every batch holds pairs: its chosen rows first, then the rejected ones.
 // B holds `input_ids` [N, B, T] (I64) and optionally `attention_mask` and `labels` of the same
 // shape: N batches, used in order. The report holds per-step losses, grad norms and lrs.
 #include <torch/torch.h>
@@ -78,9 +81,14 @@ std::uint64_t peak_rss_bytes() {
   return 0;
 }
 
+train::PreferenceOptions& preference(train::TrainerOptions& options) {
+  if (!options.method.preference) options.method.preference.emplace();
+  return *options.method.preference;
+}
+
 int run(int argc, char** argv) {
   std::string model_dir, batches_path, report_path, events_path, final_weights, save_adapter,
-      logits_path, quantized_weights_path;
+      logits_path, quantized_weights_path, reference_dir;
   train::TrainerOptions options;
   options.training.learning_rate = 1e-3;
   options.training.max_grad_norm = 1.0;
@@ -131,6 +139,18 @@ int run(int argc, char** argv) {
       options.method.double_quant = true;
     else if (arg == "--quantized-weights")  // each quantized Linear's codes and scales
       quantized_weights_path = value();
+    else if (arg == "--preference")  // dpo | ipo | simpo | orpo: batches hold pairs
+      preference(options).loss = train::preference_loss_from_name(value(), "--preference");
+    else if (arg == "--beta")
+      preference(options).beta = std::stod(value());
+    else if (arg == "--label-smoothing")
+      preference(options).label_smoothing = std::stod(value());
+    else if (arg == "--simpo-gamma")
+      preference(options).simpo_gamma = std::stod(value());
+    else if (arg == "--sft-weight")
+      preference(options).sft_weight = std::stod(value());
+    else if (arg == "--reference-model")  // DPO / IPO: the reference (default: --model)
+      reference_dir = value();
     else if (arg == "--lora-dropout")
       options.method.lora_dropout = std::stod(value());
     else if (arg == "--activation-checkpointing")
@@ -182,6 +202,19 @@ int run(int argc, char** argv) {
                                    torch::TensorOptions().dtype(torch::kFloat32));
   options.deferred_weights = std::make_shared<const model::DeferredWeights>(
       *model, hf::SafetensorsCheckpoint::open(model_dir));
+  // Full fine-tuning with a reference objective: a frozen copy of the start (or the named model).
+  const auto& preference_options = options.method.preference;
+  if (preference_options && preference_options->needs_reference() &&
+      (options.method.type == "full" || !reference_dir.empty())) {
+    const std::string dir = reference_dir.empty() ? model_dir : reference_dir;
+    const hf::ModelConfig reference_config =
+        hf::load_model_config(std::filesystem::path(dir) / "config.json");
+    options.reference_model =
+        model::create_model(reference_config, model::head_from_config(reference_config),
+                            torch::TensorOptions().dtype(torch::kFloat32));
+    model::DeferredWeights(*options.reference_model, hf::SafetensorsCheckpoint::open(dir))
+        .load_into(*options.reference_model);
+  }
   std::vector<train::Batch> batches = read_batches(batches_path);
   train::FixedBatchSource source(batches, /*shuffle=*/false, options.training.seed);
   train::Trainer trainer(model, options, events_path.empty() ? nullptr : &trainer_events);
@@ -194,6 +227,17 @@ int run(int argc, char** argv) {
                            {"start_step", result.start_step},
                            {"steps_done", result.steps_done},
                            {"status", result.status}};
+  if (!result.preference.empty()) {
+    nlohmann::json steps = nlohmann::json::array();
+    for (const auto& m : result.preference)
+      steps.push_back({{"reward_chosen", m.reward_chosen},
+                       {"reward_rejected", m.reward_rejected},
+                       {"margin", m.margin},
+                       {"accuracy", m.accuracy},
+                       {"log_prob_chosen", m.log_prob_chosen},
+                       {"log_prob_rejected", m.log_prob_rejected}});
+    report["preference"] = std::move(steps);
+  }
   if (result.last_checkpoint) report["last_checkpoint"] = result.last_checkpoint->string();
   report["peak_rss_bytes"] = peak_rss_bytes();
   std::ofstream(report_path) << report.dump(2) << "\n";

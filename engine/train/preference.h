@@ -1,0 +1,86 @@
+#pragma once
+// Preference tuning's objectives on a batch of pairs: DPO (with conservative label smoothing),
+// IPO, SimPO and ORPO, defined as TRL defines them (DPOTrainer; CPOTrainer's loss_type "simpo";
+// ORPOTrainer), so that the parity tests can hold our losses and metrics to theirs.
+//
+// A preference batch holds 2·P rows: the P chosen sequences (prompt + chosen completion) first,
+// then the P rejected ones in the same order; labels are -100 on the prompt and on padding, so
+// a row's log-probability is that of its completion given its prompt.
+//
+// With π = the policy's completion log-probability (summed over its tokens; averaged for SimPO
+// and ORPO), ρ = the reference's (DPO, IPO), β, label smoothing ε, c / r = chosen / rejected:
+// - dpo:   Δ = (π_c − ρ_c) − (π_r − ρ_r); loss = −(1−ε)·logσ(βΔ) − ε·logσ(−βΔ)
+// - ipo:   Δ = (π_c − ρ_c)/n_c − (π_r − ρ_r)/n_r (n: completion tokens); loss = (Δ − 1/(2β))²
+// - simpo: Δ = π̄_c − π̄_r − γ/β; loss = −(1−ε)·logσ(βΔ) − ε·logσ(−βΔ) + w·NLL(chosen)
+// - orpo:  log-odds = (π̄_c − π̄_r) − (log(1−e^π̄_c) − log(1−e^π̄_r));
+//          loss = NLL(chosen sequences) − β·logσ(log-odds)
+// each averaged over the pairs; NLL(chosen) = the mean token loss over every chosen completion;
+// ORPO's NLL(chosen sequences) is over every token of the chosen rows, prompt included, as
+// TRL's ORPOTrainer computes it.
+// Rewards: β·(π − ρ) with a reference, β·π̄ without; a pair is right when its chosen reward is
+// above its rejected one.
+#include <torch/torch.h>
+
+#include <string>
+
+namespace tessera::train {
+
+enum class PreferenceLoss { Dpo, Ipo, Simpo, Orpo };
+const char* preference_loss_name(PreferenceLoss loss);
+// "dpo" | "ipo" | "simpo" | "orpo"; throws InvalidInput naming `field` otherwise.
+PreferenceLoss preference_loss_from_name(const std::string& name, const std::string& field);
+
+struct PreferenceOptions {
+  PreferenceLoss loss = PreferenceLoss::Dpo;
+  double beta = 0.1;
+  double label_smoothing = 0.0;  // dpo, simpo: the chance a pair's labels are swapped (cDPO)
+  double simpo_gamma = 0.5;      // simpo: γ, the target reward margin
+  double sft_weight = 0.0;       // simpo: w, the chosen completions' NLL added (CPO's cpo_alpha)
+  // DPO and IPO compare with a reference model; SimPO and ORPO need none.
+  bool needs_reference() const;
+  // Whether the objective works on per-token means of the log-probabilities (SimPO, ORPO).
+  bool averages_log_probs() const;
+};
+// Throws InvalidInput naming `field` + ".beta" etc. for values out of their range.
+void validate(const PreferenceOptions& options, const std::string& field);
+
+// Each row's summed log-probability of its labelled tokens (labels shifted left by one, as the
+// causal-LM loss does) and their count: float32 [rows], from logits [rows, T, vocab] (any
+// float dtype: upcast) and labels [rows, T].
+struct SequenceLogProbs {
+  torch::Tensor sum;     // [rows]
+  torch::Tensor tokens;  // [rows], float32
+};
+SequenceLogProbs sequence_log_probs(const torch::Tensor& logits, const torch::Tensor& labels);
+
+// The metrics of a batch as sums over its pairs, so that micro-batches and ranks add up; the
+// reported figure is each sum over `pairs`.
+struct PreferenceSums {
+  double pairs = 0.0;
+  double reward_chosen = 0.0;
+  double reward_rejected = 0.0;
+  double margin = 0.0;           // reward_chosen − reward_rejected
+  double accuracy = 0.0;         // pairs whose chosen reward is above the rejected one
+  double log_prob_chosen = 0.0;  // π (averaged per token for SimPO / ORPO)
+  double log_prob_rejected = 0.0;
+  PreferenceSums& operator+=(const PreferenceSums& other);
+};
+
+struct PreferenceBatchLoss {
+  torch::Tensor loss;  // scalar float32, with gradients through `policy`
+  PreferenceSums sums;
+};
+
+// The objective of one batch of pairs. `reference` is used (and required) when
+// options.needs_reference(); its tensors carry no gradient. `chosen_sequences` (ORPO only,
+// required there): the policy's log-probabilities of the chosen rows' every token.
+PreferenceBatchLoss preference_loss(const PreferenceOptions& options,
+                                    const SequenceLogProbs& policy,
+                                    const SequenceLogProbs* reference,
+                                    const SequenceLogProbs* chosen_sequences = nullptr);
+
+// Labels that put every attended token of `input_ids` in the loss (ORPO's chosen sequences).
+torch::Tensor whole_sequence_labels(const torch::Tensor& input_ids,
+                                    const torch::Tensor& attention_mask);
+
+}  // namespace tessera::train
