@@ -31,14 +31,35 @@ double to_double(const std::string& flag, const std::string& value) {
 }
 
 int run_finetune(const std::vector<std::string>& raw) {
-  Args args(
-      raw, {"--print-job", "--double-quant"},
-      {"--model",    "--data",         "--validation",       "--format",     "--method",
-       "--steps",    "--epochs",       "--batch-size",       "--grad-accum", "--lr",
-       "--seed",     "--save-every",   "--eval-every",       "--resume",     "--precision",
-       "--out",      "--events",       "--max-length",       "--lora-rank",  "--lora-alpha",
-       "--schedule", "--warmup-steps", "--validation-split", "--strategy",   "--strategy-options",
-       "--quantize"});
+  Args args(raw, {"--print-job", "--double-quant"},
+            {"--model",
+             "--data",
+             "--validation",
+             "--format",
+             "--method",
+             "--steps",
+             "--epochs",
+             "--batch-size",
+             "--grad-accum",
+             "--lr",
+             "--seed",
+             "--save-every",
+             "--eval-every",
+             "--resume",
+             "--precision",
+             "--out",
+             "--events",
+             "--max-length",
+             "--lora-rank",
+             "--lora-alpha",
+             "--schedule",
+             "--warmup-steps",
+             "--validation-split",
+             "--strategy",
+             "--strategy-options",
+             "--quantize",
+             "--preference",
+             "--beta"});
   args.expect_no_positionals();
   const std::string& model = args.required("--model", "PATH");
   const std::string& data = args.required("--data", "FILE");
@@ -66,6 +87,13 @@ int run_finetune(const std::vector<std::string>& raw) {
   if (auto v = args.option("--lora-alpha")) method_json["alpha"] = to_double("--lora-alpha", *v);
   if (auto v = args.option("--quantize")) method_json["quantize"] = *v;
   if (args.flag("--double-quant")) method_json["double_quant"] = true;
+  if (auto v = args.option("--preference")) {
+    method_json["preference"] = {{"loss", *v}};
+    if (auto beta = args.option("--beta"))
+      method_json["preference"]["beta"] = to_double("--beta", *beta);
+  } else if (args.option("--beta")) {
+    throw UsageError{"--beta is the preference objective's; it needs --preference"};
+  }
   nlohmann::json dataset = {{"train", {data}}};
   if (auto v = args.option("--validation")) dataset["validation"] = {*v};
   if (auto v = args.option("--format")) dataset["format"] = *v;
@@ -108,7 +136,7 @@ const RegisterCommand kRegister{{
     "[--steps N | --epochs N] [--batch-size N] [--grad-accum N] [--lr X] [--schedule S] "
     "[--warmup-steps N] [--seed N] [--save-every N] [--eval-every N] [--max-length N] "
     "[--validation-split X] [--lora-rank R] [--lora-alpha A] [--quantize nf4|fp4|int8] "
-    "[--double-quant] [--resume DIR] "
+    "[--double-quant] [--preference dpo|ipo|simpo|orpo] [--beta B] [--resume DIR] "
     "[--precision fp32|bf16] [--strategy auto|single|gemini] [--strategy-options JSON] "
     "[--out DIR] [--events FILE|-] [--print-job]",
     "Fine-tune a model on a dataset (builds a job spec from the flags and runs it)",

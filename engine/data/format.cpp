@@ -65,6 +65,11 @@ std::map<std::string, std::string> roles_by_name(FormatKind kind,
       put("text", find_column(columns, {"text", "content", "document"}));
       if (!roles.count("text") && columns.size() == 1) roles["text"] = columns.front();
       break;
+    case FormatKind::Preference:
+      put("prompt", find_column(columns, {"prompt", "question", "query", "instruction"}));
+      put("chosen", find_column(columns, {"chosen"}));
+      put("rejected", find_column(columns, {"rejected"}));
+      break;
   }
   return roles;
 }
@@ -93,6 +98,11 @@ std::vector<std::string> missing_roles(const DatasetFormat& f) {
       break;
     case FormatKind::Text:
       need("text");
+      break;
+    case FormatKind::Preference:
+      need("prompt");
+      need("chosen");
+      need("rejected");
       break;
   }
   return missing;
@@ -132,6 +142,8 @@ const char* format_kind_name(FormatKind kind) {
       return "chat";
     case FormatKind::Classification:
       return "classification";
+    case FormatKind::Preference:
+      return "preference";
   }
   return "?";
 }
@@ -142,8 +154,9 @@ FormatKind parse_format_kind(const std::string& name) {
   if (n == "instruction") return FormatKind::Instruction;
   if (n == "chat") return FormatKind::Chat;
   if (n == "classification") return FormatKind::Classification;
+  if (n == "preference") return FormatKind::Preference;
   throw_invalid("unknown dataset format '" + name + "'",
-                "use text, instruction, chat or classification");
+                "use text, instruction, chat, classification or preference");
 }
 
 std::string DatasetFormat::describe() const {
@@ -158,15 +171,16 @@ std::string DatasetFormat::describe() const {
 }
 
 DatasetFormat detect_format(const std::vector<std::string>& columns, const std::string& source) {
-  for (FormatKind kind :
-       {FormatKind::Chat, FormatKind::Instruction, FormatKind::Classification, FormatKind::Text}) {
+  for (FormatKind kind : {FormatKind::Preference, FormatKind::Chat, FormatKind::Instruction,
+                          FormatKind::Classification, FormatKind::Text}) {
     DatasetFormat f{kind, roles_by_name(kind, columns)};
     if (missing_roles(f).empty()) return f;
   }
   throw_invalid(
       source + ": cannot tell the dataset format from its columns (" + join_columns(columns) + ")",
       std::string("expected messages (chat), instruction+output or prompt+completion "
-                  "(instruction), text+label (classification) or text; otherwise ") +
+                  "(instruction), text+label (classification), prompt+chosen+rejected "
+                  "(preference) or text; otherwise ") +
           kMappingHint);
 }
 
@@ -176,7 +190,9 @@ DatasetFormat resolve_format(const std::vector<std::string>& columns, const std:
   if (!kind && overrides.empty()) return detect_format(columns, source);
   if (!kind) {  // the roles named say which format is meant
     auto has = [&](const char* role) { return overrides.count(role) > 0; };
-    if (has("messages"))
+    if (has("chosen") || has("rejected"))
+      kind = FormatKind::Preference;
+    else if (has("messages"))
       kind = FormatKind::Chat;
     else if (has("instruction") || has("output") || has("prompt") || has("completion") ||
              has("input"))
@@ -191,14 +207,15 @@ DatasetFormat resolve_format(const std::vector<std::string>& columns, const std:
       {FormatKind::Text, {"text"}},
       {FormatKind::Instruction, {"instruction", "input", "output", "prompt", "completion"}},
       {FormatKind::Chat, {"messages"}},
-      {FormatKind::Classification, {"text", "label"}}};
+      {FormatKind::Classification, {"text", "label"}},
+      {FormatKind::Preference, {"prompt", "chosen", "rejected"}}};
   const bool wants_prompt = overrides.count("prompt") || overrides.count("completion");
   const bool wants_instruction = overrides.count("instruction") || overrides.count("output");
-  if (wants_prompt && !wants_instruction) {
+  if (*kind == FormatKind::Instruction && wants_prompt && !wants_instruction) {
     f.columns.erase("instruction");
     f.columns.erase("input");
     f.columns.erase("output");
-  } else if (wants_instruction) {
+  } else if (*kind == FormatKind::Instruction && wants_instruction) {
     f.columns.erase("prompt");
     f.columns.erase("completion");
   }
@@ -491,6 +508,8 @@ TokenizedExample ExampleBuilder::build(const Row& row, const std::string& locati
     }
     case FormatKind::Chat:
       return build_chat(normalize_messages(*value_of("messages", true), location), location);
+    case FormatKind::Preference:
+      return build_pair(row, location);
     case FormatKind::Classification: {
       TokenizedExample ex;
       ex.input_ids = tokenizer_->encode(text_of("text", true), true);
@@ -518,6 +537,86 @@ TokenizedExample ExampleBuilder::build(const Row& row, const std::string& locati
     }
   }
   throw_invalid(location + ": unknown format");
+}
+
+TokenizedExample ExampleBuilder::build_pair(const Row& row, const std::string& location) const {
+  auto value_of = [&](const char* role) -> const Json& {
+    const std::string& column = format_.columns.at(role);
+    auto it = row.find(column);
+    if (it == row.end() || it->is_null())
+      throw_invalid(location + ": column '" + column + "' (" + role + ") is missing",
+                    "give every row a prompt, a chosen and a rejected completion, or skip such "
+                    "rows");
+    return *it;
+  };
+  const Json& prompt = value_of("prompt");
+  const Json& chosen = value_of("chosen");
+  const Json& rejected = value_of("rejected");
+  const bool chat = prompt.is_array() || chosen.is_array() || rejected.is_array();
+  std::vector<std::int32_t> prompt_ids, prompt_chosen, prompt_rejected;
+  if (chat) {
+    if (!template_)
+      throw_invalid(location +
+                        ": the pair is written as chat messages, and the model's tokenizer "
+                        "has no chat template to render them",
+                    "write the prompt and completions as text, or use a model with a chat "
+                    "template");
+    const Json prompt_messages = normalize_messages(prompt, location + " (prompt)");
+    const auto conversation = [&](const Json& completion, const char* role) {
+      Json messages = prompt_messages;
+      for (const Json& m : normalize_messages(completion, location + " (" + role + ")"))
+        messages.push_back(m);
+      return encode(template_->render(messages, false, config_, Json()));
+    };
+    prompt_ids = encode(template_->render(prompt_messages, true, config_, Json()));
+    prompt_chosen = conversation(chosen, "chosen");
+    prompt_rejected = conversation(rejected, "rejected");
+  } else {
+    const auto text = [&](const Json& v, const char* role) {
+      if (!v.is_string())
+        throw_invalid(location + ": column '" + format_.columns.at(role) + "' (" + role +
+                          ") is a " + v.type_name() + "; expected text, or a list of messages",
+                      "write the prompt, chosen and rejected all as text or all as messages");
+      return v.get<std::string>();
+    };
+    const std::string eos = config_.eos_token.value_or("");
+    const auto completed = [&](const Json& v, const char* role) {
+      std::string completion = text(v, role);
+      if (!eos.empty() && !completion.ends_with(eos)) completion += eos;
+      return completion;
+    };
+    const std::string prompt_text = text(prompt, "prompt");
+    prompt_ids = tokenizer_->encode(prompt_text, true);
+    prompt_chosen = tokenizer_->encode(prompt_text + completed(chosen, "chosen"), true);
+    prompt_rejected = tokenizer_->encode(prompt_text + completed(rejected, "rejected"), true);
+  }
+  const auto agreement = [&](const std::vector<std::int32_t>& ids) {
+    const auto end = std::mismatch(prompt_ids.begin(), prompt_ids.end(), ids.begin(), ids.end());
+    return static_cast<std::size_t>(end.first - prompt_ids.begin());
+  };
+  const std::size_t prompt_length = std::min(agreement(prompt_chosen), agreement(prompt_rejected));
+  if (options_.max_length > 0 && prompt_length >= options_.max_length)
+    throw_invalid(location + ": the prompt takes " + std::to_string(prompt_length) +
+                      " tokens, and max_length is " + std::to_string(options_.max_length) +
+                      ", so no completion token is left",
+                  "raise max_length, shorten the prompt, or skip such rows");
+  const auto row_of = [&](const std::vector<std::int32_t>& ids, const char* role) {
+    if (ids.size() <= prompt_length)
+      throw_invalid(location + ": the " + std::string(role) + " completion has no token",
+                    "give every pair a non-empty chosen and rejected completion");
+    TokenizedExample ex;
+    ex.input_ids = ids;
+    ex.labels.assign(prompt_length, kIgnoreIndex);
+    ex.labels.insert(ex.labels.end(), ids.begin() + static_cast<std::ptrdiff_t>(prompt_length),
+                     ids.end());
+    truncate(ex);
+    return ex;
+  };
+  TokenizedExample pair = row_of(prompt_chosen, "chosen");
+  TokenizedExample rejected_row = row_of(prompt_rejected, "rejected");
+  pair.rejected_input_ids = std::move(rejected_row.input_ids);
+  pair.rejected_labels = std::move(rejected_row.labels);
+  return pair;
 }
 
 // ---------------------------------------------------------------- packing

@@ -20,6 +20,14 @@
 //   marker is). The rendered text is tokenized piece by piece (without special-token
 //   insertion, as apply_chat_template does), so piece borders are token borders.
 // - classification: tokenizer(text) with special tokens; `label` is the class id.
+// - preference (prompt, chosen, rejected), as TRL's DPOTrainer tokenizes pairs: text pairs are
+//   tokenizer(prompt) and tokenizer(prompt + completion + EOS text unless it ends with it), with
+//   special tokens; message lists (chat) are the template's rendering of the prompt with the
+//   generation prompt and of prompt + completion messages. The completion starts where the
+//   prompt's ids and prompt + completion's part (the shorter agreement of chosen and
+//   rejected), so a token merged across the border belongs to the completion. Each of the two
+//   rows is prompt + completion, loss on the completion, truncated to max_length; a prompt that
+//   fills max_length leaves no completion and is an error.
 // Truncation keeps the first max_length tokens.
 #include <cstddef>
 #include <cstdint>
@@ -37,21 +45,23 @@ namespace tessera::data {
 
 inline constexpr std::int32_t kIgnoreIndex = -100;
 
-enum class FormatKind { Text, Instruction, Chat, Classification };
+enum class FormatKind { Text, Instruction, Chat, Classification, Preference };
 const char* format_kind_name(FormatKind kind);
-// "text", "instruction", "chat", "classification"; throws tessera::Error otherwise.
+// "text", "instruction", "chat", "classification", "preference"; throws tessera::Error
+// otherwise.
 FormatKind parse_format_kind(const std::string& name);
 
 // The format and which column plays each role. Roles: text: "text"; instruction:
 // "instruction", "input" (optional), "output" — or "prompt", "completion"; chat:
-// "messages"; classification: "text", "label".
+// "messages"; classification: "text", "label"; preference: "prompt", "chosen", "rejected".
 struct DatasetFormat {
   FormatKind kind = FormatKind::Text;
   std::map<std::string, std::string> columns;  // role -> column name
   std::string describe() const;  // e.g. "instruction (instruction='q', input='ctx', output='a')"
 };
 
-// Detects the format from column names (case-insensitive): messages/conversations/… → chat;
+// Detects the format from column names (case-insensitive): prompt + chosen + rejected →
+// preference; messages/conversations/… → chat;
 // instruction + output/response → instruction; prompt + completion/response → instruction;
 // text/sentence + label → classification; text/content/document (or a single column) → text.
 // Throws tessera::Error naming `source` and listing the columns when nothing fits.
@@ -75,6 +85,10 @@ struct TokenizedExample {
   std::vector<std::int32_t> labels;   // same length; kIgnoreIndex where no loss. Empty for
                                       // classification.
   std::optional<std::int64_t> label;  // classification class id
+  // Preference pairs: input_ids / labels are prompt + chosen, these prompt + rejected.
+  std::vector<std::int32_t> rejected_input_ids;
+  std::vector<std::int32_t> rejected_labels;
+  bool is_pair() const { return !rejected_input_ids.empty(); }
 };
 
 // Classification labels: integer labels are used as is; string labels map through `names`
@@ -121,6 +135,7 @@ class ExampleBuilder {
   std::vector<std::int32_t> encode(const std::string& text) const;  // no special tokens
   TokenizedExample causal(std::vector<std::int32_t> prompt, std::vector<std::int32_t> response,
                           const std::string& location) const;
+  TokenizedExample build_pair(const Row& row, const std::string& location) const;
   void truncate(TokenizedExample& ex) const;
 
   DatasetFormat format_;

@@ -236,8 +236,8 @@ JobSpec parse_job_spec(const json& doc, const std::string& source) {
       r.fail("dataset.config", "names a config of a Hub dataset: give dataset.hub_id too");
     if (spec.dataset.train_files.empty() && spec.dataset.hub_id.empty())
       r.fail("dataset.train", "must name at least one file (or give dataset.hub_id)");
-    spec.dataset.format =
-        r.string("format", "auto", {"auto", "text", "instruction", "chat", "classification"});
+    spec.dataset.format = r.string(
+        "format", "auto", {"auto", "text", "instruction", "chat", "classification", "preference"});
     if (const json* cols = r.get("columns")) {
       if (!cols->is_object()) r.fail("dataset.columns", "must be an object of role → column");
       for (const auto& [role, column] : cols->items()) {
@@ -272,6 +272,33 @@ JobSpec parse_job_spec(const json& doc, const std::string& source) {
              "double-quantizes the absmax of a 4-bit base, and method.quantize is \"" +
                  spec.method.quantize + "\"",
              "set method.quantize to nf4 or fp4, or remove method.double_quant");
+    if (const json* preference = r.get("preference")) {
+      ObjectReader pr(*preference, "method.preference", source);
+      PreferenceSpec p;
+      p.loss = pr.string("loss", p.loss, {"dpo", "ipo", "simpo", "orpo"});
+      p.beta = pr.number("beta", p.beta, 1e-9, 1e6);
+      const auto only_for = [&](const char* key, std::initializer_list<const char*> losses) {
+        if (pr.get(key) == nullptr) return;
+        if (std::none_of(losses.begin(), losses.end(),
+                         [&](const char* l) { return p.loss == l; })) {
+          std::string list;
+          for (const char* l : losses) list += (list.empty() ? "" : " and ") + std::string(l);
+          pr.fail(pr.field(key),
+                  "applies to " + list + ", and method.preference.loss is \"" + p.loss + "\"",
+                  "remove method.preference." + std::string(key));
+        }
+      };
+      only_for("label_smoothing", {"dpo", "simpo"});
+      p.label_smoothing = pr.number("label_smoothing", p.label_smoothing, 0.0, 0.499999);
+      only_for("simpo_gamma", {"simpo"});
+      p.simpo_gamma = pr.number("simpo_gamma", p.simpo_gamma, -1e6, 1e6);
+      only_for("sft_weight", {"simpo"});
+      p.sft_weight = pr.number("sft_weight", p.sft_weight, 0.0, 1e6);
+      only_for("reference", {"dpo", "ipo"});
+      p.reference = pr.string("reference", "");
+      pr.finish();
+      spec.method.preference = p;
+    }
     r.finish();
   }
 
@@ -387,6 +414,16 @@ json to_json(const JobSpec& s) {
     method["targets"] = s.method.lora_targets;
     if (s.method.quantize != "none") method["quantize"] = s.method.quantize;
     if (s.method.double_quant) method["double_quant"] = true;
+  }
+  if (const auto& p = s.method.preference) {
+    json preference = {{"loss", p->loss}, {"beta", p->beta}};
+    if (p->loss == "dpo" || p->loss == "simpo") preference["label_smoothing"] = p->label_smoothing;
+    if (p->loss == "simpo") {
+      preference["simpo_gamma"] = p->simpo_gamma;
+      preference["sft_weight"] = p->sft_weight;
+    }
+    if (!p->reference.empty()) preference["reference"] = p->reference;
+    method["preference"] = std::move(preference);
   }
   json output = {{"dir", s.output.dir}};
   if (s.output.resume) output["resume"] = *s.output.resume;

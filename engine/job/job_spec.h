@@ -28,12 +28,24 @@ struct DatasetSpec {
   std::string hub_id;                         // "org/name" when the data comes from the Hub
   std::string revision = "main";
   std::string config;           // with hub_id: the dataset's config ("": its default config)
-  std::string format = "auto";  // auto | text | instruction | chat | classification
+  std::string format = "auto";  // auto | text | instruction | chat | classification | preference
   std::map<std::string, std::string> columns;  // role → column name, e.g. {"text": "body"}
   double validation_split = 0.0;               // fraction of train rows held out
   std::int64_t max_length = 512;
   bool packing = true;  // text format: pack documents into blocks
   bool skip_bad_rows = false;
+};
+
+// Preference tuning (docs/job-spec.md "method.preference"): the objective and its parameters.
+struct PreferenceSpec {
+  std::string loss = "dpo";  // dpo | ipo | simpo | orpo
+  double beta = 0.1;
+  double label_smoothing = 0.0;  // dpo, simpo
+  double simpo_gamma = 0.5;      // simpo
+  double sft_weight = 0.0;       // simpo
+  // dpo, ipo: a model folder to compare with; empty: the model being trained as it starts (LoRA:
+  // the base with the adapters off, no second copy).
+  std::string reference;
 };
 
 struct MethodSpec {
@@ -44,7 +56,8 @@ struct MethodSpec {
   std::vector<std::string> lora_targets;  // empty: the family's default (attention projections)
   // QLoRA: the frozen base's linear layers held as nf4 | fp4 | int8; "none": dense.
   std::string quantize = "none";
-  bool double_quant = false;  // with a 4-bit quantize: the absmax double-quantized
+  bool double_quant = false;                 // with a 4-bit quantize: the absmax double-quantized
+  std::optional<PreferenceSpec> preference;  // none: supervised fine-tuning
 };
 
 struct TrainingSpec {

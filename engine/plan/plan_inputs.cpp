@@ -73,7 +73,8 @@ void sample_sequence_lengths(const job::JobSpec& spec, const fs::path& model_dir
     for (std::size_t g = 0; g < sample.examples.size(); g += group, ++groups) {
       std::size_t longest = 0;
       for (std::size_t i = g; i < std::min(g + group, sample.examples.size()); ++i)
-        longest = std::max(longest, sample.examples[i].input_ids.size());
+        longest = std::max({longest, sample.examples[i].input_ids.size(),
+                            sample.examples[i].rejected_input_ids.size()});
       longest_sum += d(static_cast<std::int64_t>(longest));
     }
     in.tokens_per_sequence = std::min(max_length, longest_sum / d(groups));

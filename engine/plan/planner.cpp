@@ -123,6 +123,11 @@ Settings written_settings(const job::JobSpec& spec, int gpus = 0, int processes 
   s.gradient_accumulation = std::max<std::int64_t>(1, spec.training.gradient_accumulation);
   s.sequence_length = spec.dataset.max_length;
   s.activation_checkpointing = spec.training.activation_checkpointing;
+  if (const auto& p = spec.method.preference) {
+    s.rows_per_example = 2;
+    s.reference_copy =
+        (p->loss == "dpo" || p->loss == "ipo") && (s.method == "full" || !p->reference.empty());
+  }
   if (spec.strategy.name == "gemini") {
     s.strategy = "gemini";
     auto fraction = [&](const char* key) {
@@ -222,7 +227,8 @@ double rank_compute_seconds(const hf::ModelConfig& c, const Settings& s, int wor
 
 // A plan's settings train micro_batch × gradient_accumulation × sequence_length tokens a step.
 double tokens_of(const Settings& s) {
-  return d(s.micro_batch) * d(s.gradient_accumulation) * d(s.sequence_length);
+  return d(s.micro_batch) * d(s.rows_per_example) * d(s.gradient_accumulation) *
+         d(s.sequence_length);
 }
 
 std::string seconds_text(double seconds) {
@@ -296,7 +302,7 @@ ActivationTerms activation_terms(const hf::ModelConfig& c, const Settings& s, in
   const double split = static_cast<double>(std::max(1, tp));
   // Activations saved for backward, per our modules (engine/model/decoder.cpp, layers.cpp),
   // in elements of the compute dtype; T = B·S tokens.
-  const double t = d(s.micro_batch) * d(s.sequence_length);
+  const double t = d(s.micro_batch) * d(s.rows_per_example) * d(s.sequence_length);
   const double h = d(c.hidden_size), v = d(c.vocab_size);
   const double act = bf16 ? 2.0 : 4.0;
   // RMSNorm (engine/model/layers.cpp) saves its float32 input for pow and the product, and,
@@ -342,7 +348,10 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
   MemoryEstimate e;
   const auto [n, trainable, stored, param_bytes, lora, bf16] = counts_of(c, s);
   const cost::QuantizedBase quantized = cost::quantized_base(c, s);
-  e.weights = to_bytes(stored * param_bytes + quantized.bytes + (bf16 ? trainable * 4.0 : 0.0));
+  // Preference tuning's frozen reference model, beside the one that trains.
+  const double reference = s.reference_copy ? n * (bf16 ? 2.0 : 4.0) : 0.0;
+  e.weights =
+      to_bytes(stored * param_bytes + quantized.bytes + (bf16 ? trainable * 4.0 : 0.0) + reference);
   e.gradients = to_bytes(trainable * (bf16 ? 2.0 + 4.0 : 4.0));
   e.optimizer = to_bytes(trainable * 8.0);
   e.runtime = kRuntimeBaselineBytes;
@@ -872,7 +881,8 @@ Plan make_plan(const PlanInputs& in) {
     }
     // A quantized base (QLoRA) trains under the strategies that replicate the frozen weights (a
     // named other one is refused below, by name).
-    if (spec.method.quantize != "none" && !named)
+    // Preference tuning the same, so far.
+    if ((spec.method.quantize != "none" || spec.method.preference) && !named)
       std::erase_if(distributing, [](const Settings& t) { return !quantizes_base(t.strategy); });
     if (named && !strategy->distributes)
       throw_unsupported("strategy.name: \"" + strategy->name +
@@ -890,6 +900,10 @@ Plan make_plan(const PlanInputs& in) {
   // QLoRA (method.quantize) trains under `single`, `ddp` and `zero` on the CPU so far (the frozen
   // quantized base replicated on every rank); the trainer refuses the rest too, but the plan says
   // so before anything loads.
+  if (spec.method.preference && named && !quantizes_base(spec.strategy.name))
+    throw_unsupported(
+        "method.preference under strategy " + spec.strategy.name + " is not supported yet",
+        distributed ? "use strategy ddp or zero (or auto)" : "use strategy single (or auto)");
   if (spec.method.quantize != "none") {
     if (named && !quantizes_base(spec.strategy.name))
       throw_unsupported(
@@ -1091,9 +1105,10 @@ Plan make_plan(const PlanInputs& in) {
   const bool gemini_distributes =
       std::any_of(distributing.begin(), distributing.end(),
                   [](const Settings& t) { return t.strategy == "gemini"; });
+  // (Preference tuning does not run under gemini yet.)
   const bool may_offload = !named_gemini && spec.strategy.name == job::kAutoStrategy && !gpu &&
-                           (!distributed || gemini_distributes) && base.method == "full" &&
-                           disk_limit > 0;
+                           !spec.method.preference && (!distributed || gemini_distributes) &&
+                           base.method == "full" && disk_limit > 0;
   // On a GPU, `auto` keeps the user's method too: full fine-tuning that does not fit the GPU goes
   // to gemini's device tier with the optimizer state in host memory, then parameter chunks
   // there too, then the optimizer state on disk.

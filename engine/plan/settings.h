@@ -18,6 +18,10 @@ struct Settings {
   std::int64_t gradient_accumulation = 1;
   std::int64_t sequence_length = 512;
   bool activation_checkpointing = false;
+  // Preference tuning: each example is two rows (chosen and rejected), and DPO / IPO with full
+  // fine-tuning or a named reference keep a frozen reference model in the compute dtype.
+  std::int64_t rows_per_example = 1;
+  bool reference_copy = false;
   // The plugin: "single", or "gemini" with this share of the optimizer state (Adam moments and
   // fp32 masters) on disk, and this share of the parameter chunks' bytes (every parameter, in
   // the compute dtype) on disk.

@@ -103,6 +103,20 @@ PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokeniz
   if (!train_reader->skipped().summary().empty())
     events.log("warning", "unreadable rows: " + train_reader->skipped().summary());
 
+  // Pairs train with a preference objective, and only pairs do.
+  const bool pairs = format.kind == data::FormatKind::Preference;
+  if (spec.method.preference && !pairs)
+    throw_invalid(train_reader->path().string() +
+                      ": method.preference trains on preference pairs, "
+                      "and the dataset's format is " +
+                      format.describe(),
+                  "choose a dataset with prompt, chosen and rejected columns (dataset.format "
+                  "\"preference\", mapped with dataset.columns), or remove method.preference");
+  if (pairs && !spec.method.preference)
+    throw_invalid(train_reader->path().string() + ": the dataset holds preference pairs (" +
+                      format.describe() + "), and method.preference is not set",
+                  "set method.preference, e.g. {\"loss\": \"dpo\", \"beta\": 0.1}, to align the "
+                  "model with the chosen completions");
   data::LabelSet labels;
   if (format.kind == data::FormatKind::Classification) {
     labels =
@@ -300,6 +314,15 @@ train::TrainerOptions trainer_options(const job::JobSpec& spec, const fs::path& 
   options.method.lora_targets = spec.method.lora_targets;
   if (spec.method.quantize != "none") options.method.quantize = spec.method.quantize;
   options.method.double_quant = spec.method.double_quant;
+  if (const auto& p = spec.method.preference) {
+    train::PreferenceOptions preference;
+    preference.loss = train::preference_loss_from_name(p->loss, "method.preference.loss");
+    preference.beta = p->beta;
+    preference.label_smoothing = p->label_smoothing;
+    preference.simpo_gamma = p->simpo_gamma;
+    preference.sft_weight = p->sft_weight;
+    options.method.preference = preference;
+  }
   options.precision = spec.precision;
   options.plugin = spec.strategy.name;
   options.device = job::strategy_option(spec.strategy.name, spec.strategy.options, "device");
@@ -522,6 +545,32 @@ ModelToTrain load_model(const job::JobSpec& spec, const hf::ModelFolder& source,
   return out;
 }
 
+// DPO and IPO compare with a frozen reference: the named one, or with full fine-tuning a copy of
+// the model as it starts (LoRA without a named one compares with its base, adapters off: none
+// here). Loaded in float32; the trainer places it in the compute dtype.
+std::shared_ptr<model::PretrainedModel> load_reference_model(const job::JobSpec& spec,
+                                                             const hf::ModelFolder& source,
+                                                             job::EventSink& events) {
+  const auto& p = spec.method.preference;
+  if (!p || (p->loss != "dpo" && p->loss != "ipo")) return nullptr;
+  if (p->reference.empty() && spec.method.type != "full") return nullptr;
+  const hf::ModelFolder reference = p->reference.empty() ? source : open_model(p->reference);
+  const hf::ModelConfig& config = reference.config();
+  if (config.vocab_size != source.config().vocab_size)
+    throw_invalid("method.preference.reference: " + reference.dir().string() +
+                      " has a vocabulary of " + std::to_string(config.vocab_size) +
+                      " tokens, the model " + std::to_string(source.config().vocab_size),
+                  "name a reference with the trained model's tokenizer (its base, or an earlier "
+                  "fine-tune of it)");
+  auto model = model::create_model(config, model::TaskHead::CausalLM,
+                                   torch::TensorOptions().dtype(torch::kFloat32));
+  model::DeferredWeights(*model, reference.weights()).load_into(*model);
+  events.log("info", "preference reference: " + reference.dir().string() +
+                         (p->reference.empty() ? " as it starts" : "") +
+                         ", a frozen copy beside the model");
+  return model;
+}
+
 train::TrainResult train_model(train::Trainer& trainer, const job::JobSpec& spec, TrainingData data,
                                const std::atomic<bool>* stop) {
   train::ExampleBatchSource train_source(std::move(data.prepared.train), spec.training.batch_size,
@@ -630,6 +679,11 @@ std::string distributed_strategies() {
 }  // namespace
 
 void check_processes(const job::JobSpec& spec, int world_size) {
+  if (spec.method.preference && spec.strategy.name != job::kAutoStrategy &&
+      !plan::quantizes_base(spec.strategy.name))
+    throw_unsupported("preference tuning (method.preference) under strategy \"" +
+                          spec.strategy.name + "\" is not supported yet",
+                      "use strategy single, ddp or zero");
   // QLoRA under a strategy that takes no quantized base: refused before any rank starts (each
   // rank's trainer would say the same once its data had loaded).
   if (spec.method.quantize != "none" && spec.strategy.name != job::kAutoStrategy &&
@@ -759,6 +813,7 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
 
   train::TrainerOptions options = trainer_options(spec, out_dir, source.dir());
   options.deferred_weights = std::move(to_train.weights);
+  options.reference_model = load_reference_model(spec, source, events);
   // hybrid: a dp × pp × tp mesh, tp innermost so that a tensor group's ranks are neighbours
   // (one machine's, when launched per node), then the pipeline's stages; the data group is the
   // outer dimension.

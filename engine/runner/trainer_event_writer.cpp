@@ -12,6 +12,21 @@ nlohmann::json mesh_coordinates(int rank, const train::MeshShape& mesh) {
 
 }  // namespace
 
+namespace {
+
+// Preference tuning's figures (means over the pairs of every rank), as TRL logs them.
+nlohmann::json preference_json(const train::PreferenceMetrics& m) {
+  return {{"pairs", m.pairs},
+          {"reward_chosen", m.reward_chosen},
+          {"reward_rejected", m.reward_rejected},
+          {"reward_margin", m.margin},
+          {"reward_accuracy", m.accuracy},
+          {"log_prob_chosen", m.log_prob_chosen},
+          {"log_prob_rejected", m.log_prob_rejected}};
+}
+
+}  // namespace
+
 void TrainerEventWriter::on_step(const train::StepReport& r) {
   nlohmann::json metric = {{"step", r.step},
                            {"loss", r.loss},
@@ -46,6 +61,7 @@ void TrainerEventWriter::on_step(const train::StepReport& r) {
   if (r.traffic) metric["traffic"] = traffic_json(*r.traffic);
   if (r.tensor_traffic) metric["tensor_traffic"] = traffic_json(*r.tensor_traffic);
   if (r.pipeline_traffic) metric["pipeline_traffic"] = traffic_json(*r.pipeline_traffic);
+  if (r.preference) metric["preference"] = preference_json(*r.preference);
   sink_.emit("metric", metric);
 }
 
@@ -53,6 +69,7 @@ void TrainerEventWriter::on_eval(const train::EvalResult& r) {
   nlohmann::json metric = {{"step", r.step}, {"eval_loss", r.loss}};
   if (r.perplexity) metric["perplexity"] = *r.perplexity;
   if (r.accuracy) metric["accuracy"] = *r.accuracy;
+  if (r.preference) metric["eval_preference"] = preference_json(*r.preference);
   sink_.emit("metric", metric);
 }
 

@@ -6,8 +6,29 @@
 
 namespace tessera::train {
 
+namespace {
+
+// Preference pairs: every chosen row (prompt + chosen), then every rejected row in the same order.
+Batch collate_pairs(const std::vector<const data::TokenizedExample*>& pairs, std::int32_t pad_id) {
+  std::vector<data::TokenizedExample> rows(pairs.size() * 2);
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    if (!pairs[i]->is_pair())
+      throw_invalid("collate: the batch mixes preference pairs and single examples");
+    rows[i].input_ids = pairs[i]->input_ids;
+    rows[i].labels = pairs[i]->labels;
+    rows[pairs.size() + i].input_ids = pairs[i]->rejected_input_ids;
+    rows[pairs.size() + i].labels = pairs[i]->rejected_labels;
+  }
+  std::vector<const data::TokenizedExample*> pointers;
+  for (const auto& row : rows) pointers.push_back(&row);
+  return collate(pointers, pad_id);
+}
+
+}  // namespace
+
 Batch collate(const std::vector<const data::TokenizedExample*>& examples, std::int32_t pad_id) {
   if (examples.empty()) throw_invalid("collate: no examples");
+  if (examples.front()->is_pair()) return collate_pairs(examples, pad_id);
   const bool classification = examples.front()->label.has_value();
   std::size_t longest = 0;
   for (std::size_t i = 0; i < examples.size(); ++i) {

@@ -12,7 +12,8 @@
 namespace tessera::train {
 
 // Pads to the longest example. Causal-LM examples give labels [B, T] (the example's labels,
-// -100 on padding); classification examples (with `label`) give labels [B]. Throws
+// -100 on padding); classification examples (with `label`) give labels [B]; B preference pairs
+// give 2·B rows, the chosen ones first (train/preference.h). Throws
 // tessera::Error (InvalidInput) for an empty example, labels of the wrong length, or a mix of
 // the two kinds.
 Batch collate(const std::vector<const data::TokenizedExample*>& examples, std::int32_t pad_id);
@@ -23,7 +24,10 @@ class ExampleBatchSource : public BatchSource {
   ExampleBatchSource(std::vector<data::TokenizedExample> examples, std::int64_t batch_size,
                      bool shuffle, std::uint64_t seed, std::int32_t pad_id);
   std::int64_t batches_per_epoch() const override;
-  std::int64_t rows_per_batch() const override { return batch_size_; }
+  // Preference pairs are two rows each (collate).
+  std::int64_t rows_per_batch() const override {
+    return examples_.front().is_pair() ? 2 * batch_size_ : batch_size_;
+  }
   Batch next() override;
   DataPosition position() const override { return position_; }
   void seek(const DataPosition& position) override;

@@ -12,6 +12,9 @@ does (prompt + completion, chosen rows first, right padding, the prompt out of t
 what tessera-train-probe trains on, so both sides see the same ids. One batch holds every pair,
 so the order a sampler draws them in does not matter.
 """
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -265,3 +268,65 @@ def reference_free_run(llama_dir, tmp_path, which, method):
 def test_simpo_and_orpo_match_trl_cpo_and_orpo_trainers(llama_dir, tmp_path, which, method):
     report, history = reference_free_run(llama_dir, tmp_path, which, method)
     compare(report, history)
+
+
+DATA_TOOL = Path(os.environ.get("TESSERA_TOOLS_DIR", "")) / "tessera-data-tool"
+
+
+def our_pairs(data_file, model_dir, max_length=None):
+    args = [str(DATA_TOOL), "tokenize", str(data_file), str(model_dir), "--format", "preference"]
+    if max_length:
+        args += ["--max-length", str(max_length)]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    return lines[0], lines[1:]
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_pairs_tokenize_as_trl_dpo_trainer_does(llama_dir, tmp_path, chat):
+    """Our preference format (text pairs with the EOS appended, or chat messages rendered with the
+    template) gives the ids and the loss mask TRL's DPOTrainer gives: prompt + completion per row,
+    the completion where the prompt's tokens and prompt + completion's part."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOConfig, DPOTrainer
+
+    folder = tmp_path / "model"
+    tokenizer = AutoTokenizer.from_pretrained(llama_dir)
+    if chat:
+        tokenizer.add_special_tokens({"additional_special_tokens": ["<|user|>", "<|assistant|>", "<|end|>"]})
+        tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(llama_dir, dtype=torch.float32)
+    model.resize_token_embeddings(len(tokenizer))
+    model.save_pretrained(folder)
+    rows = []
+    for p, c, r in PAIRS + [("7 and 8 make", "15 (a sum)", "78"), ("1 and 1 make ", "2", " 11 or so")]:
+        if chat:
+            rows.append({"prompt": [{"role": "user", "content": p}], "chosen": [{"role": "assistant", "content": c}],
+                         "rejected": [{"role": "assistant", "content": r}]})
+        else:
+            rows.append({"prompt": p, "chosen": c, "rejected": r})
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    header, ours = our_pairs(data, folder)
+    assert header["format"].startswith("preference")
+    trainer = DPOTrainer(model=model, args=trl_args(DPOConfig, tmp_path / "trl", 1e-3),
+                         train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    chosen, rejected = prompt_completion_rows(trainer.train_dataset)
+    assert len(ours) == len(chosen) == len(rows)
+    for i, example in enumerate(ours):
+        assert (example["input_ids"], example["labels"]) == tuple(map(list, chosen[i])), f"row {i + 1} chosen"
+        assert (example["rejected_input_ids"], example["rejected_labels"]) == tuple(map(list, rejected[i])), \
+            f"row {i + 1} rejected"
+    # A prompt longer than max_length leaves no completion: a row error naming the line.
+    out = subprocess.run([str(DATA_TOOL), "tokenize", str(data), str(folder), "--format", "preference",
+                          "--max-length", "2"], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "pairs.jsonl:1:" in out.stderr and "max_length" in out.stderr, out.stderr

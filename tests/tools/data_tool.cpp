@@ -78,6 +78,10 @@ int run(const std::vector<std::string>& args) {
     for (const auto& ex : ds.examples) {
       nlohmann::json j = {{"input_ids", ex.input_ids}, {"labels", ex.labels}};
       j["label"] = ex.label ? nlohmann::json(*ex.label) : nlohmann::json();
+      if (ex.is_pair()) {
+        j["rejected_input_ids"] = ex.rejected_input_ids;
+        j["rejected_labels"] = ex.rejected_labels;
+      }
       std::cout << j.dump() << "\n";
     }
     return 0;

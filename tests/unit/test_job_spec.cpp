@@ -63,6 +63,35 @@ class TestJobSpec : public QObject {
     QCOMPARE(QString::fromStdString(again.precision), QString("bf16"));
   }
 
+  // Preference tuning: the objective's own fields round-trip; a field of another objective, an
+  // unknown objective and an unknown field are named.
+  void preferenceRoundTripsAndNamesItsFields() {
+    auto doc = minimal();
+    doc["method"] = {
+        {"type", "lora"},
+        {"preference",
+         {{"loss", "simpo"}, {"beta", 2.0}, {"simpo_gamma", 0.6}, {"sft_weight", 0.5}}}};
+    auto spec = job::parse_job_spec(doc, "job.json");
+    QVERIFY(spec.method.preference.has_value());
+    QCOMPARE(spec.method.preference->simpo_gamma, 0.6);
+    auto again = job::parse_job_spec(job::to_json(spec), "again.json");
+    QCOMPARE(job::to_json(again), job::to_json(spec));
+    QCOMPARE(again.method.preference->sft_weight, 0.5);
+    doc["method"]["preference"] = {{"loss", "dpo"}, {"simpo_gamma", 0.6}};
+    auto text = error_text(doc);
+    QVERIFY2(text.find("method.preference.simpo_gamma applies to simpo, and "
+                       "method.preference.loss is \"dpo\"") != std::string::npos,
+             text.c_str());
+    doc["method"]["preference"] = {{"loss", "kto"}};
+    QVERIFY(error_text(doc).find("method.preference.loss is \"kto\"; expected one of: dpo, ipo, "
+                                 "simpo, orpo") != std::string::npos);
+    doc["method"]["preference"] = {{"loss", "dpo"}, {"bta", 0.1}};
+    QVERIFY(error_text(doc).find("did you mean \"method.preference.beta\"") != std::string::npos);
+    doc["method"]["preference"] = {{"loss", "dpo"}, {"label_smoothing", 0.5}};
+    QVERIFY(error_text(doc).find("method.preference.label_smoothing must be between") !=
+            std::string::npos);
+  }
+
   void unknownFieldIsNamedWithSuggestion() {
     auto doc = minimal();
     doc["training"] = {{"lerning_rate", 0.1}};

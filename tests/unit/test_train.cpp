@@ -984,8 +984,8 @@ class TestTrain : public QObject {
   }
 
   void collate_pads_right_with_ignored_labels() {
-    tessera::data::TokenizedExample a{{5, 6, 7}, {-100, 6, 7}, std::nullopt};
-    tessera::data::TokenizedExample b{{8}, {8}, std::nullopt};
+    tessera::data::TokenizedExample a{{5, 6, 7}, {-100, 6, 7}, std::nullopt, {}, {}};
+    tessera::data::TokenizedExample b{{8}, {8}, std::nullopt, {}, {}};
     train::Batch batch = train::collate({&a, &b}, 0);
     QVERIFY(torch::equal(batch.input_ids,
                          torch::tensor({5, 6, 7, 8, 0, 0}, torch::kInt64).view({2, 3})));
@@ -993,14 +993,37 @@ class TestTrain : public QObject {
                          torch::tensor({1, 1, 1, 1, 0, 0}, torch::kInt64).view({2, 3})));
     QVERIFY(torch::equal(batch.labels,
                          torch::tensor({-100, 6, 7, 8, -100, -100}, torch::kInt64).view({2, 3})));
-    tessera::data::TokenizedExample bad{{1, 2}, {1}, std::nullopt};
+    tessera::data::TokenizedExample bad{{1, 2}, {1}, std::nullopt, {}, {}};
     expect_error([&] { train::collate({&bad}, 0); }, ErrorKind::InvalidInput,
                  "1 labels for 2 tokens");
   }
 
+  // Preference pairs: every chosen row first, then the rejected rows in the same order, padded
+  // together, so the objective splits the batch in halves (train/preference.h).
+  void collate_puts_chosen_rows_before_rejected_ones() {
+    tessera::data::TokenizedExample p{{1, 2, 3}, {-100, 2, 3}, std::nullopt, {1, 4}, {-100, 4}};
+    tessera::data::TokenizedExample q{
+        {5, 6}, {-100, 6}, std::nullopt, {5, 7, 8, 9}, {-100, 7, 8, 9}};
+    train::Batch batch = train::collate({&p, &q}, 0);
+    QVERIFY(
+        torch::equal(batch.input_ids,
+                     torch::tensor({1, 2, 3, 0, 5, 6, 0, 0, 1, 4, 0, 0, 5, 7, 8, 9}, torch::kInt64)
+                         .view({4, 4})));
+    QVERIFY(torch::equal(batch.labels, torch::tensor({-100, 2, 3, -100, -100, 6, -100, -100, -100,
+                                                      4, -100, -100, -100, 7, 8, 9},
+                                                     torch::kInt64)
+                                           .view({4, 4})));
+    tessera::data::TokenizedExample single{{8}, {8}, std::nullopt, {}, {}};
+    expect_error(
+        [&] {
+          train::collate({&p, &single}, 0);
+        },
+        ErrorKind::InvalidInput, "mixes preference pairs");
+  }
+
   void example_source_restores_its_order_from_a_position() {
     std::vector<tessera::data::TokenizedExample> examples;
-    for (int i = 0; i < 7; ++i) examples.push_back({{i + 1}, {i + 1}, std::nullopt});
+    for (int i = 0; i < 7; ++i) examples.push_back({{i + 1}, {i + 1}, std::nullopt, {}, {}});
     train::ExampleBatchSource a(examples, 2, true, 9, 0);
     QCOMPARE(a.batches_per_epoch(), std::int64_t{4});  // the last batch holds one example
     std::vector<torch::Tensor> seen;

@@ -1,0 +1,132 @@
+"""Preference tuning end to end (issue 27): `tessera-cli` on a JSONL of pairs.
+
+- DPO with LoRA through `finetune --preference dpo`: every step's metric carries the preference
+  figures, the margin grows and the chosen completions win more pairs than at the start, and the
+  exports load (the adapter in peft, the merged model in transformers).
+- DPO with full fine-tuning on 2 processes (`ddp`, and `zero` stage 2) equals one process with
+  gradient accumulation 2: losses and rewards (the reference a frozen copy on every rank).
+- Resume is exact: 4 steps equal 2 steps, a checkpoint and 2 more.
+- Refusals: pairs without method.preference, method.preference on text, gemini by name (before
+  any rank starts), a field of another loss.
+"""
+import json
+
+import pytest
+import torch
+
+from test_launch import cli, events_of, run_job, workdir  # noqa: F401 (workdir: fixture)
+
+BOUND = 1e-5
+
+
+@pytest.fixture(scope="module")
+def pairs(workdir):
+    path = workdir / "pairs.jsonl"
+    rows = [{"prompt": f"What is {a} plus {b}?", "chosen": f" {a + b}", "rejected": f" {a + b + 3}"}
+            for a in range(8) for b in range(4)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def pair_job(workdir, pairs, name, strategy="single", steps=4, accumulation=1, method=None, **options):
+    spec = {
+        "version": 1,
+        "model": {"path": str(workdir / "model")},
+        "dataset": {"train": str(pairs)},
+        "method": method or {"type": "full", "preference": {"loss": "dpo", "beta": 0.5}},
+        "training": {"steps": steps, "batch_size": 4, "gradient_accumulation": accumulation,
+                     "learning_rate": 1e-3, "schedule": "constant", "seed": 7},
+        "strategy": {"name": strategy, "options": {"device": "cpu", **options}},
+        "output": {"dir": str(workdir / name)},
+    }
+    path = workdir / f"{name}.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def preference_of(events):
+    return [e["preference"] for e in events if e["type"] == "metric" and "preference" in e]
+
+
+def losses_of(events):
+    return [e["loss"] for e in events if e["type"] == "metric" and "loss" in e]
+
+
+def test_dpo_lora_learns_the_chosen_completions_and_exports(workdir, pairs):
+    out = workdir / "dpo-lora"
+    r = cli("finetune", "--model", workdir / "model", "--data", pairs, "--method", "lora", "--lora-rank", 8,
+            "--preference", "dpo", "--beta", 0.5, "--steps", 16, "--batch-size", 8, "--lr", 2e-2,
+            "--strategy", "single", "--strategy-options", '{"device": "cpu"}', "--out", out, timeout=300)
+    assert r.returncode == 0, r.stderr
+    events = events_of(out / "events.jsonl")
+    figures = preference_of(events)
+    assert len(figures) == 16 and all(f["pairs"] == 8 for f in figures), figures[:2]
+    first, last = figures[0], figures[-1]
+    # LoRA starts at the base (B = 0): the policy is its reference, every reward 0.
+    assert first["reward_margin"] == 0.0 and first["reward_chosen"] == 0.0
+    assert last["reward_margin"] > 0.1, last
+    assert last["reward_accuracy"] >= 0.75, last
+    for f in figures:  # margin = chosen − rejected; rewards are β × log-ratios
+        assert f["reward_margin"] == pytest.approx(f["reward_chosen"] - f["reward_rejected"], abs=1e-6)
+    logs = " ".join(e["message"] for e in events if e["type"] == "log")
+    assert "format preference" in logs, logs
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(workdir / "model", dtype=torch.float32)
+    PeftModel.from_pretrained(base, out / "adapter")
+    AutoModelForCausalLM.from_pretrained(out / "model", dtype=torch.float32)
+
+
+@pytest.fixture(scope="module")
+def one_process(workdir, pairs):
+    run_job(pair_job(workdir, pairs, "dpo-single", accumulation=2), 1, timeout=300)
+    return events_of(workdir / "dpo-single" / "events.jsonl")
+
+
+@pytest.mark.parametrize("strategy,options", [("ddp", {}), ("zero", {"stage": 2})])
+def test_two_ranks_equal_one_process_with_accumulation_two(workdir, pairs, one_process, strategy, options):
+    name = f"dpo-{strategy}-2"
+    run_job(pair_job(workdir, pairs, name, strategy, **options), 2, timeout=300)
+    events = events_of(workdir / name / "events.jsonl")
+    expected, got = losses_of(one_process), losses_of(events)
+    assert len(expected) == len(got) == 4
+    worst = max(abs(a - b) / abs(b) for a, b in zip(got, expected))
+    print(f"DPO {strategy} on 2 ranks vs one process with accumulation 2: losses {worst:.2e} relative")
+    assert worst <= BOUND, (got, expected)
+    for ours, theirs in zip(preference_of(events), preference_of(one_process)):
+        assert ours["pairs"] == theirs["pairs"] == 8
+        for key in ("reward_chosen", "reward_rejected", "reward_margin", "log_prob_chosen"):
+            assert ours[key] == pytest.approx(theirs[key], rel=BOUND, abs=1e-7), key
+
+
+def test_resume_is_exact(workdir, pairs, one_process):
+    spec = pair_job(workdir, pairs, "dpo-resume", steps=2, accumulation=2)
+    run_job(spec, 1, timeout=300)
+    whole = json.loads(spec.read_text())
+    whole["training"]["steps"] = 4
+    spec.write_text(json.dumps(whole))
+    run_job(spec, 1, resume=workdir / "dpo-resume" / "checkpoint-2", timeout=300)
+    events = events_of(workdir / "dpo-resume" / "events.jsonl")
+    assert losses_of(events)[-2:] == losses_of(one_process)[-2:]
+    assert preference_of(events)[-1] == preference_of(one_process)[-1]
+
+
+def test_refusals_name_the_field(workdir, pairs):
+    text = workdir / "text.jsonl"
+    text.write_text(json.dumps({"text": "1 and 2 make 3"}) + "\n")
+    no_method = pair_job(workdir, pairs, "no-method", method={"type": "lora"})
+    r = cli("run", no_method)
+    assert r.returncode == 2 and "holds preference pairs" in r.stderr and "method.preference" in r.stderr, r.stderr
+    spec = json.loads(pair_job(workdir, pairs, "on-text").read_text())
+    spec["dataset"]["train"] = str(text)
+    (workdir / "on-text.json").write_text(json.dumps(spec))
+    r = cli("run", workdir / "on-text.json")
+    assert r.returncode == 2 and "trains on preference pairs" in r.stderr, r.stderr
+    r = cli("launch", "--nproc", 2, pair_job(workdir, pairs, "dpo-gemini", "gemini"))
+    assert r.returncode == 2 and 'under strategy "gemini" is not supported yet' in r.stderr, r.stderr
+    assert not (workdir / "dpo-gemini" / "job.json").exists()
+    wrong = pair_job(workdir, pairs, "wrong-field", method={"type": "full", "preference": {"loss": "dpo",
+                                                                                          "simpo_gamma": 1}})
+    r = cli("run", wrong)
+    assert r.returncode == 2 and "method.preference.simpo_gamma applies to simpo" in r.stderr, r.stderr
