@@ -70,6 +70,11 @@ std::map<std::string, std::string> roles_by_name(FormatKind kind,
       put("chosen", find_column(columns, {"chosen"}));
       put("rejected", find_column(columns, {"rejected"}));
       break;
+    case FormatKind::Unpaired:
+      put("prompt", find_column(columns, {"prompt", "question", "query", "instruction"}));
+      put("completion", find_column(columns, {"completion", "response", "answer"}));
+      put("label", find_column(columns, {"label", "desirable"}));
+      break;
   }
   return roles;
 }
@@ -103,6 +108,11 @@ std::vector<std::string> missing_roles(const DatasetFormat& f) {
       need("prompt");
       need("chosen");
       need("rejected");
+      break;
+    case FormatKind::Unpaired:
+      need("prompt");
+      need("completion");
+      need("label");
       break;
   }
   return missing;
@@ -144,6 +154,8 @@ const char* format_kind_name(FormatKind kind) {
       return "classification";
     case FormatKind::Preference:
       return "preference";
+    case FormatKind::Unpaired:
+      return "unpaired";
   }
   return "?";
 }
@@ -155,8 +167,9 @@ FormatKind parse_format_kind(const std::string& name) {
   if (n == "chat") return FormatKind::Chat;
   if (n == "classification") return FormatKind::Classification;
   if (n == "preference") return FormatKind::Preference;
+  if (n == "unpaired") return FormatKind::Unpaired;
   throw_invalid("unknown dataset format '" + name + "'",
-                "use text, instruction, chat, classification or preference");
+                "use text, instruction, chat, classification, preference or unpaired");
 }
 
 std::string DatasetFormat::describe() const {
@@ -171,8 +184,8 @@ std::string DatasetFormat::describe() const {
 }
 
 DatasetFormat detect_format(const std::vector<std::string>& columns, const std::string& source) {
-  for (FormatKind kind : {FormatKind::Preference, FormatKind::Chat, FormatKind::Instruction,
-                          FormatKind::Classification, FormatKind::Text}) {
+  for (FormatKind kind : {FormatKind::Preference, FormatKind::Unpaired, FormatKind::Chat,
+                          FormatKind::Instruction, FormatKind::Classification, FormatKind::Text}) {
     DatasetFormat f{kind, roles_by_name(kind, columns)};
     if (missing_roles(f).empty()) return f;
   }
@@ -180,7 +193,7 @@ DatasetFormat detect_format(const std::vector<std::string>& columns, const std::
       source + ": cannot tell the dataset format from its columns (" + join_columns(columns) + ")",
       std::string("expected messages (chat), instruction+output or prompt+completion "
                   "(instruction), text+label (classification), prompt+chosen+rejected "
-                  "(preference) or text; otherwise ") +
+                  "(preference), prompt+completion+label (unpaired) or text; otherwise ") +
           kMappingHint);
 }
 
@@ -192,6 +205,8 @@ DatasetFormat resolve_format(const std::vector<std::string>& columns, const std:
     auto has = [&](const char* role) { return overrides.count(role) > 0; };
     if (has("chosen") || has("rejected"))
       kind = FormatKind::Preference;
+    else if (has("completion") && has("label"))
+      kind = FormatKind::Unpaired;
     else if (has("messages"))
       kind = FormatKind::Chat;
     else if (has("instruction") || has("output") || has("prompt") || has("completion") ||
@@ -208,7 +223,8 @@ DatasetFormat resolve_format(const std::vector<std::string>& columns, const std:
       {FormatKind::Instruction, {"instruction", "input", "output", "prompt", "completion"}},
       {FormatKind::Chat, {"messages"}},
       {FormatKind::Classification, {"text", "label"}},
-      {FormatKind::Preference, {"prompt", "chosen", "rejected"}}};
+      {FormatKind::Preference, {"prompt", "chosen", "rejected"}},
+      {FormatKind::Unpaired, {"prompt", "completion", "label"}}};
   const bool wants_prompt = overrides.count("prompt") || overrides.count("completion");
   const bool wants_instruction = overrides.count("instruction") || overrides.count("output");
   if (*kind == FormatKind::Instruction && wants_prompt && !wants_instruction) {
@@ -510,6 +526,8 @@ TokenizedExample ExampleBuilder::build(const Row& row, const std::string& locati
       return build_chat(normalize_messages(*value_of("messages", true), location), location);
     case FormatKind::Preference:
       return build_pair(row, location);
+    case FormatKind::Unpaired:
+      return build_unpaired(row, location);
     case FormatKind::Classification: {
       TokenizedExample ex;
       ex.input_ids = tokenizer_->encode(text_of("text", true), true);
@@ -539,84 +557,123 @@ TokenizedExample ExampleBuilder::build(const Row& row, const std::string& locati
   throw_invalid(location + ": unknown format");
 }
 
-TokenizedExample ExampleBuilder::build_pair(const Row& row, const std::string& location) const {
+ExampleBuilder::PromptAndCompletions ExampleBuilder::prompt_and_completions(
+    const Row& row, const std::string& location, const std::vector<const char*>& roles) const {
   auto value_of = [&](const char* role) -> const Json& {
     const std::string& column = format_.columns.at(role);
     auto it = row.find(column);
     if (it == row.end() || it->is_null())
       throw_invalid(location + ": column '" + column + "' (" + role + ") is missing",
-                    "give every row a prompt, a chosen and a rejected completion, or skip such "
-                    "rows");
+                    "give every row its prompt and completion columns, or skip such rows");
     return *it;
   };
   const Json& prompt = value_of("prompt");
-  const Json& chosen = value_of("chosen");
-  const Json& rejected = value_of("rejected");
-  const bool chat = prompt.is_array() || chosen.is_array() || rejected.is_array();
-  std::vector<std::int32_t> prompt_ids, prompt_chosen, prompt_rejected;
+  bool chat = prompt.is_array();
+  for (const char* role : roles) chat = chat || value_of(role).is_array();
+  PromptAndCompletions out;
   if (chat) {
     if (!template_)
       throw_invalid(location +
-                        ": the pair is written as chat messages, and the model's tokenizer "
+                        ": the row is written as chat messages, and the model's tokenizer "
                         "has no chat template to render them",
                     "write the prompt and completions as text, or use a model with a chat "
                     "template");
     const Json prompt_messages = normalize_messages(prompt, location + " (prompt)");
-    const auto conversation = [&](const Json& completion, const char* role) {
+    out.prompt = encode(template_->render(prompt_messages, true, config_, Json()));
+    for (const char* role : roles) {
       Json messages = prompt_messages;
-      for (const Json& m : normalize_messages(completion, location + " (" + role + ")"))
+      for (const Json& m : normalize_messages(value_of(role), location + " (" + role + ")"))
         messages.push_back(m);
-      return encode(template_->render(messages, false, config_, Json()));
-    };
-    prompt_ids = encode(template_->render(prompt_messages, true, config_, Json()));
-    prompt_chosen = conversation(chosen, "chosen");
-    prompt_rejected = conversation(rejected, "rejected");
+      out.with_completion.push_back(encode(template_->render(messages, false, config_, Json())));
+    }
   } else {
     const auto text = [&](const Json& v, const char* role) {
       if (!v.is_string())
         throw_invalid(location + ": column '" + format_.columns.at(role) + "' (" + role +
                           ") is a " + v.type_name() + "; expected text, or a list of messages",
-                      "write the prompt, chosen and rejected all as text or all as messages");
+                      "write the prompt and completions all as text or all as messages");
       return v.get<std::string>();
     };
     const std::string eos = config_.eos_token.value_or("");
-    const auto completed = [&](const Json& v, const char* role) {
-      std::string completion = text(v, role);
-      if (!eos.empty() && !completion.ends_with(eos)) completion += eos;
-      return completion;
-    };
     const std::string prompt_text = text(prompt, "prompt");
-    prompt_ids = tokenizer_->encode(prompt_text, true);
-    prompt_chosen = tokenizer_->encode(prompt_text + completed(chosen, "chosen"), true);
-    prompt_rejected = tokenizer_->encode(prompt_text + completed(rejected, "rejected"), true);
+    out.prompt = tokenizer_->encode(prompt_text, true);
+    for (const char* role : roles) {
+      std::string completion = text(value_of(role), role);
+      if (!eos.empty() && !completion.ends_with(eos)) completion += eos;
+      out.with_completion.push_back(tokenizer_->encode(prompt_text + completion, true));
+    }
   }
-  const auto agreement = [&](const std::vector<std::int32_t>& ids) {
-    const auto end = std::mismatch(prompt_ids.begin(), prompt_ids.end(), ids.begin(), ids.end());
-    return static_cast<std::size_t>(end.first - prompt_ids.begin());
-  };
-  const std::size_t prompt_length = std::min(agreement(prompt_chosen), agreement(prompt_rejected));
-  if (options_.max_length > 0 && prompt_length >= options_.max_length)
-    throw_invalid(location + ": the prompt takes " + std::to_string(prompt_length) +
+  out.prompt_length = out.prompt.size();
+  for (const auto& ids : out.with_completion) {
+    const auto end = std::mismatch(out.prompt.begin(), out.prompt.end(), ids.begin(), ids.end());
+    out.prompt_length =
+        std::min(out.prompt_length, static_cast<std::size_t>(end.first - out.prompt.begin()));
+  }
+  if (options_.max_length > 0 && out.prompt_length >= options_.max_length)
+    throw_invalid(location + ": the prompt takes " + std::to_string(out.prompt_length) +
                       " tokens, and max_length is " + std::to_string(options_.max_length) +
                       ", so no completion token is left",
                   "raise max_length, shorten the prompt, or skip such rows");
-  const auto row_of = [&](const std::vector<std::int32_t>& ids, const char* role) {
-    if (ids.size() <= prompt_length)
-      throw_invalid(location + ": the " + std::string(role) + " completion has no token",
-                    "give every pair a non-empty chosen and rejected completion");
-    TokenizedExample ex;
-    ex.input_ids = ids;
-    ex.labels.assign(prompt_length, kIgnoreIndex);
-    ex.labels.insert(ex.labels.end(), ids.begin() + static_cast<std::ptrdiff_t>(prompt_length),
-                     ids.end());
-    truncate(ex);
-    return ex;
-  };
-  TokenizedExample pair = row_of(prompt_chosen, "chosen");
-  TokenizedExample rejected_row = row_of(prompt_rejected, "rejected");
-  pair.rejected_input_ids = std::move(rejected_row.input_ids);
-  pair.rejected_labels = std::move(rejected_row.labels);
+  for (std::size_t i = 0; i < roles.size(); ++i)
+    if (out.with_completion[i].size() <= out.prompt_length)
+      throw_invalid(location + ": the " + std::string(roles[i]) + " completion has no token",
+                    "give every row a non-empty completion");
+  return out;
+}
+
+namespace {
+
+// prompt + completion with the loss on the completion.
+TokenizedExample completion_row(const std::vector<std::int32_t>& ids, std::size_t prompt_length) {
+  TokenizedExample ex;
+  ex.input_ids = ids;
+  ex.labels.assign(prompt_length, kIgnoreIndex);
+  ex.labels.insert(ex.labels.end(), ids.begin() + static_cast<std::ptrdiff_t>(prompt_length),
+                   ids.end());
+  return ex;
+}
+
+// A KTO label: true / false, 1 / 0, or "true" / "false".
+std::optional<bool> desirability(const Json& v) {
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number_integer() && (v.get<std::int64_t>() == 0 || v.get<std::int64_t>() == 1))
+    return v.get<std::int64_t>() == 1;
+  if (v.is_string()) {
+    const std::string s = lower(v.get<std::string>());
+    if (s == "true" || s == "1") return true;
+    if (s == "false" || s == "0") return false;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+TokenizedExample ExampleBuilder::build_pair(const Row& row, const std::string& location) const {
+  const PromptAndCompletions ids = prompt_and_completions(row, location, {"chosen", "rejected"});
+  TokenizedExample pair = completion_row(ids.with_completion[0], ids.prompt_length);
+  TokenizedExample rejected = completion_row(ids.with_completion[1], ids.prompt_length);
+  truncate(pair);
+  truncate(rejected);
+  pair.rejected_input_ids = std::move(rejected.input_ids);
+  pair.rejected_labels = std::move(rejected.labels);
   return pair;
+}
+
+TokenizedExample ExampleBuilder::build_unpaired(const Row& row, const std::string& location) const {
+  const std::string& column = format_.columns.at("label");
+  const auto label = row.find(column);
+  std::optional<bool> desirable;
+  if (label != row.end()) desirable = desirability(*label);
+  if (!desirable)
+    throw_invalid(location + ": column '" + column +
+                      "' (label) must say whether the completion is desirable: true or false",
+                  "write true for a desirable completion, false for an undesirable one");
+  const PromptAndCompletions ids = prompt_and_completions(row, location, {"completion"});
+  // Left whole: the batch cuts it, and the mismatched rows made from it, to max_length.
+  TokenizedExample ex = completion_row(ids.with_completion[0], ids.prompt_length);
+  ex.desirable = desirable;
+  ex.prompt_length = ids.prompt_length;
+  return ex;
 }
 
 // ---------------------------------------------------------------- packing

@@ -28,6 +28,9 @@
 //   rejected), so a token merged across the border belongs to the completion. Each of the two
 //   rows is prompt + completion, loss on the completion, truncated to max_length; a prompt that
 //   fills max_length leaves no completion and is an error.
+// - unpaired (prompt, completion, label: KTO's desirable or not) as the preference format's rows,
+//   one completion each, left whole: its prompt length is kept, and the batch cuts each row (and
+//   the mismatched rows KTO adds) to max_length, as TRL's KTO collator does.
 // Truncation keeps the first max_length tokens.
 #include <cstddef>
 #include <cstdint>
@@ -45,15 +48,16 @@ namespace tessera::data {
 
 inline constexpr std::int32_t kIgnoreIndex = -100;
 
-enum class FormatKind { Text, Instruction, Chat, Classification, Preference };
+enum class FormatKind { Text, Instruction, Chat, Classification, Preference, Unpaired };
 const char* format_kind_name(FormatKind kind);
-// "text", "instruction", "chat", "classification", "preference"; throws tessera::Error
-// otherwise.
+// "text", "instruction", "chat", "classification", "preference", "unpaired"; throws
+// tessera::Error otherwise.
 FormatKind parse_format_kind(const std::string& name);
 
 // The format and which column plays each role. Roles: text: "text"; instruction:
 // "instruction", "input" (optional), "output" — or "prompt", "completion"; chat:
-// "messages"; classification: "text", "label"; preference: "prompt", "chosen", "rejected".
+// "messages"; classification: "text", "label"; preference: "prompt", "chosen", "rejected";
+// unpaired: "prompt", "completion", "label" (true: desirable).
 struct DatasetFormat {
   FormatKind kind = FormatKind::Text;
   std::map<std::string, std::string> columns;  // role -> column name
@@ -61,7 +65,7 @@ struct DatasetFormat {
 };
 
 // Detects the format from column names (case-insensitive): prompt + chosen + rejected →
-// preference; messages/conversations/… → chat;
+// preference; prompt + completion + label → unpaired; messages/conversations/… → chat;
 // instruction + output/response → instruction; prompt + completion/response → instruction;
 // text/sentence + label → classification; text/content/document (or a single column) → text.
 // Throws tessera::Error naming `source` and listing the columns when nothing fits.
@@ -89,6 +93,9 @@ struct TokenizedExample {
   std::vector<std::int32_t> rejected_input_ids;
   std::vector<std::int32_t> rejected_labels;
   bool is_pair() const { return !rejected_input_ids.empty(); }
+  // Unpaired preference (KTO): whether the completion is desirable, and where it starts.
+  std::optional<bool> desirable;
+  std::size_t prompt_length = 0;
 };
 
 // Classification labels: integer labels are used as is; string labels map through `names`
@@ -136,6 +143,16 @@ class ExampleBuilder {
   TokenizedExample causal(std::vector<std::int32_t> prompt, std::vector<std::int32_t> response,
                           const std::string& location) const;
   TokenizedExample build_pair(const Row& row, const std::string& location) const;
+  TokenizedExample build_unpaired(const Row& row, const std::string& location) const;
+  // A preference row's prompt and prompt + completion ids (TRL's tokenization), for one or more
+  // completions; `roles` name the completion columns.
+  struct PromptAndCompletions {
+    std::vector<std::int32_t> prompt;
+    std::vector<std::vector<std::int32_t>> with_completion;
+    std::size_t prompt_length = 0;  // where the completions start (the shortest agreement)
+  };
+  PromptAndCompletions prompt_and_completions(const Row& row, const std::string& location,
+                                              const std::vector<const char*>& roles) const;
   void truncate(TokenizedExample& ex) const;
 
   DatasetFormat format_;

@@ -237,7 +237,8 @@ JobSpec parse_job_spec(const json& doc, const std::string& source) {
     if (spec.dataset.train_files.empty() && spec.dataset.hub_id.empty())
       r.fail("dataset.train", "must name at least one file (or give dataset.hub_id)");
     spec.dataset.format = r.string(
-        "format", "auto", {"auto", "text", "instruction", "chat", "classification", "preference"});
+        "format", "auto",
+        {"auto", "text", "instruction", "chat", "classification", "preference", "unpaired"});
     if (const json* cols = r.get("columns")) {
       if (!cols->is_object()) r.fail("dataset.columns", "must be an object of role → column");
       for (const auto& [role, column] : cols->items()) {
@@ -275,7 +276,7 @@ JobSpec parse_job_spec(const json& doc, const std::string& source) {
     if (const json* preference = r.get("preference")) {
       ObjectReader pr(*preference, "method.preference", source);
       PreferenceSpec p;
-      p.loss = pr.string("loss", p.loss, {"dpo", "ipo", "simpo", "orpo"});
+      p.loss = pr.string("loss", p.loss, {"dpo", "ipo", "simpo", "orpo", "kto"});
       p.beta = pr.number("beta", p.beta, 1e-9, 1e6);
       const auto only_for = [&](const char* key, std::initializer_list<const char*> losses) {
         if (pr.get(key) == nullptr) return;
@@ -294,7 +295,11 @@ JobSpec parse_job_spec(const json& doc, const std::string& source) {
       p.simpo_gamma = pr.number("simpo_gamma", p.simpo_gamma, -1e6, 1e6);
       only_for("sft_weight", {"simpo"});
       p.sft_weight = pr.number("sft_weight", p.sft_weight, 0.0, 1e6);
-      only_for("reference", {"dpo", "ipo"});
+      only_for("desirable_weight", {"kto"});
+      p.desirable_weight = pr.number("desirable_weight", p.desirable_weight, 1e-6, 1e6);
+      only_for("undesirable_weight", {"kto"});
+      p.undesirable_weight = pr.number("undesirable_weight", p.undesirable_weight, 1e-6, 1e6);
+      only_for("reference", {"dpo", "ipo", "kto"});
       p.reference = pr.string("reference", "");
       pr.finish();
       spec.method.preference = p;
@@ -309,6 +314,11 @@ JobSpec parse_job_spec(const json& doc, const std::string& source) {
     if (r.get("epochs")) t.epochs = r.number("epochs", 0, 1e-6, 1e6);
     if (t.steps && t.epochs) r.fail("training.steps", "and training.epochs are both set; keep one");
     t.batch_size = r.integer("batch_size", t.batch_size, 1);
+    if (t.batch_size < 2 && spec.method.preference && spec.method.preference->loss == "kto")
+      r.fail("training.batch_size",
+             "is 1, and kto estimates its KL term by pairing each prompt with another example's "
+             "completion of the batch",
+             "set training.batch_size to 2 or more");
     t.gradient_accumulation = r.integer("gradient_accumulation", t.gradient_accumulation, 1);
     t.learning_rate = r.number("learning_rate", t.learning_rate, 0.0, 10.0);
     t.weight_decay = r.number("weight_decay", t.weight_decay, 0.0, 10.0);
@@ -421,6 +431,10 @@ json to_json(const JobSpec& s) {
     if (p->loss == "simpo") {
       preference["simpo_gamma"] = p->simpo_gamma;
       preference["sft_weight"] = p->sft_weight;
+    }
+    if (p->loss == "kto") {
+      preference["desirable_weight"] = p->desirable_weight;
+      preference["undesirable_weight"] = p->undesirable_weight;
     }
     if (!p->reference.empty()) preference["reference"] = p->reference;
     method["preference"] = std::move(preference);

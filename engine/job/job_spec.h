@@ -27,8 +27,9 @@ struct DatasetSpec {
   std::vector<std::string> validation_files;  // empty: split off train by validation_split
   std::string hub_id;                         // "org/name" when the data comes from the Hub
   std::string revision = "main";
-  std::string config;           // with hub_id: the dataset's config ("": its default config)
-  std::string format = "auto";  // auto | text | instruction | chat | classification | preference
+  std::string config;  // with hub_id: the dataset's config ("": its default config)
+  // auto | text | instruction | chat | classification | preference | unpaired
+  std::string format = "auto";
   std::map<std::string, std::string> columns;  // role → column name, e.g. {"text": "body"}
   double validation_split = 0.0;               // fraction of train rows held out
   std::int64_t max_length = 512;
@@ -38,13 +39,15 @@ struct DatasetSpec {
 
 // Preference tuning (docs/job-spec.md "method.preference"): the objective and its parameters.
 struct PreferenceSpec {
-  std::string loss = "dpo";  // dpo | ipo | simpo | orpo
+  std::string loss = "dpo";  // dpo | ipo | simpo | orpo | kto
   double beta = 0.1;
-  double label_smoothing = 0.0;  // dpo, simpo
-  double simpo_gamma = 0.5;      // simpo
-  double sft_weight = 0.0;       // simpo
-  // dpo, ipo: a model folder to compare with; empty: the model being trained as it starts (LoRA:
-  // the base with the adapters off, no second copy).
+  double label_smoothing = 0.0;     // dpo, simpo
+  double simpo_gamma = 0.5;         // simpo
+  double sft_weight = 0.0;          // simpo
+  double desirable_weight = 1.0;    // kto
+  double undesirable_weight = 1.0;  // kto
+  // dpo, ipo, kto: a model folder to compare with; empty: the model being trained as it starts
+  // (LoRA: the base with the adapters off, no second copy).
   std::string reference;
 };
 

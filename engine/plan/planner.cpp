@@ -125,8 +125,8 @@ Settings written_settings(const job::JobSpec& spec, int gpus = 0, int processes 
   s.activation_checkpointing = spec.training.activation_checkpointing;
   if (const auto& p = spec.method.preference) {
     s.rows_per_example = 2;
-    s.reference_copy =
-        (p->loss == "dpo" || p->loss == "ipo") && (s.method == "full" || !p->reference.empty());
+    s.reference_copy = (p->loss == "dpo" || p->loss == "ipo" || p->loss == "kto") &&
+                       (s.method == "full" || !p->reference.empty());
   }
   if (spec.strategy.name == "gemini") {
     s.strategy = "gemini";

@@ -3,6 +3,7 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <set>
@@ -82,6 +83,39 @@ std::unique_ptr<data::DatasetReader> open_files(const std::vector<std::string>& 
   return data::open_datasets({files.begin(), files.end()}, options);
 }
 
+// KTO: how many examples are desirable, and when the two kinds differ in number, whether the
+// weights are in the range the KTO paper recommends (its Eq. 8: w_d·n_d / (w_u·n_u) in [1, 4/3]),
+// with the range for either weight when they are not.
+void log_kto_balance(const std::vector<data::TokenizedExample>& examples,
+                     const job::PreferenceSpec& p, job::EventSink& events) {
+  double desirable = 0.0;
+  for (const auto& e : examples) desirable += e.desirable.value_or(false) ? 1.0 : 0.0;
+  const double undesirable = static_cast<double>(examples.size()) - desirable;
+  events.log("info", "kto: " + std::to_string(static_cast<std::int64_t>(desirable)) +
+                         " desirable and " +
+                         std::to_string(static_cast<std::int64_t>(undesirable)) +
+                         " undesirable training examples");
+  if (desirable == undesirable || desirable == 0.0 || undesirable == 0.0) return;
+  const double ratio = p.desirable_weight * desirable / (p.undesirable_weight * undesirable);
+  if (ratio >= 1.0 && ratio <= 4.0 / 3.0) return;
+  const auto two = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f", v);
+    return std::string(text);
+  };
+  const double d_low = p.undesirable_weight * undesirable / desirable;
+  const double u_high = p.desirable_weight * desirable / undesirable;
+  events.log("warning",
+             "kto: the weighted desirable and undesirable examples are out of the "
+             "balance the KTO paper recommends (desirable_weight × " +
+                 two(desirable) + " over undesirable_weight × " + two(undesirable) + " = " +
+                 two(ratio) +
+                 ", best between 1 and 1.33): set either "
+                 "method.preference.desirable_weight in [" +
+                 two(d_low) + ", " + two(d_low * 4.0 / 3.0) + "] or undesirable_weight in [" +
+                 two(u_high * 3.0 / 4.0) + ", " + two(u_high) + "]");
+}
+
 PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokenizer,
                           const hf::TokenizerConfig& tokenizer_config,
                           const hf::ModelConfig& model_config, job::EventSink& events) {
@@ -104,19 +138,33 @@ PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokeniz
     events.log("warning", "unreadable rows: " + train_reader->skipped().summary());
 
   // Pairs train with a preference objective, and only pairs do.
+  // Pairs train with a paired preference objective, KTO with unpaired examples, and only they do.
   const bool pairs = format.kind == data::FormatKind::Preference;
-  if (spec.method.preference && !pairs)
+  const bool unpaired = format.kind == data::FormatKind::Unpaired;
+  const auto& preference = spec.method.preference;
+  if (preference && preference->loss == "kto" && !unpaired)
     throw_invalid(train_reader->path().string() +
-                      ": method.preference trains on preference pairs, "
-                      "and the dataset's format is " +
+                      ": method.preference.loss \"kto\" trains on unpaired examples (prompt, "
+                      "completion, label), and the dataset's format is " +
                       format.describe(),
-                  "choose a dataset with prompt, chosen and rejected columns (dataset.format "
-                  "\"preference\", mapped with dataset.columns), or remove method.preference");
-  if (pairs && !spec.method.preference)
-    throw_invalid(train_reader->path().string() + ": the dataset holds preference pairs (" +
+                  "choose a dataset with prompt, completion and label columns (dataset.format "
+                  "\"unpaired\"), or a paired objective (dpo, ipo, simpo, orpo) for pairs");
+  if (preference && preference->loss != "kto" && !pairs)
+    throw_invalid(train_reader->path().string() + ": method.preference.loss \"" + preference->loss +
+                      "\" trains on preference pairs, and the dataset's format is " +
+                      format.describe(),
+                  unpaired ? "use loss kto for unpaired examples"
+                           : "choose a dataset with prompt, chosen and rejected columns "
+                             "(dataset.format \"preference\", mapped with dataset.columns), or "
+                             "remove method.preference");
+  if ((pairs || unpaired) && !preference)
+    throw_invalid(train_reader->path().string() + ": the dataset holds " +
+                      (pairs ? "preference pairs (" : "unpaired preference examples (") +
                       format.describe() + "), and method.preference is not set",
-                  "set method.preference, e.g. {\"loss\": \"dpo\", \"beta\": 0.1}, to align the "
-                  "model with the chosen completions");
+                  pairs ? "set method.preference, e.g. {\"loss\": \"dpo\", \"beta\": 0.1}, to "
+                          "align the model with the chosen completions"
+                        : "set method.preference to {\"loss\": \"kto\"} to align the model with "
+                          "the desirable completions");
   data::LabelSet labels;
   if (format.kind == data::FormatKind::Classification) {
     labels =
@@ -164,6 +212,7 @@ PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokeniz
                            " tokens did not fill a block of " + std::to_string(ds.max_length) +
                            " and were left out");
   out.train = std::move(train.examples);
+  if (unpaired && preference) log_kto_balance(out.train, *preference, events);
   if (!validation_rows.empty()) {
     const data::DatasetReader& reader = validation_reader ? *validation_reader : *train_reader;
     auto validation = data::tokenize_rows(reader, validation_rows, builder, ds.skip_bad_rows);
@@ -321,6 +370,8 @@ train::TrainerOptions trainer_options(const job::JobSpec& spec, const fs::path& 
     preference.label_smoothing = p->label_smoothing;
     preference.simpo_gamma = p->simpo_gamma;
     preference.sft_weight = p->sft_weight;
+    preference.desirable_weight = p->desirable_weight;
+    preference.undesirable_weight = p->undesirable_weight;
     options.method.preference = preference;
   }
   options.precision = spec.precision;
@@ -552,7 +603,7 @@ std::shared_ptr<model::PretrainedModel> load_reference_model(const job::JobSpec&
                                                              const hf::ModelFolder& source,
                                                              job::EventSink& events) {
   const auto& p = spec.method.preference;
-  if (!p || (p->loss != "dpo" && p->loss != "ipo")) return nullptr;
+  if (!p || (p->loss != "dpo" && p->loss != "ipo" && p->loss != "kto")) return nullptr;
   if (p->reference.empty() && spec.method.type != "full") return nullptr;
   const hf::ModelFolder reference = p->reference.empty() ? source : open_model(p->reference);
   const hf::ModelConfig& config = reference.config();
@@ -573,12 +624,14 @@ std::shared_ptr<model::PretrainedModel> load_reference_model(const job::JobSpec&
 
 train::TrainResult train_model(train::Trainer& trainer, const job::JobSpec& spec, TrainingData data,
                                const std::atomic<bool>* stop) {
+  const auto max_length = static_cast<std::size_t>(spec.dataset.max_length);
   train::ExampleBatchSource train_source(std::move(data.prepared.train), spec.training.batch_size,
-                                         /*shuffle=*/true, spec.training.seed, data.pad_id);
+                                         /*shuffle=*/true, spec.training.seed, data.pad_id,
+                                         max_length);
   std::optional<train::ExampleBatchSource> eval_source;
   if (!data.prepared.validation.empty())
     eval_source.emplace(std::move(data.prepared.validation), spec.training.batch_size,
-                        /*shuffle=*/false, spec.training.seed, data.pad_id);
+                        /*shuffle=*/false, spec.training.seed, data.pad_id, max_length);
   return trainer.train(train_source, eval_source ? &*eval_source : nullptr, stop);
 }
 

@@ -12,20 +12,22 @@ nlohmann::json mesh_coordinates(int rank, const train::MeshShape& mesh) {
 
 }  // namespace
 
-namespace {
-
-// Preference tuning's figures (means over the pairs of every rank), as TRL logs them.
 nlohmann::json preference_json(const train::PreferenceMetrics& m) {
-  return {{"pairs", m.pairs},
-          {"reward_chosen", m.reward_chosen},
-          {"reward_rejected", m.reward_rejected},
-          {"reward_margin", m.margin},
-          {"reward_accuracy", m.accuracy},
-          {"log_prob_chosen", m.log_prob_chosen},
-          {"log_prob_rejected", m.log_prob_rejected}};
+  nlohmann::json out = {{"reward_chosen", m.reward_chosen},
+                        {"reward_rejected", m.reward_rejected},
+                        {"reward_margin", m.margin},
+                        {"log_prob_chosen", m.log_prob_chosen},
+                        {"log_prob_rejected", m.log_prob_rejected}};
+  if (m.accuracy) {
+    out["pairs"] = m.pairs;
+    out["reward_accuracy"] = *m.accuracy;
+  } else {
+    out["desirable"] = m.desirable;
+    out["undesirable"] = m.undesirable;
+  }
+  if (m.kl) out["kl"] = *m.kl;
+  return out;
 }
-
-}  // namespace
 
 void TrainerEventWriter::on_step(const train::StepReport& r) {
   nlohmann::json metric = {{"step", r.step},

@@ -7,6 +7,10 @@
 
 namespace tessera::runner {
 
+// Preference tuning's figures as events carry them (docs/events.md): means over every rank's
+// pairs (or KTO's examples), the reward accuracy for pairs, the KL estimate for KTO.
+nlohmann::json preference_json(const train::PreferenceMetrics& metrics);
+
 class TrainerEventWriter : public train::TrainerEvents {
  public:
   explicit TrainerEventWriter(job::EventSink& sink) : sink_(sink) {}

@@ -13,6 +13,9 @@ struct Batch {
   torch::Tensor input_ids;       // [B, T] int64
   torch::Tensor attention_mask;  // [B, T], 1 = token
   torch::Tensor labels;          // [B, T], -100 = no loss
+  // KTO (train/preference.h): [N] bool, whether each of the first N rows is desirable; rows N…2N
+  // are their mismatched rows. Undefined otherwise.
+  torch::Tensor desirable;
 };
 
 // The next batch to be read: `index` within epoch `epoch` (both 0-based).

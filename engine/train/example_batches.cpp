@@ -24,11 +24,50 @@ Batch collate_pairs(const std::vector<const data::TokenizedExample*>& pairs, std
   return collate(pointers, pad_id);
 }
 
+// KTO's examples (unpaired): each one's prompt + completion, then each prompt with the previous
+// example's completion (the last one's for the first), every row cut to `max_length` (0: whole),
+// as TRL's KTO collator makes them; `desirable` says which examples are.
+Batch collate_unpaired(const std::vector<const data::TokenizedExample*>& examples,
+                       std::int32_t pad_id, std::size_t max_length) {
+  const std::size_t n = examples.size();
+  std::vector<data::TokenizedExample> rows(2 * n);
+  const auto row = [&](data::TokenizedExample& out, const data::TokenizedExample& prompt_of,
+                       const data::TokenizedExample& completion_of) {
+    const auto prompt_end =
+        prompt_of.input_ids.begin() + static_cast<std::ptrdiff_t>(prompt_of.prompt_length);
+    const auto completion_start =
+        completion_of.input_ids.begin() + static_cast<std::ptrdiff_t>(completion_of.prompt_length);
+    out.input_ids.assign(prompt_of.input_ids.begin(), prompt_end);
+    out.input_ids.insert(out.input_ids.end(), completion_start, completion_of.input_ids.end());
+    out.labels.assign(prompt_of.prompt_length, data::kIgnoreIndex);
+    out.labels.insert(out.labels.end(), completion_start, completion_of.input_ids.end());
+    if (max_length > 0 && out.input_ids.size() > max_length) {
+      out.input_ids.resize(max_length);
+      out.labels.resize(max_length);
+    }
+  };
+  torch::Tensor desirable = torch::empty({static_cast<std::int64_t>(n)}, torch::kBool);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!examples[i]->desirable)
+      throw_invalid("collate: the batch mixes unpaired preference examples and other examples");
+    desirable[static_cast<std::int64_t>(i)] = *examples[i]->desirable;
+    row(rows[i], *examples[i], *examples[i]);
+    row(rows[n + i], *examples[i], *examples[(i + n - 1) % n]);
+  }
+  std::vector<const data::TokenizedExample*> pointers;
+  for (const auto& r : rows) pointers.push_back(&r);
+  Batch batch = collate(pointers, pad_id);
+  batch.desirable = desirable;
+  return batch;
+}
+
 }  // namespace
 
-Batch collate(const std::vector<const data::TokenizedExample*>& examples, std::int32_t pad_id) {
+Batch collate(const std::vector<const data::TokenizedExample*>& examples, std::int32_t pad_id,
+              std::size_t max_length) {
   if (examples.empty()) throw_invalid("collate: no examples");
   if (examples.front()->is_pair()) return collate_pairs(examples, pad_id);
+  if (examples.front()->desirable) return collate_unpaired(examples, pad_id, max_length);
   const bool classification = examples.front()->label.has_value();
   std::size_t longest = 0;
   for (std::size_t i = 0; i < examples.size(); ++i) {
@@ -72,12 +111,13 @@ Batch collate(const std::vector<const data::TokenizedExample*>& examples, std::i
 
 ExampleBatchSource::ExampleBatchSource(std::vector<data::TokenizedExample> examples,
                                        std::int64_t batch_size, bool shuffle, std::uint64_t seed,
-                                       std::int32_t pad_id)
+                                       std::int32_t pad_id, std::size_t max_length)
     : examples_(std::move(examples)),
       batch_size_(batch_size),
       shuffle_(shuffle),
       seed_(seed),
-      pad_id_(pad_id) {
+      pad_id_(pad_id),
+      max_length_(max_length) {
   if (examples_.empty())
     throw_invalid("training data: no examples", "the dataset (after filtering) is empty");
   if (batch_size_ < 1) throw_invalid("training.batch_size: must be >= 1");
@@ -96,7 +136,7 @@ Batch ExampleBatchSource::next() {
   std::vector<const data::TokenizedExample*> picked;
   for (std::int64_t i = begin; i < end; ++i)
     picked.push_back(&examples_[order_[static_cast<std::size_t>(i)]]);
-  Batch batch = collate(picked, pad_id_);
+  Batch batch = collate(picked, pad_id_, max_length_);
   if (++position_.index >= batches_per_epoch()) {
     position_.index = 0;
     ++position_.epoch;

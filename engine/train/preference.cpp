@@ -18,6 +18,8 @@ const char* preference_loss_name(PreferenceLoss loss) {
       return "simpo";
     case PreferenceLoss::Orpo:
       return "orpo";
+    case PreferenceLoss::Kto:
+      return "kto";
   }
   return "?";
 }
@@ -27,12 +29,13 @@ PreferenceLoss preference_loss_from_name(const std::string& name, const std::str
   if (name == "ipo") return PreferenceLoss::Ipo;
   if (name == "simpo") return PreferenceLoss::Simpo;
   if (name == "orpo") return PreferenceLoss::Orpo;
+  if (name == "kto") return PreferenceLoss::Kto;
   throw_invalid(field + ": \"" + name + "\" is not a preference objective",
-                "use dpo, ipo, simpo or orpo");
+                "use dpo, ipo, simpo, orpo or kto");
 }
 
 bool PreferenceOptions::needs_reference() const {
-  return loss == PreferenceLoss::Dpo || loss == PreferenceLoss::Ipo;
+  return loss == PreferenceLoss::Dpo || loss == PreferenceLoss::Ipo || loss == PreferenceLoss::Kto;
 }
 
 bool PreferenceOptions::averages_log_probs() const {
@@ -52,6 +55,11 @@ void validate(const PreferenceOptions& o, const std::string& field) {
   if (!std::isfinite(o.simpo_gamma)) throw_invalid(field + ".simpo_gamma: must be a finite number");
   if (!(o.sft_weight >= 0.0) || !std::isfinite(o.sft_weight))
     throw_invalid(field + ".sft_weight: must be a finite number >= 0");
+  for (const auto& [name, weight] :
+       {std::pair<const char*, double>{"desirable_weight", o.desirable_weight},
+        {"undesirable_weight", o.undesirable_weight}})
+    if (!(weight > 0.0) || !std::isfinite(weight))
+      throw_invalid(field + "." + name + ": must be a finite number > 0");
 }
 
 SequenceLogProbs sequence_log_probs(const torch::Tensor& logits, const torch::Tensor& labels) {
@@ -74,12 +82,16 @@ SequenceLogProbs sequence_log_probs(const torch::Tensor& logits, const torch::Te
 
 PreferenceSums& PreferenceSums::operator+=(const PreferenceSums& o) {
   pairs += o.pairs;
+  chosen += o.chosen;
+  rejected += o.rejected;
   reward_chosen += o.reward_chosen;
   reward_rejected += o.reward_rejected;
   margin += o.margin;
   accuracy += o.accuracy;
   log_prob_chosen += o.log_prob_chosen;
   log_prob_rejected += o.log_prob_rejected;
+  kl += o.kl;
+  kl_batches += o.kl_batches;
   return *this;
 }
 
@@ -103,6 +115,34 @@ double sum_of(const torch::Tensor& t) {
 }
 
 }  // namespace
+
+PreferenceBatchLoss kto_loss(const PreferenceOptions& o, const SequenceLogProbs& policy,
+                             const SequenceLogProbs& reference, const torch::Tensor& desirable,
+                             double kl) {
+  if (policy.tokens.numel() > 0 && policy.tokens.min().item<float>() < 1.0f)
+    throw_invalid("an example has a completion with no token left",
+                  "raise dataset.max_length, or shorten the prompts");
+  const torch::Tensor wanted = desirable.to(policy.sum.device(), torch::kBool);
+  const torch::Tensor log_ratio = policy.sum - reference.sum.detach();
+  const torch::Tensor desirable_loss = 1.0 - torch::sigmoid(o.beta * (log_ratio - kl));
+  const torch::Tensor undesirable_loss = 1.0 - torch::sigmoid(o.beta * (kl - log_ratio));
+  const torch::Tensor per_example = torch::where(wanted, o.desirable_weight * desirable_loss,
+                                                 o.undesirable_weight * undesirable_loss);
+  PreferenceBatchLoss out;
+  out.loss = per_example.mean();
+  const torch::Tensor rewards = o.beta * log_ratio.detach();
+  const torch::Tensor unwanted = wanted.logical_not();
+  const torch::Tensor log_probs = policy.sum.detach();
+  out.sums.chosen = sum_of(wanted.to(torch::kFloat64));
+  out.sums.rejected = sum_of(unwanted.to(torch::kFloat64));
+  out.sums.reward_chosen = sum_of(rewards.masked_select(wanted));
+  out.sums.reward_rejected = sum_of(rewards.masked_select(unwanted));
+  out.sums.log_prob_chosen = sum_of(log_probs.masked_select(wanted));
+  out.sums.log_prob_rejected = sum_of(log_probs.masked_select(unwanted));
+  out.sums.kl = kl;
+  out.sums.kl_batches = 1.0;
+  return out;
+}
 
 torch::Tensor whole_sequence_labels(const torch::Tensor& input_ids,
                                     const torch::Tensor& attention_mask) {
@@ -166,7 +206,7 @@ PreferenceBatchLoss preference_loss(const PreferenceOptions& o, const SequenceLo
   }
   PreferenceBatchLoss out;
   out.loss = loss;
-  out.sums.pairs = static_cast<double>(pairs);
+  out.sums.pairs = out.sums.chosen = out.sums.rejected = static_cast<double>(pairs);
   out.sums.reward_chosen = sum_of(reward_chosen);
   out.sums.reward_rejected = sum_of(reward_rejected);
   out.sums.margin = sum_of(reward_chosen - reward_rejected);

@@ -314,6 +314,7 @@ PreferenceBatchLoss Trainer::preference_batch_loss(const Batch& batch) {
   const torch::Tensor labels = input.labels;
   // The logits are all that is needed: the model's own token loss is not computed.
   input.labels = torch::Tensor();
+  if (p.unpaired()) return kto_batch_loss(batch, input, labels);
   SequenceLogProbs reference;
   if (p.needs_reference()) reference = reference_log_probs(input, labels);
   const torch::Tensor logits = model_->forward(input).logits;
@@ -331,25 +332,71 @@ PreferenceBatchLoss Trainer::preference_batch_loss(const Batch& batch) {
   return preference_loss(p, policy, p.needs_reference() ? &reference : nullptr);
 }
 
+// KTO: the batch's first N rows are its examples, the next N their mismatched rows (the KL term's
+// estimate, without gradients, as TRL computes it); the reference runs on all of them.
+PreferenceBatchLoss Trainer::kto_batch_loss(const Batch& batch, const model::ForwardInput& input,
+                                            const torch::Tensor& labels) {
+  const PreferenceOptions& p = *options_.method.preference;
+  if (!batch.desirable.defined() || 2 * batch.desirable.size(0) != input.input_ids.size(0))
+    throw Error(ErrorKind::Internal,
+                "kto: a batch without its desirable flags and mismatched rows");
+  const std::int64_t n = batch.desirable.size(0);
+  const auto rows = [&](std::int64_t first) {
+    model::ForwardInput part = input;
+    part.input_ids = input.input_ids.narrow(0, first, n);
+    if (input.attention_mask.defined())
+      part.attention_mask = input.attention_mask.narrow(0, first, n);
+    return part;
+  };
+  const torch::Tensor example_labels = labels.narrow(0, 0, n);
+  const torch::Tensor mismatched_labels = labels.narrow(0, n, n);
+  const SequenceLogProbs reference = reference_log_probs(input, labels);
+  SequenceLogProbs mismatched;
+  {
+    torch::NoGradGuard no_grad;
+    mismatched = sequence_log_probs(model_->forward(rows(n)).logits, mismatched_labels);
+  }
+  const SequenceLogProbs policy =
+      sequence_log_probs(model_->forward(rows(0)).logits, example_labels);
+  double kl = (mismatched.sum - reference.sum.narrow(0, n, n)).mean().item<double>();
+  if (distributed()) {  // the mean over the data-parallel ranks' batches
+    const std::vector<double> all = gather({kl}, /*data_only=*/true);
+    kl = 0.0;
+    for (const double value : all) kl += value;
+    kl /= static_cast<double>(all.size());
+  }
+  return kto_loss(p, policy, {reference.sum.narrow(0, 0, n), reference.tokens.narrow(0, 0, n)},
+                  batch.desirable, std::max(kl, 0.0));
+}
+
 PreferenceMetrics Trainer::preference_metrics(const PreferenceSums& sums) {
   PreferenceSums total = sums;
   if (distributed()) {
     const std::vector<double> all =
-        gather({sums.pairs, sums.reward_chosen, sums.reward_rejected, sums.margin, sums.accuracy,
-                sums.log_prob_chosen, sums.log_prob_rejected},
+        gather({sums.pairs, sums.chosen, sums.rejected, sums.reward_chosen, sums.reward_rejected,
+                sums.margin, sums.accuracy, sums.log_prob_chosen, sums.log_prob_rejected, sums.kl,
+                sums.kl_batches},
                /*data_only=*/true);
     total = {};
-    for (std::size_t i = 0; i + 7 <= all.size(); i += 7)
-      total += {all[i], all[i + 1], all[i + 2], all[i + 3], all[i + 4], all[i + 5], all[i + 6]};
+    for (std::size_t i = 0; i + 11 <= all.size(); i += 11)
+      total += {all[i],     all[i + 1], all[i + 2], all[i + 3], all[i + 4], all[i + 5],
+                all[i + 6], all[i + 7], all[i + 8], all[i + 9], all[i + 10]};
   }
-  const double n = total.pairs > 0 ? total.pairs : 1.0;
-  return {static_cast<std::int64_t>(total.pairs),
-          total.reward_chosen / n,
-          total.reward_rejected / n,
-          total.margin / n,
-          total.accuracy / n,
-          total.log_prob_chosen / n,
-          total.log_prob_rejected / n};
+  const auto mean = [](double sum, double count) { return count > 0 ? sum / count : 0.0; };
+  PreferenceMetrics m;
+  const bool unpaired = options_.method.preference->unpaired();
+  m.pairs = unpaired ? 0 : static_cast<std::int64_t>(total.pairs);
+  m.desirable = unpaired ? static_cast<std::int64_t>(total.chosen) : 0;
+  m.undesirable = unpaired ? static_cast<std::int64_t>(total.rejected) : 0;
+  m.reward_chosen = mean(total.reward_chosen, total.chosen);
+  m.reward_rejected = mean(total.reward_rejected, total.rejected);
+  // Pairs: the mean of each pair's margin (as TRL reports it); KTO: the difference of the means.
+  m.margin = unpaired ? m.reward_chosen - m.reward_rejected : mean(total.margin, total.pairs);
+  if (!unpaired) m.accuracy = mean(total.accuracy, total.pairs);
+  m.log_prob_chosen = mean(total.log_prob_chosen, total.chosen);
+  m.log_prob_rejected = mean(total.log_prob_rejected, total.rejected);
+  if (unpaired) m.kl = mean(total.kl, total.kl_batches);
+  return m;
 }
 
 EvalResult Trainer::evaluate(BatchSource& source) {

@@ -160,6 +160,8 @@ class Trainer {
   // Preference tuning: the objective of a batch of pairs (train/preference.h), from the policy's
   // forward and, for DPO / IPO, the reference's (without gradients).
   PreferenceBatchLoss preference_batch_loss(const Batch& batch);
+  PreferenceBatchLoss kto_batch_loss(const Batch& batch, const model::ForwardInput& input,
+                                     const torch::Tensor& labels);
   SequenceLogProbs reference_log_probs(const model::ForwardInput& input,
                                        const torch::Tensor& labels);
   void prepare_preference();

@@ -17,13 +17,17 @@ namespace tessera::train {
 // Preference tuning's figures for a step or an evaluation (train/preference.h): means over
 // every pair of every rank.
 struct PreferenceMetrics {
-  std::int64_t pairs = 0;
-  double reward_chosen = 0.0;
+  std::int64_t pairs = 0;        // paired objectives
+  std::int64_t desirable = 0;    // KTO: the desirable examples ("chosen")
+  std::int64_t undesirable = 0;  // ... and the undesirable ones ("rejected")
+  double reward_chosen = 0.0;    // mean over the chosen / desirable rows
   double reward_rejected = 0.0;
-  double margin = 0.0;
-  double accuracy = 0.0;  // share of pairs whose chosen reward is above the rejected one
+  double margin = 0.0;  // reward_chosen − reward_rejected
+  // Pairs: the share whose chosen reward is above the rejected one.
+  std::optional<double> accuracy;
   double log_prob_chosen = 0.0;
   double log_prob_rejected = 0.0;
+  std::optional<double> kl;  // KTO: the mean of the batches' KL estimates
 };
 
 struct EvalResult {

@@ -5,6 +5,9 @@
   exports load (the adapter in peft, the merged model in transformers).
 - DPO with full fine-tuning on 2 processes (`ddp`, and `zero` stage 2) equals one process with
   gradient accumulation 2: losses and rewards (the reference a frozen copy on every rank).
+- KTO with LoRA on unpaired examples (prompt, completion, label): the log of how many are
+  desirable and, out of the KTO paper's balance, the weights that would restore it; per step the
+  desirable and undesirable counts and the KL estimate (0 at the start, floored at 0).
 - Resume is exact: 4 steps equal 2 steps, a checkpoint and 2 more.
 - Refusals: pairs without method.preference, method.preference on text, gemini by name (before
   any rank starts), a field of another loss.
@@ -52,13 +55,18 @@ def losses_of(events):
     return [e["loss"] for e in events if e["type"] == "metric" and "loss" in e]
 
 
-def test_dpo_lora_learns_the_chosen_completions_and_exports(workdir, pairs):
-    out = workdir / "dpo-lora"
-    r = cli("finetune", "--model", workdir / "model", "--data", pairs, "--method", "lora", "--lora-rank", 8,
-            "--preference", "dpo", "--beta", 0.5, "--steps", 16, "--batch-size", 8, "--lr", 2e-2,
+def finetune_lora(workdir, data, loss, out):
+    """`finetune --preference LOSS` with LoRA, 16 steps of 8 examples; returns its events."""
+    r = cli("finetune", "--model", workdir / "model", "--data", data, "--method", "lora", "--lora-rank", 8,
+            "--preference", loss, "--beta", 0.5, "--steps", 16, "--batch-size", 8, "--lr", 2e-2,
             "--strategy", "single", "--strategy-options", '{"device": "cpu"}', "--out", out, timeout=300)
     assert r.returncode == 0, r.stderr
-    events = events_of(out / "events.jsonl")
+    return events_of(out / "events.jsonl")
+
+
+def test_dpo_lora_learns_the_chosen_completions_and_exports(workdir, pairs):
+    out = workdir / "dpo-lora"
+    events = finetune_lora(workdir, pairs, "dpo", out)
     figures = preference_of(events)
     assert len(figures) == 16 and all(f["pairs"] == 8 for f in figures), figures[:2]
     first, last = figures[0], figures[-1]
@@ -76,6 +84,28 @@ def test_dpo_lora_learns_the_chosen_completions_and_exports(workdir, pairs):
     base = AutoModelForCausalLM.from_pretrained(workdir / "model", dtype=torch.float32)
     PeftModel.from_pretrained(base, out / "adapter")
     AutoModelForCausalLM.from_pretrained(out / "model", dtype=torch.float32)
+
+
+def test_kto_lora_learns_from_unpaired_examples(workdir):
+    data = workdir / "unpaired.jsonl"
+    # 24 desirable, 8 undesirable: out of the KTO paper's balance with equal weights.
+    rows = [{"prompt": f"What is {a} plus {b}?", "completion": f" {a + b + (a % 4 == 0) * 3}",
+             "label": a % 4 != 0} for a in range(8) for b in range(4)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    events = finetune_lora(workdir, data, "kto", workdir / "kto-lora")
+    logs = [e["message"] for e in events if e["type"] == "log"]
+    assert "kto: 24 desirable and 8 undesirable training examples" in logs, logs
+    # Eq. 8: desirable_weight × 24 / (undesirable_weight × 8) should be in [1, 4/3].
+    assert any("desirable_weight in [0.33, 0.44] or undesirable_weight in [2.25, 3.00]" in m for m in logs), logs
+    figures = preference_of(events)
+    assert len(figures) == 16
+    assert all(f["desirable"] + f["undesirable"] == 8 and "reward_accuracy" not in f for f in figures)
+    # LoRA starts at its reference (B = 0): every reward and the KL estimate 0; then the policy
+    # moves away from it (the estimate is floored at 0). KTOTrainer parity is parity_preference's.
+    assert figures[0]["reward_margin"] == 0.0 and figures[0]["kl"] == 0.0
+    assert all(f["kl"] >= 0.0 for f in figures) and max(f["kl"] for f in figures) > 0.01, figures
+    for f in figures:  # KTO's margin is the difference of the two means
+        assert f["reward_margin"] == pytest.approx(f["reward_chosen"] - f["reward_rejected"], abs=1e-9)
 
 
 @pytest.fixture(scope="module")

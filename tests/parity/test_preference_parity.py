@@ -5,7 +5,8 @@ within 1e-5 relative in fp32 — full fine-tuning and LoRA.
 - DPO (sigmoid, label smoothing 0) and IPO: TRL's DPOTrainer, trained by its own loop. With
   label smoothing, DPOTrainer 1.x has no conservative sigmoid; ours is checked against the
   formula on TRL's log-probabilities (test_label_smoothing_is_the_conservative_dpo_loss).
-- SimPO: TRL's CPOTrainer with loss_type "simpo"; ORPO: TRL's ORPOTrainer.
+- SimPO: TRL's CPOTrainer with loss_type "simpo"; ORPO: TRL's ORPOTrainer; KTO: TRL's
+  KTOTrainer (unpaired examples, its KL estimate from the mismatched rows TRL builds).
 
 Each TRL trainer tokenizes the text pairs itself; its tokenized dataset, collated as its collator
 does (prompt + completion, chosen rows first, right padding, the prompt out of the loss), is
@@ -39,8 +40,8 @@ PAIRS = [
 METRICS = {  # TRL's log name -> the probe report's
     "rewards/chosen": "reward_chosen",
     "rewards/rejected": "reward_rejected",
-    "rewards/margins": "margin",
-    "rewards/accuracies": "accuracy",
+    "rewards/margins": "reward_margin",
+    "rewards/accuracies": "reward_accuracy",
     "logps/chosen": "log_prob_chosen",
     "logps/rejected": "log_prob_rejected",
 }
@@ -117,9 +118,13 @@ def assert_close(ours, theirs, what):
         assert abs(a - b) <= REL_TOL * abs(b) + 1e-7, f"{what}: step {step + 1}: ours {a!r} vs TRL {b!r}"
 
 
-def compare(report, history, extra_metrics=()):
+def compare(report, history, kto=False):
     assert_close(report["losses"], [h["loss"] for h in history], "loss")
-    for theirs, ours in list(METRICS.items()) + list(extra_metrics):
+    # KTO is unpaired: no reward accuracy; its KL estimate instead.
+    metrics = {k: v for k, v in METRICS.items() if not (kto and k == "rewards/accuracies")}
+    if kto:
+        metrics["kl"] = "kl"
+    for theirs, ours in metrics.items():
         assert_close([m[ours] for m in report["preference"]], [h[theirs] for h in history], theirs)
     # The run moved: a test of six identical steps would prove little.
     assert abs(report["losses"][-1] - report["losses"][0]) > 1000 * REL_TOL * abs(report["losses"][0])
@@ -145,17 +150,22 @@ def lora_start(llama_dir, folder, b_std=0.0):
                    "--lora-init", Path(folder) / "adapter_model.safetensors"]
 
 
-def dpo_run(llama_dir, tmp_path, loss_type, method):
+def start(llama_dir, tmp_path, method):
+    """Both sides' start for `method` (full or LoRA): the tokenizer, the learning rate, TRL's model
+    and the probe's method flags."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import DPOConfig, DPOTrainer
 
     torch.set_num_threads(2)
     tokenizer = AutoTokenizer.from_pretrained(llama_dir)
-    lr = 5e-3 if method == "full" else 2e-2
     if method == "full":
-        model, probe_method = AutoModelForCausalLM.from_pretrained(llama_dir, dtype=torch.float32), []
-    else:
-        model, probe_method = lora_start(llama_dir, tmp_path / "init")
+        return tokenizer, 5e-3, AutoModelForCausalLM.from_pretrained(llama_dir, dtype=torch.float32), []
+    return tokenizer, 2e-2, *lora_start(llama_dir, tmp_path / "init")
+
+
+def dpo_run(llama_dir, tmp_path, loss_type, method):
+    from trl import DPOConfig, DPOTrainer
+
+    tokenizer, lr, model, probe_method = start(llama_dir, tmp_path, method)
     history = History()
     trainer = DPOTrainer(model=model, args=trl_args(DPOConfig, tmp_path / "trl", lr, beta=0.2, loss_type=[loss_type]),
                          train_dataset=text_pairs(), processing_class=tokenizer, callbacks=[history.callback])
@@ -174,8 +184,8 @@ def test_dpo_and_ipo_match_trl_dpo_trainer(llama_dir, tmp_path, loss_type, metho
     report, history = dpo_run(llama_dir, tmp_path, loss_type, method)
     compare(report, history)
     # From the reference at the start, the policy moves away from it: rewards are not zero.
-    assert report["preference"][0]["margin"] == 0.0
-    assert abs(report["preference"][-1]["margin"]) > 1e-3
+    assert report["preference"][0]["reward_margin"] == 0.0
+    assert abs(report["preference"][-1]["reward_margin"]) > 1e-3
 
 
 def test_label_smoothing_is_the_conservative_dpo_loss(llama_dir, tmp_path):
@@ -230,15 +240,7 @@ def paired_rows(dataset):
 
 
 def reference_free_run(llama_dir, tmp_path, which, method):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.set_num_threads(2)
-    tokenizer = AutoTokenizer.from_pretrained(llama_dir)
-    lr = 5e-3 if method == "full" else 2e-2
-    if method == "full":
-        model, probe_method = AutoModelForCausalLM.from_pretrained(llama_dir, dtype=torch.float32), []
-    else:
-        model, probe_method = lora_start(llama_dir, tmp_path / "init")
+    tokenizer, lr, model, probe_method = start(llama_dir, tmp_path, method)
     history = History()
     if which == "simpo":
         from trl.experimental.cpo import CPOConfig, CPOTrainer
@@ -273,8 +275,8 @@ def test_simpo_and_orpo_match_trl_cpo_and_orpo_trainers(llama_dir, tmp_path, whi
 DATA_TOOL = Path(os.environ.get("TESSERA_TOOLS_DIR", "")) / "tessera-data-tool"
 
 
-def our_pairs(data_file, model_dir, max_length=None):
-    args = [str(DATA_TOOL), "tokenize", str(data_file), str(model_dir), "--format", "preference"]
+def our_pairs(data_file, model_dir, max_length=None, fmt="preference"):
+    args = [str(DATA_TOOL), "tokenize", str(data_file), str(model_dir), "--format", fmt]
     if max_length:
         args += ["--max-length", str(max_length)]
     out = subprocess.run(args, capture_output=True, text=True, timeout=120)
@@ -330,3 +332,74 @@ def test_pairs_tokenize_as_trl_dpo_trainer_does(llama_dir, tmp_path, chat):
     out = subprocess.run([str(DATA_TOOL), "tokenize", str(data), str(folder), "--format", "preference",
                           "--max-length", "2"], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "pairs.jsonl:1:" in out.stderr and "max_length" in out.stderr, out.stderr
+
+
+KTO_ROWS = [
+    ("2 and 3 make", " 5", True),
+    ("4 and 4 make", " 9", False),
+    ("10 and 1 make", " 11", True),
+    ("6 and 7 make", " 12", False),
+    ("3 and 3 make", " 6", True),
+    ("5 and 9 make", " 13", False),
+]
+
+
+def kto_dataset():
+    from datasets import Dataset
+
+    return Dataset.from_list([{"prompt": p, "completion": c, "label": y} for p, c, y in KTO_ROWS])
+
+
+def save_kto_batch(folder, dataset, pad_id):
+    """KTOTrainer's tokenized examples as one probe batch: the examples' rows, then each prompt with
+    its KL completion (TRL rotated them within the batch), and which examples are desirable."""
+    rows = [(e["prompt_ids"] + e["completion_ids"], [-100] * len(e["prompt_ids"]) + e["completion_ids"])
+            for e in dataset]
+    mismatched = [(e["prompt_ids"] + e["KL_completion_ids"],
+                   [-100] * len(e["prompt_ids"]) + e["KL_completion_ids"]) for e in dataset]
+    path = save_batch(folder, rows, mismatched, pad_id)
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(path))
+    tensors["desirable"] = torch.tensor([[int(bool(e["label"])) for e in dataset]], dtype=torch.int64)
+    save_file(tensors, str(path))
+    return path
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_kto_matches_trl_kto_trainer(llama_dir, tmp_path, method):
+    from trl import KTOConfig, KTOTrainer
+
+    tokenizer, lr, model, probe_method = start(llama_dir, tmp_path, method)
+    history = History()
+    args = trl_args(KTOConfig, tmp_path / "trl", lr, beta=0.3, desirable_weight=1.0, undesirable_weight=1.5)
+    args.per_device_train_batch_size = len(KTO_ROWS)
+    trainer = KTOTrainer(model=model, args=args, train_dataset=kto_dataset(), processing_class=tokenizer,
+                         callbacks=[history.callback])
+    batch = save_kto_batch(tmp_path, trainer.train_dataset, tokenizer.pad_token_id)
+    trainer.train()
+    report = run_probe(llama_dir, batch, STEPS, tmp_path / "r.json", "--lr", lr, "--schedule", "linear",
+                       "--max-grad-norm", 1.0, "--preference", "kto", "--beta", 0.3, "--desirable-weight", 1.0,
+                       "--undesirable-weight", 1.5, *probe_method)
+    compare(report, history.steps, kto=True)
+    assert all(step["desirable"] == 3 and step["undesirable"] == 3 for step in report["preference"])
+
+
+def test_unpaired_rows_tokenize_as_trl_kto_trainer_does(llama_dir, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import KTOConfig, KTOTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(llama_dir)
+    rows = [{"prompt": p, "completion": c, "label": y} for p, c, y in KTO_ROWS]
+    data = tmp_path / "unpaired.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    header, ours = our_pairs(data, llama_dir, fmt="unpaired")
+    assert header["format"].startswith("unpaired")
+    model = AutoModelForCausalLM.from_pretrained(llama_dir, dtype=torch.float32)
+    args = trl_args(KTOConfig, tmp_path / "trl", 1e-3)
+    args.per_device_train_batch_size = len(KTO_ROWS)
+    trainer = KTOTrainer(model=model, args=args, train_dataset=kto_dataset(), processing_class=tokenizer)
+    for i, (example, theirs) in enumerate(zip(ours, trainer.train_dataset)):
+        assert example["input_ids"] == theirs["prompt_ids"] + theirs["completion_ids"], f"row {i + 1}"
+        assert example["prompt_length"] == len(theirs["prompt_ids"]), f"row {i + 1}"
+        assert example["desirable"] == theirs["label"], f"row {i + 1}"

@@ -82,6 +82,10 @@ int run(const std::vector<std::string>& args) {
         j["rejected_input_ids"] = ex.rejected_input_ids;
         j["rejected_labels"] = ex.rejected_labels;
       }
+      if (ex.desirable) {
+        j["desirable"] = *ex.desirable;
+        j["prompt_length"] = ex.prompt_length;
+      }
       std::cout << j.dump() << "\n";
     }
     return 0;

@@ -10,11 +10,13 @@
 //       [--final-weights W.safetensors] [--save-adapter DIR] [--logits L.safetensors]
 //       [--threads N] [--lora-dropout P] [--activation-checkpointing] [--quantize nf4|fp4|int8]
 //       [--double-quant] [--quantized-weights Q.safetensors]
-//       [--preference dpo|ipo|simpo|orpo] [--beta B] [--label-smoothing E] [--simpo-gamma G]
+//       [--preference dpo|ipo|simpo|orpo|kto] [--beta B] [--label-smoothing E] [--simpo-gamma G]
+//       [--desirable-weight W] [--undesirable-weight W]
 //       [--sft-weight W] [--reference-model DIR]
 //       [--plugin NAME] [--strategy-options JSON]   (the device is "cpu" unless JSON names one)
 //
-// With --preference every batch holds pairs: its chosen rows first, then the rejected ones.
+// With --preference every batch holds pairs: its chosen rows first, then the rejected ones; with
+// kto, B also holds `desirable` [N, B/2] and each batch's second half is its mismatched rows.
 // B holds `input_ids` [N, B, T] (I64) and optionally `attention_mask` and `labels` of the same
 // shape: N batches, used in order. The report holds per-step losses, grad norms and lrs.
 #include <torch/torch.h>
@@ -67,6 +69,8 @@ std::vector<train::Batch> read_batches(const std::string& path) {
                            : torch::ones_like(b.input_ids);
     b.labels = tensors.count("labels") ? tensors.at("labels").to(torch::kInt64)[i].clone()
                                        : b.input_ids.clone();
+    if (tensors.count("desirable"))  // KTO: [N] per batch, then N mismatched rows
+      b.desirable = tensors.at("desirable").to(torch::kBool)[i].clone();
     batches.push_back(b);
   }
   return batches;
@@ -139,8 +143,12 @@ int run(int argc, char** argv) {
       options.method.double_quant = true;
     else if (arg == "--quantized-weights")  // each quantized Linear's codes and scales
       quantized_weights_path = value();
-    else if (arg == "--preference")  // dpo | ipo | simpo | orpo: batches hold pairs
+    else if (arg == "--preference")  // dpo | ipo | simpo | orpo | kto
       preference(options).loss = train::preference_loss_from_name(value(), "--preference");
+    else if (arg == "--desirable-weight")
+      preference(options).desirable_weight = std::stod(value());
+    else if (arg == "--undesirable-weight")
+      preference(options).undesirable_weight = std::stod(value());
     else if (arg == "--beta")
       preference(options).beta = std::stod(value());
     else if (arg == "--label-smoothing")
@@ -229,13 +237,7 @@ int run(int argc, char** argv) {
                            {"status", result.status}};
   if (!result.preference.empty()) {
     nlohmann::json steps = nlohmann::json::array();
-    for (const auto& m : result.preference)
-      steps.push_back({{"reward_chosen", m.reward_chosen},
-                       {"reward_rejected", m.reward_rejected},
-                       {"margin", m.margin},
-                       {"accuracy", m.accuracy},
-                       {"log_prob_chosen", m.log_prob_chosen},
-                       {"log_prob_rejected", m.log_prob_rejected}});
+    for (const auto& m : result.preference) steps.push_back(runner::preference_json(m));
     report["preference"] = std::move(steps);
   }
   if (result.last_checkpoint) report["last_checkpoint"] = result.last_checkpoint->string();

@@ -315,6 +315,79 @@ class TestRankDashboard : public QObject {
     check(replayed.ranks_table());
   }
 
+  // Preference tuning on 2 processes (DPO, ddp; KTO in one): the rewards chart has each step's
+  // chosen, rejected and margin, the ranking chart each step's share of pairs ranked right (KTO:
+  // its KL estimate instead), as many points as the stream has steps with them.
+  void preference_rewards_are_charted() {
+    QByteArray pairs, unpaired;
+    for (int a = 0; a < 8; ++a)
+      for (int b = 0; b < 4; ++b) {
+        pairs += QString(R"({"prompt": "What is %1 plus %2?", "chosen": " %3", "rejected": " %4"})"
+                         "\n")
+                     .arg(a)
+                     .arg(b)
+                     .arg(a + b)
+                     .arg(a + b + 3)
+                     .toUtf8();
+        unpaired += QString(R"({"prompt": "What is %1 plus %2?", "completion": " %3", "label": %4})"
+                            "\n")
+                        .arg(a)
+                        .arg(b)
+                        .arg(a + b + b % 2)
+                        .arg(b % 2 ? "false" : "true")
+                        .toUtf8();
+      }
+    write_file(path("pairs.jsonl"), pairs);
+    write_file(path("unpaired.jsonl"), unpaired);
+    for (const QString& loss : {QString("dpo"), QString("kto")}) {
+      const bool kto = loss == "kto";
+      const QString name = "pref-" + loss;
+      const QJsonObject spec{
+          {"version", 1},
+          {"model", QJsonObject{{"path", path("model")}}},
+          {"dataset", QJsonObject{{"train", path(kto ? "unpaired.jsonl" : "pairs.jsonl")},
+                                  {"max_length", 32}}},
+          {"method", QJsonObject{{"type", "lora"},
+                                 {"preference", QJsonObject{{"loss", loss}, {"beta", 0.5}}}}},
+          {"training", QJsonObject{{"steps", 4},
+                                   {"batch_size", 4},
+                                   {"learning_rate", 2e-2},
+                                   {"seed", 7},
+                                   {"log_every", 1}}},
+          {"strategy", QJsonObject{{"name", kto ? "single" : "ddp"},
+                                   {"options", QJsonObject{{"device", "cpu"}}}}},
+          {"output", QJsonObject{{"dir", path(name)}}}};
+      write_file(path(name + ".json"), QJsonDocument(spec).toJson());
+      QProcess run;
+      run.start(training_cli(), kto ? QStringList{"run", path(name + ".json")}
+                                    : QStringList{"launch", "--nproc", "2", path(name + ".json")});
+      QVERIFY(run.waitForFinished(180000));
+      QVERIFY2(run.exitCode() == 0, run.readAllStandardError().right(3000).constData());
+      QFile file(path(name + "/events.jsonl"));
+      QVERIFY(file.open(QIODevice::ReadOnly));
+      const QByteArray events = file.readAll();
+      int steps = 0;
+      for (const QByteArray& line : events.split('\n'))
+        steps += QJsonDocument::fromJson(line).object().contains("preference");
+      QCOMPARE(steps, 4);
+      RunMonitor monitor(store_.get());
+      RunDashboard dashboard;
+      dashboard.resize(1280, 900);
+      dashboard.show();
+      stream(monitor, dashboard, name, events);
+      QVERIFY(dashboard.rewards_chart()->isVisible());
+      for (const char* series : {"chosen", "rejected", "margin"})
+        QCOMPARE(dashboard.rewards_chart()->point_count(series), steps);
+      QCOMPARE(dashboard.ranking_chart()->isVisible(), !kto);
+      QCOMPARE(dashboard.kl_chart()->isVisible(), kto);
+      if (kto)
+        QCOMPARE(dashboard.kl_chart()->point_count("KL"), steps);
+      else
+        QCOMPARE(dashboard.ranking_chart()->point_count("reward accuracy"), steps);
+      screenshot(&dashboard, "dashboard-" + name);
+    }
+  }
+
   // Hardware & strategy: 2 processes on this machine; the strategy list offers what `plan`
   // plans for 2 processes (ddp, zero stages when registered); ddp chosen; Review says "2
   // processes"; Launch runs `tessera-cli launch` on the spec's nodes, and the dashboard shows

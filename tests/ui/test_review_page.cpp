@@ -282,6 +282,64 @@ class TestReviewPage : public QObject {
     QCOMPARE(QString::fromStdString(wizard->build_spec().method.quantize), QString("none"));
   }
 
+  // Preference tuning: a dataset of pairs with the supervised objective is a problem of the
+  // Method step (naming the objectives that take pairs); DPO chosen, the spec carries it, the
+  // summary says it, and the plan takes the job; KTO on pairs is a problem again.
+  void preference_objective_and_dataset_agree() {
+    QSettings().setValue("paths/cli", studio_cli());
+    QByteArray pairs;
+    for (int i = 0; i < 24; ++i)
+      pairs += QString(R"({"prompt": "Count to %1.", "chosen": " %2", "rejected": " %3"})")
+                   .arg(i)
+                   .arg(QString("one ").repeated(i % 5 + 1).trimmed())
+                   .arg(QString("two ").repeated(i % 3 + 1).trimmed())
+                   .toUtf8() +
+               '\n';
+    const QString pairs_file = path("pairs.jsonl");
+    write_file(pairs_file, pairs);
+    MainWindow window(store_.get());
+    window.resize(1280, 720);
+    window.show();
+    window.show_page(MainWindow::NewFineTune);
+    QTRY_VERIFY_WITH_TIMEOUT(window.cli_probe()->finished(), 20000);
+    FineTuneWizard* wizard = window.wizard();
+    wizard->model_page()->choose_folder(model_);
+    wizard->dataset_page()->max_length()->setValue(32);
+    wizard->dataset_page()->choose_file(pairs_file);
+    MethodPage* method = wizard->method_page();
+    method->set_method("lora");
+    method->set_steps(4);
+    QTRY_COMPARE_WITH_TIMEOUT(wizard->dataset_page()->analysis().format, QString("preference"),
+                              30000);
+    QCOMPARE(method->objective(), QString("sft"));
+    QTRY_VERIFY_WITH_TIMEOUT(wizard->missing().join(" | ").contains("preference pairs"), 10000);
+    QVERIFY(wizard->missing().join(" | ").contains("DPO, IPO, SimPO or ORPO"));
+    method->set_objective("dpo");
+    QTRY_VERIFY_WITH_TIMEOUT(wizard->missing().isEmpty(), 30000);
+    wizard->go_to(FineTuneWizard::MethodStep);
+    screenshot(&window, "method-page-dpo");
+    const tessera::job::JobSpec spec = wizard->build_spec();
+    QVERIFY(spec.method.preference.has_value());
+    QCOMPARE(QString::fromStdString(spec.method.preference->loss), QString("dpo"));
+    QCOMPARE(spec.method.preference->beta, 0.1);
+    wizard->go_to(FineTuneWizard::ReviewStep);
+    ReviewPage* review = wizard->review_page();
+    QTRY_COMPARE_WITH_TIMEOUT(review->summary_value("Objective"),
+                              QString("DPO, β 0.1 (preference tuning)"), 10000);
+    const QString job_file = path("dpo-job.json");
+    QCOMPARE(review->save_spec(job_file), QString());
+    const QJsonObject plan = plan_of(job_file);
+    QVERIFY2(!plan.isEmpty(), "tessera-cli plan refused the DPO job");
+    // A cloned run's objective comes back with it.
+    MethodPage clone;
+    clone.load_spec(spec.method, spec.training, "fp32");
+    QCOMPARE(clone.objective(), QString("dpo"));
+    QCOMPARE(QString::fromStdString(clone.method_spec().preference->loss), QString("dpo"));
+    method->set_objective("kto");
+    QTRY_VERIFY_WITH_TIMEOUT(wizard->missing().join(" | ").contains("KTO trains on examples"),
+                             10000);
+  }
+
   void summary_says_what_the_plan_changed() {
     CliProbe probe;
     ReviewPage review(&probe);

@@ -82,9 +82,19 @@ class TestJobSpec : public QObject {
     QVERIFY2(text.find("method.preference.simpo_gamma applies to simpo, and "
                        "method.preference.loss is \"dpo\"") != std::string::npos,
              text.c_str());
-    doc["method"]["preference"] = {{"loss", "kto"}};
-    QVERIFY(error_text(doc).find("method.preference.loss is \"kto\"; expected one of: dpo, ipo, "
-                                 "simpo, orpo") != std::string::npos);
+    doc["method"]["preference"] = {{"loss", "rlhf"}};
+    QVERIFY(error_text(doc).find("method.preference.loss is \"rlhf\"; expected one of: dpo, ipo, "
+                                 "simpo, orpo, kto") != std::string::npos);
+    // KTO pairs each prompt with another example's completion: a batch of one has none.
+    doc["method"]["preference"] = {{"loss", "kto"}, {"desirable_weight", 1.5}};
+    doc["training"] = {{"batch_size", 1}};
+    QVERIFY(error_text(doc).find("training.batch_size is 1, and kto estimates its KL term") !=
+            std::string::npos);
+    doc["training"] = {{"batch_size", 2}};
+    QCOMPARE(job::parse_job_spec(doc, "job.json").method.preference->desirable_weight, 1.5);
+    doc["method"]["preference"] = {{"loss", "dpo"}, {"desirable_weight", 1.5}};
+    QVERIFY(error_text(doc).find("method.preference.desirable_weight applies to kto") !=
+            std::string::npos);
     doc["method"]["preference"] = {{"loss", "dpo"}, {"bta", 0.1}};
     QVERIFY(error_text(doc).find("did you mean \"method.preference.beta\"") != std::string::npos);
     doc["method"]["preference"] = {{"loss", "dpo"}, {"label_smoothing", 0.5}};

@@ -895,7 +895,7 @@ class TestTrain : public QObject {
     for (const train::Batch& b : fours)
       for (std::int64_t half = 0; half < 2; ++half)
         twos.push_back({b.input_ids.narrow(0, 2 * half, 2), b.attention_mask.narrow(0, 2 * half, 2),
-                        b.labels.narrow(0, 2 * half, 2)});
+                        b.labels.narrow(0, 2 * half, 2), torch::Tensor()});
     for (const std::string method : {"full", "lora"}) {
       auto run = [&](const json& config, const std::vector<train::Batch>& batches,
                      std::int64_t accumulation, bool checkpointing) {
@@ -984,8 +984,9 @@ class TestTrain : public QObject {
   }
 
   void collate_pads_right_with_ignored_labels() {
-    tessera::data::TokenizedExample a{{5, 6, 7}, {-100, 6, 7}, std::nullopt, {}, {}};
-    tessera::data::TokenizedExample b{{8}, {8}, std::nullopt, {}, {}};
+    tessera::data::TokenizedExample a{{5, 6, 7}, {-100, 6, 7}, std::nullopt, {}, {}, std::nullopt,
+                                      0};
+    tessera::data::TokenizedExample b{{8}, {8}, std::nullopt, {}, {}, std::nullopt, 0};
     train::Batch batch = train::collate({&a, &b}, 0);
     QVERIFY(torch::equal(batch.input_ids,
                          torch::tensor({5, 6, 7, 8, 0, 0}, torch::kInt64).view({2, 3})));
@@ -993,7 +994,7 @@ class TestTrain : public QObject {
                          torch::tensor({1, 1, 1, 1, 0, 0}, torch::kInt64).view({2, 3})));
     QVERIFY(torch::equal(batch.labels,
                          torch::tensor({-100, 6, 7, 8, -100, -100}, torch::kInt64).view({2, 3})));
-    tessera::data::TokenizedExample bad{{1, 2}, {1}, std::nullopt, {}, {}};
+    tessera::data::TokenizedExample bad{{1, 2}, {1}, std::nullopt, {}, {}, std::nullopt, 0};
     expect_error([&] { train::collate({&bad}, 0); }, ErrorKind::InvalidInput,
                  "1 labels for 2 tokens");
   }
@@ -1001,9 +1002,10 @@ class TestTrain : public QObject {
   // Preference pairs: every chosen row first, then the rejected rows in the same order, padded
   // together, so the objective splits the batch in halves (train/preference.h).
   void collate_puts_chosen_rows_before_rejected_ones() {
-    tessera::data::TokenizedExample p{{1, 2, 3}, {-100, 2, 3}, std::nullopt, {1, 4}, {-100, 4}};
+    tessera::data::TokenizedExample p{
+        {1, 2, 3}, {-100, 2, 3}, std::nullopt, {1, 4}, {-100, 4}, std::nullopt, 0};
     tessera::data::TokenizedExample q{
-        {5, 6}, {-100, 6}, std::nullopt, {5, 7, 8, 9}, {-100, 7, 8, 9}};
+        {5, 6}, {-100, 6}, std::nullopt, {5, 7, 8, 9}, {-100, 7, 8, 9}, std::nullopt, 0};
     train::Batch batch = train::collate({&p, &q}, 0);
     QVERIFY(
         torch::equal(batch.input_ids,
@@ -1013,7 +1015,7 @@ class TestTrain : public QObject {
                                                       4, -100, -100, -100, 7, 8, 9},
                                                      torch::kInt64)
                                            .view({4, 4})));
-    tessera::data::TokenizedExample single{{8}, {8}, std::nullopt, {}, {}};
+    tessera::data::TokenizedExample single{{8}, {8}, std::nullopt, {}, {}, std::nullopt, 0};
     expect_error(
         [&] {
           train::collate({&p, &single}, 0);
@@ -1021,9 +1023,33 @@ class TestTrain : public QObject {
         ErrorKind::InvalidInput, "mixes preference pairs");
   }
 
+  // KTO: each example's own row, then its prompt with the previous example's completion (the
+  // last's for the first), every row cut to max_length, and the examples' desirability.
+  void collate_adds_kto_mismatched_rows() {
+    tessera::data::TokenizedExample a{{1, 2, 3}, {-100, 2, 3}, std::nullopt, {}, {}, true, 1};
+    tessera::data::TokenizedExample b{
+        {4, 5, 6, 7}, {-100, -100, 6, 7}, std::nullopt, {}, {}, false, 2};
+    train::Batch batch = train::collate({&a, &b}, 0, 4);
+    // rows: a; b; a's prompt + b's completion; b's prompt + a's completion
+    QVERIFY(
+        torch::equal(batch.input_ids,
+                     torch::tensor({1, 2, 3, 0, 4, 5, 6, 7, 1, 6, 7, 0, 4, 5, 2, 3}, torch::kInt64)
+                         .view({4, 4})));
+    QVERIFY(torch::equal(batch.labels, torch::tensor({-100, 2, 3, -100, -100, -100, 6, 7, -100, 6,
+                                                      7, -100, -100, -100, 2, 3},
+                                                     torch::kInt64)
+                                           .view({4, 4})));
+    QVERIFY(torch::equal(batch.desirable, torch::tensor({true, false})));
+    // Cut to 3: the mismatched rows too.
+    batch = train::collate({&a, &b}, 0, 3);
+    QCOMPARE(batch.input_ids.size(1), 3);
+    QVERIFY(torch::equal(batch.input_ids[3], torch::tensor({4, 5, 2}, torch::kInt64)));
+  }
+
   void example_source_restores_its_order_from_a_position() {
     std::vector<tessera::data::TokenizedExample> examples;
-    for (int i = 0; i < 7; ++i) examples.push_back({{i + 1}, {i + 1}, std::nullopt, {}, {}});
+    for (int i = 0; i < 7; ++i)
+      examples.push_back({{i + 1}, {i + 1}, std::nullopt, {}, {}, std::nullopt, 0});
     train::ExampleBatchSource a(examples, 2, true, 9, 0);
     QCOMPARE(a.batches_per_epoch(), std::int64_t{4});  // the last batch holds one example
     std::vector<torch::Tensor> seen;

@@ -134,6 +134,8 @@ std::optional<data::FormatKind> meant_format(const std::vector<std::string>& col
                                              const DatasetRequest& request) {
   if (request.format != "auto") return data::parse_format_kind(request.format.toStdString());
   const auto mapped = [&](const char* role) { return !request.columns.value(role).isEmpty(); };
+  if (mapped("chosen") || mapped("rejected")) return data::FormatKind::Preference;
+  if (mapped("completion") && mapped("label")) return data::FormatKind::Unpaired;
   if (mapped("messages")) return data::FormatKind::Chat;
   if (mapped("instruction") || mapped("output") || mapped("prompt") || mapped("completion") ||
       mapped("input"))
@@ -166,7 +168,8 @@ void explain_unresolved_format(const std::vector<std::string>& columns,
     if (!it.value().isEmpty() &&
         std::find(columns.begin(), columns.end(), it.value().toStdString()) != columns.end())
       partial.columns[it.key().toStdString()] = it.value().toStdString();
-  if (partial.columns.count("prompt") || partial.columns.count("completion")) {
+  if (*kind == data::FormatKind::Instruction &&
+      (partial.columns.count("prompt") || partial.columns.count("completion"))) {
     partial.columns.erase("instruction");
     partial.columns.erase("output");
     partial.columns.erase("input");
@@ -197,6 +200,8 @@ QString dataset_display_name(const job::DatasetSpec& spec) {
 QStringList roles_of(const QString& format, const QMap<QString, QString>& mapping) {
   if (format == "chat") return {"messages"};
   if (format == "classification") return {"text", "label"};
+  if (format == "preference") return {"prompt", "chosen", "rejected"};
+  if (format == "unpaired") return {"prompt", "completion", "label"};
   if (format == "instruction") {
     if (mapping.contains("prompt") || mapping.contains("completion"))
       return {"prompt", "completion"};

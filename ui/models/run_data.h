@@ -66,6 +66,10 @@ struct MetricPoint {
   double t = 0;  // seconds since the Unix epoch
   double loss = kMissing, lr = kMissing, grad_norm = kMissing, tokens_per_s = kMissing,
          eval_loss = kMissing;
+  // Preference tuning (the event's `preference`): the mean rewards of the chosen (desirable) and
+  // rejected (undesirable) completions, their margin, the share of pairs ranked right, KTO's KL.
+  double reward_chosen = kMissing, reward_rejected = kMissing, reward_margin = kMissing,
+         reward_accuracy = kMissing, kl = kMissing;
   QList<RankMetric> ranks;  // empty: one process
 };
 

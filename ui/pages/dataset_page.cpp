@@ -109,11 +109,14 @@ DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
   auto* form = new QFormLayout;
   format_ = new QComboBox;
   format_->addItem(tr("Detect automatically"), "auto");
-  for (const char* f : {"text", "instruction", "chat", "classification"}) format_->addItem(f, f);
+  for (const char* f : {"text", "instruction", "chat", "classification", "preference", "unpaired"})
+    format_->addItem(f, f);
   format_->setToolTip(
       tr("How rows become training examples: plain text (loss on every token), "
-         "instruction/response pairs and chats (loss on the answers), or "
-         "text classification"));
+         "instruction/response pairs and chats (loss on the answers), text classification, "
+         "preference pairs (a prompt with a chosen and a rejected completion, for DPO, IPO, "
+         "SimPO or ORPO) or unpaired examples (a prompt, a completion and whether it is "
+         "desirable, for KTO)"));
   form->addRow(tr("F&ormat:"), format_);
   max_length_ = new QSpinBox;
   max_length_->setRange(8, 1 << 20);

@@ -98,6 +98,48 @@ MethodPage::MethodPage(QWidget* parent) : QWidget(parent) {
          "or in 8 bits (a quarter). Trains on the CPU with strategy single, ddp or zero so far.")));
   layout->addLayout(cards);
 
+  // What the run optimizes: the dataset's responses (supervised), or a preference between
+  // completions. Each choice says what it does and the data it needs.
+  auto* objective_box = new QGroupBox(tr("Objective"));
+  objective_form_ = new QFormLayout(objective_box);
+  objective_ = new QComboBox;
+  objective_->addItem(tr("Supervised fine-tuning"), "sft");
+  objective_->addItem(tr("DPO — direct preference optimization"), "dpo");
+  objective_->addItem(tr("IPO — identity preference optimization"), "ipo");
+  objective_->addItem(tr("SimPO — simple preference optimization"), "simpo");
+  objective_->addItem(tr("ORPO — odds-ratio preference optimization"), "orpo");
+  objective_->addItem(tr("KTO — from desirable and undesirable examples"), "kto");
+  objective_form_->addRow(tr("Ob&jective:"), objective_);
+  objective_text_ = new QLabel;
+  objective_text_->setWordWrap(true);
+  objective_form_->addRow(objective_text_);
+  const auto preference_field = [&](const QString& label, const QString& tip) {
+    QLineEdit* edit = number_edit(this);
+    edit->setToolTip(tip);
+    objective_form_->addRow(label, edit);
+    connect(edit, &QLineEdit::textChanged, this, &MethodPage::update_changed);
+    return edit;
+  };
+  beta_ = preference_field(tr("Beta (β):"),
+                           tr("How far the model may move from its reference: larger keeps it "
+                              "closer (0.1 is usual; SimPO uses about 2)"));
+  label_smoothing_ = preference_field(
+      tr("Label smoothing:"), tr("The share of pairs assumed to be labelled the wrong way round "
+                                 "(0: trust every pair; below 0.5)"));
+  simpo_gamma_ = preference_field(
+      tr("Target margin (γ):"),
+      tr("SimPO's margin between the chosen and the rejected completion's mean log-probability"));
+  desirable_weight_ = preference_field(
+      tr("Desirable weight:"), tr("KTO's weight of a desirable example's loss: raise it when "
+                                  "desirable examples are fewer than undesirable ones"));
+  undesirable_weight_ = preference_field(tr("Undesirable weight:"),
+                                         tr("KTO's weight of an undesirable example's loss"));
+  connect(objective_, &QComboBox::currentIndexChanged, this, [this] {
+    show_objective();
+    update_changed();
+  });
+  layout->addWidget(objective_box);
+
   auto* presets = new QHBoxLayout;
   presets->addWidget(new QLabel(tr("Preset:")));
   const QMap<QString, QString> preset_tips = {
@@ -276,7 +318,66 @@ MethodPage::MethodPage(QWidget* parent) : QWidget(parent) {
 
   lora_->setChecked(true);
   apply_preset("balanced");
+  set_objective("sft");
   set_advanced_visible(false);
+}
+
+QString MethodPage::objective() const {
+  return objective_->currentData().toString();
+}
+
+QString MethodPage::data_format_for(const QString& objective) {
+  if (objective == "sft") return {};
+  return objective == "kto" ? "unpaired" : "preference";
+}
+
+void MethodPage::set_objective(const QString& objective) {
+  const int i = objective_->findData(objective);
+  if (i < 0) return;
+  const job::PreferenceSpec defaults;
+  beta_->setText(text_of(objective == "simpo" ? 2.0 : defaults.beta));
+  label_smoothing_->setText(text_of(defaults.label_smoothing));
+  simpo_gamma_->setText(text_of(defaults.simpo_gamma));
+  desirable_weight_->setText(text_of(defaults.desirable_weight));
+  undesirable_weight_->setText(text_of(defaults.undesirable_weight));
+  objective_->setCurrentIndex(i);
+  show_objective();
+}
+
+// The description of the chosen objective, and only its own parameters.
+void MethodPage::show_objective() {
+  const QString o = objective();
+  static const QMap<QString, const char*> texts = {
+      {"sft", QT_TR_NOOP("Learns to produce the dataset's responses: text, instructions, chats or "
+                         "labelled texts.")},
+      {"dpo",
+       QT_TR_NOOP("Raises the chosen completion's likelihood over the rejected one's, measured "
+                  "against the model as it starts (LoRA: its base; full fine-tuning: a frozen "
+                  "copy). Needs preference pairs: prompt, chosen, rejected.")},
+      {"ipo",
+       QT_TR_NOOP("DPO with a squared loss that stops at a target margin instead of pushing it "
+                  "without bound: steadier on small or noisy sets. Needs preference pairs.")},
+      {"simpo",
+       QT_TR_NOOP("Compares the completions' mean token log-probabilities with a target margin, "
+                  "without a reference model: less memory and time than DPO. Needs preference "
+                  "pairs.")},
+      {"orpo",
+       QT_TR_NOOP("The chosen completion's supervised loss plus an odds-ratio penalty on the "
+                  "rejected one: aligns in one stage from a base model, without a reference. "
+                  "Needs preference pairs.")},
+      {"kto",
+       QT_TR_NOOP("Learns from single completions marked desirable or not (thumbs up or down), "
+                  "no pairs needed. Needs prompt, completion and label (true / false) columns; "
+                  "batches of at least 2.")}};
+  objective_text_->setText(tr(texts.value(o, "")));
+  const auto show = [&](QLineEdit* edit, bool visible) {
+    objective_form_->setRowVisible(edit, visible);
+  };
+  show(beta_, o != "sft");
+  show(label_smoothing_, o == "dpo" || o == "simpo");
+  show(simpo_gamma_, o == "simpo");
+  show(desirable_weight_, o == "kto");
+  show(undesirable_weight_, o == "kto");
 }
 
 void MethodPage::set_advanced_visible(bool visible) {
@@ -432,6 +533,19 @@ job::MethodSpec MethodPage::method_spec() const {
     m.quantize = quantize().toStdString();
     m.double_quant = double_quant();
   }
+  const QString o = objective();
+  if (o != "sft") {
+    job::PreferenceSpec p;
+    p.loss = o.toStdString();
+    p.beta = value_of(beta_, p.beta);
+    if (o == "dpo" || o == "simpo") p.label_smoothing = value_of(label_smoothing_, 0.0);
+    if (o == "simpo") p.simpo_gamma = value_of(simpo_gamma_, p.simpo_gamma);
+    if (o == "kto") {
+      p.desirable_weight = value_of(desirable_weight_, p.desirable_weight);
+      p.undesirable_weight = value_of(undesirable_weight_, p.undesirable_weight);
+    }
+    m.preference = p;
+  }
   return m;
 }
 
@@ -456,6 +570,14 @@ void MethodPage::load_spec(const job::MethodSpec& method, const job::TrainingSpe
   for (const auto& t : method.lora_targets) targets << QString::fromStdString(t);
   targets_->setText(targets.join(", "));
   if (const int i = precision_->findData(precision); i >= 0) precision_->setCurrentIndex(i);
+  set_objective(method.preference ? QString::fromStdString(method.preference->loss) : "sft");
+  if (const auto& p = method.preference) {
+    beta_->setText(text_of(p->beta));
+    label_smoothing_->setText(text_of(p->label_smoothing));
+    simpo_gamma_->setText(text_of(p->simpo_gamma));
+    desirable_weight_->setText(text_of(p->desirable_weight));
+    undesirable_weight_->setText(text_of(p->undesirable_weight));
+  }
   update_changed();
 }
 

@@ -106,9 +106,9 @@ ReviewPage::ReviewPage(CliProbe* probe, QWidget* parent) : QWidget(parent), prob
   summary_ = new QFormLayout(summary_page);
   summary_->setRowWrapPolicy(QFormLayout::WrapLongRows);
   summary_->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
-  for (const QString& label :
-       QStringList{"Model", "Data", "Method", "Length", "Batch", "Learning rate", "Precision",
-                   "Processes", "Strategy", "Changed to fit", "Time", "Memory", "Run folder"}) {
+  for (const QString& label : QStringList{"Model", "Data", "Method", "Objective", "Length", "Batch",
+                                          "Learning rate", "Precision", "Processes", "Strategy",
+                                          "Changed to fit", "Time", "Memory", "Run folder"}) {
     auto* value = new QLabel;
     value->setWordWrap(true);
     value->setTextInteractionFlags(Qt::TextSelectableByMouse);
@@ -273,6 +273,10 @@ void ReviewPage::show_summary(const ReviewFacts& facts) {
                                                  : tr("LoRA, rank %1 (alpha %2)")
                                                        .arg(s.method.lora_rank)
                                                        .arg(number_text(s.method.lora_alpha));
+  if (const auto& p = s.method.preference)
+    rows["Objective"] = tr("%1, β %2 (preference tuning)")
+                            .arg(QString::fromStdString(p->loss).toUpper())
+                            .arg(number_text(p->beta));
   rows["Length"] = s.training.steps
                        ? tr("%1 steps").arg(*s.training.steps)
                        : tr("%1 epochs").arg(number_text(s.training.epochs.value_or(0)));

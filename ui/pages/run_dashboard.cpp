@@ -122,10 +122,24 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   auto* no_memory = new QLabel(tr("No memory report yet"));
   no_memory->setAlignment(Qt::AlignCenter);
   memory_tabs_->addTab(no_memory, tr("Memory"));
+  // Preference tuning: the rewards and how often the chosen completion wins (KTO: the KL
+  // estimate), shown once a step reports them.
+  rewards_ = new LineChart(tr("Rewards"), tr("step"), tr("reward"));
+  rewards_->define_series(tr("chosen"), 1, false);
+  rewards_->define_series(tr("rejected"), 2, false);
+  rewards_->define_series(tr("margin"), 0, false);
+  ranking_ = new LineChart(tr("Pairs ranked right"), tr("step"), tr("share"));
+  kl_ = new LineChart(tr("KL estimate (KTO)"), tr("step"), tr("KL"));
+  rewards_->setVisible(false);
+  ranking_->setVisible(false);
+  kl_->setVisible(false);
   grid->addWidget(loss_, 0, 0);
   grid->addWidget(lr_, 0, 1);
   grid->addWidget(throughput_, 1, 0);
   grid->addWidget(memory_tabs_, 1, 1);
+  grid->addWidget(rewards_, 3, 0);
+  grid->addWidget(ranking_, 3, 1);
+  grid->addWidget(kl_, 3, 1);  // KTO's, in the place of the ranking (unpaired: none)
   // Equal halves, whatever the memory tabs hold (the disk tier's two charts ask for more).
   grid->setColumnStretch(0, 1);
   grid->setColumnStretch(1, 1);
@@ -149,6 +163,7 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   grid->addWidget(ranks_panel_, 2, 0, 1, 2);
   grid->setRowStretch(0, 1);
   grid->setRowStretch(1, 1);
+  grid->setRowStretch(3, 1);  // the preference charts' row, below the ranks (empty otherwise)
 
   log_ = new QPlainTextEdit;
   log_->setReadOnly(true);
@@ -223,6 +238,10 @@ void RunDashboard::clear() {
   monitor_ = nullptr;
   loss_->clear();
   lr_->clear();
+  for (LineChart* chart : {rewards_, ranking_, kl_}) {
+    chart->clear();
+    chart->setVisible(false);
+  }
   throughput_->clear();
   memory_.clear();
   traffic_ = nullptr;
@@ -525,7 +544,8 @@ void RunDashboard::update_disk_labels(const MemorySample& latest) {
 
 void RunDashboard::append(const RunSeries& s) {
   ++repaints_;
-  QList<QPointF> loss, smoothed, eval_loss, lr, tps, smoothed_tps;
+  QList<QPointF> loss, smoothed, eval_loss, lr, tps, smoothed_tps, chosen, rejected, margin,
+      accuracy, kl;
   for (const MetricPoint& p : s.metrics) {
     const double x = double(p.step);
     if (present(p.loss)) {
@@ -543,6 +563,11 @@ void RunDashboard::append(const RunSeries& s) {
       last_eval_loss_ = p.eval_loss;
     }
     if (present(p.lr)) lr.push_back({x, p.lr});
+    if (present(p.reward_chosen)) chosen.push_back({x, p.reward_chosen});
+    if (present(p.reward_rejected)) rejected.push_back({x, p.reward_rejected});
+    if (present(p.reward_margin)) margin.push_back({x, p.reward_margin});
+    if (present(p.reward_accuracy)) accuracy.push_back({x, p.reward_accuracy});
+    if (present(p.kl)) kl.push_back({x, p.kl});
     if (!p.ranks.isEmpty()) {
       rank_metrics_ = p.ranks;
       ranks_job_loss_ = p.loss;
@@ -559,6 +584,20 @@ void RunDashboard::append(const RunSeries& s) {
   if (!lr.isEmpty()) lr_->append(tr("learning rate"), lr);
   if (!tps.isEmpty()) throughput_->append(tr("tokens/s"), tps);
   if (!smoothed_tps.isEmpty()) throughput_->append(tr("tokens/s (smoothed)"), smoothed_tps);
+  if (!margin.isEmpty()) {
+    rewards_->setVisible(true);
+    rewards_->append(tr("chosen"), chosen);
+    rewards_->append(tr("rejected"), rejected);
+    rewards_->append(tr("margin"), margin);
+  }
+  if (!accuracy.isEmpty()) {
+    ranking_->setVisible(true);
+    ranking_->append(tr("reward accuracy"), accuracy);
+  }
+  if (!kl.isEmpty()) {
+    kl_->setVisible(true);
+    kl_->append(tr("KL"), kl);
+  }
 
   if (!s.memory.isEmpty()) {
     if (!present(t0_)) t0_ = s.memory.front().t;

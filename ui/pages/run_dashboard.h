@@ -41,6 +41,10 @@ class RunDashboard : public QWidget {
   LineChart* loss_chart() const { return loss_; }
   LineChart* lr_chart() const { return lr_; }
   LineChart* throughput_chart() const { return throughput_; }
+  // Preference tuning's charts (hidden until a step reports them).
+  LineChart* rewards_chart() const { return rewards_; }
+  LineChart* ranking_chart() const { return ranking_; }
+  LineChart* kl_chart() const { return kl_; }
   MemoryChart* memory_chart(const QString& tier) const { return memory_.value(tier); }
   QTabWidget* memory_tabs() const { return memory_tabs_; }
   // The disk tier's chunk traffic and offload folder: nullptr until a disk-tier sample arrives.
@@ -126,6 +130,9 @@ class RunDashboard : public QWidget {
   LineChart* loss_;
   LineChart* lr_;
   LineChart* throughput_;
+  LineChart* rewards_;
+  LineChart* ranking_;
+  LineChart* kl_;
   QTabWidget* memory_tabs_;
   QMap<QString, MemoryChart*> memory_;
   QWidget* disk_panel_ = nullptr;  // the disk tier's tab: folder, totals, charts

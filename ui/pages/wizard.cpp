@@ -164,6 +164,29 @@ QString FineTuneWizard::step_problem(int step) const {
       return {};
     case DatasetStep:
       return dataset_->problem();
+    case MethodStep: {
+      // The objective and the data must go together: pairs for DPO and its kin, unpaired
+      // examples for KTO, anything else for supervised fine-tuning (the run refuses a mismatch).
+      const QString format = dataset_->analysis().format;
+      if (format.isEmpty()) return {};
+      const QString wanted = MethodPage::data_format_for(method_->objective());
+      const bool preference_data = format == "preference" || format == "unpaired";
+      if (wanted.isEmpty() && preference_data)
+        return format == "preference"
+                   ? tr("The dataset holds preference pairs: choose DPO, IPO, SimPO or ORPO as "
+                        "the objective")
+                   : tr("The dataset holds desirable and undesirable examples: choose KTO as "
+                        "the objective");
+      if (!wanted.isEmpty() && format != wanted)
+        return wanted == "preference"
+                   ? tr("%1 trains on preference pairs (prompt, chosen, rejected); the dataset's "
+                        "format is %2")
+                         .arg(method_->objective().toUpper(), format)
+                   : tr("KTO trains on examples marked desirable or not (prompt, completion, "
+                        "label); the dataset's format is %1")
+                         .arg(format);
+      return {};
+    }
     case HardwareStep:
       // A job the planner says cannot fit would fail at its start (the page says by how much
       // and what would fit); judged once the steps before it are complete.

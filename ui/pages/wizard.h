@@ -217,6 +217,11 @@ class MethodPage : public QWidget {
   QString method_choice() const;             // the card chosen: "full" | "lora" | "qlora"
   QString quantize() const;                  // QLoRA's base format ("nf4", ...) or "none"
   bool double_quant() const;                 // QLoRA on 4 bits: the block scales quantized too
+  // The training objective: "sft" (supervised) or a preference loss ("dpo", "ipo", "simpo",
+  // "orpo", "kto"), with the data it needs ("preference" pairs or "unpaired" examples).
+  QString objective() const;
+  void set_objective(const QString& objective);
+  static QString data_format_for(const QString& objective);
   QString preset() const { return preset_; }
   job::MethodSpec method_spec() const;
   job::TrainingSpec training_spec() const;
@@ -280,6 +285,16 @@ class MethodPage : public QWidget {
   QLineEdit* targets_;
   QComboBox* quantize_;  // QLoRA's base format
   QCheckBox* double_quant_;
+  // objective
+  QComboBox* objective_;
+  QLabel* objective_text_;
+  QFormLayout* objective_form_;
+  QLineEdit* beta_;
+  QLineEdit* label_smoothing_;
+  QLineEdit* simpo_gamma_;
+  QLineEdit* desirable_weight_;
+  QLineEdit* undesirable_weight_;
+  void show_objective();
   bool lr_user_set_ = false;
   bool loading_ = false;
 };

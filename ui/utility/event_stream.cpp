@@ -190,6 +190,13 @@ void apply_event(const json& e, const QByteArray& line, StreamState& state, RunS
     p.grad_norm = number(e, "grad_norm");
     p.tokens_per_s = number(e, "tokens_per_s");
     p.eval_loss = number(e, "eval_loss");
+    if (auto it = e.find("preference"); it != e.end() && it->is_object()) {
+      p.reward_chosen = number(*it, "reward_chosen");
+      p.reward_rejected = number(*it, "reward_rejected");
+      p.reward_margin = number(*it, "reward_margin");
+      p.reward_accuracy = number(*it, "reward_accuracy");
+      p.kl = number(*it, "kl");
+    }
     if (auto it = e.find("ranks"); it != e.end()) p.ranks = metric_ranks_from_json(*it);
     delta.metrics.push_back(p);
     batch.metrics.push_back(p);
