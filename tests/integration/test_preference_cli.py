@@ -160,3 +160,59 @@ def test_refusals_name_the_field(workdir, pairs):
                                                                                           "simpo_gamma": 1}})
     r = cli("run", wrong)
     assert r.returncode == 2 and "method.preference.simpo_gamma applies to simpo" in r.stderr, r.stderr
+
+
+def test_qlora_dpo_compares_with_the_quantized_base(workdir, pairs):
+    out = workdir / "dpo-qlora"
+    r = cli("finetune", "--model", workdir / "model", "--data", pairs, "--method", "lora", "--lora-rank", 8,
+            "--quantize", "nf4", "--preference", "dpo", "--beta", 0.5, "--steps", 6, "--batch-size", 8,
+            "--lr", 2e-2, "--strategy", "single", "--strategy-options", '{"device": "cpu"}', "--out", out,
+            timeout=300)
+    assert r.returncode == 0, r.stderr
+    events = events_of(out / "events.jsonl")
+    assert any("linear weights to nf4" in e["message"] for e in events if e["type"] == "log")
+    figures = preference_of(events)
+    # The reference is the quantized base with the adapters off: the start's rewards are 0.
+    assert len(figures) == 6 and figures[0]["reward_margin"] == 0.0
+    assert abs(figures[-1]["reward_margin"]) > 1e-4, figures[-1]
+
+
+def test_a_named_reference_is_the_one_compared_with(workdir, pairs, one_process):
+    """The model folder named as the reference is the start itself: the same losses and rewards
+    as the default reference, exactly; a reference with another vocabulary is refused."""
+    spec = pair_job(workdir, pairs, "dpo-named", accumulation=2,
+                    method={"type": "full", "preference": {"loss": "dpo", "beta": 0.5,
+                                                           "reference": str(workdir / "model")}})
+    run_job(spec, 1, timeout=300)
+    events = events_of(workdir / "dpo-named" / "events.jsonl")
+    assert losses_of(events) == losses_of(one_process)
+    assert preference_of(events) == preference_of(one_process)
+    logs = " ".join(e["message"] for e in events if e["type"] == "log")
+    assert "preference reference: " + str(workdir / "model") in logs, logs
+    other = workdir / "other-vocab"
+    other.mkdir(exist_ok=True)
+    config = json.loads((workdir / "model" / "config.json").read_text())
+    config["vocab_size"] += 8
+    (other / "config.json").write_text(json.dumps(config))
+    for f in (workdir / "model").glob("*.safetensors"):
+        (other / f.name).write_bytes(f.read_bytes())
+    bad = pair_job(workdir, pairs, "dpo-other", method={"type": "full", "preference": {
+        "loss": "dpo", "reference": str(other)}})
+    r = cli("run", bad)
+    assert r.returncode == 2 and "has a vocabulary of" in r.stderr, r.stderr
+
+
+def test_evaluation_reports_the_preference_figures(workdir, pairs):
+    spec = json.loads(pair_job(workdir, pairs, "dpo-eval", steps=2).read_text())
+    spec["dataset"]["validation_split"] = 0.25
+    spec["training"]["eval_every"] = 1
+    (workdir / "dpo-eval.json").write_text(json.dumps(spec))
+    run_job(workdir / "dpo-eval.json", 1, timeout=300)
+    evals = [e for e in events_of(workdir / "dpo-eval" / "events.jsonl")
+             if e["type"] == "metric" and "eval_loss" in e]
+    assert evals, "no evaluation"
+    for e in evals:  # 8 of the 32 pairs held out
+        figures = e["eval_preference"]
+        assert figures["pairs"] == 8, figures
+        assert figures["reward_margin"] == pytest.approx(figures["reward_chosen"] - figures["reward_rejected"],
+                                                         abs=1e-5)

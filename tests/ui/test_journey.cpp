@@ -24,6 +24,7 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QRegularExpression>
+#include <QScrollArea>
 #include <QSpinBox>
 #include <QTableView>
 #include <QTableWidget>
@@ -148,6 +149,13 @@ void click(QWidget* w, const Effect& effect = {}, const QString& modifier = {},
                                                 : QString(w->metaObject()->className()));
   QVERIFY2(QTest::qWaitFor([&] { return shown(w); }, kEffectMs),
            qPrintable(what + ": it stays hidden or disabled"));
+  // A person scrolls to what they click: a page taller than the window shows the widget first.
+  for (QWidget* p = w->parentWidget(); p; p = p->parentWidget())
+    if (auto* scroll = qobject_cast<QScrollArea*>(p)) {
+      scroll->ensureWidgetVisible(w);
+      QCoreApplication::processEvents();
+      break;
+    }
   STEP(activate(w));
   const QPoint global = w->mapToGlobal(at.value_or(w->rect().center()));
   QStringList args = {"mousemove", QString::number(global.x()), QString::number(global.y())};
