@@ -104,8 +104,7 @@ std::vector<std::string> missing_roles(const DatasetFormat& f) {
     case FormatKind::Text:
       need("text");
       break;
-    case FormatKind::Preference:
-      need("prompt");
+    case FormatKind::Preference:  // no prompt: the common start of chosen and rejected
       need("chosen");
       need("rejected");
       break;
@@ -557,6 +556,89 @@ TokenizedExample ExampleBuilder::build(const Row& row, const std::string& locati
   throw_invalid(location + ": unknown format");
 }
 
+namespace {
+
+// A preference row without a prompt column (HH-RLHF's layout): its prompt is the common start of
+// chosen and rejected, taken as TRL 1.x's extract_prompt takes it — text compared by code point
+// (Python's string indices), message lists by message; where they part, a space just before
+// stays with the completions; when one is the start of the other, the last shared item goes to
+// the completions (TRL's loop ends one short); Python's negative index included.
+struct ImplicitPrompt {
+  Json prompt, chosen, rejected;
+};
+
+// The byte offset where each code point of UTF-8 `text` starts, and its size at the end.
+std::vector<std::size_t> code_point_starts(const std::string& text) {
+  std::vector<std::size_t> starts;
+  for (std::size_t i = 0; i < text.size(); ++i)
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) starts.push_back(i);
+  starts.push_back(text.size());
+  return starts;
+}
+
+ImplicitPrompt extract_prompt(const Json& chosen, const Json& rejected,
+                              const std::string& location) {
+  const bool text = chosen.is_string() && rejected.is_string();
+  if (!text && !(chosen.is_array() && rejected.is_array()))
+    throw_invalid(location +
+                      ": chosen and rejected are not both text or both message lists, so "
+                      "no prompt can be taken from their common start",
+                  "write both as text or both as messages, or add a prompt column");
+  // Items (code points, or messages) of each, and Python's x[:i] / x[i:] over them.
+  std::vector<std::size_t> chosen_at, rejected_at;
+  std::size_t chosen_items = 0, rejected_items = 0;
+  if (text) {
+    chosen_at = code_point_starts(chosen.get_ref<const std::string&>());
+    rejected_at = code_point_starts(rejected.get_ref<const std::string&>());
+    chosen_items = chosen_at.size() - 1;
+    rejected_items = rejected_at.size() - 1;
+  } else {
+    chosen_items = chosen.size();
+    rejected_items = rejected.size();
+  }
+  const auto item = [&](const Json& v, const std::vector<std::size_t>& at, std::int64_t i) {
+    if (!text) return v.at(static_cast<std::size_t>(i));
+    const auto& s = v.get_ref<const std::string&>();
+    return Json(s.substr(at[static_cast<std::size_t>(i)],
+                         at[static_cast<std::size_t>(i) + 1] - at[static_cast<std::size_t>(i)]));
+  };
+  const std::size_t shared = std::min(chosen_items, rejected_items);
+  if (shared == 0)
+    throw_invalid(location +
+                      ": chosen or rejected is empty, so no prompt can be taken from their "
+                      "common start",
+                  "give every pair both completions, or add a prompt column");
+  auto idx = static_cast<std::int64_t>(shared) - 1;  // no difference: where TRL's loop ends
+  for (std::size_t i = 0; i < shared; ++i) {
+    if (item(chosen, chosen_at, static_cast<std::int64_t>(i)) ==
+        item(rejected, rejected_at, static_cast<std::int64_t>(i)))
+      continue;
+    idx = static_cast<std::int64_t>(i);
+    const std::int64_t before = idx > 0 ? idx - 1 : static_cast<std::int64_t>(chosen_items) - 1;
+    if (text && item(chosen, chosen_at, before) == Json(" ")) --idx;
+    break;
+  }
+  // Python's slices: a negative index counts from each sequence's own end.
+  const auto slice = [&](const Json& v, const std::vector<std::size_t>& at, std::size_t items,
+                         std::int64_t from, bool head) {
+    const auto cut = static_cast<std::size_t>(
+        std::clamp<std::int64_t>(from < 0 ? from + static_cast<std::int64_t>(items) : from, 0,
+                                 static_cast<std::int64_t>(items)));
+    if (text) {
+      const auto& s = v.get_ref<const std::string&>();
+      return Json(head ? s.substr(0, at[cut]) : s.substr(at[cut]));
+    }
+    Json out = Json::array();
+    for (std::size_t i = head ? 0 : cut; i < (head ? cut : items); ++i) out.push_back(v.at(i));
+    return out;
+  };
+  return {slice(chosen, chosen_at, chosen_items, idx, true),
+          slice(chosen, chosen_at, chosen_items, idx, false),
+          slice(rejected, rejected_at, rejected_items, idx, false)};
+}
+
+}  // namespace
+
 ExampleBuilder::PromptAndCompletions ExampleBuilder::prompt_and_completions(
     const Row& row, const std::string& location, const std::vector<const char*>& roles) const {
   auto value_of = [&](const char* role) -> const Json& {
@@ -567,9 +649,27 @@ ExampleBuilder::PromptAndCompletions ExampleBuilder::prompt_and_completions(
                     "give every row its prompt and completion columns, or skip such rows");
     return *it;
   };
-  const Json& prompt = value_of("prompt");
+  // The prompt and each completion: the row's columns, or for pairs without a prompt column
+  // their common start and the rest of each (TRL's extract_prompt).
+  const bool implicit = !format_.columns.count("prompt");
+  Json prompt;
+  std::vector<Json> completions;
+  if (implicit) {
+    if (format_.kind != FormatKind::Preference || roles.size() != 2)
+      throw Error(ErrorKind::Internal, "an implicit prompt outside preference pairs");
+    ImplicitPrompt parts = extract_prompt(value_of(roles[0]), value_of(roles[1]), location);
+    prompt = std::move(parts.prompt);
+    completions = {std::move(parts.chosen), std::move(parts.rejected)};
+  } else {
+    prompt = value_of("prompt");
+    for (const char* role : roles) completions.push_back(value_of(role));
+  }
+  const auto column_of = [&](const char* role) {
+    return format_.columns.count(role) ? "column '" + format_.columns.at(role) + "'"
+                                       : std::string("the common start of chosen and rejected");
+  };
   bool chat = prompt.is_array();
-  for (const char* role : roles) chat = chat || value_of(role).is_array();
+  for (const Json& completion : completions) chat = chat || completion.is_array();
   PromptAndCompletions out;
   if (chat) {
     if (!template_)
@@ -580,25 +680,26 @@ ExampleBuilder::PromptAndCompletions ExampleBuilder::prompt_and_completions(
                     "template");
     const Json prompt_messages = normalize_messages(prompt, location + " (prompt)");
     out.prompt = encode(template_->render(prompt_messages, true, config_, Json()));
-    for (const char* role : roles) {
+    for (std::size_t i = 0; i < roles.size(); ++i) {
       Json messages = prompt_messages;
-      for (const Json& m : normalize_messages(value_of(role), location + " (" + role + ")"))
+      for (const Json& m :
+           normalize_messages(completions[i], location + " (" + std::string(roles[i]) + ")"))
         messages.push_back(m);
       out.with_completion.push_back(encode(template_->render(messages, false, config_, Json())));
     }
   } else {
     const auto text = [&](const Json& v, const char* role) {
       if (!v.is_string())
-        throw_invalid(location + ": column '" + format_.columns.at(role) + "' (" + role +
-                          ") is a " + v.type_name() + "; expected text, or a list of messages",
+        throw_invalid(location + ": " + column_of(role) + " (" + role + ") is a " + v.type_name() +
+                          "; expected text, or a list of messages",
                       "write the prompt and completions all as text or all as messages");
       return v.get<std::string>();
     };
     const std::string eos = config_.eos_token.value_or("");
     const std::string prompt_text = text(prompt, "prompt");
     out.prompt = tokenizer_->encode(prompt_text, true);
-    for (const char* role : roles) {
-      std::string completion = text(value_of(role), role);
+    for (std::size_t i = 0; i < roles.size(); ++i) {
+      std::string completion = text(completions[i], roles[i]);
       if (!eos.empty() && !completion.ends_with(eos)) completion += eos;
       out.with_completion.push_back(tokenizer_->encode(prompt_text + completion, true));
     }

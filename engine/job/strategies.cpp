@@ -120,7 +120,10 @@ const std::vector<StrategyInfo>& strategies() {
        {choice("device",
                "where it trains: auto (CUDA device 0 when present, else the CPU), cpu or cuda",
                {"auto", "cpu", "cuda"})},
-       /*planned=*/true},
+       /*planned=*/true,
+       /*distributes=*/false,
+       /*quantized_base=*/true,
+       /*preference=*/true},
       {"gemini",
        "parameters and optimizer state in chunks placed on the host or on disk (Colossal-AI's "
        "Gemini); on several processes every chunk sharded over them (ZeRO-3), each rank's "
@@ -155,7 +158,9 @@ const std::vector<StrategyInfo>& strategies() {
                  "with device cuda: the share of optimizer-state bytes kept in host memory and "
                  "updated by the CPU Adam (the rest is updated on the GPU)")},
        /*planned=*/true,
-       /*distributes=*/true},
+       /*distributes=*/true,
+       /*quantized_base=*/true,
+       /*preference=*/true},
       {"ddp",
        "data parallelism: every process a whole replica on its share of the batch, gradients "
        "averaged over the processes in buckets while backward runs (PyTorch's DDP)",
@@ -168,7 +173,9 @@ const std::vector<StrategyInfo>& strategies() {
              "bytes of float32 gradients per all-reduce: auto (25MiB) or a size; smaller "
              "buckets start communicating earlier in backward, larger ones make fewer calls")},
        /*planned=*/true,
-       /*distributes=*/true},
+       /*distributes=*/true,
+       /*quantized_base=*/true,
+       /*preference=*/true},
       {"zero",
        "data parallelism with the optimizer state (stage 1) and the gradients (stage 2) sharded "
        "over the processes: each updates its share, then the weights are all-gathered (ZeRO)",
@@ -190,7 +197,9 @@ const std::vector<StrategyInfo>& strategies() {
              "bytes of float32 gradients per reduce-scatter (stage 2) or all-reduce (stage 1): "
              "auto (25MiB) or a size")},
        /*planned=*/true,
-       /*distributes=*/true},
+       /*distributes=*/true,
+       /*quantized_base=*/true,
+       /*preference=*/true},
       {"hybrid",
        "tensor and pipeline parallelism combined with data parallelism: each layer's weights "
        "split over tp_size processes (Megatron-style: attention by heads, the MLP by its inner "
@@ -231,7 +240,9 @@ const std::vector<StrategyInfo>& strategies() {
                        "backward); with pp_size above 1 the stages pass each rank's block",
                        {"false", "true"})},
        /*planned=*/true,
-       /*distributes=*/true},
+       /*distributes=*/true,
+       /*quantized_base=*/false,
+       /*preference=*/false},
   };
   return table;
 }
@@ -240,6 +251,21 @@ const StrategyInfo* find_strategy(const std::string& name) {
   for (const auto& s : strategies())
     if (s.name == name) return &s;
   return nullptr;
+}
+
+bool strategy_can(const std::string& name, bool StrategyInfo::*capability) {
+  const StrategyInfo* s = find_strategy(name);
+  return s != nullptr && s->*capability;
+}
+
+std::string strategies_that_can(bool StrategyInfo::*capability) {
+  std::vector<std::string> names;
+  for (const auto& s : strategies())
+    if (s.*capability) names.push_back(s.name);
+  std::string text;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return text;
 }
 
 const StrategyInfo& auto_strategy() {

@@ -63,7 +63,18 @@ struct StrategyInfo {
   // `auto` chooses among the planned strategies that distribute, and only those run. The
   // torch-side Plugin::runs_distributed() says the same of its plugin.
   bool distributes = false;
+  // It trains LoRA on a quantized frozen base (QLoRA, method.quantize or a checkpoint stored
+  // quantized). The trainer, the runner and the planner all refuse the rest by this.
+  bool quantized_base = false;
+  // It trains the preference objectives (method.preference).
+  bool preference = false;
 };
+
+// Whether strategy `name` (a table entry; false for "auto" and unknown names) has `capability`
+// (&StrategyInfo::quantized_base, &StrategyInfo::preference), and the strategies that have it as
+// "single, ddp, zero or gemini" for messages.
+bool strategy_can(const std::string& name, bool StrategyInfo::*capability);
+std::string strategies_that_can(bool StrategyInfo::*capability);
 
 // strategy hybrid's tensor-parallel size (strategy.options.tp_size, 2 when absent).
 int hybrid_tensor_parallel_size(const nlohmann::json& options);

@@ -58,6 +58,10 @@ ParameterCounts counts_of(const hf::ModelConfig& c, const Settings& s) {
   return {n, trainable, (lora ? n + trainable : n) - quantized, bf16 ? 2.0 : 4.0, lora, bf16};
 }
 
+double reference_copy_bytes(const hf::ModelConfig& c, const Settings& s) {
+  return s.reference_copy ? d(count_parameters(c)) * (s.precision == "bf16" ? 2.0 : 4.0) : 0.0;
+}
+
 // LoRA's streamed merged export (engine/runner: export_merged_lora), one weight at a time: an
 // adapted weight holds its float32 base and the copy the merge check compares against, the delta
 // in float64 and in float32, and the checkpoint's or the written file's pages of it (20 + 4 bytes

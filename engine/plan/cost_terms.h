@@ -51,6 +51,9 @@ struct ParameterCounts {
   bool bf16;
 };
 ParameterCounts counts_of(const hf::ModelConfig& c, const Settings& s);
+// Preference tuning's frozen reference copy (Settings::reference_copy): every parameter in the
+// compute dtype, beside the model that trains; 0 without one.
+double reference_copy_bytes(const hf::ModelConfig& c, const Settings& s);
 
 // The bytes LoRA's streamed merged export holds beside the model at rest (engine/runner:
 // export_merged_lora), one weight's copies at a time.

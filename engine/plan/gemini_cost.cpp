@@ -89,13 +89,15 @@ ShardedChunks sharded_chunks(const hf::ModelConfig& c, const Settings& s, int wo
     backward.push_back(needed_in_backward);
     return backward.size() - 1;
   };
+  // QLoRA's quantized linear weights are held beside the chunks (their biases are chunked).
+  const bool quantized = cost::quantized_base(c, s).elements > 0;
   const std::size_t embedding = block({v * h}, false);
   std::vector<std::vector<std::size_t>> layer_blocks;  // each layer's blocks, forward order
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     std::vector<std::size_t> blocks = {block({shapes.layer_other}, true)};
     for (const hf::LinearModule& m : shapes.layer_linears)
-      blocks.push_back(
-          block({m.in_features * m.out_features, m.bias ? m.out_features : 0.0}, true));
+      blocks.push_back(block(
+          {quantized ? 0.0 : m.in_features * m.out_features, m.bias ? m.out_features : 0.0}, true));
     layer_blocks.push_back(std::move(blocks));
   }
   const std::size_t outside = block({rest}, true);
@@ -250,11 +252,13 @@ GeminiChunks gemini_chunks(const hf::ModelConfig& c, const Settings& s) {
   const hf::ParameterShapes shapes = hf::family_of(c).parameter_shapes(c);
   const double v = d(c.vocab_size), h = d(c.hidden_size);
   const double head = !c.tie_word_embeddings && shapes.outside_layers >= 2 * v * h ? v * h : 0.0;
+  // QLoRA's quantized linear weights are held beside the chunks (their biases are chunked).
+  const bool quantized = cost::quantized_base(c, s).elements > 0;
   std::vector<double> base = {v * h};
   for (std::int64_t l = 0; l < std::min(c.num_hidden_layers, kLayersPacked); ++l) {
     base.push_back(shapes.layer_other);
     for (const hf::LinearModule& m : shapes.layer_linears) {
-      base.push_back(m.in_features * m.out_features);
+      if (!quantized) base.push_back(m.in_features * m.out_features);
       if (m.bias) base.push_back(m.out_features);
     }
   }
@@ -604,6 +608,13 @@ void gemini_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings& 
                    std::uint64_t checkpoint_bytes, int world_size) {
   one_process_memory(e, c, s);
   if (world_size > 1) sharded_memory(e, c, s, world_size);
+  // Beside the chunks, in host memory on every rank: a quantized base's codes and scales (QLoRA:
+  // never chunked, each read from the checkpoint one weight at a time in float32 and quantized)
+  // and preference tuning's frozen reference copy.
+  const cost::QuantizedBase quantized = cost::quantized_base(c, s);
+  e.weights += to_bytes(quantized.bytes + cost::reference_copy_bytes(c, s));
+  e.load_peak += to_bytes(quantized.bytes + quantized.largest * 4.0);
+  e.export_peak += to_bytes(quantized.bytes);
 }
 
 Communication gemini_communication(const hf::ModelConfig& c, const Settings& s, int world_size,

@@ -125,8 +125,8 @@ Settings written_settings(const job::JobSpec& spec, int gpus = 0, int processes 
   s.activation_checkpointing = spec.training.activation_checkpointing;
   if (const auto& p = spec.method.preference) {
     s.rows_per_example = 2;
-    s.reference_copy = (p->loss == "dpo" || p->loss == "ipo" || p->loss == "kto") &&
-                       (s.method == "full" || !p->reference.empty());
+    s.reference_forward = p->loss == "dpo" || p->loss == "ipo" || p->loss == "kto";
+    s.reference_copy = s.reference_forward && (s.method == "full" || !p->reference.empty());
   }
   if (spec.strategy.name == "gemini") {
     s.strategy = "gemini";
@@ -260,10 +260,6 @@ std::int64_t count_parameters(const hf::ModelConfig& c) {
   return static_cast<std::int64_t>(n);
 }
 
-bool quantizes_base(const std::string& strategy) {
-  return strategy == "single" || strategy == "ddp" || strategy == "zero";
-}
-
 std::vector<std::string> default_lora_targets(const hf::ModelConfig& c) {
   return hf::family_of(c).default_lora_targets;
 }
@@ -341,15 +337,19 @@ MemoryEstimate estimate_host_memory(const hf::ModelConfig& c, const Settings& s,
 
 MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
                                std::uint64_t checkpoint_bytes, int world_size) {
-  if (s.strategy == "gemini" && s.device_tier && world_size == 1)
-    return gemini_device_tiers(c, s, checkpoint_bytes).first;
-  if (s.strategy == "gemini" && s.device_tier)
-    return sharded_device_tiers(c, s, checkpoint_bytes, world_size).first;
+  if (s.strategy == "gemini" && s.device_tier) {
+    // Preference tuning's frozen reference copy computes on the device beside the chunks.
+    MemoryEstimate device = world_size == 1
+                                ? gemini_device_tiers(c, s, checkpoint_bytes).first
+                                : sharded_device_tiers(c, s, checkpoint_bytes, world_size).first;
+    device.weights += to_bytes(cost::reference_copy_bytes(c, s));
+    return device;
+  }
   MemoryEstimate e;
   const auto [n, trainable, stored, param_bytes, lora, bf16] = counts_of(c, s);
   const cost::QuantizedBase quantized = cost::quantized_base(c, s);
   // Preference tuning's frozen reference model, beside the one that trains.
-  const double reference = s.reference_copy ? n * (bf16 ? 2.0 : 4.0) : 0.0;
+  const double reference = cost::reference_copy_bytes(c, s);
   e.weights =
       to_bytes(stored * param_bytes + quantized.bytes + (bf16 ? trainable * 4.0 : 0.0) + reference);
   e.gradients = to_bytes(trainable * (bf16 ? 2.0 + 4.0 : 4.0));
@@ -449,7 +449,8 @@ void calibrate(Plan& plan, const PlanInputs& in, const std::string& device, doub
     const double sequence = in.tokens_per_sequence
                                 ? std::min(*in.tokens_per_sequence, d(was.sequence_length))
                                 : d(was.sequence_length);
-    const double tokens = d(was.micro_batch) * d(was.gradient_accumulation) * sequence;
+    const double tokens =
+        d(was.micro_batch) * d(was.rows_per_example) * d(was.gradient_accumulation) * sequence;
     const double then =
         modelled_step_seconds(was, model_work(in.model, was, tokens), tokens, layers, flops);
     if (!(then > 0.0)) return;
@@ -879,11 +880,16 @@ Plan make_plan(const PlanInputs& in) {
       t.strategy = "gemini";
       distributing.push_back(t);
     }
-    // A quantized base (QLoRA) trains under the strategies that replicate the frozen weights (a
-    // named other one is refused below, by name).
-    // Preference tuning the same, so far.
-    if ((spec.method.quantize != "none" || spec.method.preference) && !named)
-      std::erase_if(distributing, [](const Settings& t) { return !quantizes_base(t.strategy); });
+    // A quantized base (QLoRA) and preference tuning train under the strategies that take them
+    // (a named other one is refused below, by name).
+    if (spec.method.quantize != "none" && !named)
+      std::erase_if(distributing, [](const Settings& t) {
+        return !job::strategy_can(t.strategy, &job::StrategyInfo::quantized_base);
+      });
+    if (spec.method.preference && !named)
+      std::erase_if(distributing, [](const Settings& t) {
+        return !job::strategy_can(t.strategy, &job::StrategyInfo::preference);
+      });
     if (named && !strategy->distributes)
       throw_unsupported("strategy.name: \"" + strategy->name +
                             "\" runs in one process; it cannot " + "run as " +
@@ -897,18 +903,19 @@ Plan make_plan(const PlanInputs& in) {
   }
 
   const bool gpu = plans_on_gpu(spec, hw, processes, per_node);
-  // QLoRA (method.quantize) trains under `single`, `ddp` and `zero` on the CPU so far (the frozen
-  // quantized base replicated on every rank); the trainer refuses the rest too, but the plan says
-  // so before anything loads.
-  if (spec.method.preference && named && !quantizes_base(spec.strategy.name))
+  // Preference tuning and QLoRA (on the CPU so far) under the strategies the table says take
+  // them; the trainer refuses the rest too, but the plan says so before anything loads.
+  if (spec.method.preference && named &&
+      !job::strategy_can(spec.strategy.name, &job::StrategyInfo::preference))
     throw_unsupported(
         "method.preference under strategy " + spec.strategy.name + " is not supported yet",
-        distributed ? "use strategy ddp or zero (or auto)" : "use strategy single (or auto)");
+        "use strategy " + job::strategies_that_can(&job::StrategyInfo::preference) + " (or auto)");
   if (spec.method.quantize != "none") {
-    if (named && !quantizes_base(spec.strategy.name))
+    if (named && !job::strategy_can(spec.strategy.name, &job::StrategyInfo::quantized_base))
       throw_unsupported(
           "method.quantize under strategy " + spec.strategy.name + " is not supported yet",
-          distributed ? "use strategy ddp or zero (or auto)" : "use strategy single (or auto)");
+          "use strategy " + job::strategies_that_can(&job::StrategyInfo::quantized_base) +
+              " (or auto)");
     if (gpu)
       throw_unsupported("method.quantize on a GPU is not supported yet",
                         "set strategy.options.device to \"cpu\"");
@@ -1032,7 +1039,9 @@ Plan make_plan(const PlanInputs& in) {
   const double sequence = in.tokens_per_sequence
                               ? std::min(*in.tokens_per_sequence, d(base.sequence_length))
                               : d(base.sequence_length);
-  const double tokens = d(batch) * d(spec.training.gradient_accumulation) * sequence;
+  // Preference tuning computes two rows an example (chosen and rejected; KTO's mismatched row).
+  const double tokens =
+      d(batch) * d(base.rows_per_example) * d(spec.training.gradient_accumulation) * sequence;
   const double layers = d(c.num_hidden_layers);
   const double flops = gpu ? gpu_flops(hw.gpus[0], base.precision) : hw.cpu_flops;
   // The ranks of this machine share its cores, but each has a GPU of its own.
@@ -1105,10 +1114,9 @@ Plan make_plan(const PlanInputs& in) {
   const bool gemini_distributes =
       std::any_of(distributing.begin(), distributing.end(),
                   [](const Settings& t) { return t.strategy == "gemini"; });
-  // (Preference tuning does not run under gemini yet.)
   const bool may_offload = !named_gemini && spec.strategy.name == job::kAutoStrategy && !gpu &&
-                           !spec.method.preference && (!distributed || gemini_distributes) &&
-                           base.method == "full" && disk_limit > 0;
+                           (!distributed || gemini_distributes) && base.method == "full" &&
+                           disk_limit > 0;
   // On a GPU, `auto` keeps the user's method too: full fine-tuning that does not fit the GPU goes
   // to gemini's device tier with the optimizer state in host memory, then parameter chunks
   // there too, then the optimizer state on disk.

@@ -50,9 +50,7 @@ double parameter_count(const hf::ModelConfig& config);
 // The most parameters the 64-bit sizes of LibTorch and of this planner count (below 2^63).
 inline constexpr double kMaxParameterCount = 9.0e18;
 std::vector<std::string> default_lora_targets(const hf::ModelConfig& config);
-// Whether a strategy trains LoRA on a quantized base (QLoRA): those that keep the frozen weights
-// whole on every rank (engine/train/trainer: quantize_base).
-bool quantizes_base(const std::string& strategy);
+
 // Σ r·(in+out) over every targeted linear of every layer; unknown target names are an error.
 std::int64_t count_lora_parameters(const hf::ModelConfig& config, std::int64_t rank,
                                    const std::vector<std::string>& targets);

@@ -18,9 +18,12 @@ struct Settings {
   std::int64_t gradient_accumulation = 1;
   std::int64_t sequence_length = 512;
   bool activation_checkpointing = false;
-  // Preference tuning: each example is two rows (chosen and rejected), and DPO / IPO with full
-  // fine-tuning or a named reference keep a frozen reference model in the compute dtype.
+  // Preference tuning: each example is two rows (chosen and rejected; KTO's example and its
+  // mismatched row); DPO, IPO and KTO run a reference forward over every row, without gradients
+  // (`reference_forward`: the base with LoRA's adapters off, or a frozen copy), and with full
+  // fine-tuning or a named reference keep that copy in the compute dtype (`reference_copy`).
   std::int64_t rows_per_example = 1;
+  bool reference_forward = false;
   bool reference_copy = false;
   // The plugin: "single", or "gemini" with this share of the optimizer state (Adam moments and
   // fp32 masters) on disk, and this share of the parameter chunks' bytes (every parameter, in

@@ -11,9 +11,12 @@ namespace tessera::plan {
 using cost::d;
 
 double step_flops(const Settings& s, const StepWork& work, double tokens) {
-  const double recompute = s.activation_checkpointing ? 1.0 : 0.0;
-  const double per_product = (s.method == "lora" ? 4.0 : 6.0) + 2.0 * recompute;
-  return (per_product * work.products + (3.0 + recompute) * work.attention) * tokens;
+  // Forwards beside the one backward needs: the recomputation of activation checkpointing, and
+  // preference tuning's reference over every row.
+  const double forwards =
+      (s.activation_checkpointing ? 1.0 : 0.0) + (s.reference_forward ? 1.0 : 0.0);
+  const double per_product = (s.method == "lora" ? 4.0 : 6.0) + 2.0 * forwards;
+  return (per_product * work.products + (3.0 + forwards) * work.attention) * tokens;
 }
 
 double attention_flops(const hf::ModelConfig& c, double layers, double sequence, int tp) {
@@ -25,6 +28,7 @@ double attention_flops(const hf::ModelConfig& c, double layers, double sequence,
 
 double sequence_of(const Settings& s, double tokens) {
   const double sequences = d(std::max<std::int64_t>(1, s.micro_batch)) *
+                           d(std::max<std::int64_t>(1, s.rows_per_example)) *
                            d(std::max<std::int64_t>(1, s.gradient_accumulation));
   return std::min(tokens / sequences, d(s.sequence_length));
 }
@@ -33,8 +37,12 @@ double modelled_step_seconds(const Settings& s, const StepWork& work, double tok
                              double flops_per_s) {
   if (!(flops_per_s > 0)) return 0.0;
   const double micro_batches = d(std::max<std::int64_t>(1, s.gradient_accumulation));
-  const double ops = micro_batches * (120.0 * layers + 40.0) + 130.0 * layers + 60.0;
-  const double passes = 2.0 + (s.activation_checkpointing ? 1.0 : 0.0);
+  // A reference forward is about a third of a forward and backward's ops.
+  const double forward_share = s.reference_forward ? 1.0 / 3.0 : 0.0;
+  const double ops =
+      micro_batches * (120.0 * layers + 40.0) * (1.0 + forward_share) + 130.0 * layers + 60.0;
+  const double passes =
+      2.0 + (s.activation_checkpointing ? 1.0 : 0.0) + (s.reference_forward ? 1.0 : 0.0);
   return step_flops(s, work, tokens) / flops_per_s + ops * kSecondsPerOp +
          micro_batches * passes * work.dequantized * kSecondsPerDequantizedValue;
 }

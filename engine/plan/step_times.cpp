@@ -43,6 +43,8 @@ json key_json(const StepTimeKey& k) {
           {"pp_size", s.pp_size},
           {"pp_chunks", s.pp_chunks},
           {"sequence_parallel", s.sequence_parallel},
+          {"rows_per_example", s.rows_per_example},
+          {"reference_forward", s.reference_forward},
           {"processes", k.processes}};
 }
 
@@ -78,6 +80,9 @@ StepTimeRecord record_from_json(const json& j) {
   s.pp_size = j.value("pp_size", 1);
   s.pp_chunks = j.value("pp_chunks", 1);
   s.sequence_parallel = j.value("sequence_parallel", false);
+  // Records from before preference tuning: supervised fine-tuning, a row an example.
+  s.rows_per_example = j.value("rows_per_example", std::int64_t{1});
+  s.reference_forward = j.value("reference_forward", false);
   r.key.processes = j.value("processes", 1);  // before several processes were recorded: one
   // Records written before gemini's device tier was planned: none.
   s.device_tier = j.value("device_tier", false);
@@ -92,7 +97,7 @@ StepTimeRecord record_from_json(const json& j) {
   if (!(r.seconds_per_step > 0.0 && std::isfinite(r.seconds_per_step)) ||
       !(r.first_step_seconds >= 0.0 && std::isfinite(r.first_step_seconds)) ||
       r.steps_measured < 1 || s.micro_batch < 1 || s.gradient_accumulation < 1 ||
-      s.sequence_length < 1)
+      s.rows_per_example < 1 || s.sequence_length < 1)
     throw_invalid(
         "seconds_per_step, steps_measured, micro_batch, gradient_accumulation and "
         "sequence_length must be positive");
@@ -152,7 +157,8 @@ bool similar(const StepTimeKey& a, const StepTimeKey& b) {
          near(x.offload_param_frac, y.offload_param_frac) && x.device_tier == y.device_tier &&
          near(x.host_optim_frac, y.host_optim_frac) && near(x.host_param_frac, y.host_param_frac) &&
          x.zero_offload == y.zero_offload && x.tp_size == y.tp_size && x.pp_size == y.pp_size &&
-         x.pp_chunks == y.pp_chunks && x.sequence_parallel == y.sequence_parallel;
+         x.pp_chunks == y.pp_chunks && x.sequence_parallel == y.sequence_parallel &&
+         x.rows_per_example == y.rows_per_example && x.reference_forward == y.reference_forward;
 }
 
 bool same(const StepTimeKey& a, const StepTimeKey& b) {

@@ -732,18 +732,19 @@ std::string distributed_strategies() {
 }  // namespace
 
 void check_processes(const job::JobSpec& spec, int world_size) {
+  // Preference tuning or QLoRA under a strategy that does not take it: refused before any rank
+  // starts (each rank's trainer would say the same once its data had loaded).
   if (spec.method.preference && spec.strategy.name != job::kAutoStrategy &&
-      !plan::quantizes_base(spec.strategy.name))
+      !job::strategy_can(spec.strategy.name, &job::StrategyInfo::preference))
     throw_unsupported("preference tuning (method.preference) under strategy \"" +
                           spec.strategy.name + "\" is not supported yet",
-                      "use strategy single, ddp or zero");
-  // QLoRA under a strategy that takes no quantized base: refused before any rank starts (each
-  // rank's trainer would say the same once its data had loaded).
+                      "use strategy " + job::strategies_that_can(&job::StrategyInfo::preference));
   if (spec.method.quantize != "none" && spec.strategy.name != job::kAutoStrategy &&
-      !plan::quantizes_base(spec.strategy.name))
-    throw_unsupported("QLoRA (method.quantize \"" + spec.method.quantize + "\") under strategy \"" +
-                          spec.strategy.name + "\" is not supported yet",
-                      "use strategy single, ddp or zero");
+      !job::strategy_can(spec.strategy.name, &job::StrategyInfo::quantized_base))
+    throw_unsupported(
+        "QLoRA (method.quantize \"" + spec.method.quantize + "\") under strategy \"" +
+            spec.strategy.name + "\" is not supported yet",
+        "use strategy " + job::strategies_that_can(&job::StrategyInfo::quantized_base));
   if (spec.strategy.name == "hybrid") check_hybrid(spec, world_size);
   if (world_size <= 1) return;
   plugins::register_builtin_plugins();

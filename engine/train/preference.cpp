@@ -62,22 +62,28 @@ void validate(const PreferenceOptions& o, const std::string& field) {
       throw_invalid(field + "." + name + ": must be a finite number > 0");
 }
 
-SequenceLogProbs sequence_log_probs(const torch::Tensor& logits, const torch::Tensor& labels) {
+torch::Tensor next_token_log_probs(const torch::Tensor& logits, const torch::Tensor& tokens) {
+  const std::int64_t length = tokens.size(1);
+  if (length < 2) return torch::zeros({tokens.size(0), 0}, logits.options().dtype(torch::kFloat32));
+  // Position t predicts token t + 1; a -100 (a label's "none") gathers token 0, masked later.
+  const torch::Tensor targets = tokens.narrow(1, 1, length - 1).clamp_min(0).unsqueeze(-1);
+  const torch::Tensor predicted = logits.narrow(1, 0, length - 1).to(torch::kFloat32);
+  // log p(target) = logit(target) − logsumexp(logits): no [rows, T, vocab] log-softmax kept.
+  return predicted.gather(-1, targets).squeeze(-1) - predicted.logsumexp(-1);
+}
+
+SequenceLogProbs labelled_sums(const torch::Tensor& log_probs, const torch::Tensor& labels) {
   const std::int64_t length = labels.size(1);
   if (length < 2) {
-    const auto zeros = torch::zeros({labels.size(0)}, logits.options().dtype(torch::kFloat32));
+    const auto zeros = torch::zeros({labels.size(0)}, log_probs.options());
     return {zeros, zeros.clone()};
   }
-  // Position t predicts token t + 1.
-  const torch::Tensor targets = labels.narrow(1, 1, length - 1);
-  const torch::Tensor predicted = logits.narrow(1, 0, length - 1).to(torch::kFloat32);
-  const torch::Tensor labelled = targets.ne(-100);
-  const torch::Tensor safe_targets = targets.masked_fill(labelled.logical_not(), 0).unsqueeze(-1);
-  // log p(target) = logit(target) − logsumexp(logits): no [rows, T, vocab] log-softmax kept.
-  const torch::Tensor token_log_probs =
-      predicted.gather(-1, safe_targets).squeeze(-1) - predicted.logsumexp(-1);
-  const torch::Tensor mask = labelled.to(torch::kFloat32);
-  return {(token_log_probs * mask).sum(1), mask.sum(1)};
+  const torch::Tensor mask = labels.narrow(1, 1, length - 1).ne(-100).to(torch::kFloat32);
+  return {(log_probs * mask).sum(1), mask.sum(1)};
+}
+
+SequenceLogProbs sequence_log_probs(const torch::Tensor& logits, const torch::Tensor& labels) {
+  return labelled_sums(next_token_log_probs(logits, labels), labels);
 }
 
 PreferenceSums& PreferenceSums::operator+=(const PreferenceSums& o) {

@@ -64,6 +64,12 @@ struct SequenceLogProbs {
   torch::Tensor tokens;  // [rows], float32
 };
 SequenceLogProbs sequence_log_probs(const torch::Tensor& logits, const torch::Tensor& labels);
+// The same in two steps, for one forward's logits summed under several masks (ORPO: the
+// completions, and the chosen sequences whole): each position's float32 log-probability of the
+// token after it in `tokens` [rows, T] (the input ids, which the labels equal wherever they
+// keep a token), [rows, T − 1]; then its sums over the positions `labels` keeps.
+torch::Tensor next_token_log_probs(const torch::Tensor& logits, const torch::Tensor& tokens);
+SequenceLogProbs labelled_sums(const torch::Tensor& log_probs, const torch::Tensor& labels);
 
 // The metrics of a batch as sums over its pairs, so that micro-batches and ranks add up; the
 // reported figure is each sum over `pairs`.

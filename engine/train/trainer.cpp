@@ -14,6 +14,7 @@
 #include "core/files.h"
 #include "core/meminfo.h"
 #include "dist/parallel_context.h"
+#include "job/strategies.h"
 #include "model/dropout.h"
 #include "model/quantized_linear.h"
 #include "optim/schedule.h"
@@ -164,12 +165,16 @@ void Trainer::quantize_base() {
         "remove method.quantize (the base trains as stored) or set it to \"" + format_name + "\"");
   // The quantized base is frozen and every rank quantizes the same checkpoint the same way, so
   // the plugins that replicate the frozen weights (and shard only the adapters' state) take it as
-  // it is; gemini's chunks and hybrid's split layers do not hold quantized weights yet.
+  // it is, and gemini keeps it beside its chunks; hybrid's split layers do not hold quantized
+  // weights yet.
   const std::string& plugin = plugin_->name();
-  if (plugin != "single" && plugin != "ddp" && plugin != "zero")
-    throw_unsupported("QLoRA (" + what + ") under strategy \"" + plugin + "\" is not supported yet",
-                      "use strategy single, ddp or zero");
-  if (options_.device == "cuda" || (options_.device == "auto" && torch::cuda::is_available()))
+  if (!job::strategy_can(plugin, &job::StrategyInfo::quantized_base))
+    throw_unsupported(
+        "QLoRA (" + what + ") under strategy \"" + plugin + "\" is not supported yet",
+        "use strategy " + job::strategies_that_can(&job::StrategyInfo::quantized_base));
+  // (The tests' simulated device stands in for a GPU: refused with it.)
+  if (options_.device == "cuda" || options_.device == "simulated" ||
+      (options_.device == "auto" && torch::cuda::is_available()))
     throw_unsupported("QLoRA (" + what + ") on a CUDA device is not supported yet",
                       "set strategy.options.device to \"cpu\"");
   std::vector<std::string> names;
@@ -196,11 +201,11 @@ void Trainer::prepare_preference() {
   const PreferenceOptions& p = *options_.method.preference;
   validate(p, "method.preference");
   const std::string& plugin = plugin_->name();
-  if (plugin != "single" && plugin != "ddp" && plugin != "zero")
+  if (!job::strategy_can(plugin, &job::StrategyInfo::preference))
     throw_unsupported("preference tuning (method.preference.loss \"" +
                           std::string(preference_loss_name(p.loss)) + "\") under strategy \"" +
                           plugin + "\" is not supported yet",
-                      "use strategy single, ddp or zero");
+                      "use strategy " + job::strategies_that_can(&job::StrategyInfo::preference));
   if (!p.needs_reference()) return;
   if (options_.reference_model) {
     torch::NoGradGuard no_grad;
@@ -318,18 +323,21 @@ PreferenceBatchLoss Trainer::preference_batch_loss(const Batch& batch) {
   SequenceLogProbs reference;
   if (p.needs_reference()) reference = reference_log_probs(input, labels);
   const torch::Tensor logits = model_->forward(input).logits;
-  const SequenceLogProbs policy = sequence_log_probs(logits, labels);
   if (p.loss == PreferenceLoss::Orpo) {
+    // One pass over the logits for both sums: the completions', and the chosen sequences' whole
+    // (the NLL term, the prompt included as TRL computes it).
+    const torch::Tensor log_probs = next_token_log_probs(logits, input.input_ids);
     const std::int64_t pairs = logits.size(0) / 2;
     const SequenceLogProbs chosen_sequences =
-        sequence_log_probs(logits.narrow(0, 0, pairs),
-                           whole_sequence_labels(input.input_ids.narrow(0, 0, pairs),
-                                                 input.attention_mask.defined()
-                                                     ? input.attention_mask.narrow(0, 0, pairs)
-                                                     : torch::Tensor()));
-    return preference_loss(p, policy, nullptr, &chosen_sequences);
+        labelled_sums(log_probs.narrow(0, 0, pairs),
+                      whole_sequence_labels(input.input_ids.narrow(0, 0, pairs),
+                                            input.attention_mask.defined()
+                                                ? input.attention_mask.narrow(0, 0, pairs)
+                                                : torch::Tensor()));
+    return preference_loss(p, labelled_sums(log_probs, labels), nullptr, &chosen_sequences);
   }
-  return preference_loss(p, policy, p.needs_reference() ? &reference : nullptr);
+  return preference_loss(p, sequence_log_probs(logits, labels),
+                         p.needs_reference() ? &reference : nullptr);
 }
 
 // KTO: the batch's first N rows are its examples, the next N their mismatched rows (the KL term's

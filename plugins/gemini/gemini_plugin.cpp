@@ -264,6 +264,7 @@ class GeminiPlugin : public train::Plugin {
     // Every tensor in use order (the model's registration order, adapters after), trainable
     // ones recorded by their checkpoint names.
     trainable_order_ = collect_tensor_entries(model, trainable, entries_);
+    quantized_bytes_ = model::quantized_weight_bytes(model);
 
     // Each chunk is filled from the float32 values (or straight from the checkpoint) in turn;
     // a parameter's own storage goes as soon as its chunk holds it.
@@ -844,6 +845,7 @@ class GeminiPlugin : public train::Plugin {
     MemoryByCategory m;
     // Without a device tier everything is host memory, the compute device's.
     const bool compute_side = device || !device_;
+    if (!device) m.weights += quantized_bytes_;  // QLoRA's base, beside the chunks
     for (const ParamChunk& c : param_chunks_) {
       const auto bytes = static_cast<std::uint64_t>(c.storage.nbytes());
       if (compute_side && c.resident) m.weights += bytes;
@@ -1761,6 +1763,7 @@ class GeminiPlugin : public train::Plugin {
   GeminiOptions gemini_;
   const model::DeferredWeights* deferred_ = nullptr;  // during prepare() only
   std::vector<Entry> entries_;
+  std::uint64_t quantized_bytes_ = 0;  // QLoRA: the base's quantized Linears, held by the layers
   std::vector<std::size_t> trainable_order_;  // entries_ index of each trainable tensor, in the
                                               // order prepare() was given them
   std::vector<ParamChunk> param_chunks_;

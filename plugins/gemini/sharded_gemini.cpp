@@ -200,6 +200,7 @@ class ShardedGemini : public train::Plugin {
     // Every tensor in use order (the model's registration order, adapters after), trainable
     // ones recorded by their checkpoint names.
     trainable_order_ = collect_tensor_entries(model, trainable, entries_);
+    quantized_bytes_ = model::quantized_weight_bytes(model);
 
     build_chunks(model);
     for (torch::Tensor& buffer : model.buffers())
@@ -323,6 +324,7 @@ class ShardedGemini : public train::Plugin {
   MemoryByCategory memory() const override {
     MemoryByCategory m;
     const std::uint64_t element = c10::elementSize(dtype_);
+    m.weights += quantized_bytes_;  // QLoRA's base, beside the chunks
     for (const ShardChunk& c : chunks_) {
       const auto shard = static_cast<std::uint64_t>(c.shard);
       const auto capacity = static_cast<std::uint64_t>(c.capacity);
@@ -1226,6 +1228,7 @@ class ShardedGemini : public train::Plugin {
   std::optional<std::uint64_t> chunk_bytes_;          // none: "auto"
   const model::DeferredWeights* deferred_ = nullptr;  // during prepare() only
   std::vector<ShardEntry> entries_;
+  std::uint64_t quantized_bytes_ = 0;  // QLoRA: the base's quantized Linears, held by the layers
   std::vector<std::size_t> trainable_order_;
   std::vector<ShardChunk> chunks_;
   std::vector<std::size_t> reduce_order_;

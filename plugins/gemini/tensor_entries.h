@@ -5,12 +5,15 @@
 #include <torch/torch.h>
 
 #include <cstddef>
+#include <set>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "model/layers.h"
 #include "model/model.h"
+#include "model/quantized_linear.h"
 #include "train/param_groups.h"
 #include "train/plugin.h"
 
@@ -18,7 +21,8 @@ namespace tessera::plugins {
 
 // Appends an Entry per tensor to `entries` (name: the checkpoint name for trainable tensors, the
 // named_parameters() key otherwise; model_name: that key, empty for adapters; tensor; trainable;
-// decays) and returns, for each tensor of `trainable`, the index of its entry.
+// decays) and returns, for each tensor of `trainable`, the index of its entry. A quantized
+// Linear's weight (QLoRA's frozen base) is held by its layer, beside the chunks: not an entry.
 template <class Entry>
 std::vector<std::size_t> collect_tensor_entries(model::PretrainedModel& model,
                                                 const std::vector<train::NamedTensor>& trainable,
@@ -28,7 +32,9 @@ std::vector<std::size_t> collect_tensor_entries(model::PretrainedModel& model,
   for (std::size_t i = 0; i < trainable.size(); ++i)
     trainable_index[trainable[i].tensor.unsafeGetTensorImpl()] = i;
   std::vector<std::size_t> entry_of_trainable(trainable.size());
+  const std::set<std::string> quantized = model::quantized_weight_names(model);
   for (auto& item : model.named_parameters()) {
+    if (quantized.count(item.key())) continue;
     Entry e;
     e.name = e.model_name = item.key();
     e.tensor = item.value();

@@ -3,13 +3,16 @@
 - DPO with LoRA through `finetune --preference dpo`: every step's metric carries the preference
   figures, the margin grows and the chosen completions win more pairs than at the start, and the
   exports load (the adapter in peft, the merged model in transformers).
-- DPO with full fine-tuning on 2 processes (`ddp`, and `zero` stage 2) equals one process with
-  gradient accumulation 2: losses and rewards (the reference a frozen copy on every rank).
+- DPO with full fine-tuning on 2 processes (`ddp`, `zero` stage 2, sharded `gemini`) equals one
+  process with gradient accumulation 2: losses and rewards (the reference a frozen copy on every
+  rank); so does `gemini` in one process with half its parameter chunks and all its optimizer
+  state on disk, and DPO with LoRA under it (the reference: the chunked base with the adapters
+  off) equals LoRA under `single`.
 - KTO with LoRA on unpaired examples (prompt, completion, label): the log of how many are
   desirable and, out of the KTO paper's balance, the weights that would restore it; per step the
   desirable and undesirable counts and the KL estimate (0 at the start, floored at 0).
 - Resume is exact: 4 steps equal 2 steps, a checkpoint and 2 more.
-- Refusals: pairs without method.preference, method.preference on text, gemini by name (before
+- Refusals: pairs without method.preference, method.preference on text, hybrid by name (before
   any rank starts), a field of another loss.
 """
 import json
@@ -55,18 +58,37 @@ def losses_of(events):
     return [e["loss"] for e in events if e["type"] == "metric" and "loss" in e]
 
 
-def finetune_lora(workdir, data, loss, out):
+def finetune_lora(workdir, data, loss, out, strategy="single", options=None):
     """`finetune --preference LOSS` with LoRA, 16 steps of 8 examples; returns its events."""
     r = cli("finetune", "--model", workdir / "model", "--data", data, "--method", "lora", "--lora-rank", 8,
             "--preference", loss, "--beta", 0.5, "--steps", 16, "--batch-size", 8, "--lr", 2e-2,
-            "--strategy", "single", "--strategy-options", '{"device": "cpu"}', "--out", out, timeout=300)
+            "--strategy", strategy, "--strategy-options", json.dumps({"device": "cpu", **(options or {})}),
+            "--out", out, timeout=300)
     assert r.returncode == 0, r.stderr
     return events_of(out / "events.jsonl")
 
 
-def test_dpo_lora_learns_the_chosen_completions_and_exports(workdir, pairs):
+@pytest.fixture(scope="module")
+def dpo_lora(workdir, pairs):
+    return finetune_lora(workdir, pairs, "dpo", workdir / "dpo-lora")
+
+
+def same_figures(events, expected, what):
+    """Every step's loss and preference figures within BOUND of `expected`'s."""
+    want, got = losses_of(expected), losses_of(events)
+    assert len(want) == len(got) > 0
+    worst = max(abs(a - b) / abs(b) for a, b in zip(got, want))
+    print(f"DPO {what}: losses {worst:.2e} relative")
+    assert worst <= BOUND, (got, want)
+    for ours, theirs in zip(preference_of(events), preference_of(expected), strict=True):
+        assert ours["pairs"] == theirs["pairs"]
+        for key in ("reward_chosen", "reward_rejected", "reward_margin", "log_prob_chosen"):
+            assert ours[key] == pytest.approx(theirs[key], rel=BOUND, abs=1e-7), key
+
+
+def test_dpo_lora_learns_the_chosen_completions_and_exports(workdir, dpo_lora):
     out = workdir / "dpo-lora"
-    events = finetune_lora(workdir, pairs, "dpo", out)
+    events = dpo_lora
     figures = preference_of(events)
     assert len(figures) == 16 and all(f["pairs"] == 8 for f in figures), figures[:2]
     first, last = figures[0], figures[-1]
@@ -114,20 +136,30 @@ def one_process(workdir, pairs):
     return events_of(workdir / "dpo-single" / "events.jsonl")
 
 
-@pytest.mark.parametrize("strategy,options", [("ddp", {}), ("zero", {"stage": 2})])
+@pytest.mark.parametrize("strategy,options", [("ddp", {}), ("zero", {"stage": 2}), ("gemini", {})])
 def test_two_ranks_equal_one_process_with_accumulation_two(workdir, pairs, one_process, strategy, options):
     name = f"dpo-{strategy}-2"
     run_job(pair_job(workdir, pairs, name, strategy, **options), 2, timeout=300)
     events = events_of(workdir / name / "events.jsonl")
-    expected, got = losses_of(one_process), losses_of(events)
-    assert len(expected) == len(got) == 4
-    worst = max(abs(a - b) / abs(b) for a, b in zip(got, expected))
-    print(f"DPO {strategy} on 2 ranks vs one process with accumulation 2: losses {worst:.2e} relative")
-    assert worst <= BOUND, (got, expected)
-    for ours, theirs in zip(preference_of(events), preference_of(one_process)):
-        assert ours["pairs"] == theirs["pairs"] == 8
-        for key in ("reward_chosen", "reward_rejected", "reward_margin", "log_prob_chosen"):
-            assert ours[key] == pytest.approx(theirs[key], rel=BOUND, abs=1e-7), key
+    assert len(losses_of(events)) == 4
+    same_figures(events, one_process, f"{strategy} on 2 ranks vs one process with accumulation 2")
+
+
+GEMINI_ON_DISK = {"offload_param_frac": 0.5, "offload_optim_frac": 1.0}
+
+
+def test_gemini_with_chunks_on_disk_equals_single(workdir, pairs, one_process):
+    name = "dpo-gemini-disk"
+    run_job(pair_job(workdir, pairs, name, "gemini", accumulation=2, **GEMINI_ON_DISK), 1, timeout=300)
+    events = events_of(workdir / name / "events.jsonl")
+    same_figures(events, one_process, "full, gemini with chunks on disk vs single")
+    disk = [e for e in events if e["type"] == "memory" and e["tier"] == "disk"]
+    assert disk and disk[-1]["by_category"]["weights"] > 0, disk[-1:]  # the chunks did go to disk
+
+
+def test_gemini_lora_compares_with_the_chunked_base(workdir, pairs, dpo_lora):
+    events = finetune_lora(workdir, pairs, "dpo", workdir / "dpo-lora-gemini", "gemini", GEMINI_ON_DISK)
+    same_figures(events, dpo_lora, "LoRA, gemini with chunks on disk vs single")
 
 
 def test_resume_is_exact(workdir, pairs, one_process):
@@ -153,9 +185,10 @@ def test_refusals_name_the_field(workdir, pairs):
     (workdir / "on-text.json").write_text(json.dumps(spec))
     r = cli("run", workdir / "on-text.json")
     assert r.returncode == 2 and "trains on preference pairs" in r.stderr, r.stderr
-    r = cli("launch", "--nproc", 2, pair_job(workdir, pairs, "dpo-gemini", "gemini"))
-    assert r.returncode == 2 and 'under strategy "gemini" is not supported yet' in r.stderr, r.stderr
-    assert not (workdir / "dpo-gemini" / "job.json").exists()
+    r = cli("launch", "--nproc", 2, pair_job(workdir, pairs, "dpo-hybrid", "hybrid", tp_size=2))
+    assert r.returncode == 2 and 'under strategy "hybrid" is not supported yet' in r.stderr, r.stderr
+    assert "use strategy single, gemini, ddp or zero" in r.stderr, r.stderr
+    assert not (workdir / "dpo-hybrid" / "job.json").exists()
     wrong = pair_job(workdir, pairs, "wrong-field", method={"type": "full", "preference": {"loss": "dpo",
                                                                                           "simpo_gamma": 1}})
     r = cli("run", wrong)

@@ -162,6 +162,22 @@ def start(llama_dir, tmp_path, method):
     return tokenizer, 2e-2, *lora_start(llama_dir, tmp_path / "init")
 
 
+def train_both(llama_dir, tmp_path, trainer, history, save, lr, *flags):
+    """TRL's `trainer` trained by its own loop, then the probe on the same token ids (`save` writes
+    the trainer's tokenized dataset as the probe's batch) with the same schedule and `flags`;
+    returns the probe's report and TRL's logged steps."""
+    batch = save(trainer.train_dataset)
+    trainer.train()
+    report = run_probe(llama_dir, batch, STEPS, tmp_path / "r.json", "--lr", lr, "--schedule", "linear",
+                       "--max-grad-norm", 1.0, *flags)
+    return report, history.steps
+
+
+def pairs_saver(tmp_path, rows_of, tokenizer):
+    """A `save` for train_both: the dataset's (chosen, rejected) rows by `rows_of`, as one batch."""
+    return lambda dataset: save_batch(tmp_path, *rows_of(dataset), tokenizer.pad_token_id)
+
+
 def dpo_run(llama_dir, tmp_path, loss_type, method):
     from trl import DPOConfig, DPOTrainer
 
@@ -169,13 +185,9 @@ def dpo_run(llama_dir, tmp_path, loss_type, method):
     history = History()
     trainer = DPOTrainer(model=model, args=trl_args(DPOConfig, tmp_path / "trl", lr, beta=0.2, loss_type=[loss_type]),
                          train_dataset=text_pairs(), processing_class=tokenizer, callbacks=[history.callback])
-    chosen, rejected = prompt_completion_rows(trainer.train_dataset)
-    trainer.train()
-    batch = save_batch(tmp_path, chosen, rejected, tokenizer.pad_token_id)
-    report = run_probe(llama_dir, batch, STEPS, tmp_path / "r.json", "--lr", lr, "--schedule", "linear",
-                       "--max-grad-norm", 1.0, "--preference", "dpo" if loss_type == "sigmoid" else loss_type,
-                       "--beta", 0.2, *probe_method)
-    return report, history.steps
+    return train_both(llama_dir, tmp_path, trainer, history, pairs_saver(tmp_path, prompt_completion_rows, tokenizer),
+                      lr, "--preference", "dpo" if loss_type == "sigmoid" else loss_type, "--beta", 0.2,
+                      *probe_method)
 
 
 @pytest.mark.parametrize("method", ["full", "lora"])
@@ -257,12 +269,8 @@ def reference_free_run(llama_dir, tmp_path, which, method):
         trainer = ORPOTrainer(model=model, args=args, train_dataset=text_pairs(), processing_class=tokenizer,
                               callbacks=[history.callback])
         flags = ["--preference", "orpo", "--beta", 0.3]
-    chosen, rejected = paired_rows(trainer.train_dataset)
-    trainer.train()
-    batch = save_batch(tmp_path, chosen, rejected, tokenizer.pad_token_id)
-    report = run_probe(llama_dir, batch, STEPS, tmp_path / "r.json", "--lr", lr, "--schedule", "linear",
-                       "--max-grad-norm", 1.0, *flags, *probe_method)
-    return report, history.steps
+    return train_both(llama_dir, tmp_path, trainer, history, pairs_saver(tmp_path, paired_rows, tokenizer), lr,
+                      *flags, *probe_method)
 
 
 @pytest.mark.parametrize("method", ["full", "lora"])
@@ -291,11 +299,15 @@ CHAT_TEMPLATE = (
 )
 
 
-@pytest.mark.parametrize("chat", [False, True])
-def test_pairs_tokenize_as_trl_dpo_trainer_does(llama_dir, tmp_path, chat):
+@pytest.mark.parametrize("implicit", [False, True], ids=["prompt", "implicit-prompt"])
+@pytest.mark.parametrize("chat", [False, True], ids=["text", "chat"])
+def test_pairs_tokenize_as_trl_dpo_trainer_does(llama_dir, tmp_path, chat, implicit):
     """Our preference format (text pairs with the EOS appended, or chat messages rendered with the
     template) gives the ids and the loss mask TRL's DPOTrainer gives: prompt + completion per row,
-    the completion where the prompt's tokens and prompt + completion's part."""
+    the completion where the prompt's tokens and prompt + completion's part. Without a prompt
+    column (`implicit`, HH-RLHF's layout) the prompt is the common start of chosen and rejected as
+    TRL's extract_prompt takes it: by code point (a non-ASCII pair), a space before the parting
+    kept with the completions, one completion the start of the other."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import DPOConfig, DPOTrainer
@@ -310,12 +322,16 @@ def test_pairs_tokenize_as_trl_dpo_trainer_does(llama_dir, tmp_path, chat):
     model.resize_token_embeddings(len(tokenizer))
     model.save_pretrained(folder)
     rows = []
-    for p, c, r in PAIRS + [("7 and 8 make", "15 (a sum)", "78"), ("1 and 1 make ", "2", " 11 or so")]:
+    more = [("7 and 8 make", "15 (a sum)", "78"), ("1 and 1 make ", "2", " 11 or so"), ("ça fait", " é", " è"),
+            ("3 plus 4 is", " 7", " 7 or 8")]
+    for p, c, r in PAIRS + more:
         if chat:
-            rows.append({"prompt": [{"role": "user", "content": p}], "chosen": [{"role": "assistant", "content": c}],
-                         "rejected": [{"role": "assistant", "content": r}]})
+            user = [{"role": "user", "content": p}]
+            chosen, rejected = [{"role": "assistant", "content": c}], [{"role": "assistant", "content": r}]
+            rows.append({"chosen": user + chosen, "rejected": user + rejected} if implicit
+                        else {"prompt": user, "chosen": chosen, "rejected": rejected})
         else:
-            rows.append({"prompt": p, "chosen": c, "rejected": r})
+            rows.append({"chosen": p + c, "rejected": p + r} if implicit else {"prompt": p, "chosen": c, "rejected": r})
     data = tmp_path / "pairs.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     header, ours = our_pairs(data, folder)
@@ -376,12 +392,11 @@ def test_kto_matches_trl_kto_trainer(llama_dir, tmp_path, method):
     args.per_device_train_batch_size = len(KTO_ROWS)
     trainer = KTOTrainer(model=model, args=args, train_dataset=kto_dataset(), processing_class=tokenizer,
                          callbacks=[history.callback])
-    batch = save_kto_batch(tmp_path, trainer.train_dataset, tokenizer.pad_token_id)
-    trainer.train()
-    report = run_probe(llama_dir, batch, STEPS, tmp_path / "r.json", "--lr", lr, "--schedule", "linear",
-                       "--max-grad-norm", 1.0, "--preference", "kto", "--beta", 0.3, "--desirable-weight", 1.0,
-                       "--undesirable-weight", 1.5, *probe_method)
-    compare(report, history.steps, kto=True)
+    report, steps = train_both(llama_dir, tmp_path, trainer, history,
+                               lambda dataset: save_kto_batch(tmp_path, dataset, tokenizer.pad_token_id), lr,
+                               "--preference", "kto", "--beta", 0.3, "--desirable-weight", 1.0,
+                               "--undesirable-weight", 1.5, *probe_method)
+    compare(report, steps, kto=True)
     assert all(step["desirable"] == 3 and step["undesirable"] == 3 for step in report["preference"])
 
 

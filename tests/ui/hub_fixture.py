@@ -22,6 +22,8 @@ object a line, and answers each with one JSON line:
                       as the server's viewer reads them
   {"searches": PATH}  answers {"filters": [[tag, ...], ...]}: the filter= tags of each search
                       request to PATH ("/api/models" or "/api/datasets"), oldest first
+  {"add_bnb": true}   adds org/tiny-llama-bnb-4bit: org/tiny-llama quantized by bitsandbytes
+                      (NF4, double-quantized absmax) and saved by transformers
 Exits when stdin closes.
 """
 import io
@@ -57,6 +59,22 @@ def make_llama_files(d: Path):
 
 def jsonl(rows):
     return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+def make_bnb_files(source: Path, d: Path):
+    """The tiny llama as the Hub's `-bnb-4bit` repositories ship one: quantized to NF4 with
+    double-quantized absmax by bitsandbytes and saved by transformers (config.json then has its
+    quantization_config)."""
+    import torch
+    from transformers import AutoTokenizer, BitsAndBytesConfig, LlamaForCausalLM
+
+    quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                      bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.float32)
+    model = LlamaForCausalLM.from_pretrained(source, quantization_config=quantization, device_map="cpu",
+                                             dtype=torch.float32)
+    model.save_pretrained(d)
+    AutoTokenizer.from_pretrained(source).save_pretrained(d)
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in d.rglob("*") if p.is_file()}
 
 
 def make_datasets():
@@ -129,6 +147,10 @@ def main():
                 repo_id, file = cmd["rows"]
                 repo = server.repos[("dataset", repo_id)]
                 out = {"rows": read_rows(file, repo.file_bytes(file))}
+            if "add_bnb" in cmd:  # built on request: bitsandbytes takes seconds to import
+                files = make_bnb_files(work / "llama-src", work / "llama-bnb")
+                server.add(Repo("org/tiny-llama-bnb-4bit", files, downloads=20,
+                                tags=["text-generation", "4-bit", "bitsandbytes"]))
             if "searches" in cmd:
                 searches = [urllib.parse.urlsplit(r[2]) for r in server.requests(server="hub")]
                 out = {"filters": [urllib.parse.parse_qs(u.query).get("filter", []) for u in searches

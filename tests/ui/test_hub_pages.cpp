@@ -98,7 +98,7 @@ class HubPagesTest : public QObject {
   QJsonObject command(const QJsonObject& cmd) {
     server_.write(QJsonDocument(cmd).toJson(QJsonDocument::Compact) + "\n");
     while (!server_.canReadLine())
-      if (!server_.waitForReadyRead(30000)) return {};
+      if (!server_.waitForReadyRead(120000)) return {};  // add_bnb imports bitsandbytes
     return QJsonDocument::fromJson(server_.readLine()).object();
   }
 
@@ -914,6 +914,34 @@ class HubPagesTest : public QObject {
     qputenv("HF_TOKEN", kToken);
     QVERIFY(window.hub_token()->describe().contains("HF_TOKEN"));
     qunsetenv("HF_TOKEN");
+  }
+
+  // A base the Hub ships quantized (a `-bnb-4bit` repository: bitsandbytes' NF4 codes and
+  // config.json's quantization_config) is marked so in the results: its format beside the
+  // architecture, that it trains as QLoRA in the tooltip, and with full fine-tuning chosen in
+  // the wizard the fit badge says QLoRA is the way it fits. (Last: the repository stays served.)
+  void a_quantized_base_is_marked() {
+    QVERIFY(command({{"add_bnb", true}}).value("ok").toBool());
+    MainWindow window(store_.get());
+    window.resize(1400, 860);
+    window.show();
+    window.wizard()->method_page()->set_method("full");
+    window.show_page(MainWindow::Models);
+    HubPanel* hub = window.hub_panel();
+    search(hub, "bnb");
+    const QString repo = "org/tiny-llama-bnb-4bit";
+    QCOMPARE(cell(hub, repo, HubResultsModel::Column::Support), QString("✔ llama · nf4 quantized"));
+    const QString why = tip(hub, repo, HubResultsModel::Column::Support);
+    QVERIFY2(why.contains("already quantized: nf4 (bitsandbytes, double-quantized absmax)") &&
+                 why.contains("QLoRA"),
+             qPrintable(why));
+    const QString fit = cell(hub, repo, HubResultsModel::Column::Fit);
+    QVERIFY2(fit == "~ only as QLoRA",
+             qPrintable(fit + " / " + tip(hub, repo, HubResultsModel::Column::Fit)));
+    // The dense model beside it is not marked.
+    search(hub, "tiny-llama");
+    QCOMPARE(cell(hub, "org/tiny-llama", HubResultsModel::Column::Support), QString("✔ llama"));
+    screenshot(&window, "hub-12-quantized-base");
   }
 };
 

@@ -16,9 +16,11 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QRegularExpression>
+#include <QScrollArea>
 #include <QSettings>
 #include <QSpinBox>
 #include <QTabWidget>
+#include <QTableWidget>
 #include <QTemporaryDir>
 #include <QTest>
 #include <cmath>
@@ -35,6 +37,7 @@
 #include "ui/pages/runs_page.h"
 #include "ui/pages/wizard.h"
 #include "ui/utility/cli_probe.h"
+#include "ui/widgets/pair_view.h"
 
 using namespace tessera::ui;
 using namespace tessera::ui::testing;
@@ -311,6 +314,21 @@ class TestReviewPage : public QObject {
     method->set_steps(4);
     QTRY_COMPARE_WITH_TIMEOUT(wizard->dataset_page()->analysis().format, QString("preference"),
                               30000);
+    // The preview shows a pair side by side: the first row's, then the row picked.
+    DatasetPage* data = wizard->dataset_page();
+    QVERIFY(!data->pair_view()->isHidden());
+    QCOMPARE(data->pair_view()->prompt_text(), QString("Count to 0."));
+    QCOMPARE(data->pair_view()->chosen_text().trimmed(), QString("one"));
+    QCOMPARE(data->pair_view()->rejected_text().trimmed(), QString("two"));
+    data->preview_table()->setCurrentCell(3, 0);
+    QCOMPARE(data->pair_view()->chosen_text().trimmed(), QString("one one one one"));
+    QCOMPARE(data->pair_view()->rejected_text().trimmed(), QString("two"));
+    QVERIFY2(data->pair_view()->title().contains("row 4"), qPrintable(data->pair_view()->title()));
+    wizard->go_to(FineTuneWizard::DatasetStep);
+    // The page scrolls in a window this small: to the pair, as a person would.
+    for (QWidget* w = data->pair_view(); w != nullptr; w = w->parentWidget())
+      if (auto* area = qobject_cast<QScrollArea*>(w)) area->ensureWidgetVisible(data->pair_view());
+    screenshot(&window, "dataset-page-pairs");
     QCOMPARE(method->objective(), QString("sft"));
     QTRY_VERIFY_WITH_TIMEOUT(wizard->missing().join(" | ").contains("preference pairs"), 10000);
     QVERIFY(wizard->missing().join(" | ").contains("DPO, IPO, SimPO or ORPO"));

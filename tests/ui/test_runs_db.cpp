@@ -109,6 +109,49 @@ class RunsDbTest : public QObject {
     QCOMPARE(s.memory[1].traffic.written_bytes_per_s, 1.9e8);
   }
 
+  // Preference tuning's figures per step come back with the run (the dashboard of a finished
+  // run charts them from here); a database from before them migrates, its steps without them.
+  void preference_figures_are_kept_and_older_metrics_migrate() {
+    const QString file = path("preference.sqlite");
+    {
+      DbConnection c(file);
+      migrate(c.db(), 5);
+      QSqlQuery q(c.db());
+      QVERIFY(q.exec("INSERT INTO runs (id, status) VALUES ('p1', 'completed')"));
+      QVERIFY(q.exec("INSERT INTO metrics (run_id, step, t, loss) VALUES ('p1', 1, 1, 0.69)"));
+    }
+    RunsStore store(file);
+    MetricPoint dpo;
+    dpo.step = 2;
+    dpo.t = 2;
+    dpo.loss = 0.61;
+    dpo.reward_chosen = 0.25;
+    dpo.reward_rejected = -0.125;
+    dpo.reward_margin = 0.375;
+    dpo.reward_accuracy = 0.75;
+    MetricPoint kto = dpo;
+    kto.step = 3;
+    kto.reward_accuracy = kMissing;
+    kto.kl = 0.0625;
+    RunBatch batch;
+    batch.run_id = "p1";
+    batch.metrics = {dpo, kto};
+    store.submit(batch);
+    store.flush();
+    DbConnection c(file);
+    QCOMPARE(schema_version(c.db()), kRunsSchemaVersion);
+    const RunSeries s = load_run_series(c.db(), "p1");
+    QCOMPARE(s.metrics.size(), 3);
+    QVERIFY(!present(s.metrics[0].reward_margin) && !present(s.metrics[0].kl));
+    QCOMPARE(s.metrics[1].reward_chosen, 0.25);
+    QCOMPARE(s.metrics[1].reward_rejected, -0.125);
+    QCOMPARE(s.metrics[1].reward_margin, 0.375);
+    QCOMPARE(s.metrics[1].reward_accuracy, 0.75);
+    QVERIFY(!present(s.metrics[1].kl));
+    QVERIFY(!present(s.metrics[2].reward_accuracy));
+    QCOMPARE(s.metrics[2].kl, 0.0625);
+  }
+
   void newer_schema_is_refused_with_a_clear_error() {
     const QString file = path("future.sqlite");
     {

@@ -481,15 +481,16 @@ class TestPlan : public QObject {
     const auto applied = plan::apply_settings(in.spec, p.settings);
     QCOMPARE(applied.method.quantize, std::string("nf4"));
     QVERIFY(applied.method.double_quant);
-    // Named gemini: the engine has no QLoRA there, so none is planned.
+    // Named gemini: QLoRA is auto's and single's answer; gemini keeps the dense base it was
+    // given (its chunks go to disk instead).
     in.spec.strategy.name = "gemini";
     QCOMPARE(plan::make_plan(in).settings.quantize, std::string("none"));
   }
 
-  // QLoRA over several processes: auto weighs only the strategies that keep the quantized base
-  // whole on every rank (ddp, zero), zero's weights count the quantized bytes, and gemini or
-  // hybrid named with a quantized base are refused by name.
-  void qloraOverSeveralProcessesPlansDdpOrZero() {
+  // QLoRA over several processes: auto weighs only the strategies that take a quantized base
+  // (ddp, zero, gemini), zero's and gemini's weights count the quantized bytes in place of the
+  // dense ones, and hybrid named with a quantized base is refused by name.
+  void qloraOverSeveralProcessesPlansStrategiesThatTakeIt() {
     auto in = inputs(64ull << 30, "lora");
     in.processes = 2;
     in.spec.method.quantize = "nf4";
@@ -498,7 +499,8 @@ class TestPlan : public QObject {
     QCOMPARE(p.settings.quantize, std::string("nf4"));
     QVERIFY(!p.candidates.empty());
     for (const auto& candidate : p.candidates)
-      QVERIFY2(candidate.settings.strategy == "ddp" || candidate.settings.strategy == "zero",
+      QVERIFY2(candidate.settings.strategy == "ddp" || candidate.settings.strategy == "zero" ||
+                   candidate.settings.strategy == "gemini",
                candidate.settings.strategy.c_str());
     plan::Settings zero = p.settings;
     zero.strategy = "zero";
@@ -512,7 +514,17 @@ class TestPlan : public QObject {
                          static_cast<double>(plan::estimate_memory(c, zero, 0, 2).weights);
     // The quantized linears' dense float32 bytes, less what their quantized form holds.
     QVERIFY(near(saved, plan::cost::quantized_base(c, zero).elements * 4.0 - quantized_bytes));
-    for (const std::string name : {"gemini", "hybrid"}) {
+    // gemini in one process: the quantized linears leave its chunks and sit beside them.
+    plan::Settings gemini = zero;
+    gemini.strategy = "gemini";
+    plan::Settings gemini_dense = gemini;
+    gemini_dense.quantize = "none";
+    const double gemini_saved =
+        static_cast<double>(plan::estimate_memory(c, gemini_dense, 0, 1).weights) -
+        static_cast<double>(plan::estimate_memory(c, gemini, 0, 1).weights);
+    QVERIFY(
+        near(gemini_saved, plan::cost::quantized_base(c, gemini).elements * 4.0 - quantized_bytes));
+    for (const std::string name : {"hybrid"}) {
       in.spec.strategy.name = name;
       bool refused = false;
       try {
@@ -523,6 +535,50 @@ class TestPlan : public QObject {
       }
       QVERIFY2(refused, name.c_str());
     }
+  }
+
+  // Preference tuning: a full fine-tune's frozen reference copy is weights (every parameter in
+  // the compute dtype) under single, and under gemini beside its chunks; over several processes
+  // auto weighs the strategies that take preference tuning (gemini among them) and hybrid named
+  // is refused by name.
+  void preferenceCountsTheReferenceCopy() {
+    const hf::ModelConfig c = config(small_llama());
+    const double n = static_cast<double>(plan::count_parameters(c));
+    for (const std::string strategy : {"single", "gemini"}) {
+      for (const std::string precision : {"fp32", "bf16"}) {
+        plan::Settings s = settings(1, true, "full");
+        s.strategy = strategy;
+        s.precision = precision;
+        plan::Settings with = s;
+        with.reference_copy = true;
+        const double added = static_cast<double>(plan::estimate_memory(c, with, 0).weights) -
+                             static_cast<double>(plan::estimate_memory(c, s, 0).weights);
+        QVERIFY2(near(added, n * (precision == "bf16" ? 2.0 : 4.0)),
+                 (strategy + " " + precision).c_str());
+      }
+    }
+    auto in = inputs(64ull << 30);
+    in.processes = 2;
+    in.spec.method.preference = job::PreferenceSpec{};
+    const auto p = plan::make_plan(in);
+    QVERIFY(p.fits);
+    QVERIFY(p.settings.reference_copy);
+    bool gemini = false;
+    for (const auto& candidate : p.candidates) {
+      QVERIFY(candidate.settings.strategy != "hybrid");
+      gemini = gemini || candidate.settings.strategy == "gemini";
+    }
+    QVERIFY(gemini);
+    in.spec.strategy.name = "hybrid";
+    bool refused = false;
+    try {
+      plan::make_plan(in);
+    } catch (const tessera::Error& e) {
+      refused =
+          std::string(e.what()).find(
+              "method.preference under strategy hybrid is not supported yet") != std::string::npos;
+    }
+    QVERIFY(refused);
   }
 
   void autoOffloadsToDiskBeforeChangingTheMethod() {
@@ -1809,6 +1865,17 @@ class TestPlan : public QObject {
     QCOMPARE(with_ranks.size(), std::size_t{3});
     QCOMPARE(with_ranks.back().key.processes, 2);
     QCOMPARE(with_ranks[1].key.processes, 1);
+    // Preference tuning's steps (two rows an example, a reference forward) are another key too:
+    // a supervised run's time does not calibrate them.
+    plan::StepTimeRecord pairs = r;
+    pairs.key.settings.rows_per_example = 2;
+    pairs.key.settings.reference_forward = true;
+    QVERIFY(!plan::similar(pairs.key, r.key));
+    const plan::StepTimeStore pair_store(dir.filePath("pairs/step_times.json").toStdString());
+    pair_store.record(pairs);
+    const auto read_back = pair_store.load(&warnings);
+    QCOMPARE(read_back.size(), std::size_t{1});
+    QVERIFY(plan::same(read_back[0].key, pairs.key));
     json stripped = json::parse(std::ifstream(file));
     stripped["records"].erase(2);
     std::ofstream(file) << stripped.dump();
@@ -1860,6 +1927,17 @@ class TestPlan : public QObject {
       // What the model holds differs by the untied head; what it multiplies by does not.
       QCOMPARE(static_cast<double>(p.total_parameters),
                layers * layer + h + (tied ? 1 : 2) * v * h);
+      // DPO: two rows an example (chosen and rejected), and the reference's forward over them
+      // (2 FLOPs per element and the attention once more).
+      in.spec.method.preference = tessera::job::PreferenceSpec{};
+      const double dpo = (8 * products + 4 * attention) * sequence * batch * 2;
+      const plan::Plan pairs = plan::make_plan(in);
+      QVERIFY2(std::abs(pairs.flops_per_step / dpo - 1) < 1e-9,
+               (std::to_string(pairs.flops_per_step) + " vs " + std::to_string(dpo)).c_str());
+      // SimPO has no reference: two rows, no reference forward.
+      in.spec.method.preference->loss = "simpo";
+      const double simpo = (6 * products + 3 * attention) * sequence * batch * 2;
+      QVERIFY(std::abs(plan::make_plan(in).flops_per_step / simpo - 1) < 1e-9);
     }
   }
 

@@ -68,6 +68,11 @@ QString gib(std::uint64_t bytes) {
 void plan_fit(HubModelCheck& check, const hf::ModelConfig& config, const job::JobSpec& spec) {
   plan::PlanInputs inputs;
   inputs.spec = spec;
+  // A base stored quantized trains only as LoRA on it (QLoRA): planned so, and said so.
+  if (config.quantization.stored()) {
+    inputs.spec.method.type = "lora";
+    inputs.spec.method.quantize = "none";
+  }
   inputs.model = config;
   inputs.checkpoint_bytes =
       static_cast<std::uint64_t>(std::max<std::int64_t>(0, check.weights_bytes));
@@ -88,10 +93,12 @@ void plan_fit(HubModelCheck& check, const hf::ModelConfig& config, const job::Jo
       check.fit_detail += " " + QString::fromStdString(plan.what_would_fit);
   } else if (plan.settings.method != spec.method.type) {
     check.fit = HubModelCheck::Fit::FitsWithOtherMethod;
+    const bool qlora = plan.settings.method == "lora" && plan.settings.quantize != "none";
     check.fit_text =
         QObject::tr("~ only as %1")
-            .arg(plan.settings.method == "lora" ? QObject::tr("LoRA")
-                                                : QString::fromStdString(plan.settings.method));
+            .arg(qlora                            ? QObject::tr("QLoRA")
+                 : plan.settings.method == "lora" ? QObject::tr("LoRA")
+                                                  : QString::fromStdString(plan.settings.method));
     check.fit_detail =
         QObject::tr("Fits only with another method: %1.").arg(amounts) + " " + check.fit_detail;
   } else {
@@ -220,6 +227,14 @@ HubModelCheck check_hub_model(const hub::Settings& settings, const std::string& 
   check.support_reason = check.model_type;
   if (!config.architectures.empty())
     check.support_reason += " (" + QString::fromStdString(config.architectures.front()) + ")";
+  if (config.quantization.stored()) {
+    check.stored_quantization = QString::fromStdString(config.quantization.format);
+    check.support_reason +=
+        QObject::tr(
+            ", already quantized: %1. It trains as QLoRA (LoRA on this frozen base); full "
+            "fine-tuning needs the model's unquantized checkpoint.")
+            .arg(QString::fromStdString(config.quantization.describe()));
+  }
   try {
     plan_fit(check, config, spec);
   } catch (const std::exception& e) {

@@ -77,7 +77,10 @@ struct HubModelCheck {
   enum class Support { Unknown, Supported, Unsupported };
   Support support = Support::Unknown;
   QString model_type;
-  QString support_reason;  // why not, or the architecture when supported
+  // A base the Hub ships quantized (config.json's bitsandbytes quantization_config): its format,
+  // "nf4" / "fp4" / "int8"; empty for a dense one. It trains only as QLoRA's frozen base.
+  QString stored_quantization;
+  QString support_reason;  // why not, or the architecture when supported (and stored quantization)
   QString support_hint;
   // The planner's answer for the method chosen in the wizard (its plan for this model's config
   // and checkpoint size on this machine's hardware profile).

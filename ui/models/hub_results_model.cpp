@@ -105,7 +105,10 @@ QString HubResultsModel::text(const Row& r, Column column) const {
       if (failed) return failure_text(r.check->failure);
       switch (r.check->support) {
         case HubModelCheck::Support::Supported:
-          return "✔ " + r.check->model_type;
+          return "✔ " + r.check->model_type +
+                 (r.check->stored_quantization.isEmpty()
+                      ? QString()
+                      : tr(" · %1 quantized").arg(r.check->stored_quantization));
         case HubModelCheck::Support::Unsupported:
           return r.check->model_type.isEmpty() ? tr("✘ not supported") : "✘ " + r.check->model_type;
         default:

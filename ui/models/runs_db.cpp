@@ -95,6 +95,12 @@ const QList<QStringList>& migrations() {
        "ALTER TABLE memory ADD COLUMN written_bytes_per_s REAL"},
       // 4 → 5: a job of several processes: each rank's figures (the events' `ranks`, as JSON)
       {"ALTER TABLE metrics ADD COLUMN ranks TEXT", "ALTER TABLE memory ADD COLUMN ranks TEXT"},
+      // 5 → 6: preference tuning's figures per step (the events' `preference`)
+      {"ALTER TABLE metrics ADD COLUMN reward_chosen REAL",
+       "ALTER TABLE metrics ADD COLUMN reward_rejected REAL",
+       "ALTER TABLE metrics ADD COLUMN reward_margin REAL",
+       "ALTER TABLE metrics ADD COLUMN reward_accuracy REAL",
+       "ALTER TABLE metrics ADD COLUMN kl REAL"},
   };
   return kMigrations;
 }
@@ -237,7 +243,8 @@ RunSeries load_run_series(QSqlDatabase& db, const QString& id) {
   RunSeries s;
   QSqlQuery q(db);
   q.prepare(
-      "SELECT step, t, loss, lr, grad_norm, tokens_per_s, eval_loss, ranks FROM metrics "
+      "SELECT step, t, loss, lr, grad_norm, tokens_per_s, eval_loss, ranks, reward_chosen, "
+      "reward_rejected, reward_margin, reward_accuracy, kl FROM metrics "
       "WHERE run_id = ? ORDER BY rowid");
   q.addBindValue(id);
   if (!q.exec()) fail(db, "load metrics", q.lastError());
@@ -253,6 +260,11 @@ RunSeries load_run_series(QSqlDatabase& db, const QString& id) {
     if (!q.value(7).isNull())
       p.ranks = metric_ranks_from_json(
           nlohmann::json::parse(q.value(7).toString().toStdString(), nullptr, false));
+    p.reward_chosen = num(q.value(8));
+    p.reward_rejected = num(q.value(9));
+    p.reward_margin = num(q.value(10));
+    p.reward_accuracy = num(q.value(11));
+    p.kl = num(q.value(12));
     s.metrics.push_back(p);
   }
   q.prepare(
@@ -345,7 +357,8 @@ void write_batch(QSqlDatabase& db, const RunBatch& b) {
     if (!b.metrics.isEmpty()) {
       q.prepare(
           "INSERT INTO metrics (run_id, step, t, loss, lr, grad_norm, tokens_per_s, "
-          "eval_loss, ranks) VALUES (?,?,?,?,?,?,?,?,?)");
+          "eval_loss, ranks, reward_chosen, reward_rejected, reward_margin, reward_accuracy, kl) "
+          "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
       double last_loss = kMissing, last_eval = kMissing;
       for (const MetricPoint& p : b.metrics) {
         q.bindValue(0, b.run_id);
@@ -359,6 +372,11 @@ void write_batch(QSqlDatabase& db, const RunBatch& b) {
         q.bindValue(8, p.ranks.isEmpty()
                            ? QVariant()
                            : QVariant(QString::fromStdString(to_json(p.ranks).dump())));
+        q.bindValue(9, opt(p.reward_chosen));
+        q.bindValue(10, opt(p.reward_rejected));
+        q.bindValue(11, opt(p.reward_margin));
+        q.bindValue(12, opt(p.reward_accuracy));
+        q.bindValue(13, opt(p.kl));
         if (!q.exec()) fail(db, "insert metrics", q.lastError());
         if (present(p.loss)) last_loss = p.loss;
         if (present(p.eval_loss)) last_eval = p.eval_loss;

@@ -16,7 +16,7 @@
 
 namespace tessera::ui {
 
-inline constexpr int kRunsSchemaVersion = 5;
+inline constexpr int kRunsSchemaVersion = 6;
 
 struct RunRecord {
   QString id;

@@ -32,6 +32,7 @@
 #include "ui/utility/studio_settings.h"
 #include "ui/widgets/charts.h"
 #include "ui/widgets/hub_search_view.h"
+#include "ui/widgets/pair_view.h"
 
 namespace tessera::ui {
 
@@ -226,6 +227,10 @@ DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
   table_->setWordWrap(false);
   table_->horizontalHeader()->setStretchLastSection(true);
   table_->setAccessibleName(tr("Dataset preview"));
+  pair_view_ = new PairView;
+  pair_view_->hide();
+  connect(table_, &QTableWidget::currentCellChanged, this,
+          [this](int row, int, int, int) { show_pair(row); });
 
   auto* upper = new QWidget;
   upper->setLayout(top);
@@ -237,7 +242,14 @@ DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
   lower_layout->addWidget(progress_);
   for (QWidget* row : check_rows) lower_layout->addWidget(row);
   lower_layout->addWidget(description_);
-  lower_layout->addWidget(table_, 1);
+  // The rows beside the picked pair (preference data), the line between them movable.
+  auto* preview_split = new QSplitter(Qt::Horizontal);
+  preview_split->addWidget(table_);
+  preview_split->addWidget(pair_view_);
+  preview_split->setStretchFactor(0, 1);
+  preview_split->setStretchFactor(1, 1);
+  preview_split->setChildrenCollapsible(false);
+  lower_layout->addWidget(preview_split, 1);
   auto* split = new QSplitter(Qt::Vertical);
   split->addWidget(upper);
   split->addWidget(lower);
@@ -553,7 +565,8 @@ void DatasetPage::rebuild_role_combos() {
   if (analysis_.format.isEmpty()) return;
   for (const QString& role : roles_of(analysis_.format, analysis_.mapping)) {
     auto* combo = new QComboBox;
-    const bool optional = role == "input";
+    // Pairs without a prompt column take it from the common start of chosen and rejected.
+    const bool optional = role == "input" || (analysis_.format == "preference" && role == "prompt");
     if (optional) combo->addItem(tr("(none)"), QString());
     // A required role no column plays yet: the user chooses one.
     if (analysis_.missing_roles.contains(role)) combo->addItem(tr("(choose a column)"), QString());
@@ -616,6 +629,7 @@ void DatasetPage::show_analysis() {
   for (int c = 0; c < table_->columnCount(); ++c)
     table_->setColumnWidth(c,
                            std::min(table_->columnWidth(c), fontMetrics().averageCharWidth() * 60));
+  show_pair(0);
 
   histogram_->clear();
   histogram_x_->clear();
@@ -673,6 +687,28 @@ void DatasetPage::show_analysis() {
     truncation_->setText(QString());
   }
   updating_ = false;
+}
+
+void DatasetPage::show_pair(int row) {
+  const DatasetAnalysis& a = analysis_;
+  const auto column_of = [&](const char* role) {
+    return a.mapping.contains(role) ? a.columns.indexOf(a.mapping.value(role)) : -1;
+  };
+  const int prompt = column_of("prompt"), chosen = column_of("chosen"),
+            rejected = column_of("rejected");
+  const bool pairs =
+      a.format == "preference" && chosen >= 0 && rejected >= 0 && row >= 0 && row < a.rows.size();
+  pair_view_->setVisible(pairs);
+  if (!pairs) return;
+  const QStringList& cells = a.rows[row];
+  const auto cell = [&](int column) {
+    return column >= 0 && column < cells.size() ? cells[column] : QString();
+  };
+  pair_view_->show_pair(row,
+                        prompt >= 0 ? cell(prompt)
+                                    : tr("(no prompt column: the run takes the common start of "
+                                         "chosen and rejected)"),
+                        cell(chosen), cell(rejected));
 }
 
 void DatasetPage::show_checks() {

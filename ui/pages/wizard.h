@@ -42,6 +42,7 @@ class CliProbe;
 class HardwarePage;
 class WriteChecker;
 class HubDatasetPanel;
+class PairView;
 class HubToken;
 
 // ---- 1. Model ---------------------------------------------------------------------------
@@ -129,6 +130,8 @@ class DatasetPage : public QWidget {
   job::DatasetSpec dataset_spec() const;
 
   QTableWidget* preview_table() const { return table_; }
+  // Shown for preference pairs: the picked row's prompt, chosen and rejected side by side.
+  PairView* pair_view() const { return pair_view_; }
   QBarSeries* histogram() const { return histogram_; }
   QLabel* truncation_label() const { return truncation_; }
   QComboBox* format_combo() const { return format_; }
@@ -181,6 +184,8 @@ class DatasetPage : public QWidget {
   QCheckBox* skip_bad_;
   QLabel* description_;
   QTableWidget* table_;
+  PairView* pair_view_;
+  void show_pair(int row);  // the preview's row `row` in pair_view_ (preference format)
   QChartView* histogram_view_;
   QBarSeries* histogram_;
   QBarCategoryAxis* histogram_x_;
