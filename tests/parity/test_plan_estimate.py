@@ -190,6 +190,27 @@ def test_qlora_estimate_matches_measured_peak(workdir, larger_model):
     assert weights == pytest.approx(saved, rel=1e-6), (weights, saved)
 
 
+def test_dpo_estimate_matches_measured_peak(workdir, larger_model):
+    """Full DPO on the larger model: two rows an example (chosen and rejected) and the frozen
+    reference copy (every parameter again, in float32) — the plan counts both, and the run's peak
+    RSS agrees."""
+    words = "the cat sat on a mat and then it ran to the red door by the old tree".split()
+
+    def text(start, n):
+        return " ".join(words[(start + j) % len(words)] for j in range(n))
+
+    pairs = workdir / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"prompt": text(i, 30), "chosen": " " + text(i + 3, 60),
+                                         "rejected": " " + text(i + 7, 50)}) + "\n" for i in range(32)))
+    full = plan_of(write_spec(workdir, "full-larger-probe", job_spec(workdir, "full-larger", model=larger_model)))
+    spec = job_spec(workdir, "dpo", model=larger_model)
+    spec["dataset"].update({"train": str(pairs), "format": "preference"})
+    spec["method"]["preference"] = {"loss": "dpo", "beta": 0.1}
+    plan = check_estimate(workdir, "dpo", spec)
+    reference = plan["memory"][0]["by_category"]["weights"] - full["memory"][0]["by_category"]["weights"]
+    assert reference == pytest.approx(4 * plan["parameters"]["total"], rel=1e-6), (reference, plan["parameters"])
+
+
 def test_impossible_job_is_explained_out_of_memory(workdir):
     path = write_spec(workdir, "tiny", job_spec(workdir, "tiny"))
     r = cli("plan", path, "--simulate-host-memory", "64MiB")
