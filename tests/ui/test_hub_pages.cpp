@@ -942,6 +942,26 @@ class HubPagesTest : public QObject {
     search(hub, "tiny-llama");
     QCOMPARE(cell(hub, "org/tiny-llama", HubResultsModel::Column::Support), QString("✔ llama"));
     screenshot(&window, "hub-12-quantized-base");
+
+    // The same folder on this machine: the Model page says it trains as QLoRA, and counts the
+    // dense model's parameters (not its packed codes and absmax tensors).
+    ModelPage quantized, dense;
+    quantized.choose_folder(path("fixture/llama-bnb"));
+    dense.choose_folder(path("fixture/llama-src"));
+    QTRY_VERIFY_WITH_TIMEOUT(!quantized.busy() && !dense.busy() &&
+                                 quantized.summary().folder == path("fixture/llama-bnb") &&
+                                 dense.summary().folder == path("fixture/llama-src"),
+                             30000);
+    QVERIFY2(quantized.summary().trainable, qPrintable(quantized.summary().problem));
+    QCOMPARE(quantized.summary().quantization,
+             QString("nf4 (bitsandbytes, double-quantized absmax)"));
+    QVERIFY(dense.summary().quantization.isEmpty());
+    QCOMPARE(quantized.summary().parameters, dense.summary().parameters);
+    QVERIFY2(quantized.verdict_label()->text().contains("as QLoRA"),
+             qPrintable(quantized.verdict_label()->text()));
+    QVERIFY(quantized.summary_text().contains("linear weights nf4"));
+    quantized.resize(1000, 600);
+    screenshot(&quantized, "model-page-quantized");
   }
 };
 

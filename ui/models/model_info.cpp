@@ -16,6 +16,7 @@
 #include "hf/hub/settings.h"
 #include "hf/safetensors.h"
 #include "hf/tokenizer/tokenizer.h"
+#include "plan/planner.h"
 
 namespace tessera::ui {
 
@@ -97,6 +98,12 @@ ModelSummary inspect_model(const QString& folder) {
     std::uint64_t most = 0;
     for (const auto& [name, count] : by_dtype)
       if (count > most) most = count, s.dtype = QString::fromStdString(name);
+    if (config.quantization.stored()) {
+      // Its linear weights are packed codes (and their absmax tensors floats): the parameters
+      // are the dense model's, counted from the config as the planner counts them.
+      s.quantization = QString::fromStdString(config.quantization.describe());
+      s.parameters = static_cast<std::uint64_t>(plan::count_parameters(config));
+    }
 
     s.chat_template = "none";
     if (fs::exists(dir / "tokenizer_config.json") || fs::exists(dir / "chat_template.jinja")) {

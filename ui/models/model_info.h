@@ -20,7 +20,10 @@ struct ModelSummary {
   QString architecture;    // "bert (BertModel)"
   QString model_type;
   std::uint64_t parameters = 0;
-  QString dtype;                 // the dtype holding most parameters, e.g. "F32"
+  QString dtype;  // the dtype holding most parameters, e.g. "F32"
+  // A checkpoint stored quantized (config.json's bitsandbytes quantization_config): "nf4
+  // (bitsandbytes, double-quantized absmax)"; empty for a dense one. It trains as QLoRA only.
+  QString quantization;
   std::uint64_t disk_bytes = 0;  // every file in the folder
   std::int64_t context_length = 0;
   QString chat_template;  // a name ("chatml", "llama-3", …) or "none"

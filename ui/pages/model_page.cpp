@@ -127,7 +127,12 @@ void ModelPage::choose_folder(const QString& folder) {
 
 void ModelPage::show_summary() {
   const ModelSummary& s = summary_;
-  if (s.trainable) {
+  if (s.trainable && !s.quantization.isEmpty()) {
+    verdict_->setText(tr("✔ The engine can fine-tune this model as QLoRA: its linear weights are "
+                         "stored quantized, %1, and LoRA trains on them (full fine-tuning needs "
+                         "the unquantized model).")
+                          .arg(s.quantization));
+  } else if (s.trainable) {
     verdict_->setText(tr("✔ The engine can fine-tune this model."));
   } else {
     QString text = tr("✘ The engine cannot train this model: %1").arg(s.problem);
@@ -141,7 +146,9 @@ void ModelPage::show_summary() {
   set("Parameters", s.parameters ? human_count(s.parameters) + " (" +
                                        QLocale().toString(qulonglong(s.parameters)) + ")"
                                  : QString());
-  set("Dtype", s.dtype);
+  set("Dtype", s.quantization.isEmpty()
+                   ? s.dtype
+                   : tr("linear weights %1; %2 for the rest").arg(s.quantization, s.dtype));
   set("Size on disk", s.disk_bytes ? human_bytes(s.disk_bytes) : QString());
   set("Context length", s.context_length ? QString::number(s.context_length) : QString());
   set("Chat template", s.chat_template);
