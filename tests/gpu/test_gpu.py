@@ -7,6 +7,8 @@ reference loops are the CPU parity suites' own (tests/parity), here on `cuda`:
 - logits, hidden states and loss of every family (padded right, and unpadded so that causal
   stacks attend without a mask tensor), fp32 and bf16 (tessera-model-probe --device cuda);
 - greedy generation token for token, and eval's loss equal to the CPU's (tessera-cli --device cuda);
+- DPO (full, and LoRA with its reference the base with adapters off) equal to the same run on the
+  CPU, whose TRL parity parity_preference holds;
 - 20 full fine-tuning steps equal transformers + torch.optim.AdamW on the GPU, LoRA equal peft,
   bf16 close to fp32, activation checkpointing and resume exact with dropout drawing from the
   GPU's generator (tessera-train-probe with single on cuda);
@@ -39,6 +41,7 @@ import test_train_parity as tp  # noqa: E402
 from test_generate_parity import models_root  # noqa: E402,F401  (fixture)
 from test_model_parity import saved_models  # noqa: E402,F401  (fixture)
 from test_train_parity import batches, llama_dir  # noqa: E402,F401  (fixtures)
+from train_probe import save_pair_batch  # noqa: E402
 
 DEVICE = os.environ.get("TESSERA_GPU_CHECK_DEVICE", "cuda")
 pytestmark = pytest.mark.skipif(DEVICE == "cuda" and not torch.cuda.is_available(),
@@ -238,6 +241,46 @@ def test_lora_on_the_gpu_matches_peft(llama_dir, batches, tmp_path):  # noqa: F8
                                        "linear", 2, 0.0, 1.0)
     print(f"LoRA {DEVICE}: losses rel {max_rel(report['losses'], losses):.2e}")
     tp.assert_close(report["losses"], losses, "cuda LoRA loss", rel=TRAIN_REL)
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_dpo_on_the_gpu_equals_the_cpu(method, llama_dir, tmp_path):  # noqa: F811
+    """Preference tuning (issue 27) on cuda: DPO's frozen reference (a copy for full fine-tuning,
+    the base with the adapters off for LoRA) and its figures per step equal the same run on the
+    CPU, whose TRL parity is parity_preference's (TRL is not on the GPU machine)."""
+    from peft import LoraConfig
+
+    g = torch.Generator().manual_seed(11)
+
+    def tokens(n):
+        return torch.randint(3, tp.VOCAB, (n,), generator=g).tolist()
+
+    chosen, rejected = [], []
+    for i in range(8):
+        prompt, good, bad = tokens(4 + i % 3), tokens(3 + i % 2), tokens(5 - i % 2)
+        chosen.append((prompt + good, [-100] * len(prompt) + good))
+        rejected.append((prompt + bad, [-100] * len(prompt) + bad))
+    batch = save_pair_batch(tmp_path, chosen, rejected, pad_id=0)
+    flags = ["--lr", 1e-2, "--schedule", "linear", "--max-grad-norm", 1.0, "--preference", "dpo",
+             "--beta", 0.2]
+    if method == "lora":
+        torch.manual_seed(5)
+        base = tp.LlamaForCausalLM.from_pretrained(llama_dir, dtype=torch.float32)
+        _, init_file = tp.peft_start(
+            base, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"],
+                             task_type="CAUSAL_LM"), tmp_path / "init")
+        flags += ["--method", "lora", "--lora-rank", 4, "--lora-alpha", 8, "--lora-init", init_file]
+    steps = 6
+    cpu = tp.run_probe(llama_dir, batch, steps, tmp_path / "cpu.json", *flags, "--strategy-options",
+                       json.dumps({"device": "cpu"}))
+    ours = tp.run_probe(llama_dir, batch, steps, tmp_path / "gpu.json", *flags, "--strategy-options",
+                        json.dumps(CUDA))
+    print(f"DPO {method} {DEVICE} vs cpu: losses rel {max_rel(ours['losses'], cpu['losses']):.2e}")
+    tp.assert_close(ours["losses"], cpu["losses"], f"{DEVICE} DPO loss", rel=TRAIN_REL)
+    for key in ("reward_chosen", "reward_rejected", "reward_margin", "log_prob_chosen"):
+        got, want = [m[key] for m in ours["preference"]], [m[key] for m in cpu["preference"]]
+        assert all(abs(a - b) <= TRAIN_REL * abs(b) + 1e-6 for a, b in zip(got, want)), (key, got, want)
+    assert abs(cpu["preference"][-1]["reward_margin"]) > 1e-3  # the run moved
 
 
 def test_bf16_finetune_on_the_gpu_follows_fp32(llama_dir, batches, tmp_path):  # noqa: F811

@@ -25,7 +25,7 @@ from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
 from tiny_model import make_tiny_llama  # noqa: E402
-from train_probe import run_probe  # noqa: E402
+from train_probe import run_probe, save_pair_batch as save_batch  # noqa: E402
 
 trl = pytest.importorskip("trl")
 
@@ -58,23 +58,6 @@ def text_pairs():
     from datasets import Dataset
 
     return Dataset.from_list([{"prompt": p, "chosen": c, "rejected": r} for p, c, r in PAIRS])
-
-
-def save_batch(folder, chosen, rejected, pad_id):
-    """One batch of pairs in the probe's layout: [chosen rows, rejected rows] of (ids, labels)
-    lists, right-padded with `pad_id`, labels -100 on padding."""
-    rows = chosen + rejected
-    length = max(len(ids) for ids, _ in rows)
-    ids = torch.full((1, len(rows), length), pad_id, dtype=torch.int64)
-    mask = torch.zeros((1, len(rows), length), dtype=torch.int64)
-    labels = torch.full((1, len(rows), length), -100, dtype=torch.int64)
-    for i, (row_ids, row_labels) in enumerate(rows):
-        ids[0, i, :len(row_ids)] = torch.tensor(row_ids)
-        mask[0, i, :len(row_ids)] = 1
-        labels[0, i, :len(row_ids)] = torch.tensor(row_labels)
-    path = Path(folder) / "pairs.safetensors"
-    save_file({"input_ids": ids, "attention_mask": mask, "labels": labels}, str(path))
-    return path
 
 
 def prompt_completion_rows(dataset):

@@ -1,5 +1,6 @@
-"""What the trainer's parity tests share (tests/parity/test_train_parity.py, test_qlora_parity.py):
-tessera-train-probe, the engine side they drive, and the fixed token batches both sides train on."""
+"""What the trainer's parity tests share (tests/parity/test_train_parity.py, test_qlora_parity.py,
+test_preference_parity.py, tests/gpu): tessera-train-probe, the engine side they drive, and the
+fixed token batches both sides train on."""
 import json
 import os
 import subprocess
@@ -45,3 +46,20 @@ def counting_batches(folder, count, batch_size, length, vocab):
     path = Path(folder) / "batches.safetensors"
     save_file({"input_ids": ids, "attention_mask": mask, "labels": labels}, str(path))
     return path, ids, mask, labels
+
+
+def save_pair_batch(folder, chosen, rejected, pad_id):
+    """One batch of pairs in the probe's layout: [chosen rows, rejected rows] of (ids, labels)
+    lists, right-padded with `pad_id`, labels -100 on padding."""
+    rows = chosen + rejected
+    length = max(len(ids) for ids, _ in rows)
+    ids = torch.full((1, len(rows), length), pad_id, dtype=torch.int64)
+    mask = torch.zeros((1, len(rows), length), dtype=torch.int64)
+    labels = torch.full((1, len(rows), length), -100, dtype=torch.int64)
+    for i, (row_ids, row_labels) in enumerate(rows):
+        ids[0, i, :len(row_ids)] = torch.tensor(row_ids)
+        mask[0, i, :len(row_ids)] = 1
+        labels[0, i, :len(row_ids)] = torch.tensor(row_labels)
+    path = Path(folder) / "pairs.safetensors"
+    save_file({"input_ids": ids, "attention_mask": mask, "labels": labels}, str(path))
+    return path
