@@ -7,7 +7,7 @@
   process with gradient accumulation 2: losses and rewards (the reference a frozen copy on every
   rank); so does `gemini` in one process with half its parameter chunks and all its optimizer
   state on disk, and DPO with LoRA under it (the reference: the chunked base with the adapters
-  off) equals LoRA under `single`.
+  off) equals LoRA under `single`, as does KTO with LoRA (its mismatched rows and KL estimate).
 - KTO with LoRA on unpaired examples (prompt, completion, label): the log of how many are
   desirable and, out of the KTO paper's balance, the weights that would restore it; per step the
   desirable and undesirable counts and the KL estimate (0 at the start, floored at 0).
@@ -78,11 +78,13 @@ def same_figures(events, expected, what):
     want, got = losses_of(expected), losses_of(events)
     assert len(want) == len(got) > 0
     worst = max(abs(a - b) / abs(b) for a, b in zip(got, want))
-    print(f"DPO {what}: losses {worst:.2e} relative")
+    print(f"{what}: losses {worst:.2e} relative")
     assert worst <= BOUND, (got, want)
     for ours, theirs in zip(preference_of(events), preference_of(expected), strict=True):
-        assert ours["pairs"] == theirs["pairs"]
-        for key in ("reward_chosen", "reward_rejected", "reward_margin", "log_prob_chosen"):
+        for key in ("pairs", "desirable", "undesirable"):
+            assert ours.get(key) == theirs.get(key), key
+        keys = ["reward_chosen", "reward_rejected", "reward_margin", "log_prob_chosen"]
+        for key in keys + (["kl"] if "kl" in theirs else []):
             assert ours[key] == pytest.approx(theirs[key], rel=BOUND, abs=1e-7), key
 
 
@@ -108,13 +110,23 @@ def test_dpo_lora_learns_the_chosen_completions_and_exports(workdir, dpo_lora):
     AutoModelForCausalLM.from_pretrained(out / "model", dtype=torch.float32)
 
 
-def test_kto_lora_learns_from_unpaired_examples(workdir):
+@pytest.fixture(scope="module")
+def unpaired(workdir):
     data = workdir / "unpaired.jsonl"
     # 24 desirable, 8 undesirable: out of the KTO paper's balance with equal weights.
     rows = [{"prompt": f"What is {a} plus {b}?", "completion": f" {a + b + (a % 4 == 0) * 3}",
              "label": a % 4 != 0} for a in range(8) for b in range(4)]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    events = finetune_lora(workdir, data, "kto", workdir / "kto-lora")
+    return data
+
+
+@pytest.fixture(scope="module")
+def kto_lora(workdir, unpaired):
+    return finetune_lora(workdir, unpaired, "kto", workdir / "kto-lora")
+
+
+def test_kto_lora_learns_from_unpaired_examples(kto_lora):
+    events = kto_lora
     logs = [e["message"] for e in events if e["type"] == "log"]
     assert "kto: 24 desirable and 8 undesirable training examples" in logs, logs
     # Eq. 8: desirable_weight × 24 / (undesirable_weight × 8) should be in [1, 4/3].
@@ -142,7 +154,7 @@ def test_two_ranks_equal_one_process_with_accumulation_two(workdir, pairs, one_p
     run_job(pair_job(workdir, pairs, name, strategy, **options), 2, timeout=300)
     events = events_of(workdir / name / "events.jsonl")
     assert len(losses_of(events)) == 4
-    same_figures(events, one_process, f"{strategy} on 2 ranks vs one process with accumulation 2")
+    same_figures(events, one_process, f"DPO {strategy} on 2 ranks vs one process with accumulation 2")
 
 
 GEMINI_ON_DISK = {"offload_param_frac": 0.5, "offload_optim_frac": 1.0}
@@ -152,14 +164,20 @@ def test_gemini_with_chunks_on_disk_equals_single(workdir, pairs, one_process):
     name = "dpo-gemini-disk"
     run_job(pair_job(workdir, pairs, name, "gemini", accumulation=2, **GEMINI_ON_DISK), 1, timeout=300)
     events = events_of(workdir / name / "events.jsonl")
-    same_figures(events, one_process, "full, gemini with chunks on disk vs single")
+    same_figures(events, one_process, "DPO full, gemini with chunks on disk vs single")
     disk = [e for e in events if e["type"] == "memory" and e["tier"] == "disk"]
     assert disk and disk[-1]["by_category"]["weights"] > 0, disk[-1:]  # the chunks did go to disk
 
 
 def test_gemini_lora_compares_with_the_chunked_base(workdir, pairs, dpo_lora):
     events = finetune_lora(workdir, pairs, "dpo", workdir / "dpo-lora-gemini", "gemini", GEMINI_ON_DISK)
-    same_figures(events, dpo_lora, "LoRA, gemini with chunks on disk vs single")
+    same_figures(events, dpo_lora, "DPO LoRA, gemini with chunks on disk vs single")
+
+
+def test_kto_under_gemini_equals_single(workdir, unpaired, kto_lora):
+    """KTO's mismatched rows and KL estimate through gemini's chunks: the same figures."""
+    events = finetune_lora(workdir, unpaired, "kto", workdir / "kto-lora-gemini", "gemini", GEMINI_ON_DISK)
+    same_figures(events, kto_lora, "KTO LoRA, gemini with chunks on disk vs single")
 
 
 def test_resume_is_exact(workdir, pairs, one_process):
