@@ -495,6 +495,11 @@ def test_zero1_shares_the_optimizer_over_replicas(workdir, precision):
     hybrid = plan["ranks"]["hybrid"]
     assert hybrid["dp_size"] == 2 and hybrid["zero_stage"] == 1, hybrid
     assert "ZeRO-1" in " ".join(plan["reasons"]), plan["reasons"]
+    if plan["settings"]["precision"] != precision:
+        # A CPU without native bf16 (AVX2 only): the plan is fp32's and says so; its figures are
+        # not this bf16 run's (the gathered shares are twice as large), so they are not compared.
+        assert any("precision fp32 instead of bf16" in r for r in plan["reasons"]), plan["reasons"]
+        return
     planned = hybrid["stages"][0]["by_category"]
     reported = memory["ranks"][0]["by_category"]
     print(f"plan: optimizer {planned['optimizer']} (reported {reported['optimizer']}), weights "
