@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "hf/config_fields.h"
 
 namespace tessera::hf {
@@ -659,10 +660,7 @@ std::string model_types_where(bool (*pred)(const FamilyTraits&)) {
   std::vector<std::string> names;
   for (const FamilyTraits& t : model_families())
     if (pred(t)) names.push_back(t.model_type);
-  std::string s;
-  for (std::size_t i = 0; i < names.size(); ++i)
-    s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
-  return s;
+  return core::alternatives(names);
 }
 
 }  // namespace tessera::hf

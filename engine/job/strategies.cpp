@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "core/units.h"
 
 namespace tessera::job {
@@ -262,10 +263,7 @@ std::string strategies_that_can(bool StrategyInfo::*capability) {
   std::vector<std::string> names;
   for (const auto& s : strategies())
     if (s.*capability) names.push_back(s.name);
-  std::string text;
-  for (std::size_t i = 0; i < names.size(); ++i)
-    text += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
-  return text;
+  return core::alternatives(names);
 }
 
 const StrategyInfo& auto_strategy() {
