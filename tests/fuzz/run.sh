@@ -6,33 +6,42 @@
 # input slower than 10 s or a process over 2 GB. A failing input is saved under
 # build-fuzz/findings/<target>/; once fixed, it belongs in tests/fuzz/regressions/<target>/.
 #
-#   tests/fuzz/run.sh                          20 s per target (what CI runs)
+#   tests/fuzz/run.sh                          20 s per target
 #   tests/fuzz/run.sh --minutes 30             30 minutes per target
 #   tests/fuzz/run.sh --seconds-per-target 5 --targets "fuzz_config fuzz_job_spec"
+#   tests/fuzz/run.sh --build-only             only build (the suite's fuzz_build, on both cores)
+#   tests/fuzz/run.sh --no-build ...           only fuzz what is built (the suite's fuzz_parsers)
 #   TESSERA_FUZZ_BUILD_DIR (default build-fuzz/), TESSERA_FUZZ_BUILD_JOBS (default: all cores)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD="${TESSERA_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
 SECONDS_PER_TARGET=20
 ONLY=""
+BUILD_ONLY=0
+NO_BUILD=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --minutes) SECONDS_PER_TARGET=$(( $2 * 60 )); shift 2 ;;
     --seconds-per-target) SECONDS_PER_TARGET="$2"; shift 2 ;;
     --targets) ONLY="$2"; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --build-only) BUILD_ONLY=1; shift ;;
+    --no-build) NO_BUILD=1; shift ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 
-build_started=$SECONDS
-if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
-  CC="${TESSERA_FUZZ_CC:-clang}" CXX="${TESSERA_FUZZ_CXX:-clang++}" \
-    cmake -S "$ROOT/tests/fuzz" -B "$BUILD" >/dev/null
+if [[ $NO_BUILD == 0 ]]; then
+  build_started=$SECONDS
+  if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
+    CC="${TESSERA_FUZZ_CC:-clang}" CXX="${TESSERA_FUZZ_CXX:-clang++}" \
+      cmake -S "$ROOT/tests/fuzz" -B "$BUILD" >/dev/null
+  fi
+  cmake --build "$BUILD" -j"${TESSERA_FUZZ_BUILD_JOBS:-$(nproc)}" >"$BUILD/build.log" 2>&1 ||
+    { tail -40 "$BUILD/build.log"; echo "run.sh: the fuzz build failed (log: $BUILD/build.log)" >&2; exit 1; }
+  echo "fuzz build: $(( SECONDS - build_started )) s"
 fi
-cmake --build "$BUILD" -j"${TESSERA_FUZZ_BUILD_JOBS:-$(nproc)}" >"$BUILD/build.log" 2>&1 ||
-  { tail -40 "$BUILD/build.log"; echo "run.sh: the fuzz build failed (log: $BUILD/build.log)" >&2; exit 1; }
-echo "fuzz build: $(( SECONDS - build_started )) s"
+[[ $BUILD_ONLY == 1 ]] && exit 0
 
 if [[ -n "$ONLY" ]]; then
   read -r -a targets <<<"$ONLY"
