@@ -47,7 +47,7 @@ if(TARGET tessera_ui)
   set_tests_properties(test_desktop PROPERTIES TIMEOUT 600)
   add_test(NAME test_desktop_scaled COMMAND test_desktop screenshots_of_every_page)
   set_tests_properties(test_desktop_scaled PROPERTIES LABELS ui TIMEOUT 300 ENVIRONMENT
-    "QT_QPA_PLATFORM=offscreen;QT_SCALE_FACTOR=2;XDG_CACHE_HOME=${CMAKE_BINARY_DIR}/test-cache")
+    "QT_QPA_PLATFORM=offscreen;QT_SCALE_FACTOR=2;XDG_CACHE_HOME=${CMAKE_BINARY_DIR}/test-cache;${TESSERA_TEST_OMP}")
 
   # "Try it" against real `tessera-cli generate` children (demo models edited with Python).
   tessera_add_qt_test(NAME test_try_it SOURCES ui/test_try_it.cpp LIBS studio_test_support LABELS ui)
@@ -100,5 +100,5 @@ if(TARGET tessera_ui)
   add_test(NAME test_journey
     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ui/run_under_xvfb.sh $<TARGET_FILE:test_journey>)
   set_tests_properties(test_journey PROPERTIES LABELS "ui;xvfb" TIMEOUT 300 SKIP_RETURN_CODE 77
-    ENVIRONMENT "XDG_CACHE_HOME=${CMAKE_BINARY_DIR}/test-cache")
+    ENVIRONMENT "XDG_CACHE_HOME=${CMAKE_BINARY_DIR}/test-cache;${TESSERA_TEST_OMP}")
 endif()
