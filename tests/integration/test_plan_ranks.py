@@ -505,7 +505,7 @@ def test_sequence_parallel_holds_fewer_activations(workdir):
         path = job(workdir, name, "hybrid", tp_size=2, sequence_parallel=sp)
         spec = json.loads(path.read_text())
         spec["dataset"].update({"packing": True, "max_length": 512})
-        spec["training"].update({"batch_size": 8, "steps": 3, "save_every": 0})
+        spec["training"].update({"batch_size": 8, "steps": 2, "save_every": 0})
         path.write_text(json.dumps(spec))
         plan = plan_of(path)
         planned[sp] = plan["memory"][0]["by_category"]["activations"]

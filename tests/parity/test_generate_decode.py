@@ -183,8 +183,9 @@ def test_streamed_pieces_join_to_decode(style, tokenizers, tmp_path):
     pool = words + bytes_ + invalid + specials
     sequences = [spell(tok, "中"), spell(tok, "😀")[:3], invalid, words + invalid + words,
                  spell(tok, "a") + spell(tok, "中")[:1]]
-    sequences += [[rng.choice(pool) for _ in range(rng.randint(1, 24))] for _ in range(60)]
-    sequences += [[rng.randrange(len(tok)) for _ in range(rng.randint(1, 24))] for _ in range(30)]
+    # One CLI process per sequence (about a second each): 25 random ones per style.
+    sequences += [[rng.choice(pool) for _ in range(rng.randint(1, 24))] for _ in range(17)]
+    sequences += [[rng.randrange(len(tok)) for _ in range(rng.randint(1, 24))] for _ in range(8)]
     for ids in sequences:
         out = json.loads(cli("tokenize", "--model", folder, "--decode", "--json",
                              ",".join(map(str, ids))).stdout)

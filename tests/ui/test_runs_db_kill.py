@@ -1,7 +1,7 @@
 """The studio's runs database survives its writer being killed (issue 15): the writer
 (tessera-runs-db-writer: the studio's RunsStore, WAL mode, one writer thread, a busy timeout)
 commits a run row and ten metric rows per batch and says so after each commit; it is killed
-with SIGKILL at a random moment KILLS times (default 1000; TESSERA_RUNS_DB_KILLS overrides),
+with SIGKILL at a random moment KILLS times (default 300 in the suite; TESSERA_RUNS_DB_KILLS overrides),
 each new writer reopening the same file. Then SQLite's own `PRAGMA integrity_check` is ok, every
 batch a writer said was committed is there whole (its run row and all ten metric rows), and no
 batch is there in part."""
@@ -12,7 +12,7 @@ import subprocess
 import time
 
 WRITER = os.environ["TESSERA_RUNS_DB_WRITER"]
-KILLS = int(os.environ.get("TESSERA_RUNS_DB_KILLS", "1000"))
+KILLS = int(os.environ.get("TESSERA_RUNS_DB_KILLS", "300"))
 
 
 def test_kill_9_during_inserts_loses_no_committed_row(tmp_path):
