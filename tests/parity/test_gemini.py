@@ -71,22 +71,27 @@ def workdir(tmp_path_factory):
 PRINTED_JOBS = {}
 
 
-def spec_for(workdir, family, name, strategy, options=None, method="full", precision="fp32", steps=STEPS,
-             extra=(), training=None):
-    """The job `tessera-cli finetune` writes, with weight decay and warm-up on, the strategy and
-    `training` (a dict of job-spec training fields) over it; saved as `name`.json."""
-    # The flags' job is asked of the CLI once per family, method, precision, steps and extras;
-    # each job then only differs in its output folder (one process less per run).
-    key = (family, method, precision, steps, tuple(map(str, extra)))
+def printed_job(workdir, name, *flags):
+    """The job `tessera-cli finetune FLAGS --print-job` prints, its output folder `name`: asked of
+    the CLI once per FLAGS (their paths name the module's workdir), as jobs that differ only in
+    their output folder share the rest (one process less per run)."""
+    key = tuple(map(str, flags))
     if key not in PRINTED_JOBS:
-        args = ["finetune", "--model", workdir / family, "--data", workdir / "text.jsonl", "--format", "text",
-                "--max-length", 32, "--batch-size", 4, "--steps", steps, "--lr", 3e-3, "--method", method,
-                "--precision", precision, "--out", workdir / "printed", *extra, "--print-job"]
-        r = cli(*args)
+        r = cli("finetune", *flags, "--out", workdir / "printed", "--print-job")
         assert r.returncode == 0, r.stderr
         PRINTED_JOBS[key] = r.stdout
     spec = json.loads(PRINTED_JOBS[key])
     spec["output"]["dir"] = str(workdir / name)
+    return spec
+
+
+def spec_for(workdir, family, name, strategy, options=None, method="full", precision="fp32", steps=STEPS,
+             extra=(), training=None):
+    """The job `tessera-cli finetune` writes, with weight decay and warm-up on, the strategy and
+    `training` (a dict of job-spec training fields) over it; saved as `name`.json."""
+    spec = printed_job(workdir, name, "--model", workdir / family, "--data", workdir / "text.jsonl",
+                       "--format", "text", "--max-length", 32, "--batch-size", 4, "--steps", steps, "--lr", 3e-3,
+                       "--method", method, "--precision", precision, *extra)
     spec["training"]["weight_decay"] = 0.1
     spec["training"]["warmup_steps"] = 2
     spec["training"].update(training or {})
@@ -425,15 +430,8 @@ def test_kill_during_write_back_or_checkpoint_then_resume(workdir, delay):
 
 
 def medium_spec(workdir, medium_llama, name, options, steps=3):
-    d = medium_llama[0]
-    key = (str(d), steps)
-    if key not in PRINTED_JOBS:
-        r = cli("finetune", "--model", d, "--data", workdir / "text.jsonl", "--format", "text", "--max-length", 32,
-                "--batch-size", 2, "--steps", steps, "--out", workdir / "printed", "--print-job")
-        assert r.returncode == 0, r.stderr
-        PRINTED_JOBS[key] = r.stdout
-    spec = json.loads(PRINTED_JOBS[key])
-    spec["output"]["dir"] = str(workdir / name)
+    spec = printed_job(workdir, name, "--model", medium_llama[0], "--data", workdir / "text.jsonl", "--format", "text",
+                       "--max-length", 32, "--batch-size", 2, "--steps", steps)
     spec["strategy"] = {"name": "gemini", "options": options}
     path = workdir / f"{name}.json"
     path.write_text(json.dumps(spec))
