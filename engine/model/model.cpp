@@ -405,6 +405,17 @@ void DeferredWeights::load_into(PretrainedModel& model) const {
     if (!quantized.count(item.key())) read_into(item.key(), item.value());
 }
 
+void DeferredWeights::load_into(PretrainedModel& model, torch::Dtype dtype) const {
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model.named_parameters())
+      if (p.value().numel() > 0 && p.value().is_floating_point() &&
+          p.value().scalar_type() != dtype)
+        p.value().set_data(torch::empty(p.value().sizes(), p.value().options().dtype(dtype)));
+  }
+  load_into(model);
+}
+
 std::shared_ptr<PretrainedModel> load_pretrained(const std::filesystem::path& dir,
                                                  torch::Dtype dtype, torch::Device device,
                                                  LoadReport* report) {

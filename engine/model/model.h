@@ -216,6 +216,10 @@ class DeferredWeights {
   // Fills every parameter of `model` (the model it was made for) in place: load_weights. The
   // weights of quantized Linears (quantize_linears read them already) are left as they are.
   void load_into(PretrainedModel& model) const;
+  // The same with every float parameter read straight into `dtype` (its untouched storage
+  // replaced by one of that dtype first): a frozen model that computes in bf16 is never held in
+  // float32 whole. Reading rounds each value as a cast of the float32 load would.
+  void load_into(PretrainedModel& model, torch::Dtype dtype) const;
   // Weights the checkpoint stores quantized (config.json's quantization_config, bitsandbytes):
   // whether there are any, and installing them in `model`'s Linears (those not quantized yet)
   // with their stored codes; returns the parameter names installed.

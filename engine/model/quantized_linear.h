@@ -87,12 +87,17 @@ class QuantizedWeight {
   // always): backward then computes x's gradient a band of its columns at a time, each with the
   // whole sum over the output features (no partial sums to add up).
   bool column_bands() const { return !is_four_bit_format() || in_features_ % blocksize_ == 0; }
-  // The columns of one band: a multiple of the block size, about kTileElements values.
+  // The columns of one band: a multiple of the block size, the weight's columns split into as
+  // few equal bands as keep each near tile_elements() values.
   std::int64_t band_columns() const;
 
-  // The rows of one tile: a multiple of what keeps each tile's start on a block boundary, about
-  // kTileElements values.
+  // The rows of one tile: a multiple of what keeps each tile's start on a block boundary, the
+  // weight's rows split into as few equal tiles as keep each near tile_elements() values.
   std::int64_t tile_rows() const { return tile_rows_; }
+  // The values a tile or band holds at most, about (kTileElements unless set): smaller tiles
+  // bound the workspace tighter, larger ones keep the matmuls on them efficient.
+  std::int64_t tile_elements() const { return tile_elements_; }
+  void set_tile_elements(std::int64_t elements);
   std::uint64_t bytes() const;  // the quantized storage (codes and scales)
   QuantizedFormat format() const { return format_; }
   std::int64_t out_features() const { return out_features_; }
@@ -111,6 +116,7 @@ class QuantizedWeight {
   std::int64_t in_features_;
   std::int64_t blocksize_;
   std::int64_t tile_rows_;
+  std::int64_t tile_elements_ = kTileElements;
   torch::Tensor codes_;
   torch::Tensor scales_;
   std::optional<NestedAbsmax> nested_;

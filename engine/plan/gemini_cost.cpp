@@ -613,7 +613,8 @@ void gemini_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings& 
   // and preference tuning's frozen reference copy.
   const cost::QuantizedBase quantized = cost::quantized_base(c, s);
   e.weights += to_bytes(quantized.bytes + cost::reference_copy_bytes(c, s));
-  e.load_peak += to_bytes(quantized.bytes + quantized.largest * 4.0);
+  e.load_peak +=
+      to_bytes(quantized.bytes + quantized.largest * 4.0 + cost::reference_copy_bytes(c, s));
   e.export_peak += to_bytes(quantized.bytes);
 }
 

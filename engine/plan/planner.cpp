@@ -357,11 +357,13 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
   e.runtime = kRuntimeBaselineBytes;
   // The runner loads in fp32 from the memory-mapped checkpoint, then casts; LoRA under
   // `single` reads its frozen base straight into the compute dtype (engine/train/trainer). A
-  // quantized base's linear weights are read one at a time in float32 and quantized.
+  // quantized base's linear weights are read one at a time in float32 and quantized. A
+  // preference reference is read straight into the compute dtype beside it (engine/runner).
   const double loaded_bytes = lora && s.strategy == "single" ? param_bytes : 4.0;
   e.load_peak =
       to_bytes((n - quantized.elements) * loaded_bytes + quantized.bytes + quantized.largest * 4.0 +
-               static_cast<double>(checkpoint_bytes) + static_cast<double>(kRuntimeBaselineBytes));
+               reference + static_cast<double>(checkpoint_bytes) +
+               static_cast<double>(kRuntimeBaselineBytes));
   // The export (engine/runner), after the optimizer state is freed. Full fine-tuning: the
   // trained model, its fp32 copy below fp32 training, and the reload that verifies the written
   // files (read through a mapping, resident while it copies, as the load is). LoRA's merged

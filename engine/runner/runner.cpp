@@ -598,7 +598,8 @@ ModelToTrain load_model(const job::JobSpec& spec, const hf::ModelFolder& source,
 
 // DPO and IPO compare with a frozen reference: the named one, or with full fine-tuning a copy of
 // the model as it starts (LoRA without a named one compares with its base, adapters off: none
-// here). Loaded in float32; the trainer places it in the compute dtype.
+// here). Read straight into the compute dtype (the trainer places it on the device): the load
+// never holds it in float32.
 std::shared_ptr<model::PretrainedModel> load_reference_model(const job::JobSpec& spec,
                                                              const hf::ModelFolder& source,
                                                              job::EventSink& events) {
@@ -615,7 +616,8 @@ std::shared_ptr<model::PretrainedModel> load_reference_model(const job::JobSpec&
                   "fine-tune of it)");
   auto model = model::create_model(config, model::TaskHead::CausalLM,
                                    torch::TensorOptions().dtype(torch::kFloat32));
-  model::DeferredWeights(*model, reference.weights()).load_into(*model);
+  model::DeferredWeights(*model, reference.weights())
+      .load_into(*model, train::compute_dtype_of(train::precision_from_name(spec.precision)));
   events.log("info", "preference reference: " + reference.dir().string() +
                          (p->reference.empty() ? " as it starts" : "") +
                          ", a frozen copy beside the model");

@@ -8,10 +8,7 @@
 namespace tessera::train {
 
 MixedPrecision::MixedPrecision(Precision precision, torch::Device device)
-    : precision_(precision),
-      compute_dtype_(precision == Precision::Fp32   ? torch::kFloat32
-                     : precision == Precision::Bf16 ? torch::kBFloat16
-                                                    : torch::kFloat16) {
+    : precision_(precision), compute_dtype_(compute_dtype_of(precision)) {
   if (precision == Precision::Fp16 && !device.is_cuda())
     throw_unsupported("precision fp16 is not supported on the CPU yet",
                       "use bf16 (or fp32) on the CPU; fp16 with loss scaling needs CUDA");

@@ -39,6 +39,8 @@ using optim::NamedTensor;
 enum class Precision { Fp32, Bf16, Fp16 };
 Precision precision_from_name(const std::string& name);  // fp32|bf16|fp16 (and long forms)
 const char* precision_name(Precision precision);
+// The dtype a precision computes in: float32, bfloat16 or float16.
+torch::Dtype compute_dtype_of(Precision precision);
 
 // Where this process stands among the job's processes: data parallelism gives each rank a share
 // of the batch (and ZeRO a share of the state); tensor and pipeline parallelism add their

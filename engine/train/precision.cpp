@@ -20,6 +20,12 @@ Precision precision_from_name(const std::string& name) {
   throw_invalid("precision: \"" + name + "\" is not a precision", "use fp32, bf16 or fp16");
 }
 
+torch::Dtype compute_dtype_of(Precision precision) {
+  return precision == Precision::Fp32   ? torch::kFloat32
+         : precision == Precision::Bf16 ? torch::kBFloat16
+                                        : torch::kFloat16;
+}
+
 const char* precision_name(Precision precision) {
   switch (precision) {
     case Precision::Fp32:

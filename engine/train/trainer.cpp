@@ -23,6 +23,7 @@
 #include "train/checkpoint_index.h"
 #include "train/device_memory.h"
 #include "train/device_tier.h"
+#include "train/plugin.h"
 #include "train/plugin_registry.h"
 
 namespace tessera::train {
@@ -101,20 +102,11 @@ Trainer::Trainer(std::shared_ptr<model::PretrainedModel> model, TrainerOptions o
       // LoRA's frozen base under `single` computes in the compute dtype and keeps no float32
       // masters: read straight into it (the cast the plugin would make of a float32 load rounds
       // the same), so the load never holds the base in float32.
-      if (lora_ && plugin_->name() == "single") {
-        const Precision precision = precision_from_name(options_.precision);
-        const torch::Dtype compute = precision == Precision::Bf16   ? torch::kBFloat16
-                                     : precision == Precision::Fp16 ? torch::kHalf
-                                                                    : torch::kFloat32;
-        if (compute != torch::kFloat32) {
-          torch::NoGradGuard no_grad;
-          for (auto& p : model_->named_parameters())
-            if (p.value().numel() > 0 && p.value().scalar_type() == torch::kFloat32)
-              p.value().set_data(
-                  torch::empty(p.value().sizes(), p.value().options().dtype(compute)));
-        }
-      }
-      options_.deferred_weights->load_into(*model_);
+      if (lora_ && plugin_->name() == "single")
+        options_.deferred_weights->load_into(
+            *model_, compute_dtype_of(precision_from_name(options_.precision)));
+      else
+        options_.deferred_weights->load_into(*model_);
     }
     options_.deferred_weights.reset();  // the checkpoint's mapping closes after prepare()
   }

@@ -552,9 +552,9 @@ class TestModel : public QObject {
 
   // QLoRA's base: a Linear on a quantized weight computes, in forward and backward, what the same
   // layer on the dequantized weight computes, though it dequantizes a tile of rows at a time in
-  // forward and a band of columns at a time in backward (the weight here spans two tiles, the
-  // second short; with 4000 inputs its rows are not whole 4-bit blocks, and backward takes row
-  // tiles instead of bands).
+  // forward and a band of columns at a time in backward (tiles of about 2^16 values here, so
+  // many; with 4000 inputs its rows are not whole 4-bit blocks, and backward takes row tiles
+  // instead of bands).
   void quantizedLinearComputesWithItsDequantizedWeight() {
     torch::manual_seed(3);
     for (const std::int64_t in : {std::int64_t{4000}, std::int64_t{4096}})
@@ -563,7 +563,11 @@ class TestModel : public QObject {
         const std::int64_t out = 300;
         Linear layer(in, out, /*bias=*/true, torch::TensorOptions().dtype(torch::kFloat32));
         torch::Tensor dense = torch::randn({out, in}) * 0.02;
-        layer->quantized = std::make_shared<QuantizedWeight>(dense, format);
+        auto quantized = std::make_shared<QuantizedWeight>(dense, format);
+        QCOMPARE(quantized->tile_rows(), out);  // one tile: fewer values than a tile holds
+        // Tiles of about 2^16 values: many, the last as long as the others or shorter.
+        quantized->set_tile_elements(std::int64_t{1} << 16);
+        layer->quantized = quantized;
         const QuantizedWeight& q = *layer->quantized;
         QVERIFY(q.tile_rows() < out);
         QVERIFY((q.tile_rows() * in) % q.blocksize() == 0 || format == QuantizedFormat::Int8);
