@@ -55,6 +55,19 @@ if(EXISTS "${_tessera_wheel_nccl}")
   add_link_options("LINKER:-rpath-link,${_tessera_wheel_nccl}")
 endif()
 
+# Programs link LibTorch's CPU libraries alone; LibTorch's CUDA libraries come with Tessera's CUDA
+# module, loaded where an NVIDIA driver is (engine/cuda/runtime.h). Torch's CMake forces
+# libtorch.so and libtorch_cuda.so onto every program (--no-as-needed): as needed instead, a
+# program keeps only the libraries it calls, and the module, which calls the CUDA ones, keeps them.
+foreach(_tessera_forced torch_library torch_cuda_library)
+  if(TARGET ${_tessera_forced})
+    get_target_property(_tessera_libs ${_tessera_forced} INTERFACE_LINK_LIBRARIES)
+    string(REPLACE "-Wl,--no-as-needed," "-Wl,--as-needed," _tessera_libs "${_tessera_libs}")
+    set_target_properties(${_tessera_forced} PROPERTIES INTERFACE_LINK_LIBRARIES "${_tessera_libs}")
+  endif()
+endforeach()
+add_link_options(LINKER:--as-needed)
+
 # libstdc++ ahead of LibTorch among each program's libraries: torch 2.11's libtorch.so (the GPU
 # machines' version) exports a copy of std::filesystem (64 symbols) that programs linked after it
 # bind to, and its remove_all jumps to address 0 (gemini's offload folder crashed at the end of a

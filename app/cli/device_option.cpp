@@ -3,6 +3,7 @@
 #include <torch/cuda.h>
 
 #include "core/error.h"
+#include "cuda/runtime.h"
 
 namespace tessera::cli {
 
@@ -20,7 +21,8 @@ c10::Device device_option(const Args& args) {
   }
   if (device.is_cuda()) {
     if (!has_cuda)
-      throw_unsupported("--device " + *name + ": no CUDA device is present on this machine",
+      throw_unsupported("--device " + *name + ": no CUDA device is present on this machine" +
+                            cuda::runtime_note(),
                         "use --device cpu or auto");
     const auto count = static_cast<int>(torch::cuda::device_count());
     if (device.has_index() && device.index() >= count)

@@ -1,34 +1,25 @@
 #include "dist/nccl_backend.h"
 
-#ifdef USE_C10D_NCCL
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
-
 #include "core/error.h"
+#include "cuda/runtime.h"
 
 namespace tessera::dist {
 
 bool nccl_compiled() {
-#ifdef USE_C10D_NCCL
-  return true;
-#else
-  return false;
-#endif
+  const cuda::Runtime* runtime = cuda::runtime();
+  return runtime != nullptr && runtime->has_nccl;
 }
 
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,
                                                     int rank, int size,
                                                     std::chrono::milliseconds timeout) {
-#ifdef USE_C10D_NCCL
-  auto options = c10d::ProcessGroupNCCL::Options::create();
-  options->timeout = timeout;
-  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
-#else
-  (void)store, (void)rank, (void)size, (void)timeout;
-  throw_unsupported("collectives on CUDA tensors need NCCL, and this build of LibTorch has none",
-                    "use a CUDA build of LibTorch (the x86_64 torch wheel), or keep tensors on the "
-                    "CPU for Gloo");
-#endif
+  const cuda::Runtime* runtime = cuda::runtime();
+  if (runtime == nullptr)
+    throw_unsupported("collectives on CUDA tensors need NCCL, in Tessera's CUDA module, which is " +
+                          cuda::runtime_status(),
+                      "run on a machine with an NVIDIA GPU and its driver, or keep tensors on the "
+                      "CPU for Gloo");
+  return runtime->make_nccl_backend(store, rank, size, timeout);
 }
 
 }  // namespace tessera::dist

@@ -1,14 +1,11 @@
 #include "model/layers.h"
 
-#ifdef TESSERA_HAVE_CUDA_KERNELS
-#include "cuda/kernels.h"
-#endif
-
 #include <cmath>
 #include <limits>
 #include <numbers>
 
 #include "core/error.h"
+#include "cuda/runtime.h"
 #include "model/dropout.h"
 #include "model/quantized_linear.h"
 
@@ -89,24 +86,24 @@ RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, const torch::TensorOptio
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   BlockUse use(parameter_use.get(), *this);
-#ifdef TESSERA_HAVE_CUDA_KERNELS
-  // Inference on a GPU in fp32: one fused kernel instead of five elementwise launches.
-  // Training keeps the torch ops below, which autograd differentiates.
+  // Inference on a GPU in fp32: one fused kernel (in the CUDA module, loaded wherever a CUDA
+  // tensor can exist) instead of five elementwise launches. Training keeps the torch ops below,
+  // which autograd differentiates.
   bool needs_grad = torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
-  if (x.is_cuda() && !needs_grad && x.scalar_type() == torch::kFloat32 &&
+  const cuda::Runtime* runtime = cuda::runtime();
+  if (runtime != nullptr && x.is_cuda() && !needs_grad && x.scalar_type() == torch::kFloat32 &&
       weight.scalar_type() == torch::kFloat32 && weight.is_cuda()) {
     torch::Tensor input = x.contiguous();
     torch::Tensor out = torch::empty_like(input);
     const std::int64_t cols = input.size(-1);
     // Torch issues work on the default stream unless the caller changed it; so do we.
-    int status = tessera::cuda::rms_norm_forward_f32(
+    int status = runtime->rms_norm_forward_f32(
         input.data_ptr<float>(), weight.contiguous().data_ptr<float>(), out.data_ptr<float>(),
         input.numel() / cols, cols, static_cast<float>(eps), nullptr);
     if (status != 0)
       throw_io("CUDA RMSNorm kernel failed to launch (CUDA error " + std::to_string(status) + ")");
     return use.leave(out, false);
   }
-#endif
   torch::Tensor h = x.to(torch::kFloat32);
   torch::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
   h = h * torch::rsqrt(variance + eps);

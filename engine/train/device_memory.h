@@ -17,7 +17,7 @@ struct DeviceMemory {
   std::uint64_t free = 0;            // free on the card, every process counted
 };
 
-// Nothing for a device that is not a CUDA GPU, or in a build without CUDA.
+// Nothing for a device that is not a CUDA GPU, or without the CUDA module (cuda/runtime.h).
 std::optional<DeviceMemory> device_memory(c10::Device device);
 
 }  // namespace tessera::train

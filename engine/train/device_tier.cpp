@@ -15,63 +15,10 @@
 #include <thread>
 
 #include "core/files.h"
+#include "cuda/runtime.h"
 #include "train/plugin.h"
 
 namespace tessera::train {
-
-DeviceOutOfMemory::DeviceOutOfMemory(const std::string& device, std::uint64_t asked,
-                                     std::uint64_t used, std::uint64_t total,
-                                     const std::string& what)
-    : Error(ErrorKind::InvalidInput,
-            device + ": out of memory for " + what + ": asked " + core::human_bytes(asked) +
-                " with " + core::human_bytes(used) + " of " + core::human_bytes(total) + " in use",
-            "keep more in host memory (strategy.options.host_param_frac, host_optim_frac, or "
-            "placement auto), give the chunks more device memory (device_budget), or lower the "
-            "batch size"),
-      asked_(asked) {}
-
-void TierAccounts::reserve(std::size_t bytes, const std::string& device, const std::string& what) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (used_ + bytes > budget_) throw DeviceOutOfMemory(device, bytes, used_, budget_, what);
-  used_ += bytes;
-  peak_ = std::max(peak_, used_);
-}
-
-void TierAccounts::release(std::size_t bytes) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  used_ -= bytes;
-}
-
-void TierAccounts::count_copy(std::size_t bytes, bool to_device) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  (to_device ? traffic_.bytes_to_device : traffic_.bytes_to_host) += bytes;
-  ++traffic_.copies;
-}
-
-void TierAccounts::count_host_wait() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  ++traffic_.host_waits;
-}
-
-std::uint64_t TierAccounts::used() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return used_;
-}
-
-std::uint64_t TierAccounts::peak() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return peak_;
-}
-
-void TierAccounts::reset_peak() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  peak_ = used_;
-}
-
-DeviceTraffic TierAccounts::traffic() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return traffic_;
-}
 
 DeviceTierMemory device_tier_memory_of(const DeviceTier& tier, const MemoryByCategory& held) {
   DeviceTierMemory d;
@@ -287,16 +234,22 @@ std::unique_ptr<DeviceTier> make_device_tier(const std::string& device, std::uin
                   "use cuda or cuda:N");
   }
   if (!torch::cuda::is_available())
-    throw_unsupported(field + ": \"" + device + "\": this machine has no CUDA GPU",
-                      "use device cpu");
+    throw_unsupported(
+        field + ": \"" + device + "\": this machine has no CUDA GPU" + cuda::runtime_note(),
+        "use device cpu");
   if (index >= static_cast<int>(torch::cuda::device_count()))
     throw_invalid(field + ": \"" + device + "\": this machine has " +
                   std::to_string(torch::cuda::device_count()) + " GPU(s)");
   std::unique_ptr<DeviceTier> cuda = make_cuda_device_tier(index, budget);
   if (!cuda)
-    throw_unsupported(field + ": this build of Tessera has no CUDA",
+    throw_unsupported(field + ": Tessera's CUDA module is " + cuda::runtime_status(),
                       "build with the CUDA toolkit present (TESSERA_WITH_CUDA)");
   return cuda;
+}
+
+std::unique_ptr<DeviceTier> make_cuda_device_tier(int index, std::uint64_t budget) {
+  const cuda::Runtime* runtime = cuda::runtime();
+  return runtime != nullptr ? runtime->make_device_tier(index, budget) : nullptr;
 }
 
 }  // namespace tessera::train

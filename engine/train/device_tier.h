@@ -2,12 +2,12 @@
 // The memory of the device a plugin computes on, as Gemini's device tier uses it: allocate and
 // free device memory within a budget, copy between it and host buffers on a copy stream that
 // runs beside the compute, and order the two with events — never a device-wide synchronize.
-// Two implementations: a CUDA GPU (device_tier_cuda.cpp, in builds with CUDA), and a simulated
-// device for tests: host memory with a byte budget, its own copy thread and its own accounting,
-// named "simulated" in every message, and refused unless TESSERA_SIMULATED_DEVICE=1 (which only
-// the tests set). It makes races visible: fresh allocations and the destination of a copy are
-// filled with NaN until the copy thread has run, so compute that does not wait for a copy's
-// event reads NaN.
+// Two implementations: a CUDA GPU (cuda/module/device_tier_cuda.cpp, in the CUDA module), and a
+// simulated device for tests: host memory with a byte budget, its own copy thread and its own
+// accounting, named "simulated" in every message, and refused unless TESSERA_SIMULATED_DEVICE=1
+// (which only the tests set). It makes races visible: fresh allocations and the destination of a
+// copy are filled with NaN until the copy thread has run, so compute that does not wait for a
+// copy's event reads NaN.
 #include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
 
@@ -144,7 +144,7 @@ inline constexpr const char* kSimulatedDeviceVariable = "TESSERA_SIMULATED_DEVIC
 std::unique_ptr<DeviceTier> make_device_tier(const std::string& device, std::uint64_t budget,
                                              const std::string& field);
 
-// The CUDA implementation (device_tier_cuda.cpp); null in a build without CUDA.
+// The CUDA implementation, from the CUDA module (cuda/runtime.h); null where it is not loaded.
 std::unique_ptr<DeviceTier> make_cuda_device_tier(int index, std::uint64_t budget);
 
 }  // namespace tessera::train

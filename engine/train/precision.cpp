@@ -2,11 +2,8 @@
 // (train/plugin.h).
 #include <torch/cuda.h>
 
-#if defined(TESSERA_HAVE_CUDA_KERNELS)
-#include <c10/cuda/CUDAFunctions.h>
-#endif
-
 #include "core/error.h"
+#include "cuda/runtime.h"
 #include "dist/parallel_context.h"
 #include "job/strategies.h"
 #include "train/plugin.h"
@@ -84,9 +81,10 @@ std::string choose_plugin_device(const PluginOptions& options, const std::string
 
 torch::Device rank_cuda_device(const PluginOptions& options, const std::string& plugin) {
   if (!torch::cuda::is_available())
-    throw_unsupported(
-        "strategy " + plugin + ": strategy.options.device \"cuda\" but no CUDA device is present",
-        "use device \"cpu\" or \"auto\"");
+    throw_unsupported("strategy " + plugin +
+                          ": strategy.options.device \"cuda\" but no CUDA device is present" +
+                          cuda::runtime_note(),
+                      "use device \"cpu\" or \"auto\"");
   const ProcessContext& process = options.process;
   const int local_rank = process.parallel ? process.parallel->local_rank() : 0;
   const auto gpus = static_cast<int>(torch::cuda::device_count());
@@ -96,10 +94,9 @@ torch::Device rank_cuda_device(const PluginOptions& options, const std::string& 
                       std::to_string(gpus) + " GPU(s); each rank computes on a GPU of its own",
                   "start at most " + std::to_string(gpus) +
                       " processes on this machine (launch --nproc), or use device \"cpu\"");
-#if defined(TESSERA_HAVE_CUDA_KERNELS)
-  // Collectives and allocations that name no device use the current one.
-  c10::cuda::set_device(static_cast<c10::DeviceIndex>(local_rank));
-#endif
+  // Collectives and allocations that name no device use the current one. A CUDA device exists,
+  // so the CUDA module is loaded.
+  if (const cuda::Runtime* runtime = cuda::runtime()) runtime->set_device(local_rank);
   return {torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank)};
 }
 

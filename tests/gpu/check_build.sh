@@ -7,7 +7,7 @@
 #
 #   bash tests/gpu/check_build.sh            # ~12 min cold on 2 cores, ~4 with ccache
 #
-# It leaves tessera-cli and the two probes in .gpu-bin/ (ignored by git): carried with .gpu-deps,
+# It leaves tessera-cli, the two probes and the CUDA module in .gpu-bin/ (ignored by git): carried with .gpu-deps,
 # `bash tests/gpu/run.sh --prebuilt .gpu-bin` runs the check there without building (~100 s of
 # device time saved; the same LibTorch, so the same ABI — session 23 ran the probes so).
 #
@@ -40,6 +40,7 @@ TESSERA_TORCH_DIR="$TARGET/torch/share/cmake/Torch" TESSERA_GPU_PYTHON="$VENV/bi
   --out "$ROOT/build-torch-$VERSION/report" --jobs "${TESSERA_BUILD_JOBS:-$(nproc)}"
 BUILT="$ROOT/build-torch-$VERSION"
 mkdir -p "$ROOT/.gpu-bin"
+# The CUDA module beside them: the programs look for it in their own folder first.
 cp "$BUILT/app/cli/tessera-cli" "$BUILT/tests/tools/tessera-model-probe" \
-  "$BUILT/tests/tools/tessera-train-probe" "$ROOT/.gpu-bin/"
-echo "check_build: tessera-cli and the probes in .gpu-bin/ (run.sh --prebuilt .gpu-bin)" >&2
+  "$BUILT/tests/tools/tessera-train-probe" "$BUILT/engine/libtessera_cuda.so" "$ROOT/.gpu-bin/"
+echo "check_build: tessera-cli, the probes and libtessera_cuda.so in .gpu-bin/ (run.sh --prebuilt .gpu-bin)" >&2

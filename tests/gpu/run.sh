@@ -122,10 +122,11 @@ if [[ -n "$PREBUILT" ]]; then
   CLI="$PREBUILT/tessera-cli"
   TOOLS="$PREBUILT"
   build_rc=0
-  missing="$(ldd "$CLI" "$TOOLS/tessera-train-probe" "$TOOLS/tessera-model-probe" 2>&1 | grep 'not found' | sort -u)"
+  missing="$(ldd "$CLI" "$TOOLS/tessera-train-probe" "$TOOLS/tessera-model-probe" \
+    "$PREBUILT/libtessera_cuda.so" 2>&1 | grep 'not found' | sort -u)"
   [[ -n "$missing" ]] && { build_rc=1; echo "$missing"; }
   status_of build $build_rc
-  phase "prebuilt binaries from $PREBUILT (no build): $("$CLI" version 2>&1 | head -1)"
+  phase "prebuilt binaries from $PREBUILT (no build): $("$CLI" version 2>&1 | grep -E '^(Tessera|CUDA module)' | tr '\n' ' ')"
 else
   # LibTorch: the one of $PYTHON's torch, or TESSERA_TORCH_DIR (a Torch CMake folder; check_build.sh
   # uses it to build here against the GPU machine's LibTorch version).

@@ -68,6 +68,8 @@ def where(name):
 @pytest.mark.skipif(DEVICE != "cuda", reason="a GPU to see")
 def test_the_cli_sees_the_gpu():
     version = json.loads(gen.cli("version", "--json").stdout)
+    # The CUDA module (engine/cuda/runtime.h) loads by itself where a driver is.
+    assert version["cuda_module_loaded"], version["cuda_module"]
     assert version["gpu_count"] >= 1 and version["cuda"], version
     profile = json.loads(gen.cli("profile", "--json", "--no-disk").stdout)
     name = torch.cuda.get_device_properties(0).name

@@ -1,10 +1,7 @@
 // The device tier on a CUDA GPU (device_tier.h): memory from LibTorch's caching allocator (so
 // the memory events' allocator figures include it), page-locked host buffers from its caching
 // host allocator, one copy stream from its pool, and CUDA events between the copy stream and
-// the current (compute) stream.
-#include "train/device_tier.h"
-
-#if defined(TESSERA_HAVE_CUDA_KERNELS)
+// the current (compute) stream. Part of the CUDA runtime module (cuda/runtime.h).
 #include <ATen/cuda/PinnedMemoryAllocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -12,12 +9,16 @@
 #include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
 
-#endif
+#include "cuda/module/module.h"
+#include "train/device_tier.h"
 
-namespace tessera::train {
-
-#if defined(TESSERA_HAVE_CUDA_KERNELS)
+namespace tessera::cuda {
 namespace {
+
+using train::DeviceEvent;
+using train::DeviceOutOfMemory;
+using train::DeviceTier;
+using train::TierLifetime;
 
 void check(cudaError_t status, const char* what) {
   if (status != cudaSuccess)
@@ -155,13 +156,8 @@ class CudaDeviceTier : public DeviceTier {
 
 }  // namespace
 
-std::unique_ptr<DeviceTier> make_cuda_device_tier(int index, std::uint64_t budget) {
+std::unique_ptr<DeviceTier> make_device_tier(int index, std::uint64_t budget) {
   return std::make_unique<CudaDeviceTier>(index, budget);
 }
-#else
-std::unique_ptr<DeviceTier> make_cuda_device_tier(int, std::uint64_t) {
-  return nullptr;
-}
-#endif
 
-}  // namespace tessera::train
+}  // namespace tessera::cuda

@@ -1,0 +1,54 @@
+// The CUDA runtime module's entry point (cuda/runtime.h) and its smaller functions.
+#include "cuda/module/module.h"
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+
+#include "cuda/kernels.h"
+#include "train/device_memory.h"
+
+namespace tessera::cuda {
+namespace {
+
+bool device_memory(int index, train::DeviceMemory& m) {
+  const auto device = static_cast<c10::DeviceIndex>(index);
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+  // Index 0 of each StatArray is StatType::AGGREGATE (every pool), in every LibTorch version.
+  m.allocated = static_cast<std::uint64_t>(stats.allocated_bytes[0].current);
+  m.reserved = static_cast<std::uint64_t>(stats.reserved_bytes[0].current);
+  m.peak_allocated = static_cast<std::uint64_t>(stats.allocated_bytes[0].peak);
+  c10::cuda::CUDAGuard guard(device);
+  std::size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+    m.free = free;
+    m.total = total;
+  }
+  return true;
+}
+
+void set_device(int index) {
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
+}
+
+Runtime make_table() {
+  Runtime table;
+  table.make_device_tier = &make_device_tier;
+  table.device_memory = &device_memory;
+  table.set_device = &set_device;
+  table.has_nccl = nccl_built();
+  table.make_nccl_backend = &make_nccl_backend;
+  table.rms_norm_forward_f32 = &rms_norm_forward_f32;
+  return table;
+}
+
+}  // namespace
+}  // namespace tessera::cuda
+
+// The loader asks with its own kRuntimeAbi; a table of another layout is not handed out.
+extern "C" __attribute__((visibility("default"))) const tessera::cuda::Runtime*
+tessera_cuda_runtime(int abi) {
+  static const tessera::cuda::Runtime table = tessera::cuda::make_table();
+  return abi == tessera::cuda::kRuntimeAbi ? &table : nullptr;
+}
