@@ -17,7 +17,9 @@ losses of both QLoRA sides (same weights and batch: they must agree, bf16's 1e-2
 It only prints; it fails when a side crashes, a loss is not finite or the QLoRA sides' first
 losses disagree. Environment: TESSERA_TOOLS_DIR (tessera-train-probe's folder), BENCH_QLORA_LAYERS
 (default 22, TinyLlama's; fewer for a quick look), BENCH_QLORA_STEPS (measured, default 3),
-BENCH_QLORA_THREADS (default: every CPU).
+BENCH_QLORA_THREADS (default: every CPU), BENCH_QLORA_CHECKPOINTING=1 (all three sides with
+activation checkpointing, as QLoRA's paper and the peers' defaults train: the activations, which
+every side holds alike, no longer dominate the peaks).
 """
 
 import json
@@ -40,7 +42,7 @@ def config_for(layers):
                        max_position_embeddings=2048, tie_word_embeddings=False)
 
 
-def peft_child(model_dir, batches_path, steps, report_path, threads):
+def peft_child(model_dir, batches_path, steps, report_path, threads, checkpointing):
     """peft's LoRA on transformers' bitsandbytes NF4 base, as `bench_qlora.py --peft-child`."""
     import torch
     from peft import LoraConfig, get_peft_model
@@ -53,6 +55,10 @@ def peft_child(model_dir, batches_path, steps, report_path, threads):
                              bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16)
     base = LlamaForCausalLM.from_pretrained(model_dir, quantization_config=bnb, device_map="cpu",
                                             dtype=torch.bfloat16)
+    if checkpointing:
+        # The frozen embedding's output must carry a gradient for the recomputed layers' inputs.
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        base.enable_input_require_grads()
     model = get_peft_model(base, LoraConfig(r=RANK, lora_alpha=2 * RANK, lora_dropout=0.0,
                                             target_modules=TARGETS, task_type="CAUSAL_LM"))
     model.train()
@@ -125,6 +131,7 @@ def main():
     layers = int(os.environ.get("BENCH_QLORA_LAYERS", "22"))
     measured = int(os.environ.get("BENCH_QLORA_STEPS", "3"))
     threads = int(os.environ.get("BENCH_QLORA_THREADS", str(os.cpu_count())))
+    checkpointing = os.environ.get("BENCH_QLORA_CHECKPOINTING", "0") == "1"
     steps = 1 + measured
 
     with tempfile.TemporaryDirectory(prefix="tessera-bench-qlora-") as tmp:
@@ -135,12 +142,15 @@ def main():
         batches = os.path.join(tmp, "batches.safetensors")
         print(f"bench_qlora: llama of {params / 1e9:.2f}B parameters ({layers} layers, bf16 "
               f"checkpoint), LoRA rank {RANK} on {','.join(TARGETS)}, batch {BATCH} x {SEQ}, "
-              f"1 warm-up + {measured} measured steps, {threads} threads; CPU flags: {cpu_flags()}")
+              f"1 warm-up + {measured} measured steps, {threads} threads, activation checkpointing "
+              f"{'on' if checkpointing else 'off'}; CPU flags: {cpu_flags()}")
 
         common = [probe, "--model", model_dir, "--batches", batches, "--steps", str(steps),
                   "--precision", "bf16", "--method", "lora", "--lora-rank", str(RANK),
                   "--lora-alpha", str(2 * RANK), "--lora-targets", ",".join(TARGETS), "--lr",
                   str(LR), "--schedule", "constant", "--threads", str(threads)]
+        if checkpointing:
+            common.append("--activation-checkpointing")
         results = {}
         for side, extra in (("ours LoRA", []), ("ours QLoRA", ["--quantize", "nf4", "--double-quant"])):
             report = os.path.join(tmp, f"{len(results)}.json")
@@ -151,7 +161,8 @@ def main():
                                  step=statistics.median(ours_step_seconds(events)[1:]))
         report = os.path.join(tmp, "peft.json")
         rss = run_child([sys.executable, os.path.abspath(__file__), "--peft-child", model_dir,
-                         batches, str(steps), report, str(threads)], threads, "peft + bnb")
+                         batches, str(steps), report, str(threads), str(int(checkpointing))],
+                        threads, "peft + bnb")
         rep = json.load(open(report))
         results["peft + bnb"] = dict(rss=rss, losses=rep["losses"],
                                      step=statistics.median(rep["step_seconds"][1:]))
@@ -175,7 +186,8 @@ def main():
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--peft-child":
-        peft_child(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], int(sys.argv[6]))
+        peft_child(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], int(sys.argv[6]),
+                   sys.argv[7] == "1")
     elif len(sys.argv) > 1 and sys.argv[1] == "--make-inputs":
         make_inputs(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     else:
