@@ -37,10 +37,12 @@ std::uint16_t agent_port() {
     options.state_dir = state;
     options.accept_code = "000000";  // never the pairing's code: pairing is refused, not asked
     options.print = [](const std::string&) {};
-    static nodes::Agent agent(options);
+    // Never destroyed: its serving threads are detached and run until the process exits, so a
+    // static Agent's destructor at exit would free the state they still read.
+    static nodes::Agent* const agent = new nodes::Agent(options);
     static std::atomic<bool> stop{false};
-    std::thread([] { agent.serve(stop); }).detach();
-    return agent.port();
+    std::thread([] { agent->serve(stop); }).detach();
+    return agent->port();
   }();
   return port;
 }

@@ -14,13 +14,18 @@ QStringList version_lines(const QByteArray& json) {
   const QJsonObject o = QJsonDocument::fromJson(json).object();
   if (!o.value("tessera").isString()) return {};
   const int gpus = o.value("gpu_count").toInt();
+  // Where there is no CUDA runtime, why: the CUDA module's own account (no driver, not installed).
+  QString cuda = QObject::tr("CUDA: none");
+  if (o.value("cuda").isString())
+    cuda = QObject::tr("CUDA %1").arg(o.value("cuda").toString());
+  else if (o.value("cuda_module").isString())
+    cuda = QObject::tr("CUDA: none (%1)").arg(o.value("cuda_module").toString());
   return {
       QObject::tr("Tessera %1").arg(o.value("tessera").toString()),
       o.value("libtorch").isString()
           ? QObject::tr("LibTorch %1").arg(o.value("libtorch").toString())
           : QObject::tr("LibTorch: not built in"),
-      o.value("cuda").isString() ? QObject::tr("CUDA %1").arg(o.value("cuda").toString())
-                                 : QObject::tr("CUDA: none"),
+      cuda,
       gpus > 0 ? QObject::tr("GPU: %n visible", nullptr, gpus) : QObject::tr("GPU: none visible")};
 }
 
