@@ -83,6 +83,10 @@ class SplitLogits {
   // logits [N, vocab block], targets [N] over the whole vocabulary (-100: none): the mean loss.
   virtual torch::Tensor cross_entropy(const torch::Tensor& logits,
                                       const torch::Tensor& targets) = 0;
+  // The same loss without the logits (model/head_loss.h): `hidden` [..., H] is the head's input
+  // (this split brings it to the ranks), weight and bias this rank's block of the head.
+  virtual torch::Tensor head_loss(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                  const torch::Tensor& bias, const torch::Tensor& targets) = 0;
 };
 
 class QuantizedWeight;  // model/quantized_linear.h

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "hf/families.h"
+#include "model/head_loss.h"
 #include "model/layers.h"
 #include "model/quantized_linear.h"
 
@@ -142,6 +143,7 @@ ForwardOutput PretrainedModel::forward(const ForwardInput& input) {
   if (input.logits_to_keep > 0 && input.labels.defined())
     throw_invalid("logits_to_keep: the loss needs every position's logits; give no labels");
   in.logits_to_keep = input.logits_to_keep;
+  in.logits = input.logits;
   if (input.labels.defined()) {
     if (head_ == TaskHead::Base)
       throw_invalid("labels: a base model (" + std::string(task_head_name(head_)) +
@@ -456,8 +458,60 @@ torch::Tensor keep_last_positions(const torch::Tensor& hidden, std::int64_t keep
   return hidden.narrow(1, hidden.size(1) - keep, keep);
 }
 
+namespace {
+
+// The shifted targets of `labels`: position t predicts token t+1, the last position nothing.
+torch::Tensor shifted_targets(const torch::Tensor& labels) {
+  return torch::nn::functional::pad(labels,
+                                    torch::nn::functional::PadFuncOptions({0, 1}).value(-100))
+      .narrow(1, 1, labels.size(1));
+}
+
+// The loss without the logits (in.logits false), through a head not quantized and without an
+// adapter, whole here or split over ranks by the vocabulary. Undefined where the head is not.
+torch::Tensor head_loss_without_logits(const ForwardOutput& out, const ForwardInput& in,
+                                       LinearImpl* lm_head, EmbeddingImpl& tied) {
+  if (in.logits || !in.labels.defined()) return {};
+  const torch::nn::Module* block = nullptr;
+  ParameterUse* use = nullptr;
+  SplitLogits* split = nullptr;
+  torch::Tensor weight, bias;
+  if (lm_head) {
+    if (lm_head->quantized || lm_head->adapter || lm_head->layout != LinearImpl::Layout::OutIn)
+      return {};
+    if (lm_head->split && !(split = dynamic_cast<SplitLogits*>(lm_head->split.get()))) return {};
+    block = lm_head;
+    use = lm_head->parameter_use.get();
+    weight = lm_head->weight;
+    bias = lm_head->bias;
+  } else {
+    if (tied.split && !(split = dynamic_cast<SplitLogits*>(tied.split.get()))) return {};
+    block = &tied;
+    use = tied.parameter_use.get();
+    weight = tied.weight;
+  }
+  // Whatever holds the head's parameters (Gemini's chunks) has them in memory from here to
+  // leave(); backward reads only the gradients computed in forward, never the weight again.
+  if (use) use->enter(*block);
+  const torch::Tensor targets = shifted_targets(in.labels).reshape({-1});
+  torch::Tensor loss;
+  if (split) {
+    loss = split->head_loss(out.hidden_states, weight, bias, targets);
+  } else {
+    const std::int64_t hidden = out.hidden_states.size(-1);
+    loss = head_cross_entropy(out.hidden_states.reshape({-1, hidden}), weight, bias, targets);
+  }
+  return use ? use->leave(*block, std::move(loss), false) : loss;
+}
+
+}  // namespace
+
 void apply_causal_lm_head(ForwardOutput& out, const ForwardInput& in, LinearImpl* lm_head,
                           EmbeddingImpl& tied) {
+  if (torch::Tensor loss = head_loss_without_logits(out, in, lm_head, tied); loss.defined()) {
+    out.loss = std::move(loss);
+    return;
+  }
   const torch::Tensor kept = keep_last_positions(out.hidden_states, in.logits_to_keep);
   out.logits = lm_head ? lm_head->forward(kept) : tied.attend(kept);
   SplitLogits* split = lm_head ? dynamic_cast<SplitLogits*>(lm_head->split.get())
@@ -467,10 +521,7 @@ void apply_causal_lm_head(ForwardOutput& out, const ForwardInput& in, LinearImpl
 
 torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels,
                              SplitLogits* split) {
-  // Predict token t+1 from position t: shift labels left, the last position predicts nothing.
-  torch::Tensor shifted =
-      torch::nn::functional::pad(labels, torch::nn::functional::PadFuncOptions({0, 1}).value(-100))
-          .narrow(1, 1, labels.size(1));
+  const torch::Tensor shifted = shifted_targets(labels);
   if (split)
     return split->cross_entropy(logits.reshape({-1, logits.size(-1)}), shifted.reshape({-1}));
   return torch::nn::functional::cross_entropy(

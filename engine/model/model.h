@@ -79,6 +79,10 @@ struct ForwardInput {
   // CausalLM: compute logits for the last `logits_to_keep` positions only (0 = all), as
   // transformers' logits_to_keep; generation needs just the last one.
   std::int64_t logits_to_keep = 0;
+  // CausalLM with labels: false computes the loss through the head a block of positions at a
+  // time (model/head_loss.h) and leaves ForwardOutput::logits undefined: training's memory
+  // holds no [B, T, vocab] logits. Where the head is split, quantized or adapted, as true.
+  bool logits = true;
   // A pipeline stage after the first (PretrainedModel::stage): the previous stage's output
   // [B, T, hidden], where its layers start. input_ids, attention_mask and labels are still given
   // (masks, positions and the loss are made from them).

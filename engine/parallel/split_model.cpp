@@ -11,6 +11,7 @@
 #include "dist/parallel_context.h"
 #include "hf/families.h"
 #include "model/dropout.h"
+#include "model/head_loss.h"
 #include "model/layers.h"
 #include "model/model.h"
 #include "parallel/tensor_parallel.h"
@@ -143,7 +144,7 @@ class ColumnLinear : public model::SplitLinear {
     return adapter.forward(copies_->of(x), y, training);
   }
 
- private:
+ protected:
   std::shared_ptr<SharedCopy> copies_;
 };
 
@@ -183,6 +184,21 @@ class VocabularyLoss : public model::SplitLogits {
   }
 
  protected:
+  // The loss a block of rows at a time through this rank's block of the head, from the head's
+  // input as `copies` brings it to the ranks (whose backward sums its gradient over them).
+  torch::Tensor head_loss_from(SharedCopy& copies, const torch::Tensor& hidden,
+                               const torch::Tensor& weight, const torch::Tensor& bias,
+                               const torch::Tensor& targets) {
+    const torch::Tensor x = copies.of(hidden);
+    model::VocabularySplit split;
+    split.first = weight.size(0) * group_.rank();
+    split.max_over_ranks = [this](torch::Tensor& t) {
+      if (group_.size() > 1) t = std::get<0>(gather_blocks(t, group_).max(0));
+    };
+    split.sum_over_ranks = [this](torch::Tensor& t) { group_.all_reduce(t); };
+    return model::head_cross_entropy(x.reshape({-1, x.size(-1)}), weight, bias, targets, 0, &split);
+  }
+
   dist::ProcessGroup& group_;
 };
 
@@ -191,6 +207,10 @@ class VocabularyHead : public ColumnLinear, public VocabularyLoss {
  public:
   VocabularyHead(dist::ProcessGroup& group, std::shared_ptr<SharedCopy> copies)
       : ColumnLinear(std::move(copies)), VocabularyLoss(group) {}
+  torch::Tensor head_loss(const torch::Tensor& hidden, const torch::Tensor& weight,
+                          const torch::Tensor& bias, const torch::Tensor& targets) override {
+    return head_loss_from(*copies_, hidden, weight, bias, targets);
+  }
 };
 
 // An embedding split along the vocabulary; as a tied head, its logits stay split too.
@@ -203,6 +223,10 @@ class VocabularyEmbedding : public model::SplitEmbedding, public VocabularyLoss 
   }
   torch::Tensor attend(const torch::Tensor& hidden, const torch::Tensor& weight) override {
     return column_block(*copies_, hidden, weight, torch::Tensor());
+  }
+  torch::Tensor head_loss(const torch::Tensor& hidden, const torch::Tensor& weight,
+                          const torch::Tensor& bias, const torch::Tensor& targets) override {
+    return head_loss_from(*copies_, hidden, weight, bias, targets);
   }
 
  private:

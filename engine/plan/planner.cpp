@@ -12,6 +12,7 @@
 #include "hf/families.h"
 #include "job/strategies.h"
 #include "memory/chunk_cache_policy.h"
+#include "model/head_loss.h"
 #include "parallel/pipeline_schedule.h"
 #include "plan/activations.h"
 #include "plan/cost_terms.h"
@@ -321,9 +322,25 @@ ActivationTerms activation_terms(const hf::ModelConfig& c, const Settings& s, in
     out.layer += t * act * d(s.lora_rank) * d(static_cast<std::int64_t>(targets.size())) * 2;
   }
   out.boundary = t * h * act / positions;
-  // The loss head at its backward: logits, their fp32 copy under bf16, log-softmax, and the
-  // gradients of both, all [T, V] (V / tp: vocabulary-parallel); plus the final norm.
-  out.head = t * v / split * (bf16 ? 2.0 + 4.0 * 3 : 4.0 * 4) + t * h * (act + 2 * norm_bytes);
+  const double final_norm = t * h * (act + 2 * norm_bytes);
+  // Training's loss through the head (model/head_loss.h): a block of rows' logits at a time (of
+  // this rank's V / tp columns), in the compute dtype, widened to float32 (in place of them in
+  // fp32), and their gradient in the compute dtype; plus the hidden states' gradient, computed in
+  // forward. Preference tuning (two rows an example) reads whole logits, and so does a head
+  // with LoRA's adapter.
+  const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
+  const bool adapted_head =
+      lora && std::find(targets.begin(), targets.end(), "lm_head") != targets.end();
+  const double columns = v / split;
+  if (hf::family_of(c).causal_lm && s.rows_per_example == 1 && !adapted_head) {
+    const double rows =
+        std::min(t, d(model::head_loss_block_rows(static_cast<std::int64_t>(columns))));
+    out.head = rows * columns * (bf16 ? 2.0 + 4.0 + 2.0 : 4.0) + t * h * act + final_norm;
+    return out;
+  }
+  // Whole logits at the loss's backward: the logits, their fp32 copy under bf16, log-softmax,
+  // and the gradients of both, all [T, V / tp].
+  out.head = t * columns * (bf16 ? 2.0 + 4.0 * 3 : 4.0 * 4) + final_norm;
   return out;
 }
 

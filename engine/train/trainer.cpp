@@ -249,6 +249,9 @@ model::ForwardInput Trainer::input_of(const Batch& batch) const {
   in.attention_mask =
       batch.attention_mask.defined() ? batch.attention_mask.to(device) : torch::Tensor();
   in.labels = batch.labels.defined() ? batch.labels.to(device) : batch.input_ids.to(device);
+  // Training and evaluation read the loss (and a classifier's logits, which this leaves);
+  // preference tuning asks for logits by giving no labels.
+  in.logits = false;
   return in;
 }
 

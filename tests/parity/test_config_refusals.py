@@ -15,8 +15,6 @@ under an address-space limit so that a regression fails the test instead of the 
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,6 +22,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
+from peak_rss import run_with_peak_rss  # noqa: E402
 from tiny_model import make_tiny_llama, write_text_dataset  # noqa: E402
 
 CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
@@ -36,36 +35,11 @@ REFUSAL_PEAK_RSS = 1 << 30
 CHILD_ADDRESS_SPACE = 8 << 30
 
 
-# Starts the CLI from a small process and reports that child's peak RSS (wait4): a child forked
-# from pytest itself would report pytest's resident set, which fork copies and exec keeps.
-LAUNCHER = r"""
-import os, resource, sys
-limit = int(sys.argv[1])
-resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-pid = os.fork()
-if pid == 0:
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-    os.execv(sys.argv[2], sys.argv[2:])
-_, status, usage = os.wait4(pid, 0)
-sys.stdout.write(str(usage.ru_maxrss * 1024))
-code = os.waitstatus_to_exitcode(status)
-sys.exit(code if code >= 0 else 128 - code)
-"""
-
-
 def run_measured(args, timeout=60):
     """Runs the CLI; returns (exit code, stderr, seconds, the CLI's peak RSS in bytes)."""
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-S", "-c", LAUNCHER, str(CHILD_ADDRESS_SPACE), CLI, *map(str, args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        err += f"\n(killed after {timeout} s)"
-    seconds = time.monotonic() - start
-    return proc.returncode, err, seconds, int(out) if out.strip().isdigit() else -1
+    code, err, peak = run_with_peak_rss([CLI, *args], timeout=timeout, address_space=CHILD_ADDRESS_SPACE)
+    return code, err, time.monotonic() - start, peak
 
 
 @pytest.fixture(scope="module")

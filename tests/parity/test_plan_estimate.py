@@ -17,6 +17,7 @@ from transformers import (BertConfig, BertModel, GPT2Config, GPT2LMHeadModel, Ll
                           MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
+from peak_rss import run_with_peak_rss  # noqa: E402
 from plan_model import make_plan_model  # noqa: E402
 
 CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
@@ -28,12 +29,9 @@ def cli(*args):
 
 
 def peak_rss_of(*args, env=None):
-    """Runs the CLI as a child and returns (returncode, stderr, peak RSS in bytes) from wait4."""
-    proc = subprocess.Popen([CLI, *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    err = proc.stderr.read().decode()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, err, usage.ru_maxrss * 1024  # Linux reports KiB
+    """Runs the CLI and returns (returncode, stderr, its own peak RSS in bytes): started from a small
+    launcher, since a child of pytest would report at least pytest's resident set."""
+    return run_with_peak_rss([CLI, *args], env=env)
 
 
 @pytest.fixture(scope="module")

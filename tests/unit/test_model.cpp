@@ -13,6 +13,7 @@
 #include "hf/families.h"
 #include "hf/safetensors.h"
 #include "model/dropout.h"
+#include "model/head_loss.h"
 #include "model/layers.h"
 #include "model/model.h"
 #include "model/quantized_linear.h"
@@ -548,6 +549,89 @@ class TestModel : public QObject {
     auto partial = model->forward(in);
     double expected2 = -(logp[0][2].item<double>() + logp[1][3].item<double>()) / 2;
     QVERIFY(std::abs(partial.loss.item<double>() - expected2) < 1e-5);
+  }
+
+  // Training's loss through the head a block of rows at a time (model/head_loss.h) equals the
+  // loss of whole logits, and so do its gradients: of the hidden states, and of a head's weight
+  // and bias where they train (full fine-tuning), frozen (LoRA) or not; blocks of 8 rows over 37
+  // (the last one short), ignored targets, and a loss gradient other than 1 (accumulation).
+  void headLossEqualsTheWholeLogitsLoss() {
+    torch::manual_seed(5);
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      const bool bf16 = dtype == torch::kBFloat16;
+      for (const bool trains : {true, false}) {
+        const auto options = torch::TensorOptions().dtype(dtype);
+        const torch::Tensor h0 = torch::randn({37, 16}, options);
+        const torch::Tensor w0 = torch::randn({50, 16}, options);
+        const torch::Tensor b0 = torch::randn({50}, options);
+        torch::Tensor targets = torch::randint(0, 50, {37}, torch::kInt64);
+        targets.index_put_({torch::arange(0, 37, 5)}, -100);
+        auto grads = [&](bool blocks) {
+          const torch::Tensor h = h0.clone().requires_grad_(true);
+          const torch::Tensor w = w0.clone().requires_grad_(trains);
+          const torch::Tensor b = b0.clone().requires_grad_(trains);
+          const torch::Tensor loss =
+              blocks ? head_cross_entropy(h, w, b, targets, 8)
+                     : torch::nn::functional::cross_entropy(
+                           torch::linear(h, w, b).to(torch::kFloat32), targets,
+                           torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+          (loss * 0.375).backward();
+          return std::vector<torch::Tensor>{loss.detach(), h.grad(), w.grad(), b.grad()};
+        };
+        const auto ours = grads(true), whole = grads(false);
+        QCOMPARE(ours[0].scalar_type(), torch::kFloat32);
+        const double tolerance = bf16 ? 1e-3 : 1e-6;
+        QVERIFY2(std::abs(ours[0].item<double>() / whole[0].item<double>() - 1.0) < tolerance,
+                 qPrintable(
+                     QString("%1 vs %2").arg(ours[0].item<double>()).arg(whole[0].item<double>())));
+        for (std::size_t i = 1; i < ours.size(); ++i) {
+          QCOMPARE(ours[i].defined(), whole[i].defined());
+          if (!ours[i].defined()) continue;
+          QCOMPARE(ours[i].scalar_type(), whole[i].scalar_type());
+          // bf16: the blocks' weight gradients are rounded once a block, not once.
+          QVERIFY2(torch::allclose(ours[i].to(torch::kFloat32), whole[i].to(torch::kFloat32),
+                                   bf16 ? 2e-2 : 1e-5, bf16 ? 2e-3 : 1e-7),
+                   qPrintable(QString("gradient %1, %2, trains %3")
+                                  .arg(i)
+                                  .arg(bf16 ? "bf16" : "fp32")
+                                  .arg(trains)));
+        }
+        QCOMPARE(ours[2].defined(), trains);
+      }
+    }
+    // Nothing to predict: NaN, as the whole-logits mean gives (0 / 0).
+    const torch::Tensor none = torch::full({4}, -100, torch::kInt64);
+    QVERIFY(std::isnan(head_cross_entropy(torch::randn({4, 16}), torch::randn({50, 16}), {}, none)
+                           .item<double>()));
+  }
+
+  // A model asked for no logits (training's forward) gives the same loss and parameter
+  // gradients as with them, untied head (llama) and tied (gpt2), and no logits.
+  void modelLossWithoutLogitsEqualsTheLossOfLogits() {
+    for (const json& config : {llama_config(), gpt2_config()}) {
+      auto model = make(config);
+      ForwardInput in = batch({{1, 2, 3, 4, 5}, {6, 7, 8}}, 5);
+      in.labels = in.input_ids.clone();
+      in.labels[1][3] = -100;
+      in.labels[1][4] = -100;
+      auto run = [&](bool logits) {
+        model->zero_grad();
+        in.logits = logits;
+        ForwardOutput out = model->forward(in);
+        if (out.logits.defined() != logits)
+          throw std::runtime_error("logits given or not as asked");
+        out.loss.backward();
+        std::vector<torch::Tensor> result{out.loss.detach()};
+        for (const auto& p : model->parameters()) result.push_back(p.grad().clone());
+        return result;
+      };
+      const auto with = run(true), without = run(false);
+      QCOMPARE(with.size(), without.size());
+      for (std::size_t i = 0; i < with.size(); ++i)
+        QVERIFY2(torch::allclose(with[i], without[i], 1e-5, 1e-7),
+                 qPrintable(QString::fromStdString(config["model_type"].get<std::string>()) +
+                            " tensor " + QString::number(i)));
+    }
   }
 
   // QLoRA's base: a Linear on a quantized weight computes, in forward and backward, what the same

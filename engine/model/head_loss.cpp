@@ -1,0 +1,111 @@
+#include "model/head_loss.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <optional>
+
+namespace tessera::model {
+namespace {
+
+constexpr std::int64_t kIgnored = -100;  // transformers' ignore_index
+
+// The loss, and its gradients computed block by block in forward: backward has only to scale
+// them by the loss's own gradient (the loss is a scalar, so they are linear in it).
+class HeadCrossEntropy : public torch::autograd::Function<HeadCrossEntropy> {
+ public:
+  // `bias` is optional: autograd takes no undefined tensor as an input.
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
+                               const torch::Tensor& weight,
+                               const std::optional<torch::Tensor>& bias,
+                               const torch::Tensor& targets, std::int64_t block_rows,
+                               const VocabularySplit* split, bool hidden_grad, bool weight_grad,
+                               bool bias_grad) {
+    const std::int64_t rows = hidden.size(0), columns = weight.size(0);
+    const std::int64_t first_column = split ? split->first : 0;
+    const auto f32 = hidden.options().dtype(torch::kFloat32);
+    const torch::Tensor counted = targets.ne(kIgnored);
+    // The targets in this block of the vocabulary (all of them without a split).
+    const torch::Tensor mine =
+        counted & targets.ge(first_column) & targets.lt(first_column + columns);
+    const torch::Tensor local_targets =
+        (targets - first_column).masked_fill(mine.logical_not(), 0).unsqueeze(1);
+    const torch::Tensor count = counted.sum().to(torch::kFloat32);
+    // The gradients' factor 1/count (no division by zero: with nothing counted they are zero).
+    const torch::Tensor scale = count.clamp_min(1.0).reciprocal();
+    torch::Tensor loss_sum = torch::zeros({}, f32);
+    torch::Tensor grad_hidden = hidden_grad ? torch::empty_like(hidden) : torch::Tensor();
+    torch::Tensor grad_weight = weight_grad ? torch::zeros_like(weight) : torch::Tensor();
+    torch::Tensor grad_bias = bias_grad ? torch::zeros({columns}, f32) : torch::Tensor();
+    const bool any_grad = hidden_grad || weight_grad || bias_grad;
+    for (std::int64_t first = 0; first < rows; first += block_rows) {
+      const std::int64_t length = std::min(block_rows, rows - first);
+      const torch::Tensor h = hidden.narrow(0, first, length);
+      const torch::Tensor target = local_targets.narrow(0, first, length);
+      const torch::Tensor is_mine = mine.narrow(0, first, length);
+      const torch::Tensor weights = counted.narrow(0, first, length).to(torch::kFloat32);
+      // As the whole-logits loss: logits in the hidden states' dtype, widened to float32; then,
+      // in place, shifted by the row's largest logit (over every rank's block) and exponentiated.
+      torch::Tensor logits = torch::linear(h, weight, bias).to(torch::kFloat32);
+      torch::Tensor row_max = std::get<0>(logits.max(1));
+      if (split) split->max_over_ranks(row_max);
+      logits.sub_(row_max.unsqueeze(1));
+      // [sum of exponentials, the target's shifted logit] of each row, over the ranks.
+      torch::Tensor figures = torch::empty({2, length}, f32);
+      figures[1].copy_(logits.gather(1, target).squeeze(1).masked_fill(is_mine.logical_not(), 0));
+      torch::Tensor exps = logits.exp_();
+      figures[0].copy_(exps.sum(1));
+      if (split) split->sum_over_ranks(figures);
+      loss_sum.add_(((figures[0].log() - figures[1]) * weights).sum());
+      if (!any_grad) continue;
+      // d(mean loss)/d(logits) = (softmax − one-hot(target)) / count on the rows that count,
+      // made in place of the exponentials.
+      torch::Tensor g = exps.div_(figures[0].unsqueeze(1));
+      g.scatter_add_(1, target, (is_mine.to(torch::kFloat32) * -1.0).unsqueeze(1));
+      g.mul_((weights * scale).unsqueeze(1));
+      if (bias_grad) grad_bias.add_(g.sum(0));
+      // Narrowed back to the compute dtype, as autograd passes it to the head's matmul.
+      const torch::Tensor g_compute = g.to(hidden.scalar_type());
+      if (hidden_grad) {
+        torch::Tensor rows_of_grad = grad_hidden.narrow(0, first, length);
+        torch::mm_out(rows_of_grad, g_compute, weight);
+      }
+      if (weight_grad) grad_weight.addmm_(g_compute.t(), h);
+    }
+    ctx->save_for_backward({grad_hidden, grad_weight,
+                            bias_grad ? grad_bias.to(bias->scalar_type()) : torch::Tensor()});
+    // transformers' mean: NaN when no target counts (0 / 0), as its cross-entropy gives.
+    return loss_sum / count;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor& loss_grad = grads.at(0);
+    auto scaled = [&](const torch::Tensor& gradient) {
+      return gradient.defined() ? gradient * loss_grad.to(gradient.scalar_type()) : gradient;
+    };
+    return {scaled(saved[0]), scaled(saved[1]), scaled(saved[2]), torch::Tensor(), torch::Tensor(),
+            torch::Tensor(),  torch::Tensor(),  torch::Tensor(),  torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor head_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
+                              const at::Tensor& bias, const at::Tensor& targets,
+                              std::int64_t block_rows, const VocabularySplit* split) {
+  TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
+              "head_cross_entropy: hidden [N, H] and weight [V, H] expected");
+  TORCH_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0),
+              "head_cross_entropy: targets [N] expected");
+  if (block_rows <= 0) block_rows = head_loss_block_rows(weight.size(0));
+  const bool grad = torch::GradMode::is_enabled();
+  const bool bias_grad = grad && bias.defined() && bias.requires_grad();
+  return HeadCrossEntropy::apply(
+      hidden.contiguous(), weight,
+      bias.defined() ? std::optional<torch::Tensor>(bias) : std::nullopt, targets.to(torch::kInt64),
+      block_rows, split, grad && hidden.requires_grad(), grad && weight.requires_grad(), bias_grad);
+}
+
+}  // namespace tessera::model

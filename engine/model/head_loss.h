@@ -1,0 +1,49 @@
+#pragma once
+// The causal-LM loss through the output head a block of rows at a time, so that the logits
+// [tokens, vocabulary] are never whole in memory: at 4096 tokens and Llama 3's 128k vocabulary
+// they are 2 GiB in float32, and the whole-logits loss holds them about three times over (their
+// float32 copy, the log-softmax, its gradient) at its backward.
+// Torch-free, so that the planner sizes the blocks as training makes them.
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+
+namespace at {
+class Tensor;
+}
+
+namespace tessera::model {
+
+// Float32 logits a block holds at most (the block's rows × vocabulary × 4 bytes).
+inline constexpr std::int64_t kHeadLossBlockBytes = std::int64_t{8} << 20;
+
+// The rows per block for a vocabulary of `vocabulary` entries: kHeadLossBlockBytes of float32
+// logits, at least 16 rows (narrower matmuls run far below the GEMM's rate).
+inline std::int64_t head_loss_block_rows(std::int64_t vocabulary) {
+  return std::max<std::int64_t>(16,
+                                kHeadLossBlockBytes / (4 * std::max<std::int64_t>(1, vocabulary)));
+}
+
+// The vocabulary split over tensor-parallel ranks: this rank's head holds the rows of the
+// vocabulary from `first` on, and the loss's per-row figures are combined over the ranks.
+struct VocabularySplit {
+  std::int64_t first = 0;
+  std::function<void(at::Tensor&)> max_over_ranks;  // elementwise, in place
+  std::function<void(at::Tensor&)> sum_over_ranks;  // elementwise, in place
+};
+
+// The mean cross-entropy of logits = hidden·weightᵀ + bias against `targets` (-100: ignored), as
+// causal_lm_loss computes it from whole logits (computed in the hidden states' dtype, widened to
+// float32), equal to it within rounding. The gradients of hidden, and of weight and bias where
+// they train, are computed block by block in forward (backward only scales them), so backward
+// needs neither the logits nor the weight.
+// hidden [N, H], weight [V, H], bias [V] or undefined, targets [N] int64; a float32 scalar.
+// With `split`, weight and bias are this rank's block of the vocabulary, targets are over the
+// whole of it, every rank gets the whole loss, and the hidden states' gradient is this rank's
+// part of theirs (summed over the ranks by whatever copied them to the ranks).
+at::Tensor head_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
+                              const at::Tensor& bias, const at::Tensor& targets,
+                              std::int64_t block_rows = 0,  // 0: head_loss_block_rows(V)
+                              const VocabularySplit* split = nullptr);
+
+}  // namespace tessera::model
