@@ -78,9 +78,9 @@ def workdir(tmp_path_factory):
     return d
 
 
-def job(workdir, name, strategy, **options):
+def job(workdir, name, strategy, max_length=128, **options):
     spec = {"version": 1, "model": {"path": str(workdir / "model")},
-            "dataset": {"train": str(workdir / "text.jsonl"), "format": "text", "max_length": 128},
+            "dataset": {"train": str(workdir / "text.jsonl"), "format": "text", "max_length": max_length},
             "training": {"steps": 3, "batch_size": 8, "learning_rate": 1e-4, "log_every": 1},
             "strategy": {"name": strategy, "options": {"device": "cpu", **options} if strategy != "auto" else {}},
             "output": {"dir": str(workdir / name)}}
@@ -430,7 +430,9 @@ def test_communication_time_matches_a_measured_all_reduce(workdir, tmp_path):
 
 
 def test_auto_at_two_processes_picks_ddp_and_explains(workdir):
-    spec = job(workdir, "auto", "auto")
+    # 256 tokens a sequence: activations a share of a rank's peak that halving the micro-batch
+    # saves more of than zero's shards do (at 128 the loss, holding no whole logits, is too small).
+    spec = job(workdir, "auto", "auto", max_length=256)
     plan = plan_of(spec)
     assert plan["strategy"] == "ddp" and plan["settings"]["strategy"] == "ddp"
     first = plan["reasons"][0]
@@ -448,7 +450,7 @@ def test_auto_at_two_processes_picks_ddp_and_explains(workdir):
     assert {(c["tp_size"], c["pp_size"]) for c in plan["strategies"] if c["strategy"] == "hybrid"} == {(2, 1), (1, 2)}
     # ddp at micro-batch 4 with 2 accumulation steps, planned as such (with accumulation autograd's
     # gradients are all held when the last backward starts, without they move into the buckets).
-    halved = job(workdir, "ddp-m4", "ddp")
+    halved = job(workdir, "ddp-m4", "ddp", max_length=256)
     spec_m4 = json.loads(halved.read_text())
     spec_m4["training"].update(batch_size=4, gradient_accumulation=2)
     halved.write_text(json.dumps(spec_m4))
