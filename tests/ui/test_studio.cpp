@@ -1836,6 +1836,11 @@ class StudioTest : public QObject {
     screenshot(&window, "4-hardware");
 
     // An override that does not fit at once: the method's batch follows it, the plan splits it.
+    // At the model's whole context (128 tokens; at 32, 65536 sequences fit now that the loss
+    // holds no whole logits).
+    wizard->dataset_page()->max_length()->setValue(128);
+    QTRY_VERIFY_WITH_TIMEOUT(!wizard->dataset_page()->busy(), 30000);
+    wizard->go_to(FineTuneWizard::HardwareStep);
     hw->batch_size()->setValue(65536);
     QCOMPARE(wizard->method_page()->training_spec().batch_size, 65536);
     QTRY_VERIFY_WITH_TIMEOUT(hw->warning_label()->isVisible() && !hw->busy(), 120000);
