@@ -90,7 +90,128 @@ class HeadCrossEntropy : public torch::autograd::Function<HeadCrossEntropy> {
   }
 };
 
+// log p(target) per row. Two ways to its gradients: with the head frozen, d log p / d hidden of
+// each row is made in forward (a row's value depends only on its own hidden state); with the head
+// training, backward recomputes each block's logits from the saved rows' log-sum-exp.
+class HeadTargetLogProbs : public torch::autograd::Function<HeadTargetLogProbs> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
+                               const torch::Tensor& weight,
+                               const std::optional<torch::Tensor>& bias,
+                               const torch::Tensor& targets, std::int64_t block_rows,
+                               bool hidden_grad, bool head_trains) {
+    const std::int64_t rows = hidden.size(0);
+    const auto f32 = hidden.options().dtype(torch::kFloat32);
+    const torch::Tensor counted = targets.ne(kIgnored);
+    const torch::Tensor target = targets.masked_fill(counted.logical_not(), 0).unsqueeze(1);
+    const torch::Tensor bias_or_none = bias ? *bias : torch::Tensor();
+    torch::Tensor log_probs = torch::empty({rows}, f32);
+    torch::Tensor log_sum_exp = head_trains ? torch::empty({rows}, f32) : torch::Tensor();
+    // Made in forward only where backward will not recompute the blocks.
+    torch::Tensor jacobian =
+        hidden_grad && !head_trains ? torch::empty_like(hidden) : torch::Tensor();
+    for (std::int64_t first = 0; first < rows; first += block_rows) {
+      const std::int64_t length = std::min(block_rows, rows - first);
+      const torch::Tensor h = hidden.narrow(0, first, length);
+      const torch::Tensor t = target.narrow(0, first, length);
+      const torch::Tensor is_counted = counted.narrow(0, first, length);
+      torch::Tensor logits = torch::linear(h, weight, bias_or_none).to(torch::kFloat32);
+      const torch::Tensor lse = logits.logsumexp(1);
+      log_probs.narrow(0, first, length)
+          .copy_((logits.gather(1, t).squeeze(1) - lse).masked_fill(is_counted.logical_not(), 0));
+      if (head_trains) log_sum_exp.narrow(0, first, length).copy_(lse);
+      if (!jacobian.defined()) continue;
+      // d log p / d logits = one-hot(target) − softmax, on the rows that count; in place of the
+      // logits, narrowed to the compute dtype as autograd passes it to the head's matmul.
+      torch::Tensor g = logits.sub_(lse.unsqueeze(1)).exp_().neg_();
+      g.scatter_add_(1, t, torch::ones({length, 1}, f32));
+      g.mul_(is_counted.to(torch::kFloat32).unsqueeze(1));
+      torch::Tensor rows_of_jacobian = jacobian.narrow(0, first, length);
+      torch::mm_out(rows_of_jacobian, g.to(hidden.scalar_type()), weight);
+    }
+    if (head_trains) {
+      ctx->save_for_backward({hidden, weight, bias_or_none, targets, log_sum_exp});
+    } else {
+      ctx->save_for_backward({jacobian});
+    }
+    ctx->saved_data["block_rows"] = block_rows;
+    ctx->saved_data["hidden_grad"] = hidden_grad;
+    ctx->saved_data["head_trains"] = head_trains;
+    ctx->saved_data["weight_grad"] = weight.requires_grad();
+    ctx->saved_data["bias_grad"] = bias && bias->requires_grad();
+    return log_probs;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor row_grad = grads.at(0).to(torch::kFloat32);
+    const bool hidden_grad = ctx->saved_data["hidden_grad"].toBool();
+    const bool head_trains = ctx->saved_data["head_trains"].toBool();
+    torch::autograd::tensor_list out(7);
+    if (!head_trains) {
+      if (hidden_grad) out[0] = saved[0] * row_grad.to(saved[0].scalar_type()).unsqueeze(1);
+      return out;
+    }
+    const torch::Tensor &hidden = saved[0], &weight = saved[1], &bias = saved[2],
+                        &targets = saved[3], &log_sum_exp = saved[4];
+    const std::int64_t rows = hidden.size(0);
+    const std::int64_t block_rows = ctx->saved_data["block_rows"].toInt();
+    const auto f32 = hidden.options().dtype(torch::kFloat32);
+    const torch::Tensor counted = targets.ne(kIgnored);
+    const torch::Tensor target = targets.masked_fill(counted.logical_not(), 0).unsqueeze(1);
+    const torch::Tensor weights = row_grad * counted.to(torch::kFloat32);
+    torch::Tensor grad_hidden = hidden_grad ? torch::empty_like(hidden) : torch::Tensor();
+    torch::Tensor grad_weight =
+        ctx->saved_data["weight_grad"].toBool() ? torch::zeros_like(weight) : torch::Tensor();
+    torch::Tensor grad_bias = ctx->saved_data["bias_grad"].toBool()
+                                  ? torch::zeros({weight.size(0)}, f32)
+                                  : torch::Tensor();
+    for (std::int64_t first = 0; first < rows; first += block_rows) {
+      const std::int64_t length = std::min(block_rows, rows - first);
+      const torch::Tensor h = hidden.narrow(0, first, length);
+      // (one-hot(target) − softmax) × the row's gradient, from the logits recomputed.
+      torch::Tensor g = torch::linear(h, weight, bias).to(torch::kFloat32);
+      g.sub_(log_sum_exp.narrow(0, first, length).unsqueeze(1)).exp_().neg_();
+      g.scatter_add_(1, target.narrow(0, first, length), torch::ones({length, 1}, f32));
+      g.mul_(weights.narrow(0, first, length).unsqueeze(1));
+      if (grad_bias.defined()) grad_bias.add_(g.sum(0));
+      const torch::Tensor g_compute = g.to(hidden.scalar_type());
+      if (hidden_grad) {
+        torch::Tensor rows_of_grad = grad_hidden.narrow(0, first, length);
+        torch::mm_out(rows_of_grad, g_compute, weight);
+      }
+      if (grad_weight.defined()) grad_weight.addmm_(g_compute.t(), h);
+    }
+    out[0] = grad_hidden;
+    out[1] = grad_weight;
+    out[2] = grad_bias.defined() ? grad_bias.to(bias.scalar_type()) : torch::Tensor();
+    return out;
+  }
+};
+
 }  // namespace
+
+bool head_log_probs_read_weight_in_backward(const at::Tensor& weight, const at::Tensor& bias) {
+  return torch::GradMode::is_enabled() &&
+         (weight.requires_grad() || (bias.defined() && bias.requires_grad()));
+}
+
+at::Tensor head_target_log_probs(const at::Tensor& hidden, const at::Tensor& weight,
+                                 const at::Tensor& bias, const at::Tensor& targets,
+                                 std::int64_t block_rows) {
+  TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
+              "head_target_log_probs: hidden [N, H] and weight [V, H] expected");
+  TORCH_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0),
+              "head_target_log_probs: targets [N] expected");
+  if (block_rows <= 0) block_rows = head_loss_block_rows(weight.size(0));
+  const bool head_trains = head_log_probs_read_weight_in_backward(weight, bias);
+  const bool hidden_grad = torch::GradMode::is_enabled() && hidden.requires_grad();
+  return HeadTargetLogProbs::apply(
+      hidden.contiguous(), weight,
+      bias.defined() ? std::optional<torch::Tensor>(bias) : std::nullopt, targets.to(torch::kInt64),
+      block_rows, hidden_grad, head_trains);
+}
 
 at::Tensor head_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
                               const at::Tensor& bias, const at::Tensor& targets,

@@ -46,4 +46,19 @@ at::Tensor head_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight
                               std::int64_t block_rows = 0,  // 0: head_loss_block_rows(V)
                               const VocabularySplit* split = nullptr);
 
+// log p(target) of each row under logits = hidden·weightᵀ + bias, float32 [N] (0 where the
+// target is -100), as the whole logits give it (computed in the hidden states' dtype, widened to
+// float32; the target's logit less the row's log-sum-exp): preference tuning's per-token
+// log-probabilities, a block of rows at a time. Each row's value depends on its own hidden
+// state alone, so where only the hidden states train, forward keeps d log p / d hidden [N, H]
+// (in their dtype) and backward scales it by each row's gradient: backward needs neither the
+// logits nor the weight. Where the weight or bias trains, forward keeps the rows' log-sum-exp and
+// backward recomputes each block's logits from the hidden states and the weight.
+at::Tensor head_target_log_probs(const at::Tensor& hidden, const at::Tensor& weight,
+                                 const at::Tensor& bias, const at::Tensor& targets,
+                                 std::int64_t block_rows = 0);  // 0: head_loss_block_rows(V)
+
+// Whether head_target_log_probs will read the weight in backward (it trains, or its bias does).
+bool head_log_probs_read_weight_in_backward(const at::Tensor& weight, const at::Tensor& bias);
+
 }  // namespace tessera::model

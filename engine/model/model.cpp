@@ -144,6 +144,11 @@ ForwardOutput PretrainedModel::forward(const ForwardInput& input) {
     throw_invalid("logits_to_keep: the loss needs every position's logits; give no labels");
   in.logits_to_keep = input.logits_to_keep;
   in.logits = input.logits;
+  in.label_log_probs = input.label_log_probs;
+  if (input.label_log_probs && (head_ != TaskHead::CausalLM || !input.labels.defined()))
+    throw_invalid(
+        "label_log_probs: needs a causal LM head and labels (the tokens whose "
+        "log-probabilities to compute)");
   if (input.labels.defined()) {
     if (head_ == TaskHead::Base)
       throw_invalid("labels: a base model (" + std::string(task_head_name(head_)) +
@@ -467,47 +472,103 @@ torch::Tensor shifted_targets(const torch::Tensor& labels) {
       .narrow(1, 1, labels.size(1));
 }
 
+// The head's parameters where they serve the loss without logits (a head not quantized and
+// without an adapter; `split` set where its vocabulary is split over ranks); false elsewhere.
+struct HeadParameters {
+  const torch::nn::Module* block = nullptr;
+  ParameterUse* use = nullptr;
+  SplitLogits* split = nullptr;
+  torch::Tensor weight, bias;
+};
+
+bool blockwise_head(LinearImpl* lm_head, EmbeddingImpl& tied, HeadParameters& head) {
+  if (lm_head) {
+    if (lm_head->quantized || lm_head->adapter || lm_head->layout != LinearImpl::Layout::OutIn)
+      return false;
+    if (lm_head->split && !(head.split = dynamic_cast<SplitLogits*>(lm_head->split.get())))
+      return false;
+    head.block = lm_head;
+    head.use = lm_head->parameter_use.get();
+    head.weight = lm_head->weight;
+    head.bias = lm_head->bias;
+  } else {
+    if (tied.split && !(head.split = dynamic_cast<SplitLogits*>(tied.split.get()))) return false;
+    head.block = &tied;
+    head.use = tied.parameter_use.get();
+    head.weight = tied.weight;
+  }
+  return true;
+}
+
+// Preference tuning's per-token log-probabilities (in.label_log_probs) through a whole head a
+// block of positions at a time; undefined where the head is split, quantized or adapted.
+torch::Tensor label_log_probs_without_logits(const ForwardOutput& out, const ForwardInput& in,
+                                             LinearImpl* lm_head, EmbeddingImpl& tied) {
+  HeadParameters head;
+  if (!blockwise_head(lm_head, tied, head) || head.split) return {};
+  const std::int64_t length = in.labels.size(1);
+  const std::int64_t hidden = out.hidden_states.size(-1);
+  if (length < 2)
+    return torch::zeros({in.labels.size(0), 0}, out.hidden_states.options().dtype(torch::kFloat32));
+  // Position t predicts label t + 1: the last position predicts nothing and is not computed.
+  const torch::Tensor rows = out.hidden_states.narrow(1, 0, length - 1).reshape({-1, hidden});
+  const torch::Tensor targets = in.labels.narrow(1, 1, length - 1).reshape({-1});
+  // Backward reads the weight again only where the head trains (model/head_loss.h).
+  const bool weight_in_backward = head_log_probs_read_weight_in_backward(head.weight, head.bias);
+  if (head.use) head.use->enter(*head.block);
+  torch::Tensor log_probs = head_target_log_probs(rows, head.weight, head.bias, targets)
+                                .reshape({in.labels.size(0), length - 1});
+  return head.use ? head.use->leave(*head.block, std::move(log_probs), weight_in_backward)
+                  : log_probs;
+}
+
+// The same from whole logits [B, T, V].
+torch::Tensor label_log_probs_of_logits(const torch::Tensor& logits, const torch::Tensor& labels) {
+  const std::int64_t length = labels.size(1);
+  if (length < 2) return torch::zeros({labels.size(0), 0}, logits.options().dtype(torch::kFloat32));
+  const torch::Tensor targets = labels.narrow(1, 1, length - 1);
+  const torch::Tensor counted = targets.ne(-100);
+  const torch::Tensor predicted = logits.narrow(1, 0, length - 1).to(torch::kFloat32);
+  // log p(target) = logit(target) − logsumexp(logits): no [rows, T, vocab] log-softmax kept.
+  return (predicted.gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1) -
+          predicted.logsumexp(-1))
+      .masked_fill(counted.logical_not(), 0);
+}
+
 // The loss without the logits (in.logits false), through a head not quantized and without an
 // adapter, whole here or split over ranks by the vocabulary. Undefined where the head is not.
 torch::Tensor head_loss_without_logits(const ForwardOutput& out, const ForwardInput& in,
                                        LinearImpl* lm_head, EmbeddingImpl& tied) {
   if (in.logits || !in.labels.defined()) return {};
-  const torch::nn::Module* block = nullptr;
-  ParameterUse* use = nullptr;
-  SplitLogits* split = nullptr;
-  torch::Tensor weight, bias;
-  if (lm_head) {
-    if (lm_head->quantized || lm_head->adapter || lm_head->layout != LinearImpl::Layout::OutIn)
-      return {};
-    if (lm_head->split && !(split = dynamic_cast<SplitLogits*>(lm_head->split.get()))) return {};
-    block = lm_head;
-    use = lm_head->parameter_use.get();
-    weight = lm_head->weight;
-    bias = lm_head->bias;
-  } else {
-    if (tied.split && !(split = dynamic_cast<SplitLogits*>(tied.split.get()))) return {};
-    block = &tied;
-    use = tied.parameter_use.get();
-    weight = tied.weight;
-  }
+  HeadParameters head;
+  if (!blockwise_head(lm_head, tied, head)) return {};
   // Whatever holds the head's parameters (Gemini's chunks) has them in memory from here to
   // leave(); backward reads only the gradients computed in forward, never the weight again.
-  if (use) use->enter(*block);
+  if (head.use) head.use->enter(*head.block);
   const torch::Tensor targets = shifted_targets(in.labels).reshape({-1});
   torch::Tensor loss;
-  if (split) {
-    loss = split->head_loss(out.hidden_states, weight, bias, targets);
+  if (head.split) {
+    loss = head.split->head_loss(out.hidden_states, head.weight, head.bias, targets);
   } else {
     const std::int64_t hidden = out.hidden_states.size(-1);
-    loss = head_cross_entropy(out.hidden_states.reshape({-1, hidden}), weight, bias, targets);
+    loss = head_cross_entropy(out.hidden_states.reshape({-1, hidden}), head.weight, head.bias,
+                              targets);
   }
-  return use ? use->leave(*block, std::move(loss), false) : loss;
+  return head.use ? head.use->leave(*head.block, std::move(loss), false) : loss;
 }
 
 }  // namespace
 
 void apply_causal_lm_head(ForwardOutput& out, const ForwardInput& in, LinearImpl* lm_head,
                           EmbeddingImpl& tied) {
+  if (in.label_log_probs) {
+    out.label_log_probs = label_log_probs_without_logits(out, in, lm_head, tied);
+    if (!out.label_log_probs.defined()) {
+      out.logits = lm_head ? lm_head->forward(out.hidden_states) : tied.attend(out.hidden_states);
+      out.label_log_probs = label_log_probs_of_logits(out.logits, in.labels);
+    }
+    return;
+  }
   if (torch::Tensor loss = head_loss_without_logits(out, in, lm_head, tied); loss.defined()) {
     out.loss = std::move(loss);
     return;

@@ -83,6 +83,11 @@ struct ForwardInput {
   // time (model/head_loss.h) and leaves ForwardOutput::logits undefined: training's memory
   // holds no [B, T, vocab] logits. Where the head is split, quantized or adapted, as true.
   bool logits = true;
+  // CausalLM with labels: instead of the loss, ForwardOutput::label_log_probs, log p(labels[:, t
+  // + 1] | tokens up to t) — preference tuning's per-token figures — computed through the head a
+  // block of positions at a time (model/head_loss.h) where the head allows (as `logits` false),
+  // else from whole logits.
+  bool label_log_probs = false;
   // A pipeline stage after the first (PretrainedModel::stage): the previous stage's output
   // [B, T, hidden], where its layers start. input_ids, attention_mask and labels are still given
   // (masks, positions and the loss are made from them).
@@ -90,8 +95,11 @@ struct ForwardInput {
 };
 
 struct ForwardOutput {
-  torch::Tensor logits;         // CausalLM: [B, T, vocab]; SequenceClassification: [B, labels]
-  torch::Tensor loss;           // scalar float32, defined when labels were given
+  torch::Tensor logits;  // CausalLM: [B, T, vocab]; SequenceClassification: [B, labels]
+  torch::Tensor loss;    // scalar float32, defined when labels were given
+  // With ForwardInput::label_log_probs: [B, T - 1] float32, position t's log-probability of
+  // labels[:, t + 1] (0 where that label is -100); no loss then.
+  torch::Tensor label_log_probs;
   torch::Tensor hidden_states;  // last hidden state [B, T, hidden] (after the final norm); a
                                 // pipeline stage before the last: its last layer's output
 };

@@ -326,13 +326,15 @@ ActivationTerms activation_terms(const hf::ModelConfig& c, const Settings& s, in
   // Training's loss through the head (model/head_loss.h): a block of rows' logits at a time (of
   // this rank's V / tp columns), in the compute dtype, widened to float32 (in place of them in
   // fp32), and their gradient in the compute dtype; plus the hidden states' gradient, computed in
-  // forward. Preference tuning (two rows an example) reads whole logits, and so does a head
-  // with LoRA's adapter.
+  // forward. Preference tuning's per-token log-probabilities the same way (their gradient with
+  // respect to the hidden states kept from forward, or, where the head trains, the blocks
+  // recomputed in backward from the hidden states). A head with LoRA's adapter reads whole
+  // logits.
   const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
   const bool adapted_head =
       lora && std::find(targets.begin(), targets.end(), "lm_head") != targets.end();
   const double columns = v / split;
-  if (hf::family_of(c).causal_lm && s.rows_per_example == 1 && !adapted_head) {
+  if (hf::family_of(c).causal_lm && !adapted_head) {
     const double rows =
         std::min(t, d(model::head_loss_block_rows(static_cast<std::int64_t>(columns))));
     out.head = rows * columns * (bf16 ? 2.0 + 4.0 + 2.0 : 4.0) + t * h * act + final_norm;

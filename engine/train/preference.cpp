@@ -62,16 +62,6 @@ void validate(const PreferenceOptions& o, const std::string& field) {
       throw_invalid(field + "." + name + ": must be a finite number > 0");
 }
 
-torch::Tensor next_token_log_probs(const torch::Tensor& logits, const torch::Tensor& tokens) {
-  const std::int64_t length = tokens.size(1);
-  if (length < 2) return torch::zeros({tokens.size(0), 0}, logits.options().dtype(torch::kFloat32));
-  // Position t predicts token t + 1; a -100 (a label's "none") gathers token 0, masked later.
-  const torch::Tensor targets = tokens.narrow(1, 1, length - 1).clamp_min(0).unsqueeze(-1);
-  const torch::Tensor predicted = logits.narrow(1, 0, length - 1).to(torch::kFloat32);
-  // log p(target) = logit(target) − logsumexp(logits): no [rows, T, vocab] log-softmax kept.
-  return predicted.gather(-1, targets).squeeze(-1) - predicted.logsumexp(-1);
-}
-
 SequenceLogProbs labelled_sums(const torch::Tensor& log_probs, const torch::Tensor& labels) {
   const std::int64_t length = labels.size(1);
   if (length < 2) {
@@ -80,10 +70,6 @@ SequenceLogProbs labelled_sums(const torch::Tensor& log_probs, const torch::Tens
   }
   const torch::Tensor mask = labels.narrow(1, 1, length - 1).ne(-100).to(torch::kFloat32);
   return {(log_probs * mask).sum(1), mask.sum(1)};
-}
-
-SequenceLogProbs sequence_log_probs(const torch::Tensor& logits, const torch::Tensor& labels) {
-  return labelled_sums(next_token_log_probs(logits, labels), labels);
 }
 
 PreferenceSums& PreferenceSums::operator+=(const PreferenceSums& o) {

@@ -56,19 +56,15 @@ struct PreferenceOptions {
 // Throws InvalidInput naming `field` + ".beta" etc. for values out of their range.
 void validate(const PreferenceOptions& options, const std::string& field);
 
-// Each row's summed log-probability of its labelled tokens (labels shifted left by one, as the
-// causal-LM loss does) and their count: float32 [rows], from logits [rows, T, vocab] (any
-// float dtype: upcast) and labels [rows, T].
+// Each row's summed log-probability of its labelled tokens and their count, from each
+// position's log-probability of the token after it (model::ForwardOutput::label_log_probs,
+// [rows, T − 1], of the labels or of the input ids, which the labels equal wherever they keep a
+// token) over the positions `labels` [rows, T] keeps (labels shifted left by one, as the
+// causal-LM loss does).
 struct SequenceLogProbs {
   torch::Tensor sum;     // [rows]
   torch::Tensor tokens;  // [rows], float32
 };
-SequenceLogProbs sequence_log_probs(const torch::Tensor& logits, const torch::Tensor& labels);
-// The same in two steps, for one forward's logits summed under several masks (ORPO: the
-// completions, and the chosen sequences whole): each position's float32 log-probability of the
-// token after it in `tokens` [rows, T] (the input ids, which the labels equal wherever they
-// keep a token), [rows, T − 1]; then its sums over the positions `labels` keeps.
-torch::Tensor next_token_log_probs(const torch::Tensor& logits, const torch::Tensor& tokens);
 SequenceLogProbs labelled_sums(const torch::Tensor& log_probs, const torch::Tensor& labels);
 
 // The metrics of a batch as sums over its pairs, so that micro-batches and ranks add up; the

@@ -288,10 +288,24 @@ double Trainer::train_micro_batch(const Batch& batch, bool last_micro_batch, std
   return loss.detach().to(torch::kFloat64).item<double>();
 }
 
+namespace {
+
+// Each position's log-probability of the token after it in `targets` [rows, T] (labels, or the
+// input ids), [rows, T − 1] float32: the model computes it through its head a block of positions
+// at a time, holding no [rows, T, vocab] logits where its head allows.
+torch::Tensor log_probs_of(model::PretrainedModel& model, model::ForwardInput input,
+                           const torch::Tensor& targets) {
+  input.labels = targets;
+  input.label_log_probs = true;
+  return model.forward(input).label_log_probs;
+}
+
+}  // namespace
+
 SequenceLogProbs Trainer::reference_log_probs(const model::ForwardInput& input,
                                               const torch::Tensor& labels) {
   torch::NoGradGuard no_grad;
-  if (reference_) return sequence_log_probs(reference_->forward(input).logits, labels);
+  if (reference_) return labelled_sums(log_probs_of(*reference_, input, labels), labels);
   // The model with its adapters off is the base it started from; in eval mode, as a separate
   // reference model runs, so its log-probabilities draw no dropout.
   struct AdaptersOff {
@@ -305,24 +319,25 @@ SequenceLogProbs Trainer::reference_log_probs(const model::ForwardInput& input,
   } off{*lora_, *model_, model_->is_training()};
   lora_->detach();
   model_->eval();
-  return sequence_log_probs(model_->forward(input).logits, labels);
+  return labelled_sums(log_probs_of(*model_, input, labels), labels);
 }
 
 PreferenceBatchLoss Trainer::preference_batch_loss(const Batch& batch) {
   const PreferenceOptions& p = *options_.method.preference;
   model::ForwardInput input = input_of(batch);
   const torch::Tensor labels = input.labels;
-  // The logits are all that is needed: the model's own token loss is not computed.
+  // The per-token log-probabilities are all that is needed: the model's own token loss is not
+  // computed.
   input.labels = torch::Tensor();
   if (p.unpaired()) return kto_batch_loss(batch, input, labels);
   SequenceLogProbs reference;
   if (p.needs_reference()) reference = reference_log_probs(input, labels);
-  const torch::Tensor logits = model_->forward(input).logits;
   if (p.loss == PreferenceLoss::Orpo) {
-    // One pass over the logits for both sums: the completions', and the chosen sequences' whole
-    // (the NLL term, the prompt included as TRL computes it).
-    const torch::Tensor log_probs = next_token_log_probs(logits, input.input_ids);
-    const std::int64_t pairs = logits.size(0) / 2;
+    // One forward for both sums: the completions', and the chosen sequences' whole (the NLL
+    // term, the prompt included as TRL computes it), from the log-probabilities of every input
+    // token (the labels equal them wherever they keep a token).
+    const torch::Tensor log_probs = log_probs_of(*model_, input, input.input_ids);
+    const std::int64_t pairs = input.input_ids.size(0) / 2;
     const SequenceLogProbs chosen_sequences =
         labelled_sums(log_probs.narrow(0, 0, pairs),
                       whole_sequence_labels(input.input_ids.narrow(0, 0, pairs),
@@ -331,7 +346,7 @@ PreferenceBatchLoss Trainer::preference_batch_loss(const Batch& batch) {
                                                 : torch::Tensor()));
     return preference_loss(p, labelled_sums(log_probs, labels), nullptr, &chosen_sequences);
   }
-  return preference_loss(p, sequence_log_probs(logits, labels),
+  return preference_loss(p, labelled_sums(log_probs_of(*model_, input, labels), labels),
                          p.needs_reference() ? &reference : nullptr);
 }
 
@@ -357,10 +372,11 @@ PreferenceBatchLoss Trainer::kto_batch_loss(const Batch& batch, const model::For
   SequenceLogProbs mismatched;
   {
     torch::NoGradGuard no_grad;
-    mismatched = sequence_log_probs(model_->forward(rows(n)).logits, mismatched_labels);
+    mismatched =
+        labelled_sums(log_probs_of(*model_, rows(n), mismatched_labels), mismatched_labels);
   }
   const SequenceLogProbs policy =
-      sequence_log_probs(model_->forward(rows(0)).logits, example_labels);
+      labelled_sums(log_probs_of(*model_, rows(0), example_labels), example_labels);
   double kl = (mismatched.sum - reference.sum.narrow(0, n, n)).mean().item<double>();
   if (distributed()) {  // the mean over the data-parallel ranks' batches
     const std::vector<double> all = gather({kl}, /*data_only=*/true);

@@ -605,6 +605,108 @@ class TestModel : public QObject {
                            .item<double>()));
   }
 
+  // Preference tuning's per-token log-probabilities through the head in blocks: the values and
+  // gradients of the whole logits' gather − logsumexp, under a gradient that differs per row
+  // (as DPO's weights its rows), with the head frozen (gradient kept from forward) and
+  // training (blocks recomputed in backward); ignored targets give 0 and no gradient.
+  void headLogProbsEqualTheWholeLogitsOnes() {
+    torch::manual_seed(6);
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      const bool bf16 = dtype == torch::kBFloat16;
+      for (const bool trains : {true, false}) {
+        const auto options = torch::TensorOptions().dtype(dtype);
+        const torch::Tensor h0 = torch::randn({37, 16}, options);
+        const torch::Tensor w0 = torch::randn({50, 16}, options);
+        const torch::Tensor b0 = torch::randn({50}, options);
+        torch::Tensor targets = torch::randint(0, 50, {37}, torch::kInt64);
+        targets.index_put_({torch::arange(0, 37, 5)}, -100);
+        const torch::Tensor counted = targets.ne(-100);
+        const torch::Tensor row_grad = torch::randn({37});
+        auto grads = [&](bool blocks) {
+          const torch::Tensor h = h0.clone().requires_grad_(true);
+          const torch::Tensor w = w0.clone().requires_grad_(trains);
+          const torch::Tensor b = b0.clone().requires_grad_(trains);
+          torch::Tensor log_probs;
+          if (blocks) {
+            log_probs = head_target_log_probs(h, w, b, targets, 8);
+          } else {
+            const torch::Tensor logits = torch::linear(h, w, b).to(torch::kFloat32);
+            log_probs = (logits.gather(1, targets.clamp_min(0).unsqueeze(1)).squeeze(1) -
+                         logits.logsumexp(1)) *
+                        counted.to(torch::kFloat32);
+          }
+          (log_probs * row_grad).sum().backward();
+          return std::vector<torch::Tensor>{log_probs.detach(), h.grad(), w.grad(), b.grad()};
+        };
+        const auto ours = grads(true), whole = grads(false);
+        QCOMPARE(ours[0].scalar_type(), torch::kFloat32);
+        QVERIFY(torch::equal(ours[0].masked_select(counted.logical_not()), torch::zeros({8})));
+        QVERIFY(torch::allclose(ours[0], whole[0], bf16 ? 1e-3 : 1e-6, 1e-6));
+        for (std::size_t i = 1; i < ours.size(); ++i) {
+          QCOMPARE(ours[i].defined(), whole[i].defined());
+          if (!ours[i].defined()) continue;
+          QCOMPARE(ours[i].scalar_type(), whole[i].scalar_type());
+          QVERIFY2(torch::allclose(ours[i].to(torch::kFloat32), whole[i].to(torch::kFloat32),
+                                   bf16 ? 2e-2 : 1e-5, bf16 ? 2e-2 : 1e-6),
+                   qPrintable(QString("gradient %1, %2, trains %3")
+                                  .arg(i)
+                                  .arg(bf16 ? "bf16" : "fp32")
+                                  .arg(trains)));
+        }
+        QCOMPARE(ours[2].defined(), trains);
+        // An ignored row's hidden state gets no gradient.
+        QVERIFY(
+            torch::equal(ours[1].index({torch::arange(0, 37, 5)}), torch::zeros({8, 16}, options)));
+      }
+    }
+  }
+
+  // A model asked for label_log_probs gives them, with no logits and no loss where its head
+  // allows blocks (llama's untied head, gpt2's tied one), equal in value and in every
+  // parameter's gradient to the same figures from its whole logits.
+  void modelLabelLogProbsEqualThoseOfItsLogits() {
+    for (const json& config : {llama_config(), gpt2_config()}) {
+      auto model = make(config);
+      ForwardInput in = batch({{1, 2, 3, 4, 5}, {6, 7, 8}}, 5);
+      in.labels = in.input_ids.clone();
+      in.labels[0][1] = -100;
+      in.labels[1][3] = -100;
+      in.labels[1][4] = -100;
+      const torch::Tensor row_grad = torch::randn({2, 4});
+      auto run = [&](bool blocks) {
+        model->zero_grad();
+        ForwardInput asked = in;
+        torch::Tensor log_probs;
+        if (blocks) {
+          asked.label_log_probs = true;
+          ForwardOutput out = model->forward(asked);
+          if (out.logits.defined() || out.loss.defined())
+            throw std::runtime_error("logits or a loss computed beside the log-probabilities");
+          log_probs = out.label_log_probs;
+        } else {
+          asked.labels = torch::Tensor();
+          const torch::Tensor logits = model->forward(asked).logits.narrow(1, 0, 4);
+          const torch::Tensor targets = in.labels.narrow(1, 1, 4);
+          log_probs = (logits.gather(2, targets.clamp_min(0).unsqueeze(2)).squeeze(2) -
+                       logits.logsumexp(2)) *
+                      targets.ne(-100).to(torch::kFloat32);
+        }
+        (log_probs * row_grad).sum().backward();
+        std::vector<torch::Tensor> result{log_probs.detach()};
+        for (const auto& p : model->parameters()) result.push_back(p.grad().clone());
+        return result;
+      };
+      const auto blocks = run(true), whole = run(false);
+      QVERIFY(blocks[0].sizes() == torch::IntArrayRef({2, 4}));
+      QCOMPARE(blocks[0][1][3].item<float>(), 0.0f);
+      QCOMPARE(blocks.size(), whole.size());
+      for (std::size_t i = 0; i < blocks.size(); ++i)
+        QVERIFY2(torch::allclose(blocks[i], whole[i], 1e-5, 1e-7),
+                 qPrintable(QString::fromStdString(config["model_type"].get<std::string>()) +
+                            " tensor " + QString::number(i)));
+    }
+  }
+
   // A model asked for no logits (training's forward) gives the same loss and parameter
   // gradients as with them, untied head (llama) and tied (gpt2), and no logits.
   void modelLossWithoutLogitsEqualsTheLossOfLogits() {
