@@ -90,6 +90,15 @@ class HeadCrossEntropy : public torch::autograd::Function<HeadCrossEntropy> {
   }
 };
 
+// In place of a block's float32 logits: d log p(target) / d logits = one-hot(target) − softmax,
+// times each row's factor (0 on the rows that do not count).
+torch::Tensor log_prob_gradient_(torch::Tensor& logits, const torch::Tensor& log_sum_exp,
+                                 const torch::Tensor& target, const torch::Tensor& row_factor) {
+  torch::Tensor g = logits.sub_(log_sum_exp.unsqueeze(1)).exp_().neg_();
+  g.scatter_add_(1, target, torch::ones({logits.size(0), 1}, logits.options()));
+  return g.mul_(row_factor.unsqueeze(1));
+}
+
 // log p(target) per row. Two ways to its gradients: with the head frozen, d log p / d hidden of
 // each row is made in forward (a row's value depends only on its own hidden state); with the head
 // training, backward recomputes each block's logits from the saved rows' log-sum-exp.
@@ -121,11 +130,8 @@ class HeadTargetLogProbs : public torch::autograd::Function<HeadTargetLogProbs> 
           .copy_((logits.gather(1, t).squeeze(1) - lse).masked_fill(is_counted.logical_not(), 0));
       if (head_trains) log_sum_exp.narrow(0, first, length).copy_(lse);
       if (!jacobian.defined()) continue;
-      // d log p / d logits = one-hot(target) − softmax, on the rows that count; in place of the
-      // logits, narrowed to the compute dtype as autograd passes it to the head's matmul.
-      torch::Tensor g = logits.sub_(lse.unsqueeze(1)).exp_().neg_();
-      g.scatter_add_(1, t, torch::ones({length, 1}, f32));
-      g.mul_(is_counted.to(torch::kFloat32).unsqueeze(1));
+      // Narrowed to the compute dtype, as autograd passes it to the head's matmul.
+      const torch::Tensor g = log_prob_gradient_(logits, lse, t, is_counted.to(torch::kFloat32));
       torch::Tensor rows_of_jacobian = jacobian.narrow(0, first, length);
       torch::mm_out(rows_of_jacobian, g.to(hidden.scalar_type()), weight);
     }
@@ -170,11 +176,11 @@ class HeadTargetLogProbs : public torch::autograd::Function<HeadTargetLogProbs> 
     for (std::int64_t first = 0; first < rows; first += block_rows) {
       const std::int64_t length = std::min(block_rows, rows - first);
       const torch::Tensor h = hidden.narrow(0, first, length);
-      // (one-hot(target) − softmax) × the row's gradient, from the logits recomputed.
-      torch::Tensor g = torch::linear(h, weight, bias).to(torch::kFloat32);
-      g.sub_(log_sum_exp.narrow(0, first, length).unsqueeze(1)).exp_().neg_();
-      g.scatter_add_(1, target.narrow(0, first, length), torch::ones({length, 1}, f32));
-      g.mul_(weights.narrow(0, first, length).unsqueeze(1));
+      // From the logits recomputed, times each row's gradient.
+      torch::Tensor logits = torch::linear(h, weight, bias).to(torch::kFloat32);
+      const torch::Tensor g =
+          log_prob_gradient_(logits, log_sum_exp.narrow(0, first, length),
+                             target.narrow(0, first, length), weights.narrow(0, first, length));
       if (grad_bias.defined()) grad_bias.add_(g.sum(0));
       const torch::Tensor g_compute = g.to(hidden.scalar_type());
       if (hidden_grad) {

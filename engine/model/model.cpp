@@ -508,8 +508,6 @@ torch::Tensor label_log_probs_without_logits(const ForwardOutput& out, const For
   if (!blockwise_head(lm_head, tied, head) || head.split) return {};
   const std::int64_t length = in.labels.size(1);
   const std::int64_t hidden = out.hidden_states.size(-1);
-  if (length < 2)
-    return torch::zeros({in.labels.size(0), 0}, out.hidden_states.options().dtype(torch::kFloat32));
   // Position t predicts label t + 1: the last position predicts nothing and is not computed.
   const torch::Tensor rows = out.hidden_states.narrow(1, 0, length - 1).reshape({-1, hidden});
   const torch::Tensor targets = in.labels.narrow(1, 1, length - 1).reshape({-1});
@@ -525,7 +523,6 @@ torch::Tensor label_log_probs_without_logits(const ForwardOutput& out, const For
 // The same from whole logits [B, T, V].
 torch::Tensor label_log_probs_of_logits(const torch::Tensor& logits, const torch::Tensor& labels) {
   const std::int64_t length = labels.size(1);
-  if (length < 2) return torch::zeros({labels.size(0), 0}, logits.options().dtype(torch::kFloat32));
   const torch::Tensor targets = labels.narrow(1, 1, length - 1);
   const torch::Tensor counted = targets.ne(-100);
   const torch::Tensor predicted = logits.narrow(1, 0, length - 1).to(torch::kFloat32);
@@ -562,6 +559,12 @@ torch::Tensor head_loss_without_logits(const ForwardOutput& out, const ForwardIn
 void apply_causal_lm_head(ForwardOutput& out, const ForwardInput& in, LinearImpl* lm_head,
                           EmbeddingImpl& tied) {
   if (in.label_log_probs) {
+    // Sequences of one token predict nothing.
+    if (in.labels.size(1) < 2) {
+      out.label_log_probs =
+          torch::zeros({in.labels.size(0), 0}, out.hidden_states.options().dtype(torch::kFloat32));
+      return;
+    }
     out.label_log_probs = label_log_probs_without_logits(out, in, lm_head, tied);
     if (!out.label_log_probs.defined()) {
       out.logits = lm_head ? lm_head->forward(out.hidden_states) : tied.attend(out.hidden_states);

@@ -409,11 +409,6 @@ nlohmann::json share_plan(dist::ParallelContext& parallel, const nlohmann::json&
 job::JobSpec plan_run(const job::JobSpec& spec, const hf::ModelFolder& source,
                       const fs::path& out_dir, const RunOptions& run_options,
                       job::EventSink& events, dist::ParallelContext* parallel) {
-  // A host budget the user set is what this process may hold resident: freed buffers of a few
-  // MiB go back at once instead of staying in glibc's heap (the disk tier's host floor).
-  if (const auto budget = spec.strategy.options.find("host_budget");
-      budget != spec.strategy.options.end() && *budget != "auto")
-    memory::bound_heap_retention();
   if (spec.strategy.name != "auto") {
     // A host budget is checked before anything is loaded.
     if (spec.strategy.options.contains("host_budget"))
@@ -861,12 +856,16 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   // second.
   const job::JobSpec spec =
       plan_run(requested, source, out_dir, run_options, events, parallel.get());
-  // Without a budget too, the peak the plan is held to would otherwise depend on how glibc's heap
-  // happened to be reused: hybrid tp2's ranks peaked anywhere in 597-775 MiB over five identical
-  // runs with glibc's sliding mmap threshold, 552-583 MiB with it fixed. Not yet under gemini:
-  // its host terms were fitted to the default heap (its ranks peak 27% under the plan with the
-  // threshold fixed); refitting them is the next step.
-  if (spec.strategy.name != "gemini") memory::bound_heap_retention();
+  // Freed buffers of a few MiB go back at once instead of staying in glibc's heap. A host budget
+  // the user set is what this process may hold resident (the disk tier's host floor); without
+  // one, the peak the plan is held to would otherwise depend on how the heap happened to be
+  // reused: hybrid tp2's ranks peaked anywhere in 597-775 MiB over five identical runs with
+  // glibc's sliding mmap threshold, 552-583 MiB with it fixed. Not yet under gemini without a
+  // budget: its host terms were fitted to the default heap (its ranks peak 27% under the plan
+  // with the threshold fixed); refitting them is the next step.
+  const auto budget = requested.strategy.options.find("host_budget");
+  const bool budgeted = budget != requested.strategy.options.end() && *budget != "auto";
+  if (budgeted || spec.strategy.name != "gemini") memory::bound_heap_retention();
 
   events.progress("load", 0, 1);
   TrainingData data = prepare_training_data(spec, source, events);

@@ -250,7 +250,7 @@ model::ForwardInput Trainer::input_of(const Batch& batch) const {
       batch.attention_mask.defined() ? batch.attention_mask.to(device) : torch::Tensor();
   in.labels = batch.labels.defined() ? batch.labels.to(device) : batch.input_ids.to(device);
   // Training and evaluation read the loss (and a classifier's logits, which this leaves);
-  // preference tuning asks for logits by giving no labels.
+  // preference tuning asks for its per-token log-probabilities instead (log_probs_of).
   in.logits = false;
   return in;
 }
@@ -324,11 +324,8 @@ SequenceLogProbs Trainer::reference_log_probs(const model::ForwardInput& input,
 
 PreferenceBatchLoss Trainer::preference_batch_loss(const Batch& batch) {
   const PreferenceOptions& p = *options_.method.preference;
-  model::ForwardInput input = input_of(batch);
+  const model::ForwardInput input = input_of(batch);
   const torch::Tensor labels = input.labels;
-  // The per-token log-probabilities are all that is needed: the model's own token loss is not
-  // computed.
-  input.labels = torch::Tensor();
   if (p.unpaired()) return kto_batch_loss(batch, input, labels);
   SequenceLogProbs reference;
   if (p.needs_reference()) reference = reference_log_probs(input, labels);

@@ -138,6 +138,50 @@ ForwardInput batch(std::vector<std::vector<std::int64_t>> rows, std::int64_t pad
   return in;
 }
 
+// The head block tests' inputs: hidden [37, 16], weight [50, 16] and bias [50] in `dtype`,
+// targets over the 50 columns with every fifth ignored (-100).
+struct HeadCase {
+  torch::Tensor hidden, weight, bias, targets;
+};
+HeadCase head_case(torch::ScalarType dtype) {
+  const auto options = torch::TensorOptions().dtype(dtype);
+  HeadCase c{torch::randn({37, 16}, options), torch::randn({50, 16}, options),
+             torch::randn({50}, options), torch::randint(0, 50, {37}, torch::kInt64)};
+  c.targets.index_put_({torch::arange(0, 37, 5)}, -100);
+  return c;
+}
+
+// {value, and after backward of `objective(value)` the gradients of hidden, weight and bias}
+// for value = `head(hidden, weight, bias)` on copies of the case's tensors, the weight and bias
+// training where `trains`.
+using HeadFunction =
+    std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>;
+std::vector<torch::Tensor> head_gradients(
+    const HeadCase& c, bool trains, const HeadFunction& head,
+    const std::function<torch::Tensor(const torch::Tensor&)>& objective) {
+  const torch::Tensor h = c.hidden.clone().requires_grad_(true);
+  const torch::Tensor w = c.weight.clone().requires_grad_(trains);
+  const torch::Tensor b = c.bias.clone().requires_grad_(trains);
+  const torch::Tensor value = head(h, w, b);
+  objective(value).backward();
+  return {value.detach(), h.grad(), w.grad(), b.grad()};
+}
+
+// Gradients 1.. of head_gradients against the whole logits' (defined alike, same dtype, close
+// within rtol / atol in float32); the weight's defined exactly where it trains.
+void compare_head_gradients(const std::vector<torch::Tensor>& ours,
+                            const std::vector<torch::Tensor>& whole, bool trains, double rtol,
+                            double atol, const char* dtype) {
+  for (std::size_t i = 1; i < ours.size(); ++i) {
+    QCOMPARE(ours[i].defined(), whole[i].defined());
+    if (!ours[i].defined()) continue;
+    QCOMPARE(ours[i].scalar_type(), whole[i].scalar_type());
+    QVERIFY2(torch::allclose(ours[i].to(torch::kFloat32), whole[i].to(torch::kFloat32), rtol, atol),
+             qPrintable(QString("gradient %1, %2, trains %3").arg(i).arg(dtype).arg(trains)));
+  }
+  QCOMPARE(ours[2].defined(), trains);
+}
+
 }  // namespace
 
 class TestModel : public QObject {
@@ -560,23 +604,18 @@ class TestModel : public QObject {
     for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
       const bool bf16 = dtype == torch::kBFloat16;
       for (const bool trains : {true, false}) {
-        const auto options = torch::TensorOptions().dtype(dtype);
-        const torch::Tensor h0 = torch::randn({37, 16}, options);
-        const torch::Tensor w0 = torch::randn({50, 16}, options);
-        const torch::Tensor b0 = torch::randn({50}, options);
-        torch::Tensor targets = torch::randint(0, 50, {37}, torch::kInt64);
-        targets.index_put_({torch::arange(0, 37, 5)}, -100);
+        const HeadCase c = head_case(dtype);
         auto grads = [&](bool blocks) {
-          const torch::Tensor h = h0.clone().requires_grad_(true);
-          const torch::Tensor w = w0.clone().requires_grad_(trains);
-          const torch::Tensor b = b0.clone().requires_grad_(trains);
-          const torch::Tensor loss =
-              blocks ? head_cross_entropy(h, w, b, targets, 8)
-                     : torch::nn::functional::cross_entropy(
-                           torch::linear(h, w, b).to(torch::kFloat32), targets,
-                           torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
-          (loss * 0.375).backward();
-          return std::vector<torch::Tensor>{loss.detach(), h.grad(), w.grad(), b.grad()};
+          return head_gradients(
+              c, trains,
+              [&](const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& b) {
+                return blocks ? head_cross_entropy(h, w, b, c.targets, 8)
+                              : torch::nn::functional::cross_entropy(
+                                    torch::linear(h, w, b).to(torch::kFloat32), c.targets,
+                                    torch::nn::functional::CrossEntropyFuncOptions().ignore_index(
+                                        -100));
+              },
+              [](const torch::Tensor& loss) { return loss * 0.375; });
         };
         const auto ours = grads(true), whole = grads(false);
         QCOMPARE(ours[0].scalar_type(), torch::kFloat32);
@@ -584,19 +623,10 @@ class TestModel : public QObject {
         QVERIFY2(std::abs(ours[0].item<double>() / whole[0].item<double>() - 1.0) < tolerance,
                  qPrintable(
                      QString("%1 vs %2").arg(ours[0].item<double>()).arg(whole[0].item<double>())));
-        for (std::size_t i = 1; i < ours.size(); ++i) {
-          QCOMPARE(ours[i].defined(), whole[i].defined());
-          if (!ours[i].defined()) continue;
-          QCOMPARE(ours[i].scalar_type(), whole[i].scalar_type());
-          // bf16: the blocks' weight gradients are rounded once a block, not once.
-          QVERIFY2(torch::allclose(ours[i].to(torch::kFloat32), whole[i].to(torch::kFloat32),
-                                   bf16 ? 2e-2 : 1e-5, bf16 ? 2e-3 : 1e-7),
-                   qPrintable(QString("gradient %1, %2, trains %3")
-                                  .arg(i)
-                                  .arg(bf16 ? "bf16" : "fp32")
-                                  .arg(trains)));
-        }
-        QCOMPARE(ours[2].defined(), trains);
+        // bf16: the blocks' weight gradients are rounded once a block, not once.
+        compare_head_gradients(ours, whole, trains, bf16 ? 2e-2 : 1e-5, bf16 ? 2e-3 : 1e-7,
+                               bf16 ? "bf16" : "fp32");
+        if (QTest::currentTestFailed()) return;
       }
     }
     // Nothing to predict: NaN, as the whole-logits mean gives (0 / 0).
@@ -614,49 +644,31 @@ class TestModel : public QObject {
     for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
       const bool bf16 = dtype == torch::kBFloat16;
       for (const bool trains : {true, false}) {
-        const auto options = torch::TensorOptions().dtype(dtype);
-        const torch::Tensor h0 = torch::randn({37, 16}, options);
-        const torch::Tensor w0 = torch::randn({50, 16}, options);
-        const torch::Tensor b0 = torch::randn({50}, options);
-        torch::Tensor targets = torch::randint(0, 50, {37}, torch::kInt64);
-        targets.index_put_({torch::arange(0, 37, 5)}, -100);
-        const torch::Tensor counted = targets.ne(-100);
+        const HeadCase c = head_case(dtype);
+        const torch::Tensor counted = c.targets.ne(-100);
         const torch::Tensor row_grad = torch::randn({37});
         auto grads = [&](bool blocks) {
-          const torch::Tensor h = h0.clone().requires_grad_(true);
-          const torch::Tensor w = w0.clone().requires_grad_(trains);
-          const torch::Tensor b = b0.clone().requires_grad_(trains);
-          torch::Tensor log_probs;
-          if (blocks) {
-            log_probs = head_target_log_probs(h, w, b, targets, 8);
-          } else {
-            const torch::Tensor logits = torch::linear(h, w, b).to(torch::kFloat32);
-            log_probs = (logits.gather(1, targets.clamp_min(0).unsqueeze(1)).squeeze(1) -
-                         logits.logsumexp(1)) *
-                        counted.to(torch::kFloat32);
-          }
-          (log_probs * row_grad).sum().backward();
-          return std::vector<torch::Tensor>{log_probs.detach(), h.grad(), w.grad(), b.grad()};
+          return head_gradients(
+              c, trains,
+              [&](const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& b) {
+                if (blocks) return head_target_log_probs(h, w, b, c.targets, 8);
+                const torch::Tensor logits = torch::linear(h, w, b).to(torch::kFloat32);
+                return (logits.gather(1, c.targets.clamp_min(0).unsqueeze(1)).squeeze(1) -
+                        logits.logsumexp(1)) *
+                       counted.to(torch::kFloat32);
+              },
+              [&](const torch::Tensor& log_probs) { return (log_probs * row_grad).sum(); });
         };
         const auto ours = grads(true), whole = grads(false);
         QCOMPARE(ours[0].scalar_type(), torch::kFloat32);
         QVERIFY(torch::equal(ours[0].masked_select(counted.logical_not()), torch::zeros({8})));
         QVERIFY(torch::allclose(ours[0], whole[0], bf16 ? 1e-3 : 1e-6, 1e-6));
-        for (std::size_t i = 1; i < ours.size(); ++i) {
-          QCOMPARE(ours[i].defined(), whole[i].defined());
-          if (!ours[i].defined()) continue;
-          QCOMPARE(ours[i].scalar_type(), whole[i].scalar_type());
-          QVERIFY2(torch::allclose(ours[i].to(torch::kFloat32), whole[i].to(torch::kFloat32),
-                                   bf16 ? 2e-2 : 1e-5, bf16 ? 2e-2 : 1e-6),
-                   qPrintable(QString("gradient %1, %2, trains %3")
-                                  .arg(i)
-                                  .arg(bf16 ? "bf16" : "fp32")
-                                  .arg(trains)));
-        }
-        QCOMPARE(ours[2].defined(), trains);
+        compare_head_gradients(ours, whole, trains, bf16 ? 2e-2 : 1e-5, bf16 ? 2e-2 : 1e-6,
+                               bf16 ? "bf16" : "fp32");
+        if (QTest::currentTestFailed()) return;
         // An ignored row's hidden state gets no gradient.
-        QVERIFY(
-            torch::equal(ours[1].index({torch::arange(0, 37, 5)}), torch::zeros({8, 16}, options)));
+        QVERIFY(torch::equal(ours[1].index({torch::arange(0, 37, 5)}),
+                             torch::zeros({8, 16}, torch::TensorOptions().dtype(dtype))));
       }
     }
   }
