@@ -10,6 +10,7 @@
 #include "model/head_loss.h"
 #include "model/layers.h"
 #include "model/quantized_linear.h"
+#include "model/vector_math.h"
 
 namespace tessera::model {
 namespace {
@@ -232,6 +233,7 @@ TaskHead head_from_config(const hf::ModelConfig& config) {
 // The torch half of the registry: each family's module builder.
 std::shared_ptr<PretrainedModel> create_model(const hf::ModelConfig& config, TaskHead head,
                                               const torch::TensorOptions& options) {
+  warm_up_vector_math();  // before any forward: see model/vector_math.h
   switch (config.family) {
     case hf::ModelFamily::Llama:
     case hf::ModelFamily::Mistral:
