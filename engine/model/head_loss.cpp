@@ -10,6 +10,23 @@ namespace {
 
 constexpr std::int64_t kIgnored = -100;  // transformers' ignore_index
 
+// Adds one block's share of the head's gradients, given g = d(·)/d(logits) of its rows (float32)
+// and their hidden states h (from row `first`): the bias's (float32), the hidden rows' (written:
+// a row's gradient comes from its own block alone) and the weight's, each where defined; the
+// latter two through g narrowed to the compute dtype, as autograd passes it to the head's matmul.
+void add_block_gradients(const torch::Tensor& g, const torch::Tensor& h,
+                         const torch::Tensor& weight, std::int64_t first,
+                         torch::Tensor& grad_hidden, torch::Tensor& grad_weight,
+                         torch::Tensor& grad_bias) {
+  if (grad_bias.defined()) grad_bias.add_(g.sum(0));
+  const torch::Tensor g_compute = g.to(h.scalar_type());
+  if (grad_hidden.defined()) {
+    torch::Tensor rows_of_grad = grad_hidden.narrow(0, first, g.size(0));
+    torch::mm_out(rows_of_grad, g_compute, weight);
+  }
+  if (grad_weight.defined()) grad_weight.addmm_(g_compute.t(), h);
+}
+
 // The loss, and its gradients computed block by block in forward: backward has only to scale
 // them by the loss's own gradient (the loss is a scalar, so they are linear in it).
 class HeadCrossEntropy : public torch::autograd::Function<HeadCrossEntropy> {
@@ -63,14 +80,7 @@ class HeadCrossEntropy : public torch::autograd::Function<HeadCrossEntropy> {
       torch::Tensor g = exps.div_(figures[0].unsqueeze(1));
       g.scatter_add_(1, target, (is_mine.to(torch::kFloat32) * -1.0).unsqueeze(1));
       g.mul_((weights * scale).unsqueeze(1));
-      if (bias_grad) grad_bias.add_(g.sum(0));
-      // Narrowed back to the compute dtype, as autograd passes it to the head's matmul.
-      const torch::Tensor g_compute = g.to(hidden.scalar_type());
-      if (hidden_grad) {
-        torch::Tensor rows_of_grad = grad_hidden.narrow(0, first, length);
-        torch::mm_out(rows_of_grad, g_compute, weight);
-      }
-      if (weight_grad) grad_weight.addmm_(g_compute.t(), h);
+      add_block_gradients(g, h, weight, first, grad_hidden, grad_weight, grad_bias);
     }
     ctx->save_for_backward({grad_hidden, grad_weight,
                             bias_grad ? grad_bias.to(bias->scalar_type()) : torch::Tensor()});
@@ -130,10 +140,9 @@ class HeadTargetLogProbs : public torch::autograd::Function<HeadTargetLogProbs> 
           .copy_((logits.gather(1, t).squeeze(1) - lse).masked_fill(is_counted.logical_not(), 0));
       if (head_trains) log_sum_exp.narrow(0, first, length).copy_(lse);
       if (!jacobian.defined()) continue;
-      // Narrowed to the compute dtype, as autograd passes it to the head's matmul.
       const torch::Tensor g = log_prob_gradient_(logits, lse, t, is_counted.to(torch::kFloat32));
-      torch::Tensor rows_of_jacobian = jacobian.narrow(0, first, length);
-      torch::mm_out(rows_of_jacobian, g.to(hidden.scalar_type()), weight);
+      torch::Tensor no_weight_grad, no_bias_grad;
+      add_block_gradients(g, h, weight, first, jacobian, no_weight_grad, no_bias_grad);
     }
     if (head_trains) {
       ctx->save_for_backward({hidden, weight, bias_or_none, targets, log_sum_exp});
@@ -181,13 +190,7 @@ class HeadTargetLogProbs : public torch::autograd::Function<HeadTargetLogProbs> 
       const torch::Tensor g =
           log_prob_gradient_(logits, log_sum_exp.narrow(0, first, length),
                              target.narrow(0, first, length), weights.narrow(0, first, length));
-      if (grad_bias.defined()) grad_bias.add_(g.sum(0));
-      const torch::Tensor g_compute = g.to(hidden.scalar_type());
-      if (hidden_grad) {
-        torch::Tensor rows_of_grad = grad_hidden.narrow(0, first, length);
-        torch::mm_out(rows_of_grad, g_compute, weight);
-      }
-      if (grad_weight.defined()) grad_weight.addmm_(g_compute.t(), h);
+      add_block_gradients(g, h, weight, first, grad_hidden, grad_weight, grad_bias);
     }
     out[0] = grad_hidden;
     out[1] = grad_weight;

@@ -300,12 +300,19 @@ torch::Tensor log_probs_of(model::PretrainedModel& model, model::ForwardInput in
   return model.forward(input).label_log_probs;
 }
 
+// Each row's summed log-probability of the tokens `labels` keeps, and their count.
+SequenceLogProbs sequence_log_probs_of(model::PretrainedModel& model,
+                                       const model::ForwardInput& input,
+                                       const torch::Tensor& labels) {
+  return labelled_sums(log_probs_of(model, input, labels), labels);
+}
+
 }  // namespace
 
 SequenceLogProbs Trainer::reference_log_probs(const model::ForwardInput& input,
                                               const torch::Tensor& labels) {
   torch::NoGradGuard no_grad;
-  if (reference_) return labelled_sums(log_probs_of(*reference_, input, labels), labels);
+  if (reference_) return sequence_log_probs_of(*reference_, input, labels);
   // The model with its adapters off is the base it started from; in eval mode, as a separate
   // reference model runs, so its log-probabilities draw no dropout.
   struct AdaptersOff {
@@ -319,7 +326,7 @@ SequenceLogProbs Trainer::reference_log_probs(const model::ForwardInput& input,
   } off{*lora_, *model_, model_->is_training()};
   lora_->detach();
   model_->eval();
-  return labelled_sums(log_probs_of(*model_, input, labels), labels);
+  return sequence_log_probs_of(*model_, input, labels);
 }
 
 PreferenceBatchLoss Trainer::preference_batch_loss(const Batch& batch) {
@@ -343,7 +350,7 @@ PreferenceBatchLoss Trainer::preference_batch_loss(const Batch& batch) {
                                                 : torch::Tensor()));
     return preference_loss(p, labelled_sums(log_probs, labels), nullptr, &chosen_sequences);
   }
-  return preference_loss(p, labelled_sums(log_probs_of(*model_, input, labels), labels),
+  return preference_loss(p, sequence_log_probs_of(*model_, input, labels),
                          p.needs_reference() ? &reference : nullptr);
 }
 
@@ -369,11 +376,9 @@ PreferenceBatchLoss Trainer::kto_batch_loss(const Batch& batch, const model::For
   SequenceLogProbs mismatched;
   {
     torch::NoGradGuard no_grad;
-    mismatched =
-        labelled_sums(log_probs_of(*model_, rows(n), mismatched_labels), mismatched_labels);
+    mismatched = sequence_log_probs_of(*model_, rows(n), mismatched_labels);
   }
-  const SequenceLogProbs policy =
-      labelled_sums(log_probs_of(*model_, rows(0), example_labels), example_labels);
+  const SequenceLogProbs policy = sequence_log_probs_of(*model_, rows(0), example_labels);
   double kl = (mismatched.sum - reference.sum.narrow(0, n, n)).mean().item<double>();
   if (distributed()) {  // the mean over the data-parallel ranks' batches
     const std::vector<double> all = gather({kl}, /*data_only=*/true);
