@@ -405,6 +405,22 @@ void DeferredWeights::read_into(const std::string& name, torch::Tensor dest) con
   checkpoint_.release_resident_pages(it->second);
 }
 
+void DeferredWeights::read_rows_into(const std::string& name, std::int64_t first_row,
+                                     torch::Tensor dest) const {
+  auto it = source_.find(name);
+  if (it == source_.end())
+    throw Error(ErrorKind::Internal, folder_ + ": no checkpoint tensor for parameter \"" + name +
+                                         "\" (not a parameter of the model it was matched to)");
+  torch::NoGradGuard no_grad;
+  const hf::TensorInfo& info = checkpoint_.info(it->second);
+  hf::TensorView view = checkpoint_.view(it->second);
+  const torch::Tensor src =
+      torch::from_blob(const_cast<std::uint8_t*>(view.bytes.data()), info.shape,
+                       torch::TensorOptions().dtype(*torch_dtype_of(info.dtype)));
+  dest.copy_(src.narrow(0, first_row, dest.size(0)));
+  checkpoint_.release_resident_pages(it->second);
+}
+
 void DeferredWeights::load_into(PretrainedModel& model) const {
   // A quantized Linear's weight is read into its quantized form: here, the checkpoint's stored
   // ones; before, those quantize_linears quantized.

@@ -225,6 +225,9 @@ class DeferredWeights {
   // Copies the checkpoint tensor of parameter `name` (a named_parameters() key of the model) into
   // `dest`, converting the dtype.
   void read_into(const std::string& name, torch::Tensor dest) const;
+  // Rows [first_row, first_row + dest.size(0)) of the checkpoint tensor of parameter `name` into
+  // `dest`, converting the dtype; the file's pages read stay out of the resident set.
+  void read_rows_into(const std::string& name, std::int64_t first_row, torch::Tensor dest) const;
   // Fills every parameter of `model` (the model it was made for) in place: load_weights. The
   // weights of quantized Linears (quantize_linears read them already) are left as they are.
   void load_into(PretrainedModel& model) const;

@@ -29,6 +29,9 @@ quant::FourBitType four_bit_type(QuantizedFormat format) {
 
 // Values per piece of a parallel quantization or dequantization (a multiple of every block).
 constexpr std::int64_t kGrainValues = std::int64_t{1} << 16;
+// Values per band of rows a weight is quantized from (float32: 4 MiB, under glibc's mmap
+// threshold once it is fixed, and enough rows for every thread's pieces).
+constexpr std::int64_t kBandValues = std::int64_t{1} << 20;
 
 // Runs body(begin, end) over [0, count) on torch's own intra-op threads. Our thread pool
 // (core::parallel_for) would compete there with torch's OpenMP workers, which spin for a while
@@ -271,58 +274,99 @@ void QuantizedWeight::double_quantize() {
 
 QuantizedWeight::QuantizedWeight(const torch::Tensor& weight, QuantizedFormat format,
                                  std::int64_t blocksize, bool double_quant)
-    : format_(format), blocksize_(blocksize) {
-  if (weight.dim() != 2)
+    : QuantizedWeight(
+          weight.dim() == 2 ? weight.size(0) : -1, weight.dim() == 2 ? weight.size(1) : -1,
+          [&weight](std::int64_t first_row, const torch::Tensor& rows) {
+            rows.copy_(weight.narrow(0, first_row, rows.size(0)));
+          },
+          format, blocksize, double_quant) {}
+
+QuantizedWeight::QuantizedWeight(std::int64_t out_features, std::int64_t in_features,
+                                 const RowReader& read, QuantizedFormat format,
+                                 std::int64_t blocksize, bool double_quant)
+    : format_(format),
+      out_features_(out_features),
+      in_features_(in_features),
+      blocksize_(blocksize) {
+  if (out_features < 0 || in_features < 0)
     throw Error(ErrorKind::Internal, "QuantizedWeight: the weight must be [out, in]");
-  out_features_ = weight.size(0);
-  in_features_ = weight.size(1);
-  // bitsandbytes quantizes LLM.int8's weights from their float16 values (Int8Params).
-  const torch::Tensor dense =
-      (format == QuantizedFormat::Int8 ? weight.to(torch::kCPU, torch::kHalf) : weight)
-          .to(torch::kCPU, torch::kFloat32)
-          .contiguous();
-  const std::int64_t count = dense.numel();
-  const std::span<const float> values = span_of<const float>(dense);
+  const std::int64_t count = out_features_ * in_features_;
+  // A band of rows at a time, in one float32 buffer reused from band to band: a checkpoint's
+  // weight is never whole in float32 (a 5632 × 2048 MLP weight would be a 44 MiB transient per
+  // matrix, whose holes stayed in the heap). A band starts on a 4-bit block, so the blocks and
+  // their absmax are those of the whole weight.
+  // (A block size quantize_four_bit refuses gets a unit of 1 and its error there.)
+  const std::int64_t unit =
+      is_four_bit_format() && blocksize_ > 0
+          ? std::max<std::int64_t>(1, blocksize_ / std::gcd(in_features_, blocksize_))
+          : 1;
+  const std::int64_t band_rows =
+      std::clamp<std::int64_t>(kBandValues / std::max<std::int64_t>(1, in_features_) / unit * unit,
+                               unit, std::max<std::int64_t>(unit, out_features_));
   if (is_four_bit_format()) {
     codes_ = torch::empty({static_cast<std::int64_t>(quant::four_bit_packed_bytes(count))},
                           torch::kUInt8);
     scales_ = torch::empty({static_cast<std::int64_t>(quant::four_bit_blocks(
                                count, static_cast<std::uint64_t>(blocksize)))},
                            torch::kFloat32);
-    // Pieces of whole blocks (and an even count of values, two to a byte) quantize apart.
-    const std::int64_t grain = std::lcm(kGrainValues, blocksize);
+  } else {
+    codes_ = torch::empty({out_features_, in_features_}, torch::kInt8);
+    scales_ = torch::empty({out_features_}, torch::kFloat32);
+  }
+  // After the codes and scales, so that the heap's top frees it (an earlier band left a hole
+  // below every weight's codes: 130 MiB of a 1.1B llama's load).
+  torch::Tensor band =
+      torch::empty({std::min(band_rows, out_features_), in_features_}, torch::kFloat32);
+  for (std::int64_t r0 = 0; r0 < out_features_; r0 += band_rows) {
+    const torch::Tensor rows = band.narrow(0, 0, std::min(band_rows, out_features_ - r0));
+    read(r0, rows);
+    quantize_band(r0, rows);
+  }
+  if (is_four_bit_format() && double_quant) double_quantize();
+  set_tile_rows();
+}
+
+// Rows [first_row, first_row + rows.size(0)) of the weight, float32, into the codes and scales.
+void QuantizedWeight::quantize_band(std::int64_t first_row, const torch::Tensor& rows) {
+  const std::int64_t cols = in_features_;
+  const std::int64_t first = first_row * cols;  // on a block boundary (4-bit)
+  if (is_four_bit_format()) {
+    const std::int64_t count = rows.numel();
+    const std::span<const float> values = span_of<const float>(rows);
     const std::span<std::uint8_t> packed = span_of<std::uint8_t>(codes_);
     const std::span<float> absmax = span_of<float>(scales_);
+    // Pieces of whole blocks (and an even count of values, two to a byte) quantize apart.
+    const std::int64_t grain = std::lcm(kGrainValues, blocksize_);
     const std::int64_t pieces = (count + grain - 1) / grain;
     core::parallel_for(pieces, 1, at::get_num_threads(), [&](std::int64_t p0, std::int64_t p1) {
       for (std::int64_t p = p0; p < p1; ++p) {
         const std::int64_t begin = p * grain, end = std::min(count, begin + grain);
         const auto n = static_cast<std::size_t>(end - begin);
+        const std::int64_t at = first + begin;
         quant::quantize_four_bit(
-            values.subspan(static_cast<std::size_t>(begin), n), four_bit_type(format_), blocksize,
-            packed.subspan(static_cast<std::size_t>(begin / 2), quant::four_bit_packed_bytes(n)),
-            absmax.subspan(static_cast<std::size_t>(begin / blocksize),
-                           quant::four_bit_blocks(n, static_cast<std::uint64_t>(blocksize))));
+            values.subspan(static_cast<std::size_t>(begin), n), four_bit_type(format_), blocksize_,
+            packed.subspan(static_cast<std::size_t>(at / 2), quant::four_bit_packed_bytes(n)),
+            absmax.subspan(static_cast<std::size_t>(at / blocksize_),
+                           quant::four_bit_blocks(n, static_cast<std::uint64_t>(blocksize_))));
       }
     });
-    if (double_quant) double_quantize();
-  } else {
-    codes_ = torch::empty({out_features_, in_features_}, torch::kInt8);
-    scales_ = torch::empty({out_features_}, torch::kFloat32);
-    const std::span<std::int8_t> q = span_of<std::int8_t>(codes_);
-    const std::span<float> absmax = span_of<float>(scales_);
-    const std::int64_t cols = in_features_;
-    core::parallel_for(
-        out_features_, std::max<std::int64_t>(1, kGrainValues / std::max<std::int64_t>(1, cols)),
-        at::get_num_threads(), [&](std::int64_t r0, std::int64_t r1) {
-          const auto at = static_cast<std::size_t>(r0 * cols);
-          const auto n = static_cast<std::size_t>((r1 - r0) * cols);
-          quant::quantize_int8_rows(
-              values.subspan(at, n), r1 - r0, cols, q.subspan(at, n),
-              absmax.subspan(static_cast<std::size_t>(r0), static_cast<std::size_t>(r1 - r0)));
-        });
+    return;
   }
-  set_tile_rows();
+  // bitsandbytes quantizes LLM.int8's weights from their float16 values (Int8Params).
+  const torch::Tensor halved = rows.to(torch::kHalf).to(torch::kFloat32);
+  const std::span<const float> values = span_of<const float>(halved);
+  const std::span<std::int8_t> q = span_of<std::int8_t>(codes_);
+  const std::span<float> absmax = span_of<float>(scales_);
+  core::parallel_for(
+      rows.size(0), std::max<std::int64_t>(1, kGrainValues / std::max<std::int64_t>(1, cols)),
+      at::get_num_threads(), [&](std::int64_t r0, std::int64_t r1) {
+        const auto local = static_cast<std::size_t>(r0 * cols);
+        const auto n = static_cast<std::size_t>((r1 - r0) * cols);
+        quant::quantize_int8_rows(values.subspan(local, n), r1 - r0, cols,
+                                  q.subspan(static_cast<std::size_t>(first) + local, n),
+                                  absmax.subspan(static_cast<std::size_t>(first_row + r0),
+                                                 static_cast<std::size_t>(r1 - r0)));
+      });
 }
 
 void QuantizedWeight::dequantize_values(const Views& views, std::int64_t begin, std::int64_t count,
@@ -668,13 +712,18 @@ std::vector<std::string> quantize_linears(PretrainedModel& model, const Deferred
                         "quantize a llama, mistral or qwen2 model, or train LoRA without "
                         "method.quantize");
     const std::string name = module + ".weight";
-    torch::Tensor dense = linear.weight;
-    if (weights != nullptr) {
-      dense = torch::empty(linear.weight.sizes(), torch::kFloat32);
-      weights->read_into(name, dense);
-    }
-    install(linear, std::make_shared<QuantizedWeight>(dense, options.format, options.blocksize,
-                                                      options.double_quant));
+    // From the checkpoint a band of rows at a time (never the whole weight dense); else the
+    // weight the model holds.
+    install(linear,
+            weights != nullptr
+                ? std::make_shared<QuantizedWeight>(
+                      linear.weight.size(0), linear.weight.size(1),
+                      [&](std::int64_t first_row, const torch::Tensor& rows) {
+                        weights->read_rows_into(name, first_row, rows);
+                      },
+                      options.format, options.blocksize, options.double_quant)
+                : std::make_shared<QuantizedWeight>(linear.weight, options.format,
+                                                    options.blocksize, options.double_quant));
     names.push_back(name);
   });
   return names;

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -53,6 +54,12 @@ class QuantizedWeight {
   // blocks of `blocksize` (bitsandbytes' 64); `double_quant` then quantizes their absmax too.
   QuantizedWeight(const torch::Tensor& weight, QuantizedFormat format, std::int64_t blocksize = 64,
                   bool double_quant = false);
+  // The same from a weight read a band of rows at a time: read(first_row, rows) fills `rows`
+  // (float32 [n, in_features]) with rows [first_row, first_row + n). The quantized result is
+  // that of the whole weight; only a band is ever dense.
+  using RowReader = std::function<void(std::int64_t first_row, const torch::Tensor& rows)>;
+  QuantizedWeight(std::int64_t out_features, std::int64_t in_features, const RowReader& read,
+                  QuantizedFormat format, std::int64_t blocksize = 64, bool double_quant = false);
   // A weight as a checkpoint stores it: 4-bit `codes` (packed, uint8) with float32 `scales` per
   // block or `nested` ones; int8 `codes` [out, in] with a float32 scale per row. Throws
   // tessera::Error (InvalidInput) naming `source` when the sizes do not fit [out, in].
@@ -123,6 +130,7 @@ class QuantizedWeight {
 
   void set_tile_rows();
   void double_quantize();
+  void quantize_band(std::int64_t first_row, const torch::Tensor& rows);
   bool is_four_bit_format() const { return format_ != QuantizedFormat::Int8; }
   // Values [begin, begin + count) of the flattened weight (a 4-bit run starts on a block) in
   // float32 into `dest`, or for a 4-bit weight with `bf16_dest` set, rounded to bfloat16 there.
