@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <QtTest>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <set>
@@ -17,6 +18,8 @@
 #include "model/layers.h"
 #include "model/model.h"
 #include "model/quantized_linear.h"
+#include "quant/four_bit.h"
+#include "quant/int8_rows.h"
 
 using nlohmann::json;
 using tessera::Error;
@@ -845,6 +848,58 @@ class TestModel : public QObject {
     const std::int64_t blocks = out * in / 64;
     QCOMPARE(nested.bytes(), static_cast<std::uint64_t>(out * in / 2 + blocks +
                                                         (blocks + 255) / 256 * 4 + 256 * 4));
+  }
+
+  // A weight quantized from its rows a band at a time (as QLoRA reads a checkpoint) is the whole
+  // weight's quantization: the same 4-bit codes and absmax as quantize_four_bit over the whole
+  // flattened weight (a row length that is not a multiple of the block, so bands start inside
+  // rows' blocks only where the block allows), the same int8 rows, and no band holds more
+  // than 2^20 values (4 MiB of float32).
+  void weightReadByBandsIsTheWholeWeightsQuantization() {
+    torch::manual_seed(5);
+    const std::int64_t out = 1500, in = 1000;  // 1.5M values: two bands at least
+    const torch::Tensor dense = torch::randn({out, in}) * 0.02;
+    const auto values = std::span<const float>(dense.data_ptr<float>(), dense.numel());
+    for (const QuantizedFormat format :
+         {QuantizedFormat::NF4, QuantizedFormat::FP4, QuantizedFormat::Int8}) {
+      std::vector<std::int64_t> bands;
+      std::int64_t next_row = 0;
+      const QuantizedWeight banded(
+          out, in,
+          [&](std::int64_t first_row, const torch::Tensor& rows) {
+            QCOMPARE(first_row, next_row);  // in order, each row once
+            next_row += rows.size(0);
+            bands.push_back(rows.size(0));
+            rows.copy_(dense.narrow(0, first_row, rows.size(0)));
+          },
+          format);
+      QVERIFY(bands.size() >= 2);
+      std::int64_t rows_read = 0;
+      for (const std::int64_t rows : bands) {
+        QVERIFY(rows * in <= (std::int64_t{1} << 20));
+        rows_read += rows;
+      }
+      QCOMPARE(rows_read, out);
+      if (format == QuantizedFormat::Int8) {
+        const torch::Tensor halved = dense.to(torch::kHalf).to(torch::kFloat32);
+        std::vector<std::int8_t> q(static_cast<std::size_t>(out * in));
+        std::vector<float> scale(static_cast<std::size_t>(out));
+        tessera::quant::quantize_int8_rows(
+            std::span<const float>(halved.data_ptr<float>(), halved.numel()), out, in, q, scale);
+        QVERIFY(std::memcmp(banded.codes().data_ptr(), q.data(), q.size()) == 0);
+        QVERIFY(std::memcmp(banded.scales().data_ptr(), scale.data(), scale.size() * 4) == 0);
+        continue;
+      }
+      std::vector<std::uint8_t> packed(tessera::quant::four_bit_packed_bytes(values.size()));
+      std::vector<float> absmax(tessera::quant::four_bit_blocks(values.size(), 64));
+      tessera::quant::quantize_four_bit(values,
+                                        format == QuantizedFormat::NF4
+                                            ? tessera::quant::FourBitType::NF4
+                                            : tessera::quant::FourBitType::FP4,
+                                        64, packed, absmax);
+      QVERIFY(std::memcmp(banded.codes().data_ptr(), packed.data(), packed.size()) == 0);
+      QVERIFY(std::memcmp(banded.scales().data_ptr(), absmax.data(), absmax.size() * 4) == 0);
+    }
   }
 
   // quantize_linears quantizes every Linear but the head, empties their dense parameters, and the
