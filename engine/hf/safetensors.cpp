@@ -755,6 +755,12 @@ void SafetensorsCheckpoint::release_resident_pages(const std::string& name) cons
   files_[index_.at(name).first]->release_resident_pages(info(name));
 }
 
+std::pair<std::filesystem::path, std::uint64_t> SafetensorsCheckpoint::location(
+    const std::string& name) const {
+  const SafetensorsFile& file = *files_[index_.at(name).first];
+  return {file.path(), file.file_offset(info(name))};
+}
+
 void SafetensorsFile::release_resident_pages(const TensorInfo& info) const {
   const TensorView v = view(info);
   file_.release_resident_pages(v.bytes.data(), v.bytes.size());

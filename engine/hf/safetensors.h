@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/files.h"
@@ -52,6 +53,8 @@ class SafetensorsFile {
   std::uint64_t file_size() const { return file_.size(); }
   void release_resident_pages() const { file_.release_resident_pages(); }
   void release_resident_pages(const TensorInfo& info) const;
+  // Where a tensor's bytes start in the file, for reading them without the mapping.
+  std::uint64_t file_offset(const TensorInfo& info) const { return data_begin_ + info.begin; }
 
  private:
   core::MappedFile file_;
@@ -80,6 +83,8 @@ class SafetensorsCheckpoint {
   void release_resident_pages() const;
   // Those of one tensor: a loader that copies tensors out one at a time keeps one resident.
   void release_resident_pages(const std::string& name) const;
+  // The file holding tensor `name` and where its bytes start in it.
+  std::pair<std::filesystem::path, std::uint64_t> location(const std::string& name) const;
 
  private:
   std::vector<std::shared_ptr<SafetensorsFile>> files_;

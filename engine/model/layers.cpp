@@ -69,11 +69,14 @@ EmbeddingImpl::EmbeddingImpl(std::int64_t n, std::int64_t dim, const torch::Tens
 }
 
 torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) {
+  if (stored) return stored->lookup(ids);
   BlockUse use(parameter_use.get(), *this);
   return use.leave(split ? split->lookup(ids, weight) : torch::embedding(weight, ids), false);
 }
 
 torch::Tensor EmbeddingImpl::attend(const torch::Tensor& hidden) {
+  if (stored)
+    throw Error(ErrorKind::Internal, "an embedding read from its file by rows cannot be a head");
   BlockUse use(parameter_use.get(), *this);
   return use.leave(split ? split->attend(hidden, weight) : torch::linear(hidden, weight),
                    hidden.requires_grad());

@@ -114,6 +114,16 @@ class LinearImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Linear);
 
+// A frozen embedding table left in its checkpoint file: a lookup reads the rows it needs.
+// (model/model.h: DeferredWeights::leave_embeddings_in_file.)
+class StoredRows {
+ public:
+  virtual ~StoredRows() = default;
+  // The rows of `ids` (any shape, within the table), [..., dim] in the table's compute dtype.
+  virtual torch::Tensor lookup(const torch::Tensor& ids) = 0;
+  virtual std::vector<std::int64_t> shape() const = 0;  // the table's [rows, dim]
+};
+
 class EmbeddingImpl : public torch::nn::Module {
  public:
   EmbeddingImpl(std::int64_t num_embeddings, std::int64_t dim, const torch::TensorOptions& options);
@@ -126,6 +136,8 @@ class EmbeddingImpl : public torch::nn::Module {
   torch::Tensor weight;  // [num_embeddings, dim]
   std::shared_ptr<ParameterUse> parameter_use;
   std::shared_ptr<SplitEmbedding> split;  // null: the whole table is here
+  // Set: the frozen table is read from its checkpoint file by rows and `weight` is empty.
+  std::shared_ptr<StoredRows> stored;
 };
 TORCH_MODULE(Embedding);
 

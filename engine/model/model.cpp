@@ -1,11 +1,17 @@
 #include "model/model.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "hf/families.h"
 #include "model/head_loss.h"
 #include "model/layers.h"
@@ -365,7 +371,81 @@ void read_tensor(const hf::SafetensorsCheckpoint& checkpoint, const std::string&
   dest.copy_(src);
 }
 
+// A frozen table's rows read from its safetensors file with pread as lookups need them: the
+// page cache holds them, not this process. (Through the mapping, a fault maps the page cache's
+// whole large folio, 2 MiB: a 256-token batch touched every page of a 125 MiB table.) The file
+// stays open, so a model folder renamed or replaced during the run reads as it was loaded.
+class FileRows final : public StoredRows {
+ public:
+  FileRows(const std::filesystem::path& path, std::uint64_t offset, hf::DType file_dtype,
+           std::int64_t rows, std::int64_t dim, torch::Dtype dtype, std::string source)
+      : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)),
+        offset_(offset),
+        file_dtype_(*torch_dtype_of(file_dtype)),
+        row_bytes_(static_cast<std::uint64_t>(dim) * hf::dtype_size(file_dtype)),
+        rows_(rows),
+        dim_(dim),
+        dtype_(dtype),
+        source_(std::move(source)) {
+    if (fd_.get() < 0)
+      throw_io(source_ + ": cannot open " + path.string() + " (" + std::strerror(errno) + ")",
+               "the model folder must stay readable while the model trains");
+  }
+
+  torch::Tensor lookup(const torch::Tensor& ids) override {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor flat = ids.reshape({-1}).to(torch::kCPU, torch::kLong).contiguous();
+    const auto [unique, inverse] = at::_unique(flat, /*sorted=*/true, /*return_inverse=*/true);
+    torch::Tensor raw = torch::empty({unique.numel(), dim_}, file_dtype_);
+    const std::int64_t* id = unique.data_ptr<std::int64_t>();
+    auto* dest = static_cast<std::uint8_t*>(raw.data_ptr());
+    for (std::int64_t i = 0; i < unique.numel(); ++i) {
+      if (id[i] < 0 || id[i] >= rows_)
+        throw Error(ErrorKind::Internal, source_ + ": row " + std::to_string(id[i]) +
+                                             " is outside the table's " + std::to_string(rows_));
+      read_row(dest + static_cast<std::uint64_t>(i) * row_bytes_,
+               offset_ + static_cast<std::uint64_t>(id[i]) * row_bytes_);
+    }
+    std::vector<std::int64_t> shape = ids.sizes().vec();
+    shape.push_back(dim_);
+    return raw.to(dtype_).index_select(0, inverse).reshape(shape).to(ids.device());
+  }
+
+  std::vector<std::int64_t> shape() const override { return {rows_, dim_}; }
+
+ private:
+  void read_row(std::uint8_t* dest, std::uint64_t at) const {
+    for (std::uint64_t done = 0; done < row_bytes_;) {
+      const ssize_t got =
+          ::pread(fd_.get(), dest + done, row_bytes_ - done, static_cast<off_t>(at + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0)
+        throw_io(source_ + ": reading a row of the table failed (" +
+                     (got < 0 ? std::string(std::strerror(errno)) : "the file is shorter") + ")",
+                 "the model folder must stay readable while the model trains");
+      done += static_cast<std::uint64_t>(got);
+    }
+  }
+
+  core::FileDescriptor fd_;
+  std::uint64_t offset_;
+  torch::Dtype file_dtype_;
+  std::uint64_t row_bytes_;
+  std::int64_t rows_, dim_;
+  torch::Dtype dtype_;
+  std::string source_;
+};
+
 }  // namespace
+
+std::map<std::string, std::vector<std::int64_t>> stored_embedding_shapes(
+    const PretrainedModel& model) {
+  std::map<std::string, std::vector<std::int64_t>> out;
+  for (const auto& item : model.named_modules("", /*include_self=*/false))
+    if (const auto* e = item.value()->as<EmbeddingImpl>(); e != nullptr && e->stored)
+      out.emplace(item.key() + ".weight", e->stored->shape());
+  return out;
+}
 
 LoadReport load_weights(PretrainedModel& model, const hf::SafetensorsCheckpoint& checkpoint,
                         const std::vector<std::string>& new_head_prefixes) {
@@ -423,11 +503,37 @@ void DeferredWeights::read_rows_into(const std::string& name, std::int64_t first
 
 void DeferredWeights::load_into(PretrainedModel& model) const {
   // A quantized Linear's weight is read into its quantized form: here, the checkpoint's stored
-  // ones; before, those quantize_linears quantized.
+  // ones; before, those quantize_linears quantized. A table left in the file stays there.
   install_stored_quantized(model);
   const std::set<std::string> quantized = quantized_weight_names(model);
+  const auto stored = stored_embedding_shapes(model);
   for (auto& item : model.named_parameters())
-    if (!quantized.count(item.key())) read_into(item.key(), item.value());
+    if (!quantized.count(item.key()) && !stored.count(item.key()))
+      read_into(item.key(), item.value());
+}
+
+std::vector<std::string> DeferredWeights::leave_embedding_in_file(PretrainedModel& model,
+                                                                  torch::Dtype dtype) const {
+  std::vector<std::string> names;
+  if (model.config().tie_word_embeddings) return names;  // the head reads the whole table
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    auto* e = item.value()->as<EmbeddingImpl>();
+    if (e == nullptr || e->split || e->stored || e->num_embeddings != model.config().vocab_size)
+      continue;
+    const std::string name = item.key() + ".weight";
+    const auto source = source_.find(name);
+    if (source == source_.end()) continue;
+    const hf::TensorInfo& info = checkpoint_.info(source->second);
+    if (info.shape.size() != 2) continue;
+    const auto [path, offset] = checkpoint_.location(source->second);
+    torch::NoGradGuard no_grad;
+    e->stored = std::make_shared<FileRows>(path, offset, info.dtype, info.shape[0], info.shape[1],
+                                           dtype, folder_ + ": " + source->second);
+    e->weight.set_data(torch::empty({0}, e->weight.options().dtype(dtype)));
+    e->weight.set_requires_grad(false);
+    names.push_back(name);
+  }
+  return names;
 }
 
 void DeferredWeights::load_into(PretrainedModel& model, torch::Dtype dtype) const {

@@ -29,9 +29,6 @@ quant::FourBitType four_bit_type(QuantizedFormat format) {
 
 // Values per piece of a parallel quantization or dequantization (a multiple of every block).
 constexpr std::int64_t kGrainValues = std::int64_t{1} << 16;
-// Values per band of rows a weight is quantized from (float32: 4 MiB, under glibc's mmap
-// threshold once it is fixed, and enough rows for every thread's pieces).
-constexpr std::int64_t kBandValues = std::int64_t{1} << 20;
 
 // Runs body(begin, end) over [0, count) on torch's own intra-op threads. Our thread pool
 // (core::parallel_for) would compete there with torch's OpenMP workers, which spin for a while
@@ -300,9 +297,9 @@ QuantizedWeight::QuantizedWeight(std::int64_t out_features, std::int64_t in_feat
       is_four_bit_format() && blocksize_ > 0
           ? std::max<std::int64_t>(1, blocksize_ / std::gcd(in_features_, blocksize_))
           : 1;
-  const std::int64_t band_rows =
-      std::clamp<std::int64_t>(kBandValues / std::max<std::int64_t>(1, in_features_) / unit * unit,
-                               unit, std::max<std::int64_t>(unit, out_features_));
+  const std::int64_t band_rows = std::clamp<std::int64_t>(
+      quant::kQuantizeBandValues / std::max<std::int64_t>(1, in_features_) / unit * unit, unit,
+      std::max<std::int64_t>(unit, out_features_));
   if (is_four_bit_format()) {
     codes_ = torch::empty({static_cast<std::int64_t>(quant::four_bit_packed_bytes(count))},
                           torch::kUInt8);
@@ -757,13 +754,16 @@ std::map<std::string, std::shared_ptr<const QuantizedWeight>> quantized_weights(
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> dense_parameter_shapes(
     const PretrainedModel& model) {
   const auto quantized = quantized_weights(model);
+  const auto stored = stored_embedding_shapes(model);
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> out;
   for (const auto& p : model.named_parameters()) {
     const auto q = quantized.find(p.key());
-    out.emplace_back(p.key(), q == quantized.end()
-                                  ? p.value().sizes().vec()
-                                  : std::vector<std::int64_t>{q->second->out_features(),
-                                                              q->second->in_features()});
+    const auto table = stored.find(p.key());
+    out.emplace_back(p.key(), q != quantized.end()
+                                  ? std::vector<std::int64_t>{q->second->out_features(),
+                                                              q->second->in_features()}
+                              : table != stored.end() ? table->second
+                                                      : p.value().sizes().vec());
   }
   return out;
 }

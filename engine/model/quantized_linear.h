@@ -189,7 +189,8 @@ std::uint64_t quantized_weight_bytes(const PretrainedModel& model);
 std::map<std::string, std::shared_ptr<const QuantizedWeight>> quantized_weights(
     const PretrainedModel& model);
 // Every parameter's name and dense shape, in named_parameters() order: a quantized Linear's
-// weight (an empty parameter) as its [out, in], the others as they are.
+// weight (an empty parameter) as its [out, in], a table left in its file as stored there, the
+// others as they are.
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> dense_parameter_shapes(
     const PretrainedModel& model);
 // Replaces each quantized weight by its dense dequantized value in the parameter's dtype (for a

@@ -5,6 +5,7 @@
 
 #include "hf/families.h"
 #include "plan/planner.h"
+#include "quant/tiles.h"
 
 namespace tessera::plan::cost {
 
@@ -44,7 +45,10 @@ QuantizedBase quantized_base(const hf::ModelConfig& c, const Settings& s) {
         s.quantize == "int8" ? values + 4.0 * l.out_features : std::ceil(values / 2.0) + scales;
     q.elements += layers * values;
     q.bytes += layers * bytes;
-    q.largest = std::max(q.largest, values);
+    q.load_band = std::max(
+        q.load_band,
+        std::min(values, std::max(std::floor(d(quant::kQuantizeBandValues) / l.in_features), 1.0) *
+                             l.in_features));
   }
   return q;
 }
@@ -55,7 +59,13 @@ ParameterCounts counts_of(const hf::ModelConfig& c, const Settings& s) {
   const bool bf16 = s.precision == "bf16";
   const double trainable = lora ? d(count_lora_parameters(c, s.lora_rank, s.lora_targets)) : n;
   const double quantized = quantized_base(c, s).elements;
-  return {n, trainable, (lora ? n + trainable : n) - quantized, bf16 ? 2.0 : 4.0, lora, bf16};
+  return {n, trainable, (lora ? n + trainable : n) - quantized - table_in_file(c, s),
+          bf16 ? 2.0 : 4.0, lora, bf16};
+}
+
+double table_in_file(const hf::ModelConfig& c, const Settings& s) {
+  if (s.method != "lora" || s.strategy != "single" || c.tie_word_embeddings) return 0.0;
+  return d(c.vocab_size) * d(c.hidden_size);
 }
 
 double reference_copy_bytes(const hf::ModelConfig& c, const Settings& s) {

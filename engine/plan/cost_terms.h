@@ -30,18 +30,19 @@ double layer_elements(const hf::ParameterShapes& shapes);
 
 // A quantized base (QLoRA, settings.quantize): the elements of the layers' linear weights it holds
 // quantized, their bytes (codes and scales, as engine/model/quantized_linear stores them), and the
-// largest such weight's elements (read in float32 one at a time while loading).
+// elements of the float32 band the largest is read through while loading (a band of rows at a
+// time: quant::kQuantizeBandValues, or the whole weight when smaller).
 struct QuantizedBase {
   double elements = 0.0;
   double bytes = 0.0;
-  double largest = 0.0;
+  double load_band = 0.0;
 };
 QuantizedBase quantized_base(const hf::ModelConfig& c, const Settings& s);
 
 // What the settings train and store: every parameter (n), the trainable ones, those stored dense
 // (with LoRA the adapters live beside the frozen base; full: the parameters themselves are
-// trained; a quantized base's linear weights are not among them: quantized_base), in the compute
-// dtype's bytes.
+// trained; a quantized base's linear weights are not among them: quantized_base, nor a table left
+// in its file: table_in_file), in the compute dtype's bytes.
 struct ParameterCounts {
   double n;
   double trainable;
@@ -51,6 +52,10 @@ struct ParameterCounts {
   bool bf16;
 };
 ParameterCounts counts_of(const hf::ModelConfig& c, const Settings& s);
+// The elements of the frozen input embedding LoRA under `single` leaves in the checkpoint file
+// (engine/model: DeferredWeights::leave_embedding_in_file; not when tied to the head): not among
+// `stored`, never resident.
+double table_in_file(const hf::ModelConfig& c, const Settings& s);
 // Preference tuning's frozen reference copy (Settings::reference_copy): every parameter in the
 // compute dtype, beside the model that trains; 0 without one.
 double reference_copy_bytes(const hf::ModelConfig& c, const Settings& s);

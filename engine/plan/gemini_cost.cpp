@@ -609,12 +609,12 @@ void gemini_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings& 
   one_process_memory(e, c, s);
   if (world_size > 1) sharded_memory(e, c, s, world_size);
   // Beside the chunks, in host memory on every rank: a quantized base's codes and scales (QLoRA:
-  // never chunked, each read from the checkpoint one weight at a time in float32 and quantized)
+  // never chunked, each quantized from a float32 band of its rows at a time)
   // and preference tuning's frozen reference copy.
   const cost::QuantizedBase quantized = cost::quantized_base(c, s);
   e.weights += to_bytes(quantized.bytes + cost::reference_copy_bytes(c, s));
   e.load_peak +=
-      to_bytes(quantized.bytes + quantized.largest * 4.0 + cost::reference_copy_bytes(c, s));
+      to_bytes(quantized.bytes + quantized.load_band * 4.0 + cost::reference_copy_bytes(c, s));
   e.export_peak += to_bytes(quantized.bytes);
 }
 

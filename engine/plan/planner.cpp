@@ -376,13 +376,13 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
   e.runtime = kRuntimeBaselineBytes;
   // The runner loads in fp32 from the memory-mapped checkpoint, then casts; LoRA under
   // `single` reads its frozen base straight into the compute dtype (engine/train/trainer). A
-  // quantized base's linear weights are read one at a time in float32 and quantized. A
+  // quantized base's linear weights are quantized from a float32 band of rows at a time. A
   // preference reference is read straight into the compute dtype beside it (engine/runner).
   const double loaded_bytes = lora && s.strategy == "single" ? param_bytes : 4.0;
   e.load_peak =
-      to_bytes((n - quantized.elements) * loaded_bytes + quantized.bytes + quantized.largest * 4.0 +
-               reference + static_cast<double>(checkpoint_bytes) +
-               static_cast<double>(kRuntimeBaselineBytes));
+      to_bytes((n - quantized.elements - cost::table_in_file(c, s)) * loaded_bytes +
+               quantized.bytes + quantized.load_band * 4.0 + reference +
+               static_cast<double>(checkpoint_bytes) + static_cast<double>(kRuntimeBaselineBytes));
   // The export (engine/runner), after the optimizer state is freed. Full fine-tuning: the
   // trained model, its fp32 copy below fp32 training, and the reload that verifies the written
   // files (read through a mapping, resident while it copies, as the load is). LoRA's merged
@@ -1368,6 +1368,11 @@ Plan make_plan(const PlanInputs& in) {
     if (s.precision != base.precision)
       plan.reasons.push_back("bf16: fp32 does not fit and the hardware has native bf16");
   }
+  if (const double table = cost::table_in_file(c, s); table > 0.0)
+    plan.reasons.push_back(
+        "the frozen input embedding (" +
+        core::human_bytes(to_bytes(table * (s.precision == "bf16" ? 2.0 : 4.0))) +
+        ") stays in the checkpoint file, its rows read as batches look them up");
   if (in.tokens_per_sequence)
     plan.reasons.push_back("time for " + std::to_string(static_cast<std::int64_t>(sequence + 0.5)) +
                            " tokens per sequence: " + in.tokens_per_sequence_source);

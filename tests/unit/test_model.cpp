@@ -260,6 +260,42 @@ class TestModel : public QObject {
     QCOMPARE(a.logits.sizes().vec(), (std::vector<std::int64_t>{2, 4, 50}));
   }
 
+  // LoRA under `single` leaves the frozen input embedding in the checkpoint file: its parameter
+  // is empty, its dense shape is the table's, and the model computes exactly what the loaded
+  // one does (bf16, repeated ids, two rows) — also once the file is deleted (it stays open). A
+  // tied table is the head's too and stays loaded.
+  void embeddingLeftInTheFileLooksUpItsRows() {
+    json config = llama_config();
+    auto model = make(config);
+    const fs::path dir = save(*model, config, "table_in_file");
+    const auto c = tessera::hf::parse_model_config(config, "config.json");
+    auto loaded = load_pretrained(dir, torch::kBFloat16);
+    auto leaves = create_model(c, head_from_config(c));
+    const DeferredWeights weights(*leaves, tessera::hf::SafetensorsCheckpoint::open(dir));
+    const std::vector<std::string> left =
+        weights.leave_embedding_in_file(*leaves, torch::kBFloat16);
+    QCOMPARE(left, std::vector<std::string>{"model.embed_tokens.weight"});
+    weights.load_into(*leaves, torch::kBFloat16);
+    leaves->eval();
+    QCOMPARE(leaves->named_parameters()["model.embed_tokens.weight"].numel(), std::int64_t{0});
+    for (const auto& [name, shape] : dense_parameter_shapes(*leaves))
+      QCOMPARE(shape, loaded->named_parameters()[name].sizes().vec());
+    torch::NoGradGuard no_grad;
+    const ForwardInput in = batch({{1, 2, 3, 2, 49}, {0, 7, 7}}, 5);
+    QVERIFY(torch::equal(leaves->forward(in).logits, loaded->forward(in).logits));
+    fs::remove_all(dir);
+    QVERIFY(torch::equal(leaves->forward(in).logits, loaded->forward(in).logits));
+
+    json tied = llama_config();
+    tied["tie_word_embeddings"] = true;
+    auto tied_model = make(tied);
+    const fs::path tied_dir = save(*tied_model, tied, "table_tied");
+    const auto tc = tessera::hf::parse_model_config(tied, "config.json");
+    auto kept = create_model(tc, head_from_config(tc));
+    const DeferredWeights tied_weights(*kept, tessera::hf::SafetensorsCheckpoint::open(tied_dir));
+    QVERIFY(tied_weights.leave_embedding_in_file(*kept, torch::kBFloat16).empty());
+  }
+
   void rightPaddingDoesNotChangeValidLogits() {
     auto model = make(llama_config());
     torch::NoGradGuard no_grad;
