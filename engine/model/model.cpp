@@ -361,14 +361,28 @@ WeightMatch match_weights(const PretrainedModel& model, const hf::SafetensorsChe
 }
 
 // Copies checkpoint tensor `name` into `dest` (checked by match_weights), converting the dtype.
+// Checkpoint tensor `name` as a tensor over the mapping (which outlives the copies made from it;
+// from_blob only reads).
+torch::Tensor mapped_tensor(const hf::SafetensorsCheckpoint& checkpoint, const std::string& name) {
+  const hf::TensorInfo& info = checkpoint.info(name);
+  const hf::TensorView view = checkpoint.view(name);
+  return torch::from_blob(const_cast<std::uint8_t*>(view.bytes.data()), info.shape,
+                          torch::TensorOptions().dtype(*torch_dtype_of(info.dtype)));
+}
+
 void read_tensor(const hf::SafetensorsCheckpoint& checkpoint, const std::string& name,
                  torch::Tensor dest) {
-  const hf::TensorInfo& info = checkpoint.info(name);
-  hf::TensorView view = checkpoint.view(name);
-  // The mapping outlives this copy; from_blob only reads.
-  torch::Tensor src = torch::from_blob(const_cast<std::uint8_t*>(view.bytes.data()), info.shape,
-                                       torch::TensorOptions().dtype(*torch_dtype_of(info.dtype)));
-  dest.copy_(src);
+  dest.copy_(mapped_tensor(checkpoint, name));
+}
+
+// The checkpoint tensor behind parameter `name` of a DeferredWeights' `source` map.
+const std::string& source_of(const std::map<std::string, std::string>& source,
+                             const std::string& name, const std::string& folder) {
+  const auto it = source.find(name);
+  if (it == source.end())
+    throw Error(ErrorKind::Internal, folder + ": no checkpoint tensor for parameter \"" + name +
+                                         "\" (not a parameter of the model it was matched to)");
+  return it->second;
 }
 
 // A frozen table's rows read from its safetensors file with pread as lookups need them: the
@@ -473,32 +487,21 @@ std::vector<std::string> DeferredWeights::install_stored_quantized(PretrainedMod
 }
 
 void DeferredWeights::read_into(const std::string& name, torch::Tensor dest) const {
-  auto it = source_.find(name);
-  if (it == source_.end())
-    throw Error(ErrorKind::Internal, folder_ + ": no checkpoint tensor for parameter \"" + name +
-                                         "\" (not a parameter of the model it was matched to)");
+  const std::string& tensor = source_of(source_, name, folder_);
   torch::NoGradGuard no_grad;
-  read_tensor(checkpoint_, it->second, std::move(dest));
+  read_tensor(checkpoint_, tensor, std::move(dest));
   // Deferred reads fill chunks one tensor at a time (gemini's disk tier writes each chunk out
   // before the next): the file's pages read so far would otherwise stay in the resident set,
   // the whole checkpoint by the end (the 1.2 GB file of a 297M llama loaded all to disk).
-  checkpoint_.release_resident_pages(it->second);
+  checkpoint_.release_resident_pages(tensor);
 }
 
 void DeferredWeights::read_rows_into(const std::string& name, std::int64_t first_row,
                                      torch::Tensor dest) const {
-  auto it = source_.find(name);
-  if (it == source_.end())
-    throw Error(ErrorKind::Internal, folder_ + ": no checkpoint tensor for parameter \"" + name +
-                                         "\" (not a parameter of the model it was matched to)");
+  const std::string& tensor = source_of(source_, name, folder_);
   torch::NoGradGuard no_grad;
-  const hf::TensorInfo& info = checkpoint_.info(it->second);
-  hf::TensorView view = checkpoint_.view(it->second);
-  const torch::Tensor src =
-      torch::from_blob(const_cast<std::uint8_t*>(view.bytes.data()), info.shape,
-                       torch::TensorOptions().dtype(*torch_dtype_of(info.dtype)));
-  dest.copy_(src.narrow(0, first_row, dest.size(0)));
-  checkpoint_.release_resident_pages(it->second);
+  dest.copy_(mapped_tensor(checkpoint_, tensor).narrow(0, first_row, dest.size(0)));
+  checkpoint_.release_resident_pages(tensor);
 }
 
 void DeferredWeights::load_into(PretrainedModel& model) const {
