@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 namespace tessera::model {
@@ -199,6 +200,110 @@ class HeadTargetLogProbs : public torch::autograd::Function<HeadTargetLogProbs> 
   }
 };
 
+// The reader in an autograd context (saved_data holds IValues: a capsule carries any object).
+struct ReaderCapsule : torch::CustomClassHolder {
+  explicit ReaderCapsule(HeadRowReader r) : read(std::move(r)) {}
+  HeadRowReader read;
+};
+
+class StoredHeadTargetLosses : public torch::autograd::Function<StoredHeadTargetLosses> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
+                               const HeadRowReader* read, std::int64_t vocabulary,
+                               const torch::Tensor& targets, std::int64_t block, bool hidden_grad) {
+    const std::int64_t rows = hidden.size(0), width = hidden.size(1);
+    const auto f32 = hidden.options().dtype(torch::kFloat32);
+    const torch::Tensor counted = targets.ne(kIgnored);
+    const torch::Tensor target = targets.masked_fill(counted.logical_not(), 0);
+    torch::Tensor running_max = torch::full({rows}, -std::numeric_limits<float>::infinity(), f32);
+    torch::Tensor exp_sum = torch::zeros({rows}, f32);
+    torch::Tensor target_logit = torch::zeros({rows}, f32);
+    // Σ exp(logit − running max)·weight-row, and the target's weight row, of each row.
+    torch::Tensor weighted = hidden_grad ? torch::zeros({rows, width}, f32) : torch::Tensor();
+    torch::Tensor target_row = hidden_grad ? torch::zeros_like(hidden) : torch::Tensor();
+    for (std::int64_t first = 0; first < vocabulary; first += block) {
+      const std::int64_t length = std::min(block, vocabulary - first);
+      const torch::Tensor weight = (*read)(first, length);
+      torch::Tensor logits = torch::linear(hidden, weight).to(torch::kFloat32);
+      const torch::Tensor in_block = counted & target.ge(first) & target.lt(first + length);
+      const torch::Tensor at = torch::nonzero(in_block).squeeze(1);
+      if (at.numel() > 0) {
+        const torch::Tensor local = target.index_select(0, at) - first;
+        target_logit.index_copy_(
+            0, at, logits.index_select(0, at).gather(1, local.unsqueeze(1)).squeeze(1));
+        if (hidden_grad) target_row.index_copy_(0, at, weight.index_select(0, local));
+      }
+      const torch::Tensor new_max = torch::maximum(running_max, std::get<0>(logits.max(1)));
+      // exp(−inf) = 0: nothing accumulated yet.
+      const torch::Tensor rescale = (running_max - new_max).exp_();
+      torch::Tensor exps = logits.sub_(new_max.unsqueeze(1)).exp_();
+      exp_sum.mul_(rescale).add_(exps.sum(1));
+      if (hidden_grad)
+        weighted.mul_(rescale.unsqueeze(1)).add_(torch::mm(exps.to(hidden.scalar_type()), weight));
+      running_max = new_max;
+    }
+    const torch::Tensor losses =
+        (running_max + exp_sum.log() - target_logit).masked_fill(counted.logical_not(), 0);
+    torch::Tensor jacobian;
+    if (hidden_grad)  // d(−log p)/d hidden = softmax·weight − the target's row
+      jacobian = (weighted.div_(exp_sum.unsqueeze(1)) - target_row.to(torch::kFloat32))
+                     .mul_(counted.to(torch::kFloat32).unsqueeze(1))
+                     .to(hidden.scalar_type());
+    ctx->save_for_backward({jacobian});
+    return losses;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const torch::Tensor jacobian = ctx->get_saved_variables().at(0);
+    torch::autograd::tensor_list out(6);
+    if (jacobian.defined()) out[0] = jacobian * grads.at(0).to(jacobian.scalar_type()).unsqueeze(1);
+    return out;
+  }
+};
+
+class StoredHeadLogits : public torch::autograd::Function<StoredHeadLogits> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
+                               const HeadRowReader* read, std::int64_t vocabulary,
+                               std::int64_t block) {
+    const std::int64_t width = hidden.size(-1);
+    const torch::Tensor rows = hidden.reshape({-1, width});
+    std::vector<std::int64_t> shape = hidden.sizes().vec();
+    shape.back() = vocabulary;
+    torch::Tensor logits = torch::empty({rows.size(0), vocabulary}, hidden.options());
+    for (std::int64_t first = 0; first < vocabulary; first += block) {
+      const std::int64_t length = std::min(block, vocabulary - first);
+      logits.narrow(1, first, length).copy_(torch::linear(rows, (*read)(first, length)));
+    }
+    ctx->saved_data["read"] = c10::IValue::make_capsule(c10::make_intrusive<ReaderCapsule>(*read));
+    ctx->saved_data["vocabulary"] = vocabulary;
+    ctx->saved_data["block"] = block;
+    ctx->saved_data["shape"] = hidden.sizes().vec();
+    return logits.view(shape);
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto capsule = ctx->saved_data["read"].toCapsule();
+    const HeadRowReader& read = static_cast<ReaderCapsule*>(capsule.get())->read;
+    const std::int64_t vocabulary = ctx->saved_data["vocabulary"].toInt();
+    const std::vector<std::int64_t> shape = ctx->saved_data["shape"].toIntVector();
+    const torch::Tensor grad = grads.at(0).reshape({-1, vocabulary});
+    // Summed over the blocks in float32: one rounding to the compute dtype, as one matmul.
+    torch::Tensor grad_hidden =
+        torch::zeros({grad.size(0), shape.back()}, grad.options().dtype(torch::kFloat32));
+    const std::int64_t block = ctx->saved_data["block"].toInt();
+    for (std::int64_t first = 0; first < vocabulary; first += block) {
+      const std::int64_t length = std::min(block, vocabulary - first);
+      grad_hidden.addmm_(grad.narrow(1, first, length).to(torch::kFloat32),
+                         read(first, length).to(torch::kFloat32));
+    }
+    return {grad_hidden.to(grad.scalar_type()).view(shape), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 bool head_log_probs_read_weight_in_backward(const at::Tensor& weight, const at::Tensor& bias) {
@@ -236,6 +341,29 @@ at::Tensor head_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight
       hidden.contiguous(), weight,
       bias.defined() ? std::optional<torch::Tensor>(bias) : std::nullopt, targets.to(torch::kInt64),
       block_rows, split, grad && hidden.requires_grad(), grad && weight.requires_grad(), bias_grad);
+}
+
+}  // namespace tessera::model
+
+namespace tessera::model {
+
+at::Tensor stored_head_target_losses(const at::Tensor& hidden, const HeadRowReader& read,
+                                     std::int64_t vocabulary, const at::Tensor& targets,
+                                     std::int64_t block) {
+  TORCH_CHECK(hidden.dim() == 2, "stored_head_target_losses: hidden [N, H] expected");
+  TORCH_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0),
+              "stored_head_target_losses: targets [N] expected");
+  if (block <= 0)
+    block = head_vocabulary_block(hidden.size(0), hidden.size(1), hidden.element_size());
+  return StoredHeadTargetLosses::apply(hidden.contiguous(), &read, vocabulary,
+                                       targets.to(torch::kInt64), block,
+                                       torch::GradMode::is_enabled() && hidden.requires_grad());
+}
+
+at::Tensor stored_head_logits(const at::Tensor& hidden, const HeadRowReader& read,
+                              std::int64_t vocabulary, std::int64_t block) {
+  if (block <= 0) block = head_vocabulary_block(0, hidden.size(-1), hidden.element_size());
+  return StoredHeadLogits::apply(hidden, &read, vocabulary, block);
 }
 
 }  // namespace tessera::model

@@ -61,4 +61,38 @@ at::Tensor head_target_log_probs(const at::Tensor& hidden, const at::Tensor& wei
 // Whether head_target_log_probs will read the weight in backward (it trains, or its bias does).
 bool head_log_probs_read_weight_in_backward(const at::Tensor& weight, const at::Tensor& bias);
 
+// Rows [first, first + count) of a frozen head's weight [V, H], [count, H] in the compute dtype:
+// a head left in its checkpoint file and read a block of the vocabulary at a time (model/layers.h:
+// StoredRows).
+using HeadRowReader = std::function<at::Tensor(std::int64_t first, std::int64_t count)>;
+
+// The vocabulary entries a block holds when a head of `hidden` columns (`element_bytes` each) is
+// read by rows for `rows` hidden states: the block's weight rows and its float32 logits each
+// within kHeadLossBlockBytes, at least 64 entries.
+inline std::int64_t head_vocabulary_block(std::int64_t rows, std::int64_t hidden,
+                                          std::int64_t element_bytes) {
+  const std::int64_t by_weight =
+      kHeadLossBlockBytes / std::max<std::int64_t>(1, hidden * element_bytes);
+  const std::int64_t by_logits = kHeadLossBlockBytes / (4 * std::max<std::int64_t>(1, rows));
+  return std::max<std::int64_t>(64, std::min(by_weight, by_logits));
+}
+
+// −log p(target) of each row under logits = hidden·weightᵀ of a frozen head without bias read
+// through `read` a block of the vocabulary at a time, float32 [N] (0 where the target is -100), as
+// the whole logits give it (computed in the hidden states' dtype, widened to float32): neither
+// the logits nor the weight are ever whole. One pass over the vocabulary: each row's running
+// log-sum-exp and Σ exp(logit)·weight-row are rescaled as its largest logit grows, so forward
+// makes d/d hidden [N, H] and backward only scales it by each row's gradient.
+// hidden [N, H], targets [N] int64.
+at::Tensor stored_head_target_losses(const at::Tensor& hidden, const HeadRowReader& read,
+                                     std::int64_t vocabulary, const at::Tensor& targets,
+                                     std::int64_t block = 0);  // 0: head_vocabulary_block
+
+// hidden·weightᵀ [..., V] of a frozen head without bias read through `read` a block of the
+// vocabulary at a time (generation's last positions, evaluation); backward, where the hidden
+// states train, reads the blocks again for their gradient.
+at::Tensor stored_head_logits(const at::Tensor& hidden, const HeadRowReader& read,
+                              std::int64_t vocabulary,
+                              std::int64_t block = 0);  // 0: head_vocabulary_block
+
 }  // namespace tessera::model

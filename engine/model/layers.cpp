@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "cuda/runtime.h"
 #include "model/dropout.h"
+#include "model/head_loss.h"
 #include "model/quantized_linear.h"
 
 namespace tessera::model {
@@ -43,6 +44,14 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   torch::Tensor y;
   if (quantized) {
     y = quantized->linear(x, bias);
+  } else if (stored) {
+    // Left in the file only without a bias (DeferredWeights::leave_frozen_tables_in_file).
+    y = stored_head_logits(
+        x,
+        [table = stored.get()](std::int64_t first, std::int64_t count) {
+          return table->rows(first, count);
+        },
+        out_features);
   } else if (split) {
     y = split->forward(x, layout == Layout::OutIn ? weight : weight.t(), bias);
   } else if (layout == Layout::OutIn) {

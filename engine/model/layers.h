@@ -91,6 +91,19 @@ class SplitLogits {
 
 class QuantizedWeight;  // model/quantized_linear.h
 
+// A frozen table left in its checkpoint file, read by rows as it is used: an input embedding's
+// lookups read the rows they need, an output head a block of the vocabulary at a time.
+// (model/model.h: DeferredWeights::leave_frozen_tables_in_file.)
+class StoredRows {
+ public:
+  virtual ~StoredRows() = default;
+  // The rows of `ids` (any shape, within the table), [..., dim] in the table's compute dtype.
+  virtual torch::Tensor lookup(const torch::Tensor& ids) = 0;
+  // Rows [first, first + count), [count, dim] in the table's compute dtype.
+  virtual torch::Tensor rows(std::int64_t first, std::int64_t count) = 0;
+  virtual std::vector<std::int64_t> shape() const = 0;  // the table's [rows, dim]
+};
+
 // y = x·Wᵀ + b. `InOut` stores W as [in, out] (GPT-2's Conv1D) and computes y = x·W + b, so a
 // checkpoint's tensor loads as is under the same name. With an `adapter`, its forward(x, y) is
 // the output.
@@ -111,18 +124,11 @@ class LinearImpl : public torch::nn::Module {
   std::shared_ptr<SplitLinear> split;  // null: the whole weight is here
   // Set: the frozen weight is held quantized (QLoRA's base) and `weight` is empty.
   std::shared_ptr<QuantizedWeight> quantized;
+  // Set: the frozen weight [out, in] (an output head) is read from its checkpoint file a block of
+  // rows at a time and `weight` is empty.
+  std::shared_ptr<StoredRows> stored;
 };
 TORCH_MODULE(Linear);
-
-// A frozen embedding table left in its checkpoint file: a lookup reads the rows it needs.
-// (model/model.h: DeferredWeights::leave_embeddings_in_file.)
-class StoredRows {
- public:
-  virtual ~StoredRows() = default;
-  // The rows of `ids` (any shape, within the table), [..., dim] in the table's compute dtype.
-  virtual torch::Tensor lookup(const torch::Tensor& ids) = 0;
-  virtual std::vector<std::int64_t> shape() const = 0;  // the table's [rows, dim]
-};
 
 class EmbeddingImpl : public torch::nn::Module {
  public:

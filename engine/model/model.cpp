@@ -417,24 +417,36 @@ class FileRows final : public StoredRows {
       if (id[i] < 0 || id[i] >= rows_)
         throw Error(ErrorKind::Internal, source_ + ": row " + std::to_string(id[i]) +
                                              " is outside the table's " + std::to_string(rows_));
-      read_row(dest + static_cast<std::uint64_t>(i) * row_bytes_,
-               offset_ + static_cast<std::uint64_t>(id[i]) * row_bytes_);
+      read_bytes(dest + static_cast<std::uint64_t>(i) * row_bytes_,
+                 offset_ + static_cast<std::uint64_t>(id[i]) * row_bytes_, row_bytes_);
     }
     std::vector<std::int64_t> shape = ids.sizes().vec();
     shape.push_back(dim_);
     return raw.to(dtype_).index_select(0, inverse).reshape(shape).to(ids.device());
   }
 
+  torch::Tensor rows(std::int64_t first, std::int64_t count) override {
+    if (first < 0 || count < 0 || first + count > rows_)
+      throw Error(ErrorKind::Internal, source_ + ": rows " + std::to_string(first) + "+" +
+                                           std::to_string(count) + " are outside the table's " +
+                                           std::to_string(rows_));
+    torch::Tensor raw = torch::empty({count, dim_}, file_dtype_);
+    read_bytes(static_cast<std::uint8_t*>(raw.data_ptr()),
+               offset_ + static_cast<std::uint64_t>(first) * row_bytes_,
+               static_cast<std::uint64_t>(count) * row_bytes_);
+    return raw.to(dtype_);
+  }
+
   std::vector<std::int64_t> shape() const override { return {rows_, dim_}; }
 
  private:
-  void read_row(std::uint8_t* dest, std::uint64_t at) const {
-    for (std::uint64_t done = 0; done < row_bytes_;) {
+  void read_bytes(std::uint8_t* dest, std::uint64_t at, std::uint64_t bytes) const {
+    for (std::uint64_t done = 0; done < bytes;) {
       const ssize_t got =
-          ::pread(fd_.get(), dest + done, row_bytes_ - done, static_cast<off_t>(at + done));
+          ::pread(fd_.get(), dest + done, bytes - done, static_cast<off_t>(at + done));
       if (got < 0 && errno == EINTR) continue;
       if (got <= 0)
-        throw_io(source_ + ": reading a row of the table failed (" +
+        throw_io(source_ + ": reading rows of the table failed (" +
                      (got < 0 ? std::string(std::strerror(errno)) : "the file is shorter") + ")",
                  "the model folder must stay readable while the model trains");
       done += static_cast<std::uint64_t>(got);
@@ -452,12 +464,14 @@ class FileRows final : public StoredRows {
 
 }  // namespace
 
-std::map<std::string, std::vector<std::int64_t>> stored_embedding_shapes(
-    const PretrainedModel& model) {
+std::map<std::string, std::vector<std::int64_t>> stored_table_shapes(const PretrainedModel& model) {
   std::map<std::string, std::vector<std::int64_t>> out;
-  for (const auto& item : model.named_modules("", /*include_self=*/false))
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
     if (const auto* e = item.value()->as<EmbeddingImpl>(); e != nullptr && e->stored)
       out.emplace(item.key() + ".weight", e->stored->shape());
+    if (const auto* l = item.value()->as<LinearImpl>(); l != nullptr && l->stored)
+      out.emplace(item.key() + ".weight", l->stored->shape());
+  }
   return out;
 }
 
@@ -509,31 +523,46 @@ void DeferredWeights::load_into(PretrainedModel& model) const {
   // ones; before, those quantize_linears quantized. A table left in the file stays there.
   install_stored_quantized(model);
   const std::set<std::string> quantized = quantized_weight_names(model);
-  const auto stored = stored_embedding_shapes(model);
+  const auto stored = stored_table_shapes(model);
   for (auto& item : model.named_parameters())
     if (!quantized.count(item.key()) && !stored.count(item.key()))
       read_into(item.key(), item.value());
 }
 
-std::vector<std::string> DeferredWeights::leave_embedding_in_file(PretrainedModel& model,
-                                                                  torch::Dtype dtype) const {
+std::vector<std::string> DeferredWeights::leave_frozen_tables_in_file(PretrainedModel& model,
+                                                                      torch::Dtype dtype) const {
   std::vector<std::string> names;
   if (model.config().tie_word_embeddings) return names;  // the head reads the whole table
+  const std::int64_t vocabulary = model.config().vocab_size;
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
     auto* e = item.value()->as<EmbeddingImpl>();
-    if (e == nullptr || e->split || e->stored || e->num_embeddings != model.config().vocab_size)
-      continue;
+    auto* l = item.value()->as<LinearImpl>();
+    // The vocabulary's tables, frozen, whole here: the input embedding and the output head (as
+    // the loss reads it: rows [vocabulary, hidden], no bias, no adapter).
+    const bool input_table = e != nullptr && !e->split && !e->stored &&
+                             e->num_embeddings == vocabulary && !e->weight.requires_grad();
+    const bool output_table = l != nullptr && !l->split && !l->stored && !l->quantized &&
+                              !l->adapter && !l->bias.defined() &&
+                              l->layout == LinearImpl::Layout::OutIn &&
+                              l->out_features == vocabulary && !l->weight.requires_grad();
+    if (!input_table && !output_table) continue;
     const std::string name = item.key() + ".weight";
     const auto source = source_.find(name);
     if (source == source_.end()) continue;
     const hf::TensorInfo& info = checkpoint_.info(source->second);
     if (info.shape.size() != 2) continue;
     const auto [path, offset] = checkpoint_.location(source->second);
-    torch::NoGradGuard no_grad;
-    e->stored = std::make_shared<FileRows>(path, offset, info.dtype, info.shape[0], info.shape[1],
+    auto rows = std::make_shared<FileRows>(path, offset, info.dtype, info.shape[0], info.shape[1],
                                            dtype, folder_ + ": " + source->second);
-    e->weight.set_data(torch::empty({0}, e->weight.options().dtype(dtype)));
-    e->weight.set_requires_grad(false);
+    torch::Tensor& weight = input_table ? e->weight : l->weight;
+    torch::NoGradGuard no_grad;
+    weight.set_data(torch::empty({0}, weight.options().dtype(dtype)));
+    weight.set_requires_grad(false);
+    if (input_table) {
+      e->stored = std::move(rows);
+    } else {
+      l->stored = std::move(rows);
+    }
     names.push_back(name);
   }
   return names;
@@ -627,17 +656,33 @@ bool blockwise_head(LinearImpl* lm_head, EmbeddingImpl& tied, HeadParameters& he
   return true;
 }
 
+// −log p(target) of each of `rows` [N, H] through a head left in its checkpoint file, read a
+// block of the vocabulary at a time (model/head_loss.h).
+torch::Tensor stored_head_losses(LinearImpl& lm_head, const torch::Tensor& rows,
+                                 const torch::Tensor& targets) {
+  StoredRows* table = lm_head.stored.get();
+  return stored_head_target_losses(
+      rows, [table](std::int64_t first, std::int64_t count) { return table->rows(first, count); },
+      lm_head.out_features, targets);
+}
+
 // Preference tuning's per-token log-probabilities (in.label_log_probs) through a whole head a
-// block of positions at a time; undefined where the head is split, quantized or adapted.
+// block of positions at a time (or a head in its file a block of the vocabulary at a time);
+// undefined where the head is split, quantized or adapted.
 torch::Tensor label_log_probs_without_logits(const ForwardOutput& out, const ForwardInput& in,
                                              LinearImpl* lm_head, EmbeddingImpl& tied) {
+  const bool stored = lm_head && lm_head->stored;
   HeadParameters head;
-  if (!blockwise_head(lm_head, tied, head) || head.split) return {};
+  if (!stored && (!blockwise_head(lm_head, tied, head) || head.split)) return {};
   const std::int64_t length = in.labels.size(1);
   const std::int64_t hidden = out.hidden_states.size(-1);
   // Position t predicts label t + 1: the last position predicts nothing and is not computed.
   const torch::Tensor rows = out.hidden_states.narrow(1, 0, length - 1).reshape({-1, hidden});
   const torch::Tensor targets = in.labels.narrow(1, 1, length - 1).reshape({-1});
+  if (stored)
+    return stored_head_losses(*lm_head, rows, targets)
+        .neg()
+        .reshape({in.labels.size(0), length - 1});
   // Backward reads the weight again only where the head trains (model/head_loss.h).
   const bool weight_in_backward = head_log_probs_read_weight_in_backward(head.weight, head.bias);
   if (head.use) head.use->enter(*head.block);
@@ -664,6 +709,13 @@ torch::Tensor label_log_probs_of_logits(const torch::Tensor& logits, const torch
 torch::Tensor head_loss_without_logits(const ForwardOutput& out, const ForwardInput& in,
                                        LinearImpl* lm_head, EmbeddingImpl& tied) {
   if (in.logits || !in.labels.defined()) return {};
+  if (lm_head && lm_head->stored) {
+    const torch::Tensor targets = shifted_targets(in.labels).reshape({-1});
+    const torch::Tensor losses = stored_head_losses(
+        *lm_head, out.hidden_states.reshape({-1, out.hidden_states.size(-1)}), targets);
+    // transformers' mean: NaN when no target counts (0 / 0).
+    return losses.sum() / targets.ne(-100).sum().to(torch::kFloat32);
+  }
   HeadParameters head;
   if (!blockwise_head(lm_head, tied, head)) return {};
   // Whatever holds the head's parameters (Gemini's chunks) has them in memory from here to

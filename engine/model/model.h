@@ -235,12 +235,13 @@ class DeferredWeights {
   // replaced by one of that dtype first): a frozen model that computes in bf16 is never held in
   // float32 whole. Reading rounds each value as a cast of the float32 load would.
   void load_into(PretrainedModel& model, torch::Dtype dtype) const;
-  // A frozen input embedding (the vocabulary's table, not tied to the head, not split) left in
-  // the checkpoint file: its lookups read the rows they need (pread), in `dtype`, and its
-  // parameter is emptied — the table is never resident (LoRA and QLoRA under `single`).
-  // Returns the parameter names left there; load_into then skips them.
-  std::vector<std::string> leave_embedding_in_file(PretrainedModel& model,
-                                                   torch::Dtype dtype) const;
+  // The vocabulary's frozen tables (not tied to each other, not split) left in the checkpoint
+  // file, read with pread in `dtype`, their parameters emptied — never resident (LoRA and QLoRA
+  // under `single`): the input embedding's lookups read the rows they need, the output head (no
+  // bias, no adapter) is read a block of the vocabulary at a time by the loss (one pass a step)
+  // and by the logits. Returns the parameter names left there; load_into then skips them.
+  std::vector<std::string> leave_frozen_tables_in_file(PretrainedModel& model,
+                                                       torch::Dtype dtype) const;
   // Weights the checkpoint stores quantized (config.json's quantization_config, bitsandbytes):
   // whether there are any, and installing them in `model`'s Linears (those not quantized yet)
   // with their stored codes; returns the parameter names installed.
@@ -256,10 +257,9 @@ class DeferredWeights {
   hf::StoredQuantization quantization_;
 };
 
-// The parameters whose tables stay in their checkpoint file (leave_embedding_in_file), by name,
-// with the shape they have there.
-std::map<std::string, std::vector<std::int64_t>> stored_embedding_shapes(
-    const PretrainedModel& model);
+// The parameters whose tables stay in their checkpoint file (leave_frozen_tables_in_file), by
+// name, with the shape they have there.
+std::map<std::string, std::vector<std::int64_t>> stored_table_shapes(const PretrainedModel& model);
 
 // config.json + safetensors of `dir` → a loaded model in eval mode.
 std::shared_ptr<PretrainedModel> load_pretrained(const std::filesystem::path& dir,

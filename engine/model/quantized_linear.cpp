@@ -754,7 +754,7 @@ std::map<std::string, std::shared_ptr<const QuantizedWeight>> quantized_weights(
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> dense_parameter_shapes(
     const PretrainedModel& model) {
   const auto quantized = quantized_weights(model);
-  const auto stored = stored_embedding_shapes(model);
+  const auto stored = stored_table_shapes(model);
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> out;
   for (const auto& p : model.named_parameters()) {
     const auto q = quantized.find(p.key());

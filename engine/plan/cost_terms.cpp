@@ -59,13 +59,25 @@ ParameterCounts counts_of(const hf::ModelConfig& c, const Settings& s) {
   const bool bf16 = s.precision == "bf16";
   const double trainable = lora ? d(count_lora_parameters(c, s.lora_rank, s.lora_targets)) : n;
   const double quantized = quantized_base(c, s).elements;
-  return {n, trainable, (lora ? n + trainable : n) - quantized - table_in_file(c, s),
-          bf16 ? 2.0 : 4.0, lora, bf16};
+  return {n,
+          trainable,
+          (lora ? n + trainable : n) - quantized - table_in_file(c, s),
+          bf16 ? 2.0 : 4.0,
+          lora,
+          bf16};
 }
 
 double table_in_file(const hf::ModelConfig& c, const Settings& s) {
-  if (s.method != "lora" || s.strategy != "single" || c.tie_word_embeddings) return 0.0;
-  return d(c.vocab_size) * d(c.hidden_size);
+  if (s.method != "lora" || s.strategy != "single" || s.on_gpu || c.tie_word_embeddings) return 0.0;
+  return d(c.vocab_size) * d(c.hidden_size) * (head_in_file(c, s) ? 2.0 : 1.0);
+}
+
+bool head_in_file(const hf::ModelConfig& c, const Settings& s) {
+  if (s.method != "lora" || s.strategy != "single" || s.on_gpu || c.tie_word_embeddings ||
+      !hf::family_of(c).causal_lm)
+    return false;
+  const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
+  return std::find(targets.begin(), targets.end(), "lm_head") == targets.end();
 }
 
 double reference_copy_bytes(const hf::ModelConfig& c, const Settings& s) {

@@ -52,10 +52,14 @@ struct ParameterCounts {
   bool bf16;
 };
 ParameterCounts counts_of(const hf::ModelConfig& c, const Settings& s);
-// The elements of the frozen input embedding LoRA under `single` leaves in the checkpoint file
-// (engine/model: DeferredWeights::leave_embedding_in_file; not when tied to the head): not among
-// `stored`, never resident.
+// The elements of the frozen tables LoRA under `single` on the CPU leaves in the checkpoint file
+// (engine/ model: DeferredWeights::leave_frozen_tables_in_file; not when tied to each other): the
+// input embedding, and the output head where it has no adapter (head_in_file). Not among `stored`,
+// never resident.
 double table_in_file(const hf::ModelConfig& c, const Settings& s);
+// Whether the causal LM's output head is one of them: the loss reads it a block of the
+// vocabulary at a time (model/head_loss.h: stored_head_target_losses).
+bool head_in_file(const hf::ModelConfig& c, const Settings& s);
 // Preference tuning's frozen reference copy (Settings::reference_copy): every parameter in the
 // compute dtype, beside the model that trains; 0 without one.
 double reference_copy_bytes(const hf::ModelConfig& c, const Settings& s);

@@ -334,6 +334,17 @@ ActivationTerms activation_terms(const hf::ModelConfig& c, const Settings& s, in
   const bool adapted_head =
       lora && std::find(targets.begin(), targets.end(), "lm_head") != targets.end();
   const double columns = v / split;
+  if (cost::head_in_file(c, s)) {
+    // The head read from its file a block of the vocabulary at a time, for every token at once:
+    // the block's weight rows and its float32 logits, their exponentials in the compute dtype;
+    // each token's running Σ softmax·weight-row (float32), its target's row and the hidden
+    // states' gradient, made in forward.
+    const double block =
+        d(model::head_vocabulary_block(static_cast<std::int64_t>(t), static_cast<std::int64_t>(h),
+                                       static_cast<std::int64_t>(act)));
+    out.head = block * h * act + t * block * (4.0 + act) + t * h * (4.0 + 2 * act) + final_norm;
+    return out;
+  }
   if (hf::family_of(c).causal_lm && !adapted_head) {
     const double rows =
         std::min(t, d(model::head_loss_block_rows(static_cast<std::int64_t>(columns))));
@@ -974,6 +985,7 @@ Plan make_plan(const PlanInputs& in) {
   const bool bf16_native = gpu ? hw.gpus[0].bf16 : hw.cpu.native_bf16();
 
   Settings base = written_settings(spec, static_cast<int>(hw.gpus.size()), processes, per_node);
+  base.on_gpu = gpu;
   if (!gpu) {  // gemini asked for cuda on a machine without one: planned as on the CPU (said above)
     base.device_tier = false;
     base.host_optim_frac = base.host_param_frac = 0.0;
@@ -1370,9 +1382,11 @@ Plan make_plan(const PlanInputs& in) {
   }
   if (const double table = cost::table_in_file(c, s); table > 0.0)
     plan.reasons.push_back(
-        "the frozen input embedding (" +
+        (cost::head_in_file(c, s) ? "the frozen input embedding and output head ("
+                                  : "the frozen input embedding (") +
         core::human_bytes(to_bytes(table * (s.precision == "bf16" ? 2.0 : 4.0))) +
-        ") stays in the checkpoint file, its rows read as batches look them up");
+        ") stay in the checkpoint file, read by rows as batches look them up" +
+        (cost::head_in_file(c, s) ? " and by blocks of the vocabulary for the loss" : ""));
   if (in.tokens_per_sequence)
     plan.reasons.push_back("time for " + std::to_string(static_cast<std::int64_t>(sequence + 0.5)) +
                            " tokens per sequence: " + in.tokens_per_sequence_source);

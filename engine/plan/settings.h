@@ -43,6 +43,9 @@ struct Settings {
   // ... on the tests' simulated device, which computes in host memory: only the chunks and the
   // gradients are device memory there.
   bool simulated_device = false;
+  // The job computes on a GPU (or the simulated device), whatever the strategy: LoRA's frozen
+  // tables then stay loaded (cost::table_in_file is for the CPU).
+  bool on_gpu = false;
   // zero with offload_optimizer on a GPU (ZeRO-Offload): the shard's float32 masters and Adam
   // moments in host memory, updated there.
   bool zero_offload = false;

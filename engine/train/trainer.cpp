@@ -16,6 +16,7 @@
 #include "dist/parallel_context.h"
 #include "job/strategies.h"
 #include "model/dropout.h"
+#include "model/layers.h"
 #include "model/quantized_linear.h"
 #include "optim/schedule.h"
 #include "train/activation_checkpoint.h"
@@ -102,21 +103,32 @@ Trainer::Trainer(std::shared_ptr<model::PretrainedModel> model, TrainerOptions o
       // LoRA's frozen base under `single` computes in the compute dtype and keeps no float32
       // masters: read straight into it (the cast the plugin would make of a float32 load rounds
       // the same), so the load never holds the base in float32.
-      // Its frozen input embedding stays in the checkpoint file, read a row per token looked up
-      // (the vocabulary's table: 125 MiB of a 1.1B llama in bf16, 1 GiB of Llama 3 8B's).
-      if (lora_ && plugin_->name() == "single") {
+      // Its frozen input embedding and output head stay in the checkpoint file, the one read a
+      // row per token looked up, the other a block of the vocabulary at a time (the vocabulary's
+      // tables: 125 MiB each of a 1.1B llama in bf16, 1 GiB each of Llama 3 8B's).
+      // (On a GPU they stay loaded: a step would copy the head to the device block by block.)
+      const bool on_cpu =
+          options_.device == "cpu" || (options_.device == "auto" && !torch::cuda::is_available());
+      if (lora_ && plugin_->name() == "single" && on_cpu) {
         const torch::Dtype dtype = compute_dtype_of(precision_from_name(options_.precision));
-        options_.deferred_weights->leave_embedding_in_file(*model_, dtype);
-        for (const auto& [name, shape] : model::stored_embedding_shapes(*model_))
+        const std::vector<std::string> in_file =
+            options_.deferred_weights->leave_frozen_tables_in_file(*model_, dtype);
+        const auto shapes = model::stored_table_shapes(*model_);
+        const auto modules = model_->named_modules("", /*include_self=*/false);
+        for (const std::string& name : in_file) {
+          const std::vector<std::int64_t>& shape = shapes.at(name);
+          const auto* module = modules.find(name.substr(0, name.size() - 7));  // less ".weight"
+          const bool head = module != nullptr && (*module)->as<model::LinearImpl>() != nullptr;
           if (events_)
             events_->on_log(
                 "info",
-                name +
-                    " (frozen) stays in the checkpoint file, its rows read as batches "
-                    "look them up: " +
+                name + " (frozen) stays in the checkpoint file, " +
+                    (head ? "read a block of the vocabulary at a time by the loss and the logits: "
+                          : "its rows read as batches look them up: ") +
                     core::human_bytes(static_cast<std::uint64_t>(
                         shape[0] * shape[1] * static_cast<std::int64_t>(c10::elementSize(dtype)))) +
                     " not held in memory");
+        }
         options_.deferred_weights->load_into(*model_, dtype);
       } else {
         options_.deferred_weights->load_into(*model_);

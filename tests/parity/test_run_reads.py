@@ -89,9 +89,9 @@ def test_run_reads_config_and_checkpoint_once(workdir, case, tmp_path):
     opened = opens_under(trace, model_dir)
     assert opened["config.json"] == 1, opened
     weights = sorted(p.name for p in model_dir.glob("*.safetensors"))
-    # LoRA under single leaves the frozen input embedding in its file and opens the shard that
-    # holds it once more, for the row reads (pread) that outlive the load's mapping; the run says
-    # so in its log.
+    # LoRA under single leaves the frozen input embedding and output head in their files and
+    # opens the shard that holds each once more, for the row reads (pread) that outlive the load's
+    # mapping; the run says so in its log.
     expected = {name: 1 for name in weights}
     left_in_file = [e["message"].split(" ")[0] for e in events
                     if e["type"] == "log" and "stays in the checkpoint file" in e["message"]]
@@ -99,7 +99,7 @@ def test_run_reads_config_and_checkpoint_once(workdir, case, tmp_path):
     for name in left_in_file:
         expected[weight_map[name]] += 1
     if case[1] == "lora":
-        assert left_in_file == ["model.embed_tokens.weight"], events
+        assert left_in_file == ["model.embed_tokens.weight", "lm_head.weight"], events
     assert {
 name: opened[name] for name in weights} == expected, opened
     assert opened["model.safetensors.index.json"] == 1, opened

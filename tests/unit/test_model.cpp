@@ -260,31 +260,73 @@ class TestModel : public QObject {
     QCOMPARE(a.logits.sizes().vec(), (std::vector<std::int64_t>{2, 4, 50}));
   }
 
-  // LoRA under `single` leaves the frozen input embedding in the checkpoint file: its parameter
-  // is empty, its dense shape is the table's, and the model computes exactly what the loaded
-  // one does (bf16, repeated ids, two rows) — also once the file is deleted (it stays open). A
-  // tied table is the head's too and stays loaded.
-  void embeddingLeftInTheFileLooksUpItsRows() {
+  // LoRA under `single` leaves the frozen input embedding and output head in the checkpoint
+  // file: their parameters are empty, their dense shapes are the tables', and the model computes
+  // what the loaded one does — logits (bf16: exactly), the loss and preference tuning's
+  // log-probabilities with every trainable parameter's gradient (fp32) — also once the file is
+  // deleted (it stays open). A tied table is the head's too and stays loaded; a trainable one
+  // stays loaded.
+  void frozenTablesLeftInTheFileComputeAsLoaded() {
     json config = llama_config();
     auto model = make(config);
     const fs::path dir = save(*model, config, "table_in_file");
     const auto c = tessera::hf::parse_model_config(config, "config.json");
-    auto loaded = load_pretrained(dir, torch::kBFloat16);
-    auto leaves = create_model(c, head_from_config(c));
-    const DeferredWeights weights(*leaves, tessera::hf::SafetensorsCheckpoint::open(dir));
-    const std::vector<std::string> left =
-        weights.leave_embedding_in_file(*leaves, torch::kBFloat16);
-    QCOMPARE(left, std::vector<std::string>{"model.embed_tokens.weight"});
-    weights.load_into(*leaves, torch::kBFloat16);
-    leaves->eval();
-    QCOMPARE(leaves->named_parameters()["model.embed_tokens.weight"].numel(), std::int64_t{0});
-    for (const auto& [name, shape] : dense_parameter_shapes(*leaves))
-      QCOMPARE(shape, loaded->named_parameters()[name].sizes().vec());
-    torch::NoGradGuard no_grad;
-    const ForwardInput in = batch({{1, 2, 3, 2, 49}, {0, 7, 7}}, 5);
-    QVERIFY(torch::equal(leaves->forward(in).logits, loaded->forward(in).logits));
-    fs::remove_all(dir);
-    QVERIFY(torch::equal(leaves->forward(in).logits, loaded->forward(in).logits));
+    const std::vector<std::string> tables{"model.embed_tokens.weight", "lm_head.weight"};
+    auto frozen_tables = [&](PretrainedModel& m) {
+      for (const std::string& name : tables) m.named_parameters()[name].set_requires_grad(false);
+    };
+    for (const auto dtype : {torch::kBFloat16, torch::kFloat32}) {
+      auto loaded = load_pretrained(dir, dtype);
+      auto leaves = create_model(c, head_from_config(c));
+      const DeferredWeights weights(*leaves, tessera::hf::SafetensorsCheckpoint::open(dir));
+      QVERIFY(weights.leave_frozen_tables_in_file(*leaves, dtype).empty());  // they train
+      frozen_tables(*leaves);
+      frozen_tables(*loaded);
+      QCOMPARE(weights.leave_frozen_tables_in_file(*leaves, dtype), tables);
+      weights.load_into(*leaves, dtype);
+      for (const std::string& name : tables)
+        QCOMPARE(leaves->named_parameters()[name].numel(), std::int64_t{0});
+      for (const auto& [name, shape] : dense_parameter_shapes(*leaves))
+        QCOMPARE(shape, loaded->named_parameters()[name].sizes().vec());
+      const ForwardInput in = batch({{1, 2, 3, 2, 49}, {0, 7, 7}}, 5);
+      if (dtype == torch::kBFloat16) {
+        leaves->eval();
+        loaded->eval();
+        torch::NoGradGuard no_grad;
+        QVERIFY(torch::equal(leaves->forward(in).logits, loaded->forward(in).logits));
+        continue;
+      }
+      // Training's figures, dropout off (eval), gradients of every trainable parameter.
+      leaves->eval();
+      loaded->eval();
+      ForwardInput labelled = in;
+      labelled.labels = in.input_ids.clone();
+      labelled.labels[1][3] = -100;
+      labelled.labels[1][4] = -100;
+      labelled.logits = false;
+      auto figures = [&](PretrainedModel& m, bool log_probs) {
+        m.zero_grad();
+        ForwardInput asked = labelled;
+        asked.label_log_probs = log_probs;
+        const ForwardOutput out = m.forward(asked);
+        const torch::Tensor value = log_probs ? out.label_log_probs : out.loss;
+        (log_probs ? (value * torch::arange(1, 9).view({2, 4})).sum() : value).backward();
+        std::vector<torch::Tensor> result{value.detach()};
+        for (const auto& p : m.named_parameters())
+          if (p.value().requires_grad()) result.push_back(p.value().grad().clone());
+        return result;
+      };
+      for (const bool log_probs : {false, true}) {
+        const auto ours = figures(*leaves, log_probs), whole = figures(*loaded, log_probs);
+        QCOMPARE(ours.size(), whole.size());
+        for (std::size_t i = 0; i < ours.size(); ++i)
+          QVERIFY2(torch::allclose(ours[i], whole[i], 1e-5, 1e-6),
+                   qPrintable(QString("log_probs %1, tensor %2").arg(log_probs).arg(i)));
+      }
+      fs::remove_all(dir);
+      torch::NoGradGuard no_grad;
+      QVERIFY(torch::allclose(leaves->forward(in).logits, loaded->forward(in).logits, 1e-5, 1e-6));
+    }
 
     json tied = llama_config();
     tied["tie_word_embeddings"] = true;
@@ -292,8 +334,9 @@ class TestModel : public QObject {
     const fs::path tied_dir = save(*tied_model, tied, "table_tied");
     const auto tc = tessera::hf::parse_model_config(tied, "config.json");
     auto kept = create_model(tc, head_from_config(tc));
+    for (auto& p : kept->parameters()) p.set_requires_grad(false);
     const DeferredWeights tied_weights(*kept, tessera::hf::SafetensorsCheckpoint::open(tied_dir));
-    QVERIFY(tied_weights.leave_embedding_in_file(*kept, torch::kBFloat16).empty());
+    QVERIFY(tied_weights.leave_frozen_tables_in_file(*kept, torch::kBFloat16).empty());
   }
 
   void rightPaddingDoesNotChangeValidLogits() {
@@ -709,6 +752,74 @@ class TestModel : public QObject {
         QVERIFY(torch::equal(ours[1].index({torch::arange(0, 37, 5)}),
                              torch::zeros({8, 16}, torch::TensorOptions().dtype(dtype))));
       }
+    }
+  }
+
+  // A frozen head read a block of the vocabulary at a time (left in its checkpoint file) gives
+  // each row's −log p(target) and whole logits as the whole weight does, with the hidden states'
+  // gradients, reading each block once (never more rows at once than a block), fp32 and bf16.
+  void headReadByVocabularyBlocksEqualsTheWholeWeight() {
+    torch::manual_seed(7);
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      const bool bf16 = dtype == torch::kBFloat16;
+      const HeadCase c = head_case(dtype);
+      const torch::Tensor counted = c.targets.ne(-100);
+      std::vector<std::pair<std::int64_t, std::int64_t>> reads;
+      const HeadRowReader read = [&](std::int64_t first, std::int64_t count) {
+        reads.emplace_back(first, count);
+        return c.weight.narrow(0, first, count).clone();
+      };
+      const torch::Tensor row_grad = torch::randn({37});
+      auto losses = [&](bool blocks) {
+        const torch::Tensor h = c.hidden.clone().requires_grad_(true);
+        torch::Tensor value;
+        if (blocks) {
+          value = stored_head_target_losses(h, read, 50, c.targets, 7);
+        } else {
+          const torch::Tensor logits = torch::linear(h, c.weight).to(torch::kFloat32);
+          value = (logits.logsumexp(1) -
+                   logits.gather(1, c.targets.clamp_min(0).unsqueeze(1)).squeeze(1)) *
+                  counted.to(torch::kFloat32);
+        }
+        (value * row_grad).sum().backward();
+        return std::pair{value.detach(), h.grad()};
+      };
+      reads.clear();
+      const auto [ours, ours_grad] = losses(true);
+      QCOMPARE(reads.size(), std::size_t{8});  // ⌈50 / 7⌉, each once, in order
+      for (std::size_t i = 0; i < reads.size(); ++i)
+        QCOMPARE(reads[i], (std::pair<std::int64_t, std::int64_t>{7 * static_cast<std::int64_t>(i),
+                                                                  i < 7 ? 7 : 1}));
+      const auto [whole, whole_grad] = losses(false);
+      QCOMPARE(ours.scalar_type(), torch::kFloat32);
+      QVERIFY(torch::equal(ours.masked_select(counted.logical_not()), torch::zeros({8})));
+      QVERIFY(torch::allclose(ours, whole, bf16 ? 1e-3 : 1e-6, 1e-6));
+      QCOMPARE(ours_grad.scalar_type(), dtype);
+      // (Gradients of order 1-8 summed in another order: fp32 rounding differs by ~2e-6.)
+      QVERIFY(torch::allclose(ours_grad.to(torch::kFloat32), whole_grad.to(torch::kFloat32),
+                              bf16 ? 2e-2 : 1e-5, bf16 ? 2e-2 : 1e-5));
+      QVERIFY(torch::equal(ours_grad.index({torch::arange(0, 37, 5)}),
+                           torch::zeros({8, 16}, torch::TensorOptions().dtype(dtype))));
+
+      // The logits [2, ..., V] and the hidden states' gradient through them.
+      const torch::Tensor logit_grad = torch::randn({37, 50}).to(dtype).view({1, 37, 50});
+      auto logits = [&](bool blocks) {
+        const torch::Tensor h = c.hidden.clone().view({1, 37, 16}).requires_grad_(true);
+        const torch::Tensor value =
+            blocks ? stored_head_logits(h, read, 50, 7) : torch::linear(h, c.weight);
+        (value.to(torch::kFloat32) * logit_grad.to(torch::kFloat32)).sum().backward();
+        return std::pair{value.detach(), h.grad()};
+      };
+      const auto [ours_logits, ours_logits_grad] = logits(true);
+      const auto [whole_logits, whole_logits_grad] = logits(false);
+      QCOMPARE(ours_logits.sizes().vec(), (std::vector<std::int64_t>{1, 37, 50}));
+      QVERIFY(torch::allclose(ours_logits.to(torch::kFloat32), whole_logits.to(torch::kFloat32),
+                              bf16 ? 1e-2 : 1e-6, 1e-6));
+      // bf16: within a rounding of the largest (sums of 50 products up to ~20: an ulp is 0.125).
+      const double largest = whole_logits_grad.abs().max().item<double>();
+      QVERIFY(torch::allclose(ours_logits_grad.to(torch::kFloat32),
+                              whole_logits_grad.to(torch::kFloat32), bf16 ? 1e-2 : 1e-5,
+                              bf16 ? 1e-2 * largest : 1e-5));
     }
   }
 
