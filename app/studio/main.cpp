@@ -1,9 +1,12 @@
 // tessera: the Qt studio. Training never runs in this process: the studio writes a job spec
 // and starts `tessera-cli run` as a child, reading its event stream.
 #include <QApplication>
+#include <QCommandLineParser>
 #include <QDir>
 #include <QFileInfo>
 #include <QMessageBox>
+#include <QTimer>
+#include <cstdio>
 
 #include "core/error.h"
 #include "ui/main_window.h"
@@ -15,6 +18,18 @@ int main(int argc, char** argv) {
   QApplication::setOrganizationName("Tessera");
   QApplication::setApplicationName("tessera");
   QApplication::setApplicationDisplayName("Tessera Studio");
+  QApplication::setApplicationVersion(TESSERA_VERSION);
+
+  QCommandLineParser parser;
+  parser.setApplicationDescription("Tessera Studio: fine-tune HuggingFace models on this machine");
+  parser.addHelpOption();
+  parser.addVersionOption();
+  // For packaging checks and documentation: the first page as a user sees it, without input.
+  const QCommandLineOption screenshot(
+      "screenshot", "Open the studio, save a PNG picture of its window to <file> and exit.",
+      "file");
+  parser.addOption(screenshot);
+  parser.process(app);
 
   const QString db_path = tessera::ui::settings::database_path();
   QDir().mkpath(QFileInfo(db_path).absolutePath());
@@ -29,5 +44,14 @@ int main(int argc, char** argv) {
   }
   tessera::ui::MainWindow window(store.get());
   window.show();
+  if (parser.isSet(screenshot)) {
+    // Once the event loop has laid the window out and painted it.
+    QTimer::singleShot(500, &window, [&window, path = parser.value(screenshot)] {
+      const bool saved = window.grab().save(path, "PNG");
+      if (!saved)
+        std::fprintf(stderr, "tessera: cannot write the screenshot to %s\n", qPrintable(path));
+      QApplication::exit(saved ? 0 : 1);
+    });
+  }
   return app.exec();
 }

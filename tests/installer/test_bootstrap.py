@@ -25,7 +25,7 @@ def bootstrap(*args, venv=VENV, timeout=60):
 def test_an_unknown_profile_is_refused_naming_the_ones_there_are():
     r, _ = bootstrap("--for", "everything")
     assert r.returncode == 2
-    assert '--for "everything" is not a profile' in r.stderr and "product or test" in r.stderr
+    assert '--for "everything" is not a profile' in r.stderr and "product, package or test" in r.stderr
     r, _ = bootstrap("--fast")
     assert r.returncode == 2 and 'unknown argument "--fast"' in r.stderr
 

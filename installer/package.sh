@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Builds Tessera's relocatable tarball: tessera-cli and the studio with the LibTorch and Arrow
+# libraries they run on, for a machine with no Python, no compiler and no build tree.
+#
+#   installer/package.sh [--out DIR] [--no-build]
+#     --no-build  pack what the build folder holds (nothing installed or built first)
+#
+# Output, in DIR (default: dist/ in the checkout):
+#   tessera-VERSION-linux-x86_64.tar.gz   unpacks to tessera-VERSION/:
+#     bin/tessera-cli, bin/tessera (the studio)
+#     lib/tessera/  LibTorch's CPU libraries (libtorch_cpu, libc10, its OpenMP runtime and the
+#                   two small CUDA libraries libtorch_cpu links), Arrow and Parquet (for Parquet
+#                   datasets); the programs find them through an $ORIGIN-relative RPATH, so the
+#                   folder runs from anywhere, a path with spaces included
+#     DEPENDENCIES  the Debian packages it needs (Qt 6, SQLite, curl, ...): apt-get install them
+#     README        the above, and how to run it
+#   The CUDA module and LibTorch's CUDA libraries (several GB) are not in it: on this build
+#   `tessera-cli version` says the CUDA module is not installed, and everything runs on the CPU.
+#
+# It installs what building needs (installer/bootstrap.sh --for package: the product's packages
+# and patchelf), builds tessera-cli and the studio (as installer/demo.sh does), and packs.
+#   TESSERA_BUILD_DIR  the build folder (default: build/ in the checkout)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="$ROOT/dist"
+BUILD_FIRST=1
+while (($#)); do
+  case "$1" in
+    --no-build)
+      BUILD_FIRST=0
+      shift
+      ;;
+    --out)
+      OUT="${2:?--out needs a folder}"
+      shift 2
+      ;;
+    -h | --help)
+      sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+      exit 0
+      ;;
+    *)
+      echo "package.sh: unknown argument \"$1\" (see --help)" >&2
+      exit 2
+      ;;
+  esac
+done
+source "$ROOT/installer/env.sh"
+START=$SECONDS
+phase() { printf '[package %4ds] %s\n' "$((SECONDS - START))" "$*" >&2; }
+
+if ((BUILD_FIRST)); then
+  phase "installing what building needs (installer/bootstrap.sh --for package)"
+  bash "$ROOT/installer/bootstrap.sh" --for package
+  phase "building tessera-cli and the studio in $BUILD_DIR"
+  tessera_configure_and_build tessera-cli tessera
+fi
+for program in app/cli/tessera-cli app/studio/tessera; do
+  if [[ ! -x "$BUILD_DIR/$program" ]]; then
+    echo "package.sh: $BUILD_DIR/$program is not built (run without --no-build)" >&2
+    exit 1
+  fi
+done
+command -v patchelf >/dev/null || {
+  echo "package.sh: patchelf is not installed (installer/bootstrap.sh --for package installs it)" >&2
+  exit 1
+}
+VERSION="$(sed -n 's/^project(Tessera VERSION \([0-9.]*\).*/\1/p' "$ROOT/CMakeLists.txt")"
+NAME="tessera-$VERSION"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+STAGE="$WORK/$NAME"
+mkdir -p "$STAGE/bin" "$STAGE/lib/tessera"
+cp "$BUILD_DIR/app/cli/tessera-cli" "$BUILD_DIR/app/studio/tessera" "$STAGE/bin/"
+
+# Every library the programs load that is not the system's (LibTorch's and Arrow's, from the
+# venv's wheels) goes into lib/tessera; the system's become DEPENDENCIES.
+phase "collecting the libraries the programs load"
+system_lib() { [[ "$1" == /lib/* || "$1" == /usr/lib/* || "$1" == /lib64/* ]]; }
+declare -A bundled=() system=()
+for program in "$STAGE"/bin/*; do
+  while read -r soname arrow path _; do
+    [[ "$arrow" == "=>" ]] || continue
+    if [[ "$path" == "not" ]]; then
+      echo "package.sh: $(basename "$program") needs $soname, which is not found" >&2
+      exit 1
+    fi
+    if system_lib "$path"; then
+      system[$path]=1
+    else
+      bundled[$soname]="$path"
+    fi
+  done < <(ldd "$program")
+done
+for soname in "${!bundled[@]}"; do
+  cp -L "${bundled[$soname]}" "$STAGE/lib/tessera/$soname"
+  chmod 0755 "$STAGE/lib/tessera/$soname"
+done
+# The programs look beside them in ../lib/tessera; the libraries beside themselves ($ORIGIN;
+# LibTorch's already do, among paths of the wheel's layout that do not exist here).
+for program in "$STAGE"/bin/*; do patchelf --set-rpath '$ORIGIN/../lib/tessera' "$program"; done
+for lib in "$STAGE"/lib/tessera/*; do
+  rpath="$(patchelf --print-rpath "$lib")"
+  [[ "$rpath" == *'$ORIGIN'* ]] || patchelf --set-rpath '$ORIGIN' "$lib"
+done
+
+# The Debian packages of the system libraries that the programs and the bundled libraries name
+# (their NEEDED entries; apt brings what those need in turn): what the machine must have.
+owner_of() {
+  local p
+  for p in "$@"; do
+    dpkg -S "$p" 2>/dev/null | head -n1 | cut -d: -f1 | grep . && return 0
+  done
+  return 1
+}
+declare -A needed=()
+for elf in "$STAGE"/bin/* "$STAGE"/lib/tessera/*; do
+  while read -r soname; do needed[$soname]=1; done < <(patchelf --print-needed "$elf")
+done
+packages=()
+for path in "${!system[@]}"; do
+  [[ -n "${needed[$(basename "$path")]:-}" ]] || continue
+  real="$(readlink -f "$path")"
+  if owner="$(owner_of "$path" "$real" "${real#/usr}" "/usr$path")"; then
+    packages+=("$owner")
+  else
+    echo "package.sh: no Debian package owns $path" >&2
+    exit 1
+  fi
+done
+printf '%s\n' "${packages[@]}" | sort -u >"$STAGE/DEPENDENCIES"
+cat >"$STAGE/README" <<EOF
+Tessera $VERSION: the studio (bin/tessera) and tessera-cli (bin/tessera-cli), with the LibTorch
+and Arrow libraries they run on (lib/tessera). No Python and no compiler are needed.
+
+Install the Debian packages it uses (listed in DEPENDENCIES), then run it from this folder:
+  sudo apt-get install \$(cat DEPENDENCIES)
+  bin/tessera-cli demo      # fine-tunes a small model on generated data, on the CPU
+  bin/tessera               # the studio
+
+This build runs on the CPU: it carries no CUDA module and none of LibTorch's CUDA libraries.
+Remove it by deleting this folder; runs keep their data where you chose, the studio its own under
+~/.local/share/Tessera.
+EOF
+
+mkdir -p "$OUT"
+TARBALL="$OUT/$NAME-linux-x86_64.tar.gz"
+phase "packing $(du -sh "$STAGE" | cut -f1) into $TARBALL (gzip -1: a minute or two)"
+tar -C "$WORK" -cf - "$NAME" | gzip -1 >"$TARBALL.partial"
+mv "$TARBALL.partial" "$TARBALL"
+phase "done: $TARBALL ($(du -h "$TARBALL" | cut -f1); unpacked $(du -sh "$STAGE" | cut -f1))"
