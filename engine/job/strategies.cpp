@@ -120,7 +120,13 @@ const std::vector<StrategyInfo>& strategies() {
        "one process on one device: CUDA device 0 when present, else the CPU",
        {choice("device",
                "where it trains: auto (CUDA device 0 when present, else the CPU), cpu or cuda",
-               {"auto", "cpu", "cuda"})},
+               {"auto", "cpu", "cuda"}),
+        choice("frozen_tables",
+               "LoRA's frozen input embedding and output head (when not tied) on the CPU: file "
+               "(left in the checkpoint file and read as used, never held in memory) or memory "
+               "(loaded: no reads from the file a step, the output head computed as other "
+               "strategies compute it)",
+               {"file", "memory"})},
        /*planned=*/true,
        /*distributes=*/false,
        /*quantized_base=*/true,

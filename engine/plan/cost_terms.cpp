@@ -68,13 +68,15 @@ ParameterCounts counts_of(const hf::ModelConfig& c, const Settings& s) {
 }
 
 double table_in_file(const hf::ModelConfig& c, const Settings& s) {
-  if (s.method != "lora" || s.strategy != "single" || s.on_gpu || c.tie_word_embeddings) return 0.0;
+  if (s.method != "lora" || s.strategy != "single" || s.on_gpu || !s.frozen_tables_in_file ||
+      c.tie_word_embeddings)
+    return 0.0;
   return d(c.vocab_size) * d(c.hidden_size) * (head_in_file(c, s) ? 2.0 : 1.0);
 }
 
 bool head_in_file(const hf::ModelConfig& c, const Settings& s) {
-  if (s.method != "lora" || s.strategy != "single" || s.on_gpu || c.tie_word_embeddings ||
-      !hf::family_of(c).causal_lm)
+  if (s.method != "lora" || s.strategy != "single" || s.on_gpu || !s.frozen_tables_in_file ||
+      c.tie_word_embeddings || !hf::family_of(c).causal_lm)
     return false;
   const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
   return std::find(targets.begin(), targets.end(), "lm_head") == targets.end();

@@ -46,6 +46,8 @@ struct Settings {
   // The job computes on a GPU (or the simulated device), whatever the strategy: LoRA's frozen
   // tables then stay loaded (cost::table_in_file is for the CPU).
   bool on_gpu = false;
+  // single's frozen_tables option: "file" leaves them in the checkpoint (cost::table_in_file).
+  bool frozen_tables_in_file = true;
   // zero with offload_optimizer on a GPU (ZeRO-Offload): the shard's float32 masters and Adam
   // moments in host memory, updated there.
   bool zero_offload = false;

@@ -109,7 +109,8 @@ Trainer::Trainer(std::shared_ptr<model::PretrainedModel> model, TrainerOptions o
       // (On a GPU they stay loaded: a step would copy the head to the device block by block.)
       const bool on_cpu =
           options_.device == "cpu" || (options_.device == "auto" && !torch::cuda::is_available());
-      if (lora_ && plugin_->name() == "single" && on_cpu) {
+      if (lora_ && plugin_->name() == "single" && on_cpu &&
+          job::strategy_option("single", options_.strategy_options, "frozen_tables") == "file") {
         const torch::Dtype dtype = compute_dtype_of(precision_from_name(options_.precision));
         const std::vector<std::string> in_file =
             options_.deferred_weights->leave_frozen_tables_in_file(*model_, dtype);
