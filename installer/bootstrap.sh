@@ -75,6 +75,7 @@ DEB_TEST=(
   iproute2  # `ip netns`: tests/integration/test_netns.py makes machines of network namespaces
   clang libclang-rt-dev  # tests/fuzz: libFuzzer with AddressSanitizer and UndefinedBehaviorSanitizer
   xvfb xauth xdotool  # tests/ui/test_journey drives the real window under Xvfb with X input
+  man-db  # tests/installer/test_package.py renders the generated man page
 )
 DEB_PACKAGES=("${DEB_PRODUCT[@]}")
 [[ "$PROFILE" == package || "$PROFILE" == test ]] && DEB_PACKAGES+=("${DEB_PACKAGE[@]}")

@@ -5,7 +5,7 @@
 #   installer/package.sh [--out DIR] [--no-build]
 #     --no-build  pack what the build folder holds (nothing installed or built first)
 #
-# Output, in DIR (default: dist/ in the checkout):
+# Output, in DIR (default: dist/ in the checkout): a tarball and a Debian package.
 #   tessera-VERSION-linux-x86_64.tar.gz   unpacks to tessera-VERSION/:
 #     bin/tessera-cli, bin/tessera (the studio)
 #     lib/tessera/  LibTorch's CPU libraries (libtorch_cpu, libc10, its OpenMP runtime and the
@@ -14,7 +14,11 @@
 #                   folder runs from anywhere, a path with spaces included
 #     DEPENDENCIES  the Debian packages it needs (Qt 6, SQLite, curl, ...): apt-get install them
 #     README        the above, and how to run it
-#   The CUDA module and LibTorch's CUDA libraries (several GB) are not in it: on this build
+#   tessera_VERSION_amd64.deb   the same in /usr/bin and /usr/lib/tessera, depending on the
+#     Debian packages of DEPENDENCIES, with a desktop entry, icons (hicolor, 16-512 px), AppStream
+#     metadata, the MIME type application/x-tessera-job (*.tessera-job.json opens in the studio)
+#     and man pages tessera-cli(1) and tessera(1) made from their --help
+#   The CUDA module and LibTorch's CUDA libraries (several GB) are in neither: on this build
 #   `tessera-cli version` says the CUDA module is not installed, and everything runs on the CPU.
 #
 # It installs what building needs (installer/bootstrap.sh --for package: the product's packages
@@ -127,6 +131,8 @@ for path in "${!system[@]}"; do
     exit 1
   fi
 done
+# Loaded at run time, so no NEEDED entry names it: Qt's SQLite driver (the studio's runs database).
+packages+=(libqt6sql6-sqlite)
 printf '%s\n' "${packages[@]}" | sort -u >"$STAGE/DEPENDENCIES"
 cat >"$STAGE/README" <<EOF
 Tessera $VERSION: the studio (bin/tessera) and tessera-cli (bin/tessera-cli), with the LibTorch
@@ -147,4 +153,79 @@ TARBALL="$OUT/$NAME-linux-x86_64.tar.gz"
 phase "packing $(du -sh "$STAGE" | cut -f1) into $TARBALL (gzip -1: a minute or two)"
 tar -C "$WORK" -cf - "$NAME" | gzip -1 >"$TARBALL.partial"
 mv "$TARBALL.partial" "$TARBALL"
-phase "done: $TARBALL ($(du -h "$TARBALL" | cut -f1); unpacked $(du -sh "$STAGE" | cut -f1))"
+
+# The .deb: the same programs and libraries under /usr (bin/ and lib/tessera/, so the same
+# $ORIGIN-relative RPATH), with the desktop's files. No maintainer scripts: Debian's triggers
+# refresh the desktop, MIME and icon caches.
+phase "laying out the Debian package"
+DEB="$WORK/deb"
+mkdir -p "$DEB/DEBIAN" "$DEB/usr/bin" "$DEB/usr/lib/tessera" "$DEB/usr/share/applications" \
+  "$DEB/usr/share/metainfo" "$DEB/usr/share/mime/packages" "$DEB/usr/share/man/man1" \
+  "$DEB/usr/share/doc/tessera"
+cp -a "$STAGE/bin/." "$DEB/usr/bin/"
+cp -a "$STAGE/lib/tessera/." "$DEB/usr/lib/tessera/"
+SHARE="$ROOT/installer/share"
+install -m 0644 "$SHARE/tessera.desktop" "$DEB/usr/share/applications/tessera.desktop"
+install -m 0644 "$SHARE/io.tessera.Studio.metainfo.xml" "$DEB/usr/share/metainfo/"
+install -m 0644 "$SHARE/tessera-job.xml" "$DEB/usr/share/mime/packages/tessera.xml"
+QT_QPA_PLATFORM=offscreen HOME="$WORK" XDG_RUNTIME_DIR="$WORK" \
+  "$STAGE/bin/tessera" --write-icons "$DEB/usr/share/icons/hicolor"
+# Man pages from the programs' own --help (tessera-cli's and each of its commands').
+roff() { sed -e 's/\\/\\e/g' -e "s/^\([.']\)/\\\\\&\1/"; }
+{
+  echo ".TH TESSERA-CLI 1 \"\" \"Tessera $VERSION\" \"User Commands\""
+  echo ".SH NAME"
+  echo "tessera-cli \\- fine-tune HuggingFace models from the command line"
+  echo ".SH SYNOPSIS"
+  echo ".B tessera-cli"
+  echo "COMMAND [ARGS]"
+  echo ".SH DESCRIPTION"
+  echo ".nf"
+  "$STAGE/bin/tessera-cli" --help | roff
+  echo ".fi"
+  echo ".SH COMMANDS"
+  for command in $("$STAGE/bin/tessera-cli" --help | sed -n 's/^  \([a-z][a-z-]*\)  .*/\1/p'); do
+    echo ".SS $command"
+    echo ".nf"
+    "$STAGE/bin/tessera-cli" "$command" --help 2>&1 | roff
+    echo ".fi"
+  done
+  echo ".SH SEE ALSO"
+  echo ".BR tessera (1)"
+} | gzip -9n >"$DEB/usr/share/man/man1/tessera-cli.1.gz"
+{
+  echo ".TH TESSERA 1 \"\" \"Tessera $VERSION\" \"User Commands\""
+  echo ".SH NAME"
+  echo "tessera \\- Tessera Studio, the fine-tuning studio"
+  echo ".SH SYNOPSIS"
+  echo ".B tessera"
+  echo "[options] [job]"
+  echo ".SH DESCRIPTION"
+  echo ".nf"
+  QT_QPA_PLATFORM=offscreen HOME="$WORK" XDG_RUNTIME_DIR="$WORK" "$STAGE/bin/tessera" --help | roff
+  echo ".fi"
+  echo ".SH SEE ALSO"
+  echo ".BR tessera-cli (1)"
+} | gzip -9n >"$DEB/usr/share/man/man1/tessera.1.gz"
+install -m 0644 "$STAGE/README" "$DEB/usr/share/doc/tessera/README"
+INSTALLED_KIB=$(du -sk --exclude=DEBIAN "$DEB" | cut -f1)
+cat >"$DEB/DEBIAN/control" <<EOF_CONTROL
+Package: tessera
+Version: $VERSION
+Architecture: amd64
+Maintainer: Tessera developers <tessera@localhost>
+Installed-Size: $INSTALLED_KIB
+Depends: $(paste -sd, "$STAGE/DEPENDENCIES" | sed 's/,/, /g')
+Section: science
+Priority: optional
+Description: studio for fine-tuning HuggingFace models on this machine
+ Tessera Studio (tessera) and tessera-cli fine-tune HuggingFace models, in full,
+ with LoRA or QLoRA, or by preference tuning, on the CPU, across memory and disk,
+ or over several machines on a LAN, and export checkpoints that transformers,
+ peft and llama.cpp load. LibTorch's CPU libraries are included.
+EOF_CONTROL
+DEB_FILE="$OUT/tessera_${VERSION}_amd64.deb"
+phase "packing the Debian package (zstd)"
+dpkg-deb --root-owner-group -Zzstd --build "$DEB" "$DEB_FILE.partial" >/dev/null
+mv "$DEB_FILE.partial" "$DEB_FILE"
+phase "done: $TARBALL ($(du -h "$TARBALL" | cut -f1); unpacked $(du -sh "$STAGE" | cut -f1)) and $DEB_FILE ($(du -h "$DEB_FILE" | cut -f1); installed $((INSTALLED_KIB / 1024)) MiB)"

@@ -536,6 +536,18 @@ QString MainWindow::open_run_folder(const QString& folder, bool* has_spec) {
       .arg(folder, store_->path());
 }
 
+QString MainWindow::open_job_file(const QString& file) {
+  try {
+    // load_job_spec's errors name the file and the field at fault.
+    wizard_->load_spec(job::load_job_spec(file.toStdString()));
+  } catch (const std::exception& e) {
+    return tr("Cannot open %1 as a job spec: %2").arg(QDir::toNativeSeparators(file), e.what());
+  }
+  wizard_->go_to(FineTuneWizard::ModelStep);
+  show_wizard();
+  return {};
+}
+
 void MainWindow::try_demo() {
   show_page(NewFineTune);
   demo_offer_->setVisible(true);

@@ -77,6 +77,9 @@ class MainWindow : public QMainWindow {
   // Shows the run recorded in `folder` (one with job.json) on the Runs page. Returns "" or
   // what the folder is missing; `*has_spec` says whether it has a job.json to clone from.
   QString open_run_folder(const QString& folder, bool* has_spec = nullptr);
+  // A job spec file (docs/job-spec.md; the desktop entry opens *.tessera-job.json with the
+  // studio) in the New fine-tune wizard, shown. Returns "" or why not, naming the file.
+  QString open_job_file(const QString& file);
   // "Try with the demo model": makes the demo in the app's data folder, then fills the wizard.
   DemoOffer* demo_offer() const { return demo_offer_; }
   void try_demo();

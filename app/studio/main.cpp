@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "ui/main_window.h"
 #include "ui/models/runs_db.h"
+#include "ui/utility/app_icon.h"
 #include "ui/utility/studio_settings.h"
 
 int main(int argc, char** argv) {
@@ -29,7 +30,19 @@ int main(int argc, char** argv) {
       "screenshot", "Open the studio, save a PNG picture of its window to <file> and exit.",
       "file");
   parser.addOption(screenshot);
+  // For packaging: the icon at the sizes the desktop's icon theme takes.
+  const QCommandLineOption write_icons(
+      "write-icons", "Write the icon as <folder>/<N>x<N>/apps/tessera.png and exit.", "folder");
+  parser.addOption(write_icons);
+  parser.addPositionalArgument("job", "A job spec (*.tessera-job.json) to open in New fine-tune.",
+                               "[job]");
   parser.process(app);
+  if (parser.isSet(write_icons)) {
+    const QString problem = tessera::ui::write_app_icons(parser.value(write_icons));
+    if (!problem.isEmpty()) std::fprintf(stderr, "tessera: %s\n", qPrintable(problem));
+    return problem.isEmpty() ? 0 : 1;
+  }
+  QApplication::setWindowIcon(tessera::ui::app_icon());
 
   const QString db_path = tessera::ui::settings::database_path();
   QDir().mkpath(QFileInfo(db_path).absolutePath());
@@ -44,6 +57,10 @@ int main(int argc, char** argv) {
   }
   tessera::ui::MainWindow window(store.get());
   window.show();
+  if (!parser.positionalArguments().isEmpty()) {
+    const QString problem = window.open_job_file(parser.positionalArguments().first());
+    if (!problem.isEmpty()) QMessageBox::warning(&window, "Tessera Studio", problem);
+  }
   if (parser.isSet(screenshot)) {
     // Once the event loop has laid the window out and painted it.
     QTimer::singleShot(500, &window, [&window, path = parser.value(screenshot)] {

@@ -22,15 +22,20 @@ MAX_UNPACKED = 600 << 20
 
 
 @pytest.fixture(scope="module")
-def unpacked(tmp_path_factory):
+def packed(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist")
     # --no-build: the suite's build is what is packed; nothing rebuilds under running tests.
     r = subprocess.run(["bash", str(ROOT / "installer" / "package.sh"), "--out", str(out), "--no-build"],
                        capture_output=True, text=True, timeout=900,
                        env=dict(os.environ, TESSERA_BUILD_DIR=str(BUILD)))
     assert r.returncode == 0, r.stderr[-3000:]
-    tarball = out / f"tessera-{VERSION}-linux-x86_64.tar.gz"
-    assert tarball.is_file(), sorted(p.name for p in out.iterdir())
+    return out
+
+
+@pytest.fixture(scope="module")
+def unpacked(packed, tmp_path_factory):
+    tarball = packed / f"tessera-{VERSION}-linux-x86_64.tar.gz"
+    assert tarball.is_file(), sorted(p.name for p in packed.iterdir())
     place = tmp_path_factory.mktemp("apps") / "a folder with spaces"
     place.mkdir()
     with tarfile.open(tarball) as t:
@@ -56,7 +61,7 @@ def test_the_folder_holds_the_programs_and_their_libraries(unpacked):
     size = sum(p.stat().st_size for p in unpacked.rglob("*") if p.is_file())
     assert size <= MAX_UNPACKED, f"unpacked {size / 2**20:.0f} MiB"
     dependencies = (unpacked / "DEPENDENCIES").read_text().split()
-    assert "libqt6core6" in dependencies and "libcurl4" in dependencies, dependencies
+    assert {"libqt6core6", "libcurl4", "libqt6sql6-sqlite"} <= set(dependencies), dependencies
     for package in dependencies:  # Debian package names the machine has
         r = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True)
         assert "install ok installed" in r.stdout, package
@@ -105,3 +110,49 @@ def test_studio_opens_offscreen_to_its_first_page(unpacked, tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 20_000, f"{len(data)} bytes: a blank window?"  # the first page: ~78 KB
     assert files_under(unpacked) == before
+
+
+def test_the_debian_package_installs_programs_libraries_and_desktop_files(packed, unpacked, tmp_path):
+    deb = packed / f"tessera_{VERSION}_amd64.deb"
+    info = subprocess.run(["dpkg-deb", "--field", str(deb)], capture_output=True, text=True, check=True).stdout
+    fields = dict(line.split(": ", 1) for line in info.splitlines() if ": " in line)
+    assert fields["Package"] == "tessera" and fields["Version"] == VERSION and fields["Architecture"] == "amd64"
+    depends = [d.strip() for d in fields["Depends"].split(",")]
+    assert depends == (unpacked / "DEPENDENCIES").read_text().split(), depends
+    installed = int(fields["Installed-Size"]) << 10
+    assert installed <= MAX_UNPACKED + (16 << 20), f"{installed / 2**20:.0f} MiB"
+    contents = subprocess.run(["dpkg-deb", "--contents", str(deb)], capture_output=True, text=True,
+                              check=True).stdout
+    paths = {line.split()[-1].lstrip(".") for line in contents.splitlines()}
+    for expected in ["/usr/bin/tessera-cli", "/usr/bin/tessera", "/usr/lib/tessera/libtorch_cpu.so",
+                     "/usr/share/applications/tessera.desktop",
+                     "/usr/share/metainfo/io.tessera.Studio.metainfo.xml",
+                     "/usr/share/mime/packages/tessera.xml", "/usr/share/man/man1/tessera-cli.1.gz",
+                     "/usr/share/man/man1/tessera.1.gz"] + [
+            f"/usr/share/icons/hicolor/{n}x{n}/apps/tessera.png" for n in (16, 24, 32, 48, 64, 128, 256, 512)]:
+        assert expected in paths, expected
+
+    # Extracted into a folder (as dpkg would into /), the programs run from /usr/bin's layout.
+    root = tmp_path / "root with spaces"
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+    r = subprocess.run([str(root / "usr" / "bin" / "tessera-cli"), "version"], capture_output=True,
+                       text=True, timeout=120, env=bare_env(tmp_path / "home"))
+    assert r.returncode == 0 and f"Tessera {VERSION}" in r.stdout, r.stderr
+    # The desktop entry opens job files in the studio; the MIME type names their files.
+    desktop = (root / "usr/share/applications/tessera.desktop").read_text()
+    assert "Exec=tessera %f" in desktop and "MimeType=application/x-tessera-job;" in desktop
+    mime = (root / "usr/share/mime/packages/tessera.xml").read_text()
+    assert 'type="application/x-tessera-job"' in mime and 'pattern="*.tessera-job.json"' in mime
+    icon = (root / "usr/share/icons/hicolor/256x256/apps/tessera.png").read_bytes()
+    assert icon[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(icon[16:20], "big") == 256
+    # The man page is tessera-cli's own help, a section per command.
+    page = subprocess.run(["man", "-l", str(root / "usr/share/man/man1/tessera-cli.1.gz")],
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "MANWIDTH": "100"})
+    assert page.returncode == 0, page.stderr
+    text = re.sub(r".\x08", "", page.stdout)  # nroff's overstruck bold
+    help_text = subprocess.run([str(root / "usr/bin/tessera-cli"), "--help"], capture_output=True,
+                               text=True, env=bare_env(tmp_path / "home")).stdout
+    commands = re.findall(r"^  ([a-z][a-z-]*)  ", help_text, re.M)
+    assert len(commands) >= 10, help_text
+    for command in commands:
+        assert re.search(rf"^ {{3}}{command}$", text, re.M), command

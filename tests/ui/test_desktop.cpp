@@ -417,6 +417,27 @@ class DesktopTest : public QObject {
     QCOMPARE(window->runs_page()->dashboard()->run().id, QString("opened-run"));
   }
 
+  // A job file given to the studio (its desktop entry opens *.tessera-job.json with it) fills
+  // the New fine-tune wizard; a file that is not a job spec is refused naming the file.
+  void a_job_file_opens_in_the_wizard() {
+    const QString cli = training_cli();
+    if (cli.isEmpty()) QSKIP("this build's tessera-cli has no `demo` (built without LibTorch)");
+    const QString demo = demo_dir(cli);
+    QVERIFY(!demo.isEmpty());
+    const QString file = path("shared.tessera-job.json");
+    QVERIFY(QFile::copy(demo + "/job.json", file));
+    auto window = open_window();
+    window->show_page(MainWindow::Settings);
+    QCOMPARE(window->open_job_file(file), QString());
+    QCOMPARE(window->current_page(), MainWindow::NewFineTune);
+    QTRY_VERIFY_WITH_TIMEOUT(window->wizard()->model_page()->ready(), 60000);
+    QCOMPARE(window->wizard()->build_spec().model.path,
+             tessera::job::load_job_spec(file.toStdString()).model.path);
+    write_file(path("not-a-job.tessera-job.json"), "[1, 2]");
+    const QString problem = window->open_job_file(path("not-a-job.tessera-job.json"));
+    QVERIFY2(problem.contains("not-a-job.tessera-job.json"), qPrintable(problem));
+  }
+
   void the_run_menu_follows_the_dashboard_and_stops_a_real_run() {
     const QString cli = training_cli();
     if (cli.isEmpty()) QSKIP("this build's tessera-cli has no `run` (built without LibTorch)");
