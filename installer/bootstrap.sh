@@ -76,6 +76,7 @@ DEB_TEST=(
   clang libclang-rt-dev  # tests/fuzz: libFuzzer with AddressSanitizer and UndefinedBehaviorSanitizer
   xvfb xauth xdotool  # tests/ui/test_journey drives the real window under Xvfb with X input
   man-db  # tests/installer/test_package.py renders the generated man page
+  debootstrap  # tests/installer/clean_root.sh installs the .deb into a clean Debian root
 )
 DEB_PACKAGES=("${DEB_PRODUCT[@]}")
 [[ "$PROFILE" == package || "$PROFILE" == test ]] && DEB_PACKAGES+=("${DEB_PACKAGE[@]}")

@@ -156,3 +156,21 @@ def test_the_debian_package_installs_programs_libraries_and_desktop_files(packed
     assert len(commands) >= 10, help_text
     for command in commands:
         assert re.search(rf"^ {{3}}{command}$", text, re.M), command
+
+
+def test_the_debian_package_installs_runs_and_purges_in_a_clean_debian_root(packed, tmp_path):
+    """tests/installer/clean_root.sh: a minimal Debian root of this machine's release and mirror
+    (no Python, no compiler), apt installs the .deb with its dependencies, `tessera-cli version`,
+    the demo and the studio (offscreen, a screenshot) run there, and a purge leaves none of the
+    package's files but the demo's output."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (chroot and mounts)")
+    deb = packed / f"tessera_{VERSION}_amd64.deb"
+    r = subprocess.run(["bash", str(ROOT / "tests" / "installer" / "clean_root.sh"), str(deb), str(tmp_path)],
+                       capture_output=True, text=True, timeout=1500)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert f"Tessera {VERSION}" in (tmp_path / "version.txt").read_text()
+    demo = (tmp_path / "demo.txt").read_text()
+    assert re.search(r"held-out exact-match accuracy: [0-9.]+% before, [0-9.]+% after", demo), demo[-2000:]
+    shot = (tmp_path / "first.png").read_bytes()
+    assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 20_000, len(shot)
