@@ -51,6 +51,8 @@ else
 fi
 [[ ${#targets[@]} -gt 0 ]] || { echo "run.sh: no fuzz targets in $BUILD" >&2; exit 1; }
 
+# Leaks inside the pyarrow wheel's libraries are theirs (tests/fuzz/lsan.supp says which).
+export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$ROOT/tests/fuzz/lsan.supp"
 # The JSON dictionary helps every target: most inputs are JSON or carry some.
 common=(-timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -dict="$ROOT/tests/fuzz/json.dict")
 failed=()
