@@ -1383,13 +1383,14 @@ Plan make_plan(const PlanInputs& in) {
     if (s.precision != base.precision)
       plan.reasons.push_back("bf16: fp32 does not fit and the hardware has native bf16");
   }
-  if (const double table = cost::table_in_file(c, s); table > 0.0)
+  if (const double table = cost::table_in_file(c, s); table > 0.0) {
+    const bool head = cost::head_in_file(c, s);
     plan.reasons.push_back(
-        (cost::head_in_file(c, s) ? "the frozen input embedding and output head ("
-                                  : "the frozen input embedding (") +
+        (head ? "the frozen input embedding and output head (" : "the frozen input embedding (") +
         core::human_bytes(to_bytes(table * (s.precision == "bf16" ? 2.0 : 4.0))) +
         ") stay in the checkpoint file, read by rows as batches look them up" +
-        (cost::head_in_file(c, s) ? " and by blocks of the vocabulary for the loss" : ""));
+        (head ? " and by blocks of the vocabulary for the loss" : ""));
+  }
   if (in.tokens_per_sequence)
     plan.reasons.push_back("time for " + std::to_string(static_cast<std::int64_t>(sequence + 0.5)) +
                            " tokens per sequence: " + in.tokens_per_sequence_source);

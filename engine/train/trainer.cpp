@@ -107,8 +107,10 @@ Trainer::Trainer(std::shared_ptr<model::PretrainedModel> model, TrainerOptions o
       // row per token looked up, the other a block of the vocabulary at a time (the vocabulary's
       // tables: 125 MiB each of a 1.1B llama in bf16, 1 GiB each of Llama 3 8B's).
       // (On a GPU they stay loaded: a step would copy the head to the device block by block.)
-      const bool on_cpu =
-          options_.device == "cpu" || (options_.device == "auto" && !torch::cuda::is_available());
+      // (Where single computes, decided as the plugin decides it.)
+      const bool on_cpu = job::device_for("single", options_.device, options_.strategy_options, 1,
+                                          1, static_cast<int>(torch::cuda::device_count()))
+                              .device == "cpu";
       if (lora_ && plugin_->name() == "single" && on_cpu &&
           job::strategy_option("single", options_.strategy_options, "frozen_tables") == "file") {
         const torch::Dtype dtype = compute_dtype_of(precision_from_name(options_.precision));
