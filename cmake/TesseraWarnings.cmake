@@ -13,6 +13,11 @@ function(tessera_warnings target)
   if(TESSERA_SANITIZE AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-maybe-uninitialized>)
   endif()
+  # In a unity build a source's own types in its anonymous namespace look to GCC like a header's
+  # (the batch file is the main file), so members of those types would be reported.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-subobject-linkage>)
+  endif()
   # Qt's `slots` macro collides with torch's IValue::slots(); see shared/LIBTORCH.md.
   target_compile_definitions(${target} PRIVATE QT_NO_KEYWORDS)
 endfunction()

@@ -2,8 +2,9 @@
 # Builds Tessera's relocatable tarball: tessera-cli and the studio with the LibTorch and Arrow
 # libraries they run on, for a machine with no Python, no compiler and no build tree.
 #
-#   installer/package.sh [--out DIR] [--no-build]
+#   installer/package.sh [--out DIR] [--no-build] [--cuda]
 #     --no-build  pack what the build folder holds (nothing installed or built first)
+#     --cuda      also pack tessera-cuda (below): for machines with an NVIDIA GPU
 #
 # Output, in DIR (default: dist/ in the checkout): a tarball and a Debian package.
 #   tessera-VERSION-linux-x86_64.tar.gz   unpacks to tessera-VERSION/:
@@ -18,8 +19,15 @@
 #     Debian packages of DEPENDENCIES, with a desktop entry, icons (hicolor, 16-512 px), AppStream
 #     metadata, the MIME type application/x-tessera-job (*.tessera-job.json opens in the studio)
 #     and man pages tessera-cli(1) and tessera(1) made from their --help
-#   The CUDA module and LibTorch's CUDA libraries (several GB) are in neither: on this build
+#   The CUDA module and LibTorch's CUDA libraries (several GB) are in neither: with these alone
 #   `tessera-cli version` says the CUDA module is not installed, and everything runs on the CPU.
+# With --cuda, also (about 3.5 GB unpacked; packing takes a few minutes):
+#   tessera-cuda-VERSION-linux-x86_64.tar.gz  unpacks to tessera-VERSION/lib/tessera/: Tessera's
+#     CUDA module (libtessera_cuda.so), LibTorch's CUDA libraries and the NVIDIA libraries they
+#     load (cuBLAS, cuDNN, NCCL, ...); unpack it where the first tarball was unpacked
+#   tessera-cuda_VERSION_amd64.deb  the same in /usr/lib/tessera, depending on tessera (= VERSION)
+#   The programs load the module at start where an NVIDIA driver is (libcuda.so.1); the driver
+#   itself is the system's.
 #
 # It installs what building needs (installer/bootstrap.sh --for package: the product's packages
 # and patchelf), builds tessera-cli and the studio (as installer/demo.sh does), and packs.
@@ -28,8 +36,13 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="$ROOT/dist"
 BUILD_FIRST=1
+WITH_CUDA=0
 while (($#)); do
   case "$1" in
+    --cuda)
+      WITH_CUDA=1
+      shift
+      ;;
     --no-build)
       BUILD_FIRST=0
       shift
@@ -57,6 +70,11 @@ if ((BUILD_FIRST)); then
   bash "$ROOT/installer/bootstrap.sh" --for package
   phase "building tessera-cli and the studio in $BUILD_DIR"
   tessera_configure_and_build tessera-cli tessera
+fi
+CUDA_MODULE="$BUILD_DIR/engine/libtessera_cuda.so"
+if ((WITH_CUDA)) && [[ ! -f "$CUDA_MODULE" ]]; then
+  echo "package.sh: --cuda, but $CUDA_MODULE is not built (the build needs the CUDA toolkit and TESSERA_WITH_CUDA on)" >&2
+  exit 1
 fi
 for program in app/cli/tessera-cli app/studio/tessera; do
   if [[ ! -x "$BUILD_DIR/$program" ]]; then
@@ -229,3 +247,92 @@ phase "packing the Debian package (zstd)"
 dpkg-deb --root-owner-group -Zzstd --build "$DEB" "$DEB_FILE.partial" >/dev/null
 mv "$DEB_FILE.partial" "$DEB_FILE"
 phase "done: $TARBALL ($(du -h "$TARBALL" | cut -f1); unpacked $(du -sh "$STAGE" | cut -f1)) and $DEB_FILE ($(du -h "$DEB_FILE" | cut -f1); installed $((INSTALLED_KIB / 1024)) MiB)"
+((WITH_CUDA)) || exit 0
+
+# tessera-cuda: the module and every library it loads that the CPU package does not carry.
+# LibTorch and cuDNN also open some of theirs by name while running (dlopen: cuDNN's engine
+# libraries, NVRTC's builtins, LibTorch's CUDA linear algebra), so those are added by name.
+CUDA_STAGE="$WORK/cuda/$NAME"
+mkdir -p "$CUDA_STAGE/lib/tessera"
+TORCH_LIB_SOURCE="$(dirname "$(ldd "$BUILD_DIR/app/cli/tessera-cli" | sed -n 's/.*libtorch_cpu.so => \([^ ]*\).*/\1/p')")"
+phase "collecting the CUDA module and the libraries it loads (from $TORCH_LIB_SOURCE)"
+cuda_roots=("$CUDA_MODULE" "$TORCH_LIB_SOURCE/libtorch_cuda_linalg.so")
+libtorch_cuda="$(ldd "$CUDA_MODULE" | sed -n 's/.*libtorch_cuda.so => \([^ ]*\).*/\1/p')"
+for opened_by_name in "$TORCH_LIB_SOURCE"/../../nvidia/cudnn/lib/libcudnn*.so.* \
+  "$TORCH_LIB_SOURCE"/../../nvidia/cu*/lib/libnvrtc-builtins*.so*; do
+  [[ -f "$opened_by_name" ]] && cuda_roots+=("$(readlink -f "$opened_by_name")")
+done
+[[ -n "$libtorch_cuda" ]] || {
+  echo "package.sh: $CUDA_MODULE does not load libtorch_cuda.so (ldd)" >&2
+  exit 1
+}
+declare -A cuda_bundled=() cuda_system=()
+for root in "${cuda_roots[@]}"; do
+  cuda_bundled[$(basename "$root")]="$root"
+  while read -r soname arrow path _; do
+    [[ "$arrow" == "=>" ]] || continue
+    if [[ "$path" == "not" ]]; then
+      echo "package.sh: $(basename "$root") needs $soname, which is not found" >&2
+      exit 1
+    fi
+    if system_lib "$path"; then
+      cuda_system[$path]=1
+    elif [[ ! -e "$STAGE/lib/tessera/$soname" ]]; then
+      cuda_bundled[$soname]="$path"
+    fi
+  done < <(ldd "$root")
+done
+for soname in "${!cuda_bundled[@]}"; do
+  cp -L "${cuda_bundled[$soname]}" "$CUDA_STAGE/lib/tessera/$soname"
+  chmod 0755 "$CUDA_STAGE/lib/tessera/$soname"
+done
+for lib in "$CUDA_STAGE"/lib/tessera/*; do
+  rpath="$(patchelf --print-rpath "$lib")"
+  [[ "$rpath" == *'$ORIGIN'* ]] || patchelf --set-rpath '$ORIGIN' "$lib"
+done
+cuda_packages=()
+for path in "${!cuda_system[@]}"; do
+  real="$(readlink -f "$path")"
+  if owner="$(owner_of "$path" "$real" "${real#/usr}" "/usr$path")"; then
+    cuda_packages+=("$owner")
+  else
+    echo "package.sh: no Debian package owns $path" >&2
+    exit 1
+  fi
+done
+
+CUDA_TARBALL="$OUT/tessera-cuda-$VERSION-linux-x86_64.tar.gz"
+phase "packing $(du -sh "$CUDA_STAGE" | cut -f1) into $CUDA_TARBALL (gzip -1: a few minutes)"
+tar -C "$WORK/cuda" -cf - "$NAME" | gzip -1 >"$CUDA_TARBALL.partial"
+mv "$CUDA_TARBALL.partial" "$CUDA_TARBALL"
+
+CUDA_DEB="$WORK/deb-cuda"
+mkdir -p "$CUDA_DEB/DEBIAN" "$CUDA_DEB/usr/lib" "$CUDA_DEB/usr/share/doc/tessera-cuda"
+mv "$CUDA_STAGE/lib/tessera" "$CUDA_DEB/usr/lib/tessera"
+cat >"$CUDA_DEB/usr/share/doc/tessera-cuda/README" <<EOF_README
+Tessera $VERSION's CUDA module and the CUDA libraries it runs on (LibTorch's and NVIDIA's), in
+/usr/lib/tessera. tessera-cli and the studio load it at start on a machine with an NVIDIA driver
+(libcuda.so.1, the system's); \`tessera-cli version\` says whether it is loaded.
+EOF_README
+CUDA_INSTALLED_KIB=$(du -sk --exclude=DEBIAN "$CUDA_DEB" | cut -f1)
+cuda_depends="tessera (= $VERSION)"
+for package in $(printf '%s\n' "${cuda_packages[@]}" | sort -u); do cuda_depends+=", $package"; done
+cat >"$CUDA_DEB/DEBIAN/control" <<EOF_CONTROL
+Package: tessera-cuda
+Version: $VERSION
+Architecture: amd64
+Maintainer: Tessera developers <tessera@localhost>
+Installed-Size: $CUDA_INSTALLED_KIB
+Depends: $cuda_depends
+Section: science
+Priority: optional
+Description: NVIDIA GPU support for Tessera
+ Tessera's CUDA module with LibTorch's CUDA libraries and the NVIDIA libraries
+ they load (CUDA runtime, cuBLAS, cuDNN, NCCL, ...), so that tessera-cli and the
+ studio train on NVIDIA GPUs. Needs the NVIDIA driver.
+EOF_CONTROL
+CUDA_DEB_FILE="$OUT/tessera-cuda_${VERSION}_amd64.deb"
+phase "packing the CUDA Debian package (zstd)"
+dpkg-deb --root-owner-group -Zzstd --threads-max="$(nproc)" --build "$CUDA_DEB" "$CUDA_DEB_FILE.partial" >/dev/null
+mv "$CUDA_DEB_FILE.partial" "$CUDA_DEB_FILE"
+phase "done: $CUDA_TARBALL ($(du -h "$CUDA_TARBALL" | cut -f1)) and $CUDA_DEB_FILE ($(du -h "$CUDA_DEB_FILE" | cut -f1); installed $((CUDA_INSTALLED_KIB / 1024)) MiB)"

@@ -129,7 +129,7 @@ int run_agent(const std::vector<std::string>& raw) {
   return 0;
 }
 
-const RegisterCommand kRegister{{
+const RegisterCommand kAgentCommand{{
     "agent",
     "agent [--bind ADDRESS|INTERFACE] [--port P] [--state-dir DIR] [--name NAME] "
     "[--accept-code CODE] [--discovery-port P] [--announce-to ADDR[,ADDR...]] [--no-broadcast] "

@@ -211,7 +211,7 @@ int run_demo(const std::vector<std::string>& raw) {
   return 0;
 }
 
-const RegisterCommand kRegister{{
+const RegisterCommand kDemoCommand{{
     "demo",
     "demo [--out DIR] [--steps N] [--seed N] [--no-train]",
     "Offline demo: build a small Llama, fine-tune it on a generated task, show accuracy and "

@@ -120,7 +120,7 @@ int run_eval(const std::vector<std::string>& raw) {
   return 0;
 }
 
-const RegisterCommand kRegister{{
+const RegisterCommand kEvalCommand{{
     "eval",
     "eval --model PATH --data FILE [--format text] [--max-length N] [--batch-tokens N] "
     "[--dtype float32|bfloat16] [--device auto|cpu|cuda|cuda:N] [--json]",

@@ -177,7 +177,7 @@ int run_export(const std::vector<std::string>& raw) {
   return 0;
 }
 
-const RegisterCommand kRegister{{
+const RegisterCommand kExportCommand{{
     "export",
     "export --model PATH --out DIR [--dtype float32|bfloat16|float16] [--max-shard-size 2GB] "
     "[--force] [--json]\n"

@@ -130,7 +130,7 @@ int run_finetune(const std::vector<std::string>& raw) {
   return execute_job(spec, events ? *events : "", "");
 }
 
-const RegisterCommand kRegister{{
+const RegisterCommand kFinetuneCommand{{
     "finetune",
     "finetune --model PATH --data FILE [--validation FILE] [--format F] [--method full|lora] "
     "[--steps N | --epochs N] [--batch-size N] [--grad-accum N] [--lr X] [--schedule S] "

@@ -211,7 +211,7 @@ int run_generate(const std::vector<std::string>& raw) {
   return 0;
 }
 
-const RegisterCommand kRegister{{
+const RegisterCommand kGenerateCommand{{
     "generate",
     "generate --model PATH --prompt TEXT [--chat] [--max-new-tokens N] [--greedy] "
     "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--dtype float32|bfloat16] "

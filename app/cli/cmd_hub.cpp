@@ -454,7 +454,7 @@ int run_hub(const std::vector<std::string>& raw) {
   throw UsageError{"unknown subcommand \"" + sub + "\""};
 }
 
-const RegisterCommand kRegister{{
+const RegisterCommand kHubCommand{{
     "hub",
     kUsage,
     "search the HuggingFace Hub, show a repository (a dataset's configs and splits), preview a "

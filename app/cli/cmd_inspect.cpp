@@ -176,7 +176,7 @@ int run_inspect(const std::vector<std::string>& raw) {
   return 0;
 }
 
-const RegisterCommand kRegister{{
+const RegisterCommand kInspectCommand{{
     "inspect",
     "inspect PATH [--json]",
     "Show a model folder's architecture, parameters, dtypes, files, tokenizer and chat template",

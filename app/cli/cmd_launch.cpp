@@ -768,7 +768,7 @@ int run_launch(const std::vector<std::string>& raw) {
   return code;
 }
 
-const RegisterCommand kRegister{{
+const RegisterCommand kLaunchCommand{{
     "launch",
     "launch (--nproc N | --nodes NAME:NPROC[,...]) JOB.json [--events FILE|-] [--resume DIR] "
     "[--simulate-host-memory SIZE] [--grace-period SECONDS] [--no-link] [--link-bytes SIZE]",

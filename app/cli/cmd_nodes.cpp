@@ -288,7 +288,7 @@ int run_nodes(const std::vector<std::string>& raw) {
   throw UsageError{"unknown nodes subcommand \"" + sub + "\" (discover, add, list, check, remove)"};
 }
 
-const RegisterCommand kRegister{{
+const RegisterCommand kNodesCommand{{
     "nodes",
     "nodes discover [--seconds N] [--discovery-port P] [--json] | nodes add ADDRESS[:PORT] "
     "[--expect-code CODE] | nodes list [--json] | nodes check NAME|ADDRESS [--json] "

@@ -183,7 +183,7 @@ int run_plan(const std::vector<std::string>& raw) {
   return 0;
 }
 
-const RegisterCommand kRegister{{
+const RegisterCommand kPlanCommand{{
     "plan",
     "plan JOB.json [--nproc N] [--json] [--measure-disk] [--simulate-host-memory SIZE]",
     "Choose the strategy and settings for a job on this machine (as N processes with --nproc) "

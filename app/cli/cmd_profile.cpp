@@ -45,7 +45,7 @@ int run_profile(const std::vector<std::string>& raw) {
   return 0;
 }
 
-const RegisterCommand kRegister{{
+const RegisterCommand kProfileCommand{{
     "profile",
     "profile [--json] [--dir DIR] [--no-disk] [--no-link] [--no-cache] [--disk-bytes SIZE] "
     "[--simulate-host-memory SIZE]",

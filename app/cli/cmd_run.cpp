@@ -22,7 +22,7 @@ int run_run(const std::vector<std::string>& raw) {
   return execute_job(spec, events ? *events : "", path, simulated);
 }
 
-const RegisterCommand kRegister{{
+const RegisterCommand kRunCommand{{
     "run",
     "run JOB.json [--events FILE|-] [--resume DIR] [--simulate-host-memory SIZE]",
     "Run a saved job spec (docs/job-spec.md); events go to FILE, stdout (-), or the run folder. "

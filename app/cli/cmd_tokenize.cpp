@@ -126,7 +126,7 @@ int run_tokenize(const std::vector<std::string>& raw) {
   return 0;
 }
 
-const RegisterCommand kRegister{{
+const RegisterCommand kTokenizeCommand{{
     "tokenize",
     "tokenize --model PATH [--json] [--no-special] (TEXT... | --file F)\n"
     "       tessera-cli tokenize --model PATH --decode [--json] ID...",

@@ -78,7 +78,7 @@ int run_version(const std::vector<std::string>& raw) {
   return 0;
 }
 
-const RegisterCommand kRegister{{
+const RegisterCommand kVersionCommand{{
     "version",
     "version [--json]",
     "Show the versions of Tessera, LibTorch and CUDA this tessera-cli is built with, and the GPUs",

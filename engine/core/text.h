@@ -1,5 +1,6 @@
 #pragma once
 // Text for messages.
+#include <cctype>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,12 @@ inline std::string alternatives(const std::vector<std::string>& names) {
   for (std::size_t i = 0; i < names.size(); ++i)
     text += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
   return text;
+}
+
+// ASCII lower case (file extensions, format and type names; not for user text).
+inline std::string ascii_lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
 
 }  // namespace tessera::core

@@ -7,17 +7,13 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace tessera::data {
 
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 std::string join_columns(const std::vector<std::string>& columns) {
   std::string out;
@@ -30,7 +26,7 @@ std::optional<std::string> find_column(const std::vector<std::string>& columns,
                                        std::initializer_list<const char*> aliases) {
   for (const char* alias : aliases)
     for (const auto& c : columns)
-      if (lower(c) == alias) return c;
+      if (core::ascii_lower(c) == alias) return c;
   return std::nullopt;
 }
 
@@ -160,7 +156,7 @@ const char* format_kind_name(FormatKind kind) {
 }
 
 FormatKind parse_format_kind(const std::string& name) {
-  const std::string n = lower(name);
+  const std::string n = core::ascii_lower(name);
   if (n == "text") return FormatKind::Text;
   if (n == "instruction") return FormatKind::Instruction;
   if (n == "chat") return FormatKind::Chat;
@@ -326,7 +322,7 @@ nlohmann::ordered_json normalize_messages(const nlohmann::ordered_json& value,
                                                 : nullptr;
     if (!role || !role->is_string()) throw_invalid(where + " has no 'role' text", hint);
     if (!content) throw_invalid(where + " has no 'content'", hint);
-    std::string r = lower(role->get<std::string>());
+    std::string r = core::ascii_lower(role->get<std::string>());
     if (r == "human") r = "user";
     if (r == "gpt" || r == "bot") r = "assistant";
     Json msg = Json::object();
@@ -740,7 +736,7 @@ std::optional<bool> desirability(const Json& v) {
   if (v.is_number_integer() && (v.get<std::int64_t>() == 0 || v.get<std::int64_t>() == 1))
     return v.get<std::int64_t>() == 1;
   if (v.is_string()) {
-    const std::string s = lower(v.get<std::string>());
+    const std::string s = core::ascii_lower(v.get<std::string>());
     if (s == "true" || s == "1") return true;
     if (s == "false" || s == "0") return false;
   }

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/text.h"
 #include "data/dataset.h"
 #include "data/reader_internal.h"
 
@@ -496,11 +497,6 @@ class TextReader : public DatasetReader {
   std::vector<Span> rows_;
 };
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 }  // namespace
 
 void SkipReport::add(std::string reason) {
@@ -562,7 +558,7 @@ std::string value_to_text(const nlohmann::ordered_json& value) {
 }
 
 std::string file_type_from_extension(const std::filesystem::path& path) {
-  const std::string ext = lower(path.extension().string());
+  const std::string ext = core::ascii_lower(path.extension().string());
   if (ext == ".jsonl" || ext == ".ndjson") return "jsonl";
   if (ext == ".json") return "json";
   if (ext == ".csv") return "csv";
@@ -600,7 +596,7 @@ std::unique_ptr<DatasetReader> open_dataset(const std::filesystem::path& path,
   if (std::filesystem::is_directory(path, ec))
     throw_invalid(path.string() + ": is a folder; give a dataset file",
                   "pass one .jsonl, .json, .csv, .tsv, .txt or .parquet file");
-  std::string type = lower(options.file_type);
+  std::string type = core::ascii_lower(options.file_type);
   if (type == "txt") type = "text";
   if (type.empty()) type = file_type_from_extension(path);
   if (type != "parquet") {

@@ -204,7 +204,7 @@ torch::Tensor token_types_or_zeros(const hf::ModelConfig& c, const ForwardInput&
   return t;
 }
 
-void check_positions(const hf::ModelConfig& c, const ForwardInput& in) {
+void check_bert_positions(const hf::ModelConfig& c, const ForwardInput& in) {
   if (in.input_ids.size(1) > c.max_position_embeddings)
     throw_invalid("bert: sequence length " + std::to_string(in.input_ids.size(1)) +
                       " exceeds max_position_embeddings " +
@@ -224,7 +224,7 @@ class BertBase : public PretrainedModel {
 
  protected:
   ForwardOutput run(const ForwardInput& in) override {
-    check_positions(config(), in);
+    check_bert_positions(config(), in);
     ForwardOutput out;
     out.hidden_states = stack_->forward(in.input_ids, token_types_or_zeros(config(), in),
                                         in.attention_mask, layer_wrapper);
@@ -253,7 +253,7 @@ class BertSequenceClassifier : public PretrainedModel {
 
  protected:
   ForwardOutput run(const ForwardInput& in) override {
-    check_positions(config(), in);
+    check_bert_positions(config(), in);
     ForwardOutput out;
     out.hidden_states = bert->forward(in.input_ids, token_types_or_zeros(config(), in),
                                       in.attention_mask, layer_wrapper);

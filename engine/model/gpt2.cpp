@@ -166,7 +166,7 @@ class Gpt2StackImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Gpt2Stack);
 
-void check_positions(const hf::ModelConfig& c, const ForwardInput& in) {
+void check_gpt2_positions(const hf::ModelConfig& c, const ForwardInput& in) {
   const std::int64_t total = in.attention_mask.size(1);  // cached + new positions
   if (total > c.max_position_embeddings)
     throw_invalid("gpt2: sequence length " + std::to_string(total) + " exceeds n_positions " +
@@ -193,7 +193,7 @@ class Gpt2Base : public PretrainedModel {
 
  protected:
   ForwardOutput run(const ForwardInput& in) override {
-    check_positions(config(), in);
+    check_gpt2_positions(config(), in);
     stack_->train(is_training());
     ForwardOutput out;
     out.hidden_states = stack_->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache,
@@ -221,7 +221,7 @@ class Gpt2LMHead : public PretrainedModel {
 
  protected:
   ForwardOutput run(const ForwardInput& in) override {
-    check_positions(config(), in);
+    check_gpt2_positions(config(), in);
     ForwardOutput out;
     out.hidden_states =
         transformer->forward(in.input_ids, in.attention_mask, in.position_ids, in.cache,

@@ -29,11 +29,6 @@ std::string shape_string(c10::IntArrayRef shape) {
   return s.str();
 }
 
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 bool starts_with(const std::string& s, const std::string& prefix) {
   return s.rfind(prefix, 0) == 0;
 }
@@ -215,16 +210,16 @@ std::string PretrainedModel::base_prefix() const {
 
 bool PretrainedModel::is_ignorable_tensor(const std::string& name) const {
   for (const std::string& suffix : hf::family_of(config_).buffer_suffixes)
-    if (ends_with(name, suffix)) return true;
+    if (name.ends_with(suffix)) return true;
   // Some writers store a tied lm_head anyway; it equals the input embedding.
   return head_ == TaskHead::CausalLM && config_.tie_word_embeddings && name == "lm_head.weight";
 }
 
 TaskHead head_from_config(const hf::ModelConfig& config) {
   for (const auto& arch : config.architectures) {
-    if (ends_with(arch, "ForCausalLM") || ends_with(arch, "LMHeadModel")) return TaskHead::CausalLM;
-    if (ends_with(arch, "ForSequenceClassification")) return TaskHead::SequenceClassification;
-    if (ends_with(arch, "Model")) return TaskHead::Base;
+    if (arch.ends_with("ForCausalLM") || arch.ends_with("LMHeadModel")) return TaskHead::CausalLM;
+    if (arch.ends_with("ForSequenceClassification")) return TaskHead::SequenceClassification;
+    if (arch.ends_with("Model")) return TaskHead::Base;
   }
   const bool causal_lm = hf::family_of(config).causal_lm;
   if (!config.architectures.empty() && causal_lm)
@@ -259,7 +254,7 @@ void init_weights(PretrainedModel& model, std::uint64_t seed) {
   for (auto& item : model.named_parameters()) {
     torch::Tensor& p = item.value();
     torch::Tensor values;
-    if (ends_with(item.key(), ".bias"))
+    if (item.key().ends_with(".bias"))
       values = torch::zeros(p.sizes(), torch::kFloat32);
     else if (p.dim() == 1)  // the only 1-D weights are norm scales
       values = torch::ones(p.sizes(), torch::kFloat32);

@@ -522,11 +522,6 @@ void install(LinearImpl& linear, std::shared_ptr<QuantizedWeight> quantized) {
   linear.weight.set_requires_grad(false);
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 constexpr const char* kFourBitStates[] = {".quant_state.bitsandbytes__nf4",
                                           ".quant_state.bitsandbytes__fp4"};
 
@@ -635,7 +630,7 @@ std::shared_ptr<QuantizedWeight> read_stored(const hf::SafetensorsCheckpoint& ch
 
 bool is_stored_quantized_weight(const hf::SafetensorsCheckpoint& checkpoint,
                                 const std::string& name) {
-  if (!ends_with(name, ".weight")) return false;
+  if (!name.ends_with(".weight")) return false;
   for (const char* suffix : kFourBitStates)
     if (checkpoint.contains(name + suffix)) return true;
   const std::string module = name.substr(0, name.size() - std::string(".weight").size());
@@ -646,11 +641,11 @@ bool is_stored_quantization_companion(const hf::SafetensorsCheckpoint& checkpoin
                                       const std::string& name) {
   for (const char* suffix : {".absmax", ".quant_map", ".nested_absmax", ".nested_quant_map",
                              kFourBitStates[0], kFourBitStates[1]})
-    if (ends_with(name, suffix) &&
+    if (name.ends_with(suffix) &&
         is_stored_quantized_weight(checkpoint, name.substr(0, name.size() - std::strlen(suffix))))
       return true;
   for (const char* suffix : {".SCB", ".weight_format"})
-    if (ends_with(name, suffix) &&
+    if (name.ends_with(suffix) &&
         is_stored_quantized_weight(checkpoint,
                                    name.substr(0, name.size() - std::strlen(suffix)) + ".weight"))
       return true;

@@ -23,7 +23,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr Milliseconds kMessageTimeout = 10s;
 constexpr Milliseconds kConfirmTimeout = 120s;  // a person reads two screens and answers
 constexpr int kMaxRanksPerSpawn = 256;
 

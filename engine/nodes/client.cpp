@@ -14,7 +14,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr Milliseconds kMessageTimeout = 10s;
 // The agent's user may still be reading the code when ours answered.
 constexpr Milliseconds kAgentConfirmTimeout = 130s;
 

@@ -13,6 +13,8 @@
 namespace tessera::nodes {
 
 using Milliseconds = std::chrono::milliseconds;
+// How long either side of a link waits for the other's next protocol message.
+inline constexpr Milliseconds kMessageTimeout{10'000};
 
 constexpr std::size_t kMaxMessageBytes = 1 << 20;  // requests and answers are small
 

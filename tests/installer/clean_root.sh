@@ -2,7 +2,10 @@
 # Installs a Tessera .deb into a clean Debian root and uses it there as a user would, then removes
 # it: the package's own check (tests/installer/test_package.py runs it).
 #
-#   clean_root.sh DEB WORKDIR
+#   clean_root.sh DEB WORKDIR [CUDA_DEB]
+#
+# With CUDA_DEB (tessera-cuda), both are installed, and `tessera-cli version --json` is also run
+# with TESSERA_CUDA=1 (load the CUDA module with no driver present) into cuda-version.json.
 #
 # The root is a minimal Debian (debootstrap --variant=minbase) of the release and from the
 # mirror this machine's own apt sources name, made once and kept as a tarball under
@@ -14,6 +17,7 @@
 set -euo pipefail
 DEB="$(readlink -f "${1:?usage: clean_root.sh DEB WORKDIR}")"
 WORK="$(readlink -f "${2:?usage: clean_root.sh DEB WORKDIR}")"
+CUDA_DEB="${3:+$(readlink -f "$3")}"
 TESSERA_HOME="${TESSERA_HOME:-$HOME/.cache/tessera}"
 CACHE="$TESSERA_HOME/debian-root"
 log() { printf '[clean-root %4ds] %s\n' "$SECONDS" "$*" >&2; }
@@ -74,31 +78,42 @@ rm -f "$ROOT/etc/apt/sources.list"
 cp /etc/apt/sources.list.d/*.sources "$ROOT/etc/apt/sources.list.d/" 2>/dev/null || true
 if [[ -f /etc/apt/sources.list ]]; then cp /etc/apt/sources.list "$ROOT/etc/apt/sources.list"; fi
 cp "$DEB" "$ROOT/tmp/tessera.deb"
+debs=(/tmp/tessera.deb)
+packages=(tessera)
+if [[ -n "$CUDA_DEB" ]]; then
+  cp "$CUDA_DEB" "$ROOT/tmp/tessera-cuda.deb"
+  debs+=(/tmp/tessera-cuda.deb)
+  packages+=(tessera-cuda)
+fi
 in_root() { chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root "$@"; }
 
 if in_root sh -c 'command -v python3 || command -v python || command -v cc'; then
   echo "clean_root.sh: the root has a Python or a compiler" >&2
   exit 1
 fi
-log "apt installs the package and its dependencies"
+log "apt installs ${packages[*]} and the dependencies"
 in_root apt-get update -qq
 in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-  /tmp/tessera.deb >"$WORK/apt-install.log" 2>&1 || {
+  "${debs[@]}" >"$WORK/apt-install.log" 2>&1 || {
   tail -30 "$WORK/apt-install.log" >&2
   exit 1
 }
-in_root dpkg -L tessera >"$WORK/files.txt"
+rm -f "$ROOT"/tmp/tessera*.deb
+for package in "${packages[@]}"; do in_root dpkg -L "$package"; done >"$WORK/files.txt"
 
 log "tessera-cli version, the demo and the studio in the root"
 in_root tessera-cli version >"$WORK/version.txt"
+if [[ -n "$CUDA_DEB" ]]; then
+  in_root env TESSERA_CUDA=1 tessera-cli version --json >"$WORK/cuda-version.json"
+fi
 in_root tessera-cli demo --steps 40 --out /root/demo >"$WORK/demo.txt" 2>&1
 install -d -m 0700 "$ROOT/tmp/runtime"
 in_root env QT_QPA_PLATFORM=offscreen XDG_RUNTIME_DIR=/tmp/runtime tessera --screenshot /root/first.png \
   >"$WORK/studio.txt" 2>&1
 cp "$ROOT/root/first.png" "$WORK/first.png"
 
-log "apt purges the package"
-in_root env DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq tessera >"$WORK/apt-purge.log" 2>&1
+log "apt purges ${packages[*]}"
+in_root env DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq "${packages[@]}" >"$WORK/apt-purge.log" 2>&1
 left=()
 while read -r path; do
   [[ -f "$ROOT$path" || -L "$ROOT$path" ]] && left+=("$path")

@@ -1,10 +1,12 @@
 """installer/package.sh: the relocatable tarball runs from a folder with spaces in its path, with no
-Python, no venv and no build tree in its reach, and writes nothing into its own folder.
+Python, no venv and no build tree in its reach, and writes nothing into its own folder; the
+tessera-cuda tarball unpacked over it brings the CUDA module and every library it loads.
 
 Packs the build the suite runs on (TESSERA_BUILD_DIR), unpacks it, and runs what a user would:
 `tessera-cli version`, the demo to its accuracy line, and the studio offscreen to a screenshot of
 its first page.
 """
+import json
 import os
 import re
 import subprocess
@@ -19,28 +21,66 @@ VENV = Path(os.sys.executable).parent.parent
 VERSION = re.search(r"project\(Tessera VERSION ([0-9.]+)", (ROOT / "CMakeLists.txt").read_text()).group(1)
 # Measured unpacked: 512 MiB (2026-12-04; libtorch_cpu alone is 428 MiB); README states it.
 MAX_UNPACKED = 600 << 20
+# tessera-cuda's libraries: the CUDA module, LibTorch's CUDA libraries and NVIDIA's (cuBLAS, cuDNN,
+# NCCL, ...). Measured 2026-12-04 with torch 2.15.0: see README; the bound catches a library
+# collected twice or a wheel's whole folder swept in.
+MAX_CUDA_UNPACKED = 4 << 30
+SYSTEM_DIRS = ("/lib/", "/usr/lib/", "/lib64/")
 
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist")
     # --no-build: the suite's build is what is packed; nothing rebuilds under running tests.
-    r = subprocess.run(["bash", str(ROOT / "installer" / "package.sh"), "--out", str(out), "--no-build"],
-                       capture_output=True, text=True, timeout=900,
+    r = subprocess.run(["bash", str(ROOT / "installer" / "package.sh"), "--out", str(out), "--no-build", "--cuda"],
+                       capture_output=True, text=True, timeout=1500,
                        env=dict(os.environ, TESSERA_BUILD_DIR=str(BUILD)))
     assert r.returncode == 0, r.stderr[-3000:]
+    print(r.stderr)  # the phases, with their times and the sizes
     return out
+
+
+def unpack(tarballs, place: Path):
+    place.mkdir()
+    for tarball in tarballs:
+        assert tarball.is_file(), sorted(p.name for p in tarball.parent.iterdir())
+        with tarfile.open(tarball) as t:
+            t.extractall(place, filter="tar")
+    return place / f"tessera-{VERSION}"
 
 
 @pytest.fixture(scope="module")
 def unpacked(packed, tmp_path_factory):
-    tarball = packed / f"tessera-{VERSION}-linux-x86_64.tar.gz"
-    assert tarball.is_file(), sorted(p.name for p in packed.iterdir())
-    place = tmp_path_factory.mktemp("apps") / "a folder with spaces"
-    place.mkdir()
-    with tarfile.open(tarball) as t:
-        t.extractall(place, filter="tar")
-    return place / f"tessera-{VERSION}"
+    return unpack([packed / f"tessera-{VERSION}-linux-x86_64.tar.gz"],
+                  tmp_path_factory.mktemp("apps") / "a folder with spaces")
+
+
+@pytest.fixture(scope="module")
+def unpacked_with_cuda(packed, tmp_path_factory):
+    return unpack([packed / f"tessera-{VERSION}-linux-x86_64.tar.gz",
+                   packed / f"tessera-cuda-{VERSION}-linux-x86_64.tar.gz"],
+                  tmp_path_factory.mktemp("apps") / "with cuda, and spaces")
+
+
+def has_driver():
+    try:
+        import ctypes
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+def assert_resolves_inside(folder: Path, elf: Path):
+    r = subprocess.run(["ldd", str(elf)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, (elf, r.stderr)
+    for line in r.stdout.splitlines():
+        assert "not found" not in line, (elf.name, line)
+        if "=>" not in line:
+            continue
+        path = line.split("=>")[1].split("(")[0].strip()
+        assert path.startswith(str(folder) + "/") or path.startswith(SYSTEM_DIRS), (elf.name, line)
+        assert str(VENV) not in path and str(BUILD) not in path, (elf.name, line)
 
 
 def bare_env(home: Path, **extra):
@@ -69,17 +109,7 @@ def test_the_folder_holds_the_programs_and_their_libraries(unpacked):
 
 def test_every_library_resolves_inside_the_folder_or_to_the_system(unpacked):
     for program in ("tessera-cli", "tessera"):
-        r = subprocess.run(["ldd", str(unpacked / "bin" / program)], capture_output=True, text=True,
-                           env={"PATH": "/usr/bin:/bin"})
-        assert r.returncode == 0, r.stderr
-        for line in r.stdout.splitlines():
-            assert "not found" not in line, (program, line)
-            if "=>" not in line:
-                continue
-            path = line.split("=>")[1].split("(")[0].strip()
-            inside = path.startswith(str(unpacked) + "/")
-            assert inside or path.startswith(("/lib/", "/usr/lib/", "/lib64/")), (program, line)
-            assert str(VENV) not in path and str(BUILD) not in path, (program, line)
+        assert_resolves_inside(unpacked, unpacked / "bin" / program)
 
 
 def test_cli_runs_the_demo_with_no_python_and_leaves_its_folder_as_it_was(unpacked, tmp_path):
@@ -110,6 +140,47 @@ def test_studio_opens_offscreen_to_its_first_page(unpacked, tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 20_000, f"{len(data)} bytes: a blank window?"  # the first page: ~78 KB
     assert files_under(unpacked) == before
+
+
+def test_the_cuda_tarball_brings_the_module_and_what_it_loads_and_nothing_twice(packed, unpacked,
+                                                                            unpacked_with_cuda):
+    cpu_files = {p.relative_to(unpacked) for p in unpacked.rglob("*") if p.is_file()}
+    with tarfile.open(packed / f"tessera-cuda-{VERSION}-linux-x86_64.tar.gz") as t:
+        cuda_files = {Path(m.name).relative_to(f"tessera-{VERSION}") for m in t.getmembers() if m.isfile()}
+    assert not cpu_files & cuda_files, sorted(cpu_files & cuda_files)
+    names = {p.name for p in cuda_files}
+    assert all(p.parent == Path("lib/tessera") for p in cuda_files), sorted(cuda_files)
+    assert {"libtessera_cuda.so", "libtorch_cuda.so", "libc10_cuda.so", "libtorch_cuda_linalg.so",
+            "libnccl.so.2", "libcublas.so.13", "libcudnn.so.9", "libcudnn_ops.so.9"} <= names, sorted(names)
+    size = sum((unpacked_with_cuda / p).stat().st_size for p in cuda_files)
+    print(f"tessera-cuda unpacked: {size / 2**30:.2f} GiB in {len(cuda_files)} files")
+    assert size <= MAX_CUDA_UNPACKED, f"{size / 2**30:.2f} GiB"
+    # Every library of the two, the ones cuDNN and LibTorch open by name included, finds what it
+    # needs in the folder or the system, not in the venv or the build tree it was made from.
+    for p in sorted(cuda_files):
+        assert_resolves_inside(unpacked_with_cuda, unpacked_with_cuda / p)
+
+
+def test_with_the_cuda_tarball_the_programs_load_the_module_from_their_folder(unpacked_with_cuda, tmp_path):
+    cli = unpacked_with_cuda / "bin" / "tessera-cli"
+    r = subprocess.run([str(cli), "version", "--json"], capture_output=True, text=True, timeout=120,
+                       env=bare_env(tmp_path / "home", TESSERA_CUDA="1", LD_DEBUG="files"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    v = json.loads(r.stdout)
+    assert v["cuda_module_loaded"] is True, v
+    assert v["cuda_module"] == f"loaded from {unpacked_with_cuda / 'lib' / 'tessera' / 'libtessera_cuda.so'}", v
+    assert v["cuda"] and v["cuda"][0].isdigit(), v  # LibTorch's CUDA runtime is the folder's
+    # Every library the loader initialised, by full path: the folder's or the system's.
+    initialised = {line.split("calling init:", 1)[1].strip() for line in r.stderr.splitlines()
+                   if "calling init:" in line}
+    assert any(p.endswith("/libtorch_cuda.so") for p in initialised), sorted(initialised)
+    for path in initialised:
+        assert path.startswith(str(unpacked_with_cuda) + "/") or path.startswith(SYSTEM_DIRS), path
+    # With no TESSERA_CUDA the module is loaded only where a driver is.
+    r = subprocess.run([str(cli), "version", "--json"], capture_output=True, text=True, timeout=120,
+                       env=bare_env(tmp_path / "home"))
+    v = json.loads(r.stdout)
+    assert v["cuda_module_loaded"] is has_driver(), v
 
 
 def test_the_debian_package_installs_programs_libraries_and_desktop_files(packed, unpacked, tmp_path):
@@ -158,19 +229,48 @@ def test_the_debian_package_installs_programs_libraries_and_desktop_files(packed
         assert re.search(rf"^ {{3}}{command}$", text, re.M), command
 
 
+def test_the_cuda_debian_package_adds_to_tessera_and_overlaps_none_of_its_files(packed):
+    def fields_of(deb):
+        info = subprocess.run(["dpkg-deb", "--field", str(deb)], capture_output=True, text=True,
+                              check=True).stdout
+        return dict(line.split(": ", 1) for line in info.splitlines() if ": " in line)
+
+    def files_of(deb):
+        contents = subprocess.run(["dpkg-deb", "--contents", str(deb)], capture_output=True, text=True,
+                                  check=True).stdout
+        return {line.split()[-1].lstrip(".") for line in contents.splitlines() if not line.startswith("d")}
+
+    cuda_deb = packed / f"tessera-cuda_{VERSION}_amd64.deb"
+    fields = fields_of(cuda_deb)
+    assert fields["Package"] == "tessera-cuda" and fields["Version"] == VERSION, fields
+    assert f"tessera (= {VERSION})" in [d.strip() for d in fields["Depends"].split(",")], fields["Depends"]
+    assert int(fields["Installed-Size"]) << 10 <= MAX_CUDA_UNPACKED + (1 << 20), fields["Installed-Size"]
+    cuda_files = files_of(cuda_deb)
+    assert "/usr/lib/tessera/libtessera_cuda.so" in cuda_files and "/usr/lib/tessera/libtorch_cuda.so" in cuda_files
+    assert all(f.startswith(("/usr/lib/tessera/", "/usr/share/doc/tessera-cuda/")) for f in cuda_files), cuda_files
+    # dpkg refuses a package that overwrites another's file: none is shared.
+    shared = cuda_files & files_of(packed / f"tessera_{VERSION}_amd64.deb")
+    assert not shared, sorted(shared)
+
+
 def test_the_debian_package_installs_runs_and_purges_in_a_clean_debian_root(packed, tmp_path):
     """tests/installer/clean_root.sh: a minimal Debian root of this machine's release and mirror
-    (no Python, no compiler), apt installs the .deb with its dependencies, `tessera-cli version`,
-    the demo and the studio (offscreen, a screenshot) run there, and a purge leaves none of the
-    package's files but the demo's output."""
+    (no Python, no compiler), apt installs tessera and tessera-cuda with their dependencies,
+    `tessera-cli version`, the demo and the studio (offscreen, a screenshot) run there, the CUDA
+    module loads from /usr/lib/tessera when asked (there is no driver in the root), and a purge
+    leaves none of the packages' files but the demo's output."""
     if os.geteuid() != 0:
         pytest.skip("needs root (chroot and mounts)")
     deb = packed / f"tessera_{VERSION}_amd64.deb"
-    r = subprocess.run(["bash", str(ROOT / "tests" / "installer" / "clean_root.sh"), str(deb), str(tmp_path)],
-                       capture_output=True, text=True, timeout=1500)
+    cuda_deb = packed / f"tessera-cuda_{VERSION}_amd64.deb"
+    r = subprocess.run(["bash", str(ROOT / "tests" / "installer" / "clean_root.sh"), str(deb), str(tmp_path),
+                        str(cuda_deb)], capture_output=True, text=True, timeout=1500)
     assert r.returncode == 0, r.stderr[-4000:]
     assert f"Tessera {VERSION}" in (tmp_path / "version.txt").read_text()
     demo = (tmp_path / "demo.txt").read_text()
     assert re.search(r"held-out exact-match accuracy: [0-9.]+% before, [0-9.]+% after", demo), demo[-2000:]
     shot = (tmp_path / "first.png").read_bytes()
     assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 20_000, len(shot)
+    v = json.loads((tmp_path / "cuda-version.json").read_text())
+    assert v["cuda_module_loaded"] is True and v["cuda_module"] == "loaded from /usr/lib/tessera/libtessera_cuda.so", v
+    assert v["cuda"] and v["cuda"][0].isdigit(), v

@@ -22,13 +22,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-QString q(const std::string& s) {
-  return QString::fromStdString(s);
-}
-
 QMap<QString, QString> to_qmap(const std::map<std::string, std::string>& m) {
   QMap<QString, QString> out;
-  for (const auto& [k, v] : m) out.insert(q(k), q(v));
+  for (const auto& [k, v] : m) out.insert(QString::fromStdString(k), QString::fromStdString(v));
   return out;
 }
 
@@ -36,7 +32,7 @@ QMap<QString, QString> to_qmap(const std::map<std::string, std::string>& m) {
 // command line; here it is what to do in an editor.
 QString gui_error_text(const Error& error) {
   if (error.hint().find("iconv") == std::string::npos) return error_text(error);
-  return q(error.what()) + "\n" +
+  return QString::fromStdString(error.what()) + "\n" +
          QObject::tr(
              "Save the file as UTF-8 (in a text editor: Save As…, encoding UTF-8), then "
              "choose it again.");
@@ -80,7 +76,7 @@ bool check_rows(const data::DatasetReader& reader, const data::ExampleBuilder& f
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::InvalidInput) throw;
         if (a.first_bad_rows.size() < DatasetAnalysis::kKeptReasons)
-          a.first_bad_rows.push_back({i, validation_file, q(e.what())});
+          a.first_bad_rows.push_back({i, validation_file, QString::fromStdString(e.what())});
         continue;
       }
     }
@@ -92,7 +88,7 @@ bool check_rows(const data::DatasetReader& reader, const data::ExampleBuilder& f
 
 QString column_list(const std::vector<std::string>& columns) {
   QStringList names;
-  for (const auto& c : columns) names << q(c);
+  for (const auto& c : columns) names << QString::fromStdString(c);
   return names.join(", ");
 }
 
@@ -117,13 +113,15 @@ QString partial_format_note(const std::vector<std::string>& columns,
     if (!named_for(kind, partial.columns) || missing.empty()) continue;
     suggested = data::format_kind_name(kind);
     QStringList found;
-    for (const auto& [role, column] : partial.columns) found << "'" + q(column) + "'";
+    for (const auto& [role, column] : partial.columns)
+      found << "'" + QString::fromStdString(column) + "'";
     return QObject::tr(
                "The column %1 looks like part of a %2 dataset, but no row has a column "
                "for '%3' (the columns are: %4), so the rows are read as plain text. To "
                "train on them as %2 data, use the %2 format and choose the column for "
                "each role.")
-        .arg(found.join(", "), suggested, q(missing.front()), column_list(columns));
+        .arg(found.join(", "), suggested, QString::fromStdString(missing.front()),
+             column_list(columns));
   }
   return {};
 }
@@ -181,7 +179,7 @@ void explain_unresolved_format(const std::vector<std::string>& columns,
     a.error = error_text(error);
     return;
   }
-  for (const auto& role : missing) a.missing_roles << q(role);
+  for (const auto& role : missing) a.missing_roles << QString::fromStdString(role);
   a.error = QObject::tr(
                 "No column was found for the %1 format's '%2' role: choose it under "
                 "\"Format and columns\" (the columns are: %3).")
@@ -192,9 +190,10 @@ void explain_unresolved_format(const std::vector<std::string>& columns,
 
 QString dataset_display_name(const job::DatasetSpec& spec) {
   if (!spec.hub_id.empty())
-    return q(spec.hub_id) + (spec.config.empty() ? QString() : " · " + q(spec.config));
+    return QString::fromStdString(spec.hub_id) +
+           (spec.config.empty() ? QString() : " · " + QString::fromStdString(spec.config));
   if (spec.train_files.empty()) return {};
-  return q(fs::path(spec.train_files.front()).filename().string());
+  return QString::fromStdString(fs::path(spec.train_files.front()).filename().string());
 }
 
 QStringList roles_of(const QString& format, const QMap<QString, QString>& mapping) {
@@ -228,12 +227,12 @@ DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
     a.error = gui_error_text(e);
     return a;
   } catch (const std::exception& e) {
-    a.error = q(e.what());
+    a.error = QString::fromStdString(e.what());
     return a;
   }
-  a.file_type = q(reader->file_type());
+  a.file_type = QString::fromStdString(reader->file_type());
   a.num_rows = reader->num_rows();
-  for (const auto& c : reader->columns()) a.columns << q(c);
+  for (const auto& c : reader->columns()) a.columns << QString::fromStdString(c);
   const std::string source = request.file.toStdString();
   try {
     a.detected_format = data::format_kind_name(data::detect_format(reader->columns(), source).kind);
@@ -265,7 +264,7 @@ DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
   options.max_cell_chars = 300;
   a.unreadable_rows = reader->skipped().count;
   for (const std::string& reason : reader->skipped().first_reasons)
-    a.unreadable_reasons << q(reason);
+    a.unreadable_reasons << QString::fromStdString(reason);
 
   // The tokenizer (when a model is chosen) checks the rows and gives the token lengths.
   std::optional<hf::Tokenizer> tokenizer;
@@ -277,7 +276,7 @@ DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
       if (fs::exists(dir / "config.json")) {
         const auto mc = hf::load_model_config(dir / "config.json");
         a.model_context = mc.max_position_embeddings;
-        a.model_type = q(mc.model_type);
+        a.model_type = QString::fromStdString(mc.model_type);
         a.learned_positions = hf::family_of(mc).learned_positions;
       }
     } catch (const Error&) {
@@ -310,7 +309,7 @@ DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
     } catch (const Error& e) {
       a.token_error = error_text(e);
     } catch (const std::exception& e) {
-      a.token_error = q(e.what());
+      a.token_error = QString::fromStdString(e.what());
     }
   }
 
@@ -319,11 +318,11 @@ DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
         *reader, a.error.isEmpty() ? format : data::DatasetFormat{}, nullptr, options);
     for (const auto& row : preview.rows) {
       QStringList cells;
-      for (const auto& cell : row) cells << q(cell);
+      for (const auto& cell : row) cells << QString::fromStdString(cell);
       a.rows << cells;
     }
-    if (a.error.isEmpty()) a.description = q(preview.description);
-    a.skipped = q(preview.skipped.summary());
+    if (a.error.isEmpty()) a.description = QString::fromStdString(preview.description);
+    a.skipped = QString::fromStdString(preview.skipped.summary());
     if (run_builder) {
       // The run tokenizes the validation files with the same builder and the same rule.
       std::unique_ptr<data::DatasetReader> validation;
@@ -335,7 +334,7 @@ DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
         validation = data::open_datasets(paths, read_options);
         a.unreadable_validation_rows = validation->skipped().count;
         for (const std::string& reason : validation->skipped().first_reasons)
-          a.unreadable_reasons << q(reason);
+          a.unreadable_reasons << QString::fromStdString(reason);
       }
       AnalysisProgress* progress = request.progress.get();
       if (progress)
@@ -351,7 +350,7 @@ DatasetAnalysis analyze_dataset(const DatasetRequest& request) {
   } catch (const Error& e) {
     if (a.error.isEmpty()) a.error = gui_error_text(e);
   } catch (const std::exception& e) {
-    if (a.error.isEmpty()) a.error = q(e.what());
+    if (a.error.isEmpty()) a.error = QString::fromStdString(e.what());
   }
   count_shares(a, request.validation_files.isEmpty() ? request.validation_fraction : 0.0,
                request.seed);

@@ -11,22 +11,14 @@ namespace tessera::ui {
 
 namespace hub = hf::hub;
 
-namespace {
-
-QString q(const std::string& s) {
-  return QString::fromStdString(s);
-}
-
-}  // namespace
-
 HubDatasetInfo load_hub_dataset(const hub::Settings& settings, const std::string& repo_id) {
   HubDatasetInfo out;
-  out.repo_id = q(repo_id);
+  out.repo_id = QString::fromStdString(repo_id);
   try {
     hub::Client client(settings);
     const hub::RepoInfo info = client.info(repo_id, hub::RepoType::Dataset, kHubDatasetRevision);
-    out.license = q(info.license);
-    out.gated = q(info.gated);
+    out.license = QString::fromStdString(info.license);
+    out.gated = QString::fromStdString(info.gated);
     out.layout = client.dataset_layout(repo_id, kHubDatasetRevision);
   } catch (const std::exception& e) {
     out.failure = hub_failure(e, !settings.token.empty());
@@ -37,20 +29,20 @@ HubDatasetInfo load_hub_dataset(const hub::Settings& settings, const std::string
 HubRowsPreview preview_hub_rows(const hub::Settings& settings, const std::string& repo_id,
                                 const std::string& config, const std::string& split, int max_rows) {
   HubRowsPreview out;
-  out.repo_id = q(repo_id);
-  out.config = q(config);
-  out.split = q(split);
+  out.repo_id = QString::fromStdString(repo_id);
+  out.config = QString::fromStdString(config);
+  out.split = QString::fromStdString(split);
   try {
     hub::Client client(settings);
     const hub::RowPreview preview =
         client.preview_rows(repo_id, kHubDatasetRevision, config, split, max_rows);
-    for (const std::string& c : preview.columns) out.columns << q(c);
+    for (const std::string& c : preview.columns) out.columns << QString::fromStdString(c);
     for (const auto& row : preview.rows) {
       QStringList cells;
-      for (const std::string& cell : row) cells << q(cell);
+      for (const std::string& cell : row) cells << QString::fromStdString(cell);
       out.rows << cells;
     }
-    out.source = q(preview.source);
+    out.source = QString::fromStdString(preview.source);
     out.partial = preview.partial;
   } catch (const Error& e) {
     // No preview offered (Parquet without the viewer, a file type it cannot show) or the Hub
@@ -60,7 +52,7 @@ HubRowsPreview preview_hub_rows(const hub::Settings& settings, const std::string
     if (failure.problem != HubProblem::Other && failure.problem != HubProblem::NotFound)
       out.problem = failure.problem;
   } catch (const std::exception& e) {
-    out.unavailable = q(e.what());
+    out.unavailable = QString::fromStdString(e.what());
   }
   return out;
 }
@@ -68,7 +60,7 @@ HubRowsPreview preview_hub_rows(const hub::Settings& settings, const std::string
 QString default_validation_split(const hub::DatasetConfig& config) {
   for (const char* name : {"validation", "valid", "val", "dev"})
     for (const hub::DatasetSplit& s : config.splits)
-      if (s.name == name && !s.files.empty()) return q(s.name);
+      if (s.name == name && !s.files.empty()) return QString::fromStdString(s.name);
   return {};
 }
 
@@ -77,16 +69,17 @@ HubDatasetChoice choose_hub_dataset(const HubDatasetInfo& info, const std::strin
                                     const std::string& validation_split) {
   HubDatasetChoice choice;
   choice.repo_id = info.repo_id;
-  choice.commit = q(info.layout.commit);
+  choice.commit = QString::fromStdString(info.layout.commit);
   const auto config =
       std::find_if(info.layout.configs.begin(), info.layout.configs.end(),
                    [&](const hub::DatasetConfig& c) { return c.name == config_name; });
   if (config == info.layout.configs.end()) return choice;
-  choice.config = q(config->name);
+  choice.config = QString::fromStdString(config->name);
   // Files at the revision browsed are fetched at the commit it was at (what was previewed is
   // what trains); the conversion branch's are fetched from that branch.
   choice.from_parquet_conversion = config->revision != kHubDatasetRevision;
-  choice.files_at = choice.from_parquet_conversion ? q(config->revision) : choice.commit;
+  choice.files_at =
+      choice.from_parquet_conversion ? QString::fromStdString(config->revision) : choice.commit;
   std::int64_t bytes = 0;
   bool sizes_known = true;
   for (const hub::DatasetSplit& split : config->splits) {
@@ -95,9 +88,10 @@ HubDatasetChoice choose_hub_dataset(const HubDatasetInfo& info, const std::strin
                              ? &choice.validation_files
                              : nullptr;
     if (files == nullptr) continue;
-    (split.name == train_split ? choice.train_split : choice.validation_split) = q(split.name);
+    (split.name == train_split ? choice.train_split : choice.validation_split) =
+        QString::fromStdString(split.name);
     for (std::size_t i = 0; i < split.files.size(); ++i) {
-      *files << q(split.files[i]);
+      *files << QString::fromStdString(split.files[i]);
       const std::int64_t size = i < split.sizes.size() ? split.sizes[i] : -1;
       if (size < 0) sizes_known = false;
       bytes += std::max<std::int64_t>(0, size);

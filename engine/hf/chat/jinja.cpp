@@ -19,20 +19,6 @@ constexpr int kMaxCallDepth = 256;
 constexpr int kMaxNesting = 200;
 constexpr std::size_t kMaxStringBytes = std::size_t{1} << 30;
 
-[[noreturn]] void undefined_fault(const Value& v) {
-  fault(v.text.empty() ? std::string("value is undefined") : v.text);
-}
-
-std::int64_t as_int(const Value& v) {
-  return v.kind == Kind::Bool ? v.boolean : v.integer;
-}
-double as_double(const Value& v) {
-  return v.kind == Kind::Float ? v.number : static_cast<double>(as_int(v));
-}
-bool is_int_like(const Value& v) {
-  return v.kind == Kind::Int || v.kind == Kind::Bool;
-}
-
 // ---- expressions ---------------------------------------------------------------------
 
 struct ConstExpr : Expr {

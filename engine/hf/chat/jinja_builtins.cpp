@@ -10,17 +10,6 @@ namespace tessera::hf::jinja {
 
 namespace {
 
-std::int64_t as_int(const Value& v) {
-  return v.kind == Kind::Bool ? v.boolean : v.integer;
-}
-bool is_int_like(const Value& v) {
-  return v.kind == Kind::Int || v.kind == Kind::Bool;
-}
-
-[[noreturn]] void undefined_fault(const Value& v) {
-  fault(v.text.empty() ? std::string("value is undefined") : v.text);
-}
-
 std::string need_string(const Value& v, const std::string& what) {
   if (v.kind != Kind::String)
     fault(what + " must be a string, not '" + std::string(type_name(v)) + "'");

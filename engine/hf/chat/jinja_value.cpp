@@ -314,13 +314,19 @@ std::string to_str(const Value& v) {
 static bool numeric(const Value& v) {
   return v.kind == Kind::Int || v.kind == Kind::Float || v.kind == Kind::Bool;
 }
-static double as_double(const Value& v) {
+bool is_int_like(const Value& v) {
+  return v.kind == Kind::Int || v.kind == Kind::Bool;
+}
+double as_double(const Value& v) {
   if (v.kind == Kind::Float) return v.number;
   if (v.kind == Kind::Bool) return v.boolean ? 1.0 : 0.0;
   return static_cast<double>(v.integer);
 }
-static std::int64_t as_int(const Value& v) {
+std::int64_t as_int(const Value& v) {
   return v.kind == Kind::Bool ? (v.boolean ? 1 : 0) : v.integer;
+}
+void undefined_fault(const Value& v) {
+  fault(v.text.empty() ? std::string("value is undefined") : v.text);
 }
 
 bool equals(const Value& a, const Value& b) {

@@ -83,6 +83,12 @@ std::string to_str(const Value& v);  // Python str()
 std::string repr(const Value& v);    // Python repr()
 std::string float_repr(double d);    // Python repr(float)
 bool equals(const Value& a, const Value& b);
+// Numbers as Python sees them: a bool is an int (True == 1).
+bool is_int_like(const Value& v);
+std::int64_t as_int(const Value& v);
+double as_double(const Value& v);
+// Faults with the undefined value's own message (it names what was missing).
+[[noreturn]] void undefined_fault(const Value& v);
 int compare(const Value& a, const Value& b);  // <0, 0, >0; faults when unordered
 std::string to_json(const Value& v, int indent, const std::string& item_sep,
                     const std::string& key_sep, bool sort_keys, bool ensure_ascii);
