@@ -17,9 +17,9 @@ bash "$ROOT/installer/bootstrap.sh" --for product
 if [[ -x "$BUILD_DIR/app/cli/tessera-cli" ]]; then
   phase "building tessera-cli and the studio: what changed since the last build"
 else
-  phase "building tessera-cli and the studio in $BUILD_DIR (the first time about 16 minutes on 2 cores; ninja counts the steps; later builds reuse the compiler cache $CCACHE_DIR)"
+  phase "building tessera-cli and the studio in $BUILD_DIR (the first time about 7 minutes on 2 cores; ninja counts the steps; later builds reuse the compiler cache $CCACHE_DIR)"
 fi
 tessera_configure_and_build tessera-cli tessera
-phase "running the demo (about 90 seconds on 2 cores)"
+phase "running the demo (about 45 seconds on 2 cores)"
 "$BUILD_DIR/app/cli/tessera-cli" demo --out "${TESSERA_DEMO_DIR:-$ROOT/tessera-demo}" "$@"
 phase "done: the build is in $BUILD_DIR (remove: rm -rf $BUILD_DIR); bash installer/test.sh installs the rest and runs the tests"

@@ -161,7 +161,9 @@ Install the Debian packages it uses (listed in DEPENDENCIES), then run it from t
   bin/tessera-cli demo      # fine-tunes a small model on generated data, on the CPU
   bin/tessera               # the studio
 
-This build runs on the CPU: it carries no CUDA module and none of LibTorch's CUDA libraries.
+This folder alone runs on the CPU: it carries no CUDA module and none of LibTorch's CUDA
+libraries. For an NVIDIA GPU, unpack tessera-cuda-$VERSION-linux-x86_64.tar.gz where this one was
+unpacked (it adds them to lib/tessera); \`bin/tessera-cli version\` then says the module is loaded.
 Remove it by deleting this folder; runs keep their data where you chose, the studio its own under
 ~/.local/share/Tessera.
 EOF
