@@ -371,4 +371,11 @@ double hybrid_compute_seconds(const hf::ModelConfig& c, const Settings& s, int w
          update;
 }
 
+std::string hybrid_phrase(const Settings& s) {
+  return "hybrid tp " + std::to_string(s.tp_size) + " × pp " + std::to_string(s.pp_size) +
+         (s.pp_chunks > 1 ? " (" + std::to_string(s.pp_chunks) + " chunks a stage)" : "") +
+         (s.sequence_parallel ? " with sequence parallelism" : "") +
+         (s.zero_stage > 0 ? " with ZeRO-" + std::to_string(s.zero_stage) : "");
+}
+
 }  // namespace tessera::plan

@@ -179,19 +179,10 @@ Settings written_settings(const job::JobSpec& spec, int gpus = 0, int processes 
   return s;
 }
 
-// "ddp", "zero stage 2", "hybrid tp 2 × pp 2": a distributing strategy as the reasons name it.
-std::string strategy_phrase(const Settings& s) {
-  if (s.strategy == "hybrid")
-    return "hybrid tp " + std::to_string(s.tp_size) + " × pp " + std::to_string(s.pp_size) +
-           (s.pp_chunks > 1 ? " (" + std::to_string(s.pp_chunks) + " chunks a stage)" : "") +
-           (s.sequence_parallel ? " with sequence parallelism" : "") +
-           (s.zero_stage > 0 ? " with ZeRO-" + std::to_string(s.zero_stage) : "");
-  return s.strategy == "zero" ? "zero stage " + std::to_string(s.zero_stage) : s.strategy;
-}
-
-bool distributes(const Settings& s) {
-  return s.strategy == "ddp" || s.strategy == "zero" || s.strategy == "gemini" ||
-         s.strategy == "hybrid";
+// What a layout pays for the memory it saves (StrategyCost::saves_memory_by).
+std::string saves_memory_by(const Settings& s) {
+  const StrategyCost* cost = strategy_cost(s.strategy);
+  return cost && cost->saves_memory_by ? cost->saves_memory_by : "more communication";
 }
 
 std::string percent(double fraction) {
@@ -565,8 +556,9 @@ void plan_rank_time(Plan& plan, const PlanInputs& in, const std::string& device,
     plan.time_source = measured.time_source + " with " + std::to_string(plan.processes) +
                        " processes (compute and communication together)";
   }
-  const bool scattered = plan.settings.strategy == "gemini" ||
-                         (plan.settings.strategy == "zero" && plan.settings.zero_stage >= 2);
+  const StrategyCost* cost = strategy_cost(plan.settings.strategy);
+  const bool scattered =
+      cost && cost->scatters_gradients && cost->scatters_gradients(plan.settings);
   const std::string reduction = scattered ? "reduce_scatter" : "all_reduce";
   const std::string volume =
       gib(comm.bytes) + " through each rank in " + std::to_string(comm.calls) + " calls (" +
@@ -736,16 +728,8 @@ void explain_distributed(Plan& plan, const PlanInputs& in, const std::vector<Set
                   " a rank may use";
     } else if (c.peak < chosen.peak) {
       c.summary = name + " would save " + gib(chosen.peak - c.peak) + " per rank (" + gib(c.peak) +
-                  ") but costs " +
-                  (c.settings.strategy == "zero" ? "an all_gather of the parameters every step"
-                   : c.settings.strategy == "hybrid"
-                       ? "all-reduces of activations in every layer (tensor parallel) and idle "
-                         "time while the pipeline fills and drains"
-                   : c.settings.strategy == "gemini"
-                       ? "all_gathers of the parameters as every forward and backward uses "
-                         "them and a reduce_scatter of the gradients in every micro-batch"
-                       : "more communication") +
-                  ": " + time_of(c) + ", against " + seconds_text(chosen.seconds_per_step);
+                  ") but costs " + saves_memory_by(c.settings) + ": " + time_of(c) + ", against " +
+                  seconds_text(chosen.seconds_per_step);
     } else {
       c.summary = name + " fits too (" + gib(c.peak) +
                   " per rank) but is no quicker: " + time_of(c) + ", against " +

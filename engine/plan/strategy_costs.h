@@ -27,9 +27,25 @@ struct StrategyCost {
   // model, plan/step_cost.h's model_work).
   double (*compute)(const hf::ModelConfig& c, const Settings& s, int world_size, double tokens,
                     double rank_flops);
+  // Whether its ranks share one step's work (single's never do).
+  bool distributes;
+  // How the plan's reasons name it with its settings, "zero stage 2", "hybrid tp 2 × pp 2" (null:
+  // its name).
+  std::string (*phrase)(const Settings& s);
+  // Whether each rank keeps a share of the gradients (reduce_scatter) instead of all of them
+  // (all_reduce) (null: all of them).
+  bool (*scatters_gradients)(const Settings& s);
+  // What a layout of it pays for the memory it saves, as the reasons say it (null: "more
+  // communication").
+  const char* saves_memory_by;
 };
 
 // The cost model of strategy `name`; nullptr for a name no model covers.
 const StrategyCost* strategy_cost(const std::string& name);
+
+// `s.strategy` as the reasons name it (StrategyCost::phrase).
+std::string strategy_phrase(const Settings& s);
+// Whether `s.strategy`'s ranks share a step's work (StrategyCost::distributes).
+bool distributes(const Settings& s);
 
 }  // namespace tessera::plan
