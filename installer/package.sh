@@ -94,39 +94,45 @@ STAGE="$WORK/$NAME"
 mkdir -p "$STAGE/bin" "$STAGE/lib/tessera"
 cp "$BUILD_DIR/app/cli/tessera-cli" "$BUILD_DIR/app/studio/tessera" "$STAGE/bin/"
 
-# Every library the programs load that is not the system's (LibTorch's and Arrow's, from the
-# venv's wheels) goes into lib/tessera; the system's become DEPENDENCIES.
-phase "collecting the libraries the programs load"
+# collect_libraries DEST SKIP FILE...: copies into DEST every library the FILEs load (ldd: the
+# whole closure) that is not the system's and not in the folder SKIP ("": none), and records the
+# system's in system_paths. The FILEs' own name is a library's when they are ones (added by name).
 system_lib() { [[ "$1" == /lib/* || "$1" == /usr/lib/* || "$1" == /lib64/* ]]; }
-declare -A bundled=() system=()
-for program in "$STAGE"/bin/*; do
-  while read -r soname arrow path _; do
-    [[ "$arrow" == "=>" ]] || continue
-    if [[ "$path" == "not" ]]; then
-      echo "package.sh: $(basename "$program") needs $soname, which is not found" >&2
-      exit 1
-    fi
-    if system_lib "$path"; then
-      system[$path]=1
-    else
-      bundled[$soname]="$path"
-    fi
-  done < <(ldd "$program")
-done
-for soname in "${!bundled[@]}"; do
-  cp -L "${bundled[$soname]}" "$STAGE/lib/tessera/$soname"
-  chmod 0755 "$STAGE/lib/tessera/$soname"
-done
-# The programs look beside them in ../lib/tessera; the libraries beside themselves ($ORIGIN;
-# LibTorch's already do, among paths of the wheel's layout that do not exist here).
-for program in "$STAGE"/bin/*; do patchelf --set-rpath '$ORIGIN/../lib/tessera' "$program"; done
-for lib in "$STAGE"/lib/tessera/*; do
-  rpath="$(patchelf --print-rpath "$lib")"
-  [[ "$rpath" == *'$ORIGIN'* ]] || patchelf --set-rpath '$ORIGIN' "$lib"
-done
-
-# The Debian packages of the system libraries that the programs and the bundled libraries name
-# (their NEEDED entries; apt brings what those need in turn): what the machine must have.
+declare -A system_paths=()
+collect_libraries() {
+  local dest="$1" skip="$2" file soname arrow path _
+  shift 2
+  declare -A found=()
+  for file in "$@"; do
+    while read -r soname arrow path _; do
+      [[ "$arrow" == "=>" ]] || continue
+      if [[ "$path" == "not" ]]; then
+        echo "package.sh: $(basename "$file") needs $soname, which is not found" >&2
+        exit 1
+      fi
+      if system_lib "$path"; then
+        system_paths[$path]=1
+      elif [[ -z "$skip" || ! -e "$skip/$soname" ]]; then
+        found[$soname]="$path"
+      fi
+    done < <(ldd "$file")
+  done
+  for soname in "${!found[@]}"; do
+    cp -L "${found[$soname]}" "$dest/$soname"
+    chmod 0755 "$dest/$soname"
+  done
+}
+# The libraries look beside themselves ($ORIGIN; LibTorch's already do, among paths of the
+# wheel's layout that do not exist here).
+rpath_to_origin() {
+  local lib rpath
+  for lib in "$1"/*; do
+    rpath="$(patchelf --print-rpath "$lib")"
+    [[ "$rpath" == *'$ORIGIN'* ]] || patchelf --set-rpath '$ORIGIN' "$lib"
+  done
+}
+# debian_packages ELF...: the Debian packages of the system libraries these ELF files name (their
+# NEEDED entries; apt brings what those need in turn), one a line: what the machine must have.
 owner_of() {
   local p
   for p in "$@"; do
@@ -134,21 +140,33 @@ owner_of() {
   done
   return 1
 }
-declare -A needed=()
-for elf in "$STAGE"/bin/* "$STAGE"/lib/tessera/*; do
-  while read -r soname; do needed[$soname]=1; done < <(patchelf --print-needed "$elf")
-done
-packages=()
-for path in "${!system[@]}"; do
-  [[ -n "${needed[$(basename "$path")]:-}" ]] || continue
-  real="$(readlink -f "$path")"
-  if owner="$(owner_of "$path" "$real" "${real#/usr}" "/usr$path")"; then
-    packages+=("$owner")
-  else
-    echo "package.sh: no Debian package owns $path" >&2
-    exit 1
-  fi
-done
+debian_packages() {
+  local elf soname path real owner
+  declare -A needed=()
+  for elf in "$@"; do
+    while read -r soname; do needed[$soname]=1; done < <(patchelf --print-needed "$elf")
+  done
+  for path in "${!system_paths[@]}"; do
+    [[ -n "${needed[$(basename "$path")]:-}" ]] || continue
+    real="$(readlink -f "$path")"
+    if owner="$(owner_of "$path" "$real" "${real#/usr}" "/usr$path")"; then
+      echo "$owner"
+    else
+      echo "package.sh: no Debian package owns $path" >&2
+      exit 1
+    fi
+  done
+}
+
+# Every library the programs load that is not the system's (LibTorch's and Arrow's, from the
+# venv's wheels) goes into lib/tessera; the system's become DEPENDENCIES.
+phase "collecting the libraries the programs load"
+collect_libraries "$STAGE/lib/tessera" "" "$STAGE"/bin/*
+# The programs look beside them in ../lib/tessera.
+for program in "$STAGE"/bin/*; do patchelf --set-rpath '$ORIGIN/../lib/tessera' "$program"; done
+rpath_to_origin "$STAGE/lib/tessera"
+debian_packages "$STAGE"/bin/* "$STAGE"/lib/tessera/* >"$WORK/packages"
+mapfile -t packages <"$WORK/packages"
 # Loaded at run time, so no NEEDED entry names it: Qt's SQLite driver (the studio's runs database).
 packages+=(libqt6sql6-sqlite)
 printf '%s\n' "${packages[@]}" | sort -u >"$STAGE/DEPENDENCIES"
@@ -268,40 +286,15 @@ done
   echo "package.sh: $CUDA_MODULE does not load libtorch_cuda.so (ldd)" >&2
   exit 1
 }
-declare -A cuda_bundled=() cuda_system=()
+system_paths=()
+collect_libraries "$CUDA_STAGE/lib/tessera" "$STAGE/lib/tessera" "${cuda_roots[@]}"
 for root in "${cuda_roots[@]}"; do
-  cuda_bundled[$(basename "$root")]="$root"
-  while read -r soname arrow path _; do
-    [[ "$arrow" == "=>" ]] || continue
-    if [[ "$path" == "not" ]]; then
-      echo "package.sh: $(basename "$root") needs $soname, which is not found" >&2
-      exit 1
-    fi
-    if system_lib "$path"; then
-      cuda_system[$path]=1
-    elif [[ ! -e "$STAGE/lib/tessera/$soname" ]]; then
-      cuda_bundled[$soname]="$path"
-    fi
-  done < <(ldd "$root")
+  [[ -e "$STAGE/lib/tessera/$(basename "$root")" ]] || cp -L "$root" "$CUDA_STAGE/lib/tessera/"
 done
-for soname in "${!cuda_bundled[@]}"; do
-  cp -L "${cuda_bundled[$soname]}" "$CUDA_STAGE/lib/tessera/$soname"
-  chmod 0755 "$CUDA_STAGE/lib/tessera/$soname"
-done
-for lib in "$CUDA_STAGE"/lib/tessera/*; do
-  rpath="$(patchelf --print-rpath "$lib")"
-  [[ "$rpath" == *'$ORIGIN'* ]] || patchelf --set-rpath '$ORIGIN' "$lib"
-done
-cuda_packages=()
-for path in "${!cuda_system[@]}"; do
-  real="$(readlink -f "$path")"
-  if owner="$(owner_of "$path" "$real" "${real#/usr}" "/usr$path")"; then
-    cuda_packages+=("$owner")
-  else
-    echo "package.sh: no Debian package owns $path" >&2
-    exit 1
-  fi
-done
+chmod 0755 "$CUDA_STAGE"/lib/tessera/*
+rpath_to_origin "$CUDA_STAGE/lib/tessera"
+debian_packages "$CUDA_STAGE"/lib/tessera/* >"$WORK/cuda-packages"
+mapfile -t cuda_packages <"$WORK/cuda-packages"
 
 CUDA_TARBALL="$OUT/tessera-cuda-$VERSION-linux-x86_64.tar.gz"
 phase "packing $(du -sh "$CUDA_STAGE" | cut -f1) into $CUDA_TARBALL (gzip -1: a few minutes)"

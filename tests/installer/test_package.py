@@ -10,10 +10,14 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
+from nvidia_driver import has_driver  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("TESSERA_BUILD_DIR", ROOT / "build"))
@@ -61,14 +65,6 @@ def unpacked_with_cuda(packed, tmp_path_factory):
                    packed / f"tessera-cuda-{VERSION}-linux-x86_64.tar.gz"],
                   tmp_path_factory.mktemp("apps") / "with cuda, and spaces")
 
-
-def has_driver():
-    try:
-        import ctypes
-        ctypes.CDLL("libcuda.so.1")
-        return True
-    except OSError:
-        return False
 
 
 def assert_resolves_inside(folder: Path, elf: Path):

@@ -14,18 +14,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
+from nvidia_driver import has_driver  # noqa: E402
 from tiny_model import make_tiny_llama, write_text_dataset  # noqa: E402
 
 CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
 
-
-def has_driver():
-    try:
-        import ctypes
-        ctypes.CDLL("libcuda.so.1")
-        return True
-    except OSError:
-        return False
 
 
 def run(*args, cuda=None, extra_env=None, check=True):
