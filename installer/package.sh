@@ -95,8 +95,8 @@ mkdir -p "$STAGE/bin" "$STAGE/lib/tessera"
 cp "$BUILD_DIR/app/cli/tessera-cli" "$BUILD_DIR/app/studio/tessera" "$STAGE/bin/"
 
 # collect_libraries DEST SKIP FILE...: copies into DEST every library the FILEs load (ldd: the
-# whole closure) that is not the system's and not in the folder SKIP ("": none), and records the
-# system's in system_paths. The FILEs' own name is a library's when they are ones (added by name).
+# whole closure), but not the FILEs themselves, the system's or those the folder SKIP has ("":
+# none), and records the system's in system_paths.
 system_lib() { [[ "$1" == /lib/* || "$1" == /usr/lib/* || "$1" == /lib64/* ]]; }
 declare -A system_paths=()
 collect_libraries() {
@@ -277,17 +277,17 @@ mkdir -p "$CUDA_STAGE/lib/tessera"
 TORCH_LIB_SOURCE="$(dirname "$(ldd "$BUILD_DIR/app/cli/tessera-cli" | sed -n 's/.*libtorch_cpu.so => \([^ ]*\).*/\1/p')")"
 phase "collecting the CUDA module and the libraries it loads (from $TORCH_LIB_SOURCE)"
 cuda_roots=("$CUDA_MODULE" "$TORCH_LIB_SOURCE/libtorch_cuda_linalg.so")
-libtorch_cuda="$(ldd "$CUDA_MODULE" | sed -n 's/.*libtorch_cuda.so => \([^ ]*\).*/\1/p')"
+[[ "$(ldd "$CUDA_MODULE")" == *"libtorch_cuda.so => /"* ]] || {
+  echo "package.sh: $CUDA_MODULE does not load libtorch_cuda.so (ldd)" >&2
+  exit 1
+}
 for opened_by_name in "$TORCH_LIB_SOURCE"/../../nvidia/cudnn/lib/libcudnn*.so.* \
   "$TORCH_LIB_SOURCE"/../../nvidia/cu*/lib/libnvrtc-builtins*.so*; do
   [[ -f "$opened_by_name" ]] && cuda_roots+=("$(readlink -f "$opened_by_name")")
 done
-[[ -n "$libtorch_cuda" ]] || {
-  echo "package.sh: $CUDA_MODULE does not load libtorch_cuda.so (ldd)" >&2
-  exit 1
-}
 system_paths=()
 collect_libraries "$CUDA_STAGE/lib/tessera" "$STAGE/lib/tessera" "${cuda_roots[@]}"
+# The roots themselves (collect_libraries copies what they load).
 for root in "${cuda_roots[@]}"; do
   [[ -e "$STAGE/lib/tessera/$(basename "$root")" ]] || cp -L "$root" "$CUDA_STAGE/lib/tessera/"
 done

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace tessera::core {
 
@@ -37,8 +38,7 @@ std::uint64_t parse_byte_size(const std::string& text, const std::string& what) 
   const std::string t = trim(text);
   char* end = nullptr;
   const double value = std::strtod(t.c_str(), &end);
-  std::string unit = trim(std::string(end ? end : ""));
-  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string unit = ascii_lower(trim(std::string(end ? end : "")));
   const double scale = unit_scale(unit);
   const double bytes = value * scale;
   if (end == t.c_str() || scale == 0.0 || !(bytes > 0.0) || !(bytes < 1.8e19))

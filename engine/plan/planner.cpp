@@ -179,12 +179,6 @@ Settings written_settings(const job::JobSpec& spec, int gpus = 0, int processes 
   return s;
 }
 
-// What a layout pays for the memory it saves (StrategyCost::saves_memory_by).
-std::string saves_memory_by(const Settings& s) {
-  const StrategyCost* cost = strategy_cost(s.strategy);
-  return cost && cost->saves_memory_by ? cost->saves_memory_by : "more communication";
-}
-
 std::string percent(double fraction) {
   return std::to_string(static_cast<int>(fraction * 100 + 0.5)) + "%";
 }
@@ -556,10 +550,7 @@ void plan_rank_time(Plan& plan, const PlanInputs& in, const std::string& device,
     plan.time_source = measured.time_source + " with " + std::to_string(plan.processes) +
                        " processes (compute and communication together)";
   }
-  const StrategyCost* cost = strategy_cost(plan.settings.strategy);
-  const bool scattered =
-      cost && cost->scatters_gradients && cost->scatters_gradients(plan.settings);
-  const std::string reduction = scattered ? "reduce_scatter" : "all_reduce";
+  const std::string reduction = scatters_gradients(plan.settings) ? "reduce_scatter" : "all_reduce";
   const std::string volume =
       gib(comm.bytes) + " through each rank in " + std::to_string(comm.calls) + " calls (" +
       (plan.settings.strategy == "hybrid"

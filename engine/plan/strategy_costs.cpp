@@ -83,4 +83,14 @@ bool distributes(const Settings& s) {
   return cost && cost->distributes;
 }
 
+bool scatters_gradients(const Settings& s) {
+  const StrategyCost* cost = strategy_cost(s.strategy);
+  return cost && cost->scatters_gradients && cost->scatters_gradients(s);
+}
+
+std::string saves_memory_by(const Settings& s) {
+  const StrategyCost* cost = strategy_cost(s.strategy);
+  return cost && cost->saves_memory_by ? cost->saves_memory_by : "more communication";
+}
+
 }  // namespace tessera::plan

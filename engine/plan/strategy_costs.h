@@ -47,5 +47,9 @@ const StrategyCost* strategy_cost(const std::string& name);
 std::string strategy_phrase(const Settings& s);
 // Whether `s.strategy`'s ranks share a step's work (StrategyCost::distributes).
 bool distributes(const Settings& s);
+// Whether each rank of `s` keeps a share of the gradients (StrategyCost::scatters_gradients).
+bool scatters_gradients(const Settings& s);
+// What a layout of `s` pays for the memory it saves (StrategyCost::saves_memory_by).
+std::string saves_memory_by(const Settings& s);
 
 }  // namespace tessera::plan

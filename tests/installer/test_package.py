@@ -66,6 +66,17 @@ def unpacked_with_cuda(packed, tmp_path_factory):
                   tmp_path_factory.mktemp("apps") / "with cuda, and spaces")
 
 
+def deb_fields(deb: Path):
+    info = subprocess.run(["dpkg-deb", "--field", str(deb)], capture_output=True, text=True, check=True).stdout
+    return dict(line.split(": ", 1) for line in info.splitlines() if ": " in line)
+
+
+def deb_files(deb: Path):
+    """The paths of the package's files (not its directories), as installed."""
+    contents = subprocess.run(["dpkg-deb", "--contents", str(deb)], capture_output=True, text=True,
+                              check=True).stdout
+    return {line.split()[-1].lstrip(".") for line in contents.splitlines() if not line.startswith("d")}
+
 
 def assert_resolves_inside(folder: Path, elf: Path):
     r = subprocess.run(["ldd", str(elf)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
@@ -181,16 +192,13 @@ def test_with_the_cuda_tarball_the_programs_load_the_module_from_their_folder(un
 
 def test_the_debian_package_installs_programs_libraries_and_desktop_files(packed, unpacked, tmp_path):
     deb = packed / f"tessera_{VERSION}_amd64.deb"
-    info = subprocess.run(["dpkg-deb", "--field", str(deb)], capture_output=True, text=True, check=True).stdout
-    fields = dict(line.split(": ", 1) for line in info.splitlines() if ": " in line)
+    fields = deb_fields(deb)
     assert fields["Package"] == "tessera" and fields["Version"] == VERSION and fields["Architecture"] == "amd64"
     depends = [d.strip() for d in fields["Depends"].split(",")]
     assert depends == (unpacked / "DEPENDENCIES").read_text().split(), depends
     installed = int(fields["Installed-Size"]) << 10
     assert installed <= MAX_UNPACKED + (16 << 20), f"{installed / 2**20:.0f} MiB"
-    contents = subprocess.run(["dpkg-deb", "--contents", str(deb)], capture_output=True, text=True,
-                              check=True).stdout
-    paths = {line.split()[-1].lstrip(".") for line in contents.splitlines()}
+    paths = deb_files(deb)
     for expected in ["/usr/bin/tessera-cli", "/usr/bin/tessera", "/usr/lib/tessera/libtorch_cpu.so",
                      "/usr/share/applications/tessera.desktop",
                      "/usr/share/metainfo/io.tessera.Studio.metainfo.xml",
@@ -226,26 +234,16 @@ def test_the_debian_package_installs_programs_libraries_and_desktop_files(packed
 
 
 def test_the_cuda_debian_package_adds_to_tessera_and_overlaps_none_of_its_files(packed):
-    def fields_of(deb):
-        info = subprocess.run(["dpkg-deb", "--field", str(deb)], capture_output=True, text=True,
-                              check=True).stdout
-        return dict(line.split(": ", 1) for line in info.splitlines() if ": " in line)
-
-    def files_of(deb):
-        contents = subprocess.run(["dpkg-deb", "--contents", str(deb)], capture_output=True, text=True,
-                                  check=True).stdout
-        return {line.split()[-1].lstrip(".") for line in contents.splitlines() if not line.startswith("d")}
-
     cuda_deb = packed / f"tessera-cuda_{VERSION}_amd64.deb"
-    fields = fields_of(cuda_deb)
+    fields = deb_fields(cuda_deb)
     assert fields["Package"] == "tessera-cuda" and fields["Version"] == VERSION, fields
     assert f"tessera (= {VERSION})" in [d.strip() for d in fields["Depends"].split(",")], fields["Depends"]
     assert int(fields["Installed-Size"]) << 10 <= MAX_CUDA_UNPACKED + (1 << 20), fields["Installed-Size"]
-    cuda_files = files_of(cuda_deb)
+    cuda_files = deb_files(cuda_deb)
     assert "/usr/lib/tessera/libtessera_cuda.so" in cuda_files and "/usr/lib/tessera/libtorch_cuda.so" in cuda_files
     assert all(f.startswith(("/usr/lib/tessera/", "/usr/share/doc/tessera-cuda/")) for f in cuda_files), cuda_files
     # dpkg refuses a package that overwrites another's file: none is shared.
-    shared = cuda_files & files_of(packed / f"tessera_{VERSION}_amd64.deb")
+    shared = cuda_files & deb_files(packed / f"tessera_{VERSION}_amd64.deb")
     assert not shared, sorted(shared)
 
 

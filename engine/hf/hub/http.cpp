@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace tessera::hf::hub {
 namespace {
@@ -29,11 +30,6 @@ void global_init() {
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
       throw Error(ErrorKind::Internal, "libcurl could not be initialised");
   });
-}
-
-std::string lower(std::string text) {
-  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return text;
 }
 
 // State of one transfer, reached from curl's callbacks.
@@ -76,7 +72,7 @@ std::size_t on_header(char* data, std::size_t size, std::size_t count, void* use
     std::string value = line.substr(colon + 1);
     const auto first = value.find_first_not_of(" \t");
     value = first == std::string::npos ? std::string() : value.substr(first);
-    t->response.headers[lower(line.substr(0, colon))] = value;
+    t->response.headers[core::ascii_lower(line.substr(0, colon))] = value;
   }
   return size * count;
 }
@@ -190,7 +186,7 @@ std::string url_origin(const std::string& url) {
   const auto scheme = url.find("://");
   if (scheme == std::string::npos) return {};
   const auto end = url.find_first_of("/?#", scheme + 3);
-  return lower(url.substr(0, end));
+  return core::ascii_lower(url.substr(0, end));
 }
 
 }  // namespace tessera::hf::hub

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/text.h"
 
 namespace tessera::hf::hub {
 namespace {
@@ -22,8 +23,7 @@ std::string env(const char* name) {
 }
 
 bool env_true(const char* name) {
-  std::string value = env(name);
-  for (char& c : value) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string value = core::ascii_lower(env(name));
   return value == "1" || value == "true" || value == "yes" || value == "on";
 }
 
