@@ -3,6 +3,7 @@
 // what is available, and the estimated time. With --nproc N (launch --nproc N), one rank's plan:
 // its share of the memory, its step with the communication at the measured link, and the
 // strategies weighed. A job that cannot fit exits 2 with the numbers.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -14,6 +15,7 @@
 #include "job/job_spec.h"
 #include "plan/planner.h"
 #include "plan/profile.h"
+#include "plan/strategy_costs.h"
 
 namespace tessera::cli {
 
@@ -106,21 +108,35 @@ void print_plan(const plan::Plan& p) {
                                             : "time not estimated",
                 p.link_source.c_str());
     if (p.candidates.size() > 1) {
-      std::printf("\nstrategies weighed (per rank):\n");
+      // Every layout weighed, as the studio's table shows them: the chosen first (*), then
+      // those that fit in the order auto ranks them, then the others ("-": not at any
+      // micro-batch; their figures are at micro-batch 1 with checkpointing).
+      // Padded by characters, not bytes: the phrases hold "×".
+      auto characters = [](const std::string& text) {
+        return static_cast<std::size_t>(
+            std::count_if(text.begin(), text.end(), [](char ch) { return (ch & 0xC0) != 0x80; }));
+      };
+      std::size_t width = 8;
       for (const auto& c : p.candidates)
-        std::printf(
-            "  %-18s %s, %s per step%s\n",
-            (c.settings.strategy == "zero" ? "zero stage " + std::to_string(c.settings.zero_stage)
-             : c.settings.strategy == "hybrid"
-                 ? "hybrid tp " + std::to_string(c.settings.tp_size) + " pp " +
-                       std::to_string(c.settings.pp_size) +
-                       (c.settings.sequence_parallel ? " sp" : "") +
-                       (c.settings.zero_stage > 0 ? " zero " + std::to_string(c.settings.zero_stage)
-                                                  : "")
-                 : c.settings.strategy)
-                .c_str(),
-            human_bytes(c.peak).c_str(), duration(c.seconds_per_step).c_str(),
-            c.fits ? "" : " (does not fit)");
+        width = std::max(width, 2 + characters(plan::strategy_phrase(c.settings)));
+      auto padded = [&](std::string text) {
+        text.append(width - std::min(width, characters(text)), ' ');
+        return text;
+      };
+      std::printf("\nlayouts weighed (per rank):\n  %s %5s %6s %10s %10s %8s %7s\n",
+                  padded("layout").c_str(), "fits", "micro", "peak", "step", "comm", "bubble");
+      for (const auto& c : p.candidates) {
+        const std::string layout = (c.chosen ? "* " : "  ") + plan::strategy_phrase(c.settings);
+        const std::string micro = std::to_string(c.settings.micro_batch) +
+                                  (c.settings.activation_checkpointing ? "c" : "");
+        const std::string bubble =
+            c.bubble > 0.0 ? std::to_string(static_cast<int>(c.bubble * 100 + 0.5)) + "%" : "";
+        std::printf("  %s %5s %6s %10s %10s %8s %7s\n", padded(layout).c_str(),
+                    c.fits ? "yes" : "-", micro.c_str(), human_bytes(c.peak).c_str(),
+                    duration(c.seconds_per_step).c_str(), duration(c.communication_seconds).c_str(),
+                    bubble.c_str());
+      }
+      std::printf("  (micro: micro-batch per rank, c: with activation checkpointing)\n");
     }
   }
   if (!p.reasons.empty()) {

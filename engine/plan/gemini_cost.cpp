@@ -1,6 +1,7 @@
 #include "plan/gemini_cost.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 #include "memory/disk_store.h"
 #include "plan/activations.h"
 #include "plan/cost_terms.h"
+#include "plan/plan_text.h"
 
 namespace tessera::plan {
 
@@ -641,6 +643,33 @@ Communication gemini_communication(const hf::ModelConfig& c, const Settings& s, 
   out.calls = static_cast<std::int64_t>(micro_batches) *
                   static_cast<std::int64_t>(chunks.trainable.size()) +
               chunks.gathers + static_cast<std::int64_t>(chunks.kept.size()) + 1;
+  return out;
+}
+
+std::string gemini_held(const hf::ModelConfig& c, const Settings& s, std::uint64_t checkpoint_bytes,
+                        int world_size) {
+  if (world_size <= 1) return {};
+  return "each rank holds 1/" + std::to_string(world_size) +
+         " of the parameters, gradients and optimizer state, gathering a chunk of parameters "
+         "whole while a block computes with it (at most " +
+         std::to_string(memory::kGatheredChunks) +
+         " at once) and reduce-scattering the gradients chunk by chunk in every micro-batch" +
+         (s.offload_optim_frac > 0.0
+              ? ", with " + on_disk_phrase(s) + " of its shards on disk in a folder of its own (" +
+                    gib(estimate_memory(c, s, checkpoint_bytes, world_size).disk()) + ")"
+              : std::string());
+}
+
+job::StrategySpec gemini_written_as(const Settings& s) {
+  job::StrategySpec out{"gemini", {{"offload_optim_frac", s.offload_optim_frac}}};
+  if (s.offload_param_frac > 0.0) out.options["offload_param_frac"] = s.offload_param_frac;
+  if (s.device_tier) {
+    out.options["device"] = "cuda";
+    out.options["host_optim_frac"] = s.host_optim_frac;
+    out.options["host_param_frac"] = s.host_param_frac;
+  } else {
+    out.options["device"] = "cpu";
+  }
   return out;
 }
 

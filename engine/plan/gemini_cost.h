@@ -3,9 +3,11 @@
 // tiers (host, disk, and the device's), and, sharded over ranks, each rank's shards, gathered
 // chunks and traffic, from config.json alone. Torch-free.
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "hf/config.h"
+#include "job/job_spec.h"
 #include "plan/planner.h"
 #include "plan/settings.h"
 
@@ -29,5 +31,14 @@ std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelCo
                                                                const Settings& s,
                                                                std::uint64_t checkpoint_bytes,
                                                                int world_size);
+
+// What a rank of gemini sharded over `world_size` ranks holds, in words (StrategyCost::held; one
+// process: nothing, its placement is in the plan's first reason).
+std::string gemini_held(const hf::ModelConfig& c, const Settings& s, std::uint64_t checkpoint_bytes,
+                        int world_size);
+// The strategy `auto` writes for gemini: its shares on disk, and on a GPU its device tier with
+// the shares in host memory (on the CPU the device says so: gemini's own "auto" would take the
+// GPUs the plan did not weigh).
+job::StrategySpec gemini_written_as(const Settings& s);
 
 }  // namespace tessera::plan

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
 #include "hf/families.h"
 #include "parallel/pipeline_schedule.h"
 #include "plan/activations.h"
 #include "plan/cost_terms.h"
+#include "plan/plan_text.h"
 #include "plan/planner.h"
 #include "plan/step_cost.h"
 
@@ -375,7 +377,119 @@ std::string hybrid_phrase(const Settings& s) {
   return "hybrid tp " + std::to_string(s.tp_size) + " × pp " + std::to_string(s.pp_size) +
          (s.pp_chunks > 1 ? " (" + std::to_string(s.pp_chunks) + " chunks a stage)" : "") +
          (s.sequence_parallel ? " with sequence parallelism" : "") +
-         (s.zero_stage > 0 ? " with ZeRO-" + std::to_string(s.zero_stage) : "");
+         (s.zero_stage > 0 ? std::string(s.sequence_parallel ? " and" : " with") + " ZeRO-" +
+                                 std::to_string(s.zero_stage)
+                           : "");
+}
+
+std::string hybrid_family(const Settings& s) {
+  return s.tp_size > 1 && s.pp_size > 1 ? "tensor × pipeline parallel"
+         : s.tp_size > 1                ? "tensor parallel"
+                                        : "pipeline parallel";
+}
+
+std::string hybrid_saves_memory_by(const Settings& s) {
+  std::vector<std::string> costs;
+  if (s.tp_size > 1)
+    costs.push_back(s.sequence_parallel
+                        ? "all-gathers and reduce-scatters of activations in every layer"
+                        : "all-reduces of activations in every layer");
+  if (s.pp_size > 1) costs.push_back("idle time while the pipeline fills and drains");
+  if (s.zero_stage > 0) costs.push_back("an all-gather of the updated parameters every step");
+  std::string out;
+  for (std::size_t i = 0; i < costs.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == costs.size() ? " and " : ", ") + costs[i];
+  return out;
+}
+
+void hybrid_layouts(const hf::ModelConfig& c, int processes, const Settings& base,
+                    const Settings* written, std::vector<Settings>& out) {
+  Settings t = base;
+  if (written != nullptr) {
+    t.tp_size = written->tp_size;
+    t.pp_size = written->pp_size;
+    t.pp_chunks = written->pp_chunks;
+    t.zero_stage = written->zero_stage;
+    t.sequence_parallel = written->sequence_parallel;
+    out.push_back(t);
+    return;
+  }
+  for (int tp : {1, 2, 4, 8})
+    for (int pp : {1, 2, 4, 8}) {
+      if (tp * pp == 1 || processes % (tp * pp) != 0) continue;
+      try {
+        if (tp > 1) hf::check_tensor_parallel(c, tp);
+        if (pp > 1) hf::check_pipeline_parallel(c, pp);
+      } catch (const Error&) {
+        continue;
+      }
+      t.tp_size = tp;
+      t.pp_size = pp;
+      for (const bool sequence : {false, true}) {
+        if (sequence && tp == 1) continue;
+        for (const int zero : {0, 1, 2}) {
+          if (zero > 0 && processes / (tp * pp) == 1) continue;
+          t.sequence_parallel = sequence;
+          t.zero_stage = zero;
+          out.push_back(t);
+        }
+      }
+    }
+}
+
+std::string hybrid_held(const HybridLayout& layout) {
+  std::string stages;
+  for (const HybridStage& st : layout.stages)
+    stages += (stages.empty() ? "" : ", ") + std::string("stage ") + std::to_string(st.stage) +
+              " " + st.layers + (st.first ? " with the embedding" : "") +
+              (st.last ? std::string(st.first ? " and" : " with") + " the head" : "");
+  char bubble[32];
+  std::snprintf(bubble, sizeof bubble, "%.0f%%", layout.bubble * 100.0);
+  std::string out = layout.pp > 1 ? "the layers cut into " + std::to_string(layout.pp) +
+                                        " pipeline stages balanced by cost (" + stages + ")"
+                                  : std::string("every layer on every rank");
+  if (layout.tp > 1)
+    out += ", each stage's tensors split over " + std::to_string(layout.tp) +
+           " ranks (heads, MLP width and vocabulary)" +
+           (layout.sequence_parallel
+                ? ", the layers' norms and residuals on 1/" + std::to_string(layout.tp) +
+                      " of the positions each (sequence parallelism)"
+                : "");
+  if (layout.dp > 1)
+    out += ", " + std::to_string(layout.dp) + " replicas of that averaging their gradients" +
+           (layout.zero_stage == 1 ? ", each keeping and updating 1/" + std::to_string(layout.dp) +
+                                         " of the optimizer state (ZeRO-1)"
+            : layout.zero_stage == 2
+                ? ", each keeping and updating 1/" + std::to_string(layout.dp) +
+                      " of the optimizer state and of the averaged gradients, reduce-scattered "
+                      "in every micro-batch's backward (ZeRO-2)"
+                : "");
+  if (layout.pp > 1)
+    out += "; the " + std::string(layout.chunks > 1 ? "interleaved " : "") + "1F1B schedule over " +
+           std::to_string(layout.micro_batches) + " micro-batches keeps at most " +
+           std::to_string(layout.stages.front().micro_batches_held) +
+           " micro-batches' activations on stage 0 and idles each stage " + bubble +
+           " of the step, (pp − 1) / (" + (layout.chunks > 1 ? "chunks · " : "") +
+           "micro-batches + pp − 1)";
+  return out;
+}
+
+std::string hybrid_held_by_rank(const hf::ModelConfig& c, const Settings& s, std::uint64_t,
+                                int world_size) {
+  return hybrid_held(hybrid_layout(c, s, world_size, kDefaultBucketBytes));
+}
+
+job::StrategySpec hybrid_written_as(const Settings& s) {
+  return {"hybrid",
+          {{"tp_size", s.tp_size},
+           {"pp_size", s.pp_size},
+           {"zero_stage", s.zero_stage},
+           {"sequence_parallel", s.sequence_parallel},
+           {"device", "cpu"}}};
+}
+
+bool hybrid_valid(const Settings& s) {
+  return s.zero_stage >= 0 && s.zero_stage <= 2;
 }
 
 }  // namespace tessera::plan

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hf/config.h"
+#include "job/job_spec.h"
 #include "plan/settings.h"
 
 namespace tessera::plan {
@@ -102,5 +103,28 @@ double hybrid_compute_seconds(const hf::ModelConfig& c, const Settings& s, int w
 // "hybrid tp 2 × pp 2 (2 chunks a stage) with sequence parallelism with ZeRO-1": the layout as
 // the plan's reasons name it.
 std::string hybrid_phrase(const Settings& s);
+// "tensor parallel", "pipeline parallel" or "tensor × pipeline parallel": the families of
+// layouts the plan's explanation names once each.
+std::string hybrid_family(const Settings& s);
+// What a layout pays for the memory it saves: the tensor group's collectives in every layer, the
+// pipeline's idle time, ZeRO's gathers of the updated shares.
+std::string hybrid_saves_memory_by(const Settings& s);
+// What a rank of a hybrid layout holds, in words: its stages, the tensor split, the replicas, the
+// schedule and its bubble.
+std::string hybrid_held(const HybridLayout& layout);
+// The same for `s` over `world_size` ranks (StrategyCost::held).
+std::string hybrid_held_by_rank(const hf::ModelConfig& c, const Settings& s,
+                                std::uint64_t checkpoint_bytes, int world_size);
+// The strategy `auto` writes for a hybrid layout: its sizes, on the CPU (CUDA under hybrid is not
+// supported yet).
+job::StrategySpec hybrid_written_as(const Settings& s);
+// Its layouts: ZeRO stage 0, 1 or 2 over the replicas.
+bool hybrid_valid(const Settings& s);
+// The layouts the planner weighs (StrategyCost::layouts): the spec's own (`written`), else every
+// tp × pp of 1, 2, 4 or 8 each (not both 1: that is ddp) that divides the processes and the model
+// (hf's checks, as the launch makes them), each plain, then with ZeRO-1 and ZeRO-2 over its
+// replicas, then with sequence parallelism: a tie in step time keeps the plainer.
+void hybrid_layouts(const hf::ModelConfig& c, int processes, const Settings& base,
+                    const Settings* written, std::vector<Settings>& out);
 
 }  // namespace tessera::plan

@@ -4,6 +4,7 @@
 
 #include "plan/cost_terms.h"
 #include "plan/planner.h"
+#include "plan/strategy_costs.h"
 
 namespace tessera::plan {
 
@@ -159,12 +160,24 @@ json to_json(const Plan& p) {
          {"pp_size", c.settings.pp_size},
          {"pp_chunks", c.settings.pp_chunks},
          {"sequence_parallel", c.settings.sequence_parallel},
+         {"layout", strategy_phrase(c.settings)},
+         {"family", c.family},
+         {"chosen", c.chosen},
          {"fits", c.fits},
+         {"micro_batch", c.settings.micro_batch},
+         {"gradient_accumulation", c.settings.gradient_accumulation},
+         {"activation_checkpointing", c.settings.activation_checkpointing},
+         {"precision", c.settings.precision},
          {"peak_per_rank", c.peak},
+         {"peak_when", c.peak_when},
          {"by_category",
-          {{"weights", c.weights}, {"gradients", c.gradients}, {"optimizer", c.optimizer}}},
+          {{"weights", c.weights},
+           {"gradients", c.gradients},
+           {"optimizer", c.optimizer},
+           {"activations", c.activations}}},
          {"seconds_per_step", c.seconds_per_step},
          {"communication_seconds_per_step", c.communication_seconds},
+         {"bubble", c.bubble},
          {"summary", c.summary}});
   out["strategies"] = candidates;
   return out;

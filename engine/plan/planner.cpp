@@ -16,9 +16,11 @@
 #include "parallel/pipeline_schedule.h"
 #include "plan/activations.h"
 #include "plan/cost_terms.h"
+#include "plan/explanation.h"
 #include "plan/gemini_cost.h"
 #include "plan/hybrid_cost.h"
 #include "plan/model_size.h"
+#include "plan/plan_text.h"
 #include "plan/replica_cost.h"
 #include "plan/step_cost.h"
 #include "plan/strategy_costs.h"
@@ -97,18 +99,6 @@ std::int64_t saturating_mul(std::int64_t a, std::int64_t b) {
   return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
 }
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
-
-std::string gib(std::uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
-  return buf;
-}
-
 // The spec's own choices as planner settings: method, precision (fp16 planned as bf16), batch
 // as one micro-batch, checkpointing, and gemini's offload share when the spec names gemini.
 Settings written_settings(const job::JobSpec& spec, int gpus = 0, int processes = 1,
@@ -179,30 +169,6 @@ Settings written_settings(const job::JobSpec& spec, int gpus = 0, int processes 
   return s;
 }
 
-std::string percent(double fraction) {
-  return std::to_string(static_cast<int>(fraction * 100 + 0.5)) + "%";
-}
-
-// What gemini keeps on disk, as a phrase: "100% of the optimizer state and 50% of the
-// parameters" (each part only when it is above 0, the optimizer state when neither is).
-std::string on_disk_phrase(const Settings& s) {
-  const std::string optim = percent(s.offload_optim_frac) + " of the optimizer state";
-  const std::string params = percent(s.offload_param_frac) + " of the parameters";
-  if (!(s.offload_param_frac > 0.0)) return optim;
-  if (!(s.offload_optim_frac > 0.0)) return params;
-  return optim + " and " + params;
-}
-
-// What gemini's device tier keeps in host memory, as a phrase: "50% of the optimizer state and
-// 25% of the parameters" (each part only when above 0).
-std::string in_host_phrase(const Settings& s) {
-  std::string phrase;
-  if (s.host_optim_frac > 0.0) phrase = percent(s.host_optim_frac) + " of the optimizer state";
-  if (s.host_param_frac > 0.0)
-    phrase += (phrase.empty() ? "" : " and ") + percent(s.host_param_frac) + " of the parameters";
-  return phrase.empty() ? "nothing" : phrase;
-}
-
 // One rank's compute per step by the cost model at `rank_flops`: its replica's products (every
 // parameter's; zero and gemini compute whole layers too), or the strategy's own model (hybrid's
 // pipeline schedule).
@@ -218,15 +184,6 @@ double rank_compute_seconds(const hf::ModelConfig& c, const Settings& s, int wor
 double tokens_of(const Settings& s) {
   return d(s.micro_batch) * d(s.rows_per_example) * d(s.gradient_accumulation) *
          d(s.sequence_length);
-}
-
-std::string seconds_text(double seconds) {
-  char buf[32];
-  if (seconds < 1.0)
-    std::snprintf(buf, sizeof buf, "%.0f ms", seconds * 1000);
-  else
-    std::snprintf(buf, sizeof buf, "%.2f s", seconds);
-  return buf;
 }
 
 // The run a record came from, as the user named its folder.
@@ -594,151 +551,6 @@ void plan_rank_time(Plan& plan, const PlanInputs& in, const std::string& device,
   }
 }
 
-// What a rank of a hybrid layout holds, in words.
-std::string hybrid_held(const HybridLayout& layout) {
-  std::string stages;
-  for (const HybridStage& st : layout.stages)
-    stages += (stages.empty() ? "" : ", ") + std::string("stage ") + std::to_string(st.stage) +
-              " " + st.layers + (st.first ? " with the embedding" : "") +
-              (st.last ? std::string(st.first ? " and" : " with") + " the head" : "");
-  char bubble[32];
-  std::snprintf(bubble, sizeof bubble, "%.0f%%", layout.bubble * 100.0);
-  std::string out = layout.pp > 1 ? "the layers cut into " + std::to_string(layout.pp) +
-                                        " pipeline stages balanced by cost (" + stages + ")"
-                                  : std::string("every layer on every rank");
-  if (layout.tp > 1)
-    out += ", each stage's tensors split over " + std::to_string(layout.tp) +
-           " ranks (heads, MLP width and vocabulary)" +
-           (layout.sequence_parallel
-                ? ", the layers' norms and residuals on 1/" + std::to_string(layout.tp) +
-                      " of the positions each (sequence parallelism)"
-                : "");
-  if (layout.dp > 1)
-    out += ", " + std::to_string(layout.dp) + " replicas of that averaging their gradients" +
-           (layout.zero_stage == 1 ? ", each keeping and updating 1/" + std::to_string(layout.dp) +
-                                         " of the optimizer state (ZeRO-1)"
-            : layout.zero_stage == 2
-                ? ", each keeping and updating 1/" + std::to_string(layout.dp) +
-                      " of the optimizer state and of the averaged gradients, reduce-scattered "
-                      "in every micro-batch's backward (ZeRO-2)"
-                : "");
-  if (layout.pp > 1)
-    out += "; the " + std::string(layout.chunks > 1 ? "interleaved " : "") + "1F1B schedule over " +
-           std::to_string(layout.micro_batches) + " micro-batches keeps at most " +
-           std::to_string(layout.stages.front().micro_batches_held) +
-           " micro-batches' activations on stage 0 and idles each stage " + bubble +
-           " of the step, (pp − 1) / (" + (layout.chunks > 1 ? "chunks · " : "") +
-           "micro-batches + pp − 1)";
-  return out;
-}
-
-// Why `auto` (or the named strategy) distributes the way the plan says: every strategy that
-// distributes at the plan's settings, the chosen first, each in words, and the strategies this
-// build lacks.
-template <class RankSeconds, class CommunicationOf>
-void explain_distributed(Plan& plan, const PlanInputs& in, const std::vector<Settings>& options,
-                         const std::string& names, std::uint64_t limit,
-                         const RankSeconds& rank_seconds, const CommunicationOf& communication_of) {
-  const Settings& s = plan.settings;
-  const std::string processes = std::to_string(plan.processes);
-  for (const Settings& option : options) {
-    Plan::Candidate candidate;
-    candidate.settings = s;
-    candidate.settings.strategy = option.strategy;
-    candidate.settings.zero_stage = option.zero_stage;
-    candidate.settings.tp_size = option.tp_size;
-    candidate.settings.pp_size = option.pp_size;
-    candidate.settings.pp_chunks = option.pp_chunks;
-    candidate.settings.sequence_parallel = option.sequence_parallel;
-    const MemoryEstimate e =
-        estimate_memory(in.model, candidate.settings, in.checkpoint_bytes, plan.processes);
-    candidate.peak = e.peak();
-    candidate.weights = e.weights;
-    candidate.gradients = e.gradients;
-    candidate.optimizer = e.optimizer;
-    candidate.fits = candidate.peak <= limit;
-    candidate.seconds_per_step = rank_seconds(candidate.settings);
-    candidate.communication_seconds = communication_of(candidate.settings).seconds;
-    plan.candidates.push_back(candidate);
-  }
-  auto is_chosen = [&](const Plan::Candidate& c) {
-    return c.settings.strategy == s.strategy && c.settings.zero_stage == s.zero_stage &&
-           c.settings.tp_size == s.tp_size && c.settings.pp_size == s.pp_size &&
-           c.settings.pp_chunks == s.pp_chunks &&
-           c.settings.sequence_parallel == s.sequence_parallel;
-  };
-  std::stable_sort(plan.candidates.begin(), plan.candidates.end(),
-                   [&](const Plan::Candidate& a, const Plan::Candidate& b) {
-                     if (is_chosen(a) != is_chosen(b)) return is_chosen(a);
-                     if (a.fits != b.fits) return a.fits;
-                     return a.seconds_per_step < b.seconds_per_step;
-                   });
-  const std::string share = gib(limit) + " a rank may use (" + gib(plan.host_usable) +
-                            " usable on this machine ÷ " + std::to_string(plan.processes_per_node) +
-                            " ranks, less " + std::to_string(static_cast<int>(kHeadroom * 100)) +
-                            "% headroom)";
-  auto time_of = [](const Plan::Candidate& c) {
-    return "about " + seconds_text(c.seconds_per_step) + " per step by the cost model, " +
-           seconds_text(c.communication_seconds) + " of it communication";
-  };
-  const Plan::Candidate& chosen = plan.candidates.front();
-  const std::string categories = "weights " + gib(chosen.weights) + ", gradients " +
-                                 gib(chosen.gradients) + ", optimizer state " +
-                                 gib(chosen.optimizer);
-  std::string held =
-      s.strategy == "ddp"
-          ? "each rank holds the whole model with its gradients, float32 gradient buckets and "
-            "optimizer state"
-      : s.strategy == "gemini"
-          ? "each rank holds 1/" + processes +
-                " of the parameters, gradients and optimizer state, gathering a chunk of "
-                "parameters whole while a block computes with it (at most " +
-                std::to_string(memory::kGatheredChunks) +
-                " at once) and reduce-scattering the gradients chunk by chunk in every "
-                "micro-batch" +
-                (s.offload_optim_frac > 0.0
-                     ? ", with " + on_disk_phrase(s) +
-                           " of its shards on disk in a folder of its own (" +
-                           gib(estimate_memory(in.model, s, in.checkpoint_bytes, plan.processes)
-                                   .disk()) +
-                           ")"
-                     : std::string())
-      : s.strategy == "hybrid"
-          ? hybrid_held(*plan.hybrid)
-          : "each rank holds the whole model but 1/" + processes + " of the optimizer state" +
-                (s.zero_stage >= 2 ? " and of the gradients" : "");
-  plan.candidates.front().summary = strategy_phrase(s) + ": " + held + " (" + categories +
-                                    "): " + gib(chosen.peak) + " per rank, within the " + share +
-                                    "; " + time_of(chosen);
-  std::vector<std::string> lines = {"strategy " + plan.candidates.front().summary};
-  for (std::size_t i = 1; i < plan.candidates.size(); ++i) {
-    Plan::Candidate& c = plan.candidates[i];
-    const std::string name = strategy_phrase(c.settings);
-    if (!c.fits) {
-      c.summary = name + " would need " + gib(c.peak) + " per rank, more than the " + gib(limit) +
-                  " a rank may use";
-    } else if (c.peak < chosen.peak) {
-      c.summary = name + " would save " + gib(chosen.peak - c.peak) + " per rank (" + gib(c.peak) +
-                  ") but costs " + saves_memory_by(c.settings) + ": " + time_of(c) + ", against " +
-                  seconds_text(chosen.seconds_per_step);
-    } else {
-      c.summary = name + " fits too (" + gib(c.peak) +
-                  " per rank) but is no quicker: " + time_of(c) + ", against " +
-                  seconds_text(chosen.seconds_per_step);
-    }
-    lines.push_back("runner-up: " + c.summary);
-  }
-  const job::StrategyInfo* zero = job::find_strategy("zero");
-  if (zero == nullptr || !zero->planned)
-    lines.push_back(
-        std::string("zero (ZeRO stages 1 and 2, which shard the optimizer state and ") +
-        "gradients over the ranks) is " +
-        (zero == nullptr ? "not in this build yet" : "not planned yet") + ": " + names +
-        (names.find(',') == std::string::npos ? " is the only strategy" : " are the strategies") +
-        " the planner distributes with");
-  plan.reasons.insert(plan.reasons.begin(), lines.begin(), lines.end());
-}
-
 }  // namespace
 
 job::JobSpec with_stored_quantization(const job::JobSpec& spec, const hf::ModelConfig& model) {
@@ -820,86 +632,28 @@ Plan make_plan(const PlanInputs& in) {
                             std::to_string(processes));
   }
   plan.host_usable = hw.memory.usable();
-  std::vector<Settings> distributing;  // strategy and zero_stage of each
+  // The layouts the choice is made among (named: the spec's), and those the plan's table lists
+  // (named: every other layout too, for the user to compare).
+  std::vector<Settings> distributing;
+  std::vector<Settings> weighed;
   std::string distributing_names;
   if (distributed) {
-    for (const auto& entry : job::strategies()) {
-      if (!entry.planned || !entry.distributes) continue;
-      distributing_names += (distributing_names.empty() ? "" : ", ") + entry.name;
-      if (named && entry.name != strategy->name) continue;
-      Settings t;
-      t.strategy = entry.name;
-      if (entry.name == "gemini") continue;  // last, below: it shards the most
-      if (entry.name == "hybrid") {
-        // Named: the spec's layout. auto: every tp × pp (1, 2, 4 or 8 each; both 1 is ddp)
-        // that divides the processes and this model (hf's checks, as the launch makes them).
-        if (named) {
-          const Settings written = written_settings(spec);
-          t.tp_size = written.tp_size;
-          t.pp_size = written.pp_size;
-          t.pp_chunks = written.pp_chunks;
-          t.zero_stage = written.zero_stage;
-          t.sequence_parallel = written.sequence_parallel;
-          distributing.push_back(t);
-          continue;
-        }
-        for (int tp : {1, 2, 4, 8})
-          for (int pp : {1, 2, 4, 8}) {
-            if (tp * pp == 1 || processes % (tp * pp) != 0) continue;
-            try {
-              if (tp > 1) hf::check_tensor_parallel(c, tp);
-              if (pp > 1) hf::check_pipeline_parallel(c, pp);
-            } catch (const Error&) {
-              continue;
-            }
-            t.tp_size = tp;
-            t.pp_size = pp;
-            // With replicas the same layout also sharing the optimizer state over them (ZeRO-1)
-            // and the gradients too (ZeRO-2),
-            // and with tensor parallelism also on blocks of the positions (sequence
-            // parallelism): each after the plain one, so a tie in step time keeps the plainer.
-            for (const bool sequence : {false, true}) {
-              if (sequence && tp == 1) continue;
-              for (const int zero : {0, 1, 2}) {
-                if (zero > 0 && processes / (tp * pp) == 1) continue;
-                t.sequence_parallel = sequence;
-                t.zero_stage = zero;
-                distributing.push_back(t);
-              }
-            }
-          }
-        continue;
-      }
-      if (entry.name != "zero") {
-        distributing.push_back(t);
-        continue;
-      }
-      const int named_stage = named ? written_settings(spec).zero_stage : 0;
-      for (int stage : {1, 2}) {
-        if (named_stage != 0 && stage != named_stage) continue;
-        t.zero_stage = stage;
-        distributing.push_back(t);
-      }
-    }
-    // gemini, which shards parameters too, after the others: the last is the strategy that
-    // holds the least per rank, and a tie in step time goes to the earlier.
-    const job::StrategyInfo* gemini = job::find_strategy("gemini");
-    if (gemini != nullptr && gemini->planned && gemini->distributes &&
-        (!named || strategy->name == "gemini")) {
-      Settings t;
-      t.strategy = "gemini";
-      distributing.push_back(t);
-    }
+    for (const auto& entry : job::strategies())
+      if (entry.planned && entry.distributes)
+        distributing_names += (distributing_names.empty() ? "" : ", ") + entry.name;
+    const Settings written = written_settings(spec);
     // A quantized base (QLoRA) and preference tuning train under the strategies that take them
     // (a named other one is refused below, by name).
-    if (spec.method.quantize != "none" && !named)
-      std::erase_if(distributing, [](const Settings& t) {
-        return !job::strategy_can(t.strategy, &job::StrategyInfo::quantized_base);
-      });
-    if (spec.method.preference && !named)
-      std::erase_if(distributing, [](const Settings& t) {
-        return !job::strategy_can(t.strategy, &job::StrategyInfo::preference);
-      });
+    const bool quantized = spec.method.quantize != "none";
+    const bool preference = spec.method.preference.has_value();
+    weighed = distributed_layouts(c, processes, written, "", quantized, preference);
+    distributing =
+        !named ? weighed
+               : distributed_layouts(c, processes, written, strategy->name, quantized, preference);
+    for (const Settings& own : distributing)
+      if (std::none_of(weighed.begin(), weighed.end(),
+                       [&](const Settings& t) { return same_layout(t, own); }))
+        weighed.push_back(own);
     if (named && !strategy->distributes)
       throw_unsupported("strategy.name: \"" + strategy->name +
                             "\" runs in one process; it cannot " + "run as " +
@@ -1026,8 +780,9 @@ Plan make_plan(const PlanInputs& in) {
           s.micro_batch = mb;
           s.gradient_accumulation = saturating_mul(spec.training.gradient_accumulation, batch / mb);
           // `auto` keeps the sequences a step trains (N × g × B over N processes): hybrid's
-          // tp · pp ranks of a replica share each micro-batch, so they run tp · pp times as many.
-          if (!named && s.strategy == "hybrid")
+          // tp · pp ranks of a replica share each micro-batch, so they run tp · pp times as many
+          // (a spec naming hybrid gives each replica's batch).
+          if (!named || s.strategy != spec.strategy.name)
             s.gradient_accumulation =
                 saturating_mul(s.gradient_accumulation, s.tp_size * s.pp_size);
           s.offload_optim_frac = f.optim;
@@ -1075,6 +830,16 @@ Plan make_plan(const PlanInputs& in) {
     return rank_compute_seconds(c, t, processes, rank_tokens(t), rank_flops) +
            communication_of(t).seconds;
   };
+  // How `auto` ranks the layouts that fit: layers split over ranks (hybrid's tensor and pipeline
+  // parallelism) only where no layout keeping whole layers on a rank fits, since splitting costs
+  // collectives in every layer and the pipeline's idle time for memory; then the fewest changes
+  // (checkpointing as the spec says, the user's micro-batch); then the quickest step.
+  auto choice_key = [&](const Settings& t) {
+    return std::tuple<bool, bool, std::int64_t, double>{
+        !named && t.tp_size * t.pp_size > 1,
+        t.activation_checkpointing != spec.training.activation_checkpointing, batch / t.micro_batch,
+        rank_seconds(t)};
+  };
   // Among the strategies that distribute, the settings that fit with the fewest changes (the
   // search's order: the user's micro-batch, then smaller ones, then checkpointing), and of
   // those the quickest step.
@@ -1102,13 +867,7 @@ Plan make_plan(const PlanInputs& in) {
               : gemini_fractions;
       const auto found = search(t, fractions, precision);
       if (!found) continue;
-      // hybrid only where no strategy that keeps whole layers on a rank fits: splitting layers
-      // is for memory (its per-layer all-reduces and bubble are modelled, not yet calibrated by
-      // measured hybrid steps on this machine).
-      const std::tuple<bool, bool, std::int64_t, double> key = {
-          !named && found->strategy == "hybrid",
-          found->activation_checkpointing != spec.training.activation_checkpointing,
-          batch / found->micro_batch, rank_seconds(*found)};
+      const auto key = choice_key(*found);
       if (!best || key < best_key) {
         best = found;
         best_key = key;
@@ -1314,9 +1073,59 @@ Plan make_plan(const PlanInputs& in) {
                                   ? count_lora_parameters(c, s.lora_rank, s.lora_targets)
                                   : plan.total_parameters;
 
-  if (plan.fits && distributed)
-    explain_distributed(plan, in, distributing, distributing_names, limit, rank_seconds,
-                        communication_of);
+  if (plan.fits && distributed) {
+    // Every layout weighed, each at the settings it would fit with (by the same search), or at
+    // the least it needs (micro-batch 1 with checkpointing) where nothing fits.
+    for (const Settings& option : weighed) {
+      Plan::Candidate candidate;
+      candidate.chosen = same_layout(option, s);
+      Settings t = s;
+      if (!candidate.chosen) {
+        t.strategy = option.strategy;
+        t.zero_stage = option.zero_stage;
+        t.tp_size = option.tp_size;
+        t.pp_size = option.pp_size;
+        t.pp_chunks = option.pp_chunks;
+        t.sequence_parallel = option.sequence_parallel;
+        if (t.strategy != s.strategy)  // gemini's shares belong to gemini
+          t.offload_optim_frac = t.offload_param_frac = t.host_optim_frac = t.host_param_frac = 0.0;
+        const auto found = search(
+            t, {{t.offload_optim_frac, t.offload_param_frac, t.host_optim_frac, t.host_param_frac}},
+            s.precision);
+        candidate.fits = found.has_value();
+        if (found) {
+          t = *found;
+        } else {
+          t.micro_batch = 1;
+          t.activation_checkpointing = true;
+          t.gradient_accumulation = saturating_mul(spec.training.gradient_accumulation, batch);
+          if (!named || t.strategy != spec.strategy.name)
+            t.gradient_accumulation =
+                saturating_mul(t.gradient_accumulation, t.tp_size * t.pp_size);
+        }
+      } else {
+        candidate.fits = true;
+      }
+      candidate.settings = t;
+      const MemoryEstimate e = estimate_memory(c, t, in.checkpoint_bytes, processes);
+      candidate.peak = e.peak();
+      candidate.peak_when = e.peak() == e.save_peak     ? "writing a checkpoint"
+                            : e.peak() == e.load_peak   ? "loading"
+                            : e.peak() == e.export_peak ? "exporting"
+                                                        : "training";
+      candidate.weights = e.weights;
+      candidate.gradients = e.gradients;
+      candidate.optimizer = e.optimizer;
+      candidate.activations = e.activations;
+      candidate.seconds_per_step = rank_seconds(t);
+      candidate.communication_seconds = communication_of(t).seconds;
+      if (t.tp_size * t.pp_size > 1)
+        candidate.bubble = hybrid_layout(c, t, processes, kDefaultBucketBytes).bubble;
+      candidate.family = layout_family(t);
+      plan.candidates.push_back(candidate);
+    }
+    explain_distributed(plan, in, limit, distributing_names, choice_key);
+  }
   if (plan.fits && plan.hybrid) {
     for (const HybridStage& st : plan.hybrid->stages) {
       const HybridStageMemory held = hybrid_stage_memory(st, s);
@@ -1624,33 +1433,11 @@ job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& s) {
   out.training.batch_size = s.micro_batch;
   out.training.gradient_accumulation = s.gradient_accumulation;
   out.training.activation_checkpointing = s.activation_checkpointing;
-  // `auto` over several processes is planned on the CPU: the device says so, or ddp's and zero's
-  // own "auto" would take the GPUs the plan did not weigh.
-  if (spec.strategy.name == job::kAutoStrategy && s.strategy == "ddp")
-    out.strategy = {"ddp", {{"device", "cpu"}}};
-  if (spec.strategy.name == job::kAutoStrategy && s.strategy == "zero")
-    out.strategy = {"zero", {{"stage", s.zero_stage}, {"device", "cpu"}}};
-  if (spec.strategy.name == job::kAutoStrategy && s.strategy == "hybrid")
-    out.strategy = {"hybrid",
-                    {{"tp_size", s.tp_size},
-                     {"pp_size", s.pp_size},
-                     {"zero_stage", s.zero_stage},
-                     {"sequence_parallel", s.sequence_parallel},
-                     {"device", "cpu"}}};
-  if (s.strategy == "gemini" && spec.strategy.name == job::kAutoStrategy) {
-    out.strategy = {"gemini", {{"offload_optim_frac", s.offload_optim_frac}}};
-    if (s.offload_param_frac > 0.0)
-      out.strategy.options["offload_param_frac"] = s.offload_param_frac;
-    if (s.device_tier) {
-      out.strategy.options["device"] = "cuda";
-      out.strategy.options["host_optim_frac"] = s.host_optim_frac;
-      out.strategy.options["host_param_frac"] = s.host_param_frac;
-    } else {
-      // Planned on the CPU: gemini's own "auto" would take the GPUs (sharded over several
-      // processes) that the plan did not weigh.
-      out.strategy.options["device"] = "cpu";
-    }
-  }
+  // `auto` writes the strategy it planned (when it is not auto's own) with the options its
+  // settings take, the device the plan weighed included (the strategies' own "auto" would take
+  // GPUs it did not weigh).
+  if (spec.strategy.name == job::kAutoStrategy && s.strategy != out.strategy.name)
+    out.strategy = written_strategy(s);
   return out;
 }
 
@@ -1693,18 +1480,14 @@ Settings settings_from_json(const nlohmann::json& j, const std::string& source) 
   if (s.micro_batch < 1 || s.gradient_accumulation < 1)
     throw_invalid(source + ": settings.micro_batch and gradient_accumulation must be >= 1",
                   "delete the file to plan again from the job spec");
-  if ((s.strategy != "single" && s.strategy != "gemini" && s.strategy != "ddp" &&
-       s.strategy != "zero" && s.strategy != "hybrid") ||
-      s.tp_size < 1 || s.pp_size < 1 || s.pp_chunks < 1 ||
-      (s.strategy == "zero" && s.zero_stage != 1 && s.zero_stage != 2) ||
-      (s.strategy == "hybrid" && s.zero_stage != 0 && s.zero_stage != 1) ||
-      !(s.offload_optim_frac >= 0.0 && s.offload_optim_frac <= 1.0) ||
+  if (!valid_layout(s) || !(s.offload_optim_frac >= 0.0 && s.offload_optim_frac <= 1.0) ||
       !(s.offload_param_frac >= 0.0 && s.offload_param_frac <= 1.0) ||
       !(s.host_optim_frac >= 0.0 && s.host_optim_frac <= 1.0) ||
       !(s.host_param_frac >= 0.0 && s.host_param_frac <= 1.0))
     throw_invalid(
-        source + ": settings.strategy must be single, gemini, ddp, zero (stage 1 or 2) or " +
-            "hybrid (tp_size, pp_size and pp_chunks at least 1, zero_stage 0 or 1) and " +
+        source + ": settings.strategy must be one of " + costed_strategies() +
+            " (zero_stage 1 or 2 for zero, 0 to 2 for hybrid; tp_size, pp_size and pp_chunks at " +
+            "least 1) and " +
             "offload_optim_frac, offload_param_frac, host_optim_frac and host_param_frac " +
             "within 0 … 1",
         "delete the file to plan again from the job spec");

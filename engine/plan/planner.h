@@ -173,15 +173,24 @@ struct Plan {
   Communication communication;
   double compute_seconds_per_step = 0.0;
   std::string link_source;
-  // Several processes: every strategy `auto` weighed (or the one named), best first, each with
-  // the settings it would fit with, its peak per rank and its step time; `summary` in words.
+  // Several processes: every layout of the strategies that distribute (a named strategy's and
+  // the others, for comparison), the chosen first, then those that fit in the order `auto` ranks
+  // them, then the others by their peak; each with the settings it would fit with (micro-batch,
+  // checkpointing; where nothing fits, micro-batch 1 with checkpointing, the least it needs), its
+  // peak per rank by category, its step time and what of it is communication and the
+  // pipeline's bubble; `summary` says in words why it lost (the chosen's: what a rank holds).
   struct Candidate {
     Settings settings;
+    bool chosen = false;
     bool fits = false;
     std::uint64_t peak = 0;
-    std::uint64_t weights = 0, gradients = 0, optimizer = 0;
+    std::uint64_t weights = 0, gradients = 0, optimizer = 0, activations = 0;
     double seconds_per_step = 0.0;
     double communication_seconds = 0.0;
+    double bubble = 0.0;  // hybrid with pipeline stages: the share of the step a stage idles
+    std::string family;   // "ddp", "zero", "gemini", "tensor parallel", ...
+    // When `peak` is reached: "training", "loading", "exporting" or "writing a checkpoint".
+    std::string peak_when;
     std::string summary;
   };
   std::vector<Candidate> candidates;

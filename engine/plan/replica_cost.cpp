@@ -94,4 +94,26 @@ Communication replica_communication(const hf::ModelConfig& c, const Settings& s,
   return out;
 }
 
+std::string ddp_held(const hf::ModelConfig&, const Settings&, std::uint64_t, int) {
+  return "each rank holds the whole model with its gradients, float32 gradient buckets and "
+         "optimizer state";
+}
+
+std::string zero_held(const hf::ModelConfig&, const Settings& s, std::uint64_t, int world_size) {
+  return "each rank holds the whole model but 1/" + std::to_string(world_size) +
+         " of the optimizer state" + (s.zero_stage >= 2 ? " and of the gradients" : "");
+}
+
+job::StrategySpec ddp_written_as(const Settings&) {
+  return {"ddp", {{"device", "cpu"}}};
+}
+
+job::StrategySpec zero_written_as(const Settings& s) {
+  return {"zero", {{"stage", s.zero_stage}, {"device", "cpu"}}};
+}
+
+bool zero_valid(const Settings& s) {
+  return s.zero_stage == 1 || s.zero_stage == 2;
+}
+
 }  // namespace tessera::plan

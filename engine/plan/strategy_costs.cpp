@@ -2,6 +2,7 @@
 
 #include <array>
 
+#include "job/strategies.h"
 #include "plan/gemini_cost.h"
 #include "plan/hybrid_cost.h"
 #include "plan/planner.h"
@@ -20,10 +21,28 @@ bool zero_scatters_gradients(const Settings& s) {
 bool always(const Settings&) {
   return true;
 }
+// Stages 1 and 2, or the one a spec naming zero writes.
+void zero_layouts(const hf::ModelConfig&, int, const Settings& base, const Settings* written,
+                  std::vector<Settings>& out) {
+  for (int stage : {1, 2}) {
+    if (written != nullptr && stage != written->zero_stage) continue;
+    Settings t = base;
+    t.zero_stage = stage;
+    out.push_back(t);
+  }
+}
+std::string zero_family(const Settings&) {
+  return "zero";
+}
+std::string zero_saves_memory_by(const Settings&) {
+  return "an all_gather of the parameters every step";
+}
+std::string gemini_saves_memory_by(const Settings&) {
+  return "all_gathers of the parameters as every forward and backward uses them and a "
+         "reduce_scatter of the gradients in every micro-batch";
+}
 
-}  // namespace
-
-const StrategyCost* strategy_cost(const std::string& name) {
+const std::array<StrategyCost, 5>& cost_table() {
   static const std::array<StrategyCost, 5> costs{{
       {.name = "single",
        .memory = nullptr,
@@ -32,7 +51,13 @@ const StrategyCost* strategy_cost(const std::string& name) {
        .distributes = false,
        .phrase = nullptr,
        .scatters_gradients = nullptr,
-       .saves_memory_by = nullptr},
+       .saves_memory_by = nullptr,
+       .layouts = nullptr,
+       .weighed_last = false,
+       .family = nullptr,
+       .held = nullptr,
+       .written_as = nullptr,
+       .valid = nullptr},
       {.name = "gemini",
        .memory = gemini_memory,
        .communication = gemini_communication,
@@ -40,8 +65,13 @@ const StrategyCost* strategy_cost(const std::string& name) {
        .distributes = true,
        .phrase = nullptr,
        .scatters_gradients = always,
-       .saves_memory_by = "all_gathers of the parameters as every forward and backward uses "
-                          "them and a reduce_scatter of the gradients in every micro-batch"},
+       .saves_memory_by = gemini_saves_memory_by,
+       .layouts = nullptr,
+       .weighed_last = true,
+       .family = nullptr,
+       .held = gemini_held,
+       .written_as = gemini_written_as,
+       .valid = nullptr},
       {.name = "ddp",
        .memory = replica_memory,
        .communication = replica_communication,
@@ -49,7 +79,13 @@ const StrategyCost* strategy_cost(const std::string& name) {
        .distributes = true,
        .phrase = nullptr,
        .scatters_gradients = nullptr,
-       .saves_memory_by = nullptr},
+       .saves_memory_by = nullptr,
+       .layouts = nullptr,
+       .weighed_last = false,
+       .family = nullptr,
+       .held = ddp_held,
+       .written_as = ddp_written_as,
+       .valid = nullptr},
       {.name = "zero",
        .memory = replica_memory,
        .communication = replica_communication,
@@ -57,7 +93,13 @@ const StrategyCost* strategy_cost(const std::string& name) {
        .distributes = true,
        .phrase = zero_phrase,
        .scatters_gradients = zero_scatters_gradients,
-       .saves_memory_by = "an all_gather of the parameters every step"},
+       .saves_memory_by = zero_saves_memory_by,
+       .layouts = zero_layouts,
+       .weighed_last = false,
+       .family = zero_family,
+       .held = zero_held,
+       .written_as = zero_written_as,
+       .valid = zero_valid},
       {.name = "hybrid",
        .memory = hybrid_memory,
        .communication = hybrid_communication,
@@ -65,10 +107,21 @@ const StrategyCost* strategy_cost(const std::string& name) {
        .distributes = true,
        .phrase = hybrid_phrase,
        .scatters_gradients = nullptr,
-       .saves_memory_by = "all-reduces of activations in every layer (tensor parallel) and idle "
-                          "time while the pipeline fills and drains"},
+       .saves_memory_by = hybrid_saves_memory_by,
+       .layouts = hybrid_layouts,
+       .weighed_last = false,
+       .family = hybrid_family,
+       .held = hybrid_held_by_rank,
+       .written_as = hybrid_written_as,
+       .valid = hybrid_valid},
   }};
-  for (const StrategyCost& cost : costs)
+  return costs;
+}
+
+}  // namespace
+
+const StrategyCost* strategy_cost(const std::string& name) {
+  for (const StrategyCost& cost : cost_table())
     if (name == cost.name) return &cost;
   return nullptr;
 }
@@ -90,7 +143,68 @@ bool scatters_gradients(const Settings& s) {
 
 std::string saves_memory_by(const Settings& s) {
   const StrategyCost* cost = strategy_cost(s.strategy);
-  return cost && cost->saves_memory_by ? cost->saves_memory_by : "more communication";
+  return cost && cost->saves_memory_by ? cost->saves_memory_by(s) : "more communication";
+}
+
+std::string held_by_rank(const hf::ModelConfig& c, const Settings& s,
+                         std::uint64_t checkpoint_bytes, int world_size) {
+  const StrategyCost* cost = strategy_cost(s.strategy);
+  return cost && cost->held ? cost->held(c, s, checkpoint_bytes, world_size) : std::string();
+}
+
+job::StrategySpec written_strategy(const Settings& s) {
+  const StrategyCost* cost = strategy_cost(s.strategy);
+  if (cost && cost->written_as) return cost->written_as(s);
+  job::StrategySpec out;
+  out.name = s.strategy;
+  return out;
+}
+
+bool valid_layout(const Settings& s) {
+  const StrategyCost* cost = strategy_cost(s.strategy);
+  return cost && s.tp_size >= 1 && s.pp_size >= 1 && s.pp_chunks >= 1 &&
+         (cost->valid == nullptr || cost->valid(s));
+}
+
+std::string costed_strategies() {
+  std::string out;
+  for (const StrategyCost& cost : cost_table())
+    out += (out.empty() ? "" : ", ") + std::string(cost.name);
+  return out;
+}
+
+std::string layout_family(const Settings& s) {
+  const StrategyCost* cost = strategy_cost(s.strategy);
+  return cost && cost->family ? cost->family(s) : strategy_phrase(s);
+}
+
+bool same_layout(const Settings& a, const Settings& b) {
+  return a.strategy == b.strategy && a.zero_stage == b.zero_stage && a.tp_size == b.tp_size &&
+         a.pp_size == b.pp_size && a.pp_chunks == b.pp_chunks &&
+         a.sequence_parallel == b.sequence_parallel;
+}
+
+std::vector<Settings> distributed_layouts(const hf::ModelConfig& c, int processes,
+                                          const Settings& written, const std::string& only,
+                                          bool quantized_base, bool preference) {
+  std::vector<Settings> first, last;
+  for (const job::StrategyInfo& entry : job::strategies()) {
+    if (!entry.planned || !entry.distributes || (!only.empty() && entry.name != only)) continue;
+    if (only.empty() &&
+        ((quantized_base && !entry.quantized_base) || (preference && !entry.preference)))
+      continue;
+    const StrategyCost* cost = strategy_cost(entry.name);
+    if (cost == nullptr || !cost->distributes) continue;
+    Settings base;
+    base.strategy = entry.name;
+    std::vector<Settings>& out = cost->weighed_last ? last : first;
+    if (cost->layouts != nullptr)
+      cost->layouts(c, processes, base, only.empty() ? nullptr : &written, out);
+    else
+      out.push_back(base);
+  }
+  first.insert(first.end(), last.begin(), last.end());
+  return first;
 }
 
 }  // namespace tessera::plan

@@ -5,8 +5,10 @@
 // (plan/gemini_cost.h, plan/replica_cost.h, plan/hybrid_cost.h). Torch-free.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "hf/config.h"
+#include "job/job_spec.h"
 #include "plan/settings.h"
 
 namespace tessera::plan {
@@ -37,7 +39,27 @@ struct StrategyCost {
   bool (*scatters_gradients)(const Settings& s);
   // What a layout of it pays for the memory it saves, as the reasons say it (null: "more
   // communication").
-  const char* saves_memory_by;
+  std::string (*saves_memory_by)(const Settings& s);
+  // The layouts of `processes` ranks the planner weighs, appended to `out`, each `base` with its
+  // layout fields set: `written`, the spec's own settings when the spec names this strategy
+  // (then only its layout), else null (every layout that divides the processes and the model).
+  // Null: `base` alone.
+  void (*layouts)(const hf::ModelConfig& c, int processes, const Settings& base,
+                  const Settings* written, std::vector<Settings>& out);
+  // Weighed after the others: it shards the most, so a tie in step time goes to an earlier one.
+  bool weighed_last;
+  // The family of layouts the explanation names once, by its best ("tensor parallel") (null:
+  // the phrase).
+  std::string (*family)(const Settings& s);
+  // What one rank of `world_size` holds, in words, for the plan's first reason (null: nothing to
+  // say beyond the categories).
+  std::string (*held)(const hf::ModelConfig& c, const Settings& s, std::uint64_t checkpoint_bytes,
+                      int world_size);
+  // The strategy a job `auto` planned runs with: the name and the options its settings take,
+  // the device the plan weighed included (null: the name alone).
+  job::StrategySpec (*written_as)(const Settings& s);
+  // Whether a plan's recorded settings (a run folder's plan.json) are a layout it has (null: any).
+  bool (*valid)(const Settings& s);
 };
 
 // The cost model of strategy `name`; nullptr for a name no model covers.
@@ -51,5 +73,27 @@ bool distributes(const Settings& s);
 bool scatters_gradients(const Settings& s);
 // What a layout of `s` pays for the memory it saves (StrategyCost::saves_memory_by).
 std::string saves_memory_by(const Settings& s);
+// `s`'s family of layouts (StrategyCost::family).
+std::string layout_family(const Settings& s);
+// What one rank of `s` holds, in words (StrategyCost::held; empty where it says nothing).
+std::string held_by_rank(const hf::ModelConfig& c, const Settings& s,
+                         std::uint64_t checkpoint_bytes, int world_size);
+// The strategy spec a job `auto` planned as `s` runs with (StrategyCost::written_as).
+job::StrategySpec written_strategy(const Settings& s);
+// Whether `s` names a strategy with a cost model, laid out as it can be (StrategyCost::valid).
+bool valid_layout(const Settings& s);
+// The strategies with a cost model, as an error message lists them: "single, gemini, …".
+std::string costed_strategies();
+// Whether `a` and `b` are the same strategy laid out the same way (stage, tp, pp, chunks,
+// sequence parallelism), whatever their batch, precision or placement.
+bool same_layout(const Settings& a, const Settings& b);
+
+// Every layout of `processes` ranks the planner weighs, of the strategies this build plans that
+// distribute (`only`: that one alone, laid out as `written` says), in the order ties go by.
+// Strategies that cannot train a quantized base or preference pairs are left out where the
+// settings ask for them (the caller refuses a named one).
+std::vector<Settings> distributed_layouts(const hf::ModelConfig& c, int processes,
+                                          const Settings& written, const std::string& only,
+                                          bool quantized_base, bool preference);
 
 }  // namespace tessera::plan

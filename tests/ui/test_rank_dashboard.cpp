@@ -15,8 +15,11 @@
 #include <QLabel>
 #include <QListWidget>
 #include <QProcess>
+#include <QPushButton>
 #include <QSignalSpy>
+#include <QSortFilterProxyModel>
 #include <QSpinBox>
+#include <QTableView>
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QTest>
@@ -33,6 +36,7 @@
 #include "ui/utility/run_monitor.h"
 #include "ui/utility/studio_settings.h"
 #include "ui/widgets/charts.h"
+#include "ui/widgets/layouts_table.h"
 
 using namespace tessera::ui;
 using namespace tessera::ui::testing;
@@ -388,6 +392,66 @@ class TestRankDashboard : public QObject {
     }
   }
 
+  // The layouts table on its own: the planner's order first (its choice marked), any column
+  // sorts by its figures (not its text: "900 MiB" below "1.2 GiB"), a row's tooltip says why it
+  // lost, and double-clicking or "Use this layout" emits the row's strategy key.
+  void layouts_table_sorts_and_picks() {
+    QJsonArray strategies;
+    auto add = [&](const char* name, int stage, int tp, int pp, bool chosen, bool fits, double peak,
+                   double seconds, double bubble, const char* summary) {
+      strategies.append(QJsonObject{{"strategy", name},
+                                    {"zero_stage", stage},
+                                    {"tp_size", tp},
+                                    {"pp_size", pp},
+                                    {"sequence_parallel", false},
+                                    {"layout", name},
+                                    {"chosen", chosen},
+                                    {"fits", fits},
+                                    {"micro_batch", 8},
+                                    {"activation_checkpointing", !fits},
+                                    {"peak_per_rank", peak},
+                                    {"seconds_per_step", seconds},
+                                    {"communication_seconds_per_step", seconds / 10},
+                                    {"bubble", bubble},
+                                    {"summary", summary}});
+    };
+    add("ddp", 0, 1, 1, true, true, 1.2 * (1 << 30), 11.9, 0, "");
+    add("zero", 2, 1, 1, false, true, 900.0 * (1 << 20), 12.0, 0, "zero stage 2 would save");
+    add("hybrid", 0, 1, 2, false, true, 1.1 * (1 << 30), 16.9, 0.33, "no quicker");
+    add("gemini", 0, 1, 1, false, false, 3.0 * (1 << 30), 20.0, 0, "would need 3 GiB");
+    LayoutsTable table;
+    table.resize(900, 400);
+    table.show();
+    table.show_layouts(strategies);
+    QCOMPARE(table.row_count(), 4);
+    QStringList keys;
+    for (int row = 0; row < 4; ++row) keys << table.key_at(row);
+    QCOMPARE(keys, QStringList({"ddp", "zero:2", "hybrid:1x2x0x0", "gemini"}));
+    QVERIFY(table.sorted()->index(0, LayoutsTable::Layout).data().toString().startsWith("✓"));
+    QCOMPARE(table.sorted()->index(1, LayoutsTable::Layout).data(Qt::ToolTipRole).toString(),
+             QString("zero stage 2 would save"));
+    table.view()->sortByColumn(LayoutsTable::Peak, Qt::AscendingOrder);
+    keys.clear();
+    for (int row = 0; row < 4; ++row) keys << table.key_at(row);
+    QCOMPARE(keys, QStringList({"zero:2", "hybrid:1x2x0x0", "ddp", "gemini"}));
+    table.view()->sortByColumn(LayoutsTable::Bubble, Qt::DescendingOrder);
+    QCOMPARE(table.key_at(0), QString("hybrid:1x2x0x0"));
+    QCOMPARE(table.sorted()->index(0, LayoutsTable::Bubble).data().toString(), QString("33%"));
+    QSignalSpy picked(&table, &LayoutsTable::layoutPicked);
+    QVERIFY(!table.use_button()->isEnabled());
+    table.view()->selectRow(0);
+    table.use_button()->click();
+    QCOMPARE(picked.count(), 1);
+    QCOMPARE(picked.at(0).at(0).toString(), QString("hybrid:1x2x0x0"));
+    const QModelIndex gemini = table.sorted()->index(3, LayoutsTable::Layout);
+    table.view()->setCurrentIndex(gemini);
+    Q_EMIT table.view()->activated(gemini);
+    QCOMPARE(picked.count(), 2);
+    QCOMPARE(picked.at(1).at(0).toString(), table.key_at(3));
+    table.show_layouts({});
+    QCOMPARE(table.row_count(), 0);
+  }
+
   // Hardware & strategy: 2 processes on this machine; the strategy list offers what `plan`
   // plans for 2 processes (ddp, zero stages when registered); ddp chosen; Review says "2
   // processes"; Launch runs `tessera-cli launch` on the spec's nodes, and the dashboard shows
@@ -456,6 +520,28 @@ class TestRankDashboard : public QObject {
     QCOMPARE(split.strategy.options.value("pp_size", 0), 2);
     QVERIFY(!split.strategy.options.contains("zero_stage"));
     QVERIFY(!split.strategy.options.contains("sequence_parallel"));
+    // The table lists every layout the plan weighed, its choice first; picking a row there
+    // chooses it in the list above (and plans again).
+    LayoutsTable* table = hardware->layouts_table();
+    QTRY_VERIFY_WITH_TIMEOUT(!hardware->planning() && hardware->has_plan(), 60000);
+    QVERIFY(table->isVisible());
+    QCOMPARE(table->row_count(), int(hardware->plan_json().value("strategies").toArray().size()));
+    QVERIFY(table->row_count() >= 6);  // ddp, zero 1 and 2, gemini, hybrid's three
+    int tp_row = -1;
+    for (int row = 0; row < table->row_count(); ++row)
+      if (table->key_at(row) == "hybrid:2x1x0x0") tp_row = row;
+    QVERIFY(tp_row >= 0);
+    table->view()->selectRow(tp_row);
+    QVERIFY(table->use_button()->isEnabled());
+    table->use_button()->click();
+    QCOMPARE(strategies->currentData().toString(), QString("hybrid:2x1x0x0"));
+    QCOMPARE(wizard->build_spec().strategy.options.value("tp_size", 0), 2);
+    // Named, the plan still lists the others beside it (the choice marked).
+    QTRY_VERIFY_WITH_TIMEOUT(!hardware->planning() && hardware->has_plan() &&
+                                 hardware->plan_json().value("strategy").toString() == "hybrid",
+                             60000);
+    QCOMPARE(table->key_at(0), QString("hybrid:2x1x0x0"));
+    QVERIFY(table->row_count() >= 6);
     // One process's strategy is not offered; gemini is, sharded over the ranks (the planner
     // plans it per rank since issue 12's gemini slice).
     for (int i = 0; i < strategies->count(); ++i)

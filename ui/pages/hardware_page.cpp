@@ -31,6 +31,7 @@
 #include "ui/pages/run_dashboard.h"
 #include "ui/utility/folder_check.h"
 #include "ui/utility/studio_settings.h"
+#include "ui/widgets/layouts_table.h"
 
 namespace tessera::ui {
 
@@ -84,15 +85,8 @@ QString first_line_of(const QByteArray& text) {
   return {};
 }
 
-// A hybrid layout in the strategy list: its data ("hybrid:<tp>x<pp>x<zero_stage>x<sequence
-// parallel 0 | 1>", which strategy_spec reads back) and its text.
-QString hybrid_key(int tp, int pp, int zero_stage, bool sequence_parallel) {
-  return QString("hybrid:%1x%2x%3x%4")
-      .arg(tp)
-      .arg(pp)
-      .arg(zero_stage)
-      .arg(sequence_parallel ? 1 : 0);
-}
+// A hybrid layout in the strategy list (its data: LayoutsTable::hybrid_key, which
+// strategy_spec reads back) and its text.
 QString hybrid_label(int tp, int pp, int zero_stage, bool sequence_parallel) {
   QString label = HardwarePage::tr("hybrid: tensor %1 × pipeline %2").arg(tp).arg(pp);
   if (sequence_parallel) label += HardwarePage::tr(", sequence parallel");
@@ -138,6 +132,14 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   processes_row->addWidget(distributed_);
   processes_row->addStretch(1);
   processes_layout->addLayout(processes_row);
+  // Every layout the planner weighed for the processes, to sort and pick from.
+  layouts_ = new LayoutsTable;
+  layouts_->setVisible(false);
+  processes_layout->addWidget(layouts_);
+  connect(layouts_, &LayoutsTable::layoutPicked, this, [this](const QString& key) {
+    const int index = distributed_->findData(key);
+    if (index >= 0) distributed_->setCurrentIndex(index);  // plans the job again
+  });
   auto* nodes_label = new QLabel(tr("Paired nod&es (one process each):"));
   nodes_list_ = new QListWidget;
   nodes_list_->setAccessibleName(tr("Paired nodes"));
@@ -516,9 +518,7 @@ void HardwarePage::learn_strategies(const QJsonObject& plan) {
     const int tp = s.value("tp_size").toInt(1), pp = s.value("pp_size").toInt(1);
     const bool hybrid = name == "hybrid";
     const bool sequence = s.value("sequence_parallel").toBool();
-    const QString key = hybrid      ? hybrid_key(tp, pp, stage, sequence)
-                        : stage > 0 ? QString("%1:%2").arg(name).arg(stage)
-                                    : name;
+    const QString key = LayoutsTable::key_of(s);
     if (name.isEmpty() || distributed_->findData(key) >= 0) continue;
     const bool was = loading_overrides_;
     loading_overrides_ = true;
@@ -581,7 +581,7 @@ void HardwarePage::load_strategy(const job::StrategySpec& strategy) {
     const int tp = strategy.options.value("tp_size", 2), pp = strategy.options.value("pp_size", 1);
     const int zero_stage = strategy.options.value("zero_stage", 0);
     const bool sequence = strategy.options.value("sequence_parallel", false);
-    const QString key = hybrid_key(tp, pp, zero_stage, sequence);
+    const QString key = LayoutsTable::hybrid_key(tp, pp, zero_stage, sequence);
     loading_overrides_ = true;
     if (distributed_->findData(key) < 0)
       distributed_->addItem(hybrid_label(tp, pp, zero_stage, sequence), key);
@@ -857,6 +857,8 @@ void HardwarePage::show_plan_error(const QString& message) {
   reasons_->clear();
   time_->clear();
   alternatives_->setVisible(false);
+  layouts_->show_layouts({});
+  layouts_->setVisible(false);
   show_memory({});
   update_offload();
   Q_EMIT planned();
@@ -868,6 +870,9 @@ void HardwarePage::show_plan(const QJsonObject& plan) {
   planned_spec_ = planning_spec_;
   fits_ = plan.value("fits").toBool();
   learn_strategies(plan);
+  const bool several = plan.value("ranks").toObject().value("processes").toInt() > 1;
+  layouts_->show_layouts(several ? plan.value("strategies").toArray() : QJsonArray());
+  layouts_->setVisible(several && layouts_->row_count() > 1);
   strategy_->setText(plan.value("explanation").toString());
   QStringList reasons;
   for (const QJsonValue& r : plan.value("reasons").toArray()) reasons << "• " + r.toString();

@@ -35,6 +35,8 @@ class QValueAxis;
 
 namespace tessera::ui {
 
+class LayoutsTable;
+
 // The plan's time (its "time" object) as the Hardware page and Review say it: "120 ms per
 // step, 4 min 0 s in total for 2000 steps", and the disk's share when the job uses the disk.
 QString plan_time_text(const QJsonObject& time);
@@ -109,6 +111,8 @@ class HardwarePage : public QWidget {
   QSpinBox* processes() const { return processes_; }
   QListWidget* nodes_list() const { return nodes_list_; }
   QComboBox* distributed_strategy() const { return distributed_; }
+  // Several processes: every layout the plan weighed, sortable; picking one chooses it above.
+  LayoutsTable* layouts_table() const { return layouts_; }
   QLabel* processes_note() const { return processes_note_; }
 
   // What the bars show, per tier in the bars' order (bottom to top: the plan's last tier
@@ -191,6 +195,7 @@ class HardwarePage : public QWidget {
   QListWidget* nodes_list_;
   QLabel* processes_note_;
   QComboBox* distributed_;
+  LayoutsTable* layouts_;
   QStringList loaded_nodes_;  // a cloned job's nodes, checked once the list has them
   std::optional<job::NodesSpec> loaded_nodes_spec_;  // its master address, port, ranks per node
   QProcess* nodes_process_ = nullptr;
