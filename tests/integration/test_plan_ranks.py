@@ -8,8 +8,8 @@
 - gemini (sharded) at 2 ranks: the plan's per-rank weights without the chunks it gathers whole
   (`by_category.gathered_chunks`, released at every update), and its optimizer state, equal each
   rank's `memory` events (within 2%; the events come after an update, which also drops the
-  gradients: those are only checked not to exceed the plan's); each rank's VmHWM is within 30%
-  of the plan's peak (an over-count, GEMINI_RSS_TOLERANCE says which); the plan's reduce-scatter and all-gather bytes per step against the
+  gradients: those are only checked not to exceed the plan's); each rank's VmHWM is within
+  RSS_TOLERANCE of the plan's peak; the plan's reduce-scatter and all-gather bytes per step against the
   `metric` events' `traffic` from step 2 on (step 1 traces the order of chunk uses), within
   COMMUNICATION_BYTES_TOLERANCE.
 - gemini at 2 ranks with offload_optim_frac 1.0 (each rank's optimizer shards in its own folder
@@ -48,13 +48,13 @@ from proc_status import children_of, status_bytes  # noqa: E402
 CLI = os.environ.get("TESSERA_CLI", str(Path(__file__).resolve().parents[2] / "build/app/cli/tessera-cli"))
 ENV = {**os.environ, "TESSERA_DIST_TIMEOUT_S": "30", "TESSERA_DIST_RENDEZVOUS_TIMEOUT_S": "60"}
 CATEGORY_TOLERANCE = 0.02
+# Each rank's VmHWM against the plan's peak. bench_plan holds the 15% goal (run alone); here the
+# ranks share ctest's machine, where rank 0's VmHWM varies by 8% from run to run, so the guard is
+# 25% for every strategy. Sharded gemini's plan once over-counted (1.19 - 1.25: it added the
+# float32 gradient chunks being filled to the whole forward's activations) and was held to 1.30;
+# since issue 26's per-strategy cost models it measures 1.07 - 1.14 (2026-12-04, AMD EPYC), so the
+# exception is gone.
 RSS_TOLERANCE = 0.25
-# Sharded gemini's plan over-counts its peak: it adds the float32 gradient chunks being filled
-# to the activations of the whole forward, which backward releases as they fill. Measured 1.19 -
-# 1.25 here (rank 0's VmHWM varies by 8% from run to run under ctest -j2: 967 - 1049 MiB against
-# 1209 planned), so the bound at 1.25 failed CI by 0.0003. Issue 26's per-strategy cost models are
-# to bring every plan within 15%; until then sharded gemini's peak is held to 1.30.
-GEMINI_RSS_TOLERANCE = 0.30
 COMMUNICATION_FACTOR = 2.0
 BUCKET_BYTES = 25 << 20  # ddp's default bucket_size
 COMMUNICATION_BYTES_TOLERANCE = 0.01
@@ -259,7 +259,7 @@ def test_gemini_rank_memory_and_traffic_match_the_plan(workdir, offload):
         ratio = expected / measured
         print(f"rank {rank}: planned peak {expected / 2**20:.0f} MiB, measured VmHWM {measured / 2**20:.0f} MiB, "
               f"ratio {ratio:.2f}")
-        assert abs(ratio - 1) <= GEMINI_RSS_TOLERANCE, (rank, expected, measured, tier)
+        assert abs(ratio - 1) <= RSS_TOLERANCE, (rank, expected, measured, tier)
 
     # Bytes per step, in ring bytes (docs/events.md): the reduce-scatters of the gradients and
     # the all-gathers of the chunks; the trainer's own gather of losses and times (N x 32 bytes,
