@@ -1,11 +1,11 @@
 #pragma once
-// What the data-parallel plugins' gradient buckets did (plugins/ddp/gradient_buckets.h), kept
+// What the data-parallel plugins' gradient buckets did (parallel/gradient_buckets.h), kept
 // torch-free for the tools and tests that read it.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
-namespace tessera::plugins {
+namespace tessera::parallel {
 
 inline constexpr std::uint64_t kDefaultBucketBytes = 25ull * 1024 * 1024;
 
@@ -21,4 +21,4 @@ struct BucketTrace {
   std::uint64_t collectives = 0;            // buckets reduced since prepare(), every step
 };
 
-}  // namespace tessera::plugins
+}  // namespace tessera::parallel

@@ -1,6 +1,6 @@
 // Gradient buckets shared by `ddp` and `zero`: what PyTorch's DistributedDataParallel does with
 // its reducer, written from its documented behaviour on engine/dist's collectives.
-#include "plugins/ddp/gradient_buckets.h"
+#include "parallel/gradient_buckets.h"
 
 #include <torch/csrc/autograd/function_hook.h>
 
@@ -11,7 +11,7 @@
 #include "core/units.h"
 #include "model/model.h"
 
-namespace tessera::plugins {
+namespace tessera::parallel {
 namespace {
 
 // Called by autograd once a trainable tensor's gradient is accumulated into its .grad.
@@ -322,4 +322,4 @@ void GradientShares::add(const GradientBuckets& buckets, const GradientBuckets::
       views_[i].add_(bucket.result.narrow(0, buckets.offset_of(i), views_[i].numel()));
 }
 
-}  // namespace tessera::plugins
+}  // namespace tessera::parallel

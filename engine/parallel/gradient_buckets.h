@@ -25,13 +25,13 @@
 
 #include "dist/parallel_context.h"
 #include "optim/adamw.h"
-#include "plugins/ddp/bucket_trace.h"
+#include "parallel/bucket_trace.h"
 
 namespace tessera::model {
 class PretrainedModel;
 }
 
-namespace tessera::plugins {
+namespace tessera::parallel {
 
 // strategy.options.bucket_size: absent or "auto" → kDefaultBucketBytes, else a size.
 std::uint64_t bucket_size_option(const nlohmann::json& strategy_options);
@@ -166,4 +166,4 @@ class GradientShares {
   std::vector<torch::Tensor> views_;
 };
 
-}  // namespace tessera::plugins
+}  // namespace tessera::parallel

@@ -1,8 +1,8 @@
-#include "plugins/ddp/replica_training.h"
+#include "parallel/replica_training.h"
 
 #include "core/error.h"
 
-namespace tessera::plugins {
+namespace tessera::parallel {
 
 void ReplicaTraining::prepare(model::PretrainedModel& model,
                               std::vector<optim::NamedTensor> trainable,
@@ -108,4 +108,4 @@ void ReplicaTraining::release_training_state() {
   dense_.release_training_state();
 }
 
-}  // namespace tessera::plugins
+}  // namespace tessera::parallel

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "plugins/ddp/gradient_buckets.h"
-#include "plugins/single/dense_training.h"
+#include "parallel/gradient_buckets.h"
+#include "train/dense_training.h"
 
-namespace tessera::plugins {
+namespace tessera::parallel {
 
 class ReplicaTraining {
  public:
@@ -64,4 +64,4 @@ class ReplicaTraining {
   GradientShares shares_;  // ZeRO-2: this replica's element_share of each tensor's average
 };
 
-}  // namespace tessera::plugins
+}  // namespace tessera::parallel

@@ -1,4 +1,4 @@
-#include "plugins/single/dense_training.h"
+#include "train/dense_training.h"
 
 #include <algorithm>
 #include <set>

@@ -1,7 +1,7 @@
 // The `ddp` plugin: every rank a whole replica, gradients averaged over the data-parallel group
 // in buckets launched during backward (what PyTorch's DistributedDataParallel does; written
 // from its documented behaviour, on engine/dist's collectives). The buckets are
-// plugins/ddp/gradient_buckets.h, shared with `zero`.
+// parallel/gradient_buckets.h, shared with `zero`.
 #include "plugins/ddp/ddp_plugin.h"
 
 #include <memory>
@@ -10,8 +10,8 @@
 
 #include "core/error.h"
 #include "dist/parallel_context.h"
-#include "plugins/ddp/gradient_buckets.h"
-#include "plugins/ddp/replica_training.h"
+#include "parallel/gradient_buckets.h"
+#include "parallel/replica_training.h"
 #include "train/plugin_registry.h"
 
 namespace tessera::train {
@@ -47,7 +47,7 @@ class DdpPlugin : public Plugin {
     // Every rank starts from rank 0's values: the model, the adapters and the float32 masters.
     std::vector<NamedTensor> starting = dense().params();
     for (const NamedTensor& m : dense().trainable_weights()) starting.push_back(m);
-    plugins::broadcast_from_rank0(group_, model, starting);
+    parallel::broadcast_from_rank0(group_, model, starting);
   }
 
   torch::Device device() const override { return dense().device(); }
@@ -87,7 +87,7 @@ class DdpPlugin : public Plugin {
 
   ProcessContext process_;
   dist::ProcessGroup* group_ = nullptr;  // null in one process: nothing to reduce
-  plugins::ReplicaTraining replicas_;
+  parallel::ReplicaTraining replicas_;
 };
 
 }  // namespace

@@ -5,7 +5,7 @@
 // `bucket_size` bytes while backward still runs. See plugins/README.md.
 // Options (job spec strategy.options, job/strategies.h): device = auto | cpu (cuda not yet),
 // bucket_size = auto (25 MiB) | a size.
-#include "plugins/ddp/bucket_trace.h"
+#include "parallel/bucket_trace.h"
 
 namespace tessera::train {
 class Plugin;
@@ -16,8 +16,8 @@ namespace tessera::plugins {
 // Registers "ddp" in the plugin registry (train/plugin_registry.h).
 void register_ddp_plugin();
 
-// What the last backward that reduced gradients did (plugins/ddp/gradient_buckets.h).
-using DdpTrace = BucketTrace;
+// What the last backward that reduced gradients did (parallel/gradient_buckets.h).
+using DdpTrace = parallel::BucketTrace;
 
 // The trace of `plugin` when it is a prepared ddp plugin, else nullptr.
 const DdpTrace* ddp_trace(const train::Plugin& plugin);

@@ -13,8 +13,8 @@
 #include "job/strategies.h"
 #include "optim/clip.h"
 #include "parallel/pipeline_stage.h"
+#include "parallel/replica_training.h"
 #include "parallel/split_model.h"
-#include "plugins/ddp/replica_training.h"
 #include "train/lora.h"
 #include "train/plugin_registry.h"
 
@@ -450,7 +450,7 @@ class HybridPlugin : public Plugin {
   std::vector<std::string> trainable_names_;  // every stage's, in the order prepare() got them
   std::unique_ptr<parallel::PipelineStages> stages_;  // null: pp_size 1
   model::PretrainedModel* model_ = nullptr;
-  plugins::ReplicaTraining replicas_;
+  parallel::ReplicaTraining replicas_;
   bool gathered_ = false;
   std::optional<std::size_t> tied_index_;  // the tied embedding's place in params (size: none)
 };

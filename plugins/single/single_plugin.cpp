@@ -1,7 +1,7 @@
 // The `single` plugin: one process, one device (CUDA device 0 when present, else the CPU).
 #include "plugins/single/single_plugin.h"
 
-#include "plugins/single/dense_training.h"
+#include "train/dense_training.h"
 #include "train/plugin_registry.h"
 
 namespace tessera::train {

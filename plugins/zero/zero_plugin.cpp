@@ -13,8 +13,8 @@
 #include "core/error.h"
 #include "dist/parallel_context.h"
 #include "optim/clip.h"
-#include "plugins/ddp/gradient_buckets.h"
-#include "plugins/single/dense_training.h"
+#include "parallel/gradient_buckets.h"
+#include "train/dense_training.h"
 #include "train/mixed_precision.h"
 #include "train/param_groups.h"
 #include "train/plugin_registry.h"
@@ -64,7 +64,7 @@ class ZeroPlugin : public Plugin {
     for (auto& p : model.parameters())
       if (!trainable_impls.count(p.unsafeGetTensorImpl())) p.set_requires_grad(false);
     // Every rank starts from rank 0's values, before anything is rounded.
-    plugins::broadcast_from_rank0(group_, model, trainable);
+    parallel::broadcast_from_rank0(group_, model, trainable);
 
     // Masters of this rank's shares from the loaded values (bf16: before rounding).
     shares_.clear();
@@ -119,23 +119,23 @@ class ZeroPlugin : public Plugin {
     if (stage_ == 2) {
       std::vector<std::int64_t> counts;
       for (const ElementShare& s : shares_) counts.push_back(s.count);
-      gradient_shares_ = plugins::GradientShares(counts, device_);
+      gradient_shares_ = parallel::GradientShares(counts, device_);
     }
 
-    plugins::GradientBuckets::Options bucket_options;
+    parallel::GradientBuckets::Options bucket_options;
     bucket_options.plugin = name();
     bucket_options.cap_bytes = bucket_cap_;
     bucket_options.segments = world_;
     if (stage_ == 2) {
-      bucket_options.collective = plugins::GradientBuckets::Collective::ReduceScatterMean;
-      bucket_options.buffers = plugins::GradientBuckets::Buffers::PerBackward;
+      bucket_options.collective = parallel::GradientBuckets::Collective::ReduceScatterMean;
+      bucket_options.buffers = parallel::GradientBuckets::Buffers::PerBackward;
       // Two buckets in flight: one filling while the previous one is reduced.
       bucket_options.max_in_flight = 2;
-      bucket_options.consume = [this](std::size_t, plugins::GradientBuckets::Bucket& bucket) {
+      bucket_options.consume = [this](std::size_t, parallel::GradientBuckets::Bucket& bucket) {
         gradient_shares_.add(*buckets_, bucket);
       };
     }
-    buckets_ = std::make_unique<plugins::GradientBuckets>(
+    buckets_ = std::make_unique<parallel::GradientBuckets>(
         params_, [this](const torch::Tensor& g) { return precision_->master_gradient(g); }, group_,
         bucket_options);
   }
@@ -231,7 +231,7 @@ class ZeroPlugin : public Plugin {
     buckets_.reset();
     optimizer_.reset();
     masters_.clear();
-    gradient_shares_ = plugins::GradientShares();
+    gradient_shares_ = parallel::GradientShares();
   }
 
   std::vector<NamedTensor> trainable_weights() override {
@@ -327,7 +327,7 @@ class ZeroPlugin : public Plugin {
     h.gradient_bytes = gradient_bytes();
     return h;
   }
-  const plugins::BucketTrace* trace() const { return buckets_ ? &buckets_->trace() : nullptr; }
+  const parallel::BucketTrace* trace() const { return buckets_ ? &buckets_->trace() : nullptr; }
 
  private:
   void read_options(const PluginOptions& options) {
@@ -351,7 +351,7 @@ class ZeroPlugin : public Plugin {
                   "strategy.options.offload_optimizer: this job computes on the CPU, so the "
                   "optimizer state is in host memory and updated by the CPU Adam already; the "
                   "option changes nothing here");
-    bucket_cap_ = plugins::bucket_size_option(o);
+    bucket_cap_ = parallel::bucket_size_option(o);
   }
 
   // Masters apart from the compute tensors: bf16 / fp16, or float32 offloaded to the host.
@@ -423,15 +423,15 @@ class ZeroPlugin : public Plugin {
   torch::Device device_ = torch::kCPU;
   bool offload_requested_ = false;  // strategy.options.offload_optimizer
   bool offloaded_ = false;          // ... and on a GPU, so the optimizer runs on the host
-  std::uint64_t bucket_cap_ = plugins::kDefaultBucketBytes;
+  std::uint64_t bucket_cap_ = parallel::kDefaultBucketBytes;
   std::optional<MixedPrecision> precision_;  // set by prepare()
   torch::Dtype dtype_ = torch::kFloat32;
   std::vector<NamedTensor> params_;   // compute tensors, whole on every rank
   std::vector<ElementShare> shares_;  // per tensor of params_: this rank's range
   std::vector<NamedTensor> masters_;  // per tensor: float32 values of this rank's range
   std::unique_ptr<optim::AdamW> optimizer_;
-  plugins::GradientShares gradient_shares_;  // stage 2: this rank's share of each gradient
-  std::unique_ptr<plugins::GradientBuckets> buckets_;
+  parallel::GradientShares gradient_shares_;  // stage 2: this rank's share of each gradient
+  std::unique_ptr<parallel::GradientBuckets> buckets_;
   bool reduced_ = false;  // this step's gradients are reduced
   std::uint64_t model_weight_bytes_ = 0;
 };
@@ -452,7 +452,7 @@ bool zero_held(const train::Plugin& plugin, ZeroHeld* held) {
   return true;
 }
 
-const BucketTrace* zero_trace(const train::Plugin& plugin) {
+const parallel::BucketTrace* zero_trace(const train::Plugin& plugin) {
   const auto* zero = dynamic_cast<const train::ZeroPlugin*>(&plugin);
   return zero != nullptr ? zero->trace() : nullptr;
 }

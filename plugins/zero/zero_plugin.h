@@ -16,7 +16,7 @@
 // See plugins/README.md.
 #include <cstdint>
 
-#include "plugins/ddp/bucket_trace.h"
+#include "parallel/bucket_trace.h"
 
 namespace tessera::train {
 class Plugin;
@@ -39,6 +39,6 @@ struct ZeroHeld {
 };
 bool zero_held(const train::Plugin& plugin, ZeroHeld* held);
 // The bucket trace of a prepared zero plugin, else nullptr.
-const BucketTrace* zero_trace(const train::Plugin& plugin);
+const parallel::BucketTrace* zero_trace(const train::Plugin& plugin);
 
 }  // namespace tessera::plugins

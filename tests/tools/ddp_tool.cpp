@@ -234,7 +234,7 @@ int run_train(int argc, char** argv) {
   torch::Tensor rank0 = mine.clone();
   context->world().broadcast(rank0, 0);
   out["identical_to_rank0"] = torch::equal(mine, rank0);
-  const plugins::BucketTrace* trace =
+  const parallel::BucketTrace* trace =
       plugin == "zero" ? plugins::zero_trace(*ddp.plugin) : plugins::ddp_trace(*ddp.plugin);
   if (trace != nullptr) {
     out["buckets"] = trace->bucket_tensors;
