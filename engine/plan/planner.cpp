@@ -458,6 +458,15 @@ Plan make_plan(const PlanInputs& in) {
     double host_optim = 0.0;  // gemini's device tier: shares in host memory
     double host_param = 0.0;
   };
+  // The accumulation steps of `s` at micro-batch `mb`: the spec's sequences per step. `auto`
+  // keeps the sequences a step trains (N × g × B over N processes): hybrid's tp · pp ranks of a
+  // replica share each micro-batch, so they run tp · pp times as many (a spec naming hybrid
+  // gives each replica's batch).
+  auto accumulation_at = [&](const Settings& s, std::int64_t mb) {
+    const std::int64_t steps = saturating_mul(spec.training.gradient_accumulation, batch / mb);
+    return !named || s.strategy != spec.strategy.name ? saturating_mul(steps, s.tp_size * s.pp_size)
+                                                      : steps;
+  };
   auto search = [&](Settings s, const std::vector<Fractions>& fractions,
                     const std::string& precision) -> std::optional<Settings> {
     for (bool ckpt : {spec.training.activation_checkpointing, true})
@@ -466,13 +475,7 @@ Plan make_plan(const PlanInputs& in) {
           s.precision = precision;
           s.activation_checkpointing = ckpt;
           s.micro_batch = mb;
-          s.gradient_accumulation = saturating_mul(spec.training.gradient_accumulation, batch / mb);
-          // `auto` keeps the sequences a step trains (N × g × B over N processes): hybrid's
-          // tp · pp ranks of a replica share each micro-batch, so they run tp · pp times as many
-          // (a spec naming hybrid gives each replica's batch).
-          if (!named || s.strategy != spec.strategy.name)
-            s.gradient_accumulation =
-                saturating_mul(s.gradient_accumulation, s.tp_size * s.pp_size);
+          s.gradient_accumulation = accumulation_at(s, mb);
           s.offload_optim_frac = f.optim;
           s.offload_param_frac = f.param;
           s.host_optim_frac = f.host_optim;
@@ -539,13 +542,7 @@ Plan make_plan(const PlanInputs& in) {
     std::optional<Settings> best;
     std::tuple<bool, bool, std::int64_t, double> best_key;
     for (const Settings& option : distributing) {
-      Settings t = from;
-      t.strategy = option.strategy;
-      t.zero_stage = option.zero_stage;
-      t.tp_size = option.tp_size;
-      t.pp_size = option.pp_size;
-      t.pp_chunks = option.pp_chunks;
-      t.sequence_parallel = option.sequence_parallel;
+      const Settings t = with_layout(from, option);
       if (!gemini_fractions.empty() && t.strategy != "gemini") continue;
       const std::vector<Fractions> fractions =
           t.strategy != "gemini" ? std::vector<Fractions>{{0.0, 0.0}}
@@ -769,12 +766,7 @@ Plan make_plan(const PlanInputs& in) {
       candidate.chosen = same_layout(option, s);
       Settings t = s;
       if (!candidate.chosen) {
-        t.strategy = option.strategy;
-        t.zero_stage = option.zero_stage;
-        t.tp_size = option.tp_size;
-        t.pp_size = option.pp_size;
-        t.pp_chunks = option.pp_chunks;
-        t.sequence_parallel = option.sequence_parallel;
+        t = with_layout(s, option);
         if (t.strategy != s.strategy)  // gemini's shares belong to gemini
           t.offload_optim_frac = t.offload_param_frac = t.host_optim_frac = t.host_param_frac = 0.0;
         const auto found = search(
@@ -786,10 +778,7 @@ Plan make_plan(const PlanInputs& in) {
         } else {
           t.micro_batch = 1;
           t.activation_checkpointing = true;
-          t.gradient_accumulation = saturating_mul(spec.training.gradient_accumulation, batch);
-          if (!named || t.strategy != spec.strategy.name)
-            t.gradient_accumulation =
-                saturating_mul(t.gradient_accumulation, t.tp_size * t.pp_size);
+          t.gradient_accumulation = accumulation_at(t, 1);
         }
       } else {
         candidate.fits = true;

@@ -178,6 +178,16 @@ std::string layout_family(const Settings& s) {
   return cost && cost->family ? cost->family(s) : strategy_phrase(s);
 }
 
+Settings with_layout(Settings base, const Settings& layout) {
+  base.strategy = layout.strategy;
+  base.zero_stage = layout.zero_stage;
+  base.tp_size = layout.tp_size;
+  base.pp_size = layout.pp_size;
+  base.pp_chunks = layout.pp_chunks;
+  base.sequence_parallel = layout.sequence_parallel;
+  return base;
+}
+
 bool same_layout(const Settings& a, const Settings& b) {
   return a.strategy == b.strategy && a.zero_stage == b.zero_stage && a.tp_size == b.tp_size &&
          a.pp_size == b.pp_size && a.pp_chunks == b.pp_chunks &&

@@ -84,6 +84,8 @@ job::StrategySpec written_strategy(const Settings& s);
 bool valid_layout(const Settings& s);
 // The strategies with a cost model, as an error message lists them: "single, gemini, …".
 std::string costed_strategies();
+// `base` laid out as `layout`: its strategy, zero stage, tp, pp, chunks and sequence parallelism.
+Settings with_layout(Settings base, const Settings& layout);
 // Whether `a` and `b` are the same strategy laid out the same way (stage, tp, pp, chunks,
 // sequence parallelism), whatever their batch, precision or placement.
 bool same_layout(const Settings& a, const Settings& b);

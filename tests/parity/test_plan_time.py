@@ -10,8 +10,12 @@ estimated, 0.017-0.03 s at batch 8 against 0.029 s; with other builds keeping th
 machine's load at 5-6, the quickest steps at batch 32 took 0.17-0.34 s against 0.081 s, and the
 whole run 10x the estimate, which no estimate made before the run can know. A job of half the batch is planned from the same record
 scaled by the cost model, and run: the planned ratio of the two step times must match the ratio of
-the runs' quickest steps within 1.5x times the load per core (measured x0.55-0.57 against
-x0.46-0.53 of the quickest tenths; x2.3 once, when the load rose between the two runs)."""
+the runs' quickest steps within 1.75x times the load per core (measured x0.55-0.57 against
+x0.46-0.53 of the quickest tenths; x2.3 once, when the load rose between the two runs; on
+2026-12-05, AMD EPYC, planned x0.69-0.70 against quickest steps of x0.45-0.74 in 13 runs alone,
+8-16 ms steps whose per-step overhead the cost model puts higher than this machine has it, so
+1.5x failed 2 of them). A plan that did not scale with the batch (x1.0) fails against the
+typical x0.50-0.55."""
 import json
 import os
 import subprocess
@@ -25,7 +29,7 @@ CALIBRATED_TOLERANCE = 0.30
 # (every sequence taken as max_length long) without failing on a busy CI machine, where a
 # neighbouring test slows the quickest steps by up to ~4x (measured 0.10 at load 5 on 2 cores).
 UNCALIBRATED_FACTOR = 6.0
-SCALED_FACTOR = 1.5
+SCALED_FACTOR = 1.75
 
 
 @pytest.fixture(scope="module")
