@@ -74,12 +74,15 @@ double table_in_file(const hf::ModelConfig& c, const Settings& s) {
   return d(c.vocab_size) * d(c.hidden_size) * (head_in_file(c, s) ? 2.0 : 1.0);
 }
 
-bool head_in_file(const hf::ModelConfig& c, const Settings& s) {
-  if (s.method != "lora" || s.strategy != "single" || s.on_gpu || !s.frozen_tables_in_file ||
-      c.tie_word_embeddings || !hf::family_of(c).causal_lm)
-    return false;
+bool adapts_head(const hf::ModelConfig& c, const Settings& s) {
+  if (s.method != "lora") return false;
   const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
-  return std::find(targets.begin(), targets.end(), "lm_head") == targets.end();
+  return std::find(targets.begin(), targets.end(), "lm_head") != targets.end();
+}
+
+bool head_in_file(const hf::ModelConfig& c, const Settings& s) {
+  return s.method == "lora" && s.strategy == "single" && !s.on_gpu && s.frozen_tables_in_file &&
+         !c.tie_word_embeddings && hf::family_of(c).causal_lm && !adapts_head(c, s);
 }
 
 double reference_copy_bytes(const hf::ModelConfig& c, const Settings& s) {

@@ -103,9 +103,7 @@ ActivationTerms activation_terms(const hf::ModelConfig& c, const Settings& s, in
   // respect to the hidden states kept from forward, or, where the head trains, the blocks
   // recomputed in backward from the hidden states). A head with LoRA's adapter reads whole
   // logits.
-  const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
-  const bool adapted_head =
-      lora && std::find(targets.begin(), targets.end(), "lm_head") != targets.end();
+  const bool adapted_head = cost::adapts_head(c, s);
   const double columns = v / split;
   if (cost::head_in_file(c, s)) {
     // The head read from its file a block of the vocabulary at a time, for every token at once:
