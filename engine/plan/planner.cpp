@@ -458,14 +458,21 @@ Plan make_plan(const PlanInputs& in) {
     double host_optim = 0.0;  // gemini's device tier: shares in host memory
     double host_param = 0.0;
   };
-  // The accumulation steps of `s` at micro-batch `mb`: the spec's sequences per step. `auto`
-  // keeps the sequences a step trains (N × g × B over N processes): hybrid's tp · pp ranks of a
-  // replica share each micro-batch, so they run tp · pp times as many (a spec naming hybrid
-  // gives each replica's batch).
+  // The sequences a step trains over every rank: the spec's g × B on each of the N processes, or,
+  // where the spec names a layout whose tp · pp ranks share each micro-batch (hybrid), on each of
+  // its N / (tp · pp) replicas. Every layout weighed trains as many (`auto` runs hybrid's with tp ·
+  // pp times the accumulation steps), so their step times compare.
+  const Settings as_written = written_settings(spec);
+  const std::int64_t step_sequences = saturating_mul(
+      saturating_mul(spec.training.gradient_accumulation, batch),
+      named ? std::max(1, processes / (as_written.tp_size * as_written.pp_size)) : processes);
+  // The accumulation steps of `s` at micro-batch `mb` that train them (rounded up where its
+  // replicas × mb do not divide them).
   auto accumulation_at = [&](const Settings& s, std::int64_t mb) {
-    const std::int64_t steps = saturating_mul(spec.training.gradient_accumulation, batch / mb);
-    return !named || s.strategy != spec.strategy.name ? saturating_mul(steps, s.tp_size * s.pp_size)
-                                                      : steps;
+    const std::int64_t per_step =
+        saturating_mul(std::max(1, processes / (s.tp_size * s.pp_size)), mb);
+    return std::max<std::int64_t>(
+        1, step_sequences / per_step + (step_sequences % per_step != 0 ? 1 : 0));
   };
   auto search = [&](Settings s, const std::vector<Fractions>& fractions,
                     const std::string& precision) -> std::optional<Settings> {

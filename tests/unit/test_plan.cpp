@@ -1174,6 +1174,37 @@ class TestPlan : public QObject {
   // auto with 2 processes: each rank has half the machine; ddp (the only planned strategy that
   // distributes in this build) is chosen, explained, and applied; a tight budget shrinks the
   // micro-batch as for one process; the step adds the communication to a rank's compute.
+  // A spec naming a layout is compared with every other layout at its own global batch: a named
+  // hybrid's batch is each replica's (its tp · pp ranks share a micro-batch), so ddp, zero and
+  // gemini at 2 processes train as many sequences a step with fewer accumulation steps, and
+  // their step times compare with the named one's.
+  void namedLayoutIsComparedAtItsGlobalBatch() {
+    auto in = inputs(64ull << 30);
+    in.processes = 2;
+    in.spec.training.gradient_accumulation = 2;
+    in.spec.strategy.name = "hybrid";
+    in.spec.strategy.options = {{"tp_size", 1}, {"pp_size", 2}, {"device", "cpu"}};
+    const auto p = plan::make_plan(in);
+    QVERIFY(p.fits);
+    QCOMPARE(p.strategy, std::string("hybrid"));
+    QVERIFY(p.candidates.front().chosen);
+    QCOMPARE(p.candidates.front().settings.pp_size, 2);
+    QVERIFY(p.candidates.size() >= 5);  // ddp, zero 1 and 2, gemini, tp 2 beside it
+    // One replica of pp 2: 2 micro-batches of 8, 16 sequences a step; every other layout as
+    // many.
+    for (const auto& c : p.candidates) {
+      const std::int64_t replicas = 2 / (c.settings.tp_size * c.settings.pp_size);
+      QCOMPARE(replicas * c.settings.micro_batch * c.settings.gradient_accumulation,
+               std::int64_t(16));
+    }
+    const auto ddp = std::find_if(p.candidates.begin(), p.candidates.end(),
+                                  [](const auto& c) { return c.settings.strategy == "ddp"; });
+    QVERIFY(ddp != p.candidates.end() && ddp->fits);
+    QCOMPARE(ddp->settings.gradient_accumulation, std::int64_t(1));
+    // Whole replicas on 2 ranks halve each rank's work; the pipeline idles in its bubble.
+    QVERIFY(ddp->seconds_per_step < p.candidates.front().seconds_per_step);
+  }
+
   void autoPlansEveryRankOfSeveral() {
     auto in = inputs(64ull << 30);
     in.processes = 2;
