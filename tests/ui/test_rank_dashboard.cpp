@@ -536,18 +536,30 @@ class TestRankDashboard : public QObject {
     table->use_button()->click();
     QCOMPARE(strategies->currentData().toString(), QString("hybrid:2x1x0x0"));
     QCOMPARE(wizard->build_spec().strategy.options.value("tp_size", 0), 2);
+    // Its batch is the one replica's: the note says what a step trains against whole replicas.
+    const job::JobSpec picked = wizard->build_spec();
+    const qint64 per_replica =
+        qint64(picked.training.batch_size) * qint64(picked.training.gradient_accumulation);
+    QVERIFY2(hardware->processes_note()->text().contains(
+                 QString("a step trains %1 sequences on 1 replica(s), where a layout of whole "
+                         "replicas on every process trains %2")
+                     .arg(per_replica)
+                     .arg(2 * per_replica)),
+             qPrintable(hardware->processes_note()->text()));
     // Named, the plan still lists the others beside it (the choice marked).
     QTRY_VERIFY_WITH_TIMEOUT(!hardware->planning() && hardware->has_plan() &&
                                  hardware->plan_json().value("strategy").toString() == "hybrid",
                              60000);
     QCOMPARE(table->key_at(0), QString("hybrid:2x1x0x0"));
     QVERIFY(table->row_count() >= 6);
+    screenshot(&window, "4-hardware-layouts");
     // One process's strategy is not offered; gemini is, sharded over the ranks (the planner
     // plans it per rank since issue 12's gemini slice).
     for (int i = 0; i < strategies->count(); ++i)
       QVERIFY(strategies->itemData(i).toString() != "single");
     QVERIFY(strategies->findData("gemini") >= 0);
     strategies->setCurrentIndex(strategies->findData("ddp"));
+    QVERIFY(!hardware->processes_note()->text().contains("replica"));
     const job::JobSpec spec = wizard->build_spec();
     QCOMPARE(spec.strategy.name, std::string("ddp"));
     QVERIFY(spec.nodes);

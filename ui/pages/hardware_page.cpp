@@ -123,6 +123,8 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
       tr("How the processes share the work: the strategies that distribute, as the planner "
          "lists them for this job"));
   distributed_->setEnabled(false);
+  // Hybrid's layouts have long names ("hybrid: tensor 2 × pipeline 2, sequence parallel").
+  distributed_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
   auto* distributed_label = new QLabel(tr("S&trategy:"));
   distributed_label->setBuddy(distributed_);
   processes_row->addWidget(processes_label);
@@ -132,14 +134,6 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   processes_row->addWidget(distributed_);
   processes_row->addStretch(1);
   processes_layout->addLayout(processes_row);
-  // Every layout the planner weighed for the processes, to sort and pick from.
-  layouts_ = new LayoutsTable;
-  layouts_->setVisible(false);
-  processes_layout->addWidget(layouts_);
-  connect(layouts_, &LayoutsTable::layoutPicked, this, [this](const QString& key) {
-    const int index = distributed_->findData(key);
-    if (index >= 0) distributed_->setCurrentIndex(index);  // plans the job again
-  });
   auto* nodes_label = new QLabel(tr("Paired nod&es (one process each):"));
   nodes_list_ = new QListWidget;
   nodes_list_->setAccessibleName(tr("Paired nodes"));
@@ -151,6 +145,14 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   processes_note_->setWordWrap(true);
   processes_note_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   processes_layout->addWidget(processes_note_);
+  // Every layout the planner weighed for the processes, to sort and pick from.
+  layouts_ = new LayoutsTable;
+  layouts_->setVisible(false);
+  processes_layout->addWidget(layouts_);
+  connect(layouts_, &LayoutsTable::layoutPicked, this, [this](const QString& key) {
+    const int index = distributed_->findData(key);
+    if (index >= 0) distributed_->setCurrentIndex(index);  // plans the job again
+  });
   layout->addWidget(processes_box);
   const auto processes_changed = [this] {
     if (loading_overrides_) return;
@@ -493,17 +495,36 @@ void HardwarePage::update_processes() {
   if (total == 1)
     note = tr("One process on this machine.");
   else if (nodes.isEmpty())
-    note = tr("%1 processes on this machine, started with tessera-cli launch; the plan above is "
+    note = tr("%1 processes on this machine, started with tessera-cli launch; the plan below is "
               "per process.")
                .arg(total);
   else
     note = tr("%1 processes: %2 on this machine and one on %3, started with tessera-cli launch "
-              "after every node's pre-flight checks (see Nodes); the plan above is per process.")
+              "after every node's pre-flight checks (see Nodes); the plan below is per process.")
                .arg(total)
                .arg(local_processes())
                .arg(nodes.join(", "));
   if (nodes_list_->count() == 0)
     note += " " + tr("No paired node: pair other machines on the Nodes page to use them here.");
+  // A hybrid layout's batch is each data-parallel replica's (its tp · pp ranks share every
+  // micro-batch): say what a step then trains, against whole replicas on every process (what
+  // auto's rows of it assume).
+  const QString choice = distributed_->currentData().toString();
+  if (total > 1 && have_spec_ && choice.startsWith("hybrid:")) {
+    const QStringList sizes = choice.section(':', 1).split('x');
+    const int split = std::max(1, sizes.value(0).toInt() * sizes.value(1).toInt());
+    const qint64 per_replica =
+        qint64(spec_.training.batch_size) * qint64(spec_.training.gradient_accumulation);
+    if (split > 1 && total % split == 0)
+      note += " " + tr("With hybrid the batch is each data-parallel replica's and its %1 ranks "
+                       "share every micro-batch: a step trains %2 sequences on %3 replica(s), "
+                       "where a layout of whole replicas on every process trains %4. Multiply "
+                       "gradient accumulation by %1 on the Method page to train as many.")
+                        .arg(split)
+                        .arg(per_replica * (total / split))
+                        .arg(total / split)
+                        .arg(per_replica * total);
+  }
   processes_note_->setText(note);
   update_offload();
 }

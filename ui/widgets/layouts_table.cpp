@@ -130,6 +130,8 @@ void LayoutsTable::show_layouts(const QJsonArray& strategies) {
   }
   view_->setSortingEnabled(true);
   view_->sortByColumn(Layout, Qt::AscendingOrder);
+  // A new plan starts at its choice: the view may have been scrolled to a row picked before.
+  view_->scrollToTop();
   use_->setEnabled(false);
 }
 
