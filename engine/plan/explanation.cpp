@@ -1,7 +1,6 @@
 #include "plan/explanation.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <set>
 #include <vector>
 
@@ -65,7 +64,8 @@ void explain_distributed(Plan& plan, const PlanInputs& in, std::uint64_t limit,
                      if (a.chosen != b.chosen) return a.chosen;
                      if (a.fits != b.fits) return a.fits;
                      if (!a.fits) return a.peak < b.peak;
-                     return rank(a.settings) < rank(b.settings);
+                     return rank(a.settings, a.seconds_per_step) <
+                            rank(b.settings, b.seconds_per_step);
                    });
   const Plan::Candidate& chosen = plan.candidates.front();
   const std::string share = gib(limit) + " a rank may use (" + gib(plan.host_usable) +

@@ -11,8 +11,11 @@
 
 namespace tessera::plan {
 
-// How the search ranks layouts that fit (smaller first).
-using LayoutRank = std::function<std::tuple<bool, bool, std::int64_t, double>(const Settings&)>;
+// How the search ranks layouts that fit, smaller first: whether it splits layers where `auto` puts
+// that last, whether checkpointing changed, the accumulation steps the batch took, the step time.
+using LayoutKey = std::tuple<bool, bool, std::int64_t, double>;
+// A layout's key from its settings and its step time (already computed: a candidate's).
+using LayoutRank = std::function<LayoutKey(const Settings&, double seconds_per_step)>;
 
 // Orders plan.candidates (the chosen first, then those that fit by `rank`, then the others by
 // their peak), writes each one's summary, and puts in front of the reasons: the chosen layout

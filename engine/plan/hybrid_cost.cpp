@@ -12,6 +12,7 @@
 #include "plan/plan_text.h"
 #include "plan/planner.h"
 #include "plan/step_cost.h"
+#include "plan/strategy_costs.h"
 
 namespace tessera::plan {
 
@@ -404,16 +405,11 @@ std::string hybrid_saves_memory_by(const Settings& s) {
 
 void hybrid_layouts(const hf::ModelConfig& c, int processes, const Settings& base,
                     const Settings* written, std::vector<Settings>& out) {
-  Settings t = base;
   if (written != nullptr) {
-    t.tp_size = written->tp_size;
-    t.pp_size = written->pp_size;
-    t.pp_chunks = written->pp_chunks;
-    t.zero_stage = written->zero_stage;
-    t.sequence_parallel = written->sequence_parallel;
-    out.push_back(t);
+    out.push_back(with_layout(base, *written));
     return;
   }
+  Settings t = base;
   for (int tp : {1, 2, 4, 8})
     for (int pp : {1, 2, 4, 8}) {
       if (tp * pp == 1 || processes % (tp * pp) != 0) continue;

@@ -100,7 +100,7 @@ Communication hybrid_communication(const hf::ModelConfig& c, const Settings& s, 
 double hybrid_compute_seconds(const hf::ModelConfig& c, const Settings& s, int world_size,
                               double tokens, double rank_flops);
 
-// "hybrid tp 2 × pp 2 (2 chunks a stage) with sequence parallelism with ZeRO-1": the layout as
+// "hybrid tp 2 × pp 2 (2 chunks a stage) with sequence parallelism and ZeRO-1": the layout as
 // the plan's reasons name it.
 std::string hybrid_phrase(const Settings& s);
 // "tensor parallel", "pipeline parallel" or "tensor × pipeline parallel": the families of

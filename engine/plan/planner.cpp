@@ -325,19 +325,19 @@ Plan make_plan(const PlanInputs& in) {
   std::vector<Settings> distributing;
   std::vector<Settings> weighed;
   std::string distributing_names;
+  const Settings as_written = written_settings(spec);
   if (distributed) {
     for (const auto& entry : job::strategies())
       if (entry.planned && entry.distributes)
         distributing_names += (distributing_names.empty() ? "" : ", ") + entry.name;
-    const Settings written = written_settings(spec);
     // A quantized base (QLoRA) and preference tuning train under the strategies that take them
     // (a named other one is refused below, by name).
     const bool quantized = spec.method.quantize != "none";
     const bool preference = spec.method.preference.has_value();
-    weighed = distributed_layouts(c, processes, written, "", quantized, preference);
-    distributing =
-        !named ? weighed
-               : distributed_layouts(c, processes, written, strategy->name, quantized, preference);
+    weighed = distributed_layouts(c, processes, as_written, "", quantized, preference);
+    distributing = !named ? weighed
+                          : distributed_layouts(c, processes, as_written, strategy->name, quantized,
+                                                preference);
     for (const Settings& own : distributing)
       if (std::none_of(weighed.begin(), weighed.end(),
                        [&](const Settings& t) { return same_layout(t, own); }))
@@ -462,7 +462,6 @@ Plan make_plan(const PlanInputs& in) {
   // where the spec names a layout whose tp · pp ranks share each micro-batch (hybrid), on each of
   // its N / (tp · pp) replicas. Every layout weighed trains as many (`auto` runs hybrid's with tp ·
   // pp times the accumulation steps), so their step times compare.
-  const Settings as_written = written_settings(spec);
   const std::int64_t step_sequences = saturating_mul(
       saturating_mul(spec.training.gradient_accumulation, batch),
       named ? std::max(1, processes / (as_written.tp_size * as_written.pp_size)) : processes);
@@ -532,11 +531,11 @@ Plan make_plan(const PlanInputs& in) {
   // parallelism) only where no layout keeping whole layers on a rank fits, since splitting costs
   // collectives in every layer and the pipeline's idle time for memory; then the fewest changes
   // (checkpointing as the spec says, the user's micro-batch); then the quickest step.
-  auto choice_key = [&](const Settings& t) {
-    return std::tuple<bool, bool, std::int64_t, double>{
-        !named && t.tp_size * t.pp_size > 1,
-        t.activation_checkpointing != spec.training.activation_checkpointing, batch / t.micro_batch,
-        rank_seconds(t)};
+  // `seconds`: t's rank_seconds, which the caller has already.
+  auto choice_key = [&](const Settings& t, double seconds) {
+    return LayoutKey{!named && t.tp_size * t.pp_size > 1,
+                     t.activation_checkpointing != spec.training.activation_checkpointing,
+                     batch / t.micro_batch, seconds};
   };
   // Among the strategies that distribute, the settings that fit with the fewest changes (the
   // search's order: the user's micro-batch, then smaller ones, then checkpointing), and of
@@ -547,7 +546,7 @@ Plan make_plan(const PlanInputs& in) {
       [&](const Settings& from, const std::string& precision,
           const std::vector<Fractions>& gemini_fractions = {}) -> std::optional<Settings> {
     std::optional<Settings> best;
-    std::tuple<bool, bool, std::int64_t, double> best_key;
+    LayoutKey best_key;
     for (const Settings& option : distributing) {
       const Settings t = with_layout(from, option);
       if (!gemini_fractions.empty() && t.strategy != "gemini") continue;
@@ -559,7 +558,7 @@ Plan make_plan(const PlanInputs& in) {
               : gemini_fractions;
       const auto found = search(t, fractions, precision);
       if (!found) continue;
-      const auto key = choice_key(*found);
+      const LayoutKey key = choice_key(*found, rank_seconds(*found));
       if (!best || key < best_key) {
         best = found;
         best_key = key;
@@ -772,6 +771,7 @@ Plan make_plan(const PlanInputs& in) {
       Plan::Candidate candidate;
       candidate.chosen = same_layout(option, s);
       Settings t = s;
+      candidate.fits = true;  // the chosen's; another's by its own search
       if (!candidate.chosen) {
         t = with_layout(s, option);
         if (t.strategy != s.strategy)  // gemini's shares belong to gemini
@@ -787,8 +787,6 @@ Plan make_plan(const PlanInputs& in) {
           t.activation_checkpointing = true;
           t.gradient_accumulation = accumulation_at(t, 1);
         }
-      } else {
-        candidate.fits = true;
       }
       candidate.settings = t;
       const MemoryEstimate e = estimate_memory(c, t, in.checkpoint_bytes, processes);

@@ -17,49 +17,49 @@ struct MemoryEstimate;  // plan/planner.h
 struct Communication;
 
 struct StrategyCost {
-  const char* name;
+  const char* name = nullptr;
   // Refines single's estimate `e` into one rank's of `world_size` (null: single's as it is).
   void (*memory)(MemoryEstimate& e, const hf::ModelConfig& c, const Settings& s,
-                 std::uint64_t checkpoint_bytes, int world_size);
+                 std::uint64_t checkpoint_bytes, int world_size) = nullptr;
   // Bytes and calls through one rank per step over `world_size` ranks (null: none); the
   // planner prices them at the measured link.
   Communication (*communication)(const hf::ModelConfig& c, const Settings& s, int world_size,
-                                 std::uint64_t bucket_bytes);
+                                 std::uint64_t bucket_bytes) = nullptr;
   // One rank's compute seconds per step of `tokens` at `rank_flops` (null: its replica's whole
   // model, plan/step_cost.h's model_work).
   double (*compute)(const hf::ModelConfig& c, const Settings& s, int world_size, double tokens,
-                    double rank_flops);
+                    double rank_flops) = nullptr;
   // Whether its ranks share one step's work (single's never do).
-  bool distributes;
+  bool distributes = false;
   // How the plan's reasons name it with its settings, "zero stage 2", "hybrid tp 2 × pp 2" (null:
   // its name).
-  std::string (*phrase)(const Settings& s);
+  std::string (*phrase)(const Settings& s) = nullptr;
   // Whether each rank keeps a share of the gradients (reduce_scatter) instead of all of them
   // (all_reduce) (null: all of them).
-  bool (*scatters_gradients)(const Settings& s);
+  bool (*scatters_gradients)(const Settings& s) = nullptr;
   // What a layout of it pays for the memory it saves, as the reasons say it (null: "more
   // communication").
-  std::string (*saves_memory_by)(const Settings& s);
+  std::string (*saves_memory_by)(const Settings& s) = nullptr;
   // The layouts of `processes` ranks the planner weighs, appended to `out`, each `base` with its
   // layout fields set: `written`, the spec's own settings when the spec names this strategy
   // (then only its layout), else null (every layout that divides the processes and the model).
   // Null: `base` alone.
   void (*layouts)(const hf::ModelConfig& c, int processes, const Settings& base,
-                  const Settings* written, std::vector<Settings>& out);
+                  const Settings* written, std::vector<Settings>& out) = nullptr;
   // Weighed after the others: it shards the most, so a tie in step time goes to an earlier one.
-  bool weighed_last;
+  bool weighed_last = false;
   // The family of layouts the explanation names once, by its best ("tensor parallel") (null:
   // the phrase).
-  std::string (*family)(const Settings& s);
+  std::string (*family)(const Settings& s) = nullptr;
   // What one rank of `world_size` holds, in words, for the plan's first reason (null: nothing to
   // say beyond the categories).
   std::string (*held)(const hf::ModelConfig& c, const Settings& s, std::uint64_t checkpoint_bytes,
-                      int world_size);
+                      int world_size) = nullptr;
   // The strategy a job `auto` planned runs with: the name and the options its settings take,
   // the device the plan weighed included (null: the name alone).
-  job::StrategySpec (*written_as)(const Settings& s);
+  job::StrategySpec (*written_as)(const Settings& s) = nullptr;
   // Whether a plan's recorded settings (a run folder's plan.json) are a layout it has (null: any).
-  bool (*valid)(const Settings& s);
+  bool (*valid)(const Settings& s) = nullptr;
 };
 
 // The cost model of strategy `name`; nullptr for a name no model covers.

@@ -24,6 +24,12 @@ inline QString format_duration(double seconds) {
   return QString("%1 h %2 min").arg(s / 3600).arg((s % 3600) / 60);
 }
 
+// A step's time: "250 ms" below a second, else as format_duration.
+inline QString format_step_time(double seconds) {
+  if (seconds > 0 && seconds < 1) return QString("%1 ms").arg(seconds * 1000, 0, 'f', 0);
+  return format_duration(seconds);
+}
+
 // Throughput is drawn as the mean of its last kThroughputWindow steps (the dashboard and
 // Compare alike): checkpoints and evaluations make single steps slow, and drawn raw a long
 // run's throughput becomes a solid block of spikes.

@@ -56,11 +56,6 @@ QString bytes_text(double bytes) {
   return QString("%1 MiB").arg(bytes / double(1ull << 20), 0, 'f', 0);
 }
 
-QString step_time_text(double seconds) {
-  if (seconds > 0 && seconds < 1) return QString("%1 ms").arg(seconds * 1000, 0, 'f', 0);
-  return format_duration(seconds);
-}
-
 QString speed_text(double bytes_per_s) {
   return QString("%1 MB/s").arg(bytes_per_s / 1e6, 0, 'f', 0);
 }
@@ -509,10 +504,11 @@ void HardwarePage::update_processes() {
   // A hybrid layout's batch is each data-parallel replica's (its tp · pp ranks share every
   // micro-batch): say what a step then trains, against whole replicas on every process (what
   // auto's rows of it assume).
-  const QString choice = distributed_->currentData().toString();
-  if (total > 1 && have_spec_ && choice.startsWith("hybrid:")) {
-    const QStringList sizes = choice.section(':', 1).split('x');
-    const int split = std::max(1, sizes.value(0).toInt() * sizes.value(1).toInt());
+  const job::StrategySpec chosen =
+      total > 1 && have_spec_ ? strategy_spec(spec_.method.type) : job::StrategySpec{};
+  if (chosen.name == "hybrid") {
+    const int split =
+        std::max(1, chosen.options.value("tp_size", 1) * chosen.options.value("pp_size", 1));
     const qint64 per_replica =
         qint64(spec_.training.batch_size) * qint64(spec_.training.gradient_accumulation);
     if (split > 1 && total % split == 0)
@@ -998,7 +994,7 @@ void HardwarePage::show_memory(const QJsonArray& memory) {
 
 QString plan_time_text(const QJsonObject& time) {
   QString text =
-      QObject::tr("%1 per step").arg(step_time_text(time.value("seconds_per_step").toDouble()));
+      QObject::tr("%1 per step").arg(format_step_time(time.value("seconds_per_step").toDouble()));
   if (!time.value("total_seconds").isNull())
     text += QObject::tr(", %1 in total for %2 steps")
                 .arg(format_duration(time.value("total_seconds").toDouble()))
@@ -1006,7 +1002,7 @@ QString plan_time_text(const QJsonObject& time) {
   if (time.value("disk_bytes_per_step").toDouble() > 0) {
     if (time.value("disk_seconds_per_step").toDouble() > 0)
       text += QObject::tr("; the disk's share: %1 per step for %2 read and written")
-                  .arg(step_time_text(time.value("disk_seconds_per_step").toDouble()),
+                  .arg(format_step_time(time.value("disk_seconds_per_step").toDouble()),
                        bytes_text(time.value("disk_bytes_per_step").toDouble()));
     else
       text += QObject::tr(

@@ -19,11 +19,6 @@ namespace {
 constexpr int kKeyRole = Qt::UserRole + 1;  // on the Layout column: the strategy key
 constexpr int kSortRole = Qt::UserRole;     // every column: what it sorts by
 
-QString seconds_text(double seconds) {
-  if (seconds > 0 && seconds < 1) return QString("%1 ms").arg(seconds * 1000, 0, 'f', 0);
-  return format_duration(seconds);
-}
-
 QStandardItem* item(const QString& text, const QVariant& sort_by, const QString& tip) {
   auto* it = new QStandardItem(text);
   it->setData(sort_by, kSortRole);
@@ -118,9 +113,9 @@ void LayoutsTable::show_layouts(const QJsonArray& strategies) {
     const double peak = s.value("peak_per_rank").toDouble();
     cells << item(format_bytes(peak), peak, tip);
     const double step = s.value("seconds_per_step").toDouble();
-    cells << item(seconds_text(step), step, tip);
+    cells << item(format_step_time(step), step, tip);
     const double communication = s.value("communication_seconds_per_step").toDouble();
-    cells << item(seconds_text(communication), communication, tip);
+    cells << item(format_step_time(communication), communication, tip);
     const double bubble = s.value("bubble").toDouble();
     cells << item(bubble > 0 ? QString("%1%").arg(bubble * 100, 0, 'f', 0) : QString(), bubble,
                   tip);
