@@ -17,11 +17,23 @@ a time on the GPU; prints ours ÷ peer ratios and writes them as JSON).
   RAM + disk) ÷ 16 bytes is ~16B parameters on an H200 machine: its checkpoint and optimizer
   state alone exceed the 64 GiB disk and the device time of a session).
 
-    python tests/gpu/bench_gpu.py [--json OUT.json] [--steps N] [--layers N]
+- Where each step's time goes: after the timed steps, ours and the Trainer's loop each run
+  PROFILED more steps under LibTorch's profiler (Kineto), and tests/gpu/trace_summary.py sets
+  their kernel time per category side by side (GEMM, attention, optimizer, norms and loss,
+  elementwise, copies), with the time the GPU was busy and the window of the steps: what to
+  change first when ours is slower than it should be. The profiled steps are not timed.
+
+    python tests/gpu/bench_gpu.py [--json OUT.json] [--steps N] [--layers N] [--profiled N]
+                                  [--smoke]
+
+--smoke runs every part on the CPU with a tiny llama (the GPU's rates and gemini left out): a
+check of the benchmark itself where there is no GPU (tests/gpu/test_gpu.py runs it in CI).
 """
 import argparse
+import gzip
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -31,17 +43,38 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from trace_summary import read_summary, table  # noqa: E402
+
 HIDDEN, INTERMEDIATE, HEADS, KV_HEADS, VOCAB = 2048, 5632, 32, 4, 32000
 BATCH, SEQ = 8, 1024
+DEVICE = "cuda"
+TIMED_FROM = 3  # the steps before it warm the allocator and the kernels' choices
+
+
+def use_smoke_shapes():
+    global HIDDEN, INTERMEDIATE, HEADS, KV_HEADS, VOCAB, BATCH, SEQ, DEVICE
+    HIDDEN, INTERMEDIATE, HEADS, KV_HEADS, VOCAB = 64, 128, 4, 2, 256
+    BATCH, SEQ, DEVICE = 2, 32, "cpu"
+
+
+def sync():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 def gemm_rate(dtype, n=8192, reps=10):
-    a = torch.randn(n, n, device="cuda", dtype=dtype)
-    b = torch.randn(n, n, device="cuda", dtype=dtype)
+    a = torch.randn(n, n, device=DEVICE, dtype=dtype)
+    b = torch.randn(n, n, device=DEVICE, dtype=dtype)
     for _ in range(3):
         a @ b
     times = []
     for _ in range(reps):
+        if DEVICE != "cuda":
+            t0 = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - t0)
+            continue
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         a @ b
@@ -78,12 +111,13 @@ def make_model(folder, layers):
                          num_key_value_heads=KV_HEADS, max_position_embeddings=2048,
                          tie_word_embeddings=False)
     torch.manual_seed(0)
-    with torch.device("cuda"):
+    with torch.device(DEVICE):
         model = LlamaForCausalLM(config)
     params = sum(p.numel() for p in model.parameters())
     model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
     del model
-    torch.cuda.empty_cache()
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
     return params
 
 
@@ -102,15 +136,21 @@ def batches_file(path, count):
     return ids
 
 
-def ours_step_seconds(model_dir, batches, steps, work, plugin="single", options=None):
+def ours_step_seconds(model_dir, batches, steps, work, plugin="single", options=None, profiled=0):
+    """Median seconds of ours' steps TIMED_FROM..steps-1, the losses of the first `steps`, the
+    run's wall time; with `profiled`, that many steps more under the profiler: their summary."""
     probe = Path(os.environ["TESSERA_TOOLS_DIR"]) / "tessera-train-probe"
     events = work / f"events-{plugin}.jsonl"
-    cmd = [str(probe), "--model", str(model_dir), "--batches", str(batches), "--steps", str(steps),
+    trace = work / f"trace-{plugin}.json"
+    cmd = [str(probe), "--model", str(model_dir), "--batches", str(batches),
+           "--steps", str(steps + profiled),
            "--report", str(work / "report.json"), "--precision", "bf16", "--lr", "1e-5",
            # the peer's loop: a constant rate and torch's AdamW default weight decay
            "--schedule", "constant", "--weight-decay", "0.01", "--max-grad-norm", "1.0",
            "--events", str(events), "--plugin", plugin, "--strategy-options",
-           json.dumps({"device": "cuda", **(options or {})})]
+           json.dumps({"device": DEVICE, **(options or {})})]
+    if profiled:
+        cmd += ["--profile", str(trace), "--profile-from", str(steps)]
     t0 = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     wall = time.monotonic() - t0
@@ -119,35 +159,53 @@ def ours_step_seconds(model_dir, batches, steps, work, plugin="single", options=
     metrics = [json.loads(line) for line in events.read_text().splitlines()]
     metrics = [m for m in metrics if m.get("type") == "metric" and "tokens_per_s" in m]
     seconds = [BATCH * SEQ / m["tokens_per_s"] for m in metrics if m["tokens_per_s"] > 0]
-    losses = json.loads((work / "report.json").read_text())["losses"]
-    return statistics.median(seconds[3:]), losses, wall
+    losses = json.loads((work / "report.json").read_text())["losses"][:steps]
+    summary = read_summary(trace, profiled) if profiled else None
+    return statistics.median(seconds[TIMED_FROM:steps]), losses, wall, summary
 
 
-def trainer_step_seconds(model_dir, ids, steps):
+def trainer_step_seconds(model_dir, ids, steps, work, profiled=0):
     from transformers import LlamaForCausalLM
 
     model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
-                                             attn_implementation="sdpa").cuda().train()
+                                             attn_implementation="sdpa").to(DEVICE).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
     seconds, losses = [], []
-    torch.cuda.reset_peak_memory_stats()
-    for step in range(steps):
-        batch = ids[step % ids.shape[0]].cuda()
-        torch.cuda.synchronize()
+    if DEVICE == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+    def one_step(step):
+        batch = ids[step % ids.shape[0]].to(DEVICE)
+        sync()
         t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
             loss = model(input_ids=batch, labels=batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())  # the Trainer logs the loss: one sync per step, as ours
-        torch.cuda.synchronize()
+        sync()
         seconds.append(time.perf_counter() - t0)
-    peak = torch.cuda.max_memory_allocated()
+
+    for step in range(steps):
+        one_step(step)
+    peak = torch.cuda.max_memory_allocated() if DEVICE == "cuda" else 0
+    summary = None
+    if profiled:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if DEVICE == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=activities) as prof:
+            for step in range(steps, steps + profiled):
+                one_step(step)
+        trace = work / "trace-trainer.json"
+        prof.export_chrome_trace(str(trace))
+        summary = read_summary(trace, profiled)
     del model, opt
-    torch.cuda.empty_cache()
-    return statistics.median(seconds[3:]), losses, peak
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
+    return statistics.median(seconds[TIMED_FROM:steps]), losses[:steps], peak, summary
 
 
 def main():
@@ -155,16 +213,25 @@ def main():
     parser.add_argument("--json", type=Path)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--layers", type=int, default=22)
+    parser.add_argument("--profiled", type=int, default=3,
+                        help="steps profiled after the timed ones, each side (0: none)")
+    parser.add_argument("--traces", type=Path, help="keep the profiles' traces here (gzipped)")
+    parser.add_argument("--smoke", action="store_true", help="the CPU and a tiny llama")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
+    if args.smoke:
+        use_smoke_shapes()
+    elif not torch.cuda.is_available():
         print("bench_gpu: no CUDA device")
         return 1
     torch.backends.cuda.matmul.allow_tf32 = False
-    out = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-           "batch": BATCH, "seq": SEQ, "layers": args.layers}
-    out["gemm_bf16_flops"] = gemm_rate(torch.bfloat16)
-    out["gemm_fp32_flops"] = gemm_rate(torch.float32, n=4096)
-    out["copy"] = copy_bandwidth()
+    out = {"gpu": torch.cuda.get_device_name(0) if DEVICE == "cuda" else "none (--smoke, CPU)",
+           "torch": torch.__version__, "batch": BATCH, "seq": SEQ, "layers": args.layers}
+    if DEVICE == "cuda":
+        out["gemm_bf16_flops"] = gemm_rate(torch.bfloat16)
+        out["gemm_fp32_flops"] = gemm_rate(torch.float32, n=4096)
+        out["copy"] = copy_bandwidth()
+    else:
+        out["gemm_bf16_flops"] = gemm_rate(torch.bfloat16, n=512, reps=3)
 
     def save():  # after each part, so a run stopped at its limit still reports what it measured
         if args.json:
@@ -173,10 +240,12 @@ def main():
             tmp.replace(args.json)
 
     save()
-    print(f"GEMM bf16 {out['gemm_bf16_flops'] / 1e12:.0f} TFLOP/s, fp32 "
-          f"{out['gemm_fp32_flops'] / 1e12:.1f} TFLOP/s; pinned h2d "
-          f"{out['copy']['h2d'] / 1e9:.1f} GB/s, d2h {out['copy']['d2h'] / 1e9:.1f} GB/s", flush=True)
-    torch.cuda.empty_cache()
+    if DEVICE == "cuda":
+        print(f"GEMM bf16 {out['gemm_bf16_flops'] / 1e12:.0f} TFLOP/s, fp32 "
+              f"{out['gemm_fp32_flops'] / 1e12:.1f} TFLOP/s; pinned h2d "
+              f"{out['copy']['h2d'] / 1e9:.1f} GB/s, d2h {out['copy']['d2h'] / 1e9:.1f} GB/s",
+              flush=True)
+        torch.cuda.empty_cache()
     with tempfile.TemporaryDirectory(prefix="tessera-bench-gpu-") as tmp:
         work = Path(tmp)
         params = make_model(work / "model", args.layers)
@@ -184,9 +253,11 @@ def main():
         out["params"] = params
         flops = model_flops_per_step(params, args.layers)
         print(f"model: {params / 1e9:.2f}B parameters, {flops / 1e12:.1f} TFLOP per step", flush=True)
+        profiles = {}
         try:
-            ours, our_losses, wall = ours_step_seconds(work / "model", work / "batches.safetensors",
-                                                       args.steps, work)
+            ours, our_losses, wall, profiles["ours"] = ours_step_seconds(
+                work / "model", work / "batches.safetensors", args.steps, work,
+                profiled=args.profiled)
             out.update(ours_step_s=ours, ours_losses=our_losses, ours_wall_s=wall,
                        ours_mfu=flops / ours / out["gemm_bf16_flops"])
             print(f"ours: {ours * 1e3:.1f} ms/step, MFU {out['ours_mfu']:.3f} "
@@ -195,7 +266,8 @@ def main():
             out["ours_error"] = str(e)
             print(f"ours: failed: {e}", flush=True)
         save()
-        theirs, their_losses, peak = trainer_step_seconds(work / "model", ids, args.steps)
+        theirs, their_losses, peak, profiles["trainer"] = trainer_step_seconds(
+            work / "model", ids, args.steps, work, profiled=args.profiled)
         out.update(trainer_step_s=theirs, trainer_losses=their_losses, trainer_peak_bytes=peak,
                    trainer_mfu=flops / theirs / out["gemm_bf16_flops"])
         save()
@@ -211,8 +283,23 @@ def main():
             print(f"ours ÷ Trainer step time: {ours / theirs:.3f} "
                   f"(speed-up {theirs / ours:.3f}x; goal >= 1.1x, MFU goal >= 0.55)", flush=True)
             save()
+        profiles = {side: p for side, p in profiles.items() if p}
+        if profiles:
+            out["profile"] = profiles
+            save()
+            print(f"where a step goes ({args.profiled} profiled steps each, "
+                  f"{next(iter(profiles.values()))['source']}):")
+            print("\n".join(table(profiles)), flush=True)
+            if args.traces:
+                args.traces.mkdir(parents=True, exist_ok=True)
+                for side in profiles:
+                    name = "single" if side == "ours" else side
+                    with open(work / f"trace-{name}.json", "rb") as src, \
+                            gzip.open(args.traces / f"trace-{side}.json.gz", "wb") as dst:
+                        shutil.copyfileobj(src, dst)
+        if "ours_step_s" in out and DEVICE == "cuda":
             try:
-                gemini, gemini_losses, _ = ours_step_seconds(
+                gemini, gemini_losses, _, _ = ours_step_seconds(
                     work / "model", work / "batches.safetensors", args.steps, work, "gemini",
                     {"host_optim_frac": 1.0})
                 out.update(gemini_host_optim_step_s=gemini, gemini_host_optim_ratio=gemini / ours,

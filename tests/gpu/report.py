@@ -1,5 +1,6 @@
 """Writes tests/gpu/run.sh's report (markdown, to stdout) from the files its phases left in LOGS:
-machine.json, status.txt, phases.log, pytest.xml and pytest.log, bench.json.
+machine.json, status.txt, phases.log, pytest.xml and pytest.log, bench.json (with the profiles'
+summaries; their traces beside it as trace-*.json.gz).
 
     python tests/gpu/report.py LOGS > report.md
 """
@@ -8,6 +9,9 @@ import re
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from trace_summary import table  # noqa: E402
 
 
 def read_json(path):
@@ -78,7 +82,9 @@ def main(logs: Path) -> int:
     if bench:
         lines += ["", "## Benchmark (tests/gpu/bench_gpu.py)", ""]
         g = bench.get("gemm_bf16_flops")
-        if g:
+        if g and "copy" not in bench:  # bench_gpu.py --smoke: the CPU's rate only
+            lines.append(f"- GEMM: bf16 {g / 1e9:.1f} GFLOP/s ({bench['gpu']})")
+        elif g:
             lines.append(f"- GEMM: bf16 {g / 1e12:.0f} TFLOP/s, fp32 "
                          f"{bench['gemm_fp32_flops'] / 1e12:.1f} TFLOP/s; pinned copies h2d "
                          f"{bench['copy']['h2d'] / 1e9:.1f} GB/s, d2h {bench['copy']['d2h'] / 1e9:.1f} GB/s")
@@ -102,6 +108,15 @@ def main(logs: Path) -> int:
         if "speedup_vs_trainer" in bench:
             lines.append(f"- ours ÷ Trainer step time {1 / bench['speedup_vs_trainer']:.3f} "
                          f"(goal: speed-up ≥ 1.1×, MFU ≥ 0.55)")
+        if bench.get("profile"):
+            sides = bench["profile"]
+            first = next(iter(sides.values()))
+            lines += ["", f"Where a step goes ({first['steps']} profiled steps after the timed "
+                      f"ones, {first['source']}; trace_summary.py):", "", *table(sides)]
+            for side, summary in sides.items():
+                lines += ["", f"{side}'s largest:", ""]
+                lines += [f"- {row['ms_per_step']:.2f} ms, {row['calls_per_step']:.0f}× "
+                          f"`{row['name']}`" for row in summary["top"][:8]]
     print("\n".join(lines))
     return 0
 

@@ -11,8 +11,9 @@
 #
 #   bash tests/gpu/run.sh                 # everything; the report in $OUT (or --out DIR)
 #
-# What comes back: DIR/report.md (machine, build, each test's result, the benchmark's figures)
-# and DIR/gpu-check-logs.tar.gz (every phase's log, pytest's XML, the figures as JSON): two
+# What comes back: DIR/report.md (machine, build, each test's result, the benchmark's figures and
+# where its steps spend the GPU's time, ours beside the Trainer's) and DIR/gpu-check-logs.tar.gz
+# (every phase's log, pytest's XML, the figures as JSON, the profiles' traces): two
 # files, as the device tool returns at most eight.
 # Options: --out DIR (default $OUT, else build-gpu/report), --build-dir DIR (default build-gpu),
 # --jobs N (default: every core), --no-bench, --only-build, --pytest-args "ARGS" (e.g. "-k
@@ -233,7 +234,8 @@ if [[ $build_rc == 0 && $ONLY_BUILD == 0 ]]; then
     phase "benchmark (tests/gpu/bench_gpu.py): ${bench_seconds} s"
     TESSERA_CLI="$CLI" TESSERA_TOOLS_DIR="$TOOLS" PYTHONUNBUFFERED=1 \
       XDG_CACHE_HOME="$BUILD/test-cache" timeout "$bench_seconds" "$PYTHON" \
-      "$ROOT/tests/gpu/bench_gpu.py" --json "$LOGS/bench.json" >"$LOGS/bench.log" 2>&1
+      "$ROOT/tests/gpu/bench_gpu.py" --json "$LOGS/bench.json" --traces "$LOGS" \
+      >"$LOGS/bench.log" 2>&1
     status_of bench $?
     tail -5 "$LOGS/bench.log"
   fi

@@ -34,6 +34,7 @@ from safetensors.torch import load_file
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "parity"))
 sys.path.insert(0, str(HERE.parent / "pylib"))
+sys.path.insert(0, str(HERE))
 
 import test_generate_parity as gen  # noqa: E402
 import test_model_parity as mp  # noqa: E402
@@ -473,3 +474,65 @@ def test_device_auto_trains_on_the_gpu(plugin, llama_dir, batches, tmp_path):  #
     memory = [json.loads(line) for line in events.read_text().splitlines()]
     device = [e for e in memory if e["type"] == "memory" and e["tier"] == "device"]
     assert device and device[-1]["device"] == "cuda:0", memory[-3:]
+
+
+def test_trace_summary_counts_the_device_time_by_category():
+    """bench_gpu.py's breakdown of a step: device kernels by category, copies, the busy time as
+    the union of overlapping streams, the window; a CPU trace counts only outermost operators."""
+    import trace_summary
+
+    def op(cat, name, ts, dur, tid=1):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": tid}
+
+    device = trace_summary.summarize({"traceEvents": [
+        op("kernel", "sm90_xmma_gemm_bf16bf16_bf16f32", 0, 10),
+        op("kernel", "vectorized_elementwise_kernel<mul>", 5, 10, tid=2),  # another stream
+        op("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 20, 5),
+        op("kernel", "pytorch_flash::flash_fwd_kernel", 30, 10),
+        op("cpu_op", "aten::mm", 0, 100),  # not counted beside device events
+    ]}, steps=2)
+    assert device["source"].startswith("device")
+    assert device["ms_per_step"] == pytest.approx(
+        {"gemm": 5e-3, "elementwise": 5e-3, "copies and casts": 2.5e-3, "attention": 5e-3})
+    assert device["busy_ms_per_step"] == pytest.approx(15e-3)  # (0–15, 20–25, 30–40) / 2
+    assert device["window_ms_per_step"] == pytest.approx(20e-3)
+    assert device["busy_fraction"] == pytest.approx(0.75)
+    cpu = trace_summary.summarize([
+        op("cpu_op", "aten::linear", 0, 10),
+        op("cpu_op", "aten::addmm", 1, 8),  # inside aten::linear
+        op("cpu_op", "autograd::engine::evaluate_function: MulBackward0", 12, 4),
+        op("cpu_op", "aten::addmm", 2, 3, tid=7),  # another thread's outermost
+    ], steps=1)
+    assert cpu["source"] == "cpu operators"
+    assert cpu["ms_per_step"] == pytest.approx({"gemm": 13e-3, "elementwise": 4e-3})
+    assert [row["name"] for row in cpu["top"]] == [
+        "aten::linear", "autograd::engine::evaluate_function: MulBackward0", "aten::addmm"]
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="run.sh runs the benchmark itself on the GPU")
+def test_the_benchmark_times_and_profiles_both_sides(tmp_path):
+    """bench_gpu.py --smoke (the CPU, a tiny llama) before a GPU session runs it: both sides timed
+    and profiled after the timed steps, their losses close, and the report shows the breakdown."""
+    out = tmp_path / "logs"
+    out.mkdir()
+    done = subprocess.run(
+        [sys.executable, str(HERE / "bench_gpu.py"), "--smoke", "--layers", "2", "--steps", "8",
+         "--profiled", "2", "--json", str(out / "bench.json"), "--traces", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    bench = json.loads((out / "bench.json").read_text())
+    print(done.stdout)
+    assert bench["loss_max_rel"] < 1e-2  # bf16 on both sides, the same batches and optimizer
+    for side, step in (("ours", bench["ours_step_s"]), ("trainer", bench["trainer_step_s"])):
+        summary = bench["profile"][side]
+        assert summary["steps"] == 2 and summary["source"] == "cpu operators"
+        assert summary["ms_per_step"]["gemm"] > 0 and summary["ms_per_step"]["attention"] > 0
+        # The window covers the 2 profiled steps, not the run: about a step each (the profiler
+        # slows them), far from the 10 steps' worth a window over the whole run would be.
+        ratio = summary["window_ms_per_step"] / (step * 1e3)
+        print(f"profile {side}: window per step ÷ timed step {ratio:.2f}")
+        assert 0.5 < ratio < 3.0, summary
+        assert (out / f"trace-{side}.json.gz").stat().st_size > 0
+    report = subprocess.run([sys.executable, str(HERE / "report.py"), str(out)],
+                            capture_output=True, text=True, check=True).stdout
+    assert "Where a step goes (2 profiled steps" in report and "| gemm |" in report, report

@@ -14,11 +14,17 @@
 //       [--desirable-weight W] [--undesirable-weight W]
 //       [--sft-weight W] [--reference-model DIR]
 //       [--plugin NAME] [--strategy-options JSON]   (the device is "cpu" unless JSON names one)
+//       [--profile TRACE.json --profile-from K]
 //
+// --profile records the steps after step K (K = 0: every step) with LibTorch's profiler (Kineto:
+// the operators on the CPU, and on a GPU its kernels and copies) into a Chrome trace, for
+// tests/gpu/trace_summary.py: where a step's time goes (tests/gpu/bench_gpu.py). Needs --events.
 // With --preference every batch holds pairs: its chosen rows first, then the rejected ones; with
 // kto, B also holds `desirable` [N, B/2] and each batch's second half is its mismatched rows.
 // B holds `input_ids` [N, B, T] (I64) and optionally `attention_mask` and `labels` of the same
 // shape: N batches, used in order. The report holds per-step losses, grad norms and lrs.
+#include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <fstream>
@@ -85,6 +91,53 @@ std::uint64_t peak_rss_bytes() {
   return 0;
 }
 
+// The trainer's events, and the profiler started once step `from` has ended: the steps after it
+// are recorded, up to finish().
+class ProfilingEvents : public runner::TrainerEventWriter {
+ public:
+  ProfilingEvents(job::EventSink& sink, std::string trace, std::int64_t from, bool cuda)
+      : TrainerEventWriter(sink), trace_(std::move(trace)), from_(from), cuda_(cuda) {
+    if (!trace_.empty() && from_ == 0) start();
+  }
+
+  void on_step(const train::StepReport& report) override {
+    TrainerEventWriter::on_step(report);
+    if (!trace_.empty() && report.step == from_ && !active_) start();
+  }
+
+  // Ends the recording (kernels still queued on the GPU included) and writes the trace.
+  void finish() {
+    if (!active_) return;
+    if (cuda_) torch::cuda::synchronize();
+    namespace profiler = torch::autograd::profiler;
+    std::unique_ptr<profiler::ProfilerResult> result = profiler::disableProfiler();
+    active_ = false;
+    result->save(trace_);
+  }
+
+ private:
+  void start() {
+    namespace profiler = torch::autograd::profiler;
+    using torch::profiler::impl::ActivityType;
+    const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO,
+                                                       /*report_input_shapes=*/false,
+                                                       /*profile_memory=*/false);
+    std::set<ActivityType> activities{ActivityType::CPU};
+    if (cuda_) {
+      torch::cuda::synchronize();  // the recording starts with the GPU idle, as the step does
+      activities.insert(ActivityType::CUDA);
+    }
+    profiler::prepareProfiler(config, activities);
+    profiler::enableProfiler(config, activities);
+    active_ = true;
+  }
+
+  std::string trace_;
+  std::int64_t from_ = 0;
+  bool cuda_ = false;
+  bool active_ = false;
+};
+
 train::PreferenceOptions& preference(train::TrainerOptions& options) {
   if (!options.method.preference) options.method.preference.emplace();
   return *options.method.preference;
@@ -92,7 +145,8 @@ train::PreferenceOptions& preference(train::TrainerOptions& options) {
 
 int run(int argc, char** argv) {
   std::string model_dir, batches_path, report_path, events_path, final_weights, save_adapter,
-      logits_path, quantized_weights_path, reference_dir;
+      logits_path, quantized_weights_path, reference_dir, profile_path;
+  std::int64_t profile_from = 0;
   train::TrainerOptions options;
   options.training.learning_rate = 1e-3;
   options.training.max_grad_norm = 1.0;
@@ -185,6 +239,10 @@ int run(int argc, char** argv) {
       options.plugin = value();
     else if (arg == "--strategy-options")  // the plugin's options as a JSON object
       options.strategy_options = nlohmann::json::parse(value());
+    else if (arg == "--profile")
+      profile_path = value();
+    else if (arg == "--profile-from")
+      profile_from = std::stoll(value());
     else if (arg == "--threads")  // intra-op threads, for tests/bench/bench_train.py
       at::set_num_threads(static_cast<int>(std::stoll(value())));
     else
@@ -192,6 +250,9 @@ int run(int argc, char** argv) {
   }
   if (model_dir.empty() || batches_path.empty() || report_path.empty() || !options.training.steps)
     usage("--model, --batches, --steps and --report are required");
+  if (!profile_path.empty() && events_path.empty()) usage("--profile needs --events");
+  if (profile_from < 0 || profile_from >= *options.training.steps)
+    usage("--profile-from must be at least 0 and below --steps");
   // The parity suites hold CPU tolerances: the probe computes on the CPU unless
   // --strategy-options names a device (tests/gpu names cuda), never where "auto" would put it.
   if (!options.strategy_options.is_object()) options.strategy_options = nlohmann::json::object();
@@ -200,7 +261,8 @@ int run(int argc, char** argv) {
 
   job::EventSink events;
   if (!events_path.empty()) events.open(events_path);
-  runner::TrainerEventWriter trainer_events(events);
+  ProfilingEvents trainer_events(events, profile_path, profile_from,
+                                 options.device.rfind("cuda", 0) == 0);
   plugins::register_builtin_plugins();
   // As the runner does: the weights are read by the plugin (gemini: into its chunks) or loaded
   // by the trainer, so a model larger than memory starts under gemini.
@@ -228,6 +290,7 @@ int run(int argc, char** argv) {
   train::Trainer trainer(model, options, events_path.empty() ? nullptr : &trainer_events);
   options.deferred_weights.reset();
   train::TrainResult result = trainer.train(source);
+  trainer_events.finish();
 
   nlohmann::json report = {{"losses", result.losses},
                            {"grad_norms", result.grad_norms},
