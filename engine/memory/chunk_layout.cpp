@@ -108,6 +108,15 @@ ChunkLayout pack_chunks_auto(const std::vector<std::int64_t>& numels,
                      /*alone_when_larger=*/true);
 }
 
+ChunkLayout pack_gemini_chunks(const std::vector<std::int64_t>& numels,
+                               const std::vector<std::string>& names, std::int64_t element_bytes,
+                               std::optional<std::uint64_t> chunk_bytes) {
+  const std::int64_t bytes = chunk_bytes ? static_cast<std::int64_t>(*chunk_bytes) : kMaxChunkBytes;
+  const std::int64_t max_elements = std::max<std::int64_t>(bytes / element_bytes, 1);
+  return chunk_bytes ? pack_chunks(numels, names, max_elements)
+                     : pack_chunks_auto(numels, names, max_elements);
+}
+
 std::vector<bool> choose_offloaded_chunks(const std::vector<std::uint64_t>& sizes, double fraction,
                                           const std::vector<bool>& eligible) {
   double total = 0.0;

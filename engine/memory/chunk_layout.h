@@ -7,6 +7,7 @@
 // disk tier streams and caches a few at a time, stay small.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,13 @@ std::int64_t search_chunk_capacity(const std::vector<std::int64_t>& numels,
 ChunkLayout pack_chunks_auto(const std::vector<std::int64_t>& numels,
                              const std::vector<std::string>& names,
                              std::int64_t max_chunk_elements);
+
+// Gemini's layout of tensors of `numels` elements of `element_bytes` each (both plugins, and the
+// planner that replays them): chunks of `chunk_bytes` (the job's chunk_size), or without one the
+// auto layout under kMaxChunkBytes.
+ChunkLayout pack_gemini_chunks(const std::vector<std::int64_t>& numels,
+                               const std::vector<std::string>& names, std::int64_t element_bytes,
+                               std::optional<std::uint64_t> chunk_bytes);
 
 // Static placement on disk (both gemini plugins, and the planner that replays them): the last
 // chunks (by size) go to disk, as close to `fraction` of the total size as whole chunks allow; a

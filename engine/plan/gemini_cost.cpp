@@ -24,14 +24,13 @@ using cost::to_bytes;
 
 namespace {
 
-// Gemini's auto layout (memory::pack_chunks_auto) of tensors of `numels` elements in a dtype of
+// Gemini's auto layout (memory::pack_gemini_chunks) of tensors of `numels` elements in a dtype of
 // `element_bytes`: at most memory::kMaxChunkBytes per chunk, larger tensors alone.
 memory::ChunkLayout auto_layout(const std::vector<double>& numels, double element_bytes) {
   std::vector<std::int64_t> n;
   for (double x : numels) n.push_back(static_cast<std::int64_t>(std::min(x, 9.0e15)));
-  const auto max_elements =
-      static_cast<std::int64_t>(static_cast<double>(memory::kMaxChunkBytes) / element_bytes);
-  return memory::pack_chunks_auto(n, std::vector<std::string>(n.size()), max_elements);
+  return memory::pack_gemini_chunks(n, std::vector<std::string>(n.size()),
+                                    static_cast<std::int64_t>(element_bytes), std::nullopt);
 }
 
 // LoRA's adapter matrices (A then B of each target of each layer), in elements, in the order

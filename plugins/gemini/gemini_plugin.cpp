@@ -26,7 +26,10 @@
 #include "model/layers.h"
 #include "optim/clip.h"
 #include "optim/cpu_adam.h"
+#include "plugins/gemini/chunk_hooks.h"
 #include "plugins/gemini/disk_chunks.h"
+#include "plugins/gemini/gemini_options.h"
+#include "plugins/gemini/gemini_state.h"
 #include "plugins/gemini/sharded_gemini.h"
 #include "plugins/gemini/tensor_entries.h"
 #include "train/device_tier.h"
@@ -43,53 +46,6 @@ using train::MemoryByCategory;
 using train::NamedTensor;
 using train::Precision;
 using train::StepStats;
-
-using memory::kMaxChunkBytes;
-
-struct GeminiOptions {
-  double offload_optim_frac = 0.0;
-  double offload_param_frac = 0.0;
-  // Placement auto: every parameter chunk has its place on disk, and after the first step the
-  // cache of them in memory grows to what `host_budget` leaves beside the rest of the process.
-  bool auto_placement = false;
-  std::uint64_t host_budget = 0;  // auto: bytes (0: the machine's memory)
-  fs::path offload_dir;
-  std::optional<std::uint64_t> chunk_bytes;  // none: "auto"
-  // With a device tier (device "simulated" in tests; "cuda" once a GPU has run it): the shares
-  // of parameter and optimizer bytes kept in host memory (the rest live on the device), and
-  // the device memory the chunks may use (0: what the GPU has free).
-  double host_param_frac = 0.0;
-  double host_optim_frac = 0.0;
-  std::uint64_t device_budget = 0;
-};
-
-GeminiOptions parse_options(const train::PluginOptions& options) {
-  GeminiOptions out;
-  const nlohmann::json& o = options.strategy_options;
-  if (!o.is_object()) return out;
-  out.auto_placement = o.value("placement", "static") == "auto";
-  if (o.contains("offload_param_frac")) {
-    out.offload_param_frac = o["offload_param_frac"];
-    if (out.auto_placement)
-      throw_invalid(
-          "strategy.options.offload_param_frac: placement \"auto\" decides where parameter "
-          "chunks live",
-          "remove offload_param_frac, or use placement \"static\" to fix the share on disk");
-  }
-  if (out.auto_placement) {
-    out.offload_param_frac = 1.0;
-    out.host_budget = size_option(o, "host_budget").value_or(0);
-    if (out.host_budget == 0) out.host_budget = core::read_meminfo().total;
-  }
-  if (o.contains("offload_optim_frac")) out.offload_optim_frac = o["offload_optim_frac"];
-  out.offload_dir = options.run_dir.empty() ? fs::path("offload") : options.run_dir / "offload";
-  if (o.contains("offload_dir")) out.offload_dir = o["offload_dir"].get<std::string>();
-  if (o.contains("host_param_frac")) out.host_param_frac = o["host_param_frac"];
-  if (o.contains("host_optim_frac")) out.host_optim_frac = o["host_optim_frac"];
-  out.device_budget = size_option(o, "device_budget").value_or(0);
-  out.chunk_bytes = size_option(o, "chunk_size");
-  return out;
-}
 
 // One tensor in the chunks. `tensor` is the model's (or an adapter's) parameter object, whose
 // data is a view into its parameter chunk.
@@ -177,45 +133,6 @@ struct ParamChunk {
 // Write-backs of evicted parameter chunks in flight before eviction waits for the oldest.
 constexpr std::size_t kParameterWritesInFlight = 2;
 
-class GeminiPlugin;
-
-// Installed on every block whose parameters sit in chunks on disk (model::ParameterUse).
-class ChunkFetch : public model::ParameterUse {
- public:
-  explicit ChunkFetch(GeminiPlugin* plugin) : plugin_(plugin) {}
-  void enter(const torch::nn::Module& block) override;
-  torch::Tensor leave(const torch::nn::Module& block, torch::Tensor output,
-                      bool needs_parameters_in_backward) override;
-
- private:
-  GeminiPlugin* plugin_;
-};
-
-// Installed, when the update of optimizer chunks on disk is pipelined with the next forward, on
-// every block whose parameters that update changes: the block waits for them before computing.
-class UpdateWait : public model::ParameterUse {
- public:
-  explicit UpdateWait(GeminiPlugin* plugin) : plugin_(plugin) {}
-  void enter(const torch::nn::Module& block) override;
-  torch::Tensor leave(const torch::nn::Module&, torch::Tensor output, bool) override {
-    return output;
-  }
-
- private:
-  GeminiPlugin* plugin_;
-};
-
-// Called by autograd after a tensor's gradient is accumulated into its .grad.
-class GradientArrival : public torch::autograd::PostAccumulateGradHook {
- public:
-  GradientArrival(GeminiPlugin* plugin, std::size_t entry) : plugin_(plugin), entry_(entry) {}
-  void operator()(const torch::autograd::Variable& tensor) override;
-
- private:
-  GeminiPlugin* plugin_;
-  std::size_t entry_;
-};
-
 // Write-backs of gradient chunks allowed in flight before backward waits for the oldest: each
 // holds its buffer until written.
 constexpr std::size_t kGradientWritesInFlight = 2;
@@ -224,8 +141,8 @@ class GeminiPlugin : public train::Plugin {
  public:
   ~GeminiPlugin() override {
     if (update_worker_.valid()) update_worker_.wait();  // its error, if any, has no one to go to
-    remove_gradient_hooks();
-    remove_block_hooks();
+    remove_gradient_hooks(entries_, trainable_order_);
+    hooked_blocks_.remove();
   }
   std::string name() const override { return "gemini"; }
   bool reads_deferred_weights() const override { return true; }
@@ -236,7 +153,7 @@ class GeminiPlugin : public train::Plugin {
     process_ = options.process;
     adamw_ = options.adamw;
     log_ = options.log;
-    gemini_ = parse_options(options);
+    gemini_ = parse_gemini_options(options, "chunks");
     // "auto" is the device tier on the GPU when one is present and the options allow it.
     const std::string device =
         options.device == "auto" ? train::choose_plugin_device(options, name()) : options.device;
@@ -282,9 +199,9 @@ class GeminiPlugin : public train::Plugin {
       e.tensor.set_requires_grad(e.trainable);
       memory::transition(e.state, TensorState::Held, e.name);
     }
-    for (std::size_t i : trainable_order_)
-      torch::autograd::impl::set_post_acc_grad_hooks(entries_[i].tensor,
-                                                     std::make_unique<GradientArrival>(this, i));
+    install_gradient_hooks(
+        entries_, trainable_order_,
+        [this](std::size_t i, const torch::Tensor& t) { gradient_arrived(i, t); });
     // Placement auto measures the first step's peak from here.
     if (gemini_.auto_placement) {
       core::reset_process_peak_rss();
@@ -360,7 +277,7 @@ class GeminiPlugin : public train::Plugin {
     if (c.on_disk && ++c.grads_this_backward == c.entries.size()) write_back_gradients(c);
   }
 
-  // A block whose parameters the pipelined update changes is about to compute (UpdateWait).
+  // A block whose parameters the pipelined update changes is about to compute.
   void wait_for_update(const torch::nn::Module& block) {
     if (!update_worker_.valid()) return;
     const std::vector<std::size_t>& chunks = block_optim_chunks_.at(&block);
@@ -373,22 +290,6 @@ class GeminiPlugin : public train::Plugin {
       if (!update_finished_) return;
     }
     settle_update();  // ended: its error, if it failed, surfaces here
-  }
-
-  // A block whose parameters sit in chunks on disk is about to compute (ChunkFetch).
-  void enter_block(const torch::nn::Module& block) {
-    use_parameter_chunks(block_chunks_.at(&block));
-  }
-
-  torch::Tensor leave_block(const torch::nn::Module& block, torch::Tensor output,
-                            bool needs_parameters_in_backward) {
-    cache_.unpin();
-    if (needs_parameters_in_backward && output.requires_grad()) {
-      // Runs as the gradient reaches the block's output, just before its backward.
-      const std::vector<std::size_t>* chunks = &block_chunks_.at(&block);
-      output.register_hook([this, chunks](const torch::Tensor&) { use_parameter_chunks(*chunks); });
-    }
-    return output;
   }
 
   StepStats step(double lr, double max_grad_norm) override {
@@ -902,7 +803,7 @@ class GeminiPlugin : public train::Plugin {
 
   void release_training_state() override {
     settle_update();
-    remove_gradient_hooks();
+    remove_gradient_hooks(entries_, trainable_order_);
     wait_for_gradient_copies();
     // The optimizer chunks' files stay until the store goes with the plugin: the parameter
     // chunks on disk share it, and are read from there for the export.
@@ -911,7 +812,7 @@ class GeminiPlugin : public train::Plugin {
     gradient_writes_.clear();
     optim_chunks_.clear();
     if (!weights_in_memory()) return;
-    remove_block_hooks();
+    hooked_blocks_.remove();
     disk_.reset();
   }
 
@@ -946,7 +847,7 @@ class GeminiPlugin : public train::Plugin {
       c.home.clear();
       c.home_dirty = c.home_queued = false;
     }
-    remove_block_hooks();
+    hooked_blocks_.remove();
     disk_.reset();
   }
 
@@ -985,11 +886,7 @@ class GeminiPlugin : public train::Plugin {
     return out;
   }
 
-  nlohmann::json state_json() const override {
-    nlohmann::json state = {{"optimizer_steps", steps_}};
-    precision_->write_state(state);
-    return state;
-  }
+  nlohmann::json state_json() const override { return gemini_state_json(*precision_, steps_); }
 
   void load_state(const std::map<std::string, torch::Tensor>& weights,
                   const std::map<std::string, torch::Tensor>& optimizer,
@@ -1001,7 +898,7 @@ class GeminiPlugin : public train::Plugin {
       auto it = weights.find(e.name);
       if (it == weights.end())
         throw_invalid(source + ": the checkpoint has no weight \"" + e.name + "\"",
-                      "resume with the same model and method (full / LoRA and its targets)");
+                      kResumeSameTraining);
       if (it->second.sizes() != e.tensor.sizes())
         throw_invalid(source + ": weight \"" + e.name + "\" has shape " +
                       c10::str(it->second.sizes()) + ", the model has " +
@@ -1010,7 +907,7 @@ class GeminiPlugin : public train::Plugin {
     if (weights.size() != trainable_order_.size())
       throw_invalid(source + ": the checkpoint holds " + std::to_string(weights.size()) +
                         " weights but this run trains " + std::to_string(trainable_order_.size()),
-                    "resume with the same model and method (full / LoRA and its targets)");
+                    kResumeSameTraining);
     std::size_t optimizer_used = 0;
     for_each_optimizer_chunk(false, [&](OptimChunk& chunk) {
       float* base = arrays_of(chunk);
@@ -1052,13 +949,8 @@ class GeminiPlugin : public train::Plugin {
     cache_.unpin();
     if (optimizer_used != optimizer.size())
       throw_invalid(source + ": the optimizer state names tensors this run does not train",
-                    "resume with the same model and method (full / LoRA and its targets)");
-    precision_->restore_state(state, source);
-    try {
-      steps_ = state.at("optimizer_steps").get<std::int64_t>();
-    } catch (const nlohmann::json::exception& e) {
-      throw_invalid(source + ": trainer_state.json: plugin state is invalid (" + e.what() + ")");
-    }
+                    kResumeSameTraining);
+    steps_ = restore_gemini_state(*precision_, state, source);
   }
 
  private:
@@ -1134,11 +1026,6 @@ class GeminiPlugin : public train::Plugin {
     gradient_writes_.erase(std::find(gradient_writes_.begin(), gradient_writes_.end(), &c));
     c.grad_write.get();
     if (!keep) c.grads = memory::AlignedBuffer();
-  }
-
-  void remove_gradient_hooks() {
-    for (std::size_t i : trainable_order_)
-      torch::autograd::impl::set_post_acc_grad_hooks(entries_[i].tensor, nullptr);
   }
 
   // --- Parameter chunks on disk --------------------------------------------------------------
@@ -1443,18 +1330,6 @@ class GeminiPlugin : public train::Plugin {
     }
   }
 
-  void remove_block_hooks() {
-    for (const auto& block : hooked_blocks_)
-      if (auto* slot = parameter_use_slot(*block)) *slot = nullptr;
-    hooked_blocks_.clear();
-  }
-
-  std::int64_t max_chunk_elements(std::int64_t element_bytes) const {
-    const std::int64_t bytes =
-        gemini_.chunk_bytes ? static_cast<std::int64_t>(*gemini_.chunk_bytes) : kMaxChunkBytes;
-    return std::max<std::int64_t>(bytes / element_bytes, 1);
-  }
-
   memory::ChunkLayout layout_for(const std::vector<std::size_t>& which,
                                  std::int64_t element_bytes) const {
     std::vector<std::int64_t> numels;
@@ -1463,9 +1338,7 @@ class GeminiPlugin : public train::Plugin {
       numels.push_back(entries_[i].tensor.numel());
       names.push_back(entries_[i].name);
     }
-    return gemini_.chunk_bytes
-               ? memory::pack_chunks(numels, names, max_chunk_elements(element_bytes))
-               : memory::pack_chunks_auto(numels, names, max_chunk_elements(element_bytes));
+    return memory::pack_gemini_chunks(numels, names, element_bytes, gemini_.chunk_bytes);
   }
 
   // `dest` ← the values of entry `e`: from the checkpoint when the model's weights are
@@ -1633,21 +1506,15 @@ class GeminiPlugin : public train::Plugin {
       if (chunk.streamed()) chunk.resident = false;  // on the device when first used
     }
 
-    // Blocks with a parameter on disk fetch their chunks when they compute.
-    chunk_fetch_ = std::make_shared<ChunkFetch>(this);
-    for (auto& [module, mine] : blocks) {
-      std::vector<std::size_t> chunks;
-      for (std::size_t i : mine) {
-        const std::size_t c = entries_[i].param_chunk;
-        if (param_chunks_[c].streamed() &&
-            std::find(chunks.begin(), chunks.end(), c) == chunks.end())
-          chunks.push_back(c);
-      }
-      if (chunks.empty()) continue;
-      block_chunks_[module.get()] = std::move(chunks);
-      *parameter_use_slot(*module) = chunk_fetch_;
-      hooked_blocks_.push_back(module);
-    }
+    // Blocks with a parameter on disk (or away from the device) fetch their chunks when they
+    // compute.
+    chunk_fetch_ = std::make_shared<ChunkUseHook>(
+        chunks_by_block(
+            blocks, [&](std::size_t i) { return std::optional(entries_[i].param_chunk); },
+            [&](std::size_t c) { return param_chunks_[c].streamed(); }),
+        [this](const std::vector<std::size_t>& chunks) { use_parameter_chunks(chunks); },
+        [this] { cache_.unpin(); });
+    hooked_blocks_.set(blocks, chunk_fetch_->chunks(), chunk_fetch_);
   }
 
   // Pipelines the update of optimizer chunks on disk with the next forward when every parameter
@@ -1670,20 +1537,16 @@ class GeminiPlugin : public train::Plugin {
         static_cast<std::size_t>(std::count(waited_for_.begin(), waited_for_.end(), true));
     pipelined_ = behind > 0;  // LoRA: its adapters are in no block, all updated in step()
     if (!pipelined_) return;
-    update_wait_ = std::make_shared<UpdateWait>(this);
-    for (const BlockEntries& b : blocks) {
-      std::vector<std::size_t> chunks;
-      for (std::size_t i : b.entries) {
-        const Entry& e = entries_[i];
-        if (e.trainable && waited_for_[e.optim_chunk] &&
-            std::find(chunks.begin(), chunks.end(), e.optim_chunk) == chunks.end())
-          chunks.push_back(e.optim_chunk);
-      }
-      if (chunks.empty()) continue;
-      block_optim_chunks_[b.block.get()] = std::move(chunks);
-      *parameter_use_slot(*b.block) = update_wait_;
-      hooked_blocks_.push_back(b.block);
-    }
+    update_wait_ = std::make_shared<BlockEnterHook>(
+        [this](const torch::nn::Module& block) { wait_for_update(block); });
+    block_optim_chunks_ = chunks_by_block(
+        blocks,
+        [&](std::size_t i) {
+          const Entry& e = entries_[i];
+          return e.trainable ? std::optional(e.optim_chunk) : std::nullopt;
+        },
+        [&](std::size_t c) { return waited_for_[c]; });
+    hooked_blocks_.set(blocks, block_optim_chunks_, update_wait_);
     if (log_)
       log_("info", "gemini: the update of " + std::to_string(behind) +
                        " optimizer chunks on disk runs behind the next forward, each block "
@@ -1773,10 +1636,9 @@ class GeminiPlugin : public train::Plugin {
   std::deque<std::size_t> parameter_writes_;  // parameter chunk write-backs in flight
   // With a device: chunks on disk whose homes wait for their copies (settle_homes).
   std::deque<std::size_t> home_writes_;
-  // Blocks with parameters on disk, and the chunks each one fetches.
-  std::shared_ptr<ChunkFetch> chunk_fetch_;
-  std::vector<std::shared_ptr<torch::nn::Module>> hooked_blocks_;
-  std::unordered_map<const torch::nn::Module*, std::vector<std::size_t>> block_chunks_;
+  // The chunks each block with a parameter on disk fetches; the blocks with a hook of ours.
+  std::shared_ptr<ChunkUseHook> chunk_fetch_;
+  HookedBlocks hooked_blocks_;
   // Which parameter chunks on disk stay cached and which are read ahead: the order the first
   // step used them in; the block computing now pins its chunks.
   memory::ChunkCachePolicy cache_;
@@ -1789,31 +1651,14 @@ class GeminiPlugin : public train::Plugin {
   // waits for, which chunks are left to it, and its worker with what it has done so far.
   bool pipelined_ = false;
   std::vector<bool> waited_for_;
-  std::shared_ptr<UpdateWait> update_wait_;
-  std::unordered_map<const torch::nn::Module*, std::vector<std::size_t>> block_optim_chunks_;
+  std::shared_ptr<BlockEnterHook> update_wait_;
+  BlockChunks block_optim_chunks_;
   mutable std::mutex update_mutex_;  // guards chunk_updated_, update_finished_ and chunk.grads
   std::condition_variable update_cv_;
   std::vector<char> chunk_updated_;
   bool update_finished_ = true;
   std::future<void> update_worker_;
 };
-
-void ChunkFetch::enter(const torch::nn::Module& block) {
-  plugin_->enter_block(block);
-}
-
-torch::Tensor ChunkFetch::leave(const torch::nn::Module& block, torch::Tensor output,
-                                bool needs_parameters_in_backward) {
-  return plugin_->leave_block(block, std::move(output), needs_parameters_in_backward);
-}
-
-void UpdateWait::enter(const torch::nn::Module& block) {
-  plugin_->wait_for_update(block);
-}
-
-void GradientArrival::operator()(const torch::autograd::Variable& tensor) {
-  plugin_->gradient_arrived(entry_, tensor);
-}
 
 }  // namespace
 

@@ -27,7 +27,10 @@
 #include "model/layers.h"
 #include "optim/clip.h"
 #include "optim/cpu_adam.h"
+#include "plugins/gemini/chunk_hooks.h"
 #include "plugins/gemini/disk_chunks.h"
+#include "plugins/gemini/gemini_options.h"
+#include "plugins/gemini/gemini_state.h"
 #include "plugins/gemini/tensor_entries.h"
 #include "train/device_tier.h"
 #include "train/mixed_precision.h"
@@ -43,7 +46,6 @@ using train::NamedTensor;
 using train::StepStats;
 
 using memory::kGatheredChunks;
-using memory::kMaxChunkBytes;
 using memory::kReducesInFlight;
 
 std::int64_t round_up(std::int64_t n, std::int64_t multiple) {
@@ -107,36 +109,12 @@ struct ShardChunk {
   bool launched = false;  // reduce-scattered in this backward
 };
 
-class ShardedGemini;
-
-class ShardedChunkUse : public model::ParameterUse {
- public:
-  explicit ShardedChunkUse(ShardedGemini* plugin) : plugin_(plugin) {}
-  void enter(const torch::nn::Module& block) override;
-  torch::Tensor leave(const torch::nn::Module& block, torch::Tensor output,
-                      bool needs_parameters_in_backward) override;
-
- private:
-  ShardedGemini* plugin_;
-};
-
-class ShardedGradientArrival : public torch::autograd::PostAccumulateGradHook {
- public:
-  ShardedGradientArrival(ShardedGemini* plugin, std::size_t entry)
-      : plugin_(plugin), entry_(entry) {}
-  void operator()(const torch::autograd::Variable& tensor) override;
-
- private:
-  ShardedGemini* plugin_;
-  std::size_t entry_;
-};
-
 class ShardedGemini : public train::Plugin {
  public:
   ~ShardedGemini() override {
     wait_in_flight();
-    remove_gradient_hooks();
-    remove_block_hooks();
+    remove_gradient_hooks(entries_, trainable_order_);
+    hooked_blocks_.remove();
   }
   std::string name() const override { return "gemini"; }
   bool reads_deferred_weights() const override { return true; }
@@ -187,8 +165,7 @@ class ShardedGemini : public train::Plugin {
       // Rank r's GPU is LOCAL_RANK's (as ddp and zero), made the current device.
       const std::string tier =
           device == "simulated" ? device : train::rank_cuda_device(options, name()).str();
-      device_ = train::make_device_tier(tier, size_option(o, "device_budget").value_or(0),
-                                        "strategy.options.device");
+      device_ = train::make_device_tier(tier, gemini_.device_budget, "strategy.options.device");
     } else {
       train::require_cpu_device(options, name());
     }
@@ -211,11 +188,11 @@ class ShardedGemini : public train::Plugin {
       e.tensor.set_requires_grad(e.trainable);
       memory::transition(e.state, TensorState::Held, e.name);
     }
-    for (std::size_t i : trainable_order_)
-      torch::autograd::impl::set_post_acc_grad_hooks(
-          entries_[i].tensor, std::make_unique<ShardedGradientArrival>(this, i));
+    install_gradient_hooks(
+        entries_, trainable_order_,
+        [this](std::size_t i, const torch::Tensor& t) { gradient_arrived(i, t); });
     // Placement auto measures the first step's peak from here.
-    if (auto_placement_) core::reset_process_peak_rss();
+    if (gemini_.auto_placement) core::reset_process_peak_rss();
   }
 
   torch::Device device() const override { return tensor_device(); }
@@ -275,18 +252,6 @@ class ShardedGemini : public train::Plugin {
     }
   }
 
-  void enter_block(const torch::nn::Module& block) { use_chunks(block_chunks_.at(&block)); }
-
-  torch::Tensor leave_block(const torch::nn::Module& block, torch::Tensor output,
-                            bool needs_parameters_in_backward) {
-    gathered_.unpin();
-    if (needs_parameters_in_backward && output.requires_grad()) {
-      const std::vector<std::size_t>* chunks = &block_chunks_.at(&block);
-      output.register_hook([this, chunks](const torch::Tensor&) { use_chunks(*chunks); });
-    }
-    return output;
-  }
-
   StepStats step(double lr, double max_grad_norm) override {
     torch::NoGradGuard no_grad;
     // The gathered chunks hold the values before this update: they go.
@@ -315,7 +280,7 @@ class ShardedGemini : public train::Plugin {
       memory::transition(e.state, TensorState::Held, e.name);
     }
     if (stats.applied) gather_persistent(true);
-    if (gathered_.tracing() && auto_placement_) size_shard_cache_to_budget();
+    if (gathered_.tracing() && gemini_.auto_placement) size_shard_cache_to_budget();
     gathered_.end_tracing();  // the first step's order of chunk uses is every later step's
     return stats;
   }
@@ -389,7 +354,7 @@ class ShardedGemini : public train::Plugin {
 
   void release_training_state() override {
     wait_in_flight();
-    remove_gradient_hooks();
+    remove_gradient_hooks(entries_, trainable_order_);
     const bool values_on_disk = std::any_of(chunks_.begin(), chunks_.end(),
                                             [](const ShardChunk& c) { return c.values_on_disk; });
     for (ShardChunk& c : chunks_) {
@@ -398,7 +363,7 @@ class ShardedGemini : public train::Plugin {
       if (!values_on_disk) c.optim_on_disk = false;
     }
     if (!values_on_disk) disk_.reset();  // only optimizer shards were there
-    if (weights_in_memory()) remove_block_hooks();
+    if (weights_in_memory()) hooked_blocks_.remove();
   }
 
   bool weights_in_memory() const override {
@@ -481,11 +446,7 @@ class ShardedGemini : public train::Plugin {
     return slices;
   }
 
-  nlohmann::json state_json() const override {
-    nlohmann::json state = {{"optimizer_steps", steps_}};
-    precision_->write_state(state);
-    return state;
-  }
+  nlohmann::json state_json() const override { return gemini_state_json(*precision_, steps_); }
 
   // `weights` / `optimizer` hold this rank's ranges (a layout-free checkpoint) or whole tensors
   // (an older one-file checkpoint of a replicated plugin). Every rank calls it (it gathers).
@@ -502,13 +463,13 @@ class ShardedGemini : public train::Plugin {
       throw_invalid(source + ": \"" + name + "\" has " + std::to_string(value.numel()) +
                         " elements; this rank holds " + std::to_string(e.own_count) + " of the " +
                         std::to_string(e.numel) + " of " + e.name,
-                    "resume with the same model and method (full / LoRA and its targets)");
+                    kResumeSameTraining);
     };
     for (const auto& [name, value] : weights)
       if (!index_of.count(name))
         throw_invalid(
             source + ": the checkpoint has weight \"" + name + "\", which this run does not train",
-            "resume with the same model and method (full / LoRA and its targets)");
+            kResumeSameTraining);
     // This rank's parts by entry, every name checked before anything changes.
     std::vector<torch::Tensor> own_weight(entries_.size());
     std::vector<std::array<torch::Tensor, 2>> own_moments(entries_.size());
@@ -518,7 +479,7 @@ class ShardedGemini : public train::Plugin {
       const auto it = weights.find(e.name);
       if (it == weights.end())
         throw_invalid(source + ": the checkpoint has no weight \"" + e.name + "\"",
-                      "resume with the same model and method (full / LoRA and its targets)");
+                      kResumeSameTraining);
       own_weight[i] = own_part(it->first, e, it->second);
     }
     for (const auto& [name, value] : optimizer) {
@@ -526,7 +487,7 @@ class ShardedGemini : public train::Plugin {
       const auto it = index_of.find(name.substr(name.find('.') + 1));
       if (it == index_of.end() || (!squared && name.rfind("exp_avg.", 0) != 0))
         throw_invalid(source + ": unexpected optimizer tensor \"" + name + "\"",
-                      "resume with the same model and method (full / LoRA and its targets)");
+                      kResumeSameTraining);
       const ShardEntry& e = entries_[it->second];
       if (e.own_count == 0) continue;
       own_moments[it->second][squared ? 1 : 0] = own_part(name, e, value);
@@ -546,13 +507,7 @@ class ShardedGemini : public train::Plugin {
         }
       }
     });
-    precision_->restore_state(state, source);
-    try {
-      steps_ = state.at("optimizer_steps").get<std::int64_t>();
-    } catch (const nlohmann::json::exception& error) {
-      throw_invalid(source + ": trainer_state.json: plugin state is invalid (" + error.what() +
-                    ")");
-    }
+    steps_ = restore_gemini_state(*precision_, state, source);
     release_gathered();
     gather_persistent(false);
   }
@@ -610,34 +565,17 @@ class ShardedGemini : public train::Plugin {
   };
 
   void read_options(const train::PluginOptions& options) {
-    offload_dir_ =
-        options.run_dir.empty() ? std::filesystem::path("offload") : options.run_dir / "offload";
-    const nlohmann::json& o = options.strategy_options;
-    if (!o.is_object()) return;
-    auto_placement_ = o.value("placement", "static") == "auto";
-    if (o.contains("offload_optim_frac")) offload_optim_frac_ = o["offload_optim_frac"];
-    if (o.contains("offload_param_frac")) {
-      if (auto_placement_)
-        throw_invalid(
-            "strategy.options.offload_param_frac: placement \"auto\" decides where parameter "
-            "shards live",
-            "remove offload_param_frac, or use placement \"static\" to fix the share on disk");
-      offload_param_frac_ = o["offload_param_frac"];
-    }
-    if (auto_placement_) {
+    gemini_ = parse_gemini_options(options, "shards");
+    if (gemini_.auto_placement) {
       // Every parameter shard has its place on disk; after the first step the shards kept in
       // memory grow to what this rank's share of host_budget (the machine's memory by default,
       // shared by the ranks on it) leaves beside the rest of the process.
-      offload_param_frac_ = 1.0;
-      std::uint64_t host = size_option(o, "host_budget").value_or(0);
-      if (host == 0) host = core::read_meminfo().total;
       const int ranks_here =
           options.process.parallel ? std::max(1, options.process.parallel->local_world_size()) : 1;
-      rank_budget_ = host / static_cast<std::uint64_t>(ranks_here);
+      rank_budget_ = gemini_.host_budget / static_cast<std::uint64_t>(ranks_here);
     }
-    // Each rank's DiskStore makes a folder of its own (tessera-offload-<pid>) inside this one.
-    if (o.contains("offload_dir")) offload_dir_ = o["offload_dir"].get<std::string>();
-    chunk_bytes_ = size_option(o, "chunk_size");
+    // Each rank's DiskStore makes a folder of its own (tessera-offload-<pid>) inside
+    // gemini_.offload_dir.
   }
 
   // --- memory --------------------------------------------------------------------------------
@@ -681,8 +619,6 @@ class ShardedGemini : public train::Plugin {
       for (std::size_t i : b.entries) fetched[i] = true;
 
     const std::int64_t element_bytes = static_cast<std::int64_t>(c10::elementSize(dtype_));
-    const std::int64_t max_elements = std::max<std::int64_t>(
-        static_cast<std::int64_t>(chunk_bytes_.value_or(kMaxChunkBytes)) / element_bytes, 1);
     for (const bool trainable : {false, true}) {
       std::vector<std::size_t> which;
       std::vector<std::int64_t> numels;
@@ -695,8 +631,7 @@ class ShardedGemini : public train::Plugin {
       }
       if (which.empty()) continue;
       const memory::ChunkLayout layout =
-          chunk_bytes_ ? memory::pack_chunks(numels, names, max_elements)
-                       : memory::pack_chunks_auto(numels, names, max_elements);
+          memory::pack_gemini_chunks(numels, names, element_bytes, gemini_.chunk_bytes);
       for (const memory::ChunkSpec& spec : layout.chunks) {
         ShardChunk chunk;
         chunk.trainable = trainable;
@@ -735,7 +670,8 @@ class ShardedGemini : public train::Plugin {
       trainable_chunks.push_back(c);
       optim_sizes.push_back(optim_bytes(chunks_[c]));
     }
-    const std::vector<bool> on_disk = choose_offloaded_chunks(optim_sizes, offload_optim_frac_);
+    const std::vector<bool> on_disk =
+        choose_offloaded_chunks(optim_sizes, gemini_.offload_optim_frac);
     for (std::size_t t = 0; t < trainable_chunks.size(); ++t)
       chunks_[trainable_chunks[t]].optim_on_disk = on_disk[t];
     // And of the parameter shards, over every chunk but those kept whole (LoRA's adapters):
@@ -747,7 +683,7 @@ class ShardedGemini : public train::Plugin {
       may_go_to_disk.push_back(!chunk.persistent);
     }
     const std::vector<bool> values_on_disk =
-        choose_offloaded_chunks(value_sizes, offload_param_frac_, may_go_to_disk);
+        choose_offloaded_chunks(value_sizes, gemini_.offload_param_frac, may_go_to_disk);
     for (std::size_t c = 0; c < chunks_.size(); ++c) chunks_[c].values_on_disk = values_on_disk[c];
 
     // Fill each chunk whole in float32 (from the checkpoint or the tensors), take rank 0's
@@ -804,19 +740,14 @@ class ShardedGemini : public train::Plugin {
       }
     }
 
-    chunk_use_ = std::make_shared<ShardedChunkUse>(this);
-    for (auto& [module, mine] : blocks) {
-      std::vector<std::size_t> chunks;
-      for (std::size_t i : mine) {
-        const std::size_t c = entries_[i].chunk;
-        if (!chunks_[c].persistent && std::find(chunks.begin(), chunks.end(), c) == chunks.end())
-          chunks.push_back(c);
-      }
-      if (chunks.empty()) continue;
-      block_chunks_[module.get()] = std::move(chunks);
-      *parameter_use_slot(*module) = chunk_use_;
-      hooked_blocks_.push_back(module);
-    }
+    // Blocks gather their chunks (those not kept gathered) when they compute.
+    chunk_use_ = std::make_shared<ChunkUseHook>(
+        chunks_by_block(
+            blocks, [&](std::size_t i) { return std::optional(entries_[i].chunk); },
+            [&](std::size_t c) { return !chunks_[c].persistent; }),
+        [this](const std::vector<std::size_t>& chunks) { use_chunks(chunks); },
+        [this] { gathered_.unpin(); });
+    hooked_blocks_.set(blocks, chunk_use_->chunks(), chunk_use_);
   }
 
   static c10::StorageImpl& storage_of(const ShardChunk& chunk) {
@@ -842,7 +773,7 @@ class ShardedGemini : public train::Plugin {
     std::size_t resident = 0;
     for (const ShardChunk& c : chunks_)
       if (c.values_on_disk && c.values.defined()) ++resident;
-    if (!auto_placement_ || resident > cached_shards_) drop_resident_values(chunk);
+    if (!gemini_.auto_placement || resident > cached_shards_) drop_resident_values(chunk);
   }
 
   // After the first step (placement auto): the rank's peak less the shards it held then is the
@@ -1051,17 +982,6 @@ class ShardedGemini : public train::Plugin {
     }
   }
 
-  void remove_gradient_hooks() {
-    for (std::size_t i : trainable_order_)
-      torch::autograd::impl::set_post_acc_grad_hooks(entries_[i].tensor, nullptr);
-  }
-
-  void remove_block_hooks() {
-    for (const auto& block : hooked_blocks_)
-      if (auto* slot = parameter_use_slot(*block)) *slot = nullptr;
-    hooked_blocks_.clear();
-  }
-
   // --- the update -----------------------------------------------------------------------------
 
   torch::Tensor own_gradient(const ShardEntry& e) const {
@@ -1121,7 +1041,7 @@ class ShardedGemini : public train::Plugin {
   }
 
   memory::DiskStore& disk() {
-    if (!disk_) disk_ = std::make_unique<memory::DiskStore>(offload_dir_);
+    if (!disk_) disk_ = std::make_unique<memory::DiskStore>(gemini_.offload_dir);
     return *disk_;
   }
 
@@ -1225,7 +1145,6 @@ class ShardedGemini : public train::Plugin {
   std::optional<train::MixedPrecision> precision_;
   torch::Dtype dtype_ = torch::kFloat32;
   optim::AdamWOptions adamw_;
-  std::optional<std::uint64_t> chunk_bytes_;          // none: "auto"
   const model::DeferredWeights* deferred_ = nullptr;  // during prepare() only
   std::vector<ShardEntry> entries_;
   std::uint64_t quantized_bytes_ = 0;  // QLoRA: the base's quantized Linears, held by the layers
@@ -1238,16 +1157,12 @@ class ShardedGemini : public train::Plugin {
   // micro-batches' shards to add once it is done.
   std::shared_ptr<train::DeviceEvent> gradients_copied_;
   std::vector<CopiedGradient> copied_gradients_;
-  std::shared_ptr<ShardedChunkUse> chunk_use_;
-  std::vector<std::shared_ptr<torch::nn::Module>> hooked_blocks_;
-  std::unordered_map<const torch::nn::Module*, std::vector<std::size_t>> block_chunks_;
-  double offload_optim_frac_ = 0.0;
-  double offload_param_frac_ = 0.0;
-  bool auto_placement_ = false;
+  std::shared_ptr<ChunkUseHook> chunk_use_;
+  HookedBlocks hooked_blocks_;
+  GeminiOptions gemini_;
   std::uint64_t rank_budget_ = 0;  // auto: this rank's share of host_budget
   // Parameter shards of on-disk chunks kept in memory (auto grows it after the first step).
   std::size_t cached_shards_ = kGatheredChunks;
-  std::filesystem::path offload_dir_;
   // After chunks_: destroyed first, so no transfer outlives a chunk's buffer.
   std::unique_ptr<memory::DiskStore> disk_;
   // Which chunks stay gathered and which are gathered ahead: the order the first step used
@@ -1258,19 +1173,6 @@ class ShardedGemini : public train::Plugin {
   std::uint64_t reduce_scatters_ = 0;
   std::uint64_t prefetched_ = 0;
 };
-
-void ShardedChunkUse::enter(const torch::nn::Module& block) {
-  plugin_->enter_block(block);
-}
-
-torch::Tensor ShardedChunkUse::leave(const torch::nn::Module& block, torch::Tensor output,
-                                     bool needs_parameters_in_backward) {
-  return plugin_->leave_block(block, std::move(output), needs_parameters_in_backward);
-}
-
-void ShardedGradientArrival::operator()(const torch::autograd::Variable& tensor) {
-  plugin_->gradient_arrived(entry_, tensor);
-}
 
 }  // namespace
 
