@@ -193,9 +193,14 @@ void Trainer::quantize_base() {
     throw_unsupported(
         "QLoRA (" + what + ") under strategy \"" + plugin + "\" is not supported yet",
         "use strategy " + job::strategies_that_can(&job::StrategyInfo::quantized_base));
-  // (The tests' simulated device stands in for a GPU: refused with it.)
-  if (options_.device == "cuda" || options_.device == "simulated" ||
-      (options_.device == "auto" && torch::cuda::is_available()))
+  // Where the plugin will compute, decided as it decides it (job::device_for: `auto` is the CPU
+  // where the strategy cannot use the GPU for these options). The tests' simulated device stands
+  // in for a GPU: refused with it.
+  PluginOptions where;
+  where.process = options_.process;
+  where.device = options_.device;
+  where.strategy_options = options_.strategy_options;
+  if (choose_plugin_device(where, plugin) != "cpu")
     throw_unsupported("QLoRA (" + what + ") on a CUDA device is not supported yet",
                       "set strategy.options.device to \"cpu\"");
   std::vector<std::string> names;

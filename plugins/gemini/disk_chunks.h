@@ -62,6 +62,20 @@ inline std::size_t items_within_budget(std::uint64_t peak, std::uint64_t held, s
                   static_cast<std::size_t>(std::clamp(items, 0.0, static_cast<double>(on_disk))));
 }
 
+// Placement auto after the first step, for either plugin: of the items streamed from their home
+// (`streamed_bytes`: each chunk's or shard's bytes), `current` of which were held at the
+// measured `peak`, how many stay in memory from now on (items_within_budget, each counted at the
+// largest); none when nothing streams or nothing was measured.
+inline std::optional<std::size_t> cache_limit_after_peak(
+    const std::vector<std::uint64_t>& streamed_bytes, std::size_t current, std::uint64_t peak,
+    std::uint64_t budget, std::size_t at_least) {
+  const std::uint64_t item =
+      streamed_bytes.empty() ? 0 : *std::max_element(streamed_bytes.begin(), streamed_bytes.end());
+  if (item == 0 || peak == 0) return std::nullopt;
+  const std::size_t count = streamed_bytes.size();
+  return items_within_budget(peak, std::min(current, count) * item, budget, item, at_least, count);
+}
+
 // Runs body(c) for c = 0 … count − 1 in order, every chunk on disk resident during its call:
 // the next chunk on disk is read while the body works on this one, and this one is written back
 // while the body works on the next (at most three chunks' buffers at once). An I/O error (a full

@@ -1141,22 +1141,19 @@ class GeminiPlugin : public train::Plugin {
   // With a device tier the same is done on the device: its measured peak (activations and
   // workspace included on a GPU) against the device budget.
   void size_cache_to_budget() {
-    std::uint64_t chunk_bytes = 0;
-    std::size_t streamed = 0;
-    for (const ParamChunk& c : param_chunks_) {
-      if (!c.streamed()) continue;
-      chunk_bytes = std::max<std::uint64_t>(chunk_bytes, c.storage.nbytes());
-      ++streamed;
-    }
+    std::vector<std::uint64_t> streamed;
+    for (const ParamChunk& c : param_chunks_)
+      if (c.streamed()) streamed.push_back(c.storage.nbytes());
     const std::uint64_t peak = device_ ? device_->measured_peak() : core::process_peak_rss();
     const std::uint64_t budget = device_ ? device_->total() : gemini_.host_budget;
-    if (chunk_bytes == 0 || peak == 0) return;
-    cache_limit_ = items_within_budget(peak, std::min(cache_limit_, streamed) * chunk_bytes, budget,
-                                       chunk_bytes, memory::kCachedParameterChunks, streamed);
+    const std::optional<std::size_t> limit = cache_limit_after_peak(
+        streamed, cache_limit_, peak, budget, memory::kCachedParameterChunks);
+    if (!limit) return;
+    cache_limit_ = *limit;
     if (device_ && log_)
       log_("info", "gemini placement auto: " + std::to_string(cache_limit_) + " of " +
-                       std::to_string(streamed) + " parameter chunks stay on " + device_->name() +
-                       " (measured peak " + core::human_bytes(peak) + " of " +
+                       std::to_string(streamed.size()) + " parameter chunks stay on " +
+                       device_->name() + " (measured peak " + core::human_bytes(peak) + " of " +
                        core::human_bytes(budget) + ")");
   }
 
@@ -1341,15 +1338,6 @@ class GeminiPlugin : public train::Plugin {
     return memory::pack_gemini_chunks(numels, names, element_bytes, gemini_.chunk_bytes);
   }
 
-  // `dest` ← the values of entry `e`: from the checkpoint when the model's weights are
-  // deferred, else from the tensor itself.
-  void fill(const Entry& e, torch::Tensor dest) const {
-    if (deferred_ != nullptr && !e.model_name.empty())
-      deferred_->read_into(e.model_name, std::move(dest));
-    else
-      dest.copy_(e.tensor.detach());
-  }
-
   void build_optimizer_chunks() {
     const memory::ChunkLayout layout = layout_for(trainable_order_, 4);
     std::vector<std::uint64_t> sizes;
@@ -1404,7 +1392,8 @@ class GeminiPlugin : public train::Plugin {
                 .device(chunk.on_device ? tensor_device() : torch::Device(torch::kCPU));
         for (std::size_t i : chunk.entries) {
           const Entry& e = entries_[i];
-          fill(e, torch::from_blob(base + e.optim_offset, e.tensor.sizes(), where));
+          fill_entry(deferred_, e,
+                     torch::from_blob(base + e.optim_offset, e.tensor.sizes(), where));
         }
       }
       if (chunk.on_disk) {
@@ -1421,9 +1410,7 @@ class GeminiPlugin : public train::Plugin {
   void build_parameter_chunks(model::PretrainedModel& model,
                               const std::vector<BlockEntries>& blocks) {
     // The blocks that fetch their parameters (model::ParameterUse), by parameter.
-    std::vector<bool> fetched(entries_.size(), false);
-    for (const BlockEntries& b : blocks)
-      for (std::size_t i : b.entries) fetched[i] = true;
+    const std::vector<bool> fetched = fetched_entries(blocks, entries_.size());
 
     std::vector<std::size_t> all(entries_.size());
     for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
@@ -1487,11 +1474,12 @@ class GeminiPlugin : public train::Plugin {
         torch::Tensor view =
             chunk.storage.narrow(0, slot.offset, slot.numel).view(e.tensor.sizes());
         if (chunk.home)
-          fill(e, torch::from_blob(
-                      static_cast<char*>(chunk.home.get()) + slot.offset * element_bytes(),
-                      e.tensor.sizes(), torch::TensorOptions().dtype(dtype_)));
+          fill_entry(
+              deferred_, e,
+              torch::from_blob(static_cast<char*>(chunk.home.get()) + slot.offset * element_bytes(),
+                               e.tensor.sizes(), torch::TensorOptions().dtype(dtype_)));
         else
-          fill(e, view);
+          fill_entry(deferred_, e, view);
         e.tensor.set_data(view);
         e.param_chunk = c;
         e.param_offset = slot.offset;
@@ -1606,10 +1594,8 @@ class GeminiPlugin : public train::Plugin {
   // A float32 tensor shaped like `e` at `byte_offset` in a read-only map of a region's file.
   torch::Tensor mapped_region_view(std::size_t region, std::int64_t byte_offset,
                                    const Entry& e) const {
-    auto mapped = std::make_shared<core::MappedFile>(disk_->region_path(region));
-    auto* base = const_cast<std::uint8_t*>(mapped->data()) + byte_offset;
-    return torch::from_blob(
-        base, e.tensor.sizes(), [mapped](void*) {}, torch::kFloat32);
+    return mapped_file_tensor(disk_->region_path(region), byte_offset, e.tensor.sizes(),
+                              torch::kFloat32);
   }
 
   train::ProcessContext process_;

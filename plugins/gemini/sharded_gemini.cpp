@@ -614,9 +614,7 @@ class ShardedGemini : public train::Plugin {
   // chunk has no gradient or optimizer state at all.
   void build_chunks(model::PretrainedModel& model) {
     const std::vector<BlockEntries> blocks = blocks_of_entries(model, entries_);
-    std::vector<bool> fetched(entries_.size(), false);
-    for (const BlockEntries& b : blocks)
-      for (std::size_t i : b.entries) fetched[i] = true;
+    const std::vector<bool> fetched = fetched_entries(blocks, entries_.size());
 
     const std::int64_t element_bytes = static_cast<std::int64_t>(c10::elementSize(dtype_));
     for (const bool trainable : {false, true}) {
@@ -694,11 +692,7 @@ class ShardedGemini : public train::Plugin {
       torch::Tensor staged = torch::zeros({chunk.capacity}, torch::kFloat32);
       for (std::size_t i : chunk.entries) {
         const ShardEntry& e = entries_[i];
-        torch::Tensor dest = staged.narrow(0, e.offset, e.numel).view(e.tensor.sizes());
-        if (deferred_ != nullptr && !e.model_name.empty())
-          deferred_->read_into(e.model_name, dest);
-        else
-          dest.copy_(e.tensor.detach());
+        fill_entry(deferred_, e, staged.narrow(0, e.offset, e.numel).view(e.tensor.sizes()));
       }
       group_->broadcast(staged, 0);
       const torch::Tensor own = staged.narrow(0, rank_ * chunk.shard, chunk.shard);
@@ -780,17 +774,12 @@ class ShardedGemini : public train::Plugin {
   // rest of the process; the shards that fit beside it in the budget (less the headroom and one
   // shard of margin) stay in memory from now on, at least as many as chunks are gathered.
   void size_shard_cache_to_budget() {
-    std::uint64_t shard_bytes = 0;
-    std::size_t on_disk = 0;
-    for (const ShardChunk& c : chunks_) {
-      if (!c.values_on_disk) continue;
-      shard_bytes = std::max(shard_bytes, values_bytes(c));
-      ++on_disk;
-    }
-    const std::uint64_t peak = core::process_peak_rss();
-    if (shard_bytes == 0 || peak == 0) return;
-    cached_shards_ = items_within_budget(peak, std::min(cached_shards_, on_disk) * shard_bytes,
-                                         rank_budget_, shard_bytes, kGatheredChunks, on_disk);
+    std::vector<std::uint64_t> on_disk;
+    for (const ShardChunk& c : chunks_)
+      if (c.values_on_disk) on_disk.push_back(values_bytes(c));
+    if (const std::optional<std::size_t> limit = cache_limit_after_peak(
+            on_disk, cached_shards_, core::process_peak_rss(), rank_budget_, kGatheredChunks))
+      cached_shards_ = *limit;
   }
 
   // Starts the all-gather of chunk `c` into fresh memory under its storage.
@@ -1126,11 +1115,9 @@ class ShardedGemini : public train::Plugin {
   // `count` elements of `dtype` from element `at` of region `region`'s file, mapped read-only.
   torch::Tensor mapped_region(std::size_t region, std::int64_t at, std::int64_t count,
                               torch::Dtype dtype) const {
-    auto mapped = std::make_shared<core::MappedFile>(disk_->region_path(region));
-    auto* base = const_cast<std::uint8_t*>(mapped->data()) +
-                 static_cast<std::size_t>(at) * c10::elementSize(dtype);
-    return torch::from_blob(
-        base, {count}, [mapped](void*) {}, dtype);
+    return mapped_file_tensor(disk_->region_path(region),
+                              at * static_cast<std::int64_t>(c10::elementSize(dtype)), {count},
+                              dtype);
   }
 
   train::ProcessContext process_;

@@ -5,12 +5,16 @@
 #include <torch/torch.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
 #include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "core/files.h"
 #include "model/layers.h"
 #include "model/model.h"
 #include "model/quantized_linear.h"
@@ -95,6 +99,36 @@ std::vector<BlockEntries> blocks_of_entries(model::PretrainedModel& model,
     if (!b.entries.empty()) blocks.push_back(std::move(b));
   }
   return blocks;
+}
+
+// Which of `count` entries some block fetches (those of `blocks`): the others (a LoRA adapter, a
+// tensor no building block registers) have no hook to bring them in, so their chunks stay put.
+inline std::vector<bool> fetched_entries(const std::vector<BlockEntries>& blocks,
+                                         std::size_t count) {
+  std::vector<bool> fetched(count, false);
+  for (const BlockEntries& b : blocks)
+    for (std::size_t i : b.entries) fetched[i] = true;
+  return fetched;
+}
+
+// `dest` ← the values of entry `e`: from the checkpoint when the model's weights are deferred
+// (`deferred` set, the entry the model's), else from the tensor itself.
+template <class Entry>
+void fill_entry(const model::DeferredWeights* deferred, const Entry& e, torch::Tensor dest) {
+  if (deferred != nullptr && !e.model_name.empty())
+    deferred->read_into(e.model_name, std::move(dest));
+  else
+    dest.copy_(e.tensor.detach());
+}
+
+// `sizes` elements of `dtype` at `byte_offset` in a read-only map of `path` (a region's file of
+// the disk tier); the map lives as long as the tensor.
+inline torch::Tensor mapped_file_tensor(const std::filesystem::path& path, std::int64_t byte_offset,
+                                        at::IntArrayRef sizes, torch::Dtype dtype) {
+  auto mapped = std::make_shared<core::MappedFile>(path);
+  auto* base = const_cast<std::uint8_t*>(mapped->data()) + byte_offset;
+  return torch::from_blob(
+      base, sizes, [mapped](void*) {}, dtype);
 }
 
 }  // namespace tessera::plugins

@@ -17,6 +17,9 @@ a time on the GPU; prints ours ÷ peer ratios and writes them as JSON).
   RAM + disk) ÷ 16 bytes is ~16B parameters on an H200 machine: its checkpoint and optimizer
   state alone exceed the 64 GiB disk and the device time of a session).
 
+- The planner against the run: `tessera-cli plan` of the same job (single on the GPU, bf16, the
+  same batch), before any run of it is calibrated, ÷ what ours measured: the step time, and the
+  device tier's peak against the CUDA allocator's peak (the memory events' `peak`).
 - Where each step's time goes: after the timed steps, ours and the Trainer's loop each run
   PROFILED more steps under LibTorch's profiler (Kineto), and tests/gpu/trace_summary.py sets
   their kernel time per category side by side (GEMM, attention, optimizer, norms and loss,
@@ -137,8 +140,10 @@ def batches_file(path, count):
 
 
 def ours_step_seconds(model_dir, batches, steps, work, plugin="single", options=None, profiled=0):
-    """Median seconds of ours' steps TIMED_FROM..steps-1, the losses of the first `steps`, the
-    run's wall time; with `profiled`, that many steps more under the profiler: their summary."""
+    """Ours on `plugin`: {step_s: the median of steps TIMED_FROM..steps-1, losses: the first
+    `steps`, wall_s: the run with loading, peak_bytes: the CUDA allocator's peak (the memory
+    events' device tier; on the CPU the process's peak RSS), profile: with `profiled`, the summary
+    of that many more steps under the profiler}."""
     probe = Path(os.environ["TESSERA_TOOLS_DIR"]) / "tessera-train-probe"
     events = work / f"events-{plugin}.jsonl"
     trace = work / f"trace-{plugin}.json"
@@ -156,12 +161,43 @@ def ours_step_seconds(model_dir, batches, steps, work, plugin="single", options=
     wall = time.monotonic() - t0
     if done.returncode != 0:
         raise RuntimeError(f"tessera-train-probe exit {done.returncode}: {done.stderr[-2000:]}")
-    metrics = [json.loads(line) for line in events.read_text().splitlines()]
-    metrics = [m for m in metrics if m.get("type") == "metric" and "tokens_per_s" in m]
+    stream = [json.loads(line) for line in events.read_text().splitlines()]
+    metrics = [m for m in stream if m.get("type") == "metric" and "tokens_per_s" in m]
     seconds = [BATCH * SEQ / m["tokens_per_s"] for m in metrics if m["tokens_per_s"] > 0]
-    losses = json.loads((work / "report.json").read_text())["losses"][:steps]
-    summary = read_summary(trace, profiled) if profiled else None
-    return statistics.median(seconds[TIMED_FROM:steps]), losses, wall, summary
+    report = json.loads((work / "report.json").read_text())
+    device_peaks = [m.get("peak", 0) for m in stream
+                    if m.get("type") == "memory" and m.get("tier") == "device"]
+    return {"step_s": statistics.median(seconds[TIMED_FROM:steps]),
+            "losses": report["losses"][:steps], "wall_s": wall,
+            "peak_bytes": max(device_peaks) if DEVICE == "cuda" and device_peaks
+            else report.get("peak_rss_bytes", 0),
+            "profile": read_summary(trace, profiled) if profiled else None}
+
+
+def plan_of(work, model_dir, steps):
+    """tessera-cli plan of the job ours runs (`single` on DEVICE, bf16, batch BATCH × SEQ tokens):
+    its step time and the peak of the tier it computes on (device on a GPU, else host)."""
+    text = work / "text.jsonl"
+    words = " ".join(f"w{i}" for i in range(64))
+    text.write_text("".join(json.dumps({"text": words * 40}) + "\n" for _ in range(64)))
+    spec = {"version": 1, "model": {"path": str(model_dir)},
+            "dataset": {"train": str(text), "format": "text", "max_length": SEQ, "packing": True},
+            "training": {"steps": steps, "batch_size": BATCH, "learning_rate": 1e-5,
+                         "schedule": "constant", "weight_decay": 0.01, "max_grad_norm": 1.0,
+                         "save_every": 0},
+            "precision": "bf16", "strategy": {"name": "single", "options": {"device": DEVICE}},
+            "output": {"dir": str(work / "planned")}}
+    path = work / "job.json"
+    path.write_text(json.dumps(spec))
+    done = subprocess.run([os.environ["TESSERA_CLI"], "plan", str(path), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"tessera-cli plan exit {done.returncode}: {done.stderr[-2000:]}")
+    plan = json.loads(done.stdout)
+    tier = "device" if DEVICE == "cuda" else "host"
+    memory = next(m for m in plan["memory"] if m["tier"] == tier)
+    return {"tier": tier, "step_s": plan["time"]["seconds_per_step"], "peak_bytes": memory["peak"],
+            "settings": plan["settings"], "time_source": plan["time"]["source"]}
 
 
 def trainer_step_seconds(model_dir, ids, steps, work, profiled=0):
@@ -255,10 +291,12 @@ def main():
         print(f"model: {params / 1e9:.2f}B parameters, {flops / 1e12:.1f} TFLOP per step", flush=True)
         profiles = {}
         try:
-            ours, our_losses, wall, profiles["ours"] = ours_step_seconds(
-                work / "model", work / "batches.safetensors", args.steps, work,
-                profiled=args.profiled)
+            run = ours_step_seconds(work / "model", work / "batches.safetensors", args.steps,
+                                    work, profiled=args.profiled)
+            ours, our_losses, wall, profiles["ours"] = (run["step_s"], run["losses"],
+                                                        run["wall_s"], run["profile"])
             out.update(ours_step_s=ours, ours_losses=our_losses, ours_wall_s=wall,
+                       ours_peak_bytes=run["peak_bytes"],
                        ours_mfu=flops / ours / out["gemm_bf16_flops"])
             print(f"ours: {ours * 1e3:.1f} ms/step, MFU {out['ours_mfu']:.3f} "
                   f"(run {wall:.0f} s with loading)", flush=True)
@@ -266,6 +304,22 @@ def main():
             out["ours_error"] = str(e)
             print(f"ours: failed: {e}", flush=True)
         save()
+        if "ours_step_s" in out:
+            # The planner's figures for the same job against what this run measured (the plan
+            # of a job, as `tessera-cli plan` shows it before a run: no calibration from one).
+            try:
+                planned = plan_of(work, work / "model", args.steps)
+                planned["step_ratio"] = planned["step_s"] / out["ours_step_s"]
+                planned["peak_ratio"] = planned["peak_bytes"] / out["ours_peak_bytes"]
+                out["plan"] = planned
+                print(f"plan ÷ measured: step {planned['step_ratio']:.2f} "
+                      f"({planned['step_s'] * 1e3:.1f} ms planned), {planned['tier']} peak "
+                      f"{planned['peak_ratio']:.2f} ({planned['peak_bytes'] / 2**30:.2f} GiB planned, "
+                      f"{out['ours_peak_bytes'] / 2**30:.2f} measured)", flush=True)
+            except Exception as e:  # noqa: BLE001 - reported beside the rest
+                out["plan_error"] = str(e)
+                print(f"plan: failed: {e}", flush=True)
+            save()
         theirs, their_losses, peak, profiles["trainer"] = trainer_step_seconds(
             work / "model", ids, args.steps, work, profiled=args.profiled)
         out.update(trainer_step_s=theirs, trainer_losses=their_losses, trainer_peak_bytes=peak,
@@ -299,9 +353,9 @@ def main():
                         shutil.copyfileobj(src, dst)
         if "ours_step_s" in out and DEVICE == "cuda":
             try:
-                gemini, gemini_losses, _, _ = ours_step_seconds(
-                    work / "model", work / "batches.safetensors", args.steps, work, "gemini",
-                    {"host_optim_frac": 1.0})
+                run = ours_step_seconds(work / "model", work / "batches.safetensors", args.steps,
+                                        work, "gemini", {"host_optim_frac": 1.0})
+                gemini, gemini_losses = run["step_s"], run["losses"]
                 out.update(gemini_host_optim_step_s=gemini, gemini_host_optim_ratio=gemini / ours,
                            gemini_losses=gemini_losses)
                 print(f"gemini, optimizer in host memory: {gemini * 1e3:.1f} ms/step, "

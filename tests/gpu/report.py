@@ -98,6 +98,14 @@ def main(logs: Path) -> int:
         if "trainer_step_s" in bench:
             lines.append(f"- HF Trainer loop: {bench['trainer_step_s'] * 1e3:.1f} ms/step, MFU "
                          f"{bench['trainer_mfu']:.3f}, peak {bench['trainer_peak_bytes'] / 2**30:.1f} GiB")
+        if "plan" in bench:
+            p = bench["plan"]
+            lines.append(f"- the plan of the same job (`tessera-cli plan`) ÷ measured: step "
+                         f"{p['step_ratio']:.2f} ({p['step_s'] * 1e3:.1f} ms planned), {p['tier']} "
+                         f"peak {p['peak_ratio']:.2f} ({p['peak_bytes'] / 2**30:.2f} GiB planned, "
+                         f"{bench['ours_peak_bytes'] / 2**30:.2f} GiB measured)")
+        if "plan_error" in bench:
+            lines.append(f"- plan failed: {bench['plan_error'][:300]}")
         if "gemini_host_optim_ratio" in bench:
             lines.append(f"- gemini, optimizer in host memory: {bench['gemini_host_optim_step_s'] * 1e3:.1f} "
                          f"ms/step, ÷ ours on single {bench['gemini_host_optim_ratio']:.3f} (goal ≤ 1.10)")

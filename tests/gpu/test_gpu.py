@@ -523,6 +523,11 @@ def test_the_benchmark_times_and_profiles_both_sides(tmp_path):
     bench = json.loads((out / "bench.json").read_text())
     print(done.stdout)
     assert bench["loss_max_rel"] < 1e-2  # bf16 on both sides, the same batches and optimizer
+    # The plan of the same job, set against the run (on a GPU: the device tier's peak against
+    # the CUDA allocator's).
+    plan = bench["plan"]
+    assert plan["tier"] == "host" and plan["settings"]["micro_batch"] == 2
+    assert plan["step_ratio"] > 0 and plan["peak_ratio"] > 0
     for side, step in (("ours", bench["ours_step_s"]), ("trainer", bench["trainer_step_s"])):
         summary = bench["profile"][side]
         assert summary["steps"] == 2 and summary["source"] == "cpu operators"
@@ -536,3 +541,22 @@ def test_the_benchmark_times_and_profiles_both_sides(tmp_path):
     report = subprocess.run([sys.executable, str(HERE / "report.py"), str(out)],
                             capture_output=True, text=True, check=True).stdout
     assert "Where a step goes (2 profiled steps" in report and "| gemm |" in report, report
+    assert "the plan of the same job" in report, report
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="device auto on a machine with a GPU")
+def test_qlora_with_device_auto_goes_where_the_strategy_computes(llama_dir, batches, tmp_path):  # noqa: F811
+    """QLoRA computes on the CPU only. With `device: auto` it trains where auto is the CPU for the
+    strategy (gemini with parameter chunks on disk: job::device_for), and is refused, naming CUDA,
+    where auto is the GPU (single)."""
+    qlora = ("--method", "lora", "--quantize", "nf4")
+    report = tp.run_probe(llama_dir, batches[0], 2, tmp_path / "r.json", *qlora, "--plugin",
+                          "gemini", "--strategy-options",
+                          json.dumps({"device": "auto", "offload_param_frac": 0.5}))
+    assert len(report["losses"]) == 2
+    cmd = [str(tp.probe_path()), "--model", str(llama_dir), "--batches", str(batches[0]),
+           "--steps", "2", "--report", str(tmp_path / "s.json"), *qlora, "--plugin", "single",
+           "--strategy-options", json.dumps({"device": "auto"})]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2, done.stderr
+    assert "QLoRA" in done.stderr and "CUDA device is not supported yet" in done.stderr, done.stderr
