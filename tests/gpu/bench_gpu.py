@@ -171,7 +171,19 @@ def ours_step_seconds(model_dir, batches, steps, work, plugin="single", options=
             "losses": report["losses"][:steps], "wall_s": wall,
             "peak_bytes": max(device_peaks) if DEVICE == "cuda" and device_peaks
             else report.get("peak_rss_bytes", 0),
-            "profile": read_summary(trace, profiled) if profiled else None}
+            "profile": summary_or_none(trace, profiled)}
+
+
+def summary_or_none(trace, steps):
+    """The profile's summary, or None (said) when there is none: a profiler that failed costs
+    the breakdown only, never the timed figures."""
+    if not steps:
+        return None
+    try:
+        return read_summary(trace, steps)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"profile {trace.name}: none ({e})", flush=True)
+        return None
 
 
 def plan_of(work, model_dir, steps):
@@ -237,7 +249,7 @@ def trainer_step_seconds(model_dir, ids, steps, work, profiled=0):
                 one_step(step)
         trace = work / "trace-trainer.json"
         prof.export_chrome_trace(str(trace))
-        summary = read_summary(trace, profiled)
+        summary = summary_or_none(trace, profiled)
     del model, opt
     if DEVICE == "cuda":
         torch.cuda.empty_cache()

@@ -105,18 +105,31 @@ class ProfilingEvents : public runner::TrainerEventWriter {
     if (!trace_.empty() && report.step == from_ && !active_) start();
   }
 
-  // Ends the recording (kernels still queued on the GPU included) and writes the trace.
+  // Ends the recording (kernels still queued on the GPU included) and writes the trace. A
+  // profiler that fails is reported and costs the trace only, never the run's figures.
   void finish() {
     if (!active_) return;
-    if (cuda_) torch::cuda::synchronize();
-    namespace profiler = torch::autograd::profiler;
-    std::unique_ptr<profiler::ProfilerResult> result = profiler::disableProfiler();
     active_ = false;
-    result->save(trace_);
+    try {
+      if (cuda_) torch::cuda::synchronize();
+      namespace profiler = torch::autograd::profiler;
+      std::unique_ptr<profiler::ProfilerResult> result = profiler::disableProfiler();
+      result->save(trace_);
+    } catch (const std::exception& e) {
+      std::cerr << "tessera-train-probe: the profile was not written: " << e.what() << "\n";
+    }
   }
 
  private:
   void start() {
+    try {
+      start_recording();
+    } catch (const std::exception& e) {
+      std::cerr << "tessera-train-probe: the profiler did not start: " << e.what() << "\n";
+    }
+  }
+
+  void start_recording() {
     namespace profiler = torch::autograd::profiler;
     using torch::profiler::impl::ActivityType;
     const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO,
