@@ -27,6 +27,7 @@
 #include "optim/clip.h"
 #include "optim/cpu_adam.h"
 #include "plugins/gemini/chunk_hooks.h"
+#include "plugins/gemini/cpu_update.h"
 #include "plugins/gemini/disk_chunks.h"
 #include "plugins/gemini/gemini_options.h"
 #include "plugins/gemini/gemini_state.h"
@@ -373,26 +374,21 @@ class GeminiPlugin : public train::Plugin {
       for (std::size_t i : chunk.entries) {
         Entry& e = entries_[i];
         if (!e.has_grad) continue;  // no gradient: no update, as torch does
-        torch::Tensor g =
-            precision_->master_gradient(chunk.on_disk ? gradient_view(chunk, e) : e.grad)
-                .contiguous();
-        if (coef) g.mul_(*coef);
         use_parameter_chunks({e.param_chunk});
         param_chunks_[e.param_chunk].dirty = true;
-        optim::AdamArrays a;
-        a.count = e.tensor.numel();
-        a.grad = g.data_ptr<float>();
-        a.exp_avg = base + moments_offset(chunk) + e.optim_offset;
-        a.exp_avg_sq = a.exp_avg + chunk.elements;
+        CpuUpdateArrays where;
+        where.exp_avg = base + moments_offset(chunk) + e.optim_offset;
+        where.exp_avg_sq = where.exp_avg + chunk.elements;
         if (dtype_ == torch::kFloat32) {
-          a.param = e.tensor.data_ptr<float>();  // the parameter chunk holds the masters
+          where.param = e.tensor.data_ptr<float>();  // the parameter chunk holds the masters
         } else {
-          a.param = base + e.optim_offset;
-          a.copy = static_cast<std::uint16_t*>(e.tensor.data_ptr());
-          a.copy_kind = optim::LowPrecisionCopy::Bf16;
+          where.param = base + e.optim_offset;
+          where.bf16_copy = static_cast<std::uint16_t*>(e.tensor.data_ptr());
         }
-        optim::cpu_adamw_step(a, {lr, adamw_.beta1, adamw_.beta2, adamw_.eps,
-                                  e.decays ? adamw_.weight_decay : 0.0, steps_});
+        cpu_adamw_update(
+            precision_->master_gradient(chunk.on_disk ? gradient_view(chunk, e) : e.grad)
+                .contiguous(),
+            coef, where, adamw_, lr, e.decays, steps_);
         e.tensor.unsafeGetTensorImpl()->bump_version();
         e.grad = torch::Tensor();
       }
@@ -582,32 +578,25 @@ class GeminiPlugin : public train::Plugin {
       if (lo >= hi) continue;
       const std::int64_t in_slice = lo - slice.begin;
       const std::int64_t in_tensor = lo - e.optim_offset;
-      torch::Tensor g = precision_
-                            ->master_gradient(torch::from_blob(
-                                const_cast<char*>(grads) + in_slice * element_bytes(), {hi - lo},
-                                torch::TensorOptions().dtype(dtype_)))
-                            .contiguous();
-      if (coef) g.mul_(*coef);
       if (param_chunks_[e.param_chunk].streamed()) {  // never so when pipelined
         use_parameter_chunks({e.param_chunk});
         param_chunks_[e.param_chunk].dirty = true;
       }
-      optim::AdamArrays a;
-      a.count = hi - lo;
-      a.grad = g.data_ptr<float>();
-      a.exp_avg = exp_avg + in_slice;
-      a.exp_avg_sq = exp_avg_sq + in_slice;
+      CpuUpdateArrays where;
+      where.exp_avg = exp_avg + in_slice;
+      where.exp_avg_sq = exp_avg_sq + in_slice;
       if (masters == nullptr) {
-        a.param = e.tensor.data_ptr<float>() + in_tensor;  // the parameter chunk holds the masters
+        where.param = e.tensor.data_ptr<float>() + in_tensor;  // the parameter chunk: masters
       } else {
-        a.param = masters + in_slice;
-        a.copy = static_cast<std::uint16_t*>(e.tensor.data_ptr()) + in_tensor;
-        a.copy_kind = optim::LowPrecisionCopy::Bf16;
+        where.param = masters + in_slice;
+        where.bf16_copy = static_cast<std::uint16_t*>(e.tensor.data_ptr()) + in_tensor;
       }
-      optim::cpu_adamw_step(a,
-                            {lr, adamw_.beta1, adamw_.beta2, adamw_.eps,
-                             e.decays ? adamw_.weight_decay : 0.0, steps_},
-                            optim::detected_simd_level(), threads);
+      cpu_adamw_update(precision_
+                           ->master_gradient(torch::from_blob(
+                               const_cast<char*>(grads) + in_slice * element_bytes(), {hi - lo},
+                               torch::TensorOptions().dtype(dtype_)))
+                           .contiguous(),
+                       coef, where, adamw_, lr, e.decays, steps_, threads);
       e.tensor.unsafeGetTensorImpl()->bump_version();
     }
   }
@@ -669,22 +658,15 @@ class GeminiPlugin : public train::Plugin {
     for (std::size_t i : chunk.entries) {
       Entry& e = entries_[i];
       if (!e.has_grad) continue;
-      torch::Tensor g = precision_->master_gradient(gradient_view(chunk, e)).contiguous();
-      if (coef) g.mul_(*coef);
-      optim::AdamArrays a;
-      a.count = e.tensor.numel();
-      a.grad = g.data_ptr<float>();
-      a.param = base + e.optim_offset;
-      a.exp_avg = base + moments_offset(chunk) + e.optim_offset;
-      a.exp_avg_sq = a.exp_avg + chunk.elements;
-      if (low != nullptr) {
-        a.copy = low + e.optim_offset;
-        a.copy_kind = optim::LowPrecisionCopy::Bf16;
-      }
-      optim::cpu_adamw_step(a, {lr, adamw_.beta1, adamw_.beta2, adamw_.eps,
-                                e.decays ? adamw_.weight_decay : 0.0, steps_});
-      write_parameter(
-          e, low != nullptr ? static_cast<const void*>(a.copy) : static_cast<const void*>(a.param));
+      CpuUpdateArrays where;
+      where.param = base + e.optim_offset;
+      where.exp_avg = base + moments_offset(chunk) + e.optim_offset;
+      where.exp_avg_sq = where.exp_avg + chunk.elements;
+      if (low != nullptr) where.bf16_copy = low + e.optim_offset;
+      cpu_adamw_update(precision_->master_gradient(gradient_view(chunk, e)).contiguous(), coef,
+                       where, adamw_, lr, e.decays, steps_);
+      write_parameter(e, low != nullptr ? static_cast<const void*>(where.bf16_copy)
+                                        : static_cast<const void*>(where.param));
       e.tensor.unsafeGetTensorImpl()->bump_version();
     }
     chunk.grads = memory::AlignedBuffer();

@@ -28,6 +28,7 @@
 #include "optim/clip.h"
 #include "optim/cpu_adam.h"
 #include "plugins/gemini/chunk_hooks.h"
+#include "plugins/gemini/cpu_update.h"
 #include "plugins/gemini/disk_chunks.h"
 #include "plugins/gemini/gemini_options.h"
 #include "plugins/gemini/gemini_state.h"
@@ -1003,20 +1004,13 @@ class ShardedGemini : public train::Plugin {
       for (std::size_t i : chunk.entries) {
         ShardEntry& e = entries_[i];
         if (!e.has_grad || e.own_count == 0) continue;  // no gradient: no update, as torch does
-        torch::Tensor g = own_gradient(e);
-        if (coef) g.mul_(*coef);
-        optim::AdamArrays a;
-        a.count = e.own_count;
-        a.grad = g.data_ptr<float>();
-        a.exp_avg = moment_of(e, 0).data_ptr<float>();
-        a.exp_avg_sq = moment_of(e, 1).data_ptr<float>();
-        a.param = master_of(e).data_ptr<float>();
-        if (dtype_ != torch::kFloat32) {
-          a.copy = static_cast<std::uint16_t*>(own_values(e).data_ptr());
-          a.copy_kind = optim::LowPrecisionCopy::Bf16;
-        }
-        optim::cpu_adamw_step(a, {lr, adamw_.beta1, adamw_.beta2, adamw_.eps,
-                                  e.decays ? adamw_.weight_decay : 0.0, steps_});
+        CpuUpdateArrays where;
+        where.exp_avg = moment_of(e, 0).data_ptr<float>();
+        where.exp_avg_sq = moment_of(e, 1).data_ptr<float>();
+        where.param = master_of(e).data_ptr<float>();
+        if (dtype_ != torch::kFloat32)
+          where.bf16_copy = static_cast<std::uint16_t*>(own_values(e).data_ptr());
+        cpu_adamw_update(own_gradient(e), coef, where, adamw_, lr, e.decays, steps_);
         e.tensor.unsafeGetTensorImpl()->bump_version();
       }
     });
