@@ -42,10 +42,11 @@ bool ChunkCachePolicy::pinned(std::size_t c) const {
   return std::find(pinned_.begin(), pinned_.end(), c) != pinned_.end();
 }
 
-bool ChunkCachePolicy::make_room(std::size_t held, std::size_t limit,
-                                 const std::function<bool(std::size_t)>& holds,
+bool ChunkCachePolicy::make_room(std::size_t limit, const std::function<bool(std::size_t)>& holds,
                                  const std::function<void(std::size_t)>& evict) {
   const std::size_t chunks = std::max(last_use_.size(), positions_.size());
+  std::size_t held = 0;
+  for (std::size_t c = 0; c < chunks; ++c) held += holds(c) ? 1 : 0;
   for (; held >= limit; --held) {
     std::optional<std::size_t> victim;
     for (std::size_t c = 0; c < chunks; ++c) {

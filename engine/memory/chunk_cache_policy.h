@@ -56,10 +56,10 @@ class ChunkCachePolicy {
   bool pinned(std::size_t c) const;
 
   // Evicts (through `evict`) chunks that `holds` says are held, and that are not pinned, until
-  // `held` (how many are held now) is below `limit`: each time the one the order needs again
-  // last (the least recently used while tracing; the lowest index on ties). False when every
-  // held chunk is pinned before that.
-  bool make_room(std::size_t held, std::size_t limit, const std::function<bool(std::size_t)>& holds,
+  // fewer than `limit` are held: each time the one the order needs again last (the least
+  // recently used while tracing; the lowest index on ties). False when every held chunk is
+  // pinned before that.
+  bool make_room(std::size_t limit, const std::function<bool(std::size_t)>& holds,
                  const std::function<void(std::size_t)>& evict);
 
   // How many uses along the order until chunk `c` is used again (the order's length: never).

@@ -172,9 +172,8 @@ ShardedChunks sharded_chunks(const hf::ModelConfig& c, const Settings& s, int wo
   std::vector<bool> held(chunks.size(), false);
   double whole = 0;
   auto make_room = [&] {
-    const auto count = static_cast<std::size_t>(std::count(held.begin(), held.end(), true));
     return policy.make_room(
-        count, kGatheredChunks, [&](std::size_t ch) { return static_cast<bool>(held[ch]); },
+        kGatheredChunks, [&](std::size_t ch) { return static_cast<bool>(held[ch]); },
         [&](std::size_t ch) {
           held[ch] = false;
           whole -= chunks[ch];

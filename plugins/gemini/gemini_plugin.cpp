@@ -1102,10 +1102,8 @@ class GeminiPlugin : public train::Plugin {
       const ParamChunk& chunk = param_chunks_[c];
       return chunk.streamed() && (chunk.resident || static_cast<bool>(chunk.incoming));
     };
-    std::size_t held = 0;
-    for (std::size_t c = 0; c < param_chunks_.size(); ++c) held += holds(c) ? 1 : 0;
     if (device_) settle_homes(kHomesHeld);
-    return cache_.make_room(held, cache_limit_, holds, [this](std::size_t c) {
+    return cache_.make_room(cache_limit_, holds, [this](std::size_t c) {
       ParamChunk& chunk = param_chunks_[c];
       if (chunk.incoming) {
         chunk.read.get();

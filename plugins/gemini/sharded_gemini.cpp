@@ -868,9 +868,7 @@ class ShardedGemini : public train::Plugin {
   // when everything gathered is in use.
   bool make_room() {
     auto holds = [this](std::size_t c) { return !chunks_[c].persistent && chunks_[c].gathered; };
-    std::size_t held = 0;
-    for (std::size_t c = 0; c < chunks_.size(); ++c) held += holds(c) ? 1 : 0;
-    return gathered_.make_room(held, kGatheredChunks, holds, [this](std::size_t c) { release(c); });
+    return gathered_.make_room(kGatheredChunks, holds, [this](std::size_t c) { release(c); });
   }
 
   void release_gathered() {

@@ -36,16 +36,13 @@ class TestMemory : public QObject {
       held[c] = false;
       evicted.push_back(c);
     };
-    auto count = [&] {
-      return static_cast<std::size_t>(std::count(held.begin(), held.end(), true));
-    };
     // The first step: 0 1 2 3 4 3 2 1 (forward, then backward) traced, 3 held at most.
     QVERIFY(policy.tracing());
     for (std::size_t c : {0, 1, 2, 3, 4, 3, 2, 1}) {
       policy.pin({c});
       policy.touch(c);
       if (!held[c]) {
-        QVERIFY(policy.make_room(count(), 3, holds, evict));
+        QVERIFY(policy.make_room(3, holds, evict));
         held[c] = true;
       }
       policy.record(c);
@@ -64,11 +61,11 @@ class TestMemory : public QObject {
     // Held now: 1, 2, 3. Making room for 0 evicts the one needed last: 3 (at 3 uses) beats 2
     // (at 2) and 1 (at 1).
     evicted.clear();
-    QVERIFY(policy.make_room(count(), 3, holds, evict));
+    QVERIFY(policy.make_room(3, holds, evict));
     QCOMPARE(evicted, (std::vector<std::size_t>{3}));
     // Pinned chunks stay, even when nothing else can go.
     policy.pin({1, 2});
-    QVERIFY(!policy.make_room(count(), 1, holds, evict));
+    QVERIFY(!policy.make_room(1, holds, evict));
     QVERIFY(held[1] && held[2]);
     policy.unpin();
     // next_after walks the order from the last use; within a step only, it stops at the wrap.
