@@ -191,10 +191,7 @@ class GeminiPlugin : public train::Plugin {
     const std::vector<BlockEntries> blocks = blocks_of_entries(model, entries_);
     build_parameter_chunks(model, blocks);
     install_update_waits(blocks);
-    // What is not in a chunk (buffers) in the compute dtype, as Module::to would (which would
-    // also touch the parameters, some of which are on disk now).
-    for (torch::Tensor& buffer : model.buffers())
-      if (buffer.is_floating_point()) buffer.set_data(buffer.to(tensor_device(), dtype_));
+    move_buffers(model, tensor_device(), dtype_);
     deferred_ = nullptr;
     for (Entry& e : entries_) {
       e.tensor.set_requires_grad(e.trainable);

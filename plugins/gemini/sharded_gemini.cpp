@@ -181,9 +181,7 @@ class ShardedGemini : public train::Plugin {
     quantized_bytes_ = model::quantized_weight_bytes(model);
 
     build_chunks(model);
-    for (torch::Tensor& buffer : model.buffers())
-      buffer.set_data(buffer.is_floating_point() ? buffer.to(tensor_device(), dtype_)
-                                                 : buffer.to(tensor_device()));
+    move_buffers(model, tensor_device(), dtype_);
     deferred_ = nullptr;
     for (ShardEntry& e : entries_) {
       e.tensor.set_requires_grad(e.trainable);

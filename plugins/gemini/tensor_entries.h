@@ -111,6 +111,14 @@ inline std::vector<bool> fetched_entries(const std::vector<BlockEntries>& blocks
   return fetched;
 }
 
+// What is not in a chunk (the model's buffers) onto the compute device, the floating-point ones in
+// the compute dtype, as Module::to(device, dtype) would (which would also touch the parameters,
+// whose memory is the chunks' now).
+inline void move_buffers(model::PretrainedModel& model, torch::Device device, torch::Dtype dtype) {
+  for (torch::Tensor& buffer : model.buffers())
+    buffer.set_data(buffer.is_floating_point() ? buffer.to(device, dtype) : buffer.to(device));
+}
+
 // `dest` ← the values of entry `e`: from the checkpoint when the model's weights are deferred
 // (`deferred` set, the entry the model's), else from the tensor itself.
 template <class Entry>
