@@ -5,6 +5,7 @@
 // (autograd's post-accumulate hook) the plugin hears of each gradient as it lands. What "bring
 // in" means — read from disk or copy to the device, or all-gather a sharded chunk — and what a
 // gradient's arrival does stay each plugin's.
+#include <torch/csrc/autograd/function_hook.h>
 #include <torch/torch.h>
 
 #include <algorithm>
