@@ -382,10 +382,8 @@ class GeminiPlugin : public train::Plugin {
           where.param = base + e.optim_offset;
           where.bf16_copy = static_cast<std::uint16_t*>(e.tensor.data_ptr());
         }
-        cpu_adamw_update(
-            precision_->master_gradient(chunk.on_disk ? gradient_view(chunk, e) : e.grad)
-                .contiguous(),
-            coef, where, adamw_, lr, e.decays, steps_);
+        cpu_adamw_update(precision_->master_gradient(e.grad).contiguous(), coef, where, adamw_, lr,
+                         e.decays, steps_);
         e.tensor.unsafeGetTensorImpl()->bump_version();
         e.grad = torch::Tensor();
       }

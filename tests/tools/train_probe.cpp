@@ -264,7 +264,7 @@ int run(int argc, char** argv) {
   if (model_dir.empty() || batches_path.empty() || report_path.empty() || !options.training.steps)
     usage("--model, --batches, --steps and --report are required");
   if (!profile_path.empty() && events_path.empty()) usage("--profile needs --events");
-  if (profile_from < 0 || profile_from >= *options.training.steps)
+  if (!profile_path.empty() && (profile_from < 0 || profile_from >= *options.training.steps))
     usage("--profile-from must be at least 0 and below --steps");
   // The parity suites hold CPU tolerances: the probe computes on the CPU unless
   // --strategy-options names a device (tests/gpu names cuda), never where "auto" would put it.
