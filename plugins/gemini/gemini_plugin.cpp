@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
 #include <deque>
 #include <filesystem>
 #include <future>
@@ -33,6 +32,7 @@
 #include "plugins/gemini/gemini_state.h"
 #include "plugins/gemini/sharded_gemini.h"
 #include "plugins/gemini/tensor_entries.h"
+#include "plugins/gemini/update_pipeline.h"
 #include "train/device_tier.h"
 #include "train/mixed_precision.h"
 #include "train/param_groups.h"
@@ -141,7 +141,7 @@ constexpr std::size_t kGradientWritesInFlight = 2;
 class GeminiPlugin : public train::Plugin {
  public:
   ~GeminiPlugin() override {
-    if (update_worker_.valid()) update_worker_.wait();  // its error, if any, has no one to go to
+    update_.wait_quietly();
     remove_gradient_hooks(entries_, trainable_order_);
     hooked_blocks_.remove();
   }
@@ -277,17 +277,7 @@ class GeminiPlugin : public train::Plugin {
 
   // A block whose parameters the pipelined update changes is about to compute.
   void wait_for_update(const torch::nn::Module& block) {
-    if (!update_worker_.valid()) return;
-    const std::vector<std::size_t>& chunks = block_optim_chunks_.at(&block);
-    {
-      std::unique_lock lock(update_mutex_);
-      update_cv_.wait(lock, [&] {
-        return update_finished_ || std::all_of(chunks.begin(), chunks.end(),
-                                               [&](std::size_t c) { return chunk_updated_[c]; });
-      });
-      if (!update_finished_) return;
-    }
-    settle_update();  // ended: its error, if it failed, surfaces here
+    if (update_.running()) update_.wait_for(block_optim_chunks_.at(&block));
   }
 
   StepStats step(double lr, double max_grad_norm) override {
@@ -413,37 +403,16 @@ class GeminiPlugin : public train::Plugin {
 
   void start_pipelined_update(std::vector<std::size_t> chunks, double lr,
                               std::optional<torch::Tensor> coef) {
-    {
-      std::lock_guard lock(update_mutex_);
-      chunk_updated_.assign(optim_chunks_.size(), 1);
-      for (std::size_t c : chunks) chunk_updated_[c] = 0;
-      update_finished_ = false;
-    }
-    // The worker is not one of torch's threads: it is told their count.
-    const int threads = at::get_num_threads();
-    update_worker_ = std::async(std::launch::async, [this, chunks = std::move(chunks), lr,
-                                                     coef = std::move(coef), threads] {
-      struct Finished {
-        GeminiPlugin* plugin;
-        ~Finished() {
-          std::lock_guard lock(plugin->update_mutex_);
-          plugin->update_finished_ = true;
-          plugin->update_cv_.notify_all();
-        }
-      } finished{this};
-      torch::NoGradGuard no_grad;
-      update_on_disk_in_slices(chunks, lr, coef, threads, [this](std::size_t c) {
-        std::lock_guard lock(update_mutex_);
-        chunk_updated_[c] = 1;
-        update_cv_.notify_all();
-      });
-    });
+    update_.start(optim_chunks_.size(), chunks,
+                  [this, chunks, lr, coef = std::move(coef)](const UpdatePipeline::ChunkDone& done,
+                                                             int threads) {
+                    torch::NoGradGuard no_grad;
+                    update_on_disk_in_slices(chunks, lr, coef, threads, done);
+                  });
   }
 
   // Waits for the pipelined update to end; rethrows its error.
-  void settle_update() {
-    if (update_worker_.valid()) update_worker_.get();
-  }
+  void settle_update() { update_.settle(); }
   void settle() override { settle_update(); }
 
   // --- The update of optimizer chunks on disk, in slices -------------------------------------
@@ -532,7 +501,7 @@ class GeminiPlugin : public train::Plugin {
         if (i + 1 == slices.size() || slices[i + 1].chunk != slice.chunk) {
           OptimChunk& chunk = optim_chunks_[slice.chunk];
           {
-            std::lock_guard lock(update_mutex_);  // memory() reads the buffer's size
+            std::lock_guard lock(update_.mutex());  // memory() reads the buffer's size
             chunk.grads = memory::AlignedBuffer();
           }
           chunk.grads_on_disk = false;
@@ -733,7 +702,7 @@ class GeminiPlugin : public train::Plugin {
     }
     // Gradients that exist now (between backward and the update; none after a step).
     if (!device) {
-      std::lock_guard lock(update_mutex_);  // the pipelined update frees them as it goes
+      std::lock_guard lock(update_.mutex());  // the pipelined update frees them as it goes
       for (const OptimChunk& c : optim_chunks_) m.gradients += c.grads.size();
     }
     if (compute_side) {
@@ -1609,16 +1578,13 @@ class GeminiPlugin : public train::Plugin {
   // The update (update()): which entries it changes (their gradient arrived).
   std::vector<char> with_gradient_;
   // The pipelined update (start_pipelined_update): whether it is on, the chunks each block
-  // waits for, which chunks are left to it, and its worker with what it has done so far.
+  // waits for, which chunks are left to it. Its worker (its mutex guards chunk.grads) is declared
+  // last, so that it ends before anything it uses goes.
   bool pipelined_ = false;
   std::vector<bool> waited_for_;
   std::shared_ptr<BlockEnterHook> update_wait_;
   BlockChunks block_optim_chunks_;
-  mutable std::mutex update_mutex_;  // guards chunk_updated_, update_finished_ and chunk.grads
-  std::condition_variable update_cv_;
-  std::vector<char> chunk_updated_;
-  bool update_finished_ = true;
-  std::future<void> update_worker_;
+  UpdatePipeline update_;
 };
 
 }  // namespace

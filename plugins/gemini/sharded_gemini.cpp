@@ -33,6 +33,7 @@
 #include "plugins/gemini/gemini_options.h"
 #include "plugins/gemini/gemini_state.h"
 #include "plugins/gemini/tensor_entries.h"
+#include "plugins/gemini/update_pipeline.h"
 #include "train/device_tier.h"
 #include "train/mixed_precision.h"
 #include "train/param_groups.h"
@@ -113,6 +114,7 @@ struct ShardChunk {
 class ShardedGemini : public train::Plugin {
  public:
   ~ShardedGemini() override {
+    update_.wait_quietly();
     wait_in_flight();
     remove_gradient_hooks(entries_, trainable_order_);
     hooked_blocks_.remove();
@@ -145,6 +147,7 @@ class ShardedGemini : public train::Plugin {
     rank_ = group_->rank();
     world_ = group_->size();
     adamw_ = options.adamw;
+    log_ = options.log;
     read_options(options);
     // "auto" is the GPU when every rank of this machine has one (job::device_for).
     const std::string device =
@@ -203,6 +206,9 @@ class ShardedGemini : public train::Plugin {
   // sharding is for. The extra communication is (A − 1) reduce-scatters per step.
   void backward(const torch::Tensor& loss, double multiplier, bool last_micro_batch) override {
     (void)last_micro_batch;
+    // Gradients go into the shards the pipelined update reads: it is done first (its last
+    // chunks, the first ones backward reaches, finish as the forward ends).
+    settle_update();
     for (std::size_t i : trainable_order_)
       memory::transition(entries_[i].state, TensorState::Computing, entries_[i].name);
     for (ShardChunk& c : chunks_) {
@@ -235,13 +241,30 @@ class ShardedGemini : public train::Plugin {
     if (c.launched)
       throw Error(ErrorKind::Internal, "gemini: the gradient of \"" + e.name +
                                            "\" arrived after its chunk was reduce-scattered");
-    if (!c.grad_whole.defined()) c.grad_whole = zeroed_gradient_chunk(e.chunk);
-    torch::Tensor slot = c.grad_whole.narrow(0, e.offset, e.numel).view(g.sizes());
     const torch::Tensor master = precision_->master_gradient(g);
-    if (e.grad_this_backward)
-      slot.add_(master);
-    else
-      slot.copy_(master);
+    if (aliases_shard()) {
+      // A group of one in host memory: the gradients add up in the step's shard itself (no
+      // reduction, no whole chunk per backward), taken the first time in the step and added
+      // after. Only tensors with a gradient are read from it (the update and the norm), so it
+      // is not zeroed. In bf16 the sum is rounded to bf16, as `single`'s .grad adds up, so that
+      // one process trains to the same values whichever plugin runs it.
+      if (!c.grad_shard.defined()) c.grad_shard = torch::empty({c.capacity}, torch::kFloat32);
+      torch::Tensor slot = c.grad_shard.narrow(0, e.offset, e.numel).view(g.sizes());
+      if (!e.has_grad) {
+        slot.copy_(master);
+      } else {
+        slot.add_(master);
+        // (fp16's gradients are scaled there; these are not, so they stay float32.)
+        if (g.scalar_type() == torch::kBFloat16) slot.copy_(slot.to(torch::kBFloat16));
+      }
+    } else {
+      if (!c.grad_whole.defined()) c.grad_whole = zeroed_gradient_chunk(e.chunk);
+      torch::Tensor slot = c.grad_whole.narrow(0, e.offset, e.numel).view(g.sizes());
+      if (e.grad_this_backward)
+        slot.add_(master);
+      else
+        slot.copy_(master);
+    }
     tensor.mutable_grad() = torch::Tensor();
     if (e.grad_this_backward) return;
     e.grad_this_backward = e.has_grad = true;
@@ -253,26 +276,42 @@ class ShardedGemini : public train::Plugin {
 
   StepStats step(double lr, double max_grad_norm) override {
     torch::NoGradGuard no_grad;
+    settle_update();
     // The gathered chunks hold the values before this update: they go.
     release_gathered();
+    // The global norm. Several ranks sum their parts' squares in float64; a group of one takes
+    // it as `single` does (each tensor's float32 norm, then the norm of those), so that one
+    // process trains to the same values whichever plugin runs it.
     double local_squares = 0.0;
+    std::vector<torch::Tensor> norms;
     for (std::size_t i : trainable_order_) {
       ShardEntry& e = entries_[i];
       memory::transition(e.state, TensorState::ReadyForUpdate, e.name);
       if (!e.has_grad || e.own_count == 0) continue;
+      if (world_ == 1) {
+        norms.push_back(own_gradient(e).norm(2.0));
+        continue;
+      }
       const double norm =
           at::linalg_vector_norm(own_gradient(e), 2, {}, false, torch::kFloat64).item<double>();
       local_squares += norm * norm;
     }
-    torch::Tensor squares = torch::tensor({local_squares}, torch::kFloat64);
-    group_->all_reduce(squares, dist::ReduceOp::Sum);
-    const torch::Tensor total = torch::sqrt(squares).to(torch::kFloat32).reshape({});
+    torch::Tensor total;
+    if (world_ == 1) {
+      total = norms.empty() ? torch::zeros({}, torch::kFloat32) : torch::stack(norms).norm(2.0);
+    } else {
+      torch::Tensor squares = torch::tensor({local_squares}, torch::kFloat64);
+      group_->all_reduce(squares, dist::ReduceOp::Sum);
+      total = torch::sqrt(squares).to(torch::kFloat32).reshape({});
+    }
     StepStats stats;
     stats.grad_norm = total.item<double>();
     const std::optional<torch::Tensor> coef = optim::clip_coefficient(total, max_grad_norm);
     stats.applied = precision_->accept_step(stats.grad_norm);
-    if (stats.applied) update(lr, coef);
-    for (ShardChunk& c : chunks_) c.grad_shard = torch::Tensor();
+    if (stats.applied)
+      update(lr, coef);  // consumes the gradient shards as it goes
+    else
+      for (ShardChunk& c : chunks_) c.grad_shard = torch::Tensor();
     for (std::size_t i : trainable_order_) {
       ShardEntry& e = entries_[i];
       e.has_grad = false;
@@ -284,8 +323,11 @@ class ShardedGemini : public train::Plugin {
     return stats;
   }
 
+  void settle() override { settle_update(); }
+
   // Host memory (with a device tier the gathered chunks are device_tier_memory()'s).
   MemoryByCategory memory() const override {
+    std::lock_guard lock(update_.mutex());  // the pipelined update frees buffers as it goes
     MemoryByCategory m;
     const std::uint64_t element = c10::elementSize(dtype_);
     m.weights += quantized_bytes_;  // QLoRA's base, beside the chunks
@@ -293,7 +335,7 @@ class ShardedGemini : public train::Plugin {
       const auto shard = static_cast<std::uint64_t>(c.shard);
       const auto capacity = static_cast<std::uint64_t>(c.capacity);
       if (c.values.defined()) m.weights += shard * element;
-      if ((!device_ || gather_to_host_) && (c.gathered || c.gathering))
+      if ((!device_ || gather_to_host_) && !aliases_shard() && (c.gathered || c.gathering))
         m.weights += capacity * element;
       if (!c.trainable) continue;
       if (dtype_ != torch::kFloat32 && c.optim.defined()) m.weights += shard * 4;  // masters
@@ -310,7 +352,9 @@ class ShardedGemini : public train::Plugin {
   std::uint64_t reductions_bytes() const {
     std::uint64_t bytes = 0;
     for (const Reduction& r : reductions_)
-      bytes += static_cast<std::uint64_t>(r.input.numel() + r.output.numel()) * 4;
+      bytes += static_cast<std::uint64_t>(r.input.numel() +
+                                          (r.output.is_same(r.input) ? 0 : r.output.numel())) *
+               4;
     return bytes;
   }
 
@@ -352,6 +396,7 @@ class ShardedGemini : public train::Plugin {
   }
 
   void release_training_state() override {
+    settle_update();
     wait_in_flight();
     remove_gradient_hooks(entries_, trainable_order_);
     const bool values_on_disk = std::any_of(chunks_.begin(), chunks_.end(),
@@ -374,6 +419,7 @@ class ShardedGemini : public train::Plugin {
   void visit_weights(model::PretrainedModel& model, const WeightVisit& visit) override {
     (void)model;
     torch::NoGradGuard no_grad;
+    settle_update();
     for (const ShardEntry& e : entries_) {
       if (e.model_name.empty()) continue;
       gathered_.pin({e.chunk});
@@ -387,6 +433,7 @@ class ShardedGemini : public train::Plugin {
   // export or merge afterwards. The model's weights are then whole on every rank.
   void gather_weights() override {
     torch::NoGradGuard no_grad;
+    settle_update();
     if (device_ && gather_to_host_)
       return;       // done: a second call (rank 0's export) is no collective
     if (device_) {  // whole for the export: in host memory, not in the device's budget
@@ -411,6 +458,7 @@ class ShardedGemini : public train::Plugin {
   }
 
   std::vector<NamedTensor> trainable_weights() override {
+    settle_update();
     std::vector<NamedTensor> out;
     for (std::size_t i : trainable_order_) {
       const ShardEntry& e = entries_[i];
@@ -420,6 +468,7 @@ class ShardedGemini : public train::Plugin {
   }
 
   std::vector<NamedTensor> optimizer_state() override {
+    settle_update();
     std::vector<NamedTensor> out;
     if (steps_ == 0) return out;  // as AdamW: no state before the first update
     for (std::size_t i : trainable_order_) {
@@ -453,6 +502,7 @@ class ShardedGemini : public train::Plugin {
                   const std::map<std::string, torch::Tensor>& optimizer,
                   const nlohmann::json& state, const std::string& source) override {
     torch::NoGradGuard no_grad;
+    settle_update();
     std::map<std::string, std::size_t> index_of;
     for (std::size_t i : trainable_order_) index_of[entries_[i].name] = i;
     const auto own_part = [&](const std::string& name, const ShardEntry& e,
@@ -492,8 +542,8 @@ class ShardedGemini : public train::Plugin {
       own_moments[it->second][squared ? 1 : 0] = own_part(name, e, value);
     }
     // Chunk by chunk: the optimizer shards on disk are read, filled and written back in turn.
-    for_each_optim_chunk([&](ShardChunk& chunk) {
-      for (std::size_t i : chunk.entries) {
+    for_each_optim_chunk(every_chunk, [&](std::size_t c) {
+      for (std::size_t i : chunks_[c].entries) {
         const ShardEntry& e = entries_[i];
         if (e.own_count == 0) continue;
         master_of(e).copy_(own_weight[i]);
@@ -512,6 +562,7 @@ class ShardedGemini : public train::Plugin {
   }
 
   GeminiShardHeld held() const {
+    std::lock_guard lock(update_.mutex());
     GeminiShardHeld h;
     h.world_size = world_;
     h.chunks = static_cast<std::int64_t>(chunks_.size());
@@ -524,7 +575,8 @@ class ShardedGemini : public train::Plugin {
         ++h.offloaded_parameter_chunks;
         if (c.values.defined()) h.cached_parameter_bytes += values_bytes(c);
       }
-      if (c.whole.storage().data() != nullptr) h.gathered_bytes += c.whole.nbytes();
+      if (c.whole.storage().data() != nullptr && !aliases_shard())
+        h.gathered_bytes += c.whole.nbytes();
       const auto arrays = static_cast<std::uint64_t>(arrays_per_chunk());
       if (c.optim.defined()) {
         h.moment_bytes += c.optim.nbytes() / arrays * 2;
@@ -546,6 +598,8 @@ class ShardedGemini : public train::Plugin {
     h.all_gathers = all_gathers_;
     h.reduce_scatters = reduce_scatters_;
     h.prefetched = prefetched_;
+    h.pipelined_chunks = std::count(pipelined_.begin(), pipelined_.end(), true);
+    h.updates_behind = updates_behind_;
     h.cached_parameter_limit = static_cast<std::int64_t>(cached_shards_);
     return h;
   }
@@ -578,6 +632,10 @@ class ShardedGemini : public train::Plugin {
   }
 
   // --- memory --------------------------------------------------------------------------------
+
+  // A group of one computing in host memory (or exporting from it): a chunk and its shard are
+  // the same elements, so a gathered chunk is the shard's memory and gradients need no reduction.
+  bool aliases_shard() const { return world_ == 1 && (!device_ || gather_to_host_); }
 
   torch::Device tensor_device() const {
     return device_ ? torch::Device(device_->tensor_device()) : torch::Device(torch::kCPU);
@@ -727,7 +785,8 @@ class ShardedGemini : public train::Plugin {
       }
       if (!chunk.persistent) {
         release(c);
-      } else if (device_) {  // kept whole in device memory: gathered there (every rank alike)
+      } else if (device_ || aliases_shard()) {
+        // Kept whole in device memory (gathered there, every rank alike), or the shard itself.
         release(c);
         gather(c);
       }
@@ -741,6 +800,7 @@ class ShardedGemini : public train::Plugin {
         [this](const std::vector<std::size_t>& chunks) { use_chunks(chunks); },
         [this] { gathered_.unpin(); });
     hooked_blocks_.set(blocks, chunk_use_->chunks(), chunk_use_);
+    choose_pipelined_chunks();
   }
 
   static c10::StorageImpl& storage_of(const ShardChunk& chunk) {
@@ -789,12 +849,27 @@ class ShardedGemini : public train::Plugin {
       disk_->read(chunk.values_region, chunk.values_buffer.data()).get();
     }
     const auto bytes = static_cast<std::size_t>(chunk.whole.nbytes());
+    if (aliases_shard()) {
+      // A group of one in host memory: the chunk is its shard. The module's views see the
+      // shard's memory (not owned here: release() only takes it away from them).
+      storage_of(chunk).set_data_ptr_noswap(c10::DataPtr(chunk.values.data_ptr(), torch::kCPU));
+      chunk.gathered = true;
+      return;
+    }
     if (device_ && !gather_to_host_) {
       storage_of(chunk).set_data_ptr_noswap(
           device_->allocate(bytes, "gathered chunk " + std::to_string(c)));
+      settle_upload(chunk);
+      if (world_ == 1) {
+        // A group of one: the shard is copied up into the chunk itself, no collective.
+        device_->copy_to_device(chunk.whole.data_ptr(), chunk.values.data_ptr(), bytes);
+        chunk.uploaded = device_->record_copies();
+        device_->compute_waits(*chunk.uploaded);
+        chunk.gathered = true;
+        return;
+      }
       // Only this rank's shard goes up; the all-gather, queued after the copy on the compute
       // stream, fills the rest from the other ranks' devices.
-      settle_upload(chunk);
       chunk.upload =
           device_tensor(chunk.shard, dtype_, "parameter shard of chunk " + std::to_string(c));
       device_->copy_to_device(chunk.upload.data_ptr(), chunk.values.data_ptr(),
@@ -838,6 +913,12 @@ class ShardedGemini : public train::Plugin {
   }
 
   void use_chunks(const std::vector<std::size_t>& chunks) {
+    if (update_behind_) {  // the block's chunks must have their new shards first
+      std::vector<std::size_t> waited;
+      for (std::size_t c : chunks)
+        if (pipelined_[c]) waited.push_back(c);
+      update_.wait_for(waited);
+    }
     gathered_.pin(chunks);
     for (std::size_t c : chunks) {
       gather(c);
@@ -852,8 +933,12 @@ class ShardedGemini : public train::Plugin {
   // After a use of `c`: start gathering the next chunk of the traced order (not across the end
   // of a step: the next use comes after the update, which changes every chunk).
   void gather_ahead(std::size_t c) {
+    if (aliases_shard()) return;  // nothing to move ahead of time
     const std::optional<std::size_t> next = gathered_.next_after(c, /*across_steps=*/false);
     if (!next) return;
+    // Not a chunk the update may still be changing: waiting for it here would hold up this
+    // block, and skipping it only where the update is late would make the ranks' gathers differ.
+    if (update_behind_ && pipelined_[*next]) return;
     if (chunks_[*next].gathered || !make_room()) return;
     gathered_.touch(*next);
     start_gather(*next);
@@ -891,17 +976,22 @@ class ShardedGemini : public train::Plugin {
     while (next_reduce_ < reduce_order_.size() && chunks_[reduce_order_[next_reduce_]].ready) {
       const std::size_t c = reduce_order_[next_reduce_++];
       ShardChunk& chunk = chunks_[c];
+      chunk.launched = true;
+      if (aliases_shard()) continue;  // already in the step's shard
       if (!chunk.grad_whole.defined()) chunk.grad_whole = zeroed_gradient_chunk(c);
       Reduction r;
       r.chunk = c;
       r.input = std::move(chunk.grad_whole);
       chunk.grad_whole = torch::Tensor();
-      r.output = device_ ? device_tensor(chunk.shard, torch::kFloat32,
-                                         "reduced gradient shard " + std::to_string(c))
-                         : torch::empty({chunk.shard}, torch::kFloat32);
-      r.work = group_->reduce_scatter_async(r.input, r.output, dist::ReduceOp::Avg);
-      chunk.launched = true;
-      ++reduce_scatters_;
+      if (world_ == 1) {
+        r.output = r.input;  // a group of one on a device: its shard is the whole, copied down
+      } else {
+        r.output = device_ ? device_tensor(chunk.shard, torch::kFloat32,
+                                           "reduced gradient shard " + std::to_string(c))
+                           : torch::empty({chunk.shard}, torch::kFloat32);
+        r.work = group_->reduce_scatter_async(r.input, r.output, dist::ReduceOp::Avg);
+        ++reduce_scatters_;
+      }
       reductions_.push_back(std::move(r));
       while (reductions_.size() > kReducesInFlight) finish_reduction();
     }
@@ -993,23 +1083,75 @@ class ShardedGemini : public train::Plugin {
   }
 
   // Chunk by chunk, so that the optimizer shards on disk stream through (one read ahead, one
-  // written behind); each tensor's update is independent of the others'.
+  // written behind); each tensor's update is independent of the others'. The chunks the
+  // pipelined update takes (pipelined_) are left to its worker.
   void update(double lr, const std::optional<torch::Tensor>& coef) {
     ++steps_;
-    for_each_optim_chunk([&](ShardChunk& chunk) {
-      for (std::size_t i : chunk.entries) {
-        ShardEntry& e = entries_[i];
-        if (!e.has_grad || e.own_count == 0) continue;  // no gradient: no update, as torch does
-        CpuUpdateArrays where;
-        where.exp_avg = moment_of(e, 0).data_ptr<float>();
-        where.exp_avg_sq = moment_of(e, 1).data_ptr<float>();
-        where.param = master_of(e).data_ptr<float>();
-        if (dtype_ != torch::kFloat32)
-          where.bf16_copy = static_cast<std::uint16_t*>(own_values(e).data_ptr());
-        cpu_adamw_update(own_gradient(e), coef, where, adamw_, lr, e.decays, steps_);
-        e.tensor.unsafeGetTensorImpl()->bump_version();
-      }
-    });
+    with_gradient_.assign(entries_.size(), 0);
+    for (std::size_t i = 0; i < entries_.size(); ++i) with_gradient_[i] = entries_[i].has_grad;
+    std::vector<std::size_t> later;
+    for (std::size_t c = 0; c < chunks_.size(); ++c)
+      if (pipelined_[c]) later.push_back(c);
+    for_each_optim_chunk([&](std::size_t c) { return !pipelined_[c]; },
+                         [&](std::size_t c) { update_chunk(c, lr, coef, 0); });
+    if (later.empty()) return;
+    update_.start(chunks_.size(), later,
+                  [this, lr, coef](const UpdatePipeline::ChunkDone& done, int threads) {
+                    torch::NoGradGuard no_grad;
+                    for_each_optim_chunk([&](std::size_t c) { return pipelined_[c]; },
+                                         [&](std::size_t c) {
+                                           update_chunk(c, lr, coef, threads);
+                                           done(c);
+                                         });
+                  });
+    update_behind_ = true;
+    ++updates_behind_;
+  }
+
+  // The CPU Adam on this rank's part of chunk `c`'s tensors; its gradient shard goes.
+  void update_chunk(std::size_t c, double lr, const std::optional<torch::Tensor>& coef,
+                    int threads) {
+    ShardChunk& chunk = chunks_[c];
+    for (std::size_t i : chunk.entries) {
+      ShardEntry& e = entries_[i];
+      if (!with_gradient_[i] || e.own_count == 0) continue;  // no gradient: no update, as torch
+      CpuUpdateArrays where;
+      where.exp_avg = moment_of(e, 0).data_ptr<float>();
+      where.exp_avg_sq = moment_of(e, 1).data_ptr<float>();
+      where.param = master_of(e).data_ptr<float>();
+      if (dtype_ != torch::kFloat32)
+        where.bf16_copy = static_cast<std::uint16_t*>(own_values(e).data_ptr());
+      cpu_adamw_update(own_gradient(e), coef, where, adamw_, lr, e.decays, steps_, threads);
+      e.tensor.unsafeGetTensorImpl()->bump_version();
+    }
+    std::lock_guard lock(update_.mutex());  // memory() reads it
+    chunk.grad_shard = torch::Tensor();
+  }
+
+  // Waits for the update pipelined with the forward, if one runs; rethrows its error. Every rank
+  // calls it at the same points (it decides whether the forward gathers ahead).
+  void settle_update() {
+    update_.settle();
+    update_behind_ = false;
+  }
+
+  // Pipelines the update of optimizer shards on disk with the next forward when no parameter
+  // shard is on disk and there is no device tier (the update would otherwise share the disk
+  // reads or the device's streams with the forward): a chunk whose optimizer shard is on disk
+  // and which a block gathers (not LoRA's adapters, gathered after every update) is updated on
+  // a worker, and each block waits for its own chunks (use_chunks).
+  void choose_pipelined_chunks() {
+    pipelined_.assign(chunks_.size(), false);
+    if (device_ || std::any_of(chunks_.begin(), chunks_.end(),
+                               [](const ShardChunk& c) { return c.values_on_disk; }))
+      return;
+    for (std::size_t c = 0; c < chunks_.size(); ++c)
+      pipelined_[c] = chunks_[c].trainable && chunks_[c].optim_on_disk && !chunks_[c].persistent;
+    const auto behind = std::count(pipelined_.begin(), pipelined_.end(), true);
+    if (behind > 0 && log_ && rank_ == 0)
+      log_("info", "gemini: the update of " + std::to_string(behind) +
+                       " optimizer shards on disk runs behind the next forward, each block "
+                       "waiting for its own");
   }
 
   // --- optimizer shards in the disk tier ------------------------------------------------------
@@ -1026,11 +1168,14 @@ class ShardedGemini : public train::Plugin {
 
   // A fresh zeroed buffer under `optim` (page-aligned, as O_DIRECT needs).
   void make_optim_resident(ShardChunk& chunk) {
-    chunk.optim_buffer = memory::AlignedBuffer(optim_bytes(chunk));
+    memory::AlignedBuffer buffer(optim_bytes(chunk));
+    std::lock_guard lock(update_.mutex());  // memory() reads it
+    chunk.optim_buffer = std::move(buffer);
     chunk.optim = torch::from_blob(chunk.optim_buffer.data(), {arrays_per_chunk() * chunk.shard},
                                    torch::kFloat32);
   }
   void drop_resident_optim(ShardChunk& chunk) {
+    std::lock_guard lock(update_.mutex());
     chunk.optim = torch::Tensor();
     chunk.optim_buffer = memory::AlignedBuffer();
   }
@@ -1047,14 +1192,17 @@ class ShardedGemini : public train::Plugin {
     chunk.values_buffer = memory::AlignedBuffer();
   }
 
-  // Runs `body` on every trainable chunk in order with its optimizer and parameter shards
-  // resident: those on disk are read ahead and written back behind (disk_chunks.h, as the
-  // one-process plugin does). No chunk is gathered meanwhile (the update released them).
-  template <typename Body>
-  void for_each_optim_chunk(Body&& body) {
+  // Runs body(c) on every trainable chunk c that `include` takes, in order, with its optimizer
+  // and parameter shards resident: those on disk are read ahead and written back behind
+  // (disk_chunks.h, as the one-process plugin does). No chunk it takes is gathered meanwhile
+  // (the update released them; the forward waits for them).
+  static bool every_chunk(std::size_t) { return true; }
+  template <typename Include, typename Body>
+  void for_each_optim_chunk(Include&& include, Body&& body) {
     DiskChunkTransfers io;
     io.on_disk = [&](std::size_t c) {
-      return chunks_[c].trainable && (chunks_[c].optim_on_disk || chunks_[c].values_on_disk);
+      return include(c) && chunks_[c].trainable &&
+             (chunks_[c].optim_on_disk || chunks_[c].values_on_disk);
     };
     io.read = [&](std::size_t c) {
       ShardChunk& chunk = chunks_[c];
@@ -1083,9 +1231,9 @@ class ShardedGemini : public train::Plugin {
       if (chunks_[c].values_on_disk) keep_or_drop_values(chunks_[c]);
     };
     stream_disk_chunks(chunks_.size(), io, [&](std::size_t c) {
-      if (!chunks_[c].trainable) return;
+      if (!chunks_[c].trainable || !include(c)) return;
       settle_upload(chunks_[c]);  // a chunk kept whole was copied up from this shard
-      body(chunks_[c]);
+      body(c);
     });
   }
 
@@ -1146,9 +1294,19 @@ class ShardedGemini : public train::Plugin {
   // them in; the block computing now pins its chunks.
   memory::ChunkCachePolicy gathered_;
   std::int64_t steps_ = 0;
+  std::function<void(const std::string&, const std::string&)> log_;  // may be empty
+  // The update (update()): which entries it changes (their gradient arrived).
+  std::vector<char> with_gradient_;
+  // The chunks whose update runs behind the next forward (choose_pipelined_chunks), and whether
+  // one may be running now (from step() to the next settle_update()).
+  std::vector<bool> pipelined_;
+  bool update_behind_ = false;
   std::uint64_t all_gathers_ = 0;
   std::uint64_t reduce_scatters_ = 0;
   std::uint64_t prefetched_ = 0;
+  std::uint64_t updates_behind_ = 0;
+  // Its worker, declared last: it ends before anything it uses goes.
+  UpdatePipeline update_;
 };
 
 }  // namespace

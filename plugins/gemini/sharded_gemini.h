@@ -65,6 +65,10 @@ struct GeminiShardHeld {
   std::uint64_t all_gathers = 0;             // since prepare()
   std::uint64_t reduce_scatters = 0;
   std::uint64_t prefetched = 0;  // gathers started ahead of their use
+  // Chunks whose update runs behind the next forward (optimizer shards on disk), and the steps
+  // whose update did so.
+  std::int64_t pipelined_chunks = 0;
+  std::uint64_t updates_behind = 0;
 };
 
 // Through the registered `gemini` (gemini_front.cpp): false unless `plugin` runs sharded.

@@ -70,9 +70,9 @@ def hf_child(model_dir, batches_path, steps, report_path, threads):
         json.dump({"losses": losses, "step_seconds": seconds}, f)
 
 
-def run_child(argv, threads, label):
+def run_child(argv, threads, label, extra_env=None):
     """Runs one side; returns (peak RSS bytes, wall seconds). Raises on a crash."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), **(extra_env or {}))
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = proc.stdout.read()

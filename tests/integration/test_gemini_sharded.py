@@ -91,6 +91,25 @@ def test_sharded_gemini_equals_single_with_accumulation(launch, world, method, a
             assert held["reduce_scatters"] == steps * accumulation * held["chunks"]
 
 
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_a_group_of_one_holds_each_chunk_once(launch, monkeypatch, method):
+    """The sharded plugin at one process (TESSERA_GEMINI_SHARDED_ONE_PROCESS), as it is to run
+    every one-process gemini job: its group of one gathers a chunk as the shard's own memory and
+    adds the gradients up in the step's shard, so after the last backward memory() holds the
+    parameters, the gradients and the moments once each, counted from its buffers: nothing
+    gathered apart, no collective, and `single`'s weights, losses and norms with accumulation 2."""
+    monkeypatch.setenv("TESSERA_GEMINI_SHARDED_ONE_PROCESS", "1")
+    steps, accumulation = 3, 2
+    reports = run_gemini(launch, 1, steps, accumulation, method, SMALL_CHUNKS if method == "full" else {})
+    first = reports[0]
+    assert_equals_single(first, f"gemini sharded, group of one, {method}")
+    check_memory(reports, 1, steps, accumulation)
+    held, during = first["gemini"], first["during_step"]
+    assert held["gathered_bytes"] == 0, held
+    assert during["weights"] == held["parameter_shard_bytes"] == 4 * held["chunk_elements"], during
+    assert held["all_gathers"] == held["reduce_scatters"] == held["prefetched"] == 0, held
+
+
 def test_bf16_ranks_stay_identical(launch):
     reports = run_gemini(launch, 2, 3, 1, "full", SMALL_CHUNKS, precision="bf16")
     first = reports[0]
@@ -159,6 +178,14 @@ def test_offloaded_optimizer_shards_equal_single(launch, tmp_path, method, fract
         assert disk["bytes_read"] == (steps - 1) * disk["used"], disk
         # The checkpoint streams the shards on disk: it holds every rank's whole moments.
         assert held["checkpoint_optimizer_bytes"] == all_moments
+        # Measured before the last step's update: each update so far ran behind the next
+        # forward, but LoRA's: its adapters are gathered after every update, so they are
+        # updated at once.
+        if method == "full":
+            assert held["pipelined_chunks"] == held["offloaded_chunks"] > 0, held
+            assert held["updates_behind"] == steps - 1, held
+        else:
+            assert held["pipelined_chunks"] == 0 and held["updates_behind"] == 0, held
         chosen.add(held["offloaded_chunks"])
         print(f"  rank {report['rank']}: optimizer in RAM {during['optimizer']} B (was "
               f"{all_moments} B), on disk {disk['optimizer']} B in {held['offloaded_chunks']} "

@@ -165,8 +165,16 @@ def test_gemini_follows_single(workdir, family, precision, method):
         assert not offload.exists() or not any(offload.iterdir()), "the offload folder outlived the run"
 
 
-@pytest.mark.parametrize("family, precision", [("llama", "fp32"), ("gpt2", "bf16")])
-def test_the_update_behind_the_forward_waits_for_its_chunks(workdir, family, precision):
+# The one-process plugin, and the sharded one as a group of one (TESSERA_GEMINI_SHARDED_ONE_PROCESS),
+# which is to become the one-process case (issue 25).
+SHARDED_ONE_PROCESS = {"TESSERA_GEMINI_SHARDED_ONE_PROCESS": "1"}
+
+
+@pytest.mark.parametrize("family, precision, plugin", [
+    ("llama", "fp32", "one-process"), ("gpt2", "bf16", "one-process"), ("llama", "fp32", "sharded"),
+    ("gpt2", "bf16", "sharded"),
+])
+def test_the_update_behind_the_forward_waits_for_its_chunks(workdir, family, precision, plugin):
     """With the parameters in memory and the optimizer state on disk (full fine-tuning: LoRA's
     adapters, in no block, are updated in step()), the update of its chunks runs behind the next
     forward, each block waiting for the chunks of its own parameters. On a
@@ -175,7 +183,7 @@ def test_the_update_behind_the_forward_waits_for_its_chunks(workdir, family, pre
     The losses are single's within 1e-5, with gradient accumulation (two forwards per step),
     recomputation (each block entered again in backward) and evaluations between steps."""
     training = {"gradient_accumulation": 2, "activation_checkpointing": True, "eval_every": 3}
-    base = f"behind-{family}-{precision}"
+    base = f"behind-{family}-{precision}-{plugin}"
 
     def with_evaluation(path):
         spec = json.loads(path.read_text())
@@ -190,13 +198,39 @@ def test_the_update_behind_the_forward_waits_for_its_chunks(workdir, family, pre
         spec_for(workdir, family, f"{base}-single", "single", precision=precision, steps=8, training=training)))
     spec = with_evaluation(spec_for(workdir, family, base, "gemini", {"offload_optim_frac": 1.0, "chunk_size": "160KiB"},
                                     precision=precision, steps=8, training=training))
-    losses, events = run(spec, env=dict(os.environ, TESSERA_TEST_SLOW_DISK_MS="4"))
+    env = dict(os.environ, TESSERA_TEST_SLOW_DISK_MS="4", **(SHARDED_ONE_PROCESS if plugin == "sharded" else {}))
+    losses, events = run(spec, env=env)
     logs = " ".join(e.get("message", "") for e in events if e["type"] == "log")
     assert "runs behind the next forward" in logs, "the update was not pipelined"
     assert_same_losses(losses, reference, f"{base}: update behind the forward, slow disk")
     # An evaluation between steps reads the parameters while the last update may still run.
     assert sorted(evaluations(events)) == [3, 6, 8], evaluations(events)
     assert_same_losses(evaluations(events), evaluations(single_events), f"{base}: evaluations")
+
+
+def test_two_ranks_wait_for_the_update_behind_the_forward(workdir):
+    """2 ranks of the sharded plugin with their optimizer shards on a slow disk (as above): each
+    rank's update runs behind its next forward and each block waits for its own chunks, while
+    both ranks gather ahead alike (a gather ahead skipped on one rank only would pair different
+    chunks in the collectives). The losses are those of the same 2-rank job with the shards in
+    memory, whose update runs in step(), within 1e-5, with accumulation and recomputation."""
+    training = {"gradient_accumulation": 2, "activation_checkpointing": True}
+
+    def launch_2(name, options, env=None):
+        spec = spec_for(workdir, "llama", name, "gemini", {"chunk_size": "160KiB", **options}, steps=8,
+                        training=training)
+        events_path = spec.with_suffix(".events.jsonl")
+        r = cli("launch", "--nproc", 2, spec, "--events", events_path, env=env)
+        assert r.returncode == 0, f"{name}: exit {r.returncode}\n{r.stderr[-3000:]}"
+        events = [json.loads(line) for line in events_path.read_text().splitlines() if line.strip()]
+        return {e["step"]: e["loss"] for e in events if e["type"] == "metric" and "loss" in e}, events
+
+    reference, _ = launch_2("behind-ranks-memory", {})
+    losses, events = launch_2("behind-ranks-disk", {"offload_optim_frac": 1.0},
+                              env=dict(os.environ, TESSERA_TEST_SLOW_DISK_MS="4"))
+    logs = " ".join(e.get("message", "") for e in events if e["type"] == "log")
+    assert "runs behind the next forward" in logs, "the update was not pipelined"
+    assert_same_losses(losses, reference, "2 ranks: update behind the forward, slow disk")
 
 
 @pytest.mark.parametrize("method", ["full", "lora"])

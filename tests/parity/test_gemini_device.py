@@ -203,7 +203,8 @@ def test_the_sharded_plugin_on_one_process_follows_single(workdir, method):
     """The sharded plugin at one process (TESSERA_GEMINI_SHARDED_ONE_PROCESS: how the GPU check
     runs its device tier on a machine with one GPU), on the CPU and on the simulated device,
     with three micro-batches and recomputation: `single`'s losses (fp32, 1e-5 relative) and
-    its exported model within float rounding."""
+    its exported model within float rounding. On the CPU a group of one gathers a chunk as its
+    shard's own memory: the weights in host memory are the parameters' bytes once, not twice."""
     def spec(name, strategy, options):
         return spec_for(workdir, "llama", name, strategy, options, method=method, steps=6,
                         training={"gradient_accumulation": 3, "batch_size": 2, "activation_checkpointing": True})
@@ -217,6 +218,9 @@ def test_the_sharded_plugin_on_one_process_follows_single(workdir, method):
         assert_same_losses(ours, reference, f"sharded plugin, one process, {name}, {method}")
         # Only the simulated run has a device tier.
         assert any(e.get("tier") == "device" for e in events if e["type"] == "memory") == (name == "simulated")
+        if name == "cpu" and method == "full":
+            weights = {e["by_category"]["weights"] for e in events if e["type"] == "memory" and e.get("tier") == "host"}
+            assert weights == {4 * trainable_parameters(workdir, "full")}, weights
         mine = load_file(workdir / f"dev-solo-{method}-{name}" / "model" / "model.safetensors")
         theirs = load_file(workdir / f"dev-solo-{method}-single" / "model" / "model.safetensors")
         for key, tensor in theirs.items():

@@ -287,6 +287,8 @@ int run_train(int argc, char** argv) {
                      {"all_gathers", g.all_gathers},
                      {"reduce_scatters", g.reduce_scatters},
                      {"prefetched", g.prefetched},
+                     {"pipelined_chunks", g.pipelined_chunks},
+                     {"updates_behind", g.updates_behind},
                      {"offloaded_chunks", g.offloaded_chunks},
                      {"offloaded_moment_bytes", g.offloaded_moment_bytes},
                      {"offloaded_master_bytes", g.offloaded_master_bytes},
