@@ -21,6 +21,8 @@ namespace tessera::memory {
 // holds a whole float32 gradient chunk until it is done).
 inline constexpr std::size_t kGatheredChunks = 4;
 inline constexpr std::size_t kReducesInFlight = 2;
+// Sharded gemini: gradient shards on their way to the disk tier at once.
+inline constexpr std::size_t kGradientWritesInFlight = 2;
 // Gemini in one process (plugins/gemini/gemini_plugin.cpp, and the planner): parameter chunks
 // streamed from disk (or, with a device, from host memory to it) held at once (those in use, the
 // prefetched next one, recently used ones: a block's weight and bias may sit in two chunks, and

@@ -397,6 +397,7 @@ std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelCo
   computes_on_the_device(device, all, s.simulated_device);
 
   MemoryEstimate host = all;
+  host.disk_gradients = 0;  // with a device tier the gradient shards stay in host memory
   host.weights = to_bytes(static_cast<double>(all.weights) - whole);
   host.gathered_chunks = 0;
   host.gradient_buckets = 0;
@@ -491,8 +492,11 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
   // the float32 masters in bf16) of the trainable chunks the plugin's rule picks
   // (memory::choose_offloaded_chunks over the shards' bytes, equal on every rank), one file per
   // chunk rounded up to the I/O alignment (memory::io_size, as DiskStore does); the update
-  // streams them, at most three resident at once (`offload_buffers`). Reduced gradient shards
-  // stay in memory. With offload_param_frac, the parameter shards of the chunks the same rule
+  // streams them, at most three resident at once (`offload_buffers`). The reduced gradient
+  // shard of each such chunk goes to a file beside it once final (the last micro-batch; at most
+  // kGradientWritesInFlight on their way, plus the one being filled) and is read back by the
+  // update; the other gradient shards stay in memory, as all of them do between micro-batches.
+  // With offload_param_frac, the parameter shards of the chunks the same rule
   // picks (over every chunk's shard bytes but LoRA's adapter chunks) are files of the disk tier
   // too: read when their chunk is gathered and kept while it is (at most four), and streamed
   // through the update with the optimizer shards.
@@ -514,12 +518,19 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
   };
   double disk_shards = 0;
   std::uint64_t disk_files = 0;
-  std::vector<std::uint64_t> disk_buffers;  // each on-disk shard's buffer while resident
+  std::uint64_t gradient_files = 0;
+  std::vector<std::uint64_t> disk_gradients;  // each on-disk chunk's gradient shard
+  std::vector<std::uint64_t> disk_buffers;    // each on-disk shard's buffer while resident
+  const auto gradient_bytes_of = [&](std::size_t t) {
+    return to_bytes(chunks.trainable[t] / w * 4.0);
+  };
   for (std::size_t t = 0; t < on_disk.size(); ++t) {
     if (!on_disk[t]) continue;
     disk_shards += chunks.trainable[t] / w;
     disk_files += memory::io_size(optim_sizes[t]);
     disk_buffers.push_back(buffer_of(optim_sizes[t]));
+    gradient_files += memory::io_size(gradient_bytes_of(t));
+    disk_gradients.push_back(gradient_bytes_of(t));
   }
   // Parameter shards: the fetched chunks then the kept ones, as the plugin orders them (frozen
   // chunks first; for full fine-tuning every chunk is fetched and trainable).
@@ -551,7 +562,7 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
   std::vector<std::uint64_t> update_buffers;
   for (std::size_t t = 0; t < chunks.trainable.size(); ++t) {
     std::uint64_t b = 0;
-    if (on_disk[t]) b += buffer_of(optim_sizes[t]);
+    if (on_disk[t]) b += buffer_of(optim_sizes[t]) + buffer_of(gradient_bytes_of(t));
     if (!lora && t < values_on_disk.size() && values_on_disk[t]) b += buffer_of(value_sizes[t]);
     if (b > 0) update_buffers.push_back(b);
   }
@@ -567,7 +578,17 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
   e.optimizer = to_bytes(host_shards * 8.0);
   e.gradient_buckets = to_bytes(largest * 4.0 + static_cast<double>(kReducesInFlight) *
                                                     (largest + largest / w) * 4.0);
-  e.gradients = to_bytes(trainable_shards * 4.0 + static_cast<double>(e.gradient_buckets) +
+  // The gradient shards in memory at the peak: all of them between micro-batches; with one
+  // micro-batch, those not bound for disk and the ones on their way there.
+  std::sort(disk_gradients.rbegin(), disk_gradients.rend());
+  double on_their_way = 0;
+  for (std::size_t i = 0; i < std::min(memory::kGradientWritesInFlight + 1, disk_gradients.size());
+       ++i)
+    on_their_way += d(static_cast<std::int64_t>(disk_gradients[i]));
+  const double resident_gradients = s.gradient_accumulation > 1
+                                        ? trainable_shards * 4.0
+                                        : (trainable_shards - disk_shards) * 4.0 + on_their_way;
+  e.gradients = to_bytes(resident_gradients + static_cast<double>(e.gradient_buckets) +
                          chunks.largest_trainable_tensor * (param_bytes + (bf16 ? 4.0 : 0.0)));
   // The larger of the update's streamed shards and the parameter shards of the gathered
   // chunks (none is gathered during the update).
@@ -582,7 +603,7 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
   const std::uint64_t disk_masters = bf16 ? to_bytes(disk_shards * 4.0) : 0;
   e.disk_weights = disk_masters + value_files;
   e.disk_optimizer = disk_files - disk_masters;
-  e.disk_gradients = 0;
+  e.disk_gradients = gradient_files;
   // Loading: each chunk staged whole in float32 (read, then broadcast from rank 0) and cast,
   // beside the shards and optimizer state built so far (an on-disk shard through its buffer,
   // written before the next).

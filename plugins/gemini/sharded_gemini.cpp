@@ -71,6 +71,10 @@ struct ShardEntry {
   TensorState state = TensorState::Free;
   bool grad_this_backward = false;
   bool has_grad = false;  // a gradient arrived since the last update
+  // Its part's norm, taken when the step's gradient shard is final (it may go to disk): a group
+  // of one keeps single's float32 norm, several ranks the float64 square.
+  torch::Tensor grad_norm;
+  double grad_squares = 0.0;
 };
 
 struct ShardChunk {
@@ -109,6 +113,14 @@ struct ShardChunk {
   std::size_t grads_in = 0;
   bool ready = false;     // every tensor's gradient of this backward is in
   bool launched = false;  // reduce-scattered in this backward
+  // Chunks whose optimizer shard is on disk (no device tier): once final (the last micro-batch)
+  // the step's gradient shard goes to a region of the disk tier too, read back by the update
+  // with the optimizer shard; `grad_buffer` is its memory while resident.
+  bool grad_to_disk = false;
+  std::size_t grad_region = 0;
+  memory::AlignedBuffer grad_buffer;
+  bool grad_on_disk = false;  // this step's gradient shard is in its region, not in memory
+  bool grad_written = false;  // its region has been written (it takes room on disk)
 };
 
 class ShardedGemini : public train::Plugin {
@@ -205,7 +217,7 @@ class ShardedGemini : public train::Plugin {
   // would keep a whole model's gradients on every rank between micro-batches, which is what
   // sharding is for. The extra communication is (A − 1) reduce-scatters per step.
   void backward(const torch::Tensor& loss, double multiplier, bool last_micro_batch) override {
-    (void)last_micro_batch;
+    last_micro_batch_ = last_micro_batch;
     // Gradients go into the shards the pipelined update reads: it is done first (its last
     // chunks, the first ones backward reaches, finish as the forward ends).
     settle_update();
@@ -224,6 +236,9 @@ class ShardedGemini : public train::Plugin {
       launch_ready_reductions();
       while (!reductions_.empty()) finish_reduction();
       add_copied_gradients();
+      if (device_ && last_micro_batch_)  // the shards came down: final now
+        for (std::size_t c = 0; c < chunks_.size(); ++c) gradient_final(c);
+      while (!gradient_writes_.empty()) finish_gradient_write();
     } catch (...) {
       wait_in_flight();
       throw;
@@ -248,7 +263,9 @@ class ShardedGemini : public train::Plugin {
       // after. Only tensors with a gradient are read from it (the update and the norm), so it
       // is not zeroed. In bf16 the sum is rounded to bf16, as `single`'s .grad adds up, so that
       // one process trains to the same values whichever plugin runs it.
-      if (!c.grad_shard.defined()) c.grad_shard = torch::empty({c.capacity}, torch::kFloat32);
+      if (!c.grad_shard.defined())
+        c.grad_shard =
+            c.grad_to_disk ? resident_gradient(e.chunk) : torch::empty({c.capacity}, torch::kFloat32);
       torch::Tensor slot = c.grad_shard.narrow(0, e.offset, e.numel).view(g.sizes());
       if (!e.has_grad) {
         slot.copy_(master);
@@ -288,13 +305,16 @@ class ShardedGemini : public train::Plugin {
       ShardEntry& e = entries_[i];
       memory::transition(e.state, TensorState::ReadyForUpdate, e.name);
       if (!e.has_grad || e.own_count == 0) continue;
-      if (world_ == 1) {
-        norms.push_back(own_gradient(e).norm(2.0));
-        continue;
+      if (world_ > 1) {
+        local_squares += e.grad_squares;
+      } else if (e.grad_norm.defined()) {
+        norms.push_back(e.grad_norm);
+      } else {
+        throw Error(ErrorKind::Internal,
+                    "gemini: step() without a backward marked as the last micro-batch");
       }
-      const double norm =
-          at::linalg_vector_norm(own_gradient(e), 2, {}, false, torch::kFloat64).item<double>();
-      local_squares += norm * norm;
+      e.grad_norm = torch::Tensor();
+      e.grad_squares = 0.0;
     }
     torch::Tensor total;
     if (world_ == 1) {
@@ -308,10 +328,16 @@ class ShardedGemini : public train::Plugin {
     stats.grad_norm = total.item<double>();
     const std::optional<torch::Tensor> coef = optim::clip_coefficient(total, max_grad_norm);
     stats.applied = precision_->accept_step(stats.grad_norm);
-    if (stats.applied)
+    if (stats.applied) {
       update(lr, coef);  // consumes the gradient shards as it goes
-    else
-      for (ShardChunk& c : chunks_) c.grad_shard = torch::Tensor();
+    } else {
+      std::lock_guard lock(update_.mutex());
+      for (ShardChunk& c : chunks_) {
+        c.grad_shard = torch::Tensor();
+        c.grad_buffer = memory::AlignedBuffer();
+        c.grad_on_disk = false;
+      }
+    }
     for (std::size_t i : trainable_order_) {
       ShardEntry& e = entries_[i];
       e.has_grad = false;
@@ -381,9 +407,12 @@ class ShardedGemini : public train::Plugin {
     d.used = disk_->bytes_on_disk();
     // Optimizer shards: their float32 masters (bf16) count as weights, the rest of each file
     // (the moments and the padding to the I/O alignment) as optimizer state. Parameter shards
-    // count as weights.
+    // count as weights, gradient shards (once first written) as gradients.
+    std::lock_guard lock(update_.mutex());
     for (const ShardChunk& c : chunks_) {
       if (c.values_on_disk) d.by_category.weights += disk_->region_bytes(c.values_region);
+      if (c.grad_to_disk && c.grad_written)
+        d.by_category.gradients += disk_->region_bytes(c.grad_region);
       if (!c.optim_on_disk) continue;
       const std::uint64_t masters =
           dtype_ == torch::kFloat32 ? 0 : static_cast<std::uint64_t>(c.shard) * 4;
@@ -588,6 +617,7 @@ class ShardedGemini : public train::Plugin {
         ++h.offloaded_chunks;
       }
       if (c.grad_shard.defined()) h.gradient_bytes += c.grad_shard.nbytes();
+      if (c.grad_on_disk) h.offloaded_gradient_bytes += static_cast<std::uint64_t>(c.shard) * 4;
       if (c.grad_whole.defined()) h.gradient_bytes += c.grad_whole.nbytes();
     }
     for (const ShardEntry& e : entries_) {
@@ -614,6 +644,7 @@ class ShardedGemini : public train::Plugin {
     std::size_t chunk = 0;
     torch::Tensor input;   // the chunk's whole gradients, alive until the collective is done
     torch::Tensor output;  // this rank's shard of their mean
+    memory::AlignedBuffer output_buffer;  // under `output` where it may go to disk
     dist::PendingCollective work;
   };
 
@@ -764,6 +795,10 @@ class ShardedGemini : public train::Plugin {
         chunk.values = own.to(dtype_, /*non_blocking=*/false, /*copy=*/true);
       }
       if (chunk.trainable) {
+        chunk.grad_to_disk = chunk.optim_on_disk && !device_;
+        if (chunk.grad_to_disk)
+          chunk.grad_region = disk().add_region("gradient shard of chunk " + std::to_string(c),
+                                                static_cast<std::uint64_t>(chunk.shard) * 4);
         if (chunk.optim_on_disk) {
           chunk.optim_region = disk().add_region("optimizer shard of chunk " + std::to_string(c),
                                                  optim_bytes(chunk));
@@ -977,7 +1012,10 @@ class ShardedGemini : public train::Plugin {
       const std::size_t c = reduce_order_[next_reduce_++];
       ShardChunk& chunk = chunks_[c];
       chunk.launched = true;
-      if (aliases_shard()) continue;  // already in the step's shard
+      if (aliases_shard()) {  // already in the step's shard
+        if (last_micro_batch_) gradient_final(c);
+        continue;
+      }
       if (!chunk.grad_whole.defined()) chunk.grad_whole = zeroed_gradient_chunk(c);
       Reduction r;
       r.chunk = c;
@@ -986,9 +1024,15 @@ class ShardedGemini : public train::Plugin {
       if (world_ == 1) {
         r.output = r.input;  // a group of one on a device: its shard is the whole, copied down
       } else {
-        r.output = device_ ? device_tensor(chunk.shard, torch::kFloat32,
-                                           "reduced gradient shard " + std::to_string(c))
-                           : torch::empty({chunk.shard}, torch::kFloat32);
+        if (device_) {
+          r.output = device_tensor(chunk.shard, torch::kFloat32,
+                                   "reduced gradient shard " + std::to_string(c));
+        } else if (chunk.grad_to_disk) {  // page-aligned: it may become the shard written out
+          r.output_buffer = memory::AlignedBuffer(static_cast<std::size_t>(chunk.shard) * 4);
+          r.output = torch::from_blob(r.output_buffer.data(), {chunk.shard}, torch::kFloat32);
+        } else {
+          r.output = torch::empty({chunk.shard}, torch::kFloat32);
+        }
         r.work = group_->reduce_scatter_async(r.input, r.output, dist::ReduceOp::Avg);
         ++reduce_scatters_;
       }
@@ -1015,12 +1059,60 @@ class ShardedGemini : public train::Plugin {
       device_->copy_to_host(destination.data_ptr(), r.output.data_ptr(),
                             static_cast<std::size_t>(r.output.nbytes()));
       gradients_copied_ = device_->record_copies();
-    } else if (chunk.grad_shard.defined()) {
-      chunk.grad_shard.add_(r.output);
     } else {
-      chunk.grad_shard = r.output;
+      if (chunk.grad_shard.defined()) {
+        chunk.grad_shard.add_(r.output);
+      } else {
+        std::lock_guard lock(update_.mutex());
+        chunk.grad_shard = r.output;
+        chunk.grad_buffer = std::move(r.output_buffer);
+      }
+      if (last_micro_batch_) gradient_final(r.chunk);
     }
     reductions_.pop_front();
+  }
+
+  // Chunk `c`'s gradient shard holds the step's sum: its tensors' norms are taken, and a shard
+  // bound for disk starts its write (at most kGradientWritesInFlight at once; the backward
+  // waits for the rest before it returns).
+  void gradient_final(std::size_t c) {
+    ShardChunk& chunk = chunks_[c];
+    if (!chunk.grad_shard.defined()) return;
+    for (std::size_t i : chunk.entries) {
+      ShardEntry& e = entries_[i];
+      if (!e.has_grad || e.own_count == 0) continue;
+      if (world_ == 1) {
+        e.grad_norm = own_gradient(e).norm(2.0);
+      } else {
+        const double norm =
+            at::linalg_vector_norm(own_gradient(e), 2, {}, false, torch::kFloat64).item<double>();
+        e.grad_squares = norm * norm;
+      }
+    }
+    if (!chunk.grad_to_disk) return;
+    gradient_writes_.emplace_back(c, disk_->write(chunk.grad_region, chunk.grad_buffer.data()));
+    while (gradient_writes_.size() > memory::kGradientWritesInFlight) finish_gradient_write();
+  }
+
+  // The oldest gradient write is done: its shard's memory goes.
+  void finish_gradient_write() {
+    auto [c, write] = std::move(gradient_writes_.front());
+    gradient_writes_.pop_front();
+    write.get();
+    std::lock_guard lock(update_.mutex());
+    ShardChunk& chunk = chunks_[c];
+    chunk.grad_shard = torch::Tensor();
+    chunk.grad_buffer = memory::AlignedBuffer();
+    chunk.grad_on_disk = chunk.grad_written = true;
+  }
+
+  // A zeroed float32 shard of chunk `c` in page-aligned memory (written to and read from disk).
+  torch::Tensor resident_gradient(std::size_t c) {
+    ShardChunk& chunk = chunks_[c];
+    memory::AlignedBuffer buffer(static_cast<std::size_t>(chunk.shard) * 4);
+    std::lock_guard lock(update_.mutex());
+    chunk.grad_buffer = std::move(buffer);
+    return torch::from_blob(chunk.grad_buffer.data(), {chunk.shard}, torch::kFloat32);
   }
 
   // At the end of a backward: the host waits for the gradient shards' copies and adds those of
@@ -1034,6 +1126,9 @@ class ShardedGemini : public train::Plugin {
   }
 
   void wait_in_flight() {
+    for (auto& [c, write] : gradient_writes_)
+      if (write.valid()) write.wait();
+    gradient_writes_.clear();
     for (Reduction& r : reductions_) {
       try {
         r.work.wait();
@@ -1126,6 +1221,7 @@ class ShardedGemini : public train::Plugin {
     }
     std::lock_guard lock(update_.mutex());  // memory() reads it
     chunk.grad_shard = torch::Tensor();
+    chunk.grad_buffer = memory::AlignedBuffer();
   }
 
   // Waits for the update pipelined with the forward, if one runs; rethrows its error. Every rank
@@ -1202,7 +1298,7 @@ class ShardedGemini : public train::Plugin {
     DiskChunkTransfers io;
     io.on_disk = [&](std::size_t c) {
       return include(c) && chunks_[c].trainable &&
-             (chunks_[c].optim_on_disk || chunks_[c].values_on_disk);
+             (chunks_[c].optim_on_disk || chunks_[c].values_on_disk || chunks_[c].grad_on_disk);
     };
     io.read = [&](std::size_t c) {
       ShardChunk& chunk = chunks_[c];
@@ -1214,6 +1310,13 @@ class ShardedGemini : public train::Plugin {
       if (chunk.values_on_disk && !chunk.values.defined()) {
         make_values_resident(chunk);
         reads.push_back(disk_->read(chunk.values_region, chunk.values_buffer.data()));
+      }
+      if (chunk.grad_on_disk) {
+        torch::Tensor shard = resident_gradient(c);
+        reads.push_back(disk_->read(chunk.grad_region, chunk.grad_buffer.data()));
+        std::lock_guard lock(update_.mutex());
+        chunk.grad_shard = shard;
+        chunk.grad_on_disk = false;
       }
       return reads;
     };
@@ -1278,6 +1381,9 @@ class ShardedGemini : public train::Plugin {
   std::vector<std::size_t> reduce_order_;
   std::size_t next_reduce_ = 0;
   std::deque<Reduction> reductions_;
+  bool last_micro_batch_ = false;
+  // Gradient shards on their way to the disk tier (gradient_final), oldest first.
+  std::deque<std::pair<std::size_t, std::future<void>>> gradient_writes_;
   // A device tier's gradient shards on their way down: the last copy's event, and the later
   // micro-batches' shards to add once it is done.
   std::shared_ptr<train::DeviceEvent> gradients_copied_;

@@ -62,7 +62,9 @@ struct GeminiShardHeld {
   std::uint64_t cached_parameter_bytes = 0;  // of those, resident now
   std::int64_t cached_parameter_limit = 0;   // shards of on-disk chunks kept resident at most
   std::uint64_t gradient_bytes = 0;          // reduced shards, whole gradient chunks, in flight
-  std::uint64_t all_gathers = 0;             // since prepare()
+  // Reduced gradient shards in the disk tier (beside an optimizer shard there), unpadded.
+  std::uint64_t offloaded_gradient_bytes = 0;
+  std::uint64_t all_gathers = 0;  // since prepare()
   std::uint64_t reduce_scatters = 0;
   std::uint64_t prefetched = 0;  // gathers started ahead of their use
   // Chunks whose update runs behind the next forward (optimizer shards on disk), and the steps

@@ -166,14 +166,22 @@ def test_offloaded_optimizer_shards_equal_single(launch, tmp_path, method, fract
             assert during["optimizer"] == 0 and share == 1.0
         else:
             assert 0.0 < share < 1.0 and abs(share - fraction) <= 0.25, share
-        # Disk: what the tier reports is what its files take on disk, all of it optimizer state
-        # (fp32: no masters) — the moments, each file rounded up to the I/O alignment.
-        assert disk["file_bytes"] == disk["used"] == disk["optimizer"] > 0, disk
-        assert disk["weights"] == disk["gradients"] == 0, disk
+        # Disk: what the tier reports is what its files take on disk: optimizer state (fp32: no
+        # masters) — the moments — and beside each such shard the step's reduced gradient
+        # shard, written once final (after the last micro-batch), each file rounded up to the
+        # I/O alignment. In RAM no gradient of those chunks is left after the backward.
+        assert disk["file_bytes"] == disk["used"] == disk["optimizer"] + disk["gradients"], disk
+        assert disk["optimizer"] > 0 and disk["weights"] == 0, disk
         padding = disk["optimizer"] - held["offloaded_moment_bytes"]
         assert 0 <= padding < IO_ALIGNMENT * held["offloaded_chunks"], disk
-        # Streamed through every update: measured before the last step's update, each file was
-        # written at the start and by every update so far, and read by every update so far.
+        assert held["offloaded_gradient_bytes"] * 2 == held["offloaded_moment_bytes"], held
+        padding = disk["gradients"] - held["offloaded_gradient_bytes"]
+        assert 0 <= padding < IO_ALIGNMENT * held["offloaded_chunks"], disk
+        assert during["gradients"] == held["gradient_bytes"] == (
+            4 * held["trainable_shard_elements"] - held["offloaded_gradient_bytes"]), (during, held)
+        # Streamed through every update: measured before the last step's update, each optimizer
+        # file was written at the start and by every update so far, each gradient file by every
+        # backward; both read by every update so far.
         assert disk["bytes_written"] == steps * disk["used"], disk
         assert disk["bytes_read"] == (steps - 1) * disk["used"], disk
         # The checkpoint streams the shards on disk: it holds every rank's whole moments.
@@ -205,7 +213,8 @@ def test_offloaded_bf16_masters_on_disk(launch, tmp_path):
         assert held["master_bytes"] + held["offloaded_master_bytes"] == (
             4 * held["trainable_shard_elements"])
         assert disk["weights"] == held["offloaded_master_bytes"]
-        assert disk["file_bytes"] == disk["used"] == disk["weights"] + disk["optimizer"]
+        assert disk["file_bytes"] == disk["used"] == disk["weights"] + disk["optimizer"] + disk["gradients"]
+        assert disk["gradients"] >= held["offloaded_gradient_bytes"] > 0, (disk, held)
         assert report["during_step"]["weights"] == (
             held["parameter_shard_bytes"] + held["gathered_bytes"] + held["master_bytes"])
 
@@ -272,7 +281,8 @@ def test_offloaded_parameter_shards_equal_single(launch, tmp_path, method, preci
         padding = disk["weights"] - masters_on_disk - held["offloaded_parameter_bytes"]
         files = held["offloaded_parameter_chunks"] + held["offloaded_chunks"]
         assert 0 <= padding < IO_ALIGNMENT * held["offloaded_parameter_chunks"], disk
-        assert disk["file_bytes"] == disk["used"] == disk["weights"] + disk["optimizer"], disk
+        assert disk["file_bytes"] == disk["used"] == (
+            disk["weights"] + disk["optimizer"] + disk["gradients"]), disk
         assert disk["bytes_read"] > 0 and files > 0
         chosen.add(held["offloaded_parameter_chunks"])
         print(f"  rank {report['rank']}: parameter shards in RAM {held['parameter_shard_bytes']} B "
@@ -436,10 +446,11 @@ def test_offloaded_checkpoint_at_2_ranks_resumes_on_single(workdir):
         assert [r["rank"] for r in disk["ranks"]] == [0, 1]
         for rank_disk, rank_host in zip(disk["ranks"], host["ranks"]):
             # Every optimizer shard on disk: none in RAM, all of it (moments and the padding of
-            # the files) in the rank's tier, beside the parameter shards (weights).
+            # the files) in the rank's tier, beside the parameter shards (weights) and, once a
+            # backward has written them, the gradient shards.
             assert rank_host["by_category"]["optimizer"] == 0, host
             assert rank_disk["by_category"]["optimizer"] > 0 and rank_disk["by_category"]["weights"] > 0, disk
-            assert rank_disk["by_category"]["optimizer"] + rank_disk["by_category"]["weights"] == (
+            assert sum(rank_disk["by_category"][k] for k in ("optimizer", "weights", "gradients")) == (
                 rank_disk["used"]), disk
         assert disk["ranks"][0]["used"] == disk["used"]
     print("  disk tier per rank: " + ", ".join(

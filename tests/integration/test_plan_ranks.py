@@ -188,13 +188,15 @@ def test_gemini_rank_memory_and_traffic_match_the_plan(workdir, offload):
     trainable = plan["parameters"]["trainable"]
     if offload:
         # Every rank's optimizer shards on disk (all chunks at 1.0): none left on the host; each
-        # rank's files hold the moments of half of every chunk, each file rounded up to 4 KiB.
+        # rank's files hold the moments of half of every chunk, and beside them its reduced
+        # gradient shards, each file rounded up to 4 KiB.
         assert planned["optimizer"] == 0, planned
         disk = plan["memory"][1]
         assert disk["tier"] == "disk" and len(plan["memory"]) == 2, plan["memory"]
         on_disk = disk["by_category"]
         assert 4 * trainable <= on_disk["optimizer"] <= 4 * trainable * 1.001 + 64 * 4096, (on_disk, trainable)
-        assert (on_disk["optimizer"] + on_disk["weights"]) % 4096 == 0, on_disk
+        assert 2 * trainable <= on_disk["gradients"] <= 2 * trainable * 1.001 + 64 * 4096, (on_disk, trainable)
+        assert (on_disk["optimizer"] + on_disk["weights"] + on_disk["gradients"]) % 4096 == 0, on_disk
         # fp32: no masters, so the disk tier's weights are the parameter shards (if any), each
         # read when its chunk is gathered (forward and backward: micro-batch 8, no accumulation)
         # and, being trainable, read and written back in the update.
@@ -202,8 +204,9 @@ def test_gemini_rank_memory_and_traffic_match_the_plan(workdir, offload):
         assert (shards > 0) == (offload == "parameters"), on_disk
         if shards:
             assert 0.25 * 4 * trainable / 2 <= shards <= 0.75 * 4 * trainable / 2 + 64 * 4096, (on_disk, trainable)
-        assert plan["time"]["disk_read_bytes_per_step"] == on_disk["optimizer"] + 3 * shards
-        assert plan["time"]["disk_write_bytes_per_step"] == on_disk["optimizer"] + shards
+        # The gradient shards: written once final, read back by the update.
+        assert plan["time"]["disk_read_bytes_per_step"] == on_disk["optimizer"] + on_disk["gradients"] + 3 * shards
+        assert plan["time"]["disk_write_bytes_per_step"] == on_disk["optimizer"] + on_disk["gradients"] + shards
         overlap = "parameter chunks are read in every forward" if shards else "overlaps the optimizer update"
         assert any(r.startswith("disk I/O per step of each rank") and overlap in r
                    for r in plan["reasons"]) or any("disk speed was not measured" in r for r in plan["reasons"])
@@ -247,9 +250,10 @@ def test_gemini_rank_memory_and_traffic_match_the_plan(workdir, offload):
             print(f"rank {report['rank']} disk: planned optimizer {on_disk['optimizer']} weights {on_disk['weights']}, "
                   f"reported {report['by_category']['optimizer']} / {report['by_category']['weights']} "
                   f"(used {report['used']}), files {files[pid]}")
-            assert report["by_category"]["optimizer"] == on_disk["optimizer"], (report, on_disk)
-            assert report["by_category"]["weights"] == on_disk["weights"], (report, on_disk)
-            assert report["used"] == files[pid] == on_disk["optimizer"] + on_disk["weights"], (report, files, on_disk)
+            for category in ("optimizer", "weights", "gradients"):
+                assert report["by_category"][category] == on_disk[category], (category, report, on_disk)
+            assert report["used"] == files[pid] == (
+                on_disk["optimizer"] + on_disk["weights"] + on_disk["gradients"]), (report, files, on_disk)
 
     assert len(peaks) == 2, peaks
     rank0, rank1 = (peaks[pid] for pid in sorted(peaks))

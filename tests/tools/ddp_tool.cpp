@@ -284,6 +284,7 @@ int run_train(int argc, char** argv) {
                      {"master_bytes", g.master_bytes},
                      {"moment_bytes", g.moment_bytes},
                      {"gradient_bytes", g.gradient_bytes},
+                     {"offloaded_gradient_bytes", g.offloaded_gradient_bytes},
                      {"all_gathers", g.all_gathers},
                      {"reduce_scatters", g.reduce_scatters},
                      {"prefetched", g.prefetched},

@@ -1544,8 +1544,10 @@ class TestPlan : public QObject {
   }
 
   // gemini on W ranks with offload_optim_frac f: each rank's disk tier holds the optimizer
-  // shards of whole trainable chunks (moments as optimizer, float32 masters in bf16 as weights),
-  // each file rounded up to 4 KiB; the host keeps the rest; the gradients stay in memory.
+  // shards of whole trainable chunks (moments as optimizer, float32 masters in bf16 as weights)
+  // and beside each the reduced gradient shard (float32: half the moments' bytes), each file
+  // rounded up to 4 KiB; the host keeps the rest, and of those gradients only the few on their
+  // way to disk.
   void geminiRanksPlanTheirDiskTier() {
     const auto c = config(small_llama());
     for (const char* method : {"full", "lora"})
@@ -1566,22 +1568,29 @@ class TestPlan : public QObject {
           const auto e = plan::estimate_memory(c, s, 0, 2);
           const std::uint64_t moved = in_ram.optimizer - e.optimizer;  // moments on disk
           QVERIFY2(e.optimizer <= in_ram.optimizer, label.c_str());
-          // Files: the moved moments and masters, each chunk's file padded by under 4 KiB.
+          // Files: the moved moments and masters and the gradients beside them, each chunk's
+          // files padded by under 4 KiB each.
+          const auto gradients_moved = std::uint64_t(double(moved) / 2);
           QCOMPARE(e.disk() % 4096, std::uint64_t(0));
-          QVERIFY2(e.disk() >= moved + std::uint64_t(double(moved) * masters_per_moment_byte),
+          QVERIFY2(e.disk() >= moved + std::uint64_t(double(moved) * masters_per_moment_byte) +
+                                   gradients_moved,
                    label.c_str());
-          QVERIFY2(
-              e.disk() < moved + std::uint64_t(double(moved) * masters_per_moment_byte) + 64 * 4096,
-              label.c_str());
+          QVERIFY2(e.disk() < moved + std::uint64_t(double(moved) * masters_per_moment_byte) +
+                                  gradients_moved + 2 * 64 * 4096,
+                   label.c_str());
           QCOMPARE(e.disk_weights, bf16 ? std::uint64_t(double(moved) / 2) : std::uint64_t(0));
           QCOMPARE(in_ram.weights - e.weights, e.disk_weights);
-          QCOMPARE(e.gradients, in_ram.gradients);
-          QCOMPARE(e.disk_gradients, std::uint64_t(0));
+          QVERIFY2(
+              e.disk_gradients >= gradients_moved && e.disk_gradients < gradients_moved + 64 * 4096,
+              label.c_str());
+          // In memory: the gradient shards not on disk, and at most three on their way there.
+          QVERIFY2(e.gradients <= in_ram.gradients, label.c_str());
+          QVERIFY2(in_ram.gradients - e.gradients <= gradients_moved, label.c_str());
           QCOMPARE(e.disk_parameters, std::uint64_t(0));
           // Streamed through the update: at most three shards' buffers resident at once.
           QVERIFY2(e.offload_buffers > 0 && e.offload_buffers <= e.disk(), label.c_str());
-          QCOMPARE(e.training_peak(),
-                   in_ram.training_peak() - moved - e.disk_weights + e.offload_buffers);
+          QCOMPARE(e.training_peak(), in_ram.training_peak() - moved - e.disk_weights -
+                                          (in_ram.gradients - e.gradients) + e.offload_buffers);
           // Whole chunks as close to f as they allow: more the larger f, all of it at 1.
           QVERIFY2(e.disk() >= previous, label.c_str());
           previous = e.disk();
