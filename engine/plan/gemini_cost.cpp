@@ -493,9 +493,9 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
   // (memory::choose_offloaded_chunks over the shards' bytes, equal on every rank), one file per
   // chunk rounded up to the I/O alignment (memory::io_size, as DiskStore does); the update
   // streams them, at most three resident at once (`offload_buffers`). The reduced gradient
-  // shard of each such chunk goes to a file beside it once final (the last micro-batch; at most
-  // kGradientWritesInFlight on their way, plus the one being filled) and is read back by the
-  // update; the other gradient shards stay in memory, as all of them do between micro-batches.
+  // shard of each such chunk goes to a file beside it after each micro-batch (at most
+  // kGradientWritesInFlight on their way, plus the one being filled), read back by the next
+  // micro-batch and by the update; the other gradient shards stay in memory.
   // With offload_param_frac, the parameter shards of the chunks the same rule
   // picks (over every chunk's shard bytes but LoRA's adapter chunks) are files of the disk tier
   // too: read when their chunk is gathered and kept while it is (at most four), and streamed
@@ -578,16 +578,14 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
   e.optimizer = to_bytes(host_shards * 8.0);
   e.gradient_buckets = to_bytes(largest * 4.0 + static_cast<double>(kReducesInFlight) *
                                                     (largest + largest / w) * 4.0);
-  // The gradient shards in memory at the peak: all of them between micro-batches; with one
-  // micro-batch, those not bound for disk and the ones on their way there.
+  // The gradient shards in memory at the peak: those not bound for disk and the ones on their
+  // way there.
   std::sort(disk_gradients.rbegin(), disk_gradients.rend());
   double on_their_way = 0;
   for (std::size_t i = 0; i < std::min(memory::kGradientWritesInFlight + 1, disk_gradients.size());
        ++i)
     on_their_way += d(static_cast<std::int64_t>(disk_gradients[i]));
-  const double resident_gradients = s.gradient_accumulation > 1
-                                        ? trainable_shards * 4.0
-                                        : (trainable_shards - disk_shards) * 4.0 + on_their_way;
+  const double resident_gradients = (trainable_shards - disk_shards) * 4.0 + on_their_way;
   e.gradients = to_bytes(resident_gradients + static_cast<double>(e.gradient_buckets) +
                          chunks.largest_trainable_tensor * (param_bytes + (bf16 ? 4.0 : 0.0)));
   // The larger of the update's streamed shards and the parameter shards of the gathered

@@ -882,11 +882,9 @@ Plan make_plan(const PlanInputs& in) {
     const MemoryEstimate& e = tier.estimate;
     const double micro_batches = d(saturating_mul(
         spec.training.gradient_accumulation, batch / std::max<std::int64_t>(1, s.micro_batch)));
-    // One process writes (and reads back) the gradient chunks on disk every micro-batch;
-    // several ranks write their reduced gradient shards once a step.
     const double optimizer_chunks =
         d(static_cast<std::int64_t>(disk_bytes - e.disk_gradients - e.disk_parameters)) +
-        (distributed ? 1.0 : micro_batches) * d(static_cast<std::int64_t>(e.disk_gradients));
+        micro_batches * d(static_cast<std::int64_t>(e.disk_gradients));
     const double parameters = d(static_cast<std::int64_t>(e.disk_parameters));
     const double trainable = d(static_cast<std::int64_t>(e.disk_trainable_parameters));
     plan.disk_read_bytes_per_step =

@@ -113,9 +113,10 @@ struct ShardChunk {
   std::size_t grads_in = 0;
   bool ready = false;     // every tensor's gradient of this backward is in
   bool launched = false;  // reduce-scattered in this backward
-  // Chunks whose optimizer shard is on disk (no device tier): once final (the last micro-batch)
-  // the step's gradient shard goes to a region of the disk tier too, read back by the update
-  // with the optimizer shard; `grad_buffer` is its memory while resident.
+  // Chunks whose optimizer shard is on disk (no device tier): after each backward the step's
+  // gradient shard so far goes to a region of the disk tier too, read back by the next
+  // micro-batch's reduction and by the update with the optimizer shard; `grad_buffer` is its
+  // memory while resident.
   bool grad_to_disk = false;
   std::size_t grad_region = 0;
   memory::AlignedBuffer grad_buffer;
@@ -237,7 +238,7 @@ class ShardedGemini : public train::Plugin {
       while (!reductions_.empty()) finish_reduction();
       add_copied_gradients();
       if (device_ && last_micro_batch_)  // the shards came down: final now
-        for (std::size_t c = 0; c < chunks_.size(); ++c) gradient_final(c);
+        for (std::size_t c = 0; c < chunks_.size(); ++c) gradient_done(c);
       while (!gradient_writes_.empty()) finish_gradient_write();
     } catch (...) {
       wait_in_flight();
@@ -263,9 +264,11 @@ class ShardedGemini : public train::Plugin {
       // after. Only tensors with a gradient are read from it (the update and the norm), so it
       // is not zeroed. In bf16 the sum is rounded to bf16, as `single`'s .grad adds up, so that
       // one process trains to the same values whichever plugin runs it.
-      if (!c.grad_shard.defined())
-        c.grad_shard =
-            c.grad_to_disk ? resident_gradient(e.chunk) : torch::empty({c.capacity}, torch::kFloat32);
+      if (c.grad_on_disk)  // an earlier micro-batch's sum
+        read_gradient_back(e.chunk);
+      else if (!c.grad_shard.defined())
+        c.grad_shard = c.grad_to_disk ? resident_gradient(e.chunk)
+                                      : torch::empty({c.capacity}, torch::kFloat32);
       torch::Tensor slot = c.grad_shard.narrow(0, e.offset, e.numel).view(g.sizes());
       if (!e.has_grad) {
         slot.copy_(master);
@@ -1013,7 +1016,7 @@ class ShardedGemini : public train::Plugin {
       ShardChunk& chunk = chunks_[c];
       chunk.launched = true;
       if (aliases_shard()) {  // already in the step's shard
-        if (last_micro_batch_) gradient_final(c);
+        gradient_done(c);
         continue;
       }
       if (!chunk.grad_whole.defined()) chunk.grad_whole = zeroed_gradient_chunk(c);
@@ -1060,6 +1063,7 @@ class ShardedGemini : public train::Plugin {
                             static_cast<std::size_t>(r.output.nbytes()));
       gradients_copied_ = device_->record_copies();
     } else {
+      if (chunk.grad_on_disk) read_gradient_back(r.chunk);  // an earlier micro-batch's sum
       if (chunk.grad_shard.defined()) {
         chunk.grad_shard.add_(r.output);
       } else {
@@ -1067,17 +1071,25 @@ class ShardedGemini : public train::Plugin {
         chunk.grad_shard = r.output;
         chunk.grad_buffer = std::move(r.output_buffer);
       }
-      if (last_micro_batch_) gradient_final(r.chunk);
+      gradient_done(r.chunk);
     }
     reductions_.pop_front();
   }
 
-  // Chunk `c`'s gradient shard holds the step's sum: its tensors' norms are taken, and a shard
-  // bound for disk starts its write (at most kGradientWritesInFlight at once; the backward
-  // waits for the rest before it returns).
-  void gradient_final(std::size_t c) {
+  // Chunk `c`'s gradient shard holds the step's sum up to this backward: in the last
+  // micro-batch its tensors' norms are taken; a shard bound for disk starts its write (at most
+  // kGradientWritesInFlight at once; the backward waits for the rest before it returns).
+  void gradient_done(std::size_t c) {
     ShardChunk& chunk = chunks_[c];
     if (!chunk.grad_shard.defined()) return;
+    if (last_micro_batch_) take_norms(chunk);
+    if (!chunk.grad_to_disk) return;
+    gradient_writes_.emplace_back(c, disk_->write(chunk.grad_region, chunk.grad_buffer.data()));
+    while (gradient_writes_.size() > memory::kGradientWritesInFlight) finish_gradient_write();
+  }
+
+  // The norm of each of the chunk's tensors with a gradient, from its final gradient shard.
+  void take_norms(const ShardChunk& chunk) {
     for (std::size_t i : chunk.entries) {
       ShardEntry& e = entries_[i];
       if (!e.has_grad || e.own_count == 0) continue;
@@ -1089,9 +1101,6 @@ class ShardedGemini : public train::Plugin {
         e.grad_squares = norm * norm;
       }
     }
-    if (!chunk.grad_to_disk) return;
-    gradient_writes_.emplace_back(c, disk_->write(chunk.grad_region, chunk.grad_buffer.data()));
-    while (gradient_writes_.size() > memory::kGradientWritesInFlight) finish_gradient_write();
   }
 
   // The oldest gradient write is done: its shard's memory goes.
@@ -1104,6 +1113,17 @@ class ShardedGemini : public train::Plugin {
     chunk.grad_shard = torch::Tensor();
     chunk.grad_buffer = memory::AlignedBuffer();
     chunk.grad_on_disk = chunk.grad_written = true;
+  }
+
+  // Chunk `c`'s gradient shard, written by an earlier micro-batch, resident again (read now: the
+  // reduction or the gradient that needs it waits).
+  void read_gradient_back(std::size_t c) {
+    ShardChunk& chunk = chunks_[c];
+    torch::Tensor shard = resident_gradient(c);
+    disk_->read(chunk.grad_region, chunk.grad_buffer.data()).get();
+    std::lock_guard lock(update_.mutex());
+    chunk.grad_shard = shard;
+    chunk.grad_on_disk = false;
   }
 
   // A zeroed float32 shard of chunk `c` in page-aligned memory (written to and read from disk).
@@ -1382,7 +1402,7 @@ class ShardedGemini : public train::Plugin {
   std::size_t next_reduce_ = 0;
   std::deque<Reduction> reductions_;
   bool last_micro_batch_ = false;
-  // Gradient shards on their way to the disk tier (gradient_final), oldest first.
+  // Gradient shards on their way to the disk tier (gradient_done), oldest first.
   std::deque<std::pair<std::size_t, std::future<void>>> gradient_writes_;
   // A device tier's gradient shards on their way down: the last copy's event, and the later
   // micro-batches' shards to add once it is done.

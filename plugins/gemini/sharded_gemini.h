@@ -12,16 +12,16 @@
 // Chunks holding a tensor no block fetches (LoRA's adapters) stay gathered and are gathered
 // again after each update. With offload_optim_frac, the optimizer shards of that share of the
 // trainable chunks live in the rank's own disk tier and stream through the update (disk_chunks.h,
-// as in the one-process plugin) with their reduced gradient shards, written there once final (no
-// device tier); with the parameter shards in memory that update runs behind the next forward
-// (update_pipeline.h), each block waiting for its own chunks; with offload_param_frac, the parameter shards of that share of
-// the chunks (not LoRA's adapters) live there too, read when their chunk is gathered and
-// streamed through the update. Placement auto puts every parameter shard there and, after the
-// first step, keeps as many in memory as the rank's share of host_budget leaves beside the rest
-// of the process (its measured peak). With a device tier (a GPU per rank, or the simulated
-// device) the gathered chunks and the gradient chunks live in device memory and the collectives
-// run there (NCCL between GPUs): a gather copies the rank's shard up first, a reduction copies
-// the rank's shard of the result down; shards and optimizer state stay in host memory or on
+// as in the one-process plugin) with their reduced gradient shards, written there after each
+// micro-batch (no device tier); with the parameter shards in memory that update runs behind the
+// next forward (update_pipeline.h), each block waiting for its own chunks; with offload_param_frac,
+// the parameter shards of that share of the chunks (not LoRA's adapters) live there too, read when
+// their chunk is gathered and streamed through the update. Placement auto puts every parameter
+// shard there and, after the first step, keeps as many in memory as the rank's share of host_budget
+// leaves beside the rest of the process (its measured peak). With a device tier (a GPU per rank, or
+// the simulated device) the gathered chunks and the gradient chunks live in device memory and the
+// collectives run there (NCCL between GPUs): a gather copies the rank's shard up first, a reduction
+// copies the rank's shard of the result down; shards and optimizer state stay in host memory or on
 // disk. The single-process plugin is gemini_plugin.cpp; the registered `gemini` chooses between
 // them by the world size (gemini_front.cpp), or takes this one for one process too where the
 // tests ask (kShardedOneProcessVariable): a group of one, which in host memory gathers a chunk

@@ -201,6 +201,30 @@ def test_offloaded_optimizer_shards_equal_single(launch, tmp_path, method, fract
     assert len(chosen) == 1, "every rank puts the same chunks on disk"
 
 
+def test_offloaded_gradient_shards_with_accumulation(launch, tmp_path):
+    # Three micro-batches a step: after each backward the gradient shards of the chunks whose
+    # optimizer shards are on disk go there, and the next micro-batch reads each back before it
+    # adds its own, so between micro-batches no such gradient is in RAM. Counted exactly from the
+    # tier's traffic, measured after the last backward of the last step (before its update).
+    world, steps, accumulation = 2, 3, 3
+    folder = tmp_path / "offload-accumulation"
+    options = {**SMALL_CHUNKS, "offload_optim_frac": 1.0, "offload_dir": str(folder)}
+    reports = run_gemini(launch, world, steps, accumulation, "full", options)
+    assert_equals_single(reports[0], f"gemini sharded, offload_optim_frac 1, accumulation {accumulation}")
+    for report in reports:
+        held, disk, during = report["gemini"], report["disk_during_step"], report["during_step"]
+        assert held["offloaded_gradient_bytes"] == 4 * held["trainable_shard_elements"] > 0, held
+        assert during["gradients"] == held["gradient_bytes"] == 0, (during, held)
+        optimizer, gradients = disk["optimizer"], disk["gradients"]
+        assert disk["used"] == optimizer + gradients == disk["file_bytes"], disk
+        # Written: the optimizer files at the start and by each update so far; the gradient
+        # files by every backward. Read: both by each update so far, the gradient files by every
+        # backward but a step's first.
+        assert disk["bytes_written"] == steps * optimizer + steps * accumulation * gradients, disk
+        assert disk["bytes_read"] == (steps - 1) * (optimizer + gradients) + (
+            steps * (accumulation - 1) * gradients), disk
+
+
 def test_offloaded_bf16_masters_on_disk(launch, tmp_path):
     reports = offload_run(launch, tmp_path, 2, 3, "full", 0.5, precision="bf16")
     first = reports[0]

@@ -1661,7 +1661,7 @@ class TestPlan : public QObject {
   // training peak is above the export's: long sequences (activations) of a wide model. 3 ranks:
   // no hybrid layout (tp × pp in powers of two) divides them.
   void autoOffloadsGeminiShardsOnSeveralRanks() {
-    auto [in, s, least_in_ram] = long_sequences(3);
+    auto [in, s, least_in_ram] = long_sequences(3, 16384);
     s.strategy = "gemini";
     s.offload_optim_frac = 1.0;
     const auto offloaded = plan::estimate_memory(in.model, s, 0, 3);
