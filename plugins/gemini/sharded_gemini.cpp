@@ -334,12 +334,7 @@ class ShardedGemini : public train::Plugin {
     if (stats.applied) {
       update(lr, coef);  // consumes the gradient shards as it goes
     } else {
-      std::lock_guard lock(update_.mutex());
-      for (ShardChunk& c : chunks_) {
-        c.grad_shard = torch::Tensor();
-        c.grad_buffer = memory::AlignedBuffer();
-        c.grad_on_disk = false;
-      }
+      for (ShardChunk& c : chunks_) drop_gradient_shard(c, /*on_disk=*/false);
     }
     for (std::size_t i : trainable_order_) {
       ShardEntry& e = entries_[i];
@@ -414,8 +409,7 @@ class ShardedGemini : public train::Plugin {
     std::lock_guard lock(update_.mutex());
     for (const ShardChunk& c : chunks_) {
       if (c.values_on_disk) d.by_category.weights += disk_->region_bytes(c.values_region);
-      if (c.grad_to_disk && c.grad_written)
-        d.by_category.gradients += disk_->region_bytes(c.grad_region);
+      if (c.grad_written) d.by_category.gradients += disk_->region_bytes(c.grad_region);
       if (!c.optim_on_disk) continue;
       const std::uint64_t masters =
           dtype_ == torch::kFloat32 ? 0 : static_cast<std::uint64_t>(c.shard) * 4;
@@ -1108,23 +1102,31 @@ class ShardedGemini : public train::Plugin {
     auto [c, write] = std::move(gradient_writes_.front());
     gradient_writes_.pop_front();
     write.get();
-    std::lock_guard lock(update_.mutex());
-    ShardChunk& chunk = chunks_[c];
-    chunk.grad_shard = torch::Tensor();
-    chunk.grad_buffer = memory::AlignedBuffer();
-    chunk.grad_on_disk = chunk.grad_written = true;
+    drop_gradient_shard(chunks_[c], /*on_disk=*/true);
   }
 
-  // Chunk `c`'s gradient shard, written by an earlier micro-batch, resident again (read now: the
-  // reduction or the gradient that needs it waits).
-  void read_gradient_back(std::size_t c) {
+  // The chunk's gradient shard leaves memory: it is in its region (`on_disk`), or used up.
+  void drop_gradient_shard(ShardChunk& chunk, bool on_disk) {
+    std::lock_guard lock(update_.mutex());  // memory() reads it; the pipelined update drops it
+    chunk.grad_shard = torch::Tensor();
+    chunk.grad_buffer = memory::AlignedBuffer();
+    chunk.grad_on_disk = on_disk;
+    if (on_disk) chunk.grad_written = true;
+  }
+
+  // Chunk `c`'s gradient shard, written by an earlier backward, resident again once the
+  // returned read is done.
+  std::future<void> read_gradient(std::size_t c) {
     ShardChunk& chunk = chunks_[c];
     torch::Tensor shard = resident_gradient(c);
-    disk_->read(chunk.grad_region, chunk.grad_buffer.data()).get();
+    std::future<void> read = disk_->read(chunk.grad_region, chunk.grad_buffer.data());
     std::lock_guard lock(update_.mutex());
     chunk.grad_shard = shard;
     chunk.grad_on_disk = false;
+    return read;
   }
+  // The same, waited for now (the reduction or the gradient that needs it waits).
+  void read_gradient_back(std::size_t c) { read_gradient(c).get(); }
 
   // A zeroed float32 shard of chunk `c` in page-aligned memory (written to and read from disk).
   torch::Tensor resident_gradient(std::size_t c) {
@@ -1239,9 +1241,7 @@ class ShardedGemini : public train::Plugin {
       cpu_adamw_update(own_gradient(e), coef, where, adamw_, lr, e.decays, steps_, threads);
       e.tensor.unsafeGetTensorImpl()->bump_version();
     }
-    std::lock_guard lock(update_.mutex());  // memory() reads it
-    chunk.grad_shard = torch::Tensor();
-    chunk.grad_buffer = memory::AlignedBuffer();
+    drop_gradient_shard(chunk, /*on_disk=*/false);
   }
 
   // Waits for the update pipelined with the forward, if one runs; rethrows its error. Every rank
@@ -1331,13 +1331,7 @@ class ShardedGemini : public train::Plugin {
         make_values_resident(chunk);
         reads.push_back(disk_->read(chunk.values_region, chunk.values_buffer.data()));
       }
-      if (chunk.grad_on_disk) {
-        torch::Tensor shard = resident_gradient(c);
-        reads.push_back(disk_->read(chunk.grad_region, chunk.grad_buffer.data()));
-        std::lock_guard lock(update_.mutex());
-        chunk.grad_shard = shard;
-        chunk.grad_on_disk = false;
-      }
+      if (chunk.grad_on_disk) reads.push_back(read_gradient(c));
       return reads;
     };
     io.write = [&](std::size_t c) {
