@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <optional>
@@ -25,6 +26,7 @@
 #include "memory/disk_store.h"
 #include "memory/tensor_state.h"
 #include "model/layers.h"
+#include "optim/adamw.h"
 #include "optim/clip.h"
 #include "optim/cpu_adam.h"
 #include "plugins/gemini/chunk_hooks.h"
@@ -92,6 +94,10 @@ struct ShardChunk {
   torch::Tensor upload;
   std::shared_ptr<train::DeviceEvent> uploaded;
   torch::Tensor values;  // S elements, compute dtype: this rank's shard
+  // Static placement with a device tier: `values` is device memory (the share not in
+  // host_param_frac nor on disk). A group of one then gathers the chunk as it, several ranks
+  // all-gather from it with nothing copied up.
+  bool values_on_device = false;
   // Static placement with offload_param_frac: `values` lives in a region of the disk tier and
   // is resident (a view of `values_buffer`) only while the chunk is gathered or streamed
   // through an update or a load.
@@ -100,13 +106,21 @@ struct ShardChunk {
   memory::AlignedBuffer values_buffer;
   // Trainable chunks:
   std::size_t trainable_entries = 0;
-  torch::Tensor optim;  // float32 [masters (bf16)] [exp_avg] [exp_avg_sq], S each (resident)
+  // float32 [masters] [exp_avg] [exp_avg_sq], S each (resident); masters where the shard's
+  // values cannot serve (keeps_masters).
+  torch::Tensor optim;
+  // Static placement with a device tier: `optim` is device memory (the share not in
+  // host_optim_frac nor on disk), updated there by the device Adam on a gradient shard that
+  // stays in device memory too.
+  bool optim_on_device = false;
   // Static placement with offload_optim_frac: `optim` lives in a region of the disk tier and is
   // resident (a view of `optim_buffer`) only while streamed through an update or a load.
   bool optim_on_disk = false;
   std::size_t optim_region = 0;
   memory::AlignedBuffer optim_buffer;
-  torch::Tensor grad_shard;  // float32, S, host: this step's reduced gradients (until the update)
+  // float32, S: this step's reduced gradients (until the update); in device memory with
+  // optim_on_device, else host memory.
+  torch::Tensor grad_shard;
   // float32, C: this backward's gradients (until reduce-scattered); in device memory with a
   // device tier.
   torch::Tensor grad_whole;
@@ -167,24 +181,23 @@ class ShardedGemini : public train::Plugin {
         options.device == "auto" ? train::choose_plugin_device(options, name()) : options.device;
     if (device == "simulated" || device.rfind("cuda", 0) == 0) {
       // The gathered chunks and the gradient chunks being reduced live in device memory (the
-      // collectives run there: NCCL on GPUs); the shards, their gradients and optimizer state
-      // stay in host memory (or on disk), updated by the CPU Adam. Each gather uploads only
-      // this rank's shard, each reduction copies down only its shard of the result.
-      const nlohmann::json& o = options.strategy_options;
-      for (const char* key : {"host_param_frac", "host_optim_frac"})
-        if (o.is_object() && o.contains(key) && o[key] != 1.0)
-          throw_unsupported(std::string("strategy.options.") + key +
-                                ": on several processes the shards stay in host memory (1); "
-                                "other shares are not supported yet",
-                            "remove it, or run one process");
-      // Placement auto sizes the host's cache of parameter shards as on the CPU: the device holds
-      // only the gathered chunks, whatever the shards' placement.
+      // collectives run there: NCCL on GPUs). The shards and their optimizer state live there
+      // too but for the shares host_param_frac and host_optim_frac in host memory and those on
+      // disk: a gather of a host shard uploads only this rank's shard, a reduction of a chunk
+      // updated on the host copies down only its shard of the result (the hybrid Adam: device
+      // shards updated by torch's fused AdamW, host ones by the CPU Adam). Placement auto keeps
+      // every parameter shard on disk with a cache in host memory, as on the CPU.
       // Rank r's GPU is LOCAL_RANK's (as ddp and zero), made the current device.
       const std::string tier =
           device == "simulated" ? device : train::rank_cuda_device(options, name()).str();
       device_ = train::make_device_tier(tier, gemini_.device_budget, "strategy.options.device");
     } else {
       train::require_cpu_device(options, name());
+      if (gemini_.host_param_frac > 0.0 || gemini_.host_optim_frac > 0.0)
+        throw_invalid(
+            "strategy.options.host_param_frac / host_optim_frac: these place shards between a "
+            "device and host memory, and this job computes on the CPU",
+            "remove them (offload_param_frac and offload_optim_frac place shards on disk)");
     }
     precision_.emplace(options.precision, tensor_device());
     dtype_ = precision_->compute_dtype();
@@ -237,8 +250,9 @@ class ShardedGemini : public train::Plugin {
       launch_ready_reductions();
       while (!reductions_.empty()) finish_reduction();
       add_copied_gradients();
-      if (device_ && last_micro_batch_)  // the shards came down: final now
-        for (std::size_t c = 0; c < chunks_.size(); ++c) gradient_done(c);
+      if (device_ && last_micro_batch_)  // the shards that came down: final now
+        for (std::size_t c = 0; c < chunks_.size(); ++c)
+          if (!chunks_[c].optim_on_device) gradient_done(c);
       while (!gradient_writes_.empty()) finish_gradient_write();
     } catch (...) {
       wait_in_flight();
@@ -258,17 +272,22 @@ class ShardedGemini : public train::Plugin {
       throw Error(ErrorKind::Internal, "gemini: the gradient of \"" + e.name +
                                            "\" arrived after its chunk was reduce-scattered");
     const torch::Tensor master = precision_->master_gradient(g);
-    if (aliases_shard()) {
-      // A group of one in host memory: the gradients add up in the step's shard itself (no
-      // reduction, no whole chunk per backward), taken the first time in the step and added
-      // after. Only tensors with a gradient are read from it (the update and the norm), so it
-      // is not zeroed. In bf16 the sum is rounded to bf16, as `single`'s .grad adds up, so that
-      // one process trains to the same values whichever plugin runs it.
-      if (c.grad_on_disk)  // an earlier micro-batch's sum
+    if (adds_in_shard(c)) {
+      // A group of one whose gradient shard is where autograd computes (host memory, or the
+      // device for a chunk the device Adam updates): the gradients add up in the step's shard
+      // itself (no reduction, no whole chunk per backward), taken the first time in the step and
+      // added after. Only tensors with a gradient are read from it (the update and the norm), so
+      // it is not zeroed. In bf16 the sum is rounded to bf16, as `single`'s .grad adds up, so
+      // that one process trains to the same values whichever plugin runs it.
+      if (c.grad_on_disk) {  // an earlier micro-batch's sum
         read_gradient_back(e.chunk);
-      else if (!c.grad_shard.defined())
+      } else if (!c.grad_shard.defined()) {
         c.grad_shard = c.grad_to_disk ? resident_gradient(e.chunk)
-                                      : torch::empty({c.capacity}, torch::kFloat32);
+                       : c.optim_on_device
+                           ? device_tensor(c.capacity, torch::kFloat32,
+                                           "gradient shard of chunk " + std::to_string(e.chunk))
+                           : torch::empty({c.capacity}, torch::kFloat32);
+      }
       torch::Tensor slot = c.grad_shard.narrow(0, e.offset, e.numel).view(g.sizes());
       if (!e.has_grad) {
         slot.copy_(master);
@@ -302,16 +321,21 @@ class ShardedGemini : public train::Plugin {
     // The global norm. Several ranks sum their parts' squares in float64; a group of one takes
     // it as `single` does (each tensor's float32 norm, then the norm of those), so that one
     // process trains to the same values whichever plugin runs it.
+    // Norms of gradient shards in device memory stay there until one read of them all.
     double local_squares = 0.0;
     std::vector<torch::Tensor> norms;
+    std::vector<torch::Tensor> device_squares;
     for (std::size_t i : trainable_order_) {
       ShardEntry& e = entries_[i];
       memory::transition(e.state, TensorState::ReadyForUpdate, e.name);
       if (!e.has_grad || e.own_count == 0) continue;
       if (world_ > 1) {
-        local_squares += e.grad_squares;
+        if (e.grad_norm.defined())
+          device_squares.push_back(e.grad_norm);
+        else
+          local_squares += e.grad_squares;
       } else if (e.grad_norm.defined()) {
-        norms.push_back(e.grad_norm);
+        norms.push_back(e.grad_norm.to(tensor_device()));
       } else {
         throw Error(ErrorKind::Internal,
                     "gemini: step() without a backward marked as the last micro-batch");
@@ -323,6 +347,8 @@ class ShardedGemini : public train::Plugin {
     if (world_ == 1) {
       total = norms.empty() ? torch::zeros({}, torch::kFloat32) : torch::stack(norms).norm(2.0);
     } else {
+      if (!device_squares.empty())
+        local_squares += torch::stack(device_squares).square().sum().item<double>();
       torch::Tensor squares = torch::tensor({local_squares}, torch::kFloat64);
       group_->all_reduce(squares, dist::ReduceOp::Sum);
       total = torch::sqrt(squares).to(torch::kFloat32).reshape({});
@@ -358,11 +384,11 @@ class ShardedGemini : public train::Plugin {
     for (const ShardChunk& c : chunks_) {
       const auto shard = static_cast<std::uint64_t>(c.shard);
       const auto capacity = static_cast<std::uint64_t>(c.capacity);
-      if (c.values.defined()) m.weights += shard * element;
-      if ((!device_ || gather_to_host_) && !aliases_shard() && (c.gathered || c.gathering))
+      if (c.values.defined() && !c.values_on_device) m.weights += shard * element;
+      if ((!device_ || gather_to_host_) && !aliases(c) && (c.gathered || c.gathering))
         m.weights += capacity * element;
-      if (!c.trainable) continue;
-      if (dtype_ != torch::kFloat32 && c.optim.defined()) m.weights += shard * 4;  // masters
+      if (!c.trainable || c.optim_on_device) continue;
+      if (keeps_masters(c) && c.optim.defined()) m.weights += shard * 4;  // masters
       if (c.optim.defined()) m.optimizer += shard * 8;
       if (c.grad_shard.defined()) m.gradients += shard * 4;
       if (!device_ && c.grad_whole.defined()) m.gradients += capacity * 4;
@@ -385,14 +411,24 @@ class ShardedGemini : public train::Plugin {
   std::optional<train::DeviceTierMemory> device_tier_memory() const override {
     if (!device_) return std::nullopt;
     // Gathered chunks and the shards copied up for their gathers; the gradient chunks of this
-    // backward and those being reduce-scattered.
+    // backward and those being reduce-scattered; the shards placed on the device, with their
+    // optimizer state and gradient shards.
     MemoryByCategory held;
     const std::uint64_t element = c10::elementSize(dtype_);
     for (const ShardChunk& c : chunks_) {
-      if (!gather_to_host_ && (c.gathered || c.gathering))
+      const auto shard = static_cast<std::uint64_t>(c.shard);
+      if (!gather_to_host_ && !aliases(c) && (c.gathered || c.gathering))
         held.weights += static_cast<std::uint64_t>(c.capacity) * element;
-      if (c.upload.defined()) held.weights += static_cast<std::uint64_t>(c.upload.nbytes());
+      if (c.upload.defined() && !gather_to_host_)
+        held.weights += static_cast<std::uint64_t>(c.upload.nbytes());
       if (c.grad_whole.defined()) held.gradients += static_cast<std::uint64_t>(c.capacity) * 4;
+      if (c.values_on_device && c.values.defined()) held.weights += shard * element;
+      if (!c.optim_on_device) continue;
+      if (c.optim.defined()) {
+        held.optimizer += shard * 8;
+        if (keeps_masters(c)) held.weights += shard * 4;
+      }
+      if (c.grad_shard.defined()) held.gradients += shard * 4;
     }
     held.gradients += reductions_bytes();
     return train::device_tier_memory_of(*device_, held);
@@ -411,8 +447,7 @@ class ShardedGemini : public train::Plugin {
       if (c.values_on_disk) d.by_category.weights += disk_->region_bytes(c.values_region);
       if (c.grad_written) d.by_category.gradients += disk_->region_bytes(c.grad_region);
       if (!c.optim_on_disk) continue;
-      const std::uint64_t masters =
-          dtype_ == torch::kFloat32 ? 0 : static_cast<std::uint64_t>(c.shard) * 4;
+      const std::uint64_t masters = keeps_masters(c) ? static_cast<std::uint64_t>(c.shard) * 4 : 0;
       d.by_category.weights += masters;
       d.by_category.optimizer += disk_->region_bytes(c.optim_region) - masters;
     }
@@ -601,9 +636,8 @@ class ShardedGemini : public train::Plugin {
         ++h.offloaded_parameter_chunks;
         if (c.values.defined()) h.cached_parameter_bytes += values_bytes(c);
       }
-      if (c.whole.storage().data() != nullptr && !aliases_shard())
-        h.gathered_bytes += c.whole.nbytes();
-      const auto arrays = static_cast<std::uint64_t>(arrays_per_chunk());
+      if (c.whole.storage().data() != nullptr && !aliases(c)) h.gathered_bytes += c.whole.nbytes();
+      const auto arrays = static_cast<std::uint64_t>(arrays_of(c));
       if (c.optim.defined()) {
         h.moment_bytes += c.optim.nbytes() / arrays * 2;
         h.master_bytes += c.optim.nbytes() / arrays * (arrays - 2);
@@ -661,9 +695,19 @@ class ShardedGemini : public train::Plugin {
 
   // --- memory --------------------------------------------------------------------------------
 
-  // A group of one computing in host memory (or exporting from it): a chunk and its shard are
-  // the same elements, so a gathered chunk is the shard's memory and gradients need no reduction.
-  bool aliases_shard() const { return world_ == 1 && (!device_ || gather_to_host_); }
+  // A group of one whose shard is where it computes (host memory without a device tier or
+  // exporting from it; the device for a shard placed there): a chunk and its shard are the same
+  // elements, so a gathered chunk is the shard's memory.
+  bool aliases(const ShardChunk& chunk) const {
+    if (world_ != 1) return false;
+    return chunk.values_on_device ? device_ && !gather_to_host_ : !device_ || gather_to_host_;
+  }
+  // A group of one whose step's gradient shard is where autograd computes (host memory without
+  // a device tier; the device for a chunk the device Adam updates): gradients add up in it, with
+  // no reduction.
+  bool adds_in_shard(const ShardChunk& chunk) const {
+    return world_ == 1 && (!device_ || chunk.optim_on_device);
+  }
 
   torch::Device tensor_device() const {
     return device_ ? torch::Device(device_->tensor_device()) : torch::Device(torch::kCPU);
@@ -745,18 +789,25 @@ class ShardedGemini : public train::Plugin {
       if (chunks_[c].trainable) reduce_order_.push_back(c);
 
     // Static placement of the optimizer shards: the one-process plugin's rule over the trainable
-    // chunks' shard sizes, which are equal on every rank, so every rank offloads the same chunks.
+    // chunks' shard sizes, which are equal on every rank, so every rank offloads the same chunks;
+    // with a device tier, the share kept in host memory is chosen so from the rest, and the
+    // others live on the device.
     std::vector<std::size_t> trainable_chunks;
     std::vector<std::uint64_t> optim_sizes;
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
       if (!chunks_[c].trainable) continue;
       trainable_chunks.push_back(c);
-      optim_sizes.push_back(optim_bytes(chunks_[c]));
+      optim_sizes.push_back(static_cast<std::uint64_t>(chunks_[c].shard) * 4);
     }
     const std::vector<bool> on_disk =
         choose_offloaded_chunks(optim_sizes, gemini_.offload_optim_frac);
-    for (std::size_t t = 0; t < trainable_chunks.size(); ++t)
+    const std::vector<bool> optim_on_host =
+        device_ ? choose_offloaded_chunks(optim_sizes, gemini_.host_optim_frac, negated(on_disk))
+                : negated(on_disk);
+    for (std::size_t t = 0; t < trainable_chunks.size(); ++t) {
       chunks_[trainable_chunks[t]].optim_on_disk = on_disk[t];
+      chunks_[trainable_chunks[t]].optim_on_device = !on_disk[t] && !optim_on_host[t];
+    }
     // And of the parameter shards, over every chunk but those kept whole (LoRA's adapters):
     // the same on every rank too.
     std::vector<std::uint64_t> value_sizes;
@@ -767,7 +818,17 @@ class ShardedGemini : public train::Plugin {
     }
     const std::vector<bool> values_on_disk =
         choose_offloaded_chunks(value_sizes, gemini_.offload_param_frac, may_go_to_disk);
-    for (std::size_t c = 0; c < chunks_.size(); ++c) chunks_[c].values_on_disk = values_on_disk[c];
+    // With a device tier, the share kept in host memory likewise from the rest (placement auto:
+    // all of them, with a cache of those on disk), and the others on the device.
+    const std::vector<bool> values_on_host =
+        !device_ || gemini_.auto_placement
+            ? negated(values_on_disk)
+            : choose_offloaded_chunks(value_sizes, gemini_.host_param_frac,
+                                      negated(values_on_disk));
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      chunks_[c].values_on_disk = values_on_disk[c];
+      chunks_[c].values_on_device = !values_on_disk[c] && !values_on_host[c];
+    }
 
     // Fill each chunk whole in float32 (from the checkpoint or the tensors), take rank 0's
     // values (adapters are drawn per process), keep this rank's shard; only persistent chunks
@@ -788,6 +849,10 @@ class ShardedGemini : public train::Plugin {
         make_values_resident(chunk);
         chunk.values.copy_(own);
         disk_->write(chunk.values_region, chunk.values_buffer.data()).get();
+      } else if (chunk.values_on_device) {
+        chunk.values =
+            device_tensor(chunk.shard, dtype_, "parameter shard of chunk " + std::to_string(c));
+        chunk.values.copy_(own);
       } else {
         chunk.values = own.to(dtype_, /*non_blocking=*/false, /*copy=*/true);
       }
@@ -800,10 +865,14 @@ class ShardedGemini : public train::Plugin {
           chunk.optim_region = disk().add_region("optimizer shard of chunk " + std::to_string(c),
                                                  optim_bytes(chunk));
           make_optim_resident(chunk);  // zeros
+        } else if (chunk.optim_on_device) {
+          chunk.optim = device_tensor(arrays_of(chunk) * chunk.shard, torch::kFloat32,
+                                      "optimizer shard of chunk " + std::to_string(c))
+                            .zero_();
         } else {
-          chunk.optim = torch::zeros({arrays_per_chunk() * chunk.shard}, torch::kFloat32);
+          chunk.optim = torch::zeros({arrays_of(chunk) * chunk.shard}, torch::kFloat32);
         }
-        if (dtype_ != torch::kFloat32) chunk.optim.narrow(0, 0, chunk.shard).copy_(own);
+        if (keeps_masters(chunk)) chunk.optim.narrow(0, 0, chunk.shard).copy_(own);
         if (chunk.optim_on_disk) {  // written at once: only one such shard in memory at a time
           disk_->write(chunk.optim_region, chunk.optim_buffer.data()).get();
           drop_resident_optim(chunk);
@@ -817,7 +886,7 @@ class ShardedGemini : public train::Plugin {
       }
       if (!chunk.persistent) {
         release(c);
-      } else if (device_ || aliases_shard()) {
+      } else if (device_ || aliases(chunk)) {
         // Kept whole in device memory (gathered there, every rank alike), or the shard itself.
         release(c);
         gather(c);
@@ -881,10 +950,11 @@ class ShardedGemini : public train::Plugin {
       disk_->read(chunk.values_region, chunk.values_buffer.data()).get();
     }
     const auto bytes = static_cast<std::size_t>(chunk.whole.nbytes());
-    if (aliases_shard()) {
-      // A group of one in host memory: the chunk is its shard. The module's views see the
-      // shard's memory (not owned here: release() only takes it away from them).
-      storage_of(chunk).set_data_ptr_noswap(c10::DataPtr(chunk.values.data_ptr(), torch::kCPU));
+    if (aliases(chunk)) {
+      // A group of one whose shard is where it computes: the chunk is its shard. The module's
+      // views see the shard's memory (not owned here: release() only takes it away from them).
+      storage_of(chunk).set_data_ptr_noswap(
+          c10::DataPtr(chunk.values.data_ptr(), chunk.values.device()));
       chunk.gathered = true;
       return;
     }
@@ -892,6 +962,12 @@ class ShardedGemini : public train::Plugin {
       storage_of(chunk).set_data_ptr_noswap(
           device_->allocate(bytes, "gathered chunk " + std::to_string(c)));
       settle_upload(chunk);
+      if (chunk.values_on_device) {  // several ranks: gathered from the shards on the devices
+        chunk.gathering = group_->all_gather_async(chunk.values, chunk.whole);
+        chunk.gathered = true;
+        ++all_gathers_;
+        return;
+      }
       if (world_ == 1) {
         // A group of one: the shard is copied up into the chunk itself, no collective.
         device_->copy_to_device(chunk.whole.data_ptr(), chunk.values.data_ptr(), bytes);
@@ -911,7 +987,11 @@ class ShardedGemini : public train::Plugin {
       chunk.gathering = group_->all_gather_async(chunk.upload, chunk.whole);
     } else {
       storage_of(chunk).set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(bytes));
-      chunk.gathering = group_->all_gather_async(chunk.values, chunk.whole);
+      // (A shard on the device is gathered in host memory for the export from a host copy of
+      // it, alive until the gather is done.)
+      if (chunk.values_on_device) chunk.upload = chunk.values.to(torch::kCPU);
+      chunk.gathering = group_->all_gather_async(
+          chunk.values_on_device ? chunk.upload : chunk.values, chunk.whole);
     }
     chunk.gathered = true;
     ++all_gathers_;
@@ -965,9 +1045,8 @@ class ShardedGemini : public train::Plugin {
   // After a use of `c`: start gathering the next chunk of the traced order (not across the end
   // of a step: the next use comes after the update, which changes every chunk).
   void gather_ahead(std::size_t c) {
-    if (aliases_shard()) return;  // nothing to move ahead of time
     const std::optional<std::size_t> next = gathered_.next_after(c, /*across_steps=*/false);
-    if (!next) return;
+    if (!next || aliases(chunks_[*next])) return;  // nothing to move ahead of time
     // Not a chunk the update may still be changing: waiting for it here would hold up this
     // block, and skipping it only where the update is late would make the ranks' gathers differ.
     if (update_behind_ && pipelined_[*next]) return;
@@ -1009,7 +1088,7 @@ class ShardedGemini : public train::Plugin {
       const std::size_t c = reduce_order_[next_reduce_++];
       ShardChunk& chunk = chunks_[c];
       chunk.launched = true;
-      if (aliases_shard()) {  // already in the step's shard
+      if (adds_in_shard(chunk)) {  // already in the step's shard
         gradient_done(c);
         continue;
       }
@@ -1039,14 +1118,15 @@ class ShardedGemini : public train::Plugin {
   }
 
   // Waits for the oldest reduce-scatter and adds this rank's shard into the step's gradients.
-  // With a device tier the shard is copied down behind the collective, into the host gradient
-  // shard (the first micro-batch) or a buffer added to it once the backward's copies are done
-  // (add_copied_gradients); its device memory goes at once, in stream order.
+  // With a device tier the shard of a chunk updated on the host is copied down behind the
+  // collective, into the host gradient shard (the first micro-batch) or a buffer added to it
+  // once the backward's copies are done (add_copied_gradients); its device memory goes at once,
+  // in stream order. That of a chunk updated on the device stays there.
   void finish_reduction() {
     Reduction& r = reductions_.front();
     r.work.wait();
     ShardChunk& chunk = chunks_[r.chunk];
-    if (device_) {
+    if (device_ && !chunk.optim_on_device) {
       torch::Tensor destination = host_tensor(chunk.shard);
       if (chunk.grad_shard.defined())
         copied_gradients_.push_back({r.chunk, destination});
@@ -1089,6 +1169,8 @@ class ShardedGemini : public train::Plugin {
       if (!e.has_grad || e.own_count == 0) continue;
       if (world_ == 1) {
         e.grad_norm = own_gradient(e).norm(2.0);
+      } else if (chunk.optim_on_device) {  // read once for all in step()
+        e.grad_norm = at::linalg_vector_norm(own_gradient(e), 2, {}, false, torch::kFloat64);
       } else {
         const double norm =
             at::linalg_vector_norm(own_gradient(e), 2, {}, false, torch::kFloat64).item<double>();
@@ -1190,27 +1272,50 @@ class ShardedGemini : public train::Plugin {
                                            "\" is neither resident nor on disk");
     return mapped_region(c.values_region, e.shard_offset, e.own_count, dtype_);
   }
-  // Float32 master values of this rank's part: the shard itself in fp32.
+  // Float32 master values of this rank's part: the shard itself in fp32 where the update runs
+  // beside it.
   torch::Tensor master_of(const ShardEntry& e) const {
-    if (dtype_ == torch::kFloat32) return own_values(e);
+    if (!keeps_masters(chunks_[e.chunk])) return own_values(e);
     return optim_part(e, 0);
   }
   torch::Tensor moment_of(const ShardEntry& e, int which) const {
-    return optim_part(e, arrays_per_chunk() - 2 + which);
+    return optim_part(e, arrays_of(chunks_[e.chunk]) - 2 + which);
   }
 
   // Chunk by chunk, so that the optimizer shards on disk stream through (one read ahead, one
   // written behind); each tensor's update is independent of the others'. The chunks the
   // pipelined update takes (pipelined_) are left to its worker.
+  // With a device tier, chunks whose optimizer shard is there are updated by the device Adam,
+  // the others by the CPU Adam (the hybrid Adam); new values cross to the tier their shard
+  // lives in on the copy stream, behind the compute that read the old ones.
   void update(double lr, const std::optional<torch::Tensor>& coef) {
     ++steps_;
     with_gradient_.assign(entries_.size(), 0);
     for (std::size_t i = 0; i < entries_.size(); ++i) with_gradient_[i] = entries_[i].has_grad;
+    const std::optional<torch::Tensor> host_coef =
+        coef ? std::optional<torch::Tensor>(coef->to(torch::kCPU)) : std::nullopt;
+    if (device_) device_->copies_wait(*device_->record_compute());
     std::vector<std::size_t> later;
     for (std::size_t c = 0; c < chunks_.size(); ++c)
       if (pipelined_[c]) later.push_back(c);
     for_each_optim_chunk([&](std::size_t c) { return !pipelined_[c]; },
-                         [&](std::size_t c) { update_chunk(c, lr, coef, 0); });
+                         [&](std::size_t c) {
+                           if (chunks_[c].optim_on_device)
+                             update_on_device(c, lr, coef);
+                           else
+                             update_chunk(c, lr, host_coef, 0);
+                         });
+    if (device_) {
+      // The compute after the update sees the new values; the host memory the copies read or
+      // write is settled before anything else uses it.
+      const std::shared_ptr<train::DeviceEvent> crossed = device_->record_copies();
+      device_->compute_waits(*crossed);
+      if (!update_staging_.empty() || !update_device_staging_.empty()) {
+        device_->host_waits(*crossed);
+        update_staging_.clear();
+        update_device_staging_.clear();
+      }
+    }
     if (later.empty()) return;
     update_.start(chunks_.size(), later,
                   [this, lr, coef](const UpdatePipeline::ChunkDone& done, int threads) {
@@ -1225,10 +1330,18 @@ class ShardedGemini : public train::Plugin {
     ++updates_behind_;
   }
 
-  // The CPU Adam on this rank's part of chunk `c`'s tensors; its gradient shard goes.
+  // The CPU Adam on this rank's part of chunk `c`'s tensors; its gradient shard goes. A shard
+  // on the device takes its new values from host staging, copied up.
   void update_chunk(std::size_t c, double lr, const std::optional<torch::Tensor>& coef,
                     int threads) {
     ShardChunk& chunk = chunks_[c];
+    const std::size_t element = c10::elementSize(dtype_);
+    char* staging = nullptr;
+    if (chunk.values_on_device) {
+      update_staging_.push_back(
+          device_->allocate_host(static_cast<std::size_t>(chunk.shard) * element));
+      staging = static_cast<char*>(update_staging_.back().get());
+    }
     for (std::size_t i : chunk.entries) {
       ShardEntry& e = entries_[i];
       if (!with_gradient_[i] || e.own_count == 0) continue;  // no gradient: no update, as torch
@@ -1236,11 +1349,62 @@ class ShardedGemini : public train::Plugin {
       where.exp_avg = moment_of(e, 0).data_ptr<float>();
       where.exp_avg_sq = moment_of(e, 1).data_ptr<float>();
       where.param = master_of(e).data_ptr<float>();
+      char* values = staging != nullptr ? staging + e.shard_offset * element : nullptr;
       if (dtype_ != torch::kFloat32)
-        where.bf16_copy = static_cast<std::uint16_t*>(own_values(e).data_ptr());
+        where.bf16_copy = static_cast<std::uint16_t*>(values != nullptr ? static_cast<void*>(values)
+                                                                        : own_values(e).data_ptr());
       cpu_adamw_update(own_gradient(e), coef, where, adamw_, lr, e.decays, steps_, threads);
+      if (values != nullptr) {
+        const auto bytes = static_cast<std::size_t>(e.own_count) * element;
+        if (dtype_ == torch::kFloat32) std::memcpy(values, where.param, bytes);
+        device_->copy_to_device(own_values(e).data_ptr(), values, bytes);
+      }
       e.tensor.unsafeGetTensorImpl()->bump_version();
     }
+    drop_gradient_shard(chunk, /*on_disk=*/false);
+  }
+
+  // The device Adam on this rank's part of chunk `c`'s tensors (its optimizer and gradient
+  // shards in device memory): torch's fused AdamW, one call per weight decay. Masters (bf16, or
+  // a shard in host memory) are cast into the shard, or copied down to it; the gradient shard
+  // goes.
+  void update_on_device(std::size_t c, double lr, const std::optional<torch::Tensor>& coef) {
+    ShardChunk& chunk = chunks_[c];
+    const std::optional<torch::Tensor> device_coef =
+        coef ? std::optional<torch::Tensor>(coef->to(tensor_device())) : std::nullopt;
+    optim::FusedAdamWLists groups[2];  // [0] without weight decay, [1] with
+    std::vector<std::size_t> updated;
+    for (std::size_t i : chunk.entries) {
+      ShardEntry& e = entries_[i];
+      if (!with_gradient_[i] || e.own_count == 0) continue;
+      torch::Tensor g = own_gradient(e);
+      if (device_coef) g = g * *device_coef;
+      optim::FusedAdamWLists& group = groups[e.decays && adamw_.weight_decay != 0.0 ? 1 : 0];
+      group.params.push_back(master_of(e));
+      group.grads.push_back(std::move(g));
+      group.exp_avgs.push_back(moment_of(e, 0));
+      group.exp_avg_sqs.push_back(moment_of(e, 1));
+      updated.push_back(i);
+    }
+    for (int decays = 0; decays < 2; ++decays)
+      optim::adamw_fused_step(groups[decays], lr, adamw_, decays != 0 ? adamw_.weight_decay : 0.0,
+                              steps_);
+    if (keeps_masters(chunk) && chunk.values_on_device) {
+      for (std::size_t i : updated) own_values(entries_[i]).copy_(master_of(entries_[i]));
+    } else if (keeps_masters(chunk)) {
+      // A shard in host memory: the new values in the compute dtype go down behind the update,
+      // from device memory alive until the copies are done.
+      std::vector<torch::Tensor> low;
+      for (std::size_t i : updated)
+        low.push_back(master_of(entries_[i]).to(dtype_, /*non_blocking=*/false, /*copy=*/true));
+      if (!low.empty()) device_->copies_wait(*device_->record_compute());
+      for (std::size_t k = 0; k < updated.size(); ++k) {
+        device_->copy_to_host(own_values(entries_[updated[k]]).data_ptr(), low[k].data_ptr(),
+                              static_cast<std::size_t>(low[k].nbytes()));
+        update_device_staging_.push_back(std::move(low[k]));
+      }
+    }
+    for (std::size_t i : updated) entries_[i].tensor.unsafeGetTensorImpl()->bump_version();
     drop_gradient_shard(chunk, /*on_disk=*/false);
   }
 
@@ -1272,9 +1436,20 @@ class ShardedGemini : public train::Plugin {
 
   // --- optimizer shards in the disk tier ------------------------------------------------------
 
-  int arrays_per_chunk() const { return dtype_ == torch::kFloat32 ? 2 : 3; }
+  // Float32 masters beside the moments: in bf16, and with a device tier where the update runs
+  // on another tier than the shard's values (the CPU Adam never reads a value back from the
+  // device, the device Adam never from the host).
+  bool keeps_masters(const ShardChunk& chunk) const {
+    return dtype_ != torch::kFloat32 || chunk.values_on_device != chunk.optim_on_device;
+  }
+  int arrays_of(const ShardChunk& chunk) const { return keeps_masters(chunk) ? 3 : 2; }
   std::uint64_t optim_bytes(const ShardChunk& chunk) const {
-    return static_cast<std::uint64_t>(chunk.shard) * 4 * arrays_per_chunk();
+    return static_cast<std::uint64_t>(chunk.shard) * 4 * arrays_of(chunk);
+  }
+  static std::vector<bool> negated(const std::vector<bool>& flags) {
+    std::vector<bool> out(flags.size());
+    for (std::size_t i = 0; i < flags.size(); ++i) out[i] = !flags[i];
+    return out;
   }
 
   memory::DiskStore& disk() {
@@ -1287,7 +1462,7 @@ class ShardedGemini : public train::Plugin {
     memory::AlignedBuffer buffer(optim_bytes(chunk));
     std::lock_guard lock(update_.mutex());  // memory() reads it
     chunk.optim_buffer = std::move(buffer);
-    chunk.optim = torch::from_blob(chunk.optim_buffer.data(), {arrays_per_chunk() * chunk.shard},
+    chunk.optim = torch::from_blob(chunk.optim_buffer.data(), {arrays_of(chunk) * chunk.shard},
                                    torch::kFloat32);
   }
   void drop_resident_optim(ShardChunk& chunk) {
@@ -1417,6 +1592,10 @@ class ShardedGemini : public train::Plugin {
   std::function<void(const std::string&, const std::string&)> log_;  // may be empty
   // The update (update()): which entries it changes (their gradient arrived).
   std::vector<char> with_gradient_;
+  // With a device tier, the memory the update's copies read until they are done: host staging
+  // of new values going up, device copies of new values going down.
+  std::vector<c10::DataPtr> update_staging_;
+  std::vector<torch::Tensor> update_device_staging_;
   // The chunks whose update runs behind the next forward (choose_pipelined_chunks), and whether
   // one may be running now (from step() to the next settle_update()).
   std::vector<bool> pipelined_;

@@ -380,16 +380,24 @@ def test_strategy_on_the_gpu_equals_single(plugin, options, llama_dir, batches, 
 
 
 @pytest.mark.parametrize("options", [
-    {"chunk_size": "160KiB"},
+    # shards in host memory: copied up for each gather, gradient shards copied down
+    {"chunk_size": "160KiB", "host_param_frac": 1.0, "host_optim_frac": 1.0},
     # shards of half the optimizer state and half the parameters on disk: read, copied up and
     # gathered on the GPU
-    {"chunk_size": "160KiB", "offload_optim_frac": 0.5, "offload_param_frac": 0.5},
+    {"chunk_size": "160KiB", "host_param_frac": 1.0, "host_optim_frac": 1.0,
+     "offload_optim_frac": 0.5, "offload_param_frac": 0.5},
+    # everything on the GPU: the shards are the chunks, the device Adam updates them there
+    {"chunk_size": "160KiB"},
+    # the hybrid Adam: optimizer shards on the GPU, in host memory and on disk; half the
+    # parameter shards in host memory
+    {"chunk_size": "160KiB", "host_param_frac": 0.5, "host_optim_frac": 0.4, "offload_optim_frac": 0.3},
 ])
 def test_sharded_gemini_on_the_gpu_equals_single(options, llama_dir, batches, tmp_path):  # noqa: F811
-    """gemini's sharded plugin (the one several ranks run) on a GPU: each gather copies the
-    rank's shard up and all-gathers the chunk in GPU memory, each gradient chunk is
-    reduce-scattered there and the rank's shard copied down for the CPU Adam. A machine with one
-    GPU cannot run two ranks (each needs a GPU of its own), so it runs as one process
+    """gemini's sharded plugin (the one several ranks run) on a GPU: a shard in host memory is
+    copied up for each gather (the chunk all-gathered in GPU memory), its gradient chunk
+    reduce-scattered there and the rank's shard copied down for the CPU Adam; a shard on the GPU
+    is gathered there and updated there by torch's fused AdamW. A machine with one GPU cannot
+    run two ranks (each needs a GPU of its own), so it runs as one process
     (TESSERA_GEMINI_SHARDED_ONE_PROCESS: a group of one, whose collectives copy): the device
     tier's copies, events and memory on CUDA, with the losses of single on the GPU. On the CPU,
     the simulated device."""
@@ -411,7 +419,14 @@ def test_sharded_gemini_on_the_gpu_equals_single(options, llama_dir, batches, tm
     memory = [json.loads(line) for line in events.read_text().splitlines()]
     tier = [e for e in memory if e["type"] == "memory" and e.get("tier") == "device"]
     assert tier and tier[-1]["device"] == where(DEVICE if DEVICE == "cuda" else "simulated"), tier[-1:]
-    assert tier[-1]["traffic"]["to_host_bytes"] > 0 and tier[-1]["by_category"]["optimizer"] == 0
+    moments = max(e["by_category"]["optimizer"] for e in tier)
+    if options.get("host_optim_frac") == 1.0:  # every update on the host
+        assert tier[-1]["traffic"]["to_host_bytes"] > 0 and moments == 0
+    elif "host_param_frac" not in options:  # everything on the device: nothing moves
+        assert tier[-1]["traffic"]["to_host_bytes"] == tier[-1]["traffic"]["to_device_bytes"] == 0
+        assert moments > 0
+    else:
+        assert tier[-1]["traffic"]["to_host_bytes"] > 0 and moments > 0
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="the device tier of a GPU")
