@@ -48,14 +48,14 @@ std::vector<double> lora_adapter_numels(const hf::ModelConfig& c, const Settings
 }
 
 // gemini on W ranks (plugins/gemini/sharded_gemini.cpp) as it lays a model out and gathers it:
-// the tensors in use order (the embedding, each layer's norms then its linears with their
-// biases, the rest outside the layers, an untied head last), trainable and frozen ones packed
-// apart by the plugin's own chunk search (memory/chunk_layout.h), each chunk's used elements
-// padded to a multiple of W. LoRA's adapters are chunked apart and kept whole (no block fetches
-// them). Then one step of the plugin's gathers, replayed: every block's chunks gathered when it
-// computes (forward, and again before its backward when it needs its parameters there), at most
-// kGatheredChunks whole at once, the chunk the traced order needs again last released first, the
-// next chunk of that order gathered ahead; every gathered chunk released at the update. This is
+// the tensors in the model's registration order (the embedding, each layer's linears with their
+// biases then its norms, the rest outside the layers, an untied head last), trainable and frozen
+// ones packed apart by the plugin's own chunk search (memory/chunk_layout.h), each chunk's used
+// elements padded to a multiple of W. LoRA's adapters are chunked apart and kept whole (no block
+// fetches them). Then one step of the plugin's gathers, replayed: every block's chunks gathered
+// when it computes (forward, and again before its backward when it needs its parameters there), at
+// most kGatheredChunks whole at once, the chunk the traced order needs again last released first,
+// the next chunk of that order gathered ahead; every gathered chunk released at the update. This is
 // the plugin's behaviour from its second step on (its first traces the order, releasing the
 // least recently used).
 using memory::kGatheredChunks;   // sharded_gemini.cpp's: whole chunks at once
@@ -95,10 +95,13 @@ ShardedChunks sharded_chunks(const hf::ModelConfig& c, const Settings& s, int wo
   const std::size_t embedding = block({v * h}, false);
   std::vector<std::vector<std::size_t>> layer_blocks;  // each layer's blocks, forward order
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    std::vector<std::size_t> blocks = {block({shapes.layer_other}, true)};
+    // The layer's linears are registered (and chunked) before its norms, which compute first.
+    std::vector<std::size_t> linears;
     for (const hf::LinearModule& m : shapes.layer_linears)
-      blocks.push_back(block(
+      linears.push_back(block(
           {quantized ? 0.0 : m.in_features * m.out_features, m.bias ? m.out_features : 0.0}, true));
+    std::vector<std::size_t> blocks = {block({shapes.layer_other}, true)};
+    blocks.insert(blocks.end(), linears.begin(), linears.end());
     layer_blocks.push_back(std::move(blocks));
   }
   const std::size_t outside = block({rest}, true);
@@ -366,12 +369,18 @@ std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelCon
 // gemini sharded over W ranks with a device tier (sharded_gemini.cpp with a device): {the
 // device's share, the host's} of one rank. The device holds the chunks gathered at once (at
 // most four fetched ones, and LoRA's adapter chunks for good), the shards copied up for their
-// gathers (at most one per gathered chunk), the float32 gradient chunk being filled and those
-// being reduce-scattered with their output shards, autograd's gradient of one tensor, the
-// activations and the CUDA runtime; the host keeps everything else of the rank's estimate on
-// the CPU (its shards, their optimizer state and reduced gradients, the disk tier's buffers,
-// loading and the export), plus, with gradient accumulation, one more gradient shard per chunk
-// (later micro-batches' shards copied down, added once the backward's copies are done).
+// gathers where some shard lives in host memory (at most one per gathered chunk), the float32
+// gradient chunk being filled and those being reduce-scattered with their output shards,
+// autograd's gradient of one tensor, the activations and the CUDA runtime; and the shards
+// placed there: parameter shards but for the share host_param_frac in host memory (placement
+// auto: all in host memory, their files on disk) and those on disk, optimizer shards (moments;
+// float32 masters in bf16 or where the shard's values are on the other tier) but for
+// host_optim_frac and those on disk, each with its float32 gradient shard — the plugin's rule
+// (memory::choose_offloaded_chunks) over the same sizes, from the last chunk back. The host
+// keeps everything else of the rank's estimate on the CPU (its other shards, their optimizer
+// state and reduced gradients, the disk tier's buffers, loading and the export), plus, with
+// gradient accumulation, one more host gradient shard per chunk (later micro-batches' shards
+// copied down, added once the backward's copies are done).
 std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelConfig& c,
                                                                const Settings& s,
                                                                std::uint64_t checkpoint_bytes,
@@ -382,6 +391,7 @@ std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelCo
   const ShardedChunks chunks = sharded_chunks(c, s, world_size);
   const auto counts = counts_of(c, s);
   const double w = d(std::max(1, world_size));
+  const bool lora = s.method == "lora";
   double kept = 0, trainable_shards = 0;
   for (double x : chunks.kept) kept += x;
   for (double x : chunks.trainable) trainable_shards += x / w;
@@ -389,19 +399,96 @@ std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelCo
       chunks.largest_trainable_tensor * (counts.param_bytes + (counts.bf16 ? 4.0 : 0.0));
   const double whole = (chunks.gathered_peak + kept) * counts.param_bytes;
 
+  // Parameter shards (the fetched chunks, then the kept ones) and optimizer shards by tier.
+  const auto negated = [](const std::vector<bool>& flags) {
+    std::vector<bool> out(flags.size());
+    for (std::size_t i = 0; i < flags.size(); ++i) out[i] = !flags[i];
+    return out;
+  };
+  std::vector<std::uint64_t> value_sizes;
+  std::vector<bool> may_go_to_disk;
+  for (double x : chunks.fetched) {
+    value_sizes.push_back(to_bytes(x / w * counts.param_bytes));
+    may_go_to_disk.push_back(true);
+  }
+  for (double x : chunks.kept) {
+    value_sizes.push_back(to_bytes(x / w * counts.param_bytes));
+    may_go_to_disk.push_back(false);
+  }
+  const std::vector<bool> values_on_disk = memory::choose_offloaded_chunks(
+      value_sizes, std::clamp(s.offload_param_frac, 0.0, 1.0), may_go_to_disk);
+  const std::vector<bool> values_on_host = memory::choose_offloaded_chunks(
+      value_sizes, std::clamp(s.host_param_frac, 0.0, 1.0), negated(values_on_disk));
+  std::vector<bool> values_on_device(value_sizes.size());
+  double device_values = 0;
+  bool fetched_from_host = false;  // a gathered chunk's shard is copied up
+  for (std::size_t k = 0; k < value_sizes.size(); ++k) {
+    values_on_device[k] = !values_on_disk[k] && !values_on_host[k];
+    if (values_on_device[k])
+      device_values += d(static_cast<std::int64_t>(value_sizes[k]));
+    else if (k < chunks.fetched.size())
+      fetched_from_host = true;
+  }
+  std::vector<std::uint64_t> optim_sizes;
+  for (double x : chunks.trainable) optim_sizes.push_back(to_bytes(x / w * 4.0));
+  const std::vector<bool> optim_on_disk =
+      memory::choose_offloaded_chunks(optim_sizes, std::clamp(s.offload_optim_frac, 0.0, 1.0));
+  const std::vector<bool> optim_on_host = memory::choose_offloaded_chunks(
+      optim_sizes, std::clamp(s.host_optim_frac, 0.0, 1.0), negated(optim_on_disk));
+  double device_optim = 0;  // elements of the optimizer shards on the device
+  double device_masters = 0, host_masters = 0, disk_shards = 0;
+  double fp32_disk_masters = 0, fp32_disk_growth = 0;  // fp32 masters on disk: their files grow
+  for (std::size_t t = 0; t < chunks.trainable.size(); ++t) {
+    const double shard = chunks.trainable[t] / w;
+    const bool on_device = !optim_on_disk[t] && !optim_on_host[t];
+    const std::size_t value = lora ? chunks.fetched.size() + t : t;
+    const bool keeps_masters =
+        counts.bf16 || (value < values_on_device.size() && values_on_device[value] != on_device);
+    if (optim_on_disk[t]) disk_shards += shard;
+    if (on_device) device_optim += shard;
+    if (!keeps_masters) continue;
+    if (on_device) {
+      device_masters += shard * 4.0;
+    } else if (!optim_on_disk[t]) {
+      host_masters += shard * 4.0;
+    } else if (!counts.bf16) {
+      fp32_disk_masters += shard * 4.0;
+      fp32_disk_growth += d(static_cast<std::int64_t>(memory::io_size(to_bytes(shard * 12.0)) -
+                                                      memory::io_size(to_bytes(shard * 8.0))));
+    }
+  }
+  // The estimate on the CPU counted masters for the shards in host memory in bf16 only.
+  const double cpu_host_masters = counts.bf16 ? (trainable_shards - disk_shards) * 4.0 : 0.0;
+
   MemoryEstimate device;
   device.gathered_chunks = to_bytes(chunks.gathered_peak * counts.param_bytes);
-  device.weights = to_bytes(whole + chunks.gathered_peak / w * counts.param_bytes);
+  device.weights =
+      to_bytes(whole + (fetched_from_host ? chunks.gathered_peak / w * counts.param_bytes : 0.0) +
+               device_values + device_masters);
+  device.optimizer = to_bytes(device_optim * 8.0);
   device.gradient_buckets = all.gradient_buckets;
-  device.gradients = to_bytes(static_cast<double>(all.gradient_buckets) + autograd_tensor);
+  device.gradients =
+      to_bytes(static_cast<double>(all.gradient_buckets) + autograd_tensor + device_optim * 4.0);
   computes_on_the_device(device, all, s.simulated_device);
 
   MemoryEstimate host = all;
-  host.disk_gradients = 0;  // with a device tier the gradient shards stay in host memory
-  host.weights = to_bytes(static_cast<double>(all.weights) - whole);
+  host.disk_gradients = 0;  // with a device tier the gradient shards stay in memory
+  host.weights = to_bytes(static_cast<double>(all.weights) - whole - device_values -
+                          cpu_host_masters + host_masters);
+  host.optimizer = to_bytes(static_cast<double>(all.optimizer) - device_optim * 8.0);
+  // The disk tier goes with the device's estimate (the plan's), as one process's does: the
+  // rank's files, with fp32 masters where the shard's values are on the device.
+  device.disk_weights = to_bytes(static_cast<double>(all.disk_weights) + fp32_disk_masters);
+  device.disk_optimizer =
+      to_bytes(static_cast<double>(all.disk_optimizer) + fp32_disk_growth - fp32_disk_masters);
+  device.disk_parameters = all.disk_parameters;
+  device.disk_trainable_parameters = all.disk_trainable_parameters;
+  host.disk_weights = host.disk_optimizer = host.disk_parameters = 0;
+  host.disk_trainable_parameters = 0;
   host.gathered_chunks = 0;
   host.gradient_buckets = 0;
-  host.gradients = to_bytes(trainable_shards * 4.0 * (s.gradient_accumulation > 1 ? 2.0 : 1.0));
+  host.gradients =
+      to_bytes((trainable_shards - device_optim) * 4.0 * (s.gradient_accumulation > 1 ? 2.0 : 1.0));
   if (!s.simulated_device) host.activations = 0;
   return {device, host};
 }

@@ -102,20 +102,22 @@ Settings written_settings(const job::JobSpec& spec, int gpus, int processes,
     s.device_tier = gemini_device_tier(spec, gpus, processes, processes_per_node);
     s.simulated_device = s.device_tier && job::strategy_option("gemini", spec.strategy.options,
                                                                "device") == "simulated";
-    if (s.device_tier && processes > 1) {
-      // Sharded, the device holds only gathered chunks: every shard lives in host memory (or
-      // on disk, by the offload shares).
-      s.host_param_frac = s.host_optim_frac = 1.0;
-    } else if (s.device_tier) {
+    if (s.device_tier) {
       s.host_param_frac = fraction("host_param_frac");
       s.host_optim_frac = fraction("host_optim_frac");
     }
     // Placement auto streams every parameter chunk from disk (with a device: from host memory)
     // when it must: planned as all of them there (what it needs at least; its cache then grows
     // into what the budget leaves).
-    // Sharded with a device, the shards are host memory's or the disk's as on the CPU.
-    if (spec.strategy.options.value("placement", "static") == "auto")
-      (s.device_tier && processes == 1 ? s.host_param_frac : s.offload_param_frac) = 1.0;
+    // Sharded with a device, the parameter shards are host memory's or the disk's as on the CPU.
+    if (spec.strategy.options.value("placement", "static") == "auto") {
+      if (s.device_tier && processes == 1) {
+        s.host_param_frac = 1.0;
+      } else {
+        s.offload_param_frac = 1.0;
+        if (s.device_tier) s.host_param_frac = 1.0;
+      }
+    }
   }
   if (spec.strategy.name == "ddp") s.strategy = "ddp";
   if (spec.strategy.name == "hybrid") {

@@ -484,3 +484,30 @@ def test_the_plan_of_two_ranks_on_a_device_matches_the_run(workdir):
     assert 0.6 * planned_peak <= peak <= planned_peak, (peak, tiers["device"])
     shards = tiers["host"]["by_category"]["weights"]  # fp32: no masters apart
     assert device[-1]["traffic"]["to_device_bytes"] == device[-1]["traffic"]["to_host_bytes"] == 3 * shards
+
+
+@pytest.mark.parametrize("placement", ["device", "hybrid"])
+def test_the_plan_of_two_ranks_with_shards_on_the_device_matches_the_run(workdir, placement):
+    """`tessera-cli plan --nproc 2` with the shards on the device (the default), or split by the
+    hybrid shares, places each rank's shards as the plugin does: the optimizer state it plans on
+    the device, in host memory and on disk is what the run's memory events find there, byte for
+    byte, and the device's peak over the run inside the plan's training peak and above 0.6 of
+    it."""
+    options = {"chunk_size": "160KiB"} if placement == "device" else PLACEMENTS["hybrid"]
+    spec = spec_for(workdir, "llama", f"dev-ranks-plan-{placement}", "gemini",
+                    device_options(options, budget="8MiB"), steps=3)
+    planned = cli("plan", spec, "--nproc", 2, "--json", env=SIMULATED)
+    assert planned.returncode == 0, planned.stderr
+    tiers = {t["tier"]: t for t in json.loads(planned.stdout)["memory"]}
+    _, events = launch_2(spec, env=SIMULATED)
+    memory = [e for e in events if e["type"] == "memory"]
+    for tier in ("device", "host", "disk"):
+        measured = max((e["by_category"]["optimizer"] for e in memory if e.get("tier") == tier), default=0)
+        plan = tiers[tier]["by_category"]["optimizer"] if tier in tiers else 0
+        print(f"{placement}: {tier} optimizer planned {plan}, measured {measured}")
+        assert plan == measured, (tier, plan, measured)
+    assert max(e["by_category"]["optimizer"] for e in memory if e.get("tier") == "device") > 0
+    peak = max(e["peak"] for e in memory if e.get("tier") == "device")
+    planned_peak = tiers["device"]["training_peak"]
+    print(f"{placement}: device peak measured {peak} ÷ planned {planned_peak} = {peak / planned_peak:.3f}")
+    assert 0.6 * planned_peak <= peak <= planned_peak, (peak, tiers["device"])

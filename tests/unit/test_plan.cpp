@@ -1878,16 +1878,26 @@ class TestPlan : public QObject {
     QVERIFY(std::abs(static_cast<double>(offloaded.tiers[1].estimate.optimizer) - 4.0 * n) <= 1.0);
     QVERIFY(std::abs(static_cast<double>(offloaded.tiers[1].estimate.weights) - 2.0 * n) <= 1.0);
     QVERIFY(offloaded.tiers[0].estimate.peak() < zero.tiers[0].estimate.peak());
-    // gemini sharded over the 2 GPUs: each rank's GPU holds the chunks gathered at once and the
-    // gradient chunks in flight (the same figures its plan on the CPU puts among the host's),
-    // never the optimizer state; the shards, their moments and reduced gradients stay in the
-    // rank's share of host memory, the same bytes as on the CPU (with placement auto: every
-    // shard on disk, as on the CPU).
+    // gemini sharded over the 2 GPUs with its shards in host memory: each rank's GPU holds the
+    // chunks gathered at once and the gradient chunks in flight (the same figures its plan on
+    // the CPU puts among the host's), never the optimizer state; the shards, their moments and
+    // reduced gradients stay in the rank's share of host memory, the same bytes as on the CPU
+    // (with placement auto: every shard on disk, as on the CPU).
     in.spec.strategy = {"gemini", {{"device", "cpu"}}};
     const plan::Plan sharded_cpu = plan::make_plan(in);
     QCOMPARE(sharded_cpu.tiers.size(), std::size_t{1});
     const plan::MemoryEstimate& on_cpu = sharded_cpu.tiers[0].estimate;
+    // By default (as on one GPU) the shards and their optimizer state live on the GPU: the GPU
+    // holds all the CPU plan's weights (shards and whole chunks, nothing copied up) and moments,
+    // the host none of them.
     in.spec.strategy = {"gemini", nlohmann::json::object()};
+    const plan::Plan on_gpus = plan::make_plan(in);
+    QCOMPARE(on_gpus.tiers.size(), std::size_t{2});
+    QCOMPARE(on_gpus.tiers[0].estimate.optimizer, on_cpu.optimizer);
+    QCOMPARE(on_gpus.tiers[0].estimate.weights, on_cpu.weights);
+    QCOMPARE(on_gpus.tiers[1].estimate.optimizer, std::uint64_t{0});
+    QCOMPARE(on_gpus.tiers[1].estimate.weights, std::uint64_t{0});
+    in.spec.strategy = {"gemini", {{"host_param_frac", 1.0}, {"host_optim_frac", 1.0}}};
     const plan::Plan sharded = plan::make_plan(in);
     QCOMPARE(sharded.tiers.size(), std::size_t{2});
     QCOMPARE(sharded.tiers[0].tier, std::string("device"));
