@@ -20,9 +20,11 @@
 // shard there and, after the first step, keeps as many in memory as the rank's share of host_budget
 // leaves beside the rest of the process (its measured peak). With a device tier (a GPU per rank, or
 // the simulated device) the gathered chunks and the gradient chunks live in device memory and the
-// collectives run there (NCCL between GPUs): a gather copies the rank's shard up first, a reduction
-// copies the rank's shard of the result down; shards and optimizer state stay in host memory or on
-// disk. The single-process plugin is gemini_plugin.cpp; the registered `gemini` chooses between
+// collectives run there (NCCL between GPUs), and so do the shards and their optimizer state but
+// for the shares host_param_frac / host_optim_frac in host memory and those on disk: a gather of a
+// host shard copies it up first, a reduction of a chunk updated on the host copies the rank's
+// shard of the result down; a chunk whose optimizer shard is on the device is updated there by
+// torch's fused AdamW (the hybrid Adam). The single-process plugin is gemini_plugin.cpp; the registered `gemini` chooses between
 // them by the world size (gemini_front.cpp), or takes this one for one process too where the
 // tests ask (kShardedOneProcessVariable): a group of one, which in host memory gathers a chunk
 // as its shard's own memory and adds gradients up in the step's shard (with a device tier it
