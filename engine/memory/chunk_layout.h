@@ -18,12 +18,21 @@ namespace tessera::memory {
 // train, small enough that several stream through the update at once.
 inline constexpr std::int64_t kMaxChunkBytes = 64ll << 20;
 
-// Gemini's update of an optimizer chunk on disk (one process, on the CPU) streams it in slices of
-// this many elements (8 MiB of floats), one read ahead of the slice being updated and one written
-// behind it: the update's buffers, which the planner counts, are kUpdateSlicesInFlight slices.
+// Gemini's update of an optimizer chunk (one process, on the CPU) or shard (sharded) on disk
+// streams it in slices of this many elements (8 MiB of floats), one read ahead of the slice being
+// updated and one written behind it: the update's buffers, which the planner counts, are
+// kUpdateSlicesInFlight slices.
 inline constexpr std::int64_t kUpdateSliceElements = std::int64_t{1} << 21;
 inline constexpr std::size_t kUpdateSlicesAhead = 1;
 inline constexpr std::size_t kUpdateSlicesInFlight = 2 * kUpdateSlicesAhead + 1;
+// Slice boundaries, and the arrays of such a chunk or shard on disk, are padded to this many
+// elements (4 KiB of bf16 gradients, and so of float32 arrays): every range is aligned for
+// O_DIRECT.
+inline constexpr std::int64_t kUpdateSliceAlignment = 2048;
+static_assert(kUpdateSliceElements % kUpdateSliceAlignment == 0);
+inline constexpr std::int64_t sliced_array_elements(std::int64_t elements) {
+  return (elements + kUpdateSliceAlignment - 1) / kUpdateSliceAlignment * kUpdateSliceAlignment;
+}
 
 struct ChunkSlot {
   std::size_t tensor = 0;   // index into the packed tensor list

@@ -453,8 +453,8 @@ std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelCo
       host_masters += shard * 4.0;
     } else if (!counts.bf16) {
       fp32_disk_masters += shard * 4.0;
-      fp32_disk_growth += d(static_cast<std::int64_t>(memory::io_size(to_bytes(shard * 12.0)) -
-                                                      memory::io_size(to_bytes(shard * 8.0))));
+      // A third padded array (update_in_slices' alignment).
+      fp32_disk_growth += d(memory::sliced_array_elements(static_cast<std::int64_t>(shard))) * 4.0;
     }
   }
   // The estimate on the CPU counted masters for the shards in host memory in bf16 only.
@@ -591,11 +591,15 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
   const double w = d(world_size);
   const double arrays = bf16 ? 3.0 : 2.0;
   double trainable_shards = 0, largest = 0;
-  std::vector<std::uint64_t> optim_sizes;
+  std::vector<std::uint64_t> optim_sizes;  // each shard's optimizer bytes, as the rule ranks them
+  std::vector<std::uint64_t> optim_files;  // on disk, each array padded for the sliced update
+  std::vector<double> padded;              // elements of each padded array
   for (double x : chunks.trainable) {
     trainable_shards += x / w;
     largest = std::max(largest, x);
     optim_sizes.push_back(to_bytes(x / w * 4.0 * arrays));
+    padded.push_back(d(memory::sliced_array_elements(static_cast<std::int64_t>(x / w))));
+    optim_files.push_back(to_bytes(padded.back() * 4.0 * arrays));
   }
   const std::vector<bool> on_disk =
       memory::choose_offloaded_chunks(optim_sizes, std::clamp(s.offload_optim_frac, 0.0, 1.0));
@@ -608,16 +612,17 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
   std::uint64_t gradient_files = 0;
   std::vector<std::uint64_t> disk_gradients;  // each on-disk chunk's gradient shard
   std::vector<std::uint64_t> disk_buffers;    // each on-disk shard's buffer while resident
-  const auto gradient_bytes_of = [&](std::size_t t) {
-    return to_bytes(chunks.trainable[t] / w * 4.0);
-  };
+  const auto gradient_bytes_of = [&](std::size_t t) { return to_bytes(padded[t] * 4.0); };
+  double disk_padded = 0;  // elements of the on-disk shards' padded arrays
   for (std::size_t t = 0; t < on_disk.size(); ++t) {
     if (!on_disk[t]) continue;
     disk_shards += chunks.trainable[t] / w;
-    disk_files += memory::io_size(optim_sizes[t]);
-    disk_buffers.push_back(buffer_of(optim_sizes[t]));
+    disk_padded += padded[t];
+    disk_files += memory::io_size(optim_files[t]);
+    disk_buffers.push_back(buffer_of(optim_files[t]));
     gradient_files += memory::io_size(gradient_bytes_of(t));
-    disk_gradients.push_back(gradient_bytes_of(t));
+    // In memory (as the plugin counts it): the shard's own bytes.
+    disk_gradients.push_back(to_bytes(chunks.trainable[t] / w * 4.0));
   }
   // Parameter shards: the fetched chunks then the kept ones, as the plugin orders them (frozen
   // chunks first; for full fine-tuning every chunk is fetched and trainable).
@@ -644,16 +649,24 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
     value_files += memory::io_size(value_sizes[k]);
     largest_value_buffer = std::max(largest_value_buffer, buffer_of(value_sizes[k]));
   }
-  // During the update: up to three trainable chunks resident with whichever of their shards
-  // are on disk.
-  std::vector<std::uint64_t> update_buffers;
+  // During the update: optimizer shards on disk stream through in slices (update_in_slices: at
+  // most kUpdateSlicesInFlight, each with its arrays and gradients) beside the parameter shards
+  // on disk of the chunk being updated and the next; the other trainable chunks with a
+  // parameter shard on disk stream whole, up to three resident at once.
+  std::vector<std::uint64_t> update_buffers;  // parameter shards streamed whole
+  std::vector<std::uint64_t> sliced_values;   // parameter shards beside sliced optimizer shards
   for (std::size_t t = 0; t < chunks.trainable.size(); ++t) {
-    std::uint64_t b = 0;
-    if (on_disk[t]) b += buffer_of(optim_sizes[t]) + buffer_of(gradient_bytes_of(t));
-    if (!lora && t < values_on_disk.size() && values_on_disk[t]) b += buffer_of(value_sizes[t]);
-    if (b > 0) update_buffers.push_back(b);
+    if (lora || t >= values_on_disk.size() || !values_on_disk[t]) continue;
+    (on_disk[t] ? sliced_values : update_buffers).push_back(buffer_of(value_sizes[t]));
   }
   std::sort(update_buffers.rbegin(), update_buffers.rend());
+  std::sort(sliced_values.rbegin(), sliced_values.rend());
+  const double slice_elements = std::min(
+      d(static_cast<std::int64_t>(memory::kUpdateSlicesInFlight) * memory::kUpdateSliceElements),
+      disk_padded);
+  double sliced = slice_elements * (4.0 * arrays + 4.0);
+  for (std::size_t i = 0; i < std::min<std::size_t>(2, sliced_values.size()); ++i)
+    sliced += d(static_cast<std::int64_t>(sliced_values[i]));
   std::sort(disk_buffers.rbegin(), disk_buffers.rend());
   const double host_shards = trainable_shards - disk_shards;
   double kept = 0;
@@ -675,11 +688,12 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
   const double resident_gradients = (trainable_shards - disk_shards) * 4.0 + on_their_way;
   e.gradients = to_bytes(resident_gradients + static_cast<double>(e.gradient_buckets) +
                          chunks.largest_trainable_tensor * (param_bytes + (bf16 ? 4.0 : 0.0)));
-  // The larger of the update's streamed shards and the parameter shards of the gathered
-  // chunks (none is gathered during the update).
+  // The largest of the update's streamed shards (whole, then sliced) and the parameter shards of
+  // the gathered chunks (none is gathered during the update).
   std::uint64_t streamed = 0;
   for (std::size_t i = 0; i < std::min<std::size_t>(3, update_buffers.size()); ++i)
     streamed += update_buffers[i];
+  streamed = std::max(streamed, to_bytes(sliced));
   const std::uint64_t gathered_values =
       std::min<std::size_t>(kGatheredChunks, value_chunks) * largest_value_buffer;
   e.offload_buffers = std::max(streamed, gathered_values);

@@ -426,9 +426,6 @@ class GeminiPlugin : public train::Plugin {
 
   static constexpr std::int64_t kSliceElements = memory::kUpdateSliceElements;
   static constexpr std::size_t kSlicesAhead = memory::kUpdateSlicesAhead;
-  // Slice boundaries: 4 KiB of bf16 gradients (and so of float32 arrays).
-  static constexpr std::int64_t kSliceAlignment = 2048;
-  static_assert(kSliceElements % kSliceAlignment == 0);
 
   struct OptimSlice {
     std::size_t chunk = 0;
@@ -1313,8 +1310,7 @@ class GeminiPlugin : public train::Plugin {
       // The arrays of a chunk on disk are padded to whole slices, so that the update's
       // ranges are aligned (update_on_disk_in_slices).
       if (on_disk[c] && !device_)
-        optim_chunks_[c].elements =
-            (optim_chunks_[c].elements + kSliceAlignment - 1) / kSliceAlignment * kSliceAlignment;
+        optim_chunks_[c].elements = memory::sliced_array_elements(optim_chunks_[c].elements);
     }
 
     // Fill each chunk (masters from the float32 values; zero moments), then park it.

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <unordered_map>
 
@@ -860,7 +861,7 @@ class ShardedGemini : public train::Plugin {
         chunk.grad_to_disk = chunk.optim_on_disk && !device_;
         if (chunk.grad_to_disk)
           chunk.grad_region = disk().add_region("gradient shard of chunk " + std::to_string(c),
-                                                static_cast<std::uint64_t>(chunk.shard) * 4);
+                                                gradient_bytes(chunk));
         if (chunk.optim_on_disk) {
           chunk.optim_region = disk().add_region("optimizer shard of chunk " + std::to_string(c),
                                                  optim_bytes(chunk));
@@ -1104,7 +1105,7 @@ class ShardedGemini : public train::Plugin {
           r.output = device_tensor(chunk.shard, torch::kFloat32,
                                    "reduced gradient shard " + std::to_string(c));
         } else if (chunk.grad_to_disk) {  // page-aligned: it may become the shard written out
-          r.output_buffer = memory::AlignedBuffer(static_cast<std::size_t>(chunk.shard) * 4);
+          r.output_buffer = memory::AlignedBuffer(gradient_bytes(chunk));
           r.output = torch::from_blob(r.output_buffer.data(), {chunk.shard}, torch::kFloat32);
         } else {
           r.output = torch::empty({chunk.shard}, torch::kFloat32);
@@ -1213,7 +1214,7 @@ class ShardedGemini : public train::Plugin {
   // A zeroed float32 shard of chunk `c` in page-aligned memory (written to and read from disk).
   torch::Tensor resident_gradient(std::size_t c) {
     ShardChunk& chunk = chunks_[c];
-    memory::AlignedBuffer buffer(static_cast<std::size_t>(chunk.shard) * 4);
+    memory::AlignedBuffer buffer(gradient_bytes(chunk));
     std::lock_guard lock(update_.mutex());
     chunk.grad_buffer = std::move(buffer);
     return torch::from_blob(chunk.grad_buffer.data(), {chunk.shard}, torch::kFloat32);
@@ -1295,16 +1296,25 @@ class ShardedGemini : public train::Plugin {
     const std::optional<torch::Tensor> host_coef =
         coef ? std::optional<torch::Tensor>(coef->to(torch::kCPU)) : std::nullopt;
     if (device_) device_->copies_wait(*device_->record_compute());
+    // Optimizer shards on disk are updated in slices (update_in_slices), those the pipelined
+    // update takes (pipelined_) by its worker.
+    std::vector<std::size_t> sliced;
     std::vector<std::size_t> later;
-    for (std::size_t c = 0; c < chunks_.size(); ++c)
-      if (pipelined_[c]) later.push_back(c);
-    for_each_optim_chunk([&](std::size_t c) { return !pipelined_[c]; },
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      if (!chunks_[c].trainable) continue;
+      if (pipelined_[c])
+        later.push_back(c);
+      else if (chunks_[c].optim_on_disk)
+        sliced.push_back(c);
+    }
+    for_each_optim_chunk([&](std::size_t c) { return !pipelined_[c] && !chunks_[c].optim_on_disk; },
                          [&](std::size_t c) {
                            if (chunks_[c].optim_on_device)
                              update_on_device(c, lr, coef);
                            else
                              update_chunk(c, lr, host_coef, 0);
                          });
+    update_in_slices(sliced, lr, host_coef, 0, {});
     if (device_) {
       // The compute after the update sees the new values; the host memory the copies read or
       // write is settled before anything else uses it.
@@ -1318,13 +1328,9 @@ class ShardedGemini : public train::Plugin {
     }
     if (later.empty()) return;
     update_.start(chunks_.size(), later,
-                  [this, lr, coef](const UpdatePipeline::ChunkDone& done, int threads) {
+                  [this, later, lr, coef](const UpdatePipeline::ChunkDone& done, int threads) {
                     torch::NoGradGuard no_grad;
-                    for_each_optim_chunk([&](std::size_t c) { return pipelined_[c]; },
-                                         [&](std::size_t c) {
-                                           update_chunk(c, lr, coef, threads);
-                                           done(c);
-                                         });
+                    update_in_slices(later, lr, coef, threads, done);
                   });
     update_behind_ = true;
     ++updates_behind_;
@@ -1408,6 +1414,168 @@ class ShardedGemini : public train::Plugin {
     drop_gradient_shard(chunk, /*on_disk=*/false);
   }
 
+  // --- the update of optimizer shards on disk, in slices ---------------------------------------
+  // A shard whose optimizer state is on disk is updated kSliceElements at a time, never whole:
+  // the slice's arrays (masters, exp_avg, exp_avg_sq: each padded to whole slices in the file,
+  // stride()) and, when the step's gradient shard is on disk too, its gradients are read, updated
+  // by the CPU Adam and written back, the next slice read while one is updated and the previous
+  // one written (three slices at most, across chunks), as the one-process plugin does. So the
+  // update holds a few tens of MB of optimizer state whatever the largest tensor's shard. A
+  // parameter shard on disk is read whole before its chunk's first slice and written after its
+  // last; one on the device takes its new values from host staging, copied up.
+  static constexpr std::int64_t kSliceElements = memory::kUpdateSliceElements;
+  static constexpr std::size_t kSlicesAhead = memory::kUpdateSlicesAhead;
+
+  struct OptimSlice {
+    std::size_t chunk = 0;
+    std::int64_t begin = 0;  // elements of the shard, padded (stride())
+    std::int64_t end = 0;
+    memory::AlignedBuffer arrays;  // arrays_of(chunk) × (end − begin) floats
+    memory::AlignedBuffer grads;   // (end − begin) floats, when the gradient shard is on disk
+    std::vector<std::future<void>> io;
+  };
+
+  // Updates `chunks` (optimizer shards on disk) in that order, calling `chunk_done(c)` once
+  // chunk c's shard holds its new values. `threads`: the CPU Adam's (0: torch's).
+  void update_in_slices(const std::vector<std::size_t>& chunks, double lr,
+                        const std::optional<torch::Tensor>& coef, int threads,
+                        const std::function<void(std::size_t)>& chunk_done) {
+    std::vector<OptimSlice> slices;
+    for (std::size_t c : chunks)
+      for (std::int64_t at = 0; at < stride(chunks_[c]); at += kSliceElements)
+        slices.push_back({c, at, std::min(stride(chunks_[c]), at + kSliceElements), {}, {}, {}});
+    const auto wait_all = [](OptimSlice& slice) {
+      for (std::future<void>& f : slice.io)
+        if (f.valid()) f.get();
+      slice.io.clear();
+    };
+    const auto start_read = [&](OptimSlice& slice) {
+      ShardChunk& chunk = chunks_[slice.chunk];
+      const std::int64_t length = slice.end - slice.begin;
+      const int arrays = arrays_of(chunk);
+      slice.arrays = memory::AlignedBuffer(static_cast<std::size_t>(length * 4 * arrays));
+      for (int k = 0; k < arrays; ++k)
+        slice.io.push_back(disk_->read_range(
+            chunk.optim_region, static_cast<std::uint64_t>((k * stride(chunk) + slice.begin) * 4),
+            static_cast<std::uint64_t>(length * 4),
+            static_cast<char*>(slice.arrays.data()) + k * length * 4));
+      if (chunk.grad_on_disk) {
+        slice.grads = memory::AlignedBuffer(static_cast<std::size_t>(length * 4));
+        slice.io.push_back(
+            disk_->read_range(chunk.grad_region, static_cast<std::uint64_t>(slice.begin * 4),
+                              static_cast<std::uint64_t>(length * 4), slice.grads.data()));
+      }
+      if (slice.begin == 0 && chunk.values_on_disk && !chunk.values.defined()) {
+        make_values_resident(chunk);
+        slice.io.push_back(disk_->read(chunk.values_region, chunk.values_buffer.data()));
+      }
+    };
+    const auto start_write = [&](OptimSlice& slice) {
+      const ShardChunk& chunk = chunks_[slice.chunk];
+      const std::int64_t length = slice.end - slice.begin;
+      slice.grads = memory::AlignedBuffer();
+      for (int k = 0; k < arrays_of(chunk); ++k)
+        slice.io.push_back(disk_->write_range(
+            chunk.optim_region, static_cast<std::uint64_t>((k * stride(chunk) + slice.begin) * 4),
+            static_cast<std::uint64_t>(length * 4),
+            static_cast<char*>(slice.arrays.data()) + k * length * 4));
+    };
+    std::deque<OptimSlice*> writes;
+    char* staging = nullptr;  // the chunk's new values on their way to the device
+    try {
+      for (std::size_t i = 0; i < std::min(kSlicesAhead, slices.size()); ++i) start_read(slices[i]);
+      for (std::size_t i = 0; i < slices.size(); ++i) {
+        OptimSlice& slice = slices[i];
+        ShardChunk& chunk = chunks_[slice.chunk];
+        wait_all(slice);
+        if (i + kSlicesAhead < slices.size()) start_read(slices[i + kSlicesAhead]);
+        if (slice.begin == 0) {
+          settle_upload(chunk);  // a chunk kept whole was copied up from this shard
+          if (chunk.values_on_device) {
+            update_staging_.push_back(device_->allocate_host(static_cast<std::size_t>(chunk.shard) *
+                                                             c10::elementSize(dtype_)));
+            staging = static_cast<char*>(update_staging_.back().get());
+          }
+        }
+        update_slice(slice, lr, coef, threads, staging);
+        start_write(slice);
+        writes.push_back(&slice);
+        while (writes.size() > kSlicesAhead) {
+          wait_all(*writes.front());
+          writes.front()->arrays = memory::AlignedBuffer();
+          writes.pop_front();
+        }
+        if (i + 1 < slices.size() && slices[i + 1].chunk == slice.chunk) continue;
+        // The chunk's last slice: its parameter shard goes back to disk, its gradients go.
+        if (chunk.values_on_disk) {
+          disk_->write(chunk.values_region, chunk.values_buffer.data()).get();
+          keep_or_drop_values(chunk);
+        }
+        drop_gradient_shard(chunk, /*on_disk=*/false);
+        staging = nullptr;
+        if (chunk_done) chunk_done(slice.chunk);
+      }
+      while (!writes.empty()) {
+        wait_all(*writes.front());
+        writes.front()->arrays = memory::AlignedBuffer();
+        writes.pop_front();
+      }
+    } catch (...) {
+      // Nothing may outlive its buffer: wait for what is in flight, then report the error.
+      for (OptimSlice& slice : slices)
+        for (std::future<void>& f : slice.io)
+          if (f.valid()) f.wait();
+      throw;
+    }
+  }
+
+  // The CPU Adam on the parts of the chunk's tensors inside `slice` (of this rank's shard).
+  void update_slice(OptimSlice& slice, double lr, const std::optional<torch::Tensor>& coef,
+                    int threads, char* staging) {
+    ShardChunk& chunk = chunks_[slice.chunk];
+    const std::int64_t length = slice.end - slice.begin;
+    const std::size_t element = c10::elementSize(dtype_);
+    auto* arrays = static_cast<float*>(slice.arrays.data());
+    const int count = arrays_of(chunk);
+    float* masters = keeps_masters(chunk) ? arrays : nullptr;
+    float* exp_avg = arrays + (count - 2) * length;
+    float* exp_avg_sq = exp_avg + length;
+    // (No gradient shard at all when none of the chunk's tensors got a gradient this step.)
+    float* grads = slice.grads                  ? static_cast<float*>(slice.grads.data())
+                   : chunk.grad_shard.defined() ? chunk.grad_shard.data_ptr<float>() + slice.begin
+                                                : nullptr;
+    for (std::size_t i : chunk.entries) {
+      ShardEntry& e = entries_[i];
+      if (!with_gradient_[i] || e.own_count == 0) continue;  // no gradient: no update, as torch
+      const std::int64_t lo = std::max(e.shard_offset, slice.begin);
+      const std::int64_t hi = std::min(e.shard_offset + e.own_count, slice.end);
+      if (lo >= hi) continue;
+      const std::int64_t in_slice = lo - slice.begin;
+      CpuUpdateArrays where;
+      where.exp_avg = exp_avg + in_slice;
+      where.exp_avg_sq = exp_avg_sq + in_slice;
+      // The shard's values at `lo`: host staging for a shard on the device, else its memory.
+      char* values = staging != nullptr
+                         ? staging + lo * element
+                         : static_cast<char*>(chunk.values.data_ptr()) + lo * element;
+      if (masters != nullptr) {
+        where.param = masters + in_slice;
+        if (dtype_ != torch::kFloat32) where.bf16_copy = reinterpret_cast<std::uint16_t*>(values);
+      } else {
+        where.param = reinterpret_cast<float*>(values);  // fp32 values in host memory: masters
+      }
+      cpu_adamw_update(torch::from_blob(grads + in_slice, {hi - lo}, torch::kFloat32), coef, where,
+                       adamw_, lr, e.decays, steps_, threads);
+      if (staging != nullptr) {
+        const auto bytes = static_cast<std::size_t>(hi - lo) * element;
+        if (dtype_ == torch::kFloat32) std::memcpy(values, where.param, bytes);
+        device_->copy_to_device(static_cast<char*>(chunk.values.data_ptr()) + lo * element, values,
+                                bytes);
+      }
+      e.tensor.unsafeGetTensorImpl()->bump_version();
+    }
+  }
+
   // Waits for the update pipelined with the forward, if one runs; rethrows its error. Every rank
   // calls it at the same points (it decides whether the forward gathers ahead).
   void settle_update() {
@@ -1444,7 +1612,16 @@ class ShardedGemini : public train::Plugin {
   }
   int arrays_of(const ShardChunk& chunk) const { return keeps_masters(chunk) ? 3 : 2; }
   std::uint64_t optim_bytes(const ShardChunk& chunk) const {
-    return static_cast<std::uint64_t>(chunk.shard) * 4 * arrays_of(chunk);
+    return static_cast<std::uint64_t>(stride(chunk)) * 4 * arrays_of(chunk);
+  }
+  // Elements of each optimizer array: the shard's, padded for slices where it is on disk
+  // (update_in_slices).
+  static std::int64_t stride(const ShardChunk& chunk) {
+    return chunk.optim_on_disk ? memory::sliced_array_elements(chunk.shard) : chunk.shard;
+  }
+  // A gradient shard bound for disk, padded likewise.
+  static std::uint64_t gradient_bytes(const ShardChunk& chunk) {
+    return static_cast<std::uint64_t>(stride(chunk)) * 4;
   }
   static std::vector<bool> negated(const std::vector<bool>& flags) {
     std::vector<bool> out(flags.size());
@@ -1462,7 +1639,7 @@ class ShardedGemini : public train::Plugin {
     memory::AlignedBuffer buffer(optim_bytes(chunk));
     std::lock_guard lock(update_.mutex());  // memory() reads it
     chunk.optim_buffer = std::move(buffer);
-    chunk.optim = torch::from_blob(chunk.optim_buffer.data(), {arrays_of(chunk) * chunk.shard},
+    chunk.optim = torch::from_blob(chunk.optim_buffer.data(), {arrays_of(chunk) * stride(chunk)},
                                    torch::kFloat32);
   }
   void drop_resident_optim(ShardChunk& chunk) {
@@ -1534,7 +1711,7 @@ class ShardedGemini : public train::Plugin {
   // checkpoint reads it from there a tensor at a time).
   torch::Tensor optim_part(const ShardEntry& e, std::int64_t array) const {
     const ShardChunk& c = chunks_[e.chunk];
-    const std::int64_t at = array * c.shard + e.shard_offset;
+    const std::int64_t at = array * stride(c) + e.shard_offset;
     if (c.optim.defined()) return c.optim.narrow(0, at, e.own_count);
     if (!c.optim_on_disk || !disk_)
       throw Error(ErrorKind::Internal, "gemini: the optimizer state of \"" + e.name +

@@ -373,6 +373,34 @@ def medium_llama(workdir):
     return random_llama(workdir, "mem-model", vocab_size=8000, num_hidden_layers=4)
 
 
+@pytest.mark.parametrize("precision, options", [
+    # the update pipelined behind the next forward, its slices on a worker
+    ("fp32", {"offload_optim_frac": 1.0}),
+    # masters beside the moments; half the parameter shards on disk, read whole around their
+    # chunk's slices
+    ("bf16", {"offload_optim_frac": 1.0, "offload_param_frac": 0.5}),
+])
+def test_the_sharded_update_streams_shards_larger_than_a_slice(workdir, medium_llama, precision, options):
+    """The sharded plugin at one process on the 21M-parameter llama (chunks of up to 64 MiB: a
+    shard is several of the update's 2M-element slices): with its optimizer shards on disk the
+    update reads, updates and writes them a slice at a time (each array padded to whole 2048-element
+    blocks in its file), and trains to `single`'s weights to the bit, 3 steps."""
+    folder = medium_llama[0]
+    name = f"sliced-{precision}-{len(options)}"
+    reference, _ = run(spec_for(workdir, "llama", f"{name}-single", "single", precision=precision, steps=3,
+                                extra=("--model", folder)))
+    ours, events = run(spec_for(workdir, "llama", name, "gemini", options, precision=precision, steps=3,
+                                extra=("--model", folder)),
+                       env=dict(os.environ, **SHARDED_ONE_PROCESS))
+    assert_same_losses(ours, reference, f"{name}: sharded, optimizer shards on disk in slices")
+    disk = [e for e in events if e["type"] == "memory" and e.get("tier") == "disk"]
+    assert disk and max(e["by_category"]["optimizer"] for e in disk) >= 8 * medium_llama[1], disk[-1:]
+    mine = load_file(workdir / name / "model" / "model.safetensors")
+    theirs = load_file(workdir / f"{name}-single" / "model" / "model.safetensors")
+    for key, tensor in theirs.items():
+        assert torch.equal(mine[key], tensor), key
+
+
 def test_memory_per_tier_is_what_the_chunks_hold(workdir, medium_llama):
     """A 21M-parameter llama, fp32 full fine-tuning, 3 steps: with the optimizer state on the host
     the host tier's `optimizer` is the Adam moments (8 bytes per parameter, the parameter count
