@@ -106,18 +106,11 @@ Settings written_settings(const job::JobSpec& spec, int gpus, int processes,
       s.host_param_frac = fraction("host_param_frac");
       s.host_optim_frac = fraction("host_optim_frac");
     }
-    // Placement auto streams every parameter chunk from disk (with a device: from host memory)
-    // when it must: planned as all of them there (what it needs at least; its cache then grows
-    // into what the budget leaves).
-    // Sharded with a device, the parameter shards are host memory's or the disk's as on the CPU.
-    if (spec.strategy.options.value("placement", "static") == "auto") {
-      if (s.device_tier && processes == 1) {
-        s.host_param_frac = 1.0;
-      } else {
-        s.offload_param_frac = 1.0;
-        if (s.device_tier) s.host_param_frac = 1.0;
-      }
-    }
+    // Placement auto streams every parameter chunk (shard) from disk (with a device: from host
+    // memory) when it must: planned as all of them there (what it needs at least; its cache, or
+    // with a device the shards that move there, then grow into what the budget leaves).
+    if (spec.strategy.options.value("placement", "static") == "auto")
+      (s.device_tier ? s.host_param_frac : s.offload_param_frac) = 1.0;
   }
   if (spec.strategy.name == "ddp") s.strategy = "ddp";
   if (spec.strategy.name == "hybrid") {

@@ -186,12 +186,15 @@ class ShardedGemini : public train::Plugin {
       // too but for the shares host_param_frac and host_optim_frac in host memory and those on
       // disk: a gather of a host shard uploads only this rank's shard, a reduction of a chunk
       // updated on the host copies down only its shard of the result (the hybrid Adam: device
-      // shards updated by torch's fused AdamW, host ones by the CPU Adam). Placement auto keeps
-      // every parameter shard on disk with a cache in host memory, as on the CPU.
+      // shards updated by torch's fused AdamW, host ones by the CPU Adam). Placement auto starts
+      // every parameter shard in host memory and moves some to the device after the first step.
       // Rank r's GPU is LOCAL_RANK's (as ddp and zero), made the current device.
       const std::string tier =
           device == "simulated" ? device : train::rank_cuda_device(options, name()).str();
       device_ = train::make_device_tier(tier, gemini_.device_budget, "strategy.options.device");
+      // Placement auto: every parameter shard starts in host memory, and after the first step as
+      // many move to the device as its measured peak leaves room for (move_shards_to_device).
+      if (gemini_.auto_placement) gemini_.offload_param_frac = 0.0;
     } else {
       train::require_cpu_device(options, name());
       if (gemini_.host_param_frac > 0.0 || gemini_.host_optim_frac > 0.0)
@@ -221,7 +224,10 @@ class ShardedGemini : public train::Plugin {
         entries_, trainable_order_,
         [this](std::size_t i, const torch::Tensor& t) { gradient_arrived(i, t); });
     // Placement auto measures the first step's peak from here.
-    if (gemini_.auto_placement) core::reset_process_peak_rss();
+    if (gemini_.auto_placement) {
+      core::reset_process_peak_rss();
+      if (device_) device_->reset_peak();
+    }
   }
 
   torch::Device device() const override { return tensor_device(); }
@@ -369,7 +375,12 @@ class ShardedGemini : public train::Plugin {
       memory::transition(e.state, TensorState::Held, e.name);
     }
     if (stats.applied) gather_persistent(true);
-    if (gathered_.tracing() && gemini_.auto_placement) size_shard_cache_to_budget();
+    if (gathered_.tracing() && gemini_.auto_placement) {
+      if (device_)
+        move_shards_to_device();
+      else
+        size_shard_cache_to_budget();
+    }
     gathered_.end_tracing();  // the first step's order of chunk uses is every later step's
     return stats;
   }
@@ -941,6 +952,67 @@ class ShardedGemini : public train::Plugin {
     if (const std::optional<std::size_t> limit = cache_limit_after_peak(
             on_disk, cached_shards_, core::process_peak_rss(), rank_budget_, kGatheredChunks))
       cached_shards_ = *limit;
+  }
+
+  // Placement auto with a device tier, after the first step: the device's measured peak (the
+  // chunks, gradients and optimizer state it held, and on a GPU the activations and workspace)
+  // is what it needs beside the shards; as many parameter shards as fit beside it in its budget
+  // (less the headroom and one shard of margin) move there from host memory, in chunk order, and
+  // stay: a group of one then computes on them in place, several ranks gather from them with
+  // nothing copied up. A shard whose optimizer state is on disk moves only where its float32
+  // masters stay as they are (bf16), as the file's layout depends on them.
+  void move_shards_to_device() {
+    std::vector<std::size_t> movable;
+    std::uint64_t largest = 0;
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      const ShardChunk& chunk = chunks_[c];
+      if (chunk.values_on_device || chunk.values_on_disk) continue;
+      if (chunk.trainable && chunk.optim_on_disk && dtype_ == torch::kFloat32) continue;
+      movable.push_back(c);
+      largest = std::max(largest, values_bytes(chunk));
+    }
+    const std::uint64_t peak = device_->measured_peak();
+    if (movable.empty() || peak == 0) return;
+    const std::size_t count =
+        items_within_budget(peak, 0, device_->total(), largest, 0, movable.size());
+    for (std::size_t k = 0; k < count; ++k) move_shard_to_device(movable[k]);
+    if (log_ && rank_ == 0)
+      log_("info", "gemini placement auto: " + std::to_string(count) + " of " +
+                       std::to_string(movable.size()) +
+                       " parameter shards in host memory move to " + device_->name() +
+                       " (measured peak " + core::human_bytes(peak) + " of " +
+                       core::human_bytes(device_->total()) + ")");
+  }
+
+  // Chunk `c`'s parameter shard moves from host memory to the device; its optimizer shard (in
+  // memory) takes or drops its float32 masters as the new placement needs them.
+  void move_shard_to_device(std::size_t c) {
+    ShardChunk& chunk = chunks_[c];
+    const bool was_gathered = chunk.gathered;
+    if (was_gathered) release(c);
+    settle_upload(chunk);
+    const bool had_masters = keeps_masters(chunk);
+    torch::Tensor values =
+        device_tensor(chunk.shard, dtype_, "parameter shard of chunk " + std::to_string(c));
+    values.copy_(chunk.values);
+    const torch::Tensor host_values = chunk.values;
+    chunk.values = values;
+    chunk.values_on_device = true;
+    if (chunk.trainable && chunk.optim.defined() && keeps_masters(chunk) != had_masters) {
+      // The arrays change: [masters] [exp_avg] [exp_avg_sq], S each, on the optimizer's tier.
+      const torch::Tensor old = chunk.optim;
+      const std::int64_t n = stride(chunk);
+      torch::Tensor relaid = chunk.optim_on_device
+                                 ? device_tensor(arrays_of(chunk) * n, torch::kFloat32,
+                                                 "optimizer shard of chunk " + std::to_string(c))
+                                 : torch::empty({arrays_of(chunk) * n}, torch::kFloat32);
+      const std::int64_t from = had_masters ? n : 0;
+      const std::int64_t to = had_masters ? 0 : n;
+      relaid.narrow(0, to, 2 * n).copy_(old.narrow(0, from, 2 * n));
+      if (!had_masters) relaid.narrow(0, 0, chunk.shard).copy_(host_values);  // fp32: the masters
+      chunk.optim = relaid;
+    }
+    if (was_gathered) gather(c);
   }
 
   // Starts the all-gather of chunk `c` into fresh memory under its storage.

@@ -305,20 +305,48 @@ def test_two_ranks_keep_their_shards_on_the_device(workdir, precision):
             assert held <= report["used"] <= held + 80 * 1024, report
 
 
-def test_two_ranks_on_a_device_with_placement_auto(workdir):
-    """Placement auto with a device on 2 ranks: every parameter shard placed on disk, as many
-    kept in host memory as the rank's share of host_budget leaves, the gathered chunks on the
-    device: the losses of the same 2-rank job on the CPU exactly, with parameter shards in the
-    disk tier."""
+@pytest.mark.parametrize("budget, all_move, optimizer", [
+    # the optimizer shards on the device: the moved shards' float32 masters go
+    ("8MiB", True, {}), ("2800KiB", False, {}),
+    # in host memory: the moved shards' float32 masters come (the CPU Adam writes new values up)
+    ("4MiB", True, {"host_optim_frac": 1.0}),
+])
+def test_two_ranks_on_a_device_with_placement_auto(workdir, budget, all_move, optimizer):
+    """Placement auto with a device on 2 ranks: every parameter shard starts in host memory (none
+    on disk), and after the first step as many move to the device as its measured peak leaves
+    room for in the budget: all of them in 8 MiB, some in 2800 KiB (the first step peaks near 2.1 MiB). The losses of the same 2-rank
+    job on the CPU; host memory's parameter bytes drop by the shards that moved (the log says how
+    many), and once all have moved nothing goes up any more."""
     placement = {"placement": "auto", "chunk_size": "160KiB"}
-    reference, _ = launch_2(spec_for(workdir, "llama", "dev-ranks-auto-cpu", "gemini", placement, steps=6))
-    ours, events = launch_2(spec_for(workdir, "llama", "dev-ranks-auto", "gemini",
-                                     device_options(placement, budget="4MiB"), steps=6), env=SIMULATED)
-    assert_same_losses(ours, reference, "2 ranks, device tier, placement auto")
-    disk = [e for e in events if e["type"] == "memory" and e.get("tier") == "disk"]
-    assert disk and disk[-1]["by_category"]["weights"] > 0, disk[-1:]
-    device = [e for e in events if e["type"] == "memory" and e.get("tier") == "device"]
-    assert device and device[-1]["traffic"]["to_device_bytes"] > 0
+    name = f"dev-ranks-auto-{budget}-{len(optimizer)}"
+    reference, _ = launch_2(spec_for(workdir, "llama", f"{name}-cpu", "gemini", placement, steps=6))
+    ours, events = launch_2(spec_for(workdir, "llama", name, "gemini",
+                                     device_options({**placement, **optimizer}, budget=budget), steps=6),
+                            env=SIMULATED)
+    assert_same_losses(ours, reference, f"2 ranks, device tier, placement auto, {budget}")
+    memory = [e for e in events if e["type"] == "memory"]
+    assert not any(e["by_category"]["weights"] for e in memory if e.get("tier") == "disk")
+    moved = [e["message"] for e in events if e["type"] == "log" and "placement auto" in e.get("message", "")]
+    assert len(moved) == 1, moved
+    count, of = (int(w) for w in moved[0].split(": ")[1].split()[:3:2])
+    assert (count == of) if all_move else (0 < count < of), moved[0]
+    # Host memory keeps the parameter shards that did not move (rank 0's half of every chunk
+    # before the first step): none when all did.
+    shards = 4 * trainable_parameters(workdir, "full") / 2
+    masters = shards if optimizer else 0  # fp32 masters beside host moments once shards move
+    host = [e["by_category"]["weights"] for e in memory if e.get("tier") == "host"]
+    assert shards <= host[0] <= shards * 1.05, (host, shards)
+    assert (host[-1] == masters) if all_move else (0 < host[-1] < shards), (host, shards)
+    device = [e for e in memory if e.get("tier") == "device"]
+    # The first step copied shards up for its gathers; with all of them on the device, each later
+    # step sends up only what the CPU Adam made (every shard's new values), or nothing.
+    went_up = [e["traffic"]["to_device_bytes"] for e in device]
+    later = [b - a for a, b in zip(went_up[1:], went_up[2:])]
+    assert went_up[1] > 0 and later, went_up
+    if all_move:
+        assert all(d == (shards if optimizer else 0) for d in later), (went_up, shards)
+    else:
+        assert all(d > 0 for d in later), went_up
 
 
 @pytest.mark.parametrize("method", ["full", "lora"])

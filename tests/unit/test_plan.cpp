@@ -1925,7 +1925,10 @@ class TestPlan : public QObject {
     in.spec.strategy = {"gemini", {{"placement", "auto"}}};
     const plan::Plan sharded_auto = plan::make_plan(in);
     QCOMPARE(sharded_auto.tiers.at(0).tier, std::string("device"));
-    QCOMPARE(sharded_auto.settings.offload_param_frac, 1.0);
+    // Placement auto on the GPUs: every shard planned in host memory (what it needs at least);
+    // those that fit move to the GPU after the first step.
+    QCOMPARE(sharded_auto.settings.offload_param_frac, 0.0);
+    QCOMPARE(sharded_auto.settings.host_param_frac, 1.0);
     // auto over several processes stays on the CPU, says so, and writes the device it planned.
     in.spec.strategy = {"auto", nlohmann::json::object()};
     const plan::Plan automatic = plan::make_plan(in);
