@@ -132,4 +132,49 @@ inline void stream_disk_chunks(std::size_t count, const DiskChunkTransfers& io,
   }
 }
 
+// The update of optimizer state on disk in slices (both plugins): `slices` in order, each read
+// (start_read: its buffers made and their reads started into its `io`) kUpdateSlicesAhead ahead
+// of the one being updated, then written behind it (start_write), at most kUpdateSlicesAhead
+// writes in flight before the oldest is waited for and its `arrays` freed. `update(i)` runs once
+// slice i is in, `written(i)` once its write has started. An I/O error is thrown once nothing in
+// flight still uses a buffer.
+template <typename Slice, typename Read, typename Update, typename Write, typename Written>
+void stream_update_slices(std::vector<Slice>& slices, Read&& start_read, Update&& update,
+                          Write&& start_write, Written&& written) {
+  constexpr std::size_t ahead = memory::kUpdateSlicesAhead;
+  const auto wait_all = [](Slice& slice) {
+    for (std::future<void>& f : slice.io)
+      if (f.valid()) f.get();
+    slice.io.clear();
+  };
+  std::deque<Slice*> writes;
+  try {
+    for (std::size_t i = 0; i < std::min(ahead, slices.size()); ++i) start_read(slices[i]);
+    for (std::size_t i = 0; i < slices.size(); ++i) {
+      Slice& slice = slices[i];
+      wait_all(slice);
+      if (i + ahead < slices.size()) start_read(slices[i + ahead]);
+      update(i);
+      start_write(slice);
+      writes.push_back(&slice);
+      while (writes.size() > ahead) {
+        wait_all(*writes.front());
+        writes.front()->arrays = {};
+        writes.pop_front();
+      }
+      written(i);
+    }
+    while (!writes.empty()) {
+      wait_all(*writes.front());
+      writes.front()->arrays = {};
+      writes.pop_front();
+    }
+  } catch (...) {
+    for (Slice& slice : slices)
+      for (std::future<void>& f : slice.io)
+        if (f.valid()) f.wait();
+    throw;
+  }
+}
+
 }  // namespace tessera::plugins

@@ -425,7 +425,6 @@ class GeminiPlugin : public train::Plugin {
   // multiple of it (build_optimizer_chunks), so every range is aligned for O_DIRECT.
 
   static constexpr std::int64_t kSliceElements = memory::kUpdateSliceElements;
-  static constexpr std::size_t kSlicesAhead = memory::kUpdateSlicesAhead;
 
   struct OptimSlice {
     std::size_t chunk = 0;
@@ -447,11 +446,6 @@ class GeminiPlugin : public train::Plugin {
       for (std::int64_t at = 0; at < chunk.elements; at += kSliceElements)
         slices.push_back({c, at, std::min(chunk.elements, at + kSliceElements), {}, {}, {}});
     }
-    const auto wait_all = [](OptimSlice& slice) {
-      for (std::future<void>& f : slice.io)
-        if (f.valid()) f.get();
-      slice.io.clear();
-    };
     const auto start_read = [&](OptimSlice& slice) {
       const OptimChunk& chunk = optim_chunks_[slice.chunk];
       const std::int64_t length = slice.end - slice.begin;
@@ -479,43 +473,20 @@ class GeminiPlugin : public train::Plugin {
             static_cast<std::uint64_t>(length * 4),
             static_cast<char*>(slice.arrays.data()) + k * length * 4));
     };
-    std::deque<OptimSlice*> writes;
-    try {
-      for (std::size_t i = 0; i < std::min(kSlicesAhead, slices.size()); ++i) start_read(slices[i]);
-      for (std::size_t i = 0; i < slices.size(); ++i) {
-        OptimSlice& slice = slices[i];
-        wait_all(slice);
-        if (i + kSlicesAhead < slices.size()) start_read(slices[i + kSlicesAhead]);
-        update_slice(slice, lr, coef, threads);
-        start_write(slice);
-        writes.push_back(&slice);
-        while (writes.size() > kSlicesAhead) {
-          wait_all(*writes.front());
-          writes.front()->arrays = memory::AlignedBuffer();
-          writes.pop_front();
-        }
-        // The chunk's last slice: its resident gradients go.
-        if (i + 1 == slices.size() || slices[i + 1].chunk != slice.chunk) {
-          OptimChunk& chunk = optim_chunks_[slice.chunk];
-          {
-            std::lock_guard lock(update_.mutex());  // memory() reads the buffer's size
-            chunk.grads = memory::AlignedBuffer();
-          }
-          chunk.grads_on_disk = false;
-          if (chunk_done) chunk_done(slice.chunk);
-        }
+    // After the chunk's last slice its resident gradients go.
+    const auto written = [&](std::size_t i) {
+      if (i + 1 < slices.size() && slices[i + 1].chunk == slices[i].chunk) return;
+      OptimChunk& chunk = optim_chunks_[slices[i].chunk];
+      {
+        std::lock_guard lock(update_.mutex());  // memory() reads the buffer's size
+        chunk.grads = memory::AlignedBuffer();
       }
-      while (!writes.empty()) {
-        wait_all(*writes.front());
-        writes.pop_front();
-      }
-    } catch (...) {
-      // Nothing may outlive its buffer: wait for what is in flight, then report the error.
-      for (OptimSlice& slice : slices)
-        for (std::future<void>& f : slice.io)
-          if (f.valid()) f.wait();
-      throw;
-    }
+      chunk.grads_on_disk = false;
+      if (chunk_done) chunk_done(slices[i].chunk);
+    };
+    stream_update_slices(
+        slices, start_read, [&](std::size_t i) { update_slice(slices[i], lr, coef, threads); },
+        start_write, written);
   }
 
   // The CPU Adam on the parts of the chunk's tensors inside `slice`.

@@ -1496,7 +1496,6 @@ class ShardedGemini : public train::Plugin {
   // parameter shard on disk is read whole before its chunk's first slice and written after its
   // last; one on the device takes its new values from host staging, copied up.
   static constexpr std::int64_t kSliceElements = memory::kUpdateSliceElements;
-  static constexpr std::size_t kSlicesAhead = memory::kUpdateSlicesAhead;
 
   struct OptimSlice {
     std::size_t chunk = 0;
@@ -1516,11 +1515,6 @@ class ShardedGemini : public train::Plugin {
     for (std::size_t c : chunks)
       for (std::int64_t at = 0; at < stride(chunks_[c]); at += kSliceElements)
         slices.push_back({c, at, std::min(stride(chunks_[c]), at + kSliceElements), {}, {}, {}});
-    const auto wait_all = [](OptimSlice& slice) {
-      for (std::future<void>& f : slice.io)
-        if (f.valid()) f.get();
-      slice.io.clear();
-    };
     const auto start_read = [&](OptimSlice& slice) {
       ShardChunk& chunk = chunks_[slice.chunk];
       const std::int64_t length = slice.end - slice.begin;
@@ -1552,53 +1546,33 @@ class ShardedGemini : public train::Plugin {
             static_cast<std::uint64_t>(length * 4),
             static_cast<char*>(slice.arrays.data()) + k * length * 4));
     };
-    std::deque<OptimSlice*> writes;
     char* staging = nullptr;  // the chunk's new values on their way to the device
-    try {
-      for (std::size_t i = 0; i < std::min(kSlicesAhead, slices.size()); ++i) start_read(slices[i]);
-      for (std::size_t i = 0; i < slices.size(); ++i) {
-        OptimSlice& slice = slices[i];
-        ShardChunk& chunk = chunks_[slice.chunk];
-        wait_all(slice);
-        if (i + kSlicesAhead < slices.size()) start_read(slices[i + kSlicesAhead]);
-        if (slice.begin == 0) {
-          settle_upload(chunk);  // a chunk kept whole was copied up from this shard
-          if (chunk.values_on_device) {
-            update_staging_.push_back(device_->allocate_host(static_cast<std::size_t>(chunk.shard) *
-                                                             c10::elementSize(dtype_)));
-            staging = static_cast<char*>(update_staging_.back().get());
-          }
+    const auto update = [&](std::size_t i) {
+      OptimSlice& slice = slices[i];
+      ShardChunk& chunk = chunks_[slice.chunk];
+      if (slice.begin == 0) {
+        settle_upload(chunk);  // a chunk kept whole was copied up from this shard
+        if (chunk.values_on_device) {
+          update_staging_.push_back(device_->allocate_host(static_cast<std::size_t>(chunk.shard) *
+                                                           c10::elementSize(dtype_)));
+          staging = static_cast<char*>(update_staging_.back().get());
         }
-        update_slice(slice, lr, coef, threads, staging);
-        start_write(slice);
-        writes.push_back(&slice);
-        while (writes.size() > kSlicesAhead) {
-          wait_all(*writes.front());
-          writes.front()->arrays = memory::AlignedBuffer();
-          writes.pop_front();
-        }
-        if (i + 1 < slices.size() && slices[i + 1].chunk == slice.chunk) continue;
-        // The chunk's last slice: its parameter shard goes back to disk, its gradients go.
-        if (chunk.values_on_disk) {
-          disk_->write(chunk.values_region, chunk.values_buffer.data()).get();
-          keep_or_drop_values(chunk);
-        }
-        drop_gradient_shard(chunk, /*on_disk=*/false);
-        staging = nullptr;
-        if (chunk_done) chunk_done(slice.chunk);
       }
-      while (!writes.empty()) {
-        wait_all(*writes.front());
-        writes.front()->arrays = memory::AlignedBuffer();
-        writes.pop_front();
+      update_slice(slice, lr, coef, threads, staging);
+    };
+    // After the chunk's last slice its parameter shard goes back to disk, its gradients go.
+    const auto written = [&](std::size_t i) {
+      if (i + 1 < slices.size() && slices[i + 1].chunk == slices[i].chunk) return;
+      ShardChunk& chunk = chunks_[slices[i].chunk];
+      if (chunk.values_on_disk) {
+        disk_->write(chunk.values_region, chunk.values_buffer.data()).get();
+        keep_or_drop_values(chunk);
       }
-    } catch (...) {
-      // Nothing may outlive its buffer: wait for what is in flight, then report the error.
-      for (OptimSlice& slice : slices)
-        for (std::future<void>& f : slice.io)
-          if (f.valid()) f.wait();
-      throw;
-    }
+      drop_gradient_shard(chunk, /*on_disk=*/false);
+      staging = nullptr;
+      if (chunk_done) chunk_done(slices[i].chunk);
+    };
+    stream_update_slices(slices, start_read, update, start_write, written);
   }
 
   // The CPU Adam on the parts of the chunk's tensors inside `slice` (of this rank's shard).
