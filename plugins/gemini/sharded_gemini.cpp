@@ -972,9 +972,16 @@ class ShardedGemini : public train::Plugin {
       largest = std::max(largest, values_bytes(chunk));
     }
     const std::uint64_t peak = device_->measured_peak();
-    if (movable.empty() || peak == 0) return;
-    const std::size_t count =
-        items_within_budget(peak, 0, device_->total(), largest, 0, movable.size());
+    if (movable.empty()) return;  // the same on every rank (the placement is)
+    std::size_t count =           // nothing measured: nothing moves
+        peak == 0 ? 0 : items_within_budget(peak, 0, device_->total(), largest, 0, movable.size());
+    if (world_ > 1) {
+      // The ranks' peaks differ a little; they move the same shards (a chunk kept whole is
+      // gathered again when its shard moves: a collective), as many as the tightest rank can.
+      const torch::Tensor counts =
+          group_->all_gather(torch::tensor({static_cast<double>(count)}, torch::kFloat64));
+      count = static_cast<std::size_t>(counts.min().item<double>());
+    }
     for (std::size_t k = 0; k < count; ++k) move_shard_to_device(movable[k]);
     if (log_ && rank_ == 0)
       log_("info", "gemini placement auto: " + std::to_string(count) + " of " +
