@@ -1415,38 +1415,24 @@ class ShardedGemini : public train::Plugin {
     ++updates_behind_;
   }
 
-  // The CPU Adam on this rank's part of chunk `c`'s tensors; its gradient shard goes. A shard
-  // on the device takes its new values from host staging, copied up.
+  // The CPU Adam on this rank's part of chunk `c`'s tensors (its resident optimizer shard, laid
+  // out as a slice of the whole shard); its gradient shard goes.
   void update_chunk(std::size_t c, double lr, const std::optional<torch::Tensor>& coef,
                     int threads) {
     ShardChunk& chunk = chunks_[c];
-    const std::size_t element = c10::elementSize(dtype_);
-    char* staging = nullptr;
-    if (chunk.values_on_device) {
-      update_staging_.push_back(
-          device_->allocate_host(static_cast<std::size_t>(chunk.shard) * element));
-      staging = static_cast<char*>(update_staging_.back().get());
-    }
-    for (std::size_t i : chunk.entries) {
-      ShardEntry& e = entries_[i];
-      if (!with_gradient_[i] || e.own_count == 0) continue;  // no gradient: no update, as torch
-      CpuUpdateArrays where;
-      where.exp_avg = moment_of(e, 0).data_ptr<float>();
-      where.exp_avg_sq = moment_of(e, 1).data_ptr<float>();
-      where.param = master_of(e).data_ptr<float>();
-      char* values = staging != nullptr ? staging + e.shard_offset * element : nullptr;
-      if (dtype_ != torch::kFloat32)
-        where.bf16_copy = static_cast<std::uint16_t*>(values != nullptr ? static_cast<void*>(values)
-                                                                        : own_values(e).data_ptr());
-      cpu_adamw_update(own_gradient(e), coef, where, adamw_, lr, e.decays, steps_, threads);
-      if (values != nullptr) {
-        const auto bytes = static_cast<std::size_t>(e.own_count) * element;
-        if (dtype_ == torch::kFloat32) std::memcpy(values, where.param, bytes);
-        device_->copy_to_device(own_values(e).data_ptr(), values, bytes);
-      }
-      e.tensor.unsafeGetTensorImpl()->bump_version();
-    }
+    update_range(chunk, 0, stride(chunk), chunk.optim.data_ptr<float>(),
+                 chunk.grad_shard.defined() ? chunk.grad_shard.data_ptr<float>() : nullptr, lr,
+                 coef, threads, values_staging(chunk));
     drop_gradient_shard(chunk, /*on_disk=*/false);
+  }
+
+  // Host staging for the new values of a shard on the device (copied up by update_range, alive
+  // until the update's copies are done); null for a shard in host memory.
+  char* values_staging(const ShardChunk& chunk) {
+    if (!chunk.values_on_device) return nullptr;
+    update_staging_.push_back(
+        device_->allocate_host(static_cast<std::size_t>(chunk.shard) * c10::elementSize(dtype_)));
+    return static_cast<char*>(update_staging_.back().get());
   }
 
   // The device Adam on this rank's part of chunk `c`'s tensors (its optimizer and gradient
@@ -1559,13 +1545,14 @@ class ShardedGemini : public train::Plugin {
       ShardChunk& chunk = chunks_[slice.chunk];
       if (slice.begin == 0) {
         settle_upload(chunk);  // a chunk kept whole was copied up from this shard
-        if (chunk.values_on_device) {
-          update_staging_.push_back(device_->allocate_host(static_cast<std::size_t>(chunk.shard) *
-                                                           c10::elementSize(dtype_)));
-          staging = static_cast<char*>(update_staging_.back().get());
-        }
+        staging = values_staging(chunk);
       }
-      update_slice(slice, lr, coef, threads, staging);
+      // (No gradient shard at all when none of the chunk's tensors got a gradient this step.)
+      float* grads = slice.grads                  ? static_cast<float*>(slice.grads.data())
+                     : chunk.grad_shard.defined() ? chunk.grad_shard.data_ptr<float>() + slice.begin
+                                                  : nullptr;
+      update_range(chunk, slice.begin, slice.end, static_cast<float*>(slice.arrays.data()), grads,
+                   lr, coef, threads, staging);
     };
     // After the chunk's last slice its parameter shard goes back to disk, its gradients go.
     const auto written = [&](std::size_t i) {
@@ -1582,42 +1569,40 @@ class ShardedGemini : public train::Plugin {
     stream_update_slices(slices, start_read, update, start_write, written);
   }
 
-  // The CPU Adam on the parts of the chunk's tensors inside `slice` (of this rank's shard).
-  void update_slice(OptimSlice& slice, double lr, const std::optional<torch::Tensor>& coef,
-                    int threads, char* staging) {
-    ShardChunk& chunk = chunks_[slice.chunk];
-    const std::int64_t length = slice.end - slice.begin;
+  // The CPU Adam on the parts of the chunk's tensors inside elements [begin, end) of this rank's
+  // shard: `arrays` holds the optimizer arrays of that range one after the other ([masters]
+  // [exp_avg] [exp_avg_sq], end − begin floats each), `grads` its gradients (null when none
+  // arrived). New values go into the shard, or for a shard on the device into `staging` and up.
+  void update_range(const ShardChunk& chunk, std::int64_t begin, std::int64_t end, float* arrays,
+                    float* grads, double lr, const std::optional<torch::Tensor>& coef, int threads,
+                    char* staging) {
+    const std::int64_t length = end - begin;
     const std::size_t element = c10::elementSize(dtype_);
-    auto* arrays = static_cast<float*>(slice.arrays.data());
     const int count = arrays_of(chunk);
     float* masters = keeps_masters(chunk) ? arrays : nullptr;
     float* exp_avg = arrays + (count - 2) * length;
     float* exp_avg_sq = exp_avg + length;
-    // (No gradient shard at all when none of the chunk's tensors got a gradient this step.)
-    float* grads = slice.grads                  ? static_cast<float*>(slice.grads.data())
-                   : chunk.grad_shard.defined() ? chunk.grad_shard.data_ptr<float>() + slice.begin
-                                                : nullptr;
     for (std::size_t i : chunk.entries) {
       ShardEntry& e = entries_[i];
       if (!with_gradient_[i] || e.own_count == 0) continue;  // no gradient: no update, as torch
-      const std::int64_t lo = std::max(e.shard_offset, slice.begin);
-      const std::int64_t hi = std::min(e.shard_offset + e.own_count, slice.end);
+      const std::int64_t lo = std::max(e.shard_offset, begin);
+      const std::int64_t hi = std::min(e.shard_offset + e.own_count, end);
       if (lo >= hi) continue;
-      const std::int64_t in_slice = lo - slice.begin;
+      const std::int64_t in_range = lo - begin;
       CpuUpdateArrays where;
-      where.exp_avg = exp_avg + in_slice;
-      where.exp_avg_sq = exp_avg_sq + in_slice;
+      where.exp_avg = exp_avg + in_range;
+      where.exp_avg_sq = exp_avg_sq + in_range;
       // The shard's values at `lo`: host staging for a shard on the device, else its memory.
       char* values = staging != nullptr
                          ? staging + lo * element
                          : static_cast<char*>(chunk.values.data_ptr()) + lo * element;
       if (masters != nullptr) {
-        where.param = masters + in_slice;
+        where.param = masters + in_range;
         if (dtype_ != torch::kFloat32) where.bf16_copy = reinterpret_cast<std::uint16_t*>(values);
       } else {
         where.param = reinterpret_cast<float*>(values);  // fp32 values in host memory: masters
       }
-      cpu_adamw_update(torch::from_blob(grads + in_slice, {hi - lo}, torch::kFloat32), coef, where,
+      cpu_adamw_update(torch::from_blob(grads + in_range, {hi - lo}, torch::kFloat32), coef, where,
                        adamw_, lr, e.decays, steps_, threads);
       if (staging != nullptr) {
         const auto bytes = static_cast<std::size_t>(hi - lo) * element;
