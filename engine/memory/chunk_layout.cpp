@@ -134,4 +134,21 @@ std::vector<bool> choose_offloaded_chunks(const std::vector<std::uint64_t>& size
   return on_disk;
 }
 
+std::vector<ChunkTier> place_chunks(const std::vector<std::uint64_t>& sizes, double disk_fraction,
+                                    double host_fraction, bool device_tier,
+                                    const std::vector<bool>& may_go_to_disk) {
+  const std::vector<bool> on_disk = choose_offloaded_chunks(sizes, disk_fraction, may_go_to_disk);
+  std::vector<bool> in_memory(sizes.size());
+  for (std::size_t c = 0; c < sizes.size(); ++c) in_memory[c] = !on_disk[c];
+  const std::vector<bool> on_host =
+      device_tier ? choose_offloaded_chunks(sizes, host_fraction, in_memory) : in_memory;
+  std::vector<ChunkTier> tiers(sizes.size(), ChunkTier::Device);
+  for (std::size_t c = 0; c < sizes.size(); ++c)
+    if (on_disk[c])
+      tiers[c] = ChunkTier::Disk;
+    else if (on_host[c])
+      tiers[c] = ChunkTier::Host;
+  return tiers;
+}
+
 }  // namespace tessera::memory

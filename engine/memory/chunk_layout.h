@@ -87,4 +87,13 @@ ChunkLayout pack_gemini_chunks(const std::vector<std::int64_t>& numels,
 std::vector<bool> choose_offloaded_chunks(const std::vector<std::uint64_t>& sizes, double fraction,
                                           const std::vector<bool>& eligible = {});
 
+// Static placement over the three tiers (the sharded plugin, and the planner that replays it):
+// chunks go to disk by `disk_fraction` among `may_go_to_disk` (choose_offloaded_chunks); with a
+// device tier, the share `host_fraction` of the others stays in host memory by the same rule and
+// the rest live on the device; without one, everything not on disk is in host memory.
+enum class ChunkTier { Device, Host, Disk };
+std::vector<ChunkTier> place_chunks(const std::vector<std::uint64_t>& sizes, double disk_fraction,
+                                    double host_fraction, bool device_tier,
+                                    const std::vector<bool>& may_go_to_disk = {});
+
 }  // namespace tessera::memory

@@ -400,11 +400,7 @@ std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelCo
   const double whole = (chunks.gathered_peak + kept) * counts.param_bytes;
 
   // Parameter shards (the fetched chunks, then the kept ones) and optimizer shards by tier.
-  const auto negated = [](const std::vector<bool>& flags) {
-    std::vector<bool> out(flags.size());
-    for (std::size_t i = 0; i < flags.size(); ++i) out[i] = !flags[i];
-    return out;
-  };
+  using memory::ChunkTier;
   std::vector<std::uint64_t> value_sizes;
   std::vector<bool> may_go_to_disk;
   for (double x : chunks.fetched) {
@@ -415,41 +411,39 @@ std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelCo
     value_sizes.push_back(to_bytes(x / w * counts.param_bytes));
     may_go_to_disk.push_back(false);
   }
-  const std::vector<bool> values_on_disk = memory::choose_offloaded_chunks(
-      value_sizes, std::clamp(s.offload_param_frac, 0.0, 1.0), may_go_to_disk);
-  const std::vector<bool> values_on_host = memory::choose_offloaded_chunks(
-      value_sizes, std::clamp(s.host_param_frac, 0.0, 1.0), negated(values_on_disk));
-  std::vector<bool> values_on_device(value_sizes.size());
+  const std::vector<ChunkTier> value_tiers =
+      memory::place_chunks(value_sizes, std::clamp(s.offload_param_frac, 0.0, 1.0),
+                           std::clamp(s.host_param_frac, 0.0, 1.0), true, may_go_to_disk);
   double device_values = 0;
   bool fetched_from_host = false;  // a gathered chunk's shard is copied up
   for (std::size_t k = 0; k < value_sizes.size(); ++k) {
-    values_on_device[k] = !values_on_disk[k] && !values_on_host[k];
-    if (values_on_device[k])
+    if (value_tiers[k] == ChunkTier::Device)
       device_values += d(static_cast<std::int64_t>(value_sizes[k]));
     else if (k < chunks.fetched.size())
       fetched_from_host = true;
   }
   std::vector<std::uint64_t> optim_sizes;
   for (double x : chunks.trainable) optim_sizes.push_back(to_bytes(x / w * 4.0));
-  const std::vector<bool> optim_on_disk =
-      memory::choose_offloaded_chunks(optim_sizes, std::clamp(s.offload_optim_frac, 0.0, 1.0));
-  const std::vector<bool> optim_on_host = memory::choose_offloaded_chunks(
-      optim_sizes, std::clamp(s.host_optim_frac, 0.0, 1.0), negated(optim_on_disk));
+  const std::vector<ChunkTier> optim_tiers =
+      memory::place_chunks(optim_sizes, std::clamp(s.offload_optim_frac, 0.0, 1.0),
+                           std::clamp(s.host_optim_frac, 0.0, 1.0), true);
   double device_optim = 0;  // elements of the optimizer shards on the device
   double device_masters = 0, host_masters = 0, disk_shards = 0;
   double fp32_disk_masters = 0, fp32_disk_growth = 0;  // fp32 masters on disk: their files grow
   for (std::size_t t = 0; t < chunks.trainable.size(); ++t) {
     const double shard = chunks.trainable[t] / w;
-    const bool on_device = !optim_on_disk[t] && !optim_on_host[t];
+    const bool on_device = optim_tiers[t] == ChunkTier::Device;
+    const bool on_disk = optim_tiers[t] == ChunkTier::Disk;
     const std::size_t value = lora ? chunks.fetched.size() + t : t;
     const bool keeps_masters =
-        counts.bf16 || (value < values_on_device.size() && values_on_device[value] != on_device);
-    if (optim_on_disk[t]) disk_shards += shard;
+        counts.bf16 ||
+        (value < value_tiers.size() && (value_tiers[value] == ChunkTier::Device) != on_device);
+    if (on_disk) disk_shards += shard;
     if (on_device) device_optim += shard;
     if (!keeps_masters) continue;
     if (on_device) {
       device_masters += shard * 4.0;
-    } else if (!optim_on_disk[t]) {
+    } else if (!on_disk) {
       host_masters += shard * 4.0;
     } else if (!counts.bf16) {
       fp32_disk_masters += shard * 4.0;

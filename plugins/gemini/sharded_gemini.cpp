@@ -811,14 +811,11 @@ class ShardedGemini : public train::Plugin {
       trainable_chunks.push_back(c);
       optim_sizes.push_back(static_cast<std::uint64_t>(chunks_[c].shard) * 4);
     }
-    const std::vector<bool> on_disk =
-        choose_offloaded_chunks(optim_sizes, gemini_.offload_optim_frac);
-    const std::vector<bool> optim_on_host =
-        device_ ? choose_offloaded_chunks(optim_sizes, gemini_.host_optim_frac, negated(on_disk))
-                : negated(on_disk);
+    const std::vector<memory::ChunkTier> optim_tiers = memory::place_chunks(
+        optim_sizes, gemini_.offload_optim_frac, gemini_.host_optim_frac, device_ != nullptr);
     for (std::size_t t = 0; t < trainable_chunks.size(); ++t) {
-      chunks_[trainable_chunks[t]].optim_on_disk = on_disk[t];
-      chunks_[trainable_chunks[t]].optim_on_device = !on_disk[t] && !optim_on_host[t];
+      chunks_[trainable_chunks[t]].optim_on_disk = optim_tiers[t] == memory::ChunkTier::Disk;
+      chunks_[trainable_chunks[t]].optim_on_device = optim_tiers[t] == memory::ChunkTier::Device;
     }
     // And of the parameter shards, over every chunk but those kept whole (LoRA's adapters):
     // the same on every rank too.
@@ -828,18 +825,14 @@ class ShardedGemini : public train::Plugin {
       value_sizes.push_back(values_bytes(chunk));
       may_go_to_disk.push_back(!chunk.persistent);
     }
-    const std::vector<bool> values_on_disk =
-        choose_offloaded_chunks(value_sizes, gemini_.offload_param_frac, may_go_to_disk);
     // With a device tier, the share kept in host memory likewise from the rest (placement auto:
-    // all of them, with a cache of those on disk), and the others on the device.
-    const std::vector<bool> values_on_host =
-        !device_ || gemini_.auto_placement
-            ? negated(values_on_disk)
-            : choose_offloaded_chunks(value_sizes, gemini_.host_param_frac,
-                                      negated(values_on_disk));
+    // all of them, moved after the first step), and the others on the device.
+    const std::vector<memory::ChunkTier> value_tiers = memory::place_chunks(
+        value_sizes, gemini_.offload_param_frac,
+        gemini_.auto_placement ? 1.0 : gemini_.host_param_frac, device_ != nullptr, may_go_to_disk);
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
-      chunks_[c].values_on_disk = values_on_disk[c];
-      chunks_[c].values_on_device = !values_on_disk[c] && !values_on_host[c];
+      chunks_[c].values_on_disk = value_tiers[c] == memory::ChunkTier::Disk;
+      chunks_[c].values_on_device = value_tiers[c] == memory::ChunkTier::Device;
     }
 
     // Fill each chunk whole in float32 (from the checkpoint or the tensors), take rank 0's
@@ -1660,11 +1653,6 @@ class ShardedGemini : public train::Plugin {
   // A gradient shard bound for disk, padded likewise.
   static std::uint64_t gradient_bytes(const ShardChunk& chunk) {
     return static_cast<std::uint64_t>(stride(chunk)) * 4;
-  }
-  static std::vector<bool> negated(const std::vector<bool>& flags) {
-    std::vector<bool> out(flags.size());
-    for (std::size_t i = 0; i < flags.size(); ++i) out[i] = !flags[i];
-    return out;
   }
 
   memory::DiskStore& disk() {
