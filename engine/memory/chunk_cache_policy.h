@@ -3,10 +3,9 @@
 // step uses its chunks is traced during the first step and is every later step's order, so
 // after each use the next chunk of that order is fetched ahead, and room is made by evicting the
 // chunk the order needs again last (Belady's choice; while the first step is traced, the least
-// recently used). Gemini's parameter chunks cached from disk (one process), its gathered chunks
-// (several ranks) and the planner's simulation of those all decide through this one policy, so
-// the plan and the run make the same choices. Torch-free: what "held" and "evict" mean is the
-// caller's.
+// recently used). Gemini's gathered chunks and the planner's simulation of them decide through
+// this one policy, so the plan and the run make the same choices. Torch-free: what "held" and
+// "evict" mean is the caller's.
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -14,21 +13,19 @@
 
 namespace tessera::memory {
 
-// Gemini over several ranks (plugins/gemini/sharded_gemini.cpp, and the planner that replays
-// it): whole chunks gathered at once per rank (those in use, the one gathered ahead, recently
-// used ones: a block's parameters may sit in two chunks, and a tied output head uses the
-// embedding's again), and reduce-scatters in flight before backward waits for the oldest (each
-// holds a whole float32 gradient chunk until it is done).
+// Gemini (plugins/gemini/gemini_plugin.cpp, and the planner that replays it): whole chunks
+// gathered at once per rank (those in use, the one gathered ahead, recently used ones: a block's
+// parameters may sit in two chunks, and a tied output head uses the embedding's again; one process
+// gathers only chunks whose shard is elsewhere: from disk, or from host memory to a device), and
+// reduce-scatters in flight before backward waits for the oldest (each holds a whole float32
+// gradient chunk until it is done).
 inline constexpr std::size_t kGatheredChunks = 4;
 inline constexpr std::size_t kReducesInFlight = 2;
-// Sharded gemini: gradient shards on their way to the disk tier at once.
+// With a device tier: chunks whose device copies for the update (a float32 shard copied up, or new
+// bf16 values on their way down) are alive at once.
+inline constexpr std::size_t kStagedUpdates = 2;
+// Gradient shards on their way to the disk tier at once.
 inline constexpr std::size_t kGradientWritesInFlight = 2;
-// Gemini in one process (plugins/gemini/gemini_plugin.cpp, and the planner): parameter chunks
-// streamed from disk (or, with a device, from host memory to it) held at once (those in use, the
-// prefetched next one, recently used ones: a block's weight and bias may sit in two chunks, and
-// the tied output head uses the embedding's chunk again at the end of forward) until placement
-// auto sizes the cache from the measured peak.
-inline constexpr std::size_t kCachedParameterChunks = 4;
 
 class ChunkCachePolicy {
  public:

@@ -13,15 +13,14 @@
 
 namespace tessera::memory {
 
-// Gemini's chunks are searched up to this size (one process and sharded alike, and the planner
-// that packs as they do): large enough for the biggest embedding matrices of the models we
-// train, small enough that several stream through the update at once.
+// Gemini's chunks are searched up to this size (and by the planner that packs as it does): large
+// enough for the biggest embedding matrices of the models we train, small enough that several
+// stream through the update at once.
 inline constexpr std::int64_t kMaxChunkBytes = 64ll << 20;
 
-// Gemini's update of an optimizer chunk (one process, on the CPU) or shard (sharded) on disk
-// streams it in slices of this many elements (8 MiB of floats), one read ahead of the slice being
-// updated and one written behind it: the update's buffers, which the planner counts, are
-// kUpdateSlicesInFlight slices.
+// Gemini's update of an optimizer shard on disk streams it in slices of this many elements (8 MiB
+// of floats), one read ahead of the slice being updated and one written behind it: the update's
+// buffers, which the planner counts, are kUpdateSlicesInFlight slices.
 inline constexpr std::int64_t kUpdateSliceElements = std::int64_t{1} << 21;
 inline constexpr std::size_t kUpdateSlicesAhead = 1;
 inline constexpr std::size_t kUpdateSlicesInFlight = 2 * kUpdateSlicesAhead + 1;
@@ -72,8 +71,8 @@ ChunkLayout pack_chunks_auto(const std::vector<std::int64_t>& numels,
                              const std::vector<std::string>& names,
                              std::int64_t max_chunk_elements);
 
-// Gemini's layout of tensors of `numels` elements of `element_bytes` each (both plugins, and the
-// planner that replays them): chunks of `chunk_bytes` (the job's chunk_size), or without one the
+// Gemini's layout of tensors of `numels` elements of `element_bytes` each (the plugin, and the
+// planner that replays it): chunks of `chunk_bytes` (the job's chunk_size), or without one the
 // auto layout under kMaxChunkBytes.
 ChunkLayout pack_gemini_chunks(const std::vector<std::int64_t>& numels,
                                const std::vector<std::string>& names, std::int64_t element_bytes,

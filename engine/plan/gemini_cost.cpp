@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,7 +48,7 @@ std::vector<double> lora_adapter_numels(const hf::ModelConfig& c, const Settings
   return adapters;
 }
 
-// gemini on W ranks (plugins/gemini/sharded_gemini.cpp) as it lays a model out and gathers it:
+// gemini on W ranks (plugins/gemini/gemini_plugin.cpp) as it lays a model out and gathers it:
 // the tensors in the model's registration order (the embedding, each layer's linears with their
 // biases then its norms, the rest outside the layers, an untied head last), trainable and frozen
 // ones packed apart by the plugin's own chunk search (memory/chunk_layout.h), each chunk's used
@@ -58,7 +59,7 @@ std::vector<double> lora_adapter_numels(const hf::ModelConfig& c, const Settings
 // the next chunk of that order gathered ahead; every gathered chunk released at the update. This is
 // the plugin's behaviour from its second step on (its first traces the order, releasing the
 // least recently used).
-using memory::kGatheredChunks;   // sharded_gemini.cpp's: whole chunks at once
+using memory::kGatheredChunks;   // gemini_plugin.cpp's: whole chunks at once
 using memory::kReducesInFlight;  // and gradient chunks in flight
 
 struct ShardedChunks {
@@ -204,83 +205,6 @@ ShardedChunks sharded_chunks(const hf::ModelConfig& c, const Settings& s, int wo
   return out;
 }
 
-// One-process gemini's chunks (plugins/gemini/gemini_plugin.cpp) as its auto layout packs them
-// (auto_layout), in elements, in layout order: parameter chunks hold every tensor in
-// use order in the compute dtype (LoRA's adapters after the base), optimizer chunks the trainable
-// ones in float32. A tensor larger than memory::kMaxChunkBytes (an embedding of a large
-// vocabulary) is a chunk alone, so the caches hold it beside chunks of the others' size.
-struct GeminiChunks {
-  std::vector<double> parameters;  // in layout order
-  std::vector<double> optimizer;
-  // Σ of the `k` largest of `chunks` (elements).
-  static double largest(std::vector<double> chunks, double k) {
-    std::sort(chunks.begin(), chunks.end(), std::greater<>());
-    double sum = 0;
-    for (std::size_t i = 0; i < chunks.size() && static_cast<double>(i) < k; ++i) sum += chunks[i];
-    return sum;
-  }
-  // The largest Σ of `k` chunks next to each other in the layout (elements): what a pass that
-  // holds a chunk and the k - 1 before it (backward's gradient chunks being written) holds.
-  static double adjacent(const std::vector<double>& chunks, std::size_t k) {
-    double most = 0;
-    for (std::size_t i = 0; i < chunks.size(); ++i) {
-      double sum = 0;
-      for (std::size_t j = i; j < chunks.size() && j < i + k; ++j) sum += chunks[j];
-      most = std::max(most, sum);
-    }
-    return most;
-  }
-};
-
-std::vector<double> packed_chunk_elements(const std::vector<double>& numels, double element_bytes) {
-  std::vector<double> chunks;
-  for (const memory::ChunkSpec& spec : auto_layout(numels, element_bytes).chunks)
-    chunks.push_back(d(spec.capacity));
-  return chunks;
-}
-
-// The chunk figures the one-process estimates take (the largest chunks, adjacent ones, the
-// cache's peak) repeat from layer to layer: they are packed and replayed for at most this many
-// layers, so a config of absurd depth is refused by its size, not by the estimate running out of
-// memory.
-constexpr std::int64_t kLayersPacked = 64;
-
-hf::ModelConfig with_layers_packed(const hf::ModelConfig& c) {
-  hf::ModelConfig capped = c;
-  capped.num_hidden_layers = std::min(c.num_hidden_layers, kLayersPacked);
-  return capped;
-}
-
-GeminiChunks gemini_chunks(const hf::ModelConfig& c, const Settings& s) {
-  const hf::ParameterShapes shapes = hf::family_of(c).parameter_shapes(c);
-  const double v = d(c.vocab_size), h = d(c.hidden_size);
-  const double head = !c.tie_word_embeddings && shapes.outside_layers >= 2 * v * h ? v * h : 0.0;
-  // QLoRA's quantized linear weights are held beside the chunks (their biases are chunked).
-  const bool quantized = cost::quantized_base(c, s).elements > 0;
-  std::vector<double> base = {v * h};
-  for (std::int64_t l = 0; l < std::min(c.num_hidden_layers, kLayersPacked); ++l) {
-    base.push_back(shapes.layer_other);
-    for (const hf::LinearModule& m : shapes.layer_linears) {
-      if (!quantized) base.push_back(m.in_features * m.out_features);
-      if (m.bias) base.push_back(m.out_features);
-    }
-  }
-  base.push_back(std::max(0.0, shapes.outside_layers - v * h - head));
-  if (head > 0) base.push_back(head);
-  std::erase_if(base, [](double n) { return n <= 0; });
-  const std::vector<double> adapters =
-      s.method == "lora" ? lora_adapter_numels(with_layers_packed(c), s) : std::vector<double>{};
-  std::vector<double> all = base;
-  all.insert(all.end(), adapters.begin(), adapters.end());
-  GeminiChunks out;
-  out.parameters = packed_chunk_elements(all, s.precision == "bf16" ? 2.0 : 4.0);
-  out.optimizer = packed_chunk_elements(s.method == "lora" ? adapters : base, 4.0);
-  return out;
-}
-
-// Parameter chunks streamed (from disk, or from host memory to a device) resident at once.
-constexpr double kStreamedChunks = static_cast<double>(memory::kCachedParameterChunks);
-
 // A device tier's estimate computes there: the activations and the CUDA runtime (taken as the
 // host process's baseline: the context, cuBLAS's workspace) of the job's estimate `in_memory`
 // are the GPU's, the runtime its floor. The simulated device computes in host memory: nothing.
@@ -297,76 +221,7 @@ void computes_on_the_device(MemoryEstimate& device, const MemoryEstimate& in_mem
 
 }  // namespace
 
-// gemini's device tier (plugins/gemini/gemini_plugin.cpp with a device): {the GPU's share, the
-// host's}. Parameter chunks in the compute dtype on the GPU but for the share `host_param_frac`
-// homed in pinned host memory and `offload_param_frac` on disk (never the chunks holding LoRA
-// adapters), of which at most four are on the GPU at once (a chunk from disk with its copy in
-// host memory while there, and two more in host memory on their way to their files); optimizer
-// chunks updated on the GPU by the fused AdamW (moments, and float32 masters in bf16) but for
-// `host_optim_frac` in host memory and `offload_optim_frac` on disk, both updated by the CPU Adam
-// with float32 masters (in fp32 too: the update never reads a parameter back from the GPU) on
-// float32 gradients copied down as they arrive. Autograd's gradients, the activations and the CUDA
-// runtime (taken as the host process's baseline: the context, cuBLAS's workspace) are on the GPU;
-// loading and the export run in host memory.
-std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelConfig& c,
-                                                              const Settings& s,
-                                                              std::uint64_t checkpoint_bytes) {
-  Settings in_memory = s;
-  in_memory.device_tier = false;
-  in_memory.offload_optim_frac = in_memory.offload_param_frac = 0.0;
-  // Activations, the runtime and the export as gemini with everything in memory has them.
-  const MemoryEstimate whole = estimate_memory(c, in_memory, checkpoint_bytes);
-  const auto [n, trainable, stored, param_bytes, lora, bf16] = counts_of(c, s);
-  const double parameters = stored * param_bytes;
-  const double on_disk = std::clamp(s.offload_optim_frac, 0.0, 1.0);
-  const double in_host = std::clamp(s.host_optim_frac, 0.0, 1.0 - on_disk);
-  const double on_gpu = 1.0 - on_disk - in_host;
-  const double h = d(c.hidden_size), m = d(c.intermediate_size), v = d(c.vocab_size);
-  const double largest = lora ? trainable : std::max(v * h, h * m);
-  const GeminiChunks chunks = gemini_chunks(c, s);
-  const double disk_parameters =
-      std::min(std::clamp(s.offload_param_frac, 0.0, 1.0) * parameters, n * param_bytes);
-  const double host_parameters = std::min(std::clamp(s.host_param_frac, 0.0, 1.0) * parameters,
-                                          n * param_bytes - disk_parameters);
-  const double streamed = host_parameters + disk_parameters;
-  const double cached = GeminiChunks::largest(chunks.parameters, kStreamedChunks) * param_bytes;
-  const double chunk = GeminiChunks::largest(chunks.parameters, 1) * param_bytes;
-
-  MemoryEstimate gpu;
-  gpu.weights = to_bytes(parameters - streamed + std::min(cached, streamed) +
-                         (bf16 ? on_gpu * trainable * 4.0 : 0.0));
-  gpu.optimizer = to_bytes(on_gpu * trainable * 8.0);
-  gpu.gradients = to_bytes(trainable * param_bytes + (bf16 ? largest * 4.0 : 0.0));
-  computes_on_the_device(gpu, whole, s.simulated_device);
-  gpu.disk_optimizer = to_bytes(on_disk * trainable * 8.0);
-  gpu.disk_parameters = to_bytes(disk_parameters);
-  gpu.disk_trainable_parameters = lora ? 0 : gpu.disk_parameters;
-  gpu.disk_weights = to_bytes(on_disk * trainable * 4.0) + gpu.disk_parameters;
-
-  MemoryEstimate host;
-  host.weights = to_bytes(host_parameters + in_host * trainable * 4.0);
-  // Copies of chunks from disk: those on the GPU, and two on their way to their files.
-  host.offload_buffers = to_bytes(
-      std::min(GeminiChunks::largest(chunks.parameters, kStreamedChunks + 2.0) * param_bytes,
-               disk_parameters));
-  host.optimizer = to_bytes(in_host * trainable * 8.0);
-  host.gradients = to_bytes((in_host + on_disk) * trainable * 4.0);
-  host.runtime = kRuntimeBaselineBytes;
-  if (s.simulated_device) host.activations = whole.activations;
-  if (on_disk > 0.0) {
-    // Three optimizer chunks in flight in the update (moments and masters, with the gradient).
-    host.offload_buffers += to_bytes(
-        std::min(GeminiChunks::largest(chunks.optimizer, 3) * 16.0, on_disk * trainable * 16.0));
-  }
-  // Loading reads the checkpoint into the chunks, those on the GPU through one chunk of staging.
-  host.load_peak = to_bytes(d(static_cast<std::int64_t>(host.weights + host.optimizer +
-                                                        host.offload_buffers + host.runtime)) +
-                            chunk);
-  host.export_peak = whole.export_peak;
-  return {gpu, host};
-}
-
-// gemini sharded over W ranks with a device tier (sharded_gemini.cpp with a device): {the
+// gemini sharded over W ranks with a device tier (gemini_plugin.cpp with a device): {the
 // device's share, the host's} of one rank. The device holds the chunks gathered at once (at
 // most four fetched ones, and LoRA's adapter chunks for good), the shards copied up for their
 // gathers where some shard lives in host memory (at most one per gathered chunk), the float32
@@ -374,7 +229,8 @@ std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelCon
 // autograd's gradient of one tensor, the activations and the CUDA runtime; and the shards
 // placed there: parameter shards but for the share host_param_frac in host memory (placement
 // auto: all in host memory, their files on disk) and those on disk, optimizer shards (moments;
-// float32 masters in bf16 or where the shard's values are on the other tier) but for
+// float32 masters in bf16 or where the shard's values are on another tier, but for fp32 values in
+// host memory, copied up for their update, two at a time) but for
 // host_optim_frac and those on disk, each with its float32 gradient shard — the plugin's rule
 // (memory::choose_offloaded_chunks) over the same sizes, from the last chunk back. The host
 // keeps everything else of the rank's estimate on the CPU (its other shards, their optimizer
@@ -397,7 +253,10 @@ std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelCo
   for (double x : chunks.trainable) trainable_shards += x / w;
   const double autograd_tensor =
       chunks.largest_trainable_tensor * (counts.param_bytes + (counts.bf16 ? 4.0 : 0.0));
-  const double whole = (chunks.gathered_peak + kept) * counts.param_bytes;
+  // A group of one computes on a shard on the device in place, and gathers up only the chunks of
+  // the other shards; the estimate on the CPU counted no whole chunk at all.
+  const bool one = world_size <= 1;
+  const double whole_on_cpu = one ? 0.0 : (chunks.gathered_peak + kept) * counts.param_bytes;
 
   // Parameter shards (the fetched chunks, then the kept ones) and optimizer shards by tier.
   using memory::ChunkTier;
@@ -415,12 +274,30 @@ std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelCo
       memory::place_chunks(value_sizes, std::clamp(s.offload_param_frac, 0.0, 1.0),
                            std::clamp(s.host_param_frac, 0.0, 1.0), true, may_go_to_disk);
   double device_values = 0;
-  bool fetched_from_host = false;  // a gathered chunk's shard is copied up
+  bool fetched_from_host = false;   // a gathered chunk's shard is copied up
+  std::vector<double> gathered_up;  // one process: the fetched chunks gathered up, elements
+  double kept_up = 0;               // and the kept ones held whole on the device
   for (std::size_t k = 0; k < value_sizes.size(); ++k) {
-    if (value_tiers[k] == ChunkTier::Device)
+    const bool fetched = k < chunks.fetched.size();
+    if (value_tiers[k] == ChunkTier::Device) {
       device_values += d(static_cast<std::int64_t>(value_sizes[k]));
-    else if (k < chunks.fetched.size())
+    } else if (fetched) {
       fetched_from_host = true;
+      gathered_up.push_back(chunks.fetched[k]);
+    } else {
+      kept_up += chunks.kept[k - chunks.fetched.size()];
+    }
+  }
+  double whole = whole_on_cpu;
+  double gathered = chunks.gathered_peak;  // fetched chunks whole on the device at once
+  if (one) {
+    // At most kGatheredChunks of the chunks whose shard is elsewhere, the replay's peak at most.
+    std::sort(gathered_up.rbegin(), gathered_up.rend());
+    double largest_up = 0;
+    for (std::size_t k = 0; k < std::min(kGatheredChunks, gathered_up.size()); ++k)
+      largest_up += gathered_up[k];
+    gathered = std::min(chunks.gathered_peak, largest_up);
+    whole = (gathered + kept_up) * counts.param_bytes;
   }
   std::vector<std::uint64_t> optim_sizes;
   for (double x : chunks.trainable) optim_sizes.push_back(to_bytes(x / w * 4.0));
@@ -429,15 +306,20 @@ std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelCo
                            std::clamp(s.host_optim_frac, 0.0, 1.0), true);
   double device_optim = 0;  // elements of the optimizer shards on the device
   double device_masters = 0, host_masters = 0, disk_shards = 0;
+  double staged_shard = 0;  // the largest fp32 shard in host memory updated on the device
   double fp32_disk_masters = 0, fp32_disk_growth = 0;  // fp32 masters on disk: their files grow
   for (std::size_t t = 0; t < chunks.trainable.size(); ++t) {
     const double shard = chunks.trainable[t] / w;
     const bool on_device = optim_tiers[t] == ChunkTier::Device;
     const bool on_disk = optim_tiers[t] == ChunkTier::Disk;
     const std::size_t value = lora ? chunks.fetched.size() + t : t;
-    const bool keeps_masters =
-        counts.bf16 ||
-        (value < value_tiers.size() && (value_tiers[value] == ChunkTier::Device) != on_device);
+    // The plugin's keeps_masters: in fp32, a shard in host memory updated on the device is
+    // copied up for its update instead (at most kStagedUpdates at once).
+    const ChunkTier values = value < value_tiers.size() ? value_tiers[value] : ChunkTier::Host;
+    const bool keeps_masters = counts.bf16 || (values == ChunkTier::Device && !on_device) ||
+                               (values == ChunkTier::Disk && on_device);
+    if (!counts.bf16 && values == ChunkTier::Host && on_device)
+      staged_shard = std::max(staged_shard, shard);
     if (on_disk) disk_shards += shard;
     if (on_device) device_optim += shard;
     if (!keeps_masters) continue;
@@ -454,20 +336,31 @@ std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelCo
   // The estimate on the CPU counted masters for the shards in host memory in bf16 only.
   const double cpu_host_masters = counts.bf16 ? (trainable_shards - disk_shards) * 4.0 : 0.0;
 
+  // A group of one's gradient chunks whose optimizer shard is off the device: filled whole there
+  // and copied down, kReducesInFlight on their way.
+  double largest_off_device = 0;
+  for (std::size_t t = 0; t < chunks.trainable.size(); ++t)
+    if (optim_tiers[t] != ChunkTier::Device)
+      largest_off_device = std::max(largest_off_device, chunks.trainable[t]);
+  const std::uint64_t gradient_buckets =
+      one ? to_bytes((1.0 + static_cast<double>(kReducesInFlight)) * largest_off_device * 4.0)
+          : all.gradient_buckets;
+
   MemoryEstimate device;
-  device.gathered_chunks = to_bytes(chunks.gathered_peak * counts.param_bytes);
-  device.weights =
-      to_bytes(whole + (fetched_from_host ? chunks.gathered_peak / w * counts.param_bytes : 0.0) +
-               device_values + device_masters);
+  device.gathered_chunks = to_bytes(gathered * counts.param_bytes);
+  device.weights = to_bytes(
+      whole + (fetched_from_host && !one ? chunks.gathered_peak / w * counts.param_bytes : 0.0) +
+      device_values + device_masters +
+      d(static_cast<std::int64_t>(memory::kStagedUpdates)) * staged_shard * 4.0);
   device.optimizer = to_bytes(device_optim * 8.0);
-  device.gradient_buckets = all.gradient_buckets;
+  device.gradient_buckets = gradient_buckets;
   device.gradients =
-      to_bytes(static_cast<double>(all.gradient_buckets) + autograd_tensor + device_optim * 4.0);
+      to_bytes(static_cast<double>(gradient_buckets) + autograd_tensor + device_optim * 4.0);
   computes_on_the_device(device, all, s.simulated_device);
 
   MemoryEstimate host = all;
   host.disk_gradients = 0;  // with a device tier the gradient shards stay in memory
-  host.weights = to_bytes(static_cast<double>(all.weights) - whole - device_values -
+  host.weights = to_bytes(static_cast<double>(all.weights) - whole_on_cpu - device_values -
                           cpu_host_masters + host_masters);
   host.optimizer = to_bytes(static_cast<double>(all.optimizer) - device_optim * 8.0);
   // The disk tier goes with the device's estimate (the plan's), as one process's does: the
@@ -489,79 +382,11 @@ std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelCo
 
 namespace {
 
-// One process (plugins/gemini/gemini_plugin.cpp): the chunks' host and disk tiers.
-void one_process_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings& s) {
-  const auto [n, trainable, stored, param_bytes, lora, bf16] = counts_of(c, s);
-  const double h = d(c.hidden_size), m = d(c.intermediate_size), v = d(c.vocab_size);
-  // Optimizer chunks (plugins/gemini): Adam moments, and in bf16 the fp32 masters, a share
-  // `f` of them on disk in whole chunks with their gradient chunks; the rest stays on the
-  // host as with `single`.
-  const double f = std::clamp(s.offload_optim_frac, 0.0, 1.0);
-  const double masters = bf16 ? trainable * 4.0 : 0.0;
-  // Parameter chunks hold every parameter (the frozen base too) in the compute dtype; a share
-  // `fp` of their bytes is on disk in whole chunks from the last one back. Chunks holding LoRA
-  // adapters (the last ones) never go to disk: at most the base does.
-  const double fp = std::clamp(s.offload_param_frac, 0.0, 1.0);
-  const double parameters = stored * param_bytes;
-  const double disk_parameters = std::min(fp * parameters, n * param_bytes);
-  e.optimizer = to_bytes((1.0 - f) * trainable * 8.0);
-  e.weights = to_bytes(parameters - disk_parameters + (1.0 - f) * masters);
-  e.disk_optimizer = to_bytes(f * trainable * 8.0);
-  e.disk_parameters = to_bytes(disk_parameters);
-  e.disk_trainable_parameters = lora ? 0 : e.disk_parameters;
-  e.disk_weights = to_bytes(f * masters) + e.disk_parameters;
-  e.disk_gradients = to_bytes(f * trainable * param_bytes);
-  // Gradients in the compute dtype (the host chunks'); bf16 ones are widened to float32 one
-  // tensor at a time.
-  const double largest_tensor = std::max(v * h, h * m);
-  const double largest = lora ? trainable : largest_tensor;
-  e.gradients = to_bytes((1.0 - f) * trainable * param_bytes + (bf16 ? largest * 4.0 : 0.0));
-  double buffers = 0.0;
-  double parameter_cache = 0.0;
-  if (f > 0.0) {
-    // Chunks as the plugin packs them (gemini_chunks). During backward, the gradient chunk
-    // being filled and two being written; during the update (update_on_disk_in_slices), its
-    // slices in flight, each with its arrays and gradients.
-    const double gradient_chunks = GeminiChunks::adjacent(gemini_chunks(c, s).optimizer, 3);
-    const double arrays = bf16 ? 3.0 : 2.0;
-    const double slices = static_cast<double>(memory::kUpdateSlicesInFlight) *
-                          static_cast<double>(memory::kUpdateSliceElements);
-    buffers +=
-        std::min(std::max(gradient_chunks * param_bytes, slices * (4.0 * arrays + param_bytes)),
-                 f * trainable * (4.0 * arrays + param_bytes));
-  }
-  if (disk_parameters > 0.0) {
-    // Parameter chunks likewise; at most four of those on disk are resident at once (the one
-    // in use, prefetched and recently used ones), chosen by the policy the sharded plugin's
-    // gathers use too (memory::ChunkCachePolicy): its replay of one step on one rank.
-    static_assert(memory::kCachedParameterChunks == memory::kGatheredChunks);
-    parameter_cache = std::min(
-        sharded_chunks(with_layers_packed(c), s, 1).gathered_peak * param_bytes, disk_parameters);
-    buffers += parameter_cache;
-  }
-  e.offload_buffers = to_bytes(buffers);
-  // Loading: the plugin reads the checkpoint straight into its chunks (no fp32 model); the
-  // optimizer chunks are built first, one chunk at a time for those on disk, then the
-  // parameter chunks, those on disk written one at a time through the buffers.
-  e.load_peak = to_bytes(parameters - disk_parameters + static_cast<double>(e.optimizer) +
-                         (1.0 - f) * masters + static_cast<double>(e.offload_buffers) +
-                         static_cast<double>(kRuntimeBaselineBytes));
-  if (disk_parameters > 0.0 && !lora) {
-    // Full fine-tuning with parameters on disk exports streamed (exporter::export_streamed):
-    // the host chunks, the chunk cache, and one tensor at a time converted to float32 (twice:
-    // written, then compared with what was read back).
-    e.export_peak =
-        to_bytes(parameters - disk_parameters + parameter_cache + 2.0 * largest_tensor * 4.0 +
-                 static_cast<double>(kRuntimeBaselineBytes));
-  }
-  // LoRA brings the chunks home for the merge: the export peak stays the in-memory one.
-}
-
-// One rank of W (plugins/gemini/sharded_gemini.cpp), after one_process_memory.
+// One rank of W (plugins/gemini/gemini_plugin.cpp; one process is a group of one).
 void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings& s,
                     int world_size) {
   const auto [n, trainable, stored, param_bytes, lora, bf16] = counts_of(c, s);
-  // One rank of gemini sharded over W (plugins/gemini/sharded_gemini.cpp, memory()): shard r
+  // One rank of gemini sharded over W (plugins/gemini/gemini_plugin.cpp, memory()): shard r
   // of every chunk in the compute dtype, the fetched chunks whole while blocks use them (at
   // most four at once: `gathered_chunks`, part of the weights) and LoRA's adapter chunks whole
   // for good; of the trainable chunks, the Adam moments of the shard (and its float32 masters
@@ -635,10 +460,10 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
   double disk_values = 0;         // bytes of the parameter shards on disk
   std::uint64_t value_files = 0;  // their files
   std::uint64_t largest_value_buffer = 0;
-  std::size_t value_chunks = 0;
+  std::vector<std::uint64_t> value_buffers;  // each on-disk shard's buffer while resident
   for (std::size_t k = 0; k < values_on_disk.size(); ++k) {
     if (!values_on_disk[k]) continue;
-    ++value_chunks;
+    value_buffers.push_back(buffer_of(value_sizes[k]));
     disk_values += d(static_cast<std::int64_t>(value_sizes[k]));
     value_files += memory::io_size(value_sizes[k]);
     largest_value_buffer = std::max(largest_value_buffer, buffer_of(value_sizes[k]));
@@ -665,13 +490,18 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
   const double host_shards = trainable_shards - disk_shards;
   double kept = 0;
   for (double x : chunks.kept) kept += x;
-  const double at_rest = chunks.all / w * param_bytes - disk_values + kept * param_bytes +
-                         (bf16 ? host_shards * 4.0 : 0.0);
-  e.gathered_chunks = to_bytes(chunks.gathered_peak * param_bytes);
-  e.weights = to_bytes(at_rest + chunks.gathered_peak * param_bytes);
+  // A group of one computes on its shards (a gathered chunk is its shard) and adds gradients up
+  // in its gradient shards: no whole chunks beside them, no reductions.
+  const bool one = world_size == 1;
+  const double gathered = one ? 0.0 : chunks.gathered_peak;
+  const double at_rest = chunks.all / w * param_bytes - disk_values +
+                         (one ? 0.0 : kept * param_bytes) + (bf16 ? host_shards * 4.0 : 0.0);
+  e.gathered_chunks = to_bytes(gathered * param_bytes);
+  e.weights = to_bytes(at_rest + gathered * param_bytes);
   e.optimizer = to_bytes(host_shards * 8.0);
-  e.gradient_buckets = to_bytes(largest * 4.0 + static_cast<double>(kReducesInFlight) *
-                                                    (largest + largest / w) * 4.0);
+  e.gradient_buckets = one ? 0
+                           : to_bytes(largest * 4.0 + static_cast<double>(kReducesInFlight) *
+                                                          (largest + largest / w) * 4.0);
   // The gradient shards in memory at the peak: those not bound for disk and the ones on their
   // way there.
   std::sort(disk_gradients.rbegin(), disk_gradients.rend());
@@ -688,8 +518,12 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
   for (std::size_t i = 0; i < std::min<std::size_t>(3, update_buffers.size()); ++i)
     streamed += update_buffers[i];
   streamed = std::max(streamed, to_bytes(sliced));
-  const std::uint64_t gathered_values =
-      std::min<std::size_t>(kGatheredChunks, value_chunks) * largest_value_buffer;
+  std::sort(value_buffers.rbegin(), value_buffers.rend());  // the largest gathered at once
+  const std::uint64_t gathered_values = std::accumulate(
+      value_buffers.begin(),
+      value_buffers.begin() +
+          static_cast<std::ptrdiff_t>(std::min(kGatheredChunks, value_buffers.size())),
+      std::uint64_t{0});
   e.offload_buffers = std::max(streamed, gathered_values);
   e.disk_parameters = value_files;
   e.disk_trainable_parameters = lora ? 0 : value_files;
@@ -707,6 +541,17 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
                          (disk_buffers.empty() ? 0.0 : static_cast<double>(disk_buffers.front())) +
                          static_cast<double>(largest_value_buffer) +
                          static_cast<double>(kRuntimeBaselineBytes));
+  if (one) {
+    // One process exports from its chunks as they are (the in-memory export), or, with
+    // parameter shards on disk in full fine-tuning, streamed (exporter::export_streamed): the
+    // shards in memory, those gathered from disk, and one tensor at a time in float32 (twice:
+    // written, then compared with what was read back). LoRA gathers everything for the merge.
+    if (value_files > 0 && !lora)
+      e.export_peak = to_bytes(
+          chunks.all * param_bytes - disk_values + static_cast<double>(gathered_values) +
+          2.0 * chunks.largest_trainable_tensor * 4.0 + static_cast<double>(kRuntimeBaselineBytes));
+    return;
+  }
   // The export gathers every chunk whole on every rank (the shards stay) and rank 0 then
   // writes as one process does.
   e.export_peak =
@@ -720,8 +565,7 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
 
 void gemini_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings& s,
                    std::uint64_t checkpoint_bytes, int world_size) {
-  one_process_memory(e, c, s);
-  if (world_size > 1) sharded_memory(e, c, s, world_size);
+  sharded_memory(e, c, s, std::max(1, world_size));
   // Beside the chunks, in host memory on every rank: a quantized base's codes and scales (QLoRA:
   // never chunked, each quantized from a float32 band of its rows at a time)
   // and preference tuning's frozen reference copy.
@@ -736,7 +580,7 @@ Communication gemini_communication(const hf::ModelConfig& c, const Settings& s, 
                                    std::uint64_t bucket_bytes) {
   Communication out;
   const double w = d(world_size);
-  // gemini sharded (plugins/gemini/sharded_gemini.cpp): every trainable chunk's float32
+  // gemini sharded (plugins/gemini/gemini_plugin.cpp): every trainable chunk's float32
   // gradients reduce-scattered in every micro-batch's backward, (W-1)/W of their padded bytes;
   // the all-gathers of the chunks as the blocks use them (the plugin's gathers replayed by
   // sharded_chunks: once per step when all fit in its four whole chunks, else again in each

@@ -21,12 +21,8 @@ void gemini_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings& 
 // Bytes and calls per step through one rank of gemini sharded over `world_size` ranks.
 Communication gemini_communication(const hf::ModelConfig& c, const Settings& s, int world_size,
                                    std::uint64_t bucket_bytes);
-// gemini's device tier in one process: {the GPU's share, the host's}.
-std::pair<MemoryEstimate, MemoryEstimate> gemini_device_tiers(const hf::ModelConfig& c,
-                                                              const Settings& s,
-                                                              std::uint64_t checkpoint_bytes);
-// gemini sharded over `world_size` ranks with a device tier: {the device's share, the host's}
-// of one rank.
+// gemini with a device tier over `world_size` ranks (one process: a group of one): {the device's
+// share, the host's} of one rank.
 std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelConfig& c,
                                                                const Settings& s,
                                                                std::uint64_t checkpoint_bytes,

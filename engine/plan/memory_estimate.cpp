@@ -132,17 +132,14 @@ MemoryEstimate estimate_host_memory(const hf::ModelConfig& c, const Settings& s,
                                     std::uint64_t checkpoint_bytes, int world_size) {
   if (s.strategy == "zero" && s.zero_offload) return zero_offload_host_memory(c, s, world_size);
   if (s.strategy != "gemini" || !s.device_tier) return {};
-  if (world_size > 1) return sharded_device_tiers(c, s, checkpoint_bytes, world_size).second;
-  return gemini_device_tiers(c, s, checkpoint_bytes).second;
+  return sharded_device_tiers(c, s, checkpoint_bytes, world_size).second;
 }
 
 MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
                                std::uint64_t checkpoint_bytes, int world_size) {
   if (s.strategy == "gemini" && s.device_tier) {
     // Preference tuning's frozen reference copy computes on the device beside the chunks.
-    MemoryEstimate device = world_size == 1
-                                ? gemini_device_tiers(c, s, checkpoint_bytes).first
-                                : sharded_device_tiers(c, s, checkpoint_bytes, world_size).first;
+    MemoryEstimate device = sharded_device_tiers(c, s, checkpoint_bytes, world_size).first;
     device.weights += to_bytes(cost::reference_copy_bytes(c, s));
     return device;
   }

@@ -1,10 +1,9 @@
 #pragma once
-// The hooks Gemini installs on a model, one mechanism for the one-process plugin and the sharded
-// one: on the model's building blocks (model::ParameterUse) the chunks each block computes with
-// are brought in before its forward and again before its backward; on each trainable tensor
-// (autograd's post-accumulate hook) the plugin hears of each gradient as it lands. What "bring
-// in" means — read from disk or copy to the device, or all-gather a sharded chunk — and what a
-// gradient's arrival does stay each plugin's.
+// The hooks Gemini installs on a model: on the model's building blocks (model::ParameterUse) the
+// chunks each block computes with are brought in before its forward and again before its backward;
+// on each trainable tensor (autograd's post-accumulate hook) the plugin hears of each gradient as
+// it lands. What "bring in" means — read from disk or copy to the device, or all-gather a sharded
+// chunk — and what a gradient's arrival does stay the plugin's.
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/torch.h>
 

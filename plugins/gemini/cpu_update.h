@@ -1,5 +1,5 @@
 #pragma once
-// One tensor's (or one slice's) AdamW update on the CPU as both Gemini plugins make it: the
+// One tensor's (or one slice's) AdamW update on the CPU as Gemini makes it: the
 // float32 gradient scaled by the clipping coefficient, then the fused CPU Adam over the float32
 // masters (or the float32 parameters themselves) and the moments in place, writing the new
 // values in bf16 where the compute copy is bf16.

@@ -1,5 +1,5 @@
 #pragma once
-// What both gemini plugins (one process and sharded) do with chunks in the disk tier
+// What gemini does with chunks in the disk tier
 // (memory/disk_store.h): which chunks static placement puts there, and streaming the optimizer
 // chunks through an update, a load or a save one at a time, the next one read ahead and the
 // last one written back behind.
@@ -62,7 +62,7 @@ inline std::size_t items_within_budget(std::uint64_t peak, std::uint64_t held, s
                   static_cast<std::size_t>(std::clamp(items, 0.0, static_cast<double>(on_disk))));
 }
 
-// Placement auto after the first step, for either plugin: of the items streamed from their home
+// Placement auto after the first step: of the items streamed from their home
 // (`streamed_bytes`: each chunk's or shard's bytes), `current` of which were held at the
 // measured `peak`, how many stay in memory from now on (items_within_budget, each counted at the
 // largest); none when nothing streams or nothing was measured.
@@ -132,7 +132,7 @@ inline void stream_disk_chunks(std::size_t count, const DiskChunkTransfers& io,
   }
 }
 
-// The update of optimizer state on disk in slices (both plugins): `slices` in order, each read
+// The update of optimizer state on disk in slices: `slices` in order, each read
 // (start_read: its buffers made and their reads started into its `io`) kUpdateSlicesAhead ahead
 // of the one being updated, then written behind it (start_write), at most kUpdateSlicesAhead
 // writes in flight before the oldest is waited for and its `arrays` freed. `update(i)` runs once

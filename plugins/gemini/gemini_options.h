@@ -1,6 +1,6 @@
 #pragma once
-// Gemini's options (job spec strategy.options; validated by job/strategies.h), read once for the
-// one-process plugin and the sharded one: placement, the shares on disk and, with a device tier,
+// Gemini's options (job spec strategy.options; validated by job/strategies.h), read once:
+// placement, the shares on disk and, with a device tier,
 // in host memory, the budgets, the offload folder and the chunk size.
 #include <cstdint>
 #include <filesystem>

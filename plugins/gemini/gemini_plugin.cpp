@@ -1,28 +1,33 @@
-// The `gemini` plugin: chunked parameters and optimizer state across host and disk
-// (gemini_plugin.h). Shapes: P parameters, T trainable tensors; a chunk holds whole tensors.
+// `gemini` sharded over the data-parallel group (gemini_plugin.h). Shapes: W ranks; a chunk of
+// C elements (C a multiple of W) has shards of S = C / W, rank r holding [r·S, (r+1)·S).
+// Written from the ZeRO paper's stage 3 and Colossal-AI's documented Gemini behaviour, on
+// engine/dist's collectives.
 #include "plugins/gemini/gemini_plugin.h"
 
+#include <c10/core/CPUAllocator.h>
 #include <torch/csrc/autograd/function_hook.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <filesystem>
-#include <future>
-#include <mutex>
+#include <functional>
 #include <optional>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "core/error.h"
 #include "core/files.h"
 #include "core/meminfo.h"
 #include "core/units.h"
+#include "dist/parallel_context.h"
 #include "memory/chunk_cache_policy.h"
 #include "memory/chunk_layout.h"
 #include "memory/disk_store.h"
 #include "memory/tensor_state.h"
 #include "model/layers.h"
+#include "optim/adamw.h"
 #include "optim/clip.h"
 #include "optim/cpu_adam.h"
 #include "plugins/gemini/chunk_hooks.h"
@@ -30,149 +35,179 @@
 #include "plugins/gemini/disk_chunks.h"
 #include "plugins/gemini/gemini_options.h"
 #include "plugins/gemini/gemini_state.h"
-#include "plugins/gemini/sharded_gemini.h"
 #include "plugins/gemini/tensor_entries.h"
 #include "plugins/gemini/update_pipeline.h"
 #include "train/device_tier.h"
 #include "train/mixed_precision.h"
 #include "train/param_groups.h"
+#include "train/plugin.h"
 #include "train/plugin_registry.h"
 
 namespace tessera::plugins {
 namespace {
 
-namespace fs = std::filesystem;
 using memory::TensorState;
 using train::MemoryByCategory;
 using train::NamedTensor;
-using train::Precision;
 using train::StepStats;
 
-// One tensor in the chunks. `tensor` is the model's (or an adapter's) parameter object, whose
-// data is a view into its parameter chunk.
-struct Entry {
-  std::string name;
-  std::string model_name;  // its named_parameters() key; empty for adapters outside the model
-  torch::Tensor tensor;
-  std::size_t param_chunk = 0;
-  std::int64_t param_offset = 0;
+using memory::kGatheredChunks;
+using memory::kReducesInFlight;
+using memory::kStagedUpdates;
+
+std::int64_t round_up(std::int64_t n, std::int64_t multiple) {
+  return (n + multiple - 1) / multiple * multiple;
+}
+
+struct ShardEntry {
+  std::string name;        // checkpoint name
+  std::string model_name;  // named_parameters() key; empty for adapters outside the model
+  torch::Tensor tensor;    // the parameter object; its data is a view of its chunk's `whole`
   bool trainable = false;
-  // Trainable only:
   bool decays = true;
-  std::size_t optim_chunk = 0;
-  std::int64_t optim_offset = 0;  // element offset inside each of the chunk's arrays
+  std::size_t chunk = 0;
+  std::int64_t offset = 0;  // first element inside the chunk
+  std::int64_t numel = 0;
+  // This rank's part: the tensor's flat elements [own_start, own_start + own_count), at
+  // `shard_offset` in the chunk's shard.
+  std::int64_t own_start = 0;
+  std::int64_t own_count = 0;
+  std::int64_t shard_offset = 0;
   TensorState state = TensorState::Free;
-  bool has_grad = false;    // a gradient arrived since the last update
-  torch::Tensor grad;       // chunks updated where autograd made the gradient: it, as made
-                            // (the others' gradients are in their gradient chunk)
-  torch::Tensor grad_norm;  // float32 L2 norm of the final gradient (last micro-batch)
+  bool grad_this_backward = false;
+  bool has_grad = false;  // a gradient arrived since the last update
+  // Its part's norm, taken when the step's gradient shard is final (it may go to disk): a group
+  // of one keeps single's float32 norm, several ranks the float64 square.
+  torch::Tensor grad_norm;
+  double grad_squares = 0.0;
 };
 
-// The optimizer state of some trainable tensors: [master (bf16 only)] [exp_avg] [exp_avg_sq],
-// `elements` floats each, in one 4 KiB-aligned buffer on the host or one region on disk.
-//
-// A chunk on disk has a gradient chunk beside it (the compute dtype, laid out like one of the
-// arrays): gradients are accumulated into it as autograd produces them, the parameters' own
-// .grad is dropped at once, and it is written back as soon as all its tensors' gradients are in
-// (during backward, behind the compute) and read again by the update. A host chunk's gradients
-// stay the tensors autograd made (a copy would cost time and save nothing).
-//
-// With a device tier, a chunk lives on the device (`on_device`: its arrays in device memory,
-// updated there by the device Adam on the gradients autograd made) or in host memory or on disk
-// (updated by the CPU Adam on host gradients, copied down from the device as they arrive); the
-// latter keep float32 masters in fp32 too, so the update never reads a parameter back from the
-// device: it writes the new values up.
-struct OptimChunk {
-  std::vector<std::size_t> entries;  // indices into entries_
-  std::int64_t elements = 0;
-  bool on_disk = false;
-  bool on_device = false;
-  std::size_t region = 0;
-  memory::AlignedBuffer host;  // resident buffer (host chunks; disk chunks while in use)
-  c10::DataPtr device_arrays;  // device chunks: the arrays in device memory
-
-  memory::AlignedBuffer grads;       // resident gradients (from the first one to the update)
-  std::size_t grad_region = 0;       // disk chunks
-  bool grad_region_written = false;  // the region's file exists
-  bool grads_on_disk = false;        // this step's gradients are in the region, not resident
-  std::future<void> grad_write;      // a write-back of `grads` in flight
-  std::size_t grads_this_backward = 0;
+struct ShardChunk {
+  bool trainable = false;
+  // Holds a tensor no block fetches (LoRA's adapters): gathered for good, again after updates.
+  bool persistent = false;
+  std::int64_t capacity = 0;  // C
+  std::int64_t shard = 0;     // S
+  std::vector<std::size_t> entries;
+  torch::Tensor whole;  // C elements (compute dtype); its memory comes and goes
+  bool gathered = false;
+  std::optional<dist::PendingCollective> gathering;  // gathered ahead, not waited yet
+  // With a device tier: this rank's shard copied up for the all-gather (until it is done), and
+  // the copy's event (`values` is read by it until then).
+  torch::Tensor upload;
+  std::shared_ptr<train::DeviceEvent> uploaded;
+  torch::Tensor values;  // S elements, compute dtype: this rank's shard
+  // Static placement with a device tier: `values` is device memory (the share not in
+  // host_param_frac nor on disk). A group of one then gathers the chunk as it, several ranks
+  // all-gather from it with nothing copied up.
+  bool values_on_device = false;
+  // Static placement with offload_param_frac: `values` lives in a region of the disk tier and
+  // is resident (a view of `values_buffer`) only while the chunk is gathered or streamed
+  // through an update or a load.
+  bool values_on_disk = false;
+  std::size_t values_region = 0;
+  memory::AlignedBuffer values_buffer;
+  // Trainable chunks:
+  std::size_t trainable_entries = 0;
+  // float32 [masters] [exp_avg] [exp_avg_sq], S each (resident); masters where the shard's
+  // values cannot serve (keeps_masters).
+  torch::Tensor optim;
+  // Static placement with a device tier: `optim` is device memory (the share not in
+  // host_optim_frac nor on disk), updated there by the device Adam on a gradient shard that
+  // stays in device memory too.
+  bool optim_on_device = false;
+  // Static placement with offload_optim_frac: `optim` lives in a region of the disk tier and is
+  // resident (a view of `optim_buffer`) only while streamed through an update or a load.
+  bool optim_on_disk = false;
+  std::size_t optim_region = 0;
+  memory::AlignedBuffer optim_buffer;
+  // float32, S: this step's reduced gradients (until the update); in device memory with
+  // optim_on_device, else host memory.
+  torch::Tensor grad_shard;
+  // float32, C: this backward's gradients (until reduce-scattered); in device memory with a
+  // device tier.
+  torch::Tensor grad_whole;
+  std::size_t grads_in = 0;
+  bool ready = false;     // every tensor's gradient of this backward is in
+  bool launched = false;  // reduce-scattered in this backward
+  // Chunks whose optimizer shard is on disk (no device tier): after each backward the step's
+  // gradient shard so far goes to a region of the disk tier too, read back by the next
+  // micro-batch's reduction and by the update with the optimizer shard; `grad_buffer` is its
+  // memory while resident.
+  bool grad_to_disk = false;
+  std::size_t grad_region = 0;
+  memory::AlignedBuffer grad_buffer;
+  bool grad_on_disk = false;  // this step's gradient shard is in its region, not in memory
+  bool grad_written = false;  // its region has been written (it takes room on disk)
 };
-
-// A parameter chunk: every parameter in it is a view of `storage` (compute dtype). A chunk on
-// disk is in memory only while a block uses it or while cached (at most
-// memory::kCachedParameterChunks). Eviction takes the memory out from under the storage (its data
-// pointer), so the views autograd saved for backward see the memory again when it comes back;
-// it is written back first when the update changed it.
-//
-// With a device tier the storage is device memory: a chunk on the device keeps it; a chunk
-// homed in host memory (`on_host`) has its values in `home` and comes to the device the same
-// way a chunk on disk comes to memory (prefetched on the copy stream, `arrival` the event its
-// compute waits for), and goes back to `home` when evicted after an update changed it.
-struct ParamChunk {
-  torch::Tensor storage;
-  bool on_disk = false;
-  bool on_host = false;
-  // With a device: the values in host memory — for good when on_host; when on_disk, a copy
-  // read from the file while the chunk is on the device or being updated on the host.
-  c10::DataPtr home;
-  std::shared_ptr<train::DeviceEvent> arrival;    // the copy to the device in flight
-  std::shared_ptr<train::DeviceEvent> departure;  // the copy back to `home` in flight
-  std::shared_ptr<train::DeviceEvent> home_read;  // the last copy that read `home`
-  bool home_dirty = false;   // on_disk with a device: `home` holds values its file does not
-  bool home_queued = false;  // in home_writes_
-  bool streamed() const { return on_disk || on_host; }
-  std::size_t region = 0;
-  bool resident = true;
-  bool dirty = false;     // changed since it was last written to its region
-  c10::DataPtr incoming;  // a prefetch's buffer, while its read is in flight
-  std::future<void> read;
-  c10::DataPtr outgoing;  // an evicted buffer, while its write-back is in flight
-  std::future<void> write;
-};
-
-// Write-backs of evicted parameter chunks in flight before eviction waits for the oldest.
-constexpr std::size_t kParameterWritesInFlight = 2;
-
-// Write-backs of gradient chunks allowed in flight before backward waits for the oldest: each
-// holds its buffer until written.
-constexpr std::size_t kGradientWritesInFlight = 2;
 
 class GeminiPlugin : public train::Plugin {
  public:
   ~GeminiPlugin() override {
     update_.wait_quietly();
+    wait_in_flight();
     remove_gradient_hooks(entries_, trainable_order_);
     hooked_blocks_.remove();
   }
   std::string name() const override { return "gemini"; }
   bool reads_deferred_weights() const override { return true; }
+  bool runs_distributed() const override { return true; }
+  // One process writes its checkpoints as a replicated plugin does (model.safetensors, LoRA's
+  // adapter_model.safetensors): its shards are whole tensors.
+  StateLayout state_layout() const override {
+    return world_ == 1 ? StateLayout::Replicated : StateLayout::Sharded;
+  }
 
   void prepare(model::PretrainedModel& model, std::vector<NamedTensor> trainable,
                const train::PluginOptions& options) override {
-    require_one_process(options.process, name());
-    process_ = options.process;
+    const train::ProcessContext& process = options.process;
+    if (process.world_size == 1) {
+      // One process: a group of one, whose collectives copy their input (and are never called
+      // where a shard is its chunk).
+      solo_ =
+          std::make_unique<dist::ParallelContext>(dist::DistEnvironment{}, dist::ParallelOptions{});
+      process_ = process;
+      process_.data_group = &solo_->world();
+    } else if (!process.parallel || process.data_group == nullptr) {
+      throw Error(ErrorKind::Internal,
+                  "strategy gemini: rank " + std::to_string(process.rank) + " of " +
+                      std::to_string(process.world_size) +
+                      " processes has no data-parallel group (ProcessContext::data_group)",
+                  "start the job with `tessera-cli launch`, which joins the ranks");
+    } else {
+      process_ = process;
+    }
+    group_ = process_.data_group;
+    rank_ = group_->rank();
+    world_ = group_->size();
     adamw_ = options.adamw;
     log_ = options.log;
-    gemini_ = parse_gemini_options(options, "chunks");
-    // "auto" is the device tier on the GPU when one is present and the options allow it.
+    read_options(options);
+    // "auto" is the GPU when every rank of this machine has one (job::device_for).
     const std::string device =
         options.device == "auto" ? train::choose_plugin_device(options, name()) : options.device;
     if (device == "simulated" || device.rfind("cuda", 0) == 0) {
-      device_ = train::make_device_tier(device, gemini_.device_budget, "strategy.options.device");
-      if (gemini_.auto_placement) {
-        // Every parameter chunk has its home in host memory; after the first step as many stay
-        // on the device as its measured peak leaves room for in the budget.
-        gemini_.offload_param_frac = 0.0;
-        gemini_.host_param_frac = 1.0;
-      }
+      // The gathered chunks and the gradient chunks being reduced live in device memory (the
+      // collectives run there: NCCL on GPUs). The shards and their optimizer state live there
+      // too but for the shares host_param_frac and host_optim_frac in host memory and those on
+      // disk: a gather of a host shard uploads only this rank's shard, a reduction of a chunk
+      // updated on the host copies down only its shard of the result (the hybrid Adam: device
+      // shards updated by torch's fused AdamW, host ones by the CPU Adam). Placement auto starts
+      // every parameter shard in host memory and moves some to the device after the first step.
+      // Rank r's GPU is LOCAL_RANK's (as ddp and zero), made the current device.
+      const std::string tier =
+          device == "simulated" ? device : train::rank_cuda_device(options, name()).str();
+      device_ = train::make_device_tier(tier, gemini_.device_budget, "strategy.options.device");
+      // Placement auto: every parameter shard starts in host memory, and after the first step as
+      // many move to the device as its measured peak leaves room for (move_shards_to_device).
+      if (gemini_.auto_placement) gemini_.offload_param_frac = 0.0;
     } else {
       train::require_cpu_device(options, name());
       if (gemini_.host_param_frac > 0.0 || gemini_.host_optim_frac > 0.0)
         throw_invalid(
-            "strategy.options.host_param_frac / host_optim_frac: these place chunks between a "
+            "strategy.options.host_param_frac / host_optim_frac: these place shards between a "
             "device and host memory, and this job computes on the CPU",
-            "remove them (offload_param_frac and offload_optim_frac place chunks on disk)");
+            "remove them (offload_param_frac and offload_optim_frac place shards on disk)");
     }
     precision_.emplace(options.precision, tensor_device());
     dtype_ = precision_->compute_dtype();
@@ -184,16 +219,10 @@ class GeminiPlugin : public train::Plugin {
     trainable_order_ = collect_tensor_entries(model, trainable, entries_);
     quantized_bytes_ = model::quantized_weight_bytes(model);
 
-    // Each chunk is filled from the float32 values (or straight from the checkpoint) in turn;
-    // a parameter's own storage goes as soon as its chunk holds it.
-    build_optimizer_chunks();
-    // The building blocks and their parameters, for the hooks both placements install.
-    const std::vector<BlockEntries> blocks = blocks_of_entries(model, entries_);
-    build_parameter_chunks(model, blocks);
-    install_update_waits(blocks);
+    build_chunks(model);
     move_buffers(model, tensor_device(), dtype_);
     deferred_ = nullptr;
-    for (Entry& e : entries_) {
+    for (ShardEntry& e : entries_) {
       e.tensor.set_requires_grad(e.trainable);
       memory::transition(e.state, TensorState::Held, e.name);
     }
@@ -211,482 +240,216 @@ class GeminiPlugin : public train::Plugin {
   torch::Dtype compute_dtype() const override { return dtype_; }
   const train::ProcessContext& process() const override { return process_; }
 
+  // Every micro-batch reduce-scatters: accumulating whole gradient chunks until the last one
+  // would keep a whole model's gradients on every rank between micro-batches, which is what
+  // sharding is for. The extra communication is (A − 1) reduce-scatters per step.
   void backward(const torch::Tensor& loss, double multiplier, bool last_micro_batch) override {
-    // Gradients go into the chunks the update reads: it is done first (its last chunks, the
-    // first ones backward reaches, finish as the forward ends).
+    last_micro_batch_ = last_micro_batch;
+    // Gradients go into the shards the pipelined update reads: it is done first (its last
+    // chunks, the first ones backward reaches, finish as the forward ends).
     settle_update();
     for (std::size_t i : trainable_order_)
       memory::transition(entries_[i].state, TensorState::Computing, entries_[i].name);
-    last_micro_batch_ = last_micro_batch;
-    (loss * precision_->backward_multiplier(multiplier)).backward();
-    // Chunks on disk whose tensors did not all get a gradient go out now.
-    for (OptimChunk& c : optim_chunks_) {
-      if (c.on_disk && c.grads && !c.grads_on_disk) write_back_gradients(c);
-      c.grads_this_backward = 0;
+    for (ShardChunk& c : chunks_) {
+      c.grads_in = 0;
+      c.ready = c.launched = false;
+    }
+    for (ShardEntry& e : entries_) e.grad_this_backward = false;
+    next_reduce_ = 0;
+    try {
+      (loss * precision_->backward_multiplier(multiplier)).backward();
+      // Chunks some of whose tensors got no gradient go now, in the same order on every rank.
+      for (ShardChunk& c : chunks_) c.ready = c.trainable;
+      launch_ready_reductions();
+      while (!reductions_.empty()) finish_reduction();
+      add_copied_gradients();
+      if (device_ && last_micro_batch_)  // the shards that came down: final now
+        for (std::size_t c = 0; c < chunks_.size(); ++c)
+          if (!chunks_[c].optim_on_device) gradient_done(c);
+      while (!gradient_writes_.empty()) finish_gradient_write();
+    } catch (...) {
+      wait_in_flight();
+      throw;
     }
     for (std::size_t i : trainable_order_)
       memory::transition(entries_[i].state, TensorState::HeldAfterBackward, entries_[i].name);
   }
 
-  // The gradient of entry `i` is in its .grad: accumulate it as autograd would into .grad
-  // (taken the first time, added after), into the gradient chunk for a chunk on disk, and drop
-  // the .grad.
   void gradient_arrived(std::size_t i, const torch::Tensor& tensor) {
     torch::NoGradGuard no_grad;
     const torch::Tensor g = tensor.grad();
     if (!g.defined()) return;
-    Entry& e = entries_[i];
-    OptimChunk& c = optim_chunks_[e.optim_chunk];
-    torch::Tensor slot;
-    torch::Tensor norm_of;  // what the norm is taken from (the slot, unless a copy fills it)
-    if (device_ && !c.on_device) {
-      // Updated by the CPU Adam: the gradient goes down to the chunk's host gradients, the
-      // first micro-batch's on the copy stream, later ones added on the host.
-      make_gradients_resident(c);
-      slot = gradient_view(c, e);
-      if (e.has_grad) {
-        wait_for_gradient_copies();
-        slot.add_(g.to(torch::kCPU));
-        norm_of = slot;
-      } else {
-        copy_gradient_down(slot, g);
-        norm_of = g;
+    ShardEntry& e = entries_[i];
+    ShardChunk& c = chunks_[e.chunk];
+    if (c.launched)
+      throw Error(ErrorKind::Internal, "gemini: the gradient of \"" + e.name +
+                                           "\" arrived after its chunk was reduce-scattered");
+    const torch::Tensor master = precision_->master_gradient(g);
+    if (adds_in_shard(c)) {
+      // A group of one whose gradient shard is where autograd computes (host memory, or the
+      // device for a chunk the device Adam updates): the gradients add up in the step's shard
+      // itself (no reduction, no whole chunk per backward), taken the first time in the step and
+      // added after. Only tensors with a gradient are read from it (the update and the norm), so
+      // it is not zeroed. In bf16 the sum is rounded to bf16, as `single`'s .grad adds up, so
+      // that one process trains to `single`'s values.
+      if (c.grad_on_disk) {  // an earlier micro-batch's sum
+        read_gradient_back(e.chunk);
+      } else if (!c.grad_shard.defined()) {
+        c.grad_shard = c.grad_to_disk ? resident_gradient(e.chunk)
+                       : c.optim_on_device
+                           ? device_tensor(c.capacity, torch::kFloat32,
+                                           "gradient shard of chunk " + std::to_string(e.chunk))
+                           : torch::empty({c.capacity}, torch::kFloat32);
       }
-    } else if (c.on_disk) {
-      make_gradients_resident(c);
-      slot = gradient_view(c, e);
-      if (e.has_grad)
-        slot.add_(g);
-      else
-        slot.copy_(g);
+      torch::Tensor slot = c.grad_shard.narrow(0, e.offset, e.numel).view(g.sizes());
+      if (!e.has_grad) {
+        slot.copy_(master);
+      } else {
+        slot.add_(master);
+        // (fp16's gradients are scaled there; these are not, so they stay float32.)
+        if (g.scalar_type() == torch::kBFloat16) slot.copy_(slot.to(torch::kBFloat16));
+      }
     } else {
-      if (e.has_grad)
-        e.grad.add_(g);
+      if (!c.grad_whole.defined()) c.grad_whole = zeroed_gradient_chunk(e.chunk);
+      torch::Tensor slot = c.grad_whole.narrow(0, e.offset, e.numel).view(g.sizes());
+      if (e.grad_this_backward)
+        slot.add_(master);
       else
-        e.grad = g;
-      slot = e.grad;
+        slot.copy_(master);
     }
-    e.has_grad = true;
     tensor.mutable_grad() = torch::Tensor();
-    if (!norm_of.defined()) norm_of = slot;
-    // The norm as `single` takes it from its float32 master gradient (on the compute device).
-    if (last_micro_batch_)
-      e.grad_norm = precision_->master_gradient(norm_of).norm(2.0).to(tensor_device());
-    if (c.on_disk && ++c.grads_this_backward == c.entries.size()) write_back_gradients(c);
-  }
-
-  // A block whose parameters the pipelined update changes is about to compute.
-  void wait_for_update(const torch::nn::Module& block) {
-    if (update_.running()) update_.wait_for(block_optim_chunks_.at(&block));
+    if (e.grad_this_backward) return;
+    e.grad_this_backward = e.has_grad = true;
+    if (++c.grads_in == c.trainable_entries) {
+      c.ready = true;
+      launch_ready_reductions();
+    }
   }
 
   StepStats step(double lr, double max_grad_norm) override {
     torch::NoGradGuard no_grad;
     settle_update();
-    wait_for_gradient_copies();
-    // The global norm first, from the per-tensor norms the last backward took.
+    // The gathered chunks hold the values before this update: they go.
+    release_gathered();
+    // The global norm. Several ranks sum their parts' squares in float64; a group of one takes
+    // it as `single` does (each tensor's float32 norm, then the norm of those), so that one
+    // process trains to `single`'s values.
+    // Norms of gradient shards in device memory stay there until one read of them all.
+    double local_squares = 0.0;
     std::vector<torch::Tensor> norms;
+    std::vector<torch::Tensor> device_squares;
     for (std::size_t i : trainable_order_) {
-      Entry& e = entries_[i];
-      if (e.has_grad) {
-        if (!e.grad_norm.defined())
-          throw Error(ErrorKind::Internal,
-                      "gemini: step() without a backward marked as the last micro-batch");
-        norms.push_back(e.grad_norm);
-      }
+      ShardEntry& e = entries_[i];
       memory::transition(e.state, TensorState::ReadyForUpdate, e.name);
+      if (!e.has_grad || e.own_count == 0) continue;
+      if (world_ > 1) {
+        if (e.grad_norm.defined())
+          device_squares.push_back(e.grad_norm);
+        else
+          local_squares += e.grad_squares;
+      } else if (e.grad_norm.defined()) {
+        norms.push_back(e.grad_norm.to(tensor_device()));
+      } else {
+        throw Error(ErrorKind::Internal,
+                    "gemini: step() without a backward marked as the last micro-batch");
+      }
+      e.grad_norm = torch::Tensor();
+      e.grad_squares = 0.0;
     }
-    const torch::Tensor total =
-        norms.empty()
-            ? torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(tensor_device()))
-            : torch::stack(norms).norm(2.0);
+    torch::Tensor total;
+    if (world_ == 1) {
+      total = norms.empty() ? torch::zeros({}, torch::kFloat32) : torch::stack(norms).norm(2.0);
+    } else {
+      if (!device_squares.empty())
+        local_squares += torch::stack(device_squares).square().sum().item<double>();
+      torch::Tensor squares = torch::tensor({local_squares}, torch::kFloat64);
+      group_->all_reduce(squares, dist::ReduceOp::Sum);
+      total = torch::sqrt(squares).to(torch::kFloat32).reshape({});
+    }
     StepStats stats;
     stats.grad_norm = total.item<double>();
     const std::optional<torch::Tensor> coef = optim::clip_coefficient(total, max_grad_norm);
     stats.applied = precision_->accept_step(stats.grad_norm);
     if (stats.applied) {
-      update(lr, coef);  // consumes the gradient chunks as it goes
+      update(lr, coef);  // consumes the gradient shards as it goes
     } else {
-      for (OptimChunk& chunk : optim_chunks_) {  // a skipped step's gradients go unused
-        if (chunk.grad_write.valid()) finish_gradient_write(chunk, false);
-        chunk.grads = memory::AlignedBuffer();
-        chunk.grads_on_disk = false;
-      }
+      for (ShardChunk& c : chunks_) drop_gradient_shard(c, /*on_disk=*/false);
     }
     for (std::size_t i : trainable_order_) {
-      Entry& e = entries_[i];
+      ShardEntry& e = entries_[i];
       e.has_grad = false;
-      e.grad = torch::Tensor();
-      e.grad_norm = torch::Tensor();
       memory::transition(e.state, TensorState::Held, e.name);
     }
-    cache_.unpin();
-    while (!parameter_writes_.empty()) finish_parameter_write(parameter_writes_.front());
-    if (cache_.tracing() && gemini_.auto_placement) size_cache_to_budget();
-    cache_.end_tracing();  // the first step's order of chunk uses is the order of every later one
+    if (stats.applied) gather_persistent(true);
+    if (gathered_.tracing() && gemini_.auto_placement) {
+      if (device_)
+        move_shards_to_device();
+      else
+        size_shard_cache_to_budget();
+    }
+    gathered_.end_tracing();  // the first step's order of chunk uses is every later step's
     return stats;
   }
 
-  // AdamW at `lr` on every tensor that has a gradient, its gradient multiplied by `coef`
-  // (clipping).
-  void update(double lr, const std::optional<torch::Tensor>& coef) {
-    ++steps_;
-    with_gradient_.assign(entries_.size(), 0);
-    for (std::size_t i = 0; i < entries_.size(); ++i) with_gradient_[i] = entries_[i].has_grad;
-    if (device_) {
-      // The new values go up after the compute that still reads the old ones.
-      device_->copies_wait(*device_->record_compute());
-      const std::optional<torch::Tensor> host_coef =
-          coef ? std::optional<torch::Tensor>(coef->to(torch::kCPU)) : std::nullopt;
-      for_each_optimizer_chunk(true, [&](OptimChunk& chunk) {
-        if (chunk.on_device)
-          update_on_device(chunk, lr, coef);
-        else
-          update_on_host(chunk, lr, host_coef);
-      });
-      // The compute after the update sees the new values; the staging can go once they are up.
-      const std::shared_ptr<train::DeviceEvent> written = device_->record_copies();
-      device_->compute_waits(*written);
-      if (!update_staging_.empty()) {
-        device_->host_waits(*written);
-        update_staging_.clear();
-      }
-      return;
-    }
-    // Chunk by chunk: each gradient is widened (bf16) and clipped in turn, so no more than one
-    // float32 copy exists at a time. Chunks on disk stream through in slices.
-    for (OptimChunk& chunk : optim_chunks_) {
-      if (chunk.on_disk) continue;
-      float* base = static_cast<float*>(chunk.host.data());
-      for (std::size_t i : chunk.entries) {
-        Entry& e = entries_[i];
-        if (!e.has_grad) continue;  // no gradient: no update, as torch does
-        use_parameter_chunks({e.param_chunk});
-        param_chunks_[e.param_chunk].dirty = true;
-        CpuUpdateArrays where;
-        where.exp_avg = base + moments_offset(chunk) + e.optim_offset;
-        where.exp_avg_sq = where.exp_avg + chunk.elements;
-        if (dtype_ == torch::kFloat32) {
-          where.param = e.tensor.data_ptr<float>();  // the parameter chunk holds the masters
-        } else {
-          where.param = base + e.optim_offset;
-          where.bf16_copy = static_cast<std::uint16_t*>(e.tensor.data_ptr());
-        }
-        cpu_adamw_update(precision_->master_gradient(e.grad).contiguous(), coef, where, adamw_, lr,
-                         e.decays, steps_);
-        e.tensor.unsafeGetTensorImpl()->bump_version();
-        e.grad = torch::Tensor();
-      }
-    }
-    // Chunks on disk: those every forward use of waits for (UpdateWait) on a worker, pipelined
-    // with the next forward; the others (adapters no block fetches) here.
-    std::vector<std::size_t> now;
-    std::vector<std::size_t> later;
-    for (std::size_t c = 0; c < optim_chunks_.size(); ++c) {
-      OptimChunk& chunk = optim_chunks_[c];
-      if (!chunk.on_disk) continue;
-      // Gradients still being written: kept in memory and used from there.
-      if (chunk.grad_write.valid()) finish_gradient_write(chunk, /*keep=*/true);
-      (pipelined_ && waited_for_[c] ? later : now).push_back(c);
-    }
-    update_on_disk_in_slices(now, lr, coef, 0, {});
-    if (!later.empty()) start_pipelined_update(std::move(later), lr, coef);
-  }
-
-  // --- The update pipelined with the next forward ----------------------------------------------
-  // With every parameter in memory and no device tier, the update of optimizer chunks on disk
-  // (bound by their I/O) runs on a worker in chunk order — the order forward uses them — while
-  // step() returns and the next forward starts: each block waits only for the chunks of its own
-  // parameters (UpdateWait). The worker touches nothing but those chunks' buffers, their files
-  // and the parameters' values; everything else that reads parameters, gradients or optimizer
-  // state waits for it to end first (settle_update).
-
-  void start_pipelined_update(std::vector<std::size_t> chunks, double lr,
-                              std::optional<torch::Tensor> coef) {
-    update_.start(optim_chunks_.size(), chunks,
-                  [this, chunks, lr, coef = std::move(coef)](const UpdatePipeline::ChunkDone& done,
-                                                             int threads) {
-                    torch::NoGradGuard no_grad;
-                    update_on_disk_in_slices(chunks, lr, coef, threads, done);
-                  });
-  }
-
-  // Waits for the pipelined update to end; rethrows its error.
-  void settle_update() { update_.settle(); }
   void settle() override { settle_update(); }
 
-  // --- The update of optimizer chunks on disk, in slices -------------------------------------
-  // A chunk on disk is updated a slice of kSliceElements at a time, never whole: the slice's
-  // arrays (masters in bf16, exp_avg, exp_avg_sq) and gradients are read, updated by the CPU
-  // Adam and written back, the next slice read while one is updated and the previous one
-  // written (three slices at most, across chunks). So the update holds a few tens of MB of
-  // optimizer state whatever the largest tensor (an embedding's chunk is its whole size).
-  // Slices start at multiples of kSliceElements inside a chunk whose arrays are padded to a
-  // multiple of it (build_optimizer_chunks), so every range is aligned for O_DIRECT.
-
-  static constexpr std::int64_t kSliceElements = memory::kUpdateSliceElements;
-
-  struct OptimSlice {
-    std::size_t chunk = 0;
-    std::int64_t begin = 0;
-    std::int64_t end = 0;
-    memory::AlignedBuffer arrays;  // arrays_per_chunk × (end − begin) floats
-    memory::AlignedBuffer grads;   // (end − begin) gradients, unless the chunk's are resident
-    std::vector<std::future<void>> io;
-  };
-
-  // Updates `chunks` (on disk, gradient writes finished) in that order, calling `chunk_done(c)`
-  // once chunk c's parameters hold their new values. `threads`: the CPU Adam's (0: torch's).
-  void update_on_disk_in_slices(const std::vector<std::size_t>& chunks, double lr,
-                                const std::optional<torch::Tensor>& coef, int threads,
-                                const std::function<void(std::size_t)>& chunk_done) {
-    std::vector<OptimSlice> slices;
-    for (std::size_t c : chunks) {
-      const OptimChunk& chunk = optim_chunks_[c];
-      for (std::int64_t at = 0; at < chunk.elements; at += kSliceElements)
-        slices.push_back({c, at, std::min(chunk.elements, at + kSliceElements), {}, {}, {}});
+  // Host memory (with a device tier the gathered chunks are device_tier_memory()'s).
+  MemoryByCategory memory() const override {
+    std::lock_guard lock(update_.mutex());  // the pipelined update frees buffers as it goes
+    MemoryByCategory m;
+    const std::uint64_t element = c10::elementSize(dtype_);
+    m.weights += quantized_bytes_;  // QLoRA's base, beside the chunks
+    for (const ShardChunk& c : chunks_) {
+      const auto shard = static_cast<std::uint64_t>(c.shard);
+      const auto capacity = static_cast<std::uint64_t>(c.capacity);
+      if (c.values.defined() && !c.values_on_device) m.weights += shard * element;
+      if ((!device_ || gather_to_host_) && !aliases(c) && (c.gathered || c.gathering))
+        m.weights += capacity * element;
+      if (!c.trainable || c.optim_on_device) continue;
+      if (keeps_masters(c) && c.optim.defined()) m.weights += shard * 4;  // masters
+      if (c.optim.defined()) m.optimizer += shard * 8;
+      if (c.grad_shard.defined()) m.gradients += shard * 4;
+      if (!device_ && c.grad_whole.defined()) m.gradients += capacity * 4;
     }
-    const auto start_read = [&](OptimSlice& slice) {
-      const OptimChunk& chunk = optim_chunks_[slice.chunk];
-      const std::int64_t length = slice.end - slice.begin;
-      const int arrays = arrays_per_chunk(chunk);
-      slice.arrays = memory::AlignedBuffer(static_cast<std::size_t>(length * 4 * arrays));
-      for (int k = 0; k < arrays; ++k)
-        slice.io.push_back(disk_->read_range(
-            chunk.region, static_cast<std::uint64_t>((k * chunk.elements + slice.begin) * 4),
-            static_cast<std::uint64_t>(length * 4),
-            static_cast<char*>(slice.arrays.data()) + k * length * 4));
-      if (!chunk.grads) {
-        slice.grads = memory::AlignedBuffer(static_cast<std::size_t>(length * element_bytes()));
-        slice.io.push_back(disk_->read_range(
-            chunk.grad_region, static_cast<std::uint64_t>(slice.begin * element_bytes()),
-            static_cast<std::uint64_t>(length * element_bytes()), slice.grads.data()));
-      }
-    };
-    const auto start_write = [&](OptimSlice& slice) {
-      const OptimChunk& chunk = optim_chunks_[slice.chunk];
-      const std::int64_t length = slice.end - slice.begin;
-      slice.grads = memory::AlignedBuffer();
-      for (int k = 0; k < arrays_per_chunk(chunk); ++k)
-        slice.io.push_back(disk_->write_range(
-            chunk.region, static_cast<std::uint64_t>((k * chunk.elements + slice.begin) * 4),
-            static_cast<std::uint64_t>(length * 4),
-            static_cast<char*>(slice.arrays.data()) + k * length * 4));
-    };
-    // After the chunk's last slice its resident gradients go.
-    const auto written = [&](std::size_t i) {
-      if (i + 1 < slices.size() && slices[i + 1].chunk == slices[i].chunk) return;
-      OptimChunk& chunk = optim_chunks_[slices[i].chunk];
-      {
-        std::lock_guard lock(update_.mutex());  // memory() reads the buffer's size
-        chunk.grads = memory::AlignedBuffer();
-      }
-      chunk.grads_on_disk = false;
-      if (chunk_done) chunk_done(slices[i].chunk);
-    };
-    stream_update_slices(
-        slices, start_read, [&](std::size_t i) { update_slice(slices[i], lr, coef, threads); },
-        start_write, written);
+    if (!device_) m.gradients += reductions_bytes();
+    for (const CopiedGradient& g : copied_gradients_)
+      m.gradients += static_cast<std::uint64_t>(g.host.numel()) * 4;
+    return m;
   }
 
-  // The CPU Adam on the parts of the chunk's tensors inside `slice`.
-  void update_slice(OptimSlice& slice, double lr, const std::optional<torch::Tensor>& coef,
-                    int threads) {
-    OptimChunk& chunk = optim_chunks_[slice.chunk];
-    const std::int64_t length = slice.end - slice.begin;
-    auto* arrays = static_cast<float*>(slice.arrays.data());
-    const int count = arrays_per_chunk(chunk);
-    float* masters = keeps_masters(chunk) ? arrays : nullptr;
-    float* exp_avg = arrays + (count - 2) * length;
-    float* exp_avg_sq = exp_avg + length;
-    const char* grads =
-        chunk.grads ? static_cast<const char*>(chunk.grads.data()) + slice.begin * element_bytes()
-                    : static_cast<const char*>(slice.grads.data());
-    for (std::size_t i : chunk.entries) {
-      Entry& e = entries_[i];
-      if (!with_gradient_[i]) continue;  // no gradient: no update, as torch does
-      const std::int64_t lo = std::max(e.optim_offset, slice.begin);
-      const std::int64_t hi = std::min(e.optim_offset + e.tensor.numel(), slice.end);
-      if (lo >= hi) continue;
-      const std::int64_t in_slice = lo - slice.begin;
-      const std::int64_t in_tensor = lo - e.optim_offset;
-      if (param_chunks_[e.param_chunk].streamed()) {  // never so when pipelined
-        use_parameter_chunks({e.param_chunk});
-        param_chunks_[e.param_chunk].dirty = true;
-      }
-      CpuUpdateArrays where;
-      where.exp_avg = exp_avg + in_slice;
-      where.exp_avg_sq = exp_avg_sq + in_slice;
-      if (masters == nullptr) {
-        where.param = e.tensor.data_ptr<float>() + in_tensor;  // the parameter chunk: masters
-      } else {
-        where.param = masters + in_slice;
-        where.bf16_copy = static_cast<std::uint16_t*>(e.tensor.data_ptr()) + in_tensor;
-      }
-      cpu_adamw_update(precision_
-                           ->master_gradient(torch::from_blob(
-                               const_cast<char*>(grads) + in_slice * element_bytes(), {hi - lo},
-                               torch::TensorOptions().dtype(dtype_)))
-                           .contiguous(),
-                       coef, where, adamw_, lr, e.decays, steps_, threads);
-      e.tensor.unsafeGetTensorImpl()->bump_version();
-    }
+  std::uint64_t reductions_bytes() const {
+    std::uint64_t bytes = 0;
+    for (const Reduction& r : reductions_)
+      bytes += static_cast<std::uint64_t>(r.input.numel() +
+                                          (r.output.is_same(r.input) ? 0 : r.output.numel())) *
+               4;
+    return bytes;
   }
-
-  // The device Adam (a chunk whose arrays are in device memory): torch's fused AdamW over the
-  // chunk's tensors (one call per weight decay), with the gradients autograd made on the device.
-  void update_on_device(OptimChunk& chunk, double lr, const std::optional<torch::Tensor>& coef) {
-    float* base = arrays_of(chunk);
-    const auto on_device = torch::TensorOptions(torch::kFloat32).device(tensor_device());
-    const std::int64_t moments = moments_offset(chunk);
-    struct Group {
-      optim::FusedAdamWLists lists;
-      std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // master → compute dtype
-    };
-    Group groups[2];  // [0] without weight decay, [1] with
-    for (std::size_t i : chunk.entries) {
-      Entry& e = entries_[i];
-      if (!e.has_grad) continue;
-      use_parameter_chunks({e.param_chunk});
-      ParamChunk& pc = param_chunks_[e.param_chunk];
-      if (pc.streamed()) pc.dirty = true;
-      torch::Tensor g = precision_->master_gradient(e.grad).contiguous();
-      if (coef) g = g * *coef;
-      const auto view = [&](std::int64_t at) {
-        return torch::from_blob(base + at + e.optim_offset, e.tensor.sizes(), on_device);
-      };
-      Group& group = groups[e.decays && adamw_.weight_decay != 0.0 ? 1 : 0];
-      torch::Tensor param = e.tensor.detach();
-      if (keeps_masters(chunk)) {
-        group.lists.params.push_back(view(0));
-        group.copies.emplace_back(group.lists.params.back(), param);
-      } else {
-        group.lists.params.push_back(param);
-      }
-      group.lists.grads.push_back(std::move(g));
-      group.lists.exp_avgs.push_back(view(moments));
-      group.lists.exp_avg_sqs.push_back(view(moments + chunk.elements));
-      e.grad = torch::Tensor();
-    }
-    for (int decays = 0; decays < 2; ++decays) {
-      Group& group = groups[decays];
-      optim::adamw_fused_step(group.lists, lr, adamw_, decays != 0 ? adamw_.weight_decay : 0.0,
-                              steps_);
-      for (auto& [master, param] : group.copies) param.copy_(master);
-    }
-  }
-
-  // The CPU Adam on a chunk in host memory (or streamed from disk) with a device: its masters
-  // and host gradients in, the new compute-dtype values written up to the device (or into the
-  // home of a parameter chunk kept in host memory that is not on the device now).
-  void update_on_host(OptimChunk& chunk, double lr, const std::optional<torch::Tensor>& coef) {
-    float* base = static_cast<float*>(chunk.host.data());
-    std::uint16_t* low = nullptr;  // bf16 staging for the new compute-dtype values
-    if (dtype_ != torch::kFloat32) {
-      update_staging_.push_back(
-          device_->allocate_host(static_cast<std::size_t>(chunk.elements) * 2));
-      low = static_cast<std::uint16_t*>(update_staging_.back().get());
-    }
-    for (std::size_t i : chunk.entries) {
-      Entry& e = entries_[i];
-      if (!e.has_grad) continue;
-      CpuUpdateArrays where;
-      where.param = base + e.optim_offset;
-      where.exp_avg = base + moments_offset(chunk) + e.optim_offset;
-      where.exp_avg_sq = where.exp_avg + chunk.elements;
-      if (low != nullptr) where.bf16_copy = low + e.optim_offset;
-      cpu_adamw_update(precision_->master_gradient(gradient_view(chunk, e)).contiguous(), coef,
-                       where, adamw_, lr, e.decays, steps_);
-      write_parameter(e, low != nullptr ? static_cast<const void*>(where.bf16_copy)
-                                        : static_cast<const void*>(where.param));
-      e.tensor.unsafeGetTensorImpl()->bump_version();
-    }
-    chunk.grads = memory::AlignedBuffer();
-    chunk.grads_on_disk = false;
-  }
-
-  // New compute-dtype values of `e` from host memory `values` (alive until the update's copies
-  // are done): into the home of its parameter chunk when that is in host memory and not on the
-  // device now, else up to the device on the copy stream.
-  void write_parameter(const Entry& e, const void* values) {
-    ParamChunk& pc = param_chunks_[e.param_chunk];
-    const std::size_t bytes = static_cast<std::size_t>(e.tensor.numel() * element_bytes());
-    const std::size_t at = static_cast<std::size_t>(e.param_offset * element_bytes());
-    if (pc.streamed() && !pc.resident) {
-      if (pc.on_disk) load_home(e.param_chunk);
-      if (pc.departure) {  // its eviction's copy back into home first
-        device_->host_waits(*pc.departure);
-        pc.departure.reset();
-      }
-      std::memcpy(static_cast<char*>(pc.home.get()) + at, values, bytes);
-      if (pc.on_disk) {  // to its file, once the update has moved on (at most a few held)
-        pc.home_dirty = true;
-        queue_home(e.param_chunk);
-        settle_homes(kHomesHeld);
-      }
-      return;
-    }
-    device_->copy_to_device(static_cast<char*>(pc.storage.data_ptr()) + at, values, bytes);
-    if (pc.streamed()) pc.dirty = true;
-  }
-
-  // Gradients copied down to host gradient chunks: kept alive (and their buffers untouched)
-  // until the copies are done.
-  void copy_gradient_down(torch::Tensor& slot, const torch::Tensor& gradient) {
-    device_->copies_wait(*device_->record_compute());
-    torch::Tensor source = gradient.contiguous();
-    device_->copy_to_host(slot.data_ptr(), source.data_ptr(),
-                          static_cast<std::size_t>(source.nbytes()));
-    gradients_in_transit_.push_back(std::move(source));
-    gradients_arrived_ = device_->record_copies();
-  }
-  void wait_for_gradient_copies() {
-    if (!gradients_arrived_) return;
-    device_->host_waits(*gradients_arrived_);
-    gradients_arrived_.reset();
-    gradients_in_transit_.clear();
-  }
-
-  // Host memory (with a device tier, device_tier_memory() has the device's share).
-  MemoryByCategory memory() const override { return held_in(/*device=*/false); }
 
   std::optional<train::DeviceTierMemory> device_tier_memory() const override {
     if (!device_) return std::nullopt;
-    return train::device_tier_memory_of(*device_, held_in(/*device=*/true));
-  }
-
-  // What the chunks hold now in device memory (`device`) or in host memory, by category.
-  MemoryByCategory held_in(bool device) const {
-    MemoryByCategory m;
-    // Without a device tier everything is host memory, the compute device's.
-    const bool compute_side = device || !device_;
-    if (!device) m.weights += quantized_bytes_;  // QLoRA's base, beside the chunks
-    for (const ParamChunk& c : param_chunks_) {
-      const auto bytes = static_cast<std::uint64_t>(c.storage.nbytes());
-      if (compute_side && c.resident) m.weights += bytes;
-      if (!device && c.home) m.weights += bytes;
-      if (!device && c.incoming) m.weights += bytes;
-      if (!device && c.outgoing) m.weights += bytes;
+    // Gathered chunks and the shards copied up for their gathers; the gradient chunks of this
+    // backward and those being reduce-scattered; the shards placed on the device, with their
+    // optimizer state and gradient shards.
+    MemoryByCategory held;
+    const std::uint64_t element = c10::elementSize(dtype_);
+    for (const ShardChunk& c : chunks_) {
+      const auto shard = static_cast<std::uint64_t>(c.shard);
+      if (!gather_to_host_ && !aliases(c) && (c.gathered || c.gathering))
+        held.weights += static_cast<std::uint64_t>(c.capacity) * element;
+      if (c.upload.defined() && !gather_to_host_)
+        held.weights += static_cast<std::uint64_t>(c.upload.nbytes());
+      if (c.grad_whole.defined()) held.gradients += static_cast<std::uint64_t>(c.capacity) * 4;
+      if (c.values_on_device && c.values.defined()) held.weights += shard * element;
+      if (!c.optim_on_device) continue;
+      if (c.optim.defined()) {
+        held.optimizer += shard * 8;
+        if (keeps_masters(c)) held.weights += shard * 4;
+      }
+      if (c.grad_shard.defined()) held.gradients += shard * 4;
     }
-    // Gradients that exist now (between backward and the update; none after a step).
-    if (!device) {
-      std::lock_guard lock(update_.mutex());  // the pipelined update frees them as it goes
-      for (const OptimChunk& c : optim_chunks_) m.gradients += c.grads.size();
-    }
-    if (compute_side) {
-      for (std::size_t i : trainable_order_)
-        if (entries_[i].grad.defined())
-          m.gradients += static_cast<std::uint64_t>(entries_[i].grad.nbytes());
-      for (const torch::Tensor& g : gradients_in_transit_)
-        m.gradients += static_cast<std::uint64_t>(g.nbytes());
-    }
-    for (const OptimChunk& c : optim_chunks_) {
-      if (c.on_disk || (device_ && c.on_device != device)) continue;
-      const std::uint64_t floats = static_cast<std::uint64_t>(c.elements);
-      m.optimizer += floats * 8;
-      if (keeps_masters(c)) m.weights += floats * 4;  // float32 masters
-    }
-    return m;
+    held.gradients += reductions_bytes();
+    return train::device_tier_memory_of(*device_, held);
   }
 
   std::optional<train::DiskTierMemory> disk_memory() const override {
@@ -694,22 +457,18 @@ class GeminiPlugin : public train::Plugin {
     train::DiskTierMemory d;
     d.folder = disk_->folder().string();
     d.used = disk_->bytes_on_disk();
-    // The tier's files: gradient chunks, and optimizer chunks (Adam moments, and float32 masters
-    // in bf16).
-    for (const OptimChunk& c : optim_chunks_)
-      if (c.grad_region_written) d.by_category.gradients += disk_->region_bytes(c.grad_region);
-    std::uint64_t parameter_files = 0;
-    for (const ParamChunk& c : param_chunks_)
-      if (c.on_disk) parameter_files += disk_->region_bytes(c.region);
-    const std::uint64_t optimizer_files = d.used - d.by_category.gradients - parameter_files;
-    // An optimizer file's share of masters: one array in arrays_per_chunk (with its padding).
-    std::uint64_t master_files = 0;
-    for (const OptimChunk& c : optim_chunks_)
-      if (c.on_disk && keeps_masters(c))
-        master_files +=
-            disk_->region_bytes(c.region) / static_cast<std::uint64_t>(arrays_per_chunk(c));
-    d.by_category.weights = parameter_files + master_files;
-    d.by_category.optimizer = optimizer_files - master_files;
+    // Optimizer shards: their float32 masters (bf16) count as weights, the rest of each file
+    // (the moments and the padding to the I/O alignment) as optimizer state. Parameter shards
+    // count as weights, gradient shards (once first written) as gradients.
+    std::lock_guard lock(update_.mutex());
+    for (const ShardChunk& c : chunks_) {
+      if (c.values_on_disk) d.by_category.weights += disk_->region_bytes(c.values_region);
+      if (c.grad_written) d.by_category.gradients += disk_->region_bytes(c.grad_region);
+      if (!c.optim_on_disk) continue;
+      const std::uint64_t masters = keeps_masters(c) ? static_cast<std::uint64_t>(c.shard) * 4 : 0;
+      d.by_category.weights += masters;
+      d.by_category.optimizer += disk_->region_bytes(c.optim_region) - masters;
+    }
     d.bytes_read = disk_->bytes_read();
     d.bytes_written = disk_->bytes_written();
     return d;
@@ -717,73 +476,78 @@ class GeminiPlugin : public train::Plugin {
 
   void release_training_state() override {
     settle_update();
+    wait_in_flight();
     remove_gradient_hooks(entries_, trainable_order_);
-    wait_for_gradient_copies();
-    // The optimizer chunks' files stay until the store goes with the plugin: the parameter
-    // chunks on disk share it, and are read from there for the export.
-    for (OptimChunk& c : optim_chunks_)
-      if (c.grad_write.valid()) c.grad_write.wait();
-    gradient_writes_.clear();
-    optim_chunks_.clear();
-    if (!weights_in_memory()) return;
-    hooked_blocks_.remove();
-    disk_.reset();
+    const bool values_on_disk = std::any_of(chunks_.begin(), chunks_.end(),
+                                            [](const ShardChunk& c) { return c.values_on_disk; });
+    for (ShardChunk& c : chunks_) {
+      c.optim = c.grad_shard = c.grad_whole = torch::Tensor();
+      c.optim_buffer = memory::AlignedBuffer();
+      if (!values_on_disk) c.optim_on_disk = false;
+    }
+    if (!values_on_disk) disk_.reset();  // only optimizer shards were there
+    if (weights_in_memory()) hooked_blocks_.remove();
   }
 
   bool weights_in_memory() const override {
-    return std::none_of(param_chunks_.begin(), param_chunks_.end(),
-                        [](const ParamChunk& c) { return c.streamed(); });
+    return std::all_of(chunks_.begin(), chunks_.end(),
+                       [](const ShardChunk& c) { return c.gathered && !c.gathering; });
   }
 
-  // In the model's order, each chunk fetched as its first tensor comes (through the cache, so
-  // about a chunk at a time is in memory).
+  // A collective unless gather_weights() ran: every rank calls it.
   void visit_weights(model::PretrainedModel& model, const WeightVisit& visit) override {
+    (void)model;
     torch::NoGradGuard no_grad;
     settle_update();
-    for (const Entry& e : entries_) {
-      if (e.model_name.empty()) continue;  // adapters are not the model's
-      use_parameter_chunks({e.param_chunk});
+    for (const ShardEntry& e : entries_) {
+      if (e.model_name.empty()) continue;
+      gathered_.pin({e.chunk});
+      gather(e.chunk);  // not use_chunks(): this is no step's order of uses
       visit(e.model_name, e.tensor);
     }
-    cache_.unpin();
+    gathered_.unpin();
   }
 
+  // Every chunk gathered for good (a collective: every rank calls it), so that rank 0 alone can
+  // export or merge afterwards. The model's weights are then whole on every rank.
   void gather_weights() override {
+    torch::NoGradGuard no_grad;
     settle_update();
-    cache_limit_ = param_chunks_.size();
-    for (std::size_t c = 0; c < param_chunks_.size(); ++c)
-      if (param_chunks_[c].streamed()) fetch_parameter_chunk(c);
-    while (!parameter_writes_.empty()) finish_parameter_write(parameter_writes_.front());
-    if (device_) device_->host_waits(*device_->record_copies());  // nothing reads `home` now
-    home_writes_.clear();  // every chunk is on the device, newest there: the files go
-    for (ParamChunk& c : param_chunks_) {
-      c.on_disk = c.on_host = false;
-      c.home.clear();
-      c.home_dirty = c.home_queued = false;
+    if (device_ && gather_to_host_)
+      return;       // done: a second call (rank 0's export) is no collective
+    if (device_) {  // whole for the export: in host memory, not in the device's budget
+      for (std::size_t c = 0; c < chunks_.size(); ++c)
+        if (chunks_[c].gathered) release(c);
+      gathered_.unpin();
+      gather_to_host_ = true;
+      for (ShardChunk& chunk :
+           chunks_) {  // a GPU's tensors become host tensors (all-gathered by Gloo)
+        if (chunk.whole.device().is_cpu()) continue;
+        chunk.whole = torch::empty({chunk.capacity}, dtype_);
+        for (std::size_t i : chunk.entries) {
+          ShardEntry& e = entries_[i];
+          e.tensor.set_data(chunk.whole.narrow(0, e.offset, e.numel).view(e.tensor.sizes()));
+        }
+      }
     }
-    hooked_blocks_.remove();
-    disk_.reset();
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      gather(c);
+      chunks_[c].persistent = true;
+    }
   }
 
   std::vector<NamedTensor> trainable_weights() override {
     settle_update();
     std::vector<NamedTensor> out;
-    // fp32 without masters of their own: the parameter chunks hold the masters; those on disk
-    // are read from their files, once every change has reached them.
-    write_back_parameter_chunks();
     for (std::size_t i : trainable_order_) {
-      const Entry& e = entries_[i];
-      const ParamChunk& chunk = param_chunks_[e.param_chunk];
-      if (keeps_masters(optim_chunks_[e.optim_chunk]))
-        out.push_back({e.name, optimizer_view(e, 0)});
-      else if (chunk.on_disk)
-        out.push_back({e.name, mapped_region_view(chunk.region, e.param_offset * 4, e)});
-      else if (chunk.on_host)
-        out.push_back({e.name, home_view(chunk, e)});
-      else
-        out.push_back({e.name, e.tensor});
+      const ShardEntry& e = entries_[i];
+      if (e.own_count > 0) out.push_back({e.name, as_saved(e, master_of(e))});
     }
     return out;
+  }
+  // A group of one's part of a tensor is the tensor: saved in its shape.
+  torch::Tensor as_saved(const ShardEntry& e, const torch::Tensor& part) const {
+    return world_ == 1 ? part.view(e.tensor.sizes()) : part;
   }
 
   std::vector<NamedTensor> optimizer_state() override {
@@ -791,773 +555,1325 @@ class GeminiPlugin : public train::Plugin {
     std::vector<NamedTensor> out;
     if (steps_ == 0) return out;  // as AdamW: no state before the first update
     for (std::size_t i : trainable_order_) {
-      const Entry& e = entries_[i];
-      const std::int64_t moments = moments_offset(optim_chunks_[e.optim_chunk]);
-      out.push_back({"exp_avg." + e.name, optimizer_view(e, moments)});
-      out.push_back({"exp_avg_sq." + e.name,
-                     optimizer_view(e, moments + optim_chunks_[e.optim_chunk].elements)});
+      const ShardEntry& e = entries_[i];
+      if (e.own_count == 0) continue;
+      out.push_back({"exp_avg." + e.name, as_saved(e, moment_of(e, 0))});
+      out.push_back({"exp_avg_sq." + e.name, as_saved(e, moment_of(e, 1))});
     }
     return out;
   }
 
+  std::map<std::string, train::StateSlice> state_slices() const override {
+    std::map<std::string, train::StateSlice> slices;
+    for (std::size_t i : trainable_order_) {
+      const ShardEntry& e = entries_[i];
+      const auto sizes = e.tensor.sizes();
+      const train::StateSlice slice{std::vector<std::int64_t>(sizes.begin(), sizes.end()),
+                                    e.own_start, e.own_count};
+      slices[e.name] = slice;
+      slices["exp_avg." + e.name] = slice;
+      slices["exp_avg_sq." + e.name] = slice;
+    }
+    return slices;
+  }
+
   nlohmann::json state_json() const override { return gemini_state_json(*precision_, steps_); }
 
+  // `weights` / `optimizer` hold this rank's ranges (a layout-free checkpoint) or whole tensors
+  // (an older one-file checkpoint of a replicated plugin). Every rank calls it (it gathers).
   void load_state(const std::map<std::string, torch::Tensor>& weights,
                   const std::map<std::string, torch::Tensor>& optimizer,
                   const nlohmann::json& state, const std::string& source) override {
     torch::NoGradGuard no_grad;
     settle_update();
+    std::map<std::string, std::size_t> index_of;
+    for (std::size_t i : trainable_order_) index_of[entries_[i].name] = i;
+    const auto own_part = [&](const std::string& name, const ShardEntry& e,
+                              const torch::Tensor& value) {
+      if (value.numel() == e.own_count) return value.reshape(-1);
+      if (value.numel() == e.numel) return value.reshape(-1).narrow(0, e.own_start, e.own_count);
+      throw_invalid(source + ": \"" + name + "\" has " + std::to_string(value.numel()) +
+                        " elements; this rank holds " + std::to_string(e.own_count) + " of the " +
+                        std::to_string(e.numel) + " of " + e.name,
+                    kResumeSameTraining);
+    };
+    for (const auto& [name, value] : weights)
+      if (!index_of.count(name))
+        throw_invalid(
+            source + ": the checkpoint has weight \"" + name + "\", which this run does not train",
+            kResumeSameTraining);
+    // This rank's parts by entry, every name checked before anything changes.
+    std::vector<torch::Tensor> own_weight(entries_.size());
+    std::vector<std::array<torch::Tensor, 2>> own_moments(entries_.size());
     for (std::size_t i : trainable_order_) {
-      const Entry& e = entries_[i];
-      auto it = weights.find(e.name);
+      const ShardEntry& e = entries_[i];
+      if (e.own_count == 0) continue;
+      const auto it = weights.find(e.name);
       if (it == weights.end())
         throw_invalid(source + ": the checkpoint has no weight \"" + e.name + "\"",
                       kResumeSameTraining);
-      if (it->second.sizes() != e.tensor.sizes())
-        throw_invalid(source + ": weight \"" + e.name + "\" has shape " +
-                      c10::str(it->second.sizes()) + ", the model has " +
-                      c10::str(e.tensor.sizes()));
+      own_weight[i] = own_part(it->first, e, it->second);
     }
-    if (weights.size() != trainable_order_.size())
-      throw_invalid(source + ": the checkpoint holds " + std::to_string(weights.size()) +
-                        " weights but this run trains " + std::to_string(trainable_order_.size()),
-                    kResumeSameTraining);
-    std::size_t optimizer_used = 0;
-    for_each_optimizer_chunk(false, [&](OptimChunk& chunk) {
-      float* base = arrays_of(chunk);
-      const auto where =
-          torch::TensorOptions(torch::kFloat32)
-              .device(chunk.on_device ? tensor_device() : torch::Device(torch::kCPU));
-      for (std::size_t i : chunk.entries) {
-        Entry& e = entries_[i];
-        const torch::Tensor& w = weights.at(e.name);
-        const auto view = [&](std::int64_t offset) {
-          return torch::from_blob(base + offset + e.optim_offset, e.tensor.sizes(), where);
-        };
-        use_parameter_chunks({e.param_chunk});
-        param_chunks_[e.param_chunk].dirty = true;
-        if (!keeps_masters(chunk)) {
-          e.tensor.detach().copy_(w);
-        } else {
-          view(0).copy_(w);
-          e.tensor.detach().copy_(view(0));
-        }
-        const std::int64_t moments = moments_offset(chunk);
-        for (const auto& [prefix, offset] :
-             {std::pair<std::string, std::int64_t>{"exp_avg.", moments},
-              std::pair<std::string, std::int64_t>{"exp_avg_sq.", moments + chunk.elements}}) {
-          auto m = optimizer.find(prefix + e.name);
-          if (m == optimizer.end()) {
-            view(offset).zero_();  // never updated: torch keeps no state for it
-            continue;
-          }
-          if (m->second.sizes() != e.tensor.sizes())
-            throw_invalid(source + ": optimizer tensor \"" + m->first + "\" has shape " +
-                          c10::str(m->second.sizes()) + " but the parameter has " +
-                          c10::str(e.tensor.sizes()));
-          view(offset).copy_(m->second);
-          ++optimizer_used;
+    for (const auto& [name, value] : optimizer) {
+      const bool squared = name.rfind("exp_avg_sq.", 0) == 0;
+      const auto it = index_of.find(name.substr(name.find('.') + 1));
+      if (it == index_of.end() || (!squared && name.rfind("exp_avg.", 0) != 0))
+        throw_invalid(source + ": unexpected optimizer tensor \"" + name + "\"",
+                      kResumeSameTraining);
+      const ShardEntry& e = entries_[it->second];
+      if (e.own_count == 0) continue;
+      own_moments[it->second][squared ? 1 : 0] = own_part(name, e, value);
+    }
+    // Chunk by chunk: the optimizer shards on disk are read, filled and written back in turn.
+    for_each_optim_chunk(every_chunk, [&](std::size_t c) {
+      for (std::size_t i : chunks_[c].entries) {
+        const ShardEntry& e = entries_[i];
+        if (e.own_count == 0) continue;
+        master_of(e).copy_(own_weight[i]);
+        own_values(e).copy_(master_of(e));
+        for (int which : {0, 1}) {
+          if (own_moments[i][which].defined())
+            moment_of(e, which).copy_(own_moments[i][which]);
+          else
+            moment_of(e, which).zero_();  // never updated: torch keeps no state for it
         }
       }
     });
-    cache_.unpin();
-    if (optimizer_used != optimizer.size())
-      throw_invalid(source + ": the optimizer state names tensors this run does not train",
-                    kResumeSameTraining);
     steps_ = restore_gemini_state(*precision_, state, source);
+    release_gathered();
+    gather_persistent(false);
+  }
+
+  GeminiShardHeld held() const {
+    std::lock_guard lock(update_.mutex());
+    GeminiShardHeld h;
+    h.world_size = world_;
+    h.chunks = static_cast<std::int64_t>(chunks_.size());
+    for (const ShardChunk& c : chunks_) {
+      h.chunk_elements += c.whole.numel();
+      h.shard_elements += c.shard;
+      if (c.values.defined()) h.parameter_shard_bytes += c.values.nbytes();
+      if (c.values_on_disk) {
+        h.offloaded_parameter_bytes += values_bytes(c);
+        ++h.offloaded_parameter_chunks;
+        if (c.values.defined()) h.cached_parameter_bytes += values_bytes(c);
+      }
+      if (c.whole.storage().data() != nullptr && !aliases(c)) h.gathered_bytes += c.whole.nbytes();
+      const auto arrays = static_cast<std::uint64_t>(arrays_of(c));
+      if (c.optim.defined()) {
+        h.moment_bytes += c.optim.nbytes() / arrays * 2;
+        h.master_bytes += c.optim.nbytes() / arrays * (arrays - 2);
+      } else if (c.optim_on_disk) {
+        const auto shard_bytes = static_cast<std::uint64_t>(c.shard) * 4;
+        h.offloaded_moment_bytes += shard_bytes * 2;
+        h.offloaded_master_bytes += shard_bytes * (arrays - 2);
+        ++h.offloaded_chunks;
+      }
+      if (c.grad_shard.defined()) h.gradient_bytes += c.grad_shard.nbytes();
+      if (c.grad_on_disk) h.offloaded_gradient_bytes += static_cast<std::uint64_t>(c.shard) * 4;
+      if (c.grad_whole.defined()) h.gradient_bytes += c.grad_whole.nbytes();
+    }
+    for (const ShardEntry& e : entries_) {
+      if (!e.trainable) continue;
+      h.trainable_elements += e.numel;
+      h.trainable_shard_elements += e.own_count;
+    }
+    h.all_gathers = all_gathers_;
+    h.reduce_scatters = reduce_scatters_;
+    h.prefetched = prefetched_;
+    h.pipelined_chunks = std::count(pipelined_.begin(), pipelined_.end(), true);
+    h.updates_behind = updates_behind_;
+    h.cached_parameter_limit = static_cast<std::int64_t>(cached_shards_);
+    return h;
   }
 
  private:
-  // The compute device: the device tier's, else the CPU.
+  struct CopiedGradient {
+    std::size_t chunk = 0;
+    torch::Tensor host;  // a later micro-batch's shard, copied down, to add to grad_shard
+  };
+
+  struct Reduction {
+    std::size_t chunk = 0;
+    torch::Tensor input;   // the chunk's whole gradients, alive until the collective is done
+    torch::Tensor output;  // this rank's shard of their mean
+    memory::AlignedBuffer output_buffer;  // under `output` where it may go to disk
+    dist::PendingCollective work;
+  };
+
+  void read_options(const train::PluginOptions& options) {
+    gemini_ = parse_gemini_options(options, "shards");
+    if (gemini_.auto_placement) {
+      // Every parameter shard has its place on disk; after the first step the shards kept in
+      // memory grow to what this rank's share of host_budget (the machine's memory by default,
+      // shared by the ranks on it) leaves beside the rest of the process.
+      const int ranks_here =
+          options.process.parallel ? std::max(1, options.process.parallel->local_world_size()) : 1;
+      rank_budget_ = gemini_.host_budget / static_cast<std::uint64_t>(ranks_here);
+    }
+    // Each rank's DiskStore makes a folder of its own (tessera-offload-<pid>) inside
+    // gemini_.offload_dir.
+  }
+
+  // --- memory --------------------------------------------------------------------------------
+
+  // A group of one whose shard is where it computes (host memory without a device tier or
+  // exporting from it; the device for a shard placed there): a chunk and its shard are the same
+  // elements, so a gathered chunk is the shard's memory.
+  bool aliases(const ShardChunk& chunk) const {
+    if (world_ != 1) return false;
+    return chunk.values_on_device ? device_ && !gather_to_host_ : !device_ || gather_to_host_;
+  }
+  // A group of one whose step's gradient shard is where autograd computes (host memory without
+  // a device tier; the device for a chunk the device Adam updates): gradients add up in it, with
+  // no reduction.
+  bool adds_in_shard(const ShardChunk& chunk) const {
+    return world_ == 1 && (!device_ || chunk.optim_on_device);
+  }
+
   torch::Device tensor_device() const {
     return device_ ? torch::Device(device_->tensor_device()) : torch::Device(torch::kCPU);
   }
-  // Whether the chunk's arrays start with float32 masters: in bf16, and with a device tier for
-  // chunks the CPU Adam updates (it never reads the parameters back from the device).
-  bool keeps_masters(const OptimChunk& chunk) const {
-    return dtype_ != torch::kFloat32 || (device_ && !chunk.on_device);
+
+  // `numel` elements of the device tier's memory, counted in its budget (`what` names them in
+  // an out-of-memory).
+  torch::Tensor device_tensor(std::int64_t numel, torch::Dtype dtype, const std::string& what) {
+    const auto bytes = static_cast<std::size_t>(numel) * c10::elementSize(dtype);
+    c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, device_->allocate(bytes, what),
+                         /*allocator=*/nullptr, /*resizable=*/false);
+    return torch::empty({0}, torch::TensorOptions().dtype(dtype).device(tensor_device()))
+        .set_(storage, 0, {numel}, {1});
   }
-  // Float offset of exp_avg inside an optimizer chunk's buffer (after the masters, if any).
-  std::int64_t moments_offset(const OptimChunk& chunk) const {
-    return keeps_masters(chunk) ? chunk.elements : 0;
-  }
-  int arrays_per_chunk(const OptimChunk& chunk) const { return keeps_masters(chunk) ? 3 : 2; }
-  float* arrays_of(const OptimChunk& chunk) const {
-    return static_cast<float*>(chunk.on_device ? chunk.device_arrays.get() : chunk.host.data());
-  }
-  // The current values of `e` in a parameter chunk kept in host memory, on the host.
-  torch::Tensor home_view(const ParamChunk& chunk, const Entry& e) const {
-    if (chunk.resident) {
-      // A prefetch may still be filling it: the read is ordered after that copy.
-      if (chunk.arrival) device_->compute_waits(*chunk.arrival);
-      return e.tensor.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
-    }
-    if (chunk.departure) device_->host_waits(*chunk.departure);
-    return torch::from_blob(static_cast<char*>(chunk.home.get()) + e.param_offset * element_bytes(),
-                            e.tensor.sizes(), torch::TensorOptions().dtype(dtype_));
-  }
-  // Bytes of one element of the compute dtype (parameter and gradient chunks).
-  std::int64_t element_bytes() const { return static_cast<std::int64_t>(c10::elementSize(dtype_)); }
-  std::uint64_t chunk_bytes(const OptimChunk& chunk) const {
-    return static_cast<std::uint64_t>(chunk.elements) * 4 * arrays_per_chunk(chunk);
-  }
-  std::uint64_t gradient_chunk_bytes(const OptimChunk& chunk) const {
-    return static_cast<std::uint64_t>(chunk.elements) * element_bytes();
-  }
-  torch::Tensor gradient_view(const OptimChunk& chunk, const Entry& e) const {
-    return torch::from_blob(
-        static_cast<char*>(chunk.grads.data()) + e.optim_offset * element_bytes(), e.tensor.sizes(),
-        torch::TensorOptions().dtype(dtype_));
+  // Chunk `c`'s whole float32 gradients, zero: in device memory with a device tier.
+  torch::Tensor zeroed_gradient_chunk(std::size_t c) {
+    const std::int64_t capacity = chunks_[c].capacity;
+    if (!device_) return torch::zeros({capacity}, torch::kFloat32);
+    return device_tensor(capacity, torch::kFloat32, "gradient chunk " + std::to_string(c)).zero_();
   }
 
-  // The chunk's gradients in memory, to add to: allocated (zero) on the first gradient of a
-  // step, read back when an earlier micro-batch wrote them out, kept when a write is in flight.
-  void make_gradients_resident(OptimChunk& c) {
-    if (c.grads) {
-      if (c.grad_write.valid()) finish_gradient_write(c, true);
-      c.grads_on_disk = false;
+  // Float32 host memory the device copies into (page-locked on a GPU).
+  torch::Tensor host_tensor(std::int64_t numel) {
+    const auto bytes = static_cast<std::size_t>(numel) * 4;
+    c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, device_->allocate_host(bytes),
+                         /*allocator=*/nullptr, /*resizable=*/false);
+    return torch::empty({0}, torch::kFloat32).set_(storage, 0, {numel}, {1});
+  }
+
+  // --- chunks ---------------------------------------------------------------------------------
+
+  // Trainable and frozen tensors go in separate chunks (each in use order), so that a frozen
+  // chunk has no gradient or optimizer state at all.
+  void build_chunks(model::PretrainedModel& model) {
+    const std::vector<BlockEntries> blocks = blocks_of_entries(model, entries_);
+    const std::vector<bool> fetched = fetched_entries(blocks, entries_.size());
+
+    const std::int64_t element_bytes = static_cast<std::int64_t>(c10::elementSize(dtype_));
+    for (const bool trainable : {false, true}) {
+      std::vector<std::size_t> which;
+      std::vector<std::int64_t> numels;
+      std::vector<std::string> names;
+      for (std::size_t i = 0; i < entries_.size(); ++i) {
+        if (entries_[i].trainable != trainable) continue;
+        which.push_back(i);
+        numels.push_back(entries_[i].tensor.numel());
+        names.push_back(entries_[i].name);
+      }
+      if (which.empty()) continue;
+      const memory::ChunkLayout layout =
+          memory::pack_gemini_chunks(numels, names, element_bytes, gemini_.chunk_bytes);
+      for (const memory::ChunkSpec& spec : layout.chunks) {
+        ShardChunk chunk;
+        chunk.trainable = trainable;
+        chunk.capacity = round_up(spec.used, world_);
+        chunk.shard = chunk.capacity / world_;
+        for (const memory::ChunkSlot& slot : spec.slots) {
+          const std::size_t i = which[slot.tensor];
+          ShardEntry& e = entries_[i];
+          e.chunk = chunks_.size();
+          e.offset = slot.offset;
+          e.numel = slot.numel;
+          const std::int64_t begin = rank_ * chunk.shard;
+          const std::int64_t lo = std::max(e.offset, begin);
+          const std::int64_t hi = std::min(e.offset + e.numel, begin + chunk.shard);
+          e.own_count = std::max<std::int64_t>(hi - lo, 0);
+          e.own_start = e.own_count > 0 ? lo - e.offset : 0;
+          e.shard_offset = e.own_count > 0 ? lo - begin : 0;
+          chunk.entries.push_back(i);
+          if (!fetched[i]) chunk.persistent = true;
+          if (trainable) ++chunk.trainable_entries;
+        }
+        chunks_.push_back(std::move(chunk));
+      }
+    }
+    gathered_.resize(chunks_.size());
+    // The gradients go back in chunk order from the last: backward meets the chunks about so.
+    for (std::size_t c = chunks_.size(); c-- > 0;)
+      if (chunks_[c].trainable) reduce_order_.push_back(c);
+
+    // Static placement of the optimizer shards: memory::place_chunks' rule over the trainable
+    // chunks' shard sizes, which are equal on every rank, so every rank offloads the same chunks;
+    // with a device tier, the share kept in host memory is chosen so from the rest, and the
+    // others live on the device.
+    std::vector<std::size_t> trainable_chunks;
+    std::vector<std::uint64_t> optim_sizes;
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      if (!chunks_[c].trainable) continue;
+      trainable_chunks.push_back(c);
+      optim_sizes.push_back(static_cast<std::uint64_t>(chunks_[c].shard) * 4);
+    }
+    const std::vector<memory::ChunkTier> optim_tiers = memory::place_chunks(
+        optim_sizes, gemini_.offload_optim_frac, gemini_.host_optim_frac, device_ != nullptr);
+    for (std::size_t t = 0; t < trainable_chunks.size(); ++t) {
+      chunks_[trainable_chunks[t]].optim_on_disk = optim_tiers[t] == memory::ChunkTier::Disk;
+      chunks_[trainable_chunks[t]].optim_on_device = optim_tiers[t] == memory::ChunkTier::Device;
+    }
+    // And of the parameter shards, over every chunk but those kept whole (LoRA's adapters):
+    // the same on every rank too.
+    std::vector<std::uint64_t> value_sizes;
+    std::vector<bool> may_go_to_disk;
+    for (const ShardChunk& chunk : chunks_) {
+      value_sizes.push_back(values_bytes(chunk));
+      may_go_to_disk.push_back(!chunk.persistent);
+    }
+    // With a device tier, the share kept in host memory likewise from the rest (placement auto:
+    // all of them, moved after the first step), and the others on the device.
+    const std::vector<memory::ChunkTier> value_tiers = memory::place_chunks(
+        value_sizes, gemini_.offload_param_frac,
+        gemini_.auto_placement ? 1.0 : gemini_.host_param_frac, device_ != nullptr, may_go_to_disk);
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      chunks_[c].values_on_disk = value_tiers[c] == memory::ChunkTier::Disk;
+      chunks_[c].values_on_device = value_tiers[c] == memory::ChunkTier::Device;
+    }
+
+    // Fill each chunk whole in float32 (from the checkpoint or the tensors), take rank 0's
+    // values (adapters are drawn per process), keep this rank's shard; only persistent chunks
+    // stay whole.
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      ShardChunk& chunk = chunks_[c];
+      torch::Tensor staged = torch::zeros({chunk.capacity}, torch::kFloat32);
+      for (std::size_t i : chunk.entries) {
+        const ShardEntry& e = entries_[i];
+        fill_entry(deferred_, e, staged.narrow(0, e.offset, e.numel).view(e.tensor.sizes()));
+      }
+      group_->broadcast(staged, 0);
+      const torch::Tensor own = staged.narrow(0, rank_ * chunk.shard, chunk.shard);
+      if (chunk.values_on_disk) {
+        // Written at once; resident until the chunk is released below, as when gathered.
+        chunk.values_region =
+            disk().add_region("parameter shard of chunk " + std::to_string(c), values_bytes(chunk));
+        make_values_resident(chunk);
+        chunk.values.copy_(own);
+        disk_->write(chunk.values_region, chunk.values_buffer.data()).get();
+      } else if (chunk.values_on_device) {
+        chunk.values =
+            device_tensor(chunk.shard, dtype_, "parameter shard of chunk " + std::to_string(c));
+        chunk.values.copy_(own);
+      } else {
+        chunk.values = own.to(dtype_, /*non_blocking=*/false, /*copy=*/true);
+      }
+      if (chunk.trainable) {
+        chunk.grad_to_disk = chunk.optim_on_disk && !device_;
+        if (chunk.grad_to_disk)
+          chunk.grad_region = disk().add_region("gradient shard of chunk " + std::to_string(c),
+                                                gradient_bytes(chunk));
+        if (chunk.optim_on_disk) {
+          chunk.optim_region = disk().add_region("optimizer shard of chunk " + std::to_string(c),
+                                                 optim_bytes(chunk));
+          make_optim_resident(chunk);  // zeros
+        } else if (chunk.optim_on_device) {
+          chunk.optim = device_tensor(arrays_of(chunk) * chunk.shard, torch::kFloat32,
+                                      "optimizer shard of chunk " + std::to_string(c))
+                            .zero_();
+        } else {
+          chunk.optim = torch::zeros({arrays_of(chunk) * chunk.shard}, torch::kFloat32);
+        }
+        if (keeps_masters(chunk)) chunk.optim.narrow(0, 0, chunk.shard).copy_(own);
+        if (chunk.optim_on_disk) {  // written at once: only one such shard in memory at a time
+          disk_->write(chunk.optim_region, chunk.optim_buffer.data()).get();
+          drop_resident_optim(chunk);
+        }
+      }
+      chunk.whole = staged.to(tensor_device(), dtype_);
+      chunk.gathered = true;
+      for (std::size_t i : chunk.entries) {
+        ShardEntry& e = entries_[i];
+        e.tensor.set_data(chunk.whole.narrow(0, e.offset, e.numel).view(e.tensor.sizes()));
+      }
+      if (!chunk.persistent) {
+        release(c);
+      } else if (device_ || aliases(chunk)) {
+        // Kept whole in device memory (gathered there, every rank alike), or the shard itself.
+        release(c);
+        gather(c);
+      }
+    }
+
+    // Blocks gather their chunks (those not kept gathered) when they compute.
+    chunk_use_ = std::make_shared<ChunkUseHook>(
+        chunks_by_block(
+            blocks, [&](std::size_t i) { return std::optional(entries_[i].chunk); },
+            [&](std::size_t c) { return !chunks_[c].persistent; }),
+        [this](const std::vector<std::size_t>& chunks) { use_chunks(chunks); },
+        [this] { gathered_.unpin(); });
+    hooked_blocks_.set(blocks, chunk_use_->chunks(), chunk_use_);
+    choose_pipelined_chunks();
+  }
+
+  static c10::StorageImpl& storage_of(const ShardChunk& chunk) {
+    return *chunk.whole.storage().unsafeGetStorageImpl();
+  }
+
+  // The whole chunk's memory goes; the views autograd saved see it again when it is gathered.
+  void release(std::size_t c) {
+    ShardChunk& chunk = chunks_[c];
+    finish_gather(chunk);
+    settle_upload(chunk);
+    storage_of(chunk).set_data_ptr_noswap(c10::DataPtr(nullptr, chunk.whole.device()));
+    chunk.gathered = false;
+    // Unchanged since it was read (only updates and loads change shards, and they write back):
+    // dropped unless the shards kept in memory are still under their limit.
+    if (chunk.values_on_disk) keep_or_drop_values(chunk);
+  }
+
+  // Placement auto keeps up to cached_shards_ parameter shards of on-disk chunks in memory
+  // (those of gathered chunks included); static placement only those of gathered chunks.
+  void keep_or_drop_values(ShardChunk& chunk) {
+    if (!chunk.values.defined()) return;
+    std::size_t resident = 0;
+    for (const ShardChunk& c : chunks_)
+      if (c.values_on_disk && c.values.defined()) ++resident;
+    if (!gemini_.auto_placement || resident > cached_shards_) drop_resident_values(chunk);
+  }
+
+  // After the first step (placement auto): the rank's peak less the shards it held then is the
+  // rest of the process; the shards that fit beside it in the budget (less the headroom and one
+  // shard of margin) stay in memory from now on, at least as many as chunks are gathered.
+  void size_shard_cache_to_budget() {
+    std::vector<std::uint64_t> on_disk;
+    for (const ShardChunk& c : chunks_)
+      if (c.values_on_disk) on_disk.push_back(values_bytes(c));
+    if (const std::optional<std::size_t> limit = cache_limit_after_peak(
+            on_disk, cached_shards_, core::process_peak_rss(), rank_budget_, kGatheredChunks))
+      cached_shards_ = *limit;
+  }
+
+  // Placement auto with a device tier, after the first step: the device's measured peak (the
+  // chunks, gradients and optimizer state it held, and on a GPU the activations and workspace)
+  // is what it needs beside the shards; as many parameter shards as fit beside it in its budget
+  // (less the headroom and one shard of margin) move there from host memory, in chunk order, and
+  // stay: a group of one then computes on them in place, several ranks gather from them with
+  // nothing copied up. A shard whose optimizer state is on disk moves only where its float32
+  // masters stay as they are (bf16), as the file's layout depends on them.
+  void move_shards_to_device() {
+    std::vector<std::size_t> movable;
+    std::uint64_t largest = 0;
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      const ShardChunk& chunk = chunks_[c];
+      if (chunk.values_on_device || chunk.values_on_disk) continue;
+      if (chunk.trainable && chunk.optim_on_disk && dtype_ == torch::kFloat32) continue;
+      movable.push_back(c);
+      largest = std::max(largest, values_bytes(chunk));
+    }
+    const std::uint64_t peak = device_->measured_peak();
+    if (movable.empty()) return;  // the same on every rank (the placement is)
+    // A group of one gathered up to kGatheredChunks of them at the peak, copies a moved shard no
+    // longer needs (it computes on the shard): of k moved, min(kGatheredChunks, n − k) remain.
+    const std::size_t n = movable.size();
+    const std::uint64_t gathered = world_ == 1 ? largest : 0;
+    const std::uint64_t rest =
+        peak - std::min<std::uint64_t>(peak, std::min(kGatheredChunks, n) * gathered);
+    std::size_t count = 0;  // nothing measured: nothing moves
+    for (std::size_t k = 1; peak != 0 && k <= n; ++k)
+      if (items_within_budget(rest + std::min(kGatheredChunks, n - k) * gathered, 0,
+                              device_->total(), largest, 0, n) >= k)
+        count = k;
+    if (world_ > 1) {
+      // The ranks' peaks differ a little; they move the same shards (a chunk kept whole is
+      // gathered again when its shard moves: a collective), as many as the tightest rank can.
+      const torch::Tensor counts =
+          group_->all_gather(torch::tensor({static_cast<double>(count)}, torch::kFloat64));
+      count = static_cast<std::size_t>(counts.min().item<double>());
+    }
+    for (std::size_t k = 0; k < count; ++k) move_shard_to_device(movable[k]);
+    if (log_ && rank_ == 0)
+      log_("info", "gemini placement auto: " + std::to_string(count) + " of " +
+                       std::to_string(movable.size()) +
+                       " parameter shards in host memory move to " + device_->name() +
+                       " (measured peak " + core::human_bytes(peak) + " of " +
+                       core::human_bytes(device_->total()) + ")");
+  }
+
+  // Chunk `c`'s parameter shard moves from host memory to the device; its optimizer shard (in
+  // memory) takes or drops its float32 masters as the new placement needs them.
+  void move_shard_to_device(std::size_t c) {
+    ShardChunk& chunk = chunks_[c];
+    const bool was_gathered = chunk.gathered;
+    if (was_gathered) release(c);
+    settle_upload(chunk);
+    const bool had_masters = keeps_masters(chunk);
+    torch::Tensor values =
+        device_tensor(chunk.shard, dtype_, "parameter shard of chunk " + std::to_string(c));
+    values.copy_(chunk.values);
+    const torch::Tensor host_values = chunk.values;
+    chunk.values = values;
+    chunk.values_on_device = true;
+    if (chunk.trainable && chunk.optim.defined() && keeps_masters(chunk) != had_masters) {
+      // The arrays change: [masters] [exp_avg] [exp_avg_sq], S each, on the optimizer's tier.
+      const torch::Tensor old = chunk.optim;
+      const std::int64_t n = stride(chunk);
+      torch::Tensor relaid = chunk.optim_on_device
+                                 ? device_tensor(arrays_of(chunk) * n, torch::kFloat32,
+                                                 "optimizer shard of chunk " + std::to_string(c))
+                                 : torch::empty({arrays_of(chunk) * n}, torch::kFloat32);
+      const std::int64_t from = had_masters ? n : 0;
+      const std::int64_t to = had_masters ? 0 : n;
+      relaid.narrow(0, to, 2 * n).copy_(old.narrow(0, from, 2 * n));
+      if (!had_masters) relaid.narrow(0, 0, chunk.shard).copy_(host_values);  // fp32: the masters
+      chunk.optim = relaid;
+    }
+    if (was_gathered) gather(c);
+  }
+
+  // Starts the all-gather of chunk `c` into fresh memory under its storage.
+  void start_gather(std::size_t c) {
+    ShardChunk& chunk = chunks_[c];
+    if (chunk.values_on_disk && !chunk.values.defined()) {
+      make_values_resident(chunk);
+      disk_->read(chunk.values_region, chunk.values_buffer.data()).get();
+    }
+    const auto bytes = static_cast<std::size_t>(chunk.whole.nbytes());
+    if (aliases(chunk)) {
+      // A group of one whose shard is where it computes: the chunk is its shard. The module's
+      // views see the shard's memory (not owned here: release() only takes it away from them).
+      storage_of(chunk).set_data_ptr_noswap(
+          c10::DataPtr(chunk.values.data_ptr(), chunk.values.device()));
+      chunk.gathered = true;
       return;
     }
-    c.grads = memory::AlignedBuffer(gradient_chunk_bytes(c));
-    if (c.grads_on_disk) {
-      disk_->read(c.grad_region, c.grads.data()).get();
-      c.grads_on_disk = false;
+    if (device_ && !gather_to_host_) {
+      storage_of(chunk).set_data_ptr_noswap(
+          device_->allocate(bytes, "gathered chunk " + std::to_string(c)));
+      settle_upload(chunk);
+      if (chunk.values_on_device) {  // several ranks: gathered from the shards on the devices
+        chunk.gathering = group_->all_gather_async(chunk.values, chunk.whole);
+        chunk.gathered = true;
+        ++all_gathers_;
+        return;
+      }
+      if (world_ == 1) {
+        // A group of one: the shard is copied up into the chunk itself, no collective.
+        device_->copy_to_device(chunk.whole.data_ptr(), chunk.values.data_ptr(), bytes);
+        chunk.uploaded = device_->record_copies();
+        device_->compute_waits(*chunk.uploaded);
+        chunk.gathered = true;
+        return;
+      }
+      // Only this rank's shard goes up; the all-gather, queued after the copy on the compute
+      // stream, fills the rest from the other ranks' devices.
+      chunk.upload =
+          device_tensor(chunk.shard, dtype_, "parameter shard of chunk " + std::to_string(c));
+      device_->copy_to_device(chunk.upload.data_ptr(), chunk.values.data_ptr(),
+                              static_cast<std::size_t>(values_bytes(chunk)));
+      chunk.uploaded = device_->record_copies();
+      device_->compute_waits(*chunk.uploaded);
+      chunk.gathering = group_->all_gather_async(chunk.upload, chunk.whole);
+    } else {
+      storage_of(chunk).set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(bytes));
+      // (A shard on the device is gathered in host memory for the export from a host copy of
+      // it, alive until the gather is done.)
+      if (chunk.values_on_device) chunk.upload = chunk.values.to(torch::kCPU);
+      chunk.gathering = group_->all_gather_async(
+          chunk.values_on_device ? chunk.upload : chunk.values, chunk.whole);
+    }
+    chunk.gathered = true;
+    ++all_gathers_;
+  }
+
+  // Chunk `c` whole in memory now (waiting for a gather ahead, or gathering it).
+  void gather(std::size_t c) {
+    ShardChunk& chunk = chunks_[c];
+    gathered_.touch(c);
+    if (!chunk.gathered) {
+      if (!chunk.persistent) make_room();
+      start_gather(c);
+    }
+    finish_gather(chunk);
+  }
+
+  // Waits for the chunk's all-gather, if one is in flight; its uploaded shard goes (on a GPU
+  // in stream order: the compute stream waited for the collective).
+  void finish_gather(ShardChunk& chunk) {
+    if (!chunk.gathering) return;
+    chunk.gathering->wait();
+    chunk.gathering.reset();
+    chunk.upload = torch::Tensor();
+  }
+
+  // The host shard may change or go once its copy to the device is done.
+  void settle_upload(ShardChunk& chunk) {
+    if (!chunk.uploaded) return;
+    device_->host_waits(*chunk.uploaded);
+    chunk.uploaded.reset();
+  }
+
+  void use_chunks(const std::vector<std::size_t>& chunks) {
+    if (update_behind_) {  // the block's chunks must have their new shards first
+      std::vector<std::size_t> waited;
+      for (std::size_t c : chunks)
+        if (pipelined_[c]) waited.push_back(c);
+      update_.wait_for(waited);
+    }
+    gathered_.pin(chunks);
+    for (std::size_t c : chunks) {
+      gather(c);
+      if (chunks_[c].persistent) continue;
+      if (gathered_.tracing())
+        gathered_.record(c);
+      else
+        gather_ahead(c);
     }
   }
 
-  void write_back_gradients(OptimChunk& c) {
-    wait_for_gradient_copies();  // with a device: the copies down into `grads` are done
-    c.grad_write = disk_->write(c.grad_region, c.grads.data());
-    c.grad_region_written = true;
-    c.grads_on_disk = true;
-    gradient_writes_.push_back(&c);
-    while (gradient_writes_.size() > kGradientWritesInFlight)
-      finish_gradient_write(*gradient_writes_.front(), false);
+  // After a use of `c`: start gathering the next chunk of the traced order (not across the end
+  // of a step: the next use comes after the update, which changes every chunk).
+  void gather_ahead(std::size_t c) {
+    const std::optional<std::size_t> next = gathered_.next_after(c, /*across_steps=*/false);
+    if (!next || aliases(chunks_[*next])) return;  // nothing to move ahead of time
+    // Not a chunk the update may still be changing: waiting for it here would hold up this
+    // block, and skipping it only where the update is late would make the ranks' gathers differ.
+    if (update_behind_ && pipelined_[*next]) return;
+    if (chunks_[*next].gathered || !make_room()) return;
+    gathered_.touch(*next);
+    start_gather(*next);
+    ++prefetched_;
   }
 
-  // Waits for the chunk's gradient write; frees the buffer unless `keep`.
-  void finish_gradient_write(OptimChunk& c, bool keep) {
-    gradient_writes_.erase(std::find(gradient_writes_.begin(), gradient_writes_.end(), &c));
-    c.grad_write.get();
-    if (!keep) c.grads = memory::AlignedBuffer();
+  // Releases gathered chunks no block is using until one more fits under kGatheredChunks
+  // (memory::ChunkCachePolicy chooses which). Every decision depends only on the order of uses,
+  // the same on every rank, so every rank issues the same all-gathers in the same order. False
+  // when everything gathered is in use.
+  bool make_room() {
+    auto holds = [this](std::size_t c) { return !chunks_[c].persistent && chunks_[c].gathered; };
+    return gathered_.make_room(kGatheredChunks, holds, [this](std::size_t c) { release(c); });
   }
 
-  // --- Parameter chunks on disk --------------------------------------------------------------
+  void release_gathered() {
+    for (std::size_t c = 0; c < chunks_.size(); ++c)
+      if (!chunks_[c].persistent && chunks_[c].gathered) release(c);
+    gathered_.unpin();
+  }
+
+  // After an update (or a load): the chunks kept whole take the new shards.
+  void gather_persistent(bool trainable_only) {
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      if (!chunks_[c].persistent || (trainable_only && !chunks_[c].trainable)) continue;
+      finish_gather(chunks_[c]);
+      chunks_[c].gathered = false;
+      gather(c);
+    }
+  }
+
+  // --- gradients ------------------------------------------------------------------------------
+
+  void launch_ready_reductions() {
+    while (next_reduce_ < reduce_order_.size() && chunks_[reduce_order_[next_reduce_]].ready) {
+      const std::size_t c = reduce_order_[next_reduce_++];
+      ShardChunk& chunk = chunks_[c];
+      chunk.launched = true;
+      if (adds_in_shard(chunk)) {  // already in the step's shard
+        gradient_done(c);
+        continue;
+      }
+      if (!chunk.grad_whole.defined()) chunk.grad_whole = zeroed_gradient_chunk(c);
+      Reduction r;
+      r.chunk = c;
+      r.input = std::move(chunk.grad_whole);
+      chunk.grad_whole = torch::Tensor();
+      if (world_ == 1) {
+        r.output = r.input;  // a group of one on a device: its shard is the whole, copied down
+      } else {
+        if (device_) {
+          r.output = device_tensor(chunk.shard, torch::kFloat32,
+                                   "reduced gradient shard " + std::to_string(c));
+        } else if (chunk.grad_to_disk) {  // page-aligned: it may become the shard written out
+          r.output_buffer = memory::AlignedBuffer(gradient_bytes(chunk));
+          r.output = torch::from_blob(r.output_buffer.data(), {chunk.shard}, torch::kFloat32);
+        } else {
+          r.output = torch::empty({chunk.shard}, torch::kFloat32);
+        }
+        r.work = group_->reduce_scatter_async(r.input, r.output, dist::ReduceOp::Avg);
+        ++reduce_scatters_;
+      }
+      reductions_.push_back(std::move(r));
+      while (reductions_.size() > kReducesInFlight) finish_reduction();
+    }
+  }
+
+  // Waits for the oldest reduce-scatter and adds this rank's shard into the step's gradients.
+  // With a device tier the shard of a chunk updated on the host is copied down behind the
+  // collective, into the host gradient shard (the first micro-batch) or a buffer added to it
+  // once the backward's copies are done (add_copied_gradients); its device memory goes at once,
+  // in stream order. That of a chunk updated on the device stays there.
+  void finish_reduction() {
+    Reduction& r = reductions_.front();
+    r.work.wait();
+    ShardChunk& chunk = chunks_[r.chunk];
+    if (device_ && !chunk.optim_on_device) {
+      torch::Tensor destination = host_tensor(chunk.shard);
+      if (chunk.grad_shard.defined())
+        copied_gradients_.push_back({r.chunk, destination});
+      else
+        chunk.grad_shard = destination;
+      device_->copies_wait(*device_->record_compute());
+      device_->copy_to_host(destination.data_ptr(), r.output.data_ptr(),
+                            static_cast<std::size_t>(r.output.nbytes()));
+      gradients_copied_ = device_->record_copies();
+    } else {
+      if (chunk.grad_on_disk) read_gradient_back(r.chunk);  // an earlier micro-batch's sum
+      if (chunk.grad_shard.defined()) {
+        chunk.grad_shard.add_(r.output);
+      } else {
+        std::lock_guard lock(update_.mutex());
+        chunk.grad_shard = r.output;
+        chunk.grad_buffer = std::move(r.output_buffer);
+      }
+      gradient_done(r.chunk);
+    }
+    reductions_.pop_front();
+  }
+
+  // Chunk `c`'s gradient shard holds the step's sum up to this backward: in the last
+  // micro-batch its tensors' norms are taken; a shard bound for disk starts its write (at most
+  // kGradientWritesInFlight at once; the backward waits for the rest before it returns).
+  void gradient_done(std::size_t c) {
+    ShardChunk& chunk = chunks_[c];
+    if (!chunk.grad_shard.defined()) return;
+    if (last_micro_batch_) take_norms(chunk);
+    if (!chunk.grad_to_disk) return;
+    gradient_writes_.emplace_back(c, disk_->write(chunk.grad_region, chunk.grad_buffer.data()));
+    while (gradient_writes_.size() > memory::kGradientWritesInFlight) finish_gradient_write();
+  }
+
+  // The norm of each of the chunk's tensors with a gradient, from its final gradient shard.
+  void take_norms(const ShardChunk& chunk) {
+    for (std::size_t i : chunk.entries) {
+      ShardEntry& e = entries_[i];
+      if (!e.has_grad || e.own_count == 0) continue;
+      if (world_ == 1) {
+        e.grad_norm = own_gradient(e).norm(2.0);
+      } else if (chunk.optim_on_device) {  // read once for all in step()
+        e.grad_norm = at::linalg_vector_norm(own_gradient(e), 2, {}, false, torch::kFloat64);
+      } else {
+        const double norm =
+            at::linalg_vector_norm(own_gradient(e), 2, {}, false, torch::kFloat64).item<double>();
+        e.grad_squares = norm * norm;
+      }
+    }
+  }
+
+  // The oldest gradient write is done: its shard's memory goes.
+  void finish_gradient_write() {
+    auto [c, write] = std::move(gradient_writes_.front());
+    gradient_writes_.pop_front();
+    write.get();
+    drop_gradient_shard(chunks_[c], /*on_disk=*/true);
+  }
+
+  // The chunk's gradient shard leaves memory: it is in its region (`on_disk`), or used up.
+  void drop_gradient_shard(ShardChunk& chunk, bool on_disk) {
+    std::lock_guard lock(update_.mutex());  // memory() reads it; the pipelined update drops it
+    chunk.grad_shard = torch::Tensor();
+    chunk.grad_buffer = memory::AlignedBuffer();
+    chunk.grad_on_disk = on_disk;
+    if (on_disk) chunk.grad_written = true;
+  }
+
+  // Chunk `c`'s gradient shard, written by an earlier backward, resident again once the
+  // returned read is done.
+  std::future<void> read_gradient(std::size_t c) {
+    ShardChunk& chunk = chunks_[c];
+    torch::Tensor shard = resident_gradient(c);
+    std::future<void> read = disk_->read(chunk.grad_region, chunk.grad_buffer.data());
+    std::lock_guard lock(update_.mutex());
+    chunk.grad_shard = shard;
+    chunk.grad_on_disk = false;
+    return read;
+  }
+  // The same, waited for now (the reduction or the gradient that needs it waits).
+  void read_gradient_back(std::size_t c) { read_gradient(c).get(); }
+
+  // A zeroed float32 shard of chunk `c` in page-aligned memory (written to and read from disk).
+  torch::Tensor resident_gradient(std::size_t c) {
+    ShardChunk& chunk = chunks_[c];
+    memory::AlignedBuffer buffer(gradient_bytes(chunk));
+    std::lock_guard lock(update_.mutex());
+    chunk.grad_buffer = std::move(buffer);
+    return torch::from_blob(chunk.grad_buffer.data(), {chunk.shard}, torch::kFloat32);
+  }
+
+  // At the end of a backward: the host waits for the gradient shards' copies and adds those of
+  // later micro-batches into the step's.
+  void add_copied_gradients() {
+    if (!gradients_copied_) return;
+    device_->host_waits(*gradients_copied_);
+    gradients_copied_.reset();
+    for (CopiedGradient& g : copied_gradients_) chunks_[g.chunk].grad_shard.add_(g.host);
+    copied_gradients_.clear();
+  }
+
+  void wait_in_flight() {
+    for (auto& [c, write] : gradient_writes_)
+      if (write.valid()) write.wait();
+    gradient_writes_.clear();
+    for (Reduction& r : reductions_) {
+      try {
+        r.work.wait();
+      } catch (const std::exception&) {  // the first error is already on its way
+      }
+    }
+    reductions_.clear();
+    for (ShardChunk& c : chunks_) {
+      if (!c.gathering) continue;
+      try {
+        c.gathering->wait();
+      } catch (const std::exception&) {
+      }
+      c.gathering.reset();
+      c.upload = torch::Tensor();
+    }
+    if (device_) {  // no host buffer may go while a copy still uses it
+      device_->host_waits(*device_->record_copies());
+      for (ShardChunk& c : chunks_) c.uploaded.reset();
+      gradients_copied_.reset();
+      copied_gradients_.clear();
+    }
+  }
+
+  // --- the update -----------------------------------------------------------------------------
+
+  torch::Tensor own_gradient(const ShardEntry& e) const {
+    return chunks_[e.chunk].grad_shard.narrow(0, e.shard_offset, e.own_count);
+  }
+  // Resident memory, or a read-only map of the shard's file on disk (the checkpoint reads it
+  // from there a tensor at a time).
+  torch::Tensor own_values(const ShardEntry& e) const {
+    const ShardChunk& c = chunks_[e.chunk];
+    if (c.values.defined()) return c.values.narrow(0, e.shard_offset, e.own_count);
+    if (!c.values_on_disk || !disk_)
+      throw Error(ErrorKind::Internal, "gemini: the parameter shard of \"" + e.name +
+                                           "\" is neither resident nor on disk");
+    return mapped_region(c.values_region, e.shard_offset, e.own_count, dtype_);
+  }
+  // Float32 master values of this rank's part: the shard itself in fp32 where the update runs
+  // beside it.
+  torch::Tensor master_of(const ShardEntry& e) const {
+    if (!keeps_masters(chunks_[e.chunk])) return own_values(e);
+    return optim_part(e, 0);
+  }
+  torch::Tensor moment_of(const ShardEntry& e, int which) const {
+    return optim_part(e, arrays_of(chunks_[e.chunk]) - 2 + which);
+  }
+
+  // Chunk by chunk, so that the optimizer shards on disk stream through (one read ahead, one
+  // written behind); each tensor's update is independent of the others'. The chunks the
+  // pipelined update takes (pipelined_) are left to its worker.
+  // With a device tier, chunks whose optimizer shard is there are updated by the device Adam,
+  // the others by the CPU Adam (the hybrid Adam); new values cross to the tier their shard
+  // lives in on the copy stream, behind the compute that read the old ones.
+  void update(double lr, const std::optional<torch::Tensor>& coef) {
+    ++steps_;
+    with_gradient_.assign(entries_.size(), 0);
+    for (std::size_t i = 0; i < entries_.size(); ++i) with_gradient_[i] = entries_[i].has_grad;
+    const std::optional<torch::Tensor> host_coef =
+        coef ? std::optional<torch::Tensor>(coef->to(torch::kCPU)) : std::nullopt;
+    if (device_) device_->copies_wait(*device_->record_compute());
+    // Optimizer shards on disk are updated in slices (update_in_slices), those the pipelined
+    // update takes (pipelined_) by its worker.
+    std::vector<std::size_t> sliced;
+    std::vector<std::size_t> later;
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      if (!chunks_[c].trainable) continue;
+      if (pipelined_[c])
+        later.push_back(c);
+      else if (chunks_[c].optim_on_disk)
+        sliced.push_back(c);
+    }
+    for_each_optim_chunk([&](std::size_t c) { return !pipelined_[c] && !chunks_[c].optim_on_disk; },
+                         [&](std::size_t c) {
+                           if (chunks_[c].optim_on_device)
+                             update_on_device(c, lr, coef);
+                           else
+                             update_chunk(c, lr, host_coef, 0);
+                         });
+    update_in_slices(sliced, lr, host_coef, 0, {});
+    if (device_) {
+      // The compute after the update sees the new values; the host memory the copies read or
+      // write is settled before anything else uses it.
+      const std::shared_ptr<train::DeviceEvent> crossed = device_->record_copies();
+      device_->compute_waits(*crossed);
+      if (!update_staging_.empty() || !update_device_staging_.empty()) {
+        device_->host_waits(*crossed);
+        update_staging_.clear();
+        update_device_staging_.clear();
+      }
+    }
+    if (later.empty()) return;
+    update_.start(chunks_.size(), later,
+                  [this, later, lr, coef](const UpdatePipeline::ChunkDone& done, int threads) {
+                    torch::NoGradGuard no_grad;
+                    update_in_slices(later, lr, coef, threads, done);
+                  });
+    update_behind_ = true;
+    ++updates_behind_;
+  }
+
+  // The CPU Adam on this rank's part of chunk `c`'s tensors (its resident optimizer shard, laid
+  // out as a slice of the whole shard); its gradient shard goes.
+  void update_chunk(std::size_t c, double lr, const std::optional<torch::Tensor>& coef,
+                    int threads) {
+    ShardChunk& chunk = chunks_[c];
+    update_range(chunk, 0, stride(chunk), chunk.optim.data_ptr<float>(),
+                 chunk.grad_shard.defined() ? chunk.grad_shard.data_ptr<float>() : nullptr, lr,
+                 coef, threads, values_staging(chunk));
+    drop_gradient_shard(chunk, /*on_disk=*/false);
+  }
+
+  // Host staging for the new values of a shard on the device (copied up by update_range, alive
+  // until the update's copies are done); null for a shard in host memory.
+  char* values_staging(const ShardChunk& chunk) {
+    if (!chunk.values_on_device) return nullptr;
+    update_staging_.push_back(
+        device_->allocate_host(static_cast<std::size_t>(chunk.shard) * c10::elementSize(dtype_)));
+    return static_cast<char*>(update_staging_.back().get());
+  }
+
+  // The device Adam on this rank's part of chunk `c`'s tensors (its optimizer and gradient
+  // shards in device memory): torch's fused AdamW, one call per weight decay. Masters (bf16, or
+  // a shard in host memory) are cast into the shard, or copied down to it; the gradient shard
+  // goes.
+  void update_on_device(std::size_t c, double lr, const std::optional<torch::Tensor>& coef) {
+    ShardChunk& chunk = chunks_[c];
+    const std::optional<torch::Tensor> device_coef =
+        coef ? std::optional<torch::Tensor>(coef->to(tensor_device())) : std::nullopt;
+    torch::Tensor staged;  // a float32 shard in host memory, copied up for the update
+    const auto bytes = static_cast<std::size_t>(values_bytes(chunk));
+    // At most kStagedUpdates chunks' device staging at once: older ones' copies are waited for.
+    if (update_device_staging_.size() >= kStagedUpdates) {
+      device_->host_waits(*device_->record_copies());
+      update_device_staging_.clear();
+    }
+    if (stages_values_up(chunk)) {
+      staged = device_tensor(chunk.shard, torch::kFloat32,
+                             "parameter shard of chunk " + std::to_string(c) + " for its update");
+      device_->copy_to_device(staged.data_ptr(), chunk.values.data_ptr(), bytes);
+      device_->compute_waits(*device_->record_copies());
+    }
+    const auto param_of = [&](const ShardEntry& e) {
+      return staged.defined() ? staged.narrow(0, e.shard_offset, e.own_count) : master_of(e);
+    };
+    optim::FusedAdamWLists groups[2];  // [0] without weight decay, [1] with
+    std::vector<std::size_t> updated;
+    for (std::size_t i : chunk.entries) {
+      ShardEntry& e = entries_[i];
+      if (!with_gradient_[i] || e.own_count == 0) continue;
+      torch::Tensor g = own_gradient(e);
+      if (device_coef) g = g * *device_coef;
+      optim::FusedAdamWLists& group = groups[e.decays && adamw_.weight_decay != 0.0 ? 1 : 0];
+      group.params.push_back(param_of(e));
+      group.grads.push_back(std::move(g));
+      group.exp_avgs.push_back(moment_of(e, 0));
+      group.exp_avg_sqs.push_back(moment_of(e, 1));
+      updated.push_back(i);
+    }
+    for (int decays = 0; decays < 2; ++decays)
+      optim::adamw_fused_step(groups[decays], lr, adamw_, decays != 0 ? adamw_.weight_decay : 0.0,
+                              steps_);
+    if (staged.defined()) {
+      device_->copies_wait(*device_->record_compute());
+      device_->copy_to_host(chunk.values.data_ptr(), staged.data_ptr(), bytes);
+      update_device_staging_.push_back({std::move(staged)});
+    } else if (keeps_masters(chunk) && chunk.values_on_device) {
+      for (std::size_t i : updated) own_values(entries_[i]).copy_(master_of(entries_[i]));
+    } else if (keeps_masters(chunk)) {
+      // A shard in host memory: the new values in the compute dtype go down behind the update,
+      // from device memory alive until the copies are done.
+      std::vector<torch::Tensor> low;
+      for (std::size_t i : updated)
+        low.push_back(master_of(entries_[i]).to(dtype_, /*non_blocking=*/false, /*copy=*/true));
+      if (!low.empty()) {
+        device_->copies_wait(*device_->record_compute());
+        for (std::size_t k = 0; k < updated.size(); ++k)
+          device_->copy_to_host(own_values(entries_[updated[k]]).data_ptr(), low[k].data_ptr(),
+                                static_cast<std::size_t>(low[k].nbytes()));
+        update_device_staging_.push_back(std::move(low));
+        // A shard on disk is written from its resident copy (and may leave memory) right after
+        // this (for_each_optim_chunk): the new values land there first.
+        if (chunk.values_on_disk) device_->host_waits(*device_->record_copies());
+      }
+    }
+    for (std::size_t i : updated) entries_[i].tensor.unsafeGetTensorImpl()->bump_version();
+    drop_gradient_shard(chunk, /*on_disk=*/false);
+  }
+
+  // --- the update of optimizer shards on disk, in slices ---------------------------------------
+  // A shard whose optimizer state is on disk is updated kSliceElements at a time, never whole:
+  // the slice's arrays (masters, exp_avg, exp_avg_sq: each padded to whole slices in the file,
+  // stride()) and, when the step's gradient shard is on disk too, its gradients are read, updated
+  // by the CPU Adam and written back, the next slice read while one is updated and the previous
+  // one written (three slices at most, across chunks). So the
+  // update holds a few tens of MB of optimizer state whatever the largest tensor's shard. A
+  // parameter shard on disk is read whole before its chunk's first slice and written after its
+  // last; one on the device takes its new values from host staging, copied up.
+  static constexpr std::int64_t kSliceElements = memory::kUpdateSliceElements;
+
+  struct OptimSlice {
+    std::size_t chunk = 0;
+    std::int64_t begin = 0;  // elements of the shard, padded (stride())
+    std::int64_t end = 0;
+    memory::AlignedBuffer arrays;  // arrays_of(chunk) × (end − begin) floats
+    memory::AlignedBuffer grads;   // (end − begin) floats, when the gradient shard is on disk
+    std::vector<std::future<void>> io;
+  };
+
+  // Updates `chunks` (optimizer shards on disk) in that order, calling `chunk_done(c)` once
+  // chunk c's shard holds its new values. `threads`: the CPU Adam's (0: torch's).
+  void update_in_slices(const std::vector<std::size_t>& chunks, double lr,
+                        const std::optional<torch::Tensor>& coef, int threads,
+                        const std::function<void(std::size_t)>& chunk_done) {
+    std::vector<OptimSlice> slices;
+    for (std::size_t c : chunks)
+      for (std::int64_t at = 0; at < stride(chunks_[c]); at += kSliceElements)
+        slices.push_back({c, at, std::min(stride(chunks_[c]), at + kSliceElements), {}, {}, {}});
+    const auto start_read = [&](OptimSlice& slice) {
+      ShardChunk& chunk = chunks_[slice.chunk];
+      const std::int64_t length = slice.end - slice.begin;
+      const int arrays = arrays_of(chunk);
+      slice.arrays = memory::AlignedBuffer(static_cast<std::size_t>(length * 4 * arrays));
+      for (int k = 0; k < arrays; ++k)
+        slice.io.push_back(disk_->read_range(
+            chunk.optim_region, static_cast<std::uint64_t>((k * stride(chunk) + slice.begin) * 4),
+            static_cast<std::uint64_t>(length * 4),
+            static_cast<char*>(slice.arrays.data()) + k * length * 4));
+      if (chunk.grad_on_disk) {
+        slice.grads = memory::AlignedBuffer(static_cast<std::size_t>(length * 4));
+        slice.io.push_back(
+            disk_->read_range(chunk.grad_region, static_cast<std::uint64_t>(slice.begin * 4),
+                              static_cast<std::uint64_t>(length * 4), slice.grads.data()));
+      }
+      if (slice.begin == 0 && chunk.values_on_disk && !chunk.values.defined()) {
+        make_values_resident(chunk);
+        slice.io.push_back(disk_->read(chunk.values_region, chunk.values_buffer.data()));
+      }
+    };
+    const auto start_write = [&](OptimSlice& slice) {
+      const ShardChunk& chunk = chunks_[slice.chunk];
+      const std::int64_t length = slice.end - slice.begin;
+      slice.grads = memory::AlignedBuffer();
+      for (int k = 0; k < arrays_of(chunk); ++k)
+        slice.io.push_back(disk_->write_range(
+            chunk.optim_region, static_cast<std::uint64_t>((k * stride(chunk) + slice.begin) * 4),
+            static_cast<std::uint64_t>(length * 4),
+            static_cast<char*>(slice.arrays.data()) + k * length * 4));
+    };
+    char* staging = nullptr;  // the chunk's new values on their way to the device
+    const auto update = [&](std::size_t i) {
+      OptimSlice& slice = slices[i];
+      ShardChunk& chunk = chunks_[slice.chunk];
+      if (slice.begin == 0) {
+        settle_upload(chunk);  // a chunk kept whole was copied up from this shard
+        staging = values_staging(chunk);
+      }
+      // (No gradient shard at all when none of the chunk's tensors got a gradient this step.)
+      float* grads = slice.grads                  ? static_cast<float*>(slice.grads.data())
+                     : chunk.grad_shard.defined() ? chunk.grad_shard.data_ptr<float>() + slice.begin
+                                                  : nullptr;
+      update_range(chunk, slice.begin, slice.end, static_cast<float*>(slice.arrays.data()), grads,
+                   lr, coef, threads, staging);
+    };
+    // After the chunk's last slice its parameter shard goes back to disk, its gradients go.
+    const auto written = [&](std::size_t i) {
+      if (i + 1 < slices.size() && slices[i + 1].chunk == slices[i].chunk) return;
+      ShardChunk& chunk = chunks_[slices[i].chunk];
+      if (chunk.values_on_disk) {
+        disk_->write(chunk.values_region, chunk.values_buffer.data()).get();
+        keep_or_drop_values(chunk);
+      }
+      drop_gradient_shard(chunk, /*on_disk=*/false);
+      staging = nullptr;
+      if (chunk_done) chunk_done(slices[i].chunk);
+    };
+    stream_update_slices(slices, start_read, update, start_write, written);
+  }
+
+  // The CPU Adam on the parts of the chunk's tensors inside elements [begin, end) of this rank's
+  // shard: `arrays` holds the optimizer arrays of that range one after the other ([masters]
+  // [exp_avg] [exp_avg_sq], end − begin floats each), `grads` its gradients (null when none
+  // arrived). New values go into the shard, or for a shard on the device into `staging` and up.
+  void update_range(const ShardChunk& chunk, std::int64_t begin, std::int64_t end, float* arrays,
+                    float* grads, double lr, const std::optional<torch::Tensor>& coef, int threads,
+                    char* staging) {
+    const std::int64_t length = end - begin;
+    const std::size_t element = c10::elementSize(dtype_);
+    const int count = arrays_of(chunk);
+    float* masters = keeps_masters(chunk) ? arrays : nullptr;
+    float* exp_avg = arrays + (count - 2) * length;
+    float* exp_avg_sq = exp_avg + length;
+    for (std::size_t i : chunk.entries) {
+      ShardEntry& e = entries_[i];
+      if (!with_gradient_[i] || e.own_count == 0) continue;  // no gradient: no update, as torch
+      const std::int64_t lo = std::max(e.shard_offset, begin);
+      const std::int64_t hi = std::min(e.shard_offset + e.own_count, end);
+      if (lo >= hi) continue;
+      const std::int64_t in_range = lo - begin;
+      CpuUpdateArrays where;
+      where.exp_avg = exp_avg + in_range;
+      where.exp_avg_sq = exp_avg_sq + in_range;
+      // The shard's values at `lo`: host staging for a shard on the device, else its memory.
+      char* values = staging != nullptr
+                         ? staging + lo * element
+                         : static_cast<char*>(chunk.values.data_ptr()) + lo * element;
+      if (masters != nullptr) {
+        where.param = masters + in_range;
+        if (dtype_ != torch::kFloat32) where.bf16_copy = reinterpret_cast<std::uint16_t*>(values);
+      } else {
+        where.param = reinterpret_cast<float*>(values);  // fp32 values in host memory: masters
+      }
+      cpu_adamw_update(torch::from_blob(grads + in_range, {hi - lo}, torch::kFloat32), coef, where,
+                       adamw_, lr, e.decays, steps_, threads);
+      if (staging != nullptr) {
+        const auto bytes = static_cast<std::size_t>(hi - lo) * element;
+        if (dtype_ == torch::kFloat32) std::memcpy(values, where.param, bytes);
+        device_->copy_to_device(static_cast<char*>(chunk.values.data_ptr()) + lo * element, values,
+                                bytes);
+      }
+      e.tensor.unsafeGetTensorImpl()->bump_version();
+    }
+  }
+
+  // Waits for the update pipelined with the forward, if one runs; rethrows its error. Every rank
+  // calls it at the same points (it decides whether the forward gathers ahead).
+  void settle_update() {
+    update_.settle();
+    update_behind_ = false;
+  }
+
+  // Pipelines the update of optimizer shards on disk with the next forward when no parameter
+  // shard is on disk and there is no device tier (the update would otherwise share the disk
+  // reads or the device's streams with the forward): a chunk whose optimizer shard is on disk
+  // and which a block gathers (not LoRA's adapters, gathered after every update) is updated on
+  // a worker, and each block waits for its own chunks (use_chunks).
+  void choose_pipelined_chunks() {
+    pipelined_.assign(chunks_.size(), false);
+    if (device_ || std::any_of(chunks_.begin(), chunks_.end(),
+                               [](const ShardChunk& c) { return c.values_on_disk; }))
+      return;
+    for (std::size_t c = 0; c < chunks_.size(); ++c)
+      pipelined_[c] = chunks_[c].trainable && chunks_[c].optim_on_disk && !chunks_[c].persistent;
+    const auto behind = std::count(pipelined_.begin(), pipelined_.end(), true);
+    if (behind > 0 && log_ && rank_ == 0)
+      log_("info", "gemini: the update of " + std::to_string(behind) +
+                       " optimizer shards on disk runs behind the next forward, each block "
+                       "waiting for its own");
+  }
+
+  // --- optimizer shards in the disk tier ------------------------------------------------------
+
+  // Float32 masters beside the moments: in bf16, and with a device tier where the update runs
+  // on another tier than the shard's values (the CPU Adam never reads a value back from the
+  // device, the device Adam never from disk).
+  // A float32 shard in host memory updated on the device keeps none: the update copies the shard
+  // up and its new values back down (update_on_device), as device memory is the scarcer tier.
+  bool keeps_masters(const ShardChunk& chunk) const {
+    if (dtype_ != torch::kFloat32) return true;
+    if (chunk.values_on_device == chunk.optim_on_device) return false;
+    return !chunk.optim_on_device || chunk.values_on_disk;
+  }
+  // The float32 shard in host memory the device Adam updates without masters: copied up.
+  bool stages_values_up(const ShardChunk& chunk) const {
+    return chunk.optim_on_device && !chunk.values_on_device && !keeps_masters(chunk);
+  }
+  int arrays_of(const ShardChunk& chunk) const { return keeps_masters(chunk) ? 3 : 2; }
+  std::uint64_t optim_bytes(const ShardChunk& chunk) const {
+    return static_cast<std::uint64_t>(stride(chunk)) * 4 * arrays_of(chunk);
+  }
+  // Elements of each optimizer array: the shard's, padded for slices where it is on disk
+  // (update_in_slices).
+  static std::int64_t stride(const ShardChunk& chunk) {
+    return chunk.optim_on_disk ? memory::sliced_array_elements(chunk.shard) : chunk.shard;
+  }
+  // A gradient shard bound for disk, padded likewise.
+  static std::uint64_t gradient_bytes(const ShardChunk& chunk) {
+    return static_cast<std::uint64_t>(stride(chunk)) * 4;
+  }
 
   memory::DiskStore& disk() {
     if (!disk_) disk_ = std::make_unique<memory::DiskStore>(gemini_.offload_dir);
     return *disk_;
   }
 
-  static c10::StorageImpl& storage_of(const ParamChunk& chunk) {
-    return *chunk.storage.storage().unsafeGetStorageImpl();
+  // A fresh zeroed buffer under `optim` (page-aligned, as O_DIRECT needs).
+  void make_optim_resident(ShardChunk& chunk) {
+    memory::AlignedBuffer buffer(optim_bytes(chunk));
+    std::lock_guard lock(update_.mutex());  // memory() reads it
+    chunk.optim_buffer = std::move(buffer);
+    chunk.optim = torch::from_blob(chunk.optim_buffer.data(), {arrays_of(chunk) * stride(chunk)},
+                                   torch::kFloat32);
+  }
+  void drop_resident_optim(ShardChunk& chunk) {
+    std::lock_guard lock(update_.mutex());
+    chunk.optim = torch::Tensor();
+    chunk.optim_buffer = memory::AlignedBuffer();
   }
 
-  // Page-aligned memory for a chunk on disk (O_DIRECT), owned by the returned pointer.
-  static c10::DataPtr aligned_memory(std::size_t bytes) {
-    auto* buffer = new memory::AlignedBuffer(memory::io_size(bytes));
-    return {buffer->data(), buffer,
-            [](void* owner) { delete static_cast<memory::AlignedBuffer*>(owner); },
-            c10::Device(c10::kCPU)};
+  std::uint64_t values_bytes(const ShardChunk& chunk) const {
+    return static_cast<std::uint64_t>(chunk.shard) * c10::elementSize(dtype_);
+  }
+  void make_values_resident(ShardChunk& chunk) {
+    chunk.values_buffer = memory::AlignedBuffer(values_bytes(chunk));
+    chunk.values = torch::from_blob(chunk.values_buffer.data(), {chunk.shard}, dtype_);
+  }
+  void drop_resident_values(ShardChunk& chunk) {
+    chunk.values = torch::Tensor();
+    chunk.values_buffer = memory::AlignedBuffer();
   }
 
-  // A moved-from DataPtr keeps its raw pointer: this one is empty afterwards.
-  static c10::DataPtr take(c10::DataPtr& from) {
-    c10::DataPtr out = std::move(from);
-    from.clear();
-    return out;
-  }
-
-  // Makes `chunks` resident (waiting for what is in flight), pins them until the next use, and
-  // prefetches the chunk the traced order says comes next.
-  void use_parameter_chunks(const std::vector<std::size_t>& chunks) {
-    cache_.pin(chunks);
-    for (std::size_t c : chunks) {
-      fetch_parameter_chunk(c);
-      if (!param_chunks_[c].streamed()) continue;
-      if (cache_.tracing())
-        cache_.record(c);
-      else
-        prefetch_after(c);
-    }
-  }
-
-  void fetch_parameter_chunk(std::size_t c) {
-    ParamChunk& chunk = param_chunks_[c];
-    cache_.touch(c);
-    if (device_ && chunk.streamed()) {
-      if (!chunk.resident) {
-        if (!chunk.incoming) make_room();
-        bring_to_device(chunk, c);
-      }
-      if (chunk.arrival) {  // the compute that follows waits for the copy, the host does not
-        device_->compute_waits(*chunk.arrival);
-        chunk.arrival.reset();
-      }
-      return;
-    }
-    if (!chunk.on_disk || chunk.resident) return;
-    if (!chunk.incoming) make_room();
-    if (chunk.outgoing) {  // evicted a moment ago: its buffer still holds the values
-      finish_parameter_write(c, /*keep=*/true);
-      storage_of(chunk).set_data_ptr_noswap(take(chunk.outgoing));
-    } else if (chunk.incoming) {
-      chunk.read.get();
-      storage_of(chunk).set_data_ptr_noswap(take(chunk.incoming));
-    } else {
-      c10::DataPtr memory = aligned_memory(chunk.storage.nbytes());
-      disk().read(chunk.region, memory.get()).get();
-      storage_of(chunk).set_data_ptr_noswap(std::move(memory));
-    }
-    chunk.resident = true;
-  }
-
-  // After a use of `c`: read ahead the next chunk of the traced order.
-  void prefetch_after(std::size_t c) {
-    const std::optional<std::size_t> n = cache_.next_after(c, /*across_steps=*/true);
-    if (!n) return;
-    ParamChunk& next = param_chunks_[*n];
-    if (next.resident || next.incoming || next.outgoing || !make_room()) return;
-    cache_.touch(*n);
-    if (device_ && (next.on_host || next.home)) {
-      bring_to_device(next, *n);
-      return;
-    }
-    next.incoming = aligned_memory(next.storage.nbytes());
-    next.read = disk().read(next.region, next.incoming.get());
-  }
-
-  // Evicts chunks on disk that no block is using until one more fits under the cache limit
-  // (memory::ChunkCachePolicy chooses which). False when everything held is in use.
-  bool make_room() {
-    auto holds = [this](std::size_t c) {
-      const ParamChunk& chunk = param_chunks_[c];
-      return chunk.streamed() && (chunk.resident || static_cast<bool>(chunk.incoming));
-    };
-    if (device_) settle_homes(kHomesHeld);
-    return cache_.make_room(cache_limit_, holds, [this](std::size_t c) {
-      ParamChunk& chunk = param_chunks_[c];
-      if (chunk.incoming) {
-        chunk.read.get();
-        chunk.incoming.clear();
-      } else {
-        evict_parameter_chunk(c);
-      }
-    });
-  }
-
-  // Placement auto, after the first step: the process's peak during it, less the cache it held
-  // then (full by the peak, which comes in backward after forward filled it), is what the rest
-  // of training needs; the cache grows to what the budget leaves beside that, less the
-  // headroom and one chunk of margin.
-  // With a device tier the same is done on the device: its measured peak (activations and
-  // workspace included on a GPU) against the device budget.
-  void size_cache_to_budget() {
-    std::vector<std::uint64_t> streamed;
-    for (const ParamChunk& c : param_chunks_)
-      if (c.streamed()) streamed.push_back(c.storage.nbytes());
-    const std::uint64_t peak = device_ ? device_->measured_peak() : core::process_peak_rss();
-    const std::uint64_t budget = device_ ? device_->total() : gemini_.host_budget;
-    const std::optional<std::size_t> limit = cache_limit_after_peak(
-        streamed, cache_limit_, peak, budget, memory::kCachedParameterChunks);
-    if (!limit) return;
-    cache_limit_ = *limit;
-    if (device_ && log_)
-      log_("info", "gemini placement auto: " + std::to_string(cache_limit_) + " of " +
-                       std::to_string(streamed.size()) + " parameter chunks stay on " +
-                       device_->name() + " (measured peak " + core::human_bytes(peak) + " of " +
-                       core::human_bytes(budget) + ")");
-  }
-
-  // A chunk kept in host memory comes to the device: device memory, filled from `home` on the
-  // copy stream; `arrival` is what its compute will wait for.
-  void bring_to_device(ParamChunk& chunk, std::size_t c) {
-    const std::size_t bytes = static_cast<std::size_t>(chunk.storage.nbytes());
-    if (chunk.on_disk) load_home(c);
-    c10::DataPtr memory = device_->allocate(bytes, "parameter chunk " + std::to_string(c));
-    if (chunk.departure) {
-      // Its eviction's copy back is ahead on the same stream: nothing to wait for.
-      chunk.departure.reset();
-    }
-    device_->copy_to_device(memory.get(), chunk.home.get(), bytes);
-    chunk.arrival = chunk.home_read = device_->record_copies();
-    storage_of(chunk).set_data_ptr_noswap(std::move(memory));
-    chunk.resident = true;
-  }
-
-  // --- Parameter chunks on disk with a device -------------------------------------------------
-  // The file is the chunk's home; `home` is a host copy while the chunk is on the device (the
-  // source of its copy up, the destination of its copy back) or being updated by the CPU Adam.
-  // Leaving the device, a chunk's home is queued (home_writes_): written to its file once the
-  // copy back is done, or dropped once the copy up that read it is; at most kHomesHeld wait,
-  // so a step never waits on the device for them unless more are in flight.
-
-  static constexpr std::size_t kHomesHeld = 2;
-
-  // `home` of chunk `c` in host memory: kept, taken back from a write-back or a read ahead, or
-  // read from its file.
-  void load_home(std::size_t c) {
-    ParamChunk& chunk = param_chunks_[c];
-    if (chunk.home) return;
-    if (chunk.outgoing) {
-      finish_parameter_write(c, /*keep=*/true);
-      chunk.home = take(chunk.outgoing);
-    } else if (chunk.incoming) {
-      chunk.read.get();
-      chunk.home = take(chunk.incoming);
-    } else {
-      chunk.home = aligned_memory(static_cast<std::size_t>(chunk.storage.nbytes()));
-      disk().read(chunk.region, chunk.home.get()).get();
-    }
-  }
-
-  void queue_home(std::size_t c) {
-    ParamChunk& chunk = param_chunks_[c];
-    if (chunk.home_queued) return;
-    chunk.home_queued = true;
-    home_writes_.push_back(c);
-  }
-
-  // Settles queued homes, oldest first: those whose copies are done (any, when `held` is 0)
-  // without waiting, then the oldest ones waiting until at most `held` remain. A chunk back on
-  // the device keeps its home (and its unwritten values) and leaves the queue.
-  void settle_homes(std::size_t held) {
-    std::deque<std::size_t> waiting;
-    for (std::size_t c : home_writes_) {
-      ParamChunk& chunk = param_chunks_[c];
-      if (chunk.resident) {
-        chunk.home_queued = false;
-        continue;
-      }
-      const std::shared_ptr<train::DeviceEvent>& copy =
-          chunk.home_dirty ? chunk.departure : chunk.home_read;
-      if (copy && !device_->done(*copy)) {
-        waiting.push_back(c);
-        continue;
-      }
-      settle_home(c);
-    }
-    while (waiting.size() > held) {
-      settle_home(waiting.front());
-      waiting.pop_front();
-    }
-    home_writes_ = std::move(waiting);
-  }
-
-  // Writes the home of queued chunk `c` to its file (a write-back in flight, as the CPU's
-  // evictions) or, unchanged, drops it — once its copies are done.
-  void settle_home(std::size_t c) {
-    ParamChunk& chunk = param_chunks_[c];
-    chunk.home_queued = false;
-    if (chunk.departure) device_->host_waits(*chunk.departure);
-    if (chunk.home_read) device_->host_waits(*chunk.home_read);
-    chunk.departure.reset();
-    chunk.home_read.reset();
-    if (!chunk.home_dirty) {
-      chunk.home.clear();
-      return;
-    }
-    chunk.home_dirty = false;
-    chunk.outgoing = take(chunk.home);
-    chunk.write = disk().write(chunk.region, chunk.outgoing.get());
-    parameter_writes_.push_back(c);
-    while (parameter_writes_.size() > kParameterWritesInFlight)
-      finish_parameter_write(parameter_writes_.front());
-  }
-
-  void evict_parameter_chunk(std::size_t c) {
-    ParamChunk& chunk = param_chunks_[c];
-    if (device_) {
-      // Back to `home` when the update changed it (after the compute that wrote it); the device
-      // memory is freed in stream order, so nothing waits here. A chunk on disk queues its home
-      // for its file.
-      c10::DataPtr memory =
-          storage_of(chunk).set_data_ptr(c10::DataPtr(nullptr, device_->tensor_device()));
-      chunk.resident = false;
-      chunk.arrival.reset();
-      if (chunk.dirty) {
-        device_->copies_wait(*device_->record_compute());
-        device_->copy_to_host(chunk.home.get(), memory.get(),
-                              static_cast<std::size_t>(chunk.storage.nbytes()));
-        chunk.departure = device_->record_copies();
-        chunk.dirty = false;
-        if (chunk.on_disk) chunk.home_dirty = true;
-      }
-      if (chunk.on_disk) queue_home(c);
-      return;
-    }
-    c10::DataPtr memory = storage_of(chunk).set_data_ptr(c10::DataPtr(nullptr, c10::kCPU));
-    chunk.resident = false;
-    if (!chunk.dirty) return;  // the file has these values: the memory just goes
-    chunk.outgoing = std::move(memory);
-    chunk.write = disk().write(chunk.region, chunk.outgoing.get());
-    chunk.dirty = false;
-    parameter_writes_.push_back(c);
-    while (parameter_writes_.size() > kParameterWritesInFlight)
-      finish_parameter_write(parameter_writes_.front());
-  }
-
-  // Waits for the write-back of chunk `c`; frees its buffer unless `keep`.
-  void finish_parameter_write(std::size_t c, bool keep = false) {
-    parameter_writes_.erase(std::find(parameter_writes_.begin(), parameter_writes_.end(), c));
-    ParamChunk& chunk = param_chunks_[c];
-    chunk.write.get();
-    if (!keep) chunk.outgoing.clear();
-  }
-
-  // Every change to a parameter chunk on disk reaches its file (for checkpoints, which read
-  // the files).
-  void write_back_parameter_chunks() {
-    if (device_) {
-      // Chunks on the device with changes come down into their homes; every home the file
-      // does not have yet is written.
-      bool copied = false;
-      for (ParamChunk& chunk : param_chunks_) {
-        if (!chunk.on_disk || !chunk.resident || !chunk.dirty) continue;
-        if (!copied) device_->copies_wait(*device_->record_compute());
-        copied = true;
-        device_->copy_to_host(chunk.home.get(), chunk.storage.data_ptr(),
-                              static_cast<std::size_t>(chunk.storage.nbytes()));
-        chunk.dirty = false;
-        chunk.home_dirty = true;
-      }
-      if (copied) device_->host_waits(*device_->record_copies());
-      settle_homes(0);
-      while (!parameter_writes_.empty()) finish_parameter_write(parameter_writes_.front());
-      for (ParamChunk& chunk : param_chunks_) {
-        if (!chunk.on_disk || !chunk.home_dirty) continue;  // resident ones
-        disk().write(chunk.region, chunk.home.get()).get();
-        chunk.home_dirty = false;
-      }
-      return;
-    }
-    while (!parameter_writes_.empty()) finish_parameter_write(parameter_writes_.front());
-    for (ParamChunk& chunk : param_chunks_) {
-      if (!chunk.on_disk || !chunk.resident || !chunk.dirty) continue;
-      disk().write(chunk.region, chunk.storage.data_ptr()).get();
-      chunk.dirty = false;
-    }
-  }
-
-  memory::ChunkLayout layout_for(const std::vector<std::size_t>& which,
-                                 std::int64_t element_bytes) const {
-    std::vector<std::int64_t> numels;
-    std::vector<std::string> names;
-    for (std::size_t i : which) {
-      numels.push_back(entries_[i].tensor.numel());
-      names.push_back(entries_[i].name);
-    }
-    return memory::pack_gemini_chunks(numels, names, element_bytes, gemini_.chunk_bytes);
-  }
-
-  void build_optimizer_chunks() {
-    const memory::ChunkLayout layout = layout_for(trainable_order_, 4);
-    std::vector<std::uint64_t> sizes;
-    for (const auto& spec : layout.chunks) {
-      OptimChunk chunk;
-      chunk.elements = spec.used;
-      for (const memory::ChunkSlot& slot : spec.slots) {
-        const std::size_t entry = trainable_order_[slot.tensor];
-        entries_[entry].optim_chunk = optim_chunks_.size();
-        entries_[entry].optim_offset = slot.offset;
-        chunk.entries.push_back(entry);
-      }
-      // Every chunk has the same arrays per element until placed: elements rank them alike.
-      sizes.push_back(static_cast<std::uint64_t>(chunk.elements));
-      optim_chunks_.push_back(std::move(chunk));
-    }
-    // Static placement: the last chunks (by bytes) go to disk, as close to the fraction as
-    // whole chunks allow; with a device, the last of the others to host memory likewise, and
-    // the rest stay on the device.
-    const std::vector<bool> on_disk = choose_offloaded_chunks(sizes, gemini_.offload_optim_frac);
-    std::vector<bool> not_on_disk(on_disk.size());
-    for (std::size_t c = 0; c < on_disk.size(); ++c) not_on_disk[c] = !on_disk[c];
-    const std::vector<bool> on_host =
-        device_ ? choose_offloaded_chunks(sizes, gemini_.host_optim_frac, not_on_disk)
-                : not_on_disk;
-    for (std::size_t c = 0; c < optim_chunks_.size(); ++c) {
-      optim_chunks_[c].on_disk = on_disk[c];
-      optim_chunks_[c].on_device = device_ && !on_disk[c] && !on_host[c];
-      // The arrays of a chunk on disk are padded to whole slices, so that the update's
-      // ranges are aligned (update_on_disk_in_slices).
-      if (on_disk[c] && !device_)
-        optim_chunks_[c].elements = memory::sliced_array_elements(optim_chunks_[c].elements);
-    }
-
-    // Fill each chunk (masters from the float32 values; zero moments), then park it.
-    for (std::size_t c = 0; c < optim_chunks_.size(); ++c) {
-      OptimChunk& chunk = optim_chunks_[c];
-      const auto bytes = static_cast<std::size_t>(chunk_bytes(chunk));
-      if (chunk.on_device) {
-        chunk.device_arrays = device_->allocate(bytes, "optimizer chunk " + std::to_string(c));
-        torch::from_blob(chunk.device_arrays.get(), {static_cast<std::int64_t>(bytes / 4)},
-                         torch::TensorOptions(torch::kFloat32).device(tensor_device()))
-            .zero_();
-      } else {
-        chunk.host = memory::AlignedBuffer(bytes);
-      }
-      if (keeps_masters(chunk)) {
-        float* base = arrays_of(chunk);
-        const auto where =
-            torch::TensorOptions(torch::kFloat32)
-                .device(chunk.on_device ? tensor_device() : torch::Device(torch::kCPU));
-        for (std::size_t i : chunk.entries) {
-          const Entry& e = entries_[i];
-          fill_entry(deferred_, e,
-                     torch::from_blob(base + e.optim_offset, e.tensor.sizes(), where));
-        }
-      }
-      if (chunk.on_disk) {
-        chunk.grad_region =
-            disk().add_region("gradient chunk " + std::to_string(c), gradient_chunk_bytes(chunk));
-        chunk.region =
-            disk().add_region("optimizer chunk " + std::to_string(c), chunk_bytes(chunk));
-        disk_->write(chunk.region, chunk.host.data()).get();
-        chunk.host = memory::AlignedBuffer();
-      }
-    }
-  }
-
-  void build_parameter_chunks(model::PretrainedModel& model,
-                              const std::vector<BlockEntries>& blocks) {
-    // The blocks that fetch their parameters (model::ParameterUse), by parameter.
-    const std::vector<bool> fetched = fetched_entries(blocks, entries_.size());
-
-    std::vector<std::size_t> all(entries_.size());
-    for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-    const memory::ChunkLayout layout = layout_for(all, element_bytes());
-    param_chunks_.resize(layout.chunks.size());
-    cache_.resize(param_chunks_.size());
-    // A chunk holding adapters, or a tensor no block fetches, never goes to disk.
-    std::vector<std::uint64_t> capacities;
-    std::vector<bool> may_go_to_disk;
-    for (const auto& spec : layout.chunks) {
-      capacities.push_back(static_cast<std::uint64_t>(spec.capacity));
-      may_go_to_disk.push_back(
-          std::all_of(spec.slots.begin(), spec.slots.end(),
-                      [&](const memory::ChunkSlot& slot) { return fetched[slot.tensor]; }));
-    }
-    // Static placement: the last chunks (by bytes) go to disk, as close to the fraction as whole
-    // chunks allow; they are the first ones backward needs, while still cached from forward.
-    // With a device, chunks kept in host memory are chosen the same way (none on disk then).
-    const std::vector<bool> on_disk =
-        choose_offloaded_chunks(capacities, gemini_.offload_param_frac, may_go_to_disk);
-    // With a device, the share kept in host memory comes from the chunks not on disk.
-    std::vector<bool> may_stay_on_host = may_go_to_disk;
-    for (std::size_t c = 0; c < on_disk.size(); ++c)
-      may_stay_on_host[c] = may_go_to_disk[c] && !on_disk[c];
-    const std::vector<bool> on_host =
-        device_ ? choose_offloaded_chunks(capacities, gemini_.host_param_frac, may_stay_on_host)
-                : std::vector<bool>(capacities.size(), false);
-    for (std::size_t c = 0; c < param_chunks_.size(); ++c) {
-      param_chunks_[c].on_disk = on_disk[c];
-      param_chunks_[c].on_host = on_host[c];
-    }
-
-    // Fill each chunk (from the checkpoint or the float32 values); one on disk is written to
-    // its file and leaves memory at once, so no more than one is in memory while loading. With
-    // a device, a chunk on it is filled in device memory, one kept in host memory in its home.
-    for (std::size_t c = 0; c < layout.chunks.size(); ++c) {
-      const memory::ChunkSpec& spec = layout.chunks[c];
-      ParamChunk& chunk = param_chunks_[c];
-      chunk.storage = torch::empty({device_ ? 0 : spec.capacity},
-                                   torch::TensorOptions().dtype(dtype_).device(tensor_device()));
-      if (device_) {
-        // The storage's memory is the tier's (none yet for a chunk kept in host memory).
-        const auto bytes = static_cast<std::size_t>(spec.capacity * element_bytes());
-        storage_of(chunk).set_nbytes(bytes);
-        if (chunk.on_host)
-          chunk.home = device_->allocate_host(bytes);
-        else if (chunk.on_disk)  // filled in host memory, written, and dropped
-          chunk.home = aligned_memory(bytes);
-        else
-          storage_of(chunk).set_data_ptr_noswap(
-              device_->allocate(bytes, "parameter chunk " + std::to_string(c)));
-        chunk.storage.unsafeGetTensorImpl()->set_sizes_contiguous({spec.capacity});
-      }
-      if (chunk.on_disk) {
-        if (!device_) storage_of(chunk).set_data_ptr_noswap(aligned_memory(chunk.storage.nbytes()));
-        chunk.region = disk().add_region("parameter chunk " + std::to_string(c),
-                                         static_cast<std::uint64_t>(chunk.storage.nbytes()));
-      }
-      for (const memory::ChunkSlot& slot : spec.slots) {
-        Entry& e = entries_[slot.tensor];
-        torch::Tensor view =
-            chunk.storage.narrow(0, slot.offset, slot.numel).view(e.tensor.sizes());
-        if (chunk.home)
-          fill_entry(
-              deferred_, e,
-              torch::from_blob(static_cast<char*>(chunk.home.get()) + slot.offset * element_bytes(),
-                               e.tensor.sizes(), torch::TensorOptions().dtype(dtype_)));
-        else
-          fill_entry(deferred_, e, view);
-        e.tensor.set_data(view);
-        e.param_chunk = c;
-        e.param_offset = slot.offset;
-      }
-      if (chunk.on_disk && device_) {
-        disk().write(chunk.region, chunk.home.get()).get();
-        chunk.home.clear();
-      } else if (chunk.on_disk) {
-        disk().write(chunk.region, chunk.storage.data_ptr()).get();
-        storage_of(chunk).set_data_ptr_noswap(c10::DataPtr(nullptr, c10::kCPU));
-      }
-      if (chunk.streamed()) chunk.resident = false;  // on the device when first used
-    }
-
-    // Blocks with a parameter on disk (or away from the device) fetch their chunks when they
-    // compute.
-    chunk_fetch_ = std::make_shared<ChunkUseHook>(
-        chunks_by_block(
-            blocks, [&](std::size_t i) { return std::optional(entries_[i].param_chunk); },
-            [&](std::size_t c) { return param_chunks_[c].streamed(); }),
-        [this](const std::vector<std::size_t>& chunks) { use_parameter_chunks(chunks); },
-        [this] { cache_.unpin(); });
-    hooked_blocks_.set(blocks, chunk_fetch_->chunks(), chunk_fetch_);
-  }
-
-  // Pipelines the update of optimizer chunks on disk with the next forward when every parameter
-  // chunk stays in memory and there is no device tier (the update would otherwise share the
-  // chunk cache or the device's streams with the forward): every block with a parameter in such
-  // a chunk waits for it (UpdateWait); a chunk with a tensor no block uses is updated in step().
-  void install_update_waits(const std::vector<BlockEntries>& blocks) {
-    waited_for_.assign(optim_chunks_.size(), false);
-    if (device_ || std::any_of(param_chunks_.begin(), param_chunks_.end(),
-                               [](const ParamChunk& c) { return c.streamed(); }))
-      return;
-    std::vector<bool> covered(entries_.size(), false);
-    for (const BlockEntries& b : blocks)
-      for (std::size_t i : b.entries) covered[i] = true;
-    for (std::size_t c = 0; c < optim_chunks_.size(); ++c)
-      waited_for_[c] = optim_chunks_[c].on_disk &&
-                       std::all_of(optim_chunks_[c].entries.begin(), optim_chunks_[c].entries.end(),
-                                   [&](std::size_t i) { return covered[i]; });
-    const auto behind =
-        static_cast<std::size_t>(std::count(waited_for_.begin(), waited_for_.end(), true));
-    pipelined_ = behind > 0;  // LoRA: its adapters are in no block, all updated in step()
-    if (!pipelined_) return;
-    update_wait_ = std::make_shared<BlockEnterHook>(
-        [this](const torch::nn::Module& block) { wait_for_update(block); });
-    block_optim_chunks_ = chunks_by_block(
-        blocks,
-        [&](std::size_t i) {
-          const Entry& e = entries_[i];
-          return e.trainable ? std::optional(e.optim_chunk) : std::nullopt;
-        },
-        [&](std::size_t c) { return waited_for_[c]; });
-    hooked_blocks_.set(blocks, block_optim_chunks_, update_wait_);
-    if (log_)
-      log_("info", "gemini: the update of " + std::to_string(behind) +
-                       " optimizer chunks on disk runs behind the next forward, each block "
-                       "waiting for its own");
-  }
-
-  // Runs `body` on every optimizer chunk in order with its buffer resident (and, `with_gradients`,
-  // its gradient chunk), streamed through disk_chunks.h. Gradient chunks are read, never written
-  // back: the update consumes them.
-  template <typename Body>
-  void for_each_optimizer_chunk(bool with_gradients, Body&& body) {
-    memory::DiskStore* store = disk_.get();
+  // Runs body(c) on every trainable chunk c that `include` takes, in order, with its optimizer
+  // and parameter shards resident: those on disk are read ahead and written back behind
+  // (disk_chunks.h). No chunk it takes is gathered meanwhile
+  // (the update released them; the forward waits for them).
+  static bool every_chunk(std::size_t) { return true; }
+  template <typename Include, typename Body>
+  void for_each_optim_chunk(Include&& include, Body&& body) {
     DiskChunkTransfers io;
-    io.on_disk = [&](std::size_t c) { return optim_chunks_[c].on_disk; };
-    io.read = [&, store](std::size_t c) {
-      OptimChunk& chunk = optim_chunks_[c];
+    io.on_disk = [&](std::size_t c) {
+      return include(c) && chunks_[c].trainable &&
+             (chunks_[c].optim_on_disk || chunks_[c].values_on_disk || chunks_[c].grad_on_disk);
+    };
+    io.read = [&](std::size_t c) {
+      ShardChunk& chunk = chunks_[c];
       std::vector<std::future<void>> reads;
-      chunk.host = memory::AlignedBuffer(chunk_bytes(chunk));
-      reads.push_back(store->read(chunk.region, chunk.host.data()));
-      if (with_gradients && !chunk.grads && chunk.grads_on_disk) {
-        chunk.grads = memory::AlignedBuffer(gradient_chunk_bytes(chunk));
-        reads.push_back(store->read(chunk.grad_region, chunk.grads.data()));
+      if (chunk.optim_on_disk) {
+        make_optim_resident(chunk);
+        reads.push_back(disk_->read(chunk.optim_region, chunk.optim_buffer.data()));
       }
+      if (chunk.values_on_disk && !chunk.values.defined()) {
+        make_values_resident(chunk);
+        reads.push_back(disk_->read(chunk.values_region, chunk.values_buffer.data()));
+      }
+      if (chunk.grad_on_disk) reads.push_back(read_gradient(c));
       return reads;
     };
-    // Gradients written back late in backward may still be in memory: use them there.
-    io.arrived = [&](std::size_t c) {
-      if (with_gradients && optim_chunks_[c].grad_write.valid())
-        finish_gradient_write(optim_chunks_[c], true);
-    };
-    io.write = [&, store](std::size_t c) {
+    io.write = [&](std::size_t c) {
+      ShardChunk& chunk = chunks_[c];
       std::vector<std::future<void>> writes;
-      writes.push_back(store->write(optim_chunks_[c].region, optim_chunks_[c].host.data()));
+      if (chunk.optim_on_disk)
+        writes.push_back(disk_->write(chunk.optim_region, chunk.optim_buffer.data()));
+      if (chunk.values_on_disk)
+        writes.push_back(disk_->write(chunk.values_region, chunk.values_buffer.data()));
       return writes;
     };
     io.written = [&](std::size_t c) {
-      // The update's copies up to the device read this buffer: they finish first.
-      if (device_) device_->host_waits(*device_->record_copies());
-      optim_chunks_[c].host = memory::AlignedBuffer();
+      if (chunks_[c].optim_on_disk) drop_resident_optim(chunks_[c]);
+      if (chunks_[c].values_on_disk) keep_or_drop_values(chunks_[c]);
     };
-    stream_disk_chunks(optim_chunks_.size(), io, [&](std::size_t c) { body(optim_chunks_[c]); });
+    stream_disk_chunks(chunks_.size(), io, [&](std::size_t c) {
+      if (!chunks_[c].trainable || !include(c)) return;
+      settle_upload(chunks_[c]);  // a chunk kept whole was copied up from this shard
+      body(c);
+    });
   }
 
-  // A float32 tensor over the optimizer state of `e` at array offset `offset` (0: masters):
-  // host memory for host chunks, a read-only map of the region file for disk chunks.
-  torch::Tensor optimizer_view(const Entry& e, std::int64_t offset) const {
-    const OptimChunk& chunk = optim_chunks_[e.optim_chunk];
-    if (!chunk.on_disk) {
-      const auto where =
-          torch::TensorOptions(torch::kFloat32)
-              .device(chunk.on_device ? tensor_device() : torch::Device(torch::kCPU));
-      return torch::from_blob(arrays_of(chunk) + offset + e.optim_offset, e.tensor.sizes(), where);
-    }
-    return mapped_region_view(chunk.region, (offset + e.optim_offset) * 4, e);
+  // Array `array` of the optimizer shard ([masters (bf16)] [exp_avg] [exp_avg_sq]) over this
+  // rank's part of `e`: resident memory, or a read-only map of the shard's file on disk (the
+  // checkpoint reads it from there a tensor at a time).
+  torch::Tensor optim_part(const ShardEntry& e, std::int64_t array) const {
+    const ShardChunk& c = chunks_[e.chunk];
+    const std::int64_t at = array * stride(c) + e.shard_offset;
+    if (c.optim.defined()) return c.optim.narrow(0, at, e.own_count);
+    if (!c.optim_on_disk || !disk_)
+      throw Error(ErrorKind::Internal, "gemini: the optimizer state of \"" + e.name +
+                                           "\" is neither resident nor on disk");
+    return mapped_region(c.optim_region, at, e.own_count, torch::kFloat32);
   }
 
-  // A float32 tensor shaped like `e` at `byte_offset` in a read-only map of a region's file.
-  torch::Tensor mapped_region_view(std::size_t region, std::int64_t byte_offset,
-                                   const Entry& e) const {
-    return mapped_file_tensor(disk_->region_path(region), byte_offset, e.tensor.sizes(),
-                              torch::kFloat32);
+  // `count` elements of `dtype` from element `at` of region `region`'s file, mapped read-only.
+  torch::Tensor mapped_region(std::size_t region, std::int64_t at, std::int64_t count,
+                              torch::Dtype dtype) const {
+    return mapped_file_tensor(disk_->region_path(region),
+                              at * static_cast<std::int64_t>(c10::elementSize(dtype)), {count},
+                              dtype);
   }
 
   train::ProcessContext process_;
-  // The device tier (device "simulated" in tests): declared first, so that the chunks' device
-  // memory goes before it.
+  std::unique_ptr<dist::ParallelContext> solo_;  // one process: its group of one
+  dist::ProcessGroup* group_ = nullptr;
+  int rank_ = 0;
+  int world_ = 1;
+  // The device tier (a GPU, or the simulated device): the gathered chunks and the gradient
+  // chunks live there. Declared first among the chunks' owners, so their memory goes before it.
   std::unique_ptr<train::DeviceTier> device_;
-  std::function<void(const std::string&, const std::string&)> log_;  // may be empty
-  std::vector<c10::DataPtr> update_staging_;         // host buffers the update's copies read
-  std::vector<torch::Tensor> gradients_in_transit_;  // device gradients being copied down
-  std::shared_ptr<train::DeviceEvent> gradients_arrived_;
-  std::optional<train::MixedPrecision> precision_;  // set by prepare()
+  bool gather_to_host_ = false;  // after gather_weights(): chunks whole in host memory
+  std::optional<train::MixedPrecision> precision_;
   torch::Dtype dtype_ = torch::kFloat32;
   optim::AdamWOptions adamw_;
-  GeminiOptions gemini_;
   const model::DeferredWeights* deferred_ = nullptr;  // during prepare() only
-  std::vector<Entry> entries_;
+  std::vector<ShardEntry> entries_;
   std::uint64_t quantized_bytes_ = 0;  // QLoRA: the base's quantized Linears, held by the layers
-  std::vector<std::size_t> trainable_order_;  // entries_ index of each trainable tensor, in the
-                                              // order prepare() was given them
-  std::vector<ParamChunk> param_chunks_;
-  std::vector<OptimChunk> optim_chunks_;
-  std::unique_ptr<memory::DiskStore> disk_;
-  std::deque<OptimChunk*> gradient_writes_;   // gradient write-backs in flight, oldest first
-  std::deque<std::size_t> parameter_writes_;  // parameter chunk write-backs in flight
-  // With a device: chunks on disk whose homes wait for their copies (settle_homes).
-  std::deque<std::size_t> home_writes_;
-  // The chunks each block with a parameter on disk fetches; the blocks with a hook of ours.
-  std::shared_ptr<ChunkUseHook> chunk_fetch_;
-  HookedBlocks hooked_blocks_;
-  // Which parameter chunks on disk stay cached and which are read ahead: the order the first
-  // step used them in; the block computing now pins its chunks.
-  memory::ChunkCachePolicy cache_;
-  std::size_t cache_limit_ = memory::kCachedParameterChunks;
+  std::vector<std::size_t> trainable_order_;
+  std::vector<ShardChunk> chunks_;
+  std::vector<std::size_t> reduce_order_;
+  std::size_t next_reduce_ = 0;
+  std::deque<Reduction> reductions_;
   bool last_micro_batch_ = false;
+  // Gradient shards on their way to the disk tier (gradient_done), oldest first.
+  std::deque<std::pair<std::size_t, std::future<void>>> gradient_writes_;
+  // A device tier's gradient shards on their way down: the last copy's event, and the later
+  // micro-batches' shards to add once it is done.
+  std::shared_ptr<train::DeviceEvent> gradients_copied_;
+  std::vector<CopiedGradient> copied_gradients_;
+  std::shared_ptr<ChunkUseHook> chunk_use_;
+  HookedBlocks hooked_blocks_;
+  GeminiOptions gemini_;
+  std::uint64_t rank_budget_ = 0;  // auto: this rank's share of host_budget
+  // Parameter shards of on-disk chunks kept in memory (auto grows it after the first step).
+  std::size_t cached_shards_ = kGatheredChunks;
+  // After chunks_: destroyed first, so no transfer outlives a chunk's buffer.
+  std::unique_ptr<memory::DiskStore> disk_;
+  // Which chunks stay gathered and which are gathered ahead: the order the first step used
+  // them in; the block computing now pins its chunks.
+  memory::ChunkCachePolicy gathered_;
   std::int64_t steps_ = 0;
+  std::function<void(const std::string&, const std::string&)> log_;  // may be empty
   // The update (update()): which entries it changes (their gradient arrived).
   std::vector<char> with_gradient_;
-  // The pipelined update (start_pipelined_update): whether it is on, the chunks each block
-  // waits for, which chunks are left to it. Its worker (its mutex guards chunk.grads) is declared
-  // last, so that it ends before anything it uses goes.
-  bool pipelined_ = false;
-  std::vector<bool> waited_for_;
-  std::shared_ptr<BlockEnterHook> update_wait_;
-  BlockChunks block_optim_chunks_;
+  // With a device tier, the memory the update's copies read until they are done: host staging
+  // of new values going up, device copies of new values going down and of float32 shards
+  // copied up for their update (kStagedUpdates chunks' at most).
+  std::vector<c10::DataPtr> update_staging_;
+  std::vector<std::vector<torch::Tensor>> update_device_staging_;  // per chunk updated
+  // The chunks whose update runs behind the next forward (choose_pipelined_chunks), and whether
+  // one may be running now (from step() to the next settle_update()).
+  std::vector<bool> pipelined_;
+  bool update_behind_ = false;
+  std::uint64_t all_gathers_ = 0;
+  std::uint64_t reduce_scatters_ = 0;
+  std::uint64_t prefetched_ = 0;
+  std::uint64_t updates_behind_ = 0;
+  // Its worker, declared last: it ends before anything it uses goes.
   UpdatePipeline update_;
 };
 
 }  // namespace
 
-std::unique_ptr<train::Plugin> make_one_process_gemini() {
-  return std::make_unique<GeminiPlugin>();
+void register_gemini_plugin() {
+  train::register_plugin("gemini", [] { return std::make_unique<GeminiPlugin>(); });
+}
+
+bool gemini_shard_held(const train::Plugin& plugin, GeminiShardHeld* held) {
+  const auto* gemini = dynamic_cast<const GeminiPlugin*>(&plugin);
+  if (gemini == nullptr) return false;
+  *held = gemini->held();
+  return true;
 }
 
 }  // namespace tessera::plugins

@@ -1,7 +1,6 @@
 #pragma once
-// What both Gemini plugins keep in a checkpoint's trainer_state.json beside the tensors: the
-// optimizer's step count and the mixed-precision state (the fp16 loss scale), written and read
-// back the same way by the one-process plugin and the sharded one.
+// What Gemini keeps in a checkpoint's trainer_state.json beside the tensors: the optimizer's step
+// count and the mixed-precision state (the fp16 loss scale), as `single` writes them.
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>

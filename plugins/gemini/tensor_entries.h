@@ -1,7 +1,7 @@
 #pragma once
 // The tensors gemini manages, in use order: the model's parameters in registration order, then
-// the trainable tensors the model does not own (LoRA adapters). Shared by the one-process plugin
-// and the sharded one, whose entry types differ but carry the same identity fields.
+// the trainable tensors the model does not own (LoRA adapters): the identity fields of the
+// plugin's entries.
 #include <torch/torch.h>
 
 #include <cstddef>

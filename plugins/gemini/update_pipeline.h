@@ -1,9 +1,9 @@
 #pragma once
-// The update of optimizer chunks on disk pipelined with the next forward, as both gemini plugins
-// run it: a worker updates chunks in the order forward uses them and marks each one done; step()
-// returns at once, and a block about to compute waits only for the chunks of its own parameters.
-// Whatever else reads parameters, gradients or optimizer state waits for the whole update first
-// (settle()), which is also where the worker's error surfaces.
+// The update of optimizer chunks on disk pipelined with the next forward, as gemini runs it: a
+// worker updates chunks in the order forward uses them and marks each one done; step() returns at
+// once, and a block about to compute waits only for the chunks of its own parameters. Whatever else
+// reads parameters, gradients or optimizer state waits for the whole update first (settle()), which
+// is also where the worker's error surfaces.
 #include <ATen/Parallel.h>
 
 #include <algorithm>

@@ -9,11 +9,6 @@ its own process, one at a time:
   gemini-host  `gemini`, parameters in chunks, optimizer state on the host (offload_optim_frac 0)
   gemini-disk  `gemini` with all of the optimizer state on disk (offload_optim_frac 1), in a
                folder of the benchmark's temporary directory
-  sharded-host, sharded-disk
-               the same two through the sharded plugin at one process (a group of one,
-               TESSERA_GEMINI_SHARDED_ONE_PROCESS): the plugin `gemini` runs on several
-               processes, which is to become the one-process case too (issue 25); printed ÷ the
-               one-process side (÷gemini), its step time and peak RSS
 
 It prints the median step time of the measured steps (the gaps between per-step `metric`
 events), gemini ÷ single, the bytes the disk tier moved per step (from its `memory` events), and
@@ -123,9 +118,6 @@ def main():
             "gemini-disk": ["--plugin", "gemini", "--strategy-options",
                             json.dumps({"offload_optim_frac": 1.0, "offload_dir": offload})],
         }
-        sharded = {"sharded-host": "gemini-host", "sharded-disk": "gemini-disk"}
-        for side, same in sharded.items():
-            sides[side] = sides[same]
         failures = []
         for threads in thread_counts:
             results = {}
@@ -135,8 +127,7 @@ def main():
                 argv = [probe, "--model", model_dir, "--batches", batches, "--steps", str(steps), "--lr", str(LR),
                         "--schedule", "constant", "--max-grad-norm", str(MAX_GRAD_NORM), "--threads", str(threads),
                         "--report", report, "--events", events, *extra]
-                rss, _ = run_child(argv, threads, f"{side} ({threads} threads)",
-                                   {"TESSERA_GEMINI_SHARDED_ONE_PROCESS": "1"} if side in sharded else None)
+                rss, _ = run_child(argv, threads, f"{side} ({threads} threads)")
                 with open(report) as f:
                     losses = json.load(f)["losses"]
                 step_s = statistics.median(ours_step_seconds(events)[warmup:])
@@ -146,16 +137,12 @@ def main():
                                      moved=read + written)
             print(f"\n[{threads} thread{'s' if threads > 1 else ''}]  load average {os.getloadavg()[0]:.2f} on "
                   f"{os.cpu_count()} CPUs")
-            print(f"  {'side':12s} {'s/step':>7s} {'÷single':>8s} {'peak RSS':>9s} {'disk MB/step':>12s} "
-                  f"{'÷gemini (step, RSS)':>20s}")
+            print(f"  {'side':12s} {'s/step':>7s} {'÷single':>8s} {'peak RSS':>9s} {'RSS ÷single':>11s} "
+                  f"{'disk MB/step':>12s}")
             base = results["single"]
             for side, r in results.items():
-                versus = ""
-                if side in sharded:
-                    one = results[sharded[side]]
-                    versus = f"{r['step_s'] / one['step_s']:9.3f} {r['rss'] / one['rss']:10.3f}"
                 print(f"  {side:12s} {r['step_s']:7.3f} {r['step_s'] / base['step_s']:8.3f} "
-                      f"{r['rss'] / 2**20:7.0f}MB {r['moved'] / 1e6:12.1f} {versus}")
+                      f"{r['rss'] / 2**20:7.0f}MB {r['rss'] / base['rss']:11.3f} {r['moved'] / 1e6:12.1f}")
                 if r["losses"] != base["losses"]:
                     failures.append(f"{side} ({threads} threads): losses {r['losses']} differ from single's "
                                     f"{base['losses']}")
@@ -170,8 +157,7 @@ def main():
         if failures:
             raise SystemExit("FAIL:\n  " + "\n  ".join(failures))
         print("\nbench_gemini: done (figures only; goals: gemini-host ÷ single <= 1.05, "
-              "gemini-disk ÷ max(single, I/O) <= 1.25; the sharded sides ÷ gemini near 1 before the one-process "
-              "plugin can go)")
+              "gemini-disk ÷ max(single, I/O) <= 1.25)")
 
 
 if __name__ == "__main__":

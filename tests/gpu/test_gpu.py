@@ -392,15 +392,12 @@ def test_strategy_on_the_gpu_equals_single(plugin, options, llama_dir, batches, 
     # parameter shards in host memory
     {"chunk_size": "160KiB", "host_param_frac": 0.5, "host_optim_frac": 0.4, "offload_optim_frac": 0.3},
 ])
-def test_sharded_gemini_on_the_gpu_equals_single(options, llama_dir, batches, tmp_path):  # noqa: F811
-    """gemini's sharded plugin (the one several ranks run) on a GPU: a shard in host memory is
-    copied up for each gather (the chunk all-gathered in GPU memory), its gradient chunk
-    reduce-scattered there and the rank's shard copied down for the CPU Adam; a shard on the GPU
-    is gathered there and updated there by torch's fused AdamW. A machine with one GPU cannot
-    run two ranks (each needs a GPU of its own), so it runs as one process
-    (TESSERA_GEMINI_SHARDED_ONE_PROCESS: a group of one, whose collectives copy): the device
-    tier's copies, events and memory on CUDA, with the losses of single on the GPU. On the CPU,
-    the simulated device."""
+def test_gemini_device_tier_on_the_gpu_moves_what_its_placement_says(options, llama_dir, batches, tmp_path):  # noqa: F811
+    """gemini's device tier on a GPU (one process: a group of one, whose collectives copy): a shard
+    in host memory is copied up for each gather, its gradient chunk filled on the GPU and copied
+    down for the CPU Adam; a shard on the GPU is the chunk itself, updated there by torch's fused
+    AdamW. The losses of single on the GPU; what crossed between the tiers and the moments on the
+    device as the placement says. On the CPU, the simulated device."""
     common = ["--lr", 1e-2, "--schedule", "cosine", "--warmup", 3]
     single = tp.run_probe(llama_dir, batches[0], 10, tmp_path / "single.json", *common,
                           "--strategy-options", json.dumps(CUDA))
@@ -410,12 +407,12 @@ def test_sharded_gemini_on_the_gpu_equals_single(options, llama_dir, batches, tm
     cmd = [str(tp.probe_path()), "--model", str(llama_dir), "--batches", str(batches[0]),
            "--steps", "10", "--report", str(tmp_path / "r.json"), "--events", str(events),
            *map(str, common), "--plugin", "gemini", "--strategy-options", json.dumps({**options, **device})]
-    env = dict(os.environ, TESSERA_GEMINI_SHARDED_ONE_PROCESS="1", TESSERA_SIMULATED_DEVICE="1")
+    env = dict(os.environ, TESSERA_SIMULATED_DEVICE="1")
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr
     ours = json.loads((tmp_path / "r.json").read_text())
-    print(f"sharded gemini {options} {DEVICE} vs single: rel {max_rel(ours['losses'], single['losses']):.2e}")
-    tp.assert_close(ours["losses"], single["losses"], "sharded gemini loss", rel=TRAIN_REL)
+    print(f"gemini device tier {options} {DEVICE} vs single: rel {max_rel(ours['losses'], single['losses']):.2e}")
+    tp.assert_close(ours["losses"], single["losses"], "gemini device tier loss", rel=TRAIN_REL)
     memory = [json.loads(line) for line in events.read_text().splitlines()]
     tier = [e for e in memory if e["type"] == "memory" and e.get("tier") == "device"]
     assert tier and tier[-1]["device"] == where(DEVICE if DEVICE == "cuda" else "simulated"), tier[-1:]

@@ -92,13 +92,11 @@ def test_sharded_gemini_equals_single_with_accumulation(launch, world, method, a
 
 
 @pytest.mark.parametrize("method", ["full", "lora"])
-def test_a_group_of_one_holds_each_chunk_once(launch, monkeypatch, method):
-    """The sharded plugin at one process (TESSERA_GEMINI_SHARDED_ONE_PROCESS), as it is to run
-    every one-process gemini job: its group of one gathers a chunk as the shard's own memory and
+def test_a_group_of_one_holds_each_chunk_once(launch, method):
+    """One process: its group of one gathers a chunk as the shard's own memory and
     adds the gradients up in the step's shard, so after the last backward memory() holds the
     parameters, the gradients and the moments once each, counted from its buffers: nothing
     gathered apart, no collective, and `single`'s weights, losses and norms with accumulation 2."""
-    monkeypatch.setenv("TESSERA_GEMINI_SHARDED_ONE_PROCESS", "1")
     steps, accumulation = 3, 2
     reports = run_gemini(launch, 1, steps, accumulation, method, SMALL_CHUNKS if method == "full" else {})
     first = reports[0]

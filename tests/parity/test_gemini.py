@@ -165,16 +165,8 @@ def test_gemini_follows_single(workdir, family, precision, method):
         assert not offload.exists() or not any(offload.iterdir()), "the offload folder outlived the run"
 
 
-# The one-process plugin, and the sharded one as a group of one (TESSERA_GEMINI_SHARDED_ONE_PROCESS),
-# which is to become the one-process case (issue 25).
-SHARDED_ONE_PROCESS = {"TESSERA_GEMINI_SHARDED_ONE_PROCESS": "1"}
-
-
-@pytest.mark.parametrize("family, precision, plugin", [
-    ("llama", "fp32", "one-process"), ("gpt2", "bf16", "one-process"), ("llama", "fp32", "sharded"),
-    ("gpt2", "bf16", "sharded"),
-])
-def test_the_update_behind_the_forward_waits_for_its_chunks(workdir, family, precision, plugin):
+@pytest.mark.parametrize("family, precision", [("llama", "fp32"), ("gpt2", "bf16")])
+def test_the_update_behind_the_forward_waits_for_its_chunks(workdir, family, precision):
     """With the parameters in memory and the optimizer state on disk (full fine-tuning: LoRA's
     adapters, in no block, are updated in step()), the update of its chunks runs behind the next
     forward, each block waiting for the chunks of its own parameters. On a
@@ -183,7 +175,7 @@ def test_the_update_behind_the_forward_waits_for_its_chunks(workdir, family, pre
     The losses are single's within 1e-5, with gradient accumulation (two forwards per step),
     recomputation (each block entered again in backward) and evaluations between steps."""
     training = {"gradient_accumulation": 2, "activation_checkpointing": True, "eval_every": 3}
-    base = f"behind-{family}-{precision}-{plugin}"
+    base = f"behind-{family}-{precision}"
 
     def with_evaluation(path):
         spec = json.loads(path.read_text())
@@ -198,7 +190,7 @@ def test_the_update_behind_the_forward_waits_for_its_chunks(workdir, family, pre
         spec_for(workdir, family, f"{base}-single", "single", precision=precision, steps=8, training=training)))
     spec = with_evaluation(spec_for(workdir, family, base, "gemini", {"offload_optim_frac": 1.0, "chunk_size": "160KiB"},
                                     precision=precision, steps=8, training=training))
-    env = dict(os.environ, TESSERA_TEST_SLOW_DISK_MS="4", **(SHARDED_ONE_PROCESS if plugin == "sharded" else {}))
+    env = dict(os.environ, TESSERA_TEST_SLOW_DISK_MS="4")
     losses, events = run(spec, env=env)
     logs = " ".join(e.get("message", "") for e in events if e["type"] == "log")
     assert "runs behind the next forward" in logs, "the update was not pipelined"
@@ -380,9 +372,9 @@ def medium_llama(workdir):
     # chunk's slices
     ("bf16", {"offload_optim_frac": 1.0, "offload_param_frac": 0.5}),
 ])
-def test_the_sharded_update_streams_shards_larger_than_a_slice(workdir, medium_llama, precision, options):
-    """The sharded plugin at one process on the 21M-parameter llama (chunks of up to 64 MiB: a
-    shard is several of the update's 2M-element slices): with its optimizer shards on disk the
+def test_the_update_streams_shards_larger_than_a_slice(workdir, medium_llama, precision, options):
+    """One process on the 21M-parameter llama (chunks of up to 64 MiB: a shard is several of the
+    update's 2M-element slices): with its optimizer shards on disk the
     update reads, updates and writes them a slice at a time (each array padded to whole 2048-element
     blocks in its file), and trains to `single`'s weights to the bit, 3 steps."""
     folder = medium_llama[0]
@@ -390,9 +382,8 @@ def test_the_sharded_update_streams_shards_larger_than_a_slice(workdir, medium_l
     reference, _ = run(spec_for(workdir, "llama", f"{name}-single", "single", precision=precision, steps=3,
                                 extra=("--model", folder)))
     ours, events = run(spec_for(workdir, "llama", name, "gemini", options, precision=precision, steps=3,
-                                extra=("--model", folder)),
-                       env=dict(os.environ, **SHARDED_ONE_PROCESS))
-    assert_same_losses(ours, reference, f"{name}: sharded, optimizer shards on disk in slices")
+                                extra=("--model", folder)))
+    assert_same_losses(ours, reference, f"{name}: optimizer shards on disk in slices")
     disk = [e for e in events if e["type"] == "memory" and e.get("tier") == "disk"]
     assert disk and max(e["by_category"]["optimizer"] for e in disk) >= 8 * medium_llama[1], disk[-1:]
     mine = load_file(workdir / name / "model" / "model.safetensors")

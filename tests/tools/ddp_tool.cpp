@@ -12,7 +12,7 @@
 //     and what it holds counted from its tensors (plugins/zero/zero_plugin.h); rank 0 the
 //     optimizer bytes of `single` and the gradient bytes of a one-process `ddp` for comparison.
 //     With gemini (sharded on W > 1) every rank reports memory() and what it holds counted from
-//     its buffers (plugins/gemini/sharded_gemini.h) at the same moment — with a disk tier
+//     its buffers (plugins/gemini/gemini_plugin.h) at the same moment — with a disk tier
 //     (offload_optim_frac) also disk_memory() and the bytes of the files in its folder then —
 //     and after training gathers the weights (a collective) so that rank 0 can compare them.
 //     Rank 0 then trains the `single` plugin in-process on the same micro-batches in order with
@@ -40,7 +40,7 @@
 #include "model/model.h"
 #include "plugins/builtin_plugins.h"
 #include "plugins/ddp/ddp_plugin.h"
-#include "plugins/gemini/sharded_gemini.h"
+#include "plugins/gemini/gemini_plugin.h"
 #include "plugins/zero/zero_plugin.h"
 #include "train/lora.h"
 #include "train/plugin_registry.h"
