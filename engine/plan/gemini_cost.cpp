@@ -429,8 +429,9 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
   double disk_shards = 0;
   std::uint64_t disk_files = 0;
   std::uint64_t gradient_files = 0;
-  std::vector<std::uint64_t> disk_gradients;  // each on-disk chunk's gradient shard
-  std::vector<std::uint64_t> disk_buffers;    // each on-disk shard's buffer while resident
+  // Each trainable chunk's gradient shard bound for disk (0 for the others), in chunk order.
+  std::vector<double> disk_gradients(on_disk.size(), 0.0);
+  std::vector<std::uint64_t> disk_buffers;  // each on-disk shard's buffer while resident
   const auto gradient_bytes_of = [&](std::size_t t) { return to_bytes(padded[t] * 4.0); };
   double disk_padded = 0;  // elements of the on-disk shards' padded arrays
   for (std::size_t t = 0; t < on_disk.size(); ++t) {
@@ -441,7 +442,7 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
     disk_buffers.push_back(buffer_of(optim_files[t]));
     gradient_files += memory::io_size(gradient_bytes_of(t));
     // In memory (as the plugin counts it): the shard's own bytes.
-    disk_gradients.push_back(to_bytes(chunks.trainable[t] / w * 4.0));
+    disk_gradients[t] = chunks.trainable[t] / w * 4.0;
   }
   // Parameter shards: the fetched chunks then the kept ones, as the plugin orders them (frozen
   // chunks first; for full fine-tuning every chunk is fetched and trainable).
@@ -503,12 +504,16 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
                            : to_bytes(largest * 4.0 + static_cast<double>(kReducesInFlight) *
                                                           (largest + largest / w) * 4.0);
   // The gradient shards in memory at the peak: those not bound for disk and the ones on their
-  // way there.
-  std::sort(disk_gradients.rbegin(), disk_gradients.rend());
+  // way there: the one being filled and kGradientWritesInFlight written behind it, chunks next to
+  // each other (backward finishes them in reverse chunk order, and they are written in it).
   double on_their_way = 0;
-  for (std::size_t i = 0; i < std::min(memory::kGradientWritesInFlight + 1, disk_gradients.size());
-       ++i)
-    on_their_way += d(static_cast<std::int64_t>(disk_gradients[i]));
+  const std::size_t window = memory::kGradientWritesInFlight + 1;
+  for (std::size_t t = 0; t < disk_gradients.size(); ++t) {
+    double sum = 0;
+    for (std::size_t j = t; j < std::min(t + window, disk_gradients.size()); ++j)
+      sum += disk_gradients[j];
+    on_their_way = std::max(on_their_way, sum);
+  }
   const double resident_gradients = (trainable_shards - disk_shards) * 4.0 + on_their_way;
   e.gradients = to_bytes(resident_gradients + static_cast<double>(e.gradient_buckets) +
                          chunks.largest_trainable_tensor * (param_bytes + (bf16 ? 4.0 : 0.0)));
@@ -518,12 +523,15 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
   for (std::size_t i = 0; i < std::min<std::size_t>(3, update_buffers.size()); ++i)
     streamed += update_buffers[i];
   streamed = std::max(streamed, to_bytes(sliced));
-  std::sort(value_buffers.rbegin(), value_buffers.rend());  // the largest gathered at once
-  const std::uint64_t gathered_values = std::accumulate(
-      value_buffers.begin(),
-      value_buffers.begin() +
-          static_cast<std::ptrdiff_t>(std::min(kGatheredChunks, value_buffers.size())),
-      std::uint64_t{0});
+  // At most kGatheredChunks of them, and no more than the replay's gathered peak (rounded to
+  // whole I/O blocks).
+  std::sort(value_buffers.rbegin(), value_buffers.rend());
+  const std::uint64_t gathered_values = std::min(
+      std::accumulate(value_buffers.begin(),
+                      value_buffers.begin() + static_cast<std::ptrdiff_t>(
+                                                  std::min(kGatheredChunks, value_buffers.size())),
+                      std::uint64_t{0}),
+      to_bytes(chunks.gathered_peak / w * param_bytes) + kGatheredChunks * memory::kIoAlignment);
   e.offload_buffers = std::max(streamed, gathered_values);
   e.disk_parameters = value_files;
   e.disk_trainable_parameters = lora ? 0 : value_files;

@@ -329,6 +329,14 @@ class GeminiPlugin : public train::Plugin {
   StepStats step(double lr, double max_grad_norm) override {
     torch::NoGradGuard no_grad;
     settle_update();
+    // The norms for clipping are taken in the last micro-batch's backward: a step after any other
+    // would clip by a norm of nothing.
+    const bool has_gradients = std::any_of(trainable_order_.begin(), trainable_order_.end(),
+                                           [&](std::size_t i) { return entries_[i].has_grad; });
+    if (has_gradients && !last_micro_batch_)
+      throw Error(ErrorKind::Internal,
+                  "gemini: step() after a backward not marked as the last micro-batch "
+                  "(Plugin::backward's last_micro_batch): the gradient norms were never taken");
     // The gathered chunks hold the values before this update: they go.
     release_gathered();
     // The global norm. Several ranks sum their parts' squares in float64; a group of one takes
