@@ -28,6 +28,10 @@ class Error : public std::runtime_error {
   std::string hint_;
 };
 
+// The hint of every refusal of a checkpoint that does not fit the run.
+inline constexpr const char* kResumeSameTraining =
+    "resume with the same model and method (full / LoRA and its targets)";
+
 // Shorthands: the message should name the file/field/line and the fault.
 [[noreturn]] void throw_invalid(std::string message, std::string hint = {});
 [[noreturn]] void throw_unsupported(std::string message, std::string hint = {});

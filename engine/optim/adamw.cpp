@@ -180,7 +180,7 @@ void AdamW::load_state(const std::map<std::string, torch::Tensor>& tensors, std:
     if (it == index.end())
       throw_invalid(source + ": optimizer state for \"" + param +
                         "\", which is not a trainable parameter of this run",
-                    "resume with the same model and method (full / LoRA and its targets)");
+                    kResumeSameTraining);
     const torch::Tensor& p = params_[it->second].tensor;
     if (tensor.sizes() != p.sizes())
       throw_invalid(source + ": optimizer tensor \"" + name + "\" has shape " +

@@ -73,7 +73,55 @@ struct ShardedChunks {
   std::int64_t gathers = 0;      // all-gathers of fetched chunks in a step
 };
 
+// The replay packs and replays at most this many layers; a deeper config's other layers are
+// added as chunks of the replay's typical size (its median one), so a config of absurd depth is
+// refused by its size, not by the estimate running out of memory.
+constexpr std::int64_t kLayersReplayed = 64;
+
+ShardedChunks replayed_chunks(const hf::ModelConfig& c, const Settings& s, int world_size);
+
 ShardedChunks sharded_chunks(const hf::ModelConfig& c, const Settings& s, int world_size) {
+  if (c.num_hidden_layers <= kLayersReplayed) return replayed_chunks(c, s, world_size);
+  hf::ModelConfig replayed = c;
+  replayed.num_hidden_layers = kLayersReplayed;
+  ShardedChunks out = replayed_chunks(replayed, s, world_size);
+  const double w = d(std::max(1, world_size));
+  const double more = d(c.num_hidden_layers - kLayersReplayed);  // layers not replayed
+  const double share = more / d(kLayersReplayed);
+  // Each layer's tensors in the fetched chunks, and LoRA's adapters in the kept ones.
+  const hf::ParameterShapes shapes = hf::family_of(c).parameter_shapes(c);
+  const bool quantized = cost::quantized_base(c, s).elements > 0;
+  double layer = shapes.layer_other;
+  for (const hf::LinearModule& m : shapes.layer_linears)
+    layer += (quantized ? 0.0 : m.in_features * m.out_features) + (m.bias ? m.out_features : 0.0);
+  const bool lora = s.method == "lora";
+  double adapters = 0;
+  for (double x : out.kept) adapters += x;
+  const auto extend = [&](std::vector<double>& chunks, double elements) {
+    if (chunks.empty() || elements <= 0) return;
+    std::vector<double> sorted = chunks;
+    std::nth_element(sorted.begin(),
+                     sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2), sorted.end());
+    // (At most a million of them: past that, larger ones.)
+    const double typical = std::max({w, sorted[sorted.size() / 2], elements / 1e6});
+    const double count = std::ceil(elements / typical);
+    chunks.insert(chunks.end() - 1, static_cast<std::size_t>(count), typical);
+    out.all += count * typical;
+  };
+  extend(out.fetched, more * layer);
+  if (lora) {
+    extend(out.kept, adapters * share);
+    out.trainable = out.kept;
+  } else {
+    out.trainable = out.fetched;
+  }
+  // The gathers repeat layer by layer; the peak of chunks whole at once stays the replay's.
+  out.gathered_elements *= 1.0 + share;
+  out.gathers = static_cast<std::int64_t>(d(out.gathers) * (1.0 + share));
+  return out;
+}
+
+ShardedChunks replayed_chunks(const hf::ModelConfig& c, const Settings& s, int world_size) {
   ShardedChunks out;
   const bool lora = s.method == "lora";
   const double element = s.precision == "bf16" ? 2.0 : 4.0;

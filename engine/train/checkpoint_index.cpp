@@ -144,7 +144,7 @@ std::map<std::string, torch::Tensor> StateIndex::read(
         throw_invalid(dir_.string() + ": \"" + name + "\" was saved with shape " +
                           c10::str(c10::IntArrayRef(shape)) + ", this run has " +
                           c10::str(c10::IntArrayRef(slice->second.shape)),
-                      "resume with the same model and method (full / LoRA and its targets)");
+                      kResumeSameTraining);
       begin = slice->second.offset;
       count = slice->second.numel;
       if (count == 0) continue;

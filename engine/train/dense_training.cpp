@@ -210,7 +210,7 @@ void DenseTraining::load_state(const std::map<std::string, torch::Tensor>& weigh
     auto it = weights.find(params_[i].name);
     if (it == weights.end())
       throw_invalid(source + ": the checkpoint has no weight \"" + params_[i].name + "\"",
-                    "resume with the same model and method (full / LoRA and its targets)");
+                    kResumeSameTraining);
     if (it->second.sizes() != params_[i].tensor.sizes())
       throw_invalid(source + ": weight \"" + params_[i].name + "\" has shape " +
                     c10::str(it->second.sizes()) + ", the model has " +
@@ -229,7 +229,7 @@ void DenseTraining::load_state(const std::map<std::string, torch::Tensor>& weigh
   if (weights.size() != masters_.size())
     throw_invalid(source + ": the checkpoint holds " + std::to_string(weights.size()) +
                       " weights but this run trains " + std::to_string(masters_.size()),
-                  "resume with the same model and method (full / LoRA and its targets)");
+                  kResumeSameTraining);
   precision_->restore_state(state, source);
   std::map<std::string, torch::Tensor> moments = optimizer;
   if (shard_group_ != nullptr) {  // whole moments: this member's shares of them
@@ -248,7 +248,7 @@ void DenseTraining::load_state(const std::map<std::string, torch::Tensor>& weigh
         throw_invalid(source + ": optimizer tensor \"" + name + "\" has " +
                           std::to_string(value.numel()) + " elements, its weight " +
                           std::to_string(params_[it->second].tensor.numel()),
-                      "resume with the same model and method (full / LoRA and its targets)");
+                      kResumeSameTraining);
       if (s.count > 0) moments[name] = value.reshape(-1).narrow(0, s.start, s.count);
     }
   }

@@ -10,10 +10,6 @@
 
 namespace tessera::plugins {
 
-// The hint of every refusal of a checkpoint that does not fit the run.
-inline constexpr const char* kResumeSameTraining =
-    "resume with the same model and method (full / LoRA and its targets)";
-
 inline nlohmann::json gemini_state_json(const train::MixedPrecision& precision,
                                         std::int64_t optimizer_steps) {
   nlohmann::json state = {{"optimizer_steps", optimizer_steps}};

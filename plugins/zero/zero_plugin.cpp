@@ -275,21 +275,21 @@ class ZeroPlugin : public Plugin {
       throw_invalid(source + ": \"" + name + "\" has " + std::to_string(value.numel()) +
                         " elements; this rank holds " + std::to_string(s.count) + " of the " +
                         std::to_string(n) + " of " + params_[i].name,
-                    "resume with the same model and method (full / LoRA and its targets)");
+                    kResumeSameTraining);
     };
     for (const auto& [name, value] : weights) {
       const auto it = index_of.find(name);
       if (it == index_of.end())
         throw_invalid(
             source + ": the checkpoint has weight \"" + name + "\", which this run does not train",
-            "resume with the same model and method (full / LoRA and its targets)");
+            kResumeSameTraining);
     }
     for (std::size_t i = 0; i < params_.size(); ++i) {
       if (shares_[i].count == 0) continue;
       const auto it = weights.find(params_[i].name);
       if (it == weights.end())
         throw_invalid(source + ": the checkpoint has no weight \"" + params_[i].name + "\"",
-                      "resume with the same model and method (full / LoRA and its targets)");
+                      kResumeSameTraining);
       masters_[i].tensor.copy_(own_part(it->first, i, it->second));
       if (separate_masters()) own_range(i).copy_(masters_[i].tensor);
     }
@@ -300,7 +300,7 @@ class ZeroPlugin : public Plugin {
       const auto it = index_of.find(param);
       if (it == index_of.end() || (!squared && name.rfind("exp_avg.", 0) != 0))
         throw_invalid(source + ": unexpected optimizer tensor \"" + name + "\"",
-                      "resume with the same model and method (full / LoRA and its targets)");
+                      kResumeSameTraining);
       if (shares_[it->second].count == 0) continue;
       moments[name] = own_part(name, it->second, value);
     }

@@ -561,18 +561,20 @@ def test_the_benchmark_times_and_profiles_both_sides(tmp_path):
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="device auto on a machine with a GPU")
-def test_qlora_with_device_auto_goes_where_the_strategy_computes(llama_dir, batches, tmp_path):  # noqa: F811
-    """QLoRA computes on the CPU only. With `device: auto` it trains where auto is the CPU for the
-    strategy (gemini with parameter chunks on disk: job::device_for), and is refused, naming CUDA,
-    where auto is the GPU (single)."""
+def test_qlora_with_device_auto_is_refused_where_auto_is_the_gpu(llama_dir, batches, tmp_path):  # noqa: F811
+    """QLoRA computes on the CPU only. With `device: auto` on a machine with a GPU, `single` and
+    `gemini` (one process, its shards on disk or not: job::device_for) compute on the GPU, so the
+    run is refused, naming CUDA; `device: cpu` trains."""
     qlora = ("--method", "lora", "--quantize", "nf4")
-    report = tp.run_probe(llama_dir, batches[0], 2, tmp_path / "r.json", *qlora, "--plugin",
+    for plugin, options in [("single", {"device": "auto"}),
+                            ("gemini", {"device": "auto", "offload_param_frac": 0.5})]:
+        cmd = [str(tp.probe_path()), "--model", str(llama_dir), "--batches", str(batches[0]),
+               "--steps", "2", "--report", str(tmp_path / f"{plugin}.json"), *qlora, "--plugin", plugin,
+               "--strategy-options", json.dumps(options)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 2, (plugin, done.stderr)
+        assert "QLoRA" in done.stderr and "CUDA device is not supported yet" in done.stderr, done.stderr
+    report = tp.run_probe(llama_dir, batches[0], 2, tmp_path / "cpu.json", *qlora, "--plugin",
                           "gemini", "--strategy-options",
-                          json.dumps({"device": "auto", "offload_param_frac": 0.5}))
+                          json.dumps({"device": "cpu", "offload_param_frac": 0.5}))
     assert len(report["losses"]) == 2
-    cmd = [str(tp.probe_path()), "--model", str(llama_dir), "--batches", str(batches[0]),
-           "--steps", "2", "--report", str(tmp_path / "s.json"), *qlora, "--plugin", "single",
-           "--strategy-options", json.dumps({"device": "auto"})]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 2, done.stderr
-    assert "QLoRA" in done.stderr and "CUDA device is not supported yet" in done.stderr, done.stderr
