@@ -201,7 +201,7 @@ def test_the_update_behind_the_forward_waits_for_its_chunks(workdir, family, pre
 
 
 def test_two_ranks_wait_for_the_update_behind_the_forward(workdir):
-    """2 ranks of the sharded plugin with their optimizer shards on a slow disk (as above): each
+    """2 ranks of gemini with their optimizer shards on a slow disk (as above): each
     rank's update runs behind its next forward and each block waits for its own chunks, while
     both ranks gather ahead alike (a gather ahead skipped on one rank only would pair different
     chunks in the collectives). The losses are those of the same 2-rank job with the shards in

@@ -35,7 +35,7 @@ PLACEMENTS = {
 }
 
 
-# The sharded plugin's shards, their optimizer state and gradients in host memory (the device
+# Every parameter shard, its optimizer state and gradients in host memory (the device
 # holds the gathered chunks and the gradient chunks being reduced).
 HOST_SHARDS = {"host_param_frac": 1.0, "host_optim_frac": 1.0}
 
