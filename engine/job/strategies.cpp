@@ -283,9 +283,8 @@ bool simulated_device_allowed() {
   return value != nullptr && std::string(value) == "1";
 }
 
-DeviceChoice device_for(const std::string& strategy, const std::string& device,
-                        const nlohmann::json& options, int processes, int processes_per_node,
-                        int gpus) {
+DeviceChoice device_for(const std::string& strategy, const std::string& device, int processes,
+                        int processes_per_node, int gpus) {
   if (device != "auto") return {device, ""};
   if (gpus <= 0) return {"cpu", ""};
   if (strategy == "hybrid") return {"cpu", "strategy hybrid computes on the CPU only so far"};

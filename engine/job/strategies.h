@@ -42,16 +42,15 @@ bool simulated_device_allowed();
 // Where a strategy computes, from its `device` option: "cpu", "cuda" or "simulated" as written;
 // "auto" is the GPU where this machine has one for each of its `processes_per_node` ranks (and
 // every rank is on it: across machines "auto" is the CPU, on which every rank agrees) and
-// the strategy has a CUDA path for these options (single; ddp and zero; gemini in one process,
-// or sharded), else the CPU, `why_not_gpu` saying why (empty without a
-// GPU). The plugins, the runner (NCCL groups or not) and the planner all decide by it.
+// the strategy has a CUDA path (single; ddp and zero; gemini, with any options), else the CPU,
+// `why_not_gpu` saying why (empty without a GPU). The plugins, the runner (NCCL groups or not)
+// and the planner all decide by it.
 struct DeviceChoice {
   std::string device;
   std::string why_not_gpu;
 };
-DeviceChoice device_for(const std::string& strategy, const std::string& device,
-                        const nlohmann::json& options, int processes, int processes_per_node,
-                        int gpus);
+DeviceChoice device_for(const std::string& strategy, const std::string& device, int processes,
+                        int processes_per_node, int gpus);
 
 struct StrategyInfo {
   std::string name;

@@ -68,6 +68,7 @@ struct ShardedChunks {
   std::vector<double> trainable;  // elements of each trainable chunk
   double all = 0;                 // Σ every chunk's elements
   double largest_trainable_tensor = 0;
+  double layer_elements = 0;     // one layer's chunked elements (QLoRA's quantized weights not)
   double gathered_peak = 0;      // elements of fetched chunks whole at once, at most
   double gathered_elements = 0;  // elements all-gathered in a step, of fetched chunks
   std::int64_t gathers = 0;      // all-gathers of fetched chunks in a step
@@ -89,11 +90,6 @@ ShardedChunks sharded_chunks(const hf::ModelConfig& c, const Settings& s, int wo
   const double more = d(c.num_hidden_layers - kLayersReplayed);  // layers not replayed
   const double share = more / d(kLayersReplayed);
   // Each layer's tensors in the fetched chunks, and LoRA's adapters in the kept ones.
-  const hf::ParameterShapes shapes = hf::family_of(c).parameter_shapes(c);
-  const bool quantized = cost::quantized_base(c, s).elements > 0;
-  double layer = shapes.layer_other;
-  for (const hf::LinearModule& m : shapes.layer_linears)
-    layer += (quantized ? 0.0 : m.in_features * m.out_features) + (m.bias ? m.out_features : 0.0);
   const bool lora = s.method == "lora";
   double adapters = 0;
   for (double x : out.kept) adapters += x;
@@ -108,7 +104,7 @@ ShardedChunks sharded_chunks(const hf::ModelConfig& c, const Settings& s, int wo
     chunks.insert(chunks.end() - 1, static_cast<std::size_t>(count), typical);
     out.all += count * typical;
   };
-  extend(out.fetched, more * layer);
+  extend(out.fetched, more * out.layer_elements);
   if (lora) {
     extend(out.kept, adapters * share);
     out.trainable = out.kept;
@@ -171,6 +167,10 @@ ShardedChunks replayed_chunks(const hf::ModelConfig& c, const Settings& s, int w
   std::vector<double> numels;
   for (const auto& t : tensors) numels.push_back(t.first);
   // Not a structured binding: the lambdas below use these, which clang before 16 refuses.
+  for (const auto& t : tensors)
+    if (!layer_blocks.empty() && std::find(layer_blocks[0].begin(), layer_blocks[0].end(),
+                                           t.second) != layer_blocks[0].end())
+      out.layer_elements += t.first;
   const auto packed = pack(numels);
   const auto& chunks = packed.first;
   const auto& chunk_of = packed.second;

@@ -21,9 +21,7 @@ using nlohmann::json;
 std::string device_of(const job::JobSpec& spec, int processes, int processes_per_node, int gpus) {
   const std::string device =
       job::strategy_option(spec.strategy.name, spec.strategy.options, "device");
-  return job::device_for(spec.strategy.name, device, spec.strategy.options, processes,
-                         processes_per_node, gpus)
-      .device;
+  return job::device_for(spec.strategy.name, device, processes, processes_per_node, gpus).device;
 }
 
 // gemini's device tier: on a GPU (device "cuda", or "auto" where one is present and the options

@@ -819,8 +819,7 @@ std::shared_ptr<dist::ParallelContext> join_ranks(const job::JobSpec& spec) {
       spec.strategy.name != job::kAutoStrategy && gpus > 0 &&
       job::device_for(spec.strategy.name,
                       job::strategy_option(spec.strategy.name, spec.strategy.options, "device"),
-                      spec.strategy.options, environment.world_size, environment.local_world_size,
-                      gpus)
+                      environment.world_size, environment.local_world_size, gpus)
               .device == "cuda";
   return dist::ParallelContext::from_environment(/*cuda_collectives=*/on_cuda);
 }

@@ -70,8 +70,8 @@ std::string choose_plugin_device(const PluginOptions& options, const std::string
   const int gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
   const ProcessContext& process = options.process;
   const int per_node = process.parallel ? process.parallel->local_world_size() : 1;
-  const job::DeviceChoice choice = job::device_for(plugin, options.device, options.strategy_options,
-                                                   process.world_size, per_node, gpus);
+  const job::DeviceChoice choice =
+      job::device_for(plugin, options.device, process.world_size, per_node, gpus);
   if (choice.device == "cpu" && options.device == "auto" && gpus > 0 && options.log &&
       process.rank == 0)
     options.log("warning", "strategy " + plugin + " computes on the CPU (device auto): " +

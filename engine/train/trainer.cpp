@@ -108,8 +108,8 @@ Trainer::Trainer(std::shared_ptr<model::PretrainedModel> model, TrainerOptions o
       // tables: 125 MiB each of a 1.1B llama in bf16, 1 GiB each of Llama 3 8B's).
       // (On a GPU they stay loaded: a step would copy the head to the device block by block.)
       // (Where single computes, decided as the plugin decides it.)
-      const bool on_cpu = job::device_for("single", options_.device, options_.strategy_options, 1,
-                                          1, static_cast<int>(torch::cuda::device_count()))
+      const bool on_cpu = job::device_for("single", options_.device, 1, 1,
+                                          static_cast<int>(torch::cuda::device_count()))
                               .device == "cpu";
       if (lora_ && plugin_->name() == "single" && on_cpu &&
           job::strategy_option("single", options_.strategy_options, "frozen_tables") == "file") {

@@ -96,6 +96,9 @@ struct ShardChunk {
   // the copy's event (`values` is read by it until then).
   torch::Tensor upload;
   std::shared_ptr<train::DeviceEvent> uploaded;
+  // Copies from the device into `values` (the update's new values) not yet known done: the host
+  // waits for them before it writes or drops `values` (for_each_optim_chunk).
+  std::shared_ptr<train::DeviceEvent> values_copied_down;
   torch::Tensor values;  // S elements, compute dtype: this rank's shard
   // Static placement with a device tier: `values` is device memory (the share not in
   // host_param_frac nor on disk). A group of one then gathers the chunk as it, several ranks
@@ -1465,10 +1468,11 @@ class GeminiPlugin : public train::Plugin {
         coef ? std::optional<torch::Tensor>(coef->to(tensor_device())) : std::nullopt;
     torch::Tensor staged;  // a float32 shard in host memory, copied up for the update
     const auto bytes = static_cast<std::size_t>(values_bytes(chunk));
-    // At most kStagedUpdates chunks' device staging at once: older ones' copies are waited for.
+    // At most kStagedUpdates chunks' device staging at once: the oldest one's copies are waited
+    // for.
     if (update_device_staging_.size() >= kStagedUpdates) {
-      device_->host_waits(*device_->record_copies());
-      update_device_staging_.clear();
+      device_->host_waits(*update_device_staging_.front().copied);
+      update_device_staging_.pop_front();
     }
     if (stages_values_up(chunk)) {
       staged = device_tensor(chunk.shard, torch::kFloat32,
@@ -1499,7 +1503,7 @@ class GeminiPlugin : public train::Plugin {
     if (staged.defined()) {
       device_->copies_wait(*device_->record_compute());
       device_->copy_to_host(chunk.values.data_ptr(), staged.data_ptr(), bytes);
-      update_device_staging_.push_back({std::move(staged)});
+      update_device_staging_.push_back({{std::move(staged)}, device_->record_copies()});
     } else if (keeps_masters(chunk) && chunk.values_on_device) {
       for (std::size_t i : updated) own_values(entries_[i]).copy_(master_of(entries_[i]));
     } else if (keeps_masters(chunk)) {
@@ -1513,10 +1517,8 @@ class GeminiPlugin : public train::Plugin {
         for (std::size_t k = 0; k < updated.size(); ++k)
           device_->copy_to_host(own_values(entries_[updated[k]]).data_ptr(), low[k].data_ptr(),
                                 static_cast<std::size_t>(low[k].nbytes()));
-        update_device_staging_.push_back(std::move(low));
-        // A shard on disk is written from its resident copy (and may leave memory) right after
-        // this (for_each_optim_chunk): the new values land there first.
-        if (chunk.values_on_disk) device_->host_waits(*device_->record_copies());
+        update_device_staging_.push_back({std::move(low), device_->record_copies()});
+        if (chunk.values_on_disk) chunk.values_copied_down = update_device_staging_.back().copied;
       }
     }
     for (std::size_t i : updated) entries_[i].tensor.unsafeGetTensorImpl()->bump_version();
@@ -1776,8 +1778,13 @@ class GeminiPlugin : public train::Plugin {
       std::vector<std::future<void>> writes;
       if (chunk.optim_on_disk)
         writes.push_back(disk_->write(chunk.optim_region, chunk.optim_buffer.data()));
-      if (chunk.values_on_disk)
+      if (chunk.values_on_disk) {
+        if (chunk.values_copied_down) {  // the new values land before the file takes them
+          device_->host_waits(*chunk.values_copied_down);
+          chunk.values_copied_down.reset();
+        }
         writes.push_back(disk_->write(chunk.values_region, chunk.values_buffer.data()));
+      }
       return writes;
     };
     io.written = [&](std::size_t c) {
@@ -1858,7 +1865,12 @@ class GeminiPlugin : public train::Plugin {
   // of new values going up, device copies of new values going down and of float32 shards
   // copied up for their update (kStagedUpdates chunks' at most).
   std::vector<c10::DataPtr> update_staging_;
-  std::vector<std::vector<torch::Tensor>> update_device_staging_;  // per chunk updated
+  // Per chunk updated: its device staging and the event after its copies.
+  struct DeviceStaging {
+    std::vector<torch::Tensor> tensors;
+    std::shared_ptr<train::DeviceEvent> copied;
+  };
+  std::deque<DeviceStaging> update_device_staging_;
   // The chunks whose update runs behind the next forward (choose_pipelined_chunks), and whether
   // one may be running now (from step() to the next settle_update()).
   std::vector<bool> pipelined_;

@@ -2086,6 +2086,91 @@ class StudioTest : public QObject {
     QSettings().remove("paths/cli");
   }
 
+  // Two processes: the sliders are gemini's, sharded over them. Moving one chooses gemini in the
+  // strategy list, the spec carries the share and the plan for 2 ranks puts it on each rank's
+  // disk; choosing ddp drops the share (it would not apply); the reset gives the list back to
+  // the planner.
+  void hardware_page_puts_shards_of_several_processes_on_disk() {
+    QString cli;
+    find_planning_cli(&cli);
+    if (cli.isEmpty()) QSKIP("no tessera-cli here has `profile` and `plan`");
+    QSettings().setValue("paths/cli", cli);
+    MainWindow window(store_.get());
+    open_full_fine_tuning_plan(window);
+    if (QTest::currentTestFailed()) return;
+    FineTuneWizard* wizard = window.wizard();
+    HardwarePage* hw = wizard->hardware_page();
+    if (!hw->shown_tiers().contains("host")) QSKIP("the plan is for a GPU here, not the CPU");
+    hw->processes()->setValue(2);
+    QComboBox* strategies = hw->distributed_strategy();
+    QTRY_VERIFY_WITH_TIMEOUT(hw->has_plan() && !hw->busy() &&
+                                 hw->plan_is_for(wizard->build_spec()) &&
+                                 strategies->findData("ddp") >= 0,
+                             120000);
+    QCOMPARE(hw->plan_json().value("ranks").toObject().value("processes").toInt(), 2);
+    QCOMPARE(wizard->build_spec().strategy.name, std::string("auto"));
+    QVERIFY(hw->offload_slider()->isVisible());
+    QVERIFY(hw->param_offload_slider()->isVisible());
+    QCOMPARE(hw->offload_override(), -1);
+
+    // Two notches right: gemini over the 2 processes, half of each one's optimizer shard on disk.
+    hw->offload_slider()->setFocus();
+    QTest::keyClick(hw->offload_slider(), Qt::Key_Right);
+    QTest::keyClick(hw->offload_slider(), Qt::Key_Right);
+    QCOMPARE(hw->offload_override(), 50);
+    QCOMPARE(strategies->currentData().toString(), QString("gemini"));
+    const tessera::job::JobSpec spec = wizard->build_spec();
+    QCOMPARE(spec.strategy.name, std::string("gemini"));
+    QCOMPARE(spec.strategy.options.value("offload_optim_frac", -1.0), 0.5);
+    QVERIFY(spec.nodes && spec.nodes->ranks_per_node.at(0).nproc == 2);
+    QTRY_VERIFY_WITH_TIMEOUT(hw->has_plan() && !hw->busy() && hw->plan_is_for(spec), 120000);
+    const QJsonObject plan = hw->plan_json();
+    QCOMPARE(plan.value("strategy").toString(), QString("gemini"));
+    QCOMPARE(plan.value("ranks").toObject().value("processes").toInt(), 2);
+    QCOMPARE(plan.value("settings").toObject().value("offload_optim_frac").toDouble(), 0.5);
+    const int disk = int(hw->shown_tiers().indexOf("disk"));
+    QVERIFY2(disk >= 0, qPrintable(hw->shown_tiers().join(", ")));
+    double on_disk = 0;
+    for (const QJsonValue& t : plan.value("memory").toArray())
+      if (t.toObject().value("tier").toString() == "disk")
+        on_disk = t.toObject().value("by_category").toObject().value("optimizer").toDouble();
+    QVERIFY(on_disk > 0);
+    QCOMPARE(hw->shown_bytes(disk, 2), on_disk);  // the optimizer-state set
+    QVERIFY2(hw->offload_note()->text().startsWith("Override: strategy gemini with 50%"),
+             qPrintable(hw->offload_note()->text()));
+
+    // ddp chosen in the list: the share goes with gemini, and the note says how to get it back.
+    strategies->setCurrentIndex(strategies->findData("ddp"));
+    QCOMPARE(hw->offload_override(), -1);
+    const tessera::job::JobSpec ddp = wizard->build_spec();
+    QCOMPARE(ddp.strategy.name, std::string("ddp"));
+    QVERIFY(!ddp.strategy.options.contains("offload_optim_frac"));
+    QVERIFY2(hw->offload_note()->text().startsWith("Strategy ddp keeps"),
+             qPrintable(hw->offload_note()->text()));
+    QVERIFY(!hw->offload_reset()->isVisible());
+    // Its plan keeps everything in RAM: the sliders show it.
+    QTRY_VERIFY_WITH_TIMEOUT(hw->has_plan() && !hw->busy() && hw->plan_is_for(ddp), 120000);
+    QCOMPARE(hw->plan_json().value("strategy").toString(), QString("ddp"));
+    QCOMPARE(hw->offload_slider()->value(), 0);
+    QVERIFY(!hw->shown_tiers().contains("disk"));
+
+    // A slider again chooses gemini; the reset gives the choice back to the planner.
+    hw->offload_slider()->setFocus();
+    QTest::keyClick(hw->offload_slider(), Qt::Key_Right);
+    QCOMPARE(hw->offload_override(), 25);
+    QCOMPARE(strategies->currentData().toString(), QString("gemini"));
+    QCOMPARE(wizard->build_spec().strategy.options.value("offload_optim_frac", -1.0), 0.25);
+    QTest::mouseClick(hw->offload_reset(), Qt::LeftButton);
+    QCOMPARE(hw->offload_override(), -1);
+    QCOMPARE(strategies->currentData().toString(), QString("auto"));
+    QCOMPARE(wizard->build_spec().strategy.name, std::string("auto"));
+    QTRY_VERIFY_WITH_TIMEOUT(hw->has_plan() && !hw->busy() && hw->plan_is_for(wizard->build_spec()),
+                             120000);
+    QVERIFY(!hw->shown_tiers().contains("disk"));
+    hw->processes()->setValue(1);
+    QSettings().remove("paths/cli");
+  }
+
   void main_window_remembers_geometry_and_page() {
     {
       MainWindow window(store_.get());

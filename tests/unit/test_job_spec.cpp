@@ -262,33 +262,27 @@ class TestJobSpec : public QObject {
   void autoDeviceIsTheGpuWhereTheStrategyCanUseIt() {
     const json none = json::object();
     // Written devices are kept; auto without a GPU is the CPU, saying nothing.
-    QCOMPARE(job::device_for("ddp", "cpu", none, 2, 2, 4).device, std::string("cpu"));
-    QCOMPARE(job::device_for("zero", "cuda", none, 2, 2, 0).device, std::string("cuda"));
-    const auto no_gpu = job::device_for("ddp", "auto", none, 2, 2, 0);
+    QCOMPARE(job::device_for("ddp", "cpu", 2, 2, 4).device, std::string("cpu"));
+    QCOMPARE(job::device_for("zero", "cuda", 2, 2, 0).device, std::string("cuda"));
+    const auto no_gpu = job::device_for("ddp", "auto", 2, 2, 0);
     QCOMPARE(no_gpu.device, std::string("cpu"));
     QVERIFY(no_gpu.why_not_gpu.empty());
     // ddp and zero: a GPU for each rank of this machine, or the CPU saying why.
-    QCOMPARE(job::device_for("ddp", "auto", none, 2, 2, 2).device, std::string("cuda"));
+    QCOMPARE(job::device_for("ddp", "auto", 2, 2, 2).device, std::string("cuda"));
     // Ranks on several machines: the CPU, so that a node without a GPU agrees with the others.
-    const auto nodes = job::device_for("ddp", "auto", none, 4, 2, 2);
+    const auto nodes = job::device_for("ddp", "auto", 4, 2, 2);
     QCOMPARE(nodes.device, std::string("cpu"));
     QVERIFY(nodes.why_not_gpu.find("several machines") != std::string::npos);
-    const auto few = job::device_for("zero", "auto", none, 4, 4, 2);
+    const auto few = job::device_for("zero", "auto", 4, 4, 2);
     QCOMPARE(few.device, std::string("cpu"));
     QVERIFY2(few.why_not_gpu.find("4 ranks on this machine but 2 GPU(s)") != std::string::npos,
              few.why_not_gpu.c_str());
-    // gemini: one process (parameter chunks on disk too); sharded over several processes as
-    // ddp (shards on disk or not, placed statically or by placement auto).
-    QCOMPARE(job::device_for("gemini", "auto", none, 1, 1, 1).device, std::string("cuda"));
-    QCOMPARE(job::device_for("gemini", "auto", json{{"offload_param_frac", 0.5}}, 1, 1, 1).device,
-             std::string("cuda"));
-    QCOMPARE(job::device_for("gemini", "auto", none, 2, 2, 2).device, std::string("cuda"));
-    QCOMPARE(job::device_for("gemini", "auto", json{{"offload_param_frac", 0.5}}, 2, 2, 2).device,
-             std::string("cuda"));
-    QCOMPARE(job::device_for("gemini", "auto", none, 2, 2, 1).device, std::string("cpu"));
-    QCOMPARE(job::device_for("gemini", "auto", json{{"placement", "auto"}}, 2, 2, 2).device,
-             std::string("cuda"));
-    QCOMPARE(job::device_for("single", "auto", none, 1, 1, 1).device, std::string("cuda"));
+    // gemini: one process, or sharded over several as ddp (whatever its options: shards on disk,
+    // placement auto).
+    QCOMPARE(job::device_for("gemini", "auto", 1, 1, 1).device, std::string("cuda"));
+    QCOMPARE(job::device_for("gemini", "auto", 2, 2, 2).device, std::string("cuda"));
+    QCOMPARE(job::device_for("gemini", "auto", 2, 2, 1).device, std::string("cpu"));
+    QCOMPARE(job::device_for("single", "auto", 1, 1, 1).device, std::string("cuda"));
   }
 
   void zeroOptionsAreValidated() {

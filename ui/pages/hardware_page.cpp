@@ -156,7 +156,15 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   };
   connect(processes_, &QSpinBox::valueChanged, this, processes_changed);
   connect(nodes_list_, &QListWidget::itemChanged, this, processes_changed);
-  connect(distributed_, &QComboBox::currentIndexChanged, this, processes_changed);
+  connect(distributed_, &QComboBox::currentIndexChanged, this, [this, processes_changed] {
+    // The disk shares are gemini's: a strategy of several processes chosen that is not gemini
+    // drops them (they would not apply), and the sliders show its plan again.
+    if (!loading_overrides_ && distributed_choice() != "gemini" && offload_override_ >= 0) {
+      offload_override_ = -1;
+      param_override_ = -1;
+    }
+    processes_changed();
+  });
 
   auto* strategy_box = new QGroupBox(tr("Strategy"));
   auto* strategy_layout = new QVBoxLayout(strategy_box);
@@ -547,12 +555,28 @@ void HardwarePage::learn_strategies(const QJsonObject& plan) {
   }
 }
 
+QString HardwarePage::distributed_choice() const {
+  return distributed_->currentData().toString().section(':', 0, 0);
+}
+
+// The disk shares the sliders override, on gemini's options.
+void HardwarePage::set_offload_options(job::StrategySpec& s) const {
+  s.options["offload_optim_frac"] = offload_override_ / 100.0;
+  if (param_override_ > 0)
+    s.options["offload_param_frac"] = param_override_ / 100.0;
+  else
+    s.options.erase("offload_param_frac");
+}
+
 job::StrategySpec HardwarePage::strategy_spec(const std::string& method) const {
   if (total_processes() > 1) {
     const QString choice = distributed_->currentData().toString();
     job::StrategySpec s;
     s.name = choice.section(':', 0, 0).toStdString();
     if (s.name == loaded_strategy_.name) s.options = loaded_strategy_.options;  // a clone's
+    // gemini shards over the processes with the sliders' shares on disk (offload_moved chose
+    // it in the list).
+    if (s.name == "gemini" && offload_override_ >= 0 && method == "full") set_offload_options(s);
     if (s.name == "hybrid" && choice.contains(':')) {
       const QStringList sizes = choice.section(':', 1).split('x');
       s.options["tp_size"] = sizes.value(0).toInt();
@@ -574,17 +598,15 @@ job::StrategySpec HardwarePage::strategy_spec(const std::string& method) const {
   job::StrategySpec s;
   if (loaded_strategy_.name == "gemini") s = loaded_strategy_;  // its other options kept
   s.name = "gemini";
-  s.options["offload_optim_frac"] = offload_override_ / 100.0;
-  if (param_override_ > 0)
-    s.options["offload_param_frac"] = param_override_ / 100.0;
-  else
-    s.options.erase("offload_param_frac");
+  set_offload_options(s);
   return s;
 }
 
 void HardwarePage::load_strategy(const job::StrategySpec& strategy) {
   loaded_strategy_ = strategy;
-  if (strategy.name == "ddp" || strategy.name == "zero") {  // a job of several processes
+  // A job of several processes names one of these (gemini: of one process too; the list is
+  // read only above one).
+  if (strategy.name == "ddp" || strategy.name == "zero" || strategy.name == "gemini") {
     QString key = QString::fromStdString(strategy.name);
     if (strategy.name == "zero") key += QString(":%1").arg(strategy.options.value("stage", 1));
     loading_overrides_ = true;
@@ -623,7 +645,10 @@ void HardwarePage::clear_offload_override() {
   offload_override_ = -1;
   param_override_ = -1;
   loaded_strategy_ = {};
-  update_offload();
+  loading_overrides_ = true;  // several processes: the planner chooses their strategy again
+  distributed_->setCurrentIndex(distributed_->findData(QString("auto")));
+  loading_overrides_ = false;
+  update_processes();
   Q_EMIT strategyChanged();
 }
 
@@ -632,7 +657,17 @@ void HardwarePage::offload_moved(bool parameters, int notch) {
   // The other slider stays where it stands (the planner's choice when it was auto).
   offload_override_ = (parameters ? offload_->value() : notch) * kOffloadStepPercent;
   param_override_ = (parameters ? notch : param_offload_->value()) * kOffloadStepPercent;
-  update_offload();
+  if (total_processes() > 1 && distributed_choice() != "gemini") {
+    // Several processes: the shares are gemini's, sharded over them; the list says so.
+    loading_overrides_ = true;
+    if (distributed_->findData(QString("gemini")) < 0)
+      distributed_->addItem(QStringLiteral("gemini"), QString("gemini"));
+    distributed_->setCurrentIndex(distributed_->findData(QString("gemini")));
+    loading_overrides_ = false;
+    update_processes();  // its note and the sliders
+  } else {
+    update_offload();
+  }
   Q_EMIT strategyChanged();
 }
 
@@ -650,9 +685,8 @@ bool HardwarePage::trains_on_cpu() const {
 }
 
 void HardwarePage::update_offload() {
-  // Disk offload is a one-process strategy (gemini).
-  const bool shown =
-      have_spec_ && spec_.method.type == "full" && trains_on_cpu() && total_processes() == 1;
+  // Disk offload is gemini's, of one process or sharded over several.
+  const bool shown = have_spec_ && spec_.method.type == "full" && trains_on_cpu();
   offload_row_->setVisible(shown);
   param_row_->setVisible(shown);
   offload_note_->setVisible(shown);
@@ -674,6 +708,18 @@ void HardwarePage::update_offload() {
   }
   loading_overrides_ = false;
   offload_reset_->setVisible(offload_override_ >= 0);
+  const QString named = total_processes() > 1 ? distributed_choice() : QString();
+  if (offload_override_ < 0 && !named.isEmpty() && named != "auto") {
+    offload_note_->setText(
+        named == "gemini"
+            ? tr("Strategy gemini with the optimizer state and the parameters in RAM. Move a "
+                 "slider to keep that share of each process's shards on disk.")
+            : tr("Strategy %1 keeps the optimizer state and the parameters in RAM. Move a slider "
+                 "to train with gemini instead, sharded over the processes with that share of "
+                 "each one's on disk.")
+                  .arg(distributed_->currentText()));
+    return;
+  }
   if (offload_override_ < 0) {
     if (planned_params > 0)
       offload_note_->setText(tr("The planner's choice: %1 of the optimizer state and %2 of the "

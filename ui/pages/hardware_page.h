@@ -158,6 +158,9 @@ class HardwarePage : public QWidget {
   // A slider moved by the user: both overrides fixed, the moved one at `notch`.
   void offload_moved(bool parameters, int notch);
   bool trains_on_cpu() const;
+  // Several processes' strategy as chosen in the list: "auto", "ddp", "zero", "gemini", "hybrid".
+  QString distributed_choice() const;
+  void set_offload_options(job::StrategySpec& s) const;
   void update_processes();  // the range, the strategy list and the note
   void learn_strategies(const QJsonObject& plan);
 
