@@ -30,6 +30,7 @@
 #include <QProcess>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScopeGuard>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QSpinBox>
@@ -2169,6 +2170,82 @@ class StudioTest : public QObject {
     QVERIFY(!hw->shown_tiers().contains("disk"));
     hw->processes()->setValue(1);
     QSettings().remove("paths/cli");
+  }
+
+  // Where gemini computes on a device (a GPU; here the tests' simulated device, which the plan
+  // child is allowed through the environment), the sliders keep shares in host RAM instead of on
+  // disk: host_optim_frac moves that share of the optimizer state from the device's tier to the
+  // host's in the plan, and the labels, tooltips and note say RAM.
+  void hardware_page_keeps_a_devices_shares_in_ram() {
+    QString cli;
+    find_planning_cli(&cli);
+    if (cli.isEmpty()) QSKIP("no tessera-cli here has `profile` and `plan`");
+    QSettings().setValue("paths/cli", cli);
+    qputenv("TESSERA_SIMULATED_DEVICE", "1");
+    const auto restore = qScopeGuard([] {
+      qunsetenv("TESSERA_SIMULATED_DEVICE");
+      QSettings().remove("paths/cli");
+    });
+    MainWindow window(store_.get());
+    open_full_fine_tuning_plan(window);
+    if (QTest::currentTestFailed()) return;
+    FineTuneWizard* wizard = window.wizard();
+    HardwarePage* hw = wizard->hardware_page();
+    if (!hw->shown_tiers().contains("host")) QSKIP("the plan is for a GPU here, not the CPU");
+    QVERIFY(hw->offload_slider()->toolTip().contains("offload_optim_frac"));  // the CPU: disk
+
+    // A cloned job of gemini on the (simulated) device: its shares in RAM are the sliders'.
+    tessera::job::StrategySpec device;
+    device.name = "gemini";
+    device.options = {{"device", "simulated"}, {"device_budget", "64MiB"}};
+    hw->load_strategy(device);
+    Q_EMIT hw->strategyChanged();
+    QCOMPARE(hw->offload_override(), 0);
+    QVERIFY2(hw->offload_slider()->toolTip().contains("host_optim_frac"),
+             qPrintable(hw->offload_slider()->toolTip()));
+    QVERIFY(hw->param_offload_slider()->toolTip().contains("host_param_frac"));
+    QTRY_VERIFY_WITH_TIMEOUT(hw->has_plan() && !hw->busy() && hw->plan_is_for(wizard->build_spec()),
+                             120000);
+    const auto optimizer_bytes = [&](const QString& tier) {
+      for (const QJsonValue& t : hw->plan_json().value("memory").toArray())
+        if (t.toObject().value("tier").toString() == tier)
+          return t.toObject().value("by_category").toObject().value("optimizer").toDouble();
+      return -1.0;
+    };
+    QVERIFY2(hw->shown_tiers().contains("device"), qPrintable(hw->shown_tiers().join(", ")));
+    const double on_device = optimizer_bytes("device");
+    QVERIFY(on_device > 0);
+    QVERIFY2(hw->offload_note()->text().contains("Everything stays on the GPU"),
+             qPrintable(hw->offload_note()->text()));
+
+    // Two notches right: half of the optimizer state in host RAM.
+    hw->offload_slider()->setFocus();
+    QTest::keyClick(hw->offload_slider(), Qt::Key_Right);
+    QTest::keyClick(hw->offload_slider(), Qt::Key_Right);
+    QCOMPARE(hw->offload_override(), 50);
+    const tessera::job::JobSpec spec = wizard->build_spec();
+    QCOMPARE(spec.strategy.name, std::string("gemini"));
+    QCOMPARE(spec.strategy.options.value("host_optim_frac", -1.0), 0.5);
+    QCOMPARE(spec.strategy.options.value("device", std::string()), std::string("simulated"));
+    QVERIFY(!spec.strategy.options.contains("offload_optim_frac"));
+    QTRY_VERIFY_WITH_TIMEOUT(hw->has_plan() && !hw->busy() && hw->plan_is_for(spec), 120000);
+    const QJsonObject plan = hw->plan_json();
+    QCOMPARE(plan.value("strategy").toString(), QString("gemini"));
+    QCOMPARE(plan.value("settings").toObject().value("host_optim_frac").toDouble(), 0.5);
+    const double in_ram = optimizer_bytes("host");
+    QVERIFY2(in_ram > 0, qPrintable(QString::number(in_ram)));
+    QVERIFY2(optimizer_bytes("device") < on_device,
+             qPrintable(QString("%1 of %2").arg(optimizer_bytes("device")).arg(on_device)));
+    QCOMPARE(hw->shown_bytes(int(hw->shown_tiers().indexOf("host")), 2), in_ram);
+    QVERIFY2(hw->offload_note()->text().startsWith(
+                 "Override: strategy gemini with 50% of the optimizer state in RAM."),
+             qPrintable(hw->offload_note()->text()));
+
+    // The planner's choice again: the CPU's sliders (disk), as the machine has no GPU.
+    QTest::mouseClick(hw->offload_reset(), Qt::LeftButton);
+    QCOMPARE(hw->offload_override(), -1);
+    QCOMPARE(wizard->build_spec().strategy.name, std::string("auto"));
+    QVERIFY(hw->offload_slider()->toolTip().contains("offload_optim_frac"));
   }
 
   void main_window_remembers_geometry_and_page() {

@@ -28,6 +28,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "job/strategies.h"
 #include "ui/pages/run_dashboard.h"
 #include "ui/utility/folder_check.h"
 #include "ui/utility/studio_settings.h"
@@ -271,7 +272,8 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   form->addWidget(precision_);
   form->addStretch(1);
 
-  // Optimizer state and parameters on disk (full fine-tuning on the CPU): strategy gemini.
+  // Optimizer state and parameters off the tier that computes (full fine-tuning): strategy
+  // gemini, on disk where it computes on the CPU, in host RAM where it computes on a GPU.
   const auto make_slider = [this](const QString& tip) {
     auto* slider = new QSlider(Qt::Horizontal);
     slider->setRange(0, 100 / kOffloadStepPercent);
@@ -292,9 +294,9 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
       tr("The share of the optimizer state (Adam moments, and float32 masters in bf16) kept in "
          "files on disk instead of in RAM: less memory, more disk traffic in each optimizer "
          "update (strategy gemini, offload_optim_frac)"));
-  auto* offload_label = new QLabel(tr("&Optimizer state on disk:"));
-  offload_label->setBuddy(offload_);
-  offload_label->setMinimumWidth(label_width);
+  offload_label_ = new QLabel(tr("&Optimizer state on disk:"));
+  offload_label_->setBuddy(offload_);
+  offload_label_->setMinimumWidth(label_width);
   offload_value_ = new QLabel;
   offload_value_->setMinimumWidth(fontMetrics().horizontalAdvance(tr("100% (auto)")));
   offload_reset_ = new QPushButton(tr("Let the planner &choose"));
@@ -302,7 +304,7 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
       tr("Drop the override: the planner puts optimizer state on disk only when the job does not "
          "fit in RAM otherwise, and parameters only when the optimizer state on disk is not "
          "enough"));
-  offload_layout->addWidget(offload_label);
+  offload_layout->addWidget(offload_label_);
   offload_layout->addWidget(offload_);
   offload_layout->addWidget(offload_value_);
   offload_layout->addWidget(offload_reset_);
@@ -315,12 +317,12 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
          "on disk instead of in RAM, read back block by block as the model uses them: less "
          "memory, much more disk traffic in every forward and backward (strategy gemini, "
          "offload_param_frac)"));
-  auto* param_label = new QLabel(tr("Pa&rameters on disk:"));
-  param_label->setBuddy(param_offload_);
-  param_label->setMinimumWidth(label_width);
+  param_label_ = new QLabel(tr("Pa&rameters on disk:"));
+  param_label_->setBuddy(param_offload_);
+  param_label_->setMinimumWidth(label_width);
   param_offload_value_ = new QLabel;
   param_offload_value_->setMinimumWidth(fontMetrics().horizontalAdvance(tr("100% (auto)")));
-  param_layout->addWidget(param_label);
+  param_layout->addWidget(param_label_);
   param_layout->addWidget(param_offload_);
   param_layout->addWidget(param_offload_value_);
   param_layout->addStretch(1);
@@ -559,13 +561,30 @@ QString HardwarePage::distributed_choice() const {
   return distributed_->currentData().toString().section(':', 0, 0);
 }
 
-// The disk shares the sliders override, on gemini's options.
+// The shares the sliders override, on gemini's options: off the device it computes on.
 void HardwarePage::set_offload_options(job::StrategySpec& s) const {
-  s.options["offload_optim_frac"] = offload_override_ / 100.0;
+  const SliderOptions keys = slider_options();
+  s.options[keys.optimizer] = offload_override_ / 100.0;
   if (param_override_ > 0)
-    s.options["offload_param_frac"] = param_override_ / 100.0;
+    s.options[keys.parameters] = param_override_ / 100.0;
   else
-    s.options.erase("offload_param_frac");
+    s.options.erase(keys.parameters);
+}
+
+bool HardwarePage::gemini_on_device() const {
+  const std::string device =
+      loaded_strategy_.name == "gemini"
+          ? job::strategy_option("gemini", loaded_strategy_.options, "device")
+          : std::string("auto");
+  if (device == "simulated") return true;  // the tests' device
+  const int gpus = int(profile_.value("gpus").toArray().size());
+  return job::device_for("gemini", device, total_processes(), local_processes(), gpus).device ==
+         "cuda";
+}
+
+HardwarePage::SliderOptions HardwarePage::slider_options() const {
+  if (gemini_on_device()) return {"host_optim_frac", "host_param_frac"};
+  return {"offload_optim_frac", "offload_param_frac"};
 }
 
 job::StrategySpec HardwarePage::strategy_spec(const std::string& method) const {
@@ -630,12 +649,13 @@ void HardwarePage::load_strategy(const job::StrategySpec& strategy) {
   offload_override_ = -1;
   param_override_ = -1;
   if (strategy.name == "gemini") {
-    const auto notch = [&](const char* key) {
+    const auto notch = [&](const std::string& key) {
       const double frac = strategy.options.value(key, 0.0);
       return int(std::lround(frac * 100 / kOffloadStepPercent)) * kOffloadStepPercent;
     };
-    offload_override_ = notch("offload_optim_frac");
-    param_override_ = notch("offload_param_frac");
+    const SliderOptions keys = slider_options();
+    offload_override_ = notch(keys.optimizer);
+    param_override_ = notch(keys.parameters);
   }
   update_offload();
 }
@@ -671,29 +691,42 @@ void HardwarePage::offload_moved(bool parameters, int notch) {
   Q_EMIT strategyChanged();
 }
 
-bool HardwarePage::trains_on_cpu() const {
-  if (!plan_.isEmpty()) {
-    bool host = false;
-    for (const QJsonValue& t : plan_.value("memory").toArray()) {
-      const QString tier = t.toObject().value("tier").toString();
-      if (tier == "device") return false;
-      host = host || tier == "host";
-    }
-    return host;
-  }
-  return !profile_.isEmpty() && profile_.value("gpus").toArray().isEmpty();
-}
-
 void HardwarePage::update_offload() {
-  // Disk offload is gemini's, of one process or sharded over several.
-  const bool shown = have_spec_ && spec_.method.type == "full" && trains_on_cpu();
+  // gemini's shares, of one process or sharded over several: on disk where it computes on the
+  // CPU, in host RAM where it computes on a GPU.
+  const bool shown =
+      have_spec_ && spec_.method.type == "full" && (!profile_.isEmpty() || !plan_.isEmpty());
   offload_row_->setVisible(shown);
   param_row_->setVisible(shown);
   offload_note_->setVisible(shown);
   if (!shown) return;
+  const bool on_device = gemini_on_device();
+  const SliderOptions keys = slider_options();
+  // Where the sliders put their share, and where the rest stays.
+  const QString away = on_device ? tr("in RAM") : tr("on disk");
+  const QString home = on_device ? tr("on the GPU") : tr("in RAM");
+  offload_label_->setText(on_device ? tr("&Optimizer state in RAM:")
+                                    : tr("&Optimizer state on disk:"));
+  param_label_->setText(on_device ? tr("Pa&rameters in RAM:") : tr("Pa&rameters on disk:"));
+  offload_->setToolTip(
+      on_device ? tr("The share of the optimizer state (Adam moments and float32 masters) kept in "
+                     "host RAM instead of on the GPU, updated there by the CPU Adam from "
+                     "gradients copied down: less GPU memory, more copies in each step "
+                     "(strategy gemini, host_optim_frac)")
+                : tr("The share of the optimizer state (Adam moments, and float32 masters in "
+                     "bf16) kept in files on disk instead of in RAM: less memory, more disk "
+                     "traffic in each optimizer update (strategy gemini, offload_optim_frac)"));
+  param_offload_->setToolTip(
+      on_device ? tr("The share of the parameter chunks kept in host RAM instead of on the GPU, "
+                     "copied up block by block as the model uses them: less GPU memory, more "
+                     "copies in every forward and backward (strategy gemini, host_param_frac)")
+                : tr("The share of the parameters (every weight, in the training precision) kept "
+                     "in files on disk instead of in RAM, read back block by block as the model "
+                     "uses them: less memory, much more disk traffic in every forward and "
+                     "backward (strategy gemini, offload_param_frac)"));
   const QJsonObject s = plan_.value("settings").toObject();
-  const double planned = s.value("offload_optim_frac").toDouble();
-  const double planned_params = s.value("offload_param_frac").toDouble();
+  const double planned = s.value(QString::fromStdString(keys.optimizer)).toDouble();
+  const double planned_params = s.value(QString::fromStdString(keys.parameters)).toDouble();
   loading_overrides_ = true;  // the positions shown, not the user's move
   if (offload_override_ >= 0) {
     offload_->setValue(offload_override_ / kOffloadStepPercent);
@@ -712,35 +745,45 @@ void HardwarePage::update_offload() {
   if (offload_override_ < 0 && !named.isEmpty() && named != "auto") {
     offload_note_->setText(
         named == "gemini"
-            ? tr("Strategy gemini with the optimizer state and the parameters in RAM. Move a "
-                 "slider to keep that share of each process's shards on disk.")
-            : tr("Strategy %1 keeps the optimizer state and the parameters in RAM. Move a slider "
-                 "to train with gemini instead, sharded over the processes with that share of "
-                 "each one's on disk.")
-                  .arg(distributed_->currentText()));
+            ? tr("Strategy gemini with the optimizer state and the parameters %1. Move a slider "
+                 "to keep that share of each process's shards %2.")
+                  .arg(home, away)
+            : tr("Strategy %1 keeps the optimizer state and the parameters %2. Move a slider to "
+                 "train with gemini instead, sharded over the processes with that share of each "
+                 "one's %3.")
+                  .arg(distributed_->currentText(), home, away));
     return;
   }
   if (offload_override_ < 0) {
+    QString note;
     if (planned_params > 0)
-      offload_note_->setText(tr("The planner's choice: %1 of the optimizer state and %2 of the "
-                                "parameters on disk, the least that lets this job fit in RAM.")
-                                 .arg(percent_text(planned), percent_text(planned_params)));
+      note = tr("The planner's choice: %1 of the optimizer state and %2 of the parameters %3, "
+                "the least that lets this job fit %4.")
+                 .arg(percent_text(planned), percent_text(planned_params), away, home);
+    else if (planned > 0)
+      note = tr("The planner's choice: %1 of the optimizer state %2, the least that lets this "
+                "job fit %3.")
+                 .arg(percent_text(planned), away, home);
     else
-      offload_note_->setText(
-          planned > 0
-              ? tr("The planner's choice: %1 of the optimizer state on disk, the least that "
-                   "lets this job fit in RAM.")
-                    .arg(percent_text(planned))
-              : tr("The planner's choice: all of the optimizer state and the parameters in RAM. "
-                   "Move a slider to keep part of them on disk instead."));
+      note = tr("The planner's choice: all of the optimizer state and the parameters %1. Move a "
+                "slider to keep part of them %2 instead.")
+                 .arg(home, away);
+    // On a GPU the planner spills to disk only past host RAM.
+    const double disk_optim = s.value("offload_optim_frac").toDouble();
+    const double disk_params = s.value("offload_param_frac").toDouble();
+    if (on_device && (disk_optim > 0 || disk_params > 0))
+      note += " " + tr("It also keeps %1 of the optimizer state and %2 of the parameters on disk.")
+                        .arg(percent_text(disk_optim), percent_text(disk_params));
+    offload_note_->setText(note);
     return;
   }
   const QString optim = tr("%1% of the optimizer state").arg(offload_override_);
   const QString params = tr("%1% of the parameters").arg(param_override_);
-  QString note = tr("Override: strategy gemini with %1 on disk.")
+  QString note = tr("Override: strategy gemini with %1 %2.")
                      .arg(param_override_ <= 0     ? optim
                           : offload_override_ == 0 ? params
-                                                   : tr("%1 and %2").arg(optim, params));
+                                                   : tr("%1 and %2").arg(optim, params),
+                          away);
   const QJsonObject time = plan_.value("time").toObject();
   const bool current = plan_is_for([this] {
     job::JobSpec spec = spec_;
@@ -748,7 +791,9 @@ void HardwarePage::update_offload() {
     return spec;
   }());
   if (offload_override_ == 0 && param_override_ <= 0)
-    note += tr(" Everything stays in RAM, even when it would not fit.");
+    note += " " + tr("Everything stays %1, even when it would not fit.").arg(home);
+  else if (on_device)
+    note += " " + tr("Less GPU memory, more copies between RAM and the GPU in each step.");
   else if (current && time.value("disk_bytes_per_step").toDouble() > 0)
     note += tr(" Less RAM; each step reads and writes %1 on disk.")
                 .arg(bytes_text(time.value("disk_bytes_per_step").toDouble()));

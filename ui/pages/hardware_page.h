@@ -157,9 +157,16 @@ class HardwarePage : public QWidget {
   void update_offload();  // the sliders' visibility, positions and note
   // A slider moved by the user: both overrides fixed, the moved one at `notch`.
   void offload_moved(bool parameters, int notch);
-  bool trains_on_cpu() const;
   // Several processes' strategy as chosen in the list: "auto", "ddp", "zero", "gemini", "hybrid".
   QString distributed_choice() const;
+  // Whether gemini computes on a device here (a GPU, or the tests' simulated one): the sliders
+  // then keep shares in host RAM (host_*_frac), else on disk (offload_*_frac).
+  bool gemini_on_device() const;
+  struct SliderOptions {
+    std::string optimizer;   // the optimizer-state slider's option
+    std::string parameters;  // the parameters slider's
+  };
+  SliderOptions slider_options() const;
   void set_offload_options(job::StrategySpec& s) const;
   void update_processes();  // the range, the strategy list and the note
   void learn_strategies(const QJsonObject& plan);
@@ -181,6 +188,8 @@ class HardwarePage : public QWidget {
   QCheckBox* checkpointing_;
   QComboBox* precision_;
   QWidget* offload_row_;
+  QLabel* offload_label_;
+  QLabel* param_label_;
   QSlider* offload_;
   QLabel* offload_value_;
   QWidget* param_row_;
