@@ -158,8 +158,8 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   connect(processes_, &QSpinBox::valueChanged, this, processes_changed);
   connect(nodes_list_, &QListWidget::itemChanged, this, processes_changed);
   connect(distributed_, &QComboBox::currentIndexChanged, this, [this, processes_changed] {
-    // The disk shares are gemini's: a strategy of several processes chosen that is not gemini
-    // drops them (they would not apply), and the sliders show its plan again.
+    // The sliders' shares are gemini's: a strategy of several processes chosen that is not
+    // gemini drops them (they would not apply), and the sliders show its plan again.
     if (!loading_overrides_ && distributed_choice() != "gemini" && offload_override_ >= 0) {
       offload_override_ = -1;
       param_override_ = -1;
@@ -301,9 +301,9 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   offload_value_->setMinimumWidth(fontMetrics().horizontalAdvance(tr("100% (auto)")));
   offload_reset_ = new QPushButton(tr("Let the planner &choose"));
   offload_reset_->setToolTip(
-      tr("Drop the override: the planner puts optimizer state on disk only when the job does not "
-         "fit in RAM otherwise, and parameters only when the optimizer state on disk is not "
-         "enough"));
+      tr("Drop the override: the planner moves optimizer state off the memory that computes (to "
+         "disk on the CPU, to RAM on a GPU) only when the job does not fit there otherwise, and "
+         "parameters only when that is not enough"));
   offload_layout->addWidget(offload_label_);
   offload_layout->addWidget(offload_);
   offload_layout->addWidget(offload_value_);
@@ -593,8 +593,8 @@ job::StrategySpec HardwarePage::strategy_spec(const std::string& method) const {
     job::StrategySpec s;
     s.name = choice.section(':', 0, 0).toStdString();
     if (s.name == loaded_strategy_.name) s.options = loaded_strategy_.options;  // a clone's
-    // gemini shards over the processes with the sliders' shares on disk (offload_moved chose
-    // it in the list).
+    // gemini sharded over the processes, with the sliders' shares off the memory that computes
+    // (offload_moved chose it in the list).
     if (s.name == "gemini" && offload_override_ >= 0 && method == "full") set_offload_options(s);
     if (s.name == "hybrid" && choice.contains(':')) {
       const QStringList sizes = choice.section(':', 1).split('x');
