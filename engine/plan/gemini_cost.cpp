@@ -140,6 +140,7 @@ ShardedChunks replayed_chunks(const hf::ModelConfig& c, const Settings& s, int w
   const std::size_t embedding = block({v * h}, false);
   std::vector<std::vector<std::size_t>> layer_blocks;  // each layer's blocks, forward order
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::size_t first_tensor = tensors.size();
     // The layer's linears are registered (and chunked) before its norms, which compute first.
     std::vector<std::size_t> linears;
     for (const hf::LinearModule& m : shapes.layer_linears)
@@ -148,6 +149,9 @@ ShardedChunks replayed_chunks(const hf::ModelConfig& c, const Settings& s, int w
     std::vector<std::size_t> blocks = {block({shapes.layer_other}, true)};
     blocks.insert(blocks.end(), linears.begin(), linears.end());
     layer_blocks.push_back(std::move(blocks));
+    if (l == 0)  // every layer has the same tensors
+      for (std::size_t t = first_tensor; t < tensors.size(); ++t)
+        out.layer_elements += tensors[t].first;
   }
   const std::size_t outside = block({rest}, true);
   // The head: its own linear, or the embedding's weight again (tied).
@@ -167,10 +171,6 @@ ShardedChunks replayed_chunks(const hf::ModelConfig& c, const Settings& s, int w
   std::vector<double> numels;
   for (const auto& t : tensors) numels.push_back(t.first);
   // Not a structured binding: the lambdas below use these, which clang before 16 refuses.
-  for (const auto& t : tensors)
-    if (!layer_blocks.empty() && std::find(layer_blocks[0].begin(), layer_blocks[0].end(),
-                                           t.second) != layer_blocks[0].end())
-      out.layer_elements += t.first;
   const auto packed = pack(numels);
   const auto& chunks = packed.first;
   const auto& chunk_of = packed.second;

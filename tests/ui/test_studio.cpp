@@ -366,6 +366,23 @@ class StudioTest : public QObject {
     *cli = candidate;
   }
 
+  // The Hardware page tests' tessera-cli: find_planning_cli's, set as the studio's (before the
+  // test makes its window; the test removes it at its end). False when there is none here.
+  bool use_planning_cli() {
+    QString cli;
+    find_planning_cli(&cli);
+    if (cli.isEmpty()) return false;
+    QSettings().setValue("paths/cli", cli);
+    return true;
+  }
+
+  // `tier` ("device", "host", "disk") of a plan's memory; empty when the plan has none.
+  static QJsonObject plan_tier(const QJsonObject& plan, const QString& tier) {
+    for (const QJsonValue& t : plan.value("memory").toArray())
+      if (t.toObject().value("tier").toString() == tier) return t.toObject();
+    return {};
+  }
+
   // `window`'s wizard at the hardware step for 20 steps of full fine-tuning of the tiny Llama
   // (max length 32), once its plan is in; the caller checks QTest::currentTestFailed() after.
   void open_full_fine_tuning_plan(MainWindow& window) {
@@ -1775,10 +1792,7 @@ class StudioTest : public QObject {
   // and why, memory per tier and category against capacity, time; an override that does not
   // fit at once is written into the method's settings and warned about.
   void hardware_page_plans_the_job() {
-    QString cli;
-    find_planning_cli(&cli);
-    if (cli.isEmpty()) QSKIP("no tessera-cli here has `profile` and `plan`");
-    QSettings().setValue("paths/cli", cli);
+    if (!use_planning_cli()) QSKIP("no tessera-cli here has `profile` and `plan`");
     MainWindow window(store_.get());
     window.resize(1280, 900);
     window.show();
@@ -1888,10 +1902,7 @@ class StudioTest : public QObject {
   // optimizer-state slider re-plans the job as gemini with that share on disk, the disk tier's
   // bar shows the plan's bytes, the step time follows the plan, and the spec names gemini.
   void hardware_page_puts_optimizer_state_on_disk() {
-    QString cli;
-    find_planning_cli(&cli);
-    if (cli.isEmpty()) QSKIP("no tessera-cli here has `profile` and `plan`");
-    QSettings().setValue("paths/cli", cli);
+    if (!use_planning_cli()) QSKIP("no tessera-cli here has `profile` and `plan`");
     MainWindow window(store_.get());
     open_full_fine_tuning_plan(window);
     if (QTest::currentTestFailed()) return;
@@ -1932,9 +1943,7 @@ class StudioTest : public QObject {
     // The disk bar: the plan's disk bytes, against the disk's free space.
     const int disk = int(hw->shown_tiers().indexOf("disk"));
     QVERIFY2(disk >= 0, qPrintable(hw->shown_tiers().join(", ")));
-    QJsonObject disk_tier;
-    for (const QJsonValue& t : plan.value("memory").toArray())
-      if (t.toObject().value("tier").toString() == "disk") disk_tier = t.toObject();
+    const QJsonObject disk_tier = plan_tier(plan, "disk");
     const double on_disk = disk_tier.value("by_category").toObject().value("optimizer").toDouble();
     QVERIFY(on_disk > 0);
     QCOMPARE(hw->shown_bytes(disk, 2), on_disk);  // the optimizer-state set
@@ -1991,10 +2000,7 @@ class StudioTest : public QObject {
   // (the optimizer-state slider stays where it stood), the disk tier's weights are the plan's,
   // and the spec carries offload_param_frac; the reset frees both sliders.
   void hardware_page_puts_parameters_on_disk() {
-    QString cli;
-    find_planning_cli(&cli);
-    if (cli.isEmpty()) QSKIP("no tessera-cli here has `profile` and `plan`");
-    QSettings().setValue("paths/cli", cli);
+    if (!use_planning_cli()) QSKIP("no tessera-cli here has `profile` and `plan`");
     MainWindow window(store_.get());
     open_full_fine_tuning_plan(window);
     if (QTest::currentTestFailed()) return;
@@ -2029,9 +2035,7 @@ class StudioTest : public QObject {
     // The disk bar's weights: the parameter chunks on disk, as the plan has them.
     const int disk = int(hw->shown_tiers().indexOf("disk"));
     QVERIFY2(disk >= 0, qPrintable(hw->shown_tiers().join(", ")));
-    QJsonObject disk_tier;
-    for (const QJsonValue& t : plan.value("memory").toArray())
-      if (t.toObject().value("tier").toString() == "disk") disk_tier = t.toObject();
+    const QJsonObject disk_tier = plan_tier(plan, "disk");
     const double weights = disk_tier.value("by_category").toObject().value("weights").toDouble();
     QVERIFY(weights > 0);
     QCOMPARE(hw->shown_bytes(disk, 0), weights);  // the weights set
@@ -2092,10 +2096,7 @@ class StudioTest : public QObject {
   // disk; choosing ddp drops the share (it would not apply); the reset gives the list back to
   // the planner.
   void hardware_page_puts_shards_of_several_processes_on_disk() {
-    QString cli;
-    find_planning_cli(&cli);
-    if (cli.isEmpty()) QSKIP("no tessera-cli here has `profile` and `plan`");
-    QSettings().setValue("paths/cli", cli);
+    if (!use_planning_cli()) QSKIP("no tessera-cli here has `profile` and `plan`");
     MainWindow window(store_.get());
     open_full_fine_tuning_plan(window);
     if (QTest::currentTestFailed()) return;
@@ -2131,10 +2132,8 @@ class StudioTest : public QObject {
     QCOMPARE(plan.value("settings").toObject().value("offload_optim_frac").toDouble(), 0.5);
     const int disk = int(hw->shown_tiers().indexOf("disk"));
     QVERIFY2(disk >= 0, qPrintable(hw->shown_tiers().join(", ")));
-    double on_disk = 0;
-    for (const QJsonValue& t : plan.value("memory").toArray())
-      if (t.toObject().value("tier").toString() == "disk")
-        on_disk = t.toObject().value("by_category").toObject().value("optimizer").toDouble();
+    const double on_disk =
+        plan_tier(plan, "disk").value("by_category").toObject().value("optimizer").toDouble();
     QVERIFY(on_disk > 0);
     QCOMPARE(hw->shown_bytes(disk, 2), on_disk);  // the optimizer-state set
     QVERIFY2(hw->offload_note()->text().startsWith("Override: strategy gemini with 50%"),
@@ -2177,10 +2176,7 @@ class StudioTest : public QObject {
   // disk: host_optim_frac moves that share of the optimizer state from the device's tier to the
   // host's in the plan, and the labels, tooltips and note say RAM.
   void hardware_page_keeps_a_devices_shares_in_ram() {
-    QString cli;
-    find_planning_cli(&cli);
-    if (cli.isEmpty()) QSKIP("no tessera-cli here has `profile` and `plan`");
-    QSettings().setValue("paths/cli", cli);
+    if (!use_planning_cli()) QSKIP("no tessera-cli here has `profile` and `plan`");
     qputenv("TESSERA_SIMULATED_DEVICE", "1");
     const auto restore = qScopeGuard([] {
       qunsetenv("TESSERA_SIMULATED_DEVICE");
@@ -2207,10 +2203,11 @@ class StudioTest : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(hw->has_plan() && !hw->busy() && hw->plan_is_for(wizard->build_spec()),
                              120000);
     const auto optimizer_bytes = [&](const QString& tier) {
-      for (const QJsonValue& t : hw->plan_json().value("memory").toArray())
-        if (t.toObject().value("tier").toString() == tier)
-          return t.toObject().value("by_category").toObject().value("optimizer").toDouble();
-      return -1.0;
+      return plan_tier(hw->plan_json(), tier)
+          .value("by_category")
+          .toObject()
+          .value("optimizer")
+          .toDouble(-1.0);
     };
     QVERIFY2(hw->shown_tiers().contains("device"), qPrintable(hw->shown_tiers().join(", ")));
     const double on_device = optimizer_bytes("device");

@@ -274,7 +274,8 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
 
   // Optimizer state and parameters off the tier that computes (full fine-tuning): strategy
   // gemini, on disk where it computes on the CPU, in host RAM where it computes on a GPU.
-  const auto make_slider = [this](const QString& tip) {
+  // Their tooltips say where the share goes (update_offload).
+  const auto make_slider = [this] {
     auto* slider = new QSlider(Qt::Horizontal);
     slider->setRange(0, 100 / kOffloadStepPercent);
     slider->setSingleStep(1);
@@ -282,7 +283,6 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
     slider->setTickPosition(QSlider::TicksBelow);
     slider->setTickInterval(1);
     slider->setMinimumWidth(fontMetrics().averageCharWidth() * 24);
-    slider->setToolTip(tip);
     return slider;
   };
   const int label_width = std::max(fontMetrics().horizontalAdvance(tr("&Optimizer state on disk:")),
@@ -290,10 +290,7 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   offload_row_ = new QWidget;
   auto* offload_layout = new QHBoxLayout(offload_row_);
   offload_layout->setContentsMargins(0, 0, 0, 0);
-  offload_ = make_slider(
-      tr("The share of the optimizer state (Adam moments, and float32 masters in bf16) kept in "
-         "files on disk instead of in RAM: less memory, more disk traffic in each optimizer "
-         "update (strategy gemini, offload_optim_frac)"));
+  offload_ = make_slider();
   offload_label_ = new QLabel(tr("&Optimizer state on disk:"));
   offload_label_->setBuddy(offload_);
   offload_label_->setMinimumWidth(label_width);
@@ -312,11 +309,7 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   param_row_ = new QWidget;
   auto* param_layout = new QHBoxLayout(param_row_);
   param_layout->setContentsMargins(0, 0, 0, 0);
-  param_offload_ = make_slider(
-      tr("The share of the parameters (every weight, in the training precision) kept in files "
-         "on disk instead of in RAM, read back block by block as the model uses them: less "
-         "memory, much more disk traffic in every forward and backward (strategy gemini, "
-         "offload_param_frac)"));
+  param_offload_ = make_slider();
   param_label_ = new QLabel(tr("Pa&rameters on disk:"));
   param_label_->setBuddy(param_offload_);
   param_label_->setMinimumWidth(label_width);
@@ -563,7 +556,7 @@ QString HardwarePage::distributed_choice() const {
 
 // The shares the sliders override, on gemini's options: off the device it computes on.
 void HardwarePage::set_offload_options(job::StrategySpec& s) const {
-  const SliderOptions keys = slider_options();
+  const SliderOptions keys = slider_options(gemini_on_device());
   s.options[keys.optimizer] = offload_override_ / 100.0;
   if (param_override_ > 0)
     s.options[keys.parameters] = param_override_ / 100.0;
@@ -582,8 +575,8 @@ bool HardwarePage::gemini_on_device() const {
          "cuda";
 }
 
-HardwarePage::SliderOptions HardwarePage::slider_options() const {
-  if (gemini_on_device()) return {"host_optim_frac", "host_param_frac"};
+HardwarePage::SliderOptions HardwarePage::slider_options(bool on_device) {
+  if (on_device) return {"host_optim_frac", "host_param_frac"};
   return {"offload_optim_frac", "offload_param_frac"};
 }
 
@@ -591,7 +584,7 @@ job::StrategySpec HardwarePage::strategy_spec(const std::string& method) const {
   if (total_processes() > 1) {
     const QString choice = distributed_->currentData().toString();
     job::StrategySpec s;
-    s.name = choice.section(':', 0, 0).toStdString();
+    s.name = distributed_choice().toStdString();
     if (s.name == loaded_strategy_.name) s.options = loaded_strategy_.options;  // a clone's
     // gemini sharded over the processes, with the sliders' shares off the memory that computes
     // (offload_moved chose it in the list).
@@ -621,6 +614,13 @@ job::StrategySpec HardwarePage::strategy_spec(const std::string& method) const {
   return s;
 }
 
+void HardwarePage::select_distributed(const QString& key, const QString& label) {
+  loading_overrides_ = true;
+  if (distributed_->findData(key) < 0) distributed_->addItem(label, key);
+  distributed_->setCurrentIndex(distributed_->findData(key));
+  loading_overrides_ = false;
+}
+
 void HardwarePage::load_strategy(const job::StrategySpec& strategy) {
   loaded_strategy_ = strategy;
   // A job of several processes names one of these (gemini: of one process too; the list is
@@ -628,23 +628,14 @@ void HardwarePage::load_strategy(const job::StrategySpec& strategy) {
   if (strategy.name == "ddp" || strategy.name == "zero" || strategy.name == "gemini") {
     QString key = QString::fromStdString(strategy.name);
     if (strategy.name == "zero") key += QString(":%1").arg(strategy.options.value("stage", 1));
-    loading_overrides_ = true;
-    if (distributed_->findData(key) < 0)
-      distributed_->addItem(key.contains(':') ? tr("zero stage %1").arg(key.section(':', 1)) : key,
-                            key);
-    distributed_->setCurrentIndex(distributed_->findData(key));
-    loading_overrides_ = false;
+    select_distributed(key, key.contains(':') ? tr("zero stage %1").arg(key.section(':', 1)) : key);
   }
   if (strategy.name == "hybrid") {  // its layout, as learn_strategies keys it
     const int tp = strategy.options.value("tp_size", 2), pp = strategy.options.value("pp_size", 1);
     const int zero_stage = strategy.options.value("zero_stage", 0);
     const bool sequence = strategy.options.value("sequence_parallel", false);
-    const QString key = LayoutsTable::hybrid_key(tp, pp, zero_stage, sequence);
-    loading_overrides_ = true;
-    if (distributed_->findData(key) < 0)
-      distributed_->addItem(hybrid_label(tp, pp, zero_stage, sequence), key);
-    distributed_->setCurrentIndex(distributed_->findData(key));
-    loading_overrides_ = false;
+    select_distributed(LayoutsTable::hybrid_key(tp, pp, zero_stage, sequence),
+                       hybrid_label(tp, pp, zero_stage, sequence));
   }
   offload_override_ = -1;
   param_override_ = -1;
@@ -653,7 +644,7 @@ void HardwarePage::load_strategy(const job::StrategySpec& strategy) {
       const double frac = strategy.options.value(key, 0.0);
       return int(std::lround(frac * 100 / kOffloadStepPercent)) * kOffloadStepPercent;
     };
-    const SliderOptions keys = slider_options();
+    const SliderOptions keys = slider_options(gemini_on_device());
     offload_override_ = notch(keys.optimizer);
     param_override_ = notch(keys.parameters);
   }
@@ -679,11 +670,7 @@ void HardwarePage::offload_moved(bool parameters, int notch) {
   param_override_ = (parameters ? notch : param_offload_->value()) * kOffloadStepPercent;
   if (total_processes() > 1 && distributed_choice() != "gemini") {
     // Several processes: the shares are gemini's, sharded over them; the list says so.
-    loading_overrides_ = true;
-    if (distributed_->findData(QString("gemini")) < 0)
-      distributed_->addItem(QStringLiteral("gemini"), QString("gemini"));
-    distributed_->setCurrentIndex(distributed_->findData(QString("gemini")));
-    loading_overrides_ = false;
+    select_distributed("gemini", "gemini");
     update_processes();  // its note and the sliders
   } else {
     update_offload();
@@ -701,7 +688,7 @@ void HardwarePage::update_offload() {
   offload_note_->setVisible(shown);
   if (!shown) return;
   const bool on_device = gemini_on_device();
-  const SliderOptions keys = slider_options();
+  const SliderOptions keys = slider_options(on_device);
   // Where the sliders put their share, and where the rest stays.
   const QString away = on_device ? tr("in RAM") : tr("on disk");
   const QString home = on_device ? tr("on the GPU") : tr("in RAM");

@@ -166,9 +166,11 @@ class HardwarePage : public QWidget {
     std::string optimizer;   // the optimizer-state slider's option
     std::string parameters;  // the parameters slider's
   };
-  SliderOptions slider_options() const;
+  static SliderOptions slider_options(bool on_device);
   void set_offload_options(job::StrategySpec& s) const;
   void update_processes();  // the range, the strategy list and the note
+  // Chooses `key` in the Strategy list (added with `label` if missing), without re-planning.
+  void select_distributed(const QString& key, const QString& label);
   void learn_strategies(const QJsonObject& plan);
 
   QString cli_;
