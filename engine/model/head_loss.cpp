@@ -318,7 +318,7 @@ at::Tensor head_target_log_probs(const at::Tensor& hidden, const at::Tensor& wei
               "head_target_log_probs: hidden [N, H] and weight [V, H] expected");
   TORCH_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0),
               "head_target_log_probs: targets [N] expected");
-  if (block_rows <= 0) block_rows = head_loss_block_rows(weight.size(0));
+  if (block_rows <= 0) block_rows = head_loss_block_rows(weight.size(0), hidden.is_cuda());
   const bool head_trains = head_log_probs_read_weight_in_backward(weight, bias);
   const bool hidden_grad = torch::GradMode::is_enabled() && hidden.requires_grad();
   return HeadTargetLogProbs::apply(
@@ -334,7 +334,7 @@ at::Tensor head_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight
               "head_cross_entropy: hidden [N, H] and weight [V, H] expected");
   TORCH_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0),
               "head_cross_entropy: targets [N] expected");
-  if (block_rows <= 0) block_rows = head_loss_block_rows(weight.size(0));
+  if (block_rows <= 0) block_rows = head_loss_block_rows(weight.size(0), hidden.is_cuda());
   const bool grad = torch::GradMode::is_enabled();
   const bool bias_grad = grad && bias.defined() && bias.requires_grad();
   return HeadCrossEntropy::apply(

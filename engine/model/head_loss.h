@@ -14,14 +14,24 @@ class Tensor;
 
 namespace tessera::model {
 
-// Float32 logits a block holds at most (the block's rows × vocabulary × 4 bytes).
+// Float32 logits a block holds at most (the block's rows × vocabulary × 4 bytes) on the CPU.
 inline constexpr std::int64_t kHeadLossBlockBytes = std::int64_t{8} << 20;
+// ... and on a GPU. Each block's two matrix products read the whole head weight, so a block's
+// rows are the products' arithmetic intensity (FLOPs per weight byte): at 8 MiB (65 rows of a
+// 32000-entry vocabulary) a GPU's products are bound by its memory, not its GEMM rate (which
+// needs some hundreds), and 8192 tokens take 126 blocks of some 20 kernels each. 256 MiB is
+// 2048 rows of that vocabulary, 512 of Llama 3's 128256 entries, beside the GiBs of the whole
+// logits the peers hold.
+inline constexpr std::int64_t kHeadLossBlockBytesGpu = std::int64_t{256} << 20;
 
-// The rows per block for a vocabulary of `vocabulary` entries: kHeadLossBlockBytes of float32
-// logits, at least 16 rows (narrower matmuls run far below the GEMM's rate).
-inline std::int64_t head_loss_block_rows(std::int64_t vocabulary) {
-  return std::max<std::int64_t>(16,
-                                kHeadLossBlockBytes / (4 * std::max<std::int64_t>(1, vocabulary)));
+// The rows per block for a vocabulary of `vocabulary` entries: on the CPU kHeadLossBlockBytes
+// of float32 logits, at least 16 rows (narrower matmuls run far below the GEMM's rate); on a
+// GPU kHeadLossBlockBytesGpu, in whole tiles of 128 rows, at least one.
+inline std::int64_t head_loss_block_rows(std::int64_t vocabulary, bool gpu = false) {
+  const std::int64_t entries = std::max<std::int64_t>(1, vocabulary);
+  if (!gpu) return std::max<std::int64_t>(16, kHeadLossBlockBytes / (4 * entries));
+  constexpr std::int64_t kTile = 128;
+  return std::max<std::int64_t>(kTile, kHeadLossBlockBytesGpu / (4 * entries) / kTile * kTile);
 }
 
 // The vocabulary split over tensor-parallel ranks: this rank's head holds the rows of the
@@ -43,8 +53,8 @@ struct VocabularySplit {
 // part of theirs (summed over the ranks by whatever copied them to the ranks).
 at::Tensor head_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
                               const at::Tensor& bias, const at::Tensor& targets,
-                              std::int64_t block_rows = 0,  // 0: head_loss_block_rows(V)
-                              const VocabularySplit* split = nullptr);
+                              // 0: head_loss_block_rows(V, on a GPU)
+                              std::int64_t block_rows = 0, const VocabularySplit* split = nullptr);
 
 // log p(target) of each row under logits = hidden·weightᵀ + bias, float32 [N] (0 where the
 // target is -100), as the whole logits give it (computed in the hidden states' dtype, widened to
@@ -56,7 +66,8 @@ at::Tensor head_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight
 // backward recomputes each block's logits from the hidden states and the weight.
 at::Tensor head_target_log_probs(const at::Tensor& hidden, const at::Tensor& weight,
                                  const at::Tensor& bias, const at::Tensor& targets,
-                                 std::int64_t block_rows = 0);  // 0: head_loss_block_rows(V)
+                                 // 0: head_loss_block_rows(V, on a GPU)
+                                 std::int64_t block_rows = 0);
 
 // Whether head_target_log_probs will read the weight in backward (it trains, or its bias does).
 bool head_log_probs_read_weight_in_backward(const at::Tensor& weight, const at::Tensor& bias);

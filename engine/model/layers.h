@@ -148,7 +148,7 @@ class EmbeddingImpl : public torch::nn::Module {
 TORCH_MODULE(Embedding);
 
 // Llama-style RMSNorm: normalises in float32 and casts back before the weight, like
-// transformers, so bf16 results match it.
+// transformers, so bf16 results match it (training on a GPU: torch's fused kernel, layers.cpp).
 class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(std::int64_t dim, double eps, const torch::TensorOptions& options);

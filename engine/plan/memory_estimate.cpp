@@ -75,10 +75,13 @@ ActivationTerms activation_terms(const hf::ModelConfig& c, const Settings& s, in
   const double t = d(s.micro_batch) * d(s.rows_per_example) * d(s.sequence_length);
   const double h = d(c.hidden_size), v = d(c.vocab_size);
   const double act = bf16 ? 2.0 : 4.0;
+  // A GPU's kernels (the simulated device computes on the CPU, with the CPU's).
+  const bool gpu_kernels = s.on_gpu && !s.simulated_device;
   // RMSNorm (engine/model/layers.cpp) saves its float32 input for pow and the product, and,
   // when the weight trains, the normalised value it multiplies (in the compute dtype). Under
-  // bf16 the float32 input is the widened copy; in fp32 it is the input itself.
-  const double norm_bytes = 4.0 + (lora ? 0.0 : act);
+  // bf16 the float32 input is the widened copy; in fp32 it is the input itself. On a GPU the
+  // fused kernel saves its input alone (and a float32 figure per row).
+  const double norm_bytes = gpu_kernels ? act : 4.0 + (lora ? 0.0 : act);
   // Per family (hf/families.cpp: saved_per_token), plus softmax's fp32 log-sum-exp per head.
   // Split over tp: all but the layer's input and residual (2h).
   const double saved = hf::family_of(c).parameter_shapes(c).saved_per_token;
@@ -117,8 +120,9 @@ ActivationTerms activation_terms(const hf::ModelConfig& c, const Settings& s, in
     return out;
   }
   if (hf::family_of(c).causal_lm && !adapted_head) {
-    const double rows =
-        std::min(t, d(model::head_loss_block_rows(static_cast<std::int64_t>(columns))));
+    // A GPU takes larger blocks than the CPU.
+    const double rows = std::min(
+        t, d(model::head_loss_block_rows(static_cast<std::int64_t>(columns), gpu_kernels)));
     out.head = rows * columns * (bf16 ? 2.0 + 4.0 + 2.0 : 4.0) + t * h * act + final_norm;
     return out;
   }
