@@ -12,6 +12,7 @@
 #include "command.h"
 #include "core/error.h"
 #include "core/exit_codes.h"
+#include "core/fatal_signals.h"
 
 namespace tessera::cli {
 
@@ -97,6 +98,7 @@ void print_help() {
 
 int main(int argc, char** argv) {
   using namespace tessera;
+  core::report_fatal_signals("tessera-cli");
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     print_help();

@@ -9,12 +9,14 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/fatal_signals.h"
 #include "ui/main_window.h"
 #include "ui/models/runs_db.h"
 #include "ui/utility/app_icon.h"
 #include "ui/utility/studio_settings.h"
 
 int main(int argc, char** argv) {
+  tessera::core::report_fatal_signals("tessera");
   QApplication app(argc, argv);
   QApplication::setOrganizationName("Tessera");
   QApplication::setApplicationName("tessera");

@@ -1,11 +1,15 @@
 """Writes tests/gpu/run.sh's report (markdown, to stdout) from the files its phases left in LOGS:
 machine.json, status.txt, phases.log, pytest.xml and pytest.log, bench.json (with the profiles'
-summaries; their traces beside it as trace-*.json.gz).
+summaries; their traces beside it as trace-*.json.gz). A program of ours that died of a fault
+wrote its stack into a log (core/fatal_signals.h): the report lists each, its frames in our
+programs named by addr2line where the machine has it.
 
     python tests/gpu/report.py LOGS > report.md
 """
 import json
 import re
+import shutil
+import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -19,6 +23,46 @@ def read_json(path):
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+HEADER = re.compile(r"(\S+): fatal signal (\S+)")
+FRAME = re.compile(r"(?:^|\s)(?P<binary>[^\s(]+)\((?P<symbol>[^)]*)\)\s*\[0x[0-9a-f]+\]")
+
+
+def crash_reports(logs: Path, most=4):
+    """Markdown lines for each fatal-signal report (core/fatal_signals.h) in LOGS' *.log files
+    (in pytest's output a subprocess's stderr may carry a prefix such as "E   "), its frames
+    named where addr2line can: PROGRAM(+0xOFFSET) is an offset into that binary."""
+    reports = []
+    for log in sorted(logs.glob("*.log")):
+        current = None
+        for line in log.read_text(errors="replace").splitlines():
+            header = HEADER.search(line)
+            if header:
+                current = {"log": log.name, "title": f"{header.group(1)}: {header.group(2)}",
+                           "frames": []}
+                reports.append(current)
+                continue
+            frame = FRAME.search(line) if current is not None else None
+            if frame:
+                current["frames"].append((frame.group("binary"), frame.group("symbol")))
+            elif current is not None and current["frames"]:
+                current = None  # the stack ended
+    addr2line = shutil.which("addr2line")
+    lines = []
+    for report in reports[:most]:
+        lines += ["", f"{report['title']} (in {report['log']}), innermost first:", ""]
+        for binary, symbol in report["frames"]:
+            name = symbol
+            if addr2line and symbol.startswith("+0x") and Path(binary).exists():
+                found = subprocess.run([addr2line, "-f", "-C", "-e", binary, symbol[1:]],
+                                       capture_output=True, text=True).stdout.splitlines()
+                if found and found[0] != "??":
+                    name = found[0]
+            lines.append(f"- `{Path(binary).name}` {name[:200]}")
+    if len(reports) > most:
+        lines += ["", f"({len(reports) - most} more in the logs)"]
+    return lines
 
 
 def main(logs: Path) -> int:
@@ -77,6 +121,10 @@ def main(logs: Path) -> int:
                     and "::" not in l]
     if figures:
         lines += ["", "Figures the tests printed:", "", "```", *figures[:160], "```"]
+
+    crashes = crash_reports(logs)
+    if crashes:
+        lines += ["", "## Crashes (fatal signals)", *crashes]
 
     bench = read_json(logs / "bench.json")
     if bench:

@@ -522,6 +522,32 @@ def test_trace_summary_counts_the_device_time_by_category():
         "aten::linear", "autograd::engine::evaluate_function: MulBackward0", "aten::addmm"]
 
 
+def test_the_report_names_the_frames_of_a_crash(tmp_path):
+    """A program of ours that dies of a fault writes its stack (core/fatal_signals.h); run.sh's
+    report finds it in the logs, even inside pytest's assertion text, and names our frames with
+    addr2line: PROGRAM(+0xOFFSET) is an offset into that binary, here the one of `main`."""
+    import shutil
+
+    cli = os.environ.get("TESSERA_CLI")
+    if not (cli and shutil.which("nm") and shutil.which("addr2line")):
+        pytest.skip("needs TESSERA_CLI and binutils (nm, addr2line)")
+    symbols = subprocess.run(["nm", "-C", cli], capture_output=True, text=True).stdout.splitlines()
+    main = next(int(line.split()[0], 16) for line in symbols if line.endswith(" T main"))
+    (tmp_path / "pytest-serial.log").write_text(
+        "E   AssertionError: dataset x.jsonl: 10 rows\n"
+        "E   \n"
+        "E   tessera-cli: fatal signal SIGSEGV (invalid memory access); stack, innermost first:\n"
+        f"E   {cli}(+0x{main + 4:x})[0x55aa00001000]\n"
+        "E   /lib/x86_64-linux-gnu/libc.so.6(__libc_start_main+0x85)[0x7f0000002000]\n"
+        "E   tessera-cli: this is a bug in Tessera; please report it\n")
+    report = subprocess.run([sys.executable, str(HERE / "report.py"), str(tmp_path)],
+                            capture_output=True, text=True, check=True).stdout
+    assert "## Crashes (fatal signals)" in report, report
+    assert "tessera-cli: SIGSEGV (in pytest-serial.log)" in report, report
+    assert f"- `{Path(cli).name}` main" in report, report
+    assert "- `libc.so.6` __libc_start_main+0x85" in report, report
+
+
 @pytest.mark.skipif(DEVICE == "cuda", reason="run.sh runs the benchmark itself on the GPU")
 def test_the_benchmark_times_and_profiles_both_sides(tmp_path):
     """bench_gpu.py --smoke (the CPU, a tiny llama) before a GPU session runs it: both sides timed

@@ -6,6 +6,7 @@ signal came, and that nothing appears under a final name (no checkpoint, no mode
 export); the export's staged folder, left by the dead process, is removed by the next export."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -124,3 +125,34 @@ def test_a_resume_cuts_off_an_event_torn_by_a_kill(workdir, tmp_path):
     warnings = [e["message"] for e in events if e["type"] == "log" and e["level"] == "warning"]
     assert any(f"the last {len(torn)} bytes, that incomplete event, were dropped" in w for w in warnings), warnings
     assert [e["step"] for e in events if e["type"] == "metric" and "loss" in e] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGSEGV, signal.SIGABRT])
+def test_a_fault_reports_its_stack_and_kills_the_process_as_it_would(workdir, tmp_path, sig):
+    # A crash on a machine one cannot reach (a lent GPU, a user's) must say where it happened. The
+    # signal is sent here while the data loads, as a fault would raise it; the process writes its
+    # stack to stderr and still dies of that signal (the exit status a parent or a shell expects).
+    events = tmp_path / "events.jsonl"
+    proc = subprocess.Popen([CLI, "finetune", "--model", workdir / "model", "--data", workdir / "big.jsonl",
+                             "--steps", "5", "--out", tmp_path / "run", "--events", events],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: any(e["type"] == "progress" and e.get("phase") == "load" for e in events_of(events)), proc=proc)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == -sig, err
+    header = f"tessera-cli: fatal signal {signal.Signals(sig).name} ("
+    assert header in err, err
+    report = err[err.index(header):].splitlines()
+    assert "this is a bug in Tessera" in report[-1], report
+    frames = report[1:-1]
+    assert len(frames) >= 3, report
+    # Frames in tessera-cli itself, as PROGRAM(+0xOFFSET): the offset names the function with
+    # addr2line and the same binary (README: "The GPU").
+    ours = [f for f in frames if f.startswith(f"{Path(CLI).resolve()}(+0x") or f.startswith(f"{CLI}(+0x")]
+    assert ours, frames
+    addr2line = shutil.which("addr2line")
+    if addr2line:
+        offsets = [f.split("(+")[1].split(")")[0] for f in ours]
+        named = subprocess.run([addr2line, "-f", "-C", "-e", CLI, *offsets], capture_output=True, text=True).stdout
+        functions = named.splitlines()[0::2]
+        assert any(name != "??" for name in functions), named

@@ -16,6 +16,7 @@
 #include <iostream>
 #include <string>
 
+#include "core/fatal_signals.h"
 #include "core/error.h"
 #include "hf/safetensors.h"
 #include "model/model.h"
@@ -127,6 +128,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tessera::core::report_fatal_signals("tessera-model-probe");
   try {
     return run(argc, argv);
   } catch (const tessera::Error& e) {

@@ -33,6 +33,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/fatal_signals.h"
 #include "job/events.h"
 #include "model/layers.h"
 #include "model/model.h"
@@ -365,6 +366,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tessera::core::report_fatal_signals("tessera-train-probe");
   try {
     return run(argc, argv);
   } catch (const tessera::Error& e) {
