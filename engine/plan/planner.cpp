@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -580,9 +581,18 @@ Plan make_plan(const PlanInputs& in) {
                            disk_limit > 0;
   // On a GPU, `auto` keeps the user's method too: full fine-tuning that does not fit the GPU goes
   // to gemini's device tier with the optimizer state in host memory, then parameter chunks
-  // there too, then the optimizer state on disk.
-  const bool may_spill_to_host =
-      spec.strategy.name == job::kAutoStrategy && gpu && !distributed && base.method == "full";
+  // there too, then the optimizer state on disk. gemini named with shares that do not fit moves
+  // more the same way (never less than the spec's off the device, nothing back from disk)
+  // before its method changes.
+  const bool spill_named_gemini = named_gemini && base.device_tier;
+  const bool may_spill_to_host = (spec.strategy.name == job::kAutoStrategy || spill_named_gemini) &&
+                                 gpu && !distributed && base.method == "full";
+  auto keeps_the_specs_shares = [&](const Fractions& f) {
+    return !spill_named_gemini ||
+           (f.optim >= base.offload_optim_frac && f.param >= base.offload_param_frac &&
+            f.optim + f.host_optim >= base.offload_optim_frac + base.host_optim_frac &&
+            f.param + f.host_param >= base.offload_param_frac + base.host_param_frac);
+  };
   std::optional<Settings> chosen;
   for (const std::string& precision : precisions) {
     chosen = distributed ? pick_distributed(base, precision)
@@ -602,12 +612,14 @@ Plan make_plan(const PlanInputs& in) {
         // Then the parameter chunks follow the optimizer state to disk.
         for (double f : {0.25, 0.5, 0.75, 1.0}) shares.push_back({1.0, f, 0.0, 1.0 - f});
       }
+      std::erase_if(shares, [&](const Fractions& f) { return !keeps_the_specs_shares(f); });
       chosen = search(spilled, shares, precision);
       if (!chosen) continue;
       const auto on_host = estimate_host_memory(c, *chosen, in.checkpoint_bytes);
       plan.reasons.push_back(
-          "full fine-tuning does not fit in " + gib(limit) + " of the GPU with everything " +
-          "there: gemini's device tier keeps " + in_host_phrase(*chosen) + " in host memory (" +
+          "full fine-tuning does not fit in " + gib(limit) + " of the GPU with " +
+          (spill_named_gemini ? "the spec's shares off it" : "everything there") +
+          ": gemini's device tier keeps " + in_host_phrase(*chosen) + " in host memory (" +
           gib(on_host.peak()) + " of the host's " + gib(host_limit) + ")" +
           (chosen->offload_optim_frac > 0.0 || chosen->offload_param_frac > 0.0
                ? " and " + on_disk_phrase(*chosen) + " on disk in " + hw.disk->path
@@ -1012,6 +1024,54 @@ Plan make_plan(const PlanInputs& in) {
                        "micro-batch 1, activation checkpointing and LoRA; " + plan.what_would_fit +
                        ".";
   return plan;
+}
+
+std::string change_after_device_shortfall(PlanInputs in, std::uint64_t needed) {
+  const job::JobSpec spec = in.spec;
+  const bool simulated =
+      spec.strategy.name == "gemini" &&
+      job::strategy_option("gemini", spec.strategy.options, "device") == "simulated";
+  if (!simulated && !plans_on_gpu(spec, in.profile, 1, 1)) return {};
+  // What the plan gives the device for the job as it ran (its own figure where it plans the job
+  // as written), and the device's budget.
+  const Plan as_planned = make_plan(in);
+  std::uint64_t planned = 0;
+  if (as_planned.fits && applied_changes(spec, as_planned.settings).empty() &&
+      !as_planned.tiers.empty() && as_planned.tiers[0].tier == "device") {
+    planned = as_planned.tiers[0].estimate.peak();
+  } else {
+    Settings as_run = written_settings(spec, std::max(1, static_cast<int>(in.profile.gpus.size())));
+    as_run.on_gpu = true;
+    if (as_run.precision == "bf16" && !simulated && !in.profile.gpus[0].bf16)
+      as_run.precision = "fp32";
+    planned = estimate_memory(in.model, as_run, in.checkpoint_bytes).peak();
+  }
+  const std::optional<std::uint64_t> device_budget =
+      spec.strategy.name == "gemini" ? size_option(spec.strategy.options, "device_budget")
+                                     : std::nullopt;
+  std::uint64_t budget = simulated ? device_budget.value_or(0) : in.profile.gpus[0].memory;
+  if (!simulated && device_budget && *device_budget > 0) budget = std::min(budget, *device_budget);
+  if (planned == 0 || budget == 0) return {};
+  const double factor =
+      std::max(1.0, static_cast<double>(std::max(needed, budget)) / static_cast<double>(planned));
+  const auto smaller = static_cast<std::uint64_t>(static_cast<double>(budget) / factor);
+  if (simulated || device_budget) in.spec.strategy.options["device_budget"] = smaller;
+  for (GpuInfo& gpu : in.profile.gpus) gpu.memory = std::min(gpu.memory, smaller);
+  std::ostringstream why;
+  why.precision(3);
+  why << "the device needed at least " << factor << "× the plan's estimate for this job ("
+      << gib(planned) << " of " << gib(budget) << ")";
+  const Plan again = make_plan(in);
+  if (!again.fits)
+    return why.str() + ", and planned for " + gib(smaller) + " nothing fits: " + again.explanation;
+  const std::vector<std::string> changes = applied_changes(spec, again.settings);
+  if (changes.empty())
+    return why.str() + "; the plan for " + gib(smaller) + " changes nothing the spec sets: " +
+           "give the device more memory, or lower the batch size";
+  std::string hint =
+      why.str() + "; the plan's smallest change that fits (planned for " + gib(smaller) + "): ";
+  for (std::size_t i = 0; i < changes.size(); ++i) hint += (i ? "; " : "") + changes[i];
+  return hint + " (`tessera-cli plan` of the changed spec shows it)";
 }
 
 std::optional<BudgetRefusal> check_host_budget(const PlanInputs& in) {

@@ -3,6 +3,7 @@
 #include "plan/spec_settings.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "core/units.h"
@@ -146,6 +147,32 @@ StepTimeKey step_time_key(const job::JobSpec& spec, const hf::ModelConfig& model
   return {step_time_device(hw, gpu), model_fingerprint(model), s, processes};
 }
 
+namespace {
+
+// Calls `moved(key, given, planned)` for each of gemini's shares that `s` (a plan of `spec`,
+// which names gemini) holds at another value than the spec gives.
+template <typename Moved>
+void for_each_moved_share(const job::JobSpec& spec, const Settings& s, Moved moved) {
+  const Settings given = written_settings(spec, s.device_tier ? 1 : 0);
+  const std::pair<const char*, double Settings::*> shares[] = {
+      {"host_optim_frac", &Settings::host_optim_frac},
+      {"host_param_frac", &Settings::host_param_frac},
+      {"offload_optim_frac", &Settings::offload_optim_frac},
+      {"offload_param_frac", &Settings::offload_param_frac}};
+  for (const auto& [key, share] : shares)
+    if (std::abs(s.*share - given.*share) > 1e-9) moved(key, given.*share, s.*share);
+}
+
+// 0.25, 0.5, 1: a share as the spec would write it.
+std::string share_text(double share) {
+  std::string text = std::to_string(share);
+  text.erase(text.find_last_not_of('0') + 1);
+  if (text.back() == '.') text.pop_back();
+  return text;
+}
+
+}  // namespace
+
 job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& s) {
   job::JobSpec out = spec;
   if (out.strategy.name == job::kAutoStrategy) out.strategy.name = job::auto_strategy().name;
@@ -163,6 +190,11 @@ job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& s) {
   // GPUs it did not weigh).
   if (spec.strategy.name == job::kAutoStrategy && s.strategy != out.strategy.name)
     out.strategy = written_strategy(s);
+  // gemini named: the shares the plan moved.
+  if (spec.strategy.name == "gemini" && s.strategy == "gemini")
+    for_each_moved_share(spec, s, [&](const char* key, double, double planned) {
+      out.strategy.options[key] = planned;
+    });
   return out;
 }
 
@@ -256,6 +288,19 @@ std::vector<std::string> applied_changes(const job::JobSpec& spec, const Setting
                                                ? " and " + on_disk_phrase(s) + " on disk"
                                                : std::string())
                                     : "strategy gemini with " + on_disk_phrase(s) + " on disk");
+  // gemini named with shares the plan moved further off the device.
+  if (s.strategy == "gemini" && spec.strategy.name == "gemini") {
+    std::string moved;
+    for_each_moved_share(spec, s, [&](const char* key, double given, double planned) {
+      moved += std::string(moved.empty() ? "" : ", ") + key + " " + share_text(given) + " → " +
+               share_text(planned);
+    });
+    if (!moved.empty())
+      changes.push_back("gemini's shares " + moved + " (" + in_host_phrase(s) + " in host memory" +
+                        (s.offload_optim_frac > 0.0 || s.offload_param_frac > 0.0
+                             ? ", " + on_disk_phrase(s) + " on disk)"
+                             : std::string(")")));
+  }
   return changes;
 }
 

@@ -402,6 +402,27 @@ nlohmann::json share_plan(dist::ParallelContext& parallel, const nlohmann::json&
   return shared;
 }
 
+// This machine as the planner sees it, for a run into `out_dir`.
+plan::HardwareProfile planning_hardware(const fs::path& out_dir, const RunOptions& run_options,
+                                        const dist::ParallelContext* parallel) {
+  // The run folder's disk too: `auto` may put optimizer state there (gemini). Its speed is
+  // measured once a day and cached.
+  plan::ProfileOptions profile_options;
+  profile_options.disk_dir = out_dir;
+  // Several processes: the link between the ranks too (the loopback, measured once a day).
+  if (parallel != nullptr) profile_options.measure_link = [] { return measure_loopback_link(); };
+  // A GPU's copy and compute rates, for the step time (measured once a day).
+  profile_options.measure_gpu = [](int index) { return measure_gpu_rates(index); };
+  // The CPU's product rate, by a process that has every core (ranks of several share them:
+  // they read what one process measured, when there is one).
+  if (parallel == nullptr)
+    profile_options.measure_cpu = [](int cores) { return measure_cpu_rate(cores); };
+  plan::HardwareProfile hardware = plan::probe_hardware(profile_options);
+  if (run_options.simulate_host_memory)
+    hardware.memory.simulated = *run_options.simulate_host_memory;
+  return hardware;
+}
+
 // Strategy "auto": the plan for this machine (or the one recorded when the run started, when
 // it resumes), written to plan.json and announced as the `plan` event; returns the spec the
 // run trains with. Other strategies: the spec as written. Several processes: rank 0 plans every
@@ -440,22 +461,8 @@ job::JobSpec plan_run(const job::JobSpec& spec, const hf::ModelFolder& source,
                         recorded.string() + ")");
       return doc;
     }
-    // The run folder's disk too: `auto` may put optimizer state there (gemini). Its speed is
-    // measured once a day and cached.
-    plan::ProfileOptions profile_options;
-    profile_options.disk_dir = out_dir;
-    // Several processes: the link between the ranks too (the loopback, measured once a day).
-    if (parallel != nullptr) profile_options.measure_link = [] { return measure_loopback_link(); };
-    // A GPU's copy and compute rates, for the step time (measured once a day).
-    profile_options.measure_gpu = [](int index) { return measure_gpu_rates(index); };
-    // The CPU's product rate, by a process that has every core (ranks of several share them:
-    // they read what one process measured, when there is one).
-    if (parallel == nullptr)
-      profile_options.measure_cpu = [](int cores) { return measure_cpu_rate(cores); };
-    plan::HardwareProfile hardware = plan::probe_hardware(profile_options);
-    if (run_options.simulate_host_memory)
-      hardware.memory.simulated = *run_options.simulate_host_memory;
-    plan::PlanInputs inputs = plan::plan_inputs(spec, source, std::move(hardware));
+    plan::PlanInputs inputs =
+        plan::plan_inputs(spec, source, planning_hardware(out_dir, run_options, parallel));
     if (parallel != nullptr) {
       inputs.processes = parallel->world_size();
       inputs.processes_per_node = parallel->local_world_size();
@@ -933,7 +940,22 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   train::TrainResult result;
   {
     const StepEndWindow step_end_window(run_options.stopping_at_step_end);
-    result = train_model(trainer, spec, std::move(data), run_options.stop);
+    try {
+      result = train_model(trainer, spec, std::move(data), run_options.stop);
+    } catch (const train::StepOutOfDeviceMemory& e) {
+      // One process: the plan's smallest change that fits, planned for a device as much smaller
+      // as the run needed more than the plan estimated.
+      if (parallel) throw;
+      std::string hint;
+      try {
+        hint = plan::change_after_device_shortfall(
+            plan::plan_inputs(spec, source, planning_hardware(out_dir, run_options, nullptr)),
+            e.needed());
+      } catch (const Error& planning) {
+        hint = e.hint() + " (planning a change failed: " + planning.what() + ")";
+      }
+      throw Error(ErrorKind::InvalidInput, e.what(), hint.empty() ? e.hint() : hint);
+    }
   }
   if (step_times) step_times->finish();
   // A plugin that shards the weights (gemini on several ranks) gathers them with every rank, so

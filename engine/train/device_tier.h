@@ -27,9 +27,12 @@ class DeviceOutOfMemory : public Error {
   DeviceOutOfMemory(const std::string& device, std::uint64_t asked, std::uint64_t used,
                     std::uint64_t total, const std::string& what);
   std::uint64_t asked() const { return asked_; }
+  // What the tier would have held with it: in use, and asked.
+  std::uint64_t needed() const { return used_ + asked_; }
 
  private:
   std::uint64_t asked_ = 0;
+  std::uint64_t used_ = 0;
 };
 
 // A point on one of the device's streams; done once everything queued before it has run.

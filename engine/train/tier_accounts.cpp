@@ -17,7 +17,8 @@ DeviceOutOfMemory::DeviceOutOfMemory(const std::string& device, std::uint64_t as
             "keep more in host memory (strategy.options.host_param_frac, host_optim_frac, or "
             "placement auto), give the chunks more device memory (device_budget), or lower the "
             "batch size"),
-      asked_(asked) {}
+      asked_(asked),
+      used_(used) {}
 
 void TierAccounts::reserve(std::size_t bytes, const std::string& device, const std::string& what) {
   std::lock_guard<std::mutex> lock(mutex_);

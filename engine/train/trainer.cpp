@@ -894,9 +894,10 @@ std::int64_t Trainer::restore(BatchSource& train, std::int64_t total_steps) {
 }
 
 void Trainer::out_of_device_memory(const std::string& what, const std::string& hint,
-                                   std::int64_t step, const DataPosition& step_start,
-                                   const torch::Tensor& cpu_rng, const torch::Tensor& device_rng,
-                                   BatchSource& train, std::int64_t total_steps) {
+                                   std::uint64_t needed, std::int64_t step,
+                                   const DataPosition& step_start, const torch::Tensor& cpu_rng,
+                                   const torch::Tensor& device_rng, BatchSource& train,
+                                   std::int64_t total_steps) {
   std::string message = "training stopped in step " + std::to_string(step + 1) + ": " + what;
   // What the device held then, by category (a plugin with a device tier knows its own).
   if (const std::optional<DeviceTierMemory> tier = plugin_->device_tier_memory())
@@ -918,7 +919,7 @@ void Trainer::out_of_device_memory(const std::string& what, const std::string& h
     message += "; step " + std::to_string(step) + " is saved in " + saved.string() +
                ", resume from it after the change";
   }
-  throw Error(ErrorKind::InvalidInput, message, hint);
+  throw StepOutOfDeviceMemory(message, hint, needed);
 }
 
 TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::atomic<bool>* stop) {
@@ -981,15 +982,15 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
           loss_sum += loss;
       }
     } catch (const DeviceOutOfMemory& e) {
-      out_of_device_memory(e.what(), e.hint(), step, step_start, cpu_rng, device_rng, train,
-                           result.total_steps);
+      out_of_device_memory(e.what(), e.hint(), e.needed(), step, step_start, cpu_rng, device_rng,
+                           train, result.total_steps);
     } catch (const c10::OutOfMemoryError& e) {
       const std::string what = e.what_without_backtrace();
       out_of_device_memory(
           plugin_->device().str() + ": out of memory: " + what.substr(0, what.find('\n')),
           "lower the batch size (keeping the effective batch with gradient accumulation), turn on "
           "activation checkpointing, train in bf16, or use strategy gemini",
-          step, step_start, cpu_rng, device_rng, train, result.total_steps);
+          0, step, step_start, cpu_rng, device_rng, train, result.total_steps);
     }
     const double lr = schedule.lr(step);
     const StepStats stats = plugin_->step(lr, t.max_grad_norm);

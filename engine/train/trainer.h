@@ -106,6 +106,19 @@ struct TrainerOptions {
   ProcessContext process;
 };
 
+// A training step ran out of device memory (exit 2): the message names the device, what it was
+// allocating, what it held and the checkpoint saved; `needed`, the bytes the device would have
+// held at least (0: not known), lets the runner plan the change that fits.
+class StepOutOfDeviceMemory : public Error {
+ public:
+  StepOutOfDeviceMemory(std::string message, std::string hint, std::uint64_t needed)
+      : Error(ErrorKind::InvalidInput, std::move(message), std::move(hint)), needed_(needed) {}
+  std::uint64_t needed() const { return needed_; }
+
+ private:
+  std::uint64_t needed_ = 0;
+};
+
 struct TrainResult {
   std::string status;  // completed | stopped
   std::int64_t start_step = 0;
@@ -173,10 +186,11 @@ class Trainer {
   std::int64_t restore(BatchSource& train, std::int64_t total_steps);
   void emit_memory();
   // The device ran out of memory in step `step` + 1 (before its update): saves step `step` as
-  // it was (one process) and throws InvalidInput (exit 2) with `what`, the device's memory by
-  // category and `hint`.
+  // it was (one process) and throws StepOutOfDeviceMemory (exit 2) with `what`, the device's
+  // memory by category and `hint`; `needed`: the bytes the device would have held (0: unknown).
   [[noreturn]] void out_of_device_memory(const std::string& what, const std::string& hint,
-                                         std::int64_t step, const DataPosition& step_start,
+                                         std::uint64_t needed, std::int64_t step,
+                                         const DataPosition& step_start,
                                          const torch::Tensor& cpu_rng,
                                          const torch::Tensor& device_rng, BatchSource& train,
                                          std::int64_t total_steps);

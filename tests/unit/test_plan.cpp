@@ -387,6 +387,81 @@ class TestPlan : public QObject {
     QCOMPARE(roomy.tiers.size(), std::size_t{1});
   }
 
+  // gemini named on a GPU with shares whose minimum (micro-batch 1, checkpointing) does not fit
+  // the device tier's budget: the plan moves more to host memory (never less than the spec's off
+  // the device) before it changes the method, says so, and the spec it applies carries the
+  // shares, which then plan as they are.
+  static plan::PlanInputs named_gemini_on_a_gpu(double host_param_frac) {
+    auto in = inputs(64ull << 30);
+    plan::GpuInfo gpu;
+    gpu.name = "Test GPU";
+    gpu.memory = 80ull << 30;
+    in.profile.gpus.push_back(gpu);
+    in.spec.training.batch_size = 1;
+    in.spec.training.activation_checkpointing = true;
+    in.spec.strategy = {"gemini", {{"device", "cuda"}, {"host_param_frac", host_param_frac}}};
+    return in;
+  }
+
+  void planMovesANamedGeminisSharesOffADeviceTooSmall() {
+    auto in = named_gemini_on_a_gpu(0.5);
+    const plan::Plan roomy = plan::make_plan(in);
+    QVERIFY(roomy.fits);
+    QVERIFY(plan::applied_changes(in.spec, roomy.settings).empty());
+    const std::uint64_t need = roomy.tiers[0].estimate.peak();
+    in.spec.strategy.options["device_budget"] = need;  // less the headroom: short
+    const plan::Plan p = plan::make_plan(in);
+    QVERIFY(p.fits);
+    QCOMPARE(p.settings.method, std::string("full"));
+    QCOMPARE(p.settings.strategy, std::string("gemini"));
+    QVERIFY(p.settings.host_param_frac >= 0.5);
+    QVERIFY(p.settings.host_optim_frac + p.settings.offload_optim_frac > 0.0);
+    QVERIFY(static_cast<double>(p.tiers[0].estimate.peak()) <= 0.9 * static_cast<double>(need));
+    QVERIFY(std::any_of(p.reasons.begin(), p.reasons.end(), [](const std::string& r) {
+      return r.find("with the spec's shares off it") != std::string::npos;
+    }));
+    const auto changes = plan::applied_changes(in.spec, p.settings);
+    QVERIFY(std::any_of(changes.begin(), changes.end(), [](const std::string& c) {
+      return c.rfind("gemini's shares ", 0) == 0 &&
+             c.find("host_optim_frac 0 → ") != std::string::npos;
+    }));
+    const job::JobSpec applied = plan::apply_settings(in.spec, p.settings);
+    QCOMPARE(applied.strategy.options.value("host_optim_frac", 0.0), p.settings.host_optim_frac);
+    in.spec = applied;
+    const plan::Plan again = plan::make_plan(in);
+    QVERIFY(again.fits);
+    QVERIFY(plan::applied_changes(applied, again.settings).empty());
+  }
+
+  // A step ran out of device memory needing 1.5× what the plan estimated for the job as it ran:
+  // the hint is the change the plan makes for a device 1.5× smaller, whose estimate × 1.5 fits
+  // the real one; a job on the CPU gets none.
+  void aDeviceShortfallGetsThePlansChangeThatFits() {
+    auto in = named_gemini_on_a_gpu(0.0);
+    const std::uint64_t planned = plan::make_plan(in).tiers[0].estimate.peak();
+    const auto budget = static_cast<std::uint64_t>(1.2 * static_cast<double>(planned));
+    in.spec.strategy.options["device_budget"] = budget;
+    const plan::Plan fits = plan::make_plan(in);
+    QVERIFY(fits.fits && plan::applied_changes(in.spec, fits.settings).empty());
+    const std::string hint = plan::change_after_device_shortfall(
+        in, static_cast<std::uint64_t>(1.5 * static_cast<double>(planned)));
+    QVERIFY2(hint.find("needed at least 1.5× the plan's estimate") != std::string::npos,
+             hint.c_str());
+    QVERIFY2(hint.find("the plan's smallest change that fits") != std::string::npos, hint.c_str());
+    QVERIFY2(hint.find("gemini's shares host_optim_frac 0 → ") != std::string::npos, hint.c_str());
+    auto smaller = in;
+    smaller.spec.strategy.options["device_budget"] =
+        static_cast<std::uint64_t>(static_cast<double>(budget) / 1.5);
+    const plan::Plan changed = plan::make_plan(smaller);
+    QVERIFY(1.5 * static_cast<double>(changed.tiers[0].estimate.peak()) <=
+            0.9 * static_cast<double>(budget) + 1.0);
+    // Not needed more than the budget: the factor is at least budget ÷ estimate.
+    QVERIFY(plan::change_after_device_shortfall(in, 0).find("needed at least 1.2× ") !=
+            std::string::npos);
+    auto cpu = inputs(64ull << 30);
+    QVERIFY(plan::change_after_device_shortfall(cpu, 1ull << 30).empty());
+  }
+
   void planGeminiOnTheGpuByItsShares() {
     // gemini named on cuda with the optimizer split GPU 30% / host 40% / disk 30%: three tiers
     // holding those shares of the moments, and no warning that the GPU is not modelled.
