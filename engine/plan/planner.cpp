@@ -1060,16 +1060,18 @@ std::string change_after_device_shortfall(PlanInputs in, std::uint64_t needed) {
   std::ostringstream why;
   why.precision(3);
   why << "the device needed at least " << factor << "× the plan's estimate for this job ("
-      << gib(planned) << " of " << gib(budget) << ")";
+      << core::human_bytes(planned) << " of " << core::human_bytes(budget) << ")";
   const Plan again = make_plan(in);
   if (!again.fits)
-    return why.str() + ", and planned for " + gib(smaller) + " nothing fits: " + again.explanation;
+    return why.str() + ", and planned for " + core::human_bytes(smaller) +
+           " nothing fits: " + again.explanation;
   const std::vector<std::string> changes = applied_changes(spec, again.settings);
   if (changes.empty())
-    return why.str() + "; the plan for " + gib(smaller) + " changes nothing the spec sets: " +
+    return why.str() + "; the plan for " + core::human_bytes(smaller) +
+           " changes nothing the spec sets: " +
            "give the device more memory, or lower the batch size";
-  std::string hint =
-      why.str() + "; the plan's smallest change that fits (planned for " + gib(smaller) + "): ";
+  std::string hint = why.str() + "; the plan's smallest change that fits (planned for " +
+                     core::human_bytes(smaller) + "): ";
   for (std::size_t i = 0; i < changes.size(); ++i) hint += (i ? "; " : "") + changes[i];
   return hint + " (`tessera-cli plan` of the changed spec shows it)";
 }

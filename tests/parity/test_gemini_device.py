@@ -415,6 +415,7 @@ def test_out_of_device_memory_saves_the_last_step_and_exits_2(workdir):
     # The hint: the plan made again for a device as much smaller as the run needed more than the
     # plan's estimate (planner-side in test_plan's aDeviceShortfallGetsThePlansChangeThatFits).
     hint = r.stderr[r.stderr.index("hint: "):]
+    print(r.stderr[r.stderr.index("error: "):])
     assert "the device needed at least" in hint and "the plan's estimate for this job" in hint, hint
     assert "the plan's smallest change that fits" in hint or "nothing fits" in hint, hint
     saved = sorted((workdir / "dev-oom").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
