@@ -402,9 +402,11 @@ nlohmann::json share_plan(dist::ParallelContext& parallel, const nlohmann::json&
   return shared;
 }
 
-// This machine as the planner sees it, for a run into `out_dir`.
+// This machine as the planner sees it, for a run into `out_dir`. `measure_rates` false: the
+// compute rates a cached profile has, nothing measured now (the step times go without them).
 plan::HardwareProfile planning_hardware(const fs::path& out_dir, const RunOptions& run_options,
-                                        const dist::ParallelContext* parallel) {
+                                        const dist::ParallelContext* parallel,
+                                        bool measure_rates = true) {
   // The run folder's disk too: `auto` may put optimizer state there (gemini). Its speed is
   // measured once a day and cached.
   plan::ProfileOptions profile_options;
@@ -412,10 +414,11 @@ plan::HardwareProfile planning_hardware(const fs::path& out_dir, const RunOption
   // Several processes: the link between the ranks too (the loopback, measured once a day).
   if (parallel != nullptr) profile_options.measure_link = [] { return measure_loopback_link(); };
   // A GPU's copy and compute rates, for the step time (measured once a day).
-  profile_options.measure_gpu = [](int index) { return measure_gpu_rates(index); };
+  if (measure_rates)
+    profile_options.measure_gpu = [](int index) { return measure_gpu_rates(index); };
   // The CPU's product rate, by a process that has every core (ranks of several share them:
   // they read what one process measured, when there is one).
-  if (parallel == nullptr)
+  if (parallel == nullptr && measure_rates)
     profile_options.measure_cpu = [](int cores) { return measure_cpu_rate(cores); };
   plan::HardwareProfile hardware = plan::probe_hardware(profile_options);
   if (run_options.simulate_host_memory)
@@ -944,14 +947,16 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
       result = train_model(trainer, spec, std::move(data), run_options.stop);
     } catch (const train::StepOutOfDeviceMemory& e) {
       // One process: the plan's smallest change that fits, planned for a device as much smaller
-      // as the run needed more than the plan estimated.
+      // as the run needed more than the plan estimated. The device is full: nothing is measured
+      // on it now.
       if (parallel) throw;
       std::string hint;
       try {
         hint = plan::change_after_device_shortfall(
-            plan::plan_inputs(spec, source, planning_hardware(out_dir, run_options, nullptr)),
+            plan::plan_inputs(spec, source,
+                              planning_hardware(out_dir, run_options, nullptr, false)),
             e.needed());
-      } catch (const Error& planning) {
+      } catch (const std::exception& planning) {
         hint = e.hint() + " (planning a change failed: " + planning.what() + ")";
       }
       throw Error(ErrorKind::InvalidInput, e.what(), hint.empty() ? e.hint() : hint);
