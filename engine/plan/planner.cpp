@@ -1059,8 +1059,13 @@ std::string change_after_device_shortfall(PlanInputs in, std::uint64_t needed) {
   for (GpuInfo& gpu : in.profile.gpus) gpu.memory = std::min(gpu.memory, smaller);
   std::ostringstream why;
   why.precision(3);
-  why << "the device needed at least " << factor << "× the plan's estimate for this job ("
-      << core::human_bytes(planned) << " of " << core::human_bytes(budget) << ")";
+  if (static_cast<double>(planned) > static_cast<double>(budget) * (1.0 - kHeadroom))
+    why << "the plan's estimate for this job (" << core::human_bytes(planned)
+        << ") is more than the device's " << core::human_bytes(budget) << " leaves after "
+        << static_cast<int>(kHeadroom * 100) << "% headroom: it ran as written";
+  else
+    why << "the device needed at least " << factor << "× the plan's estimate for this job ("
+        << core::human_bytes(planned) << " of " << core::human_bytes(budget) << ")";
   const Plan again = make_plan(in);
   if (!again.fits)
     return why.str() + ", and planned for " + core::human_bytes(smaller) +

@@ -551,3 +551,43 @@ def test_the_plan_of_two_ranks_with_shards_on_the_device_matches_the_run(workdir
     planned_peak = tiers["device"]["training_peak"]
     print(f"{placement}: device peak measured {peak} ÷ planned {planned_peak} = {peak / planned_peak:.3f}")
     assert 0.6 * planned_peak <= peak <= planned_peak, (peak, tiers["device"])
+
+
+def test_a_named_job_that_runs_out_in_a_step_trains_with_the_hints_change(workdir):
+    """A named gemini runs as written even where its plan says it does not fit: with a device
+    budget above what loading puts there (the resident parameter chunks, the device's optimizer
+    share) and below the step's peak (streamed chunks and gradients too), it runs out in step 1.
+    The error's hint is the plan's smallest change that fits, which `tessera-cli plan` of the job
+    shows too; the job with that change trains inside the same budget."""
+    budget = 1_200_000  # loading puts 0.9 MiB there; the plan's step peak is 1.6 MiB
+    options = device_options(PLACEMENTS["hybrid"], budget=budget)
+    spec = spec_for(workdir, "llama", "dev-short", "gemini", options, steps=3)
+    planned = cli("plan", spec, "--json", env=SIMULATED)
+    assert planned.returncode == 0, planned.stderr
+    plan = json.loads(planned.stdout)
+    # The plan says it does not fit as written (and plans a change).
+    assert any("does not fit" in reason for reason in plan["reasons"]), plan["reasons"]
+    r = cli("run", spec, env=SIMULATED)
+    assert r.returncode == 2, r.stderr[-2000:]
+    print(r.stderr[r.stderr.index("error: "):])
+    assert "training stopped in step 1" in r.stderr, r.stderr[-2000:]
+    hint = r.stderr[r.stderr.index("hint: "):]
+    assert "is more than the device's" in hint and "the plan's smallest change that fits" in hint, hint
+    settings = plan["settings"]
+    changed = json.loads(spec.read_text())
+    changed["precision"] = settings["precision"]
+    changed["training"]["batch_size"] = settings["micro_batch"]
+    changed["training"]["gradient_accumulation"] = settings["gradient_accumulation"]
+    changed["training"]["activation_checkpointing"] = settings["activation_checkpointing"]
+    for key in ("host_optim_frac", "host_param_frac", "offload_optim_frac", "offload_param_frac"):
+        if abs(settings[key] - options.get(key, 0.0)) > 1e-9:
+            assert f"{key} {options.get(key, 0.0):g} → {settings[key]:g}" in hint, (key, hint)
+            changed["strategy"]["options"][key] = settings[key]
+    changed["output"]["dir"] = str(workdir / "dev-short-changed")
+    path = workdir / "dev-short-changed.json"
+    path.write_text(json.dumps(changed))
+    losses, events = run(path, env=SIMULATED)
+    assert len(losses) == 3
+    peak = max(e["peak"] for e in events if e["type"] == "memory" and e.get("tier") == "device")
+    print(f"the changed job: device peak {peak} of {budget}")
+    assert peak <= budget
