@@ -3,12 +3,12 @@
 # spends GPU time on it: the engine, its plugins, tessera-cli and the test probes, without Qt and
 # without the Hub client, against the LibTorch version of the lent GPU machines (torch 2.11.0,
 # CUDA 13.0: the same wheel their PyTorch is) and the Debian packages tests/gpu/fetch_debs.sh
-# puts in .gpu-deps/ (unpacked into a prefix, as there). Nothing runs on a GPU.
+# puts in build-gpu/deps/ (unpacked into a prefix, as there). Nothing runs on a GPU.
 #
 #   bash tests/gpu/check_build.sh            # ~12 min cold on 2 cores, ~4 with ccache
 #
-# It leaves tessera-cli, the two probes and the CUDA module in .gpu-bin/ (ignored by git): carried with .gpu-deps,
-# `bash tests/gpu/run.sh --prebuilt .gpu-bin` runs the check there without building (~100 s of
+# It leaves tessera-cli, the two probes and the CUDA module in build-gpu/bin/ (ignored by git):
+# carried with build-gpu/deps, `bash tests/gpu/run.sh --prebuilt build-gpu/bin` runs the check there without building (~100 s of
 # device time saved; the same LibTorch, so the same ABI — session 23 ran the probes so).
 #
 # The wheel goes (without its CUDA dependencies: the venv's CUDA 13 libraries are linked
@@ -39,8 +39,8 @@ TESSERA_TORCH_DIR="$TARGET/torch/share/cmake/Torch" TESSERA_GPU_PYTHON="$VENV/bi
   bash "$ROOT/tests/gpu/run.sh" --only-build --build-dir "$ROOT/build-torch-$VERSION" \
   --out "$ROOT/build-torch-$VERSION/report" --jobs "${TESSERA_BUILD_JOBS:-$(nproc)}"
 BUILT="$ROOT/build-torch-$VERSION"
-mkdir -p "$ROOT/.gpu-bin"
+mkdir -p "$ROOT/build-gpu/bin"
 # The CUDA module beside them: the programs look for it in their own folder first.
 cp "$BUILT/app/cli/tessera-cli" "$BUILT/tests/tools/tessera-model-probe" \
-  "$BUILT/tests/tools/tessera-train-probe" "$BUILT/engine/libtessera_cuda.so" "$ROOT/.gpu-bin/"
-echo "check_build: tessera-cli, the probes and libtessera_cuda.so in .gpu-bin/ (run.sh --prebuilt .gpu-bin)" >&2
+  "$BUILT/tests/tools/tessera-train-probe" "$BUILT/engine/libtessera_cuda.so" "$ROOT/build-gpu/bin/"
+echo "check_build: tessera-cli, the probes and libtessera_cuda.so in build-gpu/bin/ (run.sh --prebuilt build-gpu/bin)" >&2

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Fills .gpu-deps/ (ignored by git) with the Debian packages that tests/gpu/run.sh unpacks into a
+# Fills build-gpu/deps/ (ignored by git, beside the GPU check's build) with the Debian packages that tests/gpu/run.sh unpacks into a
 # prefix on a lent GPU machine, which has no package registry: the headers and libraries the
 # engine and tessera-cli build against when built without Qt and the Hub (PCRE2, xxHash, ICU,
 # nlohmann-json, Gloo's headers, OpenSSL for the LAN nodes) and pkg-config. Run it here, then
-# name .gpu-deps in the device call's carry. About 20 MB. Idempotent.
+# name build-gpu/deps in the device call's carry. About 20 MB. Idempotent.
 #
 #   bash tests/gpu/fetch_debs.sh [--list]     (--list: print the packages and exit)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-DEST="$ROOT/.gpu-deps"
+DEST="$ROOT/build-gpu/deps"
 PACKAGES=(
   libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3
   libxxhash-dev libxxhash0
@@ -27,8 +27,8 @@ if [[ "${1:-}" == "--help" || "${1:-}" == "-h" ]]; then
   exit 0
 fi
 mkdir -p "$DEST"
-grep -qxF '/.gpu-deps/' "$ROOT/.gitignore" 2>/dev/null || {
-  echo "fetch_debs: /.gpu-deps/ must be in .gitignore" >&2
+git -C "$ROOT" check-ignore -q "$DEST" 2>/dev/null || {
+  echo "fetch_debs: $DEST must be ignored by git (.gitignore: /build*/)" >&2
   exit 1
 }
 cd "$DEST"

@@ -5,9 +5,9 @@
 # against that machine's LibTorch, runs the GPU parity suite (tests/gpu/test_gpu.py) and the GPU
 # benchmark (tests/gpu/bench_gpu.py), and writes a report. Prepare it here first:
 #
-#   bash tests/gpu/fetch_debs.sh          # the Debian packages the build needs, into .gpu-deps/
+#   bash tests/gpu/fetch_debs.sh          # the Debian packages the build needs, into build-gpu/deps/
 #
-# then, with the device tool, from the checkout's root, carrying .gpu-deps:
+# then, with the device tool, from the checkout's root, carrying build-gpu/deps:
 #
 #   bash tests/gpu/run.sh                 # everything; the report in $OUT (or --out DIR)
 #
@@ -18,7 +18,7 @@
 # Options: --out DIR (default $OUT, else build-gpu/report), --build-dir DIR (default build-gpu),
 # --jobs N (default: every core), --no-bench, --only-build, --pytest-args "ARGS" (e.g. "-k
 # logits": that selection alone, in one process), --prebuilt DIR (no build: tessera-cli and the
-# probes from DIR, check_build.sh's .gpu-bin built here against the same LibTorch; carry it
+# probes from DIR, check_build.sh's build-gpu/bin built here against the same LibTorch; carry it
 # too), --deadline S (default 510: the seconds from the start by which the suite and the
 # benchmark end; the build's time comes out of the suite's, the benchmark keeps 150 s).
 # Session 23 timed it on an H200: unpacking 16 s, configure 10 s, build 104 s (-j16), the suite
@@ -92,13 +92,13 @@ print(json.dumps(facts, indent=1))
 PY
 cat "$LOGS/machine.json" 2>/dev/null | tr -d '\n' | cut -c1-400; echo
 
-# --- Debian packages carried in .gpu-deps, unpacked into a prefix (never into /) -------------
+# --- Debian packages carried in build-gpu/deps, unpacked into a prefix (never into /) -------------
 PREFIX=/tmp/tessera-gpu-prefix
 LIBDIR="$PREFIX/usr/lib/x86_64-linux-gnu"
-if compgen -G "$ROOT/.gpu-deps/*.deb" >/dev/null; then
-  phase "unpacking $(ls "$ROOT"/.gpu-deps/*.deb | wc -l) Debian packages into $PREFIX"
+if compgen -G "$ROOT/build-gpu/deps/*.deb" >/dev/null; then
+  phase "unpacking $(ls "$ROOT"/build-gpu/deps/*.deb | wc -l) Debian packages into $PREFIX"
   mkdir -p "$PREFIX/bin"
-  for deb in "$ROOT"/.gpu-deps/*.deb; do dpkg-deb -x "$deb" "$PREFIX" || dpkg -x "$deb" "$PREFIX"; done
+  for deb in "$ROOT"/build-gpu/deps/*.deb; do dpkg-deb -x "$deb" "$PREFIX" || dpkg -x "$deb" "$PREFIX"; done
   if ! command -v pkg-config >/dev/null && [[ -x "$PREFIX/usr/bin/pkgconf" ]]; then
     printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$LIBDIR" "$PREFIX/usr/bin/pkgconf" \
       >"$PREFIX/bin/pkg-config"
@@ -109,7 +109,7 @@ if compgen -G "$ROOT/.gpu-deps/*.deb" >/dev/null; then
   export PKG_CONFIG_LIBDIR="$LIBDIR/pkgconfig:$PREFIX/usr/share/pkgconfig"
   export PKG_CONFIG_ALLOW_SYSTEM_CFLAGS=1 PKG_CONFIG_ALLOW_SYSTEM_LIBS=1
 else
-  phase "no .gpu-deps/*.deb (run tests/gpu/fetch_debs.sh here and carry .gpu-deps): using the system's packages"
+  phase "no build-gpu/deps/*.deb (run tests/gpu/fetch_debs.sh here and carry build-gpu/deps): using the system's packages"
 fi
 
 # --- build ---------------------------------------------------------------------------------
