@@ -1028,10 +1028,14 @@ Plan make_plan(const PlanInputs& in) {
 
 std::string change_after_device_shortfall(PlanInputs in, std::uint64_t needed) {
   const job::JobSpec spec = in.spec;
+  // Several processes: one rank's device, as make_plan plans each rank.
+  const int processes = std::max(1, in.processes);
+  const int per_node =
+      in.processes_per_node > 0 ? std::min(in.processes_per_node, processes) : processes;
   const bool simulated =
       spec.strategy.name == "gemini" &&
       job::strategy_option("gemini", spec.strategy.options, "device") == "simulated";
-  if (!simulated && !plans_on_gpu(spec, in.profile, 1, 1)) return {};
+  if (!simulated && !plans_on_gpu(spec, in.profile, processes, per_node)) return {};
   // What the plan gives the device for the job as it ran (its own figure where it plans the job
   // as written), and the device's budget.
   const Plan as_planned = make_plan(in);
@@ -1040,11 +1044,12 @@ std::string change_after_device_shortfall(PlanInputs in, std::uint64_t needed) {
       !as_planned.tiers.empty() && as_planned.tiers[0].tier == "device") {
     planned = as_planned.tiers[0].estimate.peak();
   } else {
-    Settings as_run = written_settings(spec, std::max(1, static_cast<int>(in.profile.gpus.size())));
+    Settings as_run = written_settings(spec, std::max(1, static_cast<int>(in.profile.gpus.size())),
+                                       processes, per_node);
     as_run.on_gpu = true;
     if (as_run.precision == "bf16" && !simulated && !in.profile.gpus[0].bf16)
       as_run.precision = "fp32";
-    planned = estimate_memory(in.model, as_run, in.checkpoint_bytes).peak();
+    planned = estimate_memory(in.model, as_run, in.checkpoint_bytes, processes).peak();
   }
   const std::optional<std::uint64_t> device_budget =
       spec.strategy.name == "gemini" ? size_option(spec.strategy.options, "device_budget")

@@ -281,9 +281,9 @@ struct BudgetRefusal {
 };
 std::optional<BudgetRefusal> check_host_budget(const PlanInputs& inputs);
 
-// A step of a one-process job (`inputs.spec`, as it ran) on a GPU or the simulated device ran out
-// of device memory, needing at least `needed` bytes there (0: not known, so at least the
-// device's budget). The plan estimated less, so the job is planned again for a device smaller by
+// A step of a job (`inputs.spec`, as it ran; over `inputs.processes` ranks, one rank's device) on
+// a GPU or the simulated device ran out of device memory, needing at least `needed` bytes there
+// (0: not known, so at least the device's budget). The plan estimated less, so the job is planned again for a device smaller by
 // that factor, where what fits also fits the real one: the changes that plan makes (or why none
 // fits), as a hint for the error. Empty where the job does not compute on a device.
 std::string change_after_device_shortfall(PlanInputs inputs, std::uint64_t needed);

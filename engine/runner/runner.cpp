@@ -946,16 +946,19 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
     try {
       result = train_model(trainer, spec, std::move(data), run_options.stop);
     } catch (const train::StepOutOfDeviceMemory& e) {
-      // One process: the plan's smallest change that fits, planned for a device as much smaller
-      // as the run needed more than the plan estimated. The device is full: nothing is measured
-      // on it now.
-      if (parallel) throw;
+      // The plan's smallest change that fits, planned for a device as much smaller as the run
+      // needed more than the plan estimated (several processes: this rank's device, the job
+      // planned for every rank). The device is full: nothing is measured on it now, nor the
+      // link between the ranks, whose peers may be waiting in a collective.
       std::string hint;
       try {
-        hint = plan::change_after_device_shortfall(
-            plan::plan_inputs(spec, source,
-                              planning_hardware(out_dir, run_options, nullptr, false)),
-            e.needed());
+        plan::PlanInputs inputs = plan::plan_inputs(
+            spec, source, planning_hardware(out_dir, run_options, nullptr, false));
+        if (parallel) {
+          inputs.processes = parallel->world_size();
+          inputs.processes_per_node = parallel->local_world_size();
+        }
+        hint = plan::change_after_device_shortfall(std::move(inputs), e.needed());
       } catch (const std::exception& planning) {
         hint = e.hint() + " (planning a change failed: " + planning.what() + ")";
       }

@@ -910,7 +910,8 @@ void Trainer::out_of_device_memory(const std::string& what, const std::string& h
                " on the card)";
   // One process: the state is still the last step's (only gradients were being made), so it is
   // saved as that step with the data and random state as the failed step began; several ranks
-  // would wait for this one in their collectives, so they end without saving.
+  // would wait for this one in their collectives, so they end without saving and the message
+  // names the checkpoint saved before.
   if (!distributed() && !options_.output_dir.empty() && step > 0) {
     train.seek(step_start);
     set_cpu_rng_state(cpu_rng);
@@ -918,6 +919,20 @@ void Trainer::out_of_device_memory(const std::string& what, const std::string& h
     const fs::path saved = save_checkpoint(step, train, total_steps);
     message += "; step " + std::to_string(step) + " is saved in " + saved.string() +
                ", resume from it after the change";
+  } else if (distributed() && !options_.output_dir.empty()) {
+    // The newest complete checkpoint the run saved before (save_steps) is where it resumes.
+    try {
+      const FoundCheckpoint found =
+          find_resume_checkpoint(options_.output_dir, [](const std::string&) {});
+      message +=
+          "; with several ranks nothing is saved at the failure (the others wait for this "
+          "one in their collectives): resume from step " +
+          std::to_string(found.step) + ", saved in " + found.path.string() + ", after the change";
+    } catch (const std::exception&) {
+      message +=
+          "; with several ranks nothing is saved at the failure (the others wait for this "
+          "one in their collectives), and the run saved no checkpoint before it";
+    }
   }
   throw StepOutOfDeviceMemory(message, hint, needed);
 }

@@ -591,3 +591,31 @@ def test_a_named_job_that_runs_out_in_a_step_trains_with_the_hints_change(workdi
     peak = max(e["peak"] for e in events if e["type"] == "memory" and e.get("tier") == "device")
     print(f"the changed job: device peak {peak} of {budget}")
     assert peak <= budget
+
+
+def test_a_rank_out_of_device_memory_names_the_plans_change_and_the_checkpoint_to_resume(workdir):
+    """2 ranks of the sharded device tier, every shard in host memory, saving every 2 steps; the
+    simulated device of each rank fails its 45th allocation, in step 3. A rank cannot save there
+    (its peers wait in their collectives), so `launch` ends with exit 2 and the rank's error names
+    the device and the chunk, the checkpoint saved before (step 2) to resume from, and as its hint
+    the plan of the 2 ranks made again for a device as much smaller as the run needed more; the
+    job resumed from that checkpoint gives the uninterrupted run's losses."""
+    options = device_options({"chunk_size": "160KiB", **HOST_SHARDS}, budget="4MiB")
+    straight = checkpointed_spec(workdir, "dev-ranks-oom-straight", "gemini", options, steps=8, save_every=2,
+                                 precision="fp32")
+    reference, _ = launch_2(straight, env=SIMULATED)
+    spec = checkpointed_spec(workdir, "dev-ranks-oom", "gemini", options, steps=8, save_every=2, precision="fp32")
+    r = cli("launch", "--nproc", 2, spec, "--events", spec.with_suffix(".events.jsonl"),
+            env=dict(SIMULATED, TESSERA_SIMULATED_DEVICE_FAIL_AT="45"))
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "simulated: out of memory for gathered chunk" in r.stderr, r.stderr[-3000:]
+    saved = workdir / "dev-ranks-oom" / "checkpoint-2"
+    assert f"resume from step 2, saved in {saved}" in r.stderr, r.stderr[-3000:]
+    hint = r.stderr[r.stderr.index("hint: "):]
+    assert "the plan's estimate for this job" in hint, hint
+    assert "the plan's smallest change that fits" in hint or "nothing fits" in hint, hint
+    resumed = checkpointed_spec(workdir, "dev-ranks-oom-resumed", "gemini", options, resume=saved, steps=8,
+                                save_every=2, precision="fp32")
+    ours, _ = launch_2(resumed, env=SIMULATED)
+    assert_same_losses({s: ours[s] for s in range(3, 9)}, {s: reference[s] for s in range(3, 9)},
+                       "2 ranks resumed from the checkpoint the out-of-memory named")

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "hf/config.h"
 #include "job/strategies.h"
 #include "model/head_loss.h"
@@ -460,6 +461,49 @@ class TestPlan : public QObject {
             std::string::npos);
     auto cpu = inputs(64ull << 30);
     QVERIFY(plan::change_after_device_shortfall(cpu, 1ull << 30).empty());
+  }
+
+  void aRanksDeviceShortfallIsPlannedForEveryRank() {
+    // zero stage 2 over 2 ranks, a GPU each: the hint weighs one rank's device in the 2-rank plan
+    // (its shard of the gradients and the optimizer state), not a one-process job's.
+    auto in = inputs(64ull << 30);
+    plan::GpuInfo gpu;
+    gpu.name = "Test GPU";
+    gpu.memory = 80ull << 30;
+    gpu.bf16 = true;
+    in.profile.gpus = {gpu, gpu};
+    in.spec.precision = "bf16";
+    in.spec.training.batch_size = 1;
+    in.spec.strategy = {"zero", {{"stage", 2}, {"device", "cuda"}}};
+    in.processes = 2;
+    in.processes_per_node = 2;
+    const plan::Plan two = plan::make_plan(in);
+    QVERIFY(two.fits && two.tiers[0].tier == "device");
+    QVERIFY(plan::applied_changes(in.spec, two.settings).empty());
+    const std::uint64_t per_rank = two.tiers[0].estimate.peak();
+    auto one = in;
+    one.processes = 1;
+    one.processes_per_node = 0;
+    one.spec.strategy = {"single", {{"device", "cuda"}}};
+    QVERIFY(plan::make_plan(one).tiers[0].estimate.peak() > per_rank);
+    for (plan::GpuInfo& g : in.profile.gpus)
+      g.memory = static_cast<std::uint64_t>(1.2 * static_cast<double>(per_rank));
+    const std::string hint = plan::change_after_device_shortfall(
+        in, static_cast<std::uint64_t>(1.5 * static_cast<double>(per_rank)));
+    const std::string planned = "the plan's estimate for this job (" + core::human_bytes(per_rank) +
+                                " of " + core::human_bytes(in.profile.gpus[0].memory) + ")";
+    QVERIFY2(hint.find("needed at least 1.5× " + planned) != std::string::npos, hint.c_str());
+    QVERIFY2(hint.find("the plan's smallest change that fits") != std::string::npos ||
+                 hint.find("nothing fits") != std::string::npos,
+             hint.c_str());
+    // A device the plan already found too small (the job ran as written): the estimate of the
+    // job as it ran is still one rank's of the 2.
+    for (plan::GpuInfo& g : in.profile.gpus)
+      g.memory = static_cast<std::uint64_t>(0.8 * static_cast<double>(per_rank));
+    const std::string short_hint = plan::change_after_device_shortfall(in, 0);
+    QVERIFY2(short_hint.find("the plan's estimate for this job (" + core::human_bytes(per_rank) +
+                             ") is more than the device's") != std::string::npos,
+             short_hint.c_str());
   }
 
   void planGeminiOnTheGpuByItsShares() {
