@@ -76,6 +76,15 @@ plan::DiskInfo measured_disk() {
   return disk;
 }
 
+// A GPU in a profile, as the probe would find one.
+plan::GpuInfo test_gpu(std::uint64_t memory = 80ull << 30, bool bf16 = false) {
+  plan::GpuInfo gpu;
+  gpu.name = "Test GPU";
+  gpu.memory = memory;
+  gpu.bf16 = bf16;
+  return gpu;
+}
+
 plan::PlanInputs inputs(std::uint64_t simulated_budget, const std::string& method = "full") {
   plan::PlanInputs in;
   in.model = config(small_llama());
@@ -339,10 +348,7 @@ class TestPlan : public QObject {
     const auto gpu_share = plan::estimate_memory(model, spilled, 0);
     QVERIFY(gpu_share.peak() < plan::estimate_memory(model, single_least, 0).peak());
     auto in = inputs(64ull << 30);
-    plan::GpuInfo gpu;
-    gpu.name = "Test GPU";
-    gpu.memory = budget_for(spilled);
-    in.profile.gpus.push_back(gpu);
+    in.profile.gpus.push_back(test_gpu(budget_for(spilled)));
     const plan::Plan p = plan::make_plan(in);
     QVERIFY(p.fits);
     QCOMPARE(p.strategy, std::string("gemini"));
@@ -394,10 +400,7 @@ class TestPlan : public QObject {
   // shares, which then plan as they are.
   static plan::PlanInputs named_gemini_on_a_gpu(double host_param_frac) {
     auto in = inputs(64ull << 30);
-    plan::GpuInfo gpu;
-    gpu.name = "Test GPU";
-    gpu.memory = 80ull << 30;
-    in.profile.gpus.push_back(gpu);
+    in.profile.gpus.push_back(test_gpu());
     in.spec.training.batch_size = 1;
     in.spec.training.activation_checkpointing = true;
     in.spec.strategy = {"gemini", {{"device", "cuda"}, {"host_param_frac", host_param_frac}}};
@@ -467,11 +470,7 @@ class TestPlan : public QObject {
     // zero stage 2 over 2 ranks, a GPU each: the hint weighs one rank's device in the 2-rank plan
     // (its shard of the gradients and the optimizer state), not a one-process job's.
     auto in = inputs(64ull << 30);
-    plan::GpuInfo gpu;
-    gpu.name = "Test GPU";
-    gpu.memory = 80ull << 30;
-    gpu.bf16 = true;
-    in.profile.gpus = {gpu, gpu};
+    in.profile.gpus = {test_gpu(80ull << 30, true), test_gpu(80ull << 30, true)};
     in.spec.precision = "bf16";
     in.spec.training.batch_size = 1;
     in.spec.strategy = {"zero", {{"stage", 2}, {"device", "cuda"}}};
@@ -512,10 +511,7 @@ class TestPlan : public QObject {
     const auto model = config(small_llama());
     const double n = static_cast<double>(plan::count_parameters(model));
     auto in = inputs(64ull << 30);
-    plan::GpuInfo gpu;
-    gpu.name = "Test GPU";
-    gpu.memory = 80ull << 30;
-    in.profile.gpus.push_back(gpu);
+    in.profile.gpus.push_back(test_gpu());
     in.profile.disk = plan::DiskInfo{};
     in.profile.disk->path = "/tmp";
     in.profile.disk->free = 100ull << 30;
@@ -1991,11 +1987,7 @@ class TestPlan : public QObject {
   void planFollowsTheDeviceOption() {
     // A GPU is present, but strategy.options.device "cpu" plans for the host.
     auto in = inputs(64ull << 30);
-    plan::GpuInfo gpu;
-    gpu.name = "Test GPU";
-    gpu.memory = 80ull << 30;
-    gpu.bf16 = true;
-    in.profile.gpus.push_back(gpu);
+    in.profile.gpus.push_back(test_gpu(80ull << 30, true));
     const plan::Plan assumed = plan::make_plan(in);
     QCOMPARE(assumed.tiers.at(0).tier, std::string("device"));
     QVERIFY2(assumed.time_source.find("the GPU's assumed 50000 GFLOP/s (not measured)") !=
