@@ -10,7 +10,9 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <iterator>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -36,11 +38,15 @@ DeviceTierMemory device_tier_memory_of(const DeviceTier& tier, const MemoryByCat
 
 namespace {
 
-// A copy-stream position: done once the copy thread has finished `sequence`.
+// A copy-stream position: done once the copy thread has finished `sequence`. An event of the
+// compute has no copies to wait for (sequence 0) and counts the compute points recorded
+// (`compute_point`, from 1), which memory first written by compute checks its copies against.
 class SimulatedEvent : public DeviceEvent {
  public:
-  explicit SimulatedEvent(std::uint64_t sequence) : sequence(sequence) {}
+  explicit SimulatedEvent(std::uint64_t sequence, std::uint64_t compute_point = 0)
+      : sequence(sequence), compute_point(compute_point) {}
   std::uint64_t sequence;
+  std::uint64_t compute_point;
 };
 
 class SimulatedDevice : public DeviceTier {
@@ -66,11 +72,18 @@ class SimulatedDevice : public DeviceTier {
   c10::Device tensor_device() const override { return c10::kCPU; }
   bool simulated() const override { return true; }
 
-  c10::DataPtr allocate(std::size_t bytes, const std::string& what) override {
+  c10::DataPtr allocate(std::size_t bytes, const std::string& what,
+                        FirstWriter first_writer) override {
     if (++allocations_ == fail_at_) throw DeviceOutOfMemory(name(), bytes, used(), total(), what);
     accounts_.reserve(bytes, name(), what);
-    auto* block = new Block{lifetime_, bytes, std::unique_ptr<float[]>(new float[floats(bytes)])};
+    auto* block = new Block{lifetime_, bytes, std::unique_ptr<float[]>(new float[floats(bytes)]),
+                            what, first_writer};
     poison(block->memory.get(), bytes);  // device memory starts undefined
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      block->covered_from = compute_points_ + 1;
+      live_[reinterpret_cast<const char*>(block->memory.get())] = block;
+    }
     return {block->memory.get(), block, &SimulatedDevice::free_block, c10::Device(c10::kCPU)};
   }
 
@@ -93,12 +106,18 @@ class SimulatedDevice : public DeviceTier {
   }
   // Compute runs on the calling thread, so what it queued is done when it returns.
   std::shared_ptr<DeviceEvent> record_compute() override {
-    return std::make_shared<SimulatedEvent>(0);
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::make_shared<SimulatedEvent>(0, ++compute_points_);
   }
   // Compute is the host thread: ordering it after a copy is waiting for the copy.
   void compute_waits(const DeviceEvent& event) override { wait_for(event, false); }
-  // The copy thread runs copies in order after the compute that queued them: nothing to wait.
-  void copies_wait(const DeviceEvent&) override {}
+  // The copy thread runs copies in order after the compute that queued them: nothing to wait,
+  // but what a GPU's copies would now be ordered after is kept, to check copies against it.
+  void copies_wait(const DeviceEvent& event) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::uint64_t point = static_cast<const SimulatedEvent&>(event).compute_point;
+    copies_after_compute_ = std::max(copies_after_compute_, point);
+  }
   void host_waits(const DeviceEvent& event) override { wait_for(event, true); }
   bool done(const DeviceEvent& event) const override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -110,6 +129,11 @@ class SimulatedDevice : public DeviceTier {
     std::shared_ptr<TierLifetime> lifetime;
     std::size_t bytes;
     std::unique_ptr<float[]> memory;
+    std::string what;
+    FirstWriter first_writer;
+    // The first compute point recorded after the allocation: copies into or out of memory that
+    // compute writes first are ordered after one at least this late.
+    std::uint64_t covered_from = 0;
   };
   struct Copy {
     void* dst;
@@ -143,6 +167,7 @@ class SimulatedDevice : public DeviceTier {
     device->accounts_.release(block->bytes);
     {
       std::lock_guard<std::mutex> lock(device->mutex_);
+      device->live_.erase(reinterpret_cast<const char*>(block->memory.get()));
       if (device->completed_ < device->queued_) {
         device->copies_.push_back(Copy{nullptr, nullptr, 0, ++device->queued_, block});
         device->queued_cv_.notify_one();
@@ -154,6 +179,7 @@ class SimulatedDevice : public DeviceTier {
 
   void enqueue_copy(void* dst, const void* src, std::size_t bytes, bool to_device) {
     std::lock_guard<std::mutex> lock(mutex_);
+    check_ordered_after_compute(static_cast<const char*>(to_device ? dst : src));
     // Until the copy thread runs, the destination holds nothing usable (unless a copy queued
     // before reads it: stream order lets that one see the old values).
     const auto* begin = static_cast<const char*>(dst);
@@ -165,6 +191,24 @@ class SimulatedDevice : public DeviceTier {
     copies_.push_back(Copy{dst, src, bytes, ++queued_});
     accounts_.count_copy(bytes, to_device);
     queued_cv_.notify_one();
+  }
+
+  // On a GPU, memory compute writes first comes from the compute stream's pool, where its block
+  // may still be in use by kernels queued for its previous tensor: a copy may touch it only
+  // after copies_wait() on compute recorded since it was allocated. Refused here, where nothing
+  // would race, so that the tests find such a copy. Called with mutex_ held.
+  void check_ordered_after_compute(const char* device_memory) const {
+    auto it = live_.upper_bound(device_memory);
+    if (it == live_.begin()) return;
+    const Block& block = *std::prev(it)->second;
+    if (device_memory >= std::prev(it)->first + block.bytes) return;  // not device memory
+    if (block.first_writer != FirstWriter::compute || copies_after_compute_ >= block.covered_from)
+      return;
+    throw Error(ErrorKind::Internal,
+                "simulated: a copy touches " + block.what +
+                    ", memory allocated for compute to write first, before the copies waited "
+                    "for compute recorded after its allocation: on a GPU its block may still be "
+                    "in use by kernels queued for the tensor it held before");
   }
 
   void wait_for(const DeviceEvent& event, bool count) {
@@ -200,8 +244,11 @@ class SimulatedDevice : public DeviceTier {
   std::condition_variable queued_cv_;
   std::condition_variable done_cv_;
   std::deque<Copy> copies_;
-  std::uint64_t queued_ = 0;     // sequence of the last copy queued
-  std::uint64_t completed_ = 0;  // sequence of the last copy done
+  std::uint64_t queued_ = 0;                // sequence of the last copy queued
+  std::uint64_t completed_ = 0;             // sequence of the last copy done
+  std::uint64_t compute_points_ = 0;        // compute events recorded
+  std::uint64_t copies_after_compute_ = 0;  // the latest compute point the copies waited for
+  std::map<const char*, Block*> live_;      // allocations by their first byte
   bool stopping_ = false;
   std::thread copier_;
 };

@@ -73,6 +73,16 @@ class TierAccounts {
 
 class DeviceTier;
 
+// Which stream writes a new allocation first. On a GPU the caching allocator hands a block freed
+// on stream S to the next allocation on S at once (S's later work runs after the old tensor's),
+// so a block written first by the other stream could still be in use by work queued for its
+// previous tensor: the block comes from the pool of the stream that writes it first, and its
+// release waits for both.
+enum class FirstWriter {
+  compute,  // kernels on the compute stream (or a collective queued after them)
+  copies,   // copy_to_device on the copy stream
+};
+
 // Memory from a tier can outlive it: a model's parameters are views of Gemini's chunk memory and
 // are freed after the plugin that owns the tier. Each allocation's release reaches the tier
 // through this, which the tier ends first thing in its destructor; after that a release only
@@ -91,9 +101,12 @@ class DeviceTier {
   virtual c10::Device tensor_device() const = 0;
   virtual bool simulated() const { return false; }
 
-  // Device memory, freed when the DataPtr goes (after the copies queued so far that may use it).
-  // Throws DeviceOutOfMemory past the budget; `what` names the use in that message.
-  virtual c10::DataPtr allocate(std::size_t bytes, const std::string& what) = 0;
+  // Device memory, freed when the DataPtr goes (after the copies and compute queued so far that
+  // may use it). Throws DeviceOutOfMemory past the budget; `what` names the use in that message.
+  // Memory first written by compute is copied to or from only after copies_wait() on a
+  // compute event recorded after it was allocated (the simulated device refuses otherwise).
+  virtual c10::DataPtr allocate(std::size_t bytes, const std::string& what,
+                                FirstWriter first_writer) = 0;
   // Host memory to copy from and to (page-locked on a GPU, so copies are asynchronous).
   virtual c10::DataPtr allocate_host(std::size_t bytes) = 0;
 

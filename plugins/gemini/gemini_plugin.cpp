@@ -747,10 +747,12 @@ class GeminiPlugin : public train::Plugin {
   }
 
   // `numel` elements of the device tier's memory, counted in its budget (`what` names them in
-  // an out-of-memory).
-  torch::Tensor device_tensor(std::int64_t numel, torch::Dtype dtype, const std::string& what) {
+  // an out-of-memory), written first by compute or, for `FirstWriter::copies`, by a copy up.
+  torch::Tensor device_tensor(std::int64_t numel, torch::Dtype dtype, const std::string& what,
+                              train::FirstWriter first_writer = train::FirstWriter::compute) {
     const auto bytes = static_cast<std::size_t>(numel) * c10::elementSize(dtype);
-    c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, device_->allocate(bytes, what),
+    c10::Storage storage(c10::Storage::use_byte_size_t(), bytes,
+                         device_->allocate(bytes, what, first_writer),
                          /*allocator=*/nullptr, /*resizable=*/false);
     return torch::empty({0}, torch::TensorOptions().dtype(dtype).device(tensor_device()))
         .set_(storage, 0, {numel}, {1});
@@ -1062,8 +1064,12 @@ class GeminiPlugin : public train::Plugin {
       return;
     }
     if (device_ && !gather_to_host_) {
+      // A group of one copies its shard up into the chunk; several ranks' all-gather writes it
+      // on the collective's stream, queued after the compute.
+      const bool copied_up = !chunk.values_on_device && world_ == 1;
       storage_of(chunk).set_data_ptr_noswap(
-          device_->allocate(bytes, "gathered chunk " + std::to_string(c)));
+          device_->allocate(bytes, "gathered chunk " + std::to_string(c),
+                            copied_up ? train::FirstWriter::copies : train::FirstWriter::compute));
       settle_upload(chunk);
       if (chunk.values_on_device) {  // several ranks: gathered from the shards on the devices
         chunk.gathering = group_->all_gather_async(chunk.values, chunk.whole);
@@ -1082,7 +1088,8 @@ class GeminiPlugin : public train::Plugin {
       // Only this rank's shard goes up; the all-gather, queued after the copy on the compute
       // stream, fills the rest from the other ranks' devices.
       chunk.upload =
-          device_tensor(chunk.shard, dtype_, "parameter shard of chunk " + std::to_string(c));
+          device_tensor(chunk.shard, dtype_, "parameter shard of chunk " + std::to_string(c),
+                        train::FirstWriter::copies);
       device_->copy_to_device(chunk.upload.data_ptr(), chunk.values.data_ptr(),
                               static_cast<std::size_t>(values_bytes(chunk)));
       chunk.uploaded = device_->record_copies();
@@ -1476,7 +1483,8 @@ class GeminiPlugin : public train::Plugin {
     }
     if (stages_values_up(chunk)) {
       staged = device_tensor(chunk.shard, torch::kFloat32,
-                             "parameter shard of chunk " + std::to_string(c) + " for its update");
+                             "parameter shard of chunk " + std::to_string(c) + " for its update",
+                             train::FirstWriter::copies);
       device_->copy_to_device(staged.data_ptr(), chunk.values.data_ptr(), bytes);
       device_->compute_waits(*device_->record_copies());
     }

@@ -290,11 +290,11 @@ class TestTrain : public QObject {
     QCOMPARE(device->name(), std::string("simulated"));
     QVERIFY(device->simulated() && device->tensor_device().is_cpu());
     {
-      c10::DataPtr a = device->allocate(n * 4, "chunk 0");
-      c10::DataPtr b = device->allocate(n * 4, "chunk 1");
+      c10::DataPtr a = device->allocate(n * 4, "chunk 0", train::FirstWriter::copies);
+      c10::DataPtr b = device->allocate(n * 4, "chunk 1", train::FirstWriter::copies);
       QCOMPARE(device->used(), std::uint64_t{2 * n * 4});
       try {
-        (void)device->allocate(2 * n * 4, "chunk 2");
+        (void)device->allocate(2 * n * 4, "chunk 2", train::FirstWriter::copies);
         QFAIL("allocated past the budget");
       } catch (const train::DeviceOutOfMemory& e) {
         const std::string text = e.what();
@@ -328,11 +328,32 @@ class TestTrain : public QObject {
       device->compute_waits(*device->record_copies());
       QCOMPARE(static_cast<float*>(b.get())[n - 1], 2.0f * static_cast<float>(n - 1));
 
+      // Memory that compute writes first (a gradient chunk): on a GPU its block may still be read
+      // by kernels queued for the tensor it held before, so a copy into or out of it before the
+      // copies waited for compute recorded since its allocation is refused; after, it runs.
+      {
+        const auto before = device->record_compute();
+        c10::DataPtr gradients =
+            device->allocate(4096, "gradient chunk 3", train::FirstWriter::compute);
+        device->copies_wait(*before);
+        expect_error([&] { device->copy_to_host(back.get(), gradients.get(), 4096); },
+                     ErrorKind::Internal,
+                     "a copy touches gradient chunk 3, memory allocated for compute");
+        expect_error(
+            [&] {
+              device->copy_to_device(static_cast<char*>(gradients.get()) + 1024, host.get(), 64);
+            },
+            ErrorKind::Internal, "before the copies waited for compute");
+        device->copies_wait(*device->record_compute());
+        device->copy_to_host(back.get(), gradients.get(), 4096);
+        device->host_waits(*device->record_copies());
+      }
+
       const train::DeviceTraffic traffic = device->traffic();
       QCOMPARE(traffic.bytes_to_device, std::uint64_t{2 * n * 4});
-      QCOMPARE(traffic.bytes_to_host, std::uint64_t{2 * n * 4});
-      QCOMPARE(traffic.copies, std::uint64_t{4});
-      QCOMPARE(device->peak(), std::uint64_t{2 * n * 4});
+      QCOMPARE(traffic.bytes_to_host, std::uint64_t{2 * n * 4 + 4096});
+      QCOMPARE(traffic.copies, std::uint64_t{5});
+      QCOMPARE(device->peak(), std::uint64_t{2 * n * 4 + 4096});
     }
     QCOMPARE(device->used(), std::uint64_t{0});
     device->reset_peak();
@@ -342,7 +363,8 @@ class TestTrain : public QObject {
     // plugin that owns the tier): the copy into it is done when the tier goes, and releasing it
     // afterwards frees it without reaching the tier (a use after free, under tests/sanitize's
     // ASan, before TierLifetime; the GPU check's gemini runs crashed at such a release).
-    c10::DataPtr survivor = device->allocate(n * 4, "chunk kept by the model");
+    c10::DataPtr survivor =
+        device->allocate(n * 4, "chunk kept by the model", train::FirstWriter::copies);
     c10::DataPtr source = device->allocate_host(n * 4);
     std::fill_n(static_cast<float*>(source.get()), n, 3.0f);
     device->copy_to_device(survivor.get(), source.get(), n * 4);

@@ -54,25 +54,31 @@ class CudaDeviceTier : public DeviceTier {
   std::string name() const override { return "cuda:" + std::to_string(index_); }
   c10::Device tensor_device() const override { return {c10::kCUDA, index_}; }
 
-  c10::DataPtr allocate(std::size_t bytes, const std::string& what) override {
+  c10::DataPtr allocate(std::size_t bytes, const std::string& what,
+                        train::FirstWriter first_writer) override {
     accounts_.reserve(bytes, name(), what);
     c10::cuda::CUDAGuard guard(index_);
+    const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(index_);
     c10::DataPtr inner;
     try {
+      // The caching allocator takes the block from the current stream's pool.
+      const c10::cuda::CUDAStreamGuard writer(
+          first_writer == train::FirstWriter::copies ? copy_stream_ : compute);
       inner = c10::cuda::CUDACachingAllocator::get()->allocate(bytes);
     } catch (const c10::OutOfMemoryError&) {
       accounts_.release(bytes);
       throw DeviceOutOfMemory(name(), bytes, used(), total(), what);
     }
     void* data = inner.get();
-    auto* owned = new Owned{lifetime_, copy_stream_, bytes, std::move(inner)};
+    auto* owned = new Owned{lifetime_, copy_stream_, compute, bytes, std::move(inner)};
     return {data, owned, &CudaDeviceTier::free_device, tensor_device()};
   }
 
   c10::DataPtr allocate_host(std::size_t bytes) override {
     c10::DataPtr inner = at::cuda::getPinnedMemoryAllocator()->allocate(bytes);
     void* data = inner.get();
-    auto* owned = new Owned{lifetime_, copy_stream_, 0, std::move(inner)};
+    auto* owned = new Owned{lifetime_, copy_stream_, c10::cuda::getCurrentCUDAStream(index_), 0,
+                            std::move(inner)};
     return {data, owned, &CudaDeviceTier::free_host, c10::Device(c10::kCPU)};
   }
 
@@ -122,6 +128,7 @@ class CudaDeviceTier : public DeviceTier {
   struct Owned {
     std::shared_ptr<TierLifetime> lifetime;  // the tier's budget, while it lives
     c10::cuda::CUDAStream copy_stream;       // streams from the pool outlive every tier
+    c10::cuda::CUDAStream compute_stream;    // current when it was allocated
     std::size_t bytes;
     c10::DataPtr inner;
   };
@@ -130,11 +137,13 @@ class CudaDeviceTier : public DeviceTier {
     return static_cast<const CudaEvent&>(event).event;
   }
 
-  // The caching allocator reuses the block only after the copies queued so far (recordStream),
-  // so freeing never waits on the host.
+  // The caching allocator reuses the block only after the copies and the compute queued so far
+  // (recordStream; the block's own stream is ordered already), so freeing never waits on the
+  // host. A collective's stream is covered by the compute stream, which waited for it.
   static void free_device(void* context) {
     auto* owned = static_cast<Owned*>(context);
     c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->copy_stream);
+    c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->compute_stream);
     const std::shared_ptr<TierLifetime> lifetime = owned->lifetime;
     {
       std::lock_guard<std::mutex> lock(lifetime->mutex);
