@@ -93,6 +93,9 @@ class SimulatedDevice : public DeviceTier {
             c10::Device(c10::kCPU)};
   }
 
+  // Host memory is host memory here, whether it stays or not.
+  c10::DataPtr allocate_host_resident(std::size_t bytes) override { return allocate_host(bytes); }
+
   void copy_to_device(void* device_dst, const void* host_src, std::size_t bytes) override {
     enqueue_copy(device_dst, host_src, bytes, /*to_device=*/true);
   }

@@ -107,8 +107,14 @@ class DeviceTier {
   // compute event recorded after it was allocated (the simulated device refuses otherwise).
   virtual c10::DataPtr allocate(std::size_t bytes, const std::string& what,
                                 FirstWriter first_writer) = 0;
-  // Host memory to copy from and to (page-locked on a GPU, so copies are asynchronous).
+  // Host memory to copy from and to (page-locked on a GPU, so copies are asynchronous), for
+  // buffers that come and go: on a GPU from the caching host allocator (reused, its sizes
+  // rounded up to a power of two).
   virtual c10::DataPtr allocate_host(std::size_t bytes) = 0;
+  // Host memory that stays, such as a parameter shard's home: page-locked on a GPU at its own
+  // size (registered with the driver, not rounded up); its release waits for the copies queued
+  // before it.
+  virtual c10::DataPtr allocate_host_resident(std::size_t bytes) = 0;
 
   // Queued on the copy stream, behind what it already has; returns at once. Neither buffer may
   // be touched until an event recorded after the copy is done.

@@ -772,6 +772,15 @@ class GeminiPlugin : public train::Plugin {
     return torch::empty({0}, torch::kFloat32).set_(storage, 0, {numel}, {1});
   }
 
+  // `numel` elements of host memory that stays (device_tier.h allocate_host_resident).
+  torch::Tensor host_resident_tensor(std::int64_t numel, torch::Dtype dtype) {
+    const auto bytes = static_cast<std::size_t>(numel) * c10::elementSize(dtype);
+    c10::Storage storage(c10::Storage::use_byte_size_t(), bytes,
+                         device_->allocate_host_resident(bytes), /*allocator=*/nullptr,
+                         /*resizable=*/false);
+    return torch::empty({0}, torch::TensorOptions().dtype(dtype)).set_(storage, 0, {numel}, {1});
+  }
+
   // --- chunks ---------------------------------------------------------------------------------
 
   // Trainable and frozen tensors go in separate chunks (each in use order), so that a frozen
@@ -880,6 +889,10 @@ class GeminiPlugin : public train::Plugin {
       } else if (chunk.values_on_device) {
         chunk.values =
             device_tensor(chunk.shard, dtype_, "parameter shard of chunk " + std::to_string(c));
+        chunk.values.copy_(own);
+      } else if (device_) {
+        // Copied up for each gather: page-locked on a GPU, so the copies run beside the compute.
+        chunk.values = host_resident_tensor(chunk.shard, dtype_);
         chunk.values.copy_(own);
       } else {
         chunk.values = own.to(dtype_, /*non_blocking=*/false, /*copy=*/true);

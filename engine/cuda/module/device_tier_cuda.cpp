@@ -9,6 +9,10 @@
 #include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+
 #include "cuda/module/module.h"
 #include "train/device_tier.h"
 
@@ -82,6 +86,20 @@ class CudaDeviceTier : public DeviceTier {
     return {data, owned, &CudaDeviceTier::free_host, c10::Device(c10::kCPU)};
   }
 
+  c10::DataPtr allocate_host_resident(std::size_t bytes) override {
+    constexpr std::size_t kPage = 4096;
+    const std::size_t size = (std::max<std::size_t>(bytes, 1) + kPage - 1) / kPage * kPage;
+    void* memory = std::aligned_alloc(kPage, size);
+    if (memory == nullptr) throw std::bad_alloc();
+    if (const cudaError_t status = cudaHostRegister(memory, size, cudaHostRegisterDefault);
+        status != cudaSuccess) {
+      std::free(memory);
+      check(status, "cudaHostRegister");
+    }
+    return {memory, new Registered{copy_stream_, memory}, &CudaDeviceTier::free_registered,
+            c10::Device(c10::kCPU)};
+  }
+
   void copy_to_device(void* device_dst, const void* host_src, std::size_t bytes) override {
     check(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, copy_stream_),
           "copy to the device");
@@ -132,6 +150,22 @@ class CudaDeviceTier : public DeviceTier {
     std::size_t bytes;
     c10::DataPtr inner;
   };
+
+  struct Registered {
+    c10::cuda::CUDAStream copy_stream;
+    void* memory;
+  };
+
+  // Released rarely (a shard that moves to the device, the end of a run): the copies queued so
+  // far may still read or write it, so they are waited for; errors are ignored at process exit,
+  // when the CUDA runtime may be gone.
+  static void free_registered(void* context) {
+    auto* registered = static_cast<Registered*>(context);
+    cudaStreamSynchronize(registered->copy_stream.stream());
+    cudaHostUnregister(registered->memory);
+    std::free(registered->memory);
+    delete registered;
+  }
 
   static cudaEvent_t of(const DeviceEvent& event) {
     return static_cast<const CudaEvent&>(event).event;
