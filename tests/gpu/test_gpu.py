@@ -426,6 +426,28 @@ def test_gemini_device_tier_on_the_gpu_moves_what_its_placement_says(options, ll
         assert tier[-1]["traffic"]["to_host_bytes"] > 0 and moments > 0
 
 
+BUSY_COMMON = ["--lr", 1e-3, "--schedule", "cosine", "--warmup", 2]
+
+
+@pytest.fixture(scope="module")
+def busy_gpu_job(tmp_path_factory):
+    """A llama whose fp32 kernels keep the GPU busy long after the host queued them (hidden 1024,
+    6 layers, 8 × 1024 tokens a step), its batches, and 6 steps of single on the GPU."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    folder = tmp_path_factory.mktemp("busy")
+    torch.manual_seed(0)
+    vocab = 4096
+    config = LlamaConfig(vocab_size=vocab, hidden_size=1024, intermediate_size=4096, num_hidden_layers=6,
+                         num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=1024,
+                         tie_word_embeddings=False)
+    LlamaForCausalLM(config).save_pretrained(folder / "model", safe_serialization=True)
+    batch_file, *_ = tp.counting_batches(folder, 6, 8, 1024, vocab)
+    single = tp.run_probe(folder / "model", batch_file, 6, folder / "single.json", *BUSY_COMMON,
+                          "--strategy-options", json.dumps(CUDA))
+    return folder / "model", batch_file, single
+
+
 @pytest.mark.skipif(DEVICE != "cuda", reason="a GPU whose kernels run behind the host")
 @pytest.mark.parametrize("options", [
     # every parameter chunk streamed up from host memory, the update on the GPU (its shard staged
@@ -434,29 +456,16 @@ def test_gemini_device_tier_on_the_gpu_moves_what_its_placement_says(options, ll
     # ... and every update on the host, the gradients copied down
     {"host_param_frac": 1.0, "host_optim_frac": 1.0},
 ])
-def test_gemini_streaming_on_a_busy_gpu_equals_single(options, tmp_path):
-    """The device tier streaming every parameter chunk from host memory, on a model whose fp32
-    kernels keep the GPU busy long after the host queued them (hidden 1024, 6 layers, 8 × 1024
-    tokens): a released chunk's block goes to the next chunk while kernels that read it may still
+def test_gemini_streaming_on_a_busy_gpu_equals_single(options, busy_gpu_job, tmp_path):
+    """The device tier streaming every parameter chunk from host memory on a GPU that runs behind
+    the host: a released chunk's block goes to the next chunk while kernels that read it may still
     be queued. Each block comes from the pool of the stream that writes it first
     (train::FirstWriter), so the losses are single's. Before, the copy stream could overwrite a
     block those kernels still read; the CPU suite's simulated device, whose compute never lags,
     refuses such a copy (test_train simulated_device_tier_budgets_copies_and_orders)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    vocab = 4096
-    config = LlamaConfig(vocab_size=vocab, hidden_size=1024, intermediate_size=4096, num_hidden_layers=6,
-                         num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=1024,
-                         tie_word_embeddings=False)
-    model_dir = tmp_path / "model"
-    LlamaForCausalLM(config).save_pretrained(model_dir, safe_serialization=True)
-    batch_file, *_ = tp.counting_batches(tmp_path, 6, 8, 1024, vocab)
-    common = ["--lr", 1e-3, "--schedule", "cosine", "--warmup", 2]
-    single = tp.run_probe(model_dir, batch_file, 6, tmp_path / "single.json", *common,
-                          "--strategy-options", json.dumps(CUDA))
+    model_dir, batch_file, single = busy_gpu_job
     streamed = {"device": "cuda", "device_budget": "4GiB", "chunk_size": "64MiB", **options}
-    ours = tp.run_probe(model_dir, batch_file, 6, tmp_path / "gemini.json", *common, "--plugin", "gemini",
+    ours = tp.run_probe(model_dir, batch_file, 6, tmp_path / "gemini.json", *BUSY_COMMON, "--plugin", "gemini",
                         "--strategy-options", json.dumps(streamed))
     print(f"gemini streaming {options} on a busy GPU vs single: rel {max_rel(ours['losses'], single['losses']):.2e}")
     tp.assert_close(ours["losses"], single["losses"], "gemini streaming on a busy GPU", rel=TRAIN_REL)
