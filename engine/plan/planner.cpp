@@ -955,6 +955,37 @@ Plan make_plan(const PlanInputs& in) {
                              "; the disk speed was not measured, so the time leaves it out");
     }
   }
+  // gemini's device tier: the CPU Adam updates the optimizer shards in host memory and on disk
+  // after the backward (beside a GPU nothing runs it behind the next forward), each rank its
+  // share, the ranks of this machine sharing the cores.
+  const double host_optim_share = s.device_tier ? s.host_optim_frac + s.offload_optim_frac : 0.0;
+  if (host_optim_share > 0.0) {
+    const double elements = host_optim_share * d(plan.trainable_parameters) / d(processes);
+    char count[48];
+    std::snprintf(count, sizeof count, "%.1f M", elements / 1e6);
+    const std::string what = std::string("the CPU Adam updates ") + count +
+                             " elements of optimizer state in host memory and on disk" +
+                             (distributed ? " on each rank" : "") + " after the backward";
+    if (hw.cpu_adam_elements_per_s > 0.0) {
+      plan.host_update_seconds_per_step = elements * d(per_node) / hw.cpu_adam_elements_per_s;
+      if (!distributed) {  // several ranks: added after their compute and communication, below
+        plan.seconds_per_step += plan.host_update_seconds_per_step;
+        plan.modelled_seconds_per_step += plan.host_update_seconds_per_step;
+      }
+      plan.reasons.push_back(
+          what + ": " + seconds_text(plan.host_update_seconds_per_step) + " at " +
+          std::to_string(static_cast<std::int64_t>(hw.cpu_adam_elements_per_s / 1e6)) +
+          " M elements/s" +
+          (distributed ? " shared by the " + std::to_string(per_node) + " ranks of this machine"
+                       : std::string()) +
+          " (" + hw.cpu_adam_source +
+          "), added to the step; the copies between host memory and the GPU are not in it");
+    } else {
+      plan.reasons.push_back(what +
+                             "; the CPU Adam's rate was not measured, so the time leaves "
+                             "it out");
+    }
+  }
   if (distributed) {
     plan_rank_time(plan, in, step_time_device(hw, gpu), layers, flops, rank_flops, tokens,
                    rank_tokens(s), communication_of(s));
@@ -963,6 +994,12 @@ Plan make_plan(const PlanInputs& in) {
       plan.seconds_per_step += plan.disk_seconds_per_step;
       plan.modelled_seconds_per_step += plan.disk_seconds_per_step;
       plan.time_source += ", plus " + seconds_text(plan.disk_seconds_per_step) + " of disk I/O";
+    }
+    if (plan.host_update_seconds_per_step > 0.0 && !measured_with_ranks) {
+      plan.seconds_per_step += plan.host_update_seconds_per_step;
+      plan.modelled_seconds_per_step += plan.host_update_seconds_per_step;
+      plan.time_source +=
+          ", plus " + seconds_text(plan.host_update_seconds_per_step) + " of the CPU Adam";
     }
   } else {
     calibrate(plan, in, step_time_device(hw, gpu), layers, flops);

@@ -215,6 +215,11 @@ struct Plan {
   std::uint64_t disk_read_bytes_per_step = 0;
   std::uint64_t disk_write_bytes_per_step = 0;
   double disk_seconds_per_step = 0.0;
+  // gemini's device tier: the seconds the CPU Adam takes per step over the optimizer state in
+  // host memory and on disk (a rank's share, at the CPU Adam's measured rate shared by this
+  // machine's ranks; 0 when there is none or the rate was not measured); included in
+  // seconds_per_step.
+  double host_update_seconds_per_step = 0.0;
   // What else would fit, for the user to weigh (e.g. LoRA next to an offloaded full run).
   struct Alternative {
     Settings settings;
@@ -283,9 +288,10 @@ std::optional<BudgetRefusal> check_host_budget(const PlanInputs& inputs);
 
 // A step of a job (`inputs.spec`, as it ran; over `inputs.processes` ranks, one rank's device) on
 // a GPU or the simulated device ran out of device memory, needing at least `needed` bytes there
-// (0: not known, so at least the device's budget). The plan estimated less, so the job is planned again for a device smaller by
-// that factor, where what fits also fits the real one: the changes that plan makes (or why none
-// fits), as a hint for the error. Empty where the job does not compute on a device.
+// (0: not known, so at least the device's budget). The plan estimated less, so the job is planned
+// again for a device smaller by that factor, where what fits also fits the real one: the changes
+// that plan makes (or why none fits), as a hint for the error. Empty where the job does not compute
+// on a device.
 std::string change_after_device_shortfall(PlanInputs inputs, std::uint64_t needed);
 
 }  // namespace tessera::plan

@@ -438,9 +438,12 @@ HardwareProfile probe_hardware(const ProfileOptions& options) {
     std::optional<json> cached = options.use_cache ? cached_measurement("cpu", key) : std::nullopt;
     CpuRate rate;
     std::string when;
-    if (cached && cached->contains("gemm_flops") && cached->contains("method")) {
+    if (cached && cached->contains("gemm_flops") && cached->contains("method") &&
+        cached->contains("adam_elements_per_s") && cached->contains("adam_method")) {
       rate.gemm_flops = cached->at("gemm_flops").get<double>();
       rate.method = cached->at("method").get<std::string>();
+      rate.adam_elements_per_s = cached->at("adam_elements_per_s").get<double>();
+      rate.adam_method = cached->at("adam_method").get<std::string>();
       when = "cached from " + cached->value("measured_at", std::string("earlier"));
     } else if (options.measure_cpu) {
       if (options.progress) options.progress("cpu", 0.0);
@@ -448,9 +451,12 @@ HardwareProfile probe_hardware(const ProfileOptions& options) {
       const std::string now = utc_now();
       when = "measured " + now;
       if (rate.gemm_flops > 0.0 && options.use_cache)
-        store_measurement(
-            "cpu", key,
-            {{"gemm_flops", rate.gemm_flops}, {"method", rate.method}, {"measured_at", now}});
+        store_measurement("cpu", key,
+                          {{"gemm_flops", rate.gemm_flops},
+                           {"method", rate.method},
+                           {"adam_elements_per_s", rate.adam_elements_per_s},
+                           {"adam_method", rate.adam_method},
+                           {"measured_at", now}});
       if (options.progress) options.progress("cpu", 1.0);
     }
     if (rate.gemm_flops > 0.0) {
@@ -461,6 +467,10 @@ HardwareProfile probe_hardware(const ProfileOptions& options) {
       p.cpu_flops_measured = true;
       p.flops_source = "measured: " + rate.method + ", " + gflops + " GFLOP/s (" + when + "), x " +
                        share + " that a training step sustains";
+    }
+    if (rate.adam_elements_per_s > 0.0) {
+      p.cpu_adam_elements_per_s = rate.adam_elements_per_s;
+      p.cpu_adam_source = "measured: " + rate.adam_method + " (" + when + ")";
     }
   }
   if (options.disk_dir) {
@@ -513,7 +523,9 @@ json to_json(const HardwareProfile& p) {
                 {"mhz", p.cpu.mhz},
                 {"fp32_flops", p.cpu_flops},
                 {"flops_measured", p.cpu_flops_measured},
-                {"flops_source", p.flops_source}};
+                {"flops_source", p.flops_source},
+                {"adam_elements_per_s", p.cpu_adam_elements_per_s},
+                {"adam_source", p.cpu_adam_source}};
   out["memory"] = {
       {"total", p.memory.total},
       {"available", p.memory.available},

@@ -95,12 +95,18 @@ struct HardwareProfile {
   double cpu_flops = 0.0;
   std::string flops_source;
   bool cpu_flops_measured = false;
+  // Elements a second the CPU Adam updates on every core (gemini's update of the optimizer state
+  // in host memory beside a GPU), measured with the CPU's rate; 0: not measured.
+  double cpu_adam_elements_per_s = 0.0;
+  std::string cpu_adam_source;
 };
 
 // A CPU's fp32 matrix-product rate as LibTorch computes it on every core, and how it was taken.
 struct CpuRate {
   double gemm_flops = 0.0;
   std::string method;
+  double adam_elements_per_s = 0.0;  // the fused CPU Adam with a bf16 copy, every thread
+  std::string adam_method;
 };
 // The share of that rate a training step sustains (its products' 6 FLOPs per element and token,
 // the input embedding left out, and the attention's, over its wall time): 0.80 and 0.78 measured

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "optim/cpu_adam.h"
+
 namespace tessera::runner {
 namespace {
 
@@ -144,6 +146,32 @@ plan::CpuRate measure_cpu_rate(int physical_cores, std::int64_t n) {
                 gflops_text(from_one_thread) + "; the larger";
   if (from_one_thread > 1.25 * every_thread)
     rate.method += " (other processes held the cores while the threads ran)";
+
+  std::vector<float> param(kCpuAdamElements, 0.5f), grad(kCpuAdamElements, 1e-3f),
+      exp_avg(kCpuAdamElements, 0.0f), exp_avg_sq(kCpuAdamElements, 0.0f);
+  std::vector<std::uint16_t> copy(kCpuAdamElements);
+  optim::AdamArrays arrays;
+  arrays.param = param.data();
+  arrays.grad = grad.data();
+  arrays.exp_avg = exp_avg.data();
+  arrays.exp_avg_sq = exp_avg_sq.data();
+  arrays.copy = copy.data();
+  arrays.copy_kind = optim::LowPrecisionCopy::Bf16;
+  arrays.count = kCpuAdamElements;
+  std::int64_t step = 0;
+  const double adam_seconds = best_seconds(3, wall_seconds, [&] {
+    optim::AdamHyper hyper;
+    hyper.step = ++step;
+    hyper.weight_decay = 0.01;
+    optim::cpu_adamw_step(arrays, hyper);
+  });
+  rate.adam_elements_per_s = static_cast<double>(kCpuAdamElements) / adam_seconds;
+  char adam[96];
+  std::snprintf(adam, sizeof adam, "%.0f M elements/s", rate.adam_elements_per_s / 1e6);
+  rate.adam_method = std::string("the fused CPU Adam (") +
+                     optim::simd_level_name(optim::detected_simd_level()) +
+                     ", a bf16 copy written) over " + std::to_string(kCpuAdamElements >> 20) +
+                     "M elements, best of 3 on " + std::to_string(threads) + " threads: " + adam;
   return rate;
 }
 

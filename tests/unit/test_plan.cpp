@@ -505,6 +505,38 @@ class TestPlan : public QObject {
              short_hint.c_str());
   }
 
+  void theCpuAdamOfADeviceTiersHostSharesAddsToTheStep() {
+    // gemini on a GPU with the optimizer state in host memory and on disk: the CPU Adam updates
+    // that share of the trainable elements after the backward, at the profile's measured rate.
+    auto in = named_gemini_on_a_gpu(0.0);
+    in.profile.disk = measured_disk();
+    const plan::Plan on_device = plan::make_plan(in);
+    QCOMPARE(on_device.host_update_seconds_per_step, 0.0);
+    in.spec.strategy.options["host_optim_frac"] = 0.5;
+    in.spec.strategy.options["offload_optim_frac"] = 0.25;
+    const plan::Plan unmeasured = plan::make_plan(in);
+    QCOMPARE(unmeasured.host_update_seconds_per_step, 0.0);
+    QCOMPARE(unmeasured.seconds_per_step - unmeasured.disk_seconds_per_step,
+             on_device.seconds_per_step);
+    QVERIFY(std::any_of(unmeasured.reasons.begin(), unmeasured.reasons.end(), [](const auto& r) {
+      return r.find("the CPU Adam's rate was not measured") != std::string::npos;
+    }));
+    in.profile.cpu_adam_elements_per_s = 200e6;
+    in.profile.cpu_adam_source = "measured: a test's Adam";
+    const plan::Plan p = plan::make_plan(in);
+    const double expected = 0.75 * static_cast<double>(p.trainable_parameters) / 200e6;
+    QVERIFY(std::abs(p.host_update_seconds_per_step - expected) <= 1e-12 * expected);
+    QVERIFY(std::abs(p.seconds_per_step - (unmeasured.seconds_per_step + expected)) <=
+            1e-9 * p.seconds_per_step);
+    QVERIFY(std::any_of(p.reasons.begin(), p.reasons.end(), [](const std::string& r) {
+      return r.find("the CPU Adam updates") != std::string::npos &&
+             r.find("at 200 M elements/s (measured: a test's Adam), added to the step") !=
+                 std::string::npos;
+    }));
+    QCOMPARE(plan::to_json(p)["time"]["host_update_seconds_per_step"].get<double>(),
+             p.host_update_seconds_per_step);
+  }
+
   void planGeminiOnTheGpuByItsShares() {
     // gemini named on cuda with the optimizer split GPU 30% / host 40% / disk 30%: three tiers
     // holding those shares of the moments, and no warning that the GPU is not modelled.
@@ -2317,7 +2349,7 @@ class TestPlan : public QObject {
     options.measure_cpu = [&](int cores) {
       ++calls;
       cores_given = cores;
-      return plan::CpuRate{200e9, "a test's product"};
+      return plan::CpuRate{200e9, "a test's product", 300e6, "a test's Adam"};
     };
     const auto measured = plan::probe_hardware(options);
     QCOMPARE(calls, 1);
@@ -2327,6 +2359,11 @@ class TestPlan : public QObject {
     QVERIFY2(measured.flops_source.rfind("measured: a test's product, 200 GFLOP/s", 0) == 0,
              measured.flops_source.c_str());
     QCOMPARE(plan::to_json(measured)["cpu"]["flops_measured"].get<bool>(), true);
+    QCOMPARE(measured.cpu_adam_elements_per_s, 300e6);
+    QVERIFY2(measured.cpu_adam_source.rfind("measured: a test's Adam (measured ", 0) == 0,
+             measured.cpu_adam_source.c_str());
+    QCOMPARE(plan::to_json(measured)["cpu"]["adam_elements_per_s"].get<double>(), 300e6);
+    QVERIFY(rough.cpu_adam_elements_per_s == 0.0);
   }
 };
 
