@@ -438,14 +438,17 @@ HardwareProfile probe_hardware(const ProfileOptions& options) {
     std::optional<json> cached = options.use_cache ? cached_measurement("cpu", key) : std::nullopt;
     CpuRate rate;
     std::string when;
-    if (cached && cached->contains("gemm_flops") && cached->contains("method") &&
-        cached->contains("adam_elements_per_s") && cached->contains("adam_method")) {
+    if (cached && cached->contains("gemm_flops") && cached->contains("method")) {
       rate.gemm_flops = cached->at("gemm_flops").get<double>();
       rate.method = cached->at("method").get<std::string>();
-      rate.adam_elements_per_s = cached->at("adam_elements_per_s").get<double>();
-      rate.adam_method = cached->at("adam_method").get<std::string>();
+      // (A measurement cached before the CPU Adam's rate was taken lacks it.)
+      if (cached->contains("adam_elements_per_s") && cached->contains("adam_method")) {
+        rate.adam_elements_per_s = cached->at("adam_elements_per_s").get<double>();
+        rate.adam_method = cached->at("adam_method").get<std::string>();
+      }
       when = "cached from " + cached->value("measured_at", std::string("earlier"));
-    } else if (options.measure_cpu) {
+    }
+    if ((rate.gemm_flops <= 0.0 || rate.adam_elements_per_s <= 0.0) && options.measure_cpu) {
       if (options.progress) options.progress("cpu", 0.0);
       rate = options.measure_cpu(p.cpu.physical_cores);
       const std::string now = utc_now();

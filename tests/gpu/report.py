@@ -157,6 +157,10 @@ def main(logs: Path) -> int:
         if "gemini_host_optim_ratio" in bench:
             lines.append(f"- gemini, optimizer in host memory: {bench['gemini_host_optim_step_s'] * 1e3:.1f} "
                          f"ms/step, ÷ ours on single {bench['gemini_host_optim_ratio']:.3f} (goal ≤ 1.10)")
+        if "gemini_plan" in bench:
+            g = bench["gemini_plan"]
+            lines.append(f"- gemini's plan ÷ measured: step {g['step_ratio']:.2f} ({g['step_s'] * 1e3:.1f} ms "
+                         f"planned, the CPU Adam {g['host_update_s'] * 1e3:.1f} ms of it)")
         if "gemini_error" in bench:
             lines.append(f"- gemini failed: {bench['gemini_error'][:300]}")
         if "loss_max_rel" in bench:
