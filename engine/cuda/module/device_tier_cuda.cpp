@@ -32,9 +32,12 @@ void check(cudaError_t status, const char* what) {
 
 class CudaEvent : public DeviceEvent {
  public:
-  explicit CudaEvent(cudaStream_t stream) {
+  // Created on the stream's device (an event records only on streams of the device current at
+  // its creation), whichever device the calling thread has current.
+  explicit CudaEvent(const c10::cuda::CUDAStream& stream) {
+    const c10::cuda::CUDAGuard guard(stream.device_index());
     check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
-    check(cudaEventRecord(event, stream), "cudaEventRecord");
+    check(cudaEventRecord(event, stream.stream()), "cudaEventRecord");
   }
   ~CudaEvent() override { cudaEventDestroy(event); }
   cudaEvent_t event = nullptr;
@@ -101,27 +104,31 @@ class CudaDeviceTier : public DeviceTier {
   }
 
   void copy_to_device(void* device_dst, const void* host_src, std::size_t bytes) override {
+    const c10::cuda::CUDAGuard guard(index_);
     check(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, copy_stream_),
           "copy to the device");
     accounts_.count_copy(bytes, true);
   }
   void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) override {
+    const c10::cuda::CUDAGuard guard(index_);
     check(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, copy_stream_),
           "copy to the host");
     accounts_.count_copy(bytes, false);
   }
 
   std::shared_ptr<DeviceEvent> record_copies() override {
-    return std::make_shared<CudaEvent>(copy_stream_.stream());
+    return std::make_shared<CudaEvent>(copy_stream_);
   }
   std::shared_ptr<DeviceEvent> record_compute() override {
-    return std::make_shared<CudaEvent>(c10::cuda::getCurrentCUDAStream(index_).stream());
+    return std::make_shared<CudaEvent>(c10::cuda::getCurrentCUDAStream(index_));
   }
   void compute_waits(const DeviceEvent& event) override {
+    const c10::cuda::CUDAGuard guard(index_);
     check(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(index_).stream(), of(event), 0),
           "cudaStreamWaitEvent");
   }
   void copies_wait(const DeviceEvent& event) override {
+    const c10::cuda::CUDAGuard guard(index_);
     check(cudaStreamWaitEvent(copy_stream_.stream(), of(event), 0), "cudaStreamWaitEvent");
   }
   void host_waits(const DeviceEvent& event) override {
