@@ -108,6 +108,13 @@ void print_profile(const plan::HardwareProfile& p) {
   char flops[64];
   std::snprintf(flops, sizeof flops, "%.0f GFLOP/s fp32", p.cpu_flops / 1e9);
   line("cpu compute", std::string(flops) + " (" + p.flops_source + ")");
+  if (p.cpu_adam_elements_per_s > 0.0) {
+    char adam[48];
+    std::snprintf(adam, sizeof adam, "%.0f M elements/s", p.cpu_adam_elements_per_s / 1e6);
+    line("cpu adam", std::string(adam) + " (" + p.cpu_adam_source + ")");
+  } else {
+    line("cpu adam", "not measured");
+  }
   line("ram",
        human_bytes(p.memory.total) + " total, " + human_bytes(p.memory.available) + " available");
   line("cgroup limit", p.memory.cgroup_limit ? human_bytes(*p.memory.cgroup_limit) : "none");
