@@ -132,15 +132,15 @@ def test_profile_reports_this_machine(tmp_path):
     r = cli("profile", "--no-disk")
     assert r.returncode == 0 and "gpus" in r.stdout and "not measured" in r.stdout, r.stdout + r.stderr
     # The CPU Adam's rate (the plan's update time of gemini's host shards beside a GPU) against the
-    # CPU Adam benchmark's, a process of its own over as many elements on as many threads (both
-    # bound by memory bandwidth, so a busy machine moves them apart: within a factor of 2).
+    # CPU Adam benchmark's best step, a process of its own over as many elements on as many
+    # threads (both bound by memory bandwidth, which a test beside it shares: within 2×).
     adam = p["cpu"]["adam_elements_per_s"]
     assert adam > 0 and "the fused CPU Adam" in p["cpu"]["adam_source"], p["cpu"]
     tool = Path(os.environ["TESSERA_TOOLS_DIR"]) / "tessera-cpu-adam-tool"
     bench = subprocess.run([str(tool), "bench", "--size", str(8 << 20), "--threads", str(torch.get_num_threads()),
                             "--steps", "5"], capture_output=True, text=True, timeout=300)
     assert bench.returncode == 0, bench.stderr
-    theirs = json.loads(bench.stdout)["bf16_copy"]["params_per_s"]
+    theirs = (8 << 20) / json.loads(bench.stdout)["bf16_copy"]["min_s"]  # its best, as the profile's
     print(f"CPU Adam: the profile's {adam / 1e6:.0f} M elements/s ÷ the benchmark's {theirs / 1e6:.0f} = "
           f"{adam / theirs:.3f}")
     assert 0.5 <= adam / theirs <= 2.0, (adam, theirs)
