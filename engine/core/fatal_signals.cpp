@@ -6,7 +6,15 @@
 
 #include <cstring>
 
+// A sanitizer's own report of a fault says more (tests/sanitize): under one, nothing is installed.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TESSERA_REPORT_FATAL_SIGNALS 0
+#else
+#define TESSERA_REPORT_FATAL_SIGNALS 1
+#endif
+
 namespace tessera::core {
+#if TESSERA_REPORT_FATAL_SIGNALS
 namespace {
 
 const char* reporting_program = "tessera";
@@ -55,10 +63,10 @@ void on_fatal_signal(int number) {
 }
 
 }  // namespace
+#endif
 
 void report_fatal_signals(const char* program) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  // A sanitizer's own report of a fault says more (tests/sanitize).
+#if !TESSERA_REPORT_FATAL_SIGNALS
   (void)program;
 #else
   reporting_program = program;
