@@ -14,6 +14,8 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "core/files.h"
@@ -144,7 +146,18 @@ class SimulatedDevice : public DeviceTier {
     std::size_t bytes;
     std::uint64_t sequence;
     Block* to_free = nullptr;  // a free in stream order, not a copy
+    // The source's bytes when the copy was queued, unless a copy queued before writes them.
+    std::optional<std::uint64_t> source_hash;
+    bool to_device = false;
   };
+
+  // FNV-1a over the bytes: the check that a copy's source did not change while it waited.
+  static std::uint64_t hash_of(const void* memory, std::size_t bytes) {
+    const auto* p = static_cast<const unsigned char*>(memory);
+    std::uint64_t h = 1469598103934665603ull;
+    for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+  }
 
   static std::size_t floats(std::size_t bytes) { return std::max<std::size_t>(1, (bytes + 3) / 4); }
   static void poison(void* memory, std::size_t bytes) {
@@ -172,7 +185,8 @@ class SimulatedDevice : public DeviceTier {
       std::lock_guard<std::mutex> lock(device->mutex_);
       device->live_.erase(reinterpret_cast<const char*>(block->memory.get()));
       if (device->completed_ < device->queued_) {
-        device->copies_.push_back(Copy{nullptr, nullptr, 0, ++device->queued_, block});
+        Copy free_later{nullptr, nullptr, 0, ++device->queued_, block, std::nullopt, false};
+        device->copies_.push_back(free_later);
         device->queued_cv_.notify_one();
         return;
       }
@@ -191,7 +205,17 @@ class SimulatedDevice : public DeviceTier {
       return c.to_free == nullptr && src < begin + bytes && begin < src + c.bytes;
     });
     if (bytes % 4 == 0 && !read_by_pending) poison(dst, bytes);
-    copies_.push_back(Copy{dst, src, bytes, ++queued_});
+    // A source that a queued copy writes is read in stream order, after it: not checked.
+    const auto* source = static_cast<const char*>(src);
+    const bool written_by_pending = std::any_of(copies_.begin(), copies_.end(), [&](const Copy& c) {
+      const auto* written = static_cast<const char*>(c.dst);
+      return c.to_free == nullptr && written < source + bytes && source < written + c.bytes;
+    });
+    const Copy copy{
+        dst,       src,     bytes,
+        ++queued_, nullptr, written_by_pending ? std::nullopt : std::optional(hash_of(src, bytes)),
+        to_device};
+    copies_.push_back(copy);
     accounts_.count_copy(bytes, to_device);
     queued_cv_.notify_one();
   }
@@ -214,17 +238,27 @@ class SimulatedDevice : public DeviceTier {
                     "in use by kernels queued for the tensor it held before");
   }
 
+  // Copies run only once something waits for them (or the device goes): a GPU's copy may run
+  // any time before that, so whatever the host does between queuing a copy and waiting for it
+  // is checked against the copy having run last.
   void wait_for(const DeviceEvent& event, bool count) {
     std::unique_lock<std::mutex> lock(mutex_);
     const std::uint64_t sequence = sequence_of(event);
     if (count && completed_ < sequence) accounts_.count_host_wait();
+    if (sequence > released_) {
+      released_ = sequence;
+      queued_cv_.notify_all();
+    }
     done_cv_.wait(lock, [&] { return completed_ >= sequence; });
+    if (!violation_.empty()) throw Error(ErrorKind::Internal, violation_);
   }
 
   void copy_loop() {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      queued_cv_.wait(lock, [&] { return stopping_ || !copies_.empty(); });
+      queued_cv_.wait(lock, [&] {
+        return stopping_ || (!copies_.empty() && copies_.front().sequence <= released_);
+      });
       if (copies_.empty()) return;  // stopping, nothing left
       const Copy copy = copies_.front();
       copies_.pop_front();
@@ -233,8 +267,15 @@ class SimulatedDevice : public DeviceTier {
         delete copy.to_free;
         lock.lock();
       } else {
+        const bool changed = copy.source_hash && hash_of(copy.src, copy.bytes) != *copy.source_hash;
         std::memcpy(copy.dst, copy.src, copy.bytes);
         lock.lock();
+        if (changed && violation_.empty())
+          violation_ = std::string("simulated: the ") + (copy.to_device ? "host" : "device") +
+                       " memory a copy " + (copy.to_device ? "to the device" : "to the host") +
+                       " reads (" + std::to_string(copy.bytes) +
+                       " bytes) changed after the copy was queued and before anything waited "
+                       "for it: on a GPU the copy may run that late and copy the new values";
       }
       completed_ = copy.sequence;
       done_cv_.notify_all();
@@ -252,6 +293,8 @@ class SimulatedDevice : public DeviceTier {
   std::uint64_t compute_points_ = 0;        // compute events recorded
   std::uint64_t copies_after_compute_ = 0;  // the latest compute point the copies waited for
   std::map<const char*, Block*> live_;      // allocations by their first byte
+  std::uint64_t released_ = 0;              // copies up to this sequence may run
+  std::string violation_;                   // the first copy whose source changed under it
   bool stopping_ = false;
   std::thread copier_;
 };

@@ -7,7 +7,9 @@
 // accounting, named "simulated" in every message, and refused unless TESSERA_SIMULATED_DEVICE=1
 // (which only the tests set). It makes races visible: fresh allocations and the destination of a
 // copy are filled with NaN until the copy thread has run, so compute that does not wait for a
-// copy's event reads NaN.
+// copy's event reads NaN; a copy runs only once something waits for it, and the wait fails
+// (Internal) if its source changed after it was queued; a copy touching memory that compute
+// writes first, before the copies waited for compute since its allocation, is refused.
 #include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
 

@@ -359,6 +359,22 @@ class TestTrain : public QObject {
     device->reset_peak();
     QCOMPARE(device->peak(), std::uint64_t{0});
 
+    // A copy runs only once something waits for it (a GPU's may run that late): the host memory
+    // it reads must not change until then. Changed, the wait that runs the copy says so.
+    {
+      auto lazy = train::make_device_tier("simulated", n * 4, "strategy.options.device");
+      c10::DataPtr up = lazy->allocate(n * 4, "chunk 5", train::FirstWriter::copies);
+      c10::DataPtr from = lazy->allocate_host(n * 4);
+      std::fill_n(static_cast<float*>(from.get()), n, 1.0f);
+      lazy->copy_to_device(up.get(), from.get(), n * 4);
+      const auto queued = lazy->record_copies();
+      QVERIFY(!lazy->done(*queued));              // nothing waited: not run yet
+      static_cast<float*>(from.get())[3] = 2.0f;  // the host writes its source before any wait
+      expect_error([&] { lazy->compute_waits(*queued); }, ErrorKind::Internal,
+                   "the host memory a copy to the device reads (262144 bytes) changed after the "
+                   "copy was queued");
+    }
+
     // Memory can outlive its tier (a model's parameters over Gemini's chunks are freed after the
     // plugin that owns the tier): the copy into it is done when the tier goes, and releasing it
     // afterwards frees it without reaching the tier (a use after free, under tests/sanitize's
