@@ -989,18 +989,17 @@ Plan make_plan(const PlanInputs& in) {
   if (distributed) {
     plan_rank_time(plan, in, step_time_device(hw, gpu), layers, flops, rank_flops, tokens,
                    rank_tokens(s), communication_of(s));
+    // What the ranks' step adds beside its compute and communication, unless a run of as many
+    // ranks measured the step whole.
     const bool measured_with_ranks = plan.calibration && plan.calibration->key.processes > 1;
-    if (plan.disk_seconds_per_step > 0.0 && !measured_with_ranks) {
-      plan.seconds_per_step += plan.disk_seconds_per_step;
-      plan.modelled_seconds_per_step += plan.disk_seconds_per_step;
-      plan.time_source += ", plus " + seconds_text(plan.disk_seconds_per_step) + " of disk I/O";
-    }
-    if (plan.host_update_seconds_per_step > 0.0 && !measured_with_ranks) {
-      plan.seconds_per_step += plan.host_update_seconds_per_step;
-      plan.modelled_seconds_per_step += plan.host_update_seconds_per_step;
-      plan.time_source +=
-          ", plus " + seconds_text(plan.host_update_seconds_per_step) + " of the CPU Adam";
-    }
+    for (const auto& [seconds, what] :
+         {std::pair{plan.disk_seconds_per_step, "disk I/O"},
+          std::pair{plan.host_update_seconds_per_step, "the CPU Adam"}})
+      if (seconds > 0.0 && !measured_with_ranks) {
+        plan.seconds_per_step += seconds;
+        plan.modelled_seconds_per_step += seconds;
+        plan.time_source += ", plus " + seconds_text(seconds) + " of " + what;
+      }
   } else {
     calibrate(plan, in, step_time_device(hw, gpu), layers, flops);
   }

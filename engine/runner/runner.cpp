@@ -426,6 +426,18 @@ plan::HardwareProfile planning_hardware(const fs::path& out_dir, const RunOption
   return hardware;
 }
 
+// What the planner takes for `spec` on `hardware`, every rank of `parallel` planned (if any).
+plan::PlanInputs planning_inputs(const job::JobSpec& spec, const hf::ModelFolder& source,
+                                 plan::HardwareProfile hardware,
+                                 const dist::ParallelContext* parallel) {
+  plan::PlanInputs inputs = plan::plan_inputs(spec, source, std::move(hardware));
+  if (parallel != nullptr) {
+    inputs.processes = parallel->world_size();
+    inputs.processes_per_node = parallel->local_world_size();
+  }
+  return inputs;
+}
+
 // Strategy "auto": the plan for this machine (or the one recorded when the run started, when
 // it resumes), written to plan.json and announced as the `plan` event; returns the spec the
 // run trains with. Other strategies: the spec as written. Several processes: rank 0 plans every
@@ -464,13 +476,8 @@ job::JobSpec plan_run(const job::JobSpec& spec, const hf::ModelFolder& source,
                         recorded.string() + ")");
       return doc;
     }
-    plan::PlanInputs inputs =
-        plan::plan_inputs(spec, source, planning_hardware(out_dir, run_options, parallel));
-    if (parallel != nullptr) {
-      inputs.processes = parallel->world_size();
-      inputs.processes_per_node = parallel->local_world_size();
-    }
-    const plan::Plan planned = plan::make_plan(inputs);
+    const plan::Plan planned = plan::make_plan(
+        planning_inputs(spec, source, planning_hardware(out_dir, run_options, parallel), parallel));
     nlohmann::json doc = plan::to_json(planned);
     if (!planned.fits)
       throw_invalid(planned.explanation,
@@ -952,13 +959,10 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
       // link between the ranks, whose peers may be waiting in a collective.
       std::string hint;
       try {
-        plan::PlanInputs inputs = plan::plan_inputs(
-            spec, source, planning_hardware(out_dir, run_options, nullptr, false));
-        if (parallel) {
-          inputs.processes = parallel->world_size();
-          inputs.processes_per_node = parallel->local_world_size();
-        }
-        hint = plan::change_after_device_shortfall(std::move(inputs), e.needed());
+        hint = plan::change_after_device_shortfall(
+            planning_inputs(spec, source, planning_hardware(out_dir, run_options, nullptr, false),
+                            parallel.get()),
+            e.needed());
       } catch (const std::exception& planning) {
         hint = e.hint() + " (planning a change failed: " + planning.what() + ")";
       }

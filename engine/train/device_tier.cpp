@@ -197,20 +197,20 @@ class SimulatedDevice : public DeviceTier {
   void enqueue_copy(void* dst, const void* src, std::size_t bytes, bool to_device) {
     std::lock_guard<std::mutex> lock(mutex_);
     check_ordered_after_compute(static_cast<const char*>(to_device ? dst : src));
+    // Whether a queued copy's source (`side` &Copy::src) or destination (&Copy::dst) overlaps
+    // [memory, memory + bytes).
+    const auto pending_overlap = [&](const void* memory, auto side) {
+      const auto* begin = static_cast<const char*>(memory);
+      return std::any_of(copies_.begin(), copies_.end(), [&](const Copy& c) {
+        const auto* other = static_cast<const char*>(c.*side);
+        return c.to_free == nullptr && other < begin + bytes && begin < other + c.bytes;
+      });
+    };
     // Until the copy thread runs, the destination holds nothing usable (unless a copy queued
     // before reads it: stream order lets that one see the old values).
-    const auto* begin = static_cast<const char*>(dst);
-    const bool read_by_pending = std::any_of(copies_.begin(), copies_.end(), [&](const Copy& c) {
-      const auto* src = static_cast<const char*>(c.src);
-      return c.to_free == nullptr && src < begin + bytes && begin < src + c.bytes;
-    });
-    if (bytes % 4 == 0 && !read_by_pending) poison(dst, bytes);
+    if (bytes % 4 == 0 && !pending_overlap(dst, &Copy::src)) poison(dst, bytes);
     // A source that a queued copy writes is read in stream order, after it: not checked.
-    const auto* source = static_cast<const char*>(src);
-    const bool written_by_pending = std::any_of(copies_.begin(), copies_.end(), [&](const Copy& c) {
-      const auto* written = static_cast<const char*>(c.dst);
-      return c.to_free == nullptr && written < source + bytes && source < written + c.bytes;
-    });
+    const bool written_by_pending = pending_overlap(src, &Copy::dst);
     const Copy copy{
         dst,       src,     bytes,
         ++queued_, nullptr, written_by_pending ? std::nullopt : std::optional(hash_of(src, bytes)),

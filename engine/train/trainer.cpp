@@ -921,17 +921,16 @@ void Trainer::out_of_device_memory(const std::string& what, const std::string& h
                ", resume from it after the change";
   } else if (distributed() && !options_.output_dir.empty()) {
     // The newest complete checkpoint the run saved before (save_steps) is where it resumes.
+    message +=
+        "; with several ranks nothing is saved at the failure (the others wait for this one in "
+        "their collectives)";
     try {
       const FoundCheckpoint found =
           find_resume_checkpoint(options_.output_dir, [](const std::string&) {});
-      message +=
-          "; with several ranks nothing is saved at the failure (the others wait for this "
-          "one in their collectives): resume from step " +
-          std::to_string(found.step) + ", saved in " + found.path.string() + ", after the change";
+      message += ": resume from step " + std::to_string(found.step) + ", saved in " +
+                 found.path.string() + ", after the change";
     } catch (const std::exception&) {
-      message +=
-          "; with several ranks nothing is saved at the failure (the others wait for this "
-          "one in their collectives), and the run saved no checkpoint before it";
+      message += ", and the run saved no checkpoint before it";
     }
   }
   throw StepOutOfDeviceMemory(message, hint, needed);
