@@ -67,6 +67,9 @@ struct StrategyInfo {
   bool quantized_base = false;
   // It trains the preference objectives (method.preference).
   bool preference = false;
+  // It trains QLoRA on a GPU too (the quantized base moves there with the model; gemini's device
+  // tier keeps it beside its chunks in host memory, so not there yet).
+  bool quantized_base_on_gpu = false;
 };
 
 // Whether strategy `name` (a table entry; false for "auto" and unknown names) has `capability`

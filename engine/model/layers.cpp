@@ -39,6 +39,16 @@ LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool has_bias,
   if (has_bias) bias = register_parameter("bias", torch::empty({out}, options));
 }
 
+void LinearImpl::to(torch::Device device, torch::Dtype dtype, bool non_blocking) {
+  torch::nn::Module::to(device, dtype, non_blocking);
+  if (quantized) quantized->to(device);
+}
+
+void LinearImpl::to(torch::Device device, bool non_blocking) {
+  torch::nn::Module::to(device, non_blocking);
+  if (quantized) quantized->to(device);
+}
+
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   BlockUse use(parameter_use.get(), *this);
   torch::Tensor y;

@@ -113,6 +113,10 @@ class LinearImpl : public torch::nn::Module {
   LinearImpl(std::int64_t in_features, std::int64_t out_features, bool bias,
              const torch::TensorOptions& options, Layout layout = Layout::OutIn);
   torch::Tensor forward(const torch::Tensor& x);
+  // As Module's, and a quantized weight moves with the layer.
+  using torch::nn::Module::to;
+  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
+  void to(torch::Device device, bool non_blocking = false) override;
 
   std::int64_t in_features;
   std::int64_t out_features;

@@ -3,6 +3,7 @@
 #include <ATen/TensorIterator.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -61,7 +62,9 @@ std::span<T> span_of(const torch::Tensor& t) {
 // The buffer a tile's dequantized weight goes into: one per thread, reused by every tile of
 // every layer (a fresh tensor a tile costs its pages' faults and unmapping, more than the
 // dequantization itself). Each tile is consumed by its matmul before the next is written.
-torch::Tensor& thread_tile_buffer(std::int64_t bytes) {
+// On a GPU each tile is a new tensor from the caching allocator, which reuses its blocks.
+torch::Tensor tile_buffer(const QuantizedWeight& weight, std::int64_t bytes) {
+  if (!weight.device().is_cpu()) return {};
   thread_local torch::Tensor buffer;
   if (!buffer.defined() || buffer.nbytes() < static_cast<std::size_t>(bytes))
     buffer = torch::empty({bytes}, torch::kUInt8);
@@ -77,9 +80,14 @@ class QuantizedMatmul : public torch::autograd::Function<QuantizedMatmul> {
                                const QuantizedWeight* weight) {
     ctx->saved_data["weight"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(weight));
     ctx->saved_data["has_bias"] = bias.has_value();
+    if (x.device() != weight->device())
+      throw Error(ErrorKind::Internal, "QuantizedWeight: the weight is on " +
+                                           weight->device().str() + ", its input on " +
+                                           x.device().str());
     const std::int64_t out = weight->out_features(), tile = weight->tile_rows();
-    const torch::Tensor& buffer = thread_tile_buffer(std::min(tile, out) * weight->in_features() *
-                                                     static_cast<std::int64_t>(x.element_size()));
+    const torch::Tensor buffer =
+        tile_buffer(*weight, std::min(tile, out) * weight->in_features() *
+                                 static_cast<std::int64_t>(x.element_size()));
     std::vector<torch::Tensor> pieces;
     for (std::int64_t first = 0; first < out; first += tile) {
       const std::int64_t end = std::min(out, first + tile);
@@ -101,8 +109,8 @@ class QuantizedMatmul : public torch::autograd::Function<QuantizedMatmul> {
       // gx = gy·W a band of W's columns at a time: each band of gx is one matmul over every
       // output feature, written once (no partial sums).
       const std::int64_t in = weight->in_features(), band = weight->band_columns();
-      const torch::Tensor& buffer = thread_tile_buffer(
-          out * std::min(band, in) * static_cast<std::int64_t>(gy.element_size()));
+      const torch::Tensor buffer = tile_buffer(
+          *weight, out * std::min(band, in) * static_cast<std::int64_t>(gy.element_size()));
       std::vector<torch::Tensor> pieces;
       for (std::int64_t first = 0; first < in; first += band)
         pieces.push_back(
@@ -115,9 +123,9 @@ class QuantizedMatmul : public torch::autograd::Function<QuantizedMatmul> {
       // accumulates so), cast once at the end, and each tile's slice of gy is made contiguous: a
       // strided bf16 operand leaves the fast GEMM.
       const bool whole = tile >= out;
-      const torch::Tensor& buffer =
-          thread_tile_buffer(std::min(tile, out) * weight->in_features() *
-                             static_cast<std::int64_t>(gy.element_size()));
+      const torch::Tensor buffer =
+          tile_buffer(*weight, std::min(tile, out) * weight->in_features() *
+                                   static_cast<std::int64_t>(gy.element_size()));
       for (std::int64_t first = 0; first < out; first += tile) {
         const std::int64_t end = std::min(out, first + tile);
         const torch::Tensor rows = weight->dequantize_rows(first, end, gy.scalar_type(), buffer);
@@ -415,20 +423,117 @@ void store_as(std::span<const float> values, torch::Dtype dtype, void* dest) {
 
 }  // namespace
 
-torch::Tensor QuantizedWeight::dequantize_block(std::int64_t first_row, std::int64_t end_row,
-                                                std::int64_t first_col, std::int64_t end_col,
-                                                torch::Dtype dtype,
-                                                const torch::Tensor& into) const {
+void QuantizedWeight::check_block(std::int64_t first_row, std::int64_t end_row,
+                                  std::int64_t first_col, std::int64_t end_col) const {
   if (first_row < 0 || end_row > out_features_ || first_row > end_row || first_col < 0 ||
       end_col > in_features_ || first_col > end_col)
     throw Error(ErrorKind::Internal, "QuantizedWeight: block out of range");
-  const std::int64_t rows = end_row - first_row, cols = end_col - first_col;
-  const bool whole_rows = cols == in_features_;
+  const bool whole_rows = end_col - first_col == in_features_;
   if (is_four_bit_format() &&
       (whole_rows ? (first_row * in_features_) % blocksize_ != 0
                   : !column_bands() || first_col % blocksize_ != 0 ||
                         (end_col % blocksize_ != 0 && end_col != in_features_)))
     throw Error(ErrorKind::Internal, "QuantizedWeight: the block does not start on a block");
+}
+
+torch::Tensor QuantizedWeight::code_pairs() const {
+  if (code_pairs_.defined()) return code_pairs_;
+  const std::array<float, 16>& code = quant::four_bit_code(four_bit_type(format_));
+  torch::Tensor pairs = torch::empty({256, 2}, torch::kFloat32);
+  float* p = pairs.data_ptr<float>();
+  for (int byte = 0; byte < 256; ++byte) {
+    p[2 * byte] = code[static_cast<std::size_t>(byte >> 4)];  // the first value: the high nibble
+    p[2 * byte + 1] = code[static_cast<std::size_t>(byte & 15)];
+  }
+  return pairs.to(device());
+}
+
+torch::Tensor QuantizedWeight::block_absmax(std::int64_t first, std::int64_t count) const {
+  if (!nested_) return scales_.narrow(0, first, count);
+  // code[q] × absmax2[i / blocksize2] + offset in float32, as dequantize_nested_absmax_range.
+  const NestedAbsmax& n = *nested_;
+  const torch::Tensor groups =
+      torch::div(torch::arange(first, first + count,
+                               torch::TensorOptions().dtype(torch::kLong).device(device())),
+                 n.blocksize, "floor");
+  return n.code.index({n.codes.narrow(0, first, count).to(torch::kInt)})
+      .mul_(n.scales.index({groups}))
+      .add_(n.offset);
+}
+
+torch::Tensor QuantizedWeight::dequantize_block_with_ops(std::int64_t first_row,
+                                                         std::int64_t end_row,
+                                                         std::int64_t first_col,
+                                                         std::int64_t end_col,
+                                                         torch::Dtype dtype) const {
+  check_block(first_row, end_row, first_col, end_col);
+  if (dtype != torch::kFloat32 && dtype != torch::kBFloat16 && dtype != torch::kHalf)
+    throw Error(ErrorKind::Internal, "QuantizedWeight: no dequantization to this dtype");
+  torch::NoGradGuard no_grad;
+  const std::int64_t rows = end_row - first_row, cols = end_col - first_col;
+  torch::Tensor values;  // float32 [rows, cols]
+  if (!is_four_bit_format()) {
+    // (q × absmax) × 1/127, as dequantize_int8_rows.
+    values = codes_.slice(0, first_row, end_row)
+                 .slice(1, first_col, end_col)
+                 .to(torch::kFloat32)
+                 .mul_(scales_.slice(0, first_row, end_row).unsqueeze(1))
+                 .mul_(quant::kInt8Inverse127);
+  } else if (cols == in_features_) {
+    // Whole rows: one run of values from a block's start; a short last block padded.
+    const std::int64_t begin = first_row * in_features_, count = rows * cols;
+    const std::int64_t blocks = (count + blocksize_ - 1) / blocksize_;
+    torch::Tensor v =
+        code_pairs().index({codes_.narrow(0, begin / 2, (count + 1) / 2).to(torch::kInt)});
+    v = v.reshape({-1});
+    if (v.numel() < blocks * blocksize_)
+      v = torch::constant_pad_nd(v, {0, blocks * blocksize_ - v.numel()});
+    values = v.view({blocks, blocksize_})
+                 .mul_(block_absmax(begin / blocksize_, blocks).unsqueeze(1))
+                 .reshape({-1})
+                 .narrow(0, 0, count)
+                 .view({rows, cols});
+  } else {
+    // A band of columns (each row a whole number of blocks): rows × the band's blocks.
+    const std::int64_t per_row = in_features_ / blocksize_, blocks = cols / blocksize_;
+    const torch::Tensor bytes = codes_.view({out_features_, in_features_ / 2})
+                                    .slice(0, first_row, end_row)
+                                    .slice(1, first_col / 2, end_col / 2);
+    const torch::Tensor absmax =
+        block_absmax(first_row * per_row, rows * per_row)
+            .view({rows, per_row})
+            .slice(1, first_col / blocksize_, first_col / blocksize_ + blocks);
+    values = code_pairs()
+                 .index({bytes.reshape({-1}).to(torch::kInt)})
+                 .view({rows, blocks, blocksize_})
+                 .mul_(absmax.unsqueeze(2))
+                 .view({rows, cols});
+  }
+  return dtype == torch::kFloat32 ? values.contiguous() : values.to(dtype).contiguous();
+}
+
+void QuantizedWeight::to(const torch::Device& device) {
+  if (device == this->device()) return;
+  codes_ = codes_.to(device);
+  if (scales_.defined()) scales_ = scales_.to(device);
+  if (nested_) {
+    nested_->codes = nested_->codes.to(device);
+    nested_->code = nested_->code.to(device);
+    nested_->scales = nested_->scales.to(device);
+  }
+  code_pairs_ = torch::Tensor();
+  if (is_four_bit_format() && !device.is_cpu()) code_pairs_ = code_pairs();
+}
+
+torch::Tensor QuantizedWeight::dequantize_block(std::int64_t first_row, std::int64_t end_row,
+                                                std::int64_t first_col, std::int64_t end_col,
+                                                torch::Dtype dtype,
+                                                const torch::Tensor& into) const {
+  check_block(first_row, end_row, first_col, end_col);
+  if (!device().is_cpu())
+    return dequantize_block_with_ops(first_row, end_row, first_col, end_col, dtype);
+  const std::int64_t rows = end_row - first_row, cols = end_col - first_col;
+  const bool whole_rows = cols == in_features_;
   torch::Tensor out;
   if (into.defined()) {
     const std::int64_t bytes = rows * cols * static_cast<std::int64_t>(c10::elementSize(dtype));
@@ -517,6 +622,7 @@ void for_each_linear(const PretrainedModel& model, Visit visit) {
 // The layer computes from `quantized` from now on. Its `weight` parameter stays registered (its
 // name is the checkpoint's), empty: nothing reserves or converts a dense copy.
 void install(LinearImpl& linear, std::shared_ptr<QuantizedWeight> quantized) {
+  quantized->to(linear.weight.device());  // a model made on a GPU computes there
   linear.quantized = std::move(quantized);
   linear.weight.set_data(torch::empty({0}, linear.weight.options()));
   linear.weight.set_requires_grad(false);

@@ -74,7 +74,8 @@ class QuantizedWeight {
   // or float16). A block of whole rows starts on a 4-bit block; a band of columns needs
   // column_bands() and starts (and ends, or reaches the last column) on one. Written into
   // `into`'s storage when given (at least that many bytes, contiguous: a buffer reused from tile
-  // to tile), else into a new tensor.
+  // to tile), else into a new tensor. On a GPU (storage moved by to()), as torch ops there
+  // (dequantize_block_with_ops), into a new tensor on it.
   torch::Tensor dequantize_block(std::int64_t first_row, std::int64_t end_row,
                                  std::int64_t first_col, std::int64_t end_col,
                                  torch::Dtype dtype = torch::kFloat32,
@@ -90,6 +91,16 @@ class QuantizedWeight {
     return dequantize_block(0, out_features_, first, end, dtype, into);
   }
   torch::Tensor dequantize() const { return dequantize_rows(0, out_features_); }
+  // The same block computed by torch ops on the storage's device (a table lookup of each packed
+  // byte's two codes, times the block's absmax in float32, cast): the path a GPU takes, the same
+  // bits as the CPU's own loops. On the CPU it serves the tests that hold the two equal.
+  torch::Tensor dequantize_block_with_ops(std::int64_t first_row, std::int64_t end_row,
+                                          std::int64_t first_col, std::int64_t end_col,
+                                          torch::Dtype dtype = torch::kFloat32) const;
+  // Moves the codes and scales to `device` (QLoRA on a GPU; LinearImpl::to calls it): the layer
+  // then computes there, a tile at a time as on the CPU.
+  void to(const torch::Device& device);
+  torch::Device device() const { return codes_.device(); }
   // Whether bands of columns dequantize (each row's values a whole number of 4-bit blocks; int8
   // always): backward then computes x's gradient a band of its columns at a time, each with the
   // whole sum over the output features (no partial sums to add up).
@@ -128,7 +139,17 @@ class QuantizedWeight {
   torch::Tensor scales_;
   std::optional<NestedAbsmax> nested_;
 
+  // The 4-bit codes of every byte value, [256, 2] float32 (high nibble first), on the storage's
+  // device: kept there by to(), made for each call on the CPU.
+  torch::Tensor code_pairs_;
+
   void set_tile_rows();
+  void check_block(std::int64_t first_row, std::int64_t end_row, std::int64_t first_col,
+                   std::int64_t end_col) const;
+  // float32 absmax of 4-bit blocks [first, first + count), double-quantized ones restored, as a
+  // tensor on the storage's device.
+  torch::Tensor block_absmax(std::int64_t first, std::int64_t count) const;
+  torch::Tensor code_pairs() const;
   void double_quantize();
   void quantize_band(std::int64_t first_row, const torch::Tensor& rows);
   bool is_four_bit_format() const { return format_ != QuantizedFormat::Int8; }

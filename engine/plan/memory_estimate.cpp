@@ -181,10 +181,14 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
   const double stack =
       s.activation_checkpointing ? layers * act.boundary + act.layer : layers * act.layer;
   const double head = act.head;
-  // A quantized linear's workspace: the tile it dequantizes, in the compute dtype (no float32
-  // copy: engine/model/quantized_linear), and its output's pieces beside their concatenation.
+  // A quantized linear's workspace: the tile it dequantizes, in the compute dtype (on the CPU no
+  // float32 copy: engine/model/quantized_linear; on a GPU, torch ops there, its float32 values
+  // below fp32 and the int32 index of each packed byte beside it), and its output's pieces
+  // beside their concatenation.
+  const double tile_bytes_per_value =
+      (bf16 ? 2.0 : 4.0) + (s.on_gpu ? (bf16 ? 4.0 : 0.0) + 2.0 : 0.0);
   const double workspace = quantized.elements > 0
-                               ? d(quant::kDequantizeTileElements) * (bf16 ? 2.0 : 4.0) +
+                               ? d(quant::kDequantizeTileElements) * tile_bytes_per_value +
                                      d(s.micro_batch) * d(s.sequence_length) *
                                          widest_layer_output(c) * (bf16 ? 2.0 : 4.0)
                                : 0.0;

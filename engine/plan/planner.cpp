@@ -369,9 +369,21 @@ Plan make_plan(const PlanInputs& in) {
           "method.quantize under strategy " + spec.strategy.name + " is not supported yet",
           "use strategy " + job::strategies_that_can(&job::StrategyInfo::quantized_base) +
               " (or auto)");
-    if (gpu)
-      throw_unsupported("method.quantize on a GPU is not supported yet",
-                        "set strategy.options.device to \"cpu\"");
+    // On a GPU the quantized base moves there with the model, which gemini's device tier does
+    // not do (it keeps the base beside its chunks in host memory): not weighed there either.
+    if (gpu && named &&
+        !job::strategy_can(spec.strategy.name, &job::StrategyInfo::quantized_base_on_gpu))
+      throw_unsupported(
+          "method.quantize under strategy " + spec.strategy.name + " on a GPU is not supported yet",
+          "use strategy " + job::strategies_that_can(&job::StrategyInfo::quantized_base_on_gpu) +
+              " (or auto) on the GPU, or set strategy.options.device to \"cpu\"");
+    if (gpu) {
+      const auto not_on_gpu = [](const Settings& t) {
+        return !job::strategy_can(t.strategy, &job::StrategyInfo::quantized_base_on_gpu);
+      };
+      std::erase_if(distributing, not_on_gpu);
+      std::erase_if(weighed, not_on_gpu);
+    }
   }
   // A strategy asked for cuda on a machine whose profile has no GPU (or too few for its ranks):
   // the run will say so; the plan shows the host's figures and says they are.
@@ -690,10 +702,10 @@ Plan make_plan(const PlanInputs& in) {
                              std::to_string(lora.lora_rank) + ") instead — the method changes");
   }
   // Neither does LoRA (the spec's or the fallback): QLoRA, the base's linear layers held in NF4
-  // with double-quantized absmax, where the engine trains it (one process on the CPU, a family
-  // whose linear weights are [out, in]).
+  // with double-quantized absmax, where the engine trains it (one process, on the CPU or the
+  // GPU, a family whose linear weights are [out, in]).
   const bool may_quantize =
-      !distributed && !gpu && base.quantize == "none" &&
+      !distributed && base.quantize == "none" &&
       (spec.strategy.name == job::kAutoStrategy || spec.strategy.name == "single") &&
       (c.family == hf::ModelFamily::Llama || c.family == hf::ModelFamily::Mistral ||
        c.family == hf::ModelFamily::Qwen2);

@@ -44,11 +44,11 @@ void dequantize_int8_rows(std::span<const std::int8_t> q, std::span<const float>
                           std::int64_t rows, std::int64_t cols, std::span<float> out) {
   check_sizes(q.size(), row_absmax.size(), rows, cols, "int8 dequantization");
   if (out.size() != q.size()) throw_invalid("int8 dequantization: output size mismatch");
-  constexpr float kInverse127 = 7.874015718698502e-3f;
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c) {
       const auto at = static_cast<std::size_t>(r * cols + c);
-      out[at] = static_cast<float>(q[at]) * row_absmax[static_cast<std::size_t>(r)] * kInverse127;
+      out[at] =
+          static_cast<float>(q[at]) * row_absmax[static_cast<std::size_t>(r)] * kInt8Inverse127;
     }
 }
 

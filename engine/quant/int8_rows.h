@@ -13,6 +13,9 @@ namespace tessera::quant {
 void quantize_int8_rows(std::span<const float> values, std::int64_t rows, std::int64_t cols,
                         std::span<std::int8_t> out, std::span<float> row_absmax);
 
+// 1 / 127 as int8_vectorwise_dequant multiplies by it (float32).
+inline constexpr float kInt8Inverse127 = 7.874015718698502e-3f;
+
 // out = q × absmax × (1 / 127) in float32, as int8_vectorwise_dequant computes it.
 void dequantize_int8_rows(std::span<const std::int8_t> q, std::span<const float> row_absmax,
                           std::int64_t rows, std::int64_t cols, std::span<float> out);

@@ -193,16 +193,22 @@ void Trainer::quantize_base() {
     throw_unsupported(
         "QLoRA (" + what + ") under strategy \"" + plugin + "\" is not supported yet",
         "use strategy " + job::strategies_that_can(&job::StrategyInfo::quantized_base));
-  // Where the plugin will compute, decided as it decides it (job::device_for: `auto` is the CPU
-  // where the strategy cannot use the GPU for these options). The tests' simulated device stands
-  // in for a GPU: refused with it.
+  // Where the plugin will compute, decided as it decides it (job::device_for). On a GPU the
+  // quantized weights move there with the model (LinearImpl::to) under the strategies that move
+  // the model whole; gemini's device tier and the tests' simulated device (which stands in for
+  // it) are refused.
   PluginOptions where;
   where.process = options_.process;
   where.device = options_.device;
   where.strategy_options = options_.strategy_options;
-  if (choose_plugin_device(where, plugin) != "cpu")
-    throw_unsupported("QLoRA (" + what + ") on a CUDA device is not supported yet",
-                      "set strategy.options.device to \"cpu\"");
+  const std::string device = choose_plugin_device(where, plugin);
+  if (device != "cpu" &&
+      (device != "cuda" || !job::strategy_can(plugin, &job::StrategyInfo::quantized_base_on_gpu)))
+    throw_unsupported(
+        "QLoRA (" + what + ") under strategy \"" + plugin + "\" on " +
+            (device == "cuda" ? "a GPU" : "the " + device + " device") + " is not supported yet",
+        "use strategy " + job::strategies_that_can(&job::StrategyInfo::quantized_base_on_gpu) +
+            " on the GPU, or set strategy.options.device to \"cpu\"");
   std::vector<std::string> names;
   if (stored) {
     names = weights->install_stored_quantized(*model_);

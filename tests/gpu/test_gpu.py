@@ -12,6 +12,8 @@ reference loops are the CPU parity suites' own (tests/parity), here on `cuda`:
 - 20 full fine-tuning steps equal transformers + torch.optim.AdamW on the GPU, LoRA equal peft,
   bf16 close to fp32, activation checkpointing and resume exact with dropout drawing from the
   GPU's generator (tessera-train-probe with single on cuda);
+- QLoRA (nf4 double-quantized, fp4, int8) equal to the same run on the CPU, and a QLoRA job's
+  merged export equal to the CPU job's;
 - the other strategies on cuda: equal to single where they run; where a strategy still refuses
   CUDA with "not supported yet", the test is an expected failure that says so.
 
@@ -631,21 +633,89 @@ def test_the_benchmark_times_and_profiles_both_sides(tmp_path):
     assert "the plan of the same job" in report, report
 
 
+@pytest.mark.parametrize("fmt", ["nf4-dq", "fp4", "int8"])
+def test_qlora_on_the_gpu_equals_the_cpu(fmt, llama_dir, batches, tmp_path):  # noqa: F811
+    """QLoRA on cuda: the quantized base moves to the GPU with the model, and each tile is
+    dequantized there by torch ops, to the same bits as the CPU's loops (test_model holds the
+    two equal). 10 steps equal the same run on the CPU, whose parity with bitsandbytes + peft is
+    parity_qlora's (bitsandbytes is not on the GPU machine)."""
+    from peft import LoraConfig
+
+    torch.manual_seed(5)
+    base = tp.LlamaForCausalLM.from_pretrained(llama_dir, dtype=torch.float32)
+    _, init_file = tp.peft_start(
+        base, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"],
+                         task_type="CAUSAL_LM"), tmp_path / "init")
+    flags = ["--method", "lora", "--lora-rank", 4, "--lora-alpha", 8, "--lora-init", init_file,
+             "--quantize", fmt.removesuffix("-dq"), "--lr", 1e-2, "--schedule", "linear",
+             "--max-grad-norm", 1.0]
+    if fmt.endswith("-dq"):
+        flags.append("--double-quant")
+    steps = 10
+    cpu = tp.run_probe(llama_dir, batches[0], steps, tmp_path / "cpu.json", *flags,
+                       "--strategy-options", json.dumps({"device": "cpu"}))
+    ours = tp.run_probe(llama_dir, batches[0], steps, tmp_path / "gpu.json", *flags,
+                        "--strategy-options", json.dumps(CUDA))
+    print(f"QLoRA {fmt} {DEVICE} vs cpu: losses rel {max_rel(ours['losses'], cpu['losses']):.2e}")
+    tp.assert_close(ours["losses"], cpu["losses"], f"{DEVICE} QLoRA {fmt} loss", rel=TRAIN_REL)
+    assert cpu["losses"][-1] < cpu["losses"][0]  # the adapters learned
+
+
+def test_qlora_job_on_the_gpu_exports_what_the_cpu_job_does(tmp_path):
+    """A QLoRA job through tessera-cli on cuda: the base quantized and held in the GPU's tier
+    of the memory events, and its merged export (dequantized on the GPU, merged on the host) computes what the
+    same job's export on the CPU computes."""
+    from tiny_model import make_tiny_llama, write_text_dataset
+
+    model_dir = tmp_path / "model"
+    make_tiny_llama(model_dir, hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2)
+    write_text_dataset(tmp_path / "text.jsonl")
+    exported = {}
+    for device in dict.fromkeys([DEVICE, "cpu"]):
+        out, events = tmp_path / f"run-{device}", tmp_path / f"events-{device}.jsonl"
+        gen.cli("finetune", "--model", model_dir, "--data", tmp_path / "text.jsonl", "--format",
+                "text", "--method", "lora", "--quantize", "nf4", "--lora-rank", "4", "--steps", "6",
+                "--batch-size", "4", "--max-length", "32", "--lr", "1e-2", "--strategy", "single",
+                "--strategy-options", json.dumps({"device": device}), "--out", out, "--events",
+                events)
+        records = [json.loads(line) for line in events.read_text().splitlines()]
+        logs = [r.get("message", "") for r in records if r["type"] == "log"]
+        quantized = [m for m in logs if "quantized 14 linear weights to nf4 (40.5 KiB)" in m]
+        assert quantized, logs
+        # The tier the model computes in holds the quantized base among its weights.
+        tier = "device" if device == "cuda" else "host"
+        memory = [r for r in records if r["type"] == "memory" and r["tier"] == tier]
+        assert memory and memory[-1]["device"] == where(device), records[-3:]
+        assert memory[-1]["by_category"]["weights"] >= 40.5 * 1024, memory[-1]
+        exported[device] = tp.LlamaForCausalLM.from_pretrained(out / "model", dtype=torch.float32)
+    ids = torch.tensor([[5, 17, 42, 99, 7, 3]])
+    with torch.no_grad():
+        ours = exported[DEVICE].eval()(input_ids=ids).logits
+        cpu = exported["cpu"].eval()(input_ids=ids).logits
+    rel = ((ours - cpu).abs().max() / cpu.abs().max()).item()
+    print(f"QLoRA job {DEVICE} vs cpu: merged export logits rel {rel:.2e}")
+    assert rel <= TRAIN_REL
+
+
 @pytest.mark.skipif(DEVICE != "cuda", reason="device auto on a machine with a GPU")
-def test_qlora_with_device_auto_is_refused_where_auto_is_the_gpu(llama_dir, batches, tmp_path):  # noqa: F811
-    """QLoRA computes on the CPU only. With `device: auto` on a machine with a GPU, `single` and
-    `gemini` (one process, its shards on disk or not: job::device_for) compute on the GPU, so the
-    run is refused, naming CUDA; `device: cpu` trains."""
+def test_qlora_under_gemini_on_the_gpu_is_refused_and_single_trains_there(llama_dir, batches, tmp_path):  # noqa: F811
+    """gemini's device tier keeps a quantized base beside its chunks in host memory: QLoRA under
+    gemini on the GPU (device auto, one process) is refused by name, with device cpu it trains;
+    single with device auto trains QLoRA on the GPU."""
     qlora = ("--method", "lora", "--quantize", "nf4")
-    for plugin, options in [("single", {"device": "auto"}),
-                            ("gemini", {"device": "auto", "offload_param_frac": 0.5})]:
-        cmd = [str(tp.probe_path()), "--model", str(llama_dir), "--batches", str(batches[0]),
-               "--steps", "2", "--report", str(tmp_path / f"{plugin}.json"), *qlora, "--plugin", plugin,
-               "--strategy-options", json.dumps(options)]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 2, (plugin, done.stderr)
-        assert "QLoRA" in done.stderr and "CUDA device is not supported yet" in done.stderr, done.stderr
+    cmd = [str(tp.probe_path()), "--model", str(llama_dir), "--batches", str(batches[0]),
+           "--steps", "2", "--report", str(tmp_path / "gemini.json"), *qlora, "--plugin", "gemini",
+           "--strategy-options", json.dumps({"device": "auto"})]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2, done.stderr
+    assert 'QLoRA' in done.stderr and 'under strategy "gemini" on a GPU is not supported yet' in done.stderr, done.stderr
     report = tp.run_probe(llama_dir, batches[0], 2, tmp_path / "cpu.json", *qlora, "--plugin",
                           "gemini", "--strategy-options",
                           json.dumps({"device": "cpu", "offload_param_frac": 0.5}))
     assert len(report["losses"]) == 2
+    events = tmp_path / "events.jsonl"
+    tp.run_probe(llama_dir, batches[0], 2, tmp_path / "single.json", *qlora, "--events", events,
+                 "--strategy-options", json.dumps({"device": "auto"}))
+    memory = [json.loads(line) for line in events.read_text().splitlines()]
+    device = [e for e in memory if e["type"] == "memory" and e["tier"] == "device"]
+    assert device and device[-1]["device"] == "cuda:0", memory[-3:]

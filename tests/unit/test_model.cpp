@@ -997,6 +997,74 @@ class TestModel : public QObject {
                                                         (blocks + 255) / 256 * 4 + 256 * 4));
   }
 
+  // QLoRA on a GPU: the storage there, a tile dequantizes as torch ops (a table of each packed
+  // byte's two codes, times the block's absmax, cast), which must give the CPU loops' bits:
+  // 4-bit with plain and double-quantized absmax, int8; float32, bf16 and fp16; the whole weight,
+  // a tile of rows starting inside it (and, 4000 inputs, inside a row), a band of columns, and a
+  // last block shorter than the others.
+  void quantizedWeightDequantizesTheSameByTorchOps() {
+    torch::manual_seed(6);
+    for (const std::int64_t in : {std::int64_t{4000}, std::int64_t{4096}, std::int64_t{100}})
+      for (const QuantizedFormat format :
+           {QuantizedFormat::NF4, QuantizedFormat::FP4, QuantizedFormat::Int8})
+        for (const bool nested : {false, true}) {
+          if (nested && format == QuantizedFormat::Int8) continue;
+          const std::int64_t out = in == 100 ? 33 : 300;  // 3300 values: a last block of 36
+          const torch::Tensor dense = torch::randn({out, in}) * 0.02;
+          QuantizedWeight q(dense, format, 64, nested);
+          q.set_tile_elements(std::int64_t{1} << 16);
+          const std::int64_t tile = std::min(q.tile_rows(), out - 1);
+          for (const torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf}) {
+            const std::string where = "in " + std::to_string(in) + ", format " +
+                                      std::to_string(static_cast<int>(format)) + ", nested " +
+                                      std::to_string(nested) + ", " +
+                                      std::string(c10::toString(dtype));
+            QVERIFY2(torch::equal(q.dequantize_block_with_ops(0, out, 0, in, dtype),
+                                  q.dequantize_rows(0, out, dtype)),
+                     where.c_str());
+            QVERIFY2(torch::equal(q.dequantize_block_with_ops(tile, out, 0, in, dtype),
+                                  q.dequantize_rows(tile, out, dtype)),
+                     where.c_str());
+            if (q.column_bands()) {
+              const std::int64_t band = q.band_columns() < in ? q.band_columns() : in / 2;
+              for (const auto& [first, end] : {std::pair{std::int64_t{0}, band}, {band, in}})
+                QVERIFY2(torch::equal(q.dequantize_block_with_ops(0, out, first, end, dtype),
+                                      q.dequantize_columns(first, end, dtype)),
+                         where.c_str());
+            }
+          }
+        }
+  }
+
+  // A quantized weight moved to another device computes there by torch ops, forward and
+  // backward: the meta device stands in for a GPU (the CPU's loops would read the storage, which
+  // a meta tensor has none of). (Module::to refuses meta, so LinearImpl::to, which moves it with
+  // the model, runs in the GPU check.)
+  void quantizedLinearComputesOnTheDeviceOfItsStorage() {
+    Linear layer(128, 64, /*bias=*/false, torch::TensorOptions().dtype(torch::kFloat32));
+    for (const bool nested : {false, true})
+      for (const QuantizedFormat format : {QuantizedFormat::NF4, QuantizedFormat::Int8}) {
+        if (nested && format == QuantizedFormat::Int8) continue;
+        layer->quantized =
+            std::make_shared<QuantizedWeight>(torch::randn({64, 128}), format, 64, nested);
+        layer->quantized->set_tile_elements(64 * 32);  // two tiles, two bands
+        layer->quantized->to(torch::kMeta);
+        QVERIFY(layer->quantized->device().is_meta());
+        if (nested) QVERIFY(layer->quantized->nested()->scales.is_meta());
+        const torch::Tensor x =
+            torch::empty({2, 3, 128},
+                         torch::TensorOptions().device(torch::kMeta).dtype(torch::kBFloat16))
+                .requires_grad_(true);
+        const torch::Tensor y = layer->forward(x);
+        QVERIFY(y.is_meta() && y.scalar_type() == torch::kBFloat16 &&
+                y.sizes() == torch::IntArrayRef({2, 3, 64}));
+        y.sum().backward();
+        QVERIFY(x.grad().is_meta() && x.grad().sizes() == x.sizes());
+        // An input on another device than the weight is an internal error, not a crash.
+        QVERIFY_THROWS_EXCEPTION(tessera::Error, layer->forward(torch::randn({2, 128})));
+      }
+  }
+
   // A weight quantized from its rows a band at a time (as QLoRA reads a checkpoint) is the whole
   // weight's quantization: the same 4-bit codes and absmax as quantize_four_bit over the whole
   // flattened weight (a row length that is not a multiple of the block, so bands start inside

@@ -20,6 +20,7 @@
 #include "plan/profile.h"
 #include "plan/step_times.h"
 #include "plan/strategy_costs.h"
+#include "quant/tiles.h"
 
 using nlohmann::json;
 using namespace tessera;
@@ -678,6 +679,78 @@ class TestPlan : public QObject {
     // given (its chunks go to disk instead).
     in.spec.strategy.name = "gemini";
     QCOMPARE(plan::make_plan(in).settings.quantize, std::string("none"));
+  }
+
+  // On a GPU as on the CPU: where LoRA does not fit the GPU even at micro-batch 1 with
+  // checkpointing, auto trains QLoRA there (single: the quantized base moves to the GPU with the
+  // model), its workspace a tile dequantized by torch ops (the tile in bf16 beside its float32
+  // values and each packed byte's int32 index). gemini's device tier keeps the base in host
+  // memory, so gemini named with a quantized base on a GPU is refused by name (with device cpu
+  // it plans on the host), and over several ranks auto weighs ddp and zero only.
+  void qloraOnAGpuPlansTheQuantizedBaseThere() {
+    auto in = inputs(64ull << 30, "lora");
+    in.model = config(wide_llama());
+    in.spec.strategy.name = "auto";
+    in.spec.precision = "bf16";
+    plan::Settings lora = settings(1, true, "lora");
+    lora.precision = "bf16";
+    lora.on_gpu = true;
+    plan::Settings qlora = lora;
+    qlora.quantize = "nf4";
+    qlora.double_quant = true;
+    // What the GPU adds to the activations of QLoRA beyond what it adds to LoRA's (its fused
+    // norm, its head's blocks): the tile's 6 bytes a value.
+    const auto gpu_adds = [&](plan::Settings s) {
+      const double there = static_cast<double>(plan::estimate_memory(in.model, s, 0).activations);
+      s.on_gpu = false;
+      return there - static_cast<double>(plan::estimate_memory(in.model, s, 0).activations);
+    };
+    QVERIFY(near(gpu_adds(qlora) - gpu_adds(lora),
+                 static_cast<double>(tessera::quant::kDequantizeTileElements) * 6.0));
+    const auto on_gpu = plan::estimate_memory(in.model, qlora, 0);
+    const std::uint64_t lora_peak = plan::estimate_memory(in.model, lora, 0).peak();
+    QVERIFY(on_gpu.peak() < lora_peak);
+    in.profile.gpus.push_back(test_gpu(
+        static_cast<std::uint64_t>(static_cast<double>(lora_peak) / (1.0 - plan::kHeadroom)) - 4096,
+        /*bf16=*/true));
+    const auto p = plan::make_plan(in);
+    QVERIFY(p.fits);
+    QCOMPARE(p.tiers.at(0).tier, std::string("device"));
+    QCOMPARE(p.strategy, std::string("single"));
+    QCOMPARE(p.settings.quantize, std::string("nf4"));
+    QVERIFY(p.settings.double_quant && p.settings.on_gpu);
+    QCOMPARE(p.tiers.at(0).estimate.peak(), plan::estimate_memory(in.model, p.settings, 0).peak());
+    bool said = false;
+    for (const auto& r : p.reasons) said = said || r.find("QLoRA (rank 8") != std::string::npos;
+    QVERIFY(said);
+    // gemini named: refused on the GPU, planned on the host with device cpu.
+    in.spec.method.quantize = "nf4";
+    in.spec.strategy = {"gemini", nlohmann::json::object()};
+    bool refused = false;
+    try {
+      plan::make_plan(in);
+    } catch (const tessera::Error& e) {
+      refused = std::string(e.what()).find(
+                    "method.quantize under strategy gemini on a GPU is not "
+                    "supported yet") != std::string::npos &&
+                e.hint().find("single, ddp or zero") != std::string::npos;
+    }
+    QVERIFY(refused);
+    in.spec.strategy = {"gemini", {{"device", "cpu"}}};
+    QCOMPARE(plan::make_plan(in).tiers.at(0).tier, std::string("host"));
+    // Two ranks, a GPU each: zero named plans them on the GPUs, and its candidates are ddp and
+    // zero only.
+    in.spec.strategy = {"zero", nlohmann::json::object()};
+    in.processes = in.processes_per_node = 2;
+    in.profile.gpus.push_back(in.profile.gpus[0]);
+    in.profile.gpus[0].memory = in.profile.gpus[1].memory = 80ull << 30;
+    const auto ranks = plan::make_plan(in);
+    QCOMPARE(ranks.tiers.at(0).tier, std::string("device"));
+    QCOMPARE(ranks.settings.quantize, std::string("nf4"));
+    QVERIFY(!ranks.candidates.empty());
+    for (const auto& candidate : ranks.candidates)
+      QVERIFY2(candidate.settings.strategy == "ddp" || candidate.settings.strategy == "zero",
+               candidate.settings.strategy.c_str());
   }
 
   // QLoRA over several processes: auto weighs only the strategies that take a quantized base
