@@ -95,6 +95,8 @@ json to_json(const Plan& p) {
         {"disk_write_bytes_per_step", p.disk_write_bytes_per_step},
         {"disk_seconds_per_step", p.disk_seconds_per_step},
         {"host_update_seconds_per_step", p.host_update_seconds_per_step},
+        {"copy_seconds_per_step", p.copy_seconds_per_step},
+        {"exposed_copy_seconds_per_step", p.exposed_copy_seconds_per_step},
         {"compute_seconds_per_step", p.compute_seconds_per_step},
         {"communication",
          {{"bytes_per_step", p.communication.bytes},

@@ -261,6 +261,80 @@ job::JobSpec with_stored_quantization(const job::JobSpec& spec, const hf::ModelC
   return out;
 }
 
+namespace {
+
+// gemini's device tier: the bytes a rank copies between host memory and the GPU per step, and
+// their seconds at the profile's measured pinned-copy rates. Parameter shards off the GPU (in
+// host memory or on disk) go up for every forward and backward gather; the gradient shards of
+// chunks updated by the CPU Adam come down after each micro-batch's backward (float32, the
+// masters' gradients); and their new values go up after the update where the values live on
+// the GPU (the optimizer's off-GPU share beyond the parameters', so at least that).
+struct DeviceCopies {
+  double during_compute_bytes = 0.0;  // prefetched and drained on the copy stream
+  double after_update_bytes = 0.0;    // the new values, behind the CPU Adam chunk by chunk
+  double during_compute_seconds = 0.0;
+  double after_update_seconds = 0.0;
+};
+
+std::optional<DeviceCopies> device_tier_copies(Plan& plan, const Settings& s,
+                                               const HardwareProfile& hw, int processes) {
+  if (!s.device_tier || s.simulated_device || hw.gpus.empty()) return std::nullopt;
+  const double params_off = std::min(1.0, s.host_param_frac + s.offload_param_frac);
+  const double optim_off = std::min(1.0, s.host_optim_frac + s.offload_optim_frac);
+  if (params_off <= 0.0 && optim_off <= 0.0) return std::nullopt;
+  const double value_bytes = s.precision == "bf16" ? 2.0 : 4.0;
+  const double micro_batches =
+      static_cast<double>(std::max<std::int64_t>(1, s.gradient_accumulation));
+  const double ranks = static_cast<double>(std::max(1, processes));
+  const double total = static_cast<double>(plan.total_parameters);
+  const double trainable = static_cast<double>(plan.trainable_parameters);
+  DeviceCopies c;
+  const double params_up = 2.0 * micro_batches * params_off * total * value_bytes / ranks;
+  const double gradients_down = micro_batches * optim_off * trainable * 4.0 / ranks;
+  c.during_compute_bytes = params_up + gradients_down;
+  c.after_update_bytes = std::max(0.0, optim_off - params_off) * trainable * value_bytes / ranks;
+  const GpuRates& rates = hw.gpus[0].rates;
+  const std::string what =
+      std::string("copies between host memory and the GPU") +
+      (processes > 1 ? " on each rank" : "") + ": " + gib(to_bytes(params_up)) +
+      " of parameter shards up for the forward and backward, " + gib(to_bytes(gradients_down)) +
+      " of gradient shards down for the CPU Adam, " + gib(to_bytes(c.after_update_bytes)) +
+      " of new values up after it, per step";
+  if (!rates.measured || rates.host_to_device_bytes_per_s <= 0.0 ||
+      rates.device_to_host_bytes_per_s <= 0.0) {
+    plan.reasons.push_back(what +
+                           "; the GPU's copy rates were not measured, so the time leaves "
+                           "them out");
+    return std::nullopt;
+  }
+  c.during_compute_seconds = params_up / rates.host_to_device_bytes_per_s +
+                             gradients_down / rates.device_to_host_bytes_per_s;
+  c.after_update_seconds = c.after_update_bytes / rates.host_to_device_bytes_per_s;
+  plan.reasons.push_back(what);
+  return c;
+}
+
+// The copies overlap the work they run beside (the copy stream prefetches for the compute; the
+// new values go up while the CPU Adam updates later chunks): what they take beyond it is added
+// to the step.
+void add_exposed_copies(Plan& plan, const DeviceCopies& copies, double compute_seconds) {
+  const double exposed =
+      std::max(0.0, copies.during_compute_seconds - compute_seconds) +
+      std::max(0.0, copies.after_update_seconds - plan.host_update_seconds_per_step);
+  plan.copy_seconds_per_step = copies.during_compute_seconds + copies.after_update_seconds;
+  plan.exposed_copy_seconds_per_step = exposed;
+  plan.seconds_per_step += exposed;
+  plan.modelled_seconds_per_step += exposed;
+  plan.reasons.push_back("the copies take " + seconds_text(plan.copy_seconds_per_step) +
+                         " at the GPU's measured copy rates, overlapping the compute (" +
+                         seconds_text(compute_seconds) + ") and the CPU Adam; " +
+                         (exposed > 0.0
+                              ? seconds_text(exposed) + " of them beyond it added to the step"
+                              : std::string("none beyond it")));
+}
+
+}  // namespace
+
 Plan make_plan(const PlanInputs& in) {
   const job::JobSpec spec = with_stored_quantization(in.spec, in.model);
   const hf::ModelConfig& c = in.model;
@@ -901,6 +975,7 @@ Plan make_plan(const PlanInputs& in) {
   plan.time_source = "estimated from " + rate_source +
                      " and a per-op overhead; no run of this job has been measured on this "
                      "machine yet";
+  const double compute_seconds = plan.modelled_seconds_per_step;  // before what adds to it
   const std::uint64_t disk_bytes = tier.estimate.disk();
   if (disk_bytes > 0) {
     const MemoryEstimate& e = tier.estimate;
@@ -990,20 +1065,22 @@ Plan make_plan(const PlanInputs& in) {
           " M elements/s" +
           (distributed ? " shared by the " + std::to_string(per_node) + " ranks of this machine"
                        : std::string()) +
-          " (" + hw.cpu_adam_source +
-          "), added to the step; the copies between host memory and the GPU are not in it");
+          " (" + hw.cpu_adam_source + "), added to the step");
     } else {
       plan.reasons.push_back(what +
                              "; the CPU Adam's rate was not measured, so the time leaves "
                              "it out");
     }
   }
+  const std::optional<DeviceCopies> copies = device_tier_copies(plan, s, hw, processes);
+  if (copies && !distributed) add_exposed_copies(plan, *copies, compute_seconds);
   if (distributed) {
     plan_rank_time(plan, in, step_time_device(hw, gpu), layers, flops, rank_flops, tokens,
                    rank_tokens(s), communication_of(s));
     // What the ranks' step adds beside its compute and communication, unless a run of as many
     // ranks measured the step whole.
     const bool measured_with_ranks = plan.calibration && plan.calibration->key.processes > 1;
+    const double rank_compute_seconds = plan.modelled_seconds_per_step;
     for (const auto& [seconds, what] :
          {std::pair{plan.disk_seconds_per_step, "disk I/O"},
           std::pair{plan.host_update_seconds_per_step, "the CPU Adam"}})
@@ -1012,6 +1089,7 @@ Plan make_plan(const PlanInputs& in) {
         plan.modelled_seconds_per_step += seconds;
         plan.time_source += ", plus " + seconds_text(seconds) + " of " + what;
       }
+    if (copies && !measured_with_ranks) add_exposed_copies(plan, *copies, rank_compute_seconds);
   } else {
     calibrate(plan, in, step_time_device(hw, gpu), layers, flops);
   }

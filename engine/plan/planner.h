@@ -220,6 +220,11 @@ struct Plan {
   // machine's ranks; 0 when there is none or the rate was not measured); included in
   // seconds_per_step.
   double host_update_seconds_per_step = 0.0;
+  // gemini's device tier: the seconds a rank's copies between host memory and the GPU take per
+  // step at the GPU's measured copy rates, and the part of them that the compute and the CPU Adam
+  // do not hide (included in seconds_per_step); 0 without copies or measured rates.
+  double copy_seconds_per_step = 0.0;
+  double exposed_copy_seconds_per_step = 0.0;
   // What else would fit, for the user to weigh (e.g. LoRA next to an offloaded full run).
   struct Alternative {
     Settings settings;

@@ -212,6 +212,8 @@ def plan_of(work, model_dir, steps, strategy="single", options=None):
     memory = next(m for m in plan["memory"] if m["tier"] == tier)
     return {"tier": tier, "step_s": plan["time"]["seconds_per_step"], "peak_bytes": memory["peak"],
             "host_update_s": plan["time"].get("host_update_seconds_per_step", 0.0),
+            "copy_s": plan["time"].get("copy_seconds_per_step", 0.0),
+            "exposed_copy_s": plan["time"].get("exposed_copy_seconds_per_step", 0.0),
             "settings": plan["settings"], "time_source": plan["time"]["source"]}
 
 

@@ -160,7 +160,9 @@ def main(logs: Path) -> int:
         if "gemini_plan" in bench:
             g = bench["gemini_plan"]
             lines.append(f"- gemini's plan ÷ measured: step {g['step_ratio']:.2f} ({g['step_s'] * 1e3:.1f} ms "
-                         f"planned, the CPU Adam {g['host_update_s'] * 1e3:.1f} ms of it)")
+                         f"planned, the CPU Adam {g['host_update_s'] * 1e3:.1f} ms of it; copies between "
+                         f"host and GPU {g.get('copy_s', 0.0) * 1e3:.1f} ms, "
+                         f"{g.get('exposed_copy_s', 0.0) * 1e3:.1f} ms of them not hidden)")
         if "gemini_error" in bench:
             lines.append(f"- gemini failed: {bench['gemini_error'][:300]}")
         if "loss_max_rel" in bench:

@@ -538,6 +538,63 @@ class TestPlan : public QObject {
              p.host_update_seconds_per_step);
   }
 
+  // gemini on a GPU with parameter shards and optimizer state in host memory: the plan counts
+  // the bytes its copies move per step (parameter shards up for each forward and backward,
+  // float32 gradient shards down, new values up where the values stay on the GPU) and their
+  // seconds at the GPU's measured copy rates; what the compute (and, for the new values, the CPU
+  // Adam) does not hide is added to the step. Unmeasured rates leave the time as it was and say
+  // so.
+  void theDeviceTiersCopiesAddWhatTheComputeDoesNotHide() {
+    auto in = named_gemini_on_a_gpu(0.5);
+    in.spec.strategy.options["host_optim_frac"] = 1.0;
+    const plan::Plan unmeasured = plan::make_plan(in);
+    QCOMPARE(unmeasured.copy_seconds_per_step, 0.0);
+    QVERIFY(std::any_of(unmeasured.reasons.begin(), unmeasured.reasons.end(), [](const auto& r) {
+      return r.find("the GPU's copy rates were not measured") != std::string::npos;
+    }));
+    plan::GpuRates& rates = in.profile.gpus[0].rates;
+    rates.measured = true;
+    rates.fp32_flops = rates.bf16_flops = 50e12;
+    rates.measured_at = "2026-12-06T05:00:00Z";
+    const auto with_rates = [&](double up, double down) {
+      rates.host_to_device_bytes_per_s = up;
+      rates.device_to_host_bytes_per_s = down;
+      return plan::make_plan(in);
+    };
+    // Fast copies: those beside the compute hidden behind it.
+    const plan::Plan fast = with_rates(1e15, 1e15);
+    const double n = static_cast<double>(fast.total_parameters);
+    const double trainable = static_cast<double>(fast.trainable_parameters);
+    const double micro_batches = static_cast<double>(fast.settings.gradient_accumulation);
+    QCOMPARE(fast.settings.precision, std::string("fp32"));
+    const double up = 2.0 * micro_batches * 0.5 * n * 4.0, down = micro_batches * trainable * 4.0,
+                 values = 0.5 * trainable * 4.0;
+    const auto near_rel = [](double a, double b) { return std::abs(a - b) <= 1e-9 * std::abs(b); };
+    QVERIFY(near_rel(fast.copy_seconds_per_step, (up + values) / 1e15 + down / 1e15));
+    // (The new values follow the CPU Adam, unmeasured here: nothing hides them.)
+    QVERIFY(near_rel(fast.exposed_copy_seconds_per_step, values / 1e15));
+    // Slow copies (1 MB/s up, 2 MB/s down): the compute (and the CPU Adam, unmeasured here)
+    // hide only the compute's seconds; the rest is in the step.
+    const plan::Plan slow = with_rates(1e6, 2e6);
+    const double during = up / 1e6 + down / 2e6;
+    QVERIFY(near_rel(slow.copy_seconds_per_step, during + values / 1e6));
+    const double compute = fast.modelled_seconds_per_step;
+    QVERIFY(near_rel(slow.exposed_copy_seconds_per_step, during - compute + values / 1e6));
+    QVERIFY(near_rel(slow.seconds_per_step,
+                     fast.seconds_per_step + slow.exposed_copy_seconds_per_step));
+    QVERIFY(std::any_of(slow.reasons.begin(), slow.reasons.end(), [](const std::string& r) {
+      return r.find("copies between host memory and the GPU: ") != std::string::npos &&
+             r.find("of parameter shards up for the forward and backward") != std::string::npos;
+    }));
+    QVERIFY(std::any_of(slow.reasons.begin(), slow.reasons.end(), [](const std::string& r) {
+      return r.find("of them beyond it added to the step") != std::string::npos;
+    }));
+    const auto time = plan::to_json(slow)["time"];
+    QCOMPARE(time["copy_seconds_per_step"].get<double>(), slow.copy_seconds_per_step);
+    QCOMPARE(time["exposed_copy_seconds_per_step"].get<double>(),
+             slow.exposed_copy_seconds_per_step);
+  }
+
   void planGeminiOnTheGpuByItsShares() {
     // gemini named on cuda with the optimizer split GPU 30% / host 40% / disk 30%: three tiers
     // holding those shares of the moments, and no warning that the GPU is not modelled.
