@@ -35,7 +35,7 @@ struct DeviceMemory;
 namespace tessera::cuda {
 
 // Bumped whenever Runtime changes: a module from another build is refused, not called.
-inline constexpr int kRuntimeAbi = 1;
+inline constexpr int kRuntimeAbi = 2;
 
 // What the module does; every pointer is set.
 struct Runtime {
@@ -52,9 +52,10 @@ struct Runtime {
   c10::intrusive_ptr<c10d::Backend> (*make_nccl_backend)(const c10::intrusive_ptr<c10d::Store>&,
                                                          int rank, int size,
                                                          std::chrono::milliseconds timeout);
-  // kernels.h's rms_norm_forward_f32.
+  // kernels.h's rms_norm_forward_f32 on GPU `device` (made current for the launch), on torch's
+  // current stream there.
   int (*rms_norm_forward_f32)(const float* x, const float* weight, float* y, std::int64_t rows,
-                              std::int64_t cols, float eps, void* stream);
+                              std::int64_t cols, float eps, int device);
 };
 
 // The loaded module, or null (no driver, no module, TESSERA_CUDA=0, or it failed to load).

@@ -130,8 +130,7 @@ const std::vector<StrategyInfo>& strategies() {
        /*planned=*/true,
        /*distributes=*/false,
        /*quantized_base=*/true,
-       /*preference=*/true,
-       /*quantized_base_on_gpu=*/true},
+       /*preference=*/true},
       {"gemini",
        "parameters and optimizer state in chunks placed on the host or on disk (Colossal-AI's "
        "Gemini); on several processes every chunk sharded over them (ZeRO-3), each rank's "
@@ -168,8 +167,7 @@ const std::vector<StrategyInfo>& strategies() {
        /*planned=*/true,
        /*distributes=*/true,
        /*quantized_base=*/true,
-       /*preference=*/true,
-       /*quantized_base_on_gpu=*/false},
+       /*preference=*/true},
       {"ddp",
        "data parallelism: every process a whole replica on its share of the batch, gradients "
        "averaged over the processes in buckets while backward runs (PyTorch's DDP)",
@@ -184,8 +182,7 @@ const std::vector<StrategyInfo>& strategies() {
        /*planned=*/true,
        /*distributes=*/true,
        /*quantized_base=*/true,
-       /*preference=*/true,
-       /*quantized_base_on_gpu=*/true},
+       /*preference=*/true},
       {"zero",
        "data parallelism with the optimizer state (stage 1) and the gradients (stage 2) sharded "
        "over the processes: each updates its share, then the weights are all-gathered (ZeRO)",
@@ -209,8 +206,7 @@ const std::vector<StrategyInfo>& strategies() {
        /*planned=*/true,
        /*distributes=*/true,
        /*quantized_base=*/true,
-       /*preference=*/true,
-       /*quantized_base_on_gpu=*/true},
+       /*preference=*/true},
       {"hybrid",
        "tensor and pipeline parallelism combined with data parallelism: each layer's weights "
        "split over tp_size processes (Megatron-style: attention by heads, the MLP by its inner "
@@ -253,8 +249,7 @@ const std::vector<StrategyInfo>& strategies() {
        /*planned=*/true,
        /*distributes=*/true,
        /*quantized_base=*/false,
-       /*preference=*/false,
-       /*quantized_base_on_gpu=*/false},
+       /*preference=*/false},
   };
   return table;
 }

@@ -63,13 +63,11 @@ struct StrategyInfo {
   // torch-side Plugin::runs_distributed() says the same of its plugin.
   bool distributes = false;
   // It trains LoRA on a quantized frozen base (QLoRA, method.quantize or a checkpoint stored
-  // quantized). The trainer, the runner and the planner all refuse the rest by this.
+  // quantized), on the CPU or a GPU (the quantized weights move with their layers). The trainer,
+  // the runner and the planner all refuse the rest by this.
   bool quantized_base = false;
   // It trains the preference objectives (method.preference).
   bool preference = false;
-  // It trains QLoRA on a GPU too (the quantized base moves there with the model; gemini's device
-  // tier keeps it beside its chunks in host memory, so not there yet).
-  bool quantized_base_on_gpu = false;
 };
 
 // Whether strategy `name` (a table entry; false for "auto" and unknown names) has `capability`

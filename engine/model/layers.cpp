@@ -118,10 +118,10 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
     torch::Tensor input = x.contiguous();
     torch::Tensor out = torch::empty_like(input);
     const std::int64_t cols = input.size(-1);
-    // Torch issues work on the default stream unless the caller changed it; so do we.
+    // On the input's GPU and torch's current stream there (the module guards the device).
     int status = runtime->rms_norm_forward_f32(
         input.data_ptr<float>(), weight.contiguous().data_ptr<float>(), out.data_ptr<float>(),
-        input.numel() / cols, cols, static_cast<float>(eps), nullptr);
+        input.numel() / cols, cols, static_cast<float>(eps), input.device().index());
     if (status != 0)
       throw_io("CUDA RMSNorm kernel failed to launch (CUDA error " + std::to_string(status) + ")");
     return use.leave(out, false);

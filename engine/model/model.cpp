@@ -586,9 +586,15 @@ std::shared_ptr<PretrainedModel> load_pretrained(const hf::ModelConfig& config,
                                                  const hf::SafetensorsCheckpoint& checkpoint,
                                                  torch::Dtype dtype, torch::Device device,
                                                  LoadReport* report) {
-  std::shared_ptr<PretrainedModel> model = create_model(
-      config, head_from_config(config), torch::TensorOptions().dtype(dtype).device(device));
+  // A checkpoint stored quantized loads on the host and then moves: made on a GPU, every Linear
+  // would first hold its dense weight there (a 4-bit 7B in float32: 26 GB before install()
+  // empties them), where the host only reserves pages it never touches.
+  const bool move_after = config.quantization.stored() && !device.is_cpu();
+  std::shared_ptr<PretrainedModel> model =
+      create_model(config, head_from_config(config),
+                   torch::TensorOptions().dtype(dtype).device(move_after ? torch::kCPU : device));
   LoadReport r = load_weights(*model, checkpoint);
+  if (move_after) model->to(device);  // the quantized weights too (LinearImpl::to)
   if (report) *report = std::move(r);
   model->eval();
   return model;

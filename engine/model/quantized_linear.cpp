@@ -456,7 +456,7 @@ torch::Tensor QuantizedWeight::block_absmax(std::int64_t first, std::int64_t cou
       torch::div(torch::arange(first, first + count,
                                torch::TensorOptions().dtype(torch::kLong).device(device())),
                  n.blocksize, "floor");
-  return n.code.index({n.codes.narrow(0, first, count).to(torch::kInt)})
+  return n.code.index({n.codes.narrow(0, first, count).to(torch::kLong)})
       .mul_(n.scales.index({groups}))
       .add_(n.offset);
 }
@@ -484,7 +484,7 @@ torch::Tensor QuantizedWeight::dequantize_block_with_ops(std::int64_t first_row,
     const std::int64_t begin = first_row * in_features_, count = rows * cols;
     const std::int64_t blocks = (count + blocksize_ - 1) / blocksize_;
     torch::Tensor v =
-        code_pairs().index({codes_.narrow(0, begin / 2, (count + 1) / 2).to(torch::kInt)});
+        code_pairs().index({codes_.narrow(0, begin / 2, (count + 1) / 2).to(torch::kLong)});
     v = v.reshape({-1});
     if (v.numel() < blocks * blocksize_)
       v = torch::constant_pad_nd(v, {0, blocks * blocksize_ - v.numel()});
@@ -504,12 +504,22 @@ torch::Tensor QuantizedWeight::dequantize_block_with_ops(std::int64_t first_row,
             .view({rows, per_row})
             .slice(1, first_col / blocksize_, first_col / blocksize_ + blocks);
     values = code_pairs()
-                 .index({bytes.reshape({-1}).to(torch::kInt)})
+                 .index({bytes.reshape({-1}).to(torch::kLong)})
                  .view({rows, blocks, blocksize_})
                  .mul_(absmax.unsqueeze(2))
                  .view({rows, cols});
   }
   return dtype == torch::kFloat32 ? values.contiguous() : values.to(dtype).contiguous();
+}
+
+torch::Tensor QuantizedWeight::dequantize_to_host() const {
+  if (device().is_cpu()) return dequantize();
+  torch::Tensor out = torch::empty({out_features_, in_features_}, torch::kFloat32);
+  for (std::int64_t first = 0; first < out_features_; first += tile_rows_) {
+    const std::int64_t end = std::min(out_features_, first + tile_rows_);
+    out.narrow(0, first, end - first).copy_(dequantize_rows(first, end));
+  }
+  return out;
 }
 
 void QuantizedWeight::to(const torch::Device& device) {
@@ -867,6 +877,12 @@ std::vector<std::pair<std::string, std::vector<std::int64_t>>> dense_parameter_s
                                                       : p.value().sizes().vec());
   }
   return out;
+}
+
+void move_quantized_weights(PretrainedModel& model, const torch::Device& device) {
+  for_each_linear(model, [&](const std::string&, LinearImpl& linear) {
+    if (linear.quantized) linear.quantized->to(device);
+  });
 }
 
 void dequantize_linears(PretrainedModel& model) {

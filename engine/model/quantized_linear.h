@@ -91,6 +91,9 @@ class QuantizedWeight {
     return dequantize_block(0, out_features_, first, end, dtype, into);
   }
   torch::Tensor dequantize() const { return dequantize_rows(0, out_features_); }
+  // The whole weight in float32 in host memory; from a GPU a tile of rows at a time, so that
+  // the device holds no more than one tile's workspace (the merged export).
+  torch::Tensor dequantize_to_host() const;
   // The same block computed by torch ops on the storage's device (a table lookup of each packed
   // byte's two codes, times the block's absmax in float32, cast): the path a GPU takes, the same
   // bits as the CPU's own loops. On the CPU it serves the tests that hold the two equal.
@@ -214,6 +217,9 @@ std::map<std::string, std::shared_ptr<const QuantizedWeight>> quantized_weights(
 // others as they are.
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> dense_parameter_shapes(
     const PretrainedModel& model);
+// Moves every quantized weight's storage to `device` (a plugin that places the model's tensors
+// itself: gemini's device tier).
+void move_quantized_weights(PretrainedModel& model, const torch::Device& device);
 // Replaces each quantized weight by its dense dequantized value in the parameter's dtype (for a
 // merge or an export: the base as the quantized model computes with it).
 void dequantize_linears(PretrainedModel& model);

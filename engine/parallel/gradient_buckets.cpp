@@ -49,6 +49,8 @@ void broadcast_from_rank0(dist::ProcessGroup* group, model::PretrainedModel& mod
   if (group == nullptr) return;
   torch::NoGradGuard no_grad;
   auto broadcast = [&](const torch::Tensor& tensor) {
+    if (tensor.numel() == 0)
+      return;  // a quantized Linear's emptied weight (QLoRA): nothing to send
     torch::Tensor data = tensor.detach();
     if (data.is_contiguous()) {
       group->broadcast(data, 0);

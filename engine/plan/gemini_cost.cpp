@@ -411,6 +411,13 @@ std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelCo
   host.weights = to_bytes(static_cast<double>(all.weights) - whole_on_cpu - device_values -
                           cpu_host_masters + host_masters);
   host.optimizer = to_bytes(static_cast<double>(all.optimizer) - device_optim * 8.0);
+  // QLoRA's quantized base computes where the chunks do: on a GPU it moves there (the simulated
+  // device computes in host memory, where it stays).
+  if (!s.simulated_device) {
+    const double quantized = cost::quantized_base(c, s).bytes;
+    device.weights += to_bytes(quantized);
+    host.weights = to_bytes(std::max(0.0, static_cast<double>(host.weights) - quantized));
+  }
   // The disk tier goes with the device's estimate (the plan's), as one process's does: the
   // rank's files, with fp32 masters where the shard's values are on the device.
   device.disk_weights = to_bytes(static_cast<double>(all.disk_weights) + fp32_disk_masters);

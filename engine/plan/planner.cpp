@@ -430,7 +430,7 @@ Plan make_plan(const PlanInputs& in) {
   }
 
   const bool gpu = plans_on_gpu(spec, hw, processes, per_node);
-  // Preference tuning and QLoRA (on the CPU so far) under the strategies the table says take
+  // Preference tuning and QLoRA under the strategies the table says take
   // them; the trainer refuses the rest too, but the plan says so before anything loads.
   if (spec.method.preference && named &&
       !job::strategy_can(spec.strategy.name, &job::StrategyInfo::preference))
@@ -443,21 +443,6 @@ Plan make_plan(const PlanInputs& in) {
           "method.quantize under strategy " + spec.strategy.name + " is not supported yet",
           "use strategy " + job::strategies_that_can(&job::StrategyInfo::quantized_base) +
               " (or auto)");
-    // On a GPU the quantized base moves there with the model, which gemini's device tier does
-    // not do (it keeps the base beside its chunks in host memory): not weighed there either.
-    if (gpu && named &&
-        !job::strategy_can(spec.strategy.name, &job::StrategyInfo::quantized_base_on_gpu))
-      throw_unsupported(
-          "method.quantize under strategy " + spec.strategy.name + " on a GPU is not supported yet",
-          "use strategy " + job::strategies_that_can(&job::StrategyInfo::quantized_base_on_gpu) +
-              " (or auto) on the GPU, or set strategy.options.device to \"cpu\"");
-    if (gpu) {
-      const auto not_on_gpu = [](const Settings& t) {
-        return !job::strategy_can(t.strategy, &job::StrategyInfo::quantized_base_on_gpu);
-      };
-      std::erase_if(distributing, not_on_gpu);
-      std::erase_if(weighed, not_on_gpu);
-    }
   }
   // A strategy asked for cuda on a machine whose profile has no GPU (or too few for its ranks):
   // the run will say so; the plan shows the host's figures and says they are.

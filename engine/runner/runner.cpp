@@ -690,7 +690,7 @@ fs::path export_merged_lora(const hf::ModelFolder& source, train::Trainer& train
     for (const auto& [name, shape] : model::dense_parameter_shapes(model)) {
       torch::Tensor weight;
       if (const auto q = quantized.find(name); q != quantized.end()) {
-        weight = q->second->dequantize().to(torch::kCPU);  // merged on the host, QLoRA on a GPU too
+        weight = q->second->dequantize_to_host();  // merged on the host, QLoRA on a GPU too
       } else {
         weight = torch::empty(shape, torch::kFloat32);
         checkpoint.read_into(name, weight);

@@ -27,6 +27,7 @@
 #include "memory/disk_store.h"
 #include "memory/tensor_state.h"
 #include "model/layers.h"
+#include "model/quantized_linear.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "optim/cpu_adam.h"
@@ -224,6 +225,10 @@ class GeminiPlugin : public train::Plugin {
 
     build_chunks(model);
     move_buffers(model, tensor_device(), dtype_);
+    // QLoRA's base computes where the chunks do: on a GPU its codes and scales go there (from
+    // the caching allocator, beside the tier's budget, as activations do).
+    model::move_quantized_weights(model, tensor_device());
+    quantized_on_device_ = quantized_bytes_ > 0 && !tensor_device().is_cpu();
     deferred_ = nullptr;
     for (ShardEntry& e : entries_) {
       e.tensor.set_requires_grad(e.trainable);
@@ -409,7 +414,7 @@ class GeminiPlugin : public train::Plugin {
     std::lock_guard lock(update_.mutex());  // the pipelined update frees buffers as it goes
     MemoryByCategory m;
     const std::uint64_t element = c10::elementSize(dtype_);
-    m.weights += quantized_bytes_;  // QLoRA's base, beside the chunks
+    if (!quantized_on_device_) m.weights += quantized_bytes_;  // QLoRA's base, beside the chunks
     for (const ShardChunk& c : chunks_) {
       const auto shard = static_cast<std::uint64_t>(c.shard);
       const auto capacity = static_cast<std::uint64_t>(c.capacity);
@@ -460,6 +465,7 @@ class GeminiPlugin : public train::Plugin {
       if (c.grad_shard.defined()) held.gradients += shard * 4;
     }
     held.gradients += reductions_bytes();
+    if (quantized_on_device_) held.weights += quantized_bytes_;  // QLoRA's base on the GPU
     return train::device_tier_memory_of(*device_, held);
   }
 
@@ -1858,6 +1864,7 @@ class GeminiPlugin : public train::Plugin {
   const model::DeferredWeights* deferred_ = nullptr;  // during prepare() only
   std::vector<ShardEntry> entries_;
   std::uint64_t quantized_bytes_ = 0;  // QLoRA: the base's quantized Linears, held by the layers
+  bool quantized_on_device_ = false;   // ... on the GPU (its device tier), not in host memory
   std::vector<std::size_t> trainable_order_;
   std::vector<ShardChunk> chunks_;
   std::vector<std::size_t> reduce_order_;

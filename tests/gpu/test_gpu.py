@@ -12,8 +12,8 @@ reference loops are the CPU parity suites' own (tests/parity), here on `cuda`:
 - 20 full fine-tuning steps equal transformers + torch.optim.AdamW on the GPU, LoRA equal peft,
   bf16 close to fp32, activation checkpointing and resume exact with dropout drawing from the
   GPU's generator (tessera-train-probe with single on cuda);
-- QLoRA (nf4 double-quantized, fp4, int8) equal to the same run on the CPU, and a QLoRA job's
-  merged export equal to the CPU job's;
+- QLoRA (nf4 double-quantized, fp4, int8; single, and gemini's device tier) equal to the same
+  run on the CPU, and a QLoRA job's merged export equal to the CPU job's;
 - the other strategies on cuda: equal to single where they run; where a strategy still refuses
   CUDA with "not supported yet", the test is an expected failure that says so.
 
@@ -633,11 +633,19 @@ def test_the_benchmark_times_and_profiles_both_sides(tmp_path):
     assert "the plan of the same job" in report, report
 
 
-@pytest.mark.parametrize("fmt", ["nf4-dq", "fp4", "int8"])
-def test_qlora_on_the_gpu_equals_the_cpu(fmt, llama_dir, batches, tmp_path):  # noqa: F811
-    """QLoRA on cuda: the quantized base moves to the GPU with the model, and each tile is
-    dequantized there by torch ops, to the same bits as the CPU's loops (test_model holds the
-    two equal). 10 steps equal the same run on the CPU, whose parity with bitsandbytes + peft is
+# gemini's device tier with the parameter and optimizer shards half in host memory (on the
+# suite's CPU leg, gemini on the CPU).
+GEMINI_HYBRID = ({"device": "cuda", "host_param_frac": 0.5, "host_optim_frac": 0.5}
+                 if DEVICE == "cuda" else {"device": "cpu"})
+
+
+@pytest.mark.parametrize("fmt,plugin", [("nf4-dq", "single"), ("fp4", "single"), ("int8", "single"),
+                                        ("nf4-dq", "gemini")])
+def test_qlora_on_the_gpu_equals_the_cpu(fmt, plugin, llama_dir, batches, tmp_path):  # noqa: F811
+    """QLoRA on cuda: the quantized base moves to the GPU with the model (single) or with the
+    chunks (gemini's device tier, its shards half in host memory), and each tile is dequantized
+    there by torch ops, to the same bits as the CPU's loops (test_model holds the two equal). 10
+    steps equal the same run under single on the CPU, whose parity with bitsandbytes + peft is
     parity_qlora's (bitsandbytes is not on the GPU machine)."""
     from peft import LoraConfig
 
@@ -654,10 +662,12 @@ def test_qlora_on_the_gpu_equals_the_cpu(fmt, llama_dir, batches, tmp_path):  # 
     steps = 10
     cpu = tp.run_probe(llama_dir, batches[0], steps, tmp_path / "cpu.json", *flags,
                        "--strategy-options", json.dumps({"device": "cpu"}))
-    ours = tp.run_probe(llama_dir, batches[0], steps, tmp_path / "gpu.json", *flags,
-                        "--strategy-options", json.dumps(CUDA))
-    print(f"QLoRA {fmt} {DEVICE} vs cpu: losses rel {max_rel(ours['losses'], cpu['losses']):.2e}")
-    tp.assert_close(ours["losses"], cpu["losses"], f"{DEVICE} QLoRA {fmt} loss", rel=TRAIN_REL)
+    ours = tp.run_probe(llama_dir, batches[0], steps, tmp_path / "gpu.json", *flags, "--plugin",
+                        plugin, "--strategy-options",
+                        json.dumps(GEMINI_HYBRID if plugin == "gemini" else CUDA))
+    print(f"QLoRA {fmt} {plugin} {DEVICE} vs single on the cpu: losses rel "
+          f"{max_rel(ours['losses'], cpu['losses']):.2e}")
+    tp.assert_close(ours["losses"], cpu["losses"], f"{DEVICE} QLoRA {fmt} {plugin} loss", rel=TRAIN_REL)
     assert cpu["losses"][-1] < cpu["losses"][0]  # the adapters learned
 
 
@@ -698,24 +708,19 @@ def test_qlora_job_on_the_gpu_exports_what_the_cpu_job_does(tmp_path):
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="device auto on a machine with a GPU")
-def test_qlora_under_gemini_on_the_gpu_is_refused_and_single_trains_there(llama_dir, batches, tmp_path):  # noqa: F811
-    """gemini's device tier keeps a quantized base beside its chunks in host memory: QLoRA under
-    gemini on the GPU (device auto, one process) is refused by name, with device cpu it trains;
-    single with device auto trains QLoRA on the GPU."""
-    qlora = ("--method", "lora", "--quantize", "nf4")
-    cmd = [str(tp.probe_path()), "--model", str(llama_dir), "--batches", str(batches[0]),
-           "--steps", "2", "--report", str(tmp_path / "gemini.json"), *qlora, "--plugin", "gemini",
-           "--strategy-options", json.dumps({"device": "auto"})]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 2, done.stderr
-    assert 'QLoRA' in done.stderr and 'under strategy "gemini" on a GPU is not supported yet' in done.stderr, done.stderr
-    report = tp.run_probe(llama_dir, batches[0], 2, tmp_path / "cpu.json", *qlora, "--plugin",
-                          "gemini", "--strategy-options",
-                          json.dumps({"device": "cpu", "offload_param_frac": 0.5}))
-    assert len(report["losses"]) == 2
+@pytest.mark.parametrize("plugin", ["single", "gemini"])
+def test_qlora_with_device_auto_trains_on_the_gpu(plugin, llama_dir, batches, tmp_path):  # noqa: F811
+    """`device: auto` trains QLoRA on the GPU under single and gemini (its device tier, one
+    process): the memory events' device tier is the GPU's and holds the quantized base."""
     events = tmp_path / "events.jsonl"
-    tp.run_probe(llama_dir, batches[0], 2, tmp_path / "single.json", *qlora, "--events", events,
-                 "--strategy-options", json.dumps({"device": "auto"}))
+    tp.run_probe(llama_dir, batches[0], 2, tmp_path / "r.json", "--method", "lora", "--quantize",
+                 "nf4", "--events", events, "--plugin", plugin, "--strategy-options",
+                 json.dumps({"device": "auto"}))
     memory = [json.loads(line) for line in events.read_text().splitlines()]
     device = [e for e in memory if e["type"] == "memory" and e["tier"] == "device"]
     assert device and device[-1]["device"] == "cuda:0", memory[-3:]
+    # The base's codes (half a byte a weight) and absmax are among the GPU's weights.
+    params = sum(p.numel() for p in tp.LlamaForCausalLM.from_pretrained(llama_dir).parameters())
+    assert device[-1]["by_category"]["weights"] > 0, device[-1]
+    print(f"QLoRA {plugin} device auto: device weights {device[-1]['by_category']['weights']} "
+          f"bytes for {params} parameters")

@@ -80,6 +80,32 @@ def test_device_tier_follows_single(workdir, family, precision, method):
                 assert disk["traffic"]["read_bytes"] > 0, disk["traffic"]
 
 
+@pytest.mark.parametrize("quantize", ["nf4", "int8"])
+def test_qlora_on_the_device_tier_follows_single(workdir, quantize):
+    """QLoRA under gemini's device tier: the quantized base computes where the chunks do (the
+    simulated device computes in host memory, so there; on a GPU the plugin moves it there, run
+    by tests/gpu/run.sh), the chunks streamed and updated by the hybrid Adam: the losses of the
+    same QLoRA job under `single`. The host tier of the memory events holds the base's codes and
+    scales, which the log's figure gives."""
+    extra = ("--quantize", quantize) + (("--double-quant",) if quantize == "nf4" else ())
+    base = f"dev-qlora-{quantize}"
+    reference, _ = run(spec_for(workdir, "llama", f"{base}-single", "single", method="lora", extra=extra))
+    options = device_options(PLACEMENTS["hybrid"])
+    ours, events = run(spec_for(workdir, "llama", f"{base}-gemini", "gemini", options, method="lora", extra=extra),
+                       env=SIMULATED)
+    assert_same_losses(ours, reference, f"{base} hybrid placement")
+    logs = [e["message"] for e in events if e["type"] == "log"]
+    quantized = next(m for m in logs if m.startswith("quantized ") and f"linear weights to {quantize}" in m)
+    memory = [e for e in events if e["type"] == "memory"]
+    device = [e for e in memory if e.get("tier") == "device"]
+    assert device and device[-1]["simulated"], memory[-2:]
+    host = memory[memory.index(device[-1]) + 1]
+    assert host["tier"] == "host", host
+    figure, unit = quantized.split("(")[-1].rstrip(")").split()
+    base_bytes = float(figure) * {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20}[unit]
+    assert host["by_category"]["weights"] >= 0.99 * base_bytes, (quantized, host["by_category"])
+
+
 def test_device_tier_holds_what_the_chunks_hold(workdir):
     """Everything on the device, fp32, full: the tier holds the parameter chunks (every
     parameter, rounded up to whole chunks) and the optimizer chunks (m and v of every trainable

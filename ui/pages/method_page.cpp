@@ -94,8 +94,8 @@ MethodPage::MethodPage(QWidget* parent) : QWidget(parent) {
   cards->addWidget(method_card(
       qlora_, tr("LoRA on a base held in 4 bits (NF4: 4.5 bits a weight with its block scales, "
                  "4.1 with them quantized too, against 16 or 32: about an eighth of float32) "
-                 "or in 8 bits (a quarter). Trains with strategy single, ddp or zero on the CPU "
-                 "or a GPU, and with gemini on the CPU.")));
+                 "or in 8 bits (a quarter). Trains with strategy single, gemini, ddp or zero, on "
+                 "the CPU or a GPU.")));
   layout->addLayout(cards);
 
   // What the run optimizes: the dataset's responses (supervised), or a preference between

@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
 #include "cuda/kernels.h"
@@ -32,6 +33,16 @@ void set_device(int index) {
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
 }
 
+// The kernel on the tensors' GPU (not whichever the thread has current: `--device cuda:1`) and
+// on torch's current stream there, so that it is ordered after the ops that made its input.
+int rms_norm_forward_on(const float* x, const float* weight, float* y, std::int64_t rows,
+                        std::int64_t cols, float eps, int device) {
+  const auto index = static_cast<c10::DeviceIndex>(device);
+  const c10::cuda::CUDAGuard guard(index);
+  return rms_norm_forward_f32(x, weight, y, rows, cols, eps,
+                              c10::cuda::getCurrentCUDAStream(index).stream());
+}
+
 Runtime make_table() {
   Runtime table;
   table.make_device_tier = &make_device_tier;
@@ -39,7 +50,7 @@ Runtime make_table() {
   table.set_device = &set_device;
   table.has_nccl = nccl_built();
   table.make_nccl_backend = &make_nccl_backend;
-  table.rms_norm_forward_f32 = &rms_norm_forward_f32;
+  table.rms_norm_forward_f32 = &rms_norm_forward_on;
   return table;
 }
 
