@@ -650,19 +650,37 @@ Plan make_plan(const PlanInputs& in) {
   const bool may_offload = !named_gemini && spec.strategy.name == job::kAutoStrategy && !gpu &&
                            (!distributed || gemini_distributes) && base.method == "full" &&
                            disk_limit > 0;
-  // On a GPU, `auto` keeps the user's method too: full fine-tuning that does not fit the GPU goes
+  // On a GPU, `auto` keeps the user's method too: fine-tuning that does not fit the GPU goes
   // to gemini's device tier with the optimizer state in host memory, then parameter chunks
-  // there too, then the optimizer state on disk. gemini named with shares that do not fit moves
-  // more the same way (never less than the spec's off the device, nothing back from disk)
+  // there too, then the optimizer state on disk (LoRA: its frozen base's chunks, as its optimizer
+  // state is small), before QLoRA quantizes the base. gemini named with shares that do not fit
+  // moves more the same way (never less than the spec's off the device, nothing back from disk)
   // before its method changes.
   const bool spill_named_gemini = named_gemini && base.device_tier;
-  const bool may_spill_to_host = (spec.strategy.name == job::kAutoStrategy || spill_named_gemini) &&
-                                 gpu && !distributed && base.method == "full";
+  const bool may_spill_to_host =
+      (spec.strategy.name == job::kAutoStrategy || spill_named_gemini) && gpu && !distributed;
   auto keeps_the_specs_shares = [&](const Fractions& f) {
     return !spill_named_gemini ||
            (f.optim >= base.offload_optim_frac && f.param >= base.offload_param_frac &&
             f.optim + f.host_optim >= base.offload_optim_frac + base.host_optim_frac &&
             f.param + f.host_param >= base.offload_param_frac + base.host_param_frac);
+  };
+  // `from` on gemini's device tier with the shares off the GPU growing in that order.
+  auto spill_to_host = [&](const Settings& from,
+                           const std::string& precision) -> std::optional<Settings> {
+    Settings spilled = from;
+    spilled.strategy = "gemini";
+    spilled.device_tier = true;
+    std::vector<Fractions> shares;
+    for (double f : {0.25, 0.5, 0.75, 1.0}) shares.push_back({0.0, 0.0, f, 0.0});
+    for (double f : {0.25, 0.5, 0.75, 1.0}) shares.push_back({0.0, 0.0, 1.0, f});
+    if (disk_limit > 0) {
+      for (double f : {0.25, 0.5, 0.75, 1.0}) shares.push_back({f, 0.0, 1.0 - f, 1.0});
+      // Then the parameter chunks follow the optimizer state to disk.
+      for (double f : {0.25, 0.5, 0.75, 1.0}) shares.push_back({1.0, f, 0.0, 1.0 - f});
+    }
+    std::erase_if(shares, [&](const Fractions& f) { return !keeps_the_specs_shares(f); });
+    return search(spilled, shares, precision);
   };
   std::optional<Settings> chosen;
   for (const std::string& precision : precisions) {
@@ -672,23 +690,14 @@ Plan make_plan(const PlanInputs& in) {
                                     base.host_optim_frac, base.host_param_frac}},
                                   precision);
     if (!chosen && may_spill_to_host) {
-      Settings spilled = base;
-      spilled.strategy = "gemini";
-      spilled.device_tier = true;
-      std::vector<Fractions> shares;
-      for (double f : {0.25, 0.5, 0.75, 1.0}) shares.push_back({0.0, 0.0, f, 0.0});
-      for (double f : {0.25, 0.5, 0.75, 1.0}) shares.push_back({0.0, 0.0, 1.0, f});
-      if (disk_limit > 0) {
-        for (double f : {0.25, 0.5, 0.75, 1.0}) shares.push_back({f, 0.0, 1.0 - f, 1.0});
-        // Then the parameter chunks follow the optimizer state to disk.
-        for (double f : {0.25, 0.5, 0.75, 1.0}) shares.push_back({1.0, f, 0.0, 1.0 - f});
-      }
-      std::erase_if(shares, [&](const Fractions& f) { return !keeps_the_specs_shares(f); });
-      chosen = search(spilled, shares, precision);
+      chosen = spill_to_host(base, precision);
       if (!chosen) continue;
       const auto on_host = estimate_host_memory(c, *chosen, in.checkpoint_bytes);
       plan.reasons.push_back(
-          "full fine-tuning does not fit in " + gib(limit) + " of the GPU with " +
+          std::string(base.method == "full"     ? "full fine-tuning"
+                      : base.quantize != "none" ? "QLoRA"
+                                                : "LoRA") +
+          " does not fit in " + gib(limit) + " of the GPU with " +
           (spill_named_gemini ? "the spec's shares off it" : "everything there") +
           ": gemini's device tier keeps " + in_host_phrase(*chosen) + " in host memory (" +
           gib(on_host.peak()) + " of the host's " + gib(host_limit) + ")" +
@@ -751,14 +760,21 @@ Plan make_plan(const PlanInputs& in) {
     if (!distributed) lora.strategy = "single";
     for (const std::string& p : precisions)
       if ((chosen = distributed ? pick_distributed(lora, p) : search(lora, {{0.0, 0.0}}, p))) break;
+    // On a GPU, LoRA's frozen base spills to host memory before it is quantized.
+    for (const std::string& p : precisions)
+      if (!chosen && may_spill_to_host && (chosen = spill_to_host(lora, p))) break;
     if (chosen)
-      plan.reasons.push_back("full fine-tuning does not fit in " + gib(limit) +
-                             (!may_offload ? ""
-                              : distributed
-                                  ? " even with gemini's optimizer shards on disk,"
-                                  : " even with the optimizer state and the parameters on disk,") +
-                             " even with micro-batch 1 and activation checkpointing: LoRA (rank " +
-                             std::to_string(lora.lora_rank) + ") instead — the method changes");
+      plan.reasons.push_back(
+          "full fine-tuning does not fit in " + gib(limit) +
+          (!may_offload  ? ""
+           : distributed ? " even with gemini's optimizer shards on disk,"
+                         : " even with the optimizer state and the parameters on disk,") +
+          " even with micro-batch 1 and activation checkpointing: LoRA (rank " +
+          std::to_string(lora.lora_rank) + ")" +
+          (chosen && chosen->device_tier
+               ? " on gemini's device tier, " + in_host_phrase(*chosen) + " in host memory,"
+               : std::string()) +
+          " instead — the method changes");
   }
   // Neither does LoRA (the spec's or the fallback): QLoRA, the base's linear layers held in NF4
   // with double-quantized absmax, where the engine trains it (one process, on the CPU or the
@@ -768,6 +784,25 @@ Plan make_plan(const PlanInputs& in) {
       (spec.strategy.name == job::kAutoStrategy || spec.strategy.name == "single") &&
       (c.family == hf::ModelFamily::Llama || c.family == hf::ModelFamily::Mistral ||
        c.family == hf::ModelFamily::Qwen2);
+  // LoRA spilled off the GPU streams its frozen base over the bus every step: QLoRA, which
+  // might fit the GPU whole, is shown beside it.
+  if (chosen && may_quantize && chosen->device_tier && chosen->method == "lora") {
+    Settings qlora = *chosen;
+    qlora.strategy = "single";
+    qlora.device_tier = false;
+    qlora.host_optim_frac = qlora.host_param_frac = 0.0;
+    qlora.offload_optim_frac = qlora.offload_param_frac = 0.0;
+    qlora.quantize = "nf4";
+    qlora.double_quant = true;
+    for (const std::string& p : precisions)
+      if (auto alternative = search(qlora, {{0.0, 0.0}}, p)) {
+        Plan::Alternative a;
+        a.settings = *alternative;
+        a.peak = estimate_memory(c, *alternative, in.checkpoint_bytes).peak();
+        plan.alternatives.push_back(a);
+        break;
+      }
+  }
   if (!chosen && may_quantize) {
     Settings qlora = base;
     qlora.method = "lora";
@@ -1081,13 +1116,19 @@ Plan make_plan(const PlanInputs& in) {
   for (Plan::Alternative& a : plan.alternatives) {
     a.seconds_per_step =
         modelled_step_seconds(a.settings, model_work(c, a.settings, tokens), tokens, layers, flops);
-    a.summary =
-        (a.settings.method == "lora" ? "LoRA (rank " + std::to_string(a.settings.lora_rank) + ")"
-                                     : std::string("full fine-tuning")) +
-        " with everything in RAM would fit too: " + gib(a.peak) + " peak, about " +
-        std::to_string(a.seconds_per_step).substr(0, 5) +
-        " s per step (this plan: " + std::to_string(plan.seconds_per_step).substr(0, 5) +
-        " s); it trains far fewer weights";
+    const bool quantized = a.settings.quantize != "none" && s.quantize == "none";
+    a.summary = (a.settings.method != "lora" ? std::string("full fine-tuning")
+                 : quantized ? "QLoRA (rank " + std::to_string(a.settings.lora_rank) + ", " +
+                                   a.settings.quantize + " base)"
+                             : "LoRA (rank " + std::to_string(a.settings.lora_rank) + ")") +
+                (a.settings.on_gpu ? " with everything on the GPU" : " with everything in RAM") +
+                " would fit too: " + gib(a.peak) + " peak, about " +
+                std::to_string(a.seconds_per_step).substr(0, 5) +
+                " s per step (this plan: " + std::to_string(plan.seconds_per_step).substr(0, 5) +
+                " s); " +
+                (quantized ? "its frozen base is held in " + a.settings.quantize + ", not in " +
+                                 s.precision + " — the method changes"
+                           : std::string("it trains far fewer weights"));
     plan.reasons.push_back("alternative: " + a.summary);
   }
   if (spec.training.steps) {

@@ -739,10 +739,12 @@ class TestPlan : public QObject {
   }
 
   // On a GPU as on the CPU: where LoRA does not fit the GPU even at micro-batch 1 with
-  // checkpointing, auto trains QLoRA there (single: the quantized base moves to the GPU with the
-  // model), its workspace a tile dequantized by torch ops (8 bytes a value at most: each packed
-  // byte's int64 index beside the float32 values, then those beside the bf16 tile). gemini's
-  // device tier holds the base on the GPU, and zero over ranks plans each rank's GPU.
+  // checkpointing, auto first spills its frozen base to host memory (gemini's device tier, the
+  // method kept), and where the host has no room either trains QLoRA on the GPU (single: the
+  // quantized base moves to the GPU with the model), its workspace a tile dequantized by torch ops
+  // (8 bytes a value at most: each packed byte's int64 index beside the float32 values, then those
+  // beside the bf16 tile). gemini's device tier holds the base on the GPU, and zero over ranks
+  // plans each rank's GPU.
   void qloraOnAGpuPlansTheQuantizedBaseThere() {
     auto in = inputs(64ull << 30, "lora");
     in.model = config(wide_llama());
@@ -769,6 +771,27 @@ class TestPlan : public QObject {
     in.profile.gpus.push_back(test_gpu(
         static_cast<std::uint64_t>(static_cast<double>(lora_peak) / (1.0 - plan::kHeadroom)) - 4096,
         /*bf16=*/true));
+    // With room in host memory LoRA keeps its method: gemini's device tier with the frozen
+    // base's chunks partly in host memory; QLoRA, whole on the GPU, is the alternative shown.
+    const auto spilled = plan::make_plan(in);
+    QVERIFY(spilled.fits);
+    QCOMPARE(spilled.strategy, std::string("gemini"));
+    QVERIFY(spilled.settings.device_tier && spilled.settings.host_param_frac > 0.0);
+    QCOMPARE(spilled.settings.method, std::string("lora"));
+    QCOMPARE(spilled.settings.quantize, std::string("none"));
+    QVERIFY(std::any_of(spilled.reasons.begin(), spilled.reasons.end(), [](const std::string& r) {
+      return r.rfind("LoRA does not fit in ", 0) == 0 &&
+             r.find("of the GPU with everything there: gemini's device tier keeps") !=
+                 std::string::npos;
+    }));
+    QCOMPARE(spilled.alternatives.size(), std::size_t{1});
+    QCOMPARE(spilled.alternatives[0].settings.quantize, std::string("nf4"));
+    QVERIFY2(spilled.alternatives[0].summary.rfind(
+                 "QLoRA (rank 8, nf4 base) with everything on the GPU would fit too", 0) == 0 &&
+                 spilled.alternatives[0].summary.find("the method changes") != std::string::npos,
+             spilled.alternatives[0].summary.c_str());
+    // Without room in host memory either: QLoRA on the GPU.
+    in.profile.memory.simulated = 64ull << 20;
     const auto p = plan::make_plan(in);
     QVERIFY(p.fits);
     QCOMPARE(p.tiers.at(0).tier, std::string("device"));
@@ -781,6 +804,7 @@ class TestPlan : public QObject {
     QVERIFY(said);
     // gemini named: its device tier, the quantized base among the GPU's weights (the simulated
     // device computes in host memory, where the base stays).
+    in.profile.memory.simulated = 64ull << 30;
     in.spec.method.quantize = "nf4";
     in.spec.strategy = {"gemini", {{"device", "cuda"}, {"host_optim_frac", 0.5}}};
     const auto gemini = plan::make_plan(in);
@@ -805,6 +829,43 @@ class TestPlan : public QObject {
     const auto ranks = plan::make_plan(in);
     QCOMPARE(ranks.tiers.at(0).tier, std::string("device"));
     QCOMPARE(ranks.settings.quantize, std::string("nf4"));
+  }
+
+  // Full fine-tuning on a GPU that not even gemini's device tier fits (the host too small for
+  // its optimizer state) falls back to LoRA, and LoRA too spills its frozen base to host memory
+  // before the base is quantized.
+  void fullFineTuningOnAGpuFallsBackToLoraSpilledToTheHost() {
+    auto in = inputs(64ull << 30, "full");
+    in.model = config(wide_llama());
+    in.spec.precision = "bf16";
+    plan::Settings lora = settings(1, true, "lora");
+    lora.precision = "bf16";
+    lora.on_gpu = true;
+    const std::uint64_t lora_peak = plan::estimate_memory(in.model, lora, 0).peak();
+    in.profile.gpus.push_back(test_gpu(
+        static_cast<std::uint64_t>(static_cast<double>(lora_peak) / (1.0 - plan::kHeadroom)) - 4096,
+        /*bf16=*/true));
+    // The host holds LoRA's base with room to spare, not full fine-tuning's optimizer state.
+    plan::Settings base_on_host = lora;
+    base_on_host.strategy = "gemini";
+    base_on_host.device_tier = true;
+    base_on_host.host_param_frac = base_on_host.host_optim_frac = 1.0;
+    const std::uint64_t host_needs = plan::estimate_host_memory(in.model, base_on_host, 0).peak();
+    plan::Settings full_on_host = base_on_host;
+    full_on_host.method = "full";
+    QVERIFY(plan::estimate_host_memory(in.model, full_on_host, 0).peak() > 2 * host_needs);
+    in.profile.memory.simulated =
+        static_cast<std::uint64_t>(static_cast<double>(host_needs) / (1.0 - plan::kHeadroom)) * 3 /
+        2;
+    const auto p = plan::make_plan(in);
+    QVERIFY(p.fits);
+    QCOMPARE(p.settings.method, std::string("lora"));
+    QCOMPARE(p.settings.quantize, std::string("none"));
+    QVERIFY(p.settings.device_tier && p.settings.host_param_frac > 0.0);
+    QVERIFY(std::any_of(p.reasons.begin(), p.reasons.end(), [](const std::string& r) {
+      return r.find("LoRA (rank 8) on gemini's device tier, ") != std::string::npos &&
+             r.find("in host memory, instead — the method changes") != std::string::npos;
+    }));
   }
 
   // QLoRA over several processes: auto weighs only the strategies that take a quantized base
