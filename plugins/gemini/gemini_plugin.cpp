@@ -149,7 +149,7 @@ class GeminiPlugin : public train::Plugin {
  public:
   ~GeminiPlugin() override {
     update_.wait_quietly();
-    wait_in_flight();
+    wait_in_flight(/*quietly=*/true);
     remove_gradient_hooks(entries_, trainable_order_);
     hooked_blocks_.remove();
   }
@@ -276,7 +276,7 @@ class GeminiPlugin : public train::Plugin {
           if (!chunks_[c].optim_on_device) gradient_done(c);
       while (!gradient_writes_.empty()) finish_gradient_write();
     } catch (...) {
-      wait_in_flight();
+      wait_in_flight(/*quietly=*/true);  // the error on its way is the one to report
       throw;
     }
     for (std::size_t i : trainable_order_)
@@ -354,6 +354,10 @@ class GeminiPlugin : public train::Plugin {
     double local_squares = 0.0;
     std::vector<torch::Tensor> norms;
     std::vector<torch::Tensor> device_squares;
+    // Norms taken in host memory (chunks the CPU Adam updates), copied up together: one copy,
+    // not a stream synchronization per tensor.
+    std::vector<std::size_t> host_norm_at;
+    std::vector<torch::Tensor> host_norms;
     for (std::size_t i : trainable_order_) {
       ShardEntry& e = entries_[i];
       memory::transition(e.state, TensorState::ReadyForUpdate, e.name);
@@ -364,13 +368,22 @@ class GeminiPlugin : public train::Plugin {
         else
           local_squares += e.grad_squares;
       } else if (e.grad_norm.defined()) {
-        norms.push_back(e.grad_norm.to(tensor_device()));
+        if (e.grad_norm.device() != tensor_device()) {
+          host_norm_at.push_back(norms.size());
+          host_norms.push_back(e.grad_norm);
+        }
+        norms.push_back(e.grad_norm);
       } else {
         throw Error(ErrorKind::Internal,
                     "gemini: step() without a backward marked as the last micro-batch");
       }
       e.grad_norm = torch::Tensor();
       e.grad_squares = 0.0;
+    }
+    if (!host_norms.empty()) {
+      const torch::Tensor up = torch::stack(host_norms).to(tensor_device());
+      for (std::size_t k = 0; k < host_norm_at.size(); ++k)
+        norms[host_norm_at[k]] = up[static_cast<std::int64_t>(k)];
     }
     torch::Tensor total;
     if (world_ == 1) {
@@ -1361,7 +1374,9 @@ class GeminiPlugin : public train::Plugin {
     copied_gradients_.clear();
   }
 
-  void wait_in_flight() {
+  // `quietly` (a destructor, or the way out of an error): a failure to wait on the device (a
+  // sticky CUDA error after a device-side fault) is not thrown over the first error.
+  void wait_in_flight(bool quietly = false) {
     for (auto& [c, write] : gradient_writes_)
       if (write.valid()) write.wait();
     gradient_writes_.clear();
@@ -1382,7 +1397,11 @@ class GeminiPlugin : public train::Plugin {
       c.upload = torch::Tensor();
     }
     if (device_) {  // no host buffer may go while a copy still uses it
-      device_->host_waits(*device_->record_copies());
+      try {
+        device_->host_waits(*device_->record_copies());
+      } catch (const std::exception&) {
+        if (!quietly) throw;
+      }
       for (ShardChunk& c : chunks_) c.uploaded.reset();
       gradients_copied_.reset();
       copied_gradients_.clear();

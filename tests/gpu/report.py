@@ -85,8 +85,12 @@ def main(logs: Path) -> int:
     rows = []
     for log in sorted(logs.glob("pytest*.log")):
         xml = log.with_suffix(".xml")
-        if xml.exists():
-            for case in ET.parse(xml).getroot().iter("testcase"):
+        try:  # pytest stopped while writing its XML leaves it cut short: read the log instead
+            cases = list(ET.parse(xml).getroot().iter("testcase")) if xml.exists() else None
+        except ET.ParseError:
+            cases = None
+        if cases is not None:
+            for case in cases:
                 outcome, why = "passed", ""
                 for child in case:
                     if child.tag in ("failure", "error"):

@@ -19,8 +19,10 @@
 # --jobs N (default: every core), --no-bench, --only-build, --pytest-args "ARGS" (e.g. "-k
 # logits": that selection alone, in one process), --prebuilt DIR (no build: tessera-cli and the
 # probes from DIR, check_build.sh's build-gpu/bin built here against the same LibTorch; carry it
-# too), --deadline S (default 510: the seconds from the start by which the suite and the
-# benchmark end; the build's time comes out of the suite's, the benchmark keeps 150 s).
+# too), --deadline S (default 450: the seconds from the start by which the suite and the
+# benchmark end; the build's time comes out of the suite's, the benchmark keeps 150 s; a phase
+# with under 30 s left is skipped, said so). The report and the logs' archive are written after
+# each phase too, so that a call stopped at its limit still brings back what was done.
 # Session 23 timed it on an H200: unpacking 16 s, configure 10 s, build 104 s (-j16), the suite
 # 70 s in 4 pytest-xdist workers, the benchmark 28 s: 234 s in all. The last lines printed are
 # the summary (report.md). Exit 0 when the build and every test passed; a strategy that still
@@ -34,7 +36,7 @@ BENCH=1
 ONLY_BUILD=0
 PYTEST_ARGS=""
 PREBUILT=""
-DEADLINE=510  # seconds from the start for the whole check; the suite and benchmark fit inside
+DEADLINE=450  # seconds from the start for the whole check; the suite and benchmark fit inside
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) REPORT="$2"; shift 2 ;;
@@ -45,7 +47,7 @@ while [[ $# -gt 0 ]]; do
     --pytest-args) PYTEST_ARGS="$2"; shift 2 ;;
     --deadline) DEADLINE="$2"; shift 2 ;;
     --prebuilt) PREBUILT="$(cd "$2" && pwd)"; shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -56,6 +58,18 @@ SECONDS=0
 PYTHON="${TESSERA_GPU_PYTHON:-$(command -v python3)}"
 phase() { printf '[gpu-check %3ds] %s\n' "$SECONDS" "$*" | tee -a "$LOGS/phases.log"; }
 status_of() { echo "$1=$2" >>"$LOGS/status.txt"; }
+# The report and the archive of the logs as they stand (a second or two): after each phase, so
+# that a call stopped at its limit still returns what was done.
+snapshot() {
+  local tmp="$BASHPID.tmp"
+  "$PYTHON" "$ROOT/tests/gpu/report.py" "$LOGS" >"$REPORT/report.md.$tmp" 2>"$LOGS/report.err" &&
+    mv "$REPORT/report.md.$tmp" "$REPORT/report.md"
+  tar czf "$REPORT/gpu-check-logs.tar.gz.$tmp" -C "$LOGS" . 2>/dev/null &&
+    mv "$REPORT/gpu-check-logs.tar.gz.$tmp" "$REPORT/gpu-check-logs.tar.gz"
+  rm -f "$REPORT"/*."$tmp"
+}
+# Seconds left before the deadline, less $1.
+left() { echo $((DEADLINE - SECONDS - ${1:-0})); }
 : >"$LOGS/status.txt"
 : >"$LOGS/phases.log"
 
@@ -187,17 +201,25 @@ else
   TOOLS="$BUILD/tests/tools"
 fi
 
+snapshot
+# And every 45 s while the suite and the benchmark run: a call killed at its limit loses at most
+# that much.
+# (A second's sleep at a time: killed, the loop ends within a second; its output goes nowhere,
+# so nothing holds the caller's pipe open.)
+( n=0; while sleep 1; do ((++n % 45 == 0)) && snapshot; done ) >/dev/null 2>&1 &
+SNAPSHOTS=$!
+trap 'kill $SNAPSHOTS 2>/dev/null' EXIT
 if [[ $build_rc == 0 && $ONLY_BUILD == 0 ]]; then
-  "$CLI" version --json >"$LOGS/version.json" 2>&1
-  "$CLI" profile --json --no-disk >"$LOGS/profile.json" 2>&1
+  # stderr apart: a warning there would make the JSON unreadable to the report.
+  timeout 60 "$CLI" version --json >"$LOGS/version.json" 2>"$LOGS/version.err"
+  timeout 90 "$CLI" profile --json --no-disk >"$LOGS/profile.json" 2>"$LOGS/profile.err"
   # The suite and the benchmark share what is left of the deadline: the benchmark keeps
   # BENCH_SECONDS, each test at most 150 s (pytest-timeout, where installed), so a hang costs one
   # test and not the report. The profile test measures rates and runs alone; the others in
   # parallel workers (pytest-xdist, where installed) on the one GPU.
   BENCH_SECONDS=$((BENCH == 1 ? 150 : 0))
-  suite_seconds=$((DEADLINE - SECONDS - BENCH_SECONDS - 15))
+  suite_seconds=$(left $((BENCH_SECONDS + 15)))
   ((suite_seconds > 360)) && suite_seconds=360
-  ((suite_seconds < 60)) && suite_seconds=60
   extra=()
   "$PYTHON" -c "import pytest_timeout" 2>/dev/null && extra+=(--timeout 150)
   workers=()
@@ -206,6 +228,11 @@ if [[ $build_rc == 0 && $ONLY_BUILD == 0 ]]; then
   suite() {  # suite NAME SECONDS PYTEST-ARGS...
     local name="$1" seconds="$2"
     shift 2
+    if ((seconds < 30)); then
+      phase "pytest-$name skipped: ${seconds} s left before the deadline"
+      status_of "pytest-$name" skipped
+      return
+    fi
     TESSERA_CLI="$CLI" TESSERA_TOOLS_DIR="$TOOLS" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
       MKL_DYNAMIC=FALSE TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1 \
       XDG_CACHE_HOME="$BUILD/test-cache-$name" \
@@ -215,36 +242,48 @@ if [[ $build_rc == 0 && $ONLY_BUILD == 0 ]]; then
     local rc=$?
     # exit 5: no test selected (a --pytest-args -k that leaves none to this part)
     ((rc == 5)) && rc=0
+    ((rc == 124)) && phase "pytest-$name stopped at its ${seconds} s"
     status_of "pytest-$name" $rc
     tail -3 "$LOGS/pytest-$name.log"
+    snapshot
   }
   if [[ -n "$PYTEST_ARGS" ]]; then  # the caller's selection, in one process
     eval "chosen=($PYTEST_ARGS)"
     suite chosen "$suite_seconds" "${chosen[@]}"
   else
     suite_end=$((SECONDS + suite_seconds))
-    suite rates 90 -k "sees_the_gpu"
-    parity_seconds=$((suite_end - SECONDS))
-    ((parity_seconds < 60)) && parity_seconds=60
-    suite parity "$parity_seconds" -k "not sees_the_gpu" "${workers[@]}"
+    suite rates $((suite_seconds < 90 ? suite_seconds : 90)) -k "sees_the_gpu"
+    # The busy-GPU tests share one module fixture (a 104M model and its run under single): on one
+    # worker (their xdist_group, --dist loadgroup) it is built once.
+    dist=()
+    ((${#workers[@]} > 0)) && "$PYTHON" -c "from xdist.scheduler import LoadGroupScheduling" \
+      2>/dev/null && dist=(--dist loadgroup)
+    suite parity $((suite_end - SECONDS)) -k "not sees_the_gpu" "${workers[@]}" "${dist[@]}"
   fi
   if [[ $BENCH == 1 ]]; then
-    bench_seconds=$((DEADLINE - SECONDS - 10))
-    ((bench_seconds < 60)) && bench_seconds=60
-    phase "benchmark (tests/gpu/bench_gpu.py): ${bench_seconds} s"
-    TESSERA_CLI="$CLI" TESSERA_TOOLS_DIR="$TOOLS" PYTHONUNBUFFERED=1 \
-      XDG_CACHE_HOME="$BUILD/test-cache" timeout "$bench_seconds" "$PYTHON" \
-      "$ROOT/tests/gpu/bench_gpu.py" --json "$LOGS/bench.json" --traces "$LOGS" \
-      >"$LOGS/bench.log" 2>&1
-    status_of bench $?
-    tail -5 "$LOGS/bench.log"
+    bench_seconds=$(left 10)
+    if ((bench_seconds < 30)); then
+      phase "benchmark skipped: ${bench_seconds} s left before the deadline"
+      status_of bench skipped
+    else
+      phase "benchmark (tests/gpu/bench_gpu.py): ${bench_seconds} s"
+      TESSERA_CLI="$CLI" TESSERA_TOOLS_DIR="$TOOLS" PYTHONUNBUFFERED=1 \
+        XDG_CACHE_HOME="$BUILD/test-cache" timeout "$bench_seconds" "$PYTHON" \
+        "$ROOT/tests/gpu/bench_gpu.py" --json "$LOGS/bench.json" --traces "$LOGS" \
+        >"$LOGS/bench.log" 2>&1
+      bench_rc=$?
+      # bench.json is written part by part: stopped at its limit, it holds the parts done.
+      ((bench_rc == 124)) && phase "benchmark stopped at its ${bench_seconds} s (bench.json holds the parts done)"
+      status_of bench $bench_rc
+      tail -5 "$LOGS/bench.log"
+    fi
   fi
 fi
-phase "writing the report"
-"$PYTHON" "$ROOT/tests/gpu/report.py" "$LOGS" >"$REPORT/report.md" 2>"$LOGS/report.err" ||
-  tail -5 "$LOGS/report.err"
-phase "done"
-tar czf "$REPORT/gpu-check-logs.tar.gz" -C "$LOGS" .
+phase "done: writing the report"
+kill $SNAPSHOTS 2>/dev/null
+wait $SNAPSHOTS 2>/dev/null
+snapshot
+[[ -s "$LOGS/report.err" ]] && tail -5 "$LOGS/report.err"
 cat "$REPORT/report.md"
 grep -qv "=0$" "$LOGS/status.txt" && exit 1
 exit 0

@@ -451,6 +451,7 @@ def busy_gpu_job(tmp_path_factory):
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="a GPU whose kernels run behind the host")
+@pytest.mark.xdist_group("busy_gpu")  # one worker builds busy_gpu_job (run.sh: --dist loadgroup)
 @pytest.mark.parametrize("options", [
     # every parameter chunk streamed up from host memory, the update on the GPU (its shard staged
     # up for it)

@@ -181,10 +181,15 @@ class CudaDeviceTier : public DeviceTier {
   // The caching allocator reuses the block only after the copies and the compute queued so far
   // (recordStream; the block's own stream is ordered already), so freeing never waits on the
   // host. A collective's stream is covered by the compute stream, which waited for it.
+  // A deleter must not throw: after a sticky CUDA error (a device-side fault) the uses are not
+  // recorded, and the block goes back without events.
   static void free_device(void* context) {
     auto* owned = static_cast<Owned*>(context);
-    c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->copy_stream);
-    c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->compute_stream);
+    try {
+      c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->copy_stream);
+      c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->compute_stream);
+    } catch (...) {
+    }
     const std::shared_ptr<TierLifetime> lifetime = owned->lifetime;
     {
       std::lock_guard<std::mutex> lock(lifetime->mutex);
@@ -195,8 +200,11 @@ class CudaDeviceTier : public DeviceTier {
   }
   static void free_host(void* context) {
     auto* owned = static_cast<Owned*>(context);
-    at::cuda::getPinnedMemoryAllocator()->record_event(
-        owned->inner.get(), owned->inner.get_context(), owned->copy_stream.unwrap());
+    try {
+      at::cuda::getPinnedMemoryAllocator()->record_event(
+          owned->inner.get(), owned->inner.get_context(), owned->copy_stream.unwrap());
+    } catch (...) {  // as free_device
+    }
     delete owned;
   }
 
