@@ -632,7 +632,6 @@ void for_each_linear(const PretrainedModel& model, Visit visit) {
 // The layer computes from `quantized` from now on. Its `weight` parameter stays registered (its
 // name is the checkpoint's), empty: nothing reserves or converts a dense copy.
 void install(LinearImpl& linear, std::shared_ptr<QuantizedWeight> quantized) {
-  quantized->to(linear.weight.device());  // a model made on a GPU computes there
   linear.quantized = std::move(quantized);
   linear.weight.set_data(torch::empty({0}, linear.weight.options()));
   linear.weight.set_requires_grad(false);

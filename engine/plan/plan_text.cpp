@@ -45,4 +45,11 @@ std::string in_host_phrase(const Settings& s) {
   return phrase.empty() ? "nothing" : phrase;
 }
 
+std::string method_phrase(const Settings& s) {
+  if (s.method != "lora") return "full fine-tuning";
+  return s.quantize != "none"
+             ? "QLoRA (rank " + std::to_string(s.lora_rank) + ", " + s.quantize + " base)"
+             : "LoRA (rank " + std::to_string(s.lora_rank) + ")";
+}
+
 }  // namespace tessera::plan

@@ -22,5 +22,7 @@ std::string on_disk_phrase(const Settings& s);
 // What gemini's device tier keeps in host memory: "50% of the optimizer state and 25% of the
 // parameters" (each part only when above 0; "nothing").
 std::string in_host_phrase(const Settings& s);
+// The method: "full fine-tuning", "LoRA (rank 8)" or "QLoRA (rank 8, nf4 base)".
+std::string method_phrase(const Settings& s);
 
 }  // namespace tessera::plan

@@ -682,6 +682,17 @@ Plan make_plan(const PlanInputs& in) {
     std::erase_if(shares, [&](const Fractions& f) { return !keeps_the_specs_shares(f); });
     return search(spilled, shares, precision);
   };
+  // `from` listed as what else would fit, in the first precision it fits in (if any).
+  auto add_alternative = [&](const Settings& from) {
+    for (const std::string& p : precisions)
+      if (auto alternative = search(from, {{0.0, 0.0}}, p)) {
+        Plan::Alternative a;
+        a.settings = *alternative;
+        a.peak = estimate_memory(c, *alternative, in.checkpoint_bytes).peak();
+        plan.alternatives.push_back(a);
+        return;
+      }
+  };
   std::optional<Settings> chosen;
   for (const std::string& precision : precisions) {
     chosen = distributed ? pick_distributed(base, precision)
@@ -744,14 +755,7 @@ Plan make_plan(const PlanInputs& in) {
         hw.disk->path + " (" + gib(hw.disk->free) + " free)");
     Settings lora = base;
     lora.method = "lora";
-    for (const std::string& p : precisions)
-      if (auto alternative = search(lora, {{0.0, 0.0}}, p)) {
-        Plan::Alternative a;
-        a.settings = *alternative;
-        a.peak = estimate_memory(c, *alternative, in.checkpoint_bytes).peak();
-        plan.alternatives.push_back(a);
-        break;
-      }
+    add_alternative(lora);
     break;
   }
   if (!chosen && base.method == "full") {
@@ -784,31 +788,23 @@ Plan make_plan(const PlanInputs& in) {
       (spec.strategy.name == job::kAutoStrategy || spec.strategy.name == "single") &&
       (c.family == hf::ModelFamily::Llama || c.family == hf::ModelFamily::Mistral ||
        c.family == hf::ModelFamily::Qwen2);
+  // `from` as QLoRA under single: LoRA on the base in nf4 with double-quantized absmax.
+  const auto as_qlora = [](Settings from) {
+    from.method = "lora";
+    from.strategy = "single";
+    from.device_tier = false;
+    from.host_optim_frac = from.host_param_frac = 0.0;
+    from.offload_optim_frac = from.offload_param_frac = 0.0;
+    from.quantize = "nf4";
+    from.double_quant = true;
+    return from;
+  };
   // LoRA spilled off the GPU streams its frozen base over the bus every step: QLoRA, which
   // might fit the GPU whole, is shown beside it.
-  if (chosen && may_quantize && chosen->device_tier && chosen->method == "lora") {
-    Settings qlora = *chosen;
-    qlora.strategy = "single";
-    qlora.device_tier = false;
-    qlora.host_optim_frac = qlora.host_param_frac = 0.0;
-    qlora.offload_optim_frac = qlora.offload_param_frac = 0.0;
-    qlora.quantize = "nf4";
-    qlora.double_quant = true;
-    for (const std::string& p : precisions)
-      if (auto alternative = search(qlora, {{0.0, 0.0}}, p)) {
-        Plan::Alternative a;
-        a.settings = *alternative;
-        a.peak = estimate_memory(c, *alternative, in.checkpoint_bytes).peak();
-        plan.alternatives.push_back(a);
-        break;
-      }
-  }
+  if (chosen && may_quantize && chosen->device_tier && chosen->method == "lora")
+    add_alternative(as_qlora(*chosen));
   if (!chosen && may_quantize) {
-    Settings qlora = base;
-    qlora.method = "lora";
-    qlora.strategy = "single";
-    qlora.quantize = "nf4";
-    qlora.double_quant = true;
+    const Settings qlora = as_qlora(base);
     for (const std::string& p : precisions)
       if ((chosen = search(qlora, {{0.0, 0.0}}, p))) break;
     if (chosen)
@@ -825,11 +821,7 @@ Plan make_plan(const PlanInputs& in) {
     // The smallest configuration the engine has, to show how far off the job is.
     Settings least = base;
     least.method = "lora";
-    if (may_quantize) {
-      least.strategy = "single";
-      least.quantize = "nf4";
-      least.double_quant = true;
-    }
+    if (may_quantize) least = as_qlora(least);
     least.micro_batch = 1;
     least.gradient_accumulation = saturating_mul(spec.training.gradient_accumulation, batch);
     least.activation_checkpointing = true;
@@ -1117,10 +1109,7 @@ Plan make_plan(const PlanInputs& in) {
     a.seconds_per_step =
         modelled_step_seconds(a.settings, model_work(c, a.settings, tokens), tokens, layers, flops);
     const bool quantized = a.settings.quantize != "none" && s.quantize == "none";
-    a.summary = (a.settings.method != "lora" ? std::string("full fine-tuning")
-                 : quantized ? "QLoRA (rank " + std::to_string(a.settings.lora_rank) + ", " +
-                                   a.settings.quantize + " base)"
-                             : "LoRA (rank " + std::to_string(a.settings.lora_rank) + ")") +
+    a.summary = method_phrase(a.settings) +
                 (a.settings.on_gpu ? " with everything on the GPU" : " with everything in RAM") +
                 " would fit too: " + gib(a.peak) + " peak, about " +
                 std::to_string(a.seconds_per_step).substr(0, 5) +
@@ -1148,11 +1137,7 @@ Plan make_plan(const PlanInputs& in) {
 
   const std::uint64_t peak = tier.estimate.peak();
   const std::string budget = gib(tier.budget) + (tier.simulated ? " (simulated)" : "");
-  const std::string method =
-      s.method != "lora" ? std::string("full fine-tuning")
-      : s.quantize != "none"
-          ? "QLoRA (rank " + std::to_string(s.lora_rank) + ", " + s.quantize + " base)"
-          : "LoRA (rank " + std::to_string(s.lora_rank) + ")";
+  const std::string method = method_phrase(s);
   if (plan.fits && distributed)
     plan.explanation = method + " in " + s.precision + " as " + std::to_string(processes) +
                        " processes with " + strategy_phrase(s) + ", micro-batch " +
