@@ -22,6 +22,8 @@
 #include <memory>
 #include <string>
 
+#include "cuda/kernels.h"
+
 namespace c10d {
 class Backend;
 class Store;
@@ -35,7 +37,7 @@ struct DeviceMemory;
 namespace tessera::cuda {
 
 // Bumped whenever Runtime changes: a module from another build is refused, not called.
-inline constexpr int kRuntimeAbi = 2;
+inline constexpr int kRuntimeAbi = 3;
 
 // What the module does; every pointer is set.
 struct Runtime {
@@ -56,6 +58,11 @@ struct Runtime {
   // current stream there.
   int (*rms_norm_forward_f32)(const float* x, const float* weight, float* y, std::int64_t rows,
                               std::int64_t cols, float eps, int device);
+  // kernels.h's dequantize_four_bit / dequantize_int8 on GPU `device`, on torch's current
+  // stream there (QLoRA's base, a tile at a time).
+  int (*dequantize_four_bit)(const FourBitBlock& block, DequantizedType type, void* out,
+                             int device);
+  int (*dequantize_int8)(const Int8Block& block, DequantizedType type, void* out, int device);
 };
 
 // The loaded module, or null (no driver, no module, TESSERA_CUDA=0, or it failed to load).

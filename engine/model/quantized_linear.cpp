@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "cuda/runtime.h"
 #include "hf/config.h"
 #include "hf/safetensors.h"
 #include "model/layers.h"
@@ -512,6 +513,85 @@ torch::Tensor QuantizedWeight::dequantize_block_with_ops(std::int64_t first_row,
   return dtype == torch::kFloat32 ? values.contiguous() : values.to(dtype).contiguous();
 }
 
+torch::Tensor QuantizedWeight::block_output(std::int64_t rows, std::int64_t cols,
+                                            torch::Dtype dtype, const torch::Tensor& into) const {
+  if (!into.defined())
+    return torch::empty({rows, cols}, torch::TensorOptions().dtype(dtype).device(device()));
+  const std::int64_t bytes = rows * cols * static_cast<std::int64_t>(c10::elementSize(dtype));
+  if (!into.is_contiguous() || into.nbytes() < static_cast<std::size_t>(bytes) ||
+      into.device() != device())
+    throw Error(ErrorKind::Internal, "QuantizedWeight: the buffer is too small or elsewhere");
+  return into.view(torch::kUInt8).reshape({-1}).narrow(0, 0, bytes).view(dtype).view({rows, cols});
+}
+
+torch::Tensor QuantizedWeight::dequantize_block_with_kernel(
+    const cuda::Runtime& runtime, std::int64_t first_row, std::int64_t end_row,
+    std::int64_t first_col, std::int64_t end_col, torch::Dtype dtype,
+    const torch::Tensor& into) const {
+  cuda::DequantizedType type = cuda::DequantizedType::Float32;
+  if (dtype == torch::kBFloat16)
+    type = cuda::DequantizedType::BFloat16;
+  else if (dtype == torch::kHalf)
+    type = cuda::DequantizedType::Float16;
+  else if (dtype != torch::kFloat32)
+    throw Error(ErrorKind::Internal, "QuantizedWeight: no dequantization to this dtype");
+  const std::int64_t rows = end_row - first_row, cols = end_col - first_col;
+  torch::Tensor out = block_output(rows, cols, dtype, into);
+  const int status =
+      is_four_bit_format()
+          ? runtime.dequantize_four_bit(four_bit_block(first_row, end_row, first_col, end_col),
+                                        type, out.data_ptr(), device().index())
+          : runtime.dequantize_int8(int8_block(first_row, end_row, first_col, end_col), type,
+                                    out.data_ptr(), device().index());
+  if (status != 0)
+    throw_io("the CUDA dequantization kernel failed to launch (CUDA error " +
+             std::to_string(status) + ")");
+  return out;
+}
+
+cuda::FourBitBlock QuantizedWeight::four_bit_block(std::int64_t first_row, std::int64_t end_row,
+                                                   std::int64_t first_col,
+                                                   std::int64_t end_col) const {
+  if (!is_four_bit_format()) throw Error(ErrorKind::Internal, "QuantizedWeight: not 4-bit");
+  check_block(first_row, end_row, first_col, end_col);
+  cuda::FourBitBlock block;
+  block.codes = codes_.data_ptr<std::uint8_t>();
+  if (nested_) {
+    block.nested_codes = nested_->codes.data_ptr<std::uint8_t>();
+    block.nested_code = nested_->code.data_ptr<float>();
+    block.nested_scales = nested_->scales.data_ptr<float>();
+    block.nested_blocksize = nested_->blocksize;
+    block.nested_offset = nested_->offset;
+  } else {
+    block.absmax = scales_.data_ptr<float>();
+  }
+  const std::array<float, 16>& code = quant::four_bit_code(four_bit_type(format_));
+  std::copy(code.begin(), code.end(), block.code);
+  block.in_features = in_features_;
+  block.blocksize = blocksize_;
+  block.first_row = first_row;
+  block.rows = end_row - first_row;
+  block.first_col = first_col;
+  block.cols = end_col - first_col;
+  return block;
+}
+
+cuda::Int8Block QuantizedWeight::int8_block(std::int64_t first_row, std::int64_t end_row,
+                                            std::int64_t first_col, std::int64_t end_col) const {
+  if (is_four_bit_format()) throw Error(ErrorKind::Internal, "QuantizedWeight: not int8");
+  check_block(first_row, end_row, first_col, end_col);
+  cuda::Int8Block block;
+  block.codes = codes_.data_ptr<std::int8_t>();
+  block.row_absmax = scales_.data_ptr<float>();
+  block.inverse_127 = quant::kInt8Inverse127;
+  block.in_features = in_features_;
+  block.first_row = first_row;
+  block.rows = end_row - first_row;
+  block.first_col = first_col;
+  block.cols = end_col - first_col;
+  return block;
+}
+
 torch::Tensor QuantizedWeight::dequantize_to_host() const {
   if (device().is_cpu()) return dequantize();
   torch::Tensor out = torch::empty({out_features_, in_features_}, torch::kFloat32);
@@ -540,19 +620,15 @@ torch::Tensor QuantizedWeight::dequantize_block(std::int64_t first_row, std::int
                                                 torch::Dtype dtype,
                                                 const torch::Tensor& into) const {
   check_block(first_row, end_row, first_col, end_col);
+  const cuda::Runtime* runtime = cuda::runtime();
+  if (device().is_cuda() && runtime != nullptr)
+    return dequantize_block_with_kernel(*runtime, first_row, end_row, first_col, end_col, dtype,
+                                        into);
   if (!device().is_cpu())
     return dequantize_block_with_ops(first_row, end_row, first_col, end_col, dtype);
   const std::int64_t rows = end_row - first_row, cols = end_col - first_col;
   const bool whole_rows = cols == in_features_;
-  torch::Tensor out;
-  if (into.defined()) {
-    const std::int64_t bytes = rows * cols * static_cast<std::int64_t>(c10::elementSize(dtype));
-    if (!into.is_contiguous() || into.nbytes() < static_cast<std::size_t>(bytes))
-      throw Error(ErrorKind::Internal, "QuantizedWeight: the buffer is too small");
-    out = into.view(torch::kUInt8).reshape({-1}).narrow(0, 0, bytes).view(dtype).view({rows, cols});
-  } else {
-    out = torch::empty({rows, cols}, torch::TensorOptions().dtype(dtype));
-  }
+  torch::Tensor out = block_output(rows, cols, dtype, into);
   auto* base = static_cast<std::uint8_t*>(out.data_ptr());
   const std::size_t element = out.element_size();
   // Whole rows are one run of values; a band of columns is a run per row. Runs are dequantized

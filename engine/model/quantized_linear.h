@@ -17,7 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "cuda/kernels.h"
 #include "quant/tiles.h"
+
+namespace tessera::cuda {
+struct Runtime;
+}  // namespace tessera::cuda
 
 namespace tessera::hf {
 class SafetensorsCheckpoint;
@@ -74,7 +79,8 @@ class QuantizedWeight {
   // or float16). A block of whole rows starts on a 4-bit block; a band of columns needs
   // column_bands() and starts (and ends, or reaches the last column) on one. Written into
   // `into`'s storage when given (at least that many bytes, contiguous: a buffer reused from tile
-  // to tile), else into a new tensor. On a GPU (storage moved by to()), as torch ops there
+  // to tile, on the storage's device), else into a new tensor. On a GPU (storage moved by to()),
+  // by the CUDA module's kernel; on another device (the tests' meta), as torch ops there
   // (dequantize_block_with_ops), into a new tensor on it.
   torch::Tensor dequantize_block(std::int64_t first_row, std::int64_t end_row,
                                  std::int64_t first_col, std::int64_t end_col,
@@ -95,11 +101,18 @@ class QuantizedWeight {
   // the device holds no more than one tile's workspace (the merged export).
   torch::Tensor dequantize_to_host() const;
   // The same block computed by torch ops on the storage's device (a table lookup of each packed
-  // byte's two codes, times the block's absmax in float32, cast): the path a GPU takes, the same
-  // bits as the CPU's own loops. On the CPU it serves the tests that hold the two equal.
+  // byte's two codes, times the block's absmax in float32, cast): the same bits as the CPU's own
+  // loops and the CUDA kernel's. The path of a device without the kernel; on the CPU and the GPU
+  // it serves the tests that hold the three equal.
   torch::Tensor dequantize_block_with_ops(std::int64_t first_row, std::int64_t end_row,
                                           std::int64_t first_col, std::int64_t end_col,
                                           torch::Dtype dtype = torch::kFloat32) const;
+  // The block as the CUDA kernels read it (cuda/kernels.h): pointers into the storage, wherever
+  // it is; a 4-bit format's for four_bit_block, int8's for int8_block.
+  cuda::FourBitBlock four_bit_block(std::int64_t first_row, std::int64_t end_row,
+                                    std::int64_t first_col, std::int64_t end_col) const;
+  cuda::Int8Block int8_block(std::int64_t first_row, std::int64_t end_row, std::int64_t first_col,
+                             std::int64_t end_col) const;
   // Moves the codes and scales to `device` (QLoRA on a GPU; LinearImpl::to calls it): the layer
   // then computes there, a tile at a time as on the CPU.
   void to(const torch::Device& device);
@@ -153,6 +166,15 @@ class QuantizedWeight {
   // tensor on the storage's device.
   torch::Tensor block_absmax(std::int64_t first, std::int64_t count) const;
   torch::Tensor code_pairs() const;
+  // The block by the CUDA module's kernel (cuda/kernels.h), into `into` or a new tensor: on a
+  // GPU, one pass from the codes to the tile (dequantize_block_with_ops' bits).
+  torch::Tensor dequantize_block_with_kernel(const cuda::Runtime& runtime, std::int64_t first_row,
+                                             std::int64_t end_row, std::int64_t first_col,
+                                             std::int64_t end_col, torch::Dtype dtype,
+                                             const torch::Tensor& into) const;
+  // rows × cols of `dtype` on the storage's device: a view of `into`'s storage, else new.
+  torch::Tensor block_output(std::int64_t rows, std::int64_t cols, torch::Dtype dtype,
+                             const torch::Tensor& into) const;
   void double_quantize();
   void quantize_band(std::int64_t first_row, const torch::Tensor& rows);
   bool is_four_bit_format() const { return format_ != QuantizedFormat::Int8; }

@@ -181,14 +181,11 @@ MemoryEstimate estimate_memory(const hf::ModelConfig& c, const Settings& s,
   const double stack =
       s.activation_checkpointing ? layers * act.boundary + act.layer : layers * act.layer;
   const double head = act.head;
-  // A quantized linear's workspace: the tile it dequantizes, in the compute dtype (on the CPU no
-  // float32 copy: engine/model/quantized_linear), and its output's pieces beside their
-  // concatenation. On a GPU, torch ops there: at most 8 bytes a value at once (a 4-bit tile's
-  // int64 index of each packed byte beside its float32 values, then those beside the cast; int8
-  // takes less).
-  const double tile_bytes_per_value = s.on_gpu ? 8.0 : bf16 ? 2.0 : 4.0;
+  // A quantized linear's workspace: the tile it dequantizes, in the compute dtype (no float32
+  // copy, on the CPU or by the CUDA kernel on a GPU: engine/model/quantized_linear), and its
+  // output's pieces beside their concatenation.
   const double workspace = quantized.elements > 0
-                               ? d(quant::kDequantizeTileElements) * tile_bytes_per_value +
+                               ? d(quant::kDequantizeTileElements) * (bf16 ? 2.0 : 4.0) +
                                      d(s.micro_batch) * d(s.sequence_length) *
                                          widest_layer_output(c) * (bf16 ? 2.0 : 4.0)
                                : 0.0;

@@ -12,7 +12,8 @@ reference loops are the CPU parity suites' own (tests/parity), here on `cuda`:
 - 20 full fine-tuning steps equal transformers + torch.optim.AdamW on the GPU, LoRA equal peft,
   bf16 close to fp32, activation checkpointing and resume exact with dropout drawing from the
   GPU's generator (tessera-train-probe with single on cuda);
-- QLoRA (nf4 double-quantized, fp4, int8; single, and gemini's device tier) equal to the same
+- QLoRA's tiles dequantized by the CUDA kernel to the CPU's bits (tessera-model-probe
+  --dequantize); QLoRA (nf4 double-quantized, fp4, int8; single, and gemini's device tier) equal to the same
   run on the CPU, and a QLoRA job's merged export equal to the CPU job's;
 - the other strategies on cuda: equal to single where they run; where a strategy still refuses
   CUDA with "not supported yet", the test is an expected failure that says so.
@@ -648,12 +649,47 @@ GEMINI_HYBRID = ({"device": "cuda", "host_param_frac": 0.5, "host_optim_frac": 0
                  if DEVICE == "cuda" else {"device": "cpu"})
 
 
+@pytest.mark.parametrize("fmt", ["nf4", "nf4-dq", "fp4", "fp4-dq", "int8"])
+@pytest.mark.parametrize("shape", [(50, 192), (20, 100)])
+def test_quantized_tiles_dequantize_on_the_gpu_to_the_cpus_bits(fmt, shape, tmp_path):
+    """QLoRA's base on cuda: each tile dequantized by the CUDA module's kernel (one pass from the
+    packed codes), into a new tensor or a reused buffer, has the same bits as the CPU's loops and
+    as the torch-ops path, in float32, bf16 and fp16: whole weights, rows from inside, bands of
+    columns (192 columns: 3 blocks a row), and a short last block (20 x 100 = 31 blocks and 16
+    values). On the suite's CPU leg the `device` path is the CPU's loops."""
+    torch.manual_seed(3)
+    weight = torch.randn(*shape) * 0.05
+    weight[1, :5] = 0.0  # a block with zeros, and one larger value
+    weight[2, 7] = 1.5
+    from safetensors.torch import save_file
+
+    save_file({"weight": weight.contiguous()}, str(tmp_path / "weight.safetensors"))
+    args = [str(mp.probe_path()), "--dequantize", fmt.removesuffix("-dq"), "--device", DEVICE,
+            "--input", str(tmp_path / "weight.safetensors"), "--output", str(tmp_path / "out.safetensors")]
+    if fmt.endswith("-dq"):
+        args.append("--double-quant")
+    proc = subprocess.run(args, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out = load_file(str(tmp_path / "out.safetensors"))
+    cases = sorted({name.rsplit(".", 1)[0] for name in out})
+    assert len(cases) >= 6, cases  # whole and rows, in three dtypes (bands where 192 columns)
+    for case in cases:
+        cpu = out[f"{case}.cpu"]
+        for path in ("device", "device_into", "ops"):
+            assert torch.equal(out[f"{case}.{path}"], cpu), (case, path)
+    whole = out["whole.float32.cpu"]
+    assert whole.shape == weight.shape
+    rel = ((whole - weight).abs().max() / weight.abs().max()).item()
+    print(f"{fmt} {shape}: {len(cases)} blocks equal on {DEVICE}; quantization error {rel:.3f} of the largest value")
+    assert rel < (0.02 if fmt == "int8" else 0.2)  # the codes hold the weight, not zeros
+
+
 @pytest.mark.parametrize("fmt,plugin", [("nf4-dq", "single"), ("fp4", "single"), ("int8", "single"),
                                         ("nf4-dq", "gemini")])
 def test_qlora_on_the_gpu_equals_the_cpu(fmt, plugin, llama_dir, batches, tmp_path):  # noqa: F811
     """QLoRA on cuda: the quantized base moves to the GPU with the model (single) or with the
     chunks (gemini's device tier, its shards half in host memory), and each tile is dequantized
-    there by torch ops, to the same bits as the CPU's loops (test_model holds the two equal). 10
+    there by the CUDA kernel, to the same bits as the CPU's loops (the test above). 10
     steps equal the same run under single on the CPU, whose parity with bitsandbytes + peft is
     parity_qlora's (bitsandbytes is not on the GPU machine)."""
     from peft import LoraConfig

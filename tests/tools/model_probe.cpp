@@ -4,22 +4,30 @@
 //   tessera-model-probe --model DIR [--dtype float32|bfloat16] [--device cpu|cuda] --input IN
 //       --output OUT
 //   tessera-model-probe --model DIR [--dtype …] --list-parameters
+//   tessera-model-probe --dequantize nf4|fp4|int8 [--double-quant] [--blocksize N]
+//       [--device cpu|cuda] --input IN --output OUT
 //
 // IN is a safetensors file with `input_ids` [B, T] (I64 or I32) and optionally
 // `attention_mask`, `labels`, `token_type_ids`. OUT is a safetensors file with F32 tensors
 // `logits`, `hidden_states` and `loss` (shape []), each only when the model produced it.
 // --device: where the model computes (default cpu; tests/gpu runs it on cuda).
 // --list-parameters prints "name<TAB>shape" per parameter, in registration order.
+// --dequantize quantizes IN's F32 `weight` [out, in] on the host and writes, for blocks of it
+// (CASE: `whole`, `rows` from a row inside, `band` of columns where the format has them) and
+// each DTYPE (float32, bfloat16, float16), F32 tensors CASE.DTYPE.PATH: PATH `cpu` the host's
+// loops, `device` dequantize_block with the storage on --device (the CUDA kernel on a GPU),
+// `device_into` the same into a reused buffer there, `ops` dequantize_block_with_ops there.
 #include <torch/torch.h>
 
 #include <cstring>
 #include <iostream>
 #include <string>
 
-#include "core/fatal_signals.h"
 #include "core/error.h"
+#include "core/fatal_signals.h"
 #include "hf/safetensors.h"
 #include "model/model.h"
+#include "model/quantized_linear.h"
 
 namespace {
 
@@ -29,7 +37,9 @@ using tessera::model::ForwardInput;
   throw tessera::Error(
       tessera::ErrorKind::Usage, why,
       "usage: tessera-model-probe --model DIR [--dtype float32|bfloat16] [--device cpu|cuda] "
-      "(--input IN.safetensors --output OUT.safetensors | --list-parameters)");
+      "(--input IN.safetensors --output OUT.safetensors | --list-parameters), or "
+      "tessera-model-probe --dequantize nf4|fp4|int8 [--double-quant] [--blocksize N] "
+      "[--device cpu|cuda] --input IN.safetensors --output OUT.safetensors");
 }
 
 torch::Tensor read_integer_tensor(const tessera::hf::SafetensorsCheckpoint& file,
@@ -52,9 +62,84 @@ struct OutputTensor {
   torch::Tensor values;  // contiguous float32 on the CPU
 };
 
+void write_outputs(const std::string& path, const std::vector<OutputTensor>& outputs) {
+  std::vector<tessera::hf::TensorToWrite> tensors;
+  for (const auto& o : outputs) {
+    tessera::hf::TensorToWrite w;
+    w.name = o.name;
+    w.dtype = tessera::hf::DType::F32;
+    w.shape.assign(o.values.sizes().begin(), o.values.sizes().end());
+    w.bytes = {reinterpret_cast<const std::uint8_t*>(o.values.data_ptr<float>()),
+               static_cast<std::size_t>(o.values.numel()) * sizeof(float)};
+    tensors.push_back(w);
+  }
+  tessera::hf::write_safetensors(path, tensors);
+}
+
+// --dequantize: the same blocks by the host's loops and on `device` (see the top of the file).
+int dequantize_blocks(const std::string& format_name, bool double_quant, std::int64_t blocksize,
+                      const torch::Device& device, const std::string& input_path,
+                      const std::string& output_path) {
+  namespace model = tessera::model;
+  const model::QuantizedFormat format =
+      model::quantized_format_from_name(format_name, "--dequantize");
+  auto input = tessera::hf::SafetensorsCheckpoint::open(input_path);
+  const tessera::hf::TensorInfo& info = input.info("weight");
+  if (info.dtype != tessera::hf::DType::F32 || info.shape.size() != 2)
+    tessera::throw_invalid(input_path + ": `weight` must be a 2-D F32 tensor");
+  tessera::hf::TensorView view = input.view("weight");
+  const torch::Tensor weight =
+      torch::from_blob(const_cast<std::uint8_t*>(view.bytes.data()), info.shape, torch::kFloat32)
+          .clone();
+  const model::QuantizedWeight host(weight, format, blocksize, double_quant);
+  model::QuantizedWeight moved(weight, format, blocksize, double_quant);
+  moved.to(device);
+  const bool four_bit = format != model::QuantizedFormat::Int8;
+  const std::int64_t rows = host.out_features(), cols = host.in_features();
+  struct Block {
+    std::string name;
+    std::int64_t first_row, end_row, first_col, end_col;
+  };
+  std::vector<Block> blocks{{"whole", 0, rows, 0, cols}};
+  std::int64_t inside = 1;  // the first row after 0 that starts a 4-bit block
+  while (four_bit && inside < rows && (inside * cols) % blocksize != 0) ++inside;
+  if (inside < rows) blocks.push_back({"rows", inside, rows, 0, cols});
+  if (host.column_bands()) {
+    const std::int64_t first = four_bit ? blocksize : 3;
+    const std::int64_t end = four_bit ? std::min(cols, 3 * blocksize) : cols - 2;
+    if (first < end) blocks.push_back({"band", 0, rows, first, end});
+  }
+  const std::pair<const char*, torch::Dtype> dtypes[] = {
+      {"float32", torch::kFloat32}, {"bfloat16", torch::kBFloat16}, {"float16", torch::kHalf}};
+  std::vector<OutputTensor> outputs;
+  auto add = [&](const std::string& name, const torch::Tensor& t) {
+    outputs.push_back({name, t.to(torch::kCPU, torch::kFloat32).contiguous()});
+  };
+  for (const Block& b : blocks) {
+    for (const auto& [dtype_name, dtype] : dtypes) {
+      const std::string prefix = b.name + "." + dtype_name + ".";
+      add(prefix + "cpu",
+          host.dequantize_block(b.first_row, b.end_row, b.first_col, b.end_col, dtype));
+      add(prefix + "device",
+          moved.dequantize_block(b.first_row, b.end_row, b.first_col, b.end_col, dtype));
+      // A buffer larger than the block, as a layer reuses from tile to tile.
+      const torch::Tensor buffer =
+          torch::full({rows * cols + 64}, 7, torch::TensorOptions().dtype(dtype).device(device));
+      add(prefix + "device_into",
+          moved.dequantize_block(b.first_row, b.end_row, b.first_col, b.end_col, dtype, buffer));
+      add(prefix + "ops",
+          moved.dequantize_block_with_ops(b.first_row, b.end_row, b.first_col, b.end_col, dtype));
+    }
+  }
+  write_outputs(output_path, outputs);
+  return 0;
+}
+
 int run(int argc, char** argv) {
   std::string model_dir, input_path, output_path, dtype_name = "float32", device_name = "cpu";
-  bool list_parameters = false;
+  std::string dequantize;
+  std::int64_t blocksize = 64;
+  bool list_parameters = false, double_quant = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -73,16 +158,26 @@ int run(int argc, char** argv) {
       device_name = value();
     else if (arg == "--list-parameters")
       list_parameters = true;
+    else if (arg == "--dequantize")
+      dequantize = value();
+    else if (arg == "--double-quant")
+      double_quant = true;
+    else if (arg == "--blocksize")
+      blocksize = std::stoll(value());
     else
       usage("unknown argument \"" + arg + "\"");
+  }
+  const torch::Device device(device_name);  // "cpu", "cuda", "cuda:1"
+  if (device.is_cuda() && !torch::cuda::is_available())
+    tessera::throw_unsupported("--device " + device_name + ": no CUDA device is present");
+  if (!dequantize.empty()) {
+    if (input_path.empty() || output_path.empty()) usage("--dequantize needs --input and --output");
+    return dequantize_blocks(dequantize, double_quant, blocksize, device, input_path, output_path);
   }
   if (model_dir.empty()) usage("--model is required");
   if (!list_parameters && (input_path.empty() || output_path.empty()))
     usage("--input and --output are required unless --list-parameters is given");
 
-  const torch::Device device(device_name);  // "cpu", "cuda", "cuda:1"
-  if (device.is_cuda() && !torch::cuda::is_available())
-    tessera::throw_unsupported("--device " + device_name + ": no CUDA device is present");
   torch::NoGradGuard no_grad;
   auto model = tessera::model::load_pretrained(
       model_dir, tessera::model::dtype_from_string(dtype_name), device);
@@ -111,17 +206,7 @@ int run(int argc, char** argv) {
   add("logits", out.logits);
   add("hidden_states", out.hidden_states);
   add("loss", out.loss);
-  std::vector<tessera::hf::TensorToWrite> tensors;
-  for (const auto& o : outputs) {
-    tessera::hf::TensorToWrite w;
-    w.name = o.name;
-    w.dtype = tessera::hf::DType::F32;
-    w.shape.assign(o.values.sizes().begin(), o.values.sizes().end());
-    w.bytes = {reinterpret_cast<const std::uint8_t*>(o.values.data_ptr<float>()),
-               static_cast<std::size_t>(o.values.numel()) * sizeof(float)};
-    tensors.push_back(w);
-  }
-  tessera::hf::write_safetensors(output_path, tensors);
+  write_outputs(output_path, outputs);
   return 0;
 }
 

@@ -43,6 +43,18 @@ int rms_norm_forward_on(const float* x, const float* weight, float* y, std::int6
                               c10::cuda::getCurrentCUDAStream(index).stream());
 }
 
+int dequantize_four_bit_on(const FourBitBlock& block, DequantizedType type, void* out, int device) {
+  const auto index = static_cast<c10::DeviceIndex>(device);
+  const c10::cuda::CUDAGuard guard(index);
+  return dequantize_four_bit(block, type, out, c10::cuda::getCurrentCUDAStream(index).stream());
+}
+
+int dequantize_int8_on(const Int8Block& block, DequantizedType type, void* out, int device) {
+  const auto index = static_cast<c10::DeviceIndex>(device);
+  const c10::cuda::CUDAGuard guard(index);
+  return dequantize_int8(block, type, out, c10::cuda::getCurrentCUDAStream(index).stream());
+}
+
 Runtime make_table() {
   Runtime table;
   table.make_device_tier = &make_device_tier;
@@ -51,6 +63,8 @@ Runtime make_table() {
   table.has_nccl = nccl_built();
   table.make_nccl_backend = &make_nccl_backend;
   table.rms_norm_forward_f32 = &rms_norm_forward_on;
+  table.dequantize_four_bit = &dequantize_four_bit_on;
+  table.dequantize_int8 = &dequantize_int8_on;
   return table;
 }
 
