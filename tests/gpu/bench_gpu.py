@@ -13,6 +13,9 @@ a time on the GPU; prints ours ÷ peer ratios and writes them as JSON).
 - gemini with the optimizer state in host memory (`host_optim_frac` 1: the parameters on the GPU,
   the CPU Adam updating float32 masters and moments from gradients copied down as they arrive)
   ÷ ours on `single` (everything on the GPU), the same model and batches (goal <= 1.10).
+- QLoRA: LoRA (rank 16, every linear of the blocks) on the base quantized to NF4 with
+  double-quantized absmax, ÷ LoRA on the bf16 base: what dequantizing each tile (our CUDA kernel,
+  forward and backward) costs a step, and the GPU memory it saves.
 - Not measured: the largest model gemini trains on one GPU with host RAM and disk (0.8 × (GPU +
   RAM + disk) ÷ 16 bytes is ~16B parameters on an H200 machine: its checkpoint and optimizer
   state alone exceed the 64 GiB disk and the device time of a session).
@@ -139,13 +142,15 @@ def batches_file(path, count):
     return ids
 
 
-def ours_step_seconds(model_dir, batches, steps, work, plugin="single", options=None, profiled=0):
+def ours_step_seconds(model_dir, batches, steps, work, plugin="single", options=None, profiled=0,
+                      extra=(), name=None):
     """Ours on `plugin`: {step_s: the median of steps TIMED_FROM..steps-1, losses: the first
     `steps`, wall_s: the run with loading, peak_bytes: the CUDA allocator's peak (the memory
     events' device tier; on the CPU the process's peak RSS), profile: with `profiled`, the summary
-    of that many more steps under the profiler}."""
+    of that many more steps under the profiler}. `extra`: more flags (the method); `name`: the
+    run's files' name (the plugin's by default)."""
     probe = Path(os.environ["TESSERA_TOOLS_DIR"]) / "tessera-train-probe"
-    events = work / f"events-{plugin}.jsonl"
+    events = work / f"events-{name or plugin}.jsonl"
     trace = work / f"trace-{plugin}.json"
     cmd = [str(probe), "--model", str(model_dir), "--batches", str(batches),
            "--steps", str(steps + profiled),
@@ -153,7 +158,7 @@ def ours_step_seconds(model_dir, batches, steps, work, plugin="single", options=
            # the peer's loop: a constant rate and torch's AdamW default weight decay
            "--schedule", "constant", "--weight-decay", "0.01", "--max-grad-norm", "1.0",
            "--events", str(events), "--plugin", plugin, "--strategy-options",
-           json.dumps({"device": DEVICE, **(options or {})})]
+           json.dumps({"device": DEVICE, **(options or {})}), *extra]
     if profiled:
         cmd += ["--profile", str(trace), "--profile-from", str(steps)]
     t0 = time.monotonic()
@@ -391,6 +396,30 @@ def main():
             except Exception as e:  # noqa: BLE001 - reported beside the rest
                 out["gemini_error"] = str(e)
                 print(f"gemini, optimizer in host memory: failed: {e}", flush=True)
+
+        save()
+        if "ours_step_s" in out:
+            # QLoRA's cost (on the GPU; --smoke: on the CPU): the same LoRA (rank 16 on every
+            # linear of the blocks) on the base quantized to NF4 with double-quantized absmax,
+            # each tile dequantized by our kernel in forward and again in backward, ÷ LoRA on the
+            # bf16 base.
+            try:
+                lora = ["--method", "lora", "--lora-rank", "16", "--lora-alpha", "32",
+                        "--lora-targets", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"]
+                steps = {}
+                for name, flags in (("lora", lora), ("qlora", lora + ["--quantize", "nf4", "--double-quant"])):
+                    run = ours_step_seconds(work / "model", work / "batches.safetensors", args.steps,
+                                            work, extra=flags, name=name)
+                    steps[name] = run["step_s"]
+                    out.update({f"{name}_step_s": run["step_s"], f"{name}_peak_bytes": run["peak_bytes"]})
+                out["qlora_step_ratio"] = steps["qlora"] / steps["lora"]
+                print(f"LoRA {steps['lora'] * 1e3:.1f} ms/step, QLoRA (nf4, double-quantized) "
+                      f"{steps['qlora'] * 1e3:.1f} ms/step: QLoRA ÷ LoRA {out['qlora_step_ratio']:.3f}; "
+                      f"{'GPU' if DEVICE == 'cuda' else 'RSS'} peak {out['lora_peak_bytes'] / 2**30:.2f} → {out['qlora_peak_bytes'] / 2**30:.2f} GiB",
+                      flush=True)
+            except Exception as e:  # noqa: BLE001 - reported beside the rest
+                out["qlora_error"] = str(e)
+                print(f"QLoRA: failed: {e}", flush=True)
     save()
     return 0
 

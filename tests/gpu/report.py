@@ -169,6 +169,12 @@ def main(logs: Path) -> int:
                          f"{g.get('exposed_copy_s', 0.0) * 1e3:.1f} ms of them not hidden)")
         if "gemini_error" in bench:
             lines.append(f"- gemini failed: {bench['gemini_error'][:300]}")
+        if "qlora_step_ratio" in bench:
+            lines.append(f"- QLoRA (nf4, double-quantized) {bench['qlora_step_s'] * 1e3:.1f} ms/step ÷ LoRA on "
+                         f"the bf16 base {bench['lora_step_s'] * 1e3:.1f} ms/step: {bench['qlora_step_ratio']:.3f}; "
+                         f"peak {bench['lora_peak_bytes'] / 2**30:.2f} → {bench['qlora_peak_bytes'] / 2**30:.2f} GiB")
+        if "qlora_error" in bench:
+            lines.append(f"- QLoRA failed: {bench['qlora_error'][:300]}")
         if "loss_max_rel" in bench:
             lines.append(f"- losses ours vs Trainer: at most {bench['loss_max_rel']:.2e} relative apart")
         if "speedup_vs_trainer" in bench:

@@ -608,7 +608,8 @@ def test_the_report_names_the_frames_of_a_crash(tmp_path):
 @pytest.mark.skipif(DEVICE == "cuda", reason="run.sh runs the benchmark itself on the GPU")
 def test_the_benchmark_times_and_profiles_both_sides(tmp_path):
     """bench_gpu.py --smoke (the CPU, a tiny llama) before a GPU session runs it: both sides timed
-    and profiled after the timed steps, their losses close, and the report shows the breakdown."""
+    and profiled after the timed steps, their losses close, QLoRA timed against LoRA, and the
+    report shows the breakdown."""
     out = tmp_path / "logs"
     out.mkdir()
     done = subprocess.run(
@@ -624,6 +625,8 @@ def test_the_benchmark_times_and_profiles_both_sides(tmp_path):
     plan = bench["plan"]
     assert plan["tier"] == "host" and plan["settings"]["micro_batch"] == 2
     assert plan["step_ratio"] > 0 and plan["peak_ratio"] > 0
+    # QLoRA against LoRA on the same base: both timed.
+    assert bench["qlora_step_ratio"] > 0, bench.get("qlora_error")
     import trace_summary
 
     for side in ("ours", "trainer"):
@@ -641,6 +644,7 @@ def test_the_benchmark_times_and_profiles_both_sides(tmp_path):
                             capture_output=True, text=True, check=True).stdout
     assert "Where a step goes (2 profiled steps" in report and "| gemm |" in report, report
     assert "the plan of the same job" in report, report
+    assert "QLoRA (nf4, double-quantized)" in report, report
 
 
 # gemini's device tier with the parameter and optimizer shards half in host memory (on the

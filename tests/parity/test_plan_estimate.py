@@ -325,8 +325,10 @@ def test_auto_run_trains_with_the_plan_and_keeps_the_optimizer_step(workdir):
     print(f"micro-batch {s['micro_batch']}: peak RSS {auto_peak / 2**20:.0f} MiB against "
           f"{single_peak / 2**20:.0f} MiB at once (ratio {auto_peak / single_peak:.2f})")
     # Loading (the model and its memory-mapped checkpoint) is the same for both and can be the
-    # process's peak: the split may only lower it.
-    assert auto_peak <= single_peak
+    # process's peak: the split may only lower it. Where loading is both runs' peak, two runs of
+    # the same load differ by a few MiB (thread stacks and allocator arenas touched in another
+    # order; 4 MiB of 697 once in CI): 1% is allowed for that.
+    assert auto_peak <= single_peak * 1.01
 
     # Resumed without the simulated budget (batch 8 would fit now): plan.json keeps the split.
     code, err, _ = peak_rss_of("run", path, "--resume", workdir / "auto" / "checkpoint-2",
