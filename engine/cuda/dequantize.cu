@@ -62,6 +62,7 @@ int launch(const Block& block, DequantizedType type, void* out, void* stream) {
   if (block.rows <= 0 || block.cols <= 0) return 0;
   const dim3 grid = grid_of(block.rows, block.cols);
   const auto s = static_cast<cudaStream_t>(stream);
+  (void)cudaGetLastError();  // what follows reports this launch alone
   switch (type) {
     case DequantizedType::Float32:
       Launch<float>::run(grid, s, block, static_cast<float*>(out));

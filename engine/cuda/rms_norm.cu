@@ -33,6 +33,7 @@ __global__ void rms_norm_forward_kernel(const float* __restrict__ x,
 int rms_norm_forward_f32(const float* x, const float* weight, float* y, std::int64_t rows,
                          std::int64_t cols, float eps, void* stream) {
   if (rows == 0 || cols == 0) return 0;
+  (void)cudaGetLastError();  // what follows reports this launch alone
   rms_norm_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0,
                             static_cast<cudaStream_t>(stream)>>>(x, weight, y, cols, eps);
   return static_cast<int>(cudaGetLastError());

@@ -148,6 +148,10 @@ struct PendingCollective::State {
   c10::intrusive_ptr<c10d::Work> work;
   at::Tensor result;
   int divisor = 1;
+  // NCCL's work on CUDA tensors: wait() orders the current stream after it and returns, so that
+  // the host keeps queuing work (a timed wait would block the host until the GPU finished it,
+  // polling; NCCL's watchdog holds the timeout given at the backend's creation instead).
+  bool stream_ordered = false;
   bool waited = false;
   std::exception_ptr error;  // what wait() threw, thrown again by a later wait()
 };
@@ -212,6 +216,7 @@ struct ProcessGroup::Impl {
     pending->timeout = timeout();
     pending->result = std::move(result);
     pending->divisor = divisor;
+    pending->stream_ordered = nccl && pending->result.defined() && pending->result.is_cuda();
     try {
       pending->work = issue();
     } catch (const Error&) {
@@ -241,7 +246,10 @@ void PendingCollective::wait() {
   state.waited = true;
   try {
     try {
-      if (!state.work->wait(state.timeout)) {
+      // 0: c10d's kNoTimeout (declared outside its namespace in some LibTorch versions).
+      const std::chrono::milliseconds timeout =
+          state.stream_ordered ? std::chrono::milliseconds(0) : state.timeout;
+      if (!state.work->wait(timeout)) {
         throw std::runtime_error("no result after " + seconds_text(state.timeout));
       }
     } catch (const Error&) {

@@ -90,6 +90,9 @@ class CudaDeviceTier : public DeviceTier {
   }
 
   c10::DataPtr allocate_host_resident(std::size_t bytes) override {
+    // Registered with this GPU's context (the thread may have another device current, or none:
+    // the primary context of GPU 0 would be made for it).
+    const c10::cuda::CUDAGuard guard(index_);
     constexpr std::size_t kPage = 4096;
     const std::size_t size = (std::max<std::size_t>(bytes, 1) + kPage - 1) / kPage * kPage;
     void* memory = std::aligned_alloc(kPage, size);
@@ -99,7 +102,7 @@ class CudaDeviceTier : public DeviceTier {
       std::free(memory);
       check(status, "cudaHostRegister");
     }
-    return {memory, new Registered{copy_stream_, memory}, &CudaDeviceTier::free_registered,
+    return {memory, new Registered{index_, copy_stream_, memory}, &CudaDeviceTier::free_registered,
             c10::Device(c10::kCPU)};
   }
 
@@ -132,13 +135,11 @@ class CudaDeviceTier : public DeviceTier {
     check(cudaStreamWaitEvent(copy_stream_.stream(), of(event), 0), "cudaStreamWaitEvent");
   }
   void host_waits(const DeviceEvent& event) override {
-    if (cudaEventQuery(of(event)) == cudaSuccess) return;
+    if (finished(of(event))) return;
     accounts_.count_host_wait();
     check(cudaEventSynchronize(of(event)), "cudaEventSynchronize");
   }
-  bool done(const DeviceEvent& event) const override {
-    return cudaEventQuery(of(event)) == cudaSuccess;
-  }
+  bool done(const DeviceEvent& event) const override { return finished(of(event)); }
 
   std::uint64_t measured_peak() const override {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index_);
@@ -159,6 +160,7 @@ class CudaDeviceTier : public DeviceTier {
   };
 
   struct Registered {
+    c10::DeviceIndex device;
     c10::cuda::CUDAStream copy_stream;
     void* memory;
   };
@@ -168,10 +170,27 @@ class CudaDeviceTier : public DeviceTier {
   // when the CUDA runtime may be gone.
   static void free_registered(void* context) {
     auto* registered = static_cast<Registered*>(context);
-    cudaStreamSynchronize(registered->copy_stream.stream());
-    cudaHostUnregister(registered->memory);
+    int current = 0;  // restored after: the caller's thread keeps its device
+    if (cudaGetDevice(&current) == cudaSuccess &&
+        cudaSetDevice(registered->device) == cudaSuccess) {
+      cudaStreamSynchronize(registered->copy_stream.stream());
+      cudaHostUnregister(registered->memory);
+      cudaSetDevice(current);
+    }
+    (void)cudaGetLastError();
     std::free(registered->memory);
     delete registered;
+  }
+
+  // Whether the event has happened. "Not ready" is left as the thread's last CUDA error, which
+  // the next kernel launch's check (ours, and LibTorch's) would report as its own failure: it is
+  // cleared, as LibTorch's own queries do.
+  static bool finished(cudaEvent_t event) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaSuccess) return true;
+    if (status != cudaErrorNotReady) check(status, "cudaEventQuery");
+    (void)cudaGetLastError();
+    return false;
   }
 
   static cudaEvent_t of(const DeviceEvent& event) {
@@ -181,15 +200,20 @@ class CudaDeviceTier : public DeviceTier {
   // The caching allocator reuses the block only after the copies and the compute queued so far
   // (recordStream; the block's own stream is ordered already), so freeing never waits on the
   // host. A collective's stream is covered by the compute stream, which waited for it.
-  // A deleter must not throw: after a sticky CUDA error (a device-side fault) the uses are not
-  // recorded, and the block goes back without events.
+  // A deleter must not throw, and the allocator's free records an event per recorded stream
+  // (throwing if that fails): after a sticky CUDA error (a device-side fault, the runtime shutting
+  // down) the uses are not recorded, and the block goes back without events.
   static void free_device(void* context) {
     auto* owned = static_cast<Owned*>(context);
-    try {
-      c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->copy_stream);
-      c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->compute_stream);
-    } catch (...) {
+    const cudaError_t state = cudaStreamQuery(owned->copy_stream.stream());
+    if (state == cudaSuccess || state == cudaErrorNotReady) {
+      try {
+        c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->copy_stream);
+        c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->compute_stream);
+      } catch (...) {
+      }
     }
+    (void)cudaGetLastError();
     const std::shared_ptr<TierLifetime> lifetime = owned->lifetime;
     {
       std::lock_guard<std::mutex> lock(lifetime->mutex);
