@@ -269,16 +269,57 @@ namespace {
 // chunks updated by the CPU Adam come down after each micro-batch's backward (float32, the
 // masters' gradients); and their new values go up after the update where the values live on
 // the GPU (the optimizer's off-GPU share beyond the parameters', so at least that).
+// ZeRO-Offload: the gradient shares come down after the backward and the new values go up after
+// the CPU Adam, each a copy per tensor queued at once, overlapping nothing (`serial`).
 struct DeviceCopies {
   double during_compute_bytes = 0.0;  // prefetched and drained on the copy stream
   double after_update_bytes = 0.0;    // the new values, behind the CPU Adam chunk by chunk
+  double serial_bytes = 0.0;          // beside nothing
   double during_compute_seconds = 0.0;
   double after_update_seconds = 0.0;
+  double serial_seconds = 0.0;
 };
+
+// The GPU's measured pinned-copy rates, or nullopt (with a reason saying so and what `what`
+// copies) where they were not measured.
+const GpuRates* measured_copy_rates(Plan& plan, const HardwareProfile& hw,
+                                    const std::string& what) {
+  const GpuRates& rates = hw.gpus[0].rates;
+  if (rates.measured && rates.host_to_device_bytes_per_s > 0.0 &&
+      rates.device_to_host_bytes_per_s > 0.0) {
+    plan.reasons.push_back(what);
+    return &rates;
+  }
+  plan.reasons.push_back(what +
+                         "; the GPU's copy rates were not measured, so the time leaves them out");
+  return nullptr;
+}
+
+std::optional<DeviceCopies> zero_offload_copies(Plan& plan, const Settings& s,
+                                                const HardwareProfile& hw, int processes) {
+  const double share =
+      static_cast<double>(plan.trainable_parameters) / static_cast<double>(std::max(1, processes));
+  const double down = share * 4.0;
+  const double up = share * (s.precision == "fp32" ? 4.0 : 2.0);
+  const GpuRates* rates =
+      measured_copy_rates(plan, hw,
+                          std::string("ZeRO-Offload's copies between host memory and the GPU") +
+                              (processes > 1 ? " on each rank" : "") + ": " + gib(to_bytes(down)) +
+                              " of gradient shares down for the CPU Adam after the backward and " +
+                              gib(to_bytes(up)) + " of new values up after it, per step");
+  if (rates == nullptr) return std::nullopt;
+  DeviceCopies c;
+  c.serial_bytes = down + up;
+  c.serial_seconds =
+      down / rates->device_to_host_bytes_per_s + up / rates->host_to_device_bytes_per_s;
+  return c;
+}
 
 std::optional<DeviceCopies> device_tier_copies(Plan& plan, const Settings& s,
                                                const HardwareProfile& hw, int processes) {
-  if (!s.device_tier || s.simulated_device || hw.gpus.empty()) return std::nullopt;
+  if (hw.gpus.empty() || s.simulated_device) return std::nullopt;
+  if (s.zero_offload && s.strategy == "zero") return zero_offload_copies(plan, s, hw, processes);
+  if (!s.device_tier) return std::nullopt;
   const double params_off = std::min(1.0, s.host_param_frac + s.offload_param_frac);
   const double optim_off = std::min(1.0, s.host_optim_frac + s.offload_optim_frac);
   if (params_off <= 0.0 && optim_off <= 0.0) return std::nullopt;
@@ -293,24 +334,17 @@ std::optional<DeviceCopies> device_tier_copies(Plan& plan, const Settings& s,
   const double gradients_down = micro_batches * optim_off * trainable * 4.0 / ranks;
   c.during_compute_bytes = params_up + gradients_down;
   c.after_update_bytes = std::max(0.0, optim_off - params_off) * trainable * value_bytes / ranks;
-  const GpuRates& rates = hw.gpus[0].rates;
-  const std::string what =
+  const GpuRates* rates = measured_copy_rates(
+      plan, hw,
       std::string("copies between host memory and the GPU") +
-      (processes > 1 ? " on each rank" : "") + ": " + gib(to_bytes(params_up)) +
-      " of parameter shards up for the forward and backward, " + gib(to_bytes(gradients_down)) +
-      " of gradient shards down for the CPU Adam, " + gib(to_bytes(c.after_update_bytes)) +
-      " of new values up after it, per step";
-  if (!rates.measured || rates.host_to_device_bytes_per_s <= 0.0 ||
-      rates.device_to_host_bytes_per_s <= 0.0) {
-    plan.reasons.push_back(what +
-                           "; the GPU's copy rates were not measured, so the time leaves "
-                           "them out");
-    return std::nullopt;
-  }
-  c.during_compute_seconds = params_up / rates.host_to_device_bytes_per_s +
-                             gradients_down / rates.device_to_host_bytes_per_s;
-  c.after_update_seconds = c.after_update_bytes / rates.host_to_device_bytes_per_s;
-  plan.reasons.push_back(what);
+          (processes > 1 ? " on each rank" : "") + ": " + gib(to_bytes(params_up)) +
+          " of parameter shards up for the forward and backward, " + gib(to_bytes(gradients_down)) +
+          " of gradient shards down for the CPU Adam, " + gib(to_bytes(c.after_update_bytes)) +
+          " of new values up after it, per step");
+  if (rates == nullptr) return std::nullopt;
+  c.during_compute_seconds = params_up / rates->host_to_device_bytes_per_s +
+                             gradients_down / rates->device_to_host_bytes_per_s;
+  c.after_update_seconds = c.after_update_bytes / rates->host_to_device_bytes_per_s;
   return c;
 }
 
@@ -320,17 +354,23 @@ std::optional<DeviceCopies> device_tier_copies(Plan& plan, const Settings& s,
 void add_exposed_copies(Plan& plan, const DeviceCopies& copies, double compute_seconds) {
   const double exposed =
       std::max(0.0, copies.during_compute_seconds - compute_seconds) +
-      std::max(0.0, copies.after_update_seconds - plan.host_update_seconds_per_step);
-  plan.copy_seconds_per_step = copies.during_compute_seconds + copies.after_update_seconds;
+      std::max(0.0, copies.after_update_seconds - plan.host_update_seconds_per_step) +
+      copies.serial_seconds;
+  plan.copy_seconds_per_step =
+      copies.during_compute_seconds + copies.after_update_seconds + copies.serial_seconds;
   plan.exposed_copy_seconds_per_step = exposed;
   plan.seconds_per_step += exposed;
   plan.modelled_seconds_per_step += exposed;
-  plan.reasons.push_back("the copies take " + seconds_text(plan.copy_seconds_per_step) +
-                         " at the GPU's measured copy rates, overlapping the compute (" +
-                         seconds_text(compute_seconds) + ") and the CPU Adam; " +
-                         (exposed > 0.0
-                              ? seconds_text(exposed) + " of them beyond it added to the step"
-                              : std::string("none beyond it")));
+  plan.reasons.push_back(
+      "the copies take " + seconds_text(plan.copy_seconds_per_step) +
+      " at the GPU's measured copy rates" +
+      (copies.serial_seconds > 0.0
+           ? std::string(", between the backward, the CPU Adam and the next forward: added to "
+                         "the step")
+           : ", overlapping the compute (" + seconds_text(compute_seconds) +
+                 ") and the CPU Adam; " +
+                 (exposed > 0.0 ? seconds_text(exposed) + " of them beyond it added to the step"
+                                : std::string("none beyond it"))));
 }
 
 }  // namespace
@@ -1056,14 +1096,19 @@ Plan make_plan(const PlanInputs& in) {
   }
   // gemini's device tier: the CPU Adam updates the optimizer shards in host memory and on disk
   // after the backward (beside a GPU nothing runs it behind the next forward), each rank its
-  // share, the ranks of this machine sharing the cores.
-  const double host_optim_share = s.device_tier ? s.host_optim_frac + s.offload_optim_frac : 0.0;
+  // share, the ranks of this machine sharing the cores. ZeRO-Offload on a GPU: all of each
+  // rank's share.
+  const bool zero_offload = s.strategy == "zero" && s.zero_offload && gpu;
+  const double host_optim_share = s.device_tier  ? s.host_optim_frac + s.offload_optim_frac
+                                  : zero_offload ? 1.0
+                                                 : 0.0;
   if (host_optim_share > 0.0) {
     const double elements = host_optim_share * d(plan.trainable_parameters) / d(processes);
     char count[48];
     std::snprintf(count, sizeof count, "%.1f M", elements / 1e6);
     const std::string what = std::string("the CPU Adam updates ") + count +
-                             " elements of optimizer state in host memory and on disk" +
+                             " elements of optimizer state in host memory" +
+                             (zero_offload ? "" : " and on disk") +
                              (distributed ? " on each rank" : "") + " after the backward";
     if (hw.cpu_adam_elements_per_s > 0.0) {
       plan.host_update_seconds_per_step = elements * d(per_node) / hw.cpu_adam_elements_per_s;

@@ -44,10 +44,10 @@ void replica_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
       e.weights =
           to_bytes(stored * param_bytes + quantized + (bf16 ? trainable * 4.0 / ranks : 0.0));
       e.optimizer = to_bytes(trainable * 8.0 / ranks);
-      if (s.zero_stage >= 2) {
-        e.gradient_buckets = to_bytes(std::min(buckets, 2.0 * d(kDefaultBucketBytes)));
-        e.gradients = to_bytes(buckets / ranks + static_cast<double>(e.gradient_buckets));
-      }
+    }
+    if (s.strategy == "zero" && s.zero_stage >= 2) {  // offloaded or not
+      e.gradient_buckets = to_bytes(std::min(buckets, 2.0 * d(kDefaultBucketBytes)));
+      e.gradients = to_bytes(buckets / ranks + static_cast<double>(e.gradient_buckets));
     }
   }
 }
@@ -57,7 +57,8 @@ MemoryEstimate zero_offload_host_memory(const hf::ModelConfig& c, const Settings
   const auto counts = counts_of(c, s);
   const double share = counts.trainable / d(std::max(1, world_size));
   MemoryEstimate host;
-  host.weights = to_bytes(share * 4.0);
+  // The float32 masters, and in bf16 / fp16 the new values rounded for the copy up.
+  host.weights = to_bytes(share * (counts.bf16 ? 6.0 : 4.0));
   host.optimizer = to_bytes(share * 8.0);
   host.gradients = to_bytes(share * 4.0);
   host.runtime = kRuntimeBaselineBytes;

@@ -1,6 +1,7 @@
 // The device tier's factory and the simulated device (device_tier.h).
 #include "train/device_tier.h"
 
+#include <ATen/ATen.h>
 #include <torch/cuda.h>
 
 #include <algorithm>
@@ -300,6 +301,15 @@ class SimulatedDevice : public DeviceTier {
 };
 
 }  // namespace
+
+at::Tensor tensor_over(c10::DataPtr data, std::int64_t numel, c10::ScalarType dtype) {
+  const torch::Device where = data.device();
+  c10::Storage storage(c10::Storage::use_byte_size_t(),
+                       static_cast<std::size_t>(numel) * c10::elementSize(dtype), std::move(data),
+                       /*allocator=*/nullptr, /*resizable=*/false);
+  return torch::empty({0}, torch::TensorOptions().dtype(dtype).device(where))
+      .set_(storage, 0, {numel}, {1});
+}
 
 std::unique_ptr<DeviceTier> make_device_tier(const std::string& device, std::uint64_t budget,
                                              const std::string& field) {

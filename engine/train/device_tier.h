@@ -20,6 +20,10 @@
 
 #include "core/error.h"
 
+namespace at {
+class Tensor;
+}  // namespace at
+
 namespace tessera::train {
 
 // The device tier could not give `asked` bytes: its budget (or the card) is full. Exit 2: the
@@ -167,6 +171,11 @@ inline constexpr const char* kSimulatedDeviceVariable = "TESSERA_SIMULATED_DEVIC
 // Unsupported for CUDA in a build or on a machine without it.
 std::unique_ptr<DeviceTier> make_device_tier(const std::string& device, std::uint64_t budget,
                                              const std::string& field);
+
+// A flat tensor of `numel` elements of `dtype` over memory a tier gave (device memory, or host
+// memory for its copies), on the device the DataPtr names; the memory goes with the last tensor
+// over it.
+at::Tensor tensor_over(c10::DataPtr data, std::int64_t numel, c10::ScalarType dtype);
 
 // The CUDA implementation, from the CUDA module (cuda/runtime.h); null where it is not loaded.
 std::unique_ptr<DeviceTier> make_cuda_device_tier(int index, std::uint64_t budget);

@@ -765,16 +765,6 @@ class GeminiPlugin : public train::Plugin {
     return device_ ? torch::Device(device_->tensor_device()) : torch::Device(torch::kCPU);
   }
 
-  // A tensor of `numel` elements of `dtype` over memory the device tier gave (`data`, on the
-  // device it says: the tier's memory, or host memory for the copies).
-  static torch::Tensor tensor_over(c10::DataPtr data, std::int64_t numel, torch::Dtype dtype) {
-    const torch::Device where = data.device();
-    c10::Storage storage(c10::Storage::use_byte_size_t(),
-                         static_cast<std::size_t>(numel) * c10::elementSize(dtype), std::move(data),
-                         /*allocator=*/nullptr, /*resizable=*/false);
-    return torch::empty({0}, torch::TensorOptions().dtype(dtype).device(where))
-        .set_(storage, 0, {numel}, {1});
-  }
   static std::size_t bytes_of(std::int64_t numel, torch::Dtype dtype) {
     return static_cast<std::size_t>(numel) * c10::elementSize(dtype);
   }
@@ -783,7 +773,8 @@ class GeminiPlugin : public train::Plugin {
   // an out-of-memory), written first by compute or, for `FirstWriter::copies`, by a copy up.
   torch::Tensor device_tensor(std::int64_t numel, torch::Dtype dtype, const std::string& what,
                               train::FirstWriter first_writer = train::FirstWriter::compute) {
-    return tensor_over(device_->allocate(bytes_of(numel, dtype), what, first_writer), numel, dtype);
+    return train::tensor_over(device_->allocate(bytes_of(numel, dtype), what, first_writer), numel,
+                              dtype);
   }
   // Chunk `c`'s whole float32 gradients, zero: in device memory with a device tier.
   torch::Tensor zeroed_gradient_chunk(std::size_t c) {
@@ -794,13 +785,14 @@ class GeminiPlugin : public train::Plugin {
 
   // Float32 host memory the device copies into (page-locked on a GPU).
   torch::Tensor host_tensor(std::int64_t numel) {
-    return tensor_over(device_->allocate_host(bytes_of(numel, torch::kFloat32)), numel,
-                       torch::kFloat32);
+    return train::tensor_over(device_->allocate_host(bytes_of(numel, torch::kFloat32)), numel,
+                              torch::kFloat32);
   }
 
   // `numel` elements of host memory that stays (device_tier.h allocate_host_resident).
   torch::Tensor host_resident_tensor(std::int64_t numel, torch::Dtype dtype) {
-    return tensor_over(device_->allocate_host_resident(bytes_of(numel, dtype)), numel, dtype);
+    return train::tensor_over(device_->allocate_host_resident(bytes_of(numel, dtype)), numel,
+                              dtype);
   }
 
   // --- chunks ---------------------------------------------------------------------------------

@@ -15,6 +15,7 @@
 #include "optim/clip.h"
 #include "parallel/gradient_buckets.h"
 #include "train/dense_training.h"
+#include "train/device_tier.h"
 #include "train/mixed_precision.h"
 #include "train/param_groups.h"
 #include "train/plugin_registry.h"
@@ -45,15 +46,34 @@ class ZeroPlugin : public Plugin {
     rank_ = process.rank;
     world_ = process.world_size;
     // On a GPU (device "cuda", or "auto" with a GPU for each rank of this machine): rank r on GPU
-    // LOCAL_RANK, its collectives over NCCL (as ddp).
-    if (train::choose_plugin_device(options, name()) == "cuda")
+    // LOCAL_RANK, its collectives over NCCL (as ddp). The tests' simulated device computes on
+    // the CPU, with ZeRO-Offload's copies through it.
+    const std::string device = train::choose_plugin_device(options, name());
+    const bool simulated = device == "simulated";
+    if (device == "cuda")
       device_ = train::rank_cuda_device(options, name());
-    else
+    else if (!simulated)
       train::require_cpu_device(options, name());
     read_options(options);
+    if (simulated && !offload_requested_)
+      throw_invalid(
+          "strategy zero: strategy.options.device \"simulated\" is for ZeRO-Offload's "
+          "tests",
+          "set offload_optimizer true, or use device cpu");
     // ZeRO-Offload: on a GPU the masters and moments of this rank's shares live in host memory
-    // and the fused CPU Adam updates them; the new values are copied up after the update.
-    offloaded_ = offload_requested_ && device_.is_cuda();
+    // and the fused CPU Adam updates them; the gradients come down and the new values go up
+    // through the device tier's copy stream (tier_), one copy per tensor, queued together.
+    offloaded_ = offload_requested_ && (device_.is_cuda() || simulated);
+    if (offloaded_)
+      // It allocates no device memory (the budget is never drawn on): host buffers and copies.
+      tier_ =
+          train::make_device_tier(simulated ? device : device_.str(),
+                                  simulated ? kSimulatedTierBudget : 0, "strategy.options.device");
+    if (offload_requested_ && !offloaded_ && options.log)
+      options.log("warning",
+                  "strategy.options.offload_optimizer: this job computes on the CPU, so the "
+                  "optimizer state is in host memory and updated by the CPU Adam already; the "
+                  "option changes nothing here");
     const torch::Device master_device = offloaded_ ? torch::Device(torch::kCPU) : device_;
 
     precision_.emplace(options.precision, device_);
@@ -69,16 +89,23 @@ class ZeroPlugin : public Plugin {
     // Masters of this rank's shares from the loaded values (bf16: before rounding).
     shares_.clear();
     masters_.clear();
-    for (const NamedTensor& t : trainable) {
-      const ElementShare s = element_share(t.tensor.numel(), rank_, world_);
-      shares_.push_back(s);
-      masters_.push_back({t.name, separate_masters() ? t.tensor.detach()
-                                                           .reshape(-1)
-                                                           .narrow(0, s.start, s.count)
-                                                           .to(master_device, torch::kFloat32,
-                                                               /*non_blocking=*/false,
-                                                               /*copy=*/true)
-                                                     : torch::Tensor()});
+    for (const NamedTensor& t : trainable)
+      shares_.push_back(element_share(t.tensor.numel(), rank_, world_));
+    if (offloaded_) allocate_host_buffers();
+    for (std::size_t i = 0; i < trainable.size(); ++i) {
+      const NamedTensor& t = trainable[i];
+      const ElementShare& s = shares_[i];
+      torch::Tensor master;
+      if (offloaded_) {
+        master = host_share_of(host_masters_, i);
+        master.copy_(t.tensor.detach().reshape(-1).narrow(0, s.start, s.count));
+      } else if (separate_masters()) {
+        master = t.tensor.detach()
+                     .reshape(-1)
+                     .narrow(0, s.start, s.count)
+                     .to(master_device, torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
+      }
+      masters_.push_back({t.name, master});
     }
     model.to(device_, dtype_);
     for (NamedTensor& t : trainable) {
@@ -171,12 +198,15 @@ class ZeroPlugin : public Plugin {
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> gradients;
     std::vector<torch::Tensor> norms;
+    // Offloaded: the shares' gradients go down to the CPU Adam beside its masters, queued on the
+    // copy stream before the norms, which the compute stream works out meanwhile.
+    const std::shared_ptr<DeviceEvent> gradients_down =
+        offloaded_ ? copy_gradients_down() : nullptr;
     for (std::size_t i = 0; i < params_.size(); ++i) {
       if (shares_[i].count == 0) continue;
       torch::Tensor g = own_gradient(i);
       norms.push_back(at::linalg_vector_norm(g, 2, {}, false, torch::kFloat64));
-      // Offloaded: the share's gradient goes down to the CPU Adam beside its masters.
-      if (offloaded_) g = g.to(torch::kCPU);
+      if (offloaded_) g = host_share_of(host_gradients_, i);
       masters_[i].tensor.mutable_grad() = g;
       gradients.push_back(g);
     }
@@ -187,6 +217,7 @@ class ZeroPlugin : public Plugin {
       const double* norm = on_host.data_ptr<double>();
       for (std::int64_t i = 0; i < on_host.numel(); ++i) local_squares += norm[i] * norm[i];
     }
+    if (gradients_down) tier_->host_waits(*gradients_down);
     // The global norm: every rank's squared share norms summed, so every rank clips alike.
     torch::Tensor squares = torch::tensor({local_squares}, torch::kFloat64);
     if (group_ != nullptr) group_->all_reduce(squares, dist::ReduceOp::Sum);
@@ -197,9 +228,7 @@ class ZeroPlugin : public Plugin {
     stats.applied = precision_->accept_step(stats.grad_norm);
     if (stats.applied) {
       optimizer_->step(lr);
-      if (offloaded_)  // the new values up into this rank's range of the compute tensors
-        for (std::size_t i = 0; i < params_.size(); ++i)
-          if (shares_[i].count > 0) own_range(i).copy_(masters_[i].tensor);
+      if (offloaded_) copy_values_up();  // into this rank's range of the compute tensors
     }
     for (NamedTensor& m : masters_)
       if (m.tensor.defined()) m.tensor.mutable_grad() = torch::Tensor();
@@ -212,25 +241,31 @@ class ZeroPlugin : public Plugin {
   }
 
   MemoryByCategory memory() const override {
-    MemoryByCategory m;
-    m.weights = model_weight_bytes_ + master_bytes();
-    m.gradients = gradient_bytes();
-    m.optimizer = optimizer_ ? optimizer_->state_bytes() : 0;
+    MemoryByCategory m = host_share();
+    m.weights += model_weight_bytes_ + (offloaded_ ? 0 : master_bytes());
+    m.gradients += gradient_bytes();
+    if (!offloaded_) m.optimizer = optimizer_ ? optimizer_->state_bytes() : 0;
     return m;
   }
 
+  // ZeRO-Offload's host memory: the masters and the new values on their way up (weights), the
+  // gradients come down (gradients), the moments (optimizer).
   MemoryByCategory host_share() const override {
     MemoryByCategory m;
     if (!offloaded_) return m;
-    m.weights = master_bytes();
+    m.weights = bytes_of(host_masters_) + bytes_of(host_values_);
+    m.gradients = bytes_of(host_gradients_);
     m.optimizer = optimizer_ ? optimizer_->state_bytes() : 0;
     return m;
   }
 
   void release_training_state() override {
+    if (values_up_) tier_->host_waits(*values_up_);  // the copies read the host buffers
+    values_up_.reset();
     buckets_.reset();
     optimizer_.reset();
     masters_.clear();
+    host_masters_ = host_gradients_ = host_values_ = torch::Tensor();
     gradient_shares_ = parallel::GradientShares();
   }
 
@@ -346,16 +381,81 @@ class ZeroPlugin : public Plugin {
                       "; expected true or false");
       offload_requested_ = it->get<bool>();
     }
-    if (offload_requested_ && !device_.is_cuda() && options.log)
-      options.log("warning",
-                  "strategy.options.offload_optimizer: this job computes on the CPU, so the "
-                  "optimizer state is in host memory and updated by the CPU Adam already; the "
-                  "option changes nothing here");
     bucket_cap_ = parallel::bucket_size_option(o);
   }
 
   // Masters apart from the compute tensors: bf16 / fp16, or float32 offloaded to the host.
   bool separate_masters() const { return precision_->keeps_masters() || offloaded_; }
+
+  // --- ZeRO-Offload -----------------------------------------------------------------------------
+
+  // The simulated device's budget: the tier allocates nothing for ZeRO-Offload.
+  static constexpr std::uint64_t kSimulatedTierBudget = std::uint64_t{1} << 20;
+
+  // One flat host buffer each, of every share in tensor order (host_offsets_): the float32
+  // masters, the float32 gradients copied down, and in bf16 / fp16 the new values rounded for
+  // the copy up. Host memory that stays (page-locked at its own size on a GPU, so the copies
+  // run beside the compute).
+  void allocate_host_buffers() {
+    host_offsets_.clear();
+    std::int64_t total = 0;
+    for (const ElementShare& s : shares_) {
+      host_offsets_.push_back(total);
+      total += s.count;
+    }
+    const auto buffer = [&](torch::Dtype dtype) {
+      return train::tensor_over(
+          tier_->allocate_host_resident(static_cast<std::size_t>(std::max<std::int64_t>(total, 1)) *
+                                        c10::elementSize(dtype)),
+          total, dtype);
+    };
+    host_masters_ = buffer(torch::kFloat32);
+    host_gradients_ = buffer(torch::kFloat32);
+    host_values_ = dtype_ == torch::kFloat32 ? torch::Tensor() : buffer(dtype_);
+  }
+  torch::Tensor host_share_of(const torch::Tensor& buffer, std::size_t i) const {
+    return buffer.narrow(0, host_offsets_[i], shares_[i].count);
+  }
+  static std::uint64_t bytes_of(const torch::Tensor& t) {
+    return t.defined() ? static_cast<std::uint64_t>(t.nbytes()) : 0;
+  }
+
+  // Queues each share's averaged gradient (float32, contiguous in its bucket or in the gradient
+  // shares) down into host_gradients_, after the compute that made it; the event says when it
+  // has landed.
+  std::shared_ptr<DeviceEvent> copy_gradients_down() {
+    // The last step's values went up before this step's forward read them: the host buffers
+    // they came from are free again (a wait that finds them long done).
+    if (values_up_) tier_->host_waits(*values_up_);
+    values_up_.reset();
+    tier_->copies_wait(*tier_->record_compute());
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (shares_[i].count == 0) continue;
+      const torch::Tensor g = own_gradient(i);
+      if (!g.is_contiguous() || g.scalar_type() != torch::kFloat32)
+        throw Error(ErrorKind::Internal, "strategy zero: a gradient share is not flat float32");
+      tier_->copy_to_host(host_share_of(host_gradients_, i).data_ptr(), g.data_ptr(),
+                          static_cast<std::size_t>(g.nbytes()));
+    }
+    return tier_->record_copies();
+  }
+
+  // Queues the updated masters up into this rank's range of each compute tensor (rounded on the
+  // host first in bf16 / fp16), after the compute queued so far; the next forward (and the
+  // all-gather) waits for them. The host buffers stay untouched until values_up_ is done.
+  void copy_values_up() {
+    const torch::Tensor& source = host_values_.defined() ? host_values_ : host_masters_;
+    if (host_values_.defined()) host_values_.copy_(host_masters_);
+    tier_->copies_wait(*tier_->record_compute());
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (shares_[i].count == 0) continue;
+      const torch::Tensor destination = own_range(i);
+      tier_->copy_to_device(destination.data_ptr(), host_share_of(source, i).data_ptr(),
+                            static_cast<std::size_t>(destination.nbytes()));
+    }
+    values_up_ = tier_->record_copies();
+    tier_->compute_waits(*values_up_);
+  }
 
   // This rank's range of trainable tensor `i`, flat, in the compute tensor.
   torch::Tensor own_range(std::size_t i) const {
@@ -422,7 +522,7 @@ class ZeroPlugin : public Plugin {
   int stage_ = 1;
   torch::Device device_ = torch::kCPU;
   bool offload_requested_ = false;  // strategy.options.offload_optimizer
-  bool offloaded_ = false;          // ... and on a GPU, so the optimizer runs on the host
+  bool offloaded_ = false;  // ... and on a GPU (or the simulated device): the update on the host
   std::uint64_t bucket_cap_ = parallel::kDefaultBucketBytes;
   std::optional<MixedPrecision> precision_;  // set by prepare()
   torch::Dtype dtype_ = torch::kFloat32;
@@ -434,6 +534,14 @@ class ZeroPlugin : public Plugin {
   std::unique_ptr<parallel::GradientBuckets> buckets_;
   bool reduced_ = false;  // this step's gradients are reduced
   std::uint64_t model_weight_bytes_ = 0;
+  // ZeRO-Offload: the copies' tier, its host buffers (allocate_host_buffers) and the event of
+  // the last copy up. Declared after what views the buffers, destroyed before the tier.
+  std::unique_ptr<DeviceTier> tier_;
+  std::vector<std::int64_t> host_offsets_;
+  torch::Tensor host_masters_;
+  torch::Tensor host_gradients_;
+  torch::Tensor host_values_;
+  std::shared_ptr<DeviceEvent> values_up_;
 };
 
 }  // namespace

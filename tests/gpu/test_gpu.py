@@ -359,8 +359,10 @@ def test_recomputation_and_resume_replay_the_gpu_generator(llama_dir, batches, t
     ("ddp", {}),
     ("zero", {"stage": 1}),
     ("zero", {"stage": 2}),
-    # ZeRO-Offload: the shard's masters and moments in host memory, updated by the CPU Adam
+    # ZeRO-Offload: the shard's masters and moments in host memory, updated by the CPU Adam, the
+    # gradients copied down from the gradient shares (stage 2) or the buckets (stage 1)
     ("zero", {"stage": 2, "offload_optimizer": True}),
+    ("zero", {"stage": 1, "offload_optimizer": True}),
 ])
 def test_strategy_on_the_gpu_equals_single(plugin, options, llama_dir, batches, tmp_path):  # noqa: F811
     common = ["--lr", 1e-2, "--schedule", "cosine", "--warmup", 3]
@@ -511,9 +513,10 @@ def test_memory_events_report_the_gpu(llama_dir, batches, tmp_path):  # noqa: F8
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="the device tier of a GPU")
 def test_zero_offload_reports_its_optimizer_in_host_memory(llama_dir, batches, tmp_path):  # noqa: F811
-    """ZeRO-Offload on the GPU: the float32 masters and the AdamW moments of the (one rank's, so
-    whole) shard are in the host tier of the memory events, the device tier holding the model's
-    weights and no optimizer state."""
+    """ZeRO-Offload on the GPU: the float32 masters, the gradients copied down for the CPU Adam
+    and the AdamW moments of the (one rank's, so whole) shard are in the host tier of the memory
+    events, the device tier holding the model's weights and no optimizer state. (Its losses
+    against single: test_strategy_on_the_gpu_equals_single.)"""
     events = tmp_path / "events.jsonl"
     tp.run_probe(llama_dir, batches[0], 4, tmp_path / "r.json", "--events", events, "--plugin",
                  "zero", "--strategy-options",
@@ -529,6 +532,7 @@ def test_zero_offload_reports_its_optimizer_in_host_memory(llama_dir, batches, t
     assert host["tier"] == "host" and host["device"] == "cpu"
     assert host["by_category"]["optimizer"] == 8 * params
     assert host["by_category"]["weights"] == 4 * params  # the float32 masters
+    assert host["by_category"]["gradients"] == 4 * params  # copied down through the tier
     assert last["by_category"]["optimizer"] == 0
     assert last["by_category"]["weights"] == 4 * params  # the fp32 compute weights
 

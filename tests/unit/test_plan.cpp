@@ -594,6 +594,55 @@ class TestPlan : public QObject {
              slow.exposed_copy_seconds_per_step);
   }
 
+  // ZeRO-Offload on one GPU: the CPU Adam of every trainable element, the gradients' copy down
+  // after the backward and the new values' copy up after the update, at the measured rates,
+  // are added to the step (nothing overlaps them); the host holds the masters (and in bf16 the
+  // rounded values for the copy up), the gradients and the moments.
+  void zeroOffloadOnAGpuAddsTheCpuAdamAndItsCopiesToTheStep() {
+    for (const std::string precision : {"fp32", "bf16"}) {
+      auto in = inputs(64ull << 30);
+      in.spec.training.batch_size = 1;
+      in.spec.precision = precision;
+      in.profile.gpus.push_back(test_gpu(80ull << 30, /*bf16=*/true));
+      plan::GpuRates& rates = in.profile.gpus[0].rates;
+      rates.measured = true;
+      rates.fp32_flops = rates.bf16_flops = 50e12;
+      rates.measured_at = "2026-12-06T09:00:00Z";
+      rates.host_to_device_bytes_per_s = 2e9;
+      rates.device_to_host_bytes_per_s = 1e9;
+      in.profile.cpu_adam_elements_per_s = 200e6;
+      in.spec.strategy = {"zero", {{"stage", 2}, {"device", "cuda"}}};
+      const plan::Plan on_gpu = plan::make_plan(in);
+      in.spec.strategy.options["offload_optimizer"] = true;
+      const plan::Plan offloaded = plan::make_plan(in);
+      QVERIFY(offloaded.settings.zero_offload);
+      QCOMPARE(offloaded.settings.micro_batch, on_gpu.settings.micro_batch);
+      QCOMPARE(offloaded.settings.precision, precision);
+      const double n = static_cast<double>(offloaded.trainable_parameters);
+      const double value = precision == "bf16" ? 2.0 : 4.0;
+      const auto near_rel = [](double a, double b) {
+        return std::abs(a - b) <= 1e-9 * std::abs(b);
+      };
+      QVERIFY(near_rel(offloaded.host_update_seconds_per_step, n / 200e6));
+      const double copies = n * 4.0 / 1e9 + n * value / 2e9;
+      QVERIFY(near_rel(offloaded.copy_seconds_per_step, copies));
+      QVERIFY(near_rel(offloaded.exposed_copy_seconds_per_step, copies));
+      QVERIFY(near_rel(offloaded.seconds_per_step, on_gpu.seconds_per_step + n / 200e6 + copies));
+      QCOMPARE(on_gpu.copy_seconds_per_step, 0.0);
+      QVERIFY(std::any_of(offloaded.reasons.begin(), offloaded.reasons.end(), [](const auto& r) {
+        return r.find("ZeRO-Offload's copies between host memory and the GPU") != std::string::npos;
+      }));
+      const plan::MemoryEstimate& host = offloaded.tiers.at(1).estimate;
+      QCOMPARE(offloaded.tiers[1].tier, std::string("host"));
+      QVERIFY(std::abs(static_cast<double>(host.weights) -
+                       n * (4.0 + (value == 2.0 ? 2.0 : 0.0))) <= 1.0);
+      QVERIFY(std::abs(static_cast<double>(host.gradients) - n * 4.0) <= 1.0);
+      QVERIFY(std::abs(static_cast<double>(host.optimizer) - n * 8.0) <= 1.0);
+      // Stage 2 offloaded keeps stage 2's gradients on the GPU: its share and two buckets.
+      QCOMPARE(offloaded.tiers[0].estimate.gradients, on_gpu.tiers[0].estimate.gradients);
+    }
+  }
+
   void planGeminiOnTheGpuByItsShares() {
     // gemini named on cuda with the optimizer split GPU 30% / host 40% / disk 30%: three tiers
     // holding those shares of the moments, and no warning that the GPU is not modelled.
