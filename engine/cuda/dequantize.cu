@@ -36,20 +36,22 @@ __global__ void four_bit_kernel(const FourBitBlock b, Out* __restrict__ out) {
   __shared__ float code[16];
   if (threadIdx.x < 16) code[threadIdx.x] = b.code[threadIdx.x];
   __syncthreads();
-  for (std::int64_t r = blockIdx.y; r < b.rows; r += gridDim.y) {
-    const std::int64_t row_start = (b.first_row + r) * b.in_features + b.first_col;
+  const WeightRegion& w = b.region;
+  for (std::int64_t r = blockIdx.y; r < w.rows; r += gridDim.y) {
+    const std::int64_t row_start = (w.first_row + r) * w.in_features + w.first_col;
     for (std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-         c < b.cols; c += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-      store(out + r * b.cols + c, four_bit_value(b, code, row_start + c));
+         c < w.cols; c += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+      store(out + r * w.cols + c, four_bit_value(b, code, row_start + c));
   }
 }
 
 template <typename Out>
 __global__ void int8_kernel(const Int8Block b, Out* __restrict__ out) {
-  for (std::int64_t r = blockIdx.y; r < b.rows; r += gridDim.y)
+  const WeightRegion& w = b.region;
+  for (std::int64_t r = blockIdx.y; r < w.rows; r += gridDim.y)
     for (std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-         c < b.cols; c += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-      store(out + r * b.cols + c, int8_value(b, b.first_row + r, b.first_col + c));
+         c < w.cols; c += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+      store(out + r * w.cols + c, int8_value(b, w.first_row + r, w.first_col + c));
 }
 
 dim3 grid_of(std::int64_t rows, std::int64_t cols) {
@@ -59,8 +61,8 @@ dim3 grid_of(std::int64_t rows, std::int64_t cols) {
 
 template <typename Block, template <typename> class Launch>
 int launch(const Block& block, DequantizedType type, void* out, void* stream) {
-  if (block.rows <= 0 || block.cols <= 0) return 0;
-  const dim3 grid = grid_of(block.rows, block.cols);
+  if (block.region.rows <= 0 || block.region.cols <= 0) return 0;
+  const dim3 grid = grid_of(block.region.rows, block.region.cols);
   const auto s = static_cast<cudaStream_t>(stream);
   (void)cudaGetLastError();  // what follows reports this launch alone
   switch (type) {

@@ -34,7 +34,7 @@ TESSERA_HOST_DEVICE float add_rounded(float a, float b) {
 #endif
 }
 
-// Element `at` of the whole row-major weight (row × in_features + column), `code` the 16
+// Element `at` of the whole row-major weight (row × region.in_features + column), `code` the 16
 // values of a nibble (block.code, or a copy of it in shared memory).
 TESSERA_HOST_DEVICE float four_bit_value(const FourBitBlock& block, const float* code,
                                          std::int64_t at) {
@@ -53,7 +53,7 @@ TESSERA_HOST_DEVICE float four_bit_value(const FourBitBlock& block, const float*
 // Element (row, column) of the whole weight.
 TESSERA_HOST_DEVICE float int8_value(const Int8Block& block, std::int64_t row,
                                      std::int64_t column) {
-  const float q = static_cast<float>(block.codes[row * block.in_features + column]);
+  const float q = static_cast<float>(block.codes[row * block.region.in_features + column]);
   return multiply_rounded(multiply_rounded(q, block.row_absmax[row]), block.inverse_127);
 }
 

@@ -14,7 +14,13 @@ int rms_norm_forward_f32(const float* x, const float* weight, float* y, std::int
 enum class DequantizedType : int { Float32 = 0, BFloat16 = 1, Float16 = 2 };
 
 // Rows [first_row, first_row + rows) × columns [first_col, first_col + cols) of a weight
-// [*, in_features] held in bitsandbytes' 4-bit layout (model/quantized_linear.h): two values a
+// [*, in_features].
+struct WeightRegion {
+  std::int64_t in_features = 0;
+  std::int64_t first_row = 0, rows = 0, first_col = 0, cols = 0;
+};
+
+// A region of a weight held in bitsandbytes' 4-bit layout (model/quantized_linear.h): two values a
 // byte of `codes`, the first in the high nibble, the row-major weight's values in blocks of
 // `blocksize` with an absmax each, `absmax` one float a block or, double-quantized, restored as
 // nested_code[nested_codes[b]] × nested_scales[b / nested_blocksize] + nested_offset.
@@ -27,19 +33,17 @@ struct FourBitBlock {
   std::int64_t nested_blocksize = 256;
   float nested_offset = 0.0f;
   float code[16] = {};  // the value of each nibble (NF4 or FP4)
-  std::int64_t in_features = 0;
   std::int64_t blocksize = 64;
-  std::int64_t first_row = 0, rows = 0, first_col = 0, cols = 0;
+  WeightRegion region;
 };
 
-// The same block of an int8 weight [*, in_features] with each row's absmax (bitsandbytes'
-// LLM.int8 layout): (q × row_absmax) × inverse_127.
+// A region of an int8 weight with each row's absmax (bitsandbytes' LLM.int8 layout):
+// (q × row_absmax) × inverse_127.
 struct Int8Block {
   const std::int8_t* codes = nullptr;
   const float* row_absmax = nullptr;
   float inverse_127 = 0.0f;
-  std::int64_t in_features = 0;
-  std::int64_t first_row = 0, rows = 0, first_col = 0, cols = 0;
+  WeightRegion region;
 };
 
 // Dequantizes the block into `out` (rows × cols, row-major, `type`) as the CPU's loops do: each

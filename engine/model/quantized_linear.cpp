@@ -567,12 +567,8 @@ cuda::FourBitBlock QuantizedWeight::four_bit_block(std::int64_t first_row, std::
   }
   const std::array<float, 16>& code = quant::four_bit_code(four_bit_type(format_));
   std::copy(code.begin(), code.end(), block.code);
-  block.in_features = in_features_;
   block.blocksize = blocksize_;
-  block.first_row = first_row;
-  block.rows = end_row - first_row;
-  block.first_col = first_col;
-  block.cols = end_col - first_col;
+  block.region = {in_features_, first_row, end_row - first_row, first_col, end_col - first_col};
   return block;
 }
 
@@ -584,11 +580,7 @@ cuda::Int8Block QuantizedWeight::int8_block(std::int64_t first_row, std::int64_t
   block.codes = codes_.data_ptr<std::int8_t>();
   block.row_absmax = scales_.data_ptr<float>();
   block.inverse_127 = quant::kInt8Inverse127;
-  block.in_features = in_features_;
-  block.first_row = first_row;
-  block.rows = end_row - first_row;
-  block.first_col = first_col;
-  block.cols = end_col - first_col;
+  block.region = {in_features_, first_row, end_row - first_row, first_col, end_col - first_col};
   return block;
 }
 
