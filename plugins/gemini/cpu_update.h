@@ -2,7 +2,7 @@
 // One tensor's (or one slice's) AdamW update on the CPU as Gemini makes it: the
 // float32 gradient scaled by the clipping coefficient, then the fused CPU Adam over the float32
 // masters (or the float32 parameters themselves) and the moments in place, writing the new
-// values in bf16 where the compute copy is bf16.
+// values in the compute dtype where it is bf16 or fp16.
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -17,8 +17,17 @@ struct CpuUpdateArrays {
   float* param = nullptr;  // float32: the masters, or the parameters when they are float32
   float* exp_avg = nullptr;
   float* exp_avg_sq = nullptr;
-  std::uint16_t* bf16_copy = nullptr;  // where the new values go in bf16 (none: not written)
+  // Where the new values go in the compute dtype, bf16 or fp16 (`copy_kind`); none: not written.
+  std::uint16_t* low_precision_copy = nullptr;
+  optim::LowPrecisionCopy copy_kind = optim::LowPrecisionCopy::None;
 };
+
+// The copy kind of a 16-bit compute dtype (None for float32).
+inline optim::LowPrecisionCopy low_precision_copy_of(torch::Dtype dtype) {
+  if (dtype == torch::kBFloat16) return optim::LowPrecisionCopy::Bf16;
+  if (dtype == torch::kHalf) return optim::LowPrecisionCopy::Fp16;
+  return optim::LowPrecisionCopy::None;
+}
 
 // `gradient`: float32, contiguous, the update's element count (scaled in place by `coef`).
 // `threads`: the CPU Adam's (0: torch's intra-op setting, which a thread torch did not start
@@ -33,9 +42,9 @@ inline void cpu_adamw_update(torch::Tensor gradient, const std::optional<torch::
   a.param = where.param;
   a.exp_avg = where.exp_avg;
   a.exp_avg_sq = where.exp_avg_sq;
-  if (where.bf16_copy != nullptr) {
-    a.copy = where.bf16_copy;
-    a.copy_kind = optim::LowPrecisionCopy::Bf16;
+  if (where.low_precision_copy != nullptr) {
+    a.copy = where.low_precision_copy;
+    a.copy_kind = where.copy_kind;
   }
   optim::cpu_adamw_step(
       a, {lr, adamw.beta1, adamw.beta2, adamw.eps, decays ? adamw.weight_decay : 0.0, step},

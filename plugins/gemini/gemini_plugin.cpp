@@ -1685,7 +1685,10 @@ class GeminiPlugin : public train::Plugin {
                          : static_cast<char*>(chunk.values.data_ptr()) + lo * element;
       if (masters != nullptr) {
         where.param = masters + in_range;
-        if (dtype_ != torch::kFloat32) where.bf16_copy = reinterpret_cast<std::uint16_t*>(values);
+        if (dtype_ != torch::kFloat32) {  // bf16, or fp16 (a GPU's)
+          where.low_precision_copy = reinterpret_cast<std::uint16_t*>(values);
+          where.copy_kind = low_precision_copy_of(dtype_);
+        }
       } else {
         where.param = reinterpret_cast<float*>(values);  // fp32 values in host memory: masters
       }
