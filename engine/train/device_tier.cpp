@@ -56,9 +56,11 @@ class SimulatedDevice : public DeviceTier {
  public:
   explicit SimulatedDevice(std::uint64_t budget) : DeviceTier(budget) {
     // Tests of what follows an out-of-memory: allocation number N fails as if the budget were
-    // full (TESSERA_SIMULATED_DEVICE_FAIL_AT=N).
+    // full (TESSERA_SIMULATED_DEVICE_FAIL_AT=N), counting only those whose use names
+    // TESSERA_SIMULATED_DEVICE_FAIL_WHAT where it is set ("for its update": the update's).
     if (const char* at = std::getenv("TESSERA_SIMULATED_DEVICE_FAIL_AT"))
       fail_at_ = std::stoull(at);
+    if (const char* what = std::getenv("TESSERA_SIMULATED_DEVICE_FAIL_WHAT")) fail_what_ = what;
     copier_ = std::thread([this] { copy_loop(); });
   }
   ~SimulatedDevice() override {
@@ -77,7 +79,9 @@ class SimulatedDevice : public DeviceTier {
 
   c10::DataPtr allocate(std::size_t bytes, const std::string& what,
                         FirstWriter first_writer) override {
-    if (++allocations_ == fail_at_) throw DeviceOutOfMemory(name(), bytes, used(), total(), what);
+    if ((fail_what_.empty() || what.find(fail_what_) != std::string::npos) &&
+        ++allocations_ == fail_at_)
+      throw DeviceOutOfMemory(name(), bytes, used(), total(), what);
     accounts_.reserve(bytes, name(), what);
     auto* block = new Block{lifetime_, bytes, std::unique_ptr<float[]>(new float[floats(bytes)]),
                             what, first_writer};
@@ -284,6 +288,7 @@ class SimulatedDevice : public DeviceTier {
   }
 
   std::uint64_t fail_at_ = 0;  // 0: never
+  std::string fail_what_;      // empty: every allocation counts
   std::uint64_t allocations_ = 0;
   mutable std::mutex mutex_;  // guards everything below but the thread
   std::condition_variable queued_cv_;

@@ -890,8 +890,9 @@ void Trainer::out_of_device_memory(const std::string& what, const std::string& h
                                    std::uint64_t needed, std::int64_t step,
                                    const DataPosition& step_start, const torch::Tensor& cpu_rng,
                                    const torch::Tensor& device_rng, BatchSource& train,
-                                   std::int64_t total_steps) {
-  std::string message = "training stopped in step " + std::to_string(step + 1) + ": " + what;
+                                   std::int64_t total_steps, bool in_update) {
+  std::string message = "training stopped in step " + std::to_string(step + 1) +
+                        (in_update ? "'s update" : "") + ": " + what;
   // What the device held then, by category (a plugin with a device tier knows its own).
   if (const std::optional<DeviceTierMemory> tier = plugin_->device_tier_memory())
     message += " (the device held weights " + core::human_bytes(tier->by_category.weights) +
@@ -905,18 +906,20 @@ void Trainer::out_of_device_memory(const std::string& what, const std::string& h
   // saved as that step with the data and random state as the failed step began; several ranks
   // would wait for this one in their collectives, so they end without saving and the message
   // names the checkpoint saved before.
-  if (!distributed() && !options_.output_dir.empty() && step > 0) {
+  // In the update the masters and moments may be partly new: nothing is saved then either.
+  if (!distributed() && !in_update && !options_.output_dir.empty() && step > 0) {
     train.seek(step_start);
     set_cpu_rng_state(cpu_rng);
     if (device_rng.defined()) set_device_rng_state(plugin_->device(), device_rng);
     const fs::path saved = save_checkpoint(step, train, total_steps);
     message += "; step " + std::to_string(step) + " is saved in " + saved.string() +
                ", resume from it after the change";
-  } else if (distributed() && !options_.output_dir.empty()) {
+  } else if ((distributed() || in_update) && !options_.output_dir.empty()) {
     // The newest complete checkpoint the run saved before (save_steps) is where it resumes.
-    message +=
-        "; with several ranks nothing is saved at the failure (the others wait for this one in "
-        "their collectives)";
+    message += in_update ? "; the update had begun, so the weights and optimizer state may be "
+                           "partly new and nothing is saved at the failure"
+                         : "; with several ranks nothing is saved at the failure (the others "
+                           "wait for this one in their collectives)";
     try {
       const FoundCheckpoint found =
           find_resume_checkpoint(options_.output_dir, [](const std::string&) {});
@@ -1000,7 +1003,21 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
           0, step, step_start, cpu_rng, device_rng, train, result.total_steps);
     }
     const double lr = schedule.lr(step);
-    const StepStats stats = plugin_->step(lr, t.max_grad_norm);
+    StepStats stats;
+    try {
+      stats = plugin_->step(lr, t.max_grad_norm);
+    } catch (const DeviceOutOfMemory& e) {  // the update's workspace (moments made, staging)
+      out_of_device_memory(e.what(), e.hint(), e.needed(), step, step_start, cpu_rng, device_rng,
+                           train, result.total_steps, /*in_update=*/true);
+    } catch (const c10::OutOfMemoryError& e) {
+      const std::string what = e.what_without_backtrace();
+      out_of_device_memory(
+          plugin_->device().str() +
+              ": out of memory in the update: " + what.substr(0, what.find('\n')),
+          "lower the batch size (keeping the effective batch with gradient accumulation), train "
+          "in bf16, offload the optimizer (zero's offload_optimizer), or use strategy gemini",
+          0, step, step_start, cpu_rng, device_rng, train, result.total_steps, /*in_update=*/true);
+    }
     ++step;
     if (step == result.total_steps) plugin_->settle();
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -185,15 +185,16 @@ class Trainer {
                                         std::int64_t total_steps);
   std::int64_t restore(BatchSource& train, std::int64_t total_steps);
   void emit_memory();
-  // The device ran out of memory in step `step` + 1 (before its update): saves step `step` as
-  // it was (one process) and throws StepOutOfDeviceMemory (exit 2) with `what`, the device's
-  // memory by category and `hint`; `needed`: the bytes the device would have held (0: unknown).
+  // The device ran out of memory in step `step` + 1: before its update (`in_update` false)
+  // saves step `step` as it was (one process); in it, names the newest checkpoint saved before.
+  // Throws StepOutOfDeviceMemory (exit 2) with `what`, the device's memory by category and
+  // `hint`; `needed`: the bytes the device would have held (0: unknown).
   [[noreturn]] void out_of_device_memory(const std::string& what, const std::string& hint,
                                          std::uint64_t needed, std::int64_t step,
                                          const DataPosition& step_start,
                                          const torch::Tensor& cpu_rng,
                                          const torch::Tensor& device_rng, BatchSource& train,
-                                         std::int64_t total_steps);
+                                         std::int64_t total_steps, bool in_update = false);
   // Several processes: each rank's `values` (the same count on every rank), rank after rank, over
   // every rank of the job (`data_only`: over this rank's data-parallel group, whose ranks read
   // different batches); one process: `values`.

@@ -457,6 +457,39 @@ def test_out_of_device_memory_saves_the_last_step_and_exits_2(workdir):
                        f"resumed from checkpoint-{last} after the out-of-memory")
 
 
+def test_out_of_device_memory_in_the_update_names_the_checkpoint_before(workdir):
+    """The device runs out of memory in a step's update (the simulated device fails the 25th
+    allocation made for an update: fp32 parameter shards in host memory with their optimizer
+    state on the device, so each update copies a shard up): the masters and moments may be
+    partly new, so nothing is saved then; the run ends with exit 2 naming the update, the
+    newest checkpoint saved before (every 2 steps) and the plan's change, and that checkpoint,
+    resumed, gives the uninterrupted run's losses."""
+    options = device_options({"host_param_frac": 1.0, "chunk_size": "160KiB"})
+    reference, _ = run(spec_for(workdir, "llama", "dev-oom-update-straight", "gemini", options, steps=8),
+                       env=SIMULATED)
+    spec = spec_for(workdir, "llama", "dev-oom-update", "gemini", options, steps=8, extra=("--save-every", 2))
+    r = cli("run", spec, env=dict(SIMULATED, TESSERA_SIMULATED_DEVICE_FAIL_AT="25",
+                                  TESSERA_SIMULATED_DEVICE_FAIL_WHAT="for its update"))
+    assert r.returncode == 2, r.stderr[-2000:]
+    error = r.stderr[r.stderr.index("error: "):]
+    print(error)
+    assert "for its update" in error and "'s update: simulated: out of memory" in error, error
+    assert "nothing is saved at the failure" in error, error
+    failed = int(error.split("training stopped in step ")[1].split("'")[0])
+    saved = sorted(int(p.name.split("-")[1]) for p in (workdir / "dev-oom-update").glob("checkpoint-*"))
+    assert saved and saved[-1] < failed, (saved, failed)
+    assert f"resume from step {saved[-1]}, saved in" in error, error
+    assert "hint: " in r.stderr
+    path = spec_for(workdir, "llama", "dev-oom-update-resumed", "gemini", options, steps=8)
+    resumed_spec = json.loads(path.read_text())
+    resumed_spec["output"]["resume"] = str(workdir / "dev-oom-update" / f"checkpoint-{saved[-1]}")
+    path.write_text(json.dumps(resumed_spec))
+    resumed, _ = run(path, env=SIMULATED)
+    steps = range(saved[-1] + 1, 9)
+    assert_same_losses({s: resumed[s] for s in steps}, {s: reference[s] for s in steps},
+                       f"resumed from checkpoint-{saved[-1]} after the out-of-memory in the update")
+
+
 @pytest.mark.parametrize("homes", [{"host_param_frac": 1.0}, {"offload_param_frac": 0.5, "host_param_frac": 0.5}])
 def test_fp32_checkpoint_reads_parameters_from_the_device_and_host_memory(workdir, homes):
     """fp32 with the optimizer on the device and every parameter chunk homed in host memory (or
