@@ -299,8 +299,8 @@ model::ForwardOutput Trainer::forward_batch(const Batch& batch) {
   return out;
 }
 
-double Trainer::train_micro_batch(const Batch& batch, bool last_micro_batch, std::int64_t step,
-                                  std::int64_t first_row) {
+torch::Tensor Trainer::train_micro_batch(const Batch& batch, bool last_micro_batch,
+                                         std::int64_t step, std::int64_t first_row) {
   model::DropoutScope dropout_scope(dropout_stream(step, first_row));
   torch::Tensor loss;
   if (options_.method.preference) {
@@ -312,7 +312,7 @@ double Trainer::train_micro_batch(const Batch& batch, bool last_micro_batch, std
   }
   plugin_->backward(loss, 1.0 / static_cast<double>(options_.training.gradient_accumulation),
                     last_micro_batch);
-  return loss.detach().to(torch::kFloat64).item<double>();
+  return loss.detach().to(torch::kFloat64);
 }
 
 namespace {
@@ -972,6 +972,9 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
         plugin_->device().is_cuda() ? device_rng_state(plugin_->device()) : torch::Tensor();
     try {
       std::vector<Plugin::MicroBatch> scheduled;  // for a plugin that runs them itself
+      // The micro-batches' losses summed where they are computed and read once: on a GPU a read
+      // per micro-batch would drain its queue between the backward and the next forward.
+      torch::Tensor losses;
       for (std::int64_t micro = 0; micro < t.gradient_accumulation; ++micro) {
         Batch batch = micro_batches.next();
         tokens += batch.attention_mask.defined() ? batch.attention_mask.sum().item<std::int64_t>()
@@ -984,8 +987,11 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
           scheduled.push_back({input_of(batch), dropout_stream(step, first_row)});
           continue;
         }
-        loss_sum += train_micro_batch(batch, micro + 1 == t.gradient_accumulation, step, first_row);
+        const torch::Tensor loss =
+            train_micro_batch(batch, micro + 1 == t.gradient_accumulation, step, first_row);
+        losses = losses.defined() ? losses + loss : loss;
       }
+      if (losses.defined()) loss_sum += losses.item<double>();
       if (!scheduled.empty()) {
         for (const double loss : plugin_->run_micro_batches(
                  scheduled, 1.0 / static_cast<double>(t.gradient_accumulation)))

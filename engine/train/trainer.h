@@ -165,11 +165,12 @@ class Trainer {
   // batch (model/dropout.h).
   model::DropoutStream dropout_stream(std::int64_t step, std::int64_t first_row) const;
   model::ForwardOutput forward_batch(const Batch& batch);
-  // Forward and backward of one micro-batch; returns its loss.
+  // Forward and backward of one micro-batch; returns its loss (float64, a scalar where the model
+  // computes, not read back).
   // `first_row`: the global row of its first example in the step's global batch (dropout masks
   // are keyed by it, model/dropout.h).
-  double train_micro_batch(const Batch& batch, bool last_micro_batch, std::int64_t step,
-                           std::int64_t first_row);
+  torch::Tensor train_micro_batch(const Batch& batch, bool last_micro_batch, std::int64_t step,
+                                  std::int64_t first_row);
   // Preference tuning: the objective of a batch of pairs (train/preference.h), from the policy's
   // forward and, for DPO / IPO, the reference's (without gradients).
   PreferenceBatchLoss preference_batch_loss(const Batch& batch);
