@@ -16,6 +16,8 @@ a time on the GPU; prints ours ÷ peer ratios and writes them as JSON).
 - QLoRA: LoRA (rank 16, every linear of the blocks) on the base quantized to NF4 with
   double-quantized absmax, ÷ LoRA on the bf16 base: what dequantizing each tile (our CUDA kernel,
   forward and backward) costs a step, and the GPU memory it saves.
+- ZeRO-Offload (zero stage 2 with offload_optimizer) on the one GPU ÷ ours on single, and the
+  plan's step of it (the CPU Adam and the copies added) ÷ what it measured.
 - Not measured: the largest model gemini trains on one GPU with host RAM and disk (0.8 × (GPU +
   RAM + disk) ÷ 16 bytes is ~16B parameters on an H200 machine: its checkpoint and optimizer
   state alone exceed the 64 GiB disk and the device time of a session).
@@ -420,6 +422,29 @@ def main():
             except Exception as e:  # noqa: BLE001 - reported beside the rest
                 out["qlora_error"] = str(e)
                 print(f"QLoRA: failed: {e}", flush=True)
+        save()
+        if "ours_step_s" in out and DEVICE == "cuda":
+            # ZeRO-Offload on the one GPU (stage 2): the CPU Adam over every element and the
+            # copies down and up each step, ÷ ours on single; and the plan's step of it (compute,
+            # the CPU Adam at the profile's rate, the copies at the GPU's) ÷ what it measured.
+            try:
+                options = {"stage": 2, "offload_optimizer": True}
+                run = ours_step_seconds(work / "model", work / "batches.safetensors", args.steps,
+                                        work, "zero", options)
+                offload = run["step_s"]
+                out.update(zero_offload_step_s=offload, zero_offload_ratio=offload / out["ours_step_s"],
+                           zero_offload_losses=run["losses"])
+                print(f"ZeRO-Offload: {offload * 1e3:.1f} ms/step, ÷ ours on single "
+                      f"{offload / out['ours_step_s']:.3f}", flush=True)
+                planned = plan_of(work, work / "model", args.steps, "zero", options)
+                out["zero_offload_plan"] = dict(planned, step_ratio=planned["step_s"] / offload)
+                print(f"ZeRO-Offload plan ÷ measured: step {planned['step_s'] / offload:.2f} "
+                      f"({planned['step_s'] * 1e3:.1f} ms planned: the CPU Adam "
+                      f"{planned['host_update_s'] * 1e3:.1f} ms, the copies {planned['copy_s'] * 1e3:.1f} ms)",
+                      flush=True)
+            except Exception as e:  # noqa: BLE001 - reported beside the rest
+                out["zero_offload_error"] = str(e)
+                print(f"ZeRO-Offload: failed: {e}", flush=True)
     save()
     return 0
 

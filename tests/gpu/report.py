@@ -175,6 +175,16 @@ def main(logs: Path) -> int:
                          f"peak {bench['lora_peak_bytes'] / 2**30:.2f} → {bench['qlora_peak_bytes'] / 2**30:.2f} GiB")
         if "qlora_error" in bench:
             lines.append(f"- QLoRA failed: {bench['qlora_error'][:300]}")
+        if "zero_offload_ratio" in bench:
+            lines.append(f"- ZeRO-Offload (stage 2) {bench['zero_offload_step_s'] * 1e3:.1f} ms/step ÷ ours on "
+                         f"single {bench['zero_offload_ratio']:.3f}")
+        if "zero_offload_plan" in bench:
+            z = bench["zero_offload_plan"]
+            lines.append(f"- ZeRO-Offload's plan ÷ measured: step {z['step_ratio']:.2f} ({z['step_s'] * 1e3:.1f} ms "
+                         f"planned: the CPU Adam {z['host_update_s'] * 1e3:.1f} ms, the copies "
+                         f"{z['copy_s'] * 1e3:.1f} ms)")
+        if "zero_offload_error" in bench:
+            lines.append(f"- ZeRO-Offload failed: {bench['zero_offload_error'][:300]}")
         if "loss_max_rel" in bench:
             lines.append(f"- losses ours vs Trainer: at most {bench['loss_max_rel']:.2e} relative apart")
         if "speedup_vs_trainer" in bench:
