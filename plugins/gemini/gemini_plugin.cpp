@@ -964,10 +964,14 @@ class GeminiPlugin : public train::Plugin {
   }
 
   // The whole chunk's memory goes; the views autograd saved see it again when it is gathered.
+  // The device memory goes in stream order (its release waits for the copy that filled it); the
+  // host shard it was copied from is waited for only where it may go below (a disk-homed one):
+  // one that stays is settled before anything writes it (the update, the next gather), so the
+  // host need not wait here for a GPU that runs behind it.
   void release(std::size_t c) {
     ShardChunk& chunk = chunks_[c];
     finish_gather(chunk);
-    settle_upload(chunk);
+    if (chunk.values_on_disk) settle_upload(chunk);
     storage_of(chunk).set_data_ptr_noswap(c10::DataPtr(nullptr, chunk.whole.device()));
     chunk.gathered = false;
     // Unchanged since it was read (only updates and loads change shards, and they write back):
