@@ -132,6 +132,19 @@ def main(logs: Path) -> int:
 
     bench = read_json(logs / "bench.json")
     if bench:
+        def failed(key, label):  # a part of the benchmark that failed, and why
+            if f"{key}_error" in bench:
+                lines.append(f"- {label} failed: {bench[key + '_error'][:300]}")
+
+        def plan_line(key, label):  # bench_gpu.plan_against's figures of a strategy's run
+            if f"{key}_plan" in bench:
+                p = bench[f"{key}_plan"]
+                lines.append(f"- {label}'s plan ÷ measured: step {p['step_ratio']:.2f} ({p['step_s'] * 1e3:.1f} ms "
+                             f"planned, the CPU Adam {p['host_update_s'] * 1e3:.1f} ms of it; copies between "
+                             f"host and GPU {p.get('copy_s', 0.0) * 1e3:.1f} ms, "
+                             f"{p.get('exposed_copy_s', 0.0) * 1e3:.1f} ms of them not hidden)")
+            failed(f"{key}_plan", f"{label}'s plan")
+
         lines += ["", "## Benchmark (tests/gpu/bench_gpu.py)", ""]
         g = bench.get("gemm_bf16_flops")
         if g and "copy" not in bench:  # bench_gpu.py --smoke: the CPU's rate only
@@ -145,8 +158,7 @@ def main(logs: Path) -> int:
                          f"{bench['batch']} × {bench['seq']} tokens, bf16")
         if "ours_step_s" in bench:
             lines.append(f"- ours: {bench['ours_step_s'] * 1e3:.1f} ms/step, MFU {bench['ours_mfu']:.3f}")
-        if "ours_error" in bench:
-            lines.append(f"- ours failed: {bench['ours_error'][:300]}")
+        failed("ours", "ours")
         if "trainer_step_s" in bench:
             lines.append(f"- HF Trainer loop: {bench['trainer_step_s'] * 1e3:.1f} ms/step, MFU "
                          f"{bench['trainer_mfu']:.3f}, peak {bench['trainer_peak_bytes'] / 2**30:.1f} GiB")
@@ -156,35 +168,22 @@ def main(logs: Path) -> int:
                          f"{p['step_ratio']:.2f} ({p['step_s'] * 1e3:.1f} ms planned), {p['tier']} "
                          f"peak {p['peak_ratio']:.2f} ({p['peak_bytes'] / 2**30:.2f} GiB planned, "
                          f"{bench['ours_peak_bytes'] / 2**30:.2f} GiB measured)")
-        if "plan_error" in bench:
-            lines.append(f"- plan failed: {bench['plan_error'][:300]}")
+        failed("plan", "plan")
         if "gemini_host_optim_ratio" in bench:
             lines.append(f"- gemini, optimizer in host memory: {bench['gemini_host_optim_step_s'] * 1e3:.1f} "
                          f"ms/step, ÷ ours on single {bench['gemini_host_optim_ratio']:.3f} (goal ≤ 1.10)")
-        if "gemini_plan" in bench:
-            g = bench["gemini_plan"]
-            lines.append(f"- gemini's plan ÷ measured: step {g['step_ratio']:.2f} ({g['step_s'] * 1e3:.1f} ms "
-                         f"planned, the CPU Adam {g['host_update_s'] * 1e3:.1f} ms of it; copies between "
-                         f"host and GPU {g.get('copy_s', 0.0) * 1e3:.1f} ms, "
-                         f"{g.get('exposed_copy_s', 0.0) * 1e3:.1f} ms of them not hidden)")
-        if "gemini_error" in bench:
-            lines.append(f"- gemini failed: {bench['gemini_error'][:300]}")
+        plan_line("gemini", "gemini")
+        failed("gemini", "gemini")
         if "qlora_step_ratio" in bench:
             lines.append(f"- QLoRA (nf4, double-quantized) {bench['qlora_step_s'] * 1e3:.1f} ms/step ÷ LoRA on "
                          f"the bf16 base {bench['lora_step_s'] * 1e3:.1f} ms/step: {bench['qlora_step_ratio']:.3f}; "
                          f"peak {bench['lora_peak_bytes'] / 2**30:.2f} → {bench['qlora_peak_bytes'] / 2**30:.2f} GiB")
-        if "qlora_error" in bench:
-            lines.append(f"- QLoRA failed: {bench['qlora_error'][:300]}")
+        failed("qlora", "QLoRA")
         if "zero_offload_ratio" in bench:
             lines.append(f"- ZeRO-Offload (stage 2) {bench['zero_offload_step_s'] * 1e3:.1f} ms/step ÷ ours on "
                          f"single {bench['zero_offload_ratio']:.3f}")
-        if "zero_offload_plan" in bench:
-            z = bench["zero_offload_plan"]
-            lines.append(f"- ZeRO-Offload's plan ÷ measured: step {z['step_ratio']:.2f} ({z['step_s'] * 1e3:.1f} ms "
-                         f"planned: the CPU Adam {z['host_update_s'] * 1e3:.1f} ms, the copies "
-                         f"{z['copy_s'] * 1e3:.1f} ms)")
-        if "zero_offload_error" in bench:
-            lines.append(f"- ZeRO-Offload failed: {bench['zero_offload_error'][:300]}")
+        plan_line("zero_offload", "ZeRO-Offload")
+        failed("zero_offload", "ZeRO-Offload")
         if "loss_max_rel" in bench:
             lines.append(f"- losses ours vs Trainer: at most {bench['loss_max_rel']:.2e} relative apart")
         if "speedup_vs_trainer" in bench:

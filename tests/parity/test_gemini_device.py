@@ -141,21 +141,28 @@ def test_the_simulated_device_is_for_tests_only(workdir):
     assert 'strategy.options.device is "simulated"' in r.stderr, r.stderr[-2000:]
 
 
+def assert_checkpoints_move_both_ways(workdir, prefix, strategy, options, label, precision="bf16"):
+    """`strategy` with `options` on the simulated device resumed from single's checkpoint-5, and
+    single resumed from its checkpoint-10, continue single's straight 15 steps."""
+    def job(name, strategy, options=None, resume=None):
+        return checkpointed_spec(workdir, name, strategy, options, resume, precision=precision)
+
+    straight, _ = run(job(f"{prefix}-single", "single"))
+    middle, _ = run(job(f"{prefix}-{strategy}", strategy, options,
+                        resume=workdir / f"{prefix}-single" / "checkpoint-5"), env=SIMULATED)
+    last, _ = run(job(f"{prefix}-back", "single", resume=workdir / f"{prefix}-{strategy}" / "checkpoint-10"))
+    assert_same_losses({s: middle[s] for s in range(6, 16)}, {s: straight[s] for s in range(6, 16)},
+                       f"{label} from single's checkpoint")
+    assert_same_losses({s: last[s] for s in range(11, 16)}, {s: straight[s] for s in range(11, 16)},
+                       f"single from {label}'s checkpoint")
+
+
 def test_device_tier_checkpoints_resume_the_same_trajectory(workdir):
     """Checkpoints of the device tier hold what single's do: a hybrid run resumed from single's
     checkpoint-5, and single resumed from the hybrid run's checkpoint-10, continue single's
     straight 15 steps (bf16: masters on the device and in host memory)."""
-    def job(name, strategy, options=None, resume=None):
-        return checkpointed_spec(workdir, name, strategy, options, resume)
-
-    straight, _ = run(job("dev-move-single", "single"))
-    middle, _ = run(job("dev-move-gemini", "gemini", device_options(PLACEMENTS["hybrid"]),
-                        resume=workdir / "dev-move-single" / "checkpoint-5"), env=SIMULATED)
-    last, _ = run(job("dev-move-back", "single", resume=workdir / "dev-move-gemini" / "checkpoint-10"))
-    assert_same_losses({s: middle[s] for s in range(6, 16)}, {s: straight[s] for s in range(6, 16)},
-                       "device tier from single's checkpoint")
-    assert_same_losses({s: last[s] for s in range(11, 16)}, {s: straight[s] for s in range(11, 16)},
-                       "single from the device tier's checkpoint")
+    assert_checkpoints_move_both_ways(workdir, "dev-move", "gemini", device_options(PLACEMENTS["hybrid"]),
+                                      "the device tier")
 
 
 def launch_2(spec, env=None):

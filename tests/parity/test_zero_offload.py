@@ -13,8 +13,8 @@ import json
 import pytest
 from transformers import AutoModelForCausalLM
 
-from test_gemini import assert_same_losses, checkpointed_spec, cli, run, spec_for, workdir  # noqa: F401 (fixture)
-from test_gemini_device import SIMULATED, launch_2
+from test_gemini import assert_same_losses, cli, run, spec_for, workdir  # noqa: F401 (fixture)
+from test_gemini_device import SIMULATED, assert_checkpoints_move_both_ways, launch_2
 
 OFFLOAD = {"device": "simulated", "offload_optimizer": True}
 
@@ -69,17 +69,8 @@ def test_offloaded_checkpoints_resume_the_same_trajectory(workdir):
     """A ZeRO-Offload run resumed from single's checkpoint-5 continues single's straight 15 steps,
     and single resumed from its checkpoint-10 does too (fp32: zero's bf16 rounds its masters a
     few 1e-5 away from single's, which would hide what the resume changed)."""
-    def job(name, strategy, options=None, resume=None):
-        return checkpointed_spec(workdir, name, strategy, options, resume, precision="fp32")
-
-    straight, _ = run(job("zoff-move-single", "single"))
-    middle, _ = run(job("zoff-move-zero", "zero", {**OFFLOAD, "stage": 2},
-                        resume=workdir / "zoff-move-single" / "checkpoint-5"), env=SIMULATED)
-    last, _ = run(job("zoff-move-back", "single", resume=workdir / "zoff-move-zero" / "checkpoint-10"))
-    assert_same_losses({s: middle[s] for s in range(6, 16)}, {s: straight[s] for s in range(6, 16)},
-                       "ZeRO-Offload from single's checkpoint")
-    assert_same_losses({s: last[s] for s in range(11, 16)}, {s: straight[s] for s in range(11, 16)},
-                       "single from ZeRO-Offload's checkpoint")
+    assert_checkpoints_move_both_ways(workdir, "zoff-move", "zero", {**OFFLOAD, "stage": 2}, "ZeRO-Offload",
+                                      precision="fp32")
 
 
 def test_the_simulated_device_is_for_offload_tests_only(workdir):
