@@ -152,6 +152,9 @@ struct PendingCollective::State {
   // the host keeps queuing work (a timed wait would block the host until the GPU finished it,
   // polling; NCCL's watchdog holds the timeout given at the backend's creation instead).
   bool stream_ordered = false;
+  // A collective run on a host copy of a CUDA tensor (Impl::route): `result` is the copy, and
+  // wait() copies it into this tensor, the caller's.
+  at::Tensor copy_back;
   bool waited = false;
   std::exception_ptr error;  // what wait() threw, thrown again by a later wait()
 };
@@ -186,28 +189,44 @@ struct ProcessGroup::Impl {
 
   std::chrono::milliseconds timeout() const { return context->options.timeouts.collective; }
 
-  c10d::Backend& backend_for(const at::Tensor& tensor, const char* operation) const {
+  // Which backend runs a collective on `tensor`, and whether on a host copy of it: NCCL for a
+  // CUDA tensor where the group has it; Gloo otherwise, on a host copy for a CUDA tensor (ranks
+  // sharing a GPU; point to point, always: ProcessGroup::send says why).
+  struct Route {
+    c10d::Backend* backend = nullptr;
+    bool through_host = false;
+  };
+  Route route(const at::Tensor& tensor, const char* operation, bool point_to_point = false) const {
     if (!tensor.is_contiguous()) {
       throw_invalid(std::string(operation) + " on " + name + ": the tensor is not contiguous",
                     "pass tensor.contiguous()");
     }
+    const ParallelOptions& options = context->options;
     if (tensor.is_cuda()) {
-      if (!nccl) {
+      if (nccl && !point_to_point) return {nccl.get(), false};
+      if (!nccl && !point_to_point && !options.cuda_through_host) {
         throw_unsupported(std::string(operation) + " on " + name +
                               ": a CUDA tensor, but the context has no NCCL backend",
                           "make the ParallelContext with cuda_collectives, or move the tensor "
                           "to the CPU");
       }
-      return *nccl;
+      return {gloo.get(), true};
     }
-    return *gloo;
+    return {gloo.get(), options.copy_every_tensor};
+  }
+  // The host copy a collective runs on (Route::through_host): the tensor's values, or (`values`
+  // false: a receive's buffer) room for them.
+  static at::Tensor host_copy(const at::Tensor& tensor, bool values = true) {
+    if (!values) return at::empty(tensor.sizes(), tensor.options().device(at::kCPU));
+    // A CUDA tensor's copy waits for the stream that computes it.
+    return tensor.is_cuda() ? tensor.to(at::kCPU) : tensor.clone();
   }
 
   // Issues a collective; its failure, at issue or at wait(), becomes State::fail's error.
   // `result` is divided by `divisor` once done (Avg: Gloo has no AVG); 1 leaves it as it is.
   template <typename Issue>
-  PendingCollective start(const char* operation, Issue&& issue, at::Tensor result,
-                          int divisor = 1) const {
+  PendingCollective start(const char* operation, Issue&& issue, at::Tensor result, int divisor = 1,
+                          at::Tensor copy_back = {}) const {
     auto pending = std::make_unique<PendingCollective::State>();
     pending->context = context;
     pending->operation = operation;
@@ -216,6 +235,7 @@ struct ProcessGroup::Impl {
     pending->timeout = timeout();
     pending->result = std::move(result);
     pending->divisor = divisor;
+    pending->copy_back = std::move(copy_back);
     pending->stream_ordered = nccl && pending->result.defined() && pending->result.is_cuda();
     try {
       pending->work = issue();
@@ -262,6 +282,10 @@ void PendingCollective::wait() {
     throw;
   }
   if (state.divisor != 1) state.result.div_(state.divisor);
+  if (state.copy_back.defined()) {
+    state.copy_back.copy_(state.result);
+    state.copy_back = at::Tensor();
+  }
   state.work.reset();
 }
 
@@ -291,18 +315,19 @@ PendingCollective ProcessGroup::all_reduce_async(at::Tensor tensor, ReduceOp op)
                   std::string(c10::toString(tensor.scalar_type())));
   }
   if (size() == 1) return PendingCollective();
-  c10d::Backend& backend = impl_->backend_for(tensor, "all_reduce");
+  const Impl::Route route = impl_->route(tensor, "all_reduce");
   impl_->count(Impl::AllReduce, tensor);
+  at::Tensor on_wire = route.through_host ? Impl::host_copy(tensor) : tensor;
   return impl_->start(
       "all_reduce",
       [&] {
-        std::vector<at::Tensor> tensors{tensor};
+        std::vector<at::Tensor> tensors{on_wire};
         c10d::AllreduceOptions options;
         options.reduceOp = c10d::ReduceOp::SUM;  // Gloo has no AVG: sum, then divide
         options.timeout = impl_->timeout();
-        return backend.allreduce(tensors, options);
+        return route.backend->allreduce(tensors, options);
       },
-      tensor, op == ReduceOp::Avg ? size() : 1);
+      on_wire, op == ReduceOp::Avg ? size() : 1, route.through_host ? tensor : at::Tensor());
 }
 
 void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
@@ -311,18 +336,20 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
                   " is not a rank of the group (0 .. " + std::to_string(size() - 1) + ")");
   }
   if (size() == 1) return;
-  c10d::Backend& backend = impl_->backend_for(tensor, "broadcast");
+  const Impl::Route route = impl_->route(tensor, "broadcast");
   impl_->count(Impl::Broadcast, tensor);
+  at::Tensor on_wire = route.through_host ? Impl::host_copy(tensor, rank() == root) : tensor;
   impl_
-      ->start("broadcast",
-              [&] {
-                std::vector<at::Tensor> tensors{tensor};
-                c10d::BroadcastOptions options;
-                options.rootRank = root;
-                options.timeout = impl_->timeout();
-                return backend.broadcast(tensors, options);
-              },
-              {})
+      ->start(
+          "broadcast",
+          [&] {
+            std::vector<at::Tensor> tensors{on_wire};
+            c10d::BroadcastOptions options;
+            options.rootRank = root;
+            options.timeout = impl_->timeout();
+            return route.backend->broadcast(tensors, options);
+          },
+          on_wire, 1, route.through_host && rank() != root ? tensor : at::Tensor())
       .wait();
 }
 
@@ -346,8 +373,10 @@ PendingCollective ProcessGroup::all_gather_async(at::Tensor input, at::Tensor ou
     out.copy_(flat);
     return PendingCollective();
   }
-  c10d::Backend& backend = impl_->backend_for(flat, "all_gather");
+  const Impl::Route route = impl_->route(flat, "all_gather");
   impl_->count(Impl::AllGather, out);
+  at::Tensor in_wire = route.through_host ? Impl::host_copy(flat) : flat;
+  at::Tensor out_wire = route.through_host ? Impl::host_copy(out, false) : out;
   return impl_->start(
       "all_gather",
       [&] {
@@ -355,9 +384,9 @@ PendingCollective ProcessGroup::all_gather_async(at::Tensor input, at::Tensor ou
         options.timeout = impl_->timeout();
         // _allgather_base: the name every LibTorch from 2.11 (the GPU machines') to 2.15 has;
         // 2.15 forwards it to all_gather_single, which 2.11 lacks.
-        return backend._allgather_base(out, flat, options);
+        return route.backend->_allgather_base(out_wire, in_wire, options);
       },
-      out);
+      out_wire, 1, route.through_host ? out : at::Tensor());
 }
 
 at::Tensor ProcessGroup::reduce_scatter(const at::Tensor& input, ReduceOp op) {
@@ -388,43 +417,49 @@ PendingCollective ProcessGroup::reduce_scatter_async(at::Tensor input, at::Tenso
     output.view(-1).copy_(flat);
     return PendingCollective();
   }
-  c10d::Backend& backend = impl_->backend_for(flat, "reduce_scatter");
+  const Impl::Route route = impl_->route(flat, "reduce_scatter");
   impl_->count(Impl::ReduceScatter, flat);
   at::Tensor out = output.view(-1);
+  at::Tensor in_wire = route.through_host ? Impl::host_copy(flat) : flat;
+  at::Tensor out_wire = route.through_host ? Impl::host_copy(out, false) : out;
   return impl_->start(
       "reduce_scatter",
       [&] {
         c10d::ReduceScatterOptions options;
         options.reduceOp = c10d::ReduceOp::SUM;  // Gloo has no AVG: sum, then divide
         options.timeout = impl_->timeout();
-        return backend._reduce_scatter_base(out, flat, options);  // as _allgather_base above
+        // as _allgather_base above
+        return route.backend->_reduce_scatter_base(out_wire, in_wire, options);
       },
-      out, op == ReduceOp::Avg ? size() : 1);
+      out_wire, op == ReduceOp::Avg ? size() : 1, route.through_host ? out : at::Tensor());
 }
 
 PendingCollective ProcessGroup::send(at::Tensor tensor, int destination, int tag) {
   check_peer("send", destination);
-  c10d::Backend& backend = impl_->backend_for(tensor, "send");
+  const Impl::Route route = impl_->route(tensor, "send", /*point_to_point=*/true);
   impl_->count(Impl::Send, tensor);
+  // The host copy stays with the pending send (its result) until it is waited on.
+  at::Tensor on_wire = route.through_host ? Impl::host_copy(tensor) : tensor;
   return impl_->start(
       "send",
       [&] {
-        std::vector<at::Tensor> tensors{tensor};
-        return backend.send(tensors, destination, tag);
+        std::vector<at::Tensor> tensors{on_wire};
+        return route.backend->send(tensors, destination, tag);
       },
-      tensor);
+      on_wire);
 }
 
 PendingCollective ProcessGroup::recv(at::Tensor tensor, int source, int tag) {
   check_peer("recv", source);
-  c10d::Backend& backend = impl_->backend_for(tensor, "recv");
+  const Impl::Route route = impl_->route(tensor, "recv", /*point_to_point=*/true);
+  at::Tensor on_wire = route.through_host ? Impl::host_copy(tensor, false) : tensor;
   return impl_->start(
       "recv",
       [&] {
-        std::vector<at::Tensor> tensors{tensor};
-        return backend.recv(tensors, source, tag);
+        std::vector<at::Tensor> tensors{on_wire};
+        return route.backend->recv(tensors, source, tag);
       },
-      tensor);
+      on_wire, 1, route.through_host ? tensor : at::Tensor());
 }
 
 void ProcessGroup::check_peer(const char* operation, int peer) const {
@@ -464,10 +499,14 @@ bool have_nccl() {
   return nccl_compiled();
 }
 
-std::unique_ptr<ParallelContext> ParallelContext::from_environment(bool cuda_collectives) {
+std::unique_ptr<ParallelContext> ParallelContext::from_environment(bool cuda_collectives,
+                                                                   bool cuda_through_host) {
   ParallelOptions options;
   options.timeouts = read_dist_timeouts();
   options.cuda_collectives = cuda_collectives;
+  options.cuda_through_host = cuda_through_host;
+  const char* copy_every = std::getenv("TESSERA_DIST_COPY_EVERY_TENSOR");
+  options.copy_every_tensor = copy_every != nullptr && std::string(copy_every) == "1";
   return std::make_unique<ParallelContext>(read_dist_environment(), options);
 }
 
@@ -566,6 +605,10 @@ bool ParallelContext::is_distributed() const {
 }
 const DistTimeouts& ParallelContext::timeouts() const {
   return state_->options.timeouts;
+}
+
+const ParallelOptions& ParallelContext::options() const {
+  return state_->options;
 }
 
 const std::string& ParallelContext::host_of(int rank) const {

@@ -43,6 +43,13 @@ struct ParallelOptions {
   // Also give every group an NCCL backend, for collectives on CUDA tensors. Needs a build with
   // NCCL (have_nccl()) and a GPU per local rank; CPU tensors always go through Gloo.
   bool cuda_collectives = false;
+  // Collectives on CUDA tensors go through Gloo on a host copy instead (copied back at wait()):
+  // for ranks that share a GPU, which NCCL refuses (the GPU check's several ranks on its one
+  // GPU; job::tests_share_gpu()). Point to point on CUDA tensors always goes this way (below).
+  bool cuda_through_host = false;
+  // Tests: CPU tensors take that host-copy path too (a copy of the tensor over Gloo, copied back
+  // at wait()), so that the path is tested where there is no GPU. TESSERA_DIST_COPY_EVERY_TENSOR=1.
+  bool copy_every_tensor = false;
 };
 
 // Whether this build can run collectives on CUDA tensors (c10d compiled with NCCL).
@@ -111,7 +118,11 @@ class ProcessGroup {
   // Point to point (pipeline stages): `tensor` (contiguous) to group rank `destination`, which
   // receives it with recv(…, source = this rank, the same tag) into a tensor of the same shape
   // and dtype. Both return at once; the tensor stays untouched until wait(). Sends and receives
-  // between two ranks with one tag match in the order they were issued.
+  // between two ranks with one tag match in the order they were issued. CUDA tensors go through
+  // Gloo on a host copy: NCCL's point to point has no tags and matches a pair's messages in the
+  // order they were issued, on one stream, where the pipeline's schedule posts receives ahead
+  // of its sends and its activations and gradients cross (a receive posted ahead would take the
+  // wrong message, or wait forever ahead of the send its peer waits for).
   PendingCollective send(at::Tensor tensor, int destination, int tag);
   PendingCollective recv(at::Tensor tensor, int source, int tag);
   // Returns once every member has called it.
@@ -133,7 +144,10 @@ class ProcessGroup {
 class ParallelContext {
  public:
   // read_dist_environment() and read_dist_timeouts(), then as the constructor.
-  static std::unique_ptr<ParallelContext> from_environment(bool cuda_collectives = false);
+  // `cuda_through_host`: ParallelOptions'. TESSERA_DIST_COPY_EVERY_TENSOR=1 sets
+  // copy_every_tensor (tests).
+  static std::unique_ptr<ParallelContext> from_environment(bool cuda_collectives = false,
+                                                           bool cuda_through_host = false);
 
   // One process (world_size 1): no store, no network; collectives return their input.
   // Several: connects to (rank 0: starts) the TCPStore at master_addr:master_port, waits for every
@@ -150,6 +164,7 @@ class ParallelContext {
   int local_world_size() const;
   bool is_distributed() const;
   const DistTimeouts& timeouts() const;
+  const ParallelOptions& options() const;
   // "hostname (address)" of a rank, as that rank reported it at the rendezvous.
   const std::string& host_of(int rank) const;
 

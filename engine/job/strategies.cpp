@@ -213,8 +213,12 @@ const std::vector<StrategyInfo>& strategies() {
        "width, the embedding and head by the vocabulary), the layers cut into pp_size stages "
        "balanced by cost and run in the 1F1B order over the step's micro-batches, and the "
        "processes / (tp_size × pp_size) replicas of that split averaging their gradients",
-       {choice("device", "where it computes: the CPU (its CUDA path is not built yet)",
-               {"auto", "cpu"}, {"cuda"}),
+       {choice("device",
+               "where it computes: cpu, or cuda (rank r on GPU LOCAL_RANK; the tensor and data "
+               "groups' collectives by NCCL, the pipeline's activations and gradients through "
+               "host memory); auto: the GPUs when this machine has one for each of its ranks, "
+               "else the CPU",
+               {"auto", "cpu", "cuda"}),
         literal_choice("tp_size",
                        "processes each layer is split over: 2 (the default), 1, 4 or 8; it must "
                        "divide the number of processes and the model's heads, kv heads, MLP "
@@ -283,13 +287,17 @@ bool simulated_device_allowed() {
   return value != nullptr && std::string(value) == "1";
 }
 
+bool tests_share_gpu() {
+  const char* value = std::getenv("TESSERA_TESTS_SHARE_GPU");
+  return value != nullptr && std::string(value) == "1";
+}
+
 DeviceChoice device_for(const std::string& strategy, const std::string& device, int processes,
                         int processes_per_node, int gpus) {
   if (device != "auto") return {device, ""};
   if (gpus <= 0) return {"cpu", ""};
-  if (strategy == "hybrid") return {"cpu", "strategy hybrid computes on the CPU only so far"};
   const bool sharded_gemini = strategy == "gemini" && processes > 1;
-  if (strategy == "ddp" || strategy == "zero" || sharded_gemini) {
+  if (strategy == "ddp" || strategy == "zero" || strategy == "hybrid" || sharded_gemini) {
     // Every rank must agree, and a machine cannot see another's GPUs.
     if (processes > processes_per_node)
       return {"cpu",

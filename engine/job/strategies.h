@@ -38,12 +38,17 @@ struct StrategyOption {
 // Whether this process may use the simulated device (train/device_tier.h): the tests set
 // TESSERA_SIMULATED_DEVICE=1. Then every strategy's `device` also takes "simulated".
 bool simulated_device_allowed();
+// Tests only (TESSERA_TESTS_SHARE_GPU=1): a machine's ranks with device cuda may outnumber its
+// GPUs and share them (local rank r on GPU r mod GPUs), their collectives going through host
+// memory over Gloo (NCCL refuses two ranks on one GPU): the GPU check's several ranks on its one
+// GPU.
+bool tests_share_gpu();
 
 // Where a strategy computes, from its `device` option: "cpu", "cuda" or "simulated" as written;
 // "auto" is the GPU where this machine has one for each of its `processes_per_node` ranks (and
 // every rank is on it: across machines "auto" is the CPU, on which every rank agrees) and
-// the strategy has a CUDA path (single; ddp and zero; gemini, with any options), else the CPU,
-// `why_not_gpu` saying why (empty without a GPU). The plugins, the runner (NCCL groups or not)
+// the strategy has a CUDA path (single; ddp, zero and hybrid; gemini, with any options), else the
+// CPU, `why_not_gpu` saying why (empty without a GPU). The plugins, the runner (NCCL groups or not)
 // and the planner all decide by it.
 struct DeviceChoice {
   std::string device;

@@ -493,8 +493,8 @@ Plan make_plan(const PlanInputs& in) {
                            "profile has no GPU for it (the run's memory events show the GPU's)");
   if (!gpu && distributed && spec.strategy.name == job::kAutoStrategy && !hw.gpus.empty())
     plan.reasons.push_back(
-        "strategy auto over several processes computes on the CPU: name ddp "
-        "or zero (device auto or cuda) to train on the GPUs");
+        "strategy auto over several processes computes on the CPU: name ddp, "
+        "zero or hybrid (device auto or cuda) to train on the GPUs");
   PlanTier tier;
   tier.tier = gpu ? "device" : "host";
   tier.device = simulated_device ? "simulated" : gpu ? "cuda:0 (" + hw.gpus[0].name + ")" : "cpu";

@@ -838,7 +838,11 @@ std::shared_ptr<dist::ParallelContext> join_ranks(const job::JobSpec& spec) {
                       job::strategy_option(spec.strategy.name, spec.strategy.options, "device"),
                       environment.world_size, environment.local_world_size, gpus)
               .device == "cuda";
-  return dist::ParallelContext::from_environment(/*cuda_collectives=*/on_cuda);
+  // Ranks that share a GPU (tests only): NCCL refuses them; their collectives on CUDA tensors go
+  // through host memory over Gloo.
+  const bool share_gpu = on_cuda && job::tests_share_gpu() && environment.local_world_size > gpus;
+  return dist::ParallelContext::from_environment(/*cuda_collectives=*/on_cuda && !share_gpu,
+                                                 /*cuda_through_host=*/share_gpu);
 }
 
 }  // namespace
@@ -853,6 +857,14 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   // Rank 0 alone writes the run folder's files (job.json, plan.json, the export); the event
   // stream is rank 0's too (the caller opens it there only).
   const bool leader = !parallel || parallel->rank() == 0;
+  if (leader && parallel && parallel->options().cuda_through_host)
+    events.log("warning",
+               "the ranks share GPUs (TESSERA_TESTS_SHARE_GPU, tests only): collectives on the GPU "
+               "go through host memory over Gloo");
+  if (leader && parallel && parallel->options().copy_every_tensor)
+    events.log("warning",
+               "every collective runs on a copy of its tensor (TESSERA_DIST_COPY_EVERY_TENSOR, "
+               "tests only)");
   const fs::path out_dir = requested.output.dir;
   core::create_output_folder(out_dir, "--out (output.dir in the job spec)");
   // A run, resume or export of this folder killed earlier (kill -9, power loss) left temporary

@@ -88,6 +88,16 @@ torch::Device rank_cuda_device(const PluginOptions& options, const std::string& 
   const ProcessContext& process = options.process;
   const int local_rank = process.parallel ? process.parallel->local_rank() : 0;
   const auto gpus = static_cast<int>(torch::cuda::device_count());
+  if (local_rank >= gpus && job::tests_share_gpu()) {
+    const int shared = local_rank % gpus;
+    if (options.log)
+      options.log("warning", "strategy " + plugin + ": rank " + std::to_string(process.rank) +
+                                 " shares GPU " + std::to_string(shared) +
+                                 " with another rank (TESSERA_TESTS_SHARE_GPU, tests only); its "
+                                 "collectives go through host memory");
+    if (const cuda::Runtime* runtime = cuda::runtime()) runtime->set_device(shared);
+    return {torch::kCUDA, static_cast<c10::DeviceIndex>(shared)};
+  }
   if (local_rank >= gpus)
     throw_invalid("strategy " + plugin + ": rank " + std::to_string(process.rank) +
                       " is local rank " + std::to_string(local_rank) + " on a machine with " +

@@ -31,7 +31,15 @@ class HybridPlugin : public Plugin {
   void prepare(model::PretrainedModel& model, std::vector<NamedTensor> trainable,
                const PluginOptions& options) override {
     process_ = options.process;
-    require_cpu_device(options, name());
+    // On a GPU (device "cuda", or "auto" with a GPU for each rank of this machine): rank r on GPU
+    // LOCAL_RANK. The model is read and split on the CPU (below), then moved there whole by
+    // DenseTraining; the tensor and data groups' collectives run on NCCL, the pipeline's sends and
+    // receives through host memory (dist::ProcessGroup::send says why).
+    torch::Device device = torch::kCPU;
+    if (train::choose_plugin_device(options, name()) == "cuda")
+      device = train::rank_cuda_device(options, name());
+    else
+      train::require_cpu_device(options, name());
     // Whole shapes, for checkpoints and the export (which hold whole tensors).
     for (const auto& item : model.named_parameters())
       whole_shape_[item.key()] = item.value().sizes().vec();
@@ -96,8 +104,7 @@ class HybridPlugin : public Plugin {
                       "its own whole");
     // The blocks are the model's parameters now (set_data in place): the trainable handles
     // see them, and the masters and moments are made of them.
-    replicas_.prepare(model, std::move(trainable), options, torch::kCPU, data_group, name(),
-                      zero_stage);
+    replicas_.prepare(model, std::move(trainable), options, device, data_group, name(), zero_stage);
     data_group_ = data_group;
     model_ = &model;
   }
@@ -175,17 +182,17 @@ class HybridPlugin : public Plugin {
     // The global norm: every tensor group's blocks of the split tensors, and the tensors every
     // rank of a group holds whole (their gradients are the same on each) once; then every
     // pipeline stage's.
-    torch::Tensor split_squares = optim::gradient_norms(split_gradients).pow(2).sum();
+    // On this rank's device even where it has no such gradient (gradient_norms' empty result is
+    // a CPU tensor): every member's tensor goes through the same backend.
+    torch::Tensor split_squares =
+        optim::gradient_norms(split_gradients).pow(2).sum().to(device(), torch::kFloat32);
     if (tensor_group_ != nullptr) tensor_group_->all_reduce(split_squares);
-    torch::Tensor squares = split_squares + optim::gradient_norms(whole_gradients).pow(2).sum();
-    if (shares) {  // the replicas' shares make up each tensor
-      squares = squares.to(torch::kFloat32).contiguous();
-      data_group_->all_reduce(squares);
-    }
-    if (stages_) {
-      squares = squares.to(torch::kFloat32).contiguous();
-      stages_->group().all_reduce(squares);
-    }
+    torch::Tensor squares =
+        (split_squares + optim::gradient_norms(whole_gradients).pow(2).sum().to(device()))
+            .to(torch::kFloat32)
+            .contiguous();
+    if (shares) data_group_->all_reduce(squares);  // the replicas' shares make up each tensor
+    if (stages_) stages_->group().all_reduce(squares);
     const torch::Tensor total = squares.sqrt();
     StepStats stats;
     stats.grad_norm = optim::apply_clip_coefficient(gradients, total, max_grad_norm);
@@ -259,9 +266,9 @@ class HybridPlugin : public Plugin {
       for (std::int64_t n : block_shape(tied)) numel *= n;
       sum = torch::zeros(
           {train::element_share(numel, data_group_->rank(), data_group_->size()).count},
-          torch::kFloat32);
+          torch::dtype(torch::kFloat32).device(device()));
     } else {
-      sum = torch::zeros(block_shape(tied), torch::kFloat32);
+      sum = torch::zeros(block_shape(tied), torch::dtype(torch::kFloat32).device(device()));
     }
     stages_->group().all_reduce(sum);
     if (index < params.size()) gradients[index] = sum;
@@ -333,7 +340,9 @@ class HybridPlugin : public Plugin {
     const std::map<std::string, torch::Tensor> all = stages_->share(
         names, mine,
         [&](const std::string& name) {
-          return torch::empty(whole_shape_.at(parameter_of(name, prefixed)), torch::kFloat32);
+          // Where the owner's masters and moments are: one backend carries the broadcast.
+          return torch::empty(whole_shape_.at(parameter_of(name, prefixed)),
+                              torch::dtype(torch::kFloat32).device(device()));
         },
         /*keep_received=*/writer);
     if (!writer) return {};

@@ -16,7 +16,11 @@ reference loops are the CPU parity suites' own (tests/parity), here on `cuda`:
   --dequantize); QLoRA (nf4 double-quantized, fp4, int8; single, and gemini's device tier) equal to the same
   run on the CPU, and a QLoRA job's merged export equal to the CPU job's;
 - the other strategies on cuda: equal to single where they run; where a strategy still refuses
-  CUDA with "not supported yet", the test is an expected failure that says so.
+  CUDA with "not supported yet", the test is an expected failure that says so;
+- strategies of two ranks (hybrid's tensor, sequence and pipeline parallelism with and without
+  LoRA, ddp, zero 2, sharded gemini's device tier) through `tessera-cli launch --nproc 2`, both
+  ranks on the one GPU (TESSERA_TESTS_SHARE_GPU: NCCL refuses two ranks on one GPU, so their
+  collectives go through host memory over Gloo), equal to the same jobs on the CPU.
 
 fp32 on both sides without TF32 (LibTorch's and torch's default for matmuls); each bound is the
 CPU suite's unless a comment says why the GPU needs another. Every comparison prints its figure.
@@ -783,3 +787,94 @@ def test_qlora_with_device_auto_trains_on_the_gpu(plugin, llama_dir, batches, tm
     assert device[-1]["by_category"]["weights"] > 0, device[-1]
     print(f"QLoRA {plugin} device auto: device weights {device[-1]['by_category']['weights']} "
           f"bytes for {params} parameters")
+
+
+@pytest.fixture(scope="module")
+def ranks_job_dir(tmp_path_factory):
+    """A llama whose sizes split over 2 ranks (heads, kv heads, MLP width, vocabulary) and 2
+    pipeline stages (2 layers), with its tokenizer, and instruction data."""
+    from tiny_model import SENTENCES
+    from tiny_tokenizer import byte_level_bpe
+
+    d = tmp_path_factory.mktemp("ranks")
+    fast = byte_level_bpe(SENTENCES, 300)
+    torch.manual_seed(0)
+    tp.LlamaForCausalLM(tp.LlamaConfig(
+        vocab_size=(len(fast) + 7) // 8 * 8, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, bos_token_id=0,
+        eos_token_id=1, pad_token_id=2, tie_word_embeddings=False)).save_pretrained(d / "llama")
+    fast.save_pretrained(d / "llama")
+    with open(d / "data.jsonl", "w") as f:
+        for a in range(8):
+            for b in range(8):
+                f.write(json.dumps({"instruction": f"What is {a} plus {b}?", "output": str(a + b)}) + "\n")
+    return d
+
+
+def launch_two_ranks(d, name, plugin, options, method, accumulation, device):
+    """`tessera-cli launch --nproc 2` of a 6-step job on `device`; on a GPU the two ranks share
+    it (TESSERA_TESTS_SHARE_GPU: NCCL refuses two ranks on one GPU, so their collectives go through
+    host memory over Gloo). Returns the run's events."""
+    out = d / "runs" / name
+    lora = {"type": "lora", "rank": 4, "alpha": 8, "targets": ["q_proj", "v_proj", "o_proj", "down_proj"]}
+    spec = {"version": 1, "model": {"path": str(d / "llama")}, "dataset": {"train": str(d / "data.jsonl")},
+            "method": lora if method == "lora" else {"type": "full"},
+            "training": {"steps": 6, "batch_size": 2, "gradient_accumulation": accumulation,
+                         "learning_rate": 2e-3, "warmup_steps": 2, "max_grad_norm": 1.0, "seed": 5},
+            "strategy": {"name": plugin, "options": {**options, "device": device}},
+            "output": {"dir": str(out)}}
+    path = d / f"{name}.json"
+    path.write_text(json.dumps(spec))
+    env = dict(os.environ, TESSERA_DIST_TIMEOUT_S="60", OMP_NUM_THREADS="2")
+    if device == "cuda":
+        env["TESSERA_TESTS_SHARE_GPU"] = "1"
+    if device == "simulated":
+        env["TESSERA_SIMULATED_DEVICE"] = "1"
+    done = subprocess.run([str(gen.tool("cli")), "launch", "--nproc", "2", str(path)], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("plugin,options,method,accumulation", [
+    # tensor parallelism: every layer split over the 2 ranks (all-reduces in forward and backward)
+    ("hybrid", {"tp_size": 2}, "full", 1),
+    # sequence parallelism: all-gathers and reduce-scatters of the positions
+    ("hybrid", {"tp_size": 2, "sequence_parallel": True}, "full", 1),
+    ("hybrid", {"tp_size": 2}, "lora", 1),
+    # pipeline stages: 1F1B over 2 micro-batches, activations and gradients sent between them
+    ("hybrid", {"tp_size": 1, "pp_size": 2}, "full", 2),
+    ("hybrid", {"tp_size": 1, "pp_size": 2}, "lora", 2),
+    ("ddp", {}, "full", 1),
+    ("zero", {"stage": 2}, "full", 1),
+    # gemini sharded over 2 ranks with its device tier: half the shards in host memory
+    ("gemini", {"chunk_size": "160KiB", "host_param_frac": 0.5, "host_optim_frac": 0.5}, "full", 1),
+])
+def test_two_ranks_on_the_gpu_equal_the_cpu(plugin, options, method, accumulation, ranks_job_dir):
+    """Strategies of several ranks on CUDA — hybrid's tensor, sequence and pipeline parallelism,
+    ddp, zero, sharded gemini — with their two ranks on the one GPU this machine has: the same
+    job's losses on the CPU, and the GPU in the memory events. (NCCL between two GPUs needs a
+    machine with two; here the collectives' CUDA tensors go through host memory.)"""
+    name = f"{plugin}-{'-'.join(f'{k}{v}' for k, v in options.items())}-{method}"
+    # The CPU has no device tier to place shards between: its reference keeps them in RAM, and
+    # the suite's CPU leg runs gemini's device tier on the tests' simulated device.
+    reference = {k: v for k, v in options.items() if not k.startswith("host_")}
+    device = DEVICE
+    if DEVICE == "cpu" and reference != options:
+        device, options = "simulated", {**options, "device_budget": "64MiB"}
+    ours = launch_two_ranks(ranks_job_dir, name + f"-{device}", plugin, options, method, accumulation, device)
+    cpu = launch_two_ranks(ranks_job_dir, name + "-cpu-ref", plugin, reference, method, accumulation, "cpu")
+    mine, theirs = [e["loss"] for e in ours if e["type"] == "metric" and "loss" in e], \
+        [e["loss"] for e in cpu if e["type"] == "metric" and "loss" in e]
+    assert len(mine) == len(theirs) == 6, (mine, theirs)
+    print(f"{name} 2 ranks {device} vs cpu: losses rel {max_rel(mine, theirs):.2e}")
+    tp.assert_close(mine, theirs, f"{name} 2 ranks {device} loss", rel=TRAIN_REL)
+    tier = [e for e in ours if e["type"] == "memory" and e["tier"] == "device"]
+    if device == "cpu":
+        assert not tier
+    else:
+        assert tier and tier[-1]["device"] == where(device), [e for e in ours if e["type"] == "memory"][-2:]
+        assert len(tier[-1].get("ranks", [])) == 2, tier[-1]
+    if device == "cuda":
+        logs = [e.get("message", "") for e in ours if e["type"] == "log"]
+        assert any("the ranks share GPUs" in m for m in logs), logs

@@ -46,7 +46,7 @@ def rank_environment(rank: int, world: int, port: int, **extra: str) -> dict:
 class Ranks:
     """N processes of the tool, stdout and stderr in files under tmp_path."""
 
-    def __init__(self, tmp_path: Path, world: int, mode: str):
+    def __init__(self, tmp_path: Path, world: int, mode: str, environment=None):
         port = free_port()
         self.tmp_path = tmp_path
         self.processes = []
@@ -57,7 +57,8 @@ class Ranks:
             self.files += [out, err]
             self.processes.append(subprocess.Popen(self.command(mode), stdout=out, stderr=err,
                                                    env=rank_environment(rank, world, port,
-                                                                        **self.extra_environment)))
+                                                                        **self.extra_environment,
+                                                                        **(environment or {}))))
 
     extra_environment: dict = {}
 
@@ -106,8 +107,8 @@ class Ranks:
 def launch(tmp_path):
     started = []
 
-    def start(world: int, mode: str) -> Ranks:
-        ranks = Ranks(tmp_path, world, mode)
+    def start(world: int, mode: str, environment=None) -> Ranks:
+        ranks = Ranks(tmp_path, world, mode, environment)
         started.append(ranks)
         return ranks
 
@@ -131,6 +132,20 @@ def test_every_collective_exact_on_world_and_subgroups(launch, world):
     assert codes == {rank: 0 for rank in range(world)}, ranks.describe()
     for rank in range(world):
         assert ranks.output(rank) == f"ok rank {rank} of {world}\n"
+
+
+@pytest.mark.parametrize("mode", ["collectives", "async"])
+@pytest.mark.parametrize("world", [2, 4])
+def test_collectives_through_host_copies_are_exact(launch, world, mode):
+    """The path a CUDA tensor takes to Gloo (ranks sharing a GPU, and every send and receive on
+    a GPU: dist::ProcessGroup::send says why): each collective on a copy, the result copied back
+    into the caller's tensor at wait(). TESSERA_DIST_COPY_EVERY_TENSOR=1 sends CPU tensors that
+    way too, so that it is tested here, where there is no GPU."""
+    ranks = launch(world, mode, {"TESSERA_DIST_COPY_EVERY_TENSOR": "1"})
+    codes = ranks.wait(range(world), within_s=60)
+    assert codes == {rank: 0 for rank in range(world)}, ranks.describe()
+    for rank in range(world):
+        assert ranks.output(rank) == f"ok rank {rank} of {world} (through host copies)\n"
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])

@@ -47,7 +47,7 @@ from transformers import (BertConfig, BertForSequenceClassification, GPT2Config,
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
-from test_launch import cli, events_of, losses_of, run_job  # noqa: E402
+from test_launch import ENV as launch_environment, cli, events_of, losses_of, run_job  # noqa: E402
 from tiny_tokenizer import byte_level_bpe  # noqa: E402
 
 LOSS_BOUND = 1e-5
@@ -266,6 +266,20 @@ def test_what_it_cannot_do_is_refused_naming_why(workdir, case):
         errors = [e for e in events_of(out / "events.jsonl") if e["type"] == "error"]
         assert len(errors) == 1 and "rank" not in errors[0] and expected in errors[0]["message"], errors
     assert not (out / "job.json").exists()
+
+
+def test_through_host_copies_equals_one_process(workdir, monkeypatch):
+    """On a GPU the pipeline's sends and receives (and every collective of ranks sharing a GPU)
+    go through Gloo on host copies, copied back into the caller's tensor at wait()
+    (dist::ProcessGroup::send says why). TESSERA_DIST_COPY_EVERY_TENSOR=1 sends the CPU's tensors
+    that way too: tp 2 × pp 2 with sequence parallelism (receives posted ahead, all-gathers,
+    reduce-scatters, all-reduces, the export's broadcasts) equals single as the plain run does."""
+    monkeypatch.setitem(launch_environment, "TESSERA_DIST_COPY_EVERY_TENSOR", "1")
+    events = equals_single(workdir, "llama", "llama-tp2-pp2-sp-copies",
+                           {"tp_size": 2, "pp_size": 2, "sequence_parallel": True}, 4,
+                           accumulation=2, what="tp 2 × pp 2 sp through host copies")
+    warnings = [e["message"] for e in events if e["type"] == "log" and e.get("level") == "warning"]
+    assert any("every collective runs on a copy of its tensor" in w for w in warnings), warnings
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])

@@ -101,7 +101,31 @@ void check_group(ProcessGroup& group, int global_rank) {
                group.reduce_scatter(contribution.to(at::kDouble), ReduceOp::Avg),
                (reduced_sum.to(at::kDouble) / size).slice(0, me * block, (me + 1) * block));
 
+  // Point to point around the ring: two messages to the next member, tags 1 then 2, received
+  // by it in the other order (the tags match them, as the pipeline's schedule needs).
+  if (size >= 2) {
+    const int next = (me + 1) % size, previous = (me + size - 1) % size;
+    auto first = group.send(at::full({3}, 10.0 * global_rank + 1), next, 1);
+    auto second = group.send(at::full({2, 2}, 10.0 * global_rank + 2), next, 2);
+    at::Tensor got_second = at::zeros({2, 2}), got_first = at::zeros({3});
+    auto receive_second = group.recv(got_second, previous, 2);
+    auto receive_first = group.recv(got_first, previous, 1);
+    receive_second.wait();
+    receive_first.wait();
+    first.wait();
+    second.wait();
+    const double sender = group.ranks()[static_cast<std::size_t>(previous)];
+    expect_equal(where + "recv tag 1", got_first, at::full({3}, 10.0 * sender + 1));
+    expect_equal(where + "recv tag 2", got_second, at::full({2, 2}, 10.0 * sender + 2));
+  }
+
   group.barrier();
+}
+
+// "ok rank R of W", and how the tensors travelled where not as they are.
+void say_ok(const ParallelContext& context) {
+  std::printf("ok rank %d of %d%s\n", context.rank(), context.world_size(),
+              context.options().copy_every_tensor ? " (through host copies)" : "");
 }
 
 int run_collectives(ParallelContext& context) {
@@ -131,7 +155,7 @@ int run_collectives(ParallelContext& context) {
   }
   if (ends) check_group(*ends, rank);
   context.world().barrier();
-  std::printf("ok rank %d of %d\n", rank, world);
+  say_ok(context);
   return 0;
 }
 
@@ -192,7 +216,7 @@ int run_async(ParallelContext& context) {
   for (int rank = 0; rank < world; rank += 2) evens.push_back(rank);
   if (auto group = context.new_group(evens)) check_async(*group, context.rank());
   context.world().barrier();
-  std::printf("ok rank %d of %d\n", context.rank(), world);
+  say_ok(context);
   return 0;
 }
 

@@ -283,6 +283,10 @@ class TestJobSpec : public QObject {
     QCOMPARE(job::device_for("gemini", "auto", 2, 2, 2).device, std::string("cuda"));
     QCOMPARE(job::device_for("gemini", "auto", 2, 2, 1).device, std::string("cpu"));
     QCOMPARE(job::device_for("single", "auto", 1, 1, 1).device, std::string("cuda"));
+    // hybrid as ddp: its tensor and data groups on NCCL, a GPU for each rank of this machine.
+    QCOMPARE(job::device_for("hybrid", "auto", 2, 2, 2).device, std::string("cuda"));
+    QCOMPARE(job::device_for("hybrid", "auto", 4, 4, 2).device, std::string("cpu"));
+    QCOMPARE(job::device_for("hybrid", "auto", 4, 2, 2).device, std::string("cpu"));
   }
 
   void zeroOptionsAreValidated() {

@@ -2293,6 +2293,18 @@ class TestPlan : public QObject {
     const plan::Plan ddp = plan::make_plan(in);
     QCOMPARE(ddp.tiers.at(0).tier, std::string("device"));
     QCOMPARE(ddp.tiers.at(0).budget, std::uint64_t(80) << 30);
+    // hybrid tp 2 as ddp: each rank's blocks on its GPU — the bytes device cpu plans in the
+    // rank's share of host memory.
+    in.spec.strategy = {"hybrid", {{"tp_size", 2}}};
+    const plan::Plan hybrid = plan::make_plan(in);
+    QCOMPARE(hybrid.tiers.at(0).tier, std::string("device"));
+    QCOMPARE(hybrid.tiers.at(0).budget, std::uint64_t(80) << 30);
+    in.spec.strategy = {"hybrid", {{"tp_size", 2}, {"device", "cpu"}}};
+    const plan::Plan hybrid_on_cpu = plan::make_plan(in);
+    QCOMPARE(hybrid_on_cpu.tiers.at(0).tier, std::string("host"));
+    QVERIFY(hybrid.tiers[0].estimate.weights > 0);
+    QCOMPARE(hybrid.tiers[0].estimate.weights, hybrid_on_cpu.tiers[0].estimate.weights);
+    QCOMPARE(hybrid.tiers[0].estimate.optimizer, hybrid_on_cpu.tiers[0].estimate.optimizer);
     // zero stage 2 on the 2 GPUs keeps each rank's shard of the moments on its GPU; with the
     // optimizer offloaded (ZeRO-Offload) they and the float32 masters are in the rank's share of
     // host memory instead, in a host tier beside the device's.
