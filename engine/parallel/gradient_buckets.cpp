@@ -45,14 +45,19 @@ std::uint64_t bucket_size_option(const nlohmann::json& options) {
 }
 
 void broadcast_from_rank0(dist::ProcessGroup* group, model::PretrainedModel& model,
-                          const std::vector<optim::NamedTensor>& trainable) {
+                          const std::vector<optim::NamedTensor>& trainable, torch::Device through) {
   if (group == nullptr) return;
   torch::NoGradGuard no_grad;
   auto broadcast = [&](const torch::Tensor& tensor) {
     if (tensor.numel() == 0)
       return;  // a quantized Linear's emptied weight (QLoRA): nothing to send
     torch::Tensor data = tensor.detach();
-    if (data.is_contiguous()) {
+    if (through.is_cuda() && !data.is_cuda()) {
+      torch::Tensor on_device =
+          data.to(through, /*non_blocking=*/false, /*copy=*/true).contiguous();
+      group->broadcast(on_device, 0);
+      data.copy_(on_device);
+    } else if (data.is_contiguous()) {
       group->broadcast(data, 0);
     } else {
       torch::Tensor copy = data.contiguous();

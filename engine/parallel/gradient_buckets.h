@@ -38,9 +38,13 @@ std::uint64_t bucket_size_option(const nlohmann::json& strategy_options);
 
 // Every rank starts from rank 0's values: the model's parameters (frozen ones too) and the
 // trainable tensors outside the model (LoRA's A is random per process). Nothing when `group` is
-// null (one process).
+// null (one process). `through` a GPU: tensors still on the CPU go through it one at a time (a
+// copy up, NCCL's broadcast, a copy back) instead of over Gloo's TCP — zero broadcasts before
+// it rounds the model for the GPU, and a large model's float32 weights would otherwise cross the
+// loopback or the LAN at a fraction of the GPUs' links.
 void broadcast_from_rank0(dist::ProcessGroup* group, model::PretrainedModel& model,
-                          const std::vector<optim::NamedTensor>& trainable);
+                          const std::vector<optim::NamedTensor>& trainable,
+                          torch::Device through = torch::kCPU);
 
 class GradientBuckets {
  public:

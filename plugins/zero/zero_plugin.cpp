@@ -83,8 +83,8 @@ class ZeroPlugin : public Plugin {
     for (const NamedTensor& t : trainable) trainable_impls.insert(t.tensor.unsafeGetTensorImpl());
     for (auto& p : model.parameters())
       if (!trainable_impls.count(p.unsafeGetTensorImpl())) p.set_requires_grad(false);
-    // Every rank starts from rank 0's values, before anything is rounded.
-    parallel::broadcast_from_rank0(group_, model, trainable);
+    // Every rank starts from rank 0's values, before anything is rounded (on a GPU through it).
+    parallel::broadcast_from_rank0(group_, model, trainable, device_);
 
     // Masters of this rank's shares from the loaded values (bf16: before rounding).
     shares_.clear();
