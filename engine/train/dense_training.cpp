@@ -139,13 +139,13 @@ void DenseTraining::backward_through(const torch::Tensor& output, const torch::T
 
 StepStats DenseTraining::step(double lr, double max_grad_norm,
                               const std::vector<torch::Tensor>* master_gradients,
-                              bool gradient_shares) {
+                              bool gradient_shares, std::optional<double> clipped_norm) {
   torch::NoGradGuard no_grad;
   if (shard_group_ != nullptr) {
     if (master_gradients == nullptr)
       throw Error(ErrorKind::Internal,
                   "DenseTraining::step: sharded over replicas but given no averaged gradients");
-    return sharded_step(lr, max_grad_norm, *master_gradients, gradient_shares);
+    return sharded_step(lr, max_grad_norm, *master_gradients, gradient_shares, clipped_norm);
   }
   if (master_gradients != nullptr) {
     if (master_gradients->size() != masters_.size())
@@ -164,7 +164,7 @@ StepStats DenseTraining::step(double lr, double max_grad_norm,
   std::vector<torch::Tensor> masters;
   for (const NamedTensor& m : masters_) masters.push_back(m.tensor);
   StepStats stats;
-  stats.grad_norm = optim::clip_grad_norm(masters, max_grad_norm);
+  stats.grad_norm = clipped_norm ? *clipped_norm : optim::clip_grad_norm(masters, max_grad_norm);
   stats.applied = precision_->accept_step(stats.grad_norm);
   if (stats.applied) optimizer_->step(lr);
   for (NamedTensor& p : params_) p.tensor.mutable_grad() = torch::Tensor();
@@ -287,7 +287,7 @@ std::vector<NamedTensor> DenseTraining::optimizer_state() {
 
 StepStats DenseTraining::sharded_step(double lr, double max_grad_norm,
                                       const std::vector<torch::Tensor>& master_gradients,
-                                      bool shares) {
+                                      bool shares, std::optional<double> clipped_norm) {
   if (master_gradients.size() != params_.size())
     throw Error(ErrorKind::Internal,
                 "DenseTraining::step: " + std::to_string(master_gradients.size()) +
@@ -300,13 +300,17 @@ StepStats DenseTraining::sharded_step(double lr, double max_grad_norm,
         shares ? g : g.reshape(-1).narrow(0, shares_[i].start, shares_[i].count);
     gradients.push_back(masters_[i].tensor.grad());
   }
-  // The global norm from every member's shares (the members' gradients are the same, so this
-  // is the norm of the whole tensors).
-  torch::Tensor squares =
-      optim::gradient_norms(gradients).pow(2).sum().to(torch::kCPU, torch::kFloat32).contiguous();
-  shard_group_->all_reduce(squares);
   StepStats stats;
-  stats.grad_norm = optim::apply_clip_coefficient(gradients, squares.sqrt(), max_grad_norm);
+  if (clipped_norm) {
+    stats.grad_norm = *clipped_norm;
+  } else {
+    // The global norm from every member's shares (the members' gradients are the same, so this
+    // is the norm of the whole tensors).
+    torch::Tensor squares =
+        optim::gradient_norms(gradients).pow(2).sum().to(torch::kCPU, torch::kFloat32).contiguous();
+    shard_group_->all_reduce(squares);
+    stats.grad_norm = optim::apply_clip_coefficient(gradients, squares.sqrt(), max_grad_norm);
+  }
   stats.applied = precision_->accept_step(stats.grad_norm);
   if (stats.applied) {
     optimizer_->step(lr);

@@ -73,10 +73,12 @@ class DenseTraining {
   // undefined for none; ddp's reduced ones; required when sharded). Clips by the global norm,
   // updates unless fp16 skips the step, and clears every gradient.
   // Sharded, `gradient_shares` says the gradients are this member's shares already (ZeRO-2's
-  // reduce-scattered ones, flat), not whole tensors to take the share of.
+  // reduce-scattered ones, flat), not whole tensors to take the share of. `clipped_norm`: the
+  // caller has clipped the gradients by their global norm, this (hybrid: over the tensor and
+  // pipeline groups too), and fp16's skip decides by it, the same on every rank.
   StepStats step(double lr, double max_grad_norm,
                  const std::vector<torch::Tensor>* master_gradients = nullptr,
-                 bool gradient_shares = false);
+                 bool gradient_shares = false, std::optional<double> clipped_norm = std::nullopt);
 
   // Memory now; `extra_gradient_bytes` are gradient buffers the caller holds (ddp's buckets).
   MemoryByCategory memory(std::uint64_t extra_gradient_bytes = 0) const;
@@ -104,7 +106,8 @@ class DenseTraining {
   std::vector<ElementShare> shares_;
 
   StepStats sharded_step(double lr, double max_grad_norm,
-                         const std::vector<torch::Tensor>& master_gradients, bool shares);
+                         const std::vector<torch::Tensor>& master_gradients, bool shares,
+                         std::optional<double> clipped_norm);
   // This member's range of params_[i], flat (a view into the compute tensor).
   torch::Tensor own_range(std::size_t i) const;
   // After an update: every member's shares into every member's compute tensors.

@@ -1,5 +1,6 @@
 #include "plugins/hybrid/hybrid_plugin.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -196,7 +197,9 @@ class HybridPlugin : public Plugin {
     const torch::Tensor total = squares.sqrt();
     StepStats stats;
     stats.grad_norm = optim::apply_clip_coefficient(gradients, total, max_grad_norm);
-    stats.applied = dense().step(lr, /*max_grad_norm=*/0.0, &gradients, shares).applied;
+    // fp16's skip by this global norm: every rank skips (and backs off its loss scale) together.
+    stats.applied =
+        dense().step(lr, /*max_grad_norm=*/0.0, &gradients, shares, stats.grad_norm).applied;
     replicas_.finish_step();
     return stats;
   }
@@ -274,12 +277,14 @@ class HybridPlugin : public Plugin {
     if (index < params.size()) gradients[index] = sum;
   }
 
-  // A tensor's shape on this rank of its tensor group (its block when split).
+  // A tensor's shape on this rank of its tensor group (its block when split; a kv head's block
+  // held by `replicas` ranks is one of size / replicas, as parallel::block_of cuts it).
   std::vector<std::int64_t> block_shape(const std::string& name) const {
     std::vector<std::int64_t> shape = whole_shape_.at(name);
     const auto found = split_of_.find(name);
     if (found != split_of_.end() && found->second.dim >= 0)
-      shape[static_cast<std::size_t>(found->second.dim)] /= tensor_group_->size();
+      shape[static_cast<std::size_t>(found->second.dim)] /=
+          tensor_group_->size() / std::max(1, found->second.replicas);
     return shape;
   }
 
@@ -306,11 +311,15 @@ class HybridPlugin : public Plugin {
       names.push_back(name);
       handles[name] = tensor;
     }
+    // Through host memory (Gloo), in the compute dtype every stage's own tensors have: on a GPU
+    // the whole model would not fit beside the training state, and other stages' adapters stay
+    // where LoRA made them (float32, on the CPU) until they arrive.
     for (const auto& [name, tensor] : handles)
-      if (stages_->owner(name) == stages_->stage()) mine[name] = tensor.detach();
+      if (stages_->owner(name) == stages_->stage())
+        mine[name] = tensor.detach().to(torch::kCPU, compute_dtype());
     const std::map<std::string, torch::Tensor> all =
         stages_->share(names, mine, [&](const std::string& name) {
-          return torch::empty(block_shape(name), handles.at(name).options());
+          return torch::empty(block_shape(name), torch::dtype(compute_dtype()));
         });
     for (const auto& [name, tensor] : all)
       if (stages_->owner(name) != stages_->stage()) handles.at(name).set_data(tensor);
@@ -323,10 +332,12 @@ class HybridPlugin : public Plugin {
                                          const std::string& prefixed) const {
     if (!on_writers_pipeline()) return {};
     if (!stages_) return process_.rank == 0 ? tensors : std::vector<NamedTensor>{};
+    // Through host memory (Gloo): the writer holds every stage's tensors at once, which on a GPU
+    // would not fit beside its training state.
     std::map<std::string, torch::Tensor> mine;
     for (const NamedTensor& t : tensors)
       if (stages_->owner(parameter_of(t.name, prefixed)) == stages_->stage())
-        mine[t.name] = t.tensor;
+        mine[t.name] = t.tensor.to(torch::kCPU);
     std::vector<std::string> names;
     for (const std::string& name : trainable_names_) {
       if (prefixed.empty()) {
@@ -340,9 +351,7 @@ class HybridPlugin : public Plugin {
     const std::map<std::string, torch::Tensor> all = stages_->share(
         names, mine,
         [&](const std::string& name) {
-          // Where the owner's masters and moments are: one backend carries the broadcast.
-          return torch::empty(whole_shape_.at(parameter_of(name, prefixed)),
-                              torch::dtype(torch::kFloat32).device(device()));
+          return torch::empty(whole_shape_.at(parameter_of(name, prefixed)), torch::kFloat32);
         },
         /*keep_received=*/writer);
     if (!writer) return {};
@@ -426,7 +435,8 @@ class HybridPlugin : public Plugin {
     for (NamedTensor& t : tensors) {
       torch::Tensor whole =
           parallel::gather_whole(t.tensor, split_of(t.name, prefixed), *tensor_group_);
-      t.tensor = keep ? whole : torch::Tensor();
+      // Kept in host memory: on a GPU one whole tensor at a time is there.
+      t.tensor = keep ? whole.to(torch::kCPU) : torch::Tensor();
     }
     if (!keep) tensors.clear();
     return tensors;

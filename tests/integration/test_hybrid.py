@@ -67,6 +67,9 @@ def workdir(tmp_path_factory):
         "llama": lambda: LlamaForCausalLM(LlamaConfig(**sizes, tie_word_embeddings=False)),
         "qwen2": lambda: Qwen2ForCausalLM(Qwen2Config(**sizes, tie_word_embeddings=True)),
         "mistral": lambda: MistralForCausalLM(MistralConfig(**sizes, sliding_window=8)),
+        # One kv head: at tp 2 each rank holds it whole (its block replicated over 2 ranks).
+        "llama-kv1": lambda: LlamaForCausalLM(LlamaConfig(**dict(sizes, num_key_value_heads=1),
+                                                          tie_word_embeddings=False)),
         # With its default dropout (0.1): the masks follow the rows and the heads, not the ranks.
         "gpt2": lambda: GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=4,
                                                    n_positions=128, **ids)),
@@ -266,6 +269,34 @@ def test_what_it_cannot_do_is_refused_naming_why(workdir, case):
         errors = [e for e in events_of(out / "events.jsonl") if e["type"] == "error"]
         assert len(errors) == 1 and "rank" not in errors[0] and expected in errors[0]["message"], errors
     assert not (out / "job.json").exists()
+
+
+def test_fewer_kv_heads_than_ranks_with_pipeline_stages(workdir):
+    """tp 2 × pp 2 on a llama with one kv head (held whole by both tensor ranks): the export
+    gathers the other stage's k and v blocks at the size each holds, and equals single's (as do
+    the losses) within 1e-5."""
+    equals_single(workdir, "llama-kv1", "llama-kv1-tp2-pp2", {"tp_size": 2, "pp_size": 2}, 4,
+                  accumulation=2, what="tp 2 × pp 2, 1 kv head")
+
+
+def test_lora_in_bf16_with_pipeline_stages(workdir):
+    """bf16 LoRA at pp 2: each stage's adapters are bf16 where they train, and the export brings
+    the other stage's to every rank in that dtype — its merged model and losses follow single's
+    bf16 run within bf16's tolerance."""
+    def spec(name, strategy, options=None):
+        path = job(workdir, "llama", name, strategy, accumulation=2, options=options, method="lora")
+        data = json.loads(path.read_text())
+        data["precision"] = "bf16"
+        path.write_text(json.dumps(data))
+        return path
+    run(spec("single-lora-bf16-ga2", "single"), 1)
+    run(spec("hybrid-pp2-lora-bf16", "hybrid", {"tp_size": 1, "pp_size": 2}), 2)
+    ours, theirs = workdir / "runs" / "hybrid-pp2-lora-bf16", workdir / "runs" / "single-lora-bf16-ga2"
+    worst = worst_relative(losses_of(events_of(ours / "events.jsonl")), losses_of(events_of(theirs / "events.jsonl")))
+    exported = export_difference(ours, theirs)
+    adapter = export_difference(ours, theirs, "adapter/adapter_model.safetensors")
+    print(f"llama pp 2 LoRA bf16: losses {worst:.2e} relative, export {exported:.2e}, adapter {adapter:.2e}")
+    assert worst <= 5e-3 and exported <= 5e-3 and adapter <= 5e-3
 
 
 def test_through_host_copies_equals_one_process(workdir, monkeypatch):
