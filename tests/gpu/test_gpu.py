@@ -30,6 +30,7 @@ session spends GPU time on it (tests/gpu/check_build.sh's build, or the normal b
 """
 import gzip
 import json
+import math
 import os
 import subprocess
 import sys
@@ -811,15 +812,16 @@ def ranks_job_dir(tmp_path_factory):
     return d
 
 
-def launch_two_ranks(d, name, plugin, options, method, accumulation, device):
-    """`tessera-cli launch --nproc 2` of a 6-step job on `device`; on a GPU the two ranks share
-    it (TESSERA_TESTS_SHARE_GPU: NCCL refuses two ranks on one GPU, so their collectives go through
+def launch_two_ranks(d, name, plugin, options, method, accumulation, device, precision="fp32", steps=6):
+    """`tessera-cli launch --nproc 2` of a job on `device`; on a GPU the two ranks share it
+    (TESSERA_TESTS_SHARE_GPU: NCCL refuses two ranks on one GPU, so their collectives go through
     host memory over Gloo). Returns the run's events."""
     out = d / "runs" / name
     lora = {"type": "lora", "rank": 4, "alpha": 8, "targets": ["q_proj", "v_proj", "o_proj", "down_proj"]}
     spec = {"version": 1, "model": {"path": str(d / "llama")}, "dataset": {"train": str(d / "data.jsonl")},
             "method": lora if method == "lora" else {"type": "full"},
-            "training": {"steps": 6, "batch_size": 2, "gradient_accumulation": accumulation,
+            "precision": precision,
+            "training": {"steps": steps, "batch_size": 2, "gradient_accumulation": accumulation,
                          "learning_rate": 2e-3, "warmup_steps": 2, "max_grad_norm": 1.0, "seed": 5},
             "strategy": {"name": plugin, "options": {**options, "device": device}},
             "output": {"dir": str(out)}}
@@ -878,3 +880,20 @@ def test_two_ranks_on_the_gpu_equal_the_cpu(plugin, options, method, accumulatio
     if device == "cuda":
         logs = [e.get("message", "") for e in ours if e["type"] == "log"]
         assert any("the ranks share GPUs" in m for m in logs), logs
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="fp16 with loss scaling needs CUDA")
+@pytest.mark.parametrize("options,accumulation", [({"tp_size": 2}, 1), ({"tp_size": 1, "pp_size": 2}, 2)])
+def test_two_ranks_of_hybrid_in_fp16_follow_fp32(options, accumulation, ranks_job_dir):
+    """fp16 under hybrid: a step whose gradients overflow on one rank only (the head's, on the
+    last pipeline stage; one tensor rank's block) is skipped by every rank, each halving its loss
+    scale with the others (the skip decides by the global norm), so the run trains as fp32 does."""
+    name = "hybrid-" + "-".join(f"{k}{v}" for k, v in options.items())
+    runs = {precision: launch_two_ranks(ranks_job_dir, f"{name}-{precision}", "hybrid", options, "full",
+                                        accumulation, DEVICE, precision=precision, steps=16)
+            for precision in ("fp32", "fp16")}
+    losses = {p: [e["loss"] for e in events if e["type"] == "metric" and "loss" in e] for p, events in runs.items()}
+    print(f"{name} fp16 vs fp32 on {DEVICE}: last {losses['fp16'][-1]:.4f} vs {losses['fp32'][-1]:.4f}")
+    assert all(math.isfinite(x) for x in losses["fp16"]), losses["fp16"]
+    assert losses["fp16"][-1] < losses["fp16"][0]
+    assert abs(losses["fp16"][-1] - losses["fp32"][-1]) <= 0.1 * losses["fp32"][-1]
