@@ -373,9 +373,12 @@ torch::Tensor DenseTraining::gather_whole(std::size_t i, const torch::Tensor& sh
     send.narrow(0, 0, shares_[i].count).copy_(share.reshape(-1));
     send[per_rank] = 1.0f;
   }
-  const torch::Tensor gathered = shard_group_->all_gather(send);
+  // Assembled in host memory (checkpoints hold whole tensors there): on a GPU the caller keeps
+  // every tensor of the state, which whole would not fit beside the training state. One copy down
+  // of the gathered shares, one at a time on the GPU.
+  const torch::Tensor gathered = shard_group_->all_gather(send).to(torch::kCPU);
   const std::int64_t numel = params_[i].tensor.numel();
-  torch::Tensor whole = torch::zeros({numel}, options);
+  torch::Tensor whole = torch::zeros({numel}, torch::kFloat32);
   bool any = false;
   for (int r = 0; r < members; ++r) {
     const torch::Tensor part = gathered.narrow(0, r * (per_rank + 1), per_rank + 1);

@@ -84,7 +84,8 @@ class DenseTraining {
   MemoryByCategory memory(std::uint64_t extra_gradient_bytes = 0) const;
   void release_training_state();
 
-  // Whole float32 tensors (sharded: gathered from every member, which all must call it).
+  // Whole float32 tensors (sharded: gathered from every member, which all must call it, into
+  // host memory).
   std::vector<NamedTensor> trainable_weights();
   std::vector<NamedTensor> optimizer_state();
   nlohmann::json state_json() const;

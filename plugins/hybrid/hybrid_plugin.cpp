@@ -213,6 +213,12 @@ class HybridPlugin : public Plugin {
     if (gathered_) return;
     gathered_ = true;
     torch::NoGradGuard no_grad;
+    // On a GPU the export runs from host memory, as on the CPU: the whole model would not fit
+    // on each rank's GPU beside its training state (which the leader frees only after this).
+    if (device().is_cuda()) {
+      model_->to(torch::kCPU);
+      for (auto& [name, tensor] : adapter_handles_) tensor.set_data(tensor.to(torch::kCPU));
+    }
     if (stages_) gather_stages();
     if (tensor_group_ == nullptr) return;
     parallel::unsplit_model(*model_, layout_, *tensor_group_);

@@ -838,6 +838,15 @@ def launch_two_ranks(d, name, plugin, options, method, accumulation, device, pre
     return [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
 
 
+def exported_difference(ours, theirs, file):
+    """The largest difference between two runs' exported tensors, relative to each tensor's
+    largest value (at least 1)."""
+    a, b = load_file(str(ours / file)), load_file(str(theirs / file))
+    assert sorted(a) == sorted(b), file
+    return max(float((a[k].float() - b[k].float()).abs().max()) / max(1.0, float(b[k].float().abs().max()))
+               for k in a)
+
+
 @pytest.mark.parametrize("plugin,options,method,accumulation", [
     # tensor parallelism: every layer split over the 2 ranks (all-reduces in forward and backward)
     ("hybrid", {"tp_size": 2}, "full", 1),
@@ -869,8 +878,13 @@ def test_two_ranks_on_the_gpu_equal_the_cpu(plugin, options, method, accumulatio
     mine, theirs = [e["loss"] for e in ours if e["type"] == "metric" and "loss" in e], \
         [e["loss"] for e in cpu if e["type"] == "metric" and "loss" in e]
     assert len(mine) == len(theirs) == 6, (mine, theirs)
-    print(f"{name} 2 ranks {device} vs cpu: losses rel {max_rel(mine, theirs):.2e}")
+    # The export, gathered from both ranks (hybrid: from host memory), and LoRA's adapter.
+    runs = ranks_job_dir / "runs"
+    files = ["model/model.safetensors"] + (["adapter/adapter_model.safetensors"] if method == "lora" else [])
+    exported = max(exported_difference(runs / f"{name}-{device}", runs / f"{name}-cpu-ref", f) for f in files)
+    print(f"{name} 2 ranks {device} vs cpu: losses rel {max_rel(mine, theirs):.2e}, export {exported:.2e}")
     tp.assert_close(mine, theirs, f"{name} 2 ranks {device} loss", rel=TRAIN_REL)
+    assert exported <= TRAIN_REL
     tier = [e for e in ours if e["type"] == "memory" and e["tier"] == "device"]
     if device == "cpu":
         assert not tier
