@@ -232,6 +232,13 @@ void plan_rank_time(Plan& plan, const PlanInputs& in, const std::string& device,
     plan.reasons.push_back("communication per step: " + volume + ", " + seconds_text(comm.seconds) +
                            " at the link's " + plan.link_source +
                            "; added to the compute, which it does not overlap on the CPU");
+    // The link is Gloo's; between GPUs NCCL carries the collectives, which nothing here measures.
+    if (plan.settings.on_gpu)
+      plan.reasons.push_back(
+          "on the GPUs NCCL carries the collectives (hybrid's pipeline messages go through host "
+          "memory over Gloo): the time above is Gloo's link, not NCCL's, which is not measured "
+          "yet and between GPUs of one machine (NVLink, PCIe peer copies) is usually faster, so "
+          "the communication time is an upper bound there");
   } else {
     plan.link_source = "not measured";
     plan.reasons.push_back("communication per step: " + volume +

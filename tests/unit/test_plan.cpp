@@ -2299,6 +2299,29 @@ class TestPlan : public QObject {
     const plan::Plan hybrid = plan::make_plan(in);
     QCOMPARE(hybrid.tiers.at(0).tier, std::string("device"));
     QCOMPARE(hybrid.tiers.at(0).budget, std::uint64_t(80) << 30);
+    // Their collectives timed at Gloo's measured link: the plan says NCCL's is not measured
+    // (and on the CPU says nothing of NCCL).
+    {
+      auto with_link = in;
+      plan::LinkInfo link;
+      link.measured = true;
+      link.bandwidth_bytes_per_s = 1e9;
+      link.latency_s = 1e-4;
+      link.method = "test";
+      with_link.profile.link = link;
+      const auto says_nccl_unmeasured = [](const plan::Plan& p) {
+        return std::any_of(p.reasons.begin(), p.reasons.end(), [](const std::string& r) {
+          return r.find("the time above is Gloo's link, not NCCL's") != std::string::npos;
+        });
+      };
+      for (const std::string strategy : {"ddp", "hybrid"}) {
+        with_link.spec.strategy = {strategy, {{"tp_size", 2}}};
+        if (strategy == "ddp") with_link.spec.strategy.options = nlohmann::json::object();
+        QVERIFY2(says_nccl_unmeasured(plan::make_plan(with_link)), strategy.c_str());
+        with_link.spec.strategy.options["device"] = "cpu";
+        QVERIFY(!says_nccl_unmeasured(plan::make_plan(with_link)));
+      }
+    }
     in.spec.strategy = {"hybrid", {{"tp_size", 2}, {"device", "cpu"}}};
     const plan::Plan hybrid_on_cpu = plan::make_plan(in);
     QCOMPARE(hybrid_on_cpu.tiers.at(0).tier, std::string("host"));
