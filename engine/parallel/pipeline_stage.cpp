@@ -107,7 +107,9 @@ std::vector<double> PipelineStages::run_one_f_one_b(
   };
   std::vector<torch::Tensor> stage_inputs(inputs.size() * static_cast<std::size_t>(chunks_));
   std::vector<torch::Tensor> outputs(stage_inputs.size());
-  std::vector<double> losses(inputs.size(), 0.0);
+  // The last stage's losses, read back once after the schedule (on a GPU a read per micro-batch
+  // would drain the queue between its forward and the next action).
+  std::vector<torch::Tensor> loss_values(inputs.size());
   std::vector<dist::PendingCollective> sends;
   // The stage's idle time is the schedule's time less its own forwards and backwards (waits
   // for its neighbours, and at the end for the slowest stage: the losses' all-reduce ends the
@@ -183,7 +185,7 @@ std::vector<double> PipelineStages::run_one_f_one_b(
           throw_invalid("pipeline: the last stage computed no loss",
                         "pipeline parallelism trains causal language models with labels");
         outputs[at] = out.loss;
-        losses[mu] = out.loss.detach().to(torch::kFloat64).item<double>();
+        loss_values[mu] = out.loss.detach();
       } else {
         outputs[at] = out.hidden_states;
         sends.push_back(group_->send(out.hidden_states.detach().contiguous(), next,
@@ -207,7 +209,10 @@ std::vector<double> PipelineStages::run_one_f_one_b(
   }
   for (dist::PendingCollective& send : sends) send.wait();
   // The losses are the last stage's (the others add zeros); every stage reports them.
-  torch::Tensor shared = torch::tensor(losses, torch::kFloat64);
+  torch::Tensor shared = torch::zeros({micro_batches}, torch::kFloat64);
+  if (std::all_of(loss_values.begin(), loss_values.end(),
+                  [](const torch::Tensor& t) { return t.defined(); }))
+    shared = torch::stack(loss_values).to(torch::kCPU, torch::kFloat64).reshape({micro_batches});
   group_->all_reduce(shared);
   idle_seconds_ =
       std::max(0.0, std::chrono::duration<double>(Clock::now() - schedule_start).count() - busy);
