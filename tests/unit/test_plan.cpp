@@ -26,6 +26,16 @@ using namespace tessera;
 
 namespace {
 
+// A link between ranks as `tessera-cli profile` measures it: 1 GB/s, 0.1 ms a call.
+plan::LinkInfo measured_link() {
+  plan::LinkInfo link;
+  link.measured = true;
+  link.bandwidth_bytes_per_s = 1e9;
+  link.latency_s = 1e-4;
+  link.method = "test";
+  return link;
+}
+
 hf::ModelConfig config(const json& doc) {
   return hf::parse_model_config(doc, "config.json");
 }
@@ -1569,10 +1579,7 @@ class TestPlan : public QObject {
   void communicationPerStep() {
     const auto c = config(small_llama());
     const double n = double(plan::count_parameters(c));
-    plan::LinkInfo link;
-    link.measured = true;
-    link.bandwidth_bytes_per_s = 1e9;
-    link.latency_s = 1e-4;
+    const plan::LinkInfo link = measured_link();
     plan::Settings s = settings(8, false, "full");
     s.strategy = "ddp";
     const double calls = std::ceil(4 * n / double(plan::kDefaultBucketBytes));
@@ -1646,12 +1653,7 @@ class TestPlan : public QObject {
   void autoPlansEveryRankOfSeveral() {
     auto in = inputs(64ull << 30);
     in.processes = 2;
-    plan::LinkInfo link;
-    link.measured = true;
-    link.bandwidth_bytes_per_s = 1e9;
-    link.latency_s = 1e-4;
-    link.method = "test";
-    in.profile.link = link;
+    in.profile.link = measured_link();
     const auto p = plan::make_plan(in);
     QVERIFY(p.fits);
     QCOMPARE(p.strategy, std::string("ddp"));
@@ -1714,7 +1716,7 @@ class TestPlan : public QObject {
     QCOMPARE(std::count_if(p.reasons.begin(), p.reasons.end(),
                            [](const std::string& r) { return r.rfind("runner-up: ", 0) == 0; }),
              std::ptrdiff_t{1});
-    const auto comm = plan::estimate_communication(in.model, p.settings, 2, link);
+    const auto comm = plan::estimate_communication(in.model, p.settings, 2, in.profile.link);
     QCOMPARE(p.communication.bytes, comm.bytes);
     QVERIFY(std::abs(p.seconds_per_step - (p.compute_seconds_per_step + comm.seconds)) < 1e-12);
     // A rank computes with half the cores: slower than one process with all of them.
@@ -1852,10 +1854,7 @@ class TestPlan : public QObject {
   // (W-1)/W of them; the chunks all-gathered as the blocks use them: once a step when all fit in
   // the four it keeps whole, again in backward and in each micro-batch when they do not.
   void geminiCommunicationPerStep() {
-    plan::LinkInfo link;
-    link.measured = true;
-    link.bandwidth_bytes_per_s = 1e9;
-    link.latency_s = 1e-4;
+    const plan::LinkInfo link = measured_link();
     const auto c = config(small_llama());
     const double n = double(plan::count_parameters(c));
     plan::Settings s = settings(8, false, "full");
@@ -1901,12 +1900,7 @@ class TestPlan : public QObject {
     auto in = inputs(64ull << 30);
     in.model = config(wide_llama());
     in.processes = 4;
-    plan::LinkInfo link;
-    link.measured = true;
-    link.bandwidth_bytes_per_s = 1e9;
-    link.latency_s = 1e-4;
-    link.method = "test";
-    in.profile.link = link;
+    in.profile.link = measured_link();
     plan::Settings eight = settings(8, false, "full");
     eight.strategy = "gemini";
     const auto need = plan::estimate_memory(in.model, eight, 0, 4).peak();
@@ -1947,7 +1941,7 @@ class TestPlan : public QObject {
     }
     QVERIFY(p.communication.all_gather_bytes > 0);
     QCOMPARE(p.communication.bytes,
-             plan::estimate_communication(in.model, p.settings, 4, link).bytes);
+             plan::estimate_communication(in.model, p.settings, 4, in.profile.link).bytes);
     const json j = plan::to_json(p);
     QCOMPARE(j["memory"][0]["by_category"]["gathered_chunks"].get<std::uint64_t>(),
              p.tiers[0].estimate.gathered_chunks);
@@ -2303,12 +2297,7 @@ class TestPlan : public QObject {
     // (and on the CPU says nothing of NCCL).
     {
       auto with_link = in;
-      plan::LinkInfo link;
-      link.measured = true;
-      link.bandwidth_bytes_per_s = 1e9;
-      link.latency_s = 1e-4;
-      link.method = "test";
-      with_link.profile.link = link;
+      with_link.profile.link = measured_link();
       const auto says_nccl_unmeasured = [](const plan::Plan& p) {
         return std::any_of(p.reasons.begin(), p.reasons.end(), [](const std::string& r) {
           return r.find("the time above is Gloo's link, not NCCL's") != std::string::npos;
