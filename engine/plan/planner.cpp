@@ -1102,9 +1102,10 @@ Plan make_plan(const PlanInputs& in) {
     }
   }
   // gemini's device tier: the CPU Adam updates the optimizer shards in host memory and on disk
-  // after the backward (beside a GPU nothing runs it behind the next forward), each rank its
-  // share, the ranks of this machine sharing the cores. ZeRO-Offload on a GPU: all of each
-  // rank's share.
+  // after the backward, each rank its share, the ranks of this machine sharing the cores; that of
+  // shards whose parameters are in host memory too runs behind the next forward, which the time
+  // does not subtract (which chunks those are is the plugin's placement): an upper bound.
+  // ZeRO-Offload on a GPU: all of each rank's share.
   const bool zero_offload = s.strategy == "zero" && s.zero_offload && gpu;
   const double host_optim_share = s.device_tier  ? s.host_optim_frac + s.offload_optim_frac
                                   : zero_offload ? 1.0
@@ -1129,7 +1130,11 @@ Plan make_plan(const PlanInputs& in) {
           " M elements/s" +
           (distributed ? " shared by the " + std::to_string(per_node) + " ranks of this machine"
                        : std::string()) +
-          " (" + hw.cpu_adam_source + "), added to the step");
+          " (" + hw.cpu_adam_source + "), added to the step" +
+          (s.device_tier && s.host_param_frac > 0.0
+               ? " (that of shards whose parameters are in host memory too runs behind the next "
+                 "forward, which this leaves out: an upper bound)"
+               : ""));
     } else {
       plan.reasons.push_back(what +
                              "; the CPU Adam's rate was not measured, so the time leaves "

@@ -37,7 +37,7 @@ bool gemini_device_tier(const job::JobSpec& spec, int gpus, int processes, int p
 // Whether the job computes on the GPU, as the plugins decide: `auto` (one process: single, or
 // gemini's device tier when single does not fit) unless its device option says cpu; a named
 // strategy where job::device_for puts it on the GPU (one per rank of this machine for ddp and
-// zero). `auto` over several processes is planned on the CPU (apply_settings says so in the
+// zero and hybrid). `auto` over several processes is planned on the CPU (apply_settings says so in the
 // device it writes).
 bool plans_on_gpu(const job::JobSpec& spec, const HardwareProfile& hw, int processes,
                   int processes_per_node) {

@@ -411,10 +411,15 @@ class GeminiPlugin : public train::Plugin {
     }
     if (stats.applied) gather_persistent(true);
     if (gathered_.tracing() && gemini_.auto_placement) {
-      if (device_)
+      if (device_) {
+        // Shards change tiers: the update behind is done first, and the moved ones are the
+        // device Adam's from now on.
+        settle_update();
         move_shards_to_device();
-      else
+        choose_pipelined_chunks();
+      } else {
         size_shard_cache_to_budget();
+      }
     }
     gathered_.end_tracing();  // the first step's order of chunk uses is every later step's
     return stats;
@@ -1473,11 +1478,24 @@ class GeminiPlugin : public train::Plugin {
       }
     }
     if (later.empty()) return;
-    update_.start(chunks_.size(), later,
-                  [this, later, lr, coef](const UpdatePipeline::ChunkDone& done, int threads) {
-                    torch::NoGradGuard no_grad;
-                    update_in_slices(later, lr, coef, threads, done);
-                  });
+    // With a device tier the worker's chunks are host shards with their optimizer shard in host
+    // memory: the CPU Adam alone, no copy or device call (choose_pipelined_chunks). Their last
+    // copy up (a gather of the backward) is done before it writes them.
+    if (device_)
+      for (std::size_t c : later) settle_upload(chunks_[c]);
+    update_.start(
+        chunks_.size(), later,
+        [this, later, lr, coef, host_coef](const UpdatePipeline::ChunkDone& done, int threads) {
+          torch::NoGradGuard no_grad;
+          if (!device_) {
+            update_in_slices(later, lr, coef, threads, done);
+            return;
+          }
+          for (std::size_t c : later) {
+            update_chunk(c, lr, host_coef, threads);
+            done(c);
+          }
+        });
     update_behind_ = true;
     ++updates_behind_;
   }
@@ -1715,23 +1733,33 @@ class GeminiPlugin : public train::Plugin {
     update_behind_ = false;
   }
 
-  // Pipelines the update of optimizer shards on disk with the next forward when no parameter
-  // shard is on disk and there is no device tier (the update would otherwise share the disk
-  // reads or the device's streams with the forward): a chunk whose optimizer shard is on disk
-  // and which a block gathers (not LoRA's adapters, gathered after every update) is updated on
-  // a worker, and each block waits for its own chunks (use_chunks).
+  // Pipelines the CPU Adam with the next forward when no parameter shard is on disk (the update
+  // would otherwise share the disk reads with the forward): a chunk which a block gathers (not
+  // LoRA's adapters, gathered after every update) is updated on a worker, and each block waits
+  // for its own chunks (use_chunks). Without a device tier: the chunks whose optimizer shard is on
+  // disk. With one: those whose parameter and optimizer shards are both in host memory — the
+  // CPU Adam's own work, no copy — so that the GPU computes the next forward's first blocks while
+  // the host updates the later ones (the shards on the GPU, and those whose new values the update
+  // copies up or whose optimizer shard is on disk, are updated at once, as before).
   void choose_pipelined_chunks() {
     pipelined_.assign(chunks_.size(), false);
-    if (device_ || std::any_of(chunks_.begin(), chunks_.end(),
-                               [](const ShardChunk& c) { return c.values_on_disk; }))
+    if (std::any_of(chunks_.begin(), chunks_.end(),
+                    [](const ShardChunk& c) { return c.values_on_disk; }))
       return;
-    for (std::size_t c = 0; c < chunks_.size(); ++c)
-      pipelined_[c] = chunks_[c].trainable && chunks_[c].optim_on_disk && !chunks_[c].persistent;
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      const ShardChunk& chunk = chunks_[c];
+      const bool gathered_by_blocks = chunk.trainable && !chunk.persistent;
+      pipelined_[c] =
+          gathered_by_blocks &&
+          (device_ ? !chunk.values_on_device && !chunk.optim_on_device && !chunk.optim_on_disk
+                   : chunk.optim_on_disk);
+    }
     const auto behind = std::count(pipelined_.begin(), pipelined_.end(), true);
     if (behind > 0 && log_ && rank_ == 0)
       log_("info", "gemini: the update of " + std::to_string(behind) +
-                       " optimizer shards on disk runs behind the next forward, each block "
-                       "waiting for its own");
+                       (device_ ? " optimizer shards in host memory (the CPU Adam's)"
+                                : " optimizer shards on disk") +
+                       " runs behind the next forward, each block waiting for its own");
   }
 
   // --- optimizer shards in the disk tier ------------------------------------------------------
