@@ -1102,10 +1102,12 @@ Plan make_plan(const PlanInputs& in) {
     }
   }
   // gemini's device tier: the CPU Adam updates the optimizer shards in host memory and on disk
-  // after the backward, each rank its share, the ranks of this machine sharing the cores; that of
-  // shards whose parameters are in host memory too runs behind the next forward, which the time
-  // does not subtract (which chunks those are is the plugin's placement): an upper bound.
-  // ZeRO-Offload on a GPU: all of each rank's share.
+  // after the backward, each rank its share, the ranks of this machine sharing the cores.
+  // ZeRO-Offload on a GPU: all of each rank's share. One process of gemini, full fine-tuning with
+  // no parameter shard on disk: the update of the shards in host memory (not on disk) runs
+  // behind the next forward (the plugin's pipelined update), the forward's share of the compute
+  // (its FLOPs: 2 of 6 per parameter and token, of 8 with recomputation) hiding as much of it;
+  // on several ranks it does too, which the time leaves in (an upper bound).
   const bool zero_offload = s.strategy == "zero" && s.zero_offload && gpu;
   const double host_optim_share = s.device_tier  ? s.host_optim_frac + s.offload_optim_frac
                                   : zero_offload ? 1.0
@@ -1120,9 +1122,16 @@ Plan make_plan(const PlanInputs& in) {
                              (distributed ? " on each rank" : "") + " after the backward";
     if (hw.cpu_adam_elements_per_s > 0.0) {
       plan.host_update_seconds_per_step = elements * d(per_node) / hw.cpu_adam_elements_per_s;
+      const bool behind_forward = s.device_tier && !distributed && s.method != "lora" &&
+                                  s.offload_param_frac == 0.0 && s.host_optim_frac > 0.0;
+      const double behind =
+          behind_forward ? plan.host_update_seconds_per_step * s.host_optim_frac / host_optim_share
+                         : 0.0;
+      const double hidden =
+          std::min(behind, compute_seconds * 2.0 / (s.activation_checkpointing ? 8.0 : 6.0));
       if (!distributed) {  // several ranks: added after their compute and communication, below
-        plan.seconds_per_step += plan.host_update_seconds_per_step;
-        plan.modelled_seconds_per_step += plan.host_update_seconds_per_step;
+        plan.seconds_per_step += plan.host_update_seconds_per_step - hidden;
+        plan.modelled_seconds_per_step += plan.host_update_seconds_per_step - hidden;
       }
       plan.reasons.push_back(
           what + ": " + seconds_text(plan.host_update_seconds_per_step) + " at " +
@@ -1131,10 +1140,10 @@ Plan make_plan(const PlanInputs& in) {
           (distributed ? " shared by the " + std::to_string(per_node) + " ranks of this machine"
                        : std::string()) +
           " (" + hw.cpu_adam_source + "), added to the step" +
-          (s.device_tier && s.host_param_frac > 0.0
-               ? " (that of shards whose parameters are in host memory too runs behind the next "
-                 "forward, which this leaves out: an upper bound)"
-               : ""));
+          (behind_forward ? " less " + seconds_text(hidden) +
+                                " that the next forward hides (the update of the shards in host "
+                                "memory runs behind it)"
+                          : ""));
     } else {
       plan.reasons.push_back(what +
                              "; the CPU Adam's rate was not measured, so the time leaves "

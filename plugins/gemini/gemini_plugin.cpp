@@ -14,6 +14,7 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <unordered_map>
 
@@ -1176,6 +1177,7 @@ class GeminiPlugin : public train::Plugin {
       for (std::size_t c : chunks)
         if (pipelined_[c]) waited.push_back(c);
       update_.wait_for(waited);
+      for (std::size_t c : waited) upload_deferred(c);
     }
     gathered_.pin(chunks);
     for (std::size_t c : chunks) {
@@ -1481,8 +1483,16 @@ class GeminiPlugin : public train::Plugin {
     // With a device tier the worker's chunks are host shards with their optimizer shard in host
     // memory: the CPU Adam alone, no copy or device call (choose_pipelined_chunks). Their last
     // copy up (a gather of the backward) is done before it writes them.
-    if (device_)
-      for (std::size_t c : later) settle_upload(chunks_[c]);
+    // A shard on the device gets its new values in host staging made here (the worker calls
+    // nothing of the device), copied up when a block first uses it (upload_deferred).
+    if (device_) {
+      for (std::size_t c : later) {
+        settle_upload(chunks_[c]);
+        if (chunks_[c].values_on_device)
+          deferred_uploads_[c].staging = device_->allocate_host(
+              static_cast<std::size_t>(chunks_[c].shard) * c10::elementSize(dtype_));
+      }
+    }
     update_.start(
         chunks_.size(), later,
         [this, later, lr, coef, host_coef](const UpdatePipeline::ChunkDone& done, int threads) {
@@ -1492,7 +1502,9 @@ class GeminiPlugin : public train::Plugin {
             return;
           }
           for (std::size_t c : later) {
-            update_chunk(c, lr, host_coef, threads);
+            const auto found = deferred_uploads_.find(c);
+            update_chunk(c, lr, host_coef, threads,
+                         found == deferred_uploads_.end() ? nullptr : &found->second);
             done(c);
           }
         });
@@ -1500,15 +1512,41 @@ class GeminiPlugin : public train::Plugin {
     ++updates_behind_;
   }
 
+  // A shard on the device updated by the pipelined CPU Adam: its new values in host staging, and
+  // the byte ranges of them written (the tensors that had gradients).
+  struct DeferredUpload {
+    c10::DataPtr staging;
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;  // offset, bytes
+  };
+
   // The CPU Adam on this rank's part of chunk `c`'s tensors (its resident optimizer shard, laid
   // out as a slice of the whole shard); its gradient shard goes.
-  void update_chunk(std::size_t c, double lr, const std::optional<torch::Tensor>& coef,
-                    int threads) {
+  // `deferred` (the pipelined update's worker): the new values of a shard on the device go into
+  // its staging, copied up by the main thread before a block uses the chunk.
+  void update_chunk(std::size_t c, double lr, const std::optional<torch::Tensor>& coef, int threads,
+                    DeferredUpload* deferred = nullptr) {
     ShardChunk& chunk = chunks_[c];
+    char* staging =
+        deferred != nullptr ? static_cast<char*>(deferred->staging.get()) : values_staging(chunk);
     update_range(chunk, 0, stride(chunk), chunk.optim.data_ptr<float>(),
                  chunk.grad_shard.defined() ? chunk.grad_shard.data_ptr<float>() : nullptr, lr,
-                 coef, threads, values_staging(chunk));
+                 coef, threads, staging, deferred);
     drop_gradient_shard(chunk, /*on_disk=*/false);
+  }
+
+  // The new values the pipelined update left in host staging for chunk `c`'s shard on the device,
+  // copied up on the copy stream; the compute (the chunk's gather, or its use where the shard is
+  // the chunk) waits for them. The staging stays until the copies are done (settle_update).
+  void upload_deferred(std::size_t c) {
+    const auto found = deferred_uploads_.find(c);
+    if (found == deferred_uploads_.end()) return;
+    DeferredUpload& d = found->second;
+    char* values = static_cast<char*>(chunks_[c].values.data_ptr());
+    for (const auto& [offset, bytes] : d.ranges)
+      device_->copy_to_device(values + offset, static_cast<char*>(d.staging.get()) + offset, bytes);
+    device_->compute_waits(*device_->record_copies());
+    uploaded_staging_.push_back(std::move(d.staging));
+    deferred_uploads_.erase(found);
   }
 
   // Host staging for the new values of a shard on the device (copied up by update_range, alive
@@ -1684,7 +1722,7 @@ class GeminiPlugin : public train::Plugin {
   // arrived). New values go into the shard, or for a shard on the device into `staging` and up.
   void update_range(const ShardChunk& chunk, std::int64_t begin, std::int64_t end, float* arrays,
                     float* grads, double lr, const std::optional<torch::Tensor>& coef, int threads,
-                    char* staging) {
+                    char* staging, DeferredUpload* deferred = nullptr) {
     const std::int64_t length = end - begin;
     const std::size_t element = c10::elementSize(dtype_);
     const int count = arrays_of(chunk);
@@ -1719,8 +1757,11 @@ class GeminiPlugin : public train::Plugin {
       if (staging != nullptr) {
         const auto bytes = static_cast<std::size_t>(hi - lo) * element;
         if (dtype_ == torch::kFloat32) std::memcpy(values, where.param, bytes);
-        device_->copy_to_device(static_cast<char*>(chunk.values.data_ptr()) + lo * element, values,
-                                bytes);
+        if (deferred != nullptr)  // the worker's: the main thread copies it up (upload_deferred)
+          deferred->ranges.push_back({static_cast<std::size_t>(lo) * element, bytes});
+        else
+          device_->copy_to_device(static_cast<char*>(chunk.values.data_ptr()) + lo * element,
+                                  values, bytes);
       }
       e.tensor.unsafeGetTensorImpl()->bump_version();
     }
@@ -1731,6 +1772,13 @@ class GeminiPlugin : public train::Plugin {
   void settle_update() {
     update_.settle();
     update_behind_ = false;
+    if (!device_) return;
+    // Shards no block used since the update (or the update's whole, before a checkpoint).
+    while (!deferred_uploads_.empty()) upload_deferred(deferred_uploads_.begin()->first);
+    if (!uploaded_staging_.empty()) {
+      device_->host_waits(*device_->record_copies());
+      uploaded_staging_.clear();
+    }
   }
 
   // Pipelines the CPU Adam with the next forward when no parameter shard is on disk (the update
@@ -1751,8 +1799,7 @@ class GeminiPlugin : public train::Plugin {
       const bool gathered_by_blocks = chunk.trainable && !chunk.persistent;
       pipelined_[c] =
           gathered_by_blocks &&
-          (device_ ? !chunk.values_on_device && !chunk.optim_on_device && !chunk.optim_on_disk
-                   : chunk.optim_on_disk);
+          (device_ ? !chunk.optim_on_device && !chunk.optim_on_disk : chunk.optim_on_disk);
     }
     const auto behind = std::count(pipelined_.begin(), pipelined_.end(), true);
     if (behind > 0 && log_ && rank_ == 0)
@@ -1951,6 +1998,10 @@ class GeminiPlugin : public train::Plugin {
   // The chunks whose update runs behind the next forward (choose_pipelined_chunks), and whether
   // one may be running now (from step() to the next settle_update()).
   std::vector<bool> pipelined_;
+  // The pipelined update's new values of shards on the device, by chunk, until a block uses the
+  // chunk (upload_deferred); the staging of those copied up, until the copies are done.
+  std::map<std::size_t, DeferredUpload> deferred_uploads_;
+  std::vector<c10::DataPtr> uploaded_staging_;
   bool update_behind_ = false;
   std::uint64_t all_gathers_ = 0;
   std::uint64_t reduce_scatters_ = 0;

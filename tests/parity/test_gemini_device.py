@@ -389,8 +389,15 @@ def test_two_ranks_on_a_device_with_placement_auto(workdir, budget, all_move, op
     went_up = [e["traffic"]["to_device_bytes"] for e in device]
     later = [b - a for a, b in zip(went_up[1:], went_up[2:])]
     assert went_up[1] > 0 and later, went_up
-    if all_move:
-        assert all(d == (shards if optimizer else 0) for d in later), (went_up, shards)
+    if all_move and optimizer:
+        # The CPU Adam runs behind the next forward, whose first use of a chunk sends its new
+        # values up: each step sends the previous update's (none in the step the shards moved,
+        # two in the last, whose own update goes up before the run's last checkpoint) — every
+        # shard's new values once per update.
+        assert sum(later) == len(later) * shards, (went_up, later, shards)
+        assert all(d in (0, shards, 2 * shards) for d in later), (went_up, later, shards)
+    elif all_move:
+        assert all(d == 0 for d in later), (went_up, shards)
     else:
         assert all(d > 0 for d in later), went_up
 

@@ -536,12 +536,25 @@ class TestPlan : public QObject {
     const plan::Plan p = plan::make_plan(in);
     const double expected = 0.75 * static_cast<double>(p.trainable_parameters) / 200e6;
     QVERIFY(std::abs(p.host_update_seconds_per_step - expected) <= 1e-12 * expected);
-    QVERIFY(std::abs(p.seconds_per_step - (unmeasured.seconds_per_step + expected)) <=
+    // The update of the shards in host memory (0.5 of the 0.75; those on disk are updated at
+    // once) runs behind the next forward, whose share of the compute (2 of 6 FLOPs) hides it.
+    const double forward =
+        on_device.seconds_per_step * 2.0 / (p.settings.activation_checkpointing ? 8.0 : 6.0);
+    const double hidden = std::min(expected * 0.5 / 0.75, forward);
+    QVERIFY(hidden > 0.0);
+    QVERIFY(std::abs(p.seconds_per_step - (unmeasured.seconds_per_step + expected - hidden)) <=
             1e-9 * p.seconds_per_step);
     QVERIFY(std::any_of(p.reasons.begin(), p.reasons.end(), [](const std::string& r) {
       return r.find("the CPU Adam updates") != std::string::npos &&
-             r.find("at 200 M elements/s (measured: a test's Adam), added to the step") !=
-                 std::string::npos;
+             r.find("at 200 M elements/s (measured: a test's Adam), added to the step less ") !=
+                 std::string::npos &&
+             r.find("that the next forward hides") != std::string::npos;
+    }));
+    // LoRA's adapters are updated at once (gathered after every update): nothing hidden.
+    in.spec.method.type = "lora";
+    const plan::Plan lora = plan::make_plan(in);
+    QVERIFY(std::none_of(lora.reasons.begin(), lora.reasons.end(), [](const std::string& r) {
+      return r.find("that the next forward hides") != std::string::npos;
     }));
     QCOMPARE(plan::to_json(p)["time"]["host_update_seconds_per_step"].get<double>(),
              p.host_update_seconds_per_step);
