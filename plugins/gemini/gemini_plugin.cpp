@@ -1480,11 +1480,12 @@ class GeminiPlugin : public train::Plugin {
       }
     }
     if (later.empty()) return;
-    // With a device tier the worker's chunks are host shards with their optimizer shard in host
-    // memory: the CPU Adam alone, no copy or device call (choose_pipelined_chunks). Their last
-    // copy up (a gather of the backward) is done before it writes them.
-    // A shard on the device gets its new values in host staging made here (the worker calls
-    // nothing of the device), copied up when a block first uses it (upload_deferred).
+    // With a device tier the worker's chunks are those with their optimizer shard in host memory
+    // (choose_pipelined_chunks): the CPU Adam, and no copy — a shard on the device gets its new
+    // values in host staging made here, copied up when a block first uses it (upload_deferred).
+    // (Its one touch of the device: the gradient shards it drops are page-locked memory, whose
+    // free records an event on the copy stream; LibTorch's host allocator is thread-safe.) A
+    // host shard's last copy up (a gather of the backward) is done before the worker writes it.
     if (device_) {
       for (std::size_t c : later) {
         settle_upload(chunks_[c]);
@@ -1493,21 +1494,25 @@ class GeminiPlugin : public train::Plugin {
               static_cast<std::size_t>(chunks_[c].shard) * c10::elementSize(dtype_));
       }
     }
-    update_.start(
-        chunks_.size(), later,
-        [this, later, lr, coef, host_coef](const UpdatePipeline::ChunkDone& done, int threads) {
-          torch::NoGradGuard no_grad;
-          if (!device_) {
-            update_in_slices(later, lr, coef, threads, done);
-            return;
-          }
-          for (std::size_t c : later) {
-            const auto found = deferred_uploads_.find(c);
-            update_chunk(c, lr, host_coef, threads,
-                         found == deferred_uploads_.end() ? nullptr : &found->second);
-            done(c);
-          }
-        });
+    // Each chunk's staging found here: the worker must not look into the map, which the main
+    // thread changes as blocks use the chunks the worker is done with (a node stays put).
+    std::vector<DeferredUpload*> staging_of(later.size(), nullptr);
+    for (std::size_t k = 0; k < later.size(); ++k)
+      if (const auto found = deferred_uploads_.find(later[k]); found != deferred_uploads_.end())
+        staging_of[k] = &found->second;
+    update_.start(chunks_.size(), later,
+                  [this, later, staging_of, lr, coef, host_coef](
+                      const UpdatePipeline::ChunkDone& done, int threads) {
+                    torch::NoGradGuard no_grad;
+                    if (!device_) {
+                      update_in_slices(later, lr, coef, threads, done);
+                      return;
+                    }
+                    for (std::size_t k = 0; k < later.size(); ++k) {
+                      update_chunk(later[k], lr, host_coef, threads, staging_of[k]);
+                      done(later[k]);
+                    }
+                  });
     update_behind_ = true;
     ++updates_behind_;
   }
