@@ -88,26 +88,23 @@ torch::Device rank_cuda_device(const PluginOptions& options, const std::string& 
   const ProcessContext& process = options.process;
   const int local_rank = process.parallel ? process.parallel->local_rank() : 0;
   const auto gpus = static_cast<int>(torch::cuda::device_count());
-  if (local_rank >= gpus && job::tests_share_gpu()) {
-    const int shared = local_rank % gpus;
-    if (options.log)
-      options.log("warning", "strategy " + plugin + ": rank " + std::to_string(process.rank) +
-                                 " shares GPU " + std::to_string(shared) +
-                                 " with another rank (TESSERA_TESTS_SHARE_GPU, tests only); its "
-                                 "collectives go through host memory");
-    if (const cuda::Runtime* runtime = cuda::runtime()) runtime->set_device(shared);
-    return {torch::kCUDA, static_cast<c10::DeviceIndex>(shared)};
-  }
-  if (local_rank >= gpus)
+  const bool shares_a_gpu = local_rank >= gpus && job::tests_share_gpu();
+  if (local_rank >= gpus && !shares_a_gpu)
     throw_invalid("strategy " + plugin + ": rank " + std::to_string(process.rank) +
                       " is local rank " + std::to_string(local_rank) + " on a machine with " +
                       std::to_string(gpus) + " GPU(s); each rank computes on a GPU of its own",
                   "start at most " + std::to_string(gpus) +
                       " processes on this machine (launch --nproc), or use device \"cpu\"");
+  const int gpu = shares_a_gpu ? local_rank % gpus : local_rank;
+  if (shares_a_gpu && options.log)
+    options.log("warning", "strategy " + plugin + ": rank " + std::to_string(process.rank) +
+                               " shares GPU " + std::to_string(gpu) +
+                               " with another rank (TESSERA_TESTS_SHARE_GPU, tests only); its "
+                               "collectives go through host memory");
   // Collectives and allocations that name no device use the current one. A CUDA device exists,
   // so the CUDA module is loaded.
-  if (const cuda::Runtime* runtime = cuda::runtime()) runtime->set_device(local_rank);
-  return {torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank)};
+  if (const cuda::Runtime* runtime = cuda::runtime()) runtime->set_device(gpu);
+  return {torch::kCUDA, static_cast<c10::DeviceIndex>(gpu)};
 }
 
 }  // namespace tessera::train

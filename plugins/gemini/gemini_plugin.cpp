@@ -14,9 +14,9 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
-#include <map>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -102,6 +102,11 @@ struct ShardChunk {
   // waits for them before it writes or drops `values` (for_each_optim_chunk).
   std::shared_ptr<train::DeviceEvent> values_copied_down;
   torch::Tensor values;  // S elements, compute dtype: this rank's shard
+  // A shard on the device updated by the pipelined CPU Adam: its new values in host staging and
+  // the byte ranges of them written (offset, bytes: the tensors that had gradients), until a
+  // block first uses the chunk (upload_deferred).
+  c10::DataPtr deferred_staging;
+  std::vector<std::pair<std::size_t, std::size_t>> deferred_ranges;
   // Static placement with a device tier: `values` is device memory (the share not in
   // host_param_frac nor on disk). A group of one then gathers the chunk as it, several ranks
   // all-gather from it with nothing copied up.
@@ -1488,54 +1493,43 @@ class GeminiPlugin : public train::Plugin {
     // host shard's last copy up (a gather of the backward) is done before the worker writes it.
     if (device_) {
       for (std::size_t c : later) {
-        settle_upload(chunks_[c]);
-        if (chunks_[c].values_on_device)
-          deferred_uploads_[c].staging = device_->allocate_host(
-              static_cast<std::size_t>(chunks_[c].shard) * c10::elementSize(dtype_));
+        ShardChunk& chunk = chunks_[c];
+        settle_upload(chunk);
+        if (chunk.values_on_device)
+          chunk.deferred_staging = device_->allocate_host(values_bytes(chunk));
       }
     }
-    // Each chunk's staging found here: the worker must not look into the map, which the main
-    // thread changes as blocks use the chunks the worker is done with (a node stays put).
-    std::vector<DeferredUpload*> staging_of(later.size(), nullptr);
-    for (std::size_t k = 0; k < later.size(); ++k)
-      if (const auto found = deferred_uploads_.find(later[k]); found != deferred_uploads_.end())
-        staging_of[k] = &found->second;
-    update_.start(chunks_.size(), later,
-                  [this, later, staging_of, lr, coef, host_coef](
-                      const UpdatePipeline::ChunkDone& done, int threads) {
-                    torch::NoGradGuard no_grad;
-                    if (!device_) {
-                      update_in_slices(later, lr, coef, threads, done);
-                      return;
-                    }
-                    for (std::size_t k = 0; k < later.size(); ++k) {
-                      update_chunk(later[k], lr, host_coef, threads, staging_of[k]);
-                      done(later[k]);
-                    }
-                  });
+    update_.start(
+        chunks_.size(), later,
+        [this, later, lr, coef, host_coef](const UpdatePipeline::ChunkDone& done, int threads) {
+          torch::NoGradGuard no_grad;
+          if (!device_) {
+            update_in_slices(later, lr, coef, threads, done);
+            return;
+          }
+          for (std::size_t c : later) {
+            update_chunk(c, lr, host_coef, threads);
+            done(c);
+          }
+        });
     update_behind_ = true;
     ++updates_behind_;
   }
 
-  // A shard on the device updated by the pipelined CPU Adam: its new values in host staging, and
-  // the byte ranges of them written (the tensors that had gradients).
-  struct DeferredUpload {
-    c10::DataPtr staging;
-    std::vector<std::pair<std::size_t, std::size_t>> ranges;  // offset, bytes
-  };
-
   // The CPU Adam on this rank's part of chunk `c`'s tensors (its resident optimizer shard, laid
   // out as a slice of the whole shard); its gradient shard goes.
-  // `deferred` (the pipelined update's worker): the new values of a shard on the device go into
-  // its staging, copied up by the main thread before a block uses the chunk.
-  void update_chunk(std::size_t c, double lr, const std::optional<torch::Tensor>& coef, int threads,
-                    DeferredUpload* deferred = nullptr) {
+  // Under the pipelined update a shard on the device has its deferred staging: the new values go
+  // there, copied up by the main thread when a block first uses the chunk.
+  void update_chunk(std::size_t c, double lr, const std::optional<torch::Tensor>& coef,
+                    int threads) {
     ShardChunk& chunk = chunks_[c];
-    char* staging =
-        deferred != nullptr ? static_cast<char*>(deferred->staging.get()) : values_staging(chunk);
-    update_range(chunk, 0, stride(chunk), chunk.optim.data_ptr<float>(),
-                 chunk.grad_shard.defined() ? chunk.grad_shard.data_ptr<float>() : nullptr, lr,
-                 coef, threads, staging, deferred);
+    const bool deferred = static_cast<bool>(chunk.deferred_staging);
+    update_range(
+        chunk, 0, stride(chunk), chunk.optim.data_ptr<float>(),
+        chunk.grad_shard.defined() ? chunk.grad_shard.data_ptr<float>() : nullptr, lr, coef,
+        threads,
+        deferred ? static_cast<char*>(chunk.deferred_staging.get()) : values_staging(chunk),
+        deferred ? &chunk.deferred_ranges : nullptr);
     drop_gradient_shard(chunk, /*on_disk=*/false);
   }
 
@@ -1543,15 +1537,15 @@ class GeminiPlugin : public train::Plugin {
   // copied up on the copy stream; the compute (the chunk's gather, or its use where the shard is
   // the chunk) waits for them. The staging stays until the copies are done (settle_update).
   void upload_deferred(std::size_t c) {
-    const auto found = deferred_uploads_.find(c);
-    if (found == deferred_uploads_.end()) return;
-    DeferredUpload& d = found->second;
-    char* values = static_cast<char*>(chunks_[c].values.data_ptr());
-    for (const auto& [offset, bytes] : d.ranges)
-      device_->copy_to_device(values + offset, static_cast<char*>(d.staging.get()) + offset, bytes);
+    ShardChunk& chunk = chunks_[c];
+    if (!chunk.deferred_staging) return;
+    char* values = static_cast<char*>(chunk.values.data_ptr());
+    const char* staging = static_cast<const char*>(chunk.deferred_staging.get());
+    for (const auto& [offset, bytes] : chunk.deferred_ranges)
+      device_->copy_to_device(values + offset, staging + offset, bytes);
     device_->compute_waits(*device_->record_copies());
-    uploaded_staging_.push_back(std::move(d.staging));
-    deferred_uploads_.erase(found);
+    uploaded_staging_.push_back(std::exchange(chunk.deferred_staging, c10::DataPtr()));
+    chunk.deferred_ranges.clear();
   }
 
   // Host staging for the new values of a shard on the device (copied up by update_range, alive
@@ -1727,7 +1721,8 @@ class GeminiPlugin : public train::Plugin {
   // arrived). New values go into the shard, or for a shard on the device into `staging` and up.
   void update_range(const ShardChunk& chunk, std::int64_t begin, std::int64_t end, float* arrays,
                     float* grads, double lr, const std::optional<torch::Tensor>& coef, int threads,
-                    char* staging, DeferredUpload* deferred = nullptr) {
+                    char* staging,
+                    std::vector<std::pair<std::size_t, std::size_t>>* deferred = nullptr) {
     const std::int64_t length = end - begin;
     const std::size_t element = c10::elementSize(dtype_);
     const int count = arrays_of(chunk);
@@ -1763,7 +1758,7 @@ class GeminiPlugin : public train::Plugin {
         const auto bytes = static_cast<std::size_t>(hi - lo) * element;
         if (dtype_ == torch::kFloat32) std::memcpy(values, where.param, bytes);
         if (deferred != nullptr)  // the worker's: the main thread copies it up (upload_deferred)
-          deferred->ranges.push_back({static_cast<std::size_t>(lo) * element, bytes});
+          deferred->push_back({static_cast<std::size_t>(lo) * element, bytes});
         else
           device_->copy_to_device(static_cast<char*>(chunk.values.data_ptr()) + lo * element,
                                   values, bytes);
@@ -1779,7 +1774,7 @@ class GeminiPlugin : public train::Plugin {
     update_behind_ = false;
     if (!device_) return;
     // Shards no block used since the update (or the update's whole, before a checkpoint).
-    while (!deferred_uploads_.empty()) upload_deferred(deferred_uploads_.begin()->first);
+    for (std::size_t c = 0; c < chunks_.size(); ++c) upload_deferred(c);
     if (!uploaded_staging_.empty()) {
       device_->host_waits(*device_->record_copies());
       uploaded_staging_.clear();
@@ -1790,10 +1785,9 @@ class GeminiPlugin : public train::Plugin {
   // would otherwise share the disk reads with the forward): a chunk which a block gathers (not
   // LoRA's adapters, gathered after every update) is updated on a worker, and each block waits
   // for its own chunks (use_chunks). Without a device tier: the chunks whose optimizer shard is on
-  // disk. With one: those whose parameter and optimizer shards are both in host memory — the
-  // CPU Adam's own work, no copy — so that the GPU computes the next forward's first blocks while
-  // the host updates the later ones (the shards on the GPU, and those whose new values the update
-  // copies up or whose optimizer shard is on disk, are updated at once, as before).
+  // disk. With one: those whose optimizer shard is in host memory (the CPU Adam's), so that the
+  // GPU computes the next forward's first blocks while the host updates the later ones; those
+  // whose optimizer shard is on the device or on disk are updated at once, as before.
   void choose_pipelined_chunks() {
     pipelined_.assign(chunks_.size(), false);
     if (std::any_of(chunks_.begin(), chunks_.end(),
@@ -2003,9 +1997,8 @@ class GeminiPlugin : public train::Plugin {
   // The chunks whose update runs behind the next forward (choose_pipelined_chunks), and whether
   // one may be running now (from step() to the next settle_update()).
   std::vector<bool> pipelined_;
-  // The pipelined update's new values of shards on the device, by chunk, until a block uses the
-  // chunk (upload_deferred); the staging of those copied up, until the copies are done.
-  std::map<std::size_t, DeferredUpload> deferred_uploads_;
+  // The pipelined update's staging of new values copied up (upload_deferred), until the copies are
+  // done.
   std::vector<c10::DataPtr> uploaded_staging_;
   bool update_behind_ = false;
   std::uint64_t all_gathers_ = 0;
