@@ -195,6 +195,14 @@ struct ProcessGroup::Impl {
   struct Route {
     c10d::Backend* backend = nullptr;
     bool through_host = false;
+    // The tensor the backend works on: `tensor`, or its host copy (`values` false: room for a
+    // result).
+    at::Tensor wire(const at::Tensor& tensor, bool values = true) const {
+      return through_host ? host_copy(tensor, values) : tensor;
+    }
+    // What wait() copies the result into: the caller's `tensor` where the backend worked on a
+    // copy of it.
+    at::Tensor back(const at::Tensor& tensor) const { return through_host ? tensor : at::Tensor(); }
   };
   Route route(const at::Tensor& tensor, const char* operation, bool point_to_point = false) const {
     if (!tensor.is_contiguous()) {
@@ -317,7 +325,7 @@ PendingCollective ProcessGroup::all_reduce_async(at::Tensor tensor, ReduceOp op)
   if (size() == 1) return PendingCollective();
   const Impl::Route route = impl_->route(tensor, "all_reduce");
   impl_->count(Impl::AllReduce, tensor);
-  at::Tensor on_wire = route.through_host ? Impl::host_copy(tensor) : tensor;
+  at::Tensor on_wire = route.wire(tensor);
   return impl_->start(
       "all_reduce",
       [&] {
@@ -327,7 +335,7 @@ PendingCollective ProcessGroup::all_reduce_async(at::Tensor tensor, ReduceOp op)
         options.timeout = impl_->timeout();
         return route.backend->allreduce(tensors, options);
       },
-      on_wire, op == ReduceOp::Avg ? size() : 1, route.through_host ? tensor : at::Tensor());
+      on_wire, op == ReduceOp::Avg ? size() : 1, route.back(tensor));
 }
 
 void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
@@ -338,7 +346,7 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
   if (size() == 1) return;
   const Impl::Route route = impl_->route(tensor, "broadcast");
   impl_->count(Impl::Broadcast, tensor);
-  at::Tensor on_wire = route.through_host ? Impl::host_copy(tensor, rank() == root) : tensor;
+  at::Tensor on_wire = route.wire(tensor, rank() == root);
   impl_
       ->start(
           "broadcast",
@@ -349,7 +357,7 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
             options.timeout = impl_->timeout();
             return route.backend->broadcast(tensors, options);
           },
-          on_wire, 1, route.through_host && rank() != root ? tensor : at::Tensor())
+          on_wire, 1, rank() != root ? route.back(tensor) : at::Tensor())
       .wait();
 }
 
@@ -375,8 +383,8 @@ PendingCollective ProcessGroup::all_gather_async(at::Tensor input, at::Tensor ou
   }
   const Impl::Route route = impl_->route(flat, "all_gather");
   impl_->count(Impl::AllGather, out);
-  at::Tensor in_wire = route.through_host ? Impl::host_copy(flat) : flat;
-  at::Tensor out_wire = route.through_host ? Impl::host_copy(out, false) : out;
+  at::Tensor in_wire = route.wire(flat);
+  at::Tensor out_wire = route.wire(out, false);
   return impl_->start(
       "all_gather",
       [&] {
@@ -386,7 +394,7 @@ PendingCollective ProcessGroup::all_gather_async(at::Tensor input, at::Tensor ou
         // 2.15 forwards it to all_gather_single, which 2.11 lacks.
         return route.backend->_allgather_base(out_wire, in_wire, options);
       },
-      out_wire, 1, route.through_host ? out : at::Tensor());
+      out_wire, 1, route.back(out));
 }
 
 at::Tensor ProcessGroup::reduce_scatter(const at::Tensor& input, ReduceOp op) {
@@ -420,8 +428,8 @@ PendingCollective ProcessGroup::reduce_scatter_async(at::Tensor input, at::Tenso
   const Impl::Route route = impl_->route(flat, "reduce_scatter");
   impl_->count(Impl::ReduceScatter, flat);
   at::Tensor out = output.view(-1);
-  at::Tensor in_wire = route.through_host ? Impl::host_copy(flat) : flat;
-  at::Tensor out_wire = route.through_host ? Impl::host_copy(out, false) : out;
+  at::Tensor in_wire = route.wire(flat);
+  at::Tensor out_wire = route.wire(out, false);
   return impl_->start(
       "reduce_scatter",
       [&] {
@@ -431,7 +439,7 @@ PendingCollective ProcessGroup::reduce_scatter_async(at::Tensor input, at::Tenso
         // as _allgather_base above
         return route.backend->_reduce_scatter_base(out_wire, in_wire, options);
       },
-      out_wire, op == ReduceOp::Avg ? size() : 1, route.through_host ? out : at::Tensor());
+      out_wire, op == ReduceOp::Avg ? size() : 1, route.back(out));
 }
 
 PendingCollective ProcessGroup::send(at::Tensor tensor, int destination, int tag) {
@@ -439,7 +447,7 @@ PendingCollective ProcessGroup::send(at::Tensor tensor, int destination, int tag
   const Impl::Route route = impl_->route(tensor, "send", /*point_to_point=*/true);
   impl_->count(Impl::Send, tensor);
   // The host copy stays with the pending send (its result) until it is waited on.
-  at::Tensor on_wire = route.through_host ? Impl::host_copy(tensor) : tensor;
+  at::Tensor on_wire = route.wire(tensor);
   return impl_->start(
       "send",
       [&] {
@@ -452,14 +460,14 @@ PendingCollective ProcessGroup::send(at::Tensor tensor, int destination, int tag
 PendingCollective ProcessGroup::recv(at::Tensor tensor, int source, int tag) {
   check_peer("recv", source);
   const Impl::Route route = impl_->route(tensor, "recv", /*point_to_point=*/true);
-  at::Tensor on_wire = route.through_host ? Impl::host_copy(tensor, false) : tensor;
+  at::Tensor on_wire = route.wire(tensor, false);
   return impl_->start(
       "recv",
       [&] {
         std::vector<at::Tensor> tensors{on_wire};
         return route.backend->recv(tensors, source, tag);
       },
-      on_wire, 1, route.through_host ? tensor : at::Tensor());
+      on_wire, 1, route.back(tensor));
 }
 
 void ProcessGroup::check_peer(const char* operation, int peer) const {
