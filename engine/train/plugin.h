@@ -98,6 +98,10 @@ void require_cpu_device(const PluginOptions& options, const std::string& plugin)
 // without a GPU, and InvalidInput when this machine has fewer GPUs than ranks on it.
 torch::Device rank_cuda_device(const PluginOptions& options, const std::string& plugin);
 
+// Where a plugin with no device tier computes (ddp, hybrid): rank_cuda_device where
+// choose_plugin_device says "cuda", else the CPU (require_cpu_device refusing other devices).
+torch::Device cpu_or_rank_cuda_device(const PluginOptions& options, const std::string& plugin);
+
 struct MemoryByCategory {
   std::uint64_t weights = 0;    // every parameter, plus master copies
   std::uint64_t gradients = 0;  // gradient buffers of the trainable parameters during a step

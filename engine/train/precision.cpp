@@ -107,4 +107,10 @@ torch::Device rank_cuda_device(const PluginOptions& options, const std::string& 
   return {torch::kCUDA, static_cast<c10::DeviceIndex>(gpu)};
 }
 
+torch::Device cpu_or_rank_cuda_device(const PluginOptions& options, const std::string& plugin) {
+  if (choose_plugin_device(options, plugin) == "cuda") return rank_cuda_device(options, plugin);
+  require_cpu_device(options, plugin);
+  return torch::kCPU;
+}
+
 }  // namespace tessera::train

@@ -38,11 +38,7 @@ class DdpPlugin : public Plugin {
     group_ = process.world_size > 1 ? process.data_group : nullptr;
     // On a GPU (device "cuda", or "auto" with a GPU for each rank of this machine): rank r on GPU
     // LOCAL_RANK, its gradients reduced by NCCL (the runner makes NCCL groups for such a job).
-    torch::Device device = torch::kCPU;
-    if (train::choose_plugin_device(options, name()) == "cuda")
-      device = train::rank_cuda_device(options, name());
-    else
-      train::require_cpu_device(options, name());
+    const torch::Device device = train::cpu_or_rank_cuda_device(options, name());
     replicas_.prepare(model, std::move(trainable), options, device, group_, name());
     // Every rank starts from rank 0's values: the model, the adapters and the float32 masters.
     std::vector<NamedTensor> starting = dense().params();

@@ -36,11 +36,7 @@ class HybridPlugin : public Plugin {
     // LOCAL_RANK. The model is read and split on the CPU (below), then moved there whole by
     // DenseTraining; the tensor and data groups' collectives run on NCCL, the pipeline's sends and
     // receives through host memory (dist::ProcessGroup::send says why).
-    torch::Device device = torch::kCPU;
-    if (train::choose_plugin_device(options, name()) == "cuda")
-      device = train::rank_cuda_device(options, name());
-    else
-      train::require_cpu_device(options, name());
+    const torch::Device device = train::cpu_or_rank_cuda_device(options, name());
     // Whole shapes, for checkpoints and the export (which hold whole tensors).
     for (const auto& item : model.named_parameters())
       whole_shape_[item.key()] = item.value().sizes().vec();
