@@ -452,9 +452,22 @@ class GeminiPlugin : public train::Plugin {
       if (!device_ && c.grad_whole.defined()) m.gradients += capacity * 4;
     }
     if (!device_) m.gradients += reductions_bytes();
+    m.weights += host_staging_bytes();
     for (const CopiedGradient& g : copied_gradients_)
       m.gradients += static_cast<std::uint64_t>(g.host.numel()) * 4;
     return m;
+  }
+
+  // New values of shards on the device in host staging: the update's, until its copies up are
+  // done; the pipelined update's, from the update until the next forward's blocks have copied
+  // them up and those copies are done (settle_update).
+  std::uint64_t host_staging_bytes() const {
+    std::uint64_t bytes = 0;
+    for (const ShardChunk& c : chunks_)
+      if (c.deferred_staging) bytes += values_bytes(c);
+    for (const HostStaging& s : update_staging_) bytes += s.bytes;
+    for (const HostStaging& s : uploaded_staging_) bytes += s.bytes;
+    return bytes;
   }
 
   std::uint64_t reductions_bytes() const {
@@ -1544,7 +1557,8 @@ class GeminiPlugin : public train::Plugin {
     for (const auto& [offset, bytes] : chunk.deferred_ranges)
       device_->copy_to_device(values + offset, staging + offset, bytes);
     device_->compute_waits(*device_->record_copies());
-    uploaded_staging_.push_back(std::exchange(chunk.deferred_staging, c10::DataPtr()));
+    uploaded_staging_.push_back(
+        {std::exchange(chunk.deferred_staging, c10::DataPtr()), values_bytes(chunk)});
     chunk.deferred_ranges.clear();
   }
 
@@ -1552,9 +1566,8 @@ class GeminiPlugin : public train::Plugin {
   // until the update's copies are done); null for a shard in host memory.
   char* values_staging(const ShardChunk& chunk) {
     if (!chunk.values_on_device) return nullptr;
-    update_staging_.push_back(
-        device_->allocate_host(static_cast<std::size_t>(chunk.shard) * c10::elementSize(dtype_)));
-    return static_cast<char*>(update_staging_.back().get());
+    update_staging_.push_back({device_->allocate_host(values_bytes(chunk)), values_bytes(chunk)});
+    return static_cast<char*>(update_staging_.back().memory.get());
   }
 
   // The device Adam on this rank's part of chunk `c`'s tensors (its optimizer and gradient
@@ -1987,7 +2000,11 @@ class GeminiPlugin : public train::Plugin {
   // With a device tier, the memory the update's copies read until they are done: host staging
   // of new values going up, device copies of new values going down and of float32 shards
   // copied up for their update (kStagedUpdates chunks' at most).
-  std::vector<c10::DataPtr> update_staging_;
+  struct HostStaging {
+    c10::DataPtr memory;
+    std::uint64_t bytes = 0;
+  };
+  std::vector<HostStaging> update_staging_;
   // Per chunk updated: its device staging and the event after its copies.
   struct DeviceStaging {
     std::vector<torch::Tensor> tensors;
@@ -1999,7 +2016,7 @@ class GeminiPlugin : public train::Plugin {
   std::vector<bool> pipelined_;
   // The pipelined update's staging of new values copied up (upload_deferred), until the copies are
   // done.
-  std::vector<c10::DataPtr> uploaded_staging_;
+  std::vector<HostStaging> uploaded_staging_;
   bool update_behind_ = false;
   std::uint64_t all_gathers_ = 0;
   std::uint64_t reduce_scatters_ = 0;

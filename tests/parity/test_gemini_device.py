@@ -533,14 +533,21 @@ def test_fp32_checkpoint_reads_parameters_from_the_device_and_host_memory(workdi
                        f"single from the device tier's fp32 checkpoint ({tag})")
 
 
-@pytest.mark.parametrize("placement", ["device", "host", "disk"])
+# The parameter shards on the device, their optimizer state in host memory: the CPU Adam's new
+# values wait in host staging for the next forward to copy them up.
+STAGED = {"host_optim_frac": 1.0, "chunk_size": "160KiB"}
+
+
+@pytest.mark.parametrize("placement", ["device", "host", "disk", "staged"])
 def test_the_plan_of_the_device_tier_matches_the_run(workdir, placement):
     """`tessera-cli plan` of a job on the simulated device (planned as a GPU of its budget) puts
     the optimizer state and the parameter chunks in the tiers the run's memory events find them
     in: the Adam moments exactly (8 bytes per parameter, all on the device or all in host memory),
-    the weights within the chunks' tails (the run rounds tensors up to whole chunks)."""
-    spec = spec_for(workdir, "llama", f"dev-plan-{placement}", "gemini",
-                    device_options(PLACEMENTS[placement]), steps=3)
+    the weights within the chunks' tails (the run rounds tensors up to whole chunks). With the
+    shards on the device and their optimizer state in host memory, the host's weights are the
+    float32 masters and the new values staged for the next forward: 8 bytes per parameter."""
+    options = STAGED if placement == "staged" else PLACEMENTS[placement]
+    spec = spec_for(workdir, "llama", f"dev-plan-{placement}", "gemini", device_options(options), steps=3)
     planned = cli("plan", spec, "--json", env=SIMULATED)
     assert planned.returncode == 0, planned.stderr
     tiers = {t["tier"]: t for t in json.loads(planned.stdout)["memory"]}
@@ -573,6 +580,14 @@ def test_the_plan_of_the_device_tier_matches_the_run(workdir, placement):
         plan_optimizer = tiers[tier]["by_category"]["optimizer"]
         print(f"{placement}: {tier} optimizer planned {plan_optimizer}, measured {measured[tier]['optimizer']}")
         assert plan_optimizer == measured[tier]["optimizer"] == (8 * params if tier == home else 0)
+    if placement == "staged":
+        # A step's memory event comes after its update, before the next forward copies the new
+        # values up: masters and staging. The first (before any update) and the last (after the
+        # final settle) find the masters alone.
+        staged = [e["by_category"]["weights"] for e in memory if e.get("tier") == "host"]
+        assert staged[0] == staged[-1] and 4 * params <= staged[0] <= 4 * params * 1.25, (staged, params)
+        assert 8 * params <= max(staged) == 2 * staged[0], (staged, params)
+        measured["host"]["weights"] = max(staged)
     plan_weights = tiers[home]["by_category"]["weights"]
     ratio = measured[home]["weights"] / plan_weights
     print(f"{placement}: {home} weights measured {measured[home]['weights']} ÷ planned {plan_weights} = {ratio:.3f}")

@@ -734,6 +734,33 @@ class TestPlan : public QObject {
     }));
   }
 
+  // gemini on a GPU with its parameter shards there and its optimizer state in host memory: the
+  // CPU Adam writes each shard's new values into host staging (held through the next forward
+  // when the update runs behind it), which the host's weights count beside the float32 masters:
+  // 4 + 4 bytes per trainable parameter in fp32, 4 + 2 in bf16, within the chunks' tails.
+  void theDeviceTiersShardsUpdatedOffItAreStagedInHostMemory() {
+    const auto model = config(small_llama());
+    const double n = static_cast<double>(plan::count_parameters(model));
+    for (const std::string precision : {"fp32", "bf16"}) {
+      plan::Settings s = settings(1, false, "full");
+      s.strategy = "gemini";
+      s.precision = precision;
+      s.on_gpu = s.device_tier = true;
+      const auto host_weights = [&](double host_optim) {
+        plan::Settings t = s;
+        t.host_optim_frac = host_optim;
+        return static_cast<double>(plan::estimate_host_memory(model, t, 0).weights);
+      };
+      const double element = precision == "bf16" ? 2.0 : 4.0;
+      // The float32 masters move with the moments (in fp32 too: the values stay on the GPU).
+      const double expected = 4.0 * n + element * n;
+      const double added = host_weights(1.0) - host_weights(0.0);
+      QVERIFY2(added >= expected && added <= 1.1 * expected,
+               (precision + ": " + std::to_string(added) + " against " + std::to_string(expected))
+                   .c_str());
+    }
+  }
+
   void planPicksSmallerMicroBatch() {
     const auto p = plan::make_plan(inputs(budget_for(settings(4, false, "full"))));
     QVERIFY(p.fits);
