@@ -94,14 +94,11 @@ class SimulatedDevice : public DeviceTier {
     return {block->memory.get(), block, &SimulatedDevice::free_block, c10::Device(c10::kCPU)};
   }
 
-  c10::DataPtr allocate_host(std::size_t bytes) override {
-    auto* memory = new float[floats(bytes)];
-    return {memory, memory, [](void* p) { delete[] static_cast<float*>(p); },
-            c10::Device(c10::kCPU)};
-  }
-
-  // Host memory is host memory here, whether it stays or not.
-  c10::DataPtr allocate_host_resident(std::size_t bytes) override { return allocate_host(bytes); }
+  // Host memory is host memory here, whether it stays or not; what the copies may touch is
+  // known (check_page_locked), and is freed in stream order as a GPU's pinned buffers are reused.
+  c10::DataPtr allocate_host(std::size_t bytes) override { return page_locked(bytes); }
+  c10::DataPtr allocate_host_resident(std::size_t bytes) override { return page_locked(bytes); }
+  c10::DataPtr allocate_host_io(std::size_t bytes) override { return page_locked(bytes); }
 
   void copy_to_device(void* device_dst, const void* host_src, std::size_t bytes) override {
     enqueue_copy(device_dst, host_src, bytes, /*to_device=*/true);
@@ -145,6 +142,23 @@ class SimulatedDevice : public DeviceTier {
     // compute writes first are ordered after one at least this late.
     std::uint64_t covered_from = 0;
   };
+  // Host memory the tier gave (what a GPU's would page-lock), aligned for disk I/O.
+  struct HostBlock {
+    HostBlock(std::shared_ptr<TierLifetime> lifetime, std::size_t bytes)
+        : lifetime(std::move(lifetime)),
+          bytes(bytes),
+          memory(std::aligned_alloc(kHostIoAlignment,
+                                    (std::max<std::size_t>(bytes, 1) + kHostIoAlignment - 1) /
+                                        kHostIoAlignment * kHostIoAlignment)) {
+      if (memory == nullptr) throw std::bad_alloc();
+    }
+    ~HostBlock() { std::free(memory); }
+    HostBlock(const HostBlock&) = delete;
+    HostBlock& operator=(const HostBlock&) = delete;
+    std::shared_ptr<TierLifetime> lifetime;
+    std::size_t bytes;
+    void* memory;
+  };
   struct Copy {
     void* dst;
     const void* src;
@@ -154,7 +168,54 @@ class SimulatedDevice : public DeviceTier {
     // The source's bytes when the copy was queued, unless a copy queued before writes them.
     std::optional<std::uint64_t> source_hash;
     bool to_device = false;
+    HostBlock* host_to_free = nullptr;  // a free of host memory in stream order, not a copy
+    bool frees() const { return to_free != nullptr || host_to_free != nullptr; }
   };
+
+  c10::DataPtr page_locked(std::size_t bytes) {
+    auto* block = new HostBlock(lifetime_, bytes);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      host_live_[static_cast<const char*>(block->memory)] = block;
+    }
+    return {block->memory, block, &SimulatedDevice::free_host_block, c10::Device(c10::kCPU)};
+  }
+
+  // As free_block: once the copies queued before the release are done.
+  static void free_host_block(void* context) {
+    auto* block = static_cast<HostBlock*>(context);
+    const std::shared_ptr<TierLifetime> lifetime = block->lifetime;
+    std::lock_guard<std::mutex> alive(lifetime->mutex);
+    auto* device = static_cast<SimulatedDevice*>(lifetime->tier);
+    if (device != nullptr) {
+      std::lock_guard<std::mutex> lock(device->mutex_);
+      device->host_live_.erase(static_cast<const char*>(block->memory));
+      if (device->completed_ < device->queued_) {
+        Copy free_later{nullptr, nullptr,      0,     ++device->queued_,
+                        nullptr, std::nullopt, false, block};
+        device->copies_.push_back(free_later);
+        device->queued_cv_.notify_one();
+        return;
+      }
+    }
+    delete block;
+  }
+
+  // A copy's host side must be memory the tier gave: on a GPU, a copy from or to pageable memory
+  // runs synchronously (the host waits for it, nothing overlaps). Called with mutex_ held.
+  void check_page_locked(const void* host, std::size_t bytes, bool to_device) const {
+    const auto* begin = static_cast<const char*>(host);
+    auto it = host_live_.upper_bound(begin);
+    if (it != host_live_.begin() &&
+        begin + bytes <= std::prev(it)->first + std::prev(it)->second->bytes)
+      return;
+    throw Error(
+        ErrorKind::Internal,
+        std::string("simulated: a copy ") +
+            (to_device ? "to the device reads" : "to the host writes") +
+            " host memory that no allocate_host* of the tier gave (" + std::to_string(bytes) +
+            " bytes): on a GPU it would be pageable, and the copy would hold the host until done");
+  }
 
   // FNV-1a over the bytes: the check that a copy's source did not change while it waited.
   static std::uint64_t hash_of(const void* memory, std::size_t bytes) {
@@ -202,13 +263,14 @@ class SimulatedDevice : public DeviceTier {
   void enqueue_copy(void* dst, const void* src, std::size_t bytes, bool to_device) {
     std::lock_guard<std::mutex> lock(mutex_);
     check_ordered_after_compute(static_cast<const char*>(to_device ? dst : src));
+    check_page_locked(to_device ? src : dst, bytes, to_device);
     // Whether a queued copy's source (`side` &Copy::src) or destination (&Copy::dst) overlaps
     // [memory, memory + bytes).
     const auto pending_overlap = [&](const void* memory, auto side) {
       const auto* begin = static_cast<const char*>(memory);
       return std::any_of(copies_.begin(), copies_.end(), [&](const Copy& c) {
         const auto* other = static_cast<const char*>(c.*side);
-        return c.to_free == nullptr && other < begin + bytes && begin < other + c.bytes;
+        return !c.frees() && other < begin + bytes && begin < other + c.bytes;
       });
     };
     // Until the copy thread runs, the destination holds nothing usable (unless a copy queued
@@ -268,8 +330,9 @@ class SimulatedDevice : public DeviceTier {
       const Copy copy = copies_.front();
       copies_.pop_front();
       lock.unlock();
-      if (copy.to_free != nullptr) {
+      if (copy.frees()) {
         delete copy.to_free;
+        delete copy.host_to_free;
         lock.lock();
       } else {
         const bool changed = copy.source_hash && hash_of(copy.src, copy.bytes) != *copy.source_hash;
@@ -294,13 +357,14 @@ class SimulatedDevice : public DeviceTier {
   std::condition_variable queued_cv_;
   std::condition_variable done_cv_;
   std::deque<Copy> copies_;
-  std::uint64_t queued_ = 0;                // sequence of the last copy queued
-  std::uint64_t completed_ = 0;             // sequence of the last copy done
-  std::uint64_t compute_points_ = 0;        // compute events recorded
-  std::uint64_t copies_after_compute_ = 0;  // the latest compute point the copies waited for
-  std::map<const char*, Block*> live_;      // allocations by their first byte
-  std::uint64_t released_ = 0;              // copies up to this sequence may run
-  std::string violation_;                   // the first copy whose source changed under it
+  std::uint64_t queued_ = 0;                     // sequence of the last copy queued
+  std::uint64_t completed_ = 0;                  // sequence of the last copy done
+  std::uint64_t compute_points_ = 0;             // compute events recorded
+  std::uint64_t copies_after_compute_ = 0;       // the latest compute point the copies waited for
+  std::map<const char*, Block*> live_;           // allocations by their first byte
+  std::map<const char*, HostBlock*> host_live_;  // host memory the tier gave, by its first byte
+  std::uint64_t released_ = 0;                   // copies up to this sequence may run
+  std::string violation_;                        // the first copy whose source changed under it
   bool stopping_ = false;
   std::thread copier_;
 };

@@ -121,9 +121,16 @@ class DeviceTier {
   // size (registered with the driver, not rounded up); its release waits for the copies queued
   // before it.
   virtual c10::DataPtr allocate_host_resident(std::size_t bytes) = 0;
+  // Host memory that disk I/O reads into or writes from as well (O_DIRECT): as allocate_host's,
+  // its address aligned to kHostIoAlignment; `bytes` is what the I/O moves (the disk store's
+  // rounded size).
+  virtual c10::DataPtr allocate_host_io(std::size_t bytes) = 0;
+  static constexpr std::size_t kHostIoAlignment = 4096;
 
   // Queued on the copy stream, behind what it already has; returns at once. Neither buffer may
-  // be touched until an event recorded after the copy is done.
+  // be touched until an event recorded after the copy is done. The host buffer is memory from
+  // the allocate_host* functions above (on a GPU a copy from other memory would hold the host
+  // until it is done; the simulated device refuses it).
   virtual void copy_to_device(void* device_dst, const void* host_src, std::size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) = 0;
 

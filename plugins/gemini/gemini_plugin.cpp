@@ -84,6 +84,15 @@ struct ShardEntry {
   double grad_squares = 0.0;
 };
 
+// Page-aligned host memory that a parameter shard on disk is read into and written from: with a
+// device tier the tier's (page-locked on a GPU, so its copies up and down overlap the compute),
+// else mapped from the kernel.
+struct ShardIoBuffer {
+  memory::AlignedBuffer mapped;
+  c10::DataPtr locked;
+  void* data() const { return locked ? locked.get() : mapped.data(); }
+};
+
 struct ShardChunk {
   bool trainable = false;
   // Holds a tensor no block fetches (LoRA's adapters): gathered for good, again after updates.
@@ -116,7 +125,7 @@ struct ShardChunk {
   // through an update or a load.
   bool values_on_disk = false;
   std::size_t values_region = 0;
-  memory::AlignedBuffer values_buffer;
+  ShardIoBuffer values_buffer;
   // Trainable chunks:
   std::size_t trainable_entries = 0;
   // float32 [masters] [exp_avg] [exp_avg_sq], S each (resident); masters where the shard's
@@ -1874,12 +1883,19 @@ class GeminiPlugin : public train::Plugin {
     return static_cast<std::uint64_t>(chunk.shard) * c10::elementSize(dtype_);
   }
   void make_values_resident(ShardChunk& chunk) {
-    chunk.values_buffer = memory::AlignedBuffer(values_bytes(chunk));
+    if (device_) {
+      // The disk store moves whole aligned blocks: the tail past the shard is zeroed once here.
+      const std::uint64_t bytes = values_bytes(chunk), io = memory::io_size(bytes);
+      chunk.values_buffer = {{}, device_->allocate_host_io(io)};
+      std::memset(static_cast<char*>(chunk.values_buffer.data()) + bytes, 0, io - bytes);
+    } else {
+      chunk.values_buffer = {memory::AlignedBuffer(values_bytes(chunk)), {}};
+    }
     chunk.values = torch::from_blob(chunk.values_buffer.data(), {chunk.shard}, dtype_);
   }
   void drop_resident_values(ShardChunk& chunk) {
     chunk.values = torch::Tensor();
-    chunk.values_buffer = memory::AlignedBuffer();
+    chunk.values_buffer = {};
   }
 
   // Runs body(c) on every trainable chunk c that `include` takes, in order, with its optimizer

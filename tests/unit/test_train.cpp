@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <vector>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -358,6 +360,33 @@ class TestTrain : public QObject {
     QCOMPARE(device->used(), std::uint64_t{0});
     device->reset_peak();
     QCOMPARE(device->peak(), std::uint64_t{0});
+
+    // A copy's host side is memory the tier gave (page-locked on a GPU, where a copy from or to
+    // pageable memory would hold the host until done): other memory is refused, and so is a copy
+    // past the end of a block the tier gave. Memory for disk I/O is aligned for O_DIRECT. Host
+    // memory released with a copy of it queued goes after the copy (a GPU's caching host
+    // allocator reuses a block only after the copies recorded on it).
+    {
+      auto pinned = train::make_device_tier("simulated", n * 4, "strategy.options.device");
+      c10::DataPtr up = pinned->allocate(n * 4, "chunk 6", train::FirstWriter::copies);
+      std::vector<float> pageable(n, 1.0f);
+      expect_error([&] { pinned->copy_to_device(up.get(), pageable.data(), n * 4); },
+                   ErrorKind::Internal,
+                   "simulated: a copy to the device reads host memory that no allocate_host* of "
+                   "the tier gave (262144 bytes)");
+      c10::DataPtr io = pinned->allocate_host_io(5000);
+      QCOMPARE(reinterpret_cast<std::uintptr_t>(io.get()) % train::DeviceTier::kHostIoAlignment,
+               std::uintptr_t{0});
+      expect_error([&] { pinned->copy_to_host(static_cast<char*>(io.get()) + 8, up.get(), 5000); },
+                   ErrorKind::Internal, "a copy to the host writes host memory that no");
+      {
+        c10::DataPtr source = pinned->allocate_host_resident(n * 4);
+        std::fill_n(static_cast<float*>(source.get()), n, 5.0f);
+        pinned->copy_to_device(up.get(), source.get(), n * 4);
+      }
+      pinned->compute_waits(*pinned->record_copies());
+      QCOMPARE(static_cast<float*>(up.get())[n - 1], 5.0f);
+    }
 
     // A copy runs only once something waits for it (a GPU's may run that late): the host memory
     // it reads must not change until then. Changed, the wait that runs the copy says so.

@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <new>
 
@@ -87,6 +88,20 @@ class CudaDeviceTier : public DeviceTier {
     auto* owned = new Owned{lifetime_, copy_stream_, c10::cuda::getCurrentCUDAStream(index_), 0,
                             std::move(inner)};
     return {data, owned, &CudaDeviceTier::free_host, c10::Device(c10::kCPU)};
+  }
+
+  // The caching host allocator's blocks are cudaHostAlloc's, page-aligned in practice; where one
+  // is not, a block a page larger, used from its first aligned byte.
+  c10::DataPtr allocate_host_io(std::size_t bytes) override {
+    c10::DataPtr block = allocate_host(bytes);
+    if (reinterpret_cast<std::uintptr_t>(block.get()) % kHostIoAlignment == 0) return block;
+    c10::DataPtr larger = allocate_host(bytes + kHostIoAlignment);
+    const auto address = reinterpret_cast<std::uintptr_t>(larger.get());
+    void* aligned = reinterpret_cast<void*>((address + kHostIoAlignment - 1) / kHostIoAlignment *
+                                            kHostIoAlignment);
+    return {aligned, new c10::DataPtr(std::move(larger)),
+            [](void* holder) { delete static_cast<c10::DataPtr*>(holder); },
+            c10::Device(c10::kCPU)};
   }
 
   c10::DataPtr allocate_host_resident(std::size_t bytes) override {
