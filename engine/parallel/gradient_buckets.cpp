@@ -73,10 +73,10 @@ void broadcast_from_rank0(dist::ProcessGroup* group, model::PretrainedModel& mod
 }
 
 GradientBuckets::GradientBuckets(std::vector<optim::NamedTensor> params,
-                                 std::function<torch::Tensor(const torch::Tensor&)> master_gradient,
+                                 std::function<double()> gradient_divisor,
                                  dist::ProcessGroup* group, Options options)
     : params_(std::move(params)),
-      master_gradient_(std::move(master_gradient)),
+      gradient_divisor_(std::move(gradient_divisor)),
       group_(group),
       options_(std::move(options)) {
   if (options_.segments < 1)
@@ -149,8 +149,12 @@ void GradientBuckets::place(std::size_t index, const torch::Tensor& gradient, bo
   const std::int64_t offset = slot_of_[index].second;
   const std::int64_t n = params_[index].tensor.numel();
   const std::int64_t c = per_segment(index);
-  const torch::Tensor flat_gradient =
-      gradient.defined() ? master_gradient_(gradient).reshape(-1) : torch::Tensor();
+  // The compute gradient goes into its float32 slots piece by piece, widened by the copy (a whole
+  // float32 copy of it first would be one more gradient of the largest tensor at the peak) and
+  // unscaled there (the loss scale is a power of two: dividing and multiplying by its inverse
+  // round alike).
+  const torch::Tensor flat_gradient = gradient.defined() ? gradient.reshape(-1) : torch::Tensor();
+  const double divisor = gradient.defined() ? gradient_divisor_() : 1.0;
   for (std::int64_t s = 0; s < options_.segments; ++s) {
     const std::int64_t count = std::clamp<std::int64_t>(n - s * c, 0, c);
     if (count == 0) break;
@@ -158,9 +162,10 @@ void GradientBuckets::place(std::size_t index, const torch::Tensor& gradient, bo
     if (!flat_gradient.defined()) {
       if (!add) slot.zero_();
     } else if (add) {
-      slot.add_(flat_gradient.narrow(0, s * c, count));
+      slot.add_(flat_gradient.narrow(0, s * c, count), 1.0 / divisor);
     } else {
       slot.copy_(flat_gradient.narrow(0, s * c, count));
+      if (divisor != 1.0) slot.div_(divisor);
     }
   }
 }

@@ -80,11 +80,10 @@ class GradientBuckets {
     std::function<void(std::size_t bucket, Bucket&)> consume;
   };
 
-  // `params`: the tensors the model computes with (hooks go on them); `master_gradient` turns a
-  // compute gradient into the float32 one the buckets hold; `group` null in one process (nothing
-  // is communicated; the buckets still fill).
-  GradientBuckets(std::vector<optim::NamedTensor> params,
-                  std::function<torch::Tensor(const torch::Tensor&)> master_gradient,
+  // `params`: the tensors the model computes with (hooks go on them); `gradient_divisor` what a
+  // compute gradient is divided by as the buckets take it in float32 (the loss scale in fp16,
+  // else 1); `group` null in one process (nothing is communicated; the buckets still fill).
+  GradientBuckets(std::vector<optim::NamedTensor> params, std::function<double()> gradient_divisor,
                   dist::ProcessGroup* group, Options options);
   ~GradientBuckets();
   GradientBuckets(const GradientBuckets&) = delete;
@@ -128,7 +127,7 @@ class GradientBuckets {
   void remove_hooks();
 
   std::vector<optim::NamedTensor> params_;
-  std::function<torch::Tensor(const torch::Tensor&)> master_gradient_;
+  std::function<double()> gradient_divisor_;
   dist::ProcessGroup* group_;
   Options options_;
   std::vector<Bucket> buckets_;

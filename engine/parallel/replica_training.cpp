@@ -31,8 +31,7 @@ void ReplicaTraining::prepare(model::PretrainedModel& model,
     };
   }
   buckets_ = std::make_unique<GradientBuckets>(
-      dense_.params(),
-      [this](const torch::Tensor& g) { return dense_.precision().master_gradient(g); }, group,
+      dense_.params(), [this] { return dense_.precision().gradient_divisor(); }, group,
       bucket_options);
 }
 

@@ -986,6 +986,10 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   // that rank 0 alone can export them; then every rank is done with collectives, the other ranks
   // leave, rank 0 exports.
   if (parallel && result.status == "completed") trainer.plugin().gather_weights();
+  // NCCL's waits only order the streams: a rank's last collectives may still be running on its
+  // GPU, and a rank that leaves past the barrier ends its communicators under them.
+  if (parallel && trainer.plugin().device().is_cuda())
+    torch::cuda::synchronize(trainer.plugin().device().index());
   if (parallel) parallel->world().barrier();
 
   RunOutcome outcome;

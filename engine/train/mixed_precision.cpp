@@ -27,6 +27,10 @@ torch::Tensor MixedPrecision::master_gradient(const torch::Tensor& compute_gradi
   return g;
 }
 
+double MixedPrecision::gradient_divisor() const {
+  return precision_ == Precision::Fp16 ? scaler_.scale() : 1.0;
+}
+
 std::vector<optim::NamedTensor> MixedPrecision::make_masters(
     const std::vector<optim::NamedTensor>& trainable, torch::Device device) const {
   if (!keeps_masters()) return trainable;

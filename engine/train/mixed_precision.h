@@ -33,6 +33,8 @@ class MixedPrecision {
   double backward_multiplier(double multiplier) const;
   // The float32 gradient the update uses: the compute gradient widened and, in fp16, unscaled.
   torch::Tensor master_gradient(const torch::Tensor& compute_gradient) const;
+  // What a compute gradient is divided by to give the master's: the loss scale in fp16, else 1.
+  double gradient_divisor() const;
   // Float32 masters on `device` of `trainable`, copied before anything is rounded to the compute
   // dtype (call before converting the model); in fp32, `trainable` itself.
   std::vector<optim::NamedTensor> make_masters(const std::vector<optim::NamedTensor>& trainable,

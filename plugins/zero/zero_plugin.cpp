@@ -163,8 +163,7 @@ class ZeroPlugin : public Plugin {
       };
     }
     buckets_ = std::make_unique<parallel::GradientBuckets>(
-        params_, [this](const torch::Tensor& g) { return precision_->master_gradient(g); }, group_,
-        bucket_options);
+        params_, [this] { return precision_->gradient_divisor(); }, group_, bucket_options);
   }
 
   torch::Device device() const override { return device_; }
