@@ -43,4 +43,9 @@ mkdir -p "$ROOT/build-gpu/bin"
 # The CUDA module beside them: the programs look for it in their own folder first.
 cp "$BUILT/app/cli/tessera-cli" "$BUILT/tests/tools/tessera-model-probe" \
   "$BUILT/tests/tools/tessera-train-probe" "$BUILT/engine/libtessera_cuda.so" "$ROOT/build-gpu/bin/"
+# The commit they were built from (run.sh --prebuilt prints it beside the checkout's), and whether
+# the tree had changes beside it.
+revision="$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)"
+git -C "$ROOT" diff --quiet HEAD 2>/dev/null || revision="$revision (with uncommitted changes)"
+echo "$revision" >"$ROOT/build-gpu/bin/REVISION"
 echo "check_build: tessera-cli, the probes and libtessera_cuda.so in build-gpu/bin/ (run.sh --prebuilt build-gpu/bin)" >&2

@@ -25,6 +25,19 @@ def read_json(path):
         return None
 
 
+def read_results(path):
+    """conftest.py's lines (one per finished test, or per failed setup or teardown), or None."""
+    if not path.exists():
+        return None
+    results = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            results.append(json.loads(line))
+        except ValueError:  # the last line cut short where pytest was killed writing it
+            pass
+    return results
+
+
 HEADER = re.compile(r"(\S+): fatal signal (\S+)")
 FRAME = re.compile(r"(?:^|\s)(?P<binary>[^\s(]+)\((?P<symbol>[^)]*)\)\s*\[0x[0-9a-f]+\]")
 
@@ -89,7 +102,24 @@ def main(logs: Path) -> int:
             cases = list(ET.parse(xml).getroot().iter("testcase")) if xml.exists() else None
         except ET.ParseError:
             cases = None
-        if cases is not None:
+        results = read_results(log.with_suffix(".jsonl"))
+        if cases is None and results is not None:
+            # pytest was stopped before writing its XML: conftest.py's line per finished test.
+            finished = set()
+            for r in results:
+                finished.add(r["nodeid"])
+                outcome = ("xfailed" if r["xfail"] else r["outcome"]) if r["when"] == "call" \
+                    else ("failed" if r["outcome"] == "failed" else r["outcome"])
+                counts[outcome] = counts.get(outcome, 0) + 1
+                why = (r["longrepr"].strip().splitlines() or [""])[-1]
+                rows.append(f"| {r['nodeid'].split('::')[-1]} | {outcome} | {r['duration']} s | "
+                            f"{why[:160]} (no XML: {log.name} stopped) |")
+            collected = log.with_suffix(".jsonl.collected")
+            never = [n for n in (collected.read_text().split() if collected.exists() else [])
+                     if n not in finished]
+            counts["not run"] = len(never)
+            rows += [f"| {n.split('::')[-1]} | not run | | stopped before it finished |" for n in never]
+        elif cases is not None:
             for case in cases:
                 outcome, why = "passed", ""
                 for child in case:
@@ -117,6 +147,16 @@ def main(logs: Path) -> int:
         lines += ["", "## Tests (tests/gpu/test_gpu.py)", "",
                   ", ".join(f"{v} {k}" for k, v in counts.items()), "",
                   "| test | result | time | note |", "|---|---|---|---|", *rows]
+    failures = [r for log in sorted(logs.glob("pytest*.jsonl"))
+                for r in (read_results(log) or []) if r["outcome"] == "failed"]
+    if failures:
+        lines += ["", "## Failures (the end of each)"]
+        for r in failures[:12]:
+            text = r["longrepr"].strip().splitlines()[-30:]
+            lines += ["", f"{r['nodeid'].split('::')[-1]} ({r['when']}, {r['duration']} s):", "", "```",
+                      *text, "```"]
+        if len(failures) > 12:
+            lines += ["", f"({len(failures) - 12} more in the logs)"]
     figures = []
     for log in sorted(logs.glob("pytest*.log")):
         figures += [l for l in log.read_text(errors="replace").splitlines()
@@ -162,6 +202,7 @@ def main(logs: Path) -> int:
         if "trainer_step_s" in bench:
             lines.append(f"- HF Trainer loop: {bench['trainer_step_s'] * 1e3:.1f} ms/step, MFU "
                          f"{bench['trainer_mfu']:.3f}, peak {bench['trainer_peak_bytes'] / 2**30:.1f} GiB")
+        failed("trainer", "the HF Trainer loop")
         if "plan" in bench:
             p = bench["plan"]
             lines.append(f"- the plan of the same job (`tessera-cli plan`) ÷ measured: step "

@@ -19,7 +19,7 @@
 # --jobs N (default: every core), --no-bench, --only-build, --pytest-args "ARGS" (e.g. "-k
 # logits": that selection alone, in one process), --prebuilt DIR (no build: tessera-cli and the
 # probes from DIR, check_build.sh's build-gpu/bin built here against the same LibTorch; carry it
-# too), --deadline S (default 450: the seconds from the start by which the suite and the
+# too), --deadline S (default 500: the seconds from the start by which the suite and the
 # benchmark end; the build's time comes out of the suite's, the benchmark keeps 150 s; a phase
 # with under 30 s left is skipped, said so). The report and the logs' archive are written after
 # each phase too, so that a call stopped at its limit still brings back what was done.
@@ -36,7 +36,7 @@ BENCH=1
 ONLY_BUILD=0
 PYTEST_ARGS=""
 PREBUILT=""
-DEADLINE=450  # seconds from the start for the whole check; the suite and benchmark fit inside
+DEADLINE=500  # seconds from the start for the whole check; the suite and benchmark fit inside
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) REPORT="$2"; shift 2 ;;
@@ -64,8 +64,9 @@ snapshot() {
   local tmp="$BASHPID.tmp"
   "$PYTHON" "$ROOT/tests/gpu/report.py" "$LOGS" >"$REPORT/report.md.$tmp" 2>"$LOGS/report.err" &&
     mv "$REPORT/report.md.$tmp" "$REPORT/report.md"
-  tar czf "$REPORT/gpu-check-logs.tar.gz.$tmp" -C "$LOGS" . 2>/dev/null &&
-    mv "$REPORT/gpu-check-logs.tar.gz.$tmp" "$REPORT/gpu-check-logs.tar.gz"
+  # (exit 1: a log grew while it was read, which it may: the archive holds what was there)
+  tar --warning=no-file-changed -czf "$REPORT/gpu-check-logs.tar.gz.$tmp" -C "$LOGS" . 2>/dev/null
+  (($? <= 1)) && mv "$REPORT/gpu-check-logs.tar.gz.$tmp" "$REPORT/gpu-check-logs.tar.gz"
   rm -f "$REPORT"/*."$tmp"
 }
 # Seconds left before the deadline, less $1.
@@ -142,6 +143,13 @@ if [[ -n "$PREBUILT" ]]; then
   [[ -n "$missing" ]] && { build_rc=1; echo "$missing"; }
   status_of build $build_rc
   phase "prebuilt binaries from $PREBUILT (no build): $("$CLI" version 2>&1 | grep -E '^(Tessera|CUDA module)' | tr '\n' ' ')"
+  # check_build.sh wrote the commit they were built from: binaries older than this checkout
+  # would test old code.
+  built_from="$(cat "$PREBUILT/REVISION" 2>/dev/null || echo unknown)"
+  checkout="$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)"
+  phase "prebuilt from commit $built_from; this checkout: $checkout"
+  [[ "$built_from" != unknown && "$checkout" != unknown && "${built_from%% *}" != "$checkout" ]] &&
+    phase "WARNING: the prebuilt binaries are not this checkout's (rerun check_build.sh here)"
 else
   # LibTorch: the one of $PYTHON's torch, or TESSERA_TORCH_DIR (a Torch CMake folder; check_build.sh
   # uses it to build here against the GPU machine's LibTorch version).
@@ -209,7 +217,12 @@ snapshot
 ( n=0; while sleep 1; do ((++n % 45 == 0)) && snapshot; done ) >/dev/null 2>&1 &
 SNAPSHOTS=$!
 trap 'kill $SNAPSHOTS 2>/dev/null' EXIT
-if [[ $build_rc == 0 && $ONLY_BUILD == 0 ]]; then
+if [[ $build_rc == 0 && $ONLY_BUILD == 0 ]] &&
+  ! "$PYTHON" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>>"$LOGS/machine.err"; then
+  # Every test would skip and pytest exit 0: a GPU that cannot be used is a failure of the check.
+  phase "torch sees no CUDA GPU with this environment (LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}): no suite"
+  status_of cuda 1
+elif [[ $build_rc == 0 && $ONLY_BUILD == 0 ]]; then
   # stderr apart: a warning there would make the JSON unreadable to the report.
   timeout 60 "$CLI" version --json >"$LOGS/version.json" 2>"$LOGS/version.err"
   timeout 90 "$CLI" profile --json --no-disk >"$LOGS/profile.json" 2>"$LOGS/profile.err"
@@ -233,8 +246,11 @@ if [[ $build_rc == 0 && $ONLY_BUILD == 0 ]]; then
       status_of "pytest-$name" skipped
       return
     fi
+    # conftest.py writes a line per finished test there: a suite stopped at its limit keeps them.
+    rm -f "$LOGS/pytest-$name.jsonl" "$LOGS/pytest-$name.jsonl.collected"
     TESSERA_CLI="$CLI" TESSERA_TOOLS_DIR="$TOOLS" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
       MKL_DYNAMIC=FALSE TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1 \
+      TESSERA_GPU_CHECK_RESULTS="$LOGS/pytest-$name.jsonl" OMP_NUM_THREADS="$THREADS" \
       XDG_CACHE_HOME="$BUILD/test-cache-$name" \
       timeout "$seconds" "$PYTHON" -m pytest -v -p no:cacheprovider -rA "${extra[@]}" \
       --junitxml="$LOGS/pytest-$name.xml" "$ROOT/tests/gpu/test_gpu.py" "$@" \
@@ -247,17 +263,22 @@ if [[ $build_rc == 0 && $ONLY_BUILD == 0 ]]; then
     tail -3 "$LOGS/pytest-$name.log"
     snapshot
   }
+  THREADS="$(nproc)"
   if [[ -n "$PYTEST_ARGS" ]]; then  # the caller's selection, in one process
     eval "chosen=($PYTEST_ARGS)"
     suite chosen "$suite_seconds" "${chosen[@]}"
   else
     suite_end=$((SECONDS + suite_seconds))
+    THREADS="$(nproc)"  # the rates test measures the CPU Adam's: every core
     suite rates $((suite_seconds < 90 ? suite_seconds : 90)) -k "sees_the_gpu"
     # The busy-GPU tests share one module fixture (a 104M model and its run under single): on one
     # worker (their xdist_group, --dist loadgroup) it is built once.
     dist=()
     ((${#workers[@]} > 0)) && "$PYTHON" -c "from xdist.scheduler import LoadGroupScheduling" \
       2>/dev/null && dist=(--dist loadgroup)
+    # The workers share the cores (each test's CPU runs too), not each take them all.
+    THREADS=$(($(nproc) / (${#workers[@]} > 0 ? ${TESSERA_GPU_WORKERS:-4} : 1)))
+    ((THREADS < 1)) && THREADS=1
     suite parity $((suite_end - SECONDS)) -k "not sees_the_gpu" "${workers[@]}" "${dist[@]}"
   fi
   if [[ $BENCH == 1 ]]; then
@@ -283,6 +304,7 @@ phase "done: writing the report"
 kill $SNAPSHOTS 2>/dev/null
 wait $SNAPSHOTS 2>/dev/null
 snapshot
+rm -f "$REPORT"/*.tmp  # a snapshot the loop was writing when it was stopped
 [[ -s "$LOGS/report.err" ]] && tail -5 "$LOGS/report.err"
 cat "$REPORT/report.md"
 grep -qv "=0$" "$LOGS/status.txt" && exit 1
