@@ -107,6 +107,9 @@ struct ShardChunk {
   // the copy's event (`values` is read by it until then).
   torch::Tensor upload;
   std::shared_ptr<train::DeviceEvent> uploaded;
+  // A group of one's copy up into the chunk, which compute waits for at the chunk's first use,
+  // not when it is gathered ahead (the block computing then would wait for it too).
+  std::shared_ptr<train::DeviceEvent> compute_after;
   // Copies from the device into `values` (the update's new values) not yet known done: the host
   // waits for them before it writes or drops `values` (for_each_optim_chunk).
   std::shared_ptr<train::DeviceEvent> values_copied_down;
@@ -1004,6 +1007,7 @@ class GeminiPlugin : public train::Plugin {
   void release(std::size_t c) {
     ShardChunk& chunk = chunks_[c];
     finish_gather(chunk);
+    chunk.compute_after.reset();  // unused: its memory goes after the copy, in stream order
     if (chunk.values_on_disk) settle_upload(chunk);
     storage_of(chunk).set_data_ptr_noswap(c10::DataPtr(nullptr, chunk.whole.device()));
     chunk.gathered = false;
@@ -1145,7 +1149,7 @@ class GeminiPlugin : public train::Plugin {
         // A group of one: the shard is copied up into the chunk itself, no collective.
         device_->copy_to_device(chunk.whole.data_ptr(), chunk.values.data_ptr(), bytes);
         chunk.uploaded = device_->record_copies();
-        device_->compute_waits(*chunk.uploaded);
+        chunk.compute_after = chunk.uploaded;
         chunk.gathered = true;
         return;
       }
@@ -1180,6 +1184,10 @@ class GeminiPlugin : public train::Plugin {
       start_gather(c);
     }
     finish_gather(chunk);
+    if (chunk.compute_after) {
+      device_->compute_waits(*chunk.compute_after);
+      chunk.compute_after.reset();
+    }
   }
 
   // Waits for the chunk's all-gather, if one is in flight; its uploaded shard goes (on a GPU
@@ -1475,6 +1483,8 @@ class GeminiPlugin : public train::Plugin {
     for (std::size_t i = 0; i < entries_.size(); ++i) with_gradient_[i] = entries_[i].has_grad;
     const std::optional<torch::Tensor> host_coef =
         coef ? std::optional<torch::Tensor>(coef->to(torch::kCPU)) : std::nullopt;
+    const std::optional<torch::Tensor> device_coef =
+        coef ? std::optional<torch::Tensor>(coef->to(tensor_device())) : std::nullopt;
     if (device_) device_->copies_wait(*device_->record_compute());
     // Optimizer shards on disk are updated in slices (update_in_slices), those the pipelined
     // update takes (pipelined_) by its worker.
@@ -1490,7 +1500,7 @@ class GeminiPlugin : public train::Plugin {
     for_each_optim_chunk([&](std::size_t c) { return !pipelined_[c] && !chunks_[c].optim_on_disk; },
                          [&](std::size_t c) {
                            if (chunks_[c].optim_on_device)
-                             update_on_device(c, lr, coef);
+                             update_on_device(c, lr, device_coef);
                            else
                              update_chunk(c, lr, host_coef, 0);
                          });
@@ -1583,10 +1593,10 @@ class GeminiPlugin : public train::Plugin {
   // shards in device memory): torch's fused AdamW, one call per weight decay. Masters (bf16, or
   // a shard in host memory) are cast into the shard, or copied down to it; the gradient shard
   // goes.
-  void update_on_device(std::size_t c, double lr, const std::optional<torch::Tensor>& coef) {
+  // `device_coef`: the clipping coefficient on the device (update() moves it there once: a copy
+  // per chunk from host memory would hold the host until the GPU is idle, each time).
+  void update_on_device(std::size_t c, double lr, const std::optional<torch::Tensor>& device_coef) {
     ShardChunk& chunk = chunks_[c];
-    const std::optional<torch::Tensor> device_coef =
-        coef ? std::optional<torch::Tensor>(coef->to(tensor_device())) : std::nullopt;
     torch::Tensor staged;  // a float32 shard in host memory, copied up for the update
     const auto bytes = static_cast<std::size_t>(values_bytes(chunk));
     // At most kStagedUpdates chunks' device staging at once: the oldest one's copies are waited
