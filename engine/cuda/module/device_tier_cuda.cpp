@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <new>
 
 #include "cuda/module/module.h"
@@ -79,6 +81,11 @@ class CudaDeviceTier : public DeviceTier {
     }
     void* data = inner.get();
     auto* owned = new Owned{lifetime_, copy_stream_, compute, bytes, std::move(inner)};
+    if (first_writer == train::FirstWriter::compute) {
+      // Known by address, so that a copy touching it marks it (copied_by).
+      std::lock_guard<std::mutex> lock(live_mutex_);
+      compute_blocks_[static_cast<const char*>(data)] = owned;
+    }
     return {data, owned, &CudaDeviceTier::free_device, tensor_device()};
   }
 
@@ -125,12 +132,14 @@ class CudaDeviceTier : public DeviceTier {
     const c10::cuda::CUDAGuard guard(index_);
     check(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, copy_stream_),
           "copy to the device");
+    copied_by(device_dst);
     accounts_.count_copy(bytes, true);
   }
   void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) override {
     const c10::cuda::CUDAGuard guard(index_);
     check(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, copy_stream_),
           "copy to the host");
+    copied_by(device_src);
     accounts_.count_copy(bytes, false);
   }
 
@@ -172,7 +181,20 @@ class CudaDeviceTier : public DeviceTier {
     c10::cuda::CUDAStream compute_stream;    // current when it was allocated
     std::size_t bytes;
     c10::DataPtr inner;
+    // A block of the compute stream's pool that a copy touched: its reuse waits for the copy
+    // stream too (one no copy touched is reused as soon as the compute stream passes its free).
+    bool copied = false;
   };
+
+  // Marks the compute-pool block holding `device_memory` (if any) as touched by the copy stream.
+  void copied_by(const void* device_memory) {
+    const auto* address = static_cast<const char*>(device_memory);
+    std::lock_guard<std::mutex> lock(live_mutex_);
+    auto it = compute_blocks_.upper_bound(address);
+    if (it == compute_blocks_.begin()) return;
+    --it;
+    if (address < it->first + it->second->bytes) it->second->copied = true;
+  }
 
   struct Registered {
     c10::DeviceIndex device;
@@ -212,29 +234,37 @@ class CudaDeviceTier : public DeviceTier {
     return static_cast<const CudaEvent&>(event).event;
   }
 
-  // The caching allocator reuses the block only after the copies and the compute queued so far
-  // (recordStream; the block's own stream is ordered already), so freeing never waits on the
-  // host. A collective's stream is covered by the compute stream, which waited for it.
+  // The caching allocator reuses the block only after the compute and (where a copy touched it)
+  // the copies queued so far (recordStream; the block's own stream is ordered already), so
+  // freeing never waits on the host. A collective's stream is covered by the compute stream,
+  // which waited for it.
   // A deleter must not throw, and the allocator's free records an event per recorded stream
   // (throwing if that fails): after a sticky CUDA error (a device-side fault, the runtime shutting
   // down) the uses are not recorded, and the block goes back without events.
   static void free_device(void* context) {
     auto* owned = static_cast<Owned*>(context);
+    const std::shared_ptr<TierLifetime> lifetime = owned->lifetime;
+    bool copied = true;  // the tier gone: as if every block had been copied
+    {
+      std::lock_guard<std::mutex> lock(lifetime->mutex);
+      if (auto* tier = static_cast<CudaDeviceTier*>(lifetime->tier)) {
+        tier->accounts_.release(owned->bytes);
+        std::lock_guard<std::mutex> live(tier->live_mutex_);
+        tier->compute_blocks_.erase(static_cast<const char*>(owned->inner.get()));
+        copied = owned->copied;
+      }
+    }
+    // (A block of the copy stream's pool: recording the copy stream does nothing; one of the
+    // compute stream's: recording the compute stream does nothing.)
     const cudaError_t state = cudaStreamQuery(owned->copy_stream.stream());
     if (state == cudaSuccess || state == cudaErrorNotReady) {
       try {
-        c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->copy_stream);
+        if (copied) c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->copy_stream);
         c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->compute_stream);
       } catch (...) {
       }
     }
     (void)cudaGetLastError();
-    const std::shared_ptr<TierLifetime> lifetime = owned->lifetime;
-    {
-      std::lock_guard<std::mutex> lock(lifetime->mutex);
-      if (auto* tier = static_cast<CudaDeviceTier*>(lifetime->tier))
-        tier->accounts_.release(owned->bytes);
-    }
     delete owned;
   }
   static void free_host(void* context) {
@@ -249,6 +279,9 @@ class CudaDeviceTier : public DeviceTier {
 
   c10::DeviceIndex index_;
   c10::cuda::CUDAStream copy_stream_;
+  // The live blocks of the compute stream's pool, by their first byte (copied_by).
+  std::mutex live_mutex_;
+  std::map<const char*, Owned*> compute_blocks_;
 };
 
 }  // namespace
