@@ -153,6 +153,10 @@ class DeviceTier {
   virtual std::uint64_t measured_peak() const { return peak(); }
   virtual void reset_peak() { accounts_.reset_peak(); }
   std::uint64_t total() const { return accounts_.budget(); }
+  // What the tier can hold at most now: its budget, or on a GPU less what others took from the
+  // card since the budget was set (NCCL's buffers made at the first collective, another process):
+  // the caching allocator's reserved bytes and the driver's free memory.
+  virtual std::uint64_t capacity() const { return total(); }
   DeviceTraffic traffic() const { return accounts_.traffic(); }
 
  protected:

@@ -1041,6 +1041,7 @@ class GeminiPlugin : public train::Plugin {
   // Placement auto with a device tier, after the first step: the device's measured peak (the
   // chunks, gradients and optimizer state it held, and on a GPU the activations and workspace)
   // is what it needs beside the shards; as many parameter shards as fit beside it in its budget
+  // (on a GPU, less what NCCL or another process took since: DeviceTier::capacity)
   // (less the headroom and one shard of margin) move there from host memory, in chunk order, and
   // stay: a group of one then computes on them in place, several ranks gather from them with
   // nothing copied up. A shard whose optimizer state is on disk moves only where its float32
@@ -1056,6 +1057,7 @@ class GeminiPlugin : public train::Plugin {
       largest = std::max(largest, values_bytes(chunk));
     }
     const std::uint64_t peak = device_->measured_peak();
+    const std::uint64_t capacity = device_->capacity();
     if (movable.empty()) return;  // the same on every rank (the placement is)
     // A group of one gathered up to kGatheredChunks of them at the peak, copies a moved shard no
     // longer needs (it computes on the shard): of k moved, min(kGatheredChunks, n − k) remain.
@@ -1065,8 +1067,8 @@ class GeminiPlugin : public train::Plugin {
         peak - std::min<std::uint64_t>(peak, std::min(kGatheredChunks, n) * gathered);
     std::size_t count = 0;  // nothing measured: nothing moves
     for (std::size_t k = 1; peak != 0 && k <= n; ++k)
-      if (items_within_budget(rest + std::min(kGatheredChunks, n - k) * gathered, 0,
-                              device_->total(), largest, 0, n) >= k)
+      if (items_within_budget(rest + std::min(kGatheredChunks, n - k) * gathered, 0, capacity,
+                              largest, 0, n) >= k)
         count = k;
     if (world_ > 1) {
       // The ranks' peaks differ a little; they move the same shards (a chunk kept whole is
@@ -1081,7 +1083,7 @@ class GeminiPlugin : public train::Plugin {
                        std::to_string(movable.size()) +
                        " parameter shards in host memory move to " + device_->name() +
                        " (measured peak " + core::human_bytes(peak) + " of " +
-                       core::human_bytes(device_->total()) + ")");
+                       core::human_bytes(capacity) + ")");
   }
 
   // Chunk `c`'s parameter shard moves from host memory to the device; its optimizer shard (in

@@ -169,6 +169,17 @@ class CudaDeviceTier : public DeviceTier {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index_);
     return static_cast<std::uint64_t>(stats.allocated_bytes[0].peak);  // [0]: every pool
   }
+  std::uint64_t capacity() const override {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index_);
+    const c10::cuda::CUDAGuard guard(index_);
+    std::size_t free = 0, card = 0;
+    if (cudaMemGetInfo(&free, &card) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return total();
+    }
+    return std::min<std::uint64_t>(
+        total(), static_cast<std::uint64_t>(stats.reserved_bytes[0].current) + free);
+  }
   void reset_peak() override {
     c10::cuda::CUDACachingAllocator::resetPeakStats(index_);
     DeviceTier::reset_peak();
