@@ -18,6 +18,7 @@ RUN_FIRST = [
     "qlora",
     "dequantize",
     "dpo",
+    "host_waits",       # how often a step waits for the GPU (a figure for the speed goal)
     "memory_events",
     "fp16",
     "recomputation",

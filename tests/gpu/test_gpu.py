@@ -496,6 +496,33 @@ def test_gemini_streaming_on_a_busy_gpu_equals_single(options, busy_gpu_job, tmp
     tp.assert_close(ours["losses"], single["losses"], "gemini streaming on a busy GPU", rel=TRAIN_REL)
 
 
+@pytest.mark.skipif(DEVICE != "cuda", reason="LibTorch's CUDA sync debug mode")
+@pytest.mark.parametrize("plugin,options", [
+    ("single", {}),
+    # shards in host memory, copied up for each gather; the CPU Adam behind the next forward
+    ("gemini", {"chunk_size": "160KiB", "host_param_frac": 1.0, "host_optim_frac": 1.0}),
+])
+def test_host_waits_for_the_gpu_are_counted_per_step(plugin, options, llama_dir, batches, tmp_path):  # noqa: F811
+    """How often a step makes the host wait for the GPU: with TESSERA_CUDA_SYNC_DEBUG=warn
+    LibTorch warns at each such wait (an .item(), a blocking copy, a stream or device
+    synchronize), so a 6-step run's warnings less a 3-step run's, over 3, are the waits per step.
+    Each step reads its loss at least (the figure says what else waits: what the MFU goal wants
+    gone); a mode that warned of nothing would fail here."""
+    def waits(steps):
+        cmd = [str(tp.probe_path()), "--model", str(llama_dir), "--batches", str(batches[0]),
+               "--steps", str(steps), "--report", str(tmp_path / f"r{steps}.json"), "--plugin", plugin,
+               "--strategy-options", json.dumps({**options, **CUDA})]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                              env=dict(os.environ, TESSERA_CUDA_SYNC_DEBUG="warn"))
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stderr.count("called a synchronizing CUDA operation")
+    few, more = waits(3), waits(6)
+    per_step = (more - few) / 3
+    print(f"cuda {plugin}: {per_step:.1f} host waits for the GPU per step ({few} warnings in 3 steps, "
+          f"{more} in 6)")
+    assert per_step >= 1, (few, more)
+
+
 @pytest.mark.skipif(DEVICE != "cuda", reason="the device tier of a GPU")
 def test_memory_events_report_the_gpu(llama_dir, batches, tmp_path):  # noqa: F811
     """The memory events' device tier comes from the CUDA allocator: the weights are the model's

@@ -7,6 +7,9 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda/kernels.h"
 #include "train/device_memory.h"
 
@@ -56,6 +59,11 @@ int dequantize_int8_on(const Int8Block& block, DequantizedType type, void* out, 
 }
 
 Runtime make_table() {
+  // The GPU check counts the host's synchronizations with the GPU per step: LibTorch warns on
+  // each (an .item(), a blocking copy, a stream or device synchronize) when this is "warn".
+  if (const char* mode = std::getenv("TESSERA_CUDA_SYNC_DEBUG");
+      mode && std::strcmp(mode, "warn") == 0)
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_WARN);
   Runtime table;
   table.make_device_tier = &make_device_tier;
   table.device_memory = &device_memory;
