@@ -107,6 +107,12 @@ class SimulatedDevice : public DeviceTier {
     enqueue_copy(host_dst, device_src, bytes, /*to_device=*/false);
   }
 
+  // What a GPU's collective stream would do: start once the copies queued so far are done.
+  void issue_after_copies(const std::function<void()>& issue) override {
+    wait_for(*record_copies(), false);
+    issue();
+  }
+
   std::shared_ptr<DeviceEvent> record_copies() override {
     std::lock_guard<std::mutex> lock(mutex_);
     return std::make_shared<SimulatedEvent>(queued_);

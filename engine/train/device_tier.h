@@ -14,6 +14,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -133,6 +134,12 @@ class DeviceTier {
   // until it is done; the simulated device refuses it).
   virtual void copy_to_device(void* device_dst, const void* host_src, std::size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) = 0;
+
+  // Runs `issue` (a collective's launch) so that its work waits for the copies queued so far
+  // instead of the compute: on a GPU with the copy stream current (NCCL's stream waits for the
+  // current stream at launch), on the simulated device once those copies are done. The memory
+  // the collective writes must come from the copies' pool (FirstWriter::copies).
+  virtual void issue_after_copies(const std::function<void()>& issue) = 0;
 
   // Events after what the copy stream, or the compute, has queued so far.
   virtual std::shared_ptr<DeviceEvent> record_copies() = 0;

@@ -1135,8 +1135,10 @@ class GeminiPlugin : public train::Plugin {
     }
     if (device_ && !gather_to_host_) {
       // A group of one copies its shard up into the chunk; several ranks' all-gather writes it
-      // on the collective's stream, queued after the compute.
-      const bool copied_up = !chunk.values_on_device && world_ == 1;
+      // on the collective's stream, queued after the compute (from shards on the device) or after
+      // the copy of this rank's shard up (issue_after_copies): in both of the latter cases the
+      // block comes from the pool of the stream the collective waits for.
+      const bool copied_up = !chunk.values_on_device;
       storage_of(chunk).set_data_ptr_noswap(
           device_->allocate(bytes, "gathered chunk " + std::to_string(c),
                             copied_up ? train::FirstWriter::copies : train::FirstWriter::compute));
@@ -1155,16 +1157,18 @@ class GeminiPlugin : public train::Plugin {
         chunk.gathered = true;
         return;
       }
-      // Only this rank's shard goes up; the all-gather, queued after the copy on the compute
-      // stream, fills the rest from the other ranks' devices.
+      // Only this rank's shard goes up; the all-gather, queued after that copy (not after the
+      // compute: gathered ahead, the block computing now would wait for the copy too), fills the
+      // rest from the other ranks' devices. The compute waits for the collective at the chunk's
+      // first use (finish_gather).
       chunk.upload =
           device_tensor(chunk.shard, dtype_, "parameter shard of chunk " + std::to_string(c),
                         train::FirstWriter::copies);
       device_->copy_to_device(chunk.upload.data_ptr(), chunk.values.data_ptr(),
                               static_cast<std::size_t>(values_bytes(chunk)));
       chunk.uploaded = device_->record_copies();
-      device_->compute_waits(*chunk.uploaded);
-      chunk.gathering = group_->all_gather_async(chunk.upload, chunk.whole);
+      device_->issue_after_copies(
+          [&] { chunk.gathering = group_->all_gather_async(chunk.upload, chunk.whole); });
     } else {
       storage_of(chunk).set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(bytes));
       // (A shard on the device is gathered in host memory for the export from a host copy of

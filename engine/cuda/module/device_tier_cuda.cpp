@@ -143,6 +143,12 @@ class CudaDeviceTier : public DeviceTier {
     accounts_.count_copy(bytes, false);
   }
 
+  void issue_after_copies(const std::function<void()>& issue) override {
+    const c10::cuda::CUDAGuard device(index_);
+    const c10::cuda::CUDAStreamGuard copies(copy_stream_);
+    issue();
+  }
+
   std::shared_ptr<DeviceEvent> record_copies() override {
     return std::make_shared<CudaEvent>(copy_stream_);
   }
