@@ -349,8 +349,11 @@ std::optional<DeviceCopies> device_tier_copies(Plan& plan, const Settings& s,
           " of gradient shards down for the CPU Adam, " + gib(to_bytes(c.after_update_bytes)) +
           " of new values up after it, per step");
   if (rates == nullptr) return std::nullopt;
-  c.during_compute_seconds = params_up / rates->host_to_device_bytes_per_s +
-                             gradients_down / rates->device_to_host_bytes_per_s;
+  // The two directions have a copy stream each (a GPU has a copy engine each way): the forward's
+  // shards go up alone, the backward's beside the gradients going down.
+  const double half_up = params_up / 2.0 / rates->host_to_device_bytes_per_s;
+  c.during_compute_seconds =
+      half_up + std::max(half_up, gradients_down / rates->device_to_host_bytes_per_s);
   c.after_update_seconds = c.after_update_bytes / rates->host_to_device_bytes_per_s;
   return c;
 }

@@ -5,6 +5,7 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -41,15 +42,25 @@ DeviceTierMemory device_tier_memory_of(const DeviceTier& tier, const MemoryByCat
 
 namespace {
 
-// A copy-stream position: done once the copy thread has finished `sequence`. An event of the
-// compute has no copies to wait for (sequence 0) and counts the compute points recorded
-// (`compute_point`, from 1), which memory first written by compute checks its copies against.
+// Copies to the device and copies to the host run on two streams, as a GPU's two copy engines
+// do: nothing orders one direction's copies after the other's.
+constexpr int kUp = 0, kDown = 1, kCopyStreams = 2;
+
+// The copy streams' positions: done once each stream's thread has finished its `sequence`. An
+// event of the compute has no copies to wait for (sequences 0) and counts the compute points
+// recorded (`compute_point`, from 1), which memory first written by compute checks its copies
+// against.
 class SimulatedEvent : public DeviceEvent {
  public:
-  explicit SimulatedEvent(std::uint64_t sequence, std::uint64_t compute_point = 0)
-      : sequence(sequence), compute_point(compute_point) {}
-  std::uint64_t sequence;
+  explicit SimulatedEvent(std::array<std::uint64_t, kCopyStreams> sequence,
+                          std::uint64_t compute_point = 0,
+                          std::array<std::uint64_t, kCopyStreams> compute_after = {})
+      : sequence(sequence), compute_point(compute_point), compute_after(compute_after) {}
+  std::array<std::uint64_t, kCopyStreams> sequence;
   std::uint64_t compute_point;
+  // An event of the compute: the copies (each stream's sequence) the compute had waited for when
+  // it was recorded; copies ordered after this event are ordered after those too.
+  std::array<std::uint64_t, kCopyStreams> compute_after;
 };
 
 class SimulatedDevice : public DeviceTier {
@@ -61,7 +72,8 @@ class SimulatedDevice : public DeviceTier {
     if (const char* at = std::getenv("TESSERA_SIMULATED_DEVICE_FAIL_AT"))
       fail_at_ = std::stoull(at);
     if (const char* what = std::getenv("TESSERA_SIMULATED_DEVICE_FAIL_WHAT")) fail_what_ = what;
-    copier_ = std::thread([this] { copy_loop(); });
+    for (int s = 0; s < kCopyStreams; ++s)
+      streams_[s].copier = std::thread([this, s] { copy_loop(s); });
   }
   ~SimulatedDevice() override {
     end_lifetime();  // a block released from now on is freed at once (the copies drain below)
@@ -70,7 +82,7 @@ class SimulatedDevice : public DeviceTier {
       stopping_ = true;
     }
     queued_cv_.notify_all();
-    copier_.join();
+    for (Stream& stream : streams_) stream.copier.join();
   }
 
   std::string name() const override { return "simulated"; }
@@ -109,32 +121,42 @@ class SimulatedDevice : public DeviceTier {
 
   // What a GPU's collective stream would do: start once the copies queued so far are done.
   void issue_after_copies(const std::function<void()>& issue) override {
-    wait_for(*record_copies(), false);
+    wait_for(*record_copies(), Waiter::collective);
     issue();
   }
 
   std::shared_ptr<DeviceEvent> record_copies() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    return std::make_shared<SimulatedEvent>(queued_);
+    return std::make_shared<SimulatedEvent>(
+        std::array<std::uint64_t, kCopyStreams>{streams_[kUp].queued, streams_[kDown].queued});
   }
   // Compute runs on the calling thread, so what it queued is done when it returns.
   std::shared_ptr<DeviceEvent> record_compute() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    return std::make_shared<SimulatedEvent>(0, ++compute_points_);
+    return std::make_shared<SimulatedEvent>(std::array<std::uint64_t, kCopyStreams>{},
+                                            ++compute_points_, compute_after_);
   }
   // Compute is the host thread: ordering it after a copy is waiting for the copy.
-  void compute_waits(const DeviceEvent& event) override { wait_for(event, false); }
+  void compute_waits(const DeviceEvent& event) override { wait_for(event, Waiter::compute); }
   // The copy thread runs copies in order after the compute that queued them: nothing to wait,
   // but what a GPU's copies would now be ordered after is kept, to check copies against it.
   void copies_wait(const DeviceEvent& event) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    const std::uint64_t point = static_cast<const SimulatedEvent&>(event).compute_point;
-    copies_after_compute_ = std::max(copies_after_compute_, point);
+    const auto& e = static_cast<const SimulatedEvent&>(event);
+    for (Stream& stream : streams_) {
+      stream.after_compute = std::max(stream.after_compute, e.compute_point);
+      for (int o = 0; o < kCopyStreams; ++o)
+        stream.ordered_after[o] =
+            std::max({stream.ordered_after[o], e.compute_after[o], e.sequence[o]});
+    }
   }
-  void host_waits(const DeviceEvent& event) override { wait_for(event, true); }
+  void host_waits(const DeviceEvent& event) override { wait_for(event, Waiter::host); }
   bool done(const DeviceEvent& event) const override {
     std::lock_guard<std::mutex> lock(mutex_);
-    return completed_ >= sequence_of(event);
+    const auto& sequence = sequence_of(event);
+    for (int s = 0; s < kCopyStreams; ++s)
+      if (streams_[s].completed < sequence[s]) return false;
+    return true;
   }
 
  private:
@@ -165,18 +187,69 @@ class SimulatedDevice : public DeviceTier {
     std::size_t bytes;
     void* memory;
   };
+  // Memory released while copies were queued: freed once every stream that had some has run
+  // them (its entry in each of those streams' queues).
+  struct PendingFree {
+    Block* block = nullptr;
+    HostBlock* host = nullptr;
+    int streams = 0;  // entries not yet reached
+  };
   struct Copy {
     void* dst;
     const void* src;
     std::size_t bytes;
     std::uint64_t sequence;
-    Block* to_free = nullptr;  // a free in stream order, not a copy
     // The source's bytes when the copy was queued, unless a copy queued before writes them.
     std::optional<std::uint64_t> source_hash;
     bool to_device = false;
-    HostBlock* host_to_free = nullptr;  // a free of host memory in stream order, not a copy
-    bool frees() const { return to_free != nullptr || host_to_free != nullptr; }
+    std::shared_ptr<PendingFree> to_free;  // a free in stream order, not a copy
+    bool frees() const { return static_cast<bool>(to_free); }
   };
+  // A copy's memory, kept (run or not) until it is ordered before everything queued later.
+  struct Touched {
+    std::uint64_t sequence;
+    const char* dst;
+    const char* src;
+    std::size_t bytes;
+  };
+  struct Stream {
+    std::deque<Copy> copies;
+    std::uint64_t queued = 0;         // sequence of the last copy queued
+    std::uint64_t completed = 0;      // sequence of the last copy done
+    std::uint64_t released = 0;       // copies up to this sequence may run
+    std::uint64_t after_compute = 0;  // the latest compute point the copies waited for
+    // Each stream's copies up to these sequences come before this stream's later ones: through
+    // copies_wait() on compute that had waited for them (compute_waits), or an event of them.
+    std::array<std::uint64_t, kCopyStreams> ordered_after{};
+    // The host waited for these: everything queued later comes after them.
+    std::uint64_t host_waited = 0;
+    std::deque<Touched> touched;  // copies not yet ordered before everything (host_waited)
+    std::thread copier;
+  };
+
+  // Memory released: its copies are done before it is reused (the free waits for them, as a
+  // GPU's allocators wait for the streams that used a block), so a copy into its next use does
+  // not race with them. mutex_ held.
+  void forget_touched(const void* memory, std::size_t bytes) {
+    const auto* begin = static_cast<const char*>(memory);
+    const auto within = [&](const char* p) { return p >= begin && p < begin + bytes; };
+    for (Stream& stream : streams_)
+      std::erase_if(stream.touched,
+                    [&](const Touched& t) { return within(t.dst) || within(t.src); });
+  }
+
+  // Queues `pending` behind the copies each stream has not run yet (mutex_ held); false when
+  // there are none: free it now.
+  bool free_after_copies(const std::shared_ptr<PendingFree>& pending) {
+    for (Stream& stream : streams_) {
+      if (stream.completed >= stream.queued) continue;
+      ++pending->streams;
+      stream.copies.push_back({nullptr, nullptr, 0, ++stream.queued, std::nullopt, false, pending});
+    }
+    if (pending->streams == 0) return false;
+    queued_cv_.notify_all();
+    return true;
+  }
 
   c10::DataPtr page_locked(std::size_t bytes) {
     auto* block = new HostBlock(lifetime_, bytes);
@@ -196,13 +269,10 @@ class SimulatedDevice : public DeviceTier {
     if (device != nullptr) {
       std::lock_guard<std::mutex> lock(device->mutex_);
       device->host_live_.erase(static_cast<const char*>(block->memory));
-      if (device->completed_ < device->queued_) {
-        Copy free_later{nullptr, nullptr,      0,     ++device->queued_,
-                        nullptr, std::nullopt, false, block};
-        device->copies_.push_back(free_later);
-        device->queued_cv_.notify_one();
-        return;
-      }
+      device->forget_touched(block->memory, block->bytes);
+      auto pending = std::make_shared<PendingFree>();
+      pending->host = block;
+      if (device->free_after_copies(pending)) return;
     }
     delete block;
   }
@@ -235,7 +305,7 @@ class SimulatedDevice : public DeviceTier {
   static void poison(void* memory, std::size_t bytes) {
     std::fill_n(static_cast<float*>(memory), bytes / 4, std::numeric_limits<float>::quiet_NaN());
   }
-  static std::uint64_t sequence_of(const DeviceEvent& event) {
+  static const std::array<std::uint64_t, kCopyStreams>& sequence_of(const DeviceEvent& event) {
     return static_cast<const SimulatedEvent&>(event).sequence;
   }
 
@@ -256,53 +326,73 @@ class SimulatedDevice : public DeviceTier {
     {
       std::lock_guard<std::mutex> lock(device->mutex_);
       device->live_.erase(reinterpret_cast<const char*>(block->memory.get()));
-      if (device->completed_ < device->queued_) {
-        Copy free_later{nullptr, nullptr, 0, ++device->queued_, block, std::nullopt, false};
-        device->copies_.push_back(free_later);
-        device->queued_cv_.notify_one();
-        return;
-      }
+      device->forget_touched(block->memory.get(), block->bytes);
+      auto pending = std::make_shared<PendingFree>();
+      pending->block = block;
+      if (device->free_after_copies(pending)) return;
     }
     delete block;
   }
 
   void enqueue_copy(void* dst, const void* src, std::size_t bytes, bool to_device) {
     std::lock_guard<std::mutex> lock(mutex_);
-    check_ordered_after_compute(static_cast<const char*>(to_device ? dst : src));
+    Stream& own = streams_[to_device ? kUp : kDown];
+    const Stream& other = streams_[to_device ? kDown : kUp];
+    check_ordered_after_compute(static_cast<const char*>(to_device ? dst : src), own);
     check_page_locked(to_device ? src : dst, bytes, to_device);
-    // Whether a queued copy's source (`side` &Copy::src) or destination (&Copy::dst) overlaps
-    // [memory, memory + bytes).
-    const auto pending_overlap = [&](const void* memory, auto side) {
+    // Whether a copy queued on `stream`, not run yet, has its source (`side` &Copy::src) or
+    // destination (&Copy::dst) overlapping [memory, memory + bytes).
+    const auto pending_overlap = [&](const Stream& stream, const void* memory, auto side) {
       const auto* begin = static_cast<const char*>(memory);
-      return std::any_of(copies_.begin(), copies_.end(), [&](const Copy& c) {
+      return std::any_of(stream.copies.begin(), stream.copies.end(), [&](const Copy& c) {
         const auto* other = static_cast<const char*>(c.*side);
         return !c.frees() && other < begin + bytes && begin < other + c.bytes;
       });
     };
+    // A copy the other way that nothing orders before this one (host_waits, or compute_waits
+    // then copies_wait on compute recorded after it), run here or not (a GPU's may not have):
+    // memory it writes, or reads where this one writes, races with this one on a GPU.
+    const int o = to_device ? kDown : kUp;
+    const std::uint64_t ordered = std::max(other.host_waited, own.ordered_after[o]);
+    if (std::any_of(other.touched.begin(), other.touched.end(), [&](const Touched& t) {
+          if (t.sequence <= ordered) return false;
+          const auto hits = [&](const char* a, const void* b) {
+            const auto* begin = static_cast<const char*>(b);
+            return a < begin + bytes && begin < a + t.bytes;
+          };
+          return hits(t.dst, src) || hits(t.dst, dst) || hits(t.src, dst);
+        }))
+      throw Error(ErrorKind::Internal,
+                  std::string("simulated: a copy ") +
+                      (to_device ? "to the device" : "to the host") + " (" + std::to_string(bytes) +
+                      " bytes) touches memory that a copy " +
+                      (to_device ? "to the host" : "to the device") +
+                      " queued before it, and not waited for, writes or reads: the two "
+                      "directions run on separate copy streams, with no order between them");
     // Until the copy thread runs, the destination holds nothing usable (unless a copy queued
     // before reads it: stream order lets that one see the old values).
-    if (bytes % 4 == 0 && !pending_overlap(dst, &Copy::src)) poison(dst, bytes);
+    if (bytes % 4 == 0 && !pending_overlap(own, dst, &Copy::src)) poison(dst, bytes);
     // A source that a queued copy writes is read in stream order, after it: not checked.
-    const bool written_by_pending = pending_overlap(src, &Copy::dst);
-    const Copy copy{
-        dst,       src,     bytes,
-        ++queued_, nullptr, written_by_pending ? std::nullopt : std::optional(hash_of(src, bytes)),
-        to_device};
-    copies_.push_back(copy);
+    const bool written_by_pending = pending_overlap(own, src, &Copy::dst);
+    own.touched.push_back(
+        {own.queued + 1, static_cast<const char*>(dst), static_cast<const char*>(src), bytes});
+    own.copies.push_back({dst, src, bytes, ++own.queued,
+                          written_by_pending ? std::nullopt : std::optional(hash_of(src, bytes)),
+                          to_device, nullptr});
     accounts_.count_copy(bytes, to_device);
-    queued_cv_.notify_one();
+    queued_cv_.notify_all();
   }
 
   // On a GPU, memory compute writes first comes from the compute stream's pool, where its block
   // may still be in use by kernels queued for its previous tensor: a copy may touch it only
   // after copies_wait() on compute recorded since it was allocated. Refused here, where nothing
   // would race, so that the tests find such a copy. Called with mutex_ held.
-  void check_ordered_after_compute(const char* device_memory) const {
+  void check_ordered_after_compute(const char* device_memory, const Stream& stream) const {
     auto it = live_.upper_bound(device_memory);
     if (it == live_.begin()) return;
     const Block& block = *std::prev(it)->second;
     if (device_memory >= std::prev(it)->first + block.bytes) return;  // not device memory
-    if (block.first_writer != FirstWriter::compute || copies_after_compute_ >= block.covered_from)
+    if (block.first_writer != FirstWriter::compute || stream.after_compute >= block.covered_from)
       return;
     throw Error(ErrorKind::Internal,
                 "simulated: a copy touches " + block.what +
@@ -314,33 +404,52 @@ class SimulatedDevice : public DeviceTier {
   // Copies run only once something waits for them (or the device goes): a GPU's copy may run
   // any time before that, so whatever the host does between queuing a copy and waiting for it
   // is checked against the copy having run last.
-  void wait_for(const DeviceEvent& event, bool count) {
+  // Who waits: the host (counted; everything it queues later comes after), the compute (what
+  // it orders: compute events recorded later carry it to copies_wait), or a collective.
+  enum class Waiter { host, compute, collective };
+  void wait_for(const DeviceEvent& event, Waiter waiter) {
     std::unique_lock<std::mutex> lock(mutex_);
-    const std::uint64_t sequence = sequence_of(event);
-    if (count && completed_ < sequence) accounts_.count_host_wait();
-    if (sequence > released_) {
-      released_ = sequence;
-      queued_cv_.notify_all();
+    const auto sequence = sequence_of(event);
+    const auto reached = [&] {
+      for (int s = 0; s < kCopyStreams; ++s)
+        if (streams_[s].completed < sequence[s]) return false;
+      return true;
+    };
+    if (waiter == Waiter::host && !reached()) accounts_.count_host_wait();
+    for (int s = 0; s < kCopyStreams; ++s)
+      streams_[s].released = std::max(streams_[s].released, sequence[s]);
+    queued_cv_.notify_all();
+    done_cv_.wait(lock, reached);
+    for (int s = 0; s < kCopyStreams; ++s) {
+      Stream& stream = streams_[s];
+      if (waiter == Waiter::compute) compute_after_[s] = std::max(compute_after_[s], sequence[s]);
+      if (waiter != Waiter::host) continue;
+      stream.host_waited = std::max(stream.host_waited, sequence[s]);
+      while (!stream.touched.empty() && stream.touched.front().sequence <= stream.host_waited)
+        stream.touched.pop_front();
     }
-    done_cv_.wait(lock, [&] { return completed_ >= sequence; });
     if (!violation_.empty()) throw Error(ErrorKind::Internal, violation_);
   }
 
-  void copy_loop() {
+  void copy_loop(int s) {
+    Stream& stream = streams_[s];
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       queued_cv_.wait(lock, [&] {
-        return stopping_ || (!copies_.empty() && copies_.front().sequence <= released_);
+        return stopping_ ||
+               (!stream.copies.empty() && stream.copies.front().sequence <= stream.released);
       });
-      if (copies_.empty()) return;  // stopping, nothing left
-      const Copy copy = copies_.front();
-      copies_.pop_front();
-      lock.unlock();
+      if (stream.copies.empty()) return;  // stopping, nothing left
+      const Copy copy = stream.copies.front();
+      stream.copies.pop_front();
       if (copy.frees()) {
-        delete copy.to_free;
-        delete copy.host_to_free;
-        lock.lock();
+        // The last stream to pass the release frees the memory.
+        if (--copy.to_free->streams == 0) {
+          delete copy.to_free->block;
+          delete copy.to_free->host;
+        }
       } else {
+        lock.unlock();
         const bool changed = copy.source_hash && hash_of(copy.src, copy.bytes) != *copy.source_hash;
         std::memcpy(copy.dst, copy.src, copy.bytes);
         lock.lock();
@@ -351,7 +460,7 @@ class SimulatedDevice : public DeviceTier {
                        " bytes) changed after the copy was queued and before anything waited "
                        "for it: on a GPU the copy may run that late and copy the new values";
       }
-      completed_ = copy.sequence;
+      stream.completed = copy.sequence;
       done_cv_.notify_all();
     }
   }
@@ -362,17 +471,14 @@ class SimulatedDevice : public DeviceTier {
   mutable std::mutex mutex_;  // guards everything below but the thread
   std::condition_variable queued_cv_;
   std::condition_variable done_cv_;
-  std::deque<Copy> copies_;
-  std::uint64_t queued_ = 0;                     // sequence of the last copy queued
-  std::uint64_t completed_ = 0;                  // sequence of the last copy done
-  std::uint64_t compute_points_ = 0;             // compute events recorded
-  std::uint64_t copies_after_compute_ = 0;       // the latest compute point the copies waited for
+  std::array<Stream, kCopyStreams> streams_;  // copies to the device, copies to the host
+  std::uint64_t compute_points_ = 0;          // compute events recorded
+  // The copies (each stream's sequence) the compute has waited for (compute_waits).
+  std::array<std::uint64_t, kCopyStreams> compute_after_{};
   std::map<const char*, Block*> live_;           // allocations by their first byte
   std::map<const char*, HostBlock*> host_live_;  // host memory the tier gave, by its first byte
-  std::uint64_t released_ = 0;                   // copies up to this sequence may run
   std::string violation_;                        // the first copy whose source changed under it
   bool stopping_ = false;
-  std::thread copier_;
 };
 
 }  // namespace

@@ -1,15 +1,18 @@
 #pragma once
 // The memory of the device a plugin computes on, as Gemini's device tier uses it: allocate and
-// free device memory within a budget, copy between it and host buffers on a copy stream that
-// runs beside the compute, and order the two with events — never a device-wide synchronize.
-// Two implementations: a CUDA GPU (cuda/module/device_tier_cuda.cpp, in the CUDA module), and a
-// simulated device for tests: host memory with a byte budget, its own copy thread and its own
+// free device memory within a budget, copy between it and host buffers on two copy streams (to
+// the device, to the host) that run beside the compute, and order them with events — never a
+// device-wide synchronize. Two implementations: a CUDA GPU (cuda/module/device_tier_cuda.cpp, in
+// the CUDA module), and a simulated device for tests: host memory with a byte budget, a copy
+// thread per stream and its own
 // accounting, named "simulated" in every message, and refused unless TESSERA_SIMULATED_DEVICE=1
 // (which only the tests set). It makes races visible: fresh allocations and the destination of a
 // copy are filled with NaN until the copy thread has run, so compute that does not wait for a
 // copy's event reads NaN; a copy runs only once something waits for it, and the wait fails
 // (Internal) if its source changed after it was queued; a copy touching memory that compute
-// writes first, before the copies waited for compute since its allocation, is refused.
+// writes first, before the copies waited for compute since its allocation, is refused, and so
+// is a copy whose memory a copy the other way, not yet waited for, touches; a copy's host side
+// must be memory the tier gave (page-locked on a GPU).
 #include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
 
@@ -87,7 +90,7 @@ class DeviceTier;
 // release waits for both.
 enum class FirstWriter {
   compute,  // kernels on the compute stream (or a collective queued after them)
-  copies,   // copy_to_device on the copy stream
+  copies,   // copy_to_device on the copies-up stream
 };
 
 // Memory from a tier can outlive it: a model's parameters are views of Gemini's chunk memory and
@@ -128,20 +131,23 @@ class DeviceTier {
   virtual c10::DataPtr allocate_host_io(std::size_t bytes) = 0;
   static constexpr std::size_t kHostIoAlignment = 4096;
 
-  // Queued on the copy stream, behind what it already has; returns at once. Neither buffer may
-  // be touched until an event recorded after the copy is done. The host buffer is memory from
-  // the allocate_host* functions above (on a GPU a copy from other memory would hold the host
+  // Queued on the copy stream of its direction, behind what it already has; returns at once.
+  // Copies to the device and copies to the host run on two streams with no order between them
+  // (a GPU's two copy engines): a copy that touches memory a copy the other way touches is
+  // queued after waiting for that one (the simulated device refuses it otherwise). Neither
+  // buffer may be touched until an event recorded after the copy is done. The host buffer is memory
+  // from the allocate_host* functions above (on a GPU a copy from other memory would hold the host
   // until it is done; the simulated device refuses it).
   virtual void copy_to_device(void* device_dst, const void* host_src, std::size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) = 0;
 
   // Runs `issue` (a collective's launch) so that its work waits for the copies queued so far
-  // instead of the compute: on a GPU with the copy stream current (NCCL's stream waits for the
+  // instead of the compute: on a GPU with the copies-up stream current (NCCL's stream waits for the
   // current stream at launch), on the simulated device once those copies are done. The memory
   // the collective writes must come from the copies' pool (FirstWriter::copies).
   virtual void issue_after_copies(const std::function<void()>& issue) = 0;
 
-  // Events after what the copy stream, or the compute, has queued so far.
+  // Events after what the copy streams (both), or the compute, have queued so far.
   virtual std::shared_ptr<DeviceEvent> record_copies() = 0;
   virtual std::shared_ptr<DeviceEvent> record_compute() = 0;
   // Orderings without blocking the host: later compute after `event`, later copies after it.

@@ -323,9 +323,14 @@ class TestTrain : public QObject {
       device->host_waits(*copied);
       QVERIFY(device->done(*copied));
       QCOMPARE(static_cast<float*>(back.get())[7], 14.0f);
-      // A device-to-device chain through a host buffer keeps stream order: the second copy reads
-      // the first one's destination only after it is written.
+      // A device-to-device chain through a host buffer: the copy up reads what the copy down
+      // writes, and the two directions run on separate streams with no order between them, so
+      // queued before the first is waited for it is refused; after, it reads the new values.
       device->copy_to_host(back.get(), a.get(), n * 4);
+      expect_error([&] { device->copy_to_device(b.get(), back.get(), n * 4); }, ErrorKind::Internal,
+                   "a copy to the device (262144 bytes) touches memory that a copy to the host "
+                   "queued before it, and not waited for, writes or reads");
+      device->host_waits(*device->record_copies());
       device->copy_to_device(b.get(), back.get(), n * 4);
       device->compute_waits(*device->record_copies());
       QCOMPARE(static_cast<float*>(b.get())[n - 1], 2.0f * static_cast<float>(n - 1));
@@ -367,7 +372,7 @@ class TestTrain : public QObject {
     // memory released with a copy of it queued goes after the copy (a GPU's caching host
     // allocator reuses a block only after the copies recorded on it).
     {
-      auto pinned = train::make_device_tier("simulated", n * 4, "strategy.options.device");
+      auto pinned = train::make_device_tier("simulated", 2 * n * 4, "strategy.options.device");
       c10::DataPtr up = pinned->allocate(n * 4, "chunk 6", train::FirstWriter::copies);
       std::vector<float> pageable(n, 1.0f);
       expect_error([&] { pinned->copy_to_device(up.get(), pageable.data(), n * 4); },
@@ -386,6 +391,19 @@ class TestTrain : public QObject {
       }
       pinned->compute_waits(*pinned->record_copies());
       QCOMPARE(static_cast<float*>(up.get())[n - 1], 5.0f);
+      // The two directions ordered through the compute, as on a GPU: the compute waits for the
+      // copy down, the copies up wait for compute recorded after that; the compute's wait alone
+      // orders nothing of the copies (refused even though the copy down has run here).
+      c10::DataPtr staging = pinned->allocate_host(n * 4);
+      c10::DataPtr again = pinned->allocate(n * 4, "chunk 7", train::FirstWriter::copies);
+      pinned->copy_to_host(staging.get(), up.get(), n * 4);
+      pinned->compute_waits(*pinned->record_copies());
+      expect_error([&] { pinned->copy_to_device(again.get(), staging.get(), n * 4); },
+                   ErrorKind::Internal, "the two directions run on separate copy streams");
+      pinned->copies_wait(*pinned->record_compute());
+      pinned->copy_to_device(again.get(), staging.get(), n * 4);
+      pinned->compute_waits(*pinned->record_copies());
+      QCOMPARE(static_cast<float*>(again.get())[n - 1], 5.0f);
     }
 
     // A copy runs only once something waits for it (a GPU's may run that late): the host memory

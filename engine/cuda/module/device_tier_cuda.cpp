@@ -1,7 +1,7 @@
 // The device tier on a CUDA GPU (device_tier.h): memory from LibTorch's caching allocator (so
 // the memory events' allocator figures include it), page-locked host buffers from its caching
-// host allocator, one copy stream from its pool, and CUDA events between the copy stream and
-// the current (compute) stream. Part of the CUDA runtime module (cuda/runtime.h).
+// host allocator, two copy streams from its pool (to the device, to the host), and CUDA events
+// between them and the current (compute) stream. Part of the CUDA runtime module (cuda/runtime.h).
 #include <ATen/cuda/PinnedMemoryAllocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -12,9 +12,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <new>
+#include <vector>
 
 #include "cuda/module/module.h"
 #include "train/device_tier.h"
@@ -33,17 +35,24 @@ void check(cudaError_t status, const char* what) {
                 std::string("CUDA: ") + what + ": " + cudaGetErrorString(status));
 }
 
+// A point on each of one or two streams (the compute's; or the two copy streams').
 class CudaEvent : public DeviceEvent {
  public:
-  // Created on the stream's device (an event records only on streams of the device current at
+  // Created on the streams' device (an event records only on streams of the device current at
   // its creation), whichever device the calling thread has current.
-  explicit CudaEvent(const c10::cuda::CUDAStream& stream) {
-    const c10::cuda::CUDAGuard guard(stream.device_index());
-    check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
-    check(cudaEventRecord(event, stream.stream()), "cudaEventRecord");
+  explicit CudaEvent(std::initializer_list<c10::cuda::CUDAStream> streams) {
+    for (const c10::cuda::CUDAStream& stream : streams) {
+      const c10::cuda::CUDAGuard guard(stream.device_index());
+      cudaEvent_t event = nullptr;
+      check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
+      events.push_back(event);
+      check(cudaEventRecord(event, stream.stream()), "cudaEventRecord");
+    }
   }
-  ~CudaEvent() override { cudaEventDestroy(event); }
-  cudaEvent_t event = nullptr;
+  ~CudaEvent() override {
+    for (cudaEvent_t event : events) cudaEventDestroy(event);
+  }
+  std::vector<cudaEvent_t> events;
 };
 
 class CudaDeviceTier : public DeviceTier {
@@ -51,7 +60,8 @@ class CudaDeviceTier : public DeviceTier {
   CudaDeviceTier(int index, std::uint64_t budget)
       : DeviceTier(budget != 0 ? budget : free_memory(index)),
         index_(static_cast<c10::DeviceIndex>(index)),
-        copy_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index_)) {}
+        up_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index_)),
+        down_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index_)) {}
   ~CudaDeviceTier() override { end_lifetime(); }
 
   static std::uint64_t free_memory(int index) {
@@ -72,19 +82,20 @@ class CudaDeviceTier : public DeviceTier {
     c10::DataPtr inner;
     try {
       // The caching allocator takes the block from the current stream's pool.
-      const c10::cuda::CUDAStreamGuard writer(
-          first_writer == train::FirstWriter::copies ? copy_stream_ : compute);
+      // (Copies that write device memory are copies up.)
+      const c10::cuda::CUDAStreamGuard writer(first_writer == train::FirstWriter::copies ? up_
+                                                                                         : compute);
       inner = c10::cuda::CUDACachingAllocator::get()->allocate(bytes);
     } catch (const c10::OutOfMemoryError&) {
       accounts_.release(bytes);
       throw DeviceOutOfMemory(name(), bytes, used(), total(), what);
     }
     void* data = inner.get();
-    auto* owned = new Owned{lifetime_, copy_stream_, compute, bytes, std::move(inner)};
-    if (first_writer == train::FirstWriter::compute) {
+    auto* owned = new Owned{lifetime_, up_, down_, compute, bytes, std::move(inner)};
+    {
       // Known by address, so that a copy touching it marks it (copied_by).
       std::lock_guard<std::mutex> lock(live_mutex_);
-      compute_blocks_[static_cast<const char*>(data)] = owned;
+      blocks_[static_cast<const char*>(data)] = owned;
     }
     return {data, owned, &CudaDeviceTier::free_device, tensor_device()};
   }
@@ -92,7 +103,7 @@ class CudaDeviceTier : public DeviceTier {
   c10::DataPtr allocate_host(std::size_t bytes) override {
     c10::DataPtr inner = at::cuda::getPinnedMemoryAllocator()->allocate(bytes);
     void* data = inner.get();
-    auto* owned = new Owned{lifetime_, copy_stream_, c10::cuda::getCurrentCUDAStream(index_), 0,
+    auto* owned = new Owned{lifetime_,       up_, down_, c10::cuda::getCurrentCUDAStream(index_), 0,
                             std::move(inner)};
     return {data, owned, &CudaDeviceTier::free_host, c10::Device(c10::kCPU)};
   }
@@ -124,52 +135,60 @@ class CudaDeviceTier : public DeviceTier {
       std::free(memory);
       check(status, "cudaHostRegister");
     }
-    return {memory, new Registered{index_, copy_stream_, memory}, &CudaDeviceTier::free_registered,
+    return {memory, new Registered{index_, up_, down_, memory}, &CudaDeviceTier::free_registered,
             c10::Device(c10::kCPU)};
   }
 
   void copy_to_device(void* device_dst, const void* host_src, std::size_t bytes) override {
     const c10::cuda::CUDAGuard guard(index_);
-    check(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, copy_stream_),
+    check(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, up_),
           "copy to the device");
-    copied_by(device_dst);
+    copied_by(device_dst, &Owned::copied_up);
     accounts_.count_copy(bytes, true);
   }
   void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) override {
     const c10::cuda::CUDAGuard guard(index_);
-    check(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, copy_stream_),
+    check(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, down_),
           "copy to the host");
-    copied_by(device_src);
+    copied_by(device_src, &Owned::copied_down);
     accounts_.count_copy(bytes, false);
   }
 
   void issue_after_copies(const std::function<void()>& issue) override {
     const c10::cuda::CUDAGuard device(index_);
-    const c10::cuda::CUDAStreamGuard copies(copy_stream_);
+    const c10::cuda::CUDAStreamGuard copies(up_);
     issue();
   }
 
   std::shared_ptr<DeviceEvent> record_copies() override {
-    return std::make_shared<CudaEvent>(copy_stream_);
+    return std::make_shared<CudaEvent>(std::initializer_list<c10::cuda::CUDAStream>{up_, down_});
   }
   std::shared_ptr<DeviceEvent> record_compute() override {
-    return std::make_shared<CudaEvent>(c10::cuda::getCurrentCUDAStream(index_));
+    return std::make_shared<CudaEvent>(
+        std::initializer_list<c10::cuda::CUDAStream>{c10::cuda::getCurrentCUDAStream(index_)});
   }
   void compute_waits(const DeviceEvent& event) override {
     const c10::cuda::CUDAGuard guard(index_);
-    check(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(index_).stream(), of(event), 0),
-          "cudaStreamWaitEvent");
+    for (cudaEvent_t e : of(event))
+      check(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(index_).stream(), e, 0),
+            "cudaStreamWaitEvent");
   }
   void copies_wait(const DeviceEvent& event) override {
     const c10::cuda::CUDAGuard guard(index_);
-    check(cudaStreamWaitEvent(copy_stream_.stream(), of(event), 0), "cudaStreamWaitEvent");
+    for (cudaEvent_t e : of(event))
+      for (const c10::cuda::CUDAStream& copies : {up_, down_})
+        check(cudaStreamWaitEvent(copies.stream(), e, 0), "cudaStreamWaitEvent");
   }
   void host_waits(const DeviceEvent& event) override {
-    if (finished(of(event))) return;
+    if (done(event)) return;
     accounts_.count_host_wait();
-    check(cudaEventSynchronize(of(event)), "cudaEventSynchronize");
+    for (cudaEvent_t e : of(event)) check(cudaEventSynchronize(e), "cudaEventSynchronize");
   }
-  bool done(const DeviceEvent& event) const override { return finished(of(event)); }
+  bool done(const DeviceEvent& event) const override {
+    for (cudaEvent_t e : of(event))
+      if (!finished(e)) return false;
+    return true;
+  }
 
   std::uint64_t measured_peak() const override {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index_);
@@ -194,28 +213,31 @@ class CudaDeviceTier : public DeviceTier {
  private:
   struct Owned {
     std::shared_ptr<TierLifetime> lifetime;  // the tier's budget, while it lives
-    c10::cuda::CUDAStream copy_stream;       // streams from the pool outlive every tier
-    c10::cuda::CUDAStream compute_stream;    // current when it was allocated
+    c10::cuda::CUDAStream up;                // streams from the pool outlive every tier
+    c10::cuda::CUDAStream down;
+    c10::cuda::CUDAStream compute_stream;  // current when it was allocated
     std::size_t bytes;
     c10::DataPtr inner;
-    // A block of the compute stream's pool that a copy touched: its reuse waits for the copy
-    // stream too (one no copy touched is reused as soon as the compute stream passes its free).
-    bool copied = false;
+    // Which copy streams touched the block: its reuse waits for those (one no copy touched is
+    // reused as soon as the compute stream passes its free).
+    bool copied_up = false;
+    bool copied_down = false;
   };
 
-  // Marks the compute-pool block holding `device_memory` (if any) as touched by the copy stream.
-  void copied_by(const void* device_memory) {
+  // Marks the block holding `device_memory` (if the tier gave it) as touched by a copy stream.
+  void copied_by(const void* device_memory, bool Owned::*stream) {
     const auto* address = static_cast<const char*>(device_memory);
     std::lock_guard<std::mutex> lock(live_mutex_);
-    auto it = compute_blocks_.upper_bound(address);
-    if (it == compute_blocks_.begin()) return;
+    auto it = blocks_.upper_bound(address);
+    if (it == blocks_.begin()) return;
     --it;
-    if (address < it->first + it->second->bytes) it->second->copied = true;
+    if (address < it->first + it->second->bytes) it->second->*stream = true;
   }
 
   struct Registered {
     c10::DeviceIndex device;
-    c10::cuda::CUDAStream copy_stream;
+    c10::cuda::CUDAStream up;
+    c10::cuda::CUDAStream down;
     void* memory;
   };
 
@@ -227,7 +249,8 @@ class CudaDeviceTier : public DeviceTier {
     int current = 0;  // restored after: the caller's thread keeps its device
     if (cudaGetDevice(&current) == cudaSuccess &&
         cudaSetDevice(registered->device) == cudaSuccess) {
-      cudaStreamSynchronize(registered->copy_stream.stream());
+      cudaStreamSynchronize(registered->up.stream());
+      cudaStreamSynchronize(registered->down.stream());
       cudaHostUnregister(registered->memory);
       cudaSetDevice(current);
     }
@@ -247,8 +270,8 @@ class CudaDeviceTier : public DeviceTier {
     return false;
   }
 
-  static cudaEvent_t of(const DeviceEvent& event) {
-    return static_cast<const CudaEvent&>(event).event;
+  static const std::vector<cudaEvent_t>& of(const DeviceEvent& event) {
+    return static_cast<const CudaEvent&>(event).events;
   }
 
   // The caching allocator reuses the block only after the compute and (where a copy touched it)
@@ -261,22 +284,23 @@ class CudaDeviceTier : public DeviceTier {
   static void free_device(void* context) {
     auto* owned = static_cast<Owned*>(context);
     const std::shared_ptr<TierLifetime> lifetime = owned->lifetime;
-    bool copied = true;  // the tier gone: as if every block had been copied
+    bool up = true, down = true;  // the tier gone: as if every copy had touched it
     {
       std::lock_guard<std::mutex> lock(lifetime->mutex);
       if (auto* tier = static_cast<CudaDeviceTier*>(lifetime->tier)) {
         tier->accounts_.release(owned->bytes);
         std::lock_guard<std::mutex> live(tier->live_mutex_);
-        tier->compute_blocks_.erase(static_cast<const char*>(owned->inner.get()));
-        copied = owned->copied;
+        tier->blocks_.erase(static_cast<const char*>(owned->inner.get()));
+        up = owned->copied_up;
+        down = owned->copied_down;
       }
     }
-    // (A block of the copy stream's pool: recording the copy stream does nothing; one of the
-    // compute stream's: recording the compute stream does nothing.)
-    const cudaError_t state = cudaStreamQuery(owned->copy_stream.stream());
+    // (Recording the block's own stream, that of its pool, does nothing.)
+    const cudaError_t state = cudaStreamQuery(owned->up.stream());
     if (state == cudaSuccess || state == cudaErrorNotReady) {
       try {
-        if (copied) c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->copy_stream);
+        if (up) c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->up);
+        if (down) c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->down);
         c10::cuda::CUDACachingAllocator::recordStream(owned->inner, owned->compute_stream);
       } catch (...) {
       }
@@ -287,18 +311,23 @@ class CudaDeviceTier : public DeviceTier {
   static void free_host(void* context) {
     auto* owned = static_cast<Owned*>(context);
     try {
-      at::cuda::getPinnedMemoryAllocator()->record_event(
-          owned->inner.get(), owned->inner.get_context(), owned->copy_stream.unwrap());
+      for (const c10::cuda::CUDAStream& copies : {owned->up, owned->down})
+        at::cuda::getPinnedMemoryAllocator()->record_event(
+            owned->inner.get(), owned->inner.get_context(), copies.unwrap());
     } catch (...) {  // as free_device
     }
     delete owned;
   }
 
   c10::DeviceIndex index_;
-  c10::cuda::CUDAStream copy_stream_;
-  // The live blocks of the compute stream's pool, by their first byte (copied_by).
+  // Copies to the device and copies to the host: a stream each, so that the two directions
+  // run beside each other (a GPU has a copy engine for each) and neither waits behind the
+  // other's copies waiting for the compute.
+  c10::cuda::CUDAStream up_;
+  c10::cuda::CUDAStream down_;
+  // The live device blocks, by their first byte (copied_by).
   std::mutex live_mutex_;
-  std::map<const char*, Owned*> compute_blocks_;
+  std::map<const char*, Owned*> blocks_;
 };
 
 }  // namespace
