@@ -121,7 +121,7 @@ class SimulatedDevice : public DeviceTier {
 
   // What a GPU's collective stream would do: start once the copies queued so far are done.
   void issue_after_copies(const std::function<void()>& issue) override {
-    wait_for(*record_copies(), Waiter::collective);
+    wait_for(*record_copies_up(), Waiter::collective);
     issue();
   }
 
@@ -129,6 +129,11 @@ class SimulatedDevice : public DeviceTier {
     std::lock_guard<std::mutex> lock(mutex_);
     return std::make_shared<SimulatedEvent>(
         std::array<std::uint64_t, kCopyStreams>{streams_[kUp].queued, streams_[kDown].queued});
+  }
+  std::shared_ptr<DeviceEvent> record_copies_up() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::make_shared<SimulatedEvent>(
+        std::array<std::uint64_t, kCopyStreams>{streams_[kUp].queued, 0});
   }
   // Compute runs on the calling thread, so what it queued is done when it returns.
   std::shared_ptr<DeviceEvent> record_compute() override {
@@ -142,13 +147,11 @@ class SimulatedDevice : public DeviceTier {
   // but what a GPU's copies would now be ordered after is kept, to check copies against it.
   void copies_wait(const DeviceEvent& event) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    const auto& e = static_cast<const SimulatedEvent&>(event);
-    for (Stream& stream : streams_) {
-      stream.after_compute = std::max(stream.after_compute, e.compute_point);
-      for (int o = 0; o < kCopyStreams; ++o)
-        stream.ordered_after[o] =
-            std::max({stream.ordered_after[o], e.compute_after[o], e.sequence[o]});
-    }
+    for (Stream& stream : streams_) stream_waits(stream, event);
+  }
+  void copies_down_wait(const DeviceEvent& event) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stream_waits(streams_[kDown], event);
   }
   void host_waits(const DeviceEvent& event) override { wait_for(event, Waiter::host); }
   bool done(const DeviceEvent& event) const override {
@@ -205,7 +208,9 @@ class SimulatedDevice : public DeviceTier {
     std::shared_ptr<PendingFree> to_free;  // a free in stream order, not a copy
     bool frees() const { return static_cast<bool>(to_free); }
   };
-  // A copy's memory, kept (run or not) until it is ordered before everything queued later.
+  // A copy's memory, kept (run or not) until it is ordered before everything queued later. A
+  // side whose memory was released is forgotten (null): its next use is ordered after the copy
+  // by the free; the other side still races with unordered copies.
   struct Touched {
     std::uint64_t sequence;
     const char* dst;
@@ -227,15 +232,31 @@ class SimulatedDevice : public DeviceTier {
     std::thread copier;
   };
 
+  // `stream`'s later copies come after `event` (mutex_ held).
+  static void stream_waits(Stream& stream, const DeviceEvent& event) {
+    const auto& e = static_cast<const SimulatedEvent&>(event);
+    stream.after_compute = std::max(stream.after_compute, e.compute_point);
+    for (int o = 0; o < kCopyStreams; ++o)
+      stream.ordered_after[o] =
+          std::max({stream.ordered_after[o], e.compute_after[o], e.sequence[o]});
+  }
+
   // Memory released: its copies are done before it is reused (the free waits for them, as a
   // GPU's allocators wait for the streams that used a block), so a copy into its next use does
   // not race with them. mutex_ held.
   void forget_touched(const void* memory, std::size_t bytes) {
     const auto* begin = static_cast<const char*>(memory);
-    const auto within = [&](const char* p) { return p >= begin && p < begin + bytes; };
-    for (Stream& stream : streams_)
+    const auto within = [&](const char* p) {
+      return p != nullptr && p >= begin && p < begin + bytes;
+    };
+    for (Stream& stream : streams_) {
+      for (Touched& t : stream.touched) {
+        if (within(t.dst)) t.dst = nullptr;
+        if (within(t.src)) t.src = nullptr;
+      }
       std::erase_if(stream.touched,
-                    [&](const Touched& t) { return within(t.dst) || within(t.src); });
+                    [](const Touched& t) { return t.dst == nullptr && t.src == nullptr; });
+    }
   }
 
   // Queues `pending` behind the copies each stream has not run yet (mutex_ held); false when
@@ -358,7 +379,7 @@ class SimulatedDevice : public DeviceTier {
           if (t.sequence <= ordered) return false;
           const auto hits = [&](const char* a, const void* b) {
             const auto* begin = static_cast<const char*>(b);
-            return a < begin + bytes && begin < a + t.bytes;
+            return a != nullptr && a < begin + bytes && begin < a + t.bytes;
           };
           return hits(t.dst, src) || hits(t.dst, dst) || hits(t.src, dst);
         }))

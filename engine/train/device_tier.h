@@ -149,10 +149,16 @@ class DeviceTier {
 
   // Events after what the copy streams (both), or the compute, have queued so far.
   virtual std::shared_ptr<DeviceEvent> record_copies() = 0;
+  // After the copies to the device queued so far only: what compute waits for before it reads
+  // what came up (waiting for both streams would hold it behind copies down that wait for it).
+  virtual std::shared_ptr<DeviceEvent> record_copies_up() = 0;
   virtual std::shared_ptr<DeviceEvent> record_compute() = 0;
   // Orderings without blocking the host: later compute after `event`, later copies after it.
   virtual void compute_waits(const DeviceEvent& event) = 0;
   virtual void copies_wait(const DeviceEvent& event) = 0;
+  // Only the copies to the host wait (before copying down what compute wrote): the copies up
+  // queued later may still run ahead of `event`, prefetching.
+  virtual void copies_down_wait(const DeviceEvent& event) = 0;
   // Blocks the host until `event` is done (to read a host buffer a copy filled).
   virtual void host_waits(const DeviceEvent& event) = 0;
   virtual bool done(const DeviceEvent& event) const = 0;

@@ -1152,7 +1152,7 @@ class GeminiPlugin : public train::Plugin {
       if (world_ == 1) {
         // A group of one: the shard is copied up into the chunk itself, no collective.
         device_->copy_to_device(chunk.whole.data_ptr(), chunk.values.data_ptr(), bytes);
-        chunk.uploaded = device_->record_copies();
+        chunk.uploaded = device_->record_copies_up();
         chunk.compute_after = chunk.uploaded;
         chunk.gathered = true;
         return;
@@ -1166,7 +1166,7 @@ class GeminiPlugin : public train::Plugin {
                         train::FirstWriter::copies);
       device_->copy_to_device(chunk.upload.data_ptr(), chunk.values.data_ptr(),
                               static_cast<std::size_t>(values_bytes(chunk)));
-      chunk.uploaded = device_->record_copies();
+      chunk.uploaded = device_->record_copies_up();
       device_->issue_after_copies(
           [&] { chunk.gathering = group_->all_gather_async(chunk.upload, chunk.whole); });
     } else {
@@ -1321,7 +1321,7 @@ class GeminiPlugin : public train::Plugin {
         copied_gradients_.push_back({r.chunk, destination});
       else
         chunk.grad_shard = destination;
-      device_->copies_wait(*device_->record_compute());
+      device_->copies_down_wait(*device_->record_compute());
       device_->copy_to_host(destination.data_ptr(), r.output.data_ptr(),
                             static_cast<std::size_t>(r.output.nbytes()));
       gradients_copied_ = device_->record_copies();
@@ -1581,7 +1581,7 @@ class GeminiPlugin : public train::Plugin {
     const char* staging = static_cast<const char*>(chunk.deferred_staging.get());
     for (const auto& [offset, bytes] : chunk.deferred_ranges)
       device_->copy_to_device(values + offset, staging + offset, bytes);
-    device_->compute_waits(*device_->record_copies());
+    device_->compute_waits(*device_->record_copies_up());
     uploaded_staging_.push_back(
         {std::exchange(chunk.deferred_staging, c10::DataPtr()), values_bytes(chunk)});
     chunk.deferred_ranges.clear();
@@ -1616,7 +1616,7 @@ class GeminiPlugin : public train::Plugin {
                              "parameter shard of chunk " + std::to_string(c) + " for its update",
                              train::FirstWriter::copies);
       device_->copy_to_device(staged.data_ptr(), chunk.values.data_ptr(), bytes);
-      device_->compute_waits(*device_->record_copies());
+      device_->compute_waits(*device_->record_copies_up());
     }
     const auto param_of = [&](const ShardEntry& e) {
       return staged.defined() ? staged.narrow(0, e.shard_offset, e.own_count) : master_of(e);
@@ -1639,7 +1639,7 @@ class GeminiPlugin : public train::Plugin {
       optim::adamw_fused_step(groups[decays], lr, adamw_, decays != 0 ? adamw_.weight_decay : 0.0,
                               steps_);
     if (staged.defined()) {
-      device_->copies_wait(*device_->record_compute());
+      device_->copies_down_wait(*device_->record_compute());
       device_->copy_to_host(chunk.values.data_ptr(), staged.data_ptr(), bytes);
       update_device_staging_.push_back({{std::move(staged)}, device_->record_copies()});
     } else if (keeps_masters(chunk) && chunk.values_on_device) {
@@ -1651,7 +1651,7 @@ class GeminiPlugin : public train::Plugin {
       for (std::size_t i : updated)
         low.push_back(master_of(entries_[i]).to(dtype_, /*non_blocking=*/false, /*copy=*/true));
       if (!low.empty()) {
-        device_->copies_wait(*device_->record_compute());
+        device_->copies_down_wait(*device_->record_compute());
         for (std::size_t k = 0; k < updated.size(); ++k)
           device_->copy_to_host(own_values(entries_[updated[k]]).data_ptr(), low[k].data_ptr(),
                                 static_cast<std::size_t>(low[k].nbytes()));

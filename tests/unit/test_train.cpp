@@ -396,6 +396,12 @@ class TestTrain : public QObject {
       // orders nothing of the copies (refused even though the copy down has run here).
       c10::DataPtr staging = pinned->allocate_host(n * 4);
       c10::DataPtr again = pinned->allocate(n * 4, "chunk 7", train::FirstWriter::copies);
+      // (The copy down of what came up is ordered after it the same way.)
+      expect_error([&] { pinned->copy_to_host(staging.get(), up.get(), n * 4); },
+                   ErrorKind::Internal,
+                   "a copy to the host (262144 bytes) touches memory that a "
+                   "copy to the device queued before it");
+      pinned->copies_down_wait(*pinned->record_compute());
       pinned->copy_to_host(staging.get(), up.get(), n * 4);
       pinned->compute_waits(*pinned->record_copies());
       expect_error([&] { pinned->copy_to_device(again.get(), staging.get(), n * 4); },

@@ -41,12 +41,17 @@ class CudaEvent : public DeviceEvent {
   // Created on the streams' device (an event records only on streams of the device current at
   // its creation), whichever device the calling thread has current.
   explicit CudaEvent(std::initializer_list<c10::cuda::CUDAStream> streams) {
-    for (const c10::cuda::CUDAStream& stream : streams) {
-      const c10::cuda::CUDAGuard guard(stream.device_index());
-      cudaEvent_t event = nullptr;
-      check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
-      events.push_back(event);
-      check(cudaEventRecord(event, stream.stream()), "cudaEventRecord");
+    try {
+      for (const c10::cuda::CUDAStream& stream : streams) {
+        const c10::cuda::CUDAGuard guard(stream.device_index());
+        cudaEvent_t event = nullptr;
+        check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
+        events.push_back(event);
+        check(cudaEventRecord(event, stream.stream()), "cudaEventRecord");
+      }
+    } catch (...) {  // no destructor runs for a constructor that throws
+      for (cudaEvent_t event : events) cudaEventDestroy(event);
+      throw;
     }
   }
   ~CudaEvent() override {
@@ -163,6 +168,9 @@ class CudaDeviceTier : public DeviceTier {
   std::shared_ptr<DeviceEvent> record_copies() override {
     return std::make_shared<CudaEvent>(std::initializer_list<c10::cuda::CUDAStream>{up_, down_});
   }
+  std::shared_ptr<DeviceEvent> record_copies_up() override {
+    return std::make_shared<CudaEvent>(std::initializer_list<c10::cuda::CUDAStream>{up_});
+  }
   std::shared_ptr<DeviceEvent> record_compute() override {
     return std::make_shared<CudaEvent>(
         std::initializer_list<c10::cuda::CUDAStream>{c10::cuda::getCurrentCUDAStream(index_)});
@@ -178,6 +186,11 @@ class CudaDeviceTier : public DeviceTier {
     for (cudaEvent_t e : of(event))
       for (const c10::cuda::CUDAStream& copies : {up_, down_})
         check(cudaStreamWaitEvent(copies.stream(), e, 0), "cudaStreamWaitEvent");
+  }
+  void copies_down_wait(const DeviceEvent& event) override {
+    const c10::cuda::CUDAGuard guard(index_);
+    for (cudaEvent_t e : of(event))
+      check(cudaStreamWaitEvent(down_.stream(), e, 0), "cudaStreamWaitEvent");
   }
   void host_waits(const DeviceEvent& event) override {
     if (done(event)) return;
