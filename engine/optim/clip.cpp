@@ -43,6 +43,17 @@ torch::Tensor gradient_norms(const std::vector<torch::Tensor>& grads) {
   return torch::stack(norms);
 }
 
+torch::Tensor norm_in_float64(const torch::Tensor& t) {
+  constexpr std::int64_t kSlice = std::int64_t{1} << 22;  // a 32 MiB float64 copy at most
+  const torch::Tensor flat = t.reshape(-1);
+  if (flat.numel() <= kSlice) return at::linalg_vector_norm(flat, 2, {}, false, torch::kFloat64);
+  std::vector<torch::Tensor> parts;
+  for (std::int64_t at = 0; at < flat.numel(); at += kSlice)
+    parts.push_back(at::linalg_vector_norm(flat.narrow(0, at, std::min(kSlice, flat.numel() - at)),
+                                           2, {}, false, torch::kFloat64));
+  return at::linalg_vector_norm(torch::stack(parts), 2);  // √Σ‖slice‖², in float64
+}
+
 torch::Tensor total_norm(const torch::Tensor& norms) {
   torch::NoGradGuard no_grad;
   if (norms.numel() == 0) return torch::zeros({}, torch::kFloat32);

@@ -20,6 +20,11 @@ double global_grad_norm(const std::vector<torch::Tensor>& params);
 // is returned as is and nothing is scaled (callers decide: skip the step or fail).
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
 
+// The 2-norm of `t` in float64 (a float64 scalar tensor on t's device), a slice of it at a time:
+// at::linalg_vector_norm with dtype float64 first copies the whole tensor to float64, twice a
+// float32 gradient's bytes at the peak (a share of a 128k × 4096 embedding: 4 GiB).
+torch::Tensor norm_in_float64(const torch::Tensor& t);
+
 // The norm of each gradient (float32, one element per defined tensor of `grads`).
 torch::Tensor gradient_norms(const std::vector<torch::Tensor>& grads);
 // ‖norms‖ as a float32 scalar tensor (0 for no norms).

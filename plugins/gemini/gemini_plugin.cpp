@@ -1359,10 +1359,9 @@ class GeminiPlugin : public train::Plugin {
       if (world_ == 1) {
         e.grad_norm = own_gradient(e).norm(2.0);
       } else if (chunk.optim_on_device) {  // read once for all in step()
-        e.grad_norm = at::linalg_vector_norm(own_gradient(e), 2, {}, false, torch::kFloat64);
+        e.grad_norm = optim::norm_in_float64(own_gradient(e));
       } else {
-        const double norm =
-            at::linalg_vector_norm(own_gradient(e), 2, {}, false, torch::kFloat64).item<double>();
+        const double norm = optim::norm_in_float64(own_gradient(e)).item<double>();
         e.grad_squares = norm * norm;
       }
     }

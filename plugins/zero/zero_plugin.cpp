@@ -204,7 +204,7 @@ class ZeroPlugin : public Plugin {
     for (std::size_t i = 0; i < params_.size(); ++i) {
       if (shares_[i].count == 0) continue;
       torch::Tensor g = own_gradient(i);
-      norms.push_back(at::linalg_vector_norm(g, 2, {}, false, torch::kFloat64));
+      norms.push_back(optim::norm_in_float64(g));
       if (offloaded_) g = host_share_of(host_gradients_, i);
       masters_[i].tensor.mutable_grad() = g;
       gradients.push_back(g);

@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/meminfo.h"
 #include "hf/config.h"
 #include "job/strategies.h"
 #include "model/dropout.h"
@@ -636,6 +637,35 @@ class TestTrain : public QObject {
       QVERIFY(torch::allclose(v_fused[i], v_ops[i], 1e-6, 1e-7));
       QVERIFY(!torch::allclose(fused[i], start[i], 1e-3, 1e-3));  // the steps moved it
     }
+  }
+
+  // The float64 norm a slice at a time: the whole tensor's figure (to float64 rounding), and no
+  // float64 copy of the whole tensor at the peak (at::linalg_vector_norm's dtype makes one: the
+  // resident set's peak, reset before each, grows by about twice the tensor's bytes there).
+  void float64_norm_takes_a_slice_at_a_time() {
+    torch::manual_seed(5);
+    const torch::Tensor g = torch::randn({(std::int64_t{1} << 22) * 6 + 12345});  // 96 MiB
+    const double whole = at::linalg_vector_norm(g, 2, {}, false, torch::kFloat64).item<double>();
+    const torch::Tensor sliced = optim::norm_in_float64(g);
+    QCOMPARE(sliced.scalar_type(), torch::kFloat64);
+    QVERIFY(std::abs(sliced.item<double>() - whole) <= 1e-12 * whole);
+    QCOMPARE(
+        optim::norm_in_float64(g.narrow(0, 0, 1000)).item<double>(),
+        at::linalg_vector_norm(g.narrow(0, 0, 1000), 2, {}, false, torch::kFloat64).item<double>());
+    if (!tessera::core::reset_process_peak_rss())
+      QSKIP("the kernel does not let the peak be reset");
+    const auto peak_growth = [&](const std::function<void()>& work) -> double {
+      tessera::core::reset_process_peak_rss();
+      const double before = static_cast<double>(tessera::core::process_peak_rss());
+      work();
+      return (static_cast<double>(tessera::core::process_peak_rss()) - before) / (1 << 20);  // MiB
+    };
+    const double by_slices = peak_growth([&] { (void)optim::norm_in_float64(g); });
+    const double by_copy =
+        peak_growth([&] { (void)at::linalg_vector_norm(g, 2, {}, false, torch::kFloat64); });
+    qInfo("peak growth: %.0f MiB by slices, %.0f MiB with a float64 copy", by_slices, by_copy);
+    QVERIFY2(by_copy > 150.0, "the float64 copy this test compares against was not seen");
+    QVERIFY(by_slices < 64.0);
   }
 
   void clipping_scales_to_max_norm() {
