@@ -259,9 +259,11 @@ class SimulatedDevice : public DeviceTier {
     }
   }
 
-  // Queues `pending` behind the copies each stream has not run yet (mutex_ held); false when
-  // there are none: free it now.
-  bool free_after_copies(const std::shared_ptr<PendingFree>& pending) {
+  // Queues the release of `pending`'s memory ([memory, memory + bytes)) behind the copies each
+  // stream has not run yet (mutex_ held); false when there are none: free it now.
+  bool free_after_copies(const std::shared_ptr<PendingFree>& pending, const void* memory,
+                         std::size_t bytes) {
+    forget_touched(memory, bytes);
     for (Stream& stream : streams_) {
       if (stream.completed >= stream.queued) continue;
       ++pending->streams;
@@ -290,10 +292,9 @@ class SimulatedDevice : public DeviceTier {
     if (device != nullptr) {
       std::lock_guard<std::mutex> lock(device->mutex_);
       device->host_live_.erase(static_cast<const char*>(block->memory));
-      device->forget_touched(block->memory, block->bytes);
       auto pending = std::make_shared<PendingFree>();
       pending->host = block;
-      if (device->free_after_copies(pending)) return;
+      if (device->free_after_copies(pending, block->memory, block->bytes)) return;
     }
     delete block;
   }
@@ -312,6 +313,13 @@ class SimulatedDevice : public DeviceTier {
             (to_device ? "to the device reads" : "to the host writes") +
             " host memory that no allocate_host* of the tier gave (" + std::to_string(bytes) +
             " bytes): on a GPU it would be pageable, and the copy would hold the host until done");
+  }
+
+  // Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte (a null `a`: a forgotten side).
+  static bool overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
+    const auto* x = static_cast<const char*>(a);
+    const auto* y = static_cast<const char*>(b);
+    return x != nullptr && x < y + b_bytes && y < x + a_bytes;
   }
 
   // FNV-1a over the bytes: the check that a copy's source did not change while it waited.
@@ -347,10 +355,9 @@ class SimulatedDevice : public DeviceTier {
     {
       std::lock_guard<std::mutex> lock(device->mutex_);
       device->live_.erase(reinterpret_cast<const char*>(block->memory.get()));
-      device->forget_touched(block->memory.get(), block->bytes);
       auto pending = std::make_shared<PendingFree>();
       pending->block = block;
-      if (device->free_after_copies(pending)) return;
+      if (device->free_after_copies(pending, block->memory.get(), block->bytes)) return;
     }
     delete block;
   }
@@ -364,10 +371,8 @@ class SimulatedDevice : public DeviceTier {
     // Whether a copy queued on `stream`, not run yet, has its source (`side` &Copy::src) or
     // destination (&Copy::dst) overlapping [memory, memory + bytes).
     const auto pending_overlap = [&](const Stream& stream, const void* memory, auto side) {
-      const auto* begin = static_cast<const char*>(memory);
       return std::any_of(stream.copies.begin(), stream.copies.end(), [&](const Copy& c) {
-        const auto* other = static_cast<const char*>(c.*side);
-        return !c.frees() && other < begin + bytes && begin < other + c.bytes;
+        return !c.frees() && overlap(c.*side, c.bytes, memory, bytes);
       });
     };
     // A copy the other way that nothing orders before this one (host_waits, or compute_waits
@@ -376,12 +381,9 @@ class SimulatedDevice : public DeviceTier {
     const int o = to_device ? kDown : kUp;
     const std::uint64_t ordered = std::max(other.host_waited, own.ordered_after[o]);
     if (std::any_of(other.touched.begin(), other.touched.end(), [&](const Touched& t) {
-          if (t.sequence <= ordered) return false;
-          const auto hits = [&](const char* a, const void* b) {
-            const auto* begin = static_cast<const char*>(b);
-            return a != nullptr && a < begin + bytes && begin < a + t.bytes;
-          };
-          return hits(t.dst, src) || hits(t.dst, dst) || hits(t.src, dst);
+          return t.sequence > ordered &&
+                 (overlap(t.dst, t.bytes, src, bytes) || overlap(t.dst, t.bytes, dst, bytes) ||
+                  overlap(t.src, t.bytes, dst, bytes));
         }))
       throw Error(ErrorKind::Internal,
                   std::string("simulated: a copy ") +

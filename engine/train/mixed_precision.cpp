@@ -20,10 +20,8 @@ double MixedPrecision::backward_multiplier(double multiplier) const {
 
 torch::Tensor MixedPrecision::master_gradient(const torch::Tensor& compute_gradient) const {
   torch::Tensor g = compute_gradient.to(torch::kFloat32);
-  if (precision_ == Precision::Fp16) {
-    // Unscale a copy: in fp16 .to() above already copied, so this never touches autograd's.
-    g.div_(scaler_.scale());
-  }
+  // Unscale a copy: in fp16 .to() above already copied, so this never touches autograd's.
+  if (const double divisor = gradient_divisor(); divisor != 1.0) g.div_(divisor);
   return g;
 }
 

@@ -1900,6 +1900,7 @@ class GeminiPlugin : public train::Plugin {
   void make_values_resident(ShardChunk& chunk) {
     if (device_) {
       // The disk store moves whole aligned blocks: the tail past the shard is zeroed once here.
+      static_assert(train::DeviceTier::kHostIoAlignment % memory::kIoAlignment == 0);
       const std::uint64_t bytes = values_bytes(chunk), io = memory::io_size(bytes);
       chunk.values_buffer = {{}, device_->allocate_host_io(io)};
       std::memset(static_cast<char*>(chunk.values_buffer.data()) + bytes, 0, io - bytes);

@@ -131,7 +131,7 @@ class CudaDeviceTier : public DeviceTier {
     // Registered with this GPU's context (the thread may have another device current, or none:
     // the primary context of GPU 0 would be made for it).
     const c10::cuda::CUDAGuard guard(index_);
-    constexpr std::size_t kPage = 4096;
+    constexpr std::size_t kPage = kHostIoAlignment;
     const std::size_t size = (std::max<std::size_t>(bytes, 1) + kPage - 1) / kPage * kPage;
     void* memory = std::aligned_alloc(kPage, size);
     if (memory == nullptr) throw std::bad_alloc();
