@@ -118,8 +118,8 @@ class DeviceTier {
   virtual c10::DataPtr allocate(std::size_t bytes, const std::string& what,
                                 FirstWriter first_writer) = 0;
   // Host memory to copy from and to (page-locked on a GPU, so copies are asynchronous), for
-  // buffers that come and go: on a GPU from the caching host allocator (reused, its sizes
-  // rounded up to a power of two).
+  // buffers that come and go: on a GPU from the tier's pool (host_block_pool.h: reused at its
+  // size rounded to a page, once the copies queued before its release are done).
   virtual c10::DataPtr allocate_host(std::size_t bytes) = 0;
   // Host memory that stays, such as a parameter shard's home: page-locked on a GPU at its own
   // size (registered with the driver, not rounded up); its release waits for the copies queued

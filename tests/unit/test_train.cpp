@@ -14,6 +14,9 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
+#include <new>
+#include <stdexcept>
 #include <vector>
 
 #include "core/error.h"
@@ -32,6 +35,7 @@
 #include "train/checkpoint.h"
 #include "train/device_tier.h"
 #include "train/example_batches.h"
+#include "train/host_block_pool.h"
 #include "train/lora.h"
 #include "train/mixed_precision.h"
 #include "train/plugin_registry.h"
@@ -666,6 +670,85 @@ class TestTrain : public QObject {
     qInfo("peak growth: %.0f MiB by slices, %.0f MiB with a float64 copy", by_slices, by_copy);
     QVERIFY2(by_copy > 150.0, "the float64 copy this test compares against was not seen");
     QVERIFY(by_slices < 64.0);
+  }
+
+  // A GPU tier's page-locked buffers (host_block_pool.h): a block is its request rounded to a
+  // page, not to a power of two; one given back is reused for the same size only once its copies
+  // are done, and for a size up to an eighth smaller, not for a larger one; what is kept is
+  // counted; where the system refuses a block, kept blocks whose copies are done make room.
+  void host_block_pool_reuses_blocks_at_their_size_after_their_copies() {
+    std::map<void*, std::size_t> system;  // what the "driver" has locked
+    const std::uint64_t locked_limit = 128u << 20;
+    const auto locked = [&] {
+      std::uint64_t bytes = 0;
+      for (const auto& [memory, size] : system) bytes += size;
+      return bytes;
+    };
+    {
+      train::HostBlockPool pool(
+          [&](std::size_t bytes) -> void* {
+            if (bytes % train::HostBlockPool::kPage != 0) throw std::logic_error("not in pages");
+            if (locked() + bytes > locked_limit) throw std::bad_alloc();
+            void* memory = std::aligned_alloc(train::HostBlockPool::kPage, bytes);
+            system[memory] = bytes;
+            return memory;
+          },
+          [&](void* memory, std::size_t bytes) {
+            QCOMPARE(system.at(memory), bytes);
+            system.erase(memory);
+            std::free(memory);
+          });
+      const std::size_t shard = 24'000'000;  // 22.9 MiB: a power of two would lock 32
+      void* a = pool.take(shard);
+      QCOMPARE(reinterpret_cast<std::uintptr_t>(a) % train::HostBlockPool::kPage, 0u);
+      QCOMPARE(locked(), train::HostBlockPool::rounded(shard));
+      QVERIFY(locked() < shard + train::HostBlockPool::kPage);
+
+      bool a_copies_done = false;
+      pool.give_back(a, [&] { return a_copies_done; });
+      QCOMPARE(pool.figures().kept, train::HostBlockPool::rounded(shard));
+      QCOMPARE(pool.figures().taken, 0u);
+      // Its copies pending: a second block, not the first.
+      void* b = pool.take(shard);
+      QVERIFY(b != a);
+      QCOMPARE(pool.figures().allocations, 2u);
+      a_copies_done = true;
+      // Done: reused for its size and for one an eighth smaller, never for a larger one.
+      QCOMPARE(pool.take(shard - shard / 9), a);
+      pool.give_back(a, [] { return true; });
+      void* larger = pool.take(shard + train::HostBlockPool::kPage);
+      QVERIFY(larger != a && larger != b);
+      QCOMPARE(pool.take(shard), a);
+      QCOMPARE(pool.figures().allocations, 3u);
+      // Far smaller: a block of its own.
+      void* small = pool.take(1000);
+      QVERIFY(small != a && small != b && small != larger);
+      QCOMPARE(system.at(small), train::HostBlockPool::kPage);
+
+      // The limit reached: a block of a size kept, whose copies are done, makes room; one whose
+      // copies are pending never goes.
+      pool.give_back(larger, [] { return true; });
+      pool.give_back(b, [] { return false; });
+      const std::uint64_t before = locked();
+      void* big = pool.take(locked_limit - before + train::HostBlockPool::rounded(shard));
+      QVERIFY(big != nullptr);
+      QVERIFY(!system.count(larger));
+      QVERIFY(system.count(b));
+      QCOMPARE(pool.figures().kept, train::HostBlockPool::rounded(shard));  // b
+      // Nothing left to release: the refusal is the caller's.
+      bool refused = false;
+      try {
+        (void)pool.take(locked_limit);
+      } catch (const std::bad_alloc&) {
+        refused = true;
+      }
+      QVERIFY(refused);
+      pool.give_back(big, [] { return true; });
+      pool.give_back(a, [] { return true; });
+      pool.give_back(small, [] { return true; });
+      QCOMPARE(pool.figures().taken, 0u);
+    }
+    QVERIFY2(system.empty(), "the pool's end releases every block it kept");
   }
 
   void clipping_scales_to_max_norm() {

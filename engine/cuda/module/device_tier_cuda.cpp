@@ -1,8 +1,8 @@
 // The device tier on a CUDA GPU (device_tier.h): memory from LibTorch's caching allocator (so
-// the memory events' allocator figures include it), page-locked host buffers from its caching
-// host allocator, two copy streams from its pool (to the device, to the host), and CUDA events
-// between them and the current (compute) stream. Part of the CUDA runtime module (cuda/runtime.h).
-#include <ATen/cuda/PinnedMemoryAllocator.h>
+// the memory events' allocator figures include it), page-locked host buffers at their own sizes
+// (host_block_pool.h), two copy streams from its pool (to the device, to the host), and CUDA
+// events between them and the current (compute) stream. Part of the CUDA runtime module
+// (cuda/runtime.h).
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -12,14 +12,18 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "cuda/module/module.h"
 #include "train/device_tier.h"
+#include "train/host_block_pool.h"
 
 namespace tessera::cuda {
 namespace {
@@ -66,7 +70,8 @@ class CudaDeviceTier : public DeviceTier {
       : DeviceTier(budget != 0 ? budget : free_memory(index)),
         index_(static_cast<c10::DeviceIndex>(index)),
         up_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index_)),
-        down_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index_)) {}
+        down_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index_)),
+        host_pool_(make_host_pool(index_, up_, down_)) {}
   ~CudaDeviceTier() override { end_lifetime(); }
 
   static std::uint64_t free_memory(int index) {
@@ -105,41 +110,21 @@ class CudaDeviceTier : public DeviceTier {
     return {data, owned, &CudaDeviceTier::free_device, tensor_device()};
   }
 
+  // From the tier's pool (shared with each block, which may outlive the tier): page-aligned.
   c10::DataPtr allocate_host(std::size_t bytes) override {
-    c10::DataPtr inner = at::cuda::getPinnedMemoryAllocator()->allocate(bytes);
-    void* data = inner.get();
-    auto* owned = new Owned{lifetime_,       up_, down_, c10::cuda::getCurrentCUDAStream(index_), 0,
-                            std::move(inner)};
-    return {data, owned, &CudaDeviceTier::free_host, c10::Device(c10::kCPU)};
-  }
-
-  // The caching host allocator's blocks are cudaHostAlloc's, page-aligned in practice; where one
-  // is not, a block a page larger, used from its first aligned byte.
-  c10::DataPtr allocate_host_io(std::size_t bytes) override {
-    c10::DataPtr block = allocate_host(bytes);
-    if (reinterpret_cast<std::uintptr_t>(block.get()) % kHostIoAlignment == 0) return block;
-    c10::DataPtr larger = allocate_host(bytes + kHostIoAlignment);
-    const auto address = reinterpret_cast<std::uintptr_t>(larger.get());
-    void* aligned = reinterpret_cast<void*>((address + kHostIoAlignment - 1) / kHostIoAlignment *
-                                            kHostIoAlignment);
-    return {aligned, new c10::DataPtr(std::move(larger)),
-            [](void* holder) { delete static_cast<c10::DataPtr*>(holder); },
+    void* data = host_pool_->take(bytes);
+    return {data, new HostHeld{host_pool_, up_, down_, data}, &CudaDeviceTier::free_host,
             c10::Device(c10::kCPU)};
+  }
+  c10::DataPtr allocate_host_io(std::size_t bytes) override {
+    static_assert(train::HostBlockPool::kPage % kHostIoAlignment == 0);
+    return allocate_host(bytes);
   }
 
   c10::DataPtr allocate_host_resident(std::size_t bytes) override {
     // Registered with this GPU's context (the thread may have another device current, or none:
     // the primary context of GPU 0 would be made for it).
-    const c10::cuda::CUDAGuard guard(index_);
-    constexpr std::size_t kPage = kHostIoAlignment;
-    const std::size_t size = (std::max<std::size_t>(bytes, 1) + kPage - 1) / kPage * kPage;
-    void* memory = std::aligned_alloc(kPage, size);
-    if (memory == nullptr) throw std::bad_alloc();
-    if (const cudaError_t status = cudaHostRegister(memory, size, cudaHostRegisterDefault);
-        status != cudaSuccess) {
-      std::free(memory);
-      check(status, "cudaHostRegister");
-    }
+    void* memory = page_locked(index_, train::HostBlockPool::rounded(bytes));
     return {memory, new Registered{index_, up_, down_, memory}, &CudaDeviceTier::free_registered,
             c10::Device(c10::kCPU)};
   }
@@ -254,23 +239,65 @@ class CudaDeviceTier : public DeviceTier {
     void* memory;
   };
 
+  // `bytes` (a multiple of a page) of host memory, page-aligned, registered with GPU `device`'s
+  // context (the thread may have another device current, or none: the primary context of GPU 0
+  // would be made for it).
+  static void* page_locked(c10::DeviceIndex device, std::size_t bytes) {
+    const c10::cuda::CUDAGuard guard(device);
+    void* memory = std::aligned_alloc(train::HostBlockPool::kPage, bytes);
+    if (memory == nullptr) throw std::bad_alloc();
+    if (const cudaError_t status = cudaHostRegister(memory, bytes, cudaHostRegisterDefault);
+        status != cudaSuccess) {
+      std::free(memory);
+      (void)cudaGetLastError();
+      throw Error(ErrorKind::InvalidInput,
+                  "cuda:" + std::to_string(device) + ": could not page-lock " +
+                      std::to_string(bytes) + " bytes of host memory for copies to and from " +
+                      "the GPU: " + cudaGetErrorString(status),
+                  "free host memory, or keep less in host memory (strategy.options "
+                  "host_param_frac, host_optim_frac)");
+    }
+    return memory;
+  }
+
   // Released rarely (a shard that moves to the device, the end of a run): the copies queued so
   // far may still read or write it, so they are waited for; errors are ignored at process exit,
   // when the CUDA runtime may be gone.
-  static void free_registered(void* context) {
-    auto* registered = static_cast<Registered*>(context);
+  static void unlock(c10::DeviceIndex device, const c10::cuda::CUDAStream& up,
+                     const c10::cuda::CUDAStream& down, void* memory) {
     int current = 0;  // restored after: the caller's thread keeps its device
-    if (cudaGetDevice(&current) == cudaSuccess &&
-        cudaSetDevice(registered->device) == cudaSuccess) {
-      cudaStreamSynchronize(registered->up.stream());
-      cudaStreamSynchronize(registered->down.stream());
-      cudaHostUnregister(registered->memory);
+    if (cudaGetDevice(&current) == cudaSuccess && cudaSetDevice(device) == cudaSuccess) {
+      cudaStreamSynchronize(up.stream());
+      cudaStreamSynchronize(down.stream());
+      cudaHostUnregister(memory);
       cudaSetDevice(current);
     }
     (void)cudaGetLastError();
-    std::free(registered->memory);
+    std::free(memory);
+  }
+  static void free_registered(void* context) {
+    auto* registered = static_cast<Registered*>(context);
+    unlock(registered->device, registered->up, registered->down, registered->memory);
     delete registered;
   }
+
+  // The pool of the tier's buffers: registered memory, released once (at the end of the run, or
+  // where a new block is refused) after the copy streams' work.
+  static std::shared_ptr<train::HostBlockPool> make_host_pool(c10::DeviceIndex device,
+                                                              c10::cuda::CUDAStream up,
+                                                              c10::cuda::CUDAStream down) {
+    return std::make_shared<train::HostBlockPool>(
+        [device](std::size_t bytes) { return page_locked(device, bytes); },
+        [device, up, down](void* memory, std::size_t) { unlock(device, up, down, memory); });
+  }
+
+  // A buffer taken from the pool: back to it when freed, reused after the copies queued so far.
+  struct HostHeld {
+    std::shared_ptr<train::HostBlockPool> pool;
+    c10::cuda::CUDAStream up;
+    c10::cuda::CUDAStream down;
+    void* memory;
+  };
 
   // Whether the event has happened. "Not ready" is left as the thread's last CUDA error, which
   // the next kernel launch's check (ours, and LibTorch's) would report as its own failure: it is
@@ -279,6 +306,14 @@ class CudaDeviceTier : public DeviceTier {
     const cudaError_t status = cudaEventQuery(event);
     if (status == cudaSuccess) return true;
     if (status != cudaErrorNotReady) check(status, "cudaEventQuery");
+    (void)cudaGetLastError();
+    return false;
+  }
+
+  // As finished(), for a pool's check (which must not throw): an error counts as not done.
+  static bool finished_quietly(cudaEvent_t event) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaSuccess) return true;
     (void)cudaGetLastError();
     return false;
   }
@@ -321,15 +356,22 @@ class CudaDeviceTier : public DeviceTier {
     (void)cudaGetLastError();
     delete owned;
   }
+  // A deleter must not throw: where the events cannot be made (a sticky CUDA error, the runtime
+  // shutting down) the block is never reused.
   static void free_host(void* context) {
-    auto* owned = static_cast<Owned*>(context);
+    auto* held = static_cast<HostHeld*>(context);
+    std::function<bool()> copies_done = [] { return false; };
     try {
-      for (const c10::cuda::CUDAStream& copies : {owned->up, owned->down})
-        at::cuda::getPinnedMemoryAllocator()->record_event(
-            owned->inner.get(), owned->inner.get_context(), copies.unwrap());
-    } catch (...) {  // as free_device
+      auto after = std::make_shared<CudaEvent>(
+          std::initializer_list<c10::cuda::CUDAStream>{held->up, held->down});
+      copies_done = [after] {
+        return std::all_of(after->events.begin(), after->events.end(), finished_quietly);
+      };
+    } catch (...) {
     }
-    delete owned;
+    (void)cudaGetLastError();
+    held->pool->give_back(held->memory, std::move(copies_done));
+    delete held;
   }
 
   c10::DeviceIndex index_;
@@ -341,6 +383,8 @@ class CudaDeviceTier : public DeviceTier {
   // The live device blocks, by their first byte (copied_by).
   std::mutex live_mutex_;
   std::map<const char*, Owned*> blocks_;
+  // Page-locked buffers (allocate_host, allocate_host_io), shared with each one taken.
+  std::shared_ptr<train::HostBlockPool> host_pool_;
 };
 
 }  // namespace

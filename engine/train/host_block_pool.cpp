@@ -1,0 +1,88 @@
+// Page-locked host blocks at their own sizes (host_block_pool.h). A file of its own: the CUDA
+// runtime module (cuda/runtime.h) compiles it too, for its tier on the GPU.
+#include "train/host_block_pool.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace tessera::train {
+
+HostBlockPool::HostBlockPool(std::function<void*(std::size_t)> allocate,
+                             std::function<void(void*, std::size_t)> release)
+    : allocate_(std::move(allocate)), release_(std::move(release)) {}
+
+HostBlockPool::~HostBlockPool() {
+  // The owner (the device tier) outlives nothing that copies: its copy streams' work is done or
+  // abandoned by now, so every kept block goes, whatever its events say.
+  for (auto& [bytes, kept] : kept_) release_(kept.memory, bytes);
+}
+
+void* HostBlockPool::take(std::size_t bytes) {
+  const std::size_t size = rounded(bytes);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // The smallest fitting block first, so that a larger one stays for a larger request.
+    for (auto it = kept_.lower_bound(size); it != kept_.end() && it->first <= size + size / 8;
+         ++it) {
+      if (!it->second.copies_done()) continue;
+      void* memory = it->second.memory;
+      taken_.emplace(memory, it->first);
+      figures_.kept -= it->first;
+      figures_.taken += it->first;
+      kept_.erase(it);
+      return memory;
+    }
+  }
+  void* memory = nullptr;
+  try {
+    memory = allocate_(size);
+  } catch (...) {
+    // Locked memory is a limited resource (RLIMIT_MEMLOCK, the host's RAM): blocks of other
+    // sizes kept from earlier phases make room.
+    std::size_t released = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      released = release_done_locked();
+    }
+    if (released == 0) throw;
+    memory = allocate_(size);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  taken_.emplace(memory, size);
+  figures_.taken += size;
+  ++figures_.allocations;
+  return memory;
+}
+
+void HostBlockPool::give_back(void* memory, std::function<bool()> copies_done) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = taken_.find(memory);
+  if (it == taken_.end()) return;  // not the pool's: nothing to keep
+  const std::size_t size = it->second;
+  taken_.erase(it);
+  figures_.taken -= size;
+  figures_.kept += size;
+  kept_.emplace(size, Kept{memory, std::move(copies_done)});
+}
+
+HostBlockPool::Figures HostBlockPool::figures() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return figures_;
+}
+
+std::size_t HostBlockPool::release_done_locked() {
+  std::size_t released = 0;
+  for (auto it = kept_.begin(); it != kept_.end();) {
+    if (!it->second.copies_done()) {
+      ++it;
+      continue;
+    }
+    release_(it->second.memory, it->first);
+    figures_.kept -= it->first;
+    released += it->first;
+    it = kept_.erase(it);
+  }
+  return released;
+}
+
+}  // namespace tessera::train
