@@ -22,7 +22,8 @@ namespace tessera::memory {
 inline constexpr std::size_t kGatheredChunks = 4;
 inline constexpr std::size_t kReducesInFlight = 2;
 // With a device tier: chunks whose device copies for the update (a float32 shard copied up, or new
-// bf16 values on their way down) are alive at once.
+// bf16 values on their way down) are alive at once, and the host staging buffers of the CPU Adam's
+// new values for shards on the device (each the largest such shard's size).
 inline constexpr std::size_t kStagedUpdates = 2;
 // Gradient shards on their way to the disk tier at once.
 inline constexpr std::size_t kGradientWritesInFlight = 2;

@@ -282,9 +282,9 @@ void computes_on_the_device(MemoryEstimate& device, const MemoryEstimate& in_mem
 // host_optim_frac and those on disk, each with its float32 gradient shard — the plugin's rule
 // (memory::choose_offloaded_chunks) over the same sizes, from the last chunk back. The host
 // keeps everything else of the rank's estimate on the CPU (its other shards, their optimizer
-// state and reduced gradients, the disk tier's buffers, loading and the export), the new values
-// of the device's shards updated off it in host staging (the update's, held through the next
-// forward when it runs behind it), plus, with
+// state and reduced gradients, the disk tier's buffers, loading and the export), the host staging
+// of the new values of the device's shards updated off it (kStagedUpdates buffers of the largest
+// such shard, used in turn), plus, with
 // gradient accumulation, one more host gradient shard per chunk (later micro-batches' shards
 // copied down, added once the backward's copies are done).
 std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelConfig& c,
@@ -357,7 +357,7 @@ std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelCo
   double device_optim = 0;  // elements of the optimizer shards on the device
   double device_masters = 0, host_masters = 0, disk_shards = 0;
   double staged_shard = 0;   // the largest fp32 shard in host memory updated on the device
-  double staged_values = 0;  // elements of shards on the device updated off it (host staging)
+  double staged_values = 0;  // the largest shard on the device updated off it (host staging)
   double fp32_disk_masters = 0, fp32_disk_growth = 0;  // fp32 masters on disk: their files grow
   for (std::size_t t = 0; t < chunks.trainable.size(); ++t) {
     const double shard = chunks.trainable[t] / w;
@@ -371,7 +371,7 @@ std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelCo
                                (values == ChunkTier::Disk && on_device);
     if (!counts.bf16 && values == ChunkTier::Host && on_device)
       staged_shard = std::max(staged_shard, shard);
-    if (values == ChunkTier::Device && !on_device) staged_values += shard;
+    if (values == ChunkTier::Device && !on_device) staged_values = std::max(staged_values, shard);
     if (on_disk) disk_shards += shard;
     if (on_device) device_optim += shard;
     if (!keeps_masters) continue;
@@ -413,7 +413,9 @@ std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelCo
   MemoryEstimate host = all;
   host.disk_gradients = 0;  // with a device tier the gradient shards stay in memory
   host.weights = to_bytes(static_cast<double>(all.weights) - whole_on_cpu - device_values -
-                          cpu_host_masters + host_masters + staged_values * counts.param_bytes);
+                          cpu_host_masters + host_masters +
+                          d(static_cast<std::int64_t>(memory::kStagedUpdates)) * staged_values *
+                              counts.param_bytes);
   host.optimizer = to_bytes(static_cast<double>(all.optimizer) - device_optim * 8.0);
   // QLoRA's quantized base computes where the chunks do: on a GPU it moves there (the simulated
   // device computes in host memory, where it stays).

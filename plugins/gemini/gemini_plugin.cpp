@@ -114,11 +114,10 @@ struct ShardChunk {
   // waits for them before it writes or drops `values` (for_each_optim_chunk).
   std::shared_ptr<train::DeviceEvent> values_copied_down;
   torch::Tensor values;  // S elements, compute dtype: this rank's shard
-  // A shard on the device updated by the pipelined CPU Adam: its new values in host staging and
-  // the byte ranges of them written (offset, bytes: the tensors that had gradients), until a
-  // block first uses the chunk (upload_deferred).
-  c10::DataPtr deferred_staging;
-  std::vector<std::pair<std::size_t, std::size_t>> deferred_ranges;
+  // A shard on the device updated by the CPU Adam: the copies up of its new values (from host
+  // staging), which compute waits for before the chunk's next use (use_chunks, settle_update).
+  // Set by the pipelined update's worker, read by the main thread once the chunk is done.
+  std::shared_ptr<train::DeviceEvent> values_copied_up;
   // Static placement with a device tier: `values` is device memory (the share not in
   // host_param_frac nor on disk). A group of one then gathers the chunk as it, several ranks
   // all-gather from it with nothing copied up.
@@ -474,12 +473,7 @@ class GeminiPlugin : public train::Plugin {
   // done; the pipelined update's, from the update until the next forward's blocks have copied
   // them up and those copies are done (settle_update).
   std::uint64_t host_staging_bytes() const {
-    std::uint64_t bytes = 0;
-    for (const ShardChunk& c : chunks_)
-      if (c.deferred_staging) bytes += values_bytes(c);
-    for (const HostStaging& s : update_staging_) bytes += s.bytes;
-    for (const HostStaging& s : uploaded_staging_) bytes += s.bytes;
-    return bytes;
+    return static_cast<std::uint64_t>(values_staging_.size()) * values_staging_bytes_;
   }
 
   std::uint64_t reductions_bytes() const {
@@ -1218,8 +1212,9 @@ class GeminiPlugin : public train::Plugin {
       for (std::size_t c : chunks)
         if (pipelined_[c]) waited.push_back(c);
       update_.wait_for(waited);
-      for (std::size_t c : waited) upload_deferred(c);
     }
+    if (device_)
+      for (std::size_t c : chunks) wait_values_copied_up(chunks_[c]);
     gathered_.pin(chunks);
     for (std::size_t c : chunks) {
       gather(c);
@@ -1490,7 +1485,10 @@ class GeminiPlugin : public train::Plugin {
         coef ? std::optional<torch::Tensor>(coef->to(torch::kCPU)) : std::nullopt;
     const std::optional<torch::Tensor> device_coef =
         coef ? std::optional<torch::Tensor>(coef->to(tensor_device())) : std::nullopt;
-    if (device_) device_->copies_wait(*device_->record_compute());
+    if (device_) {
+      device_->copies_wait(*device_->record_compute());
+      prepare_values_staging();
+    }
     // Optimizer shards on disk are updated in slices (update_in_slices), those the pipelined
     // update takes (pipelined_) by its worker.
     std::vector<std::size_t> sliced;
@@ -1515,27 +1513,19 @@ class GeminiPlugin : public train::Plugin {
       // write is settled before anything else uses it.
       const std::shared_ptr<train::DeviceEvent> crossed = device_->record_copies();
       device_->compute_waits(*crossed);
-      if (!update_staging_.empty() || !update_device_staging_.empty()) {
+      if (!update_device_staging_.empty()) {
         device_->host_waits(*crossed);
-        update_staging_.clear();
         update_device_staging_.clear();
       }
     }
     if (later.empty()) return;
     // With a device tier the worker's chunks are those with their optimizer shard in host memory
-    // (choose_pipelined_chunks): the CPU Adam, and no copy — a shard on the device gets its new
-    // values in host staging made here, copied up when a block first uses it (upload_deferred).
-    // (Its one touch of the device: the gradient shards it drops are page-locked memory, whose
-    // free records an event on the copy stream; LibTorch's host allocator is thread-safe.) A
-    // host shard's last copy up (a gather of the backward) is done before the worker writes it.
-    if (device_) {
-      for (std::size_t c : later) {
-        ShardChunk& chunk = chunks_[c];
-        settle_upload(chunk);
-        if (chunk.values_on_device)
-          chunk.deferred_staging = device_->allocate_host(values_bytes(chunk));
-      }
-    }
+    // (choose_pipelined_chunks): the CPU Adam, and for a shard on the device the copies up of its
+    // new values from host staging (values_staging_), which a block using the chunk waits for
+    // (use_chunks). A host shard's last copy up (a gather of the backward) is done before the
+    // worker writes it.
+    if (device_)
+      for (std::size_t c : later) settle_upload(chunks_[c]);
     update_.start(
         chunks_.size(), later,
         [this, later, lr, coef, host_coef](const UpdatePipeline::ChunkDone& done, int threads) {
@@ -1554,44 +1544,64 @@ class GeminiPlugin : public train::Plugin {
   }
 
   // The CPU Adam on this rank's part of chunk `c`'s tensors (its resident optimizer shard, laid
-  // out as a slice of the whole shard); its gradient shard goes.
-  // Under the pipelined update a shard on the device has its deferred staging: the new values go
-  // there, copied up by the main thread when a block first uses the chunk.
+  // out as a slice of the whole shard); its gradient shard goes. The new values of a shard on the
+  // device go up through host staging.
   void update_chunk(std::size_t c, double lr, const std::optional<torch::Tensor>& coef,
                     int threads) {
     ShardChunk& chunk = chunks_[c];
-    const bool deferred = static_cast<bool>(chunk.deferred_staging);
-    update_range(
-        chunk, 0, stride(chunk), chunk.optim.data_ptr<float>(),
-        chunk.grad_shard.defined() ? chunk.grad_shard.data_ptr<float>() : nullptr, lr, coef,
-        threads,
-        deferred ? static_cast<char*>(chunk.deferred_staging.get()) : values_staging(chunk),
-        deferred ? &chunk.deferred_ranges : nullptr);
+    char* staging = begin_values_staging(chunk);
+    update_range(chunk, 0, stride(chunk), chunk.optim.data_ptr<float>(),
+                 chunk.grad_shard.defined() ? chunk.grad_shard.data_ptr<float>() : nullptr, lr,
+                 coef, threads, staging);
+    if (staging != nullptr) end_values_staging(chunk);
     drop_gradient_shard(chunk, /*on_disk=*/false);
   }
 
-  // The new values the pipelined update left in host staging for chunk `c`'s shard on the device,
-  // copied up on the copy stream; the compute (the chunk's gather, or its use where the shard is
-  // the chunk) waits for them. The staging stays until the copies are done (settle_update).
-  void upload_deferred(std::size_t c) {
-    ShardChunk& chunk = chunks_[c];
-    if (!chunk.deferred_staging) return;
-    char* values = static_cast<char*>(chunk.values.data_ptr());
-    const char* staging = static_cast<const char*>(chunk.deferred_staging.get());
-    for (const auto& [offset, bytes] : chunk.deferred_ranges)
-      device_->copy_to_device(values + offset, staging + offset, bytes);
-    device_->compute_waits(*device_->record_copies_up());
-    uploaded_staging_.push_back(
-        {std::exchange(chunk.deferred_staging, c10::DataPtr()), values_bytes(chunk)});
-    chunk.deferred_ranges.clear();
+  // The host staging of the new values of shards on the device updated by the CPU Adam:
+  // kStagedUpdates buffers of the largest such shard, kept from the first update that needs them
+  // (the main thread makes them, before the worker starts). Made again larger where placement
+  // auto moved a larger shard there; gone where none is left.
+  void prepare_values_staging() {
+    std::uint64_t largest = 0;
+    for (const ShardChunk& chunk : chunks_)
+      if (chunk.trainable && chunk.values_on_device && !chunk.optim_on_device)
+        largest = std::max(largest, values_bytes(chunk));
+    if (largest == 0) {
+      values_staging_.clear();  // freed after their copies (the tier's frees are stream-ordered)
+      values_staging_bytes_ = 0;
+      return;
+    }
+    if (largest <= values_staging_bytes_) return;
+    values_staging_.clear();
+    for (std::size_t k = 0; k < kStagedUpdates; ++k)
+      values_staging_.push_back({device_->allocate_host(largest), nullptr});
+    values_staging_bytes_ = largest;
+    next_staging_ = 0;
   }
 
-  // Host staging for the new values of a shard on the device (copied up by update_range, alive
-  // until the update's copies are done); null for a shard in host memory.
-  char* values_staging(const ShardChunk& chunk) {
+  // The next staging buffer for the new values of chunk's shard on the device, once the copies
+  // up from its last use are done (the host waits for them); null for a shard in host memory.
+  char* begin_values_staging(const ShardChunk& chunk) {
     if (!chunk.values_on_device) return nullptr;
-    update_staging_.push_back({device_->allocate_host(values_bytes(chunk)), values_bytes(chunk)});
-    return static_cast<char*>(update_staging_.back().memory.get());
+    ValuesStaging& staging = values_staging_.at(next_staging_);
+    if (staging.copied) device_->host_waits(*staging.copied);
+    staging.copied.reset();
+    return static_cast<char*>(staging.memory.get());
+  }
+  // After update_range queued the chunk's copies up from that buffer: the event that the buffer's
+  // next use and the compute before the chunk's next use wait for.
+  void end_values_staging(ShardChunk& chunk) {
+    std::shared_ptr<train::DeviceEvent> copied = device_->record_copies_up();
+    values_staging_[next_staging_].copied = copied;
+    next_staging_ = (next_staging_ + 1) % values_staging_.size();
+    chunk.values_copied_up = std::move(copied);
+  }
+
+  // The compute waits for the copies up of the new values of chunk `c`'s shard on the device.
+  void wait_values_copied_up(ShardChunk& chunk) {
+    if (!chunk.values_copied_up) return;
+    device_->compute_waits(*chunk.values_copied_up);
+    chunk.values_copied_up.reset();
   }
 
   // The device Adam on this rank's part of chunk `c`'s tensors (its optimizer and gradient
@@ -1728,7 +1738,7 @@ class GeminiPlugin : public train::Plugin {
       ShardChunk& chunk = chunks_[slice.chunk];
       if (slice.begin == 0) {
         settle_upload(chunk);  // a chunk kept whole was copied up from this shard
-        staging = values_staging(chunk);
+        staging = begin_values_staging(chunk);
       }
       // (No gradient shard at all when none of the chunk's tensors got a gradient this step.)
       float* grads = slice.grads                  ? static_cast<float*>(slice.grads.data())
@@ -1746,6 +1756,7 @@ class GeminiPlugin : public train::Plugin {
         keep_or_drop_values(chunk);
       }
       drop_gradient_shard(chunk, /*on_disk=*/false);
+      if (staging != nullptr) end_values_staging(chunk);
       staging = nullptr;
       if (chunk_done) chunk_done(slices[i].chunk);
     };
@@ -1758,8 +1769,7 @@ class GeminiPlugin : public train::Plugin {
   // arrived). New values go into the shard, or for a shard on the device into `staging` and up.
   void update_range(const ShardChunk& chunk, std::int64_t begin, std::int64_t end, float* arrays,
                     float* grads, double lr, const std::optional<torch::Tensor>& coef, int threads,
-                    char* staging,
-                    std::vector<std::pair<std::size_t, std::size_t>>* deferred = nullptr) {
+                    char* staging) {
     const std::int64_t length = end - begin;
     const std::size_t element = c10::elementSize(dtype_);
     const int count = arrays_of(chunk);
@@ -1794,11 +1804,8 @@ class GeminiPlugin : public train::Plugin {
       if (staging != nullptr) {
         const auto bytes = static_cast<std::size_t>(hi - lo) * element;
         if (dtype_ == torch::kFloat32) std::memcpy(values, where.param, bytes);
-        if (deferred != nullptr)  // the worker's: the main thread copies it up (upload_deferred)
-          deferred->push_back({static_cast<std::size_t>(lo) * element, bytes});
-        else
-          device_->copy_to_device(static_cast<char*>(chunk.values.data_ptr()) + lo * element,
-                                  values, bytes);
+        device_->copy_to_device(static_cast<char*>(chunk.values.data_ptr()) + lo * element, values,
+                                bytes);
       }
       e.tensor.unsafeGetTensorImpl()->bump_version();
     }
@@ -1811,11 +1818,7 @@ class GeminiPlugin : public train::Plugin {
     update_behind_ = false;
     if (!device_) return;
     // Shards no block used since the update (or the update's whole, before a checkpoint).
-    for (std::size_t c = 0; c < chunks_.size(); ++c) upload_deferred(c);
-    if (!uploaded_staging_.empty()) {
-      device_->host_waits(*device_->record_copies());
-      uploaded_staging_.clear();
-    }
+    for (ShardChunk& chunk : chunks_) wait_values_copied_up(chunk);
   }
 
   // Pipelines the CPU Adam with the next forward when no parameter shard is on disk (the update
@@ -2029,14 +2032,18 @@ class GeminiPlugin : public train::Plugin {
   std::function<void(const std::string&, const std::string&)> log_;  // may be empty
   // The update (update()): which entries it changes (their gradient arrived).
   std::vector<char> with_gradient_;
-  // With a device tier, the memory the update's copies read until they are done: host staging
-  // of new values going up, device copies of new values going down and of float32 shards
-  // copied up for their update (kStagedUpdates chunks' at most).
-  struct HostStaging {
+  // With a device tier, the host staging of new values going up (prepare_values_staging): used in
+  // turn by the update's thread (the main thread, or the pipelined update's worker; never both
+  // at once), each buffer with the event after the copies up from its last use.
+  struct ValuesStaging {
     c10::DataPtr memory;
-    std::uint64_t bytes = 0;
+    std::shared_ptr<train::DeviceEvent> copied;
   };
-  std::vector<HostStaging> update_staging_;
+  std::vector<ValuesStaging> values_staging_;
+  std::uint64_t values_staging_bytes_ = 0;  // each buffer's
+  std::size_t next_staging_ = 0;
+  // The memory the update's copies read until they are done: device copies of new values going
+  // down and of float32 shards copied up for their update (kStagedUpdates chunks' at most).
   // Per chunk updated: its device staging and the event after its copies.
   struct DeviceStaging {
     std::vector<torch::Tensor> tensors;
@@ -2046,9 +2053,6 @@ class GeminiPlugin : public train::Plugin {
   // The chunks whose update runs behind the next forward (choose_pipelined_chunks), and whether
   // one may be running now (from step() to the next settle_update()).
   std::vector<bool> pipelined_;
-  // The pipelined update's staging of new values copied up (upload_deferred), until the copies are
-  // done.
-  std::vector<HostStaging> uploaded_staging_;
   bool update_behind_ = false;
   std::uint64_t all_gathers_ = 0;
   std::uint64_t reduce_scatters_ = 0;
