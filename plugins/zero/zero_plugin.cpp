@@ -470,30 +470,38 @@ class ZeroPlugin : public Plugin {
   }
 
   // After the update: every rank's ranges, bucket by bucket, into every rank's compute tensors
-  // (an all-gather in the compute dtype).
+  // (an all-gather in the compute dtype). The copies in and out of a bucket go as one list each
+  // (on a GPU a few multi-tensor kernels, not a launch per tensor and rank).
   void gather_parameters() {
     if (group_ == nullptr) return;  // one process owns every range: written in place
     torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> into, from;
+    const auto copy_all = [&] {
+      if (!into.empty()) at::_foreach_copy_(into, from);
+      into.clear();
+      from.clear();
+    };
     for (const auto& bucket : buckets_->buckets()) {
       torch::Tensor send =
           torch::zeros({bucket.segment_numel}, torch::dtype(dtype_).device(device_));
-      for (std::size_t i : bucket.tensors)
-        if (shares_[i].count > 0)
-          send.narrow(0, buckets_->offset_of(i), shares_[i].count).copy_(own_range(i));
+      for (std::size_t i : bucket.tensors) {
+        if (shares_[i].count == 0) continue;
+        into.push_back(send.narrow(0, buckets_->offset_of(i), shares_[i].count));
+        from.push_back(own_range(i));
+      }
+      copy_all();
       const torch::Tensor gathered = group_->all_gather(send);
       for (int r = 0; r < world_; ++r) {
         if (r == rank_) continue;
         for (std::size_t i : bucket.tensors) {
           const ElementShare s = element_share(params_[i].tensor.numel(), r, world_);
           if (s.count == 0) continue;
-          params_[i]
-              .tensor.detach()
-              .view(-1)
-              .narrow(0, s.start, s.count)
-              .copy_(
-                  gathered.narrow(0, r * bucket.segment_numel + buckets_->offset_of(i), s.count));
+          into.push_back(params_[i].tensor.detach().view(-1).narrow(0, s.start, s.count));
+          from.push_back(
+              gathered.narrow(0, r * bucket.segment_numel + buckets_->offset_of(i), s.count));
         }
       }
+      copy_all();
     }
   }
 
