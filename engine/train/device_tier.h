@@ -130,6 +130,10 @@ class DeviceTier {
   // rounded size).
   virtual c10::DataPtr allocate_host_io(std::size_t bytes) = 0;
   static constexpr std::size_t kHostIoAlignment = 4096;
+  // Gives back to the system the host buffers kept for reuse (a GPU's pool) whose copies are
+  // done, where a phase is over (training's buffers before the export, a staging replaced);
+  // returns their bytes.
+  virtual std::size_t release_cached_host() { return 0; }
 
   // Queued on the copy stream of its direction, behind what it already has; returns at once.
   // Copies to the device and copies to the host run on two streams with no order between them

@@ -8,13 +8,15 @@
 namespace tessera::train {
 
 HostBlockPool::HostBlockPool(std::function<void*(std::size_t)> allocate,
-                             std::function<void(void*, std::size_t)> release)
-    : allocate_(std::move(allocate)), release_(std::move(release)) {}
+                             std::function<void(void*, std::size_t, bool)> release,
+                             std::size_t page)
+    : allocate_(std::move(allocate)),
+      release_(std::move(release)),
+      page_((std::max(page, kPage) + kPage - 1) / kPage * kPage) {}
 
 HostBlockPool::~HostBlockPool() {
-  // The owner (the device tier) outlives nothing that copies: its copy streams' work is done or
-  // abandoned by now, so every kept block goes, whatever its events say.
-  for (auto& [bytes, kept] : kept_) release_(kept.memory, bytes);
+  // Every kept block goes; release_ waits for the copies of those not known done.
+  for (auto& [bytes, kept] : kept_) release_(kept.memory, bytes, kept.copies_done());
 }
 
 void* HostBlockPool::take(std::size_t bytes) {
@@ -39,12 +41,7 @@ void* HostBlockPool::take(std::size_t bytes) {
   } catch (...) {
     // Locked memory is a limited resource (RLIMIT_MEMLOCK, the host's RAM): blocks of other
     // sizes kept from earlier phases make room.
-    std::size_t released = 0;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      released = release_done_locked();
-    }
-    if (released == 0) throw;
+    if (release_kept() == 0) throw;
     memory = allocate_(size);
   }
   std::lock_guard<std::mutex> lock(mutex_);
@@ -70,17 +67,25 @@ HostBlockPool::Figures HostBlockPool::figures() const {
   return figures_;
 }
 
-std::size_t HostBlockPool::release_done_locked() {
-  std::size_t released = 0;
-  for (auto it = kept_.begin(); it != kept_.end();) {
-    if (!it->second.copies_done()) {
-      ++it;
-      continue;
+std::size_t HostBlockPool::release_kept() {
+  std::multimap<std::size_t, Kept> done;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = kept_.begin(); it != kept_.end();) {
+      if (!it->second.copies_done()) {
+        ++it;
+        continue;
+      }
+      figures_.kept -= it->first;
+      done.insert(kept_.extract(it++));
     }
-    release_(it->second.memory, it->first);
-    figures_.kept -= it->first;
-    released += it->first;
-    it = kept_.erase(it);
+  }
+  // Outside the lock: a release may be slow (the driver unlocks the pages), and other threads
+  // give blocks back meanwhile.
+  std::size_t released = 0;
+  for (auto& [bytes, kept] : done) {
+    release_(kept.memory, bytes, /*copies_done=*/true);
+    released += bytes;
   }
   return released;
 }

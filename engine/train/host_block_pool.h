@@ -24,10 +24,12 @@ namespace tessera::train {
 class HostBlockPool {
  public:
   static constexpr std::size_t kPage = 4096;
-  // `allocate(bytes)`: page-aligned page-locked memory of `bytes` (a multiple of kPage), or
-  // throws; `release(memory, bytes)`: returns it to the system (must not throw).
+  // `allocate(bytes)`: memory aligned to `page`, page-locked, of `bytes` (a multiple of `page`),
+  // or throws; `release(memory, bytes, copies_done)`: returns it to the system, first waiting for
+  // the copies where they may not be done (must not throw). `page`: the system's page size (a
+  // multiple of kPage at least), so that two blocks never share a page, which is locked whole.
   HostBlockPool(std::function<void*(std::size_t)> allocate,
-                std::function<void(void*, std::size_t)> release);
+                std::function<void(void*, std::size_t, bool)> release, std::size_t page = kPage);
   // Releases every block kept. The pool must outlive the blocks taken from it (a GPU's tier
   // shares it with each of them).
   ~HostBlockPool();
@@ -40,6 +42,9 @@ class HostBlockPool {
   void* take(std::size_t bytes);
   // The block `memory` (from take) back to the pool; reused once `copies_done()` is true.
   void give_back(void* memory, std::function<bool()> copies_done);
+  // Releases the kept blocks whose copies are done (those of a phase that is over: training's
+  // buffers before the export, a staging replaced by a larger one); returns their bytes.
+  std::size_t release_kept();
 
   struct Figures {
     std::uint64_t taken = 0;        // bytes of the blocks taken and not given back
@@ -48,20 +53,21 @@ class HostBlockPool {
   };
   Figures figures() const;
 
-  static std::size_t rounded(std::size_t bytes) {
-    return (std::max<std::size_t>(bytes, 1) + kPage - 1) / kPage * kPage;
+  // `bytes` rounded up to whole pages (what a block of that request holds).
+  std::size_t rounded(std::size_t bytes) const {
+    return (std::max<std::size_t>(bytes, 1) + page_ - 1) / page_ * page_;
   }
+  std::size_t page() const { return page_; }
 
  private:
   struct Kept {
     void* memory;
     std::function<bool()> copies_done;
   };
-  // Releases the kept blocks whose copies are done; the lock is held.
-  std::size_t release_done_locked();
 
   std::function<void*(std::size_t)> allocate_;
-  std::function<void(void*, std::size_t)> release_;
+  std::function<void(void*, std::size_t, bool)> release_;
+  std::size_t page_;
   mutable std::mutex mutex_;
   std::map<void*, std::size_t> taken_;     // by address: its size
   std::multimap<std::size_t, Kept> kept_;  // by size

@@ -469,9 +469,8 @@ class GeminiPlugin : public train::Plugin {
     return m;
   }
 
-  // New values of shards on the device in host staging: the update's, until its copies up are
-  // done; the pipelined update's, from the update until the next forward's blocks have copied
-  // them up and those copies are done (settle_update).
+  // The host staging of the CPU Adam's new values for shards on the device: kStagedUpdates
+  // buffers of the largest such shard, from the first update on (prepare_values_staging).
   std::uint64_t host_staging_bytes() const {
     return static_cast<std::uint64_t>(values_staging_.size()) * values_staging_bytes_;
   }
@@ -547,6 +546,14 @@ class GeminiPlugin : public train::Plugin {
     }
     if (!values_on_disk) disk_.reset();  // only optimizer shards were there
     if (weights_in_memory()) hooked_blocks_.remove();
+    if (device_) {
+      // Training's page-locked buffers (the staging, the gradient shards the GPU's pool kept for
+      // reuse) go back to the system before the export.
+      values_staging_.clear();
+      values_staging_bytes_ = 0;
+      next_staging_ = 0;
+      device_->release_cached_host();
+    }
   }
 
   bool weights_in_memory() const override {
@@ -1550,9 +1557,15 @@ class GeminiPlugin : public train::Plugin {
                     int threads) {
     ShardChunk& chunk = chunks_[c];
     char* staging = begin_values_staging(chunk);
-    update_range(chunk, 0, stride(chunk), chunk.optim.data_ptr<float>(),
-                 chunk.grad_shard.defined() ? chunk.grad_shard.data_ptr<float>() : nullptr, lr,
-                 coef, threads, staging);
+    try {
+      update_range(chunk, 0, stride(chunk), chunk.optim.data_ptr<float>(),
+                   chunk.grad_shard.defined() ? chunk.grad_shard.data_ptr<float>() : nullptr, lr,
+                   coef, threads, staging);
+    } catch (...) {
+      // The copies queued from the buffer so far: its next use and the chunk's wait for them.
+      if (staging != nullptr) end_values_staging(chunk);
+      throw;
+    }
     if (staging != nullptr) end_values_staging(chunk);
     drop_gradient_shard(chunk, /*on_disk=*/false);
   }
@@ -1566,17 +1579,17 @@ class GeminiPlugin : public train::Plugin {
     for (const ShardChunk& chunk : chunks_)
       if (chunk.trainable && chunk.values_on_device && !chunk.optim_on_device)
         largest = std::max(largest, values_bytes(chunk));
-    if (largest == 0) {
-      values_staging_.clear();  // freed after their copies (the tier's frees are stream-ordered)
-      values_staging_bytes_ = 0;
-      return;
-    }
-    if (largest <= values_staging_bytes_) return;
+    if (largest != 0 && largest <= values_staging_bytes_) return;
+    // The old buffers are freed after their copies (the tier's frees are stream-ordered), and
+    // given back to the system where those are done.
     values_staging_.clear();
+    values_staging_bytes_ = 0;
+    next_staging_ = 0;
+    device_->release_cached_host();
+    if (largest == 0) return;
     for (std::size_t k = 0; k < kStagedUpdates; ++k)
       values_staging_.push_back({device_->allocate_host(largest), nullptr});
     values_staging_bytes_ = largest;
-    next_staging_ = 0;
   }
 
   // The next staging buffer for the new values of chunk's shard on the device, once the copies
@@ -1732,13 +1745,15 @@ class GeminiPlugin : public train::Plugin {
             static_cast<std::uint64_t>(length * 4),
             static_cast<char*>(slice.arrays.data()) + k * length * 4));
     };
-    char* staging = nullptr;  // the chunk's new values on their way to the device
+    char* staging = nullptr;       // the chunk's new values on their way to the device
+    ShardChunk* staged = nullptr;  // that chunk
     const auto update = [&](std::size_t i) {
       OptimSlice& slice = slices[i];
       ShardChunk& chunk = chunks_[slice.chunk];
       if (slice.begin == 0) {
         settle_upload(chunk);  // a chunk kept whole was copied up from this shard
         staging = begin_values_staging(chunk);
+        staged = &chunk;
       }
       // (No gradient shard at all when none of the chunk's tensors got a gradient this step.)
       float* grads = slice.grads                  ? static_cast<float*>(slice.grads.data())
@@ -1760,7 +1775,13 @@ class GeminiPlugin : public train::Plugin {
       staging = nullptr;
       if (chunk_done) chunk_done(slices[i].chunk);
     };
-    stream_update_slices(slices, start_read, update, start_write, written);
+    try {
+      stream_update_slices(slices, start_read, update, start_write, written);
+    } catch (...) {
+      // The copies queued from the buffer so far: its next use and the chunk's wait for them.
+      if (staging != nullptr) end_values_staging(*staged);
+      throw;
+    }
   }
 
   // The CPU Adam on the parts of the chunk's tensors inside elements [begin, end) of this rank's
@@ -1814,8 +1835,8 @@ class GeminiPlugin : public train::Plugin {
   // Waits for the update pipelined with the forward, if one runs; rethrows its error. Every rank
   // calls it at the same points (it decides whether the forward gathers ahead).
   void settle_update() {
+    update_behind_ = false;  // the worker has ended, whether it failed or not
     update_.settle();
-    update_behind_ = false;
     if (!device_) return;
     // Shards no block used since the update (or the update's whole, before a checkpoint).
     for (ShardChunk& chunk : chunks_) wait_values_copied_up(chunk);

@@ -15,6 +15,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <vector>
@@ -675,38 +676,46 @@ class TestTrain : public QObject {
   // A GPU tier's page-locked buffers (host_block_pool.h): a block is its request rounded to a
   // page, not to a power of two; one given back is reused for the same size only once its copies
   // are done, and for a size up to an eighth smaller, not for a larger one; what is kept is
-  // counted; where the system refuses a block, kept blocks whose copies are done make room.
+  // counted; where the system refuses a block, kept blocks whose copies are done make room, as
+  // they do when a phase ends (release_kept); the pool's end waits for the copies of the others.
   void host_block_pool_reuses_blocks_at_their_size_after_their_copies() {
     std::map<void*, std::size_t> system;  // what the "driver" has locked
+    std::vector<bool> released_done;      // each release: were its copies known done
     const std::uint64_t locked_limit = 128u << 20;
     const auto locked = [&] {
       std::uint64_t bytes = 0;
       for (const auto& [memory, size] : system) bytes += size;
       return bytes;
     };
-    {
-      train::HostBlockPool pool(
-          [&](std::size_t bytes) -> void* {
-            if (bytes % train::HostBlockPool::kPage != 0) throw std::logic_error("not in pages");
+    const auto make_pool = [&](std::size_t page) {
+      return std::make_unique<train::HostBlockPool>(
+          [&, page](std::size_t bytes) -> void* {
+            if (bytes % page != 0) throw std::logic_error("not in pages");
             if (locked() + bytes > locked_limit) throw std::bad_alloc();
-            void* memory = std::aligned_alloc(train::HostBlockPool::kPage, bytes);
+            void* memory = std::aligned_alloc(page, bytes);
             system[memory] = bytes;
             return memory;
           },
-          [&](void* memory, std::size_t bytes) {
+          [&](void* memory, std::size_t bytes, bool copies_done) {
             QCOMPARE(system.at(memory), bytes);
             system.erase(memory);
             std::free(memory);
-          });
+            released_done.push_back(copies_done);
+          },
+          page);
+    };
+    {
+      const auto owned = make_pool(train::HostBlockPool::kPage);
+      train::HostBlockPool& pool = *owned;
       const std::size_t shard = 24'000'000;  // 22.9 MiB: a power of two would lock 32
       void* a = pool.take(shard);
       QCOMPARE(reinterpret_cast<std::uintptr_t>(a) % train::HostBlockPool::kPage, 0u);
-      QCOMPARE(locked(), train::HostBlockPool::rounded(shard));
+      QCOMPARE(locked(), pool.rounded(shard));
       QVERIFY(locked() < shard + train::HostBlockPool::kPage);
 
       bool a_copies_done = false;
       pool.give_back(a, [&] { return a_copies_done; });
-      QCOMPARE(pool.figures().kept, train::HostBlockPool::rounded(shard));
+      QCOMPARE(pool.figures().kept, pool.rounded(shard));
       QCOMPARE(pool.figures().taken, 0u);
       // Its copies pending: a second block, not the first.
       void* b = pool.take(shard);
@@ -730,11 +739,11 @@ class TestTrain : public QObject {
       pool.give_back(larger, [] { return true; });
       pool.give_back(b, [] { return false; });
       const std::uint64_t before = locked();
-      void* big = pool.take(locked_limit - before + train::HostBlockPool::rounded(shard));
+      void* big = pool.take(locked_limit - before + pool.rounded(shard));
       QVERIFY(big != nullptr);
       QVERIFY(!system.count(larger));
       QVERIFY(system.count(b));
-      QCOMPARE(pool.figures().kept, train::HostBlockPool::rounded(shard));  // b
+      QCOMPARE(pool.figures().kept, pool.rounded(shard));  // b
       // Nothing left to release: the refusal is the caller's.
       bool refused = false;
       try {
@@ -743,12 +752,31 @@ class TestTrain : public QObject {
         refused = true;
       }
       QVERIFY(refused);
+      // A phase over: the kept blocks whose copies are done go, without waiting for copies.
       pool.give_back(big, [] { return true; });
-      pool.give_back(a, [] { return true; });
       pool.give_back(small, [] { return true; });
+      released_done.clear();
+      QCOMPARE(pool.release_kept(), pool.rounded(locked_limit - before + pool.rounded(shard)) +
+                                        train::HostBlockPool::kPage);
+      QVERIFY(!system.count(big) && !system.count(small) && system.count(b));
+      QCOMPARE(released_done, std::vector<bool>({true, true}));
+      pool.give_back(a, [] { return true; });
       QCOMPARE(pool.figures().taken, 0u);
+      released_done.clear();
     }
     QVERIFY2(system.empty(), "the pool's end releases every block it kept");
+    // b's copies never said done: its release waited for them.
+    QCOMPARE(std::count(released_done.begin(), released_done.end(), false), 1);
+
+    // 64 KiB pages (some ARM hosts): blocks in whole pages, aligned to them.
+    {
+      const auto pool = make_pool(std::size_t{1} << 16);
+      void* block = pool->take(5000);
+      QCOMPARE(system.at(block), std::size_t{1} << 16);
+      QCOMPARE(reinterpret_cast<std::uintptr_t>(block) % (std::size_t{1} << 16), 0u);
+      pool->give_back(block, [] { return true; });
+    }
+    QVERIFY(system.empty());
   }
 
   void clipping_scales_to_max_norm() {

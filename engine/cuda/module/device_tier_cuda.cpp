@@ -8,6 +8,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -117,14 +118,16 @@ class CudaDeviceTier : public DeviceTier {
             c10::Device(c10::kCPU)};
   }
   c10::DataPtr allocate_host_io(std::size_t bytes) override {
-    static_assert(train::HostBlockPool::kPage % kHostIoAlignment == 0);
+    static_assert(train::HostBlockPool::kPage % kHostIoAlignment == 0);  // pages are multiples
     return allocate_host(bytes);
   }
+
+  std::size_t release_cached_host() override { return host_pool_->release_kept(); }
 
   c10::DataPtr allocate_host_resident(std::size_t bytes) override {
     // Registered with this GPU's context (the thread may have another device current, or none:
     // the primary context of GPU 0 would be made for it).
-    void* memory = page_locked(index_, train::HostBlockPool::rounded(bytes));
+    void* memory = page_locked(index_, host_pool_->rounded(bytes), host_pool_->page());
     return {memory, new Registered{index_, up_, down_, memory}, &CudaDeviceTier::free_registered,
             c10::Device(c10::kCPU)};
   }
@@ -239,12 +242,12 @@ class CudaDeviceTier : public DeviceTier {
     void* memory;
   };
 
-  // `bytes` (a multiple of a page) of host memory, page-aligned, registered with GPU `device`'s
-  // context (the thread may have another device current, or none: the primary context of GPU 0
-  // would be made for it).
-  static void* page_locked(c10::DeviceIndex device, std::size_t bytes) {
+  // `bytes` (a multiple of `page`) of host memory aligned to `page` (the system's page size),
+  // registered with GPU `device`'s context (the thread may have another device current, or none:
+  // the primary context of GPU 0 would be made for it).
+  static void* page_locked(c10::DeviceIndex device, std::size_t bytes, std::size_t page) {
     const c10::cuda::CUDAGuard guard(device);
-    void* memory = std::aligned_alloc(train::HostBlockPool::kPage, bytes);
+    void* memory = std::aligned_alloc(page, bytes);
     if (memory == nullptr) throw std::bad_alloc();
     if (const cudaError_t status = cudaHostRegister(memory, bytes, cudaHostRegisterDefault);
         status != cudaSuccess) {
@@ -260,15 +263,17 @@ class CudaDeviceTier : public DeviceTier {
     return memory;
   }
 
-  // Released rarely (a shard that moves to the device, the end of a run): the copies queued so
-  // far may still read or write it, so they are waited for; errors are ignored at process exit,
-  // when the CUDA runtime may be gone.
+  // Released rarely (a shard that moves to the device, the end of a run, a phase's buffers): the
+  // copies queued so far may still read or write it, so they are waited for unless known done;
+  // errors are ignored at process exit, when the CUDA runtime may be gone.
   static void unlock(c10::DeviceIndex device, const c10::cuda::CUDAStream& up,
-                     const c10::cuda::CUDAStream& down, void* memory) {
+                     const c10::cuda::CUDAStream& down, void* memory, bool copies_done = false) {
     int current = 0;  // restored after: the caller's thread keeps its device
     if (cudaGetDevice(&current) == cudaSuccess && cudaSetDevice(device) == cudaSuccess) {
-      cudaStreamSynchronize(up.stream());
-      cudaStreamSynchronize(down.stream());
+      if (!copies_done) {
+        cudaStreamSynchronize(up.stream());
+        cudaStreamSynchronize(down.stream());
+      }
       cudaHostUnregister(memory);
       cudaSetDevice(current);
     }
@@ -281,14 +286,20 @@ class CudaDeviceTier : public DeviceTier {
     delete registered;
   }
 
-  // The pool of the tier's buffers: registered memory, released once (at the end of the run, or
-  // where a new block is refused) after the copy streams' work.
+  // The pool of the tier's buffers: registered memory in the system's pages, released where a
+  // phase ends (release_cached_host), where a new block is refused, and at the end of the run.
   static std::shared_ptr<train::HostBlockPool> make_host_pool(c10::DeviceIndex device,
                                                               c10::cuda::CUDAStream up,
                                                               c10::cuda::CUDAStream down) {
+    const long system_page = sysconf(_SC_PAGESIZE);
+    const std::size_t page = std::max<std::size_t>(
+        train::HostBlockPool::kPage, system_page > 0 ? static_cast<std::size_t>(system_page) : 0);
     return std::make_shared<train::HostBlockPool>(
-        [device](std::size_t bytes) { return page_locked(device, bytes); },
-        [device, up, down](void* memory, std::size_t) { unlock(device, up, down, memory); });
+        [device, page](std::size_t bytes) { return page_locked(device, bytes, page); },
+        [device, up, down](void* memory, std::size_t, bool copies_done) {
+          unlock(device, up, down, memory, copies_done);
+        },
+        page);
   }
 
   // A buffer taken from the pool: back to it when freed, reused after the copies queued so far.
