@@ -22,6 +22,7 @@
 
 #include "core/files.h"
 #include "cuda/runtime.h"
+#include "train/host_block_pool.h"
 #include "train/plugin.h"
 
 namespace tessera::train {
@@ -106,11 +107,14 @@ class SimulatedDevice : public DeviceTier {
     return {block->memory.get(), block, &SimulatedDevice::free_block, c10::Device(c10::kCPU)};
   }
 
-  // Host memory is host memory here, whether it stays or not; what the copies may touch is
-  // known (check_page_locked), and is freed in stream order as a GPU's pinned buffers are reused.
-  c10::DataPtr allocate_host(std::size_t bytes) override { return page_locked(bytes); }
+  // Host memory is host memory here; what the copies may touch is known (check_page_locked).
+  // Buffers that come and go are taken from a pool as a GPU's tier takes them (reused once the
+  // copies queued before their release are done: its events, here the copy threads' progress);
+  // memory that stays is freed in stream order.
+  c10::DataPtr allocate_host(std::size_t bytes) override { return pooled(bytes); }
   c10::DataPtr allocate_host_resident(std::size_t bytes) override { return page_locked(bytes); }
-  c10::DataPtr allocate_host_io(std::size_t bytes) override { return page_locked(bytes); }
+  c10::DataPtr allocate_host_io(std::size_t bytes) override { return pooled(bytes); }
+  std::size_t release_cached_host() override { return host_pool_->release_kept(); }
 
   void copy_to_device(void* device_dst, const void* host_src, std::size_t bytes) override {
     enqueue_copy(device_dst, host_src, bytes, /*to_device=*/true);
@@ -173,7 +177,8 @@ class SimulatedDevice : public DeviceTier {
     // compute writes first are ordered after one at least this late.
     std::uint64_t covered_from = 0;
   };
-  // Host memory the tier gave (what a GPU's would page-lock), aligned for disk I/O.
+  // Host memory the tier gave (what a GPU's would page-lock), aligned for disk I/O: its own, or
+  // a block of the pool (given back, not freed).
   struct HostBlock {
     HostBlock(std::shared_ptr<TierLifetime> lifetime, std::size_t bytes)
         : lifetime(std::move(lifetime)),
@@ -183,12 +188,21 @@ class SimulatedDevice : public DeviceTier {
                                         kHostIoAlignment * kHostIoAlignment)) {
       if (memory == nullptr) throw std::bad_alloc();
     }
-    ~HostBlock() { std::free(memory); }
+    HostBlock(std::shared_ptr<TierLifetime> lifetime, std::size_t bytes,
+              std::shared_ptr<HostBlockPool> pool)
+        : lifetime(std::move(lifetime)),
+          bytes(bytes),
+          memory(pool->take(bytes)),
+          pool(std::move(pool)) {}
+    ~HostBlock() {
+      if (!pool) std::free(memory);
+    }
     HostBlock(const HostBlock&) = delete;
     HostBlock& operator=(const HostBlock&) = delete;
     std::shared_ptr<TierLifetime> lifetime;
     std::size_t bytes;
     void* memory;
+    std::shared_ptr<HostBlockPool> pool;
   };
   // Memory released while copies were queued: freed once every stream that had some has run
   // them (its entry in each of those streams' queues).
@@ -281,6 +295,42 @@ class SimulatedDevice : public DeviceTier {
       host_live_[static_cast<const char*>(block->memory)] = block;
     }
     return {block->memory, block, &SimulatedDevice::free_host_block, c10::Device(c10::kCPU)};
+  }
+
+  c10::DataPtr pooled(std::size_t bytes) {
+    auto* block = new HostBlock(lifetime_, bytes, host_pool_);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      host_live_[static_cast<const char*>(block->memory)] = block;
+    }
+    return {block->memory, block, &SimulatedDevice::free_pooled, c10::Device(c10::kCPU)};
+  }
+
+  // Back to the pool at once, reused once the copies queued so far are done, as a GPU's tier
+  // gives its buffers back with events on its copy streams. (Not in stream order through the
+  // copy threads: those free under mutex_, and the pool asks the device under its own lock.)
+  static void free_pooled(void* context) {
+    std::unique_ptr<HostBlock> block(static_cast<HostBlock*>(context));
+    const std::shared_ptr<TierLifetime> lifetime = block->lifetime;
+    std::shared_ptr<SimulatedEvent> after;
+    {
+      std::lock_guard<std::mutex> alive(lifetime->mutex);
+      if (auto* device = static_cast<SimulatedDevice*>(lifetime->tier)) {
+        std::lock_guard<std::mutex> lock(device->mutex_);
+        device->host_live_.erase(static_cast<const char*>(block->memory));
+        device->forget_touched(block->memory, block->bytes);
+        after = std::make_shared<SimulatedEvent>(std::array<std::uint64_t, kCopyStreams>{
+            device->streams_[kUp].queued, device->streams_[kDown].queued});
+      }
+    }
+    std::function<bool()> copies_done = [] { return true; };  // the tier gone: its copies ran
+    if (after)
+      copies_done = [lifetime, after] {
+        std::lock_guard<std::mutex> alive(lifetime->mutex);
+        const auto* device = static_cast<const SimulatedDevice*>(lifetime->tier);
+        return device == nullptr || device->done(*after);
+      };
+    block->pool->give_back(block->memory, std::move(copies_done));
   }
 
   // As free_block: once the copies queued before the release are done.
@@ -500,7 +550,15 @@ class SimulatedDevice : public DeviceTier {
   std::array<std::uint64_t, kCopyStreams> compute_after_{};
   std::map<const char*, Block*> live_;           // allocations by their first byte
   std::map<const char*, HostBlock*> host_live_;  // host memory the tier gave, by its first byte
-  std::string violation_;                        // the first copy whose source changed under it
+  // Buffers that come and go (pooled): plain host memory, released when the pool goes.
+  std::shared_ptr<HostBlockPool> host_pool_ = std::make_shared<HostBlockPool>(
+      [](std::size_t bytes) {
+        void* memory = std::aligned_alloc(HostBlockPool::kPage, bytes);
+        if (memory == nullptr) throw std::bad_alloc();
+        return memory;
+      },
+      [](void* memory, std::size_t, bool) { std::free(memory); });
+  std::string violation_;  // the first copy whose source changed under it
   bool stopping_ = false;
 };
 
