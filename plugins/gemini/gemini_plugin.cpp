@@ -1797,6 +1797,18 @@ class GeminiPlugin : public train::Plugin {
     float* masters = keeps_masters(chunk) ? arrays : nullptr;
     float* exp_avg = arrays + (count - 2) * length;
     float* exp_avg_sq = exp_avg + length;
+    // New values in staging not yet copied up: elements [run_lo, run_hi) of the shard. Adjacent
+    // tensors' go up in one copy (one launch, not one per tensor), a few MiB at a time so that
+    // the copy runs beside the update of the next ones.
+    std::int64_t run_lo = 0, run_hi = 0;
+    const auto copy_up = [&] {
+      if (run_lo < run_hi)
+        device_->copy_to_device(static_cast<char*>(chunk.values.data_ptr()) + run_lo * element,
+                                staging + run_lo * element,
+                                static_cast<std::size_t>(run_hi - run_lo) * element);
+      run_lo = run_hi = 0;
+    };
+    constexpr std::size_t kCopyUpBytes = std::size_t{8} << 20;
     for (std::size_t i : chunk.entries) {
       ShardEntry& e = entries_[i];
       if (!with_gradient_[i] || e.own_count == 0) continue;  // no gradient: no update, as torch
@@ -1825,11 +1837,14 @@ class GeminiPlugin : public train::Plugin {
       if (staging != nullptr) {
         const auto bytes = static_cast<std::size_t>(hi - lo) * element;
         if (dtype_ == torch::kFloat32) std::memcpy(values, where.param, bytes);
-        device_->copy_to_device(static_cast<char*>(chunk.values.data_ptr()) + lo * element, values,
-                                bytes);
+        if (lo != run_hi) copy_up();
+        if (run_lo == run_hi) run_lo = lo;
+        run_hi = hi;
+        if (static_cast<std::size_t>(run_hi - run_lo) * element >= kCopyUpBytes) copy_up();
       }
       e.tensor.unsafeGetTensorImpl()->bump_version();
     }
+    if (staging != nullptr) copy_up();
   }
 
   // Waits for the update pipelined with the forward, if one runs; rethrows its error. Every rank
