@@ -184,6 +184,10 @@ int run_plan(const std::vector<std::string>& raw) {
     inputs.processes = std::max(1, total);
     inputs.processes_per_node = here > 0 ? here : inputs.processes;
   }
+  // gemini's host_budget: the job as written is checked against it as the run checks it (the
+  // plan's own budget is the machine's memory).
+  if (const auto refusal = plan::check_host_budget(inputs))
+    throw_invalid(refusal->message, refusal->hint);
   const plan::Plan result = plan::make_plan(inputs);
   if (args.flag("--json")) {
     json out = plan::to_json(result);

@@ -1,5 +1,6 @@
 #include "job/strategies.h"
 
+#include <cmath>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -112,6 +113,40 @@ void validate_option_value(const std::string& at, const std::string& key,
   }
 }
 
+// gemini's options together: shares of one kind of bytes that add up to more than all of them,
+// a placement that decides what an option fixes, and device-tier options on the CPU.
+void validate_gemini_options(const std::string& at, const nlohmann::json& options) {
+  const auto fraction = [&](const char* key) {
+    const auto it = options.find(key);
+    return it != options.end() && it->is_number() ? it->get<double>() : 0.0;
+  };
+  for (const char* kind : {"param", "optim"}) {
+    const std::string host = std::string("host_") + kind + "_frac";
+    const std::string disk = std::string("offload_") + kind + "_frac";
+    const double total = fraction(host.c_str()) + fraction(disk.c_str());
+    if (total > 1.0 + 1e-9)
+      throw_invalid(at + "strategy.options." + host + " and " + disk + " add up to " +
+                        std::to_string(static_cast<int>(std::lround(total * 100))) + "% of the " +
+                        (kind == std::string("param") ? "parameter" : "optimizer-state") + " bytes",
+                    "give shares that add up to 1 at most");
+  }
+  if (options.value("placement", "static") == "auto" && options.contains("offload_param_frac"))
+    throw_invalid(at + "strategy.options.offload_param_frac: placement \"auto\" decides where "
+                       "parameter chunks live",
+                  "remove offload_param_frac, or use placement \"static\" to fix the share on "
+                  "disk");
+  if (options.value("device", "auto") == "cpu")
+    for (const char* key : {"host_param_frac", "host_optim_frac", "device_budget"})
+      if (options.contains(key))
+        throw_invalid(at + "strategy.options." + key +
+                          ": with device \"cpu\" there is no device "
+                          "tier (host_param_frac, host_optim_frac and device_budget place and "
+                          "size chunks on a GPU)",
+                      std::string("remove ") + key +
+                          " (offload_param_frac and offload_optim_frac place chunks on disk), "
+                          "or use device \"cuda\"");
+}
+
 }  // namespace
 
 const std::vector<StrategyInfo>& strategies() {
@@ -136,9 +171,9 @@ const std::vector<StrategyInfo>& strategies() {
        "Gemini); on several processes every chunk sharded over them (ZeRO-3), each rank's "
        "shards placed the same way",
        {choice("device",
-               "where it computes: cpu, or cuda (one process: chunks on the GPU, in host memory "
-               "or on disk); auto: the device tier on a GPU when one is present (one process, no "
-               "parameter chunks on disk), else the CPU",
+               "where it computes: cpu, or cuda (the device tier: chunks on the GPU, in host "
+               "memory or on disk; a GPU per rank on several processes); auto: cuda where this "
+               "machine has a GPU for each of its ranks, else the CPU",
                {"auto", "cpu", "cuda"}),
         choice("placement",
                "where chunks live: static (the offload fractions decide) or auto (every "
@@ -362,6 +397,7 @@ void validate_strategy(const std::string& name, const nlohmann::json& options,
           "remove it; " + describe_options(*info));
     validate_option_value(at, key, *option, value);
   }
+  if (info->name == "gemini") validate_gemini_options(at, options);
 }
 
 std::string strategy_option(const std::string& name, const nlohmann::json& options,

@@ -56,7 +56,7 @@ QuantizedBase quantized_base(const hf::ModelConfig& c, const Settings& s) {
 ParameterCounts counts_of(const hf::ModelConfig& c, const Settings& s) {
   const double n = d(count_parameters(c));
   const bool lora = s.method == "lora";
-  const bool bf16 = s.precision == "bf16";
+  const bool bf16 = half_precision(s.precision);
   const double trainable = lora ? d(count_lora_parameters(c, s.lora_rank, s.lora_targets)) : n;
   const double quantized = quantized_base(c, s).elements;
   return {n,
@@ -86,7 +86,8 @@ bool head_in_file(const hf::ModelConfig& c, const Settings& s) {
 }
 
 double reference_copy_bytes(const hf::ModelConfig& c, const Settings& s) {
-  return s.reference_copy ? d(count_parameters(c)) * (s.precision == "bf16" ? 2.0 : 4.0) : 0.0;
+  return s.reference_copy ? d(count_parameters(c)) * (half_precision(s.precision) ? 2.0 : 4.0)
+                          : 0.0;
 }
 
 // LoRA's streamed merged export (engine/runner: export_merged_lora), one weight at a time: an

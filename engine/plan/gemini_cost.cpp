@@ -120,7 +120,7 @@ ShardedChunks sharded_chunks(const hf::ModelConfig& c, const Settings& s, int wo
 ShardedChunks replayed_chunks(const hf::ModelConfig& c, const Settings& s, int world_size) {
   ShardedChunks out;
   const bool lora = s.method == "lora";
-  const double element = s.precision == "bf16" ? 2.0 : 4.0;
+  const double element = half_precision(s.precision) ? 2.0 : 4.0;
   const double w = d(std::max(1, world_size));
   const hf::ParameterShapes shapes = hf::family_of(c).parameter_shapes(c);
   const double v = d(c.vocab_size), h = d(c.hidden_size);
@@ -657,7 +657,7 @@ Communication gemini_communication(const hf::ModelConfig& c, const Settings& s, 
   // update, (W-1)/W of each chunk's bytes in the compute dtype; and the clipping norm, one
   // scalar all_reduce.
   const ShardedChunks chunks = sharded_chunks(c, s, world_size);
-  const double element = s.precision == "bf16" ? 2.0 : 4.0;
+  const double element = half_precision(s.precision) ? 2.0 : 4.0;
   const double micro_batches = d(std::max<std::int64_t>(1, s.gradient_accumulation));
   double chunked = 0, kept = 0;
   for (double x : chunks.trainable) chunked += x;

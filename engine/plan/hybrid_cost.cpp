@@ -71,7 +71,7 @@ const HybridStage& HybridLayout::heaviest(const Settings& s) const {
 }
 
 HybridStageMemory hybrid_stage_memory(const HybridStage& stage, const Settings& s) {
-  const bool bf16 = s.precision == "bf16";
+  const bool bf16 = half_precision(s.precision);
   const double param_bytes = bf16 ? 2.0 : 4.0;
   const bool lora = s.method == "lora";
   // ZeRO-1 and 2: each replica's share of every block (⌈n / dp⌉, so about n / dp).
@@ -156,7 +156,7 @@ HybridLayout hybrid_layout(const hf::ModelConfig& c, const Settings& s, int worl
     cuts = {{0, c.num_hidden_layers}};
 
   const ActivationTerms act = activation_terms(c, s, tp);
-  const double element = s.precision == "bf16" ? 2.0 : 4.0;
+  const double element = half_precision(s.precision) ? 2.0 : 4.0;
   const double tokens = d(s.micro_batch) * d(s.sequence_length);
   const double micro_batches = d(out.micro_batches);
   out.bubble =

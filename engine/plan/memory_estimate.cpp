@@ -68,7 +68,7 @@ double widest_layer_output(const hf::ModelConfig& c) {
 
 ActivationTerms activation_terms(const hf::ModelConfig& c, const Settings& s, int tp) {
   const bool lora = s.method == "lora";
-  const bool bf16 = s.precision == "bf16";
+  const bool bf16 = half_precision(s.precision);
   const double split = static_cast<double>(std::max(1, tp));
   // Activations saved for backward, per our modules (engine/model/decoder.cpp, layers.cpp),
   // in elements of the compute dtype; T = B·S tokens.

@@ -330,7 +330,7 @@ std::optional<DeviceCopies> device_tier_copies(Plan& plan, const Settings& s,
   const double params_off = std::min(1.0, s.host_param_frac + s.offload_param_frac);
   const double optim_off = std::min(1.0, s.host_optim_frac + s.offload_optim_frac);
   if (params_off <= 0.0 && optim_off <= 0.0) return std::nullopt;
-  const double value_bytes = s.precision == "bf16" ? 2.0 : 4.0;
+  const double value_bytes = half_precision(s.precision) ? 2.0 : 4.0;
   const double micro_batches =
       static_cast<double>(std::max<std::int64_t>(1, s.gradient_accumulation));
   const double ranks = static_cast<double>(std::max(1, processes));
@@ -494,13 +494,39 @@ Plan make_plan(const PlanInputs& in) {
           "use strategy " + job::strategies_that_can(&job::StrategyInfo::quantized_base) +
               " (or auto)");
   }
-  // A strategy asked for cuda on a machine whose profile has no GPU (or too few for its ranks):
-  // the run will say so; the plan shows the host's figures and says they are.
-  if (!gpu && spec.strategy.name != job::kAutoStrategy &&
-      job::strategy_option(spec.strategy.name, spec.strategy.options, "device") == "cuda")
-    plan.reasons.push_back("warning: strategy " + spec.strategy.name +
-                           " on cuda is planned as if it computed on the CPU: this machine's "
-                           "profile has no GPU for it (the run's memory events show the GPU's)");
+  // A strategy asked for cuda on a machine whose profile has no GPU, or too few for its ranks
+  // (each computes on a GPU of its own): the run refuses it, and so does the plan. Ranks over
+  // several machines compute on the nodes' GPUs, which this machine's profile does not list: the
+  // plan shows the host's figures and says they are.
+  if (job::strategy_option(spec.strategy.name, spec.strategy.options, "device") == "cuda") {
+    const int gpus = static_cast<int>(hw.gpus.size());
+    if (processes <= per_node && gpus == 0)
+      throw_unsupported("strategy " + spec.strategy.name +
+                            ": strategy.options.device \"cuda\" but no CUDA device is present "
+                            "on this machine (its profile lists no GPU)",
+                        "use device \"cpu\" or \"auto\"");
+    if (named && processes <= per_node && per_node > gpus && distributed && !job::tests_share_gpu())
+      throw_invalid("strategy " + spec.strategy.name + ": strategy.options.device \"cuda\" with " +
+                        std::to_string(per_node) + " ranks on a machine with " +
+                        std::to_string(gpus) + " GPU(s); each rank computes on a GPU of its own",
+                    "start at most " + std::to_string(gpus) +
+                        " processes on this machine (launch --nproc), or use device \"cpu\"");
+    if (named && !gpu)
+      plan.reasons.push_back("warning: strategy " + spec.strategy.name +
+                             " on cuda is planned as if it computed on the CPU: this machine's "
+                             "profile lists no GPU for its ranks on other machines (the run's "
+                             "memory events show the GPU's)");
+  }
+  // gemini's device-tier options where it computes on the CPU (device auto without a GPU): the
+  // run refuses them, and so does the plan.
+  if (spec.strategy.name == "gemini" && !gpu && !simulated_device)
+    for (const char* key : {"host_param_frac", "host_optim_frac", "device_budget"})
+      if (spec.strategy.options.contains(key))
+        throw_invalid(std::string("strategy.options.") + key +
+                          ": it places or sizes shards on a device, and this job computes on "
+                          "the CPU (this machine's profile lists no GPU for it)",
+                      "remove it (offload_param_frac and offload_optim_frac place shards on "
+                      "disk)");
   if (!gpu && distributed && spec.strategy.name == job::kAutoStrategy && !hw.gpus.empty())
     plan.reasons.push_back(
         "strategy auto over several processes computes on the CPU: name ddp, "
@@ -537,10 +563,22 @@ Plan make_plan(const PlanInputs& in) {
   base.zero_offload =
       gpu && spec.strategy.name == "zero" &&
       job::strategy_option("zero", spec.strategy.options, "offload_optimizer") == "true";
+  // fp16 (with its loss scaler) computes on a GPU only: a strategy named on the CPU is refused as
+  // the run refuses it; auto trains bf16 there instead (or fp32, below) and says so.
+  if (base.precision == "fp16" && !gpu) {
+    if (named)
+      throw_unsupported("precision fp16 is not supported on the CPU yet",
+                        "use bf16 (or fp32) on the CPU; fp16 with loss scaling needs CUDA");
+    base.precision = "bf16";
+    if (bf16_native)
+      plan.reasons.push_back(
+          "precision bf16 instead of fp16: fp16 (with its loss scaler) computes on a GPU only");
+  }
   if (base.precision == "bf16" && !bf16_native) {
     base.precision = "fp32";
-    plan.reasons.push_back(std::string("precision fp32 instead of ") + spec.precision + ": the " +
-                           (gpu ? "GPU" : "CPU") + " has no native bf16" +
+    plan.reasons.push_back(std::string("precision fp32 instead of ") + spec.precision + ": " +
+                           (spec.precision == "fp16" ? "fp16 computes on a GPU only, and " : "") +
+                           "the " + (gpu ? "GPU" : "CPU") + " has no native bf16" +
                            (gpu ? "" : " (no avx512_bf16 or amx_bf16)"));
   }
   const std::int64_t batch = std::max<std::int64_t>(1, spec.training.batch_size);
@@ -875,7 +913,7 @@ Plan make_plan(const PlanInputs& in) {
     least.micro_batch = 1;
     least.gradient_accumulation = saturating_mul(spec.training.gradient_accumulation, batch);
     least.activation_checkpointing = true;
-    if (bf16_native) least.precision = "bf16";
+    if (bf16_native && least.precision == "fp32") least.precision = "bf16";
     // Of several processes, the strategy that shards the most.
     if (distributed) {
       least.strategy = distributing.back().strategy;
@@ -1013,7 +1051,7 @@ Plan make_plan(const PlanInputs& in) {
     const bool head = cost::head_in_file(c, s);
     plan.reasons.push_back(
         (head ? "the frozen input embedding and output head (" : "the frozen input embedding (") +
-        core::human_bytes(to_bytes(table * (s.precision == "bf16" ? 2.0 : 4.0))) +
+        core::human_bytes(to_bytes(table * (half_precision(s.precision) ? 2.0 : 4.0))) +
         ") stay in the checkpoint file, read by rows as batches look them up" +
         (head ? " and by blocks of the vocabulary for the loss" : ""));
   }

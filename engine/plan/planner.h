@@ -307,7 +307,7 @@ namespace tessera::plan {
 // (as training.batch_size) with its gradient accumulation, and activation checkpointing.
 job::JobSpec apply_settings(const job::JobSpec& spec, const Settings& settings);
 // The spec's own choices as planner settings (what a run of a spec the plan applied trains
-// with): method, precision (fp16 as bf16), batch as one micro-batch, checkpointing, gemini's
+// with): method, precision, batch as one micro-batch, checkpointing, gemini's
 // shares on disk.
 Settings settings_as_written(const job::JobSpec& spec);
 // What a run of `spec` (as planned: apply_settings) records its measured step time under: this

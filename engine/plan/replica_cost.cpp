@@ -88,7 +88,7 @@ Communication replica_communication(const hf::ModelConfig& c, const Settings& s,
   if (s.strategy == "zero") {
     // After the update, the other ranks' shares of the parameters, bucket by bucket.
     out.all_gather_bytes =
-        to_bytes((w - 1.0) / w * trainable * (s.precision == "bf16" ? 2.0 : 4.0));
+        to_bytes((w - 1.0) / w * trainable * (half_precision(s.precision) ? 2.0 : 4.0));
     out.calls += static_cast<std::int64_t>(buckets);
   }
   out.bytes = out.gradient_bytes + out.all_gather_bytes;

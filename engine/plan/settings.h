@@ -13,7 +13,7 @@ struct Settings {
   // With lora: the frozen base's linear layers held as nf4 | fp4 | int8 (QLoRA); "none": dense.
   std::string quantize = "none";
   bool double_quant = false;       // 4-bit: the absmax double-quantized (a byte a block, not four)
-  std::string precision = "fp32";  // fp32 | bf16
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (a GPU's, with the loss scaler)
   std::int64_t micro_batch = 1;
   std::int64_t gradient_accumulation = 1;
   std::int64_t sequence_length = 512;
@@ -58,5 +58,11 @@ struct Settings {
   int pp_chunks = 1;
   bool sequence_parallel = false;  // hybrid's, with tp_size above 1
 };
+
+// Whether `precision` computes in two bytes a value (bf16, or fp16 on a GPU): what the estimates
+// size weights, gradients and activations by.
+inline bool half_precision(const std::string& precision) {
+  return precision == "bf16" || precision == "fp16";
+}
 
 }  // namespace tessera::plan

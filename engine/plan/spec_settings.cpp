@@ -37,8 +37,8 @@ bool gemini_device_tier(const job::JobSpec& spec, int gpus, int processes, int p
 // Whether the job computes on the GPU, as the plugins decide: `auto` (one process: single, or
 // gemini's device tier when single does not fit) unless its device option says cpu; a named
 // strategy where job::device_for puts it on the GPU (one per rank of this machine for ddp and
-// zero and hybrid). `auto` over several processes is planned on the CPU (apply_settings says so in the
-// device it writes).
+// zero and hybrid). `auto` over several processes is planned on the CPU (apply_settings says so in
+// the device it writes).
 bool plans_on_gpu(const job::JobSpec& spec, const HardwareProfile& hw, int processes,
                   int processes_per_node) {
   const int gpus = static_cast<int>(hw.gpus.size());
@@ -67,7 +67,7 @@ std::int64_t saturating_mul(std::int64_t a, std::int64_t b) {
   return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
 }
 
-// The spec's own choices as planner settings: method, precision (fp16 planned as bf16), batch
+// The spec's own choices as planner settings: method, precision, batch
 // as one micro-batch, checkpointing, and gemini's offload share when the spec names gemini.
 Settings written_settings(const job::JobSpec& spec, int gpus, int processes,
                           int processes_per_node) {
@@ -77,7 +77,7 @@ Settings written_settings(const job::JobSpec& spec, int gpus, int processes,
   s.lora_targets = spec.method.lora_targets;
   s.quantize = spec.method.quantize;
   s.double_quant = spec.method.double_quant;
-  s.precision = spec.precision == "fp16" ? "bf16" : spec.precision;
+  s.precision = spec.precision;
   s.micro_batch = std::max<std::int64_t>(1, spec.training.batch_size);
   s.gradient_accumulation = std::max<std::int64_t>(1, spec.training.gradient_accumulation);
   s.sequence_length = spec.dataset.max_length;

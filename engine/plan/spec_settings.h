@@ -30,7 +30,7 @@ bool plans_on_gpu(const job::JobSpec& spec, const HardwareProfile& hw, int proce
 std::optional<std::uint64_t> size_option(const nlohmann::json& options, const std::string& key);
 // a × b, or INT64_MAX where that overflows.
 std::int64_t saturating_mul(std::int64_t a, std::int64_t b);
-// The spec's own choices as planner settings: method, precision (fp16 planned as bf16), batch as
+// The spec's own choices as planner settings: method, precision, batch as
 // one micro-batch, checkpointing, and the named strategy's layout and shares.
 Settings written_settings(const job::JobSpec& spec, int gpus = 0, int processes = 1,
                           int processes_per_node = 1);

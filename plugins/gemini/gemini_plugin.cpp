@@ -224,10 +224,11 @@ class GeminiPlugin : public train::Plugin {
       if (gemini_.auto_placement) gemini_.offload_param_frac = 0.0;
     } else {
       train::require_cpu_device(options, name());
-      if (gemini_.host_param_frac > 0.0 || gemini_.host_optim_frac > 0.0)
+      if (gemini_.host_param_frac > 0.0 || gemini_.host_optim_frac > 0.0 ||
+          gemini_.device_budget > 0)
         throw_invalid(
-            "strategy.options.host_param_frac / host_optim_frac: these place shards between a "
-            "device and host memory, and this job computes on the CPU",
+            "strategy.options.host_param_frac / host_optim_frac / device_budget: these place and "
+            "size shards on a device, and this job computes on the CPU",
             "remove them (offload_param_frac and offload_optim_frac place shards on disk)");
     }
     precision_.emplace(options.precision, tensor_device());

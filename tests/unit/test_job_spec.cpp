@@ -251,12 +251,34 @@ class TestJobSpec : public QObject {
         {{{"chunk_size", "lots"}}, "strategy.options.chunk_size: \"lots\" is not a size"},
         {{{"chunk_size", -5}}, "strategy.options.chunk_size is -5"},
         {{{"offload_dir", ""}}, "strategy.options.offload_dir is \"\"; expected a folder path"},
+        // Together: shares of the same bytes past all of them (the run placed 50% and 50%
+        // for these), a share that placement auto decides, device-tier options on the CPU.
+        {{{"host_optim_frac", 0.8}, {"offload_optim_frac", 0.5}},
+         "strategy.options.host_optim_frac and offload_optim_frac add up to 130% of the "
+         "optimizer-state bytes"},
+        {{{"host_param_frac", 0.6}, {"offload_param_frac", 0.6}},
+         "host_param_frac and offload_param_frac add up to 120% of the parameter bytes"},
+        {{{"placement", "auto"}, {"offload_param_frac", 0.5}},
+         "strategy.options.offload_param_frac: placement \"auto\" decides"},
+        {{{"device", "cpu"}, {"host_param_frac", 0.5}},
+         "strategy.options.host_param_frac: with device \"cpu\" there is no device tier"},
+        {{{"device", "cpu"}, {"device_budget", "1GiB"}},
+         "strategy.options.device_budget: with device \"cpu\" there is no device tier"},
     };
     for (const auto& [options, needle] : refused) {
       doc["strategy"] = {{"name", "gemini"}, {"options", options}};
       const auto text = error_text(doc);
       QVERIFY2(text.find(needle) != std::string::npos, (needle + " not in: " + text).c_str());
     }
+    // Shares that add up to all of the bytes, and device-tier options with a device, are kept.
+    doc["strategy"] = {{"name", "gemini"},
+                       {"options",
+                        {{"device", "cuda"},
+                         {"host_optim_frac", 0.5},
+                         {"offload_optim_frac", 0.5},
+                         {"device_budget", "1GiB"}}}};
+    QCOMPARE(job::parse_job_spec(doc, "job.json").strategy.options["host_optim_frac"].get<double>(),
+             0.5);
   }
 
   void autoDeviceIsTheGpuWhereTheStrategyCanUseIt() {

@@ -321,29 +321,77 @@ class TestPlan : public QObject {
     QVERIFY(p.total_steps && *p.total_steps == 10);
   }
 
-  // ddp and gemini on cuda are not modelled on the GPU yet: the plan says its figures are the
-  // CPU's instead of showing them as the GPU's.
-  void planSaysWhenItCannotModelTheGpu() {
-    for (const std::string name : {"gemini", "ddp", "zero"}) {
+  // A strategy named on cuda where the profile lists no GPU, or fewer than its ranks on this
+  // machine: the plan refuses it as the run would (it planned the CPU's figures before, with a
+  // warning, and said the job fits); on cpu it plans as ever.
+  void planRefusesCudaWhereTheRunWould() {
+    const auto message_of = [](const plan::PlanInputs& in) -> std::string {
+      try {
+        (void)plan::make_plan(in);
+      } catch (const tessera::Error& e) {
+        return e.what();
+      }
+      return "";
+    };
+    for (const std::string name : {"single", "gemini", "ddp", "zero"}) {
       plan::PlanInputs in = inputs(64ull << 30);
       in.spec.strategy.name = name;
       in.spec.strategy.options = {{"device", "cuda"}};
-      const auto p = plan::make_plan(in);
-      QVERIFY2(std::any_of(p.reasons.begin(), p.reasons.end(),
-                           [&](const std::string& r) {
-                             return r.find("warning: strategy " + name +
-                                           " on cuda is planned as if it computed on the CPU") == 0;
-                           }),
-               name.c_str());
-      // The host's figures, in one host tier: gemini's device-tier split is not applied.
-      QCOMPARE(p.tiers.at(0).tier, std::string("host"));
-      QVERIFY(!p.settings.device_tier);
+      const std::string refused = message_of(in);
+      QVERIFY2(refused.find("strategy.options.device \"cuda\" but no CUDA device is present") !=
+                   std::string::npos,
+               (name + ": " + refused).c_str());
       in.spec.strategy.options = {{"device", "cpu"}};
       const auto cpu = plan::make_plan(in);
       QVERIFY(std::none_of(cpu.reasons.begin(), cpu.reasons.end(), [](const std::string& r) {
         return r.find("planned as if it computed on the CPU") != std::string::npos;
       }));
     }
+    // Four ranks of ddp on a machine with two GPUs.
+    plan::PlanInputs in = inputs(64ull << 30);
+    in.spec.strategy = {"ddp", {{"device", "cuda"}}};
+    in.processes = in.processes_per_node = 4;
+    in.profile.gpus = {test_gpu(), test_gpu()};
+    const std::string refused = message_of(in);
+    QVERIFY2(refused.find("4 ranks on a machine with 2 GPU(s)") != std::string::npos,
+             refused.c_str());
+    in.processes = in.processes_per_node = 2;
+    QVERIFY(message_of(in).empty());
+    // auto on cuda over two processes, without a GPU: refused too (it trained ddp on the CPU).
+    plan::PlanInputs automatic = inputs(64ull << 30);
+    automatic.spec.strategy = {"auto", {{"device", "cuda"}}};
+    automatic.processes = automatic.processes_per_node = 2;
+    QVERIFY(message_of(automatic).find("no CUDA device is present") != std::string::npos);
+  }
+
+  // fp16 (with the loss scaler) is a GPU's: planned in two bytes a value on any GPU (one without
+  // bf16 too, where it trained fp32 before) and kept as the spec says; on the CPU a named strategy
+  // is refused as the run refuses it, and auto trains bf16 or fp32 there, saying why.
+  void planKeepsFp16OnAGpuAndRefusesItOnTheCpu() {
+    plan::PlanInputs in = inputs(64ull << 30);
+    in.spec.precision = "fp16";
+    in.profile.gpus.push_back(test_gpu(80ull << 30, /*bf16=*/false));
+    const plan::Plan on_gpu = plan::make_plan(in);
+    QCOMPARE(on_gpu.settings.precision, std::string("fp16"));
+    QCOMPARE(plan::apply_settings(in.spec, on_gpu.settings).precision, std::string("fp16"));
+    for (const std::string& change : plan::applied_changes(in.spec, on_gpu.settings))
+      QVERIFY2(change.find("precision") == std::string::npos, change.c_str());
+    // Two bytes a value: the memory of bf16 on a GPU that has it.
+    plan::PlanInputs bf16 = in;
+    bf16.spec.precision = "bf16";
+    bf16.profile.gpus = {test_gpu(80ull << 30, /*bf16=*/true)};
+    const plan::Plan in_bf16 = plan::make_plan(bf16);
+    QCOMPARE(on_gpu.tiers.at(0).estimate.weights, in_bf16.tiers.at(0).estimate.weights);
+
+    in.profile.gpus.clear();
+    const plan::Plan on_cpu = plan::make_plan(in);
+    QVERIFY(on_cpu.settings.precision == "bf16" || on_cpu.settings.precision == "fp32");
+    QVERIFY(std::any_of(on_cpu.reasons.begin(), on_cpu.reasons.end(), [](const std::string& r) {
+      return r.find("instead of fp16") != std::string::npos &&
+             r.find("fp16 computes on a GPU only") != std::string::npos;
+    }));
+    in.spec.strategy.name = "single";
+    QVERIFY_THROWS_EXCEPTION(tessera::Error, plan::make_plan(in));
   }
 
   void planSpillsToHostMemoryOnTheGpu() {
