@@ -505,6 +505,11 @@ def test_a_host_budget_too_small_is_refused_before_loading(workdir, medium_llama
     assert "weights" in r.stderr and "optimizer state" in r.stderr, r.stderr
     lines = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
     assert not any(e["type"] in ("metric", "memory") for e in lines), "it loaded before refusing"
+    # `plan` refuses it the same way (it approved the job against the machine's memory before).
+    planned = cli("plan", path)
+    assert planned.returncode == 2, planned.stdout
+    assert "strategy.options.host_budget" in planned.stderr and "needs about" in planned.stderr, \
+        planned.stderr
 
 
 def test_training_stays_inside_its_host_budget(workdir, medium_llama):
