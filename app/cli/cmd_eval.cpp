@@ -70,8 +70,17 @@ int run_eval(const std::vector<std::string>& raw) {
   const hf::Tokenizer tokenizer = hf::Tokenizer::from_folder(model_dir);
   hf::TokenizerConfig tokenizer_config = hf::load_tokenizer_config_from_folder(model_dir);
   std::unique_ptr<data::DatasetReader> reader = data::open_dataset(data_arg);
-  const data::DatasetFormat format =
-      data::resolve_format(reader->columns(), data_arg, data::FormatKind::Text);
+  // The data layer's hint names --format and --column, which eval does not take.
+  const data::DatasetFormat format = [&] {
+    try {
+      return data::resolve_format(reader->columns(), data_arg, data::FormatKind::Text);
+    } catch (const Error& e) {
+      throw_invalid(e.what(),
+                    "eval scores the records of a 'text' column only: give a file with one "
+                    "(instruction, chat and preference data are evaluated by a training run's "
+                    "eval_every)");
+    }
+  }();
   data::TokenizeOptions tokenize;
   tokenize.max_length = static_cast<std::size_t>(max_length);
   tokenize.pack = false;  // one record per sequence

@@ -85,8 +85,12 @@ Loaded load() {
     loaded.status = "loaded from " + loaded.path;
     return loaded;
   }
+  const char* named = std::getenv("TESSERA_CUDA_MODULE");
   if (!errors.empty()) {
     loaded.status = "not loaded: " + errors;
+  } else if (named != nullptr && *named != '\0') {
+    loaded.status = std::string("not loaded: TESSERA_CUDA_MODULE names ") + named +
+                    ", which does not exist (unset it to look beside the program)";
   } else {
 #ifdef TESSERA_CUDA_MODULE_BUILD_PATH
     loaded.status = std::string("not installed: no ") + kModuleName +

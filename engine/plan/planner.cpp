@@ -1035,9 +1035,9 @@ Plan make_plan(const PlanInputs& in) {
                                      (s.offload_optim_frac > 0.0 || s.offload_param_frac > 0.0
                                           ? ", " + on_disk_phrase(s) + " on disk"
                                           : std::string())
-               : s.offload_param_frac > 0.0
+               : s.offload_param_frac > 0.0 || s.offload_optim_frac > 0.0
                    ? ", parameters in chunks, " + on_disk_phrase(s) + " on disk"
-                   : std::string(", parameters in chunks, optimizer state partly on disk")));
+                   : std::string(", parameters and optimizer state in chunks in memory")));
     if (s.micro_batch < batch)
       plan.reasons.push_back("micro-batch " + std::to_string(s.micro_batch) + " × " +
                              std::to_string(batch / s.micro_batch) + " accumulation steps: batch " +
@@ -1139,7 +1139,8 @@ Plan make_plan(const PlanInputs& in) {
                             : "it overlaps the optimizer update, not the forward and backward"));
     } else {
       plan.reasons.push_back(traffic +
-                             "; the disk speed was not measured, so the time leaves it out");
+                             "; the disk speed was not measured, so the time leaves it out "
+                             "(tessera-cli plan --measure-disk measures the output folder's disk)");
     }
   }
   // gemini's device tier: the CPU Adam updates the optimizer shards in host memory and on disk

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "cuda/runtime.h"
 #include "dist/parallel_context.h"
 #include "model/quantized_linear.h"
 #include "optim/clip.h"
@@ -45,7 +46,9 @@ std::uint64_t model_and_adapter_bytes(model::PretrainedModel& model,
 torch::Device DenseTraining::choose_device(const std::string& device, const std::string& plugin) {
   if (device == "cuda" || (device == "auto" && torch::cuda::is_available())) {
     if (!torch::cuda::is_available())
-      throw_unsupported("strategy.options.device: \"cuda\" but no CUDA device is present",
+      throw_unsupported("strategy " + plugin +
+                            ": strategy.options.device \"cuda\" but no CUDA device is present" +
+                            cuda::runtime_note(),
                         "use device \"cpu\" or \"auto\"");
     return torch::Device(torch::kCUDA, 0);
   }
