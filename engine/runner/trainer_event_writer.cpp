@@ -82,7 +82,7 @@ void TrainerEventWriter::on_memory(const train::MemoryReport& r) {
                           {"device", r.device},
                           {"used", r.used},
                           {"reserved", r.reserved},
-                          {"budget", nullptr},
+                          {"budget", r.budget ? nlohmann::json(*r.budget) : nlohmann::json()},
                           {"by_category",
                            {{"weights", r.by_category.weights},
                             {"gradients", r.by_category.gradients},

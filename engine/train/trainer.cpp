@@ -611,6 +611,7 @@ void Trainer::emit_memory() {
       report.bytes_to_device = tier->bytes_to_device;
       report.bytes_to_host = tier->bytes_to_host;
       report.simulated = tier->simulated;
+      report.budget = tier->total;
     }
     if (gpu) {
       report.used = gpu->allocated;

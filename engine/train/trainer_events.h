@@ -98,6 +98,9 @@ struct MemoryReport {
   std::optional<std::uint64_t> bytes_to_device;
   std::optional<std::uint64_t> bytes_to_host;
   bool simulated = false;
+  // A plugin's device tier only: the bytes its chunks may take there (device_budget, or what the
+  // GPU had free when the run started).
+  std::optional<std::uint64_t> budget;
   // Disk only: chunk traffic since the run started, and its rate since the last report.
   std::uint64_t bytes_read = 0;
   std::uint64_t bytes_written = 0;

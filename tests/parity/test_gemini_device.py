@@ -59,6 +59,7 @@ def test_device_tier_follows_single(workdir, family, precision, method):
         assert_same_losses(ours, reference, f"{base} {name}")
         device = [e for e in events if e["type"] == "memory" and e.get("tier") == "device"]
         assert device and all(e["device"] == "simulated" and e["simulated"] for e in device), base
+        assert all(e["budget"] == 64 << 20 for e in device), device[-1]  # device_budget
         moved = device[-1]["traffic"]["to_device_bytes"]
         if name == "device":
             assert moved == 0, f"{base} {name}: chunks moved though all live on the device"
