@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+#include "core/files.h"
 #include "hf/families.h"
 #include "memory/chunk_cache_policy.h"
 #include "memory/chunk_layout.h"
@@ -15,6 +17,7 @@
 #include "plan/activations.h"
 #include "plan/cost_terms.h"
 #include "plan/plan_text.h"
+#include "plan/spec_settings.h"
 
 namespace tessera::plan {
 
@@ -696,6 +699,33 @@ job::StrategySpec gemini_written_as(const Settings& s) {
     out.options["device"] = "cpu";
   }
   return out;
+}
+
+void check_gemini_chunk_size(const hf::ModelConfig& c, const job::JobSpec& spec) {
+  if (spec.strategy.name != "gemini") return;
+  const std::optional<std::uint64_t> chunk_bytes = size_option(spec.strategy.options, "chunk_size");
+  if (!chunk_bytes) return;
+  // The plugin packs in the compute dtype (fp32, or two bytes a value in bf16 and fp16).
+  const std::uint64_t element = spec.precision == "fp32" ? 4 : 2;
+  const auto capacity = static_cast<std::int64_t>(*chunk_bytes / element);
+  const hf::ParameterShapes shapes = hf::family_of(c).parameter_shapes(c);
+  // The largest tensor: the embedding (and an untied head of the same shape), or a layer's
+  // largest linear weight.
+  double largest = d(c.vocab_size) * d(c.hidden_size);
+  std::string name = "the input embedding";
+  // (QLoRA's quantized linear weights are held beside the chunks.)
+  const bool quantized = spec.method.quantize != "none";
+  for (const hf::LinearModule& m : shapes.layer_linears) {
+    if (quantized || m.in_features * m.out_features <= largest) continue;
+    largest = m.in_features * m.out_features;
+    name = "a layer's " + m.name + " weight";
+  }
+  if (largest > d(capacity))
+    throw_invalid("strategy.options.chunk_size: " + name + " has " +
+                      std::to_string(static_cast<std::int64_t>(std::min(largest, 9.0e18))) +
+                      " elements, more than a chunk of " + std::to_string(capacity) + " (" +
+                      core::human_bytes(*chunk_bytes) + " in " + spec.precision + ")",
+                  "use chunk_size \"auto\" or a size at least as large as the largest tensor");
 }
 
 }  // namespace tessera::plan

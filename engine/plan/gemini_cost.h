@@ -37,4 +37,8 @@ std::string gemini_held(const hf::ModelConfig& c, const Settings& s, std::uint64
 // GPUs the plan did not weigh).
 job::StrategySpec gemini_written_as(const Settings& s);
 
+// A chunk_size the job names that a tensor of the model is larger than: refused as the plugin
+// refuses it (InvalidInput naming strategy.options.chunk_size), before anything loads.
+void check_gemini_chunk_size(const hf::ModelConfig& c, const job::JobSpec& spec);
+
 }  // namespace tessera::plan

@@ -443,7 +443,10 @@ Plan make_plan(const PlanInputs& in) {
                         "plan with --nproc " + std::to_string(tp * pp) +
                             " (or a multiple), or choose sizes whose product divides " +
                             std::to_string(processes));
+    check_hybrid(spec, processes, &c);  // the rest of what the launch checks
   }
+  // gemini's chunk_size against the model's largest tensor, as the plugin checks it.
+  check_gemini_chunk_size(c, spec);
   plan.host_usable = hw.memory.usable();
   // The layouts the choice is made among (named: the spec's), and those the plan's table lists
   // (named: every other layout too, for the user to compare).
@@ -1329,6 +1332,45 @@ std::string change_after_device_shortfall(PlanInputs in, std::uint64_t needed) {
                      core::human_bytes(smaller) + "): ";
   for (std::size_t i = 0; i < changes.size(); ++i) hint += (i ? "; " : "") + changes[i];
   return hint + " (`tessera-cli plan` of the changed spec shows it)";
+}
+
+void check_hybrid(const job::JobSpec& spec, int world_size, const hf::ModelConfig* config) {
+  const int tp = job::hybrid_tensor_parallel_size(spec.strategy.options);
+  const int pp = job::hybrid_pipeline_parallel_size(spec.strategy.options);
+  if (world_size % (tp * pp) != 0) {
+    const std::string sizes = pp == 1 ? "tp_size: " + std::to_string(tp)
+                                      : "tp_size × pp_size: " + std::to_string(tp) + " × " +
+                                            std::to_string(pp) + " = " + std::to_string(tp * pp);
+    throw_invalid("strategy.options." + sizes + " does not divide the job's " +
+                      std::to_string(world_size) + " processes",
+                  "launch a multiple of " + std::to_string(tp * pp) +
+                      " processes (--nproc), or choose sizes whose product divides " +
+                      std::to_string(world_size));
+  }
+  const int chunks = job::hybrid_pipeline_chunks(spec.strategy.options);
+  if (chunks > 1) {
+    if (pp == 1)
+      throw_invalid("strategy.options.pp_chunks: " + std::to_string(chunks) +
+                        " chunks per stage need pipeline stages, but pp_size is 1",
+                    "set pp_size to 2 or more, or pp_chunks to 1");
+    const std::int64_t accumulation = spec.training.gradient_accumulation;
+    if (accumulation % pp != 0)
+      throw_invalid(
+          "training.gradient_accumulation: the interleaved pipeline schedule runs "
+          "micro-batches in groups of pp_size (" +
+              std::to_string(pp) + "), and " + std::to_string(accumulation) +
+              " is not a multiple of it",
+          "set gradient_accumulation to a multiple of " + std::to_string(pp) +
+              ", or pp_chunks to 1");
+  }
+  if (job::hybrid_sequence_parallel(spec.strategy.options) && tp == 1)
+    throw_invalid(
+        "strategy.options.sequence_parallel: it splits the positions over the tensor "
+        "group, but tp_size is 1",
+        "set tp_size to 2 or more, or sequence_parallel to false");
+  if (config == nullptr || (tp == 1 && pp == 1)) return;
+  if (tp > 1) hf::check_tensor_parallel(*config, tp);
+  if (pp > 1) hf::check_pipeline_parallel(*config, pp * chunks);
 }
 
 std::optional<BudgetRefusal> check_host_budget(const PlanInputs& in) {

@@ -291,6 +291,13 @@ struct BudgetRefusal {
 };
 std::optional<BudgetRefusal> check_host_budget(const PlanInputs& inputs);
 
+// What strategy hybrid's options need of the job's `world_size` processes and of the model
+// (`config`, null where it is not here yet): sizes whose product divides the processes, pipeline
+// stages for pp_chunks and a gradient_accumulation they divide, tp_size above 1 for
+// sequence_parallel, a model that splits into tp_size parts and pp_size × pp_chunks stages.
+// Throws InvalidInput naming the option; the run and the plan both call it.
+void check_hybrid(const job::JobSpec& spec, int world_size, const hf::ModelConfig* config);
+
 // A step of a job (`inputs.spec`, as it ran; over `inputs.processes` ranks, one rank's device) on
 // a GPU or the simulated device ran out of device memory, needing at least `needed` bytes there
 // (0: not known, so at least the device's budget). The plan estimated less, so the job is planned

@@ -774,49 +774,13 @@ void check_processes(const job::JobSpec& spec, int world_size) {
 }
 
 void check_hybrid(const job::JobSpec& spec, int world_size) {
-  const int tp = job::hybrid_tensor_parallel_size(spec.strategy.options);
-  const int pp = job::hybrid_pipeline_parallel_size(spec.strategy.options);
-  if (world_size % (tp * pp) != 0) {
-    const std::string sizes = pp == 1 ? "tp_size: " + std::to_string(tp)
-                                      : "tp_size × pp_size: " + std::to_string(tp) + " × " +
-                                            std::to_string(pp) + " = " + std::to_string(tp * pp);
-    throw_invalid("strategy.options." + sizes + " does not divide the job's " +
-                      std::to_string(world_size) + " processes",
-                  "launch a multiple of " + std::to_string(tp * pp) +
-                      " processes (--nproc), or choose sizes whose product divides " +
-                      std::to_string(world_size));
-  }
-  const int chunks = job::hybrid_pipeline_chunks(spec.strategy.options);
-  if (chunks > 1) {
-    if (pp == 1)
-      throw_invalid("strategy.options.pp_chunks: " + std::to_string(chunks) +
-                        " chunks per stage need pipeline stages, but pp_size is 1",
-                    "set pp_size to 2 or more, or pp_chunks to 1");
-    const std::int64_t accumulation = spec.training.gradient_accumulation;
-    if (accumulation % pp != 0)
-      throw_invalid(
-          "training.gradient_accumulation: the interleaved pipeline schedule runs "
-          "micro-batches in groups of pp_size (" +
-              std::to_string(pp) + "), and " + std::to_string(accumulation) +
-              " is not a multiple of it",
-          "set gradient_accumulation to a multiple of " + std::to_string(pp) +
-              ", or pp_chunks to 1");
-  }
-  if (job::hybrid_sequence_parallel(spec.strategy.options)) {
-    if (tp == 1)
-      throw_invalid(
-          "strategy.options.sequence_parallel: it splits the positions over the tensor "
-          "group, but tp_size is 1",
-          "set tp_size to 2 or more, or sequence_parallel to false");
-  }
-  if (tp == 1 && pp == 1) return;
   // The model's sizes, when its folder is here (a Hub model is judged once downloaded).
-  if (spec.model.path.empty()) return;
-  const fs::path config_file = fs::path(spec.model.path) / "config.json";
-  if (!fs::is_regular_file(config_file)) return;
-  const hf::ModelConfig config = hf::load_model_config(config_file);
-  if (tp > 1) hf::check_tensor_parallel(config, tp);
-  if (pp > 1) hf::check_pipeline_parallel(config, pp * chunks);
+  std::optional<hf::ModelConfig> config;
+  if (!spec.model.path.empty()) {
+    const fs::path config_file = fs::path(spec.model.path) / "config.json";
+    if (fs::is_regular_file(config_file)) config = hf::load_model_config(config_file);
+  }
+  plan::check_hybrid(spec, world_size, config ? &*config : nullptr);
 }
 
 namespace {

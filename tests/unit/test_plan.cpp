@@ -394,6 +394,42 @@ class TestPlan : public QObject {
     QVERIFY_THROWS_EXCEPTION(tessera::Error, plan::make_plan(in));
   }
 
+  // The plan refuses the layouts the launch refuses (it approved them before): hybrid's
+  // sequence_parallel without tensor parallelism, pp_chunks without pipeline stages, a tp_size
+  // the model does not split into; gemini's chunk_size below the model's largest tensor.
+  void planRefusesLayoutsTheLaunchWould() {
+    const auto refused = [](const plan::PlanInputs& in) -> std::string {
+      try {
+        (void)plan::make_plan(in);
+      } catch (const tessera::Error& e) {
+        return e.what();
+      }
+      return "";
+    };
+    plan::PlanInputs in = inputs(64ull << 30);
+    in.processes = in.processes_per_node = 2;
+    in.spec.strategy = {"hybrid", {{"tp_size", 1}, {"sequence_parallel", true}}};
+    QVERIFY(refused(in).find("sequence_parallel") != std::string::npos);
+    in.spec.strategy = {"hybrid", {{"tp_size", 1}, {"pp_chunks", 2}}};
+    in.spec.training.gradient_accumulation = 2;
+    QVERIFY(refused(in).find("but pp_size is 1") != std::string::npos);
+    in.spec.strategy = {"hybrid", {{"tp_size", 2}}};
+    QVERIFY(refused(in).empty());
+    json odd = small_llama();
+    odd["vocab_size"] = 8001;
+    in.model = config(odd);
+    QVERIFY(refused(in).find("(8001) does not split into 2 equal parts") != std::string::npos);
+
+    plan::PlanInputs one = inputs(64ull << 30);
+    one.spec.strategy = {"gemini", {{"chunk_size", "64KiB"}}};  // the embedding: 4M elements
+    const std::string small = refused(one);
+    QVERIFY2(small.find("strategy.options.chunk_size: the input embedding has 4096000 elements, "
+                        "more than a chunk of 16384") != std::string::npos,
+             small.c_str());
+    one.spec.strategy = {"gemini", {{"chunk_size", "16MiB"}}};
+    QVERIFY(refused(one).empty());
+  }
+
   void planSpillsToHostMemoryOnTheGpu() {
     // Full fine-tuning that does not fit the GPU even at micro-batch 1 with checkpointing, but
     // fits gemini's device tier with the optimizer state in host memory: auto keeps the method
