@@ -1238,8 +1238,16 @@ Plan make_plan(const PlanInputs& in) {
     // Packed text: blocks of max_length from the sampled tokens per row, not one per row.
     const double rows = d(*in.dataset_rows) * (1.0 - spec.dataset.validation_split) *
                         (in.packed_rows_per_block ? 1.0 / *in.packed_rows_per_block : 1.0);
-    plan.total_steps = static_cast<std::int64_t>(std::ceil(
-        std::ceil(rows / d(batch * spec.training.gradient_accumulation)) * *spec.training.epochs));
+    // A step trains batch × accumulation sequences on each data-parallel replica: every rank of
+    // ddp, zero and sharded gemini, each tp × pp group of hybrid.
+    const std::int64_t replicas =
+        !distributed ? 1
+        : s.strategy == "hybrid"
+            ? std::max<std::int64_t>(1, processes / std::max(1, s.tp_size * s.pp_size))
+            : processes;
+    plan.total_steps = static_cast<std::int64_t>(
+        std::ceil(std::ceil(rows / d(batch * spec.training.gradient_accumulation * replicas)) *
+                  *spec.training.epochs));
     plan.steps_source = in.packed_rows_per_block
                             ? "epochs × training rows packed into max_length blocks (tokens per "
                               "row from a sample)"

@@ -430,6 +430,29 @@ class TestPlan : public QObject {
     QVERIFY(refused(one).empty());
   }
 
+  // The total of an epochs job counts every data-parallel replica's sequences per step: the
+  // plan said 7 steps where ddp at 2 ranks ran 3 (200 rows, batch 32).
+  void epochsCountTheDataParallelReplicas() {
+    const auto steps = [](const std::string& strategy, const json& options, int processes) {
+      plan::PlanInputs in = inputs(64ull << 30);
+      in.spec.training.steps.reset();
+      in.spec.training.epochs = 1.0;
+      in.spec.training.batch_size = 32;
+      in.spec.dataset.validation_split = 0.0;
+      in.dataset_rows = 200;
+      in.processes = in.processes_per_node = processes;
+      in.spec.strategy = {strategy, options};
+      const plan::Plan p = plan::make_plan(in);
+      return p.total_steps.value_or(-1);
+    };
+    QCOMPARE(steps("single", json::object(), 1), std::int64_t{7});
+    QCOMPARE(steps("ddp", json::object(), 2), std::int64_t{4});
+    QCOMPARE(steps("zero", json::object(), 2), std::int64_t{4});
+    QCOMPARE(steps("gemini", json::object(), 2), std::int64_t{4});
+    QCOMPARE(steps("hybrid", json{{"tp_size", 2}}, 2), std::int64_t{7});  // one replica
+    QCOMPARE(steps("hybrid", json{{"tp_size", 2}}, 4), std::int64_t{4});  // two
+  }
+
   void planSpillsToHostMemoryOnTheGpu() {
     // Full fine-tuning that does not fit the GPU even at micro-batch 1 with checkpointing, but
     // fits gemini's device tier with the optimizer state in host memory: auto keeps the method
