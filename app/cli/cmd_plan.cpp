@@ -163,8 +163,13 @@ int run_plan(const std::vector<std::string>& raw) {
   }
   const fs::path spec_path = args.positionals()[0];
   const job::JobSpec spec = job::load_job_spec(spec_path);
-  // Free disk of the output folder, or of its nearest existing parent before the first run.
-  fs::path disk_dir = spec.output.dir.empty() ? fs::path(".") : fs::absolute(spec.output.dir);
+  // Free disk of the folder the disk tier writes (gemini's offload_dir, else the output folder),
+  // or of its nearest existing parent before the first run.
+  const auto offload_dir = spec.strategy.options.find("offload_dir");
+  fs::path disk_dir = spec.strategy.name == "gemini" && offload_dir != spec.strategy.options.end()
+                          ? fs::absolute(offload_dir->get<std::string>())
+                      : spec.output.dir.empty() ? fs::path(".")
+                                                : fs::absolute(spec.output.dir);
   while (!fs::exists(disk_dir) && disk_dir.has_parent_path() && disk_dir != disk_dir.parent_path())
     disk_dir = disk_dir.parent_path();
   // Several processes: the link between two local ranks is measured (cached a day) for the time.

@@ -75,6 +75,15 @@ DiskStore::DiskStore(const fs::path& offload_folder, int io_threads) {
   std::error_code ec;
   created_parent_ = !fs::exists(offload_folder, ec);
   fs::create_directories(offload_folder, ec);
+  // A folder the user may not write, or a path through a file, is the spec's fault (exit 2, as
+  // for output.dir); anything else is the system refusing (exit 1).
+  if (ec == std::errc::permission_denied || ec == std::errc::read_only_file_system ||
+      ec == std::errc::not_a_directory || ec == std::errc::operation_not_permitted ||
+      ec == std::errc::no_such_file_or_directory)
+    throw_invalid("strategy.options.offload_dir: cannot create the offload folder " +
+                      offload_folder.string() + " (" + ec.message() + ")",
+                  "give a folder this user can write (strategy.options.offload_dir), or leave "
+                  "it out to use the run folder's offload/");
   if (ec)
     throw_io(
         "offload folder " + offload_folder.string() + ": cannot create it (" + ec.message() + ")",

@@ -116,6 +116,18 @@ def test_refused_before_building(base, tmp_path, case, command):
         assert "the nearest: 6 or 8" in stderr, stderr
 
 
+def test_an_offload_dir_that_cannot_be_made_is_the_specs_fault(base, tmp_path):
+    """gemini's offload_dir through a file: exit 2 naming the option (it was exit 1, as if the
+    system had refused a write)."""
+    (tmp_path / "a-file").write_text("not a folder")
+    options = json.dumps({"offload_optim_frac": 1.0, "offload_dir": str(tmp_path / "a-file" / "offload")})
+    code, stderr, _, _ = run_measured(["finetune", "--model", base / "model", "--data", base / "data.jsonl",
+                                       "--max-length", 32, "--steps", 1, "--strategy", "gemini",
+                                       "--strategy-options", options, "--out", tmp_path / "out"])
+    assert code == 2, stderr
+    assert "strategy.options.offload_dir" in stderr and "hint:" in stderr, stderr
+
+
 def test_model_that_fits_still_runs(base, tmp_path):
     """The check refuses only what cannot fit: the tiny model itself evaluates."""
     code, stderr, _, _ = run_measured(["eval", "--model", base / "model", "--data", base / "data.jsonl"])
