@@ -45,9 +45,8 @@ std::int64_t count_lora_parameters(const hf::ModelConfig& c, std::int64_t rank,
   for (const auto& name : names) {
     auto shape = linear_shape(c, name);
     if (!shape)
-      throw_invalid(
-          "method.lora_targets: \"" + name + "\" is not a linear layer of " + c.model_type,
-          "default targets for this family: " + join(default_lora_targets(c)));
+      throw_invalid("method.targets: \"" + name + "\" is not a linear layer of " + c.model_type,
+                    "default targets for this family: " + join(default_lora_targets(c)));
     n += d(rank) * (shape->first + shape->second);
   }
   return static_cast<std::int64_t>(std::min(n * d(c.num_hidden_layers), 9.0e18));

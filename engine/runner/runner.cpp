@@ -844,6 +844,20 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
     capacity.memory.simulated = *run_options.simulate_host_memory;
   plan::check_training_fits(source.config(), (model_dir / "config.json").string(), requested,
                             parallel ? parallel->world_size() : 1, capacity);
+  // Sequences allowed longer than the positions the model was trained for: learned position
+  // embeddings end there (a longer sequence is refused at its forward), rotary ones reach past
+  // it untrained. Said once, before anything loads.
+  if (const std::int64_t positions = source.config().max_position_embeddings;
+      leader && positions > 0 && requested.dataset.max_length > positions)
+    events.log("warning",
+               "dataset.max_length " + std::to_string(requested.dataset.max_length) +
+                   " exceeds the model's max_position_embeddings " + std::to_string(positions) +
+                   (hf::family_of(source.config()).learned_positions
+                        ? ": its learned position embeddings end there, so a longer sequence "
+                          "stops the run; set dataset.max_length to " +
+                              std::to_string(positions) + " at most"
+                        : ": positions past it were never trained (rotary embeddings reach "
+                          "them, but the model has not learned them)"));
   // Planned before the data and the weights are read, so a job that cannot fit fails in a
   // second.
   const job::JobSpec spec =

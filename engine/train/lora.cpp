@@ -67,7 +67,7 @@ LoraModel::LoraModel(std::shared_ptr<model::PretrainedModel> model, LoraOptions 
     if (!wanted.count(leaf)) continue;
     matched.insert(leaf);
     if (linear->adapter)
-      throw_invalid("method.lora_targets: " + item.key() + " already has an adapter",
+      throw_invalid("method.targets: " + item.key() + " already has an adapter",
                     "apply LoRA to a model once");
     auto options = torch::TensorOptions().dtype(torch::kFloat32).device(linear->weight.device());
     torch::Tensor lora_a = torch::empty({options_.rank, linear->in_features}, options);
@@ -84,7 +84,7 @@ LoraModel::LoraModel(std::shared_ptr<model::PretrainedModel> model, LoraOptions 
   for (const std::string& t : options_.targets)
     if (!matched.count(t))
       throw_invalid(
-          "method.lora_targets: \"" + t + "\" matches no linear layer of this " +
+          "method.targets: \"" + t + "\" matches no linear layer of this " +
               model_->config().model_type + " model",
           "default targets for this family: " + [&] {
             std::string s;

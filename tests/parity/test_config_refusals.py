@@ -128,6 +128,21 @@ def test_an_offload_dir_that_cannot_be_made_is_the_specs_fault(base, tmp_path):
     assert "strategy.options.offload_dir" in stderr and "hint:" in stderr, stderr
 
 
+def test_sequences_past_the_models_positions_are_warned_of(base, tmp_path):
+    """A rotary model whose config.json says 16 positions, trained on blocks of 32 tokens: it
+    trains (rotary embeddings reach past them) and the run says once that those positions were
+    never trained (it said nothing)."""
+    model = variant(base, "positions_16", {"max_position_embeddings": 16})
+    events = tmp_path / "events.jsonl"
+    code, stderr, _, _ = run_measured(["finetune", "--model", model, "--data", base / "data.jsonl",
+                                       "--max-length", 32, "--steps", 1, "--out", tmp_path / "out",
+                                       "--events", events])
+    assert code == 0, stderr
+    warned = [e["message"] for e in map(json.loads, events.read_text().splitlines())
+              if e.get("type") == "log" and e.get("level") == "warning" and "max_position_embeddings" in e.get("message", "")]
+    assert len(warned) == 1 and "dataset.max_length 32 exceeds the model's max_position_embeddings 16" in warned[0], warned
+
+
 def test_model_that_fits_still_runs(base, tmp_path):
     """The check refuses only what cannot fit: the tiny model itself evaluates."""
     code, stderr, _, _ = run_measured(["eval", "--model", base / "model", "--data", base / "data.jsonl"])
