@@ -16,6 +16,7 @@
 #include "plan/planner.h"
 #include "plan/profile.h"
 #include "plan/strategy_costs.h"
+#include "runner/runner.h"
 
 namespace tessera::cli {
 
@@ -189,6 +190,8 @@ int run_plan(const std::vector<std::string>& raw) {
     inputs.processes = std::max(1, total);
     inputs.processes_per_node = here > 0 ? here : inputs.processes;
   }
+  // A preference reference that is no model folder, or another vocabulary's, as the run checks.
+  if (!spec.model.path.empty()) runner::check_preference_reference(spec, spec.model.path);
   // gemini's host_budget: the job as written is checked against it as the run checks it (the
   // plan's own budget is the machine's memory).
   if (const auto refusal = plan::check_host_budget(inputs))

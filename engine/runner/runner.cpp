@@ -553,12 +553,30 @@ fs::path model_dir_of(const job::JobSpec& spec) {
 
 // The model folder the run trains from, read once (config.json, the checkpoint's headers) and
 // passed down to every stage.
-hf::ModelFolder open_model(const fs::path& model_dir) {
+hf::ModelFolder open_model(const fs::path& model_dir, const std::string& field = "model.path") {
   if (!fs::exists(model_dir / "config.json"))
-    throw_invalid("job spec: model.path " + model_dir.string() + " has no config.json",
-                  "point model.path at a HuggingFace model folder");
+    throw_invalid("job spec: " + field + " " + model_dir.string() + " has no config.json",
+                  "point " + field + " at a HuggingFace model folder");
   return hf::ModelFolder::open(model_dir);
 }
+
+}  // namespace
+
+void check_preference_reference(const job::JobSpec& spec, const fs::path& model_dir) {
+  const auto& p = spec.method.preference;
+  if (!p || p->reference.empty()) return;
+  const hf::ModelFolder reference = open_model(p->reference, "method.preference.reference");
+  if (!fs::exists(model_dir / "config.json")) return;
+  const hf::ModelConfig model = hf::load_model_config(model_dir / "config.json");
+  if (reference.config().vocab_size != model.vocab_size)
+    throw_invalid("method.preference.reference: " + reference.dir().string() +
+                      " has a vocabulary of " + std::to_string(reference.config().vocab_size) +
+                      " tokens, the model " + std::to_string(model.vocab_size),
+                  "name a reference with the trained model's tokenizer (its base, or an earlier "
+                  "fine-tune of it)");
+}
+
+namespace {
 
 // The dataset tokenized for the model, and the id that pads its batches.
 struct TrainingData {
@@ -618,14 +636,9 @@ std::shared_ptr<model::PretrainedModel> load_reference_model(const job::JobSpec&
   const auto& p = spec.method.preference;
   if (!p || (p->loss != "dpo" && p->loss != "ipo" && p->loss != "kto")) return nullptr;
   if (p->reference.empty() && spec.method.type != "full") return nullptr;
-  const hf::ModelFolder reference = p->reference.empty() ? source : open_model(p->reference);
+  const hf::ModelFolder reference =
+      p->reference.empty() ? source : open_model(p->reference, "method.preference.reference");
   const hf::ModelConfig& config = reference.config();
-  if (config.vocab_size != source.config().vocab_size)
-    throw_invalid("method.preference.reference: " + reference.dir().string() +
-                      " has a vocabulary of " + std::to_string(config.vocab_size) +
-                      " tokens, the model " + std::to_string(source.config().vocab_size),
-                  "name a reference with the trained model's tokenizer (its base, or an earlier "
-                  "fine-tune of it)");
   auto model = model::create_model(config, model::TaskHead::CausalLM,
                                    torch::TensorOptions().dtype(torch::kFloat32));
   model::DeferredWeights(*model, reference.weights())
@@ -837,6 +850,7 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
     core::remove_dead_temporaries(out_dir,
                                   [&](const std::string& line) { events.log("info", line); });
   const hf::ModelFolder source = open_model(model_dir);
+  check_preference_reference(requested, model_dir);
   // What config.json asks for is judged before anything of the model is built (a model of 1e9
   // layers would be allocated until the process is killed): refused by its field.
   plan::ModelCapacity capacity = plan::probe_model_capacity(plan::spill_dir_of(requested));

@@ -52,6 +52,10 @@ void check_processes(const job::JobSpec& spec, int world_size);
 // folder is here) has a tensor-parallel plan whose sizes tp_size divides. Throws
 // tessera::Error naming the field, the numbers and the sizes that would work.
 void check_hybrid(const job::JobSpec& spec, int world_size);
+// A preference reference the spec names (method.preference.reference): a model folder whose
+// vocabulary is the trained model's (`model_dir`, when it is here). Throws InvalidInput naming
+// the field; the run checks it before loading, and so does `tessera-cli plan`.
+void check_preference_reference(const job::JobSpec& spec, const std::filesystem::path& model_dir);
 
 // Several processes (torchrun's WORLD_SIZE etc. set; engine/dist/README.md): every rank calls
 // run_job with the same spec. Each joins the job (rendezvous; a bad variable is an error naming

@@ -256,6 +256,14 @@ def test_a_named_reference_is_the_one_compared_with(workdir, pairs, one_process)
         "loss": "dpo", "reference": str(other)}})
     r = cli("run", bad)
     assert r.returncode == 2 and "has a vocabulary of" in r.stderr, r.stderr
+    # `plan` refuses it too, and a reference that is no model folder is named by its field.
+    r = cli("plan", bad)
+    assert r.returncode == 2 and "has a vocabulary of" in r.stderr, r.stderr
+    missing = pair_job(workdir, pairs, "dpo-missing", method={"type": "full", "preference": {
+        "loss": "dpo", "reference": str(workdir / "no-such-model")}})
+    for command in ("run", "plan"):
+        r = cli(command, missing)
+        assert r.returncode == 2 and "method.preference.reference" in r.stderr, (command, r.stderr)
 
 
 def test_evaluation_reports_the_preference_figures(workdir, pairs):
