@@ -592,6 +592,10 @@ Plan make_plan(const PlanInputs& in) {
       if (b != batch / b) micro_batches.push_back(batch / b);
     }
   std::sort(micro_batches.rbegin(), micro_batches.rend());
+  // kto pairs each prompt with another example's completion of its micro-batch (the job spec
+  // refuses a batch_size of 1 for it): never split below 2.
+  if (spec.method.preference && spec.method.preference->loss == "kto")
+    std::erase_if(micro_batches, [](std::int64_t b) { return b < 2; });
 
   // The disk tier gemini may fill: the free space of the run's filesystem, less the headroom.
   const std::uint64_t disk_limit =

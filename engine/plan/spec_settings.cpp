@@ -82,9 +82,10 @@ Settings written_settings(const job::JobSpec& spec, int gpus, int processes,
   s.gradient_accumulation = std::max<std::int64_t>(1, spec.training.gradient_accumulation);
   s.sequence_length = spec.dataset.max_length;
   s.activation_checkpointing = spec.training.activation_checkpointing;
+  // single's option (auto plans single with it too); the other strategies leave them in the file.
   s.frozen_tables_in_file =
-      spec.strategy.name != "single" ||
-      job::strategy_option("single", spec.strategy.options, "frozen_tables") == "file";
+      (spec.strategy.name != "single" && spec.strategy.name != job::kAutoStrategy) ||
+      job::strategy_option(spec.strategy.name, spec.strategy.options, "frozen_tables") == "file";
   if (const auto& p = spec.method.preference) {
     s.rows_per_example = 2;
     s.reference_forward = p->loss == "dpo" || p->loss == "ipo" || p->loss == "kto";

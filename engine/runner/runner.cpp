@@ -522,6 +522,10 @@ job::JobSpec plan_run(const job::JobSpec& spec, const hf::ModelFolder& source,
   if (settings.precision != spec.precision)
     events.log("warning", "the plan trains in " + settings.precision + " instead of " +
                               spec.precision + " (see the plan for why)");
+  if (settings.activation_checkpointing && !spec.training.activation_checkpointing)
+    events.log("warning",
+               "the plan turns activation checkpointing on (each layer's forward runs again in "
+               "backward: more compute, less memory; see the plan for why)");
   if (settings.micro_batch != spec.training.batch_size)
     events.log("warning", "the plan trains micro-batches of " +
                               std::to_string(settings.micro_batch) + " with " +

@@ -453,6 +453,21 @@ class TestPlan : public QObject {
     QCOMPARE(steps("hybrid", json{{"tp_size", 2}}, 4), std::int64_t{4});  // two
   }
 
+  // kto pairs each prompt with another example's completion of its micro-batch: auto never
+  // splits its batch below 2 (it trained micro-batches of 1, which a spec may not write).
+  void ktoIsNeverSplitBelowTwo() {
+    for (const std::uint64_t budget :
+         std::vector<std::uint64_t>{64ull << 30, budget_for(settings(1, true, "full")),
+                                    budget_for(settings(1, false, "full"))}) {
+      plan::PlanInputs in = inputs(budget);
+      in.spec.method.preference = job::PreferenceSpec{};
+      in.spec.method.preference->loss = "kto";
+      in.spec.training.batch_size = 2;
+      const plan::Plan p = plan::make_plan(in);
+      QVERIFY2(p.settings.micro_batch >= 2, std::to_string(budget).c_str());
+    }
+  }
+
   void planSpillsToHostMemoryOnTheGpu() {
     // Full fine-tuning that does not fit the GPU even at micro-batch 1 with checkpointing, but
     // fits gemini's device tier with the optimizer state in host memory: auto keeps the method
