@@ -441,7 +441,8 @@ def test_gemini_device_tier_on_the_gpu_moves_what_its_placement_says(options, ll
     tier = [e for e in memory if e["type"] == "memory" and e.get("tier") == "device"]
     assert tier and tier[-1]["device"] == where(DEVICE if DEVICE == "cuda" else "simulated"), tier[-1:]
     moments = max(e["by_category"]["optimizer"] for e in tier)
-    if options.get("host_optim_frac") == 1.0:  # every update on the host
+    if options.get("host_optim_frac", 0) + options.get("offload_optim_frac", 0) >= 1.0:
+        # every update on the host (the CPU Adam's, in host memory or on disk)
         assert tier[-1]["traffic"]["to_host_bytes"] > 0 and moments == 0
     elif "host_param_frac" not in options:  # everything on the device: nothing moves
         assert tier[-1]["traffic"]["to_host_bytes"] == tier[-1]["traffic"]["to_device_bytes"] == 0

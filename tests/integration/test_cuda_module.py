@@ -104,7 +104,8 @@ def test_a_module_that_does_not_load_is_named_and_the_cpu_still_works(tmp_path):
     assert v["cuda_module"].startswith("not loaded: ") and str(bogus) in v["cuda_module"], v
     missing = tmp_path / "nowhere" / "libtessera_cuda.so"
     v = version("1", extra_env={"TESSERA_CUDA_MODULE": str(missing)})
-    assert v["cuda_module"].startswith("not installed: "), v
+    assert v["cuda_module"].startswith("not loaded: ") and str(missing) in v["cuda_module"] \
+        and "does not exist" in v["cuda_module"], v
     # Asked for a GPU, the error says why there is none.
     make_tiny_llama(tmp_path / "model")
     proc = run("generate", "--model", tmp_path / "model", "--prompt", "x", "--device", "cuda", cuda="1",

@@ -207,7 +207,8 @@ def test_two_ranks_gather_their_chunks_into_device_memory(workdir, method):
     reference, _ = launch_2(spec_for(workdir, "llama", f"dev-ranks-{method}-cpu", "gemini", placement,
                                      method=method))
     ours, events = launch_2(spec_for(workdir, "llama", f"dev-ranks-{method}", "gemini",
-                                     device_options({**placement, **HOST_SHARDS}, budget="4MiB"), method=method),
+                                     device_options({**HOST_SHARDS, **placement, "host_optim_frac": 0.5},
+                                                    budget="4MiB"), method=method),
                             env=SIMULATED)
     assert_same_losses(ours, reference, f"2 ranks, device tier, {method}")
     device = [e for e in events if e["type"] == "memory" and e.get("tier") == "device"]
