@@ -563,9 +563,15 @@ Plan make_plan(const PlanInputs& in) {
   }
   // ZeRO-Offload moves the shard's optimizer state to host memory on a GPU only (on the CPU it is
   // there already).
-  base.zero_offload =
-      gpu && spec.strategy.name == "zero" &&
+  const bool offload_asked =
+      spec.strategy.name == "zero" &&
       job::strategy_option("zero", spec.strategy.options, "offload_optimizer") == "true";
+  base.zero_offload = gpu && offload_asked;
+  if (offload_asked && !gpu)  // as the run warns
+    plan.reasons.push_back(
+        "warning: strategy.options.offload_optimizer: this job computes on the CPU, so the "
+        "optimizer state is in host memory and updated by the CPU Adam already; the option "
+        "changes nothing here");
   // fp16 (with its loss scaler) computes on a GPU only: a strategy named on the CPU is refused as
   // the run refuses it; auto trains bf16 there instead (or fp32, below) and says so.
   if (base.precision == "fp16" && !gpu) {

@@ -468,6 +468,19 @@ class TestPlan : public QObject {
     }
   }
 
+  // zero's offload_optimizer on the CPU changes nothing: the plan says so, as the run warns (it
+  // said nothing).
+  void planSaysZeroOffloadChangesNothingOnTheCpu() {
+    plan::PlanInputs in = inputs(64ull << 30);
+    in.processes = in.processes_per_node = 2;
+    in.spec.strategy = {"zero", {{"device", "cpu"}, {"offload_optimizer", true}}};
+    const plan::Plan p = plan::make_plan(in);
+    QVERIFY(std::any_of(p.reasons.begin(), p.reasons.end(), [](const std::string& r) {
+      return r.find("warning: strategy.options.offload_optimizer") == 0;
+    }));
+    QVERIFY(!p.settings.zero_offload);
+  }
+
   void planSpillsToHostMemoryOnTheGpu() {
     // Full fine-tuning that does not fit the GPU even at micro-batch 1 with checkpointing, but
     // fits gemini's device tier with the optimizer state in host memory: auto keeps the method
