@@ -1289,6 +1289,23 @@ Plan make_plan(const PlanInputs& in) {
     plan.explanation = "out of memory: this job does not fit in " + budget + " even with " +
                        "micro-batch 1, activation checkpointing and LoRA; " + plan.what_would_fit +
                        ".";
+  // A named strategy's run trains the spec as written (auto's applies the plan): where the
+  // plan's settings differ from it, they are what the planner would choose, and it says so
+  // first (it showed them as the job's).
+  if (named && plan.fits) {
+    const std::vector<std::string> changes = applied_changes(spec, s);
+    std::string listed;
+    for (const std::string& change : changes) listed += (listed.empty() ? "" : "; ") + change;
+    if (!changes.empty()) {
+      plan.explanation = "strategy " + spec.strategy.name +
+                         " trains the spec as written; the planner would choose " +
+                         plan.explanation;
+      plan.reasons.insert(plan.reasons.begin(),
+                          "warning: these settings differ from the spec's (" + listed +
+                              "), and a named strategy's run does not apply them: write them "
+                              "into the spec, or name strategy auto");
+    }
+  }
   return plan;
 }
 

@@ -481,6 +481,24 @@ class TestPlan : public QObject {
     QVERIFY(!p.settings.zero_offload);
   }
 
+  // A named strategy's run trains the spec as written: where the plan's settings differ, the
+  // plan says first that they are the planner's choice, not the job's (it showed them as the
+  // job's); as written, nothing is said.
+  void aNamedStrategysPlanSaysItsChangesAreNotApplied() {
+    plan::PlanInputs in = inputs(budget_for(settings(1, true, "full")));
+    in.spec.strategy = {"single", json::object()};
+    const plan::Plan p = plan::make_plan(in);
+    QVERIFY(p.fits);
+    QVERIFY2(p.explanation.rfind("strategy single trains the spec as written; the planner would "
+                                 "choose ",
+                                 0) == 0,
+             p.explanation.c_str());
+    QVERIFY(p.reasons.at(0).rfind("warning: these settings differ from the spec's (", 0) == 0);
+    in.profile.memory.simulated = 64ull << 30;
+    const plan::Plan roomy = plan::make_plan(in);
+    QVERIFY(roomy.explanation.find("trains the spec as written") == std::string::npos);
+  }
+
   void planSpillsToHostMemoryOnTheGpu() {
     // Full fine-tuning that does not fit the GPU even at micro-batch 1 with checkpointing, but
     // fits gemini's device tier with the optimizer state in host memory: auto keeps the method
