@@ -597,6 +597,16 @@ TrainingData prepare_training_data(const job::JobSpec& spec, const hf::ModelFold
   data.pad_id = pick_pad_id(tokenizer, tokenizer_config, source.config());
   events.log("info", std::to_string(data.prepared.train.size()) + " training and " +
                          std::to_string(data.prepared.validation.size()) + " validation sequences");
+  // Fewer sequences than a step asks for: a step cannot hold that many distinct ones (a batch is
+  // cut where a pass over the data ends). Said, not silent.
+  const std::int64_t per_step = spec.training.batch_size * spec.training.gradient_accumulation;
+  if (const auto sequences = static_cast<std::int64_t>(data.prepared.train.size());
+      sequences > 0 && sequences < per_step)
+    events.log("warning", "the training data has " + std::to_string(sequences) +
+                              " sequences, fewer than a step's " + std::to_string(per_step) +
+                              " (training.batch_size × gradient_accumulation): no step has "
+                              "that many distinct sequences, and each pass over the data ends "
+                              "with a shorter micro-batch");
   return data;
 }
 

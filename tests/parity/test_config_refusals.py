@@ -143,6 +143,19 @@ def test_sequences_past_the_models_positions_are_warned_of(base, tmp_path):
     assert len(warned) == 1 and "dataset.max_length 32 exceeds the model's max_position_embeddings 16" in warned[0], warned
 
 
+def test_a_batch_larger_than_the_data_is_warned_of(base, tmp_path):
+    """A step that asks for more sequences than the data has trains, and says so (it was
+    silent)."""
+    events = tmp_path / "events.jsonl"
+    code, stderr, _, _ = run_measured(["finetune", "--model", base / "model", "--data", base / "data.jsonl",
+                                       "--max-length", 32, "--steps", 1, "--batch-size", 4096,
+                                       "--out", tmp_path / "out", "--events", events])
+    assert code == 0, stderr
+    warned = [e["message"] for e in map(json.loads, events.read_text().splitlines())
+              if e.get("type") == "log" and e.get("level") == "warning" and "fewer than a step's" in e.get("message", "")]
+    assert len(warned) == 1 and "fewer than a step's 4096" in warned[0], warned
+
+
 def test_model_that_fits_still_runs(base, tmp_path):
     """The check refuses only what cannot fit: the tiny model itself evaluates."""
     code, stderr, _, _ = run_measured(["eval", "--model", base / "model", "--data", base / "data.jsonl"])
