@@ -583,8 +583,9 @@ void check_pipeline_parallel(const ModelConfig& config, int stages) {
     throw_invalid("pipeline parallelism over " + std::to_string(stages) +
                       " stages: config.json's num_hidden_layers (" +
                       std::to_string(config.num_hidden_layers) + ") gives each stage no layer",
-                  "pp_size from 1 to " + std::to_string(config.num_hidden_layers) +
-                      " (each stage holds at least one layer)");
+                  "pp_size × pp_chunks (the model chunks of all stages) from 1 to " +
+                      std::to_string(config.num_hidden_layers) +
+                      " (each model chunk holds at least one layer)");
 }
 
 std::int64_t pipeline_layer_of(const FamilyTraits& family, const ModelConfig& config,
