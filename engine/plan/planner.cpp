@@ -1289,6 +1289,14 @@ Plan make_plan(const PlanInputs& in) {
     plan.explanation = "out of memory: this job does not fit in " + budget + " even with " +
                        "micro-batch 1, activation checkpointing and LoRA; " + plan.what_would_fit +
                        ".";
+  // auto's options are single's: another strategy chosen leaves them (said, not silent).
+  if (!named && spec.strategy.options.contains("frozen_tables") && s.strategy != "single")
+    plan.reasons.push_back(
+        "warning: strategy.options.frozen_tables is single's option, and the "
+        "plan chose strategy " +
+        s.strategy +
+        ", which leaves LoRA's frozen tables in the checkpoint "
+        "file");
   // A named strategy's run trains the spec as written (auto's applies the plan): where the
   // plan's settings differ from it, they are what the planner would choose, and it says so
   // first (it showed them as the job's).

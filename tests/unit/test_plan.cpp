@@ -499,6 +499,23 @@ class TestPlan : public QObject {
     QVERIFY(roomy.explanation.find("trains the spec as written") == std::string::npos);
   }
 
+  // auto's options are single's: where it chooses another strategy, the plan says the option is
+  // left (auto at two processes dropped frozen_tables without a word).
+  void autoSaysWhenItLeavesSinglesOptions() {
+    plan::PlanInputs in = inputs(64ull << 30, "lora");
+    in.spec.strategy = {"auto", {{"frozen_tables", "memory"}}};
+    const auto warned = [](const plan::Plan& p) {
+      return std::any_of(p.reasons.begin(), p.reasons.end(), [](const std::string& r) {
+        return r.find("frozen_tables is single's option") != std::string::npos;
+      });
+    };
+    QVERIFY(!warned(plan::make_plan(in)));
+    in.processes = in.processes_per_node = 2;
+    const plan::Plan two = plan::make_plan(in);
+    QVERIFY(two.settings.strategy != "single");
+    QVERIFY(warned(two));
+  }
+
   void planSpillsToHostMemoryOnTheGpu() {
     // Full fine-tuning that does not fit the GPU even at micro-batch 1 with checkpointing, but
     // fits gemini's device tier with the optimizer state in host memory: auto keeps the method
