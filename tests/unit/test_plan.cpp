@@ -121,6 +121,16 @@ plan::Settings settings(std::int64_t micro_batch, bool checkpointing, const std:
   return s;
 }
 
+// The message make_plan refuses `in` with, or "" where it plans it.
+std::string refusal_of(const plan::PlanInputs& in) {
+  try {
+    (void)plan::make_plan(in);
+  } catch (const tessera::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // The simulated budget at which `s` just fits (the planner keeps kHeadroom free).
 std::uint64_t budget_for(const plan::Settings& s) {
   const auto peak = plan::estimate_memory(config(small_llama()), s, 0).peak();
@@ -325,14 +335,7 @@ class TestPlan : public QObject {
   // machine: the plan refuses it as the run would (it planned the CPU's figures before, with a
   // warning, and said the job fits); on cpu it plans as ever.
   void planRefusesCudaWhereTheRunWould() {
-    const auto message_of = [](const plan::PlanInputs& in) -> std::string {
-      try {
-        (void)plan::make_plan(in);
-      } catch (const tessera::Error& e) {
-        return e.what();
-      }
-      return "";
-    };
+    const auto message_of = refusal_of;
     for (const std::string name : {"single", "gemini", "ddp", "zero"}) {
       plan::PlanInputs in = inputs(64ull << 30);
       in.spec.strategy.name = name;
@@ -398,14 +401,7 @@ class TestPlan : public QObject {
   // sequence_parallel without tensor parallelism, pp_chunks without pipeline stages, a tp_size
   // the model does not split into; gemini's chunk_size below the model's largest tensor.
   void planRefusesLayoutsTheLaunchWould() {
-    const auto refused = [](const plan::PlanInputs& in) -> std::string {
-      try {
-        (void)plan::make_plan(in);
-      } catch (const tessera::Error& e) {
-        return e.what();
-      }
-      return "";
-    };
+    const auto refused = refusal_of;
     plan::PlanInputs in = inputs(64ull << 30);
     in.processes = in.processes_per_node = 2;
     in.spec.strategy = {"hybrid", {{"tp_size", 1}, {"sequence_parallel", true}}};
