@@ -1294,9 +1294,7 @@ Plan make_plan(const PlanInputs& in) {
     plan.reasons.push_back(
         "warning: strategy.options.frozen_tables is single's option, and the "
         "plan chose strategy " +
-        s.strategy +
-        ", which leaves LoRA's frozen tables in the checkpoint "
-        "file");
+        s.strategy + ", which leaves LoRA's frozen tables in the checkpoint file");
   // A named strategy's run trains the spec as written (auto's applies the plan): where the
   // plan's settings differ from it, they are what the planner would choose, and it says so
   // first (it showed them as the job's).

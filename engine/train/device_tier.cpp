@@ -289,21 +289,20 @@ class SimulatedDevice : public DeviceTier {
   }
 
   c10::DataPtr page_locked(std::size_t bytes) {
-    auto* block = new HostBlock(lifetime_, bytes);
+    return live_host(new HostBlock(lifetime_, bytes), &SimulatedDevice::free_host_block);
+  }
+
+  // `block`'s memory, known to the copies (check_page_locked) until `free` releases it.
+  c10::DataPtr live_host(HostBlock* block, c10::DeleterFnPtr free) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       host_live_[static_cast<const char*>(block->memory)] = block;
     }
-    return {block->memory, block, &SimulatedDevice::free_host_block, c10::Device(c10::kCPU)};
+    return {block->memory, block, free, c10::Device(c10::kCPU)};
   }
 
   c10::DataPtr pooled(std::size_t bytes) {
-    auto* block = new HostBlock(lifetime_, bytes, host_pool_);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      host_live_[static_cast<const char*>(block->memory)] = block;
-    }
-    return {block->memory, block, &SimulatedDevice::free_pooled, c10::Device(c10::kCPU)};
+    return live_host(new HostBlock(lifetime_, bytes, host_pool_), &SimulatedDevice::free_pooled);
   }
 
   // Back to the pool at once, reused once the copies queued so far are done, as a GPU's tier
@@ -312,15 +311,16 @@ class SimulatedDevice : public DeviceTier {
   static void free_pooled(void* context) {
     std::unique_ptr<HostBlock> block(static_cast<HostBlock*>(context));
     const std::shared_ptr<TierLifetime> lifetime = block->lifetime;
-    std::shared_ptr<SimulatedEvent> after;
+    std::shared_ptr<DeviceEvent> after;
     {
       std::lock_guard<std::mutex> alive(lifetime->mutex);
       if (auto* device = static_cast<SimulatedDevice*>(lifetime->tier)) {
-        std::lock_guard<std::mutex> lock(device->mutex_);
-        device->host_live_.erase(static_cast<const char*>(block->memory));
-        device->forget_touched(block->memory, block->bytes);
-        after = std::make_shared<SimulatedEvent>(std::array<std::uint64_t, kCopyStreams>{
-            device->streams_[kUp].queued, device->streams_[kDown].queued});
+        {
+          std::lock_guard<std::mutex> lock(device->mutex_);
+          device->host_live_.erase(static_cast<const char*>(block->memory));
+          device->forget_touched(block->memory, block->bytes);
+        }
+        after = device->record_copies();
       }
     }
     std::function<bool()> copies_done = [] { return true; };  // the tier gone: its copies ran

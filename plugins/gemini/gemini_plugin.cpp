@@ -547,14 +547,9 @@ class GeminiPlugin : public train::Plugin {
     }
     if (!values_on_disk) disk_.reset();  // only optimizer shards were there
     if (weights_in_memory()) hooked_blocks_.remove();
-    if (device_) {
-      // Training's page-locked buffers (the staging, the gradient shards the GPU's pool kept for
-      // reuse) go back to the system before the export.
-      values_staging_.clear();
-      values_staging_bytes_ = 0;
-      next_staging_ = 0;
-      device_->release_cached_host();
-    }
+    // Training's page-locked buffers (the staging, the gradient shards the GPU's pool kept for
+    // reuse) go back to the system before the export.
+    if (device_) drop_values_staging();
   }
 
   bool weights_in_memory() const override {
@@ -1581,16 +1576,20 @@ class GeminiPlugin : public train::Plugin {
       if (chunk.trainable && chunk.values_on_device && !chunk.optim_on_device)
         largest = std::max(largest, values_bytes(chunk));
     if (largest != 0 && largest <= values_staging_bytes_) return;
-    // The old buffers are freed after their copies (the tier's frees are stream-ordered), and
-    // given back to the system where those are done.
-    values_staging_.clear();
-    values_staging_bytes_ = 0;
-    next_staging_ = 0;
-    device_->release_cached_host();
+    drop_values_staging();
     if (largest == 0) return;
     for (std::size_t k = 0; k < kStagedUpdates; ++k)
       values_staging_.push_back({device_->allocate_host(largest), nullptr});
     values_staging_bytes_ = largest;
+  }
+
+  // The staging's buffers go, freed after their copies (the tier's frees are stream-ordered) and
+  // given back to the system where those are done.
+  void drop_values_staging() {
+    values_staging_.clear();
+    values_staging_bytes_ = 0;
+    next_staging_ = 0;
+    device_->release_cached_host();
   }
 
   // The next staging buffer for the new values of chunk's shard on the device, once the copies

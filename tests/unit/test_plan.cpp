@@ -335,12 +335,11 @@ class TestPlan : public QObject {
   // machine: the plan refuses it as the run would (it planned the CPU's figures before, with a
   // warning, and said the job fits); on cpu it plans as ever.
   void planRefusesCudaWhereTheRunWould() {
-    const auto message_of = refusal_of;
     for (const std::string name : {"single", "gemini", "ddp", "zero"}) {
       plan::PlanInputs in = inputs(64ull << 30);
       in.spec.strategy.name = name;
       in.spec.strategy.options = {{"device", "cuda"}};
-      const std::string refused = message_of(in);
+      const std::string refused = refusal_of(in);
       QVERIFY2(refused.find("strategy.options.device \"cuda\" but no CUDA device is present") !=
                    std::string::npos,
                (name + ": " + refused).c_str());
@@ -355,16 +354,16 @@ class TestPlan : public QObject {
     in.spec.strategy = {"ddp", {{"device", "cuda"}}};
     in.processes = in.processes_per_node = 4;
     in.profile.gpus = {test_gpu(), test_gpu()};
-    const std::string refused = message_of(in);
+    const std::string refused = refusal_of(in);
     QVERIFY2(refused.find("4 ranks on a machine with 2 GPU(s)") != std::string::npos,
              refused.c_str());
     in.processes = in.processes_per_node = 2;
-    QVERIFY(message_of(in).empty());
+    QVERIFY(refusal_of(in).empty());
     // auto on cuda over two processes, without a GPU: refused too (it trained ddp on the CPU).
     plan::PlanInputs automatic = inputs(64ull << 30);
     automatic.spec.strategy = {"auto", {{"device", "cuda"}}};
     automatic.processes = automatic.processes_per_node = 2;
-    QVERIFY(message_of(automatic).find("no CUDA device is present") != std::string::npos);
+    QVERIFY(refusal_of(automatic).find("no CUDA device is present") != std::string::npos);
   }
 
   // fp16 (with the loss scaler) is a GPU's: planned in two bytes a value on any GPU (one without
@@ -401,29 +400,28 @@ class TestPlan : public QObject {
   // sequence_parallel without tensor parallelism, pp_chunks without pipeline stages, a tp_size
   // the model does not split into; gemini's chunk_size below the model's largest tensor.
   void planRefusesLayoutsTheLaunchWould() {
-    const auto refused = refusal_of;
     plan::PlanInputs in = inputs(64ull << 30);
     in.processes = in.processes_per_node = 2;
     in.spec.strategy = {"hybrid", {{"tp_size", 1}, {"sequence_parallel", true}}};
-    QVERIFY(refused(in).find("sequence_parallel") != std::string::npos);
+    QVERIFY(refusal_of(in).find("sequence_parallel") != std::string::npos);
     in.spec.strategy = {"hybrid", {{"tp_size", 1}, {"pp_chunks", 2}}};
     in.spec.training.gradient_accumulation = 2;
-    QVERIFY(refused(in).find("but pp_size is 1") != std::string::npos);
+    QVERIFY(refusal_of(in).find("but pp_size is 1") != std::string::npos);
     in.spec.strategy = {"hybrid", {{"tp_size", 2}}};
-    QVERIFY(refused(in).empty());
+    QVERIFY(refusal_of(in).empty());
     json odd = small_llama();
     odd["vocab_size"] = 8001;
     in.model = config(odd);
-    QVERIFY(refused(in).find("(8001) does not split into 2 equal parts") != std::string::npos);
+    QVERIFY(refusal_of(in).find("(8001) does not split into 2 equal parts") != std::string::npos);
 
     plan::PlanInputs one = inputs(64ull << 30);
     one.spec.strategy = {"gemini", {{"chunk_size", "64KiB"}}};  // the embedding: 4M elements
-    const std::string small = refused(one);
+    const std::string small = refusal_of(one);
     QVERIFY2(small.find("strategy.options.chunk_size: the input embedding has 4096000 elements, "
                         "more than a chunk of 16384") != std::string::npos,
              small.c_str());
     one.spec.strategy = {"gemini", {{"chunk_size", "16MiB"}}};
-    QVERIFY(refused(one).empty());
+    QVERIFY(refusal_of(one).empty());
   }
 
   // The total of an epochs job counts every data-parallel replica's sequences per step: the
