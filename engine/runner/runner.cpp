@@ -438,6 +438,47 @@ plan::PlanInputs planning_inputs(const job::JobSpec& spec, const hf::ModelFolder
   return inputs;
 }
 
+// A named strategy trains the spec as written. Where the plan (on this machine's memory, or
+// --simulate-host-memory's) finds that it does not fit as written, the run says so before it
+// starts, naming what the planner would change, instead of training into an out-of-memory.
+// Nothing is measured for it (the free disk is read, no rate is timed). A job the planner
+// refuses or has no cost model for gets no warning here: the run's own checks judge it.
+std::optional<std::string> named_job_fit_warning(const job::JobSpec& spec,
+                                                 const hf::ModelFolder& source,
+                                                 const fs::path& out_dir,
+                                                 const RunOptions& run_options,
+                                                 const dist::ParallelContext* parallel) {
+  plan::ProfileOptions profile_options;
+  fs::path disk_dir = plan::spill_dir_of(spec).value_or(out_dir);
+  while (!fs::exists(disk_dir) && disk_dir.has_parent_path() && disk_dir != disk_dir.parent_path())
+    disk_dir = disk_dir.parent_path();
+  profile_options.disk_dir = disk_dir;
+  profile_options.measure_disk = false;
+  plan::Plan planned;
+  try {
+    plan::HardwareProfile hardware = plan::probe_hardware(profile_options);
+    if (run_options.simulate_host_memory)
+      hardware.memory.simulated = *run_options.simulate_host_memory;
+    planned = plan::make_plan(planning_inputs(spec, source, std::move(hardware), parallel));
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  const bool simulated = !planned.tiers.empty() && planned.tiers.front().simulated;
+  const std::string risk = "; strategy " + spec.strategy.name +
+                           " trains it as written, so it may run out of memory" +
+                           (simulated ? " (memory simulated by --simulate-host-memory)" : "");
+  if (!planned.fits)
+    return "by the plan's estimate this job does not fit: " + planned.what_would_fit + risk +
+           " (tessera-cli plan shows the estimate)";
+  const std::vector<std::string> changes = plan::applied_changes(spec, planned.settings);
+  if (changes.empty()) return std::nullopt;
+  std::string listed;
+  for (const std::string& change : changes) listed += (listed.empty() ? "" : "; ") + change;
+  return "by the plan's estimate this job does not fit as written: the planner would train it "
+         "with " +
+         listed + risk + ": write those settings into the spec, or name strategy auto";
+}
+
 // Strategy "auto": the plan for this machine (or the one recorded when the run started, when
 // it resumes), written to plan.json and announced as the `plan` event; returns the spec the
 // run trains with. Other strategies: the spec as written. Several processes: rank 0 plans every
@@ -451,12 +492,17 @@ job::JobSpec plan_run(const job::JobSpec& spec, const hf::ModelFolder& source,
       if (const auto refusal =
               plan::check_host_budget(plan::plan_inputs(spec, source, plan::HardwareProfile{})))
         throw_invalid(refusal->message, refusal->hint);
-    events.emit("plan", {{"strategy", spec.strategy.name},
-                         {"applied", false},
-                         {"reasons",
-                          {"strategy \"" + spec.strategy.name + "\" as the spec names it",
-                           "precision " + spec.precision + ", method " + spec.method.type +
-                               ", batch " + std::to_string(spec.training.batch_size)}}});
+    nlohmann::json reasons = {"strategy \"" + spec.strategy.name + "\" as the spec names it",
+                              "precision " + spec.precision + ", method " + spec.method.type +
+                                  ", batch " + std::to_string(spec.training.batch_size)};
+    if (parallel == nullptr || parallel->rank() == 0)
+      if (const auto warning =
+              named_job_fit_warning(spec, source, out_dir, run_options, parallel)) {
+        events.log("warning", *warning);
+        reasons.push_back("warning: " + *warning);
+      }
+    events.emit("plan",
+                {{"strategy", spec.strategy.name}, {"applied", false}, {"reasons", reasons}});
     return spec;
   }
   const fs::path recorded = out_dir / "plan.json";

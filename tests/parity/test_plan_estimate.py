@@ -317,7 +317,10 @@ def test_auto_run_trains_with_the_plan_and_keeps_the_optimizer_step(workdir):
                                          env=env)
     assert code == 0, err
     single_events = events_of(workdir / "single.events.jsonl")
-    assert not next(e for e in single_events if e["type"] == "plan")["applied"]
+    single_plan = next(e for e in single_events if e["type"] == "plan")
+    assert not single_plan["applied"]
+    # It fits this machine as written: no warning that it may not.
+    assert not any(r.startswith("warning:") for r in single_plan["reasons"]), single_plan["reasons"]
     ours, reference = losses_of(events), losses_of(single_events)
     assert sorted(ours) == [1, 2, 3] and sorted(reference) == [1, 2, 3]
     for step in ours:
@@ -350,6 +353,32 @@ def test_auto_run_that_cannot_fit_fails_before_loading(workdir):
     assert not any(e["type"] == "metric" for e in events)
     assert not (workdir / "nofit" / "plan.json").exists()
     assert not list((workdir / "nofit").glob("checkpoint-*"))
+
+
+def test_named_run_that_does_not_fit_as_written_is_warned(workdir):
+    """A named strategy trains the spec as written; under a budget where batch 8 does not fit, the
+    run says so before it trains (a warning naming what the plan would change, in the log and the
+    plan event), and under one where nothing fits it says that, and trains as written still."""
+    spec = job_spec(workdir, "named-tight", "--strategy", "single")
+    spec["training"]["steps"] = 1
+    full = plan_of(write_spec(workdir, "named-tight", spec))["memory"][0]
+    budget = int(full["peak"] / (1 - full["headroom_fraction"])) - 2**20
+    for size, expected in ((budget, "does not fit as written"), ("330MiB", "does not fit: the smallest setting")):
+        name = f"named-tight-{size}"
+        path = write_spec(workdir, name, dict(spec, output=dict(spec["output"], dir=str(workdir / name))))
+        events_path = workdir / f"{name}.events.jsonl"
+        r = cli("run", path, "--simulate-host-memory", size, "--events", events_path)
+        assert r.returncode == 0, r.stderr
+        events = events_of(events_path)
+        warnings = [e["message"] for e in events if e["type"] == "log" and e["level"] == "warning"
+                    and "plan's estimate" in e["message"]]
+        assert len(warnings) == 1 and expected in warnings[0], [e for e in events if e["type"] == "log"]
+        assert "--simulate-host-memory" in warnings[0] and "strategy single trains it as written" in warnings[0]
+        if size == budget:
+            assert "micro-batch" in warnings[0], warnings[0]
+        plan = next(e for e in events if e["type"] == "plan")
+        assert not plan["applied"] and "warning: " + warnings[0] in plan["reasons"], plan["reasons"]
+        assert sorted(losses_of(events)) == [1]
 
 
 def test_auto_offloads_full_fine_tuning_to_disk_instead_of_switching_to_lora(workdir, larger_model):
