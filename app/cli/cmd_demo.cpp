@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "command.h"
 #include "core/error.h"
@@ -90,6 +91,40 @@ double mean_step_seconds(const fs::path& events_path) {
   return (ends.back() - ends.front()) / static_cast<double>(ends.size() - 1);
 }
 
+// The demo replaces its own files (and its run) in --out: a folder holding anything else, or a
+// job spec that is not the demo's, is refused before anything is written, so a user's data, job
+// or run there is never overwritten.
+void refuse_other_folder(const fs::path& out) {
+  std::error_code ec;
+  if (!fs::exists(out, ec)) return;
+  if (!fs::is_directory(out, ec))
+    throw_invalid("--out " + out.string() + ": exists and is not a folder",
+                  "choose a new or empty folder for the demo");
+  static const std::set<std::string> demo_files = {
+      "tokenizer", "base", "train.jsonl", "validation.jsonl", "test.jsonl", "job.json", "run"};
+  for (const auto& entry : fs::directory_iterator(out, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!demo_files.count(name))
+      throw_invalid("--out " + out.string() + ": the folder holds " + name +
+                        ", which is not the demo's: the demo writes its files there and replaces "
+                        "its run",
+                    "choose a new or empty folder for the demo (--out)");
+  }
+  if (fs::exists(out / "job.json", ec)) {
+    std::string name;
+    try {
+      name = job::load_job_spec(out / "job.json").name;
+    } catch (const Error&) {
+    }
+    if (name != "demo")
+      throw_invalid("--out " + out.string() +
+                        ": its job.json is not the demo's job spec, and the "
+                        "demo would overwrite it and replace the run in " +
+                        (out / "run").string(),
+                    "choose a new or empty folder for the demo (--out)");
+  }
+}
+
 int run_demo(const std::vector<std::string>& raw) {
   Args args(raw, {"--no-train"}, {"--out", "--steps", "--seed"});
   if (!args.positionals().empty()) throw UsageError{"unexpected argument"};
@@ -100,6 +135,7 @@ int run_demo(const std::vector<std::string>& raw) {
   if (steps < 1) throw UsageError{"--steps must be at least 1"};
   const auto started = std::chrono::steady_clock::now();
 
+  refuse_other_folder(out);
   std::fprintf(stderr, "== building the demo model, tokenizer and dataset in %s\n", out.c_str());
   core::create_output_folder(out, "--out");
   const fs::path tokenizer_dir = out / "tokenizer";

@@ -59,7 +59,8 @@ int run_finetune(const std::vector<std::string>& raw) {
              "--strategy-options",
              "--quantize",
              "--preference",
-             "--beta"});
+             "--beta",
+             "--column"});
   args.expect_no_positionals();
   const std::string& model = args.required("--model", "PATH");
   const std::string& data = args.required("--data", "FILE");
@@ -100,6 +101,18 @@ int run_finetune(const std::vector<std::string>& raw) {
   if (auto v = args.option("--max-length")) dataset["max_length"] = to_int("--max-length", *v, 2);
   if (auto v = args.option("--validation-split"))
     dataset["validation_split"] = to_double("--validation-split", *v);
+  // --column ROLE=COLUMN (repeatable): dataset.columns, a role of the format read from a column
+  // of another name.
+  for (const std::string& mapping : args.option_values("--column")) {
+    const std::size_t equals = mapping.find('=');
+    if (equals == std::string::npos || equals == 0 || equals + 1 == mapping.size())
+      throw UsageError{"--column " + mapping +
+                       ": expected ROLE=COLUMN, e.g. --column instruction=question"};
+    if (dataset["columns"].contains(mapping.substr(0, equals)))
+      throw UsageError{"--column " + mapping + ": the role " + mapping.substr(0, equals) +
+                       " is mapped twice"};
+    dataset["columns"][mapping.substr(0, equals)] = mapping.substr(equals + 1);
+  }
   nlohmann::json output = {{"dir", args.option("--out") ? *args.option("--out") : "runs/latest"}};
   if (auto v = args.option("--resume")) output["resume"] = *v;
   nlohmann::json doc = {
@@ -132,11 +145,12 @@ int run_finetune(const std::vector<std::string>& raw) {
 
 const RegisterCommand kFinetuneCommand{{
     "finetune",
-    "finetune --model PATH --data FILE [--validation FILE] [--format F] [--method full|lora] "
+    "finetune --model PATH --data FILE [--validation FILE] [--format F] [--column ROLE=COLUMN]... "
+    "[--method full|lora] "
     "[--steps N | --epochs N] [--batch-size N] [--grad-accum N] [--lr X] [--schedule S] "
     "[--warmup-steps N] [--seed N] [--save-every N] [--eval-every N] [--max-length N] "
     "[--validation-split X] [--lora-rank R] [--lora-alpha A] [--quantize nf4|fp4|int8] "
-    "[--double-quant] [--preference dpo|ipo|simpo|orpo] [--beta B] [--resume DIR] "
+    "[--double-quant] [--preference dpo|ipo|simpo|orpo|kto] [--beta B] [--resume DIR] "
     "[--precision fp32|bf16] [--strategy auto|single|gemini] [--strategy-options JSON] "
     "[--out DIR] [--events FILE|-] [--print-job]",
     "Fine-tune a model on a dataset (builds a job spec from the flags and runs it)",

@@ -474,6 +474,19 @@ void name_rank_at_fault(const fs::path& events, std::uintmax_t from,
   std::fflush(stderr);
 }
 
+// Whether the stream at `events`, from byte `from` (this launch's part), has its `done` event.
+bool stream_has_done(const fs::path& events, std::uintmax_t from) {
+  std::ifstream in(events, std::ios::binary);
+  if (!in) return false;
+  in.seekg(static_cast<std::streamoff>(from));
+  std::string line;
+  while (std::getline(in, line)) {
+    const json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (event.is_object() && event.value("type", "") == "done") return true;
+  }
+  return false;
+}
+
 // --- which machines, how many ranks each ------------------------------------------------------
 
 // "local:1,box2:2" → the list of a NodesSpec.
@@ -758,9 +771,12 @@ int run_launch(const std::vector<std::string>& raw) {
   const int code = launcher.run();
   if (code != 0 && events_target != "-")
     name_rank_at_fault(events_target, events_from, machine_of_rank, launcher.failure());
-  // Rank 0 writes its own error and `done` when it can; when it was killed the stream would
+  // Rank 0 writes its own error and `done` when it can. When it was killed (by a signal, or by
+  // launch after the grace period, before it noticed another rank's failure) the stream would
   // end without either, so launch adds them.
-  if (const auto& failure = launcher.failure(); failure && failure->rank0_killed)
+  if (const auto& failure = launcher.failure();
+      failure && (failure->rank0_killed ||
+                  (events_target != "-" && !stream_has_done(events_target, events_from))))
     report("io", failure->where + " " + failure->how + "; the job stopped",
            "the rank's output above (prefixed [rank N]) says what it was doing; resume from the "
            "last checkpoint with --resume",

@@ -91,7 +91,20 @@ class ProgressBar {
           std::fprintf(stderr, "eval at step %lld: loss %.4f, accuracy %.1f%%\n",
                        static_cast<long long>(e.value("step", 0)), e["eval_loss"].get<double>(),
                        100.0 * e.value("accuracy", 0.0));
-        else
+        else if (e.contains("eval_preference") && e["eval_preference"].is_object()) {
+          // A preference loss has no perplexity: its rewards say how the pairs are told apart.
+          const nlohmann::json& p = e["eval_preference"];
+          char figures[96];
+          if (p.contains("reward_accuracy"))
+            std::snprintf(figures, sizeof figures, "reward margin %.4f, reward accuracy %.1f%%",
+                          p.value("reward_margin", 0.0), 100.0 * p.value("reward_accuracy", 0.0));
+          else
+            std::snprintf(figures, sizeof figures, "reward margin %.4f",
+                          p.value("reward_margin", 0.0));
+          std::fprintf(stderr, "eval at step %lld: loss %.4f, %s\n",
+                       static_cast<long long>(e.value("step", 0)), e["eval_loss"].get<double>(),
+                       figures);
+        } else
           std::fprintf(stderr, "eval at step %lld: loss %.4f, perplexity %.2f\n",
                        static_cast<long long>(e.value("step", 0)), e["eval_loss"].get<double>(),
                        e.value("perplexity", 0.0));
@@ -247,10 +260,21 @@ int execute_job(const job::JobSpec& spec, const std::string& events_target,
                    static_cast<long long>(outcome.steps_done),
                    static_cast<long long>(outcome.total_steps),
                    outcome.last_checkpoint ? outcome.last_checkpoint->c_str() : "(none)");
-      std::fprintf(
-          stderr, "resume with: tessera-cli run %s --resume %s\n",
-          spec_path.empty() ? (fs::path(spec.output.dir) / "job.json").c_str() : spec_path.c_str(),
-          spec.output.dir.c_str());
+      // Resumed as it ran: a job of several processes by launch with as many (a single process
+      // would train half the sequences a step).
+      const std::string job_path =
+          spec_path.empty() ? (fs::path(spec.output.dir) / "job.json").string() : spec_path;
+      std::string resume = "tessera-cli run " + job_path + " --resume " + spec.output.dir;
+      if (distributed) {
+        const char* world = std::getenv("WORLD_SIZE");
+        const char* local = std::getenv("LOCAL_WORLD_SIZE");
+        resume = local && std::string(local) == world
+                     ? "tessera-cli launch --nproc " + std::string(world) + " " + job_path +
+                           " --resume " + spec.output.dir
+                     : "tessera-cli launch " + job_path + " --resume " + spec.output.dir +
+                           " on the same nodes (--nodes, or the spec's nodes)";
+      }
+      std::fprintf(stderr, "resume with: %s\n", resume.c_str());
       return stopped_code;
     }
     std::fprintf(stderr, "done: %lld steps", static_cast<long long>(outcome.steps_done));

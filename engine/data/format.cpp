@@ -116,8 +116,10 @@ std::vector<std::string> missing_roles(const DatasetFormat& f) {
 namespace {
 
 const char* kMappingHint =
-    "name the format and map its columns, e.g. --format instruction --column "
-    "instruction=question --column output=answer";
+    "name the format and map its columns: dataset.format and dataset.columns in the job spec, "
+    "e.g. \"format\": \"instruction\", \"columns\": {\"instruction\": \"question\", "
+    "\"output\": \"answer\"} (tessera-cli finetune: --format instruction --column "
+    "instruction=question --column output=answer)";
 
 bool starts_with(const std::string& s, const std::string& prefix) {
   return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
@@ -209,6 +211,8 @@ DatasetFormat resolve_format(const std::vector<std::string>& columns, const std:
       kind = FormatKind::Instruction;
     else if (has("label"))
       kind = FormatKind::Classification;
+    else if (has("text"))
+      kind = FormatKind::Text;
     else
       kind = detect_format(columns, source).kind;
   }
@@ -404,12 +408,20 @@ TokenizedExample ExampleBuilder::causal(std::vector<std::int32_t> prompt,
   return ex;
 }
 
+std::string ExampleBuilder::render(const Json& messages, bool add_generation_prompt,
+                                   const std::string& location) const {
+  try {
+    return template_->render(messages, add_generation_prompt, config_, Json());
+  } catch (const Error& e) {
+    throw Error(e.kind(), location + ": " + e.what(), e.hint());
+  }
+}
+
 TokenizedExample ExampleBuilder::build_chat(const nlohmann::ordered_json& messages,
                                             const std::string& location) const {
   if (!template_)
     throw_invalid(location + ": the chat format needs a chat template, and there is none");
-  const Json no_extra;
-  const std::string full = template_->render(messages, false, config_, no_extra);
+  const std::string full = render(messages, false, location);
   std::vector<std::pair<std::string, bool>> pieces;  // text, learned
   std::size_t pos = 0;
   for (std::size_t k = 0; k < messages.size(); ++k) {
@@ -418,8 +430,8 @@ TokenizedExample ExampleBuilder::build_chat(const nlohmann::ordered_json& messag
     for (std::size_t i = 0; i < k; ++i) before.push_back(messages[i]);
     through = before;
     through.push_back(messages[k]);
-    const std::string prompt = template_->render(before, true, config_, no_extra);
-    const std::string turn = template_->render(through, false, config_, no_extra);
+    const std::string prompt = render(before, true, location);
+    const std::string turn = render(through, false, location);
     if (!starts_with(turn, prompt) || !starts_with(full, turn) || prompt.size() < pos)
       throw_invalid(location + ": the chat template does not render assistant message " +
                         std::to_string(k + 1) +
@@ -675,13 +687,13 @@ ExampleBuilder::PromptAndCompletions ExampleBuilder::prompt_and_completions(
                     "write the prompt and completions as text, or use a model with a chat "
                     "template");
     const Json prompt_messages = normalize_messages(prompt, location + " (prompt)");
-    out.prompt = encode(template_->render(prompt_messages, true, config_, Json()));
+    out.prompt = encode(render(prompt_messages, true, location));
     for (std::size_t i = 0; i < roles.size(); ++i) {
       Json messages = prompt_messages;
       for (const Json& m :
            normalize_messages(completions[i], location + " (" + std::string(roles[i]) + ")"))
         messages.push_back(m);
-      out.with_completion.push_back(encode(template_->render(messages, false, config_, Json())));
+      out.with_completion.push_back(encode(render(messages, false, location)));
     }
   } else {
     const auto text = [&](const Json& v, const char* role) {
@@ -799,8 +811,33 @@ std::vector<TokenizedExample> Packer::take_blocks() {
   return out;
 }
 
+namespace {
+
+// The first of `indices` in the file's order, before `failed`, whose row is refused as `error`
+// refused `failed`'s: what a user fixing rows one by one wants named (the rows are taken
+// shuffled).
+[[noreturn]] void throw_first_bad_row(const DatasetReader& reader,
+                                      const std::vector<std::size_t>& indices, std::size_t failed,
+                                      const ExampleBuilder& builder, const Error& error) {
+  std::vector<std::size_t> earlier;
+  for (std::size_t index : indices)
+    if (index < failed && index < reader.num_rows()) earlier.push_back(index);
+  std::sort(earlier.begin(), earlier.end());
+  for (std::size_t index : earlier) {
+    try {
+      builder.build(reader.row(index), reader.row_location(index));
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::InvalidInput) throw;
+    }
+  }
+  throw error;
+}
+
+}  // namespace
+
 TokenizedDataset tokenize_rows(const DatasetReader& reader, const std::vector<std::size_t>& indices,
-                               const ExampleBuilder& builder, bool skip_bad_rows) {
+                               const ExampleBuilder& builder, bool skip_bad_rows,
+                               const std::string& purpose) {
   TokenizedDataset out;
   std::optional<Packer> packer;
   if (builder.packs()) packer.emplace(builder.options().max_length);
@@ -812,7 +849,8 @@ TokenizedDataset tokenize_rows(const DatasetReader& reader, const std::vector<st
     try {
       ex = builder.build(reader.row(index), reader.row_location(index));
     } catch (const Error& e) {
-      if (!skip_bad_rows || e.kind() != ErrorKind::InvalidInput) throw;
+      if (e.kind() != ErrorKind::InvalidInput) throw;
+      if (!skip_bad_rows) throw_first_bad_row(reader, indices, index, builder, e);
       out.skipped.add(e.what());
       continue;
     }
@@ -830,7 +868,7 @@ TokenizedDataset tokenize_rows(const DatasetReader& reader, const std::vector<st
                                    std::to_string(builder.options().max_length)
                              : std::string("no rows");
     if (out.skipped.count) why += "; " + out.skipped.summary();
-    throw_invalid(reader.path().string() + ": no training examples: " + why,
+    throw_invalid(reader.path().string() + ": no " + purpose + " examples: " + why,
                   packer ? "lower max_length, turn packing off, or add data" : "check the data");
   }
   return out;

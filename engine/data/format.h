@@ -140,6 +140,10 @@ class ExampleBuilder {
 
  private:
   std::vector<std::int32_t> encode(const std::string& text) const;  // no special tokens
+  // The chat template rendered for the row at `location`: its errors (a template that raises,
+  // e.g. on roles that do not alternate) name the row first.
+  std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                     const std::string& location) const;
   TokenizedExample causal(std::vector<std::int32_t> prompt, std::vector<std::int32_t> response,
                           const std::string& location) const;
   TokenizedExample build_pair(const Row& row, const std::string& location) const;
@@ -186,10 +190,13 @@ struct TokenizedDataset {
   std::size_t dropped_tail_tokens = 0;  // packing: tokens of the incomplete last block
 };
 
-// Tokenizes the rows `indices` (in that order) of `reader`. Bad rows throw, or are skipped
-// and reported when `skip_bad_rows`.
+// Tokenizes the rows `indices` (in that order) of `reader`. Bad rows throw (the first bad one in
+// the file's order, whatever the order of `indices`), or are skipped and reported when
+// `skip_bad_rows`. `purpose` names the examples in the error when none are left ("training",
+// "validation").
 TokenizedDataset tokenize_rows(const DatasetReader& reader, const std::vector<std::size_t>& indices,
-                               const ExampleBuilder& builder, bool skip_bad_rows);
+                               const ExampleBuilder& builder, bool skip_bad_rows,
+                               const std::string& purpose = "training");
 
 // Chat messages from a row value: [{role, content}, …], also ShareGPT's [{from, value}, …]
 // (human→user, gpt→assistant). Throws naming `location` for anything else.

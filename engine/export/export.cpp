@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -264,6 +265,19 @@ ExportReport export_with(
     throw_invalid(out.string() + ": exists and is not a folder",
                   "choose another --out, or delete the file");
   const bool replace = is_nonempty_dir(out);
+  // Replacing a folder that holds the model being exported (--out a run folder, --model its
+  // model/) would delete the model, and everything beside it, once the export is swapped in.
+  for (const fs::path& source : {options.source_dir, options.tokenizer_dir}) {
+    if (!replace || source.empty()) continue;
+    const fs::path inside = fs::weakly_canonical(source, ec);
+    const fs::path folder = fs::weakly_canonical(out, ec);
+    if (ec) continue;
+    if (std::mismatch(folder.begin(), folder.end(), inside.begin(), inside.end()).first ==
+        folder.end())
+      throw_invalid(out.string() + ": holds the model being exported (" + source.string() +
+                        "), which replacing it would delete",
+                    "choose an --out outside the model's folder");
+  }
   if (replace && !options.force)
     throw_invalid(out.string() + ": the folder exists and is not empty",
                   "choose an empty or new --out, or pass --force to replace it (the new export is "

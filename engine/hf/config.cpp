@@ -211,7 +211,46 @@ ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& sou
   return c;
 }
 
+namespace {
+
+// A folder without config.json: what it is instead (a run writes adapters and checkpoints beside
+// its model, and a user may point at them), and where the model is.
+[[noreturn]] void refuse_folder_without_config(const std::filesystem::path& config_path) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      config_path.parent_path().empty() ? fs::path(".") : config_path.parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw_invalid(dir.string() + ": no such model folder",
+                  "give a HuggingFace model folder (config.json, *.safetensors, tokenizer.json)");
+  const fs::path run_model = dir.parent_path() / "model";
+  const std::string beside =
+      fs::exists(run_model / "config.json", ec)
+          ? "the run's model is beside it in " + run_model.string()
+          : "a finished run writes its model into its output folder's model/";
+  if (fs::exists(dir / "trainer_state.json", ec))
+    throw_invalid(dir.string() +
+                      ": a training checkpoint (what --resume continues), not a model "
+                      "folder: it has no config.json",
+                  beside + "; continue the run with tessera-cli run JOB.json --resume " +
+                      dir.parent_path().string());
+  if (fs::exists(dir / "adapter_config.json", ec))
+    throw_invalid(dir.string() +
+                      ": a LoRA adapter (for peft), not a model folder: it has no "
+                      "config.json",
+                  beside +
+                      " (the adapter merged into its base); or load the adapter in peft on "
+                      "its base model");
+  throw_invalid(dir.string() + ": no config.json in this folder",
+                "give a HuggingFace model folder (config.json, *.safetensors, tokenizer.json)");
+}
+
+}  // namespace
+
 ModelConfig load_model_config(const std::filesystem::path& path) {
+  std::error_code missing;
+  if (path.filename() == "config.json" && !std::filesystem::exists(path, missing) && !missing)
+    refuse_folder_without_config(path);
   std::string text = core::read_text_file(path);
   json doc;
   try {

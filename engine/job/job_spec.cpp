@@ -247,15 +247,25 @@ JobSpec parse_job_spec(const json& doc, const std::string& source) {
       }
     }
     spec.dataset.validation_split = r.number("validation_split", 0.0, 0.0, 0.9);
+    if (spec.dataset.validation_split > 0.0 && !spec.dataset.validation_files.empty())
+      r.fail("dataset.validation_split",
+             "holds out training rows for validation, and dataset.validation names validation "
+             "files already",
+             "keep one: the files (remove dataset.validation_split), or the split (remove "
+             "dataset.validation)");
     spec.dataset.max_length = r.integer("max_length", 512, 2);
     spec.dataset.packing = r.boolean("packing", true);
     spec.dataset.skip_bad_rows = r.boolean("skip_bad_rows", false);
     r.finish();
   }
 
+  std::string lora_key;  // the first of LoRA's settings the method names
   if (const json* method = top.get("method")) {
     ObjectReader r(*method, "method", source);
     spec.method.type = r.string("type", "full", {"full", "lora"});
+    for (const char* key : {"rank", "alpha", "dropout", "targets"})
+      if (lora_key.empty() && r.get(key) != nullptr) lora_key = key;
+    spec.method.lora_fallback_given = spec.method.type == "full" && !lora_key.empty();
     spec.method.lora_rank = r.integer("rank", 8, 1);
     spec.method.lora_alpha = r.number("alpha", 16.0, 1e-6, 1e6);
     spec.method.lora_dropout = r.number("dropout", 0.0, 0.0, 0.99);
@@ -348,6 +358,14 @@ JobSpec parse_job_spec(const json& doc, const std::string& source) {
     r.finish();
     validate_strategy(spec.strategy.name, spec.strategy.options, source);
   }
+  // LoRA's settings beside method full are auto's fallback; a named strategy would drop them.
+  if (spec.method.lora_fallback_given && spec.strategy.name != kAutoStrategy)
+    top.fail("method." + lora_key,
+             "is LoRA's setting, and method.type is \"full\" under strategy \"" +
+                 spec.strategy.name +
+                 "\", which trains every weight (only strategy auto may "
+                 "fall back to LoRA, with these settings)",
+             "set method.type to \"lora\", or remove method." + lora_key);
 
   const json* output = top.get("output");
   if (output == nullptr) top.fail("output", "is missing", "give \"output\": {\"dir\": FOLDER}");
@@ -417,7 +435,7 @@ json to_json(const JobSpec& s) {
   if (s.training.steps) training["steps"] = *s.training.steps;
   if (s.training.epochs) training["epochs"] = *s.training.epochs;
   json method = {{"type", s.method.type}};
-  if (s.method.type == "lora") {
+  if (s.method.type == "lora" || s.method.lora_fallback_given) {
     method["rank"] = s.method.lora_rank;
     method["alpha"] = s.method.lora_alpha;
     method["dropout"] = s.method.lora_dropout;

@@ -61,6 +61,10 @@ struct MethodSpec {
   std::string quantize = "none";
   bool double_quant = false;                 // with a 4-bit quantize: the absmax double-quantized
   std::optional<PreferenceSpec> preference;  // none: supervised fine-tuning
+  // Method full with LoRA's settings written (rank, alpha, dropout, targets): what strategy
+  // auto's plan trains if it falls back to LoRA. Kept in the saved spec; any other strategy
+  // refuses them (it never trains LoRA for a full job).
+  bool lora_fallback_given = false;
 };
 
 struct TrainingSpec {

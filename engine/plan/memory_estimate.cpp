@@ -44,9 +44,14 @@ std::int64_t count_lora_parameters(const hf::ModelConfig& c, std::int64_t rank,
   double n = 0;
   for (const auto& name : names) {
     auto shape = linear_shape(c, name);
-    if (!shape)
+    if (!shape) {
+      std::vector<std::string> linears;
+      for (const hf::LinearModule& l : hf::family_of(c).parameter_shapes(c).layer_linears)
+        linears.push_back(l.name);
       throw_invalid("method.targets: \"" + name + "\" is not a linear layer of " + c.model_type,
-                    "default targets for this family: " + join(default_lora_targets(c)));
+                    "name linear layers of its blocks: " + join(linears) + " (the default is " +
+                        join(default_lora_targets(c)) + ")");
+    }
     n += d(rank) * (shape->first + shape->second);
   }
   return static_cast<std::int64_t>(std::min(n * d(c.num_hidden_layers), 9.0e18));

@@ -30,10 +30,12 @@ namespace {
 // batch_size consecutive rows (batches are padded to their longest), or for packed text the
 // blocks' max_length and how many rows a block holds. Leaves them unset when the data or the
 // tokenizer cannot be read here: the run reports that itself.
-void sample_sequence_lengths(const job::JobSpec& spec, const fs::path& model_dir, PlanInputs& in) {
+// Returns whether the data is packed text (false where its format could not be read).
+bool sample_sequence_lengths(const job::JobSpec& spec, const fs::path& model_dir, PlanInputs& in) {
   constexpr std::size_t kSampleRows = 512;
   const auto& ds = spec.dataset;
-  if (ds.train_files.empty() || ds.max_length <= 0) return;
+  bool packs = false;  // known once the format is
+  if (ds.train_files.empty() || ds.max_length <= 0) return packs;
   try {
     data::ReadOptions read_options;
     read_options.skip_bad_rows = true;
@@ -42,7 +44,8 @@ void sample_sequence_lengths(const job::JobSpec& spec, const fs::path& model_dir
     if (ds.format != "auto") kind = data::parse_format_kind(ds.format);
     const data::DatasetFormat format =
         data::resolve_format(reader->columns(), reader->path().string(), kind, ds.columns);
-    if (format.kind == data::FormatKind::Classification) return;  // labels come from the run
+    packs = ds.packing && format.kind == data::FormatKind::Text;
+    if (format.kind == data::FormatKind::Classification) return packs;  // labels: the run's
     const hf::Tokenizer tokenizer = hf::Tokenizer::from_folder(model_dir);
     data::TokenizeOptions options;
     options.max_length = static_cast<std::size_t>(ds.max_length);
@@ -52,7 +55,7 @@ void sample_sequence_lengths(const job::JobSpec& spec, const fs::path& model_dir
     std::vector<std::size_t> rows;
     for (std::size_t i = 0; i < std::min(kSampleRows, reader->num_rows()); ++i) rows.push_back(i);
     const auto sample = data::tokenize_rows(*reader, rows, builder, /*skip_bad_rows=*/true);
-    if (sample.examples.empty()) return;
+    if (sample.examples.empty()) return packs;
     const double max_length = d(ds.max_length);
     const std::string sampled = "measured by tokenizing the first " +
                                 std::to_string(sample.examples.size()) + " training rows";
@@ -64,7 +67,7 @@ void sample_sequence_lengths(const job::JobSpec& spec, const fs::path& model_dir
       in.packed_rows_per_block = std::max(1.0, max_length / per_row);
       in.tokens_per_sequence = max_length;
       in.tokens_per_sequence_source = sampled + " (packed into full blocks)";
-      return;
+      return packs;
     }
     const std::size_t group =
         static_cast<std::size_t>(std::max<std::int64_t>(1, spec.training.batch_size));
@@ -83,9 +86,33 @@ void sample_sequence_lengths(const job::JobSpec& spec, const fs::path& model_dir
   } catch (const std::exception&) {
     // Unreadable data or tokenizer: the time assumes max_length; the run names the problem.
   }
+  return packs;
 }
 
 }  // namespace
+
+void check_quantizable(const job::JobSpec& spec, const hf::ModelConfig& model) {
+  if (spec.method.quantize == "none" || !hf::family_of(model).conv1d_weights) return;
+  throw_unsupported("method.quantize \"" + spec.method.quantize + "\": " + model.model_type +
+                        " stores its linear weights [in, out] (GPT-2's Conv1D), and quantizing "
+                        "those is not supported yet",
+                    "quantize a llama, mistral or qwen2 model, or train LoRA on this one without "
+                    "method.quantize");
+}
+
+void check_packed_blocks_fit(const job::JobSpec& spec, const hf::ModelConfig& model, bool packs) {
+  const std::int64_t positions = model.max_position_embeddings;
+  if (!packs || positions <= 0 || spec.dataset.max_length <= positions ||
+      !hf::family_of(model).learned_positions)
+    return;
+  throw_invalid("dataset.max_length " + std::to_string(spec.dataset.max_length) +
+                    ": packed text makes every block this long, and the model's learned position "
+                    "embeddings end at " +
+                    std::to_string(positions) +
+                    " (max_position_embeddings): the first step "
+                    "would stop",
+                "set dataset.max_length to " + std::to_string(positions) + " at most");
+}
 
 PlanInputs load_plan_inputs(const job::JobSpec& spec, const std::string& spec_source,
                             HardwareProfile profile) {
@@ -119,7 +146,7 @@ PlanInputs plan_inputs(const job::JobSpec& spec, const hf::ModelFolder& model,
   }
   if (counted) in.dataset_rows = rows;
   in.step_times = StepTimeStore(StepTimeStore::default_path()).load(&in.step_time_warnings);
-  sample_sequence_lengths(spec, model.dir(), in);
+  check_packed_blocks_fit(spec, in.model, sample_sequence_lengths(spec, model.dir(), in));
   return in;
 }
 

@@ -491,6 +491,7 @@ Plan make_plan(const PlanInputs& in) {
         "method.preference under strategy " + spec.strategy.name + " is not supported yet",
         "use strategy " + job::strategies_that_can(&job::StrategyInfo::preference) + " (or auto)");
   if (spec.method.quantize != "none") {
+    check_quantizable(spec, c);
     if (named && !job::strategy_can(spec.strategy.name, &job::StrategyInfo::quantized_base))
       throw_unsupported(
           "method.quantize under strategy " + spec.strategy.name + " is not supported yet",

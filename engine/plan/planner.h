@@ -278,6 +278,15 @@ nlohmann::json to_json(const Plan& plan);
 // row counts (lines) into PlanInputs; `spec_source` names the spec file in errors.
 PlanInputs load_plan_inputs(const job::JobSpec& spec, const std::string& spec_source,
                             HardwareProfile profile);
+// method.quantize on a family whose linear weights are stored [in, out] (GPT-2's Conv1D): the
+// engine does not quantize those yet. Throws tessera::Error (Unsupported), for the plan and for
+// the run before the data is read.
+void check_quantizable(const job::JobSpec& spec, const hf::ModelConfig& model);
+// Packed text makes every block dataset.max_length tokens long: on a model whose learned
+// position embeddings end before that (GPT-2's n_positions), the first step would stop. Throws
+// tessera::Error (InvalidInput) naming dataset.max_length, for the plan and for the run before
+// anything is loaded. `packs`: the dataset is text with dataset.packing on.
+void check_packed_blocks_fit(const job::JobSpec& spec, const hf::ModelConfig& model, bool packs);
 // The same from a model folder already open (the runner's, read once for the whole run).
 PlanInputs plan_inputs(const job::JobSpec& spec, const hf::ModelFolder& model,
                        HardwareProfile profile);

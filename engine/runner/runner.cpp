@@ -126,6 +126,8 @@ PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokeniz
   if (ds.format != "auto") kind = data::parse_format_kind(ds.format);
   data::DatasetFormat format = data::resolve_format(
       train_reader->columns(), train_reader->path().string(), kind, ds.columns);
+  plan::check_packed_blocks_fit(spec, model_config,
+                                ds.packing && format.kind == data::FormatKind::Text);
   const std::size_t more_files = ds.train_files.size() - 1;
   events.log(
       "info",
@@ -185,6 +187,32 @@ PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokeniz
   std::vector<std::size_t> validation_rows;
   if (!ds.validation_files.empty()) {
     validation_reader = open_files(ds.validation_files, ds.skip_bad_rows);
+    // The training data's format reads the validation rows: their columns must be there.
+    data::DatasetFormat present{format.kind, {}};
+    const std::vector<std::string>& columns = validation_reader->columns();
+    for (const auto& [role, column] : format.columns)
+      if (std::find(columns.begin(), columns.end(), column) != columns.end())
+        present.columns[role] = column;
+    if (!data::missing_roles(present).empty()) {
+      // The first absent column that the format cannot do without.
+      std::string role, column;
+      for (const auto& [r, c] : format.columns) {
+        data::DatasetFormat without = format;
+        without.columns.erase(r);
+        if (!present.columns.count(r) && !data::missing_roles(without).empty()) {
+          role = r;
+          column = c;
+          break;
+        }
+      }
+      std::string listed;
+      for (const std::string& c : columns) listed += (listed.empty() ? "" : ", ") + c;
+      throw_invalid(validation_reader->path().string() + ": the validation data has no column '" +
+                        column + "' (" + role + "), which the training data's format " +
+                        format.describe() + " reads; its columns: " + listed,
+                    "give validation files with the training data's columns (dataset.validation), "
+                    "or remove them and hold out training rows (dataset.validation_split)");
+    }
     if (!validation_reader->skipped().summary().empty())
       events.log("warning",
                  "unreadable validation rows: " + validation_reader->skipped().summary());
@@ -215,7 +243,8 @@ PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokeniz
   if (unpaired && preference) log_kto_balance(out.train, *preference, events);
   if (!validation_rows.empty()) {
     const data::DatasetReader& reader = validation_reader ? *validation_reader : *train_reader;
-    auto validation = data::tokenize_rows(reader, validation_rows, builder, ds.skip_bad_rows);
+    auto validation =
+        data::tokenize_rows(reader, validation_rows, builder, ds.skip_bad_rows, "validation");
     if (!validation.skipped.summary().empty())
       events.log("warning", "validation rows: " + validation.skipped.summary());
     out.validation = std::move(validation.examples);
@@ -226,7 +255,6 @@ PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokeniz
                   ds.packing ? "the text is shorter than one block of dataset.max_length tokens; "
                                "lower max_length or set dataset.packing to false"
                              : "check the dataset's columns and format");
-  (void)model_config;
   return out;
 }
 
@@ -911,6 +939,7 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
                                   [&](const std::string& line) { events.log("info", line); });
   const hf::ModelFolder source = open_model(model_dir);
   check_preference_reference(requested, model_dir);
+  plan::check_quantizable(requested, source.config());
   // What config.json asks for is judged before anything of the model is built (a model of 1e9
   // layers would be allocated until the process is killed): refused by its field.
   plan::ModelCapacity capacity = plan::probe_model_capacity(plan::spill_dir_of(requested));

@@ -224,8 +224,14 @@ std::string validate_checkpoint(const fs::path& dir, nlohmann::json* manifest_ou
 
 FoundCheckpoint find_resume_checkpoint(const fs::path& dir,
                                        const std::function<void(const std::string&)>& log) {
-  if (!fs::is_directory(dir))
-    throw_invalid("resume: " + dir.string() + " is not a folder",
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw_invalid("resume: " + dir.string() +
+                      (fs::exists(dir, ec) ? " is not a folder" : " does not exist") +
+                      (dir.filename().string().rfind("checkpoint-", 0) == 0
+                           ? " (a run keeps its last training.keep_last checkpoints; older ones "
+                             "are removed)"
+                           : ""),
                   "give a run folder (holding checkpoint-<step> folders) or one checkpoint folder");
   FoundCheckpoint found;
   if (fs::exists(dir / kManifest)) {

@@ -265,6 +265,10 @@ int Trainer::data_rank() const {
   return distributed() ? options_.process.data_group->rank() : 0;
 }
 
+std::int64_t Trainer::sequences_per_step(const BatchSource& train) const {
+  return train.rows_per_batch() * options_.training.gradient_accumulation * data_ranks();
+}
+
 int Trainer::data_ranks() const {
   return distributed() ? options_.process.data_group->size() : 1;
 }
@@ -725,6 +729,9 @@ fs::path Trainer::save_checkpoint(std::int64_t step, const BatchSource& train,
       {"plugin", plugin_->name()},
       {"plugin_state", plugin_->state_json()},
       {"world_size", options_.process.world_size},
+      // What a step trains, on every data-parallel process together: a resume that trains
+      // another number says so.
+      {"sequences_per_step", sequences_per_step(train)},
   };
   // Each rank writes only its own files: the replicated state once (rank 0), a sharded one by
   // every rank, and every rank its random state. Every rank lists what it wrote by name and
@@ -877,12 +884,26 @@ std::int64_t Trainer::restore(BatchSource& train, std::int64_t total_steps) {
     events_->on_log("info", "resumed from " + source + " at step " + std::to_string(found.step));
     if (saved_world_size != world_size)
       events_->on_log("info", "resume: the checkpoint was saved by " +
-                                  std::to_string(saved_world_size) + " processes, this run has " +
-                                  std::to_string(world_size) +
+                                  std::to_string(saved_world_size) +
+                                  (saved_world_size == 1 ? " process" : " processes") +
+                                  ", this run has " + std::to_string(world_size) +
                                   (index ? " (its state is saved by name and element range, "
                                            "so each rank reads what this layout holds)"
                                          : " (its state is replicated, so every rank reads all "
                                            "of it)"));
+    const std::int64_t saved_sequences = state.value("sequences_per_step", std::int64_t{0});
+    if (saved_sequences > 0 && saved_sequences != sequences_per_step(train))
+      events_->on_log(
+          "warning",
+          "resume: a step of the run before trained " + std::to_string(saved_sequences) +
+              " sequences, and this run's steps train " +
+              std::to_string(sequences_per_step(train)) + " (" +
+              std::to_string(train.rows_per_batch()) + " a micro-batch x gradient_accumulation " +
+              std::to_string(options_.training.gradient_accumulation) + " x " +
+              std::to_string(data_ranks()) + " data-parallel processes): the steps after " +
+              std::to_string(found.step) +
+              " differ from the run's own; resume with the processes and batch it had to "
+              "continue it as it was");
   }
   return found.step;
 }

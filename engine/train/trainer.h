@@ -208,6 +208,8 @@ class Trainer {
   // tensor or pipeline coordinates read the same micro-batches.
   int data_rank() const;
   int data_ranks() const;
+  // Sequences (rows) an optimizer step of `train` trains on every data-parallel rank together.
+  std::int64_t sequences_per_step(const BatchSource& train) const;
   // hybrid's mesh (tensor and pipeline sizes), for the events to name each rank's place.
   std::optional<MeshShape> mesh_shape() const;
   // The disk tier's traffic counters at the last memory report (rates are deltas).

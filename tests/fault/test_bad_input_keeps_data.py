@@ -10,6 +10,9 @@ a prefix of what is there).
 - a resume with a job spec that has an unknown field
 - an export onto the run's model folder without --force, and with --force from a model whose
   config.json asks for 1e9 layers
+- a forced export onto the run folder itself, which holds the model being exported
+- the demo into the run's folder (it writes its own files and replaces its run there)
+- eval of a checkpoint folder, which is not a model folder
 """
 import json
 import os
@@ -80,8 +83,20 @@ def test_refusals_leave_the_run_folder_as_it_was(run_dir, tmp_path):
     (absurd / "config.json").write_text(json.dumps(config))
     refusals["forced export of a 1e9-layer model"] = cli("export", "--model", absurd, "--out", run_dir / "model",
                                                           "--force")
+    # --out a folder that holds the model: replacing it would delete the model and the run beside it.
+    refusals["forced export onto the folder holding the model"] = cli("export", "--model", run_dir / "model",
+                                                                       "--out", run_dir, "--force")
+    # The demo writes its files and replaces its run in --out: a run's folder is not the demo's.
+    refusals["demo into the run's folder"] = cli("demo", "--out", run_dir, "--no-train")
+    # A checkpoint is not a model folder: said so (it was exit 1, "cannot open config.json").
+    refusals["eval of a checkpoint"] = cli("eval", "--model", run_dir / "checkpoint-2", "--data",
+                                           run_dir.parent / "text.jsonl")
     for what, r in refusals.items():
         assert r.returncode == 2, f"{what}: exit {r.returncode}: {r.stderr}"
+    assert "holds the model being exported" in refusals["forced export onto the folder holding the model"].stderr
+    assert "which is not the demo's" in refusals["demo into the run's folder"].stderr
+    assert "a training checkpoint" in refusals["eval of a checkpoint"].stderr
+    assert f"the run's model is beside it in {run_dir / 'model'}" in refusals["eval of a checkpoint"].stderr
     assert "already holds a run (checkpoint-1, checkpoint-2, model/)" in \
         refusals["new run with bad data into the run's folder"].stderr
     assert f"--resume {run_dir}" in refusals["new run with bad data into the run's folder"].stderr

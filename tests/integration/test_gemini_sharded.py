@@ -423,7 +423,7 @@ def test_checkpoint_at_2_ranks_resumes_on_1_and_on_4(workdir):
     assert worst <= LOSS_BOUND, (got, expected)
     logs = [e["message"] for e in events if e["type"] == "log"]
     assert any("saved by 2 processes, this run has 1" in m for m in logs), logs
-    assert any("saved by 1 processes, this run has 4" in m for m in logs), logs
+    assert any("saved by 1 process, this run has 4" in m for m in logs), logs
     evaluations = [e for e in events if e["type"] == "metric" and "eval_loss" in e]
     assert len(evaluations) >= 2, "the 4-rank stage evaluates at step 6 and at the end"
 

@@ -219,11 +219,16 @@ def alive(pid):
         return False
 
 
-def test_kill_9_of_rank_1_stops_the_job_and_names_it(workdir, ddp_run):
-    out = workdir / "ddp-killed"
-    spec = job(workdir, "ddp-killed", steps=100000, eval_every=0)
-    launch = subprocess.Popen([CLI, "launch", "--nproc", "2", str(spec)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=ENV)
+# At the default collective timeout rank 0 notices the dead rank after launch's grace period (2 s
+# here) has ended it: launch writes the error and `done` itself.
+@pytest.mark.parametrize("timeout", ["short", "default"])
+def test_kill_9_of_rank_1_stops_the_job_and_names_it(workdir, ddp_run, timeout):
+    out = workdir / f"ddp-killed-{timeout}"
+    spec = job(workdir, f"ddp-killed-{timeout}", steps=100000, eval_every=0)
+    env = ENV if timeout == "short" else {k: v for k, v in ENV.items() if k != "TESSERA_DIST_TIMEOUT_S"}
+    grace = [] if timeout == "short" else ["--grace-period", "2"]
+    launch = subprocess.Popen([CLI, "launch", "--nproc", "2", *grace, str(spec)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -281,3 +286,16 @@ def test_ctrl_c_stops_every_rank_at_one_step_with_a_checkpoint(workdir, ddp_run)
     assert (checkpoint / "manifest.json").exists()
     assert (checkpoint / "rng_state-rank1.safetensors").exists(), "rank 1 stopped at the same step"
     assert not any(alive(pid) for pid, _ in children)
+    # The resume it suggests runs as many processes (one would train half a step's sequences).
+    assert f"resume with: tessera-cli launch --nproc 2 {spec} --resume {out}" in err, err[-2000:]
+    # Resumed by one process instead, a step trains half the sequences: the run says so.
+    single = json.loads(spec.read_text())
+    single["training"]["steps"] = step + 1
+    single["output"] = {"dir": str(workdir / "ddp-stopped-single"), "resume": str(checkpoint)}
+    single_path = workdir / "ddp-stopped-single.json"
+    single_path.write_text(json.dumps(single))
+    run_job(single_path, 1)
+    warnings = [e["message"] for e in events_of(workdir / "ddp-stopped-single" / "events.jsonl")
+                if e["type"] == "log" and e["level"] == "warning"]
+    assert any("a step of the run before trained 4 sequences, and this run's steps train 2" in w
+               for w in warnings), warnings

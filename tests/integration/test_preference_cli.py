@@ -271,7 +271,11 @@ def test_evaluation_reports_the_preference_figures(workdir, pairs):
     spec["dataset"]["validation_split"] = 0.25
     spec["training"]["eval_every"] = 1
     (workdir / "dpo-eval.json").write_text(json.dumps(spec))
-    run_job(workdir / "dpo-eval.json", 1, timeout=300)
+    r = run_job(workdir / "dpo-eval.json", 1, timeout=300)
+    # The console says what a preference evaluation measures (it has no perplexity).
+    lines = [line for line in r.stderr.splitlines() if line.startswith("eval at step")]
+    assert lines and all("reward margin" in line and "reward accuracy" in line for line in lines), r.stderr
+    assert not any("perplexity" in line for line in lines), lines
     evals = [e for e in events_of(workdir / "dpo-eval" / "events.jsonl")
              if e["type"] == "metric" and "eval_loss" in e]
     assert evals, "no evaluation"

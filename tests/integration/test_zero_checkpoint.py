@@ -61,7 +61,7 @@ def test_losses_across_layouts_equal_an_uninterrupted_run(chain):
     assert worst <= LOSS_BOUND, (got, expected)
     logs = [e["message"] for e in events if e["type"] == "log"]
     assert any("saved by 2 processes, this run has 1" in m for m in logs), logs
-    assert any("saved by 1 processes, this run has 4" in m for m in logs), logs
+    assert any("saved by 1 process, this run has 4" in m for m in logs), logs
     warnings = [e["message"] for e in events if e["type"] == "log" and e.get("level") == "warning"]
     assert any("offload_optimizer" in m and "host memory" in m for m in warnings), warnings
 

@@ -15,6 +15,7 @@ under an address-space limit so that a regression fails the test instead of the 
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -141,6 +142,58 @@ def test_sequences_past_the_models_positions_are_warned_of(base, tmp_path):
     warned = [e["message"] for e in map(json.loads, events.read_text().splitlines())
               if e.get("type") == "log" and e.get("level") == "warning" and "max_position_embeddings" in e.get("message", "")]
     assert len(warned) == 1 and "dataset.max_length 32 exceeds the model's max_position_embeddings 16" in warned[0], warned
+
+
+def spec_of(finetune_args, tmp_path):
+    """The job spec `finetune` builds from these arguments, written to a file for `plan`."""
+    printed = subprocess.run([CLI, "finetune", *map(str, finetune_args), "--print-job"], capture_output=True,
+                             text=True, timeout=120)
+    assert printed.returncode == 0, printed.stderr
+    spec = tmp_path / "job.json"
+    spec.write_text(printed.stdout)
+    return spec
+
+
+@pytest.fixture(scope="module")
+def gpt2(base):
+    """A tiny GPT-2 (learned positions, 16 of them; Conv1D weights) with the llama's tokenizer."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    folder = base / "gpt2"
+    if not folder.exists():
+        vocab = json.loads((base / "model" / "config.json").read_text())["vocab_size"]
+        GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_positions=16, n_embd=32, n_layer=1, n_head=2)).save_pretrained(folder)
+        for f in (base / "model").iterdir():
+            if f.name.startswith("tokenizer") or f.name == "special_tokens_map.json":
+                (folder / f.name).symlink_to(f)
+    return folder
+
+
+@pytest.mark.parametrize("strategy", ["auto", "single"])
+def test_packed_blocks_past_learned_positions_are_refused(base, gpt2, tmp_path, strategy):
+    """Packed text makes every block max_length long: past GPT-2's 16 learned positions the first
+    step would stop (it did, after loading and tokenizing). The plan and the run refuse it first,
+    naming dataset.max_length."""
+    job = ["--model", gpt2, "--data", base / "data.jsonl", "--max-length", 32, "--steps", 1,
+           "--strategy", strategy, "--out", tmp_path / "out"]
+    code, err, _, _ = run_measured(["finetune", *job])
+    assert code == 2 and "dataset.max_length 32: packed text makes every block this long" in err, err
+    assert "set dataset.max_length to 16 at most" in err
+    code, err, _, _ = run_measured(["plan", spec_of(job, tmp_path)])
+    assert code == 2 and "dataset.max_length 32: packed text" in err, err
+
+
+def test_quantizing_conv1d_weights_is_refused_before_the_data(base, gpt2, tmp_path):
+    """QLoRA on GPT-2 (Conv1D weights, which the engine does not quantize): the plan had approved
+    it, and the run failed after reading and tokenizing the data."""
+    job = ["--model", gpt2, "--data", base / "data.jsonl", "--max-length", 16, "--steps", 1,
+           "--method", "lora", "--quantize", "nf4", "--out", tmp_path / "out"]
+    events = tmp_path / "events.jsonl"
+    code, err, _, _ = run_measured(["finetune", *job, "--events", events])
+    assert code == 2 and "GPT-2's Conv1D" in err and "method.quantize" in err, err
+    assert not any(e.get("phase") == "read" for e in map(json.loads, events.read_text().splitlines())
+                   if e.get("type") == "progress"), "refused before the data is read"
+    code, err, _, _ = run_measured(["plan", spec_of(job, tmp_path)])
+    assert code == 2 and "GPT-2's Conv1D" in err, err
 
 
 def test_a_batch_larger_than_the_data_is_warned_of(base, tmp_path):

@@ -290,6 +290,32 @@ class TestConfig : public QObject {
     expect_error([&] { load_model_config(path.parent_path() / "absent.json"); }, ErrorKind::Io,
                  {"absent.json"});
   }
+
+  // A folder a run writes beside its model (a LoRA adapter, a checkpoint) given as a model: said
+  // what it is and where the run's model is, as bad input (exit 2), not an I/O error.
+  void folderWithoutConfigSaysWhatItIs() {
+    namespace fs = std::filesystem;
+    const fs::path run = fs::path(TESSERA_TEST_TMP_DIR) / "run-without-config";
+    fs::remove_all(run);
+    fs::create_directories(run / "model");
+    fs::create_directories(run / "adapter");
+    fs::create_directories(run / "checkpoint-4");
+    fs::create_directories(run / "empty");
+    std::ofstream(run / "model" / "config.json") << "{}";
+    std::ofstream(run / "adapter" / "adapter_config.json") << "{}";
+    std::ofstream(run / "checkpoint-4" / "adapter_config.json") << "{}";
+    std::ofstream(run / "checkpoint-4" / "trainer_state.json") << "{}";
+    const std::string model = (run / "model").string();
+    const std::string resume = "--resume " + run.string();
+    expect_error([&] { load_model_config(run / "adapter" / "config.json"); },
+                 ErrorKind::InvalidInput, {"a LoRA adapter", model.c_str()});
+    expect_error([&] { load_model_config(run / "checkpoint-4" / "config.json"); },
+                 ErrorKind::InvalidInput, {"a training checkpoint", resume.c_str()});
+    expect_error([&] { load_model_config(run / "empty" / "config.json"); }, ErrorKind::InvalidInput,
+                 {"no config.json in this folder"});
+    expect_error([&] { load_model_config(run / "absent" / "config.json"); },
+                 ErrorKind::InvalidInput, {"no such model folder"});
+  }
 };
 
 QTEST_APPLESS_MAIN(TestConfig)

@@ -322,6 +322,13 @@ class TestData : public QObject {
     QCOMPARE(f.columns.at("prompt"), std::string("q"));
     f = resolve_format({"text", "label"}, "f", FormatKind::Text, {});
     QCOMPARE(f.kind, FormatKind::Text);
+    // The text role alone is the text format (docs/job-spec.md's own example), whatever the
+    // other columns would be detected as.
+    f = resolve_format({"id", "body"}, "f", std::nullopt, {{"text", "body"}});
+    QCOMPARE(f.kind, FormatKind::Text);
+    QCOMPARE(f.columns.at("text"), std::string("body"));
+    f = resolve_format({"instruction", "output"}, "f", std::nullopt, {{"text", "instruction"}});
+    QCOMPARE(f.kind, FormatKind::Text);
     msg = error_of([] {
       resolve_format({"q", "a"}, "qa.jsonl", FormatKind::Chat, {{"messages", "turns"}});
     });
@@ -352,6 +359,9 @@ class TestData : public QObject {
     }();
     msg = error_of([&] { tokenize_rows(*r, all, builder, false); });
     QVERIFY2(contains(msg, "m.jsonl:2"), msg.c_str());
+    // Taken in another order (a shuffled split), the first bad row in the file is still named.
+    msg = error_of([&] { tokenize_rows(*r, {0, 2, 1}, builder, false); });
+    QVERIFY2(contains(msg, "m.jsonl:2") && !contains(msg, "m.jsonl:3"), msg.c_str());
     auto ds = tokenize_rows(*r, all, builder, true);
     QCOMPARE(ds.examples.size(), std::size_t{1});
     QCOMPARE(ds.skipped.count, std::size_t{2});
@@ -443,6 +453,22 @@ class TestData : public QObject {
                     "u.jsonl:1");
     });
     QVERIFY2(contains(msg, "u.jsonl:1") && contains(msg, "continuation"), msg.c_str());
+    // A template that raises (as Llama 2's does on roles that do not alternate): the row is
+    // named before the template's own words.
+    const auto raising = load_model(make_model(
+        "model_raising",
+        "{% if messages[0]['role'] == 'system' %}{{ raise_exception('roles must alternate') }}"
+        "{% endif %}{% for m in messages %} {{ m['content'] }}{% endfor %}"));
+    ExampleBuilder strict(detect_format({"messages"}, "f"), raising.tokenizer, raising.config);
+    const std::string raised = error_of([&] {
+      strict.build(Row{{"messages",
+                        {{{"role", "system"}, {"content", "be brief"}},
+                         {{"role", "user"}, {"content", "hi"}},
+                         {{"role", "assistant"}, {"content", "hello"}}}}},
+                   "s.jsonl:5");
+    });
+    QVERIFY2(raised.rfind("s.jsonl:5: ", 0) == 0 && contains(raised, "roles must alternate"),
+             raised.c_str());
     const auto plain = load_model(make_model("model_no_template", ""));
     const std::string no_template = error_of(
         [&] { ExampleBuilder(detect_format({"messages"}, "f"), plain.tokenizer, plain.config); });

@@ -153,6 +153,39 @@ class TestJobSpec : public QObject {
              error_text(doc).c_str());
   }
 
+  // LoRA's settings beside method full: auto's fallback, kept when the spec is saved; any other
+  // strategy would drop them without a word, so it refuses them.
+  void loraSettingsBesideFullAreAutosFallbackOnly() {
+    auto doc = minimal();
+    doc["method"] = {{"type", "full"}, {"rank", 32}, {"dropout", 0.1}};
+    const job::JobSpec spec = job::parse_job_spec(doc, "job.json");
+    QVERIFY(spec.method.lora_fallback_given);
+    const job::JobSpec again = job::parse_job_spec(job::to_json(spec), "again");
+    QCOMPARE(again.method.lora_rank, std::int64_t{32});
+    QCOMPARE(again.method.lora_dropout, 0.1);
+    doc["strategy"] = {{"name", "single"}};
+    const std::string error = error_text(doc);
+    QVERIFY2(error.find("job.json: method.rank is LoRA's setting, and method.type is \"full\" "
+                        "under strategy \"single\"") != std::string::npos &&
+                 error.find("remove method.rank") != std::string::npos,
+             error.c_str());
+    doc["method"] = {{"type", "full"}};
+    QVERIFY(!job::parse_job_spec(doc, "job.json").method.lora_fallback_given);
+    QVERIFY(!job::to_json(job::parse_job_spec(doc, "job.json"))["method"].contains("rank"));
+  }
+
+  // A held-out split beside validation files: one of the two would be ignored.
+  void validationFilesAndSplitAreNotBothGiven() {
+    auto doc = minimal();
+    doc["dataset"]["validation"] = {"valid.jsonl"};
+    doc["dataset"]["validation_split"] = 0.1;
+    const std::string error = error_text(doc);
+    QVERIFY2(error.find("dataset.validation_split holds out training rows") != std::string::npos,
+             error.c_str());
+    doc["dataset"]["validation_split"] = 0.0;
+    QCOMPARE(error_text(doc), std::string());
+  }
+
   void hubDatasetConfigRoundTrips() {
     auto doc = minimal();
     doc["dataset"] = {{"hub_id", "org/data"}, {"revision", "v1"}, {"config", "en"}};
