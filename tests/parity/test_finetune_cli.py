@@ -172,6 +172,22 @@ def test_print_job_and_bad_input(workdir, tmp_path):
     assert r.returncode == 2 and "nowhere" in r.stderr
     assert run("finetune", "--data", workdir / "data.jsonl").returncode == 2
 
+    # Columns of other names: the hint says how to map them, and --column does, training on them.
+    renamed = tmp_path / "renamed.jsonl"
+    renamed.write_text("".join(json.dumps({"q_text": f"say {w}", "a_text": w}) + "\n"
+                               for w in ["one", "two", "three", "four"] * 4))
+    r = run("finetune", "--model", workdir / "model", "--data", renamed, "--steps", 1, "--out", tmp_path / "c0")
+    assert r.returncode == 2 and "dataset.columns" in r.stderr and "--column instruction=" in r.stderr, r.stderr
+    mapped = ["--format", "instruction", "--column", "instruction=q_text", "--column", "output=a_text"]
+    r = run("finetune", "--model", workdir / "model", "--data", renamed, "--steps", 1, "--out", tmp_path / "c1",
+            *mapped, "--print-job")
+    assert json.loads(r.stdout)["dataset"]["columns"] == {"instruction": "q_text", "output": "a_text"}, r.stdout
+    r = run("finetune", "--model", workdir / "model", "--data", renamed, "--steps", 1, "--out", tmp_path / "c1",
+            *mapped)
+    assert r.returncode == 0, r.stderr
+    r = run("finetune", "--model", workdir / "model", "--data", renamed, "--column", "q_text", "--print-job")
+    assert r.returncode == 2 and "expected ROLE=COLUMN" in r.stderr, r.stderr
+
 
 def test_classification_finetune_of_the_real_minilm(tmp_path):
     """A classification dataset fine-tunes the real all-MiniLM-L6-v2 (a BertModel checkpoint)
