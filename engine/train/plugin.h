@@ -184,15 +184,16 @@ class Plugin {
   // forwards and backwards across stages; Colossal-AI's execute_pipeline): then the trainer
   // hands it every micro-batch of the step instead of calling the model and backward() per
   // micro-batch. Each input is on device(); forward and backward of micro-batch i run inside a
-  // model::DropoutScope of its stream, its loss × `multiplier`. Returns each micro-batch's loss,
-  // the same on every rank. The last backward ends as backward(…, last_micro_batch) would.
+  // model::DropoutScope of its stream, its loss × its `multiplier` (its share of the step, as
+  // backward() takes it). Returns each micro-batch's loss, the same on every rank. The last
+  // backward ends as backward(…, last_micro_batch) would.
   struct MicroBatch {
     model::ForwardInput input;
     model::DropoutStream dropout;
+    double multiplier = 1.0;
   };
   virtual bool runs_micro_batches() const { return false; }
-  virtual std::vector<double> run_micro_batches(std::vector<MicroBatch>& micro_batches,
-                                                double multiplier);
+  virtual std::vector<double> run_micro_batches(std::vector<MicroBatch>& micro_batches);
   // Such a plugin's loss for one batch without gradients (evaluation), on every rank.
   virtual double evaluation_loss(const model::ForwardInput& input);
   // Seconds the last run_micro_batches() spent waiting for other ranks (a pipeline's bubble).

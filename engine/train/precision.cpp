@@ -45,7 +45,7 @@ void require_one_process(const ProcessContext& process, const std::string& plugi
                       "run one process, or a data-parallel strategy once it exists");
 }
 
-std::vector<double> Plugin::run_micro_batches(std::vector<MicroBatch>&, double) {
+std::vector<double> Plugin::run_micro_batches(std::vector<MicroBatch>&) {
   throw Error(ErrorKind::Internal,
               "strategy " + name() + " does not run micro-batches itself (runs_micro_batches)");
 }

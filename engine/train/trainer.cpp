@@ -303,8 +303,20 @@ model::ForwardOutput Trainer::forward_batch(const Batch& batch) {
   return out;
 }
 
-torch::Tensor Trainer::train_micro_batch(const Batch& batch, bool last_micro_batch,
-                                         std::int64_t step, std::int64_t first_row) {
+double Trainer::loss_targets(const Batch& batch) const {
+  // Preference and classification losses are means over rows (pairs, sequences).
+  if (options_.method.preference || model_->head() == model::TaskHead::SequenceClassification ||
+      !batch.input_ids.defined() || batch.input_ids.size(1) < 2)
+    return static_cast<double>(batch.input_ids.size(0));
+  // A causal LM's: over the positions whose next token is a label (the model's shift).
+  const torch::Tensor& labels = batch.labels.defined() ? batch.labels : batch.input_ids;
+  return static_cast<double>(
+      labels.narrow(1, 1, labels.size(1) - 1).ne(-100).sum().item<std::int64_t>());
+}
+
+torch::Tensor Trainer::train_micro_batch(const Batch& batch, double multiplier,
+                                         bool last_micro_batch, std::int64_t step,
+                                         std::int64_t first_row) {
   model::DropoutScope dropout_scope(dropout_stream(step, first_row));
   torch::Tensor loss;
   if (options_.method.preference) {
@@ -314,8 +326,7 @@ torch::Tensor Trainer::train_micro_batch(const Batch& batch, bool last_micro_bat
   } else {
     loss = forward_batch(batch).loss;
   }
-  plugin_->backward(loss, 1.0 / static_cast<double>(options_.training.gradient_accumulation),
-                    last_micro_batch);
+  plugin_->backward(loss, multiplier, last_micro_batch);
   return loss.detach().to(torch::kFloat64);
 }
 
@@ -984,7 +995,8 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
     dist::ProcessGroup* pipeline_group = options_.process.pipeline_group;
     const dist::Traffic pipeline_traffic_before =
         pipeline_group ? pipeline_group->traffic() : dist::Traffic{};
-    double loss_sum = 0.0;
+    double loss_sum = 0.0;      // this rank's loss: its micro-batches' by their targets
+    double step_targets = 0.0;  // the targets of this rank's micro-batches
     std::int64_t tokens = 0;
     step_preference_ = {};
     // Where this step starts, to save it as it was if the device runs out of memory in it.
@@ -993,31 +1005,68 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
     const torch::Tensor device_rng =
         plugin_->device().is_cuda() ? device_rng_state(plugin_->device()) : torch::Tensor();
     try {
+      // The step's micro-batches are read first. Each one's loss counts by its share of the
+      // step's targets on every data-parallel rank (label tokens; rows for preference and
+      // classification losses), as transformers' Trainer weights every token of a step alike
+      // (num_items_in_batch across devices): splitting a step into micro-batches or ranks
+      // (auto's plan, launch --nproc) then leaves its gradient as it was. Counted on the host
+      // before the batches move: no wait for a device.
+      std::vector<Batch> step_batches;
+      std::vector<double> targets;
+      for (std::int64_t micro = 0; micro < t.gradient_accumulation; ++micro) {
+        step_batches.push_back(micro_batches.next());
+        const Batch& batch = step_batches.back();
+        tokens += batch.attention_mask.defined() ? batch.attention_mask.sum().item<std::int64_t>()
+                                                 : batch.input_ids.numel();
+        targets.push_back(loss_targets(batch));
+      }
+      double targets_here = 0.0;
+      for (const double n : targets) targets_here += n;
+      double targets_all = targets_here;
+      if (data_ranks() > 1) {
+        targets_all = 0.0;
+        for (const double n : gather({targets_here}, /*data_only=*/true)) targets_all += n;
+      }
+      step_targets = targets_here;
+      // A micro-batch's multiplier: its share of the step's targets, times the data-parallel
+      // ranks whose gradients the strategy averages. Without targets (every label masked) the
+      // micro-batches count alike, as before.
+      const auto multiplier = [&](std::size_t micro) {
+        return targets_all > 0.0 ? targets[micro] * static_cast<double>(data_ranks()) / targets_all
+                                 : 1.0 / static_cast<double>(t.gradient_accumulation);
+      };
+      // This rank's loss: its micro-batches' weighted by their targets.
+      const auto share_here = [&](std::size_t micro) {
+        return targets_here > 0.0 ? targets[micro] / targets_here
+                                  : 1.0 / static_cast<double>(t.gradient_accumulation);
+      };
       std::vector<Plugin::MicroBatch> scheduled;  // for a plugin that runs them itself
       // The micro-batches' losses summed where they are computed and read once: on a GPU a read
       // per micro-batch would drain its queue between the backward and the next forward.
       torch::Tensor losses;
-      for (std::int64_t micro = 0; micro < t.gradient_accumulation; ++micro) {
-        Batch batch = micro_batches.next();
-        tokens += batch.attention_mask.defined() ? batch.attention_mask.sum().item<std::int64_t>()
-                                                 : batch.input_ids.numel();
+      for (std::size_t micro = 0; micro < step_batches.size(); ++micro) {
+        const Batch& batch = step_batches[micro];
         // Micro-batch `micro` of this rank is micro-batch micro · ranks + rank of the step's
         // global order (ShardedBatchSource).
-        const std::int64_t global_micro_batch = micro * data_ranks() + data_rank();
+        const std::int64_t global_micro_batch =
+            static_cast<std::int64_t>(micro) * data_ranks() + data_rank();
         const std::int64_t first_row = global_micro_batch * micro_batches.rows_per_batch();
         if (plugin_->runs_micro_batches()) {
-          scheduled.push_back({input_of(batch), dropout_stream(step, first_row)});
+          scheduled.push_back(
+              {input_of(batch), dropout_stream(step, first_row), multiplier(micro)});
           continue;
         }
         const torch::Tensor loss =
-            train_micro_batch(batch, micro + 1 == t.gradient_accumulation, step, first_row);
+            train_micro_batch(batch, multiplier(micro), micro + 1 == step_batches.size(), step,
+                              first_row) *
+            share_here(micro);
         losses = losses.defined() ? losses + loss : loss;
       }
       if (losses.defined()) loss_sum += losses.item<double>();
       if (!scheduled.empty()) {
-        for (const double loss : plugin_->run_micro_batches(
-                 scheduled, 1.0 / static_cast<double>(t.gradient_accumulation)))
-          loss_sum += loss;
+        const std::vector<double> scheduled_losses = plugin_->run_micro_batches(scheduled);
+        for (std::size_t micro = 0; micro < scheduled_losses.size(); ++micro)
+          loss_sum += scheduled_losses[micro] * share_here(micro);
       }
     } catch (const DeviceOutOfMemory& e) {
       out_of_device_memory(e.what(), e.hint(), e.needed(), step, step_start, cpu_rng, device_rng,
@@ -1049,7 +1098,7 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
     ++step;
     if (step == result.total_steps) plugin_->settle();
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    double loss = loss_sum / static_cast<double>(t.gradient_accumulation);
+    double loss = loss_sum;
     double tokens_per_s = seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0;
     bool stop_requested = stop && stop->load();
     std::vector<RankStep> rank_steps;
@@ -1064,9 +1113,10 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
       const bool scheduled = plugin_->runs_micro_batches();
       std::vector<double> mine{loss, tokens_counted_here, seconds, stop_requested ? 1.0 : 0.0};
       if (scheduled) mine.push_back(plugin_->last_schedule_idle_seconds());
+      mine.push_back(step_targets);  // last: the weight of this rank's loss in the job's
       const std::size_t stride = mine.size();
       const std::vector<double> all = gather(mine);
-      double loss_total = 0.0, tokens_total = 0.0, slowest = 0.0;
+      double loss_total = 0.0, targets_total = 0.0, tokens_total = 0.0, slowest = 0.0;
       for (std::size_t i = 0; i + stride <= all.size(); i += stride) {
         const int rank = static_cast<int>(i / stride);
         RankStep rank_step;
@@ -1078,12 +1128,15 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
           rank_step.pipeline_idle_s = all[i + 4];
         }
         rank_steps.push_back(rank_step);
-        loss_total += all[i];
+        // The job's loss weights each rank's by its targets, as the gradient does (ranks of
+        // one replica hold the same figures, so they weigh alike).
+        loss_total += all[i] * all[i + stride - 1];
+        targets_total += all[i + stride - 1];
         tokens_total += all[i + 1];
         slowest = std::max(slowest, all[i + 2]);
         stop_requested = stop_requested || all[i + 3] != 0.0;
       }
-      loss = loss_total / static_cast<double>(rank_steps.size());
+      loss = targets_total > 0.0 ? loss_total / targets_total : loss;
       tokens_per_s = slowest > 0 ? tokens_total / slowest : 0.0;
       seconds = slowest;
     }

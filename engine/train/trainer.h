@@ -165,12 +165,15 @@ class Trainer {
   // batch (model/dropout.h).
   model::DropoutStream dropout_stream(std::int64_t step, std::int64_t first_row) const;
   model::ForwardOutput forward_batch(const Batch& batch);
-  // Forward and backward of one micro-batch; returns its loss (float64, a scalar where the model
-  // computes, not read back).
+  // Forward and backward of one micro-batch, its loss × `multiplier` (its share of the step);
+  // returns its loss (float64, a scalar where the model computes, not read back).
   // `first_row`: the global row of its first example in the step's global batch (dropout masks
   // are keyed by it, model/dropout.h).
-  torch::Tensor train_micro_batch(const Batch& batch, bool last_micro_batch, std::int64_t step,
-                                  std::int64_t first_row);
+  torch::Tensor train_micro_batch(const Batch& batch, double multiplier, bool last_micro_batch,
+                                  std::int64_t step, std::int64_t first_row);
+  // What a batch's loss is the mean over, counted on the host: a causal LM's label tokens (the
+  // positions whose next token counts), a preference or classification loss's rows.
+  double loss_targets(const Batch& batch) const;
   // Preference tuning: the objective of a batch of pairs (train/preference.h), from the policy's
   // forward and, for DPO / IPO, the reference's (without gradients).
   PreferenceBatchLoss preference_batch_loss(const Batch& batch);

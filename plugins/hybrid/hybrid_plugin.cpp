@@ -116,13 +116,14 @@ class HybridPlugin : public Plugin {
 
   // With pipeline stages the plugin runs the step's micro-batches (1F1B).
   bool runs_micro_batches() const override { return stages_ != nullptr; }
-  std::vector<double> run_micro_batches(std::vector<MicroBatch>& micro_batches,
-                                        double multiplier) override {
+  std::vector<double> run_micro_batches(std::vector<MicroBatch>& micro_batches) override {
     std::vector<model::ForwardInput> inputs;
     std::vector<model::DropoutStream> streams;
+    std::vector<double> multipliers;
     for (MicroBatch& m : micro_batches) {
       inputs.push_back(std::move(m.input));
       streams.push_back(m.dropout);
+      multipliers.push_back(m.multiplier);
     }
     // Plain 1F1B: the last micro-batch's backward ends every gradient of the stage, and the
     // replicas average them as it runs. Interleaved: a stage's chunks end their backwards at
@@ -136,7 +137,8 @@ class HybridPlugin : public Plugin {
           if (gradient.defined())
             replicas_.backward_through(output, gradient, ends_step);
           else
-            replicas_.backward(output, multiplier, ends_step);
+            replicas_.backward(output, multipliers[static_cast<std::size_t>(micro_batch)],
+                               ends_step);
         },
         activations());
     if (interleaved) replicas_.reduce_accumulated();

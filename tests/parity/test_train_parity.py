@@ -3,7 +3,8 @@
 - 20 full fine-tuning steps of a small random Llama saved by transformers: per-step losses equal
   transformers + torch.optim.AdamW + transformers' schedule + clip_grad_norm_ within 1e-4
   relative (same initial weights, same batches, fp32, dropout 0). Also with gradient
-  accumulation (loss / accumulation per micro-batch, as the transformers Trainer does).
+  accumulation (each micro-batch's loss weighted by its share of the step's label tokens, as the
+  transformers Trainer does with num_items_in_batch).
 - LoRA: the same against peft, with both sides starting from the adapter peft initialised.
 - The adapter we save loads with PeftModel.from_pretrained and gives our logits.
 - Resume: 10 steps equal 5 steps + a stop with a checkpoint + resume + 5 steps, exactly.
@@ -92,18 +93,21 @@ def reference_losses(model, params, batches, steps, lr, schedule, warmup, weight
     batch = 0
     for _ in range(steps):
         total = 0.0
-        for _ in range(accumulation):
-            i = batch % BATCHES
-            batch += 1
+        # The transformers Trainer's num_items_in_batch: every label token of the step counts
+        # alike, whichever micro-batch it is in.
+        step = [(batch + k) % BATCHES for k in range(accumulation)]
+        batch += accumulation
+        counted = [int((labels[i][:, 1:] != -100).sum()) for i in step]
+        for i, n in zip(step, counted):
             out = model(input_ids=ids[i], attention_mask=mask[i], labels=labels[i])
-            (out.loss / accumulation).backward()
-            total += out.loss.item()
+            (out.loss * n / sum(counted)).backward()
+            total += out.loss.item() * n / sum(counted)
         lrs.append(opt.param_groups[0]["lr"])
         norms.append(torch.nn.utils.clip_grad_norm_(params, max_grad_norm).item())
         opt.step()
         sched.step()
         opt.zero_grad()
-        losses.append(total / accumulation)
+        losses.append(total)
     return losses, norms, lrs
 
 
