@@ -278,7 +278,20 @@ void PendingCollective::wait() {
       const std::chrono::milliseconds timeout =
           state.stream_ordered ? std::chrono::milliseconds(0) : state.timeout;
       if (!state.work->wait(timeout)) {
-        throw std::runtime_error("no result after " + seconds_text(state.timeout));
+        // A stream-ordered wait (NCCL's) has no timeout of its own: false means NCCL's watchdog
+        // aborted the work (its collective timeout passed, or a peer failed).
+        if (!state.stream_ordered)
+          throw std::runtime_error("no result after " + seconds_text(state.timeout));
+        std::string why = "aborted by NCCL's watchdog (a peer failed or the collective timed out)";
+        if (const std::exception_ptr cause = state.work->exception()) {
+          try {
+            std::rethrow_exception(cause);
+          } catch (const std::exception& e) {
+            why += ": " + first_line(e);
+          } catch (...) {
+          }
+        }
+        throw std::runtime_error(why);
       }
     } catch (const Error&) {
       throw;

@@ -905,7 +905,8 @@ std::shared_ptr<dist::ParallelContext> join_ranks(const job::JobSpec& spec) {
               .device == "cuda";
   // Ranks that share a GPU (tests only): NCCL refuses them; their collectives on CUDA tensors go
   // through host memory over Gloo.
-  const bool share_gpu = on_cuda && job::tests_share_gpu() && environment.local_world_size > gpus;
+  const bool share_gpu = on_cuda && job::tests_share_gpu() && environment.local_world_size > gpus &&
+                         !job::rank_pinned_to_its_gpu(gpus, environment.local_world_size);
   return dist::ParallelContext::from_environment(/*cuda_collectives=*/on_cuda && !share_gpu,
                                                  /*cuda_through_host=*/share_gpu);
 }

@@ -38,8 +38,10 @@ void TrainerEventWriter::on_step(const train::StepReport& r) {
   if (!r.ranks.empty()) {
     nlohmann::json ranks = nlohmann::json::array();
     for (const auto& rank : r.ranks) {
-      nlohmann::json entry = {
-          {"rank", rank.rank}, {"loss", rank.loss}, {"tokens_per_s", rank.tokens_per_s}};
+      nlohmann::json entry = {{"rank", rank.rank},
+                              {"loss", rank.loss},
+                              {"targets", rank.targets},
+                              {"tokens_per_s", rank.tokens_per_s}};
       if (r.mesh) entry["mesh"] = mesh_coordinates(rank.rank, *r.mesh);
       if (rank.step_s) entry["step_s"] = *rank.step_s;
       if (rank.pipeline_idle_s) entry["pipeline_idle_s"] = *rank.pipeline_idle_s;

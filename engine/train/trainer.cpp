@@ -1122,6 +1122,7 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
         RankStep rank_step;
         rank_step.rank = rank;
         rank_step.loss = all[i];
+        rank_step.targets = all[i + stride - 1];
         rank_step.tokens_per_s = all[i + 2] > 0 ? all[i + 1] / all[i + 2] : 0.0;
         if (scheduled) {
           rank_step.step_s = all[i + 2];

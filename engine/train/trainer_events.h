@@ -49,7 +49,9 @@ struct MeshShape {
 
 struct RankStep {
   int rank = 0;
-  double loss = 0.0;          // mean of this rank's micro-batch losses
+  double loss = 0.0;          // this rank's micro-batch losses, weighted by their targets
+  double targets = 0.0;       // what that loss is the mean over: label tokens (rows for
+                              // preference and classification), its weight in the job's loss
   double tokens_per_s = 0.0;  // this rank's tokens over its own step time
   // A plugin that runs the micro-batches itself (pipeline stages): this rank's step time and
   // the part of it spent waiting for its neighbouring stages (the pipeline's bubble).

@@ -19,8 +19,9 @@
 // Options (job spec strategy.options, job/strategies.h): device = auto | cpu, tp_size = 2 | 1 | 4
 // | 8, pp_size = 1 | 2 | 4 | 8, pp_chunks = 1 | 2 | 4, zero_stage = 0 | 1 | 2, sequence_parallel =
 // false | true (parallel/split_model.h; with pipeline stages the stages pass each rank's block of
-// the positions). LoRA's adapters are split like their layers. Not yet: CUDA, families without a
-// tensor-parallel plan (bert): each refused with that said.
+// the positions). LoRA's adapters are split like their layers. device cuda computes on each
+// rank's GPU (pipeline messages go through host memory). Not yet: families without a
+// tensor-parallel plan (bert), refused with that said.
 
 namespace tessera::plugins {
 

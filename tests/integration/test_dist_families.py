@@ -227,7 +227,9 @@ def test_layout_equals_one_process(workdir, family, method, layout):
         assert parameters == int((workdir / family / "parameters.txt").read_text())
     padded = sum(-(-numel(shape) // world) * world for shape in tensors.values())
     gradient_bytes, padded_bytes = 4 * parameters, 4 * padded
-    gather_bytes = world * 4 * 8  # the trainer's per-step gather: 4 doubles per rank
+    # The trainer's per-step gathers: each rank's label-token count before the first backward,
+    # then 5 doubles per rank (loss, tokens, time, stop, the count).
+    gather_bytes = world * 8 + world * 5 * 8
     ring = (world - 1) / world
     # gemini sharded: the reduce-scatters of the gradients (per chunk, padded to N) and the
     # all-gathers of the chunks as blocks use them, frozen ones included (ZeRO-3: about 3·(N−1)/N
