@@ -91,38 +91,61 @@ double mean_step_seconds(const fs::path& events_path) {
   return (ends.back() - ends.front()) / static_cast<double>(ends.size() - 1);
 }
 
-// The demo replaces its own files (and its run) in --out: a folder holding anything else, or a
-// job spec that is not the demo's, is refused before anything is written, so a user's data, job
-// or run there is never overwritten.
+// The demo replaces its own files (and its run) in --out. A folder holding anything else, or
+// data, a job or a run that the demo's job spec does not vouch for, is refused before anything
+// is written, so a user's files there are never overwritten.
 void refuse_other_folder(const fs::path& out) {
   std::error_code ec;
   if (!fs::exists(out, ec)) return;
   if (!fs::is_directory(out, ec))
     throw_invalid("--out " + out.string() + ": exists and is not a folder",
                   "choose a new or empty folder for the demo");
-  static const std::set<std::string> demo_files = {
-      "tokenizer", "base", "train.jsonl", "validation.jsonl", "test.jsonl", "job.json", "run"};
+  const std::string hint = "choose a new or empty folder for the demo (--out)";
+  // What a demo interrupted midway leaves: dot-files, an export's staged or replaced folders,
+  // an atomic write's temporary.
+  const auto leftover = [](const std::string& name) {
+    return name.starts_with(".") || name.find(".tmp") != std::string::npos ||
+           name.starts_with("base.old-");
+  };
+  static const std::set<std::string> model_files = {"tokenizer", "base"};
+  static const std::set<std::string> written_later = {"train.jsonl", "validation.jsonl",
+                                                      "test.jsonl", "job.json", "run"};
+  bool later = false;
   for (const auto& entry : fs::directory_iterator(out, ec)) {
     const std::string name = entry.path().filename().string();
-    if (!demo_files.count(name))
+    if (leftover(name) || model_files.count(name)) continue;
+    if (!written_later.count(name))
       throw_invalid("--out " + out.string() + ": the folder holds " + name +
                         ", which is not the demo's: the demo writes its files there and replaces "
                         "its run",
-                    "choose a new or empty folder for the demo (--out)");
+                    hint);
+    later = true;
   }
-  if (fs::exists(out / "job.json", ec)) {
+  if (!later) return;  // a demo stopped before its data: its model and tokenizer only
+  // The data, the job and the run are the demo's when the demo's job spec is there (written
+  // after the data), and the run's own job.json is the demo's too.
+  const auto refuse_unless_demo = [&](const fs::path& spec, const std::string& what) {
+    if (!fs::exists(spec, ec))
+      throw_invalid("--out " + out.string() + ": it holds " + what + " but no job.json of the " +
+                        "demo's, which the demo would overwrite",
+                    hint);
     std::string name;
     try {
-      name = job::load_job_spec(out / "job.json").name;
-    } catch (const Error&) {
+      name = job::load_job_spec(spec).name;
+    } catch (const Error& e) {
+      throw_invalid("--out " + out.string() + ": " + spec.string() +
+                        " could not be read as the demo's job spec (" + e.what() +
+                        "), and the demo would overwrite it",
+                    hint);
     }
     if (name != "demo")
-      throw_invalid("--out " + out.string() +
-                        ": its job.json is not the demo's job spec, and the "
-                        "demo would overwrite it and replace the run in " +
-                        (out / "run").string(),
-                    "choose a new or empty folder for the demo (--out)");
-  }
+      throw_invalid("--out " + out.string() + ": " + spec.string() +
+                        " is not the demo's job spec, and the demo would overwrite " + what,
+                    hint);
+  };
+  refuse_unless_demo(out / "job.json", "data, a job spec or a run");
+  if (fs::exists(out / "run" / "job.json", ec))
+    refuse_unless_demo(out / "run" / "job.json", "run/");
 }
 
 int run_demo(const std::vector<std::string>& raw) {

@@ -761,9 +761,10 @@ int run_launch(const std::vector<std::string>& raw) {
       launcher.add_remote(*store, *node, std::move(ranks), job);
     }
   }
-  // The stream is appended to: this run's events start at its present end.
+  // A resume appends to the stream: this run's events start at its present end. A new run's
+  // rank 0 starts the stream over, so the whole of it is this run's.
   std::uintmax_t events_from = 0;
-  if (events_target != "-") {
+  if (events_target != "-" && spec.output.resume) {
     std::error_code ignored;
     events_from = fs::file_size(events_target, ignored);
     if (ignored) events_from = 0;

@@ -198,7 +198,19 @@ DatasetFormat resolve_format(const std::vector<std::string>& columns, const std:
                              std::optional<FormatKind> kind,
                              const std::map<std::string, std::string>& overrides) {
   if (!kind && overrides.empty()) return detect_format(columns, source);
-  if (!kind) {  // the roles named say which format is meant
+  if (!kind) {
+    // The columns as the overrides name them, detected as a file with those names would be:
+    // {"text": "sentence"} beside a label column is classification, alone it is text.
+    std::vector<std::string> renamed = columns;
+    for (std::string& column : renamed)
+      for (const auto& [role, mapped] : overrides)
+        if (column == mapped) column = role;
+    try {
+      kind = detect_format(renamed, source).kind;
+    } catch (const Error&) {
+    }
+  }
+  if (!kind) {  // else the roles named say which format is meant
     auto has = [&](const char* role) { return overrides.count(role) > 0; };
     if (has("chosen") || has("rejected"))
       kind = FormatKind::Preference;

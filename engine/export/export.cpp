@@ -269,11 +269,14 @@ ExportReport export_with(
   // model/) would delete the model, and everything beside it, once the export is swapped in.
   for (const fs::path& source : {options.source_dir, options.tokenizer_dir}) {
     if (!replace || source.empty()) continue;
-    const fs::path inside = fs::weakly_canonical(source, ec);
-    const fs::path folder = fs::weakly_canonical(out, ec);
-    if (ec) continue;
-    if (std::mismatch(folder.begin(), folder.end(), inside.begin(), inside.end()).first ==
-        folder.end())
+    std::error_code inside_error, folder_error;
+    const fs::path inside = fs::weakly_canonical(source, inside_error);
+    const fs::path folder = fs::weakly_canonical(out, folder_error);
+    if (inside_error || folder_error) continue;
+    // Strictly inside: the model folder itself as --out is staged and swapped in as any other.
+    const auto [folder_end, inside_at] =
+        std::mismatch(folder.begin(), folder.end(), inside.begin(), inside.end());
+    if (folder_end == folder.end() && inside_at != inside.end())
       throw_invalid(out.string() + ": holds the model being exported (" + source.string() +
                         "), which replacing it would delete",
                     "choose an --out outside the model's folder");

@@ -327,18 +327,10 @@ bool tests_share_gpu() {
   return value != nullptr && std::string(value) == "1";
 }
 
-bool rank_pinned_to_its_gpu(int visible_gpus, int local_world_size) {
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  if (visible == nullptr || visible_gpus != 1 || local_world_size < 2) return false;
-  const std::string devices = visible;
-  return !devices.empty() && devices.find(',') == std::string::npos;
-}
-
 DeviceChoice device_for(const std::string& strategy, const std::string& device, int processes,
                         int processes_per_node, int gpus) {
   if (device != "auto") return {device, ""};
   if (gpus <= 0) return {"cpu", ""};
-  if (rank_pinned_to_its_gpu(gpus, processes_per_node)) gpus = processes_per_node;
   const bool sharded_gemini = strategy == "gemini" && processes > 1;
   if (strategy == "ddp" || strategy == "zero" || strategy == "hybrid" || sharded_gemini) {
     // Every rank must agree, and a machine cannot see another's GPUs.

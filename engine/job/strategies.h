@@ -54,10 +54,6 @@ struct DeviceChoice {
   std::string device;
   std::string why_not_gpu;
 };
-// Whether a launcher pinned this rank to a GPU of its own (srun --gpus-per-task=1, or a
-// CUDA_VISIBLE_DEVICES set per rank): the process sees one GPU, named by CUDA_VISIBLE_DEVICES,
-// while the machine runs several ranks. That GPU is the rank's (device 0), and each rank has one.
-bool rank_pinned_to_its_gpu(int visible_gpus, int local_world_size);
 DeviceChoice device_for(const std::string& strategy, const std::string& device, int processes,
                         int processes_per_node, int gpus);
 

@@ -105,12 +105,15 @@ void check_packed_blocks_fit(const job::JobSpec& spec, const hf::ModelConfig& mo
   if (!packs || positions <= 0 || spec.dataset.max_length <= positions ||
       !hf::family_of(model).learned_positions)
     return;
+  // The field as the model's config.json names it (GPT-2's n_positions).
+  const std::string field = model.raw.is_object() && model.raw.contains("n_positions")
+                                ? "n_positions"
+                                : "max_position_embeddings";
   throw_invalid("dataset.max_length " + std::to_string(spec.dataset.max_length) +
                     ": packed text makes every block this long, and the model's learned position "
                     "embeddings end at " +
-                    std::to_string(positions) +
-                    " (max_position_embeddings): the first step "
-                    "would stop",
+                    std::to_string(positions) + " (" + field +
+                    " in its config.json): the first step would stop",
                 "set dataset.max_length to " + std::to_string(positions) + " at most");
 }
 
@@ -127,7 +130,7 @@ PlanInputs load_plan_inputs(const job::JobSpec& spec, const std::string& spec_so
 }
 
 PlanInputs plan_inputs(const job::JobSpec& spec, const hf::ModelFolder& model,
-                       HardwareProfile profile) {
+                       HardwareProfile profile, bool count_rows) {
   PlanInputs in;
   in.spec = spec;
   in.profile = std::move(profile);
@@ -138,6 +141,7 @@ PlanInputs plan_inputs(const job::JobSpec& spec, const hf::ModelFolder& model,
   std::int64_t rows = 0;
   bool counted = false;
   for (const auto& f : spec.dataset.train_files) {
+    if (!count_rows) break;
     std::ifstream file(f);
     if (!file) continue;
     counted = true;

@@ -288,8 +288,10 @@ void check_quantizable(const job::JobSpec& spec, const hf::ModelConfig& model);
 // anything is loaded. `packs`: the dataset is text with dataset.packing on.
 void check_packed_blocks_fit(const job::JobSpec& spec, const hf::ModelConfig& model, bool packs);
 // The same from a model folder already open (the runner's, read once for the whole run).
+// `count_rows` false leaves dataset_rows unset (reading every line of a large dataset is not
+// free: a run's advisory plan skips it).
 PlanInputs plan_inputs(const job::JobSpec& spec, const hf::ModelFolder& model,
-                       HardwareProfile profile);
+                       HardwareProfile profile, bool count_rows = true);
 
 // For a spec naming gemini with strategy.options.host_budget: its host estimate as written
 // against the budget (less kHeadroom). Returns nothing when it fits, else the refusal: the

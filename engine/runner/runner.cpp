@@ -455,10 +455,11 @@ plan::HardwareProfile planning_hardware(const fs::path& out_dir, const RunOption
 }
 
 // What the planner takes for `spec` on `hardware`, every rank of `parallel` planned (if any).
+// `count_rows` false: the data's rows are not counted (an epoch's steps go unknown).
 plan::PlanInputs planning_inputs(const job::JobSpec& spec, const hf::ModelFolder& source,
                                  plan::HardwareProfile hardware,
-                                 const dist::ParallelContext* parallel) {
-  plan::PlanInputs inputs = plan::plan_inputs(spec, source, std::move(hardware));
+                                 const dist::ParallelContext* parallel, bool count_rows = true) {
+  plan::PlanInputs inputs = plan::plan_inputs(spec, source, std::move(hardware), count_rows);
   if (parallel != nullptr) {
     inputs.processes = parallel->world_size();
     inputs.processes_per_node = parallel->local_world_size();
@@ -469,8 +470,9 @@ plan::PlanInputs planning_inputs(const job::JobSpec& spec, const hf::ModelFolder
 // A named strategy trains the spec as written. Where the plan (on this machine's memory, or
 // --simulate-host-memory's) finds that it does not fit as written, the run says so before it
 // starts, naming what the planner would change, instead of training into an out-of-memory.
-// Nothing is measured for it (the free disk is read, no rate is timed). A job the planner
-// refuses or has no cost model for gets no warning here: the run's own checks judge it.
+// Nothing is measured for it (the free disk is read, no rate is timed, the data's rows are not
+// counted; a sample of them is tokenized, as the plan does). A job the planner refuses or has no
+// cost model for gets no warning here: the run's own checks judge it.
 std::optional<std::string> named_job_fit_warning(const job::JobSpec& spec,
                                                  const hf::ModelFolder& source,
                                                  const fs::path& out_dir,
@@ -487,8 +489,9 @@ std::optional<std::string> named_job_fit_warning(const job::JobSpec& spec,
     plan::HardwareProfile hardware = plan::probe_hardware(profile_options);
     if (run_options.simulate_host_memory)
       hardware.memory.simulated = *run_options.simulate_host_memory;
-    planned = plan::make_plan(planning_inputs(spec, source, std::move(hardware), parallel));
-  } catch (const Error&) {
+    planned = plan::make_plan(
+        planning_inputs(spec, source, std::move(hardware), parallel, /*count_rows=*/false));
+  } catch (const std::exception&) {  // advice only: whatever stops the plan leaves the run be
     return std::nullopt;
   }
   const bool simulated = !planned.tiers.empty() && planned.tiers.front().simulated;
@@ -498,7 +501,9 @@ std::optional<std::string> named_job_fit_warning(const job::JobSpec& spec,
   if (!planned.fits)
     return "by the plan's estimate this job does not fit: " + planned.what_would_fit + risk +
            " (tessera-cli plan shows the estimate)";
-  const std::vector<std::string> changes = plan::applied_changes(spec, planned.settings);
+  // A checkpoint stored quantized is QLoRA's base as the user chose it (as auto's run says).
+  const std::vector<std::string> changes = plan::applied_changes(
+      plan::with_stored_quantization(spec, source.config()), planned.settings);
   if (changes.empty()) return std::nullopt;
   std::string listed;
   for (const std::string& change : changes) listed += (listed.empty() ? "" : "; ") + change;
@@ -905,8 +910,7 @@ std::shared_ptr<dist::ParallelContext> join_ranks(const job::JobSpec& spec) {
               .device == "cuda";
   // Ranks that share a GPU (tests only): NCCL refuses them; their collectives on CUDA tensors go
   // through host memory over Gloo.
-  const bool share_gpu = on_cuda && job::tests_share_gpu() && environment.local_world_size > gpus &&
-                         !job::rank_pinned_to_its_gpu(gpus, environment.local_world_size);
+  const bool share_gpu = on_cuda && job::tests_share_gpu() && environment.local_world_size > gpus;
   return dist::ParallelContext::from_environment(/*cuda_collectives=*/on_cuda && !share_gpu,
                                                  /*cuda_through_host=*/share_gpu);
 }

@@ -88,17 +88,14 @@ torch::Device rank_cuda_device(const PluginOptions& options, const std::string& 
   const ProcessContext& process = options.process;
   const int local_rank = process.parallel ? process.parallel->local_rank() : 0;
   const auto gpus = static_cast<int>(torch::cuda::device_count());
-  const int local_ranks = process.parallel ? process.parallel->local_world_size() : 1;
-  // A launcher that pinned the rank to its GPU: the one it sees.
-  const bool pinned = job::rank_pinned_to_its_gpu(gpus, local_ranks);
-  const bool shares_a_gpu = !pinned && local_rank >= gpus && job::tests_share_gpu();
-  if (!pinned && local_rank >= gpus && !shares_a_gpu)
+  const bool shares_a_gpu = local_rank >= gpus && job::tests_share_gpu();
+  if (local_rank >= gpus && !shares_a_gpu)
     throw_invalid("strategy " + plugin + ": rank " + std::to_string(process.rank) +
                       " is local rank " + std::to_string(local_rank) + " on a machine with " +
                       std::to_string(gpus) + " GPU(s); each rank computes on a GPU of its own",
                   "start at most " + std::to_string(gpus) +
                       " processes on this machine (launch --nproc), or use device \"cpu\"");
-  const int gpu = pinned ? 0 : shares_a_gpu ? local_rank % gpus : local_rank;
+  const int gpu = shares_a_gpu ? local_rank % gpus : local_rank;
   if (shares_a_gpu && options.log)
     options.log("warning", "strategy " + plugin + ": rank " + std::to_string(process.rank) +
                                " shares GPU " + std::to_string(gpu) +

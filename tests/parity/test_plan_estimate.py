@@ -264,8 +264,9 @@ def test_parameter_formula_equals_checkpoint(tmp_path, family):
     }[family]()
     model.save_pretrained(tmp_path / "model")
     (tmp_path / "data.jsonl").write_text(json.dumps({"text": "a b c"}) + "\n")
+    # 64 tokens: packed blocks within gpt2's and bert's 64 learned positions (longer ones are refused).
     spec = {"version": 1, "model": {"path": str(tmp_path / "model")},
-            "dataset": {"train": [str(tmp_path / "data.jsonl")]}, "training": {"steps": 1},
+            "dataset": {"train": [str(tmp_path / "data.jsonl")], "max_length": 64}, "training": {"steps": 1},
             "output": {"dir": str(tmp_path / "out")}}
     path = tmp_path / "job.json"
     path.write_text(json.dumps(spec))

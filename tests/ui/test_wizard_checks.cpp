@@ -550,7 +550,7 @@ class WizardChecksTest : public QObject {
              qPrintable(page->problem()));
     {
       const auto [code, log] = run(cli, wizard.build_spec(), "packed-validation-short");
-      QVERIFY2(code != 0 && log.contains("no training examples"), qPrintable(log));
+      QVERIFY2(code != 0 && log.contains("no validation examples"), qPrintable(log));
     }
   }
 

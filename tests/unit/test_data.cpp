@@ -329,6 +329,11 @@ class TestData : public QObject {
     QCOMPARE(f.columns.at("text"), std::string("body"));
     f = resolve_format({"instruction", "output"}, "f", std::nullopt, {{"text", "instruction"}});
     QCOMPARE(f.kind, FormatKind::Text);
+    // Beside a label column the renamed text column is classification's, as a file with those
+    // names would be (it trained as text, the labels ignored).
+    f = resolve_format({"sentence_a", "label"}, "f", std::nullopt, {{"text", "sentence_a"}});
+    QCOMPARE(f.kind, FormatKind::Classification);
+    QCOMPARE(f.columns.at("text"), std::string("sentence_a"));
     msg = error_of([] {
       resolve_format({"q", "a"}, "qa.jsonl", FormatKind::Chat, {{"messages", "turns"}});
     });

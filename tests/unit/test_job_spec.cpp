@@ -342,21 +342,6 @@ class TestJobSpec : public QObject {
     QCOMPARE(job::device_for("hybrid", "auto", 2, 2, 2).device, std::string("cuda"));
     QCOMPARE(job::device_for("hybrid", "auto", 4, 4, 2).device, std::string("cpu"));
     QCOMPARE(job::device_for("hybrid", "auto", 4, 2, 2).device, std::string("cpu"));
-    // A launcher that pins each rank to a GPU of its own (srun --gpus-per-task=1): every rank
-    // sees one GPU, CUDA_VISIBLE_DEVICES naming it, and that GPU is its own.
-    const QByteArray visible = qgetenv("CUDA_VISIBLE_DEVICES");
-    const bool had_visible = qEnvironmentVariableIsSet("CUDA_VISIBLE_DEVICES");
-    qputenv("CUDA_VISIBLE_DEVICES", "3");
-    QVERIFY(job::rank_pinned_to_its_gpu(1, 4));
-    QCOMPARE(job::device_for("ddp", "auto", 4, 4, 1).device, std::string("cuda"));
-    QVERIFY(!job::rank_pinned_to_its_gpu(1, 1));  // one rank: nothing to pin
-    qputenv("CUDA_VISIBLE_DEVICES", "0,1");
-    QVERIFY(!job::rank_pinned_to_its_gpu(1, 4));  // it sees one of two it was given: not pinned
-    QCOMPARE(job::device_for("ddp", "auto", 4, 4, 1).device, std::string("cpu"));
-    if (had_visible)
-      qputenv("CUDA_VISIBLE_DEVICES", visible);
-    else
-      qunsetenv("CUDA_VISIBLE_DEVICES");
   }
 
   void zeroOptionsAreValidated() {
