@@ -1,7 +1,14 @@
 // tessera-cli agent: serves this machine to a studio on the LAN (engine/nodes, docs/nodes.md):
 // listens on the one address chosen, announces itself by UDP, pairs once through a code shown
 // on both sides, and answers authenticated requests (pre-flight checks, the c10d link test).
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -28,6 +35,26 @@ std::atomic<bool> g_stop{false};
 
 void on_signal(int) {
   g_stop = true;
+}
+
+// One agent per state folder: two would each write their own pairings over the other's
+// clients.json and announce the same node id. The lock lasts as long as this process.
+void lock_state_folder(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::filesystem::path lock = dir / "agent.lock";
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0)
+    throw_io(lock.string() + ": cannot open: " + std::strerror(errno),
+             "give a --state-dir this user can write");
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    throw_invalid("--state-dir " + dir.string() +
+                      ": another agent runs with this state folder (its node id and pairings are "
+                      "there, and two agents would overwrite each other's)",
+                  "stop the other agent, or give this one a --state-dir of its own");
+  }
+  // The descriptor stays open (and locked) until the process ends.
 }
 
 std::vector<std::string> split_commas(const std::string& text) {
@@ -94,6 +121,7 @@ int run_agent(const std::vector<std::string>& raw) {
 
   const std::string address = options.bind_address;
   const std::filesystem::path state_dir = options.state_dir;
+  lock_state_folder(state_dir);
   std::string announced_to;
   for (const auto& target : options.announce_to) announced_to += " " + target;
   if (options.broadcast) {

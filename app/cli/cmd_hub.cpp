@@ -396,8 +396,8 @@ int run_download(std::vector<std::string> raw) {
   if (events_path != nullptr)
     events.log("info",
                "downloaded " + repo + " at " + result.commit + " into " + result.snapshot.string());
-  std::fprintf(stderr, "%zu files at commit %s; received %s, %s already in the cache\n",
-               result.files.size(), result.commit.c_str(),
+  std::fprintf(stderr, "%zu file%s at commit %s; received %s, %s already in the cache\n",
+               result.files.size(), result.files.size() == 1 ? "" : "s", result.commit.c_str(),
                core::human_bytes(static_cast<std::uint64_t>(result.downloaded_bytes)).c_str(),
                core::human_bytes(static_cast<std::uint64_t>(result.present_bytes)).c_str());
   // The snapshot folder is the last line on stdout (with --events -, the log event says it).

@@ -49,6 +49,7 @@
 #include "nodes/store.h"
 #include "nodes/wire.h"
 #include "plan/profile.h"
+#include "run_job.h"
 #include "runner/runner.h"
 
 namespace tessera::cli {
@@ -585,6 +586,7 @@ std::vector<std::string> preflight(const nodes::ClientStore& store, const job::N
       const json answer = nodes::request_node(
           store, *node,
           {{"what", "check"},
+           {"node_name", entry.name},
            {"requirements", nodes::to_json(nodes::requirements_for(this_build(), 0, 0, 0))},
            {"job", job},
            {"shared_output_marker", marker}},
@@ -676,6 +678,13 @@ int run_launch(const std::vector<std::string>& raw) {
   }
 
   if (const std::string* resume = args.option("--resume")) spec.output.resume = *resume;
+  // An earlier run's folder is refused before the nodes are checked or anything is written to
+  // its stream (a refusal there had read as that run failing).
+  refuse_new_run_over_earlier(
+      spec, "tessera-cli launch " +
+                (spec.nodes ? std::string() : "--nproc " + std::to_string(nproc) + " ") + path +
+                " --resume " + spec.output.dir +
+                (spec.nodes ? " on the same nodes (--nodes, or the spec's nodes)" : ""));
   const std::string* events_option = args.option("--events");
   const std::string events_target =
       events_option ? *events_option : (fs::path(spec.output.dir) / "events.jsonl").string();

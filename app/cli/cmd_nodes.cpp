@@ -222,7 +222,8 @@ int nodes_check(const Args& args) {
       this_build(), size_option(args, "--need-ram", 0), size_option(args, "--need-disk", 0),
       size_option(args, "--need-gpu-memory", 0));
   const json answer = nodes::request_node(
-      store, node, {{"what", "check"}, {"requirements", nodes::to_json(needs)}}, 60s);
+      store, node,
+      {{"what", "check"}, {"requirements", nodes::to_json(needs)}, {"node_name", node.name}}, 60s);
   std::vector<nodes::CheckResult> results;
   for (const json& item : answer.value("checks", json::array()))
     results.push_back(nodes::check_result_from_json(item));

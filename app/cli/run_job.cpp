@@ -192,19 +192,24 @@ std::string hostname() {
 
 }  // namespace
 
+void refuse_new_run_over_earlier(const job::JobSpec& spec, const std::string& resume_command) {
+  if (spec.output.resume) return;
+  if (const std::string earlier = earlier_run_in(spec.output.dir); !earlier.empty())
+    throw_invalid(spec.output.dir + " already holds a run (" + earlier +
+                      "): a new run there would replace its job.json and event stream",
+                  "resume it with `" + resume_command +
+                      "`, or choose another output folder (output.dir in the job spec; "
+                      "finetune's --out)");
+}
+
 int execute_job(const job::JobSpec& spec, const std::string& events_target,
                 const std::string& spec_path, std::optional<std::uint64_t> simulate_host_memory) {
   namespace fs = std::filesystem;
-  // A new run into the folder of an earlier one would replace its job.json and event stream
-  // (and prune its checkpoints): refused before anything is written, so bad input in a new job
-  // never costs the earlier run (resume it instead).
-  if (!spec.output.resume)
-    if (const std::string earlier = earlier_run_in(spec.output.dir); !earlier.empty())
-      throw_invalid(spec.output.dir + " already holds a run (" + earlier +
-                        "): a new run there would replace its job.json and event stream",
-                    "resume it with `tessera-cli run " +
-                        (fs::path(spec.output.dir) / "job.json").string() + " --resume " +
-                        spec.output.dir + "`, or choose another --out (output.dir)");
+  refuse_new_run_over_earlier(
+      spec,
+      "tessera-cli run " +
+          (spec_path.empty() ? (fs::path(spec.output.dir) / "job.json").string() : spec_path) +
+          " --resume " + spec.output.dir);
   core::create_output_folder(spec.output.dir, "--out (output.dir in the job spec)");
   // One of several processes: rank 0 alone writes the stream (and draws the progress bar); the
   // others report through its events (train/trainer.h), and their errors go to stderr.

@@ -437,13 +437,19 @@ void Agent::State::handle_request(Socket& socket, const json& envelope, const st
 // request carries a job spec.
 std::vector<CheckResult> Agent::State::job_checks(const json& body) {
   const Requirements needs = requirements_from_json(body.value("requirements", json::object()));
-  const NodeFacts facts = collect_node_facts(store.name(), options.build, store.dir());
+  // The advice names the node as the asking client paired it (two agents may share a name;
+  // the client then keeps the second as NAME-2).
+  const json asked_as = body.value("node_name", json());
+  const std::string name = asked_as.is_string() && !asked_as.get<std::string>().empty()
+                               ? asked_as.get<std::string>()
+                               : store.name();
+  const NodeFacts facts = collect_node_facts(name, options.build, store.dir());
   std::vector<CheckResult> results = evaluate_checks(facts, needs);
   if (const auto job = body.find("job"); job != body.end()) {
     const std::filesystem::path work_dir =
         options.work_dir.empty() ? std::filesystem::current_path() : options.work_dir;
-    for (auto& r : job_file_checks(*job, work_dir, store.name(),
-                                   body.value("shared_output_marker", std::string())))
+    for (auto& r :
+         job_file_checks(*job, work_dir, name, body.value("shared_output_marker", std::string())))
       results.push_back(std::move(r));
   }
   return results;

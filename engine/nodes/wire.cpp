@@ -71,10 +71,25 @@ void send_all(const Socket& socket, const char* data, std::size_t size,
   }
 }
 
+namespace {
+
+// "a.b.c.d:port" of a connected socket, for messages: several agents may answer on one address.
+std::string peer_endpoint(const Socket& socket) {
+  sockaddr_in address{};
+  socklen_t length = sizeof address;
+  if (::getpeername(socket.fd(), reinterpret_cast<sockaddr*>(&address), &length) != 0)
+    return "the peer";
+  return address_text(address.sin_addr) + ":" + std::to_string(ntohs(address.sin_port));
+}
+
+}  // namespace
+
 void receive_exact(const Socket& socket, char* data, std::size_t size, Clock::time_point deadline) {
   while (size > 0) {
     if (!wait_for(socket.fd(), POLLIN, deadline))
-      throw_io("no answer from " + socket.peer_address() + " in time");
+      throw_io("no answer from " + peer_endpoint(socket) + " in time",
+               "check that a tessera-cli agent (not another program) listens there, and that "
+               "it is not stopped");
     const ssize_t got = ::recv(socket.fd(), data, size, 0);
     if (got == 0) throw_io(socket.peer_address() + " closed the connection");
     if (got < 0) {

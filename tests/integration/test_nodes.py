@@ -232,6 +232,17 @@ def test_discovery_hears_the_announcement(setup):
     assert mine[0]["version"]
 
 
+def test_a_second_agent_on_the_same_state_folder_is_refused(setup):
+    """Two agents on one state folder would overwrite each other's pairings (clients.json) and
+    announce the same node id: the second is refused at once, naming the folder (it started
+    without a word)."""
+    setup.start_agent()
+    second = setup.cli("agent", "--bind", "127.0.0.1", "--port", str(free_port()), "--state-dir",
+                       str(setup.state_dir), "--name", "other", "--no-broadcast", timeout=30)
+    assert second.returncode == 2, second.stdout + second.stderr
+    assert "another agent runs with this state folder" in second.stderr and str(setup.state_dir) in second.stderr
+
+
 def test_pairing_with_matching_codes_keeps_private_secrets_and_checks_pass(setup):
     agent = setup.start_agent()
     assert "neither authenticated nor encrypted" in agent.output()  # the c10d warning

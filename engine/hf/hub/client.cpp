@@ -376,11 +376,13 @@ void check_free_space(const std::filesystem::path& dir, std::int64_t needed) {
   if (::statvfs(dir.c_str(), &vfs) != 0) return;  // unknown: the writes will tell
   const auto available =
       static_cast<std::int64_t>(vfs.f_bavail) * static_cast<std::int64_t>(vfs.f_frsize);
+  // Left free beside the download: a disk filled to the last byte fails whatever writes next.
   const std::int64_t margin = 64ll << 20;
   if (needed + margin > available)
     throw_io(
         dir.string() + ": " + core::human_bytes(static_cast<std::uint64_t>(needed)) +
-            " to download but only " +
+            " to download and " + core::human_bytes(static_cast<std::uint64_t>(margin)) +
+            " to keep free beside it, and only " +
             core::human_bytes(static_cast<std::uint64_t>(std::max<std::int64_t>(0, available))) +
             " free",
         "free some space, or point HF_HUB_CACHE at a larger disk");
@@ -621,6 +623,15 @@ DownloadResult Client::download_listed(const std::string& repo_id, const RepoInf
   return result;
 }
 
+// The download command that fetches what `params` asks for (its kind, revision and patterns).
+static std::string download_command(const std::string& repo_id, const DownloadParams& params) {
+  std::string command = "tessera-cli hub download " + repo_id;
+  if (params.type == RepoType::Dataset) command += " --dataset";
+  if (params.revision != "main") command += " --revision " + params.revision;
+  for (const std::string& pattern : params.include) command += " --include " + pattern;
+  return command;
+}
+
 DownloadResult Client::from_cache(const std::string& repo_id, const DownloadParams& params) const {
   validate_repo_id(repo_id);
   CacheRepo cache(settings_.cache_dir, repo_id, params.type);
@@ -629,9 +640,9 @@ DownloadResult Client::from_cache(const std::string& repo_id, const DownloadPara
   if (!commit)
     throw_invalid(what + " at revision \"" + params.revision + "\" is not in the cache " +
                       settings_.cache_dir.string() +
-                      (settings_.offline ? " (HF_HUB_OFFLINE is set)" : ""),
-                  "download it first with `tessera-cli hub download " + repo_id + "`" +
-                      std::string(settings_.offline ? " without HF_HUB_OFFLINE" : ""));
+                      (settings_.offline ? " (" + settings_.offline_variable + " is set)" : ""),
+                  "download it first with `" + download_command(repo_id, params) + "`" +
+                      (settings_.offline ? " without " + settings_.offline_variable : ""));
   const std::filesystem::path snapshot = cache.snapshot_dir(*commit);
   const std::vector<RepoFile> listed = cache.listed_files(*commit);
   const Selection selection = select_files(repo_id, params.type, listed, params.include);
@@ -655,8 +666,8 @@ DownloadResult Client::from_cache(const std::string& repo_id, const DownloadPara
     if (missing.size() > 5) names += ", … (" + std::to_string(missing.size()) + " in all)";
     throw_invalid(what + " at " + params.revision + " is incomplete in the cache " +
                       snapshot.string() + ": missing " + names,
-                  "run `tessera-cli hub download " + repo_id + "` with network access" +
-                      std::string(settings_.offline ? " (unset HF_HUB_OFFLINE)" : ""));
+                  "run `" + download_command(repo_id, params) + "` with network access" +
+                      (settings_.offline ? " (unset " + settings_.offline_variable + ")" : ""));
   }
   return result;
 }

@@ -363,10 +363,11 @@ DatasetLayout Client::dataset_layout(const std::string& repo_id, const std::stri
   validate_revision(revision);
   const CacheRepo cache(settings_.cache_dir, repo_id, RepoType::Dataset);
   const std::string what = "dataset " + repo_id + " at " + revision;
-  const std::string in_cache =
-      " in the cache " + settings_.cache_dir.string() + " (HF_HUB_OFFLINE is set)";
+  const std::string in_cache = " in the cache " + settings_.cache_dir.string() + " (" +
+                               settings_.offline_variable + " is set)";
   const std::string online_hint = "run `tessera-cli hub info " + repo_id +
-                                  " --dataset` with network access (unset HF_HUB_OFFLINE)";
+                                  " --dataset` with network access (unset " +
+                                  settings_.offline_variable + ")";
 
   DatasetLayout layout;
   Listing listing;
@@ -503,7 +504,7 @@ RowPreview Client::preview_rows(const std::string& repo_id, const std::string& r
   // The viewer computes rows for the main branch only.
   std::string no_viewer;
   if (settings_.offline) {
-    no_viewer = "HF_HUB_OFFLINE is set";
+    no_viewer = settings_.offline_variable + " is set";
   } else if (revision != "main") {
     no_viewer = "the dataset viewer shows the main branch only, not \"" + revision + "\"";
   } else {
@@ -545,8 +546,8 @@ RowPreview Client::preview_rows(const std::string& repo_id, const std::string& r
     data = read_file_prefix(cache.pointer_path(*commit, file), kPreviewBytes, whole);
   } else if (settings_.offline) {
     throw_invalid("dataset " + repo_id + ": " + file + " (split \"" + split.name +
-                      "\") is not in the cache " + settings_.cache_dir.string() +
-                      " (HF_HUB_OFFLINE is set)",
+                      "\") is not in the cache " + settings_.cache_dir.string() + " (" +
+                      settings_.offline_variable + " is set)",
                   "download it with network access: `tessera-cli hub download " + repo_id +
                       " --dataset --include " + file + "`");
   } else {

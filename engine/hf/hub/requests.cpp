@@ -170,8 +170,8 @@ nlohmann::json get_json(HttpSession& session, const std::string& url, const Cont
 }
 void require_online(const Settings& s, const std::string& what) {
   if (s.offline)
-    throw_invalid(what + " needs the Hub, and HF_HUB_OFFLINE is set",
-                  "unset HF_HUB_OFFLINE to reach " + s.endpoint);
+    throw_invalid(what + " needs the Hub, and " + s.offline_variable + " is set",
+                  "unset " + s.offline_variable + " to reach " + s.endpoint);
 }
 
 }  // namespace tessera::hf::hub::detail

@@ -78,7 +78,8 @@ Settings Settings::from_environment() {
     if (end != timeout.c_str() && *end == '\0' && seconds > 0) s.download_timeout_s = seconds;
   }
   // As huggingface_hub: HF_HUB_OFFLINE when set, else TRANSFORMERS_OFFLINE.
-  s.offline = env_true(env("HF_HUB_OFFLINE").empty() ? "TRANSFORMERS_OFFLINE" : "HF_HUB_OFFLINE");
+  s.offline_variable = env("HF_HUB_OFFLINE").empty() ? "TRANSFORMERS_OFFLINE" : "HF_HUB_OFFLINE";
+  s.offline = env_true(s.offline_variable.c_str());
   s.token = trim(env("HF_TOKEN"));
   if (s.token.empty()) {
     std::ifstream in(s.token_path);

@@ -23,6 +23,8 @@ struct Settings {
   std::filesystem::path token_path;  // the token file huggingface_hub's login writes
   std::string token;                 // empty: anonymous. Never logged or printed.
   bool offline = false;
+  // The variable that made it so, for messages: HF_HUB_OFFLINE, or TRANSFORMERS_OFFLINE.
+  std::string offline_variable = "HF_HUB_OFFLINE";
   std::string viewer_endpoint;  // the dataset viewer's API (/first-rows), no trailing '/'
   // A transfer that receives nothing for this long counts as dropped (and is resumed).
   long download_timeout_s = 30;
