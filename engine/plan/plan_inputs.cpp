@@ -48,8 +48,10 @@ bool sample_sequence_lengths(const job::JobSpec& spec, const fs::path& model_dir
     if (format.kind == data::FormatKind::Classification) return packs;  // labels: the run's
     const hf::Tokenizer tokenizer = hf::Tokenizer::from_folder(model_dir);
     data::TokenizeOptions options;
-    options.max_length = static_cast<std::size_t>(ds.max_length);
-    options.pack = false;  // one row, one example: its length before packing
+    // One row, one example: its length before packing. Packed rows are counted whole (packing
+    // splits them over blocks, it does not cut them); others as the run cuts them.
+    options.max_length = packs ? 0 : static_cast<std::size_t>(ds.max_length);  // 0: uncut
+    options.pack = false;
     const data::ExampleBuilder builder(format, tokenizer,
                                        hf::load_tokenizer_config_from_folder(model_dir), options);
     std::vector<std::size_t> rows;
@@ -64,7 +66,8 @@ bool sample_sequence_lengths(const job::JobSpec& spec, const fs::path& model_dir
       for (const auto& e : sample.examples)
         tokens += d(static_cast<std::int64_t>(e.input_ids.size()));
       const double per_row = tokens / d(static_cast<std::int64_t>(sample.examples.size()));
-      in.packed_rows_per_block = std::max(1.0, max_length / per_row);
+      // Below 1 where a row is longer than a block: it fills several.
+      in.packed_rows_per_block = max_length / std::max(1.0, per_row);
       in.tokens_per_sequence = max_length;
       in.tokens_per_sequence_source = sampled + " (packed into full blocks)";
       return packs;

@@ -1247,7 +1247,9 @@ Plan make_plan(const PlanInputs& in) {
     plan.steps_source = "training.steps";
   } else if (spec.training.epochs && in.dataset_rows) {
     // Packed text: blocks of max_length from the sampled tokens per row, not one per row.
-    const double rows = d(*in.dataset_rows) * (1.0 - spec.dataset.validation_split) *
+    // The run holds out ceil(rows × validation_split) rows (data/split.h).
+    const double held_out = std::ceil(d(*in.dataset_rows) * spec.dataset.validation_split);
+    const double rows = (d(*in.dataset_rows) - held_out) *
                         (in.packed_rows_per_block ? 1.0 / *in.packed_rows_per_block : 1.0);
     // A step trains batch × accumulation sequences on each data-parallel replica: every rank of
     // ddp, zero and sharded gemini, each tp × pp group of hybrid.

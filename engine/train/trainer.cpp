@@ -481,7 +481,21 @@ EvalResult Trainer::evaluate(BatchSource& source) {
     // Every rank runs as many forwards (a plugin that shards the weights gathers them with
     // every rank in each): a rank past the end evaluates batch 0 again and does not count it.
     const std::int64_t rounds = (n + world_size - 1) / world_size;
+    // Its progress, at its start and about every second (an evaluation may take a while).
+    const auto eval_start = std::chrono::steady_clock::now();
+    auto reported = eval_start;
     for (std::int64_t k = 0; k < rounds; ++k) {
+      if (events_) {
+        const auto now = std::chrono::steady_clock::now();
+        if (k == 0 || now - reported >= std::chrono::seconds(1)) {
+          std::optional<double> eta;
+          if (k > 0)
+            eta = std::chrono::duration<double>(now - eval_start).count() /
+                  static_cast<double>(k) * static_cast<double>(rounds - k);
+          events_->on_progress("eval", k, rounds, eta);
+          reported = now;
+        }
+      }
       const std::int64_t i = rank + k * world_size;
       const bool counted = i < n;
       if (world_size > 1) source.seek({0, counted ? i : 0});
@@ -512,6 +526,7 @@ EvalResult Trainer::evaluate(BatchSource& source) {
         labelled += batch.labels.size(0);
       }
     }
+    if (events_) events_->on_progress("eval", rounds, rounds, 0.0);
   }
   model_->train();
   source.seek(saved);
@@ -979,6 +994,9 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
   // than the others, so the ETA extrapolates from the steps after it (as the plan's calibration
   // does, plan/step_times.h).
   std::optional<std::chrono::steady_clock::time_point> first_step_end;
+  // The evaluations during training and the seconds they took: the ETA adds those to come.
+  double evaluation_seconds = 0.0;
+  std::int64_t evaluations = 0;
   result.status = "completed";
   // Several ranks: this rank's share of the shared order (positions stay global).
   std::optional<ShardedBatchSource> shard;
@@ -1167,17 +1185,40 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
                           tensor_traffic, pipeline_traffic, mesh_shape(), preference});
         const auto now = std::chrono::steady_clock::now();
         const std::int64_t after_first = step - result.start_step - 1;
-        const double per_step = first_of_run
-                                    ? std::chrono::duration<double>(now - run_start).count()
-                                    : std::chrono::duration<double>(now - *first_step_end).count() /
-                                          static_cast<double>(after_first);
-        events_->on_progress("train", step, result.total_steps,
-                             per_step * static_cast<double>(result.total_steps - step));
+        // A step's time leaves out the evaluations since the first step; the ones still to come
+        // (every eval_every steps, and the last one) are added at their measured mean.
+        const double per_step =
+            first_of_run ? std::chrono::duration<double>(now - run_start).count()
+                         : std::max(0.0, std::chrono::duration<double>(now - *first_step_end)
+                                                 .count() -
+                                             evaluation_seconds) /
+                               static_cast<double>(after_first);
+        double eta = per_step * static_cast<double>(result.total_steps - step);
+        if (eval) {
+          std::int64_t left = 1;  // the last one
+          if (t.eval_every > 0)  // at the steps after this one, before the last
+            left += std::max<std::int64_t>(
+                0, (result.total_steps - 1) / t.eval_every - step / t.eval_every);
+          // Before one is timed: its batches' forwards, each about a third of a micro-batch's
+          // forward and backward in the step measured.
+          const double each =
+              evaluations > 0
+                  ? evaluation_seconds / static_cast<double>(evaluations)
+                  : per_step / static_cast<double>(t.gradient_accumulation) / 3.0 *
+                        static_cast<double>(eval->batches_per_epoch()) /
+                        static_cast<double>(std::max(1, data_ranks()));
+          eta += each * static_cast<double>(left);
+        }
+        events_->on_progress("train", step, result.total_steps, eta);
       }
       emit_memory();  // every rank: a collective when there are several
     }
     if (eval && t.eval_every > 0 && step % t.eval_every == 0 && step < result.total_steps) {
+      const auto eval_start = std::chrono::steady_clock::now();
       EvalResult r = evaluate(*eval);
+      evaluation_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
+      ++evaluations;
       r.step = step;
       result.evals.push_back(r);
       emit_eval(r);

@@ -131,7 +131,7 @@ class TrainerEvents {
   virtual void on_eval(const EvalResult& /*result*/) {}
   virtual void on_memory(const MemoryReport& /*report*/) {}
   virtual void on_checkpoint(std::int64_t /*step*/, const std::filesystem::path& /*path*/) {}
-  // phase: train | save; eta_seconds for train only.
+  // phase: train | eval | save; eta_seconds for train (the evaluations to come included) and eval.
   virtual void on_progress(const std::string& /*phase*/, std::int64_t /*done*/,
                            std::int64_t /*total*/, std::optional<double> /*eta_seconds*/) {}
   // level: info | warning.

@@ -150,6 +150,33 @@ def test_help_lists_the_exit_codes():
     assert run().returncode == 2  # no command: usage, bad input
 
 
+def test_evaluations_report_progress_and_count_in_the_eta(workdir, tmp_path):
+    """An evaluation reports its progress (phase eval, ending done == total), and once one has
+    been timed the training ETA includes those still to come: half the rows held out make each
+    evaluation cost many steps, which the ETA had left out (3-10x short)."""
+    events = tmp_path / "events.jsonl"
+    r = run("finetune", "--model", workdir / "model", "--data", workdir / "data.jsonl", "--steps", 12,
+            "--batch-size", 2, "--validation-split", 0.5, "--eval-every", 4, "--out", tmp_path / "out",
+            "--events", events)
+    assert r.returncode == 0, r.stderr
+    stream = events_of(events)
+    evals = [e for e in stream if e["type"] == "progress" and e["phase"] == "eval"]
+    assert evals and evals[0]["done"] == 0, evals[:2]
+    ends = [e for e in evals if e["done"] == e["total"]]
+    assert len(ends) == 3, "steps 4 and 8, and the last"  # one end each
+    # The first evaluation's duration, from its progress events.
+    first_end = stream.index(ends[0])
+    start = max(i for i, e in enumerate(stream[:first_end]) if e in evals and e["done"] == 0)
+    duration = stream[first_end]["t"] - stream[start]["t"]
+    after = next(e for e in stream[first_end:] if e["type"] == "progress" and e["phase"] == "train")
+    assert after["done"] == 5, after
+    # Two evaluations to come (step 8 and the last): the ETA holds at least most of them.
+    assert after["eta_s"] >= 1.5 * duration, (after, duration)
+    # At the last step the last evaluation is still to come (the ETA had said 0).
+    last = [e for e in stream if e["type"] == "progress" and e["phase"] == "train"][-1]
+    assert last["done"] == 12 and last["eta_s"] >= 0.5 * duration, (last, duration)
+
+
 def test_print_job_and_bad_input(workdir, tmp_path):
     r = run("finetune", "--model", workdir / "model", "--data", workdir / "data.jsonl", "--steps", 3,
             "--out", tmp_path / "x", "--print-job")

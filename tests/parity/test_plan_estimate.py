@@ -377,6 +377,28 @@ def test_auto_split_of_a_padded_batch_keeps_its_losses(workdir):
         assert ours[step] == pytest.approx(reference[step], rel=2e-5), (step, ours, reference)
 
 
+@pytest.mark.parametrize("packing,split", [(True, 0.0), (False, 0.1)])
+def test_epoch_steps_equal_the_runs(workdir, tmp_path, packing, split):
+    """An epoch's steps as the plan counts them equal those the run trains: packed text whose
+    rows are longer than a block fills several blocks with each (the plan had cut every row to
+    max_length before counting: 0.72 of the run's steps), and a held-out share is ceil(rows ×
+    split) rows, as the run holds out (the plan had used the fraction: one step more)."""
+    data = tmp_path / "long.jsonl"
+    data.write_text("".join(json.dumps({"text": " ".join(f"w{(i * j) % 97}" for j in range(20 + i % 25))}) + "\n"
+                            for i in range(61)))
+    r = cli("finetune", "--model", workdir / "model", "--data", data, "--format", "text", "--max-length", 24,
+            "--batch-size", 3, "--epochs", 1, "--validation-split", split, "--out", tmp_path / "out", "--print-job")
+    assert r.returncode == 0, r.stderr
+    spec = json.loads(r.stdout)
+    spec["dataset"]["packing"] = packing
+    path = write_spec(tmp_path, "epoch", spec)
+    planned = plan_of(path)["time"]["steps"]
+    r = cli("run", path, "--events", tmp_path / "epoch.events.jsonl")
+    assert r.returncode == 0, r.stderr
+    done = events_of(tmp_path / "epoch.events.jsonl")[-1]
+    assert done["type"] == "done" and done["total_steps"] == planned, (planned, done)
+
+
 def test_auto_run_that_cannot_fit_fails_before_loading(workdir):
     path = write_spec(workdir, "nofit", job_spec(workdir, "nofit"))
     r = cli("run", path, "--simulate-host-memory", "64MiB", "--events", workdir / "nofit.events.jsonl")
