@@ -137,7 +137,10 @@ void print_plan(const plan::Plan& p) {
                     duration(c.seconds_per_step).c_str(), duration(c.communication_seconds).c_str(),
                     bubble.c_str());
       }
-      std::printf("  (micro: micro-batch per rank, c: with activation checkpointing)\n");
+      std::printf(
+          "  (micro: micro-batch per rank, c: with activation checkpointing; step: the cost "
+          "model's, alike for every layout%s)\n",
+          p.calibration ? ", where the time above is measured on this machine" : "");
     }
   }
   if (!p.reasons.empty()) {

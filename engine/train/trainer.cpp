@@ -490,8 +490,8 @@ EvalResult Trainer::evaluate(BatchSource& source) {
         if (k == 0 || now - reported >= std::chrono::seconds(1)) {
           std::optional<double> eta;
           if (k > 0)
-            eta = std::chrono::duration<double>(now - eval_start).count() /
-                  static_cast<double>(k) * static_cast<double>(rounds - k);
+            eta = std::chrono::duration<double>(now - eval_start).count() / static_cast<double>(k) *
+                  static_cast<double>(rounds - k);
           events_->on_progress("eval", k, rounds, eta);
           reported = now;
         }
@@ -1188,25 +1188,24 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
         // A step's time leaves out the evaluations since the first step; the ones still to come
         // (every eval_every steps, and the last one) are added at their measured mean.
         const double per_step =
-            first_of_run ? std::chrono::duration<double>(now - run_start).count()
-                         : std::max(0.0, std::chrono::duration<double>(now - *first_step_end)
-                                                 .count() -
-                                             evaluation_seconds) /
-                               static_cast<double>(after_first);
+            first_of_run
+                ? std::chrono::duration<double>(now - run_start).count()
+                : std::max(0.0, std::chrono::duration<double>(now - *first_step_end).count() -
+                                    evaluation_seconds) /
+                      static_cast<double>(after_first);
         double eta = per_step * static_cast<double>(result.total_steps - step);
         if (eval) {
           std::int64_t left = 1;  // the last one
-          if (t.eval_every > 0)  // at the steps after this one, before the last
+          if (t.eval_every > 0)   // at the steps after this one, before the last
             left += std::max<std::int64_t>(
                 0, (result.total_steps - 1) / t.eval_every - step / t.eval_every);
           // Before one is timed: its batches' forwards, each about a third of a micro-batch's
           // forward and backward in the step measured.
-          const double each =
-              evaluations > 0
-                  ? evaluation_seconds / static_cast<double>(evaluations)
-                  : per_step / static_cast<double>(t.gradient_accumulation) / 3.0 *
-                        static_cast<double>(eval->batches_per_epoch()) /
-                        static_cast<double>(std::max(1, data_ranks()));
+          const double each = evaluations > 0
+                                  ? evaluation_seconds / static_cast<double>(evaluations)
+                                  : per_step / static_cast<double>(t.gradient_accumulation) / 3.0 *
+                                        static_cast<double>(eval->batches_per_epoch()) /
+                                        static_cast<double>(std::max(1, data_ranks()));
           eta += each * static_cast<double>(left);
         }
         events_->on_progress("train", step, result.total_steps, eta);
