@@ -170,12 +170,11 @@ int run_plan(const std::vector<std::string>& raw) {
   // Free disk of the folder the disk tier writes (gemini's offload_dir, else the output folder),
   // or of its nearest existing parent before the first run.
   const auto offload_dir = spec.strategy.options.find("offload_dir");
-  fs::path disk_dir = spec.strategy.name == "gemini" && offload_dir != spec.strategy.options.end()
-                          ? fs::absolute(offload_dir->get<std::string>())
-                      : spec.output.dir.empty() ? fs::path(".")
-                                                : fs::absolute(spec.output.dir);
-  while (!fs::exists(disk_dir) && disk_dir.has_parent_path() && disk_dir != disk_dir.parent_path())
-    disk_dir = disk_dir.parent_path();
+  const fs::path disk_dir = core::nearest_existing(
+      spec.strategy.name == "gemini" && offload_dir != spec.strategy.options.end()
+          ? fs::path(offload_dir->get<std::string>())
+      : spec.output.dir.empty() ? fs::path(".")
+                                : fs::path(spec.output.dir));
   // Several processes: the link between two local ranks is measured (cached a day) for the time.
   plan::HardwareProfile profile = profile_from_args(args, disk_dir, args.flag("--measure-disk"),
                                                     nproc > 1 || spec.nodes.has_value());

@@ -119,6 +119,16 @@ std::filesystem::path nearest_existing(std::filesystem::path p) {
 
 }  // namespace
 
+std::filesystem::path nearest_existing(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  fs::path existing = fs::absolute(path);
+  std::error_code ec;
+  while (!fs::exists(existing, ec) && existing.has_parent_path() &&
+         existing != existing.parent_path())
+    existing = existing.parent_path();
+  return existing;
+}
+
 void create_output_folder(const std::filesystem::path& folder, const std::string& what) {
   std::error_code ec;
   std::filesystem::create_directories(folder, ec);

@@ -67,6 +67,10 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view conte
 // disk), with `what` — how the user chose it, e.g. "--out" — in the hint.
 void create_output_folder(const std::filesystem::path& folder, const std::string& what);
 
+// `path` made absolute, or its nearest existing parent where it does not exist yet (a folder made
+// on first use: its filesystem's free space is that parent's).
+std::filesystem::path nearest_existing(const std::filesystem::path& path);
+
 // fsync a directory so a rename inside it is durable.
 void fsync_directory(const std::filesystem::path& dir);
 

@@ -180,6 +180,17 @@ std::string DatasetFormat::describe() const {
   return out + ")";
 }
 
+std::optional<std::pair<std::string, std::string>> first_missing_column(
+    const DatasetFormat& format, const std::vector<std::string>& columns) {
+  for (const auto& [role, column] : format.columns) {
+    if (std::find(columns.begin(), columns.end(), column) != columns.end()) continue;
+    DatasetFormat without = format;
+    without.columns.erase(role);
+    if (!missing_roles(without).empty()) return std::pair{role, column};
+  }
+  return std::nullopt;
+}
+
 DatasetFormat detect_format(const std::vector<std::string>& columns, const std::string& source) {
   for (FormatKind kind : {FormatKind::Preference, FormatKind::Unpaired, FormatKind::Chat,
                           FormatKind::Instruction, FormatKind::Classification, FormatKind::Text}) {

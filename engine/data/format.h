@@ -37,6 +37,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/dataset.h"
@@ -77,6 +78,11 @@ std::map<std::string, std::string> roles_by_name(FormatKind kind,
                                                  const std::vector<std::string>& columns);
 // The required roles `format` has no column for, e.g. {"output"}.
 std::vector<std::string> missing_roles(const DatasetFormat& format);
+// Whether rows with `columns` can be read by `format` (another file's, e.g. validation files read
+// by the training data's format): the first column it cannot do without that `columns` lack, as
+// {role, column}; nothing when none is missing (an optional role, as instruction's input, may be).
+std::optional<std::pair<std::string, std::string>> first_missing_column(
+    const DatasetFormat& format, const std::vector<std::string>& columns);
 
 // The caller's choice: `kind` (or detection when empty) and role -> column overrides. Every
 // required role must map to an existing column; throws naming the role and the columns.

@@ -6,6 +6,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "hf/families.h"
 #include "job/strategies.h"
 #include "plan/planner.h"
@@ -120,12 +121,8 @@ ModelCapacity probe_model_capacity(const std::optional<fs::path>& spill_dir) {
   capacity.memory = probe_memory();
   if (spill_dir) {
     // The folder is made when the strategy first spills: its nearest existing parent tells.
-    fs::path existing = fs::absolute(*spill_dir);
     std::error_code ec;
-    while (!fs::exists(existing, ec) && existing.has_parent_path() &&
-           existing != existing.parent_path())
-      existing = existing.parent_path();
-    const fs::space_info space = fs::space(existing, ec);
+    const fs::space_info space = fs::space(core::nearest_existing(*spill_dir), ec);
     capacity.spill_dir = *spill_dir;
     capacity.spill_free = ec ? 0 : space.available;
   }

@@ -188,23 +188,9 @@ PreparedData prepare_data(const job::JobSpec& spec, const hf::Tokenizer& tokeniz
   if (!ds.validation_files.empty()) {
     validation_reader = open_files(ds.validation_files, ds.skip_bad_rows);
     // The training data's format reads the validation rows: their columns must be there.
-    data::DatasetFormat present{format.kind, {}};
     const std::vector<std::string>& columns = validation_reader->columns();
-    for (const auto& [role, column] : format.columns)
-      if (std::find(columns.begin(), columns.end(), column) != columns.end())
-        present.columns[role] = column;
-    if (!data::missing_roles(present).empty()) {
-      // The first absent column that the format cannot do without.
-      std::string role, column;
-      for (const auto& [r, c] : format.columns) {
-        data::DatasetFormat without = format;
-        without.columns.erase(r);
-        if (!present.columns.count(r) && !data::missing_roles(without).empty()) {
-          role = r;
-          column = c;
-          break;
-        }
-      }
+    if (const auto missing = data::first_missing_column(format, columns)) {
+      const auto& [role, column] = *missing;
       std::string listed;
       for (const std::string& c : columns) listed += (listed.empty() ? "" : ", ") + c;
       throw_invalid(validation_reader->path().string() + ": the validation data has no column '" +
@@ -432,13 +418,16 @@ nlohmann::json share_plan(dist::ParallelContext& parallel, const nlohmann::json&
 
 // This machine as the planner sees it, for a run into `out_dir`. `measure_rates` false: the
 // compute rates a cached profile has, nothing measured now (the step times go without them).
+// `measure_disk` false: the disk's free space only, its speed neither measured nor read from the
+// cache.
 plan::HardwareProfile planning_hardware(const fs::path& out_dir, const RunOptions& run_options,
                                         const dist::ParallelContext* parallel,
-                                        bool measure_rates = true) {
+                                        bool measure_rates = true, bool measure_disk = true) {
   // The run folder's disk too: `auto` may put optimizer state there (gemini). Its speed is
   // measured once a day and cached.
   plan::ProfileOptions profile_options;
   profile_options.disk_dir = out_dir;
+  profile_options.measure_disk = measure_disk;
   // Several processes: the link between the ranks too (the loopback, measured once a day).
   if (parallel != nullptr) profile_options.measure_link = [] { return measure_loopback_link(); };
   // A GPU's copy and compute rates, for the step time (measured once a day).
@@ -478,17 +467,12 @@ std::optional<std::string> named_job_fit_warning(const job::JobSpec& spec,
                                                  const fs::path& out_dir,
                                                  const RunOptions& run_options,
                                                  const dist::ParallelContext* parallel) {
-  plan::ProfileOptions profile_options;
-  fs::path disk_dir = plan::spill_dir_of(spec).value_or(out_dir);
-  while (!fs::exists(disk_dir) && disk_dir.has_parent_path() && disk_dir != disk_dir.parent_path())
-    disk_dir = disk_dir.parent_path();
-  profile_options.disk_dir = disk_dir;
-  profile_options.measure_disk = false;
   plan::Plan planned;
   try {
-    plan::HardwareProfile hardware = plan::probe_hardware(profile_options);
-    if (run_options.simulate_host_memory)
-      hardware.memory.simulated = *run_options.simulate_host_memory;
+    // The disk the strategy spills to (gemini's offload_dir), one process's view, nothing timed.
+    plan::HardwareProfile hardware =
+        planning_hardware(core::nearest_existing(plan::spill_dir_of(spec).value_or(out_dir)),
+                          run_options, nullptr, /*measure_rates=*/false, /*measure_disk=*/false);
     planned = plan::make_plan(
         planning_inputs(spec, source, std::move(hardware), parallel, /*count_rows=*/false));
   } catch (const std::exception&) {  // advice only: whatever stops the plan leaves the run be

@@ -329,6 +329,16 @@ class TestData : public QObject {
     QCOMPARE(f.columns.at("text"), std::string("body"));
     f = resolve_format({"instruction", "output"}, "f", std::nullopt, {{"text", "instruction"}});
     QCOMPARE(f.kind, FormatKind::Text);
+    // Validation rows read by the training data's format: the first column it cannot do without
+    // is named; an optional one (instruction's input) may be missing.
+    const DatasetFormat training = detect_format({"instruction", "input", "output"}, "train");
+    QVERIFY(!first_missing_column(training, {"instruction", "output"}));
+    const auto missing = first_missing_column(training, {"messages"});
+    QVERIFY(missing.has_value());
+    QCOMPARE(missing->first, std::string("instruction"));
+    QCOMPARE(missing->second, std::string("instruction"));
+    QCOMPARE(first_missing_column(training, {"instruction", "input"})->first,
+             std::string("output"));
     // Beside a label column the renamed text column is classification's, as a file with those
     // names would be (it trained as text, the labels ignored).
     f = resolve_format({"sentence_a", "label"}, "f", std::nullopt, {{"text", "sentence_a"}});
