@@ -14,6 +14,7 @@
 
 #include "command.h"
 #include "core/error.h"
+#include "core/exit_codes.h"
 #include "nodes/agent.h"
 #include "nodes/protocol.h"
 #include "nodes/rank_processes.h"
@@ -32,8 +33,11 @@ nodes::BuildInfo this_build();
 namespace {
 
 std::atomic<bool> g_stop{false};
+std::atomic<int> g_signal{0};  // the first SIGINT or SIGTERM: the exit code is 128 + it
 
-void on_signal(int) {
+void on_signal(int signal) {
+  int none = 0;
+  g_signal.compare_exchange_strong(none, signal);
   g_stop = true;
 }
 
@@ -154,7 +158,8 @@ int run_agent(const std::vector<std::string>& raw) {
             << "warning: " << nodes::kC10dWarning << std::endl;
   agent.serve(g_stop);
   std::cout << "agent stopped" << std::endl;
-  return 0;
+  // Stopped by a signal, as the shell reports one (docs/exit-codes.md): 130 or 143.
+  return g_signal.load() != 0 ? core::exit_code_for_signal(g_signal.load()) : core::kExitDone;
 }
 
 const RegisterCommand kAgentCommand{{

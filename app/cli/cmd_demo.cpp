@@ -152,10 +152,8 @@ int run_demo(const std::vector<std::string>& raw) {
   Args args(raw, {"--no-train"}, {"--out", "--steps", "--seed"});
   if (!args.positionals().empty()) throw UsageError{"unexpected argument"};
   const fs::path out = args.option("--out") ? fs::path(*args.option("--out")) : "tessera-demo";
-  const std::int64_t steps =
-      args.option("--steps") ? std::stoll(*args.option("--steps")) : kDefaultSteps;
-  const std::uint64_t seed = args.option("--seed") ? std::stoull(*args.option("--seed")) : 7;
-  if (steps < 1) throw UsageError{"--steps must be at least 1"};
+  const std::int64_t steps = args.integer("--steps", kDefaultSteps, 1);
+  const auto seed = static_cast<std::uint64_t>(args.integer("--seed", 7, 0));
   const auto started = std::chrono::steady_clock::now();
 
   refuse_other_folder(out);

@@ -9,17 +9,6 @@
 namespace tessera::cli {
 namespace {
 
-std::int64_t to_int(const std::string& flag, const std::string& value, std::int64_t min_value) {
-  try {
-    std::size_t used = 0;
-    long long v = std::stoll(value, &used);
-    if (used == value.size() && v >= min_value) return v;
-  } catch (const std::exception&) {
-  }
-  throw UsageError{flag + " expects an integer ≥ " + std::to_string(min_value) + ", got '" + value +
-                   "'"};
-}
-
 double to_double(const std::string& flag, const std::string& value) {
   try {
     std::size_t used = 0;
@@ -68,23 +57,23 @@ int run_finetune(const std::vector<std::string>& raw) {
   // Build the spec as JSON and let the job-spec parser validate it, so flags and files obey
   // exactly the same rules.
   nlohmann::json training = nlohmann::json::object();
-  if (auto v = args.option("--steps")) training["steps"] = to_int("--steps", *v, 1);
+  if (args.option("--steps")) training["steps"] = args.integer("--steps", 0, 1);
   if (auto v = args.option("--epochs")) training["epochs"] = to_double("--epochs", *v);
-  if (auto v = args.option("--batch-size")) training["batch_size"] = to_int("--batch-size", *v, 1);
-  if (auto v = args.option("--grad-accum"))
-    training["gradient_accumulation"] = to_int("--grad-accum", *v, 1);
-  if (auto v = args.option("--seed")) training["seed"] = to_int("--seed", *v, 0);
-  if (auto v = args.option("--save-every")) training["save_every"] = to_int("--save-every", *v, 0);
-  if (auto v = args.option("--eval-every")) training["eval_every"] = to_int("--eval-every", *v, 0);
+  if (args.option("--batch-size")) training["batch_size"] = args.integer("--batch-size", 0, 1);
+  if (args.option("--grad-accum"))
+    training["gradient_accumulation"] = args.integer("--grad-accum", 0, 1);
+  if (args.option("--seed")) training["seed"] = args.integer("--seed", 0, 0);
+  if (args.option("--save-every")) training["save_every"] = args.integer("--save-every", 0, 0);
+  if (args.option("--eval-every")) training["eval_every"] = args.integer("--eval-every", 0, 0);
   if (auto v = args.option("--schedule")) training["schedule"] = *v;
-  if (auto v = args.option("--warmup-steps"))
-    training["warmup_steps"] = to_int("--warmup-steps", *v, 0);
+  if (args.option("--warmup-steps"))
+    training["warmup_steps"] = args.integer("--warmup-steps", 0, 0);
   std::string method = args.option("--method") ? *args.option("--method") : "full";
   // The learning rate follows the method unless given: LoRA trains far fewer weights.
   training["learning_rate"] = args.option("--lr") ? to_double("--lr", *args.option("--lr"))
                                                   : (method == "lora" ? 2e-4 : 2e-5);
   nlohmann::json method_json = {{"type", method}};
-  if (auto v = args.option("--lora-rank")) method_json["rank"] = to_int("--lora-rank", *v, 1);
+  if (args.option("--lora-rank")) method_json["rank"] = args.integer("--lora-rank", 0, 1);
   if (auto v = args.option("--lora-alpha")) method_json["alpha"] = to_double("--lora-alpha", *v);
   if (auto v = args.option("--quantize")) method_json["quantize"] = *v;
   if (args.flag("--double-quant")) method_json["double_quant"] = true;
@@ -98,7 +87,7 @@ int run_finetune(const std::vector<std::string>& raw) {
   nlohmann::json dataset = {{"train", {data}}};
   if (auto v = args.option("--validation")) dataset["validation"] = {*v};
   if (auto v = args.option("--format")) dataset["format"] = *v;
-  if (auto v = args.option("--max-length")) dataset["max_length"] = to_int("--max-length", *v, 2);
+  if (args.option("--max-length")) dataset["max_length"] = args.integer("--max-length", 0, 2);
   if (auto v = args.option("--validation-split"))
     dataset["validation_split"] = to_double("--validation-split", *v);
   // --column ROLE=COLUMN (repeatable): dataset.columns, a role of the format read from a column

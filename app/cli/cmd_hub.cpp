@@ -16,10 +16,16 @@
 #include "core/files.h"
 #include "hf/hub/client.h"
 #include "hf/hub/datasets.h"
+#include "hub_model.h"
 #include "job/events.h"
 
 namespace tessera::cli {
 namespace {
+
+// As the Hub writes it: false for an open repository, else "auto" or "manual".
+nlohmann::json gated_json(const std::string& gated) {
+  return gated.empty() ? nlohmann::json(false) : nlohmann::json(gated);
+}
 
 namespace hub = hf::hub;
 
@@ -83,7 +89,7 @@ int run_search(std::vector<std::string> raw) {
       throw UsageError{"--sort is one of downloads, likes, recent"};
     query.sort = *sort;
   }
-  hub::Client client(hub::Settings::from_environment());
+  hub::Client client(hub_settings());
   const hub::SearchPage page = client.search(query);
   if (args.flag("--json")) {
     nlohmann::json out = nlohmann::json::array();
@@ -95,7 +101,7 @@ int run_search(std::vector<std::string> raw) {
                      {"pipeline_tag", h.pipeline_tag},
                      {"library", h.library},
                      {"private", h.is_private},
-                     {"gated", h.gated},
+                     {"gated", gated_json(h.gated)},
                      {"tags", h.tags}});
     std::cout << out.dump() << "\n";
   } else if (page.hits.empty()) {
@@ -156,7 +162,7 @@ int run_info(std::vector<std::string> raw) {
   const std::string& repo = one_positional(args, "REPO");
   const hub::RepoType type = args.flag("--dataset") ? hub::RepoType::Dataset : hub::RepoType::Model;
   const std::string revision = args.option("--revision") ? *args.option("--revision") : "main";
-  hub::Client client(hub::Settings::from_environment());
+  hub::Client client(hub_settings());
   // A dataset's configs and splits; a card that cannot be read is shown as such, not fatal.
   std::optional<hub::DatasetLayout> layout;
   std::optional<Error> layout_error;
@@ -203,7 +209,7 @@ int run_info(std::vector<std::string> raw) {
                        {"revision", revision},
                        {"sha", info.sha},
                        {"private", info.is_private},
-                       {"gated", info.gated},
+                       {"gated", gated_json(info.gated)},
                        {"license", info.license},
                        {"downloads", info.downloads},
                        {"likes", info.likes},
@@ -292,7 +298,7 @@ int run_preview(std::vector<std::string> raw) {
     }
     if (rows < 1) throw UsageError{"--rows must be at least 1"};
   }
-  hub::Client client(hub::Settings::from_environment());
+  hub::Client client(hub_settings());
   const hub::RowPreview preview = client.preview_rows(repo, revision, config, split, rows);
   if (args.flag("--json")) {
     std::cout << nlohmann::json{{"columns", preview.columns},
@@ -377,7 +383,7 @@ int run_download(std::vector<std::string> raw) {
   std::signal(SIGINT, on_interrupt);
   std::signal(SIGTERM, on_interrupt);
 
-  hub::Client client(hub::Settings::from_environment());
+  hub::Client client(hub_settings());
   hub::DownloadResult result;
   try {
     result = client.download(repo, params);

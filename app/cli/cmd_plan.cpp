@@ -98,8 +98,13 @@ void print_plan(const plan::Plan& p) {
   std::printf("\ntime%s  %s per step",
               p.calibration ? ":        " : " (rough):", duration(p.seconds_per_step).c_str());
   if (p.total_seconds())
-    std::printf(", %s for %lld steps", duration(*p.total_seconds()).c_str(),
-                static_cast<long long>(*p.total_steps));
+    std::printf(", %s for %lld steps%s", duration(*p.total_seconds()).c_str(),
+                static_cast<long long>(*p.total_steps),
+                p.evaluations > 0 ? (" and " + std::to_string(p.evaluations) +
+                                     (p.evaluations == 1 ? " evaluation (" : " evaluations (") +
+                                     duration(p.seconds_per_evaluation) + " each)")
+                                        .c_str()
+                                  : "");
   std::printf("\n               %s\n", p.time_source.c_str());
   if (p.processes > 1) {
     std::printf("communication: %s per step in %lld calls, %s (link: %s)\n",

@@ -40,6 +40,10 @@ class Args {
   const std::string& required(const std::string& name, const char* placeholder) const;
   // A UsageError naming the first positional argument, for commands that take none.
   void expect_no_positionals() const;
+  // The whole of option `name`'s value as an integer ≥ `min_value`, else `fallback` when the
+  // option is absent; a UsageError naming the option and the value otherwise ("7x", "-1", "").
+  std::int64_t integer(const std::string& name, std::int64_t fallback,
+                       std::int64_t min_value) const;
   const std::vector<std::string>& positionals() const { return positionals_; }
 
  private:

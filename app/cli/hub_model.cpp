@@ -1,6 +1,9 @@
 #include "hub_model.h"
 
+#include <cmath>
+#include <cstdio>
 #include <initializer_list>
+#include <mutex>
 #include <optional>
 
 #include "hf/hub/cache.h"
@@ -28,9 +31,26 @@ hub::DownloadParams job_download(hub::RepoType type, const std::string& revision
 
 }  // namespace
 
+hub::Settings hub_settings(job::EventSink* events) {
+  hub::Settings settings = hub::Settings::from_environment();
+  settings.on_retry = [events](const hub::RetryNotice& n) {
+    static std::mutex one_at_a_time;
+    const std::lock_guard lock(one_at_a_time);
+    const std::string line = "hub: " + n.url + ": " + n.reason + "; trying again in " +
+                             std::to_string(static_cast<long>(std::ceil(n.wait_s))) +
+                             " s (attempt " + std::to_string(n.attempt + 1) + " of " +
+                             std::to_string(n.max_attempts) + ")";
+    if (events != nullptr)
+      events->log("warning", line);
+    else
+      std::fprintf(stderr, "%s\n", line.c_str());
+  };
+  return settings;
+}
+
 std::filesystem::path fetch_hub_model(const job::JobSpec& spec, job::EventSink& events,
                                       const std::atomic<bool>* stop) {
-  hub::Client client(hub::Settings::from_environment());
+  hub::Client client(hub_settings(&events));
   const hub::DownloadParams params =
       job_download(hub::RepoType::Model, spec.model.revision, events, stop);
   events.log("info", "model.hub_id " + spec.model.hub_id + " at " + spec.model.revision +
@@ -103,7 +123,7 @@ std::string listed(const std::vector<std::string>& names) {
 
 job::DatasetSpec fetch_hub_dataset(const job::DatasetSpec& dataset, job::EventSink& events,
                                    const std::atomic<bool>* stop) {
-  hub::Client client(hub::Settings::from_environment());
+  hub::Client client(hub_settings(&events));
   try {
     job::DatasetSpec local = dataset;
     // Training patterns and no config: the files at dataset.revision, no layout needed (so a

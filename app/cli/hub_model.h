@@ -5,10 +5,15 @@
 #include <atomic>
 #include <filesystem>
 
+#include "hf/hub/settings.h"
 #include "job/events.h"
 #include "job/job_spec.h"
 
 namespace tessera::cli {
+
+// The Hub's settings from the environment, telling of every retry (a rate limit's Retry-After
+// may hold a request for minutes): a line on stderr, and a warning on `events` where given.
+hf::hub::Settings hub_settings(job::EventSink* events = nullptr);
 
 std::filesystem::path fetch_hub_model(const job::JobSpec& spec, job::EventSink& events,
                                       const std::atomic<bool>* stop);

@@ -67,6 +67,20 @@ const std::string& Args::required(const std::string& name, const char* placehold
   return *value;
 }
 
+std::int64_t Args::integer(const std::string& name, std::int64_t fallback,
+                           std::int64_t min_value) const {
+  const std::string* value = option(name);
+  if (value == nullptr) return fallback;
+  try {
+    std::size_t used = 0;
+    const long long v = std::stoll(*value, &used);
+    if (used == value->size() && v >= min_value) return v;
+  } catch (const std::exception&) {  // not a number, or past 64 bits
+  }
+  throw UsageError{name + " expects an integer ≥ " + std::to_string(min_value) + ", got '" +
+                   *value + "'"};
+}
+
 void Args::expect_no_positionals() const {
   if (!positionals_.empty())
     throw UsageError{"unexpected argument \"" + positionals_.front() + "\""};
@@ -137,6 +151,7 @@ int main(int argc, char** argv) {
       case ErrorKind::InvalidInput:
       case ErrorKind::Usage:
       case ErrorKind::Unsupported:
+      case ErrorKind::OutOfMemory:
         return core::kExitBadInput;
       default:
         return core::kExitInternal;

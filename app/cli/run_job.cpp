@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <vector>
 
 #include "core/error.h"
@@ -77,10 +79,19 @@ class ProgressBar {
   void on_event(const nlohmann::json& e) {
     const std::string type = e.value("type", "");
     if (type == "progress" && e.value("phase", "") == "train") {
+      phase_.clear();
       done_ = e.value("done", 0);
       total_ = e.value("total", 0);
       if (e.contains("eta_s") && e["eta_s"].is_number()) eta_ = e["eta_s"].get<double>();
       draw();
+    } else if (type == "progress" && kPhaseUnits.contains(e.value("phase", ""))) {
+      // What takes a while before and between the steps: fetching from the Hub, tokenizing,
+      // an evaluation.
+      phase_ = e.value("phase", "");
+      phase_done_ = e.value("done", std::int64_t{0});
+      phase_total_ = e.value("total", std::int64_t{0});
+      phase_eta_ = e.contains("eta_s") && e["eta_s"].is_number() ? e["eta_s"].get<double>() : -1;
+      draw_phase();
     } else if (type == "metric") {
       if (e.contains("loss") && e["loss"].is_number()) loss_ = e["loss"].get<double>();
       if (e.contains("tokens_per_s") && e["tokens_per_s"].is_number())
@@ -131,6 +142,7 @@ class ProgressBar {
     if (drawn_ && tty_) std::fputs("\r\033[K", stderr);
   }
   void draw() {
+    if (!phase_.empty()) return draw_phase();
     if (total_ <= 0) return;
     char line[256];
     const int width = 24;
@@ -150,10 +162,50 @@ class ProgressBar {
     std::fflush(stderr);
   }
 
+  void draw_phase() {
+    if (phase_total_ <= 0) return;
+    const bool finished = phase_done_ >= phase_total_;
+    const auto now = std::chrono::steady_clock::now();
+    // A log keeps a line every 5 s and the last; a terminal redraws its line.
+    if (!tty_ && !finished && now - phase_printed_at_ < std::chrono::seconds(5)) return;
+    phase_printed_at_ = now;
+    const double share =
+        static_cast<double>(phase_done_) / static_cast<double>(phase_total_) * 100.0;
+    const std::string& unit = kPhaseUnits.at(phase_);
+    char line[256];
+    if (unit == "bytes")
+      std::snprintf(
+          line, sizeof line, "%s: %s of %s (%.0f%%)", phase_.c_str(),
+          core::human_bytes(static_cast<std::uint64_t>(std::max<std::int64_t>(0, phase_done_)))
+              .c_str(),
+          core::human_bytes(static_cast<std::uint64_t>(phase_total_)).c_str(), share);
+    else
+      std::snprintf(line, sizeof line, "%s: %lld/%lld %s (%.0f%%)%s%s", phase_.c_str(),
+                    static_cast<long long>(phase_done_), static_cast<long long>(phase_total_),
+                    unit.c_str(), share, phase_eta_ >= 0 ? "  ETA " : "",
+                    phase_eta_ >= 0 ? format_eta(phase_eta_).c_str() : "");
+    if (tty_) {
+      std::fprintf(stderr, "\r\033[K%s", line);
+      drawn_ = true;
+    } else {
+      std::fprintf(stderr, "%s\n", line);
+    }
+    std::fflush(stderr);
+    if (finished) phase_.clear();  // the steps' line again
+  }
+
+  // The phases drawn beside training's steps, and what they count.
+  inline static const std::map<std::string, std::string> kPhaseUnits = {
+      {"download", "bytes"}, {"tokenize", "rows"}, {"eval", "batches"}};
+
   bool tty_;
   bool drawn_ = false;
   std::int64_t done_ = 0, total_ = 0, last_printed_ = -1;
   double loss_ = 0, tokens_per_s_ = 0, eta_ = -1;
+  std::string phase_;
+  std::int64_t phase_done_ = 0, phase_total_ = 0;
+  double phase_eta_ = -1;
+  std::chrono::steady_clock::time_point phase_printed_at_{};
 };
 
 // This process's rank when it is one of several (torchrun's variables), else 0. A bad variable

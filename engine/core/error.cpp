@@ -10,6 +10,8 @@ const char* error_kind_name(ErrorKind kind) {
       return "usage";
     case ErrorKind::Unsupported:
       return "unsupported";
+    case ErrorKind::OutOfMemory:
+      return "out_of_memory";
     case ErrorKind::Io:
       return "io";
     case ErrorKind::Internal:

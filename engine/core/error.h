@@ -10,6 +10,7 @@ enum class ErrorKind {
   InvalidInput,  // a file, field or argument the user gave is wrong (exit 2)
   Usage,         // bad command-line usage (exit 2)
   Unsupported,   // valid input the engine does not handle (yet) (exit 2)
+  OutOfMemory,   // the job needs more memory than a device has: the plan's change fits (exit 2)
   Io,            // the OS refused a read or write (exit 1)
   Internal,      // a bug or an unexpected state (exit 1)
 };

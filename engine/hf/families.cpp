@@ -189,14 +189,17 @@ ParameterShapes decoder_shapes(const ModelConfig& c) {
   const double q = d(c.num_attention_heads) * d(c.head_dim);
   const double kv = d(c.num_key_value_heads) * d(c.head_dim);
   ParameterShapes s;
-  s.layer_linears = {{"q_proj", h, q, c.attention_bias},  {"k_proj", h, kv, c.attention_bias},
-                     {"v_proj", h, kv, c.attention_bias}, {"o_proj", q, h, c.attention_output_bias},
-                     {"gate_proj", h, m, c.mlp_bias},     {"up_proj", h, m, c.mlp_bias},
-                     {"down_proj", m, h, c.mlp_bias}};
+  s.layer_linears = {
+      {"q_proj", h, q, c.attention_bias, 0},  {"k_proj", h, kv, c.attention_bias, 0},
+      {"v_proj", h, kv, c.attention_bias, 0}, {"o_proj", q, h, c.attention_output_bias, 1},
+      {"gate_proj", h, m, c.mlp_bias, 2},     {"up_proj", h, m, c.mlp_bias, 2},
+      {"down_proj", m, h, c.mlp_bias, 3}};
   s.layer_other = 2 * h;  // input and post-attention RMSNorm
   s.outside_layers = v * h + h + (c.tie_word_embeddings ? 0 : v * h);
-  // input, residual h; rotated q, rotated k, v, attention output and its merged copy;
-  // gate, act(gate), up, act·up.
+  // The attention norm's output (q, k and v's input) and the MLP norm's (gate and up's), h each;
+  // rotated q, rotated k, v and the attention output (scaled_dot_product_attention's), and the
+  // output's merged copy (o_proj's input); gate, act(gate) and up (silu's and the product's), and
+  // act·up (down_proj's input).
   s.saved_per_token = 2 * h + 3 * q + 2 * kv + 4 * m;
   return s;
 }
@@ -268,14 +271,15 @@ void read_gpt2(const ConfigFields& f, ModelConfig& c) {
 ParameterShapes gpt2_shapes(const ModelConfig& c) {
   const double v = d(c.vocab_size), h = d(c.hidden_size), m = d(c.intermediate_size);
   ParameterShapes s;
-  s.layer_linears = {{"c_attn", h, 3 * h, true},
-                     {"c_proj", h, h, true},  // attention's; the MLP's is (m, h)
-                     {"c_fc", h, m, true},
-                     {"c_proj", m, h, true}};
+  s.layer_linears = {{"c_attn", h, 3 * h, true, 0},
+                     {"c_proj", h, h, true, 1},  // attention's; the MLP's is (m, h)
+                     {"c_fc", h, m, true, 2},
+                     {"c_proj", m, h, true, 3}};
   s.layer_other = 4 * h;  // ln_1, ln_2
   // wte (lm_head tied to it), wpe, ln_f.
   s.outside_layers = v * h + d(c.max_position_embeddings) * h + 2 * h;
-  // ln_1, qkv, attention output + merged, c_proj in, residual, ln_2, fc, gelu.
+  // ln_1's output (c_attn's input), qkv and the attention output (the attention's), merged
+  // (c_proj's input), ln_2's output (c_fc's input), fc (gelu's input), gelu (c_proj's).
   s.saved_per_token = 2 * h + 3 * h + 2 * h + 2 * m;
   return s;
 }
@@ -360,9 +364,9 @@ void read_bert(const ConfigFields& f, ModelConfig& c) {
 ParameterShapes bert_shapes(const ModelConfig& c) {
   const double v = d(c.vocab_size), h = d(c.hidden_size), m = d(c.intermediate_size);
   ParameterShapes s;
-  s.layer_linears = {{"query", h, h, true}, {"key", h, h, true},  {"value", h, h, true},
-                     {"dense", h, h, true},  // attention.output's; then intermediate's, output's
-                     {"dense", h, m, true}, {"dense", m, h, true}};
+  s.layer_linears = {{"query", h, h, true, 0}, {"key", h, h, true, 0},  {"value", h, h, true, 0},
+                     {"dense", h, h, true, 1},  // attention.output's; then intermediate's, output's
+                     {"dense", h, m, true, 2}, {"dense", m, h, true, 3}};
   s.layer_other = 4 * h;  // attention.output.LayerNorm, output.LayerNorm
   // Embeddings (word, position, token type) and their LayerNorm, and the pooler, as BertModel
   // and its heads carry them.

@@ -24,6 +24,11 @@ struct LinearModule {
   double in_features = 0;
   double out_features = 0;
   bool bias = false;
+  // Which of the layer's inputs to linears this one reads (linears reading the same tensor
+  // share it: q, k and v read the attention norm's output). Autograd keeps that input for the
+  // weight's gradient alone: a layer whose linears all stay frozen (LoRA's base) does not, unless
+  // an adapter on one of them reads it.
+  int input = 0;
 };
 
 // Parameter shapes of a model, as transformers' num_parameters() counts them (tied weights once).
@@ -36,6 +41,8 @@ struct ParameterShapes {
   double outside_layers = 0;  // embeddings, final norm, untied lm_head, pooler, classifier
   // Elements saved for backward per token in one layer, in the compute dtype, besides the two
   // norms' (which the planner adds with their precision rules): the planner's activation figure.
+  // With every linear training; each frozen linear's input (LinearModule::input, once for those
+  // sharing it) is not kept unless a trained linear or an adapter reads it too.
   double saved_per_token = 0;
 };
 

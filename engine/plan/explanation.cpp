@@ -48,7 +48,8 @@ std::string why_not(const Plan::Candidate& c, const Plan::Candidate& chosen, std
            "(name hybrid with these sizes to run it)";
   if (!at.empty())
     return name + " fits only" + at + " (" + gib(c.peak) + " per rank): " + time_of(c) + against;
-  if (c.peak < chosen.peak)
+  // A saving under 1% is none worth a slower step (it read "would save 0.00 GiB").
+  if (static_cast<double>(c.peak) < 0.99 * static_cast<double>(chosen.peak))
     return name + " would save " + gib(chosen.peak - c.peak) + " per rank (" + gib(c.peak) +
            ") but costs " + saves_memory_by(c.settings) + ": " + time_of(c) + against;
   return name + " fits too (" + gib(c.peak) + " per rank) but is no quicker: " + time_of(c) +

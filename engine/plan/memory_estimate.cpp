@@ -2,6 +2,7 @@
 // categories from config.json, refined by each strategy's cost model (plan/strategy_costs.h).
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "core/error.h"
 #include "hf/families.h"
@@ -88,7 +89,21 @@ ActivationTerms activation_terms(const hf::ModelConfig& c, const Settings& s, in
   const double norm_bytes = gpu_kernels ? act : 4.0 + (lora ? 0.0 : act);
   // Per family (hf/families.cpp: saved_per_token), plus softmax's fp32 log-sum-exp per head.
   // Split over tp: all but the layer's input and residual (2h).
-  const double saved = hf::family_of(c).parameter_shapes(c).saved_per_token;
+  const hf::ParameterShapes shapes = hf::family_of(c).parameter_shapes(c);
+  double saved = shapes.saved_per_token;
+  if (lora) {
+    // The frozen base keeps no linear's input for a weight gradient: only the inputs an adapter
+    // reads (each shared input once) stay.
+    const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
+    std::map<int, std::pair<double, bool>> inputs;  // input → (its width, read by an adapter)
+    for (const hf::LinearModule& l : shapes.layer_linears) {
+      auto& [width, adapted] = inputs[l.input];
+      width = l.in_features;
+      adapted = adapted || std::find(targets.begin(), targets.end(), l.name) != targets.end();
+    }
+    for (const auto& [input, width_adapted] : inputs)
+      if (!width_adapted.second) saved -= width_adapted.first;
+  }
   const double whole = std::min(saved, 2.0 * h);
   // Sequence parallelism splits the rest by positions: the layer's input and residual, and the
   // norms (the column-parallel layers keep their input's block, gathering it again in backward).

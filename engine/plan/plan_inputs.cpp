@@ -84,6 +84,12 @@ bool sample_sequence_lengths(const job::JobSpec& spec, const fs::path& model_dir
       longest_sum += d(static_cast<std::int64_t>(longest));
     }
     in.tokens_per_sequence = std::min(max_length, longest_sum / d(groups));
+    if (reader->num_rows() <= kSampleRows) {
+      std::size_t longest = 0;
+      for (const auto& e : sample.examples)
+        longest = std::max({longest, e.input_ids.size(), e.rejected_input_ids.size()});
+      in.longest_sequence = std::min(ds.max_length, static_cast<std::int64_t>(longest));
+    }
     in.tokens_per_sequence_source =
         sampled + ", the longest of each batch (sequences are padded to it, not to max_length)";
   } catch (const std::exception&) {
@@ -141,17 +147,21 @@ PlanInputs plan_inputs(const job::JobSpec& spec, const hf::ModelFolder& model,
   // Without weights (a config-only folder) the formula alone is used.
   in.checkpoint_bytes = model.checkpoint_bytes();
   in.checkpoint_parameters = model.checkpoint_parameters();
-  std::int64_t rows = 0;
-  bool counted = false;
-  for (const auto& f : spec.dataset.train_files) {
-    if (!count_rows) break;
-    std::ifstream file(f);
-    if (!file) continue;
-    counted = true;
-    for (std::string line; std::getline(file, line);)
-      if (line.find_first_not_of(" \t\r") != std::string::npos) ++rows;
-  }
-  if (counted) in.dataset_rows = rows;
+  // Rows as non-blank lines of the files (JSON Lines and text; nothing for files it cannot open).
+  auto lines_of = [count_rows](const std::vector<std::string>& files) {
+    std::optional<std::int64_t> rows;
+    for (const auto& f : files) {
+      if (!count_rows) break;
+      std::ifstream file(f);
+      if (!file) continue;
+      rows = rows.value_or(0);
+      for (std::string line; std::getline(file, line);)
+        if (line.find_first_not_of(" \t\r") != std::string::npos) ++*rows;
+    }
+    return rows;
+  };
+  in.dataset_rows = lines_of(spec.dataset.train_files);
+  in.validation_rows = lines_of(spec.dataset.validation_files);
   in.step_times = StepTimeStore(StepTimeStore::default_path()).load(&in.step_time_warnings);
   check_packed_blocks_fit(spec, in.model, sample_sequence_lengths(spec, model.dir(), in));
   return in;

@@ -383,10 +383,68 @@ void add_exposed_copies(Plan& plan, const DeviceCopies& copies, double compute_s
                                 : std::string("none beyond it"))));
 }
 
+// The data-parallel replicas of a distributed plan: each trains batch × accumulation sequences
+// a step (every rank of ddp, zero and sharded gemini, each tp × pp group of hybrid).
+std::int64_t replicas_of(const Settings& s, int processes) {
+  return s.strategy == "hybrid"
+             ? std::max<std::int64_t>(1, processes / std::max(1, s.tp_size * s.pp_size))
+             : processes;
+}
+
+// The share of a step's time that its forwards take: a full fine-tune's backward computes two
+// products per linear (its input's gradient and its weight's), LoRA's frozen linears one; a
+// checkpointed step runs each layer's forward twice.
+double forward_share(const Settings& s) {
+  const double backward = s.method == "lora" ? 1.0 : 2.0;
+  return 1.0 / (1.0 + backward + (s.activation_checkpointing ? 1.0 : 0.0));
+}
+
+// The evaluations of a run with a validation set (trainer.cpp: every eval_every steps before the
+// last, and after it) and what each takes: its batches of micro_batch sequences, shared among
+// the replicas, each batch's forward at the step's forward share per micro-batch.
+void plan_evaluations(Plan& plan, const PlanInputs& in, std::int64_t replicas) {
+  const job::JobSpec& spec = in.spec;
+  const Settings& s = plan.settings;
+  if (!plan.total_steps || *plan.total_steps <= 0) return;
+  double rows = 0.0;
+  std::string rows_source;
+  if (!spec.dataset.validation_files.empty() && in.validation_rows) {
+    rows = d(*in.validation_rows);
+    rows_source = "lines of dataset.validation";
+  } else if (spec.dataset.validation_files.empty() && spec.dataset.validation_split > 0.0 &&
+             in.dataset_rows) {
+    rows = std::ceil(d(*in.dataset_rows) * spec.dataset.validation_split);
+    rows_source = "dataset.validation_split of the training rows";
+  }
+  if (rows <= 0.0) return;
+  if (in.packed_rows_per_block) rows /= *in.packed_rows_per_block;
+  const std::int64_t eval_every = spec.training.eval_every;
+  plan.evaluations = 1 + (eval_every > 0 ? (*plan.total_steps - 1) / eval_every : std::int64_t{0});
+  plan.evaluation_batches = static_cast<std::int64_t>(std::ceil(rows / d(s.micro_batch)));
+  const double rounds =
+      std::ceil(d(plan.evaluation_batches) / d(std::max<std::int64_t>(1, replicas)));
+  plan.seconds_per_evaluation = plan.seconds_per_step /
+                                d(std::max<std::int64_t>(1, s.gradient_accumulation)) *
+                                forward_share(s) * rounds;
+  plan.reasons.push_back(
+      std::to_string(plan.evaluations) + " evaluation" + (plan.evaluations == 1 ? "" : "s") +
+      " of " + std::to_string(plan.evaluation_batches) + " batch" +
+      (plan.evaluation_batches == 1 ? "" : "es") + " (" + rows_source + "), about " +
+      seconds_text(plan.seconds_per_evaluation) +
+      " each: forwards alone, at the step's forward share; included in the total time");
+}
+
 }  // namespace
 
 Plan make_plan(const PlanInputs& in) {
-  const job::JobSpec spec = with_stored_quantization(in.spec, in.model);
+  job::JobSpec planned_spec = with_stored_quantization(in.spec, in.model);
+  // Every row tokenized and none as long as max_length: no batch reaches it (batches are padded
+  // to their longest row), so the activations are planned for the longest row.
+  const bool shorter_rows =
+      in.longest_sequence && *in.longest_sequence < planned_spec.dataset.max_length;
+  if (shorter_rows)
+    planned_spec.dataset.max_length = std::max<std::int64_t>(1, *in.longest_sequence);
+  const job::JobSpec& spec = planned_spec;
   const hf::ModelConfig& c = in.model;
   // gemini on the tests' simulated device: planned as a GPU of its budget named "simulated", so
   // that the tests can hold the device tier's plan against what the run's events measure.
@@ -421,6 +479,13 @@ Plan make_plan(const PlanInputs& in) {
         "strategy.name: the planner has no cost model for \"" + strategy->name + "\" yet",
         "run it as written, or use auto");
   job::validate_strategy(spec.strategy.name, spec.strategy.options, "");
+  if (shorter_rows)
+    plan.reasons.push_back("every training row was tokenized: the longest is " +
+                           std::to_string(*in.longest_sequence) +
+                           " tokens, so no batch reaches dataset.max_length " +
+                           std::to_string(in.spec.dataset.max_length) +
+                           " (batches are padded to their longest row): memory is planned for " +
+                           std::to_string(*in.longest_sequence));
   plan.strategy = strategy->name;
 
   // Several processes: each rank is planned, with its share of this machine's memory and cores.
@@ -1253,11 +1318,7 @@ Plan make_plan(const PlanInputs& in) {
                         (in.packed_rows_per_block ? 1.0 / *in.packed_rows_per_block : 1.0);
     // A step trains batch × accumulation sequences on each data-parallel replica: every rank of
     // ddp, zero and sharded gemini, each tp × pp group of hybrid.
-    const std::int64_t replicas =
-        !distributed ? 1
-        : s.strategy == "hybrid"
-            ? std::max<std::int64_t>(1, processes / std::max(1, s.tp_size * s.pp_size))
-            : processes;
+    const std::int64_t replicas = distributed ? replicas_of(s, processes) : 1;
     plan.total_steps = static_cast<std::int64_t>(
         std::ceil(std::ceil(rows / d(batch * spec.training.gradient_accumulation * replicas)) *
                   *spec.training.epochs));
@@ -1266,6 +1327,8 @@ Plan make_plan(const PlanInputs& in) {
                               "row from a sample)"
                             : "epochs × training rows (lines of the training files)";
   }
+
+  plan_evaluations(plan, in, distributed ? replicas_of(s, processes) : 1);
 
   const std::uint64_t peak = tier.estimate.peak();
   const std::string budget = gib(tier.budget) + (tier.simulated ? " (simulated)" : "");

@@ -4,6 +4,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -11,13 +12,16 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <future>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "core/error.h"
 #include "core/files.h"
 #include "core/meminfo.h"
 #include "core/units.h"
+#include "memory/disk_store.h"
 
 namespace tessera::plan {
 namespace {
@@ -237,6 +241,8 @@ std::optional<DiskInfo> cached_disk(const fs::path& dir) {
     info.read_bytes_per_s = d->at("read_bytes_per_s").get<double>();
     info.test_bytes = d->at("test_bytes").get<std::uint64_t>();
     info.method = d->at("method").get<std::string>();
+    // Measured another way (before the disk store's pattern): measured again.
+    if (info.method.rfind(kDiskMethod, 0) != 0) return std::nullopt;
     info.measured_at = d->at("measured_at").get<std::string>();
     return info;
   } catch (const std::exception&) {
@@ -343,52 +349,69 @@ DiskInfo measure_disk(const fs::path& dir, std::uint64_t bytes,
                       const std::function<void(const std::string&, double)>& progress) {
   DiskInfo info;
   info.path = dir.string();
-  info.test_bytes = bytes;
-  info.method =
-      "sequential 4 MiB blocks to a temporary file, fsync, page cache dropped "
-      "(posix_fadvise) before reading back";
-  const fs::path file = dir / (".tessera-disk-test-" + std::to_string(getpid()));
-  const int fd = ::open(file.c_str(), O_CREAT | O_TRUNC | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0)
-    throw_io(dir.string() + ": cannot create a temporary file to measure the disk speed",
-             "check that the folder exists and is writable, or pass --no-disk");
-  constexpr std::size_t kBlock = 4u << 20;
-  std::vector<char> block(kBlock);
-  for (std::size_t i = 0; i < kBlock; ++i) block[i] = static_cast<char>(i * 131u + 7u);
-  const std::uint64_t blocks = std::max<std::uint64_t>(1, bytes / kBlock);
+  // As gemini's disk tier moves its chunks (memory/disk_store.h): whole regions of a few tens of
+  // MiB, O_DIRECT where the filesystem allows it, two I/O threads. The profile measured a single
+  // buffered stream with fsync before, which on this kind of virtual disk read 130 MB/s where the
+  // store moved 450-500 MB/s: the plan put gemini's disk time at 3-4x the run's.
+  constexpr std::uint64_t kRegion = 32ull << 20;
+  constexpr int kThreads = 2;
+  const std::uint64_t regions = std::max<std::uint64_t>(2, (bytes + kRegion - 1) / kRegion);
   const auto start = Clock::now();
-  auto fail = [&](const std::string& what) {
-    ::close(fd);
-    std::error_code ec;
-    fs::remove(file, ec);
-    throw_io(file.string() + ": " + what + " while measuring the disk speed",
-             "free some space in the output folder, or pass --no-disk");
-  };
   auto report = [&](const std::string& phase, std::uint64_t done) {
     if (progress && Clock::now() - start > std::chrono::seconds(1))
-      progress(phase, static_cast<double>(done) / static_cast<double>(blocks));
+      progress(phase, static_cast<double>(done) / static_cast<double>(regions));
   };
-  for (std::uint64_t b = 0; b < blocks; ++b) {
-    if (::write(fd, block.data(), kBlock) != static_cast<ssize_t>(kBlock)) fail("a write failed");
-    report("disk write", b + 1);
+  try {
+    memory::DiskStore store(dir, kThreads);
+    std::vector<std::size_t> ids;
+    for (std::uint64_t r = 0; r < regions; ++r)
+      ids.push_back(store.add_region("disk test " + std::to_string(r), kRegion));
+    std::vector<memory::AlignedBuffer> buffers;
+    for (std::uint64_t r = 0; r < regions; ++r) {
+      buffers.emplace_back(kRegion);
+      auto* bytes_of = static_cast<unsigned char*>(buffers.back().data());
+      for (std::uint64_t i = 0; i < kRegion; i += 4096)
+        bytes_of[i] = static_cast<unsigned char>(i / 4096 * 131u + r);
+    }
+    // Every pass submits all regions at once, as the store's callers queue a step's chunks.
+    auto pass = [&](bool write, const std::string& phase) {
+      std::vector<std::future<void>> pending;
+      for (std::uint64_t r = 0; r < regions; ++r)
+        pending.push_back(write ? store.write(ids[r], buffers[r].data())
+                                : store.read(ids[r], buffers[r].data()));
+      const auto pass_start = Clock::now();
+      for (std::uint64_t r = 0; r < regions; ++r) {
+        pending[r].get();
+        report(phase, r + 1);
+      }
+      return std::chrono::duration<double>(Clock::now() - pass_start).count();
+    };
+    // The first write allocates the files' blocks; a step overwrites them, so the second is timed.
+    pass(true, "disk write");
+    const double write_s = pass(true, "disk write");
+    if (!store.direct_io())
+      for (std::uint64_t r = 0; r < regions; ++r) {  // buffered: read back from the disk
+        const int fd = ::open(store.region_path(ids[r]).c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+          ::fdatasync(fd);
+          ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+          ::close(fd);
+        }
+      }
+    const double read_s = pass(false, "disk read");
+    const double total = static_cast<double>(regions * kRegion);
+    info.test_bytes = regions * kRegion;
+    info.write_bytes_per_s = total / std::max(write_s, 1e-6);
+    info.read_bytes_per_s = total / std::max(read_s, 1e-6);
+    info.method = std::string(kDiskMethod) +
+                  (store.direct_io() ? "" : "; this filesystem refuses O_DIRECT: buffered");
+  } catch (const Error& e) {
+    throw_io(dir.string() + ": measuring the disk speed failed: " + e.what(),
+             "free some space in the output folder, or pass --no-disk");
+  } catch (const std::bad_alloc&) {
+    throw_io(dir.string() + ": no memory for the disk test's buffers",
+             "pass --no-disk, or measure with less memory in use");
   }
-  if (::fsync(fd) != 0) fail("fsync failed");
-  const double write_s = std::chrono::duration<double>(Clock::now() - start).count();
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::lseek(fd, 0, SEEK_SET);
-  const auto read_start = Clock::now();
-  for (std::uint64_t b = 0; b < blocks; ++b) {
-    if (::read(fd, block.data(), kBlock) != static_cast<ssize_t>(kBlock)) fail("a read failed");
-    report("disk read", b + 1);
-  }
-  const double read_s = std::chrono::duration<double>(Clock::now() - read_start).count();
-  ::close(fd);
-  std::error_code ec;
-  fs::remove(file, ec);
-  const double total = static_cast<double>(blocks * kBlock);
-  info.test_bytes = blocks * kBlock;
-  info.write_bytes_per_s = total / std::max(write_s, 1e-6);
-  info.read_bytes_per_s = total / std::max(read_s, 1e-6);
   info.measured = true;
   info.measured_at = utc_now();
   return info;

@@ -11,7 +11,7 @@ namespace tessera::train {
 DeviceOutOfMemory::DeviceOutOfMemory(const std::string& device, std::uint64_t asked,
                                      std::uint64_t used, std::uint64_t total,
                                      const std::string& what)
-    : Error(ErrorKind::InvalidInput,
+    : Error(ErrorKind::OutOfMemory,
             device + ": out of memory for " + what + ": asked " + core::human_bytes(asked) +
                 " with " + core::human_bytes(used) + " of " + core::human_bytes(total) + " in use",
             "keep more in host memory (strategy.options.host_param_frac, host_optim_frac, or "

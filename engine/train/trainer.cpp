@@ -1199,13 +1199,17 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
           if (t.eval_every > 0)   // at the steps after this one, before the last
             left += std::max<std::int64_t>(
                 0, (result.total_steps - 1) / t.eval_every - step / t.eval_every);
-          // Before one is timed: its batches' forwards, each about a third of a micro-batch's
-          // forward and backward in the step measured.
+          // Before one is timed: its batches' forwards, each the forward's share of a
+          // micro-batch's step (a full fine-tune's backward computes two products per linear,
+          // LoRA's frozen linears one; checkpointing runs the forward twice), as the plan counts.
+          const double forward_share = 1.0 / (1.0 + (options_.method.type == "lora" ? 1.0 : 2.0) +
+                                              (t.activation_checkpointing ? 1.0 : 0.0));
+          const double rounds = std::ceil(static_cast<double>(eval->batches_per_epoch()) /
+                                          static_cast<double>(std::max(1, data_ranks())));
           const double each = evaluations > 0
                                   ? evaluation_seconds / static_cast<double>(evaluations)
-                                  : per_step / static_cast<double>(t.gradient_accumulation) / 3.0 *
-                                        static_cast<double>(eval->batches_per_epoch()) /
-                                        static_cast<double>(std::max(1, data_ranks()));
+                                  : per_step / static_cast<double>(t.gradient_accumulation) *
+                                        forward_share * rounds;
           eta += each * static_cast<double>(left);
         }
         events_->on_progress("train", step, result.total_steps, eta);

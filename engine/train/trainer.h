@@ -112,7 +112,7 @@ struct TrainerOptions {
 class StepOutOfDeviceMemory : public Error {
  public:
   StepOutOfDeviceMemory(std::string message, std::string hint, std::uint64_t needed)
-      : Error(ErrorKind::InvalidInput, std::move(message), std::move(hint)), needed_(needed) {}
+      : Error(ErrorKind::OutOfMemory, std::move(message), std::move(hint)), needed_(needed) {}
   std::uint64_t needed() const { return needed_; }
 
  private:

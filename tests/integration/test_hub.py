@@ -5,6 +5,8 @@ names, nothing temporary is left."""
 import hashlib
 import json
 import os
+import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -80,11 +82,22 @@ def snapshot_of(cache, repo="models--org--llama"):
     return next(iter(snaps.items()))
 
 
+def human(size):
+    """Bytes as the CLI writes them (core::human_bytes)."""
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    value, unit = float(size), 0
+    while value >= 1024 and unit < 4:
+        value, unit = value / 1024, unit + 1
+    return f"{value:.0f} {units[unit]}" if unit == 0 else f"{value:.1f} {units[unit]}"
+
+
 def test_search_pages_sorts_and_filters(hub, tmp_path):
     r = cli(hub, tmp_path / "c", "search", "llama", "--json", "--limit", "5")
     assert r.returncode == 0, r.stderr
-    ids = [h["id"] for h in json.loads(r.stdout)]
-    assert ids == ["org/llama", "org/llama-gated"]  # by downloads; the server's pages hold 2
+    hits = json.loads(r.stdout)
+    assert [h["id"] for h in hits] == ["org/llama", "org/llama-gated"]  # by downloads; the server's pages hold 2
+    # As the Hub writes it: false when open, else how access is granted.
+    assert [h["gated"] for h in hits] == [False, "manual"]
     r = cli(hub, tmp_path / "c", "search", "", "--json", "--limit", "3")
     assert [h["id"] for h in json.loads(r.stdout)] == ["org/llama", "org/llama-gated", "org/pickle-only"]
     assert any("cursor=2" in req[2] for req in hub.requests("hub", "GET", "/api/models")), "the next page was followed"
@@ -152,6 +165,16 @@ def test_download_fills_the_cache_as_huggingface_hub_does(hub, tmp_path, llama_f
     r = cli(hub, cache, "download", "org/llama")
     assert r.returncode == 0, r.stderr
     assert len(hub.requests(method="GET", contains="/resolve/")) + len(hub.requests("cdn", "GET")) == before
+    total = sum(map(len, files.values()))
+    assert f"received 0 B, {human(total)} already in the cache" in r.stderr, r.stderr
+    # Blobs that another revision's snapshot holds are linked, not fetched, and the summary counts
+    # them as already there (it said "received 0 B, 0 B already in the cache").
+    shutil.rmtree(cache / "models--org--llama" / "snapshots")
+    r = cli(hub, cache, "download", "org/llama")
+    assert r.returncode == 0, r.stderr
+    assert len(hub.requests(method="GET", contains="/resolve/")) + len(hub.requests("cdn", "GET")) == before
+    assert f"received 0 B, {human(total)} already in the cache" in r.stderr, r.stderr
+    assert snapshot_of(cache)[1] == files
     # Offline: the snapshot from the cache alone.
     r = cli(hub, cache, "download", "org/llama", HF_HUB_OFFLINE=1)
     assert r.returncode == 0 and r.stdout.strip().endswith(commit), r.stderr
@@ -248,9 +271,16 @@ def test_retries_honour_retry_after_and_5xx(hub, tmp_path, llama_files):
     assert r.returncode == 0, r.stderr
     assert time.monotonic() - start >= 1.0, "Retry-After: 1 was honoured"
     assert snapshot_of(cache)[1] == expected_model_files(llama_files)
+    # Each wait is said as it starts (a Retry-After may hold a request for minutes): the reason,
+    # the wait and the attempt to come.
+    assert re.search(r"hub: \S+/api/models/org/llama\S*: HTTP 429 \(rate limited\); trying again in 1 s "
+                     r"\(attempt 2 of 4\)", r.stderr), r.stderr
+    assert re.search(r"hub: \S+/config\.json: HTTP 500; trying again in \d+ s \(attempt 3 of 8\)", r.stderr), r.stderr
+    assert re.search(r"HTTP 503; trying again in 0 s \(attempt 2 of 8\)", r.stderr), r.stderr
     hub.faults["status"] = {"api": [500, 100, {"Retry-After": "0"}]}
     r = cli(hub, tmp_path / "cache2", "info", "org/llama")
     assert r.returncode == 1 and "HTTP 500" in r.stderr, r.stderr
+    assert r.stderr.count("HTTP 500; trying again in 0 s") == 3, r.stderr  # info tries 4 times
 
 
 def test_token_is_sent_to_the_hub_only_and_never_shown(hub, tmp_path, llama_files):

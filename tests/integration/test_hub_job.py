@@ -3,6 +3,7 @@ local Hub-speaking server (tests/pylib/hub_server.py) with `progress` events of 
 then trains; offline it uses the cache, or fails naming what is missing."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -62,7 +63,12 @@ def test_hub_id_downloads_then_trains_and_offline_uses_the_cache(demo, tmp_path)
         assert r.returncode == 0, r.stderr
         events = events_of(tmp_path / "online")
         download = [e for e in events if e["type"] == "progress" and e["phase"] == "download"]
-        assert download and download[-1]["done"] == download[-1]["total"] == sum(map(len, files.values()))
+        total = sum(map(len, files.values()))
+        assert download and download[-1]["done"] == download[-1]["total"] == total
+        # The terminal shows the download as it goes, as `hub download` does (the run showed
+        # nothing until its steps began), and the tokenizing after it.
+        assert re.search(r"^download: .* of .* \(100%\)$", r.stderr, re.M), r.stderr
+        assert re.search(r"^tokenize: (\d+)/\1 rows \(100%\)$", r.stderr, re.M), r.stderr
         assert events[-1]["type"] == "done" and events[-1]["status"] == "completed"
         snapshot = next(iter(walk_cache(cache)["models--org--demo"].values()))
         assert snapshot == files

@@ -9,6 +9,7 @@ import os
 import queue
 import re
 import secrets
+import signal
 import socket
 import stat
 import struct
@@ -230,6 +231,16 @@ def test_discovery_hears_the_announcement(setup):
     assert mine[0]["address"] == "127.0.0.1" and mine[0]["port"] == setup.port
     assert mine[0]["paired_here"] is False and mine[0]["paired_clients"] == 0
     assert mine[0]["version"]
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_the_agent_with_128_plus_the_signal(setup, signal_number):
+    """docs/exit-codes.md: a command stopped by signal N exits 128 + N, as the shell reports it
+    (a service manager or a script tells a stop from a clean exit by it; the agent said 0)."""
+    agent = setup.start_agent()
+    agent.process.send_signal(signal_number)
+    assert agent.finish() == 128 + signal_number, agent.output()
+    assert "agent stopped" in agent.output()
 
 
 def test_a_second_agent_on_the_same_state_folder_is_refused(setup):

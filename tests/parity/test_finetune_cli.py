@@ -214,6 +214,12 @@ def test_print_job_and_bad_input(workdir, tmp_path):
     assert r.returncode == 0, r.stderr
     r = run("finetune", "--model", workdir / "model", "--data", renamed, "--column", "q_text", "--print-job")
     assert r.returncode == 2 and "expected ROLE=COLUMN" in r.stderr, r.stderr
+    # A number that is not one is bad usage (exit 2) naming the flag, in every command (demo's
+    # exited 1 with "error: stoll", and took --seed -1 as 2^64 - 1).
+    for flag, value in (("--steps", "abc"), ("--steps", "0"), ("--seed", "-1"), ("--steps", "3x")):
+        r = run("demo", "--out", tmp_path / "demo", flag, value)
+        assert r.returncode == 2 and f"{flag} expects an integer" in r.stderr and f"'{value}'" in r.stderr, r.stderr
+        assert not (tmp_path / "demo").exists(), "refused before anything is written"
 
 
 def test_classification_finetune_of_the_real_minilm(tmp_path):

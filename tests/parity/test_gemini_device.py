@@ -469,6 +469,10 @@ def test_out_of_device_memory_saves_the_last_step_and_exits_2(workdir):
     assert r.returncode == 2, r.stderr[-2000:]
     assert "simulated: out of memory for gathered chunk" in r.stderr, r.stderr[-2000:]
     assert "the device held weights" in r.stderr, r.stderr[-2000:]
+    # The event stream says what it was (the studio and scripts tell it from a bad input by it).
+    stream = [json.loads(line) for line in (workdir / "dev-oom" / "events.jsonl").read_text().splitlines()]
+    error = next(e for e in stream if e["type"] == "error")
+    assert error["code"] == "out_of_memory" and "simulated: out of memory" in error["message"], error
     # The hint: the plan made again for a device as much smaller as the run needed more than the
     # plan's estimate (planner-side in test_plan's aDeviceShortfallGetsThePlansChangeThatFits).
     hint = r.stderr[r.stderr.index("hint: "):]

@@ -157,3 +157,40 @@ def test_corrupt_store_is_ignored_with_a_warning(demo):
     plan = json.loads(out.stdout)
     assert not plan["time"]["calibrated"]
     assert any(r.startswith("warning: " + str(store)) for r in plan["reasons"]), plan["reasons"]
+
+
+def test_total_includes_the_evaluations(demo):
+    """With a validation set the run evaluates every eval_every steps and after the last; the
+    plan's total counts those evaluations (it counted the steps alone: half the rows held out
+    made the run take several times the plan's total). Calibrated from a run of the same job
+    without evaluations, the total must give the run's training time, evaluations included,
+    within 30%."""
+    d, env = demo
+    steps = 25
+    base = json.loads(job(d, "no-eval", steps=steps, batch=8).read_text())
+    base["dataset"].update(validation_split=0.5)
+    base["dataset"].pop("validation", None)
+    Path(d / "no-eval.json").write_text(json.dumps(base))
+    run_and_time(d / "no-eval.json", env)  # records the step time
+    spec = dict(base, output=dict(base["output"], dir=str(d / "with-eval")))
+    spec["training"] = dict(base["training"], eval_every=8)
+    path = d / "with-eval.json"
+    path.write_text(json.dumps(spec))
+    planned = plan_time(path, env)
+    assert planned["calibrated"], planned["source"]
+    assert planned["evaluations"] == 4, planned  # steps 8, 16 and 24, and after the last
+    assert planned["evaluation_batches"] > 0 and planned["seconds_per_evaluation"] > 0, planned
+    events = path.with_suffix(".events.jsonl")
+    out = subprocess.run([CLI, "run", str(path), "--events", str(events)], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert out.returncode == 0, out.stderr
+    ev = [json.loads(line) for line in events.read_text().splitlines()]
+    loaded = next(e["t"] for e in ev if e["type"] == "progress" and e["phase"] == "load" and e["done"] == 1)
+    ends = [e for e in ev if e["type"] == "progress" and e["phase"] == "eval" and e["done"] == e["total"]]
+    assert len(ends) == planned["evaluations"], ends
+    assert ends[0]["total"] == planned["evaluation_batches"], (ends[0], planned)
+    measured = ends[-1]["t"] - loaded
+    steps_alone = planned["total_seconds"] - planned["evaluations"] * planned["seconds_per_evaluation"]
+    print(f"\n{steps} steps and {len(ends)} evaluations: measured {measured:.2f} s, plan {planned['total_seconds']:.2f} s "
+          f"({steps_alone:.2f} s of steps, {planned['seconds_per_evaluation']:.3f} s an evaluation)")
+    assert abs(planned["total_seconds"] - measured) <= CALIBRATED_TOLERANCE * measured, (planned, measured)

@@ -779,10 +779,18 @@ class HubPagesTest : public QObject {
     QVERIFY(!row->use_button()->isVisible());
     screenshot(&window, "hub-8-paused");
 
-    set_faults({});
+    // The resume meets a rate limit: the row says why it waits and for how long (it sat on
+    // "Starting…" for as long as the Retry-After held it).
+    set_faults(
+        {{"status", QJsonObject{{"api", QJsonArray{429, 1, QJsonObject{{"Retry-After", "3"}}}}}}});
     QCOMPARE(row->pause_button()->text(), QString("Resume"));
     QTest::mouseClick(row->pause_button(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(row->status_text().contains("rate limited"), 10000);
+    QVERIFY2(row->status_text().contains("HTTP 429 (rate limited); trying again in 3 s (attempt 2 "
+                                         "of 8)"),
+             qPrintable(row->status_text()));
     QTRY_COMPARE_WITH_TIMEOUT(row->state(), DownloadRow::State::Ready, 60000);
+    set_faults({});
     QVERIFY2(row->status_text().contains("verified"), qPrintable(row->status_text()));
     const QJsonObject cdn = command({{"requests", "/blob/"}});
     QVERIFY2(cdn.value("ranged").toInt() >= 1, "the resume asked for the rest with Range");

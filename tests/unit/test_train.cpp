@@ -309,7 +309,8 @@ class TestTrain : public QObject {
         QVERIFY2(text.find("simulated: out of memory for chunk 2: asked 512.0 KiB") == 0,
                  text.c_str());
         QCOMPARE(e.asked(), std::uint64_t{2 * n * 4});
-        QCOMPARE(static_cast<int>(e.kind()), static_cast<int>(ErrorKind::InvalidInput));
+        QCOMPARE(static_cast<int>(e.kind()), static_cast<int>(ErrorKind::OutOfMemory));
+        QCOMPARE(std::string(error_kind_name(e.kind())), std::string("out_of_memory"));
       }
       // Fresh device memory holds nothing usable.
       QVERIFY(std::isnan(static_cast<float*>(a.get())[0]));

@@ -1073,10 +1073,17 @@ void HardwarePage::show_memory(const QJsonArray& memory) {
 QString plan_time_text(const QJsonObject& time) {
   QString text =
       QObject::tr("%1 per step").arg(format_step_time(time.value("seconds_per_step").toDouble()));
-  if (!time.value("total_seconds").isNull())
+  if (!time.value("total_seconds").isNull()) {
     text += QObject::tr(", %1 in total for %2 steps")
                 .arg(format_duration(time.value("total_seconds").toDouble()))
                 .arg(time.value("steps").toInteger());
+    const qint64 evaluations = time.value("evaluations").toInteger();
+    const QString each = format_step_time(time.value("seconds_per_evaluation").toDouble());
+    if (evaluations == 1)
+      text += QObject::tr(" and 1 evaluation (%1)").arg(each);
+    else if (evaluations > 1)
+      text += QObject::tr(" and %1 evaluations (%2 each)").arg(evaluations).arg(each);
+  }
   if (time.value("disk_bytes_per_step").toDouble() > 0) {
     if (time.value("disk_seconds_per_step").toDouble() > 0)
       text += QObject::tr("; the disk's share: %1 per step for %2 read and written")

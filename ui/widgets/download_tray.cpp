@@ -8,8 +8,11 @@
 #include <QMetaObject>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QTimer>
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "hf/hub/client.h"
@@ -116,7 +119,19 @@ void DownloadRow::start() {
   rate_bytes_per_s_ = 0;
   clock_.start();
   set_state(State::Downloading);
-  const hub::Settings settings = hub_settings(token_ ? token_->keychain_token() : std::string());
+  retry_note_.clear();
+  hub::Settings settings = hub_settings(token_ ? token_->keychain_token() : std::string());
+  // A rate limit's Retry-After may hold the download for minutes: the row says why it waits.
+  settings.on_retry = [this](const hub::RetryNotice& n) {
+    const QString note = tr("%1; trying again in %2 s (attempt %3 of %4)")
+                             .arg(QString::fromStdString(n.reason))
+                             .arg(qint64(std::ceil(n.wait_s)))
+                             .arg(n.attempt + 1)
+                             .arg(n.max_attempts);
+    const qint64 wait_ms = qint64(std::ceil(n.wait_s * 1000.0));
+    QMetaObject::invokeMethod(
+        this, [this, note, wait_ms] { retrying(note, wait_ms); }, Qt::QueuedConnection);
+  };
   future_ = QtConcurrent::run([this, settings, stop = stop_, request = request_] {
     // `this` outlives the worker: the destructor waits for it. Calls into the row are queued.
     const std::string repo = request.repo_id.toStdString();
@@ -197,6 +212,15 @@ void DownloadRow::progressed(std::int64_t done, std::int64_t total, int files_do
   update_view();
 }
 
+void DownloadRow::retrying(const QString& note, qint64 wait_ms) {
+  if (state_ != State::Downloading) return;
+  retry_note_ = note;
+  retry_until_ms_ = clock_.elapsed() + wait_ms;
+  update_view();
+  // The note goes when the wait is over, whether or not bytes come.
+  QTimer::singleShot(std::max<qint64>(0, wait_ms) + 50, this, [this] { update_view(); });
+}
+
 void DownloadRow::finished(bool ok, bool cancelled, const QString& snapshot,
                            const HubFailure& failure) {
   if (ok) {
@@ -230,6 +254,8 @@ QString DownloadRow::status_text() const {
                        : QString();
   switch (state_) {
     case State::Downloading:
+      if (!retry_note_.isEmpty() && clock_.elapsed() < retry_until_ms_)
+        return amounts.isEmpty() ? retry_note_ : amounts + " · " + retry_note_;
       if (total_bytes_ <= 0) return tr("Starting…");
       return amounts + (rate_bytes_per_s_ > 0
                             ? tr(" · %1/s").arg(bytes_text(std::int64_t(rate_bytes_per_s_)))

@@ -55,6 +55,7 @@ class DownloadRow : public QFrame {
 
  private:
   void progressed(std::int64_t done, std::int64_t total, int files_done, int files_total);
+  void retrying(const QString& note, qint64 wait_ms);
   void finished(bool ok, bool cancelled, const QString& snapshot, const HubFailure& failure);
   void remove_partial_files();
   void set_state(State state);
@@ -74,6 +75,8 @@ class DownloadRow : public QFrame {
   QList<QPair<qint64, std::int64_t>> samples_;  // (ms, done bytes) of the last seconds: the rate
   QString snapshot_;
   HubFailure failure_;
+  QString retry_note_;         // a request waits to be tried again: why and for how long
+  qint64 retry_until_ms_ = 0;  // on clock_
   QLabel* name_;
   QProgressBar* bar_;
   QLabel* status_;

@@ -185,14 +185,14 @@ class Downloader {
           r = session.perform(request);
         } catch (const TransportError& e) {
           if (e.retryable && attempt < params_.max_attempts &&
-              wait_before_retry(attempt, nullptr, params_))
+              wait_before_retry(attempt, nullptr, params_, settings_, url, e.message))
             continue;
           if (cancelled(params_.cancel)) throw DownloadCancelled("download cancelled");
           throw_io(url + ": " + e.message,
                    "check the network (or HF_ENDPOINT); run again to resume");
         }
         if (is_retryable_status(r.status) && attempt < params_.max_attempts &&
-            wait_before_retry(attempt, &r, params_))
+            wait_before_retry(attempt, &r, params_, settings_, url))
           continue;
         break;
       }
@@ -313,7 +313,7 @@ class Downloader {
           throw DownloadCancelled("download of " + file + " cancelled; " + std::to_string(offset) +
                                   " bytes kept in " + incomplete.string() + " for the next run");
         if (e.retryable && attempt < params_.max_attempts &&
-            wait_before_retry(attempt, nullptr, params_))
+            wait_before_retry(attempt, nullptr, params_, settings_, meta.location, e.message))
           continue;
         if (cancelled(params_.cancel)) throw DownloadCancelled("download cancelled");
         throw_io(meta.location + ": " + e.message + " (after " + std::to_string(attempt) +
@@ -327,7 +327,10 @@ class Downloader {
       }
       if (r.status >= 200 && r.status < 300) {
         if (size >= 0 && offset < size) {  // closed early without an error from curl
-          if (attempt < params_.max_attempts && wait_before_retry(attempt, nullptr, params_))
+          if (attempt < params_.max_attempts &&
+              wait_before_retry(attempt, nullptr, params_, settings_, meta.location,
+                                "the transfer ended at " + std::to_string(offset) + " of " +
+                                    std::to_string(size) + " bytes"))
             continue;
           throw_io(meta.location + ": the transfer ended at " + std::to_string(offset) + " of " +
                    std::to_string(size) + " bytes");
@@ -335,7 +338,7 @@ class Downloader {
         break;
       }
       if (is_retryable_status(r.status) && attempt < params_.max_attempts &&
-          wait_before_retry(attempt, &r, params_))
+          wait_before_retry(attempt, &r, params_, settings_, meta.location))
         continue;
       if (cancelled(params_.cancel)) throw DownloadCancelled("download cancelled");
       throw_http(r, meta.location, c);
@@ -560,7 +563,10 @@ DownloadResult Client::download_listed(const std::string& repo_id, const RepoInf
     std::int64_t partial = 0;
     if (!etag.empty()) {
       const auto blob = cache.blob_path(etag);
-      if (std::filesystem::exists(blob, ec)) continue;
+      if (std::filesystem::exists(blob, ec)) {  // another revision's: linked, not fetched
+        present += size;
+        continue;
+      }
       const auto size_partial = std::filesystem::file_size(blob.string() + ".incomplete", ec);
       if (!ec) partial = static_cast<std::int64_t>(size_partial);
     }

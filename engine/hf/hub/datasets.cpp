@@ -271,7 +271,8 @@ std::string fetch_prefix(HttpSession& session, const std::string& url, const Con
         whole = false;
         return data;
       }
-      if (e.retryable && attempt < retry.max_attempts && wait_before_retry(attempt, nullptr, retry))
+      if (e.retryable && attempt < retry.max_attempts &&
+          wait_before_retry(attempt, nullptr, retry, *c.settings, url, e.message))
         continue;
       throw_io(url + ": " + e.message,
                "check the network (or HF_ENDPOINT); set HF_HUB_OFFLINE=1 to use the cache only");
@@ -294,7 +295,7 @@ std::string fetch_prefix(HttpSession& session, const std::string& url, const Con
       return data;
     }
     if (is_retryable_status(r.status) && attempt < retry.max_attempts &&
-        wait_before_retry(attempt, &r, retry))
+        wait_before_retry(attempt, &r, retry, *c.settings, url))
       continue;
     throw_http(r, url, c);
   }

@@ -14,7 +14,9 @@ bool cancelled(const std::atomic<bool>* cancel) {
   return cancel != nullptr && cancel->load();
 }
 
-bool wait_before_retry(int attempt, const HttpResponse* response, const DownloadParams& params) {
+bool wait_before_retry(int attempt, const HttpResponse* response, const DownloadParams& params,
+                       const Settings& settings, const std::string& url,
+                       const std::string& failure) {
   double delay_s = std::min(params.backoff_max_s,
                             params.backoff_first_s * std::pow(2.0, std::max(0, attempt - 1)));
   if (response != nullptr) {
@@ -23,6 +25,13 @@ bool wait_before_retry(int attempt, const HttpResponse* response, const Download
       const double seconds = std::strtod(after->c_str(), &end);
       if (end != after->c_str() && seconds >= 0) delay_s = std::min(seconds, 300.0);
     }
+  }
+  if (settings.on_retry) {
+    std::string reason = failure;
+    if (response != nullptr)
+      reason = "HTTP " + std::to_string(response->status) +
+               (response->status == 429 ? " (rate limited)" : "");
+    settings.on_retry({url, reason, attempt, params.max_attempts, delay_s});
   }
   const auto until = Clock::now() + std::chrono::duration<double>(delay_s);
   while (Clock::now() < until) {
@@ -126,13 +135,14 @@ std::optional<std::string> get_body(HttpSession& session, const std::string& url
     try {
       response = session.perform(request);
     } catch (const TransportError& e) {
-      if (e.retryable && attempt < retry.max_attempts && wait_before_retry(attempt, nullptr, retry))
+      if (e.retryable && attempt < retry.max_attempts &&
+          wait_before_retry(attempt, nullptr, retry, *c.settings, url, e.message))
         continue;
       throw_io(url + ": " + e.message,
                "check the network (or HF_ENDPOINT); set HF_HUB_OFFLINE=1 to use the cache only");
     }
     if (is_retryable_status(response.status) && attempt < retry.max_attempts &&
-        wait_before_retry(attempt, &response, retry))
+        wait_before_retry(attempt, &response, retry, *c.settings, url))
       continue;
     if (missing_ok && response.status == 404) return std::nullopt;
     if (response.status < 200 || response.status >= 300) throw_http(response, url, c);

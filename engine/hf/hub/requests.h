@@ -24,9 +24,12 @@ struct Context {
 
 bool cancelled(const std::atomic<bool>* cancel);
 
-// Waits before attempt `attempt` (1 = the first retry): Retry-After when the server sent one,
-// else exponential backoff. Returns early (false) when cancelled.
-bool wait_before_retry(int attempt, const HttpResponse* response, const DownloadParams& params);
+// Waits before attempt `attempt` + 1 of the request to `url`, which failed with `response` (or,
+// where it is null, the connection's `failure`): Retry-After when the server sent one, else
+// exponential backoff; Settings::on_retry is told first. Returns early (false) when cancelled.
+bool wait_before_retry(int attempt, const HttpResponse* response, const DownloadParams& params,
+                       const Settings& settings, const std::string& url,
+                       const std::string& failure = {});
 
 bool is_retryable_status(long status);  // 429 and 5xx that may pass
 

@@ -13,9 +13,20 @@
 //                 the public Hub, else the endpoint itself (mirrors and the test server serve
 //                 the dataset viewer's API at their root)
 #include <filesystem>
+#include <functional>
 #include <string>
 
 namespace tessera::hf::hub {
+
+// A request that failed in a way that may pass, and how long the client waits before it tries
+// again.
+struct RetryNotice {
+  std::string url;
+  std::string reason;  // "HTTP 429 (rate limited)", "HTTP 503", or the connection's error
+  int attempt = 0;     // the attempt that failed (1: the first)
+  int max_attempts = 0;
+  double wait_s = 0.0;  // the server's Retry-After where it sent one, else the backoff
+};
 
 struct Settings {
   std::string endpoint;              // scheme://host[:port][/prefix], no trailing '/'
@@ -28,6 +39,9 @@ struct Settings {
   std::string viewer_endpoint;  // the dataset viewer's API (/first-rows), no trailing '/'
   // A transfer that receives nothing for this long counts as dropped (and is resumed).
   long download_timeout_s = 30;
+  // Told of every retry before its wait (a rate limit may hold a request for minutes); unset:
+  // silent. Called from the download's worker threads, possibly at once.
+  std::function<void(const RetryNotice&)> on_retry;
 
   static Settings from_environment();
 };
