@@ -391,18 +391,12 @@ std::int64_t replicas_of(const Settings& s, int processes) {
              : processes;
 }
 
-// The share of a step's time that its forwards take: a full fine-tune's backward computes two
-// products per linear (its input's gradient and its weight's), LoRA's frozen linears one; a
-// checkpointed step runs each layer's forward twice.
-double forward_share(const Settings& s) {
-  const double backward = s.method == "lora" ? 1.0 : 2.0;
-  return 1.0 / (1.0 + backward + (s.activation_checkpointing ? 1.0 : 0.0));
-}
-
 // The evaluations of a run with a validation set (trainer.cpp: every eval_every steps before the
 // last, and after it) and what each takes: its batches of micro_batch sequences, shared among
-// the replicas, each batch's forward at the step's forward share per micro-batch.
-void plan_evaluations(Plan& plan, const PlanInputs& in, std::int64_t replicas) {
+// the replicas, each batch's forward the share of the step the cost model gives it
+// (`forward_share`, of the step's seconds: measured or modelled).
+void plan_evaluations(Plan& plan, const PlanInputs& in, std::int64_t replicas,
+                      double forward_share) {
   const job::JobSpec& spec = in.spec;
   const Settings& s = plan.settings;
   if (!plan.total_steps || *plan.total_steps <= 0) return;
@@ -423,15 +417,26 @@ void plan_evaluations(Plan& plan, const PlanInputs& in, std::int64_t replicas) {
   plan.evaluation_batches = static_cast<std::int64_t>(std::ceil(rows / d(s.micro_batch)));
   const double rounds =
       std::ceil(d(plan.evaluation_batches) / d(std::max<std::int64_t>(1, replicas)));
-  plan.seconds_per_evaluation = plan.seconds_per_step /
-                                d(std::max<std::int64_t>(1, s.gradient_accumulation)) *
-                                forward_share(s) * rounds;
+  // A run of this job measured its evaluation batches: theirs, scaled as its step was.
+  const StepTimeRecord* measured = plan.calibration &&
+                                           plan.calibration->evaluation_batch_seconds > 0.0 &&
+                                           plan.calibration->seconds_per_step > 0.0
+                                       ? &*plan.calibration
+                                       : nullptr;
+  const double per_batch =
+      measured != nullptr
+          ? measured->evaluation_batch_seconds * plan.seconds_per_step / measured->seconds_per_step
+          : plan.seconds_per_step * forward_share;
+  plan.seconds_per_evaluation = per_batch * rounds;
   plan.reasons.push_back(
       std::to_string(plan.evaluations) + " evaluation" + (plan.evaluations == 1 ? "" : "s") +
       " of " + std::to_string(plan.evaluation_batches) + " batch" +
       (plan.evaluation_batches == 1 ? "" : "es") + " (" + rows_source + "), about " +
-      seconds_text(plan.seconds_per_evaluation) +
-      " each: forwards alone, at the step's forward share; included in the total time");
+      seconds_text(plan.seconds_per_evaluation) + " each, included in the total time: " +
+      (measured != nullptr ? seconds_text(measured->evaluation_batch_seconds) + " a batch as run " +
+                                 run_name(measured->run) + " measured"
+                           : "forwards alone, each " + std::to_string(forward_share).substr(0, 5) +
+                                 " of the step by the cost model"));
 }
 
 }  // namespace
@@ -1328,7 +1333,18 @@ Plan make_plan(const PlanInputs& in) {
                             : "epochs × training rows (lines of the training files)";
   }
 
-  plan_evaluations(plan, in, distributed ? replicas_of(s, processes) : 1);
+  {
+    // A batch's forward against the step, by the cost model (a small model's step is mostly
+    // per-op costs, the optimizer's among them: a third of it overstated evaluations 1.6x).
+    const StepWork work = model_work(c, s, tokens);
+    const double step = modelled_step_seconds(s, work, tokens, layers, chosen_flops);
+    const double forward = modelled_forward_seconds(s, work, tokens, layers, chosen_flops);
+    // Without a rate: a micro-batch's forward as a third of its forward and backward.
+    const double share = step > 0.0
+                             ? forward / step
+                             : 1.0 / 3.0 / d(std::max<std::int64_t>(1, s.gradient_accumulation));
+    plan_evaluations(plan, in, distributed ? replicas_of(s, processes) : 1, share);
+  }
 
   const std::uint64_t peak = tier.estimate.peak();
   const std::string budget = gib(tier.budget) + (tier.simulated ? " (simulated)" : "");

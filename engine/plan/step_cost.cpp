@@ -47,6 +47,15 @@ double modelled_step_seconds(const Settings& s, const StepWork& work, double tok
          micro_batches * passes * work.dequantized * kSecondsPerDequantizedValue;
 }
 
+double modelled_forward_seconds(const Settings& s, const StepWork& work, double tokens,
+                                double layers, double flops_per_s) {
+  if (!(flops_per_s > 0)) return 0.0;
+  const double micro_batch_tokens = tokens / d(std::max<std::int64_t>(1, s.gradient_accumulation));
+  return (2.0 * work.products + work.attention) * micro_batch_tokens / flops_per_s +
+         (120.0 * layers + 40.0) / 3.0 * kSecondsPerOp +
+         work.dequantized * kSecondsPerDequantizedValue;
+}
+
 StepWork model_work(const hf::ModelConfig& c, const Settings& s, double tokens) {
   const hf::FamilyTraits& family = hf::family_of(c);
   const hf::ParameterShapes shapes = family.parameter_shapes(c);

@@ -48,6 +48,12 @@ inline constexpr double kSecondsPerDequantizedValue = 0.63e-9;
 double modelled_step_seconds(const Settings& s, const StepWork& work, double tokens, double layers,
                              double flops_per_s);
 
+// Seconds of one forward of a micro-batch without gradients (an evaluation's batch) by the same
+// model: 2 FLOPs per product and the attention once, a third of a micro-batch's ops, nothing of
+// the optimizer's; `tokens` the step's, as above.
+double modelled_forward_seconds(const Settings& s, const StepWork& work, double tokens,
+                                double layers, double flops_per_s);
+
 // The whole model's work per token: every layer's tensors, the final norm and the LM head (tied
 // or not: the tied embedding's matrix is a product there), LoRA's adapters; not the input
 // embedding or learned positions, which are lookups. Its attention over the settings' sequences.

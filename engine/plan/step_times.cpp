@@ -53,6 +53,7 @@ json record_json(const StepTimeRecord& r) {
   j["seconds_per_step"] = r.seconds_per_step;
   j["first_step_seconds"] = r.first_step_seconds;
   j["steps_measured"] = r.steps_measured;
+  j["evaluation_batch_seconds"] = r.evaluation_batch_seconds;
   j["run"] = r.run;
   j["recorded_at"] = r.recorded_at;
   return j;
@@ -92,6 +93,10 @@ StepTimeRecord record_from_json(const json& j) {
   r.seconds_per_step = j.at("seconds_per_step").get<double>();
   r.first_step_seconds = j.at("first_step_seconds").get<double>();
   r.steps_measured = j.at("steps_measured").get<std::int64_t>();
+  // Records from before evaluations were measured: none.
+  r.evaluation_batch_seconds = j.value("evaluation_batch_seconds", 0.0);
+  if (!(r.evaluation_batch_seconds >= 0.0 && std::isfinite(r.evaluation_batch_seconds)))
+    throw_invalid("evaluation_batch_seconds must be a non-negative number");
   r.run = j.at("run").get<std::string>();
   r.recorded_at = j.at("recorded_at").get<std::string>();
   if (!(r.seconds_per_step > 0.0 && std::isfinite(r.seconds_per_step)) ||

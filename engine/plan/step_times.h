@@ -31,8 +31,11 @@ struct StepTimeRecord {
   double seconds_per_step = 0.0;    // mean of the measured steps after the first
   double first_step_seconds = 0.0;  // the first step (LibTorch's warm-up included)
   std::int64_t steps_measured = 0;  // steps behind seconds_per_step
-  std::string run;                  // the run's folder
-  std::string recorded_at;          // UTC
+  // A run with a validation set: the mean seconds of one evaluation batch (a forward of
+  // micro_batch sequences without gradients) over its evaluations so far; 0 when none ran.
+  double evaluation_batch_seconds = 0.0;
+  std::string run;          // the run's folder
+  std::string recorded_at;  // UTC
 };
 
 // "llama L4 H128 I344 A4/4 V259": the shapes that set a step's cost.

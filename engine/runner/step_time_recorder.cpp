@@ -31,6 +31,20 @@ void StepTimeRecorder::finish() {
   if (!written_ && static_cast<std::int64_t>(after_first_.size()) >= kMinSteps) write();
 }
 
+void StepTimeRecorder::on_evaluation(double seconds, std::int64_t batches) {
+  if (batches <= 0 || !(seconds > 0.0)) return;
+  evaluation_seconds_ += seconds;
+  evaluation_batches_ += batches;
+  if (!written_) return;
+  record_.evaluation_batch_seconds = evaluation_seconds_ / static_cast<double>(evaluation_batches_);
+  try {
+    store_.record(record_);
+  } catch (const std::exception& e) {
+    events_.log("warning",
+                std::string("could not record the measured evaluation time: ") + e.what());
+  }
+}
+
 void StepTimeRecorder::write() {
   written_ = true;
   plan::StepTimeRecord r;
@@ -43,6 +57,9 @@ void StepTimeRecorder::write() {
   r.steps_measured = static_cast<std::int64_t>(after_first_.size());
   r.run = run_;
   r.recorded_at = utc_now();
+  if (evaluation_batches_ > 0)
+    r.evaluation_batch_seconds = evaluation_seconds_ / static_cast<double>(evaluation_batches_);
+  record_ = r;
   try {
     store_.record(r);
     events_.log("info", "measured " + std::to_string(r.seconds_per_step).substr(0, 6) +

@@ -25,6 +25,9 @@ class StepTimeRecorder {
   void on_step_time(double seconds);
   // The run's training ended (completed or stopped): records a shorter measurement.
   void finish();
+  // An evaluation of `batches` forwards took `seconds`: kept in the record (written again when
+  // it is written already, else with it).
+  void on_evaluation(double seconds, std::int64_t batches);
 
  private:
   void write();
@@ -35,6 +38,9 @@ class StepTimeRecorder {
   job::EventSink& events_;
   std::optional<double> first_;
   std::vector<double> after_first_;
+  double evaluation_seconds_ = 0.0;
+  std::int64_t evaluation_batches_ = 0;
+  plan::StepTimeRecord record_;  // as written
   bool written_ = false;
 };
 

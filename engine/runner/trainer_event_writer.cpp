@@ -70,6 +70,7 @@ void TrainerEventWriter::on_step(const train::StepReport& r) {
 }
 
 void TrainerEventWriter::on_eval(const train::EvalResult& r) {
+  if (recorder_) recorder_->on_evaluation(r.seconds, r.batches);
   nlohmann::json metric = {{"step", r.step}, {"eval_loss", r.loss}};
   if (r.perplexity) metric["perplexity"] = *r.perplexity;
   if (r.accuracy) metric["accuracy"] = *r.accuracy;

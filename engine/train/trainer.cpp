@@ -476,6 +476,8 @@ EvalResult Trainer::evaluate(BatchSource& source) {
   const int world_size = data_ranks();
   std::int64_t count = 0;
   PreferenceSums preference_sums;
+  double seconds = 0.0;  // this rank's forwards, for the plans of later runs (step_times.h)
+  std::int64_t batches = 0;
   {
     torch::NoGradGuard no_grad;
     // Every rank runs as many forwards (a plugin that shards the weights gathers them with
@@ -527,6 +529,8 @@ EvalResult Trainer::evaluate(BatchSource& source) {
       }
     }
     if (events_) events_->on_progress("eval", rounds, rounds, 0.0);
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
+    batches = rounds;
   }
   model_->train();
   source.seek(saved);
@@ -546,6 +550,8 @@ EvalResult Trainer::evaluate(BatchSource& source) {
   }
   EvalResult r;
   r.loss = sum / static_cast<double>(count);
+  r.seconds = seconds;
+  r.batches = batches;
   if (options_.method.preference) {
     r.preference = preference_metrics(preference_sums);
     return r;

@@ -36,6 +36,8 @@ struct EvalResult {
   std::optional<double> perplexity;  // causal LM: exp(loss)
   std::optional<double> accuracy;    // classification: share of predicted labels that are right
   std::optional<PreferenceMetrics> preference;  // preference tuning
+  double seconds = 0.0;                         // this rank's wall time for it
+  std::int64_t batches = 0;  // the forwards this rank ran (its share of the batches)
 };
 
 // One rank's share of a step, in a job of several processes.
