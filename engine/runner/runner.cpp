@@ -1048,7 +1048,7 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
       } catch (const std::exception& planning) {
         hint = e.hint() + " (planning a change failed: " + planning.what() + ")";
       }
-      throw Error(ErrorKind::InvalidInput, e.what(), hint.empty() ? e.hint() : hint);
+      throw Error(ErrorKind::OutOfMemory, e.what(), hint.empty() ? e.hint() : hint);
     }
   }
   if (step_times) step_times->finish();

@@ -1826,13 +1826,14 @@ class StudioTest : public QObject {
     QVERIFY2(hw->time_label()->text().contains("per step") &&
                  hw->time_label()->text().contains("20 steps"),
              qPrintable(hw->time_label()->text()));
-    // Weights, gradients, optimizer, activations, runtime, free, headroom; one bar per tier,
-    // in percent of that tier's capacity (the bytes behind it kept for its tooltip).
-    QCOMPARE(hw->memory_series()->count(), 7);
+    // Weights, gradients, optimizer, activations, gradient buckets, gathered chunks, runtime,
+    // free, headroom; one bar per tier, in percent of that tier's capacity (the bytes behind it
+    // kept for its tooltip).
+    QCOMPARE(hw->memory_series()->count(), 9);
     const int tiers = int(hw->plan_json().value("memory").toArray().size());
     QVERIFY(tiers >= 1);
     double weights = 0, total = 0, total_bytes = 0;
-    for (int i = 0; i < 7; ++i) {
+    for (int i = 0; i < 9; ++i) {
       QBarSet* set = hw->memory_series()->barSets()[i];
       QCOMPARE(set->count(), tiers);
       total += set->at(0);

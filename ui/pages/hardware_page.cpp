@@ -69,6 +69,11 @@ constexpr Category kCategories[] = {{"weights", "weights"},
                                     {"gradients", "gradients"},
                                     {"optimizer", "optimizer state"},
                                     {"activations", "activations"},
+                                    // ddp's and zero's, and sharded gemini's (they were drawn
+                                    // as "runtime and peaks")
+                                    {"gradient_buckets", "gradient buckets"},
+                                    {"gathered_chunks", "gathered chunks"},
+                                    // last: the peak beyond the categories is added to it
                                     {"runtime", "runtime and peaks"}};
 
 QString percent_text(double fraction) {

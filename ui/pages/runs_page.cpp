@@ -163,7 +163,11 @@ RunsPage::RunsPage(RunsStore* store, QWidget* parent) : QWidget(parent), store_(
     const QStringList ids = selected_ids();
     open_->setEnabled(ids.size() == 1);
     compare_button_->setEnabled(ids.size() >= 2);
-    delete_->setEnabled(ids.size() == 1);
+    // The run this studio trains now is not deleted under it (its folder is being written).
+    delete_->setEnabled(ids.size() == 1 && ids.first() != live_id_);
+    delete_->setToolTip(ids.size() == 1 && ids.first() == live_id_
+                            ? tr("The run is training: stop it first")
+                            : QString());
     // One click opens a run: the dashboard shows the run selected.
     if (ids.size() == 1 && ids.first() != shown_id_) open_run(ids.first());
   });
@@ -553,15 +557,20 @@ void RunsPage::ask_delete() {
   const auto ids = selected_ids();
   if (ids.size() != 1) return;
   const RunRecord* found = find(ids.first());
-  if (!found) return;
+  if (!found || found->id == live_id_) return;
   const RunRecord run = *found;
+  // Another process may still be writing a run that reads as running: its history entry may go,
+  // its folder stays.
+  const bool may_be_training = run.status == "running" || run.status == "starting";
   QMessageBox box(
       QMessageBox::Question, tr("Delete run"),
       tr("Delete the run “%1” from the history?").arg(run.name.isEmpty() ? run.id : run.name),
       QMessageBox::Cancel, this);
   auto* del = box.addButton(tr("Delete"), QMessageBox::DestructiveRole);
-  QCheckBox files(tr("Also delete its folder %1").arg(run.output_dir));
-  files.setEnabled(!run.output_dir.isEmpty() && QDir(run.output_dir).exists());
+  QCheckBox files(may_be_training
+                      ? tr("Its folder %1 stays: the run may still be training").arg(run.output_dir)
+                      : tr("Also delete its folder %1").arg(run.output_dir));
+  files.setEnabled(!may_be_training && !run.output_dir.isEmpty() && QDir(run.output_dir).exists());
   box.setCheckBox(&files);
   box.setDefaultButton(QMessageBox::Cancel);
   box.exec();
