@@ -787,7 +787,7 @@ class HubPagesTest : public QObject {
     QTest::mouseClick(row->pause_button(), Qt::LeftButton);
     QTRY_VERIFY_WITH_TIMEOUT(row->status_text().contains("rate limited"), 10000);
     QVERIFY2(row->status_text().contains("HTTP 429 (rate limited); trying again in 3 s (attempt 2 "
-                                         "of 8)"),
+                                         "of 4)"),
              qPrintable(row->status_text()));
     QTRY_COMPARE_WITH_TIMEOUT(row->state(), DownloadRow::State::Ready, 60000);
     set_faults({});

@@ -1854,7 +1854,21 @@ class StudioTest : public QObject {
 
     // An override that does not fit at once: the method's batch follows it, the plan splits it.
     // At the model's whole context (128 tokens; at 32, 65536 sequences fit now that the loss
-    // holds no whole logits).
+    // holds no whole logits), with rows that reach it (the plan reads every row of a small
+    // dataset and plans for its longest: the counting rows are short enough for 65536).
+    QByteArray long_rows;
+    for (int i = 0; i < 8; ++i) {
+      QString words;
+      for (int w = 0; w < 200; ++w) words += QString(" step%1").arg(w);
+      long_rows += QByteArray::fromStdString(
+                       json{{"instruction", QString("Recite %1.").arg(i).toStdString()},
+                            {"output", words.trimmed().toStdString()}}
+                           .dump()) +
+                   '\n';
+    }
+    const QString long_dataset = path("long-rows.jsonl");
+    write_file(long_dataset, long_rows);
+    wizard->dataset_page()->choose_file(long_dataset);
     wizard->dataset_page()->max_length()->setValue(128);
     QTRY_VERIFY_WITH_TIMEOUT(!wizard->dataset_page()->busy(), 30000);
     wizard->go_to(FineTuneWizard::HardwareStep);
@@ -1865,6 +1879,8 @@ class StudioTest : public QObject {
              qPrintable(hw->warning_label()->text()));
     QCOMPARE(wizard->build_spec().training.batch_size, 65536);
     screenshot(&window, "4-hardware-override");
+    wizard->dataset_page()->choose_file(dataset_);
+    QTRY_VERIFY_WITH_TIMEOUT(!wizard->dataset_page()->busy(), 30000);
 
     // A job that cannot fit at all (one million-token sequence of a wide model: its MLP alone
     // holds 128 KiB of activations a token, over 100 GiB a sequence): launching it is blocked,
@@ -1881,6 +1897,16 @@ class StudioTest : public QObject {
              qPrintable(error));
     wizard->model_page()->choose_folder(long_context);
     QTRY_VERIFY_WITH_TIMEOUT(wizard->model_page()->ready(), 20000);
+    // More rows than the plan's sample reads: it cannot know that no row reaches max_length, so
+    // it plans for max_length (a dataset it reads whole is planned for its longest row).
+    QByteArray many_rows;
+    for (int i = 0; i < 600; ++i)
+      many_rows +=
+          QString(R"({"instruction": "Count to %1.", "output": "one"})").arg(i).toUtf8() + '\n';
+    const QString many_rows_dataset = path("many-rows.jsonl");
+    write_file(many_rows_dataset, many_rows);
+    wizard->dataset_page()->choose_file(many_rows_dataset);
+    QTRY_VERIFY_WITH_TIMEOUT(!wizard->dataset_page()->busy(), 30000);
     hw->batch_size()->setValue(8);
     wizard->dataset_page()->max_length()->setValue(1 << 20);
     QTRY_VERIFY_WITH_TIMEOUT(!wizard->dataset_page()->busy(), 30000);
