@@ -65,15 +65,20 @@ def plan_of(path, env):
     return json.loads(out.stdout)
 
 
-def run_and_time(path, env):
-    """Runs the job; returns (its events, each step's wall time in order, the training's wall
-    time: from the end of loading to the last step's progress event)."""
+def run_events(path, env):
+    """Runs the job; returns its events and the time its loading ended."""
     events = path.with_suffix(".events.jsonl")
     out = subprocess.run([CLI, "run", str(path), "--events", str(events)], capture_output=True, text=True,
                          env=env, timeout=600)
     assert out.returncode == 0, out.stderr
     ev = [json.loads(line) for line in events.read_text().splitlines()]
-    loaded = next(e["t"] for e in ev if e["type"] == "progress" and e["phase"] == "load" and e["done"] == 1)
+    return ev, next(e["t"] for e in ev if e["type"] == "progress" and e["phase"] == "load" and e["done"] == 1)
+
+
+def run_and_time(path, env):
+    """Runs the job; returns (its events, each step's wall time in order, the training's wall
+    time: from the end of loading to the last step's progress event)."""
+    ev, loaded = run_events(path, env)
     ends = [loaded] + [e["t"] for e in ev if e["type"] == "progress" and e["phase"] == "train"]
     assert any(e["type"] == "log" and "recorded in" in e["message"] for e in ev), "no step time recorded"
     return ev, [b - a for a, b in zip(ends, ends[1:])], ends[-1] - loaded
@@ -189,12 +194,7 @@ def test_total_includes_the_evaluations(demo):
     # model's evaluation came out 1.4-1.6x the run's).
     reasons = plan_of(path, env)["reasons"]
     assert any("evaluations of" in r and "as run no-eval measured" in r for r in reasons), reasons
-    events = path.with_suffix(".events.jsonl")
-    out = subprocess.run([CLI, "run", str(path), "--events", str(events)], capture_output=True, text=True,
-                         env=env, timeout=600)
-    assert out.returncode == 0, out.stderr
-    ev = [json.loads(line) for line in events.read_text().splitlines()]
-    loaded = next(e["t"] for e in ev if e["type"] == "progress" and e["phase"] == "load" and e["done"] == 1)
+    ev, loaded = run_events(path, env)
     ends = [e for e in ev if e["type"] == "progress" and e["phase"] == "eval" and e["done"] == e["total"]]
     assert len(ends) == planned["evaluations"], ends
     assert ends[0]["total"] == planned["evaluation_batches"], (ends[0], planned)

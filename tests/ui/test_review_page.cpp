@@ -117,6 +117,9 @@ class TestReviewPage : public QObject {
     QVERIFY(review->folder_problem_label()->isVisible());
     QVERIFY2(review->folder_problem_label()->text().contains(reason),
              qPrintable(review->folder_problem_label()->text()));
+    // The card agrees with the button.
+    QVERIFY2(review->readiness_text().startsWith("Not ready: the run folder cannot be written"),
+             qPrintable(review->readiness_text()));
   }
 
  private Q_SLOTS:

@@ -1917,6 +1917,15 @@ class StudioTest : public QObject {
         120000);
     QVERIFY2(hw->warning_label()->text().contains("out of memory"),
              qPrintable(hw->warning_label()->text()));
+    // Back and Next again: the step shows its plan, not "To plan the job: Make the job fit in
+    // memory (see step 4)", its own problem sent back to it.
+    wizard->go_to(FineTuneWizard::MethodStep);
+    wizard->go_to(FineTuneWizard::HardwareStep);
+    QTRY_VERIFY_WITH_TIMEOUT(hw->has_plan() && !hw->busy(), 120000);
+    QVERIFY2(!hw->strategy_label()->text().contains("To plan the job"),
+             qPrintable(hw->strategy_label()->text()));
+    QVERIFY2(hw->warning_label()->text().contains("out of memory"),
+             qPrintable(hw->warning_label()->text()));
     wizard->go_to(FineTuneWizard::ReviewStep);
     QVERIFY(wizard->missing().join(' ').contains("fit in memory"));
     QVERIFY(!wizard->review_page()->launch_button()->isEnabled());

@@ -231,16 +231,17 @@ void ReviewPage::show_spec(const job::JobSpec& spec, const QStringList& missing,
   name_->setPlaceholderText(name);
   output_->setText(tr("Run folder (new for this run): %1")
                        .arg(QDir::toNativeSeparators(QString::fromStdString(spec.output.dir))));
+  ready_text_ = tr("✔ Ready: %1 on %2, %3.")
+                    .arg(QString::fromStdString(spec.method.type),
+                         QFileInfo(QString::fromStdString(spec.model.path)).fileName(),
+                         dataset_display_name(spec.dataset));
   if (missing.isEmpty() && planning_)
     readiness_->setText(tr("Planning %1 on %2, %3 for this machine…")
                             .arg(QString::fromStdString(spec.method.type),
                                  QFileInfo(QString::fromStdString(spec.model.path)).fileName(),
                                  dataset_display_name(spec.dataset)));
   else if (missing.isEmpty())
-    readiness_->setText(tr("✔ Ready: %1 on %2, %3.")
-                            .arg(QString::fromStdString(spec.method.type),
-                                 QFileInfo(QString::fromStdString(spec.model.path)).fileName(),
-                                 dataset_display_name(spec.dataset)));
+    readiness_->setText(ready_text_);  // update_launch says otherwise where the folder stops it
   else
     readiness_->setText(tr("Not ready: %1.").arg(missing.join("; ")));
   show_summary(facts);
@@ -397,8 +398,19 @@ QString ReviewPage::save_spec(const QString& path) const {
   return {};
 }
 
+QString ReviewPage::readiness_text() const {
+  return readiness_->text();
+}
+
 void ReviewPage::update_launch() {
   save_->setEnabled(missing_.isEmpty());
+  // The card says what the Launch button says: a folder the run cannot be written in stops it
+  // (the card read "✔ Ready" beside a disabled Launch).
+  if (missing_.isEmpty() && !planning_ && !ready_text_.isEmpty())
+    readiness_->setText(
+        folder_checked() && !folder_problem_text_.isEmpty()
+            ? tr("Not ready: the run folder cannot be written: %1").arg(folder_problem_text_)
+            : ready_text_);
   if (!probe_->finished()) {
     launch_->setEnabled(false);
     launch_->setText(tr("Checking tessera-cli…"));

@@ -207,8 +207,12 @@ bool FineTuneWizard::step_reachable(int step) const {
 }
 
 QStringList FineTuneWizard::missing() const {
+  return missing_before(ReviewStep);
+}
+
+QStringList FineTuneWizard::missing_before(int end_step) const {
   QStringList m;
-  for (int step = ModelStep; step < ReviewStep; ++step)
+  for (int step = ModelStep; step < end_step; ++step)
     if (const QString problem = step_problem(step); !problem.isEmpty()) m << problem;
   return m;
 }
@@ -293,7 +297,9 @@ void FineTuneWizard::update_buttons() {
     review_->show_spec(spec, m, facts);
   }
   if (page == HardwareStep && hardware_step_available()) {
-    const QStringList m = missing();
+    // What the steps before this one lack: its own problem (a plan that does not fit) is what
+    // it shows, not a reason to stop planning ("Make the job fit in memory (see step 4)").
+    const QStringList m = missing_before(HardwareStep);
     if (m.isEmpty())
       hardware_->plan(build_spec());  // debounced: a burst of edits plans once
     else

@@ -341,6 +341,7 @@ class ReviewPage : public QWidget {
   void choose_runs_folder(const QString& folder);
   QPushButton* folder_button() const { return choose_folder_; }
   QLabel* folder_problem_label() const { return folder_problem_; }
+  QString readiness_text() const;
   // Whether the run folder was checked (creating and writing it, on a worker thread) and the
   // reason it cannot be used ("" when it can).
   bool folder_checked() const;
@@ -378,6 +379,7 @@ class ReviewPage : public QWidget {
   QLabel* folder_problem_;
   WriteChecker* folder_checker_;  // writes in the run folder, off the GUI thread
   QString folder_problem_text_;
+  QString ready_text_;  // "✔ Ready: …" for the spec shown, once nothing else stops the launch
   bool planning_ = false;  // the plan for this spec is not in yet: Launch waits for it
   QPlainTextEdit* json_;
   QPushButton* save_;
@@ -405,6 +407,7 @@ class FineTuneWizard : public QWidget {
   // (the model, the method, the time the run id was made); the run id before a model is chosen.
   QString default_run_name() const;
   QStringList missing() const;  // what stops a launch: every step's problem, in step order
+  QStringList missing_before(int step) const;  // the problems of the steps before `step`
   // What keeps `step` from being complete ("Choose a model to go on", …; "" when it is): Next
   // is off with this reason beside it, and no later step can be chosen in the steps list.
   QString step_problem(int step) const;
