@@ -24,18 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::int64_t positive_option(const Args& args, const std::string& name, std::int64_t fallback) {
-  const std::string* v = args.option(name);
-  if (v == nullptr) return fallback;
-  try {
-    std::size_t used = 0;
-    const long long n = std::stoll(*v, &used);
-    if (used == v->size() && n > 0) return n;
-  } catch (const std::exception&) {
-  }
-  throw UsageError{name + " needs a positive integer, got \"" + *v + "\""};
-}
-
 int run_eval(const std::vector<std::string>& raw) {
   Args args(
       raw, {"--json"},
@@ -61,8 +49,8 @@ int run_eval(const std::vector<std::string>& raw) {
   const c10::Device device = device_option(args);
   std::shared_ptr<model::PretrainedModel> model = model::load_pretrained(model_dir, dtype, device);
   const std::int64_t positions = model->config().max_position_embeddings;
-  const std::int64_t max_length = positive_option(
-      args, "--max-length", positions > 0 ? std::min<std::int64_t>(positions, 1024) : 1024);
+  const std::int64_t max_length = args.integer(
+      "--max-length", positions > 0 ? std::min<std::int64_t>(positions, 1024) : 1024, 1);
   if (positions > 0 && max_length > positions && hf::family_of(model->config()).learned_positions)
     throw UsageError{"--max-length " + std::to_string(max_length) + " exceeds the model's " +
                      std::to_string(positions) + " positions"};
@@ -93,7 +81,7 @@ int run_eval(const std::vector<std::string>& raw) {
   for (auto& ex : tokenized.examples) sequences.push_back(std::move(ex.input_ids));
 
   model::EvalOptions options;
-  options.batch_tokens = positive_option(args, "--batch-tokens", 8192);
+  options.batch_tokens = args.integer("--batch-tokens", 8192, 1);
   options.device = device;
   const auto start = std::chrono::steady_clock::now();
   auto last = start;

@@ -25,18 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::int64_t int_option(const Args& args, const std::string& name, std::int64_t fallback) {
-  const std::string* v = args.option(name);
-  if (v == nullptr) return fallback;
-  try {
-    std::size_t used = 0;
-    const long long n = std::stoll(*v, &used);
-    if (used == v->size()) return n;
-  } catch (const std::exception&) {
-  }
-  throw UsageError{name + " needs an integer, got \"" + *v + "\""};
-}
-
 double real_option(const Args& args, const std::string& name, double fallback) {
   const std::string* v = args.option(name);
   if (v == nullptr) return fallback;
@@ -99,17 +87,17 @@ int run_generate(const std::vector<std::string>& raw) {
                   "--model takes a folder with config.json, *.safetensors and tokenizer.json");
 
   model::GenerateOptions options;
-  options.max_new_tokens = int_option(args, "--max-new-tokens", 64);
+  options.max_new_tokens = args.integer("--max-new-tokens", 64, 0);
   options.sampling = sampling_defaults(model_dir);
   options.sampling.greedy = args.flag("--greedy");
   options.sampling.temperature = real_option(args, "--temperature", options.sampling.temperature);
-  options.sampling.top_k = int_option(args, "--top-k", options.sampling.top_k);
+  options.sampling.top_k = args.integer("--top-k", options.sampling.top_k, 0);
   options.sampling.top_p = real_option(args, "--top-p", options.sampling.top_p);
   if (args.flag("--greedy") && (args.option("--temperature") || args.option("--top-k") ||
                                 args.option("--top-p") || args.option("--seed")))
     throw UsageError{
         "--greedy takes no sampling options (--temperature, --top-k, --top-p, --seed)"};
-  const std::int64_t seed = int_option(args, "--seed", -1);
+  const std::int64_t seed = args.integer("--seed", -1, 0);
   options.sampling.seed = seed >= 0 ? static_cast<std::uint64_t>(seed)
                                     : static_cast<std::uint64_t>(std::random_device{}());
   const std::vector<std::string> stop_strings = args.option_values("--stop");

@@ -76,14 +76,9 @@ int run_search(std::vector<std::string> raw) {
     query.filters.push_back("license:" + *license);
   query.text = one_positional(args, "QUERY");
   query.type = args.flag("--dataset") ? hub::RepoType::Dataset : hub::RepoType::Model;
-  if (const std::string* limit = args.option("--limit")) {
-    try {
-      query.limit = std::stoi(*limit);
-    } catch (const std::exception&) {
-      throw UsageError{"--limit takes a number, not \"" + *limit + "\""};
-    }
-    if (query.limit < 1) throw UsageError{"--limit must be at least 1"};
-  }
+  if (args.option("--limit"))
+    query.limit =
+        static_cast<int>(args.integer("--limit", query.limit, 1, std::numeric_limits<int>::max()));
   if (const std::string* sort = args.option("--sort")) {
     if (*sort != "downloads" && *sort != "likes" && *sort != "recent")
       throw UsageError{"--sort is one of downloads, likes, recent"};
@@ -289,15 +284,7 @@ int run_preview(std::vector<std::string> raw) {
   const std::string revision = args.option("--revision") ? *args.option("--revision") : "main";
   const std::string config = args.option("--config") ? *args.option("--config") : "";
   const std::string split = args.option("--split") ? *args.option("--split") : "";
-  int rows = 10;
-  if (const std::string* n = args.option("--rows")) {
-    try {
-      rows = std::stoi(*n);
-    } catch (const std::exception&) {
-      throw UsageError{"--rows takes a number, not \"" + *n + "\""};
-    }
-    if (rows < 1) throw UsageError{"--rows must be at least 1"};
-  }
+  const int rows = static_cast<int>(args.integer("--rows", 10, 1, std::numeric_limits<int>::max()));
   hub::Client client(hub_settings());
   const hub::RowPreview preview = client.preview_rows(repo, revision, config, split, rows);
   if (args.flag("--json")) {

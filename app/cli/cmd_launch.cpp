@@ -66,7 +66,6 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-constexpr int kMaxProcesses = 256;
 constexpr nodes::Milliseconds kSpawnTimeout = 60s;  // the agent runs its checks first
 // After a stop, how long a node may take beyond the grace period to say its ranks are gone
 // before launch hangs up (the agent then kills them itself).
@@ -635,21 +634,12 @@ int run_launch(const std::vector<std::string>& raw) {
     spec.nodes = job::parse_nodes_spec(job::to_json(nodes), "--nodes");
   }
   int nproc = 0;
-  if (const std::string* nproc_text = args.option("--nproc")) {
+  if (args.option("--nproc")) {
     if (spec.nodes)
       throw UsageError{
           "the job spec lists \"nodes\": give their ranks there (or --nodes), "
           "not --nproc"};
-    try {
-      std::size_t used = 0;
-      nproc = std::stoi(*nproc_text, &used);
-      if (used != nproc_text->size()) nproc = 0;
-    } catch (const std::exception&) {
-      nproc = 0;
-    }
-    if (nproc < 1 || nproc > kMaxProcesses)
-      throw UsageError{"--nproc " + *nproc_text + ": expected a number of processes from 1 to " +
-                       std::to_string(kMaxProcesses)};
+    nproc = static_cast<int>(args.integer("--nproc", 0, 1, kMaxProcesses));
   } else if (!spec.nodes) {
     throw UsageError{"give --nproc N, --nodes NAME:NPROC,... or \"nodes\" in the job spec"};
   }

@@ -158,18 +158,7 @@ int run_plan(const std::vector<std::string>& raw) {
   Args args(raw, {"--json", "--measure-disk", "--no-cache"},
             {"--simulate-host-memory", "--disk-bytes", "--nproc"});
   if (args.positionals().size() != 1) throw UsageError{"expected exactly one JOB.json"};
-  int nproc = 1;
-  if (const std::string* text = args.option("--nproc")) {
-    try {
-      std::size_t used = 0;
-      nproc = std::stoi(*text, &used);
-      if (used != text->size()) nproc = 0;
-    } catch (const std::exception&) {
-      nproc = 0;
-    }
-    if (nproc < 1 || nproc > 256)
-      throw UsageError{"--nproc " + *text + ": expected a number of processes from 1 to 256"};
-  }
+  const int nproc = static_cast<int>(args.integer("--nproc", 1, 1, kMaxProcesses));
   const fs::path spec_path = args.positionals()[0];
   const job::JobSpec spec = job::load_job_spec(spec_path);
   // Free disk of the folder the disk tier writes (gemini's offload_dir, else the output folder),

@@ -1,11 +1,16 @@
 #pragma once
 // tessera-cli subcommands register themselves here (one file per command), so adding a
 // command touches no central table.
+#include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
 namespace tessera::cli {
+
+// The most processes `launch` and `plan` take with --nproc (or a node with NAME:NPROC).
+inline constexpr int kMaxProcesses = 256;
 
 struct Command {
   std::string name;
@@ -40,10 +45,11 @@ class Args {
   const std::string& required(const std::string& name, const char* placeholder) const;
   // A UsageError naming the first positional argument, for commands that take none.
   void expect_no_positionals() const;
-  // The whole of option `name`'s value as an integer ≥ `min_value`, else `fallback` when the
-  // option is absent; a UsageError naming the option and the value otherwise ("7x", "-1", "").
-  std::int64_t integer(const std::string& name, std::int64_t fallback,
-                       std::int64_t min_value) const;
+  // The whole of option `name`'s value as an integer from `min_value` to `max_value`, else
+  // `fallback` when the option is absent; a UsageError naming the option, the range and the
+  // value otherwise ("7x", "-1", "").
+  std::int64_t integer(const std::string& name, std::int64_t fallback, std::int64_t min_value,
+                       std::int64_t max_value = std::numeric_limits<std::int64_t>::max()) const;
   const std::vector<std::string>& positionals() const { return positionals_; }
 
  private:

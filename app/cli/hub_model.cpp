@@ -1,6 +1,5 @@
 #include "hub_model.h"
 
-#include <cmath>
 #include <cstdio>
 #include <initializer_list>
 #include <mutex>
@@ -36,10 +35,7 @@ hub::Settings hub_settings(job::EventSink* events) {
   settings.on_retry = [events](const hub::RetryNotice& n) {
     static std::mutex one_at_a_time;
     const std::lock_guard lock(one_at_a_time);
-    const std::string line = "hub: " + n.url + ": " + n.reason + "; trying again in " +
-                             std::to_string(static_cast<long>(std::ceil(n.wait_s))) +
-                             " s (attempt " + std::to_string(n.attempt + 1) + " of " +
-                             std::to_string(n.max_attempts) + ")";
+    const std::string line = "hub: " + n.url + ": " + hub::describe(n);
     if (events != nullptr)
       events->log("warning", line);
     else

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <limits>
 #include <new>
 
 #include "command.h"
@@ -67,18 +68,21 @@ const std::string& Args::required(const std::string& name, const char* placehold
   return *value;
 }
 
-std::int64_t Args::integer(const std::string& name, std::int64_t fallback,
-                           std::int64_t min_value) const {
+std::int64_t Args::integer(const std::string& name, std::int64_t fallback, std::int64_t min_value,
+                           std::int64_t max_value) const {
   const std::string* value = option(name);
   if (value == nullptr) return fallback;
   try {
     std::size_t used = 0;
     const long long v = std::stoll(*value, &used);
-    if (used == value->size() && v >= min_value) return v;
+    if (used == value->size() && v >= min_value && v <= max_value) return v;
   } catch (const std::exception&) {  // not a number, or past 64 bits
   }
-  throw UsageError{name + " expects an integer ≥ " + std::to_string(min_value) + ", got '" +
-                   *value + "'"};
+  const std::string range =
+      max_value == std::numeric_limits<std::int64_t>::max()
+          ? "≥ " + std::to_string(min_value)
+          : "from " + std::to_string(min_value) + " to " + std::to_string(max_value);
+  throw UsageError{name + " expects an integer " + range + ", got '" + *value + "'"};
 }
 
 void Args::expect_no_positionals() const {

@@ -150,8 +150,8 @@ PlanInputs plan_inputs(const job::JobSpec& spec, const hf::ModelFolder& model,
   // Rows as non-blank lines of the files (JSON Lines and text; nothing for files it cannot open).
   auto lines_of = [count_rows](const std::vector<std::string>& files) {
     std::optional<std::int64_t> rows;
+    if (!count_rows) return rows;
     for (const auto& f : files) {
-      if (!count_rows) break;
       std::ifstream file(f);
       if (!file) continue;
       rows = rows.value_or(0);

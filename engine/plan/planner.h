@@ -237,9 +237,9 @@ struct Plan {
   std::vector<Alternative> alternatives;
   std::optional<std::int64_t> total_steps;
   // A validation set: the evaluations the run makes (every training.eval_every steps before the
-  // last, and after the last) and the seconds each takes: its batches' forwards, each a third of
-  // a micro-batch's forward and backward in the step above, as the run's ETA counts them before
-  // it has timed one.
+  // last, and after the last) and the seconds each takes: its batches at the seconds a measured
+  // run's evaluation batches took (scaled as its step was), else at the forward's share of a
+  // micro-batch's step in the cost model (as the run's ETA counts them before it has timed one).
   std::int64_t evaluations = 0;
   std::int64_t evaluation_batches = 0;
   double seconds_per_evaluation = 0.0;

@@ -104,8 +104,12 @@ def test_single_is_refused_before_any_rank_starts(workdir):
 
 
 def test_bad_nproc_is_a_usage_error(workdir):
-    r = cli("launch", "--nproc", "0", job(workdir, "zero-ranks"))
-    assert r.returncode == 2 and "--nproc 0" in r.stderr
+    """launch and plan read --nproc alike: the flag, the range and the value given."""
+    spec = job(workdir, "zero-ranks")
+    for command, value in (("launch", "0"), ("launch", "2x"), ("plan", "257"), ("plan", "-1")):
+        r = cli(command, "--nproc", value, spec)
+        assert r.returncode == 2, (command, value, r.stderr)
+        assert f"--nproc expects an integer from 1 to 256, got '{value}'" in r.stderr, r.stderr
 
 
 @pytest.fixture(scope="module")

@@ -220,6 +220,14 @@ def test_print_job_and_bad_input(workdir, tmp_path):
         r = run("demo", "--out", tmp_path / "demo", flag, value)
         assert r.returncode == 2 and f"{flag} expects an integer" in r.stderr and f"'{value}'" in r.stderr, r.stderr
         assert not (tmp_path / "demo").exists(), "refused before anything is written"
+    # eval's and generate's numbers are read the same way (generate took a negative --seed as
+    # "no seed").
+    for command, flag, value in (("eval", "--batch-tokens", "0"), ("eval", "--max-length", "1e3"),
+                                 ("generate", "--max-new-tokens", "many"), ("generate", "--top-k", "-3"),
+                                 ("generate", "--seed", "-5")):
+        extra = ("--data", workdir / "text.jsonl") if command == "eval" else ("--prompt", "hi")
+        r = run(command, "--model", workdir / "model", *extra, flag, value)
+        assert r.returncode == 2 and f"{flag} expects an integer" in r.stderr and f"'{value}'" in r.stderr, r.stderr
 
 
 def test_classification_finetune_of_the_real_minilm(tmp_path):

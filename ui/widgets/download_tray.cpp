@@ -123,11 +123,7 @@ void DownloadRow::start() {
   hub::Settings settings = hub_settings(token_ ? token_->keychain_token() : std::string());
   // A rate limit's Retry-After may hold the download for minutes: the row says why it waits.
   settings.on_retry = [this](const hub::RetryNotice& n) {
-    const QString note = tr("%1; trying again in %2 s (attempt %3 of %4)")
-                             .arg(QString::fromStdString(n.reason))
-                             .arg(qint64(std::ceil(n.wait_s)))
-                             .arg(n.attempt + 1)
-                             .arg(n.max_attempts);
+    const QString note = QString::fromStdString(hub::describe(n));
     const qint64 wait_ms = qint64(std::ceil(n.wait_s * 1000.0));
     QMetaObject::invokeMethod(
         this, [this, note, wait_ms] { retrying(note, wait_ms); }, Qt::QueuedConnection);

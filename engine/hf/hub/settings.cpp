@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -41,6 +42,12 @@ std::string trim(const std::string& text) {
 }
 
 }  // namespace
+
+std::string describe(const RetryNotice& notice) {
+  return notice.reason + "; trying again in " +
+         std::to_string(static_cast<long>(std::ceil(notice.wait_s))) + " s (attempt " +
+         std::to_string(notice.attempt + 1) + " of " + std::to_string(notice.max_attempts) + ")";
+}
 
 Settings Settings::from_environment() {
   Settings s;

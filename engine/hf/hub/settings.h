@@ -28,6 +28,10 @@ struct RetryNotice {
   double wait_s = 0.0;  // the server's Retry-After where it sent one, else the backoff
 };
 
+// "HTTP 429 (rate limited); trying again in 30 s (attempt 2 of 4)": the notice as the CLI's
+// stderr, a job's events and the studio's download row say it (without the URL).
+std::string describe(const RetryNotice& notice);
+
 struct Settings {
   std::string endpoint;              // scheme://host[:port][/prefix], no trailing '/'
   std::filesystem::path cache_dir;   // the hub cache (models--*, datasets--*, .locks)
