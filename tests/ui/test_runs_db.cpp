@@ -1,5 +1,6 @@
 // The runs database: schema migrations from an old version, WAL, batched writes from the
-// writer thread, interrupted runs, delete, and refusal of a newer schema.
+// writer thread, interrupted runs, delete, refusal of a newer schema, and runs whose folder is
+// gone.
 #include <QDir>
 #include <QSqlQuery>
 #include <QTemporaryDir>
@@ -7,6 +8,7 @@
 
 #include "core/error.h"
 #include "ui/models/runs_db.h"
+#include "ui/models/runs_table_model.h"
 
 using namespace tessera::ui;
 
@@ -167,6 +169,37 @@ class RunsDbTest : public QObject {
       QVERIFY2(QString(e.what()).contains("schema version 99"), e.what());
       QVERIFY(QString(e.what()).contains(file));
     }
+  }
+
+  // A finished run whose folder was moved or deleted says so in the list (it read "completed",
+  // as if its model could still be exported); the history keeps the row.
+  void a_run_whose_folder_is_gone_is_listed_as_such() {
+    RunsStore store(path("folders.sqlite"));
+    const QString kept = path("run-kept"), gone = path("run-gone");
+    QVERIFY(QDir().mkpath(kept) && QDir().mkpath(gone));
+    for (const auto& [id, folder] : {std::pair{"kept", kept}, std::pair{"gone", gone}}) {
+      RunRecord run;
+      run.id = id;
+      run.status = "completed";
+      run.output_dir = folder;
+      RunBatch batch;
+      batch.run_id = id;
+      batch.upsert = run;
+      store.submit(batch);
+    }
+    store.flush();
+    QVERIFY(QDir(gone).removeRecursively());
+    const QList<RunRecord> runs = store.list_runs_async().result();
+    QCOMPARE(runs.size(), 2);
+    RunsTableModel model;
+    model.set_runs(runs);
+    auto status = [&](const char* id, int role) {
+      return model.index_of(model.row_of(id), RunsTableModel::Column::Status).data(role).toString();
+    };
+    QCOMPARE(status("kept", Qt::DisplayRole), QString("completed"));
+    QCOMPARE(status("gone", Qt::DisplayRole), QString("completed, folder missing"));
+    QVERIFY(status("gone", Qt::ToolTipRole).contains(gone + " is no longer there"));
+    QVERIFY(status("kept", Qt::ToolTipRole).isEmpty());
   }
 
   void batches_are_written_by_the_writer_thread() {

@@ -226,7 +226,11 @@ QList<RunRecord> list_runs(QSqlDatabase& db) {
   QList<RunRecord> runs;
   QSqlQuery q(db);
   if (!q.exec("SELECT * FROM runs ORDER BY started_at DESC")) fail(db, "list runs", q.lastError());
-  while (q.next()) runs.push_back(record_from(q));
+  while (q.next()) {
+    runs.push_back(record_from(q));
+    RunRecord& r = runs.back();
+    r.folder_missing = !r.output_dir.isEmpty() && !QFileInfo(r.output_dir).isDir();
+  }
   return runs;
 }
 

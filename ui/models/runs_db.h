@@ -33,6 +33,8 @@ struct RunRecord {
   qint64 pid = 0;
   qint64 events_offset = 0;
   std::int64_t steps_done = 0, total_steps = 0;  // from the last training progress (0: none)
+  // Not stored: list_runs found no folder at output_dir (moved or deleted since the run).
+  bool folder_missing = false;
 };
 
 // One open connection on the calling thread, removed again when this goes away.

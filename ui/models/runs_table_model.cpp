@@ -55,8 +55,12 @@ QString RunsTableModel::text(const RunRecord& r, Column column) const {
       return r.dataset;
     case Column::Method:
       return r.method;
-    case Column::Status:
-      return r.failure.isEmpty() ? r.status : r.status + ": " + r.failure.section('\n', 0, 0);
+    case Column::Status: {
+      // A run's history outlives its folder: the row says when the folder is gone, so a
+      // "completed" run is not taken for one whose model can still be exported or resumed.
+      const QString status = r.folder_missing ? tr("%1, folder missing").arg(r.status) : r.status;
+      return r.failure.isEmpty() ? status : status + ": " + r.failure.section('\n', 0, 0);
+    }
     case Column::Progress:
       return progress_text(r);
     case Column::Started:
@@ -87,6 +91,11 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
     case Qt::DisplayRole:
       return text(r, column);
     case Qt::ToolTipRole:
+      if (column == Column::Status && r.folder_missing)
+        return tr("The run's folder %1 is no longer there (moved or deleted): its model, "
+                  "checkpoints and events went with it. The history keeps its charts.")
+                   .arg(r.output_dir) +
+               (r.failure.isEmpty() ? QString() : "\n\n" + r.failure);
       if (column == Column::Status && !r.failure.isEmpty()) return r.failure;
       if (column == Column::Name) return r.output_dir;
       if (column == Column::FinalLoss && still_going(r) && present(r.final_loss))
