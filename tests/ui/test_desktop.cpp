@@ -534,6 +534,32 @@ class DesktopTest : public QObject {
              QStringList{"exported"});
   }
 
+  // A bf16 base model trained with float32 weights exports as bf16 by default (float32 doubled
+  // the size of the model the user started from); a float32 base stays float32, and a choice
+  // made before the sizes are read is kept.
+  void export_defaults_to_the_base_models_precision() {
+    for (const char* base_dtype : {"bfloat16", "float32"}) {
+      const QString base = path(QString("base-%1").arg(base_dtype));
+      QVERIFY(QDir().mkpath(base));
+      write_file(base + "/config.json",
+                 QString(R"({"model_type":"llama","torch_dtype":"%1"})").arg(base_dtype).toUtf8());
+      RunRecord run = measurable_run(QString("precision-%1").arg(base_dtype));
+      run.spec_json = QString(R"({"model":{"path":"%1"}})").arg(base);
+      for (const bool choose_first : {false, true}) {
+        ExportDialog dialog(run, studio_cli());
+        if (choose_first) dialog.set_dtype("float32");
+        QTRY_VERIFY_WITH_TIMEOUT(dialog.measured(), 20000);
+        const QString expected = choose_first ? QString("float32") : QString::fromUtf8(base_dtype);
+        QCOMPARE(dialog.dtype_combo()->currentData().toString(), expected);
+        const QString label = dialog.dtype_combo()->currentText();
+        if (!choose_first && expected == "bfloat16")
+          QCOMPARE(label, QString("bfloat16 (as the base model, half the size)"));
+        if (!choose_first && expected == "float32")
+          QCOMPARE(label, QString("float32 (as trained, as the base model)"));
+      }
+    }
+  }
+
   // Where an export can go: a new folder, an existing empty one, one holding an earlier export
   // (replaced, and said so); not a folder of other files (the export would take its place).
   // While the destination is checked, the dialog says "checking…" and Export waits.

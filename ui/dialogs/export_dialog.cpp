@@ -27,6 +27,7 @@
 
 #include "core/files.h"
 #include "hf/families.h"
+#include "ui/models/base_model.h"
 #include "ui/models/hub_calls.h"
 
 namespace tessera::ui {
@@ -128,8 +129,9 @@ ExportDialog::ExportDialog(RunRecord run, QString cli, QWidget* parent)
          "model"));
   form->addRow(tr("&What:"), kind_);
   dtype_ = new QComboBox;
-  dtype_->addItem(tr("float32 (as trained)"), "float32");
-  dtype_->addItem(tr("bfloat16 (half the size)"), "bfloat16");
+  dtype_->addItem("float32", "float32");
+  dtype_->addItem("bfloat16", "bfloat16");
+  label_dtypes();
   dtype_->setToolTip(tr("The precision of the exported weights"));
   form->addRow(tr("&Precision:"), dtype_);
   gguf_type_ = new QComboBox;
@@ -194,6 +196,7 @@ ExportDialog::ExportDialog(RunRecord run, QString cli, QWidget* parent)
   connect(kind_, &QComboBox::currentIndexChanged, this, &ExportDialog::update_kind);
   connect(gguf_type_, &QComboBox::currentIndexChanged, this, &ExportDialog::update_kind);
   connect(dtype_, &QComboBox::currentIndexChanged, this, &ExportDialog::update_estimate);
+  connect(dtype_, &QComboBox::activated, this, [this] { dtype_chosen_ = true; });
   // The destination is checked by writing there, on a worker thread; Export waits for it.
   checker_ = new WriteChecker(this);
   check_delay_.setSingleShot(true);
@@ -209,6 +212,11 @@ ExportDialog::ExportDialog(RunRecord run, QString cli, QWidget* parent)
   connect(&size_watcher_, &QFutureWatcher<Sizes>::finished, this, [this] {
     sizes_ = size_watcher_.result();
     measured_ = true;
+    label_dtypes();
+    // A bf16 base model trained with float32 master weights exports as bf16 unless the user
+    // asks otherwise: float32 would double the size of the model they started from.
+    if (!dtype_chosen_ && dtype_->findData(sizes_.base_dtype) >= 0)
+      dtype_->setCurrentIndex(dtype_->findData(sizes_.base_dtype));
     update_estimate();
   });
   connect(&copy_watcher_, &QFutureWatcher<QString>::progressValueChanged, this, [this](int v) {
@@ -228,19 +236,19 @@ ExportDialog::ExportDialog(RunRecord run, QString cli, QWidget* parent)
   }
   // Sizes are read on a pool thread (a model folder can hold many shards).
   const QString model_dir = dir.filePath("model"), adapter_dir = dir.filePath("adapter");
-  size_watcher_.setFuture(QtConcurrent::run([model_dir, adapter_dir] {
+  size_watcher_.setFuture(QtConcurrent::run([model_dir, adapter_dir, run = run_] {
     Sizes s;
     s.model_canonical = QFileInfo(model_dir).canonicalFilePath();
     s.adapter_canonical = QFileInfo(adapter_dir).canonicalFilePath();
     s.model_weights = folder_bytes(model_dir, {"*.safetensors"});
     s.model_other = folder_bytes(model_dir) - s.model_weights;
     s.adapter = folder_bytes(adapter_dir);
-    QFile config(QDir(model_dir).filePath("config.json"));
-    if (config.open(QIODevice::ReadOnly)) {
-      const QJsonObject o = QJsonDocument::fromJson(config.read(1 << 20)).object();
-      const QString dtype = o.value("torch_dtype").toString(o.value("dtype").toString());
-      if (dtype == "bfloat16" || dtype == "float16") s.model_dtype_bytes = 2;
-    }
+    const QString dtype = config_dtype(model_dir);
+    if (dtype == "bfloat16" || dtype == "float16") s.model_dtype_bytes = 2;
+    if (!dtype.isEmpty()) s.model_dtype = dtype;
+    QString name, problem;
+    const QString base = base_model_folder(run, &name, &problem);
+    if (!base.isEmpty()) s.base_dtype = config_dtype(base);
     return s;
   }));
 }
@@ -270,7 +278,19 @@ ExportDialog::Kind ExportDialog::kind() const {
 }
 
 void ExportDialog::set_dtype(const QString& dtype) {
+  dtype_chosen_ = true;
   dtype_->setCurrentIndex(dtype_->findData(dtype));
+}
+
+void ExportDialog::label_dtypes() {
+  for (int i = 0; i < dtype_->count(); ++i) {
+    const QString dtype = dtype_->itemData(i).toString();
+    QStringList notes;
+    if (dtype == sizes_.model_dtype) notes << tr("as trained");
+    if (dtype == sizes_.base_dtype) notes << tr("as the base model");
+    if (dtype == "bfloat16" && sizes_.model_dtype == "float32") notes << tr("half the size");
+    dtype_->setItemText(i, notes.isEmpty() ? dtype : tr("%1 (%2)").arg(dtype, notes.join(", ")));
+  }
 }
 
 void ExportDialog::set_gguf_type(const QString& type) {

@@ -56,6 +56,7 @@ class ExportDialog : public QDialog {
   quint64 estimated_bytes() const;  // for the current kind and dtype
 
   QComboBox* kind_combo() const { return kind_; }
+  QComboBox* dtype_combo() const { return dtype_; }
   QComboBox* gguf_type_combo() const { return gguf_type_; }
   QProgressBar* progress_bar() const { return progress_; }
   QLabel* status_label() const { return status_; }
@@ -108,12 +109,16 @@ class ExportDialog : public QDialog {
   bool status_is_refusal_ = false;
   struct Sizes {
     quint64 model_weights = 0, model_other = 0, adapter = 0;
-    int model_dtype_bytes = 4;                   // from config.json: 2 for bf16/fp16, else 4
+    int model_dtype_bytes = 4;        // from config.json: 2 for bf16/fp16, else 4
+    QString model_dtype = "float32";  // the run's model/ as config.json names it
+    QString base_dtype;  // the base model's (job spec's model), empty when it is not at hand
     QString model_canonical, adapter_canonical;  // the run's own folders, never a destination
   };
   QFutureWatcher<Sizes> size_watcher_;
   Sizes sizes_;
   bool measured_ = false;
+  bool dtype_chosen_ = false;  // the user (or set_dtype) picked the precision: it stays
+  void label_dtypes();         // "as trained", "as the base model" beside the matching dtypes
   bool succeeded_ = false;
   QString message_;
 };

@@ -17,8 +17,7 @@
 #include <QTextCursor>
 #include <QVBoxLayout>
 
-#include "hf/hub/cache.h"
-#include "hf/hub/settings.h"
+#include "ui/models/base_model.h"
 
 namespace tessera::ui {
 
@@ -32,37 +31,6 @@ bool has_chat_template(const QString& model_dir) {
   QFile config(dir.filePath("tokenizer_config.json"));
   if (!config.open(QIODevice::ReadOnly) || config.size() > (64 << 20)) return false;
   return QJsonDocument::fromJson(config.readAll()).object().contains("chat_template");
-}
-
-// The run's base model: the job spec's model.path, or the cached snapshot of model.hub_id at
-// model.revision. Sets `problem` (in words) when there is none to load.
-QString base_model_folder(const RunRecord& run, QString* name, QString* problem) {
-  const QJsonObject model =
-      QJsonDocument::fromJson(run.spec_json.toUtf8()).object().value("model").toObject();
-  const QString path = model.value("path").toString();
-  if (!path.isEmpty()) {
-    *name = QFileInfo(path).fileName();
-    return QFileInfo(path).absoluteFilePath();
-  }
-  const QString hub_id = model.value("hub_id").toString();
-  if (hub_id.isEmpty()) {
-    *problem = ChatPane::tr("The run's job spec names no base model.");
-    return {};
-  }
-  *name = hub_id;
-  const QString revision = model.value("revision").toString("main");
-  try {
-    const hf::hub::CacheRepo repo(hf::hub::Settings::from_environment().cache_dir,
-                                  hub_id.toStdString(), hf::hub::RepoType::Model);
-    if (const auto commit = repo.resolve(revision.toStdString()))
-      return QString::fromStdString(repo.snapshot_dir(*commit).string());
-  } catch (const std::exception&) {  // a name the cache cannot hold: not downloaded either
-  }
-  *problem = ChatPane::tr(
-                 "The base model %1 (%2) is not in the Hugging Face cache: download it "
-                 "on the Models page to compare with it.")
-                 .arg(hub_id, revision);
-  return {};
 }
 
 bool has_printable_text(const QString& text) {
