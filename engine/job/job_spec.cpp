@@ -1,6 +1,7 @@
 #include "job/job_spec.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 
 #include "core/error.h"
@@ -485,6 +486,22 @@ json to_json(const JobSpec& s) {
 
 void save_job_spec(const JobSpec& spec, const std::filesystem::path& path) {
   core::write_file_atomic(path, to_json(spec).dump(2) + "\n");
+}
+
+std::optional<std::string> warmup_warning(std::int64_t warmup_steps, std::int64_t total_steps,
+                                          double learning_rate) {
+  if (warmup_steps <= 0 || warmup_steps < total_steps) return std::nullopt;
+  // Step s (from 0) trains at s / warmup_steps of the rate, as transformers' schedules do.
+  const double peak = static_cast<double>(std::max<std::int64_t>(total_steps - 1, 0)) /
+                      static_cast<double>(warmup_steps);
+  char figures[160];
+  std::snprintf(figures, sizeof figures, "peaks at %.3g (%.0f%% of training.learning_rate %.3g)",
+                learning_rate * peak, peak * 100.0, learning_rate);
+  return "training.warmup_steps is " + std::to_string(warmup_steps) + " and the run has " +
+         std::to_string(total_steps) + " steps: the learning rate rises for the whole run and " +
+         figures +
+         "; give fewer warm-up steps than steps (a tenth of them is common) to train at the rate "
+         "you set";
 }
 
 }  // namespace tessera::job

@@ -144,4 +144,10 @@ nlohmann::json to_json(const JobSpec& spec);
 // Writes the spec atomically (temporary file, fsync, rename).
 void save_job_spec(const JobSpec& spec, const std::filesystem::path& path);
 
+// Said by the plan and at a run's start when warm-up lasts the whole run (transformers allows
+// it, and so do we: it is the user's choice): the learning rate rises throughout and never
+// reaches the one they set. Nothing otherwise.
+std::optional<std::string> warmup_warning(std::int64_t warmup_steps, std::int64_t total_steps,
+                                          double learning_rate);
+
 }  // namespace tessera::job

@@ -1332,6 +1332,10 @@ Plan make_plan(const PlanInputs& in) {
                               "row from a sample)"
                             : "epochs × training rows (lines of the training files)";
   }
+  if (plan.total_steps)
+    if (const auto warning = job::warmup_warning(spec.training.warmup_steps, *plan.total_steps,
+                                                 spec.training.learning_rate))
+      plan.reasons.push_back("warning: " + *warning);
 
   {
     // A batch's forward against the step, by the cost model (a small model's step is mostly

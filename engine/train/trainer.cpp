@@ -14,6 +14,7 @@
 #include "core/files.h"
 #include "core/meminfo.h"
 #include "dist/parallel_context.h"
+#include "job/job_spec.h"
 #include "job/strategies.h"
 #include "model/dropout.h"
 #include "model/layers.h"
@@ -994,6 +995,12 @@ TrainResult Trainer::train(BatchSource& train, BatchSource* eval, const std::ato
                              result.total_steps);
   std::int64_t step = options_.resume ? restore(train, result.total_steps) : 0;
   result.start_step = step;
+  // Warm-up as long as the run is the user's to choose (transformers allows it too), but the
+  // learning rate they set is then never reached: say so once, at the start.
+  if (events_ && step == 0 && options_.process.rank == 0)
+    if (const auto warning =
+            job::warmup_warning(t.warmup_steps, result.total_steps, t.learning_rate))
+      events_->on_log("warning", *warning);
   model_->train();
   const auto run_start = std::chrono::steady_clock::now();
   // The end of this run's first step: LibTorch's warm-up makes that step several times longer

@@ -177,6 +177,35 @@ def test_evaluations_report_progress_and_count_in_the_eta(workdir, tmp_path):
     assert last["done"] == 12 and last["eta_s"] >= 0.5 * duration, (last, duration)
 
 
+def test_warmup_as_long_as_the_run_is_said_not_changed(workdir, tmp_path):
+    """Warm-up of at least the run's steps is the user's choice (kept, as transformers keeps it),
+    but the plan and the run's log say that the learning rate never reaches the one they set,
+    with the peak it reaches; the learning rates reported follow the warm-up all the way."""
+    events = tmp_path / "events.jsonl"
+    common = ("--model", workdir / "model", "--data", workdir / "data.jsonl", "--steps", 4,
+              "--warmup-steps", 8, "--lr", "1e-3", "--out", tmp_path / "out")
+    spec = json.loads(run("finetune", *common, "--print-job").stdout)
+    assert spec["training"]["warmup_steps"] == 8
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps(spec))
+    plan = json.loads(run("plan", job, "--json").stdout)
+    said = [r for r in plan["reasons"] if "training.warmup_steps is 8" in r]
+    assert said and said[0].startswith("warning: ") and "peaks at 0.000375 (38%" in said[0], plan["reasons"]
+    r = run("finetune", *common, "--events", events)
+    assert r.returncode == 0, r.stderr
+    stream = events_of(events)
+    logged = [e["message"] for e in stream if e["type"] == "log" and e["level"] == "warning"
+              and "training.warmup_steps is 8 and the run has 4 steps" in e["message"]]
+    assert len(logged) == 1, logged
+    lrs = [e["lr"] for e in stream if e["type"] == "metric"]
+    assert lrs == pytest.approx([0.0, 1.25e-4, 2.5e-4, 3.75e-4]), lrs
+    # Warm-up shorter than the run: nothing said.
+    spec["training"]["warmup_steps"] = 3
+    job.write_text(json.dumps(spec))
+    plan = json.loads(run("plan", job, "--json").stdout)
+    assert not [r for r in plan["reasons"] if "warmup_steps" in r], plan["reasons"]
+
+
 def test_print_job_and_bad_input(workdir, tmp_path):
     r = run("finetune", "--model", workdir / "model", "--data", workdir / "data.jsonl", "--steps", 3,
             "--out", tmp_path / "x", "--print-job")
