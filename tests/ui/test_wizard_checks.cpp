@@ -195,6 +195,47 @@ class WizardChecksTest : public QObject {
     QVERIFY2(wizard.missing().isEmpty(), qPrintable(wizard.missing().join("; ")));
   }
 
+  // Packing applies to text data: for instruction rows the box is unticked and disabled (it
+  // read "Pack text documents" ticked beside rows that are never packed), and the user's choice
+  // comes back with text data.
+  void packing_is_shown_off_for_data_it_does_not_apply_to() {
+    const QString instructions = path("packing-instructions.jsonl");
+    write_file(instructions, demo_rows(20).join('\n') + '\n');
+    const QString text = path("packing-text.jsonl");
+    QByteArray text_rows;
+    for (int i = 0; i < 20; ++i)
+      text_rows += "{\"text\":\"document " + QByteArray::number(i) + "\"}\n";
+    write_file(text, text_rows);
+
+    FineTuneWizard wizard(&probe_);
+    wizard.show();
+    choose_demo_model(wizard, demo_);
+    wizard.go_to(FineTuneWizard::DatasetStep);
+    DatasetPage* page = wizard.dataset_page();
+    QCheckBox* packing = page->packing();
+    page->choose_file(instructions);
+    wait_for_analysis(page);
+    QCOMPARE(page->analysis().format, QString("instruction"));
+    QVERIFY(!packing->isEnabled() && !packing->isChecked());
+    QVERIFY(packing->toolTip().startsWith("Off for instruction data"));
+    QVERIFY(page->dataset_spec().packing);  // the choice is kept, and the engine packs text only
+
+    page->choose_file(text);
+    wait_for_analysis(page);
+    QCOMPARE(page->analysis().format, QString("text"));
+    QVERIFY(packing->isEnabled() && packing->isChecked());
+    packing->setChecked(false);  // the user's choice now
+    wait_for_analysis(page);
+    QVERIFY(!page->dataset_spec().packing);
+    page->choose_file(instructions);
+    wait_for_analysis(page);
+    QVERIFY(!packing->isEnabled() && !packing->isChecked());
+    page->choose_file(text);
+    wait_for_analysis(page);
+    QVERIFY(packing->isEnabled() && !packing->isChecked());
+    QVERIFY(!page->dataset_spec().packing);
+  }
+
   void bad_rows_block_the_launch_and_are_skipped_when_chosen() {
     // Three rows the run cannot train on: one without its output column, one whose prompt
     // leaves no response token within 32 tokens, one that is not JSON.

@@ -55,6 +55,12 @@ std::uint64_t rows_longer_than(const DatasetAnalysis& a, std::int64_t context) {
   return n;
 }
 
+QString packing_tip() {
+  return DatasetPage::tr(
+      "Text format only: concatenate documents and cut them into blocks of exactly the sequence "
+      "length, so no compute is spent on padding");
+}
+
 // Batches pad to their longest example, so with learned positions only a sequence the run
 // builds longer than the table fails: a packed block (max_length tokens), or a row longer than
 // the context (truncated to max_length, still longer).
@@ -128,9 +134,7 @@ DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
   form->addRow(tr("Sequence &length:"), max_length_);
   packing_ = new QCheckBox(tr("Pack text documents into full sequences"));
   packing_->setChecked(true);
-  packing_->setToolTip(
-      tr("Text format only: concatenate documents and cut them into blocks of "
-         "exactly the sequence length, so no compute is spent on padding"));
+  packing_->setToolTip(packing_tip());
   form->addRow(QString(), packing_);
   split_ = new QDoubleSpinBox;
   split_->setRange(0, 90);
@@ -280,7 +284,10 @@ DatasetPage::DatasetPage(QWidget* parent) : QWidget(parent) {
     show_checks();
     Q_EMIT datasetChanged();
   });
-  connect(packing_, &QCheckBox::toggled, debounce, qOverload<>(&QTimer::start));
+  connect(packing_, &QCheckBox::toggled, this, [this, debounce](bool on) {
+    packing_choice_ = on;
+    debounce->start();
+  });
   // The shares follow the split at once, from the rows already checked (nothing tokenized).
   connect(split_, &QDoubleSpinBox::valueChanged, this, [this] {
     recount();
@@ -333,7 +340,7 @@ double DatasetPage::validation_fraction() const {
 bool DatasetPage::stale() const {
   const DatasetAnalysis& a = analysis_;
   if (a.file.isEmpty() || path_->text().isEmpty()) return false;
-  if (a.max_length != max_length_->value() || a.packing != packing_->isChecked()) return true;
+  if (a.max_length != max_length_->value() || a.packing != packing_choice_) return true;
   return a.rows_checked && (a.counted_fraction != validation_fraction() || a.counted_seed != seed_);
 }
 
@@ -548,7 +555,7 @@ void DatasetPage::analyze() {
   request.format = format_->currentData().toString();
   request.columns = user_columns_;
   request.max_length = max_length_->value();
-  request.packing = packing_->isChecked();
+  request.packing = packing_choice_;
   request.validation_fraction = validation_fraction();
   request.seed = seed_;
   progress_state_ = std::make_shared<AnalysisProgress>();
@@ -596,7 +603,17 @@ void DatasetPage::show_analysis() {
     status_->setText(text);
   }
   description_->setText(a.description);
-  packing_->setEnabled(a.format.isEmpty() || a.format == "text");
+  {
+    const bool packable = a.format.isEmpty() || a.format == "text";
+    const QSignalBlocker quiet(packing_);  // shown, not chosen: the choice stays for text data
+    packing_->setEnabled(packable);
+    packing_->setChecked(packable && packing_choice_);
+    packing_->setToolTip(packable ? packing_tip()
+                                  : tr("Off for %1 data: each row trains as a sequence of its "
+                                       "own (its prompt masked from the loss), so rows are not "
+                                       "packed together. Text data packs.")
+                                        .arg(a.format));
+  }
   rebuild_role_combos();
   if (!max_length_chosen_ && !model_folder_.isEmpty() && a.model_context > 0 &&
       max_length_->value() > a.model_context) {
@@ -792,6 +809,7 @@ void DatasetPage::show_checks() {
 void DatasetPage::load_spec(const job::DatasetSpec& spec) {
   max_length_->setValue(int(std::clamp<std::int64_t>(spec.max_length, 8, 1 << 20)));
   max_length_chosen_ = true;  // the spec's, kept even above the model's context (then flagged)
+  packing_choice_ = spec.packing;
   packing_->setChecked(spec.packing);
   skip_bad_->setChecked(spec.skip_bad_rows);
   split_->setValue(spec.validation_split * 100.0);
@@ -846,7 +864,7 @@ job::DatasetSpec DatasetPage::dataset_spec() const {
     d.columns[it.key().toStdString()] = it.value().toStdString();
   d.validation_split = d.validation_files.empty() ? split_->value() / 100.0 : 0.0;
   d.max_length = max_length_->value();
-  d.packing = packing_->isChecked();
+  d.packing = packing_choice_;
   d.skip_bad_rows = skip_bad_->isChecked();
   return d;
 }

@@ -138,6 +138,7 @@ class DatasetPage : public QWidget {
   QComboBox* role_combo(const QString& role) const { return role_combos_.value(role); }
   QDoubleSpinBox* validation_split() const { return split_; }
   QSpinBox* max_length() const { return max_length_; }
+  QCheckBox* packing() const { return packing_; }
   QCheckBox* skip_bad_rows_box() const { return skip_bad_; }
   QLabel* bad_rows_label() const { return bad_rows_; }
   QLabel* status_label() const { return status_; }
@@ -174,6 +175,9 @@ class DatasetPage : public QWidget {
   QMap<QString, QComboBox*> role_combos_;
   QSpinBox* max_length_;
   QCheckBox* packing_;
+  // The user's packing choice: the box shows it for text data, and unticked (disabled) for
+  // formats that train a row to a sequence, where it would read as packing that never happens.
+  bool packing_choice_ = true;
   QDoubleSpinBox* split_;
   QLabel* status_;
   QLabel* format_note_;
