@@ -1850,7 +1850,26 @@ class StudioTest : public QObject {
     // LoRA: no optimizer-state slider (it is for full fine-tuning), the planner's strategy.
     QVERIFY(!hw->offload_slider()->isVisible());
     QCOMPARE(wizard->build_spec().strategy.name, std::string("auto"));
+    // The legend under the chart names each part with its bytes (Qt's own cut "optimizer…"
+    // and gave no figures): here the plan's weights, as the plan gives them.
+    const double weight_bytes = hw->plan_json()
+                                    .value("memory")
+                                    .toArray()
+                                    .first()
+                                    .toObject()
+                                    .value("by_category")
+                                    .toObject()
+                                    .value("weights")
+                                    .toDouble();
+    const QString legend = hw->memory_legend()->text();
+    QVERIFY2(legend.contains("weights&nbsp;<b>" +
+                             format_bytes(weight_bytes).replace(' ', "&nbsp;") + "</b>"),
+             qPrintable(legend));
+    QVERIFY2(legend.contains("headroom&nbsp;kept&nbsp;free"), qPrintable(legend));
+    QVERIFY(!legend.contains("gathered"));  // a part that holds nothing is not listed
+    QVERIFY2(elided_chart_text(hw).isEmpty(), qPrintable(elided_chart_text(hw).join("; ")));
     screenshot(&window, "4-hardware");
+    screenshot(hw->memory_chart_view()->parentWidget(), "4-hardware-memory-chart");
 
     // An override that does not fit at once: the method's batch follows it, the plan splits it.
     // At the model's whole context (128 tokens; at 32, 65536 sequences fit now that the loss

@@ -32,6 +32,7 @@
 #include "ui/pages/run_dashboard.h"
 #include "ui/utility/folder_check.h"
 #include "ui/utility/studio_settings.h"
+#include "ui/widgets/charts.h"
 #include "ui/widgets/layouts_table.h"
 
 namespace tessera::ui {
@@ -64,17 +65,18 @@ QString speed_text(double bytes_per_s) {
 struct Category {
   const char* key;
   const char* label;
+  int color;  // series_color(): the first four as the dashboard's memory charts draw them
 };
-constexpr Category kCategories[] = {{"weights", "weights"},
-                                    {"gradients", "gradients"},
-                                    {"optimizer", "optimizer state"},
-                                    {"activations", "activations"},
+constexpr Category kCategories[] = {{"weights", "weights", 0},
+                                    {"gradients", "gradients", 1},
+                                    {"optimizer", "optimizer state", 2},
+                                    {"activations", "activations", 3},
                                     // ddp's and zero's, and sharded gemini's (they were drawn
                                     // as "runtime and peaks")
-                                    {"gradient_buckets", "gradient buckets"},
-                                    {"gathered_chunks", "gathered chunks"},
+                                    {"gradient_buckets", "gradient buckets", 4},
+                                    {"gathered_chunks", "gathered chunks", 5},
                                     // last: the peak beyond the categories is added to it
-                                    {"runtime", "runtime and peaks"}};
+                                    {"runtime", "runtime and peaks", 7}};
 
 QString percent_text(double fraction) {
   return QString("%1%").arg(std::lround(fraction * 100));
@@ -203,12 +205,17 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
 
   auto* chart = new QChart;
   chart->setTitle(tr("Estimated peak memory of each tier against its capacity"));
-  chart->legend()->setAlignment(Qt::AlignBottom);
+  // Qt's legend cut its nine entries to "optimizer…", "gradient …" and showed no figures: the
+  // legend is text under the chart instead, a line per tier with each part's bytes.
+  chart->legend()->hide();
   chart->setBackgroundBrush(palette().color(QPalette::Base));
   chart->setTitleBrush(palette().color(QPalette::Text));
-  chart->legend()->setLabelColor(palette().color(QPalette::Text));
   series_ = new QHorizontalStackedBarSeries;
-  for (const Category& c : kCategories) sets_ << new QBarSet(tr(c.label));
+  for (const Category& c : kCategories) {
+    sets_ << new QBarSet(tr(c.label));
+    sets_.back()->setColor(series_color(c.color));
+    sets_.back()->setBorderColor(series_color(c.color));
+  }
   sets_ << new QBarSet(tr("free (usable)")) << new QBarSet(tr("headroom kept free"));
   sets_[sets_.size() - 2]->setColor(palette().color(QPalette::Midlight));
   sets_.back()->setColor(palette().color(QPalette::Mid));
@@ -232,6 +239,12 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   chart_view_->setRenderHint(QPainter::Antialiasing);
   chart_view_->setMinimumHeight(fontMetrics().height() * 12);
   layout->addWidget(chart_view_, 1);
+  memory_legend_ = new QLabel;
+  memory_legend_->setObjectName("memoryLegend");
+  memory_legend_->setTextFormat(Qt::RichText);
+  memory_legend_->setWordWrap(true);
+  memory_legend_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  layout->addWidget(memory_legend_);
   for (int i = 0; i < sets_.size(); ++i)
     connect(sets_[i], &QBarSet::hovered, this, [this, i](bool status, int index) {
       if (!status || index < 0 || index >= shown_tiers_.size()) return QToolTip::hideText();
@@ -1021,6 +1034,7 @@ void HardwarePage::show_memory(const QJsonArray& memory) {
   shown_bytes_.clear();
   const int categories = int(std::size(kCategories));
   QStringList names;
+  QStringList legend;  // a line per tier, the last tier first (as the bars are walked)
   QString disk_text;
   double widest = 100;
   // The first tier at the top: a horizontal bar chart draws its first category at the bottom.
@@ -1056,6 +1070,14 @@ void HardwarePage::show_memory(const QJsonArray& memory) {
     shown_tiers_ << tier;
     shown_capacity_ << budget;
     shown_bytes_ << bytes;
+    QStringList parts;
+    for (int i = 0; i < int(bytes.size()); ++i)
+      if (bytes[i] > 0)
+        parts << QString("<span style=\"color:%1\">■</span>&nbsp;%2&nbsp;<b>%3</b>")
+                     .arg(sets_[i]->color().name(),
+                          sets_[i]->label().toHtmlEscaped().replace(' ', "&nbsp;"),
+                          format_bytes(bytes[i]).replace(' ', "&nbsp;"));
+    legend.prepend(name.toHtmlEscaped() + ": " + parts.join(" &nbsp; "));
     if (tier == "disk") {
       QStringList held;
       for (int i = 0; i < categories; ++i)
@@ -1068,6 +1090,7 @@ void HardwarePage::show_memory(const QJsonArray& memory) {
   }
   disk_->setText(disk_text);
   disk_->setVisible(!disk_text.isEmpty());
+  memory_legend_->setText(legend.join("<br>"));
   tiers_axis_->clear();
   tiers_axis_->append(names);
   bytes_axis_->setRange(0, widest);
@@ -1080,7 +1103,7 @@ QString plan_time_text(const QJsonObject& time) {
       QObject::tr("%1 per step").arg(format_step_time(time.value("seconds_per_step").toDouble()));
   if (!time.value("total_seconds").isNull()) {
     text += QObject::tr(", %1 in total for %2 steps")
-                .arg(format_duration(time.value("total_seconds").toDouble()))
+                .arg(format_step_time(time.value("total_seconds").toDouble()))
                 .arg(time.value("steps").toInteger());
     const qint64 evaluations = time.value("evaluations").toInteger();
     const QString each = format_step_time(time.value("seconds_per_evaluation").toDouble());

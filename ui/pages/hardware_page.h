@@ -134,6 +134,8 @@ class HardwarePage : public QWidget {
   QLabel* offload_note() const { return offload_note_; }
   QPushButton* offload_reset() const { return offload_reset_; }
   QHorizontalStackedBarSeries* memory_series() const { return series_; }
+  QChartView* memory_chart_view() const { return chart_view_; }
+  QLabel* memory_legend() const { return memory_legend_; }
   QSpinBox* batch_size() const { return batch_; }
   QCheckBox* checkpointing() const { return checkpointing_; }
   QComboBox* precision() const { return precision_; }
@@ -182,6 +184,7 @@ class HardwarePage : public QWidget {
   QLabel* alternatives_;
   QLabel* disk_;
   QChartView* chart_view_;
+  QLabel* memory_legend_;  // each tier's parts with their bytes, in the bars' colours
   QHorizontalStackedBarSeries* series_;
   QList<QBarSet*> sets_;  // the categories, then free and headroom (kept: a stable legend)
   QBarCategoryAxis* tiers_axis_;
