@@ -41,6 +41,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 #include <QTimer>
+#include <QValueAxis>
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
@@ -901,6 +902,39 @@ class StudioTest : public QObject {
     QVERIFY(finished.wait(10000));
     QCOMPARE(monitor.status(), QString("failed"));
     QVERIFY(monitor.failure().contains("could not start"));
+  }
+
+  // The memory chart names its units in its title (the axes' titles go when it is short: it
+  // read "0…1500" with no unit, beside charts whose x axis is steps), and a tier that reaches
+  // 10 GiB moves to GiB, the points drawn before with it and every figure unchanged.
+  void memory_chart_names_its_units_and_moves_to_gib() {
+    MemoryChart chart("host");
+    chart.resize(500, 220);
+    chart.show();
+    auto sample = [](double t, double weights, double budget) {
+      MemorySample m;
+      m.t = t;
+      m.tier = "host";
+      m.used = weights;
+      m.budget = budget;
+      m.by_category[0] = weights;
+      return m;
+    };
+    const double mib = 1024.0 * 1024.0, gib = 1024.0 * mib;
+    chart.append({sample(1, 300 * mib, 900 * mib)}, 0);
+    QCOMPARE(chart.unit(), QString("MiB"));
+    QCOMPARE(chart.chart()->title(), QString("Memory — host (MiB over seconds)"));
+    QCOMPARE(chart.last_bytes(0), 300 * mib);
+    chart.append({sample(2, 12 * gib, 20 * gib)}, 0);
+    QCOMPARE(chart.unit(), QString("GiB"));
+    QCOMPARE(chart.chart()->title(), QString("Memory — host (GiB over seconds)"));
+    QCOMPARE(chart.last_bytes(0), 12 * gib);
+    QVERIFY2(chart.legend_text().contains("weights 12.0 GiB"), qPrintable(chart.legend_text()));
+    QVERIFY2(chart.legend_text().contains("budget 20.0 GiB"), qPrintable(chart.legend_text()));
+    auto* y = qobject_cast<QValueAxis*>(chart.chart()->axes(Qt::Vertical).first());
+    QVERIFY(y && y->max() >= 20.0 * 1.05 && y->max() < 100);  // in GiB, the 900 MiB with them
+    chart.clear();
+    QCOMPARE(chart.unit(), QString("MiB"));
   }
 
   void runs_page_says_when_the_history_cannot_be_read() {

@@ -451,11 +451,12 @@ int LineChart::point_count(const QString& name) const {
 namespace {
 const char* kCategoryLabels[] = {"weights", "gradients", "optimizer state", "activations & other"};
 constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kGiB = 1024.0 * kMiB;
 }  // namespace
 
 MemoryChart::MemoryChart(const QString& tier, QWidget* parent)
     : ChartView(tr("seconds"), "MiB", parent), tier_(tier) {
-  chart()->setTitle(tr("Memory — %1").arg(tier));
+  set_unit(unit_bytes_);
   set_legend_beside_when_wide(true);
   QLineSeries* lower = nullptr;
   for (int i = 0; i < 4; ++i) {
@@ -497,8 +498,8 @@ void MemoryChart::update_legend() {
     if (shown_[i])
       entries << LegendEntry{tr(kCategoryLabels[i]), series_color(i), LegendEntry::Mark::Area,
                              format_bytes(last_bytes(i))};
-  auto last_value = [](const QLineSeries* s) {
-    return s->count() > 0 ? format_bytes(s->at(s->count() - 1).y() * kMiB) : QString();
+  auto last_value = [this](const QLineSeries* s) {
+    return s->count() > 0 ? format_bytes(s->at(s->count() - 1).y() * unit_bytes_) : QString();
   };
   if (budget_->count() > 0)
     entries << LegendEntry{tr("budget"), series_color(5), LegendEntry::Mark::Dashed,
@@ -524,13 +525,44 @@ void MemoryChart::draw_estimate() {
     estimate_->clear();
     return;
   }
-  const double y = estimate_bytes_ / kMiB;
+  const double y = estimate_bytes_ / unit_bytes_;
   y_max_ = std::max(y_max_, y);
   estimate_->replace(QList<QPointF>{{0, y}, {std::max(x_max_, 1.0), y}});
   cover_range(y_axis_, 0, std::max(y_max_ * 1.05, 1.0), false);
 }
 
+QString MemoryChart::unit() const {
+  return y_axis_->titleText();
+}
+
+void MemoryChart::set_unit(double unit_bytes) {
+  // Points already drawn move to the new unit (a power of 1024: exact).
+  const double factor = unit_bytes_ / unit_bytes;
+  if (factor != 1.0) {
+    QList<QLineSeries*> all = uppers_;
+    all << budget_ << system_ << estimate_;
+    for (QLineSeries* series : all) {
+      QList<QPointF> points = series->points();
+      for (QPointF& p : points) p.setY(p.y() * factor);
+      series->replace(points);
+    }
+    y_max_ *= factor;
+    set_range(y_axis_, 0, std::max(y_max_ * 1.05, 1.0));  // ranges only grow otherwise
+  }
+  unit_bytes_ = unit_bytes;
+  const QString unit = unit_bytes >= kGiB ? QStringLiteral("GiB") : QStringLiteral("MiB");
+  y_axis_->setTitleText(unit);
+  // The axes' titles go when the plot is short: the chart's title says both units.
+  chart()->setTitle(tr("Memory — %1 (%2 over seconds)").arg(tier_, unit));
+}
+
 void MemoryChart::append(const QList<MemorySample>& samples, double t0) {
+  double most = 0;  // bytes
+  for (const MemorySample& m : samples)
+    if (m.tier == tier_)
+      most = std::max({most, m.used, present(m.budget) ? m.budget : 0.0,
+                       present(m.system_used) ? m.system_used : 0.0});
+  if (unit_bytes_ < kGiB && most >= 10.0 * kGiB) set_unit(kGiB);
   QList<QList<QPointF>> points(4);
   QList<QPointF> budget, system;
   for (const MemorySample& m : samples) {
@@ -543,18 +575,18 @@ void MemoryChart::append(const QList<MemorySample>& samples, double t0) {
       // Without a breakdown everything used counts as "other".
       double v = any ? (present(m.by_category[i]) ? m.by_category[i] : 0) : (i == 3 ? m.used : 0);
       if (v > 0) shown_[i] = true;
-      sum += v / kMiB;
+      sum += v / unit_bytes_;
       points[i].push_back({x, sum});
     }
     x_max_ = std::max(x_max_, x);
     y_max_ = std::max(y_max_, sum);
     if (present(m.budget)) {
-      budget.push_back({x, m.budget / kMiB});
-      y_max_ = std::max(y_max_, m.budget / kMiB);
+      budget.push_back({x, m.budget / unit_bytes_});
+      y_max_ = std::max(y_max_, m.budget / unit_bytes_);
     }
     if (present(m.system_used)) {
-      system.push_back({x, m.system_used / kMiB});
-      y_max_ = std::max(y_max_, m.system_used / kMiB);
+      system.push_back({x, m.system_used / unit_bytes_});
+      y_max_ = std::max(y_max_, m.system_used / unit_bytes_);
     }
   }
   if (points[0].isEmpty()) return;
@@ -588,7 +620,7 @@ double MemoryChart::last_bytes(int category) const {
   if (!upper || upper->count() == 0) return kMissing;
   const qsizetype last = upper->count() - 1;
   const double below = category > 0 ? uppers_[category - 1]->at(last).y() : 0.0;
-  return (upper->at(last).y() - below) * kMiB;
+  return (upper->at(last).y() - below) * unit_bytes_;
 }
 
 bool MemoryChart::category_shown(int category) const {
@@ -608,6 +640,8 @@ void MemoryChart::clear() {
   estimate_bytes_ = 0;
   estimate_listed_ = false;
   x_max_ = y_max_ = 0;
+  unit_bytes_ = kMiB;
+  set_unit(kMiB);
   x_axis_->setRange(0, 1);
   y_axis_->setRange(0, 1);
   update_legend();

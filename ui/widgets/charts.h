@@ -130,6 +130,7 @@ class MemoryChart : public ChartView {
   // The plan's estimated peak of this tier, drawn across the chart (0: none).
   void set_estimate(double bytes);
   double estimate() const { return estimate_bytes_; }
+  QString unit() const;  // of the y axis: "MiB" or "GiB" (named in the chart's title too)
   void clear();
 
  protected:
@@ -145,6 +146,10 @@ class MemoryChart : public ChartView {
   QLineSeries* estimate_;
   double x_max_ = 0, y_max_ = 0;
   double estimate_bytes_ = 0;
+  // Bytes per unit of the y values: MiB, and GiB once the tier holds 10 GiB or more (a large
+  // model's host tier read "60000").
+  double unit_bytes_ = 1024.0 * 1024.0;
+  void set_unit(double unit_bytes);
   bool shown_[4] = {false, false, false, false};  // categories that have held something
   bool estimate_listed_ = false;                  // once listed, the estimate stays listed
   void draw_estimate();
