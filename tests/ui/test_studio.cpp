@@ -2377,6 +2377,11 @@ class StudioTest : public QObject {
     window.resize(1024, 600);
     QTRY_COMPARE(window.size(), QSize(1024, 600));
     QTRY_VERIFY_WITH_TIMEOUT(window.cli_probe()->finished(), 20000);
+    for (int p : {int(MainWindow::NewFineTune), int(MainWindow::Runs)}) {
+      window.show_page(MainWindow::Page(p));
+      QTest::qWait(300);
+      screenshot(&window, QString(names[p]) + "-1024x600");
+    }
   }
 
   void follows_a_dark_palette() {

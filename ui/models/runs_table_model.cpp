@@ -97,7 +97,8 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
                    .arg(r.output_dir) +
                (r.failure.isEmpty() ? QString() : "\n\n" + r.failure);
       if (column == Column::Status && !r.failure.isEmpty()) return r.failure;
-      if (column == Column::Name) return r.output_dir;
+      if (column == Column::Name)
+        return r.output_dir.isEmpty() ? text(r, column) : text(r, column) + "\n" + r.output_dir;
       if (column == Column::FinalLoss && still_going(r) && present(r.final_loss))
         return tr("still running: latest loss %1").arg(loss_text(r.final_loss));
       if (column == Column::FinalEvalLoss && still_going(r) && present(r.final_eval_loss))

@@ -54,11 +54,10 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   big.setPointSizeF(big.pointSizeF() * 1.3);
   big.setBold(true);
   title_->setFont(big);
-  status_ = new QLabel;
+  // A long status is cut with "…" rather than widening the window past small screens (the full
+  // text is in the tooltip); cut without one it read "started 202".
+  status_ = new ElidedLabel(Qt::ElideRight);
   status_->setTextInteractionFlags(Qt::TextSelectableByMouse);
-  // A long status is cut rather than widening the window past small screens (the full text is
-  // in the tooltip).
-  status_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   auto* header = new QHBoxLayout;
   header->addWidget(title_);
   header->addWidget(status_, 1);
@@ -279,7 +278,7 @@ void RunDashboard::clear() {
   update_actions();
   t0_ = kMissing;
   title_->setText(tr("No run selected"));
-  status_->clear();
+  status_->set_full_text({});
 }
 
 void RunDashboard::update_actions() {
@@ -340,8 +339,7 @@ void RunDashboard::set_status(const RunRecord& run) {
     text += " · " + format_duration(end - run.started_at);
   }
   if (!run.model.isEmpty()) text += " · " + run.model;
-  status_->setText(text);
-  status_->setToolTip(text);
+  status_->set_full_text(text);
   if (!run.failure.isEmpty()) {
     error_->setText(tr("%1: %2").arg(run.status, run.failure));
     error_->setVisible(true);

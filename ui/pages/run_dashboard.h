@@ -11,6 +11,7 @@
 
 #include "ui/models/run_data.h"
 #include "ui/models/runs_db.h"
+#include "ui/widgets/elided_label.h"
 
 class QHBoxLayout;
 class QLabel;
@@ -115,7 +116,7 @@ class RunDashboard : public QWidget {
   QTimer repaint_timer_;
   QTimer stall_timer_;  // checks a live run for silence once a second
   QLabel* title_;
-  QLabel* status_;
+  ElidedLabel* status_;
   QLabel* error_;
   QProgressBar* progress_;
   QLabel* eta_;

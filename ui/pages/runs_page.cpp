@@ -54,7 +54,10 @@ RunsPage::RunsPage(RunsStore* store, QWidget* parent) : QWidget(parent), store_(
   table_->setSelectionMode(QAbstractItemView::ExtendedSelection);
   table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   table_->verticalHeader()->setVisible(false);
-  table_->horizontalHeader()->setStretchLastSection(true);
+  // The name takes the width left (cut with "…", whole in its tooltip), so every column shows
+  // in a small window: at 1024×600 the losses ran off the edge ("Final e").
+  table_->horizontalHeader()->setSectionResizeMode(int(RunsTableModel::Column::Name),
+                                                   QHeaderView::Stretch);
   table_->setAccessibleName(tr("Runs"));
   top_layout->addWidget(table_, 1);
   auto* buttons = new QHBoxLayout;
