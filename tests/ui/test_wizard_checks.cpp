@@ -19,7 +19,10 @@
 #include <QTimer>
 #include <QtTest/QtTest>
 
+#include "core/files.h"
+#include "hf/model_folder.h"
 #include "job/job_spec.h"
+#include "plan/planner.h"
 #include "tests/ui/studio_fixture.h"
 #include "ui/pages/wizard.h"
 #include "ui/utility/cli_probe.h"
@@ -234,6 +237,45 @@ class WizardChecksTest : public QObject {
     wait_for_analysis(page);
     QVERIFY(packing->isEnabled() && !packing->isChecked());
     QVERIFY(!page->dataset_spec().packing);
+  }
+
+  // The method cards say what each method would need for this model, batch and length, by the
+  // planner's estimate (which tests/parity/test_plan_estimate.py holds against measured peaks);
+  // they follow the batch.
+  void method_cards_show_the_memory_each_method_needs() {
+    FineTuneWizard wizard(&probe_);
+    wizard.resize(1100, 760);
+    wizard.show();
+    choose_demo_model(wizard, demo_);
+    wizard.go_to(FineTuneWizard::MethodStep);
+    MethodPage* page = wizard.method_page();
+    auto peak = [&](const char* type, const char* quantize) {
+      tessera::job::JobSpec spec = wizard.build_spec();
+      spec.method.type = type;
+      spec.method.quantize = quantize;
+      const auto folder = tessera::hf::ModelFolder::open((demo_ + "/base").toStdString());
+      return tessera::plan::estimate_memory(folder.config(),
+                                            tessera::plan::settings_as_written(spec),
+                                            folder.checkpoint_bytes())
+          .peak();
+    };
+    const std::uint64_t full = peak("full", "none"), lora = peak("lora", "none");
+    QVERIFY(full > lora);
+    for (const auto& [card, bytes] : {std::pair{"full", full}, std::pair{"lora", lora},
+                                      std::pair{"qlora", peak("lora", "nf4")}}) {
+      const QString text = page->memory_text(card);
+      QVERIFY2(text.contains(QString("About <b>%1</b>")
+                                 .arg(QString::fromStdString(tessera::core::human_bytes(bytes)))),
+               qPrintable(card + QString(": ") + text));
+    }
+    const QString before = page->memory_text("full");
+    page->set_overrides(64, false, "fp32");
+    QTRY_VERIFY(page->memory_text("full") != before);
+    QVERIFY2(page->memory_text("full").contains("batch 64 × up to"),
+             qPrintable(page->memory_text("full")));
+    QVERIFY(page->memory_text("full").contains(
+        QString::fromStdString(tessera::core::human_bytes(peak("full", "none")))));
+    screenshot(&wizard, "wizard-method-cards-memory");
   }
 
   void bad_rows_block_the_launch_and_are_skipped_when_chosen() {

@@ -58,6 +58,19 @@ QString bytes_text(double bytes) {
   return QString("%1 MiB").arg(bytes / double(1ull << 20), 0, 'f', 0);
 }
 
+// The same batch size as the Method page's (training.batch_size), said the same way: they read
+// "per micro-batch" there and "per optimizer step" here.
+QString batch_tip(std::int64_t accumulation) {
+  const QString step = accumulation > 1
+                           ? QObject::tr("this × %1 (the gradient accumulation)").arg(accumulation)
+                           : QObject::tr("this (gradient accumulation 1)");
+  return QObject::tr(
+             "The Method page's batch size: sequences per micro-batch; a step trains %1. "
+             "When a micro-batch does not fit, the plan splits it into smaller ones with "
+             "more accumulation, keeping the sequences per step, and says so")
+      .arg(step);
+}
+
 QString speed_text(double bytes_per_s) {
   return QString("%1 MB/s").arg(bytes_per_s / 1e6, 0, 'f', 0);
 }
@@ -267,9 +280,7 @@ HardwarePage::HardwarePage(QWidget* parent) : QWidget(parent) {
   override_layout->addLayout(form);
   batch_ = new QSpinBox;
   batch_->setRange(1, 65536);
-  batch_->setToolTip(
-      tr("Sequences per optimizer step; the engine splits it into micro-batches "
-         "with gradient accumulation when it does not fit at once"));
+  batch_->setToolTip(batch_tip(1));
   checkpointing_ = new QCheckBox(tr("&Activation checkpointing"));
   checkpointing_->setToolTip(
       tr("Recompute activations in the backward pass: less memory, about a third more time"));
@@ -812,6 +823,7 @@ void HardwarePage::plan(const job::JobSpec& spec) {
   have_spec_ = true;
   loading_overrides_ = true;  // the spec's values, not the user's edit
   batch_->setValue(int(std::clamp<std::int64_t>(spec.training.batch_size, 1, 65536)));
+  batch_->setToolTip(batch_tip(spec.training.gradient_accumulation));
   checkpointing_->setChecked(spec.training.activation_checkpointing);
   if (const int i = precision_->findData(QString::fromStdString(spec.precision)); i >= 0)
     precision_->setCurrentIndex(i);

@@ -13,10 +13,14 @@
 #include <QRadioButton>
 #include <QScrollArea>
 #include <QSpinBox>
+#include <QStyle>
 #include <QToolButton>
 #include <QVBoxLayout>
 #include <limits>
 
+#include "core/files.h"
+#include "hf/model_folder.h"
+#include "plan/planner.h"
 #include "ui/pages/wizard.h"
 
 namespace tessera::ui {
@@ -97,6 +101,15 @@ MethodPage::MethodPage(QWidget* parent) : QWidget(parent) {
                  "or in 8 bits (a quarter). Trains with strategy single, gemini, ddp or zero, on "
                  "the CPU or a GPU.")));
   layout->addLayout(cards);
+  for (auto [name, button] : {std::pair{"full", full_}, {"lora", lora_}, {"qlora", qlora_}}) {
+    auto* label = new QLabel;
+    label->setWordWrap(true);
+    label->setObjectName(QString("memory-%1").arg(name));
+    label->setIndent(button->style()->pixelMetric(QStyle::PM_ExclusiveIndicatorWidth) + 6);
+    label->setVisible(false);
+    button->parentWidget()->layout()->addWidget(label);
+    memory_.insert(name, label);
+  }
 
   // What the run optimizes: the dataset's responses (supervised), or a preference between
   // completions. Each choice says what it does and the data it needs.
@@ -209,7 +222,10 @@ MethodPage::MethodPage(QWidget* parent) : QWidget(parent) {
   add(f1, tr("Steps:"), steps_, tr("Optimizer steps to train for"));
   batch_ = int_spin(1, 65536);
   add(f1, tr("Batch size:"), batch_,
-      tr("Sequences per micro-batch; more uses more activation memory"));
+      tr("Sequences per micro-batch (one forward and backward); a step trains batch size × "
+         "gradient accumulation. More uses more activation memory; when a micro-batch does not "
+         "fit, the plan splits it into smaller ones with more accumulation, keeping the "
+         "sequences per step, and says so"));
   accumulation_ = int_spin(1, 65536);
   add(f1, tr("Gradient accumulation:"), accumulation_,
       tr("Micro-batches summed per optimizer step: effective batch = batch size × this"));
@@ -547,6 +563,53 @@ job::MethodSpec MethodPage::method_spec() const {
     m.preference = p;
   }
   return m;
+}
+
+void MethodPage::show_memory(const QString& model_folder, const job::JobSpec& spec) {
+  if (model_folder != memory_folder_) {
+    memory_folder_ = model_folder;
+    memory_config_.reset();
+    memory_checkpoint_bytes_ = 0;
+    if (!model_folder.isEmpty()) try {
+        const hf::ModelFolder folder = hf::ModelFolder::open(model_folder.toStdString());
+        memory_config_ = folder.config();
+        memory_checkpoint_bytes_ = folder.checkpoint_bytes();
+      } catch (const std::exception&) {  // the Model page says what is wrong with the folder
+      }
+  }
+  for (auto it = memory_.begin(); it != memory_.end(); ++it) {
+    QLabel* label = it.value();
+    label->setVisible(memory_config_.has_value());
+    if (!memory_config_) {
+      label->clear();
+      continue;
+    }
+    job::JobSpec as = spec;
+    as.method.type = it.key() == "full" ? "full" : "lora";
+    as.method.quantize = it.key() == "qlora" ? quantize().toStdString() : std::string("none");
+    if (it.key() == "qlora" && as.method.quantize == "none") as.method.quantize = "nf4";
+    try {
+      const plan::MemoryEstimate estimate = plan::estimate_memory(
+          *memory_config_, plan::settings_as_written(as), memory_checkpoint_bytes_);
+      label->setText(tr("About <b>%1</b> of memory: batch %2 × up to %3 tokens, %4")
+                         .arg(QString::fromStdString(core::human_bytes(estimate.peak())))
+                         .arg(as.training.batch_size)
+                         .arg(as.dataset.max_length)
+                         .arg(QString::fromStdString(as.precision)));
+      label->setToolTip(
+          tr("The planner's estimate of the peak of one process training this model so: "
+             "weights, gradients, optimizer state, activations and the runtime. The Hardware & "
+             "strategy step plans the job for this machine, per memory tier."));
+    } catch (const std::exception& e) {  // a method this model cannot take (QLoRA on BERT)
+      label->setText(tr("Not for this model: %1").arg(QString::fromUtf8(e.what())));
+      label->setToolTip({});
+    }
+  }
+}
+
+QString MethodPage::memory_text(const QString& method) const {
+  const QLabel* label = memory_.value(method);
+  return label && label->isVisible() ? label->text() : QString();
 }
 
 void MethodPage::set_overrides(int batch_size, bool activation_checkpointing,

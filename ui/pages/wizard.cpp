@@ -296,6 +296,8 @@ void FineTuneWizard::update_buttons() {
     }
     review_->show_spec(spec, m, facts);
   }
+  if (page == MethodStep)
+    method_->show_memory(model_->ready() ? model_->summary().folder : QString(), build_spec());
   if (page == HardwareStep && hardware_step_available()) {
     // What the steps before this one lack: its own problem (a plan that does not fit) is what
     // it shows, not a reason to stop planning ("Make the job fit in memory (see step 4)").

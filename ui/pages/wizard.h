@@ -8,6 +8,7 @@
 #include <QWidget>
 #include <optional>
 
+#include "hf/config.h"
 #include "job/job_spec.h"
 #include "ui/models/dataset_analysis.h"
 #include "ui/models/hub_dataset_calls.h"
@@ -241,6 +242,12 @@ class MethodPage : public QWidget {
   void load_spec(const job::MethodSpec& method, const job::TrainingSpec& training,
                  const QString& precision);
   int changed_from_defaults() const;  // settings that differ from the preset's values
+  // Each card's memory for the model in `model_folder` and the rest of `spec` (the batch, the
+  // sequence length, the precision) by the planner's estimate, method by method; nothing shown
+  // without a model. The folder's config and checkpoint size are read once per folder.
+  void show_memory(const QString& model_folder, const job::JobSpec& spec);
+  // The figure shown on a card ("full", "lora", "qlora"); empty when none is.
+  QString memory_text(const QString& method) const;
   bool learning_rate_user_set() const { return lr_user_set_; }
   QLineEdit* learning_rate_edit() const { return lr_; }
   QLabel* changed_label() const { return changed_; }
@@ -260,6 +267,10 @@ class MethodPage : public QWidget {
   QRadioButton* full_;
   QRadioButton* lora_;
   QRadioButton* qlora_;
+  QMap<QString, QLabel*> memory_;  // per card: what the method would need, by the planner
+  QString memory_folder_;          // the model the cached config below is of
+  std::optional<hf::ModelConfig> memory_config_;
+  std::uint64_t memory_checkpoint_bytes_ = 0;
   QMap<QString, QPushButton*> preset_buttons_;
   QString preset_ = "balanced";
   QLabel* changed_;
