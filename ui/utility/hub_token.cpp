@@ -16,6 +16,24 @@ namespace {
 const char* kService = "Tessera";
 const char* kKey = "huggingface-token";
 
+// Why the keychain could not be used, in words: without a Secret Service on the session bus
+// QtKeychain says only "Unknown error".
+QString keychain_problem(const QKeychain::Job& job) {
+  switch (job.error()) {
+    case QKeychain::NoBackendAvailable:
+      return HubToken::tr("no keychain service is running (on Linux: GNOME Keyring or KWallet)");
+    case QKeychain::AccessDenied:
+    case QKeychain::AccessDeniedByUser:
+      return HubToken::tr("the keychain refused access");
+    default:
+      break;
+  }
+  const QString detail = job.errorString().trimmed();
+  if (detail.isEmpty() || detail.compare("Unknown error", Qt::CaseInsensitive) == 0)
+    return HubToken::tr("no keychain service answered (on Linux: GNOME Keyring or KWallet)");
+  return detail;
+}
+
 }  // namespace
 
 HubToken::HubToken(QObject* parent) : QObject(parent) {}
@@ -33,7 +51,7 @@ void HubToken::load() {
       keychain_token_ = job->textData().trimmed().toStdString();
     } else {
       keychain_token_.clear();
-      if (job->error() != QKeychain::EntryNotFound) keychain_problem_ = job->errorString();
+      if (job->error() != QKeychain::EntryNotFound) keychain_problem_ = keychain_problem(*job);
     }
     Q_EMIT changed();
   });
@@ -63,7 +81,7 @@ void HubToken::save(const QString& token) {
       Q_EMIT saved(true, tr("Token saved in the system keychain."));
       return;
     }
-    save_to_file(clean, job->errorString());
+    save_to_file(clean, keychain_problem(*job));
   });
   job->start();
 }
@@ -115,7 +133,10 @@ QString HubToken::describe() const {
   const QString unavailable =
       keychain_problem_.isEmpty()
           ? QString()
-          : tr(" (The system keychain is not available: %1.)").arg(keychain_problem_);
+          : tr(" (The system keychain is not available: %1. A token saved here goes to %2, "
+               "readable by you only.)")
+                .arg(keychain_problem_,
+                     QString::fromStdString(hub::Settings::from_environment().token_path));
   switch (source()) {
     case Source::Keychain:
       return tr("A token is stored in the system keychain; it is sent to %1.")
