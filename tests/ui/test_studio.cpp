@@ -670,6 +670,9 @@ class StudioTest : public QObject {
     QCOMPARE(dashboard.loss_chart()->point_count("training loss"), steps);
     QCOMPARE(dashboard.loss_chart()->point_count("evaluation loss"), steps / 50);
     QCOMPARE(dashboard.lr_chart()->point_count("learning rate"), steps);
+    // Every step's gradient norm, charted first in the learning rate's place.
+    QCOMPARE(dashboard.grad_norm_chart()->point_count("gradient norm"), steps);
+    QCOMPARE(dashboard.step_tabs()->currentWidget(), dashboard.grad_norm_chart());
     QCOMPARE(dashboard.throughput_chart()->point_count("tokens/s"), steps);
     QCOMPARE(dashboard.throughput_chart()->point_count("tokens/s (smoothed)"), steps);
     QVERIFY(dashboard.memory_chart("host"));

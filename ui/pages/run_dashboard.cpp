@@ -113,6 +113,16 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   loss_->define_series(tr("training loss (smoothed)"), 0, false);
   loss_->define_series(tr("evaluation loss"), 2, false);
   lr_ = new LineChart(tr("Learning rate"), tr("step"), tr("lr"));
+  // The gradient's global norm before clipping, as each step reports it: spikes warn of an
+  // unstable run before its loss shows it. It shares the learning rate's place (that chart is
+  // mostly a flat line), first.
+  grad_norm_ = new LineChart(tr("Gradient norm"), tr("step"), tr("norm"));
+  grad_norm_->set_empty_text(tr("no step yet"));
+  grad_norm_->define_series(tr("gradient norm"), 3, false);
+  step_tabs_ = new QTabWidget;
+  step_tabs_->setDocumentMode(true);
+  step_tabs_->addTab(grad_norm_, tr("gradient norm"));
+  step_tabs_->addTab(lr_, tr("learning rate"));
   throughput_ = new LineChart(tr("Throughput (tokens/s)"), tr("step"), tr("tokens/s"));
   throughput_->define_series(tr("tokens/s"), 0, /*faint=*/true);
   throughput_->define_series(tr("tokens/s (smoothed)"), 0, false);
@@ -133,7 +143,7 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   ranking_->setVisible(false);
   kl_->setVisible(false);
   grid->addWidget(loss_, 0, 0);
-  grid->addWidget(lr_, 0, 1);
+  grid->addWidget(step_tabs_, 0, 1);
   grid->addWidget(throughput_, 1, 0);
   grid->addWidget(memory_tabs_, 1, 1);
   grid->addWidget(rewards_, 3, 0);
@@ -237,6 +247,7 @@ void RunDashboard::clear() {
   monitor_ = nullptr;
   loss_->clear();
   lr_->clear();
+  grad_norm_->clear();
   for (LineChart* chart : {rewards_, ranking_, kl_}) {
     chart->clear();
     chart->setVisible(false);
@@ -543,8 +554,8 @@ void RunDashboard::update_disk_labels(const MemorySample& latest) {
 
 void RunDashboard::append(const RunSeries& s) {
   ++repaints_;
-  QList<QPointF> loss, smoothed, eval_loss, lr, tps, smoothed_tps, chosen, rejected, margin,
-      accuracy, kl;
+  QList<QPointF> loss, smoothed, eval_loss, lr, grad_norm, tps, smoothed_tps, chosen, rejected,
+      margin, accuracy, kl;
   for (const MetricPoint& p : s.metrics) {
     const double x = double(p.step);
     if (present(p.loss)) {
@@ -562,6 +573,7 @@ void RunDashboard::append(const RunSeries& s) {
       last_eval_loss_ = p.eval_loss;
     }
     if (present(p.lr)) lr.push_back({x, p.lr});
+    if (present(p.grad_norm)) grad_norm.push_back({x, p.grad_norm});
     if (present(p.reward_chosen)) chosen.push_back({x, p.reward_chosen});
     if (present(p.reward_rejected)) rejected.push_back({x, p.reward_rejected});
     if (present(p.reward_margin)) margin.push_back({x, p.reward_margin});
@@ -581,6 +593,7 @@ void RunDashboard::append(const RunSeries& s) {
   if (!smoothed.isEmpty()) loss_->append(tr("training loss (smoothed)"), smoothed);
   if (!eval_loss.isEmpty()) loss_->append(tr("evaluation loss"), eval_loss);
   if (!lr.isEmpty()) lr_->append(tr("learning rate"), lr);
+  if (!grad_norm.isEmpty()) grad_norm_->append(tr("gradient norm"), grad_norm);
   if (!tps.isEmpty()) throughput_->append(tr("tokens/s"), tps);
   if (!smoothed_tps.isEmpty()) throughput_->append(tr("tokens/s (smoothed)"), smoothed_tps);
   if (!margin.isEmpty()) {

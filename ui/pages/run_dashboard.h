@@ -41,6 +41,8 @@ class RunDashboard : public QWidget {
 
   LineChart* loss_chart() const { return loss_; }
   LineChart* lr_chart() const { return lr_; }
+  LineChart* grad_norm_chart() const { return grad_norm_; }
+  QTabWidget* step_tabs() const { return step_tabs_; }  // gradient norm, learning rate
   LineChart* throughput_chart() const { return throughput_; }
   // Preference tuning's charts (hidden until a step reports them).
   LineChart* rewards_chart() const { return rewards_; }
@@ -130,6 +132,8 @@ class RunDashboard : public QWidget {
   RunRecord run_;
   LineChart* loss_;
   LineChart* lr_;
+  LineChart* grad_norm_;
+  QTabWidget* step_tabs_;
   LineChart* throughput_;
   LineChart* rewards_;
   LineChart* ranking_;
