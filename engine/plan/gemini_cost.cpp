@@ -75,6 +75,9 @@ struct ShardedChunks {
   double gathered_peak = 0;      // elements of fetched chunks whole at once, at most
   double gathered_elements = 0;  // elements all-gathered in a step, of fetched chunks
   std::int64_t gathers = 0;      // all-gathers of fetched chunks in a step
+  // One step's block uses in order, each with its chunks (indices into `fetched`); empty when
+  // only part of the model was replayed (deeper than kLayersReplayed).
+  std::vector<std::vector<std::size_t>> step_blocks;
 };
 
 // The replay packs and replays at most this many layers; a deeper config's other layers are
@@ -115,6 +118,7 @@ ShardedChunks sharded_chunks(const hf::ModelConfig& c, const Settings& s, int wo
     out.trainable = out.fetched;
   }
   // The gathers repeat layer by layer; the peak of chunks whole at once stays the replay's.
+  out.step_blocks.clear();  // indices of the replay's chunks, not of the extended list
   out.gathered_elements *= 1.0 + share;
   out.gathers = static_cast<std::int64_t>(d(out.gathers) * (1.0 + share));
   return out;
@@ -217,9 +221,11 @@ ShardedChunks replayed_chunks(const hf::ModelConfig& c, const Settings& s, int w
   for (std::int64_t m = 0; m < micro_batches; ++m)
     step_uses.insert(step_uses.end(), uses.begin(), uses.end());
   std::vector<std::size_t> trace;
-  for (std::size_t b : step_uses)
+  for (std::size_t b : step_uses) {
+    out.step_blocks.push_back(block_chunks[b]);
     for (std::size_t ch : block_chunks[b])
       if (trace.empty() || trace.back() != ch) trace.push_back(ch);
+  }
   // The plugin's own policy over that order (memory/chunk_cache_policy.h): the same gathers.
   memory::ChunkCachePolicy policy(chunks.size());
   policy.use_order(std::move(trace));
@@ -446,6 +452,55 @@ std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelCo
 
 namespace {
 
+// The bytes of parameter shards on disk (`shard_files`, by chunk; 0: not on disk) that one
+// step's gathers read: the plugin's cache policy replayed over the step's block uses, as for the
+// gathered peak, so a chunk still gathered from an earlier use is not read again (a small model's
+// few disk chunks are read once a step, not in forward and again in backward). One process
+// gathers only its chunks on disk; several ranks gather every fetched chunk. 0 when the step was
+// not replayed whole.
+std::uint64_t replayed_disk_reads(const ShardedChunks& chunks,
+                                  const std::vector<std::uint64_t>& shard_files, bool one) {
+  if (chunks.step_blocks.empty()) return 0;
+  const std::size_t n = chunks.fetched.size();
+  const auto on_disk = [&](std::size_t ch) { return ch < shard_files.size() && shard_files[ch]; };
+  const auto gathered = [&](std::size_t ch) { return !one || on_disk(ch); };
+  std::vector<std::vector<std::size_t>> blocks;
+  std::vector<std::size_t> trace;
+  for (const auto& block : chunks.step_blocks) {
+    std::vector<std::size_t> mine;
+    for (std::size_t ch : block)
+      if (ch < n && gathered(ch)) mine.push_back(ch);
+    for (std::size_t ch : mine)
+      if (trace.empty() || trace.back() != ch) trace.push_back(ch);
+    blocks.push_back(std::move(mine));
+  }
+  memory::ChunkCachePolicy policy(n);
+  policy.use_order(std::move(trace));
+  std::vector<bool> held(n, false);
+  std::uint64_t reads = 0;
+  auto make_room = [&] {
+    return policy.make_room(
+        kGatheredChunks, [&](std::size_t ch) { return static_cast<bool>(held[ch]); },
+        [&](std::size_t ch) { held[ch] = false; });
+  };
+  auto gather = [&](std::size_t ch) {
+    held[ch] = true;
+    if (on_disk(ch)) reads += shard_files[ch];
+  };
+  for (const auto& block : blocks) {
+    policy.pin(block);
+    for (std::size_t ch : block) {
+      if (!held[ch]) {
+        make_room();
+        gather(ch);
+      }
+      const std::optional<std::size_t> next = policy.next_after(ch, /*across_steps=*/false);
+      if (next && !held[*next] && make_room()) gather(*next);
+    }
+  }
+  return reads;
+}
+
 // One rank of W (plugins/gemini/gemini_plugin.cpp; one process is a group of one).
 void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings& s,
                     int world_size) {
@@ -599,6 +654,10 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
   e.offload_buffers = std::max(streamed, gathered_values);
   e.disk_parameters = value_files;
   e.disk_trainable_parameters = lora ? 0 : value_files;
+  std::vector<std::uint64_t> shard_files(chunks.fetched.size(), 0);
+  for (std::size_t k = 0; k < shard_files.size() && k < values_on_disk.size(); ++k)
+    if (values_on_disk[k]) shard_files[k] = memory::io_size(value_sizes[k]);
+  e.disk_gather_reads = replayed_disk_reads(chunks, shard_files, one);
   const std::uint64_t disk_masters = bf16 ? to_bytes(disk_shards * 4.0) : 0;
   e.disk_weights = disk_masters + value_files;
   e.disk_optimizer = disk_files - disk_masters;

@@ -1170,8 +1170,15 @@ Plan make_plan(const PlanInputs& in) {
         micro_batches * d(static_cast<std::int64_t>(e.disk_gradients));
     const double parameters = d(static_cast<std::int64_t>(e.disk_parameters));
     const double trainable = d(static_cast<std::int64_t>(e.disk_trainable_parameters));
-    plan.disk_read_bytes_per_step =
-        to_bytes(optimizer_chunks + 2.0 * micro_batches * parameters + trainable);
+    // The gathers' reads as the chunk cache replayed them (the replay's micro-batches are the
+    // step's, up to 64), else two a micro-batch (forward, backward); the update reads the
+    // trainable ones once more.
+    const double gathers =
+        e.disk_gather_reads > 0
+            ? d(static_cast<std::int64_t>(e.disk_gather_reads)) *
+                  std::max(1.0, micro_batches / std::clamp(micro_batches, 1.0, 64.0))
+            : 2.0 * micro_batches * parameters;
+    plan.disk_read_bytes_per_step = to_bytes(optimizer_chunks + gathers + trainable);
     plan.disk_write_bytes_per_step = to_bytes(optimizer_chunks + trainable);
     plan.disk_bytes_per_step = plan.disk_read_bytes_per_step + plan.disk_write_bytes_per_step;
     // Several ranks: each reads and writes back its own optimizer shards once in the update;

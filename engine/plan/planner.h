@@ -94,6 +94,10 @@ struct MemoryEstimate {
   std::uint64_t disk_gradients = 0;
   std::uint64_t disk_parameters = 0;  // the parameter chunks on disk (part of disk_weights)
   std::uint64_t disk_trainable_parameters = 0;  // of those, trainable ones (written back)
+  // gemini without a device tier: the bytes of parameter shards on disk one step's gathers read
+  // (the plugin's chunk cache replayed: a chunk still gathered is not read again); 0 where the
+  // step was not replayed whole (the planner then counts two reads a micro-batch).
+  std::uint64_t disk_gather_reads = 0;
   // Part of `gradients` made only at the update, once backward has freed the activations:
   // `single` in bf16 widens every gradient to its float32 master's at the step.
   std::uint64_t update_gradients = 0;

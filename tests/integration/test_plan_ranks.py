@@ -204,8 +204,11 @@ def test_gemini_rank_memory_and_traffic_match_the_plan(workdir, offload):
         assert (shards > 0) == (offload == "parameters"), on_disk
         if shards:
             assert 0.25 * 4 * trainable / 2 <= shards <= 0.75 * 4 * trainable / 2 + 64 * 4096, (on_disk, trainable)
-        # The gradient shards: written once final, read back by the update.
-        assert plan["time"]["disk_read_bytes_per_step"] == on_disk["optimizer"] + on_disk["gradients"] + 3 * shards
+        # The gradient shards: written once final, read back by the update. The parameter shards:
+        # read by the gathers the chunk cache's replay makes (at least once a step, at most in the
+        # forward and again in the backward), and by the update.
+        reads = plan["time"]["disk_read_bytes_per_step"] - on_disk["optimizer"] - on_disk["gradients"]
+        assert 2 * shards <= reads <= 3 * shards, (reads, shards)
         assert plan["time"]["disk_write_bytes_per_step"] == on_disk["optimizer"] + on_disk["gradients"] + shards
         overlap = "parameter chunks are read in every forward" if shards else "overlaps the optimizer update"
         assert any(r.startswith("disk I/O per step of each rank") and overlap in r
@@ -243,6 +246,18 @@ def test_gemini_rank_memory_and_traffic_match_the_plan(workdir, offload):
         # bytes of the files in its folder (polled while it ran), exactly.
         disk_events = [e for e in events if e["type"] == "memory" and e["tier"] == "disk"]
         assert disk_events, "no disk memory events"
+        # Rank 0's traffic per step (between the reports after each step) is the plan's: the
+        # median step's, as the first update reads no moments yet, and with the optimizer's update
+        # run behind the next forward the last report holds two updates.
+        traffic = [e["traffic"] for e in disk_events]
+        def median_step(key):
+            steps = sorted(b[key] - a[key] for a, b in zip(traffic, traffic[1:]))
+            return steps[len(steps) // 2]
+        read, written = median_step("read_bytes"), median_step("written_bytes")
+        print(f"rank 0 disk per step: read {read}, written {written}; planned {plan['time']['disk_read_bytes_per_step']}, "
+              f"{plan['time']['disk_write_bytes_per_step']}")
+        assert written == plan["time"]["disk_write_bytes_per_step"], (written, plan["time"])
+        assert read <= plan["time"]["disk_read_bytes_per_step"] <= 1.2 * read, (read, plan["time"])
         reports = sorted(disk_events[-1]["ranks"], key=lambda r: r["rank"])
         assert [r["rank"] for r in reports] == [0, 1], reports
         assert len(files) == 2, files
