@@ -87,6 +87,46 @@ constexpr std::int64_t kLayersReplayed = 64;
 
 ShardedChunks replayed_chunks(const hf::ModelConfig& c, const Settings& s, int world_size);
 
+// The plugin's gathers over one step's block uses (each block's chunks, in order), replayed with
+// its own policy (memory/chunk_cache_policy.h): a block's chunks gathered when it computes, at
+// most kGatheredChunks whole at once, the one the order needs again last released first, the
+// next chunk of the order gathered ahead within the step. `gathered(ch)` and `released(ch)` are
+// told of each.
+template <typename Gathered, typename Released>
+void replay_gathers(const std::vector<std::vector<std::size_t>>& blocks, std::size_t chunks,
+                    Gathered gathered, Released released) {
+  std::vector<std::size_t> trace;
+  for (const auto& block : blocks)
+    for (std::size_t ch : block)
+      if (trace.empty() || trace.back() != ch) trace.push_back(ch);
+  memory::ChunkCachePolicy policy(chunks);
+  policy.use_order(std::move(trace));
+  std::vector<bool> held(chunks, false);
+  auto make_room = [&] {
+    return policy.make_room(
+        kGatheredChunks, [&](std::size_t ch) { return static_cast<bool>(held[ch]); },
+        [&](std::size_t ch) {
+          held[ch] = false;
+          released(ch);
+        });
+  };
+  auto gather = [&](std::size_t ch) {
+    held[ch] = true;
+    gathered(ch);
+  };
+  for (const auto& block : blocks) {
+    policy.pin(block);
+    for (std::size_t ch : block) {
+      if (!held[ch]) {
+        make_room();
+        gather(ch);
+      }
+      const std::optional<std::size_t> next = policy.next_after(ch, /*across_steps=*/false);
+      if (next && !held[*next] && make_room()) gather(*next);
+    }
+  }
+}
+
 ShardedChunks sharded_chunks(const hf::ModelConfig& c, const Settings& s, int world_size) {
   if (c.num_hidden_layers <= kLayersReplayed) return replayed_chunks(c, s, world_size);
   hf::ModelConfig replayed = c;
@@ -220,45 +260,17 @@ ShardedChunks replayed_chunks(const hf::ModelConfig& c, const Settings& s, int w
   const std::int64_t micro_batches = std::clamp<std::int64_t>(s.gradient_accumulation, 1, 64);
   for (std::int64_t m = 0; m < micro_batches; ++m)
     step_uses.insert(step_uses.end(), uses.begin(), uses.end());
-  std::vector<std::size_t> trace;
-  for (std::size_t b : step_uses) {
-    out.step_blocks.push_back(block_chunks[b]);
-    for (std::size_t ch : block_chunks[b])
-      if (trace.empty() || trace.back() != ch) trace.push_back(ch);
-  }
-  // The plugin's own policy over that order (memory/chunk_cache_policy.h): the same gathers.
-  memory::ChunkCachePolicy policy(chunks.size());
-  policy.use_order(std::move(trace));
-
-  std::vector<bool> held(chunks.size(), false);
+  for (std::size_t b : step_uses) out.step_blocks.push_back(block_chunks[b]);
   double whole = 0;
-  auto make_room = [&] {
-    return policy.make_room(
-        kGatheredChunks, [&](std::size_t ch) { return static_cast<bool>(held[ch]); },
-        [&](std::size_t ch) {
-          held[ch] = false;
-          whole -= chunks[ch];
-        });
-  };
-  auto gather = [&](std::size_t ch) {
-    held[ch] = true;
-    whole += chunks[ch];
-    ++out.gathers;
-    out.gathered_elements += chunks[ch];
-    out.gathered_peak = std::max(out.gathered_peak, whole);
-  };
-  for (std::size_t b : step_uses) {
-    policy.pin(block_chunks[b]);
-    for (std::size_t ch : block_chunks[b]) {
-      if (!held[ch]) {
-        make_room();
-        gather(ch);
-      }
-      // Gathered ahead: the chunk after this use in the order, within the step.
-      const std::optional<std::size_t> next = policy.next_after(ch, /*across_steps=*/false);
-      if (next && !held[*next] && make_room()) gather(*next);
-    }
-  }
+  replay_gathers(
+      out.step_blocks, chunks.size(),
+      [&](std::size_t ch) {
+        whole += chunks[ch];
+        ++out.gathers;
+        out.gathered_elements += chunks[ch];
+        out.gathered_peak = std::max(out.gathered_peak, whole);
+      },
+      [&](std::size_t ch) { whole -= chunks[ch]; });
   return out;
 }
 
@@ -463,41 +475,20 @@ std::uint64_t replayed_disk_reads(const ShardedChunks& chunks,
   if (chunks.step_blocks.empty()) return 0;
   const std::size_t n = chunks.fetched.size();
   const auto on_disk = [&](std::size_t ch) { return ch < shard_files.size() && shard_files[ch]; };
-  const auto gathered = [&](std::size_t ch) { return !one || on_disk(ch); };
   std::vector<std::vector<std::size_t>> blocks;
-  std::vector<std::size_t> trace;
   for (const auto& block : chunks.step_blocks) {
-    std::vector<std::size_t> mine;
+    std::vector<std::size_t> gathered;
     for (std::size_t ch : block)
-      if (ch < n && gathered(ch)) mine.push_back(ch);
-    for (std::size_t ch : mine)
-      if (trace.empty() || trace.back() != ch) trace.push_back(ch);
-    blocks.push_back(std::move(mine));
+      if (ch < n && (!one || on_disk(ch))) gathered.push_back(ch);
+    blocks.push_back(std::move(gathered));
   }
-  memory::ChunkCachePolicy policy(n);
-  policy.use_order(std::move(trace));
-  std::vector<bool> held(n, false);
   std::uint64_t reads = 0;
-  auto make_room = [&] {
-    return policy.make_room(
-        kGatheredChunks, [&](std::size_t ch) { return static_cast<bool>(held[ch]); },
-        [&](std::size_t ch) { held[ch] = false; });
-  };
-  auto gather = [&](std::size_t ch) {
-    held[ch] = true;
-    if (on_disk(ch)) reads += shard_files[ch];
-  };
-  for (const auto& block : blocks) {
-    policy.pin(block);
-    for (std::size_t ch : block) {
-      if (!held[ch]) {
-        make_room();
-        gather(ch);
-      }
-      const std::optional<std::size_t> next = policy.next_after(ch, /*across_steps=*/false);
-      if (next && !held[*next] && make_room()) gather(*next);
-    }
-  }
+  replay_gathers(
+      blocks, n,
+      [&](std::size_t ch) {
+        if (on_disk(ch)) reads += shard_files[ch];
+      },
+      [](std::size_t) {});
   return reads;
 }
 
