@@ -249,10 +249,11 @@ class WizardChecksTest : public QObject {
     choose_demo_model(wizard, demo_);
     wizard.go_to(FineTuneWizard::MethodStep);
     MethodPage* page = wizard.method_page();
-    auto peak = [&](const char* type, const char* quantize) {
+    auto peak = [&](const char* type, const char* quantize, bool double_quant = false) {
       tessera::job::JobSpec spec = wizard.build_spec();
       spec.method.type = type;
       spec.method.quantize = quantize;
+      spec.method.double_quant = double_quant;
       const auto folder = tessera::hf::ModelFolder::open((demo_ + "/base").toStdString());
       return tessera::plan::estimate_memory(folder.config(),
                                             tessera::plan::settings_as_written(spec),
@@ -262,7 +263,7 @@ class WizardChecksTest : public QObject {
     const std::uint64_t full = peak("full", "none"), lora = peak("lora", "none");
     QVERIFY(full > lora);
     for (const auto& [card, bytes] : {std::pair{"full", full}, std::pair{"lora", lora},
-                                      std::pair{"qlora", peak("lora", "nf4")}}) {
+                                      std::pair{"qlora", peak("lora", "nf4", true)}}) {
       const QString text = page->memory_text(card);
       QVERIFY2(text.contains(QString("About <b>%1</b>")
                                  .arg(QString::fromStdString(tessera::core::human_bytes(bytes)))),
@@ -276,6 +277,20 @@ class WizardChecksTest : public QObject {
     QVERIFY(page->memory_text("full").contains(
         QString::fromStdString(tessera::core::human_bytes(peak("full", "none")))));
     screenshot(&wizard, "wizard-method-cards-memory");
+
+    // The QLoRA card plans the base format in its combo while another card is chosen: a spec
+    // of int8 QLoRA loaded, then LoRA chosen, leaves int8 there (it read nf4).
+    tessera::job::JobSpec int8 = wizard.build_spec();
+    int8.method.type = "lora";
+    int8.method.quantize = "int8";
+    page->load_spec(int8.method, int8.training, QString::fromStdString(int8.precision));
+    page->set_method("lora");
+    const QString int8_peak =
+        QString("About <b>%1</b>")
+            .arg(QString::fromStdString(tessera::core::human_bytes(peak("lora", "int8"))));
+    QVERIFY(peak("lora", "int8") != peak("lora", "nf4", true));
+    QTRY_VERIFY2(page->memory_text("qlora").contains(int8_peak),
+                 qPrintable(page->memory_text("qlora")));
   }
 
   void bad_rows_block_the_launch_and_are_skipped_when_chosen() {

@@ -586,8 +586,10 @@ void MethodPage::show_memory(const QString& model_folder, const job::JobSpec& sp
     }
     job::JobSpec as = spec;
     as.method.type = it.key() == "full" ? "full" : "lora";
-    as.method.quantize = it.key() == "qlora" ? quantize().toStdString() : std::string("none");
-    if (it.key() == "qlora" && as.method.quantize == "none") as.method.quantize = "nf4";
+    // The QLoRA card plans the base format shown in its combo, chosen or not.
+    const std::string format = quantize_->currentData().toString().toStdString();
+    as.method.quantize = it.key() == "qlora" ? format : std::string("none");
+    as.method.double_quant = it.key() == "qlora" && format != "int8" && double_quant_->isChecked();
     try {
       const plan::MemoryEstimate estimate = plan::estimate_memory(
           *memory_config_, plan::settings_as_written(as), memory_checkpoint_bytes_);
