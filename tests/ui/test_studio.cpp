@@ -940,6 +940,52 @@ class StudioTest : public QObject {
     QCOMPARE(chart.unit(), QString("MiB"));
   }
 
+  void loss_chart_offers_a_log_scale_labelled_in_the_loss() {
+    // A loss falling from 8 to 0.05 over 200 steps: on the log scale every point is drawn at
+    // log10 of its value, each label of the axis sits at log10 of the loss it reads, and the
+    // linear chart comes back as it was; a loss of 0 is left out while the scale is on.
+    RunDashboard dashboard;
+    dashboard.resize(1000, 700);
+    dashboard.show();
+    LineChart* chart = dashboard.loss_chart();
+    QCheckBox* box = chart->log_scale_box();
+    QVERIFY(box && box->isVisible() && !box->isChecked());
+    QList<QPointF> loss;
+    for (int step = 1; step <= 200; ++step) loss << QPointF(step, 8.0 * std::pow(0.975, step));
+    loss << QPointF(201, 0.0);
+    const QString name = "training loss";
+    chart->append(name, loss);
+    QCOMPARE(chart->shown_points(name), loss);
+    box->click();
+    QVERIFY(chart->log_scale());
+    const QList<QPointF> logs = chart->shown_points(name);
+    QCOMPARE(logs.size(), 200);
+    for (int i = 0; i < 200; ++i) {
+      QCOMPARE(logs[i].x(), loss[i].x());
+      QVERIFY(std::abs(logs[i].y() - std::log10(loss[i].y())) < 1e-12);
+    }
+    const auto ticks = chart->log_ticks();
+    QVERIFY2(ticks.size() >= 3, qPrintable(QString("%1 labels, %2 ticks, height %3").arg(ticks.size()).arg(chart->y_tick_count()).arg(chart->height())));
+    QStringList labels;
+    for (const auto& [label, at] : ticks) {
+      labels << label;
+      QVERIFY2(std::abs(at - std::log10(label.toDouble())) < 1e-9, qPrintable(label));
+    }
+    // The range's decades are labelled: 0.1 and 1 lie inside 0.05…8.
+    QVERIFY2(labels.contains("0.1") && labels.contains("1"), qPrintable(labels.join(", ")));
+    auto* axis = qobject_cast<QValueAxis*>(chart->chart()->axes(Qt::Vertical).last());
+    QVERIFY(axis && axis->isVisible() && axis->min() <= std::log10(loss[199].y()) &&
+            axis->max() >= std::log10(8.0 * 0.975));
+    // Points that arrive while it is on are drawn on it.
+    chart->append(name, {QPointF(202, 0.04)});
+    QVERIFY(std::abs(chart->shown_points(name).last().y() - std::log10(0.04)) < 1e-12);
+    screenshot(&dashboard, "dashboard-loss-log-scale");
+    box->click();
+    QVERIFY(!chart->log_scale());
+    loss << QPointF(202, 0.04);
+    QCOMPARE(chart->shown_points(name), loss);
+  }
+
   void runs_page_says_when_the_history_cannot_be_read() {
     // A database the list query fails on (here its runs table is gone) is an error on the page,
     // not an empty history.

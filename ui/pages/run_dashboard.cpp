@@ -112,6 +112,7 @@ RunDashboard::RunDashboard(QWidget* parent) : QWidget(parent) {
   loss_->define_series(tr("training loss"), 0, /*faint=*/true);
   loss_->define_series(tr("training loss (smoothed)"), 0, false);
   loss_->define_series(tr("evaluation loss"), 2, false);
+  loss_->offer_log_scale();
   lr_ = new LineChart(tr("Learning rate"), tr("step"), tr("lr"));
   // The gradient's global norm before clipping, as each step reports it: spikes warn of an
   // unstable run before its loss shows it. It shares the learning rate's place (that chart is

@@ -2,7 +2,9 @@
 
 #include <QAreaSeries>
 #include <QBoxLayout>
+#include <QCategoryAxis>
 #include <QChart>
+#include <QCheckBox>
 #include <QEvent>
 #include <QGraphicsLayout>
 #include <QLabel>
@@ -13,6 +15,7 @@
 #include <QValueAxis>
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "ui/models/run_data.h"
 
@@ -159,6 +162,55 @@ void cover_range(QValueAxis* axis, double lo, double hi, bool reset) {
   set_range(axis, lo, hi);
 }
 
+// A logarithmic axis over [lo, hi] in log10 units, labelled in the values themselves at "nice"
+// values: the densest of 1, 1-3, 1-2-5, 1-1.5-2-3-5-7 and 1-1.2-1.5-2-2.5-3-4-5-6-8 per decade whose
+// labels fit the tick count the size allows, plus one (every other decade when even 1 per decade does
+// not); a range narrower than any of them is labelled at its two ends.
+void set_log_range(QCategoryAxis* axis, double lo, double hi, int ticks) {
+  if (hi - lo < 0.02) {  // a flat line: 5% either side
+    lo -= 0.02;
+    hi += 0.02;
+  }
+  const double pad = (hi - lo) * 0.04;
+  lo -= pad;
+  hi += pad;
+  // The tick count leaves two lines a label; a log axis's labels are uneven (1-2-5), so one
+  // label more than that still leaves room.
+  ticks = std::max(2, ticks) + 1;
+  static const std::vector<std::vector<double>> kMantissas = {
+      {1}, {1, 3}, {1, 2, 5}, {1, 1.5, 2, 3, 5, 7}, {1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8}};
+  QList<double> values;
+  for (const std::vector<double>& mantissas : kMantissas) {
+    QList<double> these;
+    for (int k = int(std::floor(lo)) - 1; k <= int(std::ceil(hi)) + 1; ++k)
+      for (double m : mantissas) {
+        const double v = m * std::pow(10.0, k);
+        if (std::log10(v) >= lo && std::log10(v) <= hi) these << v;
+      }
+    if (these.size() > ticks && !values.isEmpty()) break;
+    values = these;
+    if (values.size() > ticks) {  // decades only, and still too many: every other one
+      QList<double> fewer;
+      for (qsizetype i = 0; i < values.size(); i += 2) fewer << values[i];
+      values = fewer;
+      break;
+    }
+  }
+  if (values.size() < 2) {
+    values = {std::pow(10.0, lo + pad), std::pow(10.0, hi - pad)};
+    for (double& v : values) v = QString::number(v, 'g', 3).toDouble();
+    if (values[0] == values[1]) values.pop_back();
+  }
+  for (const QString& label : axis->categoriesLabels()) axis->remove(label);
+  for (double v : values) {
+    lo = std::min(lo, std::log10(v));
+    hi = std::max(hi, std::log10(v));
+  }
+  axis->setRange(lo, hi);
+  axis->setStartValue(lo);
+  for (double v : values) axis->append(QString::number(v, 'g', 3), std::log10(v));
+}
+
 // QXYSeries::append(QList) adds the points one at a time, and the chart recomputes its
 // geometry after each: quadratic in the series length. One replace() of the whole list is
 // a single update.
@@ -239,6 +291,19 @@ void ChartView::set_legend(const QList<LegendEntry>& entries) {
   fit_to_size();  // longer figures need a wider (or taller) legend
 }
 
+void ChartView::add_control(QWidget* control) {
+  if (!controls_) {
+    controls_ = new QWidget;
+    auto* row = new QHBoxLayout(controls_);
+    const int line = fontMetrics().height();
+    row->setContentsMargins(line / 2, line / 8, line / 2, 0);
+    row->addStretch(1);
+    layout_->insertWidget(0, controls_);
+  }
+  controls_->layout()->addWidget(control);
+  fit_to_size();
+}
+
 void ChartView::render_legend() {
   // Each entry is kept whole (non-breaking spaces inside it); entries wrap between them.
   QStringList parts;
@@ -304,6 +369,7 @@ void ChartView::fit_to_size() {
     legend_->setFixedHeight(legend_h);
     plot_h -= legend_h;
   }
+  if (controls_) plot_h -= controls_->sizeHint().height();
   // A short plot drops its axis titles (the chart's title names the quantity) before its ticks.
   const bool titles = plot_h >= line * 13;
   int rows = plot_h / line - 2 /* title */ - 1 /* x labels */ - (titles ? 1 : 0);
@@ -374,7 +440,10 @@ QLineSeries* LineChart::series_for(const QString& name) {
   s->setPen(pen);
   chart()->addSeries(s);
   s->attachAxis(x_axis_);
-  s->attachAxis(y_axis_);
+  if (log_)
+    s->attachAxis(log_axis_);
+  else
+    s->attachAxis(y_axis_);
   series_.insert(name, s);
   order_ << name;
   update_legend();
@@ -402,43 +471,126 @@ void LineChart::append(const QString& name, const QList<QPointF>& points) {
     if (std::isfinite(p.x()) && std::isfinite(p.y())) finite.push_back(p);
   if (finite.isEmpty()) return;
   QLineSeries* s = series_for(name);
-  const bool first = !has_points_;
-  for (const QPointF& p : finite) {
-    if (!has_points_) {
-      x_min_ = x_max_ = p.x();
-      y_min_ = y_max_ = p.y();
-      has_points_ = true;
-      update_title();
-    }
-    x_min_ = std::min(x_min_, p.x());
-    x_max_ = std::max(x_max_, p.x());
-    y_min_ = std::min(y_min_, p.y());
-    y_max_ = std::max(y_max_, p.y());
-  }
-  append_points(s, finite);
+  const bool first = !has_points_, first_y = !has_y_;
+  values_[name].append(finite);
+  extend_extents(finite);
+  if (first) update_title();
+  draw(s, finite);
   // Sparse series (evaluations, short runs) show their points: one point draws no line.
   s->setPointsVisible(s->count() <= 50);
   cover_range(x_axis_, std::min(x_min_, 0.0), x_max_, first);
-  cover_range(y_axis_, y_min_, y_max_, first);
+  if (has_y_) cover_y(first_y);
+}
+
+void LineChart::extend_extents(const QList<QPointF>& values) {
+  for (const QPointF& p : values) {
+    if (!has_points_) x_min_ = x_max_ = p.x();
+    has_points_ = true;
+    x_min_ = std::min(x_min_, p.x());
+    x_max_ = std::max(x_max_, p.x());
+    if (log_ && p.y() <= 0) continue;
+    const double y = log_ ? std::log10(p.y()) : p.y();
+    if (!has_y_) y_min_ = y_max_ = y;
+    has_y_ = true;
+    y_min_ = std::min(y_min_, y);
+    y_max_ = std::max(y_max_, y);
+  }
+}
+
+void LineChart::draw(QLineSeries* series, const QList<QPointF>& values) {
+  if (!log_) return append_points(series, values);
+  QList<QPointF> logs;
+  logs.reserve(values.size());
+  for (const QPointF& p : values)
+    if (p.y() > 0) logs.push_back(QPointF(p.x(), std::log10(p.y())));
+  append_points(series, logs);
+}
+
+void LineChart::cover_y(bool reset) {
+  if (!log_) return cover_range(y_axis_, y_min_, y_max_, reset);
+  if (reset || y_min_ < log_axis_->min() || y_max_ > log_axis_->max())
+    set_log_range(log_axis_, y_min_, y_max_, wanted_ticks(y_axis_));
+}
+
+void LineChart::offer_log_scale() {
+  if (log_box_) return;
+  log_box_ = new QCheckBox(tr("log scale"));
+  log_box_->setObjectName("logScale");
+  log_box_->setToolTip(
+      tr("Plot the values on a logarithmic axis, so that late, small changes "
+         "stay visible. Values at or below zero are left out while it is on."));
+  QFont small = log_box_->font();
+  small.setPointSizeF(small.pointSizeF() * 0.9);
+  log_box_->setFont(small);
+  connect(log_box_, &QCheckBox::toggled, this, &LineChart::set_log_scale);
+  add_control(log_box_);
+}
+
+void LineChart::set_log_scale(bool on) {
+  if (log_box_ && log_box_->isChecked() != on) log_box_->setChecked(on);  // calls back here
+  if (on == log_) return;
+  log_ = on;
+  if (!log_axis_) {
+    log_axis_ = new QCategoryAxis;  // untitled: the chart's title names the quantity
+    log_axis_->setLabelsPosition(QCategoryAxis::AxisLabelsPositionOnValue);
+    chart()->addAxis(log_axis_, Qt::AlignLeft);
+    apply_palette(chart(), palette());
+  }
+  QAbstractAxis* from = on ? static_cast<QAbstractAxis*>(y_axis_) : log_axis_;
+  QAbstractAxis* to = on ? static_cast<QAbstractAxis*>(log_axis_) : y_axis_;
+  from->setVisible(false);
+  to->setVisible(true);
+  // Every series drawn again from its values, and the extents taken again.
+  has_points_ = has_y_ = false;
+  for (const QString& name : order_) {
+    QLineSeries* s = series_.value(name);
+    s->detachAxis(from);
+    s->attachAxis(to);
+    s->clear();
+    extend_extents(values_.value(name));
+    draw(s, values_.value(name));
+  }
+  update_ranges();
+}
+
+QList<QPointF> LineChart::shown_points(const QString& name) const {
+  QLineSeries* s = series_.value(name);
+  return s ? s->points() : QList<QPointF>{};
+}
+
+QList<std::pair<QString, double>> LineChart::log_ticks() const {
+  QList<std::pair<QString, double>> ticks;
+  if (log_axis_)
+    for (const QString& label : log_axis_->categoriesLabels())
+      ticks.push_back({label, log_axis_->endValue(label)});
+  return ticks;
 }
 
 void LineChart::update_ranges() {
-  if (!has_points_) {
+  if (!has_points_)
     set_range(x_axis_, 0, 1);
-    set_range(y_axis_, 0, 1);
+  else
+    set_range(x_axis_, std::min(x_min_, 0.0), x_max_);
+  if (log_) {
+    set_log_range(log_axis_, has_y_ ? y_min_ : 0, has_y_ ? y_max_ : 1, wanted_ticks(y_axis_));
     return;
   }
-  set_range(x_axis_, std::min(x_min_, 0.0), x_max_);
-  set_range(y_axis_, y_min_, y_max_);
+  if (has_y_)
+    set_range(y_axis_, y_min_, y_max_);
+  else
+    set_range(y_axis_, 0, 1);
 }
 
 void LineChart::clear() {
   chart()->removeAllSeries();
   series_.clear();
+  values_.clear();
   order_.clear();
   has_points_ = false;
+  has_y_ = false;
   x_axis_->setRange(0, 1);
   y_axis_->setRange(0, 1);
+  if (log_) set_log_range(log_axis_, 0, 1, wanted_ticks(y_axis_));
   update_legend();
   update_title();
 }

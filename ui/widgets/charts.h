@@ -15,8 +15,11 @@
 #include <QList>
 #include <QPointF>
 #include <QString>
+#include <utility>
 
 class QBoxLayout;
+class QCategoryAxis;
+class QCheckBox;
 class QLabel;
 class QLineSeries;
 class QValueAxis;
@@ -56,6 +59,8 @@ class ChartView : public QFrame {
  protected:
   ChartView(const QString& x_title, const QString& y_title, QWidget* parent);
   void set_legend(const QList<LegendEntry>& entries);
+  // A row of controls above the plot (the loss chart's log-scale box), aligned right.
+  void add_control(QWidget* control);
   // Legend beside the plot (right) when the chart is wide enough; under it otherwise.
   void set_legend_beside_when_wide(bool beside) { legend_beside_ = beside; }
   // The axes' ranges are set again for the current tick counts (charts keep their data extents).
@@ -71,6 +76,7 @@ class ChartView : public QFrame {
   QChartView* view_ = nullptr;  // (palette and font events arrive while constructing)
   QLabel* legend_ = nullptr;
   QBoxLayout* layout_ = nullptr;
+  QWidget* controls_ = nullptr;  // made by the first add_control
   QList<LegendEntry> legend_entries_;
   bool legend_beside_ = false;     // allowed
   bool legend_is_beside_ = false;  // now
@@ -91,6 +97,18 @@ class LineChart : public ChartView {
   int point_count(const QString& series) const;
   int series_count() const { return int(series_.size()); }
   void set_empty_text(const QString& text);  // shown in the title while there is no point
+  // Offers a "log scale" box above the plot (a loss falls by orders of magnitude, and its late
+  // steps flatten into the axis on a linear one). Off until ticked.
+  void offer_log_scale();
+  QCheckBox* log_scale_box() const { return log_box_; }
+  // A logarithmic y axis: the series plot log10 of their values, the axis is labelled in the
+  // values themselves ("0.5, 1, 2, 5"); points at or below zero are left out while it is on.
+  void set_log_scale(bool on);
+  bool log_scale() const { return log_; }
+  // The points drawn for `series` (log10 of the values on a log scale).
+  QList<QPointF> shown_points(const QString& series) const;
+  // The y axis's labelled values on a log scale, with where each is drawn (log10 of it).
+  QList<std::pair<QString, double>> log_ticks() const;
 
  protected:
   void update_ranges() override;
@@ -103,12 +121,20 @@ class LineChart : public ChartView {
   QLineSeries* series_for(const QString& name);
   void update_title();
   void update_legend();
+  void draw(QLineSeries* series, const QList<QPointF>& values);  // transformed as the scale is
+  void extend_extents(const QList<QPointF>& values);
+  void cover_y(bool reset);
   QString title_, empty_text_;
   QHash<QString, QLineSeries*> series_;
-  QList<QString> order_;          // series in creation order (the legend's order)
-  QHash<QString, Style> styles_;  // declared or assigned styles
-  double x_min_ = 0, x_max_ = 0, y_min_ = 0, y_max_ = 0;
+  QHash<QString, QList<QPointF>> values_;  // every finite point as given, to redraw on a switch
+  QList<QString> order_;                   // series in creation order (the legend's order)
+  QHash<QString, Style> styles_;           // declared or assigned styles
+  double x_min_ = 0, x_max_ = 0, y_min_ = 0, y_max_ = 0;  // y: of the drawn (log10) values
   bool has_points_ = false;
+  bool has_y_ = false;  // a drawn y value (a log scale drops those at or below zero)
+  bool log_ = false;
+  QCheckBox* log_box_ = nullptr;
+  QCategoryAxis* log_axis_ = nullptr;  // made with the first switch to the log scale
 };
 
 // One memory tier over time, stacked by category (weights, gradients, optimizer state,
