@@ -420,7 +420,10 @@ QString MethodPage::quantize() const {
 }
 
 bool MethodPage::double_quant() const {
-  const QString format = quantize();
+  return double_quant_for(quantize());
+}
+
+bool MethodPage::double_quant_for(const QString& format) const {
   return format != "none" && format != "int8" && double_quant_->isChecked();
 }
 
@@ -587,9 +590,9 @@ void MethodPage::show_memory(const QString& model_folder, const job::JobSpec& sp
     job::JobSpec as = spec;
     as.method.type = it.key() == "full" ? "full" : "lora";
     // The QLoRA card plans the base format shown in its combo, chosen or not.
-    const std::string format = quantize_->currentData().toString().toStdString();
-    as.method.quantize = it.key() == "qlora" ? format : std::string("none");
-    as.method.double_quant = it.key() == "qlora" && format != "int8" && double_quant_->isChecked();
+    const QString format = quantize_->currentData().toString();
+    as.method.quantize = it.key() == "qlora" ? format.toStdString() : std::string("none");
+    as.method.double_quant = it.key() == "qlora" && double_quant_for(format);
     try {
       const plan::MemoryEstimate estimate = plan::estimate_memory(
           *memory_config_, plan::settings_as_written(as), memory_checkpoint_bytes_);

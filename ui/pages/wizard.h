@@ -257,6 +257,8 @@ class MethodPage : public QWidget {
   void methodChanged();
 
  private:
+  // Whether a QLoRA base of `format` would double-quantize: 4 bits and the box ticked.
+  bool double_quant_for(const QString& format) const;
   struct Preset {
     job::TrainingSpec training;
     job::MethodSpec method;

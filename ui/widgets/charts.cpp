@@ -163,9 +163,9 @@ void cover_range(QValueAxis* axis, double lo, double hi, bool reset) {
 }
 
 // A logarithmic axis over [lo, hi] in log10 units, labelled in the values themselves at "nice"
-// values: the densest of 1, 1-3, 1-2-5, 1-1.5-2-3-5-7 and 1-1.2-1.5-2-2.5-3-4-5-6-8 per decade whose
-// labels fit the tick count the size allows, plus one (every other decade when even 1 per decade does
-// not); a range narrower than any of them is labelled at its two ends.
+// values: the densest of 1, 1-3, 1-2-5, 1-1.5-2-3-5-7 and 1-1.2-1.5-2-2.5-3-4-5-6-8 per decade
+// whose labels fit the tick count the size allows, plus one (every other decade when even 1 per
+// decade does not); a range narrower than any of them is labelled at its two ends.
 void set_log_range(QCategoryAxis* axis, double lo, double hi, int ticks) {
   if (hi - lo < 0.02) {  // a flat line: 5% either side
     lo -= 0.02;
@@ -472,7 +472,7 @@ void LineChart::append(const QString& name, const QList<QPointF>& points) {
   if (finite.isEmpty()) return;
   QLineSeries* s = series_for(name);
   const bool first = !has_points_, first_y = !has_y_;
-  values_[name].append(finite);
+  if (log_box_) values_[name].append(finite);  // kept to draw again on a switch of scale
   extend_extents(finite);
   if (first) update_title();
   draw(s, finite);
@@ -527,7 +527,8 @@ void LineChart::offer_log_scale() {
 }
 
 void LineChart::set_log_scale(bool on) {
-  if (log_box_ && log_box_->isChecked() != on) log_box_->setChecked(on);  // calls back here
+  if (!log_box_) return;  // not offered: no values kept to draw again
+  if (log_box_->isChecked() != on) log_box_->setChecked(on);  // calls back here
   if (on == log_) return;
   log_ = on;
   if (!log_axis_) {

@@ -101,8 +101,9 @@ class LineChart : public ChartView {
   // steps flatten into the axis on a linear one). Off until ticked.
   void offer_log_scale();
   QCheckBox* log_scale_box() const { return log_box_; }
-  // A logarithmic y axis: the series plot log10 of their values, the axis is labelled in the
-  // values themselves ("0.5, 1, 2, 5"); points at or below zero are left out while it is on.
+  // A logarithmic y axis (once offered): the series plot log10 of their values, the axis is
+  // labelled in the values themselves ("0.5, 1, 2, 5"); points at or below zero are left out
+  // while it is on.
   void set_log_scale(bool on);
   bool log_scale() const { return log_; }
   // The points drawn for `series` (log10 of the values on a log scale).
@@ -126,7 +127,7 @@ class LineChart : public ChartView {
   void cover_y(bool reset);
   QString title_, empty_text_;
   QHash<QString, QLineSeries*> series_;
-  QHash<QString, QList<QPointF>> values_;  // every finite point as given, to redraw on a switch
+  QHash<QString, QList<QPointF>> values_;  // with a log scale offered: every finite point given
   QList<QString> order_;                   // series in creation order (the legend's order)
   QHash<QString, Style> styles_;           // declared or assigned styles
   double x_min_ = 0, x_max_ = 0, y_min_ = 0, y_max_ = 0;  // y: of the drawn (log10) values
