@@ -17,6 +17,7 @@ void ChunkCachePolicy::end_tracing() {
 void ChunkCachePolicy::use_order(std::vector<std::size_t> order) {
   trace_ = std::move(order);
   cursor_ = 0;
+  matched_.reset();
   tracing_ = false;
   index_order();
 }
@@ -30,10 +31,17 @@ void ChunkCachePolicy::index_order() {
 
 std::optional<std::size_t> ChunkCachePolicy::next_after(std::size_t c, bool across_steps) {
   if (trace_.empty()) return std::nullopt;
-  std::size_t at = cursor_;
-  for (std::size_t n = 0; n < trace_.size() && trace_[at] != c; ++n) at = (at + 1) % trace_.size();
-  if (trace_[at] != c) return std::nullopt;  // a chunk the order never uses
-  cursor_ = (at + 1) % trace_.size();
+  // A use right after a use of the same chunk is the same use of the order (the trace holds it
+  // once): the cursor stays. Searching on from the cursor instead found the chunk's next use,
+  // further along, and every later fetch ahead and eviction followed the wrong place.
+  if (!(matched_ && trace_[*matched_] == c)) {
+    std::size_t at = cursor_;
+    for (std::size_t n = 0; n < trace_.size() && trace_[at] != c; ++n)
+      at = (at + 1) % trace_.size();
+    if (trace_[at] != c) return std::nullopt;  // a chunk the order never uses
+    matched_ = at;
+    cursor_ = (at + 1) % trace_.size();
+  }
   if (cursor_ == 0 && !across_steps) return std::nullopt;
   return trace_[cursor_];
 }

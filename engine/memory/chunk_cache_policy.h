@@ -43,11 +43,15 @@ class ChunkCachePolicy {
   // An order known beforehand (the planner's), with no tracing step.
   void use_order(std::vector<std::size_t> order);
   const std::vector<std::size_t>& order() const { return trace_; }
+  // Between steps (the update in between): the next use is the order's first, even of the chunk
+  // used last (the order, wrapping round, may end with the chunk it begins with).
+  void next_step() { matched_.reset(); }
 
   // After a use of `c`: the chunk the order uses next, to fetch ahead, found from where the last
-  // use was (one comparison per use while a step follows the order). None when `c` is not in the
-  // order, or when the next use is the next step's first and `across_steps` is false (gathered
-  // chunks: the update in between changes every chunk).
+  // use was (one comparison per use while a step follows the order). Uses of one chunk in a row
+  // (several modules in one chunk) are one use of the order, as record() traces them. None when `c`
+  // is not in the order, or when the next use is the next step's first and `across_steps` is false
+  // (gathered chunks: the update in between changes every chunk).
   std::optional<std::size_t> next_after(std::size_t c, bool across_steps);
 
   // The chunks the block computing now uses: never evicted to make room.
@@ -74,6 +78,7 @@ class ChunkCachePolicy {
   std::vector<std::size_t> trace_;
   std::vector<std::vector<std::size_t>> positions_;  // per chunk: where trace_ has it, ascending
   std::size_t cursor_ = 0;                           // the order's position after the last use
+  std::optional<std::size_t> matched_;               // the order's position of the last use
   bool tracing_ = true;
 };
 

@@ -17,6 +17,7 @@
 #include "plan/activations.h"
 #include "plan/cost_terms.h"
 #include "plan/plan_text.h"
+#include "plan/planner.h"
 #include "plan/spec_settings.h"
 
 namespace tessera::plan {
@@ -188,13 +189,42 @@ ShardedChunks replayed_chunks(const hf::ModelConfig& c, const Settings& s, int w
   std::vector<std::vector<std::size_t>> layer_blocks;  // each layer's blocks, forward order
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::size_t first_tensor = tensors.size();
-    // The layer's linears are registered (and chunked) before its norms, which compute first.
+    // The layer's linears are registered (and chunked) before its two norms, which compute
+    // before the attention's linears and before the MLP's (those reading the layer's third
+    // input, LinearModule::input): the norms' chunk is used twice a layer.
     std::vector<std::size_t> linears;
     for (const hf::LinearModule& m : shapes.layer_linears)
       linears.push_back(block(
           {quantized ? 0.0 : m.in_features * m.out_features, m.bias ? m.out_features : 0.0}, true));
-    std::vector<std::size_t> blocks = {block({shapes.layer_other}, true)};
-    blocks.insert(blocks.end(), linears.begin(), linears.end());
+    const auto mlp = std::find_if(shapes.layer_linears.begin(), shapes.layer_linears.end(),
+                                  [](const hf::LinearModule& m) { return m.input >= 2; });
+    std::vector<std::size_t> blocks;
+    if (mlp == shapes.layer_linears.end()) {
+      blocks = {block({shapes.layer_other}, true)};
+      blocks.insert(blocks.end(), linears.begin(), linears.end());
+    } else {
+      const auto split = linears.begin() + (mlp - shapes.layer_linears.begin());
+      const std::size_t attention_norm = block({shapes.layer_other / 2}, true);
+      const std::size_t mlp_norm = block({shapes.layer_other / 2}, true);
+      blocks = {attention_norm};
+      blocks.insert(blocks.end(), linears.begin(), split);
+      blocks.push_back(mlp_norm);
+      blocks.insert(blocks.end(), split, linears.end());
+    }
+    // LoRA: below the first layer's first adapted linear nothing needs a gradient (the
+    // embedding is frozen), so backward runs none of the first layer's blocks before it.
+    if (lora && l == 0) {
+      const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
+      bool adapted = false;
+      for (std::size_t b : blocks) {
+        const auto at = std::find(linears.begin(), linears.end(), b);
+        if (at != linears.end()) {
+          const std::string& name = shapes.layer_linears[at - linears.begin()].name;
+          adapted = adapted || std::find(targets.begin(), targets.end(), name) != targets.end();
+        }
+        backward[b] = adapted;
+      }
+    }
     layer_blocks.push_back(std::move(blocks));
     if (l == 0)  // every layer has the same tensors
       for (std::size_t t = first_tensor; t < tensors.size(); ++t)
@@ -248,14 +278,17 @@ ShardedChunks replayed_chunks(const hf::ModelConfig& c, const Settings& s, int w
   for (const auto& blocks : layer_blocks) uses.insert(uses.end(), blocks.begin(), blocks.end());
   uses.push_back(outside);
   uses.push_back(head_block);
-  std::vector<std::size_t> backward_uses = {head_block, outside};
-  for (auto layer = layer_blocks.rbegin(); layer != layer_blocks.rend(); ++layer) {
-    if (s.activation_checkpointing)
-      backward_uses.insert(backward_uses.end(), layer->begin(), layer->end());
-    backward_uses.insert(backward_uses.end(), layer->rbegin(), layer->rend());
-  }
-  for (std::size_t b : backward_uses)
+  auto backward_use = [&](std::size_t b) {
     if (backward[b] && !block_chunks[b].empty()) uses.push_back(b);
+  };
+  backward_use(head_block);
+  backward_use(outside);
+  for (auto layer = layer_blocks.rbegin(); layer != layer_blocks.rend(); ++layer) {
+    if (s.activation_checkpointing)  // the layer's forward again, every block
+      for (std::size_t b : *layer)
+        if (!block_chunks[b].empty()) uses.push_back(b);
+    for (auto b = layer->rbegin(); b != layer->rend(); ++b) backward_use(*b);
+  }
   std::vector<std::size_t> step_uses;
   const std::int64_t micro_batches = std::clamp<std::int64_t>(s.gradient_accumulation, 1, 64);
   for (std::int64_t m = 0; m < micro_batches; ++m)

@@ -440,6 +440,7 @@ class GeminiPlugin : public train::Plugin {
       }
     }
     gathered_.end_tracing();  // the first step's order of chunk uses is every later step's
+    gathered_.next_step();
     return stats;
   }
 
@@ -721,7 +722,10 @@ class GeminiPlugin : public train::Plugin {
         ++h.offloaded_parameter_chunks;
         if (c.values.defined()) h.cached_parameter_bytes += values_bytes(c);
       }
-      if (c.whole.storage().data() != nullptr && !aliases(c)) h.gathered_bytes += c.whole.nbytes();
+      if (c.whole.storage().data() != nullptr && !aliases(c)) {
+        h.gathered_bytes += c.whole.nbytes();
+        if (!c.persistent) ++h.gathered_chunks;
+      }
       const auto arrays = static_cast<std::uint64_t>(arrays_of(c));
       if (c.optim.defined()) {
         h.moment_bytes += c.optim.nbytes() / arrays * 2;

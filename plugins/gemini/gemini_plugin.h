@@ -57,6 +57,7 @@ struct GeminiShardHeld {
   std::int64_t trainable_shard_elements = 0;  // elements of trainable tensors in this rank's shards
   std::uint64_t parameter_shard_bytes = 0;    // compute dtype
   std::uint64_t gathered_bytes = 0;           // whole chunks in memory now
+  std::int64_t gathered_chunks = 0;           // of those, gathered for blocks (not kept whole)
   std::uint64_t master_bytes = 0;             // float32 masters (bf16)
   std::uint64_t moment_bytes = 0;             // Adam m and v (in memory)
   // Optimizer shards on disk (offload_optim_frac), their bytes without the I/O padding.

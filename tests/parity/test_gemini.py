@@ -258,10 +258,13 @@ def test_parameters_on_disk_with_recomputation_and_accumulation(workdir, method)
     # The plan's disk traffic per step against the run's: it writes what the run writes, and its
     # replay of the chunk cache reads what the cache no longer holds (five chunks through four,
     # twice a step, with recomputation). Counting two reads a micro-batch it said 2x the run's;
-    # the replay reads about one chunk more than the plugin here (1.11x full, 1.16x LoRA), never
-    # less.
+    # replaying blocks with a layer's norms used once it read a chunk more (1.11x full, 1.16x
+    # LoRA); with each norm before its linears, LoRA's first norm out of backward, and the cache
+    # treating a chunk's uses in a row as one (the plugin read 9 chunks a step, now 7), the same
+    # (10.00 and 5.95 chunks a step, 2026-12-07). The run's first step evicts least recently used
+    # chunks: 5% for it.
     assert plan_time["disk_write_bytes_per_step"] == written, (plan_time, written)
-    assert read <= plan_time["disk_read_bytes_per_step"] <= 1.2 * read, (plan_time, read)
+    assert abs(plan_time["disk_read_bytes_per_step"] - read) <= 0.05 * read, (plan_time, read)
     host = [e for e in events if e["type"] == "memory" and e["tier"] == "host"][-1]
     if method == "full":
         # Five chunks through a cache of four: each step reads back at least one and writes back

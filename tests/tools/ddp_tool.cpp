@@ -281,6 +281,7 @@ int run_train(int argc, char** argv) {
                      {"trainable_shard_elements", g.trainable_shard_elements},
                      {"parameter_shard_bytes", g.parameter_shard_bytes},
                      {"gathered_bytes", g.gathered_bytes},
+                     {"gathered_chunks", g.gathered_chunks},
                      {"master_bytes", g.master_bytes},
                      {"moment_bytes", g.moment_bytes},
                      {"gradient_bytes", g.gradient_bytes},

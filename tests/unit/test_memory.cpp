@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "core/error.h"
@@ -80,6 +81,27 @@ class TestMemory : public QObject {
     planned.use_order({2, 0, 1});
     QVERIFY(!planned.tracing());
     QCOMPARE(*planned.next_after(2, true), std::size_t{0});
+    // Uses of one chunk in a row (several modules in one chunk, each hooked) are one use of the
+    // order: the read-ahead stays on the chunk that follows, and the eviction on the order's place
+    // (searching on from the cursor found the chunk's next use, 1's in backward, and read 2 ahead
+    // of it and evicted by the wrong distances: gemini read 9 chunks a step where 7 would do).
+    memory::ChunkCachePolicy order(5);
+    order.use_order({0, 1, 2, 3, 4, 3, 2, 1});
+    QCOMPARE(*order.next_after(0, false), std::size_t{1});
+    for (int repeat = 0; repeat < 3; ++repeat)
+      QVERIFY(order.next_after(1, false) == std::optional<std::size_t>{2});
+    QCOMPARE(order.uses_until_needed(2), std::size_t{0});
+    QCOMPARE(order.uses_until_needed(1), std::size_t{5});
+    QCOMPARE(*order.next_after(2, false), std::size_t{3});
+    // The order may end with the chunk it begins with (the embedding's, in backward and in the
+    // next forward): after the update the first use is a new one, and reads the order's second
+    // chunk ahead.
+    memory::ChunkCachePolicy round(3);
+    round.use_order({0, 1, 2, 1, 0});
+    for (std::size_t c : {0, 1, 2, 1}) QVERIFY(round.next_after(c, false).has_value());
+    QVERIFY(!round.next_after(0, false).has_value());  // the step's last use
+    round.next_step();
+    QCOMPARE(*round.next_after(0, false), std::size_t{1});
   }
 
   void state_table_walks_a_training_step() {
