@@ -666,7 +666,12 @@ class StudioTest : public QObject {
         "%lld ms",
         steps, elapsed, worst, dashboard.repaints(), dashboard.max_draw_ms());
     QCOMPARE(monitor.status(), QString("completed"));
-    QVERIFY2(worst < 100, qPrintable(QString("event loop blocked for %1 ms").arg(worst)));
+    // 100 ms run alone (ctest's test_studio_event_loop sets TESSERA_STUDIO_ALONE); beside other
+    // tests on 2 vCPUs the same work takes more CPU time (103 ms once in CI), so 250 there.
+    const qint64 bound = qEnvironmentVariableIsSet("TESSERA_STUDIO_ALONE") ? 100 : 250;
+    QVERIFY2(
+        worst < bound,
+        qPrintable(QString("event loop blocked for %1 ms (bound %2 ms)").arg(worst).arg(bound)));
     QCOMPARE(dashboard.loss_chart()->point_count("training loss"), steps);
     QCOMPARE(dashboard.loss_chart()->point_count("evaluation loss"), steps / 50);
     QCOMPARE(dashboard.lr_chart()->point_count("learning rate"), steps);
