@@ -74,9 +74,13 @@ double table_in_file(const hf::ModelConfig& c, const Settings& s) {
   return d(c.vocab_size) * d(c.hidden_size) * (head_in_file(c, s) ? 2.0 : 1.0);
 }
 
+std::vector<std::string> lora_targets(const hf::ModelConfig& c, const Settings& s) {
+  return s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
+}
+
 bool adapts_head(const hf::ModelConfig& c, const Settings& s) {
   if (s.method != "lora") return false;
-  const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
+  const auto targets = lora_targets(c, s);
   return std::find(targets.begin(), targets.end(), "lm_head") != targets.end();
 }
 
@@ -97,7 +101,7 @@ double reference_copy_bytes(const hf::ModelConfig& c, const Settings& s) {
 double merge_working_set(const hf::ModelConfig& c, const Settings& s) {
   const hf::ParameterShapes shapes = hf::family_of(c).parameter_shapes(c);
   double adapted = 0.0, largest = d(c.vocab_size) * d(c.hidden_size);
-  const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
+  const auto targets = lora_targets(c, s);
   for (const hf::LinearModule& l : shapes.layer_linears) {
     const double values = l.in_features * l.out_features;
     largest = std::max(largest, values);

@@ -17,7 +17,6 @@
 #include "plan/activations.h"
 #include "plan/cost_terms.h"
 #include "plan/plan_text.h"
-#include "plan/planner.h"
 #include "plan/spec_settings.h"
 
 namespace tessera::plan {
@@ -42,7 +41,7 @@ memory::ChunkLayout auto_layout(const std::vector<double>& numels, double elemen
 // the trainer creates them.
 std::vector<double> lora_adapter_numels(const hf::ModelConfig& c, const Settings& s) {
   std::vector<double> adapters;
-  const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
+  const auto targets = cost::lora_targets(c, s);
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
     for (const auto& name : targets)
       if (const auto shape = linear_shape(c, name)) {
@@ -214,7 +213,7 @@ ShardedChunks replayed_chunks(const hf::ModelConfig& c, const Settings& s, int w
     // LoRA: below the first layer's first adapted linear nothing needs a gradient (the
     // embedding is frozen), so backward runs none of the first layer's blocks before it.
     if (lora && l == 0) {
-      const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
+      const auto targets = cost::lora_targets(c, s);
       bool adapted = false;
       for (std::size_t b : blocks) {
         const auto at = std::find(linears.begin(), linears.end(), b);

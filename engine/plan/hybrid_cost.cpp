@@ -108,8 +108,7 @@ HybridLayout hybrid_layout(const hf::ModelConfig& c, const Settings& s, int worl
   const hf::ParameterShapes shapes = family.parameter_shapes(c);
   const double v = d(c.vocab_size), h = d(c.hidden_size);
   const bool lora = s.method == "lora";
-  const std::vector<std::string> targets =
-      s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
+  const std::vector<std::string> targets = cost::lora_targets(c, s);
   const double r = d(s.lora_rank);
 
   // One layer: its elements whole, one rank's blocks, and one rank's LoRA adapters.

@@ -94,7 +94,7 @@ ActivationTerms activation_terms(const hf::ModelConfig& c, const Settings& s, in
   if (lora) {
     // The frozen base keeps no linear's input for a weight gradient: only the inputs an adapter
     // reads (each shared input once) stay.
-    const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
+    const auto targets = cost::lora_targets(c, s);
     std::map<int, std::pair<double, bool>> inputs;  // input → (its width, read by an adapter)
     for (const hf::LinearModule& l : shapes.layer_linears) {
       auto& [width, adapted] = inputs[l.input];
@@ -113,7 +113,7 @@ ActivationTerms activation_terms(const hf::ModelConfig& c, const Settings& s, in
                    2 * norm_bytes * h / positions);
   out.layer += t * d(c.num_attention_heads) / split * 4.0;
   if (lora) {
-    const auto targets = s.lora_targets.empty() ? default_lora_targets(c) : s.lora_targets;
+    const auto targets = cost::lora_targets(c, s);
     out.layer += t * act * d(s.lora_rank) * d(static_cast<std::int64_t>(targets.size())) * 2;
   }
   out.boundary = t * h * act / positions;

@@ -29,8 +29,9 @@ if(TARGET tessera_ui)
   # Beside others (above) test_studio holds it to a looser bound that still catches a stall.
   add_test(NAME test_studio_event_loop
            COMMAND test_studio dashboard_streams_a_child_run_into_charts_and_the_database)
+  get_test_property(test_studio ENVIRONMENT studio_environment)
   set_tests_properties(test_studio_event_loop PROPERTIES LABELS ui RUN_SERIAL TRUE TIMEOUT 120
-    ENVIRONMENT "QT_QPA_PLATFORM=offscreen;XDG_CACHE_HOME=${CMAKE_BINARY_DIR}/test-cache;${TESSERA_TEST_OMP};TESSERA_STUDIO_ALONE=1")
+    ENVIRONMENT "${studio_environment};TESSERA_STUDIO_ALONE=1")
 
   # The Hub pages against tests/pylib/hub_server.py (started by tests/ui/hub_fixture.py).
   tessera_add_qt_test(NAME test_hub_pages SOURCES ui/test_hub_pages.cpp LIBS studio_test_support LABELS ui)
