@@ -959,8 +959,12 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   // one, the peak the plan is held to would otherwise depend on how the heap happened to be
   // reused: hybrid tp2's ranks peaked anywhere in 597-775 MiB over five identical runs with
   // glibc's sliding mmap threshold, 552-583 MiB with it fixed. Not yet under gemini without a
-  // budget: its host terms were fitted to the default heap (its ranks peak 27% under the plan
-  // with the threshold fixed); refitting them is the next step.
+  // budget: its host terms were fitted to the default heap. With the threshold fixed (measured
+  // with GLIBC_TUNABLES on the 21M llama of integration_plan_ranks, 2 ranks, 4/8/16 x 128 tokens),
+  // its ranks peak under the plan by 73/122/217 MiB (plan / VmHWM 1.12-1.29): their peak grows by
+  // 0.56 of the planned activations where ddp's grows by 0.79 (and gemini's by 0.99 with the
+  // default heap), so what the plan adds to the activations at their peak (the gradient chunks
+  // and shards) is not all resident then. Refitting that is the next step.
   const auto budget = requested.strategy.options.find("host_budget");
   const bool budgeted = budget != requested.strategy.options.end() && *budget != "auto";
   if (budgeted || spec.strategy.name != "gemini") memory::bound_heap_retention();
