@@ -964,7 +964,13 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   // its ranks peak under the plan by 73/122/217 MiB (plan / VmHWM 1.12-1.29): their peak grows by
   // 0.56 of the planned activations where ddp's grows by 0.79 (and gemini's by 0.99 with the
   // default heap), so what the plan adds to the activations at their peak (the gradient chunks
-  // and shards) is not all resident then. Refitting that is the next step.
+  // and shards) is not all resident then: counting the shards and the reductions in flight as
+  // made while backward frees the activations (the larger of the two at the peak) put the plan
+  // at 0.99-1.17x. Not done, because the fixed threshold costs gemini 15-24% of its tokens/s
+  // here (every activation above 4 MiB a fresh mapping, page-faulted each step; a 92M llama in
+  // one process: 207-244 tokens/s against 253-293, peak 1838 MiB against 2246) and the README's
+  // gemini benchmarks run without a budget. The way out is an allocator that bounds retention
+  // without faulting every step (glibc's hugetlb tunable took back part of it).
   const auto budget = requested.strategy.options.find("host_budget");
   const bool budgeted = budget != requested.strategy.options.end() && *budget != "auto";
   if (budgeted || spec.strategy.name != "gemini") memory::bound_heap_retention();
