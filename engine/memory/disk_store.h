@@ -22,8 +22,9 @@
 namespace tessera::memory {
 
 // Fixes glibc's mmap threshold so that freed blocks above a few MiB leave the resident set at once
-// (the runner calls it when the job sets a host_budget: the disk tier's host floor depends on it;
-// it costs some speed, every such block being a fresh mapping). No-op outside glibc.
+// (the runner calls it for every run: the disk tier's host floor and the plan's peaks depend on
+// it; LibTorch's large blocks, which would each be a fresh mapping, go through
+// train/cpu_block_cache.h instead). No-op outside glibc.
 void bound_heap_retention();
 
 constexpr std::size_t kIoAlignment = 4096;

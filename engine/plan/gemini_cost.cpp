@@ -465,6 +465,7 @@ std::pair<MemoryEstimate, MemoryEstimate> sharded_device_tiers(const hf::ModelCo
 
   MemoryEstimate host = all;
   host.disk_gradients = 0;  // with a device tier the gradient shards stay in memory
+  host.backward_gradients = 0;
   host.weights = to_bytes(static_cast<double>(all.weights) - whole_on_cpu - device_values -
                           cpu_host_masters + host_masters +
                           d(static_cast<std::int64_t>(memory::kStagedUpdates)) * staged_values *
@@ -659,6 +660,18 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
   const double resident_gradients = (trainable_shards - disk_shards) * 4.0 + on_their_way;
   e.gradients = to_bytes(resident_gradients + static_cast<double>(e.gradient_buckets) +
                          chunks.largest_trainable_tensor * (param_bytes + (bf16 ? 4.0 : 0.0)));
+  // When backward starts, the activations at their peak, only the first chunk's gradients are
+  // being made (its whole float32 chunk on several ranks, its shard in one process) beside
+  // autograd's tensor; the reductions in flight and the other shards come as backward frees the
+  // activations (the shards exist from the micro-batch before with accumulation). Under
+  // activation checkpointing a layer is recomputed beside them all along: the sum stays.
+  if (!s.activation_checkpointing) {
+    const double first_chunk = largest * 4.0;
+    double made_in_backward = static_cast<double>(e.gradient_buckets) - (one ? 0.0 : first_chunk);
+    if (s.gradient_accumulation <= 1)
+      made_in_backward += resident_gradients - (one ? first_chunk : 0.0);
+    e.backward_gradients = to_bytes(std::max(0.0, made_in_backward));
+  }
   // The largest of the update's streamed shards (whole, then sliced) and the parameter shards of
   // the gathered chunks (none is gathered during the update).
   std::uint64_t streamed = 0;

@@ -101,12 +101,17 @@ struct MemoryEstimate {
   // Part of `gradients` made only at the update, once backward has freed the activations:
   // `single` in bf16 widens every gradient to its float32 master's at the step.
   std::uint64_t update_gradients = 0;
+  // Part of `gradients` that backward makes as it frees the activations, none of it there when
+  // backward starts and the activations peak: gemini's reduced gradient shards (chunk by chunk,
+  // as backward finishes each) and the reductions in flight behind the chunk being filled. The
+  // peak counts the larger of the two, not their sum.
+  std::uint64_t backward_gradients = 0;
   // The least a process holds in this tier whatever it trains (the host's runtime floor; a
   // GPU's is its runtime, the simulated device's nothing).
   std::uint64_t floor = kRuntimeFloorBytes;
   std::uint64_t training_peak() const {
-    return weights + (gradients - update_gradients) + optimizer + runtime + offload_buffers +
-           std::max(activations, update_gradients);
+    return weights + (gradients - update_gradients - backward_gradients) + optimizer + runtime +
+           offload_buffers + std::max(activations, update_gradients + backward_gradients);
   }
   std::uint64_t disk() const { return disk_optimizer + disk_weights + disk_gradients; }
   std::uint64_t peak() const {

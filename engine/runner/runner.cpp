@@ -32,6 +32,7 @@
 #include "runner/gpu_rates.h"
 #include "runner/loopback_link.h"
 #include "runner/trainer_event_writer.h"
+#include "train/cpu_block_cache.h"
 #include "train/example_batches.h"
 #include "train/lora.h"
 #include "train/plugin_registry.h"
@@ -954,26 +955,17 @@ RunOutcome run_job(const job::JobSpec& requested, job::EventSink& events,
   // second.
   const job::JobSpec spec =
       plan_run(requested, source, out_dir, run_options, events, parallel.get());
-  // Freed buffers of a few MiB go back at once instead of staying in glibc's heap. A host budget
-  // the user set is what this process may hold resident (the disk tier's host floor); without
-  // one, the peak the plan is held to would otherwise depend on how the heap happened to be
-  // reused: hybrid tp2's ranks peaked anywhere in 597-775 MiB over five identical runs with
-  // glibc's sliding mmap threshold, 552-583 MiB with it fixed. Not yet under gemini without a
-  // budget: its host terms were fitted to the default heap. With the threshold fixed (measured
-  // with GLIBC_TUNABLES on the 21M llama of integration_plan_ranks, 2 ranks, 4/8/16 x 128 tokens),
-  // its ranks peak under the plan by 73/122/217 MiB (plan / VmHWM 1.12-1.29): their peak grows by
-  // 0.56 of the planned activations where ddp's grows by 0.79 (and gemini's by 0.99 with the
-  // default heap), so what the plan adds to the activations at their peak (the gradient chunks
-  // and shards) is not all resident then: counting the shards and the reductions in flight as
-  // made while backward frees the activations (the larger of the two at the peak) put the plan
-  // at 0.99-1.17x. Not done, because the fixed threshold costs gemini 15-24% of its tokens/s
-  // here (every activation above 4 MiB a fresh mapping, page-faulted each step; a 92M llama in
-  // one process: 207-244 tokens/s against 253-293, peak 1838 MiB against 2246) and the README's
-  // gemini benchmarks run without a budget. The way out is an allocator that bounds retention
-  // without faulting every step (glibc's hugetlb tunable took back part of it).
+  // Freed buffers of a few MiB go back at once instead of staying in glibc's heap, and LibTorch's
+  // large blocks come from a cache of at most kCpuBlockCacheBytes (train/cpu_block_cache.h), so
+  // that a step reuses its blocks without page-faulting them anew. A host budget the user set is
+  // what this process may hold resident (the disk tier's host floor): then nothing is kept.
+  // Without one, the peak the plan is held to would otherwise depend on how the heap happened to
+  // be reused: hybrid tp2's ranks peaked anywhere in 597-775 MiB over five identical runs with
+  // glibc's sliding mmap threshold, 552-583 MiB with it fixed.
   const auto budget = requested.strategy.options.find("host_budget");
   const bool budgeted = budget != requested.strategy.options.end() && *budget != "auto";
-  if (budgeted || spec.strategy.name != "gemini") memory::bound_heap_retention();
+  memory::bound_heap_retention();
+  train::install_cpu_block_cache(budgeted ? 0 : train::kCpuBlockCacheBytes);
 
   events.progress("load", 0, 1);
   TrainingData data = prepare_training_data(spec, source, events);

@@ -51,15 +51,43 @@ void* HostBlockPool::take(std::size_t bytes) {
   return memory;
 }
 
-void HostBlockPool::give_back(void* memory, std::function<bool()> copies_done) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const auto it = taken_.find(memory);
-  if (it == taken_.end()) return;  // not the pool's: nothing to keep
-  const std::size_t size = it->second;
-  taken_.erase(it);
-  figures_.taken -= size;
-  figures_.kept += size;
-  kept_.emplace(size, Kept{memory, std::move(copies_done)});
+bool HostBlockPool::give_back(void* memory, std::function<bool()> copies_done) {
+  std::vector<std::pair<void*, std::size_t>> beyond;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = taken_.find(memory);
+    if (it == taken_.end()) return false;  // not the pool's: nothing to keep
+    const std::size_t size = it->second;
+    taken_.erase(it);
+    figures_.taken -= size;
+    figures_.kept += size;
+    kept_.emplace(size, Kept{memory, std::move(copies_done)});
+    beyond = take_beyond_bound();
+  }
+  for (auto& [block, bytes] : beyond) release_(block, bytes, /*copies_done=*/true);
+  return true;
+}
+
+void HostBlockPool::keep_at_most(std::size_t bytes) {
+  std::vector<std::pair<void*, std::size_t>> beyond;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    keep_at_most_ = bytes;
+    beyond = take_beyond_bound();
+  }
+  for (auto& [block, size] : beyond) release_(block, size, /*copies_done=*/true);
+}
+
+std::vector<std::pair<void*, std::size_t>> HostBlockPool::take_beyond_bound() {
+  std::vector<std::pair<void*, std::size_t>> beyond;
+  for (auto it = kept_.end(); figures_.kept > keep_at_most_ && it != kept_.begin();) {
+    --it;
+    if (!it->second.copies_done()) continue;
+    beyond.emplace_back(it->second.memory, it->first);
+    figures_.kept -= it->first;
+    it = kept_.erase(it);
+  }
+  return beyond;
 }
 
 HostBlockPool::Figures HostBlockPool::figures() const {

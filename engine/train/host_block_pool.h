@@ -8,6 +8,9 @@
 // after the first (a gemini run's chunks repeat their sizes). What the pool keeps between uses
 // is counted (Figures), so the memory events can name it.
 //
+// The CPU's large tensor blocks are kept the same way, over mmap and munmap, with a bound on what
+// is kept (cpu_block_cache.h).
+//
 // Torch-free and CUDA-free: the memory comes from and goes back through the functions it is
 // made with (cudaHostAlloc and cudaFreeHost on a GPU), and whether a block's copies are done is
 // asked of the function it is given back with (its copy streams' events), so the tests drive
@@ -18,6 +21,8 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 namespace tessera::train {
 
@@ -40,11 +45,15 @@ class HostBlockPool {
   // rounded up to a page or at most an eighth more, else a new one. Where the system refuses a
   // new one, the kept blocks whose copies are done are released and it is asked once more.
   void* take(std::size_t bytes);
-  // The block `memory` (from take) back to the pool; reused once `copies_done()` is true.
-  void give_back(void* memory, std::function<bool()> copies_done);
+  // The block `memory` (from take) back to the pool; reused once `copies_done()` is true. False
+  // (and nothing done) where `memory` is not a block taken from this pool.
+  bool give_back(void* memory, std::function<bool()> copies_done);
   // Releases the kept blocks whose copies are done (those of a phase that is over: training's
   // buffers before the export, a staging replaced by a larger one); returns their bytes.
   std::size_t release_kept();
+  // Keeps at most `bytes` of blocks for reuse from now on (unbounded until this is called): a
+  // block given back beyond it releases the largest kept ones whose copies are done.
+  void keep_at_most(std::size_t bytes);
 
   struct Figures {
     std::uint64_t taken = 0;        // bytes of the blocks taken and not given back
@@ -72,6 +81,10 @@ class HostBlockPool {
   std::map<void*, std::size_t> taken_;     // by address: its size
   std::multimap<std::size_t, Kept> kept_;  // by size
   Figures figures_;
+  std::size_t keep_at_most_ = SIZE_MAX;
+  // Under the lock: the kept blocks beyond keep_at_most_, largest first, taken out of kept_ to be
+  // released outside it.
+  std::vector<std::pair<void*, std::size_t>> take_beyond_bound();
 };
 
 }  // namespace tessera::train

@@ -2037,17 +2037,38 @@ class TestPlan : public QObject {
       QCOMPARE(e.disk(), std::uint64_t(0));
     }
     // This model's six chunks are each about a fifth of it (its embedding and head are the largest
-    // tensors): four whole ones outweigh what sharding saves against zero stage 2. A deeper model
-    // has more, smaller chunks: gemini holds the least per rank there.
+    // tensors): four whole ones outweigh what sharding saves against zero stage 2 in the training
+    // state a rank holds. A deeper model has more, smaller chunks: gemini holds the least per rank
+    // there.
     plan::Settings zero = s;
     zero.strategy = "zero";
     zero.zero_stage = 2;
-    QVERIFY(plan::estimate_memory(c, s, 0, 4).training_peak() >
-            plan::estimate_memory(c, zero, 0, 4).training_peak());
+    const auto state = [](const plan::MemoryEstimate& m) {
+      return m.weights + m.gradients + m.optimizer;
+    };
+    QVERIFY(state(plan::estimate_memory(c, s, 0, 4)) > state(plan::estimate_memory(c, zero, 0, 4)));
     const auto wide = config(wide_llama());
-    for (const int w : {2, 4})
+    for (const int w : {2, 4}) {
+      QVERIFY(state(plan::estimate_memory(wide, s, 0, w)) <
+              state(plan::estimate_memory(wide, zero, 0, w)));
       QVERIFY(plan::estimate_memory(wide, s, 0, w).training_peak() <
               plan::estimate_memory(wide, zero, 0, w).training_peak());
+    }
+    // At the peak, when backward starts, only the first chunk's gradients are being made beside
+    // autograd's tensor: the shards and the reductions in flight come as the activations go. With
+    // accumulation the shards are there from the micro-batch before; under checkpointing a
+    // recomputed layer is there all along, so everything counts.
+    const auto ranks = plan::estimate_memory(c, s, 0, 4);
+    QVERIFY(ranks.backward_gradients > 0 && ranks.backward_gradients < ranks.gradients);
+    QCOMPARE(ranks.training_peak() + ranks.backward_gradients,
+             state(ranks) + ranks.runtime + ranks.activations);
+    plan::Settings accumulating = s;
+    accumulating.gradient_accumulation = 2;
+    const auto later = plan::estimate_memory(c, accumulating, 0, 4);
+    QVERIFY(later.backward_gradients > 0 && later.backward_gradients < ranks.backward_gradients);
+    plan::Settings recomputing = s;
+    recomputing.activation_checkpointing = true;
+    QCOMPARE(plan::estimate_memory(c, recomputing, 0, 4).backward_gradients, std::uint64_t(0));
     // The whole chunks do not shrink with W; the shards do.
     const auto two = plan::estimate_memory(c, s, 0, 2), four = plan::estimate_memory(c, s, 0, 4);
     QVERIFY(std::abs(double(two.gathered_chunks) - double(four.gathered_chunks)) <= 64);
@@ -2242,8 +2263,15 @@ class TestPlan : public QObject {
           QCOMPARE(e.disk_parameters, std::uint64_t(0));
           // Streamed through the update: at most three shards' buffers resident at once.
           QVERIFY2(e.offload_buffers > 0 && e.offload_buffers <= e.disk(), label.c_str());
+          // (The gradients made as backward frees the activations are under them at the peak,
+          // here as in memory: only those there when backward starts add to it.)
+          QVERIFY2(e.activations >= e.backward_gradients &&
+                       in_ram.activations >= in_ram.backward_gradients,
+                   label.c_str());
           QCOMPARE(e.training_peak(), in_ram.training_peak() - moved - e.disk_weights -
-                                          (in_ram.gradients - e.gradients) + e.offload_buffers);
+                                          ((in_ram.gradients - in_ram.backward_gradients) -
+                                           (e.gradients - e.backward_gradients)) +
+                                          e.offload_buffers);
           // Whole chunks as close to f as they allow: more the larger f, all of it at 1.
           QVERIFY2(e.disk() >= previous, label.c_str());
           previous = e.disk();

@@ -3,6 +3,7 @@
 // exact resume, LoRA merge, and the errors a user meets.
 #include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <QtTest>
 #include <algorithm>
@@ -34,6 +35,7 @@
 #include "plugins/builtin_plugins.h"
 #include "train/activation_checkpoint.h"
 #include "train/checkpoint.h"
+#include "train/cpu_block_cache.h"
 #include "train/device_tier.h"
 #include "train/example_batches.h"
 #include "train/host_block_pool.h"
@@ -1357,6 +1359,71 @@ class TestTrain : public QObject {
     const auto mem = t.plugin().memory();
     QVERIFY(mem.optimizer > 0);
     QVERIFY(mem.weights > 0);
+  }
+
+  // Last: the cache stays LibTorch's CPU allocator for the rest of the process, as in a run.
+  void cpu_block_cache_reuses_large_blocks_and_bounds_what_it_keeps() {
+    constexpr std::uint64_t kMiB = 1 << 20;
+    train::install_cpu_block_cache(64 * kMiB);
+    const train::CpuBlockCacheFigures before = train::cpu_block_cache_figures();
+    QVERIFY(before.installed);
+    {  // Below kLargeCpuBlockBytes a tensor is not the cache's.
+      auto small = torch::ones({static_cast<std::int64_t>(kMiB / 4)});
+      QCOMPARE(train::cpu_block_cache_figures().in_use, before.in_use);
+    }
+    // A block freed is kept and is the next request of its size's: no new mapping.
+    void* first = nullptr;
+    {
+      auto t = torch::ones({static_cast<std::int64_t>(8 * kMiB / 4)});
+      first = t.data_ptr();
+      QCOMPARE(train::cpu_block_cache_figures().in_use, before.in_use + 8 * kMiB);
+    }
+    const train::CpuBlockCacheFigures freed = train::cpu_block_cache_figures();
+    QCOMPARE(freed.kept, before.kept + 8 * kMiB);
+    {
+      auto t = torch::ones({static_cast<std::int64_t>(8 * kMiB / 4)});
+      QCOMPARE(t.data_ptr(), first);
+      QCOMPARE(train::cpu_block_cache_figures().allocations, freed.allocations);
+    }
+    // raw_allocate's memory (oneDNN's scratchpads) comes back through raw_deallocate, large or
+    // small (a bf16 matmul aborted the run when only DataPtrs could be freed).
+    for (const std::size_t bytes : {std::size_t{64} << 10, std::size_t{8} << 20}) {
+      void* raw = c10::GetCPUAllocator()->raw_allocate(bytes);
+      std::memset(raw, 1, bytes);
+      c10::GetCPUAllocator()->raw_deallocate(raw);
+    }
+    QCOMPARE(train::cpu_block_cache_figures().in_use, before.in_use);
+    // Beyond the bound the largest freed blocks go back to the kernel: the process's resident set
+    // (/proc, not the cache's own count) drops by them.
+    {
+      std::vector<torch::Tensor> blocks;
+      for (int i = 0; i < 4; ++i)
+        blocks.push_back(torch::ones({static_cast<std::int64_t>(48 * kMiB / 4)}));
+      const std::uint64_t held = resident_bytes();
+      blocks.clear();
+      const train::CpuBlockCacheFigures after = train::cpu_block_cache_figures();
+      QVERIFY2(after.kept <= 64 * kMiB, qPrintable(QString::number(after.kept)));
+      const std::uint64_t now = resident_bytes();
+      QVERIFY2(held > now && held - now >= 3 * 48 * kMiB * 95 / 100,
+               qPrintable(QString("resident %1 MiB before the blocks were freed, %2 after")
+                              .arg(held / kMiB)
+                              .arg(now / kMiB)));
+    }
+    // Bound 0 (a host budget): nothing is kept.
+    train::install_cpu_block_cache(0);
+    QCOMPARE(train::cpu_block_cache_figures().kept, std::uint64_t{0});
+    { auto t = torch::ones({static_cast<std::int64_t>(8 * kMiB / 4)}); }
+    QCOMPARE(train::cpu_block_cache_figures().kept, std::uint64_t{0});
+    QCOMPARE(train::cpu_block_cache_figures().in_use, before.in_use);
+  }
+
+ private:
+  // This process's resident set now (/proc/self/statm), in bytes.
+  static std::uint64_t resident_bytes() {
+    std::ifstream statm("/proc/self/statm");
+    std::uint64_t pages = 0, resident = 0;
+    statm >> pages >> resident;
+    return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
   }
 };
 
