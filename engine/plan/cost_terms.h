@@ -61,9 +61,9 @@ double table_in_file(const hf::ModelConfig& c, const Settings& s);
 // Whether the causal LM's output head is one of them: the loss reads it a block of the
 // vocabulary at a time (model/head_loss.h: stored_head_target_losses).
 bool head_in_file(const hf::ModelConfig& c, const Settings& s);
-// Whether LoRA adapts the output head (`lm_head` among its targets, or the family's defaults).
 // The linears LoRA adapts: the job's targets, or the family's default ones.
 std::vector<std::string> lora_targets(const hf::ModelConfig& c, const Settings& s);
+// Whether LoRA adapts the output head (`lm_head` among its targets, or the family's defaults).
 bool adapts_head(const hf::ModelConfig& c, const Settings& s);
 // Preference tuning's frozen reference copy (Settings::reference_copy): every parameter in the
 // compute dtype, beside the model that trains; 0 without one.

@@ -3,7 +3,6 @@
 // exact resume, LoRA merge, and the errors a user meets.
 #include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <QtTest>
 #include <algorithm>
@@ -1399,11 +1398,11 @@ class TestTrain : public QObject {
       std::vector<torch::Tensor> blocks;
       for (int i = 0; i < 4; ++i)
         blocks.push_back(torch::ones({static_cast<std::int64_t>(48 * kMiB / 4)}));
-      const std::uint64_t held = resident_bytes();
+      const std::uint64_t held = train::process_rss_bytes();
       blocks.clear();
       const train::CpuBlockCacheFigures after = train::cpu_block_cache_figures();
       QVERIFY2(after.kept <= 64 * kMiB, qPrintable(QString::number(after.kept)));
-      const std::uint64_t now = resident_bytes();
+      const std::uint64_t now = train::process_rss_bytes();
       QVERIFY2(held > now && held - now >= 3 * 48 * kMiB * 95 / 100,
                qPrintable(QString("resident %1 MiB before the blocks were freed, %2 after")
                               .arg(held / kMiB)
@@ -1415,15 +1414,6 @@ class TestTrain : public QObject {
     { auto t = torch::ones({static_cast<std::int64_t>(8 * kMiB / 4)}); }
     QCOMPARE(train::cpu_block_cache_figures().kept, std::uint64_t{0});
     QCOMPARE(train::cpu_block_cache_figures().in_use, before.in_use);
-  }
-
- private:
-  // This process's resident set now (/proc/self/statm), in bytes.
-  static std::uint64_t resident_bytes() {
-    std::ifstream statm("/proc/self/statm");
-    std::uint64_t pages = 0, resident = 0;
-    statm >> pages >> resident;
-    return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
   }
 };
 
