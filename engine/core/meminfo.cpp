@@ -1,5 +1,7 @@
 #include "core/meminfo.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -27,6 +29,14 @@ MemInfo read_meminfo() {
   m.total = meminfo_field(text, "MemTotal");
   m.available = meminfo_field(text, "MemAvailable");
   return m;
+}
+
+std::uint64_t process_rss() {
+  std::ifstream statm("/proc/self/statm");
+  std::uint64_t size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return 0;
+  const long page = ::sysconf(_SC_PAGESIZE);
+  return resident * static_cast<std::uint64_t>(page > 0 ? page : 4096);
 }
 
 std::uint64_t process_peak_rss() {

@@ -13,6 +13,8 @@ struct MemInfo {
 // MemTotal and MemAvailable of /proc/meminfo in bytes (0 when unreadable); no cgroup limit.
 MemInfo read_meminfo();
 
+// This process's resident set now (/proc/self/statm) in bytes; 0 when unreadable.
+std::uint64_t process_rss();
 // This process's peak resident set (VmHWM of /proc/self/status) in bytes; 0 when unreadable.
 std::uint64_t process_peak_rss();
 // Starts the peak over from the current resident set (/proc/self/clear_refs "5"); false when

@@ -53,11 +53,7 @@ std::optional<std::uint64_t> system_memory_used_bytes() {
 }
 
 std::uint64_t process_rss_bytes() {
-  std::ifstream statm("/proc/self/statm");
-  std::uint64_t size = 0, resident = 0;
-  if (!(statm >> size >> resident)) return 0;
-  const long page = ::sysconf(_SC_PAGESIZE);
-  return resident * static_cast<std::uint64_t>(page > 0 ? page : 4096);
+  return core::process_rss();
 }
 
 Trainer::Trainer(std::shared_ptr<model::PretrainedModel> model, TrainerOptions options,

@@ -232,7 +232,7 @@ class Trainer {
   PreferenceSums step_preference_;  // this rank's sums over the current step's micro-batches
 };
 
-// Process resident set size in bytes, from /proc/self/statm (0 when unavailable).
+// Process resident set size in bytes (core::process_rss: /proc/self/statm; 0 when unavailable).
 std::uint64_t process_rss_bytes();
 // Memory in use on the machine (MemTotal - MemAvailable of /proc/meminfo), if readable.
 std::optional<std::uint64_t> system_memory_used_bytes();

@@ -274,6 +274,7 @@ class GeminiPlugin : public train::Plugin {
     // Gradients go into the shards the pipelined update reads: it is done first (its last
     // chunks, the first ones backward reaches, finish as the forward ends).
     settle_update();
+    start_read_ahead();
     for (std::size_t i : trainable_order_)
       memory::transition(entries_[i].state, TensorState::Computing, entries_[i].name);
     for (ShardChunk& c : chunks_) {
@@ -421,6 +422,7 @@ class GeminiPlugin : public train::Plugin {
       update(lr, coef);  // consumes the gradient shards as it goes
     } else {
       for (ShardChunk& c : chunks_) drop_gradient_shard(c, /*on_disk=*/false);
+      drop_read_ahead();
     }
     for (std::size_t i : trainable_order_) {
       ShardEntry& e = entries_[i];
@@ -750,6 +752,7 @@ class GeminiPlugin : public train::Plugin {
     h.prefetched = prefetched_;
     h.pipelined_chunks = std::count(pipelined_.begin(), pipelined_.end(), true);
     h.updates_behind = updates_behind_;
+    h.read_aheads = read_aheads_;
     h.cached_parameter_limit = static_cast<std::int64_t>(cached_shards_);
     return h;
   }
@@ -1374,6 +1377,11 @@ class GeminiPlugin : public train::Plugin {
     auto [c, write] = std::move(gradient_writes_.front());
     gradient_writes_.pop_front();
     write.get();
+    if (read_ahead_ == c) {  // written, and kept for the update (start_read_ahead)
+      std::lock_guard lock(update_.mutex());
+      chunks_[c].grad_written = true;
+      return;
+    }
     drop_gradient_shard(chunks_[c], /*on_disk=*/true);
   }
 
@@ -1425,6 +1433,7 @@ class GeminiPlugin : public train::Plugin {
     for (auto& [c, write] : gradient_writes_)
       if (write.valid()) write.wait();
     gradient_writes_.clear();
+    if (read_ahead_io_.valid()) read_ahead_io_.wait();
     for (Reduction& r : reductions_) {
       try {
         r.work.wait();
@@ -1533,19 +1542,25 @@ class GeminiPlugin : public train::Plugin {
     // worker writes it.
     if (device_)
       for (std::size_t c : later) settle_upload(chunks_[c]);
-    update_.start(
-        chunks_.size(), later,
-        [this, later, lr, coef, host_coef](const UpdatePipeline::ChunkDone& done, int threads) {
-          torch::NoGradGuard no_grad;
-          if (!device_) {
-            update_in_slices(later, lr, coef, threads, done);
-            return;
-          }
-          for (std::size_t c : later) {
-            update_chunk(c, lr, host_coef, threads);
-            done(c);
-          }
-        });
+    const std::optional<std::size_t> ahead = std::exchange(read_ahead_, std::nullopt);
+    auto ahead_read = std::make_shared<std::future<void>>(std::move(read_ahead_io_));
+    update_.start(chunks_.size(), later,
+                  [this, later, lr, coef, host_coef, ahead, ahead_read](
+                      const UpdatePipeline::ChunkDone& done, int threads) {
+                    torch::NoGradGuard no_grad;
+                    if (!device_) {
+                      if (ahead)
+                        update_read_ahead_first(*ahead, *ahead_read, later, lr, host_coef, threads,
+                                                done);
+                      else
+                        update_in_slices(later, lr, coef, threads, done);
+                      return;
+                    }
+                    for (std::size_t c : later) {
+                      update_chunk(c, lr, host_coef, threads);
+                      done(c);
+                    }
+                  });
     update_behind_ = true;
     ++updates_behind_;
   }
@@ -1851,6 +1866,66 @@ class GeminiPlugin : public train::Plugin {
     if (staging != nullptr) copy_up();
   }
 
+  // The next update's first reads overlap the last micro-batch's backward: the optimizer shard
+  // of the first chunk the update takes (the chunk the next forward needs first, so the one it
+  // would wait on) is read from disk as backward starts, and that chunk's gradient shard, once
+  // written, stays in memory for the update instead of being read back. The plan counts the
+  // shard among the disk tier's buffers (plan/gemini_cost.cpp). One process only: several ranks
+  // check their disk traffic exactly and read nothing ahead yet.
+  void start_read_ahead() {
+    if (read_ahead_ || !last_micro_batch_ || device_ || world_ != 1) return;
+    const auto first = std::find(pipelined_.begin(), pipelined_.end(), true);
+    if (first == pipelined_.end()) return;
+    const auto c = static_cast<std::size_t>(first - pipelined_.begin());
+    ShardChunk& chunk = chunks_[c];
+    if (!chunk.optim_on_disk || chunk.optim.defined()) return;
+    make_optim_resident(chunk);
+    read_ahead_io_ = disk_->read(chunk.optim_region, chunk.optim_buffer.data());
+    read_ahead_ = c;
+    if (read_aheads_++ == 0 && log_)
+      log_("info", "gemini: the optimizer shard of chunk " + std::to_string(c) + " (" +
+                       core::human_bytes(optim_bytes(chunk)) +
+                       "), the first the next forward needs, is read from disk during backward");
+  }
+
+  // The chunk read ahead (start_read_ahead) is updated first, in memory, and written back while
+  // the other chunks stream through in slices.
+  void update_read_ahead_first(std::size_t c, std::future<void>& read,
+                               const std::vector<std::size_t>& chunks, double lr,
+                               const std::optional<torch::Tensor>& coef, int threads,
+                               const UpdatePipeline::ChunkDone& done) {
+    ShardChunk& chunk = chunks_[c];
+    std::future<void> write;
+    try {
+      read.get();
+      if (chunk.grad_on_disk) read_gradient_back(c);  // written before the read-ahead began
+      update_chunk(c, lr, coef, threads);
+      write = disk_->write(chunk.optim_region, chunk.optim_buffer.data());
+      done(c);
+      std::vector<std::size_t> rest;
+      for (std::size_t other : chunks)
+        if (other != c) rest.push_back(other);
+      update_in_slices(rest, lr, coef, threads, done);
+      write.get();
+    } catch (...) {
+      if (write.valid()) write.wait();  // nothing may outlive its buffer
+      drop_resident_optim(chunk);
+      throw;
+    }
+    drop_resident_optim(chunk);
+  }
+
+  // A step not taken (fp16's overflow): the shard read ahead goes unused.
+  void drop_read_ahead() {
+    if (!read_ahead_) return;
+    ShardChunk& chunk = chunks_[*read_ahead_];
+    read_ahead_.reset();
+    std::future<void> read = std::move(read_ahead_io_);
+    read.wait();
+    drop_resident_optim(chunk);
+    read.get();  // its error, if any
+  }
+
   // Waits for the update pipelined with the forward, if one runs; rethrows its error. Every rank
   // calls it at the same points (it decides whether the forward gathers ahead).
   void settle_update() {
@@ -2053,6 +2128,11 @@ class GeminiPlugin : public train::Plugin {
   bool last_micro_batch_ = false;
   // Gradient shards on their way to the disk tier (gradient_done), oldest first.
   std::deque<std::pair<std::size_t, std::future<void>>> gradient_writes_;
+  // The chunk whose optimizer shard is being read ahead for the next update (start_read_ahead),
+  // the read, and how many steps read one ahead.
+  std::optional<std::size_t> read_ahead_;
+  std::future<void> read_ahead_io_;
+  std::uint64_t read_aheads_ = 0;
   // A device tier's gradient shards on their way down: the last copy's event, and the later
   // micro-batches' shards to add once it is done.
   std::shared_ptr<train::DeviceEvent> gradients_copied_;

@@ -79,6 +79,8 @@ struct GeminiShardHeld {
   // whose update did so.
   std::int64_t pipelined_chunks = 0;
   std::uint64_t updates_behind = 0;
+  // Steps whose first pipelined chunk's optimizer shard was read during backward.
+  std::uint64_t read_aheads = 0;
 };
 
 // False unless `plugin` is the registered `gemini`.

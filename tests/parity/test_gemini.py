@@ -194,6 +194,9 @@ def test_the_update_behind_the_forward_waits_for_its_chunks(workdir, family, pre
     losses, events = run(spec, env=env)
     logs = " ".join(e.get("message", "") for e in events if e["type"] == "log")
     assert "runs behind the next forward" in logs, "the update was not pipelined"
+    # The first chunk's optimizer shard is read during the last micro-batch's backward and
+    # updated from memory, its gradient shard kept there.
+    assert "is read from disk during backward" in logs, "nothing was read ahead"
     assert_same_losses(losses, reference, f"{base}: update behind the forward, slow disk")
     # An evaluation between steps reads the parameters while the last update may still run.
     assert sorted(evaluations(events)) == [3, 6, 8], evaluations(events)

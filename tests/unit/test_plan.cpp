@@ -1298,6 +1298,31 @@ class TestPlan : public QObject {
     QVERIFY(said);
   }
 
+  void geminiCountsTheOptimizerShardReadAheadDuringBackward() {
+    // One process with every optimizer shard on disk and the parameters in memory updates them
+    // behind the next forward and reads the first chunk's shard during backward: the plan
+    // holds one such shard (its file, at most the largest chunk's moments) beside the other
+    // buffers; several ranks, LoRA (whose adapters are updated in the step) and parameter chunks
+    // on disk (no update behind the forward) read nothing ahead.
+    const auto c = config(wide_llama());
+    plan::Settings s = settings(1, true, "full");
+    s.strategy = "gemini";
+    s.offload_optim_frac = 1.0;
+    const auto one = plan::estimate_memory(c, s, 0);
+    const double largest_chunk_moments =
+        8.0 * static_cast<double>(std::max(c.vocab_size * c.hidden_size, std::int64_t{64} << 20));
+    QVERIFY(one.optimizer_read_ahead > 0);
+    QVERIFY(static_cast<double>(one.optimizer_read_ahead) <= largest_chunk_moments + 4096.0);
+    QVERIFY(one.optimizer_read_ahead <= one.disk_optimizer);
+    QVERIFY(one.offload_buffers >= one.optimizer_read_ahead);
+    QCOMPARE(plan::estimate_memory(c, s, 0, 2).optimizer_read_ahead, std::uint64_t(0));
+    s.offload_param_frac = 1.0;
+    QCOMPARE(plan::estimate_memory(c, s, 0).optimizer_read_ahead, std::uint64_t(0));
+    s.offload_param_frac = 0.0;
+    s.method = "lora";
+    QCOMPARE(plan::estimate_memory(c, s, 0).optimizer_read_ahead, std::uint64_t(0));
+  }
+
   void parameterChunksOnDiskMoveParameterBytes() {
     // offload_param_frac moves that share of the parameter chunks' bytes (every parameter, in
     // the compute dtype) from the host's weights to the disk's, less a cache of at most four
@@ -1361,12 +1386,18 @@ class TestPlan : public QObject {
             QVERIFY2(e.export_peak < in_ram.export_peak, row.c_str());
           }
           // The cache: the chunks from disk resident at once, four of at most 64 MiB, never
-          // more than is on disk.
-          const std::uint64_t cache = e.offload_buffers - in_ram.offload_buffers;
+          // more than is on disk. With every parameter in memory the update of full fine-tuning
+          // runs behind the next forward and the first chunk's optimizer shard is read ahead
+          // during backward (its buffer, which no run with parameter chunks on disk holds).
+          QCOMPARE(in_ram.optimizer_read_ahead > 0, method == "full");
+          QCOMPARE(e.optimizer_read_ahead, std::uint64_t(0));
+          const std::uint64_t cache =
+              e.offload_buffers - (in_ram.offload_buffers - in_ram.optimizer_read_ahead);
           QVERIFY2(cache > 0 && cache <= e.disk_parameters && cache <= 4 * (64ull << 20),
                    row.c_str());
           QVERIFY2(files_of(e.training_peak() + e.disk_parameters,
-                            static_cast<double>(in_ram.training_peak() + cache)),
+                            static_cast<double>(in_ram.training_peak() -
+                                                in_ram.optimizer_read_ahead + cache)),
                    row.c_str());
           // Loading writes the shards on disk through one chunk's buffer (at most 64 MiB).
           const double loading = static_cast<double>(e.load_peak + e.disk_parameters) -
