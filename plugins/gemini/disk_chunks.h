@@ -135,12 +135,14 @@ inline void stream_disk_chunks(std::size_t count, const DiskChunkTransfers& io,
 // The update of optimizer state on disk in slices: `slices` in order, each read
 // (start_read: its buffers made and their reads started into its `io`) kUpdateSlicesAhead ahead
 // of the one being updated, then written behind it (start_write), at most kUpdateSlicesAhead
-// writes in flight before the oldest is waited for and its `arrays` freed. `update(i)` runs once
-// slice i is in, `written(i)` once its write has started. An I/O error is thrown once nothing in
-// flight still uses a buffer.
-template <typename Slice, typename Read, typename Update, typename Write, typename Written>
+// writes in flight before the oldest is waited for and its `arrays` handed to `recycle` (which
+// keeps them for a later slice's reads, or frees them). `update(i)` runs once slice i is in,
+// `written(i)` once its write has started. An I/O error is thrown once nothing in flight still
+// uses a buffer.
+template <typename Slice, typename Read, typename Update, typename Write, typename Written,
+          typename Recycle>
 void stream_update_slices(std::vector<Slice>& slices, Read&& start_read, Update&& update,
-                          Write&& start_write, Written&& written) {
+                          Write&& start_write, Written&& written, Recycle&& recycle) {
   constexpr std::size_t ahead = memory::kUpdateSlicesAhead;
   const auto wait_all = [](Slice& slice) {
     for (std::future<void>& f : slice.io)
@@ -159,14 +161,14 @@ void stream_update_slices(std::vector<Slice>& slices, Read&& start_read, Update&
       writes.push_back(&slice);
       while (writes.size() > ahead) {
         wait_all(*writes.front());
-        writes.front()->arrays = {};
+        recycle(*writes.front());
         writes.pop_front();
       }
       written(i);
     }
     while (!writes.empty()) {
       wait_all(*writes.front());
-      writes.front()->arrays = {};
+      recycle(*writes.front());
       writes.pop_front();
     }
   } catch (...) {
