@@ -575,7 +575,11 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
   // Each trainable chunk's gradient shard bound for disk (0 for the others), in chunk order.
   std::vector<double> disk_gradients(on_disk.size(), 0.0);
   std::vector<std::uint64_t> disk_buffers;  // each on-disk shard's buffer while resident
-  const auto gradient_bytes_of = [&](std::size_t t) { return to_bytes(padded[t] * 4.0); };
+  // One process in bf16 writes them in bf16 (its sums are rounded to bf16), several in float32.
+  const double gradient_file_element = world_size == 1 && bf16 ? 2.0 : 4.0;
+  const auto gradient_bytes_of = [&](std::size_t t) {
+    return to_bytes(padded[t] * gradient_file_element);
+  };
   double disk_padded = 0;  // elements of the on-disk shards' padded arrays
   for (std::size_t t = 0; t < on_disk.size(); ++t) {
     if (!on_disk[t]) continue;

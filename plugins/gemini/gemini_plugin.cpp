@@ -14,6 +14,7 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <optional>
 #include <unordered_map>
 #include <utility>
@@ -955,7 +956,7 @@ class GeminiPlugin : public train::Plugin {
         chunk.grad_to_disk = chunk.optim_on_disk && !device_;
         if (chunk.grad_to_disk)
           chunk.grad_region = disk().add_region("gradient shard of chunk " + std::to_string(c),
-                                                gradient_bytes(chunk));
+                                                gradient_file_bytes(chunk));
         if (chunk.optim_on_disk) {
           chunk.optim_region = disk().add_region("optimizer shard of chunk " + std::to_string(c),
                                                  optim_bytes(chunk));
@@ -1352,7 +1353,16 @@ class GeminiPlugin : public train::Plugin {
     if (!chunk.grad_shard.defined()) return;
     if (last_micro_batch_) take_norms(chunk);
     if (!chunk.grad_to_disk) return;
-    gradient_writes_.emplace_back(c, disk_->write(chunk.grad_region, chunk.grad_buffer.data()));
+    GradientWrite write{c, {}, {}};
+    const void* from = chunk.grad_buffer.data();
+    if (narrow_gradient_files()) {
+      write.narrow = memory::AlignedBuffer(gradient_file_bytes(chunk));
+      torch::from_blob(write.narrow.data(), {chunk.shard}, torch::kBFloat16)
+          .copy_(chunk.grad_shard);
+      from = write.narrow.data();
+    }
+    write.io = disk_->write(chunk.grad_region, from);
+    gradient_writes_.push_back(std::move(write));
     while (gradient_writes_.size() > memory::kGradientWritesInFlight) finish_gradient_write();
   }
 
@@ -1374,9 +1384,10 @@ class GeminiPlugin : public train::Plugin {
 
   // The oldest gradient write is done: its shard's memory goes.
   void finish_gradient_write() {
-    auto [c, write] = std::move(gradient_writes_.front());
+    GradientWrite done = std::move(gradient_writes_.front());
     gradient_writes_.pop_front();
-    write.get();
+    const std::size_t c = done.chunk;
+    done.io.get();
     if (read_ahead_ == c) {  // written, and kept for the update (start_read_ahead)
       std::lock_guard lock(update_.mutex());
       chunks_[c].grad_written = true;
@@ -1399,7 +1410,17 @@ class GeminiPlugin : public train::Plugin {
   std::future<void> read_gradient(std::size_t c) {
     ShardChunk& chunk = chunks_[c];
     torch::Tensor shard = resident_gradient(c);
-    std::future<void> read = disk_->read(chunk.grad_region, chunk.grad_buffer.data());
+    std::future<void> read;
+    if (narrow_gradient_files()) {  // read and widened now
+      memory::AlignedBuffer narrow(gradient_file_bytes(chunk));
+      disk_->read(chunk.grad_region, narrow.data()).get();
+      shard.copy_(torch::from_blob(narrow.data(), {chunk.shard}, torch::kBFloat16));
+      std::promise<void> ready;
+      ready.set_value();
+      read = ready.get_future();
+    } else {
+      read = disk_->read(chunk.grad_region, chunk.grad_buffer.data());
+    }
     std::lock_guard lock(update_.mutex());
     chunk.grad_shard = shard;
     chunk.grad_on_disk = false;
@@ -1430,8 +1451,8 @@ class GeminiPlugin : public train::Plugin {
   // `quietly` (a destructor, or the way out of an error): a failure to wait on the device (a
   // sticky CUDA error after a device-side fault) is not thrown over the first error.
   void wait_in_flight(bool quietly = false) {
-    for (auto& [c, write] : gradient_writes_)
-      if (write.valid()) write.wait();
+    for (GradientWrite& w : gradient_writes_)
+      if (w.io.valid()) w.io.wait();
     gradient_writes_.clear();
     if (read_ahead_io_.valid()) read_ahead_io_.wait();
     for (Reduction& r : reductions_) {
@@ -1721,6 +1742,7 @@ class GeminiPlugin : public train::Plugin {
     std::int64_t end = 0;
     memory::AlignedBuffer arrays;  // arrays_of(chunk) × (end − begin) floats
     memory::AlignedBuffer grads;   // (end − begin) floats, when the gradient shard is on disk
+    memory::AlignedBuffer narrow_grads;  // as read, in bf16 (narrow_gradient_files)
     std::vector<std::future<void>> io;
   };
 
@@ -1750,7 +1772,8 @@ class GeminiPlugin : public train::Plugin {
     std::vector<OptimSlice> slices;
     for (std::size_t c : chunks)
       for (std::int64_t at = 0; at < stride(chunks_[c]); at += kSliceElements)
-        slices.push_back({c, at, std::min(stride(chunks_[c]), at + kSliceElements), {}, {}, {}});
+        slices.push_back(
+            {c, at, std::min(stride(chunks_[c]), at + kSliceElements), {}, {}, {}, {}});
     const auto start_read = [&](OptimSlice& slice) {
       ShardChunk& chunk = chunks_[slice.chunk];
       const std::int64_t length = slice.end - slice.begin;
@@ -1762,10 +1785,12 @@ class GeminiPlugin : public train::Plugin {
             static_cast<std::uint64_t>(length * 4),
             static_cast<char*>(slice.arrays.data()) + k * length * 4));
       if (chunk.grad_on_disk) {
-        slice.grads = take(static_cast<std::size_t>(length * 4));
+        const std::int64_t bytes = narrow_gradient_files() ? 2 : 4;
+        memory::AlignedBuffer& into = bytes == 2 ? slice.narrow_grads : slice.grads;
+        into = take(static_cast<std::size_t>(length * bytes));
         slice.io.push_back(
-            disk_->read_range(chunk.grad_region, static_cast<std::uint64_t>(slice.begin * 4),
-                              static_cast<std::uint64_t>(length * 4), slice.grads.data()));
+            disk_->read_range(chunk.grad_region, static_cast<std::uint64_t>(slice.begin * bytes),
+                              static_cast<std::uint64_t>(length * bytes), into.data()));
       }
       if (slice.begin == 0 && chunk.values_on_disk && !chunk.values.defined()) {
         make_values_resident(chunk);
@@ -1791,6 +1816,13 @@ class GeminiPlugin : public train::Plugin {
         settle_upload(chunk);  // a chunk kept whole was copied up from this shard
         staging = begin_values_staging(chunk);
         staged = &chunk;
+      }
+      if (slice.narrow_grads) {  // widened for the CPU Adam
+        const std::int64_t length = slice.end - slice.begin;
+        slice.grads = take(static_cast<std::size_t>(length * 4));
+        torch::from_blob(slice.grads.data(), {length}, torch::kFloat32)
+            .copy_(torch::from_blob(slice.narrow_grads.data(), {length}, torch::kBFloat16));
+        give(slice.narrow_grads);
       }
       // (No gradient shard at all when none of the chunk's tensors got a gradient this step.)
       float* grads = slice.grads                  ? static_cast<float*>(slice.grads.data())
@@ -2011,6 +2043,13 @@ class GeminiPlugin : public train::Plugin {
   static std::uint64_t gradient_bytes(const ShardChunk& chunk) {
     return static_cast<std::uint64_t>(stride(chunk)) * 4;
   }
+  // One process in bf16 keeps the step's gradient sums rounded to bf16 (gradient_arrived, as
+  // `single`'s .grad adds up), so its gradient shards go to disk in bf16, exactly: half the bytes
+  // each way. Several ranks' reduced shards are float32 means, and go as they are.
+  bool narrow_gradient_files() const { return world_ == 1 && dtype_ == torch::kBFloat16; }
+  std::uint64_t gradient_file_bytes(const ShardChunk& chunk) const {
+    return static_cast<std::uint64_t>(stride(chunk)) * (narrow_gradient_files() ? 2 : 4);
+  }
 
   memory::DiskStore& disk() {
     if (!disk_) disk_ = std::make_unique<memory::DiskStore>(gemini_.offload_dir);
@@ -2146,7 +2185,12 @@ class GeminiPlugin : public train::Plugin {
   std::deque<Reduction> reductions_;
   bool last_micro_batch_ = false;
   // Gradient shards on their way to the disk tier (gradient_done), oldest first.
-  std::deque<std::pair<std::size_t, std::future<void>>> gradient_writes_;
+  struct GradientWrite {
+    std::size_t chunk = 0;
+    std::future<void> io;
+    memory::AlignedBuffer narrow;  // the bf16 copy written (narrow_gradient_files), or none
+  };
+  std::deque<GradientWrite> gradient_writes_;
   // The chunk whose optimizer shard is being read ahead for the next update (start_read_ahead),
   // the read, and how many steps read one ahead.
   std::optional<std::size_t> read_ahead_;

@@ -393,7 +393,7 @@ def test_the_update_streams_shards_larger_than_a_slice(workdir, medium_llama, pr
     """One process on the 21M-parameter llama (chunks of up to 64 MiB: a shard is several of the
     update's 2M-element slices): with its optimizer shards on disk the
     update reads, updates and writes them a slice at a time (each array padded to whole 2048-element
-    blocks in its file), and trains to `single`'s weights to the bit, 3 steps."""
+    blocks in its file), and trains to `single`'s weights to the bit, 3 steps; in bf16 its gradient shards go to disk in bf16."""
     folder = medium_llama[0]
     name = f"sliced-{precision}-{len(options)}"
     reference, _ = run(spec_for(workdir, "llama", f"{name}-single", "single", precision=precision, steps=3,
@@ -403,6 +403,11 @@ def test_the_update_streams_shards_larger_than_a_slice(workdir, medium_llama, pr
     assert_same_losses(ours, reference, f"{name}: optimizer shards on disk in slices")
     disk = [e for e in events if e["type"] == "memory" and e.get("tier") == "disk"]
     assert disk and max(e["by_category"]["optimizer"] for e in disk) >= 8 * medium_llama[1], disk[-1:]
+    # The gradient shards on disk: one process's bf16 sums in bf16 (2 bytes a parameter, half
+    # the I/O), fp32's in float32; each array padded to whole 2048-element blocks and 4 KiB.
+    per, params, tensors = (2 if precision == "bf16" else 4), medium_llama[1], medium_llama[2]
+    gradients = max(e["by_category"]["gradients"] for e in disk)
+    assert per * params <= gradients <= per * params + (2048 * per + 4096) * tensors, (gradients, params)
     mine = load_file(workdir / name / "model" / "model.safetensors")
     theirs = load_file(workdir / f"{name}-single" / "model" / "model.safetensors")
     for key, tensor in theirs.items():
