@@ -652,14 +652,21 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
                                                           (largest + largest / w) * 4.0);
   // The gradient shards in memory at the peak: those not bound for disk and the ones on their
   // way there: the one being filled and kGradientWritesInFlight written behind it, chunks next to
-  // each other (backward finishes them in reverse chunk order, and they are written in it).
+  // each other (backward finishes them in reverse chunk order, and they are written in it). A
+  // shard written in bf16 is only its bf16 copy while it is written.
+  const bool narrow_files = gradient_file_element < 4.0;
   double on_their_way = 0;
   const std::size_t window = memory::kGradientWritesInFlight + 1;
   for (std::size_t t = 0; t < disk_gradients.size(); ++t) {
-    double sum = 0;
-    for (std::size_t j = t; j < std::min(t + window, disk_gradients.size()); ++j)
-      sum += disk_gradients[j];
-    on_their_way = std::max(on_their_way, sum);
+    double written = 0, filled = 0;  // the copies written, and the most the one filled adds
+    for (std::size_t j = t; j < std::min(t + window, disk_gradients.size()); ++j) {
+      const double copy = narrow_files && disk_gradients[j] > 0
+                              ? static_cast<double>(gradient_bytes_of(j))
+                              : disk_gradients[j];
+      written += copy;
+      filled = std::max(filled, disk_gradients[j] - copy);
+    }
+    on_their_way = std::max(on_their_way, written + filled);
   }
   const double resident_gradients = (trainable_shards - disk_shards) * 4.0 + on_their_way;
   e.gradients = to_bytes(resident_gradients + static_cast<double>(e.gradient_buckets) +

@@ -468,6 +468,7 @@ class GeminiPlugin : public train::Plugin {
       if (!device_ && c.grad_whole.defined()) m.gradients += capacity * 4;
     }
     if (!device_) m.gradients += reductions_bytes();
+    for (const GradientWrite& w : gradient_writes_) m.gradients += w.narrow.size();  // bf16 copies
     m.weights += host_staging_bytes();
     for (const CopiedGradient& g : copied_gradients_)
       m.gradients += static_cast<std::uint64_t>(g.host.numel()) * 4;
@@ -1347,7 +1348,9 @@ class GeminiPlugin : public train::Plugin {
 
   // Chunk `c`'s gradient shard holds the step's sum up to this backward: in the last
   // micro-batch its tensors' norms are taken; a shard bound for disk starts its write (at most
-  // kGradientWritesInFlight at once; the backward waits for the rest before it returns).
+  // kGradientWritesInFlight at once; the backward waits for the rest before it returns). A shard
+  // written in bf16 leaves memory as its copy is made (but the one read ahead's, which the update
+  // takes from memory): only the half-size copy waits for the disk.
   void gradient_done(std::size_t c) {
     ShardChunk& chunk = chunks_[c];
     if (!chunk.grad_shard.defined()) return;
@@ -1360,6 +1363,11 @@ class GeminiPlugin : public train::Plugin {
       torch::from_blob(write.narrow.data(), {chunk.shard}, torch::kBFloat16)
           .copy_(chunk.grad_shard);
       from = write.narrow.data();
+      if (read_ahead_ != c) {
+        std::lock_guard lock(update_.mutex());  // memory() reads it
+        chunk.grad_shard = torch::Tensor();
+        chunk.grad_buffer = memory::AlignedBuffer();
+      }
     }
     write.io = disk_->write(chunk.grad_region, from);
     gradient_writes_.push_back(std::move(write));

@@ -1323,6 +1323,30 @@ class TestPlan : public QObject {
     QCOMPARE(plan::estimate_memory(c, s, 0).optimizer_read_ahead, std::uint64_t(0));
   }
 
+  void geminiOneProcessWritesItsBf16GradientShardsFromHalfSizeCopies() {
+    // One process in bf16 writes each gradient shard bound for disk as a bf16 copy and frees the
+    // float32 shard as the copy is made: of the three shards on their way (the one being filled,
+    // two written behind it) two are half-size copies. A bf16 chunk holds twice the elements of
+    // an fp32 one (its bytes are fixed), so for equal chunks that is (4 + 2 + 2) x 2 bytes an
+    // fp32 chunk's element against fp32's 4 + 4 + 4: 4/3 of fp32's, where three float32 shards
+    // would be 2x. Beside them both hold autograd's largest gradient (bf16: and its float32
+    // master gradient).
+    const auto c = config(wide_llama());
+    plan::Settings s = settings(1, true, "full");
+    s.strategy = "gemini";
+    s.offload_optim_frac = 1.0;
+    const auto fp32 = plan::estimate_memory(c, s, 0);
+    s.precision = "bf16";
+    const auto bf16 = plan::estimate_memory(c, s, 0);
+    const double largest = static_cast<double>(
+        std::max(c.vocab_size * c.hidden_size, c.intermediate_size * c.hidden_size));
+    const double fp32_shards = static_cast<double>(fp32.gradients) - 4.0 * largest;
+    const double bf16_shards = static_cast<double>(bf16.gradients) - 6.0 * largest;
+    const double ratio = bf16_shards / fp32_shards;
+    QVERIFY2(fp32_shards > 0 && ratio > 1.0 && ratio <= 4.0 / 3.0 + 0.01,
+             std::to_string(ratio).c_str());
+  }
+
   void parameterChunksOnDiskMoveParameterBytes() {
     // offload_param_frac moves that share of the parameter chunks' bytes (every parameter, in
     // the compute dtype) from the host's weights to the disk's, less a cache of at most four
