@@ -699,14 +699,16 @@ void sharded_memory(MemoryEstimate& e, const hf::ModelConfig& c, const Settings&
                       std::uint64_t{0}),
       to_bytes(chunks.gathered_peak / w * param_bytes) + kGatheredChunks * memory::kIoAlignment);
   e.offload_buffers = std::max(streamed, gathered_values);
-  // One process whose update runs behind the next forward (full fine-tuning, optimizer shards on
+  // A rank whose update runs behind the next forward (full fine-tuning, optimizer shards on
   // disk, no parameter shard there, no device tier) reads the optimizer shard of the first such
-  // chunk during backward and holds it until that chunk is updated (start_read_ahead).
-  if (one && !lora && !s.device_tier && disk_values == 0) {
+  // chunk during backward and holds it until that chunk is updated (start_read_ahead); that
+  // chunk's gradient shard stays in memory once written, so the update does not read it back.
+  if (!lora && !s.device_tier && disk_values == 0) {
     for (std::size_t t = 0; t < on_disk.size(); ++t) {
       if (!on_disk[t]) continue;
       e.optimizer_read_ahead = buffer_of(optim_files[t]);
       e.offload_buffers += e.optimizer_read_ahead;
+      e.gradient_read_ahead = memory::io_size(gradient_bytes_of(t));
       break;
     }
   }

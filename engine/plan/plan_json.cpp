@@ -96,6 +96,7 @@ json to_json(const Plan& p) {
         {"disk_bytes_per_step", p.disk_bytes_per_step},
         {"disk_read_bytes_per_step", p.disk_read_bytes_per_step},
         {"disk_write_bytes_per_step", p.disk_write_bytes_per_step},
+        {"disk_gradient_read_ahead_bytes", p.disk_gradient_read_ahead_bytes},
         {"disk_seconds_per_step", p.disk_seconds_per_step},
         {"host_update_seconds_per_step", p.host_update_seconds_per_step},
         {"copy_seconds_per_step", p.copy_seconds_per_step},

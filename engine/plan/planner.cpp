@@ -1178,7 +1178,9 @@ Plan make_plan(const PlanInputs& in) {
             ? d(static_cast<std::int64_t>(e.disk_gather_reads)) *
                   std::max(1.0, micro_batches / std::clamp(micro_batches, 1.0, 64.0))
             : 2.0 * micro_batches * parameters;
-    plan.disk_read_bytes_per_step = to_bytes(optimizer_chunks + gathers + trainable);
+    plan.disk_gradient_read_ahead_bytes = e.gradient_read_ahead;
+    plan.disk_read_bytes_per_step = to_bytes(optimizer_chunks + gathers + trainable -
+                                             d(static_cast<std::int64_t>(e.gradient_read_ahead)));
     plan.disk_write_bytes_per_step = to_bytes(optimizer_chunks + trainable);
     plan.disk_bytes_per_step = plan.disk_read_bytes_per_step + plan.disk_write_bytes_per_step;
     // Several ranks: each reads and writes back its own optimizer shards once in the update;

@@ -90,6 +90,9 @@ struct MemoryEstimate {
   // Part of offload_buffers: one process whose update runs behind the next forward reads the
   // optimizer shard of the first chunk it takes during backward (the plugin's start_read_ahead).
   std::uint64_t optimizer_read_ahead = 0;
+  // gemini: the gradient file of that chunk, written but not read back by the update (the disk
+  // traffic per step is that much less).
+  std::uint64_t gradient_read_ahead = 0;
   // gemini: what the disk tier holds (optimizer chunks: moments, and fp32 masters in bf16;
   // parameter chunks in the compute dtype; gradient chunks in the compute dtype).
   std::uint64_t disk_optimizer = 0;
@@ -228,6 +231,8 @@ struct Plan {
   std::uint64_t disk_bytes_per_step = 0;
   std::uint64_t disk_read_bytes_per_step = 0;
   std::uint64_t disk_write_bytes_per_step = 0;
+  // Of the gradient files written, the one the update takes from memory (not read back).
+  std::uint64_t disk_gradient_read_ahead_bytes = 0;
   double disk_seconds_per_step = 0.0;
   // gemini's device tier: the seconds the CPU Adam takes per step over the optimizer state in
   // host memory and on disk (a rank's share, at the CPU Adam's measured rate shared by this

@@ -717,7 +717,9 @@ class GeminiPlugin : public train::Plugin {
     GeminiShardHeld h;
     h.world_size = world_;
     h.chunks = static_cast<std::int64_t>(chunks_.size());
-    for (const ShardChunk& c : chunks_) {
+    for (std::size_t index = 0; index < chunks_.size(); ++index) {
+      const ShardChunk& c = chunks_[index];
+      const bool read_ahead = read_ahead_ == index;
       h.chunk_elements += c.whole.numel();
       h.shard_elements += c.shard;
       if (c.values.defined()) h.parameter_shard_bytes += c.values.nbytes();
@@ -730,19 +732,33 @@ class GeminiPlugin : public train::Plugin {
         h.gathered_bytes += c.whole.nbytes();
         if (!c.persistent) ++h.gathered_chunks;
       }
+      // (Unpadded, as memory() counts them: a shard bound for disk pads each of its arrays.)
       const auto arrays = static_cast<std::uint64_t>(arrays_of(c));
+      const auto shard_bytes = static_cast<std::uint64_t>(c.shard) * 4;
       if (c.optim.defined()) {
-        h.moment_bytes += c.optim.nbytes() / arrays * 2;
-        h.master_bytes += c.optim.nbytes() / arrays * (arrays - 2);
-      } else if (c.optim_on_disk) {
-        const auto shard_bytes = static_cast<std::uint64_t>(c.shard) * 4;
+        h.moment_bytes += shard_bytes * 2;
+        h.master_bytes += shard_bytes * (arrays - 2);
+        if (read_ahead) {
+          h.read_ahead_moment_bytes = shard_bytes * 2;
+          h.read_ahead_master_bytes = shard_bytes * (arrays - 2);
+        }
+      }
+      if (c.optim_on_disk && (!c.optim.defined() || read_ahead)) {
         h.offloaded_moment_bytes += shard_bytes * 2;
         h.offloaded_master_bytes += shard_bytes * (arrays - 2);
         ++h.offloaded_chunks;
       }
+      const auto gradient_file_element =
+          static_cast<std::uint64_t>(narrow_gradient_files() ? 2 : 4);
       if (c.grad_shard.defined()) h.gradient_bytes += c.grad_shard.nbytes();
-      if (c.grad_on_disk) h.offloaded_gradient_bytes += static_cast<std::uint64_t>(c.shard) * 4;
+      if (c.grad_on_disk || (read_ahead && c.grad_written))
+        h.offloaded_gradient_bytes += static_cast<std::uint64_t>(c.shard) * gradient_file_element;
+      if (read_ahead && c.grad_shard.defined()) h.read_ahead_gradient_bytes = c.grad_shard.nbytes();
       if (c.grad_whole.defined()) h.gradient_bytes += c.grad_whole.nbytes();
+      if (read_ahead) {
+        h.read_ahead_optimizer_file_bytes = disk_->region_bytes(c.optim_region);
+        h.read_ahead_gradient_file_bytes = disk_->region_bytes(c.grad_region);
+      }
     }
     for (const ShardEntry& e : entries_) {
       if (!e.trainable) continue;
@@ -1419,7 +1435,10 @@ class GeminiPlugin : public train::Plugin {
     ShardChunk& chunk = chunks_[c];
     torch::Tensor shard = resident_gradient(c);
     std::future<void> read;
-    if (narrow_gradient_files()) {  // read and widened now
+    // A bf16 file is read and widened now: every caller waits for it at once (a gradient shard
+    // goes to disk only beside its optimizer shard, and those the update streams in slices or
+    // reads ahead, never through for_each_optim_chunk).
+    if (narrow_gradient_files()) {
       memory::AlignedBuffer narrow(gradient_file_bytes(chunk));
       disk_->read(chunk.grad_region, narrow.data()).get();
       shard.copy_(torch::from_blob(narrow.data(), {chunk.shard}, torch::kBFloat16));
@@ -1929,10 +1948,9 @@ class GeminiPlugin : public train::Plugin {
   // of the first chunk the update takes (the chunk the next forward needs first, so the one it
   // would wait on) is read from disk as backward starts, and that chunk's gradient shard, once
   // written, stays in memory for the update instead of being read back. The plan counts the
-  // shard among the disk tier's buffers (plan/gemini_cost.cpp). One process only: several ranks
-  // check their disk traffic exactly and read nothing ahead yet.
+  // shard among the disk tier's buffers (plan/gemini_cost.cpp). Each rank reads its own shard.
   void start_read_ahead() {
-    if (read_ahead_ || !last_micro_batch_ || device_ || world_ != 1) return;
+    if (read_ahead_ || !last_micro_batch_ || device_) return;
     const auto first = std::find(pipelined_.begin(), pipelined_.end(), true);
     if (first == pipelined_.end()) return;
     const auto c = static_cast<std::size_t>(first - pipelined_.begin());
@@ -1941,7 +1959,7 @@ class GeminiPlugin : public train::Plugin {
     make_optim_resident(chunk);
     read_ahead_io_ = disk_->read(chunk.optim_region, chunk.optim_buffer.data());
     read_ahead_ = c;
-    if (read_aheads_++ == 0 && log_)
+    if (read_aheads_++ == 0 && log_ && rank_ == 0)
       log_("info", "gemini: the optimizer shard of chunk " + std::to_string(c) + " (" +
                        core::human_bytes(optim_bytes(chunk)) +
                        "), the first the next forward needs, is read from disk during backward");

@@ -60,7 +60,8 @@ struct GeminiShardHeld {
   std::int64_t gathered_chunks = 0;           // of those, gathered for blocks (not kept whole)
   std::uint64_t master_bytes = 0;             // float32 masters (bf16)
   std::uint64_t moment_bytes = 0;             // Adam m and v (in memory)
-  // Optimizer shards on disk (offload_optim_frac), their bytes without the I/O padding.
+  // Optimizer shards on disk (offload_optim_frac), their bytes without the I/O padding; the one
+  // read ahead (below) among them.
   std::int64_t offloaded_chunks = 0;
   std::uint64_t offloaded_moment_bytes = 0;
   std::uint64_t offloaded_master_bytes = 0;
@@ -70,7 +71,8 @@ struct GeminiShardHeld {
   std::uint64_t cached_parameter_bytes = 0;  // of those, resident now
   std::int64_t cached_parameter_limit = 0;   // shards of on-disk chunks kept resident at most
   std::uint64_t gradient_bytes = 0;          // reduced shards, whole gradient chunks, in flight
-  // Reduced gradient shards in the disk tier (beside an optimizer shard there), unpadded.
+  // Reduced gradient shards in the disk tier (beside an optimizer shard there), unpadded; the
+  // one of the chunk read ahead among them once written.
   std::uint64_t offloaded_gradient_bytes = 0;
   std::uint64_t all_gathers = 0;  // since prepare()
   std::uint64_t reduce_scatters = 0;
@@ -79,8 +81,16 @@ struct GeminiShardHeld {
   // whose update did so.
   std::int64_t pipelined_chunks = 0;
   std::uint64_t updates_behind = 0;
-  // Steps whose first pipelined chunk's optimizer shard was read during backward.
+  // Steps whose first pipelined chunk's optimizer shard was read during backward. The chunk
+  // read ahead for the next update, if one is now: its moments and masters in memory (also
+  // counted in moment_bytes and master_bytes), its gradient shard kept in memory (in
+  // gradient_bytes), and the bytes of its optimizer and gradient files.
   std::uint64_t read_aheads = 0;
+  std::uint64_t read_ahead_moment_bytes = 0;
+  std::uint64_t read_ahead_master_bytes = 0;
+  std::uint64_t read_ahead_gradient_bytes = 0;
+  std::uint64_t read_ahead_optimizer_file_bytes = 0;
+  std::uint64_t read_ahead_gradient_file_bytes = 0;
 };
 
 // False unless `plugin` is the registered `gemini`.

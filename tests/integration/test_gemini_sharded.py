@@ -134,6 +134,18 @@ IO_ALIGNMENT = 4096  # the disk tier rounds each file up to this (O_DIRECT)
 SLICE_PADDING = 2048 * 4
 
 
+def assert_reads(measured, every_file_each_update, held):
+    """The disk tier's bytes read before the last step's update, against each update so far
+    reading every optimizer and gradient file (and `every_file_each_update` counting the reads
+    between micro-batches too): each update whose first chunk was read ahead (every one but the
+    last, pending) took that chunk's gradient shard from memory, and the last backward's read
+    ahead of its optimizer file may be done or still on its way."""
+    kept = max(held["read_aheads"] - 1, 0) * held["read_ahead_gradient_file_bytes"]
+    expected = every_file_each_update - kept
+    pending = held["read_ahead_optimizer_file_bytes"]
+    assert measured in (expected, expected + pending), (measured, expected, pending, held)
+
+
 def offload_run(launch, tmp_path, world, steps, method, fraction, precision="fp32"):
     folder = tmp_path / f"offload-{method}-{fraction}-{precision}"
     options = {**OFFLOAD_CHUNKS[method], "offload_optim_frac": fraction,
@@ -162,12 +174,16 @@ def test_offloaded_optimizer_shards_equal_single(launch, tmp_path, method, fract
         held, disk, during = report["gemini"], report["disk_during_step"], report["during_step"]
         all_moments = 2 * 4 * held["trainable_shard_elements"]
         assert baseline["during_step"]["optimizer"] == all_moments
-        # RAM: the moments of the shards left in memory, less by exactly what went to disk.
+        # RAM: the moments of the shards left in memory, less by exactly what went to disk, but
+        # the shard read back during the last backward for the update behind the next forward
+        # (full fine-tuning: the first chunk that update takes).
+        ahead = held["read_ahead_moment_bytes"]
+        assert (ahead > 0) == (method == "full"), held
         assert during["optimizer"] == held["moment_bytes"]
-        assert during["optimizer"] == all_moments - held["offloaded_moment_bytes"]
+        assert during["optimizer"] == all_moments - held["offloaded_moment_bytes"] + ahead
         share = held["offloaded_moment_bytes"] / all_moments
         if fraction == 1.0:
-            assert during["optimizer"] == 0 and share == 1.0
+            assert during["optimizer"] == ahead and share == 1.0
         else:
             assert 0.0 < share < 1.0 and abs(share - fraction) <= 0.25, share
         # Disk: what the tier reports is what its files take on disk: optimizer state (fp32: no
@@ -181,13 +197,17 @@ def test_offloaded_optimizer_shards_equal_single(launch, tmp_path, method, fract
         assert held["offloaded_gradient_bytes"] * 2 == held["offloaded_moment_bytes"], held
         padding = disk["gradients"] - held["offloaded_gradient_bytes"]
         assert 0 <= padding < SLICE_PADDING * held["offloaded_chunks"], disk
+        # The read-ahead chunk's gradient shard, written, stays in memory for its update.
+        assert held["read_ahead_gradient_bytes"] == ahead / 2, held
         assert during["gradients"] == held["gradient_bytes"] == (
-            4 * held["trainable_shard_elements"] - held["offloaded_gradient_bytes"]), (during, held)
+            4 * held["trainable_shard_elements"] - held["offloaded_gradient_bytes"] + ahead / 2), (during, held)
         # Streamed through every update: measured before the last step's update, each optimizer
         # file was written at the start and by every update so far, each gradient file by every
-        # backward; both read by every update so far.
+        # backward; both read by every update so far, but the gradient file of the chunk read ahead
+        # (the update takes it from memory). That chunk's optimizer file is read during the last
+        # backward: that read may still be on its way.
         assert disk["bytes_written"] == steps * disk["used"], disk
-        assert disk["bytes_read"] == (steps - 1) * disk["used"], disk
+        assert_reads(disk["bytes_read"], (steps - 1) * disk["used"], held)
         # The checkpoint streams the shards on disk: it holds every rank's whole moments.
         assert held["checkpoint_optimizer_bytes"] == all_moments
         # Measured before the last step's update: each update so far ran behind the next
@@ -218,15 +238,17 @@ def test_offloaded_gradient_shards_with_accumulation(launch, tmp_path):
     for report in reports:
         held, disk, during = report["gemini"], report["disk_during_step"], report["during_step"]
         assert held["offloaded_gradient_bytes"] == 4 * held["trainable_shard_elements"] > 0, held
-        assert during["gradients"] == held["gradient_bytes"] == 0, (during, held)
+        # (but the shard of the chunk read ahead, kept for the update once written)
+        assert held["read_ahead_gradient_bytes"] > 0, held
+        assert during["gradients"] == held["gradient_bytes"] == held["read_ahead_gradient_bytes"], (during, held)
         optimizer, gradients = disk["optimizer"], disk["gradients"]
         assert disk["used"] == optimizer + gradients == disk["file_bytes"], disk
         # Written: the optimizer files at the start and by each update so far; the gradient
         # files by every backward. Read: both by each update so far, the gradient files by every
         # backward but a step's first.
         assert disk["bytes_written"] == steps * optimizer + steps * accumulation * gradients, disk
-        assert disk["bytes_read"] == (steps - 1) * (optimizer + gradients) + (
-            steps * (accumulation - 1) * gradients), disk
+        assert_reads(disk["bytes_read"], (steps - 1) * (optimizer + gradients) + (
+            steps * (accumulation - 1) * gradients), held)
 
 
 def test_offloaded_bf16_masters_on_disk(launch, tmp_path):
@@ -238,8 +260,9 @@ def test_offloaded_bf16_masters_on_disk(launch, tmp_path):
         held, disk = report["gemini"], report["disk_during_step"]
         # The float32 masters of the shards on disk count as weights there, not in RAM.
         assert held["offloaded_master_bytes"] * 2 == held["offloaded_moment_bytes"] > 0
+        assert held["read_ahead_master_bytes"] * 2 == held["read_ahead_moment_bytes"] > 0, held
         assert held["master_bytes"] + held["offloaded_master_bytes"] == (
-            4 * held["trainable_shard_elements"])
+            4 * held["trainable_shard_elements"] + held["read_ahead_master_bytes"])
         assert disk["weights"] == held["offloaded_master_bytes"]
         assert disk["file_bytes"] == disk["used"] == disk["weights"] + disk["optimizer"] + disk["gradients"]
         assert disk["gradients"] >= held["offloaded_gradient_bytes"] > 0, (disk, held)

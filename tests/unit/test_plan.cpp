@@ -1268,14 +1268,17 @@ class TestPlan : public QObject {
     QVERIFY(padded(p.tiers[1].estimate.optimizer, trainable * 8.0));
     QVERIFY(padded(p.tiers[1].estimate.gradients, trainable * 4.0));
     // Disk time: at the measured speeds, the on-disk optimizer chunks read and written once per
-    // step, the gradient chunks once per micro-batch.
+    // step, the gradient chunks once per micro-batch (but the gradient file of the chunk read
+    // ahead, which the update takes from memory, is not read back).
     const double micro_batches =
         static_cast<double>(in.spec.training.gradient_accumulation *
                             (in.spec.training.batch_size / p.settings.micro_batch));
     const double disk =
         static_cast<double>(p.tiers[1].estimate.optimizer + p.tiers[1].estimate.weights) +
         micro_batches * static_cast<double>(p.tiers[1].estimate.gradients);
-    QVERIFY(std::abs(p.disk_seconds_per_step - disk * (1 / 1e9 + 1 / 5e8)) < 1e-9);
+    QVERIFY(p.disk_gradient_read_ahead_bytes > 0);
+    const double read = disk - static_cast<double>(p.disk_gradient_read_ahead_bytes);
+    QVERIFY(std::abs(p.disk_seconds_per_step - (read / 1e9 + disk / 5e8)) < 1e-9);
     QVERIFY(p.seconds_per_step > p.disk_seconds_per_step);
     QVERIFY(!p.alternatives.empty());
     QCOMPARE(p.alternatives[0].settings.method, std::string("lora"));
@@ -1302,8 +1305,9 @@ class TestPlan : public QObject {
     // One process with every optimizer shard on disk and the parameters in memory updates them
     // behind the next forward and reads the first chunk's shard during backward: the plan
     // holds one such shard (its file, at most the largest chunk's moments) beside the other
-    // buffers; several ranks, LoRA (whose adapters are updated in the step) and parameter chunks
-    // on disk (no update behind the forward) read nothing ahead.
+    // buffers, and that chunk's gradient file is not read back (the step reads that much less);
+    // each of several ranks reads its own shard ahead; LoRA (whose adapters are updated in the
+    // step) and parameter chunks on disk (no update behind the forward) read nothing ahead.
     const auto c = config(wide_llama());
     plan::Settings s = settings(1, true, "full");
     s.strategy = "gemini";
@@ -1315,7 +1319,13 @@ class TestPlan : public QObject {
     QVERIFY(static_cast<double>(one.optimizer_read_ahead) <= largest_chunk_moments + 4096.0);
     QVERIFY(one.optimizer_read_ahead <= one.disk_optimizer);
     QVERIFY(one.offload_buffers >= one.optimizer_read_ahead);
-    QCOMPARE(plan::estimate_memory(c, s, 0, 2).optimizer_read_ahead, std::uint64_t(0));
+    // The gradient file beside it: a third of its optimizer file (fp32: two moments), rounded up.
+    QVERIFY(one.gradient_read_ahead > 0);
+    QVERIFY(one.gradient_read_ahead <= one.optimizer_read_ahead / 2 + 4096);
+    QVERIFY(one.gradient_read_ahead >= one.optimizer_read_ahead / 2 - 4096);
+    const auto two = plan::estimate_memory(c, s, 0, 2);
+    QVERIFY(two.optimizer_read_ahead > 0 && two.optimizer_read_ahead < one.optimizer_read_ahead);
+    QVERIFY(two.gradient_read_ahead > 0 && two.gradient_read_ahead < one.gradient_read_ahead);
     s.offload_param_frac = 1.0;
     QCOMPARE(plan::estimate_memory(c, s, 0).optimizer_read_ahead, std::uint64_t(0));
     s.offload_param_frac = 0.0;
@@ -1476,11 +1486,16 @@ class TestPlan : public QObject {
       const double reads = static_cast<double>(gathers) +
                            (method == "full" ? 1.0 : 0.0) * static_cast<double>(on_disk);
       const double writes = method == "full" ? static_cast<double>(on_disk) : 0.0;
-      QVERIFY(near(p.disk_read_bytes_per_step, base.disk_read_bytes_per_step + reads));
+      // (With parameter chunks on disk the update does not run behind the forward, so nothing
+      // is read ahead: the gradient file base kept in memory is read back.)
+      QCOMPARE(p.disk_gradient_read_ahead_bytes, std::uint64_t(0));
+      QCOMPARE(base.disk_gradient_read_ahead_bytes > 0, method == "full");
+      const double kept = static_cast<double>(base.disk_gradient_read_ahead_bytes);
+      QVERIFY(near(p.disk_read_bytes_per_step, base.disk_read_bytes_per_step + kept + reads));
       QVERIFY(near(p.disk_write_bytes_per_step, base.disk_write_bytes_per_step + writes));
       QCOMPARE(p.disk_bytes_per_step, p.disk_read_bytes_per_step + p.disk_write_bytes_per_step);
       QVERIFY(std::abs(p.disk_seconds_per_step - base.disk_seconds_per_step -
-                       (reads / 1e9 + writes / 5e8)) < 1e-6);
+                       ((kept + reads) / 1e9 + writes / 5e8)) < 1e-6);
       // With parameters on disk nothing of the disk's time is hidden; with them in memory, full
       // fine-tuning's update runs behind the next forward (2 of the 6 FLOPs per parameter and
       // token), which hides up to its time.
@@ -2316,8 +2331,12 @@ class TestPlan : public QObject {
           QVERIFY2(e.gradients <= in_ram.gradients, label.c_str());
           QVERIFY2(in_ram.gradients - e.gradients <= gradients_moved, label.c_str());
           QCOMPARE(e.disk_parameters, std::uint64_t(0));
-          // Streamed through the update: at most three shards' buffers resident at once.
-          QVERIFY2(e.offload_buffers > 0 && e.offload_buffers <= e.disk(), label.c_str());
+          // Streamed through the update: at most three shards' buffers resident at once, and
+          // (full fine-tuning) the optimizer shard read ahead during backward.
+          QCOMPARE(e.optimizer_read_ahead > 0, std::string(method) == "full");
+          QVERIFY2(e.offload_buffers > e.optimizer_read_ahead &&
+                       e.offload_buffers <= e.disk() + e.optimizer_read_ahead,
+                   label.c_str());
           // (The gradients made as backward frees the activations are under them at the peak,
           // here as in memory: only those there when backward starts add to it.)
           QVERIFY2(e.activations >= e.backward_gradients &&
@@ -2365,11 +2384,15 @@ class TestPlan : public QObject {
     QCOMPARE(p.tiers[1].budget, in.profile.disk->free / 2);
     const json j = plan::to_json(p);
     QCOMPARE(j["memory"][1]["by_category"]["optimizer"].get<std::uint64_t>(), e.disk_optimizer);
-    // Each rank reads and writes its files once a step; the two ranks share the disk.
-    QCOMPARE(p.disk_read_bytes_per_step, e.disk());
+    // Each rank reads and writes its files once a step (but the gradient file of the chunk read
+    // ahead, which the update takes from memory); the two ranks share the disk.
+    QVERIFY(e.gradient_read_ahead > 0);
+    QCOMPARE(p.disk_gradient_read_ahead_bytes, e.gradient_read_ahead);
+    QCOMPARE(p.disk_read_bytes_per_step, e.disk() - e.gradient_read_ahead);
     QCOMPARE(p.disk_write_bytes_per_step, e.disk());
     const double disk = double(e.disk());
-    QVERIFY(std::abs(p.disk_seconds_per_step - 2 * disk * (1 / 1e9 + 1 / 5e8)) < 1e-9);
+    const double read = disk - double(e.gradient_read_ahead);
+    QVERIFY(std::abs(p.disk_seconds_per_step - 2 * (read / 1e9 + disk / 5e8)) < 1e-9);
     auto unmeasured = in;
     unmeasured.profile.disk->measured = false;
     const auto q = plan::make_plan(unmeasured);
