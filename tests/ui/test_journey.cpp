@@ -128,8 +128,12 @@ void activate(QWidget* w) {
 void send_input(const QStringList& args, int releases, const Effect& effect, const QString& what) {
   const int before = input_counter()->releases;
   STEP(xdotool(args));
-  QVERIFY2(QTest::qWaitFor([&] { return input_counter()->releases >= before + releases; }, 5000),
-           qPrintable(what + ": the input did not reach the window"));
+  const auto arrived = [&] { return input_counter()->releases >= before + releases; };
+  // An input whose handler runs an event loop of its own (a modal dialog) returns to this wait
+  // only once that loop ends; past the wait's 5 s (a loaded machine) qWaitFor then checks once
+  // without reading a release still queued: a second wait reads it.
+  if (!QTest::qWaitFor(arrived, 5000)) (void)QTest::qWaitFor(arrived, 5000);
+  QVERIFY2(arrived(), qPrintable(what + ": the input did not reach the window"));
   if (effect) QVERIFY2(QTest::qWaitFor(effect, kEffectMs), qPrintable(what + ": no effect"));
 }
 
@@ -185,12 +189,12 @@ void type_text(const QString& text, const Effect& effect = {}) {
 }
 
 // Presses the key combination `combo` (xdotool's names: "ctrl+n", "Return", "Escape", "Tab",
-// "alt+l") in the active window.
-void key(const QString& combo, const Effect& effect = {}) {
+// "alt+l") in the active window; waits for `releases` key releases to reach it.
+void key(const QString& combo, const Effect& effect = {}, int releases = 1) {
   QWidget* window = active_window();
   QVERIFY2(window, "no active window for the key");
   STEP(activate(window));
-  send_input({"key", "--clearmodifiers", combo}, 1, effect, combo);
+  send_input({"key", "--clearmodifiers", combo}, releases, effect, combo);
 }
 
 // The one visible button under `root` whose text (or accessible name, or object name) reads
@@ -472,8 +476,15 @@ class JourneyTest : public QObject {
     QVERIFY(QTest::qWaitFor([&] { return dashboard->stop_button()->isEnabled(); }, kEffectMs));
     AnsweredBox quit_question;
     answer_next_message_box("Escape", &quit_question);
-    STEP(key("ctrl+q",
-             [&] { return !quit_question.text.isEmpty() && !QApplication::activeModalWidget(); }));
+    // (The question, shown on the key's press, is what shows the key arrived: no release is
+    // waited for. The press's own release reaches no window, the main one being blocked by the
+    // question then, and the answer's goes to wherever X puts the focus once the question has
+    // closed: with the answer delayed 6 s on purpose (session 58), once the main window, once
+    // none of ours.)
+    STEP(key(
+        "ctrl+q",
+        [&] { return !quit_question.text.isEmpty() && !QApplication::activeModalWidget(); },
+        /*releases=*/0));
     QVERIFY2(quit_question.text.contains("run is in progress"), qPrintable(quit_question.text));
     QVERIFY(quit_question.default_focused);
     QVERIFY(window.isVisible());
