@@ -87,7 +87,7 @@ struct MemoryEstimate {
   // once: the one being updated, the next being read, the previous being written), with their
   // gradient chunks; and the cache of parameter chunks fetched from disk (at most four resident).
   std::uint64_t offload_buffers = 0;
-  // Part of offload_buffers: one process whose update runs behind the next forward reads the
+  // Part of offload_buffers: a rank whose update runs behind the next forward reads the
   // optimizer shard of the first chunk it takes during backward (the plugin's start_read_ahead).
   std::uint64_t optimizer_read_ahead = 0;
   // gemini: the gradient file of that chunk, written but not read back by the update (the disk

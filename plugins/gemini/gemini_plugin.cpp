@@ -717,6 +717,7 @@ class GeminiPlugin : public train::Plugin {
     GeminiShardHeld h;
     h.world_size = world_;
     h.chunks = static_cast<std::int64_t>(chunks_.size());
+    const auto gradient_file_element = static_cast<std::uint64_t>(narrow_gradient_files() ? 2 : 4);
     for (std::size_t index = 0; index < chunks_.size(); ++index) {
       const ShardChunk& c = chunks_[index];
       const bool read_ahead = read_ahead_ == index;
@@ -748,8 +749,6 @@ class GeminiPlugin : public train::Plugin {
         h.offloaded_master_bytes += shard_bytes * (arrays - 2);
         ++h.offloaded_chunks;
       }
-      const auto gradient_file_element =
-          static_cast<std::uint64_t>(narrow_gradient_files() ? 2 : 4);
       if (c.grad_shard.defined()) h.gradient_bytes += c.grad_shard.nbytes();
       if (c.grad_on_disk || (read_ahead && c.grad_written))
         h.offloaded_gradient_bytes += static_cast<std::uint64_t>(c.shard) * gradient_file_element;
