@@ -121,6 +121,14 @@ plan::Settings settings(std::int64_t micro_batch, bool checkpointing, const std:
   return s;
 }
 
+// Gemini in one micro-batch with checkpointing, full fine-tuning, every optimizer shard on disk.
+plan::Settings gemini_optimizer_on_disk() {
+  plan::Settings s = settings(1, true, "full");
+  s.strategy = "gemini";
+  s.offload_optim_frac = 1.0;
+  return s;
+}
+
 // The message make_plan refuses `in` with, or "" where it plans it.
 std::string refusal_of(const plan::PlanInputs& in) {
   try {
@@ -1309,9 +1317,7 @@ class TestPlan : public QObject {
     // each of several ranks reads its own shard ahead; LoRA (whose adapters are updated in the
     // step) and parameter chunks on disk (no update behind the forward) read nothing ahead.
     const auto c = config(wide_llama());
-    plan::Settings s = settings(1, true, "full");
-    s.strategy = "gemini";
-    s.offload_optim_frac = 1.0;
+    plan::Settings s = gemini_optimizer_on_disk();
     const auto one = plan::estimate_memory(c, s, 0);
     const double largest_chunk_moments =
         8.0 * static_cast<double>(std::max(c.vocab_size * c.hidden_size, std::int64_t{64} << 20));
@@ -1342,9 +1348,7 @@ class TestPlan : public QObject {
     // would be 2x. Beside them both hold autograd's largest gradient (bf16: and its float32
     // master gradient).
     const auto c = config(wide_llama());
-    plan::Settings s = settings(1, true, "full");
-    s.strategy = "gemini";
-    s.offload_optim_frac = 1.0;
+    plan::Settings s = gemini_optimizer_on_disk();
     const auto fp32 = plan::estimate_memory(c, s, 0);
     s.precision = "bf16";
     const auto bf16 = plan::estimate_memory(c, s, 0);
@@ -1537,10 +1541,8 @@ class TestPlan : public QObject {
     in.spec.dataset.max_length = 4096;
     in.spec.strategy.name = "auto";
     in.profile.disk = measured_disk();
-    plan::Settings s = settings(1, true, "full");
+    plan::Settings s = gemini_optimizer_on_disk();
     s.sequence_length = 4096;
-    s.strategy = "gemini";
-    s.offload_optim_frac = 1.0;
     const auto optimizer_only = plan::estimate_memory(in.model, s, 0).peak();
     s.offload_param_frac = 0.5;
     const auto with_parameters = plan::estimate_memory(in.model, s, 0).peak();
@@ -1591,10 +1593,8 @@ class TestPlan : public QObject {
     in.spec.training.activation_checkpointing = true;
     in.spec.dataset.max_length = 4096;
     in.spec.strategy.name = "gemini";
-    plan::Settings s = settings(1, true, "full");
+    plan::Settings s = gemini_optimizer_on_disk();
     s.sequence_length = 4096;
-    s.strategy = "gemini";
-    s.offload_optim_frac = 1.0;
     s.offload_param_frac = 0.5;
     const auto need = plan::estimate_memory(in.model, s, 0).peak();
     const std::uint64_t budget =
