@@ -10,16 +10,25 @@
 // same sizes every time, so a small cache of freed blocks serves nearly all of them: a 92M llama
 // under gemini in one process trained at glibc's default speed (254-263 tokens/s against 253-265)
 // with the fixed threshold's peak (1851 MiB against 1842; 2197-2244 by default), keeping 64 MiB.
+// Blocks of 1 to 4 MiB (a small model's activations: 1024 tokens x 768 float32 is 3 MiB) stayed
+// in glibc's heap, which then held about twice the live tensors at the peak (session 58:
+// heaptrack's live peak 206 MB, the heap's resident set 416 MiB, a 57M llama under QLoRA). From
+// 1 MiB, keeping 128 MiB (at 64 a step's blocks were mapped afresh often enough to cost LoRA 8%
+// of its step; the blocks kept are resident at the peak, 256 added 110 MiB to the 92M gemini
+// run's), one-off runs of 12 steps (tessera-cli run, 8 x 128 tokens, fp32): QLoRA's peak RSS
+// 532 MiB against 748-781 (steps 1.37-1.38 s against 1.39-1.44), LoRA's on the same model 626-627
+// against 788-817 (1.27-1.29 s against 1.22-1.27), the 92M gemini run's 1903 against 1871
+// (3.64-3.81 s against 3.69-4.45).
 // Torch-free header.
 #include <cstddef>
 #include <cstdint>
 
 namespace tessera::train {
 
-inline constexpr std::size_t kLargeCpuBlockBytes = 4u << 20;
+inline constexpr std::size_t kLargeCpuBlockBytes = 1u << 20;
 // What a run keeps for reuse without a host budget; with one, nothing (every freed block leaves
 // the resident set at once, the disk tier's host floor).
-inline constexpr std::size_t kCpuBlockCacheBytes = 64u << 20;
+inline constexpr std::size_t kCpuBlockCacheBytes = 128u << 20;
 
 // Makes the cache LibTorch's CPU allocator (once in a process; a later call only changes the
 // bound), keeping at most `keep_bytes` of freed blocks. Tensors made before keep their memory.

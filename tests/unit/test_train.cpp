@@ -1367,7 +1367,7 @@ class TestTrain : public QObject {
     const train::CpuBlockCacheFigures before = train::cpu_block_cache_figures();
     QVERIFY(before.installed);
     {  // Below kLargeCpuBlockBytes a tensor is not the cache's.
-      auto small = torch::ones({static_cast<std::int64_t>(kMiB / 4)});
+      auto small = torch::ones({static_cast<std::int64_t>(train::kLargeCpuBlockBytes / 8)});
       QCOMPARE(train::cpu_block_cache_figures().in_use, before.in_use);
     }
     // A block freed is kept and is the next request of its size's: no new mapping.
