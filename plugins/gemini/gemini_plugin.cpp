@@ -1378,11 +1378,8 @@ class GeminiPlugin : public train::Plugin {
       torch::from_blob(write.narrow.data(), {chunk.shard}, torch::kBFloat16)
           .copy_(chunk.grad_shard);
       from = write.narrow.data();
-      if (read_ahead_ != c) {
-        std::lock_guard lock(update_.mutex());  // memory() reads it
-        chunk.grad_shard = torch::Tensor();
-        chunk.grad_buffer = memory::AlignedBuffer();
-      }
+      // (In its region once finish_gradient_write has waited for the write.)
+      if (read_ahead_ != c) drop_gradient_shard(chunk, /*on_disk=*/false);
     }
     write.io = disk_->write(chunk.grad_region, from);
     gradient_writes_.push_back(std::move(write));
